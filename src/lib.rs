@@ -1,0 +1,35 @@
+//! trdata — the input pipeline that keeps GPUs fed.
+//!
+//! ```text
+//! source ─► plan ─► worker ─► decode ─► augment ─► staging ─► transfer ─► export ─► py
+//! (files)  (epoch  (pinned    (ROI +    (fused     (slabs,    (station)   (leases)  (numpy/torch)
+//!           order,  threads,  DCT       RRC/flip/
+//!           claims) claiming) scaling)  normalize)
+//! ```
+//!
+//! Crate-wide invariants:
+//! - every sample of an epoch is produced exactly once per engine plan position (plan + claiming);
+//! - a sample's pixels depend only on (seed, epoch, dataset index), never on worker/thread count;
+//! - memory handed to Python is never rewritten while a view of it lives (staging + transfer leases);
+//! - `unsafe` lives only in decode/, staging/, topology/, transfer/, export/ and py/, each block with a SAFETY note.
+
+#![deny(unsafe_code)]
+
+pub mod augment;
+pub mod config;
+pub mod decode;
+pub mod error;
+pub mod loader;
+pub mod plan;
+pub mod source;
+pub mod staging;
+pub mod stats;
+pub mod sync;
+pub mod topology;
+pub mod transfer;
+pub mod worker;
+
+#[cfg(feature = "python")]
+mod py;
+
+pub use error::{ImageError, ImageErrorKind, Result, SampleError, TrdataError};

@@ -1,0 +1,214 @@
+//! staging — batch buffers: one slab per batch laid out [labels i64×B][indices i64×B][pad to 256][images],
+//! page-aligned and prefaulted at allocation (never per batch). The GPU path swaps the allocation for pinned,
+//! NUMA-local memory without changing the layout or the row-claiming protocol below.
+//!
+//! Row protocol: while a buffer is in the station's ring for batch b, each row is written by exactly one
+//! worker (static claiming or the fast-mode ticket decides which). `claim_row` enforces it at run time with
+//! one atomic swap per row, so the `&mut [u8]` it hands out can never alias another writer's. Readers (the
+//! consumer's lease) only see the buffer after the station marked it ready, i.e. after every writer's
+//! `complete` (a mutex release → acquire edge); nobody claims rows of a buffer outside the ring.
+
+#![allow(unsafe_code)]
+
+use crate::sync::{AtomicBool, Ordering};
+use std::alloc::{alloc_zeroed, dealloc, Layout as AllocLayout};
+use std::ptr::NonNull;
+
+/// Alignment of the image block (cache lines, DMA-friendly, what the seed used).
+pub const IMAGE_ALIGN_BYTES: usize = 256;
+const PAGE_BYTES: usize = 4096;
+
+/// Byte layout of one batch buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchLayout {
+    /// Rows (batch size B).
+    pub rows: usize,
+    /// Bytes of one image.
+    pub sample_bytes: usize,
+}
+
+impl BatchLayout {
+    /// Offset of the labels (i64 × rows).
+    pub const fn labels_offset(&self) -> usize {
+        0
+    }
+    /// Offset of the dataset indices (i64 × rows).
+    pub const fn indices_offset(&self) -> usize {
+        self.rows * 8
+    }
+    /// Offset of the first image, 256-byte aligned.
+    pub const fn images_offset(&self) -> usize {
+        (self.rows * 16).next_multiple_of(IMAGE_ALIGN_BYTES)
+    }
+    /// Total bytes of the slab.
+    pub const fn total_bytes(&self) -> usize {
+        self.images_offset() + self.rows * self.sample_bytes
+    }
+}
+
+/// A page-aligned, zero-filled (so prefaulted) host allocation.
+#[derive(Debug)]
+pub struct HostSlab {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: HostSlab owns its allocation exclusively, like a Box<[u8]>; concurrent access goes through
+// BatchBuffer's row claiming, which hands out disjoint ranges only.
+unsafe impl Send for HostSlab {}
+// SAFETY: shared references only read through `as_ptr`/`bytes`, whose callers uphold the station protocol.
+unsafe impl Sync for HostSlab {}
+
+impl HostSlab {
+    /// Allocate `len` bytes (≥ 1), page-aligned and zeroed; aborts via `handle_alloc_error` on OOM.
+    pub fn new(len: usize) -> Self {
+        let layout = AllocLayout::from_size_align(len.max(1), PAGE_BYTES).expect("slab size overflows");
+        // SAFETY: layout has non-zero size.
+        let raw = unsafe { alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        Self { ptr, len: len.max(1) }
+    }
+
+    /// Start of the allocation.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never empty (allocations are ≥ 1 byte).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+impl Drop for HostSlab {
+    fn drop(&mut self) {
+        let layout = AllocLayout::from_size_align(self.len, PAGE_BYTES).expect("layout was valid at allocation");
+        // SAFETY: ptr came from alloc_zeroed with this exact layout and is freed once.
+        unsafe { dealloc(self.ptr.as_ptr(), layout) }
+    }
+}
+
+/// One batch's memory plus its row claims.
+#[derive(Debug)]
+pub struct BatchBuffer {
+    slab: HostSlab,
+    layout: BatchLayout,
+    claimed: Box<[AtomicBool]>,
+}
+
+/// The writable parts of one row, handed to exactly one worker.
+pub struct RowWriter<'a> {
+    /// The image bytes of the row (`sample_bytes` long).
+    pub image: &'a mut [u8],
+    label: &'a mut [u8],
+    index: &'a mut [u8],
+}
+
+impl RowWriter<'_> {
+    /// Record the row's label and dataset index.
+    pub fn set_meta(&mut self, label: i64, index: i64) {
+        self.label.copy_from_slice(&label.to_ne_bytes());
+        self.index.copy_from_slice(&index.to_ne_bytes());
+    }
+}
+
+impl BatchBuffer {
+    /// Allocate a buffer for `layout`.
+    pub fn new(layout: BatchLayout) -> Self {
+        let claimed = (0..layout.rows).map(|_| AtomicBool::new(false)).collect();
+        Self { slab: HostSlab::new(layout.total_bytes()), layout, claimed }
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> BatchLayout {
+        self.layout
+    }
+
+    /// Forget all claims; called by the station when the buffer (re-)enters the ring, when no writer or
+    /// reader of its previous batch is left.
+    pub fn reset_claims(&self) {
+        for c in self.claimed.iter() {
+            c.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Claim row `row` for writing. Panics if the row was already claimed in this round — that would be a
+    /// claiming bug, and two writers must never share the memory.
+    pub fn claim_row(&self, row: usize) -> RowWriter<'_> {
+        assert!(row < self.layout.rows, "row {row} outside batch of {}", self.layout.rows);
+        let was = self.claimed[row].swap(true, Ordering::AcqRel);
+        assert!(!was, "row {row} claimed twice: claiming protocol violated");
+        let l = self.layout;
+        let base = self.slab.ptr.as_ptr();
+        // SAFETY: the three ranges lie inside the slab (offsets from BatchLayout, row < rows) and are disjoint
+        // from every other row's ranges; the atomic swap above makes this the only live writer of them, and
+        // readers only exist after the station published the batch (see the module protocol).
+        unsafe {
+            RowWriter {
+                image: std::slice::from_raw_parts_mut(base.add(l.images_offset() + row * l.sample_bytes), l.sample_bytes),
+                label: std::slice::from_raw_parts_mut(base.add(l.labels_offset() + row * 8), 8),
+                index: std::slice::from_raw_parts_mut(base.add(l.indices_offset() + row * 8), 8),
+            }
+        }
+    }
+
+    /// Pointer to the first image (for numpy/DLPack views of a published batch).
+    pub fn images_ptr(&self) -> *const u8 {
+        // SAFETY: images_offset ≤ total length of the slab.
+        unsafe { self.slab.as_ptr().add(self.layout.images_offset()) }
+    }
+
+    /// Labels and indices of the first `rows` rows of a published batch.
+    pub fn labels_and_indices(&self, rows: usize) -> (Vec<i64>, Vec<i64>) {
+        let rows = rows.min(self.layout.rows);
+        let base = self.slab.as_ptr();
+        let read = |off: usize, r: usize| {
+            let mut b = [0u8; 8];
+            // SAFETY: off + r*8 + 8 ≤ slab length; a published batch has no writers (module protocol).
+            unsafe { std::ptr::copy_nonoverlapping(base.add(off + r * 8), b.as_mut_ptr(), 8) };
+            i64::from_ne_bytes(b)
+        };
+        let l = self.layout;
+        ((0..rows).map(|r| read(l.labels_offset(), r)).collect(), (0..rows).map(|r| read(l.indices_offset(), r)).collect())
+    }
+
+    /// Image bytes of the first `rows` rows of a published batch.
+    pub fn images(&self, rows: usize) -> &[u8] {
+        let len = rows.min(self.layout.rows) * self.layout.sample_bytes;
+        // SAFETY: in bounds; only called on published batches, which have no writers (module protocol).
+        unsafe { std::slice::from_raw_parts(self.images_ptr(), len) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_is_aligned_and_rows_are_disjoint() {
+        let l = BatchLayout { rows: 3, sample_bytes: 10 };
+        assert_eq!(l.images_offset() % IMAGE_ALIGN_BYTES, 0);
+        let b = BatchBuffer::new(l);
+        assert_eq!(b.images_ptr() as usize % IMAGE_ALIGN_BYTES, 0);
+        for r in 0..3 {
+            let mut w = b.claim_row(r);
+            w.image.fill(r as u8 + 1);
+            w.set_meta(100 + r as i64, 7 - r as i64);
+        }
+        assert_eq!(b.images(3), &[1u8; 10].iter().chain(&[2u8; 10]).chain(&[3u8; 10]).copied().collect::<Vec<_>>()[..]);
+        assert_eq!(b.labels_and_indices(3), (vec![100, 101, 102], vec![7, 6, 5]));
+    }
+
+    #[test]
+    #[should_panic(expected = "claimed twice")]
+    fn double_claim_panics() {
+        let b = BatchBuffer::new(BatchLayout { rows: 2, sample_bytes: 4 });
+        let _a = b.claim_row(1);
+        let _b = b.claim_row(1);
+    }
+}

@@ -1,0 +1,325 @@
+//! worker — the persistent pool: W named threads (`trdata-w{i}`), started once per loader, pinned, each
+//! with its own decoder, scratch memory and file buffer, parked on a condvar between epochs.
+//!
+//! Pool protocol: `run(job)` publishes an epoch job under the pool mutex (generation += 1, active = W) and
+//! wakes everyone; each worker runs its static claim of the job, then decrements `active` and parks until
+//! the next generation. `wait_idle` waits for active == 0 (after `Station::stop` if the epoch is cancelled).
+//! A panic inside a job is caught, poisons the station (the consumer raises `WorkerError`) and the worker
+//! still checks out, so nothing hangs. `shutdown` sets the flag, wakes and joins every thread.
+
+pub mod affinity;
+
+use crate::augment::rng::{SampleRng, OP_SKIP_REPLACEMENT};
+use crate::augment::{SampleKey, SamplePipeline, WorkerScratch};
+use crate::config::{ErrorPolicy, PinMode};
+use crate::error::{ImageError, ImageErrorKind, Result, SampleError, TrdataError};
+use crate::plan::claim::WorkerClaim;
+use crate::plan::EpochPlan;
+use crate::source::Dataset;
+use crate::stats::Stats;
+use crate::sync::{lock, Arc, AtomicU64, Condvar, Mutex, Ordering};
+use crate::transfer::Station;
+use std::collections::HashSet;
+use std::io::Read;
+use std::path::PathBuf;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// Replacement attempts of the `skip` policy before the error is raised anyway.
+pub const MAX_SKIP_ATTEMPTS: u32 = 16;
+/// Files above this size are refused before reading (absurd input guard).
+pub const MAX_FILE_BYTES: u64 = 1 << 30;
+
+/// One sample the `skip` policy replaced, kept for the loader's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkipRecord {
+    /// The bad file.
+    pub path: PathBuf,
+    /// Why it was skipped.
+    pub message: String,
+}
+
+/// Shared, loader-lifetime context of every job.
+#[derive(Debug)]
+pub struct WorkContext {
+    /// The samples.
+    pub dataset: Arc<Dataset>,
+    /// Decode + augmentation.
+    pub pipeline: SamplePipeline,
+    /// Counters.
+    pub stats: Arc<Stats>,
+    /// Seed of all randomness.
+    pub seed: u64,
+    /// Fixed slots (true) or ticket slots (false).
+    pub reproducible: bool,
+    /// Bad-sample policy.
+    pub on_error: ErrorPolicy,
+    /// Skipped files, each logged once (first occurrence), drained by the Python layer.
+    pub skipped: Mutex<(HashSet<PathBuf>, Vec<SkipRecord>)>,
+}
+
+/// One engine's share of an epoch job.
+#[derive(Debug)]
+pub struct EngineJob {
+    /// Global engine index g (plan position p goes to p mod G).
+    pub global_engine: u64,
+    /// The engine's station.
+    pub station: Arc<Station>,
+    /// Fast mode: next free slot among the real rows [0, R).
+    pub real_tickets: AtomicU64,
+}
+
+/// An epoch for the pool to run.
+#[derive(Debug)]
+pub struct EpochJob {
+    /// The plan.
+    pub plan: Arc<EpochPlan>,
+    /// Engines of this process, indexed by `WorkerClaim::engine`.
+    pub engines: Vec<EngineJob>,
+    /// Loader context.
+    pub ctx: Arc<WorkContext>,
+}
+
+#[derive(Debug, Default)]
+struct PoolState {
+    generation: u64,
+    job: Option<Arc<EpochJob>>,
+    active: usize,
+    started: usize,
+    start_error: Option<String>,
+    shutdown: bool,
+}
+
+#[derive(Debug, Default)]
+struct PoolShared {
+    state: Mutex<PoolState>,
+    wake: Condvar,
+    idle: Condvar,
+}
+
+/// The persistent worker pool of one loader.
+#[derive(Debug)]
+pub struct WorkerPool {
+    shared: Arc<PoolShared>,
+    threads: Vec<JoinHandle<()>>,
+    workers: usize,
+}
+
+impl WorkerPool {
+    /// Start `workers` threads bound per `pin`; returns once every thread created its scratch (or failed).
+    pub fn start(workers: usize, pin: PinMode) -> Result<Self> {
+        let plan = affinity::binding_plan(pin, workers, &affinity::allowed_cpus());
+        let shared = Arc::new(PoolShared::default());
+        let mut pool = Self { shared: Arc::clone(&shared), threads: Vec::with_capacity(workers), workers };
+        for (w, cpu) in plan.into_iter().enumerate() {
+            let sh = Arc::clone(&shared);
+            let spawned = std::thread::Builder::new()
+                .name(format!("trdata-w{w}"))
+                .spawn(move || worker_main(sh, w, workers, cpu));
+            match spawned {
+                Ok(h) => pool.threads.push(h),
+                Err(e) => {
+                    pool.shutdown();
+                    return Err(TrdataError::Worker(format!("cannot spawn worker thread {w}: {e}")));
+                }
+            }
+        }
+        let mut g = lock(&shared.state);
+        while g.started < workers && g.start_error.is_none() {
+            g = shared.idle.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        if let Some(e) = g.start_error.take() {
+            drop(g);
+            pool.shutdown();
+            return Err(TrdataError::Worker(e));
+        }
+        Ok(pool)
+    }
+
+    /// Number of worker threads.
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
+    /// Publish an epoch job; the pool must be idle.
+    pub fn run(&self, job: Arc<EpochJob>) {
+        let mut g = lock(&self.shared.state);
+        assert_eq!(g.active, 0, "run() while a job is active");
+        g.generation += 1;
+        g.job = Some(job);
+        g.active = self.workers;
+        drop(g);
+        self.shared.wake.notify_all();
+    }
+
+    /// Wait until every worker finished the current job (stop the station first to cancel it).
+    pub fn wait_idle(&self) {
+        let mut g = lock(&self.shared.state);
+        while g.active > 0 {
+            g = self.shared.idle.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        g.job = None;
+    }
+
+    /// Stop and join every thread; idempotent.
+    pub fn shutdown(&mut self) {
+        lock(&self.shared.state).shutdown = true;
+        self.shared.wake.notify_all();
+        for h in self.threads.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for WorkerPool {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn worker_main(shared: Arc<PoolShared>, w: usize, workers: usize, cpu: Option<usize>) {
+    if let Some(cpu) = cpu {
+        // A refused binding (cpuset) is not fatal: the worker runs unbound.
+        let _ = affinity::pin_current_thread(cpu);
+    }
+    let mut scratch = match WorkerScratch::new() {
+        Ok(s) => Some(s),
+        Err(e) => {
+            let mut g = lock(&shared.state);
+            g.start_error.get_or_insert(format!("worker {w} cannot initialise its decoder: {e}"));
+            drop(g);
+            shared.idle.notify_all();
+            return;
+        }
+    };
+    let mut file_buf = Vec::new();
+    let mut seen = 0u64;
+    {
+        lock(&shared.state).started += 1;
+        shared.idle.notify_all();
+    }
+    loop {
+        let job = {
+            let mut g = lock(&shared.state);
+            while !g.shutdown && g.generation == seen {
+                g = shared.wake.wait(g).unwrap_or_else(|p| p.into_inner());
+            }
+            if g.shutdown {
+                return;
+            }
+            seen = g.generation;
+            g.job.clone()
+        };
+        if let Some(job) = job {
+            let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let s = scratch.get_or_insert_with(|| WorkerScratch::new().expect("decoder init worked before"));
+                run_job(&job, w, workers, s, &mut file_buf)
+            }));
+            if let Err(panic) = run {
+                let msg = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                scratch = None; // state after a panic is suspect: rebuild it for the next job
+                for e in &job.engines {
+                    e.station.poison(format!("worker trdata-w{w} panicked: {msg}"));
+                }
+            }
+        }
+        let mut g = lock(&shared.state);
+        g.active -= 1;
+        if g.active == 0 {
+            drop(g);
+            shared.idle.notify_all();
+        }
+    }
+}
+
+fn read_file(path: &std::path::Path, buf: &mut Vec<u8>) -> std::result::Result<(), ImageError> {
+    let io = |e: std::io::Error| ImageError::new(ImageErrorKind::Io, e.to_string());
+    let mut f = std::fs::File::open(path).map_err(io)?;
+    let len = f.metadata().map_err(io)?.len();
+    if len > MAX_FILE_BYTES {
+        return Err(ImageError::new(ImageErrorKind::TooLarge, format!("file of {len} bytes exceeds {MAX_FILE_BYTES}")));
+    }
+    buf.clear();
+    buf.reserve(len as usize);
+    f.read_to_end(buf).map_err(io)?;
+    Ok(())
+}
+
+/// Decode sample `index` into `dst`, replacing it under the skip policy. Returns the dataset index whose
+/// pixels were written.
+fn produce(
+    job: &EpochJob,
+    index: u64,
+    scratch: &mut WorkerScratch,
+    file_buf: &mut Vec<u8>,
+    dst: &mut [u8],
+) -> std::result::Result<u64, SampleError> {
+    let ctx = &job.ctx;
+    let n = ctx.dataset.len() as u64;
+    let mut current = index;
+    for attempt in 0..=MAX_SKIP_ATTEMPTS {
+        let sample = &ctx.dataset.samples[current as usize];
+        let t0 = Instant::now();
+        let result = read_file(&sample.path, file_buf).and_then(|()| {
+            Stats::add_since(&ctx.stats.read_ns, t0);
+            Stats::add(&ctx.stats.bytes_read, file_buf.len() as u64);
+            let key = SampleKey { seed: ctx.seed, epoch: job.plan.epoch, index: current };
+            ctx.pipeline.process(scratch, file_buf, key, dst)
+        });
+        match result {
+            Ok(t) => {
+                Stats::add(&ctx.stats.decode_ns, t.decode_ns);
+                Stats::add(&ctx.stats.augment_ns, t.augment_ns);
+                Stats::add(&ctx.stats.samples, 1);
+                return Ok(current);
+            }
+            Err(error) => {
+                let failure = SampleError { path: sample.path.clone(), index: current, error };
+                if ctx.on_error == ErrorPolicy::Raise || attempt == MAX_SKIP_ATTEMPTS {
+                    dst.fill(0);
+                    return Err(failure);
+                }
+                Stats::add(&ctx.stats.errors_skipped, 1);
+                {
+                    let mut log = lock(&ctx.skipped);
+                    if log.0.insert(failure.path.clone()) {
+                        log.1.push(SkipRecord { path: failure.path.clone(), message: failure.error.to_string() });
+                    }
+                }
+                // Deterministic replacement: depends on (seed, epoch, original index, attempt) only.
+                let mut rng = SampleRng::new(ctx.seed, job.plan.epoch, index, OP_SKIP_REPLACEMENT + attempt);
+                current = rng.below(n);
+            }
+        }
+    }
+    unreachable!("the last attempt returns")
+}
+
+fn run_job(job: &EpochJob, w: usize, workers: usize, scratch: &mut WorkerScratch, file_buf: &mut Vec<u8>) {
+    let claim = WorkerClaim::new(w, workers, job.engines.len()).expect("worker count validated at loader creation");
+    let eng = &job.engines[claim.engine];
+    let shape = &job.plan.shape;
+    let b_size = shape.batch_size;
+    let total = shape.seqs_per_engine();
+    let real = shape.real_seqs(eng.global_engine);
+    let ctx = &job.ctx;
+    for seq in claim.seqs(total) {
+        // Reproducible: the slot is the sequence number. Fast: real rows take the next free slot of [0, R);
+        // filler/pad rows keep their fixed slots ≥ R, so real rows always form the batch prefix.
+        let slot = if ctx.reproducible || seq >= real { seq } else { eng.real_tickets.fetch_add(1, Ordering::Relaxed) };
+        let (b, row) = (slot / b_size, (slot % b_size) as usize);
+        let Some(buf) = eng.station.acquire(b) else { return };
+        let index = job.plan.sample_at(eng.global_engine, seq);
+        let mut writer = buf.claim_row(row);
+        let outcome = produce(job, index, scratch, file_buf, writer.image);
+        let written = *outcome.as_ref().unwrap_or(&index);
+        writer.set_meta(ctx.dataset.samples[written as usize].label, written as i64);
+        drop(writer);
+        drop(buf);
+        eng.station.complete(b, outcome.err());
+    }
+}
