@@ -1,0 +1,42 @@
+"""trdata — the input pipeline that keeps GPUs fed.
+
+A Rust core decodes only the JPEG region a crop needs, fuses resampling, flip, normalization and the cast
+into one pass, and fills batch buffers from a persistent pool of pinned threads; Python gets zero-copy
+batches.
+"""
+
+from ._core import __version__
+from .errors import (
+    ConfigError,
+    CudaError,
+    DecodeError,
+    LoaderClosedError,
+    SourceError,
+    TrdataError,
+    WorkerError,
+)
+from .loader import Batch, Loader
+from .sources import FileList, ImageFolder, Source
+from .transforms import IMAGENET, CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize, Transform
+
+__all__ = [
+    "IMAGENET",
+    "Batch",
+    "CenterCrop",
+    "ConfigError",
+    "CudaError",
+    "DecodeError",
+    "FileList",
+    "ImageFolder",
+    "Loader",
+    "LoaderClosedError",
+    "RandomHorizontalFlip",
+    "RandomResizedCrop",
+    "Resize",
+    "Source",
+    "SourceError",
+    "Transform",
+    "TrdataError",
+    "WorkerError",
+    "__version__",
+]

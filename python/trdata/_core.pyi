@@ -1,0 +1,52 @@
+"""Type stubs of the private native module (checked against it by tests/test_api.py)."""
+
+from typing import Any
+
+__version__: str
+
+def scan_image_folder(root: str) -> tuple[list[str], list[int], list[str]]: ...
+def machine_info() -> dict[str, Any]: ...
+
+class BatchLeaseHandle:
+    @property
+    def __array_interface__(self) -> dict[str, Any]: ...
+    @property
+    def batch(self) -> int | None: ...
+
+class NativeLoader:
+    def __init__(
+        self,
+        paths: list[str],
+        labels: list[int],
+        classes: list[str],
+        *,
+        batch_size: int,
+        workers: int,
+        shuffle: bool,
+        seed: int,
+        reproducible: bool,
+        last_batch: str,
+        rank: int,
+        world_size: int,
+        pin: str,
+        on_error: str,
+        prefetch: int,
+        max_held_batches: int,
+        transforms: list[tuple[Any, ...]],
+        normalize: tuple[tuple[float, float, float], tuple[float, float, float]] | None,
+        dtype: str,
+        layout: str,
+    ) -> None: ...
+    def __len__(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    def set_epoch(self, epoch: int) -> None: ...
+    @property
+    def sample_shape(self) -> tuple[int, int, int]: ...
+    def start_epoch(self) -> int: ...
+    def next_batch(self) -> tuple[BatchLeaseHandle, list[int], list[int], int, int] | None: ...
+    def stats(self) -> dict[str, int]: ...
+    def drain_skipped(self) -> list[tuple[str, str]]: ...
+    def close(self) -> None: ...
+    @property
+    def closed(self) -> bool: ...

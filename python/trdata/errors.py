@@ -1,0 +1,49 @@
+"""The trdata exception hierarchy. The native module raises these through one error map (src/py/errors.rs)."""
+
+from __future__ import annotations
+
+
+class TrdataError(Exception):
+    """Base class of every error trdata raises."""
+
+
+class ConfigError(TrdataError, ValueError):
+    """A configuration value is invalid; ``parameter`` names it."""
+
+    def __init__(self, message: str, parameter: str | None = None) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+
+
+class SourceError(TrdataError, FileNotFoundError):
+    """A dataset source could not be built (missing root, empty folder, unreadable directory)."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class DecodeError(TrdataError):
+    """A sample could not be read or decoded; ``path`` and ``index`` name it, ``kind`` says why."""
+
+    def __init__(self, message: str, path: str | None = None, index: int | None = None, kind: str | None = None):
+        super().__init__(message)
+        self.path = path
+        self.index = index
+        self.kind = kind
+
+
+class WorkerError(TrdataError):
+    """A worker thread failed (panicked or could not start)."""
+
+
+class CudaError(TrdataError):
+    """A CUDA driver call failed or CUDA is unavailable; ``call`` names it."""
+
+    def __init__(self, message: str, call: str | None = None) -> None:
+        super().__init__(message)
+        self.call = call
+
+
+class LoaderClosedError(TrdataError, RuntimeError):
+    """The loader was closed, or used in a process it was not started in (fork)."""

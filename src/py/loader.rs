@@ -1,0 +1,265 @@
+//! Native loader and batch lease. The GIL helper `wait_detached` is the one place that blocks: it detaches
+//! from the interpreter, waits in short slices and checks signals in between, so Ctrl-C stops within ~50 ms.
+
+use super::errors::{to_py, IntoPyResult};
+use crate::augment::{DType, Layout, Normalize, OutputSpec, SamplePipeline, TransformSpec};
+use crate::config::{ErrorPolicy, LastBatch, LoaderConfig, PinMode};
+use crate::error::TrdataError;
+use crate::loader::{Loader, Next};
+use crate::source::{file_list, image_folder, Dataset};
+use crate::sync::lock;
+use crate::transfer::BatchLease;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Slice of a blocking wait between signal checks.
+const WAIT_SLICE: Duration = Duration::from_millis(50);
+
+/// Scan an ImageFolder root → (paths, labels, classes).
+#[pyfunction]
+pub fn scan_image_folder(py: Python<'_>, root: PathBuf) -> PyResult<(Vec<String>, Vec<i64>, Vec<String>)> {
+    let ds = py.detach(|| image_folder(&root)).py_err()?;
+    let paths = ds.samples.iter().map(|s| s.path.to_string_lossy().into_owned()).collect();
+    let labels = ds.samples.iter().map(|s| s.label).collect();
+    Ok((paths, labels, ds.classes))
+}
+
+fn parse_transform(t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec> {
+    let kind: String = t.get_item(0)?.extract()?;
+    let u = |i: usize, name: &str| -> PyResult<u32> {
+        let v: i64 = t.get_item(i)?.extract()?;
+        if v <= 0 || v > 65_536 {
+            return Err(to_py(TrdataError::config(name, format!("{v} must be in 1..=65536"))));
+        }
+        Ok(v as u32)
+    };
+    let f = |i: usize| -> PyResult<f64> { t.get_item(i)?.extract() };
+    Ok(match kind.as_str() {
+        "random_resized_crop" => {
+            let (scale, ratio) = ((f(3)?, f(4)?), (f(5)?, f(6)?));
+            if !(scale.0 > 0.0 && scale.0 <= scale.1 && scale.1 <= 1.0) {
+                return Err(to_py(TrdataError::config("scale", format!("{scale:?} must satisfy 0 < min ≤ max ≤ 1"))));
+            }
+            if !(ratio.0 > 0.0 && ratio.0 <= ratio.1 && ratio.1.is_finite()) {
+                return Err(to_py(TrdataError::config("ratio", format!("{ratio:?} must satisfy 0 < min ≤ max"))));
+            }
+            TransformSpec::RandomResizedCrop { height: u(1, "size")?, width: u(2, "size")?, scale, ratio }
+        }
+        "resize_shorter" => TransformSpec::ResizeShorter { shorter: u(1, "size")? },
+        "resize" => TransformSpec::ResizeExact { height: u(1, "size")?, width: u(2, "size")? },
+        "center_crop" => TransformSpec::CenterCrop { height: u(1, "size")?, width: u(2, "size")? },
+        "horizontal_flip" => {
+            let p = f(1)?;
+            if !(0.0..=1.0).contains(&p) {
+                return Err(to_py(TrdataError::config("p", format!("{p} must be in [0, 1]"))));
+            }
+            TransformSpec::RandomHorizontalFlip { p }
+        }
+        other => return Err(to_py(TrdataError::config("transforms", format!("unknown transform {other:?}")))),
+    })
+}
+
+fn parse_dtype(s: &str) -> Result<DType, TrdataError> {
+    match s {
+        "uint8" => Ok(DType::U8),
+        "float16" => Ok(DType::F16),
+        "bfloat16" => Ok(DType::BF16),
+        "float32" => Ok(DType::F32),
+        _ => Err(TrdataError::config("dtype", format!("{s:?} is not one of 'uint8', 'float16', 'bfloat16', 'float32'"))),
+    }
+}
+
+fn parse_layout(s: &str) -> Result<Layout, TrdataError> {
+    match s {
+        "NCHW" => Ok(Layout::Nchw),
+        "NHWC" => Ok(Layout::Nhwc),
+        _ => Err(TrdataError::config("layout", format!("{s:?} is not one of 'NCHW', 'NHWC'"))),
+    }
+}
+
+/// numpy typestr of a dtype (bfloat16 travels as its raw uint16 bits; the Python layer reinterprets).
+fn typestr(d: DType) -> &'static str {
+    match d {
+        DType::U8 => "|u1",
+        DType::F16 => "<f2",
+        DType::BF16 => "<u2",
+        DType::F32 => "<f4",
+    }
+}
+
+/// The native loader behind `trdata.Loader`.
+#[pyclass(module = "trdata._core", frozen)]
+pub struct NativeLoader {
+    inner: Mutex<Loader>,
+    stats: std::sync::Arc<crate::stats::Stats>,
+    sample_shape: [usize; 3],
+    dtype: DType,
+}
+
+#[pymethods]
+impl NativeLoader {
+    #[new]
+    #[pyo3(signature = (paths, labels, classes, *, batch_size, workers, shuffle, seed, reproducible, last_batch,
+                        rank, world_size, pin, on_error, prefetch, max_held_batches, transforms, normalize,
+                        dtype, layout))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        paths: Vec<PathBuf>,
+        labels: Vec<i64>,
+        classes: Vec<String>,
+        batch_size: i64,
+        workers: i64,
+        shuffle: bool,
+        seed: u64,
+        reproducible: bool,
+        last_batch: &str,
+        rank: i64,
+        world_size: i64,
+        pin: &str,
+        on_error: &str,
+        prefetch: i64,
+        max_held_batches: i64,
+        transforms: Vec<Bound<'_, PyTuple>>,
+        normalize: Option<([f32; 3], [f32; 3])>,
+        dtype: &str,
+        layout: &str,
+    ) -> PyResult<Self> {
+        let nonneg = |v: i64, name: &str| -> PyResult<usize> {
+            usize::try_from(v).map_err(|_| to_py(TrdataError::config(name, format!("{v} must be ≥ 0"))))
+        };
+        if let Some((_, std)) = &normalize {
+            if std.iter().any(|s| !(s.is_finite() && *s != 0.0)) {
+                return Err(to_py(TrdataError::config("normalize", format!("std {std:?} must be finite and non-zero"))));
+            }
+        }
+        let specs = transforms.iter().map(parse_transform).collect::<PyResult<Vec<_>>>()?;
+        let output = OutputSpec {
+            dtype: parse_dtype(dtype).py_err()?,
+            layout: parse_layout(layout).py_err()?,
+            normalize: normalize.map(|(mean, std)| Normalize { mean, std }),
+        };
+        let pipeline = SamplePipeline::new(specs, output).py_err()?;
+        let cfg = LoaderConfig {
+            batch_size: nonneg(batch_size, "batch_size")?,
+            workers: nonneg(workers, "workers")?,
+            shuffle,
+            seed,
+            reproducible,
+            last_batch: LastBatch::parse(last_batch).py_err()?,
+            rank: nonneg(rank, "rank")?,
+            world_size: nonneg(world_size, "world_size")?,
+            pin: PinMode::parse(pin).py_err()?,
+            on_error: ErrorPolicy::parse(on_error).py_err()?,
+            prefetch: nonneg(prefetch, "prefetch")?,
+            max_held_batches: nonneg(max_held_batches, "max_held_batches")?,
+            pipeline: pipeline.clone(),
+        };
+        let mut ds: Dataset = file_list(paths, labels).py_err()?;
+        ds.classes = classes;
+        let loader = Loader::new(ds, cfg).py_err()?;
+        Ok(Self { stats: loader.stats(), inner: Mutex::new(loader), sample_shape: pipeline.sample_shape(), dtype: output.dtype })
+    }
+
+    fn __len__(&self) -> usize {
+        lock(&self.inner).len()
+    }
+
+    /// Epoch of the next iteration.
+    #[getter]
+    fn epoch(&self) -> u64 {
+        lock(&self.inner).epoch()
+    }
+
+    fn set_epoch(&self, epoch: u64) {
+        lock(&self.inner).set_epoch(epoch);
+    }
+
+    /// Shape of one sample ([3,h,w] or [h,w,3]).
+    #[getter]
+    fn sample_shape(&self) -> (usize, usize, usize) {
+        (self.sample_shape[0], self.sample_shape[1], self.sample_shape[2])
+    }
+
+    /// Start an epoch (cancelling a running one); returns its number.
+    fn start_epoch(&self, py: Python<'_>) -> PyResult<u64> {
+        py.detach(|| lock(&self.inner).start_epoch()).py_err()
+    }
+
+    /// Next batch of the running epoch as (lease, labels, indices, valid, epoch), or None at its end.
+    fn next_batch(&self, py: Python<'_>) -> PyResult<Option<(BatchLeaseHandle, Vec<i64>, Vec<i64>, usize, u64)>> {
+        loop {
+            let next = py.detach(|| lock(&self.inner).next_batch(WAIT_SLICE)).py_err()?;
+            match next {
+                Next::Timeout => py.check_signals()?,
+                Next::End => return Ok(None),
+                Next::Batch(b) => {
+                    let rows = b.lease.rows;
+                    let s = self.sample_shape;
+                    let handle = BatchLeaseHandle {
+                        shape: vec![rows, s[0], s[1], s[2]],
+                        typestr: typestr(self.dtype),
+                        ptr: b.lease.buffer().images_ptr() as usize,
+                        lease: Mutex::new(Some(b.lease)),
+                    };
+                    return Ok(Some((handle, b.labels, b.indices, b.valid, b.epoch)));
+                }
+            }
+        }
+    }
+
+    /// Counters and timers.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (k, v) in self.stats.snapshot() {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+
+    /// Skipped files not reported yet: [(path, reason)].
+    fn drain_skipped(&self) -> Vec<(String, String)> {
+        lock(&self.inner).drain_skipped().into_iter().map(|r| (r.path.to_string_lossy().into_owned(), r.message)).collect()
+    }
+
+    /// Stop and join every worker thread; idempotent.
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| lock(&self.inner).close());
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        lock(&self.inner).is_closed()
+    }
+}
+
+/// Owner of one batch buffer; numpy views made from `__array_interface__` keep it alive, and the buffer
+/// returns to the station when the last of them dies.
+#[pyclass(module = "trdata._core", frozen)]
+pub struct BatchLeaseHandle {
+    shape: Vec<usize>,
+    typestr: &'static str,
+    ptr: usize,
+    lease: Mutex<Option<BatchLease>>,
+}
+
+#[pymethods]
+impl BatchLeaseHandle {
+    #[getter]
+    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("shape", PyTuple::new(py, &self.shape)?)?;
+        d.set_item("typestr", self.typestr)?;
+        d.set_item("data", (self.ptr, false))?;
+        d.set_item("version", 3)?;
+        Ok(d)
+    }
+
+    /// Batch number within its epoch.
+    #[getter]
+    fn batch(&self) -> Option<u64> {
+        lock(&self.lease).as_ref().map(|l| l.batch)
+    }
+}

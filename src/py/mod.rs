@@ -1,0 +1,17 @@
+//! py — the only PyO3 code: the private `trdata._core` module. Python's public API lives in python/trdata/.
+#![allow(unsafe_code)] // PyO3's macros expand to unsafe blocks.
+
+mod errors;
+mod loader;
+
+use pyo3::prelude::*;
+
+/// The native module.
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<loader::NativeLoader>()?;
+    m.add_class::<loader::BatchLeaseHandle>()?;
+    m.add_function(wrap_pyfunction!(loader::scan_image_folder, m)?)?;
+    Ok(())
+}
