@@ -1,0 +1,165 @@
+"""Behaviour of the public Loader on real JPEGs: shapes, exactly-once, policies, reproducibility."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+import trdata
+
+RRC = [trdata.RandomResizedCrop(64), trdata.RandomHorizontalFlip()]
+
+
+def make(paths, **kw):
+    kw.setdefault("transforms", RRC)
+    kw.setdefault("workers", 2)
+    return trdata.Loader(trdata.FileList(paths, list(range(len(paths)))), **kw)
+
+
+def run_epoch(loader):
+    """[(indices, valid, per-row sha1)] of one epoch."""
+    out = []
+    for b in loader:
+        rows = [hashlib.sha1(b.images[i].tobytes()).hexdigest() for i in range(len(b))]
+        out.append((b.indices.tolist(), b.valid, rows))
+    return out
+
+
+def test_image_folder_follows_torchvision(imagenet_root):
+    ds = trdata.ImageFolder(imagenet_root)
+    assert len(ds) == 1000
+    assert ds.classes == sorted(ds.classes)
+    assert ds.labels == sorted(ds.labels)
+    assert all(ds.paths[i].split("/")[-2] == ds.classes[ds.labels[i]] for i in range(len(ds)))
+
+
+@pytest.mark.parametrize("layout,dtype,np_dtype", [("NCHW", "float16", np.float16), ("NHWC", "uint8", np.uint8),
+                                                   ("NCHW", "float32", np.float32), ("NHWC", "bfloat16", None)])
+def test_batch_shape_dtype_layout(small_paths, layout, dtype, np_dtype):
+    norm = None if dtype == "uint8" else trdata.IMAGENET
+    with make(small_paths[:20], batch_size=8, layout=layout, dtype=dtype, normalize=norm) as loader:
+        batches = list(loader)
+    shape = (8, 3, 64, 64) if layout == "NCHW" else (8, 64, 64, 3)
+    assert [b.images.shape[0] for b in batches] == [8, 8, 4]
+    assert batches[0].images.shape == shape
+    if np_dtype is not None:
+        assert batches[0].images.dtype == np_dtype
+    else:
+        assert batches[0].images.dtype.itemsize == 2
+    images, labels = batches[0]
+    assert labels.dtype == np.int64 and labels.tolist() == batches[0].indices.tolist()
+    if dtype == "float32":
+        x = batches[0].images
+        assert np.isfinite(x).all() and -2.2 < x.min() < 0 < x.max() < 2.7  # ImageNet-normalized range
+    if dtype == "uint8":
+        assert batches[0].images.std() > 10  # real pixels, not zeros
+
+
+@pytest.mark.parametrize("last_batch", ["drop", "pad", "partial"])
+@pytest.mark.parametrize("reproducible", [True, False])
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_exactly_once_across_ranks(small_paths, last_batch, reproducible, world_size):
+    paths = small_paths[:50]
+    seen, lengths = [], []
+    for rank in range(world_size):
+        with make(paths, batch_size=7, last_batch=last_batch, reproducible=reproducible, shuffle=True, seed=3,
+                  rank=rank, world_size=world_size, workers=3) as loader:
+            epoch = run_epoch(loader)
+            assert len(epoch) == len(loader)
+            lengths.append(len(epoch))
+            for indices, valid, _ in epoch:
+                assert len(indices) == (7 if last_batch != "partial" else len(indices))
+                seen.extend(indices[:valid])
+                assert set(indices[valid:]) <= set(range(len(paths)))  # fillers/pads repeat real samples
+    assert len(set(lengths)) == 1, "every rank yields the same number of batches"
+    if last_batch == "drop":
+        assert len(seen) == len(set(seen))
+    else:
+        assert sorted(seen) == list(range(len(paths)))
+
+
+def test_last_batch_policies_lengths(small_paths):
+    paths = small_paths[:50]
+    assert len(make(paths, batch_size=16, last_batch="drop")) == 3
+    assert len(make(paths, batch_size=16, last_batch="pad")) == 4
+    assert len(make(paths, batch_size=16, last_batch="partial")) == 4
+    with make(paths, batch_size=16, last_batch="pad") as loader:
+        last = list(loader)[-1]
+    assert last.images.shape[0] == 16 and last.valid == 2
+
+
+def test_reproducible_bytes_for_any_worker_count(small_paths):
+    paths = small_paths[:40]
+    runs = []
+    for workers in (1, 2, 3, 8):
+        with make(paths, batch_size=6, workers=workers, reproducible=True, shuffle=True, seed=11,
+                  normalize=trdata.IMAGENET, dtype="float16") as loader:
+            runs.append(run_epoch(loader))
+    assert all(r == runs[0] for r in runs[1:])
+
+
+def test_fast_mode_same_samples_same_pixels(small_paths):
+    """reproducible=False may move samples between slots, never change what a sample looks like."""
+    paths = small_paths[:40]
+
+    def by_index(epoch):
+        return {i: h for indices, valid, hashes in epoch for i, h in zip(indices[:valid], hashes[:valid])}
+
+    with make(paths, batch_size=6, workers=1, reproducible=True, shuffle=True, seed=5) as loader:
+        ref = by_index(run_epoch(loader))
+    with make(paths, batch_size=6, workers=3, reproducible=False, shuffle=True, seed=5) as loader:
+        fast = by_index(run_epoch(loader))
+    assert ref == fast and len(ref) == 40
+
+
+def test_epochs_and_seeds_change_order_and_augmentation(small_paths):
+    paths = small_paths[:30]
+    with make(paths, batch_size=10, shuffle=True, reproducible=True, seed=1) as loader:
+        e0, e1 = run_epoch(loader), run_epoch(loader)
+        loader.set_epoch(0)
+        assert run_epoch(loader) == e0
+    assert [b[0] for b in e0] != [b[0] for b in e1]
+    with make(paths, batch_size=10, shuffle=True, reproducible=True, seed=2) as other:
+        assert [b[0] for b in run_epoch(other)] != [b[0] for b in e0]
+    with make(paths, batch_size=10, shuffle=False, reproducible=True) as plain:
+        assert [i for b in run_epoch(plain) for i in b[0]] == list(range(30))
+
+
+def test_held_batches_stay_intact(small_paths):
+    """Holding many batches blocks/extends the producer, never rewrites a held batch."""
+    with make(small_paths, batch_size=4, max_held_batches=40, reproducible=True, dtype="uint8") as loader:
+        held = []
+        for b in loader:
+            held.append((b, hashlib.sha1(b.images.tobytes()).hexdigest()))
+        assert len(held) == 30
+        for b, digest in held:
+            assert hashlib.sha1(b.images.tobytes()).hexdigest() == digest
+        assert loader.stats()["buffers_allocated"] <= 2 + 40
+
+
+def test_holding_every_buffer_raises_instead_of_hanging(small_paths):
+    with make(small_paths, batch_size=4, max_held_batches=2, dtype="uint8") as loader:
+        it = iter(loader)
+        held = [next(it) for _ in range(4)]
+        with pytest.raises(trdata.ConfigError, match="held by Python") as exc:
+            next(it)
+        assert exc.value.parameter == "max_held_batches"
+        del held
+
+
+def test_views_outlive_close(small_paths):
+    loader = make(small_paths[:8], batch_size=8, dtype="uint8")
+    batch = next(iter(loader))
+    digest = hashlib.sha1(batch.images.tobytes()).hexdigest()
+    loader.close()
+    assert hashlib.sha1(batch.images.tobytes()).hexdigest() == digest
+
+
+def test_stats_count_work(small_paths):
+    with make(small_paths[:20], batch_size=5) as loader:
+        list(loader)
+        s = loader.stats()
+    assert s["samples"] == 20 and s["batches"] == 4 and s["epochs"] == 1
+    assert s["decode_ns"] > 0 and s["augment_ns"] > 0 and s["bytes_read"] > 0
