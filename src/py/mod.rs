@@ -1,7 +1,9 @@
 //! py — the only PyO3 code: the private `trdata._core` module. Python's public API lives in python/trdata/.
 #![allow(unsafe_code)] // PyO3's macros expand to unsafe blocks.
 
+mod bench;
 mod errors;
+mod info;
 mod loader;
 
 use pyo3::prelude::*;
@@ -13,5 +15,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::NativeLoader>()?;
     m.add_class::<loader::BatchLeaseHandle>()?;
     m.add_function(wrap_pyfunction!(loader::scan_image_folder, m)?)?;
+    info::register(m)?;
+    bench::register(m)?;
     Ok(())
 }

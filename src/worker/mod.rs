@@ -323,3 +323,58 @@ fn run_job(job: &EpochJob, w: usize, workers: usize, scratch: &mut WorkerScratch
         eng.station.complete(b, outcome.err());
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::augment::{DType, Layout, OutputSpec, TransformSpec};
+    use crate::config::LastBatch;
+    use crate::plan::PlanShape;
+    use crate::source::SampleRef;
+    use crate::staging::BatchLayout;
+    use crate::transfer::{EpochShape, Take};
+    use std::time::Duration;
+
+    fn pipeline() -> SamplePipeline {
+        let t = vec![TransformSpec::CenterCrop { height: 8, width: 8 }];
+        SamplePipeline::new(t, OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None }).unwrap()
+    }
+
+    /// A job whose plan is larger than its dataset makes `produce` index out of bounds: a real panic inside
+    /// a worker. It must surface as `Take::Poisoned` for the consumer, and the pool must still shut down.
+    #[test]
+    fn worker_panic_poisons_the_station_and_the_pool_still_joins() {
+        let stats = Arc::new(Stats::default());
+        let missing = std::env::temp_dir().join("trdata-definitely-missing.jpg");
+        let dataset = Dataset { samples: vec![SampleRef { path: missing, label: 0 }; 2], classes: vec![] };
+        let ctx = Arc::new(WorkContext {
+            dataset: Arc::new(dataset),
+            pipeline: pipeline(),
+            stats: Arc::clone(&stats),
+            seed: 0,
+            reproducible: true,
+            on_error: ErrorPolicy::Skip,
+            skipped: Mutex::new((HashSet::new(), Vec::new())),
+        });
+        let shape = PlanShape { num_samples: 4, global_engines: 1, batch_size: 2, last_batch: LastBatch::Drop, shuffle: false, seed: 0 };
+        let layout = BatchLayout { rows: 2, sample_bytes: ctx.pipeline.sample_bytes() };
+        let station = Arc::new(Station::new(layout, 2, 4, Arc::clone(&stats)));
+        station.begin_epoch(EpochShape { batches: 2, batch_size: 2, total_rows: 4 });
+        let mut pool = WorkerPool::start(2, PinMode::None).unwrap();
+        let engines = vec![EngineJob { global_engine: 0, station: Arc::clone(&station), real_tickets: AtomicU64::new(0) }];
+        pool.run(Arc::new(EpochJob { plan: Arc::new(EpochPlan::new(shape, 0)), engines, ctx }));
+        let mut outcome = Take::Timeout;
+        for b in 0..2 {
+            outcome = station.take(b, Duration::from_secs(10));
+            if !matches!(outcome, Take::Ready(..)) {
+                break;
+            }
+        }
+        match outcome {
+            Take::Poisoned(msg) => assert!(msg.contains("panicked"), "{msg}"),
+            other => panic!("expected a poisoned station, got {other:?}"),
+        }
+        pool.wait_idle();
+        pool.shutdown();
+    }
+}

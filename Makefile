@@ -1,0 +1,98 @@
+# trdata developer loop. `make help` lists the targets.
+#
+# Every target that needs the extension runs scripts/setup.sh first; it is idempotent (apt only
+# for missing packages, hwloc and pip cached, cargo incremental), so `make test` twice is cheap.
+
+SHELL        := /bin/bash
+.SHELLFLAGS  := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV         ?= .venv
+PY           := $(VENV)/bin/python
+# Cargo features of the extension besides `python`; FEATURES= builds the sysfs-only variant.
+FEATURES     ?= hwloc
+HWLOC_PREFIX := $(CURDIR)/.deps/hwloc
+BENCH_ARGS   ?=
+BENCH_PEERS_ARGS ?= --peers
+WHEEL_DIR    ?= dist
+
+# hwlocality-sys finds the static hwloc through pkg-config.
+export PKG_CONFIG_PATH := $(HWLOC_PREFIX)/lib/pkgconfig$(if $(PKG_CONFIG_PATH),:$(PKG_CONFIG_PATH))
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+FEATURE_ARGS := $(if $(strip $(FEATURES)),--features $(FEATURES))
+HWLOC_ON     := $(findstring hwloc,$(FEATURES))
+
+.PHONY: help setup deps build bench bench-peers test test-rust test-py wheel wheel-check lint fmt info clean distclean
+
+help: ## Show this help
+	@echo "trdata — make targets (variables: FEATURES=$(FEATURES) BENCH_ARGS=... VENV=$(VENV))"
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | \
+	  awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
+
+setup: ## Install build deps, hwloc, .venv and build the extension (release) into .venv
+	FEATURES="$(FEATURES)" scripts/setup.sh
+
+deps: ## Like setup, without building the extension
+	FEATURES="$(FEATURES)" scripts/setup.sh --no-build
+
+build: ## Rebuild the extension into .venv (maturin develop --release) after code changes
+	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --release $(FEATURE_ARGS)
+
+bench: setup ## Setup, then `trdata bench` (BENCH_ARGS=... to pass options)
+	$(VENV)/bin/trdata bench $(BENCH_ARGS)
+
+bench-peers: ## Setup with torch/torchvision/DALI (~5.6 GB), then `trdata bench --peers`
+	FEATURES="$(FEATURES)" scripts/setup.sh --peers
+	$(VENV)/bin/trdata bench $(BENCH_PEERS_ARGS) $(BENCH_ARGS)
+
+test: setup ## Setup, then the Rust tests (pure core, no Python) and pytest
+	$(MAKE) --no-print-directory test-rust test-py
+
+test-rust: ## cargo test (no python feature); topology tests again with hwloc when enabled
+	cargo test
+ifneq ($(HWLOC_ON),)
+	cargo test --features hwloc --lib topology::
+endif
+
+test-py: ## pytest -q tests (needs the extension: make setup / make build)
+	$(VENV)/bin/pytest -q tests
+
+wheel: deps ## Build ONE abi3 manylinux wheel into dist/ (native: manylinux_2_34, fine on the GPU box)
+	rm -f $(WHEEL_DIR)/trdata-*.whl
+	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin build --release $(FEATURE_ARGS) \
+	  --auditwheel check -i $(PY) -o $(WHEEL_DIR)
+	$(MAKE) --no-print-directory wheel-check
+
+wheel-check: ## Show the wheel's tags and the extension's dynamic deps (must be libc/libm/libgcc only)
+	@whl=$$(ls -t $(WHEEL_DIR)/trdata-*.whl | head -1); echo "$$whl"; \
+	tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	$(PY) -m zipfile -e "$$whl" $$tmp; \
+	so=$$(find $$tmp -name '_core*.so'); \
+	echo "NEEDED:"; readelf -d $$so | awk '/NEEDED/ {print "  " $$5}'; \
+	echo "max GLIBC symbol version: $$(objdump -T $$so | grep -o 'GLIBC_[0-9.]*' | sort -V | tail -1)"; \
+	if readelf -d $$so | grep -qiE 'NEEDED.*(hwloc|udev|turbojpeg|jpeg|cuda|python)'; then \
+	  echo "error: unexpected shared-library dependency" >&2; exit 1; fi
+
+lint: deps ## cargo clippy (core; and python+hwloc), cargo fmt --check, ruff
+	cargo clippy --all-targets -- -D warnings
+	cargo clippy --all-targets --features python$(if $(HWLOC_ON),$(comma)hwloc) -- -D warnings
+	cargo fmt --check
+	$(VENV)/bin/ruff check python tests benches
+	$(VENV)/bin/ruff format --check python tests benches
+
+fmt: ## cargo fmt + ruff format
+	cargo fmt
+	$(VENV)/bin/ruff format python tests benches
+
+info: ## `trdata info`: CPUs, NUMA, JPEG SIMD, CUDA, binding as this build sees them
+	$(PY) -c 'from trdata._info import format_info; print(format_info())'
+
+clean: ## Remove build outputs (target/, dist/, the in-tree .so)
+	cargo clean
+	rm -rf $(WHEEL_DIR) python/trdata/_core*.so
+
+distclean: clean ## Also remove .venv and .deps (next setup starts from scratch)
+	rm -rf $(VENV) .deps
+
+comma := ,

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# One idempotent setup for a fresh Debian 12 (bookworm) machine or an existing checkout:
+#
+#   1. apt packages the native build needs (only the missing ones; apt-get update only then)
+#   2. Rust toolchain check (cargo ≥ 1.85 must already be installed: rustup is not reachable here)
+#   3. hwloc 2.9.0 static+PIC in .deps/hwloc (scripts/build-hwloc.sh, cached)
+#   4. .venv with maturin, numpy, pillow, pytest, ruff (reused; pip runs only when the list changed)
+#      --peers adds torch + torchvision + DALI (CPU use; ~5.6 GB, for `make bench-peers`)
+#   5. the extension, release mode, installed into .venv (`maturin develop --release`)
+#
+# Usage: scripts/setup.sh [--peers] [--no-build]
+# Env:   PYTHON=python3.12   interpreter for a new .venv (default: python3; must be ≥ 3.11)
+#        FEATURES=hwloc      cargo features for the extension besides `python` ("" = sysfs only)
+#        SKIP_APT=1          never call apt-get (report what is missing and go on)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+PEERS=0
+BUILD=1
+for arg in "$@"; do
+    case "$arg" in
+        --peers) PEERS=1 ;;
+        --no-build) BUILD=0 ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        *) echo "setup.sh: unknown argument $arg" >&2; exit 2 ;;
+    esac
+done
+
+VENV="$ROOT/.venv"
+FEATURES="${FEATURES-hwloc}"
+HWLOC_PREFIX="$ROOT/.deps/hwloc"
+T0=$SECONDS
+
+log() { printf '[setup %3ds] %s\n' "$((SECONDS - T0))" "$*" >&2; }
+die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+
+# --------------------------------------------------------------------------------------------
+# 1. apt packages
+# --------------------------------------------------------------------------------------------
+# build-essential: cc/make for hwloc and libjpeg-turbo; cmake + nasm: libjpeg-turbo with SIMD
+# (turbojpeg-sys `require-simd` fails the build without NASM); pkg-config: hwlocality-sys finds
+# our hwloc; bzip2: the hwloc tarball; python3-venv: ensurepip for .venv; ca-certificates: pip
+# over TLS.
+APT_PACKAGES=(build-essential cmake nasm pkg-config bzip2 ca-certificates python3-venv)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        missing+=("$p")
+    fi
+done
+if ((${#missing[@]})); then
+    if [[ "${SKIP_APT:-0}" == 1 ]]; then
+        log "SKIP_APT=1: not installing missing packages: ${missing[*]}"
+    else
+        SUDO=()
+        if [[ $(id -u) -ne 0 ]]; then
+            command -v sudo >/dev/null || die "need root or sudo to install: ${missing[*]}"
+            SUDO=(sudo)
+        fi
+        log "apt-get install ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        "${SUDO[@]}" apt-get update -qq
+        "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+else
+    log "apt packages present"
+fi
+
+# --------------------------------------------------------------------------------------------
+# 2. Rust
+# --------------------------------------------------------------------------------------------
+if ! command -v cargo >/dev/null && [[ -x "$HOME/.cargo/bin/cargo" ]]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+fi
+command -v cargo >/dev/null || die "cargo not found. Install Rust ≥ 1.85 (https://rustup.rs); \
+Debian's rustc 1.63 is too old for edition 2024."
+rust_version="$(rustc --version | awk '{print $2}')"
+if [[ "$(printf '%s\n1.85.0\n' "$rust_version" | sort -V | head -1)" != "1.85.0" ]]; then
+    die "rustc $rust_version is older than 1.85 (Cargo.toml rust-version)"
+fi
+log "rustc $rust_version"
+
+# --------------------------------------------------------------------------------------------
+# 3. hwloc (static, PIC)
+# --------------------------------------------------------------------------------------------
+if [[ "$FEATURES" == *hwloc* ]]; then
+    "$ROOT/scripts/build-hwloc.sh" "$HWLOC_PREFIX"
+fi
+
+# --------------------------------------------------------------------------------------------
+# 4. Python virtual environment
+# --------------------------------------------------------------------------------------------
+venv_ok() {
+    [[ -x "$VENV/bin/python" ]] \
+        && "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
+        && "$VENV/bin/python" -m pip --version >/dev/null 2>&1
+}
+if ! venv_ok; then
+    py="${PYTHON:-python3}"
+    command -v "$py" >/dev/null || die "$py not found (set PYTHON=...)"
+    "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+        || die "$py is $("$py" --version 2>&1); trdata needs Python ≥ 3.11"
+    log "creating .venv with $("$py" --version 2>&1)"
+    rm -rf "$VENV"
+    "$py" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+fi
+
+PIP_FLAGS=(-q)
+[[ -n "${CI:-}" ]] && PIP_FLAGS+=(--progress-bar off)
+pip_install_stamped() { # name, requirements...
+    local name="$1"; shift
+    local stamp="$VENV/.trdata-$name-$(printf '%s\n' "$@" | sha256sum | cut -c1-12)"
+    if [[ -f "$stamp" ]]; then
+        log "python packages ($name) up to date"
+        return
+    fi
+    log "pip install ($name): $*"
+    "$VENV/bin/python" -m pip install "${PIP_FLAGS[@]}" "$@"
+    rm -f "$VENV/.trdata-$name-"*
+    touch "$stamp"
+}
+pip_install_stamped base "maturin>=1.16,<2" "numpy>=1.24" "pillow>=10" "pytest>=8" "ruff>=0.6"
+if ((PEERS)); then
+    # PyPI's Linux torch wheels are CUDA builds (with nvidia-* wheels, ~5.4 GB); they run on CPU.
+    # There is no CPU-only torch on PyPI and download.pytorch.org is not reachable here.
+    # DALI 2.x (CUDA 13 build, 190 MB) runs CPU pipelines (device_id=None) without a GPU.
+    pip_install_stamped peers torch torchvision nvidia-dali-cuda130
+fi
+
+# --------------------------------------------------------------------------------------------
+# 5. The extension
+# --------------------------------------------------------------------------------------------
+if ((BUILD)); then
+    feature_args=()
+    [[ -n "$FEATURES" ]] && feature_args=(--features "$FEATURES")
+    log "maturin develop --release ${feature_args[*]}"
+    PKG_CONFIG_PATH="$HWLOC_PREFIX/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" \
+    VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" \
+        "$VENV/bin/maturin" develop --release "${feature_args[@]}" >&2
+    "$VENV/bin/python" -c 'import trdata._core' || die "the extension does not import"
+fi
+log "done"

@@ -1,0 +1,330 @@
+//! Geometry: the transform list compiled to "crop rectangle in original coordinates + output size + flip", with
+//! torchvision's semantics (PIL backend) reproduced exactly, including Python's round-half-to-even.
+//!
+//! Every supported list reduces, per sample, to one [`Axis`] per dimension: output pixel `j` (0 ≤ j < out_n) is
+//! the pixel `start + j` of the image resized to `resized` pixels (Pillow's `resize`, whose sample centres are
+//! `(start + j + 0.5) · scale` relative to `lo`), or zero padding when `start + j` falls outside `[0, resized)`.
+//! `[lo, hi)` is the source span Pillow clamps its filter to: the whole image for Resize, the crop for
+//! RandomResizedCrop (torchvision crops first, then resizes the cropped image).
+
+use super::rng::{OP_HORIZONTAL_FLIP, OP_RANDOM_RESIZED_CROP, SampleRng};
+use super::{SampleKey, TransformSpec};
+use crate::error::{Result, TrdataError};
+
+/// One dimension of a sample's geometry (see module docs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Axis {
+    /// Output pixels along this axis.
+    pub out_n: usize,
+    /// Index, in the resized image, of output pixel 0 (negative when the crop is padded before the image).
+    pub start: i64,
+    /// Length of the resized image along this axis.
+    pub resized: i64,
+    /// Source pixels per resized pixel (`(hi - lo) / resized`).
+    pub scale: f64,
+    /// First source pixel of the filter's clamp span (original coordinates).
+    pub lo: i64,
+    /// End (exclusive) of the clamp span.
+    pub hi: i64,
+}
+
+impl Axis {
+    /// Output indices that come from the image (the rest is zero padding).
+    pub fn valid(&self) -> std::ops::Range<usize> {
+        let a = (-self.start).clamp(0, self.out_n as i64) as usize;
+        let b = (self.resized - self.start).clamp(a as i64, self.out_n as i64) as usize;
+        a..b
+    }
+
+    /// The same axis seen in a horizontally mirrored image (for flips that precede the crop).
+    fn mirrored(self, source_len: i64) -> Self {
+        Self {
+            start: self.resized - self.start - self.out_n as i64,
+            lo: source_len - self.hi,
+            hi: source_len - self.lo,
+            ..self
+        }
+    }
+}
+
+/// A sample's geometry: both axes + whether the output is flipped horizontally.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SamplePlan {
+    /// Horizontal axis.
+    pub x: Axis,
+    /// Vertical axis.
+    pub y: Axis,
+    /// Mirror the output left-right.
+    pub flip: bool,
+}
+
+/// The geometric part of a compiled transform list.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Geometry {
+    /// `RandomResizedCrop`.
+    RandomResizedCrop { height: usize, width: usize, scale: (f64, f64), log_ratio: (f64, f64), ratio: (f64, f64) },
+    /// `Resize(shorter)` followed by `CenterCrop`.
+    ResizeShorterCrop { shorter: u32, height: usize, width: usize },
+    /// `Resize((h, w))`, optionally followed by `CenterCrop`.
+    ResizeExact { resize_h: u32, resize_w: u32, crop: Option<(usize, usize)> },
+    /// `CenterCrop` alone (no resampling: scale 1, identity filter).
+    CenterCrop { height: usize, width: usize },
+}
+
+/// A compiled transform list.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompiledTransforms {
+    /// Geometry.
+    pub geometry: Geometry,
+    /// Flip probabilities in list order, with whether each precedes the cropping op (then it mirrors the crop).
+    pub flips: Vec<(f64, bool)>,
+}
+
+fn name(t: &TransformSpec) -> &'static str {
+    match t {
+        TransformSpec::RandomResizedCrop { .. } => "RandomResizedCrop",
+        TransformSpec::ResizeShorter { .. } => "Resize(int)",
+        TransformSpec::ResizeExact { .. } => "Resize((h, w))",
+        TransformSpec::CenterCrop { .. } => "CenterCrop",
+        TransformSpec::RandomHorizontalFlip { .. } => "RandomHorizontalFlip",
+    }
+}
+
+fn positive_size(param: &str, pos: usize, h: u32, w: u32) -> Result<(usize, usize)> {
+    if h == 0 || w == 0 {
+        return Err(TrdataError::config(
+            param,
+            format!("must be positive, got (height={h}, width={w}) (transforms[{pos}])"),
+        ));
+    }
+    Ok((h as usize, w as usize))
+}
+
+fn range_param(param: &str, pos: usize, (lo, hi): (f64, f64)) -> Result<()> {
+    if !(lo.is_finite() && hi.is_finite() && lo > 0.0 && lo <= hi) {
+        return Err(TrdataError::config(
+            param,
+            format!("must be finite with 0 < min <= max, got ({lo}, {hi}) (transforms[{pos}])"),
+        ));
+    }
+    Ok(())
+}
+
+const SUPPORTED: &str = "supported lists (RandomHorizontalFlip allowed anywhere): [RandomResizedCrop], \
+[Resize(int), CenterCrop], [Resize((h, w))], [Resize((h, w)), CenterCrop], [CenterCrop]";
+
+/// Validate a transform list and compile it. Errors name the offending parameter.
+pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
+    let mut geo: Vec<(usize, &TransformSpec)> = Vec::new();
+    let mut flip_ps: Vec<(usize, f64)> = Vec::new();
+    for (pos, t) in transforms.iter().enumerate() {
+        match *t {
+            TransformSpec::RandomHorizontalFlip { p } => {
+                if !(0.0..=1.0).contains(&p) {
+                    return Err(TrdataError::config(
+                        "RandomHorizontalFlip.p",
+                        format!("must be in [0, 1], got {p} (transforms[{pos}])"),
+                    ));
+                }
+                flip_ps.push((pos, p));
+            }
+            TransformSpec::RandomResizedCrop { height, width, scale, ratio } => {
+                positive_size("RandomResizedCrop.size", pos, height, width)?;
+                range_param("RandomResizedCrop.scale", pos, scale)?;
+                range_param("RandomResizedCrop.ratio", pos, ratio)?;
+                geo.push((pos, t));
+            }
+            TransformSpec::ResizeShorter { shorter } => {
+                if shorter == 0 {
+                    return Err(TrdataError::config("Resize.size", format!("must be positive, got 0 (transforms[{pos}])")));
+                }
+                geo.push((pos, t));
+            }
+            TransformSpec::ResizeExact { height, width } => {
+                positive_size("Resize.size", pos, height, width)?;
+                geo.push((pos, t));
+            }
+            TransformSpec::CenterCrop { height, width } => {
+                positive_size("CenterCrop.size", pos, height, width)?;
+                geo.push((pos, t));
+            }
+        }
+    }
+    let names: Vec<&str> = geo.iter().map(|(_, t)| name(t)).collect();
+    // Position of the op that crops (flips before it mirror the crop window); usize::MAX = no crop.
+    let (geometry, crop_pos) = match geo.as_slice() {
+        [(p, TransformSpec::RandomResizedCrop { height, width, scale, ratio })] => (
+            Geometry::RandomResizedCrop {
+                height: *height as usize,
+                width: *width as usize,
+                scale: *scale,
+                ratio: *ratio,
+                log_ratio: (ratio.0.ln(), ratio.1.ln()),
+            },
+            *p,
+        ),
+        [(_, TransformSpec::ResizeShorter { shorter }), (p, TransformSpec::CenterCrop { height, width })] => (
+            Geometry::ResizeShorterCrop { shorter: *shorter, height: *height as usize, width: *width as usize },
+            *p,
+        ),
+        [(_, TransformSpec::ResizeExact { height, width })] => {
+            (Geometry::ResizeExact { resize_h: *height, resize_w: *width, crop: None }, usize::MAX)
+        }
+        [(_, TransformSpec::ResizeExact { height, width }), (p, TransformSpec::CenterCrop { height: ch, width: cw })] => (
+            Geometry::ResizeExact {
+                resize_h: *height,
+                resize_w: *width,
+                crop: Some((*ch as usize, *cw as usize)),
+            },
+            *p,
+        ),
+        [(p, TransformSpec::CenterCrop { height, width })] => {
+            (Geometry::CenterCrop { height: *height as usize, width: *width as usize }, *p)
+        }
+        [] => {
+            return Err(TrdataError::config(
+                "transforms",
+                format!("the output size is not fixed (no resize or crop in the list); {SUPPORTED}"),
+            ));
+        }
+        [(_, TransformSpec::ResizeShorter { .. })] => {
+            return Err(TrdataError::config(
+                "transforms",
+                format!(
+                    "Resize(int) alone gives images of different sizes, which cannot be batched; follow it with \
+                     CenterCrop, or use Resize((h, w)); {SUPPORTED}"
+                ),
+            ));
+        }
+        _ => {
+            return Err(TrdataError::config(
+                "transforms",
+                format!("unsupported transform order [{}]; {SUPPORTED}", names.join(", ")),
+            ));
+        }
+    };
+    let flips = flip_ps.into_iter().map(|(pos, p)| (p, pos < crop_pos && crop_pos != usize::MAX)).collect();
+    Ok(CompiledTransforms { geometry, flips })
+}
+
+impl CompiledTransforms {
+    /// Output (height, width).
+    pub fn output_hw(&self) -> (usize, usize) {
+        match self.geometry {
+            Geometry::RandomResizedCrop { height, width, .. }
+            | Geometry::ResizeShorterCrop { height, width, .. }
+            | Geometry::CenterCrop { height, width } => (height, width),
+            Geometry::ResizeExact { crop: Some((h, w)), .. } => (h, w),
+            Geometry::ResizeExact { resize_h, resize_w, crop: None } => (resize_h as usize, resize_w as usize),
+        }
+    }
+
+    /// Whether the geometry draws random numbers (decides the DCT-scaling policy: random crops may scale harder).
+    pub fn is_random_crop(&self) -> bool {
+        matches!(self.geometry, Geometry::RandomResizedCrop { .. })
+    }
+
+    /// The geometry of sample `key` for an image of `width × height` (stored orientation).
+    pub fn plan(&self, width: u32, height: u32, key: SampleKey) -> SamplePlan {
+        // Flip coins: one stream for all flip ops, drawn in list order (torchvision: `torch.rand(1) < p`).
+        let mut coins = SampleRng::new(key.seed, key.epoch, key.index, OP_HORIZONTAL_FLIP);
+        let (mut flip, mut mirror_crop) = (false, false);
+        for &(p, before_crop) in &self.flips {
+            if coins.uniform() < p {
+                flip = !flip;
+                if before_crop {
+                    mirror_crop = !mirror_crop;
+                }
+            }
+        }
+        let (w, h) = (i64::from(width), i64::from(height));
+        let (x, y) = match self.geometry {
+            Geometry::RandomResizedCrop { height: oh, width: ow, scale, log_ratio, ratio } => {
+                let (top, left, ch, cw) = rrc_params(width, height, scale, log_ratio, ratio, key);
+                (crop_resize_axis(left, cw, ow), crop_resize_axis(top, ch, oh))
+            }
+            Geometry::ResizeShorterCrop { shorter, height: oh, width: ow } => {
+                let (rw, rh) = resize_shorter(width, height, shorter);
+                (resize_crop_axis(w, rw, ow), resize_crop_axis(h, rh, oh))
+            }
+            Geometry::ResizeExact { resize_h, resize_w, crop } => {
+                let (rw, rh) = (i64::from(resize_w), i64::from(resize_h));
+                let (oh, ow) = crop.unwrap_or((resize_h as usize, resize_w as usize));
+                (resize_crop_axis(w, rw, ow), resize_crop_axis(h, rh, oh))
+            }
+            Geometry::CenterCrop { height: oh, width: ow } => (resize_crop_axis(w, w, ow), resize_crop_axis(h, h, oh)),
+        };
+        let x = if mirror_crop { x.mirrored(w) } else { x };
+        SamplePlan { x, y, flip }
+    }
+}
+
+/// torchvision `Resize(int)` output size (w, h): shorter side = `s`, longer = `int(s * long / short)`.
+pub fn resize_shorter(width: u32, height: u32, s: u32) -> (i64, i64) {
+    let (short, long) = if width <= height { (width, height) } else { (height, width) };
+    let new_long = (f64::from(s) * f64::from(long) / f64::from(short)) as i64;
+    let s = i64::from(s);
+    if width <= height { (s, new_long) } else { (new_long, s) }
+}
+
+/// torchvision CenterCrop offset of a crop of `crop` pixels in an image of `len` pixels: `int(round((len - crop)
+/// / 2.0))` when the crop fits; otherwise the image is padded by `(crop - len) // 2` before it (offset negative).
+pub fn center_crop_start(len: i64, crop: i64) -> i64 {
+    if crop > len {
+        -((crop - len) / 2)
+    } else {
+        // Python's round() rounds halves to even.
+        ((len - crop) as f64 / 2.0).round_ties_even() as i64
+    }
+}
+
+fn resize_crop_axis(source_len: i64, resized: i64, out_n: usize) -> Axis {
+    Axis {
+        out_n,
+        start: center_crop_start(resized, out_n as i64),
+        resized,
+        scale: source_len as f64 / resized as f64,
+        lo: 0,
+        hi: source_len,
+    }
+}
+
+fn crop_resize_axis(offset: i64, len: i64, out_n: usize) -> Axis {
+    Axis { out_n, start: 0, resized: out_n as i64, scale: len as f64 / out_n as f64, lo: offset, hi: offset + len }
+}
+
+/// torchvision `RandomResizedCrop.get_params` → (top, left, height, width), drawing from the sample's own stream.
+pub fn rrc_params(
+    width: u32,
+    height: u32,
+    scale: (f64, f64),
+    log_ratio: (f64, f64),
+    ratio: (f64, f64),
+    key: SampleKey,
+) -> (i64, i64, i64, i64) {
+    let mut rng = SampleRng::new(key.seed, key.epoch, key.index, OP_RANDOM_RESIZED_CROP);
+    let (wf, hf) = (f64::from(width), f64::from(height));
+    let (w_i, h_i) = (i64::from(width), i64::from(height));
+    let area = wf * hf;
+    for _ in 0..10 {
+        let target_area = area * rng.uniform_range(scale.0, scale.1);
+        let aspect = rng.uniform_range(log_ratio.0, log_ratio.1).exp();
+        let w = (target_area * aspect).sqrt().round_ties_even() as i64;
+        let h = (target_area / aspect).sqrt().round_ties_even() as i64;
+        if 0 < w && w <= w_i && 0 < h && h <= h_i {
+            let top = rng.below((h_i - h + 1) as u64) as i64;
+            let left = rng.below((w_i - w + 1) as u64) as i64;
+            return (top, left, h, w);
+        }
+    }
+    // Fallback: central crop with the aspect ratio clamped to `ratio`.
+    let in_ratio = wf / hf;
+    let (w, h) = if in_ratio < ratio.0.min(ratio.1) {
+        (w_i, ((wf / ratio.0.min(ratio.1)).round_ties_even() as i64).clamp(1, h_i))
+    } else if in_ratio > ratio.0.max(ratio.1) {
+        (((hf * ratio.0.max(ratio.1)).round_ties_even() as i64).clamp(1, w_i), h_i)
+    } else {
+        (w_i, h_i)
+    };
+    ((h_i - h) / 2, (w_i - w) / 2, h, w)
+}

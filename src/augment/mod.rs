@@ -1,0 +1,279 @@
+//! augment — per-sample geometry (RandomResizedCrop, Resize, CenterCrop, flip) and the fused writer; sits between
+//! decode (which hands over a decoded region of the DCT-scaled image) and staging (whose slot `dst` is).
+//!
+//! Protocol of [`SamplePipeline::process`] for one sample:
+//! 1. `decode::Decoder::read_header` → stored width × height (EXIF orientation is not applied, as in
+//!    torchvision's PIL loading).
+//! 2. [`geometry`]: the compiled transform list + the sample's key give both axes of the crop in original
+//!    coordinates and the flip; all randomness comes from `SampleRng(seed, epoch, index, OP_…)`, so a sample's
+//!    pixels depend on (seed, epoch, index) only.
+//! 3. DCT scale M/8 ([`DctScaling`]), then Pillow's filter taps for exactly the output's rows and columns, in
+//!    scaled-image pixels; their union is the window to decode (filter margin included, clamped at the image
+//!    edges exactly as Pillow clamps).
+//! 4. `decode_window` decodes that window (ROI + DCT scaling) into the worker's scratch.
+//! 5. [`resample`]: horizontal pass into an 8-bit intermediate, vertical pass row by row, each row written through
+//!    the normalize/cast table straight into `dst` in the requested layout. `dst` is fully written on success and
+//!    left untouched on error.
+
+pub mod geometry;
+mod resample;
+pub mod rng;
+#[cfg(test)]
+mod tests;
+
+use std::time::Instant;
+
+use crate::decode::{Decoder, PixelWindow, choose_scale_eighths};
+use crate::error::{ImageError, Result, TrdataError};
+use geometry::CompiledTransforms;
+use resample::{AxisCoeffs, OutputLut};
+
+/// A transform as data (built from Python's `trdata.RandomResizedCrop(...)` etc.).
+#[derive(Debug, Clone, PartialEq)]
+pub enum TransformSpec {
+    /// torchvision RandomResizedCrop semantics; output `height`×`width`.
+    RandomResizedCrop { height: u32, width: u32, scale: (f64, f64), ratio: (f64, f64) },
+    /// Resize so the shorter side is `shorter` (torchvision `Resize(int)`).
+    ResizeShorter { shorter: u32 },
+    /// Resize to exactly `height`×`width` (torchvision `Resize((h, w))`).
+    ResizeExact { height: u32, width: u32 },
+    /// Center crop `height`×`width` (torchvision `CenterCrop`).
+    CenterCrop { height: u32, width: u32 },
+    /// Horizontal flip with probability `p`.
+    RandomHorizontalFlip { p: f64 },
+}
+
+/// Element type of the output batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DType { U8, F16, BF16, F32 }
+
+impl DType {
+    /// Bytes per element.
+    pub fn size_bytes(self) -> usize {
+        match self { DType::U8 => 1, DType::F16 | DType::BF16 => 2, DType::F32 => 4 }
+    }
+}
+
+/// Memory layout of one image in the batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout { Nchw, Nhwc }
+
+/// Per-channel normalization in [0, 1] units: out = (x / 255 - mean) / std.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Normalize { pub mean: [f32; 3], pub std: [f32; 3] }
+
+/// What the fused writer produces.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OutputSpec { pub dtype: DType, pub layout: Layout, pub normalize: Option<Normalize> }
+
+/// Identity of a sample's randomness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SampleKey { pub seed: u64, pub epoch: u64, pub index: u64 }
+
+/// Time spent in each stage of one sample.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SampleTiming { pub decode_ns: u64, pub augment_ns: u64 }
+
+/// How far DCT-domain downscaling (libjpeg-turbo's M/8 IDCT) may go before the bilinear resampling.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DctScaling {
+    /// Always decode at full size (bit-exact with Pillow, slowest).
+    Off,
+    /// Smallest M/8 whose scaled crop is still at least this many times the output size in both dimensions
+    /// (1.0 = "at least the output size", the fastest setting that never upsamples).
+    MinRatio(f64),
+}
+
+impl DctScaling {
+    /// Default for RandomResizedCrop pipelines: the crop is random anyway, so take the fastest scale that keeps
+    /// the crop at least as large as the output.
+    pub const RANDOM_CROP_DEFAULT: Self = Self::MinRatio(1.0);
+    /// Default for deterministic (eval) pipelines, chosen from the Pillow-parity measurement on the
+    /// ImageNet sample (see the test `pillow_parity_imagenet`): keep the scaled crop ≥ 2× the output, which keeps
+    /// every image ≥ 35 dB PSNR against Pillow.
+    pub const DETERMINISTIC_DEFAULT: Self = Self::MinRatio(2.0);
+}
+
+/// Per-worker decoder and scratch memory (one per thread; never shared). Buffers grow to the largest sample seen
+/// and are then reused: no allocation per sample in steady state.
+#[derive(Debug)]
+pub struct WorkerScratch {
+    decoder: Decoder,
+    x: AxisCoeffs,
+    y: AxisCoeffs,
+    inter: Vec<u8>,
+    row: Vec<u8>,
+}
+
+impl WorkerScratch {
+    /// Fresh scratch with its own decompressor.
+    pub fn new() -> Result<Self> {
+        Ok(Self {
+            decoder: Decoder::new()?,
+            x: AxisCoeffs::default(),
+            y: AxisCoeffs::default(),
+            inter: Vec::new(),
+            row: Vec::new(),
+        })
+    }
+
+    /// Fresh scratch whose decoder refuses images above `max_pixels` (`TooLarge`).
+    pub fn with_max_pixels(max_pixels: u64) -> Result<Self> {
+        let mut s = Self::new()?;
+        s.decoder
+            .set_max_pixels(max_pixels)
+            .map_err(|e| TrdataError::config("max_pixels", e.message))?;
+        Ok(s)
+    }
+
+    /// The worker's decoder (for benchmarks and tools).
+    pub fn decoder(&mut self) -> &mut Decoder {
+        &mut self.decoder
+    }
+}
+
+/// The compiled per-sample pipeline: transforms + output spec.
+#[derive(Debug, Clone)]
+pub struct SamplePipeline {
+    height: usize,
+    width: usize,
+    output: OutputSpec,
+    transforms: CompiledTransforms,
+    lut: OutputLut,
+    dct: DctScaling,
+}
+
+impl SamplePipeline {
+    /// Validate and compile; the output size must be fixed.
+    pub fn new(transforms: Vec<TransformSpec>, output: OutputSpec) -> Result<Self> {
+        let compiled = geometry::compile(&transforms)?;
+        if let Some(n) = output.normalize {
+            if output.dtype == DType::U8 {
+                return Err(TrdataError::config(
+                    "normalize",
+                    "normalized values are not integers: use dtype float32/float16/bfloat16, or normalize=None \
+                     with uint8",
+                ));
+            }
+            for c in 0..3 {
+                if !(n.mean[c].is_finite() && n.std[c].is_finite() && n.std[c] != 0.0) {
+                    return Err(TrdataError::config(
+                        "normalize",
+                        format!("mean and std must be finite and std non-zero, got mean={:?} std={:?}", n.mean, n.std),
+                    ));
+                }
+            }
+        }
+        let (height, width) = compiled.output_hw();
+        let dct = if compiled.is_random_crop() {
+            DctScaling::RANDOM_CROP_DEFAULT
+        } else {
+            DctScaling::DETERMINISTIC_DEFAULT
+        };
+        Ok(Self { height, width, lut: OutputLut::new(&output), output, transforms: compiled, dct })
+    }
+
+    /// Override the DCT-scaling policy (see [`DctScaling`]; the default depends on whether the crop is random).
+    pub fn with_dct_scaling(mut self, dct: DctScaling) -> Result<Self> {
+        if let DctScaling::MinRatio(r) = dct {
+            if !(r.is_finite() && r > 0.0) {
+                return Err(TrdataError::config("dct_scaling", format!("min ratio must be positive, got {r}")));
+            }
+        }
+        self.dct = dct;
+        Ok(self)
+    }
+
+    /// The DCT-scaling policy in use.
+    pub fn dct_scaling(&self) -> DctScaling {
+        self.dct
+    }
+
+    /// (height, width) of every output image.
+    pub fn output_hw(&self) -> (usize, usize) {
+        (self.height, self.width)
+    }
+
+    /// Shape of one sample: [3, h, w] (NCHW) or [h, w, 3] (NHWC).
+    pub fn sample_shape(&self) -> [usize; 3] {
+        match self.output.layout {
+            Layout::Nchw => [3, self.height, self.width],
+            Layout::Nhwc => [self.height, self.width, 3],
+        }
+    }
+
+    /// Bytes of one sample in the batch buffer.
+    pub fn sample_bytes(&self) -> usize {
+        3 * self.height * self.width * self.output.dtype.size_bytes()
+    }
+
+    /// The output spec.
+    pub fn output(&self) -> OutputSpec {
+        self.output
+    }
+
+    /// The geometry of sample `key` for an image of `width × height` (for tests and tools).
+    pub fn plan(&self, width: u32, height: u32, key: SampleKey) -> geometry::SamplePlan {
+        self.transforms.plan(width, height, key)
+    }
+
+    /// Decode `bytes`, apply the transforms drawn from `key`, write into `dst` (exactly `sample_bytes()`).
+    /// On error `dst` is left as it was.
+    pub fn process(&self, scratch: &mut WorkerScratch, bytes: &[u8], key: SampleKey, dst: &mut [u8])
+        -> std::result::Result<SampleTiming, ImageError> {
+        assert_eq!(dst.len(), self.sample_bytes(), "process: dst must be exactly sample_bytes() long");
+        let t0 = Instant::now();
+        let WorkerScratch { decoder, x, y, inter, row } = scratch;
+        let info = decoder.read_header(bytes)?;
+        let plan = self.transforms.plan(info.width, info.height, key);
+        let (vx, vy) = (plan.x.valid(), plan.y.valid());
+        let m = match self.dct {
+            DctScaling::Off => 8,
+            DctScaling::MinRatio(r) => choose_scale_eighths(
+                vx.len() as f64 * plan.x.scale,
+                vy.len() as f64 * plan.y.scale,
+                vx.len().max(1) as u32,
+                vy.len().max(1) as u32,
+                r,
+            ),
+        };
+        let m = info.effective_scale(m);
+        let (sw, sh) = info.scaled_size(m);
+        x.compute(&plan.x, m, info.width, sw, plan.flip);
+        y.compute(&plan.y, m, info.height, sh, false);
+        let window = PixelWindow { x0: x.win0, y0: y.win0, x1: x.win1, y1: y.win1 };
+        let region = decoder.decode_window(bytes, m, window)?;
+        let t1 = Instant::now();
+        debug_assert_eq!(region.scale_eighths, m);
+        debug_assert!(region.x0 <= x.win0 && x.win1 <= region.x0 + region.width);
+        debug_assert!(region.y0 <= y.win0 && y.win1 <= region.y0 + region.height);
+
+        // Horizontal pass: the rows the vertical taps need, each reduced to the output's columns.
+        let (ow, oh) = (self.width, self.height);
+        let line = 3 * ow;
+        let nrows = (y.win1 - y.win0) as usize;
+        if inter.len() < nrows * line {
+            inter.resize(nrows * line, 0);
+        }
+        x.rebase(region.x0);
+        let first = (y.win0 - region.y0) as usize;
+        resample::horizontal(region.pixels, region.stride, first..first + nrows, x, &mut inter[..nrows * line]);
+
+        // Vertical pass + normalize/cast/layout, row by row, straight into dst.
+        y.rebase(y.win0);
+        if row.len() < line {
+            row.resize(line, 0);
+        }
+        let row = &mut row[..line];
+        for i in 0..oh {
+            let k = &y.k[i * y.taps..(i + 1) * y.taps];
+            resample::vertical_row(inter, line, y.start[i] as usize, k, row);
+            resample::write_row(&self.lut, self.output.layout, row, i, oh, dst);
+        }
+        let t2 = Instant::now();
+        Ok(SampleTiming {
+            decode_ns: (t1 - t0).as_nanos() as u64,
+            augment_ns: (t2 - t1).as_nanos() as u64,
+        })
+    }
+}

@@ -1,0 +1,356 @@
+//! The fused writer: Pillow's antialiased bilinear resampling (`ImagingResample`, `reducing_gap=None`) from the
+//! decoded region to the output, with flip, normalize, cast and layout folded in.
+//!
+//! Exactness: coefficients are computed like Pillow's `precompute_coeffs` (triangle filter, support scaled by the
+//! downscale factor, centre `(i + 0.5) · scale`, weights normalized and clamped to the source span) and converted
+//! to Pillow's 22-bit fixed point (`normalize_coeffs_8bpc`). The horizontal pass runs first and rounds to an 8-bit
+//! intermediate, then the vertical pass — the same order and rounding as Pillow, so at DCT scale 8/8 the uint8
+//! output equals `img.resize(...)` + crop bit for bit. Normalize + cast is a per-channel 256-entry table applied
+//! to the 8-bit result (what `ToTensor()` + `Normalize()` compute from a PIL image), so float outputs cost nothing
+//! extra and round once.
+//!
+//! Speed: only the output's own rows/columns get coefficients; every output uses the same number of taps `K`
+//! (short filters are shifted and zero-padded), so the inner loops have a compile-time length for K ≤ 8 and
+//! vectorize; nothing is allocated once the scratch vectors have grown.
+
+use super::geometry::Axis;
+use super::{DType, Layout, OutputSpec};
+
+/// Fixed-point precision of the coefficients (Pillow: `32 - 8 - 2`).
+const PRECISION_BITS: u32 = 22;
+const HALF: i32 = 1 << (PRECISION_BITS - 1);
+
+#[inline(always)]
+fn clip8(v: i32) -> u8 {
+    (v >> PRECISION_BITS).clamp(0, 255) as u8
+}
+
+/// Pillow's bilinear (triangle) filter.
+#[inline]
+fn triangle(x: f64) -> f64 {
+    let x = x.abs();
+    if x < 1.0 { 1.0 - x } else { 0.0 }
+}
+
+/// Filter taps of one axis, for every output index in output order (flip already applied).
+#[derive(Debug, Default)]
+pub(crate) struct AxisCoeffs {
+    /// First source index of each output's taps (scaled-image pixels; made region-relative by `rebase`).
+    pub start: Vec<u32>,
+    /// Fixed-point weights, `taps` per output (zero-padded; all zero for padding outputs).
+    pub k: Vec<i32>,
+    /// Taps per output (the same for all outputs).
+    pub taps: usize,
+    /// Union of all taps: `[win0, win1)`.
+    pub win0: u32,
+    /// End of the union.
+    pub win1: u32,
+    // Scratch: unpadded taps.
+    raw_start: Vec<u32>,
+    raw_len: Vec<u32>,
+    raw_k: Vec<i32>,
+    tmp: Vec<f64>,
+}
+
+impl AxisCoeffs {
+    /// Compute the taps of `axis` at DCT scale `m`/8, where the scaled image is `scaled_len` pixels and the
+    /// original `source_len`. `flip` reverses the output order.
+    pub fn compute(&mut self, axis: &Axis, m: u8, source_len: u32, scaled_len: u32, flip: bool) {
+        let f = f64::from(m) / 8.0;
+        // Clamp span in scaled pixels. At m = 8 it is exactly Pillow's; otherwise the nearest scaled pixels, and
+        // `frac` keeps the sub-pixel position of the span's start (so the geometry stays exact).
+        let (lo_s, hi_s, frac) = if m == 8 {
+            (axis.lo.max(0), axis.hi.min(i64::from(source_len)), 0.0)
+        } else {
+            let lo_f = axis.lo as f64 * f;
+            let lo_s = (lo_f.round() as i64).clamp(0, i64::from(scaled_len) - 1);
+            let hi_s = if axis.hi >= i64::from(source_len) {
+                i64::from(scaled_len)
+            } else {
+                ((axis.hi as f64 * f).round() as i64).clamp(lo_s + 1, i64::from(scaled_len))
+            };
+            (lo_s, hi_s, lo_f - lo_s as f64)
+        };
+        let span = hi_s - lo_s;
+        let scale = axis.scale * f;
+        let filterscale = scale.max(1.0);
+        let support = filterscale; // bilinear support is 1.0
+        let ss = 1.0 / filterscale;
+        let ksize = (support.ceil() as usize) * 2 + 1;
+        let n = axis.out_n;
+        let valid = axis.valid();
+        self.raw_start.clear();
+        self.raw_len.clear();
+        self.raw_k.clear();
+        self.raw_k.resize(n * ksize, 0);
+        self.tmp.resize(ksize, 0.0);
+        let (mut win0, mut win1) = (u32::MAX, 0u32);
+        let mut max_len = 1usize;
+        for o in 0..n {
+            let j = if flip { n - 1 - o } else { o };
+            if !valid.contains(&j) {
+                self.raw_start.push(u32::MAX); // padding: placed by the padding step below
+                self.raw_len.push(0);
+                continue;
+            }
+            // Pillow: center = in0 + (xx + 0.5) * scale; xmin = (int)(center - support + 0.5) clamped to 0; ...
+            let center = ((axis.start + j as i64) as f64 + 0.5) * scale + frac;
+            let xmin = ((center - support + 0.5) as i64).max(0);
+            let xmax = ((center + support + 0.5) as i64).min(span);
+            let len = (xmax - xmin).max(0) as usize;
+            let mut ww = 0.0;
+            for x in 0..len {
+                let w = triangle(((x as i64 + xmin) as f64 - center + 0.5) * ss);
+                self.tmp[x] = w;
+                ww += w;
+            }
+            let kk = &mut self.raw_k[o * ksize..o * ksize + ksize];
+            for x in 0..len {
+                let w = if ww != 0.0 { self.tmp[x] / ww } else { self.tmp[x] };
+                // normalize_coeffs_8bpc
+                kk[x] = if w < 0.0 {
+                    (-0.5 + w * f64::from(1u32 << PRECISION_BITS)) as i32
+                } else {
+                    (0.5 + w * f64::from(1u32 << PRECISION_BITS)) as i32
+                };
+            }
+            let s = (lo_s + xmin) as u32;
+            self.raw_start.push(s);
+            self.raw_len.push(len as u32);
+            if len > 0 {
+                win0 = win0.min(s);
+                win1 = win1.max(s + len as u32);
+                max_len = max_len.max(len);
+            }
+        }
+        if win0 > win1 {
+            // No valid output at all (cannot happen for validated geometry): use pixel 0 of the span.
+            win0 = lo_s as u32;
+            win1 = win0 + 1;
+        }
+        // Pad every output to `max_len` taps: shift starts left when they would run past the window's end.
+        let taps = max_len.min((win1 - win0) as usize).max(1);
+        self.taps = taps;
+        self.win0 = win0;
+        self.win1 = win1;
+        self.start.clear();
+        self.k.clear();
+        self.k.resize(n * taps, 0);
+        for o in 0..n {
+            let len = self.raw_len[o] as usize;
+            if len == 0 {
+                self.start.push(win0);
+                continue;
+            }
+            let s = self.raw_start[o];
+            let s2 = s.min(win1 - taps as u32).max(win0);
+            let shift = (s - s2) as usize;
+            self.start.push(s2);
+            let dst = &mut self.k[o * taps..o * taps + taps];
+            dst[shift..shift + len].copy_from_slice(&self.raw_k[o * ksize..o * ksize + len]);
+        }
+    }
+
+    /// Make starts relative to a buffer whose first pixel is scaled-image pixel `origin`.
+    pub fn rebase(&mut self, origin: u32) {
+        for s in &mut self.start {
+            *s -= origin;
+        }
+    }
+}
+
+/// Per-channel output tables: 8-bit resampled value → output element (normalize + cast folded in).
+#[derive(Debug, Clone)]
+pub(crate) enum OutputLut {
+    /// uint8: identity.
+    U8,
+    /// f16 or bf16 bit patterns.
+    Half(Box<[[u16; 256]; 3]>),
+    /// f32.
+    F32(Box<[[f32; 256]; 3]>),
+}
+
+impl OutputLut {
+    /// Tables for `spec`: `(v / 255 - mean) / std` in f32 (torchvision's `ToTensor` + `Normalize` arithmetic),
+    /// then rounded to nearest-even for f16/bf16.
+    pub fn new(spec: &OutputSpec) -> Self {
+        let value = |c: usize, v: usize| -> f32 {
+            let x = v as f32 / 255.0;
+            match spec.normalize {
+                Some(n) => (x - n.mean[c]) / n.std[c],
+                None => x,
+            }
+        };
+        match spec.dtype {
+            DType::U8 => Self::U8,
+            DType::F32 => {
+                let mut t = Box::new([[0f32; 256]; 3]);
+                for (c, row) in t.iter_mut().enumerate() {
+                    for (v, e) in row.iter_mut().enumerate() {
+                        *e = value(c, v);
+                    }
+                }
+                Self::F32(t)
+            }
+            DType::F16 | DType::BF16 => {
+                let mut t = Box::new([[0u16; 256]; 3]);
+                for (c, row) in t.iter_mut().enumerate() {
+                    for (v, e) in row.iter_mut().enumerate() {
+                        *e = if spec.dtype == DType::F16 {
+                            half::f16::from_f32(value(c, v)).to_bits()
+                        } else {
+                            half::bf16::from_f32(value(c, v)).to_bits()
+                        };
+                    }
+                }
+                Self::Half(t)
+            }
+        }
+    }
+}
+
+/// Horizontal pass over `rows` source rows: `src` row r starts at `r * stride`; output rows of `3 * out_w`
+/// bytes go to `dst`.
+pub(crate) fn horizontal(src: &[u8], stride: usize, rows: std::ops::Range<usize>, c: &AxisCoeffs, dst: &mut [u8]) {
+    let out_w = c.start.len();
+    let line = 3 * out_w;
+    for (r, d) in rows.zip(dst.chunks_exact_mut(line)) {
+        let s = &src[r * stride..];
+        match c.taps {
+            1 => hrow::<1>(s, &c.start, &c.k, d),
+            2 => hrow::<2>(s, &c.start, &c.k, d),
+            3 => hrow::<3>(s, &c.start, &c.k, d),
+            4 => hrow::<4>(s, &c.start, &c.k, d),
+            5 => hrow::<5>(s, &c.start, &c.k, d),
+            6 => hrow::<6>(s, &c.start, &c.k, d),
+            7 => hrow::<7>(s, &c.start, &c.k, d),
+            8 => hrow::<8>(s, &c.start, &c.k, d),
+            t => hrow_dyn(s, &c.start, &c.k, t, d),
+        }
+    }
+}
+
+#[inline(always)]
+fn hrow<const K: usize>(src: &[u8], starts: &[u32], k: &[i32], dst: &mut [u8]) {
+    for ((d, &s), k) in dst.chunks_exact_mut(3).zip(starts).zip(k.chunks_exact(K)) {
+        let s = s as usize * 3;
+        let px = &src[s..s + 3 * K];
+        let (mut r, mut g, mut b) = (HALF, HALF, HALF);
+        for t in 0..K {
+            r += i32::from(px[3 * t]) * k[t];
+            g += i32::from(px[3 * t + 1]) * k[t];
+            b += i32::from(px[3 * t + 2]) * k[t];
+        }
+        d[0] = clip8(r);
+        d[1] = clip8(g);
+        d[2] = clip8(b);
+    }
+}
+
+fn hrow_dyn(src: &[u8], starts: &[u32], k: &[i32], taps: usize, dst: &mut [u8]) {
+    for ((d, &s), k) in dst.chunks_exact_mut(3).zip(starts).zip(k.chunks_exact(taps)) {
+        let s = s as usize * 3;
+        let px = &src[s..s + 3 * taps];
+        let (mut r, mut g, mut b) = (HALF, HALF, HALF);
+        for (p, &w) in px.chunks_exact(3).zip(k) {
+            r += i32::from(p[0]) * w;
+            g += i32::from(p[1]) * w;
+            b += i32::from(p[2]) * w;
+        }
+        d[0] = clip8(r);
+        d[1] = clip8(g);
+        d[2] = clip8(b);
+    }
+}
+
+/// Vertical pass for one output row: `inter` holds intermediate rows of `line` bytes, starting at row `start`.
+pub(crate) fn vertical_row(inter: &[u8], line: usize, start: usize, k: &[i32], out: &mut [u8]) {
+    let rows = &inter[start * line..(start + k.len()) * line];
+    match k.len() {
+        1 => vrow::<1>(rows, k, out),
+        2 => vrow::<2>(rows, k, out),
+        3 => vrow::<3>(rows, k, out),
+        4 => vrow::<4>(rows, k, out),
+        5 => vrow::<5>(rows, k, out),
+        6 => vrow::<6>(rows, k, out),
+        7 => vrow::<7>(rows, k, out),
+        8 => vrow::<8>(rows, k, out),
+        _ => vrow_dyn(rows, k, out),
+    }
+}
+
+#[inline(always)]
+fn vrow<const K: usize>(rows: &[u8], k: &[i32], out: &mut [u8]) {
+    let line = out.len();
+    let k: [i32; K] = std::array::from_fn(|t| k[t]);
+    let r: [&[u8]; K] = std::array::from_fn(|t| &rows[t * line..(t + 1) * line]);
+    for (i, o) in out.iter_mut().enumerate() {
+        let mut a = HALF;
+        for t in 0..K {
+            a += i32::from(r[t][i]) * k[t];
+        }
+        *o = clip8(a);
+    }
+}
+
+fn vrow_dyn(rows: &[u8], k: &[i32], out: &mut [u8]) {
+    let line = out.len();
+    for (i, o) in out.iter_mut().enumerate() {
+        let mut a = HALF;
+        for (t, &w) in k.iter().enumerate() {
+            a += i32::from(rows[t * line + i]) * w;
+        }
+        *o = clip8(a);
+    }
+}
+
+/// Write one output row (interleaved RGB8 `row`, `out_w` pixels) at row `y` of a sample in `layout`, through `lut`.
+pub(crate) fn write_row(lut: &OutputLut, layout: Layout, row: &[u8], y: usize, out_h: usize, dst: &mut [u8]) {
+    let out_w = row.len() / 3;
+    match lut {
+        OutputLut::U8 => match layout {
+            Layout::Nhwc => dst[y * 3 * out_w..(y + 1) * 3 * out_w].copy_from_slice(row),
+            Layout::Nchw => {
+                for c in 0..3 {
+                    let plane = &mut dst[(c * out_h + y) * out_w..(c * out_h + y + 1) * out_w];
+                    for (d, s) in plane.iter_mut().zip(row.chunks_exact(3)) {
+                        *d = s[c];
+                    }
+                }
+            }
+        },
+        OutputLut::Half(t) => write_row_lut::<2, u16>(t, layout, row, y, out_h, dst, u16::to_ne_bytes),
+        OutputLut::F32(t) => write_row_lut::<4, f32>(t, layout, row, y, out_h, dst, f32::to_ne_bytes),
+    }
+}
+
+#[inline(always)]
+fn write_row_lut<const B: usize, E: Copy>(
+    t: &[[E; 256]; 3],
+    layout: Layout,
+    row: &[u8],
+    y: usize,
+    out_h: usize,
+    dst: &mut [u8],
+    bytes: fn(E) -> [u8; B],
+) {
+    let out_w = row.len() / 3;
+    match layout {
+        Layout::Nhwc => {
+            let d = &mut dst[y * 3 * out_w * B..(y + 1) * 3 * out_w * B];
+            for (d, s) in d.chunks_exact_mut(3 * B).zip(row.chunks_exact(3)) {
+                d[..B].copy_from_slice(&bytes(t[0][usize::from(s[0])]));
+                d[B..2 * B].copy_from_slice(&bytes(t[1][usize::from(s[1])]));
+                d[2 * B..].copy_from_slice(&bytes(t[2][usize::from(s[2])]));
+            }
+        }
+        Layout::Nchw => {
+            for (c, tc) in t.iter().enumerate() {
+                let plane = &mut dst[(c * out_h + y) * out_w * B..(c * out_h + y + 1) * out_w * B];
+                for (d, s) in plane.chunks_exact_mut(B).zip(row.chunks_exact(3)) {
+                    d.copy_from_slice(&bytes(tc[usize::from(s[c])]));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! The only place that calls libjpeg-turbo (tj3 API of turbojpeg-sys). Every call's return code is checked;
+//! failures become `ImageError`s with libjpeg-turbo's message.
+//!
+//! Handle protocol: one `TjDecompressor` per worker thread (tj handles are not thread-safe, but may move between
+//! threads). Each decode sets scaling factor and cropping region explicitly, so no state leaks from the previous
+//! image into the next one.
+
+use std::ffi::CStr;
+use std::ptr::NonNull;
+
+use turbojpeg_sys as tj;
+
+use crate::error::{ImageError, ImageErrorKind};
+
+/// Raw header values, as reported by `tj3DecompressHeader` + `tj3Get`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RawHeader {
+    pub width: i32,
+    pub height: i32,
+    pub subsamp: i32,
+    pub colorspace: i32,
+    pub precision: i32,
+    pub lossless: bool,
+    pub progressive: bool,
+}
+
+/// How a decode call ended when libjpeg-turbo reported a problem.
+pub(crate) enum TjFailure {
+    /// TJERR_WARNING: the image was decoded completely, but libjpeg-turbo warned (first warning's message).
+    Warning(String),
+    /// TJERR_FATAL: nothing usable was produced.
+    Fatal(String),
+}
+
+/// Cropping region in scaled-image pixels (see `tj3SetCroppingRegion`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TjRegion {
+    pub x: i32,
+    pub y: i32,
+    pub w: i32,
+    pub h: i32,
+}
+
+/// An owned tj3 decompression handle.
+pub(crate) struct TjDecompressor {
+    handle: NonNull<std::ffi::c_void>,
+}
+
+// SAFETY: a tj3 handle has no thread affinity (no thread-locals tied to it; the thread-local error string is only
+// read right after a failing call on the same thread). It is only used through `&mut self`, so it is never used
+// from two threads at once. It is therefore sound to move it to another thread (Send) but not to share it (!Sync).
+unsafe impl Send for TjDecompressor {}
+
+impl TjDecompressor {
+    /// `tj3Init(TJINIT_DECOMPRESS)`.
+    pub fn new() -> Result<Self, String> {
+        // SAFETY: tj3Init has no preconditions; it returns NULL on failure, which we check.
+        let raw = unsafe { tj::tj3Init(tj::TJINIT_TJINIT_DECOMPRESS as libc::c_int) };
+        match NonNull::new(raw) {
+            Some(handle) => Ok(Self { handle }),
+            // SAFETY: with a NULL handle, tj3GetErrorStr returns the global (thread-local) error string.
+            None => Err(unsafe { error_string(std::ptr::null_mut()) }),
+        }
+    }
+
+    fn raw(&self) -> tj::tjhandle {
+        self.handle.as_ptr()
+    }
+
+    fn last_error(&self) -> String {
+        // SAFETY: the handle is valid (owned by self); the returned C string is valid until the next tj3 call on
+        // this thread, and we copy it out immediately.
+        unsafe { error_string(self.raw()) }
+    }
+
+    fn failure(&self) -> TjFailure {
+        // SAFETY: valid handle; tj3GetErrorCode only reads the instance's warning flag.
+        let code = unsafe { tj::tj3GetErrorCode(self.raw()) };
+        let msg = self.last_error();
+        if code == tj::TJERR_TJERR_WARNING as libc::c_int { TjFailure::Warning(msg) } else { TjFailure::Fatal(msg) }
+    }
+
+    /// Set an integer parameter; only called with parameters valid for decompression instances.
+    pub fn set(&mut self, param: tj::TJPARAM, value: i32) -> Result<(), ImageError> {
+        // SAFETY: valid handle; tj3Set validates `param`/`value` and returns -1 on error, which we check.
+        let rc = unsafe { tj::tj3Set(self.raw(), param as libc::c_int, value) };
+        if rc != 0 {
+            return Err(ImageError::new(ImageErrorKind::Unsupported, format!("tj3Set({param}): {}", self.last_error())));
+        }
+        Ok(())
+    }
+
+    fn get(&self, param: tj::TJPARAM) -> i32 {
+        // SAFETY: valid handle; tj3Get returns -1 for unknown parameters and never fails otherwise.
+        unsafe { tj::tj3Get(self.raw(), param as libc::c_int) }
+    }
+
+    /// `tj3DecompressHeader` + the header parameters. Header warnings (e.g. junk bytes between markers) are
+    /// accepted here: the decode call that follows re-parses the header and applies the warning policy.
+    pub fn read_header(&mut self, bytes: &[u8]) -> Result<RawHeader, TjFailure> {
+        // SAFETY: valid handle; `bytes` is a live slice of `bytes.len()` bytes that libjpeg-turbo only reads, and
+        // it does not keep the pointer after returning (the source manager is reset by the next call).
+        let rc = unsafe { tj::tj3DecompressHeader(self.raw(), bytes.as_ptr(), bytes.len() as tj::size_t) };
+        if rc != 0 {
+            match self.failure() {
+                TjFailure::Warning(_) => {}
+                fatal => return Err(fatal),
+            }
+        }
+        let h = RawHeader {
+            width: self.get(tj::TJPARAM_TJPARAM_JPEGWIDTH),
+            height: self.get(tj::TJPARAM_TJPARAM_JPEGHEIGHT),
+            subsamp: self.get(tj::TJPARAM_TJPARAM_SUBSAMP),
+            colorspace: self.get(tj::TJPARAM_TJPARAM_COLORSPACE),
+            precision: self.get(tj::TJPARAM_TJPARAM_PRECISION),
+            lossless: self.get(tj::TJPARAM_TJPARAM_LOSSLESS) == 1,
+            progressive: self.get(tj::TJPARAM_TJPARAM_PROGRESSIVE) == 1,
+        };
+        if h.width < 1 || h.height < 1 {
+            return Err(TjFailure::Fatal(format!("invalid JPEG dimensions {}x{}", h.width, h.height)));
+        }
+        Ok(h)
+    }
+
+    /// `tj3SetScalingFactor(num/denom)` (reduced fraction, as libjpeg-turbo's table lists them).
+    pub fn set_scaling(&mut self, num: i32, denom: i32) -> Result<(), ImageError> {
+        let sf = tj::tjscalingfactor { num, denom };
+        // SAFETY: valid handle; the factor is passed by value and validated by libjpeg-turbo.
+        let rc = unsafe { tj::tj3SetScalingFactor(self.raw(), sf) };
+        if rc != 0 {
+            return Err(ImageError::new(ImageErrorKind::Unsupported, format!("tj3SetScalingFactor: {}", self.last_error())));
+        }
+        Ok(())
+    }
+
+    /// `tj3SetCroppingRegion`; `None` = uncropped. Must follow `read_header` of the image about to be decoded.
+    pub fn set_region(&mut self, region: Option<TjRegion>) -> Result<(), ImageError> {
+        let r = region.unwrap_or(TjRegion { x: 0, y: 0, w: 0, h: 0 });
+        let raw = tj::tjregion { x: r.x, y: r.y, w: r.w, h: r.h };
+        // SAFETY: valid handle; the region is passed by value and validated against the header read last.
+        let rc = unsafe { tj::tj3SetCroppingRegion(self.raw(), raw) };
+        if rc != 0 {
+            return Err(ImageError::new(ImageErrorKind::Corrupt, format!("tj3SetCroppingRegion{r:?}: {}", self.last_error())));
+        }
+        Ok(())
+    }
+
+    /// `tj3Decompress8` of the current scaling/cropping into `dst` (rows of `pitch` bytes).
+    ///
+    /// The caller guarantees `dst.len() >= pitch * rows` where `rows` is the cropping region's height (or the scaled
+    /// image height when uncropped) and `pitch >= width * bytes_per_pixel(pixel_format)`; this is asserted for the
+    /// row count it passes as `rows`.
+    pub fn decompress8(&mut self, bytes: &[u8], dst: &mut [u8], pitch: usize, rows: usize, pixel_format: tj::TJPF)
+        -> Result<(), TjFailure> {
+        assert!(pitch.checked_mul(rows).is_some_and(|n| n <= dst.len()), "decompress8: destination too small");
+        let pitch_c = i32::try_from(pitch).map_err(|_| TjFailure::Fatal("row pitch too large".into()))?;
+        // SAFETY: valid handle; `bytes` is read-only input of the given length. libjpeg-turbo writes at most `rows`
+        // rows of `pitch` bytes into `dst`: the row count is the cropping region height we set (or the image height
+        // from the same bytes' header when uncropped; the caller passes that as `rows`), each row at most
+        // `output_width * 3|4 <= pitch` bytes (checked by libjpeg-turbo against the region we set). The assert above
+        // makes `dst` at least `pitch * rows` bytes long.
+        let rc = unsafe {
+            tj::tj3Decompress8(self.raw(), bytes.as_ptr(), bytes.len() as tj::size_t, dst.as_mut_ptr(), pitch_c, pixel_format as libc::c_int)
+        };
+        if rc != 0 { Err(self.failure()) } else { Ok(()) }
+    }
+
+    /// `tj3Decompress12`: like `decompress8` for 12-bit JPEGs; `pitch` in samples (i16), not bytes.
+    pub fn decompress12(&mut self, bytes: &[u8], dst: &mut [i16], pitch: usize, rows: usize, pixel_format: tj::TJPF)
+        -> Result<(), TjFailure> {
+        assert!(pitch.checked_mul(rows).is_some_and(|n| n <= dst.len()), "decompress12: destination too small");
+        let pitch_c = i32::try_from(pitch).map_err(|_| TjFailure::Fatal("row pitch too large".into()))?;
+        // SAFETY: as in `decompress8`, with `dst` counted in 16-bit samples (which is how tj3Decompress12 counts
+        // `pitch` and the destination buffer).
+        let rc = unsafe {
+            tj::tj3Decompress12(self.raw(), bytes.as_ptr(), bytes.len() as tj::size_t, dst.as_mut_ptr(), pitch_c, pixel_format as libc::c_int)
+        };
+        if rc != 0 { Err(self.failure()) } else { Ok(()) }
+    }
+}
+
+impl Drop for TjDecompressor {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from tj3Init, is owned exclusively by self and is destroyed exactly once here.
+        unsafe { tj::tj3Destroy(self.raw()) }
+    }
+}
+
+/// Copy libjpeg-turbo's error string for `handle` (NULL = the global/thread-local one).
+///
+/// # Safety
+/// `handle` must be NULL or a live tj3 handle.
+unsafe fn error_string(handle: tj::tjhandle) -> String {
+    // SAFETY: per this function's contract; tj3GetErrorStr never returns NULL (it returns a static buffer).
+    let p = unsafe { tj::tj3GetErrorStr(handle) };
+    if p.is_null() {
+        return "unknown libjpeg-turbo error".into();
+    }
+    // SAFETY: p points to a NUL-terminated buffer of at most JMSG_LENGTH_MAX bytes owned by libjpeg-turbo.
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_string_lossy().trim_end().replace('\n', " ")
+}
+
+/// libjpeg-turbo's iMCU width table (`tjMCUWidth`), read for a test that keeps our copy honest.
+#[cfg(test)]
+pub(crate) fn tj_mcu_width(subsamp: usize) -> i32 {
+    // SAFETY: tjMCUWidth is an immutable static array of TJ_NUMSAMP (7) ints; the index is bounds-checked by Rust.
+    unsafe { tj::tjMCUWidth[subsamp] }
+}

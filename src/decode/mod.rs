@@ -1,0 +1,612 @@
+//! decode — the stage between the worker (which owns the file bytes) and augment (which resamples them).
+//!
+//! Protocol of one sample (see DESIGN.md §2 "Decode"):
+//! 1. **Sniff + header.** The format comes from magic bytes, never the extension (ImageNet has PNGs named
+//!    `.JPEG`): `FF D8 FF` → JPEG (libjpeg-turbo, tj3 API), `89 P N G` → PNG (`png` crate), 0 bytes → `Empty`,
+//!    anything else → `UnknownFormat`. The header gives size, subsampling, colorspace and precision; the pixel
+//!    limit (`DEFAULT_MAX_PIXELS`, 100 MP) is checked here, before any pixel memory is touched → `TooLarge`.
+//! 2. **Scale.** augment maps its crop into original-image coordinates and picks the DCT scale M/8 (M in 1..=8)
+//!    with [`choose_scale_eighths`]: the smallest M whose scaled crop stays at least `min_ratio` × the output size
+//!    in both dimensions. Original coordinate x maps to scaled coordinate x·M/8.
+//! 3. **Region.** The window augment needs (crop + resampling margin, in scaled pixels) is widened: left edge down
+//!    to a multiple of the scaled iMCU width (`tj3SetCroppingRegion` requires it), and by [`ROI_GUARD_PX`] on every
+//!    side that is not an image edge, so the pixels of the requested window are bit-identical to the same window
+//!    of a full decode at that scale (libjpeg-turbo's fancy chroma upsampling replicates the edge of a cropped
+//!    region instead of reading its neighbour; the guard keeps that difference outside the window).
+//! 4. **Decode** into per-worker scratch as packed RGB8 and report where the region sits ([`DecodedRegion`]).
+//!
+//! Colour handling (matches Pillow's `Image.open(f).convert('RGB')`):
+//! - gray JPEGs decode straight to RGB (libjpeg-turbo replicates the gray channel);
+//! - CMYK/YCCK JPEGs decode to CMYK and are converted like Pillow: the samples are taken as Adobe-inverted (Pillow
+//!   always assumes Adobe conventions for JPEG CMYK), then `R = (255-K) - (255-K)·C/255` in Pillow's integer form;
+//! - 12-bit JPEGs (which Pillow cannot open) decode with `tj3Decompress12` and are rounded to 8 bits
+//!   (`(v·255 + 2047) / 4095`); other precisions (lossless 2–16 bit except 8 and 12) → `Unsupported`;
+//! - lossless JPEGs have no DCT, hence no scaling and no cropping: they are decoded whole at M = 8.
+//!
+//! Warning policy: libjpeg-turbo finishes most damaged files with a *warning* (TJERR_WARNING) and fills the missing
+//! part with grey. A warning that means pixel data is missing or wrong (premature end of file/data segment, bad
+//! Huffman/arithmetic code, lost restart markers, bogus progression) → `Corrupt`, like Pillow's "image file is
+//! truncated" — training on half-grey images silently is worse than skipping them. Warnings about metadata only
+//! (extraneous bytes before a marker, unknown Adobe transform, unknown JFIF revision, bad ICC marker) are accepted,
+//! because Pillow decodes those files normally. libjpeg reports only the first warning of a decode, so a file with a
+//! benign warning *followed by* truncation is accepted (rare; documented limitation).
+//!
+//! EXIF orientation is NOT applied: pixels come out in stored order, exactly as torchvision's / PIL's
+//! `ImageFolder` loading (`Image.open(f).convert('RGB')`, no `ImageOps.exif_transpose`) gives them.
+
+#![allow(unsafe_code)]
+
+pub mod encode;
+mod jpeg;
+mod pngdec;
+#[cfg(test)]
+mod tests;
+
+use turbojpeg_sys as tj;
+
+use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
+use jpeg::{TjDecompressor, TjFailure, TjRegion};
+
+/// Default decompression-bomb guard: images above this many pixels fail with `TooLarge` before decoding.
+pub const DEFAULT_MAX_PIXELS: u64 = 100_000_000;
+
+/// Extra scaled pixels decoded around a requested window on sides that are not image edges (see module docs).
+pub const ROI_GUARD_PX: u32 = 2;
+
+/// Container format, from magic bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageFormat {
+    /// JFIF/EXIF/Adobe JPEG (any SOF libjpeg-turbo decodes, including arithmetic and MPO's first frame).
+    Jpeg,
+    /// PNG.
+    Png,
+}
+
+/// Chroma subsampling of a JPEG (TJSAMP_*); PNGs report `S444`, or `Gray` for gray images.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subsampling {
+    /// 4:4:4.
+    S444,
+    /// 4:2:2 (chroma halved horizontally).
+    S422,
+    /// 4:2:0.
+    S420,
+    /// Single component.
+    Gray,
+    /// 4:4:0 (chroma halved vertically).
+    S440,
+    /// 4:1:1.
+    S411,
+    /// 4:4:1.
+    S441,
+    /// Sampling factors TurboJPEG cannot name; such images are decoded without cropping.
+    Unknown,
+}
+
+impl Subsampling {
+    fn from_tj(v: i32) -> Self {
+        match v {
+            0 => Self::S444,
+            1 => Self::S422,
+            2 => Self::S420,
+            3 => Self::Gray,
+            4 => Self::S440,
+            5 => Self::S411,
+            6 => Self::S441,
+            _ => Self::Unknown,
+        }
+    }
+
+    /// Unscaled iMCU width in pixels (`tjMCUWidth`); `None` when unknown.
+    pub fn mcu_width(self) -> Option<u32> {
+        match self {
+            Self::S444 | Self::Gray | Self::S440 | Self::S441 => Some(8),
+            Self::S422 | Self::S420 => Some(16),
+            Self::S411 => Some(32),
+            Self::Unknown => None,
+        }
+    }
+}
+
+/// Colorspace of the stored image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColorSpace {
+    /// RGB (JPEG without colour transform, or PNG colour).
+    Rgb,
+    /// YCbCr (the usual JPEG).
+    YCbCr,
+    /// Grayscale.
+    Gray,
+    /// CMYK (Adobe).
+    Cmyk,
+    /// YCCK (Adobe).
+    Ycck,
+}
+
+/// What the header says about an image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageInfo {
+    /// Container format.
+    pub format: ImageFormat,
+    /// Width in pixels (stored orientation; EXIF orientation is not applied).
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// Chroma subsampling.
+    pub subsampling: Subsampling,
+    /// Stored colorspace.
+    pub colorspace: ColorSpace,
+    /// Bits per sample (8 or 12 decodable; PNG always reports 8).
+    pub precision: u8,
+    /// Lossless JPEG (SOF3): no DCT scaling, no cropping.
+    pub lossless: bool,
+    /// Progressive JPEG.
+    pub progressive: bool,
+}
+
+impl ImageInfo {
+    /// Whether DCT-domain scaling (M/8, M < 8) is available.
+    pub fn can_scale(&self) -> bool {
+        self.format == ImageFormat::Jpeg && !self.lossless
+    }
+
+    /// Whether a cropping region can be decoded (instead of the whole image).
+    pub fn can_crop(&self) -> bool {
+        self.can_scale() && self.subsampling != Subsampling::Unknown
+    }
+
+    /// Size of the whole image decoded at scale `scale_eighths`/8 (libjpeg-turbo's `TJSCALED`: rounded up).
+    pub fn scaled_size(&self, scale_eighths: u8) -> (u32, u32) {
+        let m = u64::from(self.effective_scale(scale_eighths));
+        let s = |d: u32| ((u64::from(d) * m).div_ceil(8)) as u32;
+        (s(self.width), s(self.height))
+    }
+
+    /// The scale actually used for a requested one: images that cannot scale decode at 8/8.
+    pub fn effective_scale(&self, scale_eighths: u8) -> u8 {
+        if self.can_scale() { scale_eighths.clamp(1, 8) } else { 8 }
+    }
+}
+
+/// A window `[x0, x1) × [y0, y1)` in pixels of the image scaled by M/8.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PixelWindow {
+    /// Left edge (inclusive).
+    pub x0: u32,
+    /// Top edge (inclusive).
+    pub y0: u32,
+    /// Right edge (exclusive).
+    pub x1: u32,
+    /// Bottom edge (exclusive).
+    pub y1: u32,
+}
+
+/// Decoded pixels of a region of the (scaled) image, in the decoder's scratch memory.
+#[derive(Debug)]
+pub struct DecodedRegion<'a> {
+    /// Packed RGB8 rows; row `r` starts at `r * stride`.
+    pub pixels: &'a [u8],
+    /// Bytes per row (≥ 3 · width).
+    pub stride: usize,
+    /// Scaled-image x of the first column.
+    pub x0: u32,
+    /// Scaled-image y of the first row.
+    pub y0: u32,
+    /// Columns decoded.
+    pub width: u32,
+    /// Rows decoded.
+    pub height: u32,
+    /// DCT scale actually used, in eighths (8 = full size).
+    pub scale_eighths: u8,
+    /// Size of the whole image at that scale.
+    pub scaled_width: u32,
+    /// Height of the whole image at that scale.
+    pub scaled_height: u32,
+}
+
+impl DecodedRegion<'_> {
+    /// Row `y` (0-based within the region) as packed RGB.
+    pub fn row(&self, y: u32) -> &[u8] {
+        let start = y as usize * self.stride;
+        &self.pixels[start..start + 3 * self.width as usize]
+    }
+}
+
+/// A crop in original-image coordinates, for [`Decoder::decode_crop`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CropRequest {
+    /// Left edge of the crop (original pixels, may be fractional).
+    pub x: f64,
+    /// Top edge.
+    pub y: f64,
+    /// Width of the crop.
+    pub width: f64,
+    /// Height of the crop.
+    pub height: f64,
+    /// Output width the crop will be resampled to.
+    pub out_width: u32,
+    /// Output height.
+    pub out_height: u32,
+    /// Required scaled-crop / output ratio for choosing the DCT scale (1.0 = "at least the output size").
+    pub min_ratio: f64,
+}
+
+/// Result of [`Decoder::decode_crop`]: the decoded region and where the crop lies in it.
+#[derive(Debug)]
+pub struct DecodedCrop<'a> {
+    /// Decoded pixels (crop + bilinear filter margin, clamped at image edges).
+    pub region: DecodedRegion<'a>,
+    /// Crop left edge in region pixels (sub-pixel exact: `x·M/8 − region.x0`).
+    pub crop_x: f64,
+    /// Crop top edge in region pixels.
+    pub crop_y: f64,
+    /// Crop width in scaled pixels.
+    pub crop_width: f64,
+    /// Crop height in scaled pixels.
+    pub crop_height: f64,
+}
+
+/// The smallest DCT scale M/8 (M in 1..=8) at which a crop of `extent_w × extent_h` original pixels stays at
+/// least `min_ratio ×` an `out_w × out_h` output in both dimensions; 8 if even full size is smaller (upsampling).
+pub fn choose_scale_eighths(extent_w: f64, extent_h: f64, out_w: u32, out_h: u32, min_ratio: f64) -> u8 {
+    // Relative slack so that an exact fit (e.g. 448 → 224 at M = 4) is not lost to rounding.
+    const SLACK: f64 = 1e-9;
+    for m in 1..8u8 {
+        let f = f64::from(m) / 8.0;
+        if extent_w * f >= min_ratio * f64::from(out_w) * (1.0 - SLACK)
+            && extent_h * f >= min_ratio * f64::from(out_h) * (1.0 - SLACK)
+        {
+            return m;
+        }
+    }
+    8
+}
+
+/// Sniff the container format from magic bytes.
+pub fn sniff_format(bytes: &[u8]) -> std::result::Result<ImageFormat, ImageError> {
+    if bytes.is_empty() {
+        return Err(ImageError::new(ImageErrorKind::Empty, "file is empty (0 bytes)"));
+    }
+    if bytes.len() >= 3 && bytes[..3] == [0xFF, 0xD8, 0xFF] {
+        return Ok(ImageFormat::Jpeg);
+    }
+    if bytes.len() >= 8 && bytes[..8] == pngdec::PNG_MAGIC {
+        return Ok(ImageFormat::Png);
+    }
+    let head: Vec<String> = bytes.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    Err(ImageError::new(
+        ImageErrorKind::UnknownFormat,
+        format!("not a JPEG or PNG (first bytes: {})", head.join(" ")),
+    ))
+}
+
+/// Warnings that concern metadata only: the pixels are complete and Pillow decodes such files normally.
+const BENIGN_WARNINGS: [&str; 4] =
+    ["extraneous bytes before marker", "Unknown Adobe color transform", "unknown JFIF revision", "bad ICC marker"];
+
+fn jpeg_failure(f: TjFailure) -> ImageError {
+    match f {
+        TjFailure::Fatal(m) => ImageError::new(ImageErrorKind::Corrupt, format!("JPEG: {m}")),
+        TjFailure::Warning(m) => ImageError::new(ImageErrorKind::Corrupt, format!("JPEG (damaged data): {m}")),
+    }
+}
+
+/// Apply the warning policy to the outcome of a decode call.
+fn check_decode(r: std::result::Result<(), TjFailure>) -> std::result::Result<(), ImageError> {
+    match r {
+        Ok(()) => Ok(()),
+        Err(TjFailure::Warning(m)) if BENIGN_WARNINGS.iter().any(|b| m.contains(b)) => Ok(()),
+        Err(f) => Err(jpeg_failure(f)),
+    }
+}
+
+/// Grow `v` to at least `n` elements (never shrinks: steady state allocates nothing).
+fn ensure_len<T: Copy + Default>(v: &mut Vec<T>, n: usize) {
+    if v.len() < n {
+        v.resize(n, T::default());
+    }
+}
+
+/// Per-worker decoder: one tj3 handle plus scratch buffers that grow to the largest region seen and are reused.
+/// Not shareable between threads (`!Sync`); movable to the thread that uses it.
+pub struct Decoder {
+    tj: TjDecompressor,
+    max_pixels: u64,
+    /// RGB8 output of the last decode (region or whole PNG).
+    rgb: Vec<u8>,
+    /// CMYK scratch (CMYK/YCCK JPEGs).
+    cmyk: Vec<u8>,
+    /// 12-bit scratch.
+    wide: Vec<i16>,
+    /// PNG decoder's native output.
+    png_raw: Vec<u8>,
+}
+
+impl std::fmt::Debug for Decoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decoder").field("max_pixels", &self.max_pixels).finish_non_exhaustive()
+    }
+}
+
+impl Decoder {
+    /// A decoder with its own tj3 handle and the default pixel limit.
+    pub fn new() -> Result<Self> {
+        let tj = TjDecompressor::new().map_err(|m| TrdataError::Worker(format!("tj3Init failed: {m}")))?;
+        let mut d = Self { tj, max_pixels: 0, rgb: Vec::new(), cmyk: Vec::new(), wide: Vec::new(), png_raw: Vec::new() };
+        d.set_max_pixels(DEFAULT_MAX_PIXELS)
+            .map_err(|e| TrdataError::Worker(format!("configuring libjpeg-turbo failed: {e}")))?;
+        Ok(d)
+    }
+
+    /// Change the pixel limit (width × height above it → `TooLarge`).
+    pub fn set_max_pixels(&mut self, max_pixels: u64) -> std::result::Result<(), ImageError> {
+        self.max_pixels = max_pixels.max(1);
+        // libjpeg-turbo's own guard as a second line of defence (its limit is an int; 0 = unlimited).
+        let tj_limit = i32::try_from(self.max_pixels).unwrap_or(0);
+        self.tj.set(tj::TJPARAM_TJPARAM_MAXPIXELS, tj_limit)
+    }
+
+    /// The pixel limit.
+    pub fn max_pixels(&self) -> u64 {
+        self.max_pixels
+    }
+
+    fn check_size(&self, w: u32, h: u32) -> std::result::Result<(), ImageError> {
+        let px = u64::from(w) * u64::from(h);
+        if px > self.max_pixels {
+            return Err(ImageError::new(
+                ImageErrorKind::TooLarge,
+                format!("{w}x{h} = {px} pixels exceeds the limit of {} pixels", self.max_pixels),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Read the header (no pixel decoding) and apply the format and size checks.
+    pub fn read_header(&mut self, bytes: &[u8]) -> std::result::Result<ImageInfo, ImageError> {
+        let info = match sniff_format(bytes)? {
+            ImageFormat::Png => {
+                let (width, height) = pngdec::png_size(bytes)?;
+                ImageInfo {
+                    format: ImageFormat::Png,
+                    width,
+                    height,
+                    subsampling: Subsampling::S444,
+                    colorspace: ColorSpace::Rgb,
+                    precision: 8,
+                    lossless: true,
+                    progressive: false,
+                }
+            }
+            ImageFormat::Jpeg => {
+                let h = self.tj.read_header(bytes).map_err(jpeg_failure)?;
+                let colorspace = match h.colorspace {
+                    0 => ColorSpace::Rgb,
+                    1 => ColorSpace::YCbCr,
+                    2 => ColorSpace::Gray,
+                    3 => ColorSpace::Cmyk,
+                    4 => ColorSpace::Ycck,
+                    other => {
+                        return Err(ImageError::new(ImageErrorKind::Unsupported, format!("JPEG colorspace {other}")));
+                    }
+                };
+                ImageInfo {
+                    format: ImageFormat::Jpeg,
+                    width: h.width as u32,
+                    height: h.height as u32,
+                    subsampling: Subsampling::from_tj(h.subsamp),
+                    colorspace,
+                    precision: u8::try_from(h.precision).unwrap_or(0),
+                    lossless: h.lossless,
+                    progressive: h.progressive,
+                }
+            }
+        };
+        self.check_size(info.width, info.height)?;
+        if info.format == ImageFormat::Jpeg && info.precision != 8 && (info.precision != 12 || info.lossless) {
+            return Err(ImageError::new(
+                ImageErrorKind::Unsupported,
+                format!(
+                    "{}-bit {} JPEG (only 8-bit, and 12-bit lossy, are decoded)",
+                    info.precision,
+                    if info.lossless { "lossless" } else { "lossy" }
+                ),
+            ));
+        }
+        Ok(info)
+    }
+
+    /// Decode at least `window` (scaled-image pixels, clamped to the image) of the image scaled by
+    /// `scale_eighths`/8 into scratch, as packed RGB8. The region returned may be larger than the window (iMCU
+    /// alignment, guard pixels; PNG and lossless JPEG always decode whole) and reports the scale actually used.
+    pub fn decode_window(&mut self, bytes: &[u8], scale_eighths: u8, window: PixelWindow)
+        -> std::result::Result<DecodedRegion<'_>, ImageError> {
+        // The header is read again here, from these very bytes, so that the buffer sizes below and what
+        // libjpeg-turbo writes come from the same parse (a caller-provided ImageInfo could be stale).
+        let info = self.read_header(bytes)?;
+        if info.format == ImageFormat::Png {
+            let (w, h) = pngdec::decode_png_rgb(bytes, &mut self.png_raw, &mut self.rgb)?;
+            return Ok(DecodedRegion {
+                pixels: &self.rgb[..3 * w as usize * h as usize],
+                stride: 3 * w as usize,
+                x0: 0,
+                y0: 0,
+                width: w,
+                height: h,
+                scale_eighths: 8,
+                scaled_width: w,
+                scaled_height: h,
+            });
+        }
+        let m = info.effective_scale(scale_eighths);
+        let (sw, sh) = info.scaled_size(m);
+        let region = if info.can_crop() {
+            Some(self.crop_region(&info, m, sw, sh, window))
+        } else {
+            None
+        };
+        let (x0, y0, w, h) = match region {
+            Some(r) => (r.x as u32, r.y as u32, r.w as u32, r.h as u32),
+            None => (0, 0, sw, sh),
+        };
+        let g = gcd(u32::from(m), 8) as i32;
+        self.tj.set_scaling(i32::from(m) / g, 8 / g)?;
+        self.tj.set_region(region)?;
+        match self.decode_pixels(bytes, &info, w as usize, h as usize) {
+            Ok(()) => {}
+            // libjpeg's own iMCU alignment can exceed TurboJPEG's table for unusual sampling factors (e.g. 4:4:4
+            // stored as 2x2 in every component); TurboJPEG then refuses the left edge. Retry at full width.
+            Err(e) if region.is_some_and(|r| r.x > 0) && e.message.contains("mismatch") => {
+                let r = region.map(|r| TjRegion { x: 0, w: r.x + r.w, ..r });
+                self.tj.set_region(r)?;
+                let rr = r.unwrap_or(TjRegion { x: 0, y: 0, w: 0, h: 0 });
+                self.decode_pixels(bytes, &info, rr.w as usize, rr.h as usize)?;
+                return Ok(self.region_view(0, rr.y as u32, rr.w as u32, rr.h as u32, m, sw, sh));
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(self.region_view(x0, y0, w, h, m, sw, sh))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn region_view(&self, x0: u32, y0: u32, w: u32, h: u32, m: u8, sw: u32, sh: u32) -> DecodedRegion<'_> {
+        let stride = 3 * w as usize;
+        DecodedRegion {
+            pixels: &self.rgb[..stride * h as usize],
+            stride,
+            x0,
+            y0,
+            width: w,
+            height: h,
+            scale_eighths: m,
+            scaled_width: sw,
+            scaled_height: sh,
+        }
+    }
+
+    /// The cropping region for `window`: clamped, guarded, left edge aligned to the scaled iMCU width.
+    fn crop_region(&self, info: &ImageInfo, m: u8, sw: u32, sh: u32, window: PixelWindow) -> TjRegion {
+        let mcu = info.subsampling.mcu_width().unwrap_or(8);
+        let align = (mcu * u32::from(m)).div_ceil(8).max(1);
+        let wx0 = window.x0.min(sw - 1);
+        let wy0 = window.y0.min(sh - 1);
+        let wx1 = window.x1.clamp(wx0 + 1, sw);
+        let wy1 = window.y1.clamp(wy0 + 1, sh);
+        let x0 = wx0.saturating_sub(ROI_GUARD_PX) / align * align;
+        let x1 = (wx1 + ROI_GUARD_PX).min(sw);
+        let y0 = wy0.saturating_sub(ROI_GUARD_PX);
+        let y1 = (wy1 + ROI_GUARD_PX).min(sh);
+        TjRegion { x: x0 as i32, y: y0 as i32, w: (x1 - x0) as i32, h: (y1 - y0) as i32 }
+    }
+
+    /// Decode the current scaling/cropping (`w × h` output pixels) into `self.rgb` as packed RGB8.
+    fn decode_pixels(&mut self, bytes: &[u8], info: &ImageInfo, w: usize, h: usize)
+        -> std::result::Result<(), ImageError> {
+        let cmyk = matches!(info.colorspace, ColorSpace::Cmyk | ColorSpace::Ycck);
+        let (pf, bpp) = if cmyk { (tj::TJPF_TJPF_CMYK, 4) } else { (tj::TJPF_TJPF_RGB, 3) };
+        ensure_len(&mut self.rgb, w * h * 3);
+        if info.precision == 12 {
+            ensure_len(&mut self.wide, w * h * bpp);
+            check_decode(self.tj.decompress12(bytes, &mut self.wide, w * bpp, h, pf))?;
+            let wide = &self.wide[..w * h * bpp];
+            if cmyk {
+                ensure_len(&mut self.cmyk, w * h * 4);
+                for (d, &s) in self.cmyk.iter_mut().zip(wide) {
+                    *d = twelve_to_eight(s);
+                }
+                cmyk_to_rgb(&self.cmyk[..w * h * 4], &mut self.rgb[..w * h * 3]);
+            } else {
+                for (d, &s) in self.rgb.iter_mut().zip(wide) {
+                    *d = twelve_to_eight(s);
+                }
+            }
+        } else if cmyk {
+            ensure_len(&mut self.cmyk, w * h * 4);
+            check_decode(self.tj.decompress8(bytes, &mut self.cmyk, w * 4, h, pf))?;
+            cmyk_to_rgb(&self.cmyk[..w * h * 4], &mut self.rgb[..w * h * 3]);
+        } else {
+            check_decode(self.tj.decompress8(bytes, &mut self.rgb, w * 3, h, pf))?;
+        }
+        Ok(())
+    }
+
+    /// Decode the crop `req` (original-image coordinates) plus the bilinear filter margin, at the smallest DCT scale
+    /// that keeps the crop at least `req.min_ratio ×` the output size. Reports the crop's sub-pixel position inside
+    /// the decoded region (original x maps to scaled x·M/8).
+    pub fn decode_crop(&mut self, bytes: &[u8], req: &CropRequest)
+        -> std::result::Result<DecodedCrop<'_>, ImageError> {
+        let info = self.read_header(bytes)?;
+        let m = info.effective_scale(choose_scale_eighths(
+            req.width, req.height, req.out_width.max(1), req.out_height.max(1), req.min_ratio,
+        ));
+        let f = f64::from(m) / 8.0;
+        let (cx, cy, cw, ch) = (req.x * f, req.y * f, req.width * f, req.height * f);
+        // Antialiased bilinear support is max(1, crop/out) source pixels on each side of a sample centre.
+        let mx = (cw / f64::from(req.out_width.max(1))).max(1.0).ceil() + 1.0;
+        let my = (ch / f64::from(req.out_height.max(1))).max(1.0).ceil() + 1.0;
+        let clamp = |v: f64| v.max(0.0).min(f64::from(u32::MAX)) as u32;
+        let window = PixelWindow {
+            x0: clamp((cx - mx).floor()),
+            y0: clamp((cy - my).floor()),
+            x1: clamp((cx + cw + mx).ceil()),
+            y1: clamp((cy + ch + my).ceil()),
+        };
+        let region = self.decode_window(bytes, m, window)?;
+        let (rx, ry) = (f64::from(region.x0), f64::from(region.y0));
+        Ok(DecodedCrop { region, crop_x: cx - rx, crop_y: cy - ry, crop_width: cw, crop_height: ch })
+    }
+
+    /// Decode the whole image at full size into `out` (packed RGB8, resized as needed) — no ROI, no scaling.
+    /// This is the "raw libjpeg-turbo decode" ceiling the benchmarks compare against.
+    pub fn decode_full_rgb(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> std::result::Result<(u32, u32), ImageError> {
+        let info = self.read_header(bytes)?;
+        let (w, h) = (info.width, info.height);
+        let n = 3 * w as usize * h as usize;
+        if info.format == ImageFormat::Png {
+            pngdec::decode_png_rgb(bytes, &mut self.png_raw, &mut self.rgb)?;
+            out.clear();
+            out.extend_from_slice(&self.rgb[..n]);
+            return Ok((w, h));
+        }
+        self.tj.set_scaling(1, 1)?;
+        // An explicit full region bounds the rows libjpeg-turbo writes to the size computed here.
+        let region = info.can_crop().then_some(TjRegion { x: 0, y: 0, w: w as i32, h: h as i32 });
+        self.tj.set_region(region)?;
+        if info.precision == 8 && !matches!(info.colorspace, ColorSpace::Cmyk | ColorSpace::Ycck) {
+            ensure_len(out, n);
+            out.truncate(n);
+            check_decode(self.tj.decompress8(bytes, out, 3 * w as usize, h as usize, tj::TJPF_TJPF_RGB))?;
+        } else {
+            self.decode_pixels(bytes, &info, w as usize, h as usize)?;
+            out.clear();
+            out.extend_from_slice(&self.rgb[..n]);
+        }
+        Ok((w, h))
+    }
+}
+
+fn gcd(a: u32, b: u32) -> u32 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// 12-bit sample → 8 bits, rounded.
+#[inline]
+fn twelve_to_eight(v: i16) -> u8 {
+    let v = i32::from(v).clamp(0, 4095);
+    ((v * 255 + 2047) / 4095) as u8
+}
+
+/// Adobe-inverted CMYK (as libjpeg-turbo outputs it) → RGB exactly like Pillow: unpack "CMYK;I" (c = 255 − raw),
+/// then `cmyk2rgb`: `nk = 255 − k; out = clip(nk − MULDIV255(c, nk))` with `MULDIV255(a, b) = (t + (t >> 8)) >> 8`,
+/// `t = a·b + 128`.
+fn cmyk_to_rgb(src: &[u8], dst: &mut [u8]) {
+    for (d, s) in dst.chunks_exact_mut(3).zip(src.chunks_exact(4)) {
+        let nk = i32::from(s[3]); // 255 - k, with k = 255 - raw
+        for c in 0..3 {
+            let cv = 255 - i32::from(s[c]);
+            let t = cv * nk + 128;
+            let v = nk - ((t + (t >> 8)) >> 8);
+            d[c] = v.clamp(0, 255) as u8;
+        }
+    }
+}

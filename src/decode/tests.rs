@@ -1,0 +1,1 @@
+//! Decoder tests on the real files of ../shared/data/edge-cases.

@@ -1,0 +1,22 @@
+//! transfer/cuda — the CUDA driver API, reached through cudarc with *dynamic loading*: nothing is
+//! linked at build time and `libcuda.so` is opened on first use, so the wheel imports and runs
+//! (CPU batches) on machines without a GPU or driver.
+//!
+//! Pipeline position: under `transfer/` (H2D copies of staged batches) and used by `staging/`
+//! (pinned host memory) and `export/` (stream/event handshakes with the consumer).
+//!
+//! Rules for everything in this module, because cudarc turns "not there" into panics:
+//! 1. Call [`probe()`] (or [`driver_present()`]) before any other cudarc call. cudarc's
+//!    `culib()` panics when libcuda cannot be loaded, and every driver symbol is looked up with
+//!    `expect`, so a missing library or a driver older than the bindings (`cuda-13000`) would
+//!    otherwise panic.
+//! 2. Driver calls that can hit such a lookup run under `catch_unwind` and become errors; a panic
+//!    must never cross into Python (PanicException is a BaseException) or abort a worker.
+//! 3. Contexts are the device's *primary* context (`cuDevicePrimaryCtxRetain`), shared with
+//!    PyTorch/CuPy in the same process.
+
+#![allow(unsafe_code)]
+
+mod probe;
+
+pub use probe::{CudaDevice, CudaProbe, driver_present, probe};
