@@ -214,7 +214,7 @@ impl Loader {
             self.running = None;
             return Ok(Next::End);
         }
-        match rt.station.take(b, timeout) {
+        match Station::take(&rt.station, b, timeout) {
             Take::Timeout => Ok(Next::Timeout),
             Take::Ready(lease, Some(err)) => {
                 drop(lease);

@@ -193,8 +193,8 @@ impl Station {
     }
 
     /// Consumer: take batch `b` (batches are taken in order), waiting at most `timeout`.
-    pub fn take(self: &Arc<Self>, b: u64, timeout: Duration) -> Take {
-        let mut g = lock(&self.inner);
+    pub fn take(this: &Arc<Self>, b: u64, timeout: Duration) -> Take {
+        let mut g = lock(&this.inner);
         let t0 = Instant::now();
         loop {
             if let Some(p) = &g.poison {
@@ -214,12 +214,12 @@ impl Station {
             }
             let elapsed = t0.elapsed();
             if elapsed >= timeout {
-                Stats::add_since(&self.stats.consumer_wait_ns, t0);
+                Stats::add_since(&this.stats.consumer_wait_ns, t0);
                 return Take::Timeout;
             }
-            g = self.consumer_cv.wait_timeout(g, timeout - elapsed).unwrap_or_else(|p| p.into_inner()).0;
+            g = this.consumer_cv.wait_timeout(g, timeout - elapsed).unwrap_or_else(|p| p.into_inner()).0;
         }
-        Stats::add_since(&self.stats.consumer_wait_ns, t0);
+        Stats::add_since(&this.stats.consumer_wait_ns, t0);
         let inner = &mut *g;
         let k = inner.ring.len() as u64;
         let rows = inner.shape.rows(b);
@@ -231,13 +231,13 @@ impl Station {
         slot.filled = 0;
         slot.ready = false;
         if slot.batch < batches {
-            let spare = self.spare(inner);
+            let spare = this.spare(inner);
             inner.ring[(b % k) as usize].buffer = spare;
         }
         drop(g);
-        self.workers_cv.notify_all();
-        Stats::add(&self.stats.batches, 1);
-        let lease = BatchLease { station: Arc::clone(self), buffer: Some(buffer), batch: b, rows: rows as usize };
+        this.workers_cv.notify_all();
+        Stats::add(&this.stats.batches, 1);
+        let lease = BatchLease { station: Arc::clone(this), buffer: Some(buffer), batch: b, rows: rows as usize };
         Take::Ready(lease, error)
     }
 
@@ -355,7 +355,7 @@ mod tests {
         let mut held = std::collections::VecDeque::new();
         for b in 0..shape.batches {
             let lease = loop {
-                match station.take(b, Duration::from_secs(5)) {
+                match Station::take(&station, b, Duration::from_secs(5)) {
                     Take::Ready(l, None) => break l,
                     Take::Timeout => continue,
                     other => panic!("unexpected {other:?}"),
@@ -414,12 +414,12 @@ mod tests {
         };
         fill(0);
         fill(1);
-        let Take::Ready(l0, _) = st.take(0, Duration::from_secs(1)) else { panic!() };
-        let Take::Ready(l1, _) = st.take(1, Duration::from_secs(1)) else { panic!() };
-        assert!(matches!(st.take(2, Duration::from_millis(10)), Take::AllBuffersHeld { held: 2 }));
+        let Take::Ready(l0, _) = Station::take(&st, 0, Duration::from_secs(1)) else { panic!() };
+        let Take::Ready(l1, _) = Station::take(&st, 1, Duration::from_secs(1)) else { panic!() };
+        assert!(matches!(Station::take(&st, 2, Duration::from_millis(10)), Take::AllBuffersHeld { held: 2 }));
         drop(l0);
         fill(2);
-        assert!(matches!(st.take(2, Duration::from_secs(1)), Take::Ready(..)));
+        assert!(matches!(Station::take(&st, 2, Duration::from_secs(1)), Take::Ready(..)));
         drop(l1);
     }
 
@@ -431,10 +431,10 @@ mod tests {
         let st2 = Arc::clone(&st);
         let worker = std::thread::spawn(move || st2.acquire(5)); // waits: batch 5 not in the ring
         std::thread::sleep(Duration::from_millis(20));
-        assert!(matches!(st.take(0, Duration::from_millis(10)), Take::Timeout));
+        assert!(matches!(Station::take(&st, 0, Duration::from_millis(10)), Take::Timeout));
         st.stop();
         assert!(worker.join().unwrap().is_none());
-        assert!(matches!(st.take(0, Duration::from_secs(5)), Take::Stopped));
+        assert!(matches!(Station::take(&st, 0, Duration::from_secs(5)), Take::Stopped));
         st.close();
         assert!(st.is_closed());
     }

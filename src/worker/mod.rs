@@ -365,7 +365,7 @@ mod tests {
         pool.run(Arc::new(EpochJob { plan: Arc::new(EpochPlan::new(shape, 0)), engines, ctx }));
         let mut outcome = Take::Timeout;
         for b in 0..2 {
-            outcome = station.take(b, Duration::from_secs(10));
+            outcome = Station::take(&station, b, Duration::from_secs(10));
             if !matches!(outcome, Take::Ready(..)) {
                 break;
             }
