@@ -16,6 +16,7 @@ def loader_for(paths, **kw):
     kw.setdefault("transforms", EVAL)
     kw.setdefault("workers", 2)
     kw.setdefault("dtype", "uint8")
+    kw.setdefault("layout", "NHWC")
     return trdata.Loader(trdata.FileList([str(p) for p in paths], list(range(len(paths)))), **kw)
 
 

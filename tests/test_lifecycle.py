@@ -77,9 +77,11 @@ def test_two_hundred_cycles_leak_no_threads_or_memory(small_paths):
 def test_ctrl_c_stops_iteration_within_a_second(small_paths, tmp_path):
     script = tmp_path / "slow.py"
     script.write_text(textwrap.dedent(f"""
-        import sys, time, trdata
-        paths = {small_paths!r} * 50
-        loader = trdata.Loader(trdata.FileList(paths), batch_size=len(paths), workers=1,
+        import signal, sys, time, trdata
+        # A parent that ignores SIGINT (CI shells, `cmd &`) passes SIG_IGN down; restore Python's handler.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        paths = {small_paths!r} * 10
+        loader = trdata.Loader(trdata.FileList(paths), batch_size=len(paths), workers=1, dtype="uint8",
                                transforms=[trdata.RandomResizedCrop(512)])
         print("ready", flush=True)
         try:

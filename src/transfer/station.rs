@@ -444,7 +444,11 @@ mod tests {
     #[cfg(loom)]
     #[test]
     fn station_loom() {
-        loom::model(|| {
+        // A preemption bound of 3 keeps the search to minutes while covering every schedule with up to three
+        // forced context switches (most concurrency bugs need two; Musuvathi & Qadeer, PLDI'07).
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(3);
+        model.check(|| {
             let st = Arc::new(Station::new(layout(2), 2, 2, Arc::new(Stats::default())));
             let shape = EpochShape { batches: 3, batch_size: 2, total_rows: 5 };
             assert_eq!(run_epoch(&st, 2, shape, 0), expected(shape));
