@@ -19,6 +19,7 @@ pub mod augment;
 pub mod config;
 pub mod decode;
 pub mod error;
+pub mod export;
 pub mod loader;
 pub mod plan;
 pub mod source;

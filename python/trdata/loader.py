@@ -23,16 +23,27 @@ _DTYPES = ("uint8", "float16", "bfloat16", "float32")
 class Batch:
     """One batch. ``images``: (N, 3, H, W) or (N, H, W, 3) numpy view; ``labels``/``indices``: int64 (N,);
     ``valid``: the first ``valid`` rows are real samples of this epoch, later rows repeat real ones
-    (``last_batch='pad'``) or fill a rank up to equal length. Unpacks as ``images, labels = batch``."""
+    (``last_batch='pad'``) or fill a rank up to equal length. Unpacks as ``images, labels = batch``.
 
-    __slots__ = ("images", "labels", "indices", "valid", "epoch")
+    bfloat16 images are ``ml_dtypes.bfloat16`` arrays when ml_dtypes is installed, else their uint16 bits;
+    through DLPack (``torch.from_dlpack(batch)``, ``batch.torch()``) they arrive as real bfloat16.
 
-    def __init__(self, images: np.ndarray, labels: np.ndarray, indices: np.ndarray, valid: int, epoch: int):
+    A Batch is a DLPack producer of its images (``__dlpack__``/``__dlpack_device__``), zero-copy: every
+    consumer tensor keeps the batch buffer alive by itself, so it stays valid after the Batch is dropped
+    and the loader moved on; the buffer returns to the loader when the last view or tensor of it dies."""
+
+    __slots__ = ("images", "labels", "indices", "valid", "epoch", "_lease")
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray, indices: np.ndarray, valid: int, epoch: int,
+                 lease: Any = None):
         self.images = images
         self.labels = labels
         self.indices = indices
         self.valid = valid
         self.epoch = epoch
+        # The native lease behind `images` (found through the view's base when not given), or None for a
+        # Batch built from plain arrays, which then exports `images` through numpy's own DLPack.
+        self._lease = lease if lease is not None else _lease_of(images)
 
     def __iter__(self) -> Iterator[np.ndarray]:
         yield self.images
@@ -45,14 +56,38 @@ class Batch:
         return (f"Batch(images={self.images.shape} {self.images.dtype}, valid={self.valid}, "
                 f"epoch={self.epoch})")
 
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+        """DLPack capsule of ``images`` (array-API semantics)."""
+        if self._lease is not None:
+            return self._lease.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+        kwargs = {k: v for k, v in (("max_version", max_version), ("dl_device", dl_device), ("copy", copy))
+                  if v is not None}
+        return self.images.__dlpack__(stream=stream, **kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """(device_type, device_id) of ``images``; (1, 0) is the CPU."""
+        if self._lease is not None:
+            return self._lease.__dlpack_device__()
+        return self.images.__dlpack_device__()
+
     def torch(self) -> tuple[Any, Any]:
-        """(images, labels) as CPU torch tensors sharing this batch's memory (bfloat16 reinterpreted)."""
+        """(images, labels) as torch tensors sharing this batch's memory, through DLPack (bfloat16 arrives
+        as ``torch.bfloat16``). The tensors stay valid after the Batch is gone."""
         import torch
 
-        images = torch.from_numpy(self.images)
-        if self.images.dtype == np.uint16 and getattr(self, "_bf16", True):
-            images = images.view(torch.bfloat16)
-        return images, torch.from_numpy(self.labels)
+        return torch.from_dlpack(self), torch.from_dlpack(self.labels)
+
+
+def _lease_of(images: np.ndarray) -> Any:
+    """The BatchLeaseHandle whose memory ``images`` views whole (same data pointer and shape), else None."""
+    base = images.base
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if isinstance(base, _core.BatchLeaseHandle) and tuple(base.shape) == images.shape \
+            and images.__array_interface__["data"][0] == base.__array_interface__["data"][0]:
+        return base
+    return None
 
 
 def _default_workers() -> int:

@@ -5,14 +5,15 @@ use super::errors::{to_py, IntoPyResult};
 use crate::augment::{DType, Layout, Normalize, OutputSpec, SamplePipeline, TransformSpec};
 use crate::config::{ErrorPolicy, LastBatch, LoaderConfig, PinMode};
 use crate::error::TrdataError;
+use crate::export::{into_capsule, Device, DlpackRequest, ElementType, TensorExport};
 use crate::loader::{Loader, Next};
 use crate::source::{file_list, image_folder, Dataset};
 use crate::sync::lock;
 use crate::transfer::BatchLease;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyCapsule, PyDict, PyTuple};
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Slice of a blocking wait between signal checks.
@@ -200,9 +201,9 @@ impl NativeLoader {
                     let s = self.sample_shape;
                     let handle = BatchLeaseHandle {
                         shape: vec![rows, s[0], s[1], s[2]],
-                        typestr: typestr(self.dtype),
+                        dtype: self.dtype,
                         ptr: b.lease.buffer().images_ptr() as usize,
-                        lease: Mutex::new(Some(b.lease)),
+                        lease: Arc::new(b.lease),
                     };
                     return Ok(Some((handle, b.labels, b.indices, b.valid, b.epoch)));
                 }
@@ -235,14 +236,21 @@ impl NativeLoader {
     }
 }
 
-/// Owner of one batch buffer; numpy views made from `__array_interface__` keep it alive, and the buffer
-/// returns to the station when the last of them dies.
+/// Owner of one batch buffer. numpy views (`__array_interface__`) keep the handle alive; DLPack exports
+/// (`__dlpack__`) each own a clone of the lease, so the buffer returns to the station only when the handle
+/// and every consumer tensor (torch, numpy, JAX…) died, in any order, on any thread.
 #[pyclass(module = "trdata._core", frozen)]
 pub struct BatchLeaseHandle {
     shape: Vec<usize>,
-    typestr: &'static str,
+    dtype: DType,
     ptr: usize,
-    lease: Mutex<Option<BatchLease>>,
+    lease: Arc<BatchLease>,
+}
+
+impl BatchLeaseHandle {
+    /// Where the images live. Host batches today; the GPU path's device slots will report
+    /// `Device::Cuda(ordinal)` and attach their `StreamOrder` hook in `__dlpack__`.
+    const DEVICE: Device = Device::Cpu;
 }
 
 #[pymethods]
@@ -251,15 +259,58 @@ impl BatchLeaseHandle {
     fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         d.set_item("shape", PyTuple::new(py, &self.shape)?)?;
-        d.set_item("typestr", self.typestr)?;
+        d.set_item("typestr", typestr(self.dtype))?;
         d.set_item("data", (self.ptr, false))?;
         d.set_item("version", 3)?;
         Ok(d)
     }
 
+    /// DLPack export of the images (zero-copy; bfloat16 as kDLBfloat). `max_version` ≥ (1, 0) gives a
+    /// versioned capsule ("dltensor_versioned"), otherwise a legacy one ("dltensor"). `dl_device` must be
+    /// ours (BufferError otherwise); `copy=True` exports a private copy; `stream` must be None (or -1)
+    /// for host memory.
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<i64>,
+        max_version: Option<(i64, i64)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        let plan = DlpackRequest { stream, max_version, dl_device, copy }.plan(Self::DEVICE)?;
+        let export = TensorExport::new(Arc::clone(&self.lease), ElementType::from(self.dtype), &self.shape, None)?;
+        // GPU hook: a device slot adds `.with_stream_order(slot_order, plan.stream)` here.
+        let export = if plan.copy { py.detach(move || export.host_copy())? } else { export };
+        into_capsule(py, export, plan.versioned)
+    }
+
+    /// (device_type, device_id) of the images: (1, 0) = kDLCPU.
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        let d = Self::DEVICE.dl();
+        (d.device_type, d.device_id)
+    }
+
+    /// Element type of the images ('uint8', 'float16', 'bfloat16', 'float32').
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        match self.dtype {
+            DType::U8 => "uint8",
+            DType::F16 => "float16",
+            DType::BF16 => "bfloat16",
+            DType::F32 => "float32",
+        }
+    }
+
+    /// Shape of the images.
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, &self.shape)
+    }
+
     /// Batch number within its epoch.
     #[getter]
-    fn batch(&self) -> Option<u64> {
-        lock(&self.lease).as_ref().map(|l| l.batch)
+    fn batch(&self) -> u64 {
+        self.lease.batch
     }
 }
