@@ -80,5 +80,5 @@ impl fmt::Display for ExportError {
 
 impl std::error::Error for ExportError {}
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests;
