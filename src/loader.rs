@@ -1,6 +1,13 @@
 //! The loader: dataset + config → epochs of batches. Owns the lifecycle (DESIGN.md §3): construction only
 //! validates; the pool and station start on the first epoch; starting a new epoch cancels a running one;
 //! `close` is idempotent and joins every thread; use from a forked child is refused.
+//!
+//! Devices: `DeviceSpec::Cpu` is one CPU engine whose station Python reads directly. `DeviceSpec::Cuda`
+//! runs one engine per listed GPU in this process (transfer/gpu.rs: pinned host station + H2D thread +
+//! device slot ring), fed by the one worker pool (worker w serves local engine w mod D, the static
+//! claiming rule); local engine d is global engine rank·D + d of a plan over world_size·D engines, and
+//! each step yields one batch per GPU (`next_step`). CUDA problems surface at construction (no driver,
+//! no such device) or on the first iteration (context, allocations) as `TrdataError::Cuda`.
 
 use crate::config::{LoaderConfig, PinMode};
 use crate::error::{Result, TrdataError};
@@ -10,6 +17,8 @@ use crate::source::Dataset;
 use crate::staging::BatchLayout;
 use crate::stats::Stats;
 use crate::sync::{lock, Arc, AtomicU64, Mutex};
+use crate::transfer::cuda;
+use crate::transfer::gpu::{self, DeviceBatch, DeviceNext, GpuCounters, GpuEngine, GpuEngineConfig};
 use crate::transfer::{BatchLease, EpochShape, Station, Take};
 use crate::worker::{EngineJob, EpochJob, SkipRecord, WorkContext, WorkerPool};
 use std::collections::HashSet;
@@ -30,6 +39,54 @@ pub struct Batch {
     pub epoch: u64,
 }
 
+/// Where a loader delivers its batches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceSpec {
+    /// Host memory (numpy/DLPack views of the station's buffers).
+    Cpu,
+    /// One engine per listed CUDA device, in this order.
+    Cuda {
+        /// Device ordinals (`cuda:N`), distinct.
+        ordinals: Vec<u32>,
+        /// Device ring depth per GPU (≥ 2).
+        device_slots: usize,
+    },
+}
+
+impl DeviceSpec {
+    /// Local engines: 1 for the CPU, one per GPU.
+    pub fn engines(&self) -> usize {
+        match self {
+            DeviceSpec::Cpu => 1,
+            DeviceSpec::Cuda { ordinals, .. } => ordinals.len(),
+        }
+    }
+}
+
+/// One GPU's batch of a step.
+#[derive(Debug)]
+pub struct GpuBatch {
+    /// The batch on the device (labels and images live in its slot).
+    pub device: DeviceBatch,
+    /// Device ordinal.
+    pub ordinal: u32,
+    /// Leading rows that are real, unique samples of this epoch.
+    pub valid: usize,
+    /// Epoch the batch belongs to.
+    pub epoch: u64,
+}
+
+/// What `next_step` returns (GPU loaders).
+#[derive(Debug)]
+pub enum NextStep {
+    /// One batch per GPU, in device order.
+    Step(Vec<GpuBatch>),
+    /// Not ready yet; call again.
+    Timeout,
+    /// The epoch is over.
+    End,
+}
+
 /// What `next_batch` returns.
 #[derive(Debug)]
 pub enum Next {
@@ -44,7 +101,9 @@ pub enum Next {
 #[derive(Debug)]
 struct Runtime {
     pool: WorkerPool,
+    /// CPU: the one station. GPU: unused (each engine owns its station).
     station: Arc<Station>,
+    gpus: Vec<GpuEngine>,
     pid: u32,
 }
 
@@ -52,6 +111,8 @@ struct Runtime {
 struct Running {
     plan: Arc<EpochPlan>,
     next_batch: u64,
+    /// GPU: batches of the current step already received, per engine.
+    pending: Vec<Option<DeviceBatch>>,
 }
 
 /// A configured loader over one dataset (one CPU engine in this process).
@@ -64,19 +125,43 @@ pub struct Loader {
     runtime: Option<Runtime>,
     running: Option<Running>,
     closed: bool,
+    devices: DeviceSpec,
+    gpu_counters: std::sync::Arc<GpuCounters>,
 }
 
 impl Loader {
-    /// Validate the configuration; starts nothing.
+    /// Validate the configuration (CPU engine); starts nothing.
     pub fn new(dataset: Dataset, cfg: LoaderConfig) -> Result<Self> {
+        Self::with_devices(dataset, cfg, DeviceSpec::Cpu)
+    }
+
+    /// Validate the configuration for `devices`; starts nothing (CUDA is only probed: a missing driver or
+    /// device is a `TrdataError::Cuda` here, not on the first iteration).
+    pub fn with_devices(dataset: Dataset, cfg: LoaderConfig, devices: DeviceSpec) -> Result<Self> {
         cfg.validate()?;
         if dataset.is_empty() {
             return Err(TrdataError::config("source", "the dataset has no samples"));
         }
-        WorkerClaim::new(0, cfg.workers, 1)?;
+        if let DeviceSpec::Cuda { ordinals, device_slots } = &devices {
+            if ordinals.is_empty() {
+                return Err(TrdataError::config("device", "the device list is empty"));
+            }
+            let mut seen = HashSet::new();
+            if let Some(dup) = ordinals.iter().find(|o| !seen.insert(**o)) {
+                return Err(TrdataError::config("device", format!("cuda:{dup} is listed twice")));
+            }
+            if !(2..=64).contains(device_slots) {
+                return Err(TrdataError::config("device_slots", format!("{device_slots} must be in 2..=64 (double buffering needs ≥ 2)")));
+            }
+            for &o in ordinals {
+                cuda::check_device(o)?;
+            }
+        }
+        let engines = devices.engines();
+        WorkerClaim::new(0, cfg.workers, engines)?;
         let shape = PlanShape {
             num_samples: dataset.len() as u64,
-            global_engines: cfg.world_size as u64,
+            global_engines: (cfg.world_size * engines) as u64,
             batch_size: cfg.batch_size as u64,
             last_batch: cfg.last_batch,
             shuffle: cfg.shuffle,
@@ -101,7 +186,17 @@ impl Loader {
             on_error: cfg.on_error,
             skipped: Mutex::new((HashSet::new(), Vec::new())),
         });
-        Ok(Self { cfg, shape, ctx, next_epoch: 0, runtime: None, running: None, closed: false })
+        Ok(Self {
+            cfg,
+            shape,
+            ctx,
+            next_epoch: 0,
+            runtime: None,
+            running: None,
+            closed: false,
+            devices,
+            gpu_counters: std::sync::Arc::new(GpuCounters::default()),
+        })
     }
 
     /// Batches per epoch for this rank.
@@ -127,6 +222,21 @@ impl Loader {
     /// Counters.
     pub fn stats(&self) -> Arc<Stats> {
         Arc::clone(&self.ctx.stats)
+    }
+
+    /// Where batches go.
+    pub fn devices(&self) -> &DeviceSpec {
+        &self.devices
+    }
+
+    /// H2D counters (GPU loaders; zeros on the CPU).
+    pub fn gpu_stats(&self) -> Vec<(&'static str, u64)> {
+        self.gpu_counters.snapshot()
+    }
+
+    /// (free, total) device memory of each engine's GPU (empty before the first iteration or on the CPU).
+    pub fn device_mem_info(&self) -> Result<Vec<(usize, usize)>> {
+        self.runtime.as_ref().map_or(Ok(Vec::new()), |rt| rt.gpus.iter().map(|g| g.mem_info()).collect())
     }
 
     /// Epoch the next `start_epoch` will run.
@@ -165,17 +275,38 @@ impl Loader {
             let layout = BatchLayout { rows: self.cfg.batch_size, sample_bytes: self.cfg.pipeline.sample_bytes() };
             let depth = self.cfg.prefetch;
             let station = Arc::new(Station::new(layout, depth, depth + self.cfg.max_held_batches, self.ctx.stats.clone()));
+            let mut gpus = Vec::new();
+            if let DeviceSpec::Cuda { ordinals, device_slots } = &self.devices {
+                let topo = crate::topology::detect();
+                for (d, &ordinal) in ordinals.iter().enumerate() {
+                    let placement = gpu::staging_placement(cuda::device_numa_node(ordinal), &topo);
+                    let cfg = GpuEngineConfig {
+                        ordinal,
+                        local_engine: d,
+                        layout,
+                        host_depth: depth,
+                        device_slots: *device_slots,
+                        max_held_batches: self.cfg.max_held_batches,
+                        placement,
+                    };
+                    gpus.push(GpuEngine::start(cfg, self.ctx.stats.clone(), std::sync::Arc::clone(&self.gpu_counters))?);
+                }
+            }
             let pool = WorkerPool::start(self.cfg.workers, self.cfg.pin)?;
-            self.runtime = Some(Runtime { pool, station, pid: std::process::id() });
+            self.runtime = Some(Runtime { pool, station, gpus, pid: std::process::id() });
         }
         Ok(self.runtime.as_ref().expect("just set"))
     }
 
     /// Cancel the running epoch, if any, and wait for the workers to park.
     fn cancel_running(&mut self) {
-        if let (Some(rt), Some(_)) = (&self.runtime, self.running.take()) {
+        if let (Some(rt), Some(running)) = (&self.runtime, self.running.take()) {
             rt.station.stop();
+            for g in &rt.gpus {
+                g.stop();
+            }
             rt.pool.wait_idle();
+            drop(running); // pending device batches return their slots
         }
     }
 
@@ -189,22 +320,112 @@ impl Loader {
         let shape = self.shape;
         let rank = self.cfg.rank as u64;
         let rt = self.runtime()?;
-        rt.station.begin_epoch(EpochShape {
-            batches: shape.batches_per_engine(),
-            batch_size: shape.batch_size,
-            total_rows: shape.seqs_per_engine(),
-        });
-        let engines = vec![EngineJob { global_engine: rank, station: Arc::clone(&rt.station), real_tickets: AtomicU64::new(0) }];
+        let epoch_shape =
+            EpochShape { batches: shape.batches_per_engine(), batch_size: shape.batch_size, total_rows: shape.seqs_per_engine() };
+        let engines = if rt.gpus.is_empty() {
+            rt.station.begin_epoch(epoch_shape);
+            vec![EngineJob { global_engine: rank, station: Arc::clone(&rt.station), real_tickets: AtomicU64::new(0) }]
+        } else {
+            let d_count = rt.gpus.len() as u64;
+            let mut engines = Vec::with_capacity(rt.gpus.len());
+            for (d, g) in rt.gpus.iter().enumerate() {
+                g.begin_epoch(epoch_shape)?;
+                engines.push(EngineJob {
+                    global_engine: rank * d_count + d as u64,
+                    station: Arc::clone(g.station()),
+                    real_tickets: AtomicU64::new(0),
+                });
+            }
+            engines
+        };
+        let pending = (0..rt.gpus.len()).map(|_| None).collect();
         rt.pool.run(Arc::new(EpochJob { plan: Arc::clone(&plan), engines, ctx: Arc::clone(&ctx) }));
         Stats::add(&ctx.stats.epochs, 1);
         self.next_epoch = epoch + 1;
-        self.running = Some(Running { plan, next_batch: 0 });
+        self.running = Some(Running { plan, next_batch: 0, pending });
         Ok(epoch)
+    }
+
+    /// The next step of a GPU loader's running epoch (one batch per GPU), waiting at most about `timeout`.
+    pub fn next_step(&mut self, timeout: Duration) -> Result<NextStep> {
+        self.check_usable()?;
+        if self.devices == DeviceSpec::Cpu {
+            return Err(TrdataError::config("device", "next_step is for CUDA loaders; use next_batch"));
+        }
+        let Some(running) = &self.running else { return Ok(NextStep::End) };
+        let b = running.next_batch;
+        let epoch = running.plan.epoch;
+        let rt = self.runtime.as_ref().expect("running implies runtime");
+        if b == self.shape.batches_per_engine() {
+            rt.pool.wait_idle();
+            self.running = None;
+            return Ok(NextStep::End);
+        }
+        for d in 0..rt.gpus.len() {
+            if self.running.as_ref().is_some_and(|r| r.pending[d].is_some()) {
+                continue;
+            }
+            let rt = self.runtime.as_ref().expect("running implies runtime");
+            let ordinal = rt.gpus[d].ordinal();
+            match rt.gpus[d].next(timeout) {
+                Ok(DeviceNext::Batch(mut db)) => {
+                    if let Some(err) = db.error.take() {
+                        drop(db);
+                        self.cancel_running();
+                        return Err(TrdataError::Decode(err));
+                    }
+                    if let Some(r) = self.running.as_mut() {
+                        r.pending[d] = Some(db);
+                    }
+                }
+                Ok(DeviceNext::Timeout) => return Ok(NextStep::Timeout),
+                Ok(DeviceNext::End) => {
+                    self.cancel_running();
+                    return Ok(NextStep::End);
+                }
+                Ok(DeviceNext::AllSlotsHeld { held }) => {
+                    self.cancel_running();
+                    return Err(TrdataError::config(
+                        "max_held_batches",
+                        format!(
+                            "all {held} device slots of cuda:{} are held by Python, so the next batch can never be \
+                             produced; drop references to old batches or raise max_held_batches",
+                            ordinal
+                        ),
+                    ));
+                }
+                Err(e) => {
+                    self.cancel_running();
+                    return Err(e);
+                }
+            }
+        }
+        let rt = self.runtime.as_ref().expect("running implies runtime");
+        let ordinals: Vec<u32> = rt.gpus.iter().map(|g| g.ordinal()).collect();
+        let d_count = ordinals.len() as u64;
+        let rank = self.cfg.rank as u64;
+        let running = self.running.as_mut().expect("checked above");
+        running.next_batch += 1;
+        let step = running
+            .pending
+            .iter_mut()
+            .enumerate()
+            .map(|(d, p)| GpuBatch {
+                device: p.take().expect("every engine delivered"),
+                ordinal: ordinals[d],
+                valid: self.shape.valid_in_batch(rank * d_count + d as u64, b) as usize,
+                epoch,
+            })
+            .collect();
+        Ok(NextStep::Step(step))
     }
 
     /// The next batch of the running epoch, waiting at most `timeout`.
     pub fn next_batch(&mut self, timeout: Duration) -> Result<Next> {
         self.check_usable()?;
+        if self.devices != DeviceSpec::Cpu {
+            return Err(TrdataError::config("device", "next_batch is for CPU loaders; use next_step"));
+        }
         let Some(running) = &self.running else { return Ok(Next::End) };
         let b = running.next_batch;
         let plan = Arc::clone(&running.plan);
@@ -252,16 +473,20 @@ impl Loader {
 
     /// Stop everything and join the threads; idempotent. Batches still held stay valid until dropped.
     pub fn close(&mut self) {
+        self.running = None; // pending device batches return their slots
         if let Some(mut rt) = self.runtime.take() {
             rt.station.close();
             if rt.pid == std::process::id() {
+                for g in rt.gpus.iter_mut() {
+                    g.close();
+                }
                 rt.pool.shutdown();
             } else {
                 // In a forked child the threads do not exist; joining would hang. Forget them.
                 std::mem::forget(rt.pool);
+                std::mem::forget(std::mem::take(&mut rt.gpus));
             }
         }
-        self.running = None;
         self.closed = true;
     }
 

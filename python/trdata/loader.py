@@ -90,6 +90,33 @@ def _lease_of(images: np.ndarray) -> Any:
     return None
 
 
+def _parse_devices(device: Any) -> tuple[list[int] | None, bool]:
+    """``device`` → (CUDA ordinals or None for the CPU, whether a list of batches is yielded per step)."""
+    def one(d: Any) -> int | None:
+        s = str(d)  # accepts torch.device too
+        if s == "cpu":
+            return None
+        if s == "cuda":
+            return 0
+        if s.startswith("cuda:") and s[5:].isdigit():
+            return int(s[5:])
+        raise ConfigError(f"invalid device: {d!r}; expected 'cpu', 'cuda', 'cuda:N' or a list of 'cuda:N'",
+                          parameter="device")
+
+    if isinstance(device, (list, tuple)):
+        if not device:
+            raise ConfigError("invalid device: the device list is empty", parameter="device")
+        ordinals = [one(d) for d in device]
+        if any(o is None for o in ordinals):
+            raise ConfigError(f"invalid device: {device!r}; a device list holds CUDA devices only",
+                              parameter="device")
+        if len(set(ordinals)) != len(ordinals):
+            raise ConfigError(f"invalid device: {device!r} lists a device twice", parameter="device")
+        return [o for o in ordinals if o is not None], True
+    o = one(device)
+    return (None if o is None else [o]), False
+
+
 def _default_workers() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -107,6 +134,14 @@ class Loader:
     exactly once per epoch but may change slot. ``on_error='skip'`` replaces an undecodable sample by a
     deterministic other one (counted in ``stats()['errors_skipped']`` and logged once per file on the
     ``trdata`` logger); ``'raise'`` raises ``DecodeError`` naming the file at the batch holding it.
+
+    ``device='cuda:N'`` yields batches whose ``images`` and ``labels`` are torch CUDA tensors on that GPU
+    (``indices`` stays a numpy array): workers fill pinned, NUMA-local host buffers (``prefetch`` of them
+    per GPU), a transfer thread copies each into one of ``device_slots`` device slots on its own stream,
+    and the tensors are handed over through DLPack on the current torch stream, which waits for the copy
+    on the device. A batch's slot is reused only after every tensor viewing it died *and* the stream it was
+    used on passed that point. ``device=['cuda:0', 'cuda:1', …]`` runs one engine per GPU with one worker
+    pool and yields a list of one Batch per GPU per step (each GPU its own share of the epoch).
     """
 
     def __init__(
@@ -129,13 +164,14 @@ class Loader:
         pin: str = "round-robin",
         prefetch: int = 2,
         max_held_batches: int = 16,
+        device_slots: int = 3,
     ) -> None:
         if not isinstance(source, Source):
             raise ConfigError(f"invalid source: expected trdata.ImageFolder or trdata.FileList, got "
                               f"{type(source).__name__}", parameter="source")
-        if device != "cpu":
-            raise ConfigError(f"invalid device: {device!r}; this build serves device='cpu' only",
-                              parameter="device")
+        ordinals, per_step_list = _parse_devices(device)
+        if isinstance(device_slots, bool) or not isinstance(device_slots, int):
+            raise ConfigError(f"invalid device_slots: {device_slots!r} must be an int", parameter="device_slots")
         if dtype not in _DTYPES:
             raise ConfigError(f"invalid dtype: {dtype!r} is not one of {_DTYPES}", parameter="dtype")
         for name, value in (("batch_size", batch_size), ("rank", rank), ("world_size", world_size),
@@ -166,6 +202,8 @@ class Loader:
         self.layout = layout
         self.workers = workers
         self.device = device
+        self._ordinals = ordinals
+        self._per_step_list = per_step_list
         self._pid = os.getpid()
         self._native = _core.NativeLoader(
             source.paths, source.labels, list(source.classes),
@@ -173,6 +211,7 @@ class Loader:
             reproducible=bool(reproducible), last_batch=last_batch, rank=rank, world_size=world_size,
             pin=pin, on_error=on_error, prefetch=prefetch, max_held_batches=max_held_batches,
             transforms=specs, normalize=norm, dtype=dtype, layout=layout,
+            devices=ordinals, device_slots=device_slots,
         )
 
     def __len__(self) -> int:
@@ -198,6 +237,9 @@ class Loader:
         if os.getpid() != self._pid and not self._native.closed:
             raise LoaderClosedError("this Loader was created in another process (fork); create it in the child")
         native = self._native
+        if self._ordinals is not None:
+            yield from self._iter_cuda()
+            return
         native.start_epoch()
         bf16 = self.dtype == "bfloat16"
         while True:
@@ -219,10 +261,39 @@ class Loader:
             yield Batch(images, np.asarray(labels, dtype=np.int64), np.asarray(indices, dtype=np.int64),
                         valid, epoch)
 
+    def _iter_cuda(self) -> Iterator[Any]:
+        import torch
+
+        native = self._native
+        native.start_epoch()
+        while True:
+            try:
+                step = native.next_step()
+            finally:
+                self._log_skipped()
+            if step is None:
+                return
+            batches = []
+            for images_h, labels_h, _labels, indices, valid, epoch in step:
+                # torch.from_dlpack passes torch.cuda.current_stream(device) as `stream`, so that stream
+                # waits (on the device) for the H2D copy, and its release event guards the slot's reuse.
+                images = torch.from_dlpack(images_h)
+                labels = torch.from_dlpack(labels_h)
+                batches.append(Batch(images, labels, np.asarray(indices, dtype=np.int64), valid, epoch,
+                                     lease=images_h))
+            yield batches if self._per_step_list else batches[0]
+
+    def device_mem_info(self) -> list[tuple[int, int]]:
+        """(free, total) bytes of each GPU this loader feeds (``cuMemGetInfo``; empty before iterating)."""
+        return list(self._native.device_mem_info())
+
     def stats(self) -> dict[str, int]:
         """Counters and per-stage times in ns: samples, batches, bytes_read, read_ns, decode_ns, augment_ns,
         worker_wait_ns (workers blocked on a full station), consumer_wait_ns (the starvation meter),
-        errors_skipped, buffers_allocated, epochs."""
+        errors_skipped, buffers_allocated, epochs. CUDA loaders add h2d_ns (copy issue → completion),
+        h2d_bytes, h2d_batches, h2d_wait_host_ns (transfer threads waiting for workers), h2d_wait_slot_ns
+        (waiting for a free device slot), device_slots_allocated, unpinned_host_buffers, device_wait_ns, and
+        their consumer_wait_ns is the time the training loop waited for a device batch."""
         return dict(self._native.stats())
 
     def close(self) -> None:

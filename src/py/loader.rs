@@ -6,7 +6,8 @@ use crate::augment::{DType, Layout, Normalize, OutputSpec, SamplePipeline, Trans
 use crate::config::{ErrorPolicy, LastBatch, LoaderConfig, PinMode};
 use crate::error::TrdataError;
 use crate::export::{into_capsule, Device, DlpackRequest, ElementType, TensorExport};
-use crate::loader::{Loader, Next};
+use super::gpu::DeviceTensorHandle;
+use crate::loader::{DeviceSpec, Loader, Next, NextStep};
 use crate::source::{file_list, image_folder, Dataset};
 use crate::sync::lock;
 use crate::transfer::BatchLease;
@@ -105,9 +106,10 @@ impl NativeLoader {
     #[new]
     #[pyo3(signature = (paths, labels, classes, *, batch_size, workers, shuffle, seed, reproducible, last_batch,
                         rank, world_size, pin, on_error, prefetch, max_held_batches, transforms, normalize,
-                        dtype, layout))]
+                        dtype, layout, devices=None, device_slots=3))]
     #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         paths: Vec<PathBuf>,
         labels: Vec<i64>,
         classes: Vec<String>,
@@ -127,6 +129,8 @@ impl NativeLoader {
         normalize: Option<([f32; 3], [f32; 3])>,
         dtype: &str,
         layout: &str,
+        devices: Option<Vec<u32>>,
+        device_slots: i64,
     ) -> PyResult<Self> {
         let nonneg = |v: i64, name: &str| -> PyResult<usize> {
             usize::try_from(v).map_err(|_| to_py(TrdataError::config(name, format!("{v} must be ≥ 0"))))
@@ -160,7 +164,11 @@ impl NativeLoader {
         };
         let mut ds: Dataset = file_list(paths, labels).py_err()?;
         ds.classes = classes;
-        let loader = Loader::new(ds, cfg).py_err()?;
+        let spec = match devices {
+            None => DeviceSpec::Cpu,
+            Some(ordinals) => DeviceSpec::Cuda { ordinals, device_slots: nonneg(device_slots, "device_slots")? },
+        };
+        let loader = py.detach(|| Loader::with_devices(ds, cfg, spec)).py_err()?;
         Ok(Self { stats: loader.stats(), inner: Mutex::new(loader), sample_shape: pipeline.sample_shape(), dtype: output.dtype })
     }
 
@@ -211,11 +219,70 @@ impl NativeLoader {
         }
     }
 
-    /// Counters and timers.
+    /// Next step of a CUDA loader's running epoch: one (images, labels, labels_list, indices, valid,
+    /// epoch) per GPU in device order, images/labels as `DeviceTensorHandle`s; None at the epoch's end.
+    #[allow(clippy::type_complexity)]
+    fn next_step(
+        &self,
+        py: Python<'_>,
+    ) -> PyResult<Option<Vec<(DeviceTensorHandle, DeviceTensorHandle, Vec<i64>, Vec<i64>, usize, u64)>>> {
+        loop {
+            let next = py.detach(|| lock(&self.inner).next_step(WAIT_SLICE)).py_err()?;
+            match next {
+                NextStep::Timeout => py.check_signals()?,
+                NextStep::End => return Ok(None),
+                NextStep::Step(batches) => {
+                    return Ok(Some(
+                        batches
+                            .into_iter()
+                            .map(|b| {
+                                let lease = b.device.lease;
+                                (
+                                    DeviceTensorHandle::images(Arc::clone(&lease), self.sample_shape, self.dtype),
+                                    DeviceTensorHandle::labels(lease),
+                                    b.device.labels,
+                                    b.device.indices,
+                                    b.valid,
+                                    b.epoch,
+                                )
+                            })
+                            .collect(),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// CUDA ordinals this loader feeds (empty for a CPU loader).
+    #[getter]
+    fn devices(&self) -> Vec<u32> {
+        match lock(&self.inner).devices() {
+            DeviceSpec::Cpu => Vec::new(),
+            DeviceSpec::Cuda { ordinals, .. } => ordinals.clone(),
+        }
+    }
+
+    /// (free, total) bytes of each GPU's memory, from the driver (empty before the first iteration).
+    fn device_mem_info(&self, py: Python<'_>) -> PyResult<Vec<(usize, usize)>> {
+        py.detach(|| lock(&self.inner).device_mem_info()).py_err()
+    }
+
+    /// Counters and timers. CUDA loaders add the H2D counters, and their `consumer_wait_ns` is the time the
+    /// caller waited for device batches (the host station's wait is then `h2d_wait_host_ns`).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         for (k, v) in self.stats.snapshot() {
             d.set_item(k, v)?;
+        }
+        let inner = lock(&self.inner);
+        if *inner.devices() != DeviceSpec::Cpu {
+            let gpu = inner.gpu_stats();
+            for (k, v) in &gpu {
+                d.set_item(*k, *v)?;
+            }
+            if let Some((_, wait)) = gpu.iter().find(|(k, _)| *k == "device_wait_ns") {
+                d.set_item("consumer_wait_ns", *wait)?;
+            }
         }
         Ok(d)
     }

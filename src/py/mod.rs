@@ -3,6 +3,7 @@
 
 mod bench;
 mod errors;
+mod gpu;
 mod info;
 mod loader;
 
@@ -14,6 +15,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<loader::NativeLoader>()?;
     m.add_class::<loader::BatchLeaseHandle>()?;
+    m.add_class::<gpu::DeviceTensorHandle>()?;
     m.add_function(wrap_pyfunction!(loader::scan_image_folder, m)?)?;
     info::register(m)?;
     bench::register(m)?;

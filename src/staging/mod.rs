@@ -2,6 +2,17 @@
 //! page-aligned and prefaulted at allocation (never per batch). The GPU path swaps the allocation for pinned,
 //! NUMA-local memory without changing the layout or the row-claiming protocol below.
 //!
+//! Pinned backend (GPU path): a thread that enters a [`PinningScope`] for device g makes every slab it
+//! allocates page-locked for DMA. How: the usual page-aligned allocation, then *prefault* (touch one byte
+//! per page from this thread, so first-touch places every page under the thread's memory policy — the
+//! GPU's NUMA node when the caller bound itself with `set_mempolicy`), then `cuMemHostRegister(PORTABLE)`.
+//! Why register rather than `cuMemHostAlloc`: with register, *we* fault the pages in on the bound thread,
+//! so their NUMA placement is ours, not the driver's. Why not write-combined: WC (cudarc's
+//! `alloc_pinned` default) makes every CPU read uncached (the consumer reads labels/indices back; the
+//! fused writer's NCHW planes are partial-line writes) and registered memory cannot be WC anyway; for
+//! DMA, cached pinned pages reach the same PCIe rate. If registration fails (no driver, RLIMIT_MEMLOCK)
+//! the slab stays ordinary pageable memory: copies still work, only slower — never an error.
+//!
 //! Row protocol: while a buffer is in the station's ring for batch b, each row is written by exactly one
 //! worker (static claiming or the fast-mode ticket decides which). `claim_row` enforces it at run time with
 //! one atomic swap per row, so the `&mut [u8]` it hands out can never alias another writer's. Readers (the
@@ -11,8 +22,39 @@
 #![allow(unsafe_code)]
 
 use crate::sync::{AtomicBool, Ordering};
+use crate::transfer::cuda::{GpuContext, HostRegistration};
 use std::alloc::{alloc_zeroed, dealloc, Layout as AllocLayout};
+use std::cell::RefCell;
 use std::ptr::NonNull;
+use std::sync::Arc as StdArc;
+
+thread_local! {
+    /// The device whose DMA engine will read slabs allocated by this thread (set by [`PinningScope`]).
+    static PINNING: RefCell<Option<StdArc<GpuContext>>> = const { RefCell::new(None) };
+}
+
+/// While alive, slabs allocated by the current thread are pinned for `ctx`'s device (see the module docs).
+/// Scopes nest; dropping restores the previous setting. Not `Send`: it describes this thread.
+#[derive(Debug)]
+pub struct PinningScope {
+    previous: Option<StdArc<GpuContext>>,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl PinningScope {
+    /// Pin this thread's future slab allocations for `ctx`.
+    pub fn enter(ctx: StdArc<GpuContext>) -> Self {
+        let previous = PINNING.with(|p| p.borrow_mut().replace(ctx));
+        Self { previous, _not_send: std::marker::PhantomData }
+    }
+}
+
+impl Drop for PinningScope {
+    fn drop(&mut self) {
+        let prev = self.previous.take();
+        PINNING.with(|p| *p.borrow_mut() = prev);
+    }
+}
 
 /// Alignment of the image block (cache lines, DMA-friendly, what the seed used).
 pub const IMAGE_ALIGN_BYTES: usize = 256;
@@ -46,11 +88,14 @@ impl BatchLayout {
     }
 }
 
-/// A page-aligned, zero-filled (so prefaulted) host allocation.
+/// A page-aligned, zero-filled (so prefaulted) host allocation; page-locked when allocated inside a
+/// [`PinningScope`].
 #[derive(Debug)]
 pub struct HostSlab {
     ptr: NonNull<u8>,
     len: usize,
+    /// Dropped (unregistered) before the memory is freed.
+    pinned: Option<HostRegistration>,
 }
 
 // SAFETY: HostSlab owns its allocation exclusively, like a Box<[u8]>; concurrent access goes through
@@ -66,7 +111,24 @@ impl HostSlab {
         // SAFETY: layout has non-zero size.
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        Self { ptr, len: len.max(1) }
+        let len = len.max(1);
+        let pinned = PINNING.with(|p| p.borrow().clone()).and_then(|ctx| {
+            // Prefault from this (NUMA-bound) thread: first touch decides the page's node.
+            for off in (0..len).step_by(PAGE_BYTES) {
+                // SAFETY: off < len, inside the allocation; a volatile write of 0 keeps the zeroed content
+                // and cannot be optimized away.
+                unsafe { std::ptr::write_volatile(raw.add(off), 0) };
+            }
+            // SAFETY: the range is our live allocation; the registration is dropped before the memory
+            // (HostSlab::drop).
+            unsafe { HostRegistration::register(&ctx, raw, len) }.ok()
+        });
+        Self { ptr, len, pinned }
+    }
+
+    /// True when the slab is page-locked for DMA.
+    pub fn is_pinned(&self) -> bool {
+        self.pinned.is_some()
     }
 
     /// Start of the allocation.
@@ -87,6 +149,7 @@ impl HostSlab {
 
 impl Drop for HostSlab {
     fn drop(&mut self) {
+        drop(self.pinned.take());
         let layout = AllocLayout::from_size_align(self.len, PAGE_BYTES).expect("layout was valid at allocation");
         // SAFETY: ptr came from alloc_zeroed with this exact layout and is freed once.
         unsafe { dealloc(self.ptr.as_ptr(), layout) }
@@ -155,6 +218,21 @@ impl BatchBuffer {
                 index: std::slice::from_raw_parts_mut(base.add(l.indices_offset() + row * 8), 8),
             }
         }
+    }
+
+    /// Start of the slab (labels first), for the H2D copy of a published batch.
+    pub fn slab_ptr(&self) -> *const u8 {
+        self.slab.as_ptr()
+    }
+
+    /// Bytes of the slab a batch of `rows` rows uses: metadata, pad and `rows` images.
+    pub fn used_bytes(&self, rows: usize) -> usize {
+        self.layout.images_offset() + rows.min(self.layout.rows) * self.layout.sample_bytes
+    }
+
+    /// True when the slab is page-locked (allocated inside a [`PinningScope`] and registered).
+    pub fn is_pinned(&self) -> bool {
+        self.slab.is_pinned()
     }
 
     /// Pointer to the first image (for numpy/DLPack views of a published batch).

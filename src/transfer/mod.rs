@@ -2,6 +2,7 @@
 //! GPU path, through host-to-device copies). `station` is the host half: ring, leases, shutdown.
 
 pub mod cuda;
+pub mod gpu;
 pub mod station;
 
 pub use station::{BatchLease, EpochShape, Station, Take};
