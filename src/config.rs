@@ -54,16 +54,18 @@ pub enum PinMode {
     None,
     /// Worker w runs on allowed CPU w mod ncpus.
     RoundRobin,
+    /// Workers of GPU engine g run on the CPUs of g's NUMA node (round-robin where the node is unknown).
+    Numa,
 }
 
 impl PinMode {
-    /// Parse `none` / `round-robin`.
+    /// Parse `none` / `round-robin` / `numa`.
     pub fn parse(s: &str) -> Result<Self> {
         match s {
             "none" => Ok(Self::None),
             "round-robin" => Ok(Self::RoundRobin),
-            "numa" => Err(TrdataError::config("pin", "'numa' binding needs the GPU path (device='cuda:N'); use 'round-robin' or 'none'")),
-            _ => Err(TrdataError::config("pin", format!("{s:?} is not one of 'round-robin', 'none'"))),
+            "numa" => Ok(Self::Numa),
+            _ => Err(TrdataError::config("pin", format!("{s:?} is not one of 'round-robin', 'numa', 'none'"))),
         }
     }
 }

@@ -276,10 +276,15 @@ impl Loader {
             let depth = self.cfg.prefetch;
             let station = Arc::new(Station::new(layout, depth, depth + self.cfg.max_held_batches, self.ctx.stats.clone()));
             let mut gpus = Vec::new();
+            let mut binding = None;
             if let DeviceSpec::Cuda { ordinals, device_slots } = &self.devices {
                 let topo = crate::topology::detect();
+                let nodes: Vec<Option<u32>> = ordinals.iter().map(|&o| cuda::device_numa_node(o)).collect();
+                if self.cfg.pin == PinMode::Numa {
+                    binding = Some(gpu::numa_worker_plan(self.cfg.workers, &nodes, &topo));
+                }
                 for (d, &ordinal) in ordinals.iter().enumerate() {
-                    let placement = gpu::staging_placement(cuda::device_numa_node(ordinal), &topo);
+                    let placement = gpu::staging_placement(nodes[d], &topo);
                     let cfg = GpuEngineConfig {
                         ordinal,
                         local_engine: d,
@@ -292,7 +297,10 @@ impl Loader {
                     gpus.push(GpuEngine::start(cfg, self.ctx.stats.clone(), std::sync::Arc::clone(&self.gpu_counters))?);
                 }
             }
-            let pool = WorkerPool::start(self.cfg.workers, self.cfg.pin)?;
+            let pool = match binding {
+                Some(plan) => WorkerPool::start_bound(plan)?,
+                None => WorkerPool::start(self.cfg.workers, self.cfg.pin)?,
+            };
             self.runtime = Some(Runtime { pool, station, gpus, pid: std::process::id() });
         }
         Ok(self.runtime.as_ref().expect("just set"))

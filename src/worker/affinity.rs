@@ -1,6 +1,7 @@
 //! CPU binding of worker threads. `round-robin` (the seed's mode): worker w → allowed CPU w mod ncpus,
 //! where the allowed set is read once from the thread that starts the pool, before anything is pinned
-//! (core_affinity reports the calling thread's mask).
+//! (core_affinity reports the calling thread's mask). `numa` plans come from `transfer::gpu::numa_worker_plan`
+//! (they need the GPUs' NUMA nodes); here, without GPUs, `numa` degrades to round-robin.
 
 use crate::config::PinMode;
 
@@ -8,8 +9,8 @@ use crate::config::PinMode;
 pub fn binding_plan(mode: PinMode, workers: usize, allowed: &[usize]) -> Vec<Option<usize>> {
     match mode {
         PinMode::None => vec![None; workers],
-        PinMode::RoundRobin if allowed.is_empty() => vec![None; workers],
-        PinMode::RoundRobin => (0..workers).map(|w| Some(allowed[w % allowed.len()])).collect(),
+        PinMode::RoundRobin | PinMode::Numa if allowed.is_empty() => vec![None; workers],
+        PinMode::RoundRobin | PinMode::Numa => (0..workers).map(|w| Some(allowed[w % allowed.len()])).collect(),
     }
 }
 

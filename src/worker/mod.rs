@@ -108,7 +108,12 @@ pub struct WorkerPool {
 impl WorkerPool {
     /// Start `workers` threads bound per `pin`; returns once every thread created its scratch (or failed).
     pub fn start(workers: usize, pin: PinMode) -> Result<Self> {
-        let plan = affinity::binding_plan(pin, workers, &affinity::allowed_cpus());
+        Self::start_bound(affinity::binding_plan(pin, workers, &affinity::allowed_cpus()))
+    }
+
+    /// Start one thread per entry of `plan`, worker w bound to CPU `plan[w]` (None = unbound).
+    pub fn start_bound(plan: Vec<Option<usize>>) -> Result<Self> {
+        let workers = plan.len();
         let shared = Arc::new(PoolShared::default());
         let mut pool = Self { shared: Arc::clone(&shared), threads: Vec::with_capacity(workers), workers };
         for (w, cpu) in plan.into_iter().enumerate() {
