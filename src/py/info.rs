@@ -46,12 +46,14 @@ impl CpuFacts {
         );
         #[cfg(not(target_arch = "x86_64"))]
         let (sse2, avx2, avx512f, avx512bw) = (false, false, false, false);
-        let model = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|text| {
-            text.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_owned())
-        });
+        let model = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|text| {
+                text.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split_once(':'))
+                    .map(|(_, v)| v.trim().to_owned())
+            });
         CpuFacts {
             model,
             sse2,
@@ -128,7 +130,10 @@ fn machine_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     cpus.set_item("model", cpu.model.as_deref())?;
     cpus.set_item("allowed", topo.allowed_cpus.clone())?;
     cpus.set_item("allowed_count", topo.allowed_cpus.len())?;
-    cpus.set_item("allowed_list", topology::format_cpu_list(&topo.allowed_cpus))?;
+    cpus.set_item(
+        "allowed_list",
+        topology::format_cpu_list(&topo.allowed_cpus),
+    )?;
     cpus.set_item(
         "available_parallelism",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -228,13 +233,13 @@ fn machine_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
             _ if topo.nodes_with_allowed_cpus() <= 1 => {
                 "one NUMA node with allowed CPUs: worker w pinned to allowed CPU w mod n"
             }
-            _ => {
-                "a GPU's NUMA node is unknown (or no GPU): worker w pinned to allowed CPU w mod n"
-            }
+            _ => "a GPU's NUMA node is unknown (or no GPU): worker w pinned to allowed CPU w mod n",
         },
     )?;
     let engine_cpus: Vec<String> = if engine_nodes.is_empty() {
-        vec![topology::format_cpu_list(&topology::engine_cpus(&topo, None))]
+        vec![topology::format_cpu_list(&topology::engine_cpus(
+            &topo, None,
+        ))]
     } else {
         engine_nodes
             .iter()

@@ -439,8 +439,9 @@ pub enum BindingMode {
     None,
     /// Worker `w` on the `w mod n`-th allowed CPU (one CPU per worker).
     RoundRobin,
-    /// Workers of engine `g` on the allowed CPUs of GPU `g`'s NUMA node (a set per worker; the
-    /// scheduler balances inside the node). Unknown nodes fall back to all allowed CPUs.
+    /// Workers of engine `g` on the allowed CPUs of GPU `g`'s NUMA node, one CPU per worker,
+    /// round-robin over the node's CPUs (engines sharing a node interleave). An unknown node falls
+    /// back to round-robin over all allowed CPUs.
     Numa,
 }
 
@@ -492,9 +493,16 @@ pub fn engine_cpus(topo: &Topology, node: Option<u32>) -> Vec<usize> {
     }
 }
 
-/// Per-worker CPU sets for `num_workers` workers. Worker `w` serves engine `w mod G` with
-/// `G = engine_nodes.len()` (the claiming protocol's mapping; `G = 1` when `engine_nodes` is
-/// empty, i.e. a CPU-only consumer). An empty set means "do not pin" (mode `None`).
+/// Per-worker CPU sets for `num_workers` workers. An empty set means "do not pin" (mode `None`);
+/// otherwise each set holds exactly one CPU.
+///
+/// `Numa`: worker `w` serves engine `e = w mod G` with `G = engine_nodes.len()` (the claiming
+/// protocol's mapping; `G = 1` when `engine_nodes` is empty, i.e. a CPU-only consumer) and is its
+/// `j = w div G`-th worker. If `e`'s node has allowed CPUs, the worker gets the node's
+/// `(j·S + r) mod n`-th allowed CPU, where `S` engines share that node and `e` is the `r`-th of
+/// them — so engines on one node interleave instead of stacking on the same CPUs. Otherwise (node
+/// unknown, `-1`, or no allowed CPU there) it falls back to round-robin: allowed CPU `w mod n`.
+/// The same rule as `transfer::gpu::numa_worker_plan`.
 ///
 /// Every CPU named is in `topo.allowed_cpus`.
 pub fn worker_cpus(
@@ -503,21 +511,30 @@ pub fn worker_cpus(
     num_workers: usize,
     engine_nodes: &[Option<u32>],
 ) -> Vec<Vec<usize>> {
+    let round_robin = |w: usize| {
+        let n = topo.allowed_cpus.len().max(1);
+        vec![topo.allowed_cpus.get(w % n).copied().unwrap_or(0)]
+    };
     match mode {
         BindingMode::None => vec![Vec::new(); num_workers],
-        BindingMode::RoundRobin => {
-            let n = topo.allowed_cpus.len().max(1);
-            (0..num_workers)
-                .map(|w| vec![topo.allowed_cpus.get(w % n).copied().unwrap_or(0)])
-                .collect()
-        }
+        BindingMode::RoundRobin => (0..num_workers).map(round_robin).collect(),
         BindingMode::Numa => {
             let engines = engine_nodes.len().max(1);
-            let per_engine: Vec<Vec<usize>> = (0..engines)
-                .map(|g| engine_cpus(topo, engine_nodes.get(g).copied().flatten()))
-                .collect();
+            let node_of = |e: usize| engine_nodes.get(e).copied().flatten();
             (0..num_workers)
-                .map(|w| per_engine[w % engines].clone())
+                .map(|w| {
+                    let (e, j) = (w % engines, w / engines);
+                    let node_cpus = node_of(e)
+                        .map(|n| topo.allowed_cpus_of_node(n))
+                        .unwrap_or_default();
+                    if node_cpus.is_empty() {
+                        return round_robin(w);
+                    }
+                    let sharing: Vec<usize> =
+                        (0..engines).filter(|&x| node_of(x) == node_of(e)).collect();
+                    let rank = sharing.iter().position(|&x| x == e).unwrap_or(0);
+                    vec![node_cpus[(j * sharing.len() + rank) % node_cpus.len()]]
+                })
                 .collect()
         }
     }

@@ -232,31 +232,51 @@ fn none_mode_pins_nothing() {
 #[test]
 fn numa_mode_follows_engine_of_worker() {
     let t = two_socket();
-    // engines: GPU0 on node 1, GPU1 on node 0; worker w serves engine w mod 2.
-    let plan = worker_cpus(&t, BindingMode::Numa, 5, &[Some(1), Some(0)]);
-    let n0: Vec<usize> = (0..8).collect();
-    let n1: Vec<usize> = (8..16).collect();
-    assert_eq!(plan, vec![n1.clone(), n0.clone(), n1.clone(), n0, n1]);
+    // engines: GPU0 on node 1, GPU1 on node 0; worker w serves engine w mod 2, one CPU each,
+    // round-robin over the node's CPUs.
+    let plan = worker_cpus(&t, BindingMode::Numa, 6, &[Some(1), Some(0)]);
+    assert_eq!(
+        plan,
+        vec![vec![8], vec![0], vec![9], vec![1], vec![10], vec![2]]
+    );
+    // Wraps inside the node.
+    let plan = worker_cpus(&t, BindingMode::Numa, 10, &[Some(0)]);
+    assert_eq!(plan[8], vec![0]);
+    assert_eq!(plan[9], vec![1]);
 }
 
 #[test]
-fn numa_mode_unknown_or_foreign_node_falls_back_to_all_allowed() {
-    let mut t = two_socket();
-    let all: Vec<usize> = (0..16).collect();
+fn numa_mode_engines_sharing_a_node_interleave() {
+    let t = two_socket();
+    // Engines 0 and 2 on node 0, engine 1 on node 1: 0 and 2 take alternate CPUs of node 0.
+    let plan = worker_cpus(&t, BindingMode::Numa, 6, &[Some(0), Some(1), Some(0)]);
     assert_eq!(
-        worker_cpus(&t, BindingMode::Numa, 2, &[None]),
-        vec![all.clone(), all.clone()]
+        plan,
+        vec![vec![0], vec![8], vec![1], vec![2], vec![9], vec![3]]
+    );
+}
+
+#[test]
+fn numa_mode_unknown_or_foreign_node_falls_back_to_round_robin() {
+    let mut t = two_socket();
+    assert_eq!(
+        worker_cpus(&t, BindingMode::Numa, 3, &[None]),
+        vec![vec![0], vec![1], vec![2]]
     );
     assert_eq!(
-        worker_cpus(&t, BindingMode::Numa, 1, &[Some(7)]),
-        vec![all.clone()]
+        worker_cpus(&t, BindingMode::Numa, 2, &[Some(7)]),
+        vec![vec![0], vec![1]]
     );
     // CPU-only consumer (no engines): one implicit engine with unknown node.
-    assert_eq!(worker_cpus(&t, BindingMode::Numa, 1, &[]), vec![all]);
+    assert_eq!(worker_cpus(&t, BindingMode::Numa, 1, &[]), vec![vec![0]]);
     // Node 1 entirely outside the affinity mask (e.g. `taskset -c 0-3`).
     t.allowed_cpus = vec![0, 1, 2, 3];
     assert_eq!(engine_cpus(&t, Some(1)), vec![0, 1, 2, 3]);
     assert_eq!(engine_cpus(&t, Some(0)), vec![0, 1, 2, 3]);
+    assert_eq!(
+        worker_cpus(&t, BindingMode::Numa, 5, &[Some(1)]),
+        vec![vec![0], vec![1], vec![2], vec![3], vec![0]]
+    );
 }
 
 #[test]
@@ -281,7 +301,7 @@ fn plans_only_name_allowed_cpus() {
                         "{mode:?} {set:?}"
                     );
                     if mode != BindingMode::None {
-                        assert!(!set.is_empty());
+                        assert_eq!(set.len(), 1);
                     }
                 }
             }
