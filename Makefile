@@ -25,7 +25,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 FEATURE_ARGS := --features python$(if $(strip $(FEATURES)),$(comma)$(strip $(FEATURES)))
 HWLOC_ON     := $(findstring hwloc,$(FEATURES))
 
-.PHONY: help setup deps build bench bench-peers test test-rust test-py wheel wheel-check lint fmt info clean distclean
+.PHONY: help setup deps build bench bench-peers test test-rust test-loom test-py wheel wheel-check lint fmt info clean distclean
 
 help: ## Show this help
 	@echo "trdata — make targets (variables: FEATURES=$(FEATURES) BENCH_ARGS=... VENV=$(VENV))"
@@ -48,14 +48,17 @@ bench-peers: ## Setup with torch/torchvision/DALI (~5.6 GB), then `trdata bench 
 	FEATURES="$(FEATURES)" scripts/setup.sh --peers
 	$(VENV)/bin/trdata bench $(BENCH_PEERS_ARGS) $(BENCH_ARGS)
 
-test: setup ## Setup, then the Rust tests (pure core, no Python) and pytest
-	$(MAKE) --no-print-directory test-rust test-py
+test: setup ## Setup, then the Rust tests (pure core, no Python), the loom model check and pytest
+	$(MAKE) --no-print-directory test-rust test-loom test-py
 
 test-rust: ## cargo test (no python feature); topology tests again with hwloc when enabled
 	cargo test
 ifneq ($(HWLOC_ON),)
 	cargo test --features hwloc --lib topology::
 endif
+
+test-loom: ## Model-check the station state machine with loom (separate target dir: --cfg loom rebuilds all)
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release --lib station_loom
 
 test-py: ## pytest -q tests (needs the extension: make setup / make build)
 	$(VENV)/bin/pytest -q tests
