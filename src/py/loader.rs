@@ -92,6 +92,9 @@ fn typestr(d: DType) -> &'static str {
     }
 }
 
+/// What `next_batch` hands to Python: (lease, labels, indices, valid, epoch).
+type HostBatchTuple = (BatchLeaseHandle, Vec<i64>, Vec<i64>, usize, u64);
+
 /// The native loader behind `trdata.Loader`.
 #[pyclass(module = "trdata._core", frozen)]
 pub struct NativeLoader {
@@ -198,7 +201,7 @@ impl NativeLoader {
     }
 
     /// Next batch of the running epoch as (lease, labels, indices, valid, epoch), or None at its end.
-    fn next_batch(&self, py: Python<'_>) -> PyResult<Option<(BatchLeaseHandle, Vec<i64>, Vec<i64>, usize, u64)>> {
+    fn next_batch(&self, py: Python<'_>) -> PyResult<Option<HostBatchTuple>> {
         loop {
             let next = py.detach(|| lock(&self.inner).next_batch(WAIT_SLICE)).py_err()?;
             match next {

@@ -21,6 +21,7 @@
 //! - epochs are generations: `begin_epoch` bumps `epoch_gen` (which aborts a running epoch loop at its next
 //!   check) and waits for the thread's acknowledgement that the station was rewound; batches of an old
 //!   generation are never published. `stop` bumps `epoch_gen` too; `close` wakes everything and joins.
+//!
 //! Memory ordering: all state is under the mutex; the copy's completion is established by
 //! `cuEventSynchronize` before publication, and device-side by the consumer stream's wait.
 
@@ -232,7 +233,9 @@ impl StreamOrder for SlotLease {
         let Some(s) = Self::stream_handle(stream) else { return Ok(()) };
         let g = lock(&self.slot);
         let slot = g.as_ref().expect("a live lease holds its slot");
-        cuda::wait_event_raw(&self.shared.ctx, s, &slot.copy_done).map_err(|e| ExportError::StreamOrder(e.to_string()))
+        // SAFETY: `s` is the consumer's stream from `__dlpack__(stream=…)`, which the DLPack protocol requires to
+        // be a live stream on this device (or a special default-stream handle that stream_handle produced).
+        unsafe { cuda::wait_event_raw(&self.shared.ctx, s, &slot.copy_done) }.map_err(|e| ExportError::StreamOrder(e.to_string()))
     }
 
     fn consumer_released(&self, stream: ConsumerStream) {

@@ -5,6 +5,7 @@
 //! - `ring`: K slots. Slot i serves batches b ≡ i (mod K); `slot.batch` is the batch it is filling now.
 //!   A slot is *writeable* when it has a buffer and is not ready; *ready* when all rows(b) rows completed.
 //! - `pool`: free buffers; `allocated` counts buffers ever allocated (≤ `max_buffers`).
+//!
 //! Transitions (who moves them):
 //! - worker `acquire(b)`: waits until ring[b mod K] is writeable for batch b → clone of the buffer.
 //! - worker `complete(b, err)`: filled += 1 (first error kept); filled == rows(b) → ready, wake consumer.
@@ -14,6 +15,7 @@
 //! - lease drop `release(buf)`: the buffer goes to the lowest-batch slot that has none, else to the pool.
 //! - `begin_epoch`: rewinds the slots to batches 0..K; only called when no worker is inside an epoch.
 //! - `stop` (cancel the epoch), `close` (loader closing), `poison` (a worker died): every waiter returns.
+//!
 //! Why moving buffers into leases: a batch Python still holds can never be rewritten, whatever the user
 //! does; holding more than `max_buffers − K` batches makes the producer wait, and a consumer that would
 //! wait for a buffer only Python can free gets `Take::AllBuffersHeld` instead of a hang.
@@ -355,7 +357,7 @@ mod tests {
         let mut held = std::collections::VecDeque::new();
         for b in 0..shape.batches {
             let lease = loop {
-                match Station::take(&station, b, Duration::from_secs(5)) {
+                match Station::take(station, b, Duration::from_secs(5)) {
                     Take::Ready(l, None) => break l,
                     Take::Timeout => continue,
                     other => panic!("unexpected {other:?}"),
@@ -389,10 +391,10 @@ mod tests {
     #[cfg(not(loom))]
     #[test]
     fn stress_many_workers_and_epochs() {
-        for (workers, rows, total, depth, hold) in [(1, 4, 37, 2, 0), (3, 5, 101, 2, 1), (8, 7, 333, 3, 4), (16, 1, 50, 2, 0)] {
+        for (workers, rows, total, depth, hold) in [(1, 4, 37u64, 2, 0), (3, 5, 101, 2, 1), (8, 7, 333, 3, 4), (16, 1, 50, 2, 0)] {
             let stats = Arc::new(Stats::default());
             let st = Arc::new(Station::new(layout(rows), depth, depth + hold + 1, stats));
-            let shape = EpochShape { batches: (total as u64).div_ceil(rows as u64), batch_size: rows as u64, total_rows: total };
+            let shape = EpochShape { batches: total.div_ceil(rows as u64), batch_size: rows as u64, total_rows: total };
             for _ in 0..5 {
                 assert_eq!(run_epoch(&st, workers, shape, hold), expected(shape));
             }

@@ -323,8 +323,7 @@ fn run_job(job: &EpochJob, w: usize, workers: usize, scratch: &mut WorkerScratch
         let outcome = produce(job, index, scratch, file_buf, writer.image);
         let written = *outcome.as_ref().unwrap_or(&index);
         writer.set_meta(ctx.dataset.samples[written as usize].label, written as i64);
-        drop(writer);
-        drop(buf);
+        drop(buf); // the row is written: release our handle before announcing it
         eng.station.complete(b, outcome.err());
     }
 }

@@ -172,7 +172,8 @@ impl Stream {
 
     /// `cuStreamWaitEvent(self, event)`: later work on this stream starts after `event` (device side).
     pub fn wait_event(&self, event: &Event) -> Result<()> {
-        wait_event_raw(&self.ctx, self.raw, event)
+        // SAFETY: self.raw is this Stream's own live handle, created in self.ctx.
+        unsafe { wait_event_raw(&self.ctx, self.raw, event) }
     }
 
     /// `cuMemcpyHtoDAsync(dst, src, bytes)` on this stream.
@@ -202,7 +203,11 @@ impl Drop for Stream {
 
 /// `cuStreamWaitEvent(stream, event)` with `ctx` current (so the special handles 0x1 = legacy default
 /// and 0x2 = per-thread default stream mean *this* context's streams).
-pub fn wait_event_raw(ctx: &GpuContext, stream: sys::CUstream, event: &Event) -> Result<()> {
+///
+/// # Safety
+/// `stream` must be a live stream of `ctx` or one of the special handles 0x1/0x2 (a DLPack consumer's
+/// promise for the stream it passes to `__dlpack__`).
+pub unsafe fn wait_event_raw(ctx: &GpuContext, stream: sys::CUstream, event: &Event) -> Result<()> {
     ctx.scoped(|| {
         // SAFETY: `event` is a live event of this context (Event owns it); `stream` is a live stream handle
         // of this context or one of the documented special handles (the caller's contract, as DLPack's).
