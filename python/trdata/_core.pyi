@@ -7,7 +7,7 @@ __version__: str
 def scan_image_folder(root: str) -> tuple[list[str], list[int], list[str]]: ...
 def machine_info() -> dict[str, Any]: ...
 
-SYNTHETIC_VERSION: int
+SYNTHETIC_VERSION: str
 
 def generate_synthetic_dataset(
     root: str, count: int, seed: int, *, threads: int | None = None, progress: Any = None

@@ -49,7 +49,10 @@ fn run_interruptibly<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
     mut tick: impl FnMut(Python<'_>) -> PyResult<()>,
 ) -> PyResult<T> {
-    let slot = Arc::new(Slot { value: Mutex::new(None), ready: Condvar::new() });
+    let slot = Arc::new(Slot {
+        value: Mutex::new(None),
+        ready: Condvar::new(),
+    });
     let handle = {
         let slot = Arc::clone(&slot);
         std::thread::Builder::new()
@@ -154,8 +157,9 @@ fn generate_synthetic_dataset<'py>(
 /// caller's affinity mask, as the loader's workers are. Each thread decodes one file untimed first (buffer
 /// growth, page faults); the clock runs from a common barrier to the last thread's end.
 ///
-/// Returns `{"images", "failed", "seconds", "images_per_s", "megapixels_per_s", "threads", "repeat",
-/// "first_error"}`; files that fail to decode are counted in `failed` (not in `images`).
+/// Returns `{"images", "failed", "seconds", "images_per_s", "megapixels_per_s", "cpu_seconds", "threads",
+/// "repeat", "first_error"}` (`cpu_seconds`: the decoding threads' CPU time over the timed part); files that
+/// fail to decode are counted in `failed` (not in `images`).
 #[pyfunction]
 #[pyo3(signature = (paths, threads, repeat = 1, *, pin = true))]
 fn decode_ceiling<'py>(
@@ -169,12 +173,29 @@ fn decode_ceiling<'py>(
         return Err(PyValueError::new_err("paths must not be empty"));
     }
     if threads == 0 || repeat == 0 {
-        return Err(PyValueError::new_err("threads and repeat must be at least 1"));
+        return Err(PyValueError::new_err(
+            "threads and repeat must be at least 1",
+        ));
     }
-    let files: Vec<Vec<u8>> = py.detach(|| paths.iter().map(std::fs::read).collect::<std::io::Result<_>>())?;
+    let files: Vec<Vec<u8>> = py.detach(|| {
+        paths
+            .iter()
+            .map(|p| {
+                std::fs::read(p)
+                    .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", p.display())))
+            })
+            .collect::<std::io::Result<_>>()
+    })?;
     // Decoders are created here so a libjpeg-turbo init failure surfaces as the core's typed error.
-    let decoders = (0..threads).map(|_| Decoder::new()).collect::<Result<Vec<_>, _>>().py_err()?;
-    let cores = if pin { core_affinity::get_core_ids().unwrap_or_default() } else { Vec::new() };
+    let decoders = (0..threads)
+        .map(|_| Decoder::new())
+        .collect::<Result<Vec<_>, _>>()
+        .py_err()?;
+    let cores = if pin {
+        core_affinity::get_core_ids().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
 
     let cancel = Arc::new(AtomicBool::new(false));
     let work = {
@@ -186,8 +207,23 @@ fn decode_ceiling<'py>(
     d.set_item("images", r.images)?;
     d.set_item("failed", r.failed)?;
     d.set_item("seconds", r.seconds)?;
-    d.set_item("images_per_s", if r.seconds > 0.0 { r.images as f64 / r.seconds } else { 0.0 })?;
-    d.set_item("megapixels_per_s", if r.seconds > 0.0 { r.pixels as f64 / r.seconds / 1e6 } else { 0.0 })?;
+    d.set_item(
+        "images_per_s",
+        if r.seconds > 0.0 {
+            r.images as f64 / r.seconds
+        } else {
+            0.0
+        },
+    )?;
+    d.set_item(
+        "megapixels_per_s",
+        if r.seconds > 0.0 {
+            r.pixels as f64 / r.seconds / 1e6
+        } else {
+            0.0
+        },
+    )?;
+    d.set_item("cpu_seconds", r.cpu_seconds)?;
     d.set_item("threads", threads)?;
     d.set_item("repeat", repeat)?;
     d.set_item("first_error", r.first_error)?;
@@ -199,7 +235,25 @@ struct CeilingResult {
     failed: u64,
     pixels: u64,
     seconds: f64,
+    /// CPU time of the decoding threads over the timed part (user + system).
+    cpu_seconds: f64,
     first_error: Option<String>,
+}
+
+/// CPU time consumed so far by the calling thread, in nanoseconds (0 if the clock is unavailable).
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec owned by this frame; clock_gettime only writes into it.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
 }
 
 fn ceiling_run(
@@ -213,14 +267,22 @@ fn ceiling_run(
     let total = files.len() * repeat;
     let next = AtomicUsize::new(0);
     let (images, failed, pixels) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let cpu_ns = AtomicU64::new(0);
     let first_error: Mutex<Option<String>> = Mutex::new(None);
     let start_line = Barrier::new(threads + 1);
     let files = &files;
     let seconds = std::thread::scope(|scope| {
         for (t, mut decoder) in decoders.into_iter().enumerate() {
             let core = (!cores.is_empty()).then(|| cores[t % cores.len()]);
-            let (next, images, failed, pixels, first_error, start_line) =
-                (&next, &images, &failed, &pixels, &first_error, &start_line);
+            let (next, images, failed, pixels, cpu_ns, first_error, start_line) = (
+                &next,
+                &images,
+                &failed,
+                &pixels,
+                &cpu_ns,
+                &first_error,
+                &start_line,
+            );
             scope.spawn(move || {
                 if let Some(core) = core {
                     core_affinity::set_for_current(core);
@@ -229,6 +291,7 @@ fn ceiling_run(
                 // Untimed warm-up: grow the output buffer and fault its pages in.
                 let _ = decoder.decode_full_rgb(&files[t % files.len()], &mut rgb);
                 start_line.wait();
+                let cpu_start_ns = thread_cpu_ns();
                 let (mut ok, mut bad, mut px) = (0u64, 0u64, 0u64);
                 while !cancel.load(Ordering::Relaxed) {
                     let i = next.fetch_add(1, Ordering::Relaxed);
@@ -242,10 +305,17 @@ fn ceiling_run(
                         }
                         Err(e) => {
                             bad += 1;
-                            first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| e.to_string());
+                            first_error
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .get_or_insert_with(|| e.to_string());
                         }
                     }
                 }
+                cpu_ns.fetch_add(
+                    thread_cpu_ns().saturating_sub(cpu_start_ns),
+                    Ordering::Relaxed,
+                );
                 images.fetch_add(ok, Ordering::Relaxed);
                 failed.fetch_add(bad, Ordering::Relaxed);
                 pixels.fetch_add(px, Ordering::Relaxed);
@@ -263,6 +333,7 @@ fn ceiling_run(
         failed: failed.into_inner(),
         pixels: pixels.into_inner(),
         seconds,
+        cpu_seconds: cpu_ns.into_inner() as f64 * 1e-9,
         first_error: first_error.into_inner().unwrap_or_else(|e| e.into_inner()),
     }
 }

@@ -1,0 +1,931 @@
+"""Benchmark machinery shared by ``trdata bench`` (cli.py) and ``benches/throughput.py``.
+
+Rules every measurement here follows (DESIGN.md §5):
+- same files, same CPUs (``restrict_cpus``) and the same pipeline for every contender;
+- warm-up epoch(s) first, untimed (thread/process start, page cache, buffer growth);
+- the clock covers the timed epochs only, consumer side: from asking for the first batch to receiving the
+  last one; images are counted as the batches' valid rows;
+- results are img/s plus ratios; nothing here asserts on time.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+#: The standard training pipeline every contender runs.
+PIPELINE = "RandomResizedCrop(224) + RandomHorizontalFlip + ImageNet normalize → float16 NCHW"
+CROP = 224
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# CPUs
+# ----------------------------------------------------------------------------------------------------------
+
+
+def allowed_cpus() -> list[int]:
+    """CPUs this process may run on (its affinity mask), sorted."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def restrict_cpus(cpus: Sequence[int]) -> None:
+    """Bind this process (and every thread/process it starts later) to ``cpus``."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, set(cpus))
+
+
+def parse_cpus(text: str) -> list[int]:
+    """``"0-3,6"`` → ``[0, 1, 2, 3, 6]``."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            cpus.update(range(int(lo), int(hi) + 1))
+        else:
+            cpus.add(int(part))
+    if not cpus:
+        raise ValueError(f"no CPUs in {text!r}")
+    return sorted(cpus)
+
+
+def load_average() -> float | None:
+    """1-minute load average (other work on the machine skews every number)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # pragma: no cover
+        return None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Progress bar (plain stderr, no dependency)
+# ----------------------------------------------------------------------------------------------------------
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr. On a terminal it redraws in place (at most ~10×/s); otherwise it
+    prints one line when done, so logs stay readable."""
+
+    WIDTH = 28
+
+    def __init__(self, total: int, label: str, unit: str = "img", stream: Any = None) -> None:
+        self.total = max(1, int(total))
+        self.label = label
+        self.unit = unit
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.done = 0
+        self.start = time.perf_counter()
+        self._last_draw = 0.0
+        self._closed = False
+        self._draw(force=True)
+
+    def update(self, n: int = 1) -> None:
+        self.update_to(self.done + n)
+
+    def update_to(self, done: int) -> None:
+        self.done = min(int(done), self.total)
+        self._draw()
+
+    def _line(self) -> str:
+        frac = self.done / self.total
+        filled = int(frac * self.WIDTH)
+        elapsed = time.perf_counter() - self.start
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        bar = "█" * filled + "░" * (self.WIDTH - filled)
+        return (
+            f"{self.label:<40} {bar} {self.done:>6}/{self.total} {self.unit} "
+            f"{rate:8.0f} {self.unit}/s {elapsed:6.1f}s"
+        )
+
+    def _draw(self, force: bool = False) -> None:
+        if not self.tty:
+            return
+        now = time.perf_counter()
+        if not force and now - self._last_draw < 0.1 and self.done < self.total:
+            return
+        self._last_draw = now
+        self.stream.write("\r" + self._line())
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.tty:
+            self._draw(force=True)
+            self.stream.write("\n")
+        else:
+            self.stream.write(self._line() + "\n")
+        self.stream.flush()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Timing
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Measurement:
+    """Outcome of one contender."""
+
+    name: str
+    key: str = ""
+    images: int = 0
+    seconds: float = 0.0
+    epochs: float = 0.0
+    warmup_epochs: int = 0
+    note: str = ""
+    #: CPU time (user + system) the contender's process tree spent in the timed phase, when known.
+    cpu_seconds: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def img_per_s(self) -> float:
+        return self.images / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def img_per_cpu_s(self) -> float | None:
+        """Images per CPU-second: efficiency, far less sensitive to other load on the machine than img/s."""
+        return self.images / self.cpu_seconds if self.cpu_seconds else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "key": self.key,
+            "img_per_s": round(self.img_per_s, 1),
+            "images": self.images,
+            "seconds": round(self.seconds, 4),
+            "epochs": round(self.epochs, 3),
+            "warmup_epochs": self.warmup_epochs,
+            "cpu_seconds": None if self.cpu_seconds is None else round(self.cpu_seconds, 4),
+            "img_per_cpu_s": None if self.img_per_cpu_s is None else round(self.img_per_cpu_s, 1),
+            "note": self.note,
+            "error": self.error,
+            "extra": self.extra,
+        }
+
+
+def time_epochs(
+    name: str,
+    epoch_batches: Callable[[int], Iterable[int]],
+    images_per_epoch: int,
+    *,
+    epochs: int = 2,
+    warmup: int = 1,
+    seconds: float | None = None,
+    progress: bool = True,
+    on_timed_start: Callable[[], None] | None = None,
+) -> Measurement:
+    """Time a contender. ``epoch_batches(e)`` runs epoch ``e`` and yields the number of valid images of each
+    batch as the consumer receives it. ``warmup`` epochs run untimed; then ``epochs`` timed epochs, or, with
+    ``seconds``, timed epochs until that much time has passed (stopping mid-epoch at a batch boundary).
+    ``on_timed_start`` runs just before the clock starts (e.g. to snapshot counters)."""
+    m = Measurement(name=name, warmup_epochs=warmup)
+    stream = progress_stream(progress)
+    for e in range(warmup):
+        bar = ProgressBar(images_per_epoch, f"{name}: warm-up", stream=stream)
+        for n in epoch_batches(e):
+            bar.update(n)
+        bar.close()
+    timed_epochs = epochs if seconds is None else 10**9
+    bar_total = images_per_epoch * epochs if seconds is None else images_per_epoch
+    bar = ProgressBar(bar_total, f"{name}: timed", stream=stream)
+    if on_timed_start is not None:
+        on_timed_start()
+    cpu_start = tree_cpu_seconds()
+    start = time.perf_counter()
+    for e in range(warmup, warmup + timed_epochs):
+        epoch_images = 0
+        iterator = iter(epoch_batches(e))
+        stopped = False
+        for n in iterator:
+            m.images += n
+            epoch_images += n
+            bar.update_to(epoch_images if seconds is not None else m.images)
+            if seconds is not None and time.perf_counter() - start >= seconds:
+                stopped = True
+                break
+        m.seconds = time.perf_counter() - start  # read before any teardown
+        cpu_end = tree_cpu_seconds()
+        if cpu_start is not None and cpu_end is not None:
+            m.cpu_seconds = cpu_end - cpu_start
+        m.epochs += epoch_images / images_per_epoch if images_per_epoch else 0.0
+        if stopped:
+            close = getattr(iterator, "close", None)
+            if close is not None:
+                close()
+            break
+    bar.close()
+    return m
+
+
+def tree_cpu_seconds() -> float | None:
+    """User + system CPU seconds of this process and all its live descendants (threads included), from /proc.
+    Counts torch DataLoader worker processes as well as in-process thread pools; None off Linux."""
+    try:
+        ticks = os.sysconf("SC_CLK_TCK")
+        children: dict[int, list[int]] = {}
+        cpu: dict[int, int] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue  # exited meanwhile
+            fields = stat[stat.rindex(b")") + 2 :].split()
+            pid, ppid = int(entry), int(fields[1])
+            children.setdefault(ppid, []).append(pid)
+            cpu[pid] = int(fields[11]) + int(fields[12])  # utime + stime
+    except (OSError, ValueError, AttributeError):
+        return None
+    total, todo = 0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        total += cpu.get(pid, 0)
+        todo.extend(children.get(pid, ()))
+    return total / ticks
+
+
+class _NullStream:
+    def write(self, _s: str) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def progress_stream(enabled: bool) -> Any:
+    return sys.stderr if enabled else _NullStream()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Contenders implemented by trdata itself
+# ----------------------------------------------------------------------------------------------------------
+
+
+def image_folder_files(root: str | os.PathLike[str]) -> tuple[list[str], list[int]]:
+    """(paths, labels) of an ImageFolder tree, in trdata's order (used so every contender reads the same files)."""
+    from . import _core
+
+    paths, labels, _classes = _core.scan_image_folder(os.fspath(root))
+    return list(paths), list(labels)
+
+
+def trdata_contender(
+    root: str | os.PathLike[str],
+    *,
+    batch_size: int = 64,
+    workers: int = 2,
+    dtype: str = "float16",
+    epochs: int = 2,
+    warmup: int = 1,
+    seconds: float | None = None,
+    progress: bool = True,
+    name: str = "trdata Loader",
+) -> Measurement:
+    """The trdata Loader on the standard pipeline. ``extra['stats']`` holds ``loader.stats()`` deltas over the
+    timed epochs."""
+    import trdata
+
+    source = trdata.ImageFolder(root)
+    loader = trdata.Loader(
+        source,
+        batch_size=batch_size,
+        transforms=[trdata.RandomResizedCrop(CROP), trdata.RandomHorizontalFlip()],
+        normalize=trdata.IMAGENET,
+        dtype=dtype,
+        layout="NCHW",
+        workers=workers,
+        shuffle=True,
+        seed=0,
+        reproducible=False,
+        last_batch="partial",
+        device="cpu",
+        on_error="raise",
+    )
+    before: dict[str, Any] = {}
+
+    def snapshot() -> None:
+        before.update(loader.stats())
+
+    def epoch_batches(e: int) -> Iterator[int]:
+        loader.set_epoch(e)
+        for batch in loader:
+            yield int(batch.valid)
+
+    with loader:
+        m = time_epochs(
+            name,
+            epoch_batches,
+            len(source),
+            epochs=epochs,
+            warmup=warmup,
+            seconds=seconds,
+            progress=progress,
+            on_timed_start=snapshot,
+        )
+        after = loader.stats()
+    m.extra["stats"] = {
+        k: (v - before.get(k, 0) if isinstance(v, (int, float)) else v) for k, v in after.items()
+    }
+    m.extra["workers"] = workers
+    m.note = f"{workers} pinned Rust threads; ROI + DCT-scaled decode fused with augment"
+    return m
+
+
+def decode_ceiling(
+    paths: Sequence[str], threads: int, repeat: int = 2, name: str | None = None
+) -> Measurement:
+    """Raw libjpeg-turbo full decode (no ROI, no scaling, no augmentation) of in-memory files on ``threads``
+    pinned threads, ``repeat`` passes (the first image per thread is an untimed warm-up)."""
+    from . import _core
+
+    r = _core.decode_ceiling(list(paths), threads, repeat)
+    m = Measurement(name=name or display_name(f"decode-{threads}"))
+    m.images = int(r["images"])
+    m.seconds = float(r["seconds"])
+    m.cpu_seconds = r.get("cpu_seconds")
+    m.epochs = float(repeat)
+    m.note = "full-size decode to RGB, files in memory"
+    m.extra = {k: r[k] for k in ("failed", "megapixels_per_s", "threads", "repeat", "first_error")}
+    return m
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Reporting
+# ----------------------------------------------------------------------------------------------------------
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:
+    """A plain-text table; ``align`` is one char per column, 'l' or 'r' (default: first left, rest right)."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    align = align or ("l" + "r" * (len(headers) - 1))
+
+    def fmt(row: Sequence[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(row, widths, align)
+        ).rstrip()
+
+    sep = "  ".join("-" * w for w in widths)
+    return "\n".join([fmt(cells[0]), sep] + [fmt(r) for r in cells[1:]])
+
+
+def fmt_rate(v: float) -> str:
+    return f"{v:,.0f}"
+
+
+def fmt_ratio(v: float | None) -> str:
+    return "—" if v is None else f"{v:.2f}×"
+
+
+def stats_breakdown(stats: dict[str, Any], wall_s: float, workers: int) -> str:
+    """Human-readable table of ``loader.stats()`` deltas: per-stage CPU time, per image and as a share of the
+    workers' available time (wall × workers), plus the counters."""
+    samples = int(stats.get("samples", 0)) or 1
+    budget_ns = wall_s * 1e9 * max(1, workers)
+    rows = []
+    for key, value in stats.items():
+        if not key.endswith("_ns") or not isinstance(value, (int, float)):
+            continue
+        label = key[:-3].replace("_", " ")
+        if key == "consumer_wait_ns":
+            share = f"{value / (wall_s * 1e9) * 100:5.1f}% of wall (consumer)" if wall_s > 0 else ""
+        else:
+            share = f"{value / budget_ns * 100:5.1f}% of worker time" if budget_ns > 0 else ""
+        rows.append((label, f"{value / 1e9:.3f} s", f"{value / samples / 1e3:,.1f} µs", share))
+    counters = [
+        f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}" for k, v in stats.items() if not k.endswith("_ns")
+    ]
+    out = format_table(("stage", "total", "per image", "share"), rows, "lrrl") if rows else "(no timers)"
+    if counters:
+        out += "\ncounters: " + ", ".join(counters)
+    return out
+
+
+def machine_summary() -> dict[str, Any]:
+    """Facts that explain a number: CPU model, CPUs allowed, load, versions."""
+    import platform
+
+    cpu_model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu_model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {
+        "cpu_model": cpu_model,
+        "cpus_online": os.cpu_count(),
+        "cpus_allowed": allowed_cpus(),
+        "load_average_1m": load_average(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Peers (imported lazily: torch/torchvision/DALI are optional, installed by `make bench-peers`)
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _torch_worker_init(_worker_id: int) -> None:
+    # torch's DataLoader already does this in each worker; explicit so the rule is visible and kept.
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _torch_epochs(dataset: Any, *, batch_size: int, workers: int) -> Callable[[int], Iterator[int]]:
+    """Epoch runner of a torch DataLoader (persistent workers, shuffled, default prefetch, no pinning)."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    generator = torch.Generator()
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=True,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+        worker_init_fn=_torch_worker_init if workers > 0 else None,
+        pin_memory=False,
+        drop_last=False,
+        generator=generator,
+    )
+
+    def epoch_batches(e: int) -> Iterator[int]:
+        generator.manual_seed(e)
+        for _images, labels in loader:
+            yield int(labels.shape[0])
+
+    return epoch_batches
+
+
+class _TorchV2Dataset:
+    """(path, label) → torchvision.io.decode_jpeg + v2 transforms (the modern torchvision recipe)."""
+
+    def __init__(self, paths: Sequence[str], labels: Sequence[int]) -> None:
+        import torch
+        from torchvision.transforms import v2
+
+        self.paths, self.labels = list(paths), list(labels)
+        self.transform = v2.Compose(
+            [
+                v2.RandomResizedCrop(CROP, antialias=True),
+                v2.RandomHorizontalFlip(),
+                v2.ToDtype(torch.float32, scale=True),
+                v2.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+                v2.ToDtype(torch.float16),
+            ]
+        )
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> tuple[Any, int]:
+        from torchvision.io import ImageReadMode, decode_jpeg, read_file
+
+        image = decode_jpeg(read_file(self.paths[i]), mode=ImageReadMode.RGB)
+        return self.transform(image), self.labels[i]
+
+
+def torch_v2_contender(
+    paths: Sequence[str], labels: Sequence[int], *, batch_size: int, workers: int, **timing: Any
+) -> Measurement:
+    """torch DataLoader + torchvision.io.decode_jpeg + transforms.v2, float16 NCHW."""
+    import torchvision
+
+    run = _torch_epochs(_TorchV2Dataset(paths, labels), batch_size=batch_size, workers=workers)
+    m = time_epochs(display_name("torch-v2"), run, len(paths), **timing)
+    m.note = f"torchvision {torchvision.__version__}; decode_jpeg + transforms.v2; {workers} worker processes"
+    return m
+
+
+def torch_pil_contender(
+    root: str, n_files: int, *, batch_size: int, workers: int, **timing: Any
+) -> Measurement:
+    """The classic recipe: torchvision.datasets.ImageFolder (PIL) + transforms RandomResizedCrop/ToTensor/
+    Normalize (+ a cast to float16 so the output matches)."""
+    import torch
+    import torchvision
+    from torchvision import datasets, transforms
+
+    dataset = datasets.ImageFolder(
+        root,
+        transform=transforms.Compose(
+            [
+                transforms.RandomResizedCrop(CROP),
+                transforms.RandomHorizontalFlip(),
+                transforms.ToTensor(),
+                transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+                transforms.ConvertImageDtype(torch.float16),
+            ]
+        ),
+    )
+    run = _torch_epochs(dataset, batch_size=batch_size, workers=workers)
+    m = time_epochs(display_name("torch-pil"), run, len(dataset), **timing)
+    m.note = (
+        f"torchvision {torchvision.__version__}; ImageFolder + PIL transforms; {workers} worker processes"
+    )
+    if len(dataset) != n_files:
+        m.note += f" (ImageFolder found {len(dataset)} files, trdata {n_files})"
+    return m
+
+
+def _rrc_params(rng: Any, width: int, height: int) -> tuple[int, int, int, int]:
+    """torchvision's RandomResizedCrop.get_params (scale (0.08, 1), ratio (3/4, 4/3), 10 tries, then centre)."""
+    import math
+
+    area = width * height
+    log_lo, log_hi = math.log(3 / 4), math.log(4 / 3)
+    for _ in range(10):
+        target = area * rng.uniform(0.08, 1.0)
+        aspect = math.exp(rng.uniform(log_lo, log_hi))
+        w = round(math.sqrt(target * aspect))
+        h = round(math.sqrt(target / aspect))
+        if 0 < w <= width and 0 < h <= height:
+            return rng.randint(0, width - w), rng.randint(0, height - h), w, h
+    ratio = width / height
+    if ratio < 3 / 4:
+        w, h = width, round(width / (3 / 4))
+    elif ratio > 4 / 3:
+        w, h = round(height * (4 / 3)), height
+    else:
+        w, h = width, height
+    return (width - w) // 2, (height - h) // 2, w, h
+
+
+def pillow_threads_contender(
+    paths: Sequence[str], labels: Sequence[int], *, batch_size: int, workers: int, **timing: Any
+) -> Measurement:
+    """A Pillow thread pool: open → convert('RGB') (full decode, no draft) → RRC as one resize(box=…) →
+    flip → numpy normalize → float16 NCHW written into a batch buffer; two batches in flight."""
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+    import PIL
+    from PIL import Image
+
+    n = len(paths)
+    scale = (1.0 / (255.0 * np.asarray(IMAGENET_STD, dtype=np.float32))).reshape(1, 1, 3)
+    shift = (
+        np.asarray(IMAGENET_MEAN, dtype=np.float32) / np.asarray(IMAGENET_STD, dtype=np.float32)
+    ).reshape(1, 1, 3)
+    ring = [np.empty((batch_size, 3, CROP, CROP), dtype=np.float16) for _ in range(3)]
+
+    def load(epoch: int, index: int, out: np.ndarray) -> None:
+        rng = random.Random((epoch << 32) ^ index)
+        with Image.open(paths[index]) as im:
+            im = im.convert("RGB")
+            x, y, w, h = _rrc_params(rng, im.width, im.height)
+            im = im.resize((CROP, CROP), Image.Resampling.BILINEAR, box=(x, y, x + w, y + h))
+        if rng.random() < 0.5:
+            im = im.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        a = np.asarray(im, dtype=np.float32)
+        np.multiply(a, scale, out=a)
+        np.subtract(a, shift, out=a)
+        out[...] = a.transpose(2, 0, 1)
+
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pil")
+
+    def epoch_batches(e: int) -> Iterator[int]:
+        order = np.random.default_rng(e).permutation(n)
+        batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
+        pending: list[list[Any]] = []
+
+        def submit(b: int) -> None:
+            buf = ring[b % len(ring)]
+            pending.append([pool.submit(load, e, int(idx), buf[k]) for k, idx in enumerate(batches[b])])
+
+        for b in range(min(2, len(batches))):
+            submit(b)
+        for b in range(len(batches)):
+            for f in pending.pop(0):
+                f.result()
+            if b + 2 < len(batches):
+                submit(b + 2)
+            yield len(batches[b])
+
+    try:
+        m = time_epochs(display_name("pillow-threads"), epoch_batches, n, **timing)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    m.note = f"Pillow {PIL.__version__}; {workers} threads; numpy normalize"
+    return m
+
+
+def dali_contender(
+    paths: Sequence[str], labels: Sequence[int], *, batch_size: int, workers: int, **timing: Any
+) -> Measurement:
+    """NVIDIA DALI, CPU-only pipeline (device_id=None): file reader → decoders.image_random_crop (ROI decode)
+    → resize(antialias) → crop_mirror_normalize(float16, CHW)."""
+    from nvidia import dali
+    from nvidia.dali import fn, pipeline_def, types
+
+    @pipeline_def
+    def pipe() -> Any:
+        jpegs, labs = fn.readers.file(
+            files=list(paths), labels=list(labels), random_shuffle=True, name="reader"
+        )
+        images = fn.decoders.image_random_crop(
+            jpegs,
+            device="cpu",
+            output_type=types.RGB,
+            random_area=[0.08, 1.0],
+            random_aspect_ratio=[3 / 4, 4 / 3],
+            num_attempts=10,
+        )
+        images = fn.resize(images, resize_x=CROP, resize_y=CROP, antialias=True)
+        images = fn.crop_mirror_normalize(
+            images,
+            dtype=types.FLOAT16,
+            output_layout="CHW",
+            mean=[v * 255 for v in IMAGENET_MEAN],
+            std=[v * 255 for v in IMAGENET_STD],
+            mirror=fn.random.coin_flip(probability=0.5),
+        )
+        return images, labs
+
+    p = pipe(batch_size=batch_size, num_threads=workers, device_id=None, seed=0, prefetch_queue_depth=2)
+    p.build()
+    n = len(paths)
+    iterations = -(-n // batch_size)
+
+    def epoch_batches(_e: int) -> Iterator[int]:
+        # The reader wraps around epochs inside batches; every run() is batch_size decoded images.
+        for _ in range(iterations):
+            p.run()
+            yield batch_size
+
+    m = time_epochs(display_name("dali"), epoch_batches, iterations * batch_size, **timing)
+    m.note = f"DALI {dali.__version__}; CPU-only (device_id=None); {workers} threads"
+    return m
+
+
+#: Contender keys accepted by ``run_contender`` / ``python -m trdata._bench`` (``decode-N``: any N ≥ 1).
+CONTENDERS = ("trdata", "torch-v2", "torch-pil", "pillow-threads", "dali", "decode-1", "decode-2")
+_DISPLAY = {
+    "trdata": "trdata Loader",
+    "torch-v2": "torch DataLoader + v2",
+    "torch-pil": "torch DataLoader + PIL (classic)",
+    "pillow-threads": "Pillow thread pool",
+    "dali": "DALI CPU pipeline",
+}
+
+
+def display_name(key: str) -> str:
+    """Table name of contender ``key``."""
+    if key.startswith("decode-"):
+        n = int(key.split("-", 1)[1])
+        return f"decode-only libjpeg-turbo ({n} thread{'s' if n > 1 else ''})"
+    return _DISPLAY.get(key, key)
+
+
+def run_contender(
+    name: str,
+    root: str,
+    *,
+    batch_size: int = 64,
+    workers: int = 2,
+    dtype: str = "float16",
+    epochs: int = 2,
+    warmup: int = 1,
+    seconds: float | None = None,
+    progress: bool = True,
+) -> Measurement:
+    """Run one contender in this process (call it in a fresh process: see ``run_isolated``)."""
+    timing = {"epochs": epochs, "warmup": warmup, "seconds": seconds, "progress": progress}
+    if name == "trdata":
+        return trdata_contender(root, batch_size=batch_size, workers=workers, dtype=dtype, **timing)
+    paths, labels = image_folder_files(root)
+    if name.startswith("decode-"):
+        return decode_ceiling(paths, int(name.split("-", 1)[1]), repeat=max(1, epochs))
+    if name == "torch-v2":
+        return torch_v2_contender(paths, labels, batch_size=batch_size, workers=workers, **timing)
+    if name == "torch-pil":
+        return torch_pil_contender(root, len(paths), batch_size=batch_size, workers=workers, **timing)
+    if name == "pillow-threads":
+        return pillow_threads_contender(paths, labels, batch_size=batch_size, workers=workers, **timing)
+    if name == "dali":
+        return dali_contender(paths, labels, batch_size=batch_size, workers=workers, **timing)
+    raise ValueError(f"unknown contender {name!r}; expected one of {CONTENDERS}")
+
+
+#: Python modules a contender needs; a missing one turns the row into "not installed".
+REQUIRES = {
+    "torch-v2": ("torch", "torchvision"),
+    "torch-pil": ("torch", "torchvision", "PIL"),
+    "pillow-threads": ("PIL",),
+    "dali": ("nvidia.dali",),
+}
+
+
+def missing_modules(name: str) -> list[str]:
+    import importlib.util
+
+    missing = []
+    for mod in REQUIRES.get(name, ()):
+        try:
+            if importlib.util.find_spec(mod) is None:
+                missing.append(mod)
+        except (ImportError, ValueError):
+            missing.append(mod)
+    return missing
+
+
+def run_isolated(
+    name: str, root: str, cpus: Sequence[int], *, timeout_s: float = 900, **options: Any
+) -> Measurement:
+    """Run contender ``name`` in a fresh Python process bound to ``cpus`` (so no contender inherits another's
+    threads, imports or page-cache warmth beyond the files themselves) and return its Measurement. Missing
+    optional dependencies and crashes become a row with ``error`` set instead of an exception."""
+    import json
+    import subprocess
+    import tempfile
+
+    missing = missing_modules(name)
+    if missing:
+        return Measurement(name=display_name(name), key=name, error=f"not installed ({', '.join(missing)})")
+    with tempfile.TemporaryDirectory(prefix="trdata-bench-") as tmp:
+        out = os.path.join(tmp, "result.json")
+        cmd = [
+            sys.executable,
+            "-m",
+            "trdata._bench",
+            name,
+            "--data",
+            root,
+            "--out",
+            out,
+            "--cpus",
+            ",".join(map(str, cpus)),
+        ]
+        for key, value in options.items():
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                if not value:
+                    cmd.append(f"--no-{key.replace('_', '-')}")
+                continue
+            cmd += [f"--{key.replace('_', '-')}", str(value)]
+        try:
+            proc = subprocess.run(
+                cmd, check=False, timeout=timeout_s, stdout=subprocess.PIPE, stderr=None, text=True
+            )
+        except subprocess.TimeoutExpired:
+            return Measurement(name=display_name(name), key=name, error=f"timed out after {timeout_s:.0f} s")
+        if proc.returncode != 0 or not os.path.exists(out):
+            tail = (proc.stdout or "").strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
+            return Measurement(name=display_name(name), key=name, error=f"failed: {tail[0]}")
+        with open(out) as f:
+            d = json.load(f)
+    m = Measurement(
+        name=d["name"],
+        key=name,
+        images=d["images"],
+        seconds=d["seconds"],
+        cpu_seconds=d.get("cpu_seconds"),
+        epochs=d["epochs"],
+        warmup_epochs=d["warmup_epochs"],
+        note=d["note"],
+        extra=d["extra"],
+        error=d["error"],
+    )
+    return m
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    """``python -m trdata._bench CONTENDER --data DIR --out FILE [...]``: one contender, result as JSON."""
+    import argparse
+    import json
+    import traceback
+
+    ap = argparse.ArgumentParser(prog="python -m trdata._bench")
+    ap.add_argument("contender", help=f"one of {', '.join(CONTENDERS)} (decode-N: any N)")
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--cpus", default=None)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--seconds", type=float, default=None)
+    ap.add_argument("--no-progress", dest="progress", action="store_false")
+    args = ap.parse_args(argv)
+    if args.cpus:
+        restrict_cpus(parse_cpus(args.cpus))
+    try:
+        m = run_contender(
+            args.contender,
+            args.data,
+            batch_size=args.batch_size,
+            workers=args.workers,
+            dtype=args.dtype,
+            epochs=args.epochs,
+            warmup=args.warmup,
+            seconds=args.seconds,
+            progress=args.progress,
+        )
+    except Exception as e:  # noqa: BLE001 - any failure becomes the row's error in the parent
+        traceback.print_exc()
+        print(f"{type(e).__name__}: {e}")
+        return 1
+    with open(args.out, "w") as f:
+        json.dump(m.to_json(), f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Suites: several contenders, each isolated, optionally in interleaved rounds
+# ----------------------------------------------------------------------------------------------------------
+
+
+def run_suite(
+    names: Sequence[str],
+    root: str,
+    cpus: Sequence[int],
+    *,
+    rounds: int = 1,
+    stat: str = "best",
+    log: Callable[[str], None] | None = None,
+    **options: Any,
+) -> list[Measurement]:
+    """Run ``names`` one after another, each in a fresh process bound to ``cpus``. With ``rounds`` > 1 the
+    whole sequence repeats, interleaved (so a burst of background load hits every contender alike), and each
+    contender reports its ``stat`` round: ``best`` (default: background load only ever slows a contender
+    down, so the fastest round is the least disturbed estimate of what it can do) or ``median``. All rounds
+    stay in ``extra['rounds_img_per_s']``. ``options`` go to ``run_contender`` (decode ceilings: repeat =
+    epochs)."""
+    import statistics
+
+    if stat not in ("best", "median"):
+        raise ValueError(f"stat must be 'best' or 'median', got {stat!r}")
+    per_name: dict[str, list[Measurement]] = {n: [] for n in names}
+    for r in range(rounds):
+        for name in names:
+            if log is not None:
+                log(f"[{r + 1}/{rounds}] {name}" if rounds > 1 else f"{name}")
+            per_name[name].append(run_isolated(name, root, cpus, **options))
+    results = []
+    for name in names:
+        runs = per_name[name]
+        ok = [m for m in runs if m.error is None]
+        if not ok:
+            results.append(runs[-1])
+            continue
+        rates = [m.img_per_s for m in ok]
+        pick = max(rates) if stat == "best" else statistics.median_low(rates)
+        chosen = next(m for m in ok if m.img_per_s == pick)
+        if len(runs) > 1:
+            chosen.extra["rounds_img_per_s"] = [round(m.img_per_s, 1) for m in ok]
+            chosen.extra["rounds_stat"] = stat
+        results.append(chosen)
+    return results
+
+
+def results_table(results: Sequence[Measurement], reference: Measurement | None) -> str:
+    """Rows: contender, img/s, every round's img/s (when several), images per CPU-second, reference ÷
+    contender (how many times faster the reference is, by img/s), note."""
+    multi = any(m.extra.get("rounds_img_per_s") for m in results)
+    rows = []
+    for m in results:
+        rounds = (", ".join(fmt_rate(v) for v in m.extra.get("rounds_img_per_s", [])),) if multi else ()
+        if m.error is not None:
+            rows.append((m.name, "—", *(("",) if multi else ()), "—", "—", m.error))
+            continue
+        usable = reference is not None and reference.error is None and m.img_per_s > 0
+        ratio = reference.img_per_s / m.img_per_s if usable else None
+        per_cpu = "—" if m.img_per_cpu_s is None else fmt_rate(m.img_per_cpu_s)
+        rows.append((m.name, fmt_rate(m.img_per_s), *rounds, per_cpu, fmt_ratio(ratio), m.note))
+    ref = reference.name if reference else "reference"
+    stat = next((m.extra["rounds_stat"] for m in results if m.extra.get("rounds_stat")), "")
+    headers = ("contender", f"img/s ({stat})" if multi else "img/s", *(("rounds",) if multi else ()))
+    headers += ("img/CPU-s", f"{ref} ÷ it", "note")
+    return format_table(headers, rows, "lr" + ("l" if multi else "") + "rrl")

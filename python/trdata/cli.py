@@ -1,0 +1,207 @@
+"""The ``trdata`` command.
+
+trdata info                 what this build sees: CPUs, NUMA, JPEG SIMD, CUDA, binding
+trdata bench                img/s of the standard training pipeline on the built-in dataset, next to the
+                            raw libjpeg-turbo decode ceiling on the same cores (--peers: also torch,
+                            Pillow, DALI when installed)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+
+def _cmd_info(_args: argparse.Namespace) -> int:
+    from ._info import format_info
+
+    print(format_info())
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from . import _bench
+
+    cpus = _bench.parse_cpus(args.cpus) if args.cpus else _bench.allowed_cpus()
+    workers = args.workers or len(cpus)
+    if args.data:
+        root = os.path.abspath(args.data)
+        if not os.path.isdir(root):
+            print(f"trdata bench: --data {args.data!r} is not a folder", file=sys.stderr)
+            return 2
+        data_label = root
+    else:
+        from ._dataset import default_dataset
+
+        root = os.fspath(default_dataset(progress=not args.quiet))
+        data_label = f"built-in synthetic dataset ({root})"
+    paths, _labels = _bench.image_folder_files(root)
+    if not paths:
+        print(f"trdata bench: no images under {root}", file=sys.stderr)
+        return 2
+
+    names = ["trdata", f"decode-{workers}"]
+    if args.peers:
+        names += ["torch-v2", "torch-pil", "pillow-threads", "dali"]
+        if workers != 1:
+            names.append("decode-1")
+    timing = f"{args.seconds:g} s timed" if args.seconds else f"{args.epochs} timed epoch(s)"
+    load = _bench.load_average()
+    header = [
+        f"trdata bench — {len(paths):,} images: {data_label}",
+        (
+            f"CPUs {','.join(map(str, cpus))}, {workers} worker(s), batch {args.batch_size}, "
+            f"{_bench.PIPELINE.replace('float16', args.dtype)}"
+        ),
+        f"{args.warmup} warm-up epoch(s) untimed, {timing}; each contender in a fresh process"
+        + (f"; load average {load:.2f}" if load is not None else ""),
+    ]
+    if load is not None and load > 0.5 * len(cpus):
+        header.append(
+            f"warning: the machine is busy (load {load:.1f} on {len(cpus)} CPUs): numbers will be low "
+            "and noisy"
+        )
+    print("\n".join(header) + "\n", flush=True)
+
+    results = _bench.run_suite(
+        names,
+        root,
+        cpus,
+        rounds=args.rounds,
+        batch_size=args.batch_size,
+        workers=workers,
+        dtype=args.dtype,
+        epochs=args.epochs,
+        warmup=args.warmup,
+        seconds=args.seconds,
+        progress=not args.quiet,
+    )
+    by_key = {m.key: m for m in results}
+    ours, ceiling = by_key["trdata"], by_key[f"decode-{workers}"]
+
+    out = ["", _bench.results_table(results, ours)]
+    if ours.error is None and ceiling.error is None and ceiling.img_per_s > 0:
+        out.append("")
+        out.append(
+            f"trdata ÷ decode-only ceiling on the same {workers} core(s): "
+            f"{ours.img_per_s / ceiling.img_per_s:.2f}× "
+            "(the ceiling decodes every full image; trdata decodes only each crop's region, DCT-scaled, "
+            "and still resamples, flips, normalizes and casts)"
+        )
+    if ours.error is None and ours.extra.get("stats"):
+        out.append("")
+        out.append("loader.stats() over the timed epochs:")
+        out.append(_bench.stats_breakdown(ours.extra["stats"], ours.seconds, workers))
+    print("\n".join(out))
+
+    if args.json:
+        doc = {
+            "command": "trdata bench",
+            "data": root,
+            "images": len(paths),
+            "cpus": cpus,
+            "workers": workers,
+            "batch_size": args.batch_size,
+            "dtype": args.dtype,
+            "pipeline": _bench.PIPELINE,
+            "machine": _bench.machine_summary(),
+            "results": [m.to_json() for m in results],
+        }
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=2)
+    return 0 if ours.error is None else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trdata", description="trdata: the input pipeline that keeps GPUs fed."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    info = sub.add_parser("info", help="CPUs, NUMA, JPEG SIMD, CUDA and binding as this build sees them")
+    info.set_defaults(func=_cmd_info)
+
+    bench = sub.add_parser(
+        "bench",
+        help="img/s of the standard training pipeline vs. the raw decode ceiling",
+        description="Time the standard training pipeline (RandomResizedCrop 224 + horizontal flip + ImageNet "
+        "normalize → float16 NCHW) on the built-in synthetic dataset (generated once into "
+        "$TRDATA_CACHE or ~/.cache/trdata) or on --data, next to a raw libjpeg-turbo full-decode "
+        "loop on the same cores. The warm-up epoch is not timed.",
+    )
+    bench.add_argument("--data", metavar="DIR", help="ImageFolder root (default: the built-in dataset)")
+    bench.add_argument("--batch-size", type=_positive_int, default=64)
+    bench.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=None,
+        help="worker threads (default: all CPUs this process may use)",
+    )
+    bench.add_argument("--epochs", type=_positive_int, default=2, help="timed epochs (default 2)")
+    bench.add_argument("--warmup", type=int, default=1, help="untimed warm-up epochs (default 1)")
+    bench.add_argument(
+        "--seconds",
+        type=_positive_float,
+        default=None,
+        help="time for this many seconds instead of --epochs (stops at a batch boundary)",
+    )
+    bench.add_argument("--dtype", default="float16", choices=("uint8", "float16", "bfloat16", "float32"))
+    bench.add_argument(
+        "--cpus",
+        default=None,
+        metavar="LIST",
+        help="run every contender on these CPUs, e.g. 0-3 (default: the current affinity)",
+    )
+    bench.add_argument(
+        "--peers",
+        action="store_true",
+        help="also time torch DataLoader (v2 and classic PIL), a Pillow thread pool and DALI "
+        "(those installed; `make bench-peers` installs them)",
+    )
+    bench.add_argument(
+        "--rounds",
+        type=_positive_int,
+        default=1,
+        help="repeat the whole comparison, interleaved, and report each contender's best round",
+    )
+    bench.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    bench.add_argument("-q", "--quiet", action="store_true", help="no progress output on stderr")
+    bench.set_defaults(func=_cmd_bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``trdata`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # `trdata info | head`: the reader left; exit quietly like other command-line tools.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
