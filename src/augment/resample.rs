@@ -3,15 +3,19 @@
 //!
 //! Exactness: coefficients are computed like Pillow's `precompute_coeffs` (triangle filter, support scaled by the
 //! downscale factor, centre `(i + 0.5) · scale`, weights normalized and clamped to the source span) and converted
-//! to Pillow's 22-bit fixed point (`normalize_coeffs_8bpc`). The horizontal pass runs first and rounds to an 8-bit
-//! intermediate, then the vertical pass — the same order and rounding as Pillow, so at DCT scale 8/8 the uint8
-//! output equals `img.resize(...)` + crop bit for bit. Normalize + cast is a per-channel 256-entry table applied
-//! to the 8-bit result (what `ToTensor()` + `Normalize()` compute from a PIL image), so float outputs cost nothing
-//! extra and round once.
+//! to Pillow's 22-bit fixed point (`normalize_coeffs_8bpc`). The two separable passes round to an 8-bit
+//! intermediate in between, like Pillow, in the order the caller picks (Pillow 13's order for deterministic
+//! pipelines, see `geometry::pillow_vertical_first`), so at DCT scale 8/8 the uint8 output equals
+//! `img.resize(...)` + crop bit for bit. Normalize + cast is a per-channel 256-entry table applied to the 8-bit
+//! result (what `ToTensor()` + `Normalize()` compute from a PIL image), so float outputs cost nothing extra and
+//! round once.
 //!
 //! Speed: only the output's own rows/columns get coefficients; every output uses the same number of taps `K`
-//! (short filters are shifted and zero-padded), so the inner loops have a compile-time length for K ≤ 8 and
-//! vectorize; nothing is allocated once the scratch vectors have grown.
+//! (short filters are shifted and zero-padded), so the inner loops have a compile-time length for K ≤ 8. The
+//! vertical pass is a contiguous multiply-add over a row (vectorized; much faster with AVX2, where 32-bit
+//! multiplies are native). The horizontal pass gathers, so it stays scalar, but multiplies two channels at once
+//! (`(r | g << 32) · k` in a u64, exact because the weights are non-negative) from a line widened to u32.
+//! Nothing is allocated once the scratch vectors have grown.
 
 use super::geometry::Axis;
 use super::{DType, Layout, OutputSpec};
@@ -105,10 +109,10 @@ impl AxisCoeffs {
                 ww += w;
             }
             let kk = &mut self.raw_k[o * ksize..o * ksize + ksize];
-            for x in 0..len {
-                let w = if ww != 0.0 { self.tmp[x] / ww } else { self.tmp[x] };
+            for (k, &w) in kk.iter_mut().zip(&self.tmp[..len]) {
+                let w = if ww != 0.0 { w / ww } else { w };
                 // normalize_coeffs_8bpc
-                kk[x] = if w < 0.0 {
+                *k = if w < 0.0 {
                     (-0.5 + w * f64::from(1u32 << PRECISION_BITS)) as i32
                 } else {
                     (0.5 + w * f64::from(1u32 << PRECISION_BITS)) as i32
@@ -209,50 +213,41 @@ impl OutputLut {
     }
 }
 
-/// Horizontal pass over `rows` source rows: `src` row r starts at `r * stride`; output rows of `3 * out_w`
-/// bytes go to `dst`.
-pub(crate) fn horizontal(src: &[u8], stride: usize, rows: std::ops::Range<usize>, c: &AxisCoeffs, dst: &mut [u8]) {
-    let out_w = c.start.len();
-    let line = 3 * out_w;
+/// Horizontal pass over `rows` source rows: row r's pixels that the (rebased) starts of `c` count from begin at
+/// byte `r * stride + col0` of `src`; output rows of `3 * out_w` bytes go to `dst`. Each row's needed span is
+/// widened into `wide` first, for the two-channels-per-multiply kernel.
+pub(crate) fn horizontal(
+    src: &[u8],
+    stride: usize,
+    col0: usize,
+    rows: std::ops::Range<usize>,
+    c: &AxisCoeffs,
+    wide: &mut [u32],
+    dst: &mut [u8],
+) {
+    let line = 3 * c.start.len();
+    let cols = 3 * (c.win1 - c.win0) as usize;
+    let wide = &mut wide[..cols];
     for (r, d) in rows.zip(dst.chunks_exact_mut(line)) {
-        let s = &src[r * stride..];
-        match c.taps {
-            1 => hrow::<1>(s, &c.start, &c.k, d),
-            2 => hrow::<2>(s, &c.start, &c.k, d),
-            3 => hrow::<3>(s, &c.start, &c.k, d),
-            4 => hrow::<4>(s, &c.start, &c.k, d),
-            5 => hrow::<5>(s, &c.start, &c.k, d),
-            6 => hrow::<6>(s, &c.start, &c.k, d),
-            7 => hrow::<7>(s, &c.start, &c.k, d),
-            8 => hrow::<8>(s, &c.start, &c.k, d),
-            t => hrow_dyn(s, &c.start, &c.k, t, d),
+        let s = &src[r * stride + col0..r * stride + col0 + cols];
+        for (w, &v) in wide.iter_mut().zip(s) {
+            *w = u32::from(v);
         }
+        horizontal_row_wide(wide, c, d);
     }
 }
 
-#[inline(always)]
-fn hrow<const K: usize>(src: &[u8], starts: &[u32], k: &[i32], dst: &mut [u8]) {
-    for ((d, &s), k) in dst.chunks_exact_mut(3).zip(starts).zip(k.chunks_exact(K)) {
+/// Pillow's plain 8-bit horizontal loop: the reference the SWAR kernel is checked against in tests.
+#[cfg(test)]
+pub(crate) fn horizontal_row(src: &[u8], c: &AxisCoeffs, dst: &mut [u8]) {
+    for ((d, &s), k) in dst
+        .chunks_exact_mut(3)
+        .zip(&c.start)
+        .zip(c.k.chunks_exact(c.taps))
+    {
         let s = s as usize * 3;
-        let px = &src[s..s + 3 * K];
         let (mut r, mut g, mut b) = (HALF, HALF, HALF);
-        for t in 0..K {
-            r += i32::from(px[3 * t]) * k[t];
-            g += i32::from(px[3 * t + 1]) * k[t];
-            b += i32::from(px[3 * t + 2]) * k[t];
-        }
-        d[0] = clip8(r);
-        d[1] = clip8(g);
-        d[2] = clip8(b);
-    }
-}
-
-fn hrow_dyn(src: &[u8], starts: &[u32], k: &[i32], taps: usize, dst: &mut [u8]) {
-    for ((d, &s), k) in dst.chunks_exact_mut(3).zip(starts).zip(k.chunks_exact(taps)) {
-        let s = s as usize * 3;
-        let px = &src[s..s + 3 * taps];
-        let (mut r, mut g, mut b) = (HALF, HALF, HALF);
-        for (p, &w) in px.chunks_exact(3).zip(k) {
+        for (p, &w) in src[s..s + 3 * c.taps].chunks_exact(3).zip(k) {
             r += i32::from(p[0]) * w;
             g += i32::from(p[1]) * w;
             b += i32::from(p[2]) * w;
@@ -263,49 +258,148 @@ fn hrow_dyn(src: &[u8], starts: &[u32], k: &[i32], taps: usize, dst: &mut [u8]) 
     }
 }
 
-/// Vertical pass for one output row: `inter` holds intermediate rows of `line` bytes, starting at row `start`.
-pub(crate) fn vertical_row(inter: &[u8], line: usize, start: usize, k: &[i32], out: &mut [u8]) {
-    let rows = &inter[start * line..(start + k.len()) * line];
+/// An element the vertical pass can write: the clipped 8-bit value, as `u8` (intermediate in Pillow's format) or
+/// as `u32` (the widened line the SWAR horizontal kernel reads).
+pub(crate) trait Clipped: Copy {
+    /// From a fixed-point accumulator.
+    fn clipped(acc: i32) -> Self;
+}
+
+impl Clipped for u8 {
+    #[inline(always)]
+    fn clipped(acc: i32) -> Self {
+        clip8(acc)
+    }
+}
+
+impl Clipped for u32 {
+    /// No clamp needed: with non-negative weights summing to 2^22 (+ at most K/2 from rounding) the accumulator of
+    /// 8-bit samples stays within [0, 255.5 · 2^22).
+    #[inline(always)]
+    fn clipped(acc: i32) -> Self {
+        debug_assert!((0..256 << PRECISION_BITS).contains(&acc));
+        (acc >> PRECISION_BITS) as u32
+    }
+}
+
+/// Vertical pass for one output row: tap row `t` is `src[offset + t * stride..][..out.len()]`.
+pub(crate) fn vertical<O: Clipped>(
+    src: &[u8],
+    offset: usize,
+    stride: usize,
+    k: &[i32],
+    out: &mut [O],
+) {
+    let src = &src[offset..];
     match k.len() {
-        1 => vrow::<1>(rows, k, out),
-        2 => vrow::<2>(rows, k, out),
-        3 => vrow::<3>(rows, k, out),
-        4 => vrow::<4>(rows, k, out),
-        5 => vrow::<5>(rows, k, out),
-        6 => vrow::<6>(rows, k, out),
-        7 => vrow::<7>(rows, k, out),
-        8 => vrow::<8>(rows, k, out),
-        _ => vrow_dyn(rows, k, out),
+        1 => vrow::<1, O>(src, stride, k, out),
+        2 => vrow::<2, O>(src, stride, k, out),
+        3 => vrow::<3, O>(src, stride, k, out),
+        4 => vrow::<4, O>(src, stride, k, out),
+        5 => vrow::<5, O>(src, stride, k, out),
+        6 => vrow::<6, O>(src, stride, k, out),
+        7 => vrow::<7, O>(src, stride, k, out),
+        8 => vrow::<8, O>(src, stride, k, out),
+        _ => vrow_dyn(src, stride, k, out),
     }
 }
 
 #[inline(always)]
-fn vrow<const K: usize>(rows: &[u8], k: &[i32], out: &mut [u8]) {
-    let line = out.len();
+fn vrow<const K: usize, O: Clipped>(src: &[u8], stride: usize, k: &[i32], out: &mut [O]) {
+    let n = out.len();
     let k: [i32; K] = std::array::from_fn(|t| k[t]);
-    let r: [&[u8]; K] = std::array::from_fn(|t| &rows[t * line..(t + 1) * line]);
+    let r: [&[u8]; K] = std::array::from_fn(|t| &src[t * stride..t * stride + n]);
     for (i, o) in out.iter_mut().enumerate() {
         let mut a = HALF;
         for t in 0..K {
             a += i32::from(r[t][i]) * k[t];
         }
-        *o = clip8(a);
+        *o = O::clipped(a);
     }
 }
 
-fn vrow_dyn(rows: &[u8], k: &[i32], out: &mut [u8]) {
-    let line = out.len();
+fn vrow_dyn<O: Clipped>(src: &[u8], stride: usize, k: &[i32], out: &mut [O]) {
     for (i, o) in out.iter_mut().enumerate() {
         let mut a = HALF;
         for (t, &w) in k.iter().enumerate() {
-            a += i32::from(rows[t * line + i]) * w;
+            a += i32::from(src[t * stride + i]) * w;
         }
-        *o = clip8(a);
+        *o = O::clipped(a);
+    }
+}
+
+/// Horizontal pass of one widened line (`u32` per sample, from `vertical::<u32>`), two channels per multiply:
+/// `(r | g << 32) · k` keeps both sums exact in their 32-bit lanes, because the weights are non-negative (triangle
+/// filter) and sum to 2^22, so a lane never exceeds 255 · 2^22 + 2^21 < 2^32.
+pub(crate) fn horizontal_row_wide(src: &[u32], c: &AxisCoeffs, dst: &mut [u8]) {
+    match c.taps {
+        1 => hrow_wide::<1>(src, &c.start, &c.k, dst),
+        2 => hrow_wide::<2>(src, &c.start, &c.k, dst),
+        3 => hrow_wide::<3>(src, &c.start, &c.k, dst),
+        4 => hrow_wide::<4>(src, &c.start, &c.k, dst),
+        5 => hrow_wide::<5>(src, &c.start, &c.k, dst),
+        6 => hrow_wide::<6>(src, &c.start, &c.k, dst),
+        7 => hrow_wide::<7>(src, &c.start, &c.k, dst),
+        8 => hrow_wide::<8>(src, &c.start, &c.k, dst),
+        t => hrow_wide_dyn(src, &c.start, &c.k, t, dst),
+    }
+}
+
+const HALF2: u64 = (HALF as u64) | ((HALF as u64) << 32);
+
+#[inline(always)]
+fn clip_lanes(rg: u64, b: u32, d: &mut [u8]) {
+    d[0] = ((rg as u32) >> PRECISION_BITS).min(255) as u8;
+    d[1] = (((rg >> 32) as u32) >> PRECISION_BITS).min(255) as u8;
+    d[2] = (b >> PRECISION_BITS).min(255) as u8;
+}
+
+#[inline(always)]
+fn hrow_wide<const K: usize>(src: &[u32], starts: &[u32], k: &[i32], dst: &mut [u8]) {
+    for ((d, &s), k) in dst.chunks_exact_mut(3).zip(starts).zip(k.chunks_exact(K)) {
+        let s = s as usize * 3;
+        let px = &src[s..s + 3 * K];
+        let (mut rg, mut b) = (HALF2, HALF as u32);
+        for t in 0..K {
+            let w = k[t] as u32;
+            rg = rg.wrapping_add(
+                (u64::from(px[3 * t]) | (u64::from(px[3 * t + 1]) << 32))
+                    .wrapping_mul(u64::from(w)),
+            );
+            b = b.wrapping_add(px[3 * t + 2].wrapping_mul(w));
+        }
+        clip_lanes(rg, b, d);
+    }
+}
+
+fn hrow_wide_dyn(src: &[u32], starts: &[u32], k: &[i32], taps: usize, dst: &mut [u8]) {
+    for ((d, &s), k) in dst
+        .chunks_exact_mut(3)
+        .zip(starts)
+        .zip(k.chunks_exact(taps))
+    {
+        let s = s as usize * 3;
+        let (mut rg, mut b) = (HALF2, HALF as u32);
+        for (p, &w) in src[s..s + 3 * taps].chunks_exact(3).zip(k) {
+            let w = w as u32;
+            rg = rg.wrapping_add(
+                (u64::from(p[0]) | (u64::from(p[1]) << 32)).wrapping_mul(u64::from(w)),
+            );
+            b = b.wrapping_add(p[2].wrapping_mul(w));
+        }
+        clip_lanes(rg, b, d);
     }
 }
 
 /// Write one output row (interleaved RGB8 `row`, `out_w` pixels) at row `y` of a sample in `layout`, through `lut`.
-pub(crate) fn write_row(lut: &OutputLut, layout: Layout, row: &[u8], y: usize, out_h: usize, dst: &mut [u8]) {
+pub(crate) fn write_row(
+    lut: &OutputLut,
+    layout: Layout,
+    row: &[u8],
+    y: usize,
+    out_h: usize,
+    dst: &mut [u8],
+) {
     let out_w = row.len() / 3;
     match lut {
         OutputLut::U8 => match layout {
@@ -319,8 +413,12 @@ pub(crate) fn write_row(lut: &OutputLut, layout: Layout, row: &[u8], y: usize, o
                 }
             }
         },
-        OutputLut::Half(t) => write_row_lut::<2, u16>(t, layout, row, y, out_h, dst, u16::to_ne_bytes),
-        OutputLut::F32(t) => write_row_lut::<4, f32>(t, layout, row, y, out_h, dst, f32::to_ne_bytes),
+        OutputLut::Half(t) => {
+            write_row_lut::<2, u16>(t, layout, row, y, out_h, dst, u16::to_ne_bytes)
+        }
+        OutputLut::F32(t) => {
+            write_row_lut::<4, f32>(t, layout, row, y, out_h, dst, f32::to_ne_bytes)
+        }
     }
 }
 

@@ -77,7 +77,11 @@ impl TjDecompressor {
         // SAFETY: valid handle; tj3GetErrorCode only reads the instance's warning flag.
         let code = unsafe { tj::tj3GetErrorCode(self.raw()) };
         let msg = self.last_error();
-        if code == tj::TJERR_TJERR_WARNING as libc::c_int { TjFailure::Warning(msg) } else { TjFailure::Fatal(msg) }
+        if code == tj::TJERR_TJERR_WARNING as libc::c_int {
+            TjFailure::Warning(msg)
+        } else {
+            TjFailure::Fatal(msg)
+        }
     }
 
     /// Set an integer parameter; only called with parameters valid for decompression instances.
@@ -85,7 +89,10 @@ impl TjDecompressor {
         // SAFETY: valid handle; tj3Set validates `param`/`value` and returns -1 on error, which we check.
         let rc = unsafe { tj::tj3Set(self.raw(), param as libc::c_int, value) };
         if rc != 0 {
-            return Err(ImageError::new(ImageErrorKind::Unsupported, format!("tj3Set({param}): {}", self.last_error())));
+            return Err(ImageError::new(
+                ImageErrorKind::Unsupported,
+                format!("tj3Set({param}): {}", self.last_error()),
+            ));
         }
         Ok(())
     }
@@ -100,7 +107,9 @@ impl TjDecompressor {
     pub fn read_header(&mut self, bytes: &[u8]) -> Result<RawHeader, TjFailure> {
         // SAFETY: valid handle; `bytes` is a live slice of `bytes.len()` bytes that libjpeg-turbo only reads, and
         // it does not keep the pointer after returning (the source manager is reset by the next call).
-        let rc = unsafe { tj::tj3DecompressHeader(self.raw(), bytes.as_ptr(), bytes.len() as tj::size_t) };
+        let rc = unsafe {
+            tj::tj3DecompressHeader(self.raw(), bytes.as_ptr(), bytes.len() as tj::size_t)
+        };
         if rc != 0 {
             match self.failure() {
                 TjFailure::Warning(_) => {}
@@ -117,7 +126,10 @@ impl TjDecompressor {
             progressive: self.get(tj::TJPARAM_TJPARAM_PROGRESSIVE) == 1,
         };
         if h.width < 1 || h.height < 1 {
-            return Err(TjFailure::Fatal(format!("invalid JPEG dimensions {}x{}", h.width, h.height)));
+            return Err(TjFailure::Fatal(format!(
+                "invalid JPEG dimensions {}x{}",
+                h.width, h.height
+            )));
         }
         Ok(h)
     }
@@ -128,19 +140,35 @@ impl TjDecompressor {
         // SAFETY: valid handle; the factor is passed by value and validated by libjpeg-turbo.
         let rc = unsafe { tj::tj3SetScalingFactor(self.raw(), sf) };
         if rc != 0 {
-            return Err(ImageError::new(ImageErrorKind::Unsupported, format!("tj3SetScalingFactor: {}", self.last_error())));
+            return Err(ImageError::new(
+                ImageErrorKind::Unsupported,
+                format!("tj3SetScalingFactor: {}", self.last_error()),
+            ));
         }
         Ok(())
     }
 
     /// `tj3SetCroppingRegion`; `None` = uncropped. Must follow `read_header` of the image about to be decoded.
     pub fn set_region(&mut self, region: Option<TjRegion>) -> Result<(), ImageError> {
-        let r = region.unwrap_or(TjRegion { x: 0, y: 0, w: 0, h: 0 });
-        let raw = tj::tjregion { x: r.x, y: r.y, w: r.w, h: r.h };
+        let r = region.unwrap_or(TjRegion {
+            x: 0,
+            y: 0,
+            w: 0,
+            h: 0,
+        });
+        let raw = tj::tjregion {
+            x: r.x,
+            y: r.y,
+            w: r.w,
+            h: r.h,
+        };
         // SAFETY: valid handle; the region is passed by value and validated against the header read last.
         let rc = unsafe { tj::tj3SetCroppingRegion(self.raw(), raw) };
         if rc != 0 {
-            return Err(ImageError::new(ImageErrorKind::Corrupt, format!("tj3SetCroppingRegion{r:?}: {}", self.last_error())));
+            return Err(ImageError::new(
+                ImageErrorKind::Corrupt,
+                format!("tj3SetCroppingRegion{r:?}: {}", self.last_error()),
+            ));
         }
         Ok(())
     }
@@ -150,30 +178,64 @@ impl TjDecompressor {
     /// The caller guarantees `dst.len() >= pitch * rows` where `rows` is the cropping region's height (or the scaled
     /// image height when uncropped) and `pitch >= width * bytes_per_pixel(pixel_format)`; this is asserted for the
     /// row count it passes as `rows`.
-    pub fn decompress8(&mut self, bytes: &[u8], dst: &mut [u8], pitch: usize, rows: usize, pixel_format: tj::TJPF)
-        -> Result<(), TjFailure> {
-        assert!(pitch.checked_mul(rows).is_some_and(|n| n <= dst.len()), "decompress8: destination too small");
-        let pitch_c = i32::try_from(pitch).map_err(|_| TjFailure::Fatal("row pitch too large".into()))?;
+    pub fn decompress8(
+        &mut self,
+        bytes: &[u8],
+        dst: &mut [u8],
+        pitch: usize,
+        rows: usize,
+        pixel_format: tj::TJPF,
+    ) -> Result<(), TjFailure> {
+        assert!(
+            pitch.checked_mul(rows).is_some_and(|n| n <= dst.len()),
+            "decompress8: destination too small"
+        );
+        let pitch_c =
+            i32::try_from(pitch).map_err(|_| TjFailure::Fatal("row pitch too large".into()))?;
         // SAFETY: valid handle; `bytes` is read-only input of the given length. libjpeg-turbo writes at most `rows`
         // rows of `pitch` bytes into `dst`: the row count is the cropping region height we set (or the image height
         // from the same bytes' header when uncropped; the caller passes that as `rows`), each row at most
         // `output_width * 3|4 <= pitch` bytes (checked by libjpeg-turbo against the region we set). The assert above
         // makes `dst` at least `pitch * rows` bytes long.
         let rc = unsafe {
-            tj::tj3Decompress8(self.raw(), bytes.as_ptr(), bytes.len() as tj::size_t, dst.as_mut_ptr(), pitch_c, pixel_format as libc::c_int)
+            tj::tj3Decompress8(
+                self.raw(),
+                bytes.as_ptr(),
+                bytes.len() as tj::size_t,
+                dst.as_mut_ptr(),
+                pitch_c,
+                pixel_format as libc::c_int,
+            )
         };
         if rc != 0 { Err(self.failure()) } else { Ok(()) }
     }
 
     /// `tj3Decompress12`: like `decompress8` for 12-bit JPEGs; `pitch` in samples (i16), not bytes.
-    pub fn decompress12(&mut self, bytes: &[u8], dst: &mut [i16], pitch: usize, rows: usize, pixel_format: tj::TJPF)
-        -> Result<(), TjFailure> {
-        assert!(pitch.checked_mul(rows).is_some_and(|n| n <= dst.len()), "decompress12: destination too small");
-        let pitch_c = i32::try_from(pitch).map_err(|_| TjFailure::Fatal("row pitch too large".into()))?;
+    pub fn decompress12(
+        &mut self,
+        bytes: &[u8],
+        dst: &mut [i16],
+        pitch: usize,
+        rows: usize,
+        pixel_format: tj::TJPF,
+    ) -> Result<(), TjFailure> {
+        assert!(
+            pitch.checked_mul(rows).is_some_and(|n| n <= dst.len()),
+            "decompress12: destination too small"
+        );
+        let pitch_c =
+            i32::try_from(pitch).map_err(|_| TjFailure::Fatal("row pitch too large".into()))?;
         // SAFETY: as in `decompress8`, with `dst` counted in 16-bit samples (which is how tj3Decompress12 counts
         // `pitch` and the destination buffer).
         let rc = unsafe {
-            tj::tj3Decompress12(self.raw(), bytes.as_ptr(), bytes.len() as tj::size_t, dst.as_mut_ptr(), pitch_c, pixel_format as libc::c_int)
+            tj::tj3Decompress12(
+                self.raw(),
+                bytes.as_ptr(),
+                bytes.len() as tj::size_t,
+                dst.as_mut_ptr(),
+                pitch_c,
+                pixel_format as libc::c_int,
+            )
         };
         if rc != 0 { Err(self.failure()) } else { Ok(()) }
     }
@@ -199,11 +261,4 @@ unsafe fn error_string(handle: tj::tjhandle) -> String {
     // SAFETY: p points to a NUL-terminated buffer of at most JMSG_LENGTH_MAX bytes owned by libjpeg-turbo.
     let s = unsafe { CStr::from_ptr(p) };
     s.to_string_lossy().trim_end().replace('\n', " ")
-}
-
-/// libjpeg-turbo's iMCU width table (`tjMCUWidth`), read for a test that keeps our copy honest.
-#[cfg(test)]
-pub(crate) fn tj_mcu_width(subsamp: usize) -> i32 {
-    // SAFETY: tjMCUWidth is an immutable static array of TJ_NUMSAMP (7) ints; the index is bounds-checked by Rust.
-    unsafe { tj::tjMCUWidth[subsamp] }
 }

@@ -1,1 +1,580 @@
-//! Decoder tests on the real files of ../shared/data/edge-cases.
+//! Decoder tests on the real files of `../shared/data/edge-cases` (skipped with a note when the data is absent).
+
+use std::path::PathBuf;
+
+use super::*;
+use crate::augment::rng::SampleRng;
+
+fn data_dir(sub: &str) -> Option<PathBuf> {
+    // TRDATA_TEST_DATA overrides the location (as in tests/conftest.py), e.g. on a machine without ../shared.
+    let root = std::env::var_os("TRDATA_TEST_DATA").map(PathBuf::from);
+    let root = root.unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join("shared")
+            .join("data")
+    });
+    let d = root.join(sub);
+    if d.is_dir() {
+        Some(d)
+    } else {
+        eprintln!("NOTE: {} is absent; test skipped", d.display());
+        None
+    }
+}
+
+fn edge(name: &str) -> Option<Vec<u8>> {
+    let d = data_dir("edge-cases")?;
+    Some(std::fs::read(d.join(name)).unwrap_or_else(|e| panic!("{name}: {e}")))
+}
+
+/// Expected outcome of every file of the edge-case folder: `Ok((w, h))` or the error kind.
+fn expected(name: &str) -> Option<std::result::Result<(u32, u32), ImageErrorKind>> {
+    use ImageErrorKind::*;
+    Some(match name {
+        "README.txt" => Err(UnknownFormat),
+        "truncated_progressive__truncated_jpeg.jpg"
+        | "truncated_baseline_ultrahdr__ultrahdr.jpg" => Err(Corrupt),
+        "arithmetic_coded__testimgari.jpg"
+        | "ycc420_oddsize__testorig.jpg"
+        | "png_gray__testorig.png" => Ok((227, 149)),
+        "cmyk_ycck__pil_sample_cmyk.jpg"
+        | "ycc444_adobe__pil_sample_rgb.jpg"
+        | "restart_markers_dri13__rgb.jpg"
+        | "corrupt_app14_truncated__truncated_app14.jpg" => Ok((100, 100)),
+        "corrupt_junk_between_markers__junk_jpeg_header.jpg" => Ok((1024, 768)),
+        n if n.starts_with("exif_orient") && n.contains("_photo__Landscape_") => {
+            let k: u32 = n["exif_orient".len()..].chars().next()?.to_digit(10)?;
+            // Stored pixel order, EXIF orientation NOT applied: 5..8 are stored portrait.
+            if k >= 5 {
+                Ok((1200, 1800))
+            } else {
+                Ok((1800, 1200))
+            }
+        }
+        "exif_orient8_2x1__orientation_rectangle.jpg" => Ok((2, 1)),
+        n if n.starts_with("exif_orient") && n.contains("hopper_orientation") => Ok((128, 128)),
+        "extreme_aspect_284x25__image01980.jpg" => Ok((284, 25)),
+        "gray__hopper_gray.jpg"
+        | "png_rgb__hopper.png"
+        | "sof1_16bit_qtables__hopper_16bit_qtables.jpg"
+        | "ycc420_ref__hopper.jpg" => Ok((128, 128)),
+        "imagenet_png_disguised_as_jpeg__n02105855_2933.JPEG" => Ok((213, 189)),
+        "large_12mp_422__42_IndexError.jpg" => Ok((4032, 3024)),
+        "mpo_stereo_2frames__frozenpond.mpo" | "ycc422_camera__canon-ixus.jpg" => Ok((640, 480)),
+        "png_rgba__transparent.png" => Ok((200, 150)),
+        "precision12bit__monkey12.jpg" => Ok((149, 227)),
+        "progressive420__app13-multiple.jpg" => Ok((256, 160)),
+        "progressive422_camera__32-lens_data.jpeg" => Ok((200, 133)),
+        "progressive444_big_icc__icc_profile_big.jpg" => Ok((425, 250)),
+        "tiny_1x1_color__xmp_padded.jpg" | "tiny_1x1_gray__jfif_unit_cm.jpg" => Ok((1, 1)),
+        "tiny_8x8__exif_gps.jpg" => Ok((8, 8)),
+        "ycc440__Panasonic_DMC-FZ30.jpg" => Ok((100, 75)),
+        "ycc444_camera__nikon-e950.jpg" => Ok((800, 600)),
+        _ => return None,
+    })
+}
+
+#[test]
+fn every_edge_case_decodes_or_fails_with_the_right_kind() {
+    let Some(dir) = data_dir("edge-cases") else {
+        return;
+    };
+    let mut d = Decoder::new().unwrap();
+    let mut out = Vec::new();
+    let mut seen = 0;
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    for name in names {
+        let name = name.to_string_lossy().into_owned();
+        let bytes = std::fs::read(dir.join(&name)).unwrap();
+        let got = d.decode_full_rgb(&bytes, &mut out);
+        match expected(&name) {
+            Some(Ok((w, h))) => {
+                let (gw, gh) = got.unwrap_or_else(|e| panic!("{name}: expected {w}x{h}, got {e}"));
+                assert_eq!((gw, gh), (w, h), "{name}");
+                assert_eq!(
+                    out.len(),
+                    3 * w as usize * h as usize,
+                    "{name}: RGB8 buffer size"
+                );
+                let info = d.read_header(&bytes).unwrap();
+                assert_eq!((info.width, info.height), (w, h), "{name}: header");
+                seen += 1;
+            }
+            Some(Err(kind)) => {
+                let e = got.expect_err(&name);
+                assert_eq!(e.kind, kind, "{name}: {e}");
+                seen += 1;
+            }
+            // A file added later: it must decode or fail with a typed error, never panic.
+            None => eprintln!(
+                "NOTE: {name} has no expectation; got {:?}",
+                got.map_err(|e| e.kind)
+            ),
+        }
+    }
+    assert!(seen >= 46, "only {seen} edge cases checked");
+}
+
+#[test]
+fn empty_unknown_and_garbage_are_typed() {
+    let mut d = Decoder::new().unwrap();
+    let mut out = Vec::new();
+    let kind =
+        |d: &mut Decoder, b: &[u8], out: &mut Vec<u8>| d.decode_full_rgb(b, out).unwrap_err().kind;
+    assert_eq!(kind(&mut d, b"", &mut out), ImageErrorKind::Empty);
+    assert_eq!(
+        kind(&mut d, b"GIF89a\x01\x00\x01\x00", &mut out),
+        ImageErrorKind::UnknownFormat
+    );
+    assert_eq!(
+        kind(&mut d, b"\xff\xd8", &mut out),
+        ImageErrorKind::UnknownFormat
+    );
+    assert_eq!(
+        kind(&mut d, b"\xff\xd8\xff\xe0garbage garbage", &mut out),
+        ImageErrorKind::Corrupt
+    );
+    let mut png = pngdec::PNG_MAGIC.to_vec();
+    png.extend_from_slice(b"\0\0\0\x0dIHDR\0\0\0\x10\0\0\0\x10\x08\x02\0\0\0garbage");
+    assert_eq!(kind(&mut d, &png, &mut out), ImageErrorKind::Corrupt);
+    assert_eq!(
+        kind(&mut d, &pngdec::PNG_MAGIC, &mut out),
+        ImageErrorKind::Corrupt
+    );
+    // Every prefix of a real JPEG either decodes or fails typed (no panic, no hang).
+    if let Some(bytes) = edge("ycc420_oddsize__testorig.jpg") {
+        for n in (0..bytes.len()).step_by(97) {
+            let _ = d.decode_full_rgb(&bytes[..n], &mut out);
+            let _ = d.decode_window(
+                &bytes[..n],
+                4,
+                PixelWindow {
+                    x0: 3,
+                    y0: 5,
+                    x1: 50,
+                    y1: 40,
+                },
+            );
+        }
+        assert_eq!(
+            kind(&mut d, &bytes[..bytes.len() / 2], &mut out),
+            ImageErrorKind::Corrupt
+        );
+    }
+}
+
+#[test]
+fn pixel_limit_rejects_before_decoding() {
+    let (Some(jpg), Some(png)) = (edge("ycc420_ref__hopper.jpg"), edge("png_rgb__hopper.png"))
+    else {
+        return;
+    };
+    let mut d = Decoder::new().unwrap();
+    assert_eq!(d.max_pixels(), DEFAULT_MAX_PIXELS);
+    d.set_max_pixels(128 * 128 - 1).unwrap();
+    let mut out = Vec::new();
+    for b in [&jpg, &png] {
+        assert_eq!(d.read_header(b).unwrap_err().kind, ImageErrorKind::TooLarge);
+        assert_eq!(
+            d.decode_full_rgb(b, &mut out).unwrap_err().kind,
+            ImageErrorKind::TooLarge
+        );
+        assert_eq!(
+            d.decode_window(
+                b,
+                8,
+                PixelWindow {
+                    x0: 0,
+                    y0: 0,
+                    x1: 8,
+                    y1: 8
+                }
+            )
+            .unwrap_err()
+            .kind,
+            ImageErrorKind::TooLarge
+        );
+    }
+    d.set_max_pixels(128 * 128).unwrap();
+    assert_eq!(d.decode_full_rgb(&jpg, &mut out).unwrap(), (128, 128));
+}
+
+#[test]
+fn gray_becomes_rgb_with_equal_channels() {
+    let mut d = Decoder::new().unwrap();
+    let mut out = Vec::new();
+    for name in [
+        "gray__hopper_gray.jpg",
+        "png_gray__testorig.png",
+        "tiny_1x1_gray__jfif_unit_cm.jpg",
+    ] {
+        let Some(b) = edge(name) else { return };
+        let info = d.read_header(&b).unwrap();
+        d.decode_full_rgb(&b, &mut out).unwrap();
+        assert!(
+            out.chunks_exact(3).all(|p| p[0] == p[1] && p[1] == p[2]),
+            "{name}"
+        );
+        if info.format == ImageFormat::Jpeg {
+            assert_eq!(
+                (info.colorspace, info.subsampling),
+                (ColorSpace::Gray, Subsampling::Gray)
+            );
+        }
+    }
+}
+
+#[test]
+fn cmyk_matches_pillow() {
+    let (Some(cmyk), Some(rgb)) = (
+        edge("cmyk_ycck__pil_sample_cmyk.jpg"),
+        edge("ycc444_adobe__pil_sample_rgb.jpg"),
+    ) else {
+        return;
+    };
+    let mut d = Decoder::new().unwrap();
+    assert!(matches!(
+        d.read_header(&cmyk).unwrap().colorspace,
+        ColorSpace::Cmyk | ColorSpace::Ycck
+    ));
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    d.decode_full_rgb(&cmyk, &mut a).unwrap();
+    d.decode_full_rgb(&rgb, &mut b).unwrap();
+    // Pillow 13's `Image.open(f).convert('RGB')` of the CMYK file: channel sums and pixels.
+    let sums = (0..3)
+        .map(|c| {
+            a.iter()
+                .skip(c)
+                .step_by(3)
+                .map(|&v| u64::from(v))
+                .sum::<u64>()
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(sums, [302_320, 54_440, 73_861]);
+    let px = |x: usize, y: usize| &a[3 * (y * 100 + x)..3 * (y * 100 + x) + 3];
+    assert_eq!(px(0, 0), [255, 13, 25]);
+    assert_eq!(px(50, 50), [1, 4, 5]);
+    // The same picture stored as YCbCr: Pillow's two decodes are 31.0 dB apart.
+    assert!(
+        psnr(&a, &b) > 30.0,
+        "CMYK vs RGB version: {:.1} dB",
+        psnr(&a, &b)
+    );
+}
+
+#[test]
+fn twelve_bit_decodes_to_eight() {
+    let Some(b) = edge("precision12bit__monkey12.jpg") else {
+        return;
+    };
+    let mut d = Decoder::new().unwrap();
+    let info = d.read_header(&b).unwrap();
+    assert_eq!(info.precision, 12);
+    let mut full = Vec::new();
+    d.decode_full_rgb(&b, &mut full).unwrap();
+    let mean = full.iter().map(|&v| f64::from(v)).sum::<f64>() / full.len() as f64;
+    assert!(
+        (60.0..140.0).contains(&mean),
+        "mean {mean}: 12-bit samples not scaled to 8 bits"
+    );
+    // ROI + scaling work for 12-bit too.
+    let r = d
+        .decode_window(
+            &b,
+            4,
+            PixelWindow {
+                x0: 10,
+                y0: 20,
+                x1: 40,
+                y1: 60,
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        (r.scale_eighths, r.scaled_width, r.scaled_height),
+        (4, 75, 114)
+    );
+}
+
+#[test]
+fn rgba_png_drops_alpha_like_pillow() {
+    let Some(b) = edge("png_rgba__transparent.png") else {
+        return;
+    };
+    let mut d = Decoder::new().unwrap();
+    let mut out = Vec::new();
+    d.decode_full_rgb(&b, &mut out).unwrap();
+    let sums = (0..3)
+        .map(|c| {
+            out.iter()
+                .skip(c)
+                .step_by(3)
+                .map(|&v| u64::from(v))
+                .sum::<u64>()
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(sums, [1_001_338, 769_721, 793_263]); // Pillow: convert('RGB')
+}
+
+fn psnr(a: &[u8], b: &[u8]) -> f64 {
+    let mse = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
+        .sum::<f64>()
+        / a.len() as f64;
+    if mse == 0.0 {
+        99.0
+    } else {
+        10.0 * (255.0f64 * 255.0 / mse).log10()
+    }
+}
+
+/// Compare `window` of a region decode against the same window of `reference` (a whole-image decode at the same
+/// scale, `ref_w` pixels wide).
+fn assert_window_equal(
+    name: &str,
+    r: &DecodedRegion<'_>,
+    reference: &[u8],
+    ref_w: u32,
+    w: PixelWindow,
+) {
+    assert!(
+        r.x0 <= w.x0 && r.y0 <= w.y0,
+        "{name}: region {r:?} does not start before {w:?}"
+    );
+    assert!(
+        w.x1 <= r.x0 + r.width && w.y1 <= r.y0 + r.height,
+        "{name}: region {r:?} does not cover {w:?}"
+    );
+    for y in w.y0..w.y1 {
+        let got = &r.row(y - r.y0)[3 * (w.x0 - r.x0) as usize..3 * (w.x1 - r.x0) as usize];
+        let off = 3 * (y as usize * ref_w as usize + w.x0 as usize);
+        let want = &reference[off..off + 3 * (w.x1 - w.x0) as usize];
+        assert!(
+            got == want,
+            "{name}: row {y} of window {w:?} differs from the full decode (scale {})",
+            r.scale_eighths
+        );
+    }
+}
+
+const ROI_FILES: [&str; 12] = [
+    "ycc420_oddsize__testorig.jpg",
+    "ycc422_camera__canon-ixus.jpg",
+    "ycc440__Panasonic_DMC-FZ30.jpg",
+    "ycc444_camera__nikon-e950.jpg",
+    "gray__hopper_gray.jpg",
+    "progressive420__app13-multiple.jpg",
+    "progressive422_camera__32-lens_data.jpeg",
+    "cmyk_ycck__pil_sample_cmyk.jpg",
+    "precision12bit__monkey12.jpg",
+    "restart_markers_dri13__rgb.jpg",
+    "arithmetic_coded__testimgari.jpg",
+    "extreme_aspect_284x25__image01980.jpg",
+];
+
+fn random_window(rng: &mut SampleRng, w: u32, h: u32) -> PixelWindow {
+    let x0 = rng.below(u64::from(w)) as u32;
+    let y0 = rng.below(u64::from(h)) as u32;
+    let x1 = x0 + 1 + rng.below(u64::from(w - x0)) as u32;
+    let y1 = y0 + 1 + rng.below(u64::from(h - y0)) as u32;
+    PixelWindow { x0, y0, x1, y1 }
+}
+
+#[test]
+fn roi_at_scale_one_equals_full_decode_window_bit_exactly() {
+    let mut d = Decoder::new().unwrap();
+    let mut full = Vec::new();
+    for name in ROI_FILES {
+        let Some(b) = edge(name) else { return };
+        let (w, h) = d.decode_full_rgb(&b, &mut full).unwrap();
+        let mut rng = SampleRng::new(7, 0, w.into(), 0);
+        for _ in 0..40 {
+            let win = random_window(&mut rng, w, h);
+            let r = d.decode_window(&b, 8, win).unwrap();
+            assert_eq!((r.scaled_width, r.scaled_height), (w, h));
+            assert_window_equal(name, &r, &full, w, win);
+        }
+    }
+}
+
+#[test]
+fn roi_at_dct_scales_equals_scaled_full_decode_window() {
+    let mut d = Decoder::new().unwrap();
+    for name in ROI_FILES {
+        let Some(b) = edge(name) else { return };
+        for m in [1u8, 2, 3, 4, 6] {
+            let whole = d
+                .decode_window(
+                    &b,
+                    m,
+                    PixelWindow {
+                        x0: 0,
+                        y0: 0,
+                        x1: u32::MAX,
+                        y1: u32::MAX,
+                    },
+                )
+                .unwrap();
+            let (sw, sh) = (whole.scaled_width, whole.scaled_height);
+            assert_eq!(
+                (whole.x0, whole.y0, whole.width, whole.height),
+                (0, 0, sw, sh),
+                "{name} m={m}"
+            );
+            let reference = whole.pixels.to_vec();
+            let mut rng = SampleRng::new(8, u64::from(m), sw.into(), 0);
+            for _ in 0..20 {
+                let win = random_window(&mut rng, sw, sh);
+                let r = d.decode_window(&b, m, win).unwrap();
+                assert_eq!(r.scale_eighths, m);
+                assert_window_equal(name, &r, &reference, sw, win);
+            }
+        }
+    }
+}
+
+#[test]
+fn decode_crop_reports_the_crop_position() {
+    let Some(b) = edge("large_12mp_422__42_IndexError.jpg") else {
+        return;
+    };
+    let mut d = Decoder::new().unwrap();
+    let req = CropRequest {
+        x: 1001.5,
+        y: 700.25,
+        width: 1000.0,
+        height: 900.0,
+        out_width: 224,
+        out_height: 224,
+        min_ratio: 1.0,
+    };
+    let c = d.decode_crop(&b, &req).unwrap();
+    let m = c.region.scale_eighths;
+    assert_eq!(
+        m, 2,
+        "1000×900 crop → 224: 2/8 keeps it ≥ 224, 1/8 does not"
+    );
+    let f = f64::from(m) / 8.0;
+    assert_eq!(c.crop_x, 1001.5 * f - f64::from(c.region.x0));
+    assert_eq!(c.crop_y, 700.25 * f - f64::from(c.region.y0));
+    assert_eq!((c.crop_width, c.crop_height), (250.0, 225.0));
+    assert!(c.crop_x >= 2.0 && c.crop_y >= 2.0, "margin before the crop");
+    assert!(c.crop_x + c.crop_width + 2.0 <= f64::from(c.region.width));
+    assert!(c.crop_y + c.crop_height + 2.0 <= f64::from(c.region.height));
+    // Left edge aligned to the scaled iMCU (4:2:2 → 16 px, at 2/8 → 4 px).
+    assert_eq!(c.region.x0 % 4, 0);
+    // A crop at the image corner is clamped, not an error.
+    let corner = CropRequest {
+        x: 0.0,
+        y: 0.0,
+        width: 10.0,
+        height: 10.0,
+        out_width: 64,
+        out_height: 64,
+        ..req
+    };
+    let c = d.decode_crop(&b, &corner).unwrap();
+    assert_eq!(
+        (c.region.scale_eighths, c.region.x0, c.region.y0),
+        (8, 0, 0)
+    );
+}
+
+#[test]
+fn scale_choice() {
+    assert_eq!(choose_scale_eighths(448.0, 448.0, 224, 224, 1.0), 4);
+    assert_eq!(
+        choose_scale_eighths(447.0, 448.0, 224, 224, 1.0),
+        8,
+        "4/8 would give 223.5 < 224"
+    );
+    assert_eq!(choose_scale_eighths(1792.0, 1800.0, 224, 224, 1.0), 1);
+    assert_eq!(choose_scale_eighths(1791.0, 1800.0, 224, 224, 1.0), 2);
+    assert_eq!(choose_scale_eighths(896.0, 896.0, 224, 224, 2.0), 4);
+    assert_eq!(
+        choose_scale_eighths(100.0, 100.0, 224, 224, 1.0),
+        8,
+        "upsampling decodes at full size"
+    );
+    assert_eq!(
+        choose_scale_eighths(700.0, 3000.0, 224, 224, 1.0),
+        4,
+        "both dimensions must stay large enough"
+    );
+}
+
+#[test]
+fn mcu_width_table_matches_libjpeg_turbo() {
+    for (i, s) in [
+        Subsampling::S444,
+        Subsampling::S422,
+        Subsampling::S420,
+        Subsampling::Gray,
+        Subsampling::S440,
+        Subsampling::S411,
+        Subsampling::S441,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        assert_eq!(Subsampling::from_tj(i as i32), s);
+        // turbojpeg.h: `static const int tjMCUWidth[TJ_NUMSAMP] = { 8, 16, 16, 8, 8, 32, 8 };` (header-only,
+        // so it cannot be linked against and is restated here).
+        assert_eq!(s.mcu_width(), Some([8, 16, 16, 8, 8, 32, 8][i]), "{s:?}");
+    }
+}
+
+#[test]
+fn no_state_leaks_between_images() {
+    let Some(dir) = data_dir("edge-cases") else {
+        return;
+    };
+    let reference = |name: &str| {
+        let mut d = Decoder::new().unwrap();
+        let mut out = Vec::new();
+        d.decode_full_rgb(&std::fs::read(dir.join(name)).unwrap(), &mut out)
+            .map(|_| out)
+    };
+    let mut d = Decoder::new().unwrap();
+    let mut out = Vec::new();
+    let order = [
+        "precision12bit__monkey12.jpg",
+        "truncated_progressive__truncated_jpeg.jpg",
+        "cmyk_ycck__pil_sample_cmyk.jpg",
+        "png_rgba__transparent.png",
+        "ycc420_oddsize__testorig.jpg",
+        "gray__hopper_gray.jpg",
+        "README.txt",
+        "large_12mp_422__42_IndexError.jpg",
+        "tiny_1x1_color__xmp_padded.jpg",
+        "ycc440__Panasonic_DMC-FZ30.jpg",
+    ];
+    for (i, name) in order.iter().enumerate() {
+        // Leave a scaled, cropped decode behind before each full decode.
+        let _ = d.decode_window(
+            &std::fs::read(dir.join(order[(i + 3) % order.len()])).unwrap(),
+            2,
+            PixelWindow {
+                x0: 17,
+                y0: 9,
+                x1: 60,
+                y1: 33,
+            },
+        );
+        let got = d
+            .decode_full_rgb(&std::fs::read(dir.join(name)).unwrap(), &mut out)
+            .map(|_| out.clone());
+        assert_eq!(
+            got.map_err(|e| e.kind),
+            reference(name).map_err(|e| e.kind),
+            "{name}"
+        );
+    }
+}
