@@ -1,8 +1,10 @@
 """Loader-only GPU throughput: img/s of trdata with device='cuda:0' vs device='cpu' (+ an explicit
 pinned .to('cuda') copy) on the same files and cores, plus trdata's H2D counters. No model.
 
-    python benches/gpu_loader.py ROOT [--batch 256] [--steps 60] [--workers N] [--dtype float32|uint8]
-Prints one JSON object per configuration."""
+    python benches/gpu_loader.py ROOT [--batch 256] [--steps 40] [--workers N] [--dtype float32|bfloat16|uint8]
+        [--repeat K]
+Prints one JSON object per configuration. The file list is repeated K times per epoch (default: enough for
+≥ 100 batches) so that a small sample does not turn every step into an epoch boundary."""
 
 from __future__ import annotations
 
@@ -12,16 +14,28 @@ import os
 import time
 
 import torch
-
 import trdata
 
 
-def run(root, device, dtype, batch, steps, workers):
-    src = trdata.ImageFolder(root)
+def run(root, device, dtype, batch, steps, workers, repeat=0):
+    folder = trdata.ImageFolder(root)
+    repeat = repeat or max(1, -(-100 * batch // len(folder)))
+    src = trdata.FileList(folder.paths * repeat, folder.labels * repeat)
     norm = None if dtype == "uint8" else ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
-    ld = trdata.Loader(src, batch_size=batch, workers=workers, shuffle=True, dtype=dtype, layout="NCHW",
-                       transforms=[trdata.RandomResizedCrop(224), trdata.RandomHorizontalFlip()],
-                       normalize=norm, device=device, last_batch="drop", prefetch=3, max_held_batches=4)
+    ld = trdata.Loader(
+        src,
+        batch_size=batch,
+        workers=workers,
+        shuffle=True,
+        dtype=dtype,
+        layout="NCHW",
+        transforms=[trdata.RandomResizedCrop(224), trdata.RandomHorizontalFlip()],
+        normalize=norm,
+        device=device,
+        last_batch="drop",
+        prefetch=3,
+        max_held_batches=4,
+    )
     n, t0, warm = 0, None, 5
     done = 0
     while done < steps + warm:
@@ -42,9 +56,24 @@ def run(root, device, dtype, batch, steps, workers):
     dt = time.perf_counter() - t0
     s = ld.stats()
     ld.close()
-    out = dict(device=device, dtype=dtype, batch=batch, workers=workers, img_per_s=round(n / dt, 1), seconds=round(dt, 2))
-    for k in ("h2d_ns", "h2d_bytes", "h2d_batches", "h2d_wait_host_ns", "h2d_wait_slot_ns", "consumer_wait_ns",
-              "unpinned_host_buffers"):
+    out = {
+        "device": device,
+        "dtype": dtype,
+        "batch": batch,
+        "workers": workers,
+        "repeat": repeat,
+        "img_per_s": round(n / dt, 1),
+        "seconds": round(dt, 2),
+    }
+    for k in (
+        "h2d_ns",
+        "h2d_bytes",
+        "h2d_batches",
+        "h2d_wait_host_ns",
+        "h2d_wait_slot_ns",
+        "consumer_wait_ns",
+        "unpinned_host_buffers",
+    ):
         if k in s:
             out[k] = s[k]
     if s.get("h2d_batches"):
@@ -60,9 +89,10 @@ def main():
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--repeat", type=int, default=0)
     a = p.parse_args()
     for device in ("cuda:0", "cpu"):
-        print(json.dumps(run(a.root, device, a.dtype, a.batch, a.steps, a.workers)), flush=True)
+        print(json.dumps(run(a.root, device, a.dtype, a.batch, a.steps, a.workers, a.repeat)), flush=True)
 
 
 if __name__ == "__main__":
