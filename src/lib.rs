@@ -11,7 +11,8 @@
 //! - every sample of an epoch is produced exactly once per engine plan position (plan + claiming);
 //! - a sample's pixels depend only on (seed, epoch, dataset index), never on worker/thread count;
 //! - memory handed to Python is never rewritten while a view of it lives (staging + transfer leases);
-//! - `unsafe` lives only in decode/, staging/, topology/, transfer/, export/ and py/, each block with a SAFETY note.
+//! - `unsafe` lives only in decode/, staging/, topology/, transfer/, export/, py/ and augment/simd.rs (runtime
+//!   AVX2 dispatch of the resample kernels), each block with a SAFETY note.
 
 #![deny(unsafe_code)]
 

@@ -18,6 +18,7 @@
 pub mod geometry;
 mod resample;
 pub mod rng;
+mod simd;
 #[cfg(test)]
 mod tests;
 
@@ -27,6 +28,7 @@ use crate::decode::{Decoder, PixelWindow, choose_scale_eighths};
 use crate::error::{ImageError, Result, TrdataError};
 use geometry::CompiledTransforms;
 use resample::{AxisCoeffs, OutputLut};
+use simd::Simd;
 
 /// A transform as data (built from Python's `trdata.RandomResizedCrop(...)` etc.).
 #[derive(Debug, Clone, PartialEq)]
@@ -211,6 +213,8 @@ pub struct SamplePipeline {
     transforms: CompiledTransforms,
     lut: OutputLut,
     dct: DctScaling,
+    /// Which compiled copy of the resample kernels runs (chosen once per process, see `simd`).
+    simd: Simd,
 }
 
 impl SamplePipeline {
@@ -250,6 +254,7 @@ impl SamplePipeline {
             output,
             transforms: compiled,
             dct,
+            simd: Simd::detect(),
         })
     }
 
@@ -265,6 +270,13 @@ impl SamplePipeline {
         }
         self.dct = dct;
         Ok(self)
+    }
+
+    /// Force the resample kernels' instruction-set path (tests compare both in one process).
+    #[cfg(test)]
+    pub(crate) fn with_simd(mut self, simd: Simd) -> Self {
+        self.simd = simd;
+        self
     }
 
     /// The DCT-scaling policy in use.
@@ -353,10 +365,6 @@ impl SamplePipeline {
         debug_assert!(region.x0 <= x.win0 && x.win1 <= region.x0 + region.width);
         debug_assert!(region.y0 <= y.win0 && y.win1 <= region.y0 + region.height);
 
-        let line = 3 * ow;
-        if row.len() < line {
-            row.resize(line, 0);
-        }
         // Pass order (it only changes the rounding of the 8-bit intermediate, by ±1): for deterministic pipelines
         // decoded at full size, Pillow's (see `geometry::pillow_vertical_first`), so that the uint8 result equals
         // Pillow's bit for bit. Otherwise (random crops, or DCT-scaled decodes, which are not bit-exact anyway) the
@@ -367,62 +375,26 @@ impl SamplePipeline {
         } else {
             (y.win1 - y.win0) as usize > oh
         };
-        if !vertical_first {
-            // Horizontal pass over the rows the vertical taps need → 8-bit intermediate of output width; then the
-            // vertical pass row by row, each row written (normalize/cast/layout) straight into dst.
-            let nrows = (y.win1 - y.win0) as usize;
-            if inter.len() < nrows * line {
-                inter.resize(nrows * line, 0);
-            }
-            let cols = 3 * (x.win1 - x.win0) as usize;
-            if wide.len() < cols {
-                wide.resize(cols, 0);
-            }
-            let col0 = 3 * (x.win0 - region.x0) as usize;
-            x.rebase(x.win0);
-            let first = (y.win0 - region.y0) as usize;
-            let rows = first..first + nrows;
-            resample::horizontal(
-                region.pixels,
-                region.stride,
-                col0,
-                rows,
+        simd::resample(
+            self.simd,
+            resample::Job {
+                pixels: region.pixels,
+                stride: region.stride,
+                region_x0: region.x0,
+                region_y0: region.y0,
                 x,
+                y,
+                inter,
                 wide,
-                &mut inter[..nrows * line],
-            );
-            y.rebase(y.win0);
-            let row = &mut row[..line];
-            for i in 0..oh {
-                let k = &y.k[i * y.taps..(i + 1) * y.taps];
-                resample::vertical(inter, y.start[i] as usize * line, line, k, row);
-                resample::write_row(&self.lut, self.output.layout, row, i, oh, dst);
-            }
-        } else {
-            // Vertical pass first: per output row, the needed columns of the region → one line of 8-bit values
-            // (held widened to u32 for the two-channels-per-multiply horizontal kernel), then the horizontal pass
-            // on it → the output row.
-            let cols = 3 * (x.win1 - x.win0) as usize;
-            if wide.len() < cols {
-                wide.resize(cols, 0);
-            }
-            let col0 = 3 * (x.win0 - region.x0) as usize;
-            x.rebase(x.win0);
-            y.rebase(region.y0);
-            let (vline, row) = (&mut wide[..cols], &mut row[..line]);
-            for i in 0..oh {
-                let k = &y.k[i * y.taps..(i + 1) * y.taps];
-                resample::vertical(
-                    region.pixels,
-                    y.start[i] as usize * region.stride + col0,
-                    region.stride,
-                    k,
-                    vline,
-                );
-                resample::horizontal_row_wide(vline, x, row);
-                resample::write_row(&self.lut, self.output.layout, row, i, oh, dst);
-            }
-        }
+                row,
+                lut: &self.lut,
+                layout: self.output.layout,
+                out_w: ow,
+                out_h: oh,
+                vertical_first,
+                dst,
+            },
+        );
         let t2 = Instant::now();
         Ok(SampleTiming {
             decode_ns: (t1 - t0).as_nanos() as u64,

@@ -213,9 +213,117 @@ impl OutputLut {
     }
 }
 
+/// Everything the resample stage of one sample needs: the decoded region, both axes' taps (not yet rebased), the
+/// worker's scratch, and the output. Run through [`run`] (via `simd::resample`, which picks the instruction set).
+pub(crate) struct Job<'a> {
+    /// Decoded region's interleaved RGB8 pixels, `stride` bytes per row, starting at scaled-image `(x0, y0)`.
+    pub pixels: &'a [u8],
+    pub stride: usize,
+    pub region_x0: u32,
+    pub region_y0: u32,
+    pub x: &'a mut AxisCoeffs,
+    pub y: &'a mut AxisCoeffs,
+    pub inter: &'a mut Vec<u8>,
+    pub wide: &'a mut Vec<u32>,
+    pub row: &'a mut Vec<u8>,
+    pub lut: &'a OutputLut,
+    pub layout: Layout,
+    pub out_w: usize,
+    pub out_h: usize,
+    /// Pass order (see `SamplePipeline::process`).
+    pub vertical_first: bool,
+    pub dst: &'a mut [u8],
+}
+
+/// The resample stage of one sample: both passes and the output writes. Integer-only (the float LUT and the
+/// coefficients are computed outside), so its result does not depend on the instruction set it is compiled for.
+/// `#[inline(always)]` (like every kernel below it) so that `simd`'s wrappers each get their own copy, compiled
+/// with their target features.
+#[inline(always)]
+pub(crate) fn run(job: Job<'_>) {
+    let Job {
+        pixels,
+        stride,
+        region_x0,
+        region_y0,
+        x,
+        y,
+        inter,
+        wide,
+        row,
+        lut,
+        layout,
+        out_w: ow,
+        out_h: oh,
+        vertical_first,
+        dst,
+    } = job;
+    let line = 3 * ow;
+    if row.len() < line {
+        row.resize(line, 0);
+    }
+    if !vertical_first {
+        // Horizontal pass over the rows the vertical taps need → 8-bit intermediate of output width; then the
+        // vertical pass row by row, each row written (normalize/cast/layout) straight into dst.
+        let nrows = (y.win1 - y.win0) as usize;
+        if inter.len() < nrows * line {
+            inter.resize(nrows * line, 0);
+        }
+        let cols = 3 * (x.win1 - x.win0) as usize;
+        if wide.len() < cols {
+            wide.resize(cols, 0);
+        }
+        let col0 = 3 * (x.win0 - region_x0) as usize;
+        x.rebase(x.win0);
+        let first = (y.win0 - region_y0) as usize;
+        let rows = first..first + nrows;
+        horizontal(
+            pixels,
+            stride,
+            col0,
+            rows,
+            x,
+            wide,
+            &mut inter[..nrows * line],
+        );
+        y.rebase(y.win0);
+        let row = &mut row[..line];
+        for i in 0..oh {
+            let k = &y.k[i * y.taps..(i + 1) * y.taps];
+            vertical(inter, y.start[i] as usize * line, line, k, row);
+            write_row(lut, layout, row, i, oh, dst);
+        }
+    } else {
+        // Vertical pass first: per output row, the needed columns of the region → one line of 8-bit values
+        // (held widened to u32 for the two-channels-per-multiply horizontal kernel), then the horizontal pass
+        // on it → the output row.
+        let cols = 3 * (x.win1 - x.win0) as usize;
+        if wide.len() < cols {
+            wide.resize(cols, 0);
+        }
+        let col0 = 3 * (x.win0 - region_x0) as usize;
+        x.rebase(x.win0);
+        y.rebase(region_y0);
+        let (vline, row) = (&mut wide[..cols], &mut row[..line]);
+        for i in 0..oh {
+            let k = &y.k[i * y.taps..(i + 1) * y.taps];
+            vertical(
+                pixels,
+                y.start[i] as usize * stride + col0,
+                stride,
+                k,
+                vline,
+            );
+            horizontal_row_wide(vline, x, row);
+            write_row(lut, layout, row, i, oh, dst);
+        }
+    }
+}
+
 /// Horizontal pass over `rows` source rows: row r's pixels that the (rebased) starts of `c` count from begin at
 /// byte `r * stride + col0` of `src`; output rows of `3 * out_w` bytes go to `dst`. Each row's needed span is
 /// widened into `wide` first, for the two-channels-per-multiply kernel.
+#[inline(always)]
 pub(crate) fn horizontal(
     src: &[u8],
     stride: usize,
@@ -283,6 +391,7 @@ impl Clipped for u32 {
 }
 
 /// Vertical pass for one output row: tap row `t` is `src[offset + t * stride..][..out.len()]`.
+#[inline(always)]
 pub(crate) fn vertical<O: Clipped>(
     src: &[u8],
     offset: usize,
@@ -318,6 +427,7 @@ fn vrow<const K: usize, O: Clipped>(src: &[u8], stride: usize, k: &[i32], out: &
     }
 }
 
+#[inline(always)]
 fn vrow_dyn<O: Clipped>(src: &[u8], stride: usize, k: &[i32], out: &mut [O]) {
     for (i, o) in out.iter_mut().enumerate() {
         let mut a = HALF;
@@ -331,6 +441,7 @@ fn vrow_dyn<O: Clipped>(src: &[u8], stride: usize, k: &[i32], out: &mut [O]) {
 /// Horizontal pass of one widened line (`u32` per sample, from `vertical::<u32>`), two channels per multiply:
 /// `(r | g << 32) · k` keeps both sums exact in their 32-bit lanes, because the weights are non-negative (triangle
 /// filter) and sum to 2^22, so a lane never exceeds 255 · 2^22 + 2^21 < 2^32.
+#[inline(always)]
 pub(crate) fn horizontal_row_wide(src: &[u32], c: &AxisCoeffs, dst: &mut [u8]) {
     match c.taps {
         1 => hrow_wide::<1>(src, &c.start, &c.k, dst),
@@ -372,6 +483,7 @@ fn hrow_wide<const K: usize>(src: &[u32], starts: &[u32], k: &[i32], dst: &mut [
     }
 }
 
+#[inline(always)]
 fn hrow_wide_dyn(src: &[u32], starts: &[u32], k: &[i32], taps: usize, dst: &mut [u8]) {
     for ((d, &s), k) in dst
         .chunks_exact_mut(3)
@@ -392,6 +504,7 @@ fn hrow_wide_dyn(src: &[u32], starts: &[u32], k: &[i32], taps: usize, dst: &mut 
 }
 
 /// Write one output row (interleaved RGB8 `row`, `out_w` pixels) at row `y` of a sample in `layout`, through `lut`.
+#[inline(always)]
 pub(crate) fn write_row(
     lut: &OutputLut,
     layout: Layout,

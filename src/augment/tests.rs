@@ -1004,6 +1004,72 @@ fn eval_dct_scaling_stays_above_35_db_on_the_imagenet_sample() {
     );
 }
 
+/// The AVX2 copy of the resample kernels (`simd`) writes exactly the bytes of the baseline copy, for every dtype,
+/// layout, pass order and DCT scale. Skipped (passes trivially) on CPUs without AVX2.
+#[test]
+fn simd_paths_are_bit_identical() {
+    let best = super::simd::Simd::available();
+    if best == super::simd::Simd::Baseline {
+        eprintln!("NOTE: no AVX2 path on this CPU; test skipped");
+        return;
+    }
+    let files: Vec<_> = edge_files().into_iter().chain(imagenet(24)).collect();
+    let transforms = [
+        vec![rrc(224, 224), flip(0.5)],
+        vec![rrc(37, 61), flip(0.5)],
+        vec![
+            TransformSpec::ResizeShorter { shorter: 256 },
+            center(224, 224),
+        ],
+        vec![TransformSpec::ResizeShorter { shorter: 73 }, center(64, 45)],
+    ];
+    let mut s = WorkerScratch::new().unwrap();
+    let mut checked = 0;
+    for t in &transforms {
+        for dct in [None, Some(DctScaling::Off)] {
+            for layout in [Layout::Nchw, Layout::Nhwc] {
+                for (dtype, normalize) in [
+                    (DType::U8, None),
+                    (DType::F16, Some(IMAGENET_NORM)),
+                    (DType::F32, Some(IMAGENET_NORM)),
+                    (DType::BF16, None),
+                ] {
+                    let spec = OutputSpec {
+                        dtype,
+                        layout,
+                        normalize,
+                    };
+                    let mut p = SamplePipeline::new(t.clone(), spec).unwrap();
+                    if let Some(d) = dct {
+                        p = p.with_dct_scaling(d).unwrap();
+                    }
+                    let base = p.clone().with_simd(super::simd::Simd::Baseline);
+                    let fast = p.with_simd(best);
+                    for (i, f) in files.iter().enumerate() {
+                        let bytes = std::fs::read(f).unwrap();
+                        let k = key(i as u64);
+                        let a = run(&base, &mut s, &bytes, k);
+                        let b = run(&fast, &mut s, &bytes, k);
+                        match (a, b) {
+                            (Ok(a), Ok(b)) => {
+                                assert!(
+                                    a == b,
+                                    "{} {t:?} {spec:?} dct {dct:?}: paths differ",
+                                    f.display()
+                                );
+                                checked += 1;
+                            }
+                            (Err(a), Err(b)) => assert_eq!(a.kind, b.kind),
+                            (a, b) => panic!("{}: {a:?} vs {b:?}", f.display()),
+                        }
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("{checked} samples identical on both paths");
+}
+
 /// Per-thread throughput on the ImageNet sample (`cargo test --release --lib augment::tests::throughput -- --ignored
 /// --nocapture`): (a) full decode, (b) ROI + DCT-scaled decode of the RRC crops, (c) the whole pipeline
 /// RandomResizedCrop(224) + flip + normalize → f16 NCHW, (d) eval Resize(256) + CenterCrop(224) → f16 NCHW.
@@ -1104,8 +1170,9 @@ fn throughput() {
     let c = timing(&train);
     let d = timing(&eval);
     eprintln!(
-        "per-thread throughput on {} ImageNet-sample JPEGs x {reps}:",
-        files.len()
+        "per-thread throughput on {} ImageNet-sample JPEGs x {reps} (resample path {:?}):",
+        files.len(),
+        super::simd::Simd::detect()
     );
     eprintln!("  (a) full decode (decode_full_rgb)             {a:8.1} img/s");
     eprintln!("  (b) ROI + DCT-scaled decode of the RRC crops  {b:8.1} img/s");
