@@ -91,6 +91,10 @@ pub struct LoaderConfig {
     pub world_size: usize,
     /// CPU binding of workers.
     pub pin: PinMode,
+    /// CPUs the `round-robin` binding cycles over (None = every CPU this process may run on). Set to this
+    /// process's share of the node's cores when several ranks share a node, so they never pin to the same
+    /// cores.
+    pub cpus: Option<Vec<usize>>,
     /// Bad-sample policy.
     pub on_error: ErrorPolicy,
     /// Batches the station fills ahead of the consumer (ring depth K ≥ 2).
@@ -118,6 +122,11 @@ impl LoaderConfig {
         }
         if self.rank >= self.world_size {
             return Err(TrdataError::config("rank", format!("{} must be < world_size ({})", self.rank, self.world_size)));
+        }
+        if let Some(cpus) = &self.cpus {
+            if cpus.is_empty() {
+                return Err(TrdataError::config("cpus", "the CPU list is empty"));
+            }
         }
         if self.prefetch < 2 || self.prefetch > 64 {
             return Err(TrdataError::config("prefetch", format!("{} must be in 2..=64 (double buffering needs ≥ 2)", self.prefetch)));

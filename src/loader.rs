@@ -8,19 +8,27 @@
 //! claiming rule); local engine d is global engine rank·D + d of a plan over world_size·D engines, and
 //! each step yields one batch per GPU (`next_step`). CUDA problems surface at construction (no driver,
 //! no such device) or on the first iteration (context, allocations) as `TrdataError::Cuda`.
+//!
+//! Exact resume (plan/resume.rs): `state()` at a batch boundary returns the position (epoch, batches
+//! delivered, fast mode: delivered sequence numbers) plus a fingerprint of everything the plan depends on;
+//! `load_state` on a fresh loader checks the fingerprint (a `Config` error naming the first field that
+//! differs) and makes the next `start_epoch` continue that epoch at that batch. Batch k of the running
+//! epoch counts as delivered once `next_batch`/`next_step` returned it; a checkpoint after the last batch
+//! of epoch e is normalized to (e + 1, 0).
 
-use crate::config::{LoaderConfig, PinMode};
+use crate::config::{LastBatch, LoaderConfig, PinMode};
 use crate::error::{Result, TrdataError};
 use crate::plan::claim::WorkerClaim;
+use crate::plan::resume::{ResumePoint, SeqBitmap};
 use crate::plan::{EpochPlan, PlanShape};
 use crate::source::Dataset;
 use crate::staging::BatchLayout;
 use crate::stats::Stats;
-use crate::sync::{lock, Arc, AtomicU64, Mutex};
+use crate::sync::{lock, Arc, Mutex, Ordering};
 use crate::transfer::cuda;
 use crate::transfer::gpu::{self, DeviceBatch, DeviceNext, GpuCounters, GpuEngine, GpuEngineConfig};
 use crate::transfer::{BatchLease, EpochShape, Station, Take};
-use crate::worker::{EngineJob, EpochJob, SkipRecord, WorkContext, WorkerPool};
+use crate::worker::{affinity, EngineJob, EpochJob, SkipRecord, WorkContext, WorkerPool};
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -107,9 +115,47 @@ struct Runtime {
     pid: u32,
 }
 
+/// Version of the `LoaderState` format.
+pub const STATE_VERSION: u32 = 1;
+
+/// A loader's position at a batch boundary plus the fingerprint of what the epoch plan depends on
+/// (`Loader::state` / `Loader::load_state`; plan/resume.rs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoaderState {
+    /// Format version (`STATE_VERSION`).
+    pub version: u32,
+    /// Seed of the plan and of every augmentation.
+    pub seed: u64,
+    /// Epoch to continue.
+    pub epoch: u64,
+    /// Batches (steps) of `epoch` already delivered.
+    pub batches: u64,
+    /// Dataset size N.
+    pub num_samples: u64,
+    /// Ranks.
+    pub world_size: u64,
+    /// This rank.
+    pub rank: u64,
+    /// Engines (devices) per rank.
+    pub devices: u64,
+    /// Batch size B.
+    pub batch_size: u64,
+    /// Last-batch policy.
+    pub last_batch: LastBatch,
+    /// Shuffled order.
+    pub shuffle: bool,
+    /// Fixed slots (true) or ticket slots (false).
+    pub reproducible: bool,
+    /// Fast mode, `batches` > 0: per local engine, the bitmap of delivered sequence numbers. Empty otherwise.
+    pub delivered: Vec<Vec<u8>>,
+}
+
 #[derive(Debug)]
 struct Running {
     plan: Arc<EpochPlan>,
+    job: Arc<EpochJob>,
+    /// Batch the epoch started at (> 0 after a resume).
+    first_batch: u64,
     next_batch: u64,
     /// GPU: batches of the current step already received, per engine.
     pending: Vec<Option<DeviceBatch>>,
@@ -127,6 +173,8 @@ pub struct Loader {
     closed: bool,
     devices: DeviceSpec,
     gpu_counters: std::sync::Arc<GpuCounters>,
+    /// Where the next `start_epoch` continues, after `load_state`.
+    resume: Option<ResumePoint>,
 }
 
 impl Loader {
@@ -196,6 +244,7 @@ impl Loader {
             closed: false,
             devices,
             gpu_counters: std::sync::Arc::new(GpuCounters::default()),
+            resume: None,
         })
     }
 
@@ -245,8 +294,119 @@ impl Loader {
     }
 
     /// Set the epoch of the next iteration (later iterations continue from it: e, e+1, …).
+    /// A loaded resume point survives only if it is for this epoch (DDP loops call `set_epoch(e)` first).
     pub fn set_epoch(&mut self, epoch: u64) {
         self.next_epoch = epoch;
+        if self.resume.as_ref().is_some_and(|r| r.epoch != epoch) {
+            self.resume = None;
+        }
+    }
+
+    /// The position at the current batch boundary plus the configuration fingerprint (see the module docs).
+    pub fn state(&self) -> LoaderState {
+        let (epoch, batches, delivered) = if let Some(r) = &self.resume {
+            (r.epoch, r.first_batch, r.delivered.iter().map(SeqBitmap::to_bytes).collect())
+        } else if let Some(run) = &self.running {
+            let k = run.next_batch;
+            if k >= self.shape.batches_per_engine() {
+                (run.plan.epoch + 1, 0, Vec::new())
+            } else if self.cfg.reproducible || k == 0 {
+                (run.plan.epoch, k, Vec::new())
+            } else {
+                let d = run.job.engines.iter().map(|e| self.delivered_of(e, run.first_batch, k).to_bytes()).collect();
+                (run.plan.epoch, k, d)
+            }
+        } else {
+            (self.next_epoch, 0, Vec::new())
+        };
+        LoaderState {
+            version: STATE_VERSION,
+            seed: self.cfg.seed,
+            epoch,
+            batches,
+            num_samples: self.shape.num_samples,
+            world_size: self.cfg.world_size as u64,
+            rank: self.cfg.rank as u64,
+            devices: self.devices.engines() as u64,
+            batch_size: self.shape.batch_size,
+            last_batch: self.cfg.last_batch,
+            shuffle: self.cfg.shuffle,
+            reproducible: self.cfg.reproducible,
+            delivered,
+        }
+    }
+
+    /// Fast mode: the sequence numbers `eng` delivered in batches [0, k) (plan/resume.rs).
+    fn delivered_of(&self, eng: &EngineJob, first_batch: u64, k: u64) -> SeqBitmap {
+        let (t, b) = (self.shape.seqs_per_engine(), self.shape.batch_size);
+        let real = self.shape.real_seqs(eng.global_engine);
+        let mut d = eng.delivered.clone().unwrap_or_else(|| SeqBitmap::new(t));
+        for slot in (first_batch * b).min(real)..(k * b).min(real) {
+            // Written before the row's `complete`; batch slot / B was taken, so the store is visible.
+            d.insert(eng.slot_seqs[slot as usize].load(Ordering::Relaxed));
+        }
+        for seq in real..(k * b).min(t) {
+            d.insert(seq); // filler/pad rows keep their fixed slots
+        }
+        debug_assert_eq!(d.count(), (k * b).min(t));
+        d
+    }
+
+    /// Continue from `state` on the next `start_epoch`. The fingerprint must match this loader's
+    /// configuration (`Config` error naming the field otherwise); cancels a running epoch.
+    pub fn load_state(&mut self, state: &LoaderState) -> Result<()> {
+        self.check_usable()?;
+        if state.version != STATE_VERSION {
+            return Err(TrdataError::config("version", format!("state version {} is not {STATE_VERSION}", state.version)));
+        }
+        let mine = self.state();
+        let fields: [(&str, String, String); 9] = [
+            ("seed", state.seed.to_string(), mine.seed.to_string()),
+            ("num_samples", state.num_samples.to_string(), mine.num_samples.to_string()),
+            ("world_size", state.world_size.to_string(), mine.world_size.to_string()),
+            ("rank", state.rank.to_string(), mine.rank.to_string()),
+            ("devices", state.devices.to_string(), mine.devices.to_string()),
+            ("batch_size", state.batch_size.to_string(), mine.batch_size.to_string()),
+            ("last_batch", format!("{:?}", state.last_batch), format!("{:?}", mine.last_batch)),
+            ("shuffle", state.shuffle.to_string(), mine.shuffle.to_string()),
+            ("reproducible", state.reproducible.to_string(), mine.reproducible.to_string()),
+        ];
+        if let Some((name, theirs, ours)) = fields.into_iter().find(|(_, a, b)| a != b) {
+            return Err(TrdataError::config(
+                name,
+                format!("the checkpoint was saved with {name}={theirs}, this loader has {name}={ours}"),
+            ));
+        }
+        let n = self.shape.batches_per_engine();
+        if state.batches > n {
+            return Err(TrdataError::config("batches", format!("{} delivered batches exceed the epoch's {n}", state.batches)));
+        }
+        let (epoch, first) = if state.batches == n { (state.epoch + 1, 0) } else { (state.epoch, state.batches) };
+        let mut delivered = Vec::new();
+        if !self.cfg.reproducible && first > 0 {
+            let engines = self.devices.engines();
+            if state.delivered.len() != engines {
+                return Err(TrdataError::config(
+                    "delivered",
+                    format!("{} bitmaps for {engines} engines (fast mode needs the delivered samples)", state.delivered.len()),
+                ));
+            }
+            let t = self.shape.seqs_per_engine();
+            for bytes in &state.delivered {
+                let d = SeqBitmap::from_bytes(bytes.clone(), t)?;
+                if d.count() != (first * self.shape.batch_size).min(t) {
+                    return Err(TrdataError::config(
+                        "delivered",
+                        format!("{} delivered samples recorded for {first} batches", d.count()),
+                    ));
+                }
+                delivered.push(d);
+            }
+        }
+        self.cancel_running();
+        self.next_epoch = epoch;
+        self.resume = (first > 0).then_some(ResumePoint { epoch, first_batch: first, delivered });
+        Ok(())
     }
 
     /// Skip records not yet drained (each bad file once).
@@ -299,7 +459,10 @@ impl Loader {
             }
             let pool = match binding {
                 Some(plan) => WorkerPool::start_bound(plan)?,
-                None => WorkerPool::start(self.cfg.workers, self.cfg.pin)?,
+                None => {
+                    let cpus = self.cfg.cpus.clone().unwrap_or_else(affinity::allowed_cpus);
+                    WorkerPool::start_bound(affinity::binding_plan(self.cfg.pin, self.cfg.workers, &cpus))?
+                }
             };
             self.runtime = Some(Runtime { pool, station, gpus, pid: std::process::id() });
         }
@@ -323,34 +486,36 @@ impl Loader {
         self.check_usable()?;
         self.cancel_running();
         let epoch = self.next_epoch;
+        let resume = self.resume.take().filter(|r| r.epoch == epoch);
+        let first = resume.as_ref().map_or(0, |r| r.first_batch);
+        let mut delivered = resume.map(|r| r.delivered).unwrap_or_default().into_iter();
         let plan = Arc::new(EpochPlan::new(self.shape, epoch));
         let ctx = Arc::clone(&self.ctx);
         let shape = self.shape;
         let rank = self.cfg.rank as u64;
+        let reproducible = self.cfg.reproducible;
         let rt = self.runtime()?;
         let epoch_shape =
             EpochShape { batches: shape.batches_per_engine(), batch_size: shape.batch_size, total_rows: shape.seqs_per_engine() };
         let engines = if rt.gpus.is_empty() {
-            rt.station.begin_epoch(epoch_shape);
-            vec![EngineJob { global_engine: rank, station: Arc::clone(&rt.station), real_tickets: AtomicU64::new(0) }]
+            rt.station.begin_epoch(epoch_shape, first);
+            vec![EngineJob::new(rank, Arc::clone(&rt.station), &shape, reproducible, first, delivered.next())]
         } else {
             let d_count = rt.gpus.len() as u64;
             let mut engines = Vec::with_capacity(rt.gpus.len());
             for (d, g) in rt.gpus.iter().enumerate() {
-                g.begin_epoch(epoch_shape)?;
-                engines.push(EngineJob {
-                    global_engine: rank * d_count + d as u64,
-                    station: Arc::clone(g.station()),
-                    real_tickets: AtomicU64::new(0),
-                });
+                g.begin_epoch(epoch_shape, first)?;
+                let global = rank * d_count + d as u64;
+                engines.push(EngineJob::new(global, Arc::clone(g.station()), &shape, reproducible, first, delivered.next()));
             }
             engines
         };
         let pending = (0..rt.gpus.len()).map(|_| None).collect();
-        rt.pool.run(Arc::new(EpochJob { plan: Arc::clone(&plan), engines, ctx: Arc::clone(&ctx) }));
+        let job = Arc::new(EpochJob { plan: Arc::clone(&plan), engines, ctx: Arc::clone(&ctx) });
+        rt.pool.run(Arc::clone(&job));
         Stats::add(&ctx.stats.epochs, 1);
         self.next_epoch = epoch + 1;
-        self.running = Some(Running { plan, next_batch: 0, pending });
+        self.running = Some(Running { plan, job, first_batch: first, next_batch: first, pending });
         Ok(epoch)
     }
 

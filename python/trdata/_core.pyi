@@ -79,8 +79,27 @@ class NativeLoader:
         layout: str,
         devices: list[int] | None = None,
         device_slots: int = 3,
+        cpus: list[int] | None = None,
     ) -> None: ...
     def __len__(self) -> int: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(
+        self,
+        *,
+        version: int,
+        seed: int,
+        epoch: int,
+        batches: int,
+        num_samples: int,
+        world_size: int,
+        rank: int,
+        devices: int,
+        batch_size: int,
+        last_batch: str,
+        shuffle: bool,
+        reproducible: bool,
+        delivered: list[bytes],
+    ) -> None: ...
     @property
     def epoch(self) -> int: ...
     def set_epoch(self, epoch: int) -> None: ...

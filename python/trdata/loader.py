@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -97,7 +98,7 @@ def _parse_devices(device: Any) -> tuple[list[int] | None, bool]:
         if s == "cpu":
             return None
         if s == "cuda":
-            return 0
+            return _local_rank()  # one process per GPU under torchrun: this process's GPU
         if s.startswith("cuda:") and s[5:].isdigit():
             return int(s[5:])
         raise ConfigError(f"invalid device: {d!r}; expected 'cpu', 'cuda', 'cuda:N' or a list of 'cuda:N'",
@@ -117,11 +118,75 @@ def _parse_devices(device: Any) -> tuple[list[int] | None, bool]:
     return (None if o is None else [o]), False
 
 
-def _default_workers() -> int:
+def _env_int(name: str) -> int | None:
+    """An integer environment variable (as torchrun sets them), None when unset or empty."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"invalid environment variable {name}={raw!r}: expected an int", parameter=name) from None
+    if value < 0:
+        raise ConfigError(f"invalid environment variable {name}={raw!r}: must be ≥ 0", parameter=name)
+    return value
+
+
+def _local_rank() -> int:
+    """LOCAL_RANK (torchrun), else 0."""
+    lr = _env_int("LOCAL_RANK")
+    return 0 if lr is None else lr
+
+
+def _torch_distributed() -> tuple[int, int] | None:
+    """(rank, world_size) of an initialized torch.distributed, without importing torch just for this."""
+    torch = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None) if torch is not None else None
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank()), int(dist.get_world_size())
+    except (RuntimeError, ValueError):  # pragma: no cover - half-torn-down process group
+        return None
+    return None
+
+
+def _resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """Explicit argument → torch.distributed (if imported and initialized) → RANK/WORLD_SIZE → 0/1, per
+    argument."""
+    if rank is not None and world_size is not None:
+        return rank, world_size
+    dist = _torch_distributed()
+    if dist is not None:
+        d_rank, d_world = dist
+    else:
+        e_rank, e_world = _env_int("RANK"), _env_int("WORLD_SIZE")
+        d_rank, d_world = (0 if e_rank is None else e_rank), (1 if e_world is None else e_world)
+    return (d_rank if rank is None else rank), (d_world if world_size is None else world_size)
+
+
+def _allowed_cpus() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - non-Linux
-        return max(1, os.cpu_count() or 1)
+        return list(range(os.cpu_count() or 1))
+
+
+def _cpu_share() -> list[int]:
+    """This process's share of the node's allowed CPUs: the LOCAL_RANK-th of LOCAL_WORLD_SIZE contiguous,
+    near-equal slices (sizes differ by at most one), so the ranks of one node never pin to the same cores.
+    With more local ranks than CPUs, each rank gets one CPU (shared round-robin)."""
+    cpus = _allowed_cpus()
+    local_world = _env_int("LOCAL_WORLD_SIZE") or 1
+    local_rank = _local_rank()
+    if local_world <= 1:
+        return cpus
+    if local_rank >= local_world:
+        raise ConfigError(f"invalid environment: LOCAL_RANK={local_rank} must be < LOCAL_WORLD_SIZE={local_world}",
+                          parameter="LOCAL_RANK")
+    n = len(cpus)
+    if n < local_world:
+        return [cpus[local_rank % n]]
+    return cpus[local_rank * n // local_world:(local_rank + 1) * n // local_world]
 
 
 class Loader:
@@ -142,6 +207,21 @@ class Loader:
     on the device. A batch's slot is reused only after every tensor viewing it died *and* the stream it was
     used on passed that point. ``device=['cuda:0', 'cuda:1', …]`` runs one engine per GPU with one worker
     pool and yields a list of one Batch per GPU per step (each GPU its own share of the epoch).
+
+    Distributed (torchrun/DDP): ``rank``/``world_size`` default to torch.distributed's when it is imported
+    and initialized, else to the ``RANK``/``WORLD_SIZE`` environment variables, else 0/1 (explicit
+    arguments win); ``device='cuda'`` means ``cuda:LOCAL_RANK``. Every rank computes the same plan from
+    (seed, epoch) — no communication — and takes its static share: with G = world_size × devices engines,
+    plan position p goes to engine p mod G; every engine yields the same number of batches under every
+    ``last_batch`` policy (no DDP hang), every sample appears exactly once per epoch across ranks (plus
+    filling rows, always after ``valid``). Batch composition across topologies: global step b (the batches
+    b of all G engines together) holds plan positions [b·B·G, (b+1)·B·G) — the same samples, with the same
+    augmentations (they depend on (seed, epoch, sample) only), as batch b of a single engine with batch size
+    B·G; the rows are interleaved (engine g's row i is position (b·B + i)·G + g). ``workers`` defaults to
+    this process's share of the node's allowed CPUs (cores ÷ ``LOCAL_WORLD_SIZE``: the ``LOCAL_RANK``-th
+    contiguous slice), and ``round-robin`` pins within that share (``cpus=[...]`` sets it explicitly), so
+    the ranks of one node never compete for cores. ``state_dict()``/``load_state_dict()`` checkpoint and
+    resume mid-epoch exactly (per rank).
     """
 
     def __init__(
@@ -158,13 +238,14 @@ class Loader:
         reproducible: bool = False,
         last_batch: str = "partial",
         device: str = "cpu",
-        rank: int = 0,
-        world_size: int = 1,
+        rank: int | None = None,
+        world_size: int | None = None,
         on_error: str = "raise",
         pin: str = "round-robin",
         prefetch: int = 2,
         max_held_batches: int = 16,
         device_slots: int = 3,
+        cpus: Sequence[int] | None = None,
     ) -> None:
         if not isinstance(source, Source):
             raise ConfigError(f"invalid source: expected trdata.ImageFolder or trdata.FileList, got "
@@ -174,12 +255,23 @@ class Loader:
             raise ConfigError(f"invalid device_slots: {device_slots!r} must be an int", parameter="device_slots")
         if dtype not in _DTYPES:
             raise ConfigError(f"invalid dtype: {dtype!r} is not one of {_DTYPES}", parameter="dtype")
+        for name, value in (("rank", rank), ("world_size", world_size)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ConfigError(f"invalid {name}: {value!r} must be an int", parameter=name)
+        rank, world_size = _resolve_rank(rank, world_size)
         for name, value in (("batch_size", batch_size), ("rank", rank), ("world_size", world_size),
                             ("prefetch", prefetch), ("max_held_batches", max_held_batches)):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"invalid {name}: {value!r} must be an int", parameter=name)
+        if cpus is None:
+            cpu_list = _cpu_share()
+        else:
+            cpu_list = list(cpus)
+            if not cpu_list or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in cpu_list):
+                raise ConfigError(f"invalid cpus: {cpus!r} must be a non-empty list of CPU ids ≥ 0",
+                                  parameter="cpus")
         if workers is None:
-            workers = _default_workers()
+            workers = len(cpu_list)
         if isinstance(workers, bool) or not isinstance(workers, int):
             raise ConfigError(f"invalid workers: {workers!r} must be an int", parameter="workers")
         if not isinstance(seed, int) or not 0 <= seed < 2**64:
@@ -201,6 +293,9 @@ class Loader:
         self.dtype = dtype
         self.layout = layout
         self.workers = workers
+        self.rank = rank
+        self.world_size = world_size
+        self.cpus = cpu_list
         self.device = device
         self._ordinals = ordinals
         self._per_step_list = per_step_list
@@ -211,7 +306,7 @@ class Loader:
             reproducible=bool(reproducible), last_batch=last_batch, rank=rank, world_size=world_size,
             pin=pin, on_error=on_error, prefetch=prefetch, max_held_batches=max_held_batches,
             transforms=specs, normalize=norm, dtype=dtype, layout=layout,
-            devices=ordinals, device_slots=device_slots,
+            devices=ordinals, device_slots=device_slots, cpus=cpu_list,
         )
 
     def __len__(self) -> int:
@@ -228,6 +323,38 @@ class Loader:
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise ConfigError(f"invalid epoch: {epoch!r} must be an int ≥ 0", parameter="epoch")
         self._native.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loader's position at the current batch boundary, for checkpointing (e.g. with
+        ``torch.save``/pickle next to the model; under torchrun save one per rank)::
+
+            {"version": 1, "seed": int, "epoch": int, "batches": int,   # batches (steps) delivered in epoch
+             "fingerprint": {"num_samples", "world_size", "rank", "devices", "batch_size", "last_batch",
+                             "shuffle", "reproducible"},
+             "delivered": [bytes, ...]}
+
+        ``delivered`` is empty in reproducible mode (the position says it all) and at an epoch start; in fast
+        mode mid-epoch it holds, per device of this rank, a bitmap of the epoch's delivered sequence numbers
+        (bit s = byte s//8, bit s%8): ⌈samples per rank / 8⌉ bytes. After the last batch of epoch e the state
+        is (e+1, 0). Taken between batches (the batch just received counts as delivered)."""
+        return dict(self._native.state_dict())
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` (a ``state_dict()``, possibly from another process): the next iteration
+        finishes that epoch — byte-identical to the uninterrupted run with ``reproducible=True``, every
+        remaining sample exactly once otherwise — and later iterations continue with the next epochs.
+        ``set_epoch`` to another epoch discards it. Raises ConfigError naming the field if the loader's
+        configuration (dataset size, world size, rank, devices, batch size, last_batch, shuffle,
+        reproducible, seed) differs from the one that saved it."""
+        try:
+            fp = state["fingerprint"]
+            kwargs = {k: state[k] for k in ("version", "seed", "epoch", "batches")}
+            kwargs.update({k: fp[k] for k in ("num_samples", "world_size", "rank", "devices", "batch_size",
+                                               "last_batch", "shuffle", "reproducible")})
+            kwargs["delivered"] = [bytes(b) for b in state.get("delivered", [])]
+        except (KeyError, TypeError) as e:
+            raise ConfigError(f"invalid state_dict: missing or malformed entry {e}", parameter="state_dict") from None
+        self._native.load_state_dict(**kwargs)
 
     def _log_skipped(self) -> None:
         for path, reason in self._native.drain_skipped():

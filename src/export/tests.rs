@@ -212,7 +212,7 @@ fn request_decoding_follows_the_array_api() {
 /// One-row batches of 4 bytes in a 2-slot, 2-buffer station.
 fn station() -> Arc<Station> {
     let st = Arc::new(Station::new(BatchLayout { rows: 1, sample_bytes: 4 }, 2, 2, Arc::new(Stats::default())));
-    st.begin_epoch(EpochShape { batches: 4, batch_size: 1, total_rows: 4 });
+    st.begin_epoch(EpochShape { batches: 4, batch_size: 1, total_rows: 4 }, 0);
     st
 }
 

@@ -15,6 +15,7 @@
 //!   numbers (R = S, or S−1 for a filled engine), so a batch's real rows are always its first `valid` rows.
 
 pub mod claim;
+pub mod resume;
 
 use crate::augment::rng::{SampleRng, OP_PLAN_SHUFFLE};
 use crate::config::LastBatch;

@@ -7,12 +7,12 @@ use crate::config::{ErrorPolicy, LastBatch, LoaderConfig, PinMode};
 use crate::error::TrdataError;
 use crate::export::{into_capsule, Device, DlpackRequest, ElementType, TensorExport};
 use super::gpu::DeviceTensorHandle;
-use crate::loader::{DeviceSpec, Loader, Next, NextStep};
+use crate::loader::{DeviceSpec, Loader, LoaderState, Next, NextStep};
 use crate::source::{file_list, image_folder, Dataset};
 use crate::sync::lock;
 use crate::transfer::BatchLease;
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyDict, PyTuple};
+use pyo3::types::{PyBytes, PyCapsule, PyDict, PyTuple};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -64,6 +64,14 @@ fn parse_transform(t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec> {
     })
 }
 
+fn last_batch_name(l: LastBatch) -> &'static str {
+    match l {
+        LastBatch::Drop => "drop",
+        LastBatch::Pad => "pad",
+        LastBatch::Partial => "partial",
+    }
+}
+
 fn parse_dtype(s: &str) -> Result<DType, TrdataError> {
     match s {
         "uint8" => Ok(DType::U8),
@@ -109,7 +117,7 @@ impl NativeLoader {
     #[new]
     #[pyo3(signature = (paths, labels, classes, *, batch_size, workers, shuffle, seed, reproducible, last_batch,
                         rank, world_size, pin, on_error, prefetch, max_held_batches, transforms, normalize,
-                        dtype, layout, devices=None, device_slots=3))]
+                        dtype, layout, devices=None, device_slots=3, cpus=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -134,6 +142,7 @@ impl NativeLoader {
         layout: &str,
         devices: Option<Vec<u32>>,
         device_slots: i64,
+        cpus: Option<Vec<usize>>,
     ) -> PyResult<Self> {
         let nonneg = |v: i64, name: &str| -> PyResult<usize> {
             usize::try_from(v).map_err(|_| to_py(TrdataError::config(name, format!("{v} must be ≥ 0"))))
@@ -160,6 +169,7 @@ impl NativeLoader {
             rank: nonneg(rank, "rank")?,
             world_size: nonneg(world_size, "world_size")?,
             pin: PinMode::parse(pin).py_err()?,
+            cpus,
             on_error: ErrorPolicy::parse(on_error).py_err()?,
             prefetch: nonneg(prefetch, "prefetch")?,
             max_held_batches: nonneg(max_held_batches, "max_held_batches")?,
@@ -187,6 +197,69 @@ impl NativeLoader {
 
     fn set_epoch(&self, epoch: u64) {
         lock(&self.inner).set_epoch(epoch);
+    }
+
+    /// Position + configuration fingerprint at the current batch boundary, as a dict (loader.py documents
+    /// the format; plan/resume.rs the protocol).
+    fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let st = lock(&self.inner).state();
+        let d = PyDict::new(py);
+        d.set_item("version", st.version)?;
+        d.set_item("seed", st.seed)?;
+        d.set_item("epoch", st.epoch)?;
+        d.set_item("batches", st.batches)?;
+        let f = PyDict::new(py);
+        f.set_item("num_samples", st.num_samples)?;
+        f.set_item("world_size", st.world_size)?;
+        f.set_item("rank", st.rank)?;
+        f.set_item("devices", st.devices)?;
+        f.set_item("batch_size", st.batch_size)?;
+        f.set_item("last_batch", last_batch_name(st.last_batch))?;
+        f.set_item("shuffle", st.shuffle)?;
+        f.set_item("reproducible", st.reproducible)?;
+        d.set_item("fingerprint", f)?;
+        let delivered: Vec<Bound<'py, PyBytes>> = st.delivered.iter().map(|b| PyBytes::new(py, b)).collect();
+        d.set_item("delivered", delivered)?;
+        Ok(d)
+    }
+
+    /// Continue from a `state_dict()` on the next iteration (validates the fingerprint).
+    #[pyo3(signature = (*, version, seed, epoch, batches, num_samples, world_size, rank, devices, batch_size,
+                        last_batch, shuffle, reproducible, delivered))]
+    #[allow(clippy::too_many_arguments)]
+    fn load_state_dict(
+        &self,
+        py: Python<'_>,
+        version: u32,
+        seed: u64,
+        epoch: u64,
+        batches: u64,
+        num_samples: u64,
+        world_size: u64,
+        rank: u64,
+        devices: u64,
+        batch_size: u64,
+        last_batch: &str,
+        shuffle: bool,
+        reproducible: bool,
+        delivered: Vec<Bound<'_, PyBytes>>,
+    ) -> PyResult<()> {
+        let st = LoaderState {
+            version,
+            seed,
+            epoch,
+            batches,
+            num_samples,
+            world_size,
+            rank,
+            devices,
+            batch_size,
+            last_batch: LastBatch::parse(last_batch).py_err()?,
+            shuffle,
+            reproducible,
+            delivered: delivered.iter().map(|b| b.as_bytes().to_vec()).collect(),
+        };
+        py.detach(|| lock(&self.inner).load_state(&st)).py_err()
     }
 
     /// Shape of one sample ([3,h,w] or [h,w,3]).

@@ -135,7 +135,7 @@ struct GpuState {
     /// Epoch generation: bumped by begin/stop.
     epoch_gen: u64,
     /// Pending epoch command for generation `epoch_gen`.
-    command: Option<EpochShape>,
+    command: Option<(EpochShape, u64)>,
     /// Generation whose station rewind the thread acknowledged (or failed: `begin_error`).
     begun: u64,
     begin_error: Option<TrdataError>,
@@ -382,14 +382,16 @@ impl GpuEngine {
     }
 
     /// Start an epoch: the transfer thread rewinds the station (allocating its pinned slabs on first use)
-    /// and then copies batches 0.. as they fill. Returns once the station is rewound. The caller guarantees
+    /// and then copies batches first_batch.. as they fill. Returns once the station is rewound. The caller guarantees
     /// no worker is inside a previous epoch (`Station::stop` + pool idle).
-    pub fn begin_epoch(&self, shape: EpochShape) -> Result<()> {
+    ///
+    /// `first_batch` > 0 resumes an interrupted epoch there (the station's ring starts at it).
+    pub fn begin_epoch(&self, shape: EpochShape, first_batch: u64) -> Result<()> {
         let mut g = lock(&self.shared.state);
         let stale: Vec<Published> = g.ready.drain(..).collect();
         g.epoch_gen += 1;
         let epoch_gen = g.epoch_gen;
-        g.command = Some(shape);
+        g.command = Some((shape, first_batch));
         g.begin_error = None;
         self.shared.producer_cv.notify_all();
         while g.begun < epoch_gen && !g.closed {
@@ -501,15 +503,15 @@ fn transfer_main(
     let _pinning = PinningScope::enter(Arc::clone(&shared.ctx));
     let mut seen = 0u64;
     loop {
-        let (epoch_gen, shape) = {
+        let (epoch_gen, shape, first_batch) = {
             let mut g = lock(&shared.state);
             loop {
                 if g.closed {
                     return;
                 }
                 if g.epoch_gen > seen {
-                    if let Some(shape) = g.command.take() {
-                        break (g.epoch_gen, shape);
+                    if let Some((shape, first)) = g.command.take() {
+                        break (g.epoch_gen, shape, first);
                     }
                     seen = g.epoch_gen; // a stop without a new epoch
                     continue;
@@ -518,13 +520,13 @@ fn transfer_main(
             }
         };
         seen = epoch_gen;
-        station.begin_epoch(shape);
+        station.begin_epoch(shape, first_batch);
         {
             let mut g = lock(&shared.state);
             g.begun = g.begun.max(epoch_gen);
         }
         shared.consumer_cv.notify_all();
-        if let Err(e) = run_epoch(&shared, &station, &stream, layout, shape, epoch_gen) {
+        if let Err(e) = run_epoch(&shared, &station, &stream, layout, shape, first_batch, epoch_gen) {
             publish(&shared, epoch_gen, Published::Failed(e));
         }
     }
@@ -552,10 +554,11 @@ fn run_epoch(
     stream: &Stream,
     layout: BatchLayout,
     shape: EpochShape,
+    first_batch: u64,
     epoch_gen: u64,
 ) -> Result<()> {
     let counters = &shared.counters;
-    for b in 0..shape.batches {
+    for b in first_batch..shape.batches {
         let t_host = Instant::now();
         let (lease, error) = loop {
             if aborted(&lock(&shared.state), epoch_gen) {
@@ -572,7 +575,7 @@ fn run_epoch(
             }
         };
         add_since(&counters.h2d_wait_host_ns, t_host);
-        if b == 0 && !lease.buffer().is_pinned() {
+        if b == first_batch && !lease.buffer().is_pinned() {
             add(&counters.unpinned_host_buffers, 1);
         }
         let Wait::Got(mut slot) = acquire_slot(shared, layout, epoch_gen)? else { return Ok(()) };

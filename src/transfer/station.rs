@@ -13,7 +13,9 @@
 //!   (ownership passes to Python: the ring never touches it again), advances the slot to b + K and refills
 //!   it from the pool (or a new allocation while allocated < max_buffers), waking the workers.
 //! - lease drop `release(buf)`: the buffer goes to the lowest-batch slot that has none, else to the pool.
-//! - `begin_epoch`: rewinds the slots to batches 0..K; only called when no worker is inside an epoch.
+//! - `begin_epoch(shape, first)`: rewinds the slots to batches first..first+K (slot i gets the smallest
+//!   b ≥ first with b ≡ i mod K, so the ring invariant holds from the start); only called when no worker is
+//!   inside an epoch. `first` > 0 is an exact mid-epoch resume: batches before it are never produced.
 //! - `stop` (cancel the epoch), `close` (loader closing), `poison` (a worker died): every waiter returns.
 //!
 //! Why moving buffers into leases: a batch Python still holds can never be rewritten, whatever the user
@@ -120,9 +122,11 @@ impl Station {
         Some(buf)
     }
 
-    /// Rewind the ring for a new epoch. The caller guarantees no worker is inside the previous epoch.
-    pub fn begin_epoch(&self, shape: EpochShape) {
+    /// Rewind the ring for a new epoch whose first produced batch is `first_batch` (0, or the resume point
+    /// of an interrupted epoch). The caller guarantees no worker is inside the previous epoch.
+    pub fn begin_epoch(&self, shape: EpochShape, first_batch: u64) {
         assert!(shape.batch_size as usize == self.layout.rows, "epoch batch size differs from the layout");
+        assert!(first_batch <= shape.batches, "first batch {first_batch} beyond the epoch's {}", shape.batches);
         let mut g = lock(&self.inner);
         g.shape = shape;
         g.stopped = false;
@@ -130,11 +134,13 @@ impl Station {
         for i in 0..k {
             let inner = &mut *g;
             let slot = &mut inner.ring[i];
-            slot.batch = i as u64;
+            // Smallest b ≥ first_batch with b ≡ i (mod K).
+            let batch = first_batch + ((i as u64 + k as u64 - first_batch % k as u64) % k as u64);
+            slot.batch = batch;
             slot.filled = 0;
             slot.ready = false;
             slot.error = None;
-            if (i as u64) >= shape.batches {
+            if batch >= shape.batches {
                 if let Some(b) = slot.buffer.take() {
                     inner.pool.push(b);
                 }
@@ -142,8 +148,8 @@ impl Station {
                 b.reset_claims();
             }
         }
-        for i in 0..k.min(shape.batches as usize) {
-            if g.ring[i].buffer.is_none() {
+        for i in 0..k {
+            if g.ring[i].batch < shape.batches && g.ring[i].buffer.is_none() {
                 let spare = self.spare(&mut g);
                 g.ring[i].buffer = spare;
             }
@@ -335,12 +341,26 @@ mod tests {
     /// Run one epoch: `workers` threads with static claiming fill `batches` batches of `rows` rows (row value =
     /// sequence number), the consumer takes them in order holding `hold` leases at a time.
     pub(crate) fn run_epoch(station: &Arc<Station>, workers: usize, shape: EpochShape, hold: usize) -> Vec<Vec<u8>> {
-        station.begin_epoch(shape);
+        run_epoch_from(station, workers, shape, hold, 0)
+    }
+
+    /// `run_epoch` resumed at batch `first` (workers skip the sequence numbers of earlier batches).
+    pub(crate) fn run_epoch_from(
+        station: &Arc<Station>,
+        workers: usize,
+        shape: EpochShape,
+        hold: usize,
+        first: u64,
+    ) -> Vec<Vec<u8>> {
+        station.begin_epoch(shape, first);
         let mut handles = Vec::new();
         for j in 0..workers {
             let st = Arc::clone(station);
             handles.push(crate::sync::thread_spawn(move || {
                 let mut seq = j as u64;
+                while seq < first * shape.batch_size {
+                    seq += workers as u64;
+                }
                 while seq < shape.total_rows {
                     let b = seq / shape.batch_size;
                     let Some(buf) = st.acquire(b) else { return };
@@ -355,7 +375,7 @@ mod tests {
         }
         let mut out = Vec::new();
         let mut held = std::collections::VecDeque::new();
-        for b in 0..shape.batches {
+        for b in first..shape.batches {
             let lease = loop {
                 match Station::take(station, b, Duration::from_secs(5)) {
                     Take::Ready(l, None) => break l,
@@ -402,12 +422,28 @@ mod tests {
         }
     }
 
+    /// Resume at every batch boundary (including 0 and the end), interleaved with full epochs on the same
+    /// station: the ring starts at the first batch and delivers exactly the remaining batches' bytes.
+    #[cfg(not(loom))]
+    #[test]
+    fn resume_at_every_first_batch() {
+        for (workers, rows, total, depth, hold) in [(1, 4, 37u64, 2, 0), (3, 5, 101, 3, 1), (4, 1, 9, 2, 0)] {
+            let st = Arc::new(Station::new(layout(rows), depth, depth + hold + 1, Arc::new(Stats::default())));
+            let shape = EpochShape { batches: total.div_ceil(rows as u64), batch_size: rows as u64, total_rows: total };
+            for first in 0..=shape.batches {
+                let want = expected(shape)[first as usize..].to_vec();
+                assert_eq!(run_epoch_from(&st, workers, shape, hold, first), want, "first batch {first}");
+                assert_eq!(run_epoch(&st, workers, shape, hold), expected(shape));
+            }
+        }
+    }
+
     #[cfg(not(loom))]
     #[test]
     fn holding_every_buffer_is_reported_not_a_hang() {
         let st = Arc::new(Station::new(layout(1), 2, 2, Arc::new(Stats::default())));
         let shape = EpochShape { batches: 4, batch_size: 1, total_rows: 4 };
-        st.begin_epoch(shape);
+        st.begin_epoch(shape, 0);
         let fill = |b: u64| {
             let buf = st.acquire(b).unwrap();
             buf.claim_row(0).image.fill(1);
@@ -429,7 +465,7 @@ mod tests {
     #[test]
     fn stop_and_close_wake_every_waiter() {
         let st = Arc::new(Station::new(layout(2), 2, 4, Arc::new(Stats::default())));
-        st.begin_epoch(EpochShape { batches: 10, batch_size: 2, total_rows: 20 });
+        st.begin_epoch(EpochShape { batches: 10, batch_size: 2, total_rows: 20 }, 0);
         let st2 = Arc::clone(&st);
         let worker = std::thread::spawn(move || st2.acquire(5)); // waits: batch 5 not in the ring
         std::thread::sleep(Duration::from_millis(20));
@@ -454,6 +490,19 @@ mod tests {
             let st = Arc::new(Station::new(layout(2), 2, 2, Arc::new(Stats::default())));
             let shape = EpochShape { batches: 3, batch_size: 2, total_rows: 5 };
             assert_eq!(run_epoch(&st, 2, shape, 0), expected(shape));
+        });
+    }
+
+    /// The same model for an exact mid-epoch resume: the ring starts at batch 1 of 4, with a held lease.
+    #[cfg(loom)]
+    #[test]
+    fn station_loom_resume() {
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(3);
+        model.check(|| {
+            let st = Arc::new(Station::new(layout(2), 2, 3, Arc::new(Stats::default())));
+            let shape = EpochShape { batches: 4, batch_size: 2, total_rows: 7 };
+            assert_eq!(run_epoch_from(&st, 2, shape, 1, 1), expected(shape)[1..].to_vec());
         });
     }
 }

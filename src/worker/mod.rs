@@ -14,7 +14,8 @@ use crate::augment::{SampleKey, SamplePipeline, WorkerScratch};
 use crate::config::{ErrorPolicy, PinMode};
 use crate::error::{ImageError, ImageErrorKind, Result, SampleError, TrdataError};
 use crate::plan::claim::WorkerClaim;
-use crate::plan::EpochPlan;
+use crate::plan::resume::SeqBitmap;
+use crate::plan::{EpochPlan, PlanShape};
 use crate::source::Dataset;
 use crate::stats::Stats;
 use crate::sync::{lock, Arc, AtomicU64, Condvar, Mutex, Ordering};
@@ -65,8 +66,48 @@ pub struct EngineJob {
     pub global_engine: u64,
     /// The engine's station.
     pub station: Arc<Station>,
-    /// Fast mode: next free slot among the real rows [0, R).
+    /// Fast mode: next free slot among the real rows [0, R) (starts at min(k·B, R) on a resume at batch k).
     pub real_tickets: AtomicU64,
+    /// Sequence numbers below this were delivered before a resume (reproducible mode: k·B).
+    pub skip_below: u64,
+    /// Fast-mode resume: the sequence numbers delivered before the interruption (plan/resume.rs).
+    pub delivered: Option<SeqBitmap>,
+    /// Fast mode: the real sequence number written into each ticket slot of [0, R) (plan/resume.rs says
+    /// why and how it is read); empty in reproducible mode.
+    pub slot_seqs: Box<[AtomicU64]>,
+}
+
+impl EngineJob {
+    /// The job of global engine `global_engine` for an epoch of `shape`, starting at batch `first_batch`
+    /// with `delivered` (fast mode) already consumed.
+    pub fn new(
+        global_engine: u64,
+        station: Arc<Station>,
+        shape: &PlanShape,
+        reproducible: bool,
+        first_batch: u64,
+        delivered: Option<SeqBitmap>,
+    ) -> Self {
+        let real = shape.real_seqs(global_engine);
+        let done = (first_batch * shape.batch_size).min(shape.seqs_per_engine());
+        let (skip_below, tickets, slot_seqs) = if reproducible {
+            (done, 0, Vec::new())
+        } else {
+            (0, done.min(real), (0..real).map(|_| AtomicU64::new(u64::MAX)).collect())
+        };
+        Self {
+            global_engine,
+            station,
+            real_tickets: AtomicU64::new(tickets),
+            skip_below,
+            delivered,
+            slot_seqs: slot_seqs.into_boxed_slice(),
+        }
+    }
+
+    fn skips(&self, seq: u64) -> bool {
+        seq < self.skip_below || self.delivered.as_ref().is_some_and(|d| d.contains(seq))
+    }
 }
 
 /// An epoch for the pool to run.
@@ -313,9 +354,19 @@ fn run_job(job: &EpochJob, w: usize, workers: usize, scratch: &mut WorkerScratch
     let real = shape.real_seqs(eng.global_engine);
     let ctx = &job.ctx;
     for seq in claim.seqs(total) {
+        if eng.skips(seq) {
+            continue; // delivered before an exact resume (plan/resume.rs)
+        }
         // Reproducible: the slot is the sequence number. Fast: real rows take the next free slot of [0, R);
         // filler/pad rows keep their fixed slots ≥ R, so real rows always form the batch prefix.
-        let slot = if ctx.reproducible || seq >= real { seq } else { eng.real_tickets.fetch_add(1, Ordering::Relaxed) };
+        let slot = if ctx.reproducible || seq >= real {
+            seq
+        } else {
+            let slot = eng.real_tickets.fetch_add(1, Ordering::Relaxed);
+            // Published to the consumer by the station mutex in `complete` below (plan/resume.rs).
+            eng.slot_seqs[slot as usize].store(seq, Ordering::Relaxed);
+            slot
+        };
         let (b, row) = (slot / b_size, (slot % b_size) as usize);
         let Some(buf) = eng.station.acquire(b) else { return };
         let index = job.plan.sample_at(eng.global_engine, seq);
@@ -333,7 +384,6 @@ mod tests {
     use super::*;
     use crate::augment::{DType, Layout, OutputSpec, TransformSpec};
     use crate::config::LastBatch;
-    use crate::plan::PlanShape;
     use crate::source::SampleRef;
     use crate::staging::BatchLayout;
     use crate::transfer::{EpochShape, Take};
@@ -363,9 +413,9 @@ mod tests {
         let shape = PlanShape { num_samples: 4, global_engines: 1, batch_size: 2, last_batch: LastBatch::Drop, shuffle: false, seed: 0 };
         let layout = BatchLayout { rows: 2, sample_bytes: ctx.pipeline.sample_bytes() };
         let station = Arc::new(Station::new(layout, 2, 4, Arc::clone(&stats)));
-        station.begin_epoch(EpochShape { batches: 2, batch_size: 2, total_rows: 4 });
+        station.begin_epoch(EpochShape { batches: 2, batch_size: 2, total_rows: 4 }, 0);
         let mut pool = WorkerPool::start(2, PinMode::None).unwrap();
-        let engines = vec![EngineJob { global_engine: 0, station: Arc::clone(&station), real_tickets: AtomicU64::new(0) }];
+        let engines = vec![EngineJob::new(0, Arc::clone(&station), &shape, true, 0, None)];
         pool.run(Arc::new(EpochJob { plan: Arc::new(EpochPlan::new(shape, 0)), engines, ctx }));
         let mut outcome = Take::Timeout;
         for b in 0..2 {
