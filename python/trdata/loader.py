@@ -219,7 +219,8 @@ class Loader:
     augmentations (they depend on (seed, epoch, sample) only), as batch b of a single engine with batch size
     B·G; the rows are interleaved (engine g's row i is position (b·B + i)·G + g). ``workers`` defaults to
     this process's share of the node's allowed CPUs (cores ÷ ``LOCAL_WORLD_SIZE``: the ``LOCAL_RANK``-th
-    contiguous slice), and ``round-robin`` pins within that share (``cpus=[...]`` sets it explicitly), so
+    contiguous slice; one less on a GPU loader, to leave the training thread a core), and ``round-robin`` pins
+    within that share (``cpus=[...]`` sets it explicitly), so
     the ranks of one node never compete for cores. ``state_dict()``/``load_state_dict()`` checkpoint and
     resume mid-epoch exactly (per rank).
     """
@@ -271,7 +272,10 @@ class Loader:
                 raise ConfigError(f"invalid cpus: {cpus!r} must be a non-empty list of CPU ids ≥ 0",
                                   parameter="cpus")
         if workers is None:
-            workers = len(cpu_list)
+            # GPU loaders leave one core of the share to the training thread: on the H200 box, 16 workers on 16
+            # cores delayed kernel launches enough to cost 6% of ResNet-50 step rate, 15 workers cost nothing
+            # (benches/README.md, run 2). CPU loaders hand every core to the workers.
+            workers = len(cpu_list) - 1 if ordinals and len(cpu_list) > 2 else len(cpu_list)
         if isinstance(workers, bool) or not isinstance(workers, int):
             raise ConfigError(f"invalid workers: {workers!r} must be an int", parameter="workers")
         if not isinstance(seed, int) or not 0 <= seed < 2**64:
