@@ -31,6 +31,9 @@ pub mod topology;
 pub mod transfer;
 pub mod worker;
 
+#[cfg(test)]
+mod test_data;
+
 #[cfg(feature = "python")]
 mod py;
 

@@ -8,23 +8,7 @@ use super::*;
 use crate::decode::Decoder;
 use crate::error::ImageErrorKind;
 
-fn data_dir(sub: &str) -> Option<PathBuf> {
-    // TRDATA_TEST_DATA overrides the location (as in tests/conftest.py), e.g. on a machine without ../shared.
-    let root = std::env::var_os("TRDATA_TEST_DATA").map(PathBuf::from);
-    let root = root.unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("..")
-            .join("shared")
-            .join("data")
-    });
-    let d = root.join(sub);
-    if d.is_dir() {
-        Some(d)
-    } else {
-        eprintln!("NOTE: {} is absent; test skipped", d.display());
-        None
-    }
-}
+use crate::test_data::data_dir;
 
 /// Files of the ImageNet sample (sorted), at most `n`.
 fn imagenet(n: usize) -> Vec<PathBuf> {
