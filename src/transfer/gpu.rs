@@ -8,9 +8,11 @@
 //!   `Station::begin_epoch` → for b in 0..batches: `Station::take(b)` (50 ms slices, checks the epoch
 //!   generation) → wait for a free device slot (or allocate one below `cap`) → `cuStreamWaitEvent(copy,
 //!   released_i)` for every consumer release event of the slot's previous batch (device-side: the CPU
-//!   never waits for the training loop) → one `cuMemcpyHtoDAsync` of the slab's used bytes → record the
-//!   slot's copy event → `cuEventSynchronize` it (this thread only) → drop the host lease (the host buffer
-//!   goes back to the workers now) → push the batch onto `ready` and wake the consumer.
+//!   never waits for the training loop) → record the engine's timing event `copy_start` → one
+//!   `cuMemcpyHtoDAsync` of the slab's used bytes → record the timing event `copy_end` → record the slot's
+//!   copy event → `cuEventSynchronize` it (this thread only) → `cuEventElapsedTime(copy_start, copy_end)`
+//!   → drop the host lease (the host buffer goes back to the workers now) → push the batch onto `ready`
+//!   and wake the consumer.
 //! - consumer (`next`): waits on `ready` in the caller's slices. If `ready` is empty while the transfer
 //!   thread waits for a slot and every slot is held by the consumer, waiting could never end: it gets
 //!   `AllSlotsHeld` instead of a hang (as the host station's `AllBuffersHeld`).
@@ -21,6 +23,14 @@
 //! - epochs are generations: `begin_epoch` bumps `epoch_gen` (which aborts a running epoch loop at its next
 //!   check) and waits for the thread's acknowledgement that the station was rewound; batches of an old
 //!   generation are never published. `stop` bumps `epoch_gen` too; `close` wakes everything and joins.
+//!
+//! Copy timers (in [`GpuCounters`]): `h2d_ns` is host wall time from enqueuing a batch's slot waits and
+//! copy to the copy event's completion, so it *includes* the device-side wait for the slot's previous
+//! consumers to release it (inside a training loop that is most of it: the copy stream idles until the
+//! consumer's kernels reading the slot finish). `h2d_copy_ns` is the copy alone, timed on the device by
+//! two timing events recorded on the copy stream right before and right after `cuMemcpyHtoDAsync` (after
+//! the waits), so `h2d_copy_ns ≤ h2d_ns`. The timing events are the engine's (one pair, reused per batch);
+//! consumers only ever wait on the slot's untimed `copy_done` event.
 //!
 //! Memory ordering: all state is under the mutex; the copy's completion is established by
 //! `cuEventSynchronize` before publication, and device-side by the consumer stream's wait.
@@ -60,8 +70,12 @@ fn add_since(c: &AtomicU64, t0: Instant) {
 /// H2D counters of all GPU engines of one loader (merged into `loader.stats()`).
 #[derive(Debug, Default)]
 pub struct GpuCounters {
-    /// Time from issuing a batch's H2D copy to its completion event (transfer threads).
+    /// Time from issuing a batch's H2D copy to its completion event (transfer threads, host clock). Includes
+    /// the copy stream's device-side wait for the slot's previous consumers to release it.
     pub h2d_ns: AtomicU64,
+    /// Time of the H2D copies alone (device clock: timing events around `cuMemcpyHtoDAsync`, after the
+    /// slot-release waits). Always ≤ `h2d_ns`.
+    pub h2d_copy_ns: AtomicU64,
     /// Bytes copied host → device.
     pub h2d_bytes: AtomicU64,
     /// Batches copied (epochs' first batches found unpinned are counted in `unpinned_host_buffers`).
@@ -84,6 +98,7 @@ impl GpuCounters {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         vec![
             ("h2d_ns", g(&self.h2d_ns)),
+            ("h2d_copy_ns", g(&self.h2d_copy_ns)),
             ("h2d_bytes", g(&self.h2d_bytes)),
             ("h2d_batches", g(&self.h2d_batches)),
             ("h2d_wait_host_ns", g(&self.h2d_wait_host_ns)),
@@ -112,6 +127,20 @@ pub struct GpuEngineConfig {
     pub max_held_batches: usize,
     /// Where to bind the transfer thread (and so the host staging): NUMA node and its CPUs.
     pub placement: Option<(u32, Vec<usize>)>,
+}
+
+/// The transfer thread's copy stream and its pair of timing events around each copy (reused: the thread
+/// synchronizes each copy before the next one records them again).
+struct CopyStream {
+    stream: Stream,
+    copy_start: Event,
+    copy_end: Event,
+}
+
+impl CopyStream {
+    fn new(ctx: &Arc<GpuContext>) -> Result<Self> {
+        Ok(Self { stream: Stream::new_non_blocking(ctx)?, copy_start: Event::new_timing(ctx)?, copy_end: Event::new_timing(ctx)? })
+    }
 }
 
 struct Slot {
@@ -360,13 +389,13 @@ impl GpuEngine {
             events: Mutex::new(Vec::new()),
             counters,
         });
-        let stream = Stream::new_non_blocking(&ctx)?;
+        let copy = CopyStream::new(&ctx)?;
         let (sh, st) = (Arc::clone(&shared), crate::sync::Arc::clone(&station));
         let layout = cfg.layout;
         let placement = cfg.placement.clone();
         let thread = std::thread::Builder::new()
             .name(format!("trdata-h2d{}", cfg.local_engine))
-            .spawn(move || transfer_main(sh, st, stream, layout, placement))
+            .spawn(move || transfer_main(sh, st, copy, layout, placement))
             .map_err(|e| TrdataError::Worker(format!("cannot spawn transfer thread: {e}")))?;
         Ok(Self { shared, station, thread: Some(thread) })
     }
@@ -490,7 +519,7 @@ enum Wait<T> {
 fn transfer_main(
     shared: Arc<GpuShared>,
     station: crate::sync::Arc<Station>,
-    stream: Stream,
+    copy: CopyStream,
     layout: BatchLayout,
     placement: Option<(u32, Vec<usize>)>,
 ) {
@@ -526,7 +555,7 @@ fn transfer_main(
             g.begun = g.begun.max(epoch_gen);
         }
         shared.consumer_cv.notify_all();
-        if let Err(e) = run_epoch(&shared, &station, &stream, layout, shape, first_batch, epoch_gen) {
+        if let Err(e) = run_epoch(&shared, &station, &copy, layout, shape, first_batch, epoch_gen) {
             publish(&shared, epoch_gen, Published::Failed(e));
         }
     }
@@ -551,7 +580,7 @@ fn publish(shared: &GpuShared, epoch_gen: u64, p: Published) {
 fn run_epoch(
     shared: &Arc<GpuShared>,
     station: &crate::sync::Arc<Station>,
-    stream: &Stream,
+    copy: &CopyStream,
     layout: BatchLayout,
     shape: EpochShape,
     first_batch: u64,
@@ -582,14 +611,18 @@ fn run_epoch(
         let rows = lease.rows;
         let bytes = lease.buffer().used_bytes(rows);
         let t0 = Instant::now();
+        let stream = &copy.stream;
         let copied = (|| -> Result<()> {
             for ev in slot.released.drain(..) {
                 stream.wait_event(&ev)?;
                 lock(&shared.events).push(ev);
             }
+            // Timed after the waits: the stream reaches copy_start only once the slot is released.
+            copy.copy_start.record(stream)?;
             // SAFETY: the host lease keeps the slab alive and out of the workers' hands until after the
             // synchronize below; the slot's allocation holds layout.total_bytes() ≥ bytes.
             unsafe { stream.copy_htod_async(slot.mem.ptr(), lease.buffer().slab_ptr(), bytes) }?;
+            copy.copy_end.record(stream)?;
             slot.copy_done.record(stream)?;
             slot.copy_done.synchronize()
         })();
@@ -599,6 +632,16 @@ fn run_epoch(
             return Err(e);
         }
         add_since(&counters.h2d_ns, t0);
+        // copy_end precedes copy_done on the same stream, so both timing events have completed.
+        let copy_ms = match Event::elapsed_ms(&copy.copy_start, &copy.copy_end) {
+            Ok(ms) => ms,
+            Err(e) => {
+                // The copy did complete: the slot is reusable, only the measurement failed.
+                lock(&shared.state).free.push_back(slot);
+                return Err(e);
+            }
+        };
+        add(&counters.h2d_copy_ns, (f64::from(copy_ms) * 1e6) as u64);
         add(&counters.h2d_bytes, bytes as u64);
         add(&counters.h2d_batches, 1);
         let (labels, indices) = lease.buffer().labels_and_indices(rows);
@@ -757,5 +800,6 @@ mod tests {
         let s = c.snapshot();
         assert!(s.contains(&("h2d_bytes", 5)));
         assert!(s.iter().any(|(k, _)| *k == "h2d_ns"));
+        assert!(s.iter().any(|(k, _)| *k == "h2d_copy_ns"));
     }
 }

@@ -215,7 +215,8 @@ pub unsafe fn wait_event_raw(ctx: &GpuContext, stream: sys::CUstream, event: &Ev
     })
 }
 
-/// An event of one context, created with timing disabled (the cheapest kind; we only order and wait).
+/// An event of one context. [`Event::new`] creates it with timing disabled (the cheapest kind, for ordering
+/// and waiting); [`Event::new_timing`] keeps timing on, for [`Event::elapsed_ms`].
 #[derive(Debug)]
 pub struct Event {
     raw: sys::CUevent,
@@ -234,6 +235,27 @@ impl Event {
             result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_err(|e| cuda_error("cuEventCreate", e))
         })?;
         Ok(Self { raw, ctx: Arc::clone(ctx) })
+    }
+
+    /// `cuEventCreate(CU_EVENT_DEFAULT)`: a timing event (records a GPU timestamp; costs more than
+    /// [`Event::new`]'s, so only for measurements).
+    pub fn new_timing(ctx: &Arc<GpuContext>) -> Result<Self> {
+        let raw = ctx.scoped(|| {
+            result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(|e| cuda_error("cuEventCreate", e))
+        })?;
+        Ok(Self { raw, ctx: Arc::clone(ctx) })
+    }
+
+    /// `cuEventElapsedTime(start, end)`: milliseconds between two completed timing events
+    /// ([`Event::new_timing`]) of the same context. Fails (`CUDA_ERROR_INVALID_HANDLE`) if either was created
+    /// with timing disabled, (`CUDA_ERROR_NOT_READY`) if either has not completed yet.
+    pub fn elapsed_ms(start: &Event, end: &Event) -> Result<f32> {
+        let (s, e) = (start.raw, end.raw);
+        end.ctx.scoped(|| {
+            // SAFETY: both handles were created by cuEventCreate and are live (owned by the borrowed Events);
+            // the driver checks the timing flag, completion and context itself and reports them as errors.
+            unsafe { result::event::elapsed(s, e) }.map_err(|err| cuda_error("cuEventElapsedTime", err))
+        })
     }
 
     /// `cuEventRecord(self, stream)`.
