@@ -15,6 +15,7 @@
 //!   fixed slots). On resume workers skip seqs in D, real tickets start at min(k·B, R) and the ring at
 //!   batch k: the R − min(k·B, R) remaining real seqs fill exactly the remaining real slots, so no sample
 //!   is lost or repeated.
+//!
 //! D travels as a bitmap over the engine's T sequence numbers (bit s = byte s/8, bit s mod 8, LSB first):
 //! T/8 bytes, e.g. 20 KB for ImageNet on 8 engines.
 
