@@ -112,7 +112,10 @@ impl LoaderConfig {
             return Err(TrdataError::config("batch_size", "must be ≥ 1"));
         }
         if self.batch_size > 1 << 20 {
-            return Err(TrdataError::config("batch_size", format!("{} is absurdly large (limit 1048576)", self.batch_size)));
+            return Err(TrdataError::config(
+                "batch_size",
+                format!("{} is absurdly large (limit 1048576)", self.batch_size),
+            ));
         }
         if self.workers == 0 || self.workers > 1024 {
             return Err(TrdataError::config("workers", format!("{} must be in 1..=1024", self.workers)));
@@ -121,7 +124,10 @@ impl LoaderConfig {
             return Err(TrdataError::config("world_size", "must be ≥ 1"));
         }
         if self.rank >= self.world_size {
-            return Err(TrdataError::config("rank", format!("{} must be < world_size ({})", self.rank, self.world_size)));
+            return Err(TrdataError::config(
+                "rank",
+                format!("{} must be < world_size ({})", self.rank, self.world_size),
+            ));
         }
         if let Some(cpus) = &self.cpus {
             if cpus.is_empty() {
@@ -129,7 +135,10 @@ impl LoaderConfig {
             }
         }
         if self.prefetch < 2 || self.prefetch > 64 {
-            return Err(TrdataError::config("prefetch", format!("{} must be in 2..=64 (double buffering needs ≥ 2)", self.prefetch)));
+            return Err(TrdataError::config(
+                "prefetch",
+                format!("{} must be in 2..=64 (double buffering needs ≥ 2)", self.prefetch),
+            ));
         }
         Ok(())
     }

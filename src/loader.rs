@@ -24,11 +24,11 @@ use crate::plan::{EpochPlan, PlanShape};
 use crate::source::Dataset;
 use crate::staging::BatchLayout;
 use crate::stats::Stats;
-use crate::sync::{lock, Arc, Mutex, Ordering};
+use crate::sync::{Arc, Mutex, Ordering, lock};
 use crate::transfer::cuda;
 use crate::transfer::gpu::{self, DeviceBatch, DeviceNext, GpuCounters, GpuEngine, GpuEngineConfig};
 use crate::transfer::{BatchLease, EpochShape, Station, Take};
-use crate::worker::{affinity, EngineJob, EpochJob, SkipRecord, WorkContext, WorkerPool};
+use crate::worker::{EngineJob, EpochJob, SkipRecord, WorkContext, WorkerPool, affinity};
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -199,7 +199,10 @@ impl Loader {
                 return Err(TrdataError::config("device", format!("cuda:{dup} is listed twice")));
             }
             if !(2..=64).contains(device_slots) {
-                return Err(TrdataError::config("device_slots", format!("{device_slots} must be in 2..=64 (double buffering needs ≥ 2)")));
+                return Err(TrdataError::config(
+                    "device_slots",
+                    format!("{device_slots} must be in 2..=64 (double buffering needs ≥ 2)"),
+                ));
             }
             for &o in ordinals {
                 cuda::check_device(o)?;
@@ -357,7 +360,10 @@ impl Loader {
     pub fn load_state(&mut self, state: &LoaderState) -> Result<()> {
         self.check_usable()?;
         if state.version != STATE_VERSION {
-            return Err(TrdataError::config("version", format!("state version {} is not {STATE_VERSION}", state.version)));
+            return Err(TrdataError::config(
+                "version",
+                format!("state version {} is not {STATE_VERSION}", state.version),
+            ));
         }
         let mine = self.state();
         let fields: [(&str, String, String); 9] = [
@@ -379,7 +385,10 @@ impl Loader {
         }
         let n = self.shape.batches_per_engine();
         if state.batches > n {
-            return Err(TrdataError::config("batches", format!("{} delivered batches exceed the epoch's {n}", state.batches)));
+            return Err(TrdataError::config(
+                "batches",
+                format!("{} delivered batches exceed the epoch's {n}", state.batches),
+            ));
         }
         let (epoch, first) = if state.batches == n { (state.epoch + 1, 0) } else { (state.epoch, state.batches) };
         let mut delivered = Vec::new();
@@ -388,7 +397,10 @@ impl Loader {
             if state.delivered.len() != engines {
                 return Err(TrdataError::config(
                     "delivered",
-                    format!("{} bitmaps for {engines} engines (fast mode needs the delivered samples)", state.delivered.len()),
+                    format!(
+                        "{} bitmaps for {engines} engines (fast mode needs the delivered samples)",
+                        state.delivered.len()
+                    ),
                 ));
             }
             let t = self.shape.seqs_per_engine();
@@ -434,7 +446,8 @@ impl Loader {
         if self.runtime.is_none() {
             let layout = BatchLayout { rows: self.cfg.batch_size, sample_bytes: self.cfg.pipeline.sample_bytes() };
             let depth = self.cfg.prefetch;
-            let station = Arc::new(Station::new(layout, depth, depth + self.cfg.max_held_batches, self.ctx.stats.clone()));
+            let station =
+                Arc::new(Station::new(layout, depth, depth + self.cfg.max_held_batches, self.ctx.stats.clone()));
             let mut gpus = Vec::new();
             let mut binding = None;
             if let DeviceSpec::Cuda { ordinals, device_slots } = &self.devices {
@@ -454,7 +467,11 @@ impl Loader {
                         max_held_batches: self.cfg.max_held_batches,
                         placement,
                     };
-                    gpus.push(GpuEngine::start(cfg, self.ctx.stats.clone(), std::sync::Arc::clone(&self.gpu_counters))?);
+                    gpus.push(GpuEngine::start(
+                        cfg,
+                        self.ctx.stats.clone(),
+                        std::sync::Arc::clone(&self.gpu_counters),
+                    )?);
                 }
             }
             let pool = match binding {
@@ -495,8 +512,11 @@ impl Loader {
         let rank = self.cfg.rank as u64;
         let reproducible = self.cfg.reproducible;
         let rt = self.runtime()?;
-        let epoch_shape =
-            EpochShape { batches: shape.batches_per_engine(), batch_size: shape.batch_size, total_rows: shape.seqs_per_engine() };
+        let epoch_shape = EpochShape {
+            batches: shape.batches_per_engine(),
+            batch_size: shape.batch_size,
+            total_rows: shape.seqs_per_engine(),
+        };
         let engines = if rt.gpus.is_empty() {
             rt.station.begin_epoch(epoch_shape, first);
             vec![EngineJob::new(rank, Arc::clone(&rt.station), &shape, reproducible, first, delivered.next())]
@@ -506,7 +526,14 @@ impl Loader {
             for (d, g) in rt.gpus.iter().enumerate() {
                 g.begin_epoch(epoch_shape, first)?;
                 let global = rank * d_count + d as u64;
-                engines.push(EngineJob::new(global, Arc::clone(g.station()), &shape, reproducible, first, delivered.next()));
+                engines.push(EngineJob::new(
+                    global,
+                    Arc::clone(g.station()),
+                    &shape,
+                    reproducible,
+                    first,
+                    delivered.next(),
+                ));
             }
             engines
         };

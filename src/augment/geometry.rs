@@ -169,12 +169,7 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
                 }
                 flip_ps.push((pos, p));
             }
-            TransformSpec::RandomResizedCrop {
-                height,
-                width,
-                scale,
-                ratio,
-            } => {
+            TransformSpec::RandomResizedCrop { height, width, scale, ratio } => {
                 positive_size("RandomResizedCrop.size", pos, height, width)?;
                 range_param("RandomResizedCrop.scale", pos, scale)?;
                 range_param("RandomResizedCrop.ratio", pos, ratio)?;
@@ -202,17 +197,7 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
     let names: Vec<&str> = geo.iter().map(|(_, t)| name(t)).collect();
     // Position of the op that crops (flips before it mirror the crop window); usize::MAX = no crop.
     let (geometry, crop_pos) = match geo.as_slice() {
-        [
-            (
-                p,
-                TransformSpec::RandomResizedCrop {
-                    height,
-                    width,
-                    scale,
-                    ratio,
-                },
-            ),
-        ] => (
+        [(p, TransformSpec::RandomResizedCrop { height, width, scale, ratio })] => (
             Geometry::RandomResizedCrop {
                 height: *height as usize,
                 width: *width as usize,
@@ -222,55 +207,26 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
             },
             *p,
         ),
-        [
-            (_, TransformSpec::ResizeShorter { shorter }),
-            (p, TransformSpec::CenterCrop { height, width }),
-        ] => (
-            Geometry::ResizeShorterCrop {
-                shorter: *shorter,
-                height: *height as usize,
-                width: *width as usize,
-            },
-            *p,
-        ),
-        [(_, TransformSpec::ResizeExact { height, width })] => (
-            Geometry::ResizeExact {
-                resize_h: *height,
-                resize_w: *width,
-                crop: None,
-            },
-            usize::MAX,
-        ),
+        [(_, TransformSpec::ResizeShorter { shorter }), (p, TransformSpec::CenterCrop { height, width })] => {
+            (Geometry::ResizeShorterCrop { shorter: *shorter, height: *height as usize, width: *width as usize }, *p)
+        }
+        [(_, TransformSpec::ResizeExact { height, width })] => {
+            (Geometry::ResizeExact { resize_h: *height, resize_w: *width, crop: None }, usize::MAX)
+        }
         [
             (_, TransformSpec::ResizeExact { height, width }),
-            (
-                p,
-                TransformSpec::CenterCrop {
-                    height: ch,
-                    width: cw,
-                },
-            ),
+            (p, TransformSpec::CenterCrop { height: ch, width: cw }),
         ] => (
-            Geometry::ResizeExact {
-                resize_h: *height,
-                resize_w: *width,
-                crop: Some((*ch as usize, *cw as usize)),
-            },
+            Geometry::ResizeExact { resize_h: *height, resize_w: *width, crop: Some((*ch as usize, *cw as usize)) },
             *p,
         ),
-        [(p, TransformSpec::CenterCrop { height, width })] => (
-            Geometry::CenterCrop {
-                height: *height as usize,
-                width: *width as usize,
-            },
-            *p,
-        ),
+        [(p, TransformSpec::CenterCrop { height, width })] => {
+            (Geometry::CenterCrop { height: *height as usize, width: *width as usize }, *p)
+        }
         [] => {
             return Err(TrdataError::config(
                 "transforms",
-                format!(
-                    "the output size is not fixed (no resize or crop in the list); {SUPPORTED}"
-                ),
+                format!("the output size is not fixed (no resize or crop in the list); {SUPPORTED}"),
             ));
         }
         [(_, TransformSpec::ResizeShorter { .. })] => {
@@ -285,17 +241,11 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
         _ => {
             return Err(TrdataError::config(
                 "transforms",
-                format!(
-                    "unsupported transform order [{}]; {SUPPORTED}",
-                    names.join(", ")
-                ),
+                format!("unsupported transform order [{}]; {SUPPORTED}", names.join(", ")),
             ));
         }
     };
-    let flips = flip_ps
-        .into_iter()
-        .map(|(pos, p)| (p, pos < crop_pos && crop_pos != usize::MAX))
-        .collect();
+    let flips = flip_ps.into_iter().map(|(pos, p)| (p, pos < crop_pos && crop_pos != usize::MAX)).collect();
     Ok(CompiledTransforms { geometry, flips })
 }
 
@@ -306,14 +256,8 @@ impl CompiledTransforms {
             Geometry::RandomResizedCrop { height, width, .. }
             | Geometry::ResizeShorterCrop { height, width, .. }
             | Geometry::CenterCrop { height, width } => (height, width),
-            Geometry::ResizeExact {
-                crop: Some((h, w)), ..
-            } => (h, w),
-            Geometry::ResizeExact {
-                resize_h,
-                resize_w,
-                crop: None,
-            } => (resize_h as usize, resize_w as usize),
+            Geometry::ResizeExact { crop: Some((h, w)), .. } => (h, w),
+            Geometry::ResizeExact { resize_h, resize_w, crop: None } => (resize_h as usize, resize_w as usize),
         }
     }
 
@@ -337,79 +281,35 @@ impl CompiledTransforms {
         }
         let (w, h) = (i64::from(width), i64::from(height));
         let (x, y, vertical_first) = match self.geometry {
-            Geometry::RandomResizedCrop {
-                height: oh,
-                width: ow,
-                scale,
-                log_ratio,
-                ratio,
-            } => {
+            Geometry::RandomResizedCrop { height: oh, width: ow, scale, log_ratio, ratio } => {
                 let (top, left, ch, cw) = rrc_params(width, height, scale, log_ratio, ratio, key);
                 let vf = pillow_vertical_first(cw, ch, ow as i64, oh as i64);
-                (
-                    crop_resize_axis(left, cw, ow),
-                    crop_resize_axis(top, ch, oh),
-                    vf,
-                )
+                (crop_resize_axis(left, cw, ow), crop_resize_axis(top, ch, oh), vf)
             }
-            Geometry::ResizeShorterCrop {
-                shorter,
-                height: oh,
-                width: ow,
-            } => {
+            Geometry::ResizeShorterCrop { shorter, height: oh, width: ow } => {
                 let (rw, rh) = resize_shorter(width, height, shorter);
-                (
-                    resize_crop_axis(w, rw, ow),
-                    resize_crop_axis(h, rh, oh),
-                    pillow_vertical_first(w, h, rw, rh),
-                )
+                (resize_crop_axis(w, rw, ow), resize_crop_axis(h, rh, oh), pillow_vertical_first(w, h, rw, rh))
             }
-            Geometry::ResizeExact {
-                resize_h,
-                resize_w,
-                crop,
-            } => {
+            Geometry::ResizeExact { resize_h, resize_w, crop } => {
                 let (rw, rh) = (i64::from(resize_w), i64::from(resize_h));
                 let (oh, ow) = crop.unwrap_or((resize_h as usize, resize_w as usize));
-                (
-                    resize_crop_axis(w, rw, ow),
-                    resize_crop_axis(h, rh, oh),
-                    pillow_vertical_first(w, h, rw, rh),
-                )
+                (resize_crop_axis(w, rw, ow), resize_crop_axis(h, rh, oh), pillow_vertical_first(w, h, rw, rh))
             }
-            Geometry::CenterCrop {
-                height: oh,
-                width: ow,
-            } => (
-                resize_crop_axis(w, w, ow),
-                resize_crop_axis(h, h, oh),
-                false,
-            ),
+            Geometry::CenterCrop { height: oh, width: ow } => {
+                (resize_crop_axis(w, w, ow), resize_crop_axis(h, h, oh), false)
+            }
         };
         let x = if mirror_crop { x.mirrored(w) } else { x };
-        SamplePlan {
-            x,
-            y,
-            flip,
-            vertical_first,
-        }
+        SamplePlan { x, y, flip, vertical_first }
     }
 }
 
 /// torchvision `Resize(int)` output size (w, h): shorter side = `s`, longer = `int(s * long / short)`.
 pub fn resize_shorter(width: u32, height: u32, s: u32) -> (i64, i64) {
-    let (short, long) = if width <= height {
-        (width, height)
-    } else {
-        (height, width)
-    };
+    let (short, long) = if width <= height { (width, height) } else { (height, width) };
     let new_long = (f64::from(s) * f64::from(long) / f64::from(short)) as i64;
     let s = i64::from(s);
-    if width <= height {
-        (s, new_long)
-    } else {
-        (new_long, s)
-    }
+    if width <= height { (s, new_long) } else { (new_long, s) }
 }
 
 /// torchvision CenterCrop offset of a crop of `crop` pixels in an image of `len` pixels: `int(round((len - crop)
@@ -435,14 +335,7 @@ fn resize_crop_axis(source_len: i64, resized: i64, out_n: usize) -> Axis {
 }
 
 fn crop_resize_axis(offset: i64, len: i64, out_n: usize) -> Axis {
-    Axis {
-        out_n,
-        start: 0,
-        resized: out_n as i64,
-        scale: len as f64 / out_n as f64,
-        lo: offset,
-        hi: offset + len,
-    }
+    Axis { out_n, start: 0, resized: out_n as i64, scale: len as f64 / out_n as f64, lo: offset, hi: offset + len }
 }
 
 /// torchvision `RandomResizedCrop.get_params` → (top, left, height, width), drawing from the sample's own stream.
@@ -472,15 +365,9 @@ pub fn rrc_params(
     // Fallback: central crop with the aspect ratio clamped to `ratio`.
     let in_ratio = wf / hf;
     let (w, h) = if in_ratio < ratio.0.min(ratio.1) {
-        (
-            w_i,
-            ((wf / ratio.0.min(ratio.1)).round_ties_even() as i64).clamp(1, h_i),
-        )
+        (w_i, ((wf / ratio.0.min(ratio.1)).round_ties_even() as i64).clamp(1, h_i))
     } else if in_ratio > ratio.0.max(ratio.1) {
-        (
-            ((hf * ratio.0.max(ratio.1)).round_ties_even() as i64).clamp(1, w_i),
-            h_i,
-        )
+        (((hf * ratio.0.max(ratio.1)).round_ties_even() as i64).clamp(1, w_i), h_i)
     } else {
         (w_i, h_i)
     };

@@ -192,9 +192,7 @@ impl WorkerScratch {
     /// Fresh scratch whose decoder refuses images above `max_pixels` (`TooLarge`).
     pub fn with_max_pixels(max_pixels: u64) -> Result<Self> {
         let mut s = Self::new()?;
-        s.decoder
-            .set_max_pixels(max_pixels)
-            .map_err(|e| TrdataError::config("max_pixels", e.message))?;
+        s.decoder.set_max_pixels(max_pixels).map_err(|e| TrdataError::config("max_pixels", e.message))?;
         Ok(s)
     }
 
@@ -233,20 +231,14 @@ impl SamplePipeline {
                 if !(n.mean[c].is_finite() && n.std[c].is_finite() && n.std[c] != 0.0) {
                     return Err(TrdataError::config(
                         "normalize",
-                        format!(
-                            "mean and std must be finite and std non-zero, got mean={:?} std={:?}",
-                            n.mean, n.std
-                        ),
+                        format!("mean and std must be finite and std non-zero, got mean={:?} std={:?}", n.mean, n.std),
                     ));
                 }
             }
         }
         let (height, width) = compiled.output_hw();
-        let dct = if compiled.is_random_crop() {
-            DctScaling::RANDOM_CROP_DEFAULT
-        } else {
-            DctScaling::DETERMINISTIC_DEFAULT
-        };
+        let dct =
+            if compiled.is_random_crop() { DctScaling::RANDOM_CROP_DEFAULT } else { DctScaling::DETERMINISTIC_DEFAULT };
         Ok(Self {
             height,
             width,
@@ -263,10 +255,7 @@ impl SamplePipeline {
         if let DctScaling::MinRatio(r) = dct
             && !(r.is_finite() && r > 0.0)
         {
-            return Err(TrdataError::config(
-                "dct_scaling",
-                format!("min ratio must be positive, got {r}"),
-            ));
+            return Err(TrdataError::config("dct_scaling", format!("min ratio must be positive, got {r}")));
         }
         self.dct = dct;
         Ok(self)
@@ -321,20 +310,9 @@ impl SamplePipeline {
         key: SampleKey,
         dst: &mut [u8],
     ) -> std::result::Result<SampleTiming, ImageError> {
-        assert_eq!(
-            dst.len(),
-            self.sample_bytes(),
-            "process: dst must be exactly sample_bytes() long"
-        );
+        assert_eq!(dst.len(), self.sample_bytes(), "process: dst must be exactly sample_bytes() long");
         let t0 = Instant::now();
-        let WorkerScratch {
-            decoder,
-            x,
-            y,
-            inter,
-            wide,
-            row,
-        } = scratch;
+        let WorkerScratch { decoder, x, y, inter, wide, row } = scratch;
         let info = decoder.read_header(bytes)?;
         let plan = self.transforms.plan(info.width, info.height, key);
         let (vx, vy) = (plan.x.valid(), plan.y.valid());
@@ -353,12 +331,7 @@ impl SamplePipeline {
         let (ow, oh) = (self.width, self.height);
         x.compute(&plan.x, m, info.width, sw, plan.flip);
         y.compute(&plan.y, m, info.height, sh, false);
-        let window = PixelWindow {
-            x0: x.win0,
-            y0: y.win0,
-            x1: x.win1,
-            y1: y.win1,
-        };
+        let window = PixelWindow { x0: x.win0, y0: y.win0, x1: x.win1, y1: y.win1 };
         let region = decoder.decode_window(bytes, m, window)?;
         let t1 = Instant::now();
         debug_assert_eq!(region.scale_eighths, m);
@@ -396,9 +369,6 @@ impl SamplePipeline {
             },
         );
         let t2 = Instant::now();
-        Ok(SampleTiming {
-            decode_ns: (t1 - t0).as_nanos() as u64,
-            augment_ns: (t2 - t1).as_nanos() as u64,
-        })
+        Ok(SampleTiming { decode_ns: (t1 - t0).as_nanos() as u64, augment_ns: (t2 - t1).as_nanos() as u64 })
     }
 }

@@ -277,15 +277,7 @@ pub(crate) fn run(job: Job<'_>) {
         x.rebase(x.win0);
         let first = (y.win0 - region_y0) as usize;
         let rows = first..first + nrows;
-        horizontal(
-            pixels,
-            stride,
-            col0,
-            rows,
-            x,
-            wide,
-            &mut inter[..nrows * line],
-        );
+        horizontal(pixels, stride, col0, rows, x, wide, &mut inter[..nrows * line]);
         y.rebase(y.win0);
         let row = &mut row[..line];
         for i in 0..oh {
@@ -307,13 +299,7 @@ pub(crate) fn run(job: Job<'_>) {
         let (vline, row) = (&mut wide[..cols], &mut row[..line]);
         for i in 0..oh {
             let k = &y.k[i * y.taps..(i + 1) * y.taps];
-            vertical(
-                pixels,
-                y.start[i] as usize * stride + col0,
-                stride,
-                k,
-                vline,
-            );
+            vertical(pixels, y.start[i] as usize * stride + col0, stride, k, vline);
             horizontal_row_wide(vline, x, row);
             write_row(lut, layout, row, i, oh, dst);
         }
@@ -348,11 +334,7 @@ pub(crate) fn horizontal(
 /// Pillow's plain 8-bit horizontal loop: the reference the SWAR kernel is checked against in tests.
 #[cfg(test)]
 pub(crate) fn horizontal_row(src: &[u8], c: &AxisCoeffs, dst: &mut [u8]) {
-    for ((d, &s), k) in dst
-        .chunks_exact_mut(3)
-        .zip(&c.start)
-        .zip(c.k.chunks_exact(c.taps))
-    {
+    for ((d, &s), k) in dst.chunks_exact_mut(3).zip(&c.start).zip(c.k.chunks_exact(c.taps)) {
         let s = s as usize * 3;
         let (mut r, mut g, mut b) = (HALF, HALF, HALF);
         for (p, &w) in src[s..s + 3 * c.taps].chunks_exact(3).zip(k) {
@@ -392,13 +374,7 @@ impl Clipped for u32 {
 
 /// Vertical pass for one output row: tap row `t` is `src[offset + t * stride..][..out.len()]`.
 #[inline(always)]
-pub(crate) fn vertical<O: Clipped>(
-    src: &[u8],
-    offset: usize,
-    stride: usize,
-    k: &[i32],
-    out: &mut [O],
-) {
+pub(crate) fn vertical<O: Clipped>(src: &[u8], offset: usize, stride: usize, k: &[i32], out: &mut [O]) {
     let src = &src[offset..];
     match k.len() {
         1 => vrow::<1, O>(src, stride, k, out),
@@ -473,10 +449,7 @@ fn hrow_wide<const K: usize>(src: &[u32], starts: &[u32], k: &[i32], dst: &mut [
         let (mut rg, mut b) = (HALF2, HALF as u32);
         for t in 0..K {
             let w = k[t] as u32;
-            rg = rg.wrapping_add(
-                (u64::from(px[3 * t]) | (u64::from(px[3 * t + 1]) << 32))
-                    .wrapping_mul(u64::from(w)),
-            );
+            rg = rg.wrapping_add((u64::from(px[3 * t]) | (u64::from(px[3 * t + 1]) << 32)).wrapping_mul(u64::from(w)));
             b = b.wrapping_add(px[3 * t + 2].wrapping_mul(w));
         }
         clip_lanes(rg, b, d);
@@ -485,18 +458,12 @@ fn hrow_wide<const K: usize>(src: &[u32], starts: &[u32], k: &[i32], dst: &mut [
 
 #[inline(always)]
 fn hrow_wide_dyn(src: &[u32], starts: &[u32], k: &[i32], taps: usize, dst: &mut [u8]) {
-    for ((d, &s), k) in dst
-        .chunks_exact_mut(3)
-        .zip(starts)
-        .zip(k.chunks_exact(taps))
-    {
+    for ((d, &s), k) in dst.chunks_exact_mut(3).zip(starts).zip(k.chunks_exact(taps)) {
         let s = s as usize * 3;
         let (mut rg, mut b) = (HALF2, HALF as u32);
         for (p, &w) in src[s..s + 3 * taps].chunks_exact(3).zip(k) {
             let w = w as u32;
-            rg = rg.wrapping_add(
-                (u64::from(p[0]) | (u64::from(p[1]) << 32)).wrapping_mul(u64::from(w)),
-            );
+            rg = rg.wrapping_add((u64::from(p[0]) | (u64::from(p[1]) << 32)).wrapping_mul(u64::from(w)));
             b = b.wrapping_add(p[2].wrapping_mul(w));
         }
         clip_lanes(rg, b, d);
@@ -505,14 +472,7 @@ fn hrow_wide_dyn(src: &[u32], starts: &[u32], k: &[i32], taps: usize, dst: &mut 
 
 /// Write one output row (interleaved RGB8 `row`, `out_w` pixels) at row `y` of a sample in `layout`, through `lut`.
 #[inline(always)]
-pub(crate) fn write_row(
-    lut: &OutputLut,
-    layout: Layout,
-    row: &[u8],
-    y: usize,
-    out_h: usize,
-    dst: &mut [u8],
-) {
+pub(crate) fn write_row(lut: &OutputLut, layout: Layout, row: &[u8], y: usize, out_h: usize, dst: &mut [u8]) {
     let out_w = row.len() / 3;
     match lut {
         OutputLut::U8 => match layout {
@@ -526,12 +486,8 @@ pub(crate) fn write_row(
                 }
             }
         },
-        OutputLut::Half(t) => {
-            write_row_lut::<2, u16>(t, layout, row, y, out_h, dst, u16::to_ne_bytes)
-        }
-        OutputLut::F32(t) => {
-            write_row_lut::<4, f32>(t, layout, row, y, out_h, dst, f32::to_ne_bytes)
-        }
+        OutputLut::Half(t) => write_row_lut::<2, u16>(t, layout, row, y, out_h, dst, u16::to_ne_bytes),
+        OutputLut::F32(t) => write_row_lut::<4, f32>(t, layout, row, y, out_h, dst, f32::to_ne_bytes),
     }
 }
 

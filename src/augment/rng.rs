@@ -54,18 +54,8 @@ impl SampleRng {
         let key = [seed as u32, (seed >> 32) as u32];
         // Counter words: [block, op, index, epoch ^ index_hi] — the high index bits are folded into the
         // epoch word so datasets above 2^32 samples still get distinct streams.
-        let ctr = [
-            0,
-            op,
-            index as u32,
-            (epoch as u32) ^ ((index >> 32) as u32).rotate_left(16),
-        ];
-        Self {
-            key,
-            ctr,
-            buf: [0; 4],
-            used: 4,
-        }
+        let ctr = [0, op, index as u32, (epoch as u32) ^ ((index >> 32) as u32).rotate_left(16)];
+        Self { key, ctr, buf: [0; 4], used: 4 }
     }
 
     /// Next 32 random bits.
@@ -121,19 +111,10 @@ mod tests {
     // Known-answer vectors of the Random123 distribution (kat_vectors, philox4x32_10).
     #[test]
     fn known_answers() {
+        assert_eq!(philox4x32_10([0; 4], [0; 2]), [0x6627_e8d5, 0xe169_c58d, 0xbc57_ac4c, 0x9b00_dbd8]);
+        assert_eq!(philox4x32_10([u32::MAX; 4], [u32::MAX; 2]), [0x408f_276d, 0x41c8_3b0e, 0xa20b_c7c6, 0x6d54_51fd]);
         assert_eq!(
-            philox4x32_10([0; 4], [0; 2]),
-            [0x6627_e8d5, 0xe169_c58d, 0xbc57_ac4c, 0x9b00_dbd8]
-        );
-        assert_eq!(
-            philox4x32_10([u32::MAX; 4], [u32::MAX; 2]),
-            [0x408f_276d, 0x41c8_3b0e, 0xa20b_c7c6, 0x6d54_51fd]
-        );
-        assert_eq!(
-            philox4x32_10(
-                [0x243f_6a88, 0x85a3_08d3, 0x1319_8a2e, 0x0370_7344],
-                [0xa409_3822, 0x299f_31d0]
-            ),
+            philox4x32_10([0x243f_6a88, 0x85a3_08d3, 0x1319_8a2e, 0x0370_7344], [0xa409_3822, 0x299f_31d0]),
             [0xd16c_fe09, 0x94fd_cceb, 0x5001_e420, 0x2412_6ea1]
         );
     }
@@ -146,19 +127,10 @@ mod tests {
                 move |_| r.next_u32()
             })
             .collect();
-        for (s, e, i, o) in [
-            (9, 2, 3, 4),
-            (1, 9, 3, 4),
-            (1, 2, 9, 4),
-            (1, 2, 3, 9),
-            (1, 2, 3 + (1 << 32), 4),
-        ] {
+        for (s, e, i, o) in [(9, 2, 3, 4), (1, 9, 3, 4), (1, 2, 9, 4), (1, 2, 3, 9), (1, 2, 3 + (1 << 32), 4)] {
             let mut r = SampleRng::new(s, e, i, o);
             let other: Vec<u32> = (0..8).map(|_| r.next_u32()).collect();
-            assert_ne!(
-                base, other,
-                "stream ({s},{e},{i},{o}) equals the base stream"
-            );
+            assert_ne!(base, other, "stream ({s},{e},{i},{o}) equals the base stream");
         }
     }
 

@@ -16,17 +16,11 @@ fn imagenet(n: usize) -> Vec<PathBuf> {
         return Vec::new();
     };
     let mut v = Vec::new();
-    let mut classes: Vec<_> = std::fs::read_dir(root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
-        .collect();
+    let mut classes: Vec<_> =
+        std::fs::read_dir(root).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
     classes.sort();
     for c in classes {
-        let mut files: Vec<_> = std::fs::read_dir(c)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
+        let mut files: Vec<_> = std::fs::read_dir(c).unwrap().map(|e| e.unwrap().path()).collect();
         files.sort();
         v.extend(files);
     }
@@ -38,30 +32,16 @@ fn edge_files() -> Vec<PathBuf> {
     let Some(d) = data_dir("edge-cases") else {
         return Vec::new();
     };
-    let mut v: Vec<_> = std::fs::read_dir(d)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let mut v: Vec<_> = std::fs::read_dir(d).unwrap().map(|e| e.unwrap().path()).collect();
     v.sort();
     v
 }
 
-const U8_NHWC: OutputSpec = OutputSpec {
-    dtype: DType::U8,
-    layout: Layout::Nhwc,
-    normalize: None,
-};
-const IMAGENET_NORM: Normalize = Normalize {
-    mean: [0.485, 0.456, 0.406],
-    std: [0.229, 0.224, 0.225],
-};
+const U8_NHWC: OutputSpec = OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None };
+const IMAGENET_NORM: Normalize = Normalize { mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225] };
 
 fn key(index: u64) -> SampleKey {
-    SampleKey {
-        seed: 42,
-        epoch: 3,
-        index,
-    }
+    SampleKey { seed: 42, epoch: 3, index }
 }
 
 fn run(
@@ -76,18 +56,10 @@ fn run(
 }
 
 fn rrc(h: u32, w: u32) -> TransformSpec {
-    TransformSpec::RandomResizedCrop {
-        height: h,
-        width: w,
-        scale: (0.08, 1.0),
-        ratio: (3.0 / 4.0, 4.0 / 3.0),
-    }
+    TransformSpec::RandomResizedCrop { height: h, width: w, scale: (0.08, 1.0), ratio: (3.0 / 4.0, 4.0 / 3.0) }
 }
 fn center(h: u32, w: u32) -> TransformSpec {
-    TransformSpec::CenterCrop {
-        height: h,
-        width: w,
-    }
+    TransformSpec::CenterCrop { height: h, width: w }
 }
 fn flip(p: f64) -> TransformSpec {
     TransformSpec::RandomHorizontalFlip { p }
@@ -135,12 +107,7 @@ impl Img {
         Img { w, h, px }
     }
     fn center_crop(&self, h: usize, w: usize) -> Img {
-        self.crop(
-            center_crop_start(self.h as i64, h as i64),
-            center_crop_start(self.w as i64, w as i64),
-            h,
-            w,
-        )
+        self.crop(center_crop_start(self.h as i64, h as i64), center_crop_start(self.w as i64, w as i64), h, w)
     }
 }
 
@@ -160,12 +127,7 @@ fn pillow_coeffs(in_size: usize, out_size: usize) -> Vec<(usize, Vec<i64>)> {
                 })
                 .collect();
             let ww: f64 = w.iter().sum();
-            (
-                xmin as usize,
-                w.iter()
-                    .map(|v| (0.5 + v / ww * f64::from(1 << 22)) as i64)
-                    .collect(),
-            )
+            (xmin as usize, w.iter().map(|v| (0.5 + v / ww * f64::from(1 << 22)) as i64).collect())
         })
         .collect()
 }
@@ -176,20 +138,13 @@ fn resize_h(img: &Img, ow: usize) -> Img {
     for y in 0..img.h {
         for (x, (x0, ws)) in k.iter().enumerate() {
             for c in 0..3 {
-                let s: i64 = (1 << 21)
-                    + ws.iter()
-                        .enumerate()
-                        .map(|(t, w)| i64::from(img.at(x0 + t, y, c)) * w)
-                        .sum::<i64>();
+                let s: i64 =
+                    (1 << 21) + ws.iter().enumerate().map(|(t, w)| i64::from(img.at(x0 + t, y, c)) * w).sum::<i64>();
                 px[3 * (y * ow + x) + c] = (s >> 22).clamp(0, 255) as u8;
             }
         }
     }
-    Img {
-        w: ow,
-        h: img.h,
-        px,
-    }
+    Img { w: ow, h: img.h, px }
 }
 
 fn resize_v(img: &Img, oh: usize) -> Img {
@@ -198,30 +153,19 @@ fn resize_v(img: &Img, oh: usize) -> Img {
     for (y, (y0, ws)) in k.iter().enumerate() {
         for x in 0..img.w {
             for c in 0..3 {
-                let s: i64 = (1 << 21)
-                    + ws.iter()
-                        .enumerate()
-                        .map(|(t, w)| i64::from(img.at(x, y0 + t, c)) * w)
-                        .sum::<i64>();
+                let s: i64 =
+                    (1 << 21) + ws.iter().enumerate().map(|(t, w)| i64::from(img.at(x, y0 + t, c)) * w).sum::<i64>();
                 px[3 * (y * img.w + x) + c] = (s >> 22).clamp(0, 255) as u8;
             }
         }
     }
-    Img {
-        w: img.w,
-        h: oh,
-        px,
-    }
+    Img { w: img.w, h: oh, px }
 }
 
 /// Pillow 13 `img.resize((ow, oh), BILINEAR)`.
 fn pillow_resize(img: &Img, ow: usize, oh: usize) -> Img {
     let vfirst = geometry::pillow_vertical_first(img.w as i64, img.h as i64, ow as i64, oh as i64);
-    if vfirst {
-        resize_h(&resize_v(img, oh), ow)
-    } else {
-        resize_v(&resize_h(img, ow), oh)
-    }
+    if vfirst { resize_h(&resize_v(img, oh), ow) } else { resize_v(&resize_h(img, ow), oh) }
 }
 
 /// Whole-image decode, `None` for files that do not decode.
@@ -229,33 +173,16 @@ fn decode(bytes: &[u8]) -> Option<Img> {
     let mut d = Decoder::new().unwrap();
     let mut px = Vec::new();
     let (w, h) = d.decode_full_rgb(bytes, &mut px).ok()?;
-    Some(Img {
-        w: w as usize,
-        h: h as usize,
-        px,
-    })
+    Some(Img { w: w as usize, h: h as usize, px })
 }
 
 fn max_abs_diff(a: &[u8], b: &[u8]) -> u8 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| x.abs_diff(*y))
-        .max()
-        .unwrap_or(0)
+    a.iter().zip(b).map(|(x, y)| x.abs_diff(*y)).max().unwrap_or(0)
 }
 
 fn psnr(a: &[u8], b: &[u8]) -> f64 {
-    let mse = a
-        .iter()
-        .zip(b)
-        .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
-        .sum::<f64>()
-        / a.len() as f64;
-    if mse == 0.0 {
-        99.0
-    } else {
-        10.0 * (255.0f64 * 255.0 / mse).log10()
-    }
+    let mse = a.iter().zip(b).map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2)).sum::<f64>() / a.len() as f64;
+    if mse == 0.0 { 99.0 } else { 10.0 * (255.0f64 * 255.0 / mse).log10() }
 }
 
 fn png_bytes(img: &Img) -> Vec<u8> {
@@ -290,51 +217,20 @@ fn synthetic(w: usize, h: usize, seed: u32) -> Img {
 fn deterministic_pipelines_equal_pillow_reference_bit_exactly() {
     type Reference = fn(&Img) -> Img;
     let cases: Vec<(Vec<TransformSpec>, Reference)> = vec![
-        (
-            vec![
-                TransformSpec::ResizeShorter { shorter: 256 },
-                center(224, 224),
-            ],
-            |i| {
-                let (rw, rh) = resize_shorter(i.w as u32, i.h as u32, 256);
-                pillow_resize(i, rw as usize, rh as usize).center_crop(224, 224)
-            },
-        ),
-        (
-            vec![
-                TransformSpec::ResizeShorter { shorter: 96 },
-                flip(1.0),
-                center(80, 90),
-            ],
-            |i| {
-                let (rw, rh) = resize_shorter(i.w as u32, i.h as u32, 96);
-                pillow_resize(i, rw as usize, rh as usize)
-                    .flipped()
-                    .center_crop(80, 90)
-            },
-        ),
-        (
-            vec![TransformSpec::ResizeExact {
-                height: 100,
-                width: 150,
-            }],
-            |i| pillow_resize(i, 150, 100),
-        ),
-        (
-            vec![
-                TransformSpec::ResizeExact {
-                    height: 61,
-                    width: 64,
-                },
-                center(80, 67),
-                flip(1.0),
-            ],
-            |i| pillow_resize(i, 64, 61).center_crop(80, 67).flipped(),
-        ),
-        (vec![center(99, 101)], |i| i.center_crop(99, 101)),
-        (vec![flip(1.0), center(99, 101)], |i| {
-            i.flipped().center_crop(99, 101)
+        (vec![TransformSpec::ResizeShorter { shorter: 256 }, center(224, 224)], |i| {
+            let (rw, rh) = resize_shorter(i.w as u32, i.h as u32, 256);
+            pillow_resize(i, rw as usize, rh as usize).center_crop(224, 224)
         }),
+        (vec![TransformSpec::ResizeShorter { shorter: 96 }, flip(1.0), center(80, 90)], |i| {
+            let (rw, rh) = resize_shorter(i.w as u32, i.h as u32, 96);
+            pillow_resize(i, rw as usize, rh as usize).flipped().center_crop(80, 90)
+        }),
+        (vec![TransformSpec::ResizeExact { height: 100, width: 150 }], |i| pillow_resize(i, 150, 100)),
+        (vec![TransformSpec::ResizeExact { height: 61, width: 64 }, center(80, 67), flip(1.0)], |i| {
+            pillow_resize(i, 64, 61).center_crop(80, 67).flipped()
+        }),
+        (vec![center(99, 101)], |i| i.center_crop(99, 101)),
+        (vec![flip(1.0), center(99, 101)], |i| i.flipped().center_crop(99, 101)),
         (vec![center(300, 333)], |i| i.center_crop(300, 333)),
     ];
     let mut files = edge_files();
@@ -345,21 +241,13 @@ fn deterministic_pipelines_equal_pillow_reference_bit_exactly() {
     let mut s = WorkerScratch::new().unwrap();
     let mut checked = 0;
     for (transforms, reference) in &cases {
-        let p = SamplePipeline::new(transforms.clone(), U8_NHWC)
-            .unwrap()
-            .with_dct_scaling(DctScaling::Off)
-            .unwrap();
+        let p = SamplePipeline::new(transforms.clone(), U8_NHWC).unwrap().with_dct_scaling(DctScaling::Off).unwrap();
         for f in &files {
             let bytes = std::fs::read(f).unwrap();
             let Some(img) = decode(&bytes) else { continue };
             let want = reference(&img);
             let got = run(&p, &mut s, &bytes, key(0)).unwrap();
-            assert!(
-                got == want.px,
-                "{transforms:?} on {}: max |diff| {}",
-                f.display(),
-                max_abs_diff(&got, &want.px)
-            );
+            assert!(got == want.px, "{transforms:?} on {}: max |diff| {}", f.display(), max_abs_diff(&got, &want.px));
             checked += 1;
         }
     }
@@ -371,10 +259,8 @@ fn random_resized_crop_equals_reference_within_rounding() {
     let files: Vec<_> = edge_files().into_iter().chain(imagenet(20)).collect();
     let mut s = WorkerScratch::new().unwrap();
     let mut d = Decoder::new().unwrap();
-    let p = SamplePipeline::new(vec![rrc(64, 48), flip(0.5)], U8_NHWC)
-        .unwrap()
-        .with_dct_scaling(DctScaling::Off)
-        .unwrap();
+    let p =
+        SamplePipeline::new(vec![rrc(64, 48), flip(0.5)], U8_NHWC).unwrap().with_dct_scaling(DctScaling::Off).unwrap();
     for f in &files {
         let bytes = std::fs::read(f).unwrap();
         let Ok(info) = d.read_header(&bytes) else {
@@ -388,10 +274,7 @@ fn random_resized_crop_equals_reference_within_rounding() {
             let k = key(i);
             let plan = p.plan(info.width, info.height, k);
             let (left, top) = (plan.x.lo, plan.y.lo);
-            let (cw, ch) = (
-                (plan.x.hi - plan.x.lo) as usize,
-                (plan.y.hi - plan.y.lo) as usize,
-            );
+            let (cw, ch) = ((plan.x.hi - plan.x.lo) as usize, (plan.y.hi - plan.y.lo) as usize);
             let mut want = pillow_resize(&img.crop(top, left, ch, cw), 48, 64);
             if plan.flip {
                 want = want.flipped();
@@ -399,28 +282,14 @@ fn random_resized_crop_equals_reference_within_rounding() {
             let got = run(&p, &mut s, &bytes, k).unwrap();
             // The pass order may differ from Pillow's for random crops (speed), which moves the 8-bit
             // intermediate's rounding by at most one.
-            assert!(
-                max_abs_diff(&got, &want.px) <= 1,
-                "{}: key {i}",
-                f.display()
-            );
+            assert!(max_abs_diff(&got, &want.px) <= 1, "{}: key {i}", f.display());
         }
     }
 }
 
 #[test]
 fn rrc_params_stay_inside_the_image_and_depend_only_on_the_key() {
-    let sizes = [
-        (1, 1),
-        (2, 1),
-        (1, 2),
-        (284, 25),
-        (25, 284),
-        (500, 375),
-        (4032, 3024),
-        (5000, 10),
-        (3, 7000),
-    ];
+    let sizes = [(1, 1), (2, 1), (1, 2), (284, 25), (25, 284), (500, 375), (4032, 3024), (5000, 10), (3, 7000)];
     let log = |r: (f64, f64)| (r.0.ln(), r.1.ln());
     for (scale, ratio) in [
         ((0.08, 1.0), (0.75, 4.0 / 3.0)),
@@ -431,53 +300,26 @@ fn rrc_params_stay_inside_the_image_and_depend_only_on_the_key() {
         for &(w, h) in &sizes {
             let mut distinct = std::collections::HashSet::new();
             for i in 0..300u64 {
-                let k = SampleKey {
-                    seed: 9,
-                    epoch: i % 3,
-                    index: i,
-                };
+                let k = SampleKey { seed: 9, epoch: i % 3, index: i };
                 let (top, left, ch, cw) = rrc_params(w, h, scale, log(ratio), ratio, k);
                 assert!(top >= 0 && left >= 0 && ch >= 1 && cw >= 1, "{w}x{h} {k:?}");
-                assert!(
-                    top + ch <= i64::from(h) && left + cw <= i64::from(w),
-                    "{w}x{h} {k:?}: {top} {left} {ch} {cw}"
-                );
-                assert_eq!(
-                    (top, left, ch, cw),
-                    rrc_params(w, h, scale, log(ratio), ratio, k),
-                    "not deterministic"
-                );
+                assert!(top + ch <= i64::from(h) && left + cw <= i64::from(w), "{w}x{h} {k:?}: {top} {left} {ch} {cw}");
+                assert_eq!((top, left, ch, cw), rrc_params(w, h, scale, log(ratio), ratio, k), "not deterministic");
                 distinct.insert((top, left, ch, cw));
             }
             let aspect = f64::from(w.max(h)) / f64::from(w.min(h));
             if w * h >= 10_000 && aspect < 2.0 && scale.0 < scale.1 && scale.1 <= 1.0 {
-                assert!(
-                    distinct.len() > 100,
-                    "{w}x{h}: only {} distinct crops",
-                    distinct.len()
-                );
+                assert!(distinct.len() > 100, "{w}x{h}: only {} distinct crops", distinct.len());
             }
         }
     }
     // Scale > 1 never fits: torchvision's fallback is the central crop, clamped to the ratio range.
     let r43 = (0.75, 4.0 / 3.0);
-    assert_eq!(
-        rrc_params(500, 375, (2.0, 3.0), log(r43), r43, key(0)),
-        (0, 0, 375, 500)
-    );
+    assert_eq!(rrc_params(500, 375, (2.0, 3.0), log(r43), r43, key(0)), (0, 0, 375, 500));
     let r = (0.75, 1.33);
-    assert_eq!(
-        rrc_params(500, 375, (2.0, 3.0), log(r), r, key(0)),
-        (0, 0, 375, 499)
-    ); // round(498.75)
-    assert_eq!(
-        rrc_params(1000, 100, (2.0, 3.0), log(r), r, key(0)),
-        (0, 433, 100, 133)
-    );
-    assert_eq!(
-        rrc_params(100, 1000, (2.0, 3.0), log(r), r, key(0)),
-        (433, 0, 133, 100)
-    );
+    assert_eq!(rrc_params(500, 375, (2.0, 3.0), log(r), r, key(0)), (0, 0, 375, 499)); // round(498.75)
+    assert_eq!(rrc_params(1000, 100, (2.0, 3.0), log(r), r, key(0)), (0, 433, 100, 133));
+    assert_eq!(rrc_params(100, 1000, (2.0, 3.0), log(r), r, key(0)), (433, 0, 133, 100));
 }
 
 #[test]
@@ -506,108 +348,42 @@ fn invalid_transform_lists_are_config_errors_naming_the_parameter() {
         other => panic!("expected a config error, got {other:?}"),
     };
     assert_eq!(param(vec![rrc(0, 224)], U8_NHWC), "RandomResizedCrop.size");
-    assert_eq!(
-        param(
-            vec![TransformSpec::ResizeShorter { shorter: 0 }, center(1, 1)],
-            U8_NHWC
-        ),
-        "Resize.size"
-    );
-    assert_eq!(
-        param(
-            vec![TransformSpec::ResizeExact {
-                height: 5,
-                width: 0
-            }],
-            U8_NHWC
-        ),
-        "Resize.size"
-    );
+    assert_eq!(param(vec![TransformSpec::ResizeShorter { shorter: 0 }, center(1, 1)], U8_NHWC), "Resize.size");
+    assert_eq!(param(vec![TransformSpec::ResizeExact { height: 5, width: 0 }], U8_NHWC), "Resize.size");
     assert_eq!(param(vec![center(224, 0)], U8_NHWC), "CenterCrop.size");
-    assert_eq!(
-        param(vec![TransformSpec::ResizeShorter { shorter: 256 }], U8_NHWC),
-        "transforms"
-    );
+    assert_eq!(param(vec![TransformSpec::ResizeShorter { shorter: 256 }], U8_NHWC), "transforms");
     assert_eq!(param(vec![], U8_NHWC), "transforms");
     assert_eq!(param(vec![flip(0.5)], U8_NHWC), "transforms");
-    assert_eq!(
-        param(
-            vec![
-                center(224, 224),
-                TransformSpec::ResizeShorter { shorter: 256 }
-            ],
-            U8_NHWC
-        ),
-        "transforms"
-    );
-    assert_eq!(
-        param(vec![rrc(224, 224), center(200, 200)], U8_NHWC),
-        "transforms"
-    );
-    assert_eq!(
-        param(vec![rrc(224, 224), flip(1.5)], U8_NHWC),
-        "RandomHorizontalFlip.p"
-    );
-    let bad_scale = TransformSpec::RandomResizedCrop {
-        height: 8,
-        width: 8,
-        scale: (0.5, 0.1),
-        ratio: (1.0, 1.0),
-    };
+    assert_eq!(param(vec![center(224, 224), TransformSpec::ResizeShorter { shorter: 256 }], U8_NHWC), "transforms");
+    assert_eq!(param(vec![rrc(224, 224), center(200, 200)], U8_NHWC), "transforms");
+    assert_eq!(param(vec![rrc(224, 224), flip(1.5)], U8_NHWC), "RandomHorizontalFlip.p");
+    let bad_scale = TransformSpec::RandomResizedCrop { height: 8, width: 8, scale: (0.5, 0.1), ratio: (1.0, 1.0) };
     assert_eq!(param(vec![bad_scale], U8_NHWC), "RandomResizedCrop.scale");
-    let bad_ratio = TransformSpec::RandomResizedCrop {
-        height: 8,
-        width: 8,
-        scale: (0.1, 0.5),
-        ratio: (0.0, 1.0),
-    };
+    let bad_ratio = TransformSpec::RandomResizedCrop { height: 8, width: 8, scale: (0.1, 0.5), ratio: (0.0, 1.0) };
     assert_eq!(param(vec![bad_ratio], U8_NHWC), "RandomResizedCrop.ratio");
-    let u8_norm = OutputSpec {
-        normalize: Some(IMAGENET_NORM),
-        ..U8_NHWC
-    };
+    let u8_norm = OutputSpec { normalize: Some(IMAGENET_NORM), ..U8_NHWC };
     assert_eq!(param(vec![rrc(224, 224)], u8_norm), "normalize");
     let zero_std = OutputSpec {
         dtype: DType::F32,
         layout: Layout::Nchw,
-        normalize: Some(Normalize {
-            std: [1.0, 0.0, 1.0],
-            ..IMAGENET_NORM
-        }),
+        normalize: Some(Normalize { std: [1.0, 0.0, 1.0], ..IMAGENET_NORM }),
     };
     assert_eq!(param(vec![rrc(224, 224)], zero_std), "normalize");
     let p = SamplePipeline::new(vec![rrc(224, 224)], U8_NHWC).unwrap();
-    assert!(matches!(
-        p.with_dct_scaling(DctScaling::MinRatio(0.0)),
-        Err(TrdataError::Config { .. })
-    ));
+    assert!(matches!(p.with_dct_scaling(DctScaling::MinRatio(0.0)), Err(TrdataError::Config { .. })));
 }
 
 #[test]
 fn shapes_bytes_and_defaults() {
-    let f16 = OutputSpec {
-        dtype: DType::F16,
-        layout: Layout::Nchw,
-        normalize: Some(IMAGENET_NORM),
-    };
+    let f16 = OutputSpec { dtype: DType::F16, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM) };
     let p = SamplePipeline::new(vec![flip(0.5), rrc(224, 160)], f16).unwrap();
     assert_eq!(p.output_hw(), (224, 160));
     assert_eq!(p.sample_shape(), [3, 224, 160]);
     assert_eq!(p.sample_bytes(), 3 * 224 * 160 * 2);
     assert_eq!(p.output(), f16);
     assert_eq!(p.dct_scaling(), DctScaling::RANDOM_CROP_DEFAULT);
-    let e = SamplePipeline::new(
-        vec![TransformSpec::ResizeExact {
-            height: 32,
-            width: 48,
-        }],
-        U8_NHWC,
-    )
-    .unwrap();
-    assert_eq!(
-        (e.output_hw(), e.sample_shape(), e.sample_bytes()),
-        ((32, 48), [32, 48, 3], 32 * 48 * 3)
-    );
+    let e = SamplePipeline::new(vec![TransformSpec::ResizeExact { height: 32, width: 48 }], U8_NHWC).unwrap();
+    assert_eq!((e.output_hw(), e.sample_shape(), e.sample_bytes()), ((32, 48), [32, 48, 3], 32 * 48 * 3));
     assert_eq!(e.dct_scaling(), DctScaling::DETERMINISTIC_DEFAULT);
 }
 
@@ -618,24 +394,11 @@ fn dtypes_and_layouts_are_the_same_pixels() {
     let bytes = std::fs::read(f).unwrap();
     let t = vec![rrc(40, 56), flip(0.5)];
     let mut s = WorkerScratch::new().unwrap();
-    let base = run(
-        &SamplePipeline::new(t.clone(), U8_NHWC).unwrap(),
-        &mut s,
-        &bytes,
-        key(5),
-    )
-    .unwrap();
+    let base = run(&SamplePipeline::new(t.clone(), U8_NHWC).unwrap(), &mut s, &bytes, key(5)).unwrap();
     let (h, w) = (40, 56);
     let hwc = |y: usize, x: usize, c: usize| base[3 * (y * w + x) + c];
     let u8_chw = run(
-        &SamplePipeline::new(
-            t.clone(),
-            OutputSpec {
-                layout: Layout::Nchw,
-                ..U8_NHWC
-            },
-        )
-        .unwrap(),
+        &SamplePipeline::new(t.clone(), OutputSpec { layout: Layout::Nchw, ..U8_NHWC }).unwrap(),
         &mut s,
         &bytes,
         key(5),
@@ -648,18 +411,8 @@ fn dtypes_and_layouts_are_the_same_pixels() {
         };
         for dtype in [DType::F32, DType::F16, DType::BF16] {
             for normalize in [None, Some(IMAGENET_NORM)] {
-                let spec = OutputSpec {
-                    dtype,
-                    layout,
-                    normalize,
-                };
-                let out = run(
-                    &SamplePipeline::new(t.clone(), spec).unwrap(),
-                    &mut s,
-                    &bytes,
-                    key(5),
-                )
-                .unwrap();
+                let spec = OutputSpec { dtype, layout, normalize };
+                let out = run(&SamplePipeline::new(t.clone(), spec).unwrap(), &mut s, &bytes, key(5)).unwrap();
                 for y in 0..h {
                     for x in 0..w {
                         for c in 0..3 {
@@ -667,12 +420,8 @@ fn dtypes_and_layouts_are_the_same_pixels() {
                             let v = normalize.map_or(v, |n| (v - n.mean[c]) / n.std[c]);
                             let i = idx(y, x, c);
                             let got_bits = match dtype {
-                                DType::F32 => {
-                                    u32::from_ne_bytes(out[4 * i..4 * i + 4].try_into().unwrap())
-                                }
-                                _ => u32::from(u16::from_ne_bytes(
-                                    out[2 * i..2 * i + 2].try_into().unwrap(),
-                                )),
+                                DType::F32 => u32::from_ne_bytes(out[4 * i..4 * i + 4].try_into().unwrap()),
+                                _ => u32::from(u16::from_ne_bytes(out[2 * i..2 * i + 2].try_into().unwrap())),
                             };
                             let want_bits = match dtype {
                                 DType::F32 => v.to_bits(),
@@ -700,11 +449,9 @@ fn flip_mirrors_the_output_exactly() {
         return;
     }
     let mut s = WorkerScratch::new().unwrap();
-    for t in [
-        vec![rrc(50, 37)],
-        vec![TransformSpec::ResizeShorter { shorter: 64 }, center(48, 61)],
-        vec![center(120, 97)],
-    ] {
+    for t in
+        [vec![rrc(50, 37)], vec![TransformSpec::ResizeShorter { shorter: 64 }, center(48, 61)], vec![center(120, 97)]]
+    {
         let plain = SamplePipeline::new(t.clone(), U8_NHWC).unwrap();
         let mut with_flip = t.clone();
         with_flip.push(flip(1.0));
@@ -712,11 +459,7 @@ fn flip_mirrors_the_output_exactly() {
         let (h, w) = plain.output_hw();
         for f in &files {
             let bytes = std::fs::read(f).unwrap();
-            let a = Img {
-                w,
-                h,
-                px: run(&plain, &mut s, &bytes, key(1)).unwrap(),
-            };
+            let a = Img { w, h, px: run(&plain, &mut s, &bytes, key(1)).unwrap() };
             let b = run(&flipped, &mut s, &bytes, key(1)).unwrap();
             assert!(a.flipped().px == b, "{t:?} {}", f.display());
         }
@@ -724,9 +467,7 @@ fn flip_mirrors_the_output_exactly() {
     // p = 0 never flips; p = 0.5 flips about half of the samples, depending on the key only.
     let p0 = SamplePipeline::new(vec![rrc(8, 8), flip(0.0)], U8_NHWC).unwrap();
     let p5 = SamplePipeline::new(vec![rrc(8, 8), flip(0.5)], U8_NHWC).unwrap();
-    let n = (0..2000)
-        .filter(|&i| p5.plan(500, 375, key(i)).flip)
-        .count();
+    let n = (0..2000).filter(|&i| p5.plan(500, 375, key(i)).flip).count();
     assert!((900..1100).contains(&n), "{n}");
     assert!((0..200).all(|i| !p0.plan(500, 375, key(i)).flip));
     assert!((0..200).all(|i| p5.plan(500, 375, key(i)) == p5.plan(500, 375, key(i))));
@@ -741,45 +482,20 @@ fn synthetic_padding_and_mirroring_follow_torchvision() {
     let mut s = WorkerScratch::new().unwrap();
     let cases: Vec<(Vec<TransformSpec>, Img)> = vec![
         (vec![center(10, 14)], img.center_crop(10, 14)),
-        (
-            vec![flip(1.0), center(10, 14)],
-            img.flipped().center_crop(10, 14),
-        ),
-        (
-            vec![center(10, 14), flip(1.0)],
-            img.center_crop(10, 14).flipped(),
-        ),
-        (
-            vec![flip(1.0), center(10, 14), flip(1.0)],
-            img.flipped().center_crop(10, 14).flipped(),
-        ),
+        (vec![flip(1.0), center(10, 14)], img.flipped().center_crop(10, 14)),
+        (vec![center(10, 14), flip(1.0)], img.center_crop(10, 14).flipped()),
+        (vec![flip(1.0), center(10, 14), flip(1.0)], img.flipped().center_crop(10, 14).flipped()),
         (vec![center(31, 50)], img.center_crop(31, 50)),
-        (
-            vec![flip(1.0), center(31, 50)],
-            img.flipped().center_crop(31, 50),
-        ),
-        (
-            vec![TransformSpec::ResizeExact {
-                height: 22,
-                width: 37,
-            }],
-            img.clone(),
-        ),
-        (
-            vec![TransformSpec::ResizeShorter { shorter: 22 }, center(22, 37)],
-            img.clone(),
-        ),
+        (vec![flip(1.0), center(31, 50)], img.flipped().center_crop(31, 50)),
+        (vec![TransformSpec::ResizeExact { height: 22, width: 37 }], img.clone()),
+        (vec![TransformSpec::ResizeShorter { shorter: 22 }, center(22, 37)], img.clone()),
     ];
     for (t, want) in cases {
         let p = SamplePipeline::new(t.clone(), U8_NHWC).unwrap();
         assert!(run(&p, &mut s, &bytes, key(0)).unwrap() == want.px, "{t:?}");
     }
     // Padding is normalized zero, like torchvision's pad-then-Normalize.
-    let f32n = OutputSpec {
-        dtype: DType::F32,
-        layout: Layout::Nchw,
-        normalize: Some(IMAGENET_NORM),
-    };
+    let f32n = OutputSpec { dtype: DType::F32, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM) };
     let p = SamplePipeline::new(vec![center(40, 40)], f32n).unwrap();
     let out = run(&p, &mut s, &bytes, key(0)).unwrap();
     let v = f32::from_ne_bytes(out[0..4].try_into().unwrap());
@@ -792,11 +508,7 @@ fn samples_depend_only_on_the_key() {
     if files.is_empty() {
         return;
     }
-    let spec = OutputSpec {
-        dtype: DType::BF16,
-        layout: Layout::Nchw,
-        normalize: Some(IMAGENET_NORM),
-    };
+    let spec = OutputSpec { dtype: DType::BF16, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM) };
     let p = SamplePipeline::new(vec![rrc(96, 96), flip(0.5)], spec).unwrap();
     let mut fresh_each = Vec::new();
     for (i, f) in files.iter().enumerate() {
@@ -805,36 +517,14 @@ fn samples_depend_only_on_the_key() {
     }
     // One long-lived scratch, files in reverse order, interleaved with other work.
     let mut s = WorkerScratch::new().unwrap();
-    let other = SamplePipeline::new(
-        vec![
-            TransformSpec::ResizeShorter { shorter: 300 },
-            center(250, 250),
-        ],
-        U8_NHWC,
-    )
-    .unwrap();
+    let other =
+        SamplePipeline::new(vec![TransformSpec::ResizeShorter { shorter: 300 }, center(250, 250)], U8_NHWC).unwrap();
     for (i, f) in files.iter().enumerate().rev() {
         let b = std::fs::read(f).unwrap();
         let _ = run(&other, &mut s, &b, key(99)).unwrap();
-        assert!(
-            run(&p, &mut s, &b, key(i as u64)).unwrap() == fresh_each[i],
-            "{}",
-            f.display()
-        );
-        let next_epoch = run(
-            &p,
-            &mut s,
-            &b,
-            SampleKey {
-                epoch: 4,
-                ..key(i as u64)
-            },
-        )
-        .unwrap();
-        assert!(
-            next_epoch != fresh_each[i],
-            "another epoch draws another crop"
-        );
+        assert!(run(&p, &mut s, &b, key(i as u64)).unwrap() == fresh_each[i], "{}", f.display());
+        let next_epoch = run(&p, &mut s, &b, SampleKey { epoch: 4, ..key(i as u64) }).unwrap();
+        assert!(next_epoch != fresh_each[i], "another epoch draws another crop");
     }
 }
 
@@ -842,21 +532,10 @@ fn samples_depend_only_on_the_key() {
 fn every_edge_case_goes_through_the_pipelines_or_fails_typed() {
     let files = edge_files();
     let mut s = WorkerScratch::new().unwrap();
-    let f16 = OutputSpec {
-        dtype: DType::F16,
-        layout: Layout::Nchw,
-        normalize: Some(IMAGENET_NORM),
-    };
+    let f16 = OutputSpec { dtype: DType::F16, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM) };
     let pipes = [
         SamplePipeline::new(vec![rrc(224, 224), flip(0.5)], f16).unwrap(),
-        SamplePipeline::new(
-            vec![
-                TransformSpec::ResizeShorter { shorter: 256 },
-                center(224, 224),
-            ],
-            U8_NHWC,
-        )
-        .unwrap(),
+        SamplePipeline::new(vec![TransformSpec::ResizeShorter { shorter: 256 }, center(224, 224)], U8_NHWC).unwrap(),
         SamplePipeline::new(vec![center(224, 224)], f16).unwrap(),
     ];
     for f in &files {
@@ -885,52 +564,29 @@ fn failed_samples_leave_dst_untouched() {
     let p = SamplePipeline::new(vec![rrc(8, 8)], U8_NHWC).unwrap();
     let mut s = WorkerScratch::new().unwrap();
     let mut dst = vec![7u8; p.sample_bytes()];
+    assert_eq!(p.process(&mut s, b"", key(0), &mut dst).unwrap_err().kind, ImageErrorKind::Empty);
     assert_eq!(
-        p.process(&mut s, b"", key(0), &mut dst).unwrap_err().kind,
-        ImageErrorKind::Empty
-    );
-    assert_eq!(
-        p.process(&mut s, b"\xff\xd8\xff\xdb junk", key(0), &mut dst)
-            .unwrap_err()
-            .kind,
+        p.process(&mut s, b"\xff\xd8\xff\xdb junk", key(0), &mut dst).unwrap_err().kind,
         ImageErrorKind::Corrupt
     );
     assert!(dst.iter().all(|&v| v == 7));
     let mut small = WorkerScratch::with_max_pixels(10).unwrap();
     let png = png_bytes(&synthetic(4, 3, 0));
-    assert_eq!(
-        p.process(&mut small, &png, key(0), &mut dst)
-            .unwrap_err()
-            .kind,
-        ImageErrorKind::TooLarge
-    );
+    assert_eq!(p.process(&mut small, &png, key(0), &mut dst).unwrap_err().kind, ImageErrorKind::TooLarge);
 }
 
 #[test]
 fn scratch_stops_growing_in_steady_state() {
-    let files: Vec<Vec<u8>> = imagenet(60)
-        .iter()
-        .map(|f| std::fs::read(f).unwrap())
-        .collect();
+    let files: Vec<Vec<u8>> = imagenet(60).iter().map(|f| std::fs::read(f).unwrap()).collect();
     if files.is_empty() {
         return;
     }
-    let spec = OutputSpec {
-        dtype: DType::F16,
-        layout: Layout::Nchw,
-        normalize: Some(IMAGENET_NORM),
-    };
+    let spec = OutputSpec { dtype: DType::F16, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM) };
     let p = SamplePipeline::new(vec![rrc(224, 224), flip(0.5)], spec).unwrap();
     let mut s = WorkerScratch::new().unwrap();
     let mut dst = vec![0; p.sample_bytes()];
     let caps = |s: &WorkerScratch| {
-        (
-            s.inter.capacity(),
-            s.wide.capacity(),
-            s.row.capacity(),
-            s.x.k.capacity(),
-            s.y.k.capacity(),
-        )
+        (s.inter.capacity(), s.wide.capacity(), s.row.capacity(), s.x.k.capacity(), s.y.k.capacity())
     };
     for (i, f) in files.iter().enumerate() {
         p.process(&mut s, f, key(i as u64), &mut dst).unwrap();
@@ -939,11 +595,7 @@ fn scratch_stops_growing_in_steady_state() {
     for (i, f) in files.iter().enumerate() {
         p.process(&mut s, f, key(i as u64), &mut dst).unwrap();
     }
-    assert_eq!(
-        caps(&s),
-        warm,
-        "same samples again must not grow any buffer"
-    );
+    assert_eq!(caps(&s), warm, "same samples again must not grow any buffer");
 }
 
 /// Pillow parity proxy on the whole ImageNet sample: the default eval pipeline (DCT scaling kept ≥ 2× the output)
@@ -954,38 +606,20 @@ fn eval_dct_scaling_stays_above_35_db_on_the_imagenet_sample() {
     if files.is_empty() {
         return;
     }
-    let t = vec![
-        TransformSpec::ResizeShorter { shorter: 256 },
-        center(224, 224),
-    ];
+    let t = vec![TransformSpec::ResizeShorter { shorter: 256 }, center(224, 224)];
     let fast = SamplePipeline::new(t.clone(), U8_NHWC).unwrap();
-    let exact = SamplePipeline::new(t, U8_NHWC)
-        .unwrap()
-        .with_dct_scaling(DctScaling::Off)
-        .unwrap();
+    let exact = SamplePipeline::new(t, U8_NHWC).unwrap().with_dct_scaling(DctScaling::Off).unwrap();
     let mut s = WorkerScratch::new().unwrap();
     let mut worst = (99.0f64, PathBuf::new());
     for f in &files {
         let b = std::fs::read(f).unwrap();
-        let q = psnr(
-            &run(&fast, &mut s, &b, key(0)).unwrap(),
-            &run(&exact, &mut s, &b, key(0)).unwrap(),
-        );
+        let q = psnr(&run(&fast, &mut s, &b, key(0)).unwrap(), &run(&exact, &mut s, &b, key(0)).unwrap());
         if q < worst.0 {
             worst = (q, f.clone());
         }
     }
-    eprintln!(
-        "eval, default DCT scaling vs exact: worst {:.2} dB ({})",
-        worst.0,
-        worst.1.display()
-    );
-    assert!(
-        worst.0 >= 35.0,
-        "{:.2} dB on {}",
-        worst.0,
-        worst.1.display()
-    );
+    eprintln!("eval, default DCT scaling vs exact: worst {:.2} dB ({})", worst.0, worst.1.display());
+    assert!(worst.0 >= 35.0, "{:.2} dB on {}", worst.0, worst.1.display());
 }
 
 /// The AVX2 copy of the resample kernels (`simd`) writes exactly the bytes of the baseline copy, for every dtype,
@@ -1001,10 +635,7 @@ fn simd_paths_are_bit_identical() {
     let transforms = [
         vec![rrc(224, 224), flip(0.5)],
         vec![rrc(37, 61), flip(0.5)],
-        vec![
-            TransformSpec::ResizeShorter { shorter: 256 },
-            center(224, 224),
-        ],
+        vec![TransformSpec::ResizeShorter { shorter: 256 }, center(224, 224)],
         vec![TransformSpec::ResizeShorter { shorter: 73 }, center(64, 45)],
     ];
     let mut s = WorkerScratch::new().unwrap();
@@ -1018,11 +649,7 @@ fn simd_paths_are_bit_identical() {
                     (DType::F32, Some(IMAGENET_NORM)),
                     (DType::BF16, None),
                 ] {
-                    let spec = OutputSpec {
-                        dtype,
-                        layout,
-                        normalize,
-                    };
+                    let spec = OutputSpec { dtype, layout, normalize };
                     let mut p = SamplePipeline::new(t.clone(), spec).unwrap();
                     if let Some(d) = dct {
                         p = p.with_dct_scaling(d).unwrap();
@@ -1036,11 +663,7 @@ fn simd_paths_are_bit_identical() {
                         let b = run(&fast, &mut s, &bytes, k);
                         match (a, b) {
                             (Ok(a), Ok(b)) => {
-                                assert!(
-                                    a == b,
-                                    "{} {t:?} {spec:?} dct {dct:?}: paths differ",
-                                    f.display()
-                                );
+                                assert!(a == b, "{} {t:?} {spec:?} dct {dct:?}: paths differ", f.display());
                                 checked += 1;
                             }
                             (Err(a), Err(b)) => assert_eq!(a.kind, b.kind),
@@ -1061,10 +684,7 @@ fn simd_paths_are_bit_identical() {
 #[ignore = "timing report, not a test; run with --ignored --nocapture"]
 fn throughput() {
     use std::time::Instant;
-    let files: Vec<Vec<u8>> = imagenet(usize::MAX)
-        .iter()
-        .map(|f| std::fs::read(f).unwrap())
-        .collect();
+    let files: Vec<Vec<u8>> = imagenet(usize::MAX).iter().map(|f| std::fs::read(f).unwrap()).collect();
     if files.is_empty() {
         return;
     }
@@ -1072,20 +692,10 @@ fn throughput() {
     let n = (reps * files.len()) as f64;
     let mut s = WorkerScratch::new().unwrap();
     let mut out = Vec::new();
-    let spec = OutputSpec {
-        dtype: DType::F16,
-        layout: Layout::Nchw,
-        normalize: Some(IMAGENET_NORM),
-    };
+    let spec = OutputSpec { dtype: DType::F16, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM) };
     let train = SamplePipeline::new(vec![rrc(224, 224), flip(0.5)], spec).unwrap();
-    let eval = SamplePipeline::new(
-        vec![
-            TransformSpec::ResizeShorter { shorter: 256 },
-            center(224, 224),
-        ],
-        spec,
-    )
-    .unwrap();
+    let eval =
+        SamplePipeline::new(vec![TransformSpec::ResizeShorter { shorter: 256 }, center(224, 224)], spec).unwrap();
     let mut dst = vec![0; train.sample_bytes()];
     // Warm up (page cache, scratch growth).
     for (i, f) in files.iter().enumerate() {
@@ -1102,15 +712,7 @@ fn throughput() {
     for r in 0..reps {
         for (i, f) in files.iter().enumerate() {
             let info = s.decoder().read_header(f).unwrap();
-            let plan = train.plan(
-                info.width,
-                info.height,
-                SampleKey {
-                    seed: 1,
-                    epoch: r as u64,
-                    index: i as u64,
-                },
-            );
+            let plan = train.plan(info.width, info.height, SampleKey { seed: 1, epoch: r as u64, index: i as u64 });
             let req = crate::decode::CropRequest {
                 x: plan.x.lo as f64,
                 y: plan.y.lo as f64,
@@ -1129,27 +731,13 @@ fn throughput() {
         let t = Instant::now();
         for r in 0..reps {
             for (i, f) in files.iter().enumerate() {
-                let tm = p
-                    .process(
-                        &mut s,
-                        f,
-                        SampleKey {
-                            seed: 1,
-                            epoch: r as u64,
-                            index: i as u64,
-                        },
-                        &mut dst,
-                    )
-                    .unwrap();
+                let tm =
+                    p.process(&mut s, f, SampleKey { seed: 1, epoch: r as u64, index: i as u64 }, &mut dst).unwrap();
                 dec += tm.decode_ns;
                 aug += tm.augment_ns;
             }
         }
-        (
-            n / t.elapsed().as_secs_f64(),
-            dec as f64 / n / 1e3,
-            aug as f64 / n / 1e3,
-        )
+        (n / t.elapsed().as_secs_f64(), dec as f64 / n / 1e3, aug as f64 / n / 1e3)
     };
     let c = timing(&train);
     let d = timing(&eval);
@@ -1175,28 +763,16 @@ fn throughput() {
 #[ignore = "timing report, not a test; run with --ignored --nocapture"]
 fn kernel_timing() {
     use super::geometry::Axis;
-    use super::resample::{
-        AxisCoeffs, OutputLut, horizontal_row, horizontal_row_wide, vertical, write_row,
-    };
+    use super::resample::{AxisCoeffs, OutputLut, horizontal_row, horizontal_row_wide, vertical, write_row};
     use std::time::Instant;
     let (cin, out) = (350usize, 224usize);
-    let axis = Axis {
-        out_n: out,
-        start: 0,
-        resized: out as i64,
-        scale: cin as f64 / out as f64,
-        lo: 0,
-        hi: cin as i64,
-    };
+    let axis =
+        Axis { out_n: out, start: 0, resized: out as i64, scale: cin as f64 / out as f64, lo: 0, hi: cin as i64 };
     let (mut x, mut y) = (AxisCoeffs::default(), AxisCoeffs::default());
     x.compute(&axis, 8, cin as u32, cin as u32, false);
     y.compute(&axis, 8, cin as u32, cin as u32, false);
     let img = synthetic(cin, cin, 3).px;
-    let spec = OutputSpec {
-        dtype: DType::F16,
-        layout: Layout::Nchw,
-        normalize: Some(IMAGENET_NORM),
-    };
+    let spec = OutputSpec { dtype: DType::F16, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM) };
     let lut = OutputLut::new(&spec);
     let mut dst = vec![0u8; 3 * out * out * 2];
     let (mut vline, mut row) = (vec![0u8; 3 * cin], vec![0u8; 3 * out]);
@@ -1213,13 +789,7 @@ fn kernel_timing() {
     };
     let v = best(&mut || {
         for i in 0..out {
-            vertical(
-                &img,
-                y.start[i] as usize * 3 * cin,
-                3 * cin,
-                &y.k[i * y.taps..(i + 1) * y.taps],
-                &mut vline,
-            );
+            vertical(&img, y.start[i] as usize * 3 * cin, 3 * cin, &y.k[i * y.taps..(i + 1) * y.taps], &mut vline);
         }
     });
     let h = best(&mut || {
@@ -1230,13 +800,7 @@ fn kernel_timing() {
     let mut wide = vec![0u32; 3 * cin];
     let vw = best(&mut || {
         for i in 0..out {
-            vertical(
-                &img,
-                y.start[i] as usize * 3 * cin,
-                3 * cin,
-                &y.k[i * y.taps..(i + 1) * y.taps],
-                &mut wide,
-            );
+            vertical(&img, y.start[i] as usize * 3 * cin, 3 * cin, &y.k[i * y.taps..(i + 1) * y.taps], &mut wide);
         }
     });
     let mut row2 = vec![0u8; 3 * out];

@@ -114,24 +114,14 @@ impl JpegEncoder {
     fn last_error(&self) -> String {
         // SAFETY: `self.handle` is a live handle; the returned pointer is a NUL-terminated buffer owned by it,
         // copied out before any other call on the handle.
-        unsafe { CStr::from_ptr(tj::tj3GetErrorStr(self.handle)) }
-            .to_string_lossy()
-            .into_owned()
+        unsafe { CStr::from_ptr(tj::tj3GetErrorStr(self.handle)) }.to_string_lossy().into_owned()
     }
 
-    fn set(
-        &mut self,
-        param: tj::TJPARAM,
-        value: libc::c_int,
-        name: &str,
-    ) -> Result<(), EncodeError> {
+    fn set(&mut self, param: tj::TJPARAM, value: libc::c_int, name: &str) -> Result<(), EncodeError> {
         // SAFETY: live handle; tj3Set validates `param`/`value` and reports failure through its return code.
         let rc = unsafe { tj::tj3Set(self.handle, param as libc::c_int, value) };
         if rc != 0 {
-            return Err(EncodeError(format!(
-                "tj3Set({name}={value}): {}",
-                self.last_error()
-            )));
+            return Err(EncodeError(format!("tj3Set({name}={value}): {}", self.last_error())));
         }
         Ok(())
     }
@@ -147,9 +137,7 @@ impl JpegEncoder {
         subsampling: ChromaSubsampling,
     ) -> Result<Vec<u8>, EncodeError> {
         let channels = subsampling.input_channels();
-        let expected = (width as usize)
-            .checked_mul(height as usize)
-            .and_then(|n| n.checked_mul(channels));
+        let expected = (width as usize).checked_mul(height as usize).and_then(|n| n.checked_mul(channels));
         if width == 0 || height == 0 || width > i32::MAX as u32 / 4 || height > i32::MAX as u32 {
             return Err(EncodeError(format!("bad size {width}x{height}")));
         }
@@ -162,11 +150,7 @@ impl JpegEncoder {
         if !(1..=100).contains(&quality) {
             return Err(EncodeError(format!("quality {quality} not in 1..=100")));
         }
-        self.set(
-            tj::TJPARAM_TJPARAM_QUALITY,
-            quality as libc::c_int,
-            "QUALITY",
-        )?;
+        self.set(tj::TJPARAM_TJPARAM_QUALITY, quality as libc::c_int, "QUALITY")?;
         self.set(tj::TJPARAM_TJPARAM_SUBSAMP, subsampling.tjsamp(), "SUBSAMP")?;
         // The output buffer is Rust-owned; NOREALLOC forbids libjpeg-turbo to free/realloc it (it would use
         // its own allocator on memory it does not own), so it must be the worst-case size up front.
@@ -176,19 +160,12 @@ impl JpegEncoder {
         // SAFETY: pure function of its integer arguments; returns 0 when they are out of range.
         let worst_bytes = unsafe { tj::tj3JPEGBufSize(w, h, subsampling.tjsamp()) } as usize;
         if worst_bytes == 0 {
-            return Err(EncodeError(format!(
-                "tj3JPEGBufSize({width}x{height}): {}",
-                self.last_error()
-            )));
+            return Err(EncodeError(format!("tj3JPEGBufSize({width}x{height}): {}", self.last_error())));
         }
         let mut out = vec![0u8; worst_bytes];
         let mut out_ptr: *mut libc::c_uchar = out.as_mut_ptr();
         let mut out_bytes: tj::size_t = worst_bytes as tj::size_t;
-        let pixel_format = if subsampling == ChromaSubsampling::Gray {
-            tj::TJPF_TJPF_GRAY
-        } else {
-            tj::TJPF_TJPF_RGB
-        };
+        let pixel_format = if subsampling == ChromaSubsampling::Gray { tj::TJPF_TJPF_GRAY } else { tj::TJPF_TJPF_RGB };
         // SAFETY: `pixels` holds exactly width*height*channels bytes (checked above) and pitch 0 means
         // width*channels; `out` is a live allocation of `worst_bytes` (tj3JPEGBufSize's bound for this size
         // and subsampling, no ICC profile set) and NOREALLOC=1 guarantees libjpeg-turbo writes within it and
@@ -206,10 +183,7 @@ impl JpegEncoder {
             )
         };
         if rc != 0 {
-            return Err(EncodeError(format!(
-                "tj3Compress8({width}x{height} q{quality}): {}",
-                self.last_error()
-            )));
+            return Err(EncodeError(format!("tj3Compress8({width}x{height} q{quality}): {}", self.last_error())));
         }
         debug_assert_eq!(out_ptr, out.as_mut_ptr(), "NOREALLOC must keep our buffer");
         out.truncate(out_bytes as usize);
@@ -235,10 +209,8 @@ struct SplitMix64(u64);
 impl SplitMix64 {
     fn keyed(seed: u64, index: u64, purpose: u64) -> Self {
         let mut s = Self(seed ^ 0x5452_4441_5441_0001); // "TRDATA\0\1"
-        s.0 =
-            s.0.wrapping_add(mix64(index.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
-        s.0 =
-            s.0.wrapping_add(mix64(purpose.wrapping_add(0xD1B5_4A32_D192_ED03)));
+        s.0 = s.0.wrapping_add(mix64(index.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+        s.0 = s.0.wrapping_add(mix64(purpose.wrapping_add(0xD1B5_4A32_D192_ED03)));
         s
     }
     fn next_u64(&mut self) -> u64 {
@@ -267,9 +239,8 @@ fn mix64(mut z: u64) -> u64 {
 /// Cheap 32-bit integer hash of a lattice point (for value noise and per-pixel grain).
 #[inline]
 fn hash3(x: i32, y: i32, k: u32) -> u32 {
-    let mut h = (x as u32).wrapping_mul(0x8DA6_B343)
-        ^ (y as u32).wrapping_mul(0xD816_3841)
-        ^ k.wrapping_mul(0xCB1A_B31F);
+    let mut h =
+        (x as u32).wrapping_mul(0x8DA6_B343) ^ (y as u32).wrapping_mul(0xD816_3841) ^ k.wrapping_mul(0xCB1A_B31F);
     h ^= h >> 15;
     h = h.wrapping_mul(0x2C1B_3C6D);
     h ^= h >> 12;
@@ -370,11 +341,7 @@ impl SyntheticImagePlan {
         };
         short = short.clamp(32, long);
         let portrait = r.unit() < 0.26;
-        let (width, height) = if portrait {
-            (short, long)
-        } else {
-            (long, short)
-        };
+        let (width, height) = if portrait { (short, long) } else { (long, short) };
         let quality = match r.unit() {
             u if u < 0.6 => 90,
             u if u < 0.8 => r.int(85, 89) as u8,
@@ -385,14 +352,7 @@ impl SyntheticImagePlan {
             u if u < 0.97 => ChromaSubsampling::S444,
             _ => ChromaSubsampling::Gray,
         };
-        Self {
-            index,
-            class: index % SYNTHETIC_CLASSES,
-            width,
-            height,
-            quality,
-            subsampling,
-        }
+        Self { index, class: index % SYNTHETIC_CLASSES, width, height, quality, subsampling }
     }
 
     /// Path of this image relative to the dataset root: `class_NN/NNNNNN.jpg`.
@@ -489,12 +449,7 @@ impl CoarseField {
         let inv = 1.0 / self.step as f32;
         let (tx, ty) = ((x % self.step) as f32 * inv, (y % self.step) as f32 * inv);
         let i = gy * self.cols + gx;
-        let (a, b, c, d) = (
-            self.v[i],
-            self.v[i + 1],
-            self.v[i + self.cols],
-            self.v[i + self.cols + 1],
-        );
+        let (a, b, c, d) = (self.v[i], self.v[i + 1], self.v[i + self.cols], self.v[i + self.cols + 1]);
         let top = a + (b - a) * tx;
         top + (c + (d - c) * tx - top) * ty
     }
@@ -505,18 +460,9 @@ enum Texture {
     /// Smooth surface: only the global grain.
     Smooth,
     /// Parallel stripes (fabric, fences, windows) of `period_px`, contrast `amp`.
-    Stripes {
-        period_px: f32,
-        amp: f32,
-        cos: f32,
-        sin: f32,
-    },
+    Stripes { period_px: f32, amp: f32, cos: f32, sin: f32 },
     /// Fine noise (foliage, gravel, fur) of amplitude `amp`, from the detail tile at `stride`.
-    Grain {
-        amp: f32,
-        stride: usize,
-        offset: usize,
-    },
+    Grain { amp: f32, stride: usize, offset: usize },
 }
 
 #[derive(Clone, Copy)]
@@ -565,16 +511,8 @@ impl Shape {
             cos: angle.cos(),
             sin: angle.sin(),
             edge_px: r.range(0.7, 3.0),
-            color_a: hsv(
-                hue + r.range(-0.5, 0.5),
-                r.range(0.1, 0.95),
-                r.range(0.1, 1.0),
-            ),
-            color_b: hsv(
-                hue + r.range(-0.5, 0.5),
-                r.range(0.1, 0.95),
-                r.range(0.1, 1.0),
-            ),
+            color_a: hsv(hue + r.range(-0.5, 0.5), r.range(0.1, 0.95), r.range(0.1, 1.0)),
+            color_b: hsv(hue + r.range(-0.5, 0.5), r.range(0.1, 0.95), r.range(0.1, 1.0)),
             texture,
             opacity: r.range(0.75, 1.0),
         }
@@ -593,10 +531,7 @@ impl Shape {
             let dy = y as f32 + 0.5 - self.cy;
             for x in x0..x1 {
                 let dx = x as f32 + 0.5 - self.cx;
-                let (lx, ly) = (
-                    dx * self.cos + dy * self.sin,
-                    -dx * self.sin + dy * self.cos,
-                );
+                let (lx, ly) = (dx * self.cos + dy * self.sin, -dx * self.sin + dy * self.cos);
                 // Signed distance in px (approximate for ellipses), negative inside.
                 let dist = if self.ellipse {
                     (((lx * inv_rx).powi(2) + (ly * inv_ry).powi(2)).sqrt() - 1.0) * r_min
@@ -607,24 +542,17 @@ impl Shape {
                 if alpha <= 0.0 {
                     continue;
                 }
-                let mut c = self
-                    .color_a
-                    .lerp(self.color_b, (ly * inv_ry * 0.5 + 0.5).clamp(0.0, 1.0));
+                let mut c = self.color_a.lerp(self.color_b, (ly * inv_ry * 0.5 + 0.5).clamp(0.0, 1.0));
                 // Lit from the top-left.
                 let shade = 1.0 - 0.25 * ((lx * inv_rx + ly * inv_ry) * 0.5).clamp(-1.0, 1.0);
                 let texture = match self.texture {
                     Texture::Smooth => 0.0,
-                    Texture::Stripes {
-                        period_px,
-                        amp,
-                        cos,
-                        sin,
-                    } => amp * ((dx * cos + dy * sin) / period_px * std::f32::consts::TAU).sin(),
-                    Texture::Grain {
-                        amp,
-                        stride,
-                        offset,
-                    } => amp * detail.at(x * stride + offset, y * stride + offset / 7),
+                    Texture::Stripes { period_px, amp, cos, sin } => {
+                        amp * ((dx * cos + dy * sin) / period_px * std::f32::consts::TAU).sin()
+                    }
+                    Texture::Grain { amp, stride, offset } => {
+                        amp * detail.at(x * stride + offset, y * stride + offset / 7)
+                    }
                 };
                 let o = (y * w + x) * 3;
                 for ch in 0..3 {
@@ -648,10 +576,7 @@ impl SyntheticPainter {
     /// The painter of the dataset generated with `seed` (~20 ms: fills the detail tile).
     pub fn new(seed: u64) -> Self {
         let mut r = SplitMix64::keyed(seed, u64::MAX, 3);
-        Self {
-            seed,
-            detail: DetailTile::new(r.next_u64() as u32, DETAIL_BASE_PX, 3),
-        }
+        Self { seed, detail: DetailTile::new(r.next_u64() as u32, DETAIL_BASE_PX, 3) }
     }
 
     /// Paint image `plan`: packed RGB, or gray for [`ChromaSubsampling::Gray`], of `width*height*channels`
@@ -672,26 +597,10 @@ fn paint(seed: u64, plan: &SyntheticImagePlan, detail: &DetailTile) -> Vec<u8> {
 
     // Scene palette: the class biases the dominant hue so classes differ visibly (a model could learn them).
     let hue = plan.class as f32 / SYNTHETIC_CLASSES as f32 + r.range(-0.06, 0.06);
-    let sky_top = hsv(
-        hue + r.range(-0.1, 0.1),
-        r.range(0.15, 0.6),
-        r.range(0.55, 0.95),
-    );
-    let sky_bottom = hsv(
-        hue + r.range(-0.15, 0.15),
-        r.range(0.05, 0.4),
-        r.range(0.6, 1.0),
-    );
-    let ground_top = hsv(
-        hue + r.range(0.2, 0.5),
-        r.range(0.25, 0.8),
-        r.range(0.3, 0.75),
-    );
-    let ground_bottom = hsv(
-        hue + r.range(0.2, 0.6),
-        r.range(0.3, 0.9),
-        r.range(0.1, 0.5),
-    );
+    let sky_top = hsv(hue + r.range(-0.1, 0.1), r.range(0.15, 0.6), r.range(0.55, 0.95));
+    let sky_bottom = hsv(hue + r.range(-0.15, 0.15), r.range(0.05, 0.4), r.range(0.6, 1.0));
+    let ground_top = hsv(hue + r.range(0.2, 0.5), r.range(0.25, 0.8), r.range(0.3, 0.75));
+    let ground_bottom = hsv(hue + r.range(0.2, 0.6), r.range(0.3, 0.9), r.range(0.1, 0.5));
     let side_tint = hsv(r.unit(), r.range(0.2, 0.7), r.range(0.3, 0.9));
     let side_weight = r.range(0.0, 0.35);
     let horizon = r.range(0.25, 0.65);
@@ -729,13 +638,8 @@ fn paint(seed: u64, plan: &SyntheticImagePlan, detail: &DetailTile) -> Vec<u8> {
         for (x, &horizon_y) in horizon_row.iter().enumerate() {
             let t_ground = ((yf - horizon_y) / 3.0).clamp(-1.0, 1.0) * 0.5 + 0.5; // ~6 px soft edge
             let sky = sky_top.lerp(sky_bottom, (yf / horizon_y.max(1.0)).min(1.0));
-            let ground = ground_top.lerp(
-                ground_bottom,
-                ((yf - horizon_y) / (hf - horizon_y).max(1.0)).clamp(0.0, 1.0),
-            );
-            let c = sky
-                .lerp(ground, t_ground)
-                .lerp(side_tint, side_weight * (x as f32 / wf));
+            let ground = ground_top.lerp(ground_bottom, ((yf - horizon_y) / (hf - horizon_y).max(1.0)).clamp(0.0, 1.0));
+            let c = sky.lerp(ground, t_ground).lerp(side_tint, side_weight * (x as f32 / wf));
             let light = clouds.at(x, y);
             let fine = detail.at(x * ground_stride + detail_dx, y * ground_stride + detail_dy);
             let texture = fine * (sky_detail_amp + (ground_detail_amp - sky_detail_amp) * t_ground);
@@ -749,9 +653,7 @@ fn paint(seed: u64, plan: &SyntheticImagePlan, detail: &DetailTile) -> Vec<u8> {
     // 2. Objects: a few large ones and some clutter, soft-edged, shaded, some textured.
     let large = r.int(3, 9);
     let small = r.int(5, 30);
-    let mut shapes: Vec<Shape> = (0..large)
-        .map(|_| Shape::random(&mut r, hue, wf, hf, (0.08, 0.4), busy))
-        .collect();
+    let mut shapes: Vec<Shape> = (0..large).map(|_| Shape::random(&mut r, hue, wf, hf, (0.08, 0.4), busy)).collect();
     shapes.extend((0..small).map(|_| Shape::random(&mut r, hue, wf, hf, (0.01, 0.07), busy)));
     for s in &shapes {
         s.draw(&mut px, w, h, detail);
@@ -772,8 +674,7 @@ fn paint(seed: u64, plan: &SyntheticImagePlan, detail: &DetailTile) -> Vec<u8> {
             let o = (y * w + x) * 3;
             let mut rgb = [0f32; 3];
             for (ch, value) in rgb.iter_mut().enumerate() {
-                let chroma =
-                    (((bits >> (8 * (ch + 1))) & 0xFF) as f32 - 127.5) * grain_scale * 0.35;
+                let chroma = (((bits >> (8 * (ch + 1))) & 0xFF) as f32 - 127.5) * grain_scale * 0.35;
                 *value = (px[o + ch] * vig + luma + chroma).clamp(0.0, 255.0);
             }
             if channels == 1 {
@@ -809,15 +710,12 @@ pub struct SyntheticDatasetSummary {
 
 /// Marker contents identifying a complete dataset of `count` images from `seed`.
 pub fn synthetic_marker(count: u32, seed: u64) -> String {
-    format!(
-        "trdata {SYNTHETIC_VERSION}\ncount={count}\nseed={seed}\nclasses={SYNTHETIC_CLASSES}\nlayout=imagefolder\n"
-    )
+    format!("trdata {SYNTHETIC_VERSION}\ncount={count}\nseed={seed}\nclasses={SYNTHETIC_CLASSES}\nlayout=imagefolder\n")
 }
 
 /// True when `root` holds a complete synthetic dataset of `count` images from `seed`.
 pub fn synthetic_dataset_is_complete(root: &Path, count: u32, seed: u64) -> bool {
-    fs::read_to_string(root.join(SYNTHETIC_MARKER_FILE))
-        .is_ok_and(|m| m == synthetic_marker(count, seed))
+    fs::read_to_string(root.join(SYNTHETIC_MARKER_FILE)).is_ok_and(|m| m == synthetic_marker(count, seed))
 }
 
 /// Generate the synthetic dataset of `count` images from `seed` into `root` (ImageFolder layout, classes
@@ -855,19 +753,11 @@ pub fn generate_synthetic_dataset(
         ));
     }
     if count == 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "count must be at least 1",
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "count must be at least 1"));
     }
     let name = root
         .file_name()
-        .ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{} has no folder name", root.display()),
-            )
-        })?
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{} has no folder name", root.display())))?
         .to_string_lossy()
         .into_owned();
     let parent = match root.parent() {
@@ -877,19 +767,13 @@ pub fn generate_synthetic_dataset(
     fs::create_dir_all(&parent)?;
     remove_stale_temp_dirs(&parent, &name);
 
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let temp = parent.join(format!(".{name}.tmp-{}-{nanos}", std::process::id()));
     fs::create_dir(&temp)?;
-    let result =
-        write_images(&temp, count, seed, threads.max(1), progress).and_then(|(bytes, pixels)| {
-            fs::write(
-                temp.join(SYNTHETIC_MARKER_FILE),
-                synthetic_marker(count, seed),
-            )?;
-            Ok((bytes, pixels))
-        });
+    let result = write_images(&temp, count, seed, threads.max(1), progress).and_then(|(bytes, pixels)| {
+        fs::write(temp.join(SYNTHETIC_MARKER_FILE), synthetic_marker(count, seed))?;
+        Ok((bytes, pixels))
+    });
     let (jpeg_bytes, pixels) = match result {
         Ok(v) => v,
         Err(e) => {
@@ -898,21 +782,13 @@ pub fn generate_synthetic_dataset(
         }
     };
     match fs::rename(&temp, root) {
-        Ok(()) => Ok(SyntheticDatasetSummary {
-            root: root.to_path_buf(),
-            images: count,
-            jpeg_bytes,
-            pixels,
-            generated: true,
-        }),
+        Ok(()) => {
+            Ok(SyntheticDatasetSummary { root: root.to_path_buf(), images: count, jpeg_bytes, pixels, generated: true })
+        }
         Err(e) => {
             let _ = fs::remove_dir_all(&temp);
             // Another process published the same dataset first: theirs is as good as ours.
-            if synthetic_dataset_is_complete(root, count, seed) {
-                Ok(existing(false))
-            } else {
-                Err(e)
-            }
+            if synthetic_dataset_is_complete(root, count, seed) { Ok(existing(false)) } else { Err(e) }
         }
     }
 }
@@ -956,8 +832,7 @@ fn write_images(
     let totals = Mutex::new((0u64, 0u64));
     std::thread::scope(|scope| {
         for t in 0..threads.min(count as usize) {
-            let (next, done, failed, first_error, totals) =
-                (&next, &done, &failed, &first_error, &totals);
+            let (next, done, failed, first_error, totals) = (&next, &done, &failed, &first_error, &totals);
             std::thread::Builder::new()
                 .name(format!("trdata-gen{t}"))
                 .spawn_scoped(scope, move || {
@@ -975,21 +850,13 @@ fn write_images(
                             }
                             let plan = SyntheticImagePlan::new(seed, index);
                             let image = painter.paint(&plan);
-                            let jpeg = encoder.encode(
-                                &image,
-                                plan.width,
-                                plan.height,
-                                plan.quality,
-                                plan.subsampling,
-                            )?;
+                            let jpeg =
+                                encoder.encode(&image, plan.width, plan.height, plan.quality, plan.subsampling)?;
                             fs::write(dir.join(plan.relative_path()), &jpeg)?;
                             bytes += jpeg.len() as u64;
                             pixels += u64::from(plan.width) * u64::from(plan.height);
                             if !progress(done.fetch_add(1, Ordering::Relaxed) + 1) {
-                                return Err(io::Error::new(
-                                    io::ErrorKind::Interrupted,
-                                    "generation cancelled",
-                                ));
+                                return Err(io::Error::new(io::ErrorKind::Interrupted, "generation cancelled"));
                             }
                         }
                         Ok((bytes, pixels))
@@ -1002,19 +869,13 @@ fn write_images(
                         }
                         Err(e) => {
                             failed.store(true, Ordering::Relaxed);
-                            first_error
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .get_or_insert(e);
+                            first_error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
                         }
                     }
                 })
                 .map_err(|e| {
                     failed.store(true, Ordering::Relaxed);
-                    first_error
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .get_or_insert(e);
+                    first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
                 })
                 .ok();
         }
@@ -1032,20 +893,12 @@ mod tests {
     #[test]
     fn plans_are_deterministic_and_realistic() {
         let plans: Vec<_> = (0..1000).map(|i| SyntheticImagePlan::new(0, i)).collect();
-        assert_eq!(
-            plans,
-            (0..1000)
-                .map(|i| SyntheticImagePlan::new(0, i))
-                .collect::<Vec<_>>()
-        );
+        assert_eq!(plans, (0..1000).map(|i| SyntheticImagePlan::new(0, i)).collect::<Vec<_>>());
         let portrait = plans.iter().filter(|p| p.height > p.width).count();
         assert!((150..350).contains(&portrait), "portrait {portrait}");
         assert!(plans.iter().any(|p| p.width.max(p.height) >= 1000));
         assert!(plans.iter().any(|p| p.width.max(p.height) <= 250));
-        let s420 = plans
-            .iter()
-            .filter(|p| p.subsampling == ChromaSubsampling::S420)
-            .count();
+        let s420 = plans.iter().filter(|p| p.subsampling == ChromaSubsampling::S420).count();
         assert!(s420 > 750, "4:2:0 {s420}");
         assert!(plans.iter().all(|p| (85..=95).contains(&p.quality)));
         assert_ne!(SyntheticImagePlan::new(1, 5), SyntheticImagePlan::new(0, 5));
@@ -1062,40 +915,21 @@ mod tests {
             subsampling: ChromaSubsampling::S420,
         };
         let pixels = SyntheticPainter::new(0).paint(&plan);
-        assert_eq!(
-            pixels,
-            SyntheticPainter::new(0).paint(&plan),
-            "painting is deterministic"
-        );
-        let jpeg = JpegEncoder::new()
-            .unwrap()
-            .encode(&pixels, 500, 375, 90, ChromaSubsampling::S420)
-            .unwrap();
+        assert_eq!(pixels, SyntheticPainter::new(0).paint(&plan), "painting is deterministic");
+        let jpeg = JpegEncoder::new().unwrap().encode(&pixels, 500, 375, 90, ChromaSubsampling::S420).unwrap();
         assert_eq!(&jpeg[..3], &[0xFF, 0xD8, 0xFF]);
         assert_eq!(&jpeg[jpeg.len() - 2..], &[0xFF, 0xD9]);
         let bytes_per_pixel = jpeg.len() as f64 / (500.0 * 375.0);
         // Flat colour would be ~0.02 B/px; photos at q90 are ~0.3-1.0.
-        assert!(
-            bytes_per_pixel > 0.15,
-            "too compressible: {bytes_per_pixel}"
-        );
+        assert!(bytes_per_pixel > 0.15, "too compressible: {bytes_per_pixel}");
     }
 
     #[test]
     fn encoder_rejects_bad_arguments() {
         let mut e = JpegEncoder::new().unwrap();
-        assert!(
-            e.encode(&[0; 10], 4, 4, 90, ChromaSubsampling::S420)
-                .is_err()
-        );
-        assert!(
-            e.encode(&[0; 48], 4, 4, 0, ChromaSubsampling::S420)
-                .is_err()
-        );
-        assert!(
-            e.encode(&[0; 16], 4, 4, 90, ChromaSubsampling::Gray)
-                .is_ok()
-        );
+        assert!(e.encode(&[0; 10], 4, 4, 90, ChromaSubsampling::S420).is_err());
+        assert!(e.encode(&[0; 48], 4, 4, 0, ChromaSubsampling::S420).is_err());
+        assert!(e.encode(&[0; 16], 4, 4, 90, ChromaSubsampling::Gray).is_ok());
     }
 
     #[test]
@@ -1106,32 +940,17 @@ mod tests {
         let s = generate_synthetic_dataset(&root, 23, 7, 2, &|_| true).unwrap();
         assert!(s.generated && s.jpeg_bytes > 0);
         assert!(synthetic_dataset_is_complete(&root, 23, 7));
-        let files: usize = (0..10)
-            .map(|c| {
-                fs::read_dir(root.join(format!("class_{c:02}")))
-                    .unwrap()
-                    .count()
-            })
-            .sum();
+        let files: usize = (0..10).map(|c| fs::read_dir(root.join(format!("class_{c:02}"))).unwrap().count()).sum();
         assert_eq!(files, 23);
-        assert!(
-            !generate_synthetic_dataset(&root, 23, 7, 1, &|_| true)
-                .unwrap()
-                .generated
-        );
+        assert!(!generate_synthetic_dataset(&root, 23, 7, 1, &|_| true).unwrap().generated);
         // Same seed, other thread count → same bytes.
         let root1 = base.join("one-thread");
         generate_synthetic_dataset(&root1, 23, 7, 1, &|_| true).unwrap();
         let p = SyntheticImagePlan::new(7, 11).relative_path();
-        assert_eq!(
-            fs::read(root.join(&p)).unwrap(),
-            fs::read(root1.join(&p)).unwrap()
-        );
+        assert_eq!(fs::read(root.join(&p)).unwrap(), fs::read(root1.join(&p)).unwrap());
         // A different request on the same folder is refused, not overwritten.
         assert_eq!(
-            generate_synthetic_dataset(&root, 24, 7, 1, &|_| true)
-                .unwrap_err()
-                .kind(),
+            generate_synthetic_dataset(&root, 24, 7, 1, &|_| true).unwrap_err().kind(),
             io::ErrorKind::AlreadyExists
         );
         // A cancelled generation leaves nothing behind.
@@ -1140,12 +959,7 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::Interrupted);
         assert!(!cancelled.exists());
         // No temp folder is left behind.
-        assert!(
-            fs::read_dir(&base)
-                .unwrap()
-                .flatten()
-                .all(|e| !e.file_name().to_string_lossy().contains(".tmp-"))
-        );
+        assert!(fs::read_dir(&base).unwrap().flatten().all(|e| !e.file_name().to_string_lossy().contains(".tmp-")));
         let _ = fs::remove_dir_all(&base);
     }
 }

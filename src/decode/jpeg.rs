@@ -77,11 +77,7 @@ impl TjDecompressor {
         // SAFETY: valid handle; tj3GetErrorCode only reads the instance's warning flag.
         let code = unsafe { tj::tj3GetErrorCode(self.raw()) };
         let msg = self.last_error();
-        if code == tj::TJERR_TJERR_WARNING as libc::c_int {
-            TjFailure::Warning(msg)
-        } else {
-            TjFailure::Fatal(msg)
-        }
+        if code == tj::TJERR_TJERR_WARNING as libc::c_int { TjFailure::Warning(msg) } else { TjFailure::Fatal(msg) }
     }
 
     /// Set an integer parameter; only called with parameters valid for decompression instances.
@@ -107,9 +103,7 @@ impl TjDecompressor {
     pub fn read_header(&mut self, bytes: &[u8]) -> Result<RawHeader, TjFailure> {
         // SAFETY: valid handle; `bytes` is a live slice of `bytes.len()` bytes that libjpeg-turbo only reads, and
         // it does not keep the pointer after returning (the source manager is reset by the next call).
-        let rc = unsafe {
-            tj::tj3DecompressHeader(self.raw(), bytes.as_ptr(), bytes.len() as tj::size_t)
-        };
+        let rc = unsafe { tj::tj3DecompressHeader(self.raw(), bytes.as_ptr(), bytes.len() as tj::size_t) };
         if rc != 0 {
             match self.failure() {
                 TjFailure::Warning(_) => {}
@@ -126,10 +120,7 @@ impl TjDecompressor {
             progressive: self.get(tj::TJPARAM_TJPARAM_PROGRESSIVE) == 1,
         };
         if h.width < 1 || h.height < 1 {
-            return Err(TjFailure::Fatal(format!(
-                "invalid JPEG dimensions {}x{}",
-                h.width, h.height
-            )));
+            return Err(TjFailure::Fatal(format!("invalid JPEG dimensions {}x{}", h.width, h.height)));
         }
         Ok(h)
     }
@@ -150,18 +141,8 @@ impl TjDecompressor {
 
     /// `tj3SetCroppingRegion`; `None` = uncropped. Must follow `read_header` of the image about to be decoded.
     pub fn set_region(&mut self, region: Option<TjRegion>) -> Result<(), ImageError> {
-        let r = region.unwrap_or(TjRegion {
-            x: 0,
-            y: 0,
-            w: 0,
-            h: 0,
-        });
-        let raw = tj::tjregion {
-            x: r.x,
-            y: r.y,
-            w: r.w,
-            h: r.h,
-        };
+        let r = region.unwrap_or(TjRegion { x: 0, y: 0, w: 0, h: 0 });
+        let raw = tj::tjregion { x: r.x, y: r.y, w: r.w, h: r.h };
         // SAFETY: valid handle; the region is passed by value and validated against the header read last.
         let rc = unsafe { tj::tj3SetCroppingRegion(self.raw(), raw) };
         if rc != 0 {
@@ -186,12 +167,8 @@ impl TjDecompressor {
         rows: usize,
         pixel_format: tj::TJPF,
     ) -> Result<(), TjFailure> {
-        assert!(
-            pitch.checked_mul(rows).is_some_and(|n| n <= dst.len()),
-            "decompress8: destination too small"
-        );
-        let pitch_c =
-            i32::try_from(pitch).map_err(|_| TjFailure::Fatal("row pitch too large".into()))?;
+        assert!(pitch.checked_mul(rows).is_some_and(|n| n <= dst.len()), "decompress8: destination too small");
+        let pitch_c = i32::try_from(pitch).map_err(|_| TjFailure::Fatal("row pitch too large".into()))?;
         // SAFETY: valid handle; `bytes` is read-only input of the given length. libjpeg-turbo writes at most `rows`
         // rows of `pitch` bytes into `dst`: the row count is the cropping region height we set (or the image height
         // from the same bytes' header when uncropped; the caller passes that as `rows`), each row at most
@@ -219,12 +196,8 @@ impl TjDecompressor {
         rows: usize,
         pixel_format: tj::TJPF,
     ) -> Result<(), TjFailure> {
-        assert!(
-            pitch.checked_mul(rows).is_some_and(|n| n <= dst.len()),
-            "decompress12: destination too small"
-        );
-        let pitch_c =
-            i32::try_from(pitch).map_err(|_| TjFailure::Fatal("row pitch too large".into()))?;
+        assert!(pitch.checked_mul(rows).is_some_and(|n| n <= dst.len()), "decompress12: destination too small");
+        let pitch_c = i32::try_from(pitch).map_err(|_| TjFailure::Fatal("row pitch too large".into()))?;
         // SAFETY: as in `decompress8`, with `dst` counted in 16-bit samples (which is how tj3Decompress12 counts
         // `pitch` and the destination buffer).
         let rc = unsafe {

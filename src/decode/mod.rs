@@ -166,11 +166,7 @@ impl ImageInfo {
 
     /// The scale actually used for a requested one: images that cannot scale decode at 8/8.
     pub fn effective_scale(&self, scale_eighths: u8) -> u8 {
-        if self.can_scale() {
-            scale_eighths.clamp(1, 8)
-        } else {
-            8
-        }
+        if self.can_scale() { scale_eighths.clamp(1, 8) } else { 8 }
     }
 }
 
@@ -260,13 +256,7 @@ pub const FAST_SCALES_EIGHTHS: [u8; 4] = [1, 2, 4, 8];
 /// The smallest DCT scale M/8 among [`FAST_SCALES_EIGHTHS`] at which a crop of `extent_w × extent_h` original
 /// pixels stays at least `min_ratio ×` an `out_w × out_h` output in both dimensions; 8 (full size) if no smaller
 /// scale qualifies, including when the output is larger than the crop (upsampling).
-pub fn choose_scale_eighths(
-    extent_w: f64,
-    extent_h: f64,
-    out_w: u32,
-    out_h: u32,
-    min_ratio: f64,
-) -> u8 {
+pub fn choose_scale_eighths(extent_w: f64, extent_h: f64, out_w: u32, out_h: u32, min_ratio: f64) -> u8 {
     // Relative slack so that an exact fit (e.g. 448 → 224 at M = 4) is not lost to rounding.
     const SLACK: f64 = 1e-9;
     for m in FAST_SCALES_EIGHTHS {
@@ -283,10 +273,7 @@ pub fn choose_scale_eighths(
 /// Sniff the container format from magic bytes.
 pub fn sniff_format(bytes: &[u8]) -> std::result::Result<ImageFormat, ImageError> {
     if bytes.is_empty() {
-        return Err(ImageError::new(
-            ImageErrorKind::Empty,
-            "file is empty (0 bytes)",
-        ));
+        return Err(ImageError::new(ImageErrorKind::Empty, "file is empty (0 bytes)"));
     }
     if bytes.len() >= 3 && bytes[..3] == [0xFF, 0xD8, 0xFF] {
         return Ok(ImageFormat::Jpeg);
@@ -295,26 +282,17 @@ pub fn sniff_format(bytes: &[u8]) -> std::result::Result<ImageFormat, ImageError
         return Ok(ImageFormat::Png);
     }
     let head: Vec<String> = bytes.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    Err(ImageError::new(
-        ImageErrorKind::UnknownFormat,
-        format!("not a JPEG or PNG (first bytes: {})", head.join(" ")),
-    ))
+    Err(ImageError::new(ImageErrorKind::UnknownFormat, format!("not a JPEG or PNG (first bytes: {})", head.join(" "))))
 }
 
 /// Warnings that concern metadata only: the pixels are complete and Pillow decodes such files normally.
-const BENIGN_WARNINGS: [&str; 4] = [
-    "extraneous bytes before marker",
-    "Unknown Adobe color transform",
-    "unknown JFIF revision",
-    "bad ICC marker",
-];
+const BENIGN_WARNINGS: [&str; 4] =
+    ["extraneous bytes before marker", "Unknown Adobe color transform", "unknown JFIF revision", "bad ICC marker"];
 
 fn jpeg_failure(f: TjFailure) -> ImageError {
     match f {
         TjFailure::Fatal(m) => ImageError::new(ImageErrorKind::Corrupt, format!("JPEG: {m}")),
-        TjFailure::Warning(m) => {
-            ImageError::new(ImageErrorKind::Corrupt, format!("JPEG (damaged data): {m}"))
-        }
+        TjFailure::Warning(m) => ImageError::new(ImageErrorKind::Corrupt, format!("JPEG (damaged data): {m}")),
     }
 }
 
@@ -351,25 +329,16 @@ pub struct Decoder {
 
 impl std::fmt::Debug for Decoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Decoder")
-            .field("max_pixels", &self.max_pixels)
-            .finish_non_exhaustive()
+        f.debug_struct("Decoder").field("max_pixels", &self.max_pixels).finish_non_exhaustive()
     }
 }
 
 impl Decoder {
     /// A decoder with its own tj3 handle and the default pixel limit.
     pub fn new() -> Result<Self> {
-        let tj = TjDecompressor::new()
-            .map_err(|m| TrdataError::Worker(format!("tj3Init failed: {m}")))?;
-        let mut d = Self {
-            tj,
-            max_pixels: 0,
-            rgb: Vec::new(),
-            cmyk: Vec::new(),
-            wide: Vec::new(),
-            png_raw: Vec::new(),
-        };
+        let tj = TjDecompressor::new().map_err(|m| TrdataError::Worker(format!("tj3Init failed: {m}")))?;
+        let mut d =
+            Self { tj, max_pixels: 0, rgb: Vec::new(), cmyk: Vec::new(), wide: Vec::new(), png_raw: Vec::new() };
         // Don't extract ICC profiles (we ignore them, like torchvision's loading): saves copying APP2 segments.
         d.tj.set(tj::TJPARAM_TJPARAM_SAVEMARKERS, 0)
             .and_then(|()| d.set_max_pixels(DEFAULT_MAX_PIXELS))
@@ -395,10 +364,7 @@ impl Decoder {
         if px > self.max_pixels {
             return Err(ImageError::new(
                 ImageErrorKind::TooLarge,
-                format!(
-                    "{w}x{h} = {px} pixels exceeds the limit of {} pixels",
-                    self.max_pixels
-                ),
+                format!("{w}x{h} = {px} pixels exceeds the limit of {} pixels", self.max_pixels),
             ));
         }
         Ok(())
@@ -429,10 +395,7 @@ impl Decoder {
                     3 => ColorSpace::Cmyk,
                     4 => ColorSpace::Ycck,
                     other => {
-                        return Err(ImageError::new(
-                            ImageErrorKind::Unsupported,
-                            format!("JPEG colorspace {other}"),
-                        ));
+                        return Err(ImageError::new(ImageErrorKind::Unsupported, format!("JPEG colorspace {other}")));
                     }
                 };
                 ImageInfo {
@@ -448,10 +411,7 @@ impl Decoder {
             }
         };
         self.check_size(info.width, info.height)?;
-        if info.format == ImageFormat::Jpeg
-            && info.precision != 8
-            && (info.precision != 12 || info.lossless)
-        {
+        if info.format == ImageFormat::Jpeg && info.precision != 8 && (info.precision != 12 || info.lossless) {
             return Err(ImageError::new(
                 ImageErrorKind::Unsupported,
                 format!(
@@ -492,11 +452,7 @@ impl Decoder {
         }
         let m = info.effective_scale(scale_eighths);
         let (sw, sh) = info.scaled_size(m);
-        let region = if info.can_crop() {
-            Some(self.crop_region(&info, m, sw, sh, window))
-        } else {
-            None
-        };
+        let region = if info.can_crop() { Some(self.crop_region(&info, m, sw, sh, window)) } else { None };
         let (x0, y0, w, h) = match region {
             Some(r) => (r.x as u32, r.y as u32, r.w as u32, r.h as u32),
             None => (0, 0, sw, sh),
@@ -509,18 +465,9 @@ impl Decoder {
             // libjpeg's own iMCU alignment can exceed TurboJPEG's table for unusual sampling factors (e.g. 4:4:4
             // stored as 2x2 in every component); TurboJPEG then refuses the left edge. Retry at full width.
             Err(e) if region.is_some_and(|r| r.x > 0) && e.message.contains("mismatch") => {
-                let r = region.map(|r| TjRegion {
-                    x: 0,
-                    w: r.x + r.w,
-                    ..r
-                });
+                let r = region.map(|r| TjRegion { x: 0, w: r.x + r.w, ..r });
                 self.tj.set_region(r)?;
-                let rr = r.unwrap_or(TjRegion {
-                    x: 0,
-                    y: 0,
-                    w: 0,
-                    h: 0,
-                });
+                let rr = r.unwrap_or(TjRegion { x: 0, y: 0, w: 0, h: 0 });
                 self.decode_pixels(bytes, &info, rr.w as usize, rr.h as usize)?;
                 return Ok(self.region_view(0, rr.y as u32, rr.w as u32, rr.h as u32, m, sw, sh));
             }
@@ -530,16 +477,7 @@ impl Decoder {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn region_view(
-        &self,
-        x0: u32,
-        y0: u32,
-        w: u32,
-        h: u32,
-        m: u8,
-        sw: u32,
-        sh: u32,
-    ) -> DecodedRegion<'_> {
+    fn region_view(&self, x0: u32, y0: u32, w: u32, h: u32, m: u8, sw: u32, sh: u32) -> DecodedRegion<'_> {
         let stride = 3 * w as usize;
         DecodedRegion {
             pixels: &self.rgb[..stride * h as usize],
@@ -555,14 +493,7 @@ impl Decoder {
     }
 
     /// The cropping region for `window`: clamped, guarded, left edge aligned to the scaled iMCU width.
-    fn crop_region(
-        &self,
-        info: &ImageInfo,
-        m: u8,
-        sw: u32,
-        sh: u32,
-        window: PixelWindow,
-    ) -> TjRegion {
+    fn crop_region(&self, info: &ImageInfo, m: u8, sw: u32, sh: u32, window: PixelWindow) -> TjRegion {
         let mcu = info.subsampling.mcu_width().unwrap_or(8);
         let align = (mcu * u32::from(m)).div_ceil(8).max(1);
         let wx0 = window.x0.min(sw - 1);
@@ -573,12 +504,7 @@ impl Decoder {
         let x1 = (wx1 + ROI_GUARD_PX).min(sw);
         let y0 = wy0.saturating_sub(ROI_GUARD_PX);
         let y1 = (wy1 + ROI_GUARD_PX).min(sh);
-        TjRegion {
-            x: x0 as i32,
-            y: y0 as i32,
-            w: (x1 - x0) as i32,
-            h: (y1 - y0) as i32,
-        }
+        TjRegion { x: x0 as i32, y: y0 as i32, w: (x1 - x0) as i32, h: (y1 - y0) as i32 }
     }
 
     /// Decode the current scaling/cropping (`w × h` output pixels) into `self.rgb` as packed RGB8.
@@ -590,11 +516,7 @@ impl Decoder {
         h: usize,
     ) -> std::result::Result<(), ImageError> {
         let cmyk = matches!(info.colorspace, ColorSpace::Cmyk | ColorSpace::Ycck);
-        let (pf, bpp) = if cmyk {
-            (tj::TJPF_TJPF_CMYK, 4)
-        } else {
-            (tj::TJPF_TJPF_RGB, 3)
-        };
+        let (pf, bpp) = if cmyk { (tj::TJPF_TJPF_CMYK, 4) } else { (tj::TJPF_TJPF_RGB, 3) };
         ensure_len(&mut self.rgb, w * h * 3);
         if info.precision == 12 {
             ensure_len(&mut self.wide, w * h * bpp);
@@ -624,11 +546,7 @@ impl Decoder {
     /// Decode the crop `req` (original-image coordinates) plus the bilinear filter margin, at the smallest DCT scale
     /// that keeps the crop at least `req.min_ratio ×` the output size. Reports the crop's sub-pixel position inside
     /// the decoded region (original x maps to scaled x·M/8).
-    pub fn decode_crop(
-        &mut self,
-        bytes: &[u8],
-        req: &CropRequest,
-    ) -> std::result::Result<DecodedCrop<'_>, ImageError> {
+    pub fn decode_crop(&mut self, bytes: &[u8], req: &CropRequest) -> std::result::Result<DecodedCrop<'_>, ImageError> {
         let info = self.read_header(bytes)?;
         let m = info.effective_scale(choose_scale_eighths(
             req.width,
@@ -651,22 +569,12 @@ impl Decoder {
         };
         let region = self.decode_window(bytes, m, window)?;
         let (rx, ry) = (f64::from(region.x0), f64::from(region.y0));
-        Ok(DecodedCrop {
-            region,
-            crop_x: cx - rx,
-            crop_y: cy - ry,
-            crop_width: cw,
-            crop_height: ch,
-        })
+        Ok(DecodedCrop { region, crop_x: cx - rx, crop_y: cy - ry, crop_width: cw, crop_height: ch })
     }
 
     /// Decode the whole image at full size into `out` (packed RGB8, resized as needed) — no ROI, no scaling.
     /// This is the "raw libjpeg-turbo decode" ceiling the benchmarks compare against.
-    pub fn decode_full_rgb(
-        &mut self,
-        bytes: &[u8],
-        out: &mut Vec<u8>,
-    ) -> std::result::Result<(u32, u32), ImageError> {
+    pub fn decode_full_rgb(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> std::result::Result<(u32, u32), ImageError> {
         let info = self.read_header(bytes)?;
         let (w, h) = (info.width, info.height);
         let n = 3 * w as usize * h as usize;
@@ -678,23 +586,12 @@ impl Decoder {
         }
         self.tj.set_scaling(1, 1)?;
         // An explicit full region bounds the rows libjpeg-turbo writes to the size computed here.
-        let region = info.can_crop().then_some(TjRegion {
-            x: 0,
-            y: 0,
-            w: w as i32,
-            h: h as i32,
-        });
+        let region = info.can_crop().then_some(TjRegion { x: 0, y: 0, w: w as i32, h: h as i32 });
         self.tj.set_region(region)?;
         if info.precision == 8 && !matches!(info.colorspace, ColorSpace::Cmyk | ColorSpace::Ycck) {
             ensure_len(out, n);
             out.truncate(n);
-            check_decode(self.tj.decompress8(
-                bytes,
-                out,
-                3 * w as usize,
-                h as usize,
-                tj::TJPF_TJPF_RGB,
-            ))?;
+            check_decode(self.tj.decompress8(bytes, out, 3 * w as usize, h as usize, tj::TJPF_TJPF_RGB))?;
         } else {
             self.decode_pixels(bytes, &info, w as usize, h as usize)?;
             out.clear();

@@ -32,11 +32,7 @@ pub(crate) fn png_size(bytes: &[u8]) -> Result<(u32, u32), ImageError> {
 
 /// Decode a whole PNG into `out` as packed RGB8 rows (`3 * width` bytes each). `raw` is reusable scratch for the
 /// decoder's native output. The caller has checked the pixel limit on `png_size`.
-pub(crate) fn decode_png_rgb(
-    bytes: &[u8],
-    raw: &mut Vec<u8>,
-    out: &mut Vec<u8>,
-) -> Result<(u32, u32), ImageError> {
+pub(crate) fn decode_png_rgb(bytes: &[u8], raw: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<(u32, u32), ImageError> {
     let mut decoder = png::Decoder::new(Cursor::new(bytes));
     // EXPAND: palette → RGB(A), low-bit gray → 8-bit, tRNS → alpha; STRIP_16: keep the high byte.
     decoder.set_transformations(Transformations::EXPAND | Transformations::STRIP_16);
@@ -47,19 +43,14 @@ pub(crate) fn decode_png_rgb(
         let info = reader.info();
         (info.width, info.height)
     };
-    let size = reader
-        .output_buffer_size()
-        .ok_or_else(|| corrupt("image too large for this platform"))?;
+    let size = reader.output_buffer_size().ok_or_else(|| corrupt("image too large for this platform"))?;
     if raw.len() < size {
         raw.resize(size, 0);
     }
     let frame = reader.next_frame(&mut raw[..size]).map_err(corrupt)?;
     let (color, depth) = (frame.color_type, frame.bit_depth);
     if depth != BitDepth::Eight {
-        return Err(ImageError::new(
-            ImageErrorKind::Unsupported,
-            format!("PNG: unexpected output depth {depth:?}"),
-        ));
+        return Err(ImageError::new(ImageErrorKind::Unsupported, format!("PNG: unexpected output depth {depth:?}")));
     }
     let (fw, fh) = (frame.width as usize, frame.height as usize);
     let stride = frame.line_size;
@@ -73,29 +64,17 @@ pub(crate) fn decode_png_rgb(
         ColorType::Rgb => 3,
         ColorType::Rgba => 4,
         ColorType::Indexed => {
-            return Err(ImageError::new(
-                ImageErrorKind::Unsupported,
-                "PNG: palette was not expanded",
-            ));
+            return Err(ImageError::new(ImageErrorKind::Unsupported, "PNG: palette was not expanded"));
         }
     };
     for y in 0..fh {
         let src = &raw[y * stride..y * stride + fw * channels];
         let dst = &mut out[y * fw * 3..(y + 1) * fw * 3];
         match channels {
-            1 => dst
-                .chunks_exact_mut(3)
-                .zip(src)
-                .for_each(|(d, &g)| d.fill(g)),
-            2 => dst
-                .chunks_exact_mut(3)
-                .zip(src.chunks_exact(2))
-                .for_each(|(d, s)| d.fill(s[0])),
+            1 => dst.chunks_exact_mut(3).zip(src).for_each(|(d, &g)| d.fill(g)),
+            2 => dst.chunks_exact_mut(3).zip(src.chunks_exact(2)).for_each(|(d, s)| d.fill(s[0])),
             3 => dst.copy_from_slice(src),
-            _ => dst
-                .chunks_exact_mut(3)
-                .zip(src.chunks_exact(4))
-                .for_each(|(d, s)| d.copy_from_slice(&s[..3])),
+            _ => dst.chunks_exact_mut(3).zip(src.chunks_exact(4)).for_each(|(d, s)| d.copy_from_slice(&s[..3])),
         }
     }
     debug_assert_eq!((fw as u32, fh as u32), (w, h));

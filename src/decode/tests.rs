@@ -1,6 +1,5 @@
 //! Decoder tests on the real files of `../shared/data/edge-cases` (skipped with a note when the data is absent).
 
-
 use super::*;
 use crate::augment::rng::SampleRng;
 
@@ -16,11 +15,10 @@ fn expected(name: &str) -> Option<std::result::Result<(u32, u32), ImageErrorKind
     use ImageErrorKind::*;
     Some(match name {
         "README.txt" => Err(UnknownFormat),
-        "truncated_progressive__truncated_jpeg.jpg"
-        | "truncated_baseline_ultrahdr__ultrahdr.jpg" => Err(Corrupt),
-        "arithmetic_coded__testimgari.jpg"
-        | "ycc420_oddsize__testorig.jpg"
-        | "png_gray__testorig.png" => Ok((227, 149)),
+        "truncated_progressive__truncated_jpeg.jpg" | "truncated_baseline_ultrahdr__ultrahdr.jpg" => Err(Corrupt),
+        "arithmetic_coded__testimgari.jpg" | "ycc420_oddsize__testorig.jpg" | "png_gray__testorig.png" => {
+            Ok((227, 149))
+        }
         "cmyk_ycck__pil_sample_cmyk.jpg"
         | "ycc444_adobe__pil_sample_rgb.jpg"
         | "restart_markers_dri13__rgb.jpg"
@@ -29,11 +27,7 @@ fn expected(name: &str) -> Option<std::result::Result<(u32, u32), ImageErrorKind
         n if n.starts_with("exif_orient") && n.contains("_photo__Landscape_") => {
             let k: u32 = n["exif_orient".len()..].chars().next()?.to_digit(10)?;
             // Stored pixel order, EXIF orientation NOT applied: 5..8 are stored portrait.
-            if k >= 5 {
-                Ok((1200, 1800))
-            } else {
-                Ok((1800, 1200))
-            }
+            if k >= 5 { Ok((1200, 1800)) } else { Ok((1800, 1200)) }
         }
         "exif_orient8_2x1__orientation_rectangle.jpg" => Ok((2, 1)),
         n if n.starts_with("exif_orient") && n.contains("hopper_orientation") => Ok((128, 128)),
@@ -66,10 +60,7 @@ fn every_edge_case_decodes_or_fails_with_the_right_kind() {
     let mut d = Decoder::new().unwrap();
     let mut out = Vec::new();
     let mut seen = 0;
-    let mut names: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
+    let mut names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     names.sort();
     for name in names {
         let name = name.to_string_lossy().into_owned();
@@ -79,11 +70,7 @@ fn every_edge_case_decodes_or_fails_with_the_right_kind() {
             Some(Ok((w, h))) => {
                 let (gw, gh) = got.unwrap_or_else(|e| panic!("{name}: expected {w}x{h}, got {e}"));
                 assert_eq!((gw, gh), (w, h), "{name}");
-                assert_eq!(
-                    out.len(),
-                    3 * w as usize * h as usize,
-                    "{name}: RGB8 buffer size"
-                );
+                assert_eq!(out.len(), 3 * w as usize * h as usize, "{name}: RGB8 buffer size");
                 let info = d.read_header(&bytes).unwrap();
                 assert_eq!((info.width, info.height), (w, h), "{name}: header");
                 seen += 1;
@@ -94,10 +81,7 @@ fn every_edge_case_decodes_or_fails_with_the_right_kind() {
                 seen += 1;
             }
             // A file added later: it must decode or fail with a typed error, never panic.
-            None => eprintln!(
-                "NOTE: {name} has no expectation; got {:?}",
-                got.map_err(|e| e.kind)
-            ),
+            None => eprintln!("NOTE: {name} has no expectation; got {:?}", got.map_err(|e| e.kind)),
         }
     }
     assert!(seen >= 46, "only {seen} edge cases checked");
@@ -107,54 +91,28 @@ fn every_edge_case_decodes_or_fails_with_the_right_kind() {
 fn empty_unknown_and_garbage_are_typed() {
     let mut d = Decoder::new().unwrap();
     let mut out = Vec::new();
-    let kind =
-        |d: &mut Decoder, b: &[u8], out: &mut Vec<u8>| d.decode_full_rgb(b, out).unwrap_err().kind;
+    let kind = |d: &mut Decoder, b: &[u8], out: &mut Vec<u8>| d.decode_full_rgb(b, out).unwrap_err().kind;
     assert_eq!(kind(&mut d, b"", &mut out), ImageErrorKind::Empty);
-    assert_eq!(
-        kind(&mut d, b"GIF89a\x01\x00\x01\x00", &mut out),
-        ImageErrorKind::UnknownFormat
-    );
-    assert_eq!(
-        kind(&mut d, b"\xff\xd8", &mut out),
-        ImageErrorKind::UnknownFormat
-    );
-    assert_eq!(
-        kind(&mut d, b"\xff\xd8\xff\xe0garbage garbage", &mut out),
-        ImageErrorKind::Corrupt
-    );
+    assert_eq!(kind(&mut d, b"GIF89a\x01\x00\x01\x00", &mut out), ImageErrorKind::UnknownFormat);
+    assert_eq!(kind(&mut d, b"\xff\xd8", &mut out), ImageErrorKind::UnknownFormat);
+    assert_eq!(kind(&mut d, b"\xff\xd8\xff\xe0garbage garbage", &mut out), ImageErrorKind::Corrupt);
     let mut png = pngdec::PNG_MAGIC.to_vec();
     png.extend_from_slice(b"\0\0\0\x0dIHDR\0\0\0\x10\0\0\0\x10\x08\x02\0\0\0garbage");
     assert_eq!(kind(&mut d, &png, &mut out), ImageErrorKind::Corrupt);
-    assert_eq!(
-        kind(&mut d, &pngdec::PNG_MAGIC, &mut out),
-        ImageErrorKind::Corrupt
-    );
+    assert_eq!(kind(&mut d, &pngdec::PNG_MAGIC, &mut out), ImageErrorKind::Corrupt);
     // Every prefix of a real JPEG either decodes or fails typed (no panic, no hang).
     if let Some(bytes) = edge("ycc420_oddsize__testorig.jpg") {
         for n in (0..bytes.len()).step_by(97) {
             let _ = d.decode_full_rgb(&bytes[..n], &mut out);
-            let _ = d.decode_window(
-                &bytes[..n],
-                4,
-                PixelWindow {
-                    x0: 3,
-                    y0: 5,
-                    x1: 50,
-                    y1: 40,
-                },
-            );
+            let _ = d.decode_window(&bytes[..n], 4, PixelWindow { x0: 3, y0: 5, x1: 50, y1: 40 });
         }
-        assert_eq!(
-            kind(&mut d, &bytes[..bytes.len() / 2], &mut out),
-            ImageErrorKind::Corrupt
-        );
+        assert_eq!(kind(&mut d, &bytes[..bytes.len() / 2], &mut out), ImageErrorKind::Corrupt);
     }
 }
 
 #[test]
 fn pixel_limit_rejects_before_decoding() {
-    let (Some(jpg), Some(png)) = (edge("ycc420_ref__hopper.jpg"), edge("png_rgb__hopper.png"))
-    else {
+    let (Some(jpg), Some(png)) = (edge("ycc420_ref__hopper.jpg"), edge("png_rgb__hopper.png")) else {
         return;
     };
     let mut d = Decoder::new().unwrap();
@@ -163,23 +121,9 @@ fn pixel_limit_rejects_before_decoding() {
     let mut out = Vec::new();
     for b in [&jpg, &png] {
         assert_eq!(d.read_header(b).unwrap_err().kind, ImageErrorKind::TooLarge);
+        assert_eq!(d.decode_full_rgb(b, &mut out).unwrap_err().kind, ImageErrorKind::TooLarge);
         assert_eq!(
-            d.decode_full_rgb(b, &mut out).unwrap_err().kind,
-            ImageErrorKind::TooLarge
-        );
-        assert_eq!(
-            d.decode_window(
-                b,
-                8,
-                PixelWindow {
-                    x0: 0,
-                    y0: 0,
-                    x1: 8,
-                    y1: 8
-                }
-            )
-            .unwrap_err()
-            .kind,
+            d.decode_window(b, 8, PixelWindow { x0: 0, y0: 0, x1: 8, y1: 8 }).unwrap_err().kind,
             ImageErrorKind::TooLarge
         );
     }
@@ -191,63 +135,36 @@ fn pixel_limit_rejects_before_decoding() {
 fn gray_becomes_rgb_with_equal_channels() {
     let mut d = Decoder::new().unwrap();
     let mut out = Vec::new();
-    for name in [
-        "gray__hopper_gray.jpg",
-        "png_gray__testorig.png",
-        "tiny_1x1_gray__jfif_unit_cm.jpg",
-    ] {
+    for name in ["gray__hopper_gray.jpg", "png_gray__testorig.png", "tiny_1x1_gray__jfif_unit_cm.jpg"] {
         let Some(b) = edge(name) else { return };
         let info = d.read_header(&b).unwrap();
         d.decode_full_rgb(&b, &mut out).unwrap();
-        assert!(
-            out.chunks_exact(3).all(|p| p[0] == p[1] && p[1] == p[2]),
-            "{name}"
-        );
+        assert!(out.chunks_exact(3).all(|p| p[0] == p[1] && p[1] == p[2]), "{name}");
         if info.format == ImageFormat::Jpeg {
-            assert_eq!(
-                (info.colorspace, info.subsampling),
-                (ColorSpace::Gray, Subsampling::Gray)
-            );
+            assert_eq!((info.colorspace, info.subsampling), (ColorSpace::Gray, Subsampling::Gray));
         }
     }
 }
 
 #[test]
 fn cmyk_matches_pillow() {
-    let (Some(cmyk), Some(rgb)) = (
-        edge("cmyk_ycck__pil_sample_cmyk.jpg"),
-        edge("ycc444_adobe__pil_sample_rgb.jpg"),
-    ) else {
+    let (Some(cmyk), Some(rgb)) = (edge("cmyk_ycck__pil_sample_cmyk.jpg"), edge("ycc444_adobe__pil_sample_rgb.jpg"))
+    else {
         return;
     };
     let mut d = Decoder::new().unwrap();
-    assert!(matches!(
-        d.read_header(&cmyk).unwrap().colorspace,
-        ColorSpace::Cmyk | ColorSpace::Ycck
-    ));
+    assert!(matches!(d.read_header(&cmyk).unwrap().colorspace, ColorSpace::Cmyk | ColorSpace::Ycck));
     let (mut a, mut b) = (Vec::new(), Vec::new());
     d.decode_full_rgb(&cmyk, &mut a).unwrap();
     d.decode_full_rgb(&rgb, &mut b).unwrap();
     // Pillow 13's `Image.open(f).convert('RGB')` of the CMYK file: channel sums and pixels.
-    let sums = (0..3)
-        .map(|c| {
-            a.iter()
-                .skip(c)
-                .step_by(3)
-                .map(|&v| u64::from(v))
-                .sum::<u64>()
-        })
-        .collect::<Vec<_>>();
+    let sums = (0..3).map(|c| a.iter().skip(c).step_by(3).map(|&v| u64::from(v)).sum::<u64>()).collect::<Vec<_>>();
     assert_eq!(sums, [302_320, 54_440, 73_861]);
     let px = |x: usize, y: usize| &a[3 * (y * 100 + x)..3 * (y * 100 + x) + 3];
     assert_eq!(px(0, 0), [255, 13, 25]);
     assert_eq!(px(50, 50), [1, 4, 5]);
     // The same picture stored as YCbCr: Pillow's two decodes are 31.0 dB apart.
-    assert!(
-        psnr(&a, &b) > 30.0,
-        "CMYK vs RGB version: {:.1} dB",
-        psnr(&a, &b)
-    );
+    assert!(psnr(&a, &b) > 30.0, "CMYK vs RGB version: {:.1} dB", psnr(&a, &b));
 }
 
 #[test]
@@ -261,27 +178,10 @@ fn twelve_bit_decodes_to_eight() {
     let mut full = Vec::new();
     d.decode_full_rgb(&b, &mut full).unwrap();
     let mean = full.iter().map(|&v| f64::from(v)).sum::<f64>() / full.len() as f64;
-    assert!(
-        (60.0..140.0).contains(&mean),
-        "mean {mean}: 12-bit samples not scaled to 8 bits"
-    );
+    assert!((60.0..140.0).contains(&mean), "mean {mean}: 12-bit samples not scaled to 8 bits");
     // ROI + scaling work for 12-bit too.
-    let r = d
-        .decode_window(
-            &b,
-            4,
-            PixelWindow {
-                x0: 10,
-                y0: 20,
-                x1: 40,
-                y1: 60,
-            },
-        )
-        .unwrap();
-    assert_eq!(
-        (r.scale_eighths, r.scaled_width, r.scaled_height),
-        (4, 75, 114)
-    );
+    let r = d.decode_window(&b, 4, PixelWindow { x0: 10, y0: 20, x1: 40, y1: 60 }).unwrap();
+    assert_eq!((r.scale_eighths, r.scaled_width, r.scaled_height), (4, 75, 114));
 }
 
 #[test]
@@ -292,49 +192,20 @@ fn rgba_png_drops_alpha_like_pillow() {
     let mut d = Decoder::new().unwrap();
     let mut out = Vec::new();
     d.decode_full_rgb(&b, &mut out).unwrap();
-    let sums = (0..3)
-        .map(|c| {
-            out.iter()
-                .skip(c)
-                .step_by(3)
-                .map(|&v| u64::from(v))
-                .sum::<u64>()
-        })
-        .collect::<Vec<_>>();
+    let sums = (0..3).map(|c| out.iter().skip(c).step_by(3).map(|&v| u64::from(v)).sum::<u64>()).collect::<Vec<_>>();
     assert_eq!(sums, [1_001_338, 769_721, 793_263]); // Pillow: convert('RGB')
 }
 
 fn psnr(a: &[u8], b: &[u8]) -> f64 {
-    let mse = a
-        .iter()
-        .zip(b)
-        .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
-        .sum::<f64>()
-        / a.len() as f64;
-    if mse == 0.0 {
-        99.0
-    } else {
-        10.0 * (255.0f64 * 255.0 / mse).log10()
-    }
+    let mse = a.iter().zip(b).map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2)).sum::<f64>() / a.len() as f64;
+    if mse == 0.0 { 99.0 } else { 10.0 * (255.0f64 * 255.0 / mse).log10() }
 }
 
 /// Compare `window` of a region decode against the same window of `reference` (a whole-image decode at the same
 /// scale, `ref_w` pixels wide).
-fn assert_window_equal(
-    name: &str,
-    r: &DecodedRegion<'_>,
-    reference: &[u8],
-    ref_w: u32,
-    w: PixelWindow,
-) {
-    assert!(
-        r.x0 <= w.x0 && r.y0 <= w.y0,
-        "{name}: region {r:?} does not start before {w:?}"
-    );
-    assert!(
-        w.x1 <= r.x0 + r.width && w.y1 <= r.y0 + r.height,
-        "{name}: region {r:?} does not cover {w:?}"
-    );
+fn assert_window_equal(name: &str, r: &DecodedRegion<'_>, reference: &[u8], ref_w: u32, w: PixelWindow) {
+    assert!(r.x0 <= w.x0 && r.y0 <= w.y0, "{name}: region {r:?} does not start before {w:?}");
+    assert!(w.x1 <= r.x0 + r.width && w.y1 <= r.y0 + r.height, "{name}: region {r:?} does not cover {w:?}");
     for y in w.y0..w.y1 {
         let got = &r.row(y - r.y0)[3 * (w.x0 - r.x0) as usize..3 * (w.x1 - r.x0) as usize];
         let off = 3 * (y as usize * ref_w as usize + w.x0 as usize);
@@ -393,24 +264,9 @@ fn roi_at_dct_scales_equals_scaled_full_decode_window() {
     for name in ROI_FILES {
         let Some(b) = edge(name) else { return };
         for m in [1u8, 2, 3, 4, 6] {
-            let whole = d
-                .decode_window(
-                    &b,
-                    m,
-                    PixelWindow {
-                        x0: 0,
-                        y0: 0,
-                        x1: u32::MAX,
-                        y1: u32::MAX,
-                    },
-                )
-                .unwrap();
+            let whole = d.decode_window(&b, m, PixelWindow { x0: 0, y0: 0, x1: u32::MAX, y1: u32::MAX }).unwrap();
             let (sw, sh) = (whole.scaled_width, whole.scaled_height);
-            assert_eq!(
-                (whole.x0, whole.y0, whole.width, whole.height),
-                (0, 0, sw, sh),
-                "{name} m={m}"
-            );
+            assert_eq!((whole.x0, whole.y0, whole.width, whole.height), (0, 0, sw, sh), "{name} m={m}");
             let reference = whole.pixels.to_vec();
             let mut rng = SampleRng::new(8, u64::from(m), sw.into(), 0);
             for _ in 0..20 {
@@ -440,10 +296,7 @@ fn decode_crop_reports_the_crop_position() {
     };
     let c = d.decode_crop(&b, &req).unwrap();
     let m = c.region.scale_eighths;
-    assert_eq!(
-        m, 2,
-        "1000×900 crop → 224: 2/8 keeps it ≥ 224, 1/8 does not"
-    );
+    assert_eq!(m, 2, "1000×900 crop → 224: 2/8 keeps it ≥ 224, 1/8 does not");
     let f = f64::from(m) / 8.0;
     assert_eq!(c.crop_x, 1001.5 * f - f64::from(c.region.x0));
     assert_eq!(c.crop_y, 700.25 * f - f64::from(c.region.y0));
@@ -454,43 +307,20 @@ fn decode_crop_reports_the_crop_position() {
     // Left edge aligned to the scaled iMCU (4:2:2 → 16 px, at 2/8 → 4 px).
     assert_eq!(c.region.x0 % 4, 0);
     // A crop at the image corner is clamped, not an error.
-    let corner = CropRequest {
-        x: 0.0,
-        y: 0.0,
-        width: 10.0,
-        height: 10.0,
-        out_width: 64,
-        out_height: 64,
-        ..req
-    };
+    let corner = CropRequest { x: 0.0, y: 0.0, width: 10.0, height: 10.0, out_width: 64, out_height: 64, ..req };
     let c = d.decode_crop(&b, &corner).unwrap();
-    assert_eq!(
-        (c.region.scale_eighths, c.region.x0, c.region.y0),
-        (8, 0, 0)
-    );
+    assert_eq!((c.region.scale_eighths, c.region.x0, c.region.y0), (8, 0, 0));
 }
 
 #[test]
 fn scale_choice() {
     assert_eq!(choose_scale_eighths(448.0, 448.0, 224, 224, 1.0), 4);
-    assert_eq!(
-        choose_scale_eighths(447.0, 448.0, 224, 224, 1.0),
-        8,
-        "4/8 would give 223.5 < 224"
-    );
+    assert_eq!(choose_scale_eighths(447.0, 448.0, 224, 224, 1.0), 8, "4/8 would give 223.5 < 224");
     assert_eq!(choose_scale_eighths(1792.0, 1800.0, 224, 224, 1.0), 1);
     assert_eq!(choose_scale_eighths(1791.0, 1800.0, 224, 224, 1.0), 2);
     assert_eq!(choose_scale_eighths(896.0, 896.0, 224, 224, 2.0), 4);
-    assert_eq!(
-        choose_scale_eighths(100.0, 100.0, 224, 224, 1.0),
-        8,
-        "upsampling decodes at full size"
-    );
-    assert_eq!(
-        choose_scale_eighths(700.0, 3000.0, 224, 224, 1.0),
-        4,
-        "both dimensions must stay large enough"
-    );
+    assert_eq!(choose_scale_eighths(100.0, 100.0, 224, 224, 1.0), 8, "upsampling decodes at full size");
+    assert_eq!(choose_scale_eighths(700.0, 3000.0, 224, 224, 1.0), 4, "both dimensions must stay large enough");
 }
 
 #[test]
@@ -522,8 +352,7 @@ fn no_state_leaks_between_images() {
     let reference = |name: &str| {
         let mut d = Decoder::new().unwrap();
         let mut out = Vec::new();
-        d.decode_full_rgb(&std::fs::read(dir.join(name)).unwrap(), &mut out)
-            .map(|_| out)
+        d.decode_full_rgb(&std::fs::read(dir.join(name)).unwrap(), &mut out).map(|_| out)
     };
     let mut d = Decoder::new().unwrap();
     let mut out = Vec::new();
@@ -544,20 +373,9 @@ fn no_state_leaks_between_images() {
         let _ = d.decode_window(
             &std::fs::read(dir.join(order[(i + 3) % order.len()])).unwrap(),
             2,
-            PixelWindow {
-                x0: 17,
-                y0: 9,
-                x1: 60,
-                y1: 33,
-            },
+            PixelWindow { x0: 17, y0: 9, x1: 60, y1: 33 },
         );
-        let got = d
-            .decode_full_rgb(&std::fs::read(dir.join(name)).unwrap(), &mut out)
-            .map(|_| out.clone());
-        assert_eq!(
-            got.map_err(|e| e.kind),
-            reference(name).map_err(|e| e.kind),
-            "{name}"
-        );
+        let got = d.decode_full_rgb(&std::fs::read(dir.join(name)).unwrap(), &mut out).map(|_| out.clone());
+        assert_eq!(got.map_err(|e| e.kind), reference(name).map_err(|e| e.kind), "{name}");
     }
 }

@@ -8,10 +8,10 @@
 //! buffer; a consumed one frees nothing. The destructor touches no module or interpreter state besides
 //! the capsule itself, so it is safe during interpreter shutdown too.
 
+use super::ExportError;
 use super::dlpack::{DLManagedTensor, DLManagedTensorVersioned, LEGACY_CAPSULE_NAME, VERSIONED_CAPSULE_NAME};
 use super::managed::ManagedTensor;
 use super::tensor::TensorExport;
-use super::ExportError;
 use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -31,11 +31,8 @@ impl From<ExportError> for PyErr {
 pub fn into_capsule<'py>(py: Python<'py>, export: TensorExport, versioned: bool) -> PyResult<Bound<'py, PyCapsule>> {
     let managed = ManagedTensor::new(export, versioned)?;
     let name: &'static CStr = managed.capsule_name();
-    let destructor: ffi::PyCapsule_Destructor = if versioned {
-        destroy_capsule::<DLManagedTensorVersioned>
-    } else {
-        destroy_capsule::<DLManagedTensor>
-    };
+    let destructor: ffi::PyCapsule_Destructor =
+        if versioned { destroy_capsule::<DLManagedTensorVersioned> } else { destroy_capsule::<DLManagedTensor> };
     // SAFETY: the GIL is held (`py`); the pointer is non-null and stays valid until its deleter runs; the
     // name is a 'static C string, as PyCapsule requires (it keeps the pointer, not a copy).
     let capsule = unsafe { ffi::PyCapsule_New(managed.as_ptr(), name.as_ptr(), Some(destructor)) };

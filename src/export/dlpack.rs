@@ -4,7 +4,7 @@
 //! flag bits. Layouts are checked against the C header's sizes and offsets at compile time (64-bit
 //! targets), because a wrong field order here corrupts memory in the consumer, not in us.
 
-use std::ffi::{c_void, CStr};
+use std::ffi::{CStr, c_void};
 
 /// ABI major version of [`DLManagedTensorVersioned`] (dlpack.h `DLPACK_MAJOR_VERSION`).
 pub const DLPACK_MAJOR_VERSION: u32 = 1;

@@ -7,16 +7,16 @@
 //! the memory dies, wherever that is): it touches no Python state, only Rust drops, which
 //! [`ExportOwner`](super::ExportOwner)'s contract keeps GIL-free and non-blocking.
 
+use super::ExportError;
 use super::dlpack::{
-    DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION,
+    DLManagedTensor, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLPackVersion, DLTensor,
     LEGACY_CAPSULE_NAME, VERSIONED_CAPSULE_NAME,
 };
 use super::stream::StreamBinding;
 use super::tensor::TensorExport;
-use super::ExportError;
 use std::any::Any;
-use std::ffi::{c_void, CStr};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ffi::{CStr, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 
 /// The allocation behind one managed tensor. `tensor` comes first in a `repr(C)` struct, so a pointer to

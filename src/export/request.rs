@@ -5,9 +5,9 @@
 //! - `copy`: True → a private host copy (flag IS_COPIED); False/None → zero-copy (we never need to copy);
 //! - `stream`: decoded by [`ConsumerStream::parse`] for the device (invalid values → ValueError).
 
+use super::ExportError;
 use super::stream::ConsumerStream;
 use super::tensor::Device;
-use super::ExportError;
 
 /// The arguments of one `__dlpack__` call.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -12,8 +12,8 @@
 //!    is handed back to the ring only once that event completed (the consumer's kernels reading it are
 //!    done). Then the deleter drops the export's owner (the slot lease).
 
-use super::tensor::Device;
 use super::ExportError;
+use super::tensor::Device;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 

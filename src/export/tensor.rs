@@ -4,9 +4,11 @@
 //! memory stays valid while it lives; the builder checks that shape × strides × dtype stays inside that
 //! memory and is aligned. Everything after that (managed tensor, capsule) is mechanical.
 
-use super::dlpack::{DLDataType, DLDevice, FLAG_IS_COPIED, KDL_BFLOAT, KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_FLOAT, KDL_INT, KDL_UINT};
-use super::stream::{ConsumerStream, StreamBinding, StreamOrder};
 use super::ExportError;
+use super::dlpack::{
+    DLDataType, DLDevice, FLAG_IS_COPIED, KDL_BFLOAT, KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_FLOAT, KDL_INT, KDL_UINT,
+};
+use super::stream::{ConsumerStream, StreamBinding, StreamOrder};
 use crate::augment::DType;
 use std::any::Any;
 use std::ffi::c_void;
@@ -173,7 +175,12 @@ impl TensorExport {
     /// View `owner`'s memory as a tensor of `dtype` with `shape`, row-major (C-contiguous) when `strides`
     /// is None, else with the given element strides. Fails when the view would leave the owner's memory,
     /// the data is misaligned for `dtype`, or a dimension does not fit DLPack's int64.
-    pub fn new<O: ExportOwner>(owner: O, dtype: ElementType, shape: &[usize], strides: Option<&[isize]>) -> Result<Self, ExportError> {
+    pub fn new<O: ExportOwner>(
+        owner: O,
+        dtype: ElementType,
+        shape: &[usize],
+        strides: Option<&[isize]>,
+    ) -> Result<Self, ExportError> {
         let layout = |m: String| ExportError::Layout(m);
         if i32::try_from(shape.len()).is_err() {
             return Err(layout(format!("{} dimensions", shape.len())));

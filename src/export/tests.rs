@@ -60,7 +60,8 @@ fn contiguous_strides_and_dtype_codes() {
     assert_eq!(t.device, DLDevice { device_type: KDL_CPU, device_id: 0 });
     assert!(!t.strides.is_null());
     // SAFETY: the managed tensor is alive and has ndim = 3 shape and stride entries.
-    let (shape, strides) = unsafe { (std::slice::from_raw_parts(t.shape, 3), std::slice::from_raw_parts(t.strides, 3)) };
+    let (shape, strides) =
+        unsafe { (std::slice::from_raw_parts(t.shape, 3), std::slice::from_raw_parts(t.strides, 3)) };
     assert_eq!((shape, strides), (&[2i64, 2, 4][..], &[8i64, 4, 1][..]));
     let (version, flags) = m.version_and_flags().unwrap();
     assert_eq!(version, DLPackVersion { major: 1, minor: 0 });
@@ -84,7 +85,10 @@ fn views_outside_the_owner_or_misaligned_are_refused() {
     assert!(TensorExport::new(Probe::new(&log), ElementType::U8, &[2, 2], Some(&[63, 1])).is_err());
     assert!(TensorExport::new(Probe::new(&log), ElementType::U8, &[2, 2], Some(&[-1, 1])).is_err());
     assert!(TensorExport::new(Probe::new(&log), ElementType::U8, &[2], Some(&[1, 1])).is_err());
-    assert!(TensorExport::new(Probe::new(&log), ElementType::I64, &[0, 100], None).is_ok(), "empty views reach nothing");
+    assert!(
+        TensorExport::new(Probe::new(&log), ElementType::I64, &[0, 100], None).is_ok(),
+        "empty views reach nothing"
+    );
     // Every export, refused or dropped unused, dropped its owner (no leak on the error path).
     assert_eq!(log_of(&log).len(), 6);
 }
@@ -193,8 +197,14 @@ fn request_decoding_follows_the_array_api() {
     assert!(cpu(DlpackRequest { copy: Some(true), ..Default::default() }).unwrap().copy);
     assert!(!cpu(DlpackRequest { copy: Some(false), ..Default::default() }).unwrap().copy);
     assert!(cpu(DlpackRequest { dl_device: Some((1, 0)), ..Default::default() }).is_ok());
-    assert!(matches!(cpu(DlpackRequest { dl_device: Some((2, 0)), ..Default::default() }), Err(ExportError::Device { .. })));
-    assert_eq!(cpu(DlpackRequest { stream: Some(-1), ..Default::default() }).unwrap().stream, ConsumerStream::Unsynchronized);
+    assert!(matches!(
+        cpu(DlpackRequest { dl_device: Some((2, 0)), ..Default::default() }),
+        Err(ExportError::Device { .. })
+    ));
+    assert_eq!(
+        cpu(DlpackRequest { stream: Some(-1), ..Default::default() }).unwrap().stream,
+        ConsumerStream::Unsynchronized
+    );
     assert!(matches!(cpu(DlpackRequest { stream: Some(1), ..Default::default() }), Err(ExportError::Stream(_))));
 
     let cuda = |s: Option<i64>| ConsumerStream::parse(Device::Cuda(1), s);

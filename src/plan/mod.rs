@@ -17,7 +17,7 @@
 pub mod claim;
 pub mod resume;
 
-use crate::augment::rng::{SampleRng, OP_PLAN_SHUFFLE};
+use crate::augment::rng::{OP_PLAN_SHUFFLE, SampleRng};
 use crate::config::LastBatch;
 
 /// The shape of the plan: everything except the epoch.

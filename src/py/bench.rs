@@ -49,10 +49,7 @@ fn run_interruptibly<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
     mut tick: impl FnMut(Python<'_>) -> PyResult<()>,
 ) -> PyResult<T> {
-    let slot = Arc::new(Slot {
-        value: Mutex::new(None),
-        ready: Condvar::new(),
-    });
+    let slot = Arc::new(Slot { value: Mutex::new(None), ready: Condvar::new() });
     let handle = {
         let slot = Arc::clone(&slot);
         std::thread::Builder::new()
@@ -67,10 +64,8 @@ fn run_interruptibly<T: Send + 'static>(
     // Wait up to one slice for the helper's value.
     let wait_slice = |slot: &Slot<T>| -> Option<T> {
         let guard = slot.value.lock().unwrap_or_else(|e| e.into_inner());
-        let (mut guard, _) = slot
-            .ready
-            .wait_timeout_while(guard, WAIT_SLICE, |v| v.is_none())
-            .unwrap_or_else(|e| e.into_inner());
+        let (mut guard, _) =
+            slot.ready.wait_timeout_while(guard, WAIT_SLICE, |v| v.is_none()).unwrap_or_else(|e| e.into_inner());
         guard.take()
     };
     let take = |slot: &Slot<T>| slot.value.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -116,9 +111,7 @@ fn generate_synthetic_dataset<'py>(
     if count == 0 {
         return Err(PyValueError::new_err("count must be at least 1"));
     }
-    let threads = threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
+    let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
     let cancel = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU32::new(0));
     let work = {
@@ -173,29 +166,17 @@ fn decode_ceiling<'py>(
         return Err(PyValueError::new_err("paths must not be empty"));
     }
     if threads == 0 || repeat == 0 {
-        return Err(PyValueError::new_err(
-            "threads and repeat must be at least 1",
-        ));
+        return Err(PyValueError::new_err("threads and repeat must be at least 1"));
     }
     let files: Vec<Vec<u8>> = py.detach(|| {
         paths
             .iter()
-            .map(|p| {
-                std::fs::read(p)
-                    .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", p.display())))
-            })
+            .map(|p| std::fs::read(p).map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", p.display()))))
             .collect::<std::io::Result<_>>()
     })?;
     // Decoders are created here so a libjpeg-turbo init failure surfaces as the core's typed error.
-    let decoders = (0..threads)
-        .map(|_| Decoder::new())
-        .collect::<Result<Vec<_>, _>>()
-        .py_err()?;
-    let cores = if pin {
-        core_affinity::get_core_ids().unwrap_or_default()
-    } else {
-        Vec::new()
-    };
+    let decoders = (0..threads).map(|_| Decoder::new()).collect::<Result<Vec<_>, _>>().py_err()?;
+    let cores = if pin { core_affinity::get_core_ids().unwrap_or_default() } else { Vec::new() };
 
     let cancel = Arc::new(AtomicBool::new(false));
     let work = {
@@ -207,22 +188,8 @@ fn decode_ceiling<'py>(
     d.set_item("images", r.images)?;
     d.set_item("failed", r.failed)?;
     d.set_item("seconds", r.seconds)?;
-    d.set_item(
-        "images_per_s",
-        if r.seconds > 0.0 {
-            r.images as f64 / r.seconds
-        } else {
-            0.0
-        },
-    )?;
-    d.set_item(
-        "megapixels_per_s",
-        if r.seconds > 0.0 {
-            r.pixels as f64 / r.seconds / 1e6
-        } else {
-            0.0
-        },
-    )?;
+    d.set_item("images_per_s", if r.seconds > 0.0 { r.images as f64 / r.seconds } else { 0.0 })?;
+    d.set_item("megapixels_per_s", if r.seconds > 0.0 { r.pixels as f64 / r.seconds / 1e6 } else { 0.0 })?;
     d.set_item("cpu_seconds", r.cpu_seconds)?;
     d.set_item("threads", threads)?;
     d.set_item("repeat", repeat)?;
@@ -242,18 +209,13 @@ struct CeilingResult {
 
 /// CPU time consumed so far by the calling thread, in nanoseconds (0 if the clock is unavailable).
 fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec owned by this frame; clock_gettime only writes into it.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     if rc != 0 {
         return 0;
     }
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
 }
 
 fn ceiling_run(
@@ -274,15 +236,8 @@ fn ceiling_run(
     let seconds = std::thread::scope(|scope| {
         for (t, mut decoder) in decoders.into_iter().enumerate() {
             let core = (!cores.is_empty()).then(|| cores[t % cores.len()]);
-            let (next, images, failed, pixels, cpu_ns, first_error, start_line) = (
-                &next,
-                &images,
-                &failed,
-                &pixels,
-                &cpu_ns,
-                &first_error,
-                &start_line,
-            );
+            let (next, images, failed, pixels, cpu_ns, first_error, start_line) =
+                (&next, &images, &failed, &pixels, &cpu_ns, &first_error, &start_line);
             scope.spawn(move || {
                 if let Some(core) = core {
                     core_affinity::set_for_current(core);
@@ -305,17 +260,11 @@ fn ceiling_run(
                         }
                         Err(e) => {
                             bad += 1;
-                            first_error
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .get_or_insert_with(|| e.to_string());
+                            first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| e.to_string());
                         }
                     }
                 }
-                cpu_ns.fetch_add(
-                    thread_cpu_ns().saturating_sub(cpu_start_ns),
-                    Ordering::Relaxed,
-                );
+                cpu_ns.fetch_add(thread_cpu_ns().saturating_sub(cpu_start_ns), Ordering::Relaxed);
                 images.fetch_add(ok, Ordering::Relaxed);
                 failed.fetch_add(bad, Ordering::Relaxed);
                 pixels.fetch_add(px, Ordering::Relaxed);

@@ -3,7 +3,7 @@
 //! records a release event on s, and the slot is rewritten only after it (transfer/gpu.rs protocol).
 
 use crate::augment::DType;
-use crate::export::{into_capsule, Device, DlpackRequest, ElementType, StreamOrder, TensorExport};
+use crate::export::{Device, DlpackRequest, ElementType, StreamOrder, TensorExport, into_capsule};
 use crate::transfer::gpu::{DeviceView, SlotLease, SlotPart};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyTuple};

@@ -46,21 +46,13 @@ impl CpuFacts {
         );
         #[cfg(not(target_arch = "x86_64"))]
         let (sse2, avx2, avx512f, avx512bw) = (false, false, false, false);
-        let model = std::fs::read_to_string("/proc/cpuinfo")
-            .ok()
-            .and_then(|text| {
-                text.lines()
-                    .find(|l| l.starts_with("model name"))
-                    .and_then(|l| l.split_once(':'))
-                    .map(|(_, v)| v.trim().to_owned())
-            });
-        CpuFacts {
-            model,
-            sse2,
-            avx2,
-            avx512f,
-            avx512bw,
-        }
+        let model = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|text| {
+            text.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+        });
+        CpuFacts { model, sse2, avx2, avx512f, avx512bw }
     }
 }
 
@@ -101,16 +93,9 @@ fn jpeg_simd_expected(cpu: &CpuFacts, built_with_simd: bool) -> String {
 /// `None` or carry a reason.
 #[pyfunction]
 fn machine_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    let facts = py.detach(|| MachineFacts {
-        topology: topology::detect(),
-        cuda: cuda::probe(),
-        cpu: CpuFacts::detect(),
-    });
-    let MachineFacts {
-        topology: topo,
-        cuda: probe,
-        cpu,
-    } = facts;
+    let facts =
+        py.detach(|| MachineFacts { topology: topology::detect(), cuda: cuda::probe(), cpu: CpuFacts::detect() });
+    let MachineFacts { topology: topo, cuda: probe, cpu } = facts;
 
     let info = PyDict::new(py);
     info.set_item("version", env!("CARGO_PKG_VERSION"))?;
@@ -130,14 +115,8 @@ fn machine_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     cpus.set_item("model", cpu.model.as_deref())?;
     cpus.set_item("allowed", topo.allowed_cpus.clone())?;
     cpus.set_item("allowed_count", topo.allowed_cpus.len())?;
-    cpus.set_item(
-        "allowed_list",
-        topology::format_cpu_list(&topo.allowed_cpus),
-    )?;
-    cpus.set_item(
-        "available_parallelism",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-    )?;
+    cpus.set_item("allowed_list", topology::format_cpu_list(&topo.allowed_cpus))?;
+    cpus.set_item("available_parallelism", std::thread::available_parallelism().map_or(0, |n| n.get()))?;
     let flags = PyDict::new(py);
     flags.set_item("sse2", cpu.sse2)?;
     flags.set_item("avx2", cpu.avx2)?;
@@ -237,14 +216,9 @@ fn machine_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         },
     )?;
     let engine_cpus: Vec<String> = if engine_nodes.is_empty() {
-        vec![topology::format_cpu_list(&topology::engine_cpus(
-            &topo, None,
-        ))]
+        vec![topology::format_cpu_list(&topology::engine_cpus(&topo, None))]
     } else {
-        engine_nodes
-            .iter()
-            .map(|&n| topology::format_cpu_list(&topology::engine_cpus(&topo, n)))
-            .collect()
+        engine_nodes.iter().map(|&n| topology::format_cpu_list(&topology::engine_cpus(&topo, n))).collect()
     };
     binding.set_item("engine_cpus", engine_cpus)?;
     info.set_item("binding", binding)?;

@@ -1,14 +1,14 @@
 //! Native loader and batch lease. The GIL helper `wait_detached` is the one place that blocks: it detaches
 //! from the interpreter, waits in short slices and checks signals in between, so Ctrl-C stops within ~50 ms.
 
-use super::errors::{to_py, IntoPyResult};
+use super::errors::{IntoPyResult, to_py};
+use super::gpu::DeviceTensorHandle;
 use crate::augment::{DType, Layout, Normalize, OutputSpec, SamplePipeline, TransformSpec};
 use crate::config::{ErrorPolicy, LastBatch, LoaderConfig, PinMode};
 use crate::error::TrdataError;
-use crate::export::{into_capsule, Device, DlpackRequest, ElementType, TensorExport};
-use super::gpu::DeviceTensorHandle;
+use crate::export::{Device, DlpackRequest, ElementType, TensorExport, into_capsule};
 use crate::loader::{DeviceSpec, Loader, LoaderState, Next, NextStep};
-use crate::source::{file_list, image_folder, Dataset};
+use crate::source::{Dataset, file_list, image_folder};
 use crate::sync::lock;
 use crate::transfer::BatchLease;
 use pyo3::prelude::*;
@@ -78,7 +78,9 @@ fn parse_dtype(s: &str) -> Result<DType, TrdataError> {
         "float16" => Ok(DType::F16),
         "bfloat16" => Ok(DType::BF16),
         "float32" => Ok(DType::F32),
-        _ => Err(TrdataError::config("dtype", format!("{s:?} is not one of 'uint8', 'float16', 'bfloat16', 'float32'"))),
+        _ => {
+            Err(TrdataError::config("dtype", format!("{s:?} is not one of 'uint8', 'float16', 'bfloat16', 'float32'")))
+        }
     }
 }
 
@@ -149,7 +151,10 @@ impl NativeLoader {
         };
         if let Some((_, std)) = &normalize {
             if std.iter().any(|s| !(s.is_finite() && *s != 0.0)) {
-                return Err(to_py(TrdataError::config("normalize", format!("std {std:?} must be finite and non-zero"))));
+                return Err(to_py(TrdataError::config(
+                    "normalize",
+                    format!("std {std:?} must be finite and non-zero"),
+                )));
             }
         }
         let specs = transforms.iter().map(parse_transform).collect::<PyResult<Vec<_>>>()?;
@@ -182,7 +187,12 @@ impl NativeLoader {
             Some(ordinals) => DeviceSpec::Cuda { ordinals, device_slots: nonneg(device_slots, "device_slots")? },
         };
         let loader = py.detach(|| Loader::with_devices(ds, cfg, spec)).py_err()?;
-        Ok(Self { stats: loader.stats(), inner: Mutex::new(loader), sample_shape: pipeline.sample_shape(), dtype: output.dtype })
+        Ok(Self {
+            stats: loader.stats(),
+            inner: Mutex::new(loader),
+            sample_shape: pipeline.sample_shape(),
+            dtype: output.dtype,
+        })
     }
 
     fn __len__(&self) -> usize {
@@ -365,7 +375,11 @@ impl NativeLoader {
 
     /// Skipped files not reported yet: [(path, reason)].
     fn drain_skipped(&self) -> Vec<(String, String)> {
-        lock(&self.inner).drain_skipped().into_iter().map(|r| (r.path.to_string_lossy().into_owned(), r.message)).collect()
+        lock(&self.inner)
+            .drain_skipped()
+            .into_iter()
+            .map(|r| (r.path.to_string_lossy().into_owned(), r.message))
+            .collect()
     }
 
     /// Stop and join every worker thread; idempotent.

@@ -11,9 +11,7 @@ use std::path::{Path, PathBuf};
 pub const IMAGE_EXTENSIONS: [&str; 3] = ["jpg", "jpeg", "png"];
 
 fn has_image_extension(p: &Path) -> bool {
-    p.extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| IMAGE_EXTENSIONS.iter().any(|x| e.eq_ignore_ascii_case(x)))
+    p.extension().and_then(|e| e.to_str()).is_some_and(|e| IMAGE_EXTENSIONS.iter().any(|x| e.eq_ignore_ascii_case(x)))
 }
 
 fn io_error(path: &Path, e: std::io::Error) -> TrdataError {
@@ -23,7 +21,10 @@ fn io_error(path: &Path, e: std::io::Error) -> TrdataError {
 /// Files below `dir` (recursively, following symlinks like os.walk(followlinks=True)), sorted.
 fn walk(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> Result<()> {
     if depth > 64 {
-        return Err(TrdataError::Source { path: dir.to_path_buf(), message: "directory nesting deeper than 64 (symlink loop?)".into() });
+        return Err(TrdataError::Source {
+            path: dir.to_path_buf(),
+            message: "directory nesting deeper than 64 (symlink loop?)".into(),
+        });
     }
     let mut entries: Vec<PathBuf> =
         std::fs::read_dir(dir).map_err(|e| io_error(dir, e))?.filter_map(|e| e.ok().map(|e| e.path())).collect();
@@ -106,12 +107,12 @@ mod tests {
         }
         let ds = image_folder(&root).unwrap();
         assert_eq!(ds.classes, ["a", "b", "c"]);
-        let got: Vec<(String, i64)> = ds
-            .samples
-            .iter()
-            .map(|s| (s.path.strip_prefix(&root).unwrap().display().to_string(), s.label))
-            .collect();
-        assert_eq!(got, [("a/y.png".into(), 0), ("a/z.jpeg".into(), 0), ("b/x.JPG".into(), 1), ("c/sub/deep.Jpg".into(), 2)]);
+        let got: Vec<(String, i64)> =
+            ds.samples.iter().map(|s| (s.path.strip_prefix(&root).unwrap().display().to_string(), s.label)).collect();
+        assert_eq!(
+            got,
+            [("a/y.png".into(), 0), ("a/z.jpeg".into(), 0), ("b/x.JPG".into(), 1), ("c/sub/deep.Jpg".into(), 2)]
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 mod image_folder;
 
-pub use image_folder::{image_folder, IMAGE_EXTENSIONS};
+pub use image_folder::{IMAGE_EXTENSIONS, image_folder};
 
 use crate::error::{Result, TrdataError};
 use std::path::PathBuf;

@@ -23,7 +23,7 @@
 
 use crate::sync::{AtomicBool, Ordering};
 use crate::transfer::cuda::{GpuContext, HostRegistration};
-use std::alloc::{alloc_zeroed, dealloc, Layout as AllocLayout};
+use std::alloc::{Layout as AllocLayout, alloc_zeroed, dealloc};
 use std::cell::RefCell;
 use std::ptr::NonNull;
 use std::sync::Arc as StdArc;
@@ -213,7 +213,10 @@ impl BatchBuffer {
         // readers only exist after the station published the batch (see the module protocol).
         unsafe {
             RowWriter {
-                image: std::slice::from_raw_parts_mut(base.add(l.images_offset() + row * l.sample_bytes), l.sample_bytes),
+                image: std::slice::from_raw_parts_mut(
+                    base.add(l.images_offset() + row * l.sample_bytes),
+                    l.sample_bytes,
+                ),
                 label: std::slice::from_raw_parts_mut(base.add(l.labels_offset() + row * 8), 8),
                 index: std::slice::from_raw_parts_mut(base.add(l.indices_offset() + row * 8), 8),
             }
@@ -252,7 +255,10 @@ impl BatchBuffer {
             i64::from_ne_bytes(b)
         };
         let l = self.layout;
-        ((0..rows).map(|r| read(l.labels_offset(), r)).collect(), (0..rows).map(|r| read(l.indices_offset(), r)).collect())
+        (
+            (0..rows).map(|r| read(l.labels_offset(), r)).collect(),
+            (0..rows).map(|r| read(l.indices_offset(), r)).collect(),
+        )
     }
 
     /// Image bytes of the first `rows` rows of a published batch.

@@ -34,9 +34,7 @@ fn object_cpus(obj: &TopologyObject) -> Vec<usize> {
 /// Nodes and allowed CPUs from hwloc, intersected with the affinity mask `allowed` (empty =
 /// unknown).
 pub(super) fn detect(allowed: &[usize]) -> Option<Topology> {
-    catch_unwind(AssertUnwindSafe(|| detect_inner(allowed)))
-        .ok()
-        .flatten()
+    catch_unwind(AssertUnwindSafe(|| detect_inner(allowed))).ok().flatten()
 }
 
 fn detect_inner(allowed: &[usize]) -> Option<Topology> {
@@ -44,10 +42,7 @@ fn detect_inner(allowed: &[usize]) -> Option<Topology> {
     let mut nodes = Vec::new();
     for obj in topo.objects_with_type(ObjectType::NUMANode) {
         let os_index = u32::try_from(obj.os_index()?).ok()?;
-        nodes.push(NumaNode {
-            os_index,
-            cpus: object_cpus(obj),
-        });
+        nodes.push(NumaNode { os_index, cpus: object_cpus(obj) });
     }
     if nodes.is_empty() {
         return None;
@@ -61,19 +56,10 @@ fn detect_inner(allowed: &[usize]) -> Option<Topology> {
         (false, true) => allowed.to_vec(),
         (false, false) => {
             let both = intersect_sorted(allowed, &hw_allowed);
-            if both.is_empty() {
-                allowed.to_vec()
-            } else {
-                both
-            }
+            if both.is_empty() { allowed.to_vec() } else { both }
         }
     };
-    let t = Topology {
-        numa_nodes: nodes,
-        allowed_cpus,
-        source: "hwloc",
-    }
-    .normalized();
+    let t = Topology { numa_nodes: nodes, allowed_cpus, source: "hwloc" }.normalized();
     (t.source == "hwloc").then_some(t)
 }
 
@@ -83,15 +69,9 @@ fn io_topology() -> Option<&'static HwTopology> {
     static IO_TOPOLOGY: OnceLock<Option<HwTopology>> = OnceLock::new();
     IO_TOPOLOGY
         .get_or_init(|| {
-            catch_unwind(|| {
-                HwTopology::builder()
-                    .with_io_type_filter(TypeFilter::KeepImportant)
-                    .ok()?
-                    .build()
-                    .ok()
-            })
-            .ok()
-            .flatten()
+            catch_unwind(|| HwTopology::builder().with_io_type_filter(TypeFilter::KeepImportant).ok()?.build().ok())
+                .ok()
+                .flatten()
         })
         .as_ref()
 }
@@ -112,9 +92,7 @@ pub(super) fn pci_numa_node(id: &PciBusId) -> Option<u32> {
         if nodes.weight() != Some(1) || *nodes == *all_nodes {
             return None;
         }
-        nodes
-            .first_set()
-            .and_then(|n| u32::try_from(usize::from(n)).ok())
+        nodes.first_set().and_then(|n| u32::try_from(usize::from(n)).ok())
     })
     .ok()
     .flatten()

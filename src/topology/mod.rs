@@ -68,14 +68,7 @@ impl Topology {
         if cpus.is_empty() {
             cpus.push(0);
         }
-        Topology {
-            numa_nodes: vec![NumaNode {
-                os_index: 0,
-                cpus: cpus.clone(),
-            }],
-            allowed_cpus: cpus,
-            source,
-        }
+        Topology { numa_nodes: vec![NumaNode { os_index: 0, cpus: cpus.clone() }], allowed_cpus: cpus, source }
     }
 
     /// The node with OS index `os_index`, if present.
@@ -85,26 +78,18 @@ impl Topology {
 
     /// The NUMA node that lists `cpu`, if any.
     pub fn node_of_cpu(&self, cpu: usize) -> Option<u32> {
-        self.numa_nodes
-            .iter()
-            .find(|n| n.cpus.binary_search(&cpu).is_ok())
-            .map(|n| n.os_index)
+        self.numa_nodes.iter().find(|n| n.cpus.binary_search(&cpu).is_ok()).map(|n| n.os_index)
     }
 
     /// The allowed CPUs of node `os_index` (node CPUs ∩ `allowed_cpus`); empty when the node
     /// is unknown, memory-only, or entirely outside the affinity mask.
     pub fn allowed_cpus_of_node(&self, os_index: u32) -> Vec<usize> {
-        self.node(os_index)
-            .map(|n| intersect_sorted(&n.cpus, &self.allowed_cpus))
-            .unwrap_or_default()
+        self.node(os_index).map(|n| intersect_sorted(&n.cpus, &self.allowed_cpus)).unwrap_or_default()
     }
 
     /// Number of nodes that have at least one allowed CPU (what matters for binding).
     pub fn nodes_with_allowed_cpus(&self) -> usize {
-        self.numa_nodes
-            .iter()
-            .filter(|n| !intersect_sorted(&n.cpus, &self.allowed_cpus).is_empty())
-            .count()
+        self.numa_nodes.iter().filter(|n| !intersect_sorted(&n.cpus, &self.allowed_cpus).is_empty()).count()
     }
 
     /// Restores the invariants after construction from raw data: sorted/deduplicated lists,
@@ -120,11 +105,7 @@ impl Topology {
         self.numa_nodes.dedup_by_key(|n| n.os_index);
         if self.allowed_cpus.is_empty() {
             // No affinity information at all: trust the nodes, else CPU 0.
-            self.allowed_cpus = self
-                .numa_nodes
-                .iter()
-                .flat_map(|n| n.cpus.iter().copied())
-                .collect();
+            self.allowed_cpus = self.numa_nodes.iter().flat_map(|n| n.cpus.iter().copied()).collect();
             self.allowed_cpus.sort_unstable();
             self.allowed_cpus.dedup();
         }
@@ -173,13 +154,7 @@ pub fn pin_current_thread(cpus: &[usize]) -> bool {
     };
     // SAFETY: `mask.words` is a live, initialized buffer of exactly `mask.size_bytes()` bytes;
     // the kernel only reads it. pid 0 = the calling thread.
-    let rc = unsafe {
-        libc::sched_setaffinity(
-            0,
-            mask.size_bytes(),
-            mask.words.as_ptr().cast::<libc::cpu_set_t>(),
-        )
-    };
+    let rc = unsafe { libc::sched_setaffinity(0, mask.size_bytes(), mask.words.as_ptr().cast::<libc::cpu_set_t>()) };
     rc == 0
 }
 
@@ -196,14 +171,7 @@ pub fn prefer_memory_node(node: u32) -> bool {
     let maxnode = (mask.words.len() * u64::BITS as usize + 1) as libc::c_ulong;
     // SAFETY: the nodemask pointer refers to `mask.words`, valid for `maxnode - 1` bits, and
     // set_mempolicy only reads it; it affects only the calling thread's policy.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_set_mempolicy,
-            MPOL_PREFERRED,
-            mask.words.as_ptr(),
-            maxnode,
-        )
-    };
+    let rc = unsafe { libc::syscall(libc::SYS_set_mempolicy, MPOL_PREFERRED, mask.words.as_ptr(), maxnode) };
     rc == 0
 }
 
@@ -212,12 +180,7 @@ pub fn reset_memory_policy() -> bool {
     const MPOL_DEFAULT: libc::c_int = 0;
     // SAFETY: MPOL_DEFAULT takes no nodemask (NULL, maxnode 0); affects only this thread.
     let rc = unsafe {
-        libc::syscall(
-            libc::SYS_set_mempolicy,
-            MPOL_DEFAULT,
-            std::ptr::null::<libc::c_ulong>(),
-            0 as libc::c_ulong,
-        )
+        libc::syscall(libc::SYS_set_mempolicy, MPOL_DEFAULT, std::ptr::null::<libc::c_ulong>(), 0 as libc::c_ulong)
     };
     rc == 0
 }
@@ -326,9 +289,8 @@ impl PciBusId {
             [d] => d,
             _ => return None,
         };
-        let hex_ok = |t: &str, max_len: usize| {
-            !t.is_empty() && t.len() <= max_len && t.bytes().all(|b| b.is_ascii_hexdigit())
-        };
+        let hex_ok =
+            |t: &str, max_len: usize| !t.is_empty() && t.len() <= max_len && t.bytes().all(|b| b.is_ascii_hexdigit());
         if !hex_ok(domain, 8) || !hex_ok(bus, 2) || !hex_ok(device, 2) || !hex_ok(function, 1) {
             return None;
         }
@@ -343,10 +305,7 @@ impl PciBusId {
 
     /// The canonical sysfs form, `"0000:17:00.0"`.
     pub fn to_sysfs_string(&self) -> String {
-        format!(
-            "{:04x}:{:02x}:{:02x}.{:x}",
-            self.domain, self.bus, self.device, self.function
-        )
+        format!("{:04x}:{:02x}:{:02x}.{:x}", self.domain, self.bus, self.device, self.function)
     }
 }
 
@@ -369,10 +328,7 @@ pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
             None => (part, 1),
         };
         let (lo, hi) = match range.split_once('-') {
-            Some((a, b)) => (
-                a.trim().parse::<usize>().ok()?,
-                b.trim().parse::<usize>().ok()?,
-            ),
+            Some((a, b)) => (a.trim().parse::<usize>().ok()?, b.trim().parse::<usize>().ok()?),
             None => {
                 let v = range.parse::<usize>().ok()?;
                 (v, v)
@@ -473,14 +429,8 @@ impl BindingMode {
 pub fn default_binding_mode(topo: &Topology, engine_nodes: &[Option<u32>]) -> BindingMode {
     let numa_useful = topo.nodes_with_allowed_cpus() > 1
         && !engine_nodes.is_empty()
-        && engine_nodes
-            .iter()
-            .all(|n| n.is_some_and(|n| !topo.allowed_cpus_of_node(n).is_empty()));
-    if numa_useful {
-        BindingMode::Numa
-    } else {
-        BindingMode::RoundRobin
-    }
+        && engine_nodes.iter().all(|n| n.is_some_and(|n| !topo.allowed_cpus_of_node(n).is_empty()));
+    if numa_useful { BindingMode::Numa } else { BindingMode::RoundRobin }
 }
 
 /// The CPUs that serve an engine whose GPU sits on `node`: that node's allowed CPUs, or every
@@ -524,14 +474,11 @@ pub fn worker_cpus(
             (0..num_workers)
                 .map(|w| {
                     let (e, j) = (w % engines, w / engines);
-                    let node_cpus = node_of(e)
-                        .map(|n| topo.allowed_cpus_of_node(n))
-                        .unwrap_or_default();
+                    let node_cpus = node_of(e).map(|n| topo.allowed_cpus_of_node(n)).unwrap_or_default();
                     if node_cpus.is_empty() {
                         return round_robin(w);
                     }
-                    let sharing: Vec<usize> =
-                        (0..engines).filter(|&x| node_of(x) == node_of(e)).collect();
+                    let sharing: Vec<usize> = (0..engines).filter(|&x| node_of(x) == node_of(e)).collect();
                     let rank = sharing.iter().position(|&x| x == e).unwrap_or(0);
                     vec![node_cpus[(j * sharing.len() + rank) % node_cpus.len()]]
                 })

@@ -12,18 +12,11 @@ pub(super) const SYSFS_ROOT: &str = "/sys";
 /// Builds a topology from `sysfs_root` and the affinity mask `allowed` (empty = unknown). Never
 /// fails: without readable node information the result is one node with all allowed CPUs.
 pub(super) fn detect(sysfs_root: &Path, allowed: Vec<usize>) -> Topology {
-    let allowed = if allowed.is_empty() {
-        online_cpus(sysfs_root).unwrap_or_default()
-    } else {
-        allowed
-    };
+    let allowed = if allowed.is_empty() { online_cpus(sysfs_root).unwrap_or_default() } else { allowed };
     match numa_nodes(sysfs_root) {
-        Some(nodes) if !nodes.is_empty() => Topology {
-            numa_nodes: nodes,
-            allowed_cpus: allowed,
-            source: "sysfs",
+        Some(nodes) if !nodes.is_empty() => {
+            Topology { numa_nodes: nodes, allowed_cpus: allowed, source: "sysfs" }.normalized()
         }
-        .normalized(),
         _ => Topology::single_node(fallback_cpus(allowed), "fallback"),
     }
 }
@@ -44,21 +37,14 @@ fn numa_nodes(sysfs_root: &Path) -> Option<Vec<NumaNode>> {
     let mut nodes = Vec::new();
     for entry in std::fs::read_dir(dir).ok()?.flatten() {
         let name = entry.file_name();
-        let Some(idx) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("node"))
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
+        let Some(idx) = name.to_str().and_then(|n| n.strip_prefix("node")).and_then(|n| n.parse::<u32>().ok()) else {
             continue;
         };
         let cpus = std::fs::read_to_string(entry.path().join("cpulist"))
             .ok()
             .and_then(|s| parse_cpu_list(&s))
             .unwrap_or_default();
-        nodes.push(NumaNode {
-            os_index: idx,
-            cpus,
-        });
+        nodes.push(NumaNode { os_index: idx, cpus });
     }
     nodes.sort_by_key(|n| n.os_index);
     Some(nodes)
@@ -71,10 +57,7 @@ fn online_cpus(sysfs_root: &Path) -> Option<Vec<usize>> {
 
 /// `numa_node` of a PCI device; `None` for `-1`, a missing device or an unreadable file.
 pub(super) fn pci_numa_node(sysfs_root: &Path, id: &PciBusId) -> Option<u32> {
-    let path = sysfs_root
-        .join("bus/pci/devices")
-        .join(id.to_sysfs_string())
-        .join("numa_node");
+    let path = sysfs_root.join("bus/pci/devices").join(id.to_sysfs_string()).join("numa_node");
     let text = std::fs::read_to_string(path).ok()?;
     let v: i64 = text.trim().parse().ok()?;
     u32::try_from(v).ok()

@@ -4,19 +4,12 @@ use super::*;
 use std::path::PathBuf;
 
 fn node(os_index: u32, cpus: std::ops::Range<usize>) -> NumaNode {
-    NumaNode {
-        os_index,
-        cpus: cpus.collect(),
-    }
+    NumaNode { os_index, cpus: cpus.collect() }
 }
 
 /// Two sockets, 8 CPUs each, everything allowed.
 fn two_socket() -> Topology {
-    Topology {
-        numa_nodes: vec![node(0, 0..8), node(1, 8..16)],
-        allowed_cpus: (0..16).collect(),
-        source: "sysfs",
-    }
+    Topology { numa_nodes: vec![node(0, 0..8), node(1, 8..16)], allowed_cpus: (0..16).collect(), source: "sysfs" }
 }
 
 /// A fake sysfs tree under the system temp dir, removed on drop.
@@ -51,10 +44,7 @@ impl Drop for FakeSysfs {
 
 #[test]
 fn cpu_list_round_trip() {
-    assert_eq!(
-        parse_cpu_list("0-3,8,10-11\n"),
-        Some(vec![0, 1, 2, 3, 8, 10, 11])
-    );
+    assert_eq!(parse_cpu_list("0-3,8,10-11\n"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
     assert_eq!(parse_cpu_list(""), Some(vec![]));
     assert_eq!(parse_cpu_list("\n"), Some(vec![]));
     assert_eq!(parse_cpu_list("5,1,1,3"), Some(vec![1, 3, 5]));
@@ -71,35 +61,12 @@ fn cpu_list_round_trip() {
 
 #[test]
 fn pci_bus_ids_normalize() {
-    assert_eq!(
-        normalize_pci_bus_id("0000:00:06.0").as_deref(),
-        Some("0000:00:06.0")
-    );
-    assert_eq!(
-        normalize_pci_bus_id("00000000:17:00.0").as_deref(),
-        Some("0000:17:00.0")
-    );
-    assert_eq!(
-        normalize_pci_bus_id("0000:AF:1F.7").as_deref(),
-        Some("0000:af:1f.7")
-    );
-    assert_eq!(
-        normalize_pci_bus_id("17:00.0").as_deref(),
-        Some("0000:17:00.0")
-    );
-    assert_eq!(
-        normalize_pci_bus_id(" 10000:01:00.0\n").as_deref(),
-        Some("10000:01:00.0")
-    );
-    for bad in [
-        "",
-        "0000:17:00",
-        "17.0",
-        "0000:17:20.0",
-        "0000:17:00.8",
-        "0:0:0:0.0",
-        "zz:00.0",
-    ] {
+    assert_eq!(normalize_pci_bus_id("0000:00:06.0").as_deref(), Some("0000:00:06.0"));
+    assert_eq!(normalize_pci_bus_id("00000000:17:00.0").as_deref(), Some("0000:17:00.0"));
+    assert_eq!(normalize_pci_bus_id("0000:AF:1F.7").as_deref(), Some("0000:af:1f.7"));
+    assert_eq!(normalize_pci_bus_id("17:00.0").as_deref(), Some("0000:17:00.0"));
+    assert_eq!(normalize_pci_bus_id(" 10000:01:00.0\n").as_deref(), Some("10000:01:00.0"));
+    for bad in ["", "0000:17:00", "17.0", "0000:17:20.0", "0000:17:00.8", "0:0:0:0.0", "zz:00.0"] {
         assert_eq!(normalize_pci_bus_id(bad), None, "{bad:?}");
     }
 }
@@ -126,10 +93,7 @@ fn sysfs_memory_only_node_is_kept_but_never_planned() {
     fs.write("devices/system/node/node0/cpulist", "0-3\n");
     fs.write("devices/system/node/node2/cpulist", "\n"); // CXL memory expander
     let t = sysfs::detect(&fs.root, vec![0, 1, 2, 3]);
-    assert_eq!(
-        t.numa_nodes.iter().map(|n| n.os_index).collect::<Vec<_>>(),
-        vec![0, 2]
-    );
+    assert_eq!(t.numa_nodes.iter().map(|n| n.os_index).collect::<Vec<_>>(), vec![0, 2]);
     assert_eq!(t.nodes_with_allowed_cpus(), 1);
     assert_eq!(engine_cpus(&t, Some(2)), vec![0, 1, 2, 3]);
 }
@@ -139,13 +103,7 @@ fn sysfs_missing_node_dir_falls_back_to_one_node() {
     let fs = FakeSysfs::new("none");
     let t = sysfs::detect(&fs.root, vec![1, 3]);
     assert_eq!(t.source, "fallback");
-    assert_eq!(
-        t.numa_nodes,
-        vec![NumaNode {
-            os_index: 0,
-            cpus: vec![1, 3]
-        }]
-    );
+    assert_eq!(t.numa_nodes, vec![NumaNode { os_index: 0, cpus: vec![1, 3] }]);
     assert_eq!(t.allowed_cpus, vec![1, 3]);
 }
 
@@ -165,10 +123,7 @@ fn sysfs_pci_numa_node() {
     fs.write("bus/pci/devices/0000:00:06.0/numa_node", "-1\n");
     let id = |s| PciBusId::parse(s).unwrap();
     assert_eq!(sysfs::pci_numa_node(&fs.root, &id("0000:17:00.0")), Some(1));
-    assert_eq!(
-        sysfs::pci_numa_node(&fs.root, &id("00000000:17:00.0")),
-        Some(1)
-    );
+    assert_eq!(sysfs::pci_numa_node(&fs.root, &id("00000000:17:00.0")), Some(1));
     assert_eq!(sysfs::pci_numa_node(&fs.root, &id("0000:00:06.0")), None);
     assert_eq!(sysfs::pci_numa_node(&fs.root, &id("0000:99:00.0")), None);
 }
@@ -176,13 +131,7 @@ fn sysfs_pci_numa_node() {
 #[test]
 fn normalization_restores_invariants() {
     let t = Topology {
-        numa_nodes: vec![
-            node(1, 4..8),
-            NumaNode {
-                os_index: 0,
-                cpus: vec![3, 1, 1, 2, 0],
-            },
-        ],
+        numa_nodes: vec![node(1, 4..8), NumaNode { os_index: 0, cpus: vec![3, 1, 1, 2, 0] }],
         allowed_cpus: vec![7, 1, 1],
         source: "sysfs",
     }
@@ -190,18 +139,10 @@ fn normalization_restores_invariants() {
     assert_eq!(t.numa_nodes[0].os_index, 0);
     assert_eq!(t.numa_nodes[0].cpus, vec![0, 1, 2, 3]);
     assert_eq!(t.allowed_cpus, vec![1, 7]);
-    let empty = Topology {
-        numa_nodes: vec![],
-        allowed_cpus: vec![],
-        source: "sysfs",
-    }
-    .normalized();
+    let empty = Topology { numa_nodes: vec![], allowed_cpus: vec![], source: "sysfs" }.normalized();
     assert_eq!(empty.source, "fallback");
     assert!(!empty.allowed_cpus.is_empty());
-    assert_eq!(
-        Topology::single_node(vec![], "fallback").allowed_cpus,
-        vec![0]
-    );
+    assert_eq!(Topology::single_node(vec![], "fallback").allowed_cpus, vec![0]);
 }
 
 #[test]
@@ -209,18 +150,7 @@ fn round_robin_wraps_over_allowed_cpus() {
     let mut t = two_socket();
     t.allowed_cpus = vec![1, 5, 9];
     let plan = worker_cpus(&t, BindingMode::RoundRobin, 7, &[]);
-    assert_eq!(
-        plan,
-        vec![
-            vec![1],
-            vec![5],
-            vec![9],
-            vec![1],
-            vec![5],
-            vec![9],
-            vec![1]
-        ]
-    );
+    assert_eq!(plan, vec![vec![1], vec![5], vec![9], vec![1], vec![5], vec![9], vec![1]]);
 }
 
 #[test]
@@ -235,10 +165,7 @@ fn numa_mode_follows_engine_of_worker() {
     // engines: GPU0 on node 1, GPU1 on node 0; worker w serves engine w mod 2, one CPU each,
     // round-robin over the node's CPUs.
     let plan = worker_cpus(&t, BindingMode::Numa, 6, &[Some(1), Some(0)]);
-    assert_eq!(
-        plan,
-        vec![vec![8], vec![0], vec![9], vec![1], vec![10], vec![2]]
-    );
+    assert_eq!(plan, vec![vec![8], vec![0], vec![9], vec![1], vec![10], vec![2]]);
     // Wraps inside the node.
     let plan = worker_cpus(&t, BindingMode::Numa, 10, &[Some(0)]);
     assert_eq!(plan[8], vec![0]);
@@ -250,56 +177,32 @@ fn numa_mode_engines_sharing_a_node_interleave() {
     let t = two_socket();
     // Engines 0 and 2 on node 0, engine 1 on node 1: 0 and 2 take alternate CPUs of node 0.
     let plan = worker_cpus(&t, BindingMode::Numa, 6, &[Some(0), Some(1), Some(0)]);
-    assert_eq!(
-        plan,
-        vec![vec![0], vec![8], vec![1], vec![2], vec![9], vec![3]]
-    );
+    assert_eq!(plan, vec![vec![0], vec![8], vec![1], vec![2], vec![9], vec![3]]);
 }
 
 #[test]
 fn numa_mode_unknown_or_foreign_node_falls_back_to_round_robin() {
     let mut t = two_socket();
-    assert_eq!(
-        worker_cpus(&t, BindingMode::Numa, 3, &[None]),
-        vec![vec![0], vec![1], vec![2]]
-    );
-    assert_eq!(
-        worker_cpus(&t, BindingMode::Numa, 2, &[Some(7)]),
-        vec![vec![0], vec![1]]
-    );
+    assert_eq!(worker_cpus(&t, BindingMode::Numa, 3, &[None]), vec![vec![0], vec![1], vec![2]]);
+    assert_eq!(worker_cpus(&t, BindingMode::Numa, 2, &[Some(7)]), vec![vec![0], vec![1]]);
     // CPU-only consumer (no engines): one implicit engine with unknown node.
     assert_eq!(worker_cpus(&t, BindingMode::Numa, 1, &[]), vec![vec![0]]);
     // Node 1 entirely outside the affinity mask (e.g. `taskset -c 0-3`).
     t.allowed_cpus = vec![0, 1, 2, 3];
     assert_eq!(engine_cpus(&t, Some(1)), vec![0, 1, 2, 3]);
     assert_eq!(engine_cpus(&t, Some(0)), vec![0, 1, 2, 3]);
-    assert_eq!(
-        worker_cpus(&t, BindingMode::Numa, 5, &[Some(1)]),
-        vec![vec![0], vec![1], vec![2], vec![3], vec![0]]
-    );
+    assert_eq!(worker_cpus(&t, BindingMode::Numa, 5, &[Some(1)]), vec![vec![0], vec![1], vec![2], vec![3], vec![0]]);
 }
 
 #[test]
 fn plans_only_name_allowed_cpus() {
     let mut t = two_socket();
     t.allowed_cpus = vec![0, 2, 9, 15];
-    for mode in [
-        BindingMode::None,
-        BindingMode::RoundRobin,
-        BindingMode::Numa,
-    ] {
+    for mode in [BindingMode::None, BindingMode::RoundRobin, BindingMode::Numa] {
         for workers in 0..20 {
-            for engines in [
-                &[][..],
-                &[Some(0)],
-                &[Some(1), None],
-                &[Some(0), Some(1), Some(5)],
-            ] {
+            for engines in [&[][..], &[Some(0)], &[Some(1), None], &[Some(0), Some(1), Some(5)]] {
                 for set in worker_cpus(&t, mode, workers, engines) {
-                    assert!(
-                        set.iter().all(|c| t.allowed_cpus.contains(c)),
-                        "{mode:?} {set:?}"
-                    );
+                    assert!(set.iter().all(|c| t.allowed_cpus.contains(c)), "{mode:?} {set:?}");
                     if mode != BindingMode::None {
                         assert_eq!(set.len(), 1);
                     }
@@ -312,41 +215,22 @@ fn plans_only_name_allowed_cpus() {
 #[test]
 fn default_mode_is_numa_only_when_it_matters() {
     let t = two_socket();
-    assert_eq!(
-        default_binding_mode(&t, &[Some(0), Some(1)]),
-        BindingMode::Numa
-    );
-    assert_eq!(
-        default_binding_mode(&t, &[Some(0), None]),
-        BindingMode::RoundRobin
-    );
+    assert_eq!(default_binding_mode(&t, &[Some(0), Some(1)]), BindingMode::Numa);
+    assert_eq!(default_binding_mode(&t, &[Some(0), None]), BindingMode::RoundRobin);
     assert_eq!(default_binding_mode(&t, &[]), BindingMode::RoundRobin);
     let one = Topology::single_node((0..16).collect(), "sysfs");
-    assert_eq!(
-        default_binding_mode(&one, &[Some(0)]),
-        BindingMode::RoundRobin
-    );
+    assert_eq!(default_binding_mode(&one, &[Some(0)]), BindingMode::RoundRobin);
     let mut half = two_socket();
     half.allowed_cpus = (0..8).collect();
-    assert_eq!(
-        default_binding_mode(&half, &[Some(0)]),
-        BindingMode::RoundRobin
-    );
+    assert_eq!(default_binding_mode(&half, &[Some(0)]), BindingMode::RoundRobin);
 }
 
 #[test]
 fn binding_mode_spellings() {
-    for m in [
-        BindingMode::None,
-        BindingMode::RoundRobin,
-        BindingMode::Numa,
-    ] {
+    for m in [BindingMode::None, BindingMode::RoundRobin, BindingMode::Numa] {
         assert_eq!(BindingMode::parse(m.as_str()), Some(m));
     }
-    assert_eq!(
-        BindingMode::parse("Round_Robin"),
-        Some(BindingMode::RoundRobin)
-    );
+    assert_eq!(BindingMode::parse("Round_Robin"), Some(BindingMode::RoundRobin));
     assert_eq!(BindingMode::parse("socket"), None);
 }
 

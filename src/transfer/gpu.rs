@@ -139,7 +139,11 @@ struct CopyStream {
 
 impl CopyStream {
     fn new(ctx: &Arc<GpuContext>) -> Result<Self> {
-        Ok(Self { stream: Stream::new_non_blocking(ctx)?, copy_start: Event::new_timing(ctx)?, copy_end: Event::new_timing(ctx)? })
+        Ok(Self {
+            stream: Stream::new_non_blocking(ctx)?,
+            copy_start: Event::new_timing(ctx)?,
+            copy_end: Event::new_timing(ctx)?,
+        })
     }
 }
 
@@ -220,7 +224,11 @@ pub struct SlotLease {
 
 impl std::fmt::Debug for SlotLease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SlotLease").field("ordinal", &self.shared.ordinal).field("batch", &self.batch).field("rows", &self.rows).finish()
+        f.debug_struct("SlotLease")
+            .field("ordinal", &self.shared.ordinal)
+            .field("batch", &self.batch)
+            .field("rows", &self.rows)
+            .finish()
     }
 }
 
@@ -264,7 +272,8 @@ impl StreamOrder for SlotLease {
         let slot = g.as_ref().expect("a live lease holds its slot");
         // SAFETY: `s` is the consumer's stream from `__dlpack__(stream=…)`, which the DLPack protocol requires to
         // be a live stream on this device (or a special default-stream handle that stream_handle produced).
-        unsafe { cuda::wait_event_raw(&self.shared.ctx, s, &slot.copy_done) }.map_err(|e| ExportError::StreamOrder(e.to_string()))
+        unsafe { cuda::wait_event_raw(&self.shared.ctx, s, &slot.copy_done) }
+            .map_err(|e| ExportError::StreamOrder(e.to_string()))
     }
 
     fn consumer_released(&self, stream: ConsumerStream) {
@@ -681,8 +690,9 @@ fn acquire_slot(shared: &Arc<GpuShared>, layout: BatchLayout, epoch_gen: u64) ->
             g.waiting_for_slot = false;
             drop(g);
             add(&shared.counters.device_slots_allocated, 1);
-            let made = DeviceMemory::alloc(&shared.ctx, layout.total_bytes())
-                .and_then(|mem| Ok(Slot { mem: Arc::new(mem), copy_done: Event::new(&shared.ctx)?, released: Vec::new() }));
+            let made = DeviceMemory::alloc(&shared.ctx, layout.total_bytes()).and_then(|mem| {
+                Ok(Slot { mem: Arc::new(mem), copy_done: Event::new(&shared.ctx)?, released: Vec::new() })
+            });
             if made.is_err() {
                 lock(&shared.state).allocated -= 1;
             }
@@ -707,10 +717,12 @@ pub fn numa_worker_plan(workers: usize, gpu_nodes: &[Option<u32>], topo: &Topolo
         .map(|w| {
             let e = w % engines;
             let j = w / engines;
-            let node_cpus = gpu_nodes.get(e).copied().flatten().map(|n| topo.allowed_cpus_of_node(n)).unwrap_or_default();
+            let node_cpus =
+                gpu_nodes.get(e).copied().flatten().map(|n| topo.allowed_cpus_of_node(n)).unwrap_or_default();
             if !node_cpus.is_empty() {
                 // Engines sharing a node interleave over its CPUs instead of stacking on the same ones.
-                let sharing: Vec<usize> = (0..engines).filter(|&x| gpu_nodes.get(x).copied().flatten() == gpu_nodes[e]).collect();
+                let sharing: Vec<usize> =
+                    (0..engines).filter(|&x| gpu_nodes.get(x).copied().flatten() == gpu_nodes[e]).collect();
                 let rank = sharing.iter().position(|&x| x == e).unwrap_or(0);
                 let k = j * sharing.len() + rank;
                 Some(node_cpus[k % node_cpus.len()])
@@ -738,7 +750,8 @@ mod tests {
 
     /// 2 packages × 2 NUMA nodes × 8 CPUs (node n = CPUs 8n..8n+8), 8 GPUs two per node.
     fn two_socket_four_nodes() -> (Topology, Vec<Option<u32>>) {
-        let numa_nodes = (0..4u32).map(|n| NumaNode { os_index: n, cpus: (8 * n as usize..8 * n as usize + 8).collect() }).collect();
+        let numa_nodes =
+            (0..4u32).map(|n| NumaNode { os_index: n, cpus: (8 * n as usize..8 * n as usize + 8).collect() }).collect();
         let topo = Topology { numa_nodes, allowed_cpus: (0..32).collect(), source: "synthetic" };
         let gpus = (0..8u32).map(|g| Some(g / 2)).collect();
         (topo, gpus)

@@ -26,7 +26,7 @@
 use crate::error::SampleError;
 use crate::staging::{BatchBuffer, BatchLayout};
 use crate::stats::Stats;
-use crate::sync::{lock, Arc, Condvar, Mutex};
+use crate::sync::{Arc, Condvar, Mutex, lock};
 use std::time::{Duration, Instant};
 
 /// Rows per batch and batch count of the running epoch.
@@ -97,10 +97,19 @@ impl Station {
     /// `max_buffers` ≥ depth buffers (lazily: none until the first epoch).
     pub fn new(layout: BatchLayout, depth: usize, max_buffers: usize, stats: Arc<Stats>) -> Self {
         assert!(depth >= 2 && max_buffers >= depth, "station needs depth ≥ 2 and max_buffers ≥ depth");
-        let ring = (0..depth).map(|i| Slot { batch: i as u64, buffer: None, filled: 0, ready: false, error: None }).collect();
+        let ring =
+            (0..depth).map(|i| Slot { batch: i as u64, buffer: None, filled: 0, ready: false, error: None }).collect();
         let shape = EpochShape { batches: 0, batch_size: layout.rows as u64, total_rows: 0 };
         Self {
-            inner: Mutex::new(Inner { ring, pool: Vec::new(), allocated: 0, shape, stopped: true, closed: false, poison: None }),
+            inner: Mutex::new(Inner {
+                ring,
+                pool: Vec::new(),
+                allocated: 0,
+                shape,
+                stopped: true,
+                closed: false,
+                poison: None,
+            }),
             workers_cv: Condvar::new(),
             consumer_cv: Condvar::new(),
             layout,
@@ -252,11 +261,7 @@ impl Station {
     fn release(&self, buffer: Arc<BatchBuffer>) {
         let mut g = lock(&self.inner);
         let batches = g.shape.batches;
-        let target = g
-            .ring
-            .iter_mut()
-            .filter(|s| s.buffer.is_none() && s.batch < batches)
-            .min_by_key(|s| s.batch);
+        let target = g.ring.iter_mut().filter(|s| s.buffer.is_none() && s.batch < batches).min_by_key(|s| s.batch);
         match target {
             Some(slot) => {
                 buffer.reset_claims();
@@ -304,7 +309,6 @@ impl Station {
     pub fn is_closed(&self) -> bool {
         lock(&self.inner).closed
     }
-
 }
 
 /// A published batch owned by Python: the buffer returns to the station when this is dropped.
@@ -411,7 +415,9 @@ mod tests {
     #[cfg(not(loom))]
     #[test]
     fn stress_many_workers_and_epochs() {
-        for (workers, rows, total, depth, hold) in [(1, 4, 37u64, 2, 0), (3, 5, 101, 2, 1), (8, 7, 333, 3, 4), (16, 1, 50, 2, 0)] {
+        for (workers, rows, total, depth, hold) in
+            [(1, 4, 37u64, 2, 0), (3, 5, 101, 2, 1), (8, 7, 333, 3, 4), (16, 1, 50, 2, 0)]
+        {
             let stats = Arc::new(Stats::default());
             let st = Arc::new(Station::new(layout(rows), depth, depth + hold + 1, stats));
             let shape = EpochShape { batches: total.div_ceil(rows as u64), batch_size: rows as u64, total_rows: total };

@@ -9,7 +9,7 @@
 
 pub mod affinity;
 
-use crate::augment::rng::{SampleRng, OP_SKIP_REPLACEMENT};
+use crate::augment::rng::{OP_SKIP_REPLACEMENT, SampleRng};
 use crate::augment::{SampleKey, SamplePipeline, WorkerScratch};
 use crate::config::{ErrorPolicy, PinMode};
 use crate::error::{ImageError, ImageErrorKind, Result, SampleError, TrdataError};
@@ -18,7 +18,7 @@ use crate::plan::resume::SeqBitmap;
 use crate::plan::{EpochPlan, PlanShape};
 use crate::source::Dataset;
 use crate::stats::Stats;
-use crate::sync::{lock, Arc, AtomicU64, Condvar, Mutex, Ordering};
+use crate::sync::{Arc, AtomicU64, Condvar, Mutex, Ordering, lock};
 use crate::transfer::Station;
 use std::collections::HashSet;
 use std::io::Read;
@@ -410,7 +410,14 @@ mod tests {
             on_error: ErrorPolicy::Skip,
             skipped: Mutex::new((HashSet::new(), Vec::new())),
         });
-        let shape = PlanShape { num_samples: 4, global_engines: 1, batch_size: 2, last_batch: LastBatch::Drop, shuffle: false, seed: 0 };
+        let shape = PlanShape {
+            num_samples: 4,
+            global_engines: 1,
+            batch_size: 2,
+            last_batch: LastBatch::Drop,
+            shuffle: false,
+            seed: 0,
+        };
         let layout = BatchLayout { rows: 2, sample_bytes: ctx.pipeline.sample_bytes() };
         let station = Arc::new(Station::new(layout, 2, 4, Arc::clone(&stats)));
         station.begin_epoch(EpochShape { batches: 2, batch_size: 2, total_rows: 4 }, 0);

@@ -93,7 +93,9 @@ impl GpuContext {
         check_device(ordinal)?;
         let previous = result::ctx::get_current().map_err(|e| cuda_error("cuCtxGetCurrent", e))?;
         let made = catch_unwind(AssertUnwindSafe(|| CudaContext::new(ordinal as usize)))
-            .map_err(|_| cuda_error("cuDevicePrimaryCtxRetain", "the CUDA driver panicked (bindings newer than the driver?)"))?
+            .map_err(|_| {
+                cuda_error("cuDevicePrimaryCtxRetain", "the CUDA driver panicked (bindings newer than the driver?)")
+            })?
             .map_err(|e| cuda_error("cuDevicePrimaryCtxRetain", e));
         // CudaContext::new made its context current; put the caller's back.
         // SAFETY: `previous` was current on this thread before the call (or null).
@@ -155,11 +157,10 @@ impl Stream {
     pub fn new_non_blocking(ctx: &Arc<GpuContext>) -> Result<Self> {
         let raw = ctx.scoped(|| {
             let mut s: sys::CUstream = std::ptr::null_mut();
+            let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
             // SAFETY: `s` is a valid out-pointer; our context is current.
-            check("cuStreamCreate", unsafe {
-                sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
-            }
-            .result())?;
+            let rc = unsafe { sys::cuStreamCreate(&mut s, flags) };
+            check("cuStreamCreate", rc.result())?;
             Ok(s)
         })?;
         Ok(Self { raw, ctx: Arc::clone(ctx) })
@@ -184,10 +185,10 @@ impl Stream {
     pub unsafe fn copy_htod_async(&self, dst: sys::CUdeviceptr, src: *const u8, bytes: usize) -> Result<()> {
         self.ctx.scoped(|| {
             // SAFETY: forwarded from the caller's contract; the stream belongs to the current context.
-            check("cuMemcpyHtoDAsync", unsafe {
-                sys::cuMemcpyHtoDAsync_v2(dst, src.cast::<c_void>(), bytes, self.raw)
-            }
-            .result())
+            check(
+                "cuMemcpyHtoDAsync",
+                unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast::<c_void>(), bytes, self.raw) }.result(),
+            )
         })
     }
 }
@@ -211,7 +212,9 @@ pub unsafe fn wait_event_raw(ctx: &GpuContext, stream: sys::CUstream, event: &Ev
     ctx.scoped(|| {
         // SAFETY: `event` is a live event of this context (Event owns it); `stream` is a live stream handle
         // of this context or one of the documented special handles (the caller's contract, as DLPack's).
-        check("cuStreamWaitEvent", unsafe { result::stream::wait_event(stream, event.raw, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) })
+        check("cuStreamWaitEvent", unsafe {
+            result::stream::wait_event(stream, event.raw, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+        })
     })
 }
 
@@ -232,7 +235,8 @@ impl Event {
     /// `cuEventCreate(CU_EVENT_DISABLE_TIMING)`.
     pub fn new(ctx: &Arc<GpuContext>) -> Result<Self> {
         let raw = ctx.scoped(|| {
-            result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_err(|e| cuda_error("cuEventCreate", e))
+            result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+                .map_err(|e| cuda_error("cuEventCreate", e))
         })?;
         Ok(Self { raw, ctx: Arc::clone(ctx) })
     }
@@ -367,10 +371,10 @@ impl HostRegistration {
         let p = ptr.cast::<c_void>();
         ctx.scoped(|| {
             // SAFETY: forwarded from the caller (live range); our context is current.
-            check("cuMemHostRegister", unsafe {
-                sys::cuMemHostRegister_v2(p, len, sys::CU_MEMHOSTREGISTER_PORTABLE)
-            }
-            .result())
+            check(
+                "cuMemHostRegister",
+                unsafe { sys::cuMemHostRegister_v2(p, len, sys::CU_MEMHOSTREGISTER_PORTABLE) }.result(),
+            )
         })?;
         Ok(Self { ptr: p, ctx: Arc::clone(ctx) })
     }

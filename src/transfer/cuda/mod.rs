@@ -20,10 +20,10 @@
 mod driver;
 mod probe;
 
+/// Raw driver types the GPU path passes around (stream and device-pointer handles).
+pub use cudarc::driver::sys::{CUdeviceptr, CUstream};
 pub use driver::{
     DeviceMemory, Event, GpuContext, HostRegistration, Stream, check_device, cuda_error, device_numa_node,
     wait_event_raw,
 };
 pub use probe::{CudaDevice, CudaProbe, driver_present, probe};
-/// Raw driver types the GPU path passes around (stream and device-pointer handles).
-pub use cudarc::driver::sys::{CUdeviceptr, CUstream};

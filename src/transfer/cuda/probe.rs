@@ -69,11 +69,9 @@ impl CudaProbe {
     /// Driver version as `"major.minor"` (e.g. `"13.0"`), if known.
     pub fn driver_version_string(&self) -> Option<String> {
         match self {
-            CudaProbe::Available { driver_version, .. } => Some(format!(
-                "{}.{}",
-                driver_version / 1000,
-                (driver_version % 1000) / 10
-            )),
+            CudaProbe::Available { driver_version, .. } => {
+                Some(format!("{}.{}", driver_version / 1000, (driver_version % 1000) / 10))
+            }
             CudaProbe::Unavailable { .. } => None,
         }
     }
@@ -98,10 +96,9 @@ pub fn probe() -> CudaProbe {
 fn probe_uncached() -> CudaProbe {
     if !driver_present() {
         return CudaProbe::Unavailable {
-            reason:
-                "the CUDA driver library (libcuda.so.1) was not found: no NVIDIA driver on this \
+            reason: "the CUDA driver library (libcuda.so.1) was not found: no NVIDIA driver on this \
                      machine, or it is not on the loader path"
-                    .to_owned(),
+                .to_owned(),
         };
     }
     match catch_unwind(AssertUnwindSafe(probe_driver)) {
@@ -137,9 +134,7 @@ fn probe_driver() -> Result<CudaProbe, String> {
     let mut version: c_int = 0;
     // SAFETY: `version` is a valid, writable c_int for the duration of the call;
     // cuDriverGetVersion may be called before cuInit.
-    unsafe { sys::cuDriverGetVersion(&mut version) }
-        .result()
-        .map_err(|e| describe("cuDriverGetVersion", e))?;
+    unsafe { sys::cuDriverGetVersion(&mut version) }.result().map_err(|e| describe("cuDriverGetVersion", e))?;
     let driver_version = u32::try_from(version).unwrap_or(0);
 
     result::init().map_err(|e| match e.0 {
@@ -161,23 +156,17 @@ fn probe_driver() -> Result<CudaProbe, String> {
         let dev = result::device::get(ordinal).map_err(|e| describe("cuDeviceGet", e))?;
         let name = result::device::get_name(dev).map_err(|e| describe("cuDeviceGetName", e))?;
         // SAFETY: `dev` was just returned by cuDeviceGet for a valid ordinal.
-        let total = unsafe { result::device::total_mem(dev) }
-            .map_err(|e| describe("cuDeviceTotalMem", e))?;
+        let total = unsafe { result::device::total_mem(dev) }.map_err(|e| describe("cuDeviceTotalMem", e))?;
         let attr = |a: sys::CUdevice_attribute| {
             // SAFETY: `dev` is a valid device handle from cuDeviceGet.
-            unsafe { result::device::get_attribute(dev, a) }
-                .map_or(0, |v| u32::try_from(v).unwrap_or(0))
+            unsafe { result::device::get_attribute(dev, a) }.map_or(0, |v| u32::try_from(v).unwrap_or(0))
         };
         let cc = (
             attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
             attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
         );
         let pci_bus_id = pci_bus_id(dev).unwrap_or_default();
-        let numa_node = if pci_bus_id.is_empty() {
-            None
-        } else {
-            topology::gpu_numa_node(&pci_bus_id)
-        };
+        let numa_node = if pci_bus_id.is_empty() { None } else { topology::gpu_numa_node(&pci_bus_id) };
         devices.push(CudaDevice {
             ordinal: ordinal as u32,
             name,
@@ -187,10 +176,7 @@ fn probe_driver() -> Result<CudaProbe, String> {
             numa_node,
         });
     }
-    Ok(CudaProbe::Available {
-        driver_version,
-        devices,
-    })
+    Ok(CudaProbe::Available { driver_version, devices })
 }
 
 /// `cuDeviceGetPCIBusId`, normalized to sysfs form (the driver prints e.g. `"0000:00:06.0"` or
@@ -199,14 +185,10 @@ fn pci_bus_id(dev: sys::CUdevice) -> Option<String> {
     let mut buf = [0 as c_char; 64];
     // SAFETY: `buf` is writable for its full length, which is what we pass; the driver writes a
     // NUL-terminated string of at most `len` bytes. `dev` is a valid device handle.
-    unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as c_int, dev) }
-        .result()
-        .ok()?;
+    unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as c_int, dev) }.result().ok()?;
     buf[buf.len() - 1] = 0; // belt and braces: always terminated
     // SAFETY: `buf` is NUL-terminated (forced above) and outlives the borrow.
-    let raw = unsafe { CStr::from_ptr(buf.as_ptr()) }
-        .to_string_lossy()
-        .into_owned();
+    let raw = unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned();
     topology::normalize_pci_bus_id(&raw).or(Some(raw))
 }
 
@@ -223,10 +205,7 @@ mod tests {
                 assert!(p.devices().is_empty());
                 assert!(p.driver_version_string().is_none());
             }
-            CudaProbe::Available {
-                devices,
-                driver_version,
-            } => {
+            CudaProbe::Available { devices, driver_version } => {
                 assert!(!devices.is_empty());
                 assert!(*driver_version > 0);
                 for (i, d) in devices.iter().enumerate() {
@@ -237,23 +216,14 @@ mod tests {
         }
         // Cached: same answer, no second cuInit.
         assert_eq!(probe(), p);
-        assert_eq!(
-            driver_present(),
-            !matches!(&p, CudaProbe::Unavailable { reason } if reason.contains("not found"))
-        );
+        assert_eq!(driver_present(), !matches!(&p, CudaProbe::Unavailable { reason } if reason.contains("not found")));
     }
 
     #[test]
     fn version_string_formats_major_minor() {
-        let p = CudaProbe::Available {
-            driver_version: 13000,
-            devices: vec![],
-        };
+        let p = CudaProbe::Available { driver_version: 13000, devices: vec![] };
         assert_eq!(p.driver_version_string().as_deref(), Some("13.0"));
-        let p = CudaProbe::Available {
-            driver_version: 12090,
-            devices: vec![],
-        };
+        let p = CudaProbe::Available { driver_version: 12090, devices: vec![] };
         assert_eq!(p.driver_version_string().as_deref(), Some("12.9"));
     }
 }
