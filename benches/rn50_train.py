@@ -514,7 +514,7 @@ def main(argv=None):
                 r = run_config(feed, model, opt, loss_fn, a.steps, a.warmup)
             finally:
                 feed.close()
-        except Exception as e:  # noqa: BLE001 - keep the other configs' numbers
+        except Exception as e:
             import traceback
 
             traceback.print_exc()

@@ -391,7 +391,7 @@ def main(argv=None):
             how = plot_png(curves, a.png)
             result["png"] = {"path": a.png, "how": how}
             print(f"\nplot: {a.png} ({how})")
-        except Exception as e:  # noqa: BLE001 - a plot is a convenience; keep the numbers
+        except Exception as e:
             print(f"\nplot skipped: {type(e).__name__}: {e}")
             result["png"] = {"skipped": f"{type(e).__name__}: {e}"}
     save()

@@ -28,9 +28,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.nn.parallel import DistributedDataParallel as DDP
-
 import trdata
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -43,7 +42,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=None, help="decode threads per rank (default: core share)")
-    p.add_argument("--fast", action="store_true", help="reproducible=False (exactly-once, not byte-identical)")
+    p.add_argument(
+        "--fast", action="store_true", help="reproducible=False (exactly-once, not byte-identical)"
+    )
     p.add_argument("--ckpt-dir", default="ckpt-ddp")
     p.add_argument("--save-every", type=int, default=50)
     p.add_argument("--resume", action="store_true", help="continue from DIR/rank{r}.pt")
@@ -126,13 +127,22 @@ def main(argv: list[str] | None = None) -> int:
         loader.load_state_dict(state["loader"])
         step = state["step"]
         if rank == 0:
-            print(f"resumed at step {step}: epoch {state['loader']['epoch']}, batch {state['loader']['batches']}",
-                  flush=True)
+            print(
+                f"resumed at step {step}: epoch {state['loader']['epoch']}, batch {state['loader']['batches']}",
+                flush=True,
+            )
     os.makedirs(args.ckpt_dir, exist_ok=True)
 
     def checkpoint() -> None:
-        save(ckpt, {"model": model.module.state_dict(), "optimizer": opt.state_dict(),
-                    "loader": loader.state_dict(), "step": step})
+        save(
+            ckpt,
+            {
+                "model": model.module.state_dict(),
+                "optimizer": opt.state_dict(),
+                "loader": loader.state_dict(),
+                "step": step,
+            },
+        )
 
     epoch = loader.epoch  # 0, or the epoch a resumed loader continues
     t0 = time.perf_counter()
@@ -149,8 +159,11 @@ def main(argv: list[str] | None = None) -> int:
             opt.step()
             step += 1
             if rank == 0 or args.all_ranks:
-                print(f"rank {rank} step {step} epoch {batch.epoch} loss {loss.item():.6f} "
-                      f"checksum {checksum(images, batch.indices)}", flush=True)
+                print(
+                    f"rank {rank} step {step} epoch {batch.epoch} loss {loss.item():.6f} "
+                    f"checksum {checksum(images, batch.indices)}",
+                    flush=True,
+                )
             if step % args.save_every == 0 or step == args.stop_at:
                 checkpoint()  # loader state at this boundary: this batch counts as delivered
             if step == args.stop_at:

@@ -13,7 +13,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 import trdata
 
 SPAWN = mp.get_context("spawn")
@@ -99,7 +98,10 @@ def paths(small_paths):
 @pytest.mark.parametrize("last_batch", ["drop", "pad", "partial"])
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_ranks_in_processes_cover_the_epoch_exactly_once(pool, paths, world_size, last_batch):
-    kw = [dict(rank=r, world_size=world_size, last_batch=last_batch, reproducible=r % 2 == 0) for r in range(world_size)]
+    kw = [
+        dict(rank=r, world_size=world_size, last_batch=last_batch, reproducible=r % 2 == 0)
+        for r in range(world_size)
+    ]
     epochs = pool.map(_consume_epoch, [(paths, k) for k in kw], chunksize=1)
     assert len({len(e) for e in epochs}) == 1, "every rank yields the same number of batches (no DDP hang)"
     seen: list[int] = []
@@ -153,10 +155,19 @@ def _probe(paths, env: dict) -> dict:
     import json
     import subprocess
 
-    full = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+    full = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    }
     full.update(env)
-    out = subprocess.run([sys.executable, "-c", _ENV_PROBE, json.dumps(paths)], env=full, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", _ENV_PROBE, json.dumps(paths)],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -171,8 +182,10 @@ def _expand(cpu_list: str) -> set[int]:
 
 def test_env_defaults_give_the_shard_and_disjoint_cpu_shares(paths):
     allowed = sorted(os.sched_getaffinity(0))
-    results = [_probe(paths, dict(RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2"))
-               for r in range(2)]
+    results = [
+        _probe(paths, dict(RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2"))
+        for r in range(2)
+    ]
     for r, res in enumerate(results):
         assert (res["rank"], res["world_size"]) == (r, 2)
         assert not res["torch"], "trdata never imports torch to find the rank"
@@ -211,8 +224,12 @@ dist.destroy_process_group()
     import json
     import subprocess
 
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "pg"), json.dumps(paths)], capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "pg"), json.dumps(paths)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["0", "1", "1", "2"]
 
@@ -258,11 +275,15 @@ def test_load_state_dict_validates_the_fingerprint(paths):
         sd = loader.state_dict()
     assert sd["version"] == 1 and sd["epoch"] == 0 and sd["batches"] == 1
     assert sd["fingerprint"]["world_size"] == 2 and len(sd["delivered"]) == 1  # fast mode: a bitmap
-    for field, kw in (("world_size", dict(world_size=3)), ("rank", dict(rank=1, world_size=2)),
-                      ("batch_size", dict(world_size=2, batch_size=5)),
-                      ("last_batch", dict(world_size=2, last_batch="drop")),
-                      ("reproducible", dict(world_size=2, reproducible=True)), ("seed", dict(world_size=2, seed=1)),
-                      ("shuffle", dict(world_size=2, shuffle=False))):
+    for field, kw in (
+        ("world_size", dict(world_size=3)),
+        ("rank", dict(rank=1, world_size=2)),
+        ("batch_size", dict(world_size=2, batch_size=5)),
+        ("last_batch", dict(world_size=2, last_batch="drop")),
+        ("reproducible", dict(world_size=2, reproducible=True)),
+        ("seed", dict(world_size=2, seed=1)),
+        ("shuffle", dict(world_size=2, shuffle=False)),
+    ):
         with _loader(paths, **kw) as other, pytest.raises(trdata.ConfigError, match=field):
             other.load_state_dict(sd)
     with _loader(paths[:-1], world_size=2) as other, pytest.raises(trdata.ConfigError, match="num_samples"):

@@ -12,7 +12,6 @@ import threading
 
 import numpy as np
 import pytest
-
 import trdata
 
 DTYPES = ["uint8", "float16", "bfloat16", "float32"]
@@ -21,10 +20,18 @@ PREFETCH = 2
 
 def make(paths, *, dtype="float32", layout="NCHW", batch_size=8, max_held_batches=16, **kw):
     norm = None if dtype == "uint8" else trdata.IMAGENET
-    return trdata.Loader(trdata.FileList(paths, list(range(len(paths)))),
-                         transforms=[trdata.RandomResizedCrop(32), trdata.RandomHorizontalFlip()],
-                         batch_size=batch_size, workers=2, dtype=dtype, layout=layout, normalize=norm,
-                         prefetch=PREFETCH, max_held_batches=max_held_batches, **kw)
+    return trdata.Loader(
+        trdata.FileList(paths, list(range(len(paths)))),
+        transforms=[trdata.RandomResizedCrop(32), trdata.RandomHorizontalFlip()],
+        batch_size=batch_size,
+        workers=2,
+        dtype=dtype,
+        layout=layout,
+        normalize=norm,
+        prefetch=PREFETCH,
+        max_held_batches=max_held_batches,
+        **kw,
+    )
 
 
 def first_batch(paths, **kw):
@@ -51,7 +58,9 @@ def test_numpy_from_dlpack_shares_memory(small_paths, dtype, layout):
     x = np.from_dlpack(batch)
     assert x.ctypes.data == batch.images.ctypes.data
     assert np.shares_memory(x, batch.images)
-    assert x.dtype == batch.images.dtype and x.shape == batch.images.shape and x.strides == batch.images.strides
+    assert (
+        x.dtype == batch.images.dtype and x.shape == batch.images.shape and x.strides == batch.images.strides
+    )
     assert np.array_equal(x, batch.images)
     assert batch.__dlpack_device__() == (1, 0)
 
@@ -69,8 +78,12 @@ def test_torch_from_dlpack_dtype_shape_strides_values(small_paths, dtype, layout
     torch = pytest.importorskip("torch")
     batch = first_batch(small_paths[:16], dtype=dtype, layout=layout)
     images, labels = batch.torch()
-    expected = {"uint8": torch.uint8, "float16": torch.float16, "bfloat16": torch.bfloat16,
-                "float32": torch.float32}[dtype]
+    expected = {
+        "uint8": torch.uint8,
+        "float16": torch.float16,
+        "bfloat16": torch.bfloat16,
+        "float32": torch.float32,
+    }[dtype]
     assert images.dtype == expected
     assert tuple(images.shape) == batch.images.shape
     assert images.stride() == tuple(s // batch.images.itemsize for s in batch.images.strides)
@@ -217,8 +230,12 @@ print("ok")
 
 
 def test_capsules_and_tensors_alive_at_interpreter_exit(small_paths):
-    r = subprocess.run([sys.executable, "-c", _SHUTDOWN_SCRIPT, *small_paths[:16]], capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", _SHUTDOWN_SCRIPT, *small_paths[:16]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok"
     assert "Exception ignored" not in r.stderr and "panic" not in r.stderr, r.stderr

@@ -6,7 +6,6 @@ import logging
 from pathlib import Path
 
 import pytest
-
 import trdata
 
 EVAL = [trdata.Resize(64), trdata.CenterCrop(56)]
@@ -77,9 +76,8 @@ def test_bad_files_have_typed_kinds(small_paths, tmp_path, content, kind):
     f = tmp_path / "x.jpg"
     if content is not None:
         f.write_bytes(content)
-    with loader_for([f], batch_size=1) as loader:
-        with pytest.raises(trdata.DecodeError) as exc:
-            list(loader)
+    with loader_for([f], batch_size=1) as loader, pytest.raises(trdata.DecodeError) as exc:
+        list(loader)
     assert exc.value.kind == kind and exc.value.path == str(f)
 
 
@@ -101,15 +99,27 @@ def test_skip_replaces_deterministically_counts_and_logs_once(small_paths, tmp_p
     assert sum("zero.jpg" in r.getMessage() for r in caplog.records) == 2  # once per loader
 
 
-@pytest.mark.parametrize("kw,param", [
-    (dict(batch_size=0), "batch_size"), (dict(dtype="int7"), "dtype"), (dict(layout="CHWN"), "layout"),
-    (dict(workers=0), "workers"), (dict(last_batch="maybe"), "last_batch"), (dict(on_error="ignore"), "on_error"),
-    (dict(rank=2, world_size=2), "rank"), (dict(prefetch=1), "prefetch"), (dict(pin="everywhere"), "pin"),
-    (dict(transforms=[trdata.RandomResizedCrop(0)]), "size"), (dict(transforms=[trdata.Resize(64)]), "transforms"),
-    (dict(transforms=[lambda x: x]), "transforms"), (dict(dtype="uint8", normalize=trdata.IMAGENET), "normalize"),
-    (dict(transforms=[trdata.RandomResizedCrop(8, scale=(0.5, 0.1))]), "scale"),
-    (dict(device="tpu:0"), "device"), (dict(batch_size=1000, last_batch="drop"), "batch_size"),
-])
+@pytest.mark.parametrize(
+    "kw,param",
+    [
+        (dict(batch_size=0), "batch_size"),
+        (dict(dtype="int7"), "dtype"),
+        (dict(layout="CHWN"), "layout"),
+        (dict(workers=0), "workers"),
+        (dict(last_batch="maybe"), "last_batch"),
+        (dict(on_error="ignore"), "on_error"),
+        (dict(rank=2, world_size=2), "rank"),
+        (dict(prefetch=1), "prefetch"),
+        (dict(pin="everywhere"), "pin"),
+        (dict(transforms=[trdata.RandomResizedCrop(0)]), "size"),
+        (dict(transforms=[trdata.Resize(64)]), "transforms"),
+        (dict(transforms=[lambda x: x]), "transforms"),
+        (dict(dtype="uint8", normalize=trdata.IMAGENET), "normalize"),
+        (dict(transforms=[trdata.RandomResizedCrop(8, scale=(0.5, 0.1))]), "scale"),
+        (dict(device="tpu:0"), "device"),
+        (dict(batch_size=1000, last_batch="drop"), "batch_size"),
+    ],
+)
 def test_wrong_configuration_names_the_parameter(small_paths, kw, param):
     kw.setdefault("dtype", "float32")
     with pytest.raises(trdata.ConfigError) as exc:
@@ -135,6 +145,7 @@ def test_sources_validate(tmp_path):
 
 def test_unreadable_file_is_an_io_error(small_paths, tmp_path):
     import os
+
     if os.geteuid() == 0:
         pytest.skip("root reads every file; a directory stands in for an unreadable file below")
     f = tmp_path / "secret.jpg"

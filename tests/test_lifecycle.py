@@ -11,7 +11,6 @@ import textwrap
 import time
 
 import pytest
-
 import trdata
 from conftest import worker_threads
 
@@ -76,7 +75,8 @@ def test_two_hundred_cycles_leak_no_threads_or_memory(small_paths):
 
 def test_ctrl_c_stops_iteration_within_a_second(small_paths, tmp_path):
     script = tmp_path / "slow.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import signal, sys, time, trdata
         # A parent that ignores SIGINT (CI shells, `cmd &`) passes SIG_IGN down; restore Python's handler.
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -91,7 +91,8 @@ def test_ctrl_c_stops_iteration_within_a_second(small_paths, tmp_path):
             print("interrupted", flush=True)
             loader.close()
             sys.exit(3)
-    """))
+    """)
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout.readline().strip() == "ready"
@@ -117,7 +118,7 @@ def test_fork_after_start_is_refused(small_paths):
             msg = b"no error"
         except trdata.LoaderClosedError as e:
             msg = b"refused:" + str(e).encode()[:100]
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:
             msg = repr(e).encode()[:100]
         os.write(w, msg)
         os._exit(0)

@@ -6,7 +6,6 @@ import hashlib
 
 import numpy as np
 import pytest
-
 import trdata
 
 RRC = [trdata.RandomResizedCrop(64), trdata.RandomHorizontalFlip()]
@@ -35,8 +34,15 @@ def test_image_folder_follows_torchvision(imagenet_root):
     assert all(ds.paths[i].split("/")[-2] == ds.classes[ds.labels[i]] for i in range(len(ds)))
 
 
-@pytest.mark.parametrize("layout,dtype,np_dtype", [("NCHW", "float16", np.float16), ("NHWC", "uint8", np.uint8),
-                                                   ("NCHW", "float32", np.float32), ("NHWC", "bfloat16", None)])
+@pytest.mark.parametrize(
+    "layout,dtype,np_dtype",
+    [
+        ("NCHW", "float16", np.float16),
+        ("NHWC", "uint8", np.uint8),
+        ("NCHW", "float32", np.float32),
+        ("NHWC", "bfloat16", None),
+    ],
+)
 def test_batch_shape_dtype_layout(small_paths, layout, dtype, np_dtype):
     norm = None if dtype == "uint8" else trdata.IMAGENET
     with make(small_paths[:20], batch_size=8, layout=layout, dtype=dtype, normalize=norm) as loader:
@@ -64,8 +70,17 @@ def test_exactly_once_across_ranks(small_paths, last_batch, reproducible, world_
     paths = small_paths[:50]
     seen, lengths = [], []
     for rank in range(world_size):
-        with make(paths, batch_size=7, last_batch=last_batch, reproducible=reproducible, shuffle=True, seed=3,
-                  rank=rank, world_size=world_size, workers=3) as loader:
+        with make(
+            paths,
+            batch_size=7,
+            last_batch=last_batch,
+            reproducible=reproducible,
+            shuffle=True,
+            seed=3,
+            rank=rank,
+            world_size=world_size,
+            workers=3,
+        ) as loader:
             epoch = run_epoch(loader)
             assert len(epoch) == len(loader)
             lengths.append(len(epoch))
@@ -94,8 +109,16 @@ def test_reproducible_bytes_for_any_worker_count(small_paths):
     paths = small_paths[:40]
     runs = []
     for workers in (1, 2, 3, 8):
-        with make(paths, batch_size=6, workers=workers, reproducible=True, shuffle=True, seed=11,
-                  normalize=trdata.IMAGENET, dtype="float16") as loader:
+        with make(
+            paths,
+            batch_size=6,
+            workers=workers,
+            reproducible=True,
+            shuffle=True,
+            seed=11,
+            normalize=trdata.IMAGENET,
+            dtype="float16",
+        ) as loader:
             runs.append(run_epoch(loader))
     assert all(r == runs[0] for r in runs[1:])
 

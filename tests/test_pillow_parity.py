@@ -16,7 +16,7 @@ import pytest
 
 Image = pytest.importorskip("PIL.Image")
 
-import trdata
+import trdata  # noqa: E402  (after the importorskip)
 
 DATA = Path(
     os.environ.get("TRDATA_TEST_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data")

@@ -849,7 +849,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
             seconds=args.seconds,
             progress=args.progress,
         )
-    except Exception as e:  # noqa: BLE001 - any failure becomes the row's error in the parent
+    except Exception as e:
         traceback.print_exc()
         print(f"{type(e).__name__}: {e}")
         return 1

@@ -12,7 +12,9 @@ SYNTHETIC_VERSION: str
 def generate_synthetic_dataset(
     root: str, count: int, seed: int, *, threads: int | None = None, progress: Any = None
 ) -> dict[str, Any]: ...
-def decode_ceiling(paths: list[str], threads: int, repeat: int = 1, *, pin: bool = True) -> dict[str, Any]: ...
+def decode_ceiling(
+    paths: list[str], threads: int, repeat: int = 1, *, pin: bool = True
+) -> dict[str, Any]: ...
 
 class BatchLeaseHandle:
     """Owner of one batch buffer; numpy views and DLPack tensors of it each keep it alive."""

@@ -26,7 +26,9 @@ class SourceError(TrdataError, FileNotFoundError):
 class DecodeError(TrdataError):
     """A sample could not be read or decoded; ``path`` and ``index`` name it, ``kind`` says why."""
 
-    def __init__(self, message: str, path: str | None = None, index: int | None = None, kind: str | None = None):
+    def __init__(
+        self, message: str, path: str | None = None, index: int | None = None, kind: str | None = None
+    ):
         super().__init__(message)
         self.path = path
         self.index = index

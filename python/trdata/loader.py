@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -33,10 +34,17 @@ class Batch:
     consumer tensor keeps the batch buffer alive by itself, so it stays valid after the Batch is dropped
     and the loader moved on; the buffer returns to the loader when the last view or tensor of it dies."""
 
-    __slots__ = ("images", "labels", "indices", "valid", "epoch", "_lease")
+    __slots__ = ("_lease", "epoch", "images", "indices", "labels", "valid")
 
-    def __init__(self, images: np.ndarray, labels: np.ndarray, indices: np.ndarray, valid: int, epoch: int,
-                 lease: Any = None):
+    def __init__(
+        self,
+        images: np.ndarray,
+        labels: np.ndarray,
+        indices: np.ndarray,
+        valid: int,
+        epoch: int,
+        lease: Any = None,
+    ):
         self.images = images
         self.labels = labels
         self.indices = indices
@@ -54,16 +62,28 @@ class Batch:
         return len(self.labels)
 
     def __repr__(self) -> str:
-        return (f"Batch(images={self.images.shape} {self.images.dtype}, valid={self.valid}, "
-                f"epoch={self.epoch})")
+        return (
+            f"Batch(images={self.images.shape} {self.images.dtype}, valid={self.valid}, epoch={self.epoch})"
+        )
 
-    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
-                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any:
         """DLPack capsule of ``images`` (array-API semantics)."""
         if self._lease is not None:
-            return self._lease.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
-        kwargs = {k: v for k, v in (("max_version", max_version), ("dl_device", dl_device), ("copy", copy))
-                  if v is not None}
+            return self._lease.__dlpack__(
+                stream=stream, max_version=max_version, dl_device=dl_device, copy=copy
+            )
+        kwargs = {
+            k: v
+            for k, v in (("max_version", max_version), ("dl_device", dl_device), ("copy", copy))
+            if v is not None
+        }
         return self.images.__dlpack__(stream=stream, **kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -85,14 +105,18 @@ def _lease_of(images: np.ndarray) -> Any:
     base = images.base
     while isinstance(base, np.ndarray):
         base = base.base
-    if isinstance(base, _core.BatchLeaseHandle) and tuple(base.shape) == images.shape \
-            and images.__array_interface__["data"][0] == base.__array_interface__["data"][0]:
+    if (
+        isinstance(base, _core.BatchLeaseHandle)
+        and tuple(base.shape) == images.shape
+        and images.__array_interface__["data"][0] == base.__array_interface__["data"][0]
+    ):
         return base
     return None
 
 
 def _parse_devices(device: Any) -> tuple[list[int] | None, bool]:
     """``device`` → (CUDA ordinals or None for the CPU, whether a list of batches is yielded per step)."""
+
     def one(d: Any) -> int | None:
         s = str(d)  # accepts torch.device too
         if s == "cpu":
@@ -101,16 +125,19 @@ def _parse_devices(device: Any) -> tuple[list[int] | None, bool]:
             return _local_rank()  # one process per GPU under torchrun: this process's GPU
         if s.startswith("cuda:") and s[5:].isdigit():
             return int(s[5:])
-        raise ConfigError(f"invalid device: {d!r}; expected 'cpu', 'cuda', 'cuda:N' or a list of 'cuda:N'",
-                          parameter="device")
+        raise ConfigError(
+            f"invalid device: {d!r}; expected 'cpu', 'cuda', 'cuda:N' or a list of 'cuda:N'",
+            parameter="device",
+        )
 
     if isinstance(device, (list, tuple)):
         if not device:
             raise ConfigError("invalid device: the device list is empty", parameter="device")
         ordinals = [one(d) for d in device]
         if any(o is None for o in ordinals):
-            raise ConfigError(f"invalid device: {device!r}; a device list holds CUDA devices only",
-                              parameter="device")
+            raise ConfigError(
+                f"invalid device: {device!r}; a device list holds CUDA devices only", parameter="device"
+            )
         if len(set(ordinals)) != len(ordinals):
             raise ConfigError(f"invalid device: {device!r} lists a device twice", parameter="device")
         return [o for o in ordinals if o is not None], True
@@ -126,7 +153,9 @@ def _env_int(name: str) -> int | None:
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigError(f"invalid environment variable {name}={raw!r}: expected an int", parameter=name) from None
+        raise ConfigError(
+            f"invalid environment variable {name}={raw!r}: expected an int", parameter=name
+        ) from None
     if value < 0:
         raise ConfigError(f"invalid environment variable {name}={raw!r}: must be ≥ 0", parameter=name)
     return value
@@ -181,12 +210,14 @@ def _cpu_share() -> list[int]:
     if local_world <= 1:
         return cpus
     if local_rank >= local_world:
-        raise ConfigError(f"invalid environment: LOCAL_RANK={local_rank} must be < LOCAL_WORLD_SIZE={local_world}",
-                          parameter="LOCAL_RANK")
+        raise ConfigError(
+            f"invalid environment: LOCAL_RANK={local_rank} must be < LOCAL_WORLD_SIZE={local_world}",
+            parameter="LOCAL_RANK",
+        )
     n = len(cpus)
     if n < local_world:
         return [cpus[local_rank % n]]
-    return cpus[local_rank * n // local_world:(local_rank + 1) * n // local_world]
+    return cpus[local_rank * n // local_world : (local_rank + 1) * n // local_world]
 
 
 class Loader:
@@ -249,19 +280,29 @@ class Loader:
         cpus: Sequence[int] | None = None,
     ) -> None:
         if not isinstance(source, Source):
-            raise ConfigError(f"invalid source: expected trdata.ImageFolder or trdata.FileList, got "
-                              f"{type(source).__name__}", parameter="source")
+            raise ConfigError(
+                f"invalid source: expected trdata.ImageFolder or trdata.FileList, got "
+                f"{type(source).__name__}",
+                parameter="source",
+            )
         ordinals, per_step_list = _parse_devices(device)
         if isinstance(device_slots, bool) or not isinstance(device_slots, int):
-            raise ConfigError(f"invalid device_slots: {device_slots!r} must be an int", parameter="device_slots")
+            raise ConfigError(
+                f"invalid device_slots: {device_slots!r} must be an int", parameter="device_slots"
+            )
         if dtype not in _DTYPES:
             raise ConfigError(f"invalid dtype: {dtype!r} is not one of {_DTYPES}", parameter="dtype")
         for name, value in (("rank", rank), ("world_size", world_size)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise ConfigError(f"invalid {name}: {value!r} must be an int", parameter=name)
         rank, world_size = _resolve_rank(rank, world_size)
-        for name, value in (("batch_size", batch_size), ("rank", rank), ("world_size", world_size),
-                            ("prefetch", prefetch), ("max_held_batches", max_held_batches)):
+        for name, value in (
+            ("batch_size", batch_size),
+            ("rank", rank),
+            ("world_size", world_size),
+            ("prefetch", prefetch),
+            ("max_held_batches", max_held_batches),
+        ):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"invalid {name}: {value!r} must be an int", parameter=name)
         if cpus is None:
@@ -269,8 +310,9 @@ class Loader:
         else:
             cpu_list = list(cpus)
             if not cpu_list or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in cpu_list):
-                raise ConfigError(f"invalid cpus: {cpus!r} must be a non-empty list of CPU ids ≥ 0",
-                                  parameter="cpus")
+                raise ConfigError(
+                    f"invalid cpus: {cpus!r} must be a non-empty list of CPU ids ≥ 0", parameter="cpus"
+                )
         if workers is None:
             # GPU loaders leave one core of the share to the training thread: on the H200 box, 16 workers on 16
             # cores delayed kernel launches enough to cost 6% of ResNet-50 step rate, 15 workers cost nothing
@@ -283,8 +325,11 @@ class Loader:
         specs = []
         for t in transforms:
             if not isinstance(t, Transform):
-                raise ConfigError(f"invalid transforms: {t!r} is not a trdata transform (transforms are data, "
-                                  "not Python callables)", parameter="transforms")
+                raise ConfigError(
+                    f"invalid transforms: {t!r} is not a trdata transform (transforms are data, "
+                    "not Python callables)",
+                    parameter="transforms",
+                )
             specs.append(t._spec())
         norm = None
         if normalize is not None:
@@ -305,12 +350,28 @@ class Loader:
         self._per_step_list = per_step_list
         self._pid = os.getpid()
         self._native = _core.NativeLoader(
-            source.paths, source.labels, list(source.classes),
-            batch_size=batch_size, workers=workers, shuffle=bool(shuffle), seed=seed,
-            reproducible=bool(reproducible), last_batch=last_batch, rank=rank, world_size=world_size,
-            pin=pin, on_error=on_error, prefetch=prefetch, max_held_batches=max_held_batches,
-            transforms=specs, normalize=norm, dtype=dtype, layout=layout,
-            devices=ordinals, device_slots=device_slots, cpus=cpu_list,
+            source.paths,
+            source.labels,
+            list(source.classes),
+            batch_size=batch_size,
+            workers=workers,
+            shuffle=bool(shuffle),
+            seed=seed,
+            reproducible=bool(reproducible),
+            last_batch=last_batch,
+            rank=rank,
+            world_size=world_size,
+            pin=pin,
+            on_error=on_error,
+            prefetch=prefetch,
+            max_held_batches=max_held_batches,
+            transforms=specs,
+            normalize=norm,
+            dtype=dtype,
+            layout=layout,
+            devices=ordinals,
+            device_slots=device_slots,
+            cpus=cpu_list,
         )
 
     def __len__(self) -> int:
@@ -353,11 +414,26 @@ class Loader:
         try:
             fp = state["fingerprint"]
             kwargs = {k: state[k] for k in ("version", "seed", "epoch", "batches")}
-            kwargs.update({k: fp[k] for k in ("num_samples", "world_size", "rank", "devices", "batch_size",
-                                               "last_batch", "shuffle", "reproducible")})
+            kwargs.update(
+                {
+                    k: fp[k]
+                    for k in (
+                        "num_samples",
+                        "world_size",
+                        "rank",
+                        "devices",
+                        "batch_size",
+                        "last_batch",
+                        "shuffle",
+                        "reproducible",
+                    )
+                }
+            )
             kwargs["delivered"] = [bytes(b) for b in state.get("delivered", [])]
         except (KeyError, TypeError) as e:
-            raise ConfigError(f"invalid state_dict: missing or malformed entry {e}", parameter="state_dict") from None
+            raise ConfigError(
+                f"invalid state_dict: missing or malformed entry {e}", parameter="state_dict"
+            ) from None
         self._native.load_state_dict(**kwargs)
 
     def _log_skipped(self) -> None:
@@ -366,7 +442,9 @@ class Loader:
 
     def __iter__(self) -> Iterator[Batch]:
         if os.getpid() != self._pid and not self._native.closed:
-            raise LoaderClosedError("this Loader was created in another process (fork); create it in the child")
+            raise LoaderClosedError(
+                "this Loader was created in another process (fork); create it in the child"
+            )
         native = self._native
         if self._ordinals is not None:
             yield from self._iter_cuda()
@@ -389,8 +467,9 @@ class Loader:
                     images = images.view(ml_dtypes.bfloat16)
                 except ImportError:
                     pass  # raw bits as uint16; Batch.torch() reinterprets as torch.bfloat16
-            yield Batch(images, np.asarray(labels, dtype=np.int64), np.asarray(indices, dtype=np.int64),
-                        valid, epoch)
+            yield Batch(
+                images, np.asarray(labels, dtype=np.int64), np.asarray(indices, dtype=np.int64), valid, epoch
+            )
 
     def _iter_cuda(self) -> Iterator[Any]:
         import torch
@@ -410,8 +489,9 @@ class Loader:
                 # waits (on the device) for the H2D copy, and its release event guards the slot's reuse.
                 images = torch.from_dlpack(images_h)
                 labels = torch.from_dlpack(labels_h)
-                batches.append(Batch(images, labels, np.asarray(indices, dtype=np.int64), valid, epoch,
-                                     lease=images_h))
+                batches.append(
+                    Batch(images, labels, np.asarray(indices, dtype=np.int64), valid, epoch, lease=images_h)
+                )
             yield batches if self._per_step_list else batches[0]
 
     def device_mem_info(self) -> list[tuple[int, int]]:
@@ -438,12 +518,14 @@ class Loader:
     def closed(self) -> bool:
         return self._native.closed
 
-    def __enter__(self) -> "Loader":
+    def __enter__(self) -> Loader:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"Loader({self.source!r}, batch_size={self.batch_size}, workers={self.workers}, "
-                f"dtype={self.dtype!r}, layout={self.layout!r})")
+        return (
+            f"Loader({self.source!r}, batch_size={self.batch_size}, workers={self.workers}, "
+            f"dtype={self.dtype!r}, layout={self.layout!r})"
+        )

@@ -6,8 +6,8 @@ rounding), with antialiased bilinear resampling as Pillow does it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 
 def _size(size: int | Sequence[int], name: str = "size") -> tuple[int, int]:
@@ -21,7 +21,9 @@ def _size(size: int | Sequence[int], name: str = "size") -> tuple[int, int]:
         try:
             h, w = (int(v) for v in size)
         except (TypeError, ValueError):
-            raise ConfigError(f"invalid {name}: {size!r} must be an int or (height, width)", parameter=name) from None
+            raise ConfigError(
+                f"invalid {name}: {size!r} must be an int or (height, width)", parameter=name
+            ) from None
     if h <= 0 or w <= 0:
         raise ConfigError(f"invalid {name}: {size!r} must be positive", parameter=name)
     return h, w
@@ -44,8 +46,15 @@ class RandomResizedCrop(Transform):
 
     def _spec(self) -> tuple:
         h, w = _size(self.size)
-        return ("random_resized_crop", h, w, float(self.scale[0]), float(self.scale[1]),
-                float(self.ratio[0]), float(self.ratio[1]))
+        return (
+            "random_resized_crop",
+            h,
+            w,
+            float(self.scale[0]),
+            float(self.scale[1]),
+            float(self.ratio[0]),
+            float(self.ratio[1]),
+        )
 
 
 @dataclass(frozen=True)

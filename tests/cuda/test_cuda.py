@@ -12,15 +12,15 @@ import textwrap
 
 import numpy as np
 import pytest
-
 import trdata
 from trdata.errors import ConfigError
 
 torch = pytest.importorskip("torch")
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
-needs_two = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
-                               reason="needs 2 GPUs")
+needs_two = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 GPUs"
+)
 
 RRC = [trdata.RandomResizedCrop(64), trdata.RandomHorizontalFlip()]
 
@@ -63,11 +63,21 @@ def test_bad_device_is_a_config_error(small_paths, device):
 @needs_cuda
 @pytest.mark.parametrize("dtype,layout", [("uint8", "NHWC"), ("float32", "NCHW"), ("bfloat16", "NCHW")])
 def test_cuda_batches_are_byte_identical_to_cpu(small_paths, dtype, layout):
-    kw = dict(batch_size=16, shuffle=True, seed=7, reproducible=True, dtype=dtype, layout=layout,
-              last_batch="partial", normalize=None if dtype == "uint8" else ([0.5] * 3, [0.25] * 3))
+    kw = dict(
+        batch_size=16,
+        shuffle=True,
+        seed=7,
+        reproducible=True,
+        dtype=dtype,
+        layout=layout,
+        last_batch="partial",
+        normalize=None if dtype == "uint8" else ([0.5] * 3, [0.25] * 3),
+    )
     with make(small_paths, **kw) as cpu, make(small_paths, device="cuda:0", **kw) as gpu:
         for epoch in range(2):
-            cpu_batches = [(torch.from_dlpack(b).clone(), b.labels.copy(), b.indices.copy(), b.valid) for b in cpu]
+            cpu_batches = [
+                (torch.from_dlpack(b).clone(), b.labels.copy(), b.indices.copy(), b.valid) for b in cpu
+            ]
             gpu_batches = list(gpu)
             assert len(cpu_batches) == len(gpu_batches) == len(gpu)
             for (ci, cl, cx, cv), g in zip(cpu_batches, gpu_batches):
@@ -97,7 +107,7 @@ def test_fifty_held_batches_stay_intact_and_free_in_random_order(small_paths):
                 break
         # A second epoch streams through the free slots while 50 batches stay held.
         n = 0
-        for b in ld:
+        for _b in ld:
             n += 1
         assert n == len(ld)
         torch.cuda.synchronize()
@@ -107,7 +117,7 @@ def test_fifty_held_batches_stay_intact_and_free_in_random_order(small_paths):
         order = list(range(50))
         rng.shuffle(order)
         it = iter(ld)
-        for k, i in enumerate(order):
+        for i in order:
             held[i] = None
             next(it, None)
         gc.collect()
