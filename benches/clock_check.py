@@ -19,6 +19,8 @@ import os
 import statistics
 import time
 
+from _recipe import train_loader
+
 BATCH = 256
 
 
@@ -31,20 +33,9 @@ def spin(cpu: int, stop_at: float) -> None:
 
 
 def rate(paths, labels, workers, cpus, seconds, device) -> float:
-    import trdata
 
-    ld = trdata.Loader(
-        trdata.FileList(paths, labels),
-        batch_size=BATCH,
-        transforms=[trdata.RandomResizedCrop(224), trdata.RandomHorizontalFlip()],
-        normalize=trdata.IMAGENET,
-        dtype="bfloat16",
-        layout="NHWC",
-        shuffle=True,
-        last_batch="drop",
-        workers=workers,
-        cpus=cpus,
-        device=device,
+    ld = train_loader(
+        paths, labels, batch=BATCH, dtype="bfloat16", layout="NHWC", workers=workers, device=device, cpus=cpus
     )
     try:
         it = iter(ld)

@@ -49,6 +49,7 @@ import sys
 import time
 
 import torch
+from _recipe import train_loader
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -152,22 +153,17 @@ class SyntheticFeed:
 
 class TrdataFeed:
     def __init__(self, paths, labels, batch, workers, dtype, layout="NHWC", prefetch=2, device_slots=3):
-        import trdata
-
         self.name = "trdata" if dtype == "bfloat16" else f"trdata-{'u8' if dtype == 'uint8' else dtype}"
         self.dtype = dtype
         self.layout = layout
-        self.loader = trdata.Loader(
-            trdata.FileList(paths, labels),
-            batch_size=batch,
-            transforms=[trdata.RandomResizedCrop(224), trdata.RandomHorizontalFlip()],
-            normalize=None if dtype == "uint8" else trdata.IMAGENET,
+        self.loader = train_loader(
+            paths,
+            labels,
+            batch=batch,
             dtype=dtype,
             layout=layout,
             workers=workers,
-            shuffle=True,
             device="cuda:0",
-            last_batch="drop",
             prefetch=prefetch,
             device_slots=device_slots,
         )

@@ -32,6 +32,8 @@ import sys
 import time
 import zlib
 
+from _recipe import train_loader
+
 BATCH = 256
 
 
@@ -52,23 +54,12 @@ def sample_files(root):
 def measure(
     paths, labels, device, workers, dtype, warm_s, seconds, batch=BATCH, layout="NHWC", pin="round-robin"
 ):
-    import trdata
 
     cuda = device != "cpu"
     if cuda:
         import torch
-    ld = trdata.Loader(
-        trdata.FileList(paths, labels),
-        batch_size=batch,
-        transforms=[trdata.RandomResizedCrop(224), trdata.RandomHorizontalFlip()],
-        normalize=None if dtype == "uint8" else trdata.IMAGENET,
-        dtype=dtype,
-        layout=layout,
-        workers=workers,
-        shuffle=True,
-        device=device,
-        last_batch="drop",
-        pin=pin,
+    ld = train_loader(
+        paths, labels, batch=batch, dtype=dtype, layout=layout, workers=workers, device=device, pin=pin
     )
     pc = time.perf_counter
     epochs = 0
