@@ -44,12 +44,6 @@ fn main() {
     println!("cargo:rustc-env=TRDATA_JPEG_SIMD_BUILT={simd}");
     println!("cargo:rustc-env=TRDATA_JPEG_VERSION={version}");
     println!("cargo:rustc-env=TRDATA_JPEG_SOURCE={source}");
-    println!(
-        "cargo:rustc-env=TRDATA_BUILD_PROFILE={}",
-        env::var("PROFILE").unwrap_or_else(|_| "unknown".to_owned())
-    );
-    println!(
-        "cargo:rustc-env=TRDATA_BUILD_TARGET={}",
-        env::var("TARGET").unwrap_or_else(|_| "unknown".to_owned())
-    );
+    println!("cargo:rustc-env=TRDATA_BUILD_PROFILE={}", env::var("PROFILE").unwrap_or_else(|_| "unknown".to_owned()));
+    println!("cargo:rustc-env=TRDATA_BUILD_TARGET={}", env::var("TARGET").unwrap_or_else(|_| "unknown".to_owned()));
 }
