@@ -25,7 +25,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 FEATURE_ARGS := --features python$(if $(strip $(FEATURES)),$(comma)$(strip $(FEATURES)))
 HWLOC_ON     := $(findstring hwloc,$(FEATURES))
 
-.PHONY: help setup deps build bench bench-peers test test-rust test-loom test-py wheel wheel-check lint fmt info clean distclean
+.PHONY: help setup deps build bench bench-peers bench-throughput test test-rust test-loom test-py wheel wheel-check lint fmt info clean distclean
 
 help: ## Show this help
 	@echo "trdata — make targets (variables: FEATURES=$(FEATURES) BENCH_ARGS=... VENV=$(VENV))"
@@ -47,6 +47,10 @@ bench: setup ## Setup, then `trdata bench` (BENCH_ARGS=... to pass options)
 bench-peers: ## Setup with torch/torchvision/DALI (~5.6 GB), then `trdata bench --peers`
 	FEATURES="$(FEATURES)" scripts/setup.sh --peers
 	$(VENV)/bin/trdata bench $(BENCH_PEERS_ARGS) $(BENCH_ARGS)
+
+bench-throughput: ## Setup with the peers, then benches/throughput.py on ../shared/data/imagenet-sample (JSON in bench-results/)
+	FEATURES="$(FEATURES)" scripts/setup.sh --peers
+	$(VENV)/bin/python benches/throughput.py --rounds 3 $(BENCH_ARGS)
 
 test: setup ## Setup, then the Rust tests (pure core, no Python), the loom model check and pytest
 	$(MAKE) --no-print-directory test-rust test-loom test-py
