@@ -70,6 +70,9 @@ impl PinMode {
     }
 }
 
+/// CPU ids must be below this (glibc's CPU_SETSIZE) to be pinnable.
+pub const MAX_CPU_ID: usize = 1024;
+
 /// Everything a loader needs besides its dataset.
 #[derive(Debug, Clone)]
 pub struct LoaderConfig {
@@ -132,6 +135,10 @@ impl LoaderConfig {
         if let Some(cpus) = &self.cpus {
             if cpus.is_empty() {
                 return Err(TrdataError::config("cpus", "the CPU list is empty"));
+            }
+            // CPU sets hold ids below CPU_SETSIZE (1024); a larger id would index past the set inside libc.
+            if let Some(bad) = cpus.iter().find(|&&c| c >= MAX_CPU_ID) {
+                return Err(TrdataError::config("cpus", format!("CPU id {bad} is not below {MAX_CPU_ID}")));
             }
         }
         if self.prefetch < 2 || self.prefetch > 64 {

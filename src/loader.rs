@@ -404,12 +404,23 @@ impl Loader {
                 ));
             }
             let t = self.shape.seqs_per_engine();
-            for bytes in &state.delivered {
+            let kb = (first * self.shape.batch_size).min(t);
+            for (d_idx, bytes) in state.delivered.iter().enumerate() {
                 let d = SeqBitmap::from_bytes(bytes.clone(), t)?;
-                if d.count() != (first * self.shape.batch_size).min(t) {
+                // A genuine checkpoint marks exactly min(k·B, R) real sequence numbers and exactly the filler/pad
+                // numbers [R, k·B): anything else would make workers write outside the remaining slots (a
+                // corrupted or hand-edited checkpoint must be an error, never a hang or a panic).
+                let real = self.shape.real_seqs((self.cfg.rank * engines + d_idx) as u64);
+                let real_marked = (0..real).filter(|&s| d.contains(s)).count() as u64;
+                let tail_ok = (real..t).all(|s| d.contains(s) == (s < kb));
+                if real_marked != kb.min(real) || !tail_ok {
                     return Err(TrdataError::config(
                         "delivered",
-                        format!("{} delivered samples recorded for {first} batches", d.count()),
+                        format!(
+                            "engine {d_idx}: the delivered bitmap does not match {first} delivered batches \
+                             ({real_marked} real samples marked, filler rows {})",
+                            if tail_ok { "consistent" } else { "inconsistent" }
+                        ),
                     ));
                 }
                 delivered.push(d);
@@ -673,19 +684,21 @@ impl Loader {
 
     /// Stop everything and join the threads; idempotent. Batches still held stay valid until dropped.
     pub fn close(&mut self) {
+        if self.runtime.as_ref().is_some_and(|rt| rt.pid != std::process::id()) {
+            // In a forked child the threads do not exist and a mutex may have been held by one of them at fork
+            // time: touching any lock (even dropping a pending device batch) could hang. Forget it all.
+            std::mem::forget(self.running.take());
+            std::mem::forget(self.runtime.take());
+            self.closed = true;
+            return;
+        }
         self.running = None; // pending device batches return their slots
         if let Some(mut rt) = self.runtime.take() {
             rt.station.close();
-            if rt.pid == std::process::id() {
-                for g in rt.gpus.iter_mut() {
-                    g.close();
-                }
-                rt.pool.shutdown();
-            } else {
-                // In a forked child the threads do not exist; joining would hang. Forget them.
-                std::mem::forget(rt.pool);
-                std::mem::forget(std::mem::take(&mut rt.gpus));
+            for g in rt.gpus.iter_mut() {
+                g.close();
             }
+            rt.pool.shutdown();
         }
         self.closed = true;
     }

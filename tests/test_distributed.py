@@ -295,3 +295,25 @@ def test_load_state_dict_validates_the_fingerprint(paths):
         assert other.state_dict() == sd  # a loaded, not yet started state is saved unchanged
         other.set_epoch(3)  # another epoch discards the resume point
         assert (other.state_dict()["epoch"], other.state_dict()["batches"]) == (3, 0)
+
+
+def test_corrupted_fast_mode_bitmap_is_rejected_not_a_hang(paths):
+    """A bitmap with the right number of bits but the wrong ones (a real sample swapped for a pad row) would
+    make workers write outside the remaining slots; it must be a ConfigError naming `delivered`."""
+    files = paths[:42]  # 42 samples, batch 4, pad → 44 rows: rows 42, 43 are pad rows (the tail [R, T))
+    with _loader(files, last_batch="pad") as loader:
+        it = iter(loader)
+        for _ in range(3):
+            next(it)
+        sd = loader.state_dict()
+    bitmap = bytearray(sd["delivered"][0])
+    first_set = next(i for i in range(42) if bitmap[i // 8] >> (i % 8) & 1)
+    bitmap[first_set // 8] &= ~(1 << (first_set % 8))
+    bitmap[42 // 8] |= 1 << (42 % 8)
+    bad = dict(sd, delivered=[bytes(bitmap)])
+    with _loader(files, last_batch="pad") as other:
+        with pytest.raises(trdata.ConfigError, match="delivered"):
+            other.load_state_dict(bad)
+        other.load_state_dict(sd)  # the genuine one still loads and finishes the epoch exactly once
+        rest = [i for b in other for i in b.indices[: b.valid].tolist()]
+    assert len(rest) == 42 - 12 and len(set(rest)) == len(rest)

@@ -117,6 +117,7 @@ def test_skip_replaces_deterministically_counts_and_logs_once(small_paths, tmp_p
         (dict(dtype="uint8", normalize=trdata.IMAGENET), "normalize"),
         (dict(transforms=[trdata.RandomResizedCrop(8, scale=(0.5, 0.1))]), "scale"),
         (dict(device="tpu:0"), "device"),
+        (dict(cpus=[4096]), "cpus"),
         (dict(batch_size=1000, last_batch="drop"), "batch_size"),
     ],
 )

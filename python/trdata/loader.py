@@ -236,7 +236,8 @@ class Loader:
     per GPU), a transfer thread copies each into one of ``device_slots`` device slots on its own stream,
     and the tensors are handed over through DLPack on the current torch stream, which waits for the copy
     on the device. A batch's slot is reused only after every tensor viewing it died *and* the stream it was
-    used on passed that point. ``device=['cuda:0', 'cuda:1', …]`` runs one engine per GPU with one worker
+    used on passed that point (so a CUDA stream passed to ``__dlpack__`` must outlive the tensors made on it,
+    as torch's streams do). ``device=['cuda:0', 'cuda:1', …]`` runs one engine per GPU with one worker
     pool and yields a list of one Batch per GPU per step (each GPU its own share of the epoch).
 
     Distributed (torchrun/DDP): ``rank``/``world_size`` default to torch.distributed's when it is imported

@@ -278,10 +278,18 @@ impl StreamOrder for SlotLease {
 
     fn consumer_released(&self, stream: ConsumerStream) {
         // stream=-1: the consumer promised to synchronize itself; nothing to record.
+        // stream=2 names the *calling thread's* per-thread default stream, and the deleter may run on another
+        // thread than the consumer's: record on the legacy default stream instead, which orders after the work
+        // of every blocking stream, every thread's per-thread default stream included.
+        let stream = match stream {
+            ConsumerStream::CudaPerThreadDefault => ConsumerStream::CudaLegacyDefault,
+            other => other,
+        };
         let Some(s) = Self::stream_handle(stream) else { return };
         let ev = lock(&self.shared.events).pop().map(Ok).unwrap_or_else(|| Event::new(&self.shared.ctx));
-        // SAFETY: `s` is the consumer's stream handle of this device (the DLPack contract: valid while its
-        // tensor lives, and the tensor is being deleted just now) or a special handle.
+        // SAFETY: `s` is a special handle or the raw stream the consumer passed to `__dlpack__`. DLPack does not
+        // promise that stream outlives the tensor: a consumer that destroys its stream before freeing the tensor
+        // breaks this (documented on `Loader`: keep the stream alive while its tensors live, as torch does).
         let recorded = ev.and_then(|ev| unsafe { ev.record_raw(s) }.map(|()| ev));
         match recorded {
             Ok(ev) => {

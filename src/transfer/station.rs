@@ -139,6 +139,9 @@ impl Station {
         let mut g = lock(&self.inner);
         g.shape = shape;
         g.stopped = false;
+        // A worker panic fails its epoch (the consumer got `Poisoned`); the pool rebuilt that worker's scratch,
+        // so the next epoch starts clean.
+        g.poison = None;
         let k = g.ring.len();
         for i in 0..k {
             let inner = &mut *g;

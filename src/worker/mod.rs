@@ -224,15 +224,24 @@ impl Drop for WorkerPool {
 }
 
 fn worker_main(shared: Arc<PoolShared>, w: usize, workers: usize, cpu: Option<usize>) {
-    if let Some(cpu) = cpu {
-        // A refused binding (cpuset) is not fatal: the worker runs unbound.
-        let _ = affinity::pin_current_thread(cpu);
-    }
-    let mut scratch = match WorkerScratch::new() {
-        Ok(s) => Some(s),
-        Err(e) => {
+    // Start-up must always end in `started += 1` or a `start_error`: `WorkerPool::start` waits for one of them,
+    // so a panic here (inside pinning or decoder set-up) is caught and reported instead of hanging the caller.
+    let setup = std::panic::catch_unwind(|| {
+        if let Some(cpu) = cpu {
+            // A refused binding (cpuset) is not fatal: the worker runs unbound.
+            let _ = affinity::pin_current_thread(cpu);
+        }
+        WorkerScratch::new()
+    });
+    let mut scratch = match setup {
+        Ok(Ok(s)) => Some(s),
+        failed => {
+            let why = match failed {
+                Ok(Err(e)) => format!("worker {w} cannot initialise its decoder: {e}"),
+                _ => format!("worker {w} panicked while starting (CPU binding {cpu:?})"),
+            };
             let mut g = lock(&shared.state);
-            g.start_error.get_or_insert(format!("worker {w} cannot initialise its decoder: {e}"));
+            g.start_error.get_or_insert(why);
             drop(g);
             shared.idle.notify_all();
             return;
