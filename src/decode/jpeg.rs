@@ -167,24 +167,7 @@ impl TjDecompressor {
         rows: usize,
         pixel_format: tj::TJPF,
     ) -> Result<(), TjFailure> {
-        assert!(pitch.checked_mul(rows).is_some_and(|n| n <= dst.len()), "decompress8: destination too small");
-        let pitch_c = i32::try_from(pitch).map_err(|_| TjFailure::Fatal("row pitch too large".into()))?;
-        // SAFETY: valid handle; `bytes` is read-only input of the given length. libjpeg-turbo writes at most `rows`
-        // rows of `pitch` bytes into `dst`: the row count is the cropping region height we set (or the image height
-        // from the same bytes' header when uncropped; the caller passes that as `rows`), each row at most
-        // `output_width * 3|4 <= pitch` bytes (checked by libjpeg-turbo against the region we set). The assert above
-        // makes `dst` at least `pitch * rows` bytes long.
-        let rc = unsafe {
-            tj::tj3Decompress8(
-                self.raw(),
-                bytes.as_ptr(),
-                bytes.len() as tj::size_t,
-                dst.as_mut_ptr(),
-                pitch_c,
-                pixel_format as libc::c_int,
-            )
-        };
-        if rc != 0 { Err(self.failure()) } else { Ok(()) }
+        self.decompress_with(tj::tj3Decompress8, bytes, dst, pitch, rows, pixel_format)
     }
 
     /// `tj3Decompress12`: like `decompress8` for 12-bit JPEGs; `pitch` in samples (i16), not bytes.
@@ -196,12 +179,36 @@ impl TjDecompressor {
         rows: usize,
         pixel_format: tj::TJPF,
     ) -> Result<(), TjFailure> {
-        assert!(pitch.checked_mul(rows).is_some_and(|n| n <= dst.len()), "decompress12: destination too small");
+        self.decompress_with(tj::tj3Decompress12, bytes, dst, pitch, rows, pixel_format)
+    }
+
+    /// The shared body of `decompress8`/`decompress12`: `call` is the tj3 entry point for samples of type `T`
+    /// (`pitch` and `dst` counted in samples).
+    fn decompress_with<T>(
+        &mut self,
+        call: unsafe extern "C" fn(
+            tj::tjhandle,
+            *const u8,
+            tj::size_t,
+            *mut T,
+            libc::c_int,
+            libc::c_int,
+        ) -> libc::c_int,
+        bytes: &[u8],
+        dst: &mut [T],
+        pitch: usize,
+        rows: usize,
+        pixel_format: tj::TJPF,
+    ) -> Result<(), TjFailure> {
+        assert!(pitch.checked_mul(rows).is_some_and(|n| n <= dst.len()), "decompress: destination too small");
         let pitch_c = i32::try_from(pitch).map_err(|_| TjFailure::Fatal("row pitch too large".into()))?;
-        // SAFETY: as in `decompress8`, with `dst` counted in 16-bit samples (which is how tj3Decompress12 counts
-        // `pitch` and the destination buffer).
+        // SAFETY: valid handle; `bytes` is read-only input of the given length. libjpeg-turbo writes at most `rows`
+        // rows of `pitch` samples into `dst`: the row count is the cropping region height we set (or the image height
+        // from the same bytes' header when uncropped; the caller passes that as `rows`), each row at most
+        // `output_width * 3|4 <= pitch` samples (checked by libjpeg-turbo against the region we set). The assert
+        // above makes `dst` at least `pitch * rows` samples long; `call` takes samples of type `T`.
         let rc = unsafe {
-            tj::tj3Decompress12(
+            call(
                 self.raw(),
                 bytes.as_ptr(),
                 bytes.len() as tj::size_t,
