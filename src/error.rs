@@ -77,6 +77,9 @@ pub enum TrdataError {
     Cuda { call: String, message: String },
     /// The loader was closed, or used from a forked child.
     Closed(String),
+    /// An allocation failed (`what` names the buffer, `bytes` its size): the system is out of memory, or the
+    /// configuration asks for more than it has.
+    Memory { what: String, bytes: u64 },
 }
 
 impl TrdataError {
@@ -95,11 +98,16 @@ impl fmt::Display for TrdataError {
             Self::Worker(m) => write!(f, "worker failed: {m}"),
             Self::Cuda { call, message } => write!(f, "CUDA {call} failed: {message}"),
             Self::Closed(m) => f.write_str(m),
+            Self::Memory { what, bytes } => {
+                write!(f, "cannot allocate {bytes} bytes ({:.2} GiB) for {what}", *bytes as f64 / GIB)
+            }
         }
     }
 }
 
 impl std::error::Error for TrdataError {}
+
+const GIB: f64 = (1u64 << 30) as f64;
 
 /// Result alias of the core.
 pub type Result<T, E = TrdataError> = std::result::Result<T, E>;

@@ -28,7 +28,7 @@ use crate::sync::{Arc, Mutex, Ordering, lock};
 use crate::transfer::cuda;
 use crate::transfer::gpu::{self, DeviceBatch, DeviceNext, GpuCounters, GpuEngine, GpuEngineConfig};
 use crate::transfer::{BatchLease, EpochShape, Station, Take};
-use crate::worker::{EngineJob, EpochJob, SkipRecord, WorkContext, WorkerPool, affinity};
+use crate::worker::{EngineJob, EpochJob, SkipLog, SkipRecord, WorkContext, WorkerPool, affinity};
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -228,6 +228,7 @@ impl Loader {
                 ),
             ));
         }
+        check_staging_memory(&cfg, &devices)?;
         let ctx = Arc::new(WorkContext {
             dataset: Arc::new(dataset),
             pipeline: cfg.pipeline.clone(),
@@ -235,7 +236,7 @@ impl Loader {
             seed: cfg.seed,
             reproducible: cfg.reproducible,
             on_error: cfg.on_error,
-            skipped: Mutex::new((HashSet::new(), Vec::new())),
+            skipped: Mutex::new(SkipLog::default()),
         });
         Ok(Self {
             cfg,
@@ -390,7 +391,14 @@ impl Loader {
                 format!("{} delivered batches exceed the epoch's {n}", state.batches),
             ));
         }
-        let (epoch, first) = if state.batches == n { (state.epoch + 1, 0) } else { (state.epoch, state.batches) };
+        let (epoch, first) = if state.batches == n {
+            let next = state.epoch.checked_add(1).ok_or_else(|| {
+                TrdataError::config("epoch", format!("{} is too large: the epoch counter would overflow", state.epoch))
+            })?;
+            (next, 0)
+        } else {
+            (state.epoch, state.batches)
+        };
         let mut delivered = Vec::new();
         if !self.cfg.reproducible && first > 0 {
             let engines = self.devices.engines();
@@ -434,7 +442,7 @@ impl Loader {
 
     /// Skip records not yet drained (each bad file once).
     pub fn drain_skipped(&self) -> Vec<SkipRecord> {
-        std::mem::take(&mut lock(&self.ctx.skipped).1)
+        std::mem::take(&mut lock(&self.ctx.skipped).pending)
     }
 
     fn check_usable(&self) -> Result<()> {
@@ -514,6 +522,13 @@ impl Loader {
         self.check_usable()?;
         self.cancel_running();
         let epoch = self.next_epoch;
+        // The epoch after this one must exist too (a wrapped counter would silently replay epoch 0).
+        let Some(following) = epoch.checked_add(1) else {
+            return Err(TrdataError::config(
+                "epoch",
+                format!("{epoch} is too large: the epoch counter would overflow"),
+            ));
+        };
         let resume = self.resume.take().filter(|r| r.epoch == epoch);
         let first = resume.as_ref().map_or(0, |r| r.first_batch);
         let mut delivered = resume.map(|r| r.delivered).unwrap_or_default().into_iter();
@@ -552,7 +567,7 @@ impl Loader {
         let job = Arc::new(EpochJob { plan: Arc::clone(&plan), engines, ctx: Arc::clone(&ctx) });
         rt.pool.run(Arc::clone(&job));
         Stats::add(&ctx.stats.epochs, 1);
-        self.next_epoch = epoch + 1;
+        self.next_epoch = following;
         self.running = Some(Running { plan, job, first_batch: first, next_batch: first, pending });
         Ok(epoch)
     }
@@ -671,9 +686,9 @@ impl Loader {
                     ),
                 ))
             }
-            Take::Poisoned(msg) => {
+            Take::Poisoned(e) => {
                 self.cancel_running();
-                Err(TrdataError::Worker(msg))
+                Err(e)
             }
             Take::Stopped => {
                 self.running = None;
@@ -712,6 +727,58 @@ impl Loader {
     pub fn pin(&self) -> PinMode {
         self.cfg.pin
     }
+}
+
+/// Check at construction that the host batch buffers this configuration needs can exist: the slab size must
+/// not overflow, and the `prefetch` buffers the station keeps in flight must fit in this machine's memory
+/// (otherwise the first allocation would fail mid-iteration, or be killed by the OOM killer when touched).
+/// Names `transforms` when a single sample is already too large, `batch_size` otherwise.
+fn check_staging_memory(cfg: &LoaderConfig, devices: &DeviceSpec) -> Result<()> {
+    let sample_bytes = cfg.pipeline.sample_bytes();
+    let layout = BatchLayout { rows: cfg.batch_size, sample_bytes };
+    let [c, h, w] = cfg.pipeline.sample_shape();
+    let describe = || {
+        format!(
+            "a batch of {} samples of {c}×{h}×{w} × {} bytes = {} bytes",
+            cfg.batch_size,
+            cfg.pipeline.output().dtype.size_bytes(),
+            u128::from(sample_bytes as u64) * cfg.batch_size as u128
+        )
+    };
+    let Some(slab) = layout.checked_total_bytes() else {
+        return Err(TrdataError::config("batch_size", format!("{} does not fit in memory addresses", describe())));
+    };
+    let Some(usable) = crate::topology::usable_memory_bytes() else { return Ok(()) };
+    let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
+    if sample_bytes as u64 > usable {
+        return Err(TrdataError::config(
+            "transforms",
+            format!(
+                "one sample of {c}×{h}×{w} × {} bytes needs {:.2} GiB but this machine has {:.2} GiB of memory; \
+                 use a smaller output size",
+                cfg.pipeline.output().dtype.size_bytes(),
+                gib(sample_bytes as u128),
+                gib(u128::from(usable))
+            ),
+        ));
+    }
+    // A GPU loader has one host station per device.
+    let needed = slab as u128 * cfg.prefetch as u128 * devices.engines() as u128;
+    if needed > u128::from(usable) {
+        return Err(TrdataError::config(
+            "batch_size",
+            format!(
+                "{}; the {} batch buffers kept in flight (prefetch={} per engine) need {:.2} GiB but this machine \
+                 has {:.2} GiB of memory",
+                describe(),
+                cfg.prefetch * devices.engines(),
+                cfg.prefetch,
+                gib(needed),
+                gib(u128::from(usable))
+            ),
+        ));
+    }
+    Ok(())
 }
 
 impl Drop for Loader {

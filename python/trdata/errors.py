@@ -49,3 +49,8 @@ class CudaError(TrdataError):
 
 class LoaderClosedError(TrdataError, RuntimeError):
     """The loader was closed, or used in a process it was not started in (fork)."""
+
+
+class OutOfMemoryError(TrdataError, MemoryError):
+    """A buffer could not be allocated (the machine is out of memory); the message names the buffer and its
+    size. Sizes known when the Loader is built are checked there instead (``ConfigError``)."""

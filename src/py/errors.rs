@@ -37,6 +37,7 @@ pub fn to_py(e: TrdataError) -> PyErr {
                 kw.set_item("call", call).and_then(|_| build(py, "CudaError", message, Some(kw)))
             }
             TrdataError::Closed(_) => build(py, "LoaderClosedError", message, None),
+            TrdataError::Memory { .. } => build(py, "OutOfMemoryError", message, None),
         };
         made.unwrap_or_else(|import_failure| import_failure)
     })

@@ -21,6 +21,7 @@
 
 #![allow(unsafe_code)]
 
+use crate::error::{Result, TrdataError};
 use crate::sync::{AtomicBool, Ordering};
 use crate::transfer::cuda::{GpuContext, HostRegistration};
 use std::alloc::{Layout as AllocLayout, alloc_zeroed, dealloc};
@@ -86,6 +87,13 @@ impl BatchLayout {
     pub const fn total_bytes(&self) -> usize {
         self.images_offset() + self.rows * self.sample_bytes
     }
+
+    /// Total bytes of the slab, or None when it does not fit in `usize` (checked once, when the loader is
+    /// built, so that the unchecked accessors above cannot overflow afterwards).
+    pub fn checked_total_bytes(&self) -> Option<usize> {
+        let meta = self.rows.checked_mul(16)?.checked_next_multiple_of(IMAGE_ALIGN_BYTES)?;
+        self.rows.checked_mul(self.sample_bytes)?.checked_add(meta)?.checked_next_multiple_of(PAGE_BYTES)
+    }
 }
 
 /// A page-aligned, zero-filled (so prefaulted) host allocation; page-locked when allocated inside a
@@ -105,13 +113,15 @@ unsafe impl Send for HostSlab {}
 unsafe impl Sync for HostSlab {}
 
 impl HostSlab {
-    /// Allocate `len` bytes (≥ 1), page-aligned and zeroed; aborts via `handle_alloc_error` on OOM.
-    pub fn new(len: usize) -> Self {
-        let layout = AllocLayout::from_size_align(len.max(1), PAGE_BYTES).expect("slab size overflows");
+    /// Allocate `len` bytes (≥ 1), page-aligned and zeroed. Fallible: an allocation the system refuses is a
+    /// `TrdataError::Memory` naming `what`, never an abort (sizes come from user configuration).
+    pub fn new(len: usize, what: &str) -> Result<Self> {
+        let len = len.max(1);
+        let oom = || TrdataError::Memory { what: what.to_string(), bytes: len as u64 };
+        let layout = AllocLayout::from_size_align(len, PAGE_BYTES).map_err(|_| oom())?;
         // SAFETY: layout has non-zero size.
         let raw = unsafe { alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        let len = len.max(1);
+        let ptr = NonNull::new(raw).ok_or_else(oom)?;
         let pinned = PINNING.with(|p| p.borrow().clone()).and_then(|ctx| {
             // Prefault from this (NUMA-bound) thread: first touch decides the page's node.
             for off in (0..len).step_by(PAGE_BYTES) {
@@ -123,7 +133,7 @@ impl HostSlab {
             // (HostSlab::drop).
             unsafe { HostRegistration::register(&ctx, raw, len) }.ok()
         });
-        Self { ptr, len, pinned }
+        Ok(Self { ptr, len, pinned })
     }
 
     /// True when the slab is page-locked for DMA.
@@ -181,10 +191,16 @@ impl RowWriter<'_> {
 }
 
 impl BatchBuffer {
-    /// Allocate a buffer for `layout`.
-    pub fn new(layout: BatchLayout) -> Self {
-        let claimed = (0..layout.rows).map(|_| AtomicBool::new(false)).collect();
-        Self { slab: HostSlab::new(layout.total_bytes()), layout, claimed }
+    /// Allocate a buffer for `layout` (`TrdataError::Memory` when the system refuses; the caller checked
+    /// that `layout.total_bytes()` does not overflow, see [`BatchLayout::checked_total_bytes`]).
+    pub fn new(layout: BatchLayout) -> Result<Self> {
+        let mut claimed = Vec::new();
+        claimed
+            .try_reserve_exact(layout.rows)
+            .map_err(|_| TrdataError::Memory { what: "batch row claims".into(), bytes: layout.rows as u64 })?;
+        claimed.extend((0..layout.rows).map(|_| AtomicBool::new(false)));
+        let slab = HostSlab::new(layout.total_bytes(), "a batch buffer")?;
+        Ok(Self { slab, layout, claimed: claimed.into_boxed_slice() })
     }
 
     /// The layout.
@@ -277,7 +293,7 @@ mod tests {
     fn layout_is_aligned_and_rows_are_disjoint() {
         let l = BatchLayout { rows: 3, sample_bytes: 10 };
         assert_eq!(l.images_offset() % IMAGE_ALIGN_BYTES, 0);
-        let b = BatchBuffer::new(l);
+        let b = BatchBuffer::new(l).unwrap();
         assert_eq!(b.images_ptr() as usize % IMAGE_ALIGN_BYTES, 0);
         for r in 0..3 {
             let mut w = b.claim_row(r);
@@ -289,9 +305,24 @@ mod tests {
     }
 
     #[test]
+    fn absurd_sizes_are_memory_errors_not_aborts() {
+        match HostSlab::new(1 << 62, "a test slab") {
+            Err(TrdataError::Memory { what, bytes }) => assert_eq!((what.as_str(), bytes), ("a test slab", 1 << 62)),
+            other => panic!("expected a memory error, got {other:?}"),
+        }
+        let l = BatchLayout { rows: 1 << 20, sample_bytes: 1 << 50 };
+        assert_eq!(l.checked_total_bytes(), None, "2^70 bytes must not wrap around");
+        assert!(matches!(
+            BatchBuffer::new(BatchLayout { rows: 2, sample_bytes: 1 << 60 }),
+            Err(TrdataError::Memory { .. })
+        ));
+        assert_eq!(BatchLayout { rows: 3, sample_bytes: 10 }.checked_total_bytes(), Some(4096));
+    }
+
+    #[test]
     #[should_panic(expected = "claimed twice")]
     fn double_claim_panics() {
-        let b = BatchBuffer::new(BatchLayout { rows: 2, sample_bytes: 4 });
+        let b = BatchBuffer::new(BatchLayout { rows: 2, sample_bytes: 4 }).unwrap();
         let _a = b.claim_row(1);
         let _b = b.claim_row(1);
     }

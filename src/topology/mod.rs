@@ -487,5 +487,23 @@ pub fn worker_cpus(
     }
 }
 
+/// Memory this process may use, in bytes: `MemTotal` of `/proc/meminfo`, lowered by a cgroup v2 `memory.max`
+/// limit when one is set. None when neither can be read (then no construction-time memory check is made).
+pub fn usable_memory_bytes() -> Option<u64> {
+    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| meminfo_total_bytes(&m));
+    let limit = std::fs::read_to_string("/sys/fs/cgroup/memory.max").ok().and_then(|s| s.trim().parse::<u64>().ok());
+    match (total, limit) {
+        (Some(t), Some(l)) => Some(t.min(l)),
+        (t, l) => t.or(l),
+    }
+}
+
+/// `MemTotal:  24576000 kB` → bytes.
+fn meminfo_total_bytes(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kb.checked_mul(1024)
+}
+
 #[cfg(test)]
 mod tests;

@@ -310,3 +310,14 @@ fn hwloc_detects_and_agrees_with_sysfs() {
         }
     }
 }
+
+#[test]
+fn meminfo_total_is_parsed_in_bytes_and_garbage_is_none() {
+    let m = "MemFree:         1000 kB\nMemTotal:       24576000 kB\nBuffers: 1 kB\n";
+    assert_eq!(super::meminfo_total_bytes(m), Some(24_576_000 * 1024));
+    assert_eq!(super::meminfo_total_bytes("MemTotal: lots kB"), None);
+    assert_eq!(super::meminfo_total_bytes("MemTotal: 99999999999999999999 kB"), None);
+    assert_eq!(super::meminfo_total_bytes(""), None);
+    // On Linux the real probe answers, and it is at least a few MiB.
+    assert!(super::usable_memory_bytes().is_some_and(|b| b > 1 << 22));
+}

@@ -614,7 +614,7 @@ fn run_epoch(
                 Take::Ready(lease, error) => break (lease, error),
                 Take::Timeout => continue,
                 Take::Stopped => return Ok(()),
-                Take::Poisoned(msg) => return Err(TrdataError::Worker(msg)),
+                Take::Poisoned(e) => return Err(e),
                 Take::AllBuffersHeld { held } => {
                     return Err(TrdataError::Worker(format!("transfer thread found all {held} host buffers held")));
                 }

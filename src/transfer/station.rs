@@ -23,7 +23,7 @@
 //! wait for a buffer only Python can free gets `Take::AllBuffersHeld` instead of a hang.
 //! Memory ordering: the mutex orders every row write (before `complete`) before the consumer's `take`.
 
-use crate::error::SampleError;
+use crate::error::{SampleError, TrdataError};
 use crate::staging::{BatchBuffer, BatchLayout};
 use crate::stats::Stats;
 use crate::sync::{Arc, Condvar, Mutex, lock};
@@ -63,7 +63,7 @@ struct Inner {
     shape: EpochShape,
     stopped: bool,
     closed: bool,
-    poison: Option<String>,
+    poison: Option<TrdataError>,
 }
 
 /// Result of a consumer's `take`.
@@ -75,8 +75,8 @@ pub enum Take {
     Timeout,
     /// Every buffer is held by Python and the batch needs one: waiting would never end.
     AllBuffersHeld { held: usize },
-    /// A worker died; the message says how.
-    Poisoned(String),
+    /// A worker died (`TrdataError::Worker`) or a buffer could not be allocated (`TrdataError::Memory`).
+    Poisoned(TrdataError),
     /// The loader was closed or the epoch stopped.
     Stopped,
 }
@@ -118,15 +118,24 @@ impl Station {
         }
     }
 
-    /// A free buffer: from the pool, else a new allocation below the cap, else None.
+    /// A free buffer: from the pool, else a new allocation below the cap, else None. An allocation the system
+    /// refuses poisons the station with `TrdataError::Memory` (every waiter returns; the consumer raises it).
     fn spare(&self, inner: &mut Inner) -> Option<Arc<BatchBuffer>> {
-        let buf = inner.pool.pop().or_else(|| {
-            (inner.allocated < self.max_buffers).then(|| {
-                inner.allocated += 1;
-                Stats::add(&self.stats.buffers_allocated, 1);
-                Arc::new(BatchBuffer::new(self.layout))
-            })
-        })?;
+        let buf = match inner.pool.pop() {
+            Some(buf) => buf,
+            None if inner.allocated < self.max_buffers => match BatchBuffer::new(self.layout) {
+                Ok(buf) => {
+                    inner.allocated += 1;
+                    Stats::add(&self.stats.buffers_allocated, 1);
+                    Arc::new(buf)
+                }
+                Err(e) => {
+                    inner.poison.get_or_insert(e);
+                    return None;
+                }
+            },
+            None => return None,
+        };
         buf.reset_claims();
         Some(buf)
     }
@@ -294,10 +303,15 @@ impl Station {
         self.consumer_cv.notify_all();
     }
 
-    /// A worker died: every waiter returns and the consumer reports `message`.
+    /// A worker died: every waiter returns and the consumer reports `message` (as `TrdataError::Worker`).
     pub fn poison(&self, message: String) {
+        self.fail(TrdataError::Worker(message));
+    }
+
+    /// The epoch cannot go on: every waiter returns and the consumer reports `error` (the first one wins).
+    pub fn fail(&self, error: TrdataError) {
         let mut g = lock(&self.inner);
-        g.poison.get_or_insert(message);
+        g.poison.get_or_insert(error);
         drop(g);
         self.workers_cv.notify_all();
         self.consumer_cv.notify_all();
@@ -468,6 +482,25 @@ mod tests {
         fill(2);
         assert!(matches!(Station::take(&st, 2, Duration::from_secs(1)), Take::Ready(..)));
         drop(l1);
+    }
+
+    /// A batch buffer the system cannot allocate (1 PiB here) is a typed `Memory` error for the consumer and
+    /// a clean exit for the workers — before, `BatchBuffer::new` aborted the process.
+    #[cfg(not(loom))]
+    #[test]
+    fn refused_allocation_poisons_with_a_memory_error() {
+        let huge = BatchLayout { rows: 4, sample_bytes: 1 << 48 };
+        let st = Arc::new(Station::new(huge, 2, 4, Arc::new(Stats::default())));
+        st.begin_epoch(EpochShape { batches: 3, batch_size: 4, total_rows: 12 }, 0);
+        assert!(st.acquire(0).is_none(), "a worker must not wait for a buffer that cannot exist");
+        match Station::take(&st, 0, Duration::from_secs(5)) {
+            Take::Poisoned(TrdataError::Memory { bytes, what }) => {
+                assert!(bytes >= 4 << 48, "{bytes}");
+                assert!(what.contains("batch buffer"), "{what}");
+            }
+            other => panic!("expected a memory error, got {other:?}"),
+        }
+        assert_eq!(st.buffers_allocated(), 0);
     }
 
     #[cfg(not(loom))]

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-/// Replacement attempts of the `skip` policy before the error is raised anyway.
+/// Random replacement candidates of the `skip` policy before it probes the dataset in order.
 pub const MAX_SKIP_ATTEMPTS: u32 = 16;
 /// Files above this size are refused before reading (absurd input guard).
 pub const MAX_FILE_BYTES: u64 = 1 << 30;
@@ -55,8 +55,19 @@ pub struct WorkContext {
     pub reproducible: bool,
     /// Bad-sample policy.
     pub on_error: ErrorPolicy,
-    /// Skipped files, each logged once (first occurrence), drained by the Python layer.
-    pub skipped: Mutex<(HashSet<PathBuf>, Vec<SkipRecord>)>,
+    /// What the skip policy learned: bad samples (each logged once, drained by the Python layer).
+    pub skipped: Mutex<SkipLog>,
+}
+
+/// Shared memory of the skip policy (see `produce`).
+#[derive(Debug, Default)]
+pub struct SkipLog {
+    /// Dataset indices that failed to decode (reading them again would fail again).
+    pub bad: HashSet<u64>,
+    /// Records not yet drained into the Python log, one per bad index.
+    pub pending: Vec<SkipRecord>,
+    /// Every sample of the dataset failed: nothing can replace a bad one.
+    pub all_bad: bool,
 }
 
 /// One engine's share of an epoch job.
@@ -306,6 +317,14 @@ fn read_file(path: &std::path::Path, buf: &mut Vec<u8>) -> std::result::Result<(
 
 /// Decode sample `index` into `dst`, replacing it under the skip policy. Returns the dataset index whose
 /// pixels were written.
+///
+/// Skip policy: the replacement candidates of sample i in epoch e form a fixed sequence — first
+/// `MAX_SKIP_ATTEMPTS` Philox(seed, e, i, attempt) draws over the dataset, then every other index in order
+/// (i+1, i+2, … mod N) — and the first candidate that decodes wins. The sequence depends only on
+/// (seed, e, i), so the choice is the same for any worker count or timing; the shared set of known-bad
+/// indices only saves re-reading files that already failed (they would fail again). A sample is counted once
+/// in `errors_skipped` however many candidates it took; the error is raised only when no sample of the whole
+/// dataset decodes.
 fn produce(
     job: &EpochJob,
     index: u64,
@@ -315,43 +334,80 @@ fn produce(
 ) -> std::result::Result<u64, SampleError> {
     let ctx = &job.ctx;
     let n = ctx.dataset.len() as u64;
-    let mut current = index;
-    for attempt in 0..=MAX_SKIP_ATTEMPTS {
-        let sample = &ctx.dataset.samples[current as usize];
-        let t0 = Instant::now();
-        let result = read_file(&sample.path, file_buf).and_then(|()| {
-            Stats::add_since(&ctx.stats.read_ns, t0);
-            Stats::add(&ctx.stats.bytes_read, file_buf.len() as u64);
-            let key = SampleKey { seed: ctx.seed, epoch: job.plan.epoch, index: current };
-            ctx.pipeline.process(scratch, file_buf, key, dst)
+    let first = match attempt_sample(job, index, scratch, file_buf, dst) {
+        Ok(()) => return Ok(index),
+        Err(e) => e,
+    };
+    if ctx.on_error == ErrorPolicy::Raise {
+        dst.fill(0);
+        return Err(first);
+    }
+    Stats::add(&ctx.stats.errors_skipped, 1);
+    if !lock(&ctx.skipped).all_bad {
+        let drawn = (0..MAX_SKIP_ATTEMPTS).map(|attempt| {
+            // Deterministic replacement: depends on (seed, epoch, original index, attempt) only.
+            SampleRng::new(ctx.seed, job.plan.epoch, index, OP_SKIP_REPLACEMENT + attempt).below(n)
         });
-        match result {
-            Ok(t) => {
-                Stats::add(&ctx.stats.decode_ns, t.decode_ns);
-                Stats::add(&ctx.stats.augment_ns, t.augment_ns);
-                Stats::add(&ctx.stats.samples, 1);
-                return Ok(current);
+        let probed = (1..n).map(|k| (index + k) % n);
+        for (k, candidate) in drawn.chain(probed).enumerate() {
+            if lock(&ctx.skipped).bad.contains(&candidate) {
+                continue;
             }
-            Err(error) => {
-                let failure = SampleError { path: sample.path.clone(), index: current, error };
-                if ctx.on_error == ErrorPolicy::Raise || attempt == MAX_SKIP_ATTEMPTS {
-                    dst.fill(0);
-                    return Err(failure);
-                }
-                Stats::add(&ctx.stats.errors_skipped, 1);
-                {
-                    let mut log = lock(&ctx.skipped);
-                    if log.0.insert(failure.path.clone()) {
-                        log.1.push(SkipRecord { path: failure.path.clone(), message: failure.error.to_string() });
-                    }
-                }
-                // Deterministic replacement: depends on (seed, epoch, original index, attempt) only.
-                let mut rng = SampleRng::new(ctx.seed, job.plan.epoch, index, OP_SKIP_REPLACEMENT + attempt);
-                current = rng.below(n);
+            if attempt_sample(job, candidate, scratch, file_buf, dst).is_ok() {
+                return Ok(candidate);
+            }
+            if k >= MAX_SKIP_ATTEMPTS as usize && lock(&ctx.skipped).all_bad {
+                break; // another worker proved meanwhile that nothing decodes
             }
         }
+        lock(&ctx.skipped).all_bad = true;
     }
-    unreachable!("the last attempt returns")
+    dst.fill(0);
+    let error = ImageError::new(
+        first.error.kind.clone(),
+        format!(
+            "{}; no other sample of the dataset's {n} decodes either, so on_error='skip' has no replacement",
+            first.error.message
+        ),
+    );
+    Err(SampleError { error, ..first })
+}
+
+/// Read and decode dataset sample `index` into `dst`; a failure is recorded once in the skip log.
+fn attempt_sample(
+    job: &EpochJob,
+    index: u64,
+    scratch: &mut WorkerScratch,
+    file_buf: &mut Vec<u8>,
+    dst: &mut [u8],
+) -> std::result::Result<(), SampleError> {
+    let ctx = &job.ctx;
+    let sample = &ctx.dataset.samples[index as usize];
+    let t0 = Instant::now();
+    let result = read_file(&sample.path, file_buf).and_then(|()| {
+        Stats::add_since(&ctx.stats.read_ns, t0);
+        Stats::add(&ctx.stats.bytes_read, file_buf.len() as u64);
+        let key = SampleKey { seed: ctx.seed, epoch: job.plan.epoch, index };
+        ctx.pipeline.process(scratch, file_buf, key, dst)
+    });
+    match result {
+        Ok(t) => {
+            Stats::add(&ctx.stats.decode_ns, t.decode_ns);
+            Stats::add(&ctx.stats.augment_ns, t.augment_ns);
+            Stats::add(&ctx.stats.samples, 1);
+            Ok(())
+        }
+        Err(error) => {
+            let failure = SampleError { path: sample.path.clone(), index, error };
+            if ctx.on_error == ErrorPolicy::Skip {
+                let mut log = lock(&ctx.skipped);
+                if log.bad.insert(index) {
+                    log.pending.push(SkipRecord { path: failure.path.clone(), message: failure.error.to_string() });
+                }
+            }
+            Err(failure)
+        }
+    }
 }
 
 fn run_job(job: &EpochJob, w: usize, workers: usize, scratch: &mut WorkerScratch, file_buf: &mut Vec<u8>) {
@@ -403,6 +459,85 @@ mod tests {
         SamplePipeline::new(t, OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None }).unwrap()
     }
 
+    /// Run one whole epoch of `paths` (batch 1, reproducible, unshuffled) under `policy` with `workers`
+    /// workers; returns (per row: written dataset index or the error, errors_skipped).
+    fn run_files(paths: &[PathBuf], policy: ErrorPolicy, workers: usize) -> (Vec<Result<i64, TrdataError>>, u64) {
+        let stats = Arc::new(Stats::default());
+        let samples = paths.iter().map(|p| SampleRef { path: p.clone(), label: 0 }).collect();
+        let ctx = Arc::new(WorkContext {
+            dataset: Arc::new(Dataset { samples, classes: vec![] }),
+            pipeline: pipeline(),
+            stats: Arc::clone(&stats),
+            seed: 7,
+            reproducible: true,
+            on_error: policy,
+            skipped: Mutex::new(SkipLog::default()),
+        });
+        let n = paths.len() as u64;
+        let shape = PlanShape {
+            num_samples: n,
+            global_engines: 1,
+            batch_size: 1,
+            last_batch: LastBatch::Drop,
+            shuffle: false,
+            seed: 7,
+        };
+        let layout = BatchLayout { rows: 1, sample_bytes: ctx.pipeline.sample_bytes() };
+        let station = Arc::new(Station::new(layout, 2, 4, Arc::clone(&stats)));
+        station.begin_epoch(EpochShape { batches: n, batch_size: 1, total_rows: n }, 0);
+        let mut pool = WorkerPool::start(workers, PinMode::None).unwrap();
+        let engines = vec![EngineJob::new(0, Arc::clone(&station), &shape, true, 0, None)];
+        pool.run(Arc::new(EpochJob { plan: Arc::new(EpochPlan::new(shape, 0)), engines, ctx }));
+        let mut rows = Vec::new();
+        for b in 0..n {
+            match Station::take(&station, b, Duration::from_secs(30)) {
+                Take::Ready(lease, None) => rows.push(Ok(lease.buffer().labels_and_indices(1).1[0])),
+                Take::Ready(_, Some(e)) => rows.push(Err(TrdataError::Decode(e))),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        pool.wait_idle();
+        pool.shutdown();
+        (rows, stats.errors_skipped.load(Ordering::Relaxed))
+    }
+
+    /// 2 good files among 30 bad ones: each bad sample is counted once (not once per failed candidate) and
+    /// always replaced by a good one — 16 random draws alone would all hit bad files for about a third of them.
+    /// The choice depends on (seed, epoch, index) only: 1 and 3 workers give the same rows.
+    #[test]
+    fn skip_counts_samples_and_always_finds_a_good_replacement() {
+        let dir = std::env::temp_dir().join(format!("trdata-skip-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let jpeg = crate::decode::encode::JpegEncoder::new()
+            .unwrap()
+            .encode(&[90u8; 16 * 16 * 3], 16, 16, 90, crate::decode::encode::ChromaSubsampling::S420)
+            .unwrap();
+        let mut paths = Vec::new();
+        for i in 0..32 {
+            let p = dir.join(format!("{i:02}.jpg"));
+            std::fs::write(&p, if i == 5 || i == 20 { &jpeg[..] } else { b"not an image" }).unwrap();
+            paths.push(p);
+        }
+        let (rows, skipped) = run_files(&paths, ErrorPolicy::Skip, 1);
+        assert_eq!(skipped, 30);
+        assert!(rows.iter().all(|r| matches!(r, Ok(5) | Ok(20))), "{rows:?}");
+        assert_eq!(
+            run_files(&paths, ErrorPolicy::Skip, 3).0.iter().map(|r| r.as_ref().ok().copied()).collect::<Vec<_>>(),
+            rows.iter().map(|r| r.as_ref().ok().copied()).collect::<Vec<_>>()
+        );
+        // Nothing decodes: a clear error, not a hang and not a silent zero image.
+        let bad: Vec<PathBuf> =
+            paths.iter().enumerate().filter(|(i, _)| *i != 5 && *i != 20).map(|(_, p)| p.clone()).collect();
+        let (rows, _) = run_files(&bad, ErrorPolicy::Skip, 2);
+        for r in rows {
+            match r {
+                Err(TrdataError::Decode(e)) => assert!(e.error.message.contains("no other sample"), "{e}"),
+                other => panic!("expected a decode error, got {other:?}"),
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// A job whose plan is larger than its dataset makes `produce` index out of bounds: a real panic inside
     /// a worker. It must surface as `Take::Poisoned` for the consumer, and the pool must still shut down.
     #[test]
@@ -417,7 +552,7 @@ mod tests {
             seed: 0,
             reproducible: true,
             on_error: ErrorPolicy::Skip,
-            skipped: Mutex::new((HashSet::new(), Vec::new())),
+            skipped: Mutex::new(SkipLog::default()),
         });
         let shape = PlanShape {
             num_samples: 4,
@@ -441,7 +576,7 @@ mod tests {
             }
         }
         match outcome {
-            Take::Poisoned(msg) => assert!(msg.contains("panicked"), "{msg}"),
+            Take::Poisoned(TrdataError::Worker(msg)) => assert!(msg.contains("panicked"), "{msg}"),
             other => panic!("expected a poisoned station, got {other:?}"),
         }
         pool.wait_idle();
