@@ -1,0 +1,135 @@
+"""Issue 7 regressions of the core: accepted settings never abort the process, the skip policy counts samples and
+always finds a replacement when one exists, an unshuffled loader delivers dataset order, the epoch counter never
+wraps. Images are written by the test (Pillow), so the file runs from any clone."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import trdata
+
+Image = pytest.importorskip("PIL.Image")
+
+
+def write_jpegs(folder: Path, count: int, size: tuple[int, int] = (40, 30)) -> list[str]:
+    """`count` distinct small photo-like JPEGs (smooth gradients plus a per-file pattern)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(count)
+    paths = []
+    w, h = size
+    yy, xx = np.mgrid[0:h, 0:w]
+    for i in range(count):
+        img = np.stack([(xx * 5 + i * 7) % 256, (yy * 7 + i * 3) % 256, (xx + yy + i * 11) % 256], axis=-1)
+        img = (img + rng.integers(0, 12, img.shape)).clip(0, 255).astype(np.uint8)
+        p = folder / f"img{i:03d}.jpg"
+        Image.fromarray(img).save(p, quality=90)
+        paths.append(str(p))
+    return paths
+
+
+def run_isolated(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh interpreter: on the old code these settings killed the process with SIGABRT, which
+    must fail the test, not the test runner."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    ("transforms", "batch_size", "parameter"),
+    [
+        ("[trdata.RandomResizedCrop(224)]", 65536, "batch_size"),
+        ("[trdata.CenterCrop(65536)]", 1, "transforms"),
+        ("[trdata.CenterCrop(20000)]", 64, "batch_size"),
+    ],
+)
+def test_absurd_sizes_are_config_errors_not_aborts(tmp_path, transforms, batch_size, parameter):
+    paths = write_jpegs(tmp_path, 2)
+    code = f"""
+import trdata
+src = trdata.FileList({paths!r}, [0, 1])
+try:
+    with trdata.Loader(src, batch_size={batch_size}, transforms={transforms}, workers=1) as L:
+        for b in L:
+            pass
+    print("no error")
+except trdata.ConfigError as e:
+    print("ConfigError", e.parameter, "|", e)
+"""
+    r = run_isolated(code)
+    assert r.returncode == 0, f"process died (rc={r.returncode}): {r.stderr[-500:]}"
+    out = r.stdout.strip()
+    assert out.startswith(f"ConfigError {parameter} |"), out
+    assert "GiB" in out, out  # says how much memory it needed and how much there is
+
+
+def test_skip_counts_each_bad_sample_once_and_always_replaces_it(tmp_path):
+    """2 good files among 30 bad: with 16 random replacement draws alone about a third of the bad samples
+    found no good replacement (and raised), and errors_skipped counted every failed draw."""
+    good = write_jpegs(tmp_path / "good", 2)
+    paths = []
+    for i in range(32):
+        if i in (5, 20):
+            paths.append(good[0 if i == 5 else 1])
+        else:
+            bad = tmp_path / f"bad{i:02d}.jpg"
+            bad.write_bytes(b"\xff\xd8\xff\xe0 this is not a JPEG body" * (i + 1))
+            paths.append(str(bad))
+    src = trdata.FileList(paths, list(range(32)))
+    kw = dict(batch_size=8, transforms=[trdata.CenterCrop(16)], dtype="uint8", on_error="skip")
+    with trdata.Loader(src, workers=2, reproducible=True, **kw) as loader:
+        first = [(b.indices.copy(), b.images.copy()) for b in loader]
+        assert loader.stats()["errors_skipped"] == 30
+        second = [b.indices.copy() for b in loader]
+        assert loader.stats()["errors_skipped"] == 60  # per epoch, per sample
+    indices = np.concatenate([i for i, _ in first])
+    assert sorted(set(indices.tolist())) == [5, 20], indices
+    assert len(indices) == 32 and len(np.concatenate(second)) == 32
+    # Deterministic for any worker count.
+    with trdata.Loader(src, workers=1, reproducible=True, **kw) as loader:
+        again = [b.indices.copy() for b in loader]
+    assert np.array_equal(np.concatenate(again), indices)
+
+
+def test_skip_raises_only_when_nothing_decodes(tmp_path):
+    paths = []
+    for i in range(6):
+        p = tmp_path / f"bad{i}.jpg"
+        p.write_bytes(b"garbage" * (i + 1))
+        paths.append(str(p))
+    src = trdata.FileList(paths, [0] * 6)
+    with trdata.Loader(src, batch_size=2, workers=2, on_error="skip", transforms=[trdata.CenterCrop(8)]) as loader:
+        with pytest.raises(trdata.DecodeError) as exc:
+            list(loader)
+    assert "no other sample" in str(exc.value)
+    assert exc.value.path in paths
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_unshuffled_loader_delivers_dataset_order_by_default(tmp_path, workers):
+    paths = write_jpegs(tmp_path, 50)
+    src = trdata.FileList(paths, list(range(50)))
+    with trdata.Loader(src, batch_size=4, workers=workers, transforms=[trdata.CenterCrop(16)]) as loader:
+        for _ in range(3):
+            got = np.concatenate([b.indices for b in loader])
+            assert got.tolist() == list(range(50))
+            labels = np.concatenate([b.labels for b in loader])
+            assert labels.tolist() == list(range(50))
+
+
+def test_epoch_counter_never_wraps(tmp_path):
+    paths = write_jpegs(tmp_path, 4)
+    src = trdata.FileList(paths, [0, 1, 2, 3])
+    with trdata.Loader(src, batch_size=2, workers=1, transforms=[trdata.CenterCrop(8)], reproducible=True) as loader:
+        state = loader.state_dict()
+        state["epoch"] = 2**64 - 1
+        state["batches"] = len(loader)  # "epoch 2**64-1 finished": the next would be 2**64
+        with pytest.raises(trdata.ConfigError) as exc:
+            loader.load_state_dict(state)
+        assert exc.value.parameter == "epoch"
+        with pytest.raises(trdata.ConfigError) as exc:
+            loader.set_epoch(2**64 - 1)
+            list(loader)
+        assert exc.value.parameter == "epoch"
