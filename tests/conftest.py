@@ -1,39 +1,81 @@
-"""Shared fixtures: the real JPEGs of ../shared/data (tests skip cleanly when that folder is absent)."""
+"""Shared fixtures. The suite runs from any clone: its data come in two tiers.
+
+* **fixture tier** (always there, built once per session under pytest's temporary folder, ~2-3 s):
+  - ``generated``: an ImageFolder of 200 JPEGs in 10 classes from trdata's own deterministic generator
+    (ImageNet-like sizes and statistics, 4:2:0 / 4:4:4 / gray), see ``_fixtures.generate_imagenet``;
+  - ``fixture`` edge cases: the same 46 file names as the shared edge-case set: 35 small real files committed in
+    ``tests/fixtures/edge-cases`` (sources and licences in its README.txt) plus 11 stand-ins that Pillow writes at
+    test time for the files too large or not ours to commit (``_fixtures.assemble_edge_cases``).
+* **shared tier** (when present): ``../shared/data`` beside the repository, or ``$TRDATA_TEST_DATA``: 1,000 real
+  ImageNet JPEGs (``imagenet-sample``) and the 46 real edge-case files (``edge-cases``).
+  ``TRDATA_TEST_DATA=/nonexistent`` runs the suite as a fresh clone does.
+
+Fixtures (names and meanings are stable; other test files rely on them):
+
+* ``imagenet_root``: an ImageFolder root of real or photo-like JPEGs in several classes. Parametrized over every
+  tier present (ids ``[shared]``, ``[generated]``), so that with ../shared both tiers are exercised and a change
+  that breaks only one of them shows. Tests must derive counts and classes from the folder, never assume 1,000.
+* ``edge_dir``: a folder of the edge-case files by their shared names (plus a README.txt). Parametrized the same
+  way (ids ``[shared]``, ``[fixture]``).
+* ``small_paths``: 120 sorted JPEG paths (str) for behaviour tests whose data are incidental (batching, lifecycle,
+  resume, DLPack...). One tier only, to keep the suite fast: the shared sample when present, else the generated
+  set.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+import _fixtures
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("TRDATA_TEST_DATA", REPO.parent / "shared" / "data"))
-IMAGENET = DATA / "imagenet-sample"
-EDGE = DATA / "edge-cases"
+SHARED_IMAGENET = DATA / "imagenet-sample"
+SHARED_EDGE = DATA / "edge-cases"
+IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
+SMALL_COUNT = 120
+
+IMAGENET_TIERS = (["shared"] if SHARED_IMAGENET.is_dir() else []) + ["generated"]
+EDGE_TIERS = (["shared"] if SHARED_EDGE.is_dir() else []) + ["fixture"]
 
 
-def _require(path: Path) -> Path:
-    if not path.is_dir():
-        pytest.skip(f"test data not found at {path} (set TRDATA_TEST_DATA)")
-    return path
-
-
-@pytest.fixture(scope="session")
-def imagenet_root() -> Path:
-    return _require(IMAGENET)
-
-
-@pytest.fixture(scope="session")
-def edge_dir() -> Path:
-    return _require(EDGE)
+def image_files(root: Path) -> list[Path]:
+    """Sorted image files under `root` (recursively)."""
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
 
 
 @pytest.fixture(scope="session")
-def small_paths(imagenet_root: Path) -> list[str]:
-    """120 real ImageNet JPEGs (sorted), enough for multi-batch epochs that stay fast on 2 cores."""
-    files = sorted(p for p in imagenet_root.rglob("*") if p.suffix.lower() in (".jpeg", ".jpg", ".png"))
-    return [str(p) for p in files[:120]]
+def generated_imagenet(tmp_path_factory) -> Path:
+    """The generated ImageFolder (built on first use, once per session)."""
+    return _fixtures.generate_imagenet(tmp_path_factory.mktemp("tier-generated") / "imagenet")
+
+
+@pytest.fixture(scope="session")
+def fixture_edge_dir(tmp_path_factory) -> Path:
+    """The committed edge-case files plus the generated stand-ins, under the shared set's names."""
+    pytest.importorskip("PIL", reason="the edge-case stand-ins are written with Pillow (pip install pillow)")
+    return _fixtures.assemble_edge_cases(tmp_path_factory.mktemp("tier-fixture") / "edge-cases")
+
+
+@pytest.fixture(scope="session", params=IMAGENET_TIERS)
+def imagenet_root(request) -> Path:
+    return SHARED_IMAGENET if request.param == "shared" else request.getfixturevalue("generated_imagenet")
+
+
+@pytest.fixture(scope="session", params=EDGE_TIERS)
+def edge_dir(request) -> Path:
+    return SHARED_EDGE if request.param == "shared" else request.getfixturevalue("fixture_edge_dir")
+
+
+@pytest.fixture(scope="session")
+def small_paths(request) -> list[str]:
+    """120 JPEGs (sorted): enough for multi-batch epochs that stay fast on 2 cores."""
+    root = SHARED_IMAGENET if SHARED_IMAGENET.is_dir() else request.getfixturevalue("generated_imagenet")
+    files = image_files(root)
+    assert len(files) >= SMALL_COUNT, f"{root} has {len(files)} images, tests need {SMALL_COUNT}"
+    return [str(p) for p in files[:SMALL_COUNT]]
 
 
 def thread_names() -> list[str]:

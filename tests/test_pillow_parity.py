@@ -1,14 +1,13 @@
 """Pillow parity of the eval pipeline: trdata's Resize(256) + CenterCrop(224), uint8 NHWC, against what torchvision
 computes with its PIL backend — ``img.convert('RGB').resize((w, h), Image.BILINEAR)`` followed by the centre crop
-— on every image of the ImageNet sample (plus every edge-case file Pillow can decode). Acceptance: PSNR >= 35 dB on
-every image. (At full-size decode trdata is bit-exact with Pillow 13; the default eval pipeline may decode large
+— on every image of ``imagenet_root`` (the 1,000-image ImageNet sample and/or the generated set, see conftest.py)
+plus every edge-case file Pillow can decode. Acceptance: PSNR >= 35 dB on every image. (At full-size decode trdata is bit-exact with Pillow 13; the default eval pipeline may decode large
 images at a DCT scale that keeps the crop >= 2x the output, which costs a little exactness, never 35 dB.)
 """
 
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -18,13 +17,14 @@ Image = pytest.importorskip("PIL.Image")
 
 import trdata  # noqa: E402  (after the importorskip)
 
-DATA = Path(
-    os.environ.get("TRDATA_TEST_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data")
-)
-IMAGENET = DATA / "imagenet-sample"
-EDGE = DATA / "edge-cases"
 MIN_PSNR_DB = 35.0
 SIZE, CROP = 256, 224
+# Edge cases Pillow itself refuses (the "Pillow:" column of the edge-cases README.txt): 12-bit samples and truncation.
+PILLOW_REFUSES = {
+    "precision12bit__monkey12.jpg",
+    "truncated_progressive__truncated_jpeg.jpg",
+    "truncated_baseline_ultrahdr__ultrahdr.jpg",
+}
 
 
 def _images(root: Path) -> list[Path]:
@@ -92,11 +92,9 @@ def _report(scores: dict[str, float]) -> tuple[float, str]:
     return scores[worst], worst
 
 
-def test_eval_pipeline_matches_pillow_on_every_imagenet_image():
-    if not IMAGENET.is_dir():
-        pytest.skip(f"test data not found at {IMAGENET}")
-    paths = [str(p) for p in _images(IMAGENET)]
-    assert len(paths) >= 1000
+def test_eval_pipeline_matches_pillow_on_every_imagenet_image(imagenet_root):
+    paths = [str(p) for p in _images(imagenet_root)]
+    assert len(paths) == len(trdata.ImageFolder(imagenet_root)) >= 100
     scores = run_parity(paths)
     worst, name = _report(scores)
     below = {Path(p).name: round(v, 2) for p, v in scores.items() if v < MIN_PSNR_DB}
@@ -104,13 +102,12 @@ def test_eval_pipeline_matches_pillow_on_every_imagenet_image():
     assert worst >= MIN_PSNR_DB, name
 
 
-def test_eval_pipeline_matches_pillow_on_edge_cases():
+def test_eval_pipeline_matches_pillow_on_edge_cases(edge_dir):
     """Every edge case Pillow decodes (gray, CMYK, 4:4:0, progressive, PNG with alpha, the PNG named .JPEG, MPO,
     12 MP, 1x1, 284x25, ...) goes through trdata's eval pipeline within 35 dB of Pillow."""
-    if not EDGE.is_dir():
-        pytest.skip(f"test data not found at {EDGE}")
-    paths = [str(p) for p in _images(EDGE) if _pillow_decodes(p)]
-    assert len(paths) >= 40
+    images = _images(edge_dir)
+    paths = [str(p) for p in images if _pillow_decodes(p)]
+    assert {p.name for p in images} - {Path(p).name for p in paths} == PILLOW_REFUSES
     scores = run_parity(paths)
     _report(scores)
     below = {Path(p).name: round(v, 2) for p, v in scores.items() if v < MIN_PSNR_DB}

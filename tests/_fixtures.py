@@ -1,0 +1,179 @@
+"""The test data that every clone has: generated JPEGs and the committed edge-case files (see conftest.py).
+
+* ``generate_imagenet(root)``: an ImageFolder of ``GENERATED_COUNT`` JPEGs in 10 classes made by trdata's own
+  deterministic generator (``trdata._core.generate_synthetic_dataset``: ImageNet-like sizes, mostly 4:2:0, some
+  4:4:4 and grayscale, photographic statistics). Same seed, same bytes, on any machine and thread count.
+* ``assemble_edge_cases(root)``: a folder with the same file names as ``../shared/data/edge-cases``. The small real
+  files are committed in ``tests/fixtures/edge-cases`` (sources and licences in its README.txt); the ones that are
+  too big to commit or not ours to redistribute are written here by Pillow with the same properties (format,
+  size, subsampling, progressive, EXIF orientation, ICC/PNG peculiarity), from the committed real photo
+  ``exif_orient1_photo__Landscape_1.jpg``.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # Pillow and numpy are imported on use: the generated ImageFolder needs neither
+    from PIL import Image
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+COMMITTED_EDGE = FIXTURES / "edge-cases"
+BASE_PHOTO = "exif_orient1_photo__Landscape_1.jpg"  # committed, upright (orientation 1), 1800x1200 4:2:0
+
+# 20 per class: >= 120 for small_paths, and a Pillow-parity sample that stays fast on 2 cores.
+GENERATED_COUNT = 200
+GENERATED_SEED = 7
+
+# Stored pixels of orientation N = the inverse of the transform a viewer applies (PIL.ImageOps.exif_transpose), so
+# that a correct viewer shows the upright photo, like recurser/exif-orientation-examples. 0 is invalid (= 1).
+_STORE_FOR_ORIENTATION = {
+    0: None,
+    2: "FLIP_LEFT_RIGHT",
+    3: "ROTATE_180",
+    4: "FLIP_TOP_BOTTOM",
+    5: "TRANSPOSE",
+    6: "ROTATE_90",  # a viewer rotates by 270 to undo it
+    7: "TRANSVERSE",
+    8: "ROTATE_270",
+}
+
+
+def generate_imagenet(root: Path, count: int = GENERATED_COUNT, seed: int = GENERATED_SEED) -> Path:
+    """Generate (or reuse, when complete) the ImageFolder of `count` synthetic JPEGs at `root`."""
+    from trdata import _core
+
+    _core.generate_synthetic_dataset(str(root), count, seed, progress=None)
+    return root
+
+
+def _orientation_photo(n: int) -> Callable[[Image.Image, Path], None]:
+    def write(base: Image.Image, path: Path) -> None:
+        from PIL import Image
+
+        op = _STORE_FOR_ORIENTATION[n]
+        img = base if op is None else base.transpose(getattr(Image.Transpose, op))
+        exif = Image.Exif()
+        exif[0x0112] = n
+        img.save(path, "JPEG", quality=80, subsampling="4:2:0", exif=exif.tobytes())
+
+    return write
+
+
+def _grain(img: Image.Image, sigma: float, seed: int) -> Image.Image:
+    """`img` plus deterministic Gaussian grain (an upscaled photo alone is unrealistically smooth)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    a = np.asarray(img, dtype=np.int16)
+    a = a + rng.normal(0.0, sigma, size=a.shape[:2] + (1,)).astype(np.int16)
+    return Image.fromarray(np.clip(a, 0, 255).astype(np.uint8))
+
+
+def _large_12mp_422(base: Image.Image, path: Path) -> None:
+    """4032x3024 (12.2 MP) baseline 4:2:2 with a restart interval of 4 MCUs, like the Olympus E-P3 file."""
+    from PIL import Image
+
+    w, h = base.size  # 1800x1200 → 4:3 centre crop, then up
+    crop = base.crop(((w - h * 4 // 3) // 2, 0, (w + h * 4 // 3) // 2, h))
+    img = _grain(crop.resize((4032, 3024), Image.BICUBIC), 3.0, 12)
+    exif = Image.Exif()
+    exif[0x0112] = 1
+    img.save(path, "JPEG", quality=90, subsampling="4:2:2", restart_marker_blocks=4, exif=exif.tobytes())
+
+
+def _icc_profile(total: int, seed: int) -> bytes:
+    """A structurally valid ICC v2 profile of `total` bytes: header, one private 'data' tag of filler bytes."""
+    tag_off = 128 + 4 + 12
+    data = b"data" + bytes(4) + struct.pack(">I", 1) + random.Random(seed).randbytes(total - tag_off - 12)
+    header = struct.pack(
+        ">I4sI4s4s4s12s4s4sI4s4sQI12s4s16s28s",
+        total,
+        b"none",
+        0x02100000,
+        b"mntr",
+        b"RGB ",
+        b"XYZ ",
+        bytes(12),
+        b"acsp",
+        b"APPL",
+        0,
+        b"none",
+        b"none",
+        0,
+        0,
+        struct.pack(">iii", 63190, 65536, 54061),  # D50 illuminant (s15Fixed16)
+        b"none",
+        bytes(16),
+        bytes(28),
+    )
+    assert len(header) == 128
+    table = struct.pack(">I4sII", 1, b"priv", tag_off, len(data))
+    out = header + table + data
+    assert len(out) == total
+    return out
+
+
+def _progressive444_big_icc(base: Image.Image, path: Path) -> None:
+    """425x250 progressive 4:4:4 with a 400 KB ICC profile (7 APP2 segments), like the original's 399,788 bytes."""
+    from PIL import Image
+
+    img = base.resize((425, 250), Image.LANCZOS)
+    img.save(
+        path,
+        "JPEG",
+        quality=90,
+        subsampling="4:4:4",
+        progressive=True,
+        icc_profile=_icc_profile(400_000, 444),
+    )
+
+
+def _png_disguised_as_jpeg(base: Image.Image, path: Path) -> None:
+    """A 213x189 RGBA PNG under a .JPEG name (stands in for ImageNet's n02105855_2933.JPEG, which is not ours
+    to redistribute). Alpha is a gradient so that dropping vs compositing it would show."""
+    from PIL import Image
+
+    rgb = base.crop((700, 300, 700 + 426, 300 + 378)).resize((213, 189), Image.LANCZOS)
+    alpha = Image.linear_gradient("L").resize((213, 189)).point(lambda v: 128 + v // 2)
+    img = rgb.convert("RGBA")
+    img.putalpha(alpha)
+    img.save(path, "PNG")
+
+
+# File name in ../shared/data/edge-cases → how the fixture tier provides it (None: committed as is).
+GENERATED_EDGE: dict[str, Callable[[Image.Image, Path], None]] = {
+    **{f"exif_orient{n}_photo__Landscape_{n}.jpg": _orientation_photo(n) for n in (0, 2, 3, 4, 5, 6, 7, 8)},
+    "large_12mp_422__42_IndexError.jpg": _large_12mp_422,
+    "progressive444_big_icc__icc_profile_big.jpg": _progressive444_big_icc,
+    "imagenet_png_disguised_as_jpeg__n02105855_2933.JPEG": _png_disguised_as_jpeg,
+}
+
+
+def committed_edge_files() -> list[Path]:
+    return sorted(p for p in COMMITTED_EDGE.iterdir() if p.name != "README.txt")
+
+
+def edge_case_names() -> list[str]:
+    """Every image file name of the edge-case set (the shared one has exactly these; tests check it)."""
+    return sorted([p.name for p in committed_edge_files()] + list(GENERATED_EDGE))
+
+
+def assemble_edge_cases(root: Path) -> Path:
+    """Copy the committed files and write the generated stand-ins into `root` (created; must not exist)."""
+    from PIL import Image
+
+    root.mkdir(parents=True)
+    for src in [*committed_edge_files(), COMMITTED_EDGE / "README.txt"]:
+        shutil.copyfile(src, root / src.name)
+    with Image.open(COMMITTED_EDGE / BASE_PHOTO) as im:
+        base = im.convert("RGB")
+    for name, write in GENERATED_EDGE.items():
+        write(base, root / name)
+    return root
