@@ -74,7 +74,7 @@ def test_two_hundred_cycles_leak_no_threads_or_memory(small_paths):
 
 
 def test_ctrl_c_stops_iteration_mid_epoch(small_paths, tmp_path):
-    """Ctrl-C interrupts a long epoch (12 s or more of decoding on one worker) and close() joins the worker.
+    """Ctrl-C interrupts a long epoch (1,200 RandomResizedCrop(512) decodes on one worker: seconds) and close() joins the worker.
     Typically ~0.3 s from signal to exit; the bound is only a hang guard (no timing threshold: CI is shared)."""
     script = tmp_path / "slow.py"
     script.write_text(
