@@ -281,6 +281,38 @@ def test_non_utf8_class_and_file_names_match_torchvision(non_utf8_root):
     assert trdata_view(non_utf8_root) == expected
 
 
+def test_class_order_of_random_byte_names_matches_python(tmp_path):
+    if sys.getfilesystemencoding().lower() not in ("utf-8", "utf8"):
+        pytest.skip("needs a UTF-8 filesystem encoding")
+    # Pieces mixing ASCII, valid multi-byte UTF-8 (2, 3 and 4 bytes, private use above the surrogates) and
+    # invalid bytes (lone continuation, truncated sequences, 0xff): decoded by surrogateescape their code-point
+    # order is not their byte order.
+    pieces = [
+        b"a",
+        b"Z",
+        b"-",
+        b"\x80",
+        b"\xbf",
+        b"\xc3",
+        b"\xc3\xa9",
+        b"\xe4\xb8",
+        b"\xe4\xb8\xad",
+        b"\xee\x80\x80",
+    ]
+    pieces += [b"\xf0\x9f\x98\x80", b"\xf0\x9f", b"\xed\xa0\x80", b"\xff", b"\xfe"]
+    rng = np.random.default_rng(11)
+    names = set()
+    while len(names) < 60:
+        names.add(b"".join(pieces[i] for i in rng.integers(0, len(pieces), rng.integers(1, 4))))
+    root = os.path.join(os.fsencode(tmp_path), b"root")
+    for i, n in enumerate(sorted(names)):
+        os.makedirs(os.path.join(root, n))
+        write_jpeg(os.path.join(root, n, b"x.jpg"), seed=i)
+    classes, paths, labels = trdata_view(Path(os.fsdecode(root)))
+    assert (classes, paths, labels) == torchvision_view(Path(os.fsdecode(root)))
+    assert [os.fsencode(c) for c in classes] != sorted(names)  # byte order would differ
+
+
 def test_non_utf8_files_decode_through_the_loader(non_utf8_root):
     ds = trdata.ImageFolder(non_utf8_root)
     assert any("\udcfe" in p for p in ds.paths)
@@ -288,6 +320,22 @@ def test_non_utf8_files_decode_through_the_loader(non_utf8_root):
         (batch,) = list(L)
     assert sorted(np.asarray(batch.labels).tolist()) == sorted(ds.labels)
     assert batch.images.shape[0] == len(ds)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="src/py/errors.rs builds DecodeError.path with to_string_lossy; it must pass the OsStr (os.fsdecode)",
+)
+def test_decode_error_names_a_non_utf8_path_exactly(tmp_path):
+    if sys.getfilesystemencoding().lower() not in ("utf-8", "utf8"):
+        pytest.skip("needs a UTF-8 filesystem encoding")
+    p = os.path.join(os.fsencode(tmp_path), b"bad\xff.jpg")
+    with open(p, "wb") as f:
+        f.write(b"\xff\xd8\xff\xe0 not a jpeg")
+    with trdata.Loader(trdata.FileList([p]), batch_size=1, workers=1, **LOADER_KW) as L:
+        with pytest.raises(trdata.DecodeError) as exc:
+            list(L)
+    assert exc.value.path == os.fsdecode(p)
 
 
 # ---- 4. torchvision's file set and class mapping ------------------------------------------------------------

@@ -22,6 +22,9 @@ use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
+/// A reused read buffer larger than this is given back when the next file needs less than a quarter of it.
+const KEEP_BUFFER_BYTES: usize = 64 << 20;
+
 /// What a file type is, in words, for "… is a FIFO" messages.
 fn describe(ft: FileType) -> &'static str {
     if ft.is_dir() {
@@ -78,8 +81,11 @@ pub fn read_sample(path: &Path, limit_bytes: u64, buf: &mut Vec<u8>) -> Result<(
     if len > limit_bytes {
         return Err(too_large(format!("file of {len} bytes exceeds the limit of {limit_bytes} bytes")));
     }
-    buf.clear();
     let want = usize::try_from(len).unwrap_or(usize::MAX);
+    if buf.capacity() > KEEP_BUFFER_BYTES && buf.capacity() / 4 > want {
+        *buf = Vec::new(); // one huge file must not pin its buffer for the rest of the worker's life
+    }
+    buf.clear();
     buf.try_reserve_exact(want).map_err(|_| too_large(format!("cannot allocate {len} bytes to read the file")))?;
     let cap = limit_bytes.saturating_add(1);
     (&mut file).take(cap).read_to_end(buf).map_err(|e| io_error(&e))?;
@@ -195,9 +201,10 @@ mod tests {
         std::fs::write(&p, vec![0u8; 101]).unwrap();
         let e = read_sample(&p, 100, &mut Vec::new()).unwrap_err();
         assert_eq!(e.kind, ImageErrorKind::TooLarge);
-        let mut buf = Vec::new();
+        let mut buf = Vec::with_capacity(KEEP_BUFFER_BYTES + 1);
         read_sample(&p, 101, &mut buf).unwrap();
         assert_eq!(buf.len(), 101);
+        assert!(buf.capacity() < KEEP_BUFFER_BYTES, "an outlier's buffer was kept");
     }
 
     #[test]
