@@ -374,12 +374,14 @@ def test_file_set_and_labels_equal_torchvision(tmp_path):
         (root / "k" / f"F{i}{ext.upper()}").write_bytes(_image_bytes(fmt))
     for extra in ("notes.txt", "noext", ".jpg", "x.jpg.bak", "xjpg"):
         (root / "k" / extra).write_bytes(b"x")
+    os.mkfifo(root / "k" / "pipe.jpg")  # not a directory: listed (it fails when read), as in torchvision
     # torchvision orders by directory (sorted root strings), then by file name: "k/z.jpg" before "k/a/..."
     make_tree(root, ["k/z.jpg", "k/a/b.jpg", "k/a-b/c.jpg", "k/a/x/d.jpg", "j/e.png", "l/f.webp"])
     expected = torchvision_view(root)
     got = trdata_view(root)
     assert got == expected
-    assert str(root / "k" / ".jpg") in got[1] and not any(p.endswith(".gif") for p in got[1])
+    assert str(root / "k" / ".jpg") in got[1] and str(root / "k" / "pipe.jpg") in got[1]
+    assert not any(p.endswith(".gif") for p in got[1])
 
 
 def test_formats_not_decoded_yet_fail_at_the_file_with_a_clear_error(tmp_path):

@@ -22,7 +22,8 @@ const WAIT_SLICE: Duration = Duration::from_millis(50);
 
 /// Scan an ImageFolder root → (paths, labels, classes), names as `os.fsdecode` strings (bytes kept exactly).
 /// The scan runs on its own thread while this one waits detached in short slices and checks signals: Ctrl-C
-/// cancels the scan (a huge or exponentially linked tree) and raises `KeyboardInterrupt` within ~50 ms.
+/// sets the scan's cancel flag and raises `KeyboardInterrupt` at once, without waiting for the scan thread
+/// (which may sit in a slow `readdir` on a network file system; it ends at its next directory).
 #[pyfunction]
 pub fn scan_image_folder(
     py: Python<'_>,
@@ -30,35 +31,32 @@ pub fn scan_image_folder(
 ) -> PyResult<(Vec<std::ffi::OsString>, Vec<i64>, Vec<std::ffi::OsString>)> {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::mpsc::RecvTimeoutError;
-    let cancel = AtomicBool::new(false);
-    let ds = std::thread::scope(|s| -> PyResult<Dataset> {
-        let (tx, mut rx) = std::sync::mpsc::channel();
-        let (root, cancel) = (&root, &cancel);
-        std::thread::Builder::new()
-            .name("trdata-scan".into())
-            .spawn_scoped(s, move || {
-                let _ = tx.send(image_folder_cancellable(root, cancel));
-            })
-            .map_err(|e| to_py(TrdataError::Worker(format!("cannot start the folder scan: {e}"))))?;
-        loop {
-            // The receiver is not Sync: it travels into the detached closure and back.
-            let (got, back) = py.detach(move || (rx.recv_timeout(WAIT_SLICE), rx));
-            rx = back;
-            match got {
-                Ok(result) => return result.py_err(),
-                Err(RecvTimeoutError::Timeout) => {
-                    if let Err(interrupt) = py.check_signals() {
-                        cancel.store(true, Ordering::Relaxed);
-                        py.detach(move || rx.recv().ok()); // the scan stops at its next directory
-                        return Err(interrupt);
-                    }
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Err(to_py(TrdataError::Worker("the folder scan panicked".into())));
+    let cancel = Arc::new(AtomicBool::new(false));
+    let (tx, mut rx) = std::sync::mpsc::channel();
+    let scan_cancel = Arc::clone(&cancel);
+    std::thread::Builder::new()
+        .name("trdata-scan".into())
+        .spawn(move || {
+            let _ = tx.send(image_folder_cancellable(&root, &scan_cancel));
+        })
+        .map_err(|e| to_py(TrdataError::Worker(format!("cannot start the folder scan: {e}"))))?;
+    let ds = loop {
+        // The receiver is not Sync: it travels into the detached closure and back.
+        let (got, back) = py.detach(move || (rx.recv_timeout(WAIT_SLICE), rx));
+        rx = back;
+        match got {
+            Ok(result) => break result.py_err()?,
+            Err(RecvTimeoutError::Timeout) => {
+                if let Err(interrupt) = py.check_signals() {
+                    cancel.store(true, Ordering::Relaxed);
+                    return Err(interrupt);
                 }
             }
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(to_py(TrdataError::Worker("the folder scan panicked".into())));
+            }
         }
-    })?;
+    };
     let labels = ds.samples.iter().map(|s| s.label).collect();
     let paths = ds.samples.into_iter().map(|s| s.path.into_os_string()).collect();
     Ok((paths, labels, ds.classes))
