@@ -1,12 +1,28 @@
-"""Dataset sources: ImageFolder (torchvision convention) and FileList."""
+"""Dataset sources: ImageFolder (torchvision's rules) and FileList (explicit paths and labels).
+
+Paths are bytes on Linux and may not be UTF-8: here they are ``str`` as ``os.fsdecode`` gives them
+(undecodable bytes become lone surrogates, like ``os.scandir`` gives them to torchvision), and they reach the
+Rust core unchanged (``os.fsencode`` restores the exact bytes)."""
 
 from __future__ import annotations
 
+import math
+import numbers
+import operator
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
 
 from . import _core
 from .errors import ConfigError
+
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+
+#: torchvision's ``IMG_EXTENSIONS``: ImageFolder lists files whose lower-cased name ends with one of these.
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 
 class Source:
@@ -24,22 +40,49 @@ class Source:
 
 
 class ImageFolder(Source):
-    """``root/<class>/**/<image>``: classes sorted by name (label = position), files sorted, extensions
-    .jpg/.jpeg/.png case-insensitive. Scanned once, in parallel, by the Rust core."""
+    """``root/<class>/**/<image>`` with torchvision's ``ImageFolder`` rules, so indices, labels and
+    ``classes`` equal torchvision's for the same folder:
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = os.fspath(root)
+    * classes: the sub-directories of ``root`` (symlinks followed), sorted as Python sorts their names;
+      label = position; ``class_to_idx`` maps name → label;
+    * files: every directory below a class folder (``os.walk(followlinks=True)``) in path order, names
+      sorted; a file belongs when its name ends with one of :data:`IMG_EXTENSIONS` (case-insensitive).
+      Files of formats trdata does not decode yet (WebP, BMP, TIFF, PPM/PGM) are listed too and fail
+      when read, with an error that names the format (``on_error`` decides);
+    * ``SourceError`` (a ``FileNotFoundError``) when there is no class folder or a class has no file.
+
+    Unlike torchvision, a directory that is its own ancestor (a symlink loop) is entered once, instead of
+    its files being listed up to 41 times, and an unreadable directory is an error rather than skipped.
+    Names that are not UTF-8 are kept (as ``os.fsdecode`` strings). Scanned once, in parallel, by the Rust
+    core; Ctrl-C stops the scan."""
+
+    def __init__(self, root: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> None:
+        try:
+            self.root = os.path.expanduser(os.fsdecode(root))
+        except TypeError:
+            raise ConfigError(
+                f"invalid root: {root!r} is a {type(root).__name__}, not a path", parameter="root"
+            ) from None
         self.paths, self.labels, self.classes = _core.scan_image_folder(self.root)
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
 
 
 class FileList(Source):
-    """Explicit ``paths`` and integer ``labels`` of the same length. Files are opened when decoded: a missing
-    one follows the loader's ``on_error`` policy."""
+    """Explicit ``paths`` (a sequence of ``str``, ``bytes`` or ``os.PathLike``) and integer ``labels`` of the
+    same length (default: all 0). Files are opened when decoded: a missing one follows the loader's
+    ``on_error`` policy.
 
-    def __init__(self, paths: Sequence[str | os.PathLike[str]], labels: Sequence[int] | None = None) -> None:
-        self.paths = [os.fspath(p) for p in paths]
-        self.labels = [0] * len(self.paths) if labels is None else [int(v) for v in labels]
+    Labels must be integers in the int64 range: Python ``int``, numpy integers, integral floats (``2.0``;
+    ``0.7`` is refused rather than truncated) and ``bool`` (as 0/1, binary labels often come as bools).
+    Strings are refused, never parsed."""
+
+    def __init__(
+        self,
+        paths: Iterable[str | bytes | os.PathLike[str] | os.PathLike[bytes]],
+        labels: Iterable[Any] | None = None,
+    ) -> None:
+        self.paths = _check_paths(paths)
+        self.labels = [0] * len(self.paths) if labels is None else _check_labels(labels)
         if len(self.labels) != len(self.paths):
             raise ConfigError(
                 f"invalid labels: {len(self.labels)} labels for {len(self.paths)} paths", parameter="labels"
@@ -47,3 +90,83 @@ class FileList(Source):
         if not self.paths:
             raise ConfigError("invalid paths: the file list is empty", parameter="paths")
         self.classes = []
+
+
+def _paths_error(message: str) -> ConfigError:
+    return ConfigError(f"invalid paths: {message}", parameter="paths")
+
+
+def _labels_error(message: str) -> ConfigError:
+    return ConfigError(f"invalid labels: {message}", parameter="labels")
+
+
+def _check_paths(paths: Any) -> list[str]:
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        # A str is a sequence of characters: iterating it would make one "path" per character.
+        raise _paths_error(f"{paths!r} is a single path, not a sequence of paths; pass [{paths!r}]")
+    try:
+        items = list(paths)
+    except TypeError:
+        raise _paths_error(f"a {type(paths).__name__} is not a sequence of paths") from None
+    out = []
+    for i, p in enumerate(items):
+        try:
+            s = os.fsdecode(p)
+        except TypeError:
+            raise _paths_error(
+                f"{p!r} (element {i}) is a {type(p).__name__}, not a str, bytes or os.PathLike"
+            ) from None
+        if not s or "\0" in s:
+            raise _paths_error(f"{p!r} (element {i}) is empty or contains a NUL character")
+        out.append(s)
+    return out
+
+
+def _check_labels(labels: Any) -> list[int]:
+    if isinstance(labels, (str, bytes)):
+        raise _labels_error(f"{labels!r} is a string, not a sequence of integer labels")
+    if isinstance(labels, np.ndarray) and labels.dtype.kind in "biuf":
+        return _check_label_array(labels)
+    try:
+        items = list(labels)
+    except TypeError:
+        raise _labels_error(f"a {type(labels).__name__} is not a sequence of integer labels") from None
+    return [_check_label(v, i) for i, v in enumerate(items)]
+
+
+def _check_label_array(a: np.ndarray) -> list[int]:
+    if a.ndim != 1:
+        raise _labels_error(f"an array of shape {a.shape} is not one label per path (1-D)")
+    if a.size == 0:
+        return []
+    if a.dtype.kind == "u" and int(a.max()) > _INT64_MAX:
+        raise _labels_error(f"{int(a.max())} is outside the int64 range")
+    if a.dtype.kind == "f":
+        bad = ~np.isfinite(a) | (a != np.floor(a)) | (a < _INT64_MIN) | (a >= 2.0**63)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise _labels_error(f"{a[i]!r} (element {i}) is not an integer in the int64 range")
+    return a.astype(np.int64).tolist()
+
+
+def _check_label(v: Any, i: int) -> int:
+    if isinstance(v, (str, bytes, np.str_, np.bytes_)):
+        raise _labels_error(f"{v!r} (element {i}) is a string, not an integer")
+    try:
+        label = operator.index(v)  # int, bool, numpy integers and bools, integer tensors
+    except TypeError:
+        label = None
+    if label is None:
+        complex_ = isinstance(v, numbers.Complex) and not isinstance(v, numbers.Real)
+        try:
+            f = None if complex_ else float(v)  # float, numpy floats, Decimal, float tensors
+        except (TypeError, ValueError):
+            f = None
+        if f is None:
+            raise _labels_error(f"{v!r} (element {i}) is a {type(v).__name__}, not an integer")
+        if not (math.isfinite(f) and f.is_integer()):
+            raise _labels_error(f"{v!r} (element {i}) is not an integer (labels are not rounded)")
+        label = int(f)
+    if not _INT64_MIN <= label <= _INT64_MAX:
+        raise _labels_error(f"{label} (element {i}) is outside the int64 range")
+    return label

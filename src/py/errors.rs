@@ -21,14 +21,14 @@ pub fn to_py(e: TrdataError) -> PyErr {
             }
             TrdataError::Decode(s) => {
                 let kw = PyDict::new(py);
-                kw.set_item("path", s.path.to_string_lossy().into_owned())
+                kw.set_item("path", s.path.as_os_str())
                     .and_then(|_| kw.set_item("index", s.index))
                     .and_then(|_| kw.set_item("kind", format!("{:?}", s.error.kind)))
                     .and_then(|_| build(py, "DecodeError", message, Some(kw)))
             }
             TrdataError::Source { path, .. } => {
                 let kw = PyDict::new(py);
-                kw.set_item("path", path.to_string_lossy().into_owned())
+                kw.set_item("path", path.as_os_str())
                     .and_then(|_| build(py, "SourceError", message, Some(kw)))
             }
             TrdataError::Worker(_) => build(py, "WorkerError", message, None),

@@ -8,7 +8,7 @@ use crate::config::{ErrorPolicy, LastBatch, LoaderConfig, PinMode};
 use crate::error::TrdataError;
 use crate::export::{Device, DlpackRequest, ElementType, TensorExport, into_capsule};
 use crate::loader::{DeviceSpec, Loader, LoaderState, Next, NextStep};
-use crate::source::{Dataset, file_list, image_folder};
+use crate::source::{Dataset, file_list, image_folder_cancellable};
 use crate::sync::lock;
 use crate::transfer::BatchLease;
 use pyo3::prelude::*;
@@ -20,12 +20,45 @@ use std::time::Duration;
 /// Slice of a blocking wait between signal checks.
 const WAIT_SLICE: Duration = Duration::from_millis(50);
 
-/// Scan an ImageFolder root → (paths, labels, classes).
+/// Scan an ImageFolder root → (paths, labels, classes), names as `os.fsdecode` strings (bytes kept exactly).
+/// The scan runs on its own thread while this one waits detached in short slices and checks signals: Ctrl-C
+/// sets the scan's cancel flag and raises `KeyboardInterrupt` at once, without waiting for the scan thread
+/// (which may sit in a slow `readdir` on a network file system; it ends at its next directory).
 #[pyfunction]
-pub fn scan_image_folder(py: Python<'_>, root: PathBuf) -> PyResult<(Vec<String>, Vec<i64>, Vec<String>)> {
-    let ds = py.detach(|| image_folder(&root)).py_err()?;
-    let paths = ds.samples.iter().map(|s| s.path.to_string_lossy().into_owned()).collect();
+pub fn scan_image_folder(
+    py: Python<'_>,
+    root: PathBuf,
+) -> PyResult<(Vec<std::ffi::OsString>, Vec<i64>, Vec<std::ffi::OsString>)> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc::RecvTimeoutError;
+    let cancel = Arc::new(AtomicBool::new(false));
+    let (tx, mut rx) = std::sync::mpsc::channel();
+    let scan_cancel = Arc::clone(&cancel);
+    std::thread::Builder::new()
+        .name("trdata-scan".into())
+        .spawn(move || {
+            let _ = tx.send(image_folder_cancellable(&root, &scan_cancel));
+        })
+        .map_err(|e| to_py(TrdataError::Worker(format!("cannot start the folder scan: {e}"))))?;
+    let ds = loop {
+        // The receiver is not Sync: it travels into the detached closure and back.
+        let (got, back) = py.detach(move || (rx.recv_timeout(WAIT_SLICE), rx));
+        rx = back;
+        match got {
+            Ok(result) => break result.py_err()?,
+            Err(RecvTimeoutError::Timeout) => {
+                if let Err(interrupt) = py.check_signals() {
+                    cancel.store(true, Ordering::Relaxed);
+                    return Err(interrupt);
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(to_py(TrdataError::Worker("the folder scan panicked".into())));
+            }
+        }
+    };
     let labels = ds.samples.iter().map(|s| s.label).collect();
+    let paths = ds.samples.into_iter().map(|s| s.path.into_os_string()).collect();
     Ok((paths, labels, ds.classes))
 }
 
@@ -125,7 +158,7 @@ impl NativeLoader {
         py: Python<'_>,
         paths: Vec<PathBuf>,
         labels: Vec<i64>,
-        classes: Vec<String>,
+        classes: Vec<std::ffi::OsString>,
         batch_size: i64,
         workers: i64,
         shuffle: bool,
@@ -374,12 +407,8 @@ impl NativeLoader {
     }
 
     /// Skipped files not reported yet: [(path, reason)].
-    fn drain_skipped(&self) -> Vec<(String, String)> {
-        lock(&self.inner)
-            .drain_skipped()
-            .into_iter()
-            .map(|r| (r.path.to_string_lossy().into_owned(), r.message))
-            .collect()
+    fn drain_skipped(&self) -> Vec<(std::ffi::OsString, String)> {
+        lock(&self.inner).drain_skipped().into_iter().map(|r| (r.path.into_os_string(), r.message)).collect()
     }
 
     /// Stop and join every worker thread; idempotent.

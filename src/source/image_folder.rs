@@ -1,59 +1,178 @@
-//! torchvision ImageFolder: `root/<class>/**/<file>` with classes sorted by name, files sorted by path,
-//! label = class position. Class folders are scanned in parallel on a local rayon pool (never the global
-//! pool: its threads would inherit a pinned worker's affinity if it were first touched from one).
+//! torchvision's ImageFolder, rule for rule (`torchvision/datasets/folder.py`: `find_classes`, `make_dataset`
+//! with `IMG_EXTENSIONS` and `allow_empty=False`), so indices, labels and class names equal torchvision's:
+//! - classes: the entries of `root` that are directories, symlinks followed (`os.scandir` + `is_dir()`), sorted
+//!   the way Python sorts their `str` names: code points of the UTF-8 names decoded with `surrogateescape`
+//!   (what `os.fsdecode` gives), which is not byte order for non-UTF-8 names; label = position;
+//! - samples: class by class, every directory below the class folder (`os.walk(followlinks=True)`) in the order
+//!   of its path string, then the file names in each directory sorted; a file is any entry that is not a
+//!   directory (broken links and FIFOs too: they fail when read, like in torchvision) whose name ends with one
+//!   of [`IMAGE_EXTENSIONS`], ASCII case-insensitively (`str.lower().endswith`);
+//! - no class folder, or a class without any file: a `Source` error (torchvision's `FileNotFoundError`).
+//!
+//! On purpose unlike torchvision: a directory that is its own ancestor (a symlink loop, a link to the root)
+//! is not entered again — found by (device, inode) of the directories on the current path — where torchvision
+//! lists a class's files up to 41 times (one loop) or never finishes (two loops); an unreadable directory is
+//! an error instead of being skipped silently. Names stay bytes (`OsString`) from `readdir` to `open`.
+//!
+//! Class folders are walked in parallel on a local rayon pool (never the global pool: its threads would
+//! inherit a pinned worker's affinity if it were first touched from one); every directory visit checks the
+//! `cancel` flag, so the caller can stop a scan of a huge (or exponentially linked) tree at any time.
 
 use super::{Dataset, SampleRef};
 use crate::error::{Result, TrdataError};
 use rayon::prelude::*;
+use std::cmp::Ordering as CmpOrdering;
+use std::ffi::{OsStr, OsString};
+use std::fs::Metadata;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Extensions accepted by `image_folder`, compared case-insensitively.
-pub const IMAGE_EXTENSIONS: [&str; 3] = ["jpg", "jpeg", "png"];
+/// torchvision's `IMG_EXTENSIONS`: a file belongs to the dataset when its name ends with one of these,
+/// compared ASCII case-insensitively. Formats other than JPEG/PNG are listed and fail when read
+/// ("WebP is not decoded yet"), so indices and labels stay torchvision's.
+pub const IMAGE_EXTENSIONS: [&str; 9] = [".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"];
 
-fn has_image_extension(p: &Path) -> bool {
-    p.extension().and_then(|e| e.to_str()).is_some_and(|e| IMAGE_EXTENSIONS.iter().any(|x| e.eq_ignore_ascii_case(x)))
+/// True when `name` ends with one of [`IMAGE_EXTENSIONS`] (case-insensitive), like torchvision's
+/// `has_file_allowed_extension`. ASCII folding equals Python's `str.lower()` here: the only non-ASCII
+/// characters that lower to ASCII letters (KELVIN SIGN → `k`, `İ` → `i̇`) cannot complete an extension.
+pub fn is_image_file_name(name: &OsStr) -> bool {
+    let b = name.as_bytes();
+    IMAGE_EXTENSIONS
+        .iter()
+        .any(|ext| b.len() >= ext.len() && b[b.len() - ext.len()..].eq_ignore_ascii_case(ext.as_bytes()))
 }
 
-fn io_error(path: &Path, e: std::io::Error) -> TrdataError {
-    TrdataError::Source { path: path.to_path_buf(), message: e.to_string() }
+/// The code points of `bytes` decoded as Python's `os.fsdecode` does on Linux (UTF-8, `surrogateescape`:
+/// each byte of an invalid sequence becomes U+DC80..U+DCFF). Both decoders resume after the maximal invalid
+/// subpart, so the sequences agree.
+fn python_chars(bytes: &[u8]) -> impl Iterator<Item = u32> + '_ {
+    bytes
+        .utf8_chunks()
+        .flat_map(|c| c.valid().chars().map(u32::from).chain(c.invalid().iter().map(|&b| 0xDC00 + u32::from(b))))
 }
 
-/// Files below `dir` (recursively, following symlinks like os.walk(followlinks=True)), sorted.
-fn walk(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> Result<()> {
-    if depth > 64 {
-        return Err(TrdataError::Source {
-            path: dir.to_path_buf(),
-            message: "directory nesting deeper than 64 (symlink loop?)".into(),
-        });
+/// Python's order of two names given as bytes (`sorted()` of their `os.fsdecode`d `str`).
+pub fn python_name_cmp(a: &[u8], b: &[u8]) -> CmpOrdering {
+    // Valid UTF-8 compares the same bytewise and by code point; only invalid bytes need decoding.
+    match (std::str::from_utf8(a), std::str::from_utf8(b)) {
+        (Ok(_), Ok(_)) => a.cmp(b),
+        _ => python_chars(a).cmp(python_chars(b)),
     }
-    let mut entries: Vec<PathBuf> =
-        std::fs::read_dir(dir).map_err(|e| io_error(dir, e))?.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            walk(&p, out, depth + 1)?;
-        } else if has_image_extension(&p) && p.is_file() {
-            out.push(p);
+}
+
+/// A directory's identity: (device, inode) of the directory itself, symlinks resolved.
+type DirId = (u64, u64);
+
+fn dir_id(m: &Metadata) -> DirId {
+    (m.dev(), m.ino())
+}
+
+fn source_error(path: &Path, message: impl Into<String>) -> TrdataError {
+    TrdataError::Source { path: path.to_path_buf(), message: message.into() }
+}
+
+fn io_error(path: &Path, e: &std::io::Error) -> TrdataError {
+    source_error(path, e.to_string())
+}
+
+/// The entries of one directory, split like `os.walk` splits them.
+struct Listing {
+    /// Entries that are directories (symlinks followed), with their identity.
+    subdirs: Vec<(OsString, DirId)>,
+    /// Every other entry (regular files, broken links, FIFOs…), names only; the caller filters them.
+    files: Vec<OsString>,
+}
+
+/// List `dir`. An entry is a directory when it is one after following symlinks; when that cannot be told
+/// (broken link, link loop, entry gone) it is a file, as `DirEntry.is_dir()` → False in `os.walk`.
+fn list_dir(dir: &Path) -> Result<Listing> {
+    let mut out = Listing { subdirs: Vec::new(), files: Vec::new() };
+    for entry in std::fs::read_dir(dir).map_err(|e| io_error(dir, &e))? {
+        let entry = entry.map_err(|e| io_error(dir, &e))?;
+        let dir_meta = match entry.file_type() {
+            Ok(ft) if ft.is_dir() => entry.metadata().ok(),
+            Ok(ft) if ft.is_symlink() => std::fs::metadata(entry.path()).ok().filter(Metadata::is_dir),
+            _ => None,
+        };
+        match dir_meta {
+            Some(m) => out.subdirs.push((entry.file_name(), dir_id(&m))),
+            None => out.files.push(entry.file_name()),
         }
+    }
+    Ok(out)
+}
+
+fn check_cancel(cancel: &AtomicBool, path: &Path) -> Result<()> {
+    if cancel.load(Ordering::Relaxed) {
+        return Err(source_error(path, "folder scan cancelled"));
     }
     Ok(())
 }
 
-/// Build an ImageFolder dataset rooted at `root`.
-pub fn image_folder(root: &Path) -> Result<Dataset> {
-    let meta = std::fs::metadata(root).map_err(|e| io_error(root, e))?;
-    if !meta.is_dir() {
-        return Err(TrdataError::Source { path: root.to_path_buf(), message: "not a directory".into() });
+/// One directory being walked: its identity (an ancestor of everything below) and the subdirectories left.
+struct Frame {
+    id: DirId,
+    path: PathBuf,
+    subdirs: std::vec::IntoIter<(OsString, DirId)>,
+}
+
+/// The image files below `class_dir` in torchvision's order (directories by path string, then names), each
+/// directory entered once per path and never when it is an ancestor of itself (or `root_id`).
+fn walk_class(class_dir: &Path, class_id: DirId, root_id: DirId, cancel: &AtomicBool) -> Result<Vec<PathBuf>> {
+    if class_id == root_id {
+        return Ok(Vec::new()); // a class folder that is a link to the root: the root is its own ancestor
     }
-    let mut classes: Vec<(String, PathBuf)> = std::fs::read_dir(root)
-        .map_err(|e| io_error(root, e))?
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().is_dir())
-        .filter_map(|e| e.file_name().into_string().ok().map(|n| (n, e.path())))
-        .collect();
-    classes.sort();
+    // (directory path, its image file names); sorted by path string once the walk is over.
+    let mut visited: Vec<(PathBuf, Vec<OsString>)> = Vec::new();
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut enter = |path: PathBuf, id: DirId, stack: &mut Vec<Frame>| -> Result<()> {
+        check_cancel(cancel, &path)?;
+        let Listing { subdirs, mut files } = list_dir(&path)?;
+        files.retain(|n| is_image_file_name(n));
+        visited.push((path.clone(), files));
+        stack.push(Frame { id, path, subdirs: subdirs.into_iter() });
+        Ok(())
+    };
+    enter(class_dir.to_path_buf(), class_id, &mut stack)?;
+    while let Some(top) = stack.last_mut() {
+        let Some((name, id)) = top.subdirs.next() else {
+            stack.pop();
+            continue;
+        };
+        let path = top.path.join(&name);
+        if id == root_id || stack.iter().any(|f| f.id == id) {
+            continue; // a cycle: this directory is already on the current path
+        }
+        enter(path, id, &mut stack)?;
+    }
+    // All paths share the class folder as prefix; Path::join adds '/' exactly like os.path.join.
+    visited.sort_by(|a, b| python_name_cmp(a.0.as_os_str().as_bytes(), b.0.as_os_str().as_bytes()));
+    let mut files = Vec::new();
+    for (dir, mut names) in visited {
+        names.sort_by(|a, b| python_name_cmp(a.as_bytes(), b.as_bytes()));
+        files.extend(names.into_iter().map(|n| dir.join(n)));
+    }
+    Ok(files)
+}
+
+/// Build an ImageFolder dataset rooted at `root` (torchvision's rules, see the module documentation).
+pub fn image_folder(root: &Path) -> Result<Dataset> {
+    image_folder_cancellable(root, &AtomicBool::new(false))
+}
+
+/// [`image_folder`] that stops with a `Source` error ("folder scan cancelled") soon after `cancel` is set.
+pub fn image_folder_cancellable(root: &Path, cancel: &AtomicBool) -> Result<Dataset> {
+    let meta = std::fs::metadata(root).map_err(|e| io_error(root, &e))?;
+    if !meta.is_dir() {
+        return Err(source_error(root, "not a directory"));
+    }
+    let root_id = dir_id(&meta);
+    let mut classes = list_dir(root)?.subdirs;
+    classes.sort_by(|a, b| python_name_cmp(a.0.as_bytes(), b.0.as_bytes()));
     if classes.is_empty() {
-        return Err(TrdataError::Source { path: root.to_path_buf(), message: "no class folders found".into() });
+        return Err(source_error(root, "no class folders found (ImageFolder expects root/<class>/<image>)"));
     }
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(8);
     let pool = rayon::ThreadPoolBuilder::new()
@@ -61,27 +180,29 @@ pub fn image_folder(root: &Path) -> Result<Dataset> {
         .thread_name(|i| format!("trdata-scan{i}"))
         .build()
         .map_err(|e| TrdataError::Worker(format!("cannot start the folder-scan pool: {e}")))?;
-    let per_class: Vec<Result<Vec<PathBuf>>> = pool.install(|| {
-        classes
-            .par_iter()
-            .map(|(_, dir)| {
-                let mut files = Vec::new();
-                walk(dir, &mut files, 0)?;
-                Ok(files)
-            })
-            .collect()
-    });
+    let per_class: Vec<Result<Vec<PathBuf>>> = pool
+        .install(|| classes.par_iter().map(|(name, id)| walk_class(&root.join(name), *id, root_id, cancel)).collect());
     let mut samples = Vec::new();
-    for (label, files) in per_class.into_iter().enumerate() {
-        for path in files? {
-            samples.push(SampleRef { path, label: label as i64 });
+    let mut empty = Vec::new();
+    for (label, (files, (name, _))) in per_class.into_iter().zip(&classes).enumerate() {
+        let files = files?;
+        if files.is_empty() {
+            empty.push(name.to_string_lossy().into_owned());
         }
+        samples.extend(files.into_iter().map(|path| SampleRef { path, label: label as i64 }));
     }
-    if samples.is_empty() {
-        return Err(TrdataError::Source {
-            path: root.to_path_buf(),
-            message: format!("no files with extensions {IMAGE_EXTENSIONS:?} in {} class folders", classes.len()),
-        });
+    if !empty.is_empty() {
+        return Err(source_error(
+            root,
+            format!(
+                "found no valid file for the classes {} (no files with extensions {})",
+                empty.join(", "),
+                IMAGE_EXTENSIONS.join(", ")
+            ),
+        ));
+    }
+    if samples.len() > u32::MAX as usize {
+        return Err(source_error(root, "more than 2^32 samples"));
     }
     Ok(Dataset { samples, classes: classes.into_iter().map(|(n, _)| n).collect() })
 }
@@ -89,6 +210,7 @@ pub fn image_folder(root: &Path) -> Result<Dataset> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::symlink;
 
     fn tmpdir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("trdata-src-{name}-{}", std::process::id()));
@@ -97,21 +219,39 @@ mod tests {
         d
     }
 
-    #[test]
-    fn classes_sorted_extensions_case_insensitive() {
-        let root = tmpdir("sorted");
-        for (c, f) in [("b", "x.JPG"), ("a", "z.jpeg"), ("a", "y.png"), ("a", "notes.txt"), ("c", "sub/deep.Jpg")] {
-            let p = root.join(c).join(f);
+    fn touch(root: &Path, rels: &[&str]) {
+        for r in rels {
+            let p = root.join(r);
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
             std::fs::write(p, b"x").unwrap();
         }
+    }
+
+    fn listing(root: &Path, ds: &Dataset) -> Vec<(String, i64)> {
+        ds.samples.iter().map(|s| (s.path.strip_prefix(root).unwrap().display().to_string(), s.label)).collect()
+    }
+
+    #[test]
+    fn torchvision_order_extensions_and_labels() {
+        let root = tmpdir("sorted");
+        touch(
+            &root,
+            &["b/x.JPG", "a/z.jpeg", "a/y.png", "a/notes.txt", "c/sub/deep.Jpg", "c/top.webp", "c/a-b/q.bmp", "c/.tif"],
+        );
         let ds = image_folder(&root).unwrap();
         assert_eq!(ds.classes, ["a", "b", "c"]);
-        let got: Vec<(String, i64)> =
-            ds.samples.iter().map(|s| (s.path.strip_prefix(&root).unwrap().display().to_string(), s.label)).collect();
+        // Directories by path string ("c" < "c/a-b" < "c/sub"), then names: not a depth-first listing.
         assert_eq!(
-            got,
-            [("a/y.png".into(), 0), ("a/z.jpeg".into(), 0), ("b/x.JPG".into(), 1), ("c/sub/deep.Jpg".into(), 2)]
+            listing(&root, &ds),
+            [
+                ("a/y.png".into(), 0),
+                ("a/z.jpeg".into(), 0),
+                ("b/x.JPG".into(), 1),
+                ("c/.tif".into(), 2),
+                ("c/top.webp".into(), 2),
+                ("c/a-b/q.bmp".into(), 2),
+                ("c/sub/deep.Jpg".into(), 2),
+            ]
         );
     }
 
@@ -120,8 +260,46 @@ mod tests {
         let root = tmpdir("empty");
         assert!(matches!(image_folder(&root), Err(TrdataError::Source { .. })));
         std::fs::create_dir_all(root.join("cls")).unwrap();
+        touch(&root, &["other/x.jpg", "cls/x.gif"]);
         let e = image_folder(&root).unwrap_err().to_string();
-        assert!(e.contains("no files"), "{e}");
+        assert!(e.contains("no valid file for the classes cls (no files with extensions .jpg, .jpeg"), "{e}");
         assert!(matches!(image_folder(&root.join("missing")), Err(TrdataError::Source { .. })));
+    }
+
+    #[test]
+    fn symlink_cycles_are_entered_once() {
+        let root = tmpdir("loops");
+        touch(&root, &["a/x.jpg", "a/s/y.jpg", "b/z.jpg"]);
+        symlink(".", root.join("a/self")).unwrap();
+        symlink("..", root.join("a/s/up")).unwrap();
+        symlink("../..", root.join("a/s/root")).unwrap();
+        symlink("../../b", root.join("a/s/sib")).unwrap(); // not an ancestor: followed, like torchvision
+        let ds = image_folder(&root).unwrap();
+        assert_eq!(
+            listing(&root, &ds),
+            [("a/x.jpg".into(), 0), ("a/s/y.jpg".into(), 0), ("a/s/sib/z.jpg".into(), 0), ("b/z.jpg".into(), 1)]
+        );
+    }
+
+    #[test]
+    fn python_order_of_non_utf8_names() {
+        use std::os::unix::ffi::OsStrExt as _;
+        // As bytes: 0x80 < 0xC3 ("é") < 0xEE ("\u{e000}") < 0xFF; as Python str: "é" < "\udc80" < "\udcff" < "\ue000".
+        let mut names: Vec<&[u8]> = vec![b"\xff", "\u{e000}".as_bytes(), b"\x80x", "é".as_bytes(), b"a", b"caf\xe9"];
+        names.sort_by(|a, b| python_name_cmp(a, b));
+        assert_eq!(names, [&b"a"[..], b"caf\xe9", "é".as_bytes(), b"\x80x", b"\xff", "\u{e000}".as_bytes()]);
+        // A truncated sequence followed by a valid character: the valid one is decoded, not swallowed.
+        assert_eq!(python_chars(b"\xe4\xb8\xe4\xb8\xad").collect::<Vec<_>>(), [0xDCE4, 0xDCB8, 0x4E2D]);
+        assert!(is_image_file_name(OsStr::from_bytes(b"\xff.JPEG")));
+        assert!(!is_image_file_name(OsStr::from_bytes(b"xjpg")));
+        assert!(is_image_file_name(OsStr::from_bytes(b".jpg")));
+    }
+
+    #[test]
+    fn cancel_stops_the_scan() {
+        let root = tmpdir("cancel");
+        touch(&root, &["a/x.jpg"]);
+        let e = image_folder_cancellable(&root, &AtomicBool::new(true)).unwrap_err().to_string();
+        assert!(e.contains("cancelled"), "{e}");
     }
 }

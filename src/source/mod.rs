@@ -1,11 +1,17 @@
-//! source — where samples come from: a list of (path, label) built once per loader.
-//! `image_folder` follows torchvision's ImageFolder convention; `file_list` takes explicit lists.
+//! source — where samples come from, the first stage of the pipeline (**source** → plan → worker → decode):
+//! a list of (path, label) built once per loader, and the bytes of one sample read by a worker.
+//! `image_folder` follows torchvision's ImageFolder rules; `file_list` takes explicit lists; `read_sample`
+//! reads one regular file, bounded. Paths and class names stay bytes (`PathBuf`/`OsString`) end to end:
+//! Linux file names need not be UTF-8, and the Python side sees them as `os.fsdecode` strings.
 
 mod image_folder;
+mod read;
 
-pub use image_folder::{IMAGE_EXTENSIONS, image_folder};
+pub use image_folder::{IMAGE_EXTENSIONS, image_folder, image_folder_cancellable, is_image_file_name, python_name_cmp};
+pub use read::{read_sample, undecoded_format};
 
 use crate::error::{Result, TrdataError};
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 /// One sample: a file and its label.
@@ -22,8 +28,8 @@ pub struct SampleRef {
 pub struct Dataset {
     /// The samples in index order.
     pub samples: Vec<SampleRef>,
-    /// Class names (ImageFolder) or empty (file lists).
-    pub classes: Vec<String>,
+    /// Class names (ImageFolder: folder names, bytes as on disk) or empty (file lists).
+    pub classes: Vec<OsString>,
 }
 
 impl Dataset {

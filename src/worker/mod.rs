@@ -12,7 +12,7 @@ pub mod affinity;
 use crate::augment::rng::{OP_SKIP_REPLACEMENT, SampleRng};
 use crate::augment::{SampleKey, SamplePipeline, WorkerScratch};
 use crate::config::{ErrorPolicy, PinMode};
-use crate::error::{ImageError, ImageErrorKind, Result, SampleError, TrdataError};
+use crate::error::{ImageError, Result, SampleError, TrdataError};
 use crate::plan::claim::WorkerClaim;
 use crate::plan::resume::SeqBitmap;
 use crate::plan::{EpochPlan, PlanShape};
@@ -21,7 +21,6 @@ use crate::stats::Stats;
 use crate::sync::{Arc, AtomicU64, Condvar, Mutex, Ordering, lock};
 use crate::transfer::Station;
 use std::collections::HashSet;
-use std::io::Read;
 use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -302,19 +301,6 @@ fn worker_main(shared: Arc<PoolShared>, w: usize, workers: usize, cpu: Option<us
     }
 }
 
-fn read_file(path: &std::path::Path, buf: &mut Vec<u8>) -> std::result::Result<(), ImageError> {
-    let io = |e: std::io::Error| ImageError::new(ImageErrorKind::Io, e.to_string());
-    let mut f = std::fs::File::open(path).map_err(io)?;
-    let len = f.metadata().map_err(io)?.len();
-    if len > MAX_FILE_BYTES {
-        return Err(ImageError::new(ImageErrorKind::TooLarge, format!("file of {len} bytes exceeds {MAX_FILE_BYTES}")));
-    }
-    buf.clear();
-    buf.reserve(len as usize);
-    f.read_to_end(buf).map_err(io)?;
-    Ok(())
-}
-
 /// Decode sample `index` into `dst`, replacing it under the skip policy. Returns the dataset index whose
 /// pixels were written.
 ///
@@ -384,7 +370,7 @@ fn attempt_sample(
     let ctx = &job.ctx;
     let sample = &ctx.dataset.samples[index as usize];
     let t0 = Instant::now();
-    let result = read_file(&sample.path, file_buf).and_then(|()| {
+    let result = crate::source::read_sample(&sample.path, MAX_FILE_BYTES, file_buf).and_then(|()| {
         Stats::add_since(&ctx.stats.read_ns, t0);
         Stats::add(&ctx.stats.bytes_read, file_buf.len() as u64);
         let key = SampleKey { seed: ctx.seed, epoch: job.plan.epoch, index };
