@@ -12,6 +12,7 @@ from .errors import (
     DecodeError,
     LoaderClosedError,
     SourceError,
+    StaleIteratorError,
     TrdataError,
     WorkerError,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "Resize",
     "Source",
     "SourceError",
+    "StaleIteratorError",
     "Transform",
     "TrdataError",
     "WorkerError",
