@@ -54,11 +54,20 @@ def raises_config(param: str, fn, *args, **kwargs) -> trdata.ConfigError:
 
 @pytest.mark.parametrize("cls", [trdata.CenterCrop, trdata.Resize, trdata.RandomResizedCrop])
 @pytest.mark.parametrize(
-    "size", ["32", b"32", "3", 32.0, 2.5, True, -4, 0, (32,), (32, 32, 3), ("3", "2"), (32.0, 32), (True, 4)]
+    "size", ["32", b"32", "3", 32.0, 2.5, True, None, (32,), (32, 32, 3), ("3", "2"), (32.0, 32), (True, 4)]
 )
-def test_bad_sizes_are_refused_at_construction(cls, size):
-    # CenterCrop('32') used to give 3×2 images (the string split into characters)
+def test_sizes_of_the_wrong_type_are_refused_at_construction(cls, size):
+    # CenterCrop('32') used to give 3×2 images (the string split into characters); torchvision refuses a
+    # string size when the transform is made, so does trdata
     raises_config("size", cls, size)
+
+
+@pytest.mark.parametrize("cls", [trdata.CenterCrop, trdata.Resize, trdata.RandomResizedCrop])
+@pytest.mark.parametrize("size", [-4, 0, (0, 8), (8, -1)])
+def test_sizes_out_of_range_are_refused_by_the_loader(jpegs, cls, size):
+    raises_config(
+        "size", make, jpegs, transforms=[cls(size)] + ([trdata.CenterCrop(8)] if cls is trdata.Resize else [])
+    )
 
 
 def test_good_sizes(jpegs):
@@ -99,7 +108,11 @@ def test_bool_parameters_must_be_bools(jpegs, param, value):
 
 def test_numpy_bools_and_ints_are_accepted(jpegs):
     with make(
-        jpegs, shuffle=np.bool_(True), reproducible=np.True_, batch_size=np.int64(3), seed=np.uint64(2**64 - 1)
+        jpegs,
+        shuffle=np.bool_(True),
+        reproducible=np.True_,
+        batch_size=np.int64(3),
+        seed=np.uint64(2**64 - 1),
     ) as loader:
         assert len(loader) == 4
         assert sorted(i for b in loader for i in b.indices.tolist()) == list(range(12))

@@ -4,10 +4,10 @@ Semantics follow torchvision (RandomResizedCrop sampling, Resize(int) on the sho
 rounding), with antialiased bilinear resampling as Pillow does it. Transforms are not Python callables:
 compose the built-in ones as a list, ``Loader(..., transforms=[Resize(256), CenterCrop(224)])``.
 
-Arguments are checked when a transform is made, each error a ``ConfigError`` naming the argument: a size
-is an int or an ``(height, width)`` pair of two ints, all positive (a string, float or bool is refused,
-as torchvision refuses a string); ``scale``, ``ratio`` and ``p`` are real numbers (their ranges are
-checked by the core when the Loader is built).
+Argument types are checked when a transform is made (as torchvision refuses ``CenterCrop('32')`` at
+construction), values when the Loader is built; each error is a ``ConfigError`` naming the argument. A size
+is an int or an ``(height, width)`` pair of exactly two ints, all ≥ 1 (a string, float or bool is
+refused); ``scale``, ``ratio`` and ``p`` are real numbers, their ranges checked by the core.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, numbers.Integral) and not isinstance(v, bool) and type(v).__name__ != "bool_"
 
 
-def _size(size: Any, name: str = "size") -> tuple[int, int]:
-    """``size`` → (height, width): an int (square) or a sequence of exactly two ints, all ≥ 1."""
+def _size(size: Any, name: str = "size", *, values: bool = True) -> tuple[int, int]:
+    """``size`` → (height, width): an int (square) or a sequence of exactly two ints, all ≥ 1 (checked only
+    with ``values``)."""
     if _is_int(size):
         h = w = int(size)
     elif isinstance(size, Sequence) and not isinstance(size, (str, bytes)) and len(size) == 2:
@@ -39,7 +40,7 @@ def _size(size: Any, name: str = "size") -> tuple[int, int]:
         raise ConfigError(
             f"invalid {name}: {size!r} must be an int or a (height, width) pair of ints", parameter=name
         )
-    if h <= 0 or w <= 0:
+    if values and (h <= 0 or w <= 0):
         raise ConfigError(f"invalid {name}: {size!r} must be positive", parameter=name)
     return h, w
 
@@ -88,7 +89,9 @@ class RandomResizedCrop(Transform):
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
 
     def __post_init__(self) -> None:
-        self._spec()
+        _size(self.size, values=False)
+        _pair(self.scale, "scale")
+        _pair(self.ratio, "ratio")
 
     def _spec(self) -> tuple:
         h, w = _size(self.size)
@@ -103,7 +106,7 @@ class Resize(Transform):
     size: int | tuple[int, int]
 
     def __post_init__(self) -> None:
-        self._spec()
+        _size(self.size, values=False)
 
     def _spec(self) -> tuple:
         if _is_int(self.size):
@@ -119,7 +122,7 @@ class CenterCrop(Transform):
     size: int | tuple[int, int]
 
     def __post_init__(self) -> None:
-        self._spec()
+        _size(self.size, values=False)
 
     def _spec(self) -> tuple:
         h, w = _size(self.size)
