@@ -35,7 +35,9 @@ def _int(name: str, value: Any, lo: int | None = None, hi: int | None = None) ->
     v = int(value)
     if lo is not None and hi is not None:
         if not lo <= v <= hi:
-            raise ConfigError(f"invalid {name}: {v} must be in [{lo}, {hi}]", parameter=name)
+            end = hi + 1
+            top = f"2**{end.bit_length() - 1})" if end >= 2**32 and end & (end - 1) == 0 else f"{hi}]"
+            raise ConfigError(f"invalid {name}: {v} must be in [{lo}, {top}", parameter=name)
     elif v >= 2**63:
         raise ConfigError(f"invalid {name}: {v} is too large", parameter=name)
     elif v < -(2**63):
@@ -415,6 +417,7 @@ class Loader:
         rank = None if rank is None else _int("rank", rank)
         world_size = None if world_size is None else _int("world_size", world_size)
         rank, world_size = _resolve_rank(rank, world_size)
+        rank, world_size = _int("rank", rank), _int("world_size", world_size)  # from torch or the environment
         batch_size = _int("batch_size", batch_size)
         prefetch = _int("prefetch", prefetch)
         max_held_batches = _int("max_held_batches", max_held_batches)

@@ -186,5 +186,7 @@ def specs(transforms: Any) -> list[tuple]:
     return out
 
 
-#: ImageNet mean and std in [0, 1] units: out = (x / 255 - mean) / std.
+#: ImageNet mean and std in [0, 1] units: out = (x / 255 - mean) / std. ``Loader(normalize=...)`` also
+#: takes them in 0–255 units (``((123.675, 116.28, 103.53), (58.395, 57.12, 57.375))``, the DALI/FFCV
+#: habit): any std > 1 or every mean > 1 means 0–255 units; mixed units raise ConfigError (Loader docs).
 IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
