@@ -192,3 +192,28 @@ impl LoaderConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_choice_round_trips_and_only_exact_strings_parse() {
+        for (name, v) in LAST_BATCH {
+            assert_eq!(LastBatch::parse(name).unwrap(), *v);
+            assert_eq!(v.name(), *name);
+        }
+        for (name, v) in DTYPE {
+            assert_eq!(parse_choice("dtype", DTYPE, name).unwrap(), *v);
+            assert_eq!(choice_name(DTYPE, *v), *name);
+        }
+        assert_eq!(PinMode::parse("numa").unwrap(), PinMode::Numa);
+        assert_eq!(ErrorPolicy::parse("skip").unwrap(), ErrorPolicy::Skip);
+        for bad in ["Drop", "drop ", "", "DROP"] {
+            let e = LastBatch::parse(bad).unwrap_err().to_string();
+            assert_eq!(e, format!("invalid last_batch: {bad:?} is not one of 'partial', 'drop', 'pad'"));
+        }
+        let e = parse_choice("layout", LAYOUT, "nchw").unwrap_err().to_string();
+        assert_eq!(e, "invalid layout: \"nchw\" is not one of 'NCHW', 'NHWC'");
+    }
+}

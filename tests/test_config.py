@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import trdata
 from trdata import _core
-from trdata.loader import CHOICES
 
 RRC = [trdata.RandomResizedCrop(16)]
 
@@ -185,7 +184,8 @@ def test_type_errors_name_the_parameter(jpegs, param, value):
 
 
 def test_each_choice_has_one_list_and_every_documented_string_works(jpegs):
-    assert CHOICES == dict(_core.CHOICES)
+    CHOICES = trdata.loader.CHOICES
+    assert dict(_core.CHOICES) == CHOICES
     assert set(CHOICES) == {"dtype", "layout", "last_batch", "on_error", "pin"}
     assert set(CHOICES["dtype"]) == {"uint8", "float16", "bfloat16", "float32"}
     for param, names in CHOICES.items():
