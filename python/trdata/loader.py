@@ -67,7 +67,11 @@ def _normalize(normalize: Any) -> tuple[tuple[float, ...], tuple[float, ...]] | 
             raise bad("must be (mean, std), each 3 numbers (R, G, B)")
         return tuple(float(x) for x in v)
 
-    if isinstance(normalize, (str, bytes)) or not isinstance(normalize, Sequence) or len(normalize) != 2:
+    if (
+        isinstance(normalize, (str, bytes))
+        or not isinstance(normalize, (Sequence, np.ndarray))
+        or len(normalize) != 2
+    ):
         raise bad("must be (mean, std), each 3 numbers (R, G, B)")
     mean, std = three(normalize[0]), three(normalize[1])
     if not all(math.isfinite(x) for x in mean + std):
@@ -615,11 +619,13 @@ class Loader:
         return dict(self._native.stats())
 
     def close(self) -> None:
-        """Stop the workers and join them; idempotent. Batches still referenced stay valid."""
+        """Stop the workers and join them; idempotent. Batches still referenced stay valid. In a process
+        other than the creating one (a fork child) it does nothing."""
         self._native.close()
 
     @property
     def closed(self) -> bool:
+        """True once closed, and always in a process other than the creating one (a fork child)."""
         return self._native.closed
 
     def __enter__(self) -> Loader:
