@@ -323,3 +323,19 @@ def test_two_threads_never_interleave_two_epochs(noisy_jpegs):
         a_rows = [i for _, ix in a_batches for i in ix]
         assert len(a_rows) == len(set(a_rows))  # no duplicates within A's part of its epoch
         assert sorted(i for _, ix in b_batches for i in ix) == list(range(40))  # B: a whole epoch, once each
+
+
+def test_superseded_iterator_on_a_cuda_loader(noisy_jpegs):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("CUDA not available")
+    paths = noisy_jpegs[:24]
+    with _slow_loader(paths, batch_size=4, shuffle=True, device="cuda:0") as loader:
+        it1 = iter(loader)
+        first = next(it1)
+        it2 = iter(loader)
+        with pytest.raises(trdata.StaleIteratorError):
+            next(it1)
+        rows = [(b.epoch, b.indices.tolist()) for b in it2]
+        assert {e for e, _ in rows} == {first.epoch + 1}
+        assert sorted(i for _, ix in rows for i in ix) == list(range(24))
