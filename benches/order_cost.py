@@ -67,8 +67,10 @@ def main() -> None:
                 best[ordered] = max(best.get(ordered, 0.0), v)
                 label = "in order (default)" if ordered else "out of order"
                 print(f"  {name} round {r}: {label:<19} {v:8.0f} img/s")
-        print(f"{name}: out of order {best[False]:.0f} img/s, in order {best[True]:.0f} img/s, "
-              f"ratio {best[True] / best[False]:.3f}")
+        print(
+            f"{name}: out of order {best[False]:.0f} img/s, in order {best[True]:.0f} img/s, "
+            f"ratio {best[True] / best[False]:.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -1,8 +1,50 @@
 //! Loader configuration as validated data. Python (src/py) parses user values into these types; the
 //! constructors here check ranges and name the offending parameter in the error.
 
-use crate::augment::SamplePipeline;
+use crate::augment::{DType, Layout, SamplePipeline};
 use crate::error::{Result, TrdataError};
+
+/// The one list of accepted strings per choice parameter, in documented order. `parse_choice` and
+/// `choice_name` translate through them; the binding exports them to Python as `_core.CHOICES`.
+pub type Choices<T> = &'static [(&'static str, T)];
+
+/// `last_batch` values.
+pub const LAST_BATCH: Choices<LastBatch> =
+    &[("partial", LastBatch::Partial), ("drop", LastBatch::Drop), ("pad", LastBatch::Pad)];
+/// `on_error` values.
+pub const ON_ERROR: Choices<ErrorPolicy> = &[("raise", ErrorPolicy::Raise), ("skip", ErrorPolicy::Skip)];
+/// `pin` values.
+pub const PIN: Choices<PinMode> =
+    &[("round-robin", PinMode::RoundRobin), ("numa", PinMode::Numa), ("none", PinMode::None)];
+/// `dtype` values (output element type).
+pub const DTYPE: Choices<DType> =
+    &[("float32", DType::F32), ("float16", DType::F16), ("bfloat16", DType::BF16), ("uint8", DType::U8)];
+/// `layout` values.
+pub const LAYOUT: Choices<Layout> = &[("NCHW", Layout::Nchw), ("NHWC", Layout::Nhwc)];
+
+/// `'a', 'b', 'c'`: the accepted strings of a choice, for messages.
+pub fn choice_list<T>(choices: Choices<T>) -> String {
+    choices.iter().map(|(n, _)| format!("'{n}'")).collect::<Vec<_>>().join(", ")
+}
+
+/// The error for a value (shown as `shown`, e.g. a Python repr) that is not one of `choices`.
+pub fn choice_error<T>(parameter: &str, choices: Choices<T>, shown: &str) -> TrdataError {
+    TrdataError::config(parameter, format!("{shown} is not one of {}", choice_list(choices)))
+}
+
+/// Parse `s` as one of `choices` (exact match), naming `parameter` otherwise.
+pub fn parse_choice<T: Copy>(parameter: &str, choices: Choices<T>, s: &str) -> Result<T> {
+    choices
+        .iter()
+        .find(|(n, _)| *n == s)
+        .map(|(_, v)| *v)
+        .ok_or_else(|| choice_error(parameter, choices, &format!("{s:?}")))
+}
+
+/// The accepted string of `value` in `choices`.
+pub fn choice_name<T: PartialEq>(choices: Choices<T>, value: T) -> &'static str {
+    choices.iter().find(|(_, v)| *v == value).map_or("?", |(n, _)| n)
+}
 
 /// What to do with the last, incomplete batch of an engine's epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,12 +60,12 @@ pub enum LastBatch {
 impl LastBatch {
     /// Parse `drop` / `pad` / `partial`.
     pub fn parse(s: &str) -> Result<Self> {
-        match s {
-            "drop" => Ok(Self::Drop),
-            "pad" => Ok(Self::Pad),
-            "partial" => Ok(Self::Partial),
-            _ => Err(TrdataError::config("last_batch", format!("{s:?} is not one of 'drop', 'pad', 'partial'"))),
-        }
+        parse_choice("last_batch", LAST_BATCH, s)
+    }
+
+    /// The accepted string of this value.
+    pub fn name(self) -> &'static str {
+        choice_name(LAST_BATCH, self)
     }
 }
 
@@ -39,11 +81,7 @@ pub enum ErrorPolicy {
 impl ErrorPolicy {
     /// Parse `raise` / `skip`.
     pub fn parse(s: &str) -> Result<Self> {
-        match s {
-            "raise" => Ok(Self::Raise),
-            "skip" => Ok(Self::Skip),
-            _ => Err(TrdataError::config("on_error", format!("{s:?} is not one of 'raise', 'skip'"))),
-        }
+        parse_choice("on_error", ON_ERROR, s)
     }
 }
 
@@ -61,14 +99,12 @@ pub enum PinMode {
 impl PinMode {
     /// Parse `none` / `round-robin` / `numa`.
     pub fn parse(s: &str) -> Result<Self> {
-        match s {
-            "none" => Ok(Self::None),
-            "round-robin" => Ok(Self::RoundRobin),
-            "numa" => Ok(Self::Numa),
-            _ => Err(TrdataError::config("pin", format!("{s:?} is not one of 'round-robin', 'numa', 'none'"))),
-        }
+        parse_choice("pin", PIN, s)
     }
 }
+
+/// Largest `max_held_batches` (each held batch may keep one batch buffer allocated).
+pub const MAX_HELD_BATCHES: usize = 65_536;
 
 /// CPU ids must be below this (glibc's CPU_SETSIZE) to be pinnable.
 pub const MAX_CPU_ID: usize = 1024;
@@ -109,6 +145,13 @@ pub struct LoaderConfig {
 }
 
 impl LoaderConfig {
+    /// The default of `reproducible` when the user gives none: fixed slots (dataset order) for an unshuffled
+    /// loader — eval code writes predictions by position, as with torch's DataLoader — and first-finished slots
+    /// for a shuffled one, whose order is random anyway (`benches/order_cost.py` measures what order costs).
+    pub fn default_reproducible(shuffle: bool) -> bool {
+        !shuffle
+    }
+
     /// Check ranges; names the parameter at fault.
     pub fn validate(&self) -> Result<()> {
         if self.batch_size == 0 {
@@ -141,6 +184,12 @@ impl LoaderConfig {
                 return Err(TrdataError::config("cpus", format!("CPU id {bad} is not below {MAX_CPU_ID}")));
             }
         }
+        if self.max_held_batches > MAX_HELD_BATCHES {
+            return Err(TrdataError::config(
+                "max_held_batches",
+                format!("{} must be in 0..={MAX_HELD_BATCHES}", self.max_held_batches),
+            ));
+        }
         if self.prefetch < 2 || self.prefetch > 64 {
             return Err(TrdataError::config(
                 "prefetch",
@@ -148,5 +197,30 @@ impl LoaderConfig {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_choice_round_trips_and_only_exact_strings_parse() {
+        for (name, v) in LAST_BATCH {
+            assert_eq!(LastBatch::parse(name).unwrap(), *v);
+            assert_eq!(v.name(), *name);
+        }
+        for (name, v) in DTYPE {
+            assert_eq!(parse_choice("dtype", DTYPE, name).unwrap(), *v);
+            assert_eq!(choice_name(DTYPE, *v), *name);
+        }
+        assert_eq!(PinMode::parse("numa").unwrap(), PinMode::Numa);
+        assert_eq!(ErrorPolicy::parse("skip").unwrap(), ErrorPolicy::Skip);
+        for bad in ["Drop", "drop ", "", "DROP"] {
+            let e = LastBatch::parse(bad).unwrap_err().to_string();
+            assert_eq!(e, format!("invalid last_batch: {bad:?} is not one of 'partial', 'drop', 'pad'"));
+        }
+        let e = parse_choice("layout", LAYOUT, "nchw").unwrap_err().to_string();
+        assert_eq!(e, "invalid layout: \"nchw\" is not one of 'NCHW', 'NHWC'");
     }
 }

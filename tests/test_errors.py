@@ -75,7 +75,12 @@ def test_raise_names_file_and_sample_then_closes(small_paths, tmp_path):
 
 @pytest.mark.parametrize(
     "content,kind",
-    [(b"", "Empty"), (b"\x00\x01 no magic here", "UnknownFormat"), (b"GIF89a....", "Unsupported"), (None, "Io")],
+    [
+        (b"", "Empty"),
+        (b"\x00\x01 no magic here", "UnknownFormat"),
+        (b"GIF89a....", "Unsupported"),
+        (None, "Io"),
+    ],
 )
 def test_bad_files_have_typed_kinds(small_paths, tmp_path, content, kind):
     f = tmp_path / "x.jpg"

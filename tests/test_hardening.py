@@ -100,7 +100,9 @@ def test_skip_raises_only_when_nothing_decodes(tmp_path):
         p.write_bytes(b"garbage" * (i + 1))
         paths.append(str(p))
     src = trdata.FileList(paths, [0] * 6)
-    with trdata.Loader(src, batch_size=2, workers=2, on_error="skip", transforms=[trdata.CenterCrop(8)]) as loader:
+    with trdata.Loader(
+        src, batch_size=2, workers=2, on_error="skip", transforms=[trdata.CenterCrop(8)]
+    ) as loader:
         with pytest.raises(trdata.DecodeError) as exc:
             list(loader)
     assert "no other sample" in str(exc.value)
@@ -122,7 +124,9 @@ def test_unshuffled_loader_delivers_dataset_order_by_default(tmp_path, workers):
 def test_epoch_counter_never_wraps(tmp_path):
     paths = write_jpegs(tmp_path, 4)
     src = trdata.FileList(paths, [0, 1, 2, 3])
-    with trdata.Loader(src, batch_size=2, workers=1, transforms=[trdata.CenterCrop(8)], reproducible=True) as loader:
+    with trdata.Loader(
+        src, batch_size=2, workers=1, transforms=[trdata.CenterCrop(8)], reproducible=True
+    ) as loader:
         state = loader.state_dict()
         state["epoch"] = 2**64 - 1
         state["batches"] = len(loader)  # "epoch 2**64-1 finished": the next would be 2**64

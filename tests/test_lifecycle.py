@@ -129,3 +129,214 @@ def test_fork_after_start_is_refused(small_paths):
     assert msg.startswith(b"refused:"), msg
     assert len(list(loader)) == 4  # the parent keeps working
     loader.close()
+
+
+# --- fork while another thread iterates; superseded iterators (issue 7) -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def noisy_jpegs(tmp_path_factory) -> list[str]:
+    """48 noise JPEGs of 192×192: slow enough to decode that a consumer waits inside `next` most of the time."""
+    import numpy as np
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("noisy")
+    rng = np.random.default_rng(1)
+    paths = []
+    for i in range(48):
+        p = root / f"{i:02d}.jpg"
+        Image.fromarray(rng.integers(0, 256, (192, 192, 3), dtype=np.uint8)).save(p, quality=95)
+        paths.append(str(p))
+    return paths
+
+
+def _slow_loader(paths, **kw):
+    kw.setdefault("batch_size", 2)
+    return trdata.Loader(
+        trdata.FileList(paths), workers=1, transforms=[trdata.RandomResizedCrop(160)], dtype="uint8", **kw
+    )
+
+
+_CHILD_CALLS = {
+    "len": lambda L: len(L),
+    "epoch": lambda L: L.epoch,
+    "stats": lambda L: L.stats(),
+    "state_dict": lambda L: L.state_dict(),
+    "load_state_dict": lambda L: L.load_state_dict(L._state0),
+    "set_epoch": lambda L: L.set_epoch(3),
+    "iter": lambda L: iter(L),
+    "next": lambda L: next(iter(L)),
+    "device_mem_info": lambda L: L.device_mem_info(),
+}
+
+
+def _in_forked_child(fn, timeout_s: int = 4) -> str:
+    """Run ``fn()`` in a forked child that SIGALRM kills after ``timeout_s`` (so a hang fails, not hangs, the
+    test); returns what it wrote to the pipe, or 'hung' / the signal that killed it."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: only os._exit leaves it
+        try:
+            os.close(r)
+            signal.alarm(timeout_s)  # default action: terminate
+            try:
+                msg = fn()
+            except BaseException as e:  # noqa: BLE001 - reported to the parent
+                msg = f"{type(e).__name__}: {e}"
+            os.write(w, msg.encode()[:300])
+        finally:
+            os._exit(0)
+    os.close(w)
+    _, status = os.waitpid(pid, 0)
+    out = os.read(r, 400).decode()
+    os.close(r)
+    if os.WIFSIGNALED(status):
+        return "hung" if os.WTERMSIG(status) == signal.SIGALRM else f"killed by signal {os.WTERMSIG(status)}"
+    return out
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_fork_while_another_thread_iterates_refuses_every_call(noisy_jpegs):
+    import threading
+
+    loader = _slow_loader(noisy_jpegs)
+    loader._state0 = loader.state_dict()
+    stop = threading.Event()
+    got: list[int] = []
+    last: list = []
+    errors: list[BaseException] = []
+
+    def iterate():
+        try:
+            while not stop.is_set():
+                for b in loader:  # the native loader's mutex is held inside next() while it waits
+                    got.append(b.epoch)
+                    last[:] = [b]
+                    if stop.is_set():
+                        break
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    t = threading.Thread(target=iterate)
+    t.start()
+    try:
+        while len(got) < 2:
+            time.sleep(0.01)
+        results = {}
+        for name, call in _CHILD_CALLS.items():
+            results[name] = _in_forked_child(lambda call=call: repr(call(loader)))
+        results["closed"] = _in_forked_child(lambda: repr(loader.closed))
+        results["close"] = _in_forked_child(lambda: repr(loader.close()))
+
+        def drop_all():
+            last.clear()  # a batch of the parent's loader, then the loader itself
+            del loader._native
+            import gc
+
+            gc.collect()
+            return "dropped"
+
+        results["drop"] = _in_forked_child(drop_all)
+        n_before, deadline = len(got), time.monotonic() + 20
+        while len(got) <= n_before + 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(got) > n_before + 2, "the parent's iteration must go on"
+    finally:
+        stop.set()
+        t.join(timeout=30)
+    assert not t.is_alive() and not errors, errors
+    for name in _CHILD_CALLS:
+        assert results[name].startswith("LoaderClosedError: "), (name, results[name])
+        assert "fork" in results[name] and "create the Loader in the child" in results[name], results[name]
+    assert results["closed"] == "True", results["closed"]
+    assert results["close"] == "None", results["close"]
+    assert results["drop"] == "dropped", results["drop"]
+    last.clear()
+    assert sum(1 for _ in loader) == len(loader)  # the parent keeps working
+    loader.close()
+
+
+def test_a_new_iterator_supersedes_an_older_one_in_the_same_thread(noisy_jpegs):
+    paths = noisy_jpegs[:24]
+    with _slow_loader(paths, batch_size=4, shuffle=True, reproducible=True) as loader:
+        it1 = iter(loader)
+        first = next(it1)
+        it2 = iter(loader)  # created, not started yet: it already owns the loader
+        with pytest.raises(trdata.StaleIteratorError, match="superseded"):
+            next(it1)
+        with pytest.raises(StopIteration):
+            next(it1)  # a stale iterator stays finished
+        second = [(b.epoch, b.indices.tolist()) for b in it2]
+        assert {e for e, _ in second} == {first.epoch + 1}
+        assert sorted(i for _, ix in second for i in ix) == list(range(24))
+
+        it3 = iter(loader)
+        next(it3)
+        it4 = iter(loader)
+        rest = [next(it4).indices.tolist()]  # started: the older one gets an error, never a batch of it
+        with pytest.raises(trdata.StaleIteratorError):
+            next(it3)
+        rest += [b.indices.tolist() for b in it4]
+        assert sorted(i for ix in rest for i in ix) == list(range(24))
+        assert isinstance(trdata.StaleIteratorError("x"), RuntimeError)
+
+        # the common pattern: peek, break, then a fresh full loop
+        for _ in loader:
+            break
+        epoch = loader.epoch
+        full = [(b.epoch, b.indices.tolist()) for b in loader]
+        assert {e for e, _ in full} == {epoch}
+        assert sorted(i for _, ix in full for i in ix) == list(range(24))
+
+
+def test_two_threads_never_interleave_two_epochs(noisy_jpegs):
+    import threading
+
+    paths = noisy_jpegs[:40]
+    with _slow_loader(paths, batch_size=2, shuffle=True) as loader:
+        a_batches: list = []
+        a_error: list[BaseException] = []
+        a_started = threading.Event()
+
+        def consume_slowly():
+            try:
+                for b in loader:
+                    a_batches.append((b.epoch, b.indices.tolist()))
+                    if len(a_batches) == 2:
+                        a_started.set()
+                    time.sleep(0.05)
+            except BaseException as e:  # noqa: BLE001
+                a_error.append(e)
+            finally:
+                a_started.set()
+
+        t = threading.Thread(target=consume_slowly)
+        t.start()
+        assert a_started.wait(30)
+        b_batches = [(b.epoch, b.indices.tolist()) for b in loader]  # a second thread's iteration
+        t.join(timeout=30)
+        assert not t.is_alive()
+        assert len(a_batches) < len(loader), "thread A should have been mid-epoch"
+        assert len(a_error) == 1 and isinstance(a_error[0], trdata.StaleIteratorError), a_error
+        a_epochs = {e for e, _ in a_batches}
+        b_epochs = {e for e, _ in b_batches}
+        assert len(a_epochs) == 1 and len(b_epochs) == 1 and a_epochs != b_epochs, (a_epochs, b_epochs)
+        a_rows = [i for _, ix in a_batches for i in ix]
+        assert len(a_rows) == len(set(a_rows))  # no duplicates within A's part of its epoch
+        assert sorted(i for _, ix in b_batches for i in ix) == list(range(40))  # B: a whole epoch, once each
+
+
+def test_superseded_iterator_on_a_cuda_loader(noisy_jpegs):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("CUDA not available")
+    paths = noisy_jpegs[:24]
+    with _slow_loader(paths, batch_size=4, shuffle=True, device="cuda:0") as loader:
+        it1 = iter(loader)
+        first = next(it1)
+        it2 = iter(loader)
+        with pytest.raises(trdata.StaleIteratorError):
+            next(it1)
+        rows = [(b.epoch, b.indices.tolist()) for b in it2]
+        assert {e for e, _ in rows} == {first.epoch + 1}
+        assert sorted(i for _, ix in rows for i in ix) == list(range(24))

@@ -5,6 +5,9 @@ from typing import Any
 __version__: str
 
 def scan_image_folder(root: str) -> tuple[list[str], list[int], list[str]]: ...
+
+CHOICES: dict[str, tuple[str, ...]]
+
 def machine_info() -> dict[str, Any]: ...
 
 SYNTHETIC_VERSION: str
@@ -67,18 +70,18 @@ class NativeLoader:
         workers: int,
         shuffle: bool,
         seed: int,
-        reproducible: bool,
-        last_batch: str,
+        reproducible: bool | None,
+        last_batch: Any,
         rank: int,
         world_size: int,
-        pin: str,
-        on_error: str,
+        pin: Any,
+        on_error: Any,
         prefetch: int,
         max_held_batches: int,
         transforms: list[tuple[Any, ...]],
         normalize: tuple[tuple[float, float, float], tuple[float, float, float]] | None,
-        dtype: str,
-        layout: str,
+        dtype: Any,
+        layout: Any,
         devices: list[int] | None = None,
         device_slots: int = 3,
         cpus: list[int] | None = None,
@@ -107,10 +110,11 @@ class NativeLoader:
     def set_epoch(self, epoch: int) -> None: ...
     @property
     def sample_shape(self) -> tuple[int, int, int]: ...
-    def start_epoch(self) -> int: ...
-    def next_batch(self) -> tuple[BatchLeaseHandle, list[int], list[int], int, int] | None: ...
+    def new_iteration(self) -> int: ...
+    def start_epoch(self, token: int) -> int: ...
+    def next_batch(self, token: int) -> tuple[BatchLeaseHandle, list[int], list[int], int, int] | None: ...
     def next_step(
-        self,
+        self, token: int
     ) -> list[tuple[DeviceTensorHandle, DeviceTensorHandle, list[int], list[int], int, int]] | None: ...
     @property
     def devices(self) -> list[int]: ...

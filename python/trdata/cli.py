@@ -14,6 +14,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from . import _core
+
 
 def _cmd_info(_args: argparse.Namespace) -> int:
     from ._info import format_info
@@ -163,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="time for this many seconds instead of --epochs (stops at a batch boundary)",
     )
-    bench.add_argument("--dtype", default="float16", choices=("uint8", "float16", "bfloat16", "float32"))
+    bench.add_argument("--dtype", default="float16", choices=_core.CHOICES["dtype"])
     bench.add_argument(
         "--cpus",
         default=None,

@@ -48,7 +48,15 @@ class CudaError(TrdataError):
 
 
 class LoaderClosedError(TrdataError, RuntimeError):
-    """The loader was closed, or used in a process it was not started in (fork)."""
+    """The loader was closed, or used in a process other than the one that created it (a fork child:
+    every method raises this there, without waiting on the parent's threads)."""
+
+
+class StaleIteratorError(TrdataError, RuntimeError):
+    """An iterator of a Loader was superseded by a newer ``iter()`` of the same Loader (from this or another
+    thread). One Loader runs one epoch at a time and the newest iterator owns it; an older iterator raises
+    this on its next ``next()`` instead of yielding batches of the newer epoch. A RuntimeError, as Python
+    raises for a container changed during iteration."""
 
 
 class OutOfMemoryError(TrdataError, MemoryError):

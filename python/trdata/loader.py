@@ -5,9 +5,11 @@ the core when the last view of it dies, so a batch stays valid exactly as long a
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,10 +18,81 @@ from . import _core
 from .errors import ConfigError, LoaderClosedError
 from .sources import Source
 from .transforms import Transform
+from .transforms import specs as _transform_specs
 
 logger = logging.getLogger("trdata")
 
-_DTYPES = ("uint8", "float16", "bfloat16", "float32")
+#: Accepted strings of each choice parameter (dtype, layout, last_batch, on_error, pin): the core's one list.
+CHOICES: dict[str, tuple[str, ...]] = dict(_core.CHOICES)
+
+
+def _int(name: str, value: Any, lo: int | None = None, hi: int | None = None) -> int:
+    """An int parameter (Python or numpy integer, not a bool). With ``lo``/``hi`` its full range is checked
+    here; without, only that it fits the core's 64-bit field — its real range is then checked by the core
+    (config.rs, the one place it is written), which names it too."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise ConfigError(f"invalid {name}: {value!r} must be an int", parameter=name)
+    v = int(value)
+    if lo is not None and hi is not None:
+        if not lo <= v <= hi:
+            end = hi + 1
+            top = f"2**{end.bit_length() - 1})" if end >= 2**32 and end & (end - 1) == 0 else f"{hi}]"
+            raise ConfigError(f"invalid {name}: {v} must be in [{lo}, {top}", parameter=name)
+    elif v >= 2**63:
+        raise ConfigError(f"invalid {name}: {v} is too large", parameter=name)
+    elif v < -(2**63):
+        raise ConfigError(f"invalid {name}: {v} must be ≥ 0", parameter=name)
+    return v
+
+
+def _bool(name: str, value: Any) -> bool:
+    """A real bool (``True``/``False`` or a numpy bool): ``shuffle="no"`` must not count as true."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(f"invalid {name}: {value!r} must be True or False", parameter=name)
+    return bool(value)
+
+
+def _normalize(normalize: Any) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """``normalize=(mean, std)`` → (mean, std) in [0, 1] units (see Loader's docstring for the rule)."""
+    if normalize is None:
+        return None
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"invalid normalize: {normalize!r} {why}", parameter="normalize")
+
+    def three(v: Any) -> tuple[float, ...]:
+        if isinstance(v, (str, bytes)) or not isinstance(v, (Sequence, np.ndarray)) or len(v) != 3:
+            raise bad("must be (mean, std), each 3 numbers (R, G, B)")
+        if any(isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real) for x in v):
+            raise bad("must be (mean, std), each 3 numbers (R, G, B)")
+        return tuple(float(x) for x in v)
+
+    if (
+        isinstance(normalize, (str, bytes))
+        or not isinstance(normalize, (Sequence, np.ndarray))
+        or len(normalize) != 2
+    ):
+        raise bad("must be (mean, std), each 3 numbers (R, G, B)")
+    mean, std = three(normalize[0]), three(normalize[1])
+    if not all(math.isfinite(x) for x in mean + std):
+        raise bad("must be finite")
+    if any(s <= 0 for s in std):
+        raise bad("std must be > 0")
+    if any(s > 1 for s in std) or all(m > 1 for m in mean):
+        # 0–255 units (the DALI/FFCV habit): every std > 1 and every mean 0 or > 1, all within 0..255.
+        if not all(1 < s <= 255 for s in std) or not all(m == 0 or 1 < m <= 255 for m in mean):
+            raise bad(
+                "mixes units: give mean and std both in [0, 1] units (torchvision, e.g. trdata.IMAGENET) or "
+                "both in 0–255 units (every std > 1, every mean 0 or > 1, all ≤ 255)"
+            )
+        mean, std = tuple(m / 255 for m in mean), tuple(s / 255 for s in std)
+    elif any(m > 1 for m in mean):
+        raise bad("mixes units: mean is in 0–255 units but std in [0, 1] units; give both in the same units")
+    elif any(m < 0 for m in mean):
+        raise bad("mean must be ≥ 0 (a pixel value in [0, 1] units)")
+    if any(s <= 1e-6 for s in std):
+        raise bad("std must be > 1e-6 in [0, 1] units (a std of ~0 divides by ~0)")
+    return mean, std
 
 
 class Batch:
@@ -200,6 +273,39 @@ def _allowed_cpus() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
+def _parse_cpus(cpus: Any) -> list[int]:
+    """``cpus=`` → CPU ids in the given order, each one this process may run on (``os.sched_getaffinity(0)``)."""
+    if isinstance(cpus, (str, bytes)) or not isinstance(cpus, Iterable):
+        raise ConfigError(f"invalid cpus: {cpus!r} must be a list of CPU ids", parameter="cpus")
+    ids = list(cpus)
+    if not ids:
+        raise ConfigError("invalid cpus: [] is empty; give at least one CPU id", parameter="cpus")
+    ids = [_int("cpus", c) for c in ids]
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"invalid cpus: {cpus!r} lists a CPU twice", parameter="cpus")
+    allowed = set(_allowed_cpus())
+    outside = [c for c in ids if c not in allowed]
+    if outside:
+        raise ConfigError(
+            f"invalid cpus: {outside} not in the CPUs this process may run on "
+            f"(os.sched_getaffinity(0) = {_ranges(sorted(allowed))})",
+            parameter="cpus",
+        )
+    return ids
+
+
+def _ranges(ids: list[int]) -> str:
+    """[0, 1, 2, 5] → '0-2,5'."""
+    out, i = [], 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        out.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
 def _cpu_share() -> list[int]:
     """This process's share of the node's allowed CPUs: the LOCAL_RANK-th of LOCAL_WORLD_SIZE contiguous,
     near-equal slices (sizes differ by at most one), so the ranks of one node never pin to the same cores.
@@ -227,7 +333,9 @@ class Loader:
     are reused across epochs. Each iteration runs one epoch; ``set_epoch(e)`` chooses it, otherwise epochs
     continue e, e+1, … Randomness depends only on (seed, epoch, sample index): with ``reproducible=True``
     batches are byte-identical for any worker count; with ``reproducible=False`` each sample still appears
-    exactly once per epoch but may change slot. ``on_error='skip'`` replaces an undecodable sample by a
+    exactly once per epoch but may change slot (a finished sample takes the next free row). The default,
+    ``reproducible=None``, is ``not shuffle``: an unshuffled loader delivers dataset order, like torch's
+    DataLoader (eval code writes predictions by position), a shuffled one takes the faster free-slot order. ``on_error='skip'`` replaces an undecodable sample by a
     deterministic other one (counted in ``stats()['errors_skipped']`` and logged once per file on the
     ``trdata`` logger); ``'raise'`` raises ``DecodeError`` naming the file at the batch holding it.
 
@@ -255,6 +363,30 @@ class Loader:
     within that share (``cpus=[...]`` sets it explicitly), so
     the ranks of one node never compete for cores. ``state_dict()``/``load_state_dict()`` checkpoint and
     resume mid-epoch exactly (per rank).
+
+    ``normalize=(mean, std)``: out = (x / 255 - mean) / std per RGB channel, with mean and std in [0, 1]
+    units as torchvision's ``Normalize`` after ``ToTensor`` (``trdata.IMAGENET``). They may also be given in
+    0–255 units (the DALI/FFCV habit, e.g. ``((123.675, 116.28, 103.53), (58.395, 57.12, 57.375))``): when
+    any std > 1 or every mean > 1, both are read as 0–255 units and divided by 255, so the two conventions
+    give identical batches. Mixed units (e.g. a 0–255 mean with a [0, 1] std, or a 0–255 std with a mean
+    ≤ 1 that is not 0), a std ≤ 1e-6 (in [0, 1] units), a negative mean and non-finite values raise
+    ``ConfigError``.
+
+    Iteration: one Loader runs one epoch at a time and the newest ``iter(loader)`` owns it: making a new
+    iterator (in any thread) supersedes the older ones, whose next ``next()`` raises ``StaleIteratorError``
+    (a ``RuntimeError``) instead of yielding batches of the new epoch — batches of two epochs never
+    interleave. ``for b in loader: break`` followed by a fresh ``for b in loader:`` is fine (the new loop
+    starts a new epoch). For concurrent streams, make one Loader each.
+
+    A Loader belongs to the process that created it: in a forked child every method raises
+    ``LoaderClosedError`` (``close()`` does nothing there and ``closed`` is true) — it never waits on the
+    parent's threads. Create the Loader in the child.
+
+    Every argument is checked at construction; a bad value raises ``ConfigError`` (a ``ValueError``) whose
+    ``parameter`` names it: ints are ints (not bools, strings or floats) within their range, ``shuffle``
+    and ``reproducible`` are bools, the choice strings (``dtype``, ``layout``, ``last_batch``,
+    ``on_error``, ``pin``) are exactly one of ``trdata.loader.CHOICES[name]``, ``cpus`` are ids of CPUs
+    this process may run on (``os.sched_getaffinity(0)``).
     """
 
     def __init__(
@@ -268,7 +400,7 @@ class Loader:
         workers: int | None = None,
         shuffle: bool = False,
         seed: int = 0,
-        reproducible: bool = False,
+        reproducible: bool | None = None,
         last_batch: str = "partial",
         device: str = "cpu",
         rank: int | None = None,
@@ -287,57 +419,26 @@ class Loader:
                 parameter="source",
             )
         ordinals, per_step_list = _parse_devices(device)
-        if isinstance(device_slots, bool) or not isinstance(device_slots, int):
-            raise ConfigError(
-                f"invalid device_slots: {device_slots!r} must be an int", parameter="device_slots"
-            )
-        if dtype not in _DTYPES:
-            raise ConfigError(f"invalid dtype: {dtype!r} is not one of {_DTYPES}", parameter="dtype")
-        for name, value in (("rank", rank), ("world_size", world_size)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise ConfigError(f"invalid {name}: {value!r} must be an int", parameter=name)
+        device_slots = _int("device_slots", device_slots)
+        rank = None if rank is None else _int("rank", rank)
+        world_size = None if world_size is None else _int("world_size", world_size)
         rank, world_size = _resolve_rank(rank, world_size)
-        for name, value in (
-            ("batch_size", batch_size),
-            ("rank", rank),
-            ("world_size", world_size),
-            ("prefetch", prefetch),
-            ("max_held_batches", max_held_batches),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"invalid {name}: {value!r} must be an int", parameter=name)
-        if cpus is None:
-            cpu_list = _cpu_share()
-        else:
-            cpu_list = list(cpus)
-            if not cpu_list or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in cpu_list):
-                raise ConfigError(
-                    f"invalid cpus: {cpus!r} must be a non-empty list of CPU ids ≥ 0", parameter="cpus"
-                )
+        rank, world_size = _int("rank", rank), _int("world_size", world_size)  # from torch or the environment
+        batch_size = _int("batch_size", batch_size)
+        prefetch = _int("prefetch", prefetch)
+        max_held_batches = _int("max_held_batches", max_held_batches)
+        shuffle = _bool("shuffle", shuffle)
+        reproducible = None if reproducible is None else _bool("reproducible", reproducible)
+        cpu_list = _cpu_share() if cpus is None else _parse_cpus(cpus)
         if workers is None:
             # GPU loaders leave one core of the share to the training thread: on the H200 box, 16 workers on 16
             # cores delayed kernel launches enough to cost 6% of ResNet-50 step rate, 15 workers cost nothing
             # (benches/README.md, run 2). CPU loaders hand every core to the workers.
             workers = len(cpu_list) - 1 if ordinals and len(cpu_list) > 2 else len(cpu_list)
-        if isinstance(workers, bool) or not isinstance(workers, int):
-            raise ConfigError(f"invalid workers: {workers!r} must be an int", parameter="workers")
-        if not isinstance(seed, int) or not 0 <= seed < 2**64:
-            raise ConfigError(f"invalid seed: {seed!r} must be an int in [0, 2**64)", parameter="seed")
-        specs = []
-        for t in transforms:
-            if not isinstance(t, Transform):
-                raise ConfigError(
-                    f"invalid transforms: {t!r} is not a trdata transform (transforms are data, "
-                    "not Python callables)",
-                    parameter="transforms",
-                )
-            specs.append(t._spec())
-        norm = None
-        if normalize is not None:
-            mean, std = normalize
-            if len(mean) != 3 or len(std) != 3:
-                raise ConfigError("invalid normalize: expected (mean[3], std[3])", parameter="normalize")
-            norm = (tuple(float(v) for v in mean), tuple(float(v) for v in std))
+        workers = _int("workers", workers)
+        seed = _int("seed", seed, 0, 2**64 - 1)
+        specs = _transform_specs(transforms)
+        norm = _normalize(normalize)
         self.source = source
         self.batch_size = batch_size
         self.dtype = dtype
@@ -356,9 +457,9 @@ class Loader:
             list(source.classes),
             batch_size=batch_size,
             workers=workers,
-            shuffle=bool(shuffle),
+            shuffle=shuffle,
             seed=seed,
-            reproducible=bool(reproducible),
+            reproducible=reproducible,
             last_batch=last_batch,
             rank=rank,
             world_size=world_size,
@@ -385,10 +486,9 @@ class Loader:
         return self._native.epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Run epoch ``epoch`` on the next iteration (later iterations continue from it)."""
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ConfigError(f"invalid epoch: {epoch!r} must be an int ≥ 0", parameter="epoch")
-        self._native.set_epoch(epoch)
+        """Run epoch ``epoch`` (0 ≤ epoch < 2**63) on the next iteration (later iterations continue from
+        it)."""
+        self._native.set_epoch(_int("epoch", epoch, 0, 2**63 - 1))
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's position at the current batch boundary, for checkpointing (e.g. with
@@ -435,26 +535,35 @@ class Loader:
             raise ConfigError(
                 f"invalid state_dict: missing or malformed entry {e}", parameter="state_dict"
             ) from None
-        self._native.load_state_dict(**kwargs)
+        try:
+            self._native.load_state_dict(**kwargs)
+        except (TypeError, OverflowError) as e:  # a field of the wrong type or beyond 64 bits
+            raise ConfigError(f"invalid state_dict: malformed entry ({e})", parameter="state_dict") from None
 
     def _log_skipped(self) -> None:
         for path, reason in self._native.drain_skipped():
             logger.warning("trdata: skipping undecodable sample %s (%s)", path, reason)
 
     def __iter__(self) -> Iterator[Batch]:
-        if os.getpid() != self._pid and not self._native.closed:
+        """A new iterator: it supersedes every older one (their next ``next()`` raises
+        ``StaleIteratorError``); its epoch starts at its first ``next()``."""
+        if os.getpid() != self._pid:
             raise LoaderClosedError(
-                "this Loader was created in another process (fork); create it in the child"
+                f"this Loader was created in process {self._pid} and cannot be used in process "
+                f"{os.getpid()} (a fork of it): create the Loader in the child process"
             )
-        native = self._native
+        token = self._native.new_iteration()
         if self._ordinals is not None:
-            yield from self._iter_cuda()
-            return
-        native.start_epoch()
+            return self._iter_cuda(token)
+        return self._iter_host(token)
+
+    def _iter_host(self, token: int) -> Iterator[Batch]:
+        native = self._native
+        native.start_epoch(token)
         bf16 = self.dtype == "bfloat16"
         while True:
             try:
-                item = native.next_batch()
+                item = native.next_batch(token)
             finally:
                 self._log_skipped()
             if item is None:
@@ -472,14 +581,14 @@ class Loader:
                 images, np.asarray(labels, dtype=np.int64), np.asarray(indices, dtype=np.int64), valid, epoch
             )
 
-    def _iter_cuda(self) -> Iterator[Any]:
+    def _iter_cuda(self, token: int) -> Iterator[Any]:
         import torch
 
         native = self._native
-        native.start_epoch()
+        native.start_epoch(token)
         while True:
             try:
-                step = native.next_step()
+                step = native.next_step(token)
             finally:
                 self._log_skipped()
             if step is None:
@@ -512,11 +621,13 @@ class Loader:
         return dict(self._native.stats())
 
     def close(self) -> None:
-        """Stop the workers and join them; idempotent. Batches still referenced stay valid."""
+        """Stop the workers and join them; idempotent. Batches still referenced stay valid. In a process
+        other than the creating one (a fork child) it does nothing."""
         self._native.close()
 
     @property
     def closed(self) -> bool:
+        """True once closed, and always in a process other than the creating one (a fork child)."""
         return self._native.closed
 
     def __enter__(self) -> Loader:

@@ -1,39 +1,83 @@
 """Transforms as data: each is compiled by the Rust core into one fused decode/resample/flip/normalize pass.
 
 Semantics follow torchvision (RandomResizedCrop sampling, Resize(int) on the shorter side, CenterCrop
-rounding), with antialiased bilinear resampling as Pillow does it.
+rounding), with antialiased bilinear resampling as Pillow does it. Transforms are not Python callables:
+compose the built-in ones as a list, ``Loader(..., transforms=[Resize(256), CenterCrop(224)])``.
+
+Argument types are checked when a transform is made (as torchvision refuses ``CenterCrop('32')`` at
+construction), values when the Loader is built; each error is a ``ConfigError`` naming the argument. A size
+is an int or an ``(height, width)`` pair of exactly two ints, all ≥ 1 (a string, float or bool is
+refused); ``scale``, ``ratio`` and ``p`` are real numbers, their ranges checked by the core.
 """
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigError
 
 
-def _size(size: int | Sequence[int], name: str = "size") -> tuple[int, int]:
-    from .errors import ConfigError
+def _is_int(v: Any) -> bool:
+    """An integer (Python or numpy), not a bool."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool) and type(v).__name__ != "bool_"
 
-    if isinstance(size, bool):
-        raise ConfigError(f"invalid {name}: {size!r} must be an int or (height, width)", parameter=name)
-    if isinstance(size, int):
-        h = w = size
-    else:
-        try:
-            h, w = (int(v) for v in size)
-        except (TypeError, ValueError):
+
+def _size(size: Any, name: str = "size", *, values: bool = True) -> tuple[int, int]:
+    """``size`` → (height, width): an int (square) or a sequence of exactly two ints, all ≥ 1 (checked only
+    with ``values``)."""
+    if _is_int(size):
+        h = w = int(size)
+    elif isinstance(size, Sequence) and not isinstance(size, (str, bytes)) and len(size) == 2:
+        if not all(_is_int(v) for v in size):
             raise ConfigError(
-                f"invalid {name}: {size!r} must be an int or (height, width)", parameter=name
-            ) from None
-    if h <= 0 or w <= 0:
+                f"invalid {name}: {size!r} must be an int or a (height, width) pair of ints", parameter=name
+            )
+        h, w = (int(v) for v in size)
+    else:
+        raise ConfigError(
+            f"invalid {name}: {size!r} must be an int or a (height, width) pair of ints", parameter=name
+        )
+    if values and (h <= 0 or w <= 0):
         raise ConfigError(f"invalid {name}: {size!r} must be positive", parameter=name)
     return h, w
 
 
+def _real(v: Any, name: str) -> float:
+    """A real number (not a bool or a string)."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise ConfigError(f"invalid {name}: {v!r} must be a number", parameter=name)
+    return float(v)
+
+
+def _pair(v: Any, name: str) -> tuple[float, float]:
+    """A (min, max) pair of real numbers."""
+    if isinstance(v, (str, bytes)) or not isinstance(v, Sequence) or len(v) != 2:
+        raise ConfigError(f"invalid {name}: {v!r} must be a (min, max) pair of numbers", parameter=name)
+    return _real(v[0], name), _real(v[1], name)
+
+
 class Transform:
-    """Base class of trdata transforms."""
+    """Base class of the built-in transforms (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip).
+
+    Transforms are data that the Rust core compiles into one fused pass, not Python callables: a subclass
+    cannot add behaviour (the Loader refuses it). Compose the built-in ones as a list passed as
+    ``transforms=``."""
 
     def _spec(self) -> tuple:
-        raise NotImplementedError
+        raise NotImplementedError(_not_builtin_message(type(self)))
+
+
+def _not_builtin_message(cls: type) -> str:
+    return (
+        f"{cls.__qualname__} is not a built-in trdata transform: transforms are data compiled by the Rust "
+        "core (no Python code runs per sample), so subclassing trdata.Transform adds no behaviour. Use the "
+        "built-in ones — RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip — composed as a list, "
+        "e.g. transforms=[RandomResizedCrop(224), RandomHorizontalFlip()] or "
+        "transforms=[Resize(256), CenterCrop(224)]"
+    )
 
 
 @dataclass(frozen=True)
@@ -44,17 +88,15 @@ class RandomResizedCrop(Transform):
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
 
+    def __post_init__(self) -> None:
+        _size(self.size, values=False)
+        _pair(self.scale, "scale")
+        _pair(self.ratio, "ratio")
+
     def _spec(self) -> tuple:
         h, w = _size(self.size)
-        return (
-            "random_resized_crop",
-            h,
-            w,
-            float(self.scale[0]),
-            float(self.scale[1]),
-            float(self.ratio[0]),
-            float(self.ratio[1]),
-        )
+        scale, ratio = _pair(self.scale, "scale"), _pair(self.ratio, "ratio")
+        return ("random_resized_crop", h, w, *scale, *ratio)
 
 
 @dataclass(frozen=True)
@@ -63,8 +105,11 @@ class Resize(Transform):
 
     size: int | tuple[int, int]
 
+    def __post_init__(self) -> None:
+        _size(self.size, values=False)
+
     def _spec(self) -> tuple:
-        if isinstance(self.size, int) and not isinstance(self.size, bool):
+        if _is_int(self.size):
             return ("resize_shorter", _size(self.size)[0])
         h, w = _size(self.size)
         return ("resize", h, w)
@@ -75,6 +120,9 @@ class CenterCrop(Transform):
     """Center crop to ``size`` (torchvision rounding; zero padding if the image is smaller)."""
 
     size: int | tuple[int, int]
+
+    def __post_init__(self) -> None:
+        _size(self.size, values=False)
 
     def _spec(self) -> tuple:
         h, w = _size(self.size)
@@ -87,9 +135,58 @@ class RandomHorizontalFlip(Transform):
 
     p: float = 0.5
 
+    def __post_init__(self) -> None:
+        self._spec()
+
     def _spec(self) -> tuple:
-        return ("horizontal_flip", float(self.p))
+        return ("horizontal_flip", _real(self.p, "p"))
 
 
-#: ImageNet mean and std in [0, 1] units: out = (x / 255 - mean) / std.
+#: The built-in transforms (the only ones the core compiles).
+BUILTIN = (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip)
+
+
+def specs(transforms: Any) -> list[tuple]:
+    """The core's specs of ``transforms`` (a list or tuple of built-in transforms), ConfigError naming
+    ``transforms`` otherwise (a subclass of a built-in is accepted only if it adds no behaviour of its own:
+    no ``_spec``, ``__call__`` or ``forward``)."""
+    if isinstance(transforms, Transform):
+        raise ConfigError(
+            f"invalid transforms: {transforms!r} must be a list of transforms, e.g. transforms=[{transforms!r}]",
+            parameter="transforms",
+        )
+    if isinstance(transforms, (str, bytes)) or not isinstance(transforms, Sequence):
+        raise ConfigError(
+            f"invalid transforms: {transforms!r} must be a list of trdata transforms, e.g. "
+            "transforms=[Resize(256), CenterCrop(224)]",
+            parameter="transforms",
+        )
+    out = []
+    for t in transforms:
+        if not isinstance(t, Transform):
+            raise ConfigError(
+                f"invalid transforms: {t!r} is not a trdata transform (transforms are data compiled by the "
+                "Rust core, not Python callables; use RandomResizedCrop, Resize, CenterCrop, "
+                "RandomHorizontalFlip)",
+                parameter="transforms",
+            )
+        cls = type(t)
+        builtin = next((b for b in BUILTIN if isinstance(t, b)), None)
+        if (
+            builtin is None
+            or cls._spec is not builtin._spec
+            or any(
+                m in vars(c)
+                for c in cls.__mro__[: cls.__mro__.index(builtin)]
+                for m in ("__call__", "forward")
+            )
+        ):
+            raise ConfigError(f"invalid transforms: {_not_builtin_message(cls)}", parameter="transforms")
+        out.append(t._spec())
+    return out
+
+
+#: ImageNet mean and std in [0, 1] units: out = (x / 255 - mean) / std. ``Loader(normalize=...)`` also
+#: takes them in 0–255 units (``((123.675, 116.28, 103.53), (58.395, 57.12, 57.375))``, the DALI/FFCV
+#: habit): any std > 1 or every mean > 1 means 0–255 units; mixed units raise ConfigError (Loader docs).
 IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))

@@ -28,8 +28,7 @@ pub fn to_py(e: TrdataError) -> PyErr {
             }
             TrdataError::Source { path, .. } => {
                 let kw = PyDict::new(py);
-                kw.set_item("path", path.as_os_str())
-                    .and_then(|_| build(py, "SourceError", message, Some(kw)))
+                kw.set_item("path", path.as_os_str()).and_then(|_| build(py, "SourceError", message, Some(kw)))
             }
             TrdataError::Worker(_) => build(py, "WorkerError", message, None),
             TrdataError::Cuda { call, .. } => {

@@ -7,12 +7,16 @@ use crate::export::{Device, DlpackRequest, ElementType, StreamOrder, TensorExpor
 use crate::transfer::gpu::{DeviceView, SlotLease, SlotPart};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyTuple};
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
-/// One tensor (images or labels) of a batch living in a CUDA device slot.
+/// One tensor (images or labels) of a batch living in a CUDA device slot. Dropped in a process other than
+/// the one that made it (a fork child), the lease is leaked: returning the slot would lock the parent's
+/// engine, whose mutex a parent thread may have held at fork time.
 #[pyclass(module = "trdata._core", frozen)]
 pub struct DeviceTensorHandle {
-    lease: Arc<SlotLease>,
+    lease: ManuallyDrop<Arc<SlotLease>>,
+    pid: u32,
     part: SlotPart,
     shape: Vec<usize>,
     elem: ElementType,
@@ -23,23 +27,41 @@ impl DeviceTensorHandle {
     /// The images of `lease` (shape [rows, ...sample_shape], dtype `dtype`).
     pub fn images(lease: Arc<SlotLease>, sample_shape: [usize; 3], dtype: DType) -> Self {
         let shape = vec![lease.rows, sample_shape[0], sample_shape[1], sample_shape[2]];
-        let dtype_name = match dtype {
-            DType::U8 => "uint8",
-            DType::F16 => "float16",
-            DType::BF16 => "bfloat16",
-            DType::F32 => "float32",
-        };
-        Self { lease, part: SlotPart::Images, shape, elem: ElementType::from(dtype), dtype_name }
+        let dtype_name = crate::config::choice_name(crate::config::DTYPE, dtype);
+        Self {
+            lease: ManuallyDrop::new(lease),
+            pid: std::process::id(),
+            part: SlotPart::Images,
+            shape,
+            elem: ElementType::from(dtype),
+            dtype_name,
+        }
     }
 
     /// The int64 labels of `lease`.
     pub fn labels(lease: Arc<SlotLease>) -> Self {
         let shape = vec![lease.rows];
-        Self { lease, part: SlotPart::Labels, shape, elem: ElementType::I64, dtype_name: "int64" }
+        Self {
+            lease: ManuallyDrop::new(lease),
+            pid: std::process::id(),
+            part: SlotPart::Labels,
+            shape,
+            elem: ElementType::I64,
+            dtype_name: "int64",
+        }
     }
 
     fn device(&self) -> Device {
         Device::Cuda(self.lease.ordinal())
+    }
+}
+
+impl Drop for DeviceTensorHandle {
+    fn drop(&mut self) {
+        if std::process::id() == self.pid {
+            // SAFETY: dropped exactly once, here; never used again.
+            unsafe { ManuallyDrop::drop(&mut self.lease) }
+        }
     }
 }
 

@@ -3,8 +3,8 @@
 
 use super::errors::{IntoPyResult, to_py};
 use super::gpu::DeviceTensorHandle;
-use crate::augment::{DType, Layout, Normalize, OutputSpec, SamplePipeline, TransformSpec};
-use crate::config::{ErrorPolicy, LastBatch, LoaderConfig, PinMode};
+use crate::augment::{DType, Normalize, OutputSpec, SamplePipeline, TransformSpec};
+use crate::config::{self, Choices, ErrorPolicy, LastBatch, LoaderConfig, PinMode};
 use crate::error::TrdataError;
 use crate::export::{Device, DlpackRequest, ElementType, TensorExport, into_capsule};
 use crate::loader::{DeviceSpec, Loader, LoaderState, Next, NextStep};
@@ -13,8 +13,10 @@ use crate::sync::lock;
 use crate::transfer::BatchLease;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule, PyDict, PyTuple};
+use std::mem::ManuallyDrop;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// Slice of a blocking wait between signal checks.
@@ -97,32 +99,63 @@ fn parse_transform(t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec> {
     })
 }
 
-fn last_batch_name(l: LastBatch) -> &'static str {
-    match l {
-        LastBatch::Drop => "drop",
-        LastBatch::Pad => "pad",
-        LastBatch::Partial => "partial",
-    }
-}
-
-fn parse_dtype(s: &str) -> Result<DType, TrdataError> {
-    match s {
-        "uint8" => Ok(DType::U8),
-        "float16" => Ok(DType::F16),
-        "bfloat16" => Ok(DType::BF16),
-        "float32" => Ok(DType::F32),
-        _ => {
-            Err(TrdataError::config("dtype", format!("{s:?} is not one of 'uint8', 'float16', 'bfloat16', 'float32'")))
+/// A choice parameter (`dtype`, `layout`, `last_batch`, `on_error`, `pin`): exactly one of the core's
+/// strings (config.rs holds the one list per choice); anything else, of any type, is a ConfigError naming it.
+fn choice<T: Copy>(value: &Bound<'_, PyAny>, parameter: &str, choices: Choices<T>) -> PyResult<T> {
+    match value.extract::<String>() {
+        Ok(s) => config::parse_choice(parameter, choices, &s).py_err(),
+        Err(_) => {
+            let shown = value.repr().map_or_else(|_| "?".to_string(), |r| r.to_string());
+            Err(to_py(config::choice_error(parameter, choices, &shown)))
         }
     }
 }
 
-fn parse_layout(s: &str) -> Result<Layout, TrdataError> {
-    match s {
-        "NCHW" => Ok(Layout::Nchw),
-        "NHWC" => Ok(Layout::Nhwc),
-        _ => Err(TrdataError::config("layout", format!("{s:?} is not one of 'NCHW', 'NHWC'"))),
+/// The accepted strings of every choice parameter, exported as `_core.CHOICES`.
+pub fn choices_dict(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    fn names<T>(c: Choices<T>) -> Vec<&'static str> {
+        c.iter().map(|(n, _)| *n).collect()
     }
+    let d = PyDict::new(py);
+    d.set_item("dtype", PyTuple::new(py, names(config::DTYPE))?)?;
+    d.set_item("layout", PyTuple::new(py, names(config::LAYOUT))?)?;
+    d.set_item("last_batch", PyTuple::new(py, names(config::LAST_BATCH))?)?;
+    d.set_item("on_error", PyTuple::new(py, names(config::ON_ERROR))?)?;
+    d.set_item("pin", PyTuple::new(py, names(config::PIN))?)?;
+    Ok(d)
+}
+
+/// Epochs must stay below this, so that epoch + the epochs to come never wrap around u64.
+const EPOCH_LIMIT: u64 = 1 << 63;
+
+fn check_epoch(epoch: u64) -> PyResult<u64> {
+    if epoch >= EPOCH_LIMIT {
+        return Err(to_py(TrdataError::config("epoch", format!("{epoch} must be < 2**63"))));
+    }
+    Ok(epoch)
+}
+
+/// The error a superseded iterator gets (`trdata.StaleIteratorError`).
+fn stale_iterator() -> PyErr {
+    Python::attach(|py| {
+        let made = py.import("trdata.errors").and_then(|m| m.getattr("StaleIteratorError")).and_then(|cls| {
+            cls.call1((
+                "this iterator of the Loader was superseded by a newer iter() of it (one Loader runs one epoch at \
+                 a time; the newer iteration owns it); iterate the newest iterator, or create one Loader per \
+                 concurrent stream",
+            ))
+        });
+        match made {
+            Ok(e) => PyErr::from_value(e),
+            Err(e) => e,
+        }
+    })
+}
+
+/// One wait slice of an iteration: what the core said, or that a newer iteration superseded this one.
+enum Slice<T> {
+    Core(T),
+    Stale,
 }
 
 /// numpy typestr of a dtype (bfloat16 travels as its raw uint16 bits; the Python layer reinterprets).
@@ -139,12 +172,68 @@ fn typestr(d: DType) -> &'static str {
 type HostBatchTuple = (BatchLeaseHandle, Vec<i64>, Vec<i64>, usize, u64);
 
 /// The native loader behind `trdata.Loader`.
+///
+/// A loader belongs to the process that created it (`pid`): in any other process (a fork child) every method
+/// raises `LoaderClosedError` (`close` does nothing, `closed` is true) *before* touching `inner`, whose mutex
+/// may have been held by a parent thread at fork time and then stays locked forever in the child; the child
+/// also never drops `inner` (it leaks, copy-on-write memory).
+///
+/// Iterations: `new_iteration` hands out a token; the newest token owns the loader's epoch. `start_epoch` and
+/// every wait slice of `next_batch`/`next_step` compare their token with `iterations` while holding `inner`, so
+/// an older iterator gets `StaleIteratorError` instead of a batch of the newer epoch (never interleaved).
 #[pyclass(module = "trdata._core", frozen)]
 pub struct NativeLoader {
-    inner: Mutex<Loader>,
+    inner: ManuallyDrop<Mutex<Loader>>,
     stats: std::sync::Arc<crate::stats::Stats>,
     sample_shape: [usize; 3],
     dtype: DType,
+    /// The creating process.
+    pid: u32,
+    /// Tokens handed out by `new_iteration`; the newest (this value) is the live iteration.
+    iterations: AtomicU64,
+}
+
+impl NativeLoader {
+    /// LoaderClosedError unless this is the creating process. Touches no lock.
+    fn check_process(&self) -> PyResult<()> {
+        let here = std::process::id();
+        if here != self.pid {
+            return Err(to_py(TrdataError::Closed(format!(
+                "this Loader was created in process {} and cannot be used in process {here} (a fork of it): its \
+                 worker threads and locks stay in the parent; create the Loader in the child process",
+                self.pid
+            ))));
+        }
+        Ok(())
+    }
+
+    /// The core loader, after `check_process`.
+    fn lock(&self) -> PyResult<MutexGuard<'_, Loader>> {
+        self.check_process()?;
+        Ok(lock(&self.inner))
+    }
+
+    fn foreign_process(&self) -> bool {
+        std::process::id() != self.pid
+    }
+
+    /// Lock `inner` for one step of iteration `token`, unless a newer iteration exists.
+    fn step<T>(&self, token: u64, f: impl FnOnce(&mut Loader) -> T) -> Slice<T> {
+        let mut inner = lock(&self.inner);
+        if self.iterations.load(Ordering::SeqCst) != token {
+            return Slice::Stale;
+        }
+        Slice::Core(f(&mut inner))
+    }
+}
+
+impl Drop for NativeLoader {
+    fn drop(&mut self) {
+        if !self.foreign_process() {
+            // SAFETY: dropped exactly once, here; never used again.
+            unsafe { ManuallyDrop::drop(&mut self.inner) }
+        }
+    }
 }
 
 #[pymethods]
@@ -163,18 +252,18 @@ impl NativeLoader {
         workers: i64,
         shuffle: bool,
         seed: u64,
-        reproducible: bool,
-        last_batch: &str,
+        reproducible: Option<bool>,
+        last_batch: &Bound<'_, PyAny>,
         rank: i64,
         world_size: i64,
-        pin: &str,
-        on_error: &str,
+        pin: &Bound<'_, PyAny>,
+        on_error: &Bound<'_, PyAny>,
         prefetch: i64,
         max_held_batches: i64,
         transforms: Vec<Bound<'_, PyTuple>>,
         normalize: Option<([f32; 3], [f32; 3])>,
-        dtype: &str,
-        layout: &str,
+        dtype: &Bound<'_, PyAny>,
+        layout: &Bound<'_, PyAny>,
         devices: Option<Vec<u32>>,
         device_slots: i64,
         cpus: Option<Vec<usize>>,
@@ -192,8 +281,8 @@ impl NativeLoader {
         }
         let specs = transforms.iter().map(parse_transform).collect::<PyResult<Vec<_>>>()?;
         let output = OutputSpec {
-            dtype: parse_dtype(dtype).py_err()?,
-            layout: parse_layout(layout).py_err()?,
+            dtype: choice(dtype, "dtype", config::DTYPE)?,
+            layout: choice(layout, "layout", config::LAYOUT)?,
             normalize: normalize.map(|(mean, std)| Normalize { mean, std }),
         };
         let pipeline = SamplePipeline::new(specs, output).py_err()?;
@@ -202,13 +291,13 @@ impl NativeLoader {
             workers: nonneg(workers, "workers")?,
             shuffle,
             seed,
-            reproducible,
-            last_batch: LastBatch::parse(last_batch).py_err()?,
+            reproducible: reproducible.unwrap_or_else(|| LoaderConfig::default_reproducible(shuffle)),
+            last_batch: choice(last_batch, "last_batch", config::LAST_BATCH)?,
             rank: nonneg(rank, "rank")?,
             world_size: nonneg(world_size, "world_size")?,
-            pin: PinMode::parse(pin).py_err()?,
+            pin: choice::<PinMode>(pin, "pin", config::PIN)?,
             cpus,
-            on_error: ErrorPolicy::parse(on_error).py_err()?,
+            on_error: choice::<ErrorPolicy>(on_error, "on_error", config::ON_ERROR)?,
             prefetch: nonneg(prefetch, "prefetch")?,
             max_held_batches: nonneg(max_held_batches, "max_held_batches")?,
             pipeline: pipeline.clone(),
@@ -222,30 +311,35 @@ impl NativeLoader {
         let loader = py.detach(|| Loader::with_devices(ds, cfg, spec)).py_err()?;
         Ok(Self {
             stats: loader.stats(),
-            inner: Mutex::new(loader),
+            inner: ManuallyDrop::new(Mutex::new(loader)),
             sample_shape: pipeline.sample_shape(),
             dtype: output.dtype,
+            pid: std::process::id(),
+            iterations: AtomicU64::new(0),
         })
     }
 
-    fn __len__(&self) -> usize {
-        lock(&self.inner).len()
+    fn __len__(&self) -> PyResult<usize> {
+        Ok(self.lock()?.len())
     }
 
     /// Epoch of the next iteration.
     #[getter]
-    fn epoch(&self) -> u64 {
-        lock(&self.inner).epoch()
+    fn epoch(&self) -> PyResult<u64> {
+        Ok(self.lock()?.epoch())
     }
 
-    fn set_epoch(&self, epoch: u64) {
-        lock(&self.inner).set_epoch(epoch);
+    /// Run `epoch` (< 2**63) on the next iteration.
+    fn set_epoch(&self, epoch: u64) -> PyResult<()> {
+        check_epoch(epoch)?;
+        self.lock()?.set_epoch(epoch);
+        Ok(())
     }
 
     /// Position + configuration fingerprint at the current batch boundary, as a dict (loader.py documents
     /// the format; plan/resume.rs the protocol).
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let st = lock(&self.inner).state();
+        let st = self.lock()?.state();
         let d = PyDict::new(py);
         d.set_item("version", st.version)?;
         d.set_item("seed", st.seed)?;
@@ -257,7 +351,7 @@ impl NativeLoader {
         f.set_item("rank", st.rank)?;
         f.set_item("devices", st.devices)?;
         f.set_item("batch_size", st.batch_size)?;
-        f.set_item("last_batch", last_batch_name(st.last_batch))?;
+        f.set_item("last_batch", st.last_batch.name())?;
         f.set_item("shuffle", st.shuffle)?;
         f.set_item("reproducible", st.reproducible)?;
         d.set_item("fingerprint", f)?;
@@ -287,10 +381,11 @@ impl NativeLoader {
         reproducible: bool,
         delivered: Vec<Bound<'_, PyBytes>>,
     ) -> PyResult<()> {
+        self.check_process()?;
         let st = LoaderState {
             version,
             seed,
-            epoch,
+            epoch: check_epoch(epoch)?,
             batches,
             num_samples,
             world_size,
@@ -311,15 +406,30 @@ impl NativeLoader {
         (self.sample_shape[0], self.sample_shape[1], self.sample_shape[2])
     }
 
-    /// Start an epoch (cancelling a running one); returns its number.
-    fn start_epoch(&self, py: Python<'_>) -> PyResult<u64> {
-        py.detach(|| lock(&self.inner).start_epoch()).py_err()
+    /// A new iteration's token; from now on older tokens are stale (their next call raises
+    /// `StaleIteratorError`). Its epoch starts at `start_epoch(token)`.
+    fn new_iteration(&self) -> PyResult<u64> {
+        self.check_process()?;
+        Ok(self.iterations.fetch_add(1, Ordering::SeqCst) + 1)
     }
 
-    /// Next batch of the running epoch as (lease, labels, indices, valid, epoch), or None at its end.
-    fn next_batch(&self, py: Python<'_>) -> PyResult<Option<HostBatchTuple>> {
+    /// Start the epoch of iteration `token` (cancelling a running one); returns its number.
+    fn start_epoch(&self, py: Python<'_>, token: u64) -> PyResult<u64> {
+        self.check_process()?;
+        match py.detach(|| self.step(token, |l| l.start_epoch())) {
+            Slice::Core(r) => r.py_err(),
+            Slice::Stale => Err(stale_iterator()),
+        }
+    }
+
+    /// Next batch of iteration `token`'s epoch as (lease, labels, indices, valid, epoch), or None at its end.
+    fn next_batch(&self, py: Python<'_>, token: u64) -> PyResult<Option<HostBatchTuple>> {
+        self.check_process()?;
         loop {
-            let next = py.detach(|| lock(&self.inner).next_batch(WAIT_SLICE)).py_err()?;
+            let next = match py.detach(|| self.step(token, |l| l.next_batch(WAIT_SLICE))) {
+                Slice::Core(r) => r.py_err()?,
+                Slice::Stale => return Err(stale_iterator()),
+            };
             match next {
                 Next::Timeout => py.check_signals()?,
                 Next::End => return Ok(None),
@@ -330,7 +440,8 @@ impl NativeLoader {
                         shape: vec![rows, s[0], s[1], s[2]],
                         dtype: self.dtype,
                         ptr: b.lease.buffer().images_ptr() as usize,
-                        lease: Arc::new(b.lease),
+                        lease: ManuallyDrop::new(Arc::new(b.lease)),
+                        pid: self.pid,
                     };
                     return Ok(Some((handle, b.labels, b.indices, b.valid, b.epoch)));
                 }
@@ -338,15 +449,20 @@ impl NativeLoader {
         }
     }
 
-    /// Next step of a CUDA loader's running epoch: one (images, labels, labels_list, indices, valid,
-    /// epoch) per GPU in device order, images/labels as `DeviceTensorHandle`s; None at the epoch's end.
+    /// Next step of iteration `token`'s epoch on a CUDA loader: one (images, labels, labels_list, indices,
+    /// valid, epoch) per GPU in device order, images/labels as `DeviceTensorHandle`s; None at the epoch's end.
     #[allow(clippy::type_complexity)]
     fn next_step(
         &self,
         py: Python<'_>,
+        token: u64,
     ) -> PyResult<Option<Vec<(DeviceTensorHandle, DeviceTensorHandle, Vec<i64>, Vec<i64>, usize, u64)>>> {
+        self.check_process()?;
         loop {
-            let next = py.detach(|| lock(&self.inner).next_step(WAIT_SLICE)).py_err()?;
+            let next = match py.detach(|| self.step(token, |l| l.next_step(WAIT_SLICE))) {
+                Slice::Core(r) => r.py_err()?,
+                Slice::Stale => return Err(stale_iterator()),
+            };
             match next {
                 NextStep::Timeout => py.check_signals()?,
                 NextStep::End => return Ok(None),
@@ -374,21 +490,23 @@ impl NativeLoader {
 
     /// CUDA ordinals this loader feeds (empty for a CPU loader).
     #[getter]
-    fn devices(&self) -> Vec<u32> {
-        match lock(&self.inner).devices() {
+    fn devices(&self) -> PyResult<Vec<u32>> {
+        Ok(match self.lock()?.devices() {
             DeviceSpec::Cpu => Vec::new(),
             DeviceSpec::Cuda { ordinals, .. } => ordinals.clone(),
-        }
+        })
     }
 
     /// (free, total) bytes of each GPU's memory, from the driver (empty before the first iteration).
     fn device_mem_info(&self, py: Python<'_>) -> PyResult<Vec<(usize, usize)>> {
+        self.check_process()?;
         py.detach(|| lock(&self.inner).device_mem_info()).py_err()
     }
 
     /// Counters and timers. CUDA loaders add the H2D counters, and their `consumer_wait_ns` is the time the
     /// caller waited for device batches (the host station's wait is then `h2d_wait_host_ns`).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.check_process()?;
         let d = PyDict::new(py);
         for (k, v) in self.stats.snapshot() {
             d.set_item(k, v)?;
@@ -407,30 +525,45 @@ impl NativeLoader {
     }
 
     /// Skipped files not reported yet: [(path, reason)].
-    fn drain_skipped(&self) -> Vec<(std::ffi::OsString, String)> {
-        lock(&self.inner).drain_skipped().into_iter().map(|r| (r.path.into_os_string(), r.message)).collect()
+    fn drain_skipped(&self) -> PyResult<Vec<(std::ffi::OsString, String)>> {
+        Ok(self.lock()?.drain_skipped().into_iter().map(|r| (r.path.into_os_string(), r.message)).collect())
     }
 
-    /// Stop and join every worker thread; idempotent.
+    /// Stop and join every worker thread; idempotent. Does nothing in a process other than the creating one.
     fn close(&self, py: Python<'_>) {
-        py.detach(|| lock(&self.inner).close());
+        if !self.foreign_process() {
+            py.detach(|| lock(&self.inner).close());
+        }
     }
 
+    /// True once closed, and always in a process other than the creating one (no lock touched there).
     #[getter]
     fn closed(&self) -> bool {
-        lock(&self.inner).is_closed()
+        self.foreign_process() || lock(&self.inner).is_closed()
     }
 }
 
 /// Owner of one batch buffer. numpy views (`__array_interface__`) keep the handle alive; DLPack exports
 /// (`__dlpack__`) each own a clone of the lease, so the buffer returns to the station only when the handle
-/// and every consumer tensor (torch, numpy, JAX…) died, in any order, on any thread.
+/// and every consumer tensor (torch, numpy, JAX…) died, in any order, on any thread. Dropped in a process
+/// other than the one that made it (a fork child), the lease is leaked: returning it would lock the parent's
+/// station, whose mutex a parent thread may have held at fork time.
 #[pyclass(module = "trdata._core", frozen)]
 pub struct BatchLeaseHandle {
     shape: Vec<usize>,
     dtype: DType,
     ptr: usize,
-    lease: Arc<BatchLease>,
+    lease: ManuallyDrop<Arc<BatchLease>>,
+    pid: u32,
+}
+
+impl Drop for BatchLeaseHandle {
+    fn drop(&mut self) {
+        if std::process::id() == self.pid {
+            // SAFETY: dropped exactly once, here; never used again.
+            unsafe { ManuallyDrop::drop(&mut self.lease) }
+        }
+    }
 }
 
 impl BatchLeaseHandle {
@@ -480,12 +613,7 @@ impl BatchLeaseHandle {
     /// Element type of the images ('uint8', 'float16', 'bfloat16', 'float32').
     #[getter]
     fn dtype(&self) -> &'static str {
-        match self.dtype {
-            DType::U8 => "uint8",
-            DType::F16 => "float16",
-            DType::BF16 => "bfloat16",
-            DType::F32 => "float32",
-        }
+        config::choice_name(config::DTYPE, self.dtype)
     }
 
     /// Shape of the images.

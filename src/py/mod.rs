@@ -17,6 +17,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::BatchLeaseHandle>()?;
     m.add_class::<gpu::DeviceTensorHandle>()?;
     m.add_function(wrap_pyfunction!(loader::scan_image_folder, m)?)?;
+    m.add("CHOICES", loader::choices_dict(m.py())?)?;
     info::register(m)?;
     bench::register(m)?;
     Ok(())

@@ -1,0 +1,315 @@
+"""Configuration values: each works as a torch user expects or raises ConfigError naming the parameter
+(house style ``invalid <param>: <value> <why>``). Images are generated here, so these tests run anywhere."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import trdata
+from trdata import _core
+
+RRC = [trdata.RandomResizedCrop(16)]
+
+
+@pytest.fixture(scope="module")
+def jpegs(tmp_path_factory) -> list[str]:
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("jpegs")
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(12):
+        h, w = 40 + 3 * i, 56 - 2 * i
+        # smooth gradients + noise: decodes like a photo, not like flat colour
+        yy, xx = np.mgrid[0:h, 0:w]
+        base = np.stack([xx * 255 / w, yy * 255 / h, (xx + yy) * 127 / (h + w)], -1)
+        img = np.clip(base + rng.normal(0, 20, base.shape), 0, 255).astype(np.uint8)
+        p = root / f"{i:02d}.jpg"
+        Image.fromarray(img).save(p, quality=90)
+        paths.append(str(p))
+    return paths
+
+
+def make(paths, **kw):
+    kw.setdefault("transforms", RRC)
+    kw.setdefault("workers", 1)
+    return trdata.Loader(trdata.FileList(paths), **kw)
+
+
+def raises_config(param: str, fn, *args, **kwargs) -> trdata.ConfigError:
+    with pytest.raises(trdata.ConfigError) as info:
+        fn(*args, **kwargs)
+    e = info.value
+    assert isinstance(e, ValueError)
+    assert e.parameter == param, (e.parameter, str(e))
+    assert str(e).startswith(f"invalid {param}: "), str(e)
+    return e
+
+
+# --- sizes -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [trdata.CenterCrop, trdata.Resize, trdata.RandomResizedCrop])
+@pytest.mark.parametrize(
+    "size", ["32", b"32", "3", 32.0, 2.5, True, None, (32,), (32, 32, 3), ("3", "2"), (32.0, 32), (True, 4)]
+)
+def test_sizes_of_the_wrong_type_are_refused_at_construction(cls, size):
+    # CenterCrop('32') used to give 3×2 images (the string split into characters); torchvision refuses a
+    # string size when the transform is made, so does trdata
+    raises_config("size", cls, size)
+
+
+@pytest.mark.parametrize("cls", [trdata.CenterCrop, trdata.Resize, trdata.RandomResizedCrop])
+@pytest.mark.parametrize("size", [-4, 0, (0, 8), (8, -1)])
+def test_sizes_out_of_range_are_refused_by_the_loader(jpegs, cls, size):
+    raises_config(
+        "size", make, jpegs, transforms=[cls(size)] + ([trdata.CenterCrop(8)] if cls is trdata.Resize else [])
+    )
+
+
+def test_good_sizes(jpegs):
+    assert trdata.CenterCrop(np.int64(8))._spec() == ("center_crop", 8, 8)
+    assert trdata.CenterCrop((np.int32(6), 10))._spec() == ("center_crop", 6, 10)
+    assert trdata.Resize([12, 9])._spec() == ("resize", 12, 9)
+    assert trdata.Resize(12)._spec() == ("resize_shorter", 12)
+    with make(jpegs, transforms=[trdata.Resize(20), trdata.CenterCrop((6, 10))], batch_size=4) as loader:
+        assert next(iter(loader)).images.shape == (4, 3, 6, 10)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "param"),
+    [
+        ({"scale": "ab"}, "scale"),
+        ({"scale": (0.5,)}, "scale"),
+        ({"ratio": ("a", 1.0)}, "ratio"),
+        ({"ratio": None}, "ratio"),
+    ],
+)
+def test_random_resized_crop_arguments(kwargs, param):
+    raises_config(param, trdata.RandomResizedCrop, 16, **kwargs)
+
+
+@pytest.mark.parametrize("p", ["0.5", None, True])
+def test_flip_probability_type(p):
+    raises_config("p", trdata.RandomHorizontalFlip, p)
+
+
+# --- bools, ints, choices ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("param", ["shuffle", "reproducible"])
+@pytest.mark.parametrize("value", ["no", "False", 0, 1, None, [], 1.0])
+def test_bool_parameters_must_be_bools(jpegs, param, value):
+    if param == "reproducible" and value is None:
+        pytest.skip("reproducible=None is the documented default (= not shuffle)")
+    raises_config(param, make, jpegs, **{param: value})
+
+
+def test_numpy_bools_and_ints_are_accepted(jpegs):
+    with make(
+        jpegs,
+        shuffle=np.bool_(True),
+        reproducible=np.True_,
+        batch_size=np.int64(3),
+        seed=np.uint64(2**64 - 1),
+    ) as loader:
+        assert len(loader) == 4
+        assert sorted(i for b in loader for i in b.indices.tolist()) == list(range(12))
+
+
+@pytest.mark.parametrize(
+    ("param", "value"),
+    [
+        ("batch_size", 2**70),
+        ("batch_size", 2**63),
+        ("batch_size", 2**40),  # fits 64 bits: the core's range check names it
+        ("batch_size", 0),
+        ("batch_size", -1),
+        ("batch_size", 4.0),
+        ("batch_size", "4"),
+        ("batch_size", True),
+        ("workers", 2**64),
+        ("workers", 0),
+        ("workers", "2"),
+        ("seed", 2**70),
+        ("seed", 2**64),
+        ("seed", -1),
+        ("seed", 1.5),
+        ("prefetch", 2**63),
+        ("prefetch", 1),
+        ("prefetch", None),
+        ("max_held_batches", 2**62),
+        ("max_held_batches", 2**80),
+        ("max_held_batches", -3),
+        ("device_slots", 2**64),
+        ("device_slots", "3"),
+        ("rank", 2**64),
+        ("rank", 1.0),
+        ("world_size", 2**65),
+        ("world_size", 0),
+    ],
+)
+def test_int_parameters_are_range_checked_and_named(jpegs, param, value):
+    raises_config(param, make, jpegs, **{param: value})
+
+
+@pytest.mark.parametrize(
+    ("param", "value"),
+    [
+        ("normalize", ((1, 2), (3,))),
+        ("normalize", "x"),
+        ("normalize", (0.5, 0.5)),
+        ("normalize", ((0.5, 0.5, "a"), (0.2, 0.2, 0.2))),
+        ("transforms", None),
+        ("transforms", trdata.CenterCrop(8)),
+        ("transforms", [lambda x: x]),
+        ("transforms", "CenterCrop"),
+        ("device", 3.5),
+        ("device", None),
+        ("last_batch", None),
+        ("last_batch", "Drop"),
+        ("pin", 1),
+        ("pin", "roundrobin"),
+        ("on_error", None),
+        ("on_error", "ignore"),
+        ("dtype", None),
+        ("dtype", np.float32),
+        ("dtype", "float32 "),
+        ("layout", 5),
+        ("layout", "nchw"),
+    ],
+)
+def test_type_errors_name_the_parameter(jpegs, param, value):
+    raises_config(param, make, jpegs, **{param: value})
+
+
+def test_each_choice_has_one_list_and_every_documented_string_works(jpegs):
+    CHOICES = trdata.loader.CHOICES
+    assert dict(_core.CHOICES) == CHOICES
+    assert set(CHOICES) == {"dtype", "layout", "last_batch", "on_error", "pin"}
+    assert set(CHOICES["dtype"]) == {"uint8", "float16", "bfloat16", "float32"}
+    for param, names in CHOICES.items():
+        for name in names:
+            with make(jpegs, batch_size=4, **{param: name}) as loader:
+                assert len(loader) >= 1
+        e = raises_config(param, make, jpegs, **{param: "nope"})
+        for name in names:
+            assert repr(name) in str(e)  # the message lists the accepted strings
+    with make(jpegs, dtype="bfloat16", batch_size=4) as loader:
+        assert next(iter(loader)).images.dtype.itemsize == 2
+
+
+# --- cpus and epochs -------------------------------------------------------------------------------------------
+
+
+def test_cpus_must_be_allowed_for_this_process(jpegs):
+    allowed = sorted(os.sched_getaffinity(0))
+    e = raises_config("cpus", make, jpegs, cpus=[999])
+    assert "999" in str(e) and "sched_getaffinity" in str(e)
+    raises_config("cpus", make, jpegs, cpus=[max(allowed) + 1])
+    raises_config("cpus", make, jpegs, cpus=[])
+    raises_config("cpus", make, jpegs, cpus="01")
+    raises_config("cpus", make, jpegs, cpus=[allowed[0], allowed[0]])
+    raises_config("cpus", make, jpegs, cpus=[2**70])
+    raises_config("cpus", make, jpegs, cpus=[True])
+    with make(jpegs, cpus=os.sched_getaffinity(0), batch_size=6) as loader:  # a set works too
+        assert loader.cpus == allowed
+        assert len(list(loader)) == 2
+
+
+def test_set_epoch_range(jpegs):
+    with make(jpegs, batch_size=6) as loader:
+        for bad in (2**64 - 1, 2**63, 2**70, -1):
+            raises_config("epoch", loader.set_epoch, bad)
+        raises_config("epoch", loader.set_epoch, 1.0)
+        raises_config("epoch", loader.set_epoch, "3")
+        assert loader.epoch == 0  # untouched by the refused values
+        loader.set_epoch(2**63 - 2)
+        assert [b.epoch for b in loader] == [2**63 - 2] * 2
+        assert loader.epoch == 2**63 - 1
+        loader.set_epoch(np.int64(5))
+        assert loader.epoch == 5
+
+
+def test_load_state_dict_with_huge_or_wrong_values_names_state_dict(jpegs):
+    with make(jpegs, batch_size=6) as loader:
+        state = loader.state_dict()
+        raises_config("state_dict", loader.load_state_dict, dict(state, epoch=2**70))
+        raises_config("state_dict", loader.load_state_dict, dict(state, batches="1"))
+        raises_config("epoch", loader.load_state_dict, dict(state, epoch=2**64 - 1))
+
+
+# --- normalize --------------------------------------------------------------------------------------------------
+
+
+def _batches(jpegs, normalize):
+    with make(jpegs, batch_size=4, normalize=normalize, reproducible=True, shuffle=True, seed=7) as loader:
+        return [b.images.copy() for b in loader]
+
+
+def test_normalize_in_0_255_units_gives_the_same_batches(jpegs):
+    mean, std = trdata.IMAGENET
+    dali = (tuple(m * 255 for m in mean), tuple(s * 255 for s in std))  # (123.675, …), (58.395, …)
+    unit = _batches(jpegs, trdata.IMAGENET)
+    scaled = _batches(jpegs, dali)
+    for a, b in zip(unit, scaled, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    # and the values are really normalized: roughly zero-mean, unit-scale, not in the hundreds
+    assert abs(float(np.mean(unit[0]))) < 3 and float(np.max(np.abs(unit[0]))) < 5
+    # mean 0 with a 0–255 std is the "scale to [0, 1]" habit
+    zero = _batches(jpegs, ((0, 0, 0), (255, 255, 255)))
+    ident = _batches(jpegs, ((0, 0, 0), (1, 1, 1)))
+    for a, b in zip(zero, ident, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    assert 0 <= float(zero[0].min()) and float(zero[0].max()) <= 1
+
+
+@pytest.mark.parametrize(
+    "normalize",
+    [
+        ((123.7, 116.3, 103.5), (0.229, 0.224, 0.225)),  # mean 0–255, std 0–1
+        ((0.485, 0.456, 0.406), (58.4, 57.1, 57.4)),  # mean 0–1, std 0–255
+        ((123.7, 0.5, 103.5), (58.4, 57.1, 57.4)),  # one channel in other units
+        ((123.7, 116.3, 103.5), (58.4, 0.5, 57.4)),
+        ((0.5, 0.5, 0.5), (0.0, 0.2, 0.2)),  # std 0
+        ((0.5, 0.5, 0.5), (1e-9, 0.2, 0.2)),  # std ≈ 0
+        ((0.5, 0.5, 0.5), (-0.2, 0.2, 0.2)),
+        ((0.5, float("nan"), 0.5), (0.2, 0.2, 0.2)),
+        ((0.5, 0.5, 0.5), (0.2, float("inf"), 0.2)),
+        ((-0.5, 0.5, 0.5), (0.2, 0.2, 0.2)),
+        ((300, 116.3, 103.5), (58.4, 57.1, 57.4)),
+    ],
+)
+def test_ambiguous_or_degenerate_normalize_is_refused(jpegs, normalize):
+    raises_config("normalize", make, jpegs, normalize=normalize)
+
+
+# --- transforms --------------------------------------------------------------------------------------------------
+
+
+def test_subclassing_transform_explains_what_transforms_are(jpegs):
+    class Blur(trdata.Transform):
+        def __call__(self, img):
+            return img
+
+    e = raises_config("transforms", make, jpegs, transforms=[trdata.CenterCrop(8), Blur()])
+    msg = str(e)
+    assert "Blur" in msg and "Rust core" in msg and "not" in msg
+    for name in ("RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "transforms=["):
+        assert name in msg
+    with pytest.raises(NotImplementedError, match="compiled by the Rust core"):
+        Blur()._spec()
+
+    class MyCrop(trdata.CenterCrop):  # behaviour added to a built-in would be silently ignored
+        def __call__(self, img):
+            return img
+
+    raises_config("transforms", make, jpegs, transforms=[MyCrop(8)])
+
+    class Square(trdata.CenterCrop):  # a subclass adding nothing (say, a default) is still the built-in
+        pass
+
+    with make(jpegs, transforms=[Square(8)], batch_size=4) as loader:
+        assert next(iter(loader)).images.shape == (4, 3, 8, 8)
