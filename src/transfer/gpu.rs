@@ -220,6 +220,8 @@ pub struct SlotLease {
     pub batch: u64,
     /// Rows in the batch.
     pub rows: usize,
+    /// Process that received the batch: dropped in a fork child, the lease touches no lock (see `Drop`).
+    pid: u32,
 }
 
 impl std::fmt::Debug for SlotLease {
@@ -304,6 +306,12 @@ impl StreamOrder for SlotLease {
 
 impl Drop for SlotLease {
     fn drop(&mut self) {
+        if self.pid != std::process::id() {
+            // A fork child: a parent thread may have held these locks at fork time, and CUDA is unusable here.
+            // Leak the slot (its memory belongs to the parent's context) instead of hanging; `get_mut` needs no lock.
+            std::mem::forget(self.slot.get_mut().unwrap_or_else(|p| p.into_inner()).take());
+            return;
+        }
         let Some(slot) = lock(&self.slot).take() else { return };
         if self.leak.load(Ordering::Relaxed) {
             // The consumer's reads cannot be ordered before a rewrite: keep the memory out of use for good.
@@ -672,6 +680,7 @@ fn run_epoch(
             leak: AtomicBool::new(false),
             batch: b,
             rows,
+            pid: std::process::id(),
         });
         publish(shared, epoch_gen, Published::Batch(DeviceBatch { lease: slot_lease, labels, indices, error }));
     }

@@ -266,7 +266,13 @@ impl Station {
         drop(g);
         this.workers_cv.notify_all();
         Stats::add(&this.stats.batches, 1);
-        let lease = BatchLease { station: Arc::clone(this), buffer: Some(buffer), batch: b, rows: rows as usize };
+        let lease = BatchLease {
+            station: Arc::clone(this),
+            buffer: Some(buffer),
+            batch: b,
+            rows: rows as usize,
+            pid: std::process::id(),
+        };
         Take::Ready(lease, error)
     }
 
@@ -337,6 +343,9 @@ pub struct BatchLease {
     pub batch: u64,
     /// Rows in this batch.
     pub rows: usize,
+    /// Process that took the batch: a lease dropped in a fork child must not touch the station's lock (a
+    /// parent thread may have held it at fork time, and it would never be released in the child).
+    pid: u32,
 }
 
 impl BatchLease {
@@ -348,6 +357,10 @@ impl BatchLease {
 
 impl Drop for BatchLease {
     fn drop(&mut self) {
+        if self.pid != std::process::id() {
+            std::mem::forget(self.buffer.take()); // fork child: the parent's memory, leaked rather than locked
+            return;
+        }
         if let Some(b) = self.buffer.take() {
             self.station.release(b);
         }
