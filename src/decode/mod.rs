@@ -40,6 +40,7 @@
 
 pub mod encode;
 mod jpeg;
+pub mod markers;
 mod pngdec;
 #[cfg(test)]
 mod tests;
@@ -51,6 +52,75 @@ use jpeg::{TjDecompressor, TjFailure, TjRegion};
 
 /// Default decompression-bomb guard: images above this many pixels fail with `TooLarge` before decoding.
 pub const DEFAULT_MAX_PIXELS: u64 = 100_000_000;
+
+/// Default scan limit (SOS segments per JPEG). libjpeg's standard progressive script has 10 scans for colour and
+/// 6 for gray; the most seen in the 1,000-image ImageNet sample and the edge-case files is 11 (measured with
+/// [`markers::walk_jpeg`], see `scan_counts_of_real_files`). 100 leaves room for hand-made scan scripts while
+/// bounding the time bomb: each scan of a progressive file re-walks the coefficient buffer, so 2,000 scans cost
+/// 17–47 s per image; 100 cost at most 1/20 of that.
+pub const DEFAULT_MAX_SCANS: u32 = 100;
+
+/// Default budget for the decoder's intermediate memory (libjpeg-turbo's coefficient buffers for progressive,
+/// multi-scan and arithmetic JPEGs, `TJPARAM_MAXMEMORY`; the PNG decoder's internal buffers). A progressive JPEG
+/// keeps 2 bytes per coefficient: ~3 B/pixel for 4:2:0, ~6 B/pixel for 4:4:4, so 256 MiB still decodes an
+/// 85 MP 4:2:0 or a 44 MP 4:4:4 progressive photo, and refuses the 1.7 MB 100 MP bomb that wanted ~580 MB.
+pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 256 << 20;
+
+/// Default size above which a scratch buffer is released before the next image instead of being kept: 32 MiB is
+/// a full-size RGB decode of ~11 MP, far above the steady state of ImageNet-like data with DCT scaling (≤ 2 MB),
+/// so steady state still allocates nothing, but one 100 MP outlier does not pin 300 MB per worker until `close()`.
+pub const DEFAULT_MAX_RETAINED_SCRATCH_BYTES: usize = 32 << 20;
+
+/// Per-image budgets of a [`Decoder`] (decode bombs). Violations fail with `TooLarge` naming the budget, before
+/// the memory is allocated wherever the size is known from the header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeLimits {
+    /// Width × height above this → `TooLarge` (checked on the header, before any pixel memory).
+    pub max_pixels: u64,
+    /// JPEG scans (SOS segments) above this → `TooLarge` naming "scans" (counted by the marker walk before
+    /// decoding, and libjpeg-turbo's `TJPARAM_SCANLIMIT` as a second line for progressive files).
+    pub max_scans: u32,
+    /// Intermediate memory of one decode: libjpeg-turbo's coefficient buffers (`TJPARAM_MAXMEMORY`, rounded up
+    /// to whole MiB) and the PNG decoder's buffers (`png::Limits`). Above → `TooLarge` naming "memory".
+    pub max_memory_bytes: u64,
+    /// Scratch buffers larger than this are released before the next image (see
+    /// [`DEFAULT_MAX_RETAINED_SCRATCH_BYTES`]); smaller ones are kept and reused.
+    pub max_retained_scratch_bytes: usize,
+}
+
+impl Default for DecodeLimits {
+    fn default() -> Self {
+        Self {
+            max_pixels: DEFAULT_MAX_PIXELS,
+            max_scans: DEFAULT_MAX_SCANS,
+            max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
+            max_retained_scratch_bytes: DEFAULT_MAX_RETAINED_SCRATCH_BYTES,
+        }
+    }
+}
+
+impl DecodeLimits {
+    /// Check the values: each of `max_pixels`, `max_scans`, `max_memory_bytes` must be ≥ 1. Errors name the field
+    /// (the Loader maps them to `ConfigError`).
+    pub fn validate(&self) -> Result<()> {
+        if self.max_pixels == 0 {
+            return Err(TrdataError::config("max_pixels", "must be at least 1"));
+        }
+        if self.max_scans == 0 {
+            return Err(TrdataError::config("max_scans", "must be at least 1"));
+        }
+        if self.max_memory_bytes == 0 {
+            return Err(TrdataError::config("max_memory_bytes", "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// `TJPARAM_MAXMEMORY` value: whole MiB, rounded up, clamped to libjpeg-turbo's int range (never 0, which
+    /// would mean "unlimited").
+    fn tj_max_memory_mib(&self) -> i32 {
+        i32::try_from(self.max_memory_bytes.div_ceil(1 << 20)).unwrap_or(i32::MAX).max(1)
+    }
+}
 
 /// Extra scaled pixels decoded around a requested window on sides that are not image edges (see module docs).
 pub const ROI_GUARD_PX: u32 = 2;
@@ -291,6 +361,19 @@ const BENIGN_WARNINGS: [&str; 4] =
 
 fn jpeg_failure(f: TjFailure) -> ImageError {
     match f {
+        // libjpeg-turbo's own budget checks (second line behind ours): scans, memory, pixels.
+        TjFailure::Fatal(m) if m.contains("more than") && m.contains("scans") => {
+            ImageError::new(ImageErrorKind::TooLarge, format!("JPEG: {m} (scan limit)"))
+        }
+        TjFailure::Fatal(m) if m.contains("Backing store not supported") || m.contains("Insufficient memory") => {
+            ImageError::new(
+                ImageErrorKind::TooLarge,
+                format!("JPEG: intermediate buffers exceed the decoder's memory budget ({m})"),
+            )
+        }
+        TjFailure::Fatal(m) if m.contains("Image is too large") => {
+            ImageError::new(ImageErrorKind::TooLarge, format!("JPEG: {m} (pixel limit)"))
+        }
         TjFailure::Fatal(m) => ImageError::new(ImageErrorKind::Corrupt, format!("JPEG: {m}")),
         TjFailure::Warning(m) => ImageError::new(ImageErrorKind::Corrupt, format!("JPEG (damaged data): {m}")),
     }
@@ -305,10 +388,18 @@ fn check_decode(r: std::result::Result<(), TjFailure>) -> std::result::Result<()
     }
 }
 
-/// Grow `v` to at least `n` elements (never shrinks: steady state allocates nothing).
+/// Grow `v` to at least `n` elements (never shrinks here: steady state allocates nothing; outliers are released
+/// by [`release_if_above`] before the next image).
 fn ensure_len<T: Copy + Default>(v: &mut Vec<T>, n: usize) {
     if v.len() < n {
         v.resize(n, T::default());
+    }
+}
+
+/// Drop `v`'s memory if it holds more than `max_bytes` (an outlier inflated it).
+fn release_if_above<T>(v: &mut Vec<T>, max_bytes: usize) {
+    if v.capacity().saturating_mul(std::mem::size_of::<T>()) > max_bytes {
+        *v = Vec::new();
     }
 }
 
@@ -316,7 +407,7 @@ fn ensure_len<T: Copy + Default>(v: &mut Vec<T>, n: usize) {
 /// Not shareable between threads (`!Sync`); movable to the thread that uses it.
 pub struct Decoder {
     tj: TjDecompressor,
-    max_pixels: u64,
+    limits: DecodeLimits,
     /// RGB8 output of the last decode (region or whole PNG).
     rgb: Vec<u8>,
     /// CMYK scratch (CMYK/YCCK JPEGs).
@@ -329,42 +420,101 @@ pub struct Decoder {
 
 impl std::fmt::Debug for Decoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Decoder").field("max_pixels", &self.max_pixels).finish_non_exhaustive()
+        f.debug_struct("Decoder").field("limits", &self.limits).finish_non_exhaustive()
     }
 }
 
 impl Decoder {
-    /// A decoder with its own tj3 handle and the default pixel limit.
+    /// A decoder with its own tj3 handle and the default limits ([`DecodeLimits::default`]).
     pub fn new() -> Result<Self> {
+        Self::with_limits(DecodeLimits::default())
+    }
+
+    /// A decoder with its own tj3 handle and the given limits (validated: `ConfigError` naming the field).
+    pub fn with_limits(limits: DecodeLimits) -> Result<Self> {
+        limits.validate()?;
         let tj = TjDecompressor::new().map_err(|m| TrdataError::Worker(format!("tj3Init failed: {m}")))?;
-        let mut d =
-            Self { tj, max_pixels: 0, rgb: Vec::new(), cmyk: Vec::new(), wide: Vec::new(), png_raw: Vec::new() };
+        let mut d = Self { tj, limits, rgb: Vec::new(), cmyk: Vec::new(), wide: Vec::new(), png_raw: Vec::new() };
         // Don't extract ICC profiles (we ignore them, like torchvision's loading): saves copying APP2 segments.
         d.tj.set(tj::TJPARAM_TJPARAM_SAVEMARKERS, 0)
-            .and_then(|()| d.set_max_pixels(DEFAULT_MAX_PIXELS))
+            .and_then(|()| d.apply_limits())
             .map_err(|e| TrdataError::Worker(format!("configuring libjpeg-turbo failed: {e}")))?;
         Ok(d)
     }
 
-    /// Change the pixel limit (width × height above it → `TooLarge`).
+    /// Replace the limits (validated first; on error nothing changes).
+    pub fn set_limits(&mut self, limits: DecodeLimits) -> Result<()> {
+        limits.validate()?;
+        self.limits = limits;
+        self.apply_limits().map_err(|e| TrdataError::Worker(format!("configuring libjpeg-turbo failed: {e}")))
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> DecodeLimits {
+        self.limits
+    }
+
+    /// Mirror the limits into libjpeg-turbo's own guards (a second line behind the checks done here). The
+    /// handle remembers them across its re-creation after failures.
+    fn apply_limits(&mut self) -> std::result::Result<(), ImageError> {
+        // Its pixel limit is an int; 0 = unlimited.
+        let tj_pixels = i32::try_from(self.limits.max_pixels).unwrap_or(0);
+        self.tj.set(tj::TJPARAM_TJPARAM_MAXPIXELS, tj_pixels)?;
+        self.tj.set(tj::TJPARAM_TJPARAM_SCANLIMIT, i32::try_from(self.limits.max_scans).unwrap_or(i32::MAX))?;
+        self.tj.set(tj::TJPARAM_TJPARAM_MAXMEMORY, self.limits.tj_max_memory_mib())
+    }
+
+    /// Change the pixel limit only (width × height above it → `TooLarge`); 0 counts as 1.
     pub fn set_max_pixels(&mut self, max_pixels: u64) -> std::result::Result<(), ImageError> {
-        self.max_pixels = max_pixels.max(1);
-        // libjpeg-turbo's own guard as a second line of defence (its limit is an int; 0 = unlimited).
-        let tj_limit = i32::try_from(self.max_pixels).unwrap_or(0);
-        self.tj.set(tj::TJPARAM_TJPARAM_MAXPIXELS, tj_limit)
+        self.limits.max_pixels = max_pixels.max(1);
+        self.apply_limits()
     }
 
     /// The pixel limit.
     pub fn max_pixels(&self) -> u64 {
-        self.max_pixels
+        self.limits.max_pixels
+    }
+
+    /// How many times the tj3 handle was re-created after a failed call (see `jpeg.rs`, "Failure recovery").
+    pub fn handle_resets(&self) -> u64 {
+        self.tj.resets()
+    }
+
+    /// Bytes of scratch memory currently held (capacity of all buffers).
+    pub fn scratch_bytes(&self) -> usize {
+        self.rgb.capacity() + self.cmyk.capacity() + 2 * self.wide.capacity() + self.png_raw.capacity()
+    }
+
+    /// Release buffers an outlier inflated above `max_retained_scratch_bytes` (called before each decode, because
+    /// the previous decode's pixels are borrowed by its caller until then).
+    fn release_outlier_scratch(&mut self) {
+        let max = self.limits.max_retained_scratch_bytes;
+        release_if_above(&mut self.rgb, max);
+        release_if_above(&mut self.cmyk, max);
+        release_if_above(&mut self.wide, max);
+        release_if_above(&mut self.png_raw, max);
     }
 
     fn check_size(&self, w: u32, h: u32) -> std::result::Result<(), ImageError> {
         let px = u64::from(w) * u64::from(h);
-        if px > self.max_pixels {
+        if px > self.limits.max_pixels {
             return Err(ImageError::new(
                 ImageErrorKind::TooLarge,
-                format!("{w}x{h} = {px} pixels exceeds the limit of {} pixels", self.max_pixels),
+                format!("{w}x{h} = {px} pixels exceeds the limit of {} pixels", self.limits.max_pixels),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The byte-level rules checked before libjpeg-turbo touches the pixels: a complete marker structure up to
+    /// EOI (truncated → `Corrupt`, whatever the crop) and the scan limit (→ `TooLarge`).
+    fn check_jpeg_structure(&self, bytes: &[u8]) -> std::result::Result<(), ImageError> {
+        let st =
+            markers::walk_jpeg(bytes).map_err(|e| ImageError::new(ImageErrorKind::Corrupt, format!("JPEG: {e}")))?;
+        if st.scans > self.limits.max_scans {
+            return Err(ImageError::new(
+                ImageErrorKind::TooLarge,
+                format!("JPEG has {} scans, above the limit of {} scans", st.scans, self.limits.max_scans),
             ));
         }
         Ok(())
@@ -435,9 +585,10 @@ impl Decoder {
     ) -> std::result::Result<DecodedRegion<'_>, ImageError> {
         // The header is read again here, from these very bytes, so that the buffer sizes below and what
         // libjpeg-turbo writes come from the same parse (a caller-provided ImageInfo could be stale).
+        self.release_outlier_scratch();
         let info = self.read_header(bytes)?;
         if info.format == ImageFormat::Png {
-            let (w, h) = pngdec::decode_png_rgb(bytes, &mut self.png_raw, &mut self.rgb)?;
+            let (w, h) = pngdec::decode_png_rgb(bytes, &mut self.png_raw, &mut self.rgb, &self.limits)?;
             return Ok(DecodedRegion {
                 pixels: &self.rgb[..3 * w as usize * h as usize],
                 stride: 3 * w as usize,
@@ -450,6 +601,7 @@ impl Decoder {
                 scaled_height: h,
             });
         }
+        self.check_jpeg_structure(bytes)?;
         let m = info.effective_scale(scale_eighths);
         let (sw, sh) = info.scaled_size(m);
         let region = if info.can_crop() { Some(self.crop_region(&info, m, sw, sh, window)) } else { None };
@@ -575,15 +727,17 @@ impl Decoder {
     /// Decode the whole image at full size into `out` (packed RGB8, resized as needed) — no ROI, no scaling.
     /// This is the "raw libjpeg-turbo decode" ceiling the benchmarks compare against.
     pub fn decode_full_rgb(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> std::result::Result<(u32, u32), ImageError> {
+        self.release_outlier_scratch();
         let info = self.read_header(bytes)?;
         let (w, h) = (info.width, info.height);
         let n = 3 * w as usize * h as usize;
         if info.format == ImageFormat::Png {
-            pngdec::decode_png_rgb(bytes, &mut self.png_raw, &mut self.rgb)?;
+            pngdec::decode_png_rgb(bytes, &mut self.png_raw, &mut self.rgb, &self.limits)?;
             out.clear();
             out.extend_from_slice(&self.rgb[..n]);
             return Ok((w, h));
         }
+        self.check_jpeg_structure(bytes)?;
         self.tj.set_scaling(1, 1)?;
         // An explicit full region bounds the rows libjpeg-turbo writes to the size computed here.
         let region = info.can_crop().then_some(TjRegion { x: 0, y: 0, w: w as i32, h: h as i32 });
