@@ -110,6 +110,12 @@ impl JpegEncoder {
         Ok(Self { handle })
     }
 
+    /// Write progressive JPEGs from now on (libjpeg's standard scan script: 10 scans for colour, 6 for gray);
+    /// `false` goes back to baseline.
+    pub fn set_progressive(&mut self, progressive: bool) -> Result<(), EncodeError> {
+        self.set(tj::TJPARAM_TJPARAM_PROGRESSIVE, i32::from(progressive), "PROGRESSIVE")
+    }
+
     /// libjpeg-turbo's last error message for this handle.
     fn last_error(&self) -> String {
         // SAFETY: `self.handle` is a live handle; the returned pointer is a NUL-terminated buffer owned by it,

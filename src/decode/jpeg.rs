@@ -11,9 +11,9 @@
 //! dimensions -1x-1" on perfectly good files). Only a later *successful* call would reset it, and that never comes.
 //! So after every failed call (header fatal error; any non-zero return of a decompress, set-scaling or
 //! set-region call) the handle is destroyed and re-created, and the parameters set through [`TjDecompressor::set`]
-//! are re-applied: the next image always starts on a handle in the same state as a fresh one. Header *warnings*
-//! do not reset: that path ran to `jpeg_abort_decompress`, and the header values it stored are still needed by the
-//! cropping call that follows. If re-creation itself fails (`tj3Init` out of memory), the old handle is kept, marked
+//! are re-applied: the next image always starts on a handle in the same state as a fresh one. A header call that
+//! only *warned* is repeated once on the fresh handle (see [`TjDecompressor::read_header`] for why a "warning" may
+//! hide a fatal error), so the cropping call that follows sees this image's header. If re-creation itself fails (`tj3Init` out of memory), the old handle is kept, marked
 //! poisoned, and re-creation is retried before the next call; until it succeeds every call fails.
 
 use std::ffi::CStr;
@@ -158,15 +158,20 @@ impl TjDecompressor {
 
     /// `tj3DecompressHeader` + the header parameters. Header warnings (e.g. junk bytes between markers) are
     /// accepted here: the decode call that follows re-parses the header and applies the warning policy.
+    ///
+    /// Any non-zero return re-creates the handle and parses once more on the fresh one: libjpeg-turbo reports
+    /// "warning" whenever a warning was emitted during the call, *even if a fatal error followed it* (the error
+    /// longjmps past `jpeg_abort_decompress` and past storing the header values, so a handle that decoded an
+    /// image before would still report that image's size). On a fresh handle the size starts at -1, so a
+    /// warning-then-fatal parse shows up as invalid dimensions, and a genuine warning (the parse ran to
+    /// `jpeg_abort_decompress`) leaves a clean instance with this image's values.
     pub fn read_header(&mut self, bytes: &[u8]) -> Result<RawHeader, TjFailure> {
         self.ensure_usable().map_err(TjFailure::Fatal)?;
-        // SAFETY: valid handle; `bytes` is a live slice of `bytes.len()` bytes that libjpeg-turbo only reads, and
-        // it does not keep the pointer after returning (the source manager is reset by the next call).
-        let rc = unsafe { tj::tj3DecompressHeader(self.raw(), bytes.as_ptr(), bytes.len() as tj::size_t) };
-        if rc != 0 {
-            match self.failure() {
-                TjFailure::Warning(_) => {}
-                fatal => {
+        if self.header_call(bytes) != 0 {
+            self.recover();
+            self.ensure_usable().map_err(TjFailure::Fatal)?;
+            if self.header_call(bytes) != 0 {
+                if let fatal @ TjFailure::Fatal(_) = self.failure() {
                     self.recover();
                     return Err(fatal);
                 }
@@ -182,9 +187,23 @@ impl TjDecompressor {
             progressive: self.get(tj::TJPARAM_TJPARAM_PROGRESSIVE) == 1,
         };
         if h.width < 1 || h.height < 1 {
-            return Err(TjFailure::Fatal(format!("invalid JPEG dimensions {}x{}", h.width, h.height)));
+            // Either a warning-then-fatal parse (see above) or libjpeg-turbo returned no size: the instance may be
+            // mid-parse, so it is replaced.
+            let msg = match self.failure() {
+                TjFailure::Warning(m) | TjFailure::Fatal(m) if m != "No error" => format!(" ({m})"),
+                _ => String::new(),
+            };
+            self.recover();
+            return Err(TjFailure::Fatal(format!("invalid JPEG dimensions {}x{}{msg}", h.width, h.height)));
         }
         Ok(h)
+    }
+
+    /// One `tj3DecompressHeader` call; its return code.
+    fn header_call(&mut self, bytes: &[u8]) -> libc::c_int {
+        // SAFETY: valid handle; `bytes` is a live slice of `bytes.len()` bytes that libjpeg-turbo only reads, and
+        // it does not keep the pointer after returning (the source manager is reset by the next call).
+        unsafe { tj::tj3DecompressHeader(self.raw(), bytes.as_ptr(), bytes.len() as tj::size_t) }
     }
 
     /// `tj3SetScalingFactor(num/denom)` (reduced fraction, as libjpeg-turbo's table lists them).

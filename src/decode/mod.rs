@@ -39,6 +39,8 @@
 #![allow(unsafe_code)]
 
 pub mod encode;
+#[cfg(test)]
+mod hardening_tests;
 mod jpeg;
 pub mod markers;
 mod pngdec;
@@ -365,7 +367,11 @@ fn jpeg_failure(f: TjFailure) -> ImageError {
         TjFailure::Fatal(m) if m.contains("more than") && m.contains("scans") => {
             ImageError::new(ImageErrorKind::TooLarge, format!("JPEG: {m} (scan limit)"))
         }
-        TjFailure::Fatal(m) if m.contains("Backing store not supported") || m.contains("Insufficient memory") => {
+        TjFailure::Fatal(m)
+            if m.contains("Memory limit exceeded")
+                || m.contains("Backing store not supported")
+                || m.contains("Insufficient memory") =>
+        {
             ImageError::new(
                 ImageErrorKind::TooLarge,
                 format!("JPEG: intermediate buffers exceed the decoder's memory budget ({m})"),
@@ -410,7 +416,7 @@ pub struct Decoder {
     limits: DecodeLimits,
     /// RGB8 output of the last decode (region or whole PNG).
     rgb: Vec<u8>,
-    /// CMYK scratch (CMYK/YCCK JPEGs).
+    /// CMYK scratch (CMYK/YCCK JPEGs; gray samples of lossless gray JPEGs).
     cmyk: Vec<u8>,
     /// 12-bit scratch.
     wide: Vec<i16>,
@@ -670,7 +676,15 @@ impl Decoder {
         let cmyk = matches!(info.colorspace, ColorSpace::Cmyk | ColorSpace::Ycck);
         let (pf, bpp) = if cmyk { (tj::TJPF_TJPF_CMYK, 4) } else { (tj::TJPF_TJPF_RGB, 3) };
         ensure_len(&mut self.rgb, w * h * 3);
-        if info.precision == 12 {
+        if info.lossless && info.colorspace == ColorSpace::Gray {
+            // libjpeg-turbo has no gray → RGB conversion for lossless JPEG ("Unsupported color conversion
+            // request"): decode gray into the CMYK scratch and replicate, as Pillow's L → RGB does.
+            ensure_len(&mut self.cmyk, w * h);
+            check_decode(self.tj.decompress8(bytes, &mut self.cmyk, w, h, tj::TJPF_TJPF_GRAY))?;
+            for (d, &g) in self.rgb.chunks_exact_mut(3).zip(&self.cmyk[..w * h]) {
+                d.fill(g);
+            }
+        } else if info.precision == 12 {
             ensure_len(&mut self.wide, w * h * bpp);
             check_decode(self.tj.decompress12(bytes, &mut self.wide, w * bpp, h, pf))?;
             let wide = &self.wide[..w * h * bpp];
@@ -742,7 +756,10 @@ impl Decoder {
         // An explicit full region bounds the rows libjpeg-turbo writes to the size computed here.
         let region = info.can_crop().then_some(TjRegion { x: 0, y: 0, w: w as i32, h: h as i32 });
         self.tj.set_region(region)?;
-        if info.precision == 8 && !matches!(info.colorspace, ColorSpace::Cmyk | ColorSpace::Ycck) {
+        if info.precision == 8
+            && !matches!(info.colorspace, ColorSpace::Cmyk | ColorSpace::Ycck)
+            && !(info.lossless && info.colorspace == ColorSpace::Gray)
+        {
             ensure_len(out, n);
             out.truncate(n);
             check_decode(self.tj.decompress8(bytes, out, 3 * w as usize, h as usize, tj::TJPF_TJPF_RGB))?;
