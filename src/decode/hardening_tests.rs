@@ -14,7 +14,7 @@ fn pattern(w: u32, h: u32, seed: u32) -> Vec<u8> {
             x ^= x << 13;
             x ^= x >> 17;
             x ^= x << 5;
-            let n = (x & 31) as u32;
+            let n = x & 31;
             v.push(((c * 255 / w.max(1)) + n).min(255) as u8);
             v.push(((y * 255 / h.max(1)) + n / 2).min(255) as u8);
             v.push((((c + y) * 128 / (w + h).max(1)) + (x >> 27)).min(255) as u8);
