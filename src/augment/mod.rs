@@ -165,7 +165,8 @@ impl DctScaling {
 }
 
 /// Per-worker decoder and scratch memory (one per thread; never shared). Buffers grow to the largest sample seen
-/// and are then reused: no allocation per sample in steady state.
+/// and are then reused: no allocation per sample in steady state. (The decoder's pixel scratch, the large one, is
+/// released after an outlier above `DecodeLimits::max_retained_scratch_bytes`.)
 #[derive(Debug)]
 pub struct WorkerScratch {
     decoder: Decoder,

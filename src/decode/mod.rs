@@ -4,7 +4,9 @@
 //! 1. **Sniff + header.** The format comes from magic bytes, never the extension (ImageNet has PNGs named
 //!    `.JPEG`): `FF D8 FF` → JPEG (libjpeg-turbo, tj3 API), `89 P N G` → PNG (`png` crate), 0 bytes → `Empty`,
 //!    anything else → `UnknownFormat`. The header gives size, subsampling, colorspace and precision; the pixel
-//!    limit (`DEFAULT_MAX_PIXELS`, 100 MP) is checked here, before any pixel memory is touched → `TooLarge`.
+//!    limit ([`DecodeLimits::max_pixels`], default 100 MP) is checked here, before any pixel memory is touched →
+//!    `TooLarge`. Before decoding a JPEG, [`markers::walk_jpeg`] checks its marker structure from the bytes alone:
+//!    no EOI → `Corrupt` ("image file is truncated"), more scans than [`DecodeLimits::max_scans`] → `TooLarge`.
 //! 2. **Scale.** augment maps its crop into original-image coordinates and picks the DCT scale M/8 with
 //!    [`choose_scale_eighths`]: the smallest M whose scaled crop stays at least `min_ratio` × the output size in
 //!    both dimensions, among the scales libjpeg-turbo has SIMD code for (M ∈ {1, 2, 4, 8}; the other M/8 are
@@ -23,15 +25,30 @@
 //!   always assumes Adobe conventions for JPEG CMYK), then `R = (255-K) - (255-K)·C/255` in Pillow's integer form;
 //! - 12-bit JPEGs (which Pillow cannot open) decode with `tj3Decompress12` and are rounded to 8 bits
 //!   (`(v·255 + 2047) / 4095`); every other precision (lossless 2–16 bit other than 8) → `Unsupported`;
-//! - lossless JPEGs have no DCT, hence no scaling and no cropping: they are decoded whole at M = 8.
+//! - lossless JPEGs have no DCT, hence no scaling and no cropping: they are decoded whole at M = 8. 8-bit lossless
+//!   gray (which Pillow decodes) is decoded as gray and replicated, because libjpeg-turbo has no gray → RGB
+//!   conversion for lossless data;
+//! - PNG: see `pngdec.rs` (16-bit gray is clipped to 255, other 16-bit modes keep the high byte, as Pillow).
 //!
 //! Warning policy: libjpeg-turbo finishes most damaged files with a *warning* (TJERR_WARNING) and fills the missing
 //! part with grey. A warning that means pixel data is missing or wrong (premature end of file/data segment, bad
 //! Huffman/arithmetic code, lost restart markers, bogus progression) → `Corrupt`, like Pillow's "image file is
 //! truncated" — training on half-grey images silently is worse than skipping them. Warnings about metadata only
 //! (extraneous bytes before a marker, unknown Adobe transform, unknown JFIF revision, bad ICC marker) are accepted,
-//! because Pillow decodes those files normally. libjpeg reports only the first warning of a decode, so a file with a
-//! benign warning *followed by* truncation is accepted (rare; documented limitation).
+//! because Pillow decodes those files normally. libjpeg reports only the first warning of a decode; truncation does
+//! not depend on it: a JPEG whose data ends before its EOI marker is `Corrupt` for every crop and scale (the marker
+//! walk decides from the bytes; libjpeg-turbo itself stops reading once the cropping region is decoded, so before
+//! this rule the same file failed in some epochs and not in others). The walk costs ~1% of a decode
+//! (`marker_walk_cost`).
+//!
+//! Failures never outlive their image: after any failed libjpeg-turbo call the tj3 handle is re-created with the
+//! same parameters (`jpeg.rs`, "Failure recovery"), and the PNG path builds a fresh `png::Decoder` per image.
+//!
+//! Budgets ([`DecodeLimits`], [`Decoder::with_limits`] / [`Decoder::set_limits`]): pixels (header), scans (marker
+//! walk, plus libjpeg-turbo's `TJPARAM_SCANLIMIT`), intermediate memory (`TJPARAM_MAXMEMORY`; `png::Limits` and a
+//! raw-size check for PNG) → `TooLarge` naming the budget. Scratch buffers grow to the largest region seen and are
+//! reused (no allocation per image in steady state), but a buffer above `max_retained_scratch_bytes` that one
+//! outlier inflated is released before the next image.
 //!
 //! EXIF orientation is NOT applied: pixels come out in stored order, exactly as torchvision's / PIL's
 //! `ImageFolder` loading (`Image.open(f).convert('RGB')`, no `ImageOps.exif_transpose`) gives them.
@@ -409,7 +426,8 @@ fn release_if_above<T>(v: &mut Vec<T>, max_bytes: usize) {
     }
 }
 
-/// Per-worker decoder: one tj3 handle plus scratch buffers that grow to the largest region seen and are reused.
+/// Per-worker decoder: one tj3 handle plus scratch buffers that grow to the largest region seen and are reused
+/// (up to [`DecodeLimits::max_retained_scratch_bytes`]; larger ones are released before the next image).
 /// Not shareable between threads (`!Sync`); movable to the thread that uses it.
 pub struct Decoder {
     tj: TjDecompressor,
