@@ -409,3 +409,55 @@ fn lossless_8bit_jpegs_decode_exactly() {
         assert_eq!(out, rgb, "rgb psv {psv}");
     }
 }
+
+/// A valid 8-bit RGB PNG of `w × h` (stored rows, zlib-compressed by a minimal stored-block writer).
+fn png_rgb8(w: u32, h: u32, seed: u32) -> (Vec<u8>, Vec<u8>) {
+    let px = pattern(w, h, seed);
+    let mut raw = Vec::new();
+    for row in px.chunks_exact(3 * w as usize) {
+        raw.push(0);
+        raw.extend_from_slice(row);
+    }
+    // zlib stream of stored deflate blocks (≤ 65535 bytes each) + Adler-32.
+    let mut z = vec![0x78, 0x01];
+    let blocks: Vec<&[u8]> = raw.chunks(65535).collect();
+    for (i, b) in blocks.iter().enumerate() {
+        z.push(u8::from(i + 1 == blocks.len()));
+        let n = b.len() as u16;
+        z.extend_from_slice(&n.to_le_bytes());
+        z.extend_from_slice(&(!n).to_le_bytes());
+        z.extend_from_slice(b);
+    }
+    let (mut a, mut b) = (1u32, 0u32);
+    for &x in &raw {
+        a = (a + u32::from(x)) % 65521;
+        b = (b + a) % 65521;
+    }
+    z.extend_from_slice(&((b << 16) | a).to_be_bytes());
+    let mut ihdr = w.to_be_bytes().to_vec();
+    ihdr.extend_from_slice(&h.to_be_bytes());
+    ihdr.extend_from_slice(&[8, 2, 0, 0, 0]);
+    let mut f = pngdec::PNG_MAGIC.to_vec();
+    f.extend(png_chunk(b"IHDR", &ihdr));
+    f.extend(png_chunk(b"IDAT", &z));
+    f.extend(png_chunk(b"IEND", &[]));
+    (f, px)
+}
+
+#[test]
+fn png_failures_leave_no_state() {
+    let (good, px) = png_rgb8(23, 17, 3);
+    let mut d = Decoder::new().unwrap();
+    let mut out = Vec::new();
+    assert_eq!(d.decode_full_rgb(&good, &mut out).unwrap(), (23, 17));
+    assert_eq!(out, px);
+    let mut hostile = vec![png_bomb(10_000, 10_000), good[..good.len() / 2].to_vec()];
+    let mut flipped = good.clone();
+    flipped[40] ^= 0x10; // inside IDAT: CRC mismatch / bad deflate
+    hostile.push(flipped);
+    for bad in &hostile {
+        assert!(d.decode_window(bad, 8, PixelWindow { x0: 0, y0: 0, x1: 4, y1: 4 }).is_err());
+        let r = d.decode_window(&good, 8, PixelWindow { x0: 0, y0: 0, x1: 4, y1: 4 }).unwrap();
+        assert_eq!(r.pixels, &px[..]);
+    }
+}
