@@ -24,7 +24,7 @@ mod tests;
 
 use std::time::Instant;
 
-use crate::decode::{Decoder, PixelWindow, choose_scale_eighths};
+use crate::decode::{DecodeLimits, Decoder, PixelWindow, choose_scale_eighths};
 use crate::error::{ImageError, Result, TrdataError};
 use geometry::CompiledTransforms;
 use resample::{AxisCoeffs, OutputLut};
@@ -165,7 +165,8 @@ impl DctScaling {
 }
 
 /// Per-worker decoder and scratch memory (one per thread; never shared). Buffers grow to the largest sample seen
-/// and are then reused: no allocation per sample in steady state.
+/// and are then reused: no allocation per sample in steady state. (The decoder's pixel scratch, the large one, is
+/// released after an outlier above `DecodeLimits::max_retained_scratch_bytes`.)
 #[derive(Debug)]
 pub struct WorkerScratch {
     decoder: Decoder,
@@ -193,6 +194,14 @@ impl WorkerScratch {
     pub fn with_max_pixels(max_pixels: u64) -> Result<Self> {
         let mut s = Self::new()?;
         s.decoder.set_max_pixels(max_pixels).map_err(|e| TrdataError::config("max_pixels", e.message))?;
+        Ok(s)
+    }
+
+    /// Fresh scratch whose decoder applies `limits` (pixels, scans, memory, retained scratch; see
+    /// [`crate::decode::DecodeLimits`]). Invalid limits → `ConfigError` naming the field.
+    pub fn with_limits(limits: DecodeLimits) -> Result<Self> {
+        let mut s = Self::new()?;
+        s.decoder.set_limits(limits)?;
         Ok(s)
     }
 

@@ -110,6 +110,12 @@ impl JpegEncoder {
         Ok(Self { handle })
     }
 
+    /// Write progressive JPEGs from now on (libjpeg's standard scan script: 10 scans for colour, 6 for gray);
+    /// `false` goes back to baseline.
+    pub fn set_progressive(&mut self, progressive: bool) -> Result<(), EncodeError> {
+        self.set(tj::TJPARAM_TJPARAM_PROGRESSIVE, i32::from(progressive), "PROGRESSIVE")
+    }
+
     /// libjpeg-turbo's last error message for this handle.
     fn last_error(&self) -> String {
         // SAFETY: `self.handle` is a live handle; the returned pointer is a NUL-terminated buffer owned by it,
@@ -136,6 +142,37 @@ impl JpegEncoder {
         quality: u8,
         subsampling: ChromaSubsampling,
     ) -> Result<Vec<u8>, EncodeError> {
+        self.encode_with(pixels, width, height, quality, subsampling, None)
+    }
+
+    /// Encode packed pixels as a *lossless* JPEG (SOF3, predictor `psv` in 1..=7, no point transform). Lossless
+    /// JPEG has no chroma subsampling: `subsampling` must be [`ChromaSubsampling::S444`] or
+    /// [`ChromaSubsampling::Gray`]. Used by tests and fuzz seeds (Pillow cannot write lossless JPEGs).
+    pub fn encode_lossless(
+        &mut self,
+        pixels: &[u8],
+        width: u32,
+        height: u32,
+        subsampling: ChromaSubsampling,
+        psv: u8,
+    ) -> Result<Vec<u8>, EncodeError> {
+        if !matches!(subsampling, ChromaSubsampling::S444 | ChromaSubsampling::Gray) || !(1..=7).contains(&psv) {
+            return Err(EncodeError(format!(
+                "lossless JPEG needs 4:4:4 or gray and psv 1..=7 ({subsampling:?}, {psv})"
+            )));
+        }
+        self.encode_with(pixels, width, height, 100, subsampling, Some(psv))
+    }
+
+    fn encode_with(
+        &mut self,
+        pixels: &[u8],
+        width: u32,
+        height: u32,
+        quality: u8,
+        subsampling: ChromaSubsampling,
+        lossless_psv: Option<u8>,
+    ) -> Result<Vec<u8>, EncodeError> {
         let channels = subsampling.input_channels();
         let expected = (width as usize).checked_mul(height as usize).and_then(|n| n.checked_mul(channels));
         if width == 0 || height == 0 || width > i32::MAX as u32 / 4 || height > i32::MAX as u32 {
@@ -155,6 +192,12 @@ impl JpegEncoder {
         // The output buffer is Rust-owned; NOREALLOC forbids libjpeg-turbo to free/realloc it (it would use
         // its own allocator on memory it does not own), so it must be the worst-case size up front.
         self.set(tj::TJPARAM_TJPARAM_NOREALLOC, 1, "NOREALLOC")?;
+        // Parameters persist on the handle: set LOSSLESS explicitly on every call.
+        self.set(tj::TJPARAM_TJPARAM_LOSSLESS, i32::from(lossless_psv.is_some()), "LOSSLESS")?;
+        if let Some(psv) = lossless_psv {
+            self.set(tj::TJPARAM_TJPARAM_LOSSLESSPSV, i32::from(psv), "LOSSLESSPSV")?;
+            self.set(tj::TJPARAM_TJPARAM_LOSSLESSPT, 0, "LOSSLESSPT")?;
+        }
 
         let (w, h) = (width as libc::c_int, height as libc::c_int);
         // SAFETY: pure function of its integer arguments; returns 0 when they are out of range.
@@ -162,6 +205,13 @@ impl JpegEncoder {
         if worst_bytes == 0 {
             return Err(EncodeError(format!("tj3JPEGBufSize({width}x{height}): {}", self.last_error())));
         }
+        // tj3JPEGBufSize is a bound for lossy JPEG; a lossless sample can take up to 16 + 9 bits, so give lossless
+        // 4 bytes per sample (NOREALLOC makes libjpeg-turbo fail rather than overrun if that were still short).
+        let worst_bytes = if lossless_psv.is_some() {
+            worst_bytes.max(width as usize * height as usize * channels * 4 + 4096)
+        } else {
+            worst_bytes
+        };
         let mut out = vec![0u8; worst_bytes];
         let mut out_ptr: *mut libc::c_uchar = out.as_mut_ptr();
         let mut out_bytes: tj::size_t = worst_bytes as tj::size_t;

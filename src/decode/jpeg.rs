@@ -4,6 +4,17 @@
 //! Handle protocol: one `TjDecompressor` per worker thread (tj handles are not thread-safe, but may move between
 //! threads). Each decode sets scaling factor and cropping region explicitly, so no state leaks from the previous
 //! image into the next one.
+//!
+//! **Failure recovery.** A tj3 call that fails *fatally* longjmps out of libjpeg and leaves the instance half-way
+//! through a parse: `tj3DecompressHeader` returns without `jpeg_abort_decompress`, so the next image's header is
+//! parsed on top of the previous one's tables and state ("Bogus Huffman table definition", "invalid JPEG
+//! dimensions -1x-1" on perfectly good files). Only a later *successful* call would reset it, and that never comes.
+//! So after every failed call (header fatal error; any non-zero return of a decompress, set-scaling or
+//! set-region call) the handle is destroyed and re-created, and the parameters set through [`TjDecompressor::set`]
+//! are re-applied: the next image always starts on a handle in the same state as a fresh one. A header call that
+//! only *warned* is repeated once on the fresh handle (see [`TjDecompressor::read_header`] for why a "warning" may
+//! hide a fatal error), so the cropping call that follows sees this image's header. If re-creation itself fails (`tj3Init` out of memory), the old handle is kept, marked
+//! poisoned, and re-creation is retried before the next call; until it succeeds every call fails.
 
 use std::ffi::CStr;
 use std::ptr::NonNull;
@@ -44,6 +55,12 @@ pub(crate) struct TjRegion {
 /// An owned tj3 decompression handle.
 pub(crate) struct TjDecompressor {
     handle: NonNull<std::ffi::c_void>,
+    /// Every parameter set through `set` (last value wins), re-applied when the handle is re-created.
+    params: Vec<(tj::TJPARAM, i32)>,
+    /// A failed call could not be followed by re-creation (tj3Init failed): retry before the next call.
+    poisoned: bool,
+    /// How many times the handle was re-created after a failure (for tests and diagnostics).
+    resets: u64,
 }
 
 // SAFETY: a tj3 handle has no thread affinity (no thread-locals tied to it; the thread-local error string is only
@@ -54,13 +71,49 @@ unsafe impl Send for TjDecompressor {}
 impl TjDecompressor {
     /// `tj3Init(TJINIT_DECOMPRESS)`.
     pub fn new() -> Result<Self, String> {
-        // SAFETY: tj3Init has no preconditions; it returns NULL on failure, which we check.
-        let raw = unsafe { tj::tj3Init(tj::TJINIT_TJINIT_DECOMPRESS as libc::c_int) };
-        match NonNull::new(raw) {
-            Some(handle) => Ok(Self { handle }),
-            // SAFETY: with a NULL handle, tj3GetErrorStr returns the global (thread-local) error string.
-            None => Err(unsafe { error_string(std::ptr::null_mut()) }),
+        Ok(Self { handle: init_handle()?, params: Vec::new(), poisoned: false, resets: 0 })
+    }
+
+    /// How many times the handle was re-created after a failed call.
+    pub fn resets(&self) -> u64 {
+        self.resets
+    }
+
+    /// Replace the handle by a fresh one carrying the same parameters (see "Failure recovery" above).
+    fn recover(&mut self) {
+        self.resets += 1;
+        let fresh = match init_handle() {
+            Ok(h) => h,
+            Err(_) => {
+                self.poisoned = true;
+                return;
+            }
+        };
+        for &(param, value) in &self.params {
+            // SAFETY: `fresh` is a live handle from tj3Init; the values were accepted by tj3Set before.
+            let rc = unsafe { tj::tj3Set(fresh.as_ptr(), param as libc::c_int, value) };
+            if rc != 0 {
+                // SAFETY: `fresh` came from tj3Init and is not used after this.
+                unsafe { tj::tj3Destroy(fresh.as_ptr()) };
+                self.poisoned = true;
+                return;
+            }
         }
+        let old = std::mem::replace(&mut self.handle, fresh);
+        // SAFETY: `old` came from tj3Init, was owned exclusively by self and is no longer reachable.
+        unsafe { tj::tj3Destroy(old.as_ptr()) };
+        self.poisoned = false;
+    }
+
+    /// Before a call: a poisoned handle must be re-created first.
+    fn ensure_usable(&mut self) -> Result<(), String> {
+        if self.poisoned {
+            self.recover();
+            if self.poisoned {
+                return Err("libjpeg-turbo handle could not be re-created after a failure (tj3Init failed)".into());
+            }
+        }
+        Ok(())
     }
 
     fn raw(&self) -> tj::tjhandle {
@@ -82,6 +135,7 @@ impl TjDecompressor {
 
     /// Set an integer parameter; only called with parameters valid for decompression instances.
     pub fn set(&mut self, param: tj::TJPARAM, value: i32) -> Result<(), ImageError> {
+        self.ensure_usable().map_err(|m| ImageError::new(ImageErrorKind::Corrupt, m))?;
         // SAFETY: valid handle; tj3Set validates `param`/`value` and returns -1 on error, which we check.
         let rc = unsafe { tj::tj3Set(self.raw(), param as libc::c_int, value) };
         if rc != 0 {
@@ -89,6 +143,10 @@ impl TjDecompressor {
                 ImageErrorKind::Unsupported,
                 format!("tj3Set({param}): {}", self.last_error()),
             ));
+        }
+        match self.params.iter_mut().find(|(p, _)| *p == param) {
+            Some(slot) => slot.1 = value,
+            None => self.params.push((param, value)),
         }
         Ok(())
     }
@@ -100,14 +158,23 @@ impl TjDecompressor {
 
     /// `tj3DecompressHeader` + the header parameters. Header warnings (e.g. junk bytes between markers) are
     /// accepted here: the decode call that follows re-parses the header and applies the warning policy.
+    ///
+    /// Any non-zero return re-creates the handle and parses once more on the fresh one: libjpeg-turbo reports
+    /// "warning" whenever a warning was emitted during the call, *even if a fatal error followed it* (the error
+    /// longjmps past `jpeg_abort_decompress` and past storing the header values, so a handle that decoded an
+    /// image before would still report that image's size). On a fresh handle the size starts at -1, so a
+    /// warning-then-fatal parse shows up as invalid dimensions, and a genuine warning (the parse ran to
+    /// `jpeg_abort_decompress`) leaves a clean instance with this image's values.
     pub fn read_header(&mut self, bytes: &[u8]) -> Result<RawHeader, TjFailure> {
-        // SAFETY: valid handle; `bytes` is a live slice of `bytes.len()` bytes that libjpeg-turbo only reads, and
-        // it does not keep the pointer after returning (the source manager is reset by the next call).
-        let rc = unsafe { tj::tj3DecompressHeader(self.raw(), bytes.as_ptr(), bytes.len() as tj::size_t) };
-        if rc != 0 {
-            match self.failure() {
-                TjFailure::Warning(_) => {}
-                fatal => return Err(fatal),
+        self.ensure_usable().map_err(TjFailure::Fatal)?;
+        if self.header_call(bytes) != 0 {
+            self.recover();
+            self.ensure_usable().map_err(TjFailure::Fatal)?;
+            if self.header_call(bytes) != 0 {
+                if let fatal @ TjFailure::Fatal(_) = self.failure() {
+                    self.recover();
+                    return Err(fatal);
+                }
             }
         }
         let h = RawHeader {
@@ -120,9 +187,23 @@ impl TjDecompressor {
             progressive: self.get(tj::TJPARAM_TJPARAM_PROGRESSIVE) == 1,
         };
         if h.width < 1 || h.height < 1 {
-            return Err(TjFailure::Fatal(format!("invalid JPEG dimensions {}x{}", h.width, h.height)));
+            // Either a warning-then-fatal parse (see above) or libjpeg-turbo returned no size: the instance may be
+            // mid-parse, so it is replaced.
+            let msg = match self.failure() {
+                TjFailure::Warning(m) | TjFailure::Fatal(m) if m != "No error" => format!(" ({m})"),
+                _ => String::new(),
+            };
+            self.recover();
+            return Err(TjFailure::Fatal(format!("invalid JPEG dimensions {}x{}{msg}", h.width, h.height)));
         }
         Ok(h)
+    }
+
+    /// One `tj3DecompressHeader` call; its return code.
+    fn header_call(&mut self, bytes: &[u8]) -> libc::c_int {
+        // SAFETY: valid handle; `bytes` is a live slice of `bytes.len()` bytes that libjpeg-turbo only reads, and
+        // it does not keep the pointer after returning (the source manager is reset by the next call).
+        unsafe { tj::tj3DecompressHeader(self.raw(), bytes.as_ptr(), bytes.len() as tj::size_t) }
     }
 
     /// `tj3SetScalingFactor(num/denom)` (reduced fraction, as libjpeg-turbo's table lists them).
@@ -131,10 +212,9 @@ impl TjDecompressor {
         // SAFETY: valid handle; the factor is passed by value and validated by libjpeg-turbo.
         let rc = unsafe { tj::tj3SetScalingFactor(self.raw(), sf) };
         if rc != 0 {
-            return Err(ImageError::new(
-                ImageErrorKind::Unsupported,
-                format!("tj3SetScalingFactor: {}", self.last_error()),
-            ));
+            let e = ImageError::new(ImageErrorKind::Unsupported, format!("tj3SetScalingFactor: {}", self.last_error()));
+            self.recover();
+            return Err(e);
         }
         Ok(())
     }
@@ -146,10 +226,10 @@ impl TjDecompressor {
         // SAFETY: valid handle; the region is passed by value and validated against the header read last.
         let rc = unsafe { tj::tj3SetCroppingRegion(self.raw(), raw) };
         if rc != 0 {
-            return Err(ImageError::new(
-                ImageErrorKind::Corrupt,
-                format!("tj3SetCroppingRegion{r:?}: {}", self.last_error()),
-            ));
+            let e =
+                ImageError::new(ImageErrorKind::Corrupt, format!("tj3SetCroppingRegion{r:?}: {}", self.last_error()));
+            self.recover();
+            return Err(e);
         }
         Ok(())
     }
@@ -202,6 +282,7 @@ impl TjDecompressor {
     ) -> Result<(), TjFailure> {
         assert!(pitch.checked_mul(rows).is_some_and(|n| n <= dst.len()), "decompress: destination too small");
         let pitch_c = i32::try_from(pitch).map_err(|_| TjFailure::Fatal("row pitch too large".into()))?;
+        self.ensure_usable().map_err(TjFailure::Fatal)?;
         // SAFETY: valid handle; `bytes` is read-only input of the given length. libjpeg-turbo writes at most `rows`
         // rows of `pitch` samples into `dst`: the row count is the cropping region height we set (or the image height
         // from the same bytes' header when uncropped; the caller passes that as `rows`), each row at most
@@ -217,7 +298,15 @@ impl TjDecompressor {
                 pixel_format as libc::c_int,
             )
         };
-        if rc != 0 { Err(self.failure()) } else { Ok(()) }
+        if rc != 0 {
+            // Warnings included: the cost of a fresh handle is negligible next to a damaged image, and it makes
+            // "no state survives a failure" true without reasoning about which libjpeg paths clean up.
+            let f = self.failure();
+            self.recover();
+            Err(f)
+        } else {
+            Ok(())
+        }
     }
 }
 
@@ -225,6 +314,17 @@ impl Drop for TjDecompressor {
     fn drop(&mut self) {
         // SAFETY: the handle came from tj3Init, is owned exclusively by self and is destroyed exactly once here.
         unsafe { tj::tj3Destroy(self.raw()) }
+    }
+}
+
+/// `tj3Init(TJINIT_DECOMPRESS)`, or libjpeg-turbo's message when it fails.
+fn init_handle() -> Result<NonNull<std::ffi::c_void>, String> {
+    // SAFETY: tj3Init has no preconditions; it returns NULL on failure, which we check.
+    let raw = unsafe { tj::tj3Init(tj::TJINIT_TJINIT_DECOMPRESS as libc::c_int) };
+    match NonNull::new(raw) {
+        Some(handle) => Ok(handle),
+        // SAFETY: with a NULL handle, tj3GetErrorStr returns the global (thread-local) error string.
+        None => Err(unsafe { error_string(std::ptr::null_mut()) }),
     }
 }
 

@@ -4,7 +4,9 @@
 //! 1. **Sniff + header.** The format comes from magic bytes, never the extension (ImageNet has PNGs named
 //!    `.JPEG`): `FF D8 FF` → JPEG (libjpeg-turbo, tj3 API), `89 P N G` → PNG (`png` crate), 0 bytes → `Empty`,
 //!    anything else → `UnknownFormat`. The header gives size, subsampling, colorspace and precision; the pixel
-//!    limit (`DEFAULT_MAX_PIXELS`, 100 MP) is checked here, before any pixel memory is touched → `TooLarge`.
+//!    limit ([`DecodeLimits::max_pixels`], default 100 MP) is checked here, before any pixel memory is touched →
+//!    `TooLarge`. Before decoding a JPEG, [`markers::walk_jpeg`] checks its marker structure from the bytes alone:
+//!    no EOI → `Corrupt` ("image file is truncated"), more scans than [`DecodeLimits::max_scans`] → `TooLarge`.
 //! 2. **Scale.** augment maps its crop into original-image coordinates and picks the DCT scale M/8 with
 //!    [`choose_scale_eighths`]: the smallest M whose scaled crop stays at least `min_ratio` × the output size in
 //!    both dimensions, among the scales libjpeg-turbo has SIMD code for (M ∈ {1, 2, 4, 8}; the other M/8 are
@@ -23,15 +25,30 @@
 //!   always assumes Adobe conventions for JPEG CMYK), then `R = (255-K) - (255-K)·C/255` in Pillow's integer form;
 //! - 12-bit JPEGs (which Pillow cannot open) decode with `tj3Decompress12` and are rounded to 8 bits
 //!   (`(v·255 + 2047) / 4095`); every other precision (lossless 2–16 bit other than 8) → `Unsupported`;
-//! - lossless JPEGs have no DCT, hence no scaling and no cropping: they are decoded whole at M = 8.
+//! - lossless JPEGs have no DCT, hence no scaling and no cropping: they are decoded whole at M = 8. 8-bit lossless
+//!   gray (which Pillow decodes) is decoded as gray and replicated, because libjpeg-turbo has no gray → RGB
+//!   conversion for lossless data;
+//! - PNG: see `pngdec.rs` (16-bit gray is clipped to 255, other 16-bit modes keep the high byte, as Pillow).
 //!
 //! Warning policy: libjpeg-turbo finishes most damaged files with a *warning* (TJERR_WARNING) and fills the missing
 //! part with grey. A warning that means pixel data is missing or wrong (premature end of file/data segment, bad
 //! Huffman/arithmetic code, lost restart markers, bogus progression) → `Corrupt`, like Pillow's "image file is
 //! truncated" — training on half-grey images silently is worse than skipping them. Warnings about metadata only
 //! (extraneous bytes before a marker, unknown Adobe transform, unknown JFIF revision, bad ICC marker) are accepted,
-//! because Pillow decodes those files normally. libjpeg reports only the first warning of a decode, so a file with a
-//! benign warning *followed by* truncation is accepted (rare; documented limitation).
+//! because Pillow decodes those files normally. libjpeg reports only the first warning of a decode; truncation does
+//! not depend on it: a JPEG whose data ends before its EOI marker is `Corrupt` for every crop and scale (the marker
+//! walk decides from the bytes; libjpeg-turbo itself stops reading once the cropping region is decoded, so before
+//! this rule the same file failed in some epochs and not in others). The walk costs ~1% of a decode
+//! (`marker_walk_cost`).
+//!
+//! Failures never outlive their image: after any failed libjpeg-turbo call the tj3 handle is re-created with the
+//! same parameters (`jpeg.rs`, "Failure recovery"), and the PNG path builds a fresh `png::Decoder` per image.
+//!
+//! Budgets ([`DecodeLimits`], [`Decoder::with_limits`] / [`Decoder::set_limits`]): pixels (header), scans (marker
+//! walk, plus libjpeg-turbo's `TJPARAM_SCANLIMIT`), intermediate memory (`TJPARAM_MAXMEMORY`; `png::Limits` and a
+//! raw-size check for PNG) → `TooLarge` naming the budget. Scratch buffers grow to the largest region seen and are
+//! reused (no allocation per image in steady state), but a buffer above `max_retained_scratch_bytes` that one
+//! outlier inflated is released before the next image.
 //!
 //! EXIF orientation is NOT applied: pixels come out in stored order, exactly as torchvision's / PIL's
 //! `ImageFolder` loading (`Image.open(f).convert('RGB')`, no `ImageOps.exif_transpose`) gives them.
@@ -39,7 +56,10 @@
 #![allow(unsafe_code)]
 
 pub mod encode;
+#[cfg(test)]
+mod hardening_tests;
 mod jpeg;
+pub mod markers;
 mod pngdec;
 #[cfg(test)]
 mod tests;
@@ -51,6 +71,75 @@ use jpeg::{TjDecompressor, TjFailure, TjRegion};
 
 /// Default decompression-bomb guard: images above this many pixels fail with `TooLarge` before decoding.
 pub const DEFAULT_MAX_PIXELS: u64 = 100_000_000;
+
+/// Default scan limit (SOS segments per JPEG). libjpeg's standard progressive script has 10 scans for colour and
+/// 6 for gray; the most seen in the 1,000-image ImageNet sample and the edge-case files is 11 (measured with
+/// [`markers::walk_jpeg`], see `scan_counts_of_real_files`). 100 leaves room for hand-made scan scripts while
+/// bounding the time bomb: each scan of a progressive file re-walks the coefficient buffer, so 2,000 scans cost
+/// 17–47 s per image; 100 cost at most 1/20 of that.
+pub const DEFAULT_MAX_SCANS: u32 = 100;
+
+/// Default budget for the decoder's intermediate memory (libjpeg-turbo's coefficient buffers for progressive,
+/// multi-scan and arithmetic JPEGs, `TJPARAM_MAXMEMORY`; the PNG decoder's internal buffers). A progressive JPEG
+/// keeps 2 bytes per coefficient: ~3 B/pixel for 4:2:0, ~6 B/pixel for 4:4:4, so 256 MiB still decodes an
+/// 85 MP 4:2:0 or a 44 MP 4:4:4 progressive photo, and refuses the 1.7 MB 100 MP bomb that wanted ~580 MB.
+pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 256 << 20;
+
+/// Default size above which a scratch buffer is released before the next image instead of being kept: 32 MiB is
+/// a full-size RGB decode of ~11 MP, far above the steady state of ImageNet-like data with DCT scaling (≤ 2 MB),
+/// so steady state still allocates nothing, but one 100 MP outlier does not pin 300 MB per worker until `close()`.
+pub const DEFAULT_MAX_RETAINED_SCRATCH_BYTES: usize = 32 << 20;
+
+/// Per-image budgets of a [`Decoder`] (decode bombs). Violations fail with `TooLarge` naming the budget, before
+/// the memory is allocated wherever the size is known from the header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeLimits {
+    /// Width × height above this → `TooLarge` (checked on the header, before any pixel memory).
+    pub max_pixels: u64,
+    /// JPEG scans (SOS segments) above this → `TooLarge` naming "scans" (counted by the marker walk before
+    /// decoding, and libjpeg-turbo's `TJPARAM_SCANLIMIT` as a second line for progressive files).
+    pub max_scans: u32,
+    /// Intermediate memory of one decode: libjpeg-turbo's coefficient buffers (`TJPARAM_MAXMEMORY`, rounded up
+    /// to whole MiB) and the PNG decoder's buffers (`png::Limits`). Above → `TooLarge` naming "memory".
+    pub max_memory_bytes: u64,
+    /// Scratch buffers larger than this are released before the next image (see
+    /// [`DEFAULT_MAX_RETAINED_SCRATCH_BYTES`]); smaller ones are kept and reused.
+    pub max_retained_scratch_bytes: usize,
+}
+
+impl Default for DecodeLimits {
+    fn default() -> Self {
+        Self {
+            max_pixels: DEFAULT_MAX_PIXELS,
+            max_scans: DEFAULT_MAX_SCANS,
+            max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
+            max_retained_scratch_bytes: DEFAULT_MAX_RETAINED_SCRATCH_BYTES,
+        }
+    }
+}
+
+impl DecodeLimits {
+    /// Check the values: each of `max_pixels`, `max_scans`, `max_memory_bytes` must be ≥ 1. Errors name the field
+    /// (the Loader maps them to `ConfigError`).
+    pub fn validate(&self) -> Result<()> {
+        if self.max_pixels == 0 {
+            return Err(TrdataError::config("max_pixels", "must be at least 1"));
+        }
+        if self.max_scans == 0 {
+            return Err(TrdataError::config("max_scans", "must be at least 1"));
+        }
+        if self.max_memory_bytes == 0 {
+            return Err(TrdataError::config("max_memory_bytes", "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// `TJPARAM_MAXMEMORY` value: whole MiB, rounded up, clamped to libjpeg-turbo's int range (never 0, which
+    /// would mean "unlimited").
+    fn tj_max_memory_mib(&self) -> i32 {
+        i32::try_from(self.max_memory_bytes.div_ceil(1 << 20)).unwrap_or(i32::MAX).max(1)
+    }
+}
 
 /// Extra scaled pixels decoded around a requested window on sides that are not image edges (see module docs).
 pub const ROI_GUARD_PX: u32 = 2;
@@ -291,6 +380,23 @@ const BENIGN_WARNINGS: [&str; 4] =
 
 fn jpeg_failure(f: TjFailure) -> ImageError {
     match f {
+        // libjpeg-turbo's own budget checks (second line behind ours): scans, memory, pixels.
+        TjFailure::Fatal(m) if m.contains("more than") && m.contains("scans") => {
+            ImageError::new(ImageErrorKind::TooLarge, format!("JPEG: {m} (scan limit)"))
+        }
+        TjFailure::Fatal(m)
+            if m.contains("Memory limit exceeded")
+                || m.contains("Backing store not supported")
+                || m.contains("Insufficient memory") =>
+        {
+            ImageError::new(
+                ImageErrorKind::TooLarge,
+                format!("JPEG: intermediate buffers exceed the decoder's memory budget ({m})"),
+            )
+        }
+        TjFailure::Fatal(m) if m.contains("Image is too large") => {
+            ImageError::new(ImageErrorKind::TooLarge, format!("JPEG: {m} (pixel limit)"))
+        }
         TjFailure::Fatal(m) => ImageError::new(ImageErrorKind::Corrupt, format!("JPEG: {m}")),
         TjFailure::Warning(m) => ImageError::new(ImageErrorKind::Corrupt, format!("JPEG (damaged data): {m}")),
     }
@@ -305,21 +411,30 @@ fn check_decode(r: std::result::Result<(), TjFailure>) -> std::result::Result<()
     }
 }
 
-/// Grow `v` to at least `n` elements (never shrinks: steady state allocates nothing).
+/// Grow `v` to at least `n` elements (never shrinks here: steady state allocates nothing; outliers are released
+/// by [`release_if_above`] before the next image).
 fn ensure_len<T: Copy + Default>(v: &mut Vec<T>, n: usize) {
     if v.len() < n {
         v.resize(n, T::default());
     }
 }
 
-/// Per-worker decoder: one tj3 handle plus scratch buffers that grow to the largest region seen and are reused.
+/// Drop `v`'s memory if it holds more than `max_bytes` (an outlier inflated it).
+fn release_if_above<T>(v: &mut Vec<T>, max_bytes: usize) {
+    if v.capacity().saturating_mul(std::mem::size_of::<T>()) > max_bytes {
+        *v = Vec::new();
+    }
+}
+
+/// Per-worker decoder: one tj3 handle plus scratch buffers that grow to the largest region seen and are reused
+/// (up to [`DecodeLimits::max_retained_scratch_bytes`]; larger ones are released before the next image).
 /// Not shareable between threads (`!Sync`); movable to the thread that uses it.
 pub struct Decoder {
     tj: TjDecompressor,
-    max_pixels: u64,
+    limits: DecodeLimits,
     /// RGB8 output of the last decode (region or whole PNG).
     rgb: Vec<u8>,
-    /// CMYK scratch (CMYK/YCCK JPEGs).
+    /// CMYK scratch (CMYK/YCCK JPEGs; gray samples of lossless gray JPEGs).
     cmyk: Vec<u8>,
     /// 12-bit scratch.
     wide: Vec<i16>,
@@ -329,42 +444,101 @@ pub struct Decoder {
 
 impl std::fmt::Debug for Decoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Decoder").field("max_pixels", &self.max_pixels).finish_non_exhaustive()
+        f.debug_struct("Decoder").field("limits", &self.limits).finish_non_exhaustive()
     }
 }
 
 impl Decoder {
-    /// A decoder with its own tj3 handle and the default pixel limit.
+    /// A decoder with its own tj3 handle and the default limits ([`DecodeLimits::default`]).
     pub fn new() -> Result<Self> {
+        Self::with_limits(DecodeLimits::default())
+    }
+
+    /// A decoder with its own tj3 handle and the given limits (validated: `ConfigError` naming the field).
+    pub fn with_limits(limits: DecodeLimits) -> Result<Self> {
+        limits.validate()?;
         let tj = TjDecompressor::new().map_err(|m| TrdataError::Worker(format!("tj3Init failed: {m}")))?;
-        let mut d =
-            Self { tj, max_pixels: 0, rgb: Vec::new(), cmyk: Vec::new(), wide: Vec::new(), png_raw: Vec::new() };
+        let mut d = Self { tj, limits, rgb: Vec::new(), cmyk: Vec::new(), wide: Vec::new(), png_raw: Vec::new() };
         // Don't extract ICC profiles (we ignore them, like torchvision's loading): saves copying APP2 segments.
         d.tj.set(tj::TJPARAM_TJPARAM_SAVEMARKERS, 0)
-            .and_then(|()| d.set_max_pixels(DEFAULT_MAX_PIXELS))
+            .and_then(|()| d.apply_limits())
             .map_err(|e| TrdataError::Worker(format!("configuring libjpeg-turbo failed: {e}")))?;
         Ok(d)
     }
 
-    /// Change the pixel limit (width × height above it → `TooLarge`).
+    /// Replace the limits (validated first; on error nothing changes).
+    pub fn set_limits(&mut self, limits: DecodeLimits) -> Result<()> {
+        limits.validate()?;
+        self.limits = limits;
+        self.apply_limits().map_err(|e| TrdataError::Worker(format!("configuring libjpeg-turbo failed: {e}")))
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> DecodeLimits {
+        self.limits
+    }
+
+    /// Mirror the limits into libjpeg-turbo's own guards (a second line behind the checks done here). The
+    /// handle remembers them across its re-creation after failures.
+    fn apply_limits(&mut self) -> std::result::Result<(), ImageError> {
+        // Its pixel limit is an int; 0 = unlimited.
+        let tj_pixels = i32::try_from(self.limits.max_pixels).unwrap_or(0);
+        self.tj.set(tj::TJPARAM_TJPARAM_MAXPIXELS, tj_pixels)?;
+        self.tj.set(tj::TJPARAM_TJPARAM_SCANLIMIT, i32::try_from(self.limits.max_scans).unwrap_or(i32::MAX))?;
+        self.tj.set(tj::TJPARAM_TJPARAM_MAXMEMORY, self.limits.tj_max_memory_mib())
+    }
+
+    /// Change the pixel limit only (width × height above it → `TooLarge`); 0 counts as 1.
     pub fn set_max_pixels(&mut self, max_pixels: u64) -> std::result::Result<(), ImageError> {
-        self.max_pixels = max_pixels.max(1);
-        // libjpeg-turbo's own guard as a second line of defence (its limit is an int; 0 = unlimited).
-        let tj_limit = i32::try_from(self.max_pixels).unwrap_or(0);
-        self.tj.set(tj::TJPARAM_TJPARAM_MAXPIXELS, tj_limit)
+        self.limits.max_pixels = max_pixels.max(1);
+        self.apply_limits()
     }
 
     /// The pixel limit.
     pub fn max_pixels(&self) -> u64 {
-        self.max_pixels
+        self.limits.max_pixels
+    }
+
+    /// How many times the tj3 handle was re-created after a failed call (see `jpeg.rs`, "Failure recovery").
+    pub fn handle_resets(&self) -> u64 {
+        self.tj.resets()
+    }
+
+    /// Bytes of scratch memory currently held (capacity of all buffers).
+    pub fn scratch_bytes(&self) -> usize {
+        self.rgb.capacity() + self.cmyk.capacity() + 2 * self.wide.capacity() + self.png_raw.capacity()
+    }
+
+    /// Release buffers an outlier inflated above `max_retained_scratch_bytes` (called before each decode, because
+    /// the previous decode's pixels are borrowed by its caller until then).
+    fn release_outlier_scratch(&mut self) {
+        let max = self.limits.max_retained_scratch_bytes;
+        release_if_above(&mut self.rgb, max);
+        release_if_above(&mut self.cmyk, max);
+        release_if_above(&mut self.wide, max);
+        release_if_above(&mut self.png_raw, max);
     }
 
     fn check_size(&self, w: u32, h: u32) -> std::result::Result<(), ImageError> {
         let px = u64::from(w) * u64::from(h);
-        if px > self.max_pixels {
+        if px > self.limits.max_pixels {
             return Err(ImageError::new(
                 ImageErrorKind::TooLarge,
-                format!("{w}x{h} = {px} pixels exceeds the limit of {} pixels", self.max_pixels),
+                format!("{w}x{h} = {px} pixels exceeds the limit of {} pixels", self.limits.max_pixels),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The byte-level rules checked before libjpeg-turbo touches the pixels: a complete marker structure up to
+    /// EOI (truncated → `Corrupt`, whatever the crop) and the scan limit (→ `TooLarge`).
+    fn check_jpeg_structure(&self, bytes: &[u8]) -> std::result::Result<(), ImageError> {
+        let st =
+            markers::walk_jpeg(bytes).map_err(|e| ImageError::new(ImageErrorKind::Corrupt, format!("JPEG: {e}")))?;
+        if st.scans > self.limits.max_scans {
+            return Err(ImageError::new(
+                ImageErrorKind::TooLarge,
+                format!("JPEG has {} scans, above the limit of {} scans", st.scans, self.limits.max_scans),
             ));
         }
         Ok(())
@@ -435,9 +609,10 @@ impl Decoder {
     ) -> std::result::Result<DecodedRegion<'_>, ImageError> {
         // The header is read again here, from these very bytes, so that the buffer sizes below and what
         // libjpeg-turbo writes come from the same parse (a caller-provided ImageInfo could be stale).
+        self.release_outlier_scratch();
         let info = self.read_header(bytes)?;
         if info.format == ImageFormat::Png {
-            let (w, h) = pngdec::decode_png_rgb(bytes, &mut self.png_raw, &mut self.rgb)?;
+            let (w, h) = pngdec::decode_png_rgb(bytes, &mut self.png_raw, &mut self.rgb, &self.limits)?;
             return Ok(DecodedRegion {
                 pixels: &self.rgb[..3 * w as usize * h as usize],
                 stride: 3 * w as usize,
@@ -450,6 +625,7 @@ impl Decoder {
                 scaled_height: h,
             });
         }
+        self.check_jpeg_structure(bytes)?;
         let m = info.effective_scale(scale_eighths);
         let (sw, sh) = info.scaled_size(m);
         let region = if info.can_crop() { Some(self.crop_region(&info, m, sw, sh, window)) } else { None };
@@ -518,7 +694,15 @@ impl Decoder {
         let cmyk = matches!(info.colorspace, ColorSpace::Cmyk | ColorSpace::Ycck);
         let (pf, bpp) = if cmyk { (tj::TJPF_TJPF_CMYK, 4) } else { (tj::TJPF_TJPF_RGB, 3) };
         ensure_len(&mut self.rgb, w * h * 3);
-        if info.precision == 12 {
+        if info.lossless && info.colorspace == ColorSpace::Gray {
+            // libjpeg-turbo has no gray → RGB conversion for lossless JPEG ("Unsupported color conversion
+            // request"): decode gray into the CMYK scratch and replicate, as Pillow's L → RGB does.
+            ensure_len(&mut self.cmyk, w * h);
+            check_decode(self.tj.decompress8(bytes, &mut self.cmyk, w, h, tj::TJPF_TJPF_GRAY))?;
+            for (d, &g) in self.rgb.chunks_exact_mut(3).zip(&self.cmyk[..w * h]) {
+                d.fill(g);
+            }
+        } else if info.precision == 12 {
             ensure_len(&mut self.wide, w * h * bpp);
             check_decode(self.tj.decompress12(bytes, &mut self.wide, w * bpp, h, pf))?;
             let wide = &self.wide[..w * h * bpp];
@@ -575,20 +759,25 @@ impl Decoder {
     /// Decode the whole image at full size into `out` (packed RGB8, resized as needed) — no ROI, no scaling.
     /// This is the "raw libjpeg-turbo decode" ceiling the benchmarks compare against.
     pub fn decode_full_rgb(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> std::result::Result<(u32, u32), ImageError> {
+        self.release_outlier_scratch();
         let info = self.read_header(bytes)?;
         let (w, h) = (info.width, info.height);
         let n = 3 * w as usize * h as usize;
         if info.format == ImageFormat::Png {
-            pngdec::decode_png_rgb(bytes, &mut self.png_raw, &mut self.rgb)?;
+            pngdec::decode_png_rgb(bytes, &mut self.png_raw, &mut self.rgb, &self.limits)?;
             out.clear();
             out.extend_from_slice(&self.rgb[..n]);
             return Ok((w, h));
         }
+        self.check_jpeg_structure(bytes)?;
         self.tj.set_scaling(1, 1)?;
         // An explicit full region bounds the rows libjpeg-turbo writes to the size computed here.
         let region = info.can_crop().then_some(TjRegion { x: 0, y: 0, w: w as i32, h: h as i32 });
         self.tj.set_region(region)?;
-        if info.precision == 8 && !matches!(info.colorspace, ColorSpace::Cmyk | ColorSpace::Ycck) {
+        if info.precision == 8
+            && !matches!(info.colorspace, ColorSpace::Cmyk | ColorSpace::Ycck)
+            && !(info.lossless && info.colorspace == ColorSpace::Gray)
+        {
             ensure_len(out, n);
             out.truncate(n);
             check_decode(self.tj.decompress8(bytes, out, 3 * w as usize, h as usize, tj::TJPF_TJPF_RGB))?;

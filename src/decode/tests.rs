@@ -379,3 +379,88 @@ fn no_state_leaks_between_images() {
         assert_eq!(got.map_err(|e| e.kind), reference(name).map_err(|e| e.kind), "{name}");
     }
 }
+
+fn imagenet_files() -> Option<Vec<std::path::PathBuf>> {
+    let root = data_dir("imagenet-sample")?;
+    let mut files = Vec::new();
+    let mut stack = vec![root];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p)
+            } else if p.extension().is_some_and(|e| matches!(e.to_str(), Some("JPEG" | "jpeg" | "jpg" | "png"))) {
+                files.push(p)
+            }
+        }
+    }
+    files.sort();
+    Some(files)
+}
+
+/// The marker walk and the limits keep every real file decodable: the 1,000 ImageNet-sample images decode, and
+/// the scan counts of real files justify `DEFAULT_MAX_SCANS` (progressive files have ~10 scans).
+#[test]
+fn scan_counts_of_real_files() {
+    let (Some(files), Some(edge)) = (imagenet_files(), data_dir("edge-cases")) else {
+        return;
+    };
+    let mut d = Decoder::new().unwrap();
+    let mut out = Vec::new();
+    let mut max_scans = 0;
+    for f in &files {
+        let b = std::fs::read(f).unwrap();
+        d.decode_full_rgb(&b, &mut out).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        if sniff_format(&b) == Ok(ImageFormat::Jpeg) {
+            max_scans = max_scans.max(markers::walk_jpeg(&b).unwrap().scans);
+        }
+    }
+    assert_eq!(files.len(), 1000);
+    for e in std::fs::read_dir(edge).unwrap() {
+        let b = std::fs::read(e.unwrap().path()).unwrap();
+        if let Ok(st) = markers::walk_jpeg(&b) {
+            max_scans = max_scans.max(st.scans);
+        }
+    }
+    eprintln!("most scans in a real file: {max_scans}");
+    assert!((10..=DEFAULT_MAX_SCANS / 5).contains(&max_scans), "{max_scans}");
+}
+
+/// Measurement (run with `cargo test --release --lib marker_walk_cost -- --ignored --nocapture`): the marker
+/// walk's cost per image against a full decode, on the ImageNet sample. Prints; asserts nothing about time.
+#[test]
+#[ignore]
+fn marker_walk_cost() {
+    let Some(files) = imagenet_files() else {
+        return;
+    };
+    let data: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
+    let jpegs: Vec<&Vec<u8>> = data.iter().filter(|b| sniff_format(b) == Ok(ImageFormat::Jpeg)).collect();
+    let bytes: usize = jpegs.iter().map(|b| b.len()).sum();
+    let reps = 20;
+    let t = std::time::Instant::now();
+    let mut scans = 0u64;
+    for _ in 0..reps {
+        for b in &jpegs {
+            scans += u64::from(std::hint::black_box(markers::walk_jpeg(b)).unwrap().scans);
+        }
+    }
+    let walk_ns = t.elapsed().as_nanos() as f64 / (reps * jpegs.len()) as f64;
+    let mut d = Decoder::new().unwrap();
+    let mut out = Vec::new();
+    let t = std::time::Instant::now();
+    for b in &jpegs {
+        d.decode_full_rgb(b, &mut out).unwrap();
+    }
+    let dec_ns = t.elapsed().as_nanos() as f64 / jpegs.len() as f64;
+    eprintln!(
+        "marker walk: {:.1} us/image ({:.2} GB/s, {} images, avg {} KB, {scans} scans), full decode {:.0} us/image \
+         -> walk = {:.2}% of a full decode",
+        walk_ns / 1e3,
+        bytes as f64 / (walk_ns * jpegs.len() as f64),
+        jpegs.len(),
+        bytes / jpegs.len() / 1024,
+        dec_ns / 1e3,
+        100.0 * walk_ns / dec_ns
+    );
+}
