@@ -2,6 +2,7 @@
 //! constructors here check ranges and name the offending parameter in the error.
 
 use crate::augment::{DType, Layout, SamplePipeline};
+use crate::decode::DecodeLimits;
 use crate::error::{Result, TrdataError};
 
 /// The one list of accepted strings per choice parameter, in documented order. `parse_choice` and
@@ -142,6 +143,8 @@ pub struct LoaderConfig {
     pub max_held_batches: usize,
     /// Per-sample decode + augmentation.
     pub pipeline: SamplePipeline,
+    /// Decode-bomb budgets of every worker's decoder (pixels, progressive scans, memory, retained scratch).
+    pub decode_limits: DecodeLimits,
 }
 
 impl LoaderConfig {
@@ -154,6 +157,7 @@ impl LoaderConfig {
 
     /// Check ranges; names the parameter at fault.
     pub fn validate(&self) -> Result<()> {
+        self.decode_limits.validate()?;
         if self.batch_size == 0 {
             return Err(TrdataError::config("batch_size", "must be ≥ 1"));
         }

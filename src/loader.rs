@@ -494,10 +494,13 @@ impl Loader {
                 }
             }
             let pool = match binding {
-                Some(plan) => WorkerPool::start_bound(plan)?,
+                Some(plan) => WorkerPool::start_bound(plan, self.cfg.decode_limits)?,
                 None => {
                     let cpus = self.cfg.cpus.clone().unwrap_or_else(affinity::allowed_cpus);
-                    WorkerPool::start_bound(affinity::binding_plan(self.cfg.pin, self.cfg.workers, &cpus))?
+                    WorkerPool::start_bound(
+                        affinity::binding_plan(self.cfg.pin, self.cfg.workers, &cpus),
+                        self.cfg.decode_limits,
+                    )?
                 }
             };
             self.runtime = Some(Runtime { pool, station, gpus, pid: std::process::id() });

@@ -137,3 +137,49 @@ def test_epoch_counter_never_wraps(tmp_path):
             loader.set_epoch(2**64 - 1)
             list(loader)
         assert exc.value.parameter == "epoch"
+
+
+def _progressive_jpeg_with_scans(path: Path, extra_scans: int) -> None:
+    """A progressive JPEG (Pillow) whose last scan is repeated `extra_scans` times (a scan-count bomb; the
+    repeats are not a legal progression, which libjpeg-turbo only finds out by decoding them all)."""
+    img = np.random.default_rng(1).integers(0, 255, (64, 64, 3), dtype=np.uint8)
+    Image.fromarray(img).save(path, progressive=True, quality=90)
+    data = path.read_bytes()
+    last_sos = data.rfind(b"\xff\xda")
+    scan = data[last_sos:-2]  # the final scan up to (not including) EOI
+    path.write_bytes(data[:-2] + scan * extra_scans + b"\xff\xd9")
+
+
+def test_decode_limits_are_loader_parameters(tmp_path):
+    """max_pixels / max_scans reach every worker's decoder; defaults accept ordinary files; bad values are
+    ConfigErrors naming the parameter."""
+    good = write_jpegs(tmp_path / "good", 3, size=(40, 30))  # 1,200 pixels each
+    bomb = tmp_path / "scans.jpg"
+    _progressive_jpeg_with_scans(bomb, 150)
+    paths = [*good, str(bomb)]
+    src = trdata.FileList(paths, [0, 1, 2, 3])
+    kw = dict(batch_size=4, workers=2, transforms=[trdata.CenterCrop(16)], dtype="uint8")
+    with trdata.Loader(src, **kw) as loader, pytest.raises(trdata.DecodeError) as exc:
+        list(loader)
+    assert exc.value.kind == "TooLarge" and exc.value.path == str(bomb) and "scans" in str(exc.value)
+    # With a higher scan limit the file is decoded (and then found corrupt): the limit reached the workers.
+    with trdata.Loader(src, max_scans=1000, **kw) as loader, pytest.raises(trdata.DecodeError) as exc:
+        list(loader)
+    assert exc.value.kind == "Corrupt" and exc.value.path == str(bomb)
+    # A pixel limit below the files' size refuses them all.
+    with trdata.Loader(trdata.FileList(good, [0, 1, 2]), max_pixels=1000, **kw) as loader:
+        with pytest.raises(trdata.DecodeError) as exc:
+            list(loader)
+    assert exc.value.kind == "TooLarge" and "pixels" in str(exc.value)
+    for name, value in [
+        ("max_pixels", 0),
+        ("max_scans", 0),
+        ("max_memory_bytes", 0),
+        ("max_scans", -1),
+        ("max_scans", 2**40),
+        ("max_pixels", "1e8"),
+        ("max_memory_bytes", 2**70),
+    ]:
+        with pytest.raises(trdata.ConfigError) as exc:
+            trdata.Loader(src, **{name: value}, **kw)
+        assert exc.value.parameter == name, (name, value, exc.value)

@@ -85,6 +85,9 @@ class NativeLoader:
         devices: list[int] | None = None,
         device_slots: int = 3,
         cpus: list[int] | None = None,
+        max_pixels: int | None = None,
+        max_scans: int | None = None,
+        max_memory_bytes: int | None = None,
     ) -> None: ...
     def __len__(self) -> int: ...
     def state_dict(self) -> dict[str, Any]: ...

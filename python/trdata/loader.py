@@ -382,6 +382,12 @@ class Loader:
     ``LoaderClosedError`` (``close()`` does nothing there and ``closed`` is true) — it never waits on the
     parent's threads. Create the Loader in the child.
 
+    Decode limits (per image, per worker; a file beyond one follows ``on_error`` with
+    ``DecodeError(kind="TooLarge")``, checked before any pixel memory is allocated): ``max_pixels`` (default
+    100,000,000, width × height), ``max_scans`` (default 100 scans of a progressive JPEG; real files have ≤ ~11,
+    a 2,000-scan file takes seconds per decode) and ``max_memory_bytes`` (default 256 MiB: libjpeg-turbo's
+    whole-image coefficient buffers of progressive JPEGs, and a PNG's decoded size). ``None`` keeps the default.
+
     Every argument is checked at construction; a bad value raises ``ConfigError`` (a ``ValueError``) whose
     ``parameter`` names it: ints are ints (not bools, strings or floats) within their range, ``shuffle``
     and ``reproducible`` are bools, the choice strings (``dtype``, ``layout``, ``last_batch``,
@@ -411,6 +417,9 @@ class Loader:
         max_held_batches: int = 16,
         device_slots: int = 3,
         cpus: Sequence[int] | None = None,
+        max_pixels: int | None = None,
+        max_scans: int | None = None,
+        max_memory_bytes: int | None = None,
     ) -> None:
         if not isinstance(source, Source):
             raise ConfigError(
@@ -474,6 +483,9 @@ class Loader:
             devices=ordinals,
             device_slots=device_slots,
             cpus=cpu_list,
+            max_pixels=None if max_pixels is None else _int("max_pixels", max_pixels),
+            max_scans=None if max_scans is None else _int("max_scans", max_scans),
+            max_memory_bytes=None if max_memory_bytes is None else _int("max_memory_bytes", max_memory_bytes),
         )
 
     def __len__(self) -> int:

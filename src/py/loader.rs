@@ -5,6 +5,7 @@ use super::errors::{IntoPyResult, to_py};
 use super::gpu::DeviceTensorHandle;
 use crate::augment::{DType, Normalize, OutputSpec, SamplePipeline, TransformSpec};
 use crate::config::{self, Choices, ErrorPolicy, LastBatch, LoaderConfig, PinMode};
+use crate::decode::DecodeLimits;
 use crate::error::TrdataError;
 use crate::export::{Device, DlpackRequest, ElementType, TensorExport, into_capsule};
 use crate::loader::{DeviceSpec, Loader, LoaderState, Next, NextStep};
@@ -241,7 +242,8 @@ impl NativeLoader {
     #[new]
     #[pyo3(signature = (paths, labels, classes, *, batch_size, workers, shuffle, seed, reproducible, last_batch,
                         rank, world_size, pin, on_error, prefetch, max_held_batches, transforms, normalize,
-                        dtype, layout, devices=None, device_slots=3, cpus=None))]
+                        dtype, layout, devices=None, device_slots=3, cpus=None, max_pixels=None, max_scans=None,
+                        max_memory_bytes=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -267,6 +269,9 @@ impl NativeLoader {
         devices: Option<Vec<u32>>,
         device_slots: i64,
         cpus: Option<Vec<usize>>,
+        max_pixels: Option<i64>,
+        max_scans: Option<i64>,
+        max_memory_bytes: Option<i64>,
     ) -> PyResult<Self> {
         let nonneg = |v: i64, name: &str| -> PyResult<usize> {
             usize::try_from(v).map_err(|_| to_py(TrdataError::config(name, format!("{v} must be ≥ 0"))))
@@ -301,6 +306,20 @@ impl NativeLoader {
             prefetch: nonneg(prefetch, "prefetch")?,
             max_held_batches: nonneg(max_held_batches, "max_held_batches")?,
             pipeline: pipeline.clone(),
+            decode_limits: {
+                let d = DecodeLimits::default();
+                let pick = |v: Option<i64>, name: &str, default: u64| -> PyResult<u64> {
+                    v.map_or(Ok(default), |v| Ok(nonneg(v, name)? as u64))
+                };
+                let scans = pick(max_scans, "max_scans", u64::from(d.max_scans))?;
+                DecodeLimits {
+                    max_pixels: pick(max_pixels, "max_pixels", d.max_pixels)?,
+                    max_scans: u32::try_from(scans)
+                        .map_err(|_| to_py(TrdataError::config("max_scans", format!("{scans} must be below 2**32"))))?,
+                    max_memory_bytes: pick(max_memory_bytes, "max_memory_bytes", d.max_memory_bytes)?,
+                    ..d
+                }
+            },
         };
         let mut ds: Dataset = file_list(paths, labels).py_err()?;
         ds.classes = classes;

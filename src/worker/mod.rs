@@ -12,6 +12,7 @@ pub mod affinity;
 use crate::augment::rng::{OP_SKIP_REPLACEMENT, SampleRng};
 use crate::augment::{SampleKey, SamplePipeline, WorkerScratch};
 use crate::config::{ErrorPolicy, PinMode};
+use crate::decode::DecodeLimits;
 use crate::error::{ImageError, Result, SampleError, TrdataError};
 use crate::plan::claim::WorkerClaim;
 use crate::plan::resume::SeqBitmap;
@@ -157,13 +158,15 @@ pub struct WorkerPool {
 }
 
 impl WorkerPool {
-    /// Start `workers` threads bound per `pin`; returns once every thread created its scratch (or failed).
+    /// Start `workers` threads bound per `pin`, decoding under the default limits; returns once every thread
+    /// created its scratch (or failed).
     pub fn start(workers: usize, pin: PinMode) -> Result<Self> {
-        Self::start_bound(affinity::binding_plan(pin, workers, &affinity::allowed_cpus()))
+        Self::start_bound(affinity::binding_plan(pin, workers, &affinity::allowed_cpus()), DecodeLimits::default())
     }
 
-    /// Start one thread per entry of `plan`, worker w bound to CPU `plan[w]` (None = unbound).
-    pub fn start_bound(plan: Vec<Option<usize>>) -> Result<Self> {
+    /// Start one thread per entry of `plan`, worker w bound to CPU `plan[w]` (None = unbound); every worker's
+    /// decoder applies `limits`.
+    pub fn start_bound(plan: Vec<Option<usize>>, limits: DecodeLimits) -> Result<Self> {
         let workers = plan.len();
         let shared = Arc::new(PoolShared::default());
         let mut pool = Self { shared: Arc::clone(&shared), threads: Vec::with_capacity(workers), workers };
@@ -171,7 +174,7 @@ impl WorkerPool {
             let sh = Arc::clone(&shared);
             let spawned = std::thread::Builder::new()
                 .name(format!("trdata-w{w}"))
-                .spawn(move || worker_main(sh, w, workers, cpu));
+                .spawn(move || worker_main(sh, w, workers, cpu, limits));
             match spawned {
                 Ok(h) => pool.threads.push(h),
                 Err(e) => {
@@ -233,7 +236,7 @@ impl Drop for WorkerPool {
     }
 }
 
-fn worker_main(shared: Arc<PoolShared>, w: usize, workers: usize, cpu: Option<usize>) {
+fn worker_main(shared: Arc<PoolShared>, w: usize, workers: usize, cpu: Option<usize>, limits: DecodeLimits) {
     // Start-up must always end in `started += 1` or a `start_error`: `WorkerPool::start` waits for one of them,
     // so a panic here (inside pinning or decoder set-up) is caught and reported instead of hanging the caller.
     let setup = std::panic::catch_unwind(|| {
@@ -241,7 +244,7 @@ fn worker_main(shared: Arc<PoolShared>, w: usize, workers: usize, cpu: Option<us
             // A refused binding (cpuset) is not fatal: the worker runs unbound.
             let _ = affinity::pin_current_thread(cpu);
         }
-        WorkerScratch::new()
+        WorkerScratch::with_limits(limits)
     });
     let mut scratch = match setup {
         Ok(Ok(s)) => Some(s),
@@ -277,7 +280,8 @@ fn worker_main(shared: Arc<PoolShared>, w: usize, workers: usize, cpu: Option<us
         };
         if let Some(job) = job {
             let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let s = scratch.get_or_insert_with(|| WorkerScratch::new().expect("decoder init worked before"));
+                let s = scratch
+                    .get_or_insert_with(|| WorkerScratch::with_limits(limits).expect("decoder init worked before"));
                 run_job(&job, w, workers, s, &mut file_buf)
             }));
             if let Err(panic) = run {
