@@ -3,6 +3,8 @@
 * ``generate_imagenet(root)``: an ImageFolder of ``GENERATED_COUNT`` JPEGs in 10 classes made by trdata's own
   deterministic generator (``trdata._core.generate_synthetic_dataset``: ImageNet-like sizes, mostly 4:2:0, some
   4:4:4 and grayscale, photographic statistics). Same seed, same bytes, on any machine and thread count.
+* ``photo(seed, w, h)`` / ``write_jpegs(folder, count, ...)``: small photo-like images (gradients plus noise: real
+  entropy data, not flat colour) written by Pillow, for tests that need a handful of files of their own.
 * ``assemble_edge_cases(root)``: a folder with the same file names as ``../shared/data/edge-cases``. The small real
   files are committed in ``tests/fixtures/edge-cases`` (sources and licences in its README.txt); the ones that are
   too big to commit or not ours to redistribute are written here by Pillow with the same properties (format,
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # Pillow and numpy are imported on use: the generated ImageFolder needs neither
+    import numpy as np
     from PIL import Image
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -177,3 +180,34 @@ def assemble_edge_cases(root: Path) -> Path:
     for name, write in GENERATED_EDGE.items():
         write(base, root / name)
     return root
+
+
+def photo(seed: int, w: int, h: int, noise: float = 12.0) -> np.ndarray:
+    """A photo-like RGB array: gradients plus Gaussian noise (non-trivial entropy data)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w]
+    base = np.stack([x * 255 / w, y * 255 / h, (x + y) * 128 / (w + h)], axis=-1)
+    return np.clip(base + rng.normal(0, noise, (h, w, 3)), 0, 255).astype(np.uint8)
+
+
+def write_jpegs(
+    folder: Path,
+    count: int,
+    size: tuple[int, int] | Callable[[int], tuple[int, int]] = (40, 30),
+    **save: object,
+) -> list[str]:
+    """``count`` distinct JPEGs ``folder/NN.jpg`` (file i from ``photo(i, w, h)``; ``size`` is (w, h) or a function
+    of i), quality 90 unless ``save`` says otherwise; their paths as str, sorted."""
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    save = {"quality": 90, **save}
+    paths = []
+    for i in range(count):
+        w, h = size(i) if callable(size) else size
+        p = folder / f"{i:03d}.jpg"
+        Image.fromarray(photo(i, w, h)).save(p, "JPEG", **save)
+        paths.append(str(p))
+    return paths

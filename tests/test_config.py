@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 import trdata
+from _fixtures import write_jpegs
 from trdata import _core
 
 RRC = [trdata.RandomResizedCrop(16)]
@@ -15,21 +16,7 @@ RRC = [trdata.RandomResizedCrop(16)]
 
 @pytest.fixture(scope="module")
 def jpegs(tmp_path_factory) -> list[str]:
-    from PIL import Image
-
-    root = tmp_path_factory.mktemp("jpegs")
-    rng = np.random.default_rng(0)
-    paths = []
-    for i in range(12):
-        h, w = 40 + 3 * i, 56 - 2 * i
-        # smooth gradients + noise: decodes like a photo, not like flat colour
-        yy, xx = np.mgrid[0:h, 0:w]
-        base = np.stack([xx * 255 / w, yy * 255 / h, (xx + yy) * 127 / (h + w)], -1)
-        img = np.clip(base + rng.normal(0, 20, base.shape), 0, 255).astype(np.uint8)
-        p = root / f"{i:02d}.jpg"
-        Image.fromarray(img).save(p, quality=90)
-        paths.append(str(p))
-    return paths
+    return write_jpegs(tmp_path_factory.mktemp("jpegs"), 12, size=lambda i: (56 - 2 * i, 40 + 3 * i))
 
 
 def make(paths, **kw):

@@ -13,17 +13,10 @@ import zlib
 import numpy as np
 import pytest
 import trdata
+from _fixtures import photo
 from PIL import Image
 
 EVAL = [trdata.Resize(40), trdata.CenterCrop(32)]
-
-
-def photo(seed: int, w: int, h: int) -> np.ndarray:
-    """A photo-like RGB array: gradients plus noise (non-trivial entropy data)."""
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:h, 0:w]
-    base = np.stack([x * 255 / w, y * 255 / h, (x + y) * 128 / (w + h)], axis=-1)
-    return np.clip(base + rng.normal(0, 12, (h, w, 3)), 0, 255).astype(np.uint8)
 
 
 def write_jpeg(path, seed: int, w: int = 72, h: int = 56, **kw) -> bytes:

@@ -11,24 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import trdata
+from _fixtures import write_jpegs
 
 Image = pytest.importorskip("PIL.Image")
-
-
-def write_jpegs(folder: Path, count: int, size: tuple[int, int] = (40, 30)) -> list[str]:
-    """`count` distinct small photo-like JPEGs (smooth gradients plus a per-file pattern)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(count)
-    paths = []
-    w, h = size
-    yy, xx = np.mgrid[0:h, 0:w]
-    for i in range(count):
-        img = np.stack([(xx * 5 + i * 7) % 256, (yy * 7 + i * 3) % 256, (xx + yy + i * 11) % 256], axis=-1)
-        img = (img + rng.integers(0, 12, img.shape)).clip(0, 255).astype(np.uint8)
-        p = folder / f"img{i:03d}.jpg"
-        Image.fromarray(img).save(p, quality=90)
-        paths.append(str(p))
-    return paths
 
 
 def run_isolated(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
