@@ -25,6 +25,8 @@ pub struct Stats {
     pub consumer_wait_ns: AtomicU64,
     /// Samples replaced under `on_error="skip"`.
     pub errors_skipped: AtomicU64,
+    /// Samples decoded although libjpeg-turbo met damaged entropy data in them (filled in, as Pillow does).
+    pub decode_warnings: AtomicU64,
     /// Batch buffers allocated so far (ring + buffers held by Python).
     pub buffers_allocated: AtomicU64,
     /// Epochs started.
@@ -57,6 +59,7 @@ impl Stats {
             ("worker_wait_ns", g(&self.worker_wait_ns)),
             ("consumer_wait_ns", g(&self.consumer_wait_ns)),
             ("errors_skipped", g(&self.errors_skipped)),
+            ("decode_warnings", g(&self.decode_warnings)),
             ("buffers_allocated", g(&self.buffers_allocated)),
             ("epochs", g(&self.epochs)),
         ]

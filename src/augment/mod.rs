@@ -141,6 +141,8 @@ pub struct SampleTiming {
     pub decode_ns: u64,
     /// Resampling, flip, normalize, cast and the write into `dst` (wall clock).
     pub augment_ns: u64,
+    /// libjpeg-turbo met damaged entropy data and filled it in (accepted, as Pillow does; counted by the loader).
+    pub damaged: bool,
 }
 
 /// How far DCT-domain downscaling (libjpeg-turbo's M/8 IDCT) may go before the bilinear resampling.
@@ -378,6 +380,10 @@ impl SamplePipeline {
             },
         );
         let t2 = Instant::now();
-        Ok(SampleTiming { decode_ns: (t1 - t0).as_nanos() as u64, augment_ns: (t2 - t1).as_nanos() as u64 })
+        Ok(SampleTiming {
+            decode_ns: (t1 - t0).as_nanos() as u64,
+            augment_ns: (t2 - t1).as_nanos() as u64,
+            damaged: decoder.last_decode_damaged(),
+        })
     }
 }

@@ -30,16 +30,19 @@
 //!   conversion for lossless data;
 //! - PNG: see `pngdec.rs` (16-bit gray is clipped to 255, other 16-bit modes keep the high byte, as Pillow).
 //!
-//! Warning policy: libjpeg-turbo finishes most damaged files with a *warning* (TJERR_WARNING) and fills the missing
-//! part with grey. A warning that means pixel data is missing or wrong (premature end of file/data segment, bad
-//! Huffman/arithmetic code, lost restart markers, bogus progression) → `Corrupt`, like Pillow's "image file is
-//! truncated" — training on half-grey images silently is worse than skipping them. Warnings about metadata only
-//! (extraneous bytes before a marker, unknown Adobe transform, unknown JFIF revision, bad ICC marker) are accepted,
-//! because Pillow decodes those files normally. libjpeg reports only the first warning of a decode; truncation does
-//! not depend on it: a JPEG whose data ends before its EOI marker is `Corrupt` for every crop and scale (the marker
-//! walk decides from the bytes; libjpeg-turbo itself stops reading once the cropping region is decoded, so before
-//! this rule the same file failed in some epochs and not in others). The walk costs ~1% of a decode
-//! (`marker_walk_cost`).
+//! Damage policy — one rule per kind of damage, decided independently of the random crop (libjpeg-turbo stops
+//! reading once the cropping region is decoded, so anything decided by the decode itself would fail in some epochs
+//! and not in others):
+//! - **Truncated** (the data ends before its EOI marker) → `Corrupt` for every crop and scale, decided from the bytes
+//!   by the marker walk (`markers.rs`, ~1% of a decode, `marker_walk_cost`) — Pillow's default "image file is
+//!   truncated" error.
+//! - **Damaged entropy data inside a complete file** (bad Huffman/arithmetic code, premature end of a data segment,
+//!   lost restart markers, inconsistent progression): libjpeg-turbo finishes with a *warning* and fills the damaged
+//!   part in; the image is accepted, as Pillow accepts it, and counted: [`Decoder::last_decode_damaged`] feeds the
+//!   loader's `decode_warnings` statistic. (Whether a given crop touches the damaged part varies, so the count may;
+//!   the outcome never does.) Warnings about metadata only (extraneous bytes before a marker, unknown Adobe
+//!   transform, unknown JFIF revision, bad ICC marker) are accepted without counting.
+//! - Fatal libjpeg-turbo errors (unreadable headers or scan headers, unsupported variants, budgets) → typed errors.
 //!
 //! Failures never outlive their image: after any failed libjpeg-turbo call the tj3 handle is re-created with the
 //! same parameters (`jpeg.rs`, "Failure recovery"), and the PNG path builds a fresh `png::Decoder` per image.
@@ -403,10 +406,12 @@ fn jpeg_failure(f: TjFailure) -> ImageError {
 }
 
 /// Apply the warning policy to the outcome of a decode call.
-fn check_decode(r: std::result::Result<(), TjFailure>) -> std::result::Result<(), ImageError> {
+/// Returns whether libjpeg-turbo reported damaged pixel data (a non-benign warning: the image is complete, the
+/// damaged part filled in, exactly what Pillow returns for such a file).
+fn check_decode(r: std::result::Result<(), TjFailure>) -> std::result::Result<bool, ImageError> {
     match r {
-        Ok(()) => Ok(()),
-        Err(TjFailure::Warning(m)) if BENIGN_WARNINGS.iter().any(|b| m.contains(b)) => Ok(()),
+        Ok(()) => Ok(false),
+        Err(TjFailure::Warning(m)) => Ok(!BENIGN_WARNINGS.iter().any(|b| m.contains(b))),
         Err(f) => Err(jpeg_failure(f)),
     }
 }
@@ -440,6 +445,8 @@ pub struct Decoder {
     wide: Vec<i16>,
     /// PNG decoder's native output.
     png_raw: Vec<u8>,
+    /// The last decode met damaged entropy data (see the warning policy in the module docs).
+    damaged: bool,
 }
 
 impl std::fmt::Debug for Decoder {
@@ -458,7 +465,15 @@ impl Decoder {
     pub fn with_limits(limits: DecodeLimits) -> Result<Self> {
         limits.validate()?;
         let tj = TjDecompressor::new().map_err(|m| TrdataError::Worker(format!("tj3Init failed: {m}")))?;
-        let mut d = Self { tj, limits, rgb: Vec::new(), cmyk: Vec::new(), wide: Vec::new(), png_raw: Vec::new() };
+        let mut d = Self {
+            tj,
+            limits,
+            rgb: Vec::new(),
+            cmyk: Vec::new(),
+            wide: Vec::new(),
+            png_raw: Vec::new(),
+            damaged: false,
+        };
         // Don't extract ICC profiles (we ignore them, like torchvision's loading): saves copying APP2 segments.
         d.tj.set(tj::TJPARAM_TJPARAM_SAVEMARKERS, 0)
             .and_then(|()| d.apply_limits())
@@ -476,6 +491,11 @@ impl Decoder {
     /// The limits in force.
     pub fn limits(&self) -> DecodeLimits {
         self.limits
+    }
+
+    /// Whether the last successful decode met damaged pixel data (libjpeg-turbo filled it in, as Pillow does).
+    pub fn last_decode_damaged(&self) -> bool {
+        self.damaged
     }
 
     /// Mirror the limits into libjpeg-turbo's own guards (a second line behind the checks done here). The
@@ -610,6 +630,7 @@ impl Decoder {
         // The header is read again here, from these very bytes, so that the buffer sizes below and what
         // libjpeg-turbo writes come from the same parse (a caller-provided ImageInfo could be stale).
         self.release_outlier_scratch();
+        self.damaged = false;
         let info = self.read_header(bytes)?;
         if info.format == ImageFormat::Png {
             let (w, h) = pngdec::decode_png_rgb(bytes, &mut self.png_raw, &mut self.rgb, &self.limits)?;
@@ -698,13 +719,13 @@ impl Decoder {
             // libjpeg-turbo has no gray → RGB conversion for lossless JPEG ("Unsupported color conversion
             // request"): decode gray into the CMYK scratch and replicate, as Pillow's L → RGB does.
             ensure_len(&mut self.cmyk, w * h);
-            check_decode(self.tj.decompress8(bytes, &mut self.cmyk, w, h, tj::TJPF_TJPF_GRAY))?;
+            self.damaged |= check_decode(self.tj.decompress8(bytes, &mut self.cmyk, w, h, tj::TJPF_TJPF_GRAY))?;
             for (d, &g) in self.rgb.chunks_exact_mut(3).zip(&self.cmyk[..w * h]) {
                 d.fill(g);
             }
         } else if info.precision == 12 {
             ensure_len(&mut self.wide, w * h * bpp);
-            check_decode(self.tj.decompress12(bytes, &mut self.wide, w * bpp, h, pf))?;
+            self.damaged |= check_decode(self.tj.decompress12(bytes, &mut self.wide, w * bpp, h, pf))?;
             let wide = &self.wide[..w * h * bpp];
             if cmyk {
                 ensure_len(&mut self.cmyk, w * h * 4);
@@ -719,10 +740,10 @@ impl Decoder {
             }
         } else if cmyk {
             ensure_len(&mut self.cmyk, w * h * 4);
-            check_decode(self.tj.decompress8(bytes, &mut self.cmyk, w * 4, h, pf))?;
+            self.damaged |= check_decode(self.tj.decompress8(bytes, &mut self.cmyk, w * 4, h, pf))?;
             cmyk_to_rgb(&self.cmyk[..w * h * 4], &mut self.rgb[..w * h * 3]);
         } else {
-            check_decode(self.tj.decompress8(bytes, &mut self.rgb, w * 3, h, pf))?;
+            self.damaged |= check_decode(self.tj.decompress8(bytes, &mut self.rgb, w * 3, h, pf))?;
         }
         Ok(())
     }
@@ -760,6 +781,7 @@ impl Decoder {
     /// This is the "raw libjpeg-turbo decode" ceiling the benchmarks compare against.
     pub fn decode_full_rgb(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> std::result::Result<(u32, u32), ImageError> {
         self.release_outlier_scratch();
+        self.damaged = false;
         let info = self.read_header(bytes)?;
         let (w, h) = (info.width, info.height);
         let n = 3 * w as usize * h as usize;
@@ -780,7 +802,8 @@ impl Decoder {
         {
             ensure_len(out, n);
             out.truncate(n);
-            check_decode(self.tj.decompress8(bytes, out, 3 * w as usize, h as usize, tj::TJPF_TJPF_RGB))?;
+            self.damaged |=
+                check_decode(self.tj.decompress8(bytes, out, 3 * w as usize, h as usize, tj::TJPF_TJPF_RGB))?;
         } else {
             self.decode_pixels(bytes, &info, w as usize, h as usize)?;
             out.clear();

@@ -385,6 +385,7 @@ fn attempt_sample(
             Stats::add(&ctx.stats.decode_ns, t.decode_ns);
             Stats::add(&ctx.stats.augment_ns, t.augment_ns);
             Stats::add(&ctx.stats.samples, 1);
+            Stats::add(&ctx.stats.decode_warnings, u64::from(t.damaged));
             Ok(())
         }
         Err(error) => {
