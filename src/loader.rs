@@ -308,21 +308,8 @@ impl Loader {
 
     /// The position at the current batch boundary plus the configuration fingerprint (see the module docs).
     pub fn state(&self) -> LoaderState {
-        let (epoch, batches, delivered) = if let Some(r) = &self.resume {
-            (r.epoch, r.first_batch, r.delivered.iter().map(SeqBitmap::to_bytes).collect())
-        } else if let Some(run) = &self.running {
-            let k = run.next_batch;
-            if k >= self.shape.batches_per_engine() {
-                (run.plan.epoch + 1, 0, Vec::new())
-            } else if self.cfg.reproducible || k == 0 {
-                (run.plan.epoch, k, Vec::new())
-            } else {
-                let d = run.job.engines.iter().map(|e| self.delivered_of(e, run.first_batch, k).to_bytes()).collect();
-                (run.plan.epoch, k, d)
-            }
-        } else {
-            (self.next_epoch, 0, Vec::new())
-        };
+        let (epoch, batches, delivered) = self.position();
+        let delivered = delivered.iter().map(SeqBitmap::to_bytes).collect();
         LoaderState {
             version: STATE_VERSION,
             seed: self.cfg.seed,
@@ -337,6 +324,24 @@ impl Loader {
             shuffle: self.cfg.shuffle,
             reproducible: self.cfg.reproducible,
             delivered,
+        }
+    }
+
+    /// (epoch, batches delivered in it, fast mode mid-epoch: the delivered sets) at the current batch boundary.
+    fn position(&self) -> (u64, u64, Vec<SeqBitmap>) {
+        if let Some(r) = &self.resume {
+            (r.epoch, r.first_batch, r.delivered.clone())
+        } else if let Some(run) = &self.running {
+            let k = run.next_batch;
+            if k >= self.shape.batches_per_engine() {
+                (run.plan.epoch + 1, 0, Vec::new())
+            } else if self.cfg.reproducible || k == 0 {
+                (run.plan.epoch, k, Vec::new())
+            } else {
+                (run.plan.epoch, k, run.job.engines.iter().map(|e| self.delivered_of(e, run.first_batch, k)).collect())
+            }
+        } else {
+            (self.next_epoch, 0, Vec::new())
         }
     }
 
@@ -710,6 +715,11 @@ impl Loader {
             self.closed = true;
             return;
         }
+        // Keep the position: `state()` after closing mid-epoch must still say where the epoch stopped (a
+        // checkpoint taken after `close`, e.g. on leaving a `with` block, would otherwise skip its rest).
+        let (epoch, first_batch, delivered) = self.position();
+        self.next_epoch = epoch;
+        self.resume = (first_batch > 0).then_some(ResumePoint { epoch, first_batch, delivered });
         self.running = None; // pending device batches return their slots
         if let Some(mut rt) = self.runtime.take() {
             rt.station.close();

@@ -215,3 +215,40 @@ def test_damaged_entropy_data_is_decoded_in_every_epoch_like_pillow(tmp_path):
         src, batch_size=1, workers=1, transforms=[trdata.Resize(32), trdata.CenterCrop(32)]
     ) as loader:
         assert [len(b) for b in loader] == [1]
+
+
+def _png_with_iccp_bomb(path: Path, inflated_bytes: int) -> None:
+    """A small valid RGB PNG (Pillow) with an iCCP chunk whose profile inflates to `inflated_bytes`."""
+    import struct
+    import zlib
+
+    img = np.random.default_rng(3).integers(0, 255, (48, 64, 3), dtype=np.uint8)
+    Image.fromarray(img).save(path)
+    data = path.read_bytes()
+    comp, block = zlib.compressobj(9), bytes(1 << 20)
+    profile = b"".join(comp.compress(block) for _ in range(inflated_bytes >> 20)) + comp.flush()
+    body = b"icc\x00\x00" + profile
+    chunk = struct.pack(">I", len(body)) + b"iCCP" + body + struct.pack(">I", zlib.crc32(b"iCCP" + body))
+    ihdr_end = 8 + 8 + 13 + 4  # signature + IHDR (length, type, 13 bytes, crc)
+    path.write_bytes(data[:ihdr_end] + chunk + data[ihdr_end:])
+
+
+def test_png_metadata_bomb_is_not_inflated(tmp_path):
+    """A 1 MB iCCP chunk inflating to 1 GiB cost ~256 MiB per worker (capped only by the memory budget). The
+    profile is never used, so it is not inflated at all: the image decodes and the process stays small."""
+    bomb = tmp_path / "iccp.png"
+    _png_with_iccp_bomb(bomb, 1 << 30)
+    assert bomb.stat().st_size < 2 << 20
+    code = f"""
+import trdata
+src = trdata.FileList([{str(bomb)!r}] * 4, [0, 1, 2, 3])
+with trdata.Loader(src, batch_size=4, workers=2, transforms=[trdata.CenterCrop(16)], dtype="uint8") as L:
+    n = sum(len(b) for b in L)
+peak = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+print(n, peak)
+"""
+    r = run_isolated(code)
+    assert r.returncode == 0, r.stderr[-500:]
+    n, peak_kib = map(int, r.stdout.split())
+    assert n == 4
+    assert peak_kib < 160 * 1024, f"peak RSS {peak_kib / 1024:.0f} MiB: the profile was inflated"

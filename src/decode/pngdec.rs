@@ -90,6 +90,10 @@ pub(crate) fn decode_png_rgb(
     // with Pillow's per-mode rule).
     decoder.set_transformations(Transformations::EXPAND);
     decoder.set_limits(png::Limits { bytes: usize::try_from(limits.max_memory_bytes).unwrap_or(usize::MAX) });
+    // Metadata we never use is not inflated: a compressed colour profile or text chunk can be a decompression bomb
+    // of its own (a 1 MB iCCP chunk inflating to 1 GiB cost ~256 MiB per worker, capped only by the pixel budget).
+    decoder.set_ignore_iccp_chunk(true);
+    decoder.set_ignore_text_chunk(true);
     let mut reader = decoder.read_info().map_err(|e| png_failure(e, limits))?;
     let (w, h, source_color) = {
         let info = reader.info();

@@ -21,7 +21,7 @@ use crate::source::Dataset;
 use crate::stats::Stats;
 use crate::sync::{Arc, AtomicU64, Condvar, Mutex, Ordering, lock};
 use crate::transfer::Station;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -63,7 +63,7 @@ pub struct WorkContext {
 #[derive(Debug, Default)]
 pub struct SkipLog {
     /// Dataset indices that failed to decode (reading them again would fail again).
-    pub bad: HashSet<u64>,
+    pub bad: HashMap<u64, ImageError>,
     /// Records not yet drained into the Python log, one per bad index.
     pub pending: Vec<SkipRecord>,
     /// Every sample of the dataset failed: nothing can replace a bad one.
@@ -324,9 +324,18 @@ fn produce(
 ) -> std::result::Result<u64, SampleError> {
     let ctx = &job.ctx;
     let n = ctx.dataset.len() as u64;
-    let first = match attempt_sample(job, index, scratch, file_buf, dst) {
-        Ok(()) => return Ok(index),
-        Err(e) => e,
+    // Under `skip`, a sample that failed before (in any epoch) is not read again: failures are decided by the
+    // bytes (decode/mod.rs, damage policy), so it would fail again, and a slow bad file must not cost every epoch.
+    let known_bad = match ctx.on_error {
+        ErrorPolicy::Skip => lock(&ctx.skipped).bad.get(&index).cloned(),
+        ErrorPolicy::Raise => None,
+    };
+    let first = match known_bad {
+        Some(error) => SampleError { path: ctx.dataset.samples[index as usize].path.clone(), index, error },
+        None => match attempt_sample(job, index, scratch, file_buf, dst) {
+            Ok(()) => return Ok(index),
+            Err(e) => e,
+        },
     };
     if ctx.on_error == ErrorPolicy::Raise {
         dst.fill(0);
@@ -340,7 +349,7 @@ fn produce(
         });
         let probed = (1..n).map(|k| (index + k) % n);
         for (k, candidate) in drawn.chain(probed).enumerate() {
-            if lock(&ctx.skipped).bad.contains(&candidate) {
+            if lock(&ctx.skipped).bad.contains_key(&candidate) {
                 continue;
             }
             if attempt_sample(job, candidate, scratch, file_buf, dst).is_ok() {
@@ -392,7 +401,7 @@ fn attempt_sample(
             let failure = SampleError { path: sample.path.clone(), index, error };
             if ctx.on_error == ErrorPolicy::Skip {
                 let mut log = lock(&ctx.skipped);
-                if log.bad.insert(index) {
+                if log.bad.insert(index, failure.error.clone()).is_none() {
                     log.pending.push(SkipRecord { path: failure.path.clone(), message: failure.error.to_string() });
                 }
             }
