@@ -565,8 +565,10 @@ class Loader:
 
         Like a new ``iter()``, a loaded state supersedes the running iterators: their next ``next()`` raises
         ``StaleIteratorError`` (their epoch was cancelled; they never end quietly as if it were complete).
-        Iterate ``iter(loader)`` again after loading."""
+        Iterate ``iter(loader)`` again after loading. A closed loader raises ``LoaderClosedError``."""
         self._check_process()
+        if self._native.closed:  # before the state is looked at, as the core would refuse a valid one too
+            raise LoaderClosedError("the loader is closed")
         try:
             fp = state["fingerprint"]
             kwargs = {k: state[k] for k in ("version", "seed", "epoch", "batches")}
