@@ -120,11 +120,7 @@ pub fn check_device_slots(n: i64) -> Result<usize> {
         Ok(v) if DEVICE_SLOTS.contains(&v) => Ok(v),
         _ => Err(TrdataError::config(
             "device_slots",
-            format!(
-                "{n} must be in {}..={} (double buffering needs ≥ 2)",
-                DEVICE_SLOTS.start(),
-                DEVICE_SLOTS.end()
-            ),
+            format!("{n} must be in {}..={} (double buffering needs ≥ 2)", DEVICE_SLOTS.start(), DEVICE_SLOTS.end()),
         )),
     }
 }

@@ -329,7 +329,8 @@ def _id(value) -> str:
         ("size", lambda: [trdata.RandomResizedCrop(2**64)]),
         ("size", lambda: [trdata.RandomResizedCrop(HUGE_INT)]),
         ("size", lambda: [trdata.CenterCrop(-(2**70))]),
-    ],    ids=_id,
+    ],
+    ids=_id,
 )
 def test_huge_sizes_are_config_errors_naming_size(jpegs, param, build):
     e = raises_config(param, make, jpegs, transforms=build())
@@ -355,7 +356,8 @@ def test_largest_size_is_accepted(jpegs):
         ("p", lambda: trdata.RandomHorizontalFlip(10**400)),
         ("p", lambda: trdata.RandomHorizontalFlip(HUGE_INT)),
         ("size", lambda: trdata.CenterCrop((HUGE_INT, "a"))),
-    ],    ids=_id,
+    ],
+    ids=_id,
 )
 def test_numbers_a_float_cannot_hold_are_config_errors_naming_them(param, build):
     e = raises_config(param, build)
@@ -368,7 +370,8 @@ def test_numbers_a_float_cannot_hold_are_config_errors_naming_them(param, build)
         ((10**400, 0, 0), (1, 1, 1)),
         ((0.5, 0.5, 0.5), (0.2, 10**400, 0.2)),
         ((HUGE_INT, 0, 0), (1, 1, 1)),
-    ],    ids=_id,
+    ],
+    ids=_id,
 )
 def test_normalize_beyond_a_float_names_normalize(jpegs, normalize):
     e = raises_config("normalize", make, jpegs, normalize=normalize)
@@ -386,7 +389,8 @@ def test_normalize_beyond_a_float_names_normalize(jpegs, normalize):
         "cuda:٣",  # a non-ASCII digit
         HUGE_INT,  # str() of it raises ValueError
         2**70,
-    ],    ids=_id,
+    ],
+    ids=_id,
 )
 def test_huge_or_odd_device_ordinals_name_device(jpegs, device):
     e = raises_config("device", make, jpegs, device=device)
@@ -408,7 +412,8 @@ def test_local_rank_beyond_a_cuda_ordinal_names_device(jpegs, monkeypatch):
         ("shuffle", HUGE_INT),
         ("cpus", [HUGE_INT]),
         ("transforms", [HUGE_INT]),
-    ],    ids=_id,
+    ],
+    ids=_id,
 )
 def test_ints_whose_str_raises_still_give_a_named_message(jpegs, param, value):
     e = raises_config(param, make, jpegs, **{param: value})

@@ -162,11 +162,9 @@ fn check_epoch(epoch: u64) -> PyResult<u64> {
 fn stale_iterator() -> PyErr {
     Python::attach(|py| {
         let made = py.import("trdata.errors").and_then(|m| m.getattr("StaleIteratorError")).and_then(|cls| {
-            cls.call1((
-                "this iterator of the Loader was superseded by a newer iter() or load_state_dict() of it (one \
+            cls.call1(("this iterator of the Loader was superseded by a newer iter() or load_state_dict() of it (one \
                  Loader runs one epoch at a time; the newer iteration owns it); iterate the newest iterator, or \
-                 create one Loader per concurrent stream",
-            ))
+                 create one Loader per concurrent stream",))
         });
         match made {
             Ok(e) => PyErr::from_value(e),
