@@ -110,6 +110,21 @@ pub const MAX_HELD_BATCHES: usize = 65_536;
 /// CPU ids must be below this (glibc's CPU_SETSIZE) to be pinnable.
 pub const MAX_CPU_ID: usize = 1024;
 
+/// `device_slots`: device batch slots per GPU (each holds one batch in device memory).
+pub const DEVICE_SLOTS: std::ops::RangeInclusive<usize> = 2..=64;
+
+/// Check `device_slots` (any loader, CPU or CUDA: a value is valid or not whatever the device) and return it
+/// as a count; names `device_slots` otherwise. The one place its range is written.
+pub fn check_device_slots(n: i64) -> Result<usize> {
+    match usize::try_from(n) {
+        Ok(v) if DEVICE_SLOTS.contains(&v) => Ok(v),
+        _ => Err(TrdataError::config(
+            "device_slots",
+            format!("{n} must be in {}..={} (double buffering needs ≥ 2)", DEVICE_SLOTS.start(), DEVICE_SLOTS.end()),
+        )),
+    }
+}
+
 /// Everything a loader needs besides its dataset.
 #[derive(Debug, Clone)]
 pub struct LoaderConfig {
@@ -226,5 +241,16 @@ mod tests {
         }
         let e = parse_choice("layout", LAYOUT, "nchw").unwrap_err().to_string();
         assert_eq!(e, "invalid layout: \"nchw\" is not one of 'NCHW', 'NHWC'");
+    }
+
+    #[test]
+    fn device_slots_range_is_checked_once_for_every_value() {
+        for ok in [2, 3, 64] {
+            assert_eq!(check_device_slots(ok).unwrap(), ok as usize);
+        }
+        for bad in [i64::MIN, -1, 0, 1, 65, 1_000_000_000, i64::MAX] {
+            let e = check_device_slots(bad).unwrap_err().to_string();
+            assert_eq!(e, format!("invalid device_slots: {bad} must be in 2..=64 (double buffering needs ≥ 2)"));
+        }
     }
 }

@@ -306,3 +306,144 @@ def test_subclassing_transform_explains_what_transforms_are(jpegs):
 
     with make(jpegs, transforms=[Square(8)], batch_size=4) as loader:
         assert next(iter(loader)).images.shape == (4, 3, 8, 8)
+
+
+# --- huge numbers: ConfigError naming the parameter, never an unnamed OverflowError/ValueError (issue 7) ----------
+
+HUGE_INT = 10**5000  # beyond sys.get_int_max_str_digits(): even str() of it raises ValueError
+
+
+def _id(value) -> str:
+    """A test id for any value (pytest's own str() of HUGE_INT raises)."""
+    return trdata.errors._shown(value, limit=30)
+
+
+@pytest.mark.parametrize(
+    ("param", "build"),
+    [
+        ("size", lambda: [trdata.CenterCrop(2**70)]),
+        ("size", lambda: [trdata.CenterCrop((8, 2**64))]),
+        ("size", lambda: [trdata.CenterCrop(65537)]),
+        ("size", lambda: [trdata.Resize((2**70, 1)), trdata.CenterCrop(8)]),
+        ("size", lambda: [trdata.Resize(2**63), trdata.CenterCrop(8)]),
+        ("size", lambda: [trdata.RandomResizedCrop(2**64)]),
+        ("size", lambda: [trdata.RandomResizedCrop(HUGE_INT)]),
+        ("size", lambda: [trdata.CenterCrop(-(2**70))]),
+    ],
+    ids=_id,
+)
+def test_huge_sizes_are_config_errors_naming_size(jpegs, param, build):
+    e = raises_config(param, make, jpegs, transforms=build())
+    assert len(str(e)) < 300, str(e)  # a 5000-digit int is not printed whole
+    assert isinstance(e, trdata.ConfigError)
+
+
+def test_largest_size_is_accepted(jpegs):
+    spec = trdata.CenterCrop((1, 65536))._spec()
+    assert spec == ("center_crop", 1, 65536)
+    # 1 × 65536 fits in memory: the loader builds (the range check is 1..=65536 inclusive)
+    with make(jpegs, transforms=[trdata.CenterCrop((1, 65536))], batch_size=1, dtype="uint8") as loader:
+        assert len(loader) == 12
+
+
+@pytest.mark.parametrize(
+    ("param", "build"),
+    [
+        ("scale", lambda: trdata.RandomResizedCrop(8, scale=(10**400, 1))),
+        ("scale", lambda: trdata.RandomResizedCrop(8, scale=(0.5, HUGE_INT))),
+        ("ratio", lambda: trdata.RandomResizedCrop(8, ratio=(1, 10**400))),
+        ("ratio", lambda: trdata.RandomResizedCrop(8, ratio=(-(10**400), 1))),
+        ("p", lambda: trdata.RandomHorizontalFlip(10**400)),
+        ("p", lambda: trdata.RandomHorizontalFlip(HUGE_INT)),
+        ("size", lambda: trdata.CenterCrop((HUGE_INT, "a"))),
+    ],
+    ids=_id,
+)
+def test_numbers_a_float_cannot_hold_are_config_errors_naming_them(param, build):
+    e = raises_config(param, build)
+    assert len(str(e)) < 300, str(e)
+
+
+@pytest.mark.parametrize(
+    "normalize",
+    [
+        ((10**400, 0, 0), (1, 1, 1)),
+        ((0.5, 0.5, 0.5), (0.2, 10**400, 0.2)),
+        ((HUGE_INT, 0, 0), (1, 1, 1)),
+    ],
+    ids=_id,
+)
+def test_normalize_beyond_a_float_names_normalize(jpegs, normalize):
+    e = raises_config("normalize", make, jpegs, normalize=normalize)
+    assert len(str(e)) < 400, str(e)
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cuda:" + "9" * 20,
+        "cuda:4294967296",  # 2**32
+        "cuda:" + "9" * 5000,  # int() of it would raise ValueError
+        ["cuda:0", "cuda:" + "9" * 20],
+        "cuda:²",  # str.isdigit() is true, int() raises ValueError
+        "cuda:٣",  # a non-ASCII digit
+        HUGE_INT,  # str() of it raises ValueError
+        2**70,
+    ],
+    ids=_id,
+)
+def test_huge_or_odd_device_ordinals_name_device(jpegs, device):
+    e = raises_config("device", make, jpegs, device=device)
+    assert len(str(e)) < 400, str(e)
+
+
+def test_local_rank_beyond_a_cuda_ordinal_names_device(jpegs, monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "9" * 20)
+    raises_config("device", make, jpegs, device="cuda")
+
+
+@pytest.mark.parametrize(
+    ("param", "value"),
+    [
+        ("batch_size", HUGE_INT),
+        ("batch_size", [HUGE_INT]),
+        ("seed", HUGE_INT),
+        ("workers", -HUGE_INT),
+        ("shuffle", HUGE_INT),
+        ("cpus", [HUGE_INT]),
+        ("transforms", [HUGE_INT]),
+    ],
+    ids=_id,
+)
+def test_ints_whose_str_raises_still_give_a_named_message(jpegs, param, value):
+    e = raises_config(param, make, jpegs, **{param: value})
+    assert len(str(e)) < 400, str(e)
+
+
+def test_set_epoch_with_an_int_whose_str_raises(jpegs):
+    with make(jpegs, batch_size=6) as loader:
+        raises_config("epoch", loader.set_epoch, HUGE_INT)
+
+
+@pytest.mark.parametrize("delivered", [[5], [-1], [2**40], 7, "ab", [HUGE_INT]], ids=_id)
+def test_load_state_dict_delivered_must_be_bytes(jpegs, delivered):
+    # bytes(2**40) would allocate a terabyte, bytes(-1) raises an unnamed ValueError
+    with make(jpegs, batch_size=6) as loader:
+        state = loader.state_dict()
+        raises_config("state_dict", loader.load_state_dict, dict(state, delivered=delivered))
+        loader.load_state_dict(dict(state, delivered=[]))  # the genuine one still loads
+
+
+# --- device_slots: checked for every loader (issue 7) --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("slots", [-1, 0, 1, 65, 10**9, 2**63 - 1])
+def test_device_slots_range_is_checked_on_cpu_loaders_too(jpegs, slots):
+    e = raises_config("device_slots", make, jpegs, device_slots=slots)
+    assert "2..=64" in str(e), str(e)
+
+
+@pytest.mark.parametrize("slots", [2, 3, 64])
+def test_device_slots_in_range_are_accepted_on_cpu_loaders(jpegs, slots):
+    with make(jpegs, batch_size=6, device_slots=slots) as loader:
+        assert len(loader) == 2

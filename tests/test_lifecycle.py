@@ -164,6 +164,11 @@ _CHILD_CALLS = {
     "state_dict": lambda L: L.state_dict(),
     "load_state_dict": lambda L: L.load_state_dict(L._state0),
     "set_epoch": lambda L: L.set_epoch(3),
+    # the fork is reported before the arguments are looked at (not "ConfigError: missing 'fingerprint'")
+    "load_state_dict({})": lambda L: L.load_state_dict({}),
+    "load_state_dict(None)": lambda L: L.load_state_dict(None),
+    "set_epoch(-1)": lambda L: L.set_epoch(-1),
+    "set_epoch('x')": lambda L: L.set_epoch("x"),
     "iter": lambda L: iter(L),
     "next": lambda L: next(iter(L)),
     "device_mem_info": lambda L: L.device_mem_info(),
@@ -340,3 +345,117 @@ def test_superseded_iterator_on_a_cuda_loader(noisy_jpegs):
         rows = [(b.epoch, b.indices.tolist()) for b in it2]
         assert {e for e, _ in rows} == {first.epoch + 1}
         assert sorted(i for _, ix in rows for i in ix) == list(range(24))
+
+
+# --- load_state_dict and close while an iterator runs (issue 7) -------------------------------------------------
+
+
+def test_load_state_dict_supersedes_running_iterators_like_a_new_iter(noisy_jpegs):
+    paths = noisy_jpegs[:24]
+    with _slow_loader(paths, batch_size=4, shuffle=True, reproducible=True) as loader:
+        it = iter(loader)
+        first = [next(it), next(it)]
+        state = loader.state_dict()  # after 2 of 6 batches
+        loader.load_state_dict(state)
+        with pytest.raises(trdata.StaleIteratorError, match="load_state_dict"):
+            next(it)  # it used to end quietly here, as if the epoch were complete
+        with pytest.raises(StopIteration):
+            next(it)
+        rest = [b for b in loader]  # a new iteration resumes from the state
+        assert len(rest) == 4 and {b.epoch for b in rest} == {first[0].epoch}
+        rows = [i for b in first + rest for i in b.indices.tolist()]
+        assert sorted(rows) == list(range(24))
+
+        # an iterator made but not started yet is superseded too
+        it2 = iter(loader)
+        loader.load_state_dict(loader.state_dict())
+        with pytest.raises(trdata.StaleIteratorError):
+            next(it2)
+
+        # a refused state changes nothing: the running iterator goes on
+        it3 = iter(loader)
+        b0 = next(it3)
+        with pytest.raises(trdata.ConfigError):
+            loader.load_state_dict(dict(loader.state_dict(), seed=12345))
+        rest3 = [b0] + list(it3)
+        assert len(rest3) == len(loader)
+        assert sorted(i for b in rest3 for i in b.indices.tolist()) == list(range(24))
+
+
+def test_load_state_dict_supersedes_an_iterator_waiting_in_another_thread(noisy_jpegs):
+    import threading
+
+    with _slow_loader(noisy_jpegs[:40], batch_size=2, shuffle=True) as loader:
+        errors: list[BaseException] = []
+        got: list[int] = []
+        started = threading.Event()
+
+        def consume():
+            try:
+                for b in loader:
+                    got.append(len(b))
+                    started.set()
+                    time.sleep(0.02)
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+            finally:
+                started.set()
+
+        t = threading.Thread(target=consume)
+        t.start()
+        assert started.wait(30)
+        state = loader.state_dict()
+        loader.load_state_dict(dict(state, batches=0, delivered=[]))
+        t.join(timeout=30)
+        assert not t.is_alive()
+        assert len(got) < len(loader), "the consumer should have been mid-epoch"
+        assert len(errors) == 1 and isinstance(errors[0], trdata.StaleIteratorError), (errors, len(got))
+
+
+def test_close_while_iterating_raises_loader_closed_on_the_next_next(noisy_jpegs):
+    loader = _slow_loader(noisy_jpegs[:24], batch_size=4)
+    it = iter(loader)
+    next(it)
+    made = iter(loader)  # superseded by nothing after it: close() is what it meets
+    loader.close()
+    with pytest.raises(trdata.LoaderClosedError, match="closed"):
+        next(made)
+    loader2 = _slow_loader(noisy_jpegs[:24], batch_size=4)
+    it2 = iter(loader2)
+    next(it2)
+    loader2.close()
+    with pytest.raises(trdata.LoaderClosedError, match="closed"):
+        next(it2)  # not a quiet StopIteration
+    with pytest.raises(trdata.LoaderClosedError):
+        iter(loader2).__next__()
+    with pytest.raises(trdata.LoaderClosedError):
+        loader2.load_state_dict({"version": 1})  # closed is reported before a malformed state
+
+
+# --- the skip warning (issue 7 nits) -----------------------------------------------------------------------------
+
+
+def test_skip_warning_has_one_prefix_and_survives_a_non_utf8_path(small_paths, tmp_path):
+    import io
+    import logging
+
+    bad = os.fsdecode(os.path.join(os.fsencode(str(tmp_path)), b"bad-\xff\xfe.jpg"))
+    with open(bad, "wb") as f:
+        f.write(b"not a jpeg at all")
+    stream = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict", write_through=True)
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter(logging.BASIC_FORMAT))  # "%(levelname)s:%(name)s:%(message)s"
+    errors: list = []
+    handler.handleError = lambda record: errors.append(record)  # a record lost to an encoding error
+    log = logging.getLogger("trdata")
+    log.addHandler(handler)
+    try:
+        with make([*small_paths[:7], bad], batch_size=8, on_error="skip", workers=1) as loader:
+            assert len(list(loader)) == 1
+    finally:
+        log.removeHandler(handler)
+    assert not errors, "the warning could not be written to a strict UTF-8 stream"
+    text = stream.buffer.getvalue().decode("utf-8")
+    assert text.startswith("WARNING:trdata:skipping undecodable sample "), text
+    assert "trdata:trdata" not in text
+    assert "bad-\\xff\\xfe.jpg" in text, text

@@ -54,11 +54,26 @@ class LoaderClosedError(TrdataError, RuntimeError):
 
 class StaleIteratorError(TrdataError, RuntimeError):
     """An iterator of a Loader was superseded by a newer ``iter()`` of the same Loader (from this or another
-    thread). One Loader runs one epoch at a time and the newest iterator owns it; an older iterator raises
-    this on its next ``next()`` instead of yielding batches of the newer epoch. A RuntimeError, as Python
-    raises for a container changed during iteration."""
+    thread) or by its ``load_state_dict()``. One Loader runs one epoch at a time and the newest iterator owns
+    it; an older iterator raises this on its next ``next()`` instead of yielding batches of the newer epoch
+    (or ending quietly as if its epoch were complete). A RuntimeError, as Python raises for a container
+    changed during iteration."""
 
 
 class OutOfMemoryError(TrdataError, MemoryError):
     """A buffer could not be allocated (the machine is out of memory); the message names the buffer and its
     size. Sizes known when the Loader is built are checked there instead (``ConfigError``)."""
+
+
+def _shown(value: object, limit: int = 120) -> str:
+    """``repr(value)`` for an error message that must never fail nor flood: long reprs are cut (an int of 400
+    digits), and a value whose repr raises (an int beyond ``sys.get_int_max_str_digits()``) is described."""
+    try:
+        r = repr(value)
+    except Exception:  # noqa: BLE001 - a message must be built whatever the value
+        if isinstance(value, int):
+            return f"an int of {value.bit_length()} bits"
+        return f"a {type(value).__name__} object"
+    if len(r) > limit:
+        r = f"{r[: limit // 2]}… ({len(r)} characters)"
+    return r

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from . import _core
-from .errors import ConfigError, LoaderClosedError
+from .errors import ConfigError, LoaderClosedError, _shown
 from .sources import Source
 from .transforms import Transform
 from .transforms import specs as _transform_specs
@@ -31,24 +31,24 @@ def _int(name: str, value: Any, lo: int | None = None, hi: int | None = None) ->
     here; without, only that it fits the core's 64-bit field — its real range is then checked by the core
     (config.rs, the one place it is written), which names it too."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise ConfigError(f"invalid {name}: {value!r} must be an int", parameter=name)
+        raise ConfigError(f"invalid {name}: {_shown(value)} must be an int", parameter=name)
     v = int(value)
     if lo is not None and hi is not None:
         if not lo <= v <= hi:
             end = hi + 1
             top = f"2**{end.bit_length() - 1})" if end >= 2**32 and end & (end - 1) == 0 else f"{hi}]"
-            raise ConfigError(f"invalid {name}: {v} must be in [{lo}, {top}", parameter=name)
+            raise ConfigError(f"invalid {name}: {_shown(v)} must be in [{lo}, {top}", parameter=name)
     elif v >= 2**63:
-        raise ConfigError(f"invalid {name}: {v} is too large", parameter=name)
+        raise ConfigError(f"invalid {name}: {_shown(v)} is too large", parameter=name)
     elif v < -(2**63):
-        raise ConfigError(f"invalid {name}: {v} must be ≥ 0", parameter=name)
+        raise ConfigError(f"invalid {name}: {_shown(v)} must be ≥ 0", parameter=name)
     return v
 
 
 def _bool(name: str, value: Any) -> bool:
     """A real bool (``True``/``False`` or a numpy bool): ``shuffle="no"`` must not count as true."""
     if not isinstance(value, (bool, np.bool_)):
-        raise ConfigError(f"invalid {name}: {value!r} must be True or False", parameter=name)
+        raise ConfigError(f"invalid {name}: {_shown(value)} must be True or False", parameter=name)
     return bool(value)
 
 
@@ -58,14 +58,17 @@ def _normalize(normalize: Any) -> tuple[tuple[float, ...], tuple[float, ...]] | 
         return None
 
     def bad(why: str) -> ConfigError:
-        return ConfigError(f"invalid normalize: {normalize!r} {why}", parameter="normalize")
+        return ConfigError(f"invalid normalize: {_shown(normalize)} {why}", parameter="normalize")
 
     def three(v: Any) -> tuple[float, ...]:
         if isinstance(v, (str, bytes)) or not isinstance(v, (Sequence, np.ndarray)) or len(v) != 3:
             raise bad("must be (mean, std), each 3 numbers (R, G, B)")
         if any(isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real) for x in v):
             raise bad("must be (mean, std), each 3 numbers (R, G, B)")
-        return tuple(float(x) for x in v)
+        try:
+            return tuple(float(x) for x in v)
+        except OverflowError:  # float(10**400)
+            raise bad("must be finite (a number too large for a float)") from None
 
     if (
         isinstance(normalize, (str, bytes))
@@ -187,19 +190,39 @@ def _lease_of(images: np.ndarray) -> Any:
     return None
 
 
+#: CUDA ordinals are below this (the core holds them as 32-bit unsigned ints).
+_ORDINAL_LIMIT = 2**32
+
+
 def _parse_devices(device: Any) -> tuple[list[int] | None, bool]:
     """``device`` → (CUDA ordinals or None for the CPU, whether a list of batches is yielded per step)."""
 
     def one(d: Any) -> int | None:
-        s = str(d)  # accepts torch.device too
+        try:
+            s = str(d)  # accepts torch.device too
+        except Exception:  # noqa: BLE001 - e.g. an int beyond sys.get_int_max_str_digits()
+            s = ""
         if s == "cpu":
             return None
         if s == "cuda":
-            return _local_rank()  # one process per GPU under torchrun: this process's GPU
-        if s.startswith("cuda:") and s[5:].isdigit():
-            return int(s[5:])
+            ordinal = _local_rank()  # one process per GPU under torchrun: this process's GPU
+            if ordinal >= _ORDINAL_LIMIT:
+                raise ConfigError(
+                    f"invalid device: 'cuda' means cuda:LOCAL_RANK, and LOCAL_RANK={ordinal} is not a CUDA "
+                    f"ordinal (must be < 2**32)",
+                    parameter="device",
+                )
+            return ordinal
+        digits = s[5:]
+        if s.startswith("cuda:") and digits.isascii() and digits.isdigit():
+            # the length first: int() of a string of thousands of digits raises ValueError
+            if len(digits) > 10 or int(digits) >= _ORDINAL_LIMIT:
+                raise ConfigError(
+                    f"invalid device: {_shown(d)}; the CUDA ordinal must be < 2**32", parameter="device"
+                )
+            return int(digits)
         raise ConfigError(
-            f"invalid device: {d!r}; expected 'cpu', 'cuda', 'cuda:N' or a list of 'cuda:N'",
+            f"invalid device: {_shown(d)}; expected 'cpu', 'cuda', 'cuda:N' or a list of 'cuda:N'",
             parameter="device",
         )
 
@@ -209,10 +232,10 @@ def _parse_devices(device: Any) -> tuple[list[int] | None, bool]:
         ordinals = [one(d) for d in device]
         if any(o is None for o in ordinals):
             raise ConfigError(
-                f"invalid device: {device!r}; a device list holds CUDA devices only", parameter="device"
+                f"invalid device: {_shown(device)}; a device list holds CUDA devices only", parameter="device"
             )
         if len(set(ordinals)) != len(ordinals):
-            raise ConfigError(f"invalid device: {device!r} lists a device twice", parameter="device")
+            raise ConfigError(f"invalid device: {_shown(device)} lists a device twice", parameter="device")
         return [o for o in ordinals if o is not None], True
     o = one(device)
     return (None if o is None else [o]), False
@@ -276,13 +299,13 @@ def _allowed_cpus() -> list[int]:
 def _parse_cpus(cpus: Any) -> list[int]:
     """``cpus=`` → CPU ids in the given order, each one this process may run on (``os.sched_getaffinity(0)``)."""
     if isinstance(cpus, (str, bytes)) or not isinstance(cpus, Iterable):
-        raise ConfigError(f"invalid cpus: {cpus!r} must be a list of CPU ids", parameter="cpus")
+        raise ConfigError(f"invalid cpus: {_shown(cpus)} must be a list of CPU ids", parameter="cpus")
     ids = list(cpus)
     if not ids:
         raise ConfigError("invalid cpus: [] is empty; give at least one CPU id", parameter="cpus")
     ids = [_int("cpus", c) for c in ids]
     if len(set(ids)) != len(ids):
-        raise ConfigError(f"invalid cpus: {cpus!r} lists a CPU twice", parameter="cpus")
+        raise ConfigError(f"invalid cpus: {_shown(cpus)} lists a CPU twice", parameter="cpus")
     allowed = set(_allowed_cpus())
     outside = [c for c in ids if c not in allowed]
     if outside:
@@ -376,7 +399,8 @@ class Loader:
     iterator (in any thread) supersedes the older ones, whose next ``next()`` raises ``StaleIteratorError``
     (a ``RuntimeError``) instead of yielding batches of the new epoch — batches of two epochs never
     interleave. ``for b in loader: break`` followed by a fresh ``for b in loader:`` is fine (the new loop
-    starts a new epoch). For concurrent streams, make one Loader each.
+    starts a new epoch). ``load_state_dict()`` supersedes running iterators the same way; after ``close()``
+    their next ``next()`` raises ``LoaderClosedError``. For concurrent streams, make one Loader each.
 
     A Loader belongs to the process that created it: in a forked child every method raises
     ``LoaderClosedError`` (``close()`` does nothing there and ``closed`` is true) — it never waits on the
@@ -488,18 +512,30 @@ class Loader:
             max_memory_bytes=None if max_memory_bytes is None else _int("max_memory_bytes", max_memory_bytes),
         )
 
+    def _check_process(self) -> None:
+        """LoaderClosedError in a process other than the creating one (a fork child), before anything else:
+        every method reports the fork first, whatever its arguments (a bad argument would otherwise hide it)."""
+        if os.getpid() != self._pid:
+            raise LoaderClosedError(
+                f"this Loader was created in process {self._pid} and cannot be used in process "
+                f"{os.getpid()} (a fork of it): create the Loader in the child process"
+            )
+
     def __len__(self) -> int:
         """Batches per epoch for this rank."""
+        self._check_process()
         return len(self._native)
 
     @property
     def epoch(self) -> int:
         """Epoch of the next iteration."""
+        self._check_process()
         return self._native.epoch
 
     def set_epoch(self, epoch: int) -> None:
         """Run epoch ``epoch`` (0 ≤ epoch < 2**63) on the next iteration (later iterations continue from
         it)."""
+        self._check_process()
         self._native.set_epoch(_int("epoch", epoch, 0, 2**63 - 1))
 
     def state_dict(self) -> dict[str, Any]:
@@ -515,6 +551,7 @@ class Loader:
         mode mid-epoch it holds, per device of this rank, a bitmap of the epoch's delivered sequence numbers
         (bit s = byte s//8, bit s%8): ⌈samples per rank / 8⌉ bytes. After the last batch of epoch e the state
         is (e+1, 0). Taken between batches (the batch just received counts as delivered)."""
+        self._check_process()
         return dict(self._native.state_dict())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -523,7 +560,15 @@ class Loader:
         remaining sample exactly once otherwise — and later iterations continue with the next epochs.
         ``set_epoch`` to another epoch discards it. Raises ConfigError naming the field if the loader's
         configuration (dataset size, world size, rank, devices, batch size, last_batch, shuffle,
-        reproducible, seed) differs from the one that saved it."""
+        reproducible, seed) differs from the one that saved it, and ConfigError naming ``state_dict`` if an
+        entry is missing or malformed.
+
+        Like a new ``iter()``, a loaded state supersedes the running iterators: their next ``next()`` raises
+        ``StaleIteratorError`` (their epoch was cancelled; they never end quietly as if it were complete).
+        Iterate ``iter(loader)`` again after loading. A closed loader raises ``LoaderClosedError``."""
+        self._check_process()
+        if self._native.closed:  # before the state is looked at, as the core would refuse a valid one too
+            raise LoaderClosedError("the loader is closed")
         try:
             fp = state["fingerprint"]
             kwargs = {k: state[k] for k in ("version", "seed", "epoch", "batches")}
@@ -542,8 +587,13 @@ class Loader:
                     )
                 }
             )
-            kwargs["delivered"] = [bytes(b) for b in state.get("delivered", [])]
-        except (KeyError, TypeError) as e:
+            delivered = state["delivered"] if "delivered" in state else []
+            if isinstance(delivered, (str, bytes)) or not all(
+                isinstance(b, (bytes, bytearray, memoryview)) for b in delivered
+            ):  # bytes(n) of an int n would allocate n bytes (or raise ValueError for n < 0)
+                raise TypeError("'delivered' must be a list of bytes")
+            kwargs["delivered"] = [bytes(b) for b in delivered]
+        except (KeyError, TypeError, IndexError) as e:
             raise ConfigError(
                 f"invalid state_dict: missing or malformed entry {e}", parameter="state_dict"
             ) from None
@@ -554,16 +604,15 @@ class Loader:
 
     def _log_skipped(self) -> None:
         for path, reason in self._native.drain_skipped():
-            logger.warning("trdata: skipping undecodable sample %s (%s)", path, reason)
+            # The logger's name says "trdata" already. A path that is not UTF-8 (os.fsdecode keeps its bytes as
+            # surrogates) is shown with backslash escapes, so every handler can encode the record.
+            shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+            logger.warning("skipping undecodable sample %s (%s)", shown, reason)
 
     def __iter__(self) -> Iterator[Batch]:
         """A new iterator: it supersedes every older one (their next ``next()`` raises
         ``StaleIteratorError``); its epoch starts at its first ``next()``."""
-        if os.getpid() != self._pid:
-            raise LoaderClosedError(
-                f"this Loader was created in process {self._pid} and cannot be used in process "
-                f"{os.getpid()} (a fork of it): create the Loader in the child process"
-            )
+        self._check_process()
         token = self._native.new_iteration()
         if self._ordinals is not None:
             return self._iter_cuda(token)
@@ -618,6 +667,7 @@ class Loader:
 
     def device_mem_info(self) -> list[tuple[int, int]]:
         """(free, total) bytes of each GPU this loader feeds (``cuMemGetInfo``; empty before iterating)."""
+        self._check_process()
         return list(self._native.device_mem_info())
 
     def stats(self) -> dict[str, int]:
@@ -630,11 +680,13 @@ class Loader:
         workers), h2d_wait_slot_ns (waiting for a free device slot), device_slots_allocated,
         unpinned_host_buffers, device_wait_ns, and their consumer_wait_ns is the time the training loop
         waited for a device batch. Copy bandwidth is h2d_bytes / h2d_copy_ns."""
+        self._check_process()
         return dict(self._native.stats())
 
     def close(self) -> None:
-        """Stop the workers and join them; idempotent. Batches still referenced stay valid. In a process
-        other than the creating one (a fork child) it does nothing."""
+        """Stop the workers and join them; idempotent. Batches still referenced stay valid. A running
+        iterator's next ``next()`` then raises ``LoaderClosedError``, as does any later use of the loader. In
+        a process other than the creating one (a fork child) it does nothing."""
         self._native.close()
 
     @property

@@ -7,7 +7,8 @@ compose the built-in ones as a list, ``Loader(..., transforms=[Resize(256), Cent
 Argument types are checked when a transform is made (as torchvision refuses ``CenterCrop('32')`` at
 construction), values when the Loader is built; each error is a ``ConfigError`` naming the argument. A size
 is an int or an ``(height, width)`` pair of exactly two ints, all ≥ 1 (a string, float or bool is
-refused); ``scale``, ``ratio`` and ``p`` are real numbers, their ranges checked by the core.
+refused); ``scale``, ``ratio`` and ``p`` are real numbers a float can hold, their ranges checked by the core
+(as are sizes: 1 to 65536).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, _shown
 
 
 def _is_int(v: Any) -> bool:
@@ -33,29 +34,34 @@ def _size(size: Any, name: str = "size", *, values: bool = True) -> tuple[int, i
     elif isinstance(size, Sequence) and not isinstance(size, (str, bytes)) and len(size) == 2:
         if not all(_is_int(v) for v in size):
             raise ConfigError(
-                f"invalid {name}: {size!r} must be an int or a (height, width) pair of ints", parameter=name
+                f"invalid {name}: {_shown(size)} must be an int or a (height, width) pair of ints",
+                parameter=name,
             )
         h, w = (int(v) for v in size)
     else:
         raise ConfigError(
-            f"invalid {name}: {size!r} must be an int or a (height, width) pair of ints", parameter=name
+            f"invalid {name}: {_shown(size)} must be an int or a (height, width) pair of ints", parameter=name
         )
     if values and (h <= 0 or w <= 0):
-        raise ConfigError(f"invalid {name}: {size!r} must be positive", parameter=name)
+        raise ConfigError(f"invalid {name}: {_shown(size)} must be positive", parameter=name)
     return h, w
 
 
 def _real(v: Any, name: str) -> float:
-    """A real number (not a bool or a string)."""
+    """A real number (not a bool or a string) that a float can hold: ``float(10**400)`` raises OverflowError,
+    reported as a ConfigError naming ``name``."""
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        raise ConfigError(f"invalid {name}: {v!r} must be a number", parameter=name)
-    return float(v)
+        raise ConfigError(f"invalid {name}: {_shown(v)} must be a number", parameter=name)
+    try:
+        return float(v)
+    except OverflowError:
+        raise ConfigError(f"invalid {name}: {_shown(v)} is too large for a float", parameter=name) from None
 
 
 def _pair(v: Any, name: str) -> tuple[float, float]:
     """A (min, max) pair of real numbers."""
     if isinstance(v, (str, bytes)) or not isinstance(v, Sequence) or len(v) != 2:
-        raise ConfigError(f"invalid {name}: {v!r} must be a (min, max) pair of numbers", parameter=name)
+        raise ConfigError(f"invalid {name}: {_shown(v)} must be a (min, max) pair of numbers", parameter=name)
     return _real(v[0], name), _real(v[1], name)
 
 
@@ -152,12 +158,13 @@ def specs(transforms: Any) -> list[tuple]:
     no ``_spec``, ``__call__`` or ``forward``)."""
     if isinstance(transforms, Transform):
         raise ConfigError(
-            f"invalid transforms: {transforms!r} must be a list of transforms, e.g. transforms=[{transforms!r}]",
+            f"invalid transforms: {_shown(transforms)} must be a list of transforms, e.g. "
+            f"transforms=[{_shown(transforms)}]",
             parameter="transforms",
         )
     if isinstance(transforms, (str, bytes)) or not isinstance(transforms, Sequence):
         raise ConfigError(
-            f"invalid transforms: {transforms!r} must be a list of trdata transforms, e.g. "
+            f"invalid transforms: {_shown(transforms)} must be a list of trdata transforms, e.g. "
             "transforms=[Resize(256), CenterCrop(224)]",
             parameter="transforms",
         )
@@ -165,7 +172,7 @@ def specs(transforms: Any) -> list[tuple]:
     for t in transforms:
         if not isinstance(t, Transform):
             raise ConfigError(
-                f"invalid transforms: {t!r} is not a trdata transform (transforms are data compiled by the "
+                f"invalid transforms: {_shown(t)} is not a trdata transform (transforms are data compiled by the "
                 "Rust core, not Python callables; use RandomResizedCrop, Resize, CenterCrop, "
                 "RandomHorizontalFlip)",
                 parameter="transforms",

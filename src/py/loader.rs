@@ -13,7 +13,7 @@ use crate::source::{Dataset, file_list, image_folder_cancellable};
 use crate::sync::lock;
 use crate::transfer::BatchLease;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyCapsule, PyDict, PyTuple};
+use pyo3::types::{PyBytes, PyCapsule, PyDict, PyInt, PyTuple};
 use std::mem::ManuallyDrop;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -65,15 +65,37 @@ pub fn scan_image_folder(
     Ok((paths, labels, ds.classes))
 }
 
+/// Largest transform size (height, width or shorter side) the core accepts.
+const MAX_SIZE: u32 = 65_536;
+
+/// A Python int shown in a message: itself when short, else its first digits and its length (an int beyond
+/// `sys.get_int_max_str_digits()` cannot even be turned into a string).
+fn shown_int(v: &Bound<'_, PyAny>) -> String {
+    match v.repr() {
+        Ok(r) => {
+            let r = r.to_string();
+            if r.len() <= 40 { r } else { format!("{}… ({} digits)", &r[..20], r.trim_start_matches('-').len()) }
+        }
+        Err(_) => "an int of thousands of digits".to_string(),
+    }
+}
+
+/// A transform size argument (a Python int of any magnitude): 1..=65536, else a ConfigError naming `name`
+/// (never an unnamed OverflowError for an int beyond 64 bits).
+fn size_arg(v: &Bound<'_, PyAny>, name: &str) -> PyResult<u32> {
+    if !v.is_instance_of::<PyInt>() {
+        let shown = v.repr().map_or_else(|_| "?".to_string(), |r| r.to_string());
+        return Err(to_py(TrdataError::config(name, format!("{shown} must be an int"))));
+    }
+    match v.extract::<i64>() {
+        Ok(n) if (1..=i64::from(MAX_SIZE)).contains(&n) => Ok(n as u32),
+        _ => Err(to_py(TrdataError::config(name, format!("{} must be in 1..={MAX_SIZE}", shown_int(v))))),
+    }
+}
+
 fn parse_transform(t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec> {
     let kind: String = t.get_item(0)?.extract()?;
-    let u = |i: usize, name: &str| -> PyResult<u32> {
-        let v: i64 = t.get_item(i)?.extract()?;
-        if v <= 0 || v > 65_536 {
-            return Err(to_py(TrdataError::config(name, format!("{v} must be in 1..=65536"))));
-        }
-        Ok(v as u32)
-    };
+    let u = |i: usize, name: &str| -> PyResult<u32> { size_arg(&t.get_item(i)?, name) };
     let f = |i: usize| -> PyResult<f64> { t.get_item(i)?.extract() };
     Ok(match kind.as_str() {
         "random_resized_crop" => {
@@ -140,11 +162,9 @@ fn check_epoch(epoch: u64) -> PyResult<u64> {
 fn stale_iterator() -> PyErr {
     Python::attach(|py| {
         let made = py.import("trdata.errors").and_then(|m| m.getattr("StaleIteratorError")).and_then(|cls| {
-            cls.call1((
-                "this iterator of the Loader was superseded by a newer iter() of it (one Loader runs one epoch at \
-                 a time; the newer iteration owns it); iterate the newest iterator, or create one Loader per \
-                 concurrent stream",
-            ))
+            cls.call1(("this iterator of the Loader was superseded by a newer iter() or load_state_dict() of it (one \
+                 Loader runs one epoch at a time; the newer iteration owns it); iterate the newest iterator, or \
+                 create one Loader per concurrent stream",))
         });
         match made {
             Ok(e) => PyErr::from_value(e),
@@ -182,6 +202,8 @@ type HostBatchTuple = (BatchLeaseHandle, Vec<i64>, Vec<i64>, usize, u64);
 /// Iterations: `new_iteration` hands out a token; the newest token owns the loader's epoch. `start_epoch` and
 /// every wait slice of `next_batch`/`next_step` compare their token with `iterations` while holding `inner`, so
 /// an older iterator gets `StaleIteratorError` instead of a batch of the newer epoch (never interleaved).
+/// `load_state_dict` supersedes the running iterators the same way (it cancels their epoch). After `close`,
+/// an iterator's next call raises `LoaderClosedError` (the core refuses every call of a closed loader).
 #[pyclass(module = "trdata._core", frozen)]
 pub struct NativeLoader {
     inner: ManuallyDrop<Mutex<Loader>>,
@@ -323,9 +345,11 @@ impl NativeLoader {
         };
         let mut ds: Dataset = file_list(paths, labels).py_err()?;
         ds.classes = classes;
+        // Checked for every loader (a CPU loader does not use it, but a wrong value is wrong everywhere).
+        let device_slots = config::check_device_slots(device_slots).py_err()?;
         let spec = match devices {
             None => DeviceSpec::Cpu,
-            Some(ordinals) => DeviceSpec::Cuda { ordinals, device_slots: nonneg(device_slots, "device_slots")? },
+            Some(ordinals) => DeviceSpec::Cuda { ordinals, device_slots },
         };
         let loader = py.detach(|| Loader::with_devices(ds, cfg, spec)).py_err()?;
         Ok(Self {
@@ -416,7 +440,16 @@ impl NativeLoader {
             reproducible,
             delivered: delivered.iter().map(|b| b.as_bytes().to_vec()).collect(),
         };
-        py.detach(|| lock(&self.inner).load_state(&st)).py_err()
+        // A loaded state supersedes every running iterator, as a new `iter()` does: their next `next()` raises
+        // StaleIteratorError (the core cancelled their epoch; without this they would end quietly, like a
+        // completed epoch). Bumped while `inner` is held, so no wait slice of theirs sees the cancelled epoch.
+        py.detach(|| {
+            let mut inner = lock(&self.inner);
+            inner.load_state(&st)?;
+            self.iterations.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .py_err()
     }
 
     /// Shape of one sample ([3,h,w] or [h,w,3]).
