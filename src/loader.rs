@@ -16,7 +16,7 @@
 //! epoch counts as delivered once `next_batch`/`next_step` returned it; a checkpoint after the last batch
 //! of epoch e is normalized to (e + 1, 0).
 
-use crate::config::{LastBatch, LoaderConfig, PinMode};
+use crate::config::{self, LastBatch, LoaderConfig, PinMode};
 use crate::error::{Result, TrdataError};
 use crate::plan::claim::WorkerClaim;
 use crate::plan::resume::{ResumePoint, SeqBitmap};
@@ -115,6 +115,9 @@ struct Runtime {
     pid: u32,
 }
 
+/// Epoch numbers are below this (they travel through checkpoints as signed 64-bit ints).
+pub const EPOCH_LIMIT: u64 = 1 << 63;
+
 /// Version of the `LoaderState` format.
 pub const STATE_VERSION: u32 = 1;
 
@@ -198,12 +201,7 @@ impl Loader {
             if let Some(dup) = ordinals.iter().find(|o| !seen.insert(**o)) {
                 return Err(TrdataError::config("device", format!("cuda:{dup} is listed twice")));
             }
-            if !(2..=64).contains(device_slots) {
-                return Err(TrdataError::config(
-                    "device_slots",
-                    format!("{device_slots} must be in 2..=64 (double buffering needs ≥ 2)"),
-                ));
-            }
+            config::check_device_slots(i64::try_from(*device_slots).unwrap_or(i64::MAX))?;
             for &o in ordinals {
                 cuda::check_device(o)?;
             }
@@ -397,7 +395,7 @@ impl Loader {
             ));
         }
         let (epoch, first) = if state.batches == n {
-            let next = state.epoch.checked_add(1).ok_or_else(|| {
+            let next = state.epoch.checked_add(1).filter(|&e| e < EPOCH_LIMIT).ok_or_else(|| {
                 TrdataError::config("epoch", format!("{} is too large: the epoch counter would overflow", state.epoch))
             })?;
             (next, 0)
@@ -530,11 +528,12 @@ impl Loader {
         self.check_usable()?;
         self.cancel_running();
         let epoch = self.next_epoch;
-        // The epoch after this one must exist too (a wrapped counter would silently replay epoch 0).
-        let Some(following) = epoch.checked_add(1) else {
+        // The epoch after this one must exist too (a wrapped counter would silently replay epoch 0) and be one a
+        // checkpoint can name (epochs are below EPOCH_LIMIT).
+        let Some(following) = epoch.checked_add(1).filter(|&e| e < EPOCH_LIMIT) else {
             return Err(TrdataError::config(
                 "epoch",
-                format!("{epoch} is too large: the epoch counter would overflow"),
+                format!("{epoch} is the last epoch number (epochs are below 2**63): nothing can follow it"),
             ));
         };
         let resume = self.resume.take().filter(|r| r.epoch == epoch);

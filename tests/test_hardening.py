@@ -141,8 +141,17 @@ def test_epoch_counter_never_wraps(tmp_path):
         assert exc.value.parameter == "epoch"
         with pytest.raises(trdata.ConfigError) as exc:
             loader.set_epoch(2**64 - 1)
+        assert exc.value.parameter == "epoch"
+        # Epochs are below 2**63 (checkpoints carry them as signed ints): the last one has no successor.
+        loader.set_epoch(2**63 - 1)
+        with pytest.raises(trdata.ConfigError) as exc:
             list(loader)
         assert exc.value.parameter == "epoch"
+        loader.set_epoch(2**63 - 2)
+        assert len(list(loader)) == 2
+        state = loader.state_dict()
+        assert (state["epoch"], state["batches"]) == (2**63 - 1, 0)
+        loader.load_state_dict(state)  # what a loader saves, it can load
 
 
 def _progressive_jpeg_with_scans(path: Path, extra_scans: int) -> None:
@@ -252,3 +261,52 @@ print(n, peak)
     n, peak_kib = map(int, r.stdout.split())
     assert n == 4
     assert peak_kib < 160 * 1024, f"peak RSS {peak_kib / 1024:.0f} MiB: the profile was inflated"
+
+
+def test_float16_normalize_that_would_overflow_is_refused(tmp_path):
+    src = trdata.FileList(write_jpegs(tmp_path, 2), [0, 1])
+    kw = dict(batch_size=2, workers=1, transforms=[trdata.CenterCrop(8)])
+    with pytest.raises(trdata.ConfigError) as exc:
+        trdata.Loader(src, dtype="float16", normalize=((0, 0, 0), (2e-6, 2e-6, 2e-6)), **kw)
+    assert exc.value.parameter == "normalize" and "inf" in str(exc.value)
+    # The same values fit float32, and ordinary ones fit float16.
+    with trdata.Loader(src, dtype="float32", normalize=((0, 0, 0), (2e-6, 2e-6, 2e-6)), **kw) as loader:
+        assert np.isfinite(next(iter(loader)).images).all()
+    with trdata.Loader(src, dtype="float16", normalize=trdata.IMAGENET, **kw) as loader:
+        assert np.isfinite(next(iter(loader)).images).all()
+
+
+def test_state_after_close_mid_epoch_keeps_the_position(tmp_path):
+    src = trdata.FileList(write_jpegs(tmp_path, 40), list(range(40)))
+    kw = dict(batch_size=4, workers=2, transforms=[trdata.CenterCrop(8)], dtype="uint8")
+    for reproducible in (True, False):
+        loader = trdata.Loader(src, shuffle=True, reproducible=reproducible, **kw)
+        it = iter(loader)
+        seen = [next(it).indices.copy() for _ in range(3)]
+        before = loader.state_dict()
+        loader.close()
+        after = loader.state_dict()
+        assert (after["epoch"], after["batches"]) == (before["epoch"], before["batches"]) == (0, 3)
+        assert after["delivered"] == before["delivered"]
+        with trdata.Loader(src, shuffle=True, reproducible=reproducible, **kw) as resumed:
+            resumed.load_state_dict(after)
+            rest = [b.indices.copy() for b in resumed]
+        assert sorted(np.concatenate(seen + rest).tolist()) == list(range(40))
+
+
+def test_skip_does_not_reread_a_sample_known_bad(tmp_path):
+    """Under on_error='skip' a file that failed is not read again in later epochs (failures are decided by the
+    bytes, so it would fail again; a slow bad file must not cost every epoch). Observable: fixing the file
+    later does not bring it back, and it is still counted as skipped in every epoch."""
+    paths = write_jpegs(tmp_path, 6)
+    bad = Path(paths[2])
+    good_bytes = bad.read_bytes()
+    bad.write_bytes(b"\xff\xd8\xff\xe0 broken")
+    src = trdata.FileList(paths, list(range(6)))
+    kw = dict(batch_size=6, workers=1, transforms=[trdata.CenterCrop(8)], dtype="uint8", on_error="skip")
+    with trdata.Loader(src, **kw) as loader:
+        (b0,) = list(loader)
+        bad.write_bytes(good_bytes)
+        (b1,) = list(loader)
+        assert loader.stats()["errors_skipped"] == 2
+    assert 2 not in b0.indices.tolist() and 2 not in b1.indices.tolist()

@@ -84,6 +84,16 @@ pub enum DType {
 }
 
 impl DType {
+    /// The largest finite value of the type (as f64).
+    pub fn max_finite(self) -> f64 {
+        match self {
+            DType::U8 => 255.0,
+            DType::F16 => 65504.0,
+            DType::BF16 => 3.3895313892515355e38,
+            DType::F32 => f64::from(f32::MAX),
+        }
+    }
+
     /// Bytes per element.
     pub fn size_bytes(self) -> usize {
         match self {
@@ -245,6 +255,22 @@ impl SamplePipeline {
                         format!("mean and std must be finite and std non-zero, got mean={:?} std={:?}", n.mean, n.std),
                     ));
                 }
+            }
+            // (x/255 − mean)/std for x in 0..=255 must fit the output type: float16 ends at 65504, so a tiny std
+            // would silently fill the batch with inf.
+            let max_abs = (0..3)
+                .map(|c| f64::from(n.mean[c]).abs().max((1.0 - f64::from(n.mean[c])).abs()) / f64::from(n.std[c]).abs())
+                .fold(0.0, f64::max);
+            let limit = output.dtype.max_finite();
+            if max_abs > limit {
+                return Err(TrdataError::config(
+                    "normalize",
+                    format!(
+                        "mean={:?} std={:?} give values up to {max_abs:.3e}, beyond the largest {:?} ({limit:.3e}): \
+                         the batch would hold inf; use a larger std or a wider dtype",
+                        n.mean, n.std, output.dtype
+                    ),
+                ));
             }
         }
         let (height, width) = compiled.output_hw();

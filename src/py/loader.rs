@@ -8,7 +8,7 @@ use crate::config::{self, Choices, ErrorPolicy, LastBatch, LoaderConfig, PinMode
 use crate::decode::DecodeLimits;
 use crate::error::TrdataError;
 use crate::export::{Device, DlpackRequest, ElementType, TensorExport, into_capsule};
-use crate::loader::{DeviceSpec, Loader, LoaderState, Next, NextStep};
+use crate::loader::{DeviceSpec, EPOCH_LIMIT, Loader, LoaderState, Next, NextStep};
 use crate::source::{Dataset, file_list, image_folder_cancellable};
 use crate::sync::lock;
 use crate::transfer::BatchLease;
@@ -147,9 +147,6 @@ pub fn choices_dict(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("pin", PyTuple::new(py, names(config::PIN))?)?;
     Ok(d)
 }
-
-/// Epochs must stay below this, so that epoch + the epochs to come never wrap around u64.
-const EPOCH_LIMIT: u64 = 1 << 63;
 
 fn check_epoch(epoch: u64) -> PyResult<u64> {
     if epoch >= EPOCH_LIMIT {
