@@ -51,8 +51,12 @@ class ImageFolder(Source):
       when read, with an error that names the format (``on_error`` decides);
     * ``SourceError`` (a ``FileNotFoundError``) when there is no class folder or a class has no file.
 
-    Unlike torchvision, a directory that is its own ancestor (a symlink loop) is entered once, instead of
-    its files being listed up to 41 times, and an unreadable directory is an error rather than skipped.
+    Unlike torchvision, a directory is entered at most once per class (told by device and inode). Directories
+    are entered in the order above, so a directory reached by several paths (symlinks between siblings, a
+    link to an ancestor, a loop) has its files listed once, under the first of those paths, whatever order
+    the file system returns; torchvision's ``os.walk`` lists them once per path (forever around a cycle).
+    Otherwise links are followed as in torchvision: a link to a file is listed, a link to another class is
+    entered, nothing is deduplicated across classes. An unreadable directory is an error rather than skipped.
     Names that are not UTF-8 are kept (as ``os.fsdecode`` strings). Scanned once, in parallel, by the Rust
     core; Ctrl-C stops the scan."""
 
