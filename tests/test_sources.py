@@ -554,3 +554,49 @@ def test_file_list_non_utf8_path_decodes(tmp_path):
     with trdata.Loader(trdata.FileList([p], [7]), batch_size=1, workers=1, **LOADER_KW) as L:
         (batch,) = list(L)
     assert np.asarray(batch.labels).tolist() == [7]
+
+
+_DICT = {"/a/b.jpg": 0, "/a/c.jpg": 1}
+
+
+@pytest.mark.parametrize(
+    "paths",
+    [
+        {"/a/b.jpg", "/a/c.jpg"},
+        frozenset({"/a/b.jpg", "/a/c.jpg"}),
+        _DICT,
+        _DICT.keys(),
+        _DICT.values(),
+        _DICT.items(),
+    ],
+    ids=["set", "frozenset", "dict", "keys", "values", "items"],
+)
+def test_file_list_refuses_unordered_paths(paths):
+    # A set iterates in hash order (PYTHONHASHSEED for str): paths would pair with the labels arbitrarily.
+    with pytest.raises(trdata.ConfigError, match=r"^invalid paths: a \w+ is not an ordered sequence") as exc:
+        trdata.FileList(paths, [0, 1])
+    assert exc.value.parameter == "paths"
+
+
+@pytest.mark.parametrize("labels", [{0, 1}, frozenset({0, 1}), {0: 0, 1: 1}, {0: 0, 1: 1}.values()])
+def test_file_list_refuses_unordered_labels(labels):
+    with pytest.raises(trdata.ConfigError, match=r"^invalid labels: a \w+ is not an ordered sequence") as exc:
+        trdata.FileList(["/a/b.jpg", "/a/c.jpg"], labels)
+    assert exc.value.parameter == "labels"
+
+
+@pytest.mark.parametrize(
+    "paths",
+    [
+        ("/a/b.jpg", "/a/c.jpg"),
+        (p for p in ["/a/b.jpg", "/a/c.jpg"]),
+        np.array(["/a/b.jpg", "/a/c.jpg"]),
+        iter(["/a/b.jpg", "/a/c.jpg"]),
+        sorted({"/a/c.jpg", "/a/b.jpg"}),
+    ],
+    ids=["tuple", "generator", "ndarray", "iterator", "sorted-set"],
+)
+def test_file_list_accepts_ordered_paths(paths):
+    fl = trdata.FileList(paths, (3, 4))
+    assert fl.paths == ["/a/b.jpg", "/a/c.jpg"] and fl.labels == [3, 4]
+    assert all(type(p) is str for p in fl.paths)
