@@ -7,11 +7,9 @@ from __future__ import annotations
 import io
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -218,38 +216,106 @@ def test_links_to_siblings_and_files_are_followed_like_torchvision(tmp_path):
     assert str(root / "a" / "broken.jpg") in expected[1]
 
 
-def test_scan_of_an_exploding_symlink_dag_stops_on_ctrl_c(tmp_path):
-    # No cycle, but 2^40 paths: torchvision walks them all; trdata must at least stop on Ctrl-C.
+def test_mutually_linked_siblings_list_each_file_once(tmp_path):
+    root = tmp_path / "root"
+    make_tree(root, ["c1/x/f.jpg", "c1/y/g.jpg"])
+    os.symlink("../y", root / "c1" / "x" / "toy")
+    os.symlink("../x", root / "c1" / "y" / "tox")
+    # Directories are entered in path order: c1/x, c1/x/toy (= y), then c1/x/toy/tox (= x) and c1/y (= y)
+    # are skipped. An ancestors-only check listed both files twice; torchvision's os.walk goes round the cycle.
+    ds = trdata.ImageFolder(root)
+    assert ds.paths == [str(root / "c1" / "x" / "f.jpg"), str(root / "c1" / "x" / "toy" / "g.jpg")]
+    assert ds.labels == [0, 0]
+
+
+def _mesh(root: Path, k: int, reverse: bool) -> None:
+    """Class c with d0..d{k-1}, one JPEG each, and in every d_i a link to{j} -> ../d{j} for each j != i."""
+    order = range(k - 1, -1, -1) if reverse else range(k)
+    for i in order:
+        (root / "c" / f"d{i}").mkdir(parents=True)
+        write_jpeg(root / "c" / f"d{i}" / f"f{i}.jpg", seed=i)
+    for i in order:
+        for j in order:
+            if j != i:
+                os.symlink(f"../d{j}", root / "c" / f"d{i}" / f"to{j}")
+
+
+def test_a_mesh_of_linked_siblings_lists_each_file_once(tmp_path):
+    # k=6: every simple path is 1,956 listings (109,600 for k=8, ~10M for k=10) for an ancestors-only check.
+    k = 6
+    roots = [tmp_path / "fwd", tmp_path / "rev"]
+    for root, reverse in zip(roots, (False, True)):
+        _mesh(root, k, reverse)
+    code = f"""
+    import time
+    out = []
+    for root in {[str(r) for r in roots]!r}:
+        t = time.monotonic()
+        ds = trdata.ImageFolder(root)
+        out.append([[p[len(root):] for p in ds.paths], ds.labels, time.monotonic() - t])
+    print(json.dumps(out))
+    """
+    got = run_isolated(code, timeout_s=30, limit_bytes=3 << 30)
+    # Path order enters d0, d0/to1 (= d1), d0/to1/to2 (= d2), ...: each file once, under that first path.
+    expected, d = ["/c/d0/f0.jpg"], "/c/d0"
+    for j in range(1, k):
+        d += f"/to{j}"
+        expected.append(f"{d}/f{j}.jpg")
+    for (paths, labels, seconds), root in zip(got, roots):
+        assert paths == expected and labels == [0] * k  # the same whatever order readdir gives
+        assert sorted(os.path.realpath(str(root) + p) for p in paths) == sorted(
+            str((root / "c" / f"d{i}" / f"f{i}.jpg").resolve()) for i in range(k)
+        )
+        assert seconds < 2.0, seconds
+
+
+def test_an_exploding_symlink_dag_is_walked_once_per_directory(tmp_path):
+    # No cycle, but 2^30 paths (two links from each level to the next): each directory is entered once.
     store = tmp_path / "store"
-    for d in range(41):
+    depth = 30  # 31 links on the deepest path: under the kernel's limit of 40 per lookup
+    for d in range(depth + 1):
         (store / f"d{d}").mkdir(parents=True)
-    for d in range(40):
+        (store / f"d{d}" / f"f{d}.jpg").write_bytes(b"x")
+    for d in range(depth):
         for name in ("l1", "l2"):
             os.symlink(store / f"d{d + 1}", store / f"d{d}" / name)
     (tmp_path / "root" / "a").mkdir(parents=True)
     os.symlink(store / "d0", tmp_path / "root" / "a" / "in")
-    code = textwrap.dedent(
-        f"""
-        import resource, sys
-        resource.setrlimit(resource.RLIMIT_AS, ({3 << 30}, {3 << 30}))
-        import trdata
-        print("start", flush=True)
-        try:
-            trdata.ImageFolder({str(tmp_path / "root")!r})
-        except KeyboardInterrupt:
-            print("interrupted", flush=True)
-        """
-    )
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    code = f"""
+    ds = trdata.ImageFolder({str(tmp_path / "root")!r})
+    print(json.dumps(ds.paths))
+    """
+    got = run_isolated(code, timeout_s=30, limit_bytes=3 << 30)
+    base = str(tmp_path / "root" / "a" / "in")
+    assert got == [base + "/l1" * d + f"/f{d}.jpg" for d in range(depth + 1)]
+
+
+def test_a_long_scan_stops_on_ctrl_c(tmp_path):
+    # A big tree, cheaply: 1,000 class links to one store of 1,000 directories are a million directory
+    # visits (classes are not deduplicated, like torchvision). Ctrl-C must end the scan, not wait for it.
+    store = tmp_path / "store"
+    for i in range(1000):
+        (store / f"d{i}").mkdir(parents=True)
+    (store / "x.jpg").write_bytes(b"x")
+    (tmp_path / "root").mkdir()
+    for i in range(1000):
+        os.symlink("../store", tmp_path / "root" / f"c{i:04d}")
+    code = f"""
+    import os, signal, threading, time
+    def ctrl_c():
+        time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=ctrl_c, daemon=True).start()
+    t = time.monotonic()
     try:
-        assert proc.stdout.readline().strip() == "start"
-        time.sleep(1.5)
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=10)
-    finally:
-        proc.kill()
-        proc.wait()
-    assert "interrupted" in out
+        ds = trdata.ImageFolder({str(tmp_path / "root")!r})
+        print(json.dumps({{"interrupted": False, "samples": len(ds), "seconds": time.monotonic() - t}}))
+    except KeyboardInterrupt:
+        print(json.dumps({{"interrupted": True, "seconds": time.monotonic() - t}}))
+    """
+    got = run_isolated(code, timeout_s=120, limit_bytes=3 << 30)
+    assert got["interrupted"], got
+    assert got["seconds"] < 1.0, got
 
 
 # ---- 3. Non-UTF-8 names -------------------------------------------------------------------------------------
@@ -488,3 +554,49 @@ def test_file_list_non_utf8_path_decodes(tmp_path):
     with trdata.Loader(trdata.FileList([p], [7]), batch_size=1, workers=1, **LOADER_KW) as L:
         (batch,) = list(L)
     assert np.asarray(batch.labels).tolist() == [7]
+
+
+_DICT = {"/a/b.jpg": 0, "/a/c.jpg": 1}
+
+
+@pytest.mark.parametrize(
+    "paths",
+    [
+        {"/a/b.jpg", "/a/c.jpg"},
+        frozenset({"/a/b.jpg", "/a/c.jpg"}),
+        _DICT,
+        _DICT.keys(),
+        _DICT.values(),
+        _DICT.items(),
+    ],
+    ids=["set", "frozenset", "dict", "keys", "values", "items"],
+)
+def test_file_list_refuses_unordered_paths(paths):
+    # A set iterates in hash order (PYTHONHASHSEED for str): paths would pair with the labels arbitrarily.
+    with pytest.raises(trdata.ConfigError, match=r"^invalid paths: a \w+ is not an ordered sequence") as exc:
+        trdata.FileList(paths, [0, 1])
+    assert exc.value.parameter == "paths"
+
+
+@pytest.mark.parametrize("labels", [{0, 1}, frozenset({0, 1}), {0: 0, 1: 1}, {0: 0, 1: 1}.values()])
+def test_file_list_refuses_unordered_labels(labels):
+    with pytest.raises(trdata.ConfigError, match=r"^invalid labels: a \w+ is not an ordered sequence") as exc:
+        trdata.FileList(["/a/b.jpg", "/a/c.jpg"], labels)
+    assert exc.value.parameter == "labels"
+
+
+@pytest.mark.parametrize(
+    "paths",
+    [
+        ("/a/b.jpg", "/a/c.jpg"),
+        (p for p in ["/a/b.jpg", "/a/c.jpg"]),
+        np.array(["/a/b.jpg", "/a/c.jpg"]),
+        iter(["/a/b.jpg", "/a/c.jpg"]),
+        sorted({"/a/c.jpg", "/a/b.jpg"}),
+    ],
+    ids=["tuple", "generator", "ndarray", "iterator", "sorted-set"],
+)
+def test_file_list_accepts_ordered_paths(paths):
+    fl = trdata.FileList(paths, (3, 4))
+    assert fl.paths == ["/a/b.jpg", "/a/c.jpg"] and fl.labels == [3, 4]
+    assert all(type(p) is str for p in fl.paths)

@@ -10,7 +10,7 @@ import math
 import numbers
 import operator
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, MappingView, Set
 from typing import Any
 
 import numpy as np
@@ -51,8 +51,12 @@ class ImageFolder(Source):
       when read, with an error that names the format (``on_error`` decides);
     * ``SourceError`` (a ``FileNotFoundError``) when there is no class folder or a class has no file.
 
-    Unlike torchvision, a directory that is its own ancestor (a symlink loop) is entered once, instead of
-    its files being listed up to 41 times, and an unreadable directory is an error rather than skipped.
+    Unlike torchvision, a directory is entered at most once per class (told by device and inode). Directories
+    are entered in the order above, so a directory reached by several paths (symlinks between siblings, a
+    link to an ancestor, a loop) has its files listed once, under the first of those paths, whatever order
+    the file system returns; torchvision's ``os.walk`` lists them once per path (forever around a cycle).
+    Otherwise links are followed as in torchvision: a link to a file is listed, a link to another class is
+    entered, nothing is deduplicated across classes. An unreadable directory is an error rather than skipped.
     Names that are not UTF-8 are kept (as ``os.fsdecode`` strings). Scanned once, in parallel, by the Rust
     core; Ctrl-C stops the scan."""
 
@@ -71,6 +75,10 @@ class FileList(Source):
     """Explicit ``paths`` (a sequence of ``str``, ``bytes`` or ``os.PathLike``) and integer ``labels`` of the
     same length (default: all 0). Files are opened when decoded: a missing one follows the loader's
     ``on_error`` policy.
+
+    Both must be ordered: lists, tuples, numpy arrays, generators... A ``set``, ``frozenset`` or ``dict``
+    (or a dict view) is refused: its order is arbitrary, so index ``i`` and the pairing of paths with labels
+    would be too.
 
     Labels must be integers in the int64 range: Python ``int``, numpy integers, integral floats (``2.0``;
     ``0.7`` is refused rather than truncated) and ``bool`` (as 0/1, binary labels often come as bools).
@@ -100,10 +108,25 @@ def _labels_error(message: str) -> ConfigError:
     return ConfigError(f"invalid labels: {message}", parameter="labels")
 
 
+#: Refused for paths and labels: a set's iteration order is arbitrary (hash order, varying with
+#: PYTHONHASHSEED for str), and a dict is a mapping, not a list (keys or values? in which order?), so index i
+#: and the pairing of paths with labels would be guesses. Dict views are sets or depend on a dict.
+_UNORDERED = (Set, Mapping, MappingView)
+
+
+def _unordered(obj: Any) -> str:
+    return (
+        f"a {type(obj).__name__} is not an ordered sequence (sets, dicts and dict views are refused: "
+        "paths and labels would pair up in an arbitrary order); pass a list, e.g. sorted(...)"
+    )
+
+
 def _check_paths(paths: Any) -> list[str]:
     if isinstance(paths, (str, bytes, os.PathLike)):
         # A str is a sequence of characters: iterating it would make one "path" per character.
         raise _paths_error(f"{paths!r} is a single path, not a sequence of paths; pass [{paths!r}]")
+    if isinstance(paths, _UNORDERED):
+        raise _paths_error(_unordered(paths))
     try:
         items = list(paths)
     except TypeError:
@@ -118,13 +141,15 @@ def _check_paths(paths: Any) -> list[str]:
             ) from None
         if not s or "\0" in s:
             raise _paths_error(f"{p!r} (element {i}) is empty or contains a NUL character")
-        out.append(s)
+        out.append(str(s))  # a plain str, also for str subclasses (numpy.str_ from an array of str)
     return out
 
 
 def _check_labels(labels: Any) -> list[int]:
     if isinstance(labels, (str, bytes)):
         raise _labels_error(f"{labels!r} is a string, not a sequence of integer labels")
+    if isinstance(labels, _UNORDERED):
+        raise _labels_error(_unordered(labels))
     if isinstance(labels, np.ndarray) and labels.dtype.kind in "biuf":
         return _check_label_array(labels)
     try:

@@ -9,19 +9,29 @@
 //!   of [`IMAGE_EXTENSIONS`], ASCII case-insensitively (`str.lower().endswith`);
 //! - no class folder, or a class without any file: a `Source` error (torchvision's `FileNotFoundError`).
 //!
-//! On purpose unlike torchvision: a directory that is its own ancestor (a symlink loop, a link to the root)
-//! is not entered again — found by (device, inode) of the directories on the current path — where torchvision
-//! lists a class's files up to 41 times (one loop) or never finishes (two loops); an unreadable directory is
-//! an error instead of being skipped silently. Names stay bytes (`OsString`) from `readdir` to `open`.
+//! On purpose unlike torchvision, each directory is entered at most once per class: the walk enters the
+//! directories of a class in the order above (by path string, which puts every directory before what lies
+//! below it) and skips one whose (device, inode) it has already entered in this class, or that is the dataset
+//! root. So a directory reached by several paths (symlinks between siblings, a link to an ancestor, a link
+//! loop) has its files listed once, under the first of those paths the walk reaches, and the work stays linear
+//! (each distinct directory is listed once). torchvision's `os.walk(followlinks=True)` lists such files once per
+//! path that reaches them: twice for a directory also linked from a sibling, and around a cycle (a loop, two
+//! siblings linked to each other) until the paths hit the kernel's 40-link limit: 41 times for one loop,
+//! practically forever for two. Links are otherwise followed like torchvision follows them: a link to a file
+//! is listed (twice when there are two links), a link to a directory not entered yet is entered, and across
+//! classes nothing is deduplicated (a class may link to another one and list its files too).
+//! An unreadable directory is an error instead of being skipped silently. Names stay bytes (`OsString`) from
+//! `readdir` to `open`.
 //!
 //! Class folders are walked in parallel on a local rayon pool (never the global pool: its threads would
 //! inherit a pinned worker's affinity if it were first touched from one); every directory visit checks the
-//! `cancel` flag, so the caller can stop a scan of a huge (or exponentially linked) tree at any time.
+//! `cancel` flag, so the caller can stop the scan of a huge tree at any time.
 
 use super::{Dataset, SampleRef};
 use crate::error::{Result, TrdataError};
 use rayon::prelude::*;
 use std::cmp::Ordering as CmpOrdering;
+use std::collections::{BinaryHeap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::fs::Metadata;
 use std::os::unix::ffi::OsStrExt;
@@ -111,48 +121,60 @@ fn check_cancel(cancel: &AtomicBool, path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// One directory being walked: its identity (an ancestor of everything below) and the subdirectories left.
-struct Frame {
-    id: DirId,
+/// A directory waiting to be entered, ordered by its path as Python orders path strings.
+struct Pending {
     path: PathBuf,
-    subdirs: std::vec::IntoIter<(OsString, DirId)>,
+    id: DirId,
 }
 
+impl Ord for Pending {
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        // Reversed: `BinaryHeap` is a max-heap, the walk takes the smallest path first.
+        python_name_cmp(other.path.as_os_str().as_bytes(), self.path.as_os_str().as_bytes())
+    }
+}
+
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Pending {
+    fn eq(&self, other: &Self) -> bool {
+        self.path == other.path // python_name_cmp is Equal exactly when the bytes are
+    }
+}
+
+impl Eq for Pending {}
+
 /// The image files below `class_dir` in torchvision's order (directories by path string, then names), each
-/// directory entered once per path and never when it is an ancestor of itself (or `root_id`).
+/// directory entered at most once: one whose identity was already entered in this walk, or that is the
+/// dataset root (`root_id`), is skipped.
+///
+/// Directories are entered smallest path first, from a heap of the subdirectories found so far: a
+/// subdirectory's path extends its parent's, so it sorts after it, the heap gives the directories in
+/// exactly the order of the finished listing, and the first path to reach a directory is the one that is
+/// kept. That choice depends only on the names, never on `readdir` order or timing.
 fn walk_class(class_dir: &Path, class_id: DirId, root_id: DirId, cancel: &AtomicBool) -> Result<Vec<PathBuf>> {
-    if class_id == root_id {
-        return Ok(Vec::new()); // a class folder that is a link to the root: the root is its own ancestor
-    }
-    // (directory path, its image file names); sorted by path string once the walk is over.
-    let mut visited: Vec<(PathBuf, Vec<OsString>)> = Vec::new();
-    let mut stack: Vec<Frame> = Vec::new();
-    let mut enter = |path: PathBuf, id: DirId, stack: &mut Vec<Frame>| -> Result<()> {
-        check_cancel(cancel, &path)?;
-        let Listing { subdirs, mut files } = list_dir(&path)?;
-        files.retain(|n| is_image_file_name(n));
-        visited.push((path.clone(), files));
-        stack.push(Frame { id, path, subdirs: subdirs.into_iter() });
-        Ok(())
-    };
-    enter(class_dir.to_path_buf(), class_id, &mut stack)?;
-    while let Some(top) = stack.last_mut() {
-        let Some((name, id)) = top.subdirs.next() else {
-            stack.pop();
-            continue;
-        };
-        let path = top.path.join(&name);
-        if id == root_id || stack.iter().any(|f| f.id == id) {
-            continue; // a cycle: this directory is already on the current path
-        }
-        enter(path, id, &mut stack)?;
-    }
-    // All paths share the class folder as prefix; Path::join adds '/' exactly like os.path.join.
-    visited.sort_by(|a, b| python_name_cmp(a.0.as_os_str().as_bytes(), b.0.as_os_str().as_bytes()));
+    let mut entered: HashSet<DirId> = HashSet::from([root_id]);
+    let mut pending = BinaryHeap::from([Pending { path: class_dir.to_path_buf(), id: class_id }]);
     let mut files = Vec::new();
-    for (dir, mut names) in visited {
+    while let Some(Pending { path, id }) = pending.pop() {
+        if !entered.insert(id) {
+            continue; // entered already, under a path that sorts first (or the root: an ancestor of all)
+        }
+        check_cancel(cancel, &path)?;
+        let Listing { subdirs, files: mut names } = list_dir(&path)?;
+        for (name, sub_id) in subdirs {
+            if !entered.contains(&sub_id) {
+                pending.push(Pending { path: path.join(name), id: sub_id });
+            }
+        }
+        names.retain(|n| is_image_file_name(n));
         names.sort_by(|a, b| python_name_cmp(a.as_bytes(), b.as_bytes()));
-        files.extend(names.into_iter().map(|n| dir.join(n)));
+        // Path::join adds '/' exactly like os.path.join.
+        files.extend(names.into_iter().map(|n| path.join(n)));
     }
     Ok(files)
 }
@@ -278,6 +300,67 @@ mod tests {
         assert_eq!(
             listing(&root, &ds),
             [("a/x.jpg".into(), 0), ("a/s/y.jpg".into(), 0), ("a/s/sib/z.jpg".into(), 0), ("b/z.jpg".into(), 1)]
+        );
+    }
+
+    #[test]
+    fn mutually_linked_siblings_are_entered_once_first_path_wins() {
+        let root = tmpdir("mutual");
+        touch(&root, &["c1/x/f.jpg", "c1/y/g.jpg"]);
+        symlink("../y", root.join("c1/x/toy")).unwrap();
+        symlink("../x", root.join("c1/y/tox")).unwrap();
+        // Path order: c1/x < c1/x/toy (= y, entered here) < c1/x/toy/tox (= x: skipped) < c1/y (= y: skipped).
+        // A walk that only skips ancestors lists both twice (c1/y/g.jpg, c1/y/tox/f.jpg); os.walk loops on.
+        let ds = image_folder(&root).unwrap();
+        assert_eq!(listing(&root, &ds), [("c1/x/f.jpg".into(), 0), ("c1/x/toy/g.jpg".into(), 0)]);
+    }
+
+    #[test]
+    fn a_mesh_of_linked_siblings_lists_each_file_once() {
+        // d0..d5 each hold one file and link to every other one. A walk that only skips ancestors lists every
+        // simple path: 1 + 5 + 5*4 + ... + 5! = 326 per directory, 1,956 files for 6 (109,600 for 8).
+        let k = 6;
+        let root = tmpdir("mesh");
+        for i in 0..k {
+            touch(&root, &[&format!("c/d{i}/f{i}.jpg")]);
+        }
+        for i in 0..k {
+            for j in (0..k).filter(|&j| j != i) {
+                symlink(format!("../d{j}"), root.join(format!("c/d{i}/to{j}"))).unwrap();
+            }
+        }
+        let ds = image_folder(&root).unwrap();
+        let got = listing(&root, &ds);
+        // Path order enters d0, then d0/to1 (= d1), d0/to1/to2 (= d2), ... each further path is skipped.
+        let mut expected = vec![("c/d0/f0.jpg".to_string(), 0)];
+        let mut dir = "c/d0".to_string();
+        for j in 1..k {
+            dir = format!("{dir}/to{j}");
+            expected.push((format!("{dir}/f{j}.jpg"), 0));
+        }
+        assert_eq!(got, expected);
+        // The same listing however the directories were created (readdir order does not matter).
+        assert_eq!(listing(&root, &image_folder(&root).unwrap()), expected);
+    }
+
+    #[test]
+    fn links_to_files_and_to_new_directories_are_still_followed() {
+        let root = tmpdir("filelinks");
+        touch(&root, &["a/x.jpg", "b/y.jpg"]);
+        symlink("x.jpg", root.join("a/x2.jpg")).unwrap(); // a link to a file: listed, like torchvision
+        symlink("../b", root.join("a/tob")).unwrap(); // another class: entered within class a
+        symlink("../a", root.join("b/toa")).unwrap();
+        let ds = image_folder(&root).unwrap();
+        assert_eq!(
+            listing(&root, &ds),
+            [
+                ("a/x.jpg".into(), 0),
+                ("a/x2.jpg".into(), 0),
+                ("a/tob/y.jpg".into(), 0),
+                ("b/y.jpg".into(), 1),
+                ("b/toa/x.jpg".into(), 1),
+                ("b/toa/x2.jpg".into(), 1),
+            ]
         );
     }
 

@@ -1,8 +1,9 @@
 //! source — where samples come from, the first stage of the pipeline (**source** → plan → worker → decode):
 //! a list of (path, label) built once per loader, and the bytes of one sample read by a worker.
-//! `image_folder` follows torchvision's ImageFolder rules; `file_list` takes explicit lists; `read_sample`
-//! reads one regular file, bounded. Paths and class names stay bytes (`PathBuf`/`OsString`) end to end:
-//! Linux file names need not be UTF-8, and the Python side sees them as `os.fsdecode` strings.
+//! `image_folder` follows torchvision's ImageFolder rules, except that a directory reached by several (symlinked)
+//! paths is entered once; `file_list` takes explicit lists; `read_sample` reads one regular file, bounded. Paths
+//! and class names stay bytes (`PathBuf`/`OsString`) end to end: Linux file names need not be UTF-8, and the
+//! Python side sees them as `os.fsdecode` strings.
 
 mod image_folder;
 mod read;
