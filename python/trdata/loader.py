@@ -673,7 +673,8 @@ class Loader:
     def stats(self) -> dict[str, int]:
         """Counters and per-stage times in ns: samples, batches, bytes_read, read_ns, decode_ns, augment_ns,
         worker_wait_ns (workers blocked on a full station), consumer_wait_ns (the starvation meter),
-        errors_skipped, buffers_allocated, epochs. CUDA loaders add h2d_ns (copy issue → completion,
+        errors_skipped (samples replaced under on_error='skip', once per epoch each), decode_warnings (samples
+        decoded although their JPEG data was damaged: filled in, as Pillow does), buffers_allocated, epochs. CUDA loaders add h2d_ns (copy issue → completion,
         including the copy stream's device-side wait for the slot's previous consumer to release it, so in a
         training loop it mostly measures that wait), h2d_copy_ns (the H2D copies alone, timed on the device
         with CUDA events; ≤ h2d_ns), h2d_bytes, h2d_batches, h2d_wait_host_ns (transfer threads waiting for
