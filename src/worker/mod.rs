@@ -459,9 +459,16 @@ mod tests {
         SamplePipeline::new(t, OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None }).unwrap()
     }
 
-    /// Run one whole epoch of `paths` (batch 1, reproducible, unshuffled) under `policy` with `workers`
-    /// workers; returns (per row: written dataset index or the error, errors_skipped).
-    fn run_files(paths: &[PathBuf], policy: ErrorPolicy, workers: usize) -> (Vec<Result<i64, TrdataError>>, u64) {
+    /// Start one reproducible, unshuffled epoch of `num_samples` plan positions (batch `batch_size`, drop) over
+    /// `paths` (one sample each; a plan larger than the dataset makes a worker index out of bounds) on a fresh
+    /// pool of `workers`; returns the station to take batches from, the pool and the counters.
+    fn start_epoch(
+        paths: &[PathBuf],
+        num_samples: u64,
+        batch_size: u64,
+        policy: ErrorPolicy,
+        workers: usize,
+    ) -> (Arc<Station>, WorkerPool, Arc<Stats>) {
         let stats = Arc::new(Stats::default());
         let samples = paths.iter().map(|p| SampleRef { path: p.clone(), label: 0 }).collect();
         let ctx = Arc::new(WorkContext {
@@ -473,21 +480,29 @@ mod tests {
             on_error: policy,
             skipped: Mutex::new(SkipLog::default()),
         });
-        let n = paths.len() as u64;
         let shape = PlanShape {
-            num_samples: n,
+            num_samples,
             global_engines: 1,
-            batch_size: 1,
+            batch_size,
             last_batch: LastBatch::Drop,
             shuffle: false,
             seed: 7,
         };
-        let layout = BatchLayout { rows: 1, sample_bytes: ctx.pipeline.sample_bytes() };
+        let layout = BatchLayout { rows: batch_size as usize, sample_bytes: ctx.pipeline.sample_bytes() };
         let station = Arc::new(Station::new(layout, 2, 4, Arc::clone(&stats)));
-        station.begin_epoch(EpochShape { batches: n, batch_size: 1, total_rows: n }, 0);
-        let mut pool = WorkerPool::start(workers, PinMode::None).unwrap();
+        let batches = num_samples / batch_size;
+        station.begin_epoch(EpochShape { batches, batch_size, total_rows: batches * batch_size }, 0);
+        let pool = WorkerPool::start(workers, PinMode::None).unwrap();
         let engines = vec![EngineJob::new(0, Arc::clone(&station), &shape, true, 0, None)];
         pool.run(Arc::new(EpochJob { plan: Arc::new(EpochPlan::new(shape, 0)), engines, ctx }));
+        (station, pool, stats)
+    }
+
+    /// Run one whole epoch of `paths` (batch 1) under `policy` with `workers` workers; returns (per row: written
+    /// dataset index or the error, errors_skipped).
+    fn run_files(paths: &[PathBuf], policy: ErrorPolicy, workers: usize) -> (Vec<Result<i64, TrdataError>>, u64) {
+        let n = paths.len() as u64;
+        let (station, mut pool, stats) = start_epoch(paths, n, 1, policy, workers);
         let mut rows = Vec::new();
         for b in 0..n {
             match Station::take(&station, b, Duration::from_secs(30)) {
@@ -542,32 +557,8 @@ mod tests {
     /// a worker. It must surface as `Take::Poisoned` for the consumer, and the pool must still shut down.
     #[test]
     fn worker_panic_poisons_the_station_and_the_pool_still_joins() {
-        let stats = Arc::new(Stats::default());
         let missing = std::env::temp_dir().join("trdata-definitely-missing.jpg");
-        let dataset = Dataset { samples: vec![SampleRef { path: missing, label: 0 }; 2], classes: vec![] };
-        let ctx = Arc::new(WorkContext {
-            dataset: Arc::new(dataset),
-            pipeline: pipeline(),
-            stats: Arc::clone(&stats),
-            seed: 0,
-            reproducible: true,
-            on_error: ErrorPolicy::Skip,
-            skipped: Mutex::new(SkipLog::default()),
-        });
-        let shape = PlanShape {
-            num_samples: 4,
-            global_engines: 1,
-            batch_size: 2,
-            last_batch: LastBatch::Drop,
-            shuffle: false,
-            seed: 0,
-        };
-        let layout = BatchLayout { rows: 2, sample_bytes: ctx.pipeline.sample_bytes() };
-        let station = Arc::new(Station::new(layout, 2, 4, Arc::clone(&stats)));
-        station.begin_epoch(EpochShape { batches: 2, batch_size: 2, total_rows: 4 }, 0);
-        let mut pool = WorkerPool::start(2, PinMode::None).unwrap();
-        let engines = vec![EngineJob::new(0, Arc::clone(&station), &shape, true, 0, None)];
-        pool.run(Arc::new(EpochJob { plan: Arc::new(EpochPlan::new(shape, 0)), engines, ctx }));
+        let (station, mut pool, _) = start_epoch(&[missing.clone(), missing], 4, 2, ErrorPolicy::Skip, 2);
         let mut outcome = Take::Timeout;
         for b in 0..2 {
             outcome = Station::take(&station, b, Duration::from_secs(10));
