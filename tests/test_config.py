@@ -447,3 +447,18 @@ def test_device_slots_range_is_checked_on_cpu_loaders_too(jpegs, slots):
 def test_device_slots_in_range_are_accepted_on_cpu_loaders(jpegs, slots):
     with make(jpegs, batch_size=6, device_slots=slots) as loader:
         assert len(loader) == 2
+
+
+def test_static_choice_types_equal_the_core_tables():
+    import typing
+
+    from trdata import loader
+
+    for name, alias in [
+        ("dtype", loader.DTypeName),
+        ("layout", loader.LayoutName),
+        ("last_batch", loader.LastBatchName),
+        ("on_error", loader.OnErrorName),
+        ("pin", loader.PinName),
+    ]:
+        assert typing.get_args(alias) == tuple(_core.CHOICES[name]), name

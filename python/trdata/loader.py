@@ -10,7 +10,7 @@ import numbers
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -96,6 +96,15 @@ def _normalize(normalize: Any) -> tuple[tuple[float, ...], tuple[float, ...]] | 
     if any(s <= 1e-6 for s in std):
         raise bad("std must be > 1e-6 in [0, 1] units (a std of ~0 divides by ~0)")
     return mean, std
+
+
+# The choice parameters as static types (the runtime check is the core's table, `_core.CHOICES`; a test keeps the
+# two equal).
+DTypeName = Literal["float32", "float16", "bfloat16", "uint8"]
+LayoutName = Literal["NCHW", "NHWC"]
+LastBatchName = Literal["partial", "drop", "pad"]
+OnErrorName = Literal["raise", "skip"]
+PinName = Literal["round-robin", "numa", "none"]
 
 
 class Batch:
@@ -425,18 +434,18 @@ class Loader:
         batch_size: int = 64,
         transforms: Sequence[Transform] = (),
         normalize: tuple[Sequence[float], Sequence[float]] | None = None,
-        dtype: str = "float32",
-        layout: str = "NCHW",
+        dtype: DTypeName = "float32",
+        layout: LayoutName = "NCHW",
         workers: int | None = None,
         shuffle: bool = False,
         seed: int = 0,
         reproducible: bool | None = None,
-        last_batch: str = "partial",
-        device: str = "cpu",
+        last_batch: LastBatchName = "partial",
+        device: str | Sequence[str] = "cpu",
         rank: int | None = None,
         world_size: int | None = None,
-        on_error: str = "raise",
-        pin: str = "round-robin",
+        on_error: OnErrorName = "raise",
+        pin: PinName = "round-robin",
         prefetch: int = 2,
         max_held_batches: int = 16,
         device_slots: int = 3,

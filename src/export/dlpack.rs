@@ -34,8 +34,6 @@ pub type DLDeviceType = i32;
 pub const KDL_CPU: DLDeviceType = 1;
 /// `kDLCUDA`: CUDA device memory.
 pub const KDL_CUDA: DLDeviceType = 2;
-/// `kDLCUDAHost`: pinned host memory (cudaMallocHost), usable by CPU and GPU.
-pub const KDL_CUDA_HOST: DLDeviceType = 3;
 
 /// `DLDataTypeCode` values (stored in [`DLDataType::code`], a `uint8_t`).
 pub const KDL_INT: u8 = 0;

@@ -6,7 +6,7 @@
 
 use super::ExportError;
 use super::dlpack::{
-    DLDataType, DLDevice, FLAG_IS_COPIED, KDL_BFLOAT, KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_FLOAT, KDL_INT, KDL_UINT,
+    DLDataType, DLDevice, FLAG_IS_COPIED, KDL_BFLOAT, KDL_CPU, KDL_CUDA, KDL_FLOAT, KDL_INT, KDL_UINT,
 };
 use super::stream::{ConsumerStream, StreamBinding, StreamOrder};
 use crate::augment::DType;
@@ -21,9 +21,6 @@ pub enum Device {
     Cpu,
     /// Memory of CUDA device `ordinal` (`kDLCUDA`): the GPU path's device slots.
     Cuda(u32),
-    /// Page-locked host memory (`kDLCUDAHost`). Host batches export as [`Device::Cpu`] even when pinned,
-    /// because torch does not import `kDLCUDAHost`; this exists for consumers (CuPy/JAX) that do.
-    CudaHost,
 }
 
 impl Device {
@@ -32,13 +29,12 @@ impl Device {
         match self {
             Device::Cpu => DLDevice { device_type: KDL_CPU, device_id: 0 },
             Device::Cuda(ordinal) => DLDevice { device_type: KDL_CUDA, device_id: ordinal as i32 },
-            Device::CudaHost => DLDevice { device_type: KDL_CUDA_HOST, device_id: 0 },
         }
     }
 
     /// True when the host can read the memory directly (what `copy=True` needs).
     pub fn host_accessible(self) -> bool {
-        matches!(self, Device::Cpu | Device::CudaHost)
+        matches!(self, Device::Cpu)
     }
 }
 

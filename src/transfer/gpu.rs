@@ -169,9 +169,8 @@ struct GpuState {
     epoch_gen: u64,
     /// Pending epoch command for generation `epoch_gen`.
     command: Option<(EpochShape, u64)>,
-    /// Generation whose station rewind the thread acknowledged (or failed: `begin_error`).
+    /// Generation whose station rewind the thread acknowledged.
     begun: u64,
-    begin_error: Option<TrdataError>,
     waiting_for_slot: bool,
     closed: bool,
 }
@@ -405,7 +404,6 @@ impl GpuEngine {
                 epoch_gen: 0,
                 command: None,
                 begun: 0,
-                begin_error: None,
                 waiting_for_slot: false,
                 closed: false,
             }),
@@ -446,20 +444,14 @@ impl GpuEngine {
         g.epoch_gen += 1;
         let epoch_gen = g.epoch_gen;
         g.command = Some((shape, first_batch));
-        g.begin_error = None;
         self.shared.producer_cv.notify_all();
         while g.begun < epoch_gen && !g.closed {
             g = self.shared.consumer_cv.wait(g).unwrap_or_else(|p| p.into_inner());
         }
-        let err = g.begin_error.take();
         let closed = g.closed;
         drop(g);
         drop(stale); // slot leases lock the state: drop them outside it
-        match err {
-            Some(e) => Err(e),
-            None if closed => Err(TrdataError::Closed("the loader is closed".into())),
-            None => Ok(()),
-        }
+        if closed { Err(TrdataError::Closed("the loader is closed".into())) } else { Ok(()) }
     }
 
     /// Cancel the running epoch: the transfer thread abandons it at its next check.
