@@ -24,7 +24,7 @@ use crate::plan::{EpochPlan, PlanShape};
 use crate::source::Dataset;
 use crate::staging::BatchLayout;
 use crate::stats::Stats;
-use crate::sync::{Arc, Mutex, Ordering, lock};
+use crate::sync::{Arc, AtomicBool, Mutex, Ordering, lock};
 use crate::transfer::cuda;
 use crate::transfer::gpu::{self, DeviceBatch, DeviceNext, GpuCounters, GpuEngine, GpuEngineConfig};
 use crate::transfer::{BatchLease, EpochShape, Station, Take};
@@ -235,6 +235,7 @@ impl Loader {
             reproducible: cfg.reproducible,
             on_error: cfg.on_error,
             skipped: Mutex::new(SkipLog::default()),
+            any_bad: AtomicBool::new(false),
         });
         Ok(Self {
             cfg,

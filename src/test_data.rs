@@ -13,6 +13,14 @@ use std::sync::OnceLock;
 
 use crate::decode::encode::{ChromaSubsampling, JpegEncoder, generate_synthetic_dataset};
 
+/// A fresh, empty folder `$TMPDIR/trdata-test-<name>-<pid>` for one test's files.
+pub(crate) fn fresh_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("trdata-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
 /// Bumped when a fallback tier's content changes, so a stale copy in the temp folder is not reused.
 const TIER_VERSION: u32 = 1;
 

@@ -294,33 +294,46 @@ def test_a_new_iterator_supersedes_an_older_one_in_the_same_thread(noisy_jpegs):
         assert sorted(i for _, ix in full for i in ix) == list(range(24))
 
 
-def test_two_threads_never_interleave_two_epochs(noisy_jpegs):
-    import threading
+class _BackgroundConsumer:
+    """Iterates ``loader`` in a thread, ``pause_s`` between batches, recording (epoch, indices) per batch and the
+    exception that ended it; ``started`` is set after ``after`` batches (or when the thread ends)."""
 
+    def __init__(self, loader, pause_s: float, after: int = 1) -> None:
+        import threading
+
+        self.batches: list = []
+        self.errors: list[BaseException] = []
+        self.started = threading.Event()
+        self._args = (loader, pause_s, after)
+        self.thread = threading.Thread(target=self._run)
+        self.thread.start()
+
+    def _run(self) -> None:
+        loader, pause_s, after = self._args
+        try:
+            for b in loader:
+                self.batches.append((b.epoch, b.indices.tolist()))
+                if len(self.batches) >= after:
+                    self.started.set()
+                time.sleep(pause_s)
+        except BaseException as e:  # noqa: BLE001 - reported to the test
+            self.errors.append(e)
+        finally:
+            self.started.set()
+
+    def join(self) -> None:
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive()
+
+
+def test_two_threads_never_interleave_two_epochs(noisy_jpegs):
     paths = noisy_jpegs[:40]
     with _slow_loader(paths, batch_size=2, shuffle=True) as loader:
-        a_batches: list = []
-        a_error: list[BaseException] = []
-        a_started = threading.Event()
-
-        def consume_slowly():
-            try:
-                for b in loader:
-                    a_batches.append((b.epoch, b.indices.tolist()))
-                    if len(a_batches) == 2:
-                        a_started.set()
-                    time.sleep(0.05)
-            except BaseException as e:  # noqa: BLE001
-                a_error.append(e)
-            finally:
-                a_started.set()
-
-        t = threading.Thread(target=consume_slowly)
-        t.start()
-        assert a_started.wait(30)
+        a = _BackgroundConsumer(loader, pause_s=0.05, after=2)
+        assert a.started.wait(30)
         b_batches = [(b.epoch, b.indices.tolist()) for b in loader]  # a second thread's iteration
-        t.join(timeout=30)
-        assert not t.is_alive()
+        a.join()
+        a_batches, a_error = a.batches, a.errors
         assert len(a_batches) < len(loader), "thread A should have been mid-epoch"
         assert len(a_error) == 1 and isinstance(a_error[0], trdata.StaleIteratorError), a_error
         a_epochs = {e for e, _ in a_batches}
@@ -383,31 +396,13 @@ def test_load_state_dict_supersedes_running_iterators_like_a_new_iter(noisy_jpeg
 
 
 def test_load_state_dict_supersedes_an_iterator_waiting_in_another_thread(noisy_jpegs):
-    import threading
-
     with _slow_loader(noisy_jpegs[:40], batch_size=2, shuffle=True) as loader:
-        errors: list[BaseException] = []
-        got: list[int] = []
-        started = threading.Event()
-
-        def consume():
-            try:
-                for b in loader:
-                    got.append(len(b))
-                    started.set()
-                    time.sleep(0.02)
-            except BaseException as e:  # noqa: BLE001
-                errors.append(e)
-            finally:
-                started.set()
-
-        t = threading.Thread(target=consume)
-        t.start()
-        assert started.wait(30)
+        consumer = _BackgroundConsumer(loader, pause_s=0.02)
+        assert consumer.started.wait(30)
         state = loader.state_dict()
         loader.load_state_dict(dict(state, batches=0, delivered=[]))
-        t.join(timeout=30)
-        assert not t.is_alive()
+        consumer.join()
+        got, errors = consumer.batches, consumer.errors
         assert len(got) < len(loader), "the consumer should have been mid-epoch"
         assert len(errors) == 1 and isinstance(errors[0], trdata.StaleIteratorError), (errors, len(got))
 

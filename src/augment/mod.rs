@@ -190,31 +190,22 @@ pub struct WorkerScratch {
 }
 
 impl WorkerScratch {
-    /// Fresh scratch with its own decompressor.
+    /// Fresh scratch with its own decompressor, under the default limits.
     pub fn new() -> Result<Self> {
+        Self::with_limits(DecodeLimits::default())
+    }
+
+    /// Fresh scratch whose decoder applies `limits` (pixels, scans, memory, retained scratch; see
+    /// [`crate::decode::DecodeLimits`]). Invalid limits → `ConfigError` naming the field.
+    pub fn with_limits(limits: DecodeLimits) -> Result<Self> {
         Ok(Self {
-            decoder: Decoder::new()?,
+            decoder: Decoder::with_limits(limits)?,
             x: AxisCoeffs::default(),
             y: AxisCoeffs::default(),
             inter: Vec::new(),
             wide: Vec::new(),
             row: Vec::new(),
         })
-    }
-
-    /// Fresh scratch whose decoder refuses images above `max_pixels` (`TooLarge`).
-    pub fn with_max_pixels(max_pixels: u64) -> Result<Self> {
-        let mut s = Self::new()?;
-        s.decoder.set_max_pixels(max_pixels).map_err(|e| TrdataError::config("max_pixels", e.message))?;
-        Ok(s)
-    }
-
-    /// Fresh scratch whose decoder applies `limits` (pixels, scans, memory, retained scratch; see
-    /// [`crate::decode::DecodeLimits`]). Invalid limits → `ConfigError` naming the field.
-    pub fn with_limits(limits: DecodeLimits) -> Result<Self> {
-        let mut s = Self::new()?;
-        s.decoder.set_limits(limits)?;
-        Ok(s)
     }
 
     /// The worker's decoder (for benchmarks and tools).

@@ -570,7 +570,8 @@ fn failed_samples_leave_dst_untouched() {
         ImageErrorKind::Corrupt
     );
     assert!(dst.iter().all(|&v| v == 7));
-    let mut small = WorkerScratch::with_max_pixels(10).unwrap();
+    let mut small =
+        WorkerScratch::with_limits(crate::decode::DecodeLimits { max_pixels: 10, ..Default::default() }).unwrap();
     let png = png_bytes(&synthetic(4, 3, 0));
     assert_eq!(p.process(&mut small, &png, key(0), &mut dst).unwrap_err().kind, ImageErrorKind::TooLarge);
 }

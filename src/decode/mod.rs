@@ -508,17 +508,6 @@ impl Decoder {
         self.tj.set(tj::TJPARAM_TJPARAM_MAXMEMORY, self.limits.tj_max_memory_mib())
     }
 
-    /// Change the pixel limit only (width × height above it → `TooLarge`); 0 counts as 1.
-    pub fn set_max_pixels(&mut self, max_pixels: u64) -> std::result::Result<(), ImageError> {
-        self.limits.max_pixels = max_pixels.max(1);
-        self.apply_limits()
-    }
-
-    /// The pixel limit.
-    pub fn max_pixels(&self) -> u64 {
-        self.limits.max_pixels
-    }
-
     /// How many times the tj3 handle was re-created after a failed call (see `jpeg.rs`, "Failure recovery").
     pub fn handle_resets(&self) -> u64 {
         self.tj.resets()

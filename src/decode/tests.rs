@@ -117,8 +117,8 @@ fn pixel_limit_rejects_before_decoding() {
         return;
     };
     let mut d = Decoder::new().unwrap();
-    assert_eq!(d.max_pixels(), DEFAULT_MAX_PIXELS);
-    d.set_max_pixels(128 * 128 - 1).unwrap();
+    assert_eq!(d.limits().max_pixels, DEFAULT_MAX_PIXELS);
+    d.set_limits(DecodeLimits { max_pixels: 128 * 128 - 1, ..d.limits() }).unwrap();
     let mut out = Vec::new();
     for b in [&jpg, &png] {
         assert_eq!(d.read_header(b).unwrap_err().kind, ImageErrorKind::TooLarge);
@@ -128,7 +128,7 @@ fn pixel_limit_rejects_before_decoding() {
             ImageErrorKind::TooLarge
         );
     }
-    d.set_max_pixels(128 * 128).unwrap();
+    d.set_limits(DecodeLimits { max_pixels: 128 * 128, ..d.limits() }).unwrap();
     assert_eq!(d.decode_full_rgb(&jpg, &mut out).unwrap(), (128, 128));
 }
 

@@ -235,10 +235,7 @@ mod tests {
     use std::os::unix::fs::symlink;
 
     fn tmpdir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("trdata-src-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+        crate::test_data::fresh_dir(&format!("src-{name}"))
     }
 
     fn touch(root: &Path, rels: &[&str]) {

@@ -143,10 +143,7 @@ mod tests {
     use std::time::Duration;
 
     fn tmpdir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("trdata-read-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+        crate::test_data::fresh_dir(&format!("read-{name}"))
     }
 
     /// Run `f` on a thread and fail (instead of hanging the test binary) if it does not return promptly.

@@ -19,7 +19,7 @@ use crate::plan::resume::SeqBitmap;
 use crate::plan::{EpochPlan, PlanShape};
 use crate::source::Dataset;
 use crate::stats::Stats;
-use crate::sync::{Arc, AtomicU64, Condvar, Mutex, Ordering, lock};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Condvar, Mutex, Ordering, lock};
 use crate::transfer::Station;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -57,6 +57,8 @@ pub struct WorkContext {
     pub on_error: ErrorPolicy,
     /// What the skip policy learned: bad samples (each logged once, drained by the Python layer).
     pub skipped: Mutex<SkipLog>,
+    /// `skipped.bad` is not empty: until a sample fails, the per-sample known-bad check takes no lock.
+    pub any_bad: AtomicBool,
 }
 
 /// Shared memory of the skip policy (see `produce`).
@@ -327,8 +329,8 @@ fn produce(
     // Under `skip`, a sample that failed before (in any epoch) is not read again: failures are decided by the
     // bytes (decode/mod.rs, damage policy), so it would fail again, and a slow bad file must not cost every epoch.
     let known_bad = match ctx.on_error {
-        ErrorPolicy::Skip => lock(&ctx.skipped).bad.get(&index).cloned(),
-        ErrorPolicy::Raise => None,
+        ErrorPolicy::Skip if ctx.any_bad.load(Ordering::Acquire) => lock(&ctx.skipped).bad.get(&index).cloned(),
+        _ => None,
     };
     let first = match known_bad {
         Some(error) => SampleError { path: ctx.dataset.samples[index as usize].path.clone(), index, error },
@@ -401,6 +403,7 @@ fn attempt_sample(
             let failure = SampleError { path: sample.path.clone(), index, error };
             if ctx.on_error == ErrorPolicy::Skip {
                 let mut log = lock(&ctx.skipped);
+                ctx.any_bad.store(true, Ordering::Release);
                 if log.bad.insert(index, failure.error.clone()).is_none() {
                     log.pending.push(SkipRecord { path: failure.path.clone(), message: failure.error.to_string() });
                 }
@@ -479,6 +482,7 @@ mod tests {
             reproducible: true,
             on_error: policy,
             skipped: Mutex::new(SkipLog::default()),
+            any_bad: AtomicBool::new(false),
         });
         let shape = PlanShape {
             num_samples,
