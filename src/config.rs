@@ -4,6 +4,9 @@
 use crate::augment::{DType, Layout, SamplePipeline};
 use crate::decode::DecodeLimits;
 use crate::error::{Result, TrdataError};
+use crate::plan::LastBatch;
+use crate::topology::PinMode;
+use crate::worker::ErrorPolicy;
 
 /// The one list of accepted strings per choice parameter, in documented order. `parse_choice` and
 /// `choice_name` translate through them; the binding exports them to Python as `_core.CHOICES`.
@@ -47,17 +50,6 @@ pub fn choice_name<T: PartialEq>(choices: Choices<T>, value: T) -> &'static str 
     choices.iter().find(|(_, v)| *v == value).map_or("?", |(n, _)| n)
 }
 
-/// What to do with the last, incomplete batch of an engine's epoch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LastBatch {
-    /// Drop it: every batch is full.
-    Drop,
-    /// Fill it to a full batch by repeating real samples; `valid` reports the real rows.
-    Pad,
-    /// Deliver it smaller.
-    Partial,
-}
-
 impl LastBatch {
     /// Parse `drop` / `pad` / `partial`.
     pub fn parse(s: &str) -> Result<Self> {
@@ -70,31 +62,11 @@ impl LastBatch {
     }
 }
 
-/// What to do with a sample that cannot be read or decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorPolicy {
-    /// Raise `DecodeError` in the iterating thread at the batch holding the sample.
-    Raise,
-    /// Replace the sample by a deterministic other sample, count and log it.
-    Skip,
-}
-
 impl ErrorPolicy {
     /// Parse `raise` / `skip`.
     pub fn parse(s: &str) -> Result<Self> {
         parse_choice("on_error", ON_ERROR, s)
     }
-}
-
-/// How worker threads are bound to CPUs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PinMode {
-    /// No binding.
-    None,
-    /// Worker w runs on allowed CPU w mod ncpus.
-    RoundRobin,
-    /// Workers of GPU engine g run on the CPUs of g's NUMA node (round-robin where the node is unknown).
-    Numa,
 }
 
 impl PinMode {

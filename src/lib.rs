@@ -1,11 +1,21 @@
 //! trdata — the input pipeline that keeps GPUs fed.
 //!
 //! ```text
-//! source ─► plan ─► worker ─► decode ─► augment ─► staging ─► transfer ─► export ─► py
-//! (files)  (epoch  (pinned    (ROI +    (fused     (slabs,    (station)   (leases)  (numpy/torch)
-//!           order,  threads,  DCT       RRC/flip/
-//!           claims) claiming) scaling)  normalize)
+//! source ─► plan ─► decode ─► augment ─► staging ─► transfer ─► export ─► py
+//! (files)  (epoch  (ROI +    (fused     (pinned    (station,   (DLPack   (numpy/torch)
+//!           order,  DCT       RRC/flip/  slabs,     H2D engine, owners,
+//!           claims) scaling)  normalize) NUMA)      slot ring)  capsules)
+//!                  └──── worker: pinned threads claim samples and run decode ─► augment ─► staging ────┘
 //! ```
+//!
+//! Rooms, in dependency order (a room imports only rooms before it; `layering_tests.rs` enforces it):
+//! - platform and shared primitives: `error`, `sync` (loom shim), `stats` (counters), `rng` (Philox, for the
+//!   plan's shuffle and every augmentation draw), `topology` (NUMA, affinity, binding plans), `cuda` (driver
+//!   API, dynamically loaded);
+//! - the data path: `source` → `plan` → `decode` → `augment` → `staging` → `transfer` → `worker` (the pool
+//!   that runs decode/augment into staging slots and publishes them through the station) → `export`;
+//! - assembly: `config` (every parameter validated and spelled once) → `loader` (lifecycle, epochs, resume);
+//! - beside the path: `synthetic` (dataset painter and encoder for benches and tests) and `py` (PyO3 only).
 //!
 //! Crate-wide invariants:
 //! - every sample of an epoch is produced exactly once per engine plan position (plan + claiming);
@@ -16,18 +26,21 @@
 //! - every size that comes from a header or from the user is checked before it is allocated: a typed error
 //!   (`ConfigError` at construction, `TooLarge`/`Corrupt` per file, `Memory` at run time), never an abort;
 //! - only regular files are read, and never more than a bound (source/read.rs);
-//! - `unsafe` lives only in decode/, staging/, topology/, transfer/, export/, py/ and augment/simd.rs (runtime
-//!   AVX2 dispatch of the resample kernels), each block with a SAFETY note.
+//! - `unsafe` lives only in decode/, staging/, topology/, cuda/, transfer/, export/, py/ and augment/simd.rs
+//!   (runtime AVX2 dispatch of the resample kernels), each block with a SAFETY note.
 
 #![deny(unsafe_code)]
 
+// Rooms (rustfmt keeps them sorted; the dependency order is above).
 pub mod augment;
 pub mod config;
+pub mod cuda;
 pub mod decode;
 pub mod error;
 pub mod export;
 pub mod loader;
 pub mod plan;
+pub mod rng;
 pub mod source;
 pub mod staging;
 pub mod stats;
@@ -36,6 +49,8 @@ pub mod topology;
 pub mod transfer;
 pub mod worker;
 
+#[cfg(test)]
+mod layering_tests;
 #[cfg(test)]
 mod test_data;
 

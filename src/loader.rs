@@ -3,8 +3,8 @@
 //! `close` is idempotent and joins every thread; use from a forked child is refused.
 //!
 //! Devices: `DeviceSpec::Cpu` is one CPU engine whose station Python reads directly. `DeviceSpec::Cuda`
-//! runs one engine per listed GPU in this process (transfer/gpu.rs: pinned host station + H2D thread +
-//! device slot ring), fed by the one worker pool (worker w serves local engine w mod D, the static
+//! runs one engine per listed GPU in this process (transfer/engine.rs: pinned host station + H2D thread;
+//! transfer/ring.rs: device slot ring), fed by the one worker pool (worker w serves local engine w mod D, the static
 //! claiming rule); local engine d is global engine rank·D + d of a plan over world_size·D engines, and
 //! each step yields one batch per GPU (`next_step`). CUDA problems surface at construction (no driver,
 //! no such device) or on the first iteration (context, allocations) as `TrdataError::Cuda`.
@@ -16,19 +16,20 @@
 //! epoch counts as delivered once `next_batch`/`next_step` returned it; a checkpoint after the last batch
 //! of epoch e is normalized to (e + 1, 0).
 
-use crate::config::{self, LastBatch, LoaderConfig, PinMode};
+use crate::config::{self, LoaderConfig};
+use crate::cuda;
 use crate::error::{Result, TrdataError};
 use crate::plan::claim::WorkerClaim;
 use crate::plan::resume::{ResumePoint, SeqBitmap};
-use crate::plan::{EpochPlan, PlanShape};
+use crate::plan::{EpochPlan, LastBatch, PlanShape};
 use crate::source::Dataset;
 use crate::staging::BatchLayout;
-use crate::stats::Stats;
+use crate::stats::{GpuCounters, Stats};
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering, lock};
-use crate::transfer::cuda;
-use crate::transfer::gpu::{self, DeviceBatch, DeviceNext, GpuCounters, GpuEngine, GpuEngineConfig};
+use crate::topology::{self, PinMode};
 use crate::transfer::{BatchLease, EpochShape, Station, Take};
-use crate::worker::{EngineJob, EpochJob, SkipLog, SkipRecord, WorkContext, WorkerPool, affinity};
+use crate::transfer::{DeviceBatch, DeviceNext, GpuEngine, GpuEngineConfig};
+use crate::worker::{EngineJob, EpochJob, SkipLog, SkipRecord, WorkContext, WorkerPool};
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -471,16 +472,17 @@ impl Loader {
             let depth = self.cfg.prefetch;
             let station =
                 Arc::new(Station::new(layout, depth, depth + self.cfg.max_held_batches, self.ctx.stats.clone()));
+            // One binding plan for the workers and the transfer threads (topology/binding.rs), within the
+            // rank's `cpus` share when given.
+            let ordinals: &[u32] = match &self.devices {
+                DeviceSpec::Cuda { ordinals, .. } => ordinals,
+                _ => &[],
+            };
+            let nodes: Vec<Option<u32>> = ordinals.iter().map(|&o| cuda::device_numa_node(o)).collect();
+            let topo = topology::loader_topology(self.cfg.pin, !ordinals.is_empty(), self.cfg.cpus.as_deref());
             let mut gpus = Vec::new();
-            let mut binding = None;
             if let DeviceSpec::Cuda { ordinals, device_slots } = &self.devices {
-                let topo = crate::topology::detect();
-                let nodes: Vec<Option<u32>> = ordinals.iter().map(|&o| cuda::device_numa_node(o)).collect();
-                if self.cfg.pin == PinMode::Numa {
-                    binding = Some(gpu::numa_worker_plan(self.cfg.workers, &nodes, &topo));
-                }
                 for (d, &ordinal) in ordinals.iter().enumerate() {
-                    let placement = gpu::staging_placement(nodes[d], &topo);
                     let cfg = GpuEngineConfig {
                         ordinal,
                         local_engine: d,
@@ -488,7 +490,7 @@ impl Loader {
                         host_depth: depth,
                         device_slots: *device_slots,
                         max_held_batches: self.cfg.max_held_batches,
-                        placement,
+                        placement: topology::staging_placement(&topo, nodes[d]),
                     };
                     gpus.push(GpuEngine::start(
                         cfg,
@@ -497,16 +499,8 @@ impl Loader {
                     )?);
                 }
             }
-            let pool = match binding {
-                Some(plan) => WorkerPool::start_bound(plan, self.cfg.decode_limits)?,
-                None => {
-                    let cpus = self.cfg.cpus.clone().unwrap_or_else(affinity::allowed_cpus);
-                    WorkerPool::start_bound(
-                        affinity::binding_plan(self.cfg.pin, self.cfg.workers, &cpus),
-                        self.cfg.decode_limits,
-                    )?
-                }
-            };
+            let plan = topology::worker_plan(&topo, self.cfg.pin, self.cfg.workers, &nodes);
+            let pool = WorkerPool::start(plan, self.cfg.decode_limits)?;
             self.runtime = Some(Runtime { pool, station, gpus, pid: std::process::id() });
         }
         Ok(self.runtime.as_ref().expect("just set"))

@@ -1,5 +1,6 @@
 //! Counters and per-stage timers, updated with relaxed atomics by workers and the consumer and read as a
 //! snapshot by `loader.stats()`. Relaxed is enough: each counter is independent and only summed for display.
+//! [`Stats`] is every loader's; [`GpuCounters`] are the transfer engines' (GPU loaders add them to `stats()`).
 
 use crate::sync::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -63,5 +64,63 @@ impl Stats {
             ("buffers_allocated", g(&self.buffers_allocated)),
             ("epochs", g(&self.epochs)),
         ]
+    }
+}
+
+/// H2D counters of all GPU engines of one loader (merged into `loader.stats()`).
+#[derive(Debug, Default)]
+pub struct GpuCounters {
+    /// Time from issuing a batch's H2D copy to its completion event (transfer threads, host clock). Includes
+    /// the copy stream's device-side wait for the slot's previous consumers to release it.
+    pub h2d_ns: AtomicU64,
+    /// Time of the H2D copies alone (device clock: timing events around `cuMemcpyHtoDAsync`, after the
+    /// slot-release waits). Always ≤ `h2d_ns`.
+    pub h2d_copy_ns: AtomicU64,
+    /// Bytes copied host → device.
+    pub h2d_bytes: AtomicU64,
+    /// Batches copied (epochs' first batches found unpinned are counted in `unpinned_host_buffers`).
+    pub h2d_batches: AtomicU64,
+    /// Time transfer threads waited for a filled host batch (workers too slow for the copy engine).
+    pub h2d_wait_host_ns: AtomicU64,
+    /// Time transfer threads waited for a free device slot (consumer holds / trains slower: good).
+    pub h2d_wait_slot_ns: AtomicU64,
+    /// Time the consumer waited for a device batch (the GPU-path starvation meter).
+    pub device_wait_ns: AtomicU64,
+    /// Device slots allocated.
+    pub device_slots_allocated: AtomicU64,
+    /// Epochs whose first host batch was not page-locked (copies from pageable memory: slower).
+    pub unpinned_host_buffers: AtomicU64,
+}
+
+impl GpuCounters {
+    /// (name, value) pairs; names carry their units.
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        vec![
+            ("h2d_ns", g(&self.h2d_ns)),
+            ("h2d_copy_ns", g(&self.h2d_copy_ns)),
+            ("h2d_bytes", g(&self.h2d_bytes)),
+            ("h2d_batches", g(&self.h2d_batches)),
+            ("h2d_wait_host_ns", g(&self.h2d_wait_host_ns)),
+            ("h2d_wait_slot_ns", g(&self.h2d_wait_slot_ns)),
+            ("device_wait_ns", g(&self.device_wait_ns)),
+            ("device_slots_allocated", g(&self.device_slots_allocated)),
+            ("unpinned_host_buffers", g(&self.unpinned_host_buffers)),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_snapshot_names_units() {
+        let c = GpuCounters::default();
+        Stats::add(&c.h2d_bytes, 5);
+        let s = c.snapshot();
+        assert!(s.contains(&("h2d_bytes", 5)));
+        assert!(s.iter().any(|(k, _)| *k == "h2d_ns"));
+        assert!(s.iter().any(|(k, _)| *k == "h2d_copy_ns"));
     }
 }

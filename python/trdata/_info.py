@@ -113,5 +113,5 @@ def format_info(info: dict[str, Any] | None = None) -> str:
     devices = cuda.get("devices", []) if cuda.get("available") else []
     for i, cpu_list in enumerate(engine_cpus):
         who = f"cuda:{devices[i].get('ordinal')}" if i < len(devices) else "CPU consumer"
-        lines.append(_more(f"workers of {who}: CPUs {cpu_list}"))
+        lines.append(_more(f"workers of {who} under pin='numa': CPUs {cpu_list}"))
     return "\n".join(lines)

@@ -7,9 +7,9 @@
 //! `[lo, hi)` is the source span Pillow clamps its filter to: the whole image for Resize, the crop for
 //! RandomResizedCrop (torchvision crops first, then resizes the cropped image).
 
-use super::rng::{OP_HORIZONTAL_FLIP, OP_RANDOM_RESIZED_CROP, SampleRng};
 use super::{SampleKey, TransformSpec};
 use crate::error::{Result, TrdataError};
+use crate::rng::{OP_HORIZONTAL_FLIP, OP_RANDOM_RESIZED_CROP, SampleRng};
 
 /// One dimension of a sample's geometry (see module docs).
 #[derive(Debug, Clone, Copy, PartialEq)]

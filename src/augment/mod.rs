@@ -17,7 +17,6 @@
 
 pub mod geometry;
 mod resample;
-pub mod rng;
 mod simd;
 #[cfg(test)]
 mod tests;

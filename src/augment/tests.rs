@@ -7,6 +7,7 @@ use super::geometry::{center_crop_start, resize_shorter, rrc_params};
 use super::*;
 use crate::decode::Decoder;
 use crate::error::ImageErrorKind;
+use crate::rng;
 
 use crate::test_data::data_dir;
 

@@ -1,7 +1,7 @@
 //! Decoder tests on the real files of `../shared/data/edge-cases` (skipped with a note when the data is absent).
 
 use super::*;
-use crate::augment::rng::SampleRng;
+use crate::rng::SampleRng;
 
 use crate::test_data::data_dir;
 

@@ -125,6 +125,30 @@ pub struct DLManagedTensorVersioned {
 }
 
 // The C header's layout on LP64 (x86_64, aarch64): a mismatch must fail the build, not a consumer.
+/// Where exported memory lives (the DLPack `DLDevice`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    /// Ordinary host memory (`kDLCPU`): the CPU batches of today.
+    Cpu,
+    /// Memory of CUDA device `ordinal` (`kDLCUDA`): the GPU path's device slots.
+    Cuda(u32),
+}
+
+impl Device {
+    /// The DLPack device.
+    pub fn dl(self) -> DLDevice {
+        match self {
+            Device::Cpu => DLDevice { device_type: KDL_CPU, device_id: 0 },
+            Device::Cuda(ordinal) => DLDevice { device_type: KDL_CUDA, device_id: ordinal as i32 },
+        }
+    }
+
+    /// True when the host can read the memory directly (what `copy=True` needs).
+    pub fn host_accessible(self) -> bool {
+        matches!(self, Device::Cpu)
+    }
+}
+
 #[cfg(target_pointer_width = "64")]
 const _: () = {
     use std::mem::{offset_of, size_of};

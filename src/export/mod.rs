@@ -30,10 +30,12 @@ mod tensor;
 
 #[cfg(feature = "python")]
 pub use capsule::into_capsule;
+pub use dlpack::Device;
+pub use lease::DeviceView;
 pub use managed::ManagedTensor;
 pub use request::{DlpackRequest, ExportPlan};
 pub use stream::{ConsumerStream, StreamBinding, StreamOrder};
-pub use tensor::{Device, ElementType, ExportOwner, HostCopy, TensorExport};
+pub use tensor::{ElementType, ExportOwner, HostCopy, TensorExport};
 
 use std::fmt;
 

@@ -6,8 +6,8 @@
 //! - `stream`: decoded by [`ConsumerStream::parse`] for the device (invalid values → ValueError).
 
 use super::ExportError;
+use super::dlpack::Device;
 use super::stream::ConsumerStream;
-use super::tensor::Device;
 
 /// The arguments of one `__dlpack__` call.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

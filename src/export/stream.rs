@@ -13,7 +13,7 @@
 //!    done). Then the deleter drops the export's owner (the slot lease).
 
 use super::ExportError;
-use super::tensor::Device;
+use super::dlpack::Device;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 

@@ -5,38 +5,12 @@
 //! memory and is aligned. Everything after that (managed tensor, capsule) is mechanical.
 
 use super::ExportError;
-use super::dlpack::{
-    DLDataType, DLDevice, FLAG_IS_COPIED, KDL_BFLOAT, KDL_CPU, KDL_CUDA, KDL_FLOAT, KDL_INT, KDL_UINT,
-};
+use super::dlpack::{DLDataType, Device, FLAG_IS_COPIED, KDL_BFLOAT, KDL_FLOAT, KDL_INT, KDL_UINT};
 use super::stream::{ConsumerStream, StreamBinding, StreamOrder};
 use crate::augment::DType;
 use std::any::Any;
 use std::ffi::c_void;
 use std::sync::Arc;
-
-/// Where exported memory lives (the DLPack `DLDevice`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Device {
-    /// Ordinary host memory (`kDLCPU`): the CPU batches of today.
-    Cpu,
-    /// Memory of CUDA device `ordinal` (`kDLCUDA`): the GPU path's device slots.
-    Cuda(u32),
-}
-
-impl Device {
-    /// The DLPack device.
-    pub fn dl(self) -> DLDevice {
-        match self {
-            Device::Cpu => DLDevice { device_type: KDL_CPU, device_id: 0 },
-            Device::Cuda(ordinal) => DLDevice { device_type: KDL_CUDA, device_id: ordinal as i32 },
-        }
-    }
-
-    /// True when the host can read the memory directly (what `copy=True` needs).
-    pub fn host_accessible(self) -> bool {
-        matches!(self, Device::Cpu)
-    }
-}
 
 /// Element types we export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

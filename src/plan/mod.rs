@@ -17,8 +17,18 @@
 pub mod claim;
 pub mod resume;
 
-use crate::augment::rng::{OP_PLAN_SHUFFLE, SampleRng};
-use crate::config::LastBatch;
+use crate::rng::{OP_PLAN_SHUFFLE, SampleRng};
+
+/// What to do with the last, incomplete batch of an engine's epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LastBatch {
+    /// Drop it: every batch is full.
+    Drop,
+    /// Fill it to a full batch by repeating real samples; `valid` reports the real rows.
+    Pad,
+    /// Deliver it smaller.
+    Partial,
+}
 
 /// The shape of the plan: everything except the epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

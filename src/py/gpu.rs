@@ -3,8 +3,9 @@
 //! records a release event on s, and the slot is rewritten only after it (transfer/gpu.rs protocol).
 
 use crate::augment::DType;
+use crate::export::DeviceView;
 use crate::export::{Device, DlpackRequest, ElementType, StreamOrder, TensorExport, into_capsule};
-use crate::transfer::gpu::{DeviceView, SlotLease, SlotPart};
+use crate::transfer::{SlotLease, SlotPart};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyTuple};
 use std::mem::ManuallyDrop;

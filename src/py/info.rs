@@ -8,8 +8,9 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use crate::topology::{self, Topology};
-use crate::transfer::cuda::{self, CudaProbe};
+use crate::config;
+use crate::cuda::{self, CudaProbe};
+use crate::topology::{self, PinMode, Topology};
 
 /// Adds `machine_info()` to the `_core` module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -199,22 +200,23 @@ fn machine_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 
     // --- Worker binding: one engine per visible GPU, or one CPU engine.
     let engine_nodes: Vec<Option<u32>> = probe.devices().iter().map(|d| d.numa_node).collect();
-    let mode = topology::default_binding_mode(&topo, &engine_nodes);
+    // The Loader's own plan functions (topology/binding.rs), so this reports what a Loader does.
+    let numa = topology::numa_recommended(&topo, &engine_nodes);
     let binding = PyDict::new(py);
-    binding.set_item("default_mode", mode.as_str())?;
+    binding.set_item("default_mode", config::choice_name(config::PIN, PinMode::DEFAULT))?;
+    binding.set_item("numa_recommended", numa)?;
     binding.set_item("engine_numa_nodes", engine_nodes.clone())?;
     binding.set_item(
         "reason",
-        match mode {
-            topology::BindingMode::Numa => {
-                "several NUMA nodes and every GPU's node is known: workers of GPU g run on g's node"
-            }
-            _ if topo.nodes_with_allowed_cpus() <= 1 => {
-                "one NUMA node with allowed CPUs: worker w pinned to allowed CPU w mod n"
-            }
-            _ => "a GPU's NUMA node is unknown (or no GPU): worker w pinned to allowed CPU w mod n",
+        if numa {
+            "several NUMA nodes and every GPU's node is known: pin='numa' runs the workers of GPU g on g's node"
+        } else if topo.nodes_with_allowed_cpus() <= 1 {
+            "one NUMA node with allowed CPUs: worker w pinned to allowed CPU w mod n"
+        } else {
+            "a GPU's NUMA node is unknown (or no GPU): worker w pinned to allowed CPU w mod n"
         },
     )?;
+    // CPUs the workers of each engine use under pin='numa' (all allowed CPUs where the node is unknown).
     let engine_cpus: Vec<String> = if engine_nodes.is_empty() {
         vec![topology::format_cpu_list(&topology::engine_cpus(&topo, None))]
     } else {

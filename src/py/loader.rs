@@ -4,14 +4,17 @@
 use super::errors::{IntoPyResult, to_py};
 use super::gpu::DeviceTensorHandle;
 use crate::augment::{DType, Normalize, OutputSpec, SamplePipeline, TransformSpec};
-use crate::config::{self, Choices, ErrorPolicy, LastBatch, LoaderConfig, PinMode};
+use crate::config::{self, Choices, LoaderConfig};
 use crate::decode::DecodeLimits;
 use crate::error::TrdataError;
 use crate::export::{Device, DlpackRequest, ElementType, TensorExport, into_capsule};
 use crate::loader::{DeviceSpec, EPOCH_LIMIT, Loader, LoaderState, Next, NextStep};
+use crate::plan::LastBatch;
 use crate::source::{Dataset, file_list, image_folder_cancellable};
 use crate::sync::lock;
+use crate::topology::PinMode;
 use crate::transfer::BatchLease;
+use crate::worker::ErrorPolicy;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule, PyDict, PyInt, PyTuple};
 use std::mem::ManuallyDrop;

@@ -21,9 +21,9 @@
 
 #![allow(unsafe_code)]
 
+use crate::cuda::{GpuContext, HostRegistration};
 use crate::error::{Result, TrdataError};
 use crate::sync::{AtomicBool, Ordering};
-use crate::transfer::cuda::{GpuContext, HostRegistration};
 use std::alloc::{Layout as AllocLayout, alloc_zeroed, dealloc};
 use std::cell::RefCell;
 use std::ptr::NonNull;

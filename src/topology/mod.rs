@@ -1,5 +1,5 @@
 //! topology — which CPUs this process may use, how they group into NUMA nodes, which node a GPU
-//! hangs off, and the binding plans built from that.
+//! hangs off, and (binding.rs) the binding plans built from that.
 //!
 //! Pipeline position: consulted once, before the worker pool starts (worker pinning) and before
 //! staging memory is allocated (NUMA-local slabs). Nothing here is on the per-sample path.
@@ -8,7 +8,7 @@
 //! detect() ──► Topology { numa_nodes, allowed_cpus, source }
 //!                 │                       gpu_numa_node("0000:17:00.0") ──► Option<node>
 //!                 ▼                                   │
-//!   worker_cpus(&topo, mode, workers, &engine_nodes) ◄┘  (pure: unit-tested on synthetic values)
+//!   binding::worker_plan(&topo, mode, workers, &engine_nodes) ◄┘  (pure: unit-tested on synthetic values)
 //!                 │
 //!                 ▼
 //!   pin_current_thread(&cpus) / prefer_memory_node(node)   (the only syscalls that change state)
@@ -21,7 +21,8 @@
 //! a single-node VM) or unknown yields `None`, and the plans then fall back to all allowed CPUs.
 //!
 //! Invariants:
-//! - `allowed_cpus` is sorted, deduplicated, and never empty;
+//! - detected `allowed_cpus` are sorted, deduplicated, and never empty (a rank's `cpus` share replaces
+//!   them in the order given: `Topology::with_share`);
 //! - every plan only ever names CPUs in `allowed_cpus` (pinning outside the affinity mask fails
 //!   with EINVAL, and a cgroup-restricted container must not be pinned outside its cpuset);
 //! - node CPU lists are what the OS reports for the node (not intersected with the affinity
@@ -32,9 +33,12 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+pub mod binding;
 #[cfg(feature = "hwloc")]
 mod hwloc;
 mod sysfs;
+
+pub use binding::{PinMode, engine_cpus, loader_topology, numa_recommended, staging_placement, worker_plan};
 
 /// One NUMA node: its OS index and the CPUs the OS lists for it (possibly none, e.g. a
 /// memory-only CXL/HBM node).
@@ -51,7 +55,8 @@ pub struct NumaNode {
 pub struct Topology {
     /// NUMA nodes sorted by `os_index`; never empty.
     pub numa_nodes: Vec<NumaNode>,
-    /// CPUs this process may run on (affinity mask ∩ online CPUs), sorted; never empty.
+    /// CPUs this process may run on (affinity mask ∩ online CPUs), sorted; never empty when detected. A rank's
+    /// `cpus` share replaces it, in the user's order ([`Topology::with_share`]).
     pub allowed_cpus: Vec<usize>,
     /// Where the information came from: `"hwloc"`, `"sysfs"` or `"fallback"` (detection failed,
     /// one node with all allowed CPUs).
@@ -382,109 +387,6 @@ fn intersect_sorted(a: &[usize], b: &[usize]) -> Vec<usize> {
         }
     }
     out
-}
-
-// ---------------------------------------------------------------------------------------------
-// Binding plans (pure: Topology value in, CPU lists out)
-// ---------------------------------------------------------------------------------------------
-
-/// How worker threads are pinned.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BindingMode {
-    /// Leave threads wherever the scheduler puts them.
-    None,
-    /// Worker `w` on the `w mod n`-th allowed CPU (one CPU per worker).
-    RoundRobin,
-    /// Workers of engine `g` on the allowed CPUs of GPU `g`'s NUMA node, one CPU per worker,
-    /// round-robin over the node's CPUs (engines sharing a node interleave). An unknown node falls
-    /// back to round-robin over all allowed CPUs.
-    Numa,
-}
-
-impl BindingMode {
-    /// The configuration spelling: `"none"`, `"round-robin"`, `"numa"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BindingMode::None => "none",
-            BindingMode::RoundRobin => "round-robin",
-            BindingMode::Numa => "numa",
-        }
-    }
-
-    /// Parses the configuration spelling (also accepts `round_robin` / `roundrobin`).
-    pub fn parse(s: &str) -> Option<Self> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "none" | "off" => Some(BindingMode::None),
-            "round-robin" | "round_robin" | "roundrobin" => Some(BindingMode::RoundRobin),
-            "numa" => Some(BindingMode::Numa),
-            _ => None,
-        }
-    }
-}
-
-/// The binding mode to use when the user did not choose one: `numa` when it can make a
-/// difference (more than one node with allowed CPUs, and the node of every engine's GPU is
-/// known), otherwise `round-robin` (the seed's behaviour; on one node it keeps workers from
-/// migrating, which is all that pinning buys there).
-pub fn default_binding_mode(topo: &Topology, engine_nodes: &[Option<u32>]) -> BindingMode {
-    let numa_useful = topo.nodes_with_allowed_cpus() > 1
-        && !engine_nodes.is_empty()
-        && engine_nodes.iter().all(|n| n.is_some_and(|n| !topo.allowed_cpus_of_node(n).is_empty()));
-    if numa_useful { BindingMode::Numa } else { BindingMode::RoundRobin }
-}
-
-/// The CPUs that serve an engine whose GPU sits on `node`: that node's allowed CPUs, or every
-/// allowed CPU when the node is unknown (`None`, sysfs `-1`) or has no allowed CPU. Also the set
-/// for the thread that allocates the engine's staging memory. Never empty.
-pub fn engine_cpus(topo: &Topology, node: Option<u32>) -> Vec<usize> {
-    match node.map(|n| topo.allowed_cpus_of_node(n)) {
-        Some(cpus) if !cpus.is_empty() => cpus,
-        _ => topo.allowed_cpus.clone(),
-    }
-}
-
-/// Per-worker CPU sets for `num_workers` workers. An empty set means "do not pin" (mode `None`);
-/// otherwise each set holds exactly one CPU.
-///
-/// `Numa`: worker `w` serves engine `e = w mod G` with `G = engine_nodes.len()` (the claiming
-/// protocol's mapping; `G = 1` when `engine_nodes` is empty, i.e. a CPU-only consumer) and is its
-/// `j = w div G`-th worker. If `e`'s node has allowed CPUs, the worker gets the node's
-/// `(j·S + r) mod n`-th allowed CPU, where `S` engines share that node and `e` is the `r`-th of
-/// them — so engines on one node interleave instead of stacking on the same CPUs. Otherwise (node
-/// unknown, `-1`, or no allowed CPU there) it falls back to round-robin: allowed CPU `w mod n`.
-/// The same rule as `transfer::gpu::numa_worker_plan`.
-///
-/// Every CPU named is in `topo.allowed_cpus`.
-pub fn worker_cpus(
-    topo: &Topology,
-    mode: BindingMode,
-    num_workers: usize,
-    engine_nodes: &[Option<u32>],
-) -> Vec<Vec<usize>> {
-    let round_robin = |w: usize| {
-        let n = topo.allowed_cpus.len().max(1);
-        vec![topo.allowed_cpus.get(w % n).copied().unwrap_or(0)]
-    };
-    match mode {
-        BindingMode::None => vec![Vec::new(); num_workers],
-        BindingMode::RoundRobin => (0..num_workers).map(round_robin).collect(),
-        BindingMode::Numa => {
-            let engines = engine_nodes.len().max(1);
-            let node_of = |e: usize| engine_nodes.get(e).copied().flatten();
-            (0..num_workers)
-                .map(|w| {
-                    let (e, j) = (w % engines, w / engines);
-                    let node_cpus = node_of(e).map(|n| topo.allowed_cpus_of_node(n)).unwrap_or_default();
-                    if node_cpus.is_empty() {
-                        return round_robin(w);
-                    }
-                    let sharing: Vec<usize> = (0..engines).filter(|&x| node_of(x) == node_of(e)).collect();
-                    let rank = sharing.iter().position(|&x| x == e).unwrap_or(0);
-                    vec![node_cpus[(j * sharing.len() + rank) % node_cpus.len()]]
-                })
-                .collect()
-        }
-    }
 }
 
 /// Memory this process may use, in bytes: `MemTotal` of `/proc/meminfo`, lowered by a cgroup v2 `memory.max`

@@ -149,14 +149,14 @@ fn normalization_restores_invariants() {
 fn round_robin_wraps_over_allowed_cpus() {
     let mut t = two_socket();
     t.allowed_cpus = vec![1, 5, 9];
-    let plan = worker_cpus(&t, BindingMode::RoundRobin, 7, &[]);
-    assert_eq!(plan, vec![vec![1], vec![5], vec![9], vec![1], vec![5], vec![9], vec![1]]);
+    let plan = worker_plan(&t, PinMode::RoundRobin, 7, &[]);
+    assert_eq!(plan, [1, 5, 9, 1, 5, 9, 1].map(Some));
 }
 
 #[test]
 fn none_mode_pins_nothing() {
-    let plan = worker_cpus(&two_socket(), BindingMode::None, 3, &[Some(0)]);
-    assert_eq!(plan, vec![Vec::<usize>::new(); 3]);
+    let plan = worker_plan(&two_socket(), PinMode::None, 3, &[Some(0)]);
+    assert_eq!(plan, vec![None; 3]);
 }
 
 #[test]
@@ -164,48 +164,48 @@ fn numa_mode_follows_engine_of_worker() {
     let t = two_socket();
     // engines: GPU0 on node 1, GPU1 on node 0; worker w serves engine w mod 2, one CPU each,
     // round-robin over the node's CPUs.
-    let plan = worker_cpus(&t, BindingMode::Numa, 6, &[Some(1), Some(0)]);
-    assert_eq!(plan, vec![vec![8], vec![0], vec![9], vec![1], vec![10], vec![2]]);
+    let plan = worker_plan(&t, PinMode::Numa, 6, &[Some(1), Some(0)]);
+    assert_eq!(plan, [8, 0, 9, 1, 10, 2].map(Some));
     // Wraps inside the node.
-    let plan = worker_cpus(&t, BindingMode::Numa, 10, &[Some(0)]);
-    assert_eq!(plan[8], vec![0]);
-    assert_eq!(plan[9], vec![1]);
+    let plan = worker_plan(&t, PinMode::Numa, 10, &[Some(0)]);
+    assert_eq!(plan[8], Some(0));
+    assert_eq!(plan[9], Some(1));
 }
 
 #[test]
 fn numa_mode_engines_sharing_a_node_interleave() {
     let t = two_socket();
     // Engines 0 and 2 on node 0, engine 1 on node 1: 0 and 2 take alternate CPUs of node 0.
-    let plan = worker_cpus(&t, BindingMode::Numa, 6, &[Some(0), Some(1), Some(0)]);
-    assert_eq!(plan, vec![vec![0], vec![8], vec![1], vec![2], vec![9], vec![3]]);
+    let plan = worker_plan(&t, PinMode::Numa, 6, &[Some(0), Some(1), Some(0)]);
+    assert_eq!(plan, [0, 8, 1, 2, 9, 3].map(Some));
 }
 
 #[test]
 fn numa_mode_unknown_or_foreign_node_falls_back_to_round_robin() {
     let mut t = two_socket();
-    assert_eq!(worker_cpus(&t, BindingMode::Numa, 3, &[None]), vec![vec![0], vec![1], vec![2]]);
-    assert_eq!(worker_cpus(&t, BindingMode::Numa, 2, &[Some(7)]), vec![vec![0], vec![1]]);
+    assert_eq!(worker_plan(&t, PinMode::Numa, 3, &[None]), [0, 1, 2].map(Some));
+    assert_eq!(worker_plan(&t, PinMode::Numa, 2, &[Some(7)]), [0, 1].map(Some));
     // CPU-only consumer (no engines): one implicit engine with unknown node.
-    assert_eq!(worker_cpus(&t, BindingMode::Numa, 1, &[]), vec![vec![0]]);
+    assert_eq!(worker_plan(&t, PinMode::Numa, 1, &[]), [Some(0)]);
     // Node 1 entirely outside the affinity mask (e.g. `taskset -c 0-3`).
     t.allowed_cpus = vec![0, 1, 2, 3];
     assert_eq!(engine_cpus(&t, Some(1)), vec![0, 1, 2, 3]);
     assert_eq!(engine_cpus(&t, Some(0)), vec![0, 1, 2, 3]);
-    assert_eq!(worker_cpus(&t, BindingMode::Numa, 5, &[Some(1)]), vec![vec![0], vec![1], vec![2], vec![3], vec![0]]);
+    assert_eq!(worker_plan(&t, PinMode::Numa, 5, &[Some(1)]), [0, 1, 2, 3, 0].map(Some));
 }
 
 #[test]
 fn plans_only_name_allowed_cpus() {
     let mut t = two_socket();
     t.allowed_cpus = vec![0, 2, 9, 15];
-    for mode in [BindingMode::None, BindingMode::RoundRobin, BindingMode::Numa] {
+    for mode in [PinMode::None, PinMode::RoundRobin, PinMode::Numa] {
         for workers in 0..20 {
             for engines in [&[][..], &[Some(0)], &[Some(1), None], &[Some(0), Some(1), Some(5)]] {
-                for set in worker_cpus(&t, mode, workers, engines) {
-                    assert!(set.iter().all(|c| t.allowed_cpus.contains(c)), "{mode:?} {set:?}");
-                    if mode != BindingMode::None {
-                        assert_eq!(set.len(), 1);
-                    }
+                let plan = worker_plan(&t, mode, workers, engines);
+                assert_eq!(plan.len(), workers);
+                for cpu in plan {
+                    assert_eq!(cpu.is_some(), mode != PinMode::None, "{mode:?}");
+                    assert!(cpu.is_none_or(|c| t.allowed_cpus.contains(&c)), "{mode:?} {cpu:?}");
                 }
             }
         }
@@ -213,25 +213,16 @@ fn plans_only_name_allowed_cpus() {
 }
 
 #[test]
-fn default_mode_is_numa_only_when_it_matters() {
+fn numa_is_recommended_only_when_it_matters() {
     let t = two_socket();
-    assert_eq!(default_binding_mode(&t, &[Some(0), Some(1)]), BindingMode::Numa);
-    assert_eq!(default_binding_mode(&t, &[Some(0), None]), BindingMode::RoundRobin);
-    assert_eq!(default_binding_mode(&t, &[]), BindingMode::RoundRobin);
+    assert!(numa_recommended(&t, &[Some(0), Some(1)]));
+    assert!(!numa_recommended(&t, &[Some(0), None]));
+    assert!(!numa_recommended(&t, &[]));
     let one = Topology::single_node((0..16).collect(), "sysfs");
-    assert_eq!(default_binding_mode(&one, &[Some(0)]), BindingMode::RoundRobin);
+    assert!(!numa_recommended(&one, &[Some(0)]));
     let mut half = two_socket();
     half.allowed_cpus = (0..8).collect();
-    assert_eq!(default_binding_mode(&half, &[Some(0)]), BindingMode::RoundRobin);
-}
-
-#[test]
-fn binding_mode_spellings() {
-    for m in [BindingMode::None, BindingMode::RoundRobin, BindingMode::Numa] {
-        assert_eq!(BindingMode::parse(m.as_str()), Some(m));
-    }
-    assert_eq!(BindingMode::parse("Round_Robin"), Some(BindingMode::RoundRobin));
-    assert_eq!(BindingMode::parse("socket"), None);
+    assert!(!numa_recommended(&half, &[Some(0)]));
 }
 
 #[test]

@@ -1,8 +1,12 @@
-//! transfer — the station that moves filled batch buffers from the workers to the consumer (and, on the
-//! GPU path, through host-to-device copies). `station` is the host half: ring, leases, shutdown.
+//! transfer — moves filled batch buffers from the workers to the consumer: `station` is the host half
+//! (ring of host buffers, leases, shutdown) that every loader uses; on the GPU path, `engine` is one
+//! device's transfer thread (H2D copies of the station's batches) and `ring` its device slots, their
+//! publication to the consumer and their leases.
 
-pub mod cuda;
-pub mod gpu;
+pub mod engine;
+pub mod ring;
 pub mod station;
 
+pub use engine::{GpuEngine, GpuEngineConfig};
+pub use ring::{DeviceBatch, DeviceNext, SlotLease, SlotPart};
 pub use station::{BatchLease, EpochShape, Station, Take};

@@ -7,16 +7,13 @@
 //! A panic inside a job is caught, poisons the station (the consumer raises `WorkerError`) and the worker
 //! still checks out, so nothing hangs. `shutdown` sets the flag, wakes and joins every thread.
 
-pub mod affinity;
-
-use crate::augment::rng::{OP_SKIP_REPLACEMENT, SampleRng};
 use crate::augment::{SampleKey, SamplePipeline, WorkerScratch};
-use crate::config::{ErrorPolicy, PinMode};
 use crate::decode::DecodeLimits;
 use crate::error::{ImageError, Result, SampleError, TrdataError};
 use crate::plan::claim::WorkerClaim;
 use crate::plan::resume::SeqBitmap;
 use crate::plan::{EpochPlan, PlanShape};
+use crate::rng::{OP_SKIP_REPLACEMENT, SampleRng};
 use crate::source::Dataset;
 use crate::stats::Stats;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Condvar, Mutex, Ordering, lock};
@@ -25,6 +22,15 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::Instant;
+
+/// What to do with a sample that cannot be read or decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorPolicy {
+    /// Raise `DecodeError` in the iterating thread at the batch holding the sample.
+    Raise,
+    /// Replace the sample by a deterministic other sample, count and log it.
+    Skip,
+}
 
 /// Random replacement candidates of the `skip` policy before it probes the dataset in order.
 pub const MAX_SKIP_ATTEMPTS: u32 = 16;
@@ -160,15 +166,10 @@ pub struct WorkerPool {
 }
 
 impl WorkerPool {
-    /// Start `workers` threads bound per `pin`, decoding under the default limits; returns once every thread
-    /// created its scratch (or failed).
-    pub fn start(workers: usize, pin: PinMode) -> Result<Self> {
-        Self::start_bound(affinity::binding_plan(pin, workers, &affinity::allowed_cpus()), DecodeLimits::default())
-    }
-
-    /// Start one thread per entry of `plan`, worker w bound to CPU `plan[w]` (None = unbound); every worker's
-    /// decoder applies `limits`.
-    pub fn start_bound(plan: Vec<Option<usize>>, limits: DecodeLimits) -> Result<Self> {
+    /// Start one thread per entry of `plan` (`topology::worker_plan`), worker w bound to CPU `plan[w]`
+    /// (None = unbound); every worker's decoder applies `limits`. Returns once every thread created its scratch
+    /// (or failed).
+    pub fn start(plan: Vec<Option<usize>>, limits: DecodeLimits) -> Result<Self> {
         let workers = plan.len();
         let shared = Arc::new(PoolShared::default());
         let mut pool = Self { shared: Arc::clone(&shared), threads: Vec::with_capacity(workers), workers };
@@ -244,7 +245,7 @@ fn worker_main(shared: Arc<PoolShared>, w: usize, workers: usize, cpu: Option<us
     let setup = std::panic::catch_unwind(|| {
         if let Some(cpu) = cpu {
             // A refused binding (cpuset) is not fatal: the worker runs unbound.
-            let _ = affinity::pin_current_thread(cpu);
+            let _ = crate::topology::pin_current_thread(&[cpu]);
         }
         WorkerScratch::with_limits(limits)
     });
@@ -451,7 +452,7 @@ fn run_job(job: &EpochJob, w: usize, workers: usize, scratch: &mut WorkerScratch
 mod tests {
     use super::*;
     use crate::augment::{DType, Layout, OutputSpec, TransformSpec};
-    use crate::config::LastBatch;
+    use crate::plan::LastBatch;
     use crate::source::SampleRef;
     use crate::staging::BatchLayout;
     use crate::transfer::{EpochShape, Take};
@@ -496,7 +497,7 @@ mod tests {
         let station = Arc::new(Station::new(layout, 2, 4, Arc::clone(&stats)));
         let batches = num_samples / batch_size;
         station.begin_epoch(EpochShape { batches, batch_size, total_rows: batches * batch_size }, 0);
-        let pool = WorkerPool::start(workers, PinMode::None).unwrap();
+        let pool = WorkerPool::start(vec![None; workers], DecodeLimits::default()).unwrap();
         let engines = vec![EngineJob::new(0, Arc::clone(&station), &shape, true, 0, None)];
         pool.run(Arc::new(EpochJob { plan: Arc::new(EpochPlan::new(shape, 0)), engines, ctx }));
         (station, pool, stats)

@@ -1,9 +1,10 @@
-//! transfer/cuda — the CUDA driver API, reached through cudarc with *dynamic loading*: nothing is
+//! cuda — the CUDA driver API, reached through cudarc with *dynamic loading*: nothing is
 //! linked at build time and `libcuda.so` is opened on first use, so the wheel imports and runs
 //! (CPU batches) on machines without a GPU or driver.
 //!
-//! Pipeline position: under `transfer/` (H2D copies of staged batches) and used by `staging/`
-//! (pinned host memory) and `export/` (stream/event handshakes with the consumer).
+//! Pipeline position: a platform room beside `topology/`, below the data path: `staging/` pins host
+//! memory with it, `transfer/` copies staged batches to the device and records events with it, and
+//! `export/` enqueues the consumer's stream waits with it. `trdata info` reads [`probe()`].
 //!
 //! Rules for everything in this module, because cudarc turns "not there" into panics:
 //! 1. Call [`probe()`] (or [`driver_present()`]) before any other cudarc call. cudarc's
