@@ -18,7 +18,7 @@
 
 use crate::config::{self, LoaderConfig};
 use crate::cuda;
-use crate::error::{Result, TrdataError};
+use crate::error::{Result, SampleError, TrdataError};
 use crate::plan::claim::WorkerClaim;
 use crate::plan::resume::{ResumePoint, SeqBitmap};
 use crate::plan::{EpochPlan, LastBatch, PlanShape};
@@ -33,11 +33,20 @@ use crate::worker::{EngineJob, EpochJob, SkipLog, SkipRecord, WorkContext, Worke
 use std::collections::HashSet;
 use std::time::Duration;
 
-/// A batch as the consumer sees it.
+/// Where one engine's batch lives.
 #[derive(Debug)]
-pub struct Batch {
-    /// The buffer, returned to the station on drop.
-    pub lease: BatchLease,
+pub enum BatchImages {
+    /// A host station buffer (the CPU engine), returned to the station on drop.
+    Host(BatchLease),
+    /// A device slot of one GPU engine (labels and images live in it), returned to its ring on drop.
+    Device(DeviceBatch),
+}
+
+/// One engine's batch of a step, as the consumer sees it.
+#[derive(Debug)]
+pub struct EngineBatch {
+    /// The batch's memory.
+    pub images: BatchImages,
     /// Label of every row.
     pub labels: Vec<i64>,
     /// Dataset index of every row.
@@ -72,39 +81,25 @@ impl DeviceSpec {
     }
 }
 
-/// One GPU's batch of a step.
-#[derive(Debug)]
-pub struct GpuBatch {
-    /// The batch on the device (labels and images live in its slot).
-    pub device: DeviceBatch,
-    /// Device ordinal.
-    pub ordinal: u32,
-    /// Leading rows that are real, unique samples of this epoch.
-    pub valid: usize,
-    /// Epoch the batch belongs to.
-    pub epoch: u64,
-}
-
-/// What `next_step` returns (GPU loaders).
+/// What `next_step` returns: the one iteration shape of every loader (a CPU loader is one engine).
 #[derive(Debug)]
 pub enum NextStep {
-    /// One batch per GPU, in device order.
-    Step(Vec<GpuBatch>),
-    /// Not ready yet; call again.
-    Timeout,
-    /// The epoch is over.
-    End,
-}
-
-/// What `next_batch` returns.
-#[derive(Debug)]
-pub enum Next {
-    /// A batch.
-    Batch(Batch),
+    /// One batch per local engine, in engine (device) order.
+    Step(Vec<EngineBatch>),
     /// Not ready yet; call again (the caller checks signals in between).
     Timeout,
     /// The epoch is over.
     End,
+}
+
+/// One engine's answer to a poll for batch `b`.
+enum EnginePoll {
+    Ready(BatchImages, Option<SampleError>),
+    Timeout,
+    End,
+    /// Every buffer that could hold the next batch is held by the consumer: (count, what they are).
+    AllHeld(usize, String),
+    Failed(TrdataError),
 }
 
 #[derive(Debug)]
@@ -162,7 +157,8 @@ struct Running {
     first_batch: u64,
     next_batch: u64,
     /// GPU: batches of the current step already received, per engine.
-    pending: Vec<Option<DeviceBatch>>,
+    /// Per local engine, its batch of the current step once it arrived (a step is complete when all did).
+    pending: Vec<Option<BatchImages>>,
 }
 
 /// A configured loader over one dataset (one CPU engine in this process).
@@ -565,7 +561,7 @@ impl Loader {
             }
             engines
         };
-        let pending = (0..rt.gpus.len()).map(|_| None).collect();
+        let pending = (0..rt.gpus.len().max(1)).map(|_| None).collect();
         let job = Arc::new(EpochJob { plan: Arc::clone(&plan), engines, ctx: Arc::clone(&ctx) });
         rt.pool.run(Arc::clone(&job));
         Stats::add(&ctx.stats.epochs, 1);
@@ -574,128 +570,97 @@ impl Loader {
         Ok(epoch)
     }
 
-    /// The next step of a GPU loader's running epoch (one batch per GPU), waiting at most about `timeout`.
+    /// The next step of the running epoch: one batch per local engine (the CPU engine, or each GPU in device
+    /// order), waiting at most about `timeout` per engine.
     pub fn next_step(&mut self, timeout: Duration) -> Result<NextStep> {
         self.check_usable()?;
-        if self.devices == DeviceSpec::Cpu {
-            return Err(TrdataError::config("device", "next_step is for CUDA loaders; use next_batch"));
-        }
         let Some(running) = &self.running else { return Ok(NextStep::End) };
         let b = running.next_batch;
         let epoch = running.plan.epoch;
-        let rt = self.runtime.as_ref().expect("running implies runtime");
         if b == self.shape.batches_per_engine() {
-            rt.pool.wait_idle();
+            self.runtime.as_ref().expect("running implies runtime").pool.wait_idle();
             self.running = None;
             return Ok(NextStep::End);
         }
-        for d in 0..rt.gpus.len() {
+        for d in 0..self.devices.engines() {
             if self.running.as_ref().is_some_and(|r| r.pending[d].is_some()) {
                 continue;
             }
-            let rt = self.runtime.as_ref().expect("running implies runtime");
-            let ordinal = rt.gpus[d].ordinal();
-            match rt.gpus[d].next(timeout) {
-                Ok(DeviceNext::Batch(mut db)) => {
-                    if let Some(err) = db.error.take() {
-                        drop(db);
-                        self.cancel_running();
-                        return Err(TrdataError::Decode(err));
-                    }
+            match self.poll_engine(d, b, timeout) {
+                EnginePoll::Ready(images, None) => {
                     if let Some(r) = self.running.as_mut() {
-                        r.pending[d] = Some(db);
+                        r.pending[d] = Some(images);
                     }
                 }
-                Ok(DeviceNext::Timeout) => return Ok(NextStep::Timeout),
-                Ok(DeviceNext::End) => {
+                EnginePoll::Ready(images, Some(err)) => {
+                    drop(images);
+                    self.cancel_running();
+                    return Err(TrdataError::Decode(err));
+                }
+                EnginePoll::Timeout => return Ok(NextStep::Timeout),
+                EnginePoll::End => {
                     self.cancel_running();
                     return Ok(NextStep::End);
                 }
-                Ok(DeviceNext::AllSlotsHeld { held }) => {
+                EnginePoll::AllHeld(held, what) => {
                     self.cancel_running();
                     return Err(TrdataError::config(
                         "max_held_batches",
                         format!(
-                            "all {held} device slots of cuda:{} are held by Python, so the next batch can never be \
-                             produced; drop references to old batches or raise max_held_batches",
-                            ordinal
+                            "all {held} {what} are held by Python, so the next batch can never be produced; drop \
+                             references to old batches or raise max_held_batches"
                         ),
                     ));
                 }
-                Err(e) => {
+                EnginePoll::Failed(e) => {
                     self.cancel_running();
                     return Err(e);
                 }
             }
         }
-        let rt = self.runtime.as_ref().expect("running implies runtime");
-        let ordinals: Vec<u32> = rt.gpus.iter().map(|g| g.ordinal()).collect();
-        let d_count = ordinals.len() as u64;
-        let rank = self.cfg.rank as u64;
+        let first_engine = self.cfg.rank as u64 * self.devices.engines() as u64;
         let running = self.running.as_mut().expect("checked above");
         running.next_batch += 1;
         let step = running
             .pending
             .iter_mut()
             .enumerate()
-            .map(|(d, p)| GpuBatch {
-                device: p.take().expect("every engine delivered"),
-                ordinal: ordinals[d],
-                valid: self.shape.valid_in_batch(rank * d_count + d as u64, b) as usize,
-                epoch,
+            .map(|(d, p)| {
+                let images = p.take().expect("every engine delivered");
+                let (labels, indices) = match &images {
+                    BatchImages::Host(lease) => lease.buffer().labels_and_indices(lease.rows),
+                    BatchImages::Device(db) => (db.labels.clone(), db.indices.clone()),
+                };
+                let valid = self.shape.valid_in_batch(first_engine + d as u64, b) as usize;
+                EngineBatch { images, labels, indices, valid, epoch }
             })
             .collect();
         Ok(NextStep::Step(step))
     }
 
-    /// The next batch of the running epoch, waiting at most `timeout`.
-    pub fn next_batch(&mut self, timeout: Duration) -> Result<Next> {
-        self.check_usable()?;
-        if self.devices != DeviceSpec::Cpu {
-            return Err(TrdataError::config("device", "next_batch is for CPU loaders; use next_step"));
-        }
-        let Some(running) = &self.running else { return Ok(Next::End) };
-        let b = running.next_batch;
-        let plan = Arc::clone(&running.plan);
+    /// Ask local engine `d` for batch `b` of the running epoch, waiting at most `timeout`.
+    fn poll_engine(&self, d: usize, b: u64, timeout: Duration) -> EnginePoll {
         let rt = self.runtime.as_ref().expect("running implies runtime");
-        if b == self.shape.batches_per_engine() {
-            rt.pool.wait_idle();
-            self.running = None;
-            return Ok(Next::End);
-        }
-        match Station::take(&rt.station, b, timeout) {
-            Take::Timeout => Ok(Next::Timeout),
-            Take::Ready(lease, Some(err)) => {
-                drop(lease);
-                self.cancel_running();
-                Err(TrdataError::Decode(err))
+        let Some(gpu) = rt.gpus.get(d) else {
+            return match Station::take(&rt.station, b, timeout) {
+                Take::Ready(lease, error) => EnginePoll::Ready(BatchImages::Host(lease), error),
+                Take::Timeout => EnginePoll::Timeout,
+                Take::Stopped => EnginePoll::End,
+                Take::AllBuffersHeld { held } => EnginePoll::AllHeld(held, "batch buffers".into()),
+                Take::Poisoned(e) => EnginePoll::Failed(e),
+            };
+        };
+        match gpu.next(timeout) {
+            Ok(DeviceNext::Batch(mut db)) => {
+                let error = db.error.take();
+                EnginePoll::Ready(BatchImages::Device(db), error)
             }
-            Take::Ready(lease, None) => {
-                let (labels, indices) = lease.buffer().labels_and_indices(lease.rows);
-                let valid = self.shape.valid_in_batch(self.cfg.rank as u64, b) as usize;
-                if let Some(r) = self.running.as_mut() {
-                    r.next_batch += 1;
-                }
-                Ok(Next::Batch(Batch { lease, labels, indices, valid, epoch: plan.epoch }))
+            Ok(DeviceNext::Timeout) => EnginePoll::Timeout,
+            Ok(DeviceNext::End) => EnginePoll::End,
+            Ok(DeviceNext::AllSlotsHeld { held }) => {
+                EnginePoll::AllHeld(held, format!("device slots of cuda:{}", gpu.ordinal()))
             }
-            Take::AllBuffersHeld { held } => {
-                self.cancel_running();
-                Err(TrdataError::config(
-                    "max_held_batches",
-                    format!(
-                        "all {held} batch buffers are held by Python, so the next batch can never be produced; \
-                         drop references to old batches or raise max_held_batches"
-                    ),
-                ))
-            }
-            Take::Poisoned(e) => {
-                self.cancel_running();
-                Err(e)
-            }
-            Take::Stopped => {
-                self.running = None;
-                Ok(Next::End)
-            }
+            Err(e) => EnginePoll::Failed(e),
         }
     }
 

@@ -623,37 +623,10 @@ class Loader:
         ``StaleIteratorError``); its epoch starts at its first ``next()``."""
         self._check_process()
         token = self._native.new_iteration()
-        if self._ordinals is not None:
-            return self._iter_cuda(token)
-        return self._iter_host(token)
+        return self._iterate(token)
 
-    def _iter_host(self, token: int) -> Iterator[Batch]:
-        native = self._native
-        native.start_epoch(token)
-        bf16 = self.dtype == "bfloat16"
-        while True:
-            try:
-                item = native.next_batch(token)
-            finally:
-                self._log_skipped()
-            if item is None:
-                return
-            lease, labels, indices, valid, epoch = item
-            images = np.asarray(lease)  # zero-copy: the array's base is the lease
-            if bf16:
-                try:
-                    import ml_dtypes  # type: ignore[import-not-found]
-
-                    images = images.view(ml_dtypes.bfloat16)
-                except ImportError:
-                    pass  # raw bits as uint16; Batch.torch() reinterprets as torch.bfloat16
-            yield Batch(
-                images, np.asarray(labels, dtype=np.int64), np.asarray(indices, dtype=np.int64), valid, epoch
-            )
-
-    def _iter_cuda(self, token: int) -> Iterator[Any]:
-        import torch
-
+    def _iterate(self, token: int) -> Iterator[Any]:
+        # One shape for every loader: each step is one batch per engine (the CPU engine, or each GPU).
         native = self._native
         native.start_epoch(token)
         while True:
@@ -663,16 +636,35 @@ class Loader:
                 self._log_skipped()
             if step is None:
                 return
-            batches = []
-            for images_h, labels_h, _labels, indices, valid, epoch in step:
-                # torch.from_dlpack passes torch.cuda.current_stream(device) as `stream`, so that stream
-                # waits (on the device) for the H2D copy, and its release event guards the slot's reuse.
-                images = torch.from_dlpack(images_h)
-                labels = torch.from_dlpack(labels_h)
-                batches.append(
-                    Batch(images, labels, np.asarray(indices, dtype=np.int64), valid, epoch, lease=images_h)
-                )
+            batches = [self._batch(*item) for item in step]
             yield batches if self._per_step_list else batches[0]
+
+    def _batch(
+        self, images_h: Any, labels_h: Any, labels: list[int], indices: list[int], valid: int, epoch: int
+    ) -> Batch:
+        indices_a = np.asarray(indices, dtype=np.int64)
+        if labels_h is not None:
+            import torch
+
+            # torch.from_dlpack passes torch.cuda.current_stream(device) as `stream`, so that stream waits (on
+            # the device) for the H2D copy, and its release event guards the slot's reuse.
+            return Batch(
+                torch.from_dlpack(images_h),
+                torch.from_dlpack(labels_h),
+                indices_a,
+                valid,
+                epoch,
+                lease=images_h,
+            )
+        images = np.asarray(images_h)  # zero-copy: the array's base is the lease
+        if self.dtype == "bfloat16":
+            try:
+                import ml_dtypes  # type: ignore[import-not-found]
+
+                images = images.view(ml_dtypes.bfloat16)
+            except ImportError:
+                pass  # raw bits as uint16; Batch.torch() reinterprets as torch.bfloat16
+        return Batch(images, np.asarray(labels, dtype=np.int64), indices_a, valid, epoch)
 
     def device_mem_info(self) -> list[tuple[int, int]]:
         """(free, total) bytes of each GPU this loader feeds (``cuMemGetInfo``; empty before iterating)."""

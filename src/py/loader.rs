@@ -1,14 +1,15 @@
-//! Native loader and batch lease. The GIL helper `wait_detached` is the one place that blocks: it detaches
-//! from the interpreter, waits in short slices and checks signals in between, so Ctrl-C stops within ~50 ms.
+//! Native loader and batch lease. Every blocking call waits through the GIL helper (wait.rs), so Ctrl-C
+//! stops within a slice; every loader, CPU or GPU, iterates in one shape (`next_step`: one batch per engine).
 
 use super::errors::{IntoPyResult, to_py};
 use super::gpu::DeviceTensorHandle;
+use super::wait::{WAIT_SLICE, wait_detached};
 use crate::augment::{DType, Normalize, OutputSpec, SamplePipeline, TransformSpec};
 use crate::config::{self, Choices, LoaderConfig};
 use crate::decode::DecodeLimits;
 use crate::error::TrdataError;
 use crate::export::{Device, DlpackRequest, ElementType, TensorExport, into_capsule};
-use crate::loader::{DeviceSpec, EPOCH_LIMIT, Loader, LoaderState, Next, NextStep};
+use crate::loader::{BatchImages, DeviceSpec, EPOCH_LIMIT, Loader, LoaderState, NextStep};
 use crate::plan::LastBatch;
 use crate::source::{Dataset, file_list, image_folder_cancellable};
 use crate::sync::lock;
@@ -21,10 +22,6 @@ use std::mem::ManuallyDrop;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
-
-/// Slice of a blocking wait between signal checks.
-const WAIT_SLICE: Duration = Duration::from_millis(50);
 
 /// Scan an ImageFolder root → (paths, labels, classes), names as `os.fsdecode` strings (bytes kept exactly).
 /// The scan runs on its own thread while this one waits detached in short slices and checks signals: Ctrl-C
@@ -46,22 +43,19 @@ pub fn scan_image_folder(
             let _ = tx.send(image_folder_cancellable(&root, &scan_cancel));
         })
         .map_err(|e| to_py(TrdataError::Worker(format!("cannot start the folder scan: {e}"))))?;
-    let ds = loop {
-        // The receiver is not Sync: it travels into the detached closure and back.
-        let (got, back) = py.detach(move || (rx.recv_timeout(WAIT_SLICE), rx));
-        rx = back;
-        match got {
-            Ok(result) => break result.py_err()?,
-            Err(RecvTimeoutError::Timeout) => {
-                if let Err(interrupt) = py.check_signals() {
-                    cancel.store(true, Ordering::Relaxed);
-                    return Err(interrupt);
-                }
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                return Err(to_py(TrdataError::Worker("the folder scan panicked".into())));
-            }
-        }
+    // The receiver is Send but not Sync: the slice holds it by unique reference.
+    let rx = &mut rx;
+    let scanned = wait_detached(
+        py,
+        move || match rx.recv_timeout(WAIT_SLICE) {
+            Err(RecvTimeoutError::Timeout) => None,
+            other => Some(other),
+        },
+        || cancel.store(true, Ordering::Relaxed),
+    )?;
+    let ds = match scanned {
+        Ok(result) => result.py_err()?,
+        Err(_) => return Err(to_py(TrdataError::Worker("the folder scan panicked".into()))),
     };
     let labels = ds.samples.iter().map(|s| s.label).collect();
     let paths = ds.samples.into_iter().map(|s| s.path.into_os_string()).collect();
@@ -190,7 +184,8 @@ fn typestr(d: DType) -> &'static str {
 }
 
 /// What `next_batch` hands to Python: (lease, labels, indices, valid, epoch).
-type HostBatchTuple = (BatchLeaseHandle, Vec<i64>, Vec<i64>, usize, u64);
+/// One engine's batch of a step, as Python receives it (see `next_step`).
+type StepTuple = (Py<PyAny>, Option<DeviceTensorHandle>, Vec<i64>, Vec<i64>, usize, u64);
 
 /// The native loader behind `trdata.Loader`.
 ///
@@ -474,70 +469,52 @@ impl NativeLoader {
         }
     }
 
-    /// Next batch of iteration `token`'s epoch as (lease, labels, indices, valid, epoch), or None at its end.
-    fn next_batch(&self, py: Python<'_>, token: u64) -> PyResult<Option<HostBatchTuple>> {
+    /// Next step of iteration `token`'s epoch, None at its end: one (images, labels_handle, labels, indices,
+    /// valid, epoch) per engine in engine order. A CPU loader is one engine: images is a `BatchLeaseHandle`
+    /// (numpy/DLPack view of the host buffer) and labels_handle None; a CUDA loader has one entry per GPU with
+    /// images and labels as `DeviceTensorHandle`s.
+    fn next_step(&self, py: Python<'_>, token: u64) -> PyResult<Option<Vec<StepTuple>>> {
         self.check_process()?;
-        loop {
-            let next = match py.detach(|| self.step(token, |l| l.next_batch(WAIT_SLICE))) {
-                Slice::Core(r) => r.py_err()?,
-                Slice::Stale => return Err(stale_iterator()),
-            };
-            match next {
-                Next::Timeout => py.check_signals()?,
-                Next::End => return Ok(None),
-                Next::Batch(b) => {
-                    let rows = b.lease.rows;
-                    let s = self.sample_shape;
-                    let handle = BatchLeaseHandle {
-                        shape: vec![rows, s[0], s[1], s[2]],
-                        dtype: self.dtype,
-                        ptr: b.lease.buffer().images_ptr() as usize,
-                        lease: ManuallyDrop::new(Arc::new(b.lease)),
-                        pid: self.pid,
-                    };
-                    return Ok(Some((handle, b.labels, b.indices, b.valid, b.epoch)));
-                }
-            }
-        }
-    }
-
-    /// Next step of iteration `token`'s epoch on a CUDA loader: one (images, labels, labels_list, indices,
-    /// valid, epoch) per GPU in device order, images/labels as `DeviceTensorHandle`s; None at the epoch's end.
-    #[allow(clippy::type_complexity)]
-    fn next_step(
-        &self,
-        py: Python<'_>,
-        token: u64,
-    ) -> PyResult<Option<Vec<(DeviceTensorHandle, DeviceTensorHandle, Vec<i64>, Vec<i64>, usize, u64)>>> {
-        self.check_process()?;
-        loop {
-            let next = match py.detach(|| self.step(token, |l| l.next_step(WAIT_SLICE))) {
-                Slice::Core(r) => r.py_err()?,
-                Slice::Stale => return Err(stale_iterator()),
-            };
-            match next {
-                NextStep::Timeout => py.check_signals()?,
-                NextStep::End => return Ok(None),
-                NextStep::Step(batches) => {
-                    return Ok(Some(
-                        batches
-                            .into_iter()
-                            .map(|b| {
-                                let lease = b.device.lease;
-                                (
-                                    DeviceTensorHandle::images(Arc::clone(&lease), self.sample_shape, self.dtype),
-                                    DeviceTensorHandle::labels(lease),
-                                    b.device.labels,
-                                    b.device.indices,
-                                    b.valid,
-                                    b.epoch,
-                                )
-                            })
-                            .collect(),
-                    ));
-                }
-            }
-        }
+        let next = wait_detached(
+            py,
+            || match self.step(token, |l| l.next_step(WAIT_SLICE)) {
+                Slice::Core(Ok(NextStep::Timeout)) => None,
+                other => Some(other),
+            },
+            || (),
+        )?;
+        let batches = match next {
+            Slice::Core(r) => match r.py_err()? {
+                NextStep::Step(batches) => batches,
+                NextStep::End | NextStep::Timeout => return Ok(None),
+            },
+            Slice::Stale => return Err(stale_iterator()),
+        };
+        batches
+            .into_iter()
+            .map(|b| {
+                let (images, labels_handle) = match b.images {
+                    BatchImages::Host(lease) => {
+                        let s = self.sample_shape;
+                        let handle = BatchLeaseHandle {
+                            shape: vec![lease.rows, s[0], s[1], s[2]],
+                            dtype: self.dtype,
+                            ptr: lease.buffer().images_ptr() as usize,
+                            lease: ManuallyDrop::new(Arc::new(lease)),
+                            pid: self.pid,
+                        };
+                        (Py::new(py, handle)?.into_any(), None)
+                    }
+                    BatchImages::Device(db) => {
+                        let lease = db.lease;
+                        let images = DeviceTensorHandle::images(Arc::clone(&lease), self.sample_shape, self.dtype);
+                        (Py::new(py, images)?.into_any(), Some(DeviceTensorHandle::labels(lease)))
+                    }
+                };
+                Ok((images, labels_handle, b.labels, b.indices, b.valid, b.epoch))
+            })
+            .collect::<PyResult<Vec<_>>>()
+            .map(Some)
     }
 
     /// CUDA ordinals this loader feeds (empty for a CPU loader).

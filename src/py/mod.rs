@@ -6,6 +6,7 @@ mod errors;
 mod gpu;
 mod info;
 mod loader;
+mod wait;
 
 use pyo3::prelude::*;
 
