@@ -58,7 +58,6 @@
 
 #![allow(unsafe_code)]
 
-pub mod encode;
 #[cfg(test)]
 mod hardening_tests;
 mod jpeg;

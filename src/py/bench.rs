@@ -1,7 +1,7 @@
 //! py/bench — benchmark helpers of `trdata._core` (used by `trdata bench` and `benches/throughput.py`):
 //!
 //! - `generate_synthetic_dataset(root, count, seed, *, threads=None, progress=None) -> dict`: the built-in
-//!   default dataset (photo-like JPEGs painted and encoded by `decode::encode`, published atomically);
+//!   default dataset (photo-like JPEGs painted and encoded by `synthetic`, published atomically);
 //! - `decode_ceiling(paths, threads, repeat, *, pin=True) -> dict`: the raw libjpeg-turbo full-decode rate
 //!   (no ROI, no DCT scaling, no augmentation, no staging) over in-memory file bytes on `threads` std threads
 //!   — the ceiling the loader is compared against.
@@ -20,7 +20,7 @@ use pyo3::types::PyDict;
 
 use super::errors::IntoPyResult;
 use crate::decode::Decoder;
-use crate::decode::encode::{SYNTHETIC_VERSION, generate_synthetic_dataset as generate};
+use crate::synthetic::{SYNTHETIC_VERSION, generate_synthetic_dataset as generate};
 
 /// How long the caller's thread waits, detached, before it checks signals again.
 const WAIT_SLICE: Duration = Duration::from_millis(100);
