@@ -303,21 +303,13 @@ def dali_contender(
 
 
 def run_contender(
-    name: str,
-    root: str,
-    *,
-    batch_size: int = 64,
-    workers: int = 2,
-    dtype: str = "float16",
-    epochs: int = 2,
-    warmup: int = 1,
-    seconds: float | None = None,
-    progress: bool = True,
+    name: str, root: str, *, batch_size: int = 64, workers: int = 2, **timing: Any
 ) -> Measurement:
-    """Run one contender in this process: a peer here, anything else through ``_bench.run_contender``."""
-    timing = {"epochs": epochs, "warmup": warmup, "seconds": seconds, "progress": progress}
+    """Run one contender in this process: a peer here, anything else through ``_bench.run_contender`` (whose
+    options ``timing`` holds: epochs, warmup, seconds, progress, and dtype, which the peers ignore)."""
     if name not in PEERS:
-        return _bench.run_contender(name, root, batch_size=batch_size, workers=workers, dtype=dtype, **timing)
+        return _bench.run_contender(name, root, batch_size=batch_size, workers=workers, **timing)
+    timing.pop("dtype", None)
     paths, labels = _bench.image_folder_files(root)
     if name == "torch-v2":
         return torch_v2_contender(paths, labels, batch_size=batch_size, workers=workers, **timing)
