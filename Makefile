@@ -14,7 +14,6 @@ PY           := $(VENV)/bin/python
 FEATURES     ?= hwloc
 HWLOC_PREFIX := $(CURDIR)/.deps/hwloc
 BENCH_ARGS   ?=
-BENCH_PEERS_ARGS ?= --peers
 WHEEL_DIR    ?= dist
 
 # hwlocality-sys finds the static hwloc through pkg-config.
@@ -44,9 +43,9 @@ build: ## Rebuild the extension into .venv (maturin develop --release) after cod
 bench: setup ## Setup, then `trdata bench` (BENCH_ARGS=... to pass options)
 	$(VENV)/bin/trdata bench $(BENCH_ARGS)
 
-bench-peers: ## Setup with torch/torchvision/DALI (~5.6 GB), then `trdata bench --peers`
+bench-peers: ## Setup with torch/torchvision/DALI (~5.6 GB), then benches/peers.py (`trdata bench` + the peers)
 	FEATURES="$(FEATURES)" scripts/setup.sh --peers
-	$(VENV)/bin/trdata bench $(BENCH_PEERS_ARGS) $(BENCH_ARGS)
+	$(VENV)/bin/python benches/peers.py $(BENCH_ARGS)
 
 bench-throughput: ## Setup with the peers, then benches/throughput.py on ../shared/data/imagenet-sample (JSON in bench-results/)
 	FEATURES="$(FEATURES)" scripts/setup.sh --peers

@@ -13,7 +13,7 @@ process bound to the same CPUs, with one untimed warm-up epoch and then ≥ 2 ti
   dali              NVIDIA DALI CPU-only pipeline (row says "not installed" when nvidia.dali is missing)
   decode-1/2        raw libjpeg-turbo full decode of the files held in memory, 1 and 2 threads (ceiling)
 
-Peers come from `make bench-peers`. Usage (from the repo root, extension built):
+The peers are `peers.py` beside this file (`make bench-peers` installs them). Usage (from the repo root, extension built):
 
     .venv/bin/python benches/throughput.py                   # ImageNet sample, CPUs = first 2 allowed
     .venv/bin/python benches/throughput.py --rounds 3        # interleaved rounds, best round each
@@ -32,6 +32,7 @@ import sys
 import time
 from pathlib import Path
 
+import peers
 from trdata import _bench
 
 REPO = Path(__file__).resolve().parents[1]
@@ -161,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         cpus,
         rounds=args.rounds,
         stat=args.stat,
+        runner=peers.run_isolated,
         batch_size=args.batch_size,
         workers=args.workers,
         dtype="float16",

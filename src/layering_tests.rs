@@ -63,7 +63,10 @@ fn parse(root: &Path, path: &PathBuf) -> Option<SourceFile> {
     while let Some(line) = lines.next() {
         let t = line.trim_start();
         // An inline `#[cfg(test)] mod tests { … }` ends the production code of a file (house style: last).
-        if t.starts_with("#[cfg(test)]") && lines.peek().is_some_and(|n| n.trim_start().starts_with("mod ")) {
+        if t.starts_with("#[cfg(")
+            && t.contains("test")
+            && lines.peek().is_some_and(|n| n.trim_start().starts_with("mod "))
+        {
             if lines.peek().is_some_and(|n| n.contains('{')) {
                 break;
             }

@@ -26,8 +26,9 @@
 //! - every size that comes from a header or from the user is checked before it is allocated: a typed error
 //!   (`ConfigError` at construction, `TooLarge`/`Corrupt` per file, `Memory` at run time), never an abort;
 //! - only regular files are read, and never more than a bound (source/read.rs);
-//! - `unsafe` lives only in decode/, staging/, topology/, cuda/, transfer/, export/, py/ and augment/simd.rs
-//!   (runtime AVX2 dispatch of the resample kernels), each block with a SAFETY note.
+//! - `unsafe` lives only in decode/, staging/, topology/, cuda/, transfer/, export/, py/, augment/simd.rs
+//!   (runtime AVX2 dispatch of the resample kernels) and synthetic/encode.rs (the libjpeg-turbo encoder of the
+//!   test and benchmark data), each block with a SAFETY note.
 
 #![deny(unsafe_code)]
 
@@ -45,6 +46,7 @@ pub mod source;
 pub mod staging;
 pub mod stats;
 pub mod sync;
+pub mod synthetic;
 pub mod topology;
 pub mod transfer;
 pub mod worker;

@@ -3,7 +3,7 @@
 //!   ImageNet sample and the 46 edge cases;
 //! - otherwise a tier every clone has: `edge-cases` = the real files committed in `tests/fixtures/edge-cases` plus a
 //!   generated stand-in for the one large file not committed (a 4032×3024 4:2:2 JPEG); `imagenet-sample` = 200
-//!   photo-like JPEGs from the synthetic generator (`decode::encode`, seed 7) in ImageFolder layout.
+//!   photo-like JPEGs from the synthetic generator (`synthetic`, seed 7) in ImageFolder layout.
 //!
 //! Both fallbacks are built once per machine in the temp folder (into a private folder, then renamed into place, so
 //! concurrent test processes never see half a tier).
@@ -11,7 +11,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use crate::decode::encode::{ChromaSubsampling, JpegEncoder, generate_synthetic_dataset};
+use crate::synthetic::encode::{ChromaSubsampling, JpegEncoder};
+use crate::synthetic::generate_synthetic_dataset;
 
 /// A fresh, empty folder `$TMPDIR/trdata-test-<name>-<pid>` for one test's files.
 pub(crate) fn fresh_dir(name: &str) -> PathBuf {

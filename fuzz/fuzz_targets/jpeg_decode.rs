@@ -10,9 +10,9 @@ use trdata::decode::PixelWindow;
 mod common;
 
 fn good_jpeg() -> Vec<u8> {
-    let mut e = trdata::decode::encode::JpegEncoder::new().unwrap();
+    let mut e = trdata::synthetic::encode::JpegEncoder::new().unwrap();
     let px: Vec<u8> = (0..40 * 24 * 3).map(|i| (i * 7 % 251) as u8).collect();
-    e.encode(&px, 40, 24, 90, trdata::decode::encode::ChromaSubsampling::S420).unwrap()
+    e.encode(&px, 40, 24, 90, trdata::synthetic::encode::ChromaSubsampling::S420).unwrap()
 }
 
 struct State {

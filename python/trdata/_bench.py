@@ -1,4 +1,7 @@
-"""Benchmark machinery shared by ``trdata bench`` (cli.py) and ``benches/throughput.py``.
+"""What ``trdata bench`` (cli.py) measures with, shared with the scripts under ``benches/``: CPU binding,
+the progress bar, timing, the two built-in contenders (the trdata Loader and the raw libjpeg-turbo decode
+ceiling), process isolation, suites and the report tables. The peers (torch DataLoader, Pillow, DALI) are
+not part of the package: they live in ``benches/peers.py`` and plug in through ``run_suite(runner=...)``.
 
 Rules every measurement here follows (DESIGN.md §5):
 - same files, same CPUs (``restrict_cpus``) and the same pipeline for every contender;
@@ -20,8 +23,6 @@ from typing import Any
 #: The standard training pipeline every contender runs.
 PIPELINE = "RandomResizedCrop(224) + RandomHorizontalFlip + ImageNet normalize → float16 NCHW"
 CROP = 224
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -445,254 +446,11 @@ def machine_summary() -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Peers (imported lazily: torch/torchvision/DALI are optional, installed by `make bench-peers`)
+# Contenders by key, each in a fresh process
 # ----------------------------------------------------------------------------------------------------------
 
-
-def _torch_worker_init(_worker_id: int) -> None:
-    # torch's DataLoader already does this in each worker; explicit so the rule is visible and kept.
-    import torch
-
-    torch.set_num_threads(1)
-
-
-def _torch_epochs(dataset: Any, *, batch_size: int, workers: int) -> Callable[[int], Iterator[int]]:
-    """Epoch runner of a torch DataLoader (persistent workers, shuffled, default prefetch, no pinning)."""
-    import torch
-    from torch.utils.data import DataLoader
-
-    generator = torch.Generator()
-    loader = DataLoader(
-        dataset,
-        batch_size=batch_size,
-        shuffle=True,
-        num_workers=workers,
-        persistent_workers=workers > 0,
-        worker_init_fn=_torch_worker_init if workers > 0 else None,
-        pin_memory=False,
-        drop_last=False,
-        generator=generator,
-    )
-
-    def epoch_batches(e: int) -> Iterator[int]:
-        generator.manual_seed(e)
-        for _images, labels in loader:
-            yield int(labels.shape[0])
-
-    return epoch_batches
-
-
-class _TorchV2Dataset:
-    """(path, label) → torchvision.io.decode_jpeg + v2 transforms (the modern torchvision recipe)."""
-
-    def __init__(self, paths: Sequence[str], labels: Sequence[int]) -> None:
-        import torch
-        from torchvision.transforms import v2
-
-        self.paths, self.labels = list(paths), list(labels)
-        self.transform = v2.Compose(
-            [
-                v2.RandomResizedCrop(CROP, antialias=True),
-                v2.RandomHorizontalFlip(),
-                v2.ToDtype(torch.float32, scale=True),
-                v2.Normalize(IMAGENET_MEAN, IMAGENET_STD),
-                v2.ToDtype(torch.float16),
-            ]
-        )
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, i: int) -> tuple[Any, int]:
-        from torchvision.io import ImageReadMode, decode_jpeg, read_file
-
-        image = decode_jpeg(read_file(self.paths[i]), mode=ImageReadMode.RGB)
-        return self.transform(image), self.labels[i]
-
-
-def torch_v2_contender(
-    paths: Sequence[str], labels: Sequence[int], *, batch_size: int, workers: int, **timing: Any
-) -> Measurement:
-    """torch DataLoader + torchvision.io.decode_jpeg + transforms.v2, float16 NCHW."""
-    import torchvision
-
-    run = _torch_epochs(_TorchV2Dataset(paths, labels), batch_size=batch_size, workers=workers)
-    m = time_epochs(display_name("torch-v2"), run, len(paths), **timing)
-    m.note = f"torchvision {torchvision.__version__}; decode_jpeg + transforms.v2; {workers} worker processes"
-    return m
-
-
-def torch_pil_contender(
-    root: str, n_files: int, *, batch_size: int, workers: int, **timing: Any
-) -> Measurement:
-    """The classic recipe: torchvision.datasets.ImageFolder (PIL) + transforms RandomResizedCrop/ToTensor/
-    Normalize (+ a cast to float16 so the output matches)."""
-    import torch
-    import torchvision
-    from torchvision import datasets, transforms
-
-    dataset = datasets.ImageFolder(
-        root,
-        transform=transforms.Compose(
-            [
-                transforms.RandomResizedCrop(CROP),
-                transforms.RandomHorizontalFlip(),
-                transforms.ToTensor(),
-                transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
-                transforms.ConvertImageDtype(torch.float16),
-            ]
-        ),
-    )
-    run = _torch_epochs(dataset, batch_size=batch_size, workers=workers)
-    m = time_epochs(display_name("torch-pil"), run, len(dataset), **timing)
-    m.note = (
-        f"torchvision {torchvision.__version__}; ImageFolder + PIL transforms; {workers} worker processes"
-    )
-    if len(dataset) != n_files:
-        m.note += f" (ImageFolder found {len(dataset)} files, trdata {n_files})"
-    return m
-
-
-def _rrc_params(rng: Any, width: int, height: int) -> tuple[int, int, int, int]:
-    """torchvision's RandomResizedCrop.get_params (scale (0.08, 1), ratio (3/4, 4/3), 10 tries, then centre)."""
-    import math
-
-    area = width * height
-    log_lo, log_hi = math.log(3 / 4), math.log(4 / 3)
-    for _ in range(10):
-        target = area * rng.uniform(0.08, 1.0)
-        aspect = math.exp(rng.uniform(log_lo, log_hi))
-        w = round(math.sqrt(target * aspect))
-        h = round(math.sqrt(target / aspect))
-        if 0 < w <= width and 0 < h <= height:
-            return rng.randint(0, width - w), rng.randint(0, height - h), w, h
-    ratio = width / height
-    if ratio < 3 / 4:
-        w, h = width, round(width / (3 / 4))
-    elif ratio > 4 / 3:
-        w, h = round(height * (4 / 3)), height
-    else:
-        w, h = width, height
-    return (width - w) // 2, (height - h) // 2, w, h
-
-
-def pillow_threads_contender(
-    paths: Sequence[str], labels: Sequence[int], *, batch_size: int, workers: int, **timing: Any
-) -> Measurement:
-    """A Pillow thread pool: open → convert('RGB') (full decode, no draft) → RRC as one resize(box=…) →
-    flip → numpy normalize → float16 NCHW written into a batch buffer; two batches in flight."""
-    import random
-    from concurrent.futures import ThreadPoolExecutor
-
-    import numpy as np
-    import PIL
-    from PIL import Image
-
-    n = len(paths)
-    scale = (1.0 / (255.0 * np.asarray(IMAGENET_STD, dtype=np.float32))).reshape(1, 1, 3)
-    shift = (
-        np.asarray(IMAGENET_MEAN, dtype=np.float32) / np.asarray(IMAGENET_STD, dtype=np.float32)
-    ).reshape(1, 1, 3)
-    ring = [np.empty((batch_size, 3, CROP, CROP), dtype=np.float16) for _ in range(3)]
-
-    def load(epoch: int, index: int, out: np.ndarray) -> None:
-        rng = random.Random((epoch << 32) ^ index)
-        with Image.open(paths[index]) as im:
-            im = im.convert("RGB")
-            x, y, w, h = _rrc_params(rng, im.width, im.height)
-            im = im.resize((CROP, CROP), Image.Resampling.BILINEAR, box=(x, y, x + w, y + h))
-        if rng.random() < 0.5:
-            im = im.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        a = np.asarray(im, dtype=np.float32)
-        np.multiply(a, scale, out=a)
-        np.subtract(a, shift, out=a)
-        out[...] = a.transpose(2, 0, 1)
-
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pil")
-
-    def epoch_batches(e: int) -> Iterator[int]:
-        order = np.random.default_rng(e).permutation(n)
-        batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
-        pending: list[list[Any]] = []
-
-        def submit(b: int) -> None:
-            buf = ring[b % len(ring)]
-            pending.append([pool.submit(load, e, int(idx), buf[k]) for k, idx in enumerate(batches[b])])
-
-        for b in range(min(2, len(batches))):
-            submit(b)
-        for b in range(len(batches)):
-            for f in pending.pop(0):
-                f.result()
-            if b + 2 < len(batches):
-                submit(b + 2)
-            yield len(batches[b])
-
-    try:
-        m = time_epochs(display_name("pillow-threads"), epoch_batches, n, **timing)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-    m.note = f"Pillow {PIL.__version__}; {workers} threads; numpy normalize"
-    return m
-
-
-def dali_contender(
-    paths: Sequence[str], labels: Sequence[int], *, batch_size: int, workers: int, **timing: Any
-) -> Measurement:
-    """NVIDIA DALI, CPU-only pipeline (device_id=None): file reader → decoders.image_random_crop (ROI decode)
-    → resize(antialias) → crop_mirror_normalize(float16, CHW)."""
-    from nvidia import dali
-    from nvidia.dali import fn, pipeline_def, types
-
-    @pipeline_def
-    def pipe() -> Any:
-        jpegs, labs = fn.readers.file(
-            files=list(paths), labels=list(labels), random_shuffle=True, name="reader"
-        )
-        images = fn.decoders.image_random_crop(
-            jpegs,
-            device="cpu",
-            output_type=types.RGB,
-            random_area=[0.08, 1.0],
-            random_aspect_ratio=[3 / 4, 4 / 3],
-            num_attempts=10,
-        )
-        images = fn.resize(images, resize_x=CROP, resize_y=CROP, antialias=True)
-        images = fn.crop_mirror_normalize(
-            images,
-            dtype=types.FLOAT16,
-            output_layout="CHW",
-            mean=[v * 255 for v in IMAGENET_MEAN],
-            std=[v * 255 for v in IMAGENET_STD],
-            mirror=fn.random.coin_flip(probability=0.5),
-        )
-        return images, labs
-
-    p = pipe(batch_size=batch_size, num_threads=workers, device_id=None, seed=0, prefetch_queue_depth=2)
-    p.build()
-    n = len(paths)
-    iterations = -(-n // batch_size)
-
-    def epoch_batches(_e: int) -> Iterator[int]:
-        # The reader wraps around epochs inside batches; every run() is batch_size decoded images.
-        for _ in range(iterations):
-            p.run()
-            yield batch_size
-
-    m = time_epochs(display_name("dali"), epoch_batches, iterations * batch_size, **timing)
-    m.note = f"DALI {dali.__version__}; CPU-only (device_id=None); {workers} threads"
-    return m
-
-
-#: Contender keys accepted by ``run_contender`` / ``python -m trdata._bench`` (``decode-N``: any N ≥ 1).
-CONTENDERS = ("trdata", "torch-v2", "torch-pil", "pillow-threads", "dali", "decode-1", "decode-2")
-_DISPLAY = {
-    "trdata": "trdata Loader",
-    "torch-v2": "torch DataLoader + v2",
-    "torch-pil": "torch DataLoader + PIL (classic)",
-    "pillow-threads": "Pillow thread pool",
-    "dali": "DALI CPU pipeline",
-}
+#: Contender keys of ``run_contender`` (``decode-N``: the ceiling on N threads, any N ≥ 1).
+CONTENDERS = ("trdata", "decode-N")
 
 
 def display_name(key: str) -> str:
@@ -700,7 +458,7 @@ def display_name(key: str) -> str:
     if key.startswith("decode-"):
         n = int(key.split("-", 1)[1])
         return f"decode-only libjpeg-turbo ({n} thread{'s' if n > 1 else ''})"
-    return _DISPLAY.get(key, key)
+    return "trdata Loader" if key == "trdata" else key
 
 
 def run_contender(
@@ -716,64 +474,51 @@ def run_contender(
     progress: bool = True,
 ) -> Measurement:
     """Run one contender in this process (call it in a fresh process: see ``run_isolated``)."""
-    timing = {"epochs": epochs, "warmup": warmup, "seconds": seconds, "progress": progress}
     if name == "trdata":
-        return trdata_contender(root, batch_size=batch_size, workers=workers, dtype=dtype, **timing)
-    paths, labels = image_folder_files(root)
+        return trdata_contender(
+            root,
+            batch_size=batch_size,
+            workers=workers,
+            dtype=dtype,
+            epochs=epochs,
+            warmup=warmup,
+            seconds=seconds,
+            progress=progress,
+        )
     if name.startswith("decode-"):
+        paths, _labels = image_folder_files(root)
         return decode_ceiling(paths, int(name.split("-", 1)[1]), repeat=max(1, epochs))
-    if name == "torch-v2":
-        return torch_v2_contender(paths, labels, batch_size=batch_size, workers=workers, **timing)
-    if name == "torch-pil":
-        return torch_pil_contender(root, len(paths), batch_size=batch_size, workers=workers, **timing)
-    if name == "pillow-threads":
-        return pillow_threads_contender(paths, labels, batch_size=batch_size, workers=workers, **timing)
-    if name == "dali":
-        return dali_contender(paths, labels, batch_size=batch_size, workers=workers, **timing)
     raise ValueError(f"unknown contender {name!r}; expected one of {CONTENDERS}")
 
 
-#: Python modules a contender needs; a missing one turns the row into "not installed".
-REQUIRES = {
-    "torch-v2": ("torch", "torchvision"),
-    "torch-pil": ("torch", "torchvision", "PIL"),
-    "pillow-threads": ("PIL",),
-    "dali": ("nvidia.dali",),
-}
-
-
-def missing_modules(name: str) -> list[str]:
-    import importlib.util
-
-    missing = []
-    for mod in REQUIRES.get(name, ()):
-        try:
-            if importlib.util.find_spec(mod) is None:
-                missing.append(mod)
-        except (ImportError, ValueError):
-            missing.append(mod)
-    return missing
+#: The command ``run_isolated`` starts for one contender: this module's ``child_main``.
+CHILD = (sys.executable, "-m", "trdata._bench")
 
 
 def run_isolated(
-    name: str, root: str, cpus: Sequence[int], *, timeout_s: float = 900, **options: Any
+    name: str,
+    root: str,
+    cpus: Sequence[int],
+    *,
+    child: Sequence[str] = CHILD,
+    label: str | None = None,
+    timeout_s: float = 900,
+    **options: Any,
 ) -> Measurement:
     """Run contender ``name`` in a fresh Python process bound to ``cpus`` (so no contender inherits another's
-    threads, imports or page-cache warmth beyond the files themselves) and return its Measurement. Missing
-    optional dependencies and crashes become a row with ``error`` set instead of an exception."""
+    threads, imports or page-cache warmth beyond the files themselves) and return its Measurement. ``child``
+    is the command that runs one contender (``child_main``'s arguments follow it); ``label`` names the row
+    when the child fails (default ``display_name(name)``). Crashes and timeouts become a row with ``error``
+    set instead of an exception."""
     import json
     import subprocess
     import tempfile
 
-    missing = missing_modules(name)
-    if missing:
-        return Measurement(name=display_name(name), key=name, error=f"not installed ({', '.join(missing)})")
+    label = label or display_name(name)
     with tempfile.TemporaryDirectory(prefix="trdata-bench-") as tmp:
         out = os.path.join(tmp, "result.json")
         cmd = [
-            sys.executable,
-            "-m",
-            "trdata._bench",
+            *child,
             name,
             "--data",
             root,
@@ -795,10 +540,10 @@ def run_isolated(
                 cmd, check=False, timeout=timeout_s, stdout=subprocess.PIPE, stderr=None, text=True
             )
         except subprocess.TimeoutExpired:
-            return Measurement(name=display_name(name), key=name, error=f"timed out after {timeout_s:.0f} s")
+            return Measurement(name=label, key=name, error=f"timed out after {timeout_s:.0f} s")
         if proc.returncode != 0 or not os.path.exists(out):
             tail = (proc.stdout or "").strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
-            return Measurement(name=display_name(name), key=name, error=f"failed: {tail[0]}")
+            return Measurement(name=label, key=name, error=f"failed: {tail[0]}")
         with open(out) as f:
             d = json.load(f)
     m = Measurement(
@@ -816,52 +561,6 @@ def run_isolated(
     return m
 
 
-def _main(argv: Sequence[str] | None = None) -> int:
-    """``python -m trdata._bench CONTENDER --data DIR --out FILE [...]``: one contender, result as JSON."""
-    import argparse
-    import json
-    import traceback
-
-    ap = argparse.ArgumentParser(prog="python -m trdata._bench")
-    ap.add_argument("contender", help=f"one of {', '.join(CONTENDERS)} (decode-N: any N)")
-    ap.add_argument("--data", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--cpus", default=None)
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--dtype", default="float16")
-    ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--seconds", type=float, default=None)
-    ap.add_argument("--no-progress", dest="progress", action="store_false")
-    args = ap.parse_args(argv)
-    if args.cpus:
-        restrict_cpus(parse_cpus(args.cpus))
-    try:
-        m = run_contender(
-            args.contender,
-            args.data,
-            batch_size=args.batch_size,
-            workers=args.workers,
-            dtype=args.dtype,
-            epochs=args.epochs,
-            warmup=args.warmup,
-            seconds=args.seconds,
-            progress=args.progress,
-        )
-    except Exception as e:
-        traceback.print_exc()
-        print(f"{type(e).__name__}: {e}")
-        return 1
-    with open(args.out, "w") as f:
-        json.dump(m.to_json(), f)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main())
-
-
 # ----------------------------------------------------------------------------------------------------------
 # Suites: several contenders, each isolated, optionally in interleaved rounds
 # ----------------------------------------------------------------------------------------------------------
@@ -875,14 +574,16 @@ def run_suite(
     rounds: int = 1,
     stat: str = "best",
     log: Callable[[str], None] | None = None,
+    runner: Callable[..., Measurement] = run_isolated,
     **options: Any,
 ) -> list[Measurement]:
     """Run ``names`` one after another, each in a fresh process bound to ``cpus``. With ``rounds`` > 1 the
     whole sequence repeats, interleaved (so a burst of background load hits every contender alike), and each
     contender reports its ``stat`` round: ``best`` (default: background load only ever slows a contender
     down, so the fastest round is the least disturbed estimate of what it can do) or ``median``. All rounds
-    stay in ``extra['rounds_img_per_s']``. ``options`` go to ``run_contender`` (decode ceilings: repeat =
-    epochs)."""
+    stay in ``extra['rounds_img_per_s']``. ``runner(name, root, cpus, **options)`` runs one contender
+    (``run_isolated`` knows trdata and decode-N; ``benches/peers.py`` brings its own); ``options`` reach the
+    contender (decode ceilings: repeat = epochs)."""
     import statistics
 
     if stat not in ("best", "median"):
@@ -892,7 +593,7 @@ def run_suite(
         for name in names:
             if log is not None:
                 log(f"[{r + 1}/{rounds}] {name}" if rounds > 1 else f"{name}")
-            per_name[name].append(run_isolated(name, root, cpus, **options))
+            per_name[name].append(runner(name, root, cpus, **options))
     results = []
     for name in names:
         runs = per_name[name]
@@ -929,3 +630,61 @@ def results_table(results: Sequence[Measurement], reference: Measurement | None)
     headers = ("contender", f"img/s ({stat})" if multi else "img/s", *(("rounds",) if multi else ()))
     headers += ("img/CPU-s", f"{ref} ÷ it", "note")
     return format_table(headers, rows, "lr" + ("l" if multi else "") + "rrl")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The child process of run_isolated
+# ----------------------------------------------------------------------------------------------------------
+
+
+def child_main(
+    argv: Sequence[str] | None = None,
+    *,
+    run: Callable[..., Measurement] = run_contender,
+    prog: str = "python -m trdata._bench",
+    contenders: Sequence[str] = CONTENDERS,
+) -> int:
+    """``PROG CONTENDER --data DIR --out FILE [...]``: run one contender with ``run`` (``run_contender``
+    signature) in this process and write its result as JSON (what ``run_isolated`` starts)."""
+    import argparse
+    import json
+    import traceback
+
+    ap = argparse.ArgumentParser(prog=prog)
+    ap.add_argument("contender", help=f"one of {', '.join(contenders)}")
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--cpus", default=None)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--seconds", type=float, default=None)
+    ap.add_argument("--no-progress", dest="progress", action="store_false")
+    args = ap.parse_args(argv)
+    if args.cpus:
+        restrict_cpus(parse_cpus(args.cpus))
+    try:
+        m = run(
+            args.contender,
+            args.data,
+            batch_size=args.batch_size,
+            workers=args.workers,
+            dtype=args.dtype,
+            epochs=args.epochs,
+            warmup=args.warmup,
+            seconds=args.seconds,
+            progress=args.progress,
+        )
+    except Exception as e:
+        traceback.print_exc()
+        print(f"{type(e).__name__}: {e}")
+        return 1
+    with open(args.out, "w") as f:
+        json.dump(m.to_json(), f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(child_main())

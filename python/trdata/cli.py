@@ -2,8 +2,10 @@
 
 trdata info                 what this build sees: CPUs, NUMA, JPEG SIMD, CUDA, binding
 trdata bench                img/s of the standard training pipeline on the built-in dataset, next to the
-                            raw libjpeg-turbo decode ceiling on the same cores (--peers: also torch,
-                            Pillow, DALI when installed)
+                            raw libjpeg-turbo decode ceiling on the same cores
+
+The same report with torch, Pillow and DALI added is ``benches/peers.py`` in the repository
+(``make bench-peers``); it reuses ``add_bench_arguments`` and ``run_bench``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from . import _core
 
@@ -38,7 +41,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _cmd_bench(args: argparse.Namespace) -> int:
+def run_bench(
+    args: argparse.Namespace,
+    *,
+    peers: Sequence[str] = (),
+    runner: Callable[..., Any] | None = None,
+    title: str = "trdata bench",
+) -> int:
+    """The ``trdata bench`` report for parsed ``add_bench_arguments`` options: trdata and the decode ceiling
+    on the same cores, each in a fresh process. ``peers`` (benches/peers.py) adds contenders, run by
+    ``runner`` (default ``_bench.run_isolated``), and then also the single-thread decode ceiling."""
     from . import _bench
 
     cpus = _bench.parse_cpus(args.cpus) if args.cpus else _bench.allowed_cpus()
@@ -60,14 +72,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         return 2
 
     names = ["trdata", f"decode-{workers}"]
-    if args.peers:
-        names += ["torch-v2", "torch-pil", "pillow-threads", "dali"]
+    if peers:
+        names += peers
         if workers != 1:
             names.append("decode-1")
     timing = f"{args.seconds:g} s timed" if args.seconds else f"{args.epochs} timed epoch(s)"
     load = _bench.load_average()
     header = [
-        f"trdata bench — {len(paths):,} images: {data_label}",
+        f"{title} — {len(paths):,} images: {data_label}",
         (
             f"CPUs {','.join(map(str, cpus))}, {workers} worker(s), batch {args.batch_size}, "
             f"{_bench.PIPELINE.replace('float16', args.dtype)}"
@@ -87,6 +99,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         root,
         cpus,
         rounds=args.rounds,
+        runner=runner or _bench.run_isolated,
         batch_size=args.batch_size,
         workers=workers,
         dtype=args.dtype,
@@ -115,7 +128,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     if args.json:
         doc = {
-            "command": "trdata bench",
+            "command": title,
             "data": root,
             "images": len(paths),
             "cpus": cpus,
@@ -149,6 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
         "$TRDATA_CACHE or ~/.cache/trdata) or on --data, next to a raw libjpeg-turbo full-decode "
         "loop on the same cores. The warm-up epoch is not timed.",
     )
+    add_bench_arguments(bench)
+    bench.set_defaults(func=run_bench)
+    return parser
+
+
+def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
+    """The options of ``trdata bench`` (``run_bench`` reads them)."""
     bench.add_argument("--data", metavar="DIR", help="ImageFolder root (default: the built-in dataset)")
     bench.add_argument("--batch-size", type=_positive_int, default=64)
     bench.add_argument(
@@ -173,12 +193,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="run every contender on these CPUs, e.g. 0-3 (default: the current affinity)",
     )
     bench.add_argument(
-        "--peers",
-        action="store_true",
-        help="also time torch DataLoader (v2 and classic PIL), a Pillow thread pool and DALI "
-        "(those installed; `make bench-peers` installs them)",
-    )
-    bench.add_argument(
         "--rounds",
         type=_positive_int,
         default=1,
@@ -186,8 +200,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     bench.add_argument("-q", "--quiet", action="store_true", help="no progress output on stderr")
-    bench.set_defaults(func=_cmd_bench)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -157,8 +157,6 @@ pub struct SampleTiming {
 /// How far DCT-domain downscaling (libjpeg-turbo's M/8 IDCT) may go before the bilinear resampling.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum DctScaling {
-    /// Always decode at full size (bit-exact with Pillow, slowest).
-    Off,
     /// Smallest M/8 whose scaled crop is still at least this many times the output size in both dimensions
     /// (1.0 = "at least the output size", the fastest setting that never upsamples).
     MinRatio(f64),
@@ -344,7 +342,6 @@ impl SamplePipeline {
         let plan = self.transforms.plan(info.width, info.height, key);
         let (vx, vy) = (plan.x.valid(), plan.y.valid());
         let m = match self.dct {
-            DctScaling::Off => 8,
             DctScaling::MinRatio(r) => choose_scale_eighths(
                 vx.len() as f64 * plan.x.scale,
                 vy.len() as f64 * plan.y.scale,

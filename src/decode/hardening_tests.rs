@@ -2,8 +2,8 @@
 //! handle, decode-bomb budgets, the truncation rule, lossless JPEG, and a proptest smoke of every entry point that
 //! the cargo-fuzz targets (`fuzz/`) exercise for longer.
 
-use super::encode::{ChromaSubsampling, JpegEncoder};
 use super::*;
+use crate::synthetic::encode::{ChromaSubsampling, JpegEncoder};
 
 /// A photo-like RGB test pattern: gradients plus deterministic noise (so entropy data is not trivial).
 fn pattern(w: u32, h: u32, seed: u32) -> Vec<u8> {

@@ -58,7 +58,6 @@
 
 #![allow(unsafe_code)]
 
-pub mod encode;
 #[cfg(test)]
 mod hardening_tests;
 mod jpeg;
@@ -304,40 +303,6 @@ impl DecodedRegion<'_> {
         let start = y as usize * self.stride;
         &self.pixels[start..start + 3 * self.width as usize]
     }
-}
-
-/// A crop in original-image coordinates, for [`Decoder::decode_crop`].
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct CropRequest {
-    /// Left edge of the crop (original pixels, may be fractional).
-    pub x: f64,
-    /// Top edge.
-    pub y: f64,
-    /// Width of the crop.
-    pub width: f64,
-    /// Height of the crop.
-    pub height: f64,
-    /// Output width the crop will be resampled to.
-    pub out_width: u32,
-    /// Output height.
-    pub out_height: u32,
-    /// Required scaled-crop / output ratio for choosing the DCT scale (1.0 = "at least the output size").
-    pub min_ratio: f64,
-}
-
-/// Result of [`Decoder::decode_crop`]: the decoded region and where the crop lies in it.
-#[derive(Debug)]
-pub struct DecodedCrop<'a> {
-    /// Decoded pixels (crop + bilinear filter margin, clamped at image edges).
-    pub region: DecodedRegion<'a>,
-    /// Crop left edge in region pixels (sub-pixel exact: `x·M/8 − region.x0`).
-    pub crop_x: f64,
-    /// Crop top edge in region pixels.
-    pub crop_y: f64,
-    /// Crop width in scaled pixels.
-    pub crop_width: f64,
-    /// Crop height in scaled pixels.
-    pub crop_height: f64,
 }
 
 /// DCT scales (in eighths) that [`choose_scale_eighths`] picks from. libjpeg-turbo has SIMD IDCTs only for 8/8,
@@ -735,35 +700,6 @@ impl Decoder {
             self.damaged |= check_decode(self.tj.decompress8(bytes, &mut self.rgb, w * 3, h, pf))?;
         }
         Ok(())
-    }
-
-    /// Decode the crop `req` (original-image coordinates) plus the bilinear filter margin, at the smallest DCT scale
-    /// that keeps the crop at least `req.min_ratio ×` the output size. Reports the crop's sub-pixel position inside
-    /// the decoded region (original x maps to scaled x·M/8).
-    pub fn decode_crop(&mut self, bytes: &[u8], req: &CropRequest) -> std::result::Result<DecodedCrop<'_>, ImageError> {
-        let info = self.read_header(bytes)?;
-        let m = info.effective_scale(choose_scale_eighths(
-            req.width,
-            req.height,
-            req.out_width.max(1),
-            req.out_height.max(1),
-            req.min_ratio,
-        ));
-        let f = f64::from(m) / 8.0;
-        let (cx, cy, cw, ch) = (req.x * f, req.y * f, req.width * f, req.height * f);
-        // Antialiased bilinear support is max(1, crop/out) source pixels on each side of a sample centre.
-        let mx = (cw / f64::from(req.out_width.max(1))).max(1.0).ceil() + 1.0;
-        let my = (ch / f64::from(req.out_height.max(1))).max(1.0).ceil() + 1.0;
-        let clamp = |v: f64| v.max(0.0).min(f64::from(u32::MAX)) as u32;
-        let window = PixelWindow {
-            x0: clamp((cx - mx).floor()),
-            y0: clamp((cy - my).floor()),
-            x1: clamp((cx + cw + mx).ceil()),
-            y1: clamp((cy + ch + my).ceil()),
-        };
-        let region = self.decode_window(bytes, m, window)?;
-        let (rx, ry) = (f64::from(region.x0), f64::from(region.y0));
-        Ok(DecodedCrop { region, crop_x: cx - rx, crop_y: cy - ry, crop_width: cw, crop_height: ch })
     }
 
     /// Decode the whole image at full size into `out` (packed RGB8, resized as needed) — no ROI, no scaling.

@@ -280,37 +280,32 @@ fn roi_at_dct_scales_equals_scaled_full_decode_window() {
     }
 }
 
+/// The region `decode_window` returns around the window augment asks for: covering it, left edge on the scaled iMCU
+/// grid (`tj3SetCroppingRegion` requires it), clamped at the image's corners instead of failing.
 #[test]
-fn decode_crop_reports_the_crop_position() {
+fn decode_window_covers_aligns_and_clamps() {
     let Some(b) = edge("large_12mp_422__42_IndexError.jpg") else {
         return;
     };
     let mut d = Decoder::new().unwrap();
-    let req = CropRequest {
-        x: 1001.5,
-        y: 700.25,
-        width: 1000.0,
-        height: 900.0,
-        out_width: 224,
-        out_height: 224,
-        min_ratio: 1.0,
-    };
-    let c = d.decode_crop(&b, &req).unwrap();
-    let m = c.region.scale_eighths;
-    assert_eq!(m, 2, "1000×900 crop → 224: 2/8 keeps it ≥ 224, 1/8 does not");
-    let f = f64::from(m) / 8.0;
-    assert_eq!(c.crop_x, 1001.5 * f - f64::from(c.region.x0));
-    assert_eq!(c.crop_y, 700.25 * f - f64::from(c.region.y0));
-    assert_eq!((c.crop_width, c.crop_height), (250.0, 225.0));
-    assert!(c.crop_x >= 2.0 && c.crop_y >= 2.0, "margin before the crop");
-    assert!(c.crop_x + c.crop_width + 2.0 <= f64::from(c.region.width));
-    assert!(c.crop_y + c.crop_height + 2.0 <= f64::from(c.region.height));
-    // Left edge aligned to the scaled iMCU (4:2:2 → 16 px, at 2/8 → 4 px).
-    assert_eq!(c.region.x0 % 4, 0);
-    // A crop at the image corner is clamped, not an error.
-    let corner = CropRequest { x: 0.0, y: 0.0, width: 10.0, height: 10.0, out_width: 64, out_height: 64, ..req };
-    let c = d.decode_crop(&b, &corner).unwrap();
-    assert_eq!((c.region.scale_eighths, c.region.x0, c.region.y0), (8, 0, 0));
+    // A 1000×900 crop at (1001.5, 700.25) → 224×224: 2/8 keeps it ≥ 224, 1/8 does not. At 2/8 it spans
+    // (250.375, 175.0625) + 250×225 scaled pixels; with the bilinear margin (3 px) augment asks for this window.
+    let m = choose_scale_eighths(1000.0, 900.0, 224, 224, 1.0);
+    assert_eq!(m, 2);
+    let win = PixelWindow { x0: 247, y0: 172, x1: 504, y1: 404 };
+    let r = d.decode_window(&b, m, win).unwrap();
+    assert_eq!(r.scale_eighths, 2);
+    assert!(r.x0 <= win.x0 && r.y0 <= win.y0, "{r:?} starts after {win:?}");
+    assert!(win.x1 <= r.x0 + r.width && win.y1 <= r.y0 + r.height, "{r:?} ends before {win:?}");
+    // Left edge aligned to the scaled iMCU (4:2:2 → 16 px, at 2/8 → 4 px); 247 is not.
+    assert_eq!(r.x0 % 4, 0);
+    // A window at the top-left corner starts at 0; one running past the bottom-right corner is clamped to the
+    // image, not an error.
+    let r = d.decode_window(&b, 8, PixelWindow { x0: 0, y0: 0, x1: 12, y1: 12 }).unwrap();
+    assert_eq!((r.scale_eighths, r.x0, r.y0), (8, 0, 0));
+    let (w, h) = (r.scaled_width, r.scaled_height);
+    let r = d.decode_window(&b, 8, PixelWindow { x0: w - 12, y0: h - 12, x1: w + 100, y1: u32::MAX }).unwrap();
+    assert_eq!((r.x0 + r.width, r.y0 + r.height), (w, h));
 }
 
 #[test]

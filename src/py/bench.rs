@@ -1,7 +1,7 @@
 //! py/bench — benchmark helpers of `trdata._core` (used by `trdata bench` and `benches/throughput.py`):
 //!
 //! - `generate_synthetic_dataset(root, count, seed, *, threads=None, progress=None) -> dict`: the built-in
-//!   default dataset (photo-like JPEGs painted and encoded by `decode::encode`, published atomically);
+//!   default dataset (photo-like JPEGs painted and encoded by `synthetic`, published atomically);
 //! - `decode_ceiling(paths, threads, repeat, *, pin=True) -> dict`: the raw libjpeg-turbo full-decode rate
 //!   (no ROI, no DCT scaling, no augmentation, no staging) over in-memory file bytes on `threads` std threads
 //!   — the ceiling the loader is compared against.
@@ -12,18 +12,16 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::errors::IntoPyResult;
+use super::wait::{WAIT_SLICE, wait_detached};
 use crate::decode::Decoder;
-use crate::decode::encode::{SYNTHETIC_VERSION, generate_synthetic_dataset as generate};
-
-/// How long the caller's thread waits, detached, before it checks signals again.
-const WAIT_SLICE: Duration = Duration::from_millis(100);
+use crate::synthetic::{SYNTHETIC_VERSION, generate_synthetic_dataset as generate};
 
 /// Add the benchmark functions to `trdata._core`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -39,7 +37,7 @@ struct Slot<T> {
     ready: Condvar,
 }
 
-/// Run `work` on a helper thread named `name`. The calling thread waits detached in `WAIT_SLICE` slices; between
+/// Run `work` on a helper thread named `name`. The calling thread waits through the GIL helper (wait.rs): between
 /// slices it calls `tick` (with the GIL) and checks signals. If either fails, `cancel` is raised, the helper is
 /// waited for (it must observe `cancel` promptly) and the error is returned.
 fn run_interruptibly<T: Send + 'static>(
@@ -61,34 +59,25 @@ fn run_interruptibly<T: Send + 'static>(
             })
             .map_err(|e| PyRuntimeError::new_err(format!("cannot start thread {name}: {e}")))?
     };
-    // Wait up to one slice for the helper's value.
-    let wait_slice = |slot: &Slot<T>| -> Option<T> {
-        let guard = slot.value.lock().unwrap_or_else(|e| e.into_inner());
-        let (mut guard, _) =
-            slot.ready.wait_timeout_while(guard, WAIT_SLICE, |v| v.is_none()).unwrap_or_else(|e| e.into_inner());
-        guard.take()
-    };
-    let take = |slot: &Slot<T>| slot.value.lock().unwrap_or_else(|e| e.into_inner()).take();
-    loop {
-        let waited = {
-            let slot = Arc::clone(&slot);
-            py.detach(move || wait_slice(&slot))
-        };
-        // The helper stores its value before it finishes, so "finished and no value" means it panicked.
-        let finished = waited.is_some() || handle.is_finished();
-        if finished {
-            let value = waited.or_else(|| take(&slot));
-            let _ = py.detach(|| handle.join());
-            // Final tick (a progress bar reaches 100 %); its error no longer matters.
-            let _ = tick(py);
-            return value.ok_or_else(|| PyRuntimeError::new_err(format!("thread {name} panicked")));
-        }
-        if let Err(e) = tick(py).and_then(|()| py.check_signals()) {
-            cancel.store(true, Ordering::Relaxed);
-            let _ = py.detach(|| handle.join());
-            return Err(e);
-        }
-    }
+    // Each slice waits for the helper's value; it is done when there is one or the helper finished without
+    // one (it stores its value before it finishes, so that means it panicked).
+    let waited = wait_detached(
+        py,
+        || {
+            let guard = slot.value.lock().unwrap_or_else(|e| e.into_inner());
+            let (mut guard, _) =
+                slot.ready.wait_timeout_while(guard, WAIT_SLICE, |v| v.is_none()).unwrap_or_else(|e| e.into_inner());
+            let value = guard.take();
+            (value.is_some() || handle.is_finished()).then_some(value)
+        },
+        &mut tick,
+        || cancel.store(true, Ordering::Relaxed),
+    );
+    let _ = py.detach(|| handle.join());
+    let value = waited?;
+    // Final tick (a progress bar reaches 100 %); its error no longer matters.
+    let _ = tick(py);
+    value.ok_or_else(|| PyRuntimeError::new_err(format!("thread {name} panicked")))
 }
 
 /// Generate the deterministic synthetic ImageFolder dataset of `count` JPEGs from `seed` into `root`, unless a

@@ -51,6 +51,7 @@ pub fn scan_image_folder(
             Err(RecvTimeoutError::Timeout) => None,
             other => Some(other),
         },
+        |_| Ok(()),
         || cancel.store(true, Ordering::Relaxed),
     )?;
     let ds = match scanned {
@@ -481,6 +482,7 @@ impl NativeLoader {
                 Slice::Core(Ok(NextStep::Timeout)) => None,
                 other => Some(other),
             },
+            |_| Ok(()),
             || (),
         )?;
         let batches = match next {

@@ -9,9 +9,15 @@ use std::time::Duration;
 pub const WAIT_SLICE: Duration = Duration::from_millis(50);
 
 /// Call `slice` detached until it yields `Some`; `slice` must itself wait at most about [`WAIT_SLICE`] before
-/// returning `None`. Between slices the signal handlers run; if one raises (Ctrl-C → `KeyboardInterrupt`),
-/// `interrupted` runs (e.g. to cancel the work being waited for) and the exception is returned.
-pub fn wait_detached<T, F>(py: Python<'_>, mut slice: F, interrupted: impl FnOnce()) -> PyResult<T>
+/// returning `None`. Between slices, with the interpreter attached, `between` runs (e.g. a progress callback)
+/// and then the signal handlers; if either raises (Ctrl-C → `KeyboardInterrupt`), `interrupted` runs (e.g. to
+/// cancel the work being waited for) and the exception is returned.
+pub fn wait_detached<T, F>(
+    py: Python<'_>,
+    mut slice: F,
+    mut between: impl FnMut(Python<'_>) -> PyResult<()>,
+    interrupted: impl FnOnce(),
+) -> PyResult<T>
 where
     T: Send,
     F: FnMut() -> Option<T> + Send,
@@ -20,7 +26,7 @@ where
         if let Some(v) = py.detach(&mut slice) {
             return Ok(v);
         }
-        if let Err(e) = py.check_signals() {
+        if let Err(e) = between(py).and_then(|()| py.check_signals()) {
             interrupted();
             return Err(e);
         }

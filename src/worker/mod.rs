@@ -528,9 +528,9 @@ mod tests {
     fn skip_counts_samples_and_always_finds_a_good_replacement() {
         let dir = std::env::temp_dir().join(format!("trdata-skip-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let jpeg = crate::decode::encode::JpegEncoder::new()
+        let jpeg = crate::synthetic::encode::JpegEncoder::new()
             .unwrap()
-            .encode(&[90u8; 16 * 16 * 3], 16, 16, 90, crate::decode::encode::ChromaSubsampling::S420)
+            .encode(&[90u8; 16 * 16 * 3], 16, 16, 90, crate::synthetic::encode::ChromaSubsampling::S420)
             .unwrap();
         let mut paths = Vec::new();
         for i in 0..32 {
