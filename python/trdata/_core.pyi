@@ -1,12 +1,16 @@
-"""Type stubs of the private native module (checked against it by tests/test_api.py)."""
+"""Type stubs of the private native module (checked against it by `make lint`: mypy.stubtest)."""
 
+import os
+from collections.abc import Sequence
 from typing import Any
 
 __version__: str
 
-def scan_image_folder(root: str) -> tuple[list[str], list[int], list[str]]: ...
+def scan_image_folder(root: str | os.PathLike[str]) -> tuple[list[str], list[int], list[str]]: ...
+def check_file_list(paths: Sequence[str | os.PathLike[str]], num_labels: int) -> None: ...
 
 CHOICES: dict[str, tuple[str, ...]]
+DEFAULTS: dict[str, Any]
 
 def machine_info() -> dict[str, Any]: ...
 
@@ -67,27 +71,27 @@ class NativeLoader:
         classes: list[str],
         *,
         batch_size: int,
-        workers: int,
+        workers: int | None,
         shuffle: bool,
         seed: int,
         reproducible: bool | None,
-        last_batch: Any,
+        last_batch: str,
         rank: int,
         world_size: int,
-        pin: Any,
-        on_error: Any,
+        pin: str,
+        on_error: str,
         prefetch: int,
         max_held_batches: int,
-        transforms: list[tuple[Any, ...]],
-        normalize: tuple[tuple[float, float, float], tuple[float, float, float]] | None,
-        dtype: Any,
-        layout: Any,
-        devices: list[int] | None = None,
-        device_slots: int = 3,
-        cpus: list[int] | None = None,
-        max_pixels: int | None = None,
-        max_scans: int | None = None,
-        max_memory_bytes: int | None = None,
+        transforms: Sequence[tuple[Any, ...]],
+        normalize: tuple[Sequence[float], Sequence[float]] | None,
+        dtype: str,
+        layout: str,
+        devices: Sequence[int] | None,
+        device_slots: int,
+        cpus: Sequence[int] | None,
+        max_pixels: int | None,
+        max_scans: int | None,
+        max_memory_bytes: int | None,
     ) -> None: ...
     def __len__(self) -> int: ...
     def state_dict(self) -> dict[str, Any]: ...
@@ -111,6 +115,8 @@ class NativeLoader:
     @property
     def epoch(self) -> int: ...
     def set_epoch(self, epoch: int) -> None: ...
+    @property
+    def workers(self) -> int: ...
     @property
     def sample_shape(self) -> tuple[int, int, int]: ...
     def new_iteration(self) -> int: ...

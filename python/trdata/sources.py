@@ -91,12 +91,8 @@ class FileList(Source):
     ) -> None:
         self.paths = _check_paths(paths)
         self.labels = [0] * len(self.paths) if labels is None else _check_labels(labels)
-        if len(self.labels) != len(self.paths):
-            raise ConfigError(
-                f"invalid labels: {len(self.labels)} labels for {len(self.paths)} paths", parameter="labels"
-            )
-        if not self.paths:
-            raise ConfigError("invalid paths: the file list is empty", parameter="paths")
+        # the list's rules (non-empty, usable paths, one label per path) are the core's
+        _core.check_file_list(self.paths, len(self.labels))
         self.classes = []
 
 
@@ -139,8 +135,6 @@ def _check_paths(paths: Any) -> list[str]:
             raise _paths_error(
                 f"{p!r} (element {i}) is a {type(p).__name__}, not a str, bytes or os.PathLike"
             ) from None
-        if not s or "\0" in s:
-            raise _paths_error(f"{p!r} (element {i}) is empty or contains a NUL character")
         out.append(str(s))  # a plain str, also for str subclasses (numpy.str_ from an array of str)
     return out
 

@@ -6,7 +6,7 @@
 //! With W workers in total and E engines in this process: engine = w mod E, j = w div E, and engine e has
 //! M_e = ⌈(W − e) / E⌉ workers (W ≥ E), so uneven W still covers every sequence number.
 
-use crate::error::{Result, TrdataError};
+use crate::error::Result;
 
 /// Which engine a worker serves and its position among that engine's workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,12 +22,7 @@ pub struct WorkerClaim {
 impl WorkerClaim {
     /// The claim of worker `w` of `total_workers` over `engines` engines.
     pub fn new(w: usize, total_workers: usize, engines: usize) -> Result<Self> {
-        if engines == 0 || total_workers < engines {
-            return Err(TrdataError::config(
-                "workers",
-                format!("{total_workers} workers cannot serve {engines} engines (need at least one per engine)"),
-            ));
-        }
+        crate::config::check_workers_per_engine(total_workers, engines)?;
         let engine = w % engines;
         Ok(Self { engine, j: w / engines, workers_of_engine: (total_workers - engine).div_ceil(engines) })
     }
