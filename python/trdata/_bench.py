@@ -15,7 +15,10 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .loader import DTypeName
 
 #: The standard training pipeline every contender runs.
 PIPELINE = "RandomResizedCrop(224) + RandomHorizontalFlip + ImageNet normalize → float16 NCHW"
@@ -294,7 +297,7 @@ def trdata_contender(
     *,
     batch_size: int = 64,
     workers: int = 2,
-    dtype: str = "float16",
+    dtype: DTypeName = "float16",
     epochs: int = 2,
     warmup: int = 1,
     seconds: float | None = None,
@@ -597,8 +600,8 @@ def pillow_threads_contender(
 
     def load(epoch: int, index: int, out: np.ndarray) -> None:
         rng = random.Random((epoch << 32) ^ index)
-        with Image.open(paths[index]) as im:
-            im = im.convert("RGB")
+        with Image.open(paths[index]) as f:
+            im = f.convert("RGB")
             x, y, w, h = _rrc_params(rng, im.width, im.height)
             im = im.resize((CROP, CROP), Image.Resampling.BILINEAR, box=(x, y, x + w, y + h))
         if rng.random() < 0.5:
@@ -709,14 +712,14 @@ def run_contender(
     *,
     batch_size: int = 64,
     workers: int = 2,
-    dtype: str = "float16",
+    dtype: DTypeName = "float16",
     epochs: int = 2,
     warmup: int = 1,
     seconds: float | None = None,
     progress: bool = True,
 ) -> Measurement:
     """Run one contender in this process (call it in a fresh process: see ``run_isolated``)."""
-    timing = {"epochs": epochs, "warmup": warmup, "seconds": seconds, "progress": progress}
+    timing: dict[str, Any] = {"epochs": epochs, "warmup": warmup, "seconds": seconds, "progress": progress}
     if name == "trdata":
         return trdata_contender(root, batch_size=batch_size, workers=workers, dtype=dtype, **timing)
     paths, labels = image_folder_files(root)
@@ -921,7 +924,7 @@ def results_table(results: Sequence[Measurement], reference: Measurement | None)
             rows.append((m.name, "—", *(("",) if multi else ()), "—", "—", m.error))
             continue
         usable = reference is not None and reference.error is None and m.img_per_s > 0
-        ratio = reference.img_per_s / m.img_per_s if usable else None
+        ratio = reference.img_per_s / m.img_per_s if usable and reference is not None else None
         per_cpu = "—" if m.img_per_cpu_s is None else fmt_rate(m.img_per_cpu_s)
         rows.append((m.name, fmt_rate(m.img_per_s), *rounds, per_cpu, fmt_ratio(ratio), m.note))
     ref = reference.name if reference else "reference"

@@ -2,7 +2,22 @@
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, final
+
+__all__ = [
+    "__version__",
+    "NativeLoader",
+    "BatchLeaseHandle",
+    "DeviceTensorHandle",
+    "scan_image_folder",
+    "check_file_list",
+    "CHOICES",
+    "DEFAULTS",
+    "machine_info",
+    "generate_synthetic_dataset",
+    "decode_ceiling",
+    "SYNTHETIC_VERSION",
+]
 
 __version__: str
 
@@ -23,6 +38,7 @@ def decode_ceiling(
     paths: list[str], threads: int, repeat: int = 1, *, pin: bool = True
 ) -> dict[str, Any]: ...
 
+@final
 class BatchLeaseHandle:
     """Owner of one batch buffer; numpy views and DLPack tensors of it each keep it alive."""
     @property
@@ -43,6 +59,7 @@ class BatchLeaseHandle:
     @property
     def batch(self) -> int: ...
 
+@final
 class DeviceTensorHandle:
     """Images or labels of one batch in a CUDA device slot; a DLPack producer on that device."""
     def __dlpack__(
@@ -63,9 +80,10 @@ class DeviceTensorHandle:
     @property
     def device_index(self) -> int: ...
 
+@final
 class NativeLoader:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         paths: list[str],
         labels: list[int],
         classes: list[str],
@@ -92,7 +110,7 @@ class NativeLoader:
         max_pixels: int | None,
         max_scans: int | None,
         max_memory_bytes: int | None,
-    ) -> None: ...
+    ) -> NativeLoader: ...
     def __len__(self) -> int: ...
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(

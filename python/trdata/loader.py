@@ -103,7 +103,8 @@ class DeviceTensor(Protocol):
     DLPack producer with a shape and a dtype."""
 
     def __dlpack__(self, *args: Any, **kwargs: Any) -> Any: ...
-    def __dlpack_device__(self) -> Any: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+    def __len__(self) -> int: ...
     @property
     def shape(self) -> Any: ...
     @property
@@ -143,7 +144,7 @@ class Batch:
         indices: np.ndarray,
         valid: int,
         epoch: int,
-        lease: Any = None,
+        lease: _core.BatchLeaseHandle | _core.DeviceTensorHandle | None = None,
     ) -> None:
         self.images = images
         self.labels = labels
@@ -186,7 +187,8 @@ class Batch:
             for k, v in (("max_version", max_version), ("dl_device", dl_device), ("copy", copy))
             if v is not None
         }
-        return self.images.__dlpack__(stream=stream, **kwargs)
+        images: Any = self.images  # numpy's or a device tensor's own __dlpack__
+        return images.__dlpack__(stream=stream, **kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         """(device_type, device_id) of ``images``; (1, 0) is the CPU."""
@@ -202,7 +204,7 @@ class Batch:
         return torch.from_dlpack(self), torch.from_dlpack(self.labels)
 
 
-def _lease_of(images: np.ndarray) -> Any:
+def _lease_of(images: np.ndarray) -> _core.BatchLeaseHandle | None:
     """The BatchLeaseHandle whose memory ``images`` views whole (same data pointer and shape), else None."""
     base = images.base
     while isinstance(base, np.ndarray):
@@ -234,8 +236,8 @@ def _parse_devices(device: Any) -> tuple[list[int] | None, bool]:
             ordinal = _local_rank()  # one process per GPU under torchrun: this process's GPU
             if ordinal >= _ORDINAL_LIMIT:
                 raise ConfigError(
-                    f"invalid device: 'cuda' means cuda:LOCAL_RANK, and LOCAL_RANK={ordinal} is not a CUDA "
-                    f"ordinal (must be < 2**32)",
+                    f"invalid device: 'cuda' (cuda:LOCAL_RANK, LOCAL_RANK={ordinal}) must name a CUDA ordinal "
+                    f"(< 2**32)",
                     parameter="device",
                 )
             return ordinal
@@ -244,11 +246,11 @@ def _parse_devices(device: Any) -> tuple[list[int] | None, bool]:
             # the length first: int() of a string of thousands of digits raises ValueError
             if len(digits) > 10 or int(digits) >= _ORDINAL_LIMIT:
                 raise ConfigError(
-                    f"invalid device: {_shown(d)}; the CUDA ordinal must be < 2**32", parameter="device"
+                    f"invalid device: {_shown(d)} must name a CUDA ordinal (< 2**32)", parameter="device"
                 )
             return int(digits)
         raise ConfigError(
-            f"invalid device: {_shown(d)}; expected 'cpu', 'cuda', 'cuda:N' or a list of 'cuda:N'",
+            f"invalid device: {_shown(d)} must be 'cpu', 'cuda', 'cuda:N' or a list of 'cuda:N'",
             parameter="device",
         )
 
@@ -446,8 +448,7 @@ class Loader:
     ) -> None:
         if not isinstance(source, Source):
             raise ConfigError(
-                f"invalid source: expected trdata.ImageFolder or trdata.FileList, got "
-                f"{type(source).__name__}",
+                f"invalid source: a {type(source).__name__} must be a trdata.ImageFolder or trdata.FileList",
                 parameter="source",
             )
         # Translation only (types, the environment, torch.distributed); the core checks every value.
@@ -622,7 +623,7 @@ class Loader:
             images = np.asarray(lease)  # zero-copy: the array's base is the lease
             if bf16:
                 try:
-                    import ml_dtypes  # type: ignore[import-not-found]
+                    import ml_dtypes
 
                     images = images.view(ml_dtypes.bfloat16)
                 except ImportError:

@@ -65,7 +65,8 @@ class ImageFolder(Source):
             self.root = os.path.expanduser(os.fsdecode(root))
         except TypeError:
             raise ConfigError(
-                f"invalid root: {root!r} is a {type(root).__name__}, not a path", parameter="root"
+                f"invalid root: {root!r} must be a path (str, bytes or os.PathLike), not a {type(root).__name__}",
+                parameter="root",
             ) from None
         self.paths, self.labels, self.classes = _core.scan_image_folder(self.root)
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
@@ -165,7 +166,8 @@ def _check_label_array(a: np.ndarray) -> list[int]:
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise _labels_error(f"{a[i]!r} (element {i}) is not an integer in the int64 range")
-    return a.astype(np.int64).tolist()
+    out: list[int] = a.astype(np.int64).tolist()
+    return out
 
 
 def _check_label(v: Any, i: int) -> int:

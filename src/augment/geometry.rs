@@ -233,22 +233,23 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
         [] => {
             return Err(TrdataError::config(
                 super::TRANSFORMS,
-                format!("the output size is not fixed (no resize or crop in the list); {SUPPORTED}"),
+                format!("[] must fix the output size (hold a resize or crop); {SUPPORTED}"),
             ));
         }
         [(_, TransformSpec::ResizeShorter { .. })] => {
             return Err(TrdataError::config(
                 super::TRANSFORMS,
                 format!(
-                    "Resize(int) alone gives images of different sizes, which cannot be batched; follow it with \
-                     CenterCrop, or use Resize((h, w)); {SUPPORTED}"
+                    "[{}] must fix the output size: Resize(int) alone gives images of different sizes, which cannot \
+                     be batched; follow it with CenterCrop, or use Resize((h, w)); {SUPPORTED}",
+                    names.join(", ")
                 ),
             ));
         }
         _ => {
             return Err(TrdataError::config(
                 super::TRANSFORMS,
-                format!("unsupported transform order [{}]; {SUPPORTED}", names.join(", ")),
+                format!("[{}] must be one of the {SUPPORTED}", names.join(", ")),
             ));
         }
     };

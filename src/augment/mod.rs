@@ -333,8 +333,11 @@ impl SamplePipeline {
             if output.dtype == DType::U8 {
                 return Err(TrdataError::config(
                     NORMALIZE,
-                    "normalized values are not integers: use dtype float32/float16/bfloat16, or normalize=None \
-                     with uint8",
+                    format!(
+                        "mean={:?} std={:?} must be None with dtype uint8 (normalized values are not integers): use \
+                         dtype float32/float16/bfloat16, or normalize=None",
+                        n.mean, n.std
+                    ),
                 ));
             }
             n.check()?;
@@ -348,9 +351,11 @@ impl SamplePipeline {
                 return Err(TrdataError::config(
                     NORMALIZE,
                     format!(
-                        "mean={:?} std={:?} give values up to {max_abs:.3e}, beyond the largest {:?} ({limit:.3e}): \
+                        "mean={:?} std={:?} must keep values within dtype {} (±{limit:.3e}), not up to {max_abs:.3e}: \
                          the batch would hold inf; use a larger std or a wider dtype",
-                        n.mean, n.std, output.dtype
+                        n.mean,
+                        n.std,
+                        crate::config::DTYPE.name_of(output.dtype)
                     ),
                 ));
             }
