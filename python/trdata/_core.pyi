@@ -1,4 +1,4 @@
-"""Type stubs of the private native module (checked against it by `make lint`: mypy.stubtest)."""
+"""Type stubs of the private native module (checked against it by `make lint`: mypy.stubtest; the member names also by tests/test_api.py)."""
 
 import os
 from collections.abc import Sequence

@@ -462,11 +462,12 @@ class Loader:
         def opt_int(name: str, value: Any) -> int | None:
             return None if value is None else _int(name, value)
 
+        batch_size = _int("batch_size", batch_size)
         self._native = _core.NativeLoader(
             source.paths,
             source.labels,
             list(source.classes),
-            batch_size=_int("batch_size", batch_size),
+            batch_size=batch_size,
             workers=opt_int("workers", workers),  # None: the core's default for these CPUs and devices
             shuffle=_bool("shuffle", shuffle),
             seed=_int("seed", seed),
