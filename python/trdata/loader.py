@@ -433,7 +433,7 @@ class Loader:
         seed: int = DEFAULTS["seed"],
         reproducible: bool | None = None,
         last_batch: LastBatchName = DEFAULTS["last_batch"],
-        device: DeviceName | Sequence[DeviceName] = DEFAULTS["device"],
+        device: DeviceName | list[DeviceName] | tuple[DeviceName, ...] = DEFAULTS["device"],
         rank: int | None = None,
         world_size: int | None = None,
         on_error: OnErrorName = DEFAULTS["on_error"],
