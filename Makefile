@@ -82,12 +82,15 @@ wheel-check: ## Show the wheel's tags and the extension's dynamic deps (must be 
 	if readelf -d $$so | grep -qiE 'NEEDED.*(hwloc|udev|turbojpeg|jpeg|cuda|python)'; then \
 	  echo "error: unexpected shared-library dependency" >&2; exit 1; fi
 
-lint: deps ## cargo clippy (core; and python+hwloc), cargo fmt --check, ruff
+lint: setup ## clippy (core; python+hwloc), fmt --check, ruff, stubtest (_core.pyi vs the built module), mypy --strict, one validation site per parameter
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --all-targets --features python$(if $(HWLOC_ON),$(comma)hwloc) -- -D warnings
 	cargo fmt --check
 	$(VENV)/bin/ruff check python tests benches
 	$(VENV)/bin/ruff format --check python tests benches
+	$(PY) -m mypy.stubtest trdata._core
+	$(PY) -m mypy
+	$(PY) scripts/validation_sites.py
 
 fmt: ## cargo fmt + ruff format
 	cargo fmt

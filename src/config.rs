@@ -1,99 +1,160 @@
-//! Loader configuration as validated data. Python (src/py) parses user values into these types; the
-//! constructors here check ranges and name the offending parameter in the error.
+//! Loader configuration as validated data, and the one place where each loader parameter's rule and default
+//! are written. Python (python/trdata) and the binding (src/py) only translate user values into these types;
+//! the rules here (and the transform rules in augment/, the decode limits in decode/, the file-list rules in
+//! source/) decide what is valid, and every error is worded `invalid <param>: <value> must be …`
+//! (`scripts/validation_sites.py` checks that each parameter has exactly one such site).
 
-use crate::augment::{DType, Layout, SamplePipeline};
+use crate::augment::SamplePipeline;
+pub use crate::augment::{DTYPE, LAYOUT};
 use crate::decode::DecodeLimits;
 use crate::error::{Result, TrdataError};
-use crate::plan::LastBatch;
+use crate::param::bound;
+pub use crate::param::{Choice, IntParam};
+pub use crate::plan::claim::WORKERS;
+use crate::plan::claim::check_workers_per_engine;
+use crate::plan::{LastBatch, PlanShape};
+use crate::staging::BatchLayout;
 use crate::topology::PinMode;
 use crate::worker::ErrorPolicy;
+use std::collections::HashSet;
 
-/// The one list of accepted strings per choice parameter, in documented order. `parse_choice` and
-/// `choice_name` translate through them; the binding exports them to Python as `_core.CHOICES`.
-pub type Choices<T> = &'static [(&'static str, T)];
+/// Rows per batch.
+pub const BATCH_SIZE: IntParam = IntParam::new("batch_size", 1, 1 << 20);
+/// Seed of every random decision (any 64-bit unsigned value).
+pub const SEED: IntParam = IntParam::new("seed", 0, u64::MAX as i128);
+/// This process's rank (also below `world_size`, checked by [`LoaderConfig::validate`]).
+pub const RANK: IntParam = IntParam::new("rank", 0, i64::MAX as i128);
+/// Number of ranks.
+pub const WORLD_SIZE: IntParam = IntParam::new("world_size", 1, i64::MAX as i128);
+/// Batches the station fills ahead of the consumer (host ring depth per engine).
+pub const PREFETCH: IntParam = IntParam::new("prefetch", 2, 64).because(" (double buffering needs ≥ 2)");
+/// Batches Python may hold beyond the ring (each may keep one batch buffer allocated).
+pub const MAX_HELD_BATCHES: IntParam = IntParam::new("max_held_batches", 0, 65_536);
+/// Device batch slots per GPU (each holds one batch in device memory). Checked for every loader, CPU or
+/// CUDA: a value is valid or not whatever the device.
+pub const DEVICE_SLOTS: IntParam = IntParam::new("device_slots", 2, 64).because(" (double buffering needs ≥ 2)");
+/// One CPU id of `cpus` (CPU sets hold ids below glibc's CPU_SETSIZE; a larger id would index past the set
+/// inside libc).
+pub const CPU_ID: IntParam = IntParam::new("cpus", 0, 1023).because(" (glibc's CPU_SETSIZE)");
+/// Epoch numbers (they travel through checkpoints as signed 64-bit ints).
+pub const EPOCH: IntParam = IntParam::new("epoch", 0, i64::MAX as i128);
+/// The `device` parameter's name (its rule: [`check_devices`]).
+pub const DEVICE: &str = "device";
+/// The `source` parameter's name (its rule: a dataset with samples, in [`LoaderConfig::validate`]).
+pub const SOURCE: &str = "source";
 
 /// `last_batch` values.
-pub const LAST_BATCH: Choices<LastBatch> =
-    &[("partial", LastBatch::Partial), ("drop", LastBatch::Drop), ("pad", LastBatch::Pad)];
+pub const LAST_BATCH: Choice<LastBatch> = Choice {
+    name: "last_batch",
+    values: &[("partial", LastBatch::Partial), ("drop", LastBatch::Drop), ("pad", LastBatch::Pad)],
+};
 /// `on_error` values.
-pub const ON_ERROR: Choices<ErrorPolicy> = &[("raise", ErrorPolicy::Raise), ("skip", ErrorPolicy::Skip)];
+pub const ON_ERROR: Choice<ErrorPolicy> =
+    Choice { name: "on_error", values: &[("raise", ErrorPolicy::Raise), ("skip", ErrorPolicy::Skip)] };
 /// `pin` values.
-pub const PIN: Choices<PinMode> =
-    &[("round-robin", PinMode::RoundRobin), ("numa", PinMode::Numa), ("none", PinMode::None)];
-/// `dtype` values (output element type).
-pub const DTYPE: Choices<DType> =
-    &[("float32", DType::F32), ("float16", DType::F16), ("bfloat16", DType::BF16), ("uint8", DType::U8)];
-/// `layout` values.
-pub const LAYOUT: Choices<Layout> = &[("NCHW", Layout::Nchw), ("NHWC", Layout::Nhwc)];
+pub const PIN: Choice<PinMode> = Choice {
+    name: "pin",
+    values: &[("round-robin", PinMode::RoundRobin), ("numa", PinMode::Numa), ("none", PinMode::None)],
+};
+/// Defaults of the loader's parameters: the one place each is written. The binding exports them as
+/// `_core.DEFAULTS`, which the Python signatures read (`Loader(batch_size=DEFAULTS["batch_size"], …)`).
+/// Parameters whose default depends on others or on the machine have a function here instead.
+pub mod default {
+    use super::{ErrorPolicy, LastBatch, PinMode};
+    use crate::augment::{DType, Layout};
 
-/// `'a', 'b', 'c'`: the accepted strings of a choice, for messages.
-pub fn choice_list<T>(choices: Choices<T>) -> String {
-    choices.iter().map(|(n, _)| format!("'{n}'")).collect::<Vec<_>>().join(", ")
+    /// `batch_size`.
+    pub const BATCH_SIZE: usize = 64;
+    /// `shuffle`.
+    pub const SHUFFLE: bool = false;
+    /// `seed`.
+    pub const SEED: u64 = 0;
+    /// `last_batch`.
+    pub const LAST_BATCH: LastBatch = LastBatch::Partial;
+    /// `on_error`.
+    pub const ON_ERROR: ErrorPolicy = ErrorPolicy::Raise;
+    /// `pin`.
+    pub const PIN: PinMode = PinMode::RoundRobin;
+    /// `prefetch`.
+    pub const PREFETCH: usize = 2;
+    /// `max_held_batches`.
+    pub const MAX_HELD_BATCHES: usize = 16;
+    /// `device_slots`.
+    pub const DEVICE_SLOTS: usize = 3;
+    /// `dtype`.
+    pub const DTYPE: DType = DType::F32;
+    /// `layout`.
+    pub const LAYOUT: Layout = Layout::Nchw;
+    /// `device`: the host (batches are numpy views).
+    pub const DEVICE: &str = "cpu";
+
+    /// `reproducible` when the user gives none: fixed slots (dataset order) for an unshuffled loader — eval
+    /// code writes predictions by position, as with torch's DataLoader — and first-finished slots for a
+    /// shuffled one, whose order is random anyway (`benches/order_cost.py` measures what order costs).
+    pub fn reproducible(shuffle: bool) -> bool {
+        !shuffle
+    }
+
+    /// `workers` when the user gives none, from the `cpus` the workers are pinned to: every one for a CPU
+    /// loader; one less for a GPU loader (when more than two), left to the training thread: on the H200 box,
+    /// 16 workers on 16 cores delayed kernel launches enough to cost 6% of ResNet-50 step rate, 15 workers
+    /// cost nothing (benches/README.md, run 2).
+    pub fn workers(cpus: usize, gpu: bool) -> usize {
+        if gpu && cpus > 2 { cpus - 1 } else { cpus.max(1) }
+    }
 }
 
-/// The error for a value (shown as `shown`, e.g. a Python repr) that is not one of `choices`.
-pub fn choice_error<T>(parameter: &str, choices: Choices<T>, shown: &str) -> TrdataError {
-    TrdataError::config(parameter, format!("{shown} is not one of {}", choice_list(choices)))
+/// Check a CUDA device list (`device`): at least one device, none twice. The one place these rules are
+/// written; the ordinals themselves are probed when the loader is built (`cuda::check_device`).
+pub fn check_devices(ordinals: &[u32]) -> Result<()> {
+    if ordinals.is_empty() {
+        return Err(TrdataError::config(DEVICE, "[] must name at least one CUDA device"));
+    }
+    let mut seen = HashSet::new();
+    if let Some(dup) = ordinals.iter().find(|o| !seen.insert(**o)) {
+        let shown: Vec<String> = ordinals.iter().map(|o| format!("'cuda:{o}'")).collect();
+        return Err(TrdataError::config(
+            DEVICE,
+            format!("[{}] must list each device once (cuda:{dup} is listed twice)", shown.join(", ")),
+        ));
+    }
+    Ok(())
 }
 
-/// Parse `s` as one of `choices` (exact match), naming `parameter` otherwise.
-pub fn parse_choice<T: Copy>(parameter: &str, choices: Choices<T>, s: &str) -> Result<T> {
-    choices
-        .iter()
-        .find(|(n, _)| *n == s)
-        .map(|(_, v)| *v)
-        .ok_or_else(|| choice_error(parameter, choices, &format!("{s:?}")))
-}
-
-/// The accepted string of `value` in `choices`.
-pub fn choice_name<T: PartialEq>(choices: Choices<T>, value: T) -> &'static str {
-    choices.iter().find(|(_, v)| *v == value).map_or("?", |(n, _)| n)
+/// The epoch after `epoch`, which must exist (a wrapped counter would silently replay epoch 0) and be one a
+/// checkpoint can name (in [`EPOCH`]'s range).
+pub fn following_epoch(epoch: u64) -> Result<u64> {
+    epoch.checked_add(1).filter(|&e| i128::from(e) <= EPOCH.max).ok_or_else(|| {
+        TrdataError::config(
+            EPOCH.name,
+            format!("{epoch} must be < {} (the last epoch number: nothing can follow it)", bound(EPOCH.max)),
+        )
+    })
 }
 
 impl LastBatch {
     /// Parse `drop` / `pad` / `partial`.
     pub fn parse(s: &str) -> Result<Self> {
-        parse_choice("last_batch", LAST_BATCH, s)
+        LAST_BATCH.parse(s)
     }
 
     /// The accepted string of this value.
     pub fn name(self) -> &'static str {
-        choice_name(LAST_BATCH, self)
+        LAST_BATCH.name_of(self)
     }
 }
 
 impl ErrorPolicy {
     /// Parse `raise` / `skip`.
     pub fn parse(s: &str) -> Result<Self> {
-        parse_choice("on_error", ON_ERROR, s)
+        ON_ERROR.parse(s)
     }
 }
 
 impl PinMode {
     /// Parse `none` / `round-robin` / `numa`.
     pub fn parse(s: &str) -> Result<Self> {
-        parse_choice("pin", PIN, s)
-    }
-}
-
-/// Largest `max_held_batches` (each held batch may keep one batch buffer allocated).
-pub const MAX_HELD_BATCHES: usize = 65_536;
-
-/// CPU ids must be below this (glibc's CPU_SETSIZE) to be pinnable.
-pub const MAX_CPU_ID: usize = 1024;
-
-/// `device_slots`: device batch slots per GPU (each holds one batch in device memory).
-pub const DEVICE_SLOTS: std::ops::RangeInclusive<usize> = 2..=64;
-
-/// Check `device_slots` (any loader, CPU or CUDA: a value is valid or not whatever the device) and return it
-/// as a count; names `device_slots` otherwise. The one place its range is written.
-pub fn check_device_slots(n: i64) -> Result<usize> {
-    match usize::try_from(n) {
-        Ok(v) if DEVICE_SLOTS.contains(&v) => Ok(v),
-        _ => Err(TrdataError::config(
-            "device_slots",
-            format!("{n} must be in {}..={} (double buffering needs ≥ 2)", DEVICE_SLOTS.start(), DEVICE_SLOTS.end()),
-        )),
+        PIN.parse(s)
     }
 }
 
@@ -135,60 +196,129 @@ pub struct LoaderConfig {
 }
 
 impl LoaderConfig {
-    /// The default of `reproducible` when the user gives none: fixed slots (dataset order) for an unshuffled
-    /// loader — eval code writes predictions by position, as with torch's DataLoader — and first-finished slots
-    /// for a shuffled one, whose order is random anyway (`benches/order_cost.py` measures what order costs).
-    pub fn default_reproducible(shuffle: bool) -> bool {
-        !shuffle
-    }
-
-    /// Check ranges; names the parameter at fault.
-    pub fn validate(&self) -> Result<()> {
+    /// Check every parameter against its rule, then against a dataset of `num_samples` samples served by
+    /// `engines` engines (devices) per rank and this machine's memory; returns the epoch plan's shape. Names
+    /// the parameter at fault. (The transforms, normalize and output type were checked when `pipeline` was
+    /// built, the decode limits are checked here by `DecodeLimits::validate`.)
+    pub fn validate(&self, num_samples: usize, engines: usize) -> Result<PlanShape> {
         self.decode_limits.validate()?;
-        if self.batch_size == 0 {
-            return Err(TrdataError::config("batch_size", "must be ≥ 1"));
-        }
-        if self.batch_size > 1 << 20 {
-            return Err(TrdataError::config(
-                "batch_size",
-                format!("{} is absurdly large (limit 1048576)", self.batch_size),
-            ));
-        }
-        if self.workers == 0 || self.workers > 1024 {
-            return Err(TrdataError::config("workers", format!("{} must be in 1..=1024", self.workers)));
-        }
-        if self.world_size == 0 {
-            return Err(TrdataError::config("world_size", "must be ≥ 1"));
-        }
+        BATCH_SIZE.check::<usize>(self.batch_size as i128)?;
+        WORKERS.check::<usize>(self.workers as i128)?;
+        WORLD_SIZE.check::<usize>(self.world_size as i128)?;
+        RANK.check::<usize>(self.rank as i128)?;
         if self.rank >= self.world_size {
             return Err(TrdataError::config(
-                "rank",
+                RANK.name,
                 format!("{} must be < world_size ({})", self.rank, self.world_size),
             ));
         }
         if let Some(cpus) = &self.cpus {
-            if cpus.is_empty() {
-                return Err(TrdataError::config("cpus", "the CPU list is empty"));
-            }
-            // CPU sets hold ids below CPU_SETSIZE (1024); a larger id would index past the set inside libc.
-            if let Some(bad) = cpus.iter().find(|&&c| c >= MAX_CPU_ID) {
-                return Err(TrdataError::config("cpus", format!("CPU id {bad} is not below {MAX_CPU_ID}")));
-            }
+            check_cpus(cpus)?;
         }
-        if self.max_held_batches > MAX_HELD_BATCHES {
+        MAX_HELD_BATCHES.check::<usize>(self.max_held_batches as i128)?;
+        PREFETCH.check::<usize>(self.prefetch as i128)?;
+        check_workers_per_engine(self.workers, engines)?;
+        if num_samples == 0 {
+            return Err(TrdataError::config(SOURCE, "a dataset of 0 samples must have at least one"));
+        }
+        let shape = PlanShape {
+            num_samples: num_samples as u64,
+            global_engines: (self.world_size * engines) as u64,
+            batch_size: self.batch_size as u64,
+            last_batch: self.last_batch,
+            shuffle: self.shuffle,
+            seed: self.seed,
+        };
+        if shape.batches_per_engine() == 0 {
             return Err(TrdataError::config(
-                "max_held_batches",
-                format!("{} must be in 0..={MAX_HELD_BATCHES}", self.max_held_batches),
+                BATCH_SIZE.name,
+                format!(
+                    "{} must be ≤ the {} samples per rank with last_batch='drop' (else there is no batch)",
+                    self.batch_size,
+                    shape.samples_per_engine()
+                ),
             ));
         }
-        if self.prefetch < 2 || self.prefetch > 64 {
+        self.check_staging_memory(engines)?;
+        Ok(shape)
+    }
+
+    /// The host batch buffers this configuration needs must be able to exist: the slab size must not
+    /// overflow, and the `prefetch` buffers each engine's station keeps in flight must fit in this machine's
+    /// memory (otherwise the first allocation would fail mid-iteration, or be killed by the OOM killer when
+    /// touched). A single sample too large for the machine was refused when the pipeline was built.
+    fn check_staging_memory(&self, engines: usize) -> Result<()> {
+        let sample_bytes = self.pipeline.sample_bytes();
+        let layout = BatchLayout { rows: self.batch_size, sample_bytes };
+        let [c, h, w] = self.pipeline.sample_shape();
+        let describe = || {
+            format!(
+                "a batch of {} samples of {c}×{h}×{w} × {} bytes = {} bytes",
+                self.batch_size,
+                self.pipeline.output().dtype.size_bytes(),
+                u128::from(sample_bytes as u64) * self.batch_size as u128
+            )
+        };
+        let Some(slab) = layout.checked_total_bytes() else {
             return Err(TrdataError::config(
-                "prefetch",
-                format!("{} must be in 2..=64 (double buffering needs ≥ 2)", self.prefetch),
+                BATCH_SIZE.name,
+                format!("{} must fit in memory addresses ({})", self.batch_size, describe()),
+            ));
+        };
+        let Some(usable) = crate::topology::usable_memory_bytes() else { return Ok(()) };
+        let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
+        // A GPU loader has one host station per device.
+        let needed = slab as u128 * self.prefetch as u128 * engines as u128;
+        if needed > u128::from(usable) {
+            return Err(TrdataError::config(
+                BATCH_SIZE.name,
+                format!(
+                    "{} must fit in memory: {}; the {} batch buffers kept in flight (prefetch={} per engine) need \
+                     {:.2} GiB but this machine has {:.2} GiB of memory",
+                    self.batch_size,
+                    describe(),
+                    self.prefetch * engines,
+                    self.prefetch,
+                    gib(needed),
+                    gib(u128::from(usable))
+                ),
             ));
         }
         Ok(())
     }
+}
+
+/// Check `cpus`: at least one id, none twice, each a CPU this process may run on (`sched_getaffinity`, the
+/// set the workers are pinned within; an id outside it would make pinning fail when the workers start).
+fn check_cpus(cpus: &[usize]) -> Result<()> {
+    let shown = || format!("{cpus:?}");
+    if cpus.is_empty() {
+        return Err(TrdataError::config(CPU_ID.name, "[] must list at least one CPU id"));
+    }
+    for &c in cpus {
+        CPU_ID.check::<usize>(c as i128)?;
+    }
+    let mut seen = HashSet::new();
+    if let Some(dup) = cpus.iter().find(|c| !seen.insert(**c)) {
+        return Err(TrdataError::config(
+            CPU_ID.name,
+            format!("{} must list each CPU once (CPU {dup} is listed twice)", shown()),
+        ));
+    }
+    let allowed = crate::topology::current_thread_affinity().unwrap_or_default();
+    // An empty allowed set means it could not be read: no check then (pinning falls back to none).
+    let outside: Vec<usize> = cpus.iter().copied().filter(|c| !allowed.is_empty() && !allowed.contains(c)).collect();
+    if !outside.is_empty() {
+        return Err(TrdataError::config(
+            CPU_ID.name,
+            format!(
+                "{} must be CPUs this process may run on: {outside:?} not in sched_getaffinity(0) = {}",
+                shown(),
+                crate::topology::format_cpu_list(&allowed)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -197,32 +327,71 @@ mod tests {
 
     #[test]
     fn every_choice_round_trips_and_only_exact_strings_parse() {
-        for (name, v) in LAST_BATCH {
+        for (name, v) in LAST_BATCH.values {
             assert_eq!(LastBatch::parse(name).unwrap(), *v);
             assert_eq!(v.name(), *name);
         }
-        for (name, v) in DTYPE {
-            assert_eq!(parse_choice("dtype", DTYPE, name).unwrap(), *v);
-            assert_eq!(choice_name(DTYPE, *v), *name);
+        for (name, v) in DTYPE.values {
+            assert_eq!(DTYPE.parse(name).unwrap(), *v);
+            assert_eq!(DTYPE.name_of(*v), *name);
         }
         assert_eq!(PinMode::parse("numa").unwrap(), PinMode::Numa);
         assert_eq!(ErrorPolicy::parse("skip").unwrap(), ErrorPolicy::Skip);
         for bad in ["Drop", "drop ", "", "DROP"] {
             let e = LastBatch::parse(bad).unwrap_err().to_string();
-            assert_eq!(e, format!("invalid last_batch: {bad:?} is not one of 'partial', 'drop', 'pad'"));
+            assert_eq!(e, format!("invalid last_batch: {bad:?} must be one of 'partial', 'drop', 'pad'"));
         }
-        let e = parse_choice("layout", LAYOUT, "nchw").unwrap_err().to_string();
-        assert_eq!(e, "invalid layout: \"nchw\" is not one of 'NCHW', 'NHWC'");
+        let e = LAYOUT.parse("nchw").unwrap_err().to_string();
+        assert_eq!(e, "invalid layout: \"nchw\" must be one of 'NCHW', 'NHWC'");
     }
 
     #[test]
-    fn device_slots_range_is_checked_once_for_every_value() {
+    fn int_params_check_their_range_once_with_one_wording() {
         for ok in [2, 3, 64] {
-            assert_eq!(check_device_slots(ok).unwrap(), ok as usize);
+            assert_eq!(DEVICE_SLOTS.check::<usize>(ok).unwrap(), ok as usize);
         }
-        for bad in [i64::MIN, -1, 0, 1, 65, 1_000_000_000, i64::MAX] {
-            let e = check_device_slots(bad).unwrap_err().to_string();
+        for bad in [i128::from(i64::MIN), -1, 0, 1, 65, 1_000_000_000, i128::from(i64::MAX)] {
+            let e = DEVICE_SLOTS.check::<usize>(bad).unwrap_err().to_string();
             assert_eq!(e, format!("invalid device_slots: {bad} must be in 2..=64 (double buffering needs ≥ 2)"));
+        }
+        let e = SEED.check_shown::<u64>(None, "1000…(5000 digits)").unwrap_err().to_string();
+        assert_eq!(e, "invalid seed: 1000…(5000 digits) must be in 0..=2**64 - 1");
+        assert_eq!(SEED.check::<u64>(i128::from(u64::MAX)).unwrap(), u64::MAX);
+        assert_eq!(EPOCH.error("-1").to_string(), "invalid epoch: -1 must be in 0..=2**63 - 1");
+        assert_eq!(following_epoch(5).unwrap(), 6);
+        assert!(following_epoch((1 << 63) - 2).is_ok());
+        assert!(following_epoch((1 << 63) - 1).is_err());
+        assert!(following_epoch(u64::MAX).is_err());
+    }
+
+    #[test]
+    fn device_lists_and_worker_counts() {
+        assert!(check_devices(&[0, 1]).is_ok());
+        assert_eq!(
+            check_devices(&[]).unwrap_err().to_string(),
+            "invalid device: [] must name at least one CUDA device"
+        );
+        assert!(check_devices(&[1, 0, 1]).unwrap_err().to_string().contains("cuda:1 is listed twice"));
+        assert!(check_workers_per_engine(2, 2).is_ok());
+        assert!(check_workers_per_engine(1, 2).is_err());
+        assert!(check_workers_per_engine(1, 0).is_err());
+        assert_eq!(default::workers(16, true), 15);
+        assert_eq!(default::workers(2, true), 2);
+        assert_eq!(default::workers(16, false), 16);
+    }
+
+    #[test]
+    fn cpu_lists_are_checked_against_this_process() {
+        let allowed = crate::topology::current_thread_affinity().unwrap_or_default();
+        assert!(check_cpus(&allowed).is_ok());
+        for (bad, says) in [
+            (vec![], "[] must list at least one CPU id"),
+            (vec![1024], "must be in 0..=1023"),
+            (vec![allowed[0], allowed[0]], "listed twice"),
+            (vec![1023], "sched_getaffinity"),
+        ] {
+            let e = check_cpus(&bad).unwrap_err().to_string();
+            assert!(e.starts_with("invalid cpus: ") && e.contains(says), "{e}");
         }
     }
 }

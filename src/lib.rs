@@ -9,7 +9,8 @@
 //! ```
 //!
 //! Rooms, in dependency order (a room imports only rooms before it; `layering_tests.rs` enforces it):
-//! - platform and shared primitives: `error`, `sync` (loom shim), `stats` (counters), `rng` (Philox, for the
+//! - platform and shared primitives: `error`, `param` (a parameter's rule and its one error wording), `sync`
+//!   (loom shim), `stats` (counters), `rng` (Philox, for the
 //!   plan's shuffle and every augmentation draw), `topology` (NUMA, affinity, binding plans), `cuda` (driver
 //!   API, dynamically loaded);
 //! - the data path: `source` → `plan` → `decode` → `augment` → `staging` → `transfer` → `worker` (the pool
@@ -40,6 +41,7 @@ pub mod decode;
 pub mod error;
 pub mod export;
 pub mod loader;
+pub mod param;
 pub mod plan;
 pub mod rng;
 pub mod source;

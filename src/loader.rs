@@ -19,7 +19,6 @@
 use crate::config::{self, LoaderConfig};
 use crate::cuda;
 use crate::error::{Result, SampleError, TrdataError};
-use crate::plan::claim::WorkerClaim;
 use crate::plan::resume::{ResumePoint, SeqBitmap};
 use crate::plan::{EpochPlan, LastBatch, PlanShape};
 use crate::source::Dataset;
@@ -30,7 +29,6 @@ use crate::topology::{self, PinMode};
 use crate::transfer::{BatchLease, EpochShape, Station, Take};
 use crate::transfer::{DeviceBatch, DeviceNext, GpuEngine, GpuEngineConfig};
 use crate::worker::{EngineJob, EpochJob, SkipLog, SkipRecord, WorkContext, WorkerPool};
-use std::collections::HashSet;
 use std::time::Duration;
 
 /// Where one engine's batch lives.
@@ -111,9 +109,6 @@ struct Runtime {
     pid: u32,
 }
 
-/// Epoch numbers are below this (they travel through checkpoints as signed 64-bit ints).
-pub const EPOCH_LIMIT: u64 = 1 << 63;
-
 /// Version of the `LoaderState` format.
 pub const STATE_VERSION: u32 = 1;
 
@@ -186,44 +181,17 @@ impl Loader {
     /// Validate the configuration for `devices`; starts nothing (CUDA is only probed: a missing driver or
     /// device is a `TrdataError::Cuda` here, not on the first iteration).
     pub fn with_devices(dataset: Dataset, cfg: LoaderConfig, devices: DeviceSpec) -> Result<Self> {
-        cfg.validate()?;
-        if dataset.is_empty() {
-            return Err(TrdataError::config("source", "the dataset has no samples"));
-        }
+        // Every rule is config.rs's (and the transforms' augment/'s, checked when `cfg.pipeline` was built).
         if let DeviceSpec::Cuda { ordinals, device_slots } = &devices {
-            if ordinals.is_empty() {
-                return Err(TrdataError::config("device", "the device list is empty"));
-            }
-            let mut seen = HashSet::new();
-            if let Some(dup) = ordinals.iter().find(|o| !seen.insert(**o)) {
-                return Err(TrdataError::config("device", format!("cuda:{dup} is listed twice")));
-            }
-            config::check_device_slots(i64::try_from(*device_slots).unwrap_or(i64::MAX))?;
+            config::check_devices(ordinals)?;
+            config::DEVICE_SLOTS.check::<usize>(*device_slots as i128)?;
+        }
+        let shape = cfg.validate(dataset.len(), devices.engines())?;
+        if let DeviceSpec::Cuda { ordinals, .. } = &devices {
             for &o in ordinals {
                 cuda::check_device(o)?;
             }
         }
-        let engines = devices.engines();
-        WorkerClaim::new(0, cfg.workers, engines)?;
-        let shape = PlanShape {
-            num_samples: dataset.len() as u64,
-            global_engines: (cfg.world_size * engines) as u64,
-            batch_size: cfg.batch_size as u64,
-            last_batch: cfg.last_batch,
-            shuffle: cfg.shuffle,
-            seed: cfg.seed,
-        };
-        if shape.batches_per_engine() == 0 {
-            return Err(TrdataError::config(
-                "batch_size",
-                format!(
-                    "{} is larger than the {} samples per rank, and last_batch='drop' leaves no batch",
-                    cfg.batch_size,
-                    shape.samples_per_engine()
-                ),
-            ));
-        }
-        check_staging_memory(&cfg, &devices)?;
         let ctx = Arc::new(WorkContext {
             dataset: Arc::new(dataset),
             pipeline: cfg.pipeline.clone(),
@@ -293,13 +261,16 @@ impl Loader {
         self.next_epoch
     }
 
-    /// Set the epoch of the next iteration (later iterations continue from it: e, e+1, …).
-    /// A loaded resume point survives only if it is for this epoch (DDP loops call `set_epoch(e)` first).
-    pub fn set_epoch(&mut self, epoch: u64) {
+    /// Set the epoch of the next iteration (later iterations continue from it: e, e+1, …); `epoch` must be in
+    /// `config::EPOCH`'s range. A loaded resume point survives only if it is for this epoch (DDP loops call
+    /// `set_epoch(e)` first).
+    pub fn set_epoch(&mut self, epoch: u64) -> Result<()> {
+        config::EPOCH.check::<u64>(i128::from(epoch))?;
         self.next_epoch = epoch;
         if self.resume.as_ref().is_some_and(|r| r.epoch != epoch) {
             self.resume = None;
         }
+        Ok(())
     }
 
     /// The position at the current batch boundary plus the configuration fingerprint (see the module docs).
@@ -385,6 +356,7 @@ impl Loader {
                 format!("the checkpoint was saved with {name}={theirs}, this loader has {name}={ours}"),
             ));
         }
+        config::EPOCH.check::<u64>(i128::from(state.epoch))?;
         let n = self.shape.batches_per_engine();
         if state.batches > n {
             return Err(TrdataError::config(
@@ -392,14 +364,8 @@ impl Loader {
                 format!("{} delivered batches exceed the epoch's {n}", state.batches),
             ));
         }
-        let (epoch, first) = if state.batches == n {
-            let next = state.epoch.checked_add(1).filter(|&e| e < EPOCH_LIMIT).ok_or_else(|| {
-                TrdataError::config("epoch", format!("{} is too large: the epoch counter would overflow", state.epoch))
-            })?;
-            (next, 0)
-        } else {
-            (state.epoch, state.batches)
-        };
+        let (epoch, first) =
+            if state.batches == n { (config::following_epoch(state.epoch)?, 0) } else { (state.epoch, state.batches) };
         let mut delivered = Vec::new();
         if !self.cfg.reproducible && first > 0 {
             let engines = self.devices.engines();
@@ -519,14 +485,8 @@ impl Loader {
         self.check_usable()?;
         self.cancel_running();
         let epoch = self.next_epoch;
-        // The epoch after this one must exist too (a wrapped counter would silently replay epoch 0) and be one a
-        // checkpoint can name (epochs are below EPOCH_LIMIT).
-        let Some(following) = epoch.checked_add(1).filter(|&e| e < EPOCH_LIMIT) else {
-            return Err(TrdataError::config(
-                "epoch",
-                format!("{epoch} is the last epoch number (epochs are below 2**63): nothing can follow it"),
-            ));
-        };
+        // The epoch after this one must exist too (config.rs says why).
+        let following = config::following_epoch(epoch)?;
         let resume = self.resume.take().filter(|r| r.epoch == epoch);
         let first = resume.as_ref().map_or(0, |r| r.first_batch);
         let mut delivered = resume.map(|r| r.delivered).unwrap_or_default().into_iter();
@@ -699,58 +659,6 @@ impl Loader {
     pub fn pin(&self) -> PinMode {
         self.cfg.pin
     }
-}
-
-/// Check at construction that the host batch buffers this configuration needs can exist: the slab size must
-/// not overflow, and the `prefetch` buffers the station keeps in flight must fit in this machine's memory
-/// (otherwise the first allocation would fail mid-iteration, or be killed by the OOM killer when touched).
-/// Names `transforms` when a single sample is already too large, `batch_size` otherwise.
-fn check_staging_memory(cfg: &LoaderConfig, devices: &DeviceSpec) -> Result<()> {
-    let sample_bytes = cfg.pipeline.sample_bytes();
-    let layout = BatchLayout { rows: cfg.batch_size, sample_bytes };
-    let [c, h, w] = cfg.pipeline.sample_shape();
-    let describe = || {
-        format!(
-            "a batch of {} samples of {c}×{h}×{w} × {} bytes = {} bytes",
-            cfg.batch_size,
-            cfg.pipeline.output().dtype.size_bytes(),
-            u128::from(sample_bytes as u64) * cfg.batch_size as u128
-        )
-    };
-    let Some(slab) = layout.checked_total_bytes() else {
-        return Err(TrdataError::config("batch_size", format!("{} does not fit in memory addresses", describe())));
-    };
-    let Some(usable) = crate::topology::usable_memory_bytes() else { return Ok(()) };
-    let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
-    if sample_bytes as u64 > usable {
-        return Err(TrdataError::config(
-            "transforms",
-            format!(
-                "one sample of {c}×{h}×{w} × {} bytes needs {:.2} GiB but this machine has {:.2} GiB of memory; \
-                 use a smaller output size",
-                cfg.pipeline.output().dtype.size_bytes(),
-                gib(sample_bytes as u128),
-                gib(u128::from(usable))
-            ),
-        ));
-    }
-    // A GPU loader has one host station per device.
-    let needed = slab as u128 * cfg.prefetch as u128 * devices.engines() as u128;
-    if needed > u128::from(usable) {
-        return Err(TrdataError::config(
-            "batch_size",
-            format!(
-                "{}; the {} batch buffers kept in flight (prefetch={} per engine) need {:.2} GiB but this machine \
-                 has {:.2} GiB of memory",
-                describe(),
-                cfg.prefetch * devices.engines(),
-                cfg.prefetch,
-                gib(needed),
-                gib(u128::from(usable))
-            ),
-        ));
-    }
-    Ok(())
 }
 
 impl Drop for Loader {

@@ -1,9 +1,15 @@
 """Configuration values: each works as a torch user expects or raises ConfigError naming the parameter
-(house style ``invalid <param>: <value> <why>``). Images are generated here, so these tests run anywhere."""
+(house style ``invalid <param>: <value> must …``, from the parameter's one rule in the core). Images are
+generated here, so these tests run anywhere."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +18,8 @@ from _fixtures import write_jpegs
 from trdata import _core
 
 RRC = [trdata.RandomResizedCrop(16)]
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+sys.path.insert(0, str(SCRIPTS))
 
 
 @pytest.fixture(scope="module")
@@ -462,3 +470,106 @@ def test_static_choice_types_equal_the_core_tables():
         ("pin", loader.PinName),
     ]:
         assert typing.get_args(alias) == tuple(_core.CHOICES[name]), name
+
+
+# --- one rule per parameter, in the core, in one wording ----------------------------------------------------------
+
+_ALLOWED = sorted(os.sched_getaffinity(0))
+
+#: (parameter, how to get it wrong with a value of the right Python type, how the message shows the value).
+BAD_VALUES = [
+    ("batch_size", dict(batch_size=0), "0"),
+    ("batch_size", dict(batch_size=13, last_batch="drop"), "13"),  # no batch at all: checked against the data
+    ("workers", dict(workers=0), "0"),
+    ("seed", dict(seed=-1), "-1"),
+    ("rank", dict(rank=2, world_size=2), "2"),
+    ("world_size", dict(world_size=0), "0"),
+    ("prefetch", dict(prefetch=1), "1"),
+    ("max_held_batches", dict(max_held_batches=-1), "-1"),
+    ("device_slots", dict(device_slots=1), "1"),
+    ("cpus", dict(cpus=[]), "[]"),
+    ("cpus", dict(cpus=[_ALLOWED[0], _ALLOWED[0]]), f"[{_ALLOWED[0]}, {_ALLOWED[0]}]"),
+    ("max_pixels", dict(max_pixels=0), "0"),
+    ("max_scans", dict(max_scans=2**32), "4294967296"),
+    ("max_memory_bytes", dict(max_memory_bytes=0), "0"),
+    ("dtype", dict(dtype="float23"), '"float23"'),
+    ("layout", dict(layout="nchw"), '"nchw"'),
+    ("last_batch", dict(last_batch="keep"), '"keep"'),
+    ("on_error", dict(on_error="ignore"), '"ignore"'),
+    ("pin", dict(pin="roundrobin"), '"roundrobin"'),
+    (
+        "normalize",
+        dict(normalize=((0.5, 0.5, 0.5), (0, 0.2, 0.2))),
+        "mean=[0.5, 0.5, 0.5] std=[0.0, 0.2, 0.2]",
+    ),
+    (
+        "normalize",
+        dict(normalize=((0.5,) * 3, (0.2,) * 3), dtype="uint8"),
+        "mean=[0.5, 0.5, 0.5] std=[0.2, 0.2, 0.2]",
+    ),
+    ("device", dict(device=[]), "[]"),
+    ("device", dict(device=["cuda:0", "cuda:0"]), "['cuda:0', 'cuda:0']"),
+    ("device", dict(device="gpu"), "'gpu'"),  # translated by Python: not a device name at all
+    ("transforms", dict(transforms=[]), "[]"),
+    ("transforms", dict(transforms=[trdata.Resize(8)]), "[Resize(int)]"),
+    ("size", dict(transforms=[trdata.CenterCrop((0, 8))]), "(0, 8)"),
+    ("size", dict(transforms=[trdata.Resize(70000), trdata.CenterCrop(8)]), "70000"),
+    ("scale", dict(transforms=[trdata.RandomResizedCrop(8, scale=(0.5, 1.5))]), "(0.5, 1.5)"),
+    ("ratio", dict(transforms=[trdata.RandomResizedCrop(8, ratio=(0, 1))]), "(0, 1)"),
+    ("p", dict(transforms=[trdata.CenterCrop(8), trdata.RandomHorizontalFlip(2)]), "2"),
+    ("shuffle", dict(shuffle="no"), "'no'"),  # type-only parameters: Python's translation, same wording
+    ("reproducible", dict(reproducible=1), "1"),
+    ("source", dict(source=3), "a int"),
+]
+
+
+@pytest.mark.parametrize(("param", "kwargs", "shown"), BAD_VALUES, ids=[f"{p}={s}" for p, _, s in BAD_VALUES])
+def test_every_bad_value_names_its_parameter_in_one_wording(jpegs, param, kwargs, shown):
+    """`invalid <param>: <value> must …`, from the core's one rule (config.rs, augment/, decode/, source/)."""
+    kwargs = dict(kwargs)
+    source = kwargs.pop("source", trdata.FileList(jpegs))
+    kwargs.setdefault("transforms", RRC)
+    kwargs.setdefault("workers", 1)
+    e = raises_config(param, trdata.Loader, source, **kwargs)
+    assert str(e).startswith(f"invalid {param}: {shown} must "), str(e)
+
+
+def test_bad_epochs_and_file_lists_use_the_same_wording(jpegs, tmp_path):
+    with make(jpegs, batch_size=6) as loader:
+        e = raises_config("epoch", loader.set_epoch, -1)
+        assert str(e) == "invalid epoch: -1 must be in 0..=2**63 - 1"
+    assert str(raises_config("paths", trdata.FileList, [])).startswith("invalid paths: [] must ")
+    assert str(raises_config("paths", trdata.FileList, ["a\0b"])).startswith(
+        'invalid paths: "a\\0b" (element 0) must '
+    )
+    assert str(raises_config("labels", trdata.FileList, ["a", "b"], [1])).startswith(
+        "invalid labels: 1 labels must "
+    )
+    assert str(raises_config("root", trdata.ImageFolder, 3)).startswith("invalid root: 3 must ")
+
+
+def test_every_parameter_has_a_bad_value_case():
+    import validation_sites
+
+    covered = {p for p, _, _ in BAD_VALUES} | {"epoch", "paths", "labels", "root"}
+    assert covered == validation_sites.PARAMS
+
+
+def test_every_parameter_has_one_validation_site():
+    """scripts/validation_sites.py: one core module holds each parameter's rules; the edge only translates."""
+    r = subprocess.run([sys.executable, str(SCRIPTS / "validation_sites.py")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_signature_defaults_are_the_core_defaults():
+    """Each default is written once, in the core; Python's signatures read `_core.DEFAULTS`."""
+    sig = inspect.signature(trdata.Loader)
+    for name, value in _core.DEFAULTS.items():
+        if "." in name:  # a transform's: "RandomResizedCrop.scale"
+            cls, field = name.split(".")
+            default = {f.name: f.default for f in dataclasses.fields(getattr(trdata, cls))}[field]
+        else:
+            default = sig.parameters[name].default
+        assert default == value and type(default) is type(value), (name, default, value)
+    shown = {k for k, p in sig.parameters.items() if p.default not in (inspect.Parameter.empty, None, ())}
+    assert shown == {k for k in _core.DEFAULTS if "." not in k}, "a literal default in the signature"

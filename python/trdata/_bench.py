@@ -18,7 +18,10 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .loader import DTypeName
 
 #: The standard training pipeline every contender runs.
 PIPELINE = "RandomResizedCrop(224) + RandomHorizontalFlip + ImageNet normalize → float16 NCHW"
@@ -295,7 +298,7 @@ def trdata_contender(
     *,
     batch_size: int = 64,
     workers: int = 2,
-    dtype: str = "float16",
+    dtype: DTypeName = "float16",
     epochs: int = 2,
     warmup: int = 1,
     seconds: float | None = None,
@@ -467,7 +470,7 @@ def run_contender(
     *,
     batch_size: int = 64,
     workers: int = 2,
-    dtype: str = "float16",
+    dtype: DTypeName = "float16",
     epochs: int = 2,
     warmup: int = 1,
     seconds: float | None = None,
@@ -622,7 +625,7 @@ def results_table(results: Sequence[Measurement], reference: Measurement | None)
             rows.append((m.name, "—", *(("",) if multi else ()), "—", "—", m.error))
             continue
         usable = reference is not None and reference.error is None and m.img_per_s > 0
-        ratio = reference.img_per_s / m.img_per_s if usable else None
+        ratio = reference.img_per_s / m.img_per_s if usable and reference is not None else None
         per_cpu = "—" if m.img_per_cpu_s is None else fmt_rate(m.img_per_cpu_s)
         rows.append((m.name, fmt_rate(m.img_per_s), *rounds, per_cpu, fmt_ratio(ratio), m.note))
     ref = reference.name if reference else "reference"

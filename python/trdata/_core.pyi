@@ -1,12 +1,31 @@
-"""Type stubs of the private native module (checked against it by tests/test_api.py)."""
+"""Type stubs of the private native module (checked against it by `make lint`: mypy.stubtest; the member names also by tests/test_api.py)."""
 
-from typing import Any
+import os
+from collections.abc import Sequence
+from typing import Any, final
+
+__all__ = [
+    "__version__",
+    "NativeLoader",
+    "BatchLeaseHandle",
+    "DeviceTensorHandle",
+    "scan_image_folder",
+    "check_file_list",
+    "CHOICES",
+    "DEFAULTS",
+    "machine_info",
+    "generate_synthetic_dataset",
+    "decode_ceiling",
+    "SYNTHETIC_VERSION",
+]
 
 __version__: str
 
-def scan_image_folder(root: str) -> tuple[list[str], list[int], list[str]]: ...
+def scan_image_folder(root: str | os.PathLike[str]) -> tuple[list[str], list[int], list[str]]: ...
+def check_file_list(paths: Sequence[str | os.PathLike[str]], num_labels: int) -> None: ...
 
 CHOICES: dict[str, tuple[str, ...]]
+DEFAULTS: dict[str, Any]
 
 def machine_info() -> dict[str, Any]: ...
 
@@ -19,6 +38,7 @@ def decode_ceiling(
     paths: list[str], threads: int, repeat: int = 1, *, pin: bool = True
 ) -> dict[str, Any]: ...
 
+@final
 class BatchLeaseHandle:
     """Owner of one batch buffer; numpy views and DLPack tensors of it each keep it alive."""
     @property
@@ -39,6 +59,7 @@ class BatchLeaseHandle:
     @property
     def batch(self) -> int: ...
 
+@final
 class DeviceTensorHandle:
     """Images or labels of one batch in a CUDA device slot; a DLPack producer on that device."""
     def __dlpack__(
@@ -59,36 +80,37 @@ class DeviceTensorHandle:
     @property
     def device_index(self) -> int: ...
 
+@final
 class NativeLoader:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         paths: list[str],
         labels: list[int],
         classes: list[str],
         *,
         batch_size: int,
-        workers: int,
+        workers: int | None,
         shuffle: bool,
         seed: int,
         reproducible: bool | None,
-        last_batch: Any,
+        last_batch: str,
         rank: int,
         world_size: int,
-        pin: Any,
-        on_error: Any,
+        pin: str,
+        on_error: str,
         prefetch: int,
         max_held_batches: int,
-        transforms: list[tuple[Any, ...]],
-        normalize: tuple[tuple[float, float, float], tuple[float, float, float]] | None,
-        dtype: Any,
-        layout: Any,
-        devices: list[int] | None = None,
-        device_slots: int = 3,
-        cpus: list[int] | None = None,
-        max_pixels: int | None = None,
-        max_scans: int | None = None,
-        max_memory_bytes: int | None = None,
-    ) -> None: ...
+        transforms: Sequence[tuple[Any, ...]],
+        normalize: tuple[Sequence[float], Sequence[float]] | None,
+        dtype: str,
+        layout: str,
+        devices: Sequence[int] | None,
+        device_slots: int,
+        cpus: Sequence[int] | None,
+        max_pixels: int | None,
+        max_scans: int | None,
+        max_memory_bytes: int | None,
+    ) -> NativeLoader: ...
     def __len__(self) -> int: ...
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(
@@ -111,6 +133,8 @@ class NativeLoader:
     @property
     def epoch(self) -> int: ...
     def set_epoch(self, epoch: int) -> None: ...
+    @property
+    def workers(self) -> int: ...
     @property
     def sample_shape(self) -> tuple[int, int, int]: ...
     def new_iteration(self) -> int: ...

@@ -5,12 +5,11 @@ the core when the last view of it dies, so a batch stays valid exactly as long a
 from __future__ import annotations
 
 import logging
-import math
 import numbers
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeAlias
 
 import numpy as np
 
@@ -25,24 +24,21 @@ logger = logging.getLogger("trdata")
 #: Accepted strings of each choice parameter (dtype, layout, last_batch, on_error, pin): the core's one list.
 CHOICES: dict[str, tuple[str, ...]] = dict(_core.CHOICES)
 
+#: Defaults of the parameters shown in the signatures: the core's (src/config.rs, src/augment/mod.rs), read
+#: here so that each is written once.
+DEFAULTS: dict[str, Any] = dict(_core.DEFAULTS)
 
-def _int(name: str, value: Any, lo: int | None = None, hi: int | None = None) -> int:
-    """An int parameter (Python or numpy integer, not a bool). With ``lo``/``hi`` its full range is checked
-    here; without, only that it fits the core's 64-bit field — its real range is then checked by the core
-    (config.rs, the one place it is written), which names it too."""
+# Python translates the user's values into the core's types and nothing more: every range, choice and default
+# is the core's (src/config.rs and its siblings), which raises ConfigError naming the parameter
+# (``invalid <param>: <value> must be …``). The helpers below only check Python types.
+
+
+def _int(name: str, value: Any) -> int:
+    """An int parameter (Python or numpy integer, not a bool) as a Python int of any size; its range is the
+    core's rule, which names it."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise ConfigError(f"invalid {name}: {_shown(value)} must be an int", parameter=name)
-    v = int(value)
-    if lo is not None and hi is not None:
-        if not lo <= v <= hi:
-            end = hi + 1
-            top = f"2**{end.bit_length() - 1})" if end >= 2**32 and end & (end - 1) == 0 else f"{hi}]"
-            raise ConfigError(f"invalid {name}: {_shown(v)} must be in [{lo}, {top}", parameter=name)
-    elif v >= 2**63:
-        raise ConfigError(f"invalid {name}: {_shown(v)} is too large", parameter=name)
-    elif v < -(2**63):
-        raise ConfigError(f"invalid {name}: {_shown(v)} must be ≥ 0", parameter=name)
-    return v
+    return int(value)
 
 
 def _bool(name: str, value: Any) -> bool:
@@ -53,7 +49,8 @@ def _bool(name: str, value: Any) -> bool:
 
 
 def _normalize(normalize: Any) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
-    """``normalize=(mean, std)`` → (mean, std) in [0, 1] units (see Loader's docstring for the rule)."""
+    """``normalize=(mean, std)`` → two triples of floats, as the user gave them (their units and values are the
+    core's rule: ``Normalize::from_user`` in src/augment/mod.rs; the Loader's docstring says it)."""
     if normalize is None:
         return None
 
@@ -68,7 +65,7 @@ def _normalize(normalize: Any) -> tuple[tuple[float, ...], tuple[float, ...]] | 
         try:
             return tuple(float(x) for x in v)
         except OverflowError:  # float(10**400)
-            raise bad("must be finite (a number too large for a float)") from None
+            raise bad("must be numbers a float can hold") from None
 
     if (
         isinstance(normalize, (str, bytes))
@@ -76,39 +73,52 @@ def _normalize(normalize: Any) -> tuple[tuple[float, ...], tuple[float, ...]] | 
         or len(normalize) != 2
     ):
         raise bad("must be (mean, std), each 3 numbers (R, G, B)")
-    mean, std = three(normalize[0]), three(normalize[1])
-    if not all(math.isfinite(x) for x in mean + std):
-        raise bad("must be finite")
-    if any(s <= 0 for s in std):
-        raise bad("std must be > 0")
-    if any(s > 1 for s in std) or all(m > 1 for m in mean):
-        # 0–255 units (the DALI/FFCV habit): every std > 1 and every mean 0 or > 1, all within 0..255.
-        if not all(1 < s <= 255 for s in std) or not all(m == 0 or 1 < m <= 255 for m in mean):
-            raise bad(
-                "mixes units: give mean and std both in [0, 1] units (torchvision, e.g. trdata.IMAGENET) or "
-                "both in 0–255 units (every std > 1, every mean 0 or > 1, all ≤ 255)"
-            )
-        mean, std = tuple(m / 255 for m in mean), tuple(s / 255 for s in std)
-    elif any(m > 1 for m in mean):
-        raise bad("mixes units: mean is in 0–255 units but std in [0, 1] units; give both in the same units")
-    elif any(m < 0 for m in mean):
-        raise bad("mean must be ≥ 0 (a pixel value in [0, 1] units)")
-    if any(s <= 1e-6 for s in std):
-        raise bad("std must be > 1e-6 in [0, 1] units (a std of ~0 divides by ~0)")
-    return mean, std
+    return three(normalize[0]), three(normalize[1])
 
 
 # The choice parameters as static types (the runtime check is the core's table, `_core.CHOICES`; a test keeps the
 # two equal).
-DTypeName = Literal["float32", "float16", "bfloat16", "uint8"]
-LayoutName = Literal["NCHW", "NHWC"]
-LastBatchName = Literal["partial", "drop", "pad"]
-OnErrorName = Literal["raise", "skip"]
-PinName = Literal["round-robin", "numa", "none"]
+DTypeName: TypeAlias = Literal["float32", "float16", "bfloat16", "uint8"]
+LayoutName: TypeAlias = Literal["NCHW", "NHWC"]
+LastBatchName: TypeAlias = Literal["partial", "drop", "pad"]
+OnErrorName: TypeAlias = Literal["raise", "skip"]
+PinName: TypeAlias = Literal["round-robin", "numa", "none"]
+
+
+class TorchDevice(Protocol):
+    """What ``device=`` accepts besides a string: a ``torch.device`` (read through ``str()``)."""
+
+    @property
+    def type(self) -> str: ...
+    @property
+    def index(self) -> int | None: ...
+
+
+#: One device: ``"cpu"``, ``"cuda"`` (``cuda:LOCAL_RANK``), ``"cuda:N"`` or a ``torch.device``.
+DeviceName: TypeAlias = str | TorchDevice
+
+
+class DeviceTensor(Protocol):
+    """A tensor on a CUDA device (on a CUDA loader, ``Batch.images``/``labels`` are ``torch.Tensor`` objects): a
+    DLPack producer with a shape and a dtype."""
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+    def __len__(self) -> int: ...
+    @property
+    def shape(self) -> Any: ...
+    @property
+    def dtype(self) -> Any: ...
+
+
+#: ``Batch.images`` and ``Batch.labels``: numpy arrays on a CPU loader, device tensors on a CUDA one.
+BatchArray: TypeAlias = np.ndarray | DeviceTensor
 
 
 class Batch:
-    """One batch. ``images``: (N, 3, H, W) or (N, H, W, 3) numpy view; ``labels``/``indices``: int64 (N,);
+    """One batch. ``images``: (N, 3, H, W) or (N, H, W, 3) numpy view on a CPU loader, ``torch.Tensor`` on a
+    CUDA one (see ``BatchArray``); ``labels``: int64 (N,), numpy or ``torch.Tensor`` likewise; ``indices``:
+    int64 (N,) numpy;
     ``valid``: the first ``valid`` rows are real samples of this epoch, later rows repeat real ones
     (``last_batch='pad'``) or fill a rank up to equal length. Unpacks as ``images, labels = batch``.
 
@@ -121,15 +131,21 @@ class Batch:
 
     __slots__ = ("_lease", "epoch", "images", "indices", "labels", "valid")
 
+    images: BatchArray
+    labels: BatchArray
+    indices: np.ndarray
+    valid: int
+    epoch: int
+
     def __init__(
         self,
-        images: np.ndarray,
-        labels: np.ndarray,
+        images: BatchArray,
+        labels: BatchArray,
         indices: np.ndarray,
         valid: int,
         epoch: int,
-        lease: Any = None,
-    ):
+        lease: _core.BatchLeaseHandle | _core.DeviceTensorHandle | None = None,
+    ) -> None:
         self.images = images
         self.labels = labels
         self.indices = indices
@@ -137,9 +153,11 @@ class Batch:
         self.epoch = epoch
         # The native lease behind `images` (found through the view's base when not given), or None for a
         # Batch built from plain arrays, which then exports `images` through numpy's own DLPack.
-        self._lease = lease if lease is not None else _lease_of(images)
+        if lease is None and isinstance(images, np.ndarray):
+            lease = _lease_of(images)
+        self._lease = lease
 
-    def __iter__(self) -> Iterator[np.ndarray]:
+    def __iter__(self) -> Iterator[BatchArray]:
         yield self.images
         yield self.labels
 
@@ -169,7 +187,8 @@ class Batch:
             for k, v in (("max_version", max_version), ("dl_device", dl_device), ("copy", copy))
             if v is not None
         }
-        return self.images.__dlpack__(stream=stream, **kwargs)
+        images: Any = self.images  # numpy's or a device tensor's own __dlpack__
+        return images.__dlpack__(stream=stream, **kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         """(device_type, device_id) of ``images``; (1, 0) is the CPU."""
@@ -185,7 +204,7 @@ class Batch:
         return torch.from_dlpack(self), torch.from_dlpack(self.labels)
 
 
-def _lease_of(images: np.ndarray) -> Any:
+def _lease_of(images: np.ndarray) -> _core.BatchLeaseHandle | None:
     """The BatchLeaseHandle whose memory ``images`` views whole (same data pointer and shape), else None."""
     base = images.base
     while isinstance(base, np.ndarray):
@@ -217,8 +236,8 @@ def _parse_devices(device: Any) -> tuple[list[int] | None, bool]:
             ordinal = _local_rank()  # one process per GPU under torchrun: this process's GPU
             if ordinal >= _ORDINAL_LIMIT:
                 raise ConfigError(
-                    f"invalid device: 'cuda' means cuda:LOCAL_RANK, and LOCAL_RANK={ordinal} is not a CUDA "
-                    f"ordinal (must be < 2**32)",
+                    f"invalid device: 'cuda' (cuda:LOCAL_RANK, LOCAL_RANK={ordinal}) must name a CUDA ordinal "
+                    f"(< 2**32)",
                     parameter="device",
                 )
             return ordinal
@@ -227,24 +246,22 @@ def _parse_devices(device: Any) -> tuple[list[int] | None, bool]:
             # the length first: int() of a string of thousands of digits raises ValueError
             if len(digits) > 10 or int(digits) >= _ORDINAL_LIMIT:
                 raise ConfigError(
-                    f"invalid device: {_shown(d)}; the CUDA ordinal must be < 2**32", parameter="device"
+                    f"invalid device: {_shown(d)} must name a CUDA ordinal (< 2**32)", parameter="device"
                 )
             return int(digits)
         raise ConfigError(
-            f"invalid device: {_shown(d)}; expected 'cpu', 'cuda', 'cuda:N' or a list of 'cuda:N'",
+            f"invalid device: {_shown(d)} must be 'cpu', 'cuda', 'cuda:N' or a list of 'cuda:N'",
             parameter="device",
         )
 
     if isinstance(device, (list, tuple)):
-        if not device:
-            raise ConfigError("invalid device: the device list is empty", parameter="device")
+        # an empty list, or one naming a device twice, is the core's to refuse (config::check_devices)
         ordinals = [one(d) for d in device]
         if any(o is None for o in ordinals):
             raise ConfigError(
-                f"invalid device: {_shown(device)}; a device list holds CUDA devices only", parameter="device"
+                f"invalid device: {_shown(device)} must hold CUDA devices only ('cpu' is no list item)",
+                parameter="device",
             )
-        if len(set(ordinals)) != len(ordinals):
-            raise ConfigError(f"invalid device: {_shown(device)} lists a device twice", parameter="device")
         return [o for o in ordinals if o is not None], True
     o = one(device)
     return (None if o is None else [o]), False
@@ -306,36 +323,11 @@ def _allowed_cpus() -> list[int]:
 
 
 def _parse_cpus(cpus: Any) -> list[int]:
-    """``cpus=`` → CPU ids in the given order, each one this process may run on (``os.sched_getaffinity(0)``)."""
+    """``cpus=`` → CPU ids in the given order (which ids are valid is the core's rule: listed once, each one
+    this process may run on)."""
     if isinstance(cpus, (str, bytes)) or not isinstance(cpus, Iterable):
         raise ConfigError(f"invalid cpus: {_shown(cpus)} must be a list of CPU ids", parameter="cpus")
-    ids = list(cpus)
-    if not ids:
-        raise ConfigError("invalid cpus: [] is empty; give at least one CPU id", parameter="cpus")
-    ids = [_int("cpus", c) for c in ids]
-    if len(set(ids)) != len(ids):
-        raise ConfigError(f"invalid cpus: {_shown(cpus)} lists a CPU twice", parameter="cpus")
-    allowed = set(_allowed_cpus())
-    outside = [c for c in ids if c not in allowed]
-    if outside:
-        raise ConfigError(
-            f"invalid cpus: {outside} not in the CPUs this process may run on "
-            f"(os.sched_getaffinity(0) = {_ranges(sorted(allowed))})",
-            parameter="cpus",
-        )
-    return ids
-
-
-def _ranges(ids: list[int]) -> str:
-    """[0, 1, 2, 5] → '0-2,5'."""
-    out, i = [], 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        out.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
-    return ",".join(out)
+    return [_int("cpus", c) for c in cpus]
 
 
 def _cpu_share() -> list[int]:
@@ -431,61 +423,78 @@ class Loader:
     def __init__(
         self,
         source: Source,
-        batch_size: int = 64,
+        batch_size: int = DEFAULTS["batch_size"],
         transforms: Sequence[Transform] = (),
         normalize: tuple[Sequence[float], Sequence[float]] | None = None,
-        dtype: DTypeName = "float32",
-        layout: LayoutName = "NCHW",
+        dtype: DTypeName = DEFAULTS["dtype"],
+        layout: LayoutName = DEFAULTS["layout"],
         workers: int | None = None,
-        shuffle: bool = False,
-        seed: int = 0,
+        shuffle: bool = DEFAULTS["shuffle"],
+        seed: int = DEFAULTS["seed"],
         reproducible: bool | None = None,
-        last_batch: LastBatchName = "partial",
-        device: str | Sequence[str] = "cpu",
+        last_batch: LastBatchName = DEFAULTS["last_batch"],
+        device: DeviceName | list[DeviceName] | tuple[DeviceName, ...] = DEFAULTS["device"],
         rank: int | None = None,
         world_size: int | None = None,
-        on_error: OnErrorName = "raise",
-        pin: PinName = "round-robin",
-        prefetch: int = 2,
-        max_held_batches: int = 16,
-        device_slots: int = 3,
-        cpus: Sequence[int] | None = None,
+        on_error: OnErrorName = DEFAULTS["on_error"],
+        pin: PinName = DEFAULTS["pin"],
+        prefetch: int = DEFAULTS["prefetch"],
+        max_held_batches: int = DEFAULTS["max_held_batches"],
+        device_slots: int = DEFAULTS["device_slots"],
+        cpus: Iterable[int] | None = None,
         max_pixels: int | None = None,
         max_scans: int | None = None,
         max_memory_bytes: int | None = None,
     ) -> None:
         if not isinstance(source, Source):
             raise ConfigError(
-                f"invalid source: expected trdata.ImageFolder or trdata.FileList, got "
-                f"{type(source).__name__}",
+                f"invalid source: a {type(source).__name__} must be a trdata.ImageFolder or trdata.FileList",
                 parameter="source",
             )
+        # Translation only (types, the environment, torch.distributed); the core checks every value.
         ordinals, per_step_list = _parse_devices(device)
-        device_slots = _int("device_slots", device_slots)
         rank = None if rank is None else _int("rank", rank)
         world_size = None if world_size is None else _int("world_size", world_size)
         rank, world_size = _resolve_rank(rank, world_size)
         rank, world_size = _int("rank", rank), _int("world_size", world_size)  # from torch or the environment
-        batch_size = _int("batch_size", batch_size)
-        prefetch = _int("prefetch", prefetch)
-        max_held_batches = _int("max_held_batches", max_held_batches)
-        shuffle = _bool("shuffle", shuffle)
-        reproducible = None if reproducible is None else _bool("reproducible", reproducible)
         cpu_list = _cpu_share() if cpus is None else _parse_cpus(cpus)
-        if workers is None:
-            # GPU loaders leave one core of the share to the training thread: on the H200 box, 16 workers on 16
-            # cores delayed kernel launches enough to cost 6% of ResNet-50 step rate, 15 workers cost nothing
-            # (benches/README.md, run 2). CPU loaders hand every core to the workers.
-            workers = len(cpu_list) - 1 if ordinals and len(cpu_list) > 2 else len(cpu_list)
-        workers = _int("workers", workers)
-        seed = _int("seed", seed, 0, 2**64 - 1)
-        specs = _transform_specs(transforms)
-        norm = _normalize(normalize)
+
+        def opt_int(name: str, value: Any) -> int | None:
+            return None if value is None else _int(name, value)
+
+        batch_size = _int("batch_size", batch_size)
+        self._native = _core.NativeLoader(
+            source.paths,
+            source.labels,
+            list(source.classes),
+            batch_size=batch_size,
+            workers=opt_int("workers", workers),  # None: the core's default for these CPUs and devices
+            shuffle=_bool("shuffle", shuffle),
+            seed=_int("seed", seed),
+            reproducible=None if reproducible is None else _bool("reproducible", reproducible),
+            last_batch=last_batch,
+            rank=rank,
+            world_size=world_size,
+            pin=pin,
+            on_error=on_error,
+            prefetch=_int("prefetch", prefetch),
+            max_held_batches=_int("max_held_batches", max_held_batches),
+            transforms=_transform_specs(transforms),
+            normalize=_normalize(normalize),
+            dtype=dtype,
+            layout=layout,
+            devices=ordinals,
+            device_slots=_int("device_slots", device_slots),
+            cpus=cpu_list,
+            max_pixels=opt_int("max_pixels", max_pixels),
+            max_scans=opt_int("max_scans", max_scans),
+            max_memory_bytes=opt_int("max_memory_bytes", max_memory_bytes),
+        )
         self.source = source
-        self.batch_size = batch_size
-        self.dtype = dtype
-        self.layout = layout
-        self.workers = workers
+        self.batch_size: int = batch_size
+        self.dtype: DTypeName = dtype
+        self.layout: LayoutName = layout
+        self.workers: int = self._native.workers
         self.rank = rank
         self.world_size = world_size
         self.cpus = cpu_list
@@ -493,33 +502,6 @@ class Loader:
         self._ordinals = ordinals
         self._per_step_list = per_step_list
         self._pid = os.getpid()
-        self._native = _core.NativeLoader(
-            source.paths,
-            source.labels,
-            list(source.classes),
-            batch_size=batch_size,
-            workers=workers,
-            shuffle=shuffle,
-            seed=seed,
-            reproducible=reproducible,
-            last_batch=last_batch,
-            rank=rank,
-            world_size=world_size,
-            pin=pin,
-            on_error=on_error,
-            prefetch=prefetch,
-            max_held_batches=max_held_batches,
-            transforms=specs,
-            normalize=norm,
-            dtype=dtype,
-            layout=layout,
-            devices=ordinals,
-            device_slots=device_slots,
-            cpus=cpu_list,
-            max_pixels=None if max_pixels is None else _int("max_pixels", max_pixels),
-            max_scans=None if max_scans is None else _int("max_scans", max_scans),
-            max_memory_bytes=None if max_memory_bytes is None else _int("max_memory_bytes", max_memory_bytes),
-        )
 
     def _check_process(self) -> None:
         """LoaderClosedError in a process other than the creating one (a fork child), before anything else:
@@ -545,7 +527,7 @@ class Loader:
         """Run epoch ``epoch`` (0 ≤ epoch < 2**63) on the next iteration (later iterations continue from
         it)."""
         self._check_process()
-        self._native.set_epoch(_int("epoch", epoch, 0, 2**63 - 1))
+        self._native.set_epoch(_int("epoch", epoch))
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's position at the current batch boundary, for checkpointing (e.g. with
@@ -659,7 +641,7 @@ class Loader:
         images = np.asarray(images_h)  # zero-copy: the array's base is the lease
         if self.dtype == "bfloat16":
             try:
-                import ml_dtypes  # type: ignore[import-not-found]
+                import ml_dtypes
 
                 images = images.view(ml_dtypes.bfloat16)
             except ImportError:

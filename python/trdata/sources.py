@@ -65,7 +65,8 @@ class ImageFolder(Source):
             self.root = os.path.expanduser(os.fsdecode(root))
         except TypeError:
             raise ConfigError(
-                f"invalid root: {root!r} is a {type(root).__name__}, not a path", parameter="root"
+                f"invalid root: {root!r} must be a path (str, bytes or os.PathLike), not a {type(root).__name__}",
+                parameter="root",
             ) from None
         self.paths, self.labels, self.classes = _core.scan_image_folder(self.root)
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
@@ -91,12 +92,8 @@ class FileList(Source):
     ) -> None:
         self.paths = _check_paths(paths)
         self.labels = [0] * len(self.paths) if labels is None else _check_labels(labels)
-        if len(self.labels) != len(self.paths):
-            raise ConfigError(
-                f"invalid labels: {len(self.labels)} labels for {len(self.paths)} paths", parameter="labels"
-            )
-        if not self.paths:
-            raise ConfigError("invalid paths: the file list is empty", parameter="paths")
+        # the list's rules (non-empty, usable paths, one label per path) are the core's
+        _core.check_file_list(self.paths, len(self.labels))
         self.classes = []
 
 
@@ -139,8 +136,6 @@ def _check_paths(paths: Any) -> list[str]:
             raise _paths_error(
                 f"{p!r} (element {i}) is a {type(p).__name__}, not a str, bytes or os.PathLike"
             ) from None
-        if not s or "\0" in s:
-            raise _paths_error(f"{p!r} (element {i}) is empty or contains a NUL character")
         out.append(str(s))  # a plain str, also for str subclasses (numpy.str_ from an array of str)
     return out
 
@@ -171,7 +166,8 @@ def _check_label_array(a: np.ndarray) -> list[int]:
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise _labels_error(f"{a[i]!r} (element {i}) is not an integer in the int64 range")
-    return a.astype(np.int64).tolist()
+    out: list[int] = a.astype(np.int64).tolist()
+    return out
 
 
 def _check_label(v: Any, i: int) -> int:

@@ -5,10 +5,11 @@ rounding), with antialiased bilinear resampling as Pillow does it. Transforms ar
 compose the built-in ones as a list, ``Loader(..., transforms=[Resize(256), CenterCrop(224)])``.
 
 Argument types are checked when a transform is made (as torchvision refuses ``CenterCrop('32')`` at
-construction), values when the Loader is built; each error is a ``ConfigError`` naming the argument. A size
-is an int or an ``(height, width)`` pair of exactly two ints, all ≥ 1 (a string, float or bool is
-refused); ``scale``, ``ratio`` and ``p`` are real numbers a float can hold, their ranges checked by the core
-(as are sizes: 1 to 65536).
+construction), values when the Loader is built, by the core (src/augment/geometry.rs: sizes 1 to 65536,
+0 < min ≤ max ≤ 1 for ``scale``, 0 < min ≤ max for ``ratio``, ``p`` in [0, 1]); each error is a
+``ConfigError`` naming the argument. A size is an int or an ``(height, width)`` pair of exactly two ints (a
+string, float or bool is refused); ``scale``, ``ratio`` and ``p`` are real numbers a float can hold. Defaults
+are the core's (``_core.DEFAULTS``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import _core
 from .errors import ConfigError, _shown
+
+_DEFAULTS = _core.DEFAULTS
 
 
 def _is_int(v: Any) -> bool:
@@ -26,9 +30,9 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, numbers.Integral) and not isinstance(v, bool) and type(v).__name__ != "bool_"
 
 
-def _size(size: Any, name: str = "size", *, values: bool = True) -> tuple[int, int]:
-    """``size`` → (height, width): an int (square) or a sequence of exactly two ints, all ≥ 1 (checked only
-    with ``values``)."""
+def _size(size: Any, name: str = "size") -> tuple[int, int]:
+    """``size`` → (height, width): an int (square) or a sequence of exactly two ints (their range is the
+    core's rule)."""
     if _is_int(size):
         h = w = int(size)
     elif isinstance(size, Sequence) and not isinstance(size, (str, bytes)) and len(size) == 2:
@@ -42,8 +46,6 @@ def _size(size: Any, name: str = "size", *, values: bool = True) -> tuple[int, i
         raise ConfigError(
             f"invalid {name}: {_shown(size)} must be an int or a (height, width) pair of ints", parameter=name
         )
-    if values and (h <= 0 or w <= 0):
-        raise ConfigError(f"invalid {name}: {_shown(size)} must be positive", parameter=name)
     return h, w
 
 
@@ -55,7 +57,9 @@ def _real(v: Any, name: str) -> float:
     try:
         return float(v)
     except OverflowError:
-        raise ConfigError(f"invalid {name}: {_shown(v)} is too large for a float", parameter=name) from None
+        raise ConfigError(
+            f"invalid {name}: {_shown(v)} must be a number a float can hold", parameter=name
+        ) from None
 
 
 def _pair(v: Any, name: str) -> tuple[float, float]:
@@ -72,7 +76,7 @@ class Transform:
     cannot add behaviour (the Loader refuses it). Compose the built-in ones as a list passed as
     ``transforms=``."""
 
-    def _spec(self) -> tuple:
+    def _spec(self) -> tuple[Any, ...]:
         raise NotImplementedError(_not_builtin_message(type(self)))
 
 
@@ -91,15 +95,15 @@ class RandomResizedCrop(Transform):
     """Crop a random area/aspect region (torchvision sampling) and resize it to ``size``."""
 
     size: int | tuple[int, int]
-    scale: tuple[float, float] = (0.08, 1.0)
-    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    scale: tuple[float, float] = _DEFAULTS["RandomResizedCrop.scale"]
+    ratio: tuple[float, float] = _DEFAULTS["RandomResizedCrop.ratio"]
 
     def __post_init__(self) -> None:
-        _size(self.size, values=False)
+        _size(self.size)
         _pair(self.scale, "scale")
         _pair(self.ratio, "ratio")
 
-    def _spec(self) -> tuple:
+    def _spec(self) -> tuple[Any, ...]:
         h, w = _size(self.size)
         scale, ratio = _pair(self.scale, "scale"), _pair(self.ratio, "ratio")
         return ("random_resized_crop", h, w, *scale, *ratio)
@@ -112,9 +116,9 @@ class Resize(Transform):
     size: int | tuple[int, int]
 
     def __post_init__(self) -> None:
-        _size(self.size, values=False)
+        _size(self.size)
 
-    def _spec(self) -> tuple:
+    def _spec(self) -> tuple[Any, ...]:
         if _is_int(self.size):
             return ("resize_shorter", _size(self.size)[0])
         h, w = _size(self.size)
@@ -128,9 +132,9 @@ class CenterCrop(Transform):
     size: int | tuple[int, int]
 
     def __post_init__(self) -> None:
-        _size(self.size, values=False)
+        _size(self.size)
 
-    def _spec(self) -> tuple:
+    def _spec(self) -> tuple[Any, ...]:
         h, w = _size(self.size)
         return ("center_crop", h, w)
 
@@ -139,12 +143,12 @@ class CenterCrop(Transform):
 class RandomHorizontalFlip(Transform):
     """Flip left-right with probability ``p``."""
 
-    p: float = 0.5
+    p: float = _DEFAULTS["RandomHorizontalFlip.p"]
 
     def __post_init__(self) -> None:
         self._spec()
 
-    def _spec(self) -> tuple:
+    def _spec(self) -> tuple[Any, ...]:
         return ("horizontal_flip", _real(self.p, "p"))
 
 
@@ -152,7 +156,7 @@ class RandomHorizontalFlip(Transform):
 BUILTIN = (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip)
 
 
-def specs(transforms: Any) -> list[tuple]:
+def specs(transforms: Any) -> list[tuple[Any, ...]]:
     """The core's specs of ``transforms`` (a list or tuple of built-in transforms), ConfigError naming
     ``transforms`` otherwise (a subclass of a built-in is accepted only if it adds no behaviour of its own:
     no ``_spec``, ``__call__`` or ``forward``)."""

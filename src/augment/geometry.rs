@@ -9,6 +9,7 @@
 
 use super::{SampleKey, TransformSpec};
 use crate::error::{Result, TrdataError};
+use crate::param::IntParam;
 use crate::rng::{OP_HORIZONTAL_FLIP, OP_RANDOM_RESIZED_CROP, SampleRng};
 
 /// One dimension of a sample's geometry (see module docs).
@@ -131,21 +132,39 @@ fn name(t: &TransformSpec) -> &'static str {
     }
 }
 
-fn positive_size(param: &str, pos: usize, h: u32, w: u32) -> Result<(usize, usize)> {
-    if h == 0 || w == 0 {
-        return Err(TrdataError::config(
-            param,
-            format!("must be positive, got (height={h}, width={w}) (transforms[{pos}])"),
-        ));
-    }
-    Ok((h as usize, w as usize))
+/// A transform's output size (each of height and width, or Resize(int)'s shorter side).
+pub const SIZE: IntParam = IntParam::new("size", 1, 65_536);
+/// RandomResizedCrop's `scale` (fraction of the image area; above 1 the crop could never fit).
+const SCALE: &str = "scale";
+/// RandomResizedCrop's `ratio` (aspect ratio w/h).
+const RATIO: &str = "ratio";
+/// RandomHorizontalFlip's `p` (probability).
+const P: &str = "p";
+
+/// Where in the list an op sits, for messages: `RandomResizedCrop at transforms[0]`.
+fn whence(t: &TransformSpec, pos: usize) -> String {
+    format!("{} at transforms[{pos}]", name(t))
 }
 
-fn range_param(param: &str, pos: usize, (lo, hi): (f64, f64)) -> Result<()> {
-    if !(lo.is_finite() && hi.is_finite() && lo > 0.0 && lo <= hi) {
+/// Each of `dims` in [`SIZE`]'s range.
+fn check_size(t: &TransformSpec, pos: usize, dims: &[u32]) -> Result<()> {
+    match dims.iter().find(|&&d| SIZE.check::<u32>(i128::from(d)).is_err()) {
+        Some(_) => {
+            let shown = dims.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+            let shown = if dims.len() == 1 { shown } else { format!("({shown})") };
+            Err(SIZE.error_in(&shown, &whence(t, pos)))
+        }
+        None => Ok(()),
+    }
+}
+
+/// A `(min, max)` range with 0 < min ≤ max ≤ `max` (both finite).
+fn check_range(param: &str, t: &TransformSpec, pos: usize, (lo, hi): (f64, f64), max: f64) -> Result<()> {
+    if !(lo.is_finite() && hi.is_finite() && lo > 0.0 && lo <= hi && hi <= max) {
+        let top = if max.is_finite() { format!(" ≤ {max}") } else { String::new() };
         return Err(TrdataError::config(
             param,
-            format!("must be finite with 0 < min <= max, got ({lo}, {hi}) (transforms[{pos}])"),
+            format!("({lo}, {hi}) must be finite with 0 < min ≤ max{top} ({})", whence(t, pos)),
         ));
     }
     Ok(())
@@ -162,34 +181,22 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
         match *t {
             TransformSpec::RandomHorizontalFlip { p } => {
                 if !(0.0..=1.0).contains(&p) {
-                    return Err(TrdataError::config(
-                        "RandomHorizontalFlip.p",
-                        format!("must be in [0, 1], got {p} (transforms[{pos}])"),
-                    ));
+                    return Err(TrdataError::config(P, format!("{p} must be in [0, 1] ({})", whence(t, pos))));
                 }
                 flip_ps.push((pos, p));
             }
             TransformSpec::RandomResizedCrop { height, width, scale, ratio } => {
-                positive_size("RandomResizedCrop.size", pos, height, width)?;
-                range_param("RandomResizedCrop.scale", pos, scale)?;
-                range_param("RandomResizedCrop.ratio", pos, ratio)?;
+                check_size(t, pos, &[height, width])?;
+                check_range(SCALE, t, pos, scale, 1.0)?;
+                check_range(RATIO, t, pos, ratio, f64::INFINITY)?;
                 geo.push((pos, t));
             }
             TransformSpec::ResizeShorter { shorter } => {
-                if shorter == 0 {
-                    return Err(TrdataError::config(
-                        "Resize.size",
-                        format!("must be positive, got 0 (transforms[{pos}])"),
-                    ));
-                }
+                check_size(t, pos, &[shorter])?;
                 geo.push((pos, t));
             }
-            TransformSpec::ResizeExact { height, width } => {
-                positive_size("Resize.size", pos, height, width)?;
-                geo.push((pos, t));
-            }
-            TransformSpec::CenterCrop { height, width } => {
-                positive_size("CenterCrop.size", pos, height, width)?;
+            TransformSpec::ResizeExact { height, width } | TransformSpec::CenterCrop { height, width } => {
+                check_size(t, pos, &[height, width])?;
                 geo.push((pos, t));
             }
         }
@@ -225,23 +232,24 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
         }
         [] => {
             return Err(TrdataError::config(
-                "transforms",
-                format!("the output size is not fixed (no resize or crop in the list); {SUPPORTED}"),
+                super::TRANSFORMS,
+                format!("[] must fix the output size (hold a resize or crop); {SUPPORTED}"),
             ));
         }
         [(_, TransformSpec::ResizeShorter { .. })] => {
             return Err(TrdataError::config(
-                "transforms",
+                super::TRANSFORMS,
                 format!(
-                    "Resize(int) alone gives images of different sizes, which cannot be batched; follow it with \
-                     CenterCrop, or use Resize((h, w)); {SUPPORTED}"
+                    "[{}] must fix the output size: Resize(int) alone gives images of different sizes, which cannot \
+                     be batched; follow it with CenterCrop, or use Resize((h, w)); {SUPPORTED}",
+                    names.join(", ")
                 ),
             ));
         }
         _ => {
             return Err(TrdataError::config(
-                "transforms",
-                format!("unsupported transform order [{}]; {SUPPORTED}", names.join(", ")),
+                super::TRANSFORMS,
+                format!("[{}] must be one of the {SUPPORTED}", names.join(", ")),
             ));
         }
     };

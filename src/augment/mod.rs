@@ -25,6 +25,7 @@ use std::time::Instant;
 
 use crate::decode::{DecodeLimits, Decoder, PixelWindow, choose_scale_eighths};
 use crate::error::{ImageError, Result, TrdataError};
+use crate::param::Choice;
 use geometry::CompiledTransforms;
 use resample::{AxisCoeffs, OutputLut};
 use simd::Simd;
@@ -112,6 +113,32 @@ pub enum Layout {
     Nhwc,
 }
 
+/// `dtype` values (output element type).
+pub const DTYPE: Choice<DType> = Choice {
+    name: "dtype",
+    values: &[("float32", DType::F32), ("float16", DType::F16), ("bfloat16", DType::BF16), ("uint8", DType::U8)],
+};
+/// `layout` values.
+pub const LAYOUT: Choice<Layout> = Choice { name: "layout", values: &[("NCHW", Layout::Nchw), ("NHWC", Layout::Nhwc)] };
+
+/// Defaults of the transforms' parameters (torchvision's): the one place each is written. The binding exports
+/// them as `_core.DEFAULTS`, which python/trdata/transforms.py reads.
+pub mod default {
+    /// `RandomResizedCrop.scale`.
+    pub const RRC_SCALE: (f64, f64) = (0.08, 1.0);
+    /// `RandomResizedCrop.ratio`.
+    pub const RRC_RATIO: (f64, f64) = (3.0 / 4.0, 4.0 / 3.0);
+    /// `RandomHorizontalFlip.p`.
+    pub const FLIP_P: f64 = 0.5;
+}
+
+/// The `normalize` parameter's name (its rules: [`Normalize::from_user`], [`Normalize::check`] and the output
+/// type's range in [`SamplePipeline::new`]).
+const NORMALIZE: &str = "normalize";
+/// The `transforms` parameter's name (its rules: `geometry::compile` and the sample size in
+/// [`SamplePipeline::new`]).
+pub(crate) const TRANSFORMS: &str = "transforms";
+
 /// Per-channel normalization in [0, 1] units: out = (x / 255 - mean) / std.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Normalize {
@@ -119,6 +146,65 @@ pub struct Normalize {
     pub mean: [f32; 3],
     /// Per-channel standard deviation (RGB), non-zero.
     pub std: [f32; 3],
+}
+
+impl Normalize {
+    /// `normalize=(mean, std)` as the user gives it: in [0, 1] units (torchvision's `Normalize` after
+    /// `ToTensor`, e.g. `trdata.IMAGENET`) or in 0–255 units (the DALI/FFCV habit): when any std > 1 or every
+    /// mean > 1, both are read as 0–255 units and divided by 255, so the two conventions give identical
+    /// batches. Mixed units (a 0–255 mean with a [0, 1] std, or a 0–255 std with a mean ≤ 1 that is not 0),
+    /// a negative mean in [0, 1] units and non-finite values are refused, then [`check`](Self::check) applies.
+    pub fn from_user(mean: [f64; 3], std: [f64; 3]) -> Result<Self> {
+        let shown = || format!("mean={mean:?} std={std:?}");
+        if !mean.iter().chain(&std).all(|v| v.is_finite()) {
+            return Err(TrdataError::config(NORMALIZE, format!("{} must be finite", shown())));
+        }
+        let (mean, std) = if std.iter().any(|&s| s > 1.0) || mean.iter().all(|&m| m > 1.0) {
+            if !(std.iter().all(|&s| 1.0 < s && s <= 255.0)
+                && mean.iter().all(|&m| m == 0.0 || (1.0 < m && m <= 255.0)))
+            {
+                return Err(TrdataError::config(
+                    NORMALIZE,
+                    format!(
+                        "{} must be in one unit: both in [0, 1] units (torchvision, e.g. trdata.IMAGENET) or both in \
+                         0–255 units (every std > 1, every mean 0 or > 1, all ≤ 255)",
+                        shown()
+                    ),
+                ));
+            }
+            (mean.map(|m| m / 255.0), std.map(|s| s / 255.0))
+        } else if mean.iter().any(|&m| m > 1.0) {
+            return Err(TrdataError::config(
+                NORMALIZE,
+                format!("{} must be in one unit: the mean is in 0–255 units but the std in [0, 1] units", shown()),
+            ));
+        } else if mean.iter().any(|&m| m < 0.0) {
+            return Err(TrdataError::config(
+                NORMALIZE,
+                format!("{} must have mean ≥ 0 (a pixel value in [0, 1] units)", shown()),
+            ));
+        } else {
+            (mean, std)
+        };
+        let n = Self { mean: mean.map(|m| m as f32), std: std.map(|s| s as f32) };
+        n.check()?;
+        Ok(n)
+    }
+
+    /// Values in [0, 1] units: finite, std > 1e-6 (a std of ~0 divides by ~0).
+    pub fn check(&self) -> Result<()> {
+        if !self.mean.iter().chain(&self.std).all(|v| v.is_finite()) || self.std.iter().any(|&s| s <= 1e-6) {
+            return Err(TrdataError::config(
+                NORMALIZE,
+                format!(
+                    "mean={:?} std={:?} must be finite with every std > 1e-6 in [0, 1] units (a std of ~0 divides \
+                     by ~0)",
+                    self.mean, self.std
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// What the fused writer produces.
@@ -224,6 +310,27 @@ pub struct SamplePipeline {
     simd: Simd,
 }
 
+/// One sample of `height`×`width`×3 `dtype` values must fit in this machine's memory (a batch of them is
+/// checked by `LoaderConfig::validate`); names `transforms`, which set the output size.
+fn check_sample_memory(height: usize, width: usize, dtype: DType) -> Result<()> {
+    let sample_bytes = 3 * height as u128 * width as u128 * dtype.size_bytes() as u128;
+    let Some(usable) = crate::topology::usable_memory_bytes() else { return Ok(()) };
+    if sample_bytes > u128::from(usable) {
+        let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
+        return Err(TrdataError::config(
+            TRANSFORMS,
+            format!(
+                "an output of 3×{height}×{width} × {} bytes must fit in memory: one sample needs {:.2} GiB but this \
+                 machine has {:.2} GiB; use a smaller output size",
+                dtype.size_bytes(),
+                gib(sample_bytes),
+                gib(u128::from(usable))
+            ),
+        ));
+    }
+    Ok(())
+}
+
 impl SamplePipeline {
     /// Validate and compile; the output size must be fixed.
     pub fn new(transforms: Vec<TransformSpec>, output: OutputSpec) -> Result<Self> {
@@ -231,19 +338,15 @@ impl SamplePipeline {
         if let Some(n) = output.normalize {
             if output.dtype == DType::U8 {
                 return Err(TrdataError::config(
-                    "normalize",
-                    "normalized values are not integers: use dtype float32/float16/bfloat16, or normalize=None \
-                     with uint8",
+                    NORMALIZE,
+                    format!(
+                        "mean={:?} std={:?} must be None with dtype uint8 (normalized values are not integers): use \
+                         dtype float32/float16/bfloat16, or normalize=None",
+                        n.mean, n.std
+                    ),
                 ));
             }
-            for c in 0..3 {
-                if !(n.mean[c].is_finite() && n.std[c].is_finite() && n.std[c] != 0.0) {
-                    return Err(TrdataError::config(
-                        "normalize",
-                        format!("mean and std must be finite and std non-zero, got mean={:?} std={:?}", n.mean, n.std),
-                    ));
-                }
-            }
+            n.check()?;
             // (x/255 − mean)/std for x in 0..=255 must fit the output type: float16 ends at 65504, so a tiny std
             // would silently fill the batch with inf.
             let max_abs = (0..3)
@@ -252,16 +355,19 @@ impl SamplePipeline {
             let limit = output.dtype.max_finite();
             if max_abs > limit {
                 return Err(TrdataError::config(
-                    "normalize",
+                    NORMALIZE,
                     format!(
-                        "mean={:?} std={:?} give values up to {max_abs:.3e}, beyond the largest {:?} ({limit:.3e}): \
+                        "mean={:?} std={:?} must keep values within dtype {} (±{limit:.3e}), not up to {max_abs:.3e}: \
                          the batch would hold inf; use a larger std or a wider dtype",
-                        n.mean, n.std, output.dtype
+                        n.mean,
+                        n.std,
+                        DTYPE.name_of(output.dtype)
                     ),
                 ));
             }
         }
         let (height, width) = compiled.output_hw();
+        check_sample_memory(height, width, output.dtype)?;
         let dct =
             if compiled.is_random_crop() { DctScaling::RANDOM_CROP_DEFAULT } else { DctScaling::DETERMINISTIC_DEFAULT };
         Ok(Self {

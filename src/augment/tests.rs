@@ -60,7 +60,7 @@ fn run(
 }
 
 fn rrc(h: u32, w: u32) -> TransformSpec {
-    TransformSpec::RandomResizedCrop { height: h, width: w, scale: (0.08, 1.0), ratio: (3.0 / 4.0, 4.0 / 3.0) }
+    TransformSpec::RandomResizedCrop { height: h, width: w, scale: default::RRC_SCALE, ratio: default::RRC_RATIO }
 }
 fn center(h: u32, w: u32) -> TransformSpec {
     TransformSpec::CenterCrop { height: h, width: w }
@@ -350,20 +350,29 @@ fn invalid_transform_lists_are_config_errors_naming_the_parameter() {
         }
         other => panic!("expected a config error, got {other:?}"),
     };
-    assert_eq!(param(vec![rrc(0, 224)], U8_NHWC), "RandomResizedCrop.size");
-    assert_eq!(param(vec![TransformSpec::ResizeShorter { shorter: 0 }, center(1, 1)], U8_NHWC), "Resize.size");
-    assert_eq!(param(vec![TransformSpec::ResizeExact { height: 5, width: 0 }], U8_NHWC), "Resize.size");
-    assert_eq!(param(vec![center(224, 0)], U8_NHWC), "CenterCrop.size");
+    assert_eq!(param(vec![rrc(0, 224)], U8_NHWC), "size");
+    assert_eq!(param(vec![TransformSpec::ResizeShorter { shorter: 0 }, center(1, 1)], U8_NHWC), "size");
+    assert_eq!(param(vec![TransformSpec::ResizeExact { height: 5, width: 0 }], U8_NHWC), "size");
+    assert_eq!(param(vec![center(224, 0)], U8_NHWC), "size");
     assert_eq!(param(vec![TransformSpec::ResizeShorter { shorter: 256 }], U8_NHWC), "transforms");
     assert_eq!(param(vec![], U8_NHWC), "transforms");
     assert_eq!(param(vec![flip(0.5)], U8_NHWC), "transforms");
     assert_eq!(param(vec![center(224, 224), TransformSpec::ResizeShorter { shorter: 256 }], U8_NHWC), "transforms");
     assert_eq!(param(vec![rrc(224, 224), center(200, 200)], U8_NHWC), "transforms");
-    assert_eq!(param(vec![rrc(224, 224), flip(1.5)], U8_NHWC), "RandomHorizontalFlip.p");
+    assert_eq!(param(vec![rrc(224, 224), flip(1.5)], U8_NHWC), "p");
     let bad_scale = TransformSpec::RandomResizedCrop { height: 8, width: 8, scale: (0.5, 0.1), ratio: (1.0, 1.0) };
-    assert_eq!(param(vec![bad_scale], U8_NHWC), "RandomResizedCrop.scale");
+    assert_eq!(param(vec![bad_scale], U8_NHWC), "scale");
     let bad_ratio = TransformSpec::RandomResizedCrop { height: 8, width: 8, scale: (0.1, 0.5), ratio: (0.0, 1.0) };
-    assert_eq!(param(vec![bad_ratio], U8_NHWC), "RandomResizedCrop.ratio");
+    assert_eq!(param(vec![bad_ratio], U8_NHWC), "ratio");
+    // scale is a fraction of the image area: above 1 the crop never fits (the binding refused it before the core
+    // did; now the core's rule is the only one).
+    let big_scale = TransformSpec::RandomResizedCrop { height: 8, width: 8, scale: (0.5, 1.5), ratio: (1.0, 1.0) };
+    assert_eq!(param(vec![big_scale], U8_NHWC), "scale");
+    assert_eq!(param(vec![center(65_537, 8)], U8_NHWC), "size");
+    let e = SamplePipeline::new(vec![rrc(224, 224), flip(1.5)], U8_NHWC).unwrap_err().to_string();
+    assert_eq!(e, "invalid p: 1.5 must be in [0, 1] (RandomHorizontalFlip at transforms[1])");
+    let e = SamplePipeline::new(vec![center(0, 8)], U8_NHWC).unwrap_err().to_string();
+    assert_eq!(e, "invalid size: (0, 8) must be in 1..=65536 (CenterCrop at transforms[0])");
     let u8_norm = OutputSpec { normalize: Some(IMAGENET_NORM), ..U8_NHWC };
     assert_eq!(param(vec![rrc(224, 224)], u8_norm), "normalize");
     let zero_std = OutputSpec {

@@ -69,6 +69,7 @@ mod tests;
 use turbojpeg_sys as tj;
 
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
+use crate::param::IntParam;
 use jpeg::{TjDecompressor, TjFailure, TjRegion};
 
 /// Default decompression-bomb guard: images above this many pixels fail with `TooLarge` before decoding.
@@ -120,19 +121,20 @@ impl Default for DecodeLimits {
     }
 }
 
+/// `max_pixels`: at least one pixel, any 64-bit count.
+pub const MAX_PIXELS: IntParam = IntParam::new("max_pixels", 1, u64::MAX as i128);
+/// `max_scans`: at least one scan.
+pub const MAX_SCANS: IntParam = IntParam::new("max_scans", 1, u32::MAX as i128);
+/// `max_memory_bytes`: at least one byte.
+pub const MAX_MEMORY_BYTES: IntParam = IntParam::new("max_memory_bytes", 1, u64::MAX as i128);
+
 impl DecodeLimits {
-    /// Check the values: each of `max_pixels`, `max_scans`, `max_memory_bytes` must be ≥ 1. Errors name the field
+    /// Check the values against [`MAX_PIXELS`], [`MAX_SCANS`] and [`MAX_MEMORY_BYTES`]. Errors name the field
     /// (the Loader maps them to `ConfigError`).
     pub fn validate(&self) -> Result<()> {
-        if self.max_pixels == 0 {
-            return Err(TrdataError::config("max_pixels", "must be at least 1"));
-        }
-        if self.max_scans == 0 {
-            return Err(TrdataError::config("max_scans", "must be at least 1"));
-        }
-        if self.max_memory_bytes == 0 {
-            return Err(TrdataError::config("max_memory_bytes", "must be at least 1"));
-        }
+        MAX_PIXELS.check::<u64>(i128::from(self.max_pixels))?;
+        MAX_SCANS.check::<u32>(i128::from(self.max_scans))?;
+        MAX_MEMORY_BYTES.check::<u64>(i128::from(self.max_memory_bytes))?;
         Ok(())
     }
 

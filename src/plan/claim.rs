@@ -7,6 +7,10 @@
 //! M_e = ⌈(W − e) / E⌉ workers (W ≥ E), so uneven W still covers every sequence number.
 
 use crate::error::{Result, TrdataError};
+use crate::param::IntParam;
+
+/// Worker threads.
+pub const WORKERS: IntParam = IntParam::new("workers", 1, 1024);
 
 /// Which engine a worker serves and its position among that engine's workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,15 +23,22 @@ pub struct WorkerClaim {
     pub workers_of_engine: usize,
 }
 
+/// Workers must cover every engine (`workers` ≥ engines: static claiming gives each engine its own workers).
+/// Shared by [`LoaderConfig::validate`] and the claiming math (`plan::claim::WorkerClaim::new`).
+pub fn check_workers_per_engine(workers: usize, engines: usize) -> Result<()> {
+    if engines == 0 || workers < engines {
+        return Err(TrdataError::config(
+            WORKERS.name,
+            format!("{workers} must be ≥ the {engines} engines (devices) it serves (one worker per engine at least)"),
+        ));
+    }
+    Ok(())
+}
+
 impl WorkerClaim {
     /// The claim of worker `w` of `total_workers` over `engines` engines.
     pub fn new(w: usize, total_workers: usize, engines: usize) -> Result<Self> {
-        if engines == 0 || total_workers < engines {
-            return Err(TrdataError::config(
-                "workers",
-                format!("{total_workers} workers cannot serve {engines} engines (need at least one per engine)"),
-            ));
-        }
+        check_workers_per_engine(total_workers, engines)?;
         let engine = w % engines;
         Ok(Self { engine, j: w / engines, workers_of_engine: (total_workers - engine).div_ceil(engines) })
     }

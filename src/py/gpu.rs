@@ -28,7 +28,7 @@ impl DeviceTensorHandle {
     /// The images of `lease` (shape [rows, ...sample_shape], dtype `dtype`).
     pub fn images(lease: Arc<SlotLease>, sample_shape: [usize; 3], dtype: DType) -> Self {
         let shape = vec![lease.rows, sample_shape[0], sample_shape[1], sample_shape[2]];
-        let dtype_name = crate::config::choice_name(crate::config::DTYPE, dtype);
+        let dtype_name = crate::config::DTYPE.name_of(dtype);
         Self {
             lease: ManuallyDrop::new(lease),
             pid: std::process::id(),

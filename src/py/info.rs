@@ -10,7 +10,7 @@ use pyo3::types::{PyDict, PyList};
 
 use crate::config;
 use crate::cuda::{self, CudaProbe};
-use crate::topology::{self, PinMode, Topology};
+use crate::topology::{self, Topology};
 
 /// Adds `machine_info()` to the `_core` module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -203,7 +203,7 @@ fn machine_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     // The Loader's own plan functions (topology/binding.rs), so this reports what a Loader does.
     let numa = topology::numa_recommended(&topo, &engine_nodes);
     let binding = PyDict::new(py);
-    binding.set_item("default_mode", config::choice_name(config::PIN, PinMode::DEFAULT))?;
+    binding.set_item("default_mode", config::PIN.name_of(config::default::PIN))?;
     binding.set_item("numa_recommended", numa)?;
     binding.set_item("engine_numa_nodes", engine_nodes.clone())?;
     binding.set_item(

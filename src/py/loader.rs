@@ -4,18 +4,17 @@
 use super::errors::{IntoPyResult, to_py};
 use super::gpu::DeviceTensorHandle;
 use super::wait::{WAIT_SLICE, wait_detached};
-use crate::augment::{DType, Normalize, OutputSpec, SamplePipeline, TransformSpec};
-use crate::config::{self, Choices, LoaderConfig};
-use crate::decode::DecodeLimits;
+use crate::augment::{self, DType, Normalize, OutputSpec, SamplePipeline, TransformSpec};
+use crate::config::{self, Choice, IntParam, LoaderConfig};
+use crate::decode::{self, DecodeLimits};
 use crate::error::TrdataError;
 use crate::export::{Device, DlpackRequest, ElementType, TensorExport, into_capsule};
-use crate::loader::{BatchImages, DeviceSpec, EPOCH_LIMIT, Loader, LoaderState, NextStep};
+use crate::loader::{BatchImages, DeviceSpec, Loader, LoaderState, NextStep};
 use crate::plan::LastBatch;
-use crate::source::{Dataset, file_list, image_folder_cancellable};
+use crate::source::{self, Dataset, file_list, image_folder_cancellable};
 use crate::sync::lock;
-use crate::topology::PinMode;
 use crate::transfer::BatchLease;
-use crate::worker::ErrorPolicy;
+use pyo3::conversion::FromPyObjectOwned;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule, PyDict, PyInt, PyTuple};
 use std::mem::ManuallyDrop;
@@ -63,8 +62,12 @@ pub fn scan_image_folder(
     Ok((paths, labels, ds.classes))
 }
 
-/// Largest transform size (height, width or shorter side) the core accepts.
-const MAX_SIZE: u32 = 65_536;
+/// Check an explicit file list (`trdata.FileList`) by the core's rules (`source::check_file_list`), before
+/// any Loader exists: the paths and the number of labels.
+#[pyfunction]
+pub fn check_file_list(paths: Vec<PathBuf>, num_labels: usize) -> PyResult<()> {
+    source::check_file_list(&paths, num_labels).py_err()
+}
 
 /// A Python int shown in a message: itself when short, else its first digits and its length (an int beyond
 /// `sys.get_int_max_str_digits()` cannot even be turned into a string).
@@ -78,79 +81,91 @@ fn shown_int(v: &Bound<'_, PyAny>) -> String {
     }
 }
 
-/// A transform size argument (a Python int of any magnitude): 1..=65536, else a ConfigError naming `name`
-/// (never an unnamed OverflowError for an int beyond 64 bits).
-fn size_arg(v: &Bound<'_, PyAny>, name: &str) -> PyResult<u32> {
+/// Translate an int argument (a Python int of any magnitude; python/trdata made it one) into the core's type
+/// `T`. Its range is the core's rule `param`: a value `T` cannot hold is outside it, so it gets that rule's
+/// error (never an unnamed OverflowError); any other value is checked by the core where it is used.
+fn int_arg<'py, T: FromPyObjectOwned<'py>>(v: &Bound<'py, PyAny>, param: &IntParam) -> PyResult<T> {
     if !v.is_instance_of::<PyInt>() {
         let shown = v.repr().map_or_else(|_| "?".to_string(), |r| r.to_string());
-        return Err(to_py(TrdataError::config(name, format!("{shown} must be an int"))));
+        return Err(to_py(TrdataError::config(param.name, format!("{shown} must be an int"))));
     }
-    match v.extract::<i64>() {
-        Ok(n) if (1..=i64::from(MAX_SIZE)).contains(&n) => Ok(n as u32),
-        _ => Err(to_py(TrdataError::config(name, format!("{} must be in 1..={MAX_SIZE}", shown_int(v))))),
-    }
+    v.extract::<T>().map_err(|_| to_py(param.error(&shown_int(v))))
 }
 
+/// An optional int argument: None keeps `default` (the core's).
+fn opt_int_arg<'py, T: FromPyObjectOwned<'py>>(
+    v: Option<&Bound<'py, PyAny>>,
+    param: &IntParam,
+    default: T,
+) -> PyResult<T> {
+    v.map_or(Ok(default), |v| int_arg(v, param))
+}
+
+/// Translate one transform tuple (`Transform._spec()`) into the core's spec; its values are checked by the
+/// core when the pipeline is compiled (augment/geometry.rs).
 fn parse_transform(t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec> {
     let kind: String = t.get_item(0)?.extract()?;
-    let u = |i: usize, name: &str| -> PyResult<u32> { size_arg(&t.get_item(i)?, name) };
+    let u = |i: usize| -> PyResult<u32> { int_arg(&t.get_item(i)?, &augment::geometry::SIZE) };
     let f = |i: usize| -> PyResult<f64> { t.get_item(i)?.extract() };
     Ok(match kind.as_str() {
-        "random_resized_crop" => {
-            let (scale, ratio) = ((f(3)?, f(4)?), (f(5)?, f(6)?));
-            if !(scale.0 > 0.0 && scale.0 <= scale.1 && scale.1 <= 1.0) {
-                return Err(to_py(TrdataError::config("scale", format!("{scale:?} must satisfy 0 < min ≤ max ≤ 1"))));
-            }
-            if !(ratio.0 > 0.0 && ratio.0 <= ratio.1 && ratio.1.is_finite()) {
-                return Err(to_py(TrdataError::config("ratio", format!("{ratio:?} must satisfy 0 < min ≤ max"))));
-            }
-            TransformSpec::RandomResizedCrop { height: u(1, "size")?, width: u(2, "size")?, scale, ratio }
-        }
-        "resize_shorter" => TransformSpec::ResizeShorter { shorter: u(1, "size")? },
-        "resize" => TransformSpec::ResizeExact { height: u(1, "size")?, width: u(2, "size")? },
-        "center_crop" => TransformSpec::CenterCrop { height: u(1, "size")?, width: u(2, "size")? },
-        "horizontal_flip" => {
-            let p = f(1)?;
-            if !(0.0..=1.0).contains(&p) {
-                return Err(to_py(TrdataError::config("p", format!("{p} must be in [0, 1]"))));
-            }
-            TransformSpec::RandomHorizontalFlip { p }
-        }
+        "random_resized_crop" => TransformSpec::RandomResizedCrop {
+            height: u(1)?,
+            width: u(2)?,
+            scale: (f(3)?, f(4)?),
+            ratio: (f(5)?, f(6)?),
+        },
+        "resize_shorter" => TransformSpec::ResizeShorter { shorter: u(1)? },
+        "resize" => TransformSpec::ResizeExact { height: u(1)?, width: u(2)? },
+        "center_crop" => TransformSpec::CenterCrop { height: u(1)?, width: u(2)? },
+        "horizontal_flip" => TransformSpec::RandomHorizontalFlip { p: f(1)? },
         other => return Err(to_py(TrdataError::config("transforms", format!("unknown transform {other:?}")))),
     })
 }
 
-/// A choice parameter (`dtype`, `layout`, `last_batch`, `on_error`, `pin`): exactly one of the core's
-/// strings (config.rs holds the one list per choice); anything else, of any type, is a ConfigError naming it.
-fn choice<T: Copy>(value: &Bound<'_, PyAny>, parameter: &str, choices: Choices<T>) -> PyResult<T> {
+/// A choice parameter (`dtype`, `layout`, `last_batch`, `on_error`, `pin`): the core parses a string; anything
+/// else, of any type, gets the core's error for that choice.
+fn choice<T: Copy + PartialEq>(value: &Bound<'_, PyAny>, choice: &Choice<T>) -> PyResult<T> {
     match value.extract::<String>() {
-        Ok(s) => config::parse_choice(parameter, choices, &s).py_err(),
+        Ok(s) => choice.parse(&s).py_err(),
         Err(_) => {
             let shown = value.repr().map_or_else(|_| "?".to_string(), |r| r.to_string());
-            Err(to_py(config::choice_error(parameter, choices, &shown)))
+            Err(to_py(choice.error(&shown)))
         }
     }
 }
 
 /// The accepted strings of every choice parameter, exported as `_core.CHOICES`.
 pub fn choices_dict(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    fn names<T>(c: Choices<T>) -> Vec<&'static str> {
-        c.iter().map(|(n, _)| *n).collect()
-    }
     let d = PyDict::new(py);
-    d.set_item("dtype", PyTuple::new(py, names(config::DTYPE))?)?;
-    d.set_item("layout", PyTuple::new(py, names(config::LAYOUT))?)?;
-    d.set_item("last_batch", PyTuple::new(py, names(config::LAST_BATCH))?)?;
-    d.set_item("on_error", PyTuple::new(py, names(config::ON_ERROR))?)?;
-    d.set_item("pin", PyTuple::new(py, names(config::PIN))?)?;
+    d.set_item(config::DTYPE.name, PyTuple::new(py, config::DTYPE.names())?)?;
+    d.set_item(config::LAYOUT.name, PyTuple::new(py, config::LAYOUT.names())?)?;
+    d.set_item(config::LAST_BATCH.name, PyTuple::new(py, config::LAST_BATCH.names())?)?;
+    d.set_item(config::ON_ERROR.name, PyTuple::new(py, config::ON_ERROR.names())?)?;
+    d.set_item(config::PIN.name, PyTuple::new(py, config::PIN.names())?)?;
     Ok(d)
 }
 
-fn check_epoch(epoch: u64) -> PyResult<u64> {
-    if epoch >= EPOCH_LIMIT {
-        return Err(to_py(TrdataError::config("epoch", format!("{epoch} must be < 2**63"))));
-    }
-    Ok(epoch)
+/// The core's defaults of the parameters Python shows in its signatures, exported as `_core.DEFAULTS` (keys:
+/// the Loader's parameter names, and `Transform.parameter` for the transforms').
+pub fn defaults_dict(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    use config::default as d;
+    let out = PyDict::new(py);
+    out.set_item("batch_size", d::BATCH_SIZE)?;
+    out.set_item("dtype", config::DTYPE.name_of(d::DTYPE))?;
+    out.set_item("layout", config::LAYOUT.name_of(d::LAYOUT))?;
+    out.set_item("shuffle", d::SHUFFLE)?;
+    out.set_item("seed", d::SEED)?;
+    out.set_item("last_batch", config::LAST_BATCH.name_of(d::LAST_BATCH))?;
+    out.set_item("device", d::DEVICE)?;
+    out.set_item("on_error", config::ON_ERROR.name_of(d::ON_ERROR))?;
+    out.set_item("pin", config::PIN.name_of(d::PIN))?;
+    out.set_item("prefetch", d::PREFETCH)?;
+    out.set_item("max_held_batches", d::MAX_HELD_BATCHES)?;
+    out.set_item("device_slots", d::DEVICE_SLOTS)?;
+    out.set_item("RandomResizedCrop.scale", augment::default::RRC_SCALE)?;
+    out.set_item("RandomResizedCrop.ratio", augment::default::RRC_RATIO)?;
+    out.set_item("RandomHorizontalFlip.p", augment::default::FLIP_P)?;
+    Ok(out)
 }
 
 /// The error a superseded iterator gets (`trdata.StaleIteratorError`).
@@ -260,89 +275,81 @@ impl NativeLoader {
     #[new]
     #[pyo3(signature = (paths, labels, classes, *, batch_size, workers, shuffle, seed, reproducible, last_batch,
                         rank, world_size, pin, on_error, prefetch, max_held_batches, transforms, normalize,
-                        dtype, layout, devices=None, device_slots=3, cpus=None, max_pixels=None, max_scans=None,
-                        max_memory_bytes=None))]
+                        dtype, layout, devices, device_slots, cpus, max_pixels, max_scans, max_memory_bytes))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         paths: Vec<PathBuf>,
         labels: Vec<i64>,
         classes: Vec<std::ffi::OsString>,
-        batch_size: i64,
-        workers: i64,
+        batch_size: &Bound<'_, PyAny>,
+        workers: Option<&Bound<'_, PyAny>>,
         shuffle: bool,
-        seed: u64,
+        seed: &Bound<'_, PyAny>,
         reproducible: Option<bool>,
         last_batch: &Bound<'_, PyAny>,
-        rank: i64,
-        world_size: i64,
+        rank: &Bound<'_, PyAny>,
+        world_size: &Bound<'_, PyAny>,
         pin: &Bound<'_, PyAny>,
         on_error: &Bound<'_, PyAny>,
-        prefetch: i64,
-        max_held_batches: i64,
+        prefetch: &Bound<'_, PyAny>,
+        max_held_batches: &Bound<'_, PyAny>,
         transforms: Vec<Bound<'_, PyTuple>>,
-        normalize: Option<([f32; 3], [f32; 3])>,
+        normalize: Option<([f64; 3], [f64; 3])>,
         dtype: &Bound<'_, PyAny>,
         layout: &Bound<'_, PyAny>,
         devices: Option<Vec<u32>>,
-        device_slots: i64,
-        cpus: Option<Vec<usize>>,
-        max_pixels: Option<i64>,
-        max_scans: Option<i64>,
-        max_memory_bytes: Option<i64>,
+        device_slots: &Bound<'_, PyAny>,
+        cpus: Option<Vec<Bound<'_, PyAny>>>,
+        max_pixels: Option<&Bound<'_, PyAny>>,
+        max_scans: Option<&Bound<'_, PyAny>>,
+        max_memory_bytes: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let nonneg = |v: i64, name: &str| -> PyResult<usize> {
-            usize::try_from(v).map_err(|_| to_py(TrdataError::config(name, format!("{v} must be ≥ 0"))))
-        };
-        if let Some((_, std)) = &normalize {
-            if std.iter().any(|s| !(s.is_finite() && *s != 0.0)) {
-                return Err(to_py(TrdataError::config(
-                    "normalize",
-                    format!("std {std:?} must be finite and non-zero"),
-                )));
-            }
-        }
+        // Translation only: Python values into the core's types. Every rule (ranges, choices, defaults) is the
+        // core's: config.rs, augment/, decode/, source/.
         let specs = transforms.iter().map(parse_transform).collect::<PyResult<Vec<_>>>()?;
         let output = OutputSpec {
-            dtype: choice(dtype, "dtype", config::DTYPE)?,
-            layout: choice(layout, "layout", config::LAYOUT)?,
-            normalize: normalize.map(|(mean, std)| Normalize { mean, std }),
+            dtype: choice(dtype, &config::DTYPE)?,
+            layout: choice(layout, &config::LAYOUT)?,
+            normalize: normalize.map(|(mean, std)| Normalize::from_user(mean, std)).transpose().py_err()?,
         };
         let pipeline = SamplePipeline::new(specs, output).py_err()?;
+        let cpus = cpus
+            .map(|ids| ids.iter().map(|c| int_arg::<usize>(c, &config::CPU_ID)).collect::<PyResult<Vec<_>>>())
+            .transpose()?;
+        let default_workers = config::default::workers(
+            cpus.as_ref()
+                .map_or_else(|| crate::topology::current_thread_affinity().unwrap_or_default().len(), Vec::len),
+            devices.is_some(),
+        );
+        let limits = DecodeLimits::default();
         let cfg = LoaderConfig {
-            batch_size: nonneg(batch_size, "batch_size")?,
-            workers: nonneg(workers, "workers")?,
+            batch_size: int_arg(batch_size, &config::BATCH_SIZE)?,
+            workers: opt_int_arg(workers, &config::WORKERS, default_workers)?,
             shuffle,
-            seed,
-            reproducible: reproducible.unwrap_or_else(|| LoaderConfig::default_reproducible(shuffle)),
-            last_batch: choice(last_batch, "last_batch", config::LAST_BATCH)?,
-            rank: nonneg(rank, "rank")?,
-            world_size: nonneg(world_size, "world_size")?,
-            pin: choice::<PinMode>(pin, "pin", config::PIN)?,
+            seed: int_arg(seed, &config::SEED)?,
+            reproducible: reproducible.unwrap_or_else(|| config::default::reproducible(shuffle)),
+            last_batch: choice(last_batch, &config::LAST_BATCH)?,
+            rank: int_arg(rank, &config::RANK)?,
+            world_size: int_arg(world_size, &config::WORLD_SIZE)?,
+            pin: choice(pin, &config::PIN)?,
             cpus,
-            on_error: choice::<ErrorPolicy>(on_error, "on_error", config::ON_ERROR)?,
-            prefetch: nonneg(prefetch, "prefetch")?,
-            max_held_batches: nonneg(max_held_batches, "max_held_batches")?,
+            on_error: choice(on_error, &config::ON_ERROR)?,
+            prefetch: int_arg(prefetch, &config::PREFETCH)?,
+            max_held_batches: int_arg(max_held_batches, &config::MAX_HELD_BATCHES)?,
             pipeline: pipeline.clone(),
-            decode_limits: {
-                let d = DecodeLimits::default();
-                let pick = |v: Option<i64>, name: &str, default: u64| -> PyResult<u64> {
-                    v.map_or(Ok(default), |v| Ok(nonneg(v, name)? as u64))
-                };
-                let scans = pick(max_scans, "max_scans", u64::from(d.max_scans))?;
-                DecodeLimits {
-                    max_pixels: pick(max_pixels, "max_pixels", d.max_pixels)?,
-                    max_scans: u32::try_from(scans)
-                        .map_err(|_| to_py(TrdataError::config("max_scans", format!("{scans} must be below 2**32"))))?,
-                    max_memory_bytes: pick(max_memory_bytes, "max_memory_bytes", d.max_memory_bytes)?,
-                    ..d
-                }
+            decode_limits: DecodeLimits {
+                max_pixels: opt_int_arg(max_pixels, &decode::MAX_PIXELS, limits.max_pixels)?,
+                max_scans: opt_int_arg(max_scans, &decode::MAX_SCANS, limits.max_scans)?,
+                max_memory_bytes: opt_int_arg(max_memory_bytes, &decode::MAX_MEMORY_BYTES, limits.max_memory_bytes)?,
+                ..limits
             },
         };
         let mut ds: Dataset = file_list(paths, labels).py_err()?;
         ds.classes = classes;
         // Checked for every loader (a CPU loader does not use it, but a wrong value is wrong everywhere).
-        let device_slots = config::check_device_slots(device_slots).py_err()?;
+        let device_slots: usize = int_arg(device_slots, &config::DEVICE_SLOTS)?;
+        config::DEVICE_SLOTS.check::<usize>(device_slots as i128).py_err()?;
         let spec = match devices {
             None => DeviceSpec::Cpu,
             Some(ordinals) => DeviceSpec::Cuda { ordinals, device_slots },
@@ -368,11 +375,16 @@ impl NativeLoader {
         Ok(self.lock()?.epoch())
     }
 
-    /// Run `epoch` (< 2**63) on the next iteration.
-    fn set_epoch(&self, epoch: u64) -> PyResult<()> {
-        check_epoch(epoch)?;
-        self.lock()?.set_epoch(epoch);
-        Ok(())
+    /// Run `epoch` on the next iteration (its range: `config::EPOCH`).
+    fn set_epoch(&self, epoch: &Bound<'_, PyAny>) -> PyResult<()> {
+        let epoch = int_arg(epoch, &config::EPOCH)?;
+        self.lock()?.set_epoch(epoch).py_err()
+    }
+
+    /// Worker threads (the given number, or the core's default for this loader's CPUs and devices).
+    #[getter]
+    fn workers(&self) -> PyResult<usize> {
+        Ok(self.lock()?.config().workers)
     }
 
     /// Position + configuration fingerprint at the current batch boundary, as a dict (loader.py documents
@@ -424,7 +436,7 @@ impl NativeLoader {
         let st = LoaderState {
             version,
             seed,
-            epoch: check_epoch(epoch)?,
+            epoch,
             batches,
             num_samples,
             world_size,
@@ -644,7 +656,7 @@ impl BatchLeaseHandle {
     /// Element type of the images ('uint8', 'float16', 'bfloat16', 'float32').
     #[getter]
     fn dtype(&self) -> &'static str {
-        config::choice_name(config::DTYPE, self.dtype)
+        config::DTYPE.name_of(self.dtype)
     }
 
     /// Shape of the images.

@@ -18,7 +18,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::BatchLeaseHandle>()?;
     m.add_class::<gpu::DeviceTensorHandle>()?;
     m.add_function(wrap_pyfunction!(loader::scan_image_folder, m)?)?;
+    m.add_function(wrap_pyfunction!(loader::check_file_list, m)?)?;
     m.add("CHOICES", loader::choices_dict(m.py())?)?;
+    m.add("DEFAULTS", loader::defaults_dict(m.py())?)?;
     info::register(m)?;
     bench::register(m)?;
     Ok(())

@@ -45,21 +45,44 @@ impl Dataset {
     }
 }
 
-/// A dataset from explicit paths and labels (same length, at least one sample). Files are not opened here:
-/// a missing file is reported (or skipped) when its sample is decoded, like any other bad input.
-pub fn file_list(paths: Vec<PathBuf>, labels: Vec<i64>) -> Result<Dataset> {
-    if paths.len() != labels.len() {
-        return Err(TrdataError::config(
-            "labels",
-            format!("{} labels for {} paths; they must have the same length", labels.len(), paths.len()),
-        ));
-    }
+/// The `paths` parameter's name (its rules: [`check_file_list`]).
+const PATHS: &str = "paths";
+/// The `labels` parameter's name (its rule: one label per path, in [`check_file_list`]).
+const LABELS: &str = "labels";
+
+/// Check an explicit file list before any file is opened: at least one path and below 2^32 of them, each
+/// non-empty and without NUL (which no OS path holds), and `num_labels` = one label per path. The one place
+/// these rules are written: `trdata.FileList` calls it when made (through the binding), [`file_list`] again.
+pub fn check_file_list(paths: &[PathBuf], num_labels: usize) -> Result<()> {
     if paths.is_empty() {
-        return Err(TrdataError::config("paths", "the file list is empty"));
+        return Err(TrdataError::config(PATHS, "[] must list at least one file"));
     }
     if paths.len() > u32::MAX as usize {
-        return Err(TrdataError::config("paths", "more than 2^32 samples"));
+        return Err(TrdataError::config(PATHS, format!("{} paths must be fewer than 2**32", paths.len())));
     }
+    if let Some((i, p)) = paths
+        .iter()
+        .enumerate()
+        .find(|(_, p)| p.as_os_str().is_empty() || p.as_os_str().as_encoded_bytes().contains(&0))
+    {
+        return Err(TrdataError::config(
+            PATHS,
+            format!("{p:?} (element {i}) must be a non-empty path without NUL characters"),
+        ));
+    }
+    if num_labels != paths.len() {
+        return Err(TrdataError::config(
+            LABELS,
+            format!("{num_labels} labels must be one per path ({} paths)", paths.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// A dataset from explicit paths and labels (checked by [`check_file_list`]). Files are not opened here: a
+/// missing file is reported (or skipped) when its sample is decoded, like any other bad input.
+pub fn file_list(paths: Vec<PathBuf>, labels: Vec<i64>) -> Result<Dataset> {
+    check_file_list(&paths, labels.len())?;
     let samples = paths.into_iter().zip(labels).map(|(path, label)| SampleRef { path, label }).collect();
     Ok(Dataset { samples, classes: Vec::new() })
 }

@@ -28,11 +28,6 @@ pub enum PinMode {
     Numa,
 }
 
-impl PinMode {
-    /// The Loader's default (`pin="round-robin"`), which `trdata info` reports.
-    pub const DEFAULT: PinMode = PinMode::RoundRobin;
-}
-
 impl Topology {
     /// This topology with `allowed_cpus` replaced by a rank's `cpus` share, in the order given (round-robin
     /// walks it in that order). An empty share leaves the topology as it is.

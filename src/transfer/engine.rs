@@ -62,9 +62,10 @@ pub struct GpuEngineConfig {
     pub local_engine: usize,
     /// Host batch layout.
     pub layout: BatchLayout,
-    /// Host ring depth (≥ 2).
+    /// Host ring depth (`prefetch`, ≥ 2: config.rs checks it).
     pub host_depth: usize,
-    /// Device ring depth (≥ 2): slots the transfer thread may fill ahead of the consumer.
+    /// Device ring depth (`device_slots`, ≥ 2: config.rs checks it): slots the transfer thread may fill ahead
+    /// of the consumer.
     pub device_slots: usize,
     /// Batches the consumer may hold beyond the device ring before the transfer thread waits.
     pub max_held_batches: usize,
@@ -106,9 +107,6 @@ impl std::fmt::Debug for GpuEngine {
 impl GpuEngine {
     /// Open the device's primary context, create the host station and start the transfer thread.
     pub fn start(cfg: GpuEngineConfig, stats: Arc<Stats>, counters: std::sync::Arc<GpuCounters>) -> Result<Self> {
-        if cfg.host_depth < 2 || cfg.device_slots < 2 {
-            return Err(TrdataError::config("device_slots", "host and device rings need ≥ 2 slots each"));
-        }
         let ctx = GpuContext::open(cfg.ordinal)?;
         // The transfer thread holds at most one host lease at a time: depth + 1 buffers suffice.
         let station = Arc::new(Station::new(cfg.layout, cfg.host_depth, cfg.host_depth + 1, stats));

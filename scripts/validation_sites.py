@@ -1,0 +1,282 @@
+#!/usr/bin/env python3
+"""Show where each user parameter is validated, and fail unless every one has exactly one validation site.
+
+A parameter's *validation site* is the one core module (`config`, `augment`, `decode`, `source`: a top-level
+module of src/, outside the binding src/py) that holds its rules:
+its range or choice table (`IntParam::new("name", ..)`, `Choice { name: "name", .. }`), or the functions that
+raise `TrdataError::config(<its name>, ..)` (the name as a literal or through the constant declaring it). The
+edge — python/trdata and the binding src/py — may only translate types: every ConfigError it raises must be
+in one of the translation helpers listed in EDGE_TRANSLATORS (what each translates is said there), so a range
+or choice check added at the edge fails this script. Runtime errors that name a parameter without validating
+it (an iteration-time hint, a checkpoint mismatch) are listed in NOT_VALIDATION, each with its reason.
+
+Usage: scripts/validation_sites.py   (stdlib only; `make lint` and tests/test_config.py run it)
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Every parameter of Loader, of the transforms and of the sources (and set_epoch's epoch).
+PARAMS = {
+    # Loader
+    "source", "batch_size", "transforms", "normalize", "dtype", "layout", "workers", "shuffle", "seed",
+    "reproducible", "last_batch", "device", "rank", "world_size", "on_error", "pin", "prefetch",
+    "max_held_batches", "device_slots", "cpus", "max_pixels", "max_scans", "max_memory_bytes", "epoch",
+    # transforms
+    "size", "scale", "ratio", "p",
+    # sources
+    "root", "paths", "labels",
+}  # fmt: skip
+# Parameters whose only rule is their Python type (any bool, any path): no core site.
+TYPE_ONLY = {"shuffle", "reproducible", "root"}
+
+# Core functions that raise a ConfigError naming a parameter without validating its value.
+NOT_VALIDATION = {
+    ("src/loader.rs", "next_step"): "iteration-time hint (all batch buffers or device slots held)",
+    (
+        "src/loader.rs",
+        "load_state",
+    ): "checkpoint fields against the loader (state_dict), not parameter values",
+}
+
+# The edge's translation helpers: the only places python/trdata and src/py may raise ConfigError.
+EDGE_TRANSLATORS = {
+    "python/trdata/loader.py": {
+        "_int": "is an int (not a bool), as a Python int",
+        "_bool": "is a bool",
+        "_normalize": "is (mean, std), two triples of numbers a float can hold",
+        "_parse_devices": "'cpu' / 'cuda' / 'cuda:N' / torch.device / a list of them → CUDA ordinals (< 2**32)",
+        "_env_int": "an environment variable (LOCAL_RANK, …) is an int ≥ 0",
+        "_cpu_share": "LOCAL_RANK < LOCAL_WORLD_SIZE (the environment, not a parameter)",
+        "_parse_cpus": "is an iterable of ints",
+        "Loader.__init__": "source is a trdata Source (only `source` may be raised there)",
+        "Loader.load_state_dict": "a state_dict's entries exist and have the core's types (only `state_dict`)",
+    },
+    "python/trdata/transforms.py": {
+        "_size": "an int or a (height, width) pair of ints",
+        "_real": "a real number a float can hold",
+        "_pair": "a (min, max) pair of numbers",
+        "specs": "a list of built-in transforms",
+    },
+    "python/trdata/sources.py": {
+        "ImageFolder.__init__": "root is a path (only `root`)",
+        "_paths_error": "paths (a sequence of str/bytes/PathLike; see _check_paths)",
+        "_labels_error": "labels (integers in the int64 range; see _check_labels)",
+    },
+    "src/py/loader.rs": {
+        "int_arg": "is a Python int (its range: the core rule passed in)",
+        "parse_transform": "a transform tuple of a known kind (trdata.Transform._spec)",
+    },
+}
+
+# Translators inside functions that do more than translate may raise for these parameters only.
+EDGE_ONLY = {
+    "Loader.__init__": {"source"},
+    "Loader.load_state_dict": {"state_dict"},
+    "ImageFolder.__init__": {"root"},
+}
+
+RUST_CORE_SKIP = ("src/py/",)
+
+
+def rust_core_files() -> list[Path]:
+    out = []
+    for p in sorted((ROOT / "src").rglob("*.rs")):
+        rel = p.relative_to(ROOT).as_posix()
+        if rel.startswith(RUST_CORE_SKIP) or p.name == "tests.rs" or p.name.endswith("_tests.rs"):
+            continue
+        out.append(p)
+    return out
+
+
+def strip_rust(text: str) -> str:
+    """Drop the test module at a file's end and line comments (keeping line numbers)."""
+    m = re.search(r"^#\[cfg\(test\)\]\s*\nmod tests \{", text, re.M)
+    if m:
+        text = text[: m.start()]
+    return re.sub(r"//[^\n]*", "", text)
+
+
+def enclosing_rust_item(text: str, pos: int) -> str:
+    """The fn (or const) the offset `pos` lies in: the nearest item start before it."""
+    items = list(re.finditer(r"\bfn\s+(\w+)|\bconst\s+(\w+)\s*:", text[:pos]))
+    if not items:
+        return "?"
+    m = items[-1]
+    return m.group(1) or m.group(2)
+
+
+def declarations(files: list[Path]) -> dict[str, tuple[str, bool]]:
+    """Rust constant name → (parameter name, is a rule table), from the `IntParam::new` and `Choice` tables
+    and the `&str` constants naming a parameter."""
+    consts = {}
+    for p in files:
+        text = strip_rust(p.read_text())
+        for m in re.finditer(r"const\s+(\w+)\s*:\s*IntParam\s*=\s*IntParam::new\(\s*\"(\w+)\"", text):
+            consts[m.group(1)] = (m.group(2), True)
+        for m in re.finditer(r"const\s+(\w+)\s*:\s*Choice<\w+>\s*=\s*Choice\s*\{\s*name:\s*\"(\w+)\"", text):
+            consts[m.group(1)] = (m.group(2), True)
+        for m in re.finditer(r"const\s+(\w+)\s*:\s*&(?:'static\s+)?str\s*=\s*\"(\w+)\"", text):
+            if m.group(2) in PARAMS:
+                consts[m.group(1)] = (m.group(2), False)
+    return consts
+
+
+def core_sites() -> dict[str, list[tuple[str, str, int]]]:
+    """parameter → [(file, item, line)] of its rules in the core."""
+    files = rust_core_files()
+    consts = declarations(files)
+    sites: dict[str, list[tuple[str, str, int]]] = defaultdict(list)
+    for p in files:
+        rel = p.relative_to(ROOT).as_posix()
+        text = strip_rust(p.read_text())
+
+        def add(param: str, pos: int, item: str | None = None, rel: str = rel, text: str = text) -> None:
+            item = item or enclosing_rust_item(text, pos)
+            if (rel, item) in NOT_VALIDATION:
+                return
+            sites[param].append((rel, item, text.count("\n", 0, pos) + 1))
+
+        # a rule table declared here (an IntParam range or a Choice list)
+        for m in re.finditer(r"const\s+(\w+)\s*:\s*(?:IntParam|Choice<\w+>)\s*=", text):
+            if m.group(1) in consts:
+                add(consts[m.group(1)][0], m.start(), m.group(1))
+        # an error built here: TrdataError::config(<"name" | NAME | TABLE.name | path::NAME>, ..) — generic
+        # helpers (`self.name`, a `param` variable) are counted where their table or name is used, below
+        for m in re.finditer(r"TrdataError::config\(\s*([^,()]+?)\s*,", text):
+            arg = m.group(1)
+            literal = re.fullmatch(r'"(\w+)"', arg)
+            ident = re.fullmatch(r"(?:[\w]+::)*([A-Z][A-Z0-9_]*)(?:\.name)?", arg)
+            param = literal.group(1) if literal else consts.get(ident.group(1), ("",))[0] if ident else ""
+            if param in PARAMS:
+                add(param, m.start())
+        # a table's error helper used here (`SIZE.error_in(..)`), or a parameter's name handed to a rule helper
+        # (`check_range(SCALE, ..)`)
+        for m in re.finditer(
+            r"\b([A-Z][A-Z0-9_]*)\.error(?:_in)?\(|\w\(\s*(?:\w+::)*([A-Z][A-Z0-9_]*)\s*,", text
+        ):
+            const = m.group(1) or m.group(2)
+            if const in consts and (m.group(1) or not consts[const][1]):
+                add(consts[const][0], m.start())
+    return sites
+
+
+class _PyCalls(ast.NodeVisitor):
+    """ConfigError constructions and calls naming a parameter, with their enclosing function."""
+
+    def __init__(self) -> None:
+        self.stack: list[str] = []
+        self.raises: list[tuple[str, int, str | None]] = []  # (function, line, parameter) of each ConfigError
+        self.named: list[tuple[str, str, int]] = []  # (parameter, function, line)
+
+    def _func(self, node: ast.FunctionDef | ast.ClassDef) -> None:
+        self.stack.append(node.name)
+        self.generic_visit(node)
+        self.stack.pop()
+
+    visit_FunctionDef = visit_ClassDef = _func  # type: ignore[assignment]
+
+    def where(self) -> str:
+        # the outermost function (nested helpers belong to it), qualified by its class
+        names = self.stack
+        if len(names) >= 2 and names[0][:1].isupper():
+            return f"{names[0]}.{names[1]}"
+        return names[0] if names else "<module>"
+
+    def visit_Call(self, node: ast.Call) -> None:
+        name = getattr(node.func, "id", getattr(node.func, "attr", ""))
+        if name == "ConfigError":
+            param = next(
+                (
+                    k.value.value
+                    for k in node.keywords
+                    if k.arg == "parameter" and isinstance(k.value, ast.Constant)
+                ),
+                None,
+            )
+            self.raises.append((self.where(), node.lineno, param))
+        args = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        args += [
+            k.value.value
+            for k in node.keywords
+            if k.arg == "parameter" and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str)
+        ]
+        for a in args:
+            if a in PARAMS and (name == "ConfigError" or name.startswith("_")):
+                self.named.append((a, self.where(), node.lineno))
+        self.generic_visit(node)
+
+
+def edge_sites() -> tuple[dict[str, list[str]], list[str]]:
+    """(parameter → edge translators naming it, violations: ConfigErrors outside the translators)."""
+    named: dict[str, list[str]] = defaultdict(list)
+    bad = []
+    for p in sorted((ROOT / "python" / "trdata").glob("*.py")):
+        rel = p.relative_to(ROOT).as_posix()
+        allowed = EDGE_TRANSLATORS.get(rel, {})
+        v = _PyCalls()
+        v.visit(ast.parse(p.read_text()))
+        for func, line, param in v.raises:
+            if func not in allowed:
+                bad.append(f"{rel}:{line}: ConfigError raised in {func}, which is no translation helper")
+            elif func in EDGE_ONLY and param not in EDGE_ONLY[func]:
+                bad.append(f"{rel}:{line}: {func} may raise ConfigError for {sorted(EDGE_ONLY[func])} only")
+        for param, func, _line in v.named:
+            entry = f"{p.name}:{func}"
+            if entry not in named[param]:
+                named[param].append(entry)
+    for p in sorted((ROOT / "src" / "py").glob("*.rs")):
+        rel = p.relative_to(ROOT).as_posix()
+        allowed = EDGE_TRANSLATORS.get(rel, {})
+        text = strip_rust(p.read_text())
+        for m in re.finditer(r"TrdataError::config\(", text):
+            func = enclosing_rust_item(text, m.start())
+            line = text.count("\n", 0, m.start()) + 1
+            if func not in allowed:
+                bad.append(f"{rel}:{line}: TrdataError::config in {func}, which is no translation helper")
+    return named, bad
+
+
+def main() -> int:
+    core = core_sites()
+    edge, bad = edge_sites()
+    failures = list(bad)
+    print(f"{'parameter':<17} {'validation site (core module: rules)':<70} edge (type translation only)")
+    for param in sorted(PARAMS):
+        sites = core.get(param, [])
+        modules: dict[str, list[str]] = defaultdict(list)
+        for rel, item, line in sites:
+            module = Path(rel).parts[1].removesuffix(".rs")  # src/augment/geometry.rs → augment
+            label = f"{Path(rel).name}:{line} {item}"
+            if not any(x.endswith(f" {item}") and x.startswith(Path(rel).name) for x in modules[module]):
+                modules[module].append(label)
+        shown = "; ".join(f"{m}: {', '.join(items)}" for m, items in modules.items()) or "— (type only)"
+        print(f"{param:<17} {shown:<70} {', '.join(edge.get(param, [])) or '—'}")
+        if param in TYPE_ONLY:
+            if modules:
+                failures.append(f"{param}: expected no core rule (type only), found {sorted(modules)}")
+        elif len(modules) != 1:
+            failures.append(
+                f"{param}: expected exactly one validation site, found {sorted(modules) or 'none'}"
+            )
+    print("\nnot validation (named in errors at run time):")
+    for (rel, func), why in NOT_VALIDATION.items():
+        print(f"  {rel}:{func}: {why}")
+    if failures:
+        print("\nFAILED:", *failures, sep="\n  ")
+        return 1
+    print(
+        f"\nok: {len(PARAMS) - len(TYPE_ONLY)} parameters, one validation site each; the edge only translates"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
