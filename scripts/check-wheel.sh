@@ -27,7 +27,7 @@ for whl in "$@"; do
     echo "  tags: $(grep -h '^Tag:' "$tmp"/*.dist-info/WHEEL | cut -d' ' -f2 | tr '\n' ' ')"
     echo "  $(readelf -h "$so" | awk -F: '/Machine/ {gsub(/^ +/, "", $2); print "machine: " $2}')"
     needed="$(readelf -d "$so" | awk '/\(NEEDED\)/ {gsub(/[][]/, "", $5); print $5}')"
-    echo "  NEEDED: $(echo $needed)"
+    echo "  NEEDED: $(echo "$needed" | tr "\n" " ")"
     for lib in $needed; do
         if ! [[ "$lib" =~ $ALLOWED ]]; then
             echo "  error: unexpected shared-library dependency $lib" >&2; status=1

@@ -21,7 +21,7 @@ for py in "$@"; do
     work="$(mktemp -d)"
     echo "=== $("$py" -c 'import sys, platform; print(platform.python_implementation(), sys.version.split()[0], platform.machine())') ($py): $(basename "$whl")"
     "$py" -m venv "$work/venv"
-    "$work/venv/bin/python" -m pip install -q --disable-pip-version-check "${pip_args[@]}" "$whl[test]"
+    "$work/venv/bin/python" -m pip install -q --disable-pip-version-check "${pip_args[@]}" "${whl}[test]"
     # the tests and pytest's config (pyproject.toml: timeout, markers); nothing from python/
     cp -r "$ROOT/tests" "$ROOT/pyproject.toml" "$work/"
     (
