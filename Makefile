@@ -139,9 +139,9 @@ fmt: ## cargo fmt + ruff format
 info: ## `trdata info`: CPUs, NUMA, JPEG SIMD, CUDA, binding as this build sees them
 	$(PY) -c 'from trdata._info import format_info; print(format_info())'
 
-clean: ## Remove build outputs (target/, dist/, the in-tree .so)
+clean: ## Remove build outputs (target/, dist/, dist-release/, the in-tree .so)
 	cargo clean
-	rm -rf $(WHEEL_DIR) python/trdata/_core*.so
+	rm -rf $(WHEEL_DIR) $(RELEASE_DIR) python/trdata/_core*.so
 
 distclean: clean ## Also remove .venv and .deps (next setup starts from scratch)
 	rm -rf $(VENV) .deps
