@@ -72,15 +72,57 @@ wheel: deps ## Build ONE abi3 manylinux wheel into dist/ (native: manylinux_2_34
 	  --auditwheel check -i $(PY) -o $(WHEEL_DIR)
 	$(MAKE) --no-print-directory wheel-check
 
-wheel-check: ## Show the wheel's tags and the extension's dynamic deps (must be libc/libm/libgcc only)
-	@whl=$$(ls -t $(WHEEL_DIR)/trdata-*.whl | head -1); echo "$$whl"; \
-	tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
-	$(PY) -m zipfile -e "$$whl" $$tmp; \
-	so=$$(find $$tmp -name '_core*.so'); \
-	echo "NEEDED:"; readelf -d $$so | awk '/NEEDED/ {print "  " $$5}'; \
-	echo "max GLIBC symbol version: $$(objdump -T $$so | grep -o 'GLIBC_[0-9.]*' | sort -V | tail -1)"; \
-	if readelf -d $$so | grep -qiE 'NEEDED.*(hwloc|udev|turbojpeg|jpeg|cuda|python)'; then \
-	  echo "error: unexpected shared-library dependency" >&2; exit 1; fi
+wheel-check: ## Show the newest wheel's tags, NEEDED (only libc/libm/libgcc_s/ld-linux + glibc's own sonames) and max GLIBC
+	@PYTHON=$(PY) scripts/check-wheel.sh $(if $(MAX_GLIBC),--max-glibc $(MAX_GLIBC)) \
+	  "$(or $(WHEEL),$$(ls -t $(WHEEL_DIR)/trdata-*.whl | head -1))"
+
+# Release wheels (what .github/workflows/release.yml builds in manylinux containers), built here
+# without docker: zig links against glibc 2.28 symbols, hwloc is rebuilt with the same zig target.
+WHEEL_ARCH   ?= x86_64
+ZIG_GLIBC    ?= 2.28
+RELEASE_DIR  ?= dist-release
+ZIG_TARGET   := $(WHEEL_ARCH)-linux-gnu.$(ZIG_GLIBC)
+RUST_TARGET  := $(WHEEL_ARCH)-unknown-linux-gnu
+ZIG_BIN      := $(CURDIR)/.deps/zig-$(ZIG_TARGET)
+HWLOC_ZIG    := $(CURDIR)/.deps/hwloc-$(ZIG_TARGET)
+
+.PHONY: wheel-manylinux wheel-release sdist test-wheel
+
+wheel-manylinux: ## abi3 manylinux_2_28 wheel via zig into dist-release/ (WHEEL_ARCH=x86_64|aarch64), checked
+	FEATURES= scripts/setup.sh --no-build
+	$(PY) -c 'import ziglang' 2>/dev/null || $(PY) -m pip install -q ziglang
+	rustup target list --installed | grep -qx $(RUST_TARGET) || rustup target add $(RUST_TARGET)
+	mkdir -p $(ZIG_BIN) $(RELEASE_DIR)
+	for tool in cc ar ranlib; do \
+	  args=$$tool; [[ $$tool == cc ]] && args="cc -target $(ZIG_TARGET)"; \
+	  printf '#!/bin/sh\nexec "%s" -m ziglang %s "$$@"\n' "$(abspath $(PY))" "$$args" > $(ZIG_BIN)/$$tool; \
+	  chmod +x $(ZIG_BIN)/$$tool; done
+ifneq ($(HWLOC_ON),)
+	CC=$(ZIG_BIN)/cc AR=$(ZIG_BIN)/ar RANLIB=$(ZIG_BIN)/ranlib \
+	  $(if $(filter-out $(shell uname -m),$(WHEEL_ARCH)),HWLOC_HOST=$(WHEEL_ARCH)-linux-gnu) \
+	  scripts/build-hwloc.sh $(HWLOC_ZIG)
+endif
+	rm -f $(RELEASE_DIR)/trdata-*$(WHEEL_ARCH).whl
+	PKG_CONFIG_PATH=$(HWLOC_ZIG)/lib/pkgconfig PKG_CONFIG_ALLOW_CROSS=1 \
+	  VIRTUAL_ENV=$(CURDIR)/$(VENV) PATH=$(CURDIR)/$(VENV)/bin:$$PATH \
+	  $(VENV)/bin/maturin build --release $(FEATURE_ARGS) --zig --target $(RUST_TARGET) \
+	  --compatibility manylinux_$(subst .,_,$(ZIG_GLIBC)) --auditwheel check -o $(RELEASE_DIR)
+	$(MAKE) --no-print-directory wheel-check WHEEL_DIR=$(RELEASE_DIR) MAX_GLIBC=$(ZIG_GLIBC) \
+	  WHEEL="$$(ls -t $(RELEASE_DIR)/trdata-*$(WHEEL_ARCH).whl | head -1)"
+
+wheel-release: ## wheel-manylinux for x86_64 and aarch64, then sdist (all into dist-release/)
+	$(MAKE) --no-print-directory wheel-manylinux WHEEL_ARCH=x86_64
+	$(MAKE) --no-print-directory wheel-manylinux WHEEL_ARCH=aarch64
+	$(MAKE) --no-print-directory sdist
+
+sdist: ## Source distribution into dist-release/ (builds with cmake + nasm; hwloc not needed)
+	FEATURES= scripts/setup.sh --no-build
+	mkdir -p $(RELEASE_DIR)
+	rm -f $(RELEASE_DIR)/trdata-*.tar.gz
+	$(VENV)/bin/maturin sdist -o $(RELEASE_DIR)
+
+test-wheel: ## Install the newest wheel of this machine's arch from dist-release/ into fresh venvs and run pytest (PYTHONS="python3.9 ...")
+	scripts/test-wheel.sh "$$(ls -t $(RELEASE_DIR)/trdata-*$(shell uname -m).whl | head -1)" $(or $(PYTHONS),$(PY))
 
 lint: setup ## clippy (core; python+hwloc), fmt --check, ruff, stubtest (_core.pyi vs the built module), mypy --strict, one validation site per parameter
 	cargo clippy --all-targets -- -D warnings
@@ -99,9 +141,9 @@ fmt: ## cargo fmt + ruff format
 info: ## `trdata info`: CPUs, NUMA, JPEG SIMD, CUDA, binding as this build sees them
 	$(PY) -c 'from trdata._info import format_info; print(format_info())'
 
-clean: ## Remove build outputs (target/, dist/, the in-tree .so)
+clean: ## Remove build outputs (target/, dist/, dist-release/, the in-tree .so)
 	cargo clean
-	rm -rf $(WHEEL_DIR) python/trdata/_core*.so
+	rm -rf $(WHEEL_DIR) $(RELEASE_DIR) python/trdata/_core*.so
 
 distclean: clean ## Also remove .venv and .deps (next setup starts from scratch)
 	rm -rf $(VENV) .deps

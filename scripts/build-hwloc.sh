@@ -16,9 +16,17 @@
 #
 # Usage: scripts/build-hwloc.sh [PREFIX]       (default: <repo>/.deps/hwloc)
 # Env:   HWLOC_TARBALL=/path/hwloc-2.9.0.tar.bz2 uses a local tarball instead of apt.
+#        CC=...              compiler (e.g. a `zig cc -target x86_64-linux-gnu.2.28` wrapper for a
+#                            manylinux_2_28 wheel built on a newer glibc; see `make wheel-manylinux`)
+#        HWLOC_HOST=aarch64-linux-gnu   configure --host when cross-compiling (with a matching CC)
+# Without apt-get (e.g. in a manylinux container) the same Debian orig tarball is downloaded
+# with curl from Debian's pool. Either way its SHA-256 is checked.
 set -euo pipefail
 
 HWLOC_VERSION=2.9.0
+# = Debian's hwloc_2.9.0-1.dsc Checksums-Sha256 for hwloc_2.9.0.orig.tar.bz2
+HWLOC_SHA256=b3fb1a43a14d8fbcd8e976de5ede2ea7ce1d768ed173adb33c7ceaaf098dc970
+HWLOC_POOL_URL=https://deb.debian.org/debian/pool/main/h/hwloc/hwloc_${HWLOC_VERSION}.orig.tar.bz2
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PREFIX="${1:-$ROOT/.deps/hwloc}"
 STAMP="$PREFIX/.trdata-hwloc-$HWLOC_VERSION"
@@ -36,6 +44,11 @@ fi
 mkdir -p "$WORK"
 tarball="${HWLOC_TARBALL:-$WORK/hwloc_${HWLOC_VERSION}.orig.tar.bz2}"
 
+if [[ ! -f "$tarball" ]] && ! command -v apt-get >/dev/null; then
+    log "no apt-get: downloading $HWLOC_POOL_URL"
+    curl -fsSL --retry 3 -o "$tarball.part" "$HWLOC_POOL_URL"
+    mv "$tarball.part" "$tarball"
+fi
 if [[ ! -f "$tarball" ]]; then
     log "fetching the Debian source package of hwloc (bookworm) with a private deb-src list"
     apt_dir="$WORK/apt"
@@ -66,13 +79,16 @@ EOF
     fi
 fi
 
-log "configuring hwloc $HWLOC_VERSION (static, PIC)"
+echo "$HWLOC_SHA256  $tarball" | sha256sum -c --quiet - \
+    || { log "$tarball: SHA-256 mismatch (expected $HWLOC_SHA256)"; exit 1; }
+
+log "configuring hwloc $HWLOC_VERSION (static, PIC${CC:+, CC=$CC}${HWLOC_HOST:+, host $HWLOC_HOST})"
 src="$WORK/src"
 rm -rf "$src"
 mkdir -p "$src"
 tar -xjf "$tarball" -C "$src" --strip-components=1
 cd "$src"
-./configure --prefix="$PREFIX" \
+./configure --prefix="$PREFIX" ${HWLOC_HOST:+--host="$HWLOC_HOST"} \
     --enable-static --disable-shared --with-pic \
     --disable-plugins --disable-libudev --disable-libxml2 --disable-cairo \
     --disable-opencl --disable-cuda --disable-nvml --disable-rsmi --disable-levelzero \
