@@ -102,7 +102,7 @@ if ! venv_ok; then
     py="${PYTHON:-python3}"
     command -v "$py" >/dev/null || die "$py not found (set PYTHON=...)"
     "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
-        || die "$py is $("$py" --version 2>&1); trdata needs Python ≥ 3.11"
+        || die "$py is $("$py" --version 2>&1); the dev setup needs Python ≥ 3.11 (installing the package needs ≥ 3.9)"
     log "creating .venv with $("$py" --version 2>&1)"
     rm -rf "$VENV"
     "$py" -m venv "$VENV"

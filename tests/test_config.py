@@ -255,14 +255,16 @@ def test_normalize_in_0_255_units_gives_the_same_batches(jpegs):
     dali = (tuple(m * 255 for m in mean), tuple(s * 255 for s in std))  # (123.675, …), (58.395, …)
     unit = _batches(jpegs, trdata.IMAGENET)
     scaled = _batches(jpegs, dali)
-    for a, b in zip(unit, scaled, strict=True):
+    assert len(unit) == len(scaled)
+    for a, b in zip(unit, scaled):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
     # and the values are really normalized: roughly zero-mean, unit-scale, not in the hundreds
     assert abs(float(np.mean(unit[0]))) < 3 and float(np.max(np.abs(unit[0]))) < 5
     # mean 0 with a 0–255 std is the "scale to [0, 1]" habit
     zero = _batches(jpegs, ((0, 0, 0), (255, 255, 255)))
     ident = _batches(jpegs, ((0, 0, 0), (1, 1, 1)))
-    for a, b in zip(zero, ident, strict=True):
+    assert len(zero) == len(ident)
+    for a, b in zip(zero, ident):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
     assert 0 <= float(zero[0].min()) and float(zero[0].max()) <= 1
 

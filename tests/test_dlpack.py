@@ -137,6 +137,8 @@ def test_request_arguments(small_paths):
         lease.__dlpack__(dl_device=(2, 0))
     with pytest.raises(ValueError, match="stream"):
         lease.__dlpack__(stream=7)
+    if np.lib.NumpyVersion(np.__version__) < "2.1.0":
+        return  # numpy.from_dlpack takes copy= from 2.1 on (Python 3.9's newest numpy is 2.0)
     copied = np.from_dlpack(batch, copy=True)
     assert not np.shares_memory(copied, batch.images) and np.array_equal(copied, batch.images)
     assert np.shares_memory(np.from_dlpack(batch, copy=False), batch.images)

@@ -9,7 +9,10 @@ import numbers
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Union
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeAlias  # typing.TypeAlias is 3.10+; annotations are not evaluated
 
 import numpy as np
 
@@ -95,7 +98,7 @@ class TorchDevice(Protocol):
 
 
 #: One device: ``"cpu"``, ``"cuda"`` (``cuda:LOCAL_RANK``), ``"cuda:N"`` or a ``torch.device``.
-DeviceName: TypeAlias = str | TorchDevice
+DeviceName: TypeAlias = Union[str, TorchDevice]  # Union, not |: evaluated at import on Python 3.9
 
 
 class DeviceTensor(Protocol):
@@ -112,7 +115,7 @@ class DeviceTensor(Protocol):
 
 
 #: ``Batch.images`` and ``Batch.labels``: numpy arrays on a CPU loader, device tensors on a CUDA one.
-BatchArray: TypeAlias = np.ndarray | DeviceTensor
+BatchArray: TypeAlias = Union[np.ndarray, DeviceTensor]
 
 
 class Batch:

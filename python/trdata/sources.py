@@ -174,7 +174,8 @@ def _check_label(v: Any, i: int) -> int:
     if isinstance(v, (str, bytes, np.str_, np.bytes_)):
         raise _labels_error(f"{v!r} (element {i}) is a string, not an integer")
     try:
-        label = operator.index(v)  # int, bool, numpy integers and bools, integer tensors
+        # int, bool, numpy integers and bools, integer tensors; int() because Python 3.9's index(True) is True
+        label = int(operator.index(v))
     except TypeError:
         label = None
     if label is None:
