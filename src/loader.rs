@@ -13,7 +13,7 @@
 //! delivered, fast mode: delivered sequence numbers) plus a fingerprint of everything the plan depends on;
 //! `load_state` on a fresh loader checks the fingerprint (a `Config` error naming the first field that
 //! differs) and makes the next `start_epoch` continue that epoch at that batch. Batch k of the running
-//! epoch counts as delivered once `next_batch`/`next_step` returned it; a checkpoint after the last batch
+//! epoch counts as delivered once `next_step` returned it; a checkpoint after the last batch
 //! of epoch e is normalized to (e + 1, 0).
 
 use crate::config::{self, LoaderConfig};

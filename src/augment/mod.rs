@@ -291,8 +291,9 @@ impl WorkerScratch {
         })
     }
 
-    /// The worker's decoder (for benchmarks and tools).
-    pub fn decoder(&mut self) -> &mut Decoder {
+    /// The worker's decoder (the ignored timing report of the tests compares a full decode with it).
+    #[cfg(test)]
+    pub(crate) fn decoder(&mut self) -> &mut Decoder {
         &mut self.decoder
     }
 }

@@ -343,7 +343,7 @@ impl Drop for DeviceMemory {
     fn drop(&mut self) {
         let ptr = self.ptr;
         // SAFETY: allocated by cuMemAlloc and freed once; owners drop us only after every reader's release
-        // event was waited on (gpu.rs protocol), and cuMemFree synchronizes with pending device work anyway.
+        // event was waited on (transfer/ring.rs protocol), and cuMemFree synchronizes with pending device work anyway.
         let _ = self.ctx.scoped(|| check("cuMemFree", unsafe { result::free_sync(ptr) }));
     }
 }

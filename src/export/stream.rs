@@ -2,7 +2,7 @@
 //! into. CPU exports have no stream order: their bytes are complete when the batch is published (the
 //! station's mutex orders every row write before `take`), so a consumer may read them at once.
 //!
-//! Device slots (`transfer/gpu.rs`, `SlotLease`) follow this protocol, through [`StreamOrder`]:
+//! Device slots (`transfer/ring.rs`, `SlotLease`) follow this protocol, through [`StreamOrder`]:
 //! 1. `__dlpack__(stream=s)` → [`ConsumerStream::parse`] decodes `s` by the array-API rules for CUDA.
 //! 2. Making the managed tensor calls [`StreamOrder::consumer_waits`]: enqueue `cuStreamWaitEvent(s,
 //!    copy_done)` so the consumer's work on `s` starts after our H2D copy, without blocking the host.

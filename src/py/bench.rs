@@ -22,6 +22,7 @@ use super::errors::IntoPyResult;
 use super::wait::{WAIT_SLICE, wait_detached};
 use crate::decode::Decoder;
 use crate::synthetic::{SYNTHETIC_VERSION, generate_synthetic_dataset as generate};
+use crate::topology::{self, PinMode};
 
 /// Add the benchmark functions to `trdata._core`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -165,12 +166,14 @@ fn decode_ceiling<'py>(
     })?;
     // Decoders are created here so a libjpeg-turbo init failure surfaces as the core's typed error.
     let decoders = (0..threads).map(|_| Decoder::new()).collect::<Result<Vec<_>, _>>().py_err()?;
-    let cores = if pin { core_affinity::get_core_ids().unwrap_or_default() } else { Vec::new() };
+    // The loader's own binding plan (round-robin over the allowed CPUs), so the ceiling is pinned as its workers are.
+    let mode = if pin { PinMode::RoundRobin } else { PinMode::None };
+    let cpus = topology::worker_plan(&topology::loader_topology(mode, false, None), mode, threads, &[]);
 
     let cancel = Arc::new(AtomicBool::new(false));
     let work = {
         let cancel = Arc::clone(&cancel);
-        move || ceiling_run(files, decoders, cores, repeat, &cancel)
+        move || ceiling_run(files, decoders, cpus, repeat, &cancel)
     };
     let r = run_interruptibly(py, "trdata-ceiling", &cancel, work, |_| Ok(()))?;
     let d = PyDict::new(py);
@@ -210,7 +213,7 @@ fn thread_cpu_ns() -> u64 {
 fn ceiling_run(
     files: Vec<Vec<u8>>,
     decoders: Vec<Decoder>,
-    cores: Vec<core_affinity::CoreId>,
+    cpus: Vec<Option<usize>>,
     repeat: usize,
     cancel: &AtomicBool,
 ) -> CeilingResult {
@@ -224,12 +227,12 @@ fn ceiling_run(
     let files = &files;
     let seconds = std::thread::scope(|scope| {
         for (t, mut decoder) in decoders.into_iter().enumerate() {
-            let core = (!cores.is_empty()).then(|| cores[t % cores.len()]);
+            let cpu = cpus[t];
             let (next, images, failed, pixels, cpu_ns, first_error, start_line) =
                 (&next, &images, &failed, &pixels, &cpu_ns, &first_error, &start_line);
             scope.spawn(move || {
-                if let Some(core) = core {
-                    core_affinity::set_for_current(core);
+                if let Some(cpu) = cpu {
+                    let _ = topology::pin_current_thread(&[cpu]);
                 }
                 let mut rgb = Vec::new();
                 // Untimed warm-up: grow the output buffer and fault its pages in.

@@ -1,6 +1,6 @@
 //! Device batches for Python: `DeviceTensorHandle` is the DLPack producer of one part (images or labels)
 //! of a GPU slot. `__dlpack__(stream=s)` makes s wait on the slot's copy event; the capsule's deleter
-//! records a release event on s, and the slot is rewritten only after it (transfer/gpu.rs protocol).
+//! records a release event on s, and the slot is rewritten only after it (transfer/ring.rs protocol).
 
 use crate::augment::DType;
 use crate::export::DeviceView;

@@ -199,7 +199,6 @@ fn typestr(d: DType) -> &'static str {
     }
 }
 
-/// What `next_batch` hands to Python: (lease, labels, indices, valid, epoch).
 /// One engine's batch of a step, as Python receives it (see `next_step`).
 type StepTuple = (Py<PyAny>, Option<DeviceTensorHandle>, Vec<i64>, Vec<i64>, usize, u64);
 
@@ -211,7 +210,7 @@ type StepTuple = (Py<PyAny>, Option<DeviceTensorHandle>, Vec<i64>, Vec<i64>, usi
 /// also never drops `inner` (it leaks, copy-on-write memory).
 ///
 /// Iterations: `new_iteration` hands out a token; the newest token owns the loader's epoch. `start_epoch` and
-/// every wait slice of `next_batch`/`next_step` compare their token with `iterations` while holding `inner`, so
+/// every wait slice of `next_step` compare their token with `iterations` while holding `inner`, so
 /// an older iterator gets `StaleIteratorError` instead of a batch of the newer epoch (never interleaved).
 /// `load_state_dict` supersedes the running iterators the same way (it cancels their epoch). After `close`,
 /// an iterator's next call raises `LoaderClosedError` (the core refuses every call of a closed loader).
