@@ -60,8 +60,8 @@ ifneq ($(HWLOC_ON),)
 	cargo test --features hwloc --lib topology::
 endif
 
-test-loom: ## Model-check the station state machine with loom (separate target dir: --cfg loom rebuilds all)
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release --lib station_loom
+test-loom: ## Model-check the host station and the device-slot ring with loom (separate target dir: --cfg loom rebuilds all)
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release --lib _loom
 
 test-py: ## pytest -q tests (needs the extension: make setup / make build)
 	$(VENV)/bin/pytest -q tests

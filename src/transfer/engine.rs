@@ -139,32 +139,13 @@ impl GpuEngine {
     ///
     /// `first_batch` > 0 resumes an interrupted epoch there (the station's ring starts at it).
     pub fn begin_epoch(&self, shape: EpochShape, first_batch: u64) -> Result<()> {
-        let mut g = lock(&self.shared.state);
-        let stale = g.drain_ready();
-        g.epoch_gen += 1;
-        let epoch_gen = g.epoch_gen;
-        g.command = Some((shape, first_batch));
-        self.shared.producer_cv.notify_all();
-        while g.begun < epoch_gen && !g.closed {
-            g = self.shared.consumer_cv.wait(g).unwrap_or_else(|p| p.into_inner());
-        }
-        let closed = g.closed;
-        drop(g);
-        drop(stale); // slot leases lock the state: drop them outside it
-        if closed { Err(TrdataError::Closed("the loader is closed".into())) } else { Ok(()) }
+        self.shared.core.begin(shape, first_batch)
     }
 
     /// Cancel the running epoch: the transfer thread abandons it at its next check.
     pub fn stop(&self) {
-        let mut g = lock(&self.shared.state);
-        g.epoch_gen += 1;
-        g.command = None;
-        let stale = g.drain_ready();
-        drop(g);
-        drop(stale);
+        self.shared.core.stop(false);
         self.station.stop();
-        self.shared.producer_cv.notify_all();
-        self.shared.consumer_cv.notify_all();
     }
 
     /// The next device batch, waiting at most `timeout`.
@@ -179,16 +160,8 @@ impl GpuEngine {
 
     /// Stop for good and join the transfer thread; idempotent. Published batches stay valid until dropped.
     pub fn close(&mut self) {
-        let stale = {
-            let mut g = lock(&self.shared.state);
-            g.closed = true;
-            g.epoch_gen += 1;
-            g.drain_ready()
-        };
-        drop(stale);
+        self.shared.core.stop(true);
         self.station.close();
-        self.shared.producer_cv.notify_all();
-        self.shared.consumer_cv.notify_all();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -216,32 +189,11 @@ fn transfer_main(
     }
     let _pinning = PinningScope::enter(std::sync::Arc::clone(&shared.ctx));
     let mut seen = 0u64;
-    loop {
-        let (epoch_gen, shape, first_batch) = {
-            let mut g = lock(&shared.state);
-            loop {
-                if g.closed {
-                    return;
-                }
-                if g.epoch_gen > seen {
-                    if let Some((shape, first)) = g.command.take() {
-                        break (g.epoch_gen, shape, first);
-                    }
-                    seen = g.epoch_gen; // a stop without a new epoch
-                    continue;
-                }
-                g = shared.producer_cv.wait(g).unwrap_or_else(|p| p.into_inner());
-            }
-        };
-        seen = epoch_gen;
+    while let Some((epoch_gen, shape, first_batch)) = shared.core.next_command(&mut seen) {
         station.begin_epoch(shape, first_batch);
-        {
-            let mut g = lock(&shared.state);
-            g.begun = g.begun.max(epoch_gen);
-        }
-        shared.consumer_cv.notify_all();
+        shared.core.acknowledge(epoch_gen);
         if let Err(e) = run_epoch(&shared, &station, &copy, layout, shape, first_batch, epoch_gen) {
-            shared.publish(epoch_gen, Published::Failed(e));
+            shared.core.publish(epoch_gen, Published::Failed(e));
         }
     }
 }
@@ -259,7 +211,7 @@ fn run_epoch(
     for b in first_batch..shape.batches {
         let t_host = Instant::now();
         let (lease, error) = loop {
-            if lock(&shared.state).aborted(epoch_gen) {
+            if lock(&shared.core.state).aborted(epoch_gen) {
                 return Ok(());
             }
             match Station::take(station, b, TAKE_SLICE) {
@@ -306,7 +258,7 @@ fn run_epoch(
             Ok(ms) => ms,
             Err(e) => {
                 // The copy did complete: the slot is reusable, only the measurement failed.
-                shared.return_slot(slot);
+                shared.core.return_slot(slot);
                 return Err(e);
             }
         };
@@ -316,8 +268,8 @@ fn run_epoch(
         let (labels, indices) = lease.buffer().labels_and_indices(rows);
         drop(lease); // host buffer back to the workers as soon as the copy is done
         let slot_lease = std::sync::Arc::new(SlotLease::new(Arc::clone(shared), slot, layout, b, rows));
-        shared.publish(epoch_gen, Published::Batch(DeviceBatch { lease: slot_lease, labels, indices, error }));
+        shared.core.publish(epoch_gen, Published::Batch(DeviceBatch { lease: slot_lease, labels, indices, error }));
     }
-    shared.publish(epoch_gen, Published::End);
+    shared.core.publish(epoch_gen, Published::End);
     Ok(())
 }

@@ -20,6 +20,10 @@
 //!
 //! Memory ordering: all state is under the mutex; a slot's bytes are complete before publication (the
 //! producer synchronizes the copy event first) and device-side through the consumer stream's wait.
+//!
+//! The protocol is [`RingCore`], generic over slot and batch and free of CUDA, on the `sync` shim: loom
+//! model-checks it (`make test-loom`: in-order delivery through recycled slots, "all slots held" reported
+//! instead of waited for, a stopped epoch giving way to the next); [`RingShared`] adds the device context.
 
 // transfer/ is an unsafe-allowed module (DESIGN.md §1): the stream calls below take raw consumer streams.
 #![allow(unsafe_code)]
@@ -42,52 +46,39 @@ pub(super) struct Slot {
 }
 
 /// What the consumer receives next, in batch order.
-pub(super) enum Published {
-    Batch(DeviceBatch),
+pub(super) enum Published<B> {
+    Batch(B),
     Failed(TrdataError),
     End,
 }
 
-pub(super) struct RingState {
-    free: VecDeque<Slot>,
+/// The ring's state: slots of type `S` (device allocations in production, plain values in the loom model)
+/// and published batches of type `B`.
+pub(super) struct RingState<S, B> {
+    free: VecDeque<S>,
     allocated: usize,
     cap: usize,
-    ready: VecDeque<Published>,
+    ready: VecDeque<Published<B>>,
     /// Epoch generation: bumped by begin/stop/close.
-    pub(super) epoch_gen: u64,
+    epoch_gen: u64,
     /// Pending epoch command for generation `epoch_gen`: (shape, first batch).
-    pub(super) command: Option<(EpochShape, u64)>,
-    /// Generation whose station rewind the producer acknowledged.
-    pub(super) begun: u64,
+    command: Option<(EpochShape, u64)>,
+    /// Generation whose start the producer acknowledged.
+    begun: u64,
     waiting_for_slot: bool,
-    pub(super) closed: bool,
+    closed: bool,
 }
 
-impl RingState {
-    /// True when a producer waiting in generation `epoch_gen` must give up (stopped, superseded or closed).
+impl<S, B> RingState<S, B> {
+    /// True when a producer working for generation `epoch_gen` must give up (stopped, superseded or closed).
     pub(super) fn aborted(&self, epoch_gen: u64) -> bool {
         self.closed || self.epoch_gen != epoch_gen
     }
 
     /// Drain what was published but not consumed (drop it outside the lock: slot leases take it).
-    pub(super) fn drain_ready(&mut self) -> Vec<Published> {
+    fn drain_ready(&mut self) -> Vec<Published<B>> {
         self.ready.drain(..).collect()
     }
-}
-
-/// The ring's shared half: the device context, the state and the pooled release events.
-pub(super) struct RingShared {
-    pub(super) ctx: std::sync::Arc<GpuContext>,
-    pub(super) ordinal: u32,
-    pub(super) state: Mutex<RingState>,
-    /// Wakes the consumer and `begin_epoch`.
-    pub(super) consumer_cv: Condvar,
-    /// Wakes the producer (transfer thread).
-    pub(super) producer_cv: Condvar,
-    /// Recycled release events (re-recording after the wait was enqueued is allowed: a wait binds to the
-    /// record current at enqueue time).
-    pub(super) events: Mutex<Vec<Event>>,
-    pub(super) counters: std::sync::Arc<GpuCounters>,
 }
 
 /// Outcome of one wait of the producer.
@@ -96,16 +87,20 @@ pub(super) enum Wait<T> {
     Aborted,
 }
 
-impl RingShared {
-    pub(super) fn new(
-        ctx: std::sync::Arc<GpuContext>,
-        ordinal: u32,
-        cap: usize,
-        counters: std::sync::Arc<GpuCounters>,
-    ) -> Self {
+/// The ring's protocol (module doc): one mutex, the consumer's and the producer's condvars. Generic over the
+/// slot and batch types and free of CUDA, so loom model-checks exactly this code (tests below).
+pub(super) struct RingCore<S, B> {
+    pub(super) state: Mutex<RingState<S, B>>,
+    /// Wakes the consumer and `begin`.
+    consumer_cv: Condvar,
+    /// Wakes the producer (transfer thread).
+    producer_cv: Condvar,
+}
+
+impl<S, B> RingCore<S, B> {
+    /// An empty ring of at most `cap` slots.
+    pub(super) fn new(cap: usize) -> Self {
         Self {
-            ctx,
-            ordinal,
             state: Mutex::new(RingState {
                 free: VecDeque::new(),
                 allocated: 0,
@@ -119,13 +114,70 @@ impl RingShared {
             }),
             consumer_cv: Condvar::new(),
             producer_cv: Condvar::new(),
-            events: Mutex::new(Vec::new()),
-            counters,
         }
     }
 
-    /// Publish `p` for generation `epoch_gen`, unless that generation was aborted.
-    pub(super) fn publish(&self, epoch_gen: u64, p: Published) {
+    /// Consumer: start an epoch (a new generation: anything published before is dropped) and wait until the
+    /// producer acknowledged it (`acknowledge`). Err when the ring is closed.
+    pub(super) fn begin(&self, shape: EpochShape, first_batch: u64) -> Result<()> {
+        let mut g = lock(&self.state);
+        let stale = g.drain_ready();
+        g.epoch_gen += 1;
+        let epoch_gen = g.epoch_gen;
+        g.command = Some((shape, first_batch));
+        self.producer_cv.notify_all();
+        while g.begun < epoch_gen && !g.closed {
+            g = self.consumer_cv.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        let closed = g.closed;
+        drop(g);
+        drop(stale); // slot leases lock the state: drop them outside it
+        if closed { Err(TrdataError::Closed("the loader is closed".into())) } else { Ok(()) }
+    }
+
+    /// Consumer: cancel the running epoch (the producer abandons it at its next check); `close` also ends the
+    /// producer's command loop for good.
+    pub(super) fn stop(&self, close: bool) {
+        let stale = {
+            let mut g = lock(&self.state);
+            g.epoch_gen += 1;
+            g.command = None;
+            g.closed |= close;
+            g.drain_ready()
+        };
+        drop(stale);
+        self.producer_cv.notify_all();
+        self.consumer_cv.notify_all();
+    }
+
+    /// Producer: wait for the command of a generation newer than `seen`; None once the ring is closed.
+    pub(super) fn next_command(&self, seen: &mut u64) -> Option<(u64, EpochShape, u64)> {
+        let mut g = lock(&self.state);
+        loop {
+            if g.closed {
+                return None;
+            }
+            if g.epoch_gen > *seen {
+                *seen = g.epoch_gen; // taken, or a stop without a new epoch
+                if let Some((shape, first)) = g.command.take() {
+                    return Some((g.epoch_gen, shape, first));
+                }
+                continue;
+            }
+            g = self.producer_cv.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Producer: generation `epoch_gen` is ready to publish (its host station is rewound); wakes `begin`.
+    pub(super) fn acknowledge(&self, epoch_gen: u64) {
+        let mut g = lock(&self.state);
+        g.begun = g.begun.max(epoch_gen);
+        drop(g);
+        self.consumer_cv.notify_all();
+    }
+
+    /// Producer: publish `p` for generation `epoch_gen`, unless that generation was aborted.
+    pub(super) fn publish(&self, epoch_gen: u64, p: Published<B>) {
         let mut g = lock(&self.state);
         if g.aborted(epoch_gen) {
             drop(g);
@@ -137,9 +189,8 @@ impl RingShared {
         self.consumer_cv.notify_all();
     }
 
-    /// A free slot, or a new one below `cap`, or a wait for the consumer to release one.
-    pub(super) fn acquire_slot(&self, layout: BatchLayout, epoch_gen: u64) -> Result<Wait<Slot>> {
-        let t0 = Instant::now();
+    /// Producer: a free slot, or a new one from `alloc` below `cap`, or a wait for the consumer to release one.
+    pub(super) fn acquire(&self, epoch_gen: u64, alloc: impl FnOnce() -> Result<S>) -> Result<Wait<S>> {
         let mut g = lock(&self.state);
         loop {
             if g.aborted(epoch_gen) {
@@ -148,18 +199,13 @@ impl RingShared {
             }
             if let Some(slot) = g.free.pop_front() {
                 g.waiting_for_slot = false;
-                drop(g);
-                Stats::add_since(&self.counters.h2d_wait_slot_ns, t0);
                 return Ok(Wait::Got(slot));
             }
             if g.allocated < g.cap {
                 g.allocated += 1;
                 g.waiting_for_slot = false;
                 drop(g);
-                Stats::add(&self.counters.device_slots_allocated, 1);
-                let made = DeviceMemory::alloc(&self.ctx, layout.total_bytes()).and_then(|mem| {
-                    Ok(Slot { mem: std::sync::Arc::new(mem), copy_done: Event::new(&self.ctx)?, released: Vec::new() })
-                });
+                let made = alloc();
                 if made.is_err() {
                     lock(&self.state).allocated -= 1;
                 }
@@ -173,21 +219,20 @@ impl RingShared {
         }
     }
 
-    /// Give back a slot whose copy completed but whose batch is not published (e.g. a failed measurement).
-    pub(super) fn return_slot(&self, slot: Slot) {
+    /// Any side: a slot is free again (its lease dropped, or its copy completed but the batch is not published).
+    pub(super) fn return_slot(&self, slot: S) {
         lock(&self.state).free.push_back(slot);
         self.producer_cv.notify_all();
     }
 
-    /// The next device batch, waiting at most `timeout`.
-    pub(super) fn next(&self, timeout: Duration) -> Result<DeviceNext> {
+    /// Consumer: the next published batch, waiting at most `timeout`.
+    pub(super) fn next(&self, timeout: Duration) -> Result<DeviceNext<B>> {
         let t0 = Instant::now();
         let mut g = lock(&self.state);
         loop {
             if let Some(p) = g.ready.pop_front() {
                 drop(g);
                 self.producer_cv.notify_all();
-                Stats::add_since(&self.counters.device_wait_ns, t0);
                 return match p {
                     Published::Batch(b) => Ok(DeviceNext::Batch(b)),
                     Published::Failed(e) => Err(e),
@@ -202,12 +247,52 @@ impl RingShared {
             }
             let elapsed = t0.elapsed();
             if elapsed >= timeout {
-                drop(g);
-                Stats::add_since(&self.counters.device_wait_ns, t0);
                 return Ok(DeviceNext::Timeout);
             }
             g = self.consumer_cv.wait_timeout(g, timeout - elapsed).unwrap_or_else(|p| p.into_inner()).0;
         }
+    }
+}
+
+/// The ring of one GPU: the protocol core over device slots, plus the device context and pooled events.
+pub(super) struct RingShared {
+    pub(super) core: RingCore<Slot, DeviceBatch>,
+    pub(super) ctx: std::sync::Arc<GpuContext>,
+    pub(super) ordinal: u32,
+    /// Recycled release events (re-recording after the wait was enqueued is allowed: a wait binds to the
+    /// record current at enqueue time).
+    pub(super) events: Mutex<Vec<Event>>,
+    pub(super) counters: std::sync::Arc<GpuCounters>,
+}
+
+impl RingShared {
+    pub(super) fn new(
+        ctx: std::sync::Arc<GpuContext>,
+        ordinal: u32,
+        cap: usize,
+        counters: std::sync::Arc<GpuCounters>,
+    ) -> Self {
+        Self { core: RingCore::new(cap), ctx, ordinal, events: Mutex::new(Vec::new()), counters }
+    }
+
+    /// A slot for the next copy (allocated on the device below `cap`), timing the wait.
+    pub(super) fn acquire_slot(&self, layout: BatchLayout, epoch_gen: u64) -> Result<Wait<Slot>> {
+        let t0 = Instant::now();
+        let got = self.core.acquire(epoch_gen, || {
+            Stats::add(&self.counters.device_slots_allocated, 1);
+            let mem = DeviceMemory::alloc(&self.ctx, layout.total_bytes())?;
+            Ok(Slot { mem: std::sync::Arc::new(mem), copy_done: Event::new(&self.ctx)?, released: Vec::new() })
+        });
+        Stats::add_since(&self.counters.h2d_wait_slot_ns, t0);
+        got
+    }
+
+    /// The next device batch, waiting at most `timeout` (timed: the GPU path's starvation meter).
+    pub(super) fn next(&self, timeout: Duration) -> Result<DeviceNext> {
+        let t0 = Instant::now();
+        let next = self.core.next(timeout);
+        Stats::add_since(&self.counters.device_wait_ns, t0);
+        next
     }
 }
 
@@ -231,9 +316,9 @@ impl std::fmt::Debug for DeviceBatch {
 
 /// What the consumer's `next` returns.
 #[derive(Debug)]
-pub enum DeviceNext {
+pub enum DeviceNext<B = DeviceBatch> {
     /// A batch on the device.
-    Batch(DeviceBatch),
+    Batch(B),
     /// Nothing within the timeout.
     Timeout,
     /// The epoch is over (or was stopped).
@@ -355,6 +440,135 @@ impl Drop for SlotLease {
             std::mem::forget(slot.mem);
             return;
         }
-        self.shared.return_slot(slot);
+        self.shared.core.return_slot(slot);
+    }
+}
+
+/// The ring's protocol under loom (`make test-loom`): the production `RingCore`, with numbered slots instead of
+/// device memory and no copies. loom's `wait_timeout` never times out, so a lost wakeup is a reported deadlock,
+/// not a slow test.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use crate::sync::thread_spawn;
+
+    type Core = RingCore<u32, Lease>;
+
+    /// A published batch: like `SlotLease`, it gives its slot back when dropped (by the consumer, or by
+    /// `publish`/`stop` when its generation was abandoned).
+    struct Lease {
+        core: Arc<Core>,
+        batch: u64,
+        slot: u32,
+    }
+
+    impl std::fmt::Debug for Lease {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "Lease(batch {}, slot {})", self.batch, self.slot)
+        }
+    }
+
+    impl Drop for Lease {
+        fn drop(&mut self) {
+            self.core.return_slot(self.slot);
+        }
+    }
+
+    /// The transfer thread's loop: take a command, acknowledge it, fill a slot per batch and publish it.
+    fn producer(core: Arc<Core>) {
+        let mut seen = 0;
+        let mut made = 0u32;
+        while let Some((epoch_gen, shape, first)) = core.next_command(&mut seen) {
+            core.acknowledge(epoch_gen);
+            for b in first..shape.batches {
+                let got = core.acquire(epoch_gen, || {
+                    made += 1;
+                    Ok(made)
+                });
+                let Ok(Wait::Got(slot)) = got else { break };
+                core.publish(epoch_gen, Published::Batch(Lease { core: Arc::clone(&core), batch: b, slot }));
+            }
+            core.publish(epoch_gen, Published::End);
+        }
+    }
+
+    fn shape(batches: u64) -> EpochShape {
+        EpochShape { batches, batch_size: 1, total_rows: batches }
+    }
+
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(3);
+        model.check(f);
+    }
+
+    #[test]
+    fn ring_loom_delivers_every_batch_in_order_through_recycled_slots() {
+        model(|| {
+            let core = Arc::new(Core::new(2));
+            let p = thread_spawn({
+                let core = Arc::clone(&core);
+                move || producer(core)
+            });
+            core.begin(shape(3), 0).unwrap();
+            let mut got = Vec::new();
+            loop {
+                match core.next(Duration::from_secs(1)).unwrap() {
+                    DeviceNext::Batch(lease) => got.push(lease.batch), // dropped: its slot goes back
+                    DeviceNext::End => break,
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            assert_eq!(got, [0, 1, 2]);
+            core.stop(true);
+            p.join().unwrap();
+        });
+    }
+
+    #[test]
+    fn ring_loom_all_slots_held_is_reported_not_waited_for() {
+        model(|| {
+            let core = Arc::new(Core::new(1));
+            let p = thread_spawn({
+                let core = Arc::clone(&core);
+                move || producer(core)
+            });
+            core.begin(shape(2), 0).unwrap();
+            let held = match core.next(Duration::from_secs(1)).unwrap() {
+                DeviceNext::Batch(lease) if lease.batch == 0 => lease,
+                other => panic!("unexpected {other:?}"),
+            };
+            // The one slot is held: the next batch can never come, and the consumer is told so.
+            assert!(matches!(core.next(Duration::from_secs(1)).unwrap(), DeviceNext::AllSlotsHeld { held: 1 }));
+            core.stop(true);
+            drop(held);
+            p.join().unwrap();
+        });
+    }
+
+    #[test]
+    fn ring_loom_a_stopped_epoch_gives_way_to_the_next() {
+        model(|| {
+            let core = Arc::new(Core::new(1));
+            let p = thread_spawn({
+                let core = Arc::clone(&core);
+                move || producer(core)
+            });
+            core.begin(shape(3), 0).unwrap();
+            core.stop(false); // cancelled at once: the producer abandons it wherever it is
+            core.begin(shape(1), 0).unwrap();
+            let mut got = Vec::new();
+            loop {
+                match core.next(Duration::from_secs(1)).unwrap() {
+                    DeviceNext::Batch(lease) => got.push(lease.batch),
+                    DeviceNext::End => break,
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            // Only the new epoch's batch is delivered (the old generation's batches are never published).
+            assert_eq!(got, [0]);
+            core.stop(true);
+            p.join().unwrap();
+        });
     }
 }
