@@ -502,37 +502,43 @@ mod loom_tests {
         model.check(f);
     }
 
+    /// A ring of `cap` slots with its producer thread running.
+    fn start(cap: usize) -> (Arc<Core>, loom::thread::JoinHandle<()>) {
+        let core = Arc::new(Core::new(cap));
+        let producer = thread_spawn({
+            let core = Arc::clone(&core);
+            move || producer(core)
+        });
+        (core, producer)
+    }
+
+    /// Consume the running epoch to its end, dropping each batch (its slot goes back); the batch numbers seen.
+    fn drain(core: &Core) -> Vec<u64> {
+        let mut got = Vec::new();
+        loop {
+            match core.next(Duration::from_secs(1)).unwrap() {
+                DeviceNext::Batch(lease) => got.push(lease.batch),
+                DeviceNext::End => return got,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
     #[test]
     fn ring_loom_delivers_every_batch_in_order_through_recycled_slots() {
         model(|| {
-            let core = Arc::new(Core::new(2));
-            let p = thread_spawn({
-                let core = Arc::clone(&core);
-                move || producer(core)
-            });
+            let (core, producer) = start(2);
             core.begin(shape(3), 0).unwrap();
-            let mut got = Vec::new();
-            loop {
-                match core.next(Duration::from_secs(1)).unwrap() {
-                    DeviceNext::Batch(lease) => got.push(lease.batch), // dropped: its slot goes back
-                    DeviceNext::End => break,
-                    other => panic!("unexpected {other:?}"),
-                }
-            }
-            assert_eq!(got, [0, 1, 2]);
+            assert_eq!(drain(&core), [0, 1, 2]);
             core.stop(true);
-            p.join().unwrap();
+            producer.join().unwrap();
         });
     }
 
     #[test]
     fn ring_loom_all_slots_held_is_reported_not_waited_for() {
         model(|| {
-            let core = Arc::new(Core::new(1));
-            let p = thread_spawn({
-                let core = Arc::clone(&core);
-                move || producer(core)
-            });
+            let (core, producer) = start(1);
             core.begin(shape(2), 0).unwrap();
             let held = match core.next(Duration::from_secs(1)).unwrap() {
                 DeviceNext::Batch(lease) if lease.batch == 0 => lease,
@@ -542,33 +548,21 @@ mod loom_tests {
             assert!(matches!(core.next(Duration::from_secs(1)).unwrap(), DeviceNext::AllSlotsHeld { held: 1 }));
             core.stop(true);
             drop(held);
-            p.join().unwrap();
+            producer.join().unwrap();
         });
     }
 
     #[test]
     fn ring_loom_a_stopped_epoch_gives_way_to_the_next() {
         model(|| {
-            let core = Arc::new(Core::new(1));
-            let p = thread_spawn({
-                let core = Arc::clone(&core);
-                move || producer(core)
-            });
+            let (core, producer) = start(1);
             core.begin(shape(3), 0).unwrap();
             core.stop(false); // cancelled at once: the producer abandons it wherever it is
             core.begin(shape(1), 0).unwrap();
-            let mut got = Vec::new();
-            loop {
-                match core.next(Duration::from_secs(1)).unwrap() {
-                    DeviceNext::Batch(lease) => got.push(lease.batch),
-                    DeviceNext::End => break,
-                    other => panic!("unexpected {other:?}"),
-                }
-            }
             // Only the new epoch's batch is delivered (the old generation's batches are never published).
-            assert_eq!(got, [0]);
+            assert_eq!(drain(&core), [0]);
             core.stop(true);
-            p.join().unwrap();
+            producer.join().unwrap();
         });
     }
 }
