@@ -275,15 +275,19 @@ impl RingShared {
         Self { core: RingCore::new(cap), ctx, ordinal, events: Mutex::new(Vec::new()), counters }
     }
 
-    /// A slot for the next copy (allocated on the device below `cap`), timing the wait.
+    /// A slot for the next copy (allocated on the device below `cap`). `h2d_wait_slot_ns` counts the wait for a
+    /// released slot only, not the allocation of a new one.
     pub(super) fn acquire_slot(&self, layout: BatchLayout, epoch_gen: u64) -> Result<Wait<Slot>> {
         let t0 = Instant::now();
+        let mut allocating = None;
         let got = self.core.acquire(epoch_gen, || {
+            allocating = Some(Instant::now());
             Stats::add(&self.counters.device_slots_allocated, 1);
             let mem = DeviceMemory::alloc(&self.ctx, layout.total_bytes())?;
             Ok(Slot { mem: std::sync::Arc::new(mem), copy_done: Event::new(&self.ctx)?, released: Vec::new() })
         });
-        Stats::add_since(&self.counters.h2d_wait_slot_ns, t0);
+        let waited = allocating.unwrap_or_else(Instant::now).duration_since(t0);
+        Stats::add(&self.counters.h2d_wait_slot_ns, waited.as_nanos() as u64);
         got
     }
 
