@@ -32,7 +32,7 @@ PARAMS = {
     # transforms
     "size", "scale", "ratio", "p",
     # sources
-    "root", "paths", "labels",
+    "root", "paths", "labels", "blobs", "images",
 }  # fmt: skip
 # Parameters whose only rule is their Python type (any bool, any path): no core site.
 TYPE_ONLY = {"shuffle", "reproducible", "root"}
@@ -69,10 +69,15 @@ EDGE_TRANSLATORS = {
         "ImageFolder.__init__": "root is a path (only `root`)",
         "_paths_error": "paths (a sequence of str/bytes/PathLike; see _check_paths)",
         "_labels_error": "labels (integers in the int64 range; see _check_labels)",
+        "Bytes.__init__": "blobs is an ordered sequence of bytes (only `blobs`)",
+        "Arrays.__init__": "images is a uint8 array (only `images`)",
     },
     "src/py/loader.rs": {
         "int_arg": "is a Python int (its range: the core rule passed in)",
         "parse_transform": "a transform tuple of a known kind (trdata.Transform._spec)",
+    },
+    "src/py/source.rs": {
+        "pixels": "images is a 3-D or 4-D numpy array, C-contiguous (its sizes: source::arrays)",
     },
 }
 

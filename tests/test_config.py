@@ -559,7 +559,8 @@ def test_bad_epochs_and_file_lists_use_the_same_wording(jpegs, tmp_path):
 def test_every_parameter_has_a_bad_value_case():
     import validation_sites
 
-    covered = {p for p, _, _ in BAD_VALUES} | {"epoch", "paths", "labels", "root"}
+    # epoch, paths, labels and root have their own tests here; blobs and images in test_memory_sources.py
+    covered = {p for p, _, _ in BAD_VALUES} | {"epoch", "paths", "labels", "root", "blobs", "images"}
     assert covered == validation_sites.PARAMS
 
 

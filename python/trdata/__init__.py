@@ -18,12 +18,14 @@ from .errors import (
     WorkerError,
 )
 from .loader import Batch, Loader
-from .sources import FileList, ImageFolder, Source
+from .sources import Arrays, Bytes, FileList, ImageFolder, Source
 from .transforms import IMAGENET, CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize, Transform
 
 __all__ = [
     "IMAGENET",
+    "Arrays",
     "Batch",
+    "Bytes",
     "CenterCrop",
     "ConfigError",
     "CudaError",

@@ -4,9 +4,13 @@ import os
 from collections.abc import Sequence
 from typing import Any, final
 
+import numpy as np
+import numpy.typing as npt
+
 __all__ = [
     "__version__",
     "NativeLoader",
+    "NativeSource",
     "BatchLeaseHandle",
     "DeviceTensorHandle",
     "scan_image_folder",
@@ -37,6 +41,19 @@ def generate_synthetic_dataset(
 def decode_ceiling(
     paths: list[str], threads: int, repeat: int = 1, *, pin: bool = True
 ) -> dict[str, Any]: ...
+
+@final
+class NativeSource:
+    """One core dataset (files, encoded blobs or raw pixels), built by a Python source for a Loader."""
+    @staticmethod
+    def files(
+        paths: Sequence[str | os.PathLike[str]], labels: list[int], classes: list[str]
+    ) -> NativeSource: ...
+    @staticmethod
+    def blobs(blobs: Sequence[bytes], labels: list[int]) -> NativeSource: ...
+    @staticmethod
+    def pixels(images: npt.NDArray[np.uint8], labels: list[int]) -> NativeSource: ...
+    def __len__(self) -> int: ...
 
 @final
 class BatchLeaseHandle:
@@ -84,9 +101,7 @@ class DeviceTensorHandle:
 class NativeLoader:
     def __new__(
         cls,
-        paths: list[str],
-        labels: list[int],
-        classes: list[str],
+        source: NativeSource,
         *,
         batch_size: int,
         workers: int | None,

@@ -467,9 +467,7 @@ class Loader:
 
         batch_size = _int("batch_size", batch_size)
         self._native = _core.NativeLoader(
-            source.paths,
-            source.labels,
-            list(source.classes),
+            source._native_source(),
             batch_size=batch_size,
             workers=opt_int("workers", workers),  # None: the core's default for these CPUs and devices
             shuffle=_bool("shuffle", shuffle),

@@ -1,4 +1,5 @@
-"""Dataset sources: ImageFolder (torchvision's rules) and FileList (explicit paths and labels).
+"""Dataset sources: ImageFolder (torchvision's rules), FileList (explicit paths and labels), Bytes (encoded
+images in memory) and Arrays (raw uint8 pixels in memory, no decode).
 
 Paths are bytes on Linux and may not be UTF-8: here they are ``str`` as ``os.fsdecode`` gives them
 (undecodable bytes become lone surrogates, like ``os.scandir`` gives them to torchvision), and they reach the
@@ -26,20 +27,32 @@ IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tif
 
 
 class Source:
-    """A list of (path, label) samples."""
+    """A list of samples, each an image and an integer label; ``classes`` names the labels where known."""
 
-    paths: list[str]
     labels: list[int]
     classes: list[str]
 
     def __len__(self) -> int:
-        return len(self.paths)
+        return len(self.labels)
+
+    def _native_source(self) -> _core.NativeSource:
+        """The core's dataset for a Loader."""
+        raise NotImplementedError(f"{type(self).__name__} is not a trdata source")
+
+
+class _Files(Source):
+    """Sources of image files: ``paths[i]`` with label ``labels[i]``."""
+
+    paths: list[str]
+
+    def _native_source(self) -> _core.NativeSource:
+        return _core.NativeSource.files(self.paths, self.labels, list(self.classes))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self)} samples, {len(self.classes)} classes)"
 
 
-class ImageFolder(Source):
+class ImageFolder(_Files):
     """``root/<class>/**/<image>`` with torchvision's ``ImageFolder`` rules, so indices, labels and
     ``classes`` equal torchvision's for the same folder:
 
@@ -72,7 +85,7 @@ class ImageFolder(Source):
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
 
 
-class FileList(Source):
+class FileList(_Files):
     """Explicit ``paths`` (a sequence of ``str``, ``bytes`` or ``os.PathLike``) and integer ``labels`` of the
     same length (default: all 0). Files are opened when decoded: a missing one follows the loader's
     ``on_error`` policy.
@@ -192,3 +205,51 @@ def _check_label(v: Any, i: int) -> int:
     if not _INT64_MIN <= label <= _INT64_MAX:
         raise _labels_error(f"{label} (element {i}) is outside the int64 range")
     return label
+
+
+class Bytes(Source):
+    """Encoded images held in memory: ``blobs`` a sequence of ``bytes`` (JPEG or PNG files' contents) and
+    integer ``targets`` of the same length (default: all 0; the same rules as ``FileList``'s labels). The bytes
+    are copied into the core once. A blob that does not decode follows the loader's ``on_error`` policy and is
+    named ``<memory>[i]``."""
+
+    def __init__(self, blobs: Iterable[bytes], targets: Iterable[Any] | None = None) -> None:
+        if isinstance(blobs, (str, bytes)) or isinstance(blobs, _UNORDERED):
+            raise ConfigError(
+                f"invalid blobs: a {type(blobs).__name__} must be a sequence of bytes", parameter="blobs"
+            )
+        self.blobs = [bytes(b) if isinstance(b, (bytearray, memoryview)) else b for b in blobs]
+        for i, b in enumerate(self.blobs):
+            if not isinstance(b, bytes):
+                raise ConfigError(
+                    f"invalid blobs: a {type(b).__name__} (element {i}) must be bytes", parameter="blobs"
+                )
+        self.labels = [0] * len(self.blobs) if targets is None else _check_labels(targets)
+        self.classes = []
+        self._native = _core.NativeSource.blobs(self.blobs, self.labels)  # the core's rules: counts, lengths
+
+    def _native_source(self) -> _core.NativeSource:
+        return self._native
+
+
+class Arrays(Source):
+    """Raw uint8 pixels held in memory, decoded by nobody: ``images`` an (N, H, W) gray or (N, H, W, C) array
+    with C 1 or 3 (numpy's HWC, as torchvision's MNIST/CIFAR ``data``), and integer ``targets`` (default 0).
+    Crops, flips and the rest of the pipeline work on the pixels directly. Gray images come out as 3 channels
+    (each the gray value) for now. The array is copied into the core once."""
+
+    def __init__(self, images: Any, targets: Iterable[Any] | None = None) -> None:
+        a = np.asarray(images)
+        if a.dtype != np.uint8:
+            raise ConfigError(
+                f"invalid images: an array of dtype {a.dtype} must be uint8 raw pixels (convert it explicitly)",
+                parameter="images",
+            )
+        self.images = np.ascontiguousarray(a)
+        n = self.images.shape[0] if self.images.ndim else 0
+        self.labels = [0] * n if targets is None else _check_labels(targets)
+        self.classes = []
+        self._native = _core.NativeSource.pixels(self.images, self.labels)  # the core's rules: shape, counts
+
+    def _native_source(self) -> _core.NativeSource:
+        return self._native

@@ -240,6 +240,15 @@ pub struct SampleTiming {
     pub damaged: bool,
 }
 
+/// An RGB region the resampler reads: `pixels` rows of `stride` bytes, whose top-left pixel is (`x0`, `y0`) of
+/// the (scaled) image.
+struct Rgb<'a> {
+    pixels: &'a [u8],
+    stride: usize,
+    x0: u32,
+    y0: u32,
+}
+
 /// How far DCT-domain downscaling (libjpeg-turbo's M/8 IDCT) may go before the bilinear resampling.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum DctScaling {
@@ -270,6 +279,8 @@ pub struct WorkerScratch {
     inter: Vec<u8>,
     wide: Vec<u32>,
     row: Vec<u8>,
+    /// The crop window of a gray raw-pixel sample widened to RGB (raw pixels skip the decoder).
+    gray_rgb: Vec<u8>,
 }
 
 impl WorkerScratch {
@@ -288,6 +299,7 @@ impl WorkerScratch {
             inter: Vec::new(),
             wide: Vec::new(),
             row: Vec::new(),
+            gray_rgb: Vec::new(),
         })
     }
 
@@ -444,7 +456,7 @@ impl SamplePipeline {
     ) -> std::result::Result<SampleTiming, ImageError> {
         assert_eq!(dst.len(), self.sample_bytes(), "process: dst must be exactly sample_bytes() long");
         let t0 = Instant::now();
-        let WorkerScratch { decoder, x, y, inter, wide, row } = scratch;
+        let WorkerScratch { decoder, x, y, inter, wide, row, .. } = scratch;
         let info = decoder.read_header(bytes)?;
         let plan = self.transforms.plan(info.width, info.height, key);
         let (vx, vy) = (plan.x.valid(), plan.y.valid());
@@ -459,7 +471,6 @@ impl SamplePipeline {
         };
         let m = info.effective_scale(m);
         let (sw, sh) = info.scaled_size(m);
-        let (ow, oh) = (self.width, self.height);
         x.compute(&plan.x, m, info.width, sw, plan.flip);
         y.compute(&plan.y, m, info.height, sh, false);
         let window = PixelWindow { x0: x.win0, y0: y.win0, x1: x.win1, y1: y.win1 };
@@ -468,24 +479,89 @@ impl SamplePipeline {
         debug_assert_eq!(region.scale_eighths, m);
         debug_assert!(region.x0 <= x.win0 && x.win1 <= region.x0 + region.width);
         debug_assert!(region.y0 <= y.win0 && y.win1 <= region.y0 + region.height);
+        let rgb = Rgb { pixels: region.pixels, stride: region.stride, x0: region.x0, y0: region.y0 };
+        self.resample_into(rgb, m, plan.vertical_first, x, y, inter, wide, row, dst);
+        let t2 = Instant::now();
+        Ok(SampleTiming {
+            decode_ns: (t1 - t0).as_nanos() as u64,
+            augment_ns: (t2 - t1).as_nanos() as u64,
+            damaged: decoder.last_decode_damaged(),
+        })
+    }
 
+    /// Like [`process`](Self::process) for raw pixels (`trdata.Arrays`): image `i` of `array`, no decode (and
+    /// so no DCT scaling). Gray images are widened to RGB (the crop window only) on the way in.
+    pub fn process_pixels(
+        &self,
+        scratch: &mut WorkerScratch,
+        array: &crate::source::PixelArray,
+        i: usize,
+        key: SampleKey,
+        dst: &mut [u8],
+    ) -> std::result::Result<SampleTiming, ImageError> {
+        assert_eq!(dst.len(), self.sample_bytes(), "process_pixels: dst must be exactly sample_bytes() long");
+        let t0 = Instant::now();
+        let (w, h) = (array.width, array.height);
+        let plan = self.transforms.plan(w, h, key);
+        let WorkerScratch { x, y, inter, wide, row, gray_rgb, .. } = scratch;
+        x.compute(&plan.x, 8, w, w, plan.flip);
+        y.compute(&plan.y, 8, h, h, false);
+        let image = array.image(i);
+        let rgb = if array.channels == 3 {
+            Rgb { pixels: image, stride: w as usize * 3, x0: 0, y0: 0 }
+        } else {
+            let (x0, x1, y0, y1) = (x.win0 as usize, x.win1 as usize, y.win0 as usize, y.win1 as usize);
+            gray_rgb.clear();
+            gray_rgb.reserve((x1 - x0) * (y1 - y0) * 3);
+            for r in y0..y1 {
+                let src = &image[r * w as usize + x0..r * w as usize + x1];
+                gray_rgb.extend(src.iter().flat_map(|&v| [v, v, v]));
+            }
+            Rgb { pixels: gray_rgb.as_slice(), stride: (x1 - x0) * 3, x0: x.win0, y0: y.win0 }
+        };
+        let t1 = Instant::now();
+        self.resample_into(rgb, 8, plan.vertical_first, x, y, inter, wide, row, dst);
+        let t2 = Instant::now();
+        Ok(SampleTiming {
+            decode_ns: (t1 - t0).as_nanos() as u64,
+            augment_ns: (t2 - t1).as_nanos() as u64,
+            damaged: false,
+        })
+    }
+
+    /// The fused write of one sample: resample the RGB region through the computed axes, flip, normalize, cast
+    /// and lay out into `dst`.
+    #[allow(clippy::too_many_arguments)]
+    fn resample_into(
+        &self,
+        rgb: Rgb<'_>,
+        m: u8,
+        pillow_vertical_first: bool,
+        x: &mut AxisCoeffs,
+        y: &mut AxisCoeffs,
+        inter: &mut Vec<u8>,
+        wide: &mut Vec<u32>,
+        row: &mut Vec<u8>,
+        dst: &mut [u8],
+    ) {
+        let (ow, oh) = (self.width, self.height);
         // Pass order (it only changes the rounding of the 8-bit intermediate, by ±1): for deterministic pipelines
-        // decoded at full size, Pillow's (see `geometry::pillow_vertical_first`), so that the uint8 result equals
-        // Pillow's bit for bit. Otherwise (random crops, or DCT-scaled decodes, which are not bit-exact anyway) the
-        // cheaper one: vertical first whenever the crop has more rows than the output, so that the costly
-        // horizontal pass runs on output rows only.
+        // at full size, Pillow's (see `geometry::pillow_vertical_first`), so that the uint8 result equals Pillow's
+        // bit for bit. Otherwise (random crops, or DCT-scaled decodes, which are not bit-exact anyway) the cheaper
+        // one: vertical first whenever the crop has more rows than the output, so that the costly horizontal pass
+        // runs on output rows only.
         let vertical_first = if m == 8 && !self.transforms.is_random_crop() {
-            plan.vertical_first
+            pillow_vertical_first
         } else {
             (y.win1 - y.win0) as usize > oh
         };
         simd::resample(
             self.simd,
             resample::Job {
-                pixels: region.pixels,
-                stride: region.stride,
-                region_x0: region.x0,
-                region_y0: region.y0,
+                pixels: rgb.pixels,
+                stride: rgb.stride,
+                region_x0: rgb.x0,
+                region_y0: rgb.y0,
                 x,
                 y,
                 inter,
@@ -499,11 +575,5 @@ impl SamplePipeline {
                 dst,
             },
         );
-        let t2 = Instant::now();
-        Ok(SampleTiming {
-            decode_ns: (t1 - t0).as_nanos() as u64,
-            augment_ns: (t2 - t1).as_nanos() as u64,
-            damaged: decoder.last_decode_damaged(),
-        })
     }
 }

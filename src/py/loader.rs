@@ -3,6 +3,7 @@
 
 use super::errors::{IntoPyResult, to_py};
 use super::gpu::DeviceTensorHandle;
+use super::source::NativeSource;
 use super::wait::{WAIT_SLICE, wait_detached};
 use crate::augment::{self, DType, Normalize, OutputSpec, SamplePipeline, TransformSpec};
 use crate::config::{self, Choice, IntParam, LoaderConfig};
@@ -11,7 +12,7 @@ use crate::error::TrdataError;
 use crate::export::{Device, DlpackRequest, ElementType, TensorExport, into_capsule};
 use crate::loader::{BatchImages, DeviceSpec, Loader, LoaderState, NextStep};
 use crate::plan::LastBatch;
-use crate::source::{self, Dataset, file_list, image_folder_cancellable};
+use crate::source::{self, Dataset, Store, image_folder_cancellable};
 use crate::sync::lock;
 use crate::transfer::BatchLease;
 use pyo3::conversion::FromPyObjectOwned;
@@ -57,9 +58,8 @@ pub fn scan_image_folder(
         Ok(result) => result.py_err()?,
         Err(_) => return Err(to_py(TrdataError::Worker("the folder scan panicked".into()))),
     };
-    let labels = ds.samples.iter().map(|s| s.label).collect();
-    let paths = ds.samples.into_iter().map(|s| s.path.into_os_string()).collect();
-    Ok((paths, labels, ds.classes))
+    let Store::Files(paths) = ds.store else { unreachable!("a folder scan stores files") };
+    Ok((paths.into_iter().map(PathBuf::into_os_string).collect(), ds.labels, ds.classes))
 }
 
 /// Check an explicit file list (`trdata.FileList`) by the core's rules (`source::check_file_list`), before
@@ -272,15 +272,13 @@ impl Drop for NativeLoader {
 #[pymethods]
 impl NativeLoader {
     #[new]
-    #[pyo3(signature = (paths, labels, classes, *, batch_size, workers, shuffle, seed, reproducible, last_batch,
+    #[pyo3(signature = (source, *, batch_size, workers, shuffle, seed, reproducible, last_batch,
                         rank, world_size, pin, on_error, prefetch, max_held_batches, transforms, normalize,
                         dtype, layout, devices, device_slots, cpus, max_pixels, max_scans, max_memory_bytes))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        paths: Vec<PathBuf>,
-        labels: Vec<i64>,
-        classes: Vec<std::ffi::OsString>,
+        source: PyRef<'_, NativeSource>,
         batch_size: &Bound<'_, PyAny>,
         workers: Option<&Bound<'_, PyAny>>,
         shuffle: bool,
@@ -344,8 +342,7 @@ impl NativeLoader {
                 ..limits
             },
         };
-        let mut ds: Dataset = file_list(paths, labels).py_err()?;
-        ds.classes = classes;
+        let ds: Dataset = source.dataset.clone();
         // Checked for every loader (a CPU loader does not use it, but a wrong value is wrong everywhere).
         let device_slots: usize = int_arg(device_slots, &config::DEVICE_SLOTS)?;
         config::DEVICE_SLOTS.check::<usize>(device_slots as i128).py_err()?;

@@ -6,6 +6,7 @@ mod errors;
 mod gpu;
 mod info;
 mod loader;
+mod source;
 mod wait;
 
 use pyo3::prelude::*;
@@ -16,6 +17,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<loader::NativeLoader>()?;
     m.add_class::<loader::BatchLeaseHandle>()?;
+    m.add_class::<source::NativeSource>()?;
     m.add_class::<gpu::DeviceTensorHandle>()?;
     m.add_function(wrap_pyfunction!(loader::scan_image_folder, m)?)?;
     m.add_function(wrap_pyfunction!(loader::check_file_list, m)?)?;

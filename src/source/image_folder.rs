@@ -27,7 +27,7 @@
 //! inherit a pinned worker's affinity if it were first touched from one); every directory visit checks the
 //! `cancel` flag, so the caller can stop the scan of a huge tree at any time.
 
-use super::{Dataset, SampleRef};
+use super::{Dataset, Store};
 use crate::error::{Result, TrdataError};
 use rayon::prelude::*;
 use std::cmp::Ordering as CmpOrdering;
@@ -204,14 +204,15 @@ pub fn image_folder_cancellable(root: &Path, cancel: &AtomicBool) -> Result<Data
         .map_err(|e| TrdataError::Worker(format!("cannot start the folder-scan pool: {e}")))?;
     let per_class: Vec<Result<Vec<PathBuf>>> = pool
         .install(|| classes.par_iter().map(|(name, id)| walk_class(&root.join(name), *id, root_id, cancel)).collect());
-    let mut samples = Vec::new();
+    let (mut paths, mut labels) = (Vec::new(), Vec::new());
     let mut empty = Vec::new();
     for (label, (files, (name, _))) in per_class.into_iter().zip(&classes).enumerate() {
         let files = files?;
         if files.is_empty() {
             empty.push(name.to_string_lossy().into_owned());
         }
-        samples.extend(files.into_iter().map(|path| SampleRef { path, label: label as i64 }));
+        labels.extend(std::iter::repeat_n(label as i64, files.len()));
+        paths.extend(files);
     }
     if !empty.is_empty() {
         return Err(source_error(
@@ -223,10 +224,10 @@ pub fn image_folder_cancellable(root: &Path, cancel: &AtomicBool) -> Result<Data
             ),
         ));
     }
-    if samples.len() > u32::MAX as usize {
+    if paths.len() > u32::MAX as usize {
         return Err(source_error(root, "more than 2^32 samples"));
     }
-    Ok(Dataset { samples, classes: classes.into_iter().map(|(n, _)| n).collect() })
+    Ok(Dataset { store: Store::Files(paths), labels, classes: classes.into_iter().map(|(n, _)| n).collect() })
 }
 
 #[cfg(test)]
@@ -247,7 +248,8 @@ mod tests {
     }
 
     fn listing(root: &Path, ds: &Dataset) -> Vec<(String, i64)> {
-        ds.samples.iter().map(|s| (s.path.strip_prefix(root).unwrap().display().to_string(), s.label)).collect()
+        let Store::Files(paths) = &ds.store else { panic!("ImageFolder stores files") };
+        paths.iter().zip(&ds.labels).map(|(p, &l)| (p.strip_prefix(root).unwrap().display().to_string(), l)).collect()
     }
 
     #[test]

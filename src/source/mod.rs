@@ -1,5 +1,6 @@
-//! source — where samples come from, the first stage of the pipeline (**source** → plan → worker → decode):
-//! a list of (path, label) built once per loader, and the bytes of one sample read by a worker.
+//! source — where samples come from, the first stage of the pipeline (**source** → plan → decode → …): a
+//! [`Dataset`] built once per loader (a [`Store`] of images + one label each) and the bytes of one sample read by
+//! a worker. Stores: files (ImageFolder, FileList), encoded blobs in memory (Bytes) and raw pixels (Arrays).
 //! `image_folder` follows torchvision's ImageFolder rules, except that a directory reached by several (symlinked)
 //! paths is entered once; `file_list` takes explicit lists; `read_sample` reads one regular file, bounded. Paths
 //! and class names stay bytes (`PathBuf`/`OsString`) end to end: Linux file names need not be UTF-8, and the
@@ -15,33 +16,71 @@ use crate::error::{Result, TrdataError};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-/// One sample: a file and its label.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SampleRef {
-    /// Path of the encoded image.
-    pub path: PathBuf,
-    /// Class label.
-    pub label: i64,
+/// Where the samples' images live.
+#[derive(Debug, Clone)]
+pub enum Store {
+    /// Encoded image files, read by the workers on demand (ImageFolder, FileList).
+    Files(Vec<PathBuf>),
+    /// Encoded images in memory (`trdata.Bytes`).
+    Blobs(Vec<Vec<u8>>),
+    /// Raw pixels in memory, decoded by nobody (`trdata.Arrays`).
+    Pixels(PixelArray),
 }
 
-/// An indexed collection of samples; dataset index i is `samples[i]`.
-#[derive(Debug, Clone, Default)]
+/// N images of `height × width × channels` uint8 pixels, row-major and contiguous (numpy's (N, H, W[, C])).
+#[derive(Debug, Clone)]
+pub struct PixelArray {
+    /// All images, image i at `i * image_bytes()`.
+    pub data: Vec<u8>,
+    /// Rows per image.
+    pub height: u32,
+    /// Columns per image.
+    pub width: u32,
+    /// 1 (gray) or 3 (RGB).
+    pub channels: u8,
+}
+
+impl PixelArray {
+    /// Bytes of one image.
+    pub fn image_bytes(&self) -> usize {
+        self.height as usize * self.width as usize * usize::from(self.channels)
+    }
+
+    /// The pixels of image `i`.
+    pub fn image(&self, i: usize) -> &[u8] {
+        let n = self.image_bytes();
+        &self.data[i * n..(i + 1) * n]
+    }
+}
+
+/// An indexed collection of samples: dataset index i is `store`'s image i with label `labels[i]`.
+#[derive(Debug, Clone)]
 pub struct Dataset {
-    /// The samples in index order.
-    pub samples: Vec<SampleRef>,
-    /// Class names (ImageFolder: folder names, bytes as on disk) or empty (file lists).
+    /// The images.
+    pub store: Store,
+    /// One label per image, in index order.
+    pub labels: Vec<i64>,
+    /// Class names (ImageFolder: folder names, bytes as on disk) or empty.
     pub classes: Vec<OsString>,
 }
 
 impl Dataset {
     /// Number of samples.
     pub fn len(&self) -> usize {
-        self.samples.len()
+        self.labels.len()
     }
 
     /// True when there are no samples.
     pub fn is_empty(&self) -> bool {
-        self.samples.is_empty()
+        self.labels.is_empty()
+    }
+
+    /// How errors name sample `i`: its file, or `<memory>[i]` for an in-memory store.
+    pub fn sample_name(&self, i: usize) -> PathBuf {
+        match &self.store {
+            Store::Files(paths) => paths[i].clone(),
+            Store::Blobs(_) | Store::Pixels(_) => PathBuf::from(format!("<memory>[{i}]")),
+        }
     }
 }
 
@@ -83,6 +122,62 @@ pub fn check_file_list(paths: &[PathBuf], num_labels: usize) -> Result<()> {
 /// missing file is reported (or skipped) when its sample is decoded, like any other bad input.
 pub fn file_list(paths: Vec<PathBuf>, labels: Vec<i64>) -> Result<Dataset> {
     check_file_list(&paths, labels.len())?;
-    let samples = paths.into_iter().zip(labels).map(|(path, label)| SampleRef { path, label }).collect();
-    Ok(Dataset { samples, classes: Vec::new() })
+    Ok(Dataset { store: Store::Files(paths), labels, classes: Vec::new() })
+}
+
+/// `blobs` / `images` / `labels` names of the in-memory sources (their rules: [`bytes`], [`arrays`]).
+const BLOBS: &str = "blobs";
+const IMAGES: &str = "images";
+
+/// A dataset of encoded images held in memory (`trdata.Bytes`): one label per blob, at least one blob.
+pub fn bytes(blobs: Vec<Vec<u8>>, labels: Vec<i64>) -> Result<Dataset> {
+    if blobs.is_empty() || blobs.len() > u32::MAX as usize {
+        return Err(TrdataError::config(
+            BLOBS,
+            format!("{} blobs must be at least one and fewer than 2**32", blobs.len()),
+        ));
+    }
+    if labels.len() != blobs.len() {
+        return Err(TrdataError::config(
+            LABELS,
+            format!("{} labels must be one per blob ({} blobs)", labels.len(), blobs.len()),
+        ));
+    }
+    Ok(Dataset { store: Store::Blobs(blobs), labels, classes: Vec::new() })
+}
+
+/// A dataset of raw uint8 pixels (`trdata.Arrays`): `data` holds `count` images of `height × width × channels`
+/// (channels 1 or 3), checked against `data.len()` before anything is kept; one label per image.
+pub fn arrays(
+    data: Vec<u8>,
+    count: usize,
+    height: u32,
+    width: u32,
+    channels: usize,
+    labels: Vec<i64>,
+) -> Result<Dataset> {
+    if count == 0 || count > u32::MAX as usize {
+        return Err(TrdataError::config(IMAGES, format!("{count} images must be at least one and fewer than 2**32")));
+    }
+    if height == 0 || width == 0 || height > 65_535 || width > 65_535 {
+        return Err(TrdataError::config(IMAGES, format!("{height}×{width} images must be 1..=65535 on each side")));
+    }
+    if channels != 1 && channels != 3 {
+        return Err(TrdataError::config(IMAGES, format!("{channels} channels must be 1 (gray) or 3 (RGB)")));
+    }
+    let expected = (height as usize).checked_mul(width as usize).and_then(|p| p.checked_mul(channels));
+    if expected.and_then(|b| b.checked_mul(count)) != Some(data.len()) {
+        return Err(TrdataError::config(
+            IMAGES,
+            format!("{} bytes must be {count} × {height} × {width} × {channels}", data.len()),
+        ));
+    }
+    if labels.len() != count {
+        return Err(TrdataError::config(
+            LABELS,
+            format!("{} labels must be one per image ({count} images)", labels.len()),
+        ));
+    }
+    let channels = channels as u8; // 1 or 3, checked above
+    Ok(Dataset { store: Store::Pixels(PixelArray { data, height, width, channels }), labels, classes: Vec::new() })
 }

@@ -14,7 +14,7 @@ use crate::plan::claim::WorkerClaim;
 use crate::plan::resume::SeqBitmap;
 use crate::plan::{EpochPlan, PlanShape};
 use crate::rng::{OP_SKIP_REPLACEMENT, SampleRng};
-use crate::source::Dataset;
+use crate::source::{Dataset, Store, read_sample};
 use crate::stats::Stats;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Condvar, Mutex, Ordering, lock};
 use crate::transfer::Station;
@@ -334,7 +334,7 @@ fn produce(
         _ => None,
     };
     let first = match known_bad {
-        Some(error) => SampleError { path: ctx.dataset.samples[index as usize].path.clone(), index, error },
+        Some(error) => SampleError { path: ctx.dataset.sample_name(index as usize), index, error },
         None => match attempt_sample(job, index, scratch, file_buf, dst) {
             Ok(()) => return Ok(index),
             Err(e) => e,
@@ -384,14 +384,21 @@ fn attempt_sample(
     dst: &mut [u8],
 ) -> std::result::Result<(), SampleError> {
     let ctx = &job.ctx;
-    let sample = &ctx.dataset.samples[index as usize];
+    let i = index as usize;
+    let key = SampleKey { seed: ctx.seed, epoch: job.plan.epoch, index };
     let t0 = Instant::now();
-    let result = crate::source::read_sample(&sample.path, MAX_FILE_BYTES, file_buf).and_then(|()| {
-        Stats::add_since(&ctx.stats.read_ns, t0);
-        Stats::add(&ctx.stats.bytes_read, file_buf.len() as u64);
-        let key = SampleKey { seed: ctx.seed, epoch: job.plan.epoch, index };
-        ctx.pipeline.process(scratch, file_buf, key, dst)
-    });
+    let result = match &ctx.dataset.store {
+        Store::Files(paths) => read_sample(&paths[i], MAX_FILE_BYTES, file_buf).and_then(|()| {
+            Stats::add_since(&ctx.stats.read_ns, t0);
+            Stats::add(&ctx.stats.bytes_read, file_buf.len() as u64);
+            ctx.pipeline.process(scratch, file_buf, key, dst)
+        }),
+        Store::Blobs(blobs) => {
+            Stats::add(&ctx.stats.bytes_read, blobs[i].len() as u64);
+            ctx.pipeline.process(scratch, &blobs[i], key, dst)
+        }
+        Store::Pixels(array) => ctx.pipeline.process_pixels(scratch, array, i, key, dst),
+    };
     match result {
         Ok(t) => {
             Stats::add(&ctx.stats.decode_ns, t.decode_ns);
@@ -401,7 +408,7 @@ fn attempt_sample(
             Ok(())
         }
         Err(error) => {
-            let failure = SampleError { path: sample.path.clone(), index, error };
+            let failure = SampleError { path: ctx.dataset.sample_name(i), index, error };
             if ctx.on_error == ErrorPolicy::Skip {
                 let mut log = lock(&ctx.skipped);
                 ctx.any_bad.store(true, Ordering::Release);
@@ -442,7 +449,7 @@ fn run_job(job: &EpochJob, w: usize, workers: usize, scratch: &mut WorkerScratch
         let mut writer = buf.claim_row(row);
         let outcome = produce(job, index, scratch, file_buf, writer.image);
         let written = *outcome.as_ref().unwrap_or(&index);
-        writer.set_meta(ctx.dataset.samples[written as usize].label, written as i64);
+        writer.set_meta(ctx.dataset.labels[written as usize], written as i64);
         drop(buf); // the row is written: release our handle before announcing it
         eng.station.complete(b, outcome.err());
     }
@@ -453,7 +460,6 @@ mod tests {
     use super::*;
     use crate::augment::{DType, Layout, OutputSpec, TransformSpec};
     use crate::plan::LastBatch;
-    use crate::source::SampleRef;
     use crate::staging::BatchLayout;
     use crate::transfer::{EpochShape, Take};
     use std::time::Duration;
@@ -474,9 +480,9 @@ mod tests {
         workers: usize,
     ) -> (Arc<Station>, WorkerPool, Arc<Stats>) {
         let stats = Arc::new(Stats::default());
-        let samples = paths.iter().map(|p| SampleRef { path: p.clone(), label: 0 }).collect();
+        let store = Store::Files(paths.to_vec());
         let ctx = Arc::new(WorkContext {
-            dataset: Arc::new(Dataset { samples, classes: vec![] }),
+            dataset: Arc::new(Dataset { store, labels: vec![0; paths.len()], classes: vec![] }),
             pipeline: pipeline(),
             stats: Arc::clone(&stats),
             seed: 7,

@@ -1,0 +1,61 @@
+//! Sources for Python: `NativeSource` holds one core `Dataset` (source/), built by the Python source classes
+//! (`trdata.ImageFolder`, `FileList`, `Bytes`, `Arrays`) and handed to `NativeLoader`. Only types are translated
+//! here; the rules are the core's (`source::file_list`, `source::bytes`, `source::arrays`).
+
+use super::errors::{IntoPyResult, to_py};
+use crate::error::TrdataError;
+use crate::source::{self, Dataset};
+use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// One dataset of the core, ready for a loader.
+#[pyclass(frozen, module = "trdata._core")]
+pub struct NativeSource {
+    pub(super) dataset: Dataset,
+}
+
+#[pymethods]
+impl NativeSource {
+    /// Encoded image files with their labels and class names (ImageFolder, FileList).
+    #[staticmethod]
+    fn files(paths: Vec<PathBuf>, labels: Vec<i64>, classes: Vec<OsString>) -> PyResult<Self> {
+        let mut dataset = source::file_list(paths, labels).py_err()?;
+        dataset.classes = classes;
+        Ok(Self { dataset })
+    }
+
+    /// Encoded images in memory (`trdata.Bytes`), copied once.
+    #[staticmethod]
+    fn blobs(blobs: Vec<Vec<u8>>, labels: Vec<i64>) -> PyResult<Self> {
+        Ok(Self { dataset: source::bytes(blobs, labels).py_err()? })
+    }
+
+    /// Raw uint8 pixels (`trdata.Arrays`): an (N, H, W) or (N, H, W, C) array with C 1 or 3, copied once.
+    #[staticmethod]
+    fn pixels(images: &Bound<'_, PyArrayDyn<u8>>, labels: Vec<i64>) -> PyResult<Self> {
+        let shape = images.shape().to_vec();
+        let channels = match shape.len() {
+            3 => 1,
+            4 => shape[3],
+            _ => {
+                return Err(to_py(TrdataError::config(
+                    "images",
+                    format!("an array of shape {shape:?} must be (N, H, W) or (N, H, W, C)"),
+                )));
+            }
+        };
+        let dim = |d: usize| u32::try_from(d).unwrap_or(u32::MAX);
+        // python/trdata made it C-contiguous (np.ascontiguousarray); a view that is not is refused, never misread.
+        let data = images.readonly().as_slice().map(<[u8]>::to_vec).map_err(|_| {
+            to_py(TrdataError::config("images", format!("an array of shape {shape:?} must be C-contiguous")))
+        })?;
+        let dataset = source::arrays(data, shape[0], dim(shape[1]), dim(shape[2]), channels, labels).py_err()?;
+        Ok(Self { dataset })
+    }
+
+    fn __len__(&self) -> usize {
+        self.dataset.len()
+    }
+}
