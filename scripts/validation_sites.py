@@ -32,10 +32,10 @@ PARAMS = {
     # transforms
     "size", "scale", "ratio", "p",
     # sources
-    "root", "paths", "labels", "blobs", "images",
+    "root", "paths", "labels", "blobs", "images", "classes",
 }  # fmt: skip
 # Parameters whose only rule is their Python type (any bool, any path): no core site.
-TYPE_ONLY = {"shuffle", "reproducible", "root"}
+TYPE_ONLY = {"shuffle", "reproducible", "root", "classes"}
 
 # Core functions that raise a ConfigError naming a parameter without validating its value.
 NOT_VALIDATION = {
@@ -71,6 +71,7 @@ EDGE_TRANSLATORS = {
         "_labels_error": "labels (integers in the int64 range; see _check_labels)",
         "Bytes.__init__": "blobs is an ordered sequence of bytes (only `blobs`)",
         "Arrays.__init__": "images is a uint8 array (only `images`)",
+        "_class_names": "classes is an ordered sequence of distinct str (a naming, no core rule)",
     },
     "src/py/loader.rs": {
         "int_arg": "is a Python int (its range: the core rule passed in)",

@@ -559,8 +559,16 @@ def test_bad_epochs_and_file_lists_use_the_same_wording(jpegs, tmp_path):
 def test_every_parameter_has_a_bad_value_case():
     import validation_sites
 
-    # epoch, paths, labels and root have their own tests here; blobs and images in test_memory_sources.py
-    covered = {p for p, _, _ in BAD_VALUES} | {"epoch", "paths", "labels", "root", "blobs", "images"}
+    # epoch, paths, labels and root have their own tests here; blobs, images, classes in test_memory_sources.py
+    covered = {p for p, _, _ in BAD_VALUES} | {
+        "epoch",
+        "paths",
+        "labels",
+        "root",
+        "blobs",
+        "images",
+        "classes",
+    }
     assert covered == validation_sites.PARAMS
 
 

@@ -172,3 +172,13 @@ def test_bad_bytes_are_config_errors_naming_the_parameter(blobs, targets, param)
     with pytest.raises(trdata.ConfigError) as e:
         trdata.Bytes(blobs, targets)
     assert e.value.parameter == param
+
+
+def test_classes_name_the_targets_as_torchvision_does(rgb: np.ndarray) -> None:
+    src = trdata.Arrays(rgb[:3], [2, 0, 1], classes=["cat", "dog", "emu"])
+    assert src.classes == ["cat", "dog", "emu"] and src.class_to_idx == {"cat": 0, "dog": 1, "emu": 2}
+    assert trdata.Bytes([png_bytes(rgb[0])], classes=("a",)).class_to_idx == {"a": 0}
+    for bad in ("abc", {"a", "b"}, ["a", 1], ["a", "a"]):
+        with pytest.raises(trdata.ConfigError) as e:
+            trdata.Arrays(rgb[:1], classes=bad)
+        assert e.value.parameter == "classes"

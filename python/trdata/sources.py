@@ -209,11 +209,14 @@ def _check_label(v: Any, i: int) -> int:
 
 class Bytes(Source):
     """Encoded images held in memory: ``blobs`` a sequence of ``bytes`` (JPEG or PNG files' contents) and
-    integer ``targets`` of the same length (default: all 0; the same rules as ``FileList``'s labels). The bytes
+    integer ``targets`` of the same length (default: all 0; the same rules as ``FileList``'s labels);
+    ``classes`` optionally names the targets (``classes[t]``, with ``class_to_idx`` as torchvision has it). The bytes
     are copied into the core once. A blob that does not decode follows the loader's ``on_error`` policy and is
     named ``<memory>[i]``."""
 
-    def __init__(self, blobs: Iterable[bytes], targets: Iterable[Any] | None = None) -> None:
+    def __init__(
+        self, blobs: Iterable[bytes], targets: Iterable[Any] | None = None, classes: Iterable[str] = ()
+    ) -> None:
         if isinstance(blobs, (str, bytes)) or isinstance(blobs, _UNORDERED):
             raise ConfigError(
                 f"invalid blobs: a {type(blobs).__name__} must be a sequence of bytes", parameter="blobs"
@@ -225,7 +228,7 @@ class Bytes(Source):
                     f"invalid blobs: a {type(b).__name__} (element {i}) must be bytes", parameter="blobs"
                 )
         self.labels = [0] * len(self.blobs) if targets is None else _check_labels(targets)
-        self.classes = []
+        self.classes, self.class_to_idx = _class_names(classes)
         self._native = _core.NativeSource.blobs(self.blobs, self.labels)  # the core's rules: counts, lengths
 
     def _native_source(self) -> _core.NativeSource:
@@ -234,11 +237,14 @@ class Bytes(Source):
 
 class Arrays(Source):
     """Raw uint8 pixels held in memory, decoded by nobody: ``images`` an (N, H, W) gray or (N, H, W, C) array
-    with C 1 or 3 (numpy's HWC, as torchvision's MNIST/CIFAR ``data``), and integer ``targets`` (default 0).
+    with C 1 or 3 (numpy's HWC, as torchvision's MNIST/CIFAR ``data``), integer ``targets`` (default 0) and
+    optional ``classes`` names (``class_to_idx`` as torchvision has it).
     Crops, flips and the rest of the pipeline work on the pixels directly. Gray images come out as 3 channels
     (each the gray value) for now. The array is copied into the core once."""
 
-    def __init__(self, images: Any, targets: Iterable[Any] | None = None) -> None:
+    def __init__(
+        self, images: Any, targets: Iterable[Any] | None = None, classes: Iterable[str] = ()
+    ) -> None:
         a = np.asarray(images)
         if a.dtype != np.uint8:
             raise ConfigError(
@@ -248,8 +254,22 @@ class Arrays(Source):
         self.images = np.ascontiguousarray(a)
         n = self.images.shape[0] if self.images.ndim else 0
         self.labels = [0] * n if targets is None else _check_labels(targets)
-        self.classes = []
+        self.classes, self.class_to_idx = _class_names(classes)
         self._native = _core.NativeSource.pixels(self.images, self.labels)  # the core's rules: shape, counts
 
     def _native_source(self) -> _core.NativeSource:
         return self._native
+
+
+def _class_names(classes: Iterable[str]) -> tuple[list[str], dict[str, int]]:
+    """``classes`` (names of targets 0, 1, …) and torchvision's ``class_to_idx``."""
+    if isinstance(classes, (str, bytes)) or isinstance(classes, _UNORDERED):
+        raise ConfigError(
+            f"invalid classes: a {type(classes).__name__} must be a sequence of names", parameter="classes"
+        )
+    names = list(classes)
+    if not all(isinstance(c, str) for c in names):
+        raise ConfigError("invalid classes: every class name must be a str", parameter="classes")
+    if len(set(names)) != len(names):
+        raise ConfigError("invalid classes: the names must be distinct", parameter="classes")
+    return names, {c: i for i, c in enumerate(names)}
