@@ -181,3 +181,39 @@ pub fn arrays(
     let channels = channels as u8; // 1 or 3, checked above
     Ok(Dataset { store: Store::Pixels(PixelArray { data, height, width, channels }), labels, classes: Vec::new() })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::TrdataError;
+
+    fn param(r: Result<Dataset>) -> String {
+        match r {
+            Err(TrdataError::Config { parameter, .. }) => parameter,
+            other => panic!("expected a ConfigError, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn arrays_check_every_size_against_the_data_before_keeping_it() {
+        let ok = arrays(vec![7; 2 * 3 * 4 * 3], 2, 3, 4, 3, vec![5, 6]).unwrap();
+        let Store::Pixels(a) = &ok.store else { panic!("pixels") };
+        assert_eq!((a.image_bytes(), a.image(1).len(), ok.len()), (36, 36, 2));
+        assert_eq!(ok.sample_name(1), PathBuf::from("<memory>[1]"));
+        // sizes that do not match the data, overflow, or are out of range: never trusted
+        assert_eq!(param(arrays(vec![0; 10], 2, 3, 4, 3, vec![0, 0])), "images");
+        assert_eq!(param(arrays(vec![0; 10], usize::MAX, u32::MAX, u32::MAX, 3, vec![])), "images");
+        assert_eq!(param(arrays(vec![0; 24], 2, 3, 4, 2, vec![0, 0])), "images");
+        assert_eq!(param(arrays(vec![], 0, 3, 4, 1, vec![])), "images");
+        assert_eq!(param(arrays(vec![0; 70_000], 1, 70_000, 1, 1, vec![0])), "images");
+        assert_eq!(param(arrays(vec![0; 12], 1, 3, 4, 1, vec![0, 1])), "labels");
+    }
+
+    #[test]
+    fn blobs_need_one_label_each_and_at_least_one_blob() {
+        let ok = bytes(vec![vec![1], vec![2, 3]], vec![0, 1]).unwrap();
+        assert_eq!((ok.len(), ok.sample_name(0)), (2, PathBuf::from("<memory>[0]")));
+        assert_eq!(param(bytes(vec![], vec![])), "blobs");
+        assert_eq!(param(bytes(vec![vec![1]], vec![])), "labels");
+    }
+}
