@@ -207,3 +207,35 @@ def test_two_gpus_each_get_their_share_exactly_once(small_paths):
                 assert b.images.device.index == d and b.labels.device.index == d
                 seen.extend(b.indices[: b.valid].tolist())
     assert sorted(seen) == list(range(len(small_paths)))
+
+
+@needs_cuda
+def test_in_memory_sources_reach_the_gpu_byte_identical_to_cpu():
+    """Arrays (raw pixels, gray and RGB) and Bytes (encoded in memory) through device='cuda:0' equal the CPU loader."""
+    import io
+
+    from PIL import Image
+
+    rng = np.random.default_rng(5)
+    rgb = rng.integers(0, 256, (24, 40, 48, 3), dtype=np.uint8)
+    gray = rng.integers(0, 256, (24, 28, 28), dtype=np.uint8)
+    blobs = []
+    for a in rgb[:12]:
+        buf = io.BytesIO()
+        Image.fromarray(a).save(buf, format="PNG")
+        blobs.append(buf.getvalue())
+    kw = dict(
+        batch_size=5, transforms=RRC, dtype="bfloat16", shuffle=True, seed=3, reproducible=True, workers=2
+    )
+    for src in (
+        trdata.Arrays(rgb, list(range(24))),
+        trdata.Arrays(gray),
+        trdata.Bytes(blobs, list(range(12))),
+    ):
+        with trdata.Loader(src, **kw) as cpu:
+            want = [(torch.from_dlpack(b).float(), b.labels.copy()) for b in cpu]
+        with trdata.Loader(src, device="cuda:0", **kw) as gpu:
+            got = [(b.images.float().cpu(), b.labels.cpu().numpy()) for b in gpu]
+        assert len(got) == len(want)
+        for (gi, gl), (wi, wl) in zip(got, want):
+            assert torch.equal(gi, wi) and np.array_equal(gl, wl)
