@@ -53,7 +53,8 @@ def _bool(name: str, value: Any) -> bool:
 
 def _normalize(normalize: Any) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
     """``normalize=(mean, std)`` → two triples of floats, as the user gave them (their units and values are the
-    core's rule: ``Normalize::from_user`` in src/augment/mod.rs; the Loader's docstring says it)."""
+    core's rule: ``Normalize::from_user`` in src/augment/mod.rs; the Loader's docstring says it). One number
+    each (a gray dataset's preset, e.g. ``MNIST_NORM``) applies to all three output channels."""
     if normalize is None:
         return None
 
@@ -61,12 +62,12 @@ def _normalize(normalize: Any) -> tuple[tuple[float, ...], tuple[float, ...]] | 
         return ConfigError(f"invalid normalize: {_shown(normalize)} {why}", parameter="normalize")
 
     def three(v: Any) -> tuple[float, ...]:
-        if isinstance(v, (str, bytes)) or not isinstance(v, (Sequence, np.ndarray)) or len(v) != 3:
-            raise bad("must be (mean, std), each 3 numbers (R, G, B)")
+        if isinstance(v, (str, bytes)) or not isinstance(v, (Sequence, np.ndarray)) or len(v) not in (1, 3):
+            raise bad("must be (mean, std), each 3 numbers (R, G, B) or 1 (gray)")
         if any(isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real) for x in v):
-            raise bad("must be (mean, std), each 3 numbers (R, G, B)")
+            raise bad("must be (mean, std), each 3 numbers (R, G, B) or 1 (gray)")
         try:
-            return tuple(float(x) for x in v)
+            return tuple(float(x) for x in v) * (3 // len(v))
         except OverflowError:  # float(10**400)
             raise bad("must be numbers a float can hold") from None
 
@@ -75,7 +76,7 @@ def _normalize(normalize: Any) -> tuple[tuple[float, ...], tuple[float, ...]] | 
         or not isinstance(normalize, (Sequence, np.ndarray))
         or len(normalize) != 2
     ):
-        raise bad("must be (mean, std), each 3 numbers (R, G, B)")
+        raise bad("must be (mean, std), each 3 numbers (R, G, B) or 1 (gray)")
     return three(normalize[0]), three(normalize[1])
 
 
