@@ -343,8 +343,14 @@ def read_cifar(root: str | os.PathLike[str], train: bool = True, variant: int = 
     global other than numpy's array reconstruction is refused (``DecodeError``, kind ``"forbidden-global"``)
     before anything it names is called. Raises ``ConfigError`` (bad ``variant``/``train``), ``SourceError``
     (missing root or file) and ``DecodeError`` (bad contents)."""
-    if isinstance(variant, bool) or variant not in _CIFAR_LAYOUTS:
+    # 10.0 and True compare equal to 10 and 1: only integers name a variant.
+    if (
+        isinstance(variant, bool)
+        or not isinstance(variant, (int, np.integer))
+        or int(variant) not in _CIFAR_LAYOUTS
+    ):
         raise ConfigError(f"variant must be 10 or 100, got {variant!r}", "variant")
+    variant = int(variant)
     folder, train_files, test_files, meta_name, meta_key, labels_key = _CIFAR_LAYOUTS[variant]
     base = os.path.join(_root_dir(root), folder)
     names = train_files if _check_train(train) else test_files
