@@ -469,6 +469,51 @@ def test_forged_pickle_length_does_not_allocate(tmp_path: Path) -> None:
         tracemalloc.stop()
 
 
+class _Array:
+    """Pickles as ndarray.__reduce__ does, with a chosen reconstruct call and state."""
+
+    def __init__(self, args: tuple[Any, ...], state: Any) -> None:
+        self.args, self.state = args, state
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return np.zeros(0).__reduce__()[0], self.args, self.state
+
+
+def test_pickled_arrays_are_checked(tmp_path: Path) -> None:
+    """An object array would be allocated (and filled) at its claimed shape before its items are read;
+    _reconstruct called with a shape of its own would allocate too. Both are refused, small."""
+    make_cifar(tmp_path, 10)
+    base = tmp_path / "cifar-10-batches-py"
+    good = pickle.loads((base / "test_batch").read_bytes())
+    cases = [
+        np.array([1, "x"], dtype=object),
+        _Array((np.ndarray, (0,), b"b"), (1, (2**32,), np.dtype("O"), False, [])),
+        _Array((np.ndarray, (2**40,), b"b"), None),
+        _Array((np.ndarray, (0,), b"u8"), None),
+        _Array((np.ndarray, (0,), b"b"), (1, (2**40,), np.dtype("u1"), False, b"abc")),
+        _Array((np.ndarray, (0,), b"b"), (1, (-1,), np.dtype("u1"), False, b"x")),
+        _Array((np.ndarray, (0,), b"b"), "not a state"),
+    ]
+    tracemalloc.start()
+    try:
+        for data in cases:
+            dump(base / "test_batch", {**good, "data": data})
+            tracemalloc.reset_peak()
+            e = cifar_err(tmp_path, train=False)
+            assert e.kind == "corrupt-pickle", e
+            assert tracemalloc.get_traced_memory()[1] < SMALL_PEAK_BYTES
+    finally:
+        tracemalloc.stop()
+    # Arrays come back as plain ndarrays, whatever class the reader builds them as.
+    dump(base / "test_batch", good)
+    assert type(read_cifar(tmp_path, train=False).images) is np.ndarray
+    # An empty batch pickles its buffer as bytes() (Python 3, protocol 2): allowed, and only that call.
+    dump(base / "test_batch", {**good, "data": np.zeros((0, 3072), np.uint8), "labels": []})
+    assert read_cifar(tmp_path, train=False).images.shape == (0, 32, 32, 3)
+    dump(base / "test_batch", {**good, "data": _Reduce(bytes, 2**40)})
+    assert cifar_err(tmp_path, train=False).kind == "corrupt-pickle"
+
+
 def test_cifar_bad_contents(tmp_path: Path) -> None:
     exp = make_cifar(tmp_path, 10)
     base = exp["base"]

@@ -35,7 +35,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from .errors import ConfigError, DecodeError, SourceError
+from .errors import ConfigError, DecodeError, SourceError, _shown
 
 __all__ = [
     "CIFAR10_NORM",
@@ -386,8 +386,13 @@ def read_cifar(root: str | os.PathLike[str], train: bool = True, variant: int = 
         chunks.append(data)
         target_chunks.append(labels)
 
-    flat = np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
-    images = np.ascontiguousarray(flat.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+    # torchvision's vstack + reshape(-1, 3, 32, 32) + transpose(0, 2, 3, 1), written in one copy and
+    # C-contiguous (each image one HWC block, as an in-memory source wants it).
+    images = np.empty((sum(c.shape[0] for c in chunks), 32, 32, 3), dtype=np.uint8)
+    row = 0
+    for chunk in chunks:
+        images[row : row + chunk.shape[0]] = chunk.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+        row += chunk.shape[0]
     targets = np.concatenate(target_chunks) if len(target_chunks) > 1 else target_chunks[0]
     return ClassicData(
         images=images,
@@ -450,12 +455,13 @@ def _has_key(entry: dict[Any, Any], key: str) -> bool:
 def _entry_value(entry: dict[Any, Any], key: str, path: str) -> object:
     """``entry[key]``: str keys as the genuine (Python 2) files decode with latin1, bytes keys as a Python 3
     re-save gives them."""
-    if key in entry:
-        return entry[key]
-    raw = key.encode("latin1")
-    if raw in entry:
-        return entry[raw]
-    keys = sorted(repr(k) for k in entry)[:8]
+    for k in (key, key.encode("latin1")):
+        if k in entry:
+            value = entry[k]
+            # Unpickled arrays are _CheckedArray instances; callers get plain ndarrays.
+            return value.view(np.ndarray) if isinstance(value, np.ndarray) else value
+    # _shown: a hostile key's repr may be huge or raise (a deeply nested tuple).
+    keys = [_shown(k, 40) for k in list(entry)[:8]]
     raise _decode_error(path, f"no {key!r} entry (keys: {', '.join(keys)})", "bad-data")
 
 
@@ -466,6 +472,14 @@ def _describe(value: object) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- pickle
+
+
+def _empty_bytes(*args: object) -> bytes:
+    """Stands in for ``bytes`` in Python 3 protocol-2 pickles, which spell ``b""`` (an empty array's buffer) as
+    ``bytes()``. Only the empty call is accepted: ``bytes(n)`` would allocate n bytes."""
+    if args:
+        raise pickle.UnpicklingError("bytes() is only allowed without arguments (an empty bytes literal)")
+    return b""
 
 
 def _latin1_bytes(text: object, encoding: object = "utf-8") -> bytes:
@@ -494,18 +508,42 @@ class _NdarrayToken:
 _NDARRAY_TOKEN: Final = _NdarrayToken()
 
 
+class _CheckedArray(np.ndarray):
+    """The class every unpickled array is built as: its ``__setstate__`` (the BUILD opcode) checks the state
+    before numpy acts on it. numpy allocates an object array's shape before reading its items, so a pickle
+    claiming an object array of 2**32 items would cost 32 GiB; here only plain-data dtypes pass, and the
+    buffer must hold exactly shape x itemsize bytes, i.e. the array can never be larger than the file."""
+
+    def __setstate__(self, state: Any) -> None:
+        if not isinstance(state, tuple) or len(state) not in (4, 5):
+            raise pickle.UnpicklingError(
+                "ndarray state is not numpy's (version, shape, dtype, fortran, data)"
+            )
+        shape, dtype, _fortran, raw = state[-4:]
+        if not isinstance(dtype, np.dtype) or dtype.hasobject:
+            raise pickle.UnpicklingError(f"ndarray of dtype {_shown(dtype, 60)} (only plain data is allowed)")
+        if (
+            not isinstance(shape, tuple)
+            or not all(type(d) is int and d >= 0 for d in shape)
+            or not isinstance(raw, (bytes, str))
+            or math.prod(shape) * dtype.itemsize != len(raw)
+        ):
+            raise pickle.UnpicklingError("ndarray shape and data size disagree")
+        super().__setstate__(state)
+
+
 def _array_reconstruct(subtype: object, shape: object, dtype_code: object) -> Any:
-    """numpy's ``_reconstruct`` for exactly the call ``ndarray.__reduce__`` writes: an empty ndarray (shape
-    (0,)) that BUILD then fills from the pickle's own bytes (``ndarray.__setstate__`` checks their size)."""
-    if subtype is not _NDARRAY_TOKEN or shape != (0,) or not isinstance(dtype_code, (bytes, str)):
+    """numpy's ``_reconstruct`` for exactly the call ``ndarray.__reduce__`` writes, ``(ndarray, (0,), b'b')``:
+    an empty ``_CheckedArray`` that BUILD then fills from the pickle's own bytes."""
+    if subtype is not _NDARRAY_TOKEN or shape != (0,) or dtype_code not in (b"b", "b"):
         raise pickle.UnpicklingError("_reconstruct is only allowed as ndarray.__reduce__ writes it")
-    return _NUMPY_RECONSTRUCT(np.ndarray, (0,), dtype_code)
+    return _NUMPY_RECONSTRUCT(_CheckedArray, (0,), dtype_code)
 
 
 # The globals a CIFAR pickle may name. The genuine files (Python 2, protocol 2) name exactly numpy's array
 # reconstruction: numpy.core.multiarray._reconstruct (numpy >= 2 writes numpy._core.multiarray), numpy.ndarray
-# (its subtype argument) and numpy.dtype. _codecs.encode appears in Python 3 protocol-2 re-saves (bytes values)
-# and maps to a latin-1-only stand-in. None of these can run code named by the file or allocate more than it
+# (its subtype argument) and numpy.dtype. _codecs.encode and bytes appear in Python 3 protocol-2 re-saves (bytes
+# values, b"") and map to stand-ins that only build bytes literals. None of these can run code named by the file or allocate more than it
 # holds: _reconstruct (a checked stand-in) builds an empty ndarray, dtype parses a type description, and their
 # __setstate__ fills buffers from the pickle's bytes.
 _PICKLE_GLOBALS: Final[dict[tuple[str, str], object]] = {
@@ -514,8 +552,37 @@ _PICKLE_GLOBALS: Final[dict[tuple[str, str], object]] = {
     ("numpy", "ndarray"): _NDARRAY_TOKEN,
     ("numpy", "dtype"): np.dtype,
     ("_codecs", "encode"): _latin1_bytes,
+    ("__builtin__", "bytes"): _empty_bytes,
+    ("builtins", "bytes"): _empty_bytes,
 }
 
+
+def _opcode_table() -> list[tuple[str, int, int] | None]:
+    """Per opcode byte: (name, argument kind, size) from pickletools' own table, for the pre-scan. Kind 0: a
+    fixed ``size`` bytes; 1: ``size`` newline-terminated lines; 2: a little-endian length of ``size`` bytes
+    (negative when signed), then that many bytes."""
+    counted = {
+        pickletools.TAKEN_FROM_ARGUMENT1: 1,
+        pickletools.TAKEN_FROM_ARGUMENT4: -4,
+        pickletools.TAKEN_FROM_ARGUMENT4U: 4,
+        pickletools.TAKEN_FROM_ARGUMENT8U: 8,
+    }
+    table: list[tuple[str, int, int] | None] = [None] * 256
+    for op in pickletools.opcodes:
+        arg = op.arg
+        if arg is None:
+            entry = (op.name, 0, 0)
+        elif arg.n >= 0:
+            entry = (op.name, 0, arg.n)
+        elif arg.n == pickletools.UP_TO_NEWLINE:
+            entry = (op.name, 1, 2 if arg.name == "stringnl_noescape_pair" else 1)
+        else:
+            entry = (op.name, 2, counted[arg.n])
+        table[ord(op.code)] = entry
+    return table
+
+
+_OPCODES: Final = _opcode_table()
 _MEMO_OPCODES: Final = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
 
 
@@ -544,25 +611,57 @@ class _ForbiddenGlobal(Exception):
 
 
 def _prescan_pickle(data: bytes, path: str) -> None:
-    """Walk the opcode stream without executing it: pickletools reads every counted argument from the bytes
-    that are there (a forged length fails here instead of sizing an allocation in the C unpickler), and a memo
-    index must be one the stream could have assigned (the C unpickler grows its memo table to the index)."""
+    """Walk the opcode stream without executing anything (pickletools' table gives each argument's size):
+    every counted length and frame must fit in the bytes that follow (the C unpickler may allocate a claimed
+    length before reading it), and a memo index must be one the stream could have assigned so far (the C
+    unpickler grows and zero-fills its memo table up to the index). Arguments are skipped, not decoded: this
+    costs a fraction of the unpickling itself."""
+    end = len(data)
+    pos = 0
     memo_slots = 0
-    try:
-        for opcode, arg, _pos in pickletools.genops(data):
-            name = opcode.name
-            if name in _MEMO_OPCODES:
-                if not isinstance(arg, int) or arg > memo_slots:
-                    raise _decode_error(path, f"pickle memo index {arg} out of sequence", "corrupt-pickle")
-                memo_slots += 1
-            elif name == "MEMOIZE":
-                memo_slots += 1
-            elif name == "STOP":
-                break
-    except DecodeError:
-        raise
-    except Exception as e:  # noqa: BLE001 - pickletools raises ValueError and friends on any malformation
-        raise _decode_error(path, f"not a valid pickle ({type(e).__name__}: {e})", "corrupt-pickle") from e
+
+    def corrupt(message: str) -> DecodeError:
+        return _decode_error(path, f"not a valid pickle: {message} at byte {pos}", "corrupt-pickle")
+
+    while True:
+        if pos >= end:
+            raise corrupt("no STOP opcode")
+        entry = _OPCODES[data[pos]]
+        if entry is None:
+            raise corrupt(f"unknown opcode 0x{data[pos]:02x}")
+        name, kind, size = entry
+        start = pos = pos + 1
+        if kind == 0:
+            pos += size
+        elif kind == 1:
+            for _ in range(size):
+                newline = data.find(b"\n", pos)
+                if newline < 0:
+                    raise corrupt(f"{name} argument without its newline")
+                pos = newline + 1
+        else:
+            width = abs(size)
+            count = int.from_bytes(data[pos : pos + width], "little", signed=size < 0)
+            if count < 0:
+                raise corrupt(f"{name} with a negative length")
+            pos += width + count
+        if pos > end:
+            raise corrupt(f"{name} claims {pos - start} bytes, {end - start} remain")
+        if name in _MEMO_OPCODES:
+            if name == "PUT":
+                text = data[start : pos - 1]
+                index = int(text) if text.isdigit() and len(text) <= 12 else -1
+            else:
+                index = int.from_bytes(data[start:pos], "little")
+            if not 0 <= index <= memo_slots:
+                raise corrupt(f"memo index {index} out of sequence")
+            memo_slots += 1
+        elif name == "MEMOIZE":
+            memo_slots += 1
+        elif name == "FRAME" and int.from_bytes(data[start:pos], "little") > end - pos:
+            raise corrupt("frame longer than the file")
+        elif name == "STOP":
+            return
 
 
 def _load_pickle_dict(path: str) -> dict[Any, Any]:
