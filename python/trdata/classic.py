@@ -474,6 +474,14 @@ def _describe(value: object) -> str:
 # ---------------------------------------------------------------------------------------------------- pickle
 
 
+def _dtype(spec: object, align: object = False, copy: object = False) -> np.dtype[Any]:
+    """Stands in for ``numpy.dtype`` as ``dtype.__reduce__`` calls it: ``dtype('u1', False, True)``, a type
+    string and two bools. Anything else (structured specs, odd arguments numpy would warn about) is refused."""
+    if not isinstance(spec, str) or type(align) is not bool or type(copy) is not bool:
+        raise pickle.UnpicklingError("numpy.dtype is only allowed as dtype.__reduce__ writes it")
+    return np.dtype(spec, align, copy)
+
+
 def _empty_bytes(*args: object) -> bytes:
     """Stands in for ``bytes`` in Python 3 protocol-2 pickles, which spell ``b""`` (an empty array's buffer) as
     ``bytes()``. Only the empty call is accepted: ``bytes(n)`` would allocate n bytes."""
@@ -540,17 +548,17 @@ def _array_reconstruct(subtype: object, shape: object, dtype_code: object) -> An
     return _NUMPY_RECONSTRUCT(_CheckedArray, (0,), dtype_code)
 
 
-# The globals a CIFAR pickle may name. The genuine files (Python 2, protocol 2) name exactly numpy's array
-# reconstruction: numpy.core.multiarray._reconstruct (numpy >= 2 writes numpy._core.multiarray), numpy.ndarray
-# (its subtype argument) and numpy.dtype. _codecs.encode and bytes appear in Python 3 protocol-2 re-saves (bytes
-# values, b"") and map to stand-ins that only build bytes literals. None of these can run code named by the file or allocate more than it
-# holds: _reconstruct (a checked stand-in) builds an empty ndarray, dtype parses a type description, and their
-# __setstate__ fills buffers from the pickle's bytes.
+# The globals a CIFAR pickle may name, each mapped to a checked stand-in. The genuine files (Python 2, protocol
+# 2) name exactly numpy's array reconstruction: numpy.core.multiarray._reconstruct (numpy >= 2 writes
+# numpy._core.multiarray), numpy.ndarray (its subtype argument) and numpy.dtype. _codecs.encode and bytes appear
+# in Python 3 protocol-2 re-saves (bytes values, b""). No entry can run code named by the file or allocate more
+# than it holds: _reconstruct builds an empty _CheckedArray, dtype parses a type string, encode/bytes only build
+# bytes literals, and BUILD fills the array from the pickle's own bytes after _CheckedArray's checks.
 _PICKLE_GLOBALS: Final[dict[tuple[str, str], object]] = {
     ("numpy.core.multiarray", "_reconstruct"): _array_reconstruct,
     ("numpy._core.multiarray", "_reconstruct"): _array_reconstruct,
     ("numpy", "ndarray"): _NDARRAY_TOKEN,
-    ("numpy", "dtype"): np.dtype,
+    ("numpy", "dtype"): _dtype,
     ("_codecs", "encode"): _latin1_bytes,
     ("__builtin__", "bytes"): _empty_bytes,
     ("builtins", "bytes"): _empty_bytes,
