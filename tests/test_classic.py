@@ -10,13 +10,15 @@ fail without allocating; a seeded mutation loop checks that no malformed file es
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import pickle
+import pickletools
 import random
 import struct
 import tracemalloc
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -80,13 +82,41 @@ def make_mnist(
 CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
 
-def dump(path: Path, obj: object) -> None:
+class Py2Pickler(pickle._Pickler):
+    """Writes what Python 2's cPickle wrote for the genuine CIFAR files: protocol 2, every string (keys, names,
+    an array's raw buffer) a (SHORT_)BINSTRING, no _codecs.encode; numpy's reconstruct is spelled
+    numpy.core.multiarray (by ``dump``) as numpy 1 named it."""
+
+    def save_py2_string(self: Any, obj: str | bytes) -> None:
+        raw = obj if isinstance(obj, bytes) else obj.encode("latin1")
+        if len(raw) < 256:
+            self.write(pickle.SHORT_BINSTRING + bytes([len(raw)]) + raw)
+        else:
+            self.write(pickle.BINSTRING + struct.pack("<i", len(raw)) + raw)
+        self.memoize(obj)
+
+    dispatch: ClassVar[Any] = {**pickle._Pickler.dispatch, bytes: save_py2_string, str: save_py2_string}
+
+
+def dump(path: Path, obj: object, style: str = "py3") -> None:
+    """pickle.dump(obj, protocol=2) as Python 3 writes it (style "py3") or as the genuine files are ("py2")."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
-        pickle.dump(obj, f, protocol=2)
+    buf = io.BytesIO()
+    if style == "py2":
+        Py2Pickler(buf, protocol=2).dump(obj)
+        data = buf.getvalue().replace(b"cnumpy._core.multiarray\n", b"cnumpy.core.multiarray\n")
+        # The genuine files hold no Python 3 spellings: no _codecs.encode, no unicode strings.
+        opcodes = {op.name for op, _, _ in pickletools.genops(data)}
+        assert b"_codecs" not in data and not opcodes & {"UNICODE", "BINUNICODE", "SHORT_BINUNICODE"}
+    else:
+        pickle.dump(obj, buf, protocol=2)
+        data = buf.getvalue()
+    path.write_bytes(data)
 
 
-def make_cifar(root: Path, variant: int = 10, n: int = 20, seed: int = 0) -> dict[str, Any]:
+def make_cifar(
+    root: Path, variant: int = 10, n: int = 20, seed: int = 0, style: str = "py3"
+) -> dict[str, Any]:
     """Both splits of CIFAR-10 (5 train batches + test) or CIFAR-100 (train + test), with the real keys.
     Returns the expected flat data and labels per split (in torchvision's order)."""
     rng = np.random.default_rng(seed)
@@ -94,7 +124,8 @@ def make_cifar(root: Path, variant: int = 10, n: int = 20, seed: int = 0) -> dic
     if variant == 10:
         base = root / "cifar-10-batches-py"
         splits = {"train": [f"data_batch_{i}" for i in range(1, 6)], "test": ["test_batch"]}
-        dump(base / "batches.meta", {"num_cases_per_batch": n, "label_names": CIFAR10_NAMES, "num_vis": 3072})
+        meta = {"num_cases_per_batch": n, "label_names": CIFAR10_NAMES, "num_vis": 3072}
+        dump(base / "batches.meta", meta, style)
         classes = CIFAR10_NAMES
     else:
         base = root / "cifar-100-python"
@@ -116,7 +147,7 @@ def make_cifar(root: Path, variant: int = 10, n: int = 20, seed: int = 0) -> dic
                 entry["fine_labels"] = lab
                 entry["coarse_labels"] = [x // 5 for x in lab]
             entry["filenames"] = [f"img_{k}_{i}.png" for i in range(n + k)]
-            dump(base / name, entry)
+            dump(base / name, entry, style)
             datas.append(data)
             labels.extend(lab)
         expected[split] = (np.concatenate(datas), np.array(labels, dtype=np.int64))
@@ -165,10 +196,11 @@ def test_mnist_str_root_and_empty_split(tmp_path: Path) -> None:
     assert got.images.shape == (0, 28, 28) and got.targets.shape == (0,)
 
 
+@pytest.mark.parametrize("style", ["py2", "py3"])
 @pytest.mark.parametrize("train", [True, False])
 @pytest.mark.parametrize("variant", [10, 100])
-def test_cifar_round_trip(tmp_path: Path, variant: int, train: bool) -> None:
-    exp = make_cifar(tmp_path, variant)
+def test_cifar_round_trip(tmp_path: Path, variant: int, train: bool, style: str) -> None:
+    exp = make_cifar(tmp_path, variant, style=style)
     data, labels = exp["train" if train else "test"]
     got = read_cifar(tmp_path, train=train, variant=variant)
     n = data.shape[0]
@@ -238,9 +270,10 @@ def test_mnist_matches_torchvision(tmp_path: Path, variant: str, train: bool) ->
         assert target == int(ours.targets[i])
 
 
+@pytest.mark.parametrize("style", ["py2", "py3"])
 @pytest.mark.parametrize("train", [True, False])
 @pytest.mark.parametrize("variant", [10, 100])
-def test_cifar_matches_torchvision(tmp_path: Path, variant: int, train: bool) -> None:
+def test_cifar_matches_torchvision(tmp_path: Path, variant: int, train: bool, style: str) -> None:
     datasets = pytest.importorskip("torchvision.datasets")
     base_cls = datasets.CIFAR10 if variant == 10 else datasets.CIFAR100
 
@@ -251,7 +284,7 @@ def test_cifar_matches_torchvision(tmp_path: Path, variant: int, train: bool) ->
         test_list = [[name, None] for name, _ in base_cls.test_list]
         meta = {**base_cls.meta, "md5": None}
 
-    make_cifar(tmp_path, variant, seed=3)
+    make_cifar(tmp_path, variant, seed=3, style=style)
     ours = read_cifar(tmp_path, train=train, variant=variant)
     theirs = Unchecked(str(tmp_path), train=train, download=False)
     assert len(theirs) == len(ours)
@@ -544,12 +577,13 @@ def test_cifar_bad_contents(tmp_path: Path) -> None:
     (base / "test_batch").write_bytes(b"")
     assert cifar_err(tmp_path, train=False).kind == "corrupt-pickle"
     dump(base / "test_batch", good)
-    for meta in (
+    metas: list[dict[str, Any]] = [
         {"label_names": []},
         {"label_names": "abc"},
         {"label_names": [1, 2]},
         {"names": CIFAR10_NAMES},
-    ):
+    ]
+    for meta in metas:
         dump(base / "batches.meta", meta)
         e = cifar_err(tmp_path, train=False)
         assert e.kind in ("bad-meta", "bad-data") and "batches.meta" in str(e)
