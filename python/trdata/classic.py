@@ -42,6 +42,7 @@ __all__ = [
     "CIFAR100_NORM",
     "FASHION_MNIST_NORM",
     "MNIST_NORM",
+    "MNIST_CLASSES",
     "ClassicData",
     "read_cifar",
     "read_mnist",
