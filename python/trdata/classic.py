@@ -1,0 +1,698 @@
+"""Readers of the classic datasets in exactly the on-disk layouts torchvision's downloads leave, so a user's
+existing ``root`` works unchanged: MNIST, FashionMNIST and KMNIST (idx files under ``root/<Name>/raw/``, plain
+or ``.gz``) and CIFAR-10 / CIFAR-100 (Python pickles under ``root/cifar-10-batches-py/`` and
+``root/cifar-100-python/``). Pure Python + numpy; the result is raw pixels and targets in torchvision's sample
+order, ready for an in-memory source.
+
+These files come from strangers, so every reader treats them as hostile:
+
+* every size taken from a header is checked against the bytes the file really holds *before* anything of that
+  size is allocated (an idx header claiming 2**31 images in a 100-byte file fails at once; a ``.gz`` is
+  inflated in bounded chunks, so memory follows the data that is really there, never the claim);
+* the CIFAR pickles are read by a restricted unpickler (``pickle.load`` runs code): it resolves only the
+  globals the genuine files reference (numpy's array reconstruction) and refuses every other one before
+  anything is called; a pre-scan of the opcode stream bounds every counted length and memo index by the file's
+  size first, so a forged length cannot make the unpickler allocate far more than the file holds;
+* every failure is typed and names the file: ``SourceError`` (a ``FileNotFoundError``) for a missing root or
+  file (with the file name torchvision expects), ``DecodeError`` for bad contents (``kind`` says which check
+  failed), ``ConfigError`` for a wrong argument.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import math
+import os
+import pickle
+import pickletools
+import struct
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from .errors import ConfigError, DecodeError, SourceError, _shown
+
+__all__ = [
+    "CIFAR10_NORM",
+    "CIFAR100_NORM",
+    "FASHION_MNIST_NORM",
+    "MNIST_NORM",
+    "MNIST_CLASSES",
+    "ClassicData",
+    "read_cifar",
+    "read_mnist",
+]
+
+# Normalization presets: ((mean per channel), (std per channel)) of the training split, pixels scaled to [0, 1].
+# MNIST: the values of pytorch/examples (mnist/main.py: transforms.Normalize((0.1307,), (0.3081,))).
+# The others are the widely used training-split statistics (per-channel mean and the standard deviation over
+# all training pixels) quoted across the torchvision/pytorch example ecosystem; they were not recomputed here
+# (no real copy of the datasets is available offline). Note CIFAR-10's std is (0.2470, 0.2435, 0.2616), the
+# population std of the training pixels, not the frequently copied (0.2023, 0.1994, 0.2010).
+#: MNIST training-set mean and std (pytorch/examples mnist/main.py).
+MNIST_NORM: Final = ((0.1307,), (0.3081,))
+#: FashionMNIST training-set mean and std.
+FASHION_MNIST_NORM: Final = ((0.2860,), (0.3530,))
+#: CIFAR-10 training-set per-channel mean and std (RGB).
+CIFAR10_NORM: Final = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
+#: CIFAR-100 training-set per-channel mean and std (RGB).
+CIFAR100_NORM: Final = ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762))
+
+#: torchvision's ``classes`` attribute of each idx dataset, by its class name (the folder under ``root``).
+MNIST_CLASSES: Final[dict[str, tuple[str, ...]]] = {
+    "MNIST": (
+        "0 - zero",
+        "1 - one",
+        "2 - two",
+        "3 - three",
+        "4 - four",
+        "5 - five",
+        "6 - six",
+        "7 - seven",
+        "8 - eight",
+        "9 - nine",
+    ),
+    "FashionMNIST": (
+        "T-shirt/top",
+        "Trouser",
+        "Pullover",
+        "Dress",
+        "Coat",
+        "Sandal",
+        "Shirt",
+        "Sneaker",
+        "Bag",
+        "Ankle boot",
+    ),
+    "KMNIST": ("o", "ki", "su", "tsu", "na", "ha", "ma", "ya", "re", "wo"),
+}
+
+# idx ("SN3 Pascal Vincent") magic numbers, big-endian: 0x00 0x00 <type> <ndim>; type 0x08 is uint8.
+_IDX_IMAGES_MAGIC: Final = 0x00000803
+_IDX_LABELS_MAGIC: Final = 0x00000801
+# A .gz is inflated in chunks of this size, so a forged header never sizes an allocation on its own.
+_GZ_CHUNK_BYTES: Final = 1 << 20
+_CIFAR_PIXELS: Final = 3 * 32 * 32
+
+
+@dataclass(frozen=True)
+class ClassicData:
+    """One split of a classic dataset, in torchvision's sample order.
+
+    ``images`` is uint8: (N, H, W) for the idx datasets (28×28), (N, 32, 32, 3) HWC for CIFAR (what
+    ``np.asarray(dataset[i][0])`` gives with torchvision); ``targets`` is int64 (N,); ``classes`` and
+    ``class_to_idx`` are torchvision's attributes; ``files`` lists the paths read, in reading order."""
+
+    images: npt.NDArray[np.uint8]
+    targets: npt.NDArray[np.int64]
+    classes: list[str]
+    class_to_idx: dict[str, int]
+    files: list[str]
+
+    def __len__(self) -> int:
+        return int(self.targets.shape[0])
+
+    def __repr__(self) -> str:
+        return (
+            f"ClassicData({len(self)} samples, images {self.images.shape}, {len(self.classes)} classes, "
+            f"{len(self.files)} files)"
+        )
+
+
+def _root_dir(root: object) -> str:
+    if not isinstance(root, (str, os.PathLike)):
+        raise ConfigError(f"root must be a path (str or os.PathLike), got {type(root).__name__}", "root")
+    path = os.path.expanduser(os.fsdecode(os.fspath(root)))
+    if not os.path.isdir(path):
+        raise SourceError(f"dataset root {path!r} is not a directory", path)
+    return path
+
+
+def _check_train(train: object) -> bool:
+    if not isinstance(train, bool):
+        raise ConfigError(f"train must be a bool, got {train!r}", "train")
+    return train
+
+
+def _decode_error(path: str, message: str, kind: str, index: int | None = None) -> DecodeError:
+    return DecodeError(f"{path}: {message}", path=path, index=index, kind=kind)
+
+
+# ---------------------------------------------------------------------------------------------------- idx
+
+
+def read_mnist(root: str | os.PathLike[str], train: bool = True, variant: str = "MNIST") -> ClassicData:
+    """Read one split of MNIST, FashionMNIST or KMNIST from torchvision's layout.
+
+    ``root`` is what torchvision's ``datasets.<variant>(root)`` takes: the files are
+    ``root/<variant>/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte``, each read plain if present, else from
+    its ``.gz`` (torchvision's download leaves both). Same checks as torchvision's ``read_image_file`` /
+    ``read_label_file`` (exact magic, uint8, 3-D images / 1-D labels, size = product of the dims), plus: one
+    label per image and every label a valid class index.
+
+    Raises ``ConfigError`` (unknown ``variant``, non-bool ``train``), ``SourceError`` (missing root or file)
+    and ``DecodeError`` (bad contents; ``kind`` says which check failed)."""
+    if not isinstance(variant, str) or variant not in MNIST_CLASSES:
+        raise ConfigError(
+            f"variant must be one of {sorted(MNIST_CLASSES)}, got {variant!r}",
+            "variant",
+        )
+    split = "train" if _check_train(train) else "t10k"
+    raw = os.path.join(_root_dir(root), variant, "raw")
+    classes = list(MNIST_CLASSES[variant])
+
+    image_path, image_opener = _idx_file(raw, f"{split}-images-idx3-ubyte", variant)
+    label_path, label_opener = _idx_file(raw, f"{split}-labels-idx1-ubyte", variant)
+    images_flat, dims = _read_idx(image_path, image_opener, _IDX_IMAGES_MAGIC, 3)
+    labels_flat, (n_labels,) = _read_idx(label_path, label_opener, _IDX_LABELS_MAGIC, 1)
+    n_images, height, width = dims
+    if n_images > 0 and (height == 0 or width == 0):
+        raise _decode_error(image_path, f"images of {height}x{width} pixels", "bad-dims")
+    if n_labels != n_images:
+        raise _decode_error(
+            label_path,
+            f"{n_labels} labels for the {n_images} images of {image_path}",
+            "count-mismatch",
+        )
+    targets = labels_flat.astype(np.int64)
+    _check_targets(label_path, targets, len(classes))
+    return ClassicData(
+        images=images_flat.reshape(n_images, height, width),
+        targets=targets,
+        classes=classes,
+        class_to_idx={c: i for i, c in enumerate(classes)},
+        files=[image_path, label_path],
+    )
+
+
+def _idx_file(raw: str, name: str, variant: str) -> tuple[str, Callable[[str], io.BufferedIOBase]]:
+    """The path to read for torchvision's file ``name`` (plain first, like torchvision, else ``name.gz``)
+    and how to open it."""
+    plain = os.path.join(raw, name)
+    if os.path.isfile(plain):
+        return plain, _open_plain
+    packed = plain + ".gz"
+    if os.path.isfile(packed):
+        return packed, _open_gzip
+    raise SourceError(
+        f"{variant}: {plain} is missing (torchvision's {variant} expects {name} or {name}.gz in {raw})",
+        plain,
+    )
+
+
+def _open_plain(path: str) -> io.BufferedIOBase:
+    return open(path, "rb")  # noqa: SIM115 - closed by the caller's with-block
+
+
+def _open_gzip(path: str) -> io.BufferedIOBase:
+    return gzip.open(path, "rb")
+
+
+def _read_idx(
+    path: str, opener: Callable[[str], io.BufferedIOBase], magic: int, ndim: int
+) -> tuple[npt.NDArray[np.uint8], tuple[int, ...]]:
+    """A uint8 idx file: its flat payload and its dims. The payload is allocated only after the dims were
+    checked against the file's real size (plain) or grown chunk by chunk as it inflates (gzip)."""
+    is_gzip = opener is _open_gzip
+    try:
+        with opener(path) as f:
+            header = _read_exact(f, 4 + 4 * ndim)
+            if len(header) < 4:
+                raise _decode_error(
+                    path, f"{len(header)} bytes, too short for an idx magic number", "truncated"
+                )
+            (found,) = struct.unpack(">I", header[:4])
+            if found != magic:
+                raise _decode_error(
+                    path,
+                    f"magic number 0x{found:08x}, expected 0x{magic:08x} "
+                    f"(uint8 idx with {ndim} dimension{'s' if ndim > 1 else ''})",
+                    "bad-magic",
+                )
+            if len(header) < 4 + 4 * ndim:
+                raise _decode_error(path, f"header cut short ({len(header)} bytes)", "truncated")
+            dims = struct.unpack(f">{ndim}I", header[4:])
+            payload_bytes = math.prod(dims)
+            if is_gzip:
+                data = _inflate_exact(f, path, payload_bytes, dims)
+            else:
+                data = _read_plain_exact(f, path, len(header), payload_bytes, dims)
+    except DecodeError:
+        raise
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise _decode_error(path, f"corrupt gzip stream ({type(e).__name__}: {e})", "corrupt-gzip") from e
+    except OSError as e:
+        if is_gzip:
+            # gzip reports a bad header or trailer as a plain OSError on some versions.
+            raise _decode_error(path, f"corrupt gzip stream ({type(e).__name__}: {e})", "corrupt-gzip") from e
+        raise _decode_error(path, f"read failed ({type(e).__name__}: {e})", "read-error") from e
+    return np.frombuffer(data, dtype=np.uint8), dims
+
+
+def _read_exact(f: io.BufferedIOBase, n: int) -> bytes:
+    """Up to ``n`` bytes (fewer only at the end of the stream)."""
+    parts = []
+    while n > 0:
+        chunk = f.read(n)
+        if not chunk:
+            break
+        parts.append(chunk)
+        n -= len(chunk)
+    return b"".join(parts)
+
+
+def _read_plain_exact(
+    f: io.BufferedIOBase, path: str, header_bytes: int, payload_bytes: int, dims: tuple[int, ...]
+) -> bytearray:
+    size = os.fstat(f.fileno()).st_size
+    present = size - header_bytes
+    if present != payload_bytes:
+        raise _size_error(path, payload_bytes, present, dims)
+    data = bytearray(payload_bytes)
+    got = f.readinto(data)
+    if got != payload_bytes:
+        raise _size_error(path, payload_bytes, got, dims)
+    return data
+
+
+def _inflate_exact(f: io.BufferedIOBase, path: str, payload_bytes: int, dims: tuple[int, ...]) -> bytearray:
+    data = bytearray()
+    while len(data) < payload_bytes:
+        chunk = f.read(min(_GZ_CHUNK_BYTES, payload_bytes - len(data)))
+        if not chunk:
+            raise _size_error(path, payload_bytes, len(data), dims)
+        data += chunk
+    if f.read(1):
+        raise _decode_error(
+            path,
+            f"more data after the {payload_bytes} bytes that dims {list(dims)} describe",
+            "trailing-data",
+        )
+    return data
+
+
+def _size_error(path: str, expected: int, present: int, dims: tuple[int, ...]) -> DecodeError:
+    what = "truncated" if present < expected else "trailing-data"
+    return _decode_error(
+        path,
+        f"the header's dims {list(dims)} need {expected} bytes of data, the file holds {present}",
+        what,
+    )
+
+
+def _check_targets(path: str, targets: npt.NDArray[np.int64], n_classes: int) -> None:
+    bad = np.flatnonzero((targets < 0) | (targets >= n_classes))
+    if bad.size:
+        i = int(bad[0])
+        raise _decode_error(
+            path,
+            f"label {int(targets[i])} of sample {i} is not a class index (0..{n_classes - 1}); "
+            f"{bad.size} such label(s)",
+            "bad-label",
+            index=i,
+        )
+
+
+# ---------------------------------------------------------------------------------------------------- CIFAR
+
+_CIFAR_LAYOUTS: Final[dict[int, tuple[str, tuple[str, ...], tuple[str, ...], str, str, str]]] = {
+    # variant: (folder, train files, test files, meta file, meta key, labels key) - torchvision's lists.
+    10: (
+        "cifar-10-batches-py",
+        ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5"),
+        ("test_batch",),
+        "batches.meta",
+        "label_names",
+        "labels",
+    ),
+    100: ("cifar-100-python", ("train",), ("test",), "meta", "fine_label_names", "fine_labels"),
+}
+
+
+def read_cifar(root: str | os.PathLike[str], train: bool = True, variant: int = 10) -> ClassicData:
+    """Read one split of CIFAR-10 (``variant=10``) or CIFAR-100 (``variant=100``, fine labels) from
+    torchvision's layout: ``root/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta}`` or
+    ``root/cifar-100-python/{train, test, meta}``. Images are (N, 32, 32, 3) HWC uint8, the reshape and
+    transpose torchvision applies, in its order (batches in its order, rows within each).
+
+    The pickles are read by a restricted unpickler (see the module docstring): a pickle that references any
+    global other than numpy's array reconstruction is refused (``DecodeError``, kind ``"forbidden-global"``)
+    before anything it names is called. Raises ``ConfigError`` (bad ``variant``/``train``), ``SourceError``
+    (missing root or file) and ``DecodeError`` (bad contents)."""
+    # 10.0 and True compare equal to 10 and 1: only integers name a variant.
+    if (
+        isinstance(variant, bool)
+        or not isinstance(variant, (int, np.integer))
+        or int(variant) not in _CIFAR_LAYOUTS
+    ):
+        raise ConfigError(f"variant must be 10 or 100, got {variant!r}", "variant")
+    variant = int(variant)
+    folder, train_files, test_files, meta_name, meta_key, labels_key = _CIFAR_LAYOUTS[variant]
+    base = os.path.join(_root_dir(root), folder)
+    names = train_files if _check_train(train) else test_files
+    # Every file must exist before any is parsed: a missing one is reported as such, not after minutes of work.
+    paths = [_cifar_file(base, name, variant) for name in (*names, meta_name)]
+    batch_paths, meta_path = paths[:-1], paths[-1]
+
+    classes = _cifar_classes(meta_path, meta_key)
+    chunks: list[npt.NDArray[np.uint8]] = []
+    target_chunks: list[npt.NDArray[np.int64]] = []
+    for path in batch_paths:
+        entry = _load_pickle_dict(path)
+        data = _entry_value(entry, "data", path)
+        if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2:
+            raise _decode_error(
+                path, f"'data' is {_describe(data)}, expected a uint8 array (N, 3072)", "bad-data"
+            )
+        if data.shape[1] != _CIFAR_PIXELS:
+            raise _decode_error(
+                path,
+                f"'data' has rows of {data.shape[1]} bytes, expected {_CIFAR_PIXELS} (3x32x32)",
+                "bad-data",
+            )
+        # torchvision takes 'labels' when present, else 'fine_labels' (CIFAR-100's batches have both keys'
+        # siblings 'coarse_labels'/'fine_labels'; CIFAR-10's only 'labels').
+        key = "labels" if _has_key(entry, "labels") else labels_key
+        labels = _cifar_labels(_entry_value(entry, key, path), path, key)
+        if labels.shape[0] != data.shape[0]:
+            raise _decode_error(
+                path, f"{labels.shape[0]} labels for {data.shape[0]} images", "count-mismatch"
+            )
+        _check_targets(path, labels, len(classes))
+        chunks.append(data)
+        target_chunks.append(labels)
+
+    # torchvision's vstack + reshape(-1, 3, 32, 32) + transpose(0, 2, 3, 1), written in one copy and
+    # C-contiguous (each image one HWC block, as an in-memory source wants it).
+    images = np.empty((sum(c.shape[0] for c in chunks), 32, 32, 3), dtype=np.uint8)
+    row = 0
+    for chunk in chunks:
+        images[row : row + chunk.shape[0]] = chunk.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+        row += chunk.shape[0]
+    targets = np.concatenate(target_chunks) if len(target_chunks) > 1 else target_chunks[0]
+    return ClassicData(
+        images=images,
+        targets=targets,
+        classes=classes,
+        class_to_idx={c: i for i, c in enumerate(classes)},
+        files=[*batch_paths, meta_path],
+    )
+
+
+def _cifar_file(base: str, name: str, variant: int) -> str:
+    path = os.path.join(base, name)
+    if not os.path.isfile(path):
+        raise SourceError(
+            f"CIFAR-{variant}: {path} is missing (torchvision's CIFAR{variant} expects {name} in {base})",
+            path,
+        )
+    return path
+
+
+def _cifar_classes(path: str, key: str) -> list[str]:
+    meta = _load_pickle_dict(path)
+    names = _entry_value(meta, key, path)
+    if not isinstance(names, list) or not names:
+        raise _decode_error(
+            path, f"{key!r} is {_describe(names)}, expected a non-empty list of names", "bad-meta"
+        )
+    classes = []
+    for i, name in enumerate(names):
+        if isinstance(name, bytes):
+            name = name.decode("latin1")
+        if not isinstance(name, str):
+            raise _decode_error(
+                path, f"{key!r}[{i}] is {_describe(name)}, expected a str", "bad-meta", index=i
+            )
+        classes.append(name)
+    return classes
+
+
+def _cifar_labels(value: object, path: str, key: str) -> npt.NDArray[np.int64]:
+    if isinstance(value, np.ndarray):
+        if value.ndim != 1 or value.dtype.kind not in "iu":
+            raise _decode_error(path, f"{key!r} is {_describe(value)}, expected a list of ints", "bad-label")
+        return value.astype(np.int64)
+    if not isinstance(value, list):
+        raise _decode_error(path, f"{key!r} is {_describe(value)}, expected a list of ints", "bad-label")
+    for i, label in enumerate(value):
+        # bool is an int subclass but never a class index; a huge int would overflow the int64 conversion.
+        if type(label) is not int or not -(2**63) <= label < 2**63:
+            raise _decode_error(
+                path, f"{key!r}[{i}] is {_describe(label)}, expected an int", "bad-label", index=i
+            )
+    return np.array(value, dtype=np.int64).reshape(len(value))
+
+
+def _has_key(entry: dict[Any, Any], key: str) -> bool:
+    return key in entry or key.encode("latin1") in entry
+
+
+def _entry_value(entry: dict[Any, Any], key: str, path: str) -> object:
+    """``entry[key]``: str keys as the genuine (Python 2) files decode with latin1, bytes keys as a Python 3
+    re-save gives them."""
+    for k in (key, key.encode("latin1")):
+        if k in entry:
+            value = entry[k]
+            # Unpickled arrays are _CheckedArray instances; callers get plain ndarrays.
+            return value.view(np.ndarray) if isinstance(value, np.ndarray) else value
+    # _shown: a hostile key's repr may be huge or raise (a deeply nested tuple).
+    keys = [_shown(k, 40) for k in list(entry)[:8]]
+    raise _decode_error(path, f"no {key!r} entry (keys: {', '.join(keys)})", "bad-data")
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, np.ndarray):
+        return f"an array of dtype {value.dtype} and shape {value.shape}"
+    return f"a {type(value).__name__}"
+
+
+# ---------------------------------------------------------------------------------------------------- pickle
+
+
+def _dtype(spec: object, align: object = False, copy: object = False) -> np.dtype[Any]:
+    """Stands in for ``numpy.dtype`` as ``dtype.__reduce__`` calls it: ``dtype('u1', False, True)``, a type
+    string and two bools. Anything else (structured specs, odd arguments numpy would warn about) is refused."""
+    if not isinstance(spec, str) or type(align) is not bool or type(copy) is not bool:
+        raise pickle.UnpicklingError("numpy.dtype is only allowed as dtype.__reduce__ writes it")
+    return np.dtype(spec, align, copy)
+
+
+def _empty_bytes(*args: object) -> bytes:
+    """Stands in for ``bytes`` in Python 3 protocol-2 pickles, which spell ``b""`` (an empty array's buffer) as
+    ``bytes()``. Only the empty call is accepted: ``bytes(n)`` would allocate n bytes."""
+    if args:
+        raise pickle.UnpicklingError("bytes() is only allowed without arguments (an empty bytes literal)")
+    return b""
+
+
+def _latin1_bytes(text: object, encoding: object = "utf-8") -> bytes:
+    """Stands in for ``_codecs.encode`` in Python 3 protocol-2 pickles, which spell each ``bytes`` value (an
+    array's raw buffer, a bytes key) as ``_codecs.encode(<latin-1 text>, 'latin1')``. Only that exact use is
+    accepted: no other codec is looked up, nothing but a str of the pickle's own text is converted."""
+    if type(text) is not str or encoding not in ("latin1", "latin-1"):
+        raise pickle.UnpicklingError(
+            f"_codecs.encode({type(text).__name__}, {encoding!r}) is not a bytes literal"
+        )
+    return text.encode("latin1")
+
+
+# The function ndarray.__reduce__ names, taken from numpy itself: no import of the deprecated numpy.core alias
+# (numpy 2 warns on it), and the same object whatever numpy version wrote the file.
+_NUMPY_RECONSTRUCT: Final[Callable[..., Any]] = np.zeros(0).__reduce__()[0]  # type: ignore[assignment]
+
+
+class _NdarrayToken:
+    """What the pickle's ``numpy.ndarray`` resolves to: a token ``_array_reconstruct`` accepts as its subtype,
+    not the class itself, which a REDUCE opcode could call to allocate an array of any size."""
+
+    __slots__ = ()
+
+
+_NDARRAY_TOKEN: Final = _NdarrayToken()
+
+
+class _CheckedArray(np.ndarray):
+    """The class every unpickled array is built as: its ``__setstate__`` (the BUILD opcode) checks the state
+    before numpy acts on it. numpy allocates an object array's shape before reading its items, so a pickle
+    claiming an object array of 2**32 items would cost 32 GiB; here only plain-data dtypes pass, and the
+    buffer must hold exactly shape x itemsize bytes, i.e. the array can never be larger than the file."""
+
+    def __setstate__(self, state: Any) -> None:
+        if not isinstance(state, tuple) or len(state) not in (4, 5):
+            raise pickle.UnpicklingError(
+                "ndarray state is not numpy's (version, shape, dtype, fortran, data)"
+            )
+        shape, dtype, _fortran, raw = state[-4:]
+        if not isinstance(dtype, np.dtype) or dtype.hasobject:
+            raise pickle.UnpicklingError(f"ndarray of dtype {_shown(dtype, 60)} (only plain data is allowed)")
+        if (
+            not isinstance(shape, tuple)
+            or not all(type(d) is int and d >= 0 for d in shape)
+            or not isinstance(raw, (bytes, str))
+            or math.prod(shape) * dtype.itemsize != len(raw)
+        ):
+            raise pickle.UnpicklingError("ndarray shape and data size disagree")
+        super().__setstate__(state)
+
+
+def _array_reconstruct(subtype: object, shape: object, dtype_code: object) -> Any:
+    """numpy's ``_reconstruct`` for exactly the call ``ndarray.__reduce__`` writes, ``(ndarray, (0,), b'b')``:
+    an empty ``_CheckedArray`` that BUILD then fills from the pickle's own bytes."""
+    if subtype is not _NDARRAY_TOKEN or shape != (0,) or dtype_code not in (b"b", "b"):
+        raise pickle.UnpicklingError("_reconstruct is only allowed as ndarray.__reduce__ writes it")
+    return _NUMPY_RECONSTRUCT(_CheckedArray, (0,), dtype_code)
+
+
+# The globals a CIFAR pickle may name, each mapped to a checked stand-in. The genuine files (Python 2, protocol
+# 2) name exactly numpy's array reconstruction: numpy.core.multiarray._reconstruct (numpy >= 2 writes
+# numpy._core.multiarray), numpy.ndarray (its subtype argument) and numpy.dtype. _codecs.encode and bytes appear
+# in Python 3 protocol-2 re-saves (bytes values, b""). No entry can run code named by the file or allocate more
+# than it holds: _reconstruct builds an empty _CheckedArray, dtype parses a type string, encode/bytes only build
+# bytes literals, and BUILD fills the array from the pickle's own bytes after _CheckedArray's checks.
+_PICKLE_GLOBALS: Final[dict[tuple[str, str], object]] = {
+    ("numpy.core.multiarray", "_reconstruct"): _array_reconstruct,
+    ("numpy._core.multiarray", "_reconstruct"): _array_reconstruct,
+    ("numpy", "ndarray"): _NDARRAY_TOKEN,
+    ("numpy", "dtype"): _dtype,
+    ("_codecs", "encode"): _latin1_bytes,
+    ("__builtin__", "bytes"): _empty_bytes,
+    ("builtins", "bytes"): _empty_bytes,
+}
+
+
+def _opcode_table() -> list[tuple[str, int, int] | None]:
+    """Per opcode byte: (name, argument kind, size) from pickletools' own table, for the pre-scan. Kind 0: a
+    fixed ``size`` bytes; 1: ``size`` newline-terminated lines; 2: a little-endian length of ``size`` bytes
+    (negative when signed), then that many bytes."""
+    counted = {
+        pickletools.TAKEN_FROM_ARGUMENT1: 1,
+        pickletools.TAKEN_FROM_ARGUMENT4: -4,
+        pickletools.TAKEN_FROM_ARGUMENT4U: 4,
+        pickletools.TAKEN_FROM_ARGUMENT8U: 8,
+    }
+    table: list[tuple[str, int, int] | None] = [None] * 256
+    for op in pickletools.opcodes:
+        arg = op.arg
+        if arg is None:
+            entry = (op.name, 0, 0)
+        elif arg.n >= 0:
+            entry = (op.name, 0, arg.n)
+        elif arg.n == pickletools.UP_TO_NEWLINE:
+            entry = (op.name, 1, 2 if arg.name == "stringnl_noescape_pair" else 1)
+        else:
+            entry = (op.name, 2, counted[arg.n])
+        table[ord(op.code)] = entry
+    return table
+
+
+_OPCODES: Final = _opcode_table()
+_MEMO_OPCODES: Final = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    """An unpickler that resolves only ``_PICKLE_GLOBALS``; any other global refuses the whole file."""
+
+    def __init__(self, data: bytes, path: str) -> None:
+        super().__init__(io.BytesIO(data), encoding="latin1")
+        self._path = path
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return _PICKLE_GLOBALS[(module, name)]
+        except (KeyError, TypeError):
+            raise _ForbiddenGlobal(module, name) from None
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise pickle.UnpicklingError("persistent ids are not allowed")
+
+
+class _ForbiddenGlobal(Exception):
+    def __init__(self, module: object, name: object) -> None:
+        super().__init__(f"{module}.{name}")
+        self.module = module
+        self.name = name
+
+
+def _prescan_pickle(data: bytes, path: str) -> None:
+    """Walk the opcode stream without executing anything (pickletools' table gives each argument's size):
+    every counted length and frame must fit in the bytes that follow (the C unpickler may allocate a claimed
+    length before reading it), and a memo index must be one the stream could have assigned so far (the C
+    unpickler grows and zero-fills its memo table up to the index). Arguments are skipped, not decoded: this
+    costs a fraction of the unpickling itself."""
+    end = len(data)
+    pos = 0
+    memo_slots = 0
+
+    def corrupt(message: str) -> DecodeError:
+        return _decode_error(path, f"not a valid pickle: {message} at byte {pos}", "corrupt-pickle")
+
+    while True:
+        if pos >= end:
+            raise corrupt("no STOP opcode")
+        entry = _OPCODES[data[pos]]
+        if entry is None:
+            raise corrupt(f"unknown opcode 0x{data[pos]:02x}")
+        name, kind, size = entry
+        start = pos = pos + 1
+        if kind == 0:
+            pos += size
+        elif kind == 1:
+            for _ in range(size):
+                newline = data.find(b"\n", pos)
+                if newline < 0:
+                    raise corrupt(f"{name} argument without its newline")
+                pos = newline + 1
+        else:
+            width = abs(size)
+            count = int.from_bytes(data[pos : pos + width], "little", signed=size < 0)
+            if count < 0:
+                raise corrupt(f"{name} with a negative length")
+            pos += width + count
+        if pos > end:
+            raise corrupt(f"{name} claims {pos - start} bytes, {end - start} remain")
+        if name in _MEMO_OPCODES:
+            if name == "PUT":
+                text = data[start : pos - 1]
+                index = int(text) if text.isdigit() and len(text) <= 12 else -1
+            else:
+                index = int.from_bytes(data[start:pos], "little")
+            if not 0 <= index <= memo_slots:
+                raise corrupt(f"memo index {index} out of sequence")
+            memo_slots += 1
+        elif name == "MEMOIZE":
+            memo_slots += 1
+        elif name == "FRAME" and int.from_bytes(data[start:pos], "little") > end - pos:
+            raise corrupt("frame longer than the file")
+        elif name == "STOP":
+            return
+
+
+def _load_pickle_dict(path: str) -> dict[Any, Any]:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise _decode_error(path, f"read failed ({type(e).__name__}: {e})", "read-error") from e
+    _prescan_pickle(data, path)
+    try:
+        value = _RestrictedUnpickler(data, path).load()
+    except _ForbiddenGlobal as e:
+        raise _decode_error(
+            path,
+            f"pickle references {e.module}.{e.name}, which a CIFAR file never does; refused without running it "
+            f"(only numpy array reconstruction is allowed)",
+            "forbidden-global",
+        ) from None
+    except RecursionError as e:
+        raise _decode_error(path, "pickle nested too deeply", "corrupt-pickle") from e
+    except Exception as e:  # noqa: BLE001 - any failure of a malformed pickle is a decode error of this file
+        raise _decode_error(path, f"not a valid pickle ({type(e).__name__}: {e})", "corrupt-pickle") from e
+    if not isinstance(value, dict):
+        raise _decode_error(path, f"pickle holds {_describe(value)}, expected a dict", "bad-data")
+    return value
