@@ -32,10 +32,10 @@ PARAMS = {
     # transforms
     "size", "scale", "ratio", "p",
     # sources
-    "root", "paths", "labels", "blobs", "images", "classes",
+    "root", "paths", "labels", "blobs", "images", "classes", "train", "variant",
 }  # fmt: skip
 # Parameters whose only rule is their Python type (any bool, any path): no core site.
-TYPE_ONLY = {"shuffle", "reproducible", "root", "classes"}
+TYPE_ONLY = {"shuffle", "reproducible", "root", "classes", "train", "variant"}
 
 # Core functions that raise a ConfigError naming a parameter without validating its value.
 NOT_VALIDATION = {
@@ -76,6 +76,12 @@ EDGE_TRANSLATORS = {
     "src/py/loader.rs": {
         "int_arg": "is a Python int (its range: the core rule passed in)",
         "parse_transform": "a transform tuple of a known kind (trdata.Transform._spec)",
+    },
+    "python/trdata/classic.py": {
+        "_root_dir": "root is a path (only `root`)",
+        "_check_train": "train is a bool (only `train`)",
+        "read_mnist": "variant names one of the MNIST-format datasets (fixed by the dataset class, not a user value)",
+        "read_cifar": "variant is 10 or 100 (fixed by the dataset class, not a user value)",
     },
     "src/py/source.rs": {
         "pixels": "images is a 3-D or 4-D numpy array, C-contiguous (its sizes: source::arrays)",

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
+import trdata
 from trdata.classic import (
     CIFAR10_NORM,
     CIFAR100_NORM,
@@ -709,3 +710,36 @@ def test_fuzz_cifar_pickle(tmp_path: Path) -> None:
             assert ((got.targets >= 0) & (got.targets < len(got.classes))).all()
             outcomes["ok"] += 1
     assert outcomes["error"] > FUZZ_CASES // 3, outcomes
+
+
+@pytest.mark.parametrize("cls", ["MNIST", "FashionMNIST", "KMNIST", "CIFAR10", "CIFAR100"])
+def test_dataset_sources_feed_a_loader_the_exact_pixels(tmp_path: Path, cls: str) -> None:
+    """trdata.MNIST/…/CIFAR100 are Arrays sources over these readers: through a Loader at full size (no geometry)
+    every image, target and index arrives exactly once and unchanged (gray as 3 equal channels)."""
+    if cls.endswith("MNIST"):
+        make_mnist(tmp_path, cls, True, n=30, storage="gz", seed=3)
+        data = read_mnist(tmp_path, train=True, variant=cls)
+    else:
+        make_cifar(tmp_path, int(cls[5:]), n=20, seed=3)
+        data = read_cifar(tmp_path, train=True, variant=int(cls[5:]))
+    src = getattr(trdata, cls)(tmp_path, train=True)
+    assert (
+        src.classes == data.classes
+        and src.class_to_idx == data.class_to_idx
+        and len(src) == len(data.targets)
+    )
+    h, w = data.images.shape[1:3]
+    kw: dict[str, Any] = dict(
+        batch_size=7, transforms=[trdata.CenterCrop((h, w))], dtype="uint8", layout="NHWC"
+    )
+    with trdata.Loader(src, workers=2, shuffle=True, seed=1, **kw) as ld:
+        batches = list(ld)
+    idx = np.concatenate([b.indices for b in batches])
+    out = np.concatenate([b.images for b in batches])
+    assert sorted(idx.tolist()) == list(range(len(src)))
+    want = data.images if data.images.ndim == 4 else np.repeat(data.images[..., None], 3, axis=-1)
+    np.testing.assert_array_equal(out, want[idx])
+    np.testing.assert_array_equal(np.concatenate([b.labels for b in batches]), data.targets[idx])
+    norm = trdata.MNIST_NORM if cls.endswith("MNIST") else trdata.CIFAR10_NORM
+    with trdata.Loader(src, workers=1, normalize=norm, **{**kw, "dtype": "float32"}) as ld:
+        assert np.isfinite(next(iter(ld)).images).all()

@@ -559,16 +559,10 @@ def test_bad_epochs_and_file_lists_use_the_same_wording(jpegs, tmp_path):
 def test_every_parameter_has_a_bad_value_case():
     import validation_sites
 
-    # epoch, paths, labels and root have their own tests here; blobs, images, classes in test_memory_sources.py
-    covered = {p for p, _, _ in BAD_VALUES} | {
-        "epoch",
-        "paths",
-        "labels",
-        "root",
-        "blobs",
-        "images",
-        "classes",
-    }
+    # epoch, paths, labels and root have their own tests here; blobs, images, classes in test_memory_sources.py;
+    # train and variant (the classic datasets' readers) in test_classic.py
+    extra = {"epoch", "paths", "labels", "root", "blobs", "images", "classes", "train", "variant"}
+    covered = {p for p, _, _ in BAD_VALUES} | extra
     assert covered == validation_sites.PARAMS
 
 

@@ -6,6 +6,7 @@ batches.
 """
 
 from ._core import __version__
+from .classic import CIFAR10_NORM, CIFAR100_NORM, FASHION_MNIST_NORM, MNIST_NORM
 from .errors import (
     ConfigError,
     CudaError,
@@ -18,11 +19,30 @@ from .errors import (
     WorkerError,
 )
 from .loader import Batch, Loader
-from .sources import Arrays, Bytes, FileList, ImageFolder, Source
+from .sources import (
+    CIFAR10,
+    CIFAR100,
+    KMNIST,
+    MNIST,
+    Arrays,
+    Bytes,
+    FashionMNIST,
+    FileList,
+    ImageFolder,
+    Source,
+)
 from .transforms import IMAGENET, CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize, Transform
 
 __all__ = [
+    "CIFAR10",
+    "CIFAR100",
+    "CIFAR100_NORM",
+    "CIFAR10_NORM",
+    "FASHION_MNIST_NORM",
     "IMAGENET",
+    "KMNIST",
+    "MNIST",
+    "MNIST_NORM",
     "Arrays",
     "Batch",
     "Bytes",
@@ -30,6 +50,7 @@ __all__ = [
     "ConfigError",
     "CudaError",
     "DecodeError",
+    "FashionMNIST",
     "FileList",
     "ImageFolder",
     "Loader",

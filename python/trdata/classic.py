@@ -126,7 +126,9 @@ class ClassicData:
 
 def _root_dir(root: object) -> str:
     if not isinstance(root, (str, os.PathLike)):
-        raise ConfigError(f"root must be a path (str or os.PathLike), got {type(root).__name__}", "root")
+        raise ConfigError(
+            f"invalid root: a {type(root).__name__} must be a path (str or os.PathLike)", "root"
+        )
     path = os.path.expanduser(os.fsdecode(os.fspath(root)))
     if not os.path.isdir(path):
         raise SourceError(f"dataset root {path!r} is not a directory", path)
@@ -135,7 +137,7 @@ def _root_dir(root: object) -> str:
 
 def _check_train(train: object) -> bool:
     if not isinstance(train, bool):
-        raise ConfigError(f"train must be a bool, got {train!r}", "train")
+        raise ConfigError(f"invalid train: {train!r} must be a bool", "train")
     return train
 
 
@@ -159,7 +161,7 @@ def read_mnist(root: str | os.PathLike[str], train: bool = True, variant: str = 
     and ``DecodeError`` (bad contents; ``kind`` says which check failed)."""
     if not isinstance(variant, str) or variant not in MNIST_CLASSES:
         raise ConfigError(
-            f"variant must be one of {sorted(MNIST_CLASSES)}, got {variant!r}",
+            f"invalid variant: {variant!r} must be one of {sorted(MNIST_CLASSES)}",
             "variant",
         )
     split = "train" if _check_train(train) else "t10k"
@@ -350,7 +352,7 @@ def read_cifar(root: str | os.PathLike[str], train: bool = True, variant: int = 
         or not isinstance(variant, (int, np.integer))
         or int(variant) not in _CIFAR_LAYOUTS
     ):
-        raise ConfigError(f"variant must be 10 or 100, got {variant!r}", "variant")
+        raise ConfigError(f"invalid variant: {variant!r} must be 10 or 100", "variant")
     variant = int(variant)
     folder, train_files, test_files, meta_name, meta_key, labels_key = _CIFAR_LAYOUTS[variant]
     base = os.path.join(_root_dir(root), folder)
