@@ -253,6 +253,16 @@ def test_norm_presets() -> None:
 # ---------------------------------------------------------------------------------------------------- torchvision
 
 
+def assert_same_as_torchvision(ours: ClassicData, theirs: Any) -> None:
+    """Every index: the same pixels (np.asarray of torchvision's PIL image) and target; the same class names."""
+    assert list(theirs.classes) == ours.classes
+    assert dict(theirs.class_to_idx) == ours.class_to_idx
+    for i in range(len(theirs)):
+        img, target = theirs[i]
+        np.testing.assert_array_equal(np.asarray(img), ours.images[i])
+        assert target == int(ours.targets[i])
+
+
 @pytest.mark.parametrize("train", [True, False])
 @pytest.mark.parametrize("variant", MNIST_VARIANTS)
 def test_mnist_matches_torchvision(tmp_path: Path, variant: str, train: bool) -> None:
@@ -263,12 +273,7 @@ def test_mnist_matches_torchvision(tmp_path: Path, variant: str, train: bool) ->
     ours = read_mnist(tmp_path, train=train, variant=variant)
     theirs = getattr(datasets, variant)(str(tmp_path), train=train, download=False)
     assert len(theirs) == len(ours) == 40
-    assert list(theirs.classes) == ours.classes
-    assert dict(theirs.class_to_idx) == ours.class_to_idx
-    for i in range(len(theirs)):
-        img, target = theirs[i]
-        np.testing.assert_array_equal(np.asarray(img), ours.images[i])
-        assert target == int(ours.targets[i])
+    assert_same_as_torchvision(ours, theirs)
 
 
 @pytest.mark.parametrize("style", ["py2", "py3"])
@@ -289,12 +294,7 @@ def test_cifar_matches_torchvision(tmp_path: Path, variant: int, train: bool, st
     ours = read_cifar(tmp_path, train=train, variant=variant)
     theirs = Unchecked(str(tmp_path), train=train, download=False)
     assert len(theirs) == len(ours)
-    assert list(theirs.classes) == ours.classes
-    assert dict(theirs.class_to_idx) == ours.class_to_idx
-    for i in range(len(theirs)):
-        img, target = theirs[i]
-        np.testing.assert_array_equal(np.asarray(img), ours.images[i])
-        assert target == int(ours.targets[i])
+    assert_same_as_torchvision(ours, theirs)
 
 
 # ---------------------------------------------------------------------------------------------------- hostile: idx
