@@ -30,7 +30,7 @@
 //!   gray (which Pillow decodes) is decoded as gray and replicated, because libjpeg-turbo has no gray → RGB
 //!   conversion for lossless data;
 //! - PNG: see `pngdec.rs` (16-bit gray is clipped to 255, other 16-bit modes keep the high byte, as Pillow);
-//! - WebP, GIF, TIFF, BMP, Netpbm: see `other.rs` (same rules; lossy WebP is within a measured PSNR of libwebp).
+//! - WebP, GIF, TIFF, BMP, Netpbm: see `other.rs` (same rules; lossy WebP measured bit-exact with libwebp).
 //!
 //! Damage policy — one rule per kind of damage, decided independently of the random crop (libjpeg-turbo stops
 //! reading once the cropping region is decoded, so anything decided by the decode itself would fail in some epochs

@@ -7,12 +7,13 @@
 //!   (or index 0), as Pillow's first frame; palette entries past the palette's end are black; no palette → the
 //!   index is the gray level;
 //! - TIFF: 16-bit gray (Pillow mode `I;16`) is clipped to 255, 16-bit RGB(A) keeps the high byte (as PNG);
-//!   palettes are the 16-bit `ColorMap` divided by 256; bilevel (1-bit BlackIsZero) is 0/255; CMYK is converted
-//!   with Pillow's `cmyk2rgb`. JPEG-in-TIFF, fax, WhiteIsZero, YCbCr, Lab, planar and float samples → `Unsupported`;
+//!   bilevel (1-bit BlackIsZero) is 0/255; CMYK is converted with Pillow's `cmyk2rgb`. Palette TIFFs (the `tiff`
+//!   crate refuses `RGBPalette`), JPEG-in-TIFF, fax, WhiteIsZero, YCbCr, Lab, planar and float samples →
+//!   `Unsupported`;
 //! - Netpbm: 8-bit (maxval 255) and bitmaps; 16-bit with maxval 65535 (PGM clipped, PPM high byte, as PNG);
 //!   other maxvals (which Pillow rescales with its own rounding) → `Unsupported`;
-//! - lossy WebP: image-webp's VP8 decoder is not bit-exact with libwebp (Pillow); the difference is measured in
-//!   `tests/test_formats.py` (PSNR bound). Lossless WebP is exact.
+//! - WebP, lossy included: image-webp matched Pillow's libwebp bit for bit on every file measured
+//!   (`tests/test_formats.py`).
 //!
 //! Budgets: the size comes from each crate's header parse and passes the pixel limit before anything is decoded
 //! (`Decoder::read_header`); the decoded buffer must fit `max_memory_bytes` (`TooLarge`) and each crate's own
@@ -294,6 +295,8 @@ fn tiff_rgb(bytes: &[u8], out: &mut Vec<u8>, limits: &DecodeLimits) -> Result<(u
         C::RGBA(b) => (4, b),
         C::CMYK(b) => (4, b),
         C::Palette(b) => (1, b),
+        // Gray plus an extra sample that is not marked as alpha (Pillow writes LA so): the first sample is gray.
+        C::Multiband { bit_depth: b, num_samples: 2 } if photometric == Some(1) => (2, b),
         other => return Err(unsupported(f, format!("colour type {other:?}"))),
     };
     if !(bits == 8 || bits == 16 || (bits == 1 && matches!(color, C::Gray(_)))) {
