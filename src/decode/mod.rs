@@ -65,6 +65,8 @@ mod hardening_tests;
 mod jpeg;
 pub mod markers;
 mod other;
+#[cfg(test)]
+mod other_tests;
 mod pngdec;
 #[cfg(test)]
 mod tests;
@@ -357,7 +359,10 @@ pub fn sniff_format(bytes: &[u8]) -> std::result::Result<ImageFormat, ImageError
         return Ok(f);
     }
     let head: Vec<String> = bytes.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    Err(ImageError::new(ImageErrorKind::UnknownFormat, format!("not a JPEG, PNG, WebP, GIF, TIFF, BMP or Netpbm image (first bytes: {})", head.join(" "))))
+    Err(ImageError::new(
+        ImageErrorKind::UnknownFormat,
+        format!("not a JPEG, PNG, WebP, GIF, TIFF, BMP or Netpbm image (first bytes: {})", head.join(" ")),
+    ))
 }
 
 /// Warnings that concern metadata only: the pixels are complete and Pillow decodes such files normally.

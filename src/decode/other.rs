@@ -228,6 +228,7 @@ fn gif_rgb(bytes: &[u8], out: &mut Vec<u8>, limits: &DecodeLimits) -> Result<(u3
     opts.set_memory_limit(gif::MemoryLimit::Bytes(budget));
     let mut d = opts.read_info(Cursor::new(bytes)).map_err(gif_failure)?;
     let (w, h) = (usize::from(d.width()), usize::from(d.height()));
+    check_buffer(f, 3 * w as u64 * h as u64, limits)?;
     let global = d.global_palette().map(<[u8]>::to_vec);
     let frame = d.read_next_frame().map_err(gif_failure)?.ok_or_else(|| corrupt(f, "no image in the file"))?;
     let palette = frame.palette.as_deref().or(global.as_deref());
@@ -285,7 +286,9 @@ fn tiff_rgb(bytes: &[u8], out: &mut Vec<u8>, limits: &DecodeLimits) -> Result<(u
     }
     match tag(&mut d, Tag::Compression)? {
         None | Some(1 | 5 | 8 | 32773 | 32946) => {}
-        Some(c) => return Err(unsupported(f, format!("compression {c} (trdata decodes none, LZW, deflate, PackBits)"))),
+        Some(c) => {
+            return Err(unsupported(f, format!("compression {c} (trdata decodes none, LZW, deflate, PackBits)")));
+        }
     }
     let (wu, hu) = (w as usize, h as usize);
     let (channels, bits) = match color {

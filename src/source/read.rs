@@ -94,7 +94,9 @@ pub fn read_sample(path: &Path, limit_bytes: u64, buf: &mut Vec<u8>) -> Result<(
     if let Some(name) = undecoded_format(buf) {
         return Err(ImageError::new(
             ImageErrorKind::Unsupported,
-            format!("{name} is not decoded yet (trdata decodes JPEG, PNG, WebP, GIF, TIFF, BMP and Netpbm); convert the file or leave it out"),
+            format!(
+                "{name} is not decoded yet (trdata decodes JPEG, PNG, WebP, GIF, TIFF, BMP and Netpbm); convert the file or leave it out"
+            ),
         ));
     }
     Ok(())
