@@ -9,10 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
-
 import trdata
 from _fixtures import photo
+from PIL import Image
 
 EDGE = Path(__file__).parent / "fixtures" / "edge-cases"
 
@@ -21,7 +20,13 @@ def load_one(path: Path) -> np.ndarray:
     w, h = Image.open(path).size
     ds = trdata.FileList([str(path)], [0])
     with trdata.Loader(
-        ds, batch_size=1, workers=1, shuffle=False, transforms=[trdata.CenterCrop((h, w))], dtype="uint8", layout="NHWC"
+        ds,
+        batch_size=1,
+        workers=1,
+        shuffle=False,
+        transforms=[trdata.CenterCrop((h, w))],
+        dtype="uint8",
+        layout="NHWC",
     ) as ld:
         (batch,) = list(ld)
     return np.array(batch.images[0])
@@ -68,8 +73,12 @@ CASES = [
     ("BMP", "bmp", ["RGB", "RGBA", "L", "P", "1"], [{}]),
     ("PPM", "ppm", ["RGB", "L", "1"], [{}]),
     ("GIF", "gif", ["RGB", "L", "P", "1"], [{}]),
-    ("TIFF", "tif", ["RGB", "RGBA", "L", "LA", "1", "I;16", "CMYK"],
-     [{}, {"compression": "tiff_lzw"}, {"compression": "tiff_adobe_deflate"}, {"compression": "packbits"}]),
+    (
+        "TIFF",
+        "tif",
+        ["RGB", "RGBA", "L", "LA", "1", "I;16", "CMYK"],
+        [{}, {"compression": "tiff_lzw"}, {"compression": "tiff_adobe_deflate"}, {"compression": "packbits"}],
+    ),
     ("WEBP", "webp", ["RGB", "RGBA"], [{"lossless": True}]),
 ]
 
@@ -127,8 +136,6 @@ def test_what_stays_refused_is_a_typed_error(tmp_path):
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     mse = float(np.mean((a.astype(float) - b.astype(float)) ** 2))
     return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
-
-
 
 
 @pytest.mark.parametrize("quality", [50, 80, 95])

@@ -327,8 +327,8 @@ fn tiff_rgb(bytes: &[u8], out: &mut Vec<u8>, limits: &DecodeLimits) -> Result<(u
             let n = map.len() / 3;
             for (dd, &i) in dst.chunks_exact_mut(3).zip(px.iter()) {
                 let i = usize::from(i);
-                for c in 0..3 {
-                    dd[c] = if i < n { (map[c * n + i] >> 8) as u8 } else { 0 };
+                for (c, o) in dd.iter_mut().enumerate() {
+                    *o = if i < n { (map[c * n + i] >> 8) as u8 } else { 0 };
                 }
             }
         }
@@ -345,8 +345,8 @@ fn tiff_rgb(bytes: &[u8], out: &mut Vec<u8>, limits: &DecodeLimits) -> Result<(u
                 if gray16 {
                     dd.fill(s[0].min(255) as u8);
                 } else {
-                    for c in 0..3 {
-                        dd[c] = (s[c] >> 8) as u8;
+                    for (o, &v) in dd.iter_mut().zip(s) {
+                        *o = (v >> 8) as u8;
                     }
                 }
             }
@@ -420,8 +420,8 @@ fn image_rgb(
                 if ch == 1 {
                     dd.fill(v(0).min(255) as u8);
                 } else {
-                    for c in 0..3 {
-                        dd[c] = (v(c) >> 8) as u8;
+                    for (c, o) in dd.iter_mut().enumerate() {
+                        *o = (v(c) >> 8) as u8;
                     }
                 }
             }
