@@ -92,7 +92,25 @@ fn bombs() -> Vec<(&'static str, Vec<u8>)> {
     // Logical screen 65535 × 65535, no palette; one image descriptor of that size, an empty LZW stream.
     gif.extend_from_slice(&[0xFF, 0xFF, 0xFF, 0xFF, 0x00, 0, 0]);
     gif.extend_from_slice(&[0x2C, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0x00, 0x08, 0x00, 0x3B]);
-    vec![("bmp", bmp), ("gif", gif), ("ppm", b"P6\n100000 100000\n255\n".to_vec())]
+    // Little-endian TIFF, one IFD: 100000 × 100000 RGB, one strip of 0 bytes.
+    let mut tiff = b"II*\0\x08\0\0\0".to_vec();
+    let entries = [(256u16, 4u16, 100_000u32), (257, 4, 100_000), (262, 3, 2), (273, 4, 8), (279, 4, 0)];
+    tiff.extend_from_slice(&(entries.len() as u16).to_le_bytes());
+    for (tag, kind, value) in entries {
+        tiff.extend_from_slice(&tag.to_le_bytes());
+        tiff.extend_from_slice(&kind.to_le_bytes());
+        tiff.extend_from_slice(&1u32.to_le_bytes());
+        tiff.extend_from_slice(&value.to_le_bytes());
+    }
+    tiff.extend_from_slice(&0u32.to_le_bytes());
+    // A real lossless WebP whose VP8L header is patched to 16383 × 16383 (14-bit sizes − 1 after the 0x2F signature;
+    // not 16384: image-webp 0.2.4 computes `(1 + header) & 0x3FFF`, so a 16384-wide lossless WebP reads as 0 wide
+    // and is refused as Corrupt).
+    let mut webp = webp_lossless(&rgb(W, H));
+    assert_eq!(&webp[12..16], b"VP8L");
+    let bits = u32::from_le_bytes([webp[21], webp[22], webp[23], webp[24]]);
+    webp[21..25].copy_from_slice(&((bits & !0x0FFF_FFFF) | 0x3FFE | (0x3FFE << 14)).to_le_bytes());
+    vec![("bmp", bmp), ("gif", gif), ("tiff", tiff), ("webp", webp), ("ppm", b"P6\n100000 100000\n255\n".to_vec())]
 }
 
 #[test]
@@ -105,8 +123,7 @@ fn absurd_sizes_are_too_large_without_allocating() {
         assert_eq!(e.kind, ImageErrorKind::TooLarge, "{name}: {e}");
         assert_eq!(d.scratch_bytes(), 0, "{name}: scratch allocated for a bomb");
     }
-    // WebP and TIFF (hand-made headers that their crates accept were not built): real files over a small pixel
-    // limit, every format.
+    // Real files of every format over a small pixel limit.
     let mut d = Decoder::with_limits(DecodeLimits { max_pixels: 100, ..DecodeLimits::default() }).unwrap();
     for (name, file, _) in goods() {
         let e = d.decode_full_rgb(&file, &mut Vec::new()).unwrap_err();
