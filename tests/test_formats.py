@@ -71,7 +71,7 @@ def variants(im: Image.Image) -> dict[str, Image.Image]:
 # (format, extension, modes, save kwargs variants)
 CASES = [
     ("BMP", "bmp", ["RGB", "RGBA", "L", "P", "1"], [{}]),
-    ("PPM", "ppm", ["RGB", "L", "1"], [{}]),
+    ("PPM", "ppm", ["RGB", "L", "1", "I;16"], [{}]),
     ("GIF", "gif", ["RGB", "L", "P", "1"], [{}]),
     (
         "TIFF",
