@@ -151,3 +151,31 @@ def test_lossy_webp_equals_pillow(tmp_path, quality, mode):
         d = np.abs(got.astype(int) - want.astype(int))
         print(f"webp q={quality} {mode} {name}: PSNR {psnr(got, want):.2f} dB, max abs diff {d.max()}")
         assert d.max() == 0, (name, quality, mode, psnr(got, want), int(d.max()))
+
+
+def test_tiff_rgb16_keeps_the_high_byte_as_pillow(tmp_path):
+    """Pillow does not write 16-bit RGB TIFFs: a minimal uncompressed one is built by hand (one strip)."""
+    import struct
+
+    arr = np.random.default_rng(1).integers(0, 65536, (9, 13, 3)).astype("<u2")
+    data = arr.tobytes()
+    tags = [(256, 4, 1, 13), (257, 4, 1, 9), (258, 3, 3, None), (259, 3, 1, 1), (262, 3, 1, 2)]
+    tags += [(273, 4, 1, None), (277, 3, 1, 3), (278, 4, 1, 9), (279, 4, 1, len(data))]
+    bps_off = 8 + 2 + 12 * len(tags) + 4
+    data_off = bps_off + 6
+    out = bytearray(b"II*\0" + struct.pack("<IH", 8, len(tags)))
+    for tag, typ, count, val in tags:
+        val = {258: bps_off, 273: data_off}.get(tag, val)
+        out += struct.pack(
+            "<HHIHH" if typ == 3 and count == 1 else "<HHII",
+            tag,
+            typ,
+            count,
+            *((val, 0) if typ == 3 and count == 1 else (val,)),
+        )
+    out += struct.pack("<I3H", 0, 16, 16, 16) + data
+    p = tmp_path / "rgb16.tif"
+    p.write_bytes(bytes(out))
+    assert Image.open(p).mode == "RGB"
+    np.testing.assert_array_equal(load_one(p), expected(p))
+    np.testing.assert_array_equal(load_one(p), (arr >> 8).astype(np.uint8))

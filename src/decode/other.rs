@@ -6,7 +6,8 @@
 //! - GIF: the first frame, on a canvas of the logical screen size filled with the frame's transparent index
 //!   (or index 0), as Pillow's first frame; palette entries past the palette's end are black; no palette → the
 //!   index is the gray level;
-//! - TIFF: 16-bit gray (Pillow mode `I;16`) is clipped to 255, 16-bit RGB(A) keeps the high byte (as PNG);
+//! - TIFF: 16-bit gray (Pillow mode `I;16`) is clipped to 255, 16-bit RGB(A) keeps the high byte (as PNG; RGB
+//!   checked on a hand-made file, Pillow writes none);
 //!   bilevel (1-bit BlackIsZero) is 0/255; CMYK is converted with Pillow's `cmyk2rgb`. Palette TIFFs (the `tiff`
 //!   crate refuses `RGBPalette`), JPEG-in-TIFF, fax, WhiteIsZero, YCbCr, Lab, planar and float samples →
 //!   `Unsupported`;
