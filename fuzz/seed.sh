@@ -4,7 +4,7 @@
 set -eu
 cd "$(dirname "$0")"
 src="${TRDATA_TEST_DATA:-../../shared/data}/edge-cases"
-for t in jpeg_header jpeg_decode png_decode jpeg_markers; do mkdir -p "corpus/$t"; done
+for t in jpeg_header jpeg_decode png_decode jpeg_markers other_decode; do mkdir -p "corpus/$t"; done
 for f in "$src"/*; do
     n=$(basename "$f")
     [ "$(wc -c < "$f")" -le 600000 ] || continue   # skip the multi-MB photos: slow seeds, nothing new
@@ -14,4 +14,4 @@ for f in "$src"/*; do
         *) cp "$f" "corpus/jpeg_markers/$n"; { printf '\003\020\000\010\000'; cat "$f"; } > "corpus/jpeg_decode/$n" ;;
     esac
 done
-echo "seeded from $src"
+echo "seeded from $src (other_decode: seed it with small WebP/GIF/TIFF/BMP/PPM files, e.g. written by Pillow)"

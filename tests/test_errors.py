@@ -78,7 +78,8 @@ def test_raise_names_file_and_sample_then_closes(small_paths, tmp_path):
     [
         (b"", "Empty"),
         (b"\x00\x01 no magic here", "UnknownFormat"),
-        (b"GIF89a....", "Unsupported"),
+        (b"GIF89a....", "Corrupt"),
+        (b"\0\0\0\x1cftypavif\0\0\0\0mif1", "Unsupported"),
         (None, "Io"),
     ],
 )

@@ -2,7 +2,6 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use trdata::decode::PixelWindow;
 
 #[path = "common.rs"]
 mod common;
@@ -21,14 +20,5 @@ fuzz_target!(|data: &[u8]| {
         owned = [&MAGIC[..], data].concat();
         &owned[..]
     };
-    DECODER.with(|d| {
-        let mut d = d.borrow_mut();
-        let mut out = Vec::new();
-        if let Ok((w, h)) = d.decode_full_rgb(bytes, &mut out) {
-            assert_eq!(out.len(), 3 * w as usize * h as usize);
-        }
-        if let Ok(r) = d.decode_window(bytes, 8, PixelWindow { x0: 0, y0: 0, x1: 4, y1: 4 }) {
-            assert_eq!(r.pixels.len(), r.stride * r.height as usize);
-        }
-    });
+    DECODER.with(|d| common::decode_whole_both_ways(&mut d.borrow_mut(), bytes));
 });

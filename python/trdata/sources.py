@@ -60,8 +60,8 @@ class ImageFolder(_Files):
       label = position; ``class_to_idx`` maps name → label;
     * files: every directory below a class folder (``os.walk(followlinks=True)``) in path order, names
       sorted; a file belongs when its name ends with one of :data:`IMG_EXTENSIONS` (case-insensitive).
-      Files of formats trdata does not decode yet (WebP, BMP, TIFF, PPM/PGM) are listed too and fail
-      when read, with an error that names the format (``on_error`` decides);
+      every listed format is decoded; a file whose bytes are another format (AVIF, HEIF, …) fails when
+      read, with an error that names the format (``on_error`` decides);
     * ``SourceError`` (a ``FileNotFoundError``) when there is no class folder or a class has no file.
 
     Unlike torchvision, a directory is entered at most once per class (told by device and inode). Directories

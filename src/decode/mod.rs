@@ -2,8 +2,9 @@
 //!
 //! Protocol of one sample (see DESIGN.md §2 "Decode"):
 //! 1. **Sniff + header.** The format comes from magic bytes, never the extension (ImageNet has PNGs named
-//!    `.JPEG`): `FF D8 FF` → JPEG (libjpeg-turbo, tj3 API), `89 P N G` → PNG (`png` crate), 0 bytes → `Empty`,
-//!    anything else → `UnknownFormat`. The header gives size, subsampling, colorspace and precision; the pixel
+//!    `.JPEG`): `FF D8 FF` → JPEG (libjpeg-turbo, tj3 API), `89 P N G` → PNG (`png` crate), `RIFF…WEBP`, `GIF8`,
+//!    `II*`/`MM*`, `BM`, `P1`–`P6` → WebP, GIF, TIFF, BMP, Netpbm (`other.rs`, decoded whole like PNG), 0 bytes →
+//!    `Empty`, anything else → `UnknownFormat`. The header gives size, subsampling, colorspace and precision; the pixel
 //!    limit ([`DecodeLimits::max_pixels`], default 100 MP) is checked here, before any pixel memory is touched →
 //!    `TooLarge`. Before decoding a JPEG, [`markers::walk_jpeg`] checks its marker structure from the bytes alone:
 //!    no EOI → `Corrupt` ("image file is truncated"), more scans than [`DecodeLimits::max_scans`] → `TooLarge`.
@@ -28,7 +29,8 @@
 //! - lossless JPEGs have no DCT, hence no scaling and no cropping: they are decoded whole at M = 8. 8-bit lossless
 //!   gray (which Pillow decodes) is decoded as gray and replicated, because libjpeg-turbo has no gray → RGB
 //!   conversion for lossless data;
-//! - PNG: see `pngdec.rs` (16-bit gray is clipped to 255, other 16-bit modes keep the high byte, as Pillow).
+//! - PNG: see `pngdec.rs` (16-bit gray is clipped to 255, other 16-bit modes keep the high byte, as Pillow);
+//! - WebP, GIF, TIFF, BMP, Netpbm: see `other.rs` (same rules; lossy WebP measured bit-exact with libwebp).
 //!
 //! Damage policy — one rule per kind of damage, decided independently of the random crop (libjpeg-turbo stops
 //! reading once the cropping region is decoded, so anything decided by the decode itself would fail in some epochs
@@ -62,6 +64,9 @@
 mod hardening_tests;
 mod jpeg;
 pub mod markers;
+mod other;
+#[cfg(test)]
+mod other_tests;
 mod pngdec;
 #[cfg(test)]
 mod tests;
@@ -155,6 +160,16 @@ pub enum ImageFormat {
     Jpeg,
     /// PNG.
     Png,
+    /// WebP, lossy or lossless (`other.rs`; animated: the first frame).
+    WebP,
+    /// GIF (`other.rs`; the first frame).
+    Gif,
+    /// TIFF (`other.rs`; the first page).
+    Tiff,
+    /// Windows BMP (`other.rs`).
+    Bmp,
+    /// Netpbm PBM/PGM/PPM (`other.rs`).
+    Pnm,
 }
 
 /// Chroma subsampling of a JPEG (TJSAMP_*); PNGs report `S444`, or `Gray` for gray images.
@@ -340,8 +355,14 @@ pub fn sniff_format(bytes: &[u8]) -> std::result::Result<ImageFormat, ImageError
     if bytes.len() >= 8 && bytes[..8] == pngdec::PNG_MAGIC {
         return Ok(ImageFormat::Png);
     }
+    if let Some(f) = other::sniff(bytes) {
+        return Ok(f);
+    }
     let head: Vec<String> = bytes.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    Err(ImageError::new(ImageErrorKind::UnknownFormat, format!("not a JPEG or PNG (first bytes: {})", head.join(" "))))
+    Err(ImageError::new(
+        ImageErrorKind::UnknownFormat,
+        format!("not a JPEG, PNG, WebP, GIF, TIFF, BMP or Netpbm image (first bytes: {})", head.join(" ")),
+    ))
 }
 
 /// Warnings that concern metadata only: the pixels are complete and Pillow decodes such files normally.
@@ -410,7 +431,7 @@ pub struct Decoder {
     cmyk: Vec<u8>,
     /// 12-bit scratch.
     wide: Vec<i16>,
-    /// PNG decoder's native output.
+    /// PNG decoder's (and the other formats' decoders') native output.
     png_raw: Vec<u8>,
     /// The last decode met damaged entropy data (see the warning policy in the module docs).
     damaged: bool,
@@ -523,10 +544,16 @@ impl Decoder {
     /// Read the header (no pixel decoding) and apply the format and size checks.
     pub fn read_header(&mut self, bytes: &[u8]) -> std::result::Result<ImageInfo, ImageError> {
         let info = match sniff_format(bytes)? {
-            ImageFormat::Png => {
-                let (width, height) = pngdec::png_size(bytes)?;
+            format @ (ImageFormat::Png
+            | ImageFormat::WebP
+            | ImageFormat::Gif
+            | ImageFormat::Tiff
+            | ImageFormat::Bmp
+            | ImageFormat::Pnm) => {
+                let (width, height) =
+                    if format == ImageFormat::Png { pngdec::png_size(bytes)? } else { other::size(format, bytes)? };
                 ImageInfo {
-                    format: ImageFormat::Png,
+                    format,
                     width,
                     height,
                     subsampling: Subsampling::S444,
@@ -588,8 +615,8 @@ impl Decoder {
         self.release_outlier_scratch();
         self.damaged = false;
         let info = self.read_header(bytes)?;
-        if info.format == ImageFormat::Png {
-            let (w, h) = pngdec::decode_png_rgb(bytes, &mut self.png_raw, &mut self.rgb, &self.limits)?;
+        if info.format != ImageFormat::Jpeg {
+            let (w, h) = self.decode_whole(info.format, bytes)?;
             return Ok(DecodedRegion {
                 pixels: &self.rgb[..3 * w as usize * h as usize],
                 stride: 3 * w as usize,
@@ -627,6 +654,16 @@ impl Decoder {
             Err(e) => return Err(e),
         }
         Ok(self.region_view(x0, y0, w, h, m, sw, sh))
+    }
+
+    /// Decode a format without ROI or scaling (everything but JPEG) whole into `self.rgb`; the header has been
+    /// read and checked.
+    fn decode_whole(&mut self, format: ImageFormat, bytes: &[u8]) -> std::result::Result<(u32, u32), ImageError> {
+        if format == ImageFormat::Png {
+            pngdec::decode_png_rgb(bytes, &mut self.png_raw, &mut self.rgb, &self.limits)
+        } else {
+            other::decode_rgb(format, bytes, &mut self.png_raw, &mut self.rgb, &self.limits)
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -712,8 +749,8 @@ impl Decoder {
         let info = self.read_header(bytes)?;
         let (w, h) = (info.width, info.height);
         let n = 3 * w as usize * h as usize;
-        if info.format == ImageFormat::Png {
-            pngdec::decode_png_rgb(bytes, &mut self.png_raw, &mut self.rgb, &self.limits)?;
+        if info.format != ImageFormat::Jpeg {
+            self.decode_whole(info.format, bytes)?;
             out.clear();
             out.extend_from_slice(&self.rgb[..n]);
             return Ok((w, h));

@@ -94,7 +94,8 @@ fn empty_unknown_and_garbage_are_typed() {
     let mut out = Vec::new();
     let kind = |d: &mut Decoder, b: &[u8], out: &mut Vec<u8>| d.decode_full_rgb(b, out).unwrap_err().kind;
     assert_eq!(kind(&mut d, b"", &mut out), ImageErrorKind::Empty);
-    assert_eq!(kind(&mut d, b"GIF89a\x01\x00\x01\x00", &mut out), ImageErrorKind::UnknownFormat);
+    assert_eq!(kind(&mut d, b"GIF89a\x01\x00\x01\x00", &mut out), ImageErrorKind::Corrupt);
+    assert_eq!(kind(&mut d, b"RIFF\x04\0\0\0WAVE", &mut out), ImageErrorKind::UnknownFormat);
     assert_eq!(kind(&mut d, b"\xff\xd8", &mut out), ImageErrorKind::UnknownFormat);
     assert_eq!(kind(&mut d, b"\xff\xd8\xff\xe0garbage garbage", &mut out), ImageErrorKind::Corrupt);
     let mut png = pngdec::PNG_MAGIC.to_vec();

@@ -40,8 +40,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// torchvision's `IMG_EXTENSIONS`: a file belongs to the dataset when its name ends with one of these,
-/// compared ASCII case-insensitively. Formats other than JPEG/PNG are listed and fail when read
-/// ("WebP is not decoded yet"), so indices and labels stay torchvision's.
+/// compared ASCII case-insensitively. All of them are decoded (JPEG, PNG, PPM/PGM, BMP, TIFF, WebP); a file whose
+/// bytes are something else fails when read, naming what it is, so indices and labels stay torchvision's.
 pub const IMAGE_EXTENSIONS: [&str; 9] = [".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"];
 
 /// True when `name` ends with one of [`IMAGE_EXTENSIONS`] (case-insensitive), like torchvision's

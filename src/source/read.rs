@@ -12,9 +12,8 @@
 //! guard, then a read of at most `limit + 1` bytes: reading `limit + 1` bytes means the file grew past the
 //! limit, an error too. `O_NONBLOCK` has no effect on regular files of local or network file systems.
 //!
-//! The bytes of formats trdata does not decode yet (WebP, BMP, TIFF, GIF, Netpbm) are recognised here, so the
-//! error says "WebP is not decoded yet" instead of "not a JPEG or PNG": ImageFolder lists those files like
-//! torchvision does, and the user learns at the file what is missing.
+//! The bytes of formats trdata does not decode (AVIF, HEIF, JPEG XL, JPEG 2000) are recognised here, so the error
+//! says "AVIF is not decoded yet" instead of "not a JPEG, PNG, …": the user learns at the file what is missing.
 
 use crate::error::{ImageError, ImageErrorKind};
 use std::fs::{File, FileType, OpenOptions};
@@ -95,42 +94,31 @@ pub fn read_sample(path: &Path, limit_bytes: u64, buf: &mut Vec<u8>) -> Result<(
     if let Some(name) = undecoded_format(buf) {
         return Err(ImageError::new(
             ImageErrorKind::Unsupported,
-            format!("{name} is not decoded yet (trdata decodes JPEG and PNG); convert the file or leave it out"),
+            format!(
+                "{name} is not decoded yet (trdata decodes JPEG, PNG, WebP, GIF, TIFF, BMP and Netpbm); convert the file or leave it out"
+            ),
         ));
     }
     Ok(())
 }
 
-/// The name of an image format that `bytes` start with and trdata's decoder does not handle yet (WebP, BMP,
-/// TIFF, GIF, PPM/PGM/PBM), or `None` (JPEG, PNG, or unknown bytes, left to the decoder's own diagnosis).
-/// Remove a format from this list in the change that teaches `decode` to read it.
+/// The name of an image format that `bytes` start with and trdata's decoder does not handle (AVIF, HEIF, JPEG XL,
+/// JPEG 2000), or `None` (every decoded format, or unknown bytes, left to the decoder's own diagnosis). Remove a
+/// format from this list in the change that teaches `decode` to read it.
 pub fn undecoded_format(bytes: &[u8]) -> Option<&'static str> {
-    let starts = |magic: &[u8]| bytes.starts_with(magic);
-    if bytes.len() >= 12 && starts(b"RIFF") && &bytes[8..12] == b"WEBP" {
-        return Some("WebP");
-    }
-    if starts(b"GIF87a") || starts(b"GIF89a") {
-        return Some("GIF");
-    }
-    // Little/big-endian TIFF and BigTIFF.
-    if starts(b"II*\0") || starts(b"MM\0*") || starts(b"II+\0") || starts(b"MM\0+") {
-        return Some("TIFF");
-    }
-    // "BM" alone is too weak: also require a known DIB header size (core, V1..V5, OS/2 v2).
-    if bytes.len() >= 18 && starts(b"BM") {
-        let dib = u32::from_le_bytes([bytes[14], bytes[15], bytes[16], bytes[17]]);
-        if matches!(dib, 12 | 16 | 40 | 52 | 56 | 64 | 108 | 124) {
-            return Some("BMP");
-        }
-    }
-    // Netpbm: "P1".."P6" then whitespace (P1/P4 bitmap, P2/P5 graymap, P3/P6 pixmap).
-    if bytes.len() >= 3 && bytes[0] == b'P' && bytes[2].is_ascii_whitespace() {
-        return match bytes[1] {
-            b'1' | b'4' => Some("PBM"),
-            b'2' | b'5' => Some("PGM"),
-            b'3' | b'6' => Some("PPM"),
+    // ISO-BMFF: a box size, "ftyp", then the major brand.
+    if bytes.len() >= 12 && &bytes[4..8] == b"ftyp" {
+        return match &bytes[8..12] {
+            b"avif" | b"avis" => Some("AVIF"),
+            b"heic" | b"heix" | b"heim" | b"heis" | b"mif1" | b"msf1" => Some("HEIF"),
             _ => None,
         };
+    }
+    if bytes.starts_with(&[0xFF, 0x0A]) || bytes.starts_with(b"\0\0\0\x0cJXL \r\n\x87\n") {
+        return Some("JPEG XL");
+    }
+    if bytes.starts_with(b"\0\0\0\x0cjP  \r\n\x87\n") || bytes.starts_with(&[0xFF, 0x4F, 0xFF, 0x51]) {
+        return Some("JPEG 2000");
     }
     None
 }
@@ -206,29 +194,26 @@ mod tests {
 
     #[test]
     fn formats_not_decoded_yet_are_named() {
-        let mut bmp = b"BM\0\0\0\0\0\0\0\0\0\0\0\0".to_vec();
-        bmp.extend_from_slice(&40u32.to_le_bytes());
-        let cases: [(&[u8], Option<&str>); 11] = [
-            (b"RIFF\x10\0\0\0WEBPVP8 ", Some("WebP")),
-            (b"RIFF\x10\0\0\0WAVEfmt ", None),
-            (b"GIF89a\x01\0", Some("GIF")),
-            (b"II*\0\x08\0\0\0", Some("TIFF")),
-            (b"MM\0*\0\0\0\x08", Some("TIFF")),
-            (&bmp, Some("BMP")),
-            (b"BM not a bitmap header", None),
-            (b"P6\n24 24\n255\n", Some("PPM")),
-            (b"P5 24 24 255\n", Some("PGM")),
+        let cases: [(&[u8], Option<&str>); 9] = [
+            (b"\0\0\0\x1cftypavif\0\0\0\0", Some("AVIF")),
+            (b"\0\0\0\x18ftypheic\0\0\0\0", Some("HEIF")),
+            (b"\0\0\0\x18ftypisom\0\0\0\0", None),
+            (b"\xff\x0a\xfa\x7f", Some("JPEG XL")),
+            (b"\0\0\0\x0cjP  \r\n\x87\n\0\0", Some("JPEG 2000")),
+            // Decoded formats are not refused here.
+            (b"RIFF\x10\0\0\0WEBPVP8 ", None),
+            (b"GIF89a\x01\0", None),
             (b"\xff\xd8\xff\xe0", None),
             (b"\x89PNG\r\n\x1a\n", None),
         ];
         for (bytes, want) in cases {
             assert_eq!(undecoded_format(bytes), want, "{bytes:?}");
         }
-        let d = tmpdir("webp");
-        let p = d.join("x.webp");
-        std::fs::write(&p, b"RIFF\x10\0\0\0WEBPVP8 \0\0\0\0").unwrap();
+        let d = tmpdir("avif");
+        let p = d.join("x.avif");
+        std::fs::write(&p, b"\0\0\0\x1cftypavif\0\0\0\0mif1").unwrap();
         let e = read_sample(&p, 1 << 20, &mut Vec::new()).unwrap_err();
         assert_eq!(e.kind, ImageErrorKind::Unsupported);
-        assert!(e.message.starts_with("WebP is not decoded yet"), "{e}");
+        assert!(e.message.starts_with("AVIF is not decoded yet"), "{e}");
     }
 }
