@@ -32,7 +32,7 @@ PARAMS = {
     # transforms
     "size", "scale", "ratio", "p",
     # sources
-    "root", "paths", "labels", "blobs", "images", "classes", "train", "variant",
+    "root", "paths", "labels", "blobs", "images", "classes", "train", "variant", "shards",
 }  # fmt: skip
 # Parameters whose only rule is their Python type (any bool, any path): no core site.
 TYPE_ONLY = {"shuffle", "reproducible", "root", "classes", "train", "variant"}

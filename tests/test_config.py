@@ -560,8 +560,8 @@ def test_every_parameter_has_a_bad_value_case():
     import validation_sites
 
     # epoch, paths, labels and root have their own tests here; blobs, images, classes in test_memory_sources.py;
-    # train and variant (the classic datasets' readers) in test_classic.py
-    extra = {"epoch", "paths", "labels", "root", "blobs", "images", "classes", "train", "variant"}
+    # train and variant (the classic datasets' readers) in test_classic.py; shards in test_shards.py
+    extra = {"epoch", "paths", "labels", "root", "blobs", "images", "classes", "train", "variant", "shards"}
     covered = {p for p, _, _ in BAD_VALUES} | extra
     assert covered == validation_sites.PARAMS
 

@@ -19,6 +19,7 @@ from .errors import (
     WorkerError,
 )
 from .loader import Batch, Loader
+from .shards import WebDataset
 from .sources import (
     CIFAR10,
     CIFAR100,
@@ -64,6 +65,7 @@ __all__ = [
     "StaleIteratorError",
     "Transform",
     "TrdataError",
+    "WebDataset",
     "WorkerError",
     "__version__",
 ]

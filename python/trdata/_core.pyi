@@ -53,6 +53,14 @@ class NativeSource:
     def blobs(blobs: Sequence[bytes], labels: list[int]) -> NativeSource: ...
     @staticmethod
     def pixels(images: npt.NDArray[np.uint8], labels: list[int]) -> NativeSource: ...
+    @staticmethod
+    def spans(
+        files: Sequence[str | os.PathLike[str]],
+        file_index: list[int],
+        offsets: list[int],
+        lens: list[int],
+        labels: list[int],
+    ) -> NativeSource: ...
     def __len__(self) -> int: ...
 
 @final

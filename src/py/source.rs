@@ -55,6 +55,19 @@ impl NativeSource {
         Ok(Self { dataset })
     }
 
+    /// Image members of tar shards (`trdata.WebDataset`): sample i is `lens[i]` bytes at `offsets[i]` of
+    /// `files[file_index[i]]`.
+    #[staticmethod]
+    fn spans(
+        files: Vec<PathBuf>,
+        file_index: Vec<u32>,
+        offsets: Vec<u64>,
+        lens: Vec<u64>,
+        labels: Vec<i64>,
+    ) -> PyResult<Self> {
+        Ok(Self { dataset: source::spans(files, file_index, offsets, lens, labels).py_err()? })
+    }
+
     fn __len__(&self) -> usize {
         self.dataset.len()
     }

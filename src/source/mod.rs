@@ -10,7 +10,7 @@ mod image_folder;
 mod read;
 
 pub use image_folder::{IMAGE_EXTENSIONS, image_folder, image_folder_cancellable, is_image_file_name, python_name_cmp};
-pub use read::{read_sample, undecoded_format};
+pub use read::{read_sample, read_span, undecoded_format};
 
 use crate::error::{Result, TrdataError};
 use std::ffi::OsString;
@@ -25,6 +25,21 @@ pub enum Store {
     Blobs(Vec<Vec<u8>>),
     /// Raw pixels in memory, decoded by nobody (`trdata.Arrays`).
     Pixels(PixelArray),
+    /// Byte spans of files: the image members of tar shards (`trdata.WebDataset`).
+    Spans(Spans),
+}
+
+/// Image `i` is `len[i]` bytes at `offset[i]` of `files[file[i]]`.
+#[derive(Debug, Clone)]
+pub struct Spans {
+    /// The shard files.
+    pub files: Vec<PathBuf>,
+    /// Per image: index into `files`.
+    pub file: Vec<u32>,
+    /// Per image: byte offset of the member's data.
+    pub offset: Vec<u64>,
+    /// Per image: the member's size in bytes.
+    pub len: Vec<u64>,
 }
 
 /// N images of `height × width × channels` uint8 pixels, row-major and contiguous (numpy's (N, H, W[, C])).
@@ -80,6 +95,11 @@ impl Dataset {
         match &self.store {
             Store::Files(paths) => paths[i].clone(),
             Store::Blobs(_) | Store::Pixels(_) => PathBuf::from(format!("<memory>[{i}]")),
+            Store::Spans(s) => {
+                let mut name = s.files[s.file[i] as usize].clone().into_os_string();
+                name.push(format!("@{}+{}", s.offset[i], s.len[i]));
+                PathBuf::from(name)
+            }
         }
     }
 }
@@ -128,6 +148,7 @@ pub fn file_list(paths: Vec<PathBuf>, labels: Vec<i64>) -> Result<Dataset> {
 /// `blobs` / `images` / `labels` names of the in-memory sources (their rules: [`bytes`], [`arrays`]).
 const BLOBS: &str = "blobs";
 const IMAGES: &str = "images";
+const SHARDS: &str = "shards";
 
 /// A dataset of encoded images held in memory (`trdata.Bytes`): one label per blob, at least one blob.
 pub fn bytes(blobs: Vec<Vec<u8>>, labels: Vec<i64>) -> Result<Dataset> {
@@ -144,6 +165,31 @@ pub fn bytes(blobs: Vec<Vec<u8>>, labels: Vec<i64>) -> Result<Dataset> {
         ));
     }
     Ok(Dataset { store: Store::Blobs(blobs), labels, classes: Vec::new() })
+}
+
+/// A dataset of byte spans of files (`trdata.WebDataset`: tar members): one (file, offset, len) and one label per
+/// image, every file index valid and every span non-empty (whether it lies inside its file is checked when read).
+pub fn spans(
+    files: Vec<PathBuf>,
+    file: Vec<u32>,
+    offset: Vec<u64>,
+    len: Vec<u64>,
+    labels: Vec<i64>,
+) -> Result<Dataset> {
+    let n = labels.len();
+    if n == 0 || n > u32::MAX as usize || file.len() != n || offset.len() != n || len.len() != n {
+        return Err(TrdataError::config(
+            SHARDS,
+            format!("{n} samples must be at least one, fewer than 2**32, with one span each"),
+        ));
+    }
+    if let Some(i) = (0..n).find(|&i| file[i] as usize >= files.len() || len[i] == 0) {
+        return Err(TrdataError::config(
+            SHARDS,
+            format!("span {i} must name one of the {} files and hold bytes", files.len()),
+        ));
+    }
+    Ok(Dataset { store: Store::Spans(Spans { files, file, offset, len }), labels, classes: Vec::new() })
 }
 
 /// A dataset of raw uint8 pixels (`trdata.Arrays`): `data` holds `count` images of `height × width × channels`

@@ -65,6 +65,40 @@ fn open_nonblocking(path: &Path) -> Result<File, ImageError> {
     )
 }
 
+/// Read `len` bytes at `offset` of the regular file `path` into `buf` (cleared first): one member of a shard.
+/// The span must lie inside the file as it is now (a shard truncated after its index was built is `Corrupt`,
+/// never a short read), and `len` must not exceed `limit_bytes`.
+pub fn read_span(path: &Path, offset: u64, len: u64, limit_bytes: u64, buf: &mut Vec<u8>) -> Result<(), ImageError> {
+    use std::os::unix::fs::FileExt;
+    if len > limit_bytes {
+        return Err(ImageError::new(
+            ImageErrorKind::TooLarge,
+            format!("member of {len} bytes exceeds the limit of {limit_bytes} bytes"),
+        ));
+    }
+    let file = open_nonblocking(path)?;
+    let meta = file.metadata().map_err(|e| io_error(&e))?;
+    if !meta.file_type().is_file() {
+        return Err(not_regular(meta.file_type()));
+    }
+    if offset.checked_add(len).is_none_or(|end| end > meta.len()) {
+        return Err(ImageError::new(
+            ImageErrorKind::Corrupt,
+            format!("member at byte {offset} (+{len}) lies past the end of the {}-byte file", meta.len()),
+        ));
+    }
+    let want = usize::try_from(len).unwrap_or(usize::MAX);
+    if buf.capacity() > KEEP_BUFFER_BYTES && buf.capacity() / 4 > want {
+        *buf = Vec::new();
+    }
+    buf.clear();
+    buf.try_reserve_exact(want).map_err(|_| {
+        ImageError::new(ImageErrorKind::TooLarge, format!("cannot allocate {len} bytes to read the member"))
+    })?;
+    buf.resize(want, 0);
+    file.read_exact_at(buf, offset).map_err(|e| io_error(&e))
+}
+
 /// Read the regular file `path` into `buf` (cleared first), refusing anything that is not a regular file and
 /// any file larger than `limit_bytes` (checked before and while reading). Formats that are recognised but not
 /// decoded yet are refused here too (`Unsupported`, see [`undecoded_format`]). Never blocks on a FIFO and never
@@ -177,6 +211,24 @@ mod tests {
         assert!(e.message.contains("directory"), "{e}");
         let e = read_sample(&d.join("missing.jpg"), 1 << 20, &mut Vec::new()).unwrap_err();
         assert_eq!(e.kind, ImageErrorKind::Io);
+    }
+
+    #[test]
+    fn spans_are_read_exactly_and_never_past_the_end() {
+        let dir = tmpdir("span");
+        let p = dir.join("shard.tar");
+        std::fs::write(&p, (0u8..100).collect::<Vec<_>>()).unwrap();
+        let mut buf = vec![9; 3];
+        read_span(&p, 10, 5, 1 << 20, &mut buf).unwrap();
+        assert_eq!(buf, [10, 11, 12, 13, 14]);
+        read_span(&p, 95, 5, 1 << 20, &mut buf).unwrap();
+        assert_eq!(buf, [95, 96, 97, 98, 99]);
+        for (offset, len) in [(96, 5), (u64::MAX, 2), (100, 1)] {
+            let e = read_span(&p, offset, len, 1 << 20, &mut buf).unwrap_err();
+            assert_eq!(e.kind, ImageErrorKind::Corrupt, "{offset}+{len}: {e}");
+        }
+        assert_eq!(read_span(&p, 0, 50, 10, &mut buf).unwrap_err().kind, ImageErrorKind::TooLarge);
+        assert!(read_span(&dir, 0, 1, 10, &mut buf).is_err()); // a directory is no shard
     }
 
     #[test]

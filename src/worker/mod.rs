@@ -14,7 +14,7 @@ use crate::plan::claim::WorkerClaim;
 use crate::plan::resume::SeqBitmap;
 use crate::plan::{EpochPlan, PlanShape};
 use crate::rng::{OP_SKIP_REPLACEMENT, SampleRng};
-use crate::source::{Dataset, Store, read_sample};
+use crate::source::{Dataset, Store, read_sample, read_span};
 use crate::stats::Stats;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Condvar, Mutex, Ordering, lock};
 use crate::transfer::Station;
@@ -398,6 +398,12 @@ fn attempt_sample(
             ctx.pipeline.process(scratch, &blobs[i], key, dst)
         }
         Store::Pixels(array) => ctx.pipeline.process_pixels(scratch, array, i, key, dst),
+        Store::Spans(s) => read_span(&s.files[s.file[i] as usize], s.offset[i], s.len[i], MAX_FILE_BYTES, file_buf)
+            .and_then(|()| {
+                Stats::add_since(&ctx.stats.read_ns, t0);
+                Stats::add(&ctx.stats.bytes_read, file_buf.len() as u64);
+                ctx.pipeline.process(scratch, file_buf, key, dst)
+            }),
     };
     match result {
         Ok(t) => {
