@@ -175,12 +175,12 @@ pub struct Loader {
 impl Loader {
     /// Validate the configuration (CPU engine); starts nothing.
     pub fn new(dataset: Dataset, cfg: LoaderConfig) -> Result<Self> {
-        Self::with_devices(dataset, cfg, DeviceSpec::Cpu)
+        Self::with_devices(Arc::new(dataset), cfg, DeviceSpec::Cpu)
     }
 
     /// Validate the configuration for `devices`; starts nothing (CUDA is only probed: a missing driver or
     /// device is a `TrdataError::Cuda` here, not on the first iteration).
-    pub fn with_devices(dataset: Dataset, cfg: LoaderConfig, devices: DeviceSpec) -> Result<Self> {
+    pub fn with_devices(dataset: Arc<Dataset>, cfg: LoaderConfig, devices: DeviceSpec) -> Result<Self> {
         // Every rule is config.rs's (and the transforms' augment/'s, checked when `cfg.pipeline` was built).
         if let DeviceSpec::Cuda { ordinals, device_slots } = &devices {
             config::check_devices(ordinals)?;
@@ -193,7 +193,7 @@ impl Loader {
             }
         }
         let ctx = Arc::new(WorkContext {
-            dataset: Arc::new(dataset),
+            dataset,
             pipeline: cfg.pipeline.clone(),
             stats: Arc::new(Stats::default()),
             seed: cfg.seed,
@@ -586,10 +586,11 @@ impl Loader {
             .iter_mut()
             .enumerate()
             .map(|(d, p)| {
-                let images = p.take().expect("every engine delivered");
-                let (labels, indices) = match &images {
+                let mut images = p.take().expect("every engine delivered");
+                let (labels, indices) = match &mut images {
                     BatchImages::Host(lease) => lease.buffer().labels_and_indices(lease.rows),
-                    BatchImages::Device(db) => (db.labels.clone(), db.indices.clone()),
+                    // moved out, not copied: the device batch is handed on with its lease only
+                    BatchImages::Device(db) => (std::mem::take(&mut db.labels), std::mem::take(&mut db.indices)),
                 };
                 let valid = self.shape.valid_in_batch(first_engine + d as u64, b) as usize;
                 EngineBatch { images, labels, indices, valid, epoch }

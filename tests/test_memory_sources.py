@@ -182,3 +182,25 @@ def test_classes_name_the_targets_as_torchvision_does(rgb: np.ndarray) -> None:
         with pytest.raises(trdata.ConfigError) as e:
             trdata.Arrays(rgb[:1], classes=bad)
         assert e.value.parameter == "classes"
+
+
+def test_good_blobs_after_a_bad_one_on_the_same_worker_are_untouched(rgb: np.ndarray) -> None:
+    """One worker decodes a truncated, a garbage and a huge-header blob among good ones (skip policy): every good
+    sample's pixels equal those of a clean run — decoder state never survives a failure."""
+    good = [png_bytes(a) for a in rgb[:12]]
+    bad = list(good)
+    bad[3] = good[3][: len(good[3]) // 3]  # truncated
+    bad[6] = b"\xff\xd8\xff garbage" * 20  # a JPEG start, then nothing valid
+    bad[9] = good[9][:16] + (60000).to_bytes(4, "big") * 2 + good[9][24:]  # IHDR claims 60000×60000
+    clean = run(trdata.Bytes(good), workers=1, shuffle=False)
+    with trdata.Loader(
+        trdata.Bytes(bad), workers=1, transforms=RRC_FLIP, on_error="skip", **{**KW, "shuffle": False}
+    ) as ld:
+        bs = list(ld)
+        assert ld.stats()["errors_skipped"] == 3
+    images = np.concatenate([b.images for b in bs])
+    indices = np.concatenate([b.indices for b in bs]).tolist()
+    assert not {3, 6, 9} & set(indices)
+    by_index = {int(j): clean[0][k] for k, j in enumerate(clean[2])}
+    for row, j in zip(images, indices):
+        assert np.array_equal(row, by_index[j])

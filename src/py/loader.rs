@@ -12,7 +12,7 @@ use crate::error::TrdataError;
 use crate::export::{Device, DlpackRequest, ElementType, TensorExport, into_capsule};
 use crate::loader::{BatchImages, DeviceSpec, Loader, LoaderState, NextStep};
 use crate::plan::LastBatch;
-use crate::source::{self, Dataset, Store, image_folder_cancellable};
+use crate::source::{self, Store, image_folder_cancellable};
 use crate::sync::lock;
 use crate::transfer::BatchLease;
 use pyo3::conversion::FromPyObjectOwned;
@@ -342,7 +342,7 @@ impl NativeLoader {
                 ..limits
             },
         };
-        let ds: Dataset = source.dataset.clone();
+        let ds = crate::sync::Arc::clone(&source.dataset);
         // Checked for every loader (a CPU loader does not use it, but a wrong value is wrong everywhere).
         let device_slots: usize = int_arg(device_slots, &config::DEVICE_SLOTS)?;
         config::DEVICE_SLOTS.check::<usize>(device_slots as i128).py_err()?;

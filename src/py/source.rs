@@ -5,15 +5,22 @@
 use super::errors::{IntoPyResult, to_py};
 use crate::error::TrdataError;
 use crate::source::{self, Dataset};
+use crate::sync::Arc;
 use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-/// One dataset of the core, ready for a loader.
+/// One dataset of the core, ready for a loader; every loader over it shares it (no copy per loader).
 #[pyclass(frozen, module = "trdata._core")]
 pub struct NativeSource {
-    pub(super) dataset: Dataset,
+    pub(super) dataset: Arc<Dataset>,
+}
+
+impl NativeSource {
+    fn new(dataset: Dataset) -> Self {
+        Self { dataset: Arc::new(dataset) }
+    }
 }
 
 #[pymethods]
@@ -23,13 +30,13 @@ impl NativeSource {
     fn files(paths: Vec<PathBuf>, labels: Vec<i64>, classes: Vec<OsString>) -> PyResult<Self> {
         let mut dataset = source::file_list(paths, labels).py_err()?;
         dataset.classes = classes;
-        Ok(Self { dataset })
+        Ok(Self::new(dataset))
     }
 
     /// Encoded images in memory (`trdata.Bytes`), copied once.
     #[staticmethod]
     fn blobs(blobs: Vec<Vec<u8>>, labels: Vec<i64>) -> PyResult<Self> {
-        Ok(Self { dataset: source::bytes(blobs, labels).py_err()? })
+        Ok(Self::new(source::bytes(blobs, labels).py_err()?))
     }
 
     /// Raw uint8 pixels (`trdata.Arrays`): an (N, H, W) or (N, H, W, C) array with C 1 or 3, copied once.
@@ -52,7 +59,7 @@ impl NativeSource {
             to_py(TrdataError::config("images", format!("an array of shape {shape:?} must be C-contiguous")))
         })?;
         let dataset = source::arrays(data, shape[0], dim(shape[1]), dim(shape[2]), channels, labels).py_err()?;
-        Ok(Self { dataset })
+        Ok(Self::new(dataset))
     }
 
     /// Image members of tar shards (`trdata.WebDataset`): sample i is `lens[i]` bytes at `offsets[i]` of
@@ -65,7 +72,7 @@ impl NativeSource {
         lens: Vec<u64>,
         labels: Vec<i64>,
     ) -> PyResult<Self> {
-        Ok(Self { dataset: source::spans(files, file_index, offsets, lens, labels).py_err()? })
+        Ok(Self::new(source::spans(files, file_index, offsets, lens, labels).py_err()?))
     }
 
     fn __len__(&self) -> usize {

@@ -7,7 +7,7 @@
 //! A panic inside a job is caught, poisons the station (the consumer raises `WorkerError`) and the worker
 //! still checks out, so nothing hangs. `shutdown` sets the flag, wakes and joins every thread.
 
-use crate::augment::{SampleKey, SamplePipeline, WorkerScratch};
+use crate::augment::{SampleKey, SamplePipeline, SampleTiming, WorkerScratch};
 use crate::decode::DecodeLimits;
 use crate::error::{ImageError, Result, SampleError, TrdataError};
 use crate::plan::claim::WorkerClaim;
@@ -375,6 +375,20 @@ fn produce(
     Err(SampleError { error, ..first })
 }
 
+/// Decode `bytes`, just read (from `t0`) from a file or shard, into `dst`, counting the read.
+fn decode_read(
+    ctx: &WorkContext,
+    t0: Instant,
+    scratch: &mut WorkerScratch,
+    bytes: &[u8],
+    key: SampleKey,
+    dst: &mut [u8],
+) -> std::result::Result<SampleTiming, ImageError> {
+    Stats::add_since(&ctx.stats.read_ns, t0);
+    Stats::add(&ctx.stats.bytes_read, bytes.len() as u64);
+    ctx.pipeline.process(scratch, bytes, key, dst)
+}
+
 /// Read and decode dataset sample `index` into `dst`; a failure is recorded once in the skip log.
 fn attempt_sample(
     job: &EpochJob,
@@ -388,22 +402,15 @@ fn attempt_sample(
     let key = SampleKey { seed: ctx.seed, epoch: job.plan.epoch, index };
     let t0 = Instant::now();
     let result = match &ctx.dataset.store {
-        Store::Files(paths) => read_sample(&paths[i], MAX_FILE_BYTES, file_buf).and_then(|()| {
-            Stats::add_since(&ctx.stats.read_ns, t0);
-            Stats::add(&ctx.stats.bytes_read, file_buf.len() as u64);
-            ctx.pipeline.process(scratch, file_buf, key, dst)
-        }),
+        Store::Files(paths) => read_sample(&paths[i], MAX_FILE_BYTES, file_buf)
+            .and_then(|()| decode_read(ctx, t0, scratch, file_buf, key, dst)),
+        Store::Spans(s) => read_span(&s.files[s.file[i] as usize], s.offset[i], s.len[i], MAX_FILE_BYTES, file_buf)
+            .and_then(|()| decode_read(ctx, t0, scratch, file_buf, key, dst)),
         Store::Blobs(blobs) => {
             Stats::add(&ctx.stats.bytes_read, blobs[i].len() as u64);
             ctx.pipeline.process(scratch, &blobs[i], key, dst)
         }
         Store::Pixels(array) => ctx.pipeline.process_pixels(scratch, array, i, key, dst),
-        Store::Spans(s) => read_span(&s.files[s.file[i] as usize], s.offset[i], s.len[i], MAX_FILE_BYTES, file_buf)
-            .and_then(|()| {
-                Stats::add_since(&ctx.stats.read_ns, t0);
-                Stats::add(&ctx.stats.bytes_read, file_buf.len() as u64);
-                ctx.pipeline.process(scratch, file_buf, key, dst)
-            }),
     };
     match result {
         Ok(t) => {
