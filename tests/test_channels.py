@@ -96,7 +96,9 @@ def test_mnist_batches_have_one_channel_and_equal_torchvision(tmp_path: Path, va
 
 def test_mnist_channels_3_is_the_widened_gray(tmp_path: Path) -> None:
     src = trdata.MNIST(mnist_root(tmp_path), train=True)
-    kw: dict[str, Any] = dict(transforms=[trdata.RandomResizedCrop(20), trdata.RandomHorizontalFlip()], seed=5)
+    kw: dict[str, Any] = dict(
+        transforms=[trdata.RandomResizedCrop(20), trdata.RandomHorizontalFlip()], seed=5
+    )
     gray, gi = batches(src, dtype="uint8", **kw)
     rgb, ri = batches(src, dtype="uint8", channels=3, **kw)
     assert gray.shape == (20, 1, 20, 20) and rgb.shape == (20, 3, 20, 20)
@@ -119,7 +121,9 @@ def test_gray_arrays_in_every_shape_and_layout(tmp_path: Path) -> None:
     kw: dict[str, Any] = dict(transforms=[trdata.RandomResizedCrop((17, 19)), trdata.RandomHorizontalFlip()])
     base, _ = batches(trdata.Arrays(g), dtype="float32", normalize=trdata.MNIST_NORM, **kw)
     assert base.shape == (13, 1, 17, 19) and base.dtype == np.float32
-    nhwc, _ = batches(trdata.Arrays(g[..., None]), dtype="float32", normalize=trdata.MNIST_NORM, layout="NHWC", **kw)
+    nhwc, _ = batches(
+        trdata.Arrays(g[..., None]), dtype="float32", normalize=trdata.MNIST_NORM, layout="NHWC", **kw
+    )
     assert nhwc.shape == (13, 17, 19, 1)
     np.testing.assert_array_equal(nhwc[..., 0], base[:, 0])
     u8, _ = batches(trdata.Arrays(g), dtype="uint8", layout="NHWC", **kw)
@@ -194,7 +198,9 @@ def test_gray_before_or_after_resize_against_torchvision(tmp_path: Path) -> None
     — the order where Pillow resizes RGB and converts after."""
     T = pytest.importorskip("torchvision.transforms")
     w, h = 120, 90
-    same_size = write_jpegs(tmp_path / "420", 6, (w, h)) + write_jpegs(tmp_path / "444", 6, (w, h), subsampling=0)
+    same_size = write_jpegs(tmp_path / "420", 6, (w, h)) + write_jpegs(
+        tmp_path / "444", 6, (w, h), subsampling=0
+    )
     ratio = (w / h, w / h)
     size = (h * 9 // 10, w * 9 // 10)  # > 7/8 of the image: decoded at full size (no DCT scaling)
     src = trdata.FileList(same_size, list(range(len(same_size))))
@@ -242,7 +248,9 @@ def test_every_decodable_edge_case_in_gray(edge_dir: Path) -> None:
         with Image.open(p) as im:
             w, h = im.size
             want = np.asarray(im)
-        got, _ = batches(trdata.FileList([p]), transforms=[trdata.CenterCrop((h, w))], dtype="uint8", channels=1)
+        got, _ = batches(
+            trdata.FileList([p]), transforms=[trdata.CenterCrop((h, w))], dtype="uint8", channels=1
+        )
         np.testing.assert_array_equal(got[0, 0], want)
         # files default to 3 channels, whatever they hold (torchvision's ImageFolder converts to RGB)
         rgb, _ = batches(trdata.FileList([p]), transforms=[trdata.CenterCrop((h, w))], dtype="uint8")

@@ -412,7 +412,9 @@ impl SamplePipeline {
     pub fn with_channels(transforms: Vec<TransformSpec>, output: OutputSpec, channels: Channels) -> Result<Self> {
         let compiled = geometry::compile(&transforms)?;
         if let Some(n) = output.normalize {
-            if channels == Channels::Gray && (n.mean.iter().any(|&m| m != n.mean[0]) || n.std.iter().any(|&s| s != n.std[0])) {
+            if channels == Channels::Gray
+                && (n.mean.iter().any(|&m| m != n.mean[0]) || n.std.iter().any(|&s| s != n.std[0]))
+            {
                 return Err(TrdataError::config(
                     NORMALIZE,
                     format!(

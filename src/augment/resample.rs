@@ -540,7 +540,8 @@ fn hrow_gray<S: GraySample>(src: &[S], c: &AxisCoeffs, dst: &mut [u8]) {
         t => {
             for ((d, &s), k) in dst.iter_mut().zip(&c.start).zip(c.k.chunks_exact(t)) {
                 let px = &src[s as usize..s as usize + t];
-                let acc = px.iter().zip(k).fold(HALF as u32, |a, (p, &w)| a.wrapping_add(p.value().wrapping_mul(w as u32)));
+                let acc =
+                    px.iter().zip(k).fold(HALF as u32, |a, (p, &w)| a.wrapping_add(p.value().wrapping_mul(w as u32)));
                 *d = (acc >> PRECISION_BITS).min(255) as u8;
             }
         }

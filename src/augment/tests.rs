@@ -876,7 +876,10 @@ fn kernel_timing() {
 
 /// Pillow's `convert("L")` of a whole RGB image, written from libImaging/Convert.c's `L24` macro.
 fn luma(img: &Img) -> Vec<u8> {
-    img.px.chunks_exact(3).map(|p| ((19595 * u32::from(p[0]) + 38470 * u32::from(p[1]) + 7471 * u32::from(p[2]) + 32768) >> 16) as u8).collect()
+    img.px
+        .chunks_exact(3)
+        .map(|p| ((19595 * u32::from(p[0]) + 38470 * u32::from(p[1]) + 7471 * u32::from(p[2]) + 32768) >> 16) as u8)
+        .collect()
 }
 
 /// A gray image as RGB with three equal channels (resampling it resamples the gray image, channel by channel).
@@ -910,7 +913,8 @@ fn gray_output_equals_pillow_convert_l_then_resize_bit_exactly() {
         (vec![TransformSpec::ResizeExact { height: 300, width: 20 }], |i| pillow_resize(i, 20, 300)),
         (vec![flip(1.0), center(99, 101)], |i| i.flipped().center_crop(99, 101)),
     ];
-    let mut files: Vec<Vec<u8>> = edge_files().into_iter().chain(imagenet(12)).map(|f| std::fs::read(f).unwrap()).collect();
+    let mut files: Vec<Vec<u8>> =
+        edge_files().into_iter().chain(imagenet(12)).map(|f| std::fs::read(f).unwrap()).collect();
     files.push(png_bytes(&synthetic(173, 131, 4)));
     let mut s = WorkerScratch::new().unwrap();
     let mut checked = 0;
@@ -994,7 +998,9 @@ fn gray_and_rgb_pixel_arrays_follow_the_file_path() {
                 match spec.layout {
                     Layout::Nchw => assert!(wide.chunks_exact(gray_out.len()).all(|plane| plane == gray_out)),
                     Layout::Nhwc => assert!(
-                        wide.chunks_exact(3 * b).zip(gray_out.chunks_exact(b)).all(|(p, v)| p.chunks_exact(b).all(|c| c == v))
+                        wide.chunks_exact(3 * b)
+                            .zip(gray_out.chunks_exact(b))
+                            .all(|(p, v)| p.chunks_exact(b).all(|c| c == v))
                     ),
                 }
                 // an RGB array in gray: as its PNG
@@ -1066,7 +1072,12 @@ fn normalize_values_must_match_the_channels() {
     assert!(Normalize::from_user(&imagenet.0, &imagenet.1, Channels::Rgb).is_ok());
     assert!(Normalize::from_user(&[0.5], &imagenet.1, Channels::Rgb).is_ok());
     let e = param(Normalize::from_user(&imagenet.0, &imagenet.1, Channels::Gray));
-    assert!(e.starts_with("normalize: mean=[0.485, 0.456, 0.406] std=[0.229, 0.224, 0.225] must have 1 value each with channels=1"), "{e}");
+    assert!(
+        e.starts_with(
+            "normalize: mean=[0.485, 0.456, 0.406] std=[0.229, 0.224, 0.225] must have 1 value each with channels=1"
+        ),
+        "{e}"
+    );
     assert!(param(Normalize::from_user(&[0.5], &[0.2, 0.2, 0.2], Channels::Gray)).starts_with("normalize: "));
     for (m, sd) in [(&[][..], &[0.2][..]), (&[0.5, 0.5], &[0.2]), (&[0.5; 4], &[0.2; 4])] {
         assert!(param(Normalize::from_user(m, sd, Channels::Rgb)).contains("must have 1 or 3 values each"));
@@ -1077,7 +1088,14 @@ fn normalize_values_must_match_the_channels() {
         Err(TrdataError::Config { parameter, .. }) => assert_eq!(parameter, "normalize"),
         other => panic!("{other:?}"),
     }
-    assert!(SamplePipeline::with_channels(vec![rrc(8, 8)], OutputSpec { normalize: Some(MNIST_NORM), ..f32n }, Channels::Gray).is_ok());
+    assert!(
+        SamplePipeline::with_channels(
+            vec![rrc(8, 8)],
+            OutputSpec { normalize: Some(MNIST_NORM), ..f32n },
+            Channels::Gray
+        )
+        .is_ok()
+    );
 }
 
 /// The 1-channel kernels against Pillow's plain loop (`horizontal_row::<1>`), every tap count the dispatch has.
@@ -1088,7 +1106,8 @@ fn gray_horizontal_kernels_equal_the_plain_loop() {
     let line = luma(&synthetic(400, 1, 6));
     for out in [400usize, 300, 200, 133, 100, 57, 40, 9] {
         let n = line.len();
-        let axis = Axis { out_n: out, start: 0, resized: out as i64, scale: n as f64 / out as f64, lo: 0, hi: n as i64 };
+        let axis =
+            Axis { out_n: out, start: 0, resized: out as i64, scale: n as f64 / out as f64, lo: 0, hi: n as i64 };
         for flip in [false, true] {
             let mut c = AxisCoeffs::default();
             c.compute(&axis, 8, n as u32, n as u32, flip);

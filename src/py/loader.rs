@@ -317,10 +317,7 @@ impl NativeLoader {
         let output = OutputSpec {
             dtype: choice(dtype, &config::DTYPE)?,
             layout: choice(layout, &config::LAYOUT)?,
-            normalize: normalize
-                .map(|(mean, std)| Normalize::from_user(&mean, &std, channels))
-                .transpose()
-                .py_err()?,
+            normalize: normalize.map(|(mean, std)| Normalize::from_user(&mean, &std, channels)).transpose().py_err()?,
         };
         let pipeline = SamplePipeline::with_channels(specs, output, channels).py_err()?;
         let cpus = cpus
