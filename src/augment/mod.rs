@@ -20,8 +20,8 @@
 //! resampling, on the crop window, so it equals torchvision's `[Grayscale(), Resize(…), CenterCrop(…)]` (Pillow
 //! converts, then resizes the L image) bit for bit at full-size decode; torchvision's other habit,
 //! `[RandomResizedCrop(…), Grayscale()]` (resize RGB, then convert), differs from it only by the rounding of the
-//! 8-bit intermediates (±1 on a few pixels; `tests/test_channels.py` measures it against Pillow). Converting
-//! first resamples one channel instead of three.
+//! 8-bit intermediates (at most 2 levels at full-size decode; `tests/test_channels.py` measures it against
+//! torchvision). Converting first also resamples one channel instead of three.
 
 mod color;
 pub mod geometry;
@@ -286,7 +286,7 @@ pub struct SampleTiming {
 
 /// A region the resampler reads: `pixels` rows of `stride` bytes of `channels` (3: RGB, 1: gray) interleaved
 /// bytes per pixel, whose top-left pixel is (`x0`, `y0`) of the (scaled) image.
-struct Source<'a> {
+struct SourcePixels<'a> {
     pixels: &'a [u8],
     stride: usize,
     x0: u32,
@@ -561,7 +561,8 @@ impl SamplePipeline {
         debug_assert_eq!(region.scale_eighths, m);
         debug_assert!(region.x0 <= x.win0 && x.win1 <= region.x0 + region.width);
         debug_assert!(region.y0 <= y.win0 && y.win1 <= region.y0 + region.height);
-        let src = Source { pixels: region.pixels, stride: region.stride, x0: region.x0, y0: region.y0, channels: 3 };
+        let src =
+            SourcePixels { pixels: region.pixels, stride: region.stride, x0: region.x0, y0: region.y0, channels: 3 };
         self.resample_into(src, m, plan.vertical_first, Scratch { x, y, inter, wide, row, window }, dst);
         let t2 = Instant::now();
         Ok(SampleTiming {
@@ -590,7 +591,7 @@ impl SamplePipeline {
         x.compute(&plan.x, 8, w, w, plan.flip);
         y.compute(&plan.y, 8, h, h, false);
         let channels = usize::from(array.channels);
-        let src = Source { pixels: array.image(i), stride: w as usize * channels, x0: 0, y0: 0, channels };
+        let src = SourcePixels { pixels: array.image(i), stride: w as usize * channels, x0: 0, y0: 0, channels };
         let t1 = Instant::now();
         self.resample_into(src, 8, plan.vertical_first, Scratch { x, y, inter, wide, row, window }, dst);
         let t2 = Instant::now();
@@ -603,7 +604,7 @@ impl SamplePipeline {
 
     /// The fused write of one sample: convert the source's channels to the output's (the filter window only),
     /// resample through the computed axes, flip, normalize, cast and lay out into `dst`.
-    fn resample_into(&self, src: Source<'_>, m: u8, pillow_vertical_first: bool, s: Scratch<'_>, dst: &mut [u8]) {
+    fn resample_into(&self, src: SourcePixels<'_>, m: u8, pillow_vertical_first: bool, s: Scratch<'_>, dst: &mut [u8]) {
         let (ow, oh) = (self.width, self.height);
         let Scratch { x, y, inter, wide, row, window } = s;
         // Pass order (it only changes the rounding of the 8-bit intermediate, by ±1): for deterministic pipelines

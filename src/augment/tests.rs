@@ -802,7 +802,7 @@ fn throughput() {
         c.0, c.1, c.2
     );
     eprintln!(
-        "  (d) as (b), channels=1 (luma) -> f16          {:8.1} img/s  (decode {:.0} us + convert/resample/write {:.0} us)",
+        "  (d) as (b), channels=1 (luma) -> f16          {:8.1} img/s  (decode {:.0} us + luma/resample {:.0} us)",
         d.0, d.1, d.2
     );
 }
