@@ -29,13 +29,14 @@ PARAMS = {
     "source", "batch_size", "transforms", "normalize", "dtype", "layout", "workers", "shuffle", "seed",
     "reproducible", "last_batch", "device", "rank", "world_size", "on_error", "pin", "prefetch",
     "max_held_batches", "device_slots", "cpus", "max_pixels", "max_scans", "max_memory_bytes", "epoch",
+    "exif_transpose",
     # transforms
     "size", "scale", "ratio", "p",
     # sources
     "root", "paths", "labels", "blobs", "images", "classes", "train", "variant", "shards",
 }  # fmt: skip
 # Parameters whose only rule is their Python type (any bool, any path): no core site.
-TYPE_ONLY = {"shuffle", "reproducible", "root", "classes", "train", "variant"}
+TYPE_ONLY = {"shuffle", "reproducible", "exif_transpose", "root", "classes", "train", "variant"}
 
 # Core functions that raise a ConfigError naming a parameter without validating its value.
 NOT_VALIDATION = {

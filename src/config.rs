@@ -87,6 +87,8 @@ pub mod default {
     pub const LAYOUT: Layout = Layout::Nchw;
     /// `device`: the host (batches are numpy views).
     pub const DEVICE: &str = "cpu";
+    /// `exif_transpose`: pixels in stored order, as torchvision's loaders (PIL without `exif_transpose`).
+    pub const EXIF_TRANSPOSE: bool = false;
 
     /// `reproducible` when the user gives none: fixed slots (dataset order) for an unshuffled loader — eval
     /// code writes predictions by position, as with torch's DataLoader — and first-finished slots for a
@@ -191,7 +193,8 @@ pub struct LoaderConfig {
     pub max_held_batches: usize,
     /// Per-sample decode + augmentation.
     pub pipeline: SamplePipeline,
-    /// Decode-bomb budgets of every worker's decoder (pixels, progressive scans, memory, retained scratch).
+    /// Decode-bomb budgets of every worker's decoder (pixels, progressive scans, memory, retained scratch), and
+    /// whether it applies EXIF orientation (`exif_transpose`, a bool: its only rule is its type).
     pub decode_limits: DecodeLimits,
 }
 

@@ -417,9 +417,16 @@ class Loader:
     a 2,000-scan file takes seconds per decode) and ``max_memory_bytes`` (default 256 MiB: libjpeg-turbo's
     whole-image coefficient buffers of progressive JPEGs, and a PNG's decoded size). ``None`` keeps the default.
 
+    ``exif_transpose=True`` shows each image as a viewer does: its EXIF orientation (1..8) is applied before any
+    crop, exactly as Pillow's ``ImageOps.exif_transpose(Image.open(f))`` — so crops (RandomResizedCrop's sampling
+    included) are planned on the oriented width and height, and JPEGs still decode only the region needed (the
+    region is mapped through the orientation). Read from JPEG APP1 EXIF (with Pillow's XMP fallback), PNG
+    ``eXIf``, WebP ``EXIF``/``XMP`` and TIFF tags; a broken EXIF block means orientation 1, never an error. The
+    default, ``False``, keeps pixels in stored order, as torchvision's ``ImageFolder`` loading does.
+
     Every argument is checked at construction; a bad value raises ``ConfigError`` (a ``ValueError``) whose
-    ``parameter`` names it: ints are ints (not bools, strings or floats) within their range, ``shuffle``
-    and ``reproducible`` are bools, the choice strings (``dtype``, ``layout``, ``last_batch``,
+    ``parameter`` names it: ints are ints (not bools, strings or floats) within their range, ``shuffle``,
+    ``reproducible`` and ``exif_transpose`` are bools, the choice strings (``dtype``, ``layout``, ``last_batch``,
     ``on_error``, ``pin``) are exactly one of ``trdata.loader.CHOICES[name]``, ``cpus`` are ids of CPUs
     this process may run on (``os.sched_getaffinity(0)``).
     """
@@ -449,6 +456,7 @@ class Loader:
         max_pixels: int | None = None,
         max_scans: int | None = None,
         max_memory_bytes: int | None = None,
+        exif_transpose: bool = DEFAULTS["exif_transpose"],
     ) -> None:
         if not isinstance(source, Source):
             raise ConfigError(
@@ -491,6 +499,7 @@ class Loader:
             max_pixels=opt_int("max_pixels", max_pixels),
             max_scans=opt_int("max_scans", max_scans),
             max_memory_bytes=opt_int("max_memory_bytes", max_memory_bytes),
+            exif_transpose=_bool("exif_transpose", exif_transpose),
         )
         self.source = source
         self.batch_size: int = batch_size

@@ -13,9 +13,9 @@
 //!   TIFF: the file's own first IFD (classic and BigTIFF). GIF, BMP and Netpbm carry none.
 //! - **XMP fallback.** When the EXIF has no Orientation entry at all (no EXIF, or no tag 0x0112 in IFD0), Pillow
 //!   searches the XMP packet for `tiff:Orientation="d` or `tiff:Orientation>d`: JPEG's last APP1 starting with
-//!   `http://ns.adobe.com/xap/1.0/\0`, WebP's first `XMP ` chunk. (PNG's XMP lives in iTXt text chunks, possibly
-//!   compressed: not read here, so a PNG whose orientation is only in XMP stays as stored — noted in the
-//!   README.)
+//!   `http://ns.adobe.com/xap/1.0/\0`, WebP's first `XMP ` chunk. Not covered: PNG's XMP (iTXt/tEXt text chunks,
+//!   possibly compressed) and PNG's "Raw profile type exif" text chunks (ImageMagick's zTXt), so a PNG whose
+//!   orientation lives only there stays as stored; GIF's XMP likewise.
 //! - **IFD0 walk** (Pillow's `ImageFileDirectory_v2.load`): entries in order; the first entry of a tag wins
 //!   (later duplicates are skipped before anything else); entries of an unknown type are skipped; a value that
 //!   does not fit in the entry (> 4 bytes, BigTIFF > 8) is read at its offset unless the running total of such
