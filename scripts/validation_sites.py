@@ -69,7 +69,8 @@ EDGE_TRANSLATORS = {
     "python/trdata/sources.py": {
         "ImageFolder.__init__": "root is a path (only `root`)",
         "_paths_error": "paths (a sequence of str/bytes/PathLike; see _check_paths)",
-        "_labels_error": "labels (integers in the int64 range; see _check_labels)",
+        "_labels_error": "labels/targets (int64 class indices, or numeric float targets of one per-sample shape, "
+        "finite; see _check_targets)",
         "Bytes.__init__": "blobs is an ordered sequence of bytes (only `blobs`)",
         "Arrays.__init__": "images is a uint8 array (only `images`)",
         "_class_names": "classes is an ordered sequence of distinct str (a naming, no core rule)",

@@ -121,8 +121,9 @@ BatchArray: TypeAlias = Union[np.ndarray, DeviceTensor]
 
 class Batch:
     """One batch. ``images``: (N, 3, H, W) or (N, H, W, 3) numpy view on a CPU loader, ``torch.Tensor`` on a
-    CUDA one (see ``BatchArray``); ``labels``: int64 (N,), numpy or ``torch.Tensor`` likewise; ``indices``:
-    int64 (N,) numpy;
+    CUDA one (see ``BatchArray``); ``labels``: the rows' targets, numpy or ``torch.Tensor`` likewise: int64 (N,)
+    class indices, or float32 (N, *S) = ``source.targets[indices]`` for a source with float targets;
+    ``indices``: int64 (N,) numpy;
     ``valid``: the first ``valid`` rows are real samples of this epoch, later rows repeat real ones
     (``last_batch='pad'``) or fill a rank up to equal length. Unpacks as ``images, labels = batch``.
 
@@ -502,6 +503,8 @@ class Loader:
             exif_transpose=_bool("exif_transpose", exif_transpose),
         )
         self.source = source
+        # Float targets (float32 (N, *S)) stay in Python: each batch's labels are gathered by its indices.
+        self._targets: np.ndarray | None = source._float_targets
         self.batch_size: int = batch_size
         self.dtype: DTypeName = dtype
         self.layout: LayoutName = layout
@@ -636,19 +639,20 @@ class Loader:
         self, images_h: Any, labels_h: Any, labels: list[int], indices: list[int], valid: int, epoch: int
     ) -> Batch:
         indices_a = np.asarray(indices, dtype=np.int64)
+        # Float targets: the rows' own (padded and filled rows repeat a real sample's index, and so its target).
+        gathered = None if self._targets is None else self._targets[indices_a]
         if labels_h is not None:
             import torch
 
             # torch.from_dlpack passes torch.cuda.current_stream(device) as `stream`, so that stream waits (on
             # the device) for the H2D copy, and its release event guards the slot's reuse.
-            return Batch(
-                torch.from_dlpack(images_h),
-                torch.from_dlpack(labels_h),
-                indices_a,
-                valid,
-                epoch,
-                lease=images_h,
+            images_t = torch.from_dlpack(images_h)
+            labels_t = (
+                torch.from_dlpack(labels_h)
+                if gathered is None
+                else torch.from_numpy(gathered).to(images_t.device)  # on the current stream, like the images
             )
+            return Batch(images_t, labels_t, indices_a, valid, epoch, lease=images_h)
         images = np.asarray(images_h)  # zero-copy: the array's base is the lease
         if self.dtype == "bfloat16":
             try:
@@ -657,7 +661,8 @@ class Loader:
                 images = images.view(ml_dtypes.bfloat16)
             except ImportError:
                 pass  # raw bits as uint16; Batch.torch() reinterprets as torch.bfloat16
-        return Batch(images, np.asarray(labels, dtype=np.int64), indices_a, valid, epoch)
+        labels_a = np.asarray(labels, dtype=np.int64) if gathered is None else gathered
+        return Batch(images, labels_a, indices_a, valid, epoch)
 
     def device_mem_info(self) -> list[tuple[int, int]]:
         """(free, total) bytes of each GPU this loader feeds (``cuMemGetInfo``; empty before iterating)."""
