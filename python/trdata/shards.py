@@ -107,7 +107,8 @@ def _float_targets(shards: list[str], where: list[tuple[int, str]], values: list
                 f"sample {key!r}: target {str(v)[:60]} has shape {shape if shape is not None else 'ragged'}, "
                 f"but the first sample's has shape {first} (every target must have one shape)",
             )
-    f = np.ascontiguousarray(np.asarray(values, dtype=np.float64), dtype=np.float32)
+    with np.errstate(over="ignore"):  # beyond float32: inf, refused below
+        f = np.ascontiguousarray(np.asarray(values, dtype=np.float64), dtype=np.float32)
     bad = ~np.isfinite(f)
     if bad.any():
         i = int(np.unravel_index(int(np.flatnonzero(bad)[0]), f.shape)[0])

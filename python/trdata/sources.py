@@ -252,7 +252,8 @@ def _split_array(a: np.ndarray) -> tuple[list[int], np.ndarray | None]:
 
 
 def _float_targets(a: np.ndarray) -> tuple[list[int], np.ndarray]:
-    f = np.ascontiguousarray(a, dtype=np.float32)
+    with np.errstate(over="ignore"):  # beyond float32: inf, refused below
+        f = np.ascontiguousarray(a, dtype=np.float32)
     f.flags.writeable = False  # batches gather from it; a user edit must not change later epochs silently
     bad = ~np.isfinite(f)
     if bad.any():
