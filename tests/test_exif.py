@@ -71,7 +71,11 @@ def test_the_default_is_stored_order(edge_dir: Path) -> None:
     with Image.open(path) as im:
         assert im.size == (2, 1) and im.getexif().get(0x0112) == 8
     with trdata.Loader(
-        trdata.FileList([str(path)]), batch_size=1, workers=1, transforms=[trdata.CenterCrop((1, 2))], dtype="uint8"
+        trdata.FileList([str(path)]),
+        batch_size=1,
+        workers=1,
+        transforms=[trdata.CenterCrop((1, 2))],
+        dtype="uint8",
     ) as ld:
         (b,) = list(ld)
     assert b.images.shape == (1, 3, 1, 2)
@@ -90,7 +94,9 @@ def test_real_orientation_fixtures_equal_pillow(edge_dir: Path) -> None:
         np.testing.assert_array_equal(got, pillow(path), err_msg=name)
         if oriented.size != stored_size or name.startswith(("exif_orient2", "exif_orient3", "exif_orient4")):
             # the transpose did something visible: the stored order differs
-            assert not np.array_equal(load(path, stored_size, exif_transpose=False), got) or got.size <= 3, name
+            assert not np.array_equal(load(path, stored_size, exif_transpose=False), got) or got.size <= 3, (
+                name
+            )
 
 
 def upright(w: int = 45, h: int = 29) -> Image.Image:
@@ -183,7 +189,9 @@ def test_jpeg_regions_map_through_the_orientation(tmp_path: Path) -> None:
 # ---- hand-made EXIF / XMP blocks against Pillow -------------------------------------------------------------
 
 
-def ifd(endian: str, entries: list[tuple[int, int, int, bytes]], tail: bytes = b"", ifd_offset: int = 8) -> bytes:
+def ifd(
+    endian: str, entries: list[tuple[int, int, int, bytes]], tail: bytes = b"", ifd_offset: int = 8
+) -> bytes:
     """A TIFF header + IFD0 of (tag, type, count, 4 value bytes) entries, then `tail` (out-of-line values)."""
     e = "<" if endian == "II" else ">"
     head = (b"II*\0" if endian == "II" else b"MM\0*") + struct.pack(e + "I", ifd_offset)
@@ -220,11 +228,19 @@ def block_cases() -> dict[str, list[bytes]]:
         ]
         cases[f"{en}-rational-12-over-2"] = [
             b"Exif\0\0"
-            + ifd(en, [(0x0112, 5, 1, struct.pack(p + "I", _BLOCK_END)), (0x010F, 2, 1, b"a")], struct.pack(p + "II", 12, 2))
+            + ifd(
+                en,
+                [(0x0112, 5, 1, struct.pack(p + "I", _BLOCK_END)), (0x010F, 2, 1, b"a")],
+                struct.pack(p + "II", 12, 2),
+            )
         ]
         cases[f"{en}-rational-den0"] = [
             b"Exif\0\0"
-            + ifd(en, [(0x0112, 5, 1, struct.pack(p + "I", _BLOCK_END)), (0x010F, 2, 1, b"a")], struct.pack(p + "II", 6, 0))
+            + ifd(
+                en,
+                [(0x0112, 5, 1, struct.pack(p + "I", _BLOCK_END)), (0x010F, 2, 1, b"a")],
+                struct.pack(p + "II", 6, 0),
+            )
         ]
         cases[f"{en}-float-6"] = [b"Exif\0\0" + ifd(en, [(0x0112, 11, 1, struct.pack(p + "f", 6.0))])]
         cases[f"{en}-float-6.5"] = [b"Exif\0\0" + ifd(en, [(0x0112, 11, 1, struct.pack(p + "f", 6.5))])]
@@ -242,7 +258,9 @@ def block_cases() -> dict[str, list[bytes]]:
     cases["unknown-type-then-valid"] = [
         b"Exif\0\0" + ifd("II", [(0x0112, 99, 1, short(3)), (0x0112, 3, 1, short(8))])
     ]
-    cases["count-0-then-valid"] = [b"Exif\0\0" + ifd("II", [(0x0112, 3, 0, short(3)), (0x0112, 3, 1, short(2))])]
+    cases["count-0-then-valid"] = [
+        b"Exif\0\0" + ifd("II", [(0x0112, 3, 0, short(3)), (0x0112, 3, 1, short(2))])
+    ]
     cases["value-past-end-stops"] = [
         b"Exif\0\0" + ifd("II", [(0x010F, 2, 5, struct.pack("<I", 4000)), (0x0112, 3, 1, short(6))])
     ]
@@ -250,7 +268,9 @@ def block_cases() -> dict[str, list[bytes]]:
         b"Exif\0\0" + ifd("II", [(0x010F, 2, 10**9, struct.pack("<I", 30)), (0x0112, 3, 1, short(6))])
     ]
     cases["ifd-offset-past-end"] = [b"Exif\0\0" + ifd("II", [(0x0112, 3, 1, short(6))], ifd_offset=5000)]
-    cases["truncated-entries"] = [b"Exif\0\0" + ifd("II", [(0x010F, 2, 1, b"a"), (0x0112, 3, 1, short(6))])[:25]]
+    cases["truncated-entries"] = [
+        b"Exif\0\0" + ifd("II", [(0x010F, 2, 1, b"a"), (0x0112, 3, 1, short(6))])[:25]
+    ]
     cases["double-prefix"] = [b"Exif\0\0Exif\0\0" + ifd("II", [(0x0112, 3, 1, short(6))])]
     cases["prefix-only"] = [b"Exif\0\0"]
     cases["garbage-header"] = [b"Exif\0\0" + b"XY*\0\x08\0\0\0" + bytes(20)]
@@ -331,6 +351,8 @@ def test_orientation_in_memory_and_with_skip(tmp_path: Path, plain_jpeg: bytes) 
 
 def test_exif_transpose_must_be_a_bool(edge_dir: Path) -> None:
     for bad in ("yes", 1, None):
-        with pytest.raises(trdata.ConfigError, match=r"^invalid exif_transpose: .* must be True or False") as e:
+        with pytest.raises(
+            trdata.ConfigError, match=r"^invalid exif_transpose: .* must be True or False"
+        ) as e:
             trdata.Loader(trdata.FileList([str(edge_dir / "gray__hopper_gray.jpg")]), exif_transpose=bad)
         assert e.value.parameter == "exif_transpose"

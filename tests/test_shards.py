@@ -223,7 +223,9 @@ def test_a_modified_shard_is_indexed_again(tmp_path: Path, tar_opens: list[str])
             add(tar, f"new{i}.cls", str(i).encode())
     tar_opens.clear()
     src = trdata.WebDataset(shards, cache_dir=cache)
-    assert tar_opens == [shards[0]] and src.keys == [f"new{i}" for i in range(4)] and src.labels == [0, 1, 2, 3]
+    assert (
+        tar_opens == [shards[0]] and src.keys == [f"new{i}" for i in range(4)] and src.labels == [0, 1, 2, 3]
+    )
     same_source(src, trdata.WebDataset(shards, cache_dir=False))
     # touched only (same bytes, new mtime): indexed again as well, same result
     st = os.stat(shards[0])
@@ -254,7 +256,9 @@ def _cached(cache: Path) -> tuple[Path, dict]:
         "truncated-json",
     ],
 )
-def test_a_damaged_or_foreign_cache_file_is_rebuilt(tmp_path: Path, tar_opens: list[str], damage: str) -> None:
+def test_a_damaged_or_foreign_cache_file_is_rebuilt(
+    tmp_path: Path, tar_opens: list[str], damage: str
+) -> None:
     shards, _, _ = write_shards(tmp_path, 5, 5)
     cache = tmp_path / "cache"
     want = trdata.WebDataset(shards, cache_dir=False)

@@ -18,7 +18,9 @@ from _fixtures import photo
 from PIL import Image
 
 N = 13  # not a multiple of the batch size: the last batch is partial / padded
-KW = dict(batch_size=4, transforms=[trdata.RandomResizedCrop(16), trdata.RandomHorizontalFlip()], dtype="uint8")
+KW = dict(
+    batch_size=4, transforms=[trdata.RandomResizedCrop(16), trdata.RandomHorizontalFlip()], dtype="uint8"
+)
 
 
 def pixels(n: int = N) -> np.ndarray:
@@ -193,7 +195,10 @@ def test_targets_are_read_only_and_copied(files: list[str]) -> None:
 def shard(path: Path, targets: list[object], ext: str = "json") -> str:
     with tarfile.open(path, "w") as tar:
         for i, t in enumerate(targets):
-            for name, data in ((f"s{i:04d}.png", png(photo(i, 22, 18))), (f"s{i:04d}.{ext}", json.dumps(t).encode())):
+            for name, data in (
+                (f"s{i:04d}.png", png(photo(i, 22, 18))),
+                (f"s{i:04d}.{ext}", json.dumps(t).encode()),
+            ):
                 info = tarfile.TarInfo(name)
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
