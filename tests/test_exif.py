@@ -356,3 +356,17 @@ def test_exif_transpose_must_be_a_bool(edge_dir: Path) -> None:
         ) as e:
             trdata.Loader(trdata.FileList([str(edge_dir / "gray__hopper_gray.jpg")]), exif_transpose=bad)
         assert e.value.parameter == "exif_transpose"
+
+
+def test_webp_metadata_counts_only_when_its_vp8x_flag_is_set(tmp_path: Path) -> None:
+    """libwebp's demuxer (Pillow's reader) drops an EXIF or XMP chunk whose VP8X flag is clear."""
+    base = upright()
+    path = write(base.transpose(Image.Transpose.ROTATE_90), tmp_path / "o6.webp", "WEBP", 6)
+    data = bytearray(path.read_bytes())
+    assert data[12:16] == b"VP8X" and data[20] & 0x08
+    for flags in (data[20], data[20] & ~0x08):
+        p = tmp_path / f"f{flags}.webp"
+        p.write_bytes(bytes(data[:20]) + bytes([flags]) + bytes(data[21:]))
+        want = pillow(p)
+        np.testing.assert_array_equal(load(p, (want.shape[1], want.shape[0])), want)
+    assert want.shape[:2] == (base.size[0], base.size[1])  # flag cleared: stored (rotated) order

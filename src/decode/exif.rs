@@ -9,11 +9,12 @@
 //! `tests/test_exif.py`, including its quirks:
 //! - **Where the EXIF comes from.** JPEG: every APP1 segment before the first SOS that starts with `Exif\0\0`,
 //!   concatenated (the first whole, the later ones without their 6-byte prefix), then up to two leading `Exif\0\0`
-//!   stripped. PNG: the last `eXIf` chunk (anywhere before IEND). WebP (extended format): the first `EXIF` chunk.
+//!   stripped. PNG: the last `eXIf` chunk (anywhere before IEND). WebP (extended format): the first `EXIF` chunk,
+//!   when the VP8X header flags one (libwebp's demuxer drops unflagged metadata chunks).
 //!   TIFF: the file's own first IFD (classic and BigTIFF). GIF, BMP and Netpbm carry none.
 //! - **XMP fallback.** When the EXIF has no Orientation entry at all (no EXIF, or no tag 0x0112 in IFD0), Pillow
 //!   searches the XMP packet for `tiff:Orientation="d` or `tiff:Orientation>d`: JPEG's last APP1 starting with
-//!   `http://ns.adobe.com/xap/1.0/\0`, WebP's first `XMP ` chunk. Not covered: PNG's XMP (iTXt/tEXt text chunks,
+//!   `http://ns.adobe.com/xap/1.0/\0`, WebP's first `XMP ` chunk (when flagged). Not covered: PNG's XMP (iTXt/tEXt text chunks,
 //!   possibly compressed) and PNG's "Raw profile type exif" text chunks (ImageMagick's zTXt), so a PNG whose
 //!   orientation lives only there stays as stored; GIF's XMP likewise.
 //! - **IFD0 walk** (Pillow's `ImageFileDirectory_v2.load`): entries in order; the first entry of a tag wins
@@ -335,12 +336,16 @@ fn png_orientation(bytes: &[u8]) -> Orientation {
     exif_block_orientation(exif, None)
 }
 
-/// WebP: the first `EXIF` and `XMP ` chunks of the RIFF container (libwebp's demuxer, which Pillow reads them
-/// through; only extended-format files, with a VP8X chunk first, carry metadata).
+/// WebP: the first `EXIF` and `XMP ` chunks of the RIFF container, as libwebp's demuxer (which Pillow reads them
+/// through) keeps them: only in extended-format files (a VP8X chunk first), and each only when its VP8X flag is
+/// set (EXIF 0x08, XMP 0x04; checked against Pillow in `tests/test_exif.py`).
 fn webp_orientation(bytes: &[u8]) -> Orientation {
+    const EXIF_FLAG: u8 = 0x08;
+    const XMP_FLAG: u8 = 0x04;
     if bytes.get(12..16) != Some(b"VP8X".as_slice()) {
         return Orientation::Normal;
     }
+    let flags = bytes.get(20).copied().unwrap_or(0);
     let riff_end = bytes
         .get(4..8)
         .map(|b| (u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize).saturating_add(8).min(bytes.len()))
@@ -351,8 +356,8 @@ fn webp_orientation(bytes: &[u8]) -> Orientation {
         let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]) as usize;
         let Some(data) = bytes[..riff_end].get(pos + 8..(pos + 8).saturating_add(len)) else { break };
         match &head[..4] {
-            b"EXIF" if exif.is_none() => exif = Some(data),
-            b"XMP " if xmp.is_none() => xmp = Some(data),
+            b"EXIF" if exif.is_none() && flags & EXIF_FLAG != 0 => exif = Some(data),
+            b"XMP " if xmp.is_none() && flags & XMP_FLAG != 0 => xmp = Some(data),
             _ => {}
         }
         pos = pos + 8 + len + (len & 1); // chunks are padded to an even size
@@ -707,19 +712,25 @@ mod tests {
             .concat();
         assert_eq!(orientation(ImageFormat::Png, &png), Orientation::Rotate180);
         // WebP: the first EXIF chunk, odd sizes padded.
-        let mut body = b"WEBPVP8X".to_vec();
-        body.extend(10u32.to_le_bytes());
-        body.extend([0; 10]);
-        for (kind, data) in [(b"XMP ", b"abc".as_slice()), (b"EXIF", &t3), (b"EXIF", &t)] {
-            body.extend(kind);
-            body.extend((data.len() as u32).to_le_bytes());
-            body.extend(data);
-            if data.len() % 2 == 1 {
-                body.push(0);
+        let webp = |flags: u8| {
+            let mut body = b"WEBPVP8X".to_vec();
+            body.extend(10u32.to_le_bytes());
+            body.extend([flags, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+            let xmp = b"tiff:Orientation=\"5\"".as_slice();
+            for (kind, data) in [(b"XMP ", xmp), (b"EXIF", &t3), (b"EXIF", &t)] {
+                body.extend(kind);
+                body.extend((data.len() as u32).to_le_bytes());
+                body.extend(data);
+                if data.len() % 2 == 1 {
+                    body.push(0);
+                }
             }
-        }
-        let webp = [b"RIFF".as_slice(), &(body.len() as u32).to_le_bytes(), &body].concat();
-        assert_eq!(orientation(ImageFormat::WebP, &webp), Orientation::Rotate180);
+            [b"RIFF".as_slice(), &(body.len() as u32).to_le_bytes(), &body].concat()
+        };
+        assert_eq!(orientation(ImageFormat::WebP, &webp(0x0C)), Orientation::Rotate180);
+        // A chunk whose VP8X flag is clear does not exist for libwebp's demuxer (nor for Pillow).
+        assert_eq!(orientation(ImageFormat::WebP, &webp(0x04)), Orientation::Transpose);
+        assert_eq!(orientation(ImageFormat::WebP, &webp(0x00)), Orientation::Normal);
         // TIFF: its own IFD0; BigTIFF too.
         assert_eq!(orientation(ImageFormat::Tiff, &t), Orientation::Transverse);
         let mut big = b"II+\0\x08\0\0\0\x10\0\0\0\0\0\0\0".to_vec();
