@@ -154,6 +154,23 @@ def test_torch_sees_float_targets(files: list[str]) -> None:
     assert torch.isfinite(loss)
 
 
+def test_cuda_labels_are_the_float_targets_on_the_batch_device(files: list[str]) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("CUDA not available")
+    src = trdata.FileList(files, TARGETS["shape-2x3"])
+    with trdata.Loader(src, device="cuda:0", workers=2, last_batch="pad", **KW) as ld:  # type: ignore[arg-type]
+        batches = list(ld)
+    for b in batches:
+        assert b.labels.device == b.images.device and b.labels.dtype == torch.float32
+        assert tuple(b.labels.shape) == (4, 2, 3)
+        np.testing.assert_array_equal(b.labels.cpu().numpy(), expected_float(TARGETS["shape-2x3"])[b.indices])
+    ints = trdata.FileList(files, [i % 3 for i in range(N)])
+    with trdata.Loader(ints, device="cuda:0", workers=2, **KW) as ld:  # type: ignore[arg-type]
+        b = next(iter(ld))
+        assert b.labels.dtype == torch.int64 and b.labels.is_cuda
+
+
 @pytest.mark.parametrize(
     ("targets", "says"),
     [

@@ -5,8 +5,8 @@
 //! 2. Through the decoder: the input (after 8 control bytes) becomes an APP1 segment (`Exif\0\0` + input, XMP
 //!    namespace + input, or the input as is) inserted into a good 37×22 JPEG, decoded with `exif_transpose` at a
 //!    fuzzer-chosen DCT scale and window. The region must cover the window (clamped), lie inside the oriented
-//!    image, hold `stride × height` bytes and the oriented size the header reported; at full scale its pixels are
-//!    the stored image's, transposed by the orientation the parser found.
+//!    image, hold `stride × height` bytes and the oriented size the header reported; at full scale the window's
+//!    pixels are the stored image's, transposed by the orientation the parser found.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -80,9 +80,10 @@ fuzz_target!(|data: &[u8]| {
         assert!(r.x0 <= cx0 && x1.clamp(cx0 + 1, sw) <= r.x0 + r.width, "{r:?}");
         assert!(r.y0 <= cy0 && y1.clamp(cy0 + 1, sh) <= r.y0 + r.height, "{r:?}");
         if scale == 8 {
-            for y in r.y0..r.y0 + r.height {
+            // The window's pixels (the region's margin, iMCU alignment and guard, may differ from a full decode).
+            for y in cy0..y1.clamp(cy0 + 1, sh) {
                 let row = r.row(y - r.y0);
-                for x in r.x0..r.x0 + r.width {
+                for x in cx0..x1.clamp(cx0 + 1, sw) {
                     let p = o.stored_rect(Rect { x0: x, y0: y, x1: x + 1, y1: y + 1 }, W, H);
                     let at = 3 * (p.y0 * W + p.x0) as usize;
                     let got = 3 * (x - r.x0) as usize;
