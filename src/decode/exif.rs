@@ -153,15 +153,7 @@ impl Orientation {
     /// contents; grown, never shrunk, as the decoder's other scratch). `src` holds the stored rectangle `region`
     /// of a `w × h` image, row `r` at `r * stride`. Returns the oriented rectangle written (its rows are
     /// `3 · width` bytes apart).
-    pub fn transpose_region(
-        self,
-        src: &[u8],
-        stride: usize,
-        region: Rect,
-        w: u32,
-        h: u32,
-        dst: &mut Vec<u8>,
-    ) -> Rect {
+    pub fn transpose_region(self, src: &[u8], stride: usize, region: Rect, w: u32, h: u32, dst: &mut Vec<u8>) -> Rect {
         let out = self.oriented_rect(region, w, h);
         let (rw, rh) = ((region.x1 - region.x0) as usize, (region.y1 - region.y0) as usize);
         let (ow, oh) = ((out.x1 - out.x0) as usize, (out.y1 - out.y0) as usize);
@@ -455,10 +447,10 @@ pub fn tiff_orientation(tiff: &[u8], bigtiff: bool) -> Result<Option<Orientation
 /// Bytes per value of TIFF type `typ` (Pillow's loaders); None for the types Pillow skips.
 fn unit_size(typ: u16) -> Option<u64> {
     Some(match typ {
-        1 | 2 | 6 | 7 => 1,      // BYTE, ASCII, SBYTE, UNDEFINED
-        3 | 8 => 2,              // SHORT, SSHORT
-        4 | 9 | 11 | 13 => 4,    // LONG, SLONG, FLOAT, IFD
-        5 | 10 | 12 | 16 => 8,   // RATIONAL, SRATIONAL, DOUBLE, LONG8
+        1 | 2 | 6 | 7 => 1,    // BYTE, ASCII, SBYTE, UNDEFINED
+        3 | 8 => 2,            // SHORT, SSHORT
+        4 | 9 | 11 | 13 => 4,  // LONG, SLONG, FLOAT, IFD
+        5 | 10 | 12 | 16 => 8, // RATIONAL, SRATIONAL, DOUBLE, LONG8
         _ => return None,
     })
 }
@@ -468,7 +460,11 @@ fn unit_size(typ: u16) -> Option<u64> {
 fn value_orientation(typ: u16, data: &[u8], e: Endian) -> Orientation {
     let u = |w: usize| uint(data, 0, w, e).unwrap_or(0);
     let integral = |v: f64| {
-        if v.fract() == 0.0 && (2.0..=8.0).contains(&v) { Orientation::from_exif(v as u64) } else { Orientation::Normal }
+        if v.fract() == 0.0 && (2.0..=8.0).contains(&v) {
+            Orientation::from_exif(v as u64)
+        } else {
+            Orientation::Normal
+        }
     };
     match typ {
         3 => Orientation::from_exif(u(2)),
@@ -542,9 +538,8 @@ mod tests {
                 Rect { x0: 3, y0: 5, x1: 36, y1: 6 },
                 Rect { x0: 10, y0: 1, x1: 11, y1: 23 },
             ] {
-                let sub: Vec<u8> = (region.y0..region.y1)
-                    .flat_map(|y| (region.x0..region.x1).flat_map(move |x| px(x, y)))
-                    .collect();
+                let sub: Vec<u8> =
+                    (region.y0..region.y1).flat_map(|y| (region.x0..region.x1).flat_map(move |x| px(x, y))).collect();
                 let mut dst = vec![9; 5];
                 let stride = 3 * (region.x1 - region.x0) as usize;
                 let out = o.transpose_region(&sub, stride, region, w, h, &mut dst);

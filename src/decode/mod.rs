@@ -65,9 +65,9 @@
 
 #![allow(unsafe_code)]
 
+pub mod exif;
 #[cfg(test)]
 mod hardening_tests;
-pub mod exif;
 mod jpeg;
 pub mod markers;
 mod other;
@@ -528,7 +528,11 @@ impl Decoder {
 
     /// Bytes of scratch memory currently held (capacity of all buffers).
     pub fn scratch_bytes(&self) -> usize {
-        self.rgb.capacity() + self.oriented.capacity() + self.cmyk.capacity() + 2 * self.wide.capacity() + self.png_raw.capacity()
+        self.rgb.capacity()
+            + self.oriented.capacity()
+            + self.cmyk.capacity()
+            + 2 * self.wide.capacity()
+            + self.png_raw.capacity()
     }
 
     /// Release buffers an outlier inflated above `max_retained_scratch_bytes` (called before each decode, because
