@@ -29,14 +29,14 @@ PARAMS = {
     "source", "batch_size", "transforms", "normalize", "dtype", "layout", "workers", "shuffle", "seed",
     "reproducible", "last_batch", "device", "rank", "world_size", "on_error", "pin", "prefetch",
     "max_held_batches", "device_slots", "cpus", "max_pixels", "max_scans", "max_memory_bytes", "epoch",
-    "channels",
+    "channels", "exif_transpose",
     # transforms
     "size", "scale", "ratio", "p",
     # sources
     "root", "paths", "labels", "blobs", "images", "classes", "train", "variant", "shards",
 }  # fmt: skip
 # Parameters whose only rule is their Python type (any bool, any path): no core site.
-TYPE_ONLY = {"shuffle", "reproducible", "root", "classes", "train", "variant"}
+TYPE_ONLY = {"shuffle", "reproducible", "exif_transpose", "root", "classes", "train", "variant"}
 
 # Core functions that raise a ConfigError naming a parameter without validating its value.
 NOT_VALIDATION = {
@@ -69,7 +69,8 @@ EDGE_TRANSLATORS = {
     "python/trdata/sources.py": {
         "ImageFolder.__init__": "root is a path (only `root`)",
         "_paths_error": "paths (a sequence of str/bytes/PathLike; see _check_paths)",
-        "_labels_error": "labels (integers in the int64 range; see _check_labels)",
+        "_labels_error": "labels/targets (int64 class indices, or numeric float targets of one per-sample shape, "
+        "finite; see _check_targets)",
         "Bytes.__init__": "blobs is an ordered sequence of bytes (only `blobs`)",
         "Arrays.__init__": "images is a uint8 array (only `images`)",
         "_class_names": "classes is an ordered sequence of distinct str (a naming, no core rule)",

@@ -89,6 +89,8 @@ pub mod default {
     pub const LAYOUT: Layout = Layout::Nchw;
     /// `device`: the host (batches are numpy views).
     pub const DEVICE: &str = "cpu";
+    /// `exif_transpose`: pixels in stored order, as torchvision's loaders (PIL without `exif_transpose`).
+    pub const EXIF_TRANSPOSE: bool = false;
 
     /// `channels` when the user gives none: the source's natural count (`Dataset::natural_channels`) — 1 for a
     /// source gray by construction (MNIST and its kin: torchvision's `MNIST(transform=ToTensor())` gives
@@ -218,7 +220,8 @@ pub struct LoaderConfig {
     pub max_held_batches: usize,
     /// Per-sample decode + augmentation.
     pub pipeline: SamplePipeline,
-    /// Decode-bomb budgets of every worker's decoder (pixels, progressive scans, memory, retained scratch).
+    /// Decode-bomb budgets of every worker's decoder (pixels, progressive scans, memory, retained scratch), and
+    /// whether it applies EXIF orientation (`exif_transpose`, a bool: its only rule is its type).
     pub decode_limits: DecodeLimits,
 }
 

@@ -527,6 +527,7 @@ BAD_VALUES = [
     ("p", dict(transforms=[trdata.CenterCrop(8), trdata.RandomHorizontalFlip(2)]), "2"),
     ("shuffle", dict(shuffle="no"), "'no'"),  # type-only parameters: Python's translation, same wording
     ("reproducible", dict(reproducible=1), "1"),
+    ("exif_transpose", dict(exif_transpose="yes"), "'yes'"),
     ("source", dict(source=3), "a int"),
 ]
 

@@ -512,7 +512,8 @@ def test_file_list_refuses_a_single_path(paths):
 
 @pytest.mark.parametrize(
     "labels",
-    [[0.7], [float("nan")], ["3"], [b"3"], [2**63], [-(2**63) - 1], [None], [1 + 2j], np.array([0.5])],
+    # (floats such as [0.7] or np.array([0.5]) are float targets now: tests/test_targets.py)
+    [[float("nan")], ["3"], [b"3"], [2**63], [-(2**63) - 1], [None], [1 + 2j]],
 )
 def test_file_list_refuses_bad_labels(labels):
     with pytest.raises(trdata.ConfigError, match=r"^invalid labels: ") as exc:
@@ -532,8 +533,6 @@ def test_file_list_refuses_a_single_label_string():
         ([np.int64(3), np.uint8(2)], [3, 2]),
         (np.array([5, 2**63 - 1], dtype=np.int64), [5, 2**63 - 1]),
         (np.array([1, 2], dtype=np.uint64), [1, 2]),
-        ([2.0, -100.0], [2, -100]),
-        (np.array([4.0, 0.0]), [4, 0]),
         ([True, False], [1, 0]),
         ([-(2**63), 2**63 - 1], [-(2**63), 2**63 - 1]),
     ],

@@ -9,6 +9,7 @@ pub fn decoder() -> Decoder {
         max_scans: 100,
         max_memory_bytes: 64 << 20,
         max_retained_scratch_bytes: 8 << 20,
+        exif_transpose: false,
     })
     .expect("decoder")
 }

@@ -123,8 +123,9 @@ BatchArray: TypeAlias = Union[np.ndarray, DeviceTensor]
 
 class Batch:
     """One batch. ``images``: (N, C, H, W) or (N, H, W, C) numpy view on a CPU loader, ``torch.Tensor`` on a
-    CUDA one (see ``BatchArray``), C = ``Loader.channels`` (1 or 3); ``labels``: int64 (N,), numpy or ``torch.Tensor`` likewise; ``indices``:
-    int64 (N,) numpy;
+    CUDA one (see ``BatchArray``), C = ``Loader.channels`` (1 or 3); ``labels``: the rows' targets, numpy or
+    ``torch.Tensor`` likewise: int64 (N,) class indices, or float32 (N, *S) = ``source.targets[indices]`` for a
+    source with float targets; ``indices``: int64 (N,) numpy;
     ``valid``: the first ``valid`` rows are real samples of this epoch, later rows repeat real ones
     (``last_batch='pad'``) or fill a rank up to equal length. Unpacks as ``images, labels = batch``.
 
@@ -432,9 +433,16 @@ class Loader:
     a 2,000-scan file takes seconds per decode) and ``max_memory_bytes`` (default 256 MiB: libjpeg-turbo's
     whole-image coefficient buffers of progressive JPEGs, and a PNG's decoded size). ``None`` keeps the default.
 
+    ``exif_transpose=True`` shows each image as a viewer does: its EXIF orientation (1..8) is applied before any
+    crop, exactly as Pillow's ``ImageOps.exif_transpose(Image.open(f))`` — so crops (RandomResizedCrop's sampling
+    included) are planned on the oriented width and height, and JPEGs still decode only the region needed (the
+    region is mapped through the orientation). Read from JPEG APP1 EXIF (with Pillow's XMP fallback), PNG
+    ``eXIf``, WebP ``EXIF``/``XMP`` and TIFF tags; a broken EXIF block means orientation 1, never an error. The
+    default, ``False``, keeps pixels in stored order, as torchvision's ``ImageFolder`` loading does.
+
     Every argument is checked at construction; a bad value raises ``ConfigError`` (a ``ValueError``) whose
-    ``parameter`` names it: ints are ints (not bools, strings or floats) within their range, ``shuffle``
-    and ``reproducible`` are bools, the choice strings (``dtype``, ``layout``, ``last_batch``,
+    ``parameter`` names it: ints are ints (not bools, strings or floats) within their range, ``shuffle``,
+    ``reproducible`` and ``exif_transpose`` are bools, the choice strings (``dtype``, ``layout``, ``last_batch``,
     ``on_error``, ``pin``) are exactly one of ``trdata.loader.CHOICES[name]``, ``cpus`` are ids of CPUs
     this process may run on (``os.sched_getaffinity(0)``).
     """
@@ -465,6 +473,7 @@ class Loader:
         max_scans: int | None = None,
         max_memory_bytes: int | None = None,
         channels: int | None = None,
+        exif_transpose: bool = DEFAULTS["exif_transpose"],
     ) -> None:
         if not isinstance(source, Source):
             raise ConfigError(
@@ -508,8 +517,11 @@ class Loader:
             max_pixels=opt_int("max_pixels", max_pixels),
             max_scans=opt_int("max_scans", max_scans),
             max_memory_bytes=opt_int("max_memory_bytes", max_memory_bytes),
+            exif_transpose=_bool("exif_transpose", exif_transpose),
         )
         self.source = source
+        # Float targets (float32 (N, *S)) stay in Python: each batch's labels are gathered by its indices.
+        self._targets: np.ndarray | None = source._float_targets
         self.batch_size: int = batch_size
         self.dtype: DTypeName = dtype
         self.layout: LayoutName = layout
@@ -646,19 +658,20 @@ class Loader:
         self, images_h: Any, labels_h: Any, labels: list[int], indices: list[int], valid: int, epoch: int
     ) -> Batch:
         indices_a = np.asarray(indices, dtype=np.int64)
+        # Float targets: the rows' own (padded and filled rows repeat a real sample's index, and so its target).
+        gathered = None if self._targets is None else self._targets[indices_a]
         if labels_h is not None:
             import torch
 
             # torch.from_dlpack passes torch.cuda.current_stream(device) as `stream`, so that stream waits (on
             # the device) for the H2D copy, and its release event guards the slot's reuse.
-            return Batch(
-                torch.from_dlpack(images_h),
-                torch.from_dlpack(labels_h),
-                indices_a,
-                valid,
-                epoch,
-                lease=images_h,
+            images_t = torch.from_dlpack(images_h)
+            labels_t = (
+                torch.from_dlpack(labels_h)
+                if gathered is None
+                else torch.from_numpy(gathered).to(images_t.device)  # on the current stream, like the images
             )
+            return Batch(images_t, labels_t, indices_a, valid, epoch, lease=images_h)
         images = np.asarray(images_h)  # zero-copy: the array's base is the lease
         if self.dtype == "bfloat16":
             try:
@@ -667,7 +680,8 @@ class Loader:
                 images = images.view(ml_dtypes.bfloat16)
             except ImportError:
                 pass  # raw bits as uint16; Batch.torch() reinterprets as torch.bfloat16
-        return Batch(images, np.asarray(labels, dtype=np.int64), indices_a, valid, epoch)
+        labels_a = np.asarray(labels, dtype=np.int64) if gathered is None else gathered
+        return Batch(images, labels_a, indices_a, valid, epoch)
 
     def device_mem_info(self) -> list[tuple[int, int]]:
         """(free, total) bytes of each GPU this loader feeds (``cuMemGetInfo``; empty before iterating)."""

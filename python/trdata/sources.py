@@ -1,13 +1,30 @@
 """Dataset sources: ImageFolder (torchvision's rules), FileList (explicit paths and labels), Bytes (encoded
 images in memory) and Arrays (raw uint8 pixels in memory, no decode).
 
+Targets. Every source has one target per sample, as ``batch.labels`` delivers them (``Source.targets``):
+
+* **class indices** (the default, and what ImageFolder and the classic datasets have): int64 ``(N,)``, given as a
+  sequence of ints (or bools, 0/1) or a 1-D integer/bool array. The Rust core holds them (``labels``) and
+  ``batch.labels`` is int64 ``(B,)`` — what ``CrossEntropyLoss`` takes.
+* **float targets**: anything else numeric — a sequence with a float in it (regression values, soft binary
+  labels), or an array of shape ``(N, *S)`` that is not 1-D integer: float arrays of any shape, and integer or
+  bool arrays with per-sample shape ``S != ()`` (multi-hot rows) — become float32 ``(N, *S)`` (bools as 0/1),
+  as torch's ``BCEWithLogitsLoss`` and soft-label losses take them; a list of equal-shape per-sample arrays is
+  stacked the same way. Python keeps them; ``batch.labels`` is the gather ``targets[batch.indices]`` (float32
+  ``(B, *S)``; on a CUDA loader a tensor on the batch's device), so padded and filled rows carry their sample's
+  target exactly as ``indices`` says. The core gets labels 0 of the same count (its count rule applies as for
+  class indices); ``labels`` is then all 0.
+
+Refused with ``ConfigError`` (parameter ``labels``, the core's name for the per-sample target list, whatever the
+source calls its argument): strings, sets/dicts, ragged per-sample shapes, non-numeric arrays, non-finite float
+targets (a NaN target silently turns every loss into NaN), a count that is not one per sample.
+
 Paths are bytes on Linux and may not be UTF-8: here they are ``str`` as ``os.fsdecode`` gives them
 (undecodable bytes become lone surrogates, like ``os.scandir`` gives them to torchvision), and they reach the
 Rust core unchanged (``os.fsencode`` restores the exact bytes)."""
 
 from __future__ import annotations
 
-import math
 import numbers
 import operator
 import os
@@ -27,13 +44,24 @@ IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tif
 
 
 class Source:
-    """A list of samples, each an image and an integer label; ``classes`` names the labels where known."""
+    """A list of samples, each an image and a target (module docs). ``classes`` names the class indices where
+    known, ``class_to_idx`` maps each name to its index (both as torchvision names them; empty when unknown)."""
 
     labels: list[int]
     classes: list[str]
+    class_to_idx: dict[str, int]
+    #: Float targets, float32 (N, *S), when the source has them (module docs); None for class indices.
+    _float_targets: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    @property
+    def targets(self) -> np.ndarray:
+        """Every sample's target as ``batch.labels`` delivers it: int64 (N,) class indices, or float32 (N, *S)."""
+        if self._float_targets is not None:
+            return self._float_targets
+        return np.asarray(self.labels, dtype=np.int64)
 
     def _native_source(self) -> _core.NativeSource:
         """The core's dataset for a Loader."""
@@ -86,28 +114,34 @@ class ImageFolder(_Files):
 
 
 class FileList(_Files):
-    """Explicit ``paths`` (a sequence of ``str``, ``bytes`` or ``os.PathLike``) and integer ``labels`` of the
-    same length (default: all 0). Files are opened when decoded: a missing one follows the loader's
+    """Explicit ``paths`` (a sequence of ``str``, ``bytes`` or ``os.PathLike``) and their ``labels`` — the
+    targets, one per path (default: all 0) — and optionally ``classes``, the names of the class indices
+    (``class_to_idx`` as torchvision has it). Files are opened when decoded: a missing one follows the loader's
     ``on_error`` policy.
 
     Both must be ordered: lists, tuples, numpy arrays, generators... A ``set``, ``frozenset`` or ``dict``
     (or a dict view) is refused: its order is arbitrary, so index ``i`` and the pairing of paths with labels
     would be too.
 
-    Labels must be integers in the int64 range: Python ``int``, numpy integers, integral floats (``2.0``;
-    ``0.7`` is refused rather than truncated) and ``bool`` (as 0/1, binary labels often come as bools).
-    Strings are refused, never parsed."""
+    Class indices are integers in the int64 range: Python ``int``, numpy integers, ``bool`` (as 0/1, binary
+    labels often come as bools) and 1-D integer/bool arrays. Floats make float32 targets (``[0.7, 2.0]``,
+    float arrays, (N, K) multi-hot or soft-label rows: see the module docs). Strings are refused, never
+    parsed."""
 
     def __init__(
         self,
         paths: Iterable[str | bytes | os.PathLike[str] | os.PathLike[bytes]],
-        labels: Iterable[Any] | None = None,
+        labels: Any = None,
+        classes: Iterable[str] = (),
     ) -> None:
         self.paths = _check_paths(paths)
-        self.labels = [0] * len(self.paths) if labels is None else _check_labels(labels)
+        if labels is None:
+            self.labels = [0] * len(self.paths)
+        else:
+            self.labels, self._float_targets = _check_targets(labels)
         # the list's rules (non-empty, usable paths, one label per path) are the core's
         _core.check_file_list(self.paths, len(self.labels))
-        self.classes = []
+        self.classes, self.class_to_idx = _class_names(classes)
 
 
 def _paths_error(message: str) -> ConfigError:
@@ -153,55 +187,116 @@ def _check_paths(paths: Any) -> list[str]:
     return out
 
 
-def _check_labels(labels: Any) -> list[int]:
-    if isinstance(labels, (str, bytes)):
-        raise _labels_error(f"{labels!r} is a string, not a sequence of integer labels")
-    if isinstance(labels, _UNORDERED):
-        raise _labels_error(_unordered(labels))
-    if isinstance(labels, np.ndarray) and labels.dtype.kind in "biuf":
-        return _check_label_array(labels)
+def _check_targets(targets: Any) -> tuple[list[int], np.ndarray | None]:
+    """Per-sample targets (module docs) → (the core's int64 labels, float32 targets or None). Float targets give
+    the core labels 0 of the same count, so the core's one-per-sample rule applies to every kind."""
+    if isinstance(targets, (str, bytes)):
+        raise _labels_error(f"{targets!r} is a string, not a sequence of targets")
+    if isinstance(targets, _UNORDERED):
+        raise _labels_error(_unordered(targets))
+    if not isinstance(targets, np.ndarray) and hasattr(targets, "__array__"):
+        targets = np.asarray(targets)  # a torch tensor, a pandas Series...
+    if isinstance(targets, np.ndarray):
+        return _split_array(targets)
     try:
-        items = list(labels)
+        items = list(targets)
     except TypeError:
-        raise _labels_error(f"a {type(labels).__name__} is not a sequence of integer labels") from None
-    return [_check_label(v, i) for i, v in enumerate(items)]
+        raise _labels_error(f"a {type(targets).__name__} is not a sequence of targets") from None
+    if any(isinstance(v, np.ndarray) or _is_sequence(v) for v in items):
+        return _split_array(_stack(items))
+    if all(_is_integral(v) for v in items):
+        return [_check_label(v, i) for i, v in enumerate(items)], None
+    return _float_targets(np.array([_check_float(v, i) for i, v in enumerate(items)], dtype=np.float64))
+
+
+def _is_sequence(v: Any) -> bool:
+    return isinstance(v, (list, tuple)) or (hasattr(v, "__array__") and getattr(v, "ndim", 0) > 0)
+
+
+def _is_integral(v: Any) -> bool:
+    """An int, numpy integer, bool or integer 0-d tensor (what ``operator.index`` accepts)."""
+    if isinstance(v, (str, bytes, np.str_, np.bytes_)):
+        return True  # refused with the class-index wording by _check_label
+    try:
+        operator.index(v)
+    except TypeError:
+        # None and the like: not a number at all, refused by _check_label with the class-index wording
+        return not isinstance(v, numbers.Number) and not hasattr(v, "__float__")
+    return True
+
+
+def _stack(items: list[Any]) -> np.ndarray:
+    """Per-sample arrays (lists, tuples, arrays) → one (N, *S) array, refusing ragged shapes."""
+    shapes = [np.shape(v) for v in items]
+    odd = next((i for i, s in enumerate(shapes) if s != shapes[0]), None)
+    if odd is not None:
+        raise _labels_error(
+            f"element {odd} has shape {shapes[odd]} but element 0 has shape {shapes[0]}: per-sample targets "
+            "must all have one shape"
+        )
+    try:
+        return np.asarray(items)
+    except (ValueError, TypeError) as e:  # nested raggedness below the first level
+        raise _labels_error(f"the per-sample targets do not form one array ({e})") from None
+
+
+def _split_array(a: np.ndarray) -> tuple[list[int], np.ndarray | None]:
+    """A targets array: 1-D integer/bool → class indices; any other numeric array (N, *S) → float32."""
+    if a.dtype.kind not in "biuf":
+        raise _labels_error(f"an array of dtype {a.dtype} is not numeric targets")
+    if a.ndim == 0:
+        raise _labels_error(f"a 0-d array ({a!r}) is not one target per sample")
+    if a.ndim == 1 and a.dtype.kind in "biu":
+        return _check_label_array(a), None
+    return _float_targets(a)
+
+
+def _float_targets(a: np.ndarray) -> tuple[list[int], np.ndarray]:
+    with np.errstate(over="ignore"):  # beyond float32: inf, refused below
+        f = np.ascontiguousarray(a, dtype=np.float32)
+    f.flags.writeable = False  # batches gather from it; a user edit must not change later epochs silently
+    bad = ~np.isfinite(f)
+    if bad.any():
+        at = np.unravel_index(int(np.flatnonzero(bad)[0]), f.shape)
+        shown = a[at].item()
+        raise _labels_error(
+            f"{shown!r} (element {at[0]}) is not finite (float targets must be finite in float32)"
+        )
+    return [0] * f.shape[0], f
+
+
+def _check_float(v: Any, i: int) -> float:
+    if isinstance(v, (str, bytes, np.str_, np.bytes_)):
+        raise _labels_error(f"{v!r} (element {i}) is a string, not a number")
+    complex_ = isinstance(v, numbers.Complex) and not isinstance(v, numbers.Real)
+    try:
+        f = None if complex_ else float(v)  # float, numpy floats, Decimal, float tensors
+    except (TypeError, ValueError, OverflowError):
+        f = None
+    if f is None:
+        raise _labels_error(f"{v!r} (element {i}) is a {type(v).__name__}, not a number")
+    return f
 
 
 def _check_label_array(a: np.ndarray) -> list[int]:
-    if a.ndim != 1:
-        raise _labels_error(f"an array of shape {a.shape} is not one label per path (1-D)")
+    """A 1-D integer or bool array of class indices."""
     if a.size == 0:
         return []
     if a.dtype.kind == "u" and int(a.max()) > _INT64_MAX:
         raise _labels_error(f"{int(a.max())} is outside the int64 range")
-    if a.dtype.kind == "f":
-        bad = ~np.isfinite(a) | (a != np.floor(a)) | (a < _INT64_MIN) | (a >= 2.0**63)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise _labels_error(f"{a[i]!r} (element {i}) is not an integer in the int64 range")
     out: list[int] = a.astype(np.int64).tolist()
     return out
 
 
 def _check_label(v: Any, i: int) -> int:
+    """A class index: an int, numpy integer, bool or integer 0-d tensor in the int64 range."""
     if isinstance(v, (str, bytes, np.str_, np.bytes_)):
         raise _labels_error(f"{v!r} (element {i}) is a string, not an integer")
     try:
-        # int, bool, numpy integers and bools, integer tensors; int() because Python 3.9's index(True) is True
+        # int() because Python 3.9's index(True) is True
         label = int(operator.index(v))
     except TypeError:
-        label = None
-    if label is None:
-        complex_ = isinstance(v, numbers.Complex) and not isinstance(v, numbers.Real)
-        try:
-            f = None if complex_ else float(v)  # float, numpy floats, Decimal, float tensors
-        except (TypeError, ValueError):
-            f = None
-        if f is None:
-            raise _labels_error(f"{v!r} (element {i}) is a {type(v).__name__}, not an integer")
-        if not (math.isfinite(f) and f.is_integer()):
-            raise _labels_error(f"{v!r} (element {i}) is not an integer (labels are not rounded)")
-        label = int(f)
+        raise _labels_error(f"{v!r} (element {i}) is a {type(v).__name__}, not a number") from None
     if not _INT64_MIN <= label <= _INT64_MAX:
         raise _labels_error(f"{label} (element {i}) is outside the int64 range")
     return label
@@ -209,7 +304,8 @@ def _check_label(v: Any, i: int) -> int:
 
 class Bytes(Source):
     """Encoded images held in memory: ``blobs`` a sequence of ``bytes`` (JPEG or PNG files' contents) and
-    integer ``targets`` of the same length (default: all 0; the same rules as ``FileList``'s labels);
+    ``targets`` of the same length (default: all 0; class indices or float targets, the same rules as
+    ``FileList``'s labels);
     ``classes`` optionally names the targets (``classes[t]``, with ``class_to_idx`` as torchvision has it). The bytes
     are copied into the core once. A blob that does not decode follows the loader's ``on_error`` policy and is
     named ``<memory>[i]``."""
@@ -227,7 +323,10 @@ class Bytes(Source):
                 raise ConfigError(
                     f"invalid blobs: a {type(b).__name__} (element {i}) must be bytes", parameter="blobs"
                 )
-        self.labels = [0] * len(self.blobs) if targets is None else _check_labels(targets)
+        if targets is None:
+            self.labels = [0] * len(self.blobs)
+        else:
+            self.labels, self._float_targets = _check_targets(targets)
         self.classes, self.class_to_idx = _class_names(classes)
         self._native = _core.NativeSource.blobs(self.blobs, self.labels)  # the core's rules: counts, lengths
 
@@ -237,8 +336,9 @@ class Bytes(Source):
 
 class Arrays(Source):
     """Raw uint8 pixels held in memory, decoded by nobody: ``images`` an (N, H, W) gray or (N, H, W, C) array
-    with C 1 or 3 (numpy's HWC, as torchvision's MNIST/CIFAR ``data``), integer ``targets`` (default 0) and
-    optional ``classes`` names (``class_to_idx`` as torchvision has it).
+    with C 1 or 3 (numpy's HWC, as torchvision's MNIST/CIFAR ``data``), ``targets`` (default 0; class indices
+    or float targets, see the module docs) and optional ``classes`` names (``class_to_idx`` as torchvision has
+    it).
     Crops, flips and the rest of the pipeline work on the pixels directly. Gray images come out as 3 channels
     (each the gray value) for now. The array is copied into the core once."""
 
@@ -253,7 +353,10 @@ class Arrays(Source):
             )
         self.images = np.ascontiguousarray(a)
         n = self.images.shape[0] if self.images.ndim else 0
-        self.labels = [0] * n if targets is None else _check_labels(targets)
+        if targets is None:
+            self.labels = [0] * n
+        else:
+            self.labels, self._float_targets = _check_targets(targets)
         self.classes, self.class_to_idx = _class_names(classes)
         self._native = _core.NativeSource.pixels(self.images, self.labels)  # the core's rules: shape, counts
 

@@ -55,11 +55,17 @@
 //! reused (no allocation per image in steady state), but a buffer above `max_retained_scratch_bytes` that one
 //! outlier inflated is released before the next image.
 //!
-//! EXIF orientation is NOT applied: pixels come out in stored order, exactly as torchvision's / PIL's
-//! `ImageFolder` loading (`Image.open(f).convert('RGB')`, no `ImageOps.exif_transpose`) gives them.
+//! EXIF orientation is NOT applied by default: pixels come out in stored order, exactly as torchvision's / PIL's
+//! `ImageFolder` loading (`Image.open(f).convert('RGB')`, no `ImageOps.exif_transpose`) gives them. With
+//! [`DecodeLimits::exif_transpose`] (the loader's `exif_transpose=True`) the orientation is read from the bytes
+//! (`exif.rs`, Pillow's rules), [`Decoder::read_header`] reports the *oriented* size and orientation, and
+//! [`Decoder::decode_window`] takes its window in oriented coordinates: it maps the window to the stored image,
+//! decodes only that region (ROI + DCT scaling as usual) and transposes the decoded region into oriented order
+//! in one pass (`Orientation::transpose_region`), exactly Pillow's `ImageOps.exif_transpose` at full scale.
 
 #![allow(unsafe_code)]
 
+pub mod exif;
 #[cfg(test)]
 mod hardening_tests;
 mod jpeg;
@@ -75,6 +81,7 @@ use turbojpeg_sys as tj;
 
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
 use crate::param::IntParam;
+pub use exif::Orientation;
 use jpeg::{TjDecompressor, TjFailure, TjRegion};
 
 /// Default decompression-bomb guard: images above this many pixels fail with `TooLarge` before decoding.
@@ -113,6 +120,9 @@ pub struct DecodeLimits {
     /// Scratch buffers larger than this are released before the next image (see
     /// [`DEFAULT_MAX_RETAINED_SCRATCH_BYTES`]); smaller ones are kept and reused.
     pub max_retained_scratch_bytes: usize,
+    /// Not a budget but a decode option that travels with them to every worker's decoder: apply the EXIF
+    /// orientation (the loader's `exif_transpose`; default false, as torchvision's loading). See the module docs.
+    pub exif_transpose: bool,
 }
 
 impl Default for DecodeLimits {
@@ -122,6 +132,7 @@ impl Default for DecodeLimits {
             max_scans: DEFAULT_MAX_SCANS,
             max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
             max_retained_scratch_bytes: DEFAULT_MAX_RETAINED_SCRATCH_BYTES,
+            exif_transpose: false,
         }
     }
 }
@@ -238,9 +249,10 @@ pub enum ColorSpace {
 pub struct ImageInfo {
     /// Container format.
     pub format: ImageFormat,
-    /// Width in pixels (stored orientation; EXIF orientation is not applied).
+    /// Width in pixels: of the stored image, or of the oriented one when the decoder applies EXIF orientation
+    /// ([`DecodeLimits::exif_transpose`]; then [`ImageInfo::orientation`] says how they relate).
     pub width: u32,
-    /// Height in pixels.
+    /// Height in pixels (stored or oriented, as `width`).
     pub height: u32,
     /// Chroma subsampling.
     pub subsampling: Subsampling,
@@ -252,6 +264,9 @@ pub struct ImageInfo {
     pub lossless: bool,
     /// Progressive JPEG.
     pub progressive: bool,
+    /// The EXIF orientation the decoder applies: `Normal` unless [`DecodeLimits::exif_transpose`] is on and the
+    /// image has one (`width`/`height` are then the oriented size).
+    pub orientation: Orientation,
 }
 
 impl ImageInfo {
@@ -275,6 +290,12 @@ impl ImageInfo {
     /// The scale actually used for a requested one: images that cannot scale decode at 8/8.
     pub fn effective_scale(&self, scale_eighths: u8) -> u8 {
         if self.can_scale() { scale_eighths.clamp(1, 8) } else { 8 }
+    }
+
+    /// The same header with the stored (un-oriented) size and orientation `Normal`.
+    pub fn stored(&self) -> Self {
+        let (width, height) = self.orientation.oriented_size(self.width, self.height);
+        Self { width, height, orientation: Orientation::Normal, ..*self }
     }
 }
 
@@ -427,6 +448,9 @@ pub struct Decoder {
     limits: DecodeLimits,
     /// RGB8 output of the last decode (region or whole PNG).
     rgb: Vec<u8>,
+    /// The oriented copy of the last decoded region (only with `exif_transpose`, for images that have an
+    /// orientation).
+    oriented: Vec<u8>,
     /// CMYK scratch (CMYK/YCCK JPEGs; gray samples of lossless gray JPEGs).
     cmyk: Vec<u8>,
     /// 12-bit scratch.
@@ -457,6 +481,7 @@ impl Decoder {
             tj,
             limits,
             rgb: Vec::new(),
+            oriented: Vec::new(),
             cmyk: Vec::new(),
             wide: Vec::new(),
             png_raw: Vec::new(),
@@ -503,7 +528,11 @@ impl Decoder {
 
     /// Bytes of scratch memory currently held (capacity of all buffers).
     pub fn scratch_bytes(&self) -> usize {
-        self.rgb.capacity() + self.cmyk.capacity() + 2 * self.wide.capacity() + self.png_raw.capacity()
+        self.rgb.capacity()
+            + self.oriented.capacity()
+            + self.cmyk.capacity()
+            + 2 * self.wide.capacity()
+            + self.png_raw.capacity()
     }
 
     /// Release buffers an outlier inflated above `max_retained_scratch_bytes` (called before each decode, because
@@ -511,6 +540,7 @@ impl Decoder {
     fn release_outlier_scratch(&mut self) {
         let max = self.limits.max_retained_scratch_bytes;
         release_if_above(&mut self.rgb, max);
+        release_if_above(&mut self.oriented, max);
         release_if_above(&mut self.cmyk, max);
         release_if_above(&mut self.wide, max);
         release_if_above(&mut self.png_raw, max);
@@ -541,8 +571,21 @@ impl Decoder {
         Ok(())
     }
 
-    /// Read the header (no pixel decoding) and apply the format and size checks.
+    /// Read the header (no pixel decoding) and apply the format and size checks. With
+    /// [`DecodeLimits::exif_transpose`] the size is the oriented one and `orientation` says how it was found
+    /// (see the module docs); otherwise the stored size, `orientation` `Normal`.
     pub fn read_header(&mut self, bytes: &[u8]) -> std::result::Result<ImageInfo, ImageError> {
+        let info = self.read_stored_header(bytes)?;
+        if !self.limits.exif_transpose {
+            return Ok(info);
+        }
+        let orientation = exif::orientation(info.format, bytes);
+        let (width, height) = orientation.oriented_size(info.width, info.height);
+        Ok(ImageInfo { width, height, orientation, ..info })
+    }
+
+    /// [`read_header`](Self::read_header) without the orientation: the stored size.
+    fn read_stored_header(&mut self, bytes: &[u8]) -> std::result::Result<ImageInfo, ImageError> {
         let info = match sniff_format(bytes)? {
             format @ (ImageFormat::Png
             | ImageFormat::WebP
@@ -561,6 +604,7 @@ impl Decoder {
                     precision: 8,
                     lossless: true,
                     progressive: false,
+                    orientation: Orientation::Normal,
                 }
             }
             ImageFormat::Jpeg => {
@@ -584,6 +628,7 @@ impl Decoder {
                     precision: u8::try_from(h.precision).unwrap_or(0),
                     lossless: h.lossless,
                     progressive: h.progressive,
+                    orientation: Orientation::Normal,
                 }
             }
         };
@@ -604,6 +649,8 @@ impl Decoder {
     /// Decode at least `window` (scaled-image pixels, clamped to the image) of the image scaled by
     /// `scale_eighths`/8 into scratch, as packed RGB8. The region returned may be larger than the window (iMCU
     /// alignment, guard pixels; PNG and lossless JPEG always decode whole) and reports the scale actually used.
+    /// With [`DecodeLimits::exif_transpose`], `window` and the region are in oriented coordinates (of the size
+    /// [`read_header`](Self::read_header) reports): the stored preimage of the window is decoded and transposed.
     pub fn decode_window(
         &mut self,
         bytes: &[u8],
@@ -615,24 +662,49 @@ impl Decoder {
         self.release_outlier_scratch();
         self.damaged = false;
         let info = self.read_header(bytes)?;
+        let o = info.orientation;
+        let stored = info.stored();
+        let m = stored.effective_scale(scale_eighths);
+        let (sw, sh) = stored.scaled_size(m);
+        let oriented = exif::Rect { x0: window.x0, y0: window.y0, x1: window.x1, y1: window.y1 };
+        let s = o.stored_rect(oriented, sw, sh);
+        let got = self.decode_stored(bytes, &stored, m, PixelWindow { x0: s.x0, y0: s.y0, x1: s.x1, y1: s.y1 })?;
+        if o == Orientation::Normal {
+            return Ok(self.region_view(got.x0, got.y0, got.x1 - got.x0, got.y1 - got.y0, m, sw, sh));
+        }
+        let out = o.transpose_region(&self.rgb, 3 * (got.x1 - got.x0) as usize, got, sw, sh, &mut self.oriented);
+        let (osw, osh) = o.oriented_size(sw, sh);
+        let (w, h) = (out.x1 - out.x0, out.y1 - out.y0);
+        Ok(DecodedRegion {
+            pixels: &self.oriented[..3 * w as usize * h as usize],
+            stride: 3 * w as usize,
+            x0: out.x0,
+            y0: out.y0,
+            width: w,
+            height: h,
+            scale_eighths: m,
+            scaled_width: osw,
+            scaled_height: osh,
+        })
+    }
+
+    /// Decode (at least) the stored-image `window` of the image scaled by `m`/8 (`info`: its stored header; `m`
+    /// already effective, `sw × sh` the scaled size) into `self.rgb`, rows packed (`3 · width` apart); returns
+    /// the rectangle decoded. Formats without ROI decoding, and lossless JPEGs, decode whole.
+    fn decode_stored(
+        &mut self,
+        bytes: &[u8],
+        info: &ImageInfo,
+        m: u8,
+        window: PixelWindow,
+    ) -> std::result::Result<exif::Rect, ImageError> {
         if info.format != ImageFormat::Jpeg {
             let (w, h) = self.decode_whole(info.format, bytes)?;
-            return Ok(DecodedRegion {
-                pixels: &self.rgb[..3 * w as usize * h as usize],
-                stride: 3 * w as usize,
-                x0: 0,
-                y0: 0,
-                width: w,
-                height: h,
-                scale_eighths: 8,
-                scaled_width: w,
-                scaled_height: h,
-            });
+            return Ok(exif::Rect { x0: 0, y0: 0, x1: w, y1: h });
         }
         self.check_jpeg_structure(bytes)?;
-        let m = info.effective_scale(scale_eighths);
         let (sw, sh) = info.scaled_size(m);
-        let region = if info.can_crop() { Some(self.crop_region(&info, m, sw, sh, window)) } else { None };
+        let region = if info.can_crop() { Some(self.crop_region(info, m, sw, sh, window)) } else { None };
         let (x0, y0, w, h) = match region {
             Some(r) => (r.x as u32, r.y as u32, r.w as u32, r.h as u32),
             None => (0, 0, sw, sh),
@@ -640,7 +712,7 @@ impl Decoder {
         let g = gcd(u32::from(m), 8) as i32;
         self.tj.set_scaling(i32::from(m) / g, 8 / g)?;
         self.tj.set_region(region)?;
-        match self.decode_pixels(bytes, &info, w as usize, h as usize) {
+        match self.decode_pixels(bytes, info, w as usize, h as usize) {
             Ok(()) => {}
             // libjpeg's own iMCU alignment can exceed TurboJPEG's table for unusual sampling factors (e.g. 4:4:4
             // stored as 2x2 in every component); TurboJPEG then refuses the left edge. Retry at full width.
@@ -648,12 +720,13 @@ impl Decoder {
                 let r = region.map(|r| TjRegion { x: 0, w: r.x + r.w, ..r });
                 self.tj.set_region(r)?;
                 let rr = r.unwrap_or(TjRegion { x: 0, y: 0, w: 0, h: 0 });
-                self.decode_pixels(bytes, &info, rr.w as usize, rr.h as usize)?;
-                return Ok(self.region_view(0, rr.y as u32, rr.w as u32, rr.h as u32, m, sw, sh));
+                self.decode_pixels(bytes, info, rr.w as usize, rr.h as usize)?;
+                let (y0, w, h) = (rr.y as u32, rr.w as u32, rr.h as u32);
+                return Ok(exif::Rect { x0: 0, y0, x1: w, y1: y0 + h });
             }
             Err(e) => return Err(e),
         }
-        Ok(self.region_view(x0, y0, w, h, m, sw, sh))
+        Ok(exif::Rect { x0, y0, x1: x0 + w, y1: y0 + h })
     }
 
     /// Decode a format without ROI or scaling (everything but JPEG) whole into `self.rgb`; the header has been
@@ -743,10 +816,31 @@ impl Decoder {
 
     /// Decode the whole image at full size into `out` (packed RGB8, resized as needed) — no ROI, no scaling.
     /// This is the "raw libjpeg-turbo decode" ceiling the benchmarks compare against.
+    /// With [`DecodeLimits::exif_transpose`] the image comes out oriented (and the size returned is the oriented
+    /// one).
     pub fn decode_full_rgb(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> std::result::Result<(u32, u32), ImageError> {
+        let (w, h) = self.decode_full_stored(bytes, out)?;
+        let o = if self.limits.exif_transpose {
+            exif::orientation(sniff_format(bytes)?, bytes)
+        } else {
+            Orientation::Normal
+        };
+        if o == Orientation::Normal {
+            return Ok((w, h));
+        }
+        let all = exif::Rect { x0: 0, y0: 0, x1: w, y1: h };
+        o.transpose_region(out, 3 * w as usize, all, w, h, &mut self.oriented);
+        let n = 3 * w as usize * h as usize;
+        out.clear();
+        out.extend_from_slice(&self.oriented[..n]);
+        Ok(o.oriented_size(w, h))
+    }
+
+    /// [`decode_full_rgb`](Self::decode_full_rgb) in stored order.
+    fn decode_full_stored(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> std::result::Result<(u32, u32), ImageError> {
         self.release_outlier_scratch();
         self.damaged = false;
-        let info = self.read_header(bytes)?;
+        let info = self.read_stored_header(bytes)?;
         let (w, h) = (info.width, info.height);
         let n = 3 * w as usize * h as usize;
         if info.format != ImageFormat::Jpeg {

@@ -461,3 +461,71 @@ fn marker_walk_cost() {
         100.0 * walk_ns / dec_ns
     );
 }
+
+/// `exif_transpose`: the real orientation files (`exif_orient<k>_…`: k in the name, 0 = an invalid tag) report
+/// their oriented size and orientation, decode whole in oriented order, and every window of an oriented decode —
+/// ROI and DCT scaling included — holds exactly the pixels of the whole oriented image at that scale.
+#[test]
+fn exif_orientation_is_applied_on_request_and_windows_map_through_it() {
+    let Some(dir) = data_dir("edge-cases") else {
+        return;
+    };
+    let mut plain = Decoder::new().unwrap();
+    let mut ex = Decoder::with_limits(DecodeLimits { exif_transpose: true, ..Default::default() }).unwrap();
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("exif_orient"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 9, "{names:?}");
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = |n: u32| {
+        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((rng >> 33) % u64::from(n.max(1))) as u32
+    };
+    let (mut stored, mut oriented) = (Vec::new(), Vec::new());
+    for name in &names {
+        let k = u64::from(name["exif_orient".len()..].chars().next().unwrap().to_digit(10).unwrap());
+        let want = Orientation::from_exif(k);
+        let bytes = std::fs::read(dir.join(name)).unwrap();
+        let (w, h) = plain.decode_full_rgb(&bytes, &mut stored).unwrap();
+        assert_eq!(plain.read_header(&bytes).unwrap().orientation, Orientation::Normal, "{name}: off by default");
+        let info = ex.read_header(&bytes).unwrap();
+        assert_eq!(info.orientation, want, "{name}");
+        assert_eq!((info.width, info.height), want.oriented_size(w, h), "{name}");
+        let (ow, oh) = ex.decode_full_rgb(&bytes, &mut oriented).unwrap();
+        assert_eq!((ow, oh), (info.width, info.height), "{name}");
+        for y in 0..oh {
+            for x in 0..ow {
+                let s = want.stored_rect(exif::Rect { x0: x, y0: y, x1: x + 1, y1: y + 1 }, w, h);
+                let (a, b) = (3 * (y * ow + x) as usize, 3 * (s.y0 * w + s.x0) as usize);
+                assert_eq!(oriented[a..a + 3], stored[b..b + 3], "{name} at ({x}, {y})");
+            }
+        }
+        for m in [8u8, 4, 2, 1] {
+            let (sw, sh) = info.scaled_size(m);
+            let whole = ex.decode_window(&bytes, m, PixelWindow { x0: 0, y0: 0, x1: sw, y1: sh }).unwrap();
+            assert_eq!((whole.x0, whole.y0, whole.width, whole.height), (0, 0, sw, sh), "{name} m={m}");
+            assert_eq!((whole.scaled_width, whole.scaled_height), (sw, sh), "{name} m={m}");
+            let reference = whole.pixels.to_vec();
+            if m == 8 {
+                assert_eq!(reference, oriented, "{name}: the full-scale window is the whole oriented image");
+            }
+            for _ in 0..6 {
+                let (x0, y0) = (next(sw), next(sh));
+                let win = PixelWindow { x0, y0, x1: x0 + 1 + next(sw - x0), y1: y0 + 1 + next(sh - y0) };
+                let r = ex.decode_window(&bytes, m, win).unwrap();
+                assert!(r.x0 <= win.x0 && win.x1 <= r.x0 + r.width, "{name} m={m}: {win:?} in {r:?}");
+                assert!(r.y0 <= win.y0 && win.y1 <= r.y0 + r.height, "{name} m={m}: {win:?} in {r:?}");
+                for y in win.y0..win.y1 {
+                    let row = r.row(y - r.y0);
+                    let at = 3 * (win.x0 - r.x0) as usize;
+                    let len = 3 * (win.x1 - win.x0) as usize;
+                    let full = 3 * (y * sw + win.x0) as usize;
+                    assert_eq!(row[at..at + len], reference[full..full + len], "{name} m={m} {win:?} row {y}");
+                }
+            }
+        }
+    }
+}

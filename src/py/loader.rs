@@ -162,6 +162,7 @@ pub fn defaults_dict(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     out.set_item("prefetch", d::PREFETCH)?;
     out.set_item("max_held_batches", d::MAX_HELD_BATCHES)?;
     out.set_item("device_slots", d::DEVICE_SLOTS)?;
+    out.set_item("exif_transpose", d::EXIF_TRANSPOSE)?;
     out.set_item("RandomResizedCrop.scale", augment::default::RRC_SCALE)?;
     out.set_item("RandomResizedCrop.ratio", augment::default::RRC_RATIO)?;
     out.set_item("RandomHorizontalFlip.p", augment::default::FLIP_P)?;
@@ -277,7 +278,7 @@ impl NativeLoader {
     #[pyo3(signature = (source, *, batch_size, workers, shuffle, seed, reproducible, last_batch,
                         rank, world_size, pin, on_error, prefetch, max_held_batches, transforms, normalize,
                         dtype, layout, channels, devices, device_slots, cpus, max_pixels, max_scans,
-                        max_memory_bytes))]
+                        max_memory_bytes, exif_transpose))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -305,6 +306,7 @@ impl NativeLoader {
         max_pixels: Option<&Bound<'_, PyAny>>,
         max_scans: Option<&Bound<'_, PyAny>>,
         max_memory_bytes: Option<&Bound<'_, PyAny>>,
+        exif_transpose: bool,
     ) -> PyResult<Self> {
         // Translation only: Python values into the core's types. Every rule (ranges, choices, defaults) is the
         // core's: config.rs, augment/, decode/, source/.
@@ -348,6 +350,7 @@ impl NativeLoader {
                 max_pixels: opt_int_arg(max_pixels, &decode::MAX_PIXELS, limits.max_pixels)?,
                 max_scans: opt_int_arg(max_scans, &decode::MAX_SCANS, limits.max_scans)?,
                 max_memory_bytes: opt_int_arg(max_memory_bytes, &decode::MAX_MEMORY_BYTES, limits.max_memory_bytes)?,
+                exif_transpose,
                 ..limits
             },
         };
