@@ -505,11 +505,18 @@ fn cancel_error(dst: &Path) -> TrdataError {
 
 /// Check every record of the pack at `path`: its CRC32C and, for encoded records, a full decode (default
 /// limits). Header, index and metadata problems are the error; bad records are returned as (record, message),
-/// in record order. `workers` threads read whole blocks; `progress(done)` after each block, false cancels.
-pub fn verify(path: &Path, workers: usize, progress: &(dyn Fn(u64) -> bool + Sync)) -> Result<Vec<(u64, String)>> {
+/// in record order. `workers` threads (default: usable CPUs) read whole blocks; `progress(done)` after each
+/// block, false cancels.
+pub fn verify(
+    path: &Path,
+    workers: Option<i128>,
+    progress: &(dyn Fn(u64) -> bool + Sync),
+) -> Result<Vec<(u64, String)>> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as i128;
+    let workers = WORKERS.check::<usize>(workers.unwrap_or(cpus.min(WORKERS.max)))?;
     let index = PackedIndex::open(path)?;
     let threads = rayon::ThreadPoolBuilder::new()
-        .num_threads(workers.max(1))
+        .num_threads(workers)
         .thread_name(|i| format!("trdata-verify{i}"))
         .build()
         .map_err(|e| TrdataError::Worker(format!("cannot start the verify threads: {e}")))?;

@@ -94,7 +94,7 @@ fn packing_keeps_the_source_bytes_order_labels_and_classes_for_any_thread_count(
     assert!(ix.rows[0].meta.gpu_decodable());
     assert_eq!(ix.rows[40].meta.flags, FLAG_UNREADABLE);
     assert!(ix.blocks.len() > 5, "4 KiB blocks: {} blocks", ix.blocks.len());
-    assert!(verify(&dst, 2, &never_cancel).unwrap().iter().map(|(r, _)| *r).eq([40]));
+    assert!(verify(&dst, Some(2), &never_cancel).unwrap().iter().map(|(r, _)| *r).eq([40]));
 }
 
 #[test]
@@ -226,12 +226,12 @@ fn verify_names_damaged_records_and_raw_pixels_pack_too() {
         assert_eq!(f.index().rows[i].meta, RecordMeta::raw(4, 3, 3));
     }
     assert_eq!(f.index().meta.options.source, "arrays");
-    assert!(verify(&dst, 1, &never_cancel).unwrap().is_empty());
+    assert!(verify(&dst, Some(1), &never_cancel).unwrap().is_empty());
     let mut bytes = fs::read(&dst).unwrap();
     let at = f.index().rows[3].offset as usize;
     bytes[at] ^= 1;
     fs::write(&dst, &bytes).unwrap();
-    let bad = verify(&dst, 3, &never_cancel).unwrap();
+    let bad = verify(&dst, Some(3), &never_cancel).unwrap();
     assert_eq!(bad.len(), 1);
     assert_eq!(bad[0].0, 3);
     assert!(bad[0].1.contains("CRC32C mismatch"), "{bad:?}");
