@@ -14,7 +14,7 @@ pub const OP_PLAN_SHUFFLE: u32 = 0x504C_414E;
 /// Op index of the block permutation of a block-structured plan (partial packed files).
 pub const OP_PLAN_BLOCKS: u32 = 0x424C_4B53;
 /// Op index of the shuffle inside one window of blocks (the window number is the stream's sample index).
-pub const OP_PLAN_WINDOW: u32 = 0x57_494E_44;
+pub const OP_PLAN_WINDOW: u32 = 0x5749_4E44;
 /// Op index of the replacement choice of the `skip` error policy.
 pub const OP_SKIP_REPLACEMENT: u32 = 0x534B_4950;
 /// Op index of RandomResizedCrop's parameter draws.

@@ -791,8 +791,8 @@ impl PackedIndex {
                 return Err(bad(format!("block {bi} holds {} records in {} bytes", b.records, b.bytes)));
             }
             let mut at = b.offset;
-            for i in b.first_record as usize..last as usize {
-                let r = &rows[i];
+            let first = b.first_record as usize;
+            for (i, r) in rows.iter().enumerate().take(last as usize).skip(first) {
                 let len = u64::from(r.len);
                 if r.offset != at || len == 0 || len > MAX_RECORD_BYTES || at + len > b.offset + b.bytes {
                     return Err(bad(format!("record {i} at {} (+{len}) does not follow in block {bi}", r.offset)));
