@@ -75,8 +75,10 @@ EDGE_TRANSLATORS = {
         "Arrays.__init__": "images is a uint8 array (only `images`)",
         "_class_names": "classes is an ordered sequence of distinct str (a naming, no core rule)",
     },
-    "src/py/loader.rs": {
+    "src/py/args.rs": {
         "int_arg": "is a Python int (its range: the core rule passed in)",
+    },
+    "src/py/loader.rs": {
         "parse_transform": "a transform tuple of a known kind (trdata.Transform._spec)",
     },
     "python/trdata/classic.py": {

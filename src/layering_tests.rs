@@ -15,7 +15,7 @@ const LAYERS: &[&str] = &[
     // assembly: the validated configuration and the loader that runs it
     "config", "loader", //
     // tooling beside the data path, and the Python binding
-    "synthetic", "py",
+    "synthetic", "pack", "py",
 ];
 
 /// Rooms only tests may use.

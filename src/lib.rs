@@ -16,7 +16,8 @@
 //! - the data path: `source` → `plan` → `decode` → `augment` → `staging` → `transfer` → `worker` (the pool
 //!   that runs decode/augment into staging slots and publishes them through the station) → `export`;
 //! - assembly: `config` (every parameter validated and spelled once) → `loader` (lifecycle, epochs, resume);
-//! - beside the path: `synthetic` (dataset painter and encoder for benches and tests) and `py` (PyO3 only).
+//! - beside the path: `synthetic` (dataset painter and encoder for benches and tests), `pack` (writes and verifies
+//!   packed files; their layout and reader are `source/packed.rs`) and `py` (PyO3 only).
 //!
 //! Crate-wide invariants:
 //! - every sample of an epoch is produced exactly once per engine plan position (plan + claiming);
@@ -41,6 +42,7 @@ pub mod decode;
 pub mod error;
 pub mod export;
 pub mod loader;
+pub mod pack;
 pub mod param;
 pub mod plan;
 pub mod rng;

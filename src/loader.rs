@@ -490,7 +490,7 @@ impl Loader {
         let resume = self.resume.take().filter(|r| r.epoch == epoch);
         let first = resume.as_ref().map_or(0, |r| r.first_batch);
         let mut delivered = resume.map(|r| r.delivered).unwrap_or_default().into_iter();
-        let plan = Arc::new(EpochPlan::new(self.shape, epoch));
+        let plan = Arc::new(EpochPlan::with_blocks(self.shape, epoch, self.ctx.dataset.block_structure()));
         let ctx = Arc::clone(&self.ctx);
         let shape = self.shape;
         let rank = self.cfg.rank as u64;

@@ -11,6 +11,10 @@ const W1: u32 = 0xBB67_AE85;
 
 /// Op index of the epoch-order shuffle (plan), kept apart from per-sample augmentation ops.
 pub const OP_PLAN_SHUFFLE: u32 = 0x504C_414E;
+/// Op index of the block permutation of a block-structured plan (partial packed files).
+pub const OP_PLAN_BLOCKS: u32 = 0x424C_4B53;
+/// Op index of the shuffle inside one window of blocks (the window number is the stream's sample index).
+pub const OP_PLAN_WINDOW: u32 = 0x5749_4E44;
 /// Op index of the replacement choice of the `skip` error policy.
 pub const OP_SKIP_REPLACEMENT: u32 = 0x534B_4950;
 /// Op index of RandomResizedCrop's parameter draws.

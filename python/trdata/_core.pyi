@@ -1,7 +1,7 @@
 """Type stubs of the private native module (checked against it by `make lint`: mypy.stubtest; the member names also by tests/test_api.py)."""
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, final
 
 import numpy as np
@@ -21,6 +21,9 @@ __all__ = [
     "generate_synthetic_dataset",
     "decode_ceiling",
     "SYNTHETIC_VERSION",
+    "pack",
+    "packed_info",
+    "packed_verify",
 ]
 
 __version__: str
@@ -61,7 +64,36 @@ class NativeSource:
         lens: list[int],
         labels: list[int],
     ) -> NativeSource: ...
+    @staticmethod
+    def packed(
+        path: str | os.PathLike[str],
+        mode: str = "full",
+        window_blocks: int | None = None,
+        cache_blocks: int | None = None,
+    ) -> NativeSource: ...
     def __len__(self) -> int: ...
+    @property
+    def labels(self) -> list[int]: ...
+    @property
+    def classes(self) -> list[str]: ...
+
+def pack(
+    source: NativeSource,
+    path: str | os.PathLike[str],
+    short_side: int | None,
+    max_side: int | None,
+    quality: int | None,
+    workers: int | None,
+    classes: Sequence[str],
+    progress: Callable[[int, int], object] | None,
+    block_bytes: int | None = None,
+) -> dict[str, Any]: ...
+def packed_info(path: str | os.PathLike[str]) -> dict[str, Any]: ...
+def packed_verify(
+    path: str | os.PathLike[str],
+    workers: int | None = None,
+    progress: Callable[[int, int], object] | None = None,
+) -> list[tuple[int, str]]: ...
 
 @final
 class BatchLeaseHandle:

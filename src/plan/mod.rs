@@ -13,11 +13,23 @@
 //!   k ≥ S repeats sequence k mod S.
 //! - `real` sequence numbers are those with p < N: they form the prefix [0, R) of an engine's sequence
 //!   numbers (R = S, or S−1 for a filled engine), so a batch's real rows are always its first `valid` rows.
+//!
+//! Block order (sources read block by block: partial packed files, `source::BlockStructure`): the dataset is
+//! cut into blocks of consecutive records. P(s, e) is then built like the seed's DTS loader (and FFCV's
+//! quasi-random order): the blocks are permuted by Philox(s, e, op `OP_PLAN_BLOCKS`), the permuted blocks are
+//! grouped into windows of `window_blocks` consecutive blocks, and the records of window w are shuffled among
+//! themselves by their own stream Philox(s, e, index w, op `OP_PLAN_WINDOW`). Positions of window w are
+//! therefore exactly the records of its blocks, so all engines (which take positions p ≡ g mod G) move through
+//! the file a window at a time and a cache of about one window of blocks serves them. Without shuffle the
+//! order is the file order. It is still one permutation of 0..N computed from (s, e) alone, so exactly-once,
+//! the filling rule, sharding and exact resume (resume.rs) hold unchanged; a record's block rank in the epoch
+//! ([`EpochPlan::block_order_key`]) tells the block cache which blocks are furthest behind.
 
 pub mod claim;
 pub mod resume;
 
-use crate::rng::{OP_PLAN_SHUFFLE, SampleRng};
+use crate::rng::{OP_PLAN_BLOCKS, OP_PLAN_SHUFFLE, OP_PLAN_WINDOW, SampleRng};
+use crate::source::BlockStructure;
 
 /// What to do with the last, incomplete batch of an engine's epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,22 +113,67 @@ pub struct EpochPlan {
     /// Epoch number.
     pub epoch: u64,
     order: Vec<u32>,
+    /// Block-structured plans: the rank of each block in this epoch's block order (empty otherwise).
+    block_rank: Vec<u32>,
+}
+
+/// Fisher–Yates over `items` with `rng` (the one shuffle of the plan).
+fn shuffle(items: &mut [u32], mut rng: SampleRng) {
+    for i in (1..items.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        items.swap(i, j);
+    }
 }
 
 impl EpochPlan {
     /// Compute P(seed, epoch): a Fisher–Yates shuffle driven by Philox keyed by (seed, epoch).
     pub fn new(shape: PlanShape, epoch: u64) -> Self {
+        Self::with_blocks(shape, epoch, None)
+    }
+
+    /// P(seed, epoch) for a source with `blocks` (module docs, "Block order"); `None` is [`EpochPlan::new`].
+    /// The blocks must cover exactly the shape's samples.
+    pub fn with_blocks(shape: PlanShape, epoch: u64, blocks: Option<BlockStructure<'_>>) -> Self {
         assert!(shape.num_samples > 0 && shape.num_samples <= u64::from(u32::MAX), "dataset size out of range");
         let n = shape.num_samples as usize;
-        let mut order: Vec<u32> = (0..n as u32).collect();
+        let Some(b) = blocks else {
+            let mut order: Vec<u32> = (0..n as u32).collect();
+            if shape.shuffle {
+                shuffle(&mut order, SampleRng::new(shape.seed, epoch, u64::from(u32::MAX), OP_PLAN_SHUFFLE));
+            }
+            return Self { shape, epoch, order, block_rank: Vec::new() };
+        };
+        let starts = b.block_starts;
+        assert!(
+            starts.len() >= 2 && starts[0] == 0 && starts[starts.len() - 1] as usize == n,
+            "block structure does not cover the dataset"
+        );
+        let blocks = starts.len() - 1;
+        let mut perm: Vec<u32> = (0..blocks as u32).collect();
         if shape.shuffle {
-            let mut rng = SampleRng::new(shape.seed, epoch, u64::from(u32::MAX), OP_PLAN_SHUFFLE);
-            for i in (1..n).rev() {
-                let j = rng.below(i as u64 + 1) as usize;
-                order.swap(i, j);
+            shuffle(&mut perm, SampleRng::new(shape.seed, epoch, u64::from(u32::MAX), OP_PLAN_BLOCKS));
+        }
+        let mut order = Vec::with_capacity(n);
+        for (w, window) in perm.chunks(b.window_blocks.max(1) as usize).enumerate() {
+            let first = order.len();
+            for &k in window {
+                order.extend(starts[k as usize]..starts[k as usize + 1]);
+            }
+            if shape.shuffle {
+                shuffle(&mut order[first..], SampleRng::new(shape.seed, epoch, w as u64, OP_PLAN_WINDOW));
             }
         }
-        Self { shape, epoch, order }
+        let mut block_rank = vec![0u32; blocks];
+        for (rank, &k) in perm.iter().enumerate() {
+            block_rank[k as usize] = rank as u32;
+        }
+        Self { shape, epoch, order, block_rank }
+    }
+
+    /// How far along the epoch's block order `block` is: (epoch, its rank; the block itself without a block
+    /// structure). The partial block cache evicts the smallest key first.
+    pub fn block_order_key(&self, block: usize) -> (u64, u32) {
+        (self.epoch, self.block_rank.get(block).copied().unwrap_or(block as u32))
     }
 
     /// Dataset index served by `engine` at sequence number `seq` (0 ≤ seq < T).
@@ -155,7 +212,74 @@ mod tests {
         assert_ne!(a.order, EpochPlan::new(PlanShape { seed: 8, ..s }, 0).order);
     }
 
+    /// Random block sizes from `sizes` (each 1..), as block starts.
+    fn starts_of(sizes: &[u32]) -> Vec<u32> {
+        let mut s = vec![0];
+        for &z in sizes {
+            s.push(s.last().unwrap() + z);
+        }
+        s
+    }
+
+    #[test]
+    fn block_plans_read_window_by_window_and_keep_file_order_without_shuffle() {
+        let starts = starts_of(&[3, 1, 4, 1, 5, 9, 2, 6]);
+        let n = u64::from(*starts.last().unwrap());
+        let bs = BlockStructure { block_starts: &starts, window_blocks: 3 };
+        let ordered = EpochPlan::with_blocks(shape(n, 1, 4, LastBatch::Partial, false), 2, Some(bs));
+        assert_eq!(ordered.order, (0..n as u32).collect::<Vec<_>>());
+        assert_eq!(ordered.block_order_key(5), (2, 5));
+        let a = EpochPlan::with_blocks(shape(n, 1, 4, LastBatch::Partial, true), 2, Some(bs));
+        let b = EpochPlan::with_blocks(shape(n, 1, 4, LastBatch::Partial, true), 2, Some(bs));
+        assert_eq!(a.order, b.order);
+        assert_ne!(a.order, EpochPlan::with_blocks(shape(n, 1, 4, LastBatch::Partial, true), 3, Some(bs)).order);
+        assert_ne!(a.order, ordered.order);
+    }
+
     proptest! {
+        // Block-structured plans: a permutation (exactly once over all engines, as for plain plans), the same for
+        // the same (seed, epoch), and window by window: the positions of window w hold exactly the records of the
+        // blocks ranked w·W .. (w+1)·W by `block_order_key`.
+        #[test]
+        fn block_plans_are_windowed_permutations(sizes in proptest::collection::vec(1u32..20, 1..40),
+                                                 window in 1u32..6, g in 1u64..5, b in 1u64..9, lb in 0usize..3,
+                                                 shuffle: bool, epoch in 0u64..4, seed in 0u64..1000) {
+            let lb = [LastBatch::Drop, LastBatch::Pad, LastBatch::Partial][lb];
+            let starts = starts_of(&sizes);
+            let n = u64::from(*starts.last().unwrap());
+            let bs = BlockStructure { block_starts: &starts, window_blocks: window };
+            let s = PlanShape { seed, ..shape(n, g, b, lb, shuffle) };
+            let plan = EpochPlan::with_blocks(s, epoch, Some(bs));
+            prop_assert_eq!(&plan.order, &EpochPlan::with_blocks(s, epoch, Some(bs)).order);
+            let mut sorted = plan.order.clone();
+            sorted.sort_unstable();
+            prop_assert_eq!(sorted, (0..n as u32).collect::<Vec<_>>());
+            let block_of = |r: u32| starts.partition_point(|&x| x <= r) - 1;
+            let mut p = 0usize;
+            let blocks = sizes.len();
+            let mut by_rank: Vec<usize> = (0..blocks).collect();
+            by_rank.sort_by_key(|&k| plan.block_order_key(k));
+            for window_blocks in by_rank.chunks(window as usize) {
+                let len: usize = window_blocks.iter().map(|&k| sizes[k] as usize).sum();
+                for &r in &plan.order[p..p + len] {
+                    prop_assert!(window_blocks.contains(&block_of(r)), "record {} outside its window", r);
+                }
+                p += len;
+            }
+            // Exactly once across engines and equal batch counts: the engine view of plain plans holds.
+            let mut seen = vec![0u32; n as usize];
+            for e in 0..g {
+                for k in 0..s.real_seqs(e) {
+                    seen[plan.sample_at(e, k) as usize] += 1;
+                }
+            }
+            if lb == LastBatch::Drop {
+                prop_assert!(seen.iter().all(|&c| c <= 1));
+            } else {
+                prop_assert!(seen.iter().all(|&c| c == 1));
+            }
+        }
+
         // Every sample exactly once per epoch across all engines (real rows), equal batch counts per engine,
         // fillers and pads only after the real prefix.
         #[test]

@@ -41,7 +41,7 @@ struct Slot<T> {
 /// Run `work` on a helper thread named `name`. The calling thread waits through the GIL helper (wait.rs): between
 /// slices it calls `tick` (with the GIL) and checks signals. If either fails, `cancel` is raised, the helper is
 /// waited for (it must observe `cancel` promptly) and the error is returned.
-fn run_interruptibly<T: Send + 'static>(
+pub(super) fn run_interruptibly<T: Send + 'static>(
     py: Python<'_>,
     name: &str,
     cancel: &Arc<AtomicBool>,

@@ -1,12 +1,13 @@
 //! Native loader and batch lease. Every blocking call waits through the GIL helper (wait.rs), so Ctrl-C
 //! stops within a slice; every loader, CPU or GPU, iterates in one shape (`next_step`: one batch per engine).
 
+use super::args::{int_arg, opt_int_arg};
 use super::errors::{IntoPyResult, to_py};
 use super::gpu::DeviceTensorHandle;
 use super::source::NativeSource;
 use super::wait::{WAIT_SLICE, wait_detached};
 use crate::augment::{self, DType, Normalize, OutputSpec, SamplePipeline, TransformSpec};
-use crate::config::{self, Choice, IntParam, LoaderConfig};
+use crate::config::{self, Choice, LoaderConfig};
 use crate::decode::{self, DecodeLimits};
 use crate::error::TrdataError;
 use crate::export::{Device, DlpackRequest, ElementType, TensorExport, into_capsule};
@@ -15,9 +16,8 @@ use crate::plan::LastBatch;
 use crate::source::{self, Store, image_folder_cancellable};
 use crate::sync::lock;
 use crate::transfer::BatchLease;
-use pyo3::conversion::FromPyObjectOwned;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyCapsule, PyDict, PyInt, PyTuple};
+use pyo3::types::{PyBytes, PyCapsule, PyDict, PyTuple};
 use std::mem::ManuallyDrop;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -67,38 +67,6 @@ pub fn scan_image_folder(
 #[pyfunction]
 pub fn check_file_list(paths: Vec<PathBuf>, num_labels: usize) -> PyResult<()> {
     source::check_file_list(&paths, num_labels).py_err()
-}
-
-/// A Python int shown in a message: itself when short, else its first digits and its length (an int beyond
-/// `sys.get_int_max_str_digits()` cannot even be turned into a string).
-fn shown_int(v: &Bound<'_, PyAny>) -> String {
-    match v.repr() {
-        Ok(r) => {
-            let r = r.to_string();
-            if r.len() <= 40 { r } else { format!("{}… ({} digits)", &r[..20], r.trim_start_matches('-').len()) }
-        }
-        Err(_) => "an int of thousands of digits".to_string(),
-    }
-}
-
-/// Translate an int argument (a Python int of any magnitude; python/trdata made it one) into the core's type
-/// `T`. Its range is the core's rule `param`: a value `T` cannot hold is outside it, so it gets that rule's
-/// error (never an unnamed OverflowError); any other value is checked by the core where it is used.
-fn int_arg<'py, T: FromPyObjectOwned<'py>>(v: &Bound<'py, PyAny>, param: &IntParam) -> PyResult<T> {
-    if !v.is_instance_of::<PyInt>() {
-        let shown = v.repr().map_or_else(|_| "?".to_string(), |r| r.to_string());
-        return Err(to_py(TrdataError::config(param.name, format!("{shown} must be an int"))));
-    }
-    v.extract::<T>().map_err(|_| to_py(param.error(&shown_int(v))))
-}
-
-/// An optional int argument: None keeps `default` (the core's).
-fn opt_int_arg<'py, T: FromPyObjectOwned<'py>>(
-    v: Option<&Bound<'py, PyAny>>,
-    param: &IntParam,
-    default: T,
-) -> PyResult<T> {
-    v.map_or(Ok(default), |v| int_arg(v, param))
 }
 
 /// Translate one transform tuple (`Transform._spec()`) into the core's spec; its values are checked by the

@@ -1,11 +1,13 @@
 //! py — the only PyO3 code: the private `trdata._core` module. Python's public API lives in python/trdata/.
 #![allow(unsafe_code)] // PyO3's macros expand to unsafe blocks.
 
+mod args;
 mod bench;
 mod errors;
 mod gpu;
 mod info;
 mod loader;
+mod pack;
 mod source;
 mod wait;
 
@@ -25,5 +27,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULTS", loader::defaults_dict(m.py())?)?;
     info::register(m)?;
     bench::register(m)?;
+    pack::register(m)?;
     Ok(())
 }

@@ -1,9 +1,12 @@
 //! Sources for Python: `NativeSource` holds one core `Dataset` (source/), built by the Python source classes
-//! (`trdata.ImageFolder`, `FileList`, `Bytes`, `Arrays`) and handed to `NativeLoader`. Only types are translated
-//! here; the rules are the core's (`source::file_list`, `source::bytes`, `source::arrays`).
+//! (`trdata.ImageFolder`, `FileList`, `Bytes`, `Arrays`, `WebDataset`, `Packed`) and handed to `NativeLoader`.
+//! Only types are translated here; the rules are the core's (`source::file_list`, `source::bytes`,
+//! `source::arrays`, `source::packed_dataset` and `source::packed`'s parameter tables).
 
+use super::args::int_arg;
 use super::errors::{IntoPyResult, to_py};
 use crate::error::TrdataError;
+use crate::source::packed::{CACHE_BLOCKS, MODE, WINDOW_BLOCKS};
 use crate::source::{self, Dataset};
 use crate::sync::Arc;
 use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
@@ -75,7 +78,39 @@ impl NativeSource {
         Ok(Self::new(source::spans(files, file_index, offsets, lens, labels).py_err()?))
     }
 
+    /// The packed file `path` (`trdata.Packed`): `mode` "full" (read into memory once) or "partial" (blocks
+    /// streamed through a bounded cache of `cache_blocks`, shuffled within windows of `window_blocks` blocks).
+    /// The header and index are checked here (`SourceError` naming the file).
+    #[staticmethod]
+    #[pyo3(signature = (path, mode = "full", window_blocks = None, cache_blocks = None))]
+    fn packed(
+        py: Python<'_>,
+        path: PathBuf,
+        mode: &str,
+        window_blocks: Option<&Bound<'_, PyAny>>,
+        cache_blocks: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let mode = MODE.parse(mode).py_err()?;
+        let window = window_blocks.map(|v| int_arg::<i128>(v, &WINDOW_BLOCKS)).transpose()?;
+        let cache = cache_blocks.map(|v| int_arg::<i128>(v, &CACHE_BLOCKS)).transpose()?;
+        // Opening reads the index (and in full mode every record): detached, so other threads run meanwhile.
+        let dataset = py.detach(|| source::packed_dataset(&path, mode, window, cache)).py_err()?;
+        Ok(Self::new(dataset))
+    }
+
     fn __len__(&self) -> usize {
         self.dataset.len()
+    }
+
+    /// One label per sample, in index order.
+    #[getter]
+    fn labels(&self) -> Vec<i64> {
+        self.dataset.labels.clone()
+    }
+
+    /// Class names (`os.fsdecode` strings of the stored bytes); empty when the source has none.
+    #[getter]
+    fn classes(&self) -> Vec<OsString> {
+        self.dataset.classes.clone()
     }
 }

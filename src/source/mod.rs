@@ -1,20 +1,27 @@
 //! source — where samples come from, the first stage of the pipeline (**source** → plan → decode → …): a
 //! [`Dataset`] built once per loader (a [`Store`] of images + one label each) and the bytes of one sample read by
-//! a worker. Stores: files (ImageFolder, FileList), encoded blobs in memory (Bytes) and raw pixels (Arrays).
+//! a worker. Stores: files (ImageFolder, FileList), encoded blobs in memory (Bytes), raw pixels (Arrays), spans
+//! of tar shards (WebDataset) and packed files (`packed`: format, reader and block cache).
 //! `image_folder` follows torchvision's ImageFolder rules, except that a directory reached by several (symlinked)
 //! paths is entered once; `file_list` takes explicit lists; `read_sample` reads one regular file, bounded. Paths
 //! and class names stay bytes (`PathBuf`/`OsString`) end to end: Linux file names need not be UTF-8, and the
 //! Python side sees them as `os.fsdecode` strings.
 
+mod block_cache;
 mod image_folder;
+pub mod packed;
+mod packed_json;
 mod read;
 
+pub use block_cache::{BlockBytes, BlockCache, OrderKey};
 pub use image_folder::{IMAGE_EXTENSIONS, image_folder, image_folder_cancellable, is_image_file_name, python_name_cmp};
+pub use packed::{PackedFile, PackedMode};
 pub use read::{read_sample, read_span, undecoded_format};
 
 use crate::error::{Result, TrdataError};
+use crate::sync::Arc;
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Where the samples' images live.
 #[derive(Debug, Clone)]
@@ -27,6 +34,18 @@ pub enum Store {
     Pixels(PixelArray),
     /// Byte spans of files: the image members of tar shards (`trdata.WebDataset`).
     Spans(Spans),
+    /// The records of a packed file (`trdata.Packed`), CRC-checked on every read.
+    Packed(Arc<PackedFile>),
+}
+
+/// The block structure a source asks the plan to follow (partial packed files): block k holds records
+/// `block_starts[k] .. block_starts[k + 1]`, and records are shuffled within windows of `window_blocks` blocks.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockStructure<'a> {
+    /// First record of each block, then N.
+    pub block_starts: &'a [u32],
+    /// Blocks shuffled together.
+    pub window_blocks: u32,
 }
 
 /// Image `i` is `len[i]` bytes at `offset[i]` of `files[file[i]]`.
@@ -96,6 +115,12 @@ impl Dataset {
     pub fn natural_channels(&self) -> u8 {
         match &self.store {
             Store::Pixels(a) => a.channels,
+            // a pack of gray pixel arrays (a packed MNIST) stays gray; encoded records are RGB like files
+            Store::Packed(p) => {
+                let gray_raw =
+                    |r: &packed::IndexRow| r.meta.format == packed::RecordFormat::Raw && r.meta.channels == 1;
+                if p.index().rows.iter().all(gray_raw) { 1 } else { 3 }
+            }
             Store::Files(_) | Store::Blobs(_) | Store::Spans(_) => 3,
         }
     }
@@ -110,8 +135,39 @@ impl Dataset {
                 name.push(format!("@{}+{}", s.offset[i], s.len[i]));
                 PathBuf::from(name)
             }
+            Store::Packed(p) => {
+                let mut name = p.path().as_os_str().to_os_string();
+                name.push(format!("#{i}"));
+                PathBuf::from(name)
+            }
         }
     }
+
+    /// The block structure the plan must follow to read this source block by block (partial packed files);
+    /// None when any order reads equally well.
+    pub fn block_structure(&self) -> Option<BlockStructure<'_>> {
+        match &self.store {
+            Store::Packed(p) if p.mode() == PackedMode::Partial => {
+                Some(BlockStructure { block_starts: p.block_starts(), window_blocks: p.window_blocks() })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A dataset of the packed file `path` (`trdata.Packed`), opened in `mode` (see [`packed`] for the format and
+/// the modes; `window_blocks`/`cache_blocks` as the user gave them, None = default). The header and index are
+/// checked here: a foreign, truncated or damaged file is a `SourceError` naming it.
+pub fn packed_dataset(
+    path: &Path,
+    mode: PackedMode,
+    window_blocks: Option<i128>,
+    cache_blocks: Option<i128>,
+) -> Result<Dataset> {
+    let file = PackedFile::open(path, mode, window_blocks, cache_blocks)?;
+    let labels = file.index().rows.iter().map(|r| r.label).collect();
+    let classes = file.index().meta.classes.clone();
+    Ok(Dataset { store: Store::Packed(Arc::new(file)), labels, classes })
 }
 
 /// The `paths` parameter's name (its rules: [`check_file_list`]).

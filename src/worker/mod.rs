@@ -14,7 +14,8 @@ use crate::plan::claim::WorkerClaim;
 use crate::plan::resume::SeqBitmap;
 use crate::plan::{EpochPlan, PlanShape};
 use crate::rng::{OP_SKIP_REPLACEMENT, SampleRng};
-use crate::source::{Dataset, Store, read_sample, read_span};
+use crate::source::packed::RecordFormat;
+use crate::source::{Dataset, PackedFile, PixelArray, Store, read_sample, read_span};
 use crate::stats::Stats;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Condvar, Mutex, Ordering, lock};
 use crate::transfer::Station;
@@ -411,6 +412,7 @@ fn attempt_sample(
             ctx.pipeline.process(scratch, &blobs[i], key, dst)
         }
         Store::Pixels(array) => ctx.pipeline.process_pixels(scratch, array, i, key, dst),
+        Store::Packed(p) => packed_sample(job, p, i, t0, scratch, file_buf, key, dst),
     };
     match result {
         Ok(t) => {
@@ -432,6 +434,39 @@ fn attempt_sample(
             Err(failure)
         }
     }
+}
+
+/// Decode record `i` of a packed file into `dst`. The record is CRC-checked by the reader (a damaged record is
+/// `Corrupt` naming it, never garbage pixels); encoded records decode straight from the file's memory or the
+/// cached block, raw records go through the worker's file buffer as a one-image pixel array (a copy of a few KB,
+/// no allocation once the buffer has grown).
+#[allow(clippy::too_many_arguments)]
+fn packed_sample(
+    job: &EpochJob,
+    p: &PackedFile,
+    i: usize,
+    t0: Instant,
+    scratch: &mut WorkerScratch,
+    file_buf: &mut Vec<u8>,
+    key: SampleKey,
+    dst: &mut [u8],
+) -> std::result::Result<SampleTiming, ImageError> {
+    let ctx = &job.ctx;
+    let bytes = p.record(i, |block| job.plan.block_order_key(block))?;
+    let m = p.index().rows[i].meta;
+    if m.format != RecordFormat::Raw {
+        return decode_read(ctx, t0, scratch, &bytes, key, dst);
+    }
+    Stats::add_since(&ctx.stats.read_ns, t0);
+    Stats::add(&ctx.stats.bytes_read, bytes.len() as u64);
+    let mut data = std::mem::take(file_buf);
+    data.clear();
+    data.extend_from_slice(&bytes);
+    drop(bytes);
+    let image = PixelArray { data, height: u32::from(m.height), width: u32::from(m.width), channels: m.channels };
+    let result = ctx.pipeline.process_pixels(scratch, &image, 0, key, dst);
+    *file_buf = image.data;
+    result
 }
 
 fn run_job(job: &EpochJob, w: usize, workers: usize, scratch: &mut WorkerScratch, file_buf: &mut Vec<u8>) {

@@ -1,0 +1,579 @@
+//! pack — tooling beside the data path (like `synthetic`): writes any dataset into one packed file
+//! (source/packed.rs holds the byte layout and the reader) and verifies packed files. Nothing on the training
+//! path depends on it; `trdata.pack(...)`, `trdata.Packed.verify` and the CLI call it through `py/pack.rs`.
+//!
+//! ```text
+//! Dataset ─► (rayon, `workers` threads) read source bytes ─► [re-encode: decode ─► antialiased resize ─► tj3
+//!            JPEG 4:2:0 at quality Q] ─► header fields ─► in order ─► PackWriter ─► <dst>.tmp.<pid> ─► rename
+//! ```
+//!
+//! **Records.** Without re-encoding a record is the source's bytes, unchanged, in the source's order, so a
+//! reproducible loader over the pack yields byte-identical batches to one over the source (raw pixels of
+//! `Arrays` are stored raw). Bytes whose header cannot be read (a corrupt file in an ImageFolder) are still
+//! stored, flagged and reported as warnings: the loader then fails on them exactly as on the source file. A file
+//! that cannot be read at all (missing, unreadable, too large) fails the pack, naming it. With re-encoding
+//! (`short_side`, `max_side` or `quality` given) every image is decoded to RGB (Pillow-exact decoders), resized
+//! only when larger — short side to `short_side`, or long side to `max_side`, the other side by torchvision's
+//! `Resize` rule (`int(size · long / short)`) — with the loader's resampler (Pillow's antialiased bilinear,
+//! bit-exact at full decode scale: DCT scaling is off), then encoded as baseline 4:2:0 JPEG at `quality`
+//! (default 90). An image that does not decode fails the pack, naming it.
+//!
+//! **Parallel, in order.** Records are produced in chunks by a rayon pool of `workers` threads, each thread
+//! with its own decoder, resampler scratch and encoder (reused, no allocation per record in steady state), then
+//! written in index order by the calling thread: the file does not depend on the thread count.
+//!
+//! **Atomic.** Everything is written to `<dst>.tmp.<pid>` in dst's directory, the header (with the magic) last,
+//! then fsync, `rename(2)` onto dst and fsync of the directory. Any error, a cancel or a panic removes the temp
+//! file (a drop guard); a killed process leaves only the temp file — never a file at dst, and never one with a
+//! header — and the next pack to the same dst removes temp files whose process is gone.
+
+use crate::augment::{DType, DctScaling, Layout, OutputSpec, SampleKey, SamplePipeline, TransformSpec, WorkerScratch};
+use crate::decode::{ColorSpace, DecodeLimits, Decoder, ImageFormat, ImageInfo, Subsampling};
+use crate::error::{ImageError, ImageErrorKind, Result, SampleError, TrdataError};
+use crate::param::IntParam;
+use crate::plan::claim::WORKERS;
+use crate::source::packed::{
+    BLOCK_BYTES, DEFAULT_BLOCK_BYTES, FLAG_CMYK, FLAG_HIGH_PRECISION, FLAG_LOSSLESS, FLAG_PROGRESSIVE, FLAG_UNREADABLE,
+    PackMeta, PackOptions, PackWriter, PackedIndex, RecordFormat, RecordMeta,
+};
+use crate::source::{Dataset, PixelArray, Store, read_sample, read_span};
+use crate::synthetic::encode::{ChromaSubsampling, JpegEncoder};
+use rayon::prelude::*;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fs::{self, File, OpenOptions};
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+/// `short_side`: the short side of re-encoded images (when larger).
+pub const SHORT_SIDE: IntParam = IntParam::new("short_side", 1, 65_535);
+/// `max_side`: the long side of re-encoded images (when larger).
+pub const MAX_SIDE: IntParam = IntParam::new("max_side", 1, 65_535);
+/// `quality`: JPEG quality of re-encoded images.
+pub const QUALITY: IntParam = IntParam::new("quality", 1, 100);
+/// Quality of re-encoded images when resizing without a quality.
+pub const DEFAULT_QUALITY: u8 = 90;
+/// Largest source file read (as the loader's `MAX_FILE_BYTES`).
+const MAX_SOURCE_BYTES: u64 = crate::source::packed::MAX_RECORD_BYTES;
+
+/// How to pack, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackConfig {
+    /// Re-encode with the short side resized to this (when larger).
+    pub short_side: Option<u32>,
+    /// Re-encode with the long side resized to this (when larger).
+    pub max_side: Option<u32>,
+    /// Re-encode at this quality (`Some` whenever re-encoding).
+    pub quality: Option<u8>,
+    /// Threads producing records.
+    pub workers: usize,
+    /// Target block size.
+    pub block_bytes: u64,
+    /// Class names stored in the file.
+    pub classes: Vec<OsString>,
+}
+
+impl PackConfig {
+    /// Check the user's values (as Python ints, None = default): at most one of `short_side`/`max_side`; any of
+    /// the three turns re-encoding on, with quality 90 unless given. Workers default to the usable CPUs.
+    pub fn new(
+        short_side: Option<i128>,
+        max_side: Option<i128>,
+        quality: Option<i128>,
+        workers: Option<i128>,
+        block_bytes: Option<i128>,
+        classes: Vec<OsString>,
+    ) -> Result<Self> {
+        let short_side = short_side.map(|v| SHORT_SIDE.check::<u32>(v)).transpose()?;
+        let max_side = max_side.map(|v| MAX_SIDE.check::<u32>(v)).transpose()?;
+        if let (Some(s), Some(m)) = (short_side, max_side) {
+            return Err(TrdataError::config(
+                MAX_SIDE.name,
+                format!("{m} must be None when short_side={s} is given: images are resized by one side"),
+            ));
+        }
+        let quality = quality.map(|v| QUALITY.check::<u8>(v)).transpose()?;
+        let quality = quality.or((short_side.is_some() || max_side.is_some()).then_some(DEFAULT_QUALITY));
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as i128;
+        let workers = WORKERS.check::<usize>(workers.unwrap_or(cpus.min(WORKERS.max)))?;
+        let block_bytes = BLOCK_BYTES.check::<u64>(block_bytes.unwrap_or(i128::from(DEFAULT_BLOCK_BYTES)))?;
+        Ok(Self { short_side, max_side, quality, workers, block_bytes, classes })
+    }
+
+    /// Whether records are decoded and re-encoded.
+    pub fn reencodes(&self) -> bool {
+        self.quality.is_some()
+    }
+
+    /// The size of an image of `w × h` after the resize rule (only ever smaller; never 0).
+    pub fn target_size(&self, w: u32, h: u32) -> (u32, u32) {
+        let (short, long) = (w.min(h), w.max(h));
+        let (new_short, new_long) = match (self.short_side, self.max_side) {
+            (Some(n), _) if short > n => (n, (u64::from(n) * u64::from(long) / u64::from(short)) as u32),
+            (None, Some(m)) if long > m => ((u64::from(m) * u64::from(short) / u64::from(long)).max(1) as u32, m),
+            _ => return (w, h),
+        };
+        if w <= h { (new_short, new_long) } else { (new_long, new_short) }
+    }
+}
+
+/// What a pack did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PackSummary {
+    /// Records written.
+    pub records: u64,
+    /// Bytes read from the source.
+    pub bytes_in: u64,
+    /// Size of the packed file.
+    pub bytes_out: u64,
+    /// Wall time.
+    pub seconds: f64,
+    /// (record, message) of records stored although their header could not be read.
+    pub warnings: Vec<(u64, String)>,
+}
+
+/// The kind of a store, as recorded in the metadata.
+pub fn source_kind(store: &Store) -> &'static str {
+    match store {
+        Store::Files(_) => "files",
+        Store::Spans(_) => "spans",
+        Store::Blobs(_) => "bytes",
+        Store::Pixels(_) => "arrays",
+        Store::Packed(_) => "packed",
+    }
+}
+
+/// One record ready to be written.
+struct Produced {
+    bytes: Vec<u8>,
+    meta: RecordMeta,
+    bytes_in: u64,
+    warning: Option<String>,
+}
+
+/// Per-thread state of the producers: decoders, resampler scratch and pipelines by output size, the encoder.
+struct Producer {
+    header: Decoder,
+    decoder: Decoder,
+    scratch: WorkerScratch,
+    pipelines: HashMap<(u32, u32), SamplePipeline>,
+    encoder: JpegEncoder,
+    buf: Vec<u8>,
+    rgb: Vec<u8>,
+}
+
+impl Producer {
+    fn new() -> Result<Self> {
+        // Headers are only read (no pixels): no pixel budget, so a huge but valid image keeps its size fields.
+        let header = Decoder::with_limits(DecodeLimits { max_pixels: u64::MAX, ..DecodeLimits::default() })?;
+        let encoder =
+            JpegEncoder::new().map_err(|e| TrdataError::Worker(format!("cannot create a JPEG encoder: {e}")))?;
+        Ok(Self {
+            header,
+            decoder: Decoder::new()?,
+            scratch: WorkerScratch::new()?,
+            pipelines: HashMap::new(),
+            encoder,
+            buf: Vec::new(),
+            rgb: Vec::new(),
+        })
+    }
+
+    /// Pillow's `resize((w, h), BILINEAR)` as a loader pipeline: uint8 HWC, full-scale decode.
+    fn pipeline(pipelines: &mut HashMap<(u32, u32), SamplePipeline>, w: u32, h: u32) -> Result<&SamplePipeline> {
+        if !pipelines.contains_key(&(w, h)) {
+            if pipelines.len() > 256 {
+                pipelines.clear(); // bounded: ImageNet has a few hundred distinct sizes
+            }
+            let spec = OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None };
+            let p = SamplePipeline::new(vec![TransformSpec::ResizeExact { height: h, width: w }], spec)?
+                .with_dct_scaling(DctScaling::MinRatio(1e9))?; // never DCT-scale: bit-exact with Pillow
+            pipelines.insert((w, h), p);
+        }
+        Ok(&pipelines[&(w, h)])
+    }
+
+    fn produce(&mut self, ds: &Dataset, i: usize, cfg: &PackConfig) -> std::result::Result<Produced, ImageError> {
+        // The source bytes (or raw pixels) of record i.
+        let mut raw: Option<(u32, u32, u8)> = None;
+        let mut warning = None;
+        let bytes: &[u8] = match &ds.store {
+            Store::Files(paths) => match read_sample(&paths[i], MAX_SOURCE_BYTES, &mut self.buf) {
+                Ok(()) => &self.buf,
+                // A recognised format trdata does not decode (AVIF…): kept, failing at load time as the file did.
+                Err(e) if e.kind == ImageErrorKind::Unsupported && !self.buf.is_empty() => {
+                    warning = Some(e.to_string());
+                    &self.buf
+                }
+                Err(e) => return Err(e),
+            },
+            Store::Spans(s) => {
+                read_span(&s.files[s.file[i] as usize], s.offset[i], s.len[i], MAX_SOURCE_BYTES, &mut self.buf)?;
+                &self.buf
+            }
+            Store::Blobs(b) => &b[i],
+            Store::Pixels(a) => {
+                raw = Some((a.width, a.height, a.channels));
+                a.image(i)
+            }
+            Store::Packed(p) => {
+                let rec = p.record(i, |b| (0, b as u32))?;
+                self.buf.clear();
+                self.buf.extend_from_slice(&rec);
+                let m = p.index().rows[i].meta;
+                if m.format == RecordFormat::Raw {
+                    raw = Some((u32::from(m.width), u32::from(m.height), m.channels));
+                }
+                &self.buf
+            }
+        };
+        let bytes_in = bytes.len() as u64;
+        if bytes.is_empty() {
+            return Err(ImageError::new(ImageErrorKind::Empty, "file is empty (0 bytes): nothing to pack"));
+        }
+        if !cfg.reencodes() {
+            let meta = match raw {
+                Some((w, h, c)) => RecordMeta::raw(h as u16, w as u16, c),
+                None => match self.header.read_header(bytes) {
+                    Ok(info) => meta_of(&info),
+                    Err(e) => {
+                        warning.get_or_insert_with(|| e.to_string());
+                        RecordMeta {
+                            width: 0,
+                            height: 0,
+                            format: RecordFormat::Unknown,
+                            subsampling: 0,
+                            flags: FLAG_UNREADABLE,
+                            channels: 0,
+                        }
+                    }
+                },
+            };
+            return Ok(Produced { bytes: bytes.to_vec(), meta, bytes_in, warning });
+        }
+        // Re-encode: RGB at the target size, then baseline 4:2:0 JPEG.
+        let key = SampleKey { seed: 0, epoch: 0, index: i as u64 }; // Resize draws nothing
+        let (w, h) = match raw {
+            Some((w, h, _)) => (w, h),
+            None => {
+                let info = self.header.read_header(bytes)?;
+                (info.width, info.height)
+            }
+        };
+        let (tw, th) = cfg.target_size(w, h);
+        let mut rgb = std::mem::take(&mut self.rgb);
+        rgb.clear();
+        rgb.resize(3 * tw as usize * th as usize, 0);
+        let done = match raw {
+            Some((w, h, c)) => {
+                let image = PixelArray { data: bytes.to_vec(), height: h, width: w, channels: c };
+                let p = Self::pipeline(&mut self.pipelines, tw, th).map_err(config_to_image)?;
+                p.process_pixels(&mut self.scratch, &image, 0, key, &mut rgb).map(|_| ())
+            }
+            None if (tw, th) == (w, h) => self.decoder.decode_full_rgb(bytes, &mut rgb).map(|_| ()),
+            None => {
+                let p = Self::pipeline(&mut self.pipelines, tw, th).map_err(config_to_image)?;
+                p.process(&mut self.scratch, bytes, key, &mut rgb).map(|_| ())
+            }
+        };
+        let encoded = done.and_then(|()| {
+            self.encoder
+                .encode(&rgb, tw, th, cfg.quality.unwrap_or(DEFAULT_QUALITY), ChromaSubsampling::S420)
+                .map_err(|e| ImageError::new(ImageErrorKind::Corrupt, e.to_string()))
+        });
+        self.rgb = rgb;
+        let meta = RecordMeta {
+            width: tw as u16,
+            height: th as u16,
+            format: RecordFormat::Jpeg,
+            subsampling: 3,
+            flags: 0,
+            channels: 3,
+        };
+        Ok(Produced { bytes: encoded?, meta, bytes_in, warning: None })
+    }
+}
+
+fn config_to_image(e: TrdataError) -> ImageError {
+    ImageError::new(ImageErrorKind::TooLarge, e.to_string())
+}
+
+/// Index fields of an image from its header.
+fn meta_of(info: &ImageInfo) -> RecordMeta {
+    let format = match info.format {
+        ImageFormat::Jpeg => RecordFormat::Jpeg,
+        ImageFormat::Png => RecordFormat::Png,
+        ImageFormat::WebP => RecordFormat::WebP,
+        ImageFormat::Gif => RecordFormat::Gif,
+        ImageFormat::Tiff => RecordFormat::Tiff,
+        ImageFormat::Bmp => RecordFormat::Bmp,
+        ImageFormat::Pnm => RecordFormat::Pnm,
+    };
+    let jpeg = info.format == ImageFormat::Jpeg;
+    let subsampling = if !jpeg {
+        0
+    } else {
+        match info.subsampling {
+            Subsampling::S444 => 1,
+            Subsampling::S422 => 2,
+            Subsampling::S420 => 3,
+            Subsampling::Gray => 4,
+            Subsampling::S440 => 5,
+            Subsampling::S411 => 6,
+            Subsampling::S441 => 7,
+            Subsampling::Unknown => 8,
+        }
+    };
+    let mut flags = 0;
+    if info.progressive {
+        flags |= FLAG_PROGRESSIVE;
+    }
+    if matches!(info.colorspace, ColorSpace::Cmyk | ColorSpace::Ycck) {
+        flags |= FLAG_CMYK;
+    }
+    if jpeg && info.lossless {
+        flags |= FLAG_LOSSLESS;
+    }
+    if info.precision != 8 {
+        flags |= FLAG_HIGH_PRECISION;
+    }
+    let side = |v: u32| u16::try_from(v).unwrap_or(0);
+    let channels = if info.colorspace == ColorSpace::Gray || info.subsampling == Subsampling::Gray { 1 } else { 3 };
+    RecordMeta { width: side(info.width), height: side(info.height), format, subsampling, flags, channels }
+}
+
+thread_local! {
+    /// The producer of a pack thread (libjpeg-turbo handles are not `Send`: each thread makes its own, once,
+    /// and it dies with the pack's thread pool).
+    static PRODUCER: RefCell<Option<Producer>> = const { RefCell::new(None) };
+    /// The decoder of a verify thread.
+    static VERIFIER: RefCell<Option<Decoder>> = const { RefCell::new(None) };
+}
+
+/// Run `f` with this thread's producer, made on first use.
+fn with_producer<T>(f: impl FnOnce(&mut Producer) -> Result<T>) -> Result<T> {
+    PRODUCER.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let p = match slot.as_mut() {
+            Some(p) => p,
+            None => slot.insert(Producer::new()?),
+        };
+        f(p)
+    })
+}
+
+/// The temp file of a pack in progress: removed on drop unless published.
+struct TempFile {
+    path: PathBuf,
+    published: bool,
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.published {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// `<dst>.tmp.<pid>`, in dst's directory.
+fn temp_path(dst: &Path, pid: u32) -> PathBuf {
+    let mut name = dst.file_name().map(OsString::from).unwrap_or_default();
+    name.push(format!(".tmp.{pid}"));
+    dst.with_file_name(name)
+}
+
+/// Remove `<dst>.tmp.<pid>` files whose process no longer exists (left by a killed writer).
+fn remove_stale_temps(dst: &Path) {
+    let (Some(dir), Some(name)) = (dst.parent(), dst.file_name()) else { return };
+    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    let mut prefix = name.to_os_string();
+    prefix.push(".tmp.");
+    let prefix = prefix.into_encoded_bytes();
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let n = e.file_name().into_encoded_bytes();
+        let Some(pid) = n.strip_prefix(&prefix[..]).and_then(|p| std::str::from_utf8(p).ok()) else { continue };
+        if let Ok(pid) = pid.parse::<u32>()
+            && pid != std::process::id()
+            && !Path::new(&format!("/proc/{pid}")).exists()
+        {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+}
+
+fn io_fail(path: &Path, what: &str, e: std::io::Error) -> TrdataError {
+    TrdataError::Source { path: path.to_path_buf(), message: format!("cannot {what}: {e}") }
+}
+
+/// Write `ds` into the packed file `dst` (module docs). `progress(done)` is called after each chunk of records
+/// is written; returning false cancels (no file is left). Returns what was done.
+pub fn pack(
+    ds: &Dataset,
+    dst: &Path,
+    cfg: &PackConfig,
+    progress: &(dyn Fn(u64) -> bool + Sync),
+) -> Result<PackSummary> {
+    let t0 = Instant::now();
+    let n = ds.len();
+    remove_stale_temps(dst);
+    let tmp = TempFile { path: temp_path(dst, std::process::id()), published: false };
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp.path)
+        .map_err(|e| io_fail(dst, "create the temporary file beside it", e))?;
+    let write_fail = |e| io_fail(dst, "write the packed file", e);
+    let mut writer = PackWriter::new(BufWriter::with_capacity(4 << 20, file), cfg.block_bytes).map_err(write_fail)?;
+    let threads = rayon::ThreadPoolBuilder::new()
+        .num_threads(cfg.workers)
+        .thread_name(|i| format!("trdata-pack{i}"))
+        .build()
+        .map_err(|e| TrdataError::Worker(format!("cannot start the pack threads: {e}")))?;
+    let cancelled = AtomicBool::new(false);
+    let (mut bytes_in, mut warnings) = (0u64, Vec::new());
+    let chunk = (cfg.workers * 16).max(64);
+    let mut start = 0;
+    while start < n {
+        let end = (start + chunk).min(n);
+        let produced: Vec<Result<Produced>> = threads.install(|| {
+            (start..end)
+                .into_par_iter()
+                .map(|i| {
+                    if cancelled.load(Ordering::Relaxed) {
+                        return Err(cancel_error(dst));
+                    }
+                    with_producer(|p| {
+                        p.produce(ds, i, cfg).map_err(|error| {
+                            TrdataError::Decode(SampleError { path: ds.sample_name(i), index: i as u64, error })
+                        })
+                    })
+                })
+                .collect()
+        });
+        for (i, r) in (start..end).zip(produced) {
+            let r = r?;
+            writer.push(&r.bytes, ds.labels[i], r.meta).map_err(write_fail)?;
+            bytes_in += r.bytes_in;
+            if let Some(w) = r.warning {
+                warnings.push((i as u64, format!("{}: {w}", ds.sample_name(i).display())));
+            }
+        }
+        start = end;
+        if !progress(start as u64) {
+            cancelled.store(true, Ordering::Relaxed);
+            return Err(cancel_error(dst));
+        }
+    }
+    let meta = PackMeta {
+        classes: cfg.classes.clone(),
+        options: PackOptions {
+            short_side: cfg.short_side,
+            max_side: cfg.max_side,
+            quality: cfg.quality,
+            source: source_kind(&ds.store).to_string(),
+        },
+    };
+    let (out, header) = writer.finish(&meta).map_err(write_fail)?;
+    let file = out.into_inner().map_err(|e| write_fail(e.into_error()))?;
+    file.sync_all().map_err(write_fail)?;
+    drop(file);
+    let mut tmp = tmp;
+    fs::rename(&tmp.path, dst).map_err(|e| io_fail(dst, "move the finished file into place", e))?;
+    tmp.published = true;
+    // The rename is durable once the directory is synced (best effort: some file systems refuse).
+    if let Some(dir) = dst.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let _ = File::open(dir).and_then(|d| d.sync_all());
+    }
+    Ok(PackSummary {
+        records: n as u64,
+        bytes_in,
+        bytes_out: header.file_bytes,
+        seconds: t0.elapsed().as_secs_f64(),
+        warnings,
+    })
+}
+
+fn cancel_error(dst: &Path) -> TrdataError {
+    TrdataError::Source { path: dst.to_path_buf(), message: "packing was cancelled; no file was written".into() }
+}
+
+/// Check every record of the pack at `path`: its CRC32C and, for encoded records, a full decode (default
+/// limits). Header, index and metadata problems are the error; bad records are returned as (record, message),
+/// in record order. `workers` threads (default: usable CPUs) read whole blocks; `progress(done)` after each
+/// block, false cancels.
+pub fn verify(
+    path: &Path,
+    workers: Option<i128>,
+    progress: &(dyn Fn(u64) -> bool + Sync),
+) -> Result<Vec<(u64, String)>> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as i128;
+    let workers = WORKERS.check::<usize>(workers.unwrap_or(cpus.min(WORKERS.max)))?;
+    let index = PackedIndex::open(path)?;
+    let threads = rayon::ThreadPoolBuilder::new()
+        .num_threads(workers)
+        .thread_name(|i| format!("trdata-verify{i}"))
+        .build()
+        .map_err(|e| TrdataError::Worker(format!("cannot start the verify threads: {e}")))?;
+    let done = AtomicU64::new(0);
+    let cancelled = AtomicBool::new(false);
+    let bad: Vec<Vec<(u64, String)>> = threads.install(|| {
+        index
+            .blocks
+            .par_iter()
+            .map(|b| {
+                let records = b.first_record as u64..u64::from(b.first_record) + u64::from(b.records);
+                if cancelled.load(Ordering::Relaxed) {
+                    return Vec::new();
+                }
+                let mut buf = Vec::new();
+                if let Err(e) = read_span(path, b.offset, b.bytes, b.bytes, &mut buf) {
+                    return records.map(|r| (r, format!("block cannot be read: {e}"))).collect();
+                }
+                let bad = VERIFIER.with(|cell| {
+                    let mut slot = cell.borrow_mut();
+                    let decoder = match slot.as_mut() {
+                        Some(d) => d,
+                        None => match Decoder::new() {
+                            Ok(d) => slot.insert(d),
+                            Err(e) => return records.clone().map(|r| (r, format!("no decoder: {e}"))).collect(),
+                        },
+                    };
+                    let mut out = Vec::new();
+                    let mut bad = Vec::new();
+                    for r in records.clone() {
+                        let row = &index.rows[r as usize];
+                        let at = (row.offset - b.offset) as usize;
+                        let bytes = &buf[at..at + row.len as usize];
+                        let crc = crc32c::crc32c(bytes);
+                        if crc != row.crc32c {
+                            bad.push((r, format!("CRC32C mismatch (read {crc:08x}, stored {:08x})", row.crc32c)));
+                        } else if row.meta.format != RecordFormat::Raw
+                            && let Err(e) = decoder.decode_full_rgb(bytes, &mut out)
+                        {
+                            bad.push((r, format!("does not decode: {e}")));
+                        }
+                    }
+                    bad
+                });
+                let now = done.fetch_add(u64::from(b.records), Ordering::Relaxed) + u64::from(b.records);
+                if !progress(now) {
+                    cancelled.store(true, Ordering::Relaxed);
+                }
+                bad
+            })
+            .collect()
+    });
+    if cancelled.load(Ordering::Relaxed) {
+        return Err(TrdataError::Source { path: path.to_path_buf(), message: "verification was cancelled".into() });
+    }
+    Ok(bad.into_iter().flatten().collect())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1026 @@
+//! source/packed — the packed dataset file (`trdata.pack` writes it, `trdata.Packed` reads it): one file of
+//! records in large aligned blocks, a fixed-width index and the class names, read by the workers like any other
+//! source (source → plan → worker → decode). This file is the one home of its byte layout: the constants, the
+//! header/index/metadata encoders ([`PackWriter`]) and decoders ([`PackedIndex`]), and the reader
+//! ([`PackedFile`], `full` or `partial`). The tooling that fills a pack (decode, resize, re-encode, parallel,
+//! atomic publication) is `src/pack/`.
+//!
+//! Learnt from the seed's DTS (blocks read whole, a per-epoch block permutation then a shuffle inside a buffer
+//! of blocks, full and partial modes), FFCV's .beton (fixed-width metadata table, pages, quasi-random order), MDS
+//! (index read once, shards verified by hash) and WebDataset (sequential reads of large units).
+//!
+//! # Byte layout (version 1, little-endian)
+//!
+//! ```text
+//! offset 0     header, 4096 bytes (written last: a file whose header is zeros was never finished)
+//!   0  magic        8  b"TRDPACK\0"
+//!   8  version      u32 = 1
+//!  12  header_bytes u32 = 4096
+//!  16  records      u64  N, 1 ..= 2^32 - 1
+//!  24  blocks       u64  B, 1 ..= N
+//!  32  block_bytes  u64  target block size the writer used, 4096 ..= 2^30
+//!  40  data_offset  u64  = 4096
+//!  48  data_bytes   u64  multiple of 4096
+//!  56  index_offset u64  = data_offset + data_bytes
+//!  64  index_bytes  u64  = 32·N
+//!  72  blocks_offset u64 = align4096(index_offset + index_bytes)
+//!  80  blocks_bytes u64  = 24·B
+//!  88  meta_offset  u64  = align4096(blocks_offset + blocks_bytes)
+//!  96  meta_bytes   u64  ≤ 64 MiB
+//! 104  file_bytes   u64  = meta_offset + meta_bytes, the file's exact length
+//! 112  index_crc    u32  CRC32C of the index section
+//! 116  blocks_crc   u32  CRC32C of the blocks section
+//! 120  meta_crc     u32  CRC32C of the metadata section
+//! 124  reserved     zeros up to 4092
+//! 4092 header_crc   u32  CRC32C of header bytes 0..4092
+//! data: B blocks, each at a 4096-aligned offset; a block holds its records back to back (record order = index
+//!   order = the source's order) and is zero-padded to the next 4096 boundary. A record larger than block_bytes
+//!   gets a block of its own; otherwise a block's records total at most block_bytes.
+//! index: N rows of 32 bytes (memory-mappable, 4096-aligned):
+//!   0 offset u64 (absolute) · 8 len u32 (≥ 1, ≤ 2^30) · 12 crc32c u32 (of the record's bytes) · 16 label i64 ·
+//!   24 width u16 · 26 height u16 (0 when unknown or above 65535) · 28 format u8 · 29 subsampling u8 ·
+//!   30 flags u8 · 31 channels u8
+//! blocks: B rows of 24 bytes: offset u64 · bytes u64 (used, without padding) · first_record u32 · records u32
+//! meta: UTF-8 JSON (packed_json.rs): {"format": "trdata.pack", "version": 1, "classes": [...],
+//!   "options": {"short_side", "max_side", "quality" (int or null), "source": str, "block_bytes": int},
+//!   "writer": "trdata <version>"}
+//! ```
+//!
+//! Formats: 0 unknown, 1 jpeg, 2 png, 3 webp, 4 gif, 5 tiff, 6 bmp, 7 pnm, 8 raw (uint8 pixels,
+//! height × width × channels, channels 1 or 3). Subsampling: 0 n/a, 1 4:4:4, 2 4:2:2, 3 4:2:0, 4 gray, 5 4:4:0,
+//! 6 4:1:1, 7 4:4:1, 8 unknown. Flags: 1 progressive, 2 CMYK/YCCK, 4 lossless, 8 not 8-bit, 16 the header could
+//! not be read when packed (the record fails at decode time, as its source file did). These fields let a
+//! reader plan ROI decode and route GPU-decodable records without touching the payload.
+//!
+//! # What is checked, and when
+//! At open, before anything is allocated from a size in the file: the length (≥ 4096; truncated files and
+//! files with bytes appended are refused because `file_bytes` is the exact length), the magic, the header CRC, the
+//! version, every count and offset against the fixed layout above (so no section can be larger than the file),
+//! then the CRCs of the index, blocks and metadata sections, then their structure: blocks in order, aligned,
+//! inside the data region and not overlapping; records inside their block, in order, with known formats and raw
+//! sizes that match. Any failure is a `SourceError` naming the file. Every record read is CRC32C-checked
+//! (hardware-accelerated, ~1 % of a decode): a flipped byte is `ImageErrorKind::Corrupt` naming the record,
+//! never garbage pixels.
+//!
+//! # Modes
+//! - `full`: the data region is read into memory once at open (one allocation, `Memory` error if it does not fit;
+//!   the read itself prefaults every page; NUMA placement is first touch by the opening thread — the workers may
+//!   sit on another node); records are served as slices of it, no copy.
+//! - `partial`: blocks are read whole (pread, `read_span`) into a [`BlockCache`] shared by all workers, bounded
+//!   by `cache_blocks` entries (default `window_blocks` + 2 × the CPUs this process may use): memory ≤
+//!   (`cache_blocks` + readers) × max(block_bytes, largest record). The plan (plan/mod.rs) orders records
+//!   so that workers move through windows of `window_blocks` blocks ([`Dataset::block_structure`]).
+
+use super::block_cache::{BlockBytes, BlockCache, OrderKey};
+use super::packed_json::{self as json, Json};
+use super::read_span;
+use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
+use crate::param::{Choice, IntParam};
+use crate::sync::Arc;
+use std::ffi::OsString;
+use std::io::{self, Seek, SeekFrom, Write};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+/// The file's first 8 bytes.
+pub const MAGIC: [u8; 8] = *b"TRDPACK\0";
+/// The layout version this code writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// Size of the header.
+pub const HEADER_BYTES: u64 = 4096;
+/// Alignment of blocks and sections (a page: blocks are read and mapped whole).
+pub const ALIGN_BYTES: u64 = 4096;
+/// Size of one index row.
+pub const INDEX_ROW_BYTES: u64 = 32;
+/// Size of one blocks-table row.
+pub const BLOCK_ROW_BYTES: u64 = 24;
+/// Default target size of a block: large sequential reads, ~70 ImageNet JPEGs.
+pub const DEFAULT_BLOCK_BYTES: u64 = 8 << 20;
+/// Largest record (the loader's `MAX_FILE_BYTES` for a file).
+pub const MAX_RECORD_BYTES: u64 = 1 << 30;
+/// Largest metadata section (class names of even huge label sets fit).
+pub const MAX_META_BYTES: u64 = 64 << 20;
+/// Default `window_blocks` of partial mode: 16 × 8 MiB = 128 MiB shuffled together.
+pub const DEFAULT_WINDOW_BLOCKS: u32 = 16;
+
+/// `block_bytes` (the writer's target block size).
+pub const BLOCK_BYTES: IntParam = IntParam::new("block_bytes", 4096, 1 << 30);
+/// `window_blocks` (partial mode: blocks shuffled together).
+pub const WINDOW_BLOCKS: IntParam = IntParam::new("window_blocks", 1, 1 << 20);
+/// `cache_blocks` (partial mode: blocks kept in memory); must also be ≥ window_blocks (checked in `open`).
+pub const CACHE_BLOCKS: IntParam = IntParam::new("cache_blocks", 1, 1 << 20);
+
+/// How a packed file is held in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PackedMode {
+    /// The data region read into memory once.
+    Full,
+    /// Blocks streamed through a bounded cache, in the plan's block order.
+    Partial,
+}
+
+/// `mode` values of `trdata.Packed`.
+pub const MODE: Choice<PackedMode> =
+    Choice { name: "mode", values: &[("full", PackedMode::Full), ("partial", PackedMode::Partial)] };
+
+/// Container format of a record (index byte 28).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordFormat {
+    /// Not recognised when packed (the bytes are kept; decoding them fails as it did for the source).
+    Unknown,
+    /// JPEG.
+    Jpeg,
+    /// PNG.
+    Png,
+    /// WebP.
+    WebP,
+    /// GIF.
+    Gif,
+    /// TIFF.
+    Tiff,
+    /// BMP.
+    Bmp,
+    /// Netpbm.
+    Pnm,
+    /// Raw uint8 pixels, height × width × channels.
+    Raw,
+}
+
+const FORMATS: [(RecordFormat, &str); 9] = [
+    (RecordFormat::Unknown, "unknown"),
+    (RecordFormat::Jpeg, "jpeg"),
+    (RecordFormat::Png, "png"),
+    (RecordFormat::WebP, "webp"),
+    (RecordFormat::Gif, "gif"),
+    (RecordFormat::Tiff, "tiff"),
+    (RecordFormat::Bmp, "bmp"),
+    (RecordFormat::Pnm, "pnm"),
+    (RecordFormat::Raw, "raw"),
+];
+
+impl RecordFormat {
+    /// The index byte.
+    pub fn code(self) -> u8 {
+        FORMATS.iter().position(|(f, _)| *f == self).unwrap_or(0) as u8
+    }
+
+    /// The format of index byte `code`, if known.
+    pub fn from_code(code: u8) -> Option<Self> {
+        FORMATS.get(usize::from(code)).map(|(f, _)| *f)
+    }
+
+    /// Lower-case name (`packed_info`'s "formats").
+    pub fn name(self) -> &'static str {
+        FORMATS.iter().find(|(f, _)| *f == self).map_or("unknown", |(_, n)| n)
+    }
+}
+
+/// Names of the subsampling codes (index byte 29), by code.
+pub const SUBSAMPLING_NAMES: [&str; 9] = ["", "444", "422", "420", "gray", "440", "411", "441", "unknown"];
+
+/// Flag bit: progressive JPEG.
+pub const FLAG_PROGRESSIVE: u8 = 1;
+/// Flag bit: CMYK or YCCK JPEG.
+pub const FLAG_CMYK: u8 = 2;
+/// Flag bit: lossless JPEG (no DCT scaling, no ROI).
+pub const FLAG_LOSSLESS: u8 = 4;
+/// Flag bit: not 8 bits per sample (12-bit JPEG).
+pub const FLAG_HIGH_PRECISION: u8 = 8;
+/// Flag bit: the header could not be read when packed.
+pub const FLAG_UNREADABLE: u8 = 16;
+const KNOWN_FLAGS: u8 = 31;
+
+/// What the index says about a record besides where it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordMeta {
+    /// Width in pixels (0 = unknown or above 65535).
+    pub width: u16,
+    /// Height in pixels (0 = unknown or above 65535).
+    pub height: u16,
+    /// Container format.
+    pub format: RecordFormat,
+    /// Subsampling code ([`SUBSAMPLING_NAMES`]).
+    pub subsampling: u8,
+    /// `FLAG_*` bits.
+    pub flags: u8,
+    /// Channels (raw: 1 or 3; encoded: 3, or 1 for gray; 0 unknown).
+    pub channels: u8,
+}
+
+impl RecordMeta {
+    /// Raw pixels of `height × width × channels`.
+    pub fn raw(height: u16, width: u16, channels: u8) -> Self {
+        Self { width, height, format: RecordFormat::Raw, subsampling: 0, flags: 0, channels }
+    }
+
+    /// Whether nvJPEG-style GPU decoding can take the record: a baseline or progressive 8-bit lossy JPEG in
+    /// YCbCr/gray with a named subsampling.
+    pub fn gpu_decodable(&self) -> bool {
+        self.format == RecordFormat::Jpeg
+            && self.flags & (FLAG_CMYK | FLAG_LOSSLESS | FLAG_HIGH_PRECISION | FLAG_UNREADABLE) == 0
+            && (1..=7).contains(&self.subsampling)
+    }
+}
+
+/// One index row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexRow {
+    /// Absolute file offset of the record.
+    pub offset: u64,
+    /// Record length in bytes.
+    pub len: u32,
+    /// CRC32C of the record's bytes.
+    pub crc32c: u32,
+    /// Label.
+    pub label: i64,
+    /// Size, format, subsampling, flags.
+    pub meta: RecordMeta,
+}
+
+impl IndexRow {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.extend_from_slice(&self.len.to_le_bytes());
+        out.extend_from_slice(&self.crc32c.to_le_bytes());
+        out.extend_from_slice(&self.label.to_le_bytes());
+        out.extend_from_slice(&self.meta.width.to_le_bytes());
+        out.extend_from_slice(&self.meta.height.to_le_bytes());
+        out.extend_from_slice(&[self.meta.format.code(), self.meta.subsampling, self.meta.flags, self.meta.channels]);
+    }
+
+    fn decode(b: &[u8], i: usize) -> std::result::Result<Self, String> {
+        let format =
+            RecordFormat::from_code(b[28]).ok_or_else(|| format!("record {i} has unknown format {}", b[28]))?;
+        Ok(Self {
+            offset: le64(b, 0),
+            len: le32(b, 8),
+            crc32c: le32(b, 12),
+            label: le64(b, 16) as i64,
+            meta: RecordMeta {
+                width: u16::from_le_bytes([b[24], b[25]]),
+                height: u16::from_le_bytes([b[26], b[27]]),
+                format,
+                subsampling: b[29],
+                flags: b[30],
+                channels: b[31],
+            },
+        })
+    }
+}
+
+/// One row of the blocks table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockRow {
+    /// Absolute, 4096-aligned offset.
+    pub offset: u64,
+    /// Bytes used by its records (the padding after them excluded).
+    pub bytes: u64,
+    /// Index of its first record.
+    pub first_record: u32,
+    /// Number of its records (≥ 1).
+    pub records: u32,
+}
+
+impl BlockRow {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.extend_from_slice(&self.bytes.to_le_bytes());
+        out.extend_from_slice(&self.first_record.to_le_bytes());
+        out.extend_from_slice(&self.records.to_le_bytes());
+    }
+
+    fn decode(b: &[u8]) -> Self {
+        Self { offset: le64(b, 0), bytes: le64(b, 8), first_record: le32(b, 16), records: le32(b, 20) }
+    }
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+fn le32(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+
+fn align_up(x: u64) -> Option<u64> {
+    x.checked_add(ALIGN_BYTES - 1).map(|v| v / ALIGN_BYTES * ALIGN_BYTES)
+}
+
+/// The decoded header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PackHeader {
+    /// Layout version.
+    pub version: u32,
+    /// N.
+    pub records: u64,
+    /// B.
+    pub blocks: u64,
+    /// The writer's target block size.
+    pub block_bytes: u64,
+    /// Bytes of the data region (from offset 4096).
+    pub data_bytes: u64,
+    /// Offset of the index.
+    pub index_offset: u64,
+    /// Offset of the blocks table.
+    pub blocks_offset: u64,
+    /// Offset of the metadata.
+    pub meta_offset: u64,
+    /// Length of the metadata.
+    pub meta_bytes: u64,
+    /// Exact file length.
+    pub file_bytes: u64,
+    /// CRC32C of the index.
+    pub index_crc: u32,
+    /// CRC32C of the blocks table.
+    pub blocks_crc: u32,
+    /// CRC32C of the metadata.
+    pub meta_crc: u32,
+}
+
+impl PackHeader {
+    /// Index section length.
+    pub fn index_bytes(&self) -> u64 {
+        self.records * INDEX_ROW_BYTES
+    }
+
+    /// Blocks section length.
+    pub fn blocks_bytes(&self) -> u64 {
+        self.blocks * BLOCK_ROW_BYTES
+    }
+
+    /// The sections' positions for N records, B blocks, a data region and a metadata section of these sizes:
+    /// (index_offset, blocks_offset, meta_offset, file_bytes), None on overflow.
+    fn layout(records: u64, blocks: u64, data_bytes: u64, meta_bytes: u64) -> Option<(u64, u64, u64, u64)> {
+        let index_offset = HEADER_BYTES.checked_add(data_bytes)?;
+        let blocks_offset = align_up(index_offset.checked_add(records.checked_mul(INDEX_ROW_BYTES)?)?)?;
+        let meta_offset = align_up(blocks_offset.checked_add(blocks.checked_mul(BLOCK_ROW_BYTES)?)?)?;
+        Some((index_offset, blocks_offset, meta_offset, meta_offset.checked_add(meta_bytes)?))
+    }
+
+    /// The 4096 header bytes, CRC included.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut h = Vec::with_capacity(HEADER_BYTES as usize);
+        h.extend_from_slice(&MAGIC);
+        h.extend_from_slice(&self.version.to_le_bytes());
+        h.extend_from_slice(&(HEADER_BYTES as u32).to_le_bytes());
+        for v in [
+            self.records,
+            self.blocks,
+            self.block_bytes,
+            HEADER_BYTES,
+            self.data_bytes,
+            self.index_offset,
+            self.index_bytes(),
+            self.blocks_offset,
+            self.blocks_bytes(),
+            self.meta_offset,
+            self.meta_bytes,
+            self.file_bytes,
+        ] {
+            h.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in [self.index_crc, self.blocks_crc, self.meta_crc] {
+            h.extend_from_slice(&v.to_le_bytes());
+        }
+        h.resize(HEADER_BYTES as usize - 4, 0);
+        let crc = crc32c::crc32c(&h);
+        h.extend_from_slice(&crc.to_le_bytes());
+        h
+    }
+
+    /// Decode and check the header (`head` = the file's first bytes, up to 4096) of a file of `file_len` bytes:
+    /// every rule of "What is checked" that needs no section bytes. The message says what is wrong.
+    pub fn decode(head: &[u8], file_len: u64) -> std::result::Result<Self, String> {
+        if !head.starts_with(&MAGIC) {
+            if head.len() >= 8 && head[..8].iter().all(|&b| b == 0) {
+                return Err("is an unfinished trdata pack (its header was never written: the writer was \
+                            interrupted); pack again"
+                    .into());
+            }
+            let shown: Vec<String> = head.iter().take(8).map(|b| format!("{b:02x}")).collect();
+            return Err(format!(
+                "is not a trdata pack file (it starts with {}, not the magic \"TRDPACK\\0\")",
+                if shown.is_empty() { "nothing: it is empty".to_string() } else { shown.join(" ") }
+            ));
+        }
+        if (head.len() as u64) < HEADER_BYTES || file_len < HEADER_BYTES {
+            return Err(format!("is truncated: {file_len} bytes, shorter than the {HEADER_BYTES}-byte header"));
+        }
+        let stored = le32(head, HEADER_BYTES as usize - 4);
+        let crc = crc32c::crc32c(&head[..HEADER_BYTES as usize - 4]);
+        if stored != crc {
+            return Err(format!("has a damaged header (CRC32C {crc:08x}, stored {stored:08x})"));
+        }
+        let version = le32(head, 8);
+        if version != FORMAT_VERSION {
+            return Err(format!(
+                "is pack format version {version}; this trdata reads version {FORMAT_VERSION} (upgrade trdata, or \
+                 pack the dataset again)"
+            ));
+        }
+        let f = |i: usize| le64(head, 16 + 8 * i);
+        let (records, blocks, block_bytes, data_offset, data_bytes) = (f(0), f(1), f(2), f(3), f(4));
+        let (index_offset, index_bytes, blocks_offset, blocks_bytes) = (f(5), f(6), f(7), f(8));
+        let (meta_offset, meta_bytes, file_bytes) = (f(9), f(10), f(11));
+        let bad = |what: String| Err(format!("has an inconsistent header: {what}"));
+        if le32(head, 12) as u64 != HEADER_BYTES || data_offset != HEADER_BYTES {
+            return bad(format!("header size {} / data offset {data_offset}, not {HEADER_BYTES}", le32(head, 12)));
+        }
+        if records == 0 || records > u64::from(u32::MAX) {
+            return bad(format!("{records} records (must be 1 ..= 2**32 - 1)"));
+        }
+        if blocks == 0 || blocks > records {
+            return bad(format!("{blocks} blocks for {records} records"));
+        }
+        if !(BLOCK_BYTES.min as u64..=BLOCK_BYTES.max as u64).contains(&block_bytes) {
+            return bad(format!("block size {block_bytes}"));
+        }
+        if data_bytes % ALIGN_BYTES != 0 || data_bytes < blocks * ALIGN_BYTES {
+            return bad(format!("data region of {data_bytes} bytes for {blocks} aligned blocks"));
+        }
+        if meta_bytes > MAX_META_BYTES {
+            return bad(format!("metadata of {meta_bytes} bytes (at most {MAX_META_BYTES})"));
+        }
+        let want = Self::layout(records, blocks, data_bytes, meta_bytes);
+        let got = (index_offset, blocks_offset, meta_offset, file_bytes);
+        if want != Some(got) || index_bytes != records * INDEX_ROW_BYTES || blocks_bytes != blocks * BLOCK_ROW_BYTES {
+            return bad(format!(
+                "sections at {got:?} (index {index_bytes} bytes, blocks {blocks_bytes} bytes) do not follow the \
+                 layout {want:?}"
+            ));
+        }
+        if file_len < file_bytes {
+            return Err(format!("is truncated: {file_len} bytes, its header says {file_bytes}"));
+        }
+        if file_len > file_bytes {
+            return Err(format!(
+                "has {} bytes after its end ({file_len} bytes, its header says {file_bytes})",
+                file_len - file_bytes
+            ));
+        }
+        Ok(Self {
+            version,
+            records,
+            blocks,
+            block_bytes,
+            data_bytes,
+            index_offset,
+            blocks_offset,
+            meta_offset,
+            meta_bytes,
+            file_bytes,
+            index_crc: le32(head, 112),
+            blocks_crc: le32(head, 116),
+            meta_crc: le32(head, 120),
+        })
+    }
+}
+
+/// The write options recorded in the metadata.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PackOptions {
+    /// Records re-encoded with the short side resized to this (when larger).
+    pub short_side: Option<u32>,
+    /// Records re-encoded with the long side resized to this (when larger).
+    pub max_side: Option<u32>,
+    /// JPEG quality of re-encoded records (None: the source's bytes are kept).
+    pub quality: Option<u8>,
+    /// The kind of source packed ("files", "spans", "bytes", "arrays", "packed").
+    pub source: String,
+}
+
+/// The metadata section: class names and write options.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PackMeta {
+    /// Class names (bytes, as the source had them).
+    pub classes: Vec<OsString>,
+    /// How the records were written.
+    pub options: PackOptions,
+}
+
+impl PackMeta {
+    /// The JSON text of the metadata section (`block_bytes` is the writer's).
+    pub fn to_json(&self, block_bytes: u64) -> String {
+        let mut s = String::from("{\"format\": \"trdata.pack\", \"version\": 1, \"classes\": [");
+        for (i, c) in self.classes.iter().enumerate() {
+            if i > 0 {
+                s.push_str(", ");
+            }
+            json::write_str(&mut s, c.as_bytes());
+        }
+        let opt = |v: Option<u32>| v.map_or("null".to_string(), |v| v.to_string());
+        let o = &self.options;
+        s.push_str(&format!(
+            "], \"options\": {{\"short_side\": {}, \"max_side\": {}, \"quality\": {}, \"source\": ",
+            opt(o.short_side),
+            opt(o.max_side),
+            opt(o.quality.map(u32::from))
+        ));
+        json::write_str(&mut s, o.source.as_bytes());
+        s.push_str(&format!(
+            ", \"block_bytes\": {block_bytes}}}, \"writer\": \"trdata {}\"}}",
+            env!("CARGO_PKG_VERSION")
+        ));
+        s
+    }
+
+    /// Parse the metadata section.
+    pub fn from_json(text: &[u8]) -> std::result::Result<Self, String> {
+        let v = json::parse(text)?;
+        if v.get("format") != Some(&Json::Str(b"trdata.pack".to_vec())) {
+            return Err("metadata is not a trdata.pack object".into());
+        }
+        let Some(Json::Array(names)) = v.get("classes") else { return Err("metadata has no class list".into()) };
+        let classes = names
+            .iter()
+            .map(|n| match n {
+                Json::Str(b) => Ok(OsString::from_vec(b.clone())),
+                _ => Err("a class name is not a string".to_string()),
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let o = v.get("options");
+        let int = |key: &str, max: i128| -> std::result::Result<Option<u32>, String> {
+            match o.and_then(|o| o.get(key)) {
+                None | Some(Json::Null) => Ok(None),
+                Some(Json::Int(i)) if (1..=max).contains(i) => Ok(Some(*i as u32)),
+                Some(other) => Err(format!("metadata option {key} = {other:?} is out of range")),
+            }
+        };
+        let source = match o.and_then(|o| o.get("source")) {
+            Some(Json::Str(s)) => String::from_utf8_lossy(s).into_owned(),
+            _ => String::new(),
+        };
+        Ok(Self {
+            classes,
+            options: PackOptions {
+                short_side: int("short_side", 65_535)?,
+                max_side: int("max_side", 65_535)?,
+                quality: int("quality", 100)?.map(|q| q as u8),
+                source,
+            },
+        })
+    }
+}
+
+/// Writes the layout to `out` (a file, or memory in tests and the fuzz target): records in order, then
+/// [`finish`](Self::finish) writes the index, the blocks table, the metadata and — last — the header. Until the
+/// header is written the first 4096 bytes are zeros, so an interrupted write never looks like a pack.
+#[derive(Debug)]
+pub struct PackWriter<W: Write + Seek> {
+    out: W,
+    block_bytes: u64,
+    pos: u64,
+    rows: Vec<IndexRow>,
+    blocks: Vec<BlockRow>,
+    open: Option<BlockRow>,
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+impl<W: Write + Seek> PackWriter<W> {
+    /// Start a pack at the current position 0 of `out` with blocks of about `block_bytes` (BLOCK_BYTES' range).
+    pub fn new(mut out: W, block_bytes: u64) -> io::Result<Self> {
+        if !(BLOCK_BYTES.min as u64..=BLOCK_BYTES.max as u64).contains(&block_bytes) {
+            return Err(invalid(format!("block size {block_bytes}")));
+        }
+        out.write_all(&[0u8; HEADER_BYTES as usize])?;
+        Ok(Self { out, block_bytes, pos: HEADER_BYTES, rows: Vec::new(), blocks: Vec::new(), open: None })
+    }
+
+    /// Records written so far.
+    pub fn records(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Bytes written so far.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    fn pad(&mut self) -> io::Result<()> {
+        let padded = align_up(self.pos).ok_or_else(|| invalid("file too large".into()))?;
+        let zeros = [0u8; ALIGN_BYTES as usize];
+        self.out.write_all(&zeros[..(padded - self.pos) as usize])?;
+        self.pos = padded;
+        Ok(())
+    }
+
+    fn close_block(&mut self) -> io::Result<()> {
+        if let Some(b) = self.open.take() {
+            self.blocks.push(b);
+            self.pad()?;
+        }
+        Ok(())
+    }
+
+    /// Append one record (1 ..= 2^30 bytes) with its label and index fields.
+    pub fn push(&mut self, bytes: &[u8], label: i64, meta: RecordMeta) -> io::Result<()> {
+        let len = bytes.len() as u64;
+        if len == 0 || len > MAX_RECORD_BYTES {
+            return Err(invalid(format!("a record of {len} bytes (must be 1 ..= {MAX_RECORD_BYTES})")));
+        }
+        if self.rows.len() >= u32::MAX as usize {
+            return Err(invalid("more than 2**32 - 1 records".into()));
+        }
+        if self.open.is_some_and(|b| b.bytes + len > self.block_bytes) {
+            self.close_block()?;
+        }
+        let first = self.rows.len() as u32;
+        let block = self.open.get_or_insert(BlockRow { offset: self.pos, bytes: 0, first_record: first, records: 0 });
+        block.bytes += len;
+        block.records += 1;
+        self.out.write_all(bytes)?;
+        self.rows.push(IndexRow { offset: self.pos, len: len as u32, crc32c: crc32c::crc32c(bytes), label, meta });
+        self.pos += len;
+        Ok(())
+    }
+
+    /// Write the index, blocks table and metadata, then the header at offset 0; flush. Returns the output and
+    /// the header (the caller syncs and publishes the file).
+    pub fn finish(mut self, meta: &PackMeta) -> io::Result<(W, PackHeader)> {
+        if self.rows.is_empty() {
+            return Err(invalid("a pack needs at least one record".into()));
+        }
+        self.close_block()?;
+        let data_bytes = self.pos - HEADER_BYTES;
+        let mut index = Vec::with_capacity(self.rows.len() * INDEX_ROW_BYTES as usize);
+        for r in &self.rows {
+            r.encode(&mut index);
+        }
+        let mut blocks = Vec::with_capacity(self.blocks.len() * BLOCK_ROW_BYTES as usize);
+        for b in &self.blocks {
+            b.encode(&mut blocks);
+        }
+        let meta_text = meta.to_json(self.block_bytes).into_bytes();
+        if meta_text.len() as u64 > MAX_META_BYTES {
+            return Err(invalid(format!("metadata of {} bytes (class names too long)", meta_text.len())));
+        }
+        let (records, nblocks) = (self.rows.len() as u64, self.blocks.len() as u64);
+        let (index_offset, blocks_offset, meta_offset, file_bytes) =
+            PackHeader::layout(records, nblocks, data_bytes, meta_text.len() as u64)
+                .ok_or_else(|| invalid("file too large".into()))?;
+        self.out.write_all(&index)?;
+        self.pos += index.len() as u64;
+        self.pad()?;
+        self.out.write_all(&blocks)?;
+        self.pos += blocks.len() as u64;
+        self.pad()?;
+        self.out.write_all(&meta_text)?;
+        self.pos += meta_text.len() as u64;
+        debug_assert_eq!((self.pos, index_offset), (file_bytes, HEADER_BYTES + data_bytes));
+        let _ = (blocks_offset, meta_offset);
+        let header = PackHeader {
+            version: FORMAT_VERSION,
+            records,
+            blocks: nblocks,
+            block_bytes: self.block_bytes,
+            data_bytes,
+            index_offset,
+            blocks_offset,
+            meta_offset,
+            meta_bytes: meta_text.len() as u64,
+            file_bytes,
+            index_crc: crc32c::crc32c(&index),
+            blocks_crc: crc32c::crc32c(&blocks),
+            meta_crc: crc32c::crc32c(&meta_text),
+        };
+        self.out.seek(SeekFrom::Start(0))?;
+        self.out.write_all(&header.encode())?;
+        self.out.flush()?;
+        Ok((self.out, header))
+    }
+}
+
+/// Header, index, blocks table and metadata of a pack, checked (everything but the data region).
+#[derive(Debug, Clone)]
+pub struct PackedIndex {
+    /// The header.
+    pub header: PackHeader,
+    /// One row per record.
+    pub rows: Vec<IndexRow>,
+    /// One row per block.
+    pub blocks: Vec<BlockRow>,
+    /// Class names and write options.
+    pub meta: PackMeta,
+}
+
+impl PackedIndex {
+    /// Parse a whole pack held in memory (tests, the fuzz target). Errors are the messages `open` reports.
+    pub fn from_bytes(file: &[u8]) -> std::result::Result<Self, String> {
+        let header = PackHeader::decode(&file[..file.len().min(HEADER_BYTES as usize)], file.len() as u64)?;
+        // decode checked file_bytes == file.len() and the layout: every range below lies inside `file`.
+        let at = |off: u64, len: u64| &file[off as usize..(off + len) as usize];
+        Self::from_sections(
+            header,
+            at(header.index_offset, header.index_bytes()),
+            at(header.blocks_offset, header.blocks_bytes()),
+            at(header.meta_offset, header.meta_bytes),
+        )
+    }
+
+    /// Read and check the pack at `path` (not its data region). Errors are `SourceError`s naming the file.
+    pub fn open(path: &Path) -> Result<Self> {
+        let fail = |message: String| TrdataError::Source { path: path.to_path_buf(), message };
+        let io_fail = |e: ImageError| fail(format!("cannot be read: {}", e.message));
+        let meta = std::fs::metadata(path).map_err(|e| fail(format!("cannot be opened: {e}")))?;
+        if !meta.is_file() {
+            return Err(fail("is not a regular file (a pack is one file)".into()));
+        }
+        let len = meta.len();
+        let mut head = Vec::new();
+        read_span(path, 0, len.min(HEADER_BYTES), HEADER_BYTES, &mut head).map_err(io_fail)?;
+        let header = PackHeader::decode(&head, len).map_err(fail)?;
+        let read = |off: u64, n: u64| -> Result<Vec<u8>> {
+            let mut buf = Vec::new();
+            // n ≤ file length (checked by decode): the allocation is bounded by the file itself.
+            read_span(path, off, n, n, &mut buf).map_err(io_fail)?;
+            Ok(buf)
+        };
+        let index = read(header.index_offset, header.index_bytes())?;
+        let blocks = read(header.blocks_offset, header.blocks_bytes())?;
+        let meta = read(header.meta_offset, header.meta_bytes)?;
+        Self::from_sections(header, &index, &blocks, &meta).map_err(fail)
+    }
+
+    fn from_sections(
+        header: PackHeader,
+        index: &[u8],
+        blocks: &[u8],
+        meta: &[u8],
+    ) -> std::result::Result<Self, String> {
+        for (name, bytes, stored) in [
+            ("index", index, header.index_crc),
+            ("blocks table", blocks, header.blocks_crc),
+            ("metadata", meta, header.meta_crc),
+        ] {
+            let crc = crc32c::crc32c(bytes);
+            if crc != stored {
+                return Err(format!("has a damaged {name} (CRC32C {crc:08x}, stored {stored:08x})"));
+            }
+        }
+        let bad = |what: String| format!("has an inconsistent index: {what}");
+        let meta = PackMeta::from_json(meta).map_err(|e| format!("has unreadable metadata: {e}"))?;
+        let blocks: Vec<BlockRow> = blocks.chunks_exact(BLOCK_ROW_BYTES as usize).map(BlockRow::decode).collect();
+        let rows = index
+            .chunks_exact(INDEX_ROW_BYTES as usize)
+            .enumerate()
+            .map(|(i, b)| IndexRow::decode(b, i))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(bad)?;
+        let data_end = HEADER_BYTES + header.data_bytes;
+        let (mut next_record, mut prev_end) = (0u64, HEADER_BYTES);
+        for (bi, b) in blocks.iter().enumerate() {
+            let end = b.offset.checked_add(b.bytes);
+            if b.offset % ALIGN_BYTES != 0 || b.offset < prev_end || end.is_none_or(|e| e > data_end) || b.bytes == 0 {
+                return Err(bad(format!(
+                    "block {bi} at {} (+{}) is unaligned, overlapping or outside the data",
+                    b.offset, b.bytes
+                )));
+            }
+            if u64::from(b.first_record) != next_record || b.records == 0 {
+                return Err(bad(format!("block {bi} starts at record {} (expected {next_record})", b.first_record)));
+            }
+            let last = u64::from(b.first_record) + u64::from(b.records);
+            if last > header.records || (b.records > 1 && b.bytes > header.block_bytes) {
+                return Err(bad(format!("block {bi} holds {} records in {} bytes", b.records, b.bytes)));
+            }
+            let mut at = b.offset;
+            let first = b.first_record as usize;
+            for (i, r) in rows.iter().enumerate().take(last as usize).skip(first) {
+                let len = u64::from(r.len);
+                if r.offset != at || len == 0 || len > MAX_RECORD_BYTES || at + len > b.offset + b.bytes {
+                    return Err(bad(format!("record {i} at {} (+{len}) does not follow in block {bi}", r.offset)));
+                }
+                at += len;
+                let m = &r.meta;
+                if m.flags & !KNOWN_FLAGS != 0 || usize::from(m.subsampling) >= SUBSAMPLING_NAMES.len() {
+                    return Err(bad(format!(
+                        "record {i} has unknown flags {} / subsampling {}",
+                        m.flags, m.subsampling
+                    )));
+                }
+                if m.format == RecordFormat::Raw {
+                    let want = u64::from(m.width) * u64::from(m.height) * u64::from(m.channels);
+                    if !(m.channels == 1 || m.channels == 3) || m.width == 0 || m.height == 0 || want != len {
+                        return Err(bad(format!(
+                            "raw record {i} of {len} bytes is not {}×{}×{}",
+                            m.height, m.width, m.channels
+                        )));
+                    }
+                }
+            }
+            if at != b.offset + b.bytes {
+                return Err(bad(format!("block {bi} has {} bytes after its records", b.offset + b.bytes - at)));
+            }
+            next_record = last;
+            prev_end = b.offset + b.bytes;
+        }
+        if next_record != header.records {
+            return Err(bad(format!("blocks hold {next_record} records, the header says {}", header.records)));
+        }
+        Ok(Self { header, rows, blocks, meta })
+    }
+
+    /// Block holding record `i`.
+    pub fn block_of(&self, i: usize) -> usize {
+        self.blocks.partition_point(|b| b.first_record as usize <= i) - 1
+    }
+
+    /// First record of each block, then N (what the plan needs for block order).
+    pub fn block_starts(&self) -> Vec<u32> {
+        let mut s: Vec<u32> = self.blocks.iter().map(|b| b.first_record).collect();
+        s.push(self.header.records as u32);
+        s
+    }
+}
+
+/// Recompute the section CRCs and the header CRC of a whole pack in memory, whatever its fields say (as far as
+/// the sections lie inside `file`). For the fuzz target and the tests: a crafted file then passes the CRC checks
+/// and reaches the structural ones. Returns false when the header cannot be located.
+pub fn reseal(file: &mut [u8]) -> bool {
+    if file.len() < HEADER_BYTES as usize {
+        return false;
+    }
+    let crc_of = |file: &[u8], off_at: usize, len_at: usize| -> u32 {
+        let (off, len) = (le64(file, off_at) as usize, le64(file, len_at) as usize);
+        match off.checked_add(len) {
+            Some(end) if end <= file.len() => crc32c::crc32c(&file[off..end]),
+            _ => 0,
+        }
+    };
+    let crcs = [crc_of(file, 56, 64), crc_of(file, 72, 80), crc_of(file, 88, 96)];
+    for (k, c) in crcs.iter().enumerate() {
+        file[112 + 4 * k..116 + 4 * k].copy_from_slice(&c.to_le_bytes());
+    }
+    let h = HEADER_BYTES as usize - 4;
+    let crc = crc32c::crc32c(&file[..h]);
+    file[h..h + 4].copy_from_slice(&crc.to_le_bytes());
+    true
+}
+
+/// Where a packed file's records live in memory.
+#[derive(Debug)]
+enum PackedData {
+    Full(Vec<u8>),
+    Partial(BlockCache),
+}
+
+/// An open packed file: its index plus its records in memory (`full`) or behind a block cache (`partial`).
+#[derive(Debug)]
+pub struct PackedFile {
+    path: PathBuf,
+    index: PackedIndex,
+    data: PackedData,
+    window_blocks: u32,
+    block_starts: Vec<u32>,
+}
+
+/// A record's bytes: a slice of the whole file in memory, or of a cached block kept alive while it is used.
+#[derive(Debug)]
+pub enum RecordBytes<'a> {
+    /// Full mode.
+    Slice(&'a [u8]),
+    /// Partial mode: the block and the record's range in it.
+    Block(Arc<BlockBytes>, std::ops::Range<usize>),
+}
+
+impl std::ops::Deref for RecordBytes<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            RecordBytes::Slice(s) => s,
+            RecordBytes::Block(b, r) => &b.bytes()[r.clone()],
+        }
+    }
+}
+
+impl PackedFile {
+    /// Open `path` in `mode`. `window_blocks` (default [`DEFAULT_WINDOW_BLOCKS`]) and `cache_blocks` (default
+    /// window + 2 × usable CPUs, at least the window) matter in partial mode only but are checked in both.
+    pub fn open(
+        path: &Path,
+        mode: PackedMode,
+        window_blocks: Option<i128>,
+        cache_blocks: Option<i128>,
+    ) -> Result<Self> {
+        let window: u32 = WINDOW_BLOCKS.check(window_blocks.unwrap_or(i128::from(DEFAULT_WINDOW_BLOCKS)))?;
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as i128;
+        let cache: u32 = CACHE_BLOCKS.check(cache_blocks.unwrap_or(i128::from(window) + 2 * cpus).min(1 << 20))?;
+        if cache < window {
+            return Err(TrdataError::config(
+                CACHE_BLOCKS.name,
+                format!(
+                    "{cache} must be at least window_blocks ({window}): a smaller cache would read every block of a \
+                     window again for most of its records"
+                ),
+            ));
+        }
+        let index = PackedIndex::open(path)?;
+        let data = match mode {
+            PackedMode::Full => {
+                let n = index.header.data_bytes;
+                let mut buf = Vec::new();
+                let what = format!("the records of {} (mode='full'; mode='partial' streams them)", path.display());
+                usize::try_from(n)
+                    .ok()
+                    .and_then(|n| buf.try_reserve_exact(n).ok())
+                    .ok_or_else(|| TrdataError::Memory { what: what.clone(), bytes: n })?;
+                read_span(path, HEADER_BYTES, n, n, &mut buf).map_err(|e| TrdataError::Source {
+                    path: path.to_path_buf(),
+                    message: format!("cannot be read: {}", e.message),
+                })?;
+                PackedData::Full(buf)
+            }
+            PackedMode::Partial => PackedData::Partial(BlockCache::new(cache as usize)),
+        };
+        let block_starts = index.block_starts();
+        Ok(Self { path: path.to_path_buf(), index, data, window_blocks: window, block_starts })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Header, index and metadata.
+    pub fn index(&self) -> &PackedIndex {
+        &self.index
+    }
+
+    /// Full or partial.
+    pub fn mode(&self) -> PackedMode {
+        match self.data {
+            PackedData::Full(_) => PackedMode::Full,
+            PackedData::Partial(_) => PackedMode::Partial,
+        }
+    }
+
+    /// Blocks shuffled together in partial mode.
+    pub fn window_blocks(&self) -> u32 {
+        self.window_blocks
+    }
+
+    /// First record of each block, then N.
+    pub fn block_starts(&self) -> &[u32] {
+        &self.block_starts
+    }
+
+    /// The partial mode's cache (None in full mode).
+    pub fn cache(&self) -> Option<&BlockCache> {
+        match &self.data {
+            PackedData::Partial(c) => Some(c),
+            PackedData::Full(_) => None,
+        }
+    }
+
+    /// Record `i`'s bytes, CRC-checked (`Corrupt` naming the record on a mismatch). `key_of(block)` orders the
+    /// record's block for the partial cache's eviction: (epoch, rank of the block in the epoch's block order).
+    pub fn record(
+        &self,
+        i: usize,
+        key_of: impl FnOnce(usize) -> OrderKey,
+    ) -> std::result::Result<RecordBytes<'_>, ImageError> {
+        let row = &self.index.rows[i];
+        let bytes = match &self.data {
+            PackedData::Full(data) => {
+                let at = (row.offset - HEADER_BYTES) as usize; // inside the data region: checked at open
+                RecordBytes::Slice(&data[at..at + row.len as usize])
+            }
+            PackedData::Partial(cache) => {
+                let b = self.index.block_of(i);
+                let block = self.index.blocks[b];
+                let arc = cache.get(b as u32, key_of(b), || {
+                    let mut buf = Vec::new();
+                    read_span(&self.path, block.offset, block.bytes, block.bytes, &mut buf)?;
+                    Ok(buf.into_boxed_slice())
+                })?;
+                let at = (row.offset - block.offset) as usize;
+                RecordBytes::Block(arc, at..at + row.len as usize)
+            }
+        };
+        let crc = crc32c::crc32c(&bytes);
+        if crc != row.crc32c {
+            return Err(ImageError::new(
+                ImageErrorKind::Corrupt,
+                format!(
+                    "packed record {i} fails its CRC32C check (read {crc:08x}, stored {:08x}): the file is damaged \
+                     at bytes {}..{}",
+                    row.crc32c,
+                    row.offset,
+                    row.offset + u64::from(row.len)
+                ),
+            ));
+        }
+        Ok(bytes)
+    }
+}
+
+#[cfg(test)]
+#[path = "packed_tests.rs"]
+mod tests;
