@@ -440,6 +440,12 @@ def main(argv=None):
     )
     p.add_argument("--model", default="resnet50", choices=("resnet50", "resnet18"))
     p.add_argument("--packed", default=None, help="packed file for the packed/packed-partial configs")
+    p.add_argument(
+        "--pack-short-side",
+        type=int,
+        default=0,
+        help="make the packed file here: the repeated file list re-encoded at this short side, q90",
+    )
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     t_start = time.time()
@@ -486,6 +492,28 @@ def main(argv=None):
         pass
     print("rn50_train", json.dumps(header), flush=True)
 
+    if a.pack_short_side:
+        import tempfile
+
+        import trdata
+
+        a.packed = os.path.join(tempfile.mkdtemp(prefix="rn50-packed-"), "sample.trd")
+        t0 = time.time()
+        rep = trdata.pack(
+            trdata.FileList(rpaths, rlabels),
+            a.packed,
+            reencode=trdata.Reencode(short_side=a.pack_short_side, quality=90),
+            progress=False,
+        )
+        header["pack"] = {
+            "short_side": a.pack_short_side,
+            "quality": 90,
+            "records": rep["records"],
+            "bytes_in": rep["bytes_in"],
+            "bytes_out": rep["bytes_out"],
+            "seconds": round(time.time() - t0, 1),
+        }
+        print("packed", json.dumps(header["pack"]), flush=True)
     header["mode"] = "loader-only" if a.loader_only else "train"
     if a.loader_only:
         model = opt = loss_fn = None
