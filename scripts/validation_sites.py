@@ -29,6 +29,7 @@ PARAMS = {
     "source", "batch_size", "transforms", "normalize", "dtype", "layout", "workers", "shuffle", "seed",
     "reproducible", "last_batch", "device", "rank", "world_size", "on_error", "pin", "prefetch",
     "max_held_batches", "device_slots", "cpus", "max_pixels", "max_scans", "max_memory_bytes", "epoch",
+    "channels",
     # transforms
     "size", "scale", "ratio", "p",
     # sources
@@ -51,7 +52,7 @@ EDGE_TRANSLATORS = {
     "python/trdata/loader.py": {
         "_int": "is an int (not a bool), as a Python int",
         "_bool": "is a bool",
-        "_normalize": "is (mean, std), two triples of numbers a float can hold",
+        "_normalize": "is (mean, std), two sequences of numbers a float can hold (how many: the core's rule)",
         "_parse_devices": "'cpu' / 'cuda' / 'cuda:N' / torch.device / a list of them → CUDA ordinals (< 2**32)",
         "_env_int": "an environment variable (LOCAL_RANK, …) is an int ≥ 0",
         "_cpu_share": "LOCAL_RANK < LOCAL_WORLD_SIZE (the environment, not a parameter)",

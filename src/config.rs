@@ -5,7 +5,7 @@
 //! (`scripts/validation_sites.py` checks that each parameter has exactly one such site).
 
 use crate::augment::SamplePipeline;
-pub use crate::augment::{DTYPE, LAYOUT};
+pub use crate::augment::{Channels, DTYPE, LAYOUT};
 use crate::decode::DecodeLimits;
 use crate::error::{Result, TrdataError};
 use crate::param::bound;
@@ -42,6 +42,8 @@ pub const EPOCH: IntParam = IntParam::new("epoch", 0, i64::MAX as i128);
 pub const DEVICE: &str = "device";
 /// The `source` parameter's name (its rule: a dataset with samples, in [`LoaderConfig::validate`]).
 pub const SOURCE: &str = "source";
+/// The `channels` parameter's name (its rule: [`check_channels`]; its default: [`default::channels`]).
+pub const CHANNELS: &str = "channels";
 
 /// `last_batch` values.
 pub const LAST_BATCH: Choice<LastBatch> = Choice {
@@ -61,7 +63,7 @@ pub const PIN: Choice<PinMode> = Choice {
 /// Parameters whose default depends on others or on the machine have a function here instead.
 pub mod default {
     use super::{ErrorPolicy, LastBatch, PinMode};
-    use crate::augment::{DType, Layout};
+    use crate::augment::{Channels, DType, Layout};
 
     /// `batch_size`.
     pub const BATCH_SIZE: usize = 64;
@@ -87,6 +89,14 @@ pub mod default {
     pub const LAYOUT: Layout = Layout::Nchw;
     /// `device`: the host (batches are numpy views).
     pub const DEVICE: &str = "cpu";
+
+    /// `channels` when the user gives none: the source's natural count (`Dataset::natural_channels`) — 1 for a
+    /// source gray by construction (MNIST and its kin: torchvision's `MNIST(transform=ToTensor())` gives
+    /// (1, 28, 28)), 3 for everything else (encoded files, which torchvision's ImageFolder converts to RGB
+    /// whatever they hold).
+    pub fn channels(natural: u8) -> Channels {
+        if natural == 1 { Channels::Gray } else { Channels::Rgb }
+    }
 
     /// `reproducible` when the user gives none: fixed slots (dataset order) for an unshuffled loader — eval
     /// code writes predictions by position, as with torch's DataLoader — and first-finished slots for a
@@ -119,6 +129,23 @@ pub fn check_devices(ordinals: &[u32]) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Check `channels` (the user's int, `value` None when it does not even fit 128 bits, shown as `shown`): 1
+/// (gray: luma of RGB sources as Pillow's `convert("L")`) or 3 (RGB: gray sources widened). The one place this
+/// rule is written; `None` (the source's own count) is [`default::channels`].
+pub fn check_channels(value: Option<i128>, shown: &str) -> Result<Channels> {
+    match value {
+        Some(1) => Ok(Channels::Gray),
+        Some(3) => Ok(Channels::Rgb),
+        _ => Err(TrdataError::config(
+            CHANNELS,
+            format!(
+                "{shown} must be 1 (gray), 3 (RGB) or None (the source's own: 1 for gray sources such as \
+                 trdata.MNIST, else 3)"
+            ),
+        )),
+    }
 }
 
 /// The epoch after `epoch`, which must exist (a wrapped counter would silently replay epoch 0) and be one a
@@ -362,6 +389,18 @@ mod tests {
         assert!(following_epoch((1 << 63) - 2).is_ok());
         assert!(following_epoch((1 << 63) - 1).is_err());
         assert!(following_epoch(u64::MAX).is_err());
+    }
+
+    #[test]
+    fn channels_are_one_or_three_and_default_to_the_source() {
+        assert_eq!(check_channels(Some(1), "1").unwrap(), Channels::Gray);
+        assert_eq!(check_channels(Some(3), "3").unwrap(), Channels::Rgb);
+        for (v, shown) in [(Some(0), "0"), (Some(2), "2"), (Some(4), "4"), (Some(-1), "-1"), (None, "10**40")] {
+            let e = check_channels(v, shown).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("invalid channels: {shown} must be 1 (gray), 3 (RGB) or None")), "{e}");
+        }
+        assert_eq!(default::channels(1), Channels::Gray);
+        assert_eq!(default::channels(3), Channels::Rgb);
     }
 
     #[test]

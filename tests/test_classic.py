@@ -715,7 +715,7 @@ def test_fuzz_cifar_pickle(tmp_path: Path) -> None:
 @pytest.mark.parametrize("cls", ["MNIST", "FashionMNIST", "KMNIST", "CIFAR10", "CIFAR100"])
 def test_dataset_sources_feed_a_loader_the_exact_pixels(tmp_path: Path, cls: str) -> None:
     """trdata.MNIST/…/CIFAR100 are Arrays sources over these readers: through a Loader at full size (no geometry)
-    every image, target and index arrives exactly once and unchanged (gray as 3 equal channels)."""
+    every image, target and index arrives exactly once and unchanged (gray with its one channel)."""
     if cls.endswith("MNIST"):
         make_mnist(tmp_path, cls, True, n=30, storage="gz", seed=3)
         data = read_mnist(tmp_path, train=True, variant=cls)
@@ -737,7 +737,7 @@ def test_dataset_sources_feed_a_loader_the_exact_pixels(tmp_path: Path, cls: str
     idx = np.concatenate([b.indices for b in batches])
     out = np.concatenate([b.images for b in batches])
     assert sorted(idx.tolist()) == list(range(len(src)))
-    want = data.images if data.images.ndim == 4 else np.repeat(data.images[..., None], 3, axis=-1)
+    want = data.images if data.images.ndim == 4 else data.images[..., None]
     np.testing.assert_array_equal(out, want[idx])
     np.testing.assert_array_equal(np.concatenate([b.labels for b in batches]), data.targets[idx])
     norm = trdata.MNIST_NORM if cls.endswith("MNIST") else trdata.CIFAR10_NORM

@@ -504,6 +504,7 @@ BAD_VALUES = [
     ("last_batch", dict(last_batch="keep"), '"keep"'),
     ("on_error", dict(on_error="ignore"), '"ignore"'),
     ("pin", dict(pin="roundrobin"), '"roundrobin"'),
+    ("channels", dict(channels=2), "2"),
     (
         "normalize",
         dict(normalize=((0.5, 0.5, 0.5), (0, 0.2, 0.2))),

@@ -81,13 +81,15 @@ def test_arrays_full_size_centre_crop_is_the_identity(rgb: np.ndarray) -> None:
     assert np.array_equal(out, rgb) and np.array_equal(idx, np.arange(len(rgb))) and not labels.any()
 
 
-def test_gray_arrays_come_out_as_three_equal_channels(rgb: np.ndarray) -> None:
+def test_gray_arrays_with_channels_3_come_out_as_three_equal_channels(rgb: np.ndarray) -> None:
     gray = images(c=None, seed=3)
-    gray_img, _, _ = run(trdata.Arrays(gray))
+    gray_img, _, _ = run(trdata.Arrays(gray), channels=3)
     rgb_img, _, _ = run(trdata.Arrays(np.repeat(gray[..., None], 3, axis=-1)))
     assert np.array_equal(gray_img, rgb_img)
-    one = run(trdata.Arrays(gray[..., None]))[0]  # (N, H, W, 1) is gray too
+    one = run(trdata.Arrays(gray[..., None]), channels=3)[0]  # (N, H, W, 1) is gray too
     assert np.array_equal(one, gray_img)
+    # by default a gray source keeps its one channel (tests/test_channels.py): the same values
+    assert np.array_equal(run(trdata.Arrays(gray))[0], gray_img[..., :1])
 
 
 def test_arrays_are_reproducible_across_worker_counts_and_resume(rgb: np.ndarray) -> None:

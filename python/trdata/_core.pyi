@@ -127,6 +127,7 @@ class NativeLoader:
         normalize: tuple[Sequence[float], Sequence[float]] | None,
         dtype: str,
         layout: str,
+        channels: int | None,
         devices: Sequence[int] | None,
         device_slots: int,
         cpus: Sequence[int] | None,
@@ -160,6 +161,8 @@ class NativeLoader:
     def workers(self) -> int: ...
     @property
     def sample_shape(self) -> tuple[int, int, int]: ...
+    @property
+    def channels(self) -> int: ...
     def new_iteration(self) -> int: ...
     def start_epoch(self, token: int) -> int: ...
     def next_step(

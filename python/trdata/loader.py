@@ -52,22 +52,24 @@ def _bool(name: str, value: Any) -> bool:
 
 
 def _normalize(normalize: Any) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
-    """``normalize=(mean, std)`` → two triples of floats, as the user gave them (their units and values are the
-    core's rule: ``Normalize::from_user`` in src/augment/mod.rs; the Loader's docstring says it). One number
-    each (a gray dataset's preset, e.g. ``MNIST_NORM``) applies to all three output channels."""
+    """``normalize=(mean, std)`` → two tuples of floats, as the user gave them: how many values each may hold
+    (1 for every channel, e.g. ``MNIST_NORM``, or one per output channel), their units and their values are the
+    core's rule (``Normalize::from_user`` in src/augment/mod.rs; the Loader's docstring says it)."""
     if normalize is None:
         return None
 
     def bad(why: str) -> ConfigError:
         return ConfigError(f"invalid normalize: {_shown(normalize)} {why}", parameter="normalize")
 
-    def three(v: Any) -> tuple[float, ...]:
-        if isinstance(v, (str, bytes)) or not isinstance(v, (Sequence, np.ndarray)) or len(v) not in (1, 3):
-            raise bad("must be (mean, std), each 3 numbers (R, G, B) or 1 (gray)")
+    shape = "must be (mean, std), each a sequence of numbers (3 for R, G, B or 1 for every channel)"
+
+    def numbers_of(v: Any) -> tuple[float, ...]:
+        if isinstance(v, (str, bytes)) or not isinstance(v, (Sequence, np.ndarray)) or np.ndim(v) != 1:
+            raise bad(shape)
         if any(isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real) for x in v):
-            raise bad("must be (mean, std), each 3 numbers (R, G, B) or 1 (gray)")
+            raise bad(shape)
         try:
-            return tuple(float(x) for x in v) * (3 // len(v))
+            return tuple(float(x) for x in v)
         except OverflowError:  # float(10**400)
             raise bad("must be numbers a float can hold") from None
 
@@ -76,8 +78,8 @@ def _normalize(normalize: Any) -> tuple[tuple[float, ...], tuple[float, ...]] | 
         or not isinstance(normalize, (Sequence, np.ndarray))
         or len(normalize) != 2
     ):
-        raise bad("must be (mean, std), each 3 numbers (R, G, B) or 1 (gray)")
-    return three(normalize[0]), three(normalize[1])
+        raise bad(shape)
+    return numbers_of(normalize[0]), numbers_of(normalize[1])
 
 
 # The choice parameters as static types (the runtime check is the core's table, `_core.CHOICES`; a test keeps the
@@ -120,8 +122,8 @@ BatchArray: TypeAlias = Union[np.ndarray, DeviceTensor]
 
 
 class Batch:
-    """One batch. ``images``: (N, 3, H, W) or (N, H, W, 3) numpy view on a CPU loader, ``torch.Tensor`` on a
-    CUDA one (see ``BatchArray``); ``labels``: int64 (N,), numpy or ``torch.Tensor`` likewise; ``indices``:
+    """One batch. ``images``: (N, C, H, W) or (N, H, W, C) numpy view on a CPU loader, ``torch.Tensor`` on a
+    CUDA one (see ``BatchArray``), C = ``Loader.channels`` (1 or 3); ``labels``: int64 (N,), numpy or ``torch.Tensor`` likewise; ``indices``:
     int64 (N,) numpy;
     ``valid``: the first ``valid`` rows are real samples of this epoch, later rows repeat real ones
     (``last_batch='pad'``) or fill a rank up to equal length. Unpacks as ``images, labels = batch``.
@@ -392,8 +394,21 @@ class Loader:
     the ranks of one node never compete for cores. ``state_dict()``/``load_state_dict()`` checkpoint and
     resume mid-epoch exactly (per rank).
 
-    ``normalize=(mean, std)``: out = (x / 255 - mean) / std per RGB channel, with mean and std in [0, 1]
-    units as torchvision's ``Normalize`` after ``ToTensor`` (``trdata.IMAGENET``). They may also be given in
+    ``channels``: 1 or 3 channels per image (C in the shapes above). ``None`` (default) is the source's own:
+    1 for a source gray by construction (``trdata.MNIST``, ``FashionMNIST``, ``KMNIST``, an ``Arrays`` of
+    (N, H, W) or (N, H, W, 1)), whose batches are then (N, 1, H, W) as torchvision's ``MNIST`` with
+    ``ToTensor()`` gives them; 3 for everything else (encoded files and blobs: torchvision's ImageFolder
+    converts every image to RGB). ``channels=3`` widens gray images (three equal channels); ``channels=1``
+    converts RGB to luma exactly as Pillow's ``Image.convert("L")`` (ITU-R 601-2, Pillow's integer rounding)
+    and passes gray images through. The conversion runs on the crop window *before* resizing, as torchvision's
+    ``[Grayscale(), Resize(...), CenterCrop(...)]`` does (bit-exact with it at full-size decode);
+    ``[RandomResizedCrop(...), Grayscale()]`` (resize first) differs from it by at most a few levels on a
+    few pixels (the rounding of the 8-bit intermediates).
+
+    ``normalize=(mean, std)``: out = (x / 255 - mean) / std per channel, with mean and std in [0, 1]
+    units as torchvision's ``Normalize`` after ``ToTensor`` (``trdata.IMAGENET``). Each holds one value per
+    output channel, or one value for every channel (``trdata.MNIST_NORM``); with 1 channel, only one (a 3-value
+    preset is for RGB: ``ConfigError``). They may also be given in
     0–255 units (the DALI/FFCV habit, e.g. ``((123.675, 116.28, 103.53), (58.395, 57.12, 57.375))``): when
     any std > 1 or every mean > 1, both are read as 0–255 units and divided by 255, so the two conventions
     give identical batches. Mixed units (e.g. a 0–255 mean with a [0, 1] std, or a 0–255 std with a mean
@@ -449,6 +464,7 @@ class Loader:
         max_pixels: int | None = None,
         max_scans: int | None = None,
         max_memory_bytes: int | None = None,
+        channels: int | None = None,
     ) -> None:
         if not isinstance(source, Source):
             raise ConfigError(
@@ -485,6 +501,7 @@ class Loader:
             normalize=_normalize(normalize),
             dtype=dtype,
             layout=layout,
+            channels=opt_int("channels", channels),  # None: the source's own (the core's default)
             devices=ordinals,
             device_slots=_int("device_slots", device_slots),
             cpus=cpu_list,
@@ -496,6 +513,8 @@ class Loader:
         self.batch_size: int = batch_size
         self.dtype: DTypeName = dtype
         self.layout: LayoutName = layout
+        #: Channels of every image (the one given, or the source's own: 1 for gray sources, else 3).
+        self.channels: int = self._native.channels
         self.workers: int = self._native.workers
         self.rank = rank
         self.world_size = world_size

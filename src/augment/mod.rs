@@ -11,10 +11,19 @@
 //!    scaled-image pixels; their union is the window to decode (filter margin included, clamped at the image
 //!    edges exactly as Pillow clamps).
 //! 4. `decode_window` decodes that window (ROI + DCT scaling) into the worker's scratch.
-//! 5. [`resample`]: horizontal pass into an 8-bit intermediate, vertical pass row by row, each row written through
-//!    the normalize/cast table straight into `dst` in the requested layout. `dst` is fully written on success and
-//!    left untouched on error.
+//! 5. [`color`] (only when the output's channels differ from the source's): the filter window becomes luma
+//!    (Pillow's `convert("L")`) or RGB. Then [`resample`]: horizontal pass into an 8-bit intermediate, vertical
+//!    pass row by row, each row written through the normalize/cast table straight into `dst` in the requested
+//!    layout. `dst` is fully written on success and left untouched on error.
+//!
+//! Channels ([`Channels`], the loader's `channels=`): 1 or 3 per output image. Gray output converts *before*
+//! resampling, on the crop window, so it equals torchvision's `[Grayscale(), Resize(…), CenterCrop(…)]` (Pillow
+//! converts, then resizes the L image) bit for bit at full-size decode; torchvision's other habit,
+//! `[RandomResizedCrop(…), Grayscale()]` (resize RGB, then convert), differs from it only by the rounding of the
+//! 8-bit intermediates (at most 2 levels at full-size decode; `tests/test_channels.py` measures it against
+//! torchvision). Converting first also resamples one channel instead of three.
 
+mod color;
 pub mod geometry;
 mod resample;
 mod simd;
@@ -107,10 +116,30 @@ impl DType {
 /// Memory layout of one image in the batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Layout {
-    /// Channels first: [3, H, W] per sample.
+    /// Channels first: [C, H, W] per sample.
     Nchw,
-    /// Channels last: [H, W, 3] per sample.
+    /// Channels last: [H, W, C] per sample.
     Nhwc,
+}
+
+/// Channels of every output image (the loader's `channels=`; its rule and default: `config::check_channels`,
+/// `config::default::channels`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channels {
+    /// One channel: luma of RGB sources as Pillow's `convert("L")`; gray sources pass through unchanged.
+    Gray,
+    /// R, G, B: gray sources widened (each channel the gray value), as Pillow's `convert("RGB")`.
+    Rgb,
+}
+
+impl Channels {
+    /// 1 or 3.
+    pub fn count(self) -> usize {
+        match self {
+            Channels::Gray => 1,
+            Channels::Rgb => 3,
+        }
+    }
 }
 
 /// `dtype` values (output element type).
@@ -139,7 +168,8 @@ const NORMALIZE: &str = "normalize";
 /// [`SamplePipeline::new`]).
 pub(crate) const TRANSFORMS: &str = "transforms";
 
-/// Per-channel normalization in [0, 1] units: out = (x / 255 - mean) / std.
+/// Per-channel normalization in [0, 1] units: out = (x / 255 - mean) / std. A gray output uses channel 0 (and
+/// [`SamplePipeline::with_channels`] requires the three to be equal then).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Normalize {
     /// Per-channel mean (RGB), in [0, 1] units.
@@ -154,8 +184,22 @@ impl Normalize {
     /// mean > 1, both are read as 0–255 units and divided by 255, so the two conventions give identical
     /// batches. Mixed units (a 0–255 mean with a [0, 1] std, or a 0–255 std with a mean ≤ 1 that is not 0),
     /// a negative mean in [0, 1] units and non-finite values are refused, then [`check`](Self::check) applies.
-    pub fn from_user(mean: [f64; 3], std: [f64; 3]) -> Result<Self> {
+    ///
+    /// `mean` and `std` each hold one value (applied to every channel, e.g. `MNIST_NORM`) or one per output
+    /// channel: 3 (R, G, B) for `channels` RGB; for gray output only 1 — three values for one channel would be
+    /// a preset for colour images silently reduced to its first channel.
+    pub fn from_user(mean: &[f64], std: &[f64], channels: Channels) -> Result<Self> {
         let shown = || format!("mean={mean:?} std={std:?}");
+        let n = channels.count();
+        if ![mean.len(), std.len()].iter().all(|&l| l == 1 || l == n) {
+            let want = match channels {
+                Channels::Gray => "1 value each with channels=1 (gray output; a 3-value preset is for RGB)",
+                Channels::Rgb => "1 or 3 values each (R, G, B) with channels=3",
+            };
+            return Err(TrdataError::config(NORMALIZE, format!("{} must have {want}", shown())));
+        }
+        let per_channel = |v: &[f64]| -> [f64; 3] { std::array::from_fn(|c| v[c.min(v.len() - 1)]) };
+        let (mean, std) = (per_channel(mean), per_channel(std));
         if !mean.iter().chain(&std).all(|v| v.is_finite()) {
             return Err(TrdataError::config(NORMALIZE, format!("{} must be finite", shown())));
         }
@@ -240,13 +284,24 @@ pub struct SampleTiming {
     pub damaged: bool,
 }
 
-/// An RGB region the resampler reads: `pixels` rows of `stride` bytes, whose top-left pixel is (`x0`, `y0`) of
-/// the (scaled) image.
-struct Rgb<'a> {
+/// A region the resampler reads: `pixels` rows of `stride` bytes of `channels` (3: RGB, 1: gray) interleaved
+/// bytes per pixel, whose top-left pixel is (`x0`, `y0`) of the (scaled) image.
+struct SourcePixels<'a> {
     pixels: &'a [u8],
     stride: usize,
     x0: u32,
     y0: u32,
+    channels: usize,
+}
+
+/// The worker's scratch the resample stage borrows (everything of [`WorkerScratch`] but the decoder).
+struct Scratch<'a> {
+    x: &'a mut AxisCoeffs,
+    y: &'a mut AxisCoeffs,
+    inter: &'a mut Vec<u8>,
+    wide: &'a mut Vec<u32>,
+    row: &'a mut Vec<u8>,
+    window: &'a mut Vec<u8>,
 }
 
 /// How far DCT-domain downscaling (libjpeg-turbo's M/8 IDCT) may go before the bilinear resampling.
@@ -279,8 +334,8 @@ pub struct WorkerScratch {
     inter: Vec<u8>,
     wide: Vec<u32>,
     row: Vec<u8>,
-    /// The crop window of a gray raw-pixel sample widened to RGB (raw pixels skip the decoder).
-    gray_rgb: Vec<u8>,
+    /// The filter window converted to the output's channels when the source has others (`color`).
+    window: Vec<u8>,
 }
 
 impl WorkerScratch {
@@ -299,7 +354,7 @@ impl WorkerScratch {
             inter: Vec::new(),
             wide: Vec::new(),
             row: Vec::new(),
-            gray_rgb: Vec::new(),
+            window: Vec::new(),
         })
     }
 
@@ -315,6 +370,7 @@ impl WorkerScratch {
 pub struct SamplePipeline {
     height: usize,
     width: usize,
+    channels: Channels,
     output: OutputSpec,
     transforms: CompiledTransforms,
     lut: OutputLut,
@@ -323,18 +379,18 @@ pub struct SamplePipeline {
     simd: Simd,
 }
 
-/// One sample of `height`×`width`×3 `dtype` values must fit in this machine's memory (a batch of them is
-/// checked by `LoaderConfig::validate`); names `transforms`, which set the output size.
-fn check_sample_memory(height: usize, width: usize, dtype: DType) -> Result<()> {
-    let sample_bytes = 3 * height as u128 * width as u128 * dtype.size_bytes() as u128;
+/// One sample of `channels`×`height`×`width` `dtype` values must fit in this machine's memory (a batch of them
+/// is checked by `LoaderConfig::validate`); names `transforms`, which set the output size.
+fn check_sample_memory(channels: usize, height: usize, width: usize, dtype: DType) -> Result<()> {
+    let sample_bytes = channels as u128 * height as u128 * width as u128 * dtype.size_bytes() as u128;
     let Some(usable) = crate::topology::usable_memory_bytes() else { return Ok(()) };
     if sample_bytes > u128::from(usable) {
         let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
         return Err(TrdataError::config(
             TRANSFORMS,
             format!(
-                "an output of 3×{height}×{width} × {} bytes must fit in memory: one sample needs {:.2} GiB but this \
-                 machine has {:.2} GiB; use a smaller output size",
+                "an output of {channels}×{height}×{width} × {} bytes must fit in memory: one sample needs {:.2} GiB \
+                 but this machine has {:.2} GiB; use a smaller output size",
                 dtype.size_bytes(),
                 gib(sample_bytes),
                 gib(u128::from(usable))
@@ -345,10 +401,29 @@ fn check_sample_memory(height: usize, width: usize, dtype: DType) -> Result<()> 
 }
 
 impl SamplePipeline {
-    /// Validate and compile; the output size must be fixed.
+    /// Validate and compile an RGB pipeline (3 channels per output image); the output size must be fixed.
     pub fn new(transforms: Vec<TransformSpec>, output: OutputSpec) -> Result<Self> {
+        Self::with_channels(transforms, output, Channels::Rgb)
+    }
+
+    /// Validate and compile a pipeline whose images have `channels` channels (see [`Channels`] and the module
+    /// docs); the output size must be fixed. A gray pipeline needs a normalize whose three values are equal
+    /// (one value given, as [`Normalize::from_user`] makes it for gray output).
+    pub fn with_channels(transforms: Vec<TransformSpec>, output: OutputSpec, channels: Channels) -> Result<Self> {
         let compiled = geometry::compile(&transforms)?;
         if let Some(n) = output.normalize {
+            if channels == Channels::Gray
+                && (n.mean.iter().any(|&m| m != n.mean[0]) || n.std.iter().any(|&s| s != n.std[0]))
+            {
+                return Err(TrdataError::config(
+                    NORMALIZE,
+                    format!(
+                        "mean={:?} std={:?} must have one value each with channels=1 (gray output; a 3-value \
+                         preset is for RGB)",
+                        n.mean, n.std
+                    ),
+                ));
+            }
             if output.dtype == DType::U8 {
                 return Err(TrdataError::config(
                     NORMALIZE,
@@ -380,12 +455,13 @@ impl SamplePipeline {
             }
         }
         let (height, width) = compiled.output_hw();
-        check_sample_memory(height, width, output.dtype)?;
+        check_sample_memory(channels.count(), height, width, output.dtype)?;
         let dct =
             if compiled.is_random_crop() { DctScaling::RANDOM_CROP_DEFAULT } else { DctScaling::DETERMINISTIC_DEFAULT };
         Ok(Self {
             height,
             width,
+            channels,
             lut: OutputLut::new(&output),
             output,
             transforms: compiled,
@@ -422,17 +498,23 @@ impl SamplePipeline {
         (self.height, self.width)
     }
 
-    /// Shape of one sample: [3, h, w] (NCHW) or [h, w, 3] (NHWC).
+    /// Channels of every output image.
+    pub fn channels(&self) -> Channels {
+        self.channels
+    }
+
+    /// Shape of one sample: [C, h, w] (NCHW) or [h, w, C] (NHWC), C = 1 or 3.
     pub fn sample_shape(&self) -> [usize; 3] {
+        let c = self.channels.count();
         match self.output.layout {
-            Layout::Nchw => [3, self.height, self.width],
-            Layout::Nhwc => [self.height, self.width, 3],
+            Layout::Nchw => [c, self.height, self.width],
+            Layout::Nhwc => [self.height, self.width, c],
         }
     }
 
     /// Bytes of one sample in the batch buffer.
     pub fn sample_bytes(&self) -> usize {
-        3 * self.height * self.width * self.output.dtype.size_bytes()
+        self.channels.count() * self.height * self.width * self.output.dtype.size_bytes()
     }
 
     /// The output spec.
@@ -456,7 +538,7 @@ impl SamplePipeline {
     ) -> std::result::Result<SampleTiming, ImageError> {
         assert_eq!(dst.len(), self.sample_bytes(), "process: dst must be exactly sample_bytes() long");
         let t0 = Instant::now();
-        let WorkerScratch { decoder, x, y, inter, wide, row, .. } = scratch;
+        let WorkerScratch { decoder, x, y, inter, wide, row, window } = scratch;
         let info = decoder.read_header(bytes)?;
         let plan = self.transforms.plan(info.width, info.height, key);
         let (vx, vy) = (plan.x.valid(), plan.y.valid());
@@ -473,14 +555,15 @@ impl SamplePipeline {
         let (sw, sh) = info.scaled_size(m);
         x.compute(&plan.x, m, info.width, sw, plan.flip);
         y.compute(&plan.y, m, info.height, sh, false);
-        let window = PixelWindow { x0: x.win0, y0: y.win0, x1: x.win1, y1: y.win1 };
-        let region = decoder.decode_window(bytes, m, window)?;
+        let taps = PixelWindow { x0: x.win0, y0: y.win0, x1: x.win1, y1: y.win1 };
+        let region = decoder.decode_window(bytes, m, taps)?;
         let t1 = Instant::now();
         debug_assert_eq!(region.scale_eighths, m);
         debug_assert!(region.x0 <= x.win0 && x.win1 <= region.x0 + region.width);
         debug_assert!(region.y0 <= y.win0 && y.win1 <= region.y0 + region.height);
-        let rgb = Rgb { pixels: region.pixels, stride: region.stride, x0: region.x0, y0: region.y0 };
-        self.resample_into(rgb, m, plan.vertical_first, x, y, inter, wide, row, dst);
+        let src =
+            SourcePixels { pixels: region.pixels, stride: region.stride, x0: region.x0, y0: region.y0, channels: 3 };
+        self.resample_into(src, m, plan.vertical_first, Scratch { x, y, inter, wide, row, window }, dst);
         let t2 = Instant::now();
         Ok(SampleTiming {
             decode_ns: (t1 - t0).as_nanos() as u64,
@@ -490,7 +573,8 @@ impl SamplePipeline {
     }
 
     /// Like [`process`](Self::process) for raw pixels (`trdata.Arrays`): image `i` of `array`, no decode (and
-    /// so no DCT scaling). Gray images are widened to RGB (the crop window only) on the way in.
+    /// so no DCT scaling). Read in place; converted (the filter window only) when its channels are not the
+    /// output's.
     pub fn process_pixels(
         &self,
         scratch: &mut WorkerScratch,
@@ -503,24 +587,13 @@ impl SamplePipeline {
         let t0 = Instant::now();
         let (w, h) = (array.width, array.height);
         let plan = self.transforms.plan(w, h, key);
-        let WorkerScratch { x, y, inter, wide, row, gray_rgb, .. } = scratch;
+        let WorkerScratch { x, y, inter, wide, row, window, .. } = scratch;
         x.compute(&plan.x, 8, w, w, plan.flip);
         y.compute(&plan.y, 8, h, h, false);
-        let image = array.image(i);
-        let rgb = if array.channels == 3 {
-            Rgb { pixels: image, stride: w as usize * 3, x0: 0, y0: 0 }
-        } else {
-            let (x0, x1, y0, y1) = (x.win0 as usize, x.win1 as usize, y.win0 as usize, y.win1 as usize);
-            gray_rgb.clear();
-            gray_rgb.reserve((x1 - x0) * (y1 - y0) * 3);
-            for r in y0..y1 {
-                let src = &image[r * w as usize + x0..r * w as usize + x1];
-                gray_rgb.extend(src.iter().flat_map(|&v| [v, v, v]));
-            }
-            Rgb { pixels: gray_rgb.as_slice(), stride: (x1 - x0) * 3, x0: x.win0, y0: y.win0 }
-        };
+        let channels = usize::from(array.channels);
+        let src = SourcePixels { pixels: array.image(i), stride: w as usize * channels, x0: 0, y0: 0, channels };
         let t1 = Instant::now();
-        self.resample_into(rgb, 8, plan.vertical_first, x, y, inter, wide, row, dst);
+        self.resample_into(src, 8, plan.vertical_first, Scratch { x, y, inter, wide, row, window }, dst);
         let t2 = Instant::now();
         Ok(SampleTiming {
             decode_ns: (t1 - t0).as_nanos() as u64,
@@ -529,22 +602,11 @@ impl SamplePipeline {
         })
     }
 
-    /// The fused write of one sample: resample the RGB region through the computed axes, flip, normalize, cast
-    /// and lay out into `dst`.
-    #[allow(clippy::too_many_arguments)]
-    fn resample_into(
-        &self,
-        rgb: Rgb<'_>,
-        m: u8,
-        pillow_vertical_first: bool,
-        x: &mut AxisCoeffs,
-        y: &mut AxisCoeffs,
-        inter: &mut Vec<u8>,
-        wide: &mut Vec<u32>,
-        row: &mut Vec<u8>,
-        dst: &mut [u8],
-    ) {
+    /// The fused write of one sample: convert the source's channels to the output's (the filter window only),
+    /// resample through the computed axes, flip, normalize, cast and lay out into `dst`.
+    fn resample_into(&self, src: SourcePixels<'_>, m: u8, pillow_vertical_first: bool, s: Scratch<'_>, dst: &mut [u8]) {
         let (ow, oh) = (self.width, self.height);
+        let Scratch { x, y, inter, wide, row, window } = s;
         // Pass order (it only changes the rounding of the 8-bit intermediate, by ±1): for deterministic pipelines
         // at full size, Pillow's (see `geometry::pillow_vertical_first`), so that the uint8 result equals Pillow's
         // bit for bit. Otherwise (random crops, or DCT-scaled decodes, which are not bit-exact anyway) the cheaper
@@ -558,10 +620,13 @@ impl SamplePipeline {
         simd::resample(
             self.simd,
             resample::Job {
-                pixels: rgb.pixels,
-                stride: rgb.stride,
-                region_x0: rgb.x0,
-                region_y0: rgb.y0,
+                pixels: src.pixels,
+                stride: src.stride,
+                region_x0: src.x0,
+                region_y0: src.y0,
+                src_channels: src.channels,
+                out_channels: self.channels.count(),
+                window,
                 x,
                 y,
                 inter,

@@ -16,7 +16,13 @@
 //! multiplies are native). The horizontal pass gathers, so it stays scalar, but multiplies two channels at once
 //! (`(r | g << 32) · k` in a u64, exact because the weights are non-negative) from a line widened to u32.
 //! Nothing is allocated once the scratch vectors have grown.
+//!
+//! Channels: every kernel is compiled for C = 3 (interleaved RGB8) and C = 1 (gray8) through a const generic;
+//! when the source's channel count differs from the output's, [`run`] first converts the filter window (the
+//! union of the taps, not the whole decoded region) with `color`, so the passes always see the output's format.
+//! 1-channel output thus resamples a third of the bytes of RGB.
 
+use super::color;
 use super::geometry::Axis;
 use super::{DType, Layout, OutputSpec};
 
@@ -216,11 +222,18 @@ impl OutputLut {
 /// Everything the resample stage of one sample needs: the decoded region, both axes' taps (not yet rebased), the
 /// worker's scratch, and the output. Run through [`run`] (via `simd::resample`, which picks the instruction set).
 pub(crate) struct Job<'a> {
-    /// Decoded region's interleaved RGB8 pixels, `stride` bytes per row, starting at scaled-image `(x0, y0)`.
+    /// Decoded region's interleaved pixels (`src_channels` bytes each: RGB8 or gray8), `stride` bytes per row,
+    /// starting at scaled-image `(x0, y0)`.
     pub pixels: &'a [u8],
     pub stride: usize,
     pub region_x0: u32,
     pub region_y0: u32,
+    /// Channels of `pixels`: 3 (RGB) or 1 (gray).
+    pub src_channels: usize,
+    /// Channels of the output: 3 (RGB) or 1 (gray, Pillow's `convert("L")` of RGB).
+    pub out_channels: usize,
+    /// Scratch for the filter window converted to the output's channels (used when they differ).
+    pub window: &'a mut Vec<u8>,
     pub x: &'a mut AxisCoeffs,
     pub y: &'a mut AxisCoeffs,
     pub inter: &'a mut Vec<u8>,
@@ -235,8 +248,17 @@ pub(crate) struct Job<'a> {
     pub dst: &'a mut [u8],
 }
 
-/// The resample stage of one sample: both passes and the output writes. Integer-only (the float LUT and the
-/// coefficients are computed outside), so its result does not depend on the instruction set it is compiled for.
+/// Pixels the two passes read: `pixels` rows of `stride` bytes whose first pixel is scaled-image `(x0, y0)`.
+struct Region<'a> {
+    pixels: &'a [u8],
+    stride: usize,
+    x0: u32,
+    y0: u32,
+}
+
+/// The resample stage of one sample: the channel conversion of the filter window (when the source's channels are
+/// not the output's), both passes and the output writes. Integer-only (the float LUT and the coefficients are
+/// computed outside), so its result does not depend on the instruction set it is compiled for.
 /// `#[inline(always)]` (like every kernel below it) so that `simd`'s wrappers each get their own copy, compiled
 /// with their target features.
 #[inline(always)]
@@ -246,6 +268,9 @@ pub(crate) fn run(job: Job<'_>) {
         stride,
         region_x0,
         region_y0,
+        src_channels,
+        out_channels,
+        window,
         x,
         y,
         inter,
@@ -253,64 +278,102 @@ pub(crate) fn run(job: Job<'_>) {
         row,
         lut,
         layout,
-        out_w: ow,
-        out_h: oh,
+        out_w,
+        out_h,
         vertical_first,
         dst,
     } = job;
-    let line = 3 * ow;
-    if row.len() < line {
-        row.resize(line, 0);
-    }
-    if !vertical_first {
-        // Horizontal pass over the rows the vertical taps need → 8-bit intermediate of output width; then the
-        // vertical pass row by row, each row written (normalize/cast/layout) straight into dst.
-        let nrows = (y.win1 - y.win0) as usize;
-        if inter.len() < nrows * line {
-            inter.resize(nrows * line, 0);
-        }
-        let cols = 3 * (x.win1 - x.win0) as usize;
-        if wide.len() < cols {
-            wide.resize(cols, 0);
-        }
-        let col0 = 3 * (x.win0 - region_x0) as usize;
-        x.rebase(x.win0);
-        let first = (y.win0 - region_y0) as usize;
-        let rows = first..first + nrows;
-        horizontal(pixels, stride, col0, rows, x, wide, &mut inter[..nrows * line]);
-        y.rebase(y.win0);
-        let row = &mut row[..line];
-        for i in 0..oh {
-            let k = &y.k[i * y.taps..(i + 1) * y.taps];
-            vertical(inter, y.start[i] as usize * line, line, k, row);
-            write_row(lut, layout, row, i, oh, dst);
-        }
+    let region = if src_channels == out_channels {
+        Region { pixels, stride, x0: region_x0, y0: region_y0 }
     } else {
-        // Vertical pass first: per output row, the needed columns of the region → one line of 8-bit values
-        // (held widened to u32 for the two-channels-per-multiply horizontal kernel), then the horizontal pass
-        // on it → the output row.
-        let cols = 3 * (x.win1 - x.win0) as usize;
+        // Only the window the taps read is converted (a crop of a large image stays cheap). Pillow's order for
+        // `Grayscale` first: convert, then resize (SamplePipeline's docs say why trdata converts first).
+        let (w, h) = ((x.win1 - x.win0) as usize, (y.win1 - y.win0) as usize);
+        let out_stride = w * out_channels;
+        if window.len() < out_stride * h {
+            window.resize(out_stride * h, 0);
+        }
+        let col0 = (x.win0 - region_x0) as usize * src_channels;
+        let row0 = (y.win0 - region_y0) as usize;
+        for (r, out) in window[..out_stride * h].chunks_exact_mut(out_stride).enumerate() {
+            let src = &pixels[(row0 + r) * stride + col0..][..w * src_channels];
+            if out_channels == 1 { color::rgb_to_luma(src, out) } else { color::gray_to_rgb(src, out) }
+        }
+        Region { pixels: &window[..out_stride * h], stride: out_stride, x0: x.win0, y0: y.win0 }
+    };
+    let passes = Passes { x, y, inter, wide, row, lut, layout, out_w, out_h, vertical_first, dst };
+    if out_channels == 1 { passes.run::<1>(region) } else { passes.run::<3>(region) }
+}
+
+/// The two passes' taps, scratch and output (a `Job` without its source pixels).
+struct Passes<'a> {
+    x: &'a mut AxisCoeffs,
+    y: &'a mut AxisCoeffs,
+    inter: &'a mut Vec<u8>,
+    wide: &'a mut Vec<u32>,
+    row: &'a mut Vec<u8>,
+    lut: &'a OutputLut,
+    layout: Layout,
+    out_w: usize,
+    out_h: usize,
+    vertical_first: bool,
+    dst: &'a mut [u8],
+}
+
+impl Passes<'_> {
+    /// Both passes over `region` (`C` interleaved channels per pixel) and the writes into `dst`.
+    #[inline(always)]
+    fn run<const C: usize>(self, region: Region<'_>) {
+        let Passes { x, y, inter, wide, row, lut, layout, out_w: ow, out_h: oh, vertical_first, dst } = self;
+        let Region { pixels, stride, x0: region_x0, y0: region_y0 } = region;
+        let line = C * ow;
+        if row.len() < line {
+            row.resize(line, 0);
+        }
+        let cols = C * (x.win1 - x.win0) as usize;
         if wide.len() < cols {
             wide.resize(cols, 0);
         }
-        let col0 = 3 * (x.win0 - region_x0) as usize;
+        let col0 = C * (x.win0 - region_x0) as usize;
         x.rebase(x.win0);
-        y.rebase(region_y0);
-        let (vline, row) = (&mut wide[..cols], &mut row[..line]);
-        for i in 0..oh {
-            let k = &y.k[i * y.taps..(i + 1) * y.taps];
-            vertical(pixels, y.start[i] as usize * stride + col0, stride, k, vline);
-            horizontal_row_wide(vline, x, row);
-            write_row(lut, layout, row, i, oh, dst);
+        if !vertical_first {
+            // Horizontal pass over the rows the vertical taps need → 8-bit intermediate of output width; then the
+            // vertical pass row by row, each row written (normalize/cast/layout) straight into dst.
+            let nrows = (y.win1 - y.win0) as usize;
+            if inter.len() < nrows * line {
+                inter.resize(nrows * line, 0);
+            }
+            let first = (y.win0 - region_y0) as usize;
+            let rows = first..first + nrows;
+            horizontal::<C>(pixels, stride, col0, rows, x, wide, &mut inter[..nrows * line]);
+            y.rebase(y.win0);
+            let row = &mut row[..line];
+            for i in 0..oh {
+                let k = &y.k[i * y.taps..(i + 1) * y.taps];
+                vertical(inter, y.start[i] as usize * line, line, k, row);
+                write_row::<C>(lut, layout, row, i, oh, dst);
+            }
+        } else {
+            // Vertical pass first: per output row, the needed columns of the region → one line of 8-bit values
+            // (held widened to u32 for the two-channels-per-multiply horizontal kernel), then the horizontal pass
+            // on it → the output row.
+            y.rebase(region_y0);
+            let (vline, row) = (&mut wide[..cols], &mut row[..line]);
+            for i in 0..oh {
+                let k = &y.k[i * y.taps..(i + 1) * y.taps];
+                vertical(pixels, y.start[i] as usize * stride + col0, stride, k, vline);
+                horizontal_row_wide::<C>(vline, x, row);
+                write_row::<C>(lut, layout, row, i, oh, dst);
+            }
         }
     }
 }
 
-/// Horizontal pass over `rows` source rows: row r's pixels that the (rebased) starts of `c` count from begin at
-/// byte `r * stride + col0` of `src`; output rows of `3 * out_w` bytes go to `dst`. Each row's needed span is
-/// widened into `wide` first, for the two-channels-per-multiply kernel.
+/// Horizontal pass over `rows` source rows of `C` channels: row r's pixels that the (rebased) starts of `c` count
+/// from begin at byte `r * stride + col0` of `src`; output rows of `C * out_w` bytes go to `dst`. RGB rows are
+/// widened into `wide` first, for the two-channels-per-multiply kernel; gray rows are read as they are.
 #[inline(always)]
-pub(crate) fn horizontal(
+pub(crate) fn horizontal<const C: usize>(
     src: &[u8],
     stride: usize,
     col0: usize,
@@ -319,32 +382,37 @@ pub(crate) fn horizontal(
     wide: &mut [u32],
     dst: &mut [u8],
 ) {
-    let line = 3 * c.start.len();
-    let cols = 3 * (c.win1 - c.win0) as usize;
+    let line = C * c.start.len();
+    let cols = C * (c.win1 - c.win0) as usize;
     let wide = &mut wide[..cols];
     for (r, d) in rows.zip(dst.chunks_exact_mut(line)) {
         let s = &src[r * stride + col0..r * stride + col0 + cols];
-        for (w, &v) in wide.iter_mut().zip(s) {
-            *w = u32::from(v);
+        if C == 1 {
+            hrow_gray(s, c, d);
+        } else {
+            for (w, &v) in wide.iter_mut().zip(s) {
+                *w = u32::from(v);
+            }
+            horizontal_row_wide::<C>(wide, c, d);
         }
-        horizontal_row_wide(wide, c, d);
     }
 }
 
-/// Pillow's plain 8-bit horizontal loop: the reference the SWAR kernel is checked against in tests.
+/// Pillow's plain 8-bit horizontal loop (`ImagingResampleHorizontal_8bpc`) over `C` interleaved channels: the
+/// reference the fast kernels are checked against in tests.
 #[cfg(test)]
-pub(crate) fn horizontal_row(src: &[u8], c: &AxisCoeffs, dst: &mut [u8]) {
-    for ((d, &s), k) in dst.chunks_exact_mut(3).zip(&c.start).zip(c.k.chunks_exact(c.taps)) {
-        let s = s as usize * 3;
-        let (mut r, mut g, mut b) = (HALF, HALF, HALF);
-        for (p, &w) in src[s..s + 3 * c.taps].chunks_exact(3).zip(k) {
-            r += i32::from(p[0]) * w;
-            g += i32::from(p[1]) * w;
-            b += i32::from(p[2]) * w;
+pub(crate) fn horizontal_row<const C: usize>(src: &[u8], c: &AxisCoeffs, dst: &mut [u8]) {
+    for ((d, &s), k) in dst.chunks_exact_mut(C).zip(&c.start).zip(c.k.chunks_exact(c.taps)) {
+        let s = s as usize * C;
+        let mut acc = [HALF; C];
+        for (p, &w) in src[s..s + C * c.taps].chunks_exact(C).zip(k) {
+            for (a, &v) in acc.iter_mut().zip(p) {
+                *a += i32::from(v) * w;
+            }
         }
-        d[0] = clip8(r);
-        d[1] = clip8(g);
-        d[2] = clip8(b);
+        for (d, a) in d.iter_mut().zip(acc) {
+            *d = clip8(a);
+        }
     }
 }
 
@@ -414,11 +482,14 @@ fn vrow_dyn<O: Clipped>(src: &[u8], stride: usize, k: &[i32], out: &mut [O]) {
     }
 }
 
-/// Horizontal pass of one widened line (`u32` per sample, from `vertical::<u32>`), two channels per multiply:
-/// `(r | g << 32) · k` keeps both sums exact in their 32-bit lanes, because the weights are non-negative (triangle
-/// filter) and sum to 2^22, so a lane never exceeds 255 · 2^22 + 2^21 < 2^32.
+/// Horizontal pass of one widened line (`u32` per sample, from `vertical::<u32>`) of `C` channels. RGB: two
+/// channels per multiply, `(r | g << 32) · k` keeps both sums exact in their 32-bit lanes, because the weights are
+/// non-negative (triangle filter) and sum to 2^22, so a lane never exceeds 255 · 2^22 + 2^21 < 2^32.
 #[inline(always)]
-pub(crate) fn horizontal_row_wide(src: &[u32], c: &AxisCoeffs, dst: &mut [u8]) {
+pub(crate) fn horizontal_row_wide<const C: usize>(src: &[u32], c: &AxisCoeffs, dst: &mut [u8]) {
+    if C == 1 {
+        return hrow_gray(src, c, dst);
+    }
     match c.taps {
         1 => hrow_wide::<1>(src, &c.start, &c.k, dst),
         2 => hrow_wide::<2>(src, &c.start, &c.k, dst),
@@ -429,6 +500,63 @@ pub(crate) fn horizontal_row_wide(src: &[u32], c: &AxisCoeffs, dst: &mut [u8]) {
         7 => hrow_wide::<7>(src, &c.start, &c.k, dst),
         8 => hrow_wide::<8>(src, &c.start, &c.k, dst),
         t => hrow_wide_dyn(src, &c.start, &c.k, t, dst),
+    }
+}
+
+/// A gray sample the 1-channel horizontal kernel reads: a byte of a gray row, or a widened `u32` of the
+/// vertical-first line.
+pub(crate) trait GraySample: Copy {
+    /// The 8-bit value as a `u32`.
+    fn value(self) -> u32;
+}
+
+impl GraySample for u8 {
+    #[inline(always)]
+    fn value(self) -> u32 {
+        u32::from(self)
+    }
+}
+
+impl GraySample for u32 {
+    #[inline(always)]
+    fn value(self) -> u32 {
+        self
+    }
+}
+
+/// Horizontal pass of one gray line, one output per accumulator (exact in a `u32` for the reason given at
+/// [`horizontal_row_wide`]), tap count a compile-time constant for K ≤ 8.
+#[inline(always)]
+fn hrow_gray<S: GraySample>(src: &[S], c: &AxisCoeffs, dst: &mut [u8]) {
+    match c.taps {
+        1 => hrow_gray_k::<1, S>(src, &c.start, &c.k, dst),
+        2 => hrow_gray_k::<2, S>(src, &c.start, &c.k, dst),
+        3 => hrow_gray_k::<3, S>(src, &c.start, &c.k, dst),
+        4 => hrow_gray_k::<4, S>(src, &c.start, &c.k, dst),
+        5 => hrow_gray_k::<5, S>(src, &c.start, &c.k, dst),
+        6 => hrow_gray_k::<6, S>(src, &c.start, &c.k, dst),
+        7 => hrow_gray_k::<7, S>(src, &c.start, &c.k, dst),
+        8 => hrow_gray_k::<8, S>(src, &c.start, &c.k, dst),
+        t => {
+            for ((d, &s), k) in dst.iter_mut().zip(&c.start).zip(c.k.chunks_exact(t)) {
+                let px = &src[s as usize..s as usize + t];
+                let acc =
+                    px.iter().zip(k).fold(HALF as u32, |a, (p, &w)| a.wrapping_add(p.value().wrapping_mul(w as u32)));
+                *d = (acc >> PRECISION_BITS).min(255) as u8;
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn hrow_gray_k<const K: usize, S: GraySample>(src: &[S], starts: &[u32], k: &[i32], dst: &mut [u8]) {
+    for ((d, &s), k) in dst.iter_mut().zip(starts).zip(k.chunks_exact(K)) {
+        let px = &src[s as usize..s as usize + K];
+        let mut acc = HALF as u32;
+        for t in 0..K {
+            acc = acc.wrapping_add(px[t].value().wrapping_mul(k[t] as u32));
+        }
+        *d = (acc >> PRECISION_BITS).min(255) as u8;
     }
 }
 
@@ -470,29 +598,38 @@ fn hrow_wide_dyn(src: &[u32], starts: &[u32], k: &[i32], taps: usize, dst: &mut 
     }
 }
 
-/// Write one output row (interleaved RGB8 `row`, `out_w` pixels) at row `y` of a sample in `layout`, through `lut`.
+/// Write one output row (`C` interleaved channels, `out_w` pixels) at row `y` of a sample in `layout`, through
+/// `lut`. With one channel NCHW and NHWC are the same bytes ((1, H, W) and (H, W, 1)).
 #[inline(always)]
-pub(crate) fn write_row(lut: &OutputLut, layout: Layout, row: &[u8], y: usize, out_h: usize, dst: &mut [u8]) {
-    let out_w = row.len() / 3;
+pub(crate) fn write_row<const C: usize>(
+    lut: &OutputLut,
+    layout: Layout,
+    row: &[u8],
+    y: usize,
+    out_h: usize,
+    dst: &mut [u8],
+) {
+    let out_w = row.len() / C;
     match lut {
         OutputLut::U8 => match layout {
-            Layout::Nhwc => dst[y * 3 * out_w..(y + 1) * 3 * out_w].copy_from_slice(row),
+            _ if C == 1 => dst[y * out_w..(y + 1) * out_w].copy_from_slice(row),
+            Layout::Nhwc => dst[y * C * out_w..(y + 1) * C * out_w].copy_from_slice(row),
             Layout::Nchw => {
-                for c in 0..3 {
+                for c in 0..C {
                     let plane = &mut dst[(c * out_h + y) * out_w..(c * out_h + y + 1) * out_w];
-                    for (d, s) in plane.iter_mut().zip(row.chunks_exact(3)) {
+                    for (d, s) in plane.iter_mut().zip(row.chunks_exact(C)) {
                         *d = s[c];
                     }
                 }
             }
         },
-        OutputLut::Half(t) => write_row_lut::<2, u16>(t, layout, row, y, out_h, dst, u16::to_ne_bytes),
-        OutputLut::F32(t) => write_row_lut::<4, f32>(t, layout, row, y, out_h, dst, f32::to_ne_bytes),
+        OutputLut::Half(t) => write_row_lut::<C, 2, u16>(t, layout, row, y, out_h, dst, u16::to_ne_bytes),
+        OutputLut::F32(t) => write_row_lut::<C, 4, f32>(t, layout, row, y, out_h, dst, f32::to_ne_bytes),
     }
 }
 
 #[inline(always)]
-fn write_row_lut<const B: usize, E: Copy>(
+fn write_row_lut<const C: usize, const B: usize, E: Copy>(
     t: &[[E; 256]; 3],
     layout: Layout,
     row: &[u8],
@@ -501,20 +638,28 @@ fn write_row_lut<const B: usize, E: Copy>(
     dst: &mut [u8],
     bytes: fn(E) -> [u8; B],
 ) {
-    let out_w = row.len() / 3;
+    let out_w = row.len() / C;
+    if C == 1 {
+        // gray: the first channel's table (a 1-value normalize was given for it)
+        let d = &mut dst[y * out_w * B..(y + 1) * out_w * B];
+        for (d, &s) in d.chunks_exact_mut(B).zip(row) {
+            d.copy_from_slice(&bytes(t[0][usize::from(s)]));
+        }
+        return;
+    }
     match layout {
         Layout::Nhwc => {
-            let d = &mut dst[y * 3 * out_w * B..(y + 1) * 3 * out_w * B];
-            for (d, s) in d.chunks_exact_mut(3 * B).zip(row.chunks_exact(3)) {
-                d[..B].copy_from_slice(&bytes(t[0][usize::from(s[0])]));
-                d[B..2 * B].copy_from_slice(&bytes(t[1][usize::from(s[1])]));
-                d[2 * B..].copy_from_slice(&bytes(t[2][usize::from(s[2])]));
+            let d = &mut dst[y * C * out_w * B..(y + 1) * C * out_w * B];
+            for (d, s) in d.chunks_exact_mut(C * B).zip(row.chunks_exact(C)) {
+                for c in 0..C {
+                    d[c * B..(c + 1) * B].copy_from_slice(&bytes(t[c][usize::from(s[c])]));
+                }
             }
         }
         Layout::Nchw => {
-            for (c, tc) in t.iter().enumerate() {
+            for (c, tc) in t.iter().enumerate().take(C) {
                 let plane = &mut dst[(c * out_h + y) * out_w * B..(c * out_h + y + 1) * out_w * B];
-                for (d, s) in plane.chunks_exact_mut(B).zip(row.chunks_exact(3)) {
+                for (d, s) in plane.chunks_exact_mut(B).zip(row.chunks_exact(C)) {
                     d.copy_from_slice(&bytes(tc[usize::from(s[c])]));
                 }
             }

@@ -40,6 +40,8 @@ fn edge_files() -> Vec<PathBuf> {
 
 const U8_NHWC: OutputSpec = OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None };
 const IMAGENET_NORM: Normalize = Normalize { mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225] };
+/// `trdata.MNIST_NORM` as the core holds it for gray output (one value, on every channel).
+const MNIST_NORM: Normalize = Normalize { mean: [0.1307; 3], std: [0.3081; 3] };
 /// DCT scaling that never scales: no M/8 < 8 keeps a crop `f64::MAX` times the output size, so every sample
 /// decodes at full size (bit-exact with Pillow, slowest) — the references below are full-size decodes.
 const FULL_SIZE: DctScaling = DctScaling::MinRatio(f64::MAX);
@@ -598,15 +600,21 @@ fn scratch_stops_growing_in_steady_state() {
     let p = SamplePipeline::new(vec![rrc(224, 224), flip(0.5)], spec).unwrap();
     let mut s = WorkerScratch::new().unwrap();
     let mut dst = vec![0; p.sample_bytes()];
+    let gray_spec = OutputSpec { normalize: Some(MNIST_NORM), ..spec };
+    let gray = SamplePipeline::with_channels(vec![rrc(224, 224), flip(0.5)], gray_spec, Channels::Gray).unwrap();
+    let mut gray_dst = vec![0; gray.sample_bytes()];
     let caps = |s: &WorkerScratch| {
-        (s.inter.capacity(), s.wide.capacity(), s.row.capacity(), s.x.k.capacity(), s.y.k.capacity())
+        let v = (s.inter.capacity(), s.wide.capacity(), s.row.capacity(), s.window.capacity());
+        (v, s.x.k.capacity(), s.y.k.capacity())
     };
     for (i, f) in files.iter().enumerate() {
         p.process(&mut s, f, key(i as u64), &mut dst).unwrap();
+        gray.process(&mut s, f, key(i as u64), &mut gray_dst).unwrap();
     }
     let warm = caps(&s);
     for (i, f) in files.iter().enumerate() {
         p.process(&mut s, f, key(i as u64), &mut dst).unwrap();
+        gray.process(&mut s, f, key(i as u64), &mut gray_dst).unwrap();
     }
     assert_eq!(caps(&s), warm, "same samples again must not grow any buffer");
 }
@@ -687,6 +695,32 @@ fn simd_paths_are_bit_identical() {
             }
         }
     }
+    // Gray output (RGB sources converted to luma on the way in): one layout (they are the same bytes), u8 and a
+    // normalized float.
+    for t in &transforms {
+        for dct in [None, Some(FULL_SIZE)] {
+            for (dtype, normalize) in [(DType::U8, None), (DType::F32, Some(MNIST_NORM))] {
+                let spec = OutputSpec { dtype, layout: Layout::Nchw, normalize };
+                let mut p = SamplePipeline::with_channels(t.clone(), spec, Channels::Gray).unwrap();
+                if let Some(d) = dct {
+                    p = p.with_dct_scaling(d).unwrap();
+                }
+                let base = p.clone().with_simd(super::simd::Simd::Baseline);
+                let fast = p.with_simd(best);
+                for (i, f) in files.iter().enumerate() {
+                    let bytes = std::fs::read(f).unwrap();
+                    match (run(&base, &mut s, &bytes, key(i as u64)), run(&fast, &mut s, &bytes, key(i as u64))) {
+                        (Ok(a), Ok(b)) => {
+                            assert!(a == b, "{} {t:?} gray {spec:?} dct {dct:?}: paths differ", f.display());
+                            checked += 1;
+                        }
+                        (Err(a), Err(b)) => assert_eq!(a.kind, b.kind),
+                        (a, b) => panic!("{}: {a:?} vs {b:?}", f.display()),
+                    }
+                }
+            }
+        }
+    }
     eprintln!("{checked} samples identical on both paths");
 }
 
@@ -737,6 +771,22 @@ fn throughput() {
     };
     let b = timing(&train);
     let c = timing(&eval);
+    let gray_spec = OutputSpec { normalize: Some(MNIST_NORM), ..spec };
+    let gray = SamplePipeline::with_channels(vec![rrc(224, 224), flip(0.5)], gray_spec, Channels::Gray).unwrap();
+    let mut gray_dst = vec![0; gray.sample_bytes()];
+    let d = {
+        let (mut dec, mut aug) = (0u64, 0u64);
+        let t = Instant::now();
+        for r in 0..reps {
+            for (i, f) in files.iter().enumerate() {
+                let k = SampleKey { seed: 1, epoch: r as u64, index: i as u64 };
+                let tm = gray.process(&mut s, f, k, &mut gray_dst).unwrap();
+                dec += tm.decode_ns;
+                aug += tm.augment_ns;
+            }
+        }
+        (n / t.elapsed().as_secs_f64(), dec as f64 / n / 1e3, aug as f64 / n / 1e3)
+    };
     eprintln!(
         "per-thread throughput on {} ImageNet-sample JPEGs x {reps} (resample path {:?}):",
         files.len(),
@@ -750,6 +800,10 @@ fn throughput() {
     eprintln!(
         "  (c) Resize256+CenterCrop224 -> f16 NCHW       {:8.1} img/s  (decode {:.0} us + resample/write {:.0} us)",
         c.0, c.1, c.2
+    );
+    eprintln!(
+        "  (d) as (b), channels=1 (luma) -> f16          {:8.1} img/s  (decode {:.0} us + luma/resample {:.0} us)",
+        d.0, d.1, d.2
     );
 }
 
@@ -789,7 +843,7 @@ fn kernel_timing() {
     });
     let h = best(&mut || {
         for _ in 0..out {
-            horizontal_row(&vline, &x, &mut row);
+            horizontal_row::<3>(&vline, &x, &mut row);
         }
     });
     let mut wide = vec![0u32; 3 * cin];
@@ -801,13 +855,13 @@ fn kernel_timing() {
     let mut row2 = vec![0u8; 3 * out];
     let hw = best(&mut || {
         for _ in 0..out {
-            horizontal_row_wide(&wide, &x, &mut row2);
+            horizontal_row_wide::<3>(&wide, &x, &mut row2);
         }
     });
     assert_eq!(row, row2, "both horizontal kernels give the same bytes");
     let w = best(&mut || {
         for i in 0..out {
-            write_row(&lut, Layout::Nchw, &row, i, out, &mut dst);
+            write_row::<3>(&lut, Layout::Nchw, &row, i, out, &mut dst);
         }
     });
     eprintln!(
@@ -815,4 +869,253 @@ fn kernel_timing() {
          f16 NCHW write {w:.0} us",
         x.taps, y.taps
     );
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Channels: gray output (Pillow's convert("L") of the crop window, then the same resampling), gray sources.
+
+/// Pillow's `convert("L")` of a whole RGB image, written from libImaging/Convert.c's `L24` macro.
+fn luma(img: &Img) -> Vec<u8> {
+    img.px
+        .chunks_exact(3)
+        .map(|p| ((19595 * u32::from(p[0]) + 38470 * u32::from(p[1]) + 7471 * u32::from(p[2]) + 32768) >> 16) as u8)
+        .collect()
+}
+
+/// A gray image as RGB with three equal channels (resampling it resamples the gray image, channel by channel).
+fn widened(gray: &[u8], w: usize, h: usize) -> Img {
+    Img { w, h, px: gray.iter().flat_map(|&v| [v, v, v]).collect() }
+}
+
+/// Channel 0 of an interleaved RGB image.
+fn channel0(img: &Img) -> Vec<u8> {
+    img.px.chunks_exact(3).map(|p| p[0]).collect()
+}
+
+fn gray_pipeline(t: Vec<TransformSpec>, o: OutputSpec) -> SamplePipeline {
+    SamplePipeline::with_channels(t, o, Channels::Gray).unwrap()
+}
+
+/// Gray output equals torchvision's `[Grayscale(), Resize(…), CenterCrop(…)]` on Pillow — `convert("L")`, then
+/// the resize and crops on the L image — bit for bit at full-size decode, on real files (JPEG 4:2:0/4:4:4, gray,
+/// CMYK, PNG with alpha, …) and on a synthetic PNG (so the test never depends on ../shared alone).
+#[test]
+fn gray_output_equals_pillow_convert_l_then_resize_bit_exactly() {
+    type Reference = fn(&Img) -> Img;
+    let cases: Vec<(Vec<TransformSpec>, Reference)> = vec![
+        (vec![TransformSpec::ResizeShorter { shorter: 96 }, center(80, 90)], |i| {
+            let (rw, rh) = resize_shorter(i.w as u32, i.h as u32, 96);
+            pillow_resize(i, rw as usize, rh as usize).center_crop(80, 90)
+        }),
+        (vec![TransformSpec::ResizeExact { height: 61, width: 64 }, center(80, 67), flip(1.0)], |i| {
+            pillow_resize(i, 64, 61).center_crop(80, 67).flipped()
+        }),
+        (vec![TransformSpec::ResizeExact { height: 300, width: 20 }], |i| pillow_resize(i, 20, 300)),
+        (vec![flip(1.0), center(99, 101)], |i| i.flipped().center_crop(99, 101)),
+    ];
+    let mut files: Vec<Vec<u8>> =
+        edge_files().into_iter().chain(imagenet(12)).map(|f| std::fs::read(f).unwrap()).collect();
+    files.push(png_bytes(&synthetic(173, 131, 4)));
+    let mut s = WorkerScratch::new().unwrap();
+    let mut checked = 0;
+    for (transforms, reference) in &cases {
+        let p = gray_pipeline(transforms.clone(), U8_NHWC).with_dct_scaling(FULL_SIZE).unwrap();
+        assert_eq!(p.sample_bytes(), p.output_hw().0 * p.output_hw().1);
+        for bytes in &files {
+            let Some(img) = decode(bytes) else { continue };
+            let want = channel0(&reference(&widened(&luma(&img), img.w, img.h)));
+            let got = run(&p, &mut s, bytes, key(0)).unwrap();
+            assert!(got == want, "{transforms:?}: max |diff| {}", max_abs_diff(&got, &want));
+            checked += 1;
+        }
+    }
+    assert!(checked >= 4 * 20 || edge_files().is_empty(), "{checked}");
+}
+
+/// Random crops in gray: the luma of the crop window, resampled, within the ±1 of the pass order (as RGB); and
+/// torchvision's other order, resize RGB then `convert("L")`, within ±2 of it.
+#[test]
+fn gray_random_crops_equal_the_reference_within_rounding() {
+    let mut files: Vec<Vec<u8>> = imagenet(10).iter().map(|f| std::fs::read(f).unwrap()).collect();
+    files.push(png_bytes(&synthetic(211, 157, 9)));
+    let mut s = WorkerScratch::new().unwrap();
+    let mut d = Decoder::new().unwrap();
+    let t = vec![rrc(64, 48), flip(0.5)];
+    let gray = gray_pipeline(t.clone(), U8_NHWC).with_dct_scaling(FULL_SIZE).unwrap();
+    let rgb = SamplePipeline::new(t, U8_NHWC).unwrap().with_dct_scaling(FULL_SIZE).unwrap();
+    for bytes in &files {
+        let info = d.read_header(bytes).unwrap();
+        let img = decode(bytes).unwrap();
+        let l = widened(&luma(&img), img.w, img.h);
+        for i in 0..4 {
+            let k = key(i);
+            let plan = gray.plan(info.width, info.height, k);
+            assert_eq!(plan, rgb.plan(info.width, info.height, k), "channels never change the geometry");
+            let (left, top) = (plan.x.lo, plan.y.lo);
+            let (cw, ch) = ((plan.x.hi - plan.x.lo) as usize, (plan.y.hi - plan.y.lo) as usize);
+            let mut want = pillow_resize(&l.crop(top, left, ch, cw), 48, 64);
+            if plan.flip {
+                want = want.flipped();
+            }
+            let got = run(&gray, &mut s, bytes, k).unwrap();
+            assert!(max_abs_diff(&got, &channel0(&want)) <= 1, "key {i}");
+            let rgb_then_l = luma(&Img { w: 48, h: 64, px: run(&rgb, &mut s, bytes, k).unwrap() });
+            assert!(max_abs_diff(&got, &rgb_then_l) <= 2, "key {i}");
+        }
+    }
+}
+
+/// Raw pixels (`trdata.Arrays`): a gray array passes through unchanged for gray output and is widened for RGB
+/// output; an RGB array converts as its PNG does (the file path and the raw path give the same bytes).
+#[test]
+fn gray_and_rgb_pixel_arrays_follow_the_file_path() {
+    use crate::source::PixelArray;
+    let (w, h) = (45usize, 37usize);
+    let rgb_img = synthetic(w, h, 2);
+    let gray_px = luma(&synthetic(w, h, 5));
+    let gray = PixelArray { data: gray_px.clone(), height: h as u32, width: w as u32, channels: 1 };
+    let rgb = PixelArray { data: rgb_img.px.clone(), height: h as u32, width: w as u32, channels: 3 };
+    let mut s = WorkerScratch::new().unwrap();
+    let f32n = OutputSpec { dtype: DType::F32, layout: Layout::Nchw, normalize: Some(MNIST_NORM) };
+    for t in [vec![rrc(24, 20), flip(0.5)], vec![center(h as u32, w as u32)], vec![center(50, 30), flip(1.0)]] {
+        for spec in [U8_NHWC, f32n] {
+            let g = gray_pipeline(t.clone(), spec);
+            let c = SamplePipeline::new(t.clone(), spec).unwrap();
+            for i in 0..6 {
+                let k = key(i);
+                let px = |s: &mut WorkerScratch, p: &SamplePipeline, a: &PixelArray| {
+                    let mut dst = vec![0xAB; p.sample_bytes()];
+                    p.process_pixels(s, a, 0, k, &mut dst).unwrap();
+                    dst
+                };
+                let gray_out = px(&mut s, &g, &gray);
+                // the same gray pixels as an RGB PNG: luma of (v, v, v) is v
+                let from_png = run(&g, &mut s, &png_bytes(&widened(&gray_px, w, h)), k).unwrap();
+                assert!(gray_out == from_png, "{t:?} {spec:?}");
+                // RGB output of a gray array: three copies of the gray output
+                let wide = px(&mut s, &c, &gray);
+                let b = spec.dtype.size_bytes();
+                match spec.layout {
+                    Layout::Nchw => assert!(wide.chunks_exact(gray_out.len()).all(|plane| plane == gray_out)),
+                    Layout::Nhwc => assert!(
+                        wide.chunks_exact(3 * b)
+                            .zip(gray_out.chunks_exact(b))
+                            .all(|(p, v)| p.chunks_exact(b).all(|c| c == v))
+                    ),
+                }
+                // an RGB array in gray: as its PNG
+                let from_png = run(&g, &mut s, &png_bytes(&rgb_img), k).unwrap();
+                assert!(px(&mut s, &g, &rgb) == from_png, "{t:?} {spec:?}");
+            }
+        }
+    }
+    // A full-size centre crop of a gray array is the identity.
+    let id = gray_pipeline(vec![center(h as u32, w as u32)], U8_NHWC);
+    let mut dst = vec![0; id.sample_bytes()];
+    id.process_pixels(&mut s, &gray, 0, key(0), &mut dst).unwrap();
+    assert_eq!(dst, gray_px);
+}
+
+/// One channel in every dtype: the u8 result through `ToTensor` + `Normalize` arithmetic, the same bytes in
+/// NCHW and NHWC ((1, H, W) and (H, W, 1) are one memory layout); shapes and sizes say 1.
+#[test]
+fn gray_dtypes_layouts_and_shapes() {
+    let bytes = png_bytes(&synthetic(90, 70, 3));
+    let t = vec![rrc(40, 56), flip(0.5)];
+    let mut s = WorkerScratch::new().unwrap();
+    let u8_out = run(&gray_pipeline(t.clone(), U8_NHWC), &mut s, &bytes, key(5)).unwrap();
+    assert_eq!(u8_out.len(), 40 * 56);
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for normalize in [None, Some(MNIST_NORM)] {
+            let outs: Vec<Vec<u8>> = [Layout::Nchw, Layout::Nhwc]
+                .map(|layout| {
+                    let p = gray_pipeline(t.clone(), OutputSpec { dtype, layout, normalize });
+                    let want = match layout {
+                        Layout::Nchw => [1, 40, 56],
+                        Layout::Nhwc => [40, 56, 1],
+                    };
+                    assert_eq!((p.sample_shape(), p.sample_bytes()), (want, 40 * 56 * dtype.size_bytes()));
+                    run(&p, &mut s, &bytes, key(5)).unwrap()
+                })
+                .to_vec();
+            assert_eq!(outs[0], outs[1], "{dtype:?}");
+            for (i, &v) in u8_out.iter().enumerate() {
+                let x = f32::from(v) / 255.0;
+                let x = normalize.map_or(x, |n| (x - 0.1307) / n.std[0]);
+                let b = dtype.size_bytes();
+                let got = &outs[0][i * b..(i + 1) * b];
+                let want = match dtype {
+                    DType::F32 => x.to_ne_bytes().to_vec(),
+                    DType::F16 => half::f16::from_f32(x).to_ne_bytes().to_vec(),
+                    _ => half::bf16::from_f32(x).to_ne_bytes().to_vec(),
+                };
+                assert_eq!(got, &want[..], "{dtype:?} {normalize:?} at {i}");
+            }
+        }
+    }
+}
+
+/// normalize with gray output: one value each (broadcast), never a 3-value (RGB) preset; RGB output takes 1 or 3.
+#[test]
+fn normalize_values_must_match_the_channels() {
+    let param = |r: Result<Normalize>| match r {
+        Err(TrdataError::Config { parameter, message }) => format!("{parameter}: {message}"),
+        other => panic!("expected a config error, got {other:?}"),
+    };
+    let mnist = Normalize::from_user(&[0.1307], &[0.3081], Channels::Gray).unwrap();
+    assert_eq!(mnist, Normalize { mean: [0.1307; 3], std: [0.3081; 3] });
+    assert_eq!(Normalize::from_user(&[0.1307], &[0.3081], Channels::Rgb).unwrap(), mnist);
+    // 0–255 units work in gray too
+    let u255 = Normalize::from_user(&[33.3285], &[78.5655], Channels::Gray).unwrap();
+    assert!((u255.mean[0] - 0.1307).abs() < 1e-6 && (u255.std[2] - 0.3081).abs() < 1e-6);
+    let imagenet = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]);
+    assert!(Normalize::from_user(&imagenet.0, &imagenet.1, Channels::Rgb).is_ok());
+    assert!(Normalize::from_user(&[0.5], &imagenet.1, Channels::Rgb).is_ok());
+    let e = param(Normalize::from_user(&imagenet.0, &imagenet.1, Channels::Gray));
+    assert!(
+        e.starts_with(
+            "normalize: mean=[0.485, 0.456, 0.406] std=[0.229, 0.224, 0.225] must have 1 value each with channels=1"
+        ),
+        "{e}"
+    );
+    assert!(param(Normalize::from_user(&[0.5], &[0.2, 0.2, 0.2], Channels::Gray)).starts_with("normalize: "));
+    for (m, sd) in [(&[][..], &[0.2][..]), (&[0.5, 0.5], &[0.2]), (&[0.5; 4], &[0.2; 4])] {
+        assert!(param(Normalize::from_user(m, sd, Channels::Rgb)).contains("must have 1 or 3 values each"));
+    }
+    // A Normalize built by hand with three different values cannot reach a gray pipeline either.
+    let f32n = OutputSpec { dtype: DType::F32, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM) };
+    match SamplePipeline::with_channels(vec![rrc(8, 8)], f32n, Channels::Gray) {
+        Err(TrdataError::Config { parameter, .. }) => assert_eq!(parameter, "normalize"),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        SamplePipeline::with_channels(
+            vec![rrc(8, 8)],
+            OutputSpec { normalize: Some(MNIST_NORM), ..f32n },
+            Channels::Gray
+        )
+        .is_ok()
+    );
+}
+
+/// The 1-channel kernels against Pillow's plain loop (`horizontal_row::<1>`), every tap count the dispatch has.
+#[test]
+fn gray_horizontal_kernels_equal_the_plain_loop() {
+    use super::geometry::Axis;
+    use super::resample::{AxisCoeffs, horizontal_row, horizontal_row_wide};
+    let line = luma(&synthetic(400, 1, 6));
+    for out in [400usize, 300, 200, 133, 100, 57, 40, 9] {
+        let n = line.len();
+        let axis =
+            Axis { out_n: out, start: 0, resized: out as i64, scale: n as f64 / out as f64, lo: 0, hi: n as i64 };
+        for flip in [false, true] {
+            let mut c = AxisCoeffs::default();
+            c.compute(&axis, 8, n as u32, n as u32, flip);
+            let (mut want, mut got) = (vec![0u8; out], vec![0u8; out]);
+            horizontal_row::<1>(&line, &c, &mut want);
+            let wide: Vec<u32> = line.iter().map(|&v| u32::from(v)).collect();
+            horizontal_row_wide::<1>(&wide, &c, &mut got);
+            assert_eq!(got, want, "{n}->{out} taps {}", c.taps);
+        }
+    }
 }

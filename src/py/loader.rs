@@ -219,6 +219,8 @@ pub struct NativeLoader {
     inner: ManuallyDrop<Mutex<Loader>>,
     stats: std::sync::Arc<crate::stats::Stats>,
     sample_shape: [usize; 3],
+    /// Channels of every image (the resolved `channels=`: 1 or 3).
+    channels: usize,
     dtype: DType,
     /// The creating process.
     pid: u32,
@@ -274,7 +276,8 @@ impl NativeLoader {
     #[new]
     #[pyo3(signature = (source, *, batch_size, workers, shuffle, seed, reproducible, last_batch,
                         rank, world_size, pin, on_error, prefetch, max_held_batches, transforms, normalize,
-                        dtype, layout, devices, device_slots, cpus, max_pixels, max_scans, max_memory_bytes))]
+                        dtype, layout, channels, devices, device_slots, cpus, max_pixels, max_scans,
+                        max_memory_bytes))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -292,9 +295,10 @@ impl NativeLoader {
         prefetch: &Bound<'_, PyAny>,
         max_held_batches: &Bound<'_, PyAny>,
         transforms: Vec<Bound<'_, PyTuple>>,
-        normalize: Option<([f64; 3], [f64; 3])>,
+        normalize: Option<(Vec<f64>, Vec<f64>)>,
         dtype: &Bound<'_, PyAny>,
         layout: &Bound<'_, PyAny>,
+        channels: Option<&Bound<'_, PyAny>>,
         devices: Option<Vec<u32>>,
         device_slots: &Bound<'_, PyAny>,
         cpus: Option<Vec<Bound<'_, PyAny>>>,
@@ -305,12 +309,17 @@ impl NativeLoader {
         // Translation only: Python values into the core's types. Every rule (ranges, choices, defaults) is the
         // core's: config.rs, augment/, decode/, source/.
         let specs = transforms.iter().map(parse_transform).collect::<PyResult<Vec<_>>>()?;
+        let ds = crate::sync::Arc::clone(&source.dataset);
+        let channels = match channels {
+            None => config::default::channels(ds.natural_channels()),
+            Some(v) => config::check_channels(v.extract::<i128>().ok(), &shown_int(v)).py_err()?,
+        };
         let output = OutputSpec {
             dtype: choice(dtype, &config::DTYPE)?,
             layout: choice(layout, &config::LAYOUT)?,
-            normalize: normalize.map(|(mean, std)| Normalize::from_user(mean, std)).transpose().py_err()?,
+            normalize: normalize.map(|(mean, std)| Normalize::from_user(&mean, &std, channels)).transpose().py_err()?,
         };
-        let pipeline = SamplePipeline::new(specs, output).py_err()?;
+        let pipeline = SamplePipeline::with_channels(specs, output, channels).py_err()?;
         let cpus = cpus
             .map(|ids| ids.iter().map(|c| int_arg::<usize>(c, &config::CPU_ID)).collect::<PyResult<Vec<_>>>())
             .transpose()?;
@@ -342,7 +351,6 @@ impl NativeLoader {
                 ..limits
             },
         };
-        let ds = crate::sync::Arc::clone(&source.dataset);
         // Checked for every loader (a CPU loader does not use it, but a wrong value is wrong everywhere).
         let device_slots: usize = int_arg(device_slots, &config::DEVICE_SLOTS)?;
         config::DEVICE_SLOTS.check::<usize>(device_slots as i128).py_err()?;
@@ -355,6 +363,7 @@ impl NativeLoader {
             stats: loader.stats(),
             inner: ManuallyDrop::new(Mutex::new(loader)),
             sample_shape: pipeline.sample_shape(),
+            channels: pipeline.channels().count(),
             dtype: output.dtype,
             pid: std::process::id(),
             iterations: AtomicU64::new(0),
@@ -456,10 +465,17 @@ impl NativeLoader {
         .py_err()
     }
 
-    /// Shape of one sample ([3,h,w] or [h,w,3]).
+    /// Shape of one sample ([C,h,w] or [h,w,C], C = 1 or 3).
     #[getter]
     fn sample_shape(&self) -> (usize, usize, usize) {
         (self.sample_shape[0], self.sample_shape[1], self.sample_shape[2])
+    }
+
+    /// Channels of every image: the `channels` given, or the source's own (1 for a gray source such as MNIST,
+    /// else 3).
+    #[getter]
+    fn channels(&self) -> usize {
+        self.channels
     }
 
     /// A new iteration's token; from now on older tokens are stale (their next call raises

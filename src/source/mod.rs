@@ -90,6 +90,16 @@ impl Dataset {
         self.labels.is_empty()
     }
 
+    /// Channels of this dataset's images as the source holds them: 1 when every image is gray by construction
+    /// (raw gray pixels: MNIST and its kin), 3 otherwise (encoded images, which torchvision's ImageFolder converts
+    /// to RGB whatever they hold). A loader's `channels=None` outputs this many (`config::default::channels`).
+    pub fn natural_channels(&self) -> u8 {
+        match &self.store {
+            Store::Pixels(a) => a.channels,
+            Store::Files(_) | Store::Blobs(_) | Store::Spans(_) => 3,
+        }
+    }
+
     /// How errors name sample `i`: its file, or `<memory>[i]` for an in-memory store.
     pub fn sample_name(&self, i: usize) -> PathBuf {
         match &self.store {

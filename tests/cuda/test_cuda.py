@@ -239,3 +239,28 @@ def test_in_memory_sources_reach_the_gpu_byte_identical_to_cpu():
         assert len(got) == len(want)
         for (gi, gl), (wi, wl) in zip(got, want):
             assert torch.equal(gi, wi) and np.array_equal(gl, wl)
+
+
+@needs_cuda
+def test_one_channel_batches_reach_the_gpu_with_their_shape(small_paths):
+    """channels=1 (a gray source's default, or RGB files converted to luma): device batches are (N, 1, H, W) /
+    (N, H, W, 1) and byte-identical to the CPU loader's."""
+    gray = np.random.default_rng(6).integers(0, 256, (20, 28, 28), dtype=np.uint8)
+    cases = [
+        (trdata.Arrays(gray), dict(normalize=trdata.MNIST_NORM), (5, 1, 64, 64)),
+        (trdata.Arrays(gray), dict(layout="NHWC", dtype="uint8"), (5, 64, 64, 1)),
+        (trdata.FileList(small_paths[:20], list(range(20))), dict(channels=1), (5, 1, 64, 64)),
+    ]
+    for src, extra, shape in cases:
+        kw = dict(
+            batch_size=5, transforms=RRC, dtype="bfloat16", shuffle=True, seed=4, reproducible=True, workers=2
+        )
+        kw.update(extra)
+        with trdata.Loader(src, **kw) as cpu:
+            want = [torch.from_dlpack(b).float() for b in cpu]
+        with trdata.Loader(src, device="cuda:0", **kw) as gpu:
+            got = [b.images for b in gpu]
+        assert len(got) == len(want) == 4
+        for g, w in zip(got, want):
+            assert g.is_cuda and tuple(g.shape) == shape and tuple(w.shape) == shape
+            assert torch.equal(g.float().cpu(), w)
