@@ -7,12 +7,22 @@ from typing import Any
 
 
 def train_loader(
-    paths, labels, *, batch: int, dtype: str, layout: str, workers: int | None, device: str, **extra: Any
+    paths,
+    labels,
+    *,
+    batch: int,
+    dtype: str,
+    layout: str,
+    workers: int | None,
+    device: str,
+    source: Any = None,
+    **extra: Any,
 ):
+    """The recipe over FileList(paths, labels), or over ``source`` (any trdata source, e.g. a Packed file)."""
     import trdata
 
     return trdata.Loader(
-        trdata.FileList(paths, labels),
+        source if source is not None else trdata.FileList(paths, labels),
         batch_size=batch,
         transforms=[trdata.RandomResizedCrop(224), trdata.RandomHorizontalFlip()],
         normalize=None if dtype == "uint8" else trdata.IMAGENET,

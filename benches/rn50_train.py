@@ -3,9 +3,9 @@ synthetic data already on the GPU (the ceiling), in the same process, on the sam
 
     python benches/rn50_train.py --data ROOT [--steps 300] [--warmup 20] [--batch 256]
         [--configs synthetic,trdata,dataloader] [--workers N] [--dl-workers 16] [--repeat K] [--loader-only]
-        [--no-fused] [--deadline S] [--json out.json]
+        [--model resnet50|resnet18] [--packed FILE] [--no-fused] [--deadline S] [--json out.json]
 
-Model: torchvision resnet50(weights=None), channels_last, bf16 autocast, SGD(lr 0.1, momentum 0.9), cross
+Model: torchvision resnet50 (or --model resnet18)(weights=None), channels_last, bf16 autocast, SGD(lr 0.1, momentum 0.9), cross
 entropy over 1000 classes. One model/optimizer is shared by all configs (each config gets --warmup untimed
 steps first, so cudnn autotuning and allocator growth fall outside every timed window).
 
@@ -13,6 +13,8 @@ Configs (comma-separated --configs):
   synthetic     4 pre-made bf16 channels_last batches on the GPU, cycled: the GPU-bound ceiling
   trdata        trdata.Loader(device='cuda:0', dtype=bfloat16, layout=NHWC, normalize=IMAGENET), all
                 allowed cores as workers (or --workers); NHWC is permuted to NCHW-logical/channels_last, no copy
+  packed        trdata as above over trdata.Packed(--packed FILE, "full"); `packed-partial` streams it
+                (mode="partial"). Make FILE with `trdata pack` (e.g. of the repeated sample, re-encoded)
   trdata-u8     the same with dtype=uint8; the cast + normalization run on the GPU in the training loop
   dataloader    torch DataLoader(--dl-workers procs, pin_memory, persistent, prefetch 2) + read_file →
                 decode_jpeg (CPU) → v2 RandomResizedCrop(224, antialias) → flip → ToDtype(f32, scale) →
@@ -88,11 +90,11 @@ def repeated(paths: list[str], labels: list[int], repeat: int) -> tuple[list[str
 # ----------------------------------------------------------------------------------------------- model
 
 
-def make_model(fused: bool):
+def make_model(fused: bool, arch: str = "resnet50"):
     import torchvision
 
     model = (
-        torchvision.models.resnet50(weights=None, num_classes=1000)
+        getattr(torchvision.models, arch)(weights=None, num_classes=1000)
         .cuda()
         .to(memory_format=torch.channels_last)
     )
@@ -152,7 +154,9 @@ class SyntheticFeed:
 
 
 class TrdataFeed:
-    def __init__(self, paths, labels, batch, workers, dtype, layout="NHWC", prefetch=2, device_slots=3):
+    def __init__(
+        self, paths, labels, batch, workers, dtype, layout="NHWC", prefetch=2, device_slots=3, source=None
+    ):
         self.name = "trdata" if dtype == "bfloat16" else f"trdata-{'u8' if dtype == 'uint8' else dtype}"
         self.dtype = dtype
         self.layout = layout
@@ -166,6 +170,7 @@ class TrdataFeed:
             device="cuda:0",
             prefetch=prefetch,
             device_slots=device_slots,
+            source=source,
         )
         self.workers = workers
         self.it = iter(self.loader)
@@ -433,6 +438,14 @@ def main(argv=None):
         default=0,
         help="skip configs that would start after this many seconds since launch (0: never)",
     )
+    p.add_argument("--model", default="resnet50", choices=("resnet50", "resnet18"))
+    p.add_argument("--packed", default=None, help="packed file for the packed/packed-partial configs")
+    p.add_argument(
+        "--pack-short-side",
+        type=int,
+        default=0,
+        help="make the packed file here: the repeated file list re-encoded at this short side, q90",
+    )
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     t_start = time.time()
@@ -461,6 +474,8 @@ def main(argv=None):
         "steps": a.steps,
         "warmup": a.warmup,
         "fused_sgd": not a.no_fused,
+        "model": a.model,
+        "packed": a.packed,
         "python": sys.version.split()[0],
     }
     try:
@@ -477,11 +492,33 @@ def main(argv=None):
         pass
     print("rn50_train", json.dumps(header), flush=True)
 
+    if a.pack_short_side:
+        import tempfile
+
+        import trdata
+
+        a.packed = os.path.join(tempfile.mkdtemp(prefix="rn50-packed-"), "sample.trd")
+        t0 = time.time()
+        rep = trdata.pack(
+            trdata.FileList(rpaths, rlabels),
+            a.packed,
+            reencode=trdata.Reencode(short_side=a.pack_short_side, quality=90),
+            progress=False,
+        )
+        header["pack"] = {
+            "short_side": a.pack_short_side,
+            "quality": 90,
+            "records": rep["records"],
+            "bytes_in": rep["bytes_in"],
+            "bytes_out": rep["bytes_out"],
+            "seconds": round(time.time() - t0, 1),
+        }
+        print("packed", json.dumps(header["pack"]), flush=True)
     header["mode"] = "loader-only" if a.loader_only else "train"
     if a.loader_only:
         model = opt = loss_fn = None
     else:
-        model, opt = make_model(fused=not a.no_fused)
+        model, opt = make_model(fused=not a.no_fused, arch=a.model)
         model.train()
         loss_fn = torch.nn.CrossEntropyLoss()
     results = []
@@ -500,6 +537,12 @@ def main(argv=None):
             elif base in ("trdata", "trdata-u8", "trdata-f16"):
                 dtype = {"trdata": "bfloat16", "trdata-u8": "uint8", "trdata-f16": "float16"}[base]
                 feed = TrdataFeed(rpaths, rlabels, a.batch, int(nw or a.workers), dtype)
+            elif base in ("packed", "packed-partial"):
+                import trdata
+
+                mode = "full" if base == "packed" else "partial"
+                src = trdata.Packed(a.packed, mode)
+                feed = TrdataFeed(None, None, a.batch, int(nw or a.workers), "bfloat16", source=src)
             elif base == "dataloader":
                 feed = DataLoaderFeed(rpaths, rlabels, a.batch, int(nw or a.dl_workers))
             else:

@@ -19,6 +19,7 @@ from .errors import (
     WorkerError,
 )
 from .loader import Batch, Loader
+from .packed import Packed, Reencode, pack
 from .shards import WebDataset
 from .sources import (
     CIFAR10,
@@ -44,6 +45,8 @@ __all__ = [
     "KMNIST",
     "MNIST",
     "MNIST_NORM",
+    "Packed",
+    "Reencode",
     "Arrays",
     "Batch",
     "Bytes",
@@ -68,4 +71,5 @@ __all__ = [
     "WebDataset",
     "WorkerError",
     "__version__",
+    "pack",
 ]

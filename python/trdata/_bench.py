@@ -304,12 +304,16 @@ def trdata_contender(
     seconds: float | None = None,
     progress: bool = True,
     name: str = "trdata Loader",
+    source: Any = None,
+    before_epoch: Callable[[int], None] | None = None,
 ) -> Measurement:
-    """The trdata Loader on the standard pipeline. ``extra['stats']`` holds ``loader.stats()`` deltas over the
-    timed epochs."""
+    """The trdata Loader on the standard pipeline over ``ImageFolder(root)`` or ``source`` (any trdata
+    source); ``before_epoch(e)`` runs before each epoch (e.g. to drop a file from the page cache).
+    ``extra['stats']`` holds ``loader.stats()`` deltas over the timed epochs."""
     import trdata
 
-    source = trdata.ImageFolder(root)
+    if source is None:
+        source = trdata.ImageFolder(root)
     loader = trdata.Loader(
         source,
         batch_size=batch_size,
@@ -331,6 +335,8 @@ def trdata_contender(
         before.update(loader.stats())
 
     def epoch_batches(e: int) -> Iterator[int]:
+        if before_epoch is not None:
+            before_epoch(e)
         loader.set_epoch(e)
         for batch in loader:
             yield int(batch.valid)

@@ -3,6 +3,10 @@
 trdata info                 what this build sees: CPUs, NUMA, JPEG SIMD, CUDA, binding
 trdata bench                img/s of the standard training pipeline on the built-in dataset, next to the
                             raw libjpeg-turbo decode ceiling on the same cores
+trdata pack SRC DST         write SRC (an ImageFolder root, a tar shard, a packed file) into the packed file
+                            DST, optionally resized and re-encoded (--short-side/--max-side, --quality)
+trdata verify PATH          check every record of a packed file (CRC32C and a decode)
+trdata inspect PATH         a packed file's header, counts, size histogram and classes
 
 The same report with torch, Pillow and DALI added is ``benches/peers.py`` in the repository
 (``make bench-peers``); it reuses ``add_bench_arguments`` and ``run_bench``.
@@ -18,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import _core
+from .errors import TrdataError
 
 
 def _cmd_info(_args: argparse.Namespace) -> int:
@@ -144,6 +149,95 @@ def run_bench(
     return 0 if ours.error is None else 1
 
 
+def _open_source(src: str) -> Any:
+    """The trdata source a ``trdata pack SRC`` names: a folder is an ImageFolder root, a ``.tar`` a
+    webdataset shard, any other file a packed file."""
+    from .packed import Packed
+    from .shards import WebDataset
+    from .sources import ImageFolder
+
+    if os.path.isdir(src):
+        return ImageFolder(src)
+    if src.endswith(".tar"):
+        return WebDataset([src])
+    return Packed(src, "partial")
+
+
+def _cmd_pack(args: argparse.Namespace) -> int:
+    from .packed import Reencode, pack
+
+    reencode = None
+    if args.short_side is not None or args.max_side is not None or args.quality is not None:
+        reencode = Reencode(args.short_side, args.max_side, 90 if args.quality is None else args.quality)
+    source = _open_source(args.src)
+    report = pack(source, args.dst, reencode=reencode, workers=args.workers, progress=not args.quiet)
+    ratio = report["bytes_out"] / max(1, report["bytes_in"])
+    print(
+        f"{args.dst}: {report['records']:,} records, {report['bytes_in'] / 1e6:,.1f} MB in → "
+        f"{report['bytes_out'] / 1e6:,.1f} MB out ({ratio:.2f}×), {report['seconds']:.1f} s, "
+        f"{report['records'] / max(report['seconds'], 1e-9):,.0f} img/s"
+    )
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from .packed import verify
+
+    bad = verify(args.path, workers=args.workers, progress=not args.quiet)
+    for record, reason in bad:
+        print(f"{args.path}: record {record}: {reason}")
+    print(f"{args.path}: {'OK' if not bad else f'{len(bad)} bad record(s)'}")
+    return 0 if not bad else 1
+
+
+def _histogram(values: Sequence[int], edges: Sequence[int], unit: str) -> list[str]:
+    lines = []
+    for lo, hi in zip([0, *edges], [*edges, None]):
+        n = sum(1 for v in values if v >= lo and (hi is None or v < hi))
+        if n:
+            span = f"{lo:,}–{hi:,}" if hi is not None else f"≥ {lo:,}"
+            lines.append(f"    {span:>20} {unit}: {n:,}")
+    return lines
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from collections import Counter
+
+    from .packed import inspect
+
+    info = inspect(args.path)
+    if args.json:
+        print(json.dumps(info, default=list))
+        return 0
+    n = int(info["records"])
+    lengths = [int(v) for v in info["lengths"]]
+    short = [min(int(w), int(h)) for w, h in zip(info["widths"], info["heights"])]
+    lines = [
+        f"{args.path}: trdata packed file, version {info['version']}",
+        f"  records {n:,} in {info['blocks']:,} block(s) of ≤ {info['block_bytes']:,} bytes; "
+        f"file {info['file_bytes']:,} bytes, records {info['data_bytes']:,} bytes",
+        f"  write options: {json.dumps(info['options'])}",
+        "  formats: " + ", ".join(f"{k} {v:,}" for k, v in Counter(info["formats"]).most_common()),
+        "  chroma: "
+        + ", ".join(f"{k or 'n/a'} {v:,}" for k, v in Counter(info["subsampling"]).most_common()),
+        f"  progressive {sum(map(bool, info['progressive'])):,}, CMYK {sum(map(bool, info['cmyk'])):,}",
+        "  record size:",
+        *_histogram(lengths, [10_000, 30_000, 100_000, 300_000, 1_000_000], "bytes"),
+        "  short side:",
+        *_histogram(short, [64, 128, 256, 320, 400, 512, 1024], "px"),
+    ]
+    classes = list(info["classes"])
+    counts = Counter(int(v) for v in info["labels"])
+    lines.append(f"  classes: {len(classes):,}")
+    for label, count in sorted(counts.items())[:20]:
+        name = classes[label] if 0 <= label < len(classes) else "?"
+        lines.append(f"    {label:>6} {name}: {count:,}")
+    if len(counts) > 20:
+        lines.append(f"    … {len(counts) - 20:,} more labels")
+    print("\n".join(lines))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trdata", description="trdata: the input pipeline that keeps GPUs fed."
@@ -164,6 +258,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_bench_arguments(bench)
     bench.set_defaults(func=run_bench)
+
+    pk = sub.add_parser(
+        "pack",
+        help="write a dataset into one packed file",
+        description="Write SRC (an ImageFolder root, a .tar webdataset shard or a packed file) into the packed "
+        "file DST, in SRC's order, with its targets and classes. Without --short-side/--max-side/--quality "
+        "the records hold SRC's bytes; with any of them every image is downscaled (antialiased) and "
+        "re-encoded as baseline 4:2:0 JPEG. DST appears only when complete.",
+    )
+    pk.add_argument("src", metavar="SRC")
+    pk.add_argument("dst", metavar="DST")
+    size = pk.add_mutually_exclusive_group()
+    size.add_argument("--short-side", type=_positive_int, default=None, metavar="N")
+    size.add_argument("--max-side", type=_positive_int, default=None, metavar="N")
+    pk.add_argument(
+        "--quality", type=_positive_int, default=None, metavar="Q", help="JPEG quality (default 90)"
+    )
+    pk.add_argument("--workers", type=_positive_int, default=None, help="threads (default: all CPUs)")
+    pk.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    pk.set_defaults(func=_cmd_pack)
+
+    vf = sub.add_parser("verify", help="check every record of a packed file (CRC32C and a decode)")
+    vf.add_argument("path", metavar="PATH")
+    vf.add_argument("--workers", type=_positive_int, default=None, help="threads (default: all CPUs)")
+    vf.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    vf.set_defaults(func=_cmd_verify)
+
+    ins = sub.add_parser("inspect", help="a packed file's header, counts, size histogram and classes")
+    ins.add_argument("path", metavar="PATH")
+    ins.add_argument("--json", action="store_true", help="print the header and index as JSON")
+    ins.set_defaults(func=_cmd_inspect)
     return parser
 
 
@@ -207,6 +332,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
+    except TrdataError as e:
+        print(f"trdata {args.command}: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

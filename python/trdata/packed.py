@@ -1,0 +1,176 @@
+"""Packed datasets: one file that holds a whole source (``trdata.pack`` writes it, ``trdata.Packed`` reads it).
+
+A packed file is a versioned header (class names, write options), large aligned blocks of records and a
+fixed-width index (offset, length, CRC32C, target, width, height, format, chroma subsampling,
+progressive/CMYK flags) that plans a sample's decode without touching its bytes. The byte layout, every check
+of it and the writer live in the Rust core (``src/source/packed.rs``, ``src/pack/``); this module only
+translates arguments and draws progress bars.
+
+* ``mode="full"`` reads the file into memory once; ``mode="partial"`` streams blocks with bounded memory and
+  shuffles blocks, then samples within windows of ``window_blocks`` blocks (the plan's order, from
+  Philox(seed, epoch)), so every sample still comes once per epoch, sharded across ranks and resumable.
+* Every record's CRC32C is checked when it is read: a flipped byte is a ``DecodeError`` naming the file and
+  the record (or is skipped under ``on_error="skip"``), never garbage pixels. A foreign, truncated or damaged
+  file is refused when opened.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from . import _core
+from .errors import ConfigError
+from .sources import Source
+
+#: The ``mode`` choices of :class:`Packed`.
+MODES = ("full", "partial")
+
+
+@dataclass(frozen=True)
+class Reencode:
+    """How ``trdata.pack`` normalizes images: downscale (antialiased, never up) so the short side is
+    ``short_side`` or the long side is ``max_side`` (at most one of them; neither = keep the size), then
+    re-encode as baseline 4:2:0 JPEG at ``quality``. The core checks the values."""
+
+    short_side: int | None = None
+    max_side: int | None = None
+    quality: int = 90
+
+
+def _reencode_options(reencode: Any) -> tuple[int | None, int | None, int | None]:
+    """(short_side, max_side, quality) for the core; None everywhere = store the source's bytes."""
+    if reencode is None:
+        return None, None, None
+    if isinstance(reencode, Mapping):
+        unknown = set(reencode) - {"short_side", "max_side", "quality"}
+        if unknown:
+            raise ConfigError(
+                f"invalid reencode: keys {sorted(unknown)} must be among short_side, max_side, quality",
+                parameter="reencode",
+            )
+        reencode = Reencode(**reencode)
+    if not isinstance(reencode, Reencode):
+        raise ConfigError(
+            f"invalid reencode: a {type(reencode).__name__} must be None, a trdata.Reencode or a dict",
+            parameter="reencode",
+        )
+    return reencode.short_side, reencode.max_side, reencode.quality
+
+
+def _progress_bar(enabled: bool, label: str) -> tuple[Any, Any]:
+    """A ``progress(done, total)`` callback drawing a bar on stderr, and a function closing it."""
+    bar = None
+
+    def report(done: int, total: int) -> None:
+        nonlocal bar
+        if not enabled:
+            return
+        if bar is None:
+            from ._bench import ProgressBar
+
+            bar = ProgressBar(total, label, unit="rec")
+        bar.update_to(done)
+
+    def close() -> None:
+        if bar is not None:
+            bar.close()
+
+    return report, close
+
+
+def pack(
+    source: Source,
+    path: str | os.PathLike[str],
+    *,
+    reencode: Reencode | Mapping[str, int] | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+    block_bytes: int | None = None,
+) -> dict[str, Any]:
+    """Write ``source`` (any trdata source) into the packed file ``path``, in the source's order, with its
+    targets and class names. Without ``reencode`` the records hold the source's bytes exactly (raw pixels
+    for ``Arrays``), so a reproducible loader over the packed file yields the batches of one over the
+    source; with ``reencode`` (a :class:`Reencode` or a dict of its fields) every image is resized and
+    re-encoded. ``workers`` threads (default: all CPUs) read and encode; a bar is drawn on stderr with
+    ``progress``. ``block_bytes`` sets the block size (default: the core's, a few MiB; smaller blocks mean a
+    finer partial-mode shuffle and more seeks). The file appears at ``path`` only when complete (written to a temporary sibling, then
+    renamed): an interrupted or failed pack leaves nothing at ``path``. A sample that cannot be read or
+    decoded (when re-encoding) is a ``DecodeError`` naming it. Returns ``{"records", "bytes_in",
+    "bytes_out", "seconds"}``."""
+    if not isinstance(source, Source):
+        raise ConfigError(
+            f"invalid source: a {type(source).__name__} must be a trdata source (ImageFolder, FileList, "
+            "Bytes, Arrays, WebDataset, Packed, MNIST, …)",
+            parameter="source",
+        )
+    short_side, max_side, quality = _reencode_options(reencode)
+    dst = os.fspath(path)
+    report, close = _progress_bar(progress, f"packing {os.path.basename(dst)}")
+    try:
+        result: dict[str, Any] = _core.pack(
+            source._native_source(),
+            dst,
+            short_side,
+            max_side,
+            quality,
+            workers,
+            list(source.classes),
+            report,
+            block_bytes,
+        )
+    finally:
+        close()
+    return result
+
+
+def verify(
+    path: str | os.PathLike[str], *, workers: int | None = None, progress: bool = True
+) -> list[tuple[int, str]]:
+    """Check every record of the packed file ``path``: its CRC32C and that it decodes. Returns
+    ``(record, reason)`` for each bad record (empty: the file is sound); a damaged header or index raises."""
+    report, close = _progress_bar(progress, f"verifying {os.path.basename(os.fspath(path))}")
+    try:
+        bad: list[tuple[int, str]] = list(_core.packed_verify(os.fspath(path), workers, report))
+    finally:
+        close()
+    return bad
+
+
+def inspect(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The header and index of the packed file ``path`` as a dict (version, counts, sizes, classes, write
+    options, and per record: length, width, height, format, subsampling, progressive, cmyk, label)."""
+    info: dict[str, Any] = _core.packed_info(os.fspath(path))
+    return info
+
+
+class Packed(Source):
+    """A packed file written by ``trdata.pack``: its samples, targets (``labels``) and ``classes`` in the
+    order they were packed. ``mode="full"`` reads the whole file into memory once (fastest; memory = file
+    size); ``mode="partial"`` reads blocks on demand, holding at most ``cache_blocks`` blocks (default: the
+    window plus two per worker), and shuffles by blocks: a permutation of the blocks each epoch, then a
+    shuffle of the samples within each window of ``window_blocks`` consecutive blocks. Opening checks the
+    header and the index (CRC32C); each record's CRC32C is checked when it is read."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        mode: str = "full",
+        *,
+        window_blocks: int | None = None,
+        cache_blocks: int | None = None,
+    ) -> None:
+        self.path = os.fspath(path)
+        self.mode = mode
+        self._native = _core.NativeSource.packed(self.path, mode, window_blocks, cache_blocks)
+        self.labels = list(self._native.labels)
+        self.classes = list(self._native.classes)
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+
+    def _native_source(self) -> _core.NativeSource:
+        return self._native
+
+    def __repr__(self) -> str:
+        return f"Packed({self.path!r}, mode={self.mode!r}, {len(self)} samples, {len(self.classes)} classes)"
