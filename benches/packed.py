@@ -246,7 +246,7 @@ def order_step(work: Path, samples: int, classes: int, per_block: int, batch: in
     file = work / "order.trd"
     trdata.pack(trdata.Arrays(pixels, labels.tolist()), file, progress=False, block_bytes=per_block * 16)
     info = trdata.packed.inspect(file)
-    firsts = np.asarray(info["block_first_record"], np.int64)
+    firsts = np.asarray(info["block_starts"], np.int64)
     block_of = np.searchsorted(firsts, np.arange(samples), side="right") - 1
 
     def loader_order(mode: str, shuffle: bool, **kw: Any) -> list[int]:

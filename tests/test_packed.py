@@ -147,7 +147,7 @@ def test_partial_order_stays_within_windows_of_blocks(folder: Path, tmp_path: Pa
 
 
 def _blocks_of(info: dict) -> list[int]:
-    firsts = list(info["block_first_record"])
+    firsts = list(info["block_starts"])
     out, b = [], -1
     for i in range(int(info["records"])):
         while b + 1 < len(firsts) and firsts[b + 1] <= i:
@@ -245,8 +245,13 @@ def test_reencode_resizes_and_stays_close_to_pillow(folder: Path, tmp_path: Path
         with Image.open(path) as im:
             im = im.convert("RGB")
             w, h = im.size
-            s = 24 / min(w, h)
-            size = (round(w * s), round(h * s)) if s < 1 else (w, h)
+            # torchvision's Resize(24) rule: the short side becomes 24, the long one int(24 * long / short)
+            if min(w, h) <= 24:
+                size = (w, h)
+            elif w <= h:
+                size = (24, int(24 * h / w))
+            else:
+                size = (int(24 * w / h), 24)
             assert (int(info["widths"][i]), int(info["heights"][i])) == size
             assert info["subsampling"][i] == "420"
             refs.append(np.asarray(im.resize(size, Image.BILINEAR, reducing_gap=None), np.float64))

@@ -207,7 +207,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
     info = inspect(args.path)
     if args.json:
-        print(json.dumps(info, default=list))
+        print(json.dumps(info, default=lambda v: v.tolist() if hasattr(v, "tolist") else list(v)))
         return 0
     n = int(info["records"])
     lengths = [int(v) for v in info["lengths"]]

@@ -11,7 +11,7 @@ use pyo3::types::PyInt;
 
 /// A Python int shown in a message: itself when short, else its first digits and its length (an int beyond
 /// `sys.get_int_max_str_digits()` cannot even be turned into a string).
-fn shown_int(v: &Bound<'_, PyAny>) -> String {
+pub(super) fn shown_int(v: &Bound<'_, PyAny>) -> String {
     match v.repr() {
         Ok(r) => {
             let r = r.to_string();

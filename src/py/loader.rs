@@ -1,7 +1,7 @@
 //! Native loader and batch lease. Every blocking call waits through the GIL helper (wait.rs), so Ctrl-C
 //! stops within a slice; every loader, CPU or GPU, iterates in one shape (`next_step`: one batch per engine).
 
-use super::args::{int_arg, opt_int_arg};
+use super::args::{int_arg, opt_int_arg, shown_int};
 use super::errors::{IntoPyResult, to_py};
 use super::gpu::DeviceTensorHandle;
 use super::source::NativeSource;

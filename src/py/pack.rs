@@ -109,7 +109,7 @@ fn pack<'py>(
 }
 
 /// What the header, metadata and index of the packed file `path` say (nothing of the data region is read).
-/// Per-record columns are numpy arrays (lengths, widths, heights, labels, channels: integers; progressive,
+/// Per-record columns are numpy arrays (offsets, lengths, widths, heights, labels, channels: integers; progressive,
 /// cmyk, lossless, gpu_decodable: bools) or lists of str (formats, subsampling).
 #[pyfunction]
 fn packed_info<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyDict>> {
@@ -122,6 +122,7 @@ fn packed_info<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyDic
     d.set_item("block_bytes", h.block_bytes)?;
     d.set_item("file_bytes", h.file_bytes)?;
     d.set_item("data_bytes", h.data_bytes)?;
+    d.set_item("index_offset", h.index_offset)?;
     d.set_item("classes", ix.meta.classes.clone())?;
     let o = &ix.meta.options;
     let opts = PyDict::new(py);
@@ -132,6 +133,7 @@ fn packed_info<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyDic
     d.set_item("options", opts)?;
     let col = |f: &dyn Fn(&crate::source::packed::IndexRow) -> i64| -> Vec<i64> { ix.rows.iter().map(f).collect() };
     let flag = |bit: u8| -> Vec<bool> { ix.rows.iter().map(|r| r.meta.flags & bit != 0).collect() };
+    d.set_item("offsets", PyArray1::from_vec(py, ix.rows.iter().map(|r| r.offset).collect::<Vec<u64>>()))?;
     d.set_item("lengths", PyArray1::from_vec(py, col(&|r| i64::from(r.len))))?;
     d.set_item("widths", PyArray1::from_vec(py, col(&|r| i64::from(r.meta.width))))?;
     d.set_item("heights", PyArray1::from_vec(py, col(&|r| i64::from(r.meta.height))))?;
