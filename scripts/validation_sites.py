@@ -34,9 +34,14 @@ PARAMS = {
     "size", "scale", "ratio", "p",
     # sources
     "root", "paths", "labels", "blobs", "images", "classes", "train", "variant", "shards",
+    # packed files (trdata.pack, trdata.Packed)
+    "mode", "window_blocks", "cache_blocks", "block_bytes", "reencode", "short_side", "max_side", "quality",
 }  # fmt: skip
 # Parameters whose only rule is their Python type (any bool, any path): no core site.
-TYPE_ONLY = {"shuffle", "reproducible", "exif_transpose", "root", "classes", "train", "variant"}
+TYPE_ONLY = {
+    "shuffle", "reproducible", "exif_transpose", "root", "classes", "train", "variant",
+    "reencode",  # a Reencode or dict; its fields are short_side, max_side, quality (pack/mod.rs)
+}  # fmt: skip
 
 # Core functions that raise a ConfigError naming a parameter without validating its value.
 NOT_VALIDATION = {
@@ -87,6 +92,10 @@ EDGE_TRANSLATORS = {
         "read_mnist": "variant names one of the MNIST-format datasets (fixed by the dataset class, not a user value)",
         "read_cifar": "variant is 10 or 100 (fixed by the dataset class, not a user value)",
     },
+    "python/trdata/packed.py": {
+        "_reencode_options": "reencode is None, a trdata.Reencode or a dict of its fields (their values: pack/mod.rs)",
+        "pack": "source is a trdata Source (only `source`)",
+    },
     "src/py/source.rs": {
         "pixels": "images is a 3-D or 4-D numpy array, C-contiguous (its sizes: source::arrays)",
     },
@@ -97,6 +106,7 @@ EDGE_ONLY = {
     "Loader.__init__": {"source"},
     "Loader.load_state_dict": {"state_dict"},
     "ImageFolder.__init__": {"root"},
+    "pack": {"source"},
 }
 
 RUST_CORE_SKIP = ("src/py/",)

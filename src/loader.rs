@@ -140,6 +140,9 @@ pub struct LoaderState {
     pub shuffle: bool,
     /// Fixed slots (true) or ticket slots (false).
     pub reproducible: bool,
+    /// What the shuffle follows besides the samples: "samples", or a partial pack's blocks and window
+    /// (`Dataset::order_fingerprint`); a checkpoint of one order must not continue in another.
+    pub order: String,
     /// Fast mode, `batches` > 0: per local engine, the bitmap of delivered sequence numbers. Empty otherwise.
     pub delivered: Vec<Vec<u8>>,
 }
@@ -290,6 +293,7 @@ impl Loader {
             last_batch: self.cfg.last_batch,
             shuffle: self.cfg.shuffle,
             reproducible: self.cfg.reproducible,
+            order: self.ctx.dataset.order_fingerprint(),
             delivered,
         }
     }
@@ -339,7 +343,7 @@ impl Loader {
             ));
         }
         let mine = self.state();
-        let fields: [(&str, String, String); 9] = [
+        let fields: [(&str, String, String); 10] = [
             ("seed", state.seed.to_string(), mine.seed.to_string()),
             ("num_samples", state.num_samples.to_string(), mine.num_samples.to_string()),
             ("world_size", state.world_size.to_string(), mine.world_size.to_string()),
@@ -349,6 +353,7 @@ impl Loader {
             ("last_batch", format!("{:?}", state.last_batch), format!("{:?}", mine.last_batch)),
             ("shuffle", state.shuffle.to_string(), mine.shuffle.to_string()),
             ("reproducible", state.reproducible.to_string(), mine.reproducible.to_string()),
+            ("order", state.order.clone(), mine.order.clone()),
         ];
         if let Some((name, theirs, ours)) = fields.into_iter().find(|(_, a, b)| a != b) {
             return Err(TrdataError::config(

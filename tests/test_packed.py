@@ -370,3 +370,23 @@ def test_cli_pack_verify_inspect(folder: Path, tmp_path: Path) -> None:
     assert r.returncode == 1 and "record 3" in r.stdout
     r = run("inspect", str(tmp_path / "none.trd"))
     assert r.returncode == 2 and "none.trd" in r.stderr
+
+
+def test_a_checkpoint_does_not_continue_over_another_block_order(folder: Path, tmp_path: Path) -> None:
+    dst = tmp_path / "o.trd"
+    trdata.pack(trdata.ImageFolder(folder), dst, progress=False, block_bytes=SMALL_BLOCKS)
+    with trdata.Loader(trdata.Packed(dst, "partial", window_blocks=2), workers=2, shuffle=True, **KW) as ld:
+        it = iter(ld)
+        next(it)
+        state = ld.state_dict()
+    assert state["fingerprint"]["order"].endswith("window=2")
+    for other in (trdata.Packed(dst, "partial", window_blocks=3), trdata.Packed(dst, "full")):
+        with trdata.Loader(other, workers=2, shuffle=True, **KW) as ld:
+            with pytest.raises(trdata.ConfigError, match="order") as e:
+                ld.load_state_dict(state)
+            assert e.value.parameter == "order"
+    # a checkpoint of an older trdata (no "order") is the sample order
+    del state["fingerprint"]["order"]
+    with trdata.Loader(trdata.Packed(dst, "full"), workers=2, shuffle=True, **KW) as ld:
+        ld.load_state_dict(state)
+        assert sum(1 for _ in ld) > 0

@@ -186,6 +186,7 @@ class NativeLoader:
         shuffle: bool,
         reproducible: bool,
         delivered: list[bytes],
+        order: str = "samples",
     ) -> None: ...
     @property
     def epoch(self) -> int: ...

@@ -584,7 +584,7 @@ class Loader:
         remaining sample exactly once otherwise — and later iterations continue with the next epochs.
         ``set_epoch`` to another epoch discards it. Raises ConfigError naming the field if the loader's
         configuration (dataset size, world size, rank, devices, batch size, last_batch, shuffle,
-        reproducible, seed) differs from the one that saved it, and ConfigError naming ``state_dict`` if an
+        reproducible, seed, and a partial packed file's blocks and window) differs from the one that saved it, and ConfigError naming ``state_dict`` if an
         entry is missing or malformed.
 
         Like a new ``iter()``, a loaded state supersedes the running iterators: their next ``next()`` raises
@@ -611,6 +611,8 @@ class Loader:
                     )
                 }
             )
+            if "order" in fp:  # absent from checkpoints of trdata before packed files: the sample order
+                kwargs["order"] = fp["order"]
             delivered = state["delivered"] if "delivered" in state else []
             if isinstance(delivered, (str, bytes)) or not all(
                 isinstance(b, (bytes, bytearray, memoryview)) for b in delivered

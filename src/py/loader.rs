@@ -381,6 +381,7 @@ impl NativeLoader {
         f.set_item("last_batch", st.last_batch.name())?;
         f.set_item("shuffle", st.shuffle)?;
         f.set_item("reproducible", st.reproducible)?;
+        f.set_item("order", &st.order)?;
         d.set_item("fingerprint", f)?;
         let delivered: Vec<Bound<'py, PyBytes>> = st.delivered.iter().map(|b| PyBytes::new(py, b)).collect();
         d.set_item("delivered", delivered)?;
@@ -389,7 +390,7 @@ impl NativeLoader {
 
     /// Continue from a `state_dict()` on the next iteration (validates the fingerprint).
     #[pyo3(signature = (*, version, seed, epoch, batches, num_samples, world_size, rank, devices, batch_size,
-                        last_batch, shuffle, reproducible, delivered))]
+                        last_batch, shuffle, reproducible, delivered, order = "samples".to_string()))]
     #[allow(clippy::too_many_arguments)]
     fn load_state_dict(
         &self,
@@ -407,6 +408,7 @@ impl NativeLoader {
         shuffle: bool,
         reproducible: bool,
         delivered: Vec<Bound<'_, PyBytes>>,
+        order: String,
     ) -> PyResult<()> {
         self.check_process()?;
         let st = LoaderState {
@@ -422,6 +424,7 @@ impl NativeLoader {
             last_batch: LastBatch::parse(last_batch).py_err()?,
             shuffle,
             reproducible,
+            order,
             delivered: delivered.iter().map(|b| b.as_bytes().to_vec()).collect(),
         };
         // A loaded state supersedes every running iterator, as a new `iter()` does: their next `next()` raises

@@ -143,6 +143,15 @@ impl Dataset {
         }
     }
 
+    /// The order the plan follows besides the samples, for checkpoints: "samples", or for a partial pack
+    /// "blocks=B window=W" (a checkpoint saved over one block structure must not continue over another).
+    pub fn order_fingerprint(&self) -> String {
+        match self.block_structure() {
+            None => "samples".to_string(),
+            Some(b) => format!("blocks={} window={}", b.block_starts.len(), b.window_blocks),
+        }
+    }
+
     /// The block structure the plan must follow to read this source block by block (partial packed files);
     /// None when any order reads equally well.
     pub fn block_structure(&self) -> Option<BlockStructure<'_>> {
