@@ -562,8 +562,19 @@ def test_every_parameter_has_a_bad_value_case():
     import validation_sites
 
     # epoch, paths, labels and root have their own tests here; blobs, images, classes in test_memory_sources.py;
-    # train and variant (the classic datasets' readers) in test_classic.py; shards in test_shards.py
+    # train and variant (the classic datasets' readers) in test_classic.py; shards in test_shards.py; the packed
+    # files' (pack, Packed) in test_packed.py
     extra = {"epoch", "paths", "labels", "root", "blobs", "images", "classes", "train", "variant", "shards"}
+    extra |= {
+        "mode",
+        "window_blocks",
+        "cache_blocks",
+        "block_bytes",
+        "reencode",
+        "short_side",
+        "max_side",
+        "quality",
+    }
     covered = {p for p, _, _ in BAD_VALUES} | extra
     assert covered == validation_sites.PARAMS
 

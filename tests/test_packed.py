@@ -266,10 +266,25 @@ def test_reencode_resizes_and_stays_close_to_pillow(folder: Path, tmp_path: Path
     assert trdata.packed.verify(dst, progress=False) == []
 
 
-@pytest.mark.parametrize("bad", [{"short_side": 0}, {"short_side": 10, "max_side": 20}, {"quality": 101}])
-def test_bad_reencode_options_are_config_errors(folder: Path, tmp_path: Path, bad: dict) -> None:
-    with pytest.raises(trdata.ConfigError):
-        trdata.pack(trdata.ImageFolder(folder), tmp_path / "x.trd", reencode=bad, progress=False)
+@pytest.mark.parametrize(
+    ("kw", "param"),
+    [
+        ({"reencode": {"short_side": 0}}, "short_side"),
+        ({"reencode": {"max_side": 70_000}}, "max_side"),
+        ({"reencode": {"short_side": 10, "max_side": 20}}, "max_side"),
+        ({"reencode": {"quality": 101}}, "quality"),
+        ({"reencode": {"size": 3}}, "reencode"),
+        ({"reencode": "small"}, "reencode"),
+        ({"block_bytes": 0}, "block_bytes"),
+        ({"workers": 0}, "workers"),
+    ],
+)
+def test_bad_pack_options_are_config_errors_naming_them(
+    folder: Path, tmp_path: Path, kw: dict, param: str
+) -> None:
+    with pytest.raises(trdata.ConfigError) as e:
+        trdata.pack(trdata.ImageFolder(folder), tmp_path / "x.trd", progress=False, **kw)
+    assert e.value.parameter == param
     assert not os.listdir(tmp_path)
 
 
@@ -340,7 +355,11 @@ def test_damaged_truncated_and_foreign_files_are_refused_at_open(
 
 @pytest.mark.parametrize(
     ("kw", "param"),
-    [({"mode": "lazy"}, "mode"), ({"mode": "partial", "window_blocks": 0}, "window_blocks")],
+    [
+        ({"mode": "lazy"}, "mode"),
+        ({"mode": "partial", "window_blocks": 0}, "window_blocks"),
+        ({"mode": "partial", "cache_blocks": 0}, "cache_blocks"),
+    ],
 )
 def test_bad_packed_options_are_config_errors(packed: Path, kw: dict, param: str) -> None:
     with pytest.raises(trdata.ConfigError) as e:
