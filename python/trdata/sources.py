@@ -339,8 +339,8 @@ class Arrays(Source):
     with C 1 or 3 (numpy's HWC, as torchvision's MNIST/CIFAR ``data``), ``targets`` (default 0; class indices
     or float targets, see the module docs) and optional ``classes`` names (``class_to_idx`` as torchvision has
     it).
-    Crops, flips and the rest of the pipeline work on the pixels directly. Gray images come out as 3 channels
-    (each the gray value) for now. The array is copied into the core once."""
+    Crops, flips and the rest of the pipeline work on the pixels directly. Gray images come out with 1 channel
+    (``Loader(channels=3)`` widens them). The array is copied into the core once."""
 
     def __init__(
         self, images: Any, targets: Iterable[Any] | None = None, classes: Iterable[str] = ()
