@@ -242,9 +242,9 @@ def ffcv_quasi_random(block_of: np.ndarray, seed: int, buffer_pages: int) -> lis
 
 def order_step(work: Path, samples: int, classes: int, per_block: int, batch: int) -> dict[str, Any]:
     labels = np.repeat(np.arange(classes), -(-samples // classes))[:samples]
-    pixels = np.zeros((samples, 4, 4), np.uint8)
+    pixels = np.zeros((samples, 8, 8), np.uint8)  # 64-byte records: `per_block` of them fill a block
     file = work / "order.trd"
-    trdata.pack(trdata.Arrays(pixels, labels.tolist()), file, progress=False, block_bytes=per_block * 16)
+    trdata.pack(trdata.Arrays(pixels, labels.tolist()), file, progress=False, block_bytes=max(4096, per_block * 64))
     info = trdata.packed.inspect(file)
     firsts = np.asarray(info["block_starts"], np.int64)
     block_of = np.searchsorted(firsts, np.arange(samples), side="right") - 1
