@@ -21,6 +21,7 @@ from .errors import ConfigError, LoaderClosedError, _shown
 from .sources import Source
 from .transforms import Transform
 from .transforms import specs as _transform_specs
+from . import transforms as _tv
 
 logger = logging.getLogger("trdata")
 
@@ -443,7 +444,7 @@ class Loader:
         self,
         source: Source,
         batch_size: int = DEFAULTS["batch_size"],
-        transforms: Sequence[Transform] = (),
+        transforms: Sequence[Transform] | Any = (),
         normalize: tuple[Sequence[float], Sequence[float]] | None = None,
         dtype: DTypeName = DEFAULTS["dtype"],
         layout: LayoutName = DEFAULTS["layout"],
@@ -471,6 +472,20 @@ class Loader:
                 f"invalid source: a {type(source).__name__} must be a trdata.ImageFolder or trdata.FileList",
                 parameter="source",
             )
+        if _tv.is_torchvision(transforms):
+            # A torchvision Compose/op/list: its ops become trdata's, a trailing ToTensor/Normalize the output's.
+            converted = _tv.from_torchvision(transforms)
+            transforms = converted.transforms
+            if converted.normalize is not None:
+                if normalize is not None and _normalize(normalize) != _normalize(converted.normalize):
+                    raise ConfigError(
+                        f"invalid normalize: {_shown(normalize)} must match the transforms' Normalize "
+                        f"{_shown(converted.normalize)} (or be None)",
+                        parameter="normalize",
+                    )
+                normalize = converted.normalize
+            if converted.dtype is not None and dtype == DEFAULTS["dtype"]:
+                dtype = converted.dtype  # type: ignore[assignment]
         # Translation only (types, the environment, torch.distributed); the core checks every value.
         ordinals, per_step_list = _parse_devices(device)
         rank = None if rank is None else _int("rank", rank)

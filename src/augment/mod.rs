@@ -167,6 +167,31 @@ pub mod default {
     pub const RRC_RATIO: (f64, f64) = (3.0 / 4.0, 4.0 / 3.0);
     /// `RandomHorizontalFlip.p`.
     pub const FLIP_P: f64 = 0.5;
+    /// `p` of the gated ops whose torchvision default is 0.5 (RandomVerticalFlip, RandomErasing,
+    /// RandomAutocontrast, RandomEqualize, RandomSolarize, RandomPosterize, RandomAdjustSharpness, RandomInvert).
+    pub const GATE_P: f64 = 0.5;
+    /// `RandomGrayscale.p`.
+    pub const GRAYSCALE_P: f64 = 0.1;
+    /// `Grayscale.num_output_channels`.
+    pub const GRAYSCALE_CHANNELS: u32 = 1;
+    /// `GaussianBlur.sigma`.
+    pub const BLUR_SIGMA: (f64, f64) = (0.1, 2.0);
+    /// `GaussianNoise.mean`.
+    pub const NOISE_MEAN: f64 = 0.0;
+    /// `GaussianNoise.sigma`.
+    pub const NOISE_SIGMA: f64 = 0.1;
+    /// `GaussianNoise.clip`.
+    pub const NOISE_CLIP: bool = true;
+    /// `RandomErasing.scale`.
+    pub const ERASING_SCALE: (f64, f64) = (0.02, 0.33);
+    /// `RandomErasing.ratio`.
+    pub const ERASING_RATIO: (f64, f64) = (0.3, 3.3);
+    /// `RandomErasing.value`.
+    pub const ERASING_VALUE: f64 = 0.0;
+    /// `fill` of Pad and RandomCrop.
+    pub const FILL: f64 = 0.0;
+    /// `padding_mode` of Pad and RandomCrop.
+    pub const PADDING_MODE: &str = "constant";
 }
 
 /// The `normalize` parameter's name (its rules: [`Normalize::from_user`], [`Normalize::check`] and the output

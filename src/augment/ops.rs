@@ -637,3 +637,180 @@ pub fn apply(op: &OpSpec, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScra
         (op, drawn) => unreachable!("{} was drawn {drawn:?}, which its sample() never returns", op.name()),
     }
 }
+
+/// A value of an op's spec as the binding hands it over (Python's `Transform._spec()` tuple items), so that the
+/// parsing — and every value rule — stays in the core.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Arg {
+    /// `None`.
+    None,
+    /// A bool.
+    Bool(bool),
+    /// An int (any Python int that fits 128 bits).
+    Int(i128),
+    /// A float.
+    Num(f64),
+    /// A string.
+    Str(String),
+    /// A tuple or list.
+    List(Vec<Arg>),
+}
+
+/// `padding_mode` values.
+pub const PADDING_MODE: crate::param::Choice<PadMode> = crate::param::Choice {
+    name: "padding_mode",
+    values: &[
+        ("constant", PadMode::Constant),
+        ("edge", PadMode::Edge),
+        ("reflect", PadMode::Reflect),
+        ("symmetric", PadMode::Symmetric),
+    ],
+};
+
+/// The spec kinds [`OpSpec::from_args`] parses (the first item of Python's `_spec()` tuple).
+pub const KINDS: &[&str] = &[
+    "pad",
+    "random_crop",
+    "vertical_flip",
+    "color_jitter",
+    "grayscale",
+    "random_grayscale",
+    "gaussian_blur",
+    "gaussian_noise",
+    "random_erasing",
+    "random_autocontrast",
+    "random_equalize",
+    "random_solarize",
+    "random_posterize",
+    "random_adjust_sharpness",
+    "random_invert",
+];
+
+impl OpSpec {
+    /// Parse `kind` + `args` (the spec tuple after its kind) into an op; shape errors name the parameter
+    /// (`invalid transforms: …` when the tuple itself is malformed, which only a hand-made spec can be). Value
+    /// rules are [`OpSpec::check`]'s, applied when the program is compiled.
+    pub fn from_args(kind: &str, args: &[Arg]) -> Result<Self> {
+        let shape = |what: &str| TrdataError::config("transforms", format!("{kind} spec {args:?} must have {what}"));
+        let get = |i: usize| args.get(i).ok_or_else(|| shape(&format!("at least {} items", i + 1)));
+        let num = |i: usize, name: &str| -> Result<f64> {
+            match get(i)? {
+                Arg::Num(v) => Ok(*v),
+                Arg::Int(v) => Ok(*v as f64),
+                other => Err(TrdataError::config(name, format!("{other:?} must be a number"))),
+            }
+        };
+        let uint = |i: usize, name: &str| -> Result<u32> {
+            match get(i)? {
+                Arg::Int(v) if (0..=i128::from(u32::MAX)).contains(v) => Ok(*v as u32),
+                Arg::Int(v) => Err(TrdataError::config(name, format!("{v} must be in 0..={MAX_SIDE}"))),
+                other => Err(TrdataError::config(name, format!("{other:?} must be an int"))),
+            }
+        };
+        let boolean = |i: usize, name: &str| -> Result<bool> {
+            match get(i)? {
+                Arg::Bool(b) => Ok(*b),
+                other => Err(TrdataError::config(name, format!("{other:?} must be a bool"))),
+            }
+        };
+        let nums = |i: usize, name: &str| -> Result<Vec<f64>> {
+            match get(i)? {
+                Arg::List(v) => v
+                    .iter()
+                    .map(|a| match a {
+                        Arg::Num(x) => Ok(*x),
+                        Arg::Int(x) => Ok(*x as f64),
+                        other => Err(TrdataError::config(name, format!("{other:?} must be a number"))),
+                    })
+                    .collect(),
+                Arg::Num(x) => Ok(vec![*x]),
+                Arg::Int(x) => Ok(vec![*x as f64]),
+                other => Err(TrdataError::config(name, format!("{other:?} must be a number or a sequence of them"))),
+            }
+        };
+        let pair = |i: usize, name: &str| -> Result<(f64, f64)> {
+            match nums(i, name)?.as_slice() {
+                [a, b] => Ok((*a, *b)),
+                v => Err(TrdataError::config(name, format!("{v:?} must be a (min, max) pair"))),
+            }
+        };
+        let opt_pair = |i: usize, name: &str| -> Result<Option<(f64, f64)>> {
+            if *get(i)? == Arg::None { Ok(None) } else { pair(i, name).map(Some) }
+        };
+        let padding = |i: usize| -> Result<[u32; 4]> {
+            match get(i)? {
+                Arg::List(v) if v.len() == 4 => {
+                    let mut out = [0u32; 4];
+                    for (o, a) in out.iter_mut().zip(v) {
+                        *o = match a {
+                            Arg::Int(x) if (0..=i128::from(MAX_SIDE)).contains(x) => *x as u32,
+                            other => {
+                                return Err(TrdataError::config(
+                                    "padding",
+                                    format!("{other:?} must be an int in 0..={MAX_SIDE} (negative padding is not supported)"),
+                                ));
+                            }
+                        };
+                    }
+                    Ok(out)
+                }
+                other => Err(TrdataError::config("padding", format!("{other:?} must be (left, top, right, bottom)"))),
+            }
+        };
+        let mode = |i: usize| -> Result<PadMode> {
+            match get(i)? {
+                Arg::Str(s) => PADDING_MODE.parse(s),
+                other => Err(PADDING_MODE.error(&format!("{other:?}"))),
+            }
+        };
+        Ok(match kind {
+            "pad" => OpSpec::Pad { padding: padding(0)?, fill: nums(1, "fill")?, mode: mode(2)? },
+            "random_crop" => OpSpec::RandomCrop {
+                height: uint(0, "size")?,
+                width: uint(1, "size")?,
+                padding: padding(2)?,
+                pad_if_needed: boolean(3, "pad_if_needed")?,
+                fill: nums(4, "fill")?,
+                mode: mode(5)?,
+            },
+            "vertical_flip" => OpSpec::VerticalFlip { p: num(0, "p")? },
+            "color_jitter" => OpSpec::ColorJitter {
+                brightness: opt_pair(0, "brightness")?,
+                contrast: opt_pair(1, "contrast")?,
+                saturation: opt_pair(2, "saturation")?,
+                hue: opt_pair(3, "hue")?,
+            },
+            "grayscale" => OpSpec::Grayscale { num_output_channels: uint(0, "num_output_channels")? },
+            "random_grayscale" => OpSpec::RandomGrayscale { p: num(0, "p")? },
+            "gaussian_blur" => OpSpec::GaussianBlur {
+                kx: uint(0, "kernel_size")?,
+                ky: uint(1, "kernel_size")?,
+                sigma: pair(2, "sigma")?,
+            },
+            "gaussian_noise" => {
+                OpSpec::GaussianNoise { mean: num(0, "mean")?, sigma: num(1, "sigma")?, clip: boolean(2, "clip")? }
+            }
+            "random_erasing" => OpSpec::RandomErasing {
+                p: num(0, "p")?,
+                scale: pair(1, "scale")?,
+                ratio: pair(2, "ratio")?,
+                value: match get(3)? {
+                    Arg::Str(s) if s == "random" => EraseValue::Random,
+                    Arg::Str(s) => {
+                        return Err(TrdataError::config("value", format!("{s:?} must be a number, a sequence or 'random'")));
+                    }
+                    _ => EraseValue::Values(nums(3, "value")?),
+                },
+            },
+            "random_autocontrast" => OpSpec::RandomAutocontrast { p: num(0, "p")? },
+            "random_equalize" => OpSpec::RandomEqualize { p: num(0, "p")? },
+            "random_solarize" => OpSpec::RandomSolarize { threshold: num(0, "threshold")?, p: num(1, "p")? },
+            "random_posterize" => OpSpec::RandomPosterize { bits: uint(0, "bits")?, p: num(1, "p")? },
+            "random_adjust_sharpness" => {
+                OpSpec::RandomAdjustSharpness { sharpness_factor: num(0, "sharpness_factor")?, p: num(1, "p")? }
+            }
+            "random_invert" => OpSpec::RandomInvert { p: num(0, "p")? },
+            other => return Err(TrdataError::config("transforms", format!("unknown transform {other:?}"))),
+        })
+    }
+}

@@ -6,6 +6,7 @@ mod errors;
 mod gpu;
 mod info;
 mod loader;
+mod ops;
 mod source;
 mod wait;
 
@@ -24,6 +25,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CHOICES", loader::choices_dict(m.py())?)?;
     m.add("DEFAULTS", loader::defaults_dict(m.py())?)?;
     info::register(m)?;
+    ops::register(m)?;
     bench::register(m)?;
     Ok(())
 }
