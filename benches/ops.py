@@ -48,8 +48,14 @@ OPS: list[tuple[str, Any]] = [
 def per_image_s(root: Path, n: int, ops: list[Any]) -> float:
     src = trdata.ImageFolder(root)
     with trdata.Loader(
-        src, batch_size=50, transforms=[T.RandomResizedCrop(224), T.RandomHorizontalFlip(), *ops], workers=1,
-        dtype="float16", normalize=trdata.IMAGENET, shuffle=False, last_batch="drop",
+        src,
+        batch_size=50,
+        transforms=[T.RandomResizedCrop(224), T.RandomHorizontalFlip(), *ops],
+        workers=1,
+        dtype="float16",
+        normalize=trdata.IMAGENET,
+        shuffle=False,
+        last_batch="drop",
     ) as ld:
         t = time.perf_counter()
         seen = 0
@@ -62,7 +68,9 @@ def per_image_s(root: Path, n: int, ops: list[Any]) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared/data/imagenet-sample"))
+    ap.add_argument(
+        "--data", default=str(Path(__file__).resolve().parents[2] / "shared/data/imagenet-sample")
+    )
     ap.add_argument("--images", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
@@ -79,7 +87,9 @@ def main() -> None:
             base_all.append(base)
             deltas.append(with_op - base)
         print(f"{name:40s} {statistics.median(deltas) * 1e6:9.1f}")
-    print(f"{'baseline (RRC224+flip, fused)':40s} {statistics.median(base_all) * 1e6:9.1f} per image in total")
+    print(
+        f"{'baseline (RRC224+flip, fused)':40s} {statistics.median(base_all) * 1e6:9.1f} per image in total"
+    )
 
 
 if __name__ == "__main__":

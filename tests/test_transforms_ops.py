@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 import trdata
 from trdata import _core
 from trdata import transforms as T
@@ -67,7 +66,12 @@ PINNED: list[tuple[Any, str, tuple[Any, ...], dict[str, Any]]] = [
     (T.Pad(3, padding_mode="edge"), "Pad", (3,), {"padding_mode": "edge"}),
     (T.Pad((2, 5), padding_mode="reflect"), "Pad", ((2, 5),), {"padding_mode": "reflect"}),
     (T.Pad(4, padding_mode="symmetric"), "Pad", (4,), {"padding_mode": "symmetric"}),
-    (T.RandomCrop((H + 8, W + 8), padding=4, fill=7), "RandomCrop", ((H + 8, W + 8),), {"padding": 4, "fill": 7}),
+    (
+        T.RandomCrop((H + 8, W + 8), padding=4, fill=7),
+        "RandomCrop",
+        ((H + 8, W + 8),),
+        {"padding": 4, "fill": 7},
+    ),
     (T.RandomVerticalFlip(p=1.0), "RandomVerticalFlip", (), {"p": 1.0}),
     (T.ColorJitter(brightness=(1.3, 1.3)), "ColorJitter", (), {"brightness": (1.3, 1.3)}),
     (T.ColorJitter(brightness=(0.6, 0.6)), "ColorJitter", (), {"brightness": (0.6, 0.6)}),
@@ -94,7 +98,9 @@ PINNED: list[tuple[Any, str, tuple[Any, ...], dict[str, Any]]] = [
 
 
 @pytest.mark.parametrize("ours,name,args,kw", PINNED, ids=[f"{p[1]}-{i}" for i, p in enumerate(PINNED)])
-def test_pinned_op_matches_torchvision(ours: Any, name: str, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
+def test_pinned_op_matches_torchvision(
+    ours: Any, name: str, args: tuple[Any, ...], kw: dict[str, Any]
+) -> None:
     v2 = tv()
     imgs = images()
     got = run_trdata(imgs, [ours])
@@ -120,13 +126,23 @@ def test_ops_after_a_resize_see_the_resized_image() -> None:
     """Pixel ops run on the prefix's output: [Resize((h, w)), Invert] == 255 - [Resize((h, w))]."""
     imgs = images()
     with trdata.Loader(
-        trdata.Arrays(imgs), batch_size=4, transforms=[T.Resize((20, 30))], dtype="uint8", layout="NHWC",
-        shuffle=False, workers=1,
+        trdata.Arrays(imgs),
+        batch_size=4,
+        transforms=[T.Resize((20, 30))],
+        dtype="uint8",
+        layout="NHWC",
+        shuffle=False,
+        workers=1,
     ) as ld:
         base = np.asarray(next(iter(ld)).images).copy()
     with trdata.Loader(
-        trdata.Arrays(imgs), batch_size=4, transforms=[T.Resize((20, 30)), T.RandomInvert(1.0)], dtype="uint8",
-        layout="NHWC", shuffle=False, workers=1,
+        trdata.Arrays(imgs),
+        batch_size=4,
+        transforms=[T.Resize((20, 30)), T.RandomInvert(1.0)],
+        dtype="uint8",
+        layout="NHWC",
+        shuffle=False,
+        workers=1,
     ) as ld:
         inv = np.asarray(next(iter(ld)).images).copy()
     np.testing.assert_array_equal(inv, 255 - base)
@@ -176,7 +192,8 @@ def chi2_same(a: np.ndarray, b: np.ndarray) -> None:
 def ours(op: Any, n: int = N, h: int = 32, w: int = 32) -> list[list[float]]:
     spec = op._spec()
     return [
-        _core.sample_op(spec, seed=3, epoch=1, index=i, position=0, height=h, width=w, channels=3) for i in range(n)
+        _core.sample_op(spec, seed=3, epoch=1, index=i, position=0, height=h, width=w, channels=3)
+        for i in range(n)
     ]
 
 
@@ -195,7 +212,12 @@ def test_color_jitter_order_and_factors_match_torchvision() -> None:
     b = theirs(v2.ColorJitter(0.4, 0.3, 0.5, 0.1))
     perm_code = lambda o: int(o[0]) * 64 + int(o[1]) * 16 + int(o[2]) * 4 + int(o[3])  # noqa: E731
     chi2_same(np.array([perm_code(r[:4]) for r in a]), np.array([perm_code(p["fn_idx"].tolist()) for p in b]))
-    for col, key in [(4, "brightness_factor"), (5, "contrast_factor"), (6, "saturation_factor"), (7, "hue_factor")]:
+    for col, key in [
+        (4, "brightness_factor"),
+        (5, "contrast_factor"),
+        (6, "saturation_factor"),
+        (7, "hue_factor"),
+    ]:
         tb = np.array([p[key] for p in b])
         assert ks(a[:, col], tb) < ks_limit(N, N), key
 
@@ -263,9 +285,13 @@ def test_reproducible_across_worker_counts() -> None:
         T.RandomErasing(value="random"),
         T.RandomSolarize(100),
     ]
-    with trdata.Loader(trdata.Arrays(imgs), batch_size=4, transforms=ops, dtype="uint8", shuffle=False, workers=1) as ld:
+    with trdata.Loader(
+        trdata.Arrays(imgs), batch_size=4, transforms=ops, dtype="uint8", shuffle=False, workers=1
+    ) as ld:
         one = np.concatenate([np.asarray(b.images).copy() for b in ld])
-    with trdata.Loader(trdata.Arrays(imgs), batch_size=4, transforms=ops, dtype="uint8", shuffle=False, workers=3) as ld:
+    with trdata.Loader(
+        trdata.Arrays(imgs), batch_size=4, transforms=ops, dtype="uint8", shuffle=False, workers=3
+    ) as ld:
         three = np.concatenate([np.asarray(b.images).copy() for b in ld])
     np.testing.assert_array_equal(one, three)
     assert one.shape == (12, 3, 32, 32)
@@ -308,7 +334,11 @@ def test_from_torchvision_imagenet_presets() -> None:
         ]
     )
     c = T.from_torchvision(train)
-    assert [type(t).__name__ for t in c.transforms] == ["RandomResizedCrop", "RandomHorizontalFlip", "ColorJitter"]
+    assert [type(t).__name__ for t in c.transforms] == [
+        "RandomResizedCrop",
+        "RandomHorizontalFlip",
+        "ColorJitter",
+    ]
     assert c.normalize == (mean, std) and c.dtype == "float32"
     assert c.transforms[2] == T.ColorJitter(brightness=(0.6, 1.4), contrast=(0.6, 1.4), saturation=(0.6, 1.4))
     evl = v1.Compose([v1.Resize(28), v1.CenterCrop(24), v1.ToTensor(), v1.Normalize(mean, std)])
@@ -316,14 +346,20 @@ def test_from_torchvision_imagenet_presets() -> None:
     assert c.transforms == [T.Resize(28), T.CenterCrop((24, 24))] and c.dtype == "float32"
     imgs = images(8, 40, 48)
     for pipe in (train, evl):
-        with trdata.Loader(trdata.Arrays(imgs), batch_size=8, transforms=pipe, shuffle=False, workers=1) as ld:
+        with trdata.Loader(
+            trdata.Arrays(imgs), batch_size=8, transforms=pipe, shuffle=False, workers=1
+        ) as ld:
             b = np.asarray(next(iter(ld)).images)
         assert b.shape == (8, 3, 24, 24) and b.dtype == np.float32
         assert b.min() < -1.0  # normalized, not x / 255
     # eval preset equals the native trdata pipeline bit for bit
     with trdata.Loader(
-        trdata.Arrays(imgs), batch_size=8, transforms=[T.Resize(28), T.CenterCrop(24)], normalize=(mean, std),
-        shuffle=False, workers=1,
+        trdata.Arrays(imgs),
+        batch_size=8,
+        transforms=[T.Resize(28), T.CenterCrop(24)],
+        normalize=(mean, std),
+        shuffle=False,
+        workers=1,
     ) as ld:
         native = np.asarray(next(iter(ld)).images).copy()
     with trdata.Loader(trdata.Arrays(imgs), batch_size=8, transforms=evl, shuffle=False, workers=1) as ld:
@@ -346,7 +382,12 @@ def test_random_erasing_after_normalize_is_converted_to_pixel_units() -> None:
 
     mean, std = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
     c = T.from_torchvision(
-        [v2.CenterCrop(8), v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std),
-         v2.RandomErasing(value=1.0)]
+        [
+            v2.CenterCrop(8),
+            v2.ToImage(),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.Normalize(mean, std),
+            v2.RandomErasing(value=1.0),
+        ]
     )
     assert c.transforms[-1] == T.RandomErasing(value=(191.0, 191.0, 191.0))

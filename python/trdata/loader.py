@@ -17,11 +17,11 @@ if TYPE_CHECKING:
 import numpy as np
 
 from . import _core
+from . import transforms as _tv
 from .errors import ConfigError, LoaderClosedError, _shown
 from .sources import Source
 from .transforms import Transform
 from .transforms import specs as _transform_specs
-from . import transforms as _tv
 
 logger = logging.getLogger("trdata")
 
@@ -50,6 +50,24 @@ def _bool(name: str, value: Any) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise ConfigError(f"invalid {name}: {_shown(value)} must be True or False", parameter=name)
     return bool(value)
+
+
+def _torchvision_args(transforms: Any, normalize: Any, dtype: Any) -> tuple[Any, Any, Any]:
+    """A torchvision Compose/op/list → (trdata transforms, normalize, dtype): a trailing Normalize becomes
+    ``normalize`` (an explicit, different ``normalize`` is refused), ToTensor/ToDtype the dtype unless one was
+    given."""
+    converted = _tv.from_torchvision(transforms)
+    if converted.normalize is not None:
+        if normalize is not None and _normalize(normalize) != _normalize(converted.normalize):
+            raise ConfigError(
+                f"invalid normalize: {_shown(normalize)} must match the transforms' Normalize "
+                f"{_shown(converted.normalize)} (or be None)",
+                parameter="normalize",
+            )
+        normalize = converted.normalize
+    if converted.dtype is not None and dtype == DEFAULTS["dtype"]:
+        dtype = converted.dtype
+    return converted.transforms, normalize, dtype
 
 
 def _normalize(normalize: Any) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
@@ -473,19 +491,7 @@ class Loader:
                 parameter="source",
             )
         if _tv.is_torchvision(transforms):
-            # A torchvision Compose/op/list: its ops become trdata's, a trailing ToTensor/Normalize the output's.
-            converted = _tv.from_torchvision(transforms)
-            transforms = converted.transforms
-            if converted.normalize is not None:
-                if normalize is not None and _normalize(normalize) != _normalize(converted.normalize):
-                    raise ConfigError(
-                        f"invalid normalize: {_shown(normalize)} must match the transforms' Normalize "
-                        f"{_shown(converted.normalize)} (or be None)",
-                        parameter="normalize",
-                    )
-                normalize = converted.normalize
-            if converted.dtype is not None and dtype == DEFAULTS["dtype"]:
-                dtype = converted.dtype  # type: ignore[assignment]
+            transforms, normalize, dtype = _torchvision_args(transforms, normalize, dtype)
         # Translation only (types, the environment, torch.distributed); the core checks every value.
         ordinals, per_step_list = _parse_devices(device)
         rank = None if rank is None else _int("rank", rank)

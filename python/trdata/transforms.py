@@ -165,12 +165,13 @@ def _padding(padding: Any) -> tuple[int, int, int, int]:
     if _seq(padding) and len(padding) in (1, 2, 4) and all(_is_int(v) for v in padding):
         v = [int(x) for x in padding]
         if len(v) == 1:
-            return (v[0],) * 4  # type: ignore[return-value]
+            return (v[0],) * 4
         if len(v) == 2:
             return (v[0], v[1], v[0], v[1])
         return (v[0], v[1], v[2], v[3])
     raise ConfigError(
-        f"invalid padding: {_shown(padding)} must be an int or a sequence of 1, 2 or 4 ints", parameter="padding"
+        f"invalid padding: {_shown(padding)} must be an int or a sequence of 1, 2 or 4 ints",
+        parameter="padding",
     )
 
 
@@ -341,7 +342,8 @@ class GaussianBlur(Transform):
             kx, ky = int(k[0]), int(k[-1])
         else:
             raise ConfigError(
-                f"invalid kernel_size: {_shown(k)} must be an int or a sequence of 1 or 2 ints", parameter="kernel_size"
+                f"invalid kernel_size: {_shown(k)} must be an int or a sequence of 1 or 2 ints",
+                parameter="kernel_size",
             )
         s = self.sigma
         if _seq(s) and len(s) == 1:
@@ -366,7 +368,12 @@ class GaussianNoise(Transform):
         self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
-        return ("gaussian_noise", _real(self.mean, "mean"), _real(self.sigma, "sigma"), _bool_arg(self.clip, "clip"))
+        return (
+            "gaussian_noise",
+            _real(self.mean, "mean"),
+            _real(self.sigma, "sigma"),
+            _bool_arg(self.clip, "clip"),
+        )
 
 
 @dataclass(frozen=True)
@@ -395,7 +402,13 @@ class RandomErasing(Transform):
             value: Any = "random"
         else:
             value = _fill(self.value, "value")
-        return ("random_erasing", _real(self.p, "p"), _pair(self.scale, "scale"), _pair(self.ratio, "ratio"), value)
+        return (
+            "random_erasing",
+            _real(self.p, "p"),
+            _pair(self.scale, "scale"),
+            _pair(self.ratio, "ratio"),
+            value,
+        )
 
 
 @dataclass(frozen=True)
@@ -478,7 +491,11 @@ class RandomAdjustSharpness(Transform):
         self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
-        return ("random_adjust_sharpness", _real(self.sharpness_factor, "sharpness_factor"), _real(self.p, "p"))
+        return (
+            "random_adjust_sharpness",
+            _real(self.sharpness_factor, "sharpness_factor"),
+            _real(self.p, "p"),
+        )
 
 
 #: The built-in transforms (the only ones the core compiles).
@@ -584,7 +601,10 @@ def _flatten(t: Any) -> list[Any]:
 
 def _interp_ok(t: Any) -> bool:
     mode = getattr(t, "interpolation", "bilinear")
-    return str(getattr(mode, "value", mode)).lower() == "bilinear" and getattr(t, "antialias", True) in (True, None)
+    return str(getattr(mode, "value", mode)).lower() == "bilinear" and getattr(t, "antialias", True) in (
+        True,
+        None,
+    )
 
 
 def _refuse(t: Any, pos: int, why: str) -> ConfigError:
@@ -652,7 +672,7 @@ def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float
     if name in ("RandomResizedCrop", "Resize") and not _interp_ok(op):
         raise ConfigError(f"only bilinear antialiased resampling is supported, not {op.interpolation}")
     if name == "RandomResizedCrop":
-        return RandomResizedCrop(tuple(op.size), tuple(op.scale), tuple(op.ratio))  # type: ignore[arg-type]
+        return RandomResizedCrop(tuple(op.size), tuple(op.scale), tuple(op.ratio))
     if name == "Resize":
         if op.max_size is not None:
             raise ConfigError("max_size is not supported")
@@ -661,7 +681,7 @@ def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float
             size = size[0]
         return Resize(size if _is_int(size) else tuple(size))
     if name == "CenterCrop":
-        return CenterCrop(tuple(op.size))  # type: ignore[arg-type]
+        return CenterCrop(tuple(op.size))
     if name in ("RandomHorizontalFlip", "RandomVerticalFlip"):
         return (RandomHorizontalFlip if name == "RandomHorizontalFlip" else RandomVerticalFlip)(p=op.p)
     if name == "Pad":
@@ -691,14 +711,22 @@ def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float
             mean, std = normalize
             n = max(len(vals), len(mean))
             value = tuple(
-                min(255.0, max(0.0, round((float(vals[i % len(vals)]) * std[i % len(std)] + mean[i % len(mean)]) * 255)))
+                min(
+                    255.0,
+                    max(
+                        0.0,
+                        round((float(vals[i % len(vals)]) * std[i % len(std)] + mean[i % len(mean)]) * 255),
+                    ),
+                )
                 for i in range(n)
             )
         return RandomErasing(op.p, tuple(op.scale), tuple(op.ratio), value)
     if name in ("RandomAutocontrast", "RandomEqualize", "RandomInvert"):
-        return {"RandomAutocontrast": RandomAutocontrast, "RandomEqualize": RandomEqualize, "RandomInvert": RandomInvert}[
-            name
-        ](op.p)
+        return {
+            "RandomAutocontrast": RandomAutocontrast,
+            "RandomEqualize": RandomEqualize,
+            "RandomInvert": RandomInvert,
+        }[name](op.p)
     if name == "RandomSolarize":
         return RandomSolarize(op.threshold, op.p)
     if name == "RandomPosterize":

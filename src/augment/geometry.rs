@@ -7,11 +7,11 @@
 //! `[lo, hi)` is the source span Pillow clamps its filter to: the whole image for Resize, the crop for
 //! RandomResizedCrop (torchvision crops first, then resizes the cropped image).
 
+use super::ops::OpSpec;
 use super::{SampleKey, TransformSpec};
 use crate::error::{Result, TrdataError};
 use crate::param::IntParam;
 use crate::rng::{OP_BASE, OP_HORIZONTAL_FLIP, OP_RANDOM_RESIZED_CROP, SampleRng};
-use super::ops::OpSpec;
 
 /// One dimension of a sample's geometry (see module docs).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -345,7 +345,9 @@ impl CompiledTransforms {
         }
         let (w, h) = (i64::from(width), i64::from(height));
         let (x, y, vertical_first) = match self.geometry {
-            Geometry::Identity => (resize_crop_axis(w, w, width as usize), resize_crop_axis(h, h, height as usize), false),
+            Geometry::Identity => {
+                (resize_crop_axis(w, w, width as usize), resize_crop_axis(h, h, height as usize), false)
+            }
             Geometry::RandomResizedCrop { height: oh, width: ow, scale, log_ratio, ratio } => {
                 let (top, left, ch, cw) = rrc_params(width, height, scale, log_ratio, ratio, key);
                 let vf = pillow_vertical_first(cw, ch, ow as i64, oh as i64);

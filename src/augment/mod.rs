@@ -28,10 +28,10 @@ pub mod geometry;
 pub mod kernels;
 pub mod ops;
 pub mod program;
-mod resample;
-mod simd;
 #[cfg(test)]
 mod program_tests;
+mod resample;
+mod simd;
 #[cfg(test)]
 mod tests;
 
@@ -495,16 +495,7 @@ impl SamplePipeline {
         check_sample_memory(channels.count(), height, width, output.dtype)?;
         let dct =
             if compiled.is_random_crop() { DctScaling::RANDOM_CROP_DEFAULT } else { DctScaling::DETERMINISTIC_DEFAULT };
-        Ok(Self {
-            height,
-            width,
-            channels,
-            lut: OutputLut::new(&output),
-            output,
-            program,
-            dct,
-            simd: Simd::detect(),
-        })
+        Ok(Self { height, width, channels, lut: OutputLut::new(&output), output, program, dct, simd: Simd::detect() })
     }
 
     /// Override the DCT-scaling policy (see [`DctScaling`]; the default depends on whether the crop is random).
@@ -606,7 +597,16 @@ impl SamplePipeline {
         let src =
             SourcePixels { pixels: region.pixels, stride: region.stride, x0: region.x0, y0: region.y0, channels: 3 };
         let size = (plan.x.out_n, plan.y.out_n);
-        self.run_stages(src, m, plan.vertical_first, Scratch { x, y, inter, wide, row, window }, program, size, key, dst)?;
+        self.run_stages(
+            src,
+            m,
+            plan.vertical_first,
+            Scratch { x, y, inter, wide, row, window },
+            program,
+            size,
+            key,
+            dst,
+        )?;
         let t2 = Instant::now();
         Ok(SampleTiming {
             decode_ns: (t1 - t0).as_nanos() as u64,
@@ -637,7 +637,16 @@ impl SamplePipeline {
         let src = SourcePixels { pixels: array.image(i), stride: w as usize * channels, x0: 0, y0: 0, channels };
         let t1 = Instant::now();
         let size = (plan.x.out_n, plan.y.out_n);
-        self.run_stages(src, 8, plan.vertical_first, Scratch { x, y, inter, wide, row, window }, program, size, key, dst)?;
+        self.run_stages(
+            src,
+            8,
+            plan.vertical_first,
+            Scratch { x, y, inter, wide, row, window },
+            program,
+            size,
+            key,
+            dst,
+        )?;
         let t2 = Instant::now();
         Ok(SampleTiming {
             decode_ns: (t1 - t0).as_nanos() as u64,
@@ -671,7 +680,14 @@ impl SamplePipeline {
             ps.frame.buf.resize(n, 0);
         }
         (ps.frame.h, ps.frame.w, ps.frame.c) = (ph, pw, c);
-        self.resample_into(src, m, pillow_vertical_first, s, (&OutputLut::U8, Layout::Nhwc, pw, ph), &mut ps.frame.buf[..n]);
+        self.resample_into(
+            src,
+            m,
+            pillow_vertical_first,
+            s,
+            (&OutputLut::U8, Layout::Nhwc, pw, ph),
+            &mut ps.frame.buf[..n],
+        );
         self.program.run_ops(ps, key).map_err(|msg| ImageError::new(crate::error::ImageErrorKind::Unsupported, msg))?;
         let f = &ps.frame;
         debug_assert_eq!((f.h, f.w), (self.height, self.width), "the compiled size walk fixes the final size");

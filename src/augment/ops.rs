@@ -15,11 +15,43 @@
 
 use super::kernels::{self, ImageMut, PadMode};
 use crate::error::{Result, TrdataError};
+use crate::param::Choice;
 use crate::rng::SampleRng;
 
 /// The largest padding and crop side (the same bound as the transforms' sizes: a header or user size larger
 /// than this would allocate before anything could refuse it).
 pub const MAX_SIDE: u32 = 65_536;
+
+/// The `bits` parameter's name (its rules: [`OpSpec::check`]).
+const BITS: &str = "bits";
+/// The `fill` parameter's name (its rules: [`OpSpec::check`]).
+const FILL: &str = "fill";
+/// The `hue` parameter's name (its rules: [`OpSpec::check`]).
+const HUE: &str = "hue";
+/// The `kernel_size` parameter's name (its rules: [`OpSpec::check`]).
+const KERNEL_SIZE: &str = "kernel_size";
+/// The `mean` parameter's name (its rules: [`OpSpec::check`]).
+const MEAN: &str = "mean";
+/// The `num_output_channels` parameter's name (its rules: [`OpSpec::check`]).
+const NUM_OUTPUT_CHANNELS: &str = "num_output_channels";
+/// The `p` parameter's name (its rules: [`OpSpec::check`]).
+const P: &str = "p";
+/// The `padding` parameter's name (its rules: [`OpSpec::check`]).
+const PADDING: &str = "padding";
+/// The `ratio` parameter's name (its rules: [`OpSpec::check`]).
+const RATIO: &str = "ratio";
+/// The `scale` parameter's name (its rules: [`OpSpec::check`]).
+const SCALE: &str = "scale";
+/// The `sharpness_factor` parameter's name (its rules: [`OpSpec::check`]).
+const SHARPNESS_FACTOR: &str = "sharpness_factor";
+/// The `sigma` parameter's name (its rules: [`OpSpec::check`]).
+const SIGMA: &str = "sigma";
+/// The `size` parameter's name (its rules: [`OpSpec::check`]).
+const SIZE: &str = "size";
+/// The `threshold` parameter's name (its rules: [`OpSpec::check`]).
+const THRESHOLD: &str = "threshold";
+/// The `value` parameter's name (its rules: [`OpSpec::check`]).
+const VALUE: &str = "value";
 
 /// Erasing's fill.
 #[derive(Debug, Clone, PartialEq)]
@@ -209,14 +241,10 @@ impl Drawn {
             Drawn::Skip => vec![],
             Drawn::Apply => vec![1.0],
             Drawn::Value(v) => vec![*v],
-            Drawn::Crop { padding, top, left } => {
-                padding.iter().chain([top, left]).map(|&v| f64::from(v)).collect()
+            Drawn::Crop { padding, top, left } => padding.iter().chain([top, left]).map(|&v| f64::from(v)).collect(),
+            Drawn::Jitter { order, factors } => {
+                order.iter().map(|&o| f64::from(o)).chain(factors.iter().map(|f| f.unwrap_or(f64::NAN))).collect()
             }
-            Drawn::Jitter { order, factors } => order
-                .iter()
-                .map(|&o| f64::from(o))
-                .chain(factors.iter().map(|f| f.unwrap_or(f64::NAN)))
-                .collect(),
             Drawn::Erase { top, left, h, w } => [top, left, h, w].iter().map(|&&v| f64::from(v)).collect(),
         }
     }
@@ -239,22 +267,39 @@ fn bad(param: &str, shown: impl std::fmt::Display, rule: &str, op: &str, pos: us
 }
 
 fn check_p(p: f64, op: &str, pos: usize) -> Result<()> {
-    if (0.0..=1.0).contains(&p) { Ok(()) } else { Err(bad("p", p, "be in [0, 1]", op, pos)) }
+    if (0.0..=1.0).contains(&p) { Ok(()) } else { Err(bad(P, p, "be in [0, 1]", op, pos)) }
+}
+
+/// The `brightness`/`contrast`/`saturation` parameter's name.
+const BRIGHTNESS: &str = "brightness";
+/// See [`BRIGHTNESS`].
+const CONTRAST: &str = "contrast";
+/// See [`BRIGHTNESS`].
+const SATURATION: &str = "saturation";
+
+/// A ColorJitter factor range: finite with 0 ≤ min ≤ max (a negative factor has no meaning).
+fn check_factor_range(name: &str, r: &Option<(f64, f64)>, op: &str, pos: usize) -> Result<()> {
+    if let Some((lo, hi)) = *r
+        && !(lo.is_finite() && hi.is_finite() && 0.0 <= lo && lo <= hi)
+    {
+        return Err(bad(name, format!("({lo}, {hi})"), "be finite with 0 ≤ min ≤ max", op, pos));
+    }
+    Ok(())
 }
 
 fn check_fill(fill: &[f64], op: &str, pos: usize) -> Result<()> {
     if fill.is_empty() || fill.len() > 3 || fill.len() == 2 || !fill.iter().all(|v| v.is_finite()) {
-        return Err(bad("fill", format!("{fill:?}"), "be one number or one per channel (1 or 3), finite", op, pos));
+        return Err(bad(FILL, format!("{fill:?}"), "be one number or one per channel (1 or 3), finite", op, pos));
     }
     if !fill.iter().all(|&v| (0.0..256.0).contains(&v)) {
-        return Err(bad("fill", format!("{fill:?}"), "be in [0, 255] (pixel units of the uint8 image)", op, pos));
+        return Err(bad(FILL, format!("{fill:?}"), "be in [0, 255] (pixel units of the uint8 image)", op, pos));
     }
     Ok(())
 }
 
 fn check_padding(padding: &[u32; 4], op: &str, pos: usize) -> Result<()> {
     if padding.iter().any(|&v| v > MAX_SIDE) {
-        return Err(bad("padding", format!("{padding:?}"), &format!("be in 0..={MAX_SIDE} each"), op, pos));
+        return Err(bad(PADDING, format!("{padding:?}"), &format!("be in 0..={MAX_SIDE} each"), op, pos));
     }
     Ok(())
 }
@@ -298,7 +343,7 @@ impl OpSpec {
             }
             OpSpec::RandomCrop { height, width, padding, fill, .. } => {
                 if !(1..=MAX_SIDE).contains(height) || !(1..=MAX_SIDE).contains(width) {
-                    return Err(bad("size", format!("({height}, {width})"), &format!("be in 1..={MAX_SIDE}"), op, pos));
+                    return Err(bad(SIZE, format!("({height}, {width})"), &format!("be in 1..={MAX_SIDE}"), op, pos));
                 }
                 check_padding(padding, op, pos)?;
                 check_fill(fill, op, pos)
@@ -310,17 +355,13 @@ impl OpSpec {
             | OpSpec::RandomEqualize { p }
             | OpSpec::RandomInvert { p } => check_p(*p, op, pos),
             OpSpec::ColorJitter { brightness, contrast, saturation, hue } => {
-                for (name, r) in [("brightness", brightness), ("contrast", contrast), ("saturation", saturation)] {
-                    if let Some((lo, hi)) = *r
-                        && !(lo.is_finite() && hi.is_finite() && 0.0 <= lo && lo <= hi)
-                    {
-                        return Err(bad(name, format!("({lo}, {hi})"), "be finite with 0 ≤ min ≤ max", op, pos));
-                    }
-                }
+                check_factor_range(BRIGHTNESS, brightness, op, pos)?;
+                check_factor_range(CONTRAST, contrast, op, pos)?;
+                check_factor_range(SATURATION, saturation, op, pos)?;
                 if let Some((lo, hi)) = *hue
                     && !(-0.5 <= lo && lo <= hi && hi <= 0.5)
                 {
-                    return Err(bad("hue", format!("({lo}, {hi})"), "be within [-0.5, 0.5] with min ≤ max", op, pos));
+                    return Err(bad(HUE, format!("({lo}, {hi})"), "be within [-0.5, 0.5] with min ≤ max", op, pos));
                 }
                 Ok(())
             }
@@ -328,14 +369,14 @@ impl OpSpec {
                 if matches!(num_output_channels, 1 | 3) {
                     Ok(())
                 } else {
-                    Err(bad("num_output_channels", num_output_channels, "be 1 or 3", op, pos))
+                    Err(bad(NUM_OUTPUT_CHANNELS, num_output_channels, "be 1 or 3", op, pos))
                 }
             }
             OpSpec::GaussianBlur { kx, ky, sigma } => {
                 for k in [kx, ky] {
                     if k % 2 == 0 || *k > 1001 {
                         return Err(bad(
-                            "kernel_size",
+                            KERNEL_SIZE,
                             format!("({kx}, {ky})"),
                             "be odd and positive, at most 1001",
                             op,
@@ -345,16 +386,16 @@ impl OpSpec {
                 }
                 let (lo, hi) = *sigma;
                 if !(lo.is_finite() && hi.is_finite() && 0.0 < lo && lo <= hi) {
-                    return Err(bad("sigma", format!("({lo}, {hi})"), "be finite with 0 < min ≤ max", op, pos));
+                    return Err(bad(SIGMA, format!("({lo}, {hi})"), "be finite with 0 < min ≤ max", op, pos));
                 }
                 Ok(())
             }
             OpSpec::GaussianNoise { mean, sigma, .. } => {
                 if !mean.is_finite() {
-                    return Err(bad("mean", mean, "be finite", op, pos));
+                    return Err(bad(MEAN, mean, "be finite", op, pos));
                 }
                 if !(sigma.is_finite() && *sigma >= 0.0) {
-                    return Err(bad("sigma", sigma, "be finite and ≥ 0", op, pos));
+                    return Err(bad(SIGMA, sigma, "be finite and ≥ 0", op, pos));
                 }
                 Ok(())
             }
@@ -362,18 +403,24 @@ impl OpSpec {
                 check_p(*p, op, pos)?;
                 let (lo, hi) = *scale;
                 if !(0.0 <= lo && lo <= hi && hi <= 1.0) {
-                    return Err(bad("scale", format!("({lo}, {hi})"), "be within [0, 1] with min ≤ max", op, pos));
+                    return Err(bad(SCALE, format!("({lo}, {hi})"), "be within [0, 1] with min ≤ max", op, pos));
                 }
                 let (lo, hi) = *ratio;
                 if !(lo.is_finite() && hi.is_finite() && 0.0 < lo && lo <= hi) {
-                    return Err(bad("ratio", format!("({lo}, {hi})"), "be finite with 0 < min ≤ max", op, pos));
+                    return Err(bad(RATIO, format!("({lo}, {hi})"), "be finite with 0 < min ≤ max", op, pos));
                 }
                 if let EraseValue::Values(v) = value {
                     if v.is_empty() || v.len() == 2 || v.len() > 3 {
-                        return Err(bad("value", format!("{v:?}"), "be one number or one per channel (1 or 3)", op, pos));
+                        return Err(bad(VALUE, format!("{v:?}"), "be one number or one per channel (1 or 3)", op, pos));
                     }
                     if !v.iter().all(|&x| (0.0..256.0).contains(&x)) {
-                        return Err(bad("value", format!("{v:?}"), "be in [0, 255] (pixel units of the uint8 image)", op, pos));
+                        return Err(bad(
+                            VALUE,
+                            format!("{v:?}"),
+                            "be in [0, 255] (pixel units of the uint8 image)",
+                            op,
+                            pos,
+                        ));
                     }
                 }
                 Ok(())
@@ -381,18 +428,18 @@ impl OpSpec {
             OpSpec::RandomSolarize { threshold, p } => {
                 check_p(*p, op, pos)?;
                 if !(threshold.is_finite() && (0.0..=255.0).contains(threshold)) {
-                    return Err(bad("threshold", threshold, "be in [0, 255] (pixel units of the uint8 image)", op, pos));
+                    return Err(bad(THRESHOLD, threshold, "be in [0, 255] (pixel units of the uint8 image)", op, pos));
                 }
                 Ok(())
             }
             OpSpec::RandomPosterize { bits, p } => {
                 check_p(*p, op, pos)?;
-                if *bits > 8 { Err(bad("bits", bits, "be in 0..=8", op, pos)) } else { Ok(()) }
+                if *bits > 8 { Err(bad(BITS, bits, "be in 0..=8", op, pos)) } else { Ok(()) }
             }
             OpSpec::RandomAdjustSharpness { sharpness_factor, p } => {
                 check_p(*p, op, pos)?;
                 if !(sharpness_factor.is_finite() && *sharpness_factor >= 0.0) {
-                    return Err(bad("sharpness_factor", sharpness_factor, "be finite and ≥ 0", op, pos));
+                    return Err(bad(SHARPNESS_FACTOR, sharpness_factor, "be finite and ≥ 0", op, pos));
                 }
                 Ok(())
             }
@@ -600,7 +647,8 @@ pub fn apply(op: &OpSpec, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScra
             }
         }
         (OpSpec::GaussianBlur { kx, ky, .. }, Drawn::Value(sigma)) => {
-            let (kxv, kyv) = (kernels::gaussian_kernel(*kx as usize, *sigma), kernels::gaussian_kernel(*ky as usize, *sigma));
+            let (kxv, kyv) =
+                (kernels::gaussian_kernel(*kx as usize, *sigma), kernels::gaussian_kernel(*ky as usize, *sigma));
             kernels::gaussian_blur(&mut frame.view(), &mut scratch.plane, &kxv, &kyv);
         }
         (OpSpec::GaussianNoise { mean, sigma, clip }, _) => {
@@ -657,7 +705,7 @@ pub enum Arg {
 }
 
 /// `padding_mode` values.
-pub const PADDING_MODE: crate::param::Choice<PadMode> = crate::param::Choice {
+pub const PADDING_MODE: Choice<PadMode> = Choice {
     name: "padding_mode",
     values: &[
         ("constant", PadMode::Constant),
@@ -747,7 +795,9 @@ impl OpSpec {
                             other => {
                                 return Err(TrdataError::config(
                                     "padding",
-                                    format!("{other:?} must be an int in 0..={MAX_SIDE} (negative padding is not supported)"),
+                                    format!(
+                                        "{other:?} must be an int in 0..={MAX_SIDE} (negative padding is not supported)"
+                                    ),
                                 ));
                             }
                         };
@@ -797,7 +847,10 @@ impl OpSpec {
                 value: match get(3)? {
                     Arg::Str(s) if s == "random" => EraseValue::Random,
                     Arg::Str(s) => {
-                        return Err(TrdataError::config("value", format!("{s:?} must be a number, a sequence or 'random'")));
+                        return Err(TrdataError::config(
+                            "value",
+                            format!("{s:?} must be a number, a sequence or 'random'"),
+                        ));
                     }
                     _ => EraseValue::Values(nums(3, "value")?),
                 },

@@ -145,7 +145,12 @@ fn compile_errors_name_the_op_and_parameter() {
     assert!(e.contains("CenterCrop at transforms[2] must come before the pixel ops"), "{e}");
     let e = err(vec![
         TransformSpec::CenterCrop { height: 8, width: 8 },
-        op(OpSpec::RandomErasing { p: 0.5, scale: (0.02, 0.33), ratio: (0.3, 3.3), value: EraseValue::Values(vec![300.0]) }),
+        op(OpSpec::RandomErasing {
+            p: 0.5,
+            scale: (0.02, 0.33),
+            ratio: (0.3, 3.3),
+            value: EraseValue::Values(vec![300.0]),
+        }),
     ]);
     assert!(e.contains("invalid value: [300.0] must be in [0, 255]"), "{e}");
     let e = err(vec![
@@ -160,9 +165,21 @@ fn every_op_runs_on_gray_and_rgb_and_is_deterministic() {
     let all = vec![
         op(OpSpec::Pad { padding: [1, 2, 3, 4], fill: vec![10.0, 20.0, 30.0], mode: PadMode::Constant }),
         op(OpSpec::Pad { padding: [2, 2, 2, 2], fill: vec![0.0], mode: PadMode::Reflect }),
-        op(OpSpec::RandomCrop { height: 30, width: 30, padding: [0; 4], pad_if_needed: true, fill: vec![0.0], mode: PadMode::Edge }),
+        op(OpSpec::RandomCrop {
+            height: 30,
+            width: 30,
+            padding: [0; 4],
+            pad_if_needed: true,
+            fill: vec![0.0],
+            mode: PadMode::Edge,
+        }),
         op(OpSpec::VerticalFlip { p: 0.5 }),
-        op(OpSpec::ColorJitter { brightness: Some((0.6, 1.4)), contrast: Some((0.6, 1.4)), saturation: Some((0.6, 1.4)), hue: Some((-0.1, 0.1)) }),
+        op(OpSpec::ColorJitter {
+            brightness: Some((0.6, 1.4)),
+            contrast: Some((0.6, 1.4)),
+            saturation: Some((0.6, 1.4)),
+            hue: Some((-0.1, 0.1)),
+        }),
         op(OpSpec::RandomGrayscale { p: 0.5 }),
         op(OpSpec::GaussianBlur { kx: 5, ky: 3, sigma: (0.1, 2.0) }),
         op(OpSpec::GaussianNoise { mean: 0.0, sigma: 0.1, clip: true }),
