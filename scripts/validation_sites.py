@@ -32,6 +32,9 @@ PARAMS = {
     "channels", "exif_transpose",
     # transforms
     "size", "scale", "ratio", "p",
+    "padding", "fill", "padding_mode", "pad_if_needed", "brightness", "contrast", "saturation", "hue",
+    "num_output_channels", "kernel_size", "sigma", "mean", "clip", "value", "threshold", "bits",
+    "sharpness_factor",
     # sources
     "root", "paths", "labels", "blobs", "images", "classes", "train", "variant", "shards",
     # packed files (trdata.pack, trdata.Packed)
@@ -39,7 +42,7 @@ PARAMS = {
 }  # fmt: skip
 # Parameters whose only rule is their Python type (any bool, any path): no core site.
 TYPE_ONLY = {
-    "shuffle", "reproducible", "exif_transpose", "root", "classes", "train", "variant",
+    "shuffle", "reproducible", "exif_transpose", "root", "classes", "train", "variant", "pad_if_needed", "clip",
     "reencode",  # a Reencode or dict; its fields are short_side, max_side, quality (pack/mod.rs)
 }  # fmt: skip
 
@@ -62,6 +65,7 @@ EDGE_TRANSLATORS = {
         "_env_int": "an environment variable (LOCAL_RANK, …) is an int ≥ 0",
         "_cpu_share": "LOCAL_RANK < LOCAL_WORLD_SIZE (the environment, not a parameter)",
         "_parse_cpus": "is an iterable of ints",
+        "_torchvision_args": "normalize agrees with a torchvision pipeline's own Normalize (no value rule)",
         "Loader.__init__": "source is a trdata Source (only `source` may be raised there)",
         "Loader.load_state_dict": "a state_dict's entries exist and have the core's types (only `state_dict`)",
     },
@@ -70,6 +74,16 @@ EDGE_TRANSLATORS = {
         "_real": "a real number a float can hold",
         "_pair": "a (min, max) pair of numbers",
         "specs": "a list of built-in transforms",
+        "_padding": "an int or a sequence of 1, 2 or 4 ints (torchvision's forms; their range: the core's)",
+        "_str": "a string (padding_mode's choice: the core's)",
+        "_bool_arg": "a bool",
+        "Grayscale._spec": "num_output_channels is an int (1 or 3: the core's rule)",
+        "GaussianBlur._spec": "kernel_size is an int or 1–2 ints (odd, ≤ 1001: the core's rule)",
+        "RandomErasing._spec": "value is a number, a sequence of numbers or the string 'random'",
+        "RandomPosterize._spec": "bits is an int (0..=8: the core's rule)",
+        "_refuse": "a torchvision op trdata cannot run (names the op; no value rule)",
+        "from_torchvision": "an object that is neither a trdata nor a torchvision transform",
+        "_convert": "torchvision options trdata has no kernel for (interpolation, max_size)",
     },
     "python/trdata/sources.py": {
         "ImageFolder.__init__": "root is a path (only `root`)",
@@ -85,6 +99,9 @@ EDGE_TRANSLATORS = {
     },
     "src/py/loader.rs": {
         "parse_transform": "a transform tuple of a known kind (trdata.Transform._spec)",
+    },
+    "src/py/ops.rs": {
+        "arg": "a spec tuple item is None, bool, int, float, str or a sequence of them (trdata.Transform._spec)",
     },
     "python/trdata/classic.py": {
         "_root_dir": "root is a path (only `root`)",

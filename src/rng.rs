@@ -21,6 +21,10 @@ pub const OP_SKIP_REPLACEMENT: u32 = 0x534B_4950;
 pub const OP_RANDOM_RESIZED_CROP: u32 = 1;
 /// Op index of RandomHorizontalFlip's coin.
 pub const OP_HORIZONTAL_FLIP: u32 = 2;
+/// Op index of the compiled program's op at list position `pos` is `OP_BASE + pos` (augment/program.rs): each op
+/// draws from its own stream, a function of (seed, epoch, sample index, op position) only. Far from the fixed
+/// indices above, so a list position can never alias them.
+pub const OP_BASE: u32 = 0x100;
 
 #[inline]
 fn mulhilo(a: u32, b: u32) -> (u32, u32) {
@@ -91,6 +95,15 @@ impl SampleRng {
     #[inline]
     pub fn uniform_range(&mut self, lo: f64, hi: f64) -> f64 {
         lo + (hi - lo) * self.uniform()
+    }
+
+    /// A standard normal variate (Box–Muller on two uniforms; the sine half is dropped so that every call costs
+    /// the same two draws and the stream position does not depend on call parity).
+    #[inline]
+    pub fn normal_f32(&mut self) -> f32 {
+        let u1 = 1.0 - self.uniform(); // (0, 1]: ln(0) would be -inf
+        let u2 = self.uniform();
+        ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
     }
 
     /// Uniform integer in [0, bound) without modulo bias (Lemire's multiply-shift with rejection).

@@ -575,6 +575,12 @@ def test_every_parameter_has_a_bad_value_case():
         "max_side",
         "quality",
     }
+    # the pixel ops' parameters: tests/test_transforms_ops.py::test_values_are_checked_by_the_core_with_the_op_named
+    extra |= {
+        "padding", "fill", "padding_mode", "pad_if_needed", "brightness", "contrast", "saturation", "hue",
+        "num_output_channels", "kernel_size", "sigma", "mean", "clip", "value", "threshold", "bits",
+        "sharpness_factor",
+    }  # fmt: skip
     covered = {p for p, _, _ in BAD_VALUES} | extra
     assert covered == validation_sites.PARAMS
 

@@ -13,6 +13,7 @@ __all__ = [
     "NativeSource",
     "BatchLeaseHandle",
     "DeviceTensorHandle",
+    "sample_op",
     "scan_image_folder",
     "check_file_list",
     "CHOICES",
@@ -30,6 +31,17 @@ __version__: str
 
 def scan_image_folder(root: str | os.PathLike[str]) -> tuple[list[str], list[int], list[str]]: ...
 def check_file_list(paths: Sequence[str | os.PathLike[str]], num_labels: int) -> None: ...
+def sample_op(
+    spec: tuple[Any, ...],
+    *,
+    seed: int,
+    epoch: int,
+    index: int,
+    position: int,
+    height: int,
+    width: int,
+    channels: int,
+) -> list[float]: ...
 
 CHOICES: dict[str, tuple[str, ...]]
 DEFAULTS: dict[str, Any]

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 import numpy as np
 
 from . import _core
+from . import transforms as _tv
 from .errors import ConfigError, LoaderClosedError, _shown
 from .sources import Source
 from .transforms import Transform
@@ -49,6 +50,24 @@ def _bool(name: str, value: Any) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise ConfigError(f"invalid {name}: {_shown(value)} must be True or False", parameter=name)
     return bool(value)
+
+
+def _torchvision_args(transforms: Any, normalize: Any, dtype: Any) -> tuple[Any, Any, Any]:
+    """A torchvision Compose/op/list → (trdata transforms, normalize, dtype): a trailing Normalize becomes
+    ``normalize`` (an explicit, different ``normalize`` is refused), ToTensor/ToDtype the dtype unless one was
+    given."""
+    converted = _tv.from_torchvision(transforms)
+    if converted.normalize is not None:
+        if normalize is not None and _normalize(normalize) != _normalize(converted.normalize):
+            raise ConfigError(
+                f"invalid normalize: {_shown(normalize)} must match the transforms' Normalize "
+                f"{_shown(converted.normalize)} (or be None)",
+                parameter="normalize",
+            )
+        normalize = converted.normalize
+    if converted.dtype is not None and dtype == DEFAULTS["dtype"]:
+        dtype = converted.dtype
+    return converted.transforms, normalize, dtype
 
 
 def _normalize(normalize: Any) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
@@ -451,7 +470,7 @@ class Loader:
         self,
         source: Source,
         batch_size: int = DEFAULTS["batch_size"],
-        transforms: Sequence[Transform] = (),
+        transforms: Sequence[Transform] | Any = (),
         normalize: tuple[Sequence[float], Sequence[float]] | None = None,
         dtype: DTypeName = DEFAULTS["dtype"],
         layout: LayoutName = DEFAULTS["layout"],
@@ -480,6 +499,8 @@ class Loader:
                 f"invalid source: a {type(source).__name__} must be a trdata.ImageFolder or trdata.FileList",
                 parameter="source",
             )
+        if _tv.is_torchvision(transforms):
+            transforms, normalize, dtype = _torchvision_args(transforms, normalize, dtype)
         # Translation only (types, the environment, torch.distributed); the core checks every value.
         ordinals, per_step_list = _parse_devices(device)
         rank = None if rank is None else _int("rank", rank)

@@ -152,8 +152,374 @@ class RandomHorizontalFlip(Transform):
         return ("horizontal_flip", _real(self.p, "p"))
 
 
+def _seq(v: Any) -> bool:
+    return isinstance(v, Sequence) and not isinstance(v, (str, bytes))
+
+
+def _padding(padding: Any) -> tuple[int, int, int, int]:
+    """torchvision's ``padding``: an int, or 1, 2 (left/right, top/bottom) or 4 (left, top, right, bottom) ints →
+    (left, top, right, bottom)."""
+    if _is_int(padding):
+        p = int(padding)
+        return (p, p, p, p)
+    if _seq(padding) and len(padding) in (1, 2, 4) and all(_is_int(v) for v in padding):
+        v = [int(x) for x in padding]
+        if len(v) == 1:
+            return (v[0],) * 4
+        if len(v) == 2:
+            return (v[0], v[1], v[0], v[1])
+        return (v[0], v[1], v[2], v[3])
+    raise ConfigError(
+        f"invalid padding: {_shown(padding)} must be an int or a sequence of 1, 2 or 4 ints",
+        parameter="padding",
+    )
+
+
+def _fill(fill: Any, name: str = "fill") -> tuple[float, ...]:
+    """A number or a per-channel sequence of numbers (pixel units; the core checks the range and count)."""
+    if fill is None:
+        return (0.0,)
+    if _seq(fill):
+        return tuple(_real(v, name) for v in fill)
+    return (_real(fill, name),)
+
+
+def _str(v: Any, name: str) -> str:
+    if not isinstance(v, str):
+        raise ConfigError(f"invalid {name}: {_shown(v)} must be a string", parameter=name)
+    return v
+
+
+def _bool_arg(v: Any, name: str) -> bool:
+    if not isinstance(v, bool):
+        raise ConfigError(f"invalid {name}: {_shown(v)} must be a bool", parameter=name)
+    return v
+
+
+def _jitter_range(v: Any, name: str, center: float, clip_at_zero: bool) -> tuple[float, float] | None:
+    """torchvision's ``ColorJitter._check_input``: a number v → (center - v, center + v) (the lower end clipped at
+    0 for brightness/contrast/saturation), a pair as given; (center, center) → None (off). A negative number
+    gives an empty range the core refuses."""
+    if v is None:
+        return None
+    if _seq(v):
+        lo, hi = _pair(v, name)
+    else:
+        x = _real(v, name)
+        lo, hi = (center - x, center + x) if x >= 0 else (center + abs(x), center - abs(x))
+        if clip_at_zero and x >= 0:
+            lo = max(lo, 0.0)
+    if lo == hi == center:
+        return None
+    return (lo, hi)
+
+
+@dataclass(frozen=True)
+class RandomVerticalFlip(Transform):
+    """Flip top-bottom with probability ``p`` (folds into the decode when it precedes the pixel ops)."""
+
+    p: float = _DEFAULTS["RandomVerticalFlip.p"]
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return ("vertical_flip", _real(self.p, "p"))
+
+
+@dataclass(frozen=True)
+class Pad(Transform):
+    """torchvision ``Pad(padding, fill=0, padding_mode='constant')`` on the uint8 image (fill in pixel units)."""
+
+    padding: Any
+    fill: Any = _DEFAULTS["Pad.fill"]
+    padding_mode: str = _DEFAULTS["Pad.padding_mode"]
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return ("pad", _padding(self.padding), _fill(self.fill), _str(self.padding_mode, "padding_mode"))
+
+
+@dataclass(frozen=True)
+class RandomCrop(Transform):
+    """torchvision v2 ``RandomCrop(size, padding=None, pad_if_needed=False, fill=0, padding_mode='constant')``
+    (``pad_if_needed`` pads the missing size on both sides, as v2 does)."""
+
+    size: int | tuple[int, int]
+    padding: Any = None
+    pad_if_needed: bool = False
+    fill: Any = _DEFAULTS["Pad.fill"]
+    padding_mode: str = _DEFAULTS["Pad.padding_mode"]
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        h, w = _size(self.size)
+        pad = (0, 0, 0, 0) if self.padding is None else _padding(self.padding)
+        return (
+            "random_crop",
+            h,
+            w,
+            pad,
+            _bool_arg(self.pad_if_needed, "pad_if_needed"),
+            _fill(self.fill),
+            _str(self.padding_mode, "padding_mode"),
+        )
+
+
+@dataclass(frozen=True)
+class ColorJitter(Transform):
+    """torchvision ``ColorJitter``: brightness, contrast, saturation, hue in a random order per sample."""
+
+    brightness: Any = None
+    contrast: Any = None
+    saturation: Any = None
+    hue: Any = None
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "color_jitter",
+            _jitter_range(self.brightness, "brightness", 1.0, True),
+            _jitter_range(self.contrast, "contrast", 1.0, True),
+            _jitter_range(self.saturation, "saturation", 1.0, True),
+            _jitter_range(self.hue, "hue", 0.0, False),
+        )
+
+
+@dataclass(frozen=True)
+class Grayscale(Transform):
+    """torchvision ``Grayscale``; the Loader's ``channels`` decides the output's channel count (with 3 the gray
+    value fills all three, as ``num_output_channels=3``)."""
+
+    num_output_channels: int = _DEFAULTS["Grayscale.num_output_channels"]
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        if not _is_int(self.num_output_channels):
+            raise ConfigError(
+                f"invalid num_output_channels: {_shown(self.num_output_channels)} must be an int",
+                parameter="num_output_channels",
+            )
+        return ("grayscale", int(self.num_output_channels))
+
+
+@dataclass(frozen=True)
+class RandomGrayscale(Transform):
+    """torchvision ``RandomGrayscale(p=0.1)`` (keeps the channel count)."""
+
+    p: float = _DEFAULTS["RandomGrayscale.p"]
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return ("random_grayscale", _real(self.p, "p"))
+
+
+@dataclass(frozen=True)
+class GaussianBlur(Transform):
+    """torchvision ``GaussianBlur(kernel_size, sigma=(0.1, 2.0))``; ``kernel_size`` is (x, y) as torchvision's."""
+
+    kernel_size: Any
+    sigma: Any = _DEFAULTS["GaussianBlur.sigma"]
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        k = self.kernel_size
+        if _is_int(k):
+            kx = ky = int(k)
+        elif _seq(k) and len(k) in (1, 2) and all(_is_int(v) for v in k):
+            kx, ky = int(k[0]), int(k[-1])
+        else:
+            raise ConfigError(
+                f"invalid kernel_size: {_shown(k)} must be an int or a sequence of 1 or 2 ints",
+                parameter="kernel_size",
+            )
+        s = self.sigma
+        if _seq(s) and len(s) == 1:
+            lo = hi = _real(s[0], "sigma")
+        elif _seq(s):
+            lo, hi = _pair(s, "sigma")
+        else:
+            lo = hi = _real(s, "sigma")
+        return ("gaussian_blur", kx, ky, (lo, hi))
+
+
+@dataclass(frozen=True)
+class GaussianNoise(Transform):
+    """torchvision v2 ``GaussianNoise(mean=0.0, sigma=0.1, clip=True)`` on the uint8 image, as torchvision runs it
+    on uint8 tensors: noise ``mean·255 + N(0,1)·sigma·255`` truncated to an integer, added, clamped (``clip``)."""
+
+    mean: float = _DEFAULTS["GaussianNoise.mean"]
+    sigma: float = _DEFAULTS["GaussianNoise.sigma"]
+    clip: bool = _DEFAULTS["GaussianNoise.clip"]
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "gaussian_noise",
+            _real(self.mean, "mean"),
+            _real(self.sigma, "sigma"),
+            _bool_arg(self.clip, "clip"),
+        )
+
+
+@dataclass(frozen=True)
+class RandomErasing(Transform):
+    """torchvision ``RandomErasing(p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0)`` on the uint8 image
+    before normalize: ``value`` in pixel units (0–255), one or per channel, or ``'random'`` (per element
+    N(0, 1) in [0, 1] units, ×255, rounded and clamped). ``from_torchvision`` converts a RandomErasing placed
+    after ``Normalize`` into pixel units."""
+
+    p: float = _DEFAULTS["RandomErasing.p"]
+    scale: tuple[float, float] = _DEFAULTS["RandomErasing.scale"]
+    ratio: tuple[float, float] = _DEFAULTS["RandomErasing.ratio"]
+    value: Any = _DEFAULTS["RandomErasing.value"]
+    inplace: bool = False
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        if isinstance(self.value, str):
+            if self.value != "random":
+                raise ConfigError(
+                    f"invalid value: {_shown(self.value)} must be a number, a sequence of numbers or 'random'",
+                    parameter="value",
+                )
+            value: Any = "random"
+        else:
+            value = _fill(self.value, "value")
+        return (
+            "random_erasing",
+            _real(self.p, "p"),
+            _pair(self.scale, "scale"),
+            _pair(self.ratio, "ratio"),
+            value,
+        )
+
+
+@dataclass(frozen=True)
+class RandomAutocontrast(Transform):
+    """torchvision ``RandomAutocontrast(p=0.5)``."""
+
+    p: float = _DEFAULTS["RandomAutocontrast.p"]
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return ("random_autocontrast", _real(self.p, "p"))
+
+
+@dataclass(frozen=True)
+class RandomEqualize(Transform):
+    """torchvision ``RandomEqualize(p=0.5)``."""
+
+    p: float = _DEFAULTS["RandomEqualize.p"]
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return ("random_equalize", _real(self.p, "p"))
+
+
+@dataclass(frozen=True)
+class RandomInvert(Transform):
+    """torchvision ``RandomInvert(p=0.5)``."""
+
+    p: float = _DEFAULTS["RandomInvert.p"]
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return ("random_invert", _real(self.p, "p"))
+
+
+@dataclass(frozen=True)
+class RandomSolarize(Transform):
+    """torchvision ``RandomSolarize(threshold, p=0.5)``; threshold in pixel units (uint8)."""
+
+    threshold: float
+    p: float = _DEFAULTS["RandomSolarize.p"]
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return ("random_solarize", _real(self.threshold, "threshold"), _real(self.p, "p"))
+
+
+@dataclass(frozen=True)
+class RandomPosterize(Transform):
+    """torchvision ``RandomPosterize(bits, p=0.5)``."""
+
+    bits: int
+    p: float = _DEFAULTS["RandomPosterize.p"]
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        if not _is_int(self.bits):
+            raise ConfigError(f"invalid bits: {_shown(self.bits)} must be an int", parameter="bits")
+        return ("random_posterize", int(self.bits), _real(self.p, "p"))
+
+
+@dataclass(frozen=True)
+class RandomAdjustSharpness(Transform):
+    """torchvision ``RandomAdjustSharpness(sharpness_factor, p=0.5)``."""
+
+    sharpness_factor: float
+    p: float = _DEFAULTS["RandomAdjustSharpness.p"]
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "random_adjust_sharpness",
+            _real(self.sharpness_factor, "sharpness_factor"),
+            _real(self.p, "p"),
+        )
+
+
 #: The built-in transforms (the only ones the core compiles).
-BUILTIN = (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip)
+BUILTIN = (
+    RandomResizedCrop,
+    Resize,
+    CenterCrop,
+    RandomHorizontalFlip,
+    RandomVerticalFlip,
+    Pad,
+    RandomCrop,
+    ColorJitter,
+    Grayscale,
+    RandomGrayscale,
+    GaussianBlur,
+    GaussianNoise,
+    RandomErasing,
+    RandomAutocontrast,
+    RandomEqualize,
+    RandomSolarize,
+    RandomPosterize,
+    RandomAdjustSharpness,
+    RandomInvert,
+)
 
 
 def specs(transforms: Any) -> list[tuple[Any, ...]]:
@@ -177,8 +543,8 @@ def specs(transforms: Any) -> list[tuple[Any, ...]]:
         if not isinstance(t, Transform):
             raise ConfigError(
                 f"invalid transforms: {_shown(t)} is not a trdata transform (transforms are data compiled by the "
-                "Rust core, not Python callables; use RandomResizedCrop, Resize, CenterCrop, "
-                "RandomHorizontalFlip)",
+                "Rust core, not Python callables; use trdata.transforms' classes, or pass a torchvision pipeline, "
+                "which trdata.transforms.from_torchvision converts)",
                 parameter="transforms",
             )
         cls = type(t)
@@ -201,3 +567,170 @@ def specs(transforms: Any) -> list[tuple[Any, ...]]:
 #: takes them in 0–255 units (``((123.675, 116.28, 103.53), (58.395, 57.12, 57.375))``, the DALI/FFCV
 #: habit): any std > 1 or every mean > 1 means 0–255 units; mixed units raise ConfigError (Loader docs).
 IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+
+
+@dataclass(frozen=True)
+class Converted:
+    """What :func:`from_torchvision` made of a torchvision pipeline: the trdata transforms, and the Loader's
+    ``normalize`` / ``dtype`` from a trailing ``ToTensor``/``ToImage``/``ToDtype``/``Normalize`` (None when
+    absent)."""
+
+    transforms: list[Transform]
+    normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    dtype: str | None = None
+
+
+def _is_torchvision(t: Any) -> bool:
+    return type(t).__module__.startswith("torchvision.transforms")
+
+
+def is_torchvision(transforms: Any) -> bool:
+    """Whether ``transforms`` is a torchvision op/Compose, or a list holding one (the Loader then converts it)."""
+    if _is_torchvision(transforms):
+        return True
+    return _seq(transforms) and any(_is_torchvision(t) for t in transforms)
+
+
+def _flatten(t: Any) -> list[Any]:
+    if type(t).__name__ == "Compose" and _is_torchvision(t):
+        return [x for sub in t.transforms for x in _flatten(sub)]
+    if _seq(t):
+        return [x for sub in t for x in _flatten(sub)]
+    return [t]
+
+
+def _interp_ok(t: Any) -> bool:
+    mode = getattr(t, "interpolation", "bilinear")
+    return str(getattr(mode, "value", mode)).lower() == "bilinear" and getattr(t, "antialias", True) in (
+        True,
+        None,
+    )
+
+
+def _refuse(t: Any, pos: int, why: str) -> ConfigError:
+    return ConfigError(
+        f"invalid transforms: {type(t).__module__}.{type(t).__name__} at transforms[{pos}] cannot run in trdata: "
+        f"{why}",
+        parameter="transforms",
+    )
+
+
+def from_torchvision(t: Any) -> Converted:
+    """A torchvision.transforms.v2 (or classic) op, Compose or list of them → the trdata pipeline (trdata ops are
+    passed through). Trailing ``ToTensor``/``ToImage``/``PILToTensor``/``ToDtype(float32, scale=True)``/
+    ``ConvertImageDtype(float)`` become ``dtype='float32'`` and a trailing ``Normalize`` the Loader's
+    ``normalize``; a ``RandomErasing`` after ``Normalize`` has its value converted to pixel units. Anything else
+    → ConfigError naming the first op trdata cannot run."""
+    ops = _flatten(t)
+    out: list[Transform] = []
+    normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    dtype: str | None = None
+    for pos, op in enumerate(ops):
+        if isinstance(op, Transform):
+            if normalize is not None:
+                raise _refuse(op, pos, "it comes after Normalize (trdata normalizes in the final write)")
+            out.append(op)
+            continue
+        if not _is_torchvision(op):
+            raise ConfigError(
+                f"invalid transforms: {_shown(op)} at transforms[{pos}] is neither a trdata nor a torchvision "
+                "transform",
+                parameter="transforms",
+            )
+        name = type(op).__name__
+        if name in ("ToTensor", "ToImage", "PILToTensor", "ToPureTensor"):
+            dtype = "float32" if name == "ToTensor" else "uint8" if name != "ToPureTensor" else dtype
+            continue
+        if name in ("ToDtype", "ConvertImageDtype"):
+            dt = getattr(op, "dtype", None)
+            dt = dt.get("others", None) if isinstance(dt, dict) else dt
+            if str(dt) == "torch.float32" and getattr(op, "scale", True):
+                dtype = "float32"
+                continue
+            if str(dt) == "torch.uint8":
+                dtype = "uint8"
+                continue
+            raise _refuse(op, pos, f"only float32 with scale=True or uint8 are supported, not {dt}")
+        if name == "Normalize":
+            normalize = (tuple(float(v) for v in op.mean), tuple(float(v) for v in op.std))
+            continue
+        if normalize is not None and name != "RandomErasing":
+            raise _refuse(op, pos, "it comes after Normalize (trdata normalizes in the final write)")
+        try:
+            # A RandomErasing after ToTensor alone has its value in [0, 1] units: (mean 0, std 1) scales it.
+            units = normalize if normalize is not None else ((0.0,), (1.0,)) if dtype == "float32" else None
+            out.append(_convert(op, name, units))
+        except ConfigError as e:
+            raise _refuse(op, pos, str(e)) from None
+        except (AttributeError, TypeError, KeyError):
+            raise _refuse(op, pos, "trdata has no such op (yet)") from None
+    return Converted(out, normalize, dtype)
+
+
+def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float, ...]] | None) -> Transform:
+    v2 = ".v2." in type(op).__module__
+    if name in ("RandomResizedCrop", "Resize") and not _interp_ok(op):
+        raise ConfigError(f"only bilinear antialiased resampling is supported, not {op.interpolation}")
+    if name == "RandomResizedCrop":
+        return RandomResizedCrop(tuple(op.size), tuple(op.scale), tuple(op.ratio))
+    if name == "Resize":
+        if op.max_size is not None:
+            raise ConfigError("max_size is not supported")
+        size = op.size
+        if _seq(size) and len(size) == 1:
+            size = size[0]
+        return Resize(size if _is_int(size) else tuple(size))
+    if name == "CenterCrop":
+        return CenterCrop(tuple(op.size))
+    if name in ("RandomHorizontalFlip", "RandomVerticalFlip"):
+        return (RandomHorizontalFlip if name == "RandomHorizontalFlip" else RandomVerticalFlip)(p=op.p)
+    if name == "Pad":
+        return Pad(op.padding, op.fill, op.padding_mode)
+    if name == "RandomCrop":
+        padding = op.padding
+        if v2 and padding is not None:
+            left, right, top, bottom = padding  # v2 stores torch's [left, right, top, bottom]
+            padding = (left, top, right, bottom)
+        return RandomCrop(tuple(op.size), padding, op.pad_if_needed, op.fill, op.padding_mode)
+    if name == "ColorJitter":
+        return ColorJitter(op.brightness, op.contrast, op.saturation, op.hue)
+    if name == "Grayscale":
+        return Grayscale(op.num_output_channels)
+    if name == "RandomGrayscale":
+        return RandomGrayscale(op.p)
+    if name == "GaussianBlur":
+        return GaussianBlur(tuple(op.kernel_size), tuple(op.sigma))
+    if name == "GaussianNoise":
+        return GaussianNoise(op.mean, op.sigma, op.clip)
+    if name == "RandomErasing":
+        value = op.value
+        if value is None or value == "random":
+            value = "random"
+        elif normalize is not None:
+            vals = value if _seq(value) else [value]
+            mean, std = normalize
+            n = max(len(vals), len(mean))
+            value = tuple(
+                min(
+                    255.0,
+                    max(
+                        0.0,
+                        round((float(vals[i % len(vals)]) * std[i % len(std)] + mean[i % len(mean)]) * 255),
+                    ),
+                )
+                for i in range(n)
+            )
+        return RandomErasing(op.p, tuple(op.scale), tuple(op.ratio), value)
+    if name in ("RandomAutocontrast", "RandomEqualize", "RandomInvert"):
+        return {
+            "RandomAutocontrast": RandomAutocontrast,
+            "RandomEqualize": RandomEqualize,
+            "RandomInvert": RandomInvert,
+        }[name](op.p)
+    if name == "RandomSolarize":
+        return RandomSolarize(op.threshold, op.p)
+    if name == "RandomPosterize":
+        return RandomPosterize(op.bits, op.p)
+    if name == "RandomAdjustSharpness":
+        return RandomAdjustSharpness(op.sharpness_factor, op.p)
+    raise KeyError(name)

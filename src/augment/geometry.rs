@@ -7,10 +7,11 @@
 //! `[lo, hi)` is the source span Pillow clamps its filter to: the whole image for Resize, the crop for
 //! RandomResizedCrop (torchvision crops first, then resizes the cropped image).
 
+use super::ops::OpSpec;
 use super::{SampleKey, TransformSpec};
 use crate::error::{Result, TrdataError};
 use crate::param::IntParam;
-use crate::rng::{OP_HORIZONTAL_FLIP, OP_RANDOM_RESIZED_CROP, SampleRng};
+use crate::rng::{OP_BASE, OP_HORIZONTAL_FLIP, OP_RANDOM_RESIZED_CROP, SampleRng};
 
 /// One dimension of a sample's geometry (see module docs).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -57,6 +58,8 @@ pub struct SamplePlan {
     pub y: Axis,
     /// Mirror the output left-right.
     pub flip: bool,
+    /// Mirror the output top-bottom (`RandomVerticalFlip` in the folded prefix).
+    pub vflip: bool,
     /// Run the vertical pass before the horizontal one (Pillow's choice for this resize, see
     /// [`pillow_vertical_first`]); the 8-bit intermediate makes the order visible in the last bit.
     pub vertical_first: bool,
@@ -111,6 +114,9 @@ pub enum Geometry {
         /// Crop width.
         width: usize,
     },
+    /// Nothing folds (the program starts with a pixel op, `Pad` or `RandomCrop`): the whole image at full size,
+    /// whose size is the sample's own.
+    Identity,
 }
 
 /// A compiled transform list.
@@ -120,10 +126,15 @@ pub struct CompiledTransforms {
     pub geometry: Geometry,
     /// Flip probabilities in list order, with whether each precedes the cropping op (then it mirrors the crop).
     pub flips: Vec<(f64, bool)>,
+    /// Vertical flips: (list position, probability, precedes the cropping op). Each draws from its own stream
+    /// `OP_BASE + position` (the horizontal ones keep their shared stream, so today's recipes draw as before).
+    pub vflips: Vec<(usize, f64, bool)>,
 }
 
-fn name(t: &TransformSpec) -> &'static str {
+/// The transform's name for messages.
+pub fn name(t: &TransformSpec) -> &'static str {
     match t {
+        TransformSpec::Op(op) => op.name(),
         TransformSpec::RandomResizedCrop { .. } => "RandomResizedCrop",
         TransformSpec::ResizeShorter { .. } => "Resize(int)",
         TransformSpec::ResizeExact { .. } => "Resize((h, w))",
@@ -177,8 +188,19 @@ const SUPPORTED: &str = "supported lists (RandomHorizontalFlip allowed anywhere)
 pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
     let mut geo: Vec<(usize, &TransformSpec)> = Vec::new();
     let mut flip_ps: Vec<(usize, f64)> = Vec::new();
+    let mut vflip_ps: Vec<(usize, f64)> = Vec::new();
     for (pos, t) in transforms.iter().enumerate() {
         match *t {
+            TransformSpec::Op(ref op @ OpSpec::VerticalFlip { p }) => {
+                op.check(pos)?;
+                vflip_ps.push((pos, p));
+            }
+            TransformSpec::Op(ref op) => {
+                return Err(TrdataError::config(
+                    super::TRANSFORMS,
+                    format!("{} at transforms[{pos}] does not fold into the decode", op.name()),
+                ));
+            }
             TransformSpec::RandomHorizontalFlip { p } => {
                 if !(0.0..=1.0).contains(&p) {
                     return Err(TrdataError::config(P, format!("{p} must be in [0, 1] ({})", whence(t, pos))));
@@ -253,20 +275,45 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
             ));
         }
     };
-    let flips = flip_ps.into_iter().map(|(pos, p)| (p, pos < crop_pos && crop_pos != usize::MAX)).collect();
-    Ok(CompiledTransforms { geometry, flips })
+    let before = |pos: usize| pos < crop_pos && crop_pos != usize::MAX;
+    let flips = flip_ps.into_iter().map(|(pos, p)| (p, before(pos))).collect();
+    let vflips = vflip_ps.into_iter().map(|(pos, p)| (pos, p, before(pos))).collect();
+    Ok(CompiledTransforms { geometry, flips, vflips })
+}
+
+/// The identity geometry (see [`Geometry::Identity`]) with the flips of `flips_only` (a list of flips, which
+/// [`compile`] validates).
+pub fn compile_identity(flips_only: &[TransformSpec]) -> Result<CompiledTransforms> {
+    let mut c = CompiledTransforms { geometry: Geometry::Identity, flips: Vec::new(), vflips: Vec::new() };
+    for (pos, t) in flips_only.iter().enumerate() {
+        match *t {
+            TransformSpec::RandomHorizontalFlip { p } => {
+                if !(0.0..=1.0).contains(&p) {
+                    return Err(TrdataError::config(P, format!("{p} must be in [0, 1] ({})", whence(t, pos))));
+                }
+                c.flips.push((p, false));
+            }
+            TransformSpec::Op(ref op @ OpSpec::VerticalFlip { p }) => {
+                op.check(pos)?;
+                c.vflips.push((pos, p, false));
+            }
+            _ => unreachable!("compile_identity takes flips only"),
+        }
+    }
+    Ok(c)
 }
 
 impl CompiledTransforms {
-    /// Output (height, width).
-    pub fn output_hw(&self) -> (usize, usize) {
-        match self.geometry {
+    /// Output (height, width); `None` for the identity (each sample keeps its own size).
+    pub fn output_hw(&self) -> Option<(usize, usize)> {
+        Some(match self.geometry {
+            Geometry::Identity => return None,
             Geometry::RandomResizedCrop { height, width, .. }
             | Geometry::ResizeShorterCrop { height, width, .. }
             | Geometry::CenterCrop { height, width } => (height, width),
             Geometry::ResizeExact { crop: Some((h, w)), .. } => (h, w),
             Geometry::ResizeExact { resize_h, resize_w, crop: None } => (resize_h as usize, resize_w as usize),
-        }
+        })
     }
 
     /// Whether the geometry draws random numbers (decides the DCT-scaling policy: random crops may scale harder).
@@ -287,8 +334,20 @@ impl CompiledTransforms {
                 }
             }
         }
+        let (mut vflip, mut mirror_rows) = (false, false);
+        for &(pos, p, before_crop) in &self.vflips {
+            if SampleRng::new(key.seed, key.epoch, key.index, OP_BASE + pos as u32).uniform() < p {
+                vflip = !vflip;
+                if before_crop {
+                    mirror_rows = !mirror_rows;
+                }
+            }
+        }
         let (w, h) = (i64::from(width), i64::from(height));
         let (x, y, vertical_first) = match self.geometry {
+            Geometry::Identity => {
+                (resize_crop_axis(w, w, width as usize), resize_crop_axis(h, h, height as usize), false)
+            }
             Geometry::RandomResizedCrop { height: oh, width: ow, scale, log_ratio, ratio } => {
                 let (top, left, ch, cw) = rrc_params(width, height, scale, log_ratio, ratio, key);
                 let vf = pillow_vertical_first(cw, ch, ow as i64, oh as i64);
@@ -308,7 +367,8 @@ impl CompiledTransforms {
             }
         };
         let x = if mirror_crop { x.mirrored(w) } else { x };
-        SamplePlan { x, y, flip, vertical_first }
+        let y = if mirror_rows { y.mirrored(h) } else { y };
+        SamplePlan { x, y, flip, vflip, vertical_first }
     }
 }
 

@@ -25,6 +25,11 @@
 
 mod color;
 pub mod geometry;
+pub mod kernels;
+pub mod ops;
+pub mod program;
+#[cfg(test)]
+mod program_tests;
 mod resample;
 mod simd;
 #[cfg(test)]
@@ -35,7 +40,7 @@ use std::time::Instant;
 use crate::decode::{DecodeLimits, Decoder, PixelWindow, choose_scale_eighths};
 use crate::error::{ImageError, Result, TrdataError};
 use crate::param::Choice;
-use geometry::CompiledTransforms;
+use program::{Program, ProgramScratch};
 use resample::{AxisCoeffs, OutputLut};
 use simd::Simd;
 
@@ -77,6 +82,9 @@ pub enum TransformSpec {
         /// Probability of flipping, in [0, 1].
         p: f64,
     },
+    /// Any op of the compiled per-sample program beyond the four above (pixel ops, padding, random crops,
+    /// vertical flips): see [`program`] for how a list is compiled and [`ops::OpSpec`] for the ops.
+    Op(ops::OpSpec),
 }
 
 /// Element type of the output batch.
@@ -159,6 +167,31 @@ pub mod default {
     pub const RRC_RATIO: (f64, f64) = (3.0 / 4.0, 4.0 / 3.0);
     /// `RandomHorizontalFlip.p`.
     pub const FLIP_P: f64 = 0.5;
+    /// `p` of the gated ops whose torchvision default is 0.5 (RandomVerticalFlip, RandomErasing,
+    /// RandomAutocontrast, RandomEqualize, RandomSolarize, RandomPosterize, RandomAdjustSharpness, RandomInvert).
+    pub const GATE_P: f64 = 0.5;
+    /// `RandomGrayscale.p`.
+    pub const GRAYSCALE_P: f64 = 0.1;
+    /// `Grayscale.num_output_channels`.
+    pub const GRAYSCALE_CHANNELS: u32 = 1;
+    /// `GaussianBlur.sigma`.
+    pub const BLUR_SIGMA: (f64, f64) = (0.1, 2.0);
+    /// `GaussianNoise.mean`.
+    pub const NOISE_MEAN: f64 = 0.0;
+    /// `GaussianNoise.sigma`.
+    pub const NOISE_SIGMA: f64 = 0.1;
+    /// `GaussianNoise.clip`.
+    pub const NOISE_CLIP: bool = true;
+    /// `RandomErasing.scale`.
+    pub const ERASING_SCALE: (f64, f64) = (0.02, 0.33);
+    /// `RandomErasing.ratio`.
+    pub const ERASING_RATIO: (f64, f64) = (0.3, 3.3);
+    /// `RandomErasing.value`.
+    pub const ERASING_VALUE: f64 = 0.0;
+    /// `fill` of Pad and RandomCrop.
+    pub const FILL: f64 = 0.0;
+    /// `padding_mode` of Pad and RandomCrop.
+    pub const PADDING_MODE: &str = "constant";
 }
 
 /// The `normalize` parameter's name (its rules: [`Normalize::from_user`], [`Normalize::check`] and the output
@@ -336,6 +369,8 @@ pub struct WorkerScratch {
     row: Vec<u8>,
     /// The filter window converted to the output's channels when the source has others (`color`).
     window: Vec<u8>,
+    /// The uint8 image and spare buffers of a program's pixel ops (untouched when the program has none).
+    program: ProgramScratch,
 }
 
 impl WorkerScratch {
@@ -355,6 +390,7 @@ impl WorkerScratch {
             wide: Vec::new(),
             row: Vec::new(),
             window: Vec::new(),
+            program: ProgramScratch::default(),
         })
     }
 
@@ -372,7 +408,7 @@ pub struct SamplePipeline {
     width: usize,
     channels: Channels,
     output: OutputSpec,
-    transforms: CompiledTransforms,
+    program: Program,
     lut: OutputLut,
     dct: DctScaling,
     /// Which compiled copy of the resample kernels runs (chosen once per process, see `simd`).
@@ -410,7 +446,8 @@ impl SamplePipeline {
     /// docs); the output size must be fixed. A gray pipeline needs a normalize whose three values are equal
     /// (one value given, as [`Normalize::from_user`] makes it for gray output).
     pub fn with_channels(transforms: Vec<TransformSpec>, output: OutputSpec, channels: Channels) -> Result<Self> {
-        let compiled = geometry::compile(&transforms)?;
+        let program = program::compile(&transforms)?;
+        let compiled = &program.prefix;
         if let Some(n) = output.normalize {
             if channels == Channels::Gray
                 && (n.mean.iter().any(|&m| m != n.mean[0]) || n.std.iter().any(|&s| s != n.std[0]))
@@ -454,20 +491,11 @@ impl SamplePipeline {
                 ));
             }
         }
-        let (height, width) = compiled.output_hw();
+        let (height, width) = program.output_hw;
         check_sample_memory(channels.count(), height, width, output.dtype)?;
         let dct =
             if compiled.is_random_crop() { DctScaling::RANDOM_CROP_DEFAULT } else { DctScaling::DETERMINISTIC_DEFAULT };
-        Ok(Self {
-            height,
-            width,
-            channels,
-            lut: OutputLut::new(&output),
-            output,
-            transforms: compiled,
-            dct,
-            simd: Simd::detect(),
-        })
+        Ok(Self { height, width, channels, lut: OutputLut::new(&output), output, program, dct, simd: Simd::detect() })
     }
 
     /// Override the DCT-scaling policy (see [`DctScaling`]; the default depends on whether the crop is random).
@@ -524,7 +552,12 @@ impl SamplePipeline {
 
     /// The geometry of sample `key` for an image of `width × height` (for tests and tools).
     pub fn plan(&self, width: u32, height: u32, key: SampleKey) -> geometry::SamplePlan {
-        self.transforms.plan(width, height, key)
+        self.program.prefix.plan(width, height, key)
+    }
+
+    /// The compiled program (prefix geometry + pixel ops).
+    pub fn program(&self) -> &Program {
+        &self.program
     }
 
     /// Decode `bytes`, apply the transforms drawn from `key`, write into `dst` (exactly `sample_bytes()`).
@@ -538,9 +571,9 @@ impl SamplePipeline {
     ) -> std::result::Result<SampleTiming, ImageError> {
         assert_eq!(dst.len(), self.sample_bytes(), "process: dst must be exactly sample_bytes() long");
         let t0 = Instant::now();
-        let WorkerScratch { decoder, x, y, inter, wide, row, window } = scratch;
+        let WorkerScratch { decoder, x, y, inter, wide, row, window, program } = scratch;
         let info = decoder.read_header(bytes)?;
-        let plan = self.transforms.plan(info.width, info.height, key);
+        let plan = self.program.prefix.plan(info.width, info.height, key);
         let (vx, vy) = (plan.x.valid(), plan.y.valid());
         let m = match self.dct {
             DctScaling::MinRatio(r) => choose_scale_eighths(
@@ -554,7 +587,7 @@ impl SamplePipeline {
         let m = info.effective_scale(m);
         let (sw, sh) = info.scaled_size(m);
         x.compute(&plan.x, m, info.width, sw, plan.flip);
-        y.compute(&plan.y, m, info.height, sh, false);
+        y.compute(&plan.y, m, info.height, sh, plan.vflip);
         let taps = PixelWindow { x0: x.win0, y0: y.win0, x1: x.win1, y1: y.win1 };
         let region = decoder.decode_window(bytes, m, taps)?;
         let t1 = Instant::now();
@@ -563,7 +596,17 @@ impl SamplePipeline {
         debug_assert!(region.y0 <= y.win0 && y.win1 <= region.y0 + region.height);
         let src =
             SourcePixels { pixels: region.pixels, stride: region.stride, x0: region.x0, y0: region.y0, channels: 3 };
-        self.resample_into(src, m, plan.vertical_first, Scratch { x, y, inter, wide, row, window }, dst);
+        let size = (plan.x.out_n, plan.y.out_n);
+        self.run_stages(
+            src,
+            m,
+            plan.vertical_first,
+            Scratch { x, y, inter, wide, row, window },
+            program,
+            size,
+            key,
+            dst,
+        )?;
         let t2 = Instant::now();
         Ok(SampleTiming {
             decode_ns: (t1 - t0).as_nanos() as u64,
@@ -586,14 +629,24 @@ impl SamplePipeline {
         assert_eq!(dst.len(), self.sample_bytes(), "process_pixels: dst must be exactly sample_bytes() long");
         let t0 = Instant::now();
         let (w, h) = (array.width, array.height);
-        let plan = self.transforms.plan(w, h, key);
-        let WorkerScratch { x, y, inter, wide, row, window, .. } = scratch;
+        let plan = self.program.prefix.plan(w, h, key);
+        let WorkerScratch { x, y, inter, wide, row, window, program, .. } = scratch;
         x.compute(&plan.x, 8, w, w, plan.flip);
-        y.compute(&plan.y, 8, h, h, false);
+        y.compute(&plan.y, 8, h, h, plan.vflip);
         let channels = usize::from(array.channels);
         let src = SourcePixels { pixels: array.image(i), stride: w as usize * channels, x0: 0, y0: 0, channels };
         let t1 = Instant::now();
-        self.resample_into(src, 8, plan.vertical_first, Scratch { x, y, inter, wide, row, window }, dst);
+        let size = (plan.x.out_n, plan.y.out_n);
+        self.run_stages(
+            src,
+            8,
+            plan.vertical_first,
+            Scratch { x, y, inter, wide, row, window },
+            program,
+            size,
+            key,
+            dst,
+        )?;
         let t2 = Instant::now();
         Ok(SampleTiming {
             decode_ns: (t1 - t0).as_nanos() as u64,
@@ -602,17 +655,72 @@ impl SamplePipeline {
         })
     }
 
+    /// Stages 1–3 of the program (see [`program`]) after the decode: with no pixel ops the one fused pass into
+    /// `dst`; otherwise the prefix's output (`size` = (w, h), the sample's own for the identity prefix) as a uint8
+    /// HWC image in the worker's scratch, the ops, and the final normalize/cast/layout write.
+    #[allow(clippy::too_many_arguments)]
+    fn run_stages(
+        &self,
+        src: SourcePixels<'_>,
+        m: u8,
+        pillow_vertical_first: bool,
+        s: Scratch<'_>,
+        ps: &mut ProgramScratch,
+        (pw, ph): (usize, usize),
+        key: SampleKey,
+        dst: &mut [u8],
+    ) -> std::result::Result<(), ImageError> {
+        if self.program.ops.is_empty() {
+            self.resample_into(src, m, pillow_vertical_first, s, (&self.lut, self.output.layout, pw, ph), dst);
+            return Ok(());
+        }
+        let c = self.channels.count();
+        let n = pw * ph * c;
+        if ps.frame.buf.len() < n {
+            ps.frame.buf.resize(n, 0);
+        }
+        (ps.frame.h, ps.frame.w, ps.frame.c) = (ph, pw, c);
+        self.resample_into(
+            src,
+            m,
+            pillow_vertical_first,
+            s,
+            (&OutputLut::U8, Layout::Nhwc, pw, ph),
+            &mut ps.frame.buf[..n],
+        );
+        self.program.run_ops(ps, key).map_err(|msg| ImageError::new(crate::error::ImageErrorKind::Unsupported, msg))?;
+        let f = &ps.frame;
+        debug_assert_eq!((f.h, f.w), (self.height, self.width), "the compiled size walk fixes the final size");
+        let line = f.w * c;
+        for (i, r) in f.buf[..f.h * line].chunks_exact(line).enumerate() {
+            if c == 1 {
+                resample::write_row::<1>(&self.lut, self.output.layout, r, i, f.h, dst);
+            } else {
+                resample::write_row::<3>(&self.lut, self.output.layout, r, i, f.h, dst);
+            }
+        }
+        Ok(())
+    }
+
     /// The fused write of one sample: convert the source's channels to the output's (the filter window only),
-    /// resample through the computed axes, flip, normalize, cast and lay out into `dst`.
-    fn resample_into(&self, src: SourcePixels<'_>, m: u8, pillow_vertical_first: bool, s: Scratch<'_>, dst: &mut [u8]) {
-        let (ow, oh) = (self.width, self.height);
+    /// resample through the computed axes, flip, normalize, cast and lay out into `dst` (`out`: the table, layout
+    /// and size of what is written).
+    fn resample_into(
+        &self,
+        src: SourcePixels<'_>,
+        m: u8,
+        pillow_vertical_first: bool,
+        s: Scratch<'_>,
+        (lut, layout, ow, oh): (&OutputLut, Layout, usize, usize),
+        dst: &mut [u8],
+    ) {
         let Scratch { x, y, inter, wide, row, window } = s;
         // Pass order (it only changes the rounding of the 8-bit intermediate, by ±1): for deterministic pipelines
         // at full size, Pillow's (see `geometry::pillow_vertical_first`), so that the uint8 result equals Pillow's
         // bit for bit. Otherwise (random crops, or DCT-scaled decodes, which are not bit-exact anyway) the cheaper
         // one: vertical first whenever the crop has more rows than the output, so that the costly horizontal pass
         // runs on output rows only.
-        let vertical_first = if m == 8 && !self.transforms.is_random_crop() {
+        let vertical_first = if m == 8 && !self.program.prefix.is_random_crop() {
             pillow_vertical_first
         } else {
             (y.win1 - y.win0) as usize > oh
@@ -632,8 +740,8 @@ impl SamplePipeline {
                 inter,
                 wide,
                 row,
-                lut: &self.lut,
-                layout: self.output.layout,
+                lut,
+                layout,
                 out_w: ow,
                 out_h: oh,
                 vertical_first,

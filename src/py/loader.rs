@@ -86,6 +86,7 @@ fn parse_transform(t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec> {
         "resize" => TransformSpec::ResizeExact { height: u(1)?, width: u(2)? },
         "center_crop" => TransformSpec::CenterCrop { height: u(1)?, width: u(2)? },
         "horizontal_flip" => TransformSpec::RandomHorizontalFlip { p: f(1)? },
+        other if augment::ops::KINDS.contains(&other) => return super::ops::parse_op(other, t),
         other => return Err(to_py(TrdataError::config("transforms", format!("unknown transform {other:?}")))),
     })
 }
@@ -134,6 +135,7 @@ pub fn defaults_dict(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     out.set_item("RandomResizedCrop.scale", augment::default::RRC_SCALE)?;
     out.set_item("RandomResizedCrop.ratio", augment::default::RRC_RATIO)?;
     out.set_item("RandomHorizontalFlip.p", augment::default::FLIP_P)?;
+    super::ops::add_defaults(&out)?;
     Ok(out)
 }
 

@@ -8,6 +8,7 @@ mod gpu;
 mod info;
 mod loader;
 mod pack;
+mod ops;
 mod source;
 mod wait;
 
@@ -26,6 +27,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CHOICES", loader::choices_dict(m.py())?)?;
     m.add("DEFAULTS", loader::defaults_dict(m.py())?)?;
     info::register(m)?;
+    ops::register(m)?;
     bench::register(m)?;
     pack::register(m)?;
     Ok(())

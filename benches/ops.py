@@ -1,0 +1,96 @@
+"""Per-op cost of the compiled program's pixel ops: µs per image for each op on the ImageNet sample at 224²,
+one worker, each op's run interleaved with the no-op baseline (RandomResizedCrop(224) + flip, the fused path)
+so drift on a shared machine cancels.
+
+    PYTHONPATH=python python benches/ops.py [--data ../shared/data/imagenet-sample] [--images 300] [--rounds 3]
+
+Cost of op X = median over rounds of (time per image of [RRC, flip, X]) - (time of [RRC, flip]). The first op
+in the uint8 stage also pays for the intermediate image and the separate final write (reported as
+"uint8 stage (RandomInvert p=0)"), which every other row includes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import trdata
+from trdata import transforms as T
+
+OPS: list[tuple[str, Any]] = [
+    ("uint8 stage (RandomInvert p=0)", T.RandomInvert(p=0.0)),
+    ("RandomVerticalFlip p=1 (folded)", T.RandomVerticalFlip(p=1.0)),
+    ("Pad(4) + RandomCrop(224)", [T.Pad(4), T.RandomCrop(224)]),
+    ("RandomCrop(224, padding=4, reflect)", T.RandomCrop(224, padding=4, padding_mode="reflect")),
+    ("ColorJitter(0.4, 0.4, 0.4, 0.1)", T.ColorJitter(0.4, 0.4, 0.4, 0.1)),
+    ("ColorJitter(brightness=0.4)", T.ColorJitter(brightness=0.4)),
+    ("ColorJitter(contrast=0.4)", T.ColorJitter(contrast=0.4)),
+    ("ColorJitter(saturation=0.4)", T.ColorJitter(saturation=0.4)),
+    ("ColorJitter(hue=0.1)", T.ColorJitter(hue=0.1)),
+    ("Grayscale(3)", T.Grayscale(3)),
+    ("GaussianBlur(23)", T.GaussianBlur(23)),
+    ("GaussianBlur(5)", T.GaussianBlur(5)),
+    ("GaussianNoise()", T.GaussianNoise()),
+    ("RandomErasing(p=1)", T.RandomErasing(p=1.0)),
+    ("RandomErasing(p=1, 'random')", T.RandomErasing(p=1.0, value="random")),
+    ("RandomAutocontrast(p=1)", T.RandomAutocontrast(p=1.0)),
+    ("RandomEqualize(p=1)", T.RandomEqualize(p=1.0)),
+    ("RandomSolarize(128, p=1)", T.RandomSolarize(128, p=1.0)),
+    ("RandomPosterize(4, p=1)", T.RandomPosterize(4, p=1.0)),
+    ("RandomAdjustSharpness(2, p=1)", T.RandomAdjustSharpness(2.0, p=1.0)),
+    ("RandomInvert(p=1)", T.RandomInvert(p=1.0)),
+]
+
+
+def per_image_s(root: Path, n: int, ops: list[Any]) -> float:
+    src = trdata.ImageFolder(root)
+    with trdata.Loader(
+        src,
+        batch_size=50,
+        transforms=[T.RandomResizedCrop(224), T.RandomHorizontalFlip(), *ops],
+        workers=1,
+        dtype="float16",
+        normalize=trdata.IMAGENET,
+        shuffle=False,
+        last_batch="drop",
+    ) as ld:
+        t = time.perf_counter()
+        seen = 0
+        for b in ld:
+            seen += len(b.indices)
+            if seen >= n:
+                break
+        return (time.perf_counter() - t) / seen
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument(
+        "--data", default=str(Path(__file__).resolve().parents[2] / "shared/data/imagenet-sample")
+    )
+    ap.add_argument("--images", type=int, default=300)
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    root = Path(a.data)
+    per_image_s(root, 50, [])  # warm the page cache
+    print(f"{'op':40s} {'µs/img':>9s}   (baseline RRC224+flip → f16, 1 worker)")
+    base_all = []
+    for name, op in OPS:
+        ops = op if isinstance(op, list) else [op]
+        deltas = []
+        for _ in range(a.rounds):
+            base = per_image_s(root, a.images, [])
+            with_op = per_image_s(root, a.images, ops)
+            base_all.append(base)
+            deltas.append(with_op - base)
+        print(f"{name:40s} {statistics.median(deltas) * 1e6:9.1f}")
+    print(
+        f"{'baseline (RRC224+flip, fused)':40s} {statistics.median(base_all) * 1e6:9.1f} per image in total"
+    )
+
+
+if __name__ == "__main__":
+    main()

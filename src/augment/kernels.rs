@@ -1,0 +1,470 @@
+//! kernels — the pixel ops' arithmetic on a uint8 HWC image (C = 1 or 3), the middle stage of a compiled program
+//! (see [`super::program`]): after the fused ROI/DCT decode + resample has produced the crop, before the final
+//! normalize/cast/layout write.
+//!
+//! Each kernel takes its parameters as plain numbers (a factor, a threshold, a box), never an RNG, so that the
+//! per-op sampling ([`super::ops`]) and later the auto-augment policies (which pick magnitudes from their own
+//! tables) call the same code. The arithmetic is torchvision v2's on uint8 tensors, step for step
+//! (/work/notes/tv_ops.md §11–17): float steps in f32, `fma` exactly where torch computes `add_(…, alpha=…)`,
+//! truncation where torch casts to uint8 and round-half-to-even where it calls `round_()`. A port that rounds
+//! or skips the fma differs from torchvision on ~1 % of pixels (measured in the spec), which is why each step is
+//! spelled out rather than "simplified".
+
+/// A uint8 image in HWC order: `h` rows of `w` pixels of `c` interleaved channels (1 or 3).
+#[derive(Debug)]
+pub struct ImageMut<'a> {
+    /// `h * w * c` bytes.
+    pub data: &'a mut [u8],
+    /// Rows.
+    pub h: usize,
+    /// Pixels per row.
+    pub w: usize,
+    /// Channels per pixel (1 or 3).
+    pub c: usize,
+}
+
+/// torchvision's grayscale value of one RGB pixel in f32: `fma(b, 0.114, fma(g, 0.587, r · 0.2989))` (weights
+/// sum to 0.9999, so white is 254.97, truncated to 254 — as torchvision).
+#[inline(always)]
+pub fn gray_f32(r: u8, g: u8, b: u8) -> f32 {
+    f32::from(b).mul_add(0.114, f32::from(g).mul_add(0.587, f32::from(r) * 0.2989))
+}
+
+/// `_blend(x, other, ratio)`: `trunc(clamp(fma(other, f32(1 - ratio), x · f32(ratio)), 0, 255))` (`1 - ratio`
+/// taken in f64 then rounded, as Python computes it before torch sees it).
+#[inline(always)]
+fn blend(x: u8, other: f32, ratio: f32, one_minus: f32) -> u8 {
+    other.mul_add(one_minus, f32::from(x) * ratio).clamp(0.0, 255.0) as u8
+}
+
+/// The two f32 factors of `_blend` for a ratio given as a Python float.
+fn blend_factors(ratio: f64) -> (f32, f32) {
+    (ratio as f32, (1.0 - ratio) as f32)
+}
+
+/// `adjust_brightness(f)`: `trunc(clamp(x · f32(f), 0, 255))`.
+pub fn brightness(img: &mut ImageMut<'_>, factor: f64) {
+    let f = factor as f32;
+    for v in img.data.iter_mut() {
+        *v = (f32::from(*v) * f).clamp(0.0, 255.0) as u8;
+    }
+}
+
+/// `adjust_saturation(f)`: blend with the per-pixel `floor(gray)`; gray images are unchanged.
+pub fn saturation(img: &mut ImageMut<'_>, factor: f64) {
+    if img.c != 3 {
+        return;
+    }
+    let (r, om) = blend_factors(factor);
+    for p in img.data.chunks_exact_mut(3) {
+        let g = gray_f32(p[0], p[1], p[2]).floor();
+        for v in p.iter_mut() {
+            *v = blend(*v, g, r, om);
+        }
+    }
+}
+
+/// `adjust_contrast(f)`: blend with the mean of the image's `floor(gray)` (the channel itself when gray), one
+/// scalar for the whole image (summed exactly, divided in f64, rounded to f32: matches torch's f32 mean).
+pub fn contrast(img: &mut ImageMut<'_>, factor: f64) {
+    let n = img.h * img.w;
+    if n == 0 {
+        return;
+    }
+    let sum: u64 = if img.c == 3 {
+        img.data.chunks_exact(3).map(|p| gray_f32(p[0], p[1], p[2]) as u64).sum()
+    } else {
+        img.data.iter().map(|&v| u64::from(v)).sum()
+    };
+    let mean = (sum as f64 / n as f64) as f32;
+    let (r, om) = blend_factors(factor);
+    for v in img.data.iter_mut() {
+        *v = blend(*v, mean, r, om);
+    }
+}
+
+/// `adjust_hue(h)` for `h` in [-0.5, 0.5]: RGB → HSV in f32, hue shifted modulo 1, back to RGB, then torch's
+/// float→uint8 conversion (`× 255.999`, truncated). Gray images are unchanged.
+pub fn hue(img: &mut ImageMut<'_>, hue_factor: f64) {
+    if img.c != 3 {
+        return;
+    }
+    let hf = hue_factor as f32;
+    let k255 = 1.0f32 / 255.0;
+    let sixth = 1.0f32 / 6.0;
+    let to_u8 = 255.0f32 + 1.0 - 1e-3;
+    for p in img.data.chunks_exact_mut(3) {
+        let (r, g, b) = (f32::from(p[0]) * k255, f32::from(p[1]) * k255, f32::from(p[2]) * k255);
+        let maxc = r.max(g).max(b);
+        let minc = r.min(g).min(b);
+        let eqc = maxc == minc;
+        let cr = maxc - minc;
+        let s = cr / if eqc { 1.0 } else { maxc };
+        let crd = if eqc { 1.0 } else { cr };
+        let (rc, gc, bc) = ((maxc - r) / crd, (maxc - g) / crd, (maxc - b) / crd);
+        let hr = if maxc == r { bc - gc } else { 0.0 };
+        let hg = if maxc == g && maxc != r { (rc + 2.0) - bc } else { 0.0 };
+        let hb = if maxc != g && maxc != r { (gc + 4.0) - rc } else { 0.0 };
+        let h = ((hr + hg + hb) * sixth + 1.0) % 1.0;
+        let h = (h + hf).rem_euclid(1.0);
+        let v = maxc;
+        let h6 = h * 6.0;
+        let i = h6.floor();
+        let f = h6 - i;
+        let i = (i as i32).rem_euclid(6);
+        let pp = (v * (1.0 - s)).clamp(0.0, 1.0);
+        let q = (v * (1.0 - s * f)).clamp(0.0, 1.0);
+        let t = (v * (1.0 - s + s * f)).clamp(0.0, 1.0);
+        let (o0, o1, o2) = match i {
+            0 => (v, t, pp),
+            1 => (q, v, pp),
+            2 => (pp, v, t),
+            3 => (pp, q, v),
+            4 => (t, pp, v),
+            _ => (v, pp, q),
+        };
+        p[0] = (o0 * to_u8) as u8;
+        p[1] = (o1 * to_u8) as u8;
+        p[2] = (o2 * to_u8) as u8;
+    }
+}
+
+/// `rgb_to_grayscale` kept at the image's channel count: each RGB pixel becomes `trunc(gray)` in all three
+/// channels (torchvision's `num_output_channels=3`; with 1 the program's image is 1-channel already when the
+/// loader outputs gray). Gray images are unchanged.
+pub fn grayscale(img: &mut ImageMut<'_>) {
+    if img.c != 3 {
+        return;
+    }
+    for p in img.data.chunks_exact_mut(3) {
+        let g = gray_f32(p[0], p[1], p[2]) as u8;
+        p.fill(g);
+    }
+}
+
+/// `255 - x`.
+pub fn invert(img: &mut ImageMut<'_>) {
+    for v in img.data.iter_mut() {
+        *v = !*v;
+    }
+}
+
+/// `x >= threshold ? 255 - x : x` (compared in f32, so a fractional threshold 128.5 inverts from 129 up).
+pub fn solarize(img: &mut ImageMut<'_>, threshold: f64) {
+    let t = threshold as f32;
+    for v in img.data.iter_mut() {
+        if f32::from(*v) >= t {
+            *v = 255 - *v;
+        }
+    }
+}
+
+/// Keep the top `bits` bits (0 → black, 8 → unchanged).
+pub fn posterize(img: &mut ImageMut<'_>, bits: u32) {
+    if bits >= 8 {
+        return;
+    }
+    let mask = ((1u32 << bits) - 1) << (8 - bits);
+    let mask = mask as u8;
+    for v in img.data.iter_mut() {
+        *v &= mask;
+    }
+}
+
+/// Per channel: stretch [min, max] to [0, 255] (`trunc(clamp((x - min) / ((max - min) / 255), 0, 255))`, torch
+/// divides by the f32 scale); constant channels are unchanged.
+pub fn autocontrast(img: &mut ImageMut<'_>) {
+    let c = img.c;
+    for ch in 0..c {
+        let (mut mn, mut mx) = (255u8, 0u8);
+        for p in img.data.chunks_exact(c) {
+            mn = mn.min(p[ch]);
+            mx = mx.max(p[ch]);
+        }
+        if mn >= mx {
+            continue;
+        }
+        let inv = (f32::from(mx) - f32::from(mn)) * (1.0f32 / 255.0);
+        let mnf = f32::from(mn);
+        let mut lut = [0u8; 256];
+        for (x, l) in lut.iter_mut().enumerate() {
+            *l = ((x as f32 - mnf) / inv).clamp(0.0, 255.0) as u8;
+        }
+        for p in img.data.chunks_exact_mut(c) {
+            p[ch] = lut[usize::from(p[ch])];
+        }
+    }
+}
+
+/// Per-channel histogram equalization, Pillow's and torchvision's LUT: `step = (N - hist[last nonzero]) // 255`,
+/// `lut[k] = min(255, (cum[k-1] + step // 2) // step)`; a channel with `step == 0` is unchanged.
+pub fn equalize(img: &mut ImageMut<'_>) {
+    let c = img.c;
+    let n = (img.h * img.w) as u64;
+    for ch in 0..c {
+        let mut hist = [0u64; 256];
+        for p in img.data.chunks_exact(c) {
+            hist[usize::from(p[ch])] += 1;
+        }
+        let last = hist.iter().rposition(|&h| h != 0).unwrap_or(0);
+        let step = (n - hist[last]) / 255;
+        if step == 0 {
+            continue;
+        }
+        let mut lut = [0u8; 256];
+        let mut cum = 0u64;
+        for k in 1..256 {
+            cum += hist[k - 1];
+            lut[k] = ((cum + step / 2) / step).min(255) as u8;
+        }
+        for p in img.data.chunks_exact_mut(c) {
+            p[ch] = lut[usize::from(p[ch])];
+        }
+    }
+}
+
+/// `adjust_sharpness(f)`: the interior is blended with the 3×3 smoothing `[[1,1,1],[1,5,1],[1,1,1]]/13`
+/// (rounded half-to-even) as `fma(blur - x, f32(1 - f), x)`; the 1-pixel border ring is unchanged; images of
+/// height or width ≤ 2 are unchanged. `src` is a copy of the input (the blur reads unmodified neighbours).
+pub fn sharpness(img: &mut ImageMut<'_>, src: &mut Vec<u8>, factor: f64) {
+    let (h, w, c) = (img.h, img.w, img.c);
+    if h <= 2 || w <= 2 {
+        return;
+    }
+    src.clear();
+    src.extend_from_slice(img.data);
+    let (k1, k5) = (1.0f32 / 13.0, 5.0f32 / 13.0);
+    let om = (1.0 - factor) as f32;
+    let stride = w * c;
+    for y in 1..h - 1 {
+        for x in 1..w - 1 {
+            for ch in 0..c {
+                let at = |yy: usize, xx: usize| f32::from(src[yy * stride + xx * c + ch]);
+                // conv2d accumulates the 9 taps in f32 (row-major order).
+                let mut acc = 0.0f32;
+                for dy in 0..3 {
+                    for dx in 0..3 {
+                        let k = if dy == 1 && dx == 1 { k5 } else { k1 };
+                        acc += at(y + dy - 1, x + dx - 1) * k;
+                    }
+                }
+                let blur = acc.round_ties_even().clamp(0.0, 255.0);
+                let v = at(y, x);
+                img.data[y * stride + x * c + ch] = (blur - v).mul_add(om, v).clamp(0.0, 255.0) as u8;
+            }
+        }
+    }
+}
+
+/// torchvision's 1-D Gaussian kernel of `k` taps (f32): `x = linspace(-(k-1)/2, (k-1)/2, k)`,
+/// `softmax(-0.5 (x/σ)²)`.
+pub fn gaussian_kernel(k: usize, sigma: f64) -> Vec<f32> {
+    let sigma = sigma as f32;
+    let half = (k as f32 - 1.0) * 0.5;
+    let e: Vec<f32> = (0..k).map(|i| (i as f32 - half) / sigma).map(|x| -0.5 * x * x).collect();
+    let m = e.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let ex: Vec<f32> = e.iter().map(|v| (v - m).exp()).collect();
+    let s: f32 = ex.iter().sum();
+    ex.iter().map(|v| v / s).collect()
+}
+
+/// Index `i` (may be outside `[0, n)`) reflected as torch's "reflect" padding (edge not repeated); for pads
+/// wider than the image (torch refuses those) the reflection repeats, so every index lands inside.
+#[inline]
+pub fn reflect_index(i: isize, n: usize) -> usize {
+    if n == 1 {
+        return 0;
+    }
+    let period = 2 * (n as isize - 1);
+    let m = i.rem_euclid(period);
+    (if m < n as isize { m } else { period - m }) as usize
+}
+
+/// `gaussian_blur(kernel (kx, ky), σ)`: reflect padding, convolution in f32, round half-to-even. Separable
+/// (a horizontal pass into `tmp`, then vertical) where torchvision convolves with the 2-D outer product: the
+/// same weights, summed in another order, so a rare pixel differs by 1 (torchvision's own conv does as much,
+/// see the spec §14.3).
+pub fn gaussian_blur(img: &mut ImageMut<'_>, tmp: &mut Vec<f32>, kx: &[f32], ky: &[f32]) {
+    let (h, w, c) = (img.h, img.w, img.c);
+    if h == 0 || w == 0 {
+        return;
+    }
+    let stride = w * c;
+    tmp.clear();
+    tmp.resize(h * stride, 0.0);
+    let (rx, ry) = ((kx.len() / 2) as isize, (ky.len() / 2) as isize);
+    for y in 0..h {
+        let row = &img.data[y * stride..(y + 1) * stride];
+        let out = &mut tmp[y * stride..(y + 1) * stride];
+        for x in 0..w {
+            for ch in 0..c {
+                let mut acc = 0.0f32;
+                for (t, &k) in kx.iter().enumerate() {
+                    let xx = reflect_index(x as isize + t as isize - rx, w);
+                    acc += f32::from(row[xx * c + ch]) * k;
+                }
+                out[x * c + ch] = acc;
+            }
+        }
+    }
+    for y in 0..h {
+        let out = &mut img.data[y * stride..(y + 1) * stride];
+        for (i, o) in out.iter_mut().enumerate() {
+            let mut acc = 0.0f32;
+            for (t, &k) in ky.iter().enumerate() {
+                let yy = reflect_index(y as isize + t as isize - ry, h);
+                acc += tmp[yy * stride + i] * k;
+            }
+            *o = acc.round_ties_even().clamp(0.0, 255.0) as u8;
+        }
+    }
+}
+
+/// Mirror left-right.
+pub fn flip_horizontal(img: &mut ImageMut<'_>) {
+    let (w, c) = (img.w, img.c);
+    for row in img.data.chunks_exact_mut(w * c) {
+        for x in 0..w / 2 {
+            for ch in 0..c {
+                row.swap(x * c + ch, (w - 1 - x) * c + ch);
+            }
+        }
+    }
+}
+
+/// Mirror top-bottom.
+pub fn flip_vertical(img: &mut ImageMut<'_>) {
+    let stride = img.w * img.c;
+    let h = img.h;
+    for y in 0..h / 2 {
+        let (top, bottom) = img.data.split_at_mut((h - 1 - y) * stride);
+        top[y * stride..(y + 1) * stride].swap_with_slice(&mut bottom[..stride]);
+    }
+}
+
+/// How [`pad_crop`] fills outside the source (torchvision `padding_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PadMode {
+    /// A constant per-channel value (`fill`).
+    Constant,
+    /// Repeat the edge pixel.
+    Edge,
+    /// Mirror without repeating the edge (`[2,1 | 0,1,2,3 | 2,1]`).
+    Reflect,
+    /// Mirror repeating the edge (`[1,0 | 0,1,2,3 | 3,2]`).
+    Symmetric,
+}
+
+/// Source index of padded index `i` (`i` relative to the source's first pixel; may be outside `[0, n)`); `None`
+/// for a constant fill. Reflect/symmetric pads wider than the image (torchvision raises) repeat the mirroring.
+#[inline]
+fn pad_index(i: isize, n: usize, mode: PadMode) -> Option<usize> {
+    if (0..n as isize).contains(&i) {
+        return Some(i as usize);
+    }
+    match mode {
+        PadMode::Constant => None,
+        PadMode::Edge => Some(i.clamp(0, n as isize - 1) as usize),
+        PadMode::Reflect => Some(reflect_index(i, n)),
+        PadMode::Symmetric => {
+            let period = 2 * n as isize;
+            let m = i.rem_euclid(period);
+            Some((if m < n as isize { m } else { period - 1 - m }) as usize)
+        }
+    }
+}
+
+/// Pad by (`left`, `top`) before the image (conceptually, with `mode` and `fill`) and take the `out_h × out_w`
+/// window starting at padded (`top0`, `left0`), i.e. source rows from `top0 - top`: torchvision's `pad` followed
+/// by `crop` in one pass into `dst` (which is resized to `out_h * out_w * c`).
+#[allow(clippy::too_many_arguments)]
+pub fn pad_crop(
+    src: &[u8],
+    (h, w, c): (usize, usize, usize),
+    dst: &mut Vec<u8>,
+    (out_h, out_w): (usize, usize),
+    (y0, x0): (isize, isize),
+    mode: PadMode,
+    fill: &[u8; 3],
+) {
+    dst.clear();
+    dst.resize(out_h * out_w * c, 0);
+    let stride = w * c;
+    for oy in 0..out_h {
+        let row = &mut dst[oy * out_w * c..(oy + 1) * out_w * c];
+        let sy = if h == 0 { None } else { pad_index(y0 + oy as isize, h, mode) };
+        for ox in 0..out_w {
+            let sx = if w == 0 { None } else { pad_index(x0 + ox as isize, w, mode) };
+            let px = &mut row[ox * c..(ox + 1) * c];
+            match (sy, sx) {
+                (Some(sy), Some(sx)) => px.copy_from_slice(&src[sy * stride + sx * c..sy * stride + sx * c + c]),
+                _ => px.copy_from_slice(&fill[..c]),
+            }
+        }
+    }
+}
+
+/// Overwrite the `eh × ew` box at (`top`, `left`) with `value` (one byte per channel).
+pub fn erase(img: &mut ImageMut<'_>, (top, left, eh, ew): (usize, usize, usize, usize), value: &[u8; 3]) {
+    let c = img.c;
+    let stride = img.w * c;
+    for y in top..top + eh {
+        for px in img.data[y * stride + left * c..y * stride + (left + ew) * c].chunks_exact_mut(c) {
+            px.copy_from_slice(&value[..c]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn img(data: &mut [u8], h: usize, w: usize, c: usize) -> ImageMut<'_> {
+        ImageMut { data, h, w, c }
+    }
+
+    #[test]
+    fn white_grays_to_254_as_torchvision() {
+        let mut d = [255u8; 3];
+        grayscale(&mut img(&mut d, 1, 1, 3));
+        assert_eq!(d, [254; 3]);
+    }
+
+    #[test]
+    fn pad_modes_follow_torch_index_patterns() {
+        // 1×4 row [0,1,2,3] padded by 2 on each side.
+        let src = [0u8, 1, 2, 3];
+        let mut dst = Vec::new();
+        let mut run = |mode| {
+            pad_crop(&src, (1, 4, 1), &mut dst, (1, 8), (0, -2), mode, &[9, 9, 9]);
+            dst.clone()
+        };
+        assert_eq!(run(PadMode::Constant), [9, 9, 0, 1, 2, 3, 9, 9]);
+        assert_eq!(run(PadMode::Edge), [0, 0, 0, 1, 2, 3, 3, 3]);
+        assert_eq!(run(PadMode::Reflect), [2, 1, 0, 1, 2, 3, 2, 1]);
+        assert_eq!(run(PadMode::Symmetric), [1, 0, 0, 1, 2, 3, 3, 2]);
+    }
+
+    #[test]
+    fn equalize_leaves_a_constant_channel_and_posterize_zero_is_black() {
+        let mut d = [7u8; 12];
+        equalize(&mut img(&mut d, 2, 2, 3));
+        assert_eq!(d, [7; 12]);
+        posterize(&mut img(&mut d, 2, 2, 3), 0);
+        assert_eq!(d, [0; 12]);
+    }
+
+    #[test]
+    fn flips_are_involutions() {
+        let orig: Vec<u8> = (0..5 * 3 * 3).map(|v| v as u8).collect();
+        let mut d = orig.clone();
+        flip_vertical(&mut img(&mut d, 3, 5, 3));
+        assert_ne!(d, orig);
+        assert_eq!(&d[..15], &orig[30..]);
+        flip_vertical(&mut img(&mut d, 3, 5, 3));
+        flip_horizontal(&mut img(&mut d, 3, 5, 3));
+        assert_eq!(&d[..3], &orig[12..15]);
+        flip_horizontal(&mut img(&mut d, 3, 5, 3));
+        assert_eq!(d, orig);
+    }
+}

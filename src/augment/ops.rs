@@ -1,0 +1,869 @@
+//! ops — the per-sample ops of a compiled program that run on the uint8 crop (see [`super::program`] for where
+//! they sit): each is data ([`OpSpec`], torchvision v2's names and arguments), validated once ([`OpSpec::check`]),
+//! then per sample [`OpSpec::sample`] draws its parameters ([`Drawn`]) with torchvision's distributions and draw
+//! logic from the op's own stream, and [`apply`] runs the [`super::kernels`] with them.
+//!
+//! Randomness: op `pos` of the user's list draws from `SampleRng(seed, epoch, index, OP_BASE + pos)` only, so a
+//! sample's pixels depend on (seed, epoch, index, op position) and never on worker, GPU or rank counts. trdata
+//! uses Philox, not torch's MT19937, so streams differ from torch's but distributions match (tests compare
+//! them with KS/χ² statistics over ≥ 10k draws): a uniform `uniform_(a, b)` is drawn as a double and rounded to
+//! f32 (torch's values are f32), `randint(0, n)` is unbiased, `randperm(4)` is Fisher–Yates, probability gates
+//! are `u < p` (torchvision's `torch.rand(1) >= p` → skip).
+//!
+//! Adding an op (the later geometric ops, the policies' building blocks): a variant here, its `check`, `sample`
+//! and `apply` arms; a policy calls [`apply`] with a `Drawn` it builds from its magnitude tables.
+
+use super::kernels::{self, ImageMut, PadMode};
+use crate::error::{Result, TrdataError};
+use crate::param::Choice;
+use crate::rng::SampleRng;
+
+/// The largest padding and crop side (the same bound as the transforms' sizes: a header or user size larger
+/// than this would allocate before anything could refuse it).
+pub const MAX_SIDE: u32 = 65_536;
+
+/// The `bits` parameter's name (its rules: [`OpSpec::check`]).
+const BITS: &str = "bits";
+/// The `fill` parameter's name (its rules: [`OpSpec::check`]).
+const FILL: &str = "fill";
+/// The `hue` parameter's name (its rules: [`OpSpec::check`]).
+const HUE: &str = "hue";
+/// The `kernel_size` parameter's name (its rules: [`OpSpec::check`]).
+const KERNEL_SIZE: &str = "kernel_size";
+/// The `mean` parameter's name (its rules: [`OpSpec::check`]).
+const MEAN: &str = "mean";
+/// The `num_output_channels` parameter's name (its rules: [`OpSpec::check`]).
+const NUM_OUTPUT_CHANNELS: &str = "num_output_channels";
+/// The `p` parameter's name (its rules: [`OpSpec::check`]).
+const P: &str = "p";
+/// The `padding` parameter's name (its rules: [`OpSpec::check`]).
+const PADDING: &str = "padding";
+/// The `ratio` parameter's name (its rules: [`OpSpec::check`]).
+const RATIO: &str = "ratio";
+/// The `scale` parameter's name (its rules: [`OpSpec::check`]).
+const SCALE: &str = "scale";
+/// The `sharpness_factor` parameter's name (its rules: [`OpSpec::check`]).
+const SHARPNESS_FACTOR: &str = "sharpness_factor";
+/// The `sigma` parameter's name (its rules: [`OpSpec::check`]).
+const SIGMA: &str = "sigma";
+/// The `size` parameter's name (its rules: [`OpSpec::check`]).
+const SIZE: &str = "size";
+/// The `threshold` parameter's name (its rules: [`OpSpec::check`]).
+const THRESHOLD: &str = "threshold";
+/// The `value` parameter's name (its rules: [`OpSpec::check`]).
+const VALUE: &str = "value";
+
+/// Erasing's fill.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EraseValue {
+    /// One value per channel (or one for all), in pixel units 0..=255 (truncated as torch casts floats).
+    Values(Vec<f64>),
+    /// `value="random"`: each erased element an independent normal draw, see [`OpSpec::RandomErasing`].
+    Random,
+}
+
+/// An op of the program that is not folded into the decode (torchvision v2 names and arguments).
+#[derive(Debug, Clone, PartialEq)]
+pub enum OpSpec {
+    /// `Pad(padding, fill, padding_mode)`; `padding` as (left, top, right, bottom).
+    Pad {
+        /// (left, top, right, bottom) pixels.
+        padding: [u32; 4],
+        /// Per-channel (or one) fill for `constant`, pixel units.
+        fill: Vec<f64>,
+        /// Padding mode.
+        mode: PadMode,
+    },
+    /// `RandomCrop(size, padding, pad_if_needed, fill, padding_mode)` (v2 draw logic).
+    RandomCrop {
+        /// Crop height.
+        height: u32,
+        /// Crop width.
+        width: u32,
+        /// (left, top, right, bottom) padding applied first.
+        padding: [u32; 4],
+        /// Pad `size - side` on *both* sides of a dimension that is too small (torchvision v2's rule).
+        pad_if_needed: bool,
+        /// Constant fill.
+        fill: Vec<f64>,
+        /// Padding mode.
+        mode: PadMode,
+    },
+    /// `RandomHorizontalFlip(p)` after the first resample (before it, it folds into the decode).
+    HorizontalFlip {
+        /// Probability.
+        p: f64,
+    },
+    /// `RandomVerticalFlip(p)`.
+    VerticalFlip {
+        /// Probability.
+        p: f64,
+    },
+    /// `ColorJitter`: each range `None` when disabled; applied in a random order (`randperm(4)`).
+    ColorJitter {
+        /// Brightness factor range.
+        brightness: Option<(f64, f64)>,
+        /// Contrast factor range.
+        contrast: Option<(f64, f64)>,
+        /// Saturation factor range.
+        saturation: Option<(f64, f64)>,
+        /// Hue shift range within [-0.5, 0.5].
+        hue: Option<(f64, f64)>,
+    },
+    /// `Grayscale(num_output_channels)`; the program's channel count is the loader's `channels`, so with 3
+    /// the gray value is written to all three (torchvision's `num_output_channels=3`), with 1 it is the image.
+    Grayscale {
+        /// 1 or 3 (torchvision's check; the loader's `channels` decides the output's).
+        num_output_channels: u32,
+    },
+    /// `RandomGrayscale(p)`: gray replicated over the image's channels.
+    RandomGrayscale {
+        /// Probability.
+        p: f64,
+    },
+    /// `GaussianBlur(kernel_size=(kx, ky), sigma=(lo, hi))`.
+    GaussianBlur {
+        /// Kernel width (x), odd.
+        kx: u32,
+        /// Kernel height (y), odd.
+        ky: u32,
+        /// σ range, 0 < lo ≤ hi.
+        sigma: (f64, f64),
+    },
+    /// `GaussianNoise(mean, sigma, clip)` on uint8 as torchvision 0.29 defines it: per element
+    /// `trunc(f32(mean·255) + N(0,1)·f32(sigma·255))` added in int16, clamped to [0, 255] when `clip`, else
+    /// wrapped modulo 256. (`mean`/`sigma` are in [0, 1] units, as for float images.)
+    GaussianNoise {
+        /// Mean, [0, 1] units.
+        mean: f64,
+        /// Standard deviation, [0, 1] units, ≥ 0.
+        sigma: f64,
+        /// Clamp to [0, 255] (else wrap).
+        clip: bool,
+    },
+    /// `RandomErasing(p, scale, ratio, value)` on the uint8 image, before normalize: `value` in pixel units.
+    /// `Random` draws one N(0, 1) per erased element in [0, 1] units and writes `clamp(round(255 · v))`
+    /// (torchvision's `"random"` on a uint8 tensor casts N(0,1) floats and wraps negatives to 255 — noise of
+    /// 0, 1, 2, 254, 255 only — which no one wants; `from_torchvision` maps a `RandomErasing` placed after
+    /// `Normalize` into pixel units instead).
+    RandomErasing {
+        /// Probability.
+        p: f64,
+        /// Erased area fraction range, within [0, 1].
+        scale: (f64, f64),
+        /// Aspect ratio range (log-uniform).
+        ratio: (f64, f64),
+        /// Fill.
+        value: EraseValue,
+    },
+    /// `RandomAutocontrast(p)`.
+    RandomAutocontrast {
+        /// Probability.
+        p: f64,
+    },
+    /// `RandomEqualize(p)`.
+    RandomEqualize {
+        /// Probability.
+        p: f64,
+    },
+    /// `RandomSolarize(threshold, p)`; threshold in pixel units (uint8 semantics).
+    RandomSolarize {
+        /// Pixels ≥ threshold are inverted.
+        threshold: f64,
+        /// Probability.
+        p: f64,
+    },
+    /// `RandomPosterize(bits, p)`.
+    RandomPosterize {
+        /// Bits kept, 0..=8.
+        bits: u32,
+        /// Probability.
+        p: f64,
+    },
+    /// `RandomAdjustSharpness(sharpness_factor, p)`.
+    RandomAdjustSharpness {
+        /// Factor ≥ 0 (0 blurs, 1 is the identity, 2 sharpens).
+        sharpness_factor: f64,
+        /// Probability.
+        p: f64,
+    },
+    /// `RandomInvert(p)`.
+    RandomInvert {
+        /// Probability.
+        p: f64,
+    },
+}
+
+/// The parameters one op drew for one sample (what [`apply`] needs; the policies build them from magnitudes).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Drawn {
+    /// The op does nothing to this sample (its gate said no, or erasing found no box).
+    Skip,
+    /// The op applies with no parameters (flip, gray, invert, equalize, autocontrast, pad).
+    Apply,
+    /// One real parameter (solarize threshold, posterize bits, sharpness factor, blur σ).
+    Value(f64),
+    /// A crop of the padded image: padding (left, top, right, bottom) then the window at (top, left).
+    Crop {
+        /// Padding (left, top, right, bottom).
+        padding: [u32; 4],
+        /// Window top in the padded image.
+        top: u32,
+        /// Window left in the padded image.
+        left: u32,
+    },
+    /// ColorJitter: the order (0 brightness, 1 contrast, 2 saturation, 3 hue) and the factors (None = off).
+    Jitter {
+        /// torchvision's `fn_idx`.
+        order: [u8; 4],
+        /// Factors in `fn_idx` numbering.
+        factors: [Option<f64>; 4],
+    },
+    /// Erase box (top, left, height, width).
+    Erase {
+        /// Top row.
+        top: u32,
+        /// Left column.
+        left: u32,
+        /// Height.
+        h: u32,
+        /// Width.
+        w: u32,
+    },
+}
+
+impl Drawn {
+    /// The drawn values as numbers (for `_core.sample_op`, which tests compare with torchvision's sampling):
+    /// `[]` for Skip, `[1]` for Apply, otherwise the fields in declaration order (Jitter: order then factors,
+    /// NaN for a disabled one).
+    pub fn to_vec(&self) -> Vec<f64> {
+        match self {
+            Drawn::Skip => vec![],
+            Drawn::Apply => vec![1.0],
+            Drawn::Value(v) => vec![*v],
+            Drawn::Crop { padding, top, left } => padding.iter().chain([top, left]).map(|&v| f64::from(v)).collect(),
+            Drawn::Jitter { order, factors } => {
+                order.iter().map(|&o| f64::from(o)).chain(factors.iter().map(|f| f.unwrap_or(f64::NAN))).collect()
+            }
+            Drawn::Erase { top, left, h, w } => [top, left, h, w].iter().map(|&&v| f64::from(v)).collect(),
+        }
+    }
+}
+
+/// torchvision's `uniform_(lo, hi)`: a float32 value (drawn as a double, rounded to f32 like torch's), returned
+/// as the Python double `.item()` gives.
+fn uniform_f32(rng: &mut SampleRng, (lo, hi): (f64, f64)) -> f64 {
+    f64::from(rng.uniform_range(lo, hi) as f32)
+}
+
+/// The probability gate (`_RandomApplyTransform`): one draw, apply iff `u < p`.
+fn gate(rng: &mut SampleRng, p: f64) -> bool {
+    rng.uniform() < p
+}
+
+/// An op's error: `invalid <param>: <value> must … (<Op> at transforms[pos])`.
+fn bad(param: &str, shown: impl std::fmt::Display, rule: &str, op: &str, pos: usize) -> TrdataError {
+    TrdataError::config(param, format!("{shown} must {rule} ({op} at transforms[{pos}])"))
+}
+
+fn check_p(p: f64, op: &str, pos: usize) -> Result<()> {
+    if (0.0..=1.0).contains(&p) { Ok(()) } else { Err(bad(P, p, "be in [0, 1]", op, pos)) }
+}
+
+/// The `brightness`/`contrast`/`saturation` parameter's name.
+const BRIGHTNESS: &str = "brightness";
+/// See [`BRIGHTNESS`].
+const CONTRAST: &str = "contrast";
+/// See [`BRIGHTNESS`].
+const SATURATION: &str = "saturation";
+
+/// A ColorJitter factor range: finite with 0 ≤ min ≤ max (a negative factor has no meaning).
+fn check_factor_range(name: &str, r: &Option<(f64, f64)>, op: &str, pos: usize) -> Result<()> {
+    if let Some((lo, hi)) = *r
+        && !(lo.is_finite() && hi.is_finite() && 0.0 <= lo && lo <= hi)
+    {
+        return Err(bad(name, format!("({lo}, {hi})"), "be finite with 0 ≤ min ≤ max", op, pos));
+    }
+    Ok(())
+}
+
+fn check_fill(fill: &[f64], op: &str, pos: usize) -> Result<()> {
+    if fill.is_empty() || fill.len() > 3 || fill.len() == 2 || !fill.iter().all(|v| v.is_finite()) {
+        return Err(bad(FILL, format!("{fill:?}"), "be one number or one per channel (1 or 3), finite", op, pos));
+    }
+    if !fill.iter().all(|&v| (0.0..256.0).contains(&v)) {
+        return Err(bad(FILL, format!("{fill:?}"), "be in [0, 255] (pixel units of the uint8 image)", op, pos));
+    }
+    Ok(())
+}
+
+fn check_padding(padding: &[u32; 4], op: &str, pos: usize) -> Result<()> {
+    if padding.iter().any(|&v| v > MAX_SIDE) {
+        return Err(bad(PADDING, format!("{padding:?}"), &format!("be in 0..={MAX_SIDE} each"), op, pos));
+    }
+    Ok(())
+}
+
+/// A per-channel fill as bytes (torch truncates floats cast to uint8).
+pub fn fill_bytes(fill: &[f64]) -> [u8; 3] {
+    std::array::from_fn(|c| fill[c.min(fill.len() - 1)] as u8)
+}
+
+impl OpSpec {
+    /// torchvision's class name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            OpSpec::Pad { .. } => "Pad",
+            OpSpec::RandomCrop { .. } => "RandomCrop",
+            OpSpec::HorizontalFlip { .. } => "RandomHorizontalFlip",
+            OpSpec::VerticalFlip { .. } => "RandomVerticalFlip",
+            OpSpec::ColorJitter { .. } => "ColorJitter",
+            OpSpec::Grayscale { .. } => "Grayscale",
+            OpSpec::RandomGrayscale { .. } => "RandomGrayscale",
+            OpSpec::GaussianBlur { .. } => "GaussianBlur",
+            OpSpec::GaussianNoise { .. } => "GaussianNoise",
+            OpSpec::RandomErasing { .. } => "RandomErasing",
+            OpSpec::RandomAutocontrast { .. } => "RandomAutocontrast",
+            OpSpec::RandomEqualize { .. } => "RandomEqualize",
+            OpSpec::RandomSolarize { .. } => "RandomSolarize",
+            OpSpec::RandomPosterize { .. } => "RandomPosterize",
+            OpSpec::RandomAdjustSharpness { .. } => "RandomAdjustSharpness",
+            OpSpec::RandomInvert { .. } => "RandomInvert",
+        }
+    }
+
+    /// Validate the op's values (the one place; Python checks only types). `pos` is its list position, named in
+    /// the message.
+    pub fn check(&self, pos: usize) -> Result<()> {
+        let op = self.name();
+        match self {
+            OpSpec::Pad { padding, fill, .. } => {
+                check_padding(padding, op, pos)?;
+                check_fill(fill, op, pos)
+            }
+            OpSpec::RandomCrop { height, width, padding, fill, .. } => {
+                if !(1..=MAX_SIDE).contains(height) || !(1..=MAX_SIDE).contains(width) {
+                    return Err(bad(SIZE, format!("({height}, {width})"), &format!("be in 1..={MAX_SIDE}"), op, pos));
+                }
+                check_padding(padding, op, pos)?;
+                check_fill(fill, op, pos)
+            }
+            OpSpec::HorizontalFlip { p }
+            | OpSpec::VerticalFlip { p }
+            | OpSpec::RandomGrayscale { p }
+            | OpSpec::RandomAutocontrast { p }
+            | OpSpec::RandomEqualize { p }
+            | OpSpec::RandomInvert { p } => check_p(*p, op, pos),
+            OpSpec::ColorJitter { brightness, contrast, saturation, hue } => {
+                check_factor_range(BRIGHTNESS, brightness, op, pos)?;
+                check_factor_range(CONTRAST, contrast, op, pos)?;
+                check_factor_range(SATURATION, saturation, op, pos)?;
+                if let Some((lo, hi)) = *hue
+                    && !(-0.5 <= lo && lo <= hi && hi <= 0.5)
+                {
+                    return Err(bad(HUE, format!("({lo}, {hi})"), "be within [-0.5, 0.5] with min ≤ max", op, pos));
+                }
+                Ok(())
+            }
+            OpSpec::Grayscale { num_output_channels } => {
+                if matches!(num_output_channels, 1 | 3) {
+                    Ok(())
+                } else {
+                    Err(bad(NUM_OUTPUT_CHANNELS, num_output_channels, "be 1 or 3", op, pos))
+                }
+            }
+            OpSpec::GaussianBlur { kx, ky, sigma } => {
+                for k in [kx, ky] {
+                    if k % 2 == 0 || *k > 1001 {
+                        return Err(bad(
+                            KERNEL_SIZE,
+                            format!("({kx}, {ky})"),
+                            "be odd and positive, at most 1001",
+                            op,
+                            pos,
+                        ));
+                    }
+                }
+                let (lo, hi) = *sigma;
+                if !(lo.is_finite() && hi.is_finite() && 0.0 < lo && lo <= hi) {
+                    return Err(bad(SIGMA, format!("({lo}, {hi})"), "be finite with 0 < min ≤ max", op, pos));
+                }
+                Ok(())
+            }
+            OpSpec::GaussianNoise { mean, sigma, .. } => {
+                if !mean.is_finite() {
+                    return Err(bad(MEAN, mean, "be finite", op, pos));
+                }
+                if !(sigma.is_finite() && *sigma >= 0.0) {
+                    return Err(bad(SIGMA, sigma, "be finite and ≥ 0", op, pos));
+                }
+                Ok(())
+            }
+            OpSpec::RandomErasing { p, scale, ratio, value } => {
+                check_p(*p, op, pos)?;
+                let (lo, hi) = *scale;
+                if !(0.0 <= lo && lo <= hi && hi <= 1.0) {
+                    return Err(bad(SCALE, format!("({lo}, {hi})"), "be within [0, 1] with min ≤ max", op, pos));
+                }
+                let (lo, hi) = *ratio;
+                if !(lo.is_finite() && hi.is_finite() && 0.0 < lo && lo <= hi) {
+                    return Err(bad(RATIO, format!("({lo}, {hi})"), "be finite with 0 < min ≤ max", op, pos));
+                }
+                if let EraseValue::Values(v) = value {
+                    if v.is_empty() || v.len() == 2 || v.len() > 3 {
+                        return Err(bad(VALUE, format!("{v:?}"), "be one number or one per channel (1 or 3)", op, pos));
+                    }
+                    if !v.iter().all(|&x| (0.0..256.0).contains(&x)) {
+                        return Err(bad(
+                            VALUE,
+                            format!("{v:?}"),
+                            "be in [0, 255] (pixel units of the uint8 image)",
+                            op,
+                            pos,
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            OpSpec::RandomSolarize { threshold, p } => {
+                check_p(*p, op, pos)?;
+                if !(threshold.is_finite() && (0.0..=255.0).contains(threshold)) {
+                    return Err(bad(THRESHOLD, threshold, "be in [0, 255] (pixel units of the uint8 image)", op, pos));
+                }
+                Ok(())
+            }
+            OpSpec::RandomPosterize { bits, p } => {
+                check_p(*p, op, pos)?;
+                if *bits > 8 { Err(bad(BITS, bits, "be in 0..=8", op, pos)) } else { Ok(()) }
+            }
+            OpSpec::RandomAdjustSharpness { sharpness_factor, p } => {
+                check_p(*p, op, pos)?;
+                if !(sharpness_factor.is_finite() && *sharpness_factor >= 0.0) {
+                    return Err(bad(SHARPNESS_FACTOR, sharpness_factor, "be finite and ≥ 0", op, pos));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// (height, width) after this op for an input of `hw` (`None`: depends on the sample — only for ops that
+    /// keep the size, applied to a size that already depends on it).
+    pub fn output_hw(&self, hw: Option<(usize, usize)>) -> Option<(usize, usize)> {
+        match self {
+            OpSpec::Pad { padding: [l, t, r, b], .. } => {
+                hw.map(|(h, w)| (h + *t as usize + *b as usize, w + *l as usize + *r as usize))
+            }
+            OpSpec::RandomCrop { height, width, .. } => Some((*height as usize, *width as usize)),
+            _ => hw,
+        }
+    }
+
+    /// Draw this op's parameters for an image of `h × w` × `c` (torchvision's `make_params`, with its draw order
+    /// and its conditions for drawing at all). Errors only where torchvision raises at run time (a crop larger
+    /// than the padded image), naming the op.
+    pub fn sample(&self, rng: &mut SampleRng, (h, w, _c): (usize, usize, usize)) -> std::result::Result<Drawn, String> {
+        Ok(match self {
+            OpSpec::Pad { .. } => Drawn::Apply,
+            OpSpec::RandomCrop { height, width, padding, pad_if_needed, .. } => {
+                let [mut pl, mut pt, mut pr, mut pb] = padding.map(|v| v as usize);
+                let (mut ph, mut pw) = (h + pt + pb, w + pl + pr);
+                let (ch, cw) = (*height as usize, *width as usize);
+                if *pad_if_needed {
+                    if ph < ch {
+                        let d = ch - ph;
+                        pt += d;
+                        pb += d;
+                        ph += 2 * d;
+                    }
+                    if pw < cw {
+                        let d = cw - pw;
+                        pl += d;
+                        pr += d;
+                        pw += 2 * d;
+                    }
+                }
+                if ph < ch || pw < cw {
+                    return Err(format!(
+                        "RandomCrop: the crop ({ch}, {cw}) must fit the padded image ({ph}, {pw}); use \
+                         pad_if_needed=True or more padding"
+                    ));
+                }
+                let top = if ph > ch { rng.below((ph - ch + 1) as u64) } else { 0 };
+                let left = if pw > cw { rng.below((pw - cw + 1) as u64) } else { 0 };
+                let to32 = |v: usize| v as u32;
+                Drawn::Crop { padding: [to32(pl), to32(pt), to32(pr), to32(pb)], top: top as u32, left: left as u32 }
+            }
+            OpSpec::HorizontalFlip { p }
+            | OpSpec::VerticalFlip { p }
+            | OpSpec::RandomGrayscale { p }
+            | OpSpec::RandomAutocontrast { p }
+            | OpSpec::RandomEqualize { p }
+            | OpSpec::RandomInvert { p } => {
+                if gate(rng, *p) {
+                    Drawn::Apply
+                } else {
+                    Drawn::Skip
+                }
+            }
+            OpSpec::Grayscale { .. } => Drawn::Apply,
+            OpSpec::ColorJitter { brightness, contrast, saturation, hue } => {
+                // randperm(4) always (Fisher–Yates), then the enabled factors in b, c, s, h order.
+                let mut order = [0u8, 1, 2, 3];
+                for i in 0..3 {
+                    let z = rng.below((4 - i) as u64) as usize;
+                    order.swap(i, i + z);
+                }
+                let factors = [brightness, contrast, saturation, hue].map(|r| r.map(|r| uniform_f32(rng, r)));
+                Drawn::Jitter { order, factors }
+            }
+            OpSpec::GaussianBlur { sigma, .. } => Drawn::Value(uniform_f32(rng, *sigma)),
+            OpSpec::GaussianNoise { .. } => Drawn::Apply,
+            OpSpec::RandomErasing { p, scale, ratio, .. } => {
+                if !gate(rng, *p) {
+                    return Ok(Drawn::Skip);
+                }
+                let area = (h * w) as f64;
+                let log_ratio = ((ratio.0.ln() as f32) as f64, (ratio.1.ln() as f32) as f64);
+                for _ in 0..10 {
+                    let erase_area = area * uniform_f32(rng, *scale);
+                    let aspect = f64::from((uniform_f32(rng, log_ratio) as f32).exp());
+                    let eh = (erase_area * aspect).sqrt().round_ties_even() as usize;
+                    let ew = (erase_area / aspect).sqrt().round_ties_even() as usize;
+                    if !(eh < h && ew < w) {
+                        continue;
+                    }
+                    let top = rng.below((h - eh + 1) as u64) as u32;
+                    let left = rng.below((w - ew + 1) as u64) as u32;
+                    return Ok(Drawn::Erase { top, left, h: eh as u32, w: ew as u32 });
+                }
+                Drawn::Skip
+            }
+            OpSpec::RandomSolarize { threshold, p } => {
+                if gate(rng, *p) {
+                    Drawn::Value(*threshold)
+                } else {
+                    Drawn::Skip
+                }
+            }
+            OpSpec::RandomPosterize { bits, p } => {
+                if gate(rng, *p) {
+                    Drawn::Value(f64::from(*bits))
+                } else {
+                    Drawn::Skip
+                }
+            }
+            OpSpec::RandomAdjustSharpness { sharpness_factor, p } => {
+                if gate(rng, *p) {
+                    Drawn::Value(*sharpness_factor)
+                } else {
+                    Drawn::Skip
+                }
+            }
+        })
+    }
+}
+
+/// The scratch an op may need beyond the image: a second image buffer (ping-pong for ops that change the size
+/// or read unmodified neighbours) and an f32 plane (blur). Grown once, reused.
+#[derive(Debug, Default)]
+pub struct OpScratch {
+    /// The spare image buffer; ops that write a new image put it here and the program swaps.
+    pub spare: Vec<u8>,
+    /// f32 intermediate (blur's horizontal pass).
+    pub plane: Vec<f32>,
+}
+
+/// The current image of a program: `buf[..h*w*c]`.
+#[derive(Debug, Default)]
+pub struct Frame {
+    /// Pixels (HWC); may be longer than the image (grown to the largest sample).
+    pub buf: Vec<u8>,
+    /// Rows.
+    pub h: usize,
+    /// Columns.
+    pub w: usize,
+    /// Channels (1 or 3).
+    pub c: usize,
+}
+
+impl Frame {
+    /// The image as a kernel view.
+    pub fn view(&mut self) -> ImageMut<'_> {
+        let n = self.h * self.w * self.c;
+        ImageMut { data: &mut self.buf[..n], h: self.h, w: self.w, c: self.c }
+    }
+}
+
+/// Apply `op` with parameters `drawn` to `frame` (the kernels' arithmetic; `rng` continues the op's stream for
+/// the ops that draw per element: noise, random erasing).
+pub fn apply(op: &OpSpec, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, rng: &mut SampleRng) {
+    if *drawn == Drawn::Skip {
+        return;
+    }
+    match (op, drawn) {
+        (OpSpec::Pad { padding: [l, t, r, b], fill, mode }, _) => {
+            let (oh, ow) = (frame.h + (*t + *b) as usize, frame.w + (*l + *r) as usize);
+            let n = frame.h * frame.w * frame.c;
+            kernels::pad_crop(
+                &frame.buf[..n],
+                (frame.h, frame.w, frame.c),
+                &mut scratch.spare,
+                (oh, ow),
+                (-(*t as isize), -(*l as isize)),
+                *mode,
+                &fill_bytes(fill),
+            );
+            std::mem::swap(&mut frame.buf, &mut scratch.spare);
+            (frame.h, frame.w) = (oh, ow);
+        }
+        (OpSpec::RandomCrop { height, width, fill, mode, .. }, Drawn::Crop { padding: [l, t, ..], top, left }) => {
+            let (oh, ow) = (*height as usize, *width as usize);
+            let n = frame.h * frame.w * frame.c;
+            kernels::pad_crop(
+                &frame.buf[..n],
+                (frame.h, frame.w, frame.c),
+                &mut scratch.spare,
+                (oh, ow),
+                (*top as isize - *t as isize, *left as isize - *l as isize),
+                *mode,
+                &fill_bytes(fill),
+            );
+            std::mem::swap(&mut frame.buf, &mut scratch.spare);
+            (frame.h, frame.w) = (oh, ow);
+        }
+        (OpSpec::HorizontalFlip { .. }, _) => kernels::flip_horizontal(&mut frame.view()),
+        (OpSpec::VerticalFlip { .. }, _) => kernels::flip_vertical(&mut frame.view()),
+        (OpSpec::Grayscale { .. } | OpSpec::RandomGrayscale { .. }, _) => kernels::grayscale(&mut frame.view()),
+        (OpSpec::ColorJitter { .. }, Drawn::Jitter { order, factors }) => {
+            for &i in order {
+                let Some(f) = factors[usize::from(i)] else { continue };
+                let img = &mut frame.view();
+                match i {
+                    0 => kernels::brightness(img, f),
+                    1 => kernels::contrast(img, f),
+                    2 => kernels::saturation(img, f),
+                    _ => kernels::hue(img, f),
+                }
+            }
+        }
+        (OpSpec::GaussianBlur { kx, ky, .. }, Drawn::Value(sigma)) => {
+            let (kxv, kyv) =
+                (kernels::gaussian_kernel(*kx as usize, *sigma), kernels::gaussian_kernel(*ky as usize, *sigma));
+            kernels::gaussian_blur(&mut frame.view(), &mut scratch.plane, &kxv, &kyv);
+        }
+        (OpSpec::GaussianNoise { mean, sigma, clip }, _) => {
+            let (m, s) = ((mean * 255.0) as f32, (sigma * 255.0) as f32);
+            for v in frame.view().data.iter_mut() {
+                let noise = s.mul_add(rng.normal_f32(), m) as i16; // `.to(int16)` truncates toward zero
+                let out = i32::from(*v) + i32::from(noise);
+                *v = if *clip { out.clamp(0, 255) as u8 } else { out as u8 };
+            }
+        }
+        (OpSpec::RandomErasing { value, .. }, Drawn::Erase { top, left, h, w }) => {
+            let b = (*top as usize, *left as usize, *h as usize, *w as usize);
+            match value {
+                EraseValue::Values(v) => kernels::erase(&mut frame.view(), b, &fill_bytes(v)),
+                EraseValue::Random => {
+                    let img = frame.view();
+                    let (c, stride) = (img.c, img.w * img.c);
+                    for y in b.0..b.0 + b.2 {
+                        for e in &mut img.data[y * stride + b.1 * c..y * stride + (b.1 + b.3) * c] {
+                            *e = (255.0 * rng.normal_f32()).round_ties_even().clamp(0.0, 255.0) as u8;
+                        }
+                    }
+                }
+            }
+        }
+        (OpSpec::RandomAutocontrast { .. }, _) => kernels::autocontrast(&mut frame.view()),
+        (OpSpec::RandomEqualize { .. }, _) => kernels::equalize(&mut frame.view()),
+        (OpSpec::RandomSolarize { .. }, Drawn::Value(t)) => kernels::solarize(&mut frame.view(), *t),
+        (OpSpec::RandomPosterize { .. }, Drawn::Value(b)) => kernels::posterize(&mut frame.view(), *b as u32),
+        (OpSpec::RandomAdjustSharpness { .. }, Drawn::Value(f)) => {
+            kernels::sharpness(&mut frame.view(), &mut scratch.spare, *f)
+        }
+        (OpSpec::RandomInvert { .. }, _) => kernels::invert(&mut frame.view()),
+        (op, drawn) => unreachable!("{} was drawn {drawn:?}, which its sample() never returns", op.name()),
+    }
+}
+
+/// A value of an op's spec as the binding hands it over (Python's `Transform._spec()` tuple items), so that the
+/// parsing — and every value rule — stays in the core.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Arg {
+    /// `None`.
+    None,
+    /// A bool.
+    Bool(bool),
+    /// An int (any Python int that fits 128 bits).
+    Int(i128),
+    /// A float.
+    Num(f64),
+    /// A string.
+    Str(String),
+    /// A tuple or list.
+    List(Vec<Arg>),
+}
+
+/// `padding_mode` values.
+pub const PADDING_MODE: Choice<PadMode> = Choice {
+    name: "padding_mode",
+    values: &[
+        ("constant", PadMode::Constant),
+        ("edge", PadMode::Edge),
+        ("reflect", PadMode::Reflect),
+        ("symmetric", PadMode::Symmetric),
+    ],
+};
+
+/// The spec kinds [`OpSpec::from_args`] parses (the first item of Python's `_spec()` tuple).
+pub const KINDS: &[&str] = &[
+    "pad",
+    "random_crop",
+    "vertical_flip",
+    "color_jitter",
+    "grayscale",
+    "random_grayscale",
+    "gaussian_blur",
+    "gaussian_noise",
+    "random_erasing",
+    "random_autocontrast",
+    "random_equalize",
+    "random_solarize",
+    "random_posterize",
+    "random_adjust_sharpness",
+    "random_invert",
+];
+
+impl OpSpec {
+    /// Parse `kind` + `args` (the spec tuple after its kind) into an op; shape errors name the parameter
+    /// (`invalid transforms: …` when the tuple itself is malformed, which only a hand-made spec can be). Value
+    /// rules are [`OpSpec::check`]'s, applied when the program is compiled.
+    pub fn from_args(kind: &str, args: &[Arg]) -> Result<Self> {
+        let shape = |what: &str| TrdataError::config("transforms", format!("{kind} spec {args:?} must have {what}"));
+        let get = |i: usize| args.get(i).ok_or_else(|| shape(&format!("at least {} items", i + 1)));
+        let num = |i: usize, name: &str| -> Result<f64> {
+            match get(i)? {
+                Arg::Num(v) => Ok(*v),
+                Arg::Int(v) => Ok(*v as f64),
+                other => Err(TrdataError::config(name, format!("{other:?} must be a number"))),
+            }
+        };
+        let uint = |i: usize, name: &str| -> Result<u32> {
+            match get(i)? {
+                Arg::Int(v) if (0..=i128::from(u32::MAX)).contains(v) => Ok(*v as u32),
+                Arg::Int(v) => Err(TrdataError::config(name, format!("{v} must be in 0..={MAX_SIDE}"))),
+                other => Err(TrdataError::config(name, format!("{other:?} must be an int"))),
+            }
+        };
+        let boolean = |i: usize, name: &str| -> Result<bool> {
+            match get(i)? {
+                Arg::Bool(b) => Ok(*b),
+                other => Err(TrdataError::config(name, format!("{other:?} must be a bool"))),
+            }
+        };
+        let nums = |i: usize, name: &str| -> Result<Vec<f64>> {
+            match get(i)? {
+                Arg::List(v) => v
+                    .iter()
+                    .map(|a| match a {
+                        Arg::Num(x) => Ok(*x),
+                        Arg::Int(x) => Ok(*x as f64),
+                        other => Err(TrdataError::config(name, format!("{other:?} must be a number"))),
+                    })
+                    .collect(),
+                Arg::Num(x) => Ok(vec![*x]),
+                Arg::Int(x) => Ok(vec![*x as f64]),
+                other => Err(TrdataError::config(name, format!("{other:?} must be a number or a sequence of them"))),
+            }
+        };
+        let pair = |i: usize, name: &str| -> Result<(f64, f64)> {
+            match nums(i, name)?.as_slice() {
+                [a, b] => Ok((*a, *b)),
+                v => Err(TrdataError::config(name, format!("{v:?} must be a (min, max) pair"))),
+            }
+        };
+        let opt_pair = |i: usize, name: &str| -> Result<Option<(f64, f64)>> {
+            if *get(i)? == Arg::None { Ok(None) } else { pair(i, name).map(Some) }
+        };
+        let padding = |i: usize| -> Result<[u32; 4]> {
+            match get(i)? {
+                Arg::List(v) if v.len() == 4 => {
+                    let mut out = [0u32; 4];
+                    for (o, a) in out.iter_mut().zip(v) {
+                        *o = match a {
+                            Arg::Int(x) if (0..=i128::from(MAX_SIDE)).contains(x) => *x as u32,
+                            other => {
+                                return Err(TrdataError::config(
+                                    "padding",
+                                    format!(
+                                        "{other:?} must be an int in 0..={MAX_SIDE} (negative padding is not supported)"
+                                    ),
+                                ));
+                            }
+                        };
+                    }
+                    Ok(out)
+                }
+                other => Err(TrdataError::config("padding", format!("{other:?} must be (left, top, right, bottom)"))),
+            }
+        };
+        let mode = |i: usize| -> Result<PadMode> {
+            match get(i)? {
+                Arg::Str(s) => PADDING_MODE.parse(s),
+                other => Err(PADDING_MODE.error(&format!("{other:?}"))),
+            }
+        };
+        Ok(match kind {
+            "pad" => OpSpec::Pad { padding: padding(0)?, fill: nums(1, "fill")?, mode: mode(2)? },
+            "random_crop" => OpSpec::RandomCrop {
+                height: uint(0, "size")?,
+                width: uint(1, "size")?,
+                padding: padding(2)?,
+                pad_if_needed: boolean(3, "pad_if_needed")?,
+                fill: nums(4, "fill")?,
+                mode: mode(5)?,
+            },
+            "vertical_flip" => OpSpec::VerticalFlip { p: num(0, "p")? },
+            "color_jitter" => OpSpec::ColorJitter {
+                brightness: opt_pair(0, "brightness")?,
+                contrast: opt_pair(1, "contrast")?,
+                saturation: opt_pair(2, "saturation")?,
+                hue: opt_pair(3, "hue")?,
+            },
+            "grayscale" => OpSpec::Grayscale { num_output_channels: uint(0, "num_output_channels")? },
+            "random_grayscale" => OpSpec::RandomGrayscale { p: num(0, "p")? },
+            "gaussian_blur" => OpSpec::GaussianBlur {
+                kx: uint(0, "kernel_size")?,
+                ky: uint(1, "kernel_size")?,
+                sigma: pair(2, "sigma")?,
+            },
+            "gaussian_noise" => {
+                OpSpec::GaussianNoise { mean: num(0, "mean")?, sigma: num(1, "sigma")?, clip: boolean(2, "clip")? }
+            }
+            "random_erasing" => OpSpec::RandomErasing {
+                p: num(0, "p")?,
+                scale: pair(1, "scale")?,
+                ratio: pair(2, "ratio")?,
+                value: match get(3)? {
+                    Arg::Str(s) if s == "random" => EraseValue::Random,
+                    Arg::Str(s) => {
+                        return Err(TrdataError::config(
+                            "value",
+                            format!("{s:?} must be a number, a sequence or 'random'"),
+                        ));
+                    }
+                    _ => EraseValue::Values(nums(3, "value")?),
+                },
+            },
+            "random_autocontrast" => OpSpec::RandomAutocontrast { p: num(0, "p")? },
+            "random_equalize" => OpSpec::RandomEqualize { p: num(0, "p")? },
+            "random_solarize" => OpSpec::RandomSolarize { threshold: num(0, "threshold")?, p: num(1, "p")? },
+            "random_posterize" => OpSpec::RandomPosterize { bits: uint(0, "bits")?, p: num(1, "p")? },
+            "random_adjust_sharpness" => {
+                OpSpec::RandomAdjustSharpness { sharpness_factor: num(0, "sharpness_factor")?, p: num(1, "p")? }
+            }
+            "random_invert" => OpSpec::RandomInvert { p: num(0, "p")? },
+            other => return Err(TrdataError::config("transforms", format!("unknown transform {other:?}"))),
+        })
+    }
+}

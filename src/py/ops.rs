@@ -1,0 +1,90 @@
+//! The binding of the program's ops (augment/ops.rs): Python's `Transform._spec()` tuples of the ops beyond the
+//! four classic transforms become core values ([`Arg`]) that the core parses; `_core.sample_op` returns what an
+//! op draws for one sample (the tests compare those distributions with torchvision's); the ops' defaults join
+//! `_core.DEFAULTS`.
+
+use super::errors::{IntoPyResult, to_py};
+use crate::augment::ops::{Arg, OpSpec};
+use crate::augment::{SampleKey, TransformSpec, default, program};
+use crate::error::TrdataError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+
+/// A Python value as a core [`Arg`] (None, bool, int, float, str, tuple/list of those).
+fn arg(v: &Bound<'_, PyAny>) -> PyResult<Arg> {
+    Ok(if v.is_none() {
+        Arg::None
+    } else if v.is_instance_of::<PyBool>() {
+        Arg::Bool(v.extract()?)
+    } else if v.is_instance_of::<PyInt>() {
+        Arg::Int(v.extract::<i128>().unwrap_or(i128::MAX))
+    } else if v.is_instance_of::<PyFloat>() {
+        Arg::Num(v.extract()?)
+    } else if v.is_instance_of::<PyString>() {
+        Arg::Str(v.extract()?)
+    } else if v.is_instance_of::<PyTuple>() || v.is_instance_of::<PyList>() {
+        Arg::List(v.try_iter()?.map(|i| arg(&i?)).collect::<PyResult<_>>()?)
+    } else {
+        return Err(to_py(TrdataError::config("transforms", format!("{v} is not a spec value"))));
+    })
+}
+
+/// `("kind", args…)` of one of `augment::ops::KINDS` → the core's spec.
+pub fn parse_op(kind: &str, t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec> {
+    let args = t.iter().skip(1).map(|v| arg(&v)).collect::<PyResult<Vec<_>>>()?;
+    OpSpec::from_args(kind, &args).map(TransformSpec::Op).py_err()
+}
+
+/// What the op of `spec` (a `_spec()` tuple), at list position `position`, draws for sample (seed, epoch, index)
+/// on a `height × width × channels` image: `[]` when it skips, `[1.0]` when it applies without parameters, else
+/// its parameters (`augment::ops::Drawn::to_vec`).
+#[pyfunction]
+#[pyo3(signature = (spec, *, seed, epoch, index, position, height, width, channels))]
+#[allow(clippy::too_many_arguments)]
+fn sample_op(
+    spec: &Bound<'_, PyTuple>,
+    seed: u64,
+    epoch: u64,
+    index: u64,
+    position: usize,
+    height: usize,
+    width: usize,
+    channels: usize,
+) -> PyResult<Vec<f64>> {
+    let kind: String = spec.get_item(0)?.extract()?;
+    let TransformSpec::Op(op) = parse_op(&kind, spec)? else { unreachable!("parse_op makes ops") };
+    program::sample_op(&op, position, SampleKey { seed, epoch, index }, (height, width, channels)).py_err()
+}
+
+/// The ops' defaults (`Class.parameter` keys), added to `_core.DEFAULTS`.
+pub fn add_defaults(d: &Bound<'_, PyDict>) -> PyResult<()> {
+    for cls in [
+        "RandomVerticalFlip",
+        "RandomErasing",
+        "RandomAutocontrast",
+        "RandomEqualize",
+        "RandomSolarize",
+        "RandomPosterize",
+        "RandomAdjustSharpness",
+        "RandomInvert",
+    ] {
+        d.set_item(format!("{cls}.p"), default::GATE_P)?;
+    }
+    d.set_item("RandomGrayscale.p", default::GRAYSCALE_P)?;
+    d.set_item("Grayscale.num_output_channels", default::GRAYSCALE_CHANNELS)?;
+    d.set_item("GaussianBlur.sigma", default::BLUR_SIGMA)?;
+    d.set_item("GaussianNoise.mean", default::NOISE_MEAN)?;
+    d.set_item("GaussianNoise.sigma", default::NOISE_SIGMA)?;
+    d.set_item("GaussianNoise.clip", default::NOISE_CLIP)?;
+    d.set_item("RandomErasing.scale", default::ERASING_SCALE)?;
+    d.set_item("RandomErasing.ratio", default::ERASING_RATIO)?;
+    d.set_item("RandomErasing.value", default::ERASING_VALUE)?;
+    d.set_item("Pad.fill", default::FILL)?;
+    d.set_item("Pad.padding_mode", default::PADDING_MODE)?;
+    Ok(())
+}
+
+/// Register `sample_op`.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(sample_op, m)?)
+}
