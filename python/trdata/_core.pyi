@@ -198,7 +198,7 @@ class NativeLoader:
         shuffle: bool,
         reproducible: bool,
         delivered: list[bytes],
-        order: str = "samples",
+        order: str = ...,
     ) -> None: ...
     @property
     def epoch(self) -> int: ...
