@@ -15,6 +15,7 @@ import struct
 from pathlib import Path
 
 import numpy as np
+import PIL
 import pytest
 import trdata
 from _fixtures import photo
@@ -296,8 +297,19 @@ def plain_jpeg() -> bytes:
     return buf.getvalue()
 
 
+#: Hostile blocks that Pillow 12 and Pillow 13 read differently (a repeated Orientation entry: 13 takes the first;
+#: an entry whose value runs past the block: 13 skips it and reads on). trdata follows Pillow 13; the expected
+#: outcomes are pinned in test_expected_outcomes_of_a_few_blocks, and the differential test skips them under
+#: an older Pillow.
+PILLOW_13_RULES = {"II-first-wins", "MM-first-wins", "value-larger-than-block-skipped"}
+
+
 @pytest.mark.parametrize("case", sorted(block_cases()))
 def test_exif_blocks_as_pillow_reads_them(tmp_path: Path, plain_jpeg: bytes, case: str) -> None:
+    if case in PILLOW_13_RULES and int(PIL.__version__.split(".")[0]) < 13:
+        pytest.skip(
+            f"Pillow {PIL.__version__} reads this block by older rules; trdata follows Pillow 13 (pinned below)"
+        )
     segments = b"".join(app1(p) for p in block_cases()[case])
     path = tmp_path / f"{case}.jpg"
     path.write_bytes(plain_jpeg[:2] + segments + plain_jpeg[2:])
@@ -318,6 +330,8 @@ def test_expected_outcomes_of_a_few_blocks(tmp_path: Path, plain_jpeg: bytes) ->
         ("xmp-attr-only", Image.Transpose.ROTATE_270),
         ("exif-without-orientation-then-xmp", Image.Transpose.ROTATE_270),
         ("value-larger-than-block-skipped", Image.Transpose.ROTATE_270),
+        ("II-first-wins", Image.Transpose.ROTATE_180),
+        ("MM-first-wins", Image.Transpose.ROTATE_180),
     ]:
         path = tmp_path / "x.jpg"
         path.write_bytes(plain_jpeg[:2] + b"".join(app1(p) for p in block_cases()[case]) + plain_jpeg[2:])
