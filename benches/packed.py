@@ -259,7 +259,7 @@ def order_step(work: Path, samples: int, classes: int, per_block: int, batch: in
             workers=2,
             shuffle=shuffle,
             seed=3,
-            transforms=[],
+            transforms=[trdata.CenterCrop(8)],
             dtype="uint8",
             reproducible=True,
             last_batch="drop",
@@ -362,7 +362,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {m.name:<44} {m.error}")
                 continue
             ratio = f"{m.img_per_s / ref.img_per_s:5.2f}× folder" if ref and not ref.error else ""
-            print(f"  {m.name:<44} {m.img_per_s:>8,.0f} img/s  {ratio}")
+            per_cpu = m.img_per_cpu_s
+            cpu = ""
+            if per_cpu and ref and not ref.error and ref.img_per_cpu_s:
+                cpu = f"  {per_cpu:>7,.0f} img/CPU-s  {per_cpu / ref.img_per_cpu_s:5.2f}× folder"
+            print(f"  {m.name:<44} {m.img_per_s:>8,.0f} img/s  {ratio}{cpu}")
         doc["loaders"] = [m.to_json() for m in results]
         full, part = by.get("packed-full"), by.get("packed-partial")
         if full and part and not full.error and not part.error and ref and not ref.error:
