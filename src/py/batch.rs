@@ -70,7 +70,8 @@ impl BatchOp {
                 let mut classes = None;
                 // python/trdata/batch.py refuses a RandomChoice inside a RandomChoice (a type rule).
                 for (j, op) in ops.iter().enumerate() {
-                    let k = op.check(input, &format!("{} at {whence} ops[{j}]", op.name()))?;
+                    let at = whence.split_once(" at ").map_or(whence, |(_, at)| at); // "batch_ops[i]"
+                    let k = op.check(input, &format!("{} at {at}.ops[{j}]", op.name()))?;
                     classes = classes.or(k); // labels of a choice become soft if any of its ops mixes them
                 }
                 Ok(classes)
