@@ -165,7 +165,17 @@ def mix_ops(labels, source):
 
 class TrdataFeed:
     def __init__(
-        self, paths, labels, batch, workers, dtype, layout="NHWC", prefetch=2, device_slots=3, source=None, mix=False
+        self,
+        paths,
+        labels,
+        batch,
+        workers,
+        dtype,
+        layout="NHWC",
+        prefetch=2,
+        device_slots=3,
+        source=None,
+        mix=False,
     ):
         self.name = "trdata" if dtype == "bfloat16" else f"trdata-{'u8' if dtype == 'uint8' else dtype}"
         self.dtype = dtype
@@ -480,6 +490,7 @@ def main(argv=None):
     repeat = a.repeat or max(1, -(-100 * a.batch // len(paths)))
     rpaths, rlabels = repeated(paths, labels, repeat)
     header = {
+        "mix": a.mix,
         "gpu": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
         "cores": allowed_cores(),
@@ -558,7 +569,9 @@ def main(argv=None):
 
                 mode = "full" if base == "packed" else "partial"
                 src = trdata.Packed(a.packed, mode)
-                feed = TrdataFeed(None, None, a.batch, int(nw or a.workers), "bfloat16", source=src, mix=a.mix)
+                feed = TrdataFeed(
+                    None, None, a.batch, int(nw or a.workers), "bfloat16", source=src, mix=a.mix
+                )
             elif base == "dataloader":
                 feed = DataLoaderFeed(rpaths, rlabels, a.batch, int(nw or a.dl_workers))
             else:

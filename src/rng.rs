@@ -165,7 +165,6 @@ impl SampleRng {
     }
 }
 
-
 // ---- Batch ops (python/trdata/batch.py: MixUp, CutMix, RandomChoice, BatchRandomErasing) -------------------
 //
 // A batch op runs once per batch, after the batch exists on its device. Its randomness is the stream
@@ -273,7 +272,7 @@ pub fn check_batch_op_input(
         return Ok(None);
     }
     if let Some(n) = num_classes {
-        NUM_CLASSES.check_shown::<u32>(i128::try_from(n).ok(), &n.to_string())?;
+        NUM_CLASSES.check::<u32>(i128::from(n))?;
     }
     let k = match (&input.target_shape, num_classes, input.classes) {
         (Some(shape), given, _) => {
@@ -294,7 +293,7 @@ pub fn check_batch_op_input(
         (None, None, Some(c)) => c,
         (None, None, None) => return bad("num_classes=None must be given: the source has no classes".into()),
     };
-    NUM_CLASSES.check_shown::<u32>(i128::try_from(k).ok(), &k.to_string()).map(Some)
+    NUM_CLASSES.check::<u32>(i128::from(k)).map(Some)
 }
 
 /// torchvision's `float(Beta(α, α).sample(()))`: a float32 value (drawn as a double, rounded to f32 as torch's

@@ -52,7 +52,9 @@ def test_mix_equals_torchvision_v2_given_the_same_lambda_and_box(source, op):
     torch = pytest.importorskip("torch")
     v2 = pytest.importorskip("torchvision.transforms.v2")
     plain = epoch(make(source))
-    cls = trdata.MixUp(alpha=0.4, num_classes=CLASSES) if op == "mixup" else trdata.CutMix(num_classes=CLASSES)
+    cls = (
+        trdata.MixUp(alpha=0.4, num_classes=CLASSES) if op == "mixup" else trdata.CutMix(num_classes=CLASSES)
+    )
     mixed = epoch(make(source, batch_ops=[cls]))
     assert len(plain) == len(mixed) == 4
     for b, ((x, y, idx), (mx, my, midx)) in enumerate(zip(plain, mixed)):
@@ -101,7 +103,11 @@ def test_nhwc_cutmix_boxes_the_height_and_width_axes(source):
 def ks_two_sample(a: np.ndarray, b: np.ndarray) -> float:
     a, b = np.sort(a), np.sort(b)
     grid = np.concatenate([a, b])
-    return float(np.max(np.abs(np.searchsorted(a, grid, "right") / len(a) - np.searchsorted(b, grid, "right") / len(b))))
+    return float(
+        np.max(
+            np.abs(np.searchsorted(a, grid, "right") / len(a) - np.searchsorted(b, grid, "right") / len(b))
+        )
+    )
 
 
 @pytest.mark.parametrize("alpha", [0.2, 1.0, 3.0])
@@ -266,7 +272,10 @@ def test_bad_batch_op_values_name_their_parameter(source):
         (dict(batch_ops=[trdata.MixUp(alpha=-1.0, num_classes=CLASSES)]), "alpha"),
         (dict(batch_ops=[trdata.CutMix()]), "batch_ops"),  # a FileList without classes: num_classes needed
         (dict(batch_ops=[trdata.BatchRandomErasing(scale=(0.5, 2.0))]), "scale"),
-        (dict(batch_ops=[trdata.BatchRandomErasing(value="random")], dtype="uint8", normalize=None), "batch_ops"),
+        (
+            dict(batch_ops=[trdata.BatchRandomErasing(value="random")], dtype="uint8", normalize=None),
+            "batch_ops",
+        ),
     ]:
         with pytest.raises(trdata.ConfigError) as e:
             make(source, **kwargs)

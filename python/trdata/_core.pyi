@@ -46,7 +46,6 @@ def sample_op(
     width: int,
     channels: int,
 ) -> list[float]: ...
-
 def batch_op_check(
     spec: tuple[Any, ...],
     position: int,

@@ -19,7 +19,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -98,7 +98,9 @@ class RandomChoice(BatchOp):
     def _spec(self) -> tuple[Any, ...]:
         ops = self.ops
         if isinstance(ops, (str, bytes)) or not isinstance(ops, Sequence):
-            raise ConfigError(f"invalid batch_ops: RandomChoice ops={_shown(ops)} must be a list", parameter="batch_ops")
+            raise ConfigError(
+                f"invalid batch_ops: RandomChoice ops={_shown(ops)} must be a list", parameter="batch_ops"
+            )
         for op in ops:
             if not isinstance(op, BatchOp) or isinstance(op, RandomChoice):
                 raise ConfigError(
@@ -109,7 +111,10 @@ class RandomChoice(BatchOp):
         p = self.p
         if p is not None:
             if isinstance(p, (str, bytes)) or not isinstance(p, (Sequence, np.ndarray)):
-                raise ConfigError(f"invalid batch_ops: RandomChoice p={_shown(p)} must be a list of numbers", parameter="batch_ops")
+                raise ConfigError(
+                    f"invalid batch_ops: RandomChoice p={_shown(p)} must be a list of numbers",
+                    parameter="batch_ops",
+                )
             p = [_real(v, "batch_ops") for v in p]
         return ("random_choice", [op._spec() for op in ops], p)
 
@@ -155,7 +160,9 @@ class BatchRandomErasing(BatchOp):
 def _batch_op_specs(batch_ops: Any) -> list[tuple[Any, ...]]:
     """``batch_ops=`` → the ops' spec tuples (a list of trdata batch ops; their values: the core's)."""
     if isinstance(batch_ops, (str, bytes)) or not isinstance(batch_ops, Sequence):
-        raise ConfigError(f"invalid batch_ops: {_shown(batch_ops)} must be a list of batch ops", parameter="batch_ops")
+        raise ConfigError(
+            f"invalid batch_ops: {_shown(batch_ops)} must be a list of batch ops", parameter="batch_ops"
+        )
     for op in batch_ops:
         if not isinstance(op, BatchOp) or type(op)._spec is BatchOp._spec:
             raise ConfigError(
@@ -172,7 +179,7 @@ def _callable_or_none(fn: Any) -> Callable[..., Any] | None:
             f"invalid batch_transform: {_shown(fn)} must be a callable fn(batch, generator) or None",
             parameter="batch_transform",
         )
-    return fn
+    return None if fn is None else cast("Callable[..., Any]", fn)
 
 
 class BatchOpPlan:
@@ -194,7 +201,11 @@ class BatchOpPlan:
         self.nhwc = layout == "NHWC"
         self.classes = [
             _core.batch_op_check(
-                s, i, float_images=float_images, classes=classes, target_shape=None if target_shape is None else list(target_shape)
+                s,
+                i,
+                float_images=float_images,
+                classes=classes,
+                target_shape=None if target_shape is None else list(target_shape),
             )
             for i, s in enumerate(specs)
         ]
@@ -210,7 +221,9 @@ class BatchOpPlan:
             images, labels = self._run(spec, draw, images, labels, k)
         return images, labels
 
-    def _run(self, spec: tuple[Any, ...], draw: list[float], x: Any, y: Any, k: int | None) -> tuple[Any, Any]:
+    def _run(
+        self, spec: tuple[Any, ...], draw: list[float], x: Any, y: Any, k: int | None
+    ) -> tuple[Any, Any]:
         kind = spec[0]
         if kind == "random_choice":
             j = int(draw[0])
@@ -219,11 +232,19 @@ class BatchOpPlan:
             return self._run(spec[1][j], draw[1:], x, y, k)
         if kind == "mixup":
             lam = draw[0]
-            out = _roll(x).mul_(1.0 - lam).add_(x.mul(lam)) if _is_torch(x) else _roll(x) * (1.0 - lam) + x * lam
+            out = (
+                _roll(x).mul_(1.0 - lam).add_(x.mul(lam))
+                if _is_torch(x)
+                else _roll(x) * (1.0 - lam) + x * lam
+            )
             return out, _soft(y, lam, k)
         if kind == "cutmix":
             lam, y1, y2, x1, x2 = draw[0], int(draw[1]), int(draw[2]), int(draw[3]), int(draw[4])
-            box: Any = (slice(None), slice(y1, y2), slice(x1, x2)) if self.nhwc else (Ellipsis, slice(y1, y2), slice(x1, x2))
+            box: Any = (
+                (slice(None), slice(y1, y2), slice(x1, x2))
+                if self.nhwc
+                else (Ellipsis, slice(y1, y2), slice(x1, x2))
+            )
             out = x.clone() if _is_torch(x) else x.copy()
             out[box] = _roll(x[box])
             return out, _soft(y, lam, k)
@@ -235,7 +256,11 @@ class BatchOpPlan:
         for r, (top, left, eh, ew) in enumerate(rows.tolist()):
             if eh == 0:
                 continue
-            box = (r, slice(top, top + eh), slice(left, left + ew)) if self.nhwc else (r, Ellipsis, slice(top, top + eh), slice(left, left + ew))
+            box = (
+                (r, slice(top, top + eh), slice(left, left + ew))
+                if self.nhwc
+                else (r, Ellipsis, slice(top, top + eh), slice(left, left + ew))
+            )
             if gen is None:
                 x[box] = value
             else:
@@ -426,7 +451,11 @@ def wait_handoff(out: Any) -> Any:
         import torch
 
         side, event = entry
-        tensors = list(item) if isinstance(item, (tuple, list)) else [getattr(item, "images", None), getattr(item, "labels", None)]
+        tensors = (
+            list(item)
+            if isinstance(item, (tuple, list))
+            else [getattr(item, "images", None), getattr(item, "labels", None)]
+        )
         for t in tensors:
             if isinstance(t, torch.Tensor) and t.is_cuda:
                 stream = torch.cuda.current_stream(t.device)

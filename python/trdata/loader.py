@@ -675,15 +675,21 @@ class Loader:
 
     # --- batch ops and batch_transform (python/trdata/batch.py) ---------------------------------------------
 
+    _prefetcher: _batch.BatchPrefetcher | None
+    _batch_ops: _batch.BatchOpPlan | None
+    _batch_transform: Callable[..., Any] | None
+
     def _init_batch_hooks(self, batch_ops: Any, batch_transform: Any) -> None:
         specs = _batch._batch_op_specs(batch_ops)
         self._batch_transform = _batch._callable_or_none(batch_transform)
-        self._prefetcher: _batch.BatchPrefetcher | None = None
+        self._prefetcher = None
         engines = max(len(self._ordinals or ()), 1)
         self._engines_global = self.world_size * engines  # G: batch b of engine g is global batch b·G + g
         self._engine_base = self.rank * engines
         self._seed = self._native.state_dict()["seed"]
-        classes = None if self._targets is not None else len(getattr(self.source, "classes", None) or ()) or None
+        classes = (
+            None if self._targets is not None else len(getattr(self.source, "classes", None) or ()) or None
+        )
         self._batch_ops = (
             _batch.BatchOpPlan(
                 specs,
