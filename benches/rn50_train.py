@@ -153,9 +153,29 @@ class SyntheticFeed:
         self.batches = []
 
 
+def mix_ops(labels, source):
+    """--mix: torchvision's reference ImageNet recipe, RandomChoice([MixUp(alpha=0.2), CutMix(alpha=1.0)]), on
+    the GPU batch; labels become soft (N, classes) float32, which CrossEntropyLoss takes as probabilities."""
+    import trdata
+
+    classes = len(source.classes) if source is not None and source.classes else max(labels) + 1
+    ops = [trdata.MixUp(alpha=0.2, num_classes=classes), trdata.CutMix(alpha=1.0, num_classes=classes)]
+    return {"batch_ops": [trdata.RandomChoice(ops)]}
+
+
 class TrdataFeed:
     def __init__(
-        self, paths, labels, batch, workers, dtype, layout="NHWC", prefetch=2, device_slots=3, source=None
+        self,
+        paths,
+        labels,
+        batch,
+        workers,
+        dtype,
+        layout="NHWC",
+        prefetch=2,
+        device_slots=3,
+        source=None,
+        mix=False,
     ):
         self.name = "trdata" if dtype == "bfloat16" else f"trdata-{'u8' if dtype == 'uint8' else dtype}"
         self.dtype = dtype
@@ -171,6 +191,7 @@ class TrdataFeed:
             prefetch=prefetch,
             device_slots=device_slots,
             source=source,
+            **(mix_ops(labels, source) if mix else {}),
         )
         self.workers = workers
         self.it = iter(self.loader)
@@ -446,6 +467,11 @@ def main(argv=None):
         default=0,
         help="make the packed file here: the repeated file list re-encoded at this short side, q90",
     )
+    p.add_argument(
+        "--mix",
+        action="store_true",
+        help="trdata configs: RandomChoice([MixUp(0.2), CutMix(1.0)]) batch ops on the GPU (torchvision's recipe)",
+    )
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     t_start = time.time()
@@ -464,6 +490,7 @@ def main(argv=None):
     repeat = a.repeat or max(1, -(-100 * a.batch // len(paths)))
     rpaths, rlabels = repeated(paths, labels, repeat)
     header = {
+        "mix": a.mix,
         "gpu": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
         "cores": allowed_cores(),
@@ -536,13 +563,15 @@ def main(argv=None):
                 feed = SyntheticFeed(a.batch)
             elif base in ("trdata", "trdata-u8", "trdata-f16"):
                 dtype = {"trdata": "bfloat16", "trdata-u8": "uint8", "trdata-f16": "float16"}[base]
-                feed = TrdataFeed(rpaths, rlabels, a.batch, int(nw or a.workers), dtype)
+                feed = TrdataFeed(rpaths, rlabels, a.batch, int(nw or a.workers), dtype, mix=a.mix)
             elif base in ("packed", "packed-partial"):
                 import trdata
 
                 mode = "full" if base == "packed" else "partial"
                 src = trdata.Packed(a.packed, mode)
-                feed = TrdataFeed(None, None, a.batch, int(nw or a.workers), "bfloat16", source=src)
+                feed = TrdataFeed(
+                    None, None, a.batch, int(nw or a.workers), "bfloat16", source=src, mix=a.mix
+                )
             elif base == "dataloader":
                 feed = DataLoaderFeed(rpaths, rlabels, a.batch, int(nw or a.dl_workers))
             else:

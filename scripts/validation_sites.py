@@ -29,7 +29,9 @@ PARAMS = {
     "source", "batch_size", "transforms", "normalize", "dtype", "layout", "workers", "shuffle", "seed",
     "reproducible", "last_batch", "device", "rank", "world_size", "on_error", "pin", "prefetch",
     "max_held_batches", "device_slots", "cpus", "max_pixels", "max_scans", "max_memory_bytes", "epoch",
-    "channels", "exif_transpose",
+    "channels", "exif_transpose", "batch_ops", "batch_transform",
+    # batch ops (python/trdata/batch.py; p/scale/ratio/value of BatchRandomErasing are RandomErasing's)
+    "alpha", "num_classes",
     # transforms
     "size", "scale", "ratio", "p",
     "padding", "fill", "padding_mode", "pad_if_needed", "brightness", "contrast", "saturation", "hue",
@@ -43,6 +45,7 @@ PARAMS = {
 # Parameters whose only rule is their Python type (any bool, any path): no core site.
 TYPE_ONLY = {
     "shuffle", "reproducible", "exif_transpose", "root", "classes", "train", "variant", "pad_if_needed", "clip",
+    "batch_transform",  # a callable or None
     "reencode",  # a Reencode or dict; its fields are short_side, max_side, quality (pack/mod.rs)
 }  # fmt: skip
 
@@ -112,6 +115,16 @@ EDGE_TRANSLATORS = {
     "python/trdata/packed.py": {
         "_reencode_options": "reencode is None, a trdata.Reencode or a dict of its fields (their values: pack/mod.rs)",
         "pack": "source is a trdata Source (only `source`)",
+    },
+    "python/trdata/batch.py": {
+        "_opt_int": "num_classes is None or an int (its range: rng.rs NUM_CLASSES)",
+        "RandomChoice._spec": "ops is a list of MixUp/CutMix/BatchRandomErasing, p a list of numbers (values: rng.rs)",
+        "BatchRandomErasing._spec": "value is a number or the string 'random'",
+        "_batch_op_specs": "batch_ops is a list of trdata batch ops",
+        "_callable_or_none": "batch_transform is a callable or None",
+    },
+    "src/py/batch.rs": {
+        "parse": "a batch-op spec tuple of a known kind (trdata.batch's _spec)",
     },
     "src/py/source.rs": {
         "pixels": "images is a 3-D or 4-D numpy array, C-contiguous (its sizes: source::arrays)",

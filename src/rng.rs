@@ -4,6 +4,9 @@
 //! key = seed and counter = (block, op, sample index, epoch), so a sample's augmentation depends only on
 //! (seed, epoch, sample index, op) — never on which worker, how many threads or which GPU processed it.
 
+use crate::error::{Result, TrdataError};
+use crate::param::IntParam;
+
 const M0: u32 = 0xD251_1F53;
 const M1: u32 = 0xCD9E_8D57;
 const W0: u32 = 0x9E37_79B9;
@@ -119,6 +122,217 @@ impl SampleRng {
             }
         }
     }
+
+    /// A standard normal variate in f64 (Box–Muller, cosine half only, as [`normal_f32`](Self::normal_f32): two
+    /// uniforms per call, so the stream position never depends on call parity).
+    #[inline]
+    pub fn normal_f64(&mut self) -> f64 {
+        let u1 = 1.0 - self.uniform(); // (0, 1]: ln(0) would be -inf
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    }
+
+    /// ln of a Gamma(shape, 1) variate, `shape > 0` (Marsaglia & Tsang 2000; for shape < 1 the boost
+    /// Gamma(a) = Gamma(a + 1) · U^(1/a), taken in log space so that tiny shapes — whose variates underflow an
+    /// f64 — still give a finite logarithm instead of 0 and a 0/0 Beta).
+    pub fn ln_gamma_variate(&mut self, shape: f64) -> f64 {
+        if shape < 1.0 {
+            let u = 1.0 - self.uniform(); // (0, 1]
+            return self.ln_gamma_variate(shape + 1.0) + u.ln() / shape;
+        }
+        let d = shape - 1.0 / 3.0;
+        let c = 1.0 / (9.0 * d).sqrt();
+        loop {
+            let x = self.normal_f64();
+            let v = 1.0 + c * x;
+            if v <= 0.0 {
+                continue;
+            }
+            let v = v * v * v;
+            let u = 1.0 - self.uniform(); // (0, 1]: ln(u) finite
+            if u < 1.0 - 0.0331 * x.powi(4) || u.ln() < 0.5 * x * x + d * (1.0 - v + v.ln()) {
+                return d.ln() + v.ln();
+            }
+        }
+    }
+
+    /// A Beta(a, b) variate in [0, 1] (X / (X + Y) of two Gamma variates, computed from their logarithms:
+    /// 1 / (1 + e^(ln Y − ln X))), `a, b > 0`.
+    pub fn beta(&mut self, a: f64, b: f64) -> f64 {
+        let ln_x = self.ln_gamma_variate(a);
+        let ln_y = self.ln_gamma_variate(b);
+        1.0 / (1.0 + (ln_y - ln_x).exp())
+    }
+}
+
+// ---- Batch ops (python/trdata/batch.py: MixUp, CutMix, RandomChoice, BatchRandomErasing) -------------------
+//
+// A batch op runs once per batch, after the batch exists on its device. Its randomness is the stream
+// `batch_rng(seed, epoch, batch, position, member)`: `batch` is the global batch number of the epoch (step · G + g
+// for G engines, so every engine of every rank draws its own values), `position` the op's place in `batch_ops`,
+// `member` 0 for the op itself and j + 1 for the j-th op of a RandomChoice. A batch's draws therefore depend on
+// (seed, epoch, batch, position) only — never on worker count, prefetch depth or a resume — so reproducible mode
+// stays byte-identical with batch ops. The rules of the batch ops' numbers live here (alpha, num_classes, the
+// batch_ops list); RandomErasing's p/scale/ratio keep their one rule in augment/ops.rs.
+
+/// Op index base of the batch ops' streams: `OP_BATCH_BASE + position · 256 + member`, far above the per-sample
+/// ops (`OP_BASE + pos`) and the plan's fixed indices, which are keyed by sample index, not batch number.
+pub const OP_BATCH_BASE: u32 = 0x4241_0000;
+/// The stream of `batch_transform`'s generator seed (`batch_seed`), apart from every op position.
+pub const OP_BATCH_TRANSFORM: u32 = 0x4254_5246;
+/// Most ops in `batch_ops`, and most ops in one RandomChoice (position and member share the op word's low 16 bits).
+pub const MAX_BATCH_OPS: usize = 255;
+
+/// The `alpha` parameter's name (MixUp/CutMix; rule: [`check_alpha`]).
+const ALPHA: &str = "alpha";
+/// The `batch_ops` parameter's name (rules: [`check_batch_ops_len`], [`check_choice_weights`], [`check_batch_op_input`]).
+const BATCH_OPS: &str = "batch_ops";
+/// `num_classes` of MixUp/CutMix: the soft labels are (N, num_classes) float32, allocated per batch, so the
+/// bound keeps a batch of 1024 rows under 4 GiB.
+pub const NUM_CLASSES: IntParam = IntParam::new("num_classes", 1, 1 << 20);
+
+/// The stream of the batch op at `position` of `batch_ops` (`member`: 0 for the op, j + 1 for a RandomChoice's
+/// j-th op) on global batch `batch` of `epoch`.
+pub fn batch_rng(seed: u64, epoch: u64, batch: u64, position: usize, member: usize) -> SampleRng {
+    debug_assert!(position <= MAX_BATCH_OPS && member <= MAX_BATCH_OPS, "checked by check_batch_ops_len");
+    SampleRng::new(seed, epoch, batch, OP_BATCH_BASE + ((position as u32) << 8) + member as u32)
+}
+
+/// A 64-bit seed for `batch_transform`'s generator of global batch `batch` of `epoch`.
+pub fn batch_seed(seed: u64, epoch: u64, batch: u64) -> u64 {
+    SampleRng::new(seed, epoch, batch, OP_BATCH_TRANSFORM).next_u64()
+}
+
+/// `alpha` of MixUp/CutMix (`whence`: e.g. "MixUp at batch_ops[0]"): Beta(α, α) needs a finite α > 0, as
+/// torch's Beta distribution does.
+pub fn check_alpha(alpha: f64, whence: &str) -> Result<f64> {
+    if alpha.is_finite() && alpha > 0.0 {
+        Ok(alpha)
+    } else {
+        Err(TrdataError::config(ALPHA, format!("{alpha} must be finite and > 0 ({whence})")))
+    }
+}
+
+/// How many ops a `batch_ops` list (or a RandomChoice's list) holds: 1..=[`MAX_BATCH_OPS`] for a RandomChoice
+/// (choosing among none has no meaning), 0..= for the list itself.
+pub fn check_batch_ops_len(len: usize, min: usize, whence: &str) -> Result<()> {
+    if (min..=MAX_BATCH_OPS).contains(&len) {
+        Ok(())
+    } else {
+        Err(TrdataError::config(BATCH_OPS, format!("{len} ops must be {min}..={MAX_BATCH_OPS} ops ({whence})")))
+    }
+}
+
+/// RandomChoice's `p`: one finite weight ≥ 0 per op, with a positive sum (torchvision normalizes by the sum);
+/// `None` is equal weights. Returns the normalized probabilities.
+pub fn check_choice_weights(weights: Option<&[f64]>, ops: usize, whence: &str) -> Result<Vec<f64>> {
+    let Some(w) = weights else { return Ok(vec![1.0 / ops as f64; ops]) };
+    let sum: f64 = w.iter().sum();
+    if w.len() != ops || !w.iter().all(|v| v.is_finite() && *v >= 0.0) || !(sum > 0.0 && sum.is_finite()) {
+        return Err(TrdataError::config(
+            BATCH_OPS,
+            format!("p={w:?} must be one finite weight ≥ 0 per op ({ops}) with a positive sum ({whence})"),
+        ));
+    }
+    Ok(w.iter().map(|v| v / sum).collect())
+}
+
+/// What a batch op needs from the batch: MixUp blends pixels, so it needs float images (torchvision's MixUp
+/// raises on uint8 — `mixes_pixels`); `value='random'` erasing writes N(0, 1) noise, meaningless in uint8
+/// pixels (`noise`); soft labels need a class count: the op's `num_classes`, else the source's `classes`
+/// (int labels), else the width K of (N, K) float targets, which must equal a given `num_classes`. Returns the
+/// class count the soft labels get (None for an op that leaves labels alone).
+pub struct BatchInput {
+    /// The loader's dtype is a float type.
+    pub float_images: bool,
+    /// Class count of a source with int labels (its `classes`); None when unknown.
+    pub classes: Option<u64>,
+    /// Shape after N of float targets (N, *S); None for int labels.
+    pub target_shape: Option<Vec<u64>>,
+}
+
+/// See [`BatchInput`]; `mixes_labels`: the op makes soft labels (MixUp, CutMix); `num_classes`: the op's own.
+pub fn check_batch_op_input(
+    input: &BatchInput,
+    mixes_pixels: bool,
+    noise: bool,
+    mixes_labels: bool,
+    num_classes: Option<u64>,
+    whence: &str,
+) -> Result<Option<u32>> {
+    let bad = |why: String| Err(TrdataError::config(BATCH_OPS, format!("{why} ({whence})")));
+    if (mixes_pixels || noise) && !input.float_images {
+        let what = if mixes_pixels { "blends pixels" } else { "writes N(0, 1) noise (value='random')" };
+        return bad(format!(
+            "uint8 images must be float for an op that {what}: use dtype='float32' (or float16/bfloat16) with \
+             normalize, as torchvision's MixUp refuses uint8"
+        ));
+    }
+    if !mixes_labels {
+        return Ok(None);
+    }
+    if let Some(n) = num_classes {
+        NUM_CLASSES.check::<u32>(i128::from(n))?;
+    }
+    let k = match (&input.target_shape, num_classes, input.classes) {
+        (Some(shape), given, _) => {
+            let [k] = shape[..] else {
+                return bad(format!(
+                    "float targets of shape (N, {shape:?}) must be (N, num_classes) soft labels to be mixed"
+                ));
+            };
+            if given.is_some_and(|g| g != k) {
+                return bad(format!("num_classes={} must equal the targets' width {k}", given.unwrap_or(0)));
+            }
+            k
+        }
+        (None, Some(n), Some(c)) if n < c => {
+            return bad(format!("num_classes={n} must be ≥ the source's {c} classes (a label would be out of range)"));
+        }
+        (None, Some(n), _) => n,
+        (None, None, Some(c)) => c,
+        (None, None, None) => return bad("num_classes=None must be given: the source has no classes".into()),
+    };
+    NUM_CLASSES.check::<u32>(i128::from(k)).map(Some)
+}
+
+/// torchvision's `float(Beta(α, α).sample(()))`: a float32 value (drawn as a double, rounded to f32 as torch's
+/// float32 distribution gives it), as the Python double `float()` makes of it.
+pub fn mixup_lam(rng: &mut SampleRng, alpha: f64) -> f64 {
+    f64::from(rng.beta(alpha, alpha) as f32)
+}
+
+/// CutMix's box of an `height × width` batch, torchvision v2's `make_params` after its `lam`: centre
+/// (r_x, r_y) uniform (x first), half sizes `int(0.5·√(1 − λ)·W)` and `…·H` (truncated), clipped to the image;
+/// λ adjusted to the clipped box's area. Returns (λ_adjusted, y1, y2, x1, x2).
+pub fn cutmix_box(rng: &mut SampleRng, alpha: f64, height: u64, width: u64) -> (f64, u64, u64, u64, u64) {
+    let lam = mixup_lam(rng, alpha);
+    let r_x = rng.below(width) as i64;
+    let r_y = rng.below(height) as i64;
+    let r = 0.5 * (1.0 - lam).sqrt();
+    let (w, h) = (width as i64, height as i64);
+    let rw = (r * width as f64) as i64; // int(): truncation toward 0, r ≥ 0
+    let rh = (r * height as f64) as i64;
+    let x1 = (r_x - rw).max(0);
+    let y1 = (r_y - rh).max(0);
+    let x2 = (r_x + rw).min(w);
+    let y2 = (r_y + rh).min(h);
+    let lam_adj = 1.0 - ((x2 - x1) * (y2 - y1)) as f64 / (w * h) as f64;
+    (lam_adj, y1 as u64, y2 as u64, x1 as u64, x2 as u64)
+}
+
+/// RandomChoice's pick among ops of normalized probabilities `p` (inverse CDF of one uniform; the last op
+/// with p > 0 takes the rounding remainder).
+pub fn choose(rng: &mut SampleRng, p: &[f64]) -> usize {
+    let u = rng.uniform();
+    let mut acc = 0.0;
+    for (i, &pi) in p.iter().enumerate() {
+        acc += pi;
+        if u < acc {
+            return i;
+        }
+    }
+    p.iter().rposition(|&v| v > 0.0).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -160,5 +374,48 @@ mod tests {
             seen[v] += 1;
         }
         assert!(seen.iter().all(|&c| c > 800 && c < 1200), "{seen:?}");
+    }
+
+    #[test]
+    fn beta_moments_match_for_small_and_large_alpha() {
+        // mean 1/2 and variance 1/(4(2α+1)) of Beta(α, α); tiny α must not give NaN (0/0 of underflowed gammas)
+        for alpha in [0.01, 0.2, 1.0, 5.0] {
+            let mut r = SampleRng::new(3, 1, 4, OP_BATCH_BASE);
+            let n = 40_000;
+            let xs: Vec<f64> = (0..n).map(|_| r.beta(alpha, alpha)).collect();
+            assert!(xs.iter().all(|x| (0.0..=1.0).contains(x)), "alpha {alpha}");
+            let mean = xs.iter().sum::<f64>() / n as f64;
+            let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64;
+            let want = 1.0 / (4.0 * (2.0 * alpha + 1.0));
+            assert!((mean - 0.5).abs() < 0.01, "alpha {alpha}: mean {mean}");
+            assert!((var - want).abs() < 0.05 * want, "alpha {alpha}: var {var} want {want}");
+        }
+    }
+
+    #[test]
+    fn cutmix_box_is_inside_and_lam_is_the_kept_area() {
+        for b in 0..2000 {
+            let mut r = batch_rng(1, 0, b, 0, 0);
+            let (lam, y1, y2, x1, x2) = cutmix_box(&mut r, 1.0, 7, 13);
+            assert!(y1 <= y2 && y2 <= 7 && x1 <= x2 && x2 <= 13);
+            assert_eq!(lam, 1.0 - ((y2 - y1) * (x2 - x1)) as f64 / 91.0);
+        }
+    }
+
+    #[test]
+    fn batch_op_rules() {
+        assert!(check_alpha(0.0, "").is_err() && check_alpha(f64::INFINITY, "").is_err());
+        assert_eq!(check_choice_weights(Some(&[1.0, 3.0]), 2, "").unwrap(), vec![0.25, 0.75]);
+        assert!(check_choice_weights(Some(&[0.0, 0.0]), 2, "").is_err());
+        assert!(check_choice_weights(Some(&[1.0]), 2, "").is_err());
+        let ints = BatchInput { float_images: true, classes: Some(10), target_shape: None };
+        assert_eq!(check_batch_op_input(&ints, true, false, true, None, "").unwrap(), Some(10));
+        assert!(check_batch_op_input(&ints, true, false, true, Some(5), "").is_err());
+        let u8s = BatchInput { float_images: false, ..ints };
+        assert!(check_batch_op_input(&u8s, true, false, true, None, "").is_err());
+        assert_eq!(check_batch_op_input(&u8s, false, false, true, None, "").unwrap(), Some(10));
+        let soft = BatchInput { float_images: true, classes: None, target_shape: Some(vec![4]) };
+        assert_eq!(check_batch_op_input(&soft, true, false, true, None, "").unwrap(), Some(4));
+        assert!(check_batch_op_input(&soft, true, false, true, Some(3), "").is_err());
     }
 }

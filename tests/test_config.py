@@ -529,6 +529,16 @@ BAD_VALUES = [
     ("reproducible", dict(reproducible=1), "1"),
     ("exif_transpose", dict(exif_transpose="yes"), "'yes'"),
     ("source", dict(source=3), "a int"),
+    (
+        "batch_ops",
+        dict(batch_ops=[trdata.CutMix(num_classes=3), trdata.MixUp()], dtype="uint8"),
+        "uint8 images",
+    ),
+    ("batch_ops", dict(batch_ops=[trdata.RandomChoice([trdata.MixUp(num_classes=3)], p=[-1])]), "p=[-1.0]"),
+    ("batch_ops", dict(batch_ops=[trdata.Resize(8)]), "Resize(size=8)"),  # a per-sample transform
+    ("batch_transform", dict(batch_transform=3), "3"),
+    ("alpha", dict(batch_ops=[trdata.MixUp(alpha=0.0, num_classes=3)]), "0"),
+    ("num_classes", dict(batch_ops=[trdata.CutMix(num_classes=0)]), "0"),
 ]
 
 

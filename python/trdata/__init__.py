@@ -6,6 +6,7 @@ batches.
 """
 
 from ._core import __version__
+from .batch import BatchOp, BatchRandomErasing, CutMix, MixUp, RandomChoice
 from .classic import CIFAR10_NORM, CIFAR100_NORM, FASHION_MNIST_NORM, MNIST_NORM
 from .errors import (
     ConfigError,
@@ -60,6 +61,8 @@ from .transforms import (
 __all__ = [
     "Arrays",
     "Batch",
+    "BatchOp",
+    "BatchRandomErasing",
     "Bytes",
     "CIFAR10",
     "CIFAR100",
@@ -68,6 +71,7 @@ __all__ = [
     "CenterCrop",
     "ColorJitter",
     "ConfigError",
+    "CutMix",
     "CudaError",
     "DecodeError",
     "FASHION_MNIST_NORM",
@@ -83,11 +87,13 @@ __all__ = [
     "LoaderClosedError",
     "MNIST",
     "MNIST_NORM",
+    "MixUp",
     "OutOfMemoryError",
     "Packed",
     "Pad",
     "RandomAdjustSharpness",
     "RandomAutocontrast",
+    "RandomChoice",
     "RandomCrop",
     "RandomEqualize",
     "RandomErasing",

@@ -14,6 +14,10 @@ __all__ = [
     "BatchLeaseHandle",
     "DeviceTensorHandle",
     "sample_op",
+    "batch_op_check",
+    "batch_ops_check_len",
+    "batch_op_draw",
+    "batch_seed",
     "scan_image_folder",
     "check_file_list",
     "CHOICES",
@@ -42,6 +46,27 @@ def sample_op(
     width: int,
     channels: int,
 ) -> list[float]: ...
+def batch_op_check(
+    spec: tuple[Any, ...],
+    position: int,
+    *,
+    float_images: bool,
+    classes: int | None,
+    target_shape: Sequence[int] | None,
+) -> int | None: ...
+def batch_ops_check_len(len: int) -> None: ...
+def batch_op_draw(
+    spec: tuple[Any, ...],
+    *,
+    seed: int,
+    epoch: int,
+    batch: int,
+    position: int,
+    rows: int,
+    height: int,
+    width: int,
+) -> list[float]: ...
+def batch_seed(*, seed: int, epoch: int, batch: int) -> int: ...
 
 CHOICES: dict[str, tuple[str, ...]]
 DEFAULTS: dict[str, Any]

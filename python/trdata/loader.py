@@ -8,7 +8,7 @@ import logging
 import numbers
 import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Union
 
 if TYPE_CHECKING:
@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 import numpy as np
 
 from . import _core
+from . import batch as _batch
 from . import transforms as _tv
-from .errors import ConfigError, LoaderClosedError, _shown
+from .errors import ConfigError, LoaderClosedError, StaleIteratorError, _shown
 from .sources import Source
 from .transforms import Transform
 from .transforms import specs as _transform_specs
@@ -493,6 +494,8 @@ class Loader:
         max_memory_bytes: int | None = None,
         channels: int | None = None,
         exif_transpose: bool = DEFAULTS["exif_transpose"],
+        batch_ops: Sequence[_batch.BatchOp] = (),
+        batch_transform: Callable[[Batch, Any], Any] | None = None,
     ) -> None:
         if not isinstance(source, Source):
             raise ConfigError(
@@ -556,6 +559,8 @@ class Loader:
         self._ordinals = ordinals
         self._per_step_list = per_step_list
         self._pid = os.getpid()
+        # Batch ops and batch_transform (python/trdata/batch.py): checked here, run on each finished batch.
+        self._init_batch_hooks(batch_ops, batch_transform)
 
     def _check_process(self) -> None:
         """LoaderClosedError in a process other than the creating one (a fork child), before anything else:
@@ -661,7 +666,69 @@ class Loader:
         ``StaleIteratorError``); its epoch starts at its first ``next()``."""
         self._check_process()
         token = self._native.new_iteration()
-        return self._iterate(token)
+        if self._batch_transform is None:
+            return self._iterate(token)
+        if self._prefetcher is not None:  # the superseded iterator's thread: stop it, releasing its batches
+            self._prefetcher.stop(StaleIteratorError("a newer iter(loader) superseded this iterator"))
+        self._prefetcher = _batch.BatchPrefetcher(self._iterate(token), self._run_batch_transform, depth=1)
+        return self._prefetcher
+
+    # --- batch ops and batch_transform (python/trdata/batch.py) ---------------------------------------------
+
+    _prefetcher: _batch.BatchPrefetcher | None
+    _batch_ops: _batch.BatchOpPlan | None
+    _batch_transform: Callable[..., Any] | None
+
+    def _init_batch_hooks(self, batch_ops: Any, batch_transform: Any) -> None:
+        specs = _batch._batch_op_specs(batch_ops)
+        self._batch_transform = _batch._callable_or_none(batch_transform)
+        self._prefetcher = None
+        engines = max(len(self._ordinals or ()), 1)
+        self._engines_global = self.world_size * engines  # G: batch b of engine g is global batch b·G + g
+        self._engine_base = self.rank * engines
+        self._seed = self._native.state_dict()["seed"]
+        classes = (
+            None if self._targets is not None else len(getattr(self.source, "classes", None) or ()) or None
+        )
+        self._batch_ops = (
+            _batch.BatchOpPlan(
+                specs,
+                seed=self._seed,
+                layout=self.layout,
+                float_images=self.dtype != "uint8",
+                classes=classes,
+                target_shape=None if self._targets is None else tuple(self._targets.shape[1:]),
+            )
+            if specs
+            else None
+        )
+
+    def _global_batch(self, batch: Batch, engine: int) -> int:
+        lease: Any = batch._lease
+        return int(lease.batch) * self._engines_global + self._engine_base + engine
+
+    def _apply_batch_ops(self, batches: list[Batch]) -> None:
+        plan = self._batch_ops
+        assert plan is not None
+        for d, b in enumerate(batches):
+            b.images, b.labels = plan.apply(b.images, b.labels, b.epoch, self._global_batch(b, d))
+
+    def _run_batch_transform(self, item: Any) -> Any:
+        """Run ``batch_transform(batch, generator)`` on each Batch of a step (in the prefetch thread). CUDA
+        batches: on a side stream that first waits for the current stream (the batch's copy), and the consumer's
+        stream waits for the side stream before the batch is handed over (``_CudaHandoff``)."""
+        fn = self._batch_transform
+        assert fn is not None
+        batches = item if self._per_step_list else [item]
+        out = []
+        for d, b in enumerate(batches):
+            gen = _batch.batch_generator(self._seed, b.epoch, self._global_batch(b, d), b.images)
+            if isinstance(b.images, np.ndarray):
+                r = fn(b, gen)
+            else:
+                r = _batch.run_on_side_stream(fn, b, gen)
+            out.append(b if r is None else r)
+        return out if self._per_step_list else out[0]
 
     def _iterate(self, token: int) -> Iterator[Any]:
         # One shape for every loader: each step is one batch per engine (the CPU engine, or each GPU).
@@ -675,6 +742,8 @@ class Loader:
             if step is None:
                 return
             batches = [self._batch(*item) for item in step]
+            if self._batch_ops is not None:
+                self._apply_batch_ops(batches)
             yield batches if self._per_step_list else batches[0]
 
     def _batch(
@@ -729,7 +798,10 @@ class Loader:
         """Stop the workers and join them; idempotent. Batches still referenced stay valid. A running
         iterator's next ``next()`` then raises ``LoaderClosedError``, as does any later use of the loader. In
         a process other than the creating one (a fork child) it does nothing."""
-        self._native.close()
+        self._native.close()  # first: wakes a prefetch thread waiting in the core
+        prefetcher = getattr(self, "_prefetcher", None)
+        if prefetcher is not None and os.getpid() == self._pid:
+            prefetcher.stop(LoaderClosedError("the loader is closed"))
 
     @property
     def closed(self) -> bool:

@@ -2,6 +2,7 @@
 #![allow(unsafe_code)] // PyO3's macros expand to unsafe blocks.
 
 mod args;
+mod batch;
 mod bench;
 mod errors;
 mod gpu;
@@ -30,5 +31,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ops::register(m)?;
     bench::register(m)?;
     pack::register(m)?;
+    batch::register(m)?;
     Ok(())
 }

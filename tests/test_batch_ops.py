@@ -1,0 +1,284 @@
+"""Batch ops (MixUp, CutMix, RandomChoice, BatchRandomErasing) and the batch_transform hook on CPU loaders:
+torchvision v2's arithmetic given the same λ and box, λ ~ Beta(α, α), soft labels, reproducibility across worker
+counts and resume, and the prefetch thread's order, errors and shutdown. torch/torchvision comparisons skip
+without them (run with /work/benchvenv's Python)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import trdata
+from _fixtures import write_jpegs
+from trdata import _core
+
+CLASSES = 5
+T = [trdata.RandomResizedCrop(16), trdata.RandomHorizontalFlip()]
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> trdata.FileList:
+    paths = write_jpegs(tmp_path_factory.mktemp("jpegs"), 24, size=lambda i: (40 + i, 36 + 2 * i))
+    return trdata.FileList(paths, [i % CLASSES for i in range(24)])
+
+
+def make(source, **kw):
+    kw.setdefault("transforms", T)
+    kw.setdefault("normalize", trdata.IMAGENET)
+    kw.setdefault("batch_size", 6)
+    kw.setdefault("workers", 2)
+    kw.setdefault("shuffle", True)
+    kw.setdefault("reproducible", True)
+    kw.setdefault("seed", 7)
+    return trdata.Loader(source, **kw)
+
+
+def epoch(loader):
+    return [(np.array(b.images), np.array(b.labels), np.array(b.indices)) for b in loader]
+
+
+def draws(spec, batch, rows=6, epoch=0, seed=7, position=0, hw=(16, 16)):
+    return _core.batch_op_draw(
+        spec, seed=seed, epoch=epoch, batch=batch, position=position, rows=rows, height=hw[0], width=hw[1]
+    )
+
+
+# --- torchvision's arithmetic -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["mixup", "cutmix"])
+def test_mix_equals_torchvision_v2_given_the_same_lambda_and_box(source, op):
+    torch = pytest.importorskip("torch")
+    v2 = pytest.importorskip("torchvision.transforms.v2")
+    plain = epoch(make(source))
+    cls = (
+        trdata.MixUp(alpha=0.4, num_classes=CLASSES) if op == "mixup" else trdata.CutMix(num_classes=CLASSES)
+    )
+    mixed = epoch(make(source, batch_ops=[cls]))
+    assert len(plain) == len(mixed) == 4
+    for b, ((x, y, idx), (mx, my, midx)) in enumerate(zip(plain, mixed)):
+        np.testing.assert_array_equal(idx, midx)
+        d = draws(cls._spec(), b)
+        if op == "mixup":
+            ref = v2.MixUp(alpha=0.4, num_classes=CLASSES)
+            ref.make_params = lambda _inputs, lam=d[0]: dict(lam=lam)
+        else:
+            lam, y1, y2, x1, x2 = d[0], *map(int, d[1:])
+            ref = v2.CutMix(num_classes=CLASSES)
+            ref.make_params = lambda _inputs, p=dict(box=(x1, y1, x2, y2), lam_adjusted=lam): p
+            assert lam == 1.0 - (x2 - x1) * (y2 - y1) / 256  # λ corrected by the clipped box's area
+        tx, ty = ref(torch.from_numpy(x), torch.from_numpy(y))
+        np.testing.assert_array_equal(mx, tx.numpy())  # bit-exact, float32
+        np.testing.assert_array_equal(my, ty.numpy())
+        assert my.dtype == np.float32 and my.shape == (6, CLASSES)
+        np.testing.assert_allclose(my.sum(1), 1.0, rtol=1e-6)
+
+
+def test_cutmix_runs_on_uint8_and_mixup_refuses_it_as_torchvision_does(source):
+    plain = epoch(make(source, normalize=None, dtype="uint8"))
+    cut = epoch(make(source, normalize=None, dtype="uint8", batch_ops=[trdata.CutMix(num_classes=CLASSES)]))
+    for b, ((x, _, _), (mx, _, _)) in enumerate(zip(plain, cut)):
+        _, y1, y2, x1, x2 = map(int, draws(("cutmix", 1.0, CLASSES), b))
+        want = x.copy()
+        want[..., y1:y2, x1:x2] = np.roll(x, 1, axis=0)[..., y1:y2, x1:x2]
+        np.testing.assert_array_equal(mx, want)
+    with pytest.raises(trdata.ConfigError, match=r"invalid batch_ops: uint8 images must be float .*MixUp"):
+        make(source, dtype="uint8", normalize=None, batch_ops=[trdata.MixUp(num_classes=CLASSES)])
+
+
+def test_nhwc_cutmix_boxes_the_height_and_width_axes(source):
+    plain = epoch(make(source, layout="NHWC"))
+    cut = epoch(make(source, layout="NHWC", batch_ops=[trdata.CutMix(num_classes=CLASSES)]))
+    for b, ((x, _, _), (mx, _, _)) in enumerate(zip(plain, cut)):
+        _, y1, y2, x1, x2 = map(int, draws(("cutmix", 1.0, CLASSES), b))
+        want = x.copy()
+        want[:, y1:y2, x1:x2] = np.roll(x, 1, axis=0)[:, y1:y2, x1:x2]
+        np.testing.assert_array_equal(mx, want)
+
+
+# --- distributions ------------------------------------------------------------------------------------------
+
+
+def ks_two_sample(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.sort(a), np.sort(b)
+    grid = np.concatenate([a, b])
+    return float(
+        np.max(
+            np.abs(np.searchsorted(a, grid, "right") / len(a) - np.searchsorted(b, grid, "right") / len(b))
+        )
+    )
+
+
+@pytest.mark.parametrize("alpha", [0.2, 1.0, 3.0])
+def test_lambda_is_beta_alpha_alpha(alpha):
+    n = 12_000
+    ours = np.array([draws(("mixup", alpha, None), b)[0] for b in range(n)])
+    ref = np.random.default_rng(0).beta(alpha, alpha, n)
+    d = ks_two_sample(ours, ref)
+    assert d < 1.95 * np.sqrt(2 / n), d  # KS critical value at 0.1 %
+    assert np.all((0 <= ours) & (ours <= 1))
+
+
+def test_cutmix_boxes_follow_lambda():
+    # λ = 1 − box area / HW exactly; unclipped boxes (centre far from the border) have area ≈ (1 − λ_drawn)·HW,
+    # so the mean kept fraction is E[λ] = 1/2 plus the clipping's share; every box lies inside the image.
+    n, h, w = 6000, 32, 48
+    lams, areas = [], []
+    for b in range(n):
+        lam, y1, y2, x1, x2 = draws(("cutmix", 1.0, None), b, hw=(h, w))
+        assert 0 <= y1 <= y2 <= h and 0 <= x1 <= x2 <= w
+        areas.append((y2 - y1) * (x2 - x1) / (h * w))
+        lams.append(lam)
+    np.testing.assert_allclose(1 - np.array(areas), lams)
+    # E[box area before clipping] ≈ E[1 − λ] = 1/2 (truncation makes it smaller); clipping halves it about
+    assert 0.15 < np.mean(areas) < 0.5
+    centres = [draws(("cutmix", 1.0, None), b, hw=(h, w)) for b in range(200)]
+    assert len({tuple(c) for c in centres}) > 190  # a different box per batch
+
+
+def test_random_choice_picks_with_its_weights():
+    spec = trdata.RandomChoice([trdata.MixUp(0.2), trdata.CutMix()], p=[1, 3])._spec()
+    picks = np.array([draws(spec, b)[0] for b in range(8000)])
+    assert abs(np.mean(picks == 1) - 0.75) < 0.03
+
+
+def test_batch_random_erasing_draws_torchvision_boxes_per_row(source):
+    plain = epoch(make(source))
+    op = trdata.BatchRandomErasing(p=0.7, value=-1.5)
+    erased = epoch(make(source, batch_ops=[op]))
+    hits = 0
+    for b, ((x, y, _), (ex, ey, _)) in enumerate(zip(plain, erased)):
+        rows = np.array(draws(op._spec(), b)[:-2]).reshape(-1, 4).astype(int)
+        want = x.copy()
+        for r, (top, left, eh, ew) in enumerate(rows):
+            if eh:
+                hits += 1
+                assert eh < 16 and ew < 16
+                want[r, :, top : top + eh, left : left + ew] = -1.5
+        np.testing.assert_array_equal(ex, want)
+        np.testing.assert_array_equal(ey, y)  # labels untouched
+    assert hits > 0
+
+
+# --- reproducibility ---------------------------------------------------------------------------------------
+
+OPS = [
+    trdata.RandomChoice([trdata.MixUp(alpha=0.2, num_classes=CLASSES), trdata.CutMix(num_classes=CLASSES)]),
+    trdata.BatchRandomErasing(value="random"),
+]
+
+
+def test_same_batches_for_any_worker_count_and_across_epochs(source):
+    one = make(source, workers=1, batch_ops=OPS)
+    three = make(source, workers=3, batch_ops=OPS)
+    e0, e0b = epoch(one), epoch(three)
+    for a, b in zip(e0, e0b):
+        for u, v in zip(a, b):
+            np.testing.assert_array_equal(u, v)
+    assert not np.array_equal(epoch(one)[0][1], e0[0][1])  # epoch 1 mixes differently
+    for y in (a[1] for a in e0):
+        np.testing.assert_allclose(y.sum(1), 1.0, rtol=1e-6)
+
+
+def test_resume_mid_epoch_gives_the_same_mixed_batches(source):
+    full = epoch(make(source, batch_ops=OPS))
+    first = make(source, batch_ops=OPS)
+    it = iter(first)
+    next(it), next(it)
+    state = first.state_dict()
+    second = make(source, workers=1, batch_ops=OPS)
+    second.load_state_dict(state)
+    rest = epoch(second)
+    assert len(rest) == 2
+    for a, b in zip(full[2:], rest):
+        for u, v in zip(a, b):
+            np.testing.assert_array_equal(u, v)
+
+
+def test_float_targets_are_mixed_as_soft_labels(tmp_path):
+    images = np.random.default_rng(1).integers(0, 256, (8, 12, 12, 3), dtype=np.uint8)
+    targets = np.eye(4, dtype=np.float32)[[0, 1, 2, 3, 0, 1, 2, 3]]
+    src = trdata.Arrays(images, targets)
+    plain = epoch(make(src, transforms=[trdata.CenterCrop(12)], batch_size=4))
+    mixed = epoch(make(src, transforms=[trdata.CenterCrop(12)], batch_size=4, batch_ops=[trdata.MixUp()]))
+    for b, ((_, y, _), (_, my, _)) in enumerate(zip(plain, mixed)):
+        lam = draws(("mixup", 1.0, None), b, rows=4, hw=(12, 12))[0]
+        np.testing.assert_array_equal(my, np.roll(y, 1, 0) * np.float32(1 - lam) + y * np.float32(lam))
+    with pytest.raises(trdata.ConfigError, match="num_classes=3 must equal the targets' width 4"):
+        make(src, transforms=[trdata.CenterCrop(12)], batch_ops=[trdata.MixUp(num_classes=3)])
+
+
+# --- batch_transform -----------------------------------------------------------------------------------------
+
+
+def test_batch_transform_runs_in_another_thread_in_order_with_a_reproducible_generator(source):
+    threads = set()
+
+    def fn(batch, gen):
+        threads.add(threading.current_thread().name)
+        return batch.indices.copy(), gen.integers(1 << 30)
+
+    with make(source, batch_transform=fn) as a, make(source, workers=1, batch_transform=fn) as b:
+        ra, rb = list(a), list(b)
+    plain = [i for _, _, i in epoch(make(source))]
+    assert [list(i) for i, _ in ra] == [list(i) for i in plain]
+    assert [g for _, g in ra] == [g for _, g in rb]
+    assert len({g for _, g in ra}) == len(ra)
+    assert threads == {"trdata-batch-transform"}
+
+
+def test_batch_transform_returning_none_keeps_the_mutated_batch_after_the_batch_ops(source):
+    def fn(batch, gen):
+        assert batch.labels.shape == (6, CLASSES)  # batch ops ran first
+        batch.images[:] = 0
+
+    batches = list(make(source, batch_ops=[trdata.CutMix(num_classes=CLASSES)], batch_transform=fn))
+    assert all(isinstance(b, trdata.Batch) and not b.images.any() for b in batches)
+
+
+def test_batch_transform_errors_are_raised_at_their_batch(source):
+    def fn(batch, gen):
+        if fn.calls == 2:
+            raise KeyError("boom")
+        fn.calls += 1
+        return fn.calls
+
+    fn.calls = 0
+    it = iter(make(source, batch_transform=fn))
+    assert next(it) == 1 and next(it) == 2
+    with pytest.raises(KeyError, match="boom"):
+        next(it)
+    with pytest.raises(StopIteration):
+        next(it)
+
+
+def test_close_and_a_new_iterator_stop_the_prefetch_thread(source):
+    loader = make(source, batch_transform=lambda b, g: b)
+    it = iter(loader)
+    next(it)
+    it2 = iter(loader)  # supersedes it
+    with pytest.raises(trdata.StaleIteratorError):
+        next(it)
+    next(it2)
+    loader.close()
+    with pytest.raises(trdata.LoaderClosedError):
+        next(it2)
+    assert not any(t.name == "trdata-batch-transform" and t.is_alive() for t in threading.enumerate())
+
+
+def test_bad_batch_op_values_name_their_parameter(source):
+    for kwargs, param in [
+        (dict(batch_ops=[trdata.MixUp(alpha=-1.0, num_classes=CLASSES)]), "alpha"),
+        (dict(batch_ops=[trdata.CutMix()]), "batch_ops"),  # a FileList without classes: num_classes needed
+        (dict(batch_ops=[trdata.BatchRandomErasing(scale=(0.5, 2.0))]), "scale"),
+        (
+            dict(batch_ops=[trdata.BatchRandomErasing(value="random")], dtype="uint8", normalize=None),
+            "batch_ops",
+        ),
+    ]:
+        with pytest.raises(trdata.ConfigError) as e:
+            make(source, **kwargs)
+        assert e.value.parameter == param, str(e.value)
+    with pytest.raises(trdata.ConfigError, match="nested RandomChoice"):
+        trdata.RandomChoice([trdata.RandomChoice([trdata.MixUp()])])
