@@ -4,6 +4,7 @@ the core when the last view of it dies, so a batch stays valid exactly as long a
 
 from __future__ import annotations
 
+import copy
 import logging
 import numbers
 import os
@@ -587,6 +588,7 @@ class Loader:
         it)."""
         self._check_process()
         self._native.set_epoch(_int("epoch", epoch))
+        self._consumer_state = None  # the core's position is the consumer's again
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's position at the current batch boundary, for checkpointing (e.g. with
@@ -600,8 +602,12 @@ class Loader:
         ``delivered`` is empty in reproducible mode (the position says it all) and at an epoch start; in fast
         mode mid-epoch it holds, per device of this rank, a bitmap of the epoch's delivered sequence numbers
         (bit s = byte s//8, bit s%8): ⌈samples per rank / 8⌉ bytes. After the last batch of epoch e the state
-        is (e+1, 0). Taken between batches (the batch just received counts as delivered)."""
+        is (e+1, 0). Taken between batches (the batch just received counts as delivered). With
+        ``batch_transform``, the position is the consumer's: batches the prefetch thread holds but has not
+        handed out yet do not count."""
         self._check_process()
+        if self._consumer_state is not None:
+            return copy.deepcopy(self._consumer_state)
         return dict(self._native.state_dict())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -653,6 +659,10 @@ class Loader:
             self._native.load_state_dict(**kwargs)
         except (TypeError, OverflowError) as e:  # a field of the wrong type or beyond 64 bits
             raise ConfigError(f"invalid state_dict: malformed entry ({e})", parameter="state_dict") from None
+        self._consumer_state = None
+        if self._prefetcher is not None:  # batches it prepared belong to the superseded position
+            self._prefetcher.stop(StaleIteratorError("load_state_dict() superseded this iterator"))
+            self._prefetcher = None
 
     def _log_skipped(self) -> None:
         for path, reason in self._native.drain_skipped():
@@ -670,8 +680,27 @@ class Loader:
             return self._iterate(token)
         if self._prefetcher is not None:  # the superseded iterator's thread: stop it, releasing its batches
             self._prefetcher.stop(StaleIteratorError("a newer iter(loader) superseded this iterator"))
-        self._prefetcher = _batch.BatchPrefetcher(self._iterate(token), self._run_batch_transform, depth=1)
-        return self._prefetcher
+        # The prefetch thread runs ahead of the consumer, so the core's position counts batches not handed out
+        # yet: each batch travels with the core's state right after it, and state_dict() reports the state of
+        # the last batch the consumer received (before the first one: the state the iteration starts from).
+        native = self._native
+        self._consumer_state = dict(native.state_dict())
+        iterate = self._iterate(token)
+
+        def tagged() -> Iterator[tuple[Any, dict[str, Any]]]:
+            for item in iterate:
+                yield item, dict(native.state_dict())
+
+        def work(pair: tuple[Any, dict[str, Any]]) -> tuple[Any, dict[str, Any]]:
+            return self._run_batch_transform(pair[0]), pair[1]
+
+        self._prefetcher = _batch.BatchPrefetcher(tagged(), work, depth=1)
+        return self._deliver(self._prefetcher)
+
+    def _deliver(self, prefetcher: _batch.BatchPrefetcher) -> Iterator[Any]:
+        for out, state in prefetcher:
+            self._consumer_state = state
+            yield out
 
     # --- batch ops and batch_transform (python/trdata/batch.py) ---------------------------------------------
 
@@ -683,6 +712,7 @@ class Loader:
         specs = _batch._batch_op_specs(batch_ops)
         self._batch_transform = _batch._callable_or_none(batch_transform)
         self._prefetcher = None
+        self._consumer_state: dict[str, Any] | None = None  # with batch_transform: see __iter__
         engines = max(len(self._ordinals or ()), 1)
         self._engines_global = self.world_size * engines  # G: batch b of engine g is global batch b·G + g
         self._engine_base = self.rank * engines
