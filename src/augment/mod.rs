@@ -34,6 +34,7 @@ mod resample;
 mod simd;
 #[cfg(test)]
 mod tests;
+pub mod views;
 
 use std::time::Instant;
 
