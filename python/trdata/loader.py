@@ -70,6 +70,25 @@ def _torchvision_args(transforms: Any, normalize: Any, dtype: Any) -> tuple[Any,
     return converted.transforms, normalize, dtype
 
 
+def _views(views: Any, normalize: Any, dtype: Any) -> tuple[list[Any], Any, Any]:
+    """``views=[pipeline, ...]`` → (each view's trdata transforms, normalize, dtype): each view is a list of
+    trdata transforms or a torchvision Compose/op/list (converted as ``transforms=`` is; a trailing Normalize of
+    any view must agree with ``normalize`` and the other views'). How many views, and that ``transforms`` is
+    not given too, are the core's rules (``SampleViews::from_lists``)."""
+    if isinstance(views, (str, bytes)) or not isinstance(views, (list, tuple)):
+        raise ConfigError(
+            f"invalid views: {_shown(views)} must be a list of pipelines (each a list of transforms or a "
+            "torchvision Compose)",
+            parameter="views",
+        )
+    lists = []
+    for v in views:
+        if _tv.is_torchvision(v):
+            v, normalize, dtype = _torchvision_args(v, normalize, dtype)
+        lists.append(v)
+    return lists, normalize, dtype
+
+
 def _normalize(normalize: Any) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
     """``normalize=(mean, std)`` → two tuples of floats, as the user gave them: how many values each may hold
     (1 for every channel, e.g. ``MNIST_NORM``, or one per output channel), their units and their values are the
@@ -142,7 +161,8 @@ BatchArray: TypeAlias = Union[np.ndarray, DeviceTensor]
 
 class Batch:
     """One batch. ``images``: (N, C, H, W) or (N, H, W, C) numpy view on a CPU loader, ``torch.Tensor`` on a
-    CUDA one (see ``BatchArray``), C = ``Loader.channels`` (1 or 3); ``labels``: the rows' targets, numpy or
+    CUDA one (see ``BatchArray``), C = ``Loader.channels`` (1 or 3); with ``Loader(views=[...])`` a tuple of
+    them, one per view (each its own H, W), all sharing this batch's one buffer; ``labels``: the rows' targets, numpy or
     ``torch.Tensor`` likewise: int64 (N,) class indices, or float32 (N, *S) = ``source.targets[indices]`` for a
     source with float targets; ``indices``: int64 (N,) numpy;
     ``valid``: the first ``valid`` rows are real samples of this epoch, later rows repeat real ones
@@ -157,7 +177,7 @@ class Batch:
 
     __slots__ = ("_lease", "epoch", "images", "indices", "labels", "valid")
 
-    images: BatchArray
+    images: BatchArray | tuple[BatchArray, ...]
     labels: BatchArray
     indices: np.ndarray
     valid: int
@@ -165,7 +185,7 @@ class Batch:
 
     def __init__(
         self,
-        images: BatchArray,
+        images: BatchArray | tuple[BatchArray, ...],
         labels: BatchArray,
         indices: np.ndarray,
         valid: int,
@@ -183,7 +203,7 @@ class Batch:
             lease = _lease_of(images)
         self._lease = lease
 
-    def __iter__(self) -> Iterator[BatchArray]:
+    def __iter__(self) -> Iterator[BatchArray | tuple[BatchArray, ...]]:
         yield self.images
         yield self.labels
 
@@ -191,6 +211,10 @@ class Batch:
         return len(self.labels)
 
     def __repr__(self) -> str:
+        if isinstance(self.images, tuple):
+            shown = "(" + ", ".join(f"{v.shape}" for v in self.images) + ")"
+            dtype = self.images[0].dtype if self.images else None
+            return f"Batch(images={shown} {dtype}, valid={self.valid}, epoch={self.epoch})"
         return (
             f"Batch(images={self.images.shape} {self.images.dtype}, valid={self.valid}, epoch={self.epoch})"
         )
@@ -203,7 +227,13 @@ class Batch:
         dl_device: tuple[int, int] | None = None,
         copy: bool | None = None,
     ) -> Any:
-        """DLPack capsule of ``images`` (array-API semantics)."""
+        """DLPack capsule of ``images`` (array-API semantics). A multi-view batch has one array per view:
+        export ``batch.images[k]`` instead (BufferError here)."""
+        if isinstance(self.images, tuple):
+            raise BufferError(
+                f"a multi-view Batch holds {len(self.images)} image arrays (Loader(views=...)): export one view, "
+                "e.g. torch.from_dlpack(batch.images[k]), or use batch.torch()"
+            )
         if self._lease is not None:
             return self._lease.__dlpack__(
                 stream=stream, max_version=max_version, dl_device=dl_device, copy=copy
@@ -224,10 +254,22 @@ class Batch:
 
     def torch(self) -> tuple[Any, Any]:
         """(images, labels) as torch tensors sharing this batch's memory, through DLPack (bfloat16 arrives
-        as ``torch.bfloat16``). The tensors stay valid after the Batch is gone."""
+        as ``torch.bfloat16``); a multi-view batch's images are a tuple of tensors, one per view. The tensors
+        stay valid after the Batch is gone."""
         import torch
 
+        if isinstance(self.images, tuple):
+            return tuple(_torch_of(v) for v in self.images), torch.from_dlpack(self.labels)
         return torch.from_dlpack(self), torch.from_dlpack(self.labels)
+
+
+def _torch_of(images: Any) -> Any:
+    """One view's images as a torch tensor through DLPack: its native lease when it views one whole (so
+    bfloat16 arrives as ``torch.bfloat16``), else the array's own export."""
+    import torch
+
+    lease = _lease_of(images) if isinstance(images, np.ndarray) else None
+    return torch.from_dlpack(images if lease is None else lease)
 
 
 def _lease_of(images: np.ndarray) -> _core.BatchLeaseHandle | None:
@@ -493,6 +535,7 @@ class Loader:
         max_memory_bytes: int | None = None,
         channels: int | None = None,
         exif_transpose: bool = DEFAULTS["exif_transpose"],
+        views: Sequence[Sequence[Transform] | Any] | None = None,
     ) -> None:
         if not isinstance(source, Source):
             raise ConfigError(
@@ -501,6 +544,10 @@ class Loader:
             )
         if _tv.is_torchvision(transforms):
             transforms, normalize, dtype = _torchvision_args(transforms, normalize, dtype)
+        view_specs = None
+        if views is not None:
+            view_lists, normalize, dtype = _views(views, normalize, dtype)
+            view_specs = [_transform_specs(v) for v in view_lists]
         # Translation only (types, the environment, torch.distributed); the core checks every value.
         ordinals, per_step_list = _parse_devices(device)
         rank = None if rank is None else _int("rank", rank)
@@ -539,6 +586,7 @@ class Loader:
             max_scans=opt_int("max_scans", max_scans),
             max_memory_bytes=opt_int("max_memory_bytes", max_memory_bytes),
             exif_transpose=_bool("exif_transpose", exif_transpose),
+            views=view_specs,
         )
         self.source = source
         # Float targets (float32 (N, *S)) stay in Python: each batch's labels are gathered by its indices.
@@ -548,6 +596,10 @@ class Loader:
         self.layout: LayoutName = layout
         #: Channels of every image (the one given, or the source's own: 1 for gray sources, else 3).
         self.channels: int = self._native.channels
+        #: Shape of one image of each view ((C, h, w) or (h, w, C)), with ``views=``; None without.
+        self.view_shapes: list[tuple[int, int, int]] | None = (
+            list(self._native.view_shapes) if self._native.multi_view else None
+        )
         self.workers: int = self._native.workers
         self.rank = rank
         self.world_size = world_size
@@ -683,19 +735,30 @@ class Loader:
         indices_a = np.asarray(indices, dtype=np.int64)
         # Float targets: the rows' own (padded and filled rows repeat a real sample's index, and so its target).
         gathered = None if self._targets is None else self._targets[indices_a]
+        # With views=, images_h is a list of handles (one per view, one shared lease); else one handle.
+        multi = isinstance(images_h, list)
+        handles = images_h if multi else [images_h]
         if labels_h is not None:
             import torch
 
             # torch.from_dlpack passes torch.cuda.current_stream(device) as `stream`, so that stream waits (on
             # the device) for the H2D copy, and its release event guards the slot's reuse.
-            images_t = torch.from_dlpack(images_h)
+            views_t = tuple(torch.from_dlpack(h) for h in handles)
             labels_t = (
                 torch.from_dlpack(labels_h)
                 if gathered is None
-                else torch.from_numpy(gathered).to(images_t.device)  # on the current stream, like the images
+                else torch.from_numpy(gathered).to(views_t[0].device)  # on the current stream, like the images
             )
-            return Batch(images_t, labels_t, indices_a, valid, epoch, lease=images_h)
-        images = np.asarray(images_h)  # zero-copy: the array's base is the lease
+            if multi:
+                return Batch(views_t, labels_t, indices_a, valid, epoch)
+            return Batch(views_t[0], labels_t, indices_a, valid, epoch, lease=images_h)
+        views_a = tuple(self._host_images(h) for h in handles)
+        labels_a = np.asarray(labels, dtype=np.int64) if gathered is None else gathered
+        return Batch(views_a if multi else views_a[0], labels_a, indices_a, valid, epoch)
+
+    def _host_images(self, handle: Any) -> np.ndarray:
+        """One host handle's images as a zero-copy numpy array (its base is the lease)."""
+        images = np.asarray(handle)
         if self.dtype == "bfloat16":
             try:
                 import ml_dtypes
@@ -703,8 +766,7 @@ class Loader:
                 images = images.view(ml_dtypes.bfloat16)
             except ImportError:
                 pass  # raw bits as uint16; Batch.torch() reinterprets as torch.bfloat16
-        labels_a = np.asarray(labels, dtype=np.int64) if gathered is None else gathered
-        return Batch(images, labels_a, indices_a, valid, epoch)
+        return images
 
     def device_mem_info(self) -> list[tuple[int, int]]:
         """(free, total) bytes of each GPU this loader feeds (``cuMemGetInfo``; empty before iterating)."""
