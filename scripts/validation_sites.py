@@ -29,7 +29,7 @@ PARAMS = {
     "source", "batch_size", "transforms", "normalize", "dtype", "layout", "workers", "shuffle", "seed",
     "reproducible", "last_batch", "device", "rank", "world_size", "on_error", "pin", "prefetch",
     "max_held_batches", "device_slots", "cpus", "max_pixels", "max_scans", "max_memory_bytes", "epoch",
-    "channels", "exif_transpose",
+    "channels", "exif_transpose", "views",
     # transforms
     "size", "scale", "ratio", "p",
     "padding", "fill", "padding_mode", "pad_if_needed", "brightness", "contrast", "saturation", "hue",
@@ -66,6 +66,7 @@ EDGE_TRANSLATORS = {
         "_cpu_share": "LOCAL_RANK < LOCAL_WORLD_SIZE (the environment, not a parameter)",
         "_parse_cpus": "is an iterable of ints",
         "_torchvision_args": "normalize agrees with a torchvision pipeline's own Normalize (no value rule)",
+        "_views": "is a list of pipelines (how many, and not with transforms: the core's rule)",
         "Loader.__init__": "source is a trdata Source (only `source` may be raised there)",
         "Loader.load_state_dict": "a state_dict's entries exist and have the core's types (only `state_dict`)",
     },

@@ -204,8 +204,9 @@ def test_one_view_is_a_tuple_and_transforms_stay_an_array(folder):
 def test_multi_view_batch_exports_per_view(folder):
     with loader(folder, views=DINO, batch_size=4, dtype="uint8") as ld:
         b = next(iter(ld))
-        with pytest.raises(BufferError, match="multi-view"):
-            b.__dlpack__()
+        for export in (b.__dlpack__, b.__dlpack_device__):
+            with pytest.raises(BufferError, match="multi-view"):
+                export()
         # Each view exports zero-copy through numpy's DLPack consumer.
         for v in b.images:
             got = np.from_dlpack(v)
@@ -217,6 +218,8 @@ def test_multi_view_torch(folder):
     torch = pytest.importorskip("torch")
     with loader(folder, views=DINO, batch_size=4, dtype="bfloat16") as ld:
         b = next(iter(ld))
+        with pytest.raises(BufferError, match="multi-view"):
+            torch.from_dlpack(b)
         images, labels = b.torch()
         assert len(images) == 6 and all(t.dtype == torch.bfloat16 for t in images)
         assert [tuple(t.shape[1:]) for t in images] == DINO_SHAPES

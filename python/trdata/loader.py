@@ -229,11 +229,7 @@ class Batch:
     ) -> Any:
         """DLPack capsule of ``images`` (array-API semantics). A multi-view batch has one array per view:
         export ``batch.images[k]`` instead (BufferError here)."""
-        if isinstance(self.images, tuple):
-            raise BufferError(
-                f"a multi-view Batch holds {len(self.images)} image arrays (Loader(views=...)): export one view, "
-                "e.g. torch.from_dlpack(batch.images[k]), or use batch.torch()"
-            )
+        self._check_single_view()
         if self._lease is not None:
             return self._lease.__dlpack__(
                 stream=stream, max_version=max_version, dl_device=dl_device, copy=copy
@@ -247,10 +243,18 @@ class Batch:
         return images.__dlpack__(stream=stream, **kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        """(device_type, device_id) of ``images``; (1, 0) is the CPU."""
+        """(device_type, device_id) of ``images``; (1, 0) is the CPU. BufferError for a multi-view batch."""
+        self._check_single_view()
         if self._lease is not None:
             return self._lease.__dlpack_device__()
         return self.images.__dlpack_device__()
+
+    def _check_single_view(self) -> None:
+        if isinstance(self.images, tuple):
+            raise BufferError(
+                f"a multi-view Batch holds {len(self.images)} image arrays (Loader(views=...)): export one view, "
+                "e.g. torch.from_dlpack(batch.images[k]), or use batch.torch()"
+            )
 
     def torch(self) -> tuple[Any, Any]:
         """(images, labels) as torch tensors sharing this batch's memory, through DLPack (bfloat16 arrives
@@ -476,6 +480,18 @@ class Loader:
     give identical batches. Mixed units (e.g. a 0–255 mean with a [0, 1] std, or a 0–255 std with a mean
     ≤ 1 that is not 0), a std ≤ 1e-6 (in [0, 1] units), a negative mean and non-finite values raise
     ``ConfigError``.
+
+    ``views=[pipeline, pipeline, ...]`` (instead of ``transforms``; 1 to 16 of them, e.g. DINO's 2 global + N
+    local crops): each sample is read once and decoded + augmented once per view from the same bytes (each
+    view with its own crop, ROI and DCT scale), and ``batch.images`` is a tuple of one array (tensor) per view,
+    (N, C, h_k, w_k) each, all views of a batch in one buffer (one H2D copy on a CUDA loader); dtype, layout,
+    normalize and channels are shared, each pipeline (a list of transforms or a torchvision Compose) sets its
+    own size (``Loader.view_shapes``). Views are independent draws: view 0 is exactly the sample a
+    ``transforms=`` loader with the same seed gives, and view k the one it gives with seed
+    ``(seed + k * 0x9E3779B97F4A7C15) % 2**64`` (the order aside, which depends on ``seed`` only), so every view
+    is reproducible for any worker, GPU or rank count and across resume. Export views one by one
+    (``torch.from_dlpack(batch.images[k])``; ``batch.torch()`` gives a tuple): the Batch itself is no DLPack
+    producer then.
 
     Iteration: one Loader runs one epoch at a time and the newest ``iter(loader)`` owns it: making a new
     iterator (in any thread) supersedes the older ones, whose next ``next()`` raises ``StaleIteratorError``
