@@ -126,7 +126,9 @@ def test_views_are_the_same_for_any_worker_count(folder, reproducible):
     fast mode rows may move: compare by dataset index)."""
 
     def per_sample(workers):
-        with loader(folder, views=DINO, workers=workers, reproducible=reproducible, shuffle=True, seed=5) as ld:
+        with loader(
+            folder, views=DINO, workers=workers, reproducible=reproducible, shuffle=True, seed=5
+        ) as ld:
             ld.set_epoch(2)
             rows = {}
             for views, idx, _ in epoch(ld):
@@ -184,9 +186,10 @@ def test_layouts_channels_and_dtypes(folder):
         b = next(iter(ld))
         assert [v.shape for v in b.images] == [(4, 40, 56, 1), (4, 24, 20, 1)]
     # The deterministic view equals the single-pipeline loader's (no randomness to share).
-    with loader(folder, views=views, dtype="uint8", batch_size=4) as ld, loader(
-        folder, transforms=views[0], dtype="uint8", batch_size=4
-    ) as single:
+    with (
+        loader(folder, views=views, dtype="uint8", batch_size=4) as ld,
+        loader(folder, transforms=views[0], dtype="uint8", batch_size=4) as single,
+    ):
         for b, s in zip(ld, single):
             np.testing.assert_array_equal(b.images[0], s.images)
 
@@ -250,12 +253,17 @@ def test_torchvision_views(folder):
     ToTensor/Normalize becoming the shared dtype/normalize; the batches equal the trdata-spelled views."""
     T = pytest.importorskip("torchvision.transforms")
     norm = T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
-    tv_global = T.Compose([T.RandomResizedCrop(224, scale=(0.4, 1.0)), T.RandomHorizontalFlip(), T.ToTensor(), norm])
-    tv_local = T.Compose([T.RandomResizedCrop(96, scale=(0.05, 0.4)), T.RandomHorizontalFlip(), T.ToTensor(), norm])
+    tv_global = T.Compose(
+        [T.RandomResizedCrop(224, scale=(0.4, 1.0)), T.RandomHorizontalFlip(), T.ToTensor(), norm]
+    )
+    tv_local = T.Compose(
+        [T.RandomResizedCrop(96, scale=(0.05, 0.4)), T.RandomHorizontalFlip(), T.ToTensor(), norm]
+    )
     ours = [GLOBAL[:2], LOCAL[:2]]
-    with loader(folder, views=[tv_global, tv_local], batch_size=4) as ld, loader(
-        folder, views=ours, normalize=trdata.IMAGENET, batch_size=4
-    ) as want:
+    with (
+        loader(folder, views=[tv_global, tv_local], batch_size=4) as ld,
+        loader(folder, views=ours, normalize=trdata.IMAGENET, batch_size=4) as want,
+    ):
         for b, w in zip(ld, want):
             assert [v.dtype for v in b.images] == [np.float32, np.float32]
             for v, u in zip(b.images, w.images):
@@ -265,11 +273,17 @@ def test_torchvision_views(folder):
 @pytest.mark.parametrize(
     "kw,match",
     [
-        (dict(views=[GLOBAL], transforms=GLOBAL), "invalid views: a list of 1 pipelines must not be given together"),
+        (
+            dict(views=[GLOBAL], transforms=GLOBAL),
+            "invalid views: a list of 1 pipelines must not be given together",
+        ),
         (dict(views=[]), "invalid views: a list of 0 pipelines must hold 1 to 16 pipelines"),
         (dict(views=[LOCAL] * 17), "invalid views: a list of 17 pipelines must hold 1 to 16 pipelines"),
         (dict(views="RandomResizedCrop"), "invalid views: 'RandomResizedCrop' must be a list of pipelines"),
-        (dict(views=[GLOBAL, [trdata.RandomHorizontalFlip()]]), r"invalid views: views\[1\]: .*must fix the output"),
+        (
+            dict(views=[GLOBAL, [trdata.RandomHorizontalFlip()]]),
+            r"invalid views: views\[1\]: .*must fix the output",
+        ),
     ],
 )
 def test_bad_views_are_config_errors(folder, kw, match):

@@ -157,6 +157,8 @@ class DeviceTensor(Protocol):
 
 #: ``Batch.images`` and ``Batch.labels``: numpy arrays on a CPU loader, device tensors on a CUDA one.
 BatchArray: TypeAlias = Union[np.ndarray, DeviceTensor]
+#: ``Batch.images``: one ``BatchArray``, or a tuple of them, one per view, for a ``Loader(views=[...])``.
+BatchImages: TypeAlias = Union[BatchArray, "tuple[BatchArray, ...]"]
 
 
 class Batch:
@@ -177,7 +179,7 @@ class Batch:
 
     __slots__ = ("_lease", "epoch", "images", "indices", "labels", "valid")
 
-    images: BatchArray | tuple[BatchArray, ...]
+    images: BatchImages
     labels: BatchArray
     indices: np.ndarray
     valid: int
@@ -185,7 +187,7 @@ class Batch:
 
     def __init__(
         self,
-        images: BatchArray | tuple[BatchArray, ...],
+        images: BatchImages,
         labels: BatchArray,
         indices: np.ndarray,
         valid: int,
@@ -203,7 +205,7 @@ class Batch:
             lease = _lease_of(images)
         self._lease = lease
 
-    def __iter__(self) -> Iterator[BatchArray | tuple[BatchArray, ...]]:
+    def __iter__(self) -> Iterator[BatchImages]:
         yield self.images
         yield self.labels
 
@@ -229,7 +231,7 @@ class Batch:
     ) -> Any:
         """DLPack capsule of ``images`` (array-API semantics). A multi-view batch has one array per view:
         export ``batch.images[k]`` instead (BufferError here)."""
-        self._check_single_view()
+        images: Any = self._check_single_view()  # numpy's or a device tensor's own __dlpack__ below
         if self._lease is not None:
             return self._lease.__dlpack__(
                 stream=stream, max_version=max_version, dl_device=dl_device, copy=copy
@@ -239,22 +241,23 @@ class Batch:
             for k, v in (("max_version", max_version), ("dl_device", dl_device), ("copy", copy))
             if v is not None
         }
-        images: Any = self.images  # numpy's or a device tensor's own __dlpack__
         return images.__dlpack__(stream=stream, **kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         """(device_type, device_id) of ``images``; (1, 0) is the CPU. BufferError for a multi-view batch."""
-        self._check_single_view()
+        images = self._check_single_view()
         if self._lease is not None:
             return self._lease.__dlpack_device__()
-        return self.images.__dlpack_device__()
+        return images.__dlpack_device__()
 
-    def _check_single_view(self) -> None:
+    def _check_single_view(self) -> BatchArray:
+        """``images`` of a single-pipeline batch; BufferError for a multi-view one (no one tensor to export)."""
         if isinstance(self.images, tuple):
             raise BufferError(
                 f"a multi-view Batch holds {len(self.images)} image arrays (Loader(views=...)): export one view, "
                 "e.g. torch.from_dlpack(batch.images[k]), or use batch.torch()"
             )
+        return self.images
 
     def torch(self) -> tuple[Any, Any]:
         """(images, labels) as torch tensors sharing this batch's memory, through DLPack (bfloat16 arrives
@@ -760,10 +763,10 @@ class Loader:
             # torch.from_dlpack passes torch.cuda.current_stream(device) as `stream`, so that stream waits (on
             # the device) for the H2D copy, and its release event guards the slot's reuse.
             views_t = tuple(torch.from_dlpack(h) for h in handles)
+            # Float targets go to the device on the current stream, like the images.
+            device = views_t[0].device
             labels_t = (
-                torch.from_dlpack(labels_h)
-                if gathered is None
-                else torch.from_numpy(gathered).to(views_t[0].device)  # on the current stream, like the images
+                torch.from_dlpack(labels_h) if gathered is None else torch.from_numpy(gathered).to(device)
             )
             if multi:
                 return Batch(views_t, labels_t, indices_a, valid, epoch)

@@ -1,6 +1,6 @@
-//! views — several independently augmented views of one sample (the loader's `views=`, DINO/SimCLR: 2 global
-//! + N local crops), between decode and staging: the worker reads a sample's bytes once, and each view is
-//! decoded + augmented from those same in-memory bytes into its own region of the batch row.
+//! views — several independently augmented views of one sample (the loader's `views=`, DINO/SimCLR: two
+//! global and N local crops), between decode and staging: the worker reads a sample's bytes once, and each
+//! view is decoded and augmented from those same in-memory bytes into its own region of the batch row.
 //!
 //! Why decode once per view rather than once per sample: each view draws its own crop, so each needs its own
 //! ROI and DCT scale (a 96×96 local crop of a small region decodes at 1/4 or 1/8 scale, a 224×224 global crop

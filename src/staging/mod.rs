@@ -427,10 +427,11 @@ mod tests {
             assert_eq!(b.view_images(v, 3), &want[..], "view {v}");
         }
         b.reset_claims();
-        let mut row = b.claim_row(1);
-        row.clear_images();
-        assert!((0..3).all(|v| row.image(v).iter().all(|&x| x == 0)));
-        drop(row);
+        {
+            let mut row = b.claim_row(1);
+            row.clear_images();
+            assert!((0..3).all(|v| row.image(v).iter().all(|&x| x == 0)));
+        }
         assert!(b.view_images(2, 3)[..5].iter().all(|&x| x == 21), "other rows untouched");
         assert_eq!(BatchLayout::with_views(3, &[10]), BatchLayout::new(3, 10));
         assert_eq!(BatchLayout::with_views(1 << 20, &[1, 1 << 50]).checked_total_bytes(), None);

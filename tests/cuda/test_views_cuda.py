@@ -15,7 +15,11 @@ torch = pytest.importorskip("torch")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
 
 GLOBAL = [trdata.RandomResizedCrop(64, scale=(0.4, 1.0)), trdata.RandomHorizontalFlip()]
-LOCAL = [trdata.RandomResizedCrop(24, scale=(0.05, 0.4)), trdata.RandomHorizontalFlip(), trdata.RandomGrayscale(0.5)]
+LOCAL = [
+    trdata.RandomResizedCrop(24, scale=(0.05, 0.4)),
+    trdata.RandomHorizontalFlip(),
+    trdata.RandomGrayscale(0.5),
+]
 VIEWS = [GLOBAL, GLOBAL, LOCAL, LOCAL, LOCAL]
 SHAPES = [(3, 64, 64)] * 2 + [(3, 24, 24)] * 3
 
@@ -54,7 +58,9 @@ def test_cuda_views_are_byte_identical_to_cpu(small_paths, dtype, layout):
                 for k, (c, t) in enumerate(zip(cv, g.images)):
                     assert t.is_cuda and t.device.index == 0 and t.dtype == c.dtype
                     assert tuple(t.shape) == (len(cl),) + shapes[k]
-                    assert torch.equal(t.cpu().view(torch.uint8), c.view(torch.uint8)), f"epoch {epoch} view {k}"
+                    assert torch.equal(t.cpu().view(torch.uint8), c.view(torch.uint8)), (
+                        f"epoch {epoch} view {k}"
+                    )
                 assert g.labels.is_cuda and g.labels.cpu().numpy().tolist() == cl.tolist()
                 assert g.indices.tolist() == cx.tolist()
     stats = gpu.stats()
