@@ -281,6 +281,10 @@ def test_torchvision_views(folder):
         (dict(views=[LOCAL] * 17), "invalid views: a list of 17 pipelines must hold 1 to 16 pipelines"),
         (dict(views="RandomResizedCrop"), "invalid views: 'RandomResizedCrop' must be a list of pipelines"),
         (
+            dict(views=[GLOBAL, trdata.RandomResizedCrop(96)]),
+            r"invalid views: views\[1\]: RandomResizedCrop\(.*\) must be a list of transforms",
+        ),
+        (
             dict(views=[GLOBAL, [trdata.RandomHorizontalFlip()]]),
             r"invalid views: views\[1\]: .*must fix the output",
         ),

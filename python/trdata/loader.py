@@ -70,8 +70,8 @@ def _torchvision_args(transforms: Any, normalize: Any, dtype: Any) -> tuple[Any,
     return converted.transforms, normalize, dtype
 
 
-def _views(views: Any, normalize: Any, dtype: Any) -> tuple[list[Any], Any, Any]:
-    """``views=[pipeline, ...]`` → (each view's trdata transforms, normalize, dtype): each view is a list of
+def _views(views: Any, normalize: Any, dtype: Any) -> tuple[list[list[tuple[Any, ...]]], Any, Any]:
+    """``views=[pipeline, ...]`` → (each view's transform specs, normalize, dtype): each view is a list of
     trdata transforms or a torchvision Compose/op/list (converted as ``transforms=`` is; a trailing Normalize of
     any view must agree with ``normalize`` and the other views'). How many views, and that ``transforms`` is
     not given too, are the core's rules (``SampleViews::from_lists``)."""
@@ -82,10 +82,17 @@ def _views(views: Any, normalize: Any, dtype: Any) -> tuple[list[Any], Any, Any]
             parameter="views",
         )
     lists = []
-    for v in views:
+    for k, v in enumerate(views):
         if _tv.is_torchvision(v):
             v, normalize, dtype = _torchvision_args(v, normalize, dtype)
-        lists.append(v)
+        try:
+            lists.append(_transform_specs(v))
+        except ConfigError as e:
+            if e.parameter != "transforms":
+                raise
+            # the list rule of `transforms`, for view k: say so (`views[k]`), keep its words
+            why = str(e).removeprefix("invalid transforms: ")
+            raise ConfigError(f"invalid views: views[{k}]: {why}", parameter="views") from None
     return lists, normalize, dtype
 
 
@@ -565,8 +572,7 @@ class Loader:
             transforms, normalize, dtype = _torchvision_args(transforms, normalize, dtype)
         view_specs = None
         if views is not None:
-            view_lists, normalize, dtype = _views(views, normalize, dtype)
-            view_specs = [_transform_specs(v) for v in view_lists]
+            view_specs, normalize, dtype = _views(views, normalize, dtype)
         # Translation only (types, the environment, torch.distributed); the core checks every value.
         ordinals, per_step_list = _parse_devices(device)
         rank = None if rank is None else _int("rank", rank)
