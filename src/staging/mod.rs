@@ -1,4 +1,5 @@
-//! staging — batch buffers: one slab per batch laid out [labels i64×B][indices i64×B][pad to 256][images],
+//! staging — batch buffers: one slab per batch laid out [labels i64×B][indices i64×B][pad to 256][images] —
+//! with `views=`, the images are one 256-aligned block per view, back to back ([`BatchLayout`]) —
 //! page-aligned and prefaulted at allocation (never per batch). The GPU path swaps the allocation for pinned,
 //! NUMA-local memory without changing the layout or the row-claiming protocol below.
 //!
