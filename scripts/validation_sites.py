@@ -29,7 +29,7 @@ PARAMS = {
     "source", "batch_size", "transforms", "normalize", "dtype", "layout", "workers", "shuffle", "seed",
     "reproducible", "last_batch", "device", "rank", "world_size", "on_error", "pin", "prefetch",
     "max_held_batches", "device_slots", "cpus", "max_pixels", "max_scans", "max_memory_bytes", "epoch",
-    "channels", "exif_transpose", "batch_ops", "batch_transform",
+    "channels", "exif_transpose", "views", "batch_ops", "batch_transform",
     # batch ops (python/trdata/batch.py; p/scale/ratio/value of BatchRandomErasing are RandomErasing's)
     "alpha", "num_classes",
     # transforms
@@ -69,6 +69,7 @@ EDGE_TRANSLATORS = {
         "_cpu_share": "LOCAL_RANK < LOCAL_WORLD_SIZE (the environment, not a parameter)",
         "_parse_cpus": "is an iterable of ints",
         "_torchvision_args": "normalize agrees with a torchvision pipeline's own Normalize (no value rule)",
+        "_views": "is a list of pipelines (how many, and not with transforms: the core's rule)",
         "Loader.__init__": "source is a trdata Source (only `source` may be raised there)",
         "Loader.load_state_dict": "a state_dict's entries exist and have the core's types (only `state_dict`)",
     },

@@ -4,7 +4,7 @@
 //! source/) decide what is valid, and every error is worded `invalid <param>: <value> must be …`
 //! (`scripts/validation_sites.py` checks that each parameter has exactly one such site).
 
-use crate::augment::SamplePipeline;
+use crate::augment::views::SampleViews;
 pub use crate::augment::{Channels, DTYPE, LAYOUT};
 use crate::decode::DecodeLimits;
 use crate::error::{Result, TrdataError};
@@ -218,8 +218,9 @@ pub struct LoaderConfig {
     pub prefetch: usize,
     /// Batches Python may hold at once beyond the ring before the producer blocks.
     pub max_held_batches: usize,
-    /// Per-sample decode + augmentation.
-    pub pipeline: SamplePipeline,
+    /// Per-sample decode + augmentation: one compiled pipeline per view (`transforms=` is one view;
+    /// `views=` several, augment/views.rs). A `SamplePipeline` converts with `.into()`.
+    pub pipeline: SampleViews,
     /// Decode-bomb budgets of every worker's decoder (pixels, progressive scans, memory, retained scratch), and
     /// whether it applies EXIF orientation (`exif_transpose`, a bool: its only rule is its type).
     pub decode_limits: DecodeLimits,
@@ -273,19 +274,33 @@ impl LoaderConfig {
         Ok(shape)
     }
 
+    /// Byte layout of one batch buffer (host slab and device slot): `batch_size` rows, one block per view.
+    pub fn batch_layout(&self) -> BatchLayout {
+        BatchLayout::with_views(self.batch_size, &self.pipeline.view_bytes())
+    }
+
     /// The host batch buffers this configuration needs must be able to exist: the slab size must not
     /// overflow, and the `prefetch` buffers each engine's station keeps in flight must fit in this machine's
     /// memory (otherwise the first allocation would fail mid-iteration, or be killed by the OOM killer when
     /// touched). A single sample too large for the machine was refused when the pipeline was built.
     fn check_staging_memory(&self, engines: usize) -> Result<()> {
-        let sample_bytes = self.pipeline.sample_bytes();
-        let layout = BatchLayout { rows: self.batch_size, sample_bytes };
-        let [c, h, w] = self.pipeline.sample_shape();
+        let sample_bytes = self.pipeline.row_bytes();
+        let layout = self.batch_layout();
+        let shapes: Vec<String> = self
+            .pipeline
+            .views()
+            .iter()
+            .map(|p| {
+                let [c, h, w] = p.sample_shape();
+                format!("{c}×{h}×{w}")
+            })
+            .collect();
         let describe = || {
             format!(
-                "a batch of {} samples of {c}×{h}×{w} × {} bytes = {} bytes",
+                "a batch of {} samples of {} × {} bytes = {} bytes",
                 self.batch_size,
-                self.pipeline.output().dtype.size_bytes(),
+                shapes.join(" + "),
+                self.pipeline.first().output().dtype.size_bytes(),
                 u128::from(sample_bytes as u64) * self.batch_size as u128
             )
         };

@@ -22,7 +22,6 @@ use crate::error::{Result, SampleError, TrdataError};
 use crate::plan::resume::{ResumePoint, SeqBitmap};
 use crate::plan::{EpochPlan, LastBatch, PlanShape};
 use crate::source::Dataset;
-use crate::staging::BatchLayout;
 use crate::stats::{GpuCounters, Stats};
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering, lock};
 use crate::topology::{self, PinMode};
@@ -435,7 +434,7 @@ impl Loader {
 
     fn runtime(&mut self) -> Result<&Runtime> {
         if self.runtime.is_none() {
-            let layout = BatchLayout { rows: self.cfg.batch_size, sample_bytes: self.cfg.pipeline.sample_bytes() };
+            let layout = self.cfg.batch_layout();
             let depth = self.cfg.prefetch;
             let station =
                 Arc::new(Station::new(layout, depth, depth + self.cfg.max_held_batches, self.ctx.stats.clone()));

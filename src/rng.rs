@@ -223,6 +223,18 @@ pub fn check_batch_ops_len(len: usize, min: usize, whence: &str) -> Result<()> {
     }
 }
 
+/// Batch ops mix or erase one image array per batch: a multi-view loader (`views=`, several arrays of
+/// different sizes per batch) takes none (a user's `batch_transform` can treat its views as it wants).
+pub fn check_batch_ops_views(len: usize, views: usize) -> Result<()> {
+    if len > 0 && views > 1 {
+        return Err(TrdataError::config(
+            BATCH_OPS,
+            format!("{len} ops must be none with {views} views (batch ops act on one image array per batch)"),
+        ));
+    }
+    Ok(())
+}
+
 /// RandomChoice's `p`: one finite weight ≥ 0 per op, with a positive sum (torchvision normalizes by the sum);
 /// `None` is equal weights. Returns the normalized probabilities.
 pub fn check_choice_weights(weights: Option<&[f64]>, ops: usize, whence: &str) -> Result<Vec<f64>> {

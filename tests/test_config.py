@@ -528,6 +528,9 @@ BAD_VALUES = [
     ("shuffle", dict(shuffle="no"), "'no'"),  # type-only parameters: Python's translation, same wording
     ("reproducible", dict(reproducible=1), "1"),
     ("exif_transpose", dict(exif_transpose="yes"), "'yes'"),
+    ("views", dict(views=[], transforms=()), "a list of 0 pipelines"),
+    ("views", dict(views=[RRC]), "a list of 1 pipelines"),  # together with transforms=RRC
+    ("views", dict(views="RRC", transforms=()), "'RRC'"),  # translated by Python: not a list at all
     ("source", dict(source=3), "a int"),
     (
         "batch_ops",

@@ -194,8 +194,9 @@ class BatchOpPlan:
         float_images: bool,
         classes: int | None,
         target_shape: tuple[int, ...] | None,
+        views: int = 1,
     ) -> None:
-        _core.batch_ops_check_len(len(specs))
+        _core.batch_ops_check_len(len(specs), views)
         self.specs = specs
         self.seed = seed
         self.nhwc = layout == "NHWC"
@@ -426,7 +427,8 @@ def run_on_side_stream(fn: Callable[[Any, Any], Any], batch: Any, generator: Any
     are recorded on the consumer's stream so the caching allocator does not reuse them early."""
     import torch
 
-    device = batch.images.device
+    images = batch.images
+    device = (images[0] if isinstance(images, tuple) else images).device  # views: all on one device
     side = torch.cuda.Stream(device=device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
@@ -451,11 +453,11 @@ def wait_handoff(out: Any) -> Any:
         import torch
 
         side, event = entry
-        tensors = (
-            list(item)
-            if isinstance(item, (tuple, list))
-            else [getattr(item, "images", None), getattr(item, "labels", None)]
-        )
+        if isinstance(item, (tuple, list)):
+            tensors = list(item)
+        else:
+            images = getattr(item, "images", None)
+            tensors = [*(images if isinstance(images, tuple) else (images,)), getattr(item, "labels", None)]
         for t in tensors:
             if isinstance(t, torch.Tensor) and t.is_cuda:
                 stream = torch.cuda.current_stream(t.device)

@@ -72,6 +72,32 @@ def _torchvision_args(transforms: Any, normalize: Any, dtype: Any) -> tuple[Any,
     return converted.transforms, normalize, dtype
 
 
+def _views(views: Any, normalize: Any, dtype: Any) -> tuple[list[list[tuple[Any, ...]]], Any, Any]:
+    """``views=[pipeline, ...]`` → (each view's transform specs, normalize, dtype): each view is a list of
+    trdata transforms or a torchvision Compose/op/list (converted as ``transforms=`` is; a trailing Normalize of
+    any view must agree with ``normalize`` and the other views'). How many views, and that ``transforms`` is
+    not given too, are the core's rules (``SampleViews::from_lists``)."""
+    if isinstance(views, (str, bytes)) or not isinstance(views, (list, tuple)):
+        raise ConfigError(
+            f"invalid views: {_shown(views)} must be a list of pipelines (each a list of transforms or a "
+            "torchvision Compose)",
+            parameter="views",
+        )
+    lists = []
+    for k, v in enumerate(views):
+        if _tv.is_torchvision(v):
+            v, normalize, dtype = _torchvision_args(v, normalize, dtype)
+        try:
+            lists.append(_transform_specs(v))
+        except ConfigError as e:
+            if e.parameter != "transforms":
+                raise
+            # the list rule of `transforms`, for view k: say so (`views[k]`), keep its words
+            why = str(e).removeprefix("invalid transforms: ")
+            raise ConfigError(f"invalid views: views[{k}]: {why}", parameter="views") from None
+    return lists, normalize, dtype
+
+
 def _normalize(normalize: Any) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
     """``normalize=(mean, std)`` → two tuples of floats, as the user gave them: how many values each may hold
     (1 for every channel, e.g. ``MNIST_NORM``, or one per output channel), their units and their values are the
@@ -140,11 +166,14 @@ class DeviceTensor(Protocol):
 
 #: ``Batch.images`` and ``Batch.labels``: numpy arrays on a CPU loader, device tensors on a CUDA one.
 BatchArray: TypeAlias = Union[np.ndarray, DeviceTensor]
+#: ``Batch.images``: one ``BatchArray``, or a tuple of them, one per view, for a ``Loader(views=[...])``.
+BatchImages: TypeAlias = Union[BatchArray, "tuple[BatchArray, ...]"]
 
 
 class Batch:
     """One batch. ``images``: (N, C, H, W) or (N, H, W, C) numpy view on a CPU loader, ``torch.Tensor`` on a
-    CUDA one (see ``BatchArray``), C = ``Loader.channels`` (1 or 3); ``labels``: the rows' targets, numpy or
+    CUDA one (see ``BatchArray``), C = ``Loader.channels`` (1 or 3); with ``Loader(views=[...])`` a tuple of
+    them, one per view (each its own H, W), all sharing this batch's one buffer; ``labels``: the rows' targets, numpy or
     ``torch.Tensor`` likewise: int64 (N,) class indices, or float32 (N, *S) = ``source.targets[indices]`` for a
     source with float targets; ``indices``: int64 (N,) numpy;
     ``valid``: the first ``valid`` rows are real samples of this epoch, later rows repeat real ones
@@ -159,7 +188,7 @@ class Batch:
 
     __slots__ = ("_lease", "epoch", "images", "indices", "labels", "valid")
 
-    images: BatchArray
+    images: BatchImages
     labels: BatchArray
     indices: np.ndarray
     valid: int
@@ -167,7 +196,7 @@ class Batch:
 
     def __init__(
         self,
-        images: BatchArray,
+        images: BatchImages,
         labels: BatchArray,
         indices: np.ndarray,
         valid: int,
@@ -183,9 +212,11 @@ class Batch:
         # Batch built from plain arrays, which then exports `images` through numpy's own DLPack.
         if lease is None and isinstance(images, np.ndarray):
             lease = _lease_of(images)
+        elif lease is None and isinstance(images, tuple) and images and isinstance(images[0], np.ndarray):
+            lease = _lease_of(images[0])  # views of one batch share one lease
         self._lease = lease
 
-    def __iter__(self) -> Iterator[BatchArray]:
+    def __iter__(self) -> Iterator[BatchImages]:
         yield self.images
         yield self.labels
 
@@ -193,6 +224,10 @@ class Batch:
         return len(self.labels)
 
     def __repr__(self) -> str:
+        if isinstance(self.images, tuple):
+            shown = "(" + ", ".join(f"{v.shape}" for v in self.images) + ")"
+            dtype = self.images[0].dtype if self.images else None
+            return f"Batch(images={shown} {dtype}, valid={self.valid}, epoch={self.epoch})"
         return (
             f"Batch(images={self.images.shape} {self.images.dtype}, valid={self.valid}, epoch={self.epoch})"
         )
@@ -205,7 +240,9 @@ class Batch:
         dl_device: tuple[int, int] | None = None,
         copy: bool | None = None,
     ) -> Any:
-        """DLPack capsule of ``images`` (array-API semantics)."""
+        """DLPack capsule of ``images`` (array-API semantics). A multi-view batch has one array per view:
+        export ``batch.images[k]`` instead (BufferError here)."""
+        images: Any = self._check_single_view()  # numpy's or a device tensor's own __dlpack__ below
         if self._lease is not None:
             return self._lease.__dlpack__(
                 stream=stream, max_version=max_version, dl_device=dl_device, copy=copy
@@ -215,21 +252,42 @@ class Batch:
             for k, v in (("max_version", max_version), ("dl_device", dl_device), ("copy", copy))
             if v is not None
         }
-        images: Any = self.images  # numpy's or a device tensor's own __dlpack__
         return images.__dlpack__(stream=stream, **kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        """(device_type, device_id) of ``images``; (1, 0) is the CPU."""
+        """(device_type, device_id) of ``images``; (1, 0) is the CPU. BufferError for a multi-view batch."""
+        images = self._check_single_view()
         if self._lease is not None:
             return self._lease.__dlpack_device__()
-        return self.images.__dlpack_device__()
+        return images.__dlpack_device__()
+
+    def _check_single_view(self) -> BatchArray:
+        """``images`` of a single-pipeline batch; BufferError for a multi-view one (no one tensor to export)."""
+        if isinstance(self.images, tuple):
+            raise BufferError(
+                f"a multi-view Batch holds {len(self.images)} image arrays (Loader(views=...)): export one view, "
+                "e.g. torch.from_dlpack(batch.images[k]), or use batch.torch()"
+            )
+        return self.images
 
     def torch(self) -> tuple[Any, Any]:
         """(images, labels) as torch tensors sharing this batch's memory, through DLPack (bfloat16 arrives
-        as ``torch.bfloat16``). The tensors stay valid after the Batch is gone."""
+        as ``torch.bfloat16``); a multi-view batch's images are a tuple of tensors, one per view. The tensors
+        stay valid after the Batch is gone."""
         import torch
 
+        if isinstance(self.images, tuple):
+            return tuple(_torch_of(v) for v in self.images), torch.from_dlpack(self.labels)
         return torch.from_dlpack(self), torch.from_dlpack(self.labels)
+
+
+def _torch_of(images: Any) -> Any:
+    """One view's images as a torch tensor through DLPack: its native lease when it views one whole (so
+    bfloat16 arrives as ``torch.bfloat16``), else the array's own export."""
+    import torch
+
+    lease = _lease_of(images) if isinstance(images, np.ndarray) else None
+    return torch.from_dlpack(images if lease is None else lease)
 
 
 def _lease_of(images: np.ndarray) -> _core.BatchLeaseHandle | None:
@@ -437,6 +495,18 @@ class Loader:
     ≤ 1 that is not 0), a std ≤ 1e-6 (in [0, 1] units), a negative mean and non-finite values raise
     ``ConfigError``.
 
+    ``views=[pipeline, pipeline, ...]`` (instead of ``transforms``; 1 to 16 of them, e.g. DINO's 2 global + N
+    local crops): each sample is read once and decoded + augmented once per view from the same bytes (each
+    view with its own crop, ROI and DCT scale), and ``batch.images`` is a tuple of one array (tensor) per view,
+    (N, C, h_k, w_k) each, all views of a batch in one buffer (one H2D copy on a CUDA loader); dtype, layout,
+    normalize and channels are shared, each pipeline (a list of transforms or a torchvision Compose) sets its
+    own size (``Loader.view_shapes``). Views are independent draws: view 0 is exactly the sample a
+    ``transforms=`` loader with the same seed gives, and view k the one it gives with seed
+    ``(seed + k * 0x9E3779B97F4A7C15) % 2**64`` (the order aside, which depends on ``seed`` only), so every view
+    is reproducible for any worker, GPU or rank count and across resume. Export views one by one
+    (``torch.from_dlpack(batch.images[k])``; ``batch.torch()`` gives a tuple): the Batch itself is no DLPack
+    producer then.
+
     Iteration: one Loader runs one epoch at a time and the newest ``iter(loader)`` owns it: making a new
     iterator (in any thread) supersedes the older ones, whose next ``next()`` raises ``StaleIteratorError``
     (a ``RuntimeError``) instead of yielding batches of the new epoch — batches of two epochs never
@@ -497,6 +567,7 @@ class Loader:
         exif_transpose: bool = DEFAULTS["exif_transpose"],
         batch_ops: Sequence[_batch.BatchOp] = (),
         batch_transform: Callable[[Batch, Any], Any] | None = None,
+        views: Sequence[Sequence[Transform] | Any] | None = None,
     ) -> None:
         if not isinstance(source, Source):
             raise ConfigError(
@@ -505,6 +576,9 @@ class Loader:
             )
         if _tv.is_torchvision(transforms):
             transforms, normalize, dtype = _torchvision_args(transforms, normalize, dtype)
+        view_specs = None
+        if views is not None:
+            view_specs, normalize, dtype = _views(views, normalize, dtype)
         # Translation only (types, the environment, torch.distributed); the core checks every value.
         ordinals, per_step_list = _parse_devices(device)
         rank = None if rank is None else _int("rank", rank)
@@ -543,6 +617,7 @@ class Loader:
             max_scans=opt_int("max_scans", max_scans),
             max_memory_bytes=opt_int("max_memory_bytes", max_memory_bytes),
             exif_transpose=_bool("exif_transpose", exif_transpose),
+            views=view_specs,
         )
         self.source = source
         # Float targets (float32 (N, *S)) stay in Python: each batch's labels are gathered by its indices.
@@ -552,6 +627,10 @@ class Loader:
         self.layout: LayoutName = layout
         #: Channels of every image (the one given, or the source's own: 1 for gray sources, else 3).
         self.channels: int = self._native.channels
+        #: Shape of one image of each view ((C, h, w) or (h, w, C)), with ``views=``; None without.
+        self.view_shapes: list[tuple[int, int, int]] | None = (
+            list(self._native.view_shapes) if self._native.multi_view else None
+        )
         self.workers: int = self._native.workers
         self.rank = rank
         self.world_size = world_size
@@ -700,7 +779,8 @@ class Loader:
     def _deliver(self, prefetcher: _batch.BatchPrefetcher) -> Iterator[Any]:
         for out, state in prefetcher:
             self._consumer_state = state
-            yield out
+            # the side-stream handoff is keyed by the batch (or step list) the thread prepared, not the pair
+            yield _batch.wait_handoff(out)
 
     # --- batch ops and batch_transform (python/trdata/batch.py) ---------------------------------------------
 
@@ -728,6 +808,7 @@ class Loader:
                 float_images=self.dtype != "uint8",
                 classes=classes,
                 target_shape=None if self._targets is None else tuple(self._targets.shape[1:]),
+                views=len(self.view_shapes or ()),
             )
             if specs
             else None
@@ -752,8 +833,9 @@ class Loader:
         batches = item if self._per_step_list else [item]
         out = []
         for d, b in enumerate(batches):
-            gen = _batch.batch_generator(self._seed, b.epoch, self._global_batch(b, d), b.images)
-            if isinstance(b.images, np.ndarray):
+            first = b.images[0] if isinstance(b.images, tuple) else b.images  # views: all on one device
+            gen = _batch.batch_generator(self._seed, b.epoch, self._global_batch(b, d), first)
+            if isinstance(first, np.ndarray):
                 r = fn(b, gen)
             else:
                 r = _batch.run_on_side_stream(fn, b, gen)
@@ -782,19 +864,30 @@ class Loader:
         indices_a = np.asarray(indices, dtype=np.int64)
         # Float targets: the rows' own (padded and filled rows repeat a real sample's index, and so its target).
         gathered = None if self._targets is None else self._targets[indices_a]
+        # With views=, images_h is a list of handles (one per view, one shared lease); else one handle.
+        multi = isinstance(images_h, list)
+        handles = images_h if multi else [images_h]
         if labels_h is not None:
             import torch
 
             # torch.from_dlpack passes torch.cuda.current_stream(device) as `stream`, so that stream waits (on
             # the device) for the H2D copy, and its release event guards the slot's reuse.
-            images_t = torch.from_dlpack(images_h)
+            views_t = tuple(torch.from_dlpack(h) for h in handles)
+            # Float targets go to the device on the current stream, like the images.
+            device = views_t[0].device
             labels_t = (
-                torch.from_dlpack(labels_h)
-                if gathered is None
-                else torch.from_numpy(gathered).to(images_t.device)  # on the current stream, like the images
+                torch.from_dlpack(labels_h) if gathered is None else torch.from_numpy(gathered).to(device)
             )
-            return Batch(images_t, labels_t, indices_a, valid, epoch, lease=images_h)
-        images = np.asarray(images_h)  # zero-copy: the array's base is the lease
+            if multi:  # one shared lease: the first view's handle knows the batch
+                return Batch(views_t, labels_t, indices_a, valid, epoch, lease=handles[0])
+            return Batch(views_t[0], labels_t, indices_a, valid, epoch, lease=images_h)
+        views_a = tuple(self._host_images(h) for h in handles)
+        labels_a = np.asarray(labels, dtype=np.int64) if gathered is None else gathered
+        return Batch(views_a if multi else views_a[0], labels_a, indices_a, valid, epoch)
+
+    def _host_images(self, handle: Any) -> np.ndarray:
+        """One host handle's images as a zero-copy numpy array (its base is the lease)."""
+        images = np.asarray(handle)
         if self.dtype == "bfloat16":
             try:
                 import ml_dtypes
@@ -802,8 +895,7 @@ class Loader:
                 images = images.view(ml_dtypes.bfloat16)
             except ImportError:
                 pass  # raw bits as uint16; Batch.torch() reinterprets as torch.bfloat16
-        labels_a = np.asarray(labels, dtype=np.int64) if gathered is None else gathered
-        return Batch(images, labels_a, indices_a, valid, epoch)
+        return images
 
     def device_mem_info(self) -> list[tuple[int, int]]:
         """(free, total) bytes of each GPU this loader feeds (``cuMemGetInfo``; empty before iterating)."""

@@ -22,6 +22,9 @@
 //! `[RandomResizedCrop(…), Grayscale()]` (resize RGB, then convert), differs from it only by the rounding of the
 //! 8-bit intermediates (at most 2 levels at full-size decode; `tests/test_channels.py` measures it against
 //! torchvision). Converting first also resamples one channel instead of three.
+//!
+//! Views ([`views`], the loader's `views=`): several pipelines run on one sample's bytes, each through this
+//! protocol with its own key ([`SampleKey::for_view`]) into its own part of the batch row.
 
 mod color;
 pub mod geometry;
@@ -34,6 +37,7 @@ mod resample;
 mod simd;
 #[cfg(test)]
 mod tests;
+pub mod views;
 
 use std::time::Instant;
 

@@ -1,7 +1,8 @@
 //! The transfer stage's leases as DLPack owners. The leases live next to what they lease (`transfer::station`
 //! for host batches, `transfer::ring` for device slots); this file only says how an export owns them:
-//! - every export of a CPU batch owns one `Arc<BatchLease>` clone, so the buffer returns to the station only
-//!   when the Python handle and every consumer tensor are gone;
+//! - every export of a CPU batch owns one `Arc<BatchLease>` clone (through a [`HostView`] for one view of a
+//!   multi-view batch), so the buffer returns to the station only when the Python handle and every consumer
+//!   tensor are gone;
 //! - every export of a GPU batch owns a [`DeviceView`] (an `Arc<SlotLease>` clone + the part it views), and
 //!   the slot lease keeps the stream protocol of stream.rs ([`StreamOrder`]).
 
@@ -26,7 +27,44 @@ unsafe impl ExportOwner for Arc<BatchLease> {
         self.buffer().images_ptr().cast_mut().cast()
     }
     fn len_bytes(&self) -> usize {
-        self.rows * self.buffer().layout().sample_bytes
+        self.rows * self.buffer().layout().view_bytes(0)
+    }
+}
+
+/// A DLPack owner viewing one view's block of a host batch (a loader with `views=`: one tensor per view, all
+/// sharing the batch's lease).
+#[derive(Debug)]
+pub struct HostView {
+    lease: Arc<BatchLease>,
+    view: usize,
+}
+
+impl HostView {
+    /// View `view`'s images of `lease` (panics unless `view` < the layout's views: the binding builds one
+    /// per view of the layout).
+    pub fn new(lease: Arc<BatchLease>, view: usize) -> Self {
+        assert!(view < lease.buffer().layout().views(), "view {view} outside the batch layout");
+        Self { lease, view }
+    }
+
+    /// Start of the view's block (also what `__array_interface__` reports).
+    pub fn ptr(&self) -> *const u8 {
+        self.lease.buffer().view_ptr(self.view)
+    }
+}
+
+// SAFETY: as for `Arc<BatchLease>` above — the lease keeps the whole buffer out of the ring while any clone
+// lives; the view's `rows` images lie inside it (BatchLayout::view_offset + rows · view_bytes ≤ total_bytes,
+// rows ≤ layout rows). Dropping runs at most `Station::release` (short mutex section, no GIL).
+unsafe impl ExportOwner for HostView {
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+    fn data_ptr(&self) -> *mut c_void {
+        self.ptr().cast_mut().cast()
+    }
+    fn len_bytes(&self) -> usize {
+        self.lease.rows * self.lease.buffer().layout().view_bytes(self.view)
     }
 }
 

@@ -31,7 +31,7 @@ mod tensor;
 #[cfg(feature = "python")]
 pub use capsule::into_capsule;
 pub use dlpack::Device;
-pub use lease::DeviceView;
+pub use lease::{DeviceView, HostView};
 pub use managed::ManagedTensor;
 pub use request::{DlpackRequest, ExportPlan};
 pub use stream::{ConsumerStream, StreamBinding, StreamOrder};

@@ -221,14 +221,14 @@ fn request_decoding_follows_the_array_api() {
 
 /// One-row batches of 4 bytes in a 2-slot, 2-buffer station.
 fn station() -> Arc<Station> {
-    let st = Arc::new(Station::new(BatchLayout { rows: 1, sample_bytes: 4 }, 2, 2, Arc::new(Stats::default())));
+    let st = Arc::new(Station::new(BatchLayout::new(1, 4), 2, 2, Arc::new(Stats::default())));
     st.begin_epoch(EpochShape { batches: 4, batch_size: 1, total_rows: 4 }, 0);
     st
 }
 
 fn fill(st: &Station, b: u64) {
     let buf = st.acquire(b).unwrap();
-    buf.claim_row(0).image.fill(b as u8 + 1);
+    buf.claim_row(0).image(0).fill(b as u8 + 1);
     drop(buf);
     st.complete(b, None);
 }

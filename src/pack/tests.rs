@@ -257,7 +257,8 @@ fn loader_cfg(batch: usize, workers: usize, shuffle: bool, reproducible: bool) -
             vec![TransformSpec::RandomResizedCrop { height: 12, width: 12, scale: (0.3, 1.0), ratio: (0.75, 1.33) }],
             spec,
         )
-        .unwrap(),
+        .unwrap()
+        .into(),
         decode_limits: DecodeLimits::default(),
     }
 }

@@ -139,8 +139,9 @@ fn batch_op_check(
 
 /// Check the length of a `batch_ops` list.
 #[pyfunction]
-fn batch_ops_check_len(len: usize) -> PyResult<()> {
-    rng::check_batch_ops_len(len, 0, "batch_ops").py_err()
+#[pyo3(signature = (len, views = 1))]
+fn batch_ops_check_len(len: usize, views: usize) -> PyResult<()> {
+    rng::check_batch_ops_len(len, 0, "batch_ops").and_then(|()| rng::check_batch_ops_views(len, views)).py_err()
 }
 
 /// What the batch op `spec` at `batch_ops[position]` draws for global batch `batch` of `epoch` on a batch of

@@ -39,6 +39,13 @@ impl DeviceTensorHandle {
         }
     }
 
+    /// The images of view `view` of a multi-view batch (`views=`; shape [rows, ...that view's sample shape]).
+    pub fn view_images(lease: Arc<SlotLease>, view: usize, sample_shape: [usize; 3], dtype: DType) -> Self {
+        let mut h = Self::images(lease, sample_shape, dtype);
+        h.part = SlotPart::View(view);
+        h
+    }
+
     /// The int64 labels of `lease`.
     pub fn labels(lease: Arc<SlotLease>) -> Self {
         let shape = vec![lease.rows];

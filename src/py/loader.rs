@@ -6,11 +6,12 @@ use super::errors::{IntoPyResult, to_py};
 use super::gpu::DeviceTensorHandle;
 use super::source::NativeSource;
 use super::wait::{WAIT_SLICE, wait_detached};
-use crate::augment::{self, DType, Normalize, OutputSpec, SamplePipeline, TransformSpec};
+use crate::augment::views::SampleViews;
+use crate::augment::{self, DType, Normalize, OutputSpec, TransformSpec};
 use crate::config::{self, Choice, LoaderConfig};
 use crate::decode::{self, DecodeLimits};
 use crate::error::TrdataError;
-use crate::export::{Device, DlpackRequest, ElementType, TensorExport, into_capsule};
+use crate::export::{Device, DlpackRequest, ElementType, HostView, TensorExport, into_capsule};
 use crate::loader::{BatchImages, DeviceSpec, Loader, LoaderState, NextStep};
 use crate::plan::LastBatch;
 use crate::source::{self, Store, image_folder_cancellable};
@@ -189,7 +190,10 @@ type StepTuple = (Py<PyAny>, Option<DeviceTensorHandle>, Vec<i64>, Vec<i64>, usi
 pub struct NativeLoader {
     inner: ManuallyDrop<Mutex<Loader>>,
     stats: std::sync::Arc<crate::stats::Stats>,
-    sample_shape: [usize; 3],
+    /// Shape of one sample of each view ([C,h,w] or [h,w,C]; one entry without `views=`).
+    view_shapes: Vec<[usize; 3]>,
+    /// Built with `views=`: each step's images are one handle per view (a tuple in Python).
+    multi_view: bool,
     /// Channels of every image (the resolved `channels=`: 1 or 3).
     channels: usize,
     dtype: DType,
@@ -248,7 +252,7 @@ impl NativeLoader {
     #[pyo3(signature = (source, *, batch_size, workers, shuffle, seed, reproducible, last_batch,
                         rank, world_size, pin, on_error, prefetch, max_held_batches, transforms, normalize,
                         dtype, layout, channels, devices, device_slots, cpus, max_pixels, max_scans,
-                        max_memory_bytes, exif_transpose))]
+                        max_memory_bytes, exif_transpose, views = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -277,10 +281,18 @@ impl NativeLoader {
         max_scans: Option<&Bound<'_, PyAny>>,
         max_memory_bytes: Option<&Bound<'_, PyAny>>,
         exif_transpose: bool,
+        views: Option<Vec<Vec<Bound<'_, PyTuple>>>>,
     ) -> PyResult<Self> {
         // Translation only: Python values into the core's types. Every rule (ranges, choices, defaults) is the
         // core's: config.rs, augment/, decode/, source/.
         let specs = transforms.iter().map(parse_transform).collect::<PyResult<Vec<_>>>()?;
+        let view_specs = views
+            .map(|vs| {
+                vs.iter()
+                    .map(|v| v.iter().map(parse_transform).collect::<PyResult<Vec<_>>>())
+                    .collect::<PyResult<Vec<_>>>()
+            })
+            .transpose()?;
         let ds = crate::sync::Arc::clone(&source.dataset);
         let channels = match channels {
             None => config::default::channels(ds.natural_channels()),
@@ -291,7 +303,7 @@ impl NativeLoader {
             layout: choice(layout, &config::LAYOUT)?,
             normalize: normalize.map(|(mean, std)| Normalize::from_user(&mean, &std, channels)).transpose().py_err()?,
         };
-        let pipeline = SamplePipeline::with_channels(specs, output, channels).py_err()?;
+        let pipeline = SampleViews::from_lists(specs, view_specs, output, channels).py_err()?;
         let cpus = cpus
             .map(|ids| ids.iter().map(|c| int_arg::<usize>(c, &config::CPU_ID)).collect::<PyResult<Vec<_>>>())
             .transpose()?;
@@ -335,8 +347,9 @@ impl NativeLoader {
         Ok(Self {
             stats: loader.stats(),
             inner: ManuallyDrop::new(Mutex::new(loader)),
-            sample_shape: pipeline.sample_shape(),
-            channels: pipeline.channels().count(),
+            view_shapes: pipeline.views().iter().map(|p| p.sample_shape()).collect(),
+            multi_view: pipeline.is_multi(),
+            channels: pipeline.first().channels().count(),
             dtype: output.dtype,
             pid: std::process::id(),
             iterations: AtomicU64::new(0),
@@ -441,10 +454,23 @@ impl NativeLoader {
         .py_err()
     }
 
-    /// Shape of one sample ([C,h,w] or [h,w,C], C = 1 or 3).
+    /// Shape of one sample ([C,h,w] or [h,w,C], C = 1 or 3); view 0's with `views=`.
     #[getter]
     fn sample_shape(&self) -> (usize, usize, usize) {
-        (self.sample_shape[0], self.sample_shape[1], self.sample_shape[2])
+        let s = self.view_shapes[0];
+        (s[0], s[1], s[2])
+    }
+
+    /// Shape of one sample of each view (one entry without `views=`).
+    #[getter]
+    fn view_shapes(&self) -> Vec<(usize, usize, usize)> {
+        self.view_shapes.iter().map(|s| (s[0], s[1], s[2])).collect()
+    }
+
+    /// True when built with `views=`: each step's images are a list of handles, one per view.
+    #[getter]
+    fn multi_view(&self) -> bool {
+        self.multi_view
     }
 
     /// Channels of every image: the `channels` given, or the source's own (1 for a gray source such as MNIST,
@@ -473,7 +499,8 @@ impl NativeLoader {
     /// Next step of iteration `token`'s epoch, None at its end: one (images, labels_handle, labels, indices,
     /// valid, epoch) per engine in engine order. A CPU loader is one engine: images is a `BatchLeaseHandle`
     /// (numpy/DLPack view of the host buffer) and labels_handle None; a CUDA loader has one entry per GPU with
-    /// images and labels as `DeviceTensorHandle`s.
+    /// images and labels as `DeviceTensorHandle`s. With `views=`, images is a list of such handles, one per
+    /// view, all sharing the batch's one lease (host buffer or device slot).
     fn next_step(&self, py: Python<'_>, token: u64) -> PyResult<Option<Vec<StepTuple>>> {
         self.check_process()?;
         let next = wait_detached(
@@ -495,23 +522,44 @@ impl NativeLoader {
         batches
             .into_iter()
             .map(|b| {
-                let (images, labels_handle) = match b.images {
+                let (mut handles, labels_handle) = match b.images {
                     BatchImages::Host(lease) => {
-                        let s = self.sample_shape;
-                        let handle = BatchLeaseHandle {
-                            shape: vec![lease.rows, s[0], s[1], s[2]],
-                            dtype: self.dtype,
-                            ptr: lease.buffer().images_ptr() as usize,
-                            lease: ManuallyDrop::new(Arc::new(lease)),
-                            pid: self.pid,
-                        };
-                        (Py::new(py, handle)?.into_any(), None)
+                        let lease = Arc::new(lease);
+                        let handles = (self.view_shapes.iter().enumerate())
+                            .map(|(view, s)| {
+                                let handle = BatchLeaseHandle {
+                                    shape: vec![lease.rows, s[0], s[1], s[2]],
+                                    dtype: self.dtype,
+                                    view,
+                                    ptr: lease.buffer().view_ptr(view) as usize,
+                                    lease: ManuallyDrop::new(Arc::clone(&lease)),
+                                    pid: self.pid,
+                                };
+                                Ok(Py::new(py, handle)?.into_any())
+                            })
+                            .collect::<PyResult<Vec<_>>>()?;
+                        (handles, None)
                     }
                     BatchImages::Device(db) => {
                         let lease = db.lease;
-                        let images = DeviceTensorHandle::images(Arc::clone(&lease), self.sample_shape, self.dtype);
-                        (Py::new(py, images)?.into_any(), Some(DeviceTensorHandle::labels(lease)))
+                        let handles = if self.multi_view {
+                            (self.view_shapes.iter().enumerate())
+                                .map(|(view, &s)| {
+                                    let h = DeviceTensorHandle::view_images(Arc::clone(&lease), view, s, self.dtype);
+                                    Ok(Py::new(py, h)?.into_any())
+                                })
+                                .collect::<PyResult<Vec<_>>>()?
+                        } else {
+                            let h = DeviceTensorHandle::images(Arc::clone(&lease), self.view_shapes[0], self.dtype);
+                            vec![Py::new(py, h)?.into_any()]
+                        };
+                        (handles, Some(DeviceTensorHandle::labels(lease)))
                     }
+                };
+                let images = if self.multi_view {
+                    pyo3::types::PyList::new(py, handles)?.into_any().unbind()
+                } else {
+                    handles.pop().expect("one view")
                 };
                 Ok((images, labels_handle, b.labels, b.indices, b.valid, b.epoch))
             })
@@ -583,6 +631,9 @@ impl NativeLoader {
 pub struct BatchLeaseHandle {
     shape: Vec<usize>,
     dtype: DType,
+    /// Which view's block of the batch this handle exports (0 without `views=`).
+    view: usize,
+    /// Start of that block.
     ptr: usize,
     lease: ManuallyDrop<Arc<BatchLease>>,
     pid: u32,
@@ -629,7 +680,8 @@ impl BatchLeaseHandle {
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
         let plan = DlpackRequest { stream, max_version, dl_device, copy }.plan(Self::DEVICE)?;
-        let export = TensorExport::new(Arc::clone(&self.lease), ElementType::from(self.dtype), &self.shape, None)?;
+        let owner = HostView::new(Arc::clone(&self.lease), self.view);
+        let export = TensorExport::new(owner, ElementType::from(self.dtype), &self.shape, None)?;
         // GPU hook: a device slot adds `.with_stream_order(slot_order, plan.stream)` here.
         let export = if plan.copy { py.detach(move || export.host_copy())? } else { export };
         into_capsule(py, export, plan.versioned)

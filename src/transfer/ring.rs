@@ -363,8 +363,12 @@ impl std::fmt::Debug for SlotLease {
 /// Which part of a slot an export views.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SlotPart {
-    /// The images (rows × sample_bytes from the 256-aligned image offset).
+    /// The images of a loader without views (view 0's block: rows × view bytes from the 256-aligned image
+    /// offset).
     Images,
+    /// The images of view `k` (its block: rows × view k's bytes from its 256-aligned offset; `View(0)` is
+    /// `Images`).
+    View(usize),
     /// The labels (rows × int64 at offset 0).
     Labels,
 }
@@ -393,7 +397,8 @@ impl SlotLease {
     /// (device address, bytes) of `part`.
     pub fn part(&self, part: SlotPart) -> (CUdeviceptr, usize) {
         match part {
-            SlotPart::Images => (self.ptr + self.layout.images_offset() as u64, self.rows * self.layout.sample_bytes),
+            SlotPart::Images => self.part(SlotPart::View(0)),
+            SlotPart::View(k) => (self.ptr + self.layout.view_offset(k) as u64, self.rows * self.layout.view_bytes(k)),
             SlotPart::Labels => (self.ptr + self.layout.labels_offset() as u64, self.rows * 8),
         }
     }

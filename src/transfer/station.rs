@@ -99,7 +99,7 @@ impl Station {
         assert!(depth >= 2 && max_buffers >= depth, "station needs depth ≥ 2 and max_buffers ≥ depth");
         let ring =
             (0..depth).map(|i| Slot { batch: i as u64, buffer: None, filled: 0, ready: false, error: None }).collect();
-        let shape = EpochShape { batches: 0, batch_size: layout.rows as u64, total_rows: 0 };
+        let shape = EpochShape { batches: 0, batch_size: layout.rows() as u64, total_rows: 0 };
         Self {
             inner: Mutex::new(Inner {
                 ring,
@@ -143,7 +143,7 @@ impl Station {
     /// Rewind the ring for a new epoch whose first produced batch is `first_batch` (0, or the resume point
     /// of an interrupted epoch). The caller guarantees no worker is inside the previous epoch.
     pub fn begin_epoch(&self, shape: EpochShape, first_batch: u64) {
-        assert!(shape.batch_size as usize == self.layout.rows, "epoch batch size differs from the layout");
+        assert!(shape.batch_size as usize == self.layout.rows(), "epoch batch size differs from the layout");
         assert!(first_batch <= shape.batches, "first batch {first_batch} beyond the epoch's {}", shape.batches);
         let mut g = lock(&self.inner);
         g.shape = shape;
@@ -399,7 +399,7 @@ mod tests {
                     let b = seq / shape.batch_size;
                     let Some(buf) = st.acquire(b) else { return };
                     let mut w = buf.claim_row((seq % shape.batch_size) as usize);
-                    w.image.fill(seq as u8);
+                    w.image(0).fill(seq as u8);
                     w.set_meta(seq as i64, seq as i64);
                     drop(buf);
                     st.complete(b, None);
@@ -430,7 +430,7 @@ mod tests {
     }
 
     fn layout(rows: usize) -> BatchLayout {
-        BatchLayout { rows, sample_bytes: 3 }
+        BatchLayout::new(rows, 3)
     }
 
     fn expected(shape: EpochShape) -> Vec<Vec<u8>> {
@@ -482,7 +482,7 @@ mod tests {
         st.begin_epoch(shape, 0);
         let fill = |b: u64| {
             let buf = st.acquire(b).unwrap();
-            buf.claim_row(0).image.fill(1);
+            buf.claim_row(0).image(0).fill(1);
             drop(buf);
             st.complete(b, None);
         };
@@ -502,7 +502,7 @@ mod tests {
     #[cfg(not(loom))]
     #[test]
     fn refused_allocation_poisons_with_a_memory_error() {
-        let huge = BatchLayout { rows: 4, sample_bytes: 1 << 48 };
+        let huge = BatchLayout::new(4, 1 << 48);
         let st = Arc::new(Station::new(huge, 2, 4, Arc::new(Stats::default())));
         st.begin_epoch(EpochShape { batches: 3, batch_size: 4, total_rows: 12 }, 0);
         assert!(st.acquire(0).is_none(), "a worker must not wait for a buffer that cannot exist");

@@ -7,7 +7,8 @@
 //! A panic inside a job is caught, poisons the station (the consumer raises `WorkerError`) and the worker
 //! still checks out, so nothing hangs. `shutdown` sets the flag, wakes and joins every thread.
 
-use crate::augment::{SampleKey, SamplePipeline, SampleTiming, WorkerScratch};
+use crate::augment::views::SampleViews;
+use crate::augment::{SampleKey, SampleTiming, WorkerScratch};
 use crate::decode::DecodeLimits;
 use crate::error::{ImageError, Result, SampleError, TrdataError};
 use crate::plan::claim::WorkerClaim;
@@ -16,6 +17,7 @@ use crate::plan::{EpochPlan, PlanShape};
 use crate::rng::{OP_SKIP_REPLACEMENT, SampleRng};
 use crate::source::packed::RecordFormat;
 use crate::source::{Dataset, PackedFile, PixelArray, Store, read_sample, read_span};
+use crate::staging::RowWriter;
 use crate::stats::Stats;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Condvar, Mutex, Ordering, lock};
 use crate::transfer::Station;
@@ -52,8 +54,9 @@ pub struct SkipRecord {
 pub struct WorkContext {
     /// The samples.
     pub dataset: Arc<Dataset>,
-    /// Decode + augmentation.
-    pub pipeline: SamplePipeline,
+    /// Decode + augmentation: one pipeline per view (one without `views=`); a sample is read once and every
+    /// view is made from its bytes (augment/views.rs).
+    pub pipeline: SampleViews,
     /// Counters.
     pub stats: Arc<Stats>,
     /// Seed of all randomness.
@@ -324,7 +327,7 @@ fn produce(
     index: u64,
     scratch: &mut WorkerScratch,
     file_buf: &mut Vec<u8>,
-    dst: &mut [u8],
+    dst: &mut RowWriter<'_>,
 ) -> std::result::Result<u64, SampleError> {
     let ctx = &job.ctx;
     let n = ctx.dataset.len() as u64;
@@ -342,7 +345,7 @@ fn produce(
         },
     };
     if ctx.on_error == ErrorPolicy::Raise {
-        dst.fill(0);
+        dst.clear_images();
         return Err(first);
     }
     Stats::add(&ctx.stats.errors_skipped, 1);
@@ -365,7 +368,7 @@ fn produce(
         }
         lock(&ctx.skipped).all_bad = true;
     }
-    dst.fill(0);
+    dst.clear_images();
     let error = ImageError::new(
         first.error.kind.clone(),
         format!(
@@ -383,20 +386,21 @@ fn decode_read(
     scratch: &mut WorkerScratch,
     bytes: &[u8],
     key: SampleKey,
-    dst: &mut [u8],
+    dst: &mut RowWriter<'_>,
 ) -> std::result::Result<SampleTiming, ImageError> {
     Stats::add_since(&ctx.stats.read_ns, t0);
     Stats::add(&ctx.stats.bytes_read, bytes.len() as u64);
     ctx.pipeline.process(scratch, bytes, key, dst)
 }
 
-/// Read and decode dataset sample `index` into `dst`; a failure is recorded once in the skip log.
+/// Read dataset sample `index` once and decode it into every view of `dst` (augment/views.rs); a failure is
+/// recorded once in the skip log.
 fn attempt_sample(
     job: &EpochJob,
     index: u64,
     scratch: &mut WorkerScratch,
     file_buf: &mut Vec<u8>,
-    dst: &mut [u8],
+    dst: &mut RowWriter<'_>,
 ) -> std::result::Result<(), SampleError> {
     let ctx = &job.ctx;
     let i = index as usize;
@@ -449,7 +453,7 @@ fn packed_sample(
     scratch: &mut WorkerScratch,
     file_buf: &mut Vec<u8>,
     key: SampleKey,
-    dst: &mut [u8],
+    dst: &mut RowWriter<'_>,
 ) -> std::result::Result<SampleTiming, ImageError> {
     let ctx = &job.ctx;
     let bytes = p.record(i, |block| job.plan.block_order_key(block))?;
@@ -495,7 +499,7 @@ fn run_job(job: &EpochJob, w: usize, workers: usize, scratch: &mut WorkerScratch
         let Some(buf) = eng.station.acquire(b) else { return };
         let index = job.plan.sample_at(eng.global_engine, seq);
         let mut writer = buf.claim_row(row);
-        let outcome = produce(job, index, scratch, file_buf, writer.image);
+        let outcome = produce(job, index, scratch, file_buf, &mut writer);
         let written = *outcome.as_ref().unwrap_or(&index);
         writer.set_meta(ctx.dataset.labels[written as usize], written as i64);
         drop(buf); // the row is written: release our handle before announcing it
@@ -506,7 +510,7 @@ fn run_job(job: &EpochJob, w: usize, workers: usize, scratch: &mut WorkerScratch
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::augment::{DType, Layout, OutputSpec, TransformSpec};
+    use crate::augment::{DType, Layout, OutputSpec, SamplePipeline, TransformSpec};
     use crate::plan::LastBatch;
     use crate::staging::BatchLayout;
     use crate::transfer::{EpochShape, Take};
@@ -531,7 +535,7 @@ mod tests {
         let store = Store::Files(paths.to_vec());
         let ctx = Arc::new(WorkContext {
             dataset: Arc::new(Dataset { store, labels: vec![0; paths.len()], classes: vec![] }),
-            pipeline: pipeline(),
+            pipeline: pipeline().into(),
             stats: Arc::clone(&stats),
             seed: 7,
             reproducible: true,
@@ -547,7 +551,7 @@ mod tests {
             shuffle: false,
             seed: 7,
         };
-        let layout = BatchLayout { rows: batch_size as usize, sample_bytes: ctx.pipeline.sample_bytes() };
+        let layout = BatchLayout::with_views(batch_size as usize, &ctx.pipeline.view_bytes());
         let station = Arc::new(Station::new(layout, 2, 4, Arc::clone(&stats)));
         let batches = num_samples / batch_size;
         station.begin_epoch(EpochShape { batches, batch_size, total_rows: batches * batch_size }, 0);

@@ -11,7 +11,7 @@ from typing import assert_type
 
 import numpy as np
 import trdata
-from trdata.loader import BatchArray
+from trdata.loader import BatchArray, BatchImages
 
 
 def accepted(src: trdata.Source) -> None:
@@ -29,6 +29,7 @@ def accepted(src: trdata.Source) -> None:
         cpus={0, 1},
     )
     trdata.Loader(src, device="cuda:0", transforms=[trdata.Resize(256), trdata.CenterCrop((224, 200))])
+    trdata.Loader(src, views=[[trdata.RandomResizedCrop(224)], [trdata.RandomResizedCrop(96)]])
 
 
 def refused(src: trdata.Source) -> None:
@@ -44,10 +45,13 @@ def refused(src: trdata.Source) -> None:
 
 def batches(loader: trdata.Loader) -> None:
     batch = next(iter(loader))
-    assert_type(batch.images, BatchArray)
+    assert_type(batch.images, BatchImages)  # a tuple of BatchArray per view with Loader(views=[...])
+    assert_type(batch.labels, BatchArray)
+    if isinstance(batch.images, tuple):
+        assert_type(batch.images[0], BatchArray)
     assert_type(batch.indices, np.ndarray)
     batch.images.mean()  # type: ignore[union-attr]  # a CUDA loader's images are torch tensors
     if isinstance(batch.images, np.ndarray):
         batch.images.mean()
     images, labels = batch
-    assert_type(labels, BatchArray)
+    assert_type(labels, BatchImages)
