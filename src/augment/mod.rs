@@ -26,12 +26,14 @@
 mod color;
 pub mod geometry;
 pub mod kernels;
+pub mod policy;
 pub mod ops;
 pub mod program;
 #[cfg(test)]
 mod program_tests;
 mod resample;
 mod simd;
+pub mod warp;
 #[cfg(test)]
 mod tests;
 
