@@ -498,6 +498,223 @@ class RandomAdjustSharpness(Transform):
         )
 
 
+def _mode(v: Any, name: str) -> str:
+    """A mode given as torchvision's enum (``InterpolationMode.BILINEAR``, ``AutoAugmentPolicy.IMAGENET``: its
+    value) or as its string; which values are allowed is the core's choice table."""
+    value = getattr(v, "value", v)
+    if not isinstance(value, str):
+        raise ConfigError(f"invalid {name}: {_shown(v)} must be a string or a torchvision enum", parameter=name)
+    return value.lower()
+
+
+def _int_arg(v: Any, name: str) -> int:
+    if not _is_int(v):
+        raise ConfigError(f"invalid {name}: {_shown(v)} must be an int", parameter=name)
+    return int(v)
+
+
+def _degrees(v: Any, name: str = "degrees") -> tuple[float, float]:
+    """torchvision's ``_setup_angle``: a number d → (-d, d) (a negative d gives an empty range the core refuses),
+    a pair as given."""
+    if _seq(v):
+        return _pair(v, name)
+    d = _real(v, name)
+    return (-d, d)
+
+
+def _opt_fill(fill: Any) -> tuple[float, ...] | None:
+    """``None`` (zero padding, no mask) or a number / per-channel numbers (torchvision's mask-path fill)."""
+    if isinstance(fill, dict):  # torchvision v2's per-type fill: the image's entry
+        fill = next((f for k, f in fill.items() if getattr(k, "__name__", k) in ("Image", "others")), None)
+    return None if fill is None else _fill(fill)
+
+
+def _opt_pair(v: Any, name: str) -> tuple[float, float] | None:
+    return None if v is None else _pair(v, name)
+
+
+def _shear(v: Any) -> tuple[float, ...] | None:
+    """torchvision's ``shear``: a number s → (-s, s) on x; 2 numbers: x range; 4: x then y range."""
+    if v is None:
+        return None
+    if _seq(v):
+        return tuple(_real(x, "shear") for x in v)
+    s = _real(v, "shear")
+    return (-s, s)
+
+
+@dataclass(frozen=True)
+class RandomRotation(Transform):
+    """torchvision v2 ``RandomRotation(degrees, interpolation='nearest', expand=False, center=None, fill=0)``:
+    counter-clockwise for positive angles; ``fill=0`` (the default) takes torchvision's mask path, ``fill=None``
+    pads with zeros. With ``expand=True`` the size depends on the angle, so a later ``RandomCrop`` must fix it."""
+
+    degrees: Any
+    interpolation: Any = _DEFAULTS["RandomRotation.interpolation"]
+    expand: bool = False
+    center: Any = None
+    fill: Any = _DEFAULTS["RandomRotation.fill"]
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "random_rotation",
+            _degrees(self.degrees),
+            _mode(self.interpolation, "interpolation"),
+            _bool_arg(self.expand, "expand"),
+            _opt_pair(self.center, "center"),
+            _opt_fill(self.fill),
+        )
+
+
+@dataclass(frozen=True)
+class RandomAffine(Transform):
+    """torchvision v2 ``RandomAffine(degrees, translate=None, scale=None, shear=None, interpolation='nearest',
+    fill=0, center=None)`` (same parameter draws; positive angles turn clockwise, as torchvision's affine)."""
+
+    degrees: Any
+    translate: Any = None
+    scale: Any = None
+    shear: Any = None
+    interpolation: Any = _DEFAULTS["RandomAffine.interpolation"]
+    fill: Any = _DEFAULTS["RandomAffine.fill"]
+    center: Any = None
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "random_affine",
+            _degrees(self.degrees),
+            _opt_pair(self.translate, "translate"),
+            _opt_pair(self.scale, "scale"),
+            _shear(self.shear),
+            _mode(self.interpolation, "interpolation"),
+            _opt_fill(self.fill),
+            _opt_pair(self.center, "center"),
+        )
+
+
+@dataclass(frozen=True)
+class RandomPerspective(Transform):
+    """torchvision v2 ``RandomPerspective(distortion_scale=0.5, p=0.5, interpolation='bilinear', fill=0)``."""
+
+    distortion_scale: float = _DEFAULTS["RandomPerspective.distortion_scale"]
+    p: float = _DEFAULTS["RandomPerspective.p"]
+    interpolation: Any = _DEFAULTS["RandomPerspective.interpolation"]
+    fill: Any = _DEFAULTS["RandomPerspective.fill"]
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "random_perspective",
+            _real(self.distortion_scale, "distortion_scale"),
+            _real(self.p, "p"),
+            _mode(self.interpolation, "interpolation"),
+            _opt_fill(self.fill),
+        )
+
+
+@dataclass(frozen=True)
+class AutoAugment(Transform):
+    """torchvision v2 ``AutoAugment(policy=AutoAugmentPolicy.IMAGENET, interpolation='nearest', fill=None)``
+    (``policy``: 'imagenet', 'cifar10', 'svhn' or the enum)."""
+
+    policy: Any = _DEFAULTS["AutoAugment.policy"]
+    interpolation: Any = _DEFAULTS["AutoAugment.interpolation"]
+    fill: Any = None
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "auto_augment",
+            _mode(self.policy, "policy"),
+            _mode(self.interpolation, "interpolation"),
+            _opt_fill(self.fill),
+        )
+
+
+@dataclass(frozen=True)
+class RandAugment(Transform):
+    """torchvision v2 ``RandAugment(num_ops=2, magnitude=9, num_magnitude_bins=31, interpolation='nearest',
+    fill=None)``."""
+
+    num_ops: int = _DEFAULTS["RandAugment.num_ops"]
+    magnitude: int = _DEFAULTS["RandAugment.magnitude"]
+    num_magnitude_bins: int = _DEFAULTS["RandAugment.num_magnitude_bins"]
+    interpolation: Any = _DEFAULTS["RandAugment.interpolation"]
+    fill: Any = None
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "rand_augment",
+            _int_arg(self.num_ops, "num_ops"),
+            _int_arg(self.magnitude, "magnitude"),
+            _int_arg(self.num_magnitude_bins, "num_magnitude_bins"),
+            _mode(self.interpolation, "interpolation"),
+            _opt_fill(self.fill),
+        )
+
+
+@dataclass(frozen=True)
+class TrivialAugmentWide(Transform):
+    """torchvision v2 ``TrivialAugmentWide(num_magnitude_bins=31, interpolation='nearest', fill=None)``."""
+
+    num_magnitude_bins: int = _DEFAULTS["TrivialAugmentWide.num_magnitude_bins"]
+    interpolation: Any = _DEFAULTS["TrivialAugmentWide.interpolation"]
+    fill: Any = None
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "trivial_augment_wide",
+            _int_arg(self.num_magnitude_bins, "num_magnitude_bins"),
+            _mode(self.interpolation, "interpolation"),
+            _opt_fill(self.fill),
+        )
+
+
+@dataclass(frozen=True)
+class AugMix(Transform):
+    """torchvision v2 ``AugMix(severity=3, mixture_width=3, chain_depth=-1, alpha=1.0, all_ops=True,
+    interpolation='bilinear', fill=None)``."""
+
+    severity: int = _DEFAULTS["AugMix.severity"]
+    mixture_width: int = _DEFAULTS["AugMix.mixture_width"]
+    chain_depth: int = _DEFAULTS["AugMix.chain_depth"]
+    alpha: float = _DEFAULTS["AugMix.alpha"]
+    all_ops: bool = _DEFAULTS["AugMix.all_ops"]
+    interpolation: Any = _DEFAULTS["AugMix.interpolation"]
+    fill: Any = None
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "augmix",
+            _int_arg(self.severity, "severity"),
+            _int_arg(self.mixture_width, "mixture_width"),
+            _int_arg(self.chain_depth, "chain_depth"),
+            _real(self.alpha, "alpha"),
+            _bool_arg(self.all_ops, "all_ops"),
+            _mode(self.interpolation, "interpolation"),
+            _opt_fill(self.fill),
+        )
+
+
 #: The built-in transforms (the only ones the core compiles).
 BUILTIN = (
     RandomResizedCrop,
@@ -519,6 +736,13 @@ BUILTIN = (
     RandomPosterize,
     RandomAdjustSharpness,
     RandomInvert,
+    RandomRotation,
+    RandomAffine,
+    RandomPerspective,
+    AutoAugment,
+    RandAugment,
+    TrivialAugmentWide,
+    AugMix,
 )
 
 
@@ -733,4 +957,22 @@ def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float
         return RandomPosterize(op.bits, op.p)
     if name == "RandomAdjustSharpness":
         return RandomAdjustSharpness(op.sharpness_factor, op.p)
+    if name == "RandomRotation":
+        return RandomRotation(tuple(op.degrees), op.interpolation, op.expand, op.center, op.fill)
+    if name == "RandomAffine":
+        return RandomAffine(
+            tuple(op.degrees), op.translate, op.scale, op.shear, op.interpolation, op.fill, op.center
+        )
+    if name == "RandomPerspective":
+        return RandomPerspective(op.distortion_scale, op.p, op.interpolation, op.fill)
+    if name == "AutoAugment":
+        return AutoAugment(op.policy, op.interpolation, op.fill)
+    if name == "RandAugment":
+        return RandAugment(op.num_ops, op.magnitude, op.num_magnitude_bins, op.interpolation, op.fill)
+    if name == "TrivialAugmentWide":
+        return TrivialAugmentWide(op.num_magnitude_bins, op.interpolation, op.fill)
+    if name == "AugMix":
+        return AugMix(
+            op.severity, op.mixture_width, op.chain_depth, op.alpha, op.all_ops, op.interpolation, op.fill
+        )
     raise KeyError(name)

@@ -85,6 +85,39 @@ pub const MAX_POLICY_OPS: u32 = 1000;
 /// The most magnitude bins (RandAugment/TrivialAugmentWide tables are built per sample from this).
 pub const MAX_MAGNITUDE_BINS: u32 = 1000;
 
+/// Defaults of the geometric ops' and policies' parameters (torchvision v2's), exported in `_core.DEFAULTS`
+/// (the one place each is written; python/trdata/transforms.py reads them).
+pub mod default {
+    /// `interpolation` of RandomRotation, RandomAffine and the policies but AugMix.
+    pub const NEAREST: &str = "nearest";
+    /// `interpolation` of RandomPerspective and AugMix.
+    pub const BILINEAR: &str = "bilinear";
+    /// `fill` of RandomRotation, RandomAffine, RandomPerspective (0 takes torchvision's mask path).
+    pub const WARP_FILL: f64 = 0.0;
+    /// `RandomPerspective.distortion_scale`.
+    pub const DISTORTION_SCALE: f64 = 0.5;
+    /// `RandomPerspective.p`.
+    pub const PERSPECTIVE_P: f64 = 0.5;
+    /// `AutoAugment.policy`.
+    pub const AA_POLICY: &str = "imagenet";
+    /// `RandAugment.num_ops`.
+    pub const RA_NUM_OPS: u32 = 2;
+    /// `RandAugment.magnitude`.
+    pub const RA_MAGNITUDE: u32 = 9;
+    /// `num_magnitude_bins` of RandAugment and TrivialAugmentWide.
+    pub const MAGNITUDE_BINS: u32 = 31;
+    /// `AugMix.severity`.
+    pub const AUGMIX_SEVERITY: u32 = 3;
+    /// `AugMix.mixture_width`.
+    pub const AUGMIX_WIDTH: u32 = 3;
+    /// `AugMix.chain_depth` (≤ 0: 1 to 3 per chain).
+    pub const AUGMIX_DEPTH: i32 = -1;
+    /// `AugMix.alpha`.
+    pub const AUGMIX_ALPHA: f64 = 1.0;
+    /// `AugMix.all_ops`.
+    pub const AUGMIX_ALL_OPS: bool = true;
+}
+
 /// Erasing's fill.
 #[derive(Debug, Clone, PartialEq)]
 pub enum EraseValue {

@@ -81,6 +81,29 @@ pub fn add_defaults(d: &Bound<'_, PyDict>) -> PyResult<()> {
     d.set_item("RandomErasing.value", default::ERASING_VALUE)?;
     d.set_item("Pad.fill", default::FILL)?;
     d.set_item("Pad.padding_mode", default::PADDING_MODE)?;
+    use crate::augment::ops::default as g;
+    for cls in ["RandomRotation", "RandomAffine"] {
+        d.set_item(format!("{cls}.interpolation"), g::NEAREST)?;
+        d.set_item(format!("{cls}.fill"), g::WARP_FILL)?;
+    }
+    d.set_item("RandomPerspective.interpolation", g::BILINEAR)?;
+    d.set_item("RandomPerspective.fill", g::WARP_FILL)?;
+    d.set_item("RandomPerspective.distortion_scale", g::DISTORTION_SCALE)?;
+    d.set_item("RandomPerspective.p", g::PERSPECTIVE_P)?;
+    d.set_item("AutoAugment.policy", g::AA_POLICY)?;
+    for cls in ["AutoAugment", "RandAugment", "TrivialAugmentWide"] {
+        d.set_item(format!("{cls}.interpolation"), g::NEAREST)?;
+    }
+    d.set_item("RandAugment.num_ops", g::RA_NUM_OPS)?;
+    d.set_item("RandAugment.magnitude", g::RA_MAGNITUDE)?;
+    d.set_item("RandAugment.num_magnitude_bins", g::MAGNITUDE_BINS)?;
+    d.set_item("TrivialAugmentWide.num_magnitude_bins", g::MAGNITUDE_BINS)?;
+    d.set_item("AugMix.severity", g::AUGMIX_SEVERITY)?;
+    d.set_item("AugMix.mixture_width", g::AUGMIX_WIDTH)?;
+    d.set_item("AugMix.chain_depth", g::AUGMIX_DEPTH)?;
+    d.set_item("AugMix.alpha", g::AUGMIX_ALPHA)?;
+    d.set_item("AugMix.all_ops", g::AUGMIX_ALL_OPS)?;
+    d.set_item("AugMix.interpolation", g::BILINEAR)?;
     Ok(())
 }
 
