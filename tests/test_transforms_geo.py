@@ -417,7 +417,7 @@ def test_policies_are_reproducible_across_worker_counts() -> None:
 def test_values_are_checked_by_the_core_with_the_op_named() -> None:
     imgs = images(2)
     for op, msg in [
-        (T.RandomRotation(-5), "invalid degrees: (5.0, -5.0) must be finite with min ≤ max"),
+        (T.RandomRotation(-5), "invalid degrees: (5, -5) must be finite with min ≤ max"),
         (T.RandomRotation(5, interpolation="bicubic"), "invalid interpolation"),
         (T.RandomAffine(0, translate=(0.2, 1.5)), "invalid translate: (0.2, 1.5) must be two fractions in [0, 1] (RandomAffine at transforms[1])"),
         (T.RandomAffine(0, scale=(0.0, 1.0)), "invalid scale"),
@@ -489,7 +489,7 @@ def test_from_torchvision_converts_geometry_and_policies() -> None:
         assert c.transforms[3] == T.RandAugment(2, 9)
         assert c.transforms[4] == T.AutoAugment("svhn")
         assert c.transforms[5] == T.AugMix(severity=2)
-        assert c.transforms[6] == T.RandomRotation([-10.0, 10.0], fill=5)
+        assert c.transforms[6]._spec() == T.RandomRotation(10, fill=5)._spec()
         assert c.transforms[7]._spec() == T.RandomAffine(5, translate=(0.1, 0.2), shear=(1, 2, 3, 4))._spec()
         assert c.transforms[8] == T.RandomPerspective(0.3)
         with trdata.Loader(trdata.Arrays(images(4, 40, 48)), batch_size=4, transforms=pipe, shuffle=False) as ld:

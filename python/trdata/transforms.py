@@ -958,21 +958,23 @@ def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float
     if name == "RandomAdjustSharpness":
         return RandomAdjustSharpness(op.sharpness_factor, op.p)
     if name == "RandomRotation":
-        return RandomRotation(tuple(op.degrees), op.interpolation, op.expand, op.center, op.fill)
+        return RandomRotation(tuple(op.degrees), _mode(op.interpolation, "interpolation"), op.expand, op.center, op.fill)
     if name == "RandomAffine":
         return RandomAffine(
-            tuple(op.degrees), op.translate, op.scale, op.shear, op.interpolation, op.fill, op.center
+            tuple(op.degrees), op.translate, op.scale, op.shear, _mode(op.interpolation, "interpolation"), op.fill, op.center
         )
     if name == "RandomPerspective":
-        return RandomPerspective(op.distortion_scale, op.p, op.interpolation, op.fill)
+        return RandomPerspective(op.distortion_scale, op.p, _mode(op.interpolation, "interpolation"), op.fill)
     if name == "AutoAugment":
-        return AutoAugment(op.policy, op.interpolation, op.fill)
+        return AutoAugment(_mode(op.policy, "policy"), _mode(op.interpolation, "interpolation"), op.fill)
     if name == "RandAugment":
-        return RandAugment(op.num_ops, op.magnitude, op.num_magnitude_bins, op.interpolation, op.fill)
+        return RandAugment(
+            op.num_ops, op.magnitude, op.num_magnitude_bins, _mode(op.interpolation, "interpolation"), op.fill
+        )
     if name == "TrivialAugmentWide":
-        return TrivialAugmentWide(op.num_magnitude_bins, op.interpolation, op.fill)
+        return TrivialAugmentWide(op.num_magnitude_bins, _mode(op.interpolation, "interpolation"), op.fill)
     if name == "AugMix":
         return AugMix(
-            op.severity, op.mixture_width, op.chain_depth, op.alpha, op.all_ops, op.interpolation, op.fill
+            op.severity, op.mixture_width, op.chain_depth, op.alpha, op.all_ops, _mode(op.interpolation, "interpolation"), op.fill
         )
     raise KeyError(name)

@@ -635,8 +635,10 @@ impl OpSpec {
                 {
                     return Err(bad(SCALE, format!("({lo}, {hi})"), "be finite with 0 < min ≤ max", op, pos));
                 }
-                let pairs_ok = shear.chunks(2).all(|r| r[0].is_finite() && r[1].is_finite() && r[0] <= r[1]);
-                if !matches!(shear.len(), 0 | 2 | 4) || !pairs_ok || shear.iter().any(|v| v.abs() >= 90.0) {
+                // The length first: a 3-number shear has no (min, max) pairs to look at.
+                let pairs_ok = matches!(shear.len(), 0 | 2 | 4)
+                    && shear.chunks_exact(2).all(|r| r[0].is_finite() && r[1].is_finite() && r[0] <= r[1]);
+                if !pairs_ok || shear.iter().any(|v| v.abs() >= 90.0) {
                     return Err(bad(
                         SHEAR,
                         format!("{shear:?}"),
