@@ -17,6 +17,7 @@
 use super::kernels;
 use super::ops::Frame;
 use super::warp::{self, Interp};
+use crate::param::Choice;
 use crate::rng::SampleRng;
 
 /// A sub-op of the policies (torchvision's `_AUGMENTATION_SPACE` keys; the number is what `sample_op` reports,
@@ -81,7 +82,7 @@ pub enum AaPolicy {
 }
 
 /// The `policy` values (torchvision's `AutoAugmentPolicy` values).
-pub const AA_POLICY: crate::param::Choice<AaPolicy> = crate::param::Choice {
+pub const AA_POLICY: Choice<AaPolicy> = Choice {
     name: "policy",
     values: &[("imagenet", AaPolicy::ImageNet), ("cifar10", AaPolicy::Cifar10), ("svhn", AaPolicy::Svhn)],
 };

@@ -14,6 +14,8 @@
 //!
 //! No allocation per sample: the output goes into the caller's spare buffer (grown once, reused).
 
+use crate::param::Choice;
+
 /// Grid-sample interpolation (torchvision's `InterpolationMode.NEAREST` / `BILINEAR`, the two modes its tensor
 /// kernels support for warps).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,7 +27,7 @@ pub enum Interp {
 }
 
 /// The `interpolation` values of the warps (torchvision's `InterpolationMode` values).
-pub const WARP_INTERPOLATION: crate::param::Choice<Interp> = crate::param::Choice {
+pub const WARP_INTERPOLATION: Choice<Interp> = Choice {
     name: "interpolation",
     values: &[("nearest", Interp::Nearest), ("bilinear", Interp::Bilinear)],
 };
