@@ -99,7 +99,9 @@ PINNED: list[tuple[Any, str, tuple[Any, ...], dict[str, Any]]] = [
 
 
 @pytest.mark.parametrize("ours,name,args,kw", PINNED, ids=[f"{p[1]}-{i}" for i, p in enumerate(PINNED)])
-def test_pinned_warp_matches_torchvision(ours: Any, name: str, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
+def test_pinned_warp_matches_torchvision(
+    ours: Any, name: str, args: tuple[Any, ...], kw: dict[str, Any]
+) -> None:
     v2 = tv()
     if "interpolation" in kw:
         kw = {**kw, "interpolation": v2.InterpolationMode.BILINEAR}
@@ -407,7 +409,13 @@ def test_policies_are_reproducible_across_worker_counts() -> None:
     outs = []
     for workers in (1, 3):
         with trdata.Loader(
-            trdata.Arrays(imgs), batch_size=4, transforms=ops, dtype="uint8", shuffle=False, workers=workers, seed=9
+            trdata.Arrays(imgs),
+            batch_size=4,
+            transforms=ops,
+            dtype="uint8",
+            shuffle=False,
+            workers=workers,
+            seed=9,
         ) as ld:
             outs.append(np.concatenate([np.asarray(b.images).copy() for b in ld]))
     np.testing.assert_array_equal(outs[0], outs[1])
@@ -492,6 +500,8 @@ def test_from_torchvision_converts_geometry_and_policies() -> None:
         assert c.transforms[6]._spec() == T.RandomRotation(10, fill=5)._spec()
         assert c.transforms[7]._spec() == T.RandomAffine(5, translate=(0.1, 0.2), shear=(1, 2, 3, 4))._spec()
         assert c.transforms[8] == T.RandomPerspective(0.3)
-        with trdata.Loader(trdata.Arrays(images(4, 40, 48)), batch_size=4, transforms=pipe, shuffle=False) as ld:
+        with trdata.Loader(
+            trdata.Arrays(images(4, 40, 48)), batch_size=4, transforms=pipe, shuffle=False
+        ) as ld:
             assert np.asarray(next(iter(ld)).images).shape == (4, 3, 24, 24)
     assert torch.is_tensor(torch.zeros(1))

@@ -503,7 +503,9 @@ def _mode(v: Any, name: str) -> str:
     value) or as its string; which values are allowed is the core's choice table."""
     value = getattr(v, "value", v)
     if not isinstance(value, str):
-        raise ConfigError(f"invalid {name}: {_shown(v)} must be a string or a torchvision enum", parameter=name)
+        raise ConfigError(
+            f"invalid {name}: {_shown(v)} must be a string or a torchvision enum", parameter=name
+        )
     return value.lower()
 
 
@@ -958,10 +960,18 @@ def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float
     if name == "RandomAdjustSharpness":
         return RandomAdjustSharpness(op.sharpness_factor, op.p)
     if name == "RandomRotation":
-        return RandomRotation(tuple(op.degrees), _mode(op.interpolation, "interpolation"), op.expand, op.center, op.fill)
+        return RandomRotation(
+            tuple(op.degrees), _mode(op.interpolation, "interpolation"), op.expand, op.center, op.fill
+        )
     if name == "RandomAffine":
         return RandomAffine(
-            tuple(op.degrees), op.translate, op.scale, op.shear, _mode(op.interpolation, "interpolation"), op.fill, op.center
+            tuple(op.degrees),
+            op.translate,
+            op.scale,
+            op.shear,
+            _mode(op.interpolation, "interpolation"),
+            op.fill,
+            op.center,
         )
     if name == "RandomPerspective":
         return RandomPerspective(op.distortion_scale, op.p, _mode(op.interpolation, "interpolation"), op.fill)
@@ -975,6 +985,12 @@ def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float
         return TrivialAugmentWide(op.num_magnitude_bins, _mode(op.interpolation, "interpolation"), op.fill)
     if name == "AugMix":
         return AugMix(
-            op.severity, op.mixture_width, op.chain_depth, op.alpha, op.all_ops, _mode(op.interpolation, "interpolation"), op.fill
+            op.severity,
+            op.mixture_width,
+            op.chain_depth,
+            op.alpha,
+            op.all_ops,
+            _mode(op.interpolation, "interpolation"),
+            op.fill,
         )
     raise KeyError(name)

@@ -26,16 +26,16 @@
 mod color;
 pub mod geometry;
 pub mod kernels;
-pub mod policy;
 pub mod ops;
+pub mod policy;
 pub mod program;
 #[cfg(test)]
 mod program_tests;
 mod resample;
 mod simd;
-pub mod warp;
 #[cfg(test)]
 mod tests;
+pub mod warp;
 
 use std::time::Instant;
 

@@ -442,13 +442,21 @@ fn check_degrees((lo, hi): (f64, f64), op: &str, pos: usize) -> Result<()> {
     if lo.is_finite() && hi.is_finite() && lo <= hi {
         Ok(())
     } else {
-        Err(bad(DEGREES, format!("({lo}, {hi})"), "be finite with min ≤ max (one number d means (-d, d), d ≥ 0)", op, pos))
+        Err(bad(
+            DEGREES,
+            format!("({lo}, {hi})"),
+            "be finite with min ≤ max (one number d means (-d, d), d ≥ 0)",
+            op,
+            pos,
+        ))
     }
 }
 
 fn check_center(center: &Option<[f64; 2]>, op: &str, pos: usize) -> Result<()> {
     match center {
-        Some(c) if !c.iter().all(|v| v.is_finite()) => Err(bad(CENTER, format!("{c:?}"), "be a finite (x, y)", op, pos)),
+        Some(c) if !c.iter().all(|v| v.is_finite()) => {
+            Err(bad(CENTER, format!("{c:?}"), "be a finite (x, y)", op, pos))
+        }
         _ => Ok(()),
     }
 }
@@ -988,8 +996,16 @@ pub fn apply(op: &OpSpec, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScra
         (OpSpec::RandomRotation { interp, expand, center, fill, .. }, Drawn::Value(angle)) => {
             let n = frame.h * frame.w * frame.c;
             let hwc = (frame.h, frame.w, frame.c);
-            let (oh, ow) =
-                warp::rotate(&frame.buf[..n], hwc, &mut scratch.spare, *angle, *interp, *expand, *center, fill_f32(fill));
+            let (oh, ow) = warp::rotate(
+                &frame.buf[..n],
+                hwc,
+                &mut scratch.spare,
+                *angle,
+                *interp,
+                *expand,
+                *center,
+                fill_f32(fill),
+            );
             std::mem::swap(&mut frame.buf, &mut scratch.spare);
             (frame.h, frame.w) = (oh, ow);
         }

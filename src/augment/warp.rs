@@ -27,14 +27,18 @@ pub enum Interp {
 }
 
 /// The `interpolation` values of the warps (torchvision's `InterpolationMode` values).
-pub const WARP_INTERPOLATION: Choice<Interp> = Choice {
-    name: "interpolation",
-    values: &[("nearest", Interp::Nearest), ("bilinear", Interp::Bilinear)],
-};
+pub const WARP_INTERPOLATION: Choice<Interp> =
+    Choice { name: "interpolation", values: &[("nearest", Interp::Nearest), ("bilinear", Interp::Bilinear)] };
 
 /// torchvision's `_get_inverse_affine_matrix(center, angle, translate, scale, shear)` (Python doubles): the
 /// output → input map `[a, b, c, d, e, f]` about `center` (relative to the image centre), angles in degrees.
-pub fn inverse_affine(center: [f64; 2], angle_deg: f64, translate: [f64; 2], scale: f64, shear_deg: [f64; 2]) -> [f64; 6] {
+pub fn inverse_affine(
+    center: [f64; 2],
+    angle_deg: f64,
+    translate: [f64; 2],
+    scale: f64,
+    shear_deg: [f64; 2],
+) -> [f64; 6] {
     let rot = angle_deg.to_radians();
     let (sx, sy) = (shear_deg[0].to_radians(), shear_deg[1].to_radians());
     let [cx, cy] = center;
@@ -189,7 +193,8 @@ pub fn warp(
                     let (x0, y0) = (fx as i64, fy as i64);
                     let (wx, ny) = (ix - fx, iy - fy);
                     let (ex, sy) = (1.0 - wx, 1.0 - ny);
-                    let taps = [(y0, x0, sy * ex), (y0, x0 + 1, sy * wx), (y0 + 1, x0, ny * ex), (y0 + 1, x0 + 1, ny * wx)];
+                    let taps =
+                        [(y0, x0, sy * ex), (y0, x0 + 1, sy * wx), (y0 + 1, x0, ny * ex), (y0 + 1, x0 + 1, ny * wx)];
                     acc = [0.0; 3];
                     let mut m = 0.0f32;
                     for (yy, xx, wgt) in taps {

@@ -7,8 +7,8 @@ mod errors;
 mod gpu;
 mod info;
 mod loader;
-mod pack;
 mod ops;
+mod pack;
 mod source;
 mod wait;
 
