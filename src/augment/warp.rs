@@ -70,11 +70,12 @@ pub fn perspective_coeffs(start: [[f64; 2]; 4], end: [[f64; 2]; 4]) -> Option<[f
             return None;
         }
         a.swap(col, piv);
-        for r in 0..8 {
+        let pivot_row = a[col];
+        for (r, row) in a.iter_mut().enumerate() {
             if r != col {
-                let f = a[r][col] / a[col][col];
-                for k in col..9 {
-                    a[r][k] -= f * a[col][k];
+                let f = row[col] / pivot_row[col];
+                for (v, p) in row[col..].iter_mut().zip(&pivot_row[col..]) {
+                    *v -= f * p;
                 }
             }
         }
