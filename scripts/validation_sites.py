@@ -36,7 +36,7 @@ PARAMS = {
     "num_output_channels", "kernel_size", "sigma", "mean", "clip", "value", "threshold", "bits",
     "sharpness_factor",
     "degrees", "interpolation", "expand", "center", "translate", "shear", "distortion_scale", "policy", "num_ops",
-    "magnitude", "num_magnitude_bins", "severity", "mixture_width", "chain_depth", "alpha", "all_ops",
+    "magnitude", "num_magnitude_bins", "severity", "mixture_width", "chain_depth", "alpha", "all_ops", "antialias",
     # sources
     "root", "paths", "labels", "blobs", "images", "classes", "train", "variant", "shards",
     # packed files (trdata.pack, trdata.Packed)
@@ -45,7 +45,7 @@ PARAMS = {
 # Parameters whose only rule is their Python type (any bool, any path): no core site.
 TYPE_ONLY = {
     "shuffle", "reproducible", "exif_transpose", "root", "classes", "train", "variant", "pad_if_needed", "clip",
-    "expand", "all_ops",
+    "expand", "all_ops", "antialias",
     "reencode",  # a Reencode or dict; its fields are short_side, max_side, quality (pack/mod.rs)
 }  # fmt: skip
 

@@ -585,6 +585,7 @@ def test_every_parameter_has_a_bad_value_case():
     extra |= {
         "degrees", "interpolation", "expand", "center", "translate", "shear", "distortion_scale", "policy",
         "num_ops", "magnitude", "num_magnitude_bins", "severity", "mixture_width", "chain_depth", "alpha", "all_ops",
+        "antialias",
     }  # fmt: skip
     covered = {p for p, _, _ in BAD_VALUES} | extra
     assert covered == validation_sites.PARAMS

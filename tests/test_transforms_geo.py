@@ -505,3 +505,72 @@ def test_from_torchvision_converts_geometry_and_policies() -> None:
         ) as ld:
             assert np.asarray(next(iter(ld)).images).shape == (4, 3, 24, 24)
     assert torch.is_tensor(torch.zeros(1))
+
+
+# --- the folded resize's interpolation (reference: Pillow, as torchvision v2 runs it on PIL images) -------------
+
+
+def pil_resize(img: np.ndarray, hw: tuple[int, int], mode: str) -> np.ndarray:
+    from PIL import Image
+
+    f = {"nearest": Image.NEAREST, "bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}[mode]
+    return np.asarray(Image.fromarray(img).resize((hw[1], hw[0]), f))
+
+
+def run_resize(imgs: np.ndarray, transforms: list[Any]) -> np.ndarray:
+    with trdata.Loader(
+        trdata.Arrays(imgs), batch_size=len(imgs), transforms=transforms, dtype="uint8", layout="NHWC",
+        shuffle=False, workers=2,
+    ) as ld:  # fmt: skip
+        return np.asarray(next(iter(ld)).images).copy()
+
+
+@pytest.mark.parametrize("mode", ["nearest", "bicubic", "bilinear"])
+@pytest.mark.parametrize("hw", [(20, 17), (90, 61), (37, 120), (13, 45)])
+def test_resize_interpolation_matches_pillow(mode: str, hw: tuple[int, int]) -> None:
+    pytest.importorskip("PIL")
+    imgs = images(3, 57, 73, seed=8)
+    got = run_resize(imgs, [T.Resize(hw, interpolation=mode)])
+    want = np.stack([pil_resize(i, hw, mode) for i in imgs])
+    assert got.shape == want.shape
+    if mode == "nearest":
+        np.testing.assert_array_equal(got, want)
+    else:
+        assert close(got, want) >= 0.99
+        assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+    # RandomResizedCrop pinned to the whole image (scale 1, the image's own aspect) resamples the same way.
+    rrc = T.RandomResizedCrop(hw, scale=(1.0, 1.0), ratio=(73 / 57, 73 / 57), interpolation=mode)
+    assert close(run_resize(imgs, [rrc]), want) >= 0.99
+
+
+def test_resize_interpolation_matches_torchvision_on_pil() -> None:
+    v2 = tv()
+    from PIL import Image
+
+    imgs = images(3, 61, 83, seed=2)
+    for mode in (v2.InterpolationMode.BICUBIC, v2.InterpolationMode.NEAREST):
+        theirs = v2.Compose([v2.Resize(40, interpolation=mode), v2.CenterCrop(32)])
+        want = np.stack([np.asarray(theirs(Image.fromarray(i))) for i in imgs])
+        c = T.from_torchvision(theirs)
+        assert c.transforms[0] == T.Resize(40, interpolation=mode.value)
+        got = run_resize(imgs, c.transforms)
+        assert close(got, want) >= 0.99, mode
+    with pytest.raises(ConfigError, match="invalid interpolation"):
+        run_resize(imgs, [T.Resize(32, interpolation="lanczos"), T.CenterCrop(32)])
+    with pytest.raises(ConfigError, match="invalid antialias"):
+        T.Resize(32, antialias=1)  # type: ignore[arg-type]
+
+
+def test_resize_without_antialias_keeps_the_support_at_one_pixel() -> None:
+    """antialias=False (torchvision's tensor option): a 4× bilinear downscale reads 2 taps per output, as
+    ``F.resize(..., antialias=False)`` does, instead of Pillow's 8."""
+    v2 = tv()
+    import torchvision.transforms.v2.functional as F
+
+    imgs = images(2, 64, 64, seed=1)
+    got = run_resize(imgs, [T.Resize((16, 16), antialias=False)])
+    want = np.stack([hwc(F.resize(chw(i), [16, 16], antialias=False)) for i in imgs])
+    assert close(got, want) >= 0.99
+    smooth = run_resize(imgs, [T.Resize((16, 16))])
+    assert close(smooth, want) < 0.9  # the antialiased one is a different image
+    assert v2 is not None

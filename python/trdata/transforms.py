@@ -97,16 +97,16 @@ class RandomResizedCrop(Transform):
     size: int | tuple[int, int]
     scale: tuple[float, float] = _DEFAULTS["RandomResizedCrop.scale"]
     ratio: tuple[float, float] = _DEFAULTS["RandomResizedCrop.ratio"]
+    interpolation: Any = _DEFAULTS["RandomResizedCrop.interpolation"]
+    antialias: bool = _DEFAULTS["RandomResizedCrop.antialias"]
 
     def __post_init__(self) -> None:
-        _size(self.size)
-        _pair(self.scale, "scale")
-        _pair(self.ratio, "ratio")
+        self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
         h, w = _size(self.size)
         scale, ratio = _pair(self.scale, "scale"), _pair(self.ratio, "ratio")
-        return ("random_resized_crop", h, w, *scale, *ratio)
+        return _resampled(("random_resized_crop", h, w, *scale, *ratio), self.interpolation, self.antialias)
 
 
 @dataclass(frozen=True)
@@ -114,15 +114,27 @@ class Resize(Transform):
     """``Resize(256)``: shorter side to 256 (torchvision ``Resize(int)``); ``Resize((h, w))``: exact size."""
 
     size: int | tuple[int, int]
+    interpolation: Any = _DEFAULTS["Resize.interpolation"]
+    antialias: bool = _DEFAULTS["Resize.antialias"]
 
     def __post_init__(self) -> None:
-        _size(self.size)
+        self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
         if _is_int(self.size):
-            return ("resize_shorter", _size(self.size)[0])
+            return _resampled(("resize_shorter", _size(self.size)[0]), self.interpolation, self.antialias)
         h, w = _size(self.size)
-        return ("resize", h, w)
+        return _resampled(("resize", h, w), self.interpolation, self.antialias)
+
+
+def _resampled(spec: tuple[Any, ...], interpolation: Any, antialias: Any) -> tuple[Any, ...]:
+    """A resize's spec with its filter: unchanged for antialiased bilinear (the fused default), else wrapped as
+    ``("resampled", interpolation, antialias, spec)`` (the values are the core's choice table)."""
+    mode = _mode(interpolation, "interpolation")
+    aa = True if antialias is None else _bool_arg(antialias, "antialias")
+    if mode == "bilinear" and aa:
+        return spec
+    return ("resampled", mode, aa, spec)
 
 
 @dataclass(frozen=True)
@@ -825,14 +837,6 @@ def _flatten(t: Any) -> list[Any]:
     return [t]
 
 
-def _interp_ok(t: Any) -> bool:
-    mode = getattr(t, "interpolation", "bilinear")
-    return str(getattr(mode, "value", mode)).lower() == "bilinear" and getattr(t, "antialias", True) in (
-        True,
-        None,
-    )
-
-
 def _refuse(t: Any, pos: int, why: str) -> ConfigError:
     return ConfigError(
         f"invalid transforms: {type(t).__module__}.{type(t).__name__} at transforms[{pos}] cannot run in trdata: "
@@ -895,17 +899,19 @@ def from_torchvision(t: Any) -> Converted:
 
 def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float, ...]] | None) -> Transform:
     v2 = ".v2." in type(op).__module__
-    if name in ("RandomResizedCrop", "Resize") and not _interp_ok(op):
-        raise ConfigError(f"only bilinear antialiased resampling is supported, not {op.interpolation}")
+    if name in ("RandomResizedCrop", "Resize"):
+        interpolation = _mode(op.interpolation, "interpolation")
+        antialias = getattr(op, "antialias", True)
+        antialias = True if antialias is None or antialias == "warn" else antialias
     if name == "RandomResizedCrop":
-        return RandomResizedCrop(tuple(op.size), tuple(op.scale), tuple(op.ratio))
+        return RandomResizedCrop(tuple(op.size), tuple(op.scale), tuple(op.ratio), interpolation, antialias)
     if name == "Resize":
         if op.max_size is not None:
             raise ConfigError("max_size is not supported")
         size = op.size
         if _seq(size) and len(size) == 1:
             size = size[0]
-        return Resize(size if _is_int(size) else tuple(size))
+        return Resize(size if _is_int(size) else tuple(size), interpolation, antialias)
     if name == "CenterCrop":
         return CenterCrop(tuple(op.size))
     if name in ("RandomHorizontalFlip", "RandomVerticalFlip"):

@@ -84,6 +84,14 @@ pub enum TransformSpec {
         /// Probability of flipping, in [0, 1].
         p: f64,
     },
+    /// A resize (`RandomResizedCrop`, `ResizeShorter`, `ResizeExact`) with a filter other than antialiased
+    /// bilinear (torchvision's `interpolation`/`antialias`); see [`geometry::Resample`].
+    Resampled {
+        /// Filter and antialias.
+        resample: geometry::Resample,
+        /// The resize.
+        inner: Box<TransformSpec>,
+    },
     /// Any op of the compiled per-sample program beyond the four above (pixel ops, padding, random crops,
     /// vertical flips): see [`program`] for how a list is compiled and [`ops::OpSpec`] for the ops.
     Op(ops::OpSpec),

@@ -50,6 +50,7 @@ fn foldable(t: &TransformSpec) -> bool {
             | TransformSpec::CenterCrop { .. }
             | TransformSpec::RandomHorizontalFlip { .. }
             | TransformSpec::Op(OpSpec::VerticalFlip { .. })
+            | TransformSpec::Resampled { .. }
     )
 }
 
