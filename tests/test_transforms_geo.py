@@ -574,3 +574,18 @@ def test_resize_without_antialias_keeps_the_support_at_one_pixel() -> None:
     smooth = run_resize(imgs, [T.Resize((16, 16))])
     assert close(smooth, want) < 0.9  # the antialiased one is a different image
     assert v2 is not None
+
+
+def test_gray_images_warp_and_augment_as_torchvision() -> None:
+    v2 = tv()
+    g = images(4, seed=6)[..., :1].copy()
+    got, _, _ = run_loader(g, [T.RandomRotation((21.0, 21.0), "bilinear", fill=40)], channels=1)
+    want = np.stack(
+        [hwc(v2.RandomRotation((21.0, 21.0), v2.InterpolationMode.BILINEAR, fill=40)(chw(i))) for i in g]
+    )
+    assert close(got, want) >= 0.99
+    ours = T.TrivialAugmentWide()
+    got, epoch, idx = run_loader(g, [ours], channels=1)
+    inst = v2.TrivialAugmentWide()
+    for k, i in enumerate(idx):
+        assert close(got[k], replay_policy(inst, g[i], drawn(ours, epoch, i))) >= 0.99
