@@ -244,9 +244,7 @@ def order_step(work: Path, samples: int, classes: int, per_block: int, batch: in
     labels = np.repeat(np.arange(classes), -(-samples // classes))[:samples]
     pixels = np.zeros((samples, 8, 8), np.uint8)  # 64-byte records: `per_block` of them fill a block
     file = work / "order.trd"
-    trdata.pack(
-        trdata.Arrays(pixels, labels.tolist()), file, progress=False, block_bytes=max(4096, per_block * 64)
-    )
+    trdata.pack(trdata.Arrays(pixels, labels.tolist()), file, progress=False, block_bytes=max(4096, per_block * 64))
     info = trdata.packed.inspect(file)
     firsts = np.asarray(info["block_starts"], np.int64)
     block_of = np.searchsorted(firsts, np.arange(samples), side="right") - 1

@@ -7,8 +7,8 @@ mod errors;
 mod gpu;
 mod info;
 mod loader;
-mod ops;
 mod pack;
+mod ops;
 mod source;
 mod wait;
 
