@@ -42,6 +42,20 @@ OPS: list[tuple[str, Any]] = [
     ("RandomPosterize(4, p=1)", T.RandomPosterize(4, p=1.0)),
     ("RandomAdjustSharpness(2, p=1)", T.RandomAdjustSharpness(2.0, p=1.0)),
     ("RandomInvert(p=1)", T.RandomInvert(p=1.0)),
+    ("RandomRotation(30) nearest, fill=0", T.RandomRotation(30)),
+    ("RandomRotation(30) bilinear", T.RandomRotation(30, interpolation="bilinear")),
+    ("RandomAffine(15, (0.1, 0.1), (0.9, 1.1), 10)", T.RandomAffine(15, (0.1, 0.1), (0.9, 1.1), 10)),
+    ("RandomPerspective(p=1) bilinear", T.RandomPerspective(p=1.0)),
+    ("AutoAugment() imagenet", T.AutoAugment()),
+    ("RandAugment() m9", T.RandAugment()),
+    ("TrivialAugmentWide()", T.TrivialAugmentWide()),
+    ("AugMix()", T.AugMix()),
+    # the benchmark recipes' augmentation tails (on top of RRC + flip)
+    ("TA + RandomErasing(0.1)", [T.TrivialAugmentWide(), T.RandomErasing(0.1)]),
+    (
+        "RA m9 + ColorJitter(0.3) + RandomErasing(0.25)",
+        [T.RandAugment(magnitude=9), T.ColorJitter(0.3, 0.3, 0.3), T.RandomErasing(0.25)],
+    ),
 ]
 
 

@@ -37,6 +37,8 @@ PARAMS = {
     "padding", "fill", "padding_mode", "pad_if_needed", "brightness", "contrast", "saturation", "hue",
     "num_output_channels", "kernel_size", "sigma", "mean", "clip", "value", "threshold", "bits",
     "sharpness_factor",
+    "degrees", "interpolation", "expand", "center", "translate", "shear", "distortion_scale", "policy", "num_ops",
+    "magnitude", "num_magnitude_bins", "severity", "mixture_width", "chain_depth", "alpha", "all_ops", "antialias",
     # sources
     "root", "paths", "labels", "blobs", "images", "classes", "train", "variant", "shards",
     # packed files (trdata.pack, trdata.Packed)
@@ -46,6 +48,7 @@ PARAMS = {
 TYPE_ONLY = {
     "shuffle", "reproducible", "exif_transpose", "root", "classes", "train", "variant", "pad_if_needed", "clip",
     "batch_transform",  # a callable or None
+    "expand", "all_ops", "antialias",
     "reencode",  # a Reencode or dict; its fields are short_side, max_side, quality (pack/mod.rs)
 }  # fmt: skip
 
@@ -85,6 +88,8 @@ EDGE_TRANSLATORS = {
         "GaussianBlur._spec": "kernel_size is an int or 1–2 ints (odd, ≤ 1001: the core's rule)",
         "RandomErasing._spec": "value is a number, a sequence of numbers or the string 'random'",
         "RandomPosterize._spec": "bits is an int (0..=8: the core's rule)",
+        "_mode": "a string or a torchvision enum (its value; the allowed values: the core's choice tables)",
+        "_int_arg": "an int (its range: the core's rule)",
         "_refuse": "a torchvision op trdata cannot run (names the op; no value rule)",
         "from_torchvision": "an object that is neither a trdata nor a torchvision transform",
         "_convert": "torchvision options trdata has no kernel for (interpolation, max_size)",

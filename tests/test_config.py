@@ -594,6 +594,12 @@ def test_every_parameter_has_a_bad_value_case():
         "num_output_channels", "kernel_size", "sigma", "mean", "clip", "value", "threshold", "bits",
         "sharpness_factor",
     }  # fmt: skip
+    # the geometric ops' and policies' parameters: tests/test_transforms_geo.py::test_values_are_checked_by_the_core…
+    extra |= {
+        "degrees", "interpolation", "expand", "center", "translate", "shear", "distortion_scale", "policy",
+        "num_ops", "magnitude", "num_magnitude_bins", "severity", "mixture_width", "chain_depth", "alpha", "all_ops",
+        "antialias",
+    }  # fmt: skip
     covered = {p for p, _, _ in BAD_VALUES} | extra
     assert covered == validation_sites.PARAMS
 

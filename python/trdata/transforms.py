@@ -97,16 +97,16 @@ class RandomResizedCrop(Transform):
     size: int | tuple[int, int]
     scale: tuple[float, float] = _DEFAULTS["RandomResizedCrop.scale"]
     ratio: tuple[float, float] = _DEFAULTS["RandomResizedCrop.ratio"]
+    interpolation: Any = _DEFAULTS["RandomResizedCrop.interpolation"]
+    antialias: bool = _DEFAULTS["RandomResizedCrop.antialias"]
 
     def __post_init__(self) -> None:
-        _size(self.size)
-        _pair(self.scale, "scale")
-        _pair(self.ratio, "ratio")
+        self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
         h, w = _size(self.size)
         scale, ratio = _pair(self.scale, "scale"), _pair(self.ratio, "ratio")
-        return ("random_resized_crop", h, w, *scale, *ratio)
+        return _resampled(("random_resized_crop", h, w, *scale, *ratio), self.interpolation, self.antialias)
 
 
 @dataclass(frozen=True)
@@ -114,15 +114,27 @@ class Resize(Transform):
     """``Resize(256)``: shorter side to 256 (torchvision ``Resize(int)``); ``Resize((h, w))``: exact size."""
 
     size: int | tuple[int, int]
+    interpolation: Any = _DEFAULTS["Resize.interpolation"]
+    antialias: bool = _DEFAULTS["Resize.antialias"]
 
     def __post_init__(self) -> None:
-        _size(self.size)
+        self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
         if _is_int(self.size):
-            return ("resize_shorter", _size(self.size)[0])
+            return _resampled(("resize_shorter", _size(self.size)[0]), self.interpolation, self.antialias)
         h, w = _size(self.size)
-        return ("resize", h, w)
+        return _resampled(("resize", h, w), self.interpolation, self.antialias)
+
+
+def _resampled(spec: tuple[Any, ...], interpolation: Any, antialias: Any) -> tuple[Any, ...]:
+    """A resize's spec with its filter: unchanged for antialiased bilinear (the fused default), else wrapped as
+    ``("resampled", interpolation, antialias, spec)`` (the values are the core's choice table)."""
+    mode = _mode(interpolation, "interpolation")
+    aa = True if antialias is None else _bool_arg(antialias, "antialias")
+    if mode == "bilinear" and aa:
+        return spec
+    return ("resampled", mode, aa, spec)
 
 
 @dataclass(frozen=True)
@@ -498,6 +510,225 @@ class RandomAdjustSharpness(Transform):
         )
 
 
+def _mode(v: Any, name: str) -> str:
+    """A mode given as torchvision's enum (``InterpolationMode.BILINEAR``, ``AutoAugmentPolicy.IMAGENET``: its
+    value) or as its string; which values are allowed is the core's choice table."""
+    value = getattr(v, "value", v)
+    if not isinstance(value, str):
+        raise ConfigError(
+            f"invalid {name}: {_shown(v)} must be a string or a torchvision enum", parameter=name
+        )
+    return value.lower()
+
+
+def _int_arg(v: Any, name: str) -> int:
+    if not _is_int(v):
+        raise ConfigError(f"invalid {name}: {_shown(v)} must be an int", parameter=name)
+    return int(v)
+
+
+def _degrees(v: Any, name: str = "degrees") -> tuple[float, float]:
+    """torchvision's ``_setup_angle``: a number d → (-d, d) (a negative d gives an empty range the core refuses),
+    a pair as given."""
+    if _seq(v):
+        return _pair(v, name)
+    d = _real(v, name)
+    return (-d, d)
+
+
+def _opt_fill(fill: Any) -> tuple[float, ...] | None:
+    """``None`` (zero padding, no mask) or a number / per-channel numbers (torchvision's mask-path fill)."""
+    if isinstance(fill, dict):  # torchvision v2's per-type fill: the image's entry
+        fill = next((f for k, f in fill.items() if getattr(k, "__name__", k) in ("Image", "others")), None)
+    return None if fill is None else _fill(fill)
+
+
+def _opt_pair(v: Any, name: str) -> tuple[float, float] | None:
+    return None if v is None else _pair(v, name)
+
+
+def _shear(v: Any) -> tuple[float, ...] | None:
+    """torchvision's ``shear``: a number s → (-s, s) on x; 2 numbers: x range; 4: x then y range."""
+    if v is None:
+        return None
+    if _seq(v):
+        return tuple(_real(x, "shear") for x in v)
+    s = _real(v, "shear")
+    return (-s, s)
+
+
+@dataclass(frozen=True)
+class RandomRotation(Transform):
+    """torchvision v2 ``RandomRotation(degrees, interpolation='nearest', expand=False, center=None, fill=0)``:
+    counter-clockwise for positive angles; ``fill=0`` (the default) takes torchvision's mask path, ``fill=None``
+    pads with zeros. With ``expand=True`` the size depends on the angle, so a later ``RandomCrop`` must fix it."""
+
+    degrees: Any
+    interpolation: Any = _DEFAULTS["RandomRotation.interpolation"]
+    expand: bool = False
+    center: Any = None
+    fill: Any = _DEFAULTS["RandomRotation.fill"]
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "random_rotation",
+            _degrees(self.degrees),
+            _mode(self.interpolation, "interpolation"),
+            _bool_arg(self.expand, "expand"),
+            _opt_pair(self.center, "center"),
+            _opt_fill(self.fill),
+        )
+
+
+@dataclass(frozen=True)
+class RandomAffine(Transform):
+    """torchvision v2 ``RandomAffine(degrees, translate=None, scale=None, shear=None, interpolation='nearest',
+    fill=0, center=None)`` (same parameter draws; positive angles turn clockwise, as torchvision's affine)."""
+
+    degrees: Any
+    translate: Any = None
+    scale: Any = None
+    shear: Any = None
+    interpolation: Any = _DEFAULTS["RandomAffine.interpolation"]
+    fill: Any = _DEFAULTS["RandomAffine.fill"]
+    center: Any = None
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "random_affine",
+            _degrees(self.degrees),
+            _opt_pair(self.translate, "translate"),
+            _opt_pair(self.scale, "scale"),
+            _shear(self.shear),
+            _mode(self.interpolation, "interpolation"),
+            _opt_fill(self.fill),
+            _opt_pair(self.center, "center"),
+        )
+
+
+@dataclass(frozen=True)
+class RandomPerspective(Transform):
+    """torchvision v2 ``RandomPerspective(distortion_scale=0.5, p=0.5, interpolation='bilinear', fill=0)``."""
+
+    distortion_scale: float = _DEFAULTS["RandomPerspective.distortion_scale"]
+    p: float = _DEFAULTS["RandomPerspective.p"]
+    interpolation: Any = _DEFAULTS["RandomPerspective.interpolation"]
+    fill: Any = _DEFAULTS["RandomPerspective.fill"]
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "random_perspective",
+            _real(self.distortion_scale, "distortion_scale"),
+            _real(self.p, "p"),
+            _mode(self.interpolation, "interpolation"),
+            _opt_fill(self.fill),
+        )
+
+
+@dataclass(frozen=True)
+class AutoAugment(Transform):
+    """torchvision v2 ``AutoAugment(policy=AutoAugmentPolicy.IMAGENET, interpolation='nearest', fill=None)``
+    (``policy``: 'imagenet', 'cifar10', 'svhn' or the enum)."""
+
+    policy: Any = _DEFAULTS["AutoAugment.policy"]
+    interpolation: Any = _DEFAULTS["AutoAugment.interpolation"]
+    fill: Any = None
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "auto_augment",
+            _mode(self.policy, "policy"),
+            _mode(self.interpolation, "interpolation"),
+            _opt_fill(self.fill),
+        )
+
+
+@dataclass(frozen=True)
+class RandAugment(Transform):
+    """torchvision v2 ``RandAugment(num_ops=2, magnitude=9, num_magnitude_bins=31, interpolation='nearest',
+    fill=None)``."""
+
+    num_ops: int = _DEFAULTS["RandAugment.num_ops"]
+    magnitude: int = _DEFAULTS["RandAugment.magnitude"]
+    num_magnitude_bins: int = _DEFAULTS["RandAugment.num_magnitude_bins"]
+    interpolation: Any = _DEFAULTS["RandAugment.interpolation"]
+    fill: Any = None
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "rand_augment",
+            _int_arg(self.num_ops, "num_ops"),
+            _int_arg(self.magnitude, "magnitude"),
+            _int_arg(self.num_magnitude_bins, "num_magnitude_bins"),
+            _mode(self.interpolation, "interpolation"),
+            _opt_fill(self.fill),
+        )
+
+
+@dataclass(frozen=True)
+class TrivialAugmentWide(Transform):
+    """torchvision v2 ``TrivialAugmentWide(num_magnitude_bins=31, interpolation='nearest', fill=None)``."""
+
+    num_magnitude_bins: int = _DEFAULTS["TrivialAugmentWide.num_magnitude_bins"]
+    interpolation: Any = _DEFAULTS["TrivialAugmentWide.interpolation"]
+    fill: Any = None
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "trivial_augment_wide",
+            _int_arg(self.num_magnitude_bins, "num_magnitude_bins"),
+            _mode(self.interpolation, "interpolation"),
+            _opt_fill(self.fill),
+        )
+
+
+@dataclass(frozen=True)
+class AugMix(Transform):
+    """torchvision v2 ``AugMix(severity=3, mixture_width=3, chain_depth=-1, alpha=1.0, all_ops=True,
+    interpolation='bilinear', fill=None)``."""
+
+    severity: int = _DEFAULTS["AugMix.severity"]
+    mixture_width: int = _DEFAULTS["AugMix.mixture_width"]
+    chain_depth: int = _DEFAULTS["AugMix.chain_depth"]
+    alpha: float = _DEFAULTS["AugMix.alpha"]
+    all_ops: bool = _DEFAULTS["AugMix.all_ops"]
+    interpolation: Any = _DEFAULTS["AugMix.interpolation"]
+    fill: Any = None
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "augmix",
+            _int_arg(self.severity, "severity"),
+            _int_arg(self.mixture_width, "mixture_width"),
+            _int_arg(self.chain_depth, "chain_depth"),
+            _real(self.alpha, "alpha"),
+            _bool_arg(self.all_ops, "all_ops"),
+            _mode(self.interpolation, "interpolation"),
+            _opt_fill(self.fill),
+        )
+
+
 #: The built-in transforms (the only ones the core compiles).
 BUILTIN = (
     RandomResizedCrop,
@@ -519,6 +750,13 @@ BUILTIN = (
     RandomPosterize,
     RandomAdjustSharpness,
     RandomInvert,
+    RandomRotation,
+    RandomAffine,
+    RandomPerspective,
+    AutoAugment,
+    RandAugment,
+    TrivialAugmentWide,
+    AugMix,
 )
 
 
@@ -599,14 +837,6 @@ def _flatten(t: Any) -> list[Any]:
     return [t]
 
 
-def _interp_ok(t: Any) -> bool:
-    mode = getattr(t, "interpolation", "bilinear")
-    return str(getattr(mode, "value", mode)).lower() == "bilinear" and getattr(t, "antialias", True) in (
-        True,
-        None,
-    )
-
-
 def _refuse(t: Any, pos: int, why: str) -> ConfigError:
     return ConfigError(
         f"invalid transforms: {type(t).__module__}.{type(t).__name__} at transforms[{pos}] cannot run in trdata: "
@@ -669,17 +899,19 @@ def from_torchvision(t: Any) -> Converted:
 
 def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float, ...]] | None) -> Transform:
     v2 = ".v2." in type(op).__module__
-    if name in ("RandomResizedCrop", "Resize") and not _interp_ok(op):
-        raise ConfigError(f"only bilinear antialiased resampling is supported, not {op.interpolation}")
+    if name in ("RandomResizedCrop", "Resize"):
+        interpolation = _mode(op.interpolation, "interpolation")
+        antialias = getattr(op, "antialias", True)
+        antialias = True if antialias is None or antialias == "warn" else antialias
     if name == "RandomResizedCrop":
-        return RandomResizedCrop(tuple(op.size), tuple(op.scale), tuple(op.ratio))
+        return RandomResizedCrop(tuple(op.size), tuple(op.scale), tuple(op.ratio), interpolation, antialias)
     if name == "Resize":
         if op.max_size is not None:
             raise ConfigError("max_size is not supported")
         size = op.size
         if _seq(size) and len(size) == 1:
             size = size[0]
-        return Resize(size if _is_int(size) else tuple(size))
+        return Resize(size if _is_int(size) else tuple(size), interpolation, antialias)
     if name == "CenterCrop":
         return CenterCrop(tuple(op.size))
     if name in ("RandomHorizontalFlip", "RandomVerticalFlip"):
@@ -733,4 +965,38 @@ def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float
         return RandomPosterize(op.bits, op.p)
     if name == "RandomAdjustSharpness":
         return RandomAdjustSharpness(op.sharpness_factor, op.p)
+    if name == "RandomRotation":
+        return RandomRotation(
+            tuple(op.degrees), _mode(op.interpolation, "interpolation"), op.expand, op.center, op.fill
+        )
+    if name == "RandomAffine":
+        return RandomAffine(
+            tuple(op.degrees),
+            op.translate,
+            op.scale,
+            op.shear,
+            _mode(op.interpolation, "interpolation"),
+            op.fill,
+            op.center,
+        )
+    if name == "RandomPerspective":
+        return RandomPerspective(op.distortion_scale, op.p, _mode(op.interpolation, "interpolation"), op.fill)
+    if name == "AutoAugment":
+        return AutoAugment(_mode(op.policy, "policy"), _mode(op.interpolation, "interpolation"), op.fill)
+    if name == "RandAugment":
+        return RandAugment(
+            op.num_ops, op.magnitude, op.num_magnitude_bins, _mode(op.interpolation, "interpolation"), op.fill
+        )
+    if name == "TrivialAugmentWide":
+        return TrivialAugmentWide(op.num_magnitude_bins, _mode(op.interpolation, "interpolation"), op.fill)
+    if name == "AugMix":
+        return AugMix(
+            op.severity,
+            op.mixture_width,
+            op.chain_depth,
+            op.alpha,
+            op.all_ops,
+            _mode(op.interpolation, "interpolation"),
+            op.fill,
+        )
     raise KeyError(name)

@@ -10,8 +10,44 @@
 use super::ops::OpSpec;
 use super::{SampleKey, TransformSpec};
 use crate::error::{Result, TrdataError};
-use crate::param::IntParam;
+use crate::param::{Choice, IntParam};
 use crate::rng::{OP_BASE, OP_HORIZONTAL_FLIP, OP_RANDOM_RESIZED_CROP, SampleRng};
+
+/// The resampling filter of the folded resize (torchvision's `interpolation` names; the fused path's reference is
+/// Pillow's `Image.resize` with that filter, as torchvision v2 runs it on PIL images).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Filter {
+    /// Pillow's NEAREST (`ImagingScaleAffine`: source pixel `(int)` of the running sum `0.5·scale + k·scale`).
+    Nearest,
+    /// Pillow's BILINEAR (triangle, support 1 scaled on downscale).
+    #[default]
+    Bilinear,
+    /// Pillow's BICUBIC (a = -0.5, support 2 scaled on downscale).
+    Bicubic,
+}
+
+/// The `interpolation` values of Resize and RandomResizedCrop.
+pub const RESIZE_INTERPOLATION: Choice<Filter> = Choice {
+    name: "interpolation",
+    values: &[("nearest", Filter::Nearest), ("bilinear", Filter::Bilinear), ("bicubic", Filter::Bicubic)],
+};
+
+/// How the folded resize resamples: the filter, and whether its support grows with the downscale factor
+/// (`antialias`, Pillow's behaviour and torchvision's default; without it a downscale aliases as
+/// `F.resize(tensor, antialias=False)` does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resample {
+    /// Filter.
+    pub filter: Filter,
+    /// Scale the support on downscale.
+    pub antialias: bool,
+}
+
+impl Default for Resample {
+    fn default() -> Self {
+        Resample { filter: Filter::Bilinear, antialias: true }
+    }
+}
 
 /// One dimension of a sample's geometry (see module docs).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -28,6 +64,8 @@ pub struct Axis {
     pub lo: i64,
     /// End (exclusive) of the clamp span.
     pub hi: i64,
+    /// The resampling filter.
+    pub resample: Resample,
 }
 
 impl Axis {
@@ -129,6 +167,8 @@ pub struct CompiledTransforms {
     /// Vertical flips: (list position, probability, precedes the cropping op). Each draws from its own stream
     /// `OP_BASE + position` (the horizontal ones keep their shared stream, so today's recipes draw as before).
     pub vflips: Vec<(usize, f64, bool)>,
+    /// The resize's filter (`Resampled` around the resize; bilinear antialiased otherwise).
+    pub resample: Resample,
 }
 
 /// The transform's name for messages.
@@ -140,6 +180,7 @@ pub fn name(t: &TransformSpec) -> &'static str {
         TransformSpec::ResizeExact { .. } => "Resize((h, w))",
         TransformSpec::CenterCrop { .. } => "CenterCrop",
         TransformSpec::RandomHorizontalFlip { .. } => "RandomHorizontalFlip",
+        TransformSpec::Resampled { inner, .. } => name(inner),
     }
 }
 
@@ -189,8 +230,29 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
     let mut geo: Vec<(usize, &TransformSpec)> = Vec::new();
     let mut flip_ps: Vec<(usize, f64)> = Vec::new();
     let mut vflip_ps: Vec<(usize, f64)> = Vec::new();
+    let mut resample = Resample::default();
     for (pos, t) in transforms.iter().enumerate() {
+        // `Resampled` carries the filter of the resize it wraps; the resize itself is compiled as usual.
+        let t = match t {
+            TransformSpec::Resampled { resample: r, inner } => {
+                if !matches!(
+                    **inner,
+                    TransformSpec::RandomResizedCrop { .. }
+                        | TransformSpec::ResizeShorter { .. }
+                        | TransformSpec::ResizeExact { .. }
+                ) {
+                    return Err(TrdataError::config(
+                        "interpolation",
+                        format!("is only for Resize and RandomResizedCrop, not {} ({})", name(inner), whence(t, pos)),
+                    ));
+                }
+                resample = *r;
+                &**inner
+            }
+            t => t,
+        };
         match *t {
+            TransformSpec::Resampled { .. } => unreachable!("unwrapped above"),
             TransformSpec::Op(ref op @ OpSpec::VerticalFlip { p }) => {
                 op.check(pos)?;
                 vflip_ps.push((pos, p));
@@ -278,13 +340,18 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
     let before = |pos: usize| pos < crop_pos && crop_pos != usize::MAX;
     let flips = flip_ps.into_iter().map(|(pos, p)| (p, before(pos))).collect();
     let vflips = vflip_ps.into_iter().map(|(pos, p)| (pos, p, before(pos))).collect();
-    Ok(CompiledTransforms { geometry, flips, vflips })
+    Ok(CompiledTransforms { geometry, flips, vflips, resample })
 }
 
 /// The identity geometry (see [`Geometry::Identity`]) with the flips of `flips_only` (a list of flips, which
 /// [`compile`] validates).
 pub fn compile_identity(flips_only: &[TransformSpec]) -> Result<CompiledTransforms> {
-    let mut c = CompiledTransforms { geometry: Geometry::Identity, flips: Vec::new(), vflips: Vec::new() };
+    let mut c = CompiledTransforms {
+        geometry: Geometry::Identity,
+        flips: Vec::new(),
+        vflips: Vec::new(),
+        resample: Resample::default(),
+    };
     for (pos, t) in flips_only.iter().enumerate() {
         match *t {
             TransformSpec::RandomHorizontalFlip { p } => {
@@ -368,6 +435,7 @@ impl CompiledTransforms {
         };
         let x = if mirror_crop { x.mirrored(w) } else { x };
         let y = if mirror_rows { y.mirrored(h) } else { y };
+        let (x, y) = (Axis { resample: self.resample, ..x }, Axis { resample: self.resample, ..y });
         SamplePlan { x, y, flip, vflip, vertical_first }
     }
 }
@@ -399,11 +467,20 @@ fn resize_crop_axis(source_len: i64, resized: i64, out_n: usize) -> Axis {
         scale: source_len as f64 / resized as f64,
         lo: 0,
         hi: source_len,
+        resample: Resample::default(),
     }
 }
 
 fn crop_resize_axis(offset: i64, len: i64, out_n: usize) -> Axis {
-    Axis { out_n, start: 0, resized: out_n as i64, scale: len as f64 / out_n as f64, lo: offset, hi: offset + len }
+    Axis {
+        out_n,
+        start: 0,
+        resized: out_n as i64,
+        scale: len as f64 / out_n as f64,
+        lo: offset,
+        hi: offset + len,
+        resample: Resample::default(),
+    }
 }
 
 /// torchvision `RandomResizedCrop.get_params` → (top, left, height, width), drawing from the sample's own stream.

@@ -30,6 +30,7 @@ mod color;
 pub mod geometry;
 pub mod kernels;
 pub mod ops;
+pub mod policy;
 pub mod program;
 #[cfg(test)]
 mod program_tests;
@@ -38,6 +39,7 @@ mod simd;
 #[cfg(test)]
 mod tests;
 pub mod views;
+pub mod warp;
 
 use std::time::Instant;
 
@@ -85,6 +87,14 @@ pub enum TransformSpec {
     RandomHorizontalFlip {
         /// Probability of flipping, in [0, 1].
         p: f64,
+    },
+    /// A resize (`RandomResizedCrop`, `ResizeShorter`, `ResizeExact`) with a filter other than antialiased
+    /// bilinear (torchvision's `interpolation`/`antialias`); see [`geometry::Resample`].
+    Resampled {
+        /// Filter and antialias.
+        resample: geometry::Resample,
+        /// The resize.
+        inner: Box<TransformSpec>,
     },
     /// Any op of the compiled per-sample program beyond the four above (pixel ops, padding, random crops,
     /// vertical flips): see [`program`] for how a list is compiled and [`ops::OpSpec`] for the ops.

@@ -14,6 +14,8 @@
 //! and `apply` arms; a policy calls [`apply`] with a `Drawn` it builds from its magnitude tables.
 
 use super::kernels::{self, ImageMut, PadMode};
+use super::policy::{self, AA_POLICY, PolicyKind, PolicyScratch, WarpStyle};
+use super::warp::{self, Interp, WARP_INTERPOLATION};
 use crate::error::{Result, TrdataError};
 use crate::param::Choice;
 use crate::rng::SampleRng;
@@ -52,6 +54,67 @@ const SIZE: &str = "size";
 const THRESHOLD: &str = "threshold";
 /// The `value` parameter's name (its rules: [`OpSpec::check`]).
 const VALUE: &str = "value";
+/// The `degrees` parameter's name (its rules: [`OpSpec::check`]).
+const DEGREES: &str = "degrees";
+/// The `translate` parameter's name (its rules: [`OpSpec::check`]).
+const TRANSLATE: &str = "translate";
+/// The `shear` parameter's name (its rules: [`OpSpec::check`]).
+const SHEAR: &str = "shear";
+/// The `center` parameter's name (its rules: [`OpSpec::check`]).
+const CENTER: &str = "center";
+/// The `distortion_scale` parameter's name (its rules: [`OpSpec::check`]).
+const DISTORTION_SCALE: &str = "distortion_scale";
+/// The `num_ops` parameter's name (its rules: [`OpSpec::check`]).
+const NUM_OPS: &str = "num_ops";
+/// The `magnitude` parameter's name (its rules: [`OpSpec::check`]).
+const MAGNITUDE: &str = "magnitude";
+/// The `num_magnitude_bins` parameter's name (its rules: [`OpSpec::check`]).
+const NUM_MAGNITUDE_BINS: &str = "num_magnitude_bins";
+/// The `severity` parameter's name (its rules: [`OpSpec::check`]).
+const SEVERITY: &str = "severity";
+/// The `mixture_width` parameter's name (its rules: [`OpSpec::check`]).
+const MIXTURE_WIDTH: &str = "mixture_width";
+/// The `chain_depth` parameter's name (its rules: [`OpSpec::check`]).
+const CHAIN_DEPTH: &str = "chain_depth";
+
+/// The most sub-ops a policy may run per sample (RandAugment's `num_ops`, AugMix's chain count and depth):
+/// torchvision has no bound, but a typo such as `num_ops=10**6` would stall every worker on every sample.
+pub const MAX_POLICY_OPS: u32 = 1000;
+/// The most magnitude bins (RandAugment/TrivialAugmentWide tables are built per sample from this).
+pub const MAX_MAGNITUDE_BINS: u32 = 1000;
+
+/// Defaults of the geometric ops' and policies' parameters (torchvision v2's), exported in `_core.DEFAULTS`
+/// (the one place each is written; python/trdata/transforms.py reads them).
+pub mod default {
+    /// `interpolation` of RandomRotation, RandomAffine and the policies but AugMix.
+    pub const NEAREST: &str = "nearest";
+    /// `interpolation` of RandomPerspective and AugMix.
+    pub const BILINEAR: &str = "bilinear";
+    /// `fill` of RandomRotation, RandomAffine, RandomPerspective (0 takes torchvision's mask path).
+    pub const WARP_FILL: f64 = 0.0;
+    /// `RandomPerspective.distortion_scale`.
+    pub const DISTORTION_SCALE: f64 = 0.5;
+    /// `RandomPerspective.p`.
+    pub const PERSPECTIVE_P: f64 = 0.5;
+    /// `AutoAugment.policy`.
+    pub const AA_POLICY: &str = "imagenet";
+    /// `RandAugment.num_ops`.
+    pub const RA_NUM_OPS: u32 = 2;
+    /// `RandAugment.magnitude`.
+    pub const RA_MAGNITUDE: u32 = 9;
+    /// `num_magnitude_bins` of RandAugment and TrivialAugmentWide.
+    pub const MAGNITUDE_BINS: u32 = 31;
+    /// `AugMix.severity`.
+    pub const AUGMIX_SEVERITY: u32 = 3;
+    /// `AugMix.mixture_width`.
+    pub const AUGMIX_WIDTH: u32 = 3;
+    /// `AugMix.chain_depth` (≤ 0: 1 to 3 per chain).
+    pub const AUGMIX_DEPTH: i32 = -1;
+    /// `AugMix.alpha`.
+    pub const AUGMIX_ALPHA: f64 = 1.0;
+    /// `AugMix.all_ops`.
+    pub const AUGMIX_ALL_OPS: bool = true;
+}
 
 /// Erasing's fill.
 #[derive(Debug, Clone, PartialEq)]
@@ -192,6 +255,57 @@ pub enum OpSpec {
         /// Probability.
         p: f64,
     },
+    /// `RandomRotation(degrees, interpolation, expand, center, fill)`: positive angles turn counter-clockwise;
+    /// `expand` makes the output size depend on the angle (a later `RandomCrop` must then fix it).
+    RandomRotation {
+        /// Angle range in degrees (min, max).
+        degrees: (f64, f64),
+        /// Nearest or bilinear.
+        interp: Interp,
+        /// Grow the output to hold the whole turned image.
+        expand: bool,
+        /// Pivot (x, y) in pixel coordinates; `None` = the image centre.
+        center: Option<[f64; 2]>,
+        /// `None` = zero padding; else the mask-path fill (torchvision's default 0 takes the mask path).
+        fill: Option<Vec<f64>>,
+    },
+    /// `RandomAffine(degrees, translate, scale, shear, interpolation, fill, center)`.
+    RandomAffine {
+        /// Angle range in degrees.
+        degrees: (f64, f64),
+        /// Maximum translation as fractions of (width, height).
+        translate: Option<(f64, f64)>,
+        /// Scale range.
+        scale: Option<(f64, f64)>,
+        /// Shear ranges in degrees: empty (none), (x min, x max) or (x min, x max, y min, y max).
+        shear: Vec<f64>,
+        /// Nearest or bilinear.
+        interp: Interp,
+        /// As RandomRotation's.
+        fill: Option<Vec<f64>>,
+        /// Pivot (x, y); `None` = the image centre.
+        center: Option<[f64; 2]>,
+    },
+    /// `RandomPerspective(distortion_scale, p, interpolation, fill)`.
+    RandomPerspective {
+        /// How far the corners may move, in [0, 1] of half the side.
+        distortion_scale: f64,
+        /// Probability.
+        p: f64,
+        /// Nearest or bilinear.
+        interp: Interp,
+        /// As RandomRotation's.
+        fill: Option<Vec<f64>>,
+    },
+    /// `AutoAugment`, `RandAugment`, `TrivialAugmentWide` or `AugMix` (see [`super::policy`]).
+    Policy {
+        /// Which policy and its parameters.
+        kind: PolicyKind,
+        /// Interpolation of the warping sub-ops.
+        interp: Interp,
+        /// `None` (torchvision's default for the policies) = zero padding; else the mask-path fill.
+        fill: Option<Vec<f64>>,
+    },
 }
 
 /// The parameters one op drew for one sample (what [`apply`] needs; the policies build them from magnitudes).
@@ -219,6 +333,19 @@ pub enum Drawn {
         /// Factors in `fn_idx` numbering.
         factors: [Option<f64>; 4],
     },
+    /// RandomAffine's draw: angle (degrees), integer translation (x, y) in pixels, scale, shear (x, y) degrees.
+    Affine {
+        /// Degrees.
+        angle: f64,
+        /// Pixels (integers, as torchvision rounds them).
+        translate: [f64; 2],
+        /// Scale factor.
+        scale: f64,
+        /// Shear (x, y) in degrees.
+        shear: [f64; 2],
+    },
+    /// RandomPerspective's end points (x, y) of the top-left, top-right, bottom-right, bottom-left corners.
+    Perspective([i64; 8]),
     /// Erase box (top, left, height, width).
     Erase {
         /// Top row.
@@ -246,6 +373,10 @@ impl Drawn {
                 order.iter().map(|&o| f64::from(o)).chain(factors.iter().map(|f| f.unwrap_or(f64::NAN))).collect()
             }
             Drawn::Erase { top, left, h, w } => [top, left, h, w].iter().map(|&&v| f64::from(v)).collect(),
+            Drawn::Affine { angle, translate, scale, shear } => {
+                vec![*angle, translate[0], translate[1], *scale, shear[0], shear[1]]
+            }
+            Drawn::Perspective(p) => p.iter().map(|&v| v as f64).collect(),
         }
     }
 }
@@ -304,6 +435,47 @@ fn check_padding(padding: &[u32; 4], op: &str, pos: usize) -> Result<()> {
     Ok(())
 }
 
+/// An angle range in degrees: finite with min ≤ max (torchvision turns one number d into (-d, d)).
+fn check_degrees((lo, hi): (f64, f64), op: &str, pos: usize) -> Result<()> {
+    if lo.is_finite() && hi.is_finite() && lo <= hi {
+        Ok(())
+    } else {
+        Err(bad(
+            DEGREES,
+            format!("({lo}, {hi})"),
+            "be finite with min ≤ max (one number d means (-d, d), d ≥ 0)",
+            op,
+            pos,
+        ))
+    }
+}
+
+fn check_center(center: &Option<[f64; 2]>, op: &str, pos: usize) -> Result<()> {
+    match center {
+        Some(c) if !c.iter().all(|v| v.is_finite()) => {
+            Err(bad(CENTER, format!("{c:?}"), "be a finite (x, y)", op, pos))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn check_opt_fill(fill: &Option<Vec<f64>>, op: &str, pos: usize) -> Result<()> {
+    fill.as_deref().map_or(Ok(()), |f| check_fill(f, op, pos))
+}
+
+fn check_bins(bins: u32, op: &str, pos: usize) -> Result<()> {
+    if (2..=MAX_MAGNITUDE_BINS).contains(&bins) {
+        Ok(())
+    } else {
+        Err(bad(NUM_MAGNITUDE_BINS, bins, &format!("be in 2..={MAX_MAGNITUDE_BINS}"), op, pos))
+    }
+}
+
+/// A warp's fill as torchvision's f32 per-channel values (`None` stays `None`: no mask path).
+pub fn fill_f32(fill: &Option<Vec<f64>>) -> Option<[f32; 3]> {
+    fill.as_deref().map(|f| std::array::from_fn(|c| f[c.min(f.len() - 1)] as f32))
+}
+
 /// A per-channel fill as bytes (torch truncates floats cast to uint8).
 pub fn fill_bytes(fill: &[f64]) -> [u8; 3] {
     std::array::from_fn(|c| fill[c.min(fill.len() - 1)] as u8)
@@ -329,6 +501,15 @@ impl OpSpec {
             OpSpec::RandomPosterize { .. } => "RandomPosterize",
             OpSpec::RandomAdjustSharpness { .. } => "RandomAdjustSharpness",
             OpSpec::RandomInvert { .. } => "RandomInvert",
+            OpSpec::RandomRotation { .. } => "RandomRotation",
+            OpSpec::RandomAffine { .. } => "RandomAffine",
+            OpSpec::RandomPerspective { .. } => "RandomPerspective",
+            OpSpec::Policy { kind, .. } => match kind {
+                PolicyKind::AutoAugment(_) => "AutoAugment",
+                PolicyKind::RandAugment { .. } => "RandAugment",
+                PolicyKind::TrivialAugmentWide { .. } => "TrivialAugmentWide",
+                PolicyKind::AugMix { .. } => "AugMix",
+            },
         }
     }
 
@@ -443,6 +624,85 @@ impl OpSpec {
                 }
                 Ok(())
             }
+            OpSpec::RandomRotation { degrees, center, fill, .. } => {
+                check_degrees(*degrees, op, pos)?;
+                check_center(center, op, pos)?;
+                check_opt_fill(fill, op, pos)
+            }
+            OpSpec::RandomAffine { degrees, translate, scale, shear, fill, center, .. } => {
+                check_degrees(*degrees, op, pos)?;
+                if let Some((tx, ty)) = *translate
+                    && !((0.0..=1.0).contains(&tx) && (0.0..=1.0).contains(&ty))
+                {
+                    return Err(bad(TRANSLATE, format!("({tx}, {ty})"), "be two fractions in [0, 1]", op, pos));
+                }
+                if let Some((lo, hi)) = *scale
+                    && !(lo.is_finite() && hi.is_finite() && 0.0 < lo && lo <= hi)
+                {
+                    return Err(bad(SCALE, format!("({lo}, {hi})"), "be finite with 0 < min ≤ max", op, pos));
+                }
+                // The length first: a 3-number shear has no (min, max) pairs to look at.
+                let pairs_ok = matches!(shear.len(), 0 | 2 | 4)
+                    && shear.chunks_exact(2).all(|r| r[0].is_finite() && r[1].is_finite() && r[0] <= r[1]);
+                if !pairs_ok || shear.iter().any(|v| v.abs() >= 90.0) {
+                    return Err(bad(
+                        SHEAR,
+                        format!("{shear:?}"),
+                        "be (min, max) or (x min, x max, y min, y max) in degrees, within (-90, 90), min ≤ max",
+                        op,
+                        pos,
+                    ));
+                }
+                check_center(center, op, pos)?;
+                check_opt_fill(fill, op, pos)
+            }
+            OpSpec::RandomPerspective { distortion_scale, p, fill, .. } => {
+                check_p(*p, op, pos)?;
+                if !(0.0..=1.0).contains(distortion_scale) {
+                    return Err(bad(DISTORTION_SCALE, distortion_scale, "be in [0, 1]", op, pos));
+                }
+                check_opt_fill(fill, op, pos)
+            }
+            OpSpec::Policy { kind, fill, .. } => {
+                match *kind {
+                    PolicyKind::AutoAugment(_) => {}
+                    PolicyKind::RandAugment { num_ops, magnitude, bins } => {
+                        check_bins(bins, op, pos)?;
+                        if num_ops > MAX_POLICY_OPS {
+                            return Err(bad(NUM_OPS, num_ops, &format!("be in 0..={MAX_POLICY_OPS}"), op, pos));
+                        }
+                        if magnitude >= bins {
+                            return Err(bad(
+                                MAGNITUDE,
+                                magnitude,
+                                &format!("be below num_magnitude_bins ({bins})"),
+                                op,
+                                pos,
+                            ));
+                        }
+                    }
+                    PolicyKind::TrivialAugmentWide { bins } => check_bins(bins, op, pos)?,
+                    PolicyKind::AugMix { severity, width, depth, alpha, .. } => {
+                        if !(1..=10).contains(&severity) {
+                            return Err(bad(SEVERITY, severity, "be in 1..=10", op, pos));
+                        }
+                        if !(1..=MAX_POLICY_OPS).contains(&width) {
+                            return Err(bad(MIXTURE_WIDTH, width, &format!("be in 1..={MAX_POLICY_OPS}"), op, pos));
+                        }
+                        if depth > MAX_POLICY_OPS as i32 {
+                            return Err(bad(
+                                CHAIN_DEPTH,
+                                depth,
+                                &format!("be at most {MAX_POLICY_OPS} (≤ 0 draws 1 to 3 per chain)"),
+                                op,
+                                pos,
+                            ));
+                        }
+                        crate::rng::check_alpha(alpha, &format!("{op} at transforms[{pos}]"))?;
+                    }
+                }
+                check_opt_fill(fill, op, pos)
+            }
         }
     }
 
@@ -454,6 +714,7 @@ impl OpSpec {
                 hw.map(|(h, w)| (h + *t as usize + *b as usize, w + *l as usize + *r as usize))
             }
             OpSpec::RandomCrop { height, width, .. } => Some((*height as usize, *width as usize)),
+            OpSpec::RandomRotation { expand: true, .. } => None,
             _ => hw,
         }
     }
@@ -559,7 +820,51 @@ impl OpSpec {
                     Drawn::Skip
                 }
             }
+            OpSpec::RandomRotation { degrees, .. } => Drawn::Value(uniform_f32(rng, *degrees)),
+            OpSpec::RandomAffine { degrees, translate, scale, shear, .. } => {
+                let angle = uniform_f32(rng, *degrees);
+                let translate = match *translate {
+                    Some((fx, fy)) => {
+                        let (mx, my) = (fx * w as f64, fy * h as f64);
+                        // `int(round(uniform(-max, max)))`: Python's round is half-to-even.
+                        let tx = uniform_f32(rng, (-mx, mx)).round_ties_even();
+                        let ty = uniform_f32(rng, (-my, my)).round_ties_even();
+                        [tx, ty]
+                    }
+                    None => [0.0, 0.0],
+                };
+                let scale = scale.map_or(1.0, |r| uniform_f32(rng, r));
+                let sx = if shear.len() >= 2 { uniform_f32(rng, (shear[0], shear[1])) } else { 0.0 };
+                let sy = if shear.len() == 4 { uniform_f32(rng, (shear[2], shear[3])) } else { 0.0 };
+                Drawn::Affine { angle, translate, scale, shear: [sx, sy] }
+            }
+            OpSpec::RandomPerspective { distortion_scale, p, .. } => {
+                if !gate(rng, *p) {
+                    return Ok(Drawn::Skip);
+                }
+                let (h, w) = (h as i64, w as i64);
+                let bh = (distortion_scale * (h / 2) as f64) as i64 + 1;
+                let bw = (distortion_scale * (w / 2) as f64) as i64 + 1;
+                // torch.randint(lo, hi): uniform in [lo, hi).
+                let mut randint = |lo: i64, hi: i64| lo + rng.below((hi - lo).max(1) as u64) as i64;
+                let tl = [randint(0, bw), randint(0, bh)];
+                let tr = [randint(w - bw, w), randint(0, bh)];
+                let br = [randint(w - bw, w), randint(h - bh, h)];
+                let bl = [randint(0, bw), randint(h - bh, h)];
+                Drawn::Perspective([tl[0], tl[1], tr[0], tr[1], br[0], br[1], bl[0], bl[1]])
+            }
+            // A policy decides while it runs (no per-sample list); `trace` shows its decisions.
+            OpSpec::Policy { .. } => Drawn::Apply,
         })
+    }
+
+    /// What this op draws for one sample as numbers (`_core.sample_op`): [`Drawn::to_vec`] of [`OpSpec::sample`],
+    /// or for a policy its decisions ([`policy::trace`]).
+    pub fn trace(&self, rng: &mut SampleRng, hwc: (usize, usize, usize)) -> std::result::Result<Vec<f64>, String> {
+        match self {
+            OpSpec::Policy { kind, .. } => Ok(policy::trace(kind, rng, (hwc.0, hwc.1))),
+            _ => self.sample(rng, hwc).map(|d| d.to_vec()),
+        }
     }
 }
 
@@ -571,6 +876,8 @@ pub struct OpScratch {
     pub spare: Vec<u8>,
     /// f32 intermediate (blur's horizontal pass).
     pub plane: Vec<f32>,
+    /// The policies' buffers.
+    pub policy: PolicyScratch,
 }
 
 /// The current image of a program: `buf[..h*w*c]`.
@@ -682,6 +989,43 @@ pub fn apply(op: &OpSpec, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScra
             kernels::sharpness(&mut frame.view(), &mut scratch.spare, *f)
         }
         (OpSpec::RandomInvert { .. }, _) => kernels::invert(&mut frame.view()),
+        (OpSpec::RandomRotation { interp, expand, center, fill, .. }, Drawn::Value(angle)) => {
+            let n = frame.h * frame.w * frame.c;
+            let hwc = (frame.h, frame.w, frame.c);
+            let (oh, ow) = warp::rotate(
+                &frame.buf[..n],
+                hwc,
+                &mut scratch.spare,
+                *angle,
+                *interp,
+                *expand,
+                *center,
+                fill_f32(fill),
+            );
+            std::mem::swap(&mut frame.buf, &mut scratch.spare);
+            (frame.h, frame.w) = (oh, ow);
+        }
+        (OpSpec::RandomAffine { interp, fill, center, .. }, Drawn::Affine { angle, translate, scale, shear }) => {
+            let n = frame.h * frame.w * frame.c;
+            let hwc = (frame.h, frame.w, frame.c);
+            let params = (*angle, *translate, *scale, *shear);
+            warp::affine(&frame.buf[..n], hwc, &mut scratch.spare, params, *interp, *center, fill_f32(fill));
+            std::mem::swap(&mut frame.buf, &mut scratch.spare);
+        }
+        (OpSpec::RandomPerspective { interp, fill, .. }, Drawn::Perspective(end)) => {
+            let (start, end) = warp::perspective_points(frame.h, frame.w, *end);
+            // Degenerate corners (a 1-pixel side) have no perspective: the image stays as it is.
+            let Some(k) = warp::perspective_coeffs(start, end) else { return };
+            let n = frame.h * frame.w * frame.c;
+            let hwc = (frame.h, frame.w, frame.c);
+            let map = warp::GridMap::Perspective(k);
+            warp::warp(&frame.buf[..n], hwc, &mut scratch.spare, (frame.h, frame.w), &map, *interp, fill_f32(fill));
+            std::mem::swap(&mut frame.buf, &mut scratch.spare);
+        }
+        (OpSpec::Policy { kind, interp, fill }, _) => {
+            let style = WarpStyle { interp: *interp, fill: fill_f32(fill) };
+            policy::run(kind, style, frame, &mut scratch.policy, rng);
+        }
         (op, drawn) => unreachable!("{} was drawn {drawn:?}, which its sample() never returns", op.name()),
     }
 }
@@ -732,6 +1076,13 @@ pub const KINDS: &[&str] = &[
     "random_posterize",
     "random_adjust_sharpness",
     "random_invert",
+    "random_rotation",
+    "random_affine",
+    "random_perspective",
+    "auto_augment",
+    "rand_augment",
+    "trivial_augment_wide",
+    "augmix",
 ];
 
 impl OpSpec {
@@ -813,7 +1164,83 @@ impl OpSpec {
                 other => Err(PADDING_MODE.error(&format!("{other:?}"))),
             }
         };
+        let opt_fill = |i: usize| -> Result<Option<Vec<f64>>> {
+            if *get(i)? == Arg::None { Ok(None) } else { nums(i, "fill").map(Some) }
+        };
+        let interp = |i: usize| -> Result<Interp> {
+            match get(i)? {
+                Arg::Str(s) => WARP_INTERPOLATION.parse(s),
+                other => Err(WARP_INTERPOLATION.error(&format!("{other:?}"))),
+            }
+        };
+        let center = |i: usize| -> Result<Option<[f64; 2]>> {
+            if *get(i)? == Arg::None {
+                return Ok(None);
+            }
+            pair(i, "center").map(|(x, y)| Some([x, y]))
+        };
+        let int = |i: usize, name: &str| -> Result<i64> {
+            match get(i)? {
+                Arg::Int(v) if i128::from(i32::MIN) <= *v && *v <= i128::from(i32::MAX) => Ok(*v as i64),
+                other => Err(TrdataError::config(name, format!("{other:?} must be an int of 32 bits"))),
+            }
+        };
         Ok(match kind {
+            "random_rotation" => OpSpec::RandomRotation {
+                degrees: pair(0, "degrees")?,
+                interp: interp(1)?,
+                expand: boolean(2, "expand")?,
+                center: center(3)?,
+                fill: opt_fill(4)?,
+            },
+            "random_affine" => OpSpec::RandomAffine {
+                degrees: pair(0, "degrees")?,
+                translate: opt_pair(1, "translate")?,
+                scale: opt_pair(2, "scale")?,
+                shear: if *get(3)? == Arg::None { Vec::new() } else { nums(3, "shear")? },
+                interp: interp(4)?,
+                fill: opt_fill(5)?,
+                center: center(6)?,
+            },
+            "random_perspective" => OpSpec::RandomPerspective {
+                distortion_scale: num(0, "distortion_scale")?,
+                p: num(1, "p")?,
+                interp: interp(2)?,
+                fill: opt_fill(3)?,
+            },
+            "auto_augment" => OpSpec::Policy {
+                kind: PolicyKind::AutoAugment(match get(0)? {
+                    Arg::Str(s) => AA_POLICY.parse(s)?,
+                    other => return Err(AA_POLICY.error(&format!("{other:?}"))),
+                }),
+                interp: interp(1)?,
+                fill: opt_fill(2)?,
+            },
+            "rand_augment" => OpSpec::Policy {
+                kind: PolicyKind::RandAugment {
+                    num_ops: uint(0, "num_ops")?,
+                    magnitude: uint(1, "magnitude")?,
+                    bins: uint(2, "num_magnitude_bins")?,
+                },
+                interp: interp(3)?,
+                fill: opt_fill(4)?,
+            },
+            "trivial_augment_wide" => OpSpec::Policy {
+                kind: PolicyKind::TrivialAugmentWide { bins: uint(0, "num_magnitude_bins")? },
+                interp: interp(1)?,
+                fill: opt_fill(2)?,
+            },
+            "augmix" => OpSpec::Policy {
+                kind: PolicyKind::AugMix {
+                    severity: uint(0, "severity")?,
+                    width: uint(1, "mixture_width")?,
+                    depth: int(2, "chain_depth")? as i32,
+                    alpha: num(3, "alpha")?,
+                    all_ops: boolean(4, "all_ops")?,
+                },
+                interp: interp(5)?,
+                fill: opt_fill(6)?,
+            },
             "pad" => OpSpec::Pad { padding: padding(0)?, fill: nums(1, "fill")?, mode: mode(2)? },
             "random_crop" => OpSpec::RandomCrop {
                 height: uint(0, "size")?,

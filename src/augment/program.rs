@@ -50,6 +50,7 @@ fn foldable(t: &TransformSpec) -> bool {
             | TransformSpec::CenterCrop { .. }
             | TransformSpec::RandomHorizontalFlip { .. }
             | TransformSpec::Op(OpSpec::VerticalFlip { .. })
+            | TransformSpec::Resampled { .. }
     )
 }
 
@@ -149,5 +150,5 @@ impl Program {
 /// torchvision's; `_core.sample_op` exposes it).
 pub fn sample_op(op: &OpSpec, pos: usize, key: SampleKey, hwc: (usize, usize, usize)) -> Result<Vec<f64>> {
     op.check(pos)?;
-    op.sample(&mut op_rng(key, pos), hwc).map(|d| d.to_vec()).map_err(|m| TrdataError::config(TRANSFORMS, m))
+    op.trace(&mut op_rng(key, pos), hwc).map_err(|m| TrdataError::config(TRANSFORMS, m))
 }

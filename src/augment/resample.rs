@@ -23,7 +23,7 @@
 //! 1-channel output thus resamples a third of the bytes of RGB.
 
 use super::color;
-use super::geometry::Axis;
+use super::geometry::{Axis, Filter};
 use super::{DType, Layout, OutputSpec};
 
 /// Fixed-point precision of the coefficients (Pillow: `32 - 8 - 2`).
@@ -42,6 +42,20 @@ fn triangle(x: f64) -> f64 {
     if x < 1.0 { 1.0 - x } else { 0.0 }
 }
 
+/// Pillow's bicubic filter (a = -0.5, `bicubic_filter` in Resample.c).
+#[inline]
+fn bicubic(x: f64) -> f64 {
+    const A: f64 = -0.5;
+    let x = x.abs();
+    if x < 1.0 {
+        ((A + 2.0) * x - (A + 3.0)) * x * x + 1.0
+    } else if x < 2.0 {
+        (((x - 5.0) * x + 8.0) * x - 4.0) * A
+    } else {
+        0.0
+    }
+}
+
 /// Filter taps of one axis, for every output index in output order (flip already applied).
 #[derive(Debug, Default)]
 pub(crate) struct AxisCoeffs {
@@ -51,6 +65,8 @@ pub(crate) struct AxisCoeffs {
     pub k: Vec<i32>,
     /// Taps per output (the same for all outputs).
     pub taps: usize,
+    /// Some weight is negative (bicubic): the passes must use the signed kernels, not the SWAR ones.
+    pub signed: bool,
     /// Union of all taps: `[win0, win1)`.
     pub win0: u32,
     /// End of the union.
@@ -83,9 +99,18 @@ impl AxisCoeffs {
         };
         let span = hi_s - lo_s;
         let scale = axis.scale * f;
-        let filterscale = scale.max(1.0);
-        let support = filterscale; // bilinear support is 1.0
+        let r = axis.resample;
+        let filterscale = if r.antialias { scale.max(1.0) } else { 1.0 };
+        let (base_support, filter): (f64, fn(f64) -> f64) = match r.filter {
+            Filter::Bicubic => (2.0, bicubic),
+            _ => (1.0, triangle), // nearest: 1 tap, chosen below
+        };
+        let support = base_support * filterscale;
         let ss = 1.0 / filterscale;
+        // Nearest (Pillow's `ImagingScaleAffine`): output k reads source `(int)(0.5·scale + k·scale)`, the sum
+        // accumulated in doubles one step per output as Pillow does (the last bit of a boundary depends on it).
+        let mut nearest_pos = 0.5 * scale;
+        let mut nearest_k = 0i64;
         let ksize = (support.ceil() as usize) * 2 + 1;
         let n = axis.out_n;
         let valid = axis.valid();
@@ -105,15 +130,27 @@ impl AxisCoeffs {
             }
             // Pillow: center = in0 + (xx + 0.5) * scale; xmin = (int)(center - support + 0.5) clamped to 0; ...
             let center = ((axis.start + j as i64) as f64 + 0.5) * scale + frac;
-            let xmin = ((center - support + 0.5) as i64).max(0);
-            let xmax = ((center + support + 0.5) as i64).min(span);
-            let len = (xmax - xmin).max(0) as usize;
-            let mut ww = 0.0;
-            for x in 0..len {
-                let w = triangle(((x as i64 + xmin) as f64 - center + 0.5) * ss);
-                self.tmp[x] = w;
-                ww += w;
-            }
+            let (xmin, len) = if r.filter == Filter::Nearest {
+                let k = axis.start + j as i64;
+                if k < nearest_k {
+                    (nearest_pos, nearest_k) = (0.5 * scale, 0);
+                }
+                while nearest_k < k {
+                    nearest_pos += scale;
+                    nearest_k += 1;
+                }
+                self.tmp[0] = 1.0;
+                (((nearest_pos + frac) as i64).clamp(0, (span - 1).max(0)), 1usize)
+            } else {
+                let xmin = ((center - support + 0.5) as i64).max(0);
+                let xmax = ((center + support + 0.5) as i64).min(span);
+                let len = (xmax - xmin).max(0) as usize;
+                for x in 0..len {
+                    self.tmp[x] = filter(((x as i64 + xmin) as f64 - center + 0.5) * ss);
+                }
+                (xmin, len)
+            };
+            let ww: f64 = self.tmp[..len].iter().sum();
             let kk = &mut self.raw_k[o * ksize..o * ksize + ksize];
             for (k, &w) in kk.iter_mut().zip(&self.tmp[..len]) {
                 let w = if ww != 0.0 { w / ww } else { w };
@@ -133,6 +170,7 @@ impl AxisCoeffs {
                 max_len = max_len.max(len);
             }
         }
+        self.signed = self.raw_k.iter().any(|&k| k < 0);
         if win0 > win1 {
             // No valid output at all (cannot happen for validated geometry): use pixel 0 of the span.
             win0 = lo_s as u32;
@@ -345,7 +383,14 @@ impl Passes<'_> {
             }
             let first = (y.win0 - region_y0) as usize;
             let rows = first..first + nrows;
-            horizontal::<C>(pixels, stride, col0, rows, x, wide, &mut inter[..nrows * line]);
+            if x.signed {
+                // Negative weights (bicubic) break the SWAR kernels' unsigned lanes: Pillow's plain loop.
+                for (r, d) in rows.zip(inter[..nrows * line].chunks_exact_mut(line)) {
+                    horizontal_row::<C>(&pixels[r * stride + col0..r * stride + col0 + cols], x, d);
+                }
+            } else {
+                horizontal::<C>(pixels, stride, col0, rows, x, wide, &mut inter[..nrows * line]);
+            }
             y.rebase(y.win0);
             let row = &mut row[..line];
             for i in 0..oh {
@@ -358,6 +403,19 @@ impl Passes<'_> {
             // (held widened to u32 for the two-channels-per-multiply horizontal kernel), then the horizontal pass
             // on it → the output row.
             y.rebase(region_y0);
+            if x.signed {
+                if inter.len() < cols {
+                    inter.resize(cols, 0);
+                }
+                let (vline, row) = (&mut inter[..cols], &mut row[..line]);
+                for i in 0..oh {
+                    let k = &y.k[i * y.taps..(i + 1) * y.taps];
+                    vertical(pixels, y.start[i] as usize * stride + col0, stride, k, vline);
+                    horizontal_row::<C>(vline, x, row);
+                    write_row::<C>(lut, layout, row, i, oh, dst);
+                }
+                return;
+            }
             let (vline, row) = (&mut wide[..cols], &mut row[..line]);
             for i in 0..oh {
                 let k = &y.k[i * y.taps..(i + 1) * y.taps];
@@ -399,8 +457,8 @@ pub(crate) fn horizontal<const C: usize>(
 }
 
 /// Pillow's plain 8-bit horizontal loop (`ImagingResampleHorizontal_8bpc`) over `C` interleaved channels: the
-/// reference the fast kernels are checked against in tests.
-#[cfg(test)]
+/// reference the fast kernels are checked against in tests, and the kernel of signed (bicubic) taps.
+#[inline(always)]
 pub(crate) fn horizontal_row<const C: usize>(src: &[u8], c: &AxisCoeffs, dst: &mut [u8]) {
     for ((d, &s), k) in dst.chunks_exact_mut(C).zip(&c.start).zip(c.k.chunks_exact(c.taps)) {
         let s = s as usize * C;

@@ -815,8 +815,15 @@ fn kernel_timing() {
     use super::resample::{AxisCoeffs, OutputLut, horizontal_row, horizontal_row_wide, vertical, write_row};
     use std::time::Instant;
     let (cin, out) = (350usize, 224usize);
-    let axis =
-        Axis { out_n: out, start: 0, resized: out as i64, scale: cin as f64 / out as f64, lo: 0, hi: cin as i64 };
+    let axis = Axis {
+        out_n: out,
+        start: 0,
+        resized: out as i64,
+        scale: cin as f64 / out as f64,
+        lo: 0,
+        hi: cin as i64,
+        resample: Default::default(),
+    };
     let (mut x, mut y) = (AxisCoeffs::default(), AxisCoeffs::default());
     x.compute(&axis, 8, cin as u32, cin as u32, false);
     y.compute(&axis, 8, cin as u32, cin as u32, false);
@@ -1106,8 +1113,15 @@ fn gray_horizontal_kernels_equal_the_plain_loop() {
     let line = luma(&synthetic(400, 1, 6));
     for out in [400usize, 300, 200, 133, 100, 57, 40, 9] {
         let n = line.len();
-        let axis =
-            Axis { out_n: out, start: 0, resized: out as i64, scale: n as f64 / out as f64, lo: 0, hi: n as i64 };
+        let axis = Axis {
+            out_n: out,
+            start: 0,
+            resized: out as i64,
+            scale: n as f64 / out as f64,
+            lo: 0,
+            hi: n as i64,
+            resample: Default::default(),
+        };
         for flip in [false, true] {
             let mut c = AxisCoeffs::default();
             c.compute(&axis, 8, n as u32, n as u32, flip);

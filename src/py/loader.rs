@@ -72,7 +72,7 @@ pub fn check_file_list(paths: Vec<PathBuf>, num_labels: usize) -> PyResult<()> {
 
 /// Translate one transform tuple (`Transform._spec()`) into the core's spec; its values are checked by the
 /// core when the pipeline is compiled (augment/geometry.rs).
-fn parse_transform(t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec> {
+pub(super) fn parse_transform(t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec> {
     let kind: String = t.get_item(0)?.extract()?;
     let u = |i: usize| -> PyResult<u32> { int_arg(&t.get_item(i)?, &augment::geometry::SIZE) };
     let f = |i: usize| -> PyResult<f64> { t.get_item(i)?.extract() };
@@ -87,6 +87,7 @@ fn parse_transform(t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec> {
         "resize" => TransformSpec::ResizeExact { height: u(1)?, width: u(2)? },
         "center_crop" => TransformSpec::CenterCrop { height: u(1)?, width: u(2)? },
         "horizontal_flip" => TransformSpec::RandomHorizontalFlip { p: f(1)? },
+        "resampled" => return super::ops::parse_resampled(t),
         other if augment::ops::KINDS.contains(&other) => return super::ops::parse_op(other, t),
         other => return Err(to_py(TrdataError::config("transforms", format!("unknown transform {other:?}")))),
     })

@@ -35,6 +35,20 @@ pub fn parse_op(kind: &str, t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec> {
     OpSpec::from_args(kind, &args).map(TransformSpec::Op).py_err()
 }
 
+/// `("resampled", interpolation, antialias, <resize tuple>)` (Resize/RandomResizedCrop with a filter other than
+/// antialiased bilinear) → `TransformSpec::Resampled`; the interpolation's values are the core's choice table.
+pub fn parse_resampled(t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec> {
+    use crate::augment::geometry::{RESIZE_INTERPOLATION, Resample};
+    let interp = t.get_item(1)?;
+    let filter = match interp.extract::<String>() {
+        Ok(s) => RESIZE_INTERPOLATION.parse(&s).py_err()?,
+        Err(_) => return Err(to_py(RESIZE_INTERPOLATION.error(&interp.to_string()))),
+    };
+    let antialias: bool = t.get_item(2)?.extract()?;
+    let inner = super::loader::parse_transform(t.get_item(3)?.cast::<PyTuple>()?)?;
+    Ok(TransformSpec::Resampled { resample: Resample { filter, antialias }, inner: Box::new(inner) })
+}
+
 /// What the op of `spec` (a `_spec()` tuple), at list position `position`, draws for sample (seed, epoch, index)
 /// on a `height × width × channels` image: `[]` when it skips, `[1.0]` when it applies without parameters, else
 /// its parameters (`augment::ops::Drawn::to_vec`).
@@ -81,6 +95,33 @@ pub fn add_defaults(d: &Bound<'_, PyDict>) -> PyResult<()> {
     d.set_item("RandomErasing.value", default::ERASING_VALUE)?;
     d.set_item("Pad.fill", default::FILL)?;
     d.set_item("Pad.padding_mode", default::PADDING_MODE)?;
+    use crate::augment::ops::default as g;
+    for cls in ["RandomRotation", "RandomAffine"] {
+        d.set_item(format!("{cls}.interpolation"), g::NEAREST)?;
+        d.set_item(format!("{cls}.fill"), g::WARP_FILL)?;
+    }
+    d.set_item("RandomPerspective.interpolation", g::BILINEAR)?;
+    d.set_item("RandomPerspective.fill", g::WARP_FILL)?;
+    d.set_item("RandomPerspective.distortion_scale", g::DISTORTION_SCALE)?;
+    d.set_item("RandomPerspective.p", g::PERSPECTIVE_P)?;
+    d.set_item("AutoAugment.policy", g::AA_POLICY)?;
+    for cls in ["AutoAugment", "RandAugment", "TrivialAugmentWide"] {
+        d.set_item(format!("{cls}.interpolation"), g::NEAREST)?;
+    }
+    d.set_item("RandAugment.num_ops", g::RA_NUM_OPS)?;
+    d.set_item("RandAugment.magnitude", g::RA_MAGNITUDE)?;
+    d.set_item("RandAugment.num_magnitude_bins", g::MAGNITUDE_BINS)?;
+    d.set_item("TrivialAugmentWide.num_magnitude_bins", g::MAGNITUDE_BINS)?;
+    d.set_item("AugMix.severity", g::AUGMIX_SEVERITY)?;
+    d.set_item("AugMix.mixture_width", g::AUGMIX_WIDTH)?;
+    d.set_item("AugMix.chain_depth", g::AUGMIX_DEPTH)?;
+    d.set_item("AugMix.alpha", g::AUGMIX_ALPHA)?;
+    d.set_item("AugMix.all_ops", g::AUGMIX_ALL_OPS)?;
+    d.set_item("AugMix.interpolation", g::BILINEAR)?;
+    for cls in ["Resize", "RandomResizedCrop"] {
+        d.set_item(format!("{cls}.interpolation"), g::BILINEAR)?;
+        d.set_item(format!("{cls}.antialias"), true)?;
+    }
     Ok(())
 }
 
