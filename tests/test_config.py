@@ -538,7 +538,11 @@ BAD_VALUES = [
         "uint8 images",
     ),
     ("batch_ops", dict(batch_ops=[trdata.RandomChoice([trdata.MixUp(num_classes=3)], p=[-1])]), "p=[-1.0]"),
-    ("batch_ops", dict(batch_ops=[trdata.Resize(8)]), "Resize(size=8)"),  # a per-sample transform
+    (
+        "batch_ops",
+        dict(batch_ops=[trdata.Resize(8)]),
+        "Resize(size=8, interpolation='bilinear', antialias=True)",
+    ),  # a per-sample transform
     ("batch_transform", dict(batch_transform=3), "3"),
     ("alpha", dict(batch_ops=[trdata.MixUp(alpha=0.0, num_classes=3)]), "0"),
     ("num_classes", dict(batch_ops=[trdata.CutMix(num_classes=0)]), "0"),
