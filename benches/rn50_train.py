@@ -51,7 +51,7 @@ import sys
 import time
 
 import torch
-from _recipe import train_loader
+from _recipe import RECIPE_SIZE, train_loader
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -126,11 +126,11 @@ def train_step(model, opt, loss_fn, images, labels):
 class SyntheticFeed:
     name = "synthetic"
 
-    def __init__(self, batch: int):
+    def __init__(self, batch: int, size: int = 224):
         g = torch.Generator(device="cuda").manual_seed(0)
         self.batches = []
         for _ in range(4):
-            x = torch.randn(batch, 3, 224, 224, device="cuda", generator=g).to(torch.bfloat16)
+            x = torch.randn(batch, 3, size, size, device="cuda", generator=g).to(torch.bfloat16)
             x = x.contiguous(memory_format=torch.channels_last)
             y = torch.randint(0, 1000, (batch,), device="cuda", generator=g)
             self.batches.append((x, y))
@@ -158,7 +158,7 @@ def mix_ops(labels, source):
     the GPU batch; labels become soft (N, classes) float32, which CrossEntropyLoss takes as probabilities."""
     import trdata
 
-    classes = len(source.classes) if source is not None and source.classes else max(labels) + 1
+    classes = 1000  # the model's outputs (the sample's labels are a subset)
     ops = [trdata.MixUp(alpha=0.2, num_classes=classes), trdata.CutMix(alpha=1.0, num_classes=classes)]
     return {"batch_ops": [trdata.RandomChoice(ops)]}
 
@@ -176,6 +176,7 @@ class TrdataFeed:
         device_slots=3,
         source=None,
         mix=False,
+        recipe="rn50",
     ):
         self.name = "trdata" if dtype == "bfloat16" else f"trdata-{'u8' if dtype == 'uint8' else dtype}"
         self.dtype = dtype
@@ -191,6 +192,7 @@ class TrdataFeed:
             prefetch=prefetch,
             device_slots=device_slots,
             source=source,
+            recipe=recipe,
             **(mix_ops(labels, source) if mix else {}),
         )
         self.workers = workers
@@ -460,6 +462,13 @@ def main(argv=None):
         help="skip configs that would start after this many seconds since launch (0: never)",
     )
     p.add_argument("--model", default="resnet50", choices=("resnet50", "resnet18"))
+    p.add_argument(
+        "--recipe",
+        default="rn50",
+        choices=("rn50", "tv"),
+        help="rn50: RRC 224 + flip; tv: torchvision's reference recipe (RRC 176 + flip + TrivialAugmentWide + "
+        "RandomErasing 0.1), add --mix for its MixUp 0.2 / CutMix 1.0",
+    )
     p.add_argument("--packed", default=None, help="packed file for the packed/packed-partial configs")
     p.add_argument(
         "--pack-short-side",
@@ -491,6 +500,7 @@ def main(argv=None):
     rpaths, rlabels = repeated(paths, labels, repeat)
     header = {
         "mix": a.mix,
+        "recipe": a.recipe,
         "gpu": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
         "cores": allowed_cores(),
@@ -560,17 +570,26 @@ def main(argv=None):
                 print("[skip synthetic: meaningless without a model]", flush=True)
                 continue
             if base == "synthetic":
-                feed = SyntheticFeed(a.batch)
+                feed = SyntheticFeed(a.batch, RECIPE_SIZE[a.recipe])
             elif base in ("trdata", "trdata-u8", "trdata-f16"):
                 dtype = {"trdata": "bfloat16", "trdata-u8": "uint8", "trdata-f16": "float16"}[base]
-                feed = TrdataFeed(rpaths, rlabels, a.batch, int(nw or a.workers), dtype, mix=a.mix)
+                feed = TrdataFeed(
+                    rpaths, rlabels, a.batch, int(nw or a.workers), dtype, mix=a.mix, recipe=a.recipe
+                )
             elif base in ("packed", "packed-partial"):
                 import trdata
 
                 mode = "full" if base == "packed" else "partial"
                 src = trdata.Packed(a.packed, mode)
                 feed = TrdataFeed(
-                    None, None, a.batch, int(nw or a.workers), "bfloat16", source=src, mix=a.mix
+                    None,
+                    None,
+                    a.batch,
+                    int(nw or a.workers),
+                    "bfloat16",
+                    source=src,
+                    mix=a.mix,
+                    recipe=a.recipe,
                 )
             elif base == "dataloader":
                 feed = DataLoaderFeed(rpaths, rlabels, a.batch, int(nw or a.dl_workers))
