@@ -537,7 +537,13 @@ def test_resize_interpolation_matches_pillow(mode: str, hw: tuple[int, int]) -> 
         np.testing.assert_array_equal(got, want)
     else:
         assert close(got, want) >= 0.99
-        assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+        # Pillow 13 runs the vertical pass first when the height shrinks much more than the width (37 × 120
+        # from 57 × 73); older Pillow always ran horizontal first, which moves bicubic's clipped 8-bit
+        # intermediate by up to ~8 levels on a few pixels. trdata follows Pillow 13.
+        import PIL
+
+        if int(PIL.__version__.split(".")[0]) >= 13 or mode == "bilinear":
+            assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
     # RandomResizedCrop pinned to the whole image (scale 1, the image's own aspect) resamples the same way.
     rrc = T.RandomResizedCrop(hw, scale=(1.0, 1.0), ratio=(73 / 57, 73 / 57), interpolation=mode)
     assert close(run_resize(imgs, [rrc]), want) >= 0.99
