@@ -785,6 +785,7 @@ class Loader:
     # --- batch ops and batch_transform (python/trdata/batch.py) ---------------------------------------------
 
     _prefetcher: _batch.BatchPrefetcher | None
+    _consumer_state: dict[str, Any] | None
     _batch_ops: _batch.BatchOpPlan | None
     _batch_transform: Callable[..., Any] | None
 
@@ -792,7 +793,7 @@ class Loader:
         specs = _batch._batch_op_specs(batch_ops)
         self._batch_transform = _batch._callable_or_none(batch_transform)
         self._prefetcher = None
-        self._consumer_state: dict[str, Any] | None = None  # with batch_transform: see __iter__
+        self._consumer_state = None  # with batch_transform: see __iter__
         engines = max(len(self._ordinals or ()), 1)
         self._engines_global = self.world_size * engines  # G: batch b of engine g is global batch b·G + g
         self._engine_base = self.rank * engines
