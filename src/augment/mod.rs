@@ -1,9 +1,11 @@
-//! augment — per-sample geometry (RandomResizedCrop, Resize, CenterCrop, flip) and the fused writer; sits between
-//! decode (which hands over a decoded region of the DCT-scaled image) and staging (whose slot `dst` is).
+//! augment — the per-sample program: geometry folded into the decode (RandomResizedCrop, Resize, CenterCrop,
+//! flips), pixel ops on the uint8 crop ([`program`], [`ops`], [`kernels`], [`warp`], [`policy`]) and the fused
+//! writer; sits between decode (which hands over a decoded region of the DCT-scaled image) and staging (whose
+//! slot `dst` is). [`program`]'s module docs say how a transform list is compiled.
 //!
 //! Protocol of [`SamplePipeline::process`] for one sample:
-//! 1. `decode::Decoder::read_header` → stored width × height (EXIF orientation is not applied, as in
-//!    torchvision's PIL loading).
+//! 1. `decode::Decoder::read_header` → width × height (stored, as torchvision's PIL loading sees it; the
+//!    oriented size under `exif_transpose=True`, decode mapping the window back).
 //! 2. [`geometry`]: the compiled transform list + the sample's key give both axes of the crop in original
 //!    coordinates and the flip; all randomness comes from `SampleRng(seed, epoch, index, OP_…)`, so a sample's
 //!    pixels depend on (seed, epoch, index) only.
