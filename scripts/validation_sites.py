@@ -106,10 +106,8 @@ EDGE_TRANSLATORS = {
     "src/py/args.rs": {
         "int_arg": "is a Python int (its range: the core rule passed in)",
     },
-    "src/py/loader.rs": {
-        "parse_transform": "a transform tuple of a known kind (trdata.Transform._spec)",
-    },
     "src/py/ops.rs": {
+        "parse_transform": "a transform tuple of a known kind (trdata.Transform._spec)",
         "arg": "a spec tuple item is None, bool, int, float, str or a sequence of them (trdata.Transform._spec)",
     },
     "python/trdata/classic.py": {

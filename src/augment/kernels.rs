@@ -415,6 +415,27 @@ pub fn erase(img: &mut ImageMut<'_>, (top, left, eh, ew): (usize, usize, usize, 
     }
 }
 
+/// The current image of a program: `buf[..h*w*c]`.
+#[derive(Debug, Default)]
+pub struct Frame {
+    /// Pixels (HWC); may be longer than the image (grown to the largest sample).
+    pub buf: Vec<u8>,
+    /// Rows.
+    pub h: usize,
+    /// Columns.
+    pub w: usize,
+    /// Channels (1 or 3).
+    pub c: usize,
+}
+
+impl Frame {
+    /// The image as a kernel view.
+    pub fn view(&mut self) -> ImageMut<'_> {
+        let n = self.h * self.w * self.c;
+        ImageMut { data: &mut self.buf[..n], h: self.h, w: self.w, c: self.c }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

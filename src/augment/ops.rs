@@ -13,7 +13,8 @@
 //! Adding an op (the later geometric ops, the policies' building blocks): a variant here, its `check`, `sample`
 //! and `apply` arms; a policy calls [`apply`] with a `Drawn` it builds from its magnitude tables.
 
-use super::kernels::{self, ImageMut, PadMode};
+pub use super::kernels::Frame;
+use super::kernels::{self, PadMode};
 use super::policy::{self, AA_POLICY, PolicyKind, PolicyScratch, WarpStyle};
 use super::warp::{self, Interp, WARP_INTERPOLATION};
 use crate::error::{Result, TrdataError};
@@ -878,27 +879,6 @@ pub struct OpScratch {
     pub plane: Vec<f32>,
     /// The policies' buffers.
     pub policy: PolicyScratch,
-}
-
-/// The current image of a program: `buf[..h*w*c]`.
-#[derive(Debug, Default)]
-pub struct Frame {
-    /// Pixels (HWC); may be longer than the image (grown to the largest sample).
-    pub buf: Vec<u8>,
-    /// Rows.
-    pub h: usize,
-    /// Columns.
-    pub w: usize,
-    /// Channels (1 or 3).
-    pub c: usize,
-}
-
-impl Frame {
-    /// The image as a kernel view.
-    pub fn view(&mut self) -> ImageMut<'_> {
-        let n = self.h * self.w * self.c;
-        ImageMut { data: &mut self.buf[..n], h: self.h, w: self.w, c: self.c }
-    }
 }
 
 /// Apply `op` with parameters `drawn` to `frame` (the kernels' arithmetic; `rng` continues the op's stream for

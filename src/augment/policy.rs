@@ -15,7 +15,7 @@
 //! tv_ops.md Appendix A), and the size-dependent translate tables are computed per image as torchvision does.
 
 use super::kernels;
-use super::ops::Frame;
+use super::kernels::Frame;
 use super::warp::{self, Interp};
 use crate::param::Choice;
 use crate::rng::SampleRng;

@@ -7,7 +7,7 @@ use super::gpu::DeviceTensorHandle;
 use super::source::NativeSource;
 use super::wait::{WAIT_SLICE, wait_detached};
 use crate::augment::views::SampleViews;
-use crate::augment::{self, DType, Normalize, OutputSpec, TransformSpec};
+use crate::augment::{self, DType, Normalize, OutputSpec};
 use crate::config::{self, Choice, LoaderConfig};
 use crate::decode::{self, DecodeLimits};
 use crate::error::TrdataError;
@@ -68,29 +68,6 @@ pub fn scan_image_folder(
 #[pyfunction]
 pub fn check_file_list(paths: Vec<PathBuf>, num_labels: usize) -> PyResult<()> {
     source::check_file_list(&paths, num_labels).py_err()
-}
-
-/// Translate one transform tuple (`Transform._spec()`) into the core's spec; its values are checked by the
-/// core when the pipeline is compiled (augment/geometry.rs).
-pub(super) fn parse_transform(t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec> {
-    let kind: String = t.get_item(0)?.extract()?;
-    let u = |i: usize| -> PyResult<u32> { int_arg(&t.get_item(i)?, &augment::geometry::SIZE) };
-    let f = |i: usize| -> PyResult<f64> { t.get_item(i)?.extract() };
-    Ok(match kind.as_str() {
-        "random_resized_crop" => TransformSpec::RandomResizedCrop {
-            height: u(1)?,
-            width: u(2)?,
-            scale: (f(3)?, f(4)?),
-            ratio: (f(5)?, f(6)?),
-        },
-        "resize_shorter" => TransformSpec::ResizeShorter { shorter: u(1)? },
-        "resize" => TransformSpec::ResizeExact { height: u(1)?, width: u(2)? },
-        "center_crop" => TransformSpec::CenterCrop { height: u(1)?, width: u(2)? },
-        "horizontal_flip" => TransformSpec::RandomHorizontalFlip { p: f(1)? },
-        "resampled" => return super::ops::parse_resampled(t),
-        other if augment::ops::KINDS.contains(&other) => return super::ops::parse_op(other, t),
-        other => return Err(to_py(TrdataError::config("transforms", format!("unknown transform {other:?}")))),
-    })
 }
 
 /// A choice parameter (`dtype`, `layout`, `last_batch`, `on_error`, `pin`): the core parses a string; anything
@@ -286,11 +263,11 @@ impl NativeLoader {
     ) -> PyResult<Self> {
         // Translation only: Python values into the core's types. Every rule (ranges, choices, defaults) is the
         // core's: config.rs, augment/, decode/, source/.
-        let specs = transforms.iter().map(parse_transform).collect::<PyResult<Vec<_>>>()?;
+        let specs = transforms.iter().map(super::ops::parse_transform).collect::<PyResult<Vec<_>>>()?;
         let view_specs = views
             .map(|vs| {
                 vs.iter()
-                    .map(|v| v.iter().map(parse_transform).collect::<PyResult<Vec<_>>>())
+                    .map(|v| v.iter().map(super::ops::parse_transform).collect::<PyResult<Vec<_>>>())
                     .collect::<PyResult<Vec<_>>>()
             })
             .transpose()?;

@@ -3,7 +3,9 @@
 //! op draws for one sample (the tests compare those distributions with torchvision's); the ops' defaults join
 //! `_core.DEFAULTS`.
 
+use super::args::int_arg;
 use super::errors::{IntoPyResult, to_py};
+use crate::augment;
 use crate::augment::ops::{Arg, OpSpec};
 use crate::augment::{SampleKey, TransformSpec, default, program};
 use crate::error::TrdataError;
@@ -45,7 +47,7 @@ pub fn parse_resampled(t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec> {
         Err(_) => return Err(to_py(RESIZE_INTERPOLATION.error(&interp.to_string()))),
     };
     let antialias: bool = t.get_item(2)?.extract()?;
-    let inner = super::loader::parse_transform(t.get_item(3)?.cast::<PyTuple>()?)?;
+    let inner = parse_transform(t.get_item(3)?.cast::<PyTuple>()?)?;
     Ok(TransformSpec::Resampled { resample: Resample { filter, antialias }, inner: Box::new(inner) })
 }
 
@@ -123,6 +125,29 @@ pub fn add_defaults(d: &Bound<'_, PyDict>) -> PyResult<()> {
         d.set_item(format!("{cls}.antialias"), true)?;
     }
     Ok(())
+}
+
+/// Translate one transform tuple (`Transform._spec()`) into the core's spec; its values are checked by the
+/// core when the pipeline is compiled (augment/geometry.rs).
+pub(super) fn parse_transform(t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec> {
+    let kind: String = t.get_item(0)?.extract()?;
+    let u = |i: usize| -> PyResult<u32> { int_arg(&t.get_item(i)?, &augment::geometry::SIZE) };
+    let f = |i: usize| -> PyResult<f64> { t.get_item(i)?.extract() };
+    Ok(match kind.as_str() {
+        "random_resized_crop" => TransformSpec::RandomResizedCrop {
+            height: u(1)?,
+            width: u(2)?,
+            scale: (f(3)?, f(4)?),
+            ratio: (f(5)?, f(6)?),
+        },
+        "resize_shorter" => TransformSpec::ResizeShorter { shorter: u(1)? },
+        "resize" => TransformSpec::ResizeExact { height: u(1)?, width: u(2)? },
+        "center_crop" => TransformSpec::CenterCrop { height: u(1)?, width: u(2)? },
+        "horizontal_flip" => TransformSpec::RandomHorizontalFlip { p: f(1)? },
+        "resampled" => return parse_resampled(t),
+        other if augment::ops::KINDS.contains(&other) => return parse_op(other, t),
+        other => return Err(to_py(TrdataError::config("transforms", format!("unknown transform {other:?}")))),
+    })
 }
 
 /// Register `sample_op`.
