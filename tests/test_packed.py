@@ -320,6 +320,13 @@ def test_a_flipped_record_byte_is_a_decode_error_naming_the_record(packed: Path,
         with trdata.Loader(src, workers=2, shuffle=False, on_error="skip", **KW) as ld:
             n = sum(b.valid for b in ld)
             assert n == len(src) and ld.stats()["errors_skipped"] == 1
+        # one worker: the records decoded right after the damaged one keep their exact pixels
+        clean = by_index(trdata.Packed(packed, mode), workers=1, shuffle=False)
+        with trdata.Loader(src, workers=1, shuffle=False, on_error="skip", **KW) as ld:
+            rows = [(int(i), img.copy()) for b in ld for i, img in zip(b.indices, b.images)]
+        after = rows[victim + 1 :]  # in file order (the victim's row holds its replacement)
+        assert [i for i, _ in after] == list(range(victim + 1, len(src)))
+        assert all(np.array_equal(img, clean[i][0]) for i, img in after)
     assert [r for r, _ in trdata.packed.verify(bad, progress=False)] == [victim]
     assert trdata.packed.verify(packed, progress=False) == []
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import test_transforms_ops as ops_tests
 import trdata
 from trdata import _core
 from trdata import transforms as T
@@ -241,19 +242,11 @@ def chi2_same(a: list[Any], b: list[Any]) -> None:
 
 
 def ours_draws(op: Any, n: int = N, h: int = 32, w: int = 48) -> list[list[float]]:
-    spec = op._spec()
-    return [
-        _core.sample_op(spec, seed=3, epoch=1, index=i, position=0, height=h, width=w, channels=3)
-        for i in range(n)
-    ]
+    return ops_tests.ours(op, n, h, w)  # the draw helpers of test_transforms_ops, on a non-square image
 
 
 def theirs_params(op: Any, n: int = N, h: int = 32, w: int = 48) -> list[dict[str, Any]]:
-    import torch
-
-    torch.manual_seed(0)
-    img = torch.zeros(3, h, w, dtype=torch.uint8)
-    return [op.make_params([img]) for _ in range(n)]
+    return ops_tests.theirs(op, n, h, w)
 
 
 def test_rotation_and_affine_draws_match_torchvision() -> None:

@@ -333,6 +333,14 @@ pub struct SampleTiming {
     pub damaged: bool,
 }
 
+impl SampleTiming {
+    /// Decode from `t0` to `t1`, augment from `t1` to now.
+    fn since(t0: Instant, t1: Instant, damaged: bool) -> Self {
+        let t2 = Instant::now();
+        Self { decode_ns: (t1 - t0).as_nanos() as u64, augment_ns: (t2 - t1).as_nanos() as u64, damaged }
+    }
+}
+
 /// A region the resampler reads: `pixels` rows of `stride` bytes of `channels` (3: RGB, 1: gray) interleaved
 /// bytes per pixel, whose top-left pixel is (`x0`, `y0`) of the (scaled) image.
 struct SourcePixels<'a> {
@@ -612,23 +620,8 @@ impl SamplePipeline {
         debug_assert!(region.y0 <= y.win0 && y.win1 <= region.y0 + region.height);
         let src =
             SourcePixels { pixels: region.pixels, stride: region.stride, x0: region.x0, y0: region.y0, channels: 3 };
-        let size = (plan.x.out_n, plan.y.out_n);
-        self.run_stages(
-            src,
-            m,
-            plan.vertical_first,
-            Scratch { x, y, inter, wide, row, window },
-            program,
-            size,
-            key,
-            dst,
-        )?;
-        let t2 = Instant::now();
-        Ok(SampleTiming {
-            decode_ns: (t1 - t0).as_nanos() as u64,
-            augment_ns: (t2 - t1).as_nanos() as u64,
-            damaged: decoder.last_decode_damaged(),
-        })
+        self.run_stages(src, m, &plan, Scratch { x, y, inter, wide, row, window }, program, key, dst)?;
+        Ok(SampleTiming::since(t0, t1, decoder.last_decode_damaged()))
     }
 
     /// Like [`process`](Self::process) for raw pixels (`trdata.Arrays`): image `i` of `array`, no decode (and
@@ -652,23 +645,8 @@ impl SamplePipeline {
         let channels = usize::from(array.channels);
         let src = SourcePixels { pixels: array.image(i), stride: w as usize * channels, x0: 0, y0: 0, channels };
         let t1 = Instant::now();
-        let size = (plan.x.out_n, plan.y.out_n);
-        self.run_stages(
-            src,
-            8,
-            plan.vertical_first,
-            Scratch { x, y, inter, wide, row, window },
-            program,
-            size,
-            key,
-            dst,
-        )?;
-        let t2 = Instant::now();
-        Ok(SampleTiming {
-            decode_ns: (t1 - t0).as_nanos() as u64,
-            augment_ns: (t2 - t1).as_nanos() as u64,
-            damaged: false,
-        })
+        self.run_stages(src, 8, &plan, Scratch { x, y, inter, wide, row, window }, program, key, dst)?;
+        Ok(SampleTiming::since(t0, t1, false))
     }
 
     /// Stages 1–3 of the program (see [`program`]) after the decode: with no pixel ops the one fused pass into
@@ -679,13 +657,13 @@ impl SamplePipeline {
         &self,
         src: SourcePixels<'_>,
         m: u8,
-        pillow_vertical_first: bool,
+        plan: &geometry::SamplePlan,
         s: Scratch<'_>,
         ps: &mut ProgramScratch,
-        (pw, ph): (usize, usize),
         key: SampleKey,
         dst: &mut [u8],
     ) -> std::result::Result<(), ImageError> {
+        let (pillow_vertical_first, pw, ph) = (plan.vertical_first, plan.x.out_n, plan.y.out_n);
         if self.program.ops.is_empty() {
             self.resample_into(src, m, pillow_vertical_first, s, (&self.lut, self.output.layout, pw, ph), dst);
             return Ok(());

@@ -393,6 +393,11 @@ fn gate(rng: &mut SampleRng, p: f64) -> bool {
     rng.uniform() < p
 }
 
+/// `drawn` with probability `p` (one draw, as torchvision's gate), else [`Drawn::Skip`].
+fn gated(rng: &mut SampleRng, p: f64, drawn: Drawn) -> Drawn {
+    if gate(rng, p) { drawn } else { Drawn::Skip }
+}
+
 /// An op's error: `invalid <param>: <value> must … (<Op> at transforms[pos])`.
 fn bad(param: &str, shown: impl std::fmt::Display, rule: &str, op: &str, pos: usize) -> TrdataError {
     TrdataError::config(param, format!("{shown} must {rule} ({op} at transforms[{pos}])"))
@@ -760,13 +765,7 @@ impl OpSpec {
             | OpSpec::RandomGrayscale { p }
             | OpSpec::RandomAutocontrast { p }
             | OpSpec::RandomEqualize { p }
-            | OpSpec::RandomInvert { p } => {
-                if gate(rng, *p) {
-                    Drawn::Apply
-                } else {
-                    Drawn::Skip
-                }
-            }
+            | OpSpec::RandomInvert { p } => gated(rng, *p, Drawn::Apply),
             OpSpec::Grayscale { .. } => Drawn::Apply,
             OpSpec::ColorJitter { brightness, contrast, saturation, hue } => {
                 // randperm(4) always (Fisher–Yates), then the enabled factors in b, c, s, h order.
@@ -800,27 +799,9 @@ impl OpSpec {
                 }
                 Drawn::Skip
             }
-            OpSpec::RandomSolarize { threshold, p } => {
-                if gate(rng, *p) {
-                    Drawn::Value(*threshold)
-                } else {
-                    Drawn::Skip
-                }
-            }
-            OpSpec::RandomPosterize { bits, p } => {
-                if gate(rng, *p) {
-                    Drawn::Value(f64::from(*bits))
-                } else {
-                    Drawn::Skip
-                }
-            }
-            OpSpec::RandomAdjustSharpness { sharpness_factor, p } => {
-                if gate(rng, *p) {
-                    Drawn::Value(*sharpness_factor)
-                } else {
-                    Drawn::Skip
-                }
-            }
+            OpSpec::RandomSolarize { threshold, p } => gated(rng, *p, Drawn::Value(*threshold)),
+            OpSpec::RandomPosterize { bits, p } => gated(rng, *p, Drawn::Value(f64::from(*bits))),
+            OpSpec::RandomAdjustSharpness { sharpness_factor, p } => gated(rng, *p, Drawn::Value(*sharpness_factor)),
             OpSpec::RandomRotation { degrees, .. } => Drawn::Value(uniform_f32(rng, *degrees)),
             OpSpec::RandomAffine { degrees, translate, scale, shear, .. } => {
                 let angle = uniform_f32(rng, *degrees);
