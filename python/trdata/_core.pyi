@@ -23,6 +23,8 @@ __all__ = [
     "CHOICES",
     "DEFAULTS",
     "machine_info",
+    "nvjpeg_decode",
+    "nvjpeg_probe",
     "generate_synthetic_dataset",
     "decode_ceiling",
     "SYNTHETIC_VERSION",
@@ -72,6 +74,10 @@ CHOICES: dict[str, tuple[str, ...]]
 DEFAULTS: dict[str, Any]
 
 def machine_info() -> dict[str, Any]: ...
+def nvjpeg_probe(extra: list[str]) -> dict[str, Any]: ...
+def nvjpeg_decode(
+    data: bytes, device: int, hardware: bool, extra: list[str]
+) -> tuple[npt.NDArray[np.uint8], int, int, str]: ...
 
 SYNTHETIC_VERSION: str
 

@@ -30,9 +30,10 @@ def _more(text: str) -> str:
 def format_info(info: dict[str, Any] | None = None) -> str:
     """Return a multi-line report of ``_core.machine_info()`` (or of ``info`` if given)."""
     if info is None:
-        from . import _core
+        from . import _core, _nvjpeg
 
         info = _core.machine_info()
+        info["nvjpeg"] = _nvjpeg.probe()
 
     lines: list[str] = []
     build = info.get("build", {})
@@ -106,6 +107,23 @@ def format_info(info: dict[str, Any] | None = None) -> str:
             )
     else:
         lines.append(_row("CUDA", f"unavailable: {cuda.get('reason') or 'unknown reason'}"))
+
+    nv = info.get("nvjpeg")
+    if nv is not None:
+        if nv.get("found"):
+            v = ".".join(str(x) for x in nv.get("version") or ())
+            lines.append(_row("nvJPEG", f"{v} from {nv['found']}"))
+            hw = nv.get("hardware")
+            if hw:
+                lines.append(_more(f"hardware JPEG decoder: {hw[0]} engines x {hw[1]} cores"))
+            else:
+                lines.append(
+                    _more(f"hardware JPEG decoder: none ({nv.get('hardware_error') or 'not on this GPU'})")
+                )
+        else:
+            tried = nv.get("tried", [])
+            lines.append(_row("nvJPEG", f"not found ({len(tried)} places tried; GPU decode unavailable)"))
+            lines.extend(_more(f"{path}: {why}") for path, why in tried if "/" in path)
 
     binding = info.get("binding", {})
     lines.append(_row("Binding", f"default {binding.get('default_mode', '?')}: {binding.get('reason', '')}"))

@@ -177,6 +177,12 @@ impl Stream {
         unsafe { wait_event_raw(&self.ctx, self.raw, event) }
     }
 
+    /// `cuStreamSynchronize`: wait until every operation enqueued on this stream has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: self.raw is this Stream's own live handle, created in self.ctx (made current by scoped).
+        self.ctx.scoped(|| check("cuStreamSynchronize", unsafe { result::stream::synchronize(self.raw) }))
+    }
+
     /// `cuMemcpyHtoDAsync(dst, src, bytes)` on this stream.
     ///
     /// # Safety
@@ -336,6 +342,19 @@ impl DeviceMemory {
     /// Device ordinal.
     pub fn ordinal(&self) -> u32 {
         self.ctx.ordinal
+    }
+    /// Copy the first `dst.len()` bytes of this allocation to host memory (`cuMemcpyDtoH`, synchronous).
+    pub fn copy_to_host(&self, dst: &mut [u8]) -> Result<()> {
+        if dst.len() > self.len {
+            return Err(cuda_error(
+                "cuMemcpyDtoH",
+                format!("{} bytes asked of a {}-byte allocation", dst.len(), self.len),
+            ));
+        }
+        self.ctx.scoped(|| {
+            // SAFETY: `dst` is writable for its length, which is within this live allocation (checked above).
+            check("cuMemcpyDtoH", unsafe { result::memcpy_dtoh_sync(dst, self.ptr) })
+        })
     }
 }
 

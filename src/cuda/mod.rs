@@ -19,6 +19,7 @@
 #![allow(unsafe_code)]
 
 mod driver;
+pub mod nvjpeg;
 mod probe;
 
 /// Raw driver types the GPU path passes around (stream and device-pointer handles).

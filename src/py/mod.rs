@@ -8,6 +8,7 @@ mod errors;
 mod gpu;
 mod info;
 mod loader;
+mod nvjpeg;
 mod ops;
 mod pack;
 mod source;
@@ -32,5 +33,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     bench::register(m)?;
     pack::register(m)?;
     batch::register(m)?;
+    nvjpeg::register(m)?;
     Ok(())
 }

@@ -1,0 +1,50 @@
+"""nvJPEG (GPU JPEG decode) discovery and a one-image decode, over ``_core.nvjpeg_probe``/``nvjpeg_decode``.
+
+The search order (Rust, ``src/cuda/nvjpeg.rs``): ``$TRDATA_NVJPEG``; then the wheel copies found on
+``sys.path`` (``nvidia/cu13/lib/libnvjpeg.so.13`` from ``pip install nvidia-nvjpeg``, ``nvidia/nvjpeg/lib/
+libnvjpeg.so.12`` from the CUDA 12 wheel, torchvision's bundled ``torchvision.libs/libnvjpeg*.so*``); then the
+CUDA toolkit (``$CUDA_HOME/lib64``, ``/usr/local/cuda*/``); then the dynamic loader's own search. The first that
+loads and has every symbol wins; ``trdata info`` shows the outcome of each.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+from typing import Any
+
+import numpy as np
+
+from . import _core
+
+__all__ = ["candidates", "decode", "probe"]
+
+
+def candidates() -> list[str]:
+    """The wheel paths of the search order (step 2), for every ``sys.path`` entry, in ``sys.path`` order."""
+    out: list[str] = []
+    for entry in sys.path:
+        if not entry or not os.path.isdir(entry):
+            continue
+        found = [
+            os.path.join(entry, "nvidia", "cu13", "lib", "libnvjpeg.so.13"),
+            os.path.join(entry, "nvidia", "nvjpeg", "lib", "libnvjpeg.so.12"),
+            *sorted(glob.glob(os.path.join(entry, "torchvision.libs", "libnvjpeg*.so*"))),
+        ]
+        out += [p for p in found if os.path.isfile(p) and p not in out]
+    return out
+
+
+def probe() -> dict[str, Any]:
+    """What the search found: ``found`` (path or None), ``version``, ``tried`` [(path, outcome)], ``hardware``
+    ((engines, cores per engine) of GPU 0, or None) and ``hardware_error``."""
+    return _core.nvjpeg_probe(candidates())
+
+
+def decode(data: bytes, device: int = 0, hardware: bool = True) -> tuple[np.ndarray, str]:
+    """Decode one JPEG on GPU ``device`` with nvJPEG → (uint8 array (H, W, 3), backend ``"hardware"`` or
+    ``"cuda"``). Raises ConfigError (``decode``) when libnvjpeg is absent, and CudaError naming the nvJPEG or
+    driver call otherwise (no GPU, a stream nvJPEG refuses: BAD_JPEG, JPEG_NOT_SUPPORTED, …)."""
+    pixels, h, w, backend = _core.nvjpeg_decode(bytes(data), device, hardware, candidates())
+    return pixels.reshape(h, w, 3), backend

@@ -1,0 +1,82 @@
+//! py/nvjpeg — `_core.nvjpeg_probe` and `_core.nvjpeg_decode`: what libnvjpeg the search finds (for `trdata
+//! info`) and a one-image GPU decode (for the tests and benches that compare GPU and CPU decodes). Python
+//! (`trdata/_nvjpeg.py`) supplies the wheel paths it derives from `sys.path`; the search order is
+//! [`crate::cuda::nvjpeg`]'s.
+
+use std::path::PathBuf;
+
+use numpy::PyArray1;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::errors::IntoPyResult;
+use crate::cuda::{self, GpuContext, nvjpeg};
+
+/// Adds the nvJPEG functions to the `_core` module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(nvjpeg_probe, m)?)?;
+    m.add_function(wrap_pyfunction!(nvjpeg_decode, m)?)
+}
+
+fn paths(extra: Vec<String>) -> Vec<PathBuf> {
+    extra.into_iter().map(PathBuf::from).collect()
+}
+
+/// `{"found": path | None, "version": (major, minor, patch) | None, "tried": [(path, outcome)], "hardware":
+/// (engines, cores per engine) | None, "hardware_error": str | None}`; hardware facts come from GPU 0 when
+/// CUDA is available.
+#[pyfunction]
+#[pyo3(signature = (extra))]
+fn nvjpeg_probe<'py>(py: Python<'py>, extra: Vec<String>) -> PyResult<Bound<'py, PyDict>> {
+    let extra = paths(extra);
+    let (probe, hardware) = py.detach(|| {
+        let (lib, probe) = nvjpeg::open(&extra);
+        let hardware = match (&lib, cuda::probe().is_available()) {
+            (Some(lib), true) => GpuContext::open(0).and_then(|ctx| lib.hardware_info(&ctx)).map_err(|e| e.to_string()),
+            (Some(_), false) => Err("no CUDA device".to_owned()),
+            (None, _) => Ok(None),
+        };
+        (probe, hardware)
+    });
+    let d = PyDict::new(py);
+    d.set_item("found", probe.found.as_ref().map(|(p, _)| p.clone()))?;
+    d.set_item("version", probe.found.as_ref().map(|(_, v)| *v))?;
+    d.set_item("tried", probe.tried)?;
+    match hardware {
+        Ok(h) => {
+            d.set_item("hardware", h)?;
+            d.set_item("hardware_error", None::<String>)?;
+        }
+        Err(e) => {
+            d.set_item("hardware", None::<(u32, u32)>)?;
+            d.set_item("hardware_error", e)?;
+        }
+    }
+    Ok(d)
+}
+
+/// Decode one JPEG on GPU `device` with nvJPEG (hardware engines when `hardware` and present, else the CUDA
+/// backend) → `(pixels uint8 of shape (h·w·3,), height, width, backend)`.
+#[pyfunction]
+#[pyo3(signature = (data, device, hardware, extra))]
+fn nvjpeg_decode<'py>(
+    py: Python<'py>,
+    data: Vec<u8>,
+    device: u32,
+    hardware: bool,
+    extra: Vec<String>,
+) -> PyResult<(Bound<'py, PyArray1<u8>>, usize, usize, &'static str)> {
+    let extra = paths(extra);
+    let (h, w, pixels, backend) = py
+        .detach(|| {
+            let lib = nvjpeg::open_required(&extra)?;
+            let ctx = GpuContext::open(device)?;
+            lib.decode_rgb(&ctx, &data, hardware)
+        })
+        .py_err()?;
+    let name = match backend {
+        nvjpeg::Backend::Hardware => "hardware",
+        nvjpeg::Backend::Cuda => "cuda",
+    };
+    Ok((PyArray1::from_vec(py, pixels), h, w, name))
+}

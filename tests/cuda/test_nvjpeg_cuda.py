@@ -1,0 +1,78 @@
+"""nvJPEG on the GPU (``trdata._nvjpeg.decode``): the hardware engines and the CUDA backend decode real JPEGs of
+every chroma layout the hardware takes to within the documented PSNR of the CPU decode (Pillow = libjpeg-turbo,
+which the CPU path matches bit for bit), a stream nvJPEG refuses is a typed CudaError, and a failure leaves no
+state behind (the next decode is still exact). Skips without CUDA or libnvjpeg."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import trdata
+from _fixtures import photo
+from PIL import Image
+from trdata import _nvjpeg
+
+_probe = _nvjpeg.probe()
+_cuda = trdata._core.machine_info()["cuda"].get("available")
+pytestmark = pytest.mark.skipif(
+    not (_cuda and _probe["found"]),
+    reason=f"needs CUDA and libnvjpeg (cuda={_cuda}, nvjpeg={_probe['found']})",
+)
+
+#: GPU IDCT/upsampling vs libjpeg-turbo's: measured 2026-12-01 on the H200 (see the issue 11 notes); the bound
+#: is what a correct decode of these photo-like images stays above, a wrong layout or channel order is < 20 dB.
+MIN_PSNR_DB = 40.0
+
+
+def jpeg(w: int, h: int, seed: int, **save: object) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(photo(seed, w, h)).save(buf, "JPEG", quality=90, **save)
+    return buf.getvalue()
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+    return 99.0 if mse == 0 else 10 * np.log10(255.0**2 / mse)
+
+
+CASES = {
+    "420": dict(subsampling=2),
+    "422": dict(subsampling=1),
+    "444": dict(subsampling=0),
+}
+
+
+@pytest.mark.parametrize("hardware", [True, False], ids=["hardware", "cuda"])
+@pytest.mark.parametrize("layout", sorted(CASES))
+def test_gpu_decode_matches_the_cpu_decode(layout, hardware):
+    data = jpeg(333, 250, seed=len(layout), **CASES[layout])
+    got, backend = _nvjpeg.decode(data, hardware=hardware)
+    ref = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+    assert got.shape == ref.shape
+    if not hardware:
+        assert backend == "cuda"
+    value = psnr(got, ref)
+    print(f"{layout} {backend}: PSNR {value:.2f} dB, max |diff| {np.abs(got.astype(int) - ref).max()}")
+    assert value >= MIN_PSNR_DB
+
+
+def test_gray_jpeg_is_replicated_to_rgb():
+    buf = io.BytesIO()
+    Image.fromarray(photo(5, 200, 120)[..., 0]).save(buf, "JPEG", quality=90)
+    got, _ = _nvjpeg.decode(buf.getvalue())
+    ref = np.asarray(Image.open(io.BytesIO(buf.getvalue())).convert("RGB"))
+    assert psnr(got, ref) >= MIN_PSNR_DB
+    assert np.array_equal(got[..., 0], got[..., 1]) and np.array_equal(got[..., 1], got[..., 2])
+
+
+@pytest.mark.parametrize("hardware", [True, False], ids=["hardware", "cuda"])
+def test_a_broken_stream_is_a_typed_error_and_leaves_nothing_behind(hardware):
+    good = jpeg(160, 120, seed=9)
+    ref, _ = _nvjpeg.decode(good, hardware=hardware)
+    for bad in (good[:200], b"\xff\xd8\xff\xe0not a jpeg at all", good[:2] + b"\x00" * 500):
+        with pytest.raises(trdata.CudaError):
+            _nvjpeg.decode(bad, hardware=hardware)
+        again, _ = _nvjpeg.decode(good, hardware=hardware)
+        assert np.array_equal(again, ref)
