@@ -21,9 +21,11 @@ pytestmark = pytest.mark.skipif(
     reason=f"needs CUDA and libnvjpeg (cuda={_cuda}, nvjpeg={_probe['found']})",
 )
 
-#: GPU IDCT/upsampling vs libjpeg-turbo's: measured 2026-12-01 on the H200 (see the issue 11 notes); the bound
-#: is what a correct decode of these photo-like images stays above, a wrong layout or channel order is < 20 dB.
-MIN_PSNR_DB = 40.0
+#: GPU vs libjpeg-turbo decode. Measured 2026-12-01 on the H200 (nvJPEG 13.0.1, torchvision's copy, 7 engines x 1
+#: core): hardware engines 87-99 dB on these files (max |diff| 1) and ≥ 85 dB on 120 ImageNet JPEGs (median
+#: 99 = identical); the CUDA backend ~61 dB (max |diff| 3). The issue's target is 45 dB; a wrong layout, channel
+#: order or upsampling is < 30 dB.
+MIN_PSNR_DB = 55.0
 
 
 def jpeg(w: int, h: int, seed: int, **save: object) -> bytes:
