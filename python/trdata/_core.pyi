@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULTS",
     "machine_info",
     "nvjpeg_decode",
+    "nvjpeg_decode_batches",
     "nvjpeg_probe",
     "generate_synthetic_dataset",
     "decode_ceiling",
@@ -75,6 +76,15 @@ DEFAULTS: dict[str, Any]
 
 def machine_info() -> dict[str, Any]: ...
 def nvjpeg_probe(extra: list[str]) -> dict[str, Any]: ...
+def nvjpeg_decode_batches(
+    files: list[bytes],
+    device: int,
+    hardware: bool,
+    batch: int,
+    rounds: int,
+    roi_fraction: float | None,
+    extra: list[str],
+) -> tuple[float, int, dict[str, int]]: ...
 def nvjpeg_decode(
     data: bytes, device: int, hardware: bool, extra: list[str]
 ) -> tuple[npt.NDArray[np.uint8], int, int, str]: ...

@@ -343,17 +343,20 @@ impl DeviceMemory {
     pub fn ordinal(&self) -> u32 {
         self.ctx.ordinal
     }
-    /// Copy the first `dst.len()` bytes of this allocation to host memory (`cuMemcpyDtoH`, synchronous).
-    pub fn copy_to_host(&self, dst: &mut [u8]) -> Result<()> {
-        if dst.len() > self.len {
+
+    /// Copy `dst.len()` bytes starting at byte `offset` of this allocation to host memory (`cuMemcpyDtoH`,
+    /// synchronous).
+    pub fn copy_range_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        if offset.checked_add(dst.len()).is_none_or(|end| end > self.len) {
             return Err(cuda_error(
                 "cuMemcpyDtoH",
-                format!("{} bytes asked of a {}-byte allocation", dst.len(), self.len),
+                format!("{} bytes at {offset} asked of a {}-byte allocation", dst.len(), self.len),
             ));
         }
         self.ctx.scoped(|| {
-            // SAFETY: `dst` is writable for its length, which is within this live allocation (checked above).
-            check("cuMemcpyDtoH", unsafe { result::memcpy_dtoh_sync(dst, self.ptr) })
+            // SAFETY: `dst` is writable for its length, and offset..offset+len lies inside this live allocation
+            // (checked above).
+            check("cuMemcpyDtoH", unsafe { result::memcpy_dtoh_sync(dst, self.ptr + offset as u64) })
         })
     }
 }

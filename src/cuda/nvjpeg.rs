@@ -34,6 +34,8 @@ use crate::error::{Result, TrdataError};
 type Status = c_int;
 type Handle = *mut c_void;
 type State = *mut c_void;
+type JpegStream = *mut c_void;
+type Params = *mut c_void;
 
 /// `nvjpegImage_t` (nvjpeg.h: `NVJPEG_MAX_COMPONENT` = 4 planes, pitches in bytes).
 #[repr(C)]
@@ -62,11 +64,27 @@ struct Fns {
     destroy: unsafe extern "C" fn(Handle) -> Status,
     state_create: unsafe extern "C" fn(Handle, *mut State) -> Status,
     state_destroy: unsafe extern "C" fn(State) -> Status,
-    get_image_info:
-        unsafe extern "C" fn(Handle, *const u8, usize, *mut c_int, *mut c_int, *mut c_int, *mut c_int) -> Status,
     batched_initialize: unsafe extern "C" fn(Handle, State, c_int, c_int, c_int) -> Status,
     decode_batched:
         unsafe extern "C" fn(Handle, State, *const *const u8, *const usize, *mut Image, *mut c_void) -> Status,
+    stream_create: unsafe extern "C" fn(Handle, *mut JpegStream) -> Status,
+    stream_destroy: unsafe extern "C" fn(JpegStream) -> Status,
+    parse_header: unsafe extern "C" fn(Handle, *const u8, usize, JpegStream) -> Status,
+    frame_dimensions: unsafe extern "C" fn(JpegStream, *mut c_uint, *mut c_uint) -> Status,
+    params_create: unsafe extern "C" fn(Handle, *mut Params) -> Status,
+    params_destroy: unsafe extern "C" fn(Params) -> Status,
+    params_output: unsafe extern "C" fn(Params, c_int) -> Status,
+    params_roi: unsafe extern "C" fn(Params, c_int, c_int, c_int, c_int) -> Status,
+    batched_supported_ex: unsafe extern "C" fn(Handle, JpegStream, Params, *mut c_int) -> Status,
+    decode_batched_ex: unsafe extern "C" fn(
+        Handle,
+        State,
+        *const *const u8,
+        *const usize,
+        *mut Image,
+        *const Params,
+        *mut c_void,
+    ) -> Status,
     /// Absent before CUDA 11.x's hardware backend; `None` = unknown.
     hardware_info: Option<unsafe extern "C" fn(Handle, *mut c_uint, *mut c_uint) -> Status>,
 }
@@ -187,9 +205,18 @@ fn open_one(path: &Path) -> std::result::Result<Nvjpeg, String> {
         destroy: symbol(&lib, "nvjpegDestroy")?,
         state_create: symbol(&lib, "nvjpegJpegStateCreate")?,
         state_destroy: symbol(&lib, "nvjpegJpegStateDestroy")?,
-        get_image_info: symbol(&lib, "nvjpegGetImageInfo")?,
         batched_initialize: symbol(&lib, "nvjpegDecodeBatchedInitialize")?,
         decode_batched: symbol(&lib, "nvjpegDecodeBatched")?,
+        stream_create: symbol(&lib, "nvjpegJpegStreamCreate")?,
+        stream_destroy: symbol(&lib, "nvjpegJpegStreamDestroy")?,
+        parse_header: symbol(&lib, "nvjpegJpegStreamParseHeader")?,
+        frame_dimensions: symbol(&lib, "nvjpegJpegStreamGetFrameDimensions")?,
+        params_create: symbol(&lib, "nvjpegDecodeParamsCreate")?,
+        params_destroy: symbol(&lib, "nvjpegDecodeParamsDestroy")?,
+        params_output: symbol(&lib, "nvjpegDecodeParamsSetOutputFormat")?,
+        params_roi: symbol(&lib, "nvjpegDecodeParamsSetROI")?,
+        batched_supported_ex: symbol(&lib, "nvjpegDecodeBatchedSupportedEx")?,
+        decode_batched_ex: symbol(&lib, "nvjpegDecodeBatchedEx")?,
         // An absent symbol is an older library, not an error.
         hardware_info: symbol(&lib, "nvjpegGetHardwareDecoderInfo").ok(),
     };
@@ -213,31 +240,8 @@ pub enum Backend {
     Cuda,
 }
 
-/// An nvJPEG handle for one call, destroyed on drop (so no state outlives a failure).
-struct HandleGuard<'a> {
-    nv: &'a Nvjpeg,
-    raw: Handle,
-}
-
-impl Drop for HandleGuard<'_> {
-    fn drop(&mut self) {
-        // SAFETY: `raw` came from nvjpegCreateEx and is destroyed exactly once, here.
-        unsafe { (self.nv.fns.destroy)(self.raw) };
-    }
-}
-
-/// A decode state, destroyed on drop.
-struct StateGuard<'a> {
-    nv: &'a Nvjpeg,
-    raw: State,
-}
-
-impl Drop for StateGuard<'_> {
-    fn drop(&mut self) {
-        // SAFETY: `raw` came from nvjpegJpegStateCreate and is destroyed exactly once, before its handle
-        // (declaration order in the callers).
-        unsafe { (self.nv.fns.state_destroy)(self.raw) };
-    }
+fn nv_error(call: &str, status: Status) -> TrdataError {
+    cuda_error(call, format!("NVJPEG_STATUS_{} ({status})", status_name(status)))
 }
 
 /// nvjpeg.h's status names, for messages.
@@ -257,126 +261,338 @@ fn status_name(status: Status) -> &'static str {
     }
 }
 
-fn nv_error(call: &str, status: Status) -> TrdataError {
-    cuda_error(call, format!("NVJPEG_STATUS_{} ({status})", status_name(status)))
+/// `status` as a Result naming `call`.
+fn ok(call: &str, status: Status) -> Result<()> {
+    if status == 0 { Ok(()) } else { Err(nv_error(call, status)) }
+}
+
+/// A crop of the image to decode (pixels, in the JPEG's stored orientation); the hardware engines decode only it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Roi {
+    /// Left column.
+    pub x: u32,
+    /// Top row.
+    pub y: u32,
+    /// Width (≥ 1).
+    pub w: u32,
+    /// Height (≥ 1).
+    pub h: u32,
+}
+
+/// Where image `i` of a decoded batch lies in [`BatchDecoder`]'s device buffer, or why it was not decoded there
+/// (the caller decodes it on the CPU).
+pub type Placed = std::result::Result<(usize, usize, usize), String>;
+
+/// A batched nvJPEG decoder bound to one GPU: one handle, one decode state, one stream, one device output buffer
+/// that grows to the largest batch (bounded by `max_output_bytes`) and is reused. Not shared between threads
+/// (nvJPEG states are per thread); `Send`, so a decode thread can own it.
+///
+/// Protocol per [`BatchDecoder::decode`] call: parse every header and ask nvJPEG whether it can decode the image
+/// (with its ROI) → place the supported ones in the buffer → `nvjpegDecodeBatchedInitialize` for exactly that
+/// many → one `nvjpegDecodeBatched(Ex)` → wait on the host for the stream. The host wait is required: the
+/// hardware batched decode starts writing when called, not in stream order (docs/gpu_decode.md §0.6), so the
+/// buffer may be reused only after it. The batch is re-initialized on every call, which is also nvJPEG's rule
+/// after a failed batch, so a failure never poisons the next call; a failed batch reports every image as
+/// not decoded.
+pub struct BatchDecoder {
+    nv: Arc<Nvjpeg>,
+    ctx: Arc<GpuContext>,
+    backend: Backend,
+    handle: Handle,
+    state: State,
+    jstream: JpegStream,
+    params: Vec<Params>,
+    stream: Stream,
+    out: Option<DeviceMemory>,
+    max_output_bytes: usize,
+}
+
+// SAFETY: the nvJPEG objects are only used through &mut self (one thread at a time), which nvJPEG allows across
+// threads (states are per thread *of use*, not of creation); the device objects are Send already.
+unsafe impl Send for BatchDecoder {}
+
+impl BatchDecoder {
+    /// A decoder on `ctx`'s GPU. `prefer_hardware`: the hardware engines when the GPU has them, else the CUDA
+    /// backend (which takes no ROI). `max_output_bytes` bounds the output buffer.
+    pub fn new(nv: Arc<Nvjpeg>, ctx: Arc<GpuContext>, prefer_hardware: bool, max_output_bytes: usize) -> Result<Self> {
+        let stream = Stream::new_non_blocking(&ctx)?;
+        ctx.clone().scoped(|| {
+            let mut handle: Handle = std::ptr::null_mut();
+            let mut backend = if prefer_hardware { Backend::Hardware } else { Backend::Cuda };
+            let code = |b: Backend| if b == Backend::Hardware { BACKEND_HARDWARE } else { BACKEND_DEFAULT };
+            let null = std::ptr::null_mut();
+            // SAFETY: null allocators select nvJPEG's defaults; `handle` is a valid out-pointer.
+            let mut st = unsafe {
+                (nv.fns.create_ex)(code(backend), null, null, FLAG_UPSAMPLING_WITH_INTERPOLATION, &mut handle)
+            };
+            if st == STATUS_ARCH_MISMATCH && backend == Backend::Hardware {
+                backend = Backend::Cuda;
+                // SAFETY: as above.
+                st = unsafe {
+                    (nv.fns.create_ex)(code(backend), null, null, FLAG_UPSAMPLING_WITH_INTERPOLATION, &mut handle)
+                };
+            }
+            ok("nvjpegCreateEx", st)?;
+            let mut me = Self {
+                nv: Arc::clone(&nv),
+                ctx: Arc::clone(&ctx),
+                backend,
+                handle,
+                state: std::ptr::null_mut(),
+                jstream: std::ptr::null_mut(),
+                params: Vec::new(),
+                stream,
+                out: None,
+                max_output_bytes,
+            };
+            // From here `me`'s Drop releases whatever was created, on error too.
+            // SAFETY: `handle` is live; the out-pointers are fields of `me`.
+            ok("nvjpegJpegStateCreate", unsafe { (nv.fns.state_create)(me.handle, &mut me.state) })?;
+            // SAFETY: as above.
+            ok("nvjpegJpegStreamCreate", unsafe { (nv.fns.stream_create)(me.handle, &mut me.jstream) })?;
+            Ok(me)
+        })
+    }
+
+    /// Which backend this decoder runs.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Decode `images` (each with an optional ROI; the CUDA backend ignores none — it refuses a ROI) into the
+    /// device buffer as interleaved RGB. Returns one [`Placed`] per image: `(height, width, byte offset)` or the
+    /// reason it was not decoded. Header sizes are checked before anything is allocated.
+    pub fn decode(&mut self, images: &[&[u8]], rois: &[Option<Roi>]) -> Result<Vec<Placed>> {
+        if images.len() != rois.len() {
+            return Err(cuda_error("nvjpegDecodeBatched", "one ROI slot per image is required"));
+        }
+        let ctx = Arc::clone(&self.ctx);
+        ctx.scoped(|| self.decode_scoped(images, rois))
+    }
+
+    fn decode_scoped(&mut self, images: &[&[u8]], rois: &[Option<Roi>]) -> Result<Vec<Placed>> {
+        let f = &self.nv.fns;
+        while self.params.len() < images.len() {
+            let mut p: Params = std::ptr::null_mut();
+            // SAFETY: the handle is live; `p` is a valid out-pointer; pushed so Drop destroys it.
+            ok("nvjpegDecodeParamsCreate", unsafe { (f.params_create)(self.handle, &mut p) })?;
+            self.params.push(p);
+            // SAFETY: `p` was just created.
+            ok("nvjpegDecodeParamsSetOutputFormat", unsafe { (f.params_output)(p, OUTPUT_RGBI) })?;
+        }
+        let mut placed: Vec<Placed> = Vec::with_capacity(images.len());
+        let (mut chosen, mut total) = (Vec::new(), 0usize);
+        for (i, (data, roi)) in images.iter().zip(rois).enumerate() {
+            match self.check_one(data, *roi, self.params[i]) {
+                Ok((h, w)) if total + h * w * 3 <= self.max_output_bytes => {
+                    placed.push(Ok((h, w, total)));
+                    chosen.push(i);
+                    total += h * w * 3;
+                }
+                Ok(_) => placed.push(Err("the batch's output buffer is full".to_owned())),
+                Err(why) => placed.push(Err(why)),
+            }
+        }
+        if chosen.is_empty() {
+            return Ok(placed);
+        }
+        if self.out.as_ref().is_none_or(|m| m.len() < total) {
+            self.out = None; // free the old buffer before allocating the larger one
+            self.out = Some(DeviceMemory::alloc(&self.ctx, total)?);
+        }
+        let base = self.out.as_ref().map_or(0, |m| m.ptr());
+        let mut dst = Vec::with_capacity(chosen.len());
+        let (mut data, mut lengths, mut params) = (Vec::new(), Vec::new(), Vec::new());
+        for &i in &chosen {
+            let Ok((_, w, offset)) = placed[i] else { unreachable!("chosen images are placed") };
+            let mut image = Image { channel: [std::ptr::null_mut(); 4], pitch: [0; 4] };
+            image.channel[0] = (base as usize + offset) as *mut u8;
+            image.pitch[0] = w * 3;
+            dst.push(image);
+            data.push(images[i].as_ptr());
+            lengths.push(images[i].len());
+            params.push(self.params[i]);
+        }
+        let n = c_int::try_from(chosen.len()).unwrap_or(c_int::MAX);
+        // SAFETY: handle and state are live; RGBI output; one CPU thread.
+        let st = unsafe { (f.batched_initialize)(self.handle, self.state, n, 1, OUTPUT_RGBI) };
+        let st = if st != 0 {
+            st
+        } else if self.backend == Backend::Hardware {
+            // SAFETY: `data`/`lengths`/`dst`/`params` hold `n` entries each; every destination lies inside `out`
+            // (placed above, h·w·3 bytes at pitch w·3); inputs stay alive until the stream is synchronized below.
+            unsafe {
+                (f.decode_batched_ex)(
+                    self.handle,
+                    self.state,
+                    data.as_ptr(),
+                    lengths.as_ptr(),
+                    dst.as_mut_ptr(),
+                    params.as_ptr(),
+                    self.stream.raw() as *mut c_void,
+                )
+            }
+        } else {
+            // SAFETY: as above, without per-image params (the CUDA backend decodes whole images).
+            unsafe {
+                (f.decode_batched)(
+                    self.handle,
+                    self.state,
+                    data.as_ptr(),
+                    lengths.as_ptr(),
+                    dst.as_mut_ptr(),
+                    self.stream.raw() as *mut c_void,
+                )
+            }
+        };
+        let synced = self.stream.synchronize();
+        if st != 0 {
+            let why = format!("nvjpegDecodeBatched: NVJPEG_STATUS_{} ({st})", status_name(st));
+            for &i in &chosen {
+                placed[i] = Err(why.clone());
+            }
+            return Ok(placed);
+        }
+        synced?;
+        Ok(placed)
+    }
+
+    /// `(width, height)` from `data`'s header (parsed by nvJPEG), checked against the size limits.
+    pub fn dimensions(&self, data: &[u8]) -> std::result::Result<(usize, usize), String> {
+        let f = &self.nv.fns;
+        // SAFETY: `data` is a live slice of the length passed; the handle and JPEG stream are live.
+        let st = unsafe { (f.parse_header)(self.handle, data.as_ptr(), data.len(), self.jstream) };
+        if st != 0 {
+            return Err(format!("header: NVJPEG_STATUS_{} ({st})", status_name(st)));
+        }
+        let (mut w, mut h) = (0 as c_uint, 0 as c_uint);
+        // SAFETY: the stream holds a parsed header; both out-pointers are valid.
+        let st = unsafe { (f.frame_dimensions)(self.jstream, &mut w, &mut h) };
+        if st != 0 {
+            return Err(format!("dimensions: NVJPEG_STATUS_{} ({st})", status_name(st)));
+        }
+        let (w, h) = (w as usize, h as usize);
+        if w == 0 || h == 0 || w > MAX_SIDE || h > MAX_SIDE {
+            return Err(format!("image size {w}x{h} is out of range"));
+        }
+        Ok((w, h))
+    }
+
+    /// Parse `data`'s header, set its params (ROI) and ask nvJPEG whether this decoder can take it → the output
+    /// (height, width), or why not.
+    fn check_one(&self, data: &[u8], roi: Option<Roi>, params: Params) -> std::result::Result<(usize, usize), String> {
+        let f = &self.nv.fns;
+        let (w, h) = self.dimensions(data)?;
+        let (ow, oh) = match roi {
+            Some(r) => {
+                if self.backend != Backend::Hardware {
+                    return Err("the CUDA backend does not decode a region".to_owned());
+                }
+                let fits =
+                    r.w > 0 && r.h > 0 && (r.x as usize + r.w as usize) <= w && (r.y as usize + r.h as usize) <= h;
+                if !fits {
+                    return Err(format!("region {r:?} is outside the {w}x{h} image"));
+                }
+                (r.w as usize, r.h as usize)
+            }
+            None => (w, h),
+        };
+        if ow * oh * 3 > MAX_PIXELS_BYTES {
+            return Err(format!("output {ow}x{oh} is too large"));
+        }
+        let (x, y, rw, rh) = match roi {
+            Some(r) => (r.x as c_int, r.y as c_int, r.w as c_int, r.h as c_int),
+            None => (0, 0, -1, -1),
+        };
+        // SAFETY: `params` is a live params object of this handle; (0, 0, -1, -1) = whole image.
+        let st = unsafe { (f.params_roi)(params, x, y, rw, rh) };
+        if st != 0 {
+            return Err(format!("region: NVJPEG_STATUS_{} ({st})", status_name(st)));
+        }
+        if self.backend == Backend::Hardware {
+            let mut supported: c_int = -1;
+            // SAFETY: handle, parsed stream and params are live; `supported` is a valid out-pointer.
+            let st = unsafe { (f.batched_supported_ex)(self.handle, self.jstream, params, &mut supported) };
+            if st != 0 || supported != 0 {
+                return Err(format!("the hardware decoder does not take it (status {st}, answer {supported})"));
+            }
+        }
+        Ok((oh, ow))
+    }
+
+    /// Copy `len` bytes at `offset` of the output buffer to the host.
+    pub fn copy_out(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        let out = self.out.as_ref().ok_or_else(|| cuda_error("cuMemcpyDtoH", "nothing was decoded"))?;
+        out.copy_range_to_host(offset, dst)
+    }
+}
+
+impl Drop for BatchDecoder {
+    fn drop(&mut self) {
+        let f = &self.nv.fns;
+        let _ = self.ctx.scoped(|| {
+            for &p in &self.params {
+                // SAFETY: each params object was created once by this decoder and is destroyed once, here.
+                unsafe { (f.params_destroy)(p) };
+            }
+            if !self.jstream.is_null() {
+                // SAFETY: created once by this decoder, destroyed once.
+                unsafe { (f.stream_destroy)(self.jstream) };
+            }
+            if !self.state.is_null() {
+                // SAFETY: created once by this decoder, destroyed once, before its handle.
+                unsafe { (f.state_destroy)(self.state) };
+            }
+            // SAFETY: created by nvjpegCreateEx in `new`, destroyed once, last.
+            unsafe { (f.destroy)(self.handle) };
+            Ok(())
+        });
+    }
 }
 
 impl Nvjpeg {
-    /// `nvjpegCreateEx(backend)`; `Ok(None)` when the hardware backend is absent on this GPU.
-    fn handle(&self, backend: Backend) -> Result<Option<HandleGuard<'_>>> {
-        let (code, flags) = match backend {
-            Backend::Hardware => (BACKEND_HARDWARE, FLAG_UPSAMPLING_WITH_INTERPOLATION),
-            Backend::Cuda => (BACKEND_DEFAULT, FLAG_UPSAMPLING_WITH_INTERPOLATION),
-        };
-        let mut raw: Handle = std::ptr::null_mut();
-        // SAFETY: null allocators select nvJPEG's defaults; `raw` is a valid out-pointer.
-        let st = unsafe { (self.fns.create_ex)(code, std::ptr::null_mut(), std::ptr::null_mut(), flags, &mut raw) };
-        match st {
-            0 => Ok(Some(HandleGuard { nv: self, raw })),
-            STATUS_ARCH_MISMATCH if backend == Backend::Hardware => Ok(None),
-            _ => Err(nv_error("nvjpegCreateEx", st)),
-        }
-    }
-
     /// The GPU's hardware decoder: `Ok(Some((engines, cores per engine)))`, `Ok(None)` when it has none (or
     /// the library cannot say). Runs in `ctx`.
     pub fn hardware_info(&self, ctx: &GpuContext) -> Result<Option<(u32, u32)>> {
         ctx.scoped(|| {
-            let Some(h) = self.handle(Backend::Hardware)? else { return Ok(None) };
             let Some(info) = self.fns.hardware_info else { return Ok(None) };
-            let (mut engines, mut cores) = (0 as c_uint, 0 as c_uint);
-            // SAFETY: `h.raw` is a live hardware handle; both out-pointers are valid.
-            let st = unsafe { info(h.raw, &mut engines, &mut cores) };
-            if st != 0 {
-                return Err(nv_error("nvjpegGetHardwareDecoderInfo", st));
+            let mut h: Handle = std::ptr::null_mut();
+            let null = std::ptr::null_mut();
+            // SAFETY: null allocators select nvJPEG's defaults; `h` is a valid out-pointer.
+            let st = unsafe { (self.fns.create_ex)(BACKEND_HARDWARE, null, null, 0, &mut h) };
+            if st == STATUS_ARCH_MISMATCH {
+                return Ok(None);
             }
+            ok("nvjpegCreateEx", st)?;
+            let (mut engines, mut cores) = (0 as c_uint, 0 as c_uint);
+            // SAFETY: `h` is a live hardware handle; both out-pointers are valid.
+            let st = unsafe { info(h, &mut engines, &mut cores) };
+            // SAFETY: created above, destroyed once.
+            unsafe { (self.fns.destroy)(h) };
+            ok("nvjpegGetHardwareDecoderInfo", st)?;
             Ok(Some((engines, cores)))
         })
     }
+}
 
-    /// Decode one JPEG to interleaved RGB on the GPU of `ctx` and copy it back: `(height, width, pixels, backend)`.
-    /// The hardware engines are used when `prefer_hardware` and the GPU has them, else the CUDA backend. Sizes
-    /// from the header are checked before anything is allocated; every handle, state and buffer of the call is
-    /// released before it returns, on success or failure.
-    pub fn decode_rgb(
-        &self,
-        ctx: &Arc<GpuContext>,
-        jpeg: &[u8],
-        prefer_hardware: bool,
-    ) -> Result<(usize, usize, Vec<u8>, Backend)> {
-        ctx.scoped(|| {
-            let mut backend = if prefer_hardware { Backend::Hardware } else { Backend::Cuda };
-            let h = match self.handle(backend)? {
-                Some(h) => h,
-                None => {
-                    backend = Backend::Cuda;
-                    self.handle(backend)?.ok_or_else(|| nv_error("nvjpegCreateEx", STATUS_ARCH_MISMATCH))?
-                }
-            };
-            let (mut comps, mut css) = (0 as c_int, 0 as c_int);
-            let (mut ws, mut hs) = ([0 as c_int; 4], [0 as c_int; 4]);
-            // SAFETY: `jpeg` is a live slice of the length passed; the out-pointers are valid (4 ints each).
-            let st = unsafe {
-                (self.fns.get_image_info)(
-                    h.raw,
-                    jpeg.as_ptr(),
-                    jpeg.len(),
-                    &mut comps,
-                    &mut css,
-                    ws.as_mut_ptr(),
-                    hs.as_mut_ptr(),
-                )
-            };
-            if st != 0 {
-                return Err(nv_error("nvjpegGetImageInfo", st));
-            }
-            let (w, hgt) = (usize::try_from(ws[0]).unwrap_or(0), usize::try_from(hs[0]).unwrap_or(0));
-            if w == 0 || hgt == 0 || w > MAX_SIDE || hgt > MAX_SIDE || w * hgt * 3 > MAX_PIXELS_BYTES {
-                return Err(cuda_error("nvjpegGetImageInfo", format!("image size {w}x{hgt} is out of range")));
-            }
-            let len = w * hgt * 3;
-            let mut state: State = std::ptr::null_mut();
-            // SAFETY: `h.raw` is live; `state` is a valid out-pointer.
-            let st = unsafe { (self.fns.state_create)(h.raw, &mut state) };
-            if st != 0 {
-                return Err(nv_error("nvjpegJpegStateCreate", st));
-            }
-            let state = StateGuard { nv: self, raw: state };
-            let out = DeviceMemory::alloc(ctx, len)?;
-            let stream = Stream::new_non_blocking(ctx)?;
-            // SAFETY: handle and state are live; batch of 1, one CPU thread, interleaved RGB.
-            let st = unsafe { (self.fns.batched_initialize)(h.raw, state.raw, 1, 1, OUTPUT_RGBI) };
-            if st != 0 {
-                return Err(nv_error("nvjpegDecodeBatchedInitialize", st));
-            }
-            let mut image = Image { channel: [std::ptr::null_mut(); 4], pitch: [0; 4] };
-            image.channel[0] = out.ptr() as *mut u8;
-            image.pitch[0] = w * 3;
-            let data = [jpeg.as_ptr()];
-            let lengths = [jpeg.len()];
-            // SAFETY: one input of `lengths[0]` live bytes; `image` points at `out`, which holds h·w·3 bytes with
-            // pitch w·3; the stream belongs to the current context. Everything stays alive until the stream is
-            // synchronized below.
-            let st = unsafe {
-                (self.fns.decode_batched)(
-                    h.raw,
-                    state.raw,
-                    data.as_ptr(),
-                    lengths.as_ptr(),
-                    &mut image,
-                    stream.raw() as *mut c_void,
-                )
-            };
-            let synced = stream.synchronize();
-            if st != 0 {
-                return Err(nv_error("nvjpegDecodeBatched", st));
-            }
-            synced?;
-            let mut pixels = vec![0u8; len];
-            out.copy_to_host(&mut pixels)?;
-            Ok((hgt, w, pixels, backend))
-        })
-    }
+/// Decode one JPEG to interleaved RGB on `ctx`'s GPU and copy it back: `(height, width, pixels, backend)` (a
+/// [`BatchDecoder`] of one, made and dropped in the call). An image nvJPEG refuses is a CudaError with its reason.
+pub fn decode_rgb(
+    nv: &Arc<Nvjpeg>,
+    ctx: &Arc<GpuContext>,
+    jpeg: &[u8],
+    prefer_hardware: bool,
+) -> Result<(usize, usize, Vec<u8>, Backend)> {
+    let mut dec = BatchDecoder::new(Arc::clone(nv), Arc::clone(ctx), prefer_hardware, MAX_PIXELS_BYTES)?;
+    let placed = dec.decode(&[jpeg], &[None])?;
+    let (h, w, offset) = placed
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| Err("no result".to_owned()))
+        .map_err(|why| cuda_error("nvjpegDecodeBatched", why))?;
+    let mut pixels = vec![0u8; h * w * 3];
+    dec.copy_out(offset, &mut pixels)?;
+    Ok((h, w, pixels, dec.backend()))
 }
 
 #[cfg(test)]

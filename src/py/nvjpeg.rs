@@ -15,7 +15,8 @@ use crate::cuda::{self, GpuContext, nvjpeg};
 /// Adds the nvJPEG functions to the `_core` module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(nvjpeg_probe, m)?)?;
-    m.add_function(wrap_pyfunction!(nvjpeg_decode, m)?)
+    m.add_function(wrap_pyfunction!(nvjpeg_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(nvjpeg_decode_batches, m)?)
 }
 
 fn paths(extra: Vec<String>) -> Vec<PathBuf> {
@@ -71,7 +72,7 @@ fn nvjpeg_decode<'py>(
         .detach(|| {
             let lib = nvjpeg::open_required(&extra)?;
             let ctx = GpuContext::open(device)?;
-            lib.decode_rgb(&ctx, &data, hardware)
+            nvjpeg::decode_rgb(&lib, &ctx, &data, hardware)
         })
         .py_err()?;
     let name = match backend {
@@ -79,4 +80,58 @@ fn nvjpeg_decode<'py>(
         nvjpeg::Backend::Cuda => "cuda",
     };
     Ok((PyArray1::from_vec(py, pixels), h, w, name))
+}
+
+/// The GPU decode ceiling (benches): decode `files` in batches of `batch` with one [`nvjpeg::BatchDecoder`],
+/// `rounds` times over, each image whole or (with `roi_fraction` f) its centred region of f × the sides →
+/// `(seconds, decoded, {reason: count})`; the first round is a warm-up and not timed.
+#[pyfunction]
+#[pyo3(signature = (files, device, hardware, batch, rounds, roi_fraction, extra))]
+#[allow(clippy::too_many_arguments)]
+fn nvjpeg_decode_batches(
+    py: Python<'_>,
+    files: Vec<Vec<u8>>,
+    device: u32,
+    hardware: bool,
+    batch: usize,
+    rounds: usize,
+    roi_fraction: Option<f64>,
+    extra: Vec<String>,
+) -> PyResult<(f64, usize, std::collections::BTreeMap<String, usize>)> {
+    let extra = paths(extra);
+    py.detach(|| {
+        let lib = nvjpeg::open_required(&extra)?;
+        let ctx = GpuContext::open(device)?;
+        let mut dec = nvjpeg::BatchDecoder::new(lib, ctx, hardware, 1 << 31)?;
+        let rois: Vec<Option<nvjpeg::Roi>> = files
+            .iter()
+            .map(|f| {
+                let f_roi = roi_fraction?;
+                let (w, h) = dec.dimensions(f).ok()?;
+                let (w, h) = (w as u32, h as u32);
+                let (rw, rh) = (((w as f64) * f_roi).max(1.0) as u32, ((h as f64) * f_roi).max(1.0) as u32);
+                Some(nvjpeg::Roi { x: (w - rw) / 2, y: (h - rh) / 2, w: rw, h: rh })
+            })
+            .collect();
+        let (mut decoded, mut refused) = (0usize, std::collections::BTreeMap::new());
+        let mut start = std::time::Instant::now();
+        for round in 0..rounds.max(1) + 1 {
+            if round == 1 {
+                start = std::time::Instant::now();
+                decoded = 0;
+                refused.clear();
+            }
+            for (chunk, roi) in files.chunks(batch.max(1)).zip(rois.chunks(batch.max(1))) {
+                let refs: Vec<&[u8]> = chunk.iter().map(Vec::as_slice).collect();
+                for placed in dec.decode(&refs, roi)? {
+                    match placed {
+                        Ok(_) => decoded += 1,
+                        Err(why) => *refused.entry(why).or_insert(0) += 1,
+                    }
+                }
+            }
+        }
+        Ok((start.elapsed().as_secs_f64(), decoded, refused))
+    })
+    .py_err()
 }

@@ -78,3 +78,28 @@ def test_a_broken_stream_is_a_typed_error_and_leaves_nothing_behind(hardware):
             _nvjpeg.decode(bad, hardware=hardware)
         again, _ = _nvjpeg.decode(good, hardware=hardware)
         assert np.array_equal(again, ref)
+
+
+def test_a_mixed_batch_decodes_what_nvjpeg_takes_and_names_the_rest():
+    good = [jpeg(300 + 7 * i, 200 + 5 * i, seed=i, subsampling=i % 3) for i in range(6)]
+    progressive = jpeg(256, 192, seed=20, progressive=True)
+    png = io.BytesIO()
+    Image.fromarray(photo(21, 64, 48)).save(png, "PNG")
+    truncated = good[0][:300]
+    batch = [good[0], progressive, good[1], png.getvalue(), truncated, *good[2:]]
+    for hardware in (True, False):
+        for roi in (None, 0.5):
+            if roi is not None and not hardware:
+                continue
+            seconds, decoded, refused = _nvjpeg.decode_batches(batch, 0, hardware, 4, 2, roi)
+            per_pass = {k: v // 2 for k, v in refused.items()}
+            print(hardware, roi, decoded // 2, per_pass)
+            assert seconds > 0
+            # every good file decodes; the PNG and the truncated file are refused by name, never decoded
+            assert decoded // 2 in (len(good), len(good) + 1), (decoded, refused)
+            assert sum(per_pass.values()) == len(batch) - decoded // 2
+            assert any("header" in k for k in per_pass), per_pass
+    # nothing was poisoned: a single decode after the mixed batches is still exact
+    got, _ = _nvjpeg.decode(good[0])
+    ref = np.asarray(Image.open(io.BytesIO(good[0])).convert("RGB"))
+    assert psnr(got, ref) >= MIN_PSNR_DB
