@@ -23,11 +23,11 @@
 //! The output size must be fixed by the compiled list: the prefix fixes it (a crop or exact resize), or a later
 //! `RandomCrop` does; `Pad` adds to it. Otherwise the list is refused, naming `transforms`.
 
-use super::geometry::{self, CompiledTransforms};
-use super::ops::{self, Drawn, Frame, OpScratch, OpSpec};
+use super::geometry::{self, CompiledTransforms, Resample};
+use super::ops::{self, Drawn, Frame, OpScratch, OpSpec, ResizeTo, Site};
 use super::{SampleKey, TRANSFORMS, TransformSpec};
 use crate::error::{Result, TrdataError};
-use crate::rng::{OP_BASE, SampleRng};
+use crate::rng::SampleRng;
 
 /// A compiled list: the folded prefix and the ops that run on the uint8 image.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,41 +54,101 @@ fn foldable(t: &TransformSpec) -> bool {
     )
 }
 
-/// Validate `transforms` and compile them (errors name the parameter and the op's position).
-pub fn compile(transforms: &[TransformSpec]) -> Result<Program> {
-    let split = transforms.iter().position(|t| !foldable(t)).unwrap_or(transforms.len());
-    let (head, tail) = transforms.split_at(split);
-    let folds_geometry = head.iter().any(|t| {
-        !matches!(t, TransformSpec::RandomHorizontalFlip { .. } | TransformSpec::Op(OpSpec::VerticalFlip { .. }))
-    });
-    // A prefix of flips alone is the identity geometry with those flips; an empty list is refused by geometry
-    // (nothing fixes the size).
-    let prefix =
-        if folds_geometry || tail.is_empty() { geometry::compile(head)? } else { geometry::compile_identity(head)? };
-    let mut ops = Vec::new();
-    for (i, t) in tail.iter().enumerate() {
-        let pos = split + i;
-        let op = match t {
-            TransformSpec::Op(op) => op.clone(),
-            TransformSpec::RandomHorizontalFlip { p } => OpSpec::HorizontalFlip { p: *p },
+/// Whether `t` is a flip (folds anywhere in the prefix without fixing its geometry).
+fn is_flip(t: &TransformSpec) -> bool {
+    matches!(t, TransformSpec::RandomHorizontalFlip { .. } | TransformSpec::Op(OpSpec::VerticalFlip { .. }))
+}
+
+/// The geometric kind of a foldable non-flip op, looking through `Resampled` (1 RandomResizedCrop, 2
+/// Resize(int), 3 Resize((h, w)), 4 CenterCrop).
+fn geo_kind(t: &TransformSpec) -> u8 {
+    match t {
+        TransformSpec::Resampled { inner, .. } => geo_kind(inner),
+        TransformSpec::RandomResizedCrop { .. } => 1,
+        TransformSpec::ResizeShorter { .. } => 2,
+        TransformSpec::ResizeExact { .. } => 3,
+        TransformSpec::CenterCrop { .. } => 4,
+        _ => 0,
+    }
+}
+
+/// How many leading ops of `head` (a run of foldable ops) the decode absorbs: the longest prefix whose geometric
+/// ops form one of geometry's lists ([RandomResizedCrop], [Resize(int), CenterCrop], [Resize((h, w))],
+/// [Resize((h, w)), CenterCrop], [CenterCrop]; flips anywhere among them), plus the flips right after it; the
+/// rest runs in stage 2. `None` when no such prefix exists (then only the leading flips fold, onto the identity
+/// geometry).
+fn fold_len(head: &[TransformSpec]) -> Option<usize> {
+    const LISTS: [&[u8]; 5] = [&[1], &[2, 4], &[3], &[3, 4], &[4]];
+    let mut kinds = Vec::new();
+    let mut best = None;
+    for (i, t) in head.iter().enumerate() {
+        if !is_flip(t) {
+            kinds.push(geo_kind(t));
+        }
+        if !is_flip(t) && LISTS.contains(&kinds.as_slice()) {
+            best = Some(i + 1);
+        }
+    }
+    best.map(|b| b + head[b..].iter().take_while(|t| is_flip(t)).count())
+}
+
+/// The stage-2 op of a transform (a geometric op after a pixel op becomes its uint8 op; `Resampled` gives its
+/// resize the filter). `interpolation` on an op that does not resample is refused, naming the op's site.
+pub fn stage2_op(t: &TransformSpec, at: Site) -> Result<OpSpec> {
+    Ok(match t {
+        TransformSpec::Op(op) => op.clone(),
+        TransformSpec::RandomHorizontalFlip { p } => OpSpec::HorizontalFlip { p: *p },
+        TransformSpec::RandomResizedCrop { height, width, scale, ratio } => OpSpec::RandomResizedCrop {
+            height: *height,
+            width: *width,
+            scale: *scale,
+            ratio: *ratio,
+            resample: Resample::default(),
+        },
+        TransformSpec::ResizeShorter { shorter } => {
+            OpSpec::Resize { size: ResizeTo::Shorter(*shorter), max_size: None, resample: Resample::default() }
+        }
+        TransformSpec::ResizeExact { height, width } => {
+            OpSpec::Resize { size: ResizeTo::Exact(*height, *width), max_size: None, resample: Resample::default() }
+        }
+        TransformSpec::CenterCrop { height, width } => OpSpec::CenterCrop { height: *height, width: *width },
+        TransformSpec::Resampled { resample: r, inner } => match stage2_op(inner, at)? {
+            OpSpec::Resize { size, max_size, .. } => OpSpec::Resize { size, max_size, resample: *r },
+            OpSpec::RandomResizedCrop { height, width, scale, ratio, .. } => {
+                OpSpec::RandomResizedCrop { height, width, scale, ratio, resample: *r }
+            }
             other => {
                 return Err(TrdataError::config(
-                    TRANSFORMS,
+                    "interpolation",
                     format!(
-                        "{} at transforms[{pos}] must come before the pixel ops (a resize or centre crop after \
-                         {} at transforms[{split}] is not supported yet: put the geometric ops first)",
-                        geometry::name(other),
-                        op_name(&transforms[split]),
+                        "is only for Resize and RandomResizedCrop, not {} ({} at {at})",
+                        other.name(),
+                        other.name()
                     ),
                 ));
             }
-        };
-        op.check(pos)?;
-        ops.push((pos, op));
-    }
+        },
+    })
+}
+
+/// Validate `transforms` and compile them (errors name the parameter and the op's position).
+pub fn compile(transforms: &[TransformSpec]) -> Result<Program> {
+    let run = transforms.iter().position(|t| !foldable(t)).unwrap_or(transforms.len());
+    let leading_flips = transforms.iter().take_while(|t| is_flip(t)).count();
+    let (split, prefix) = match fold_len(&transforms[..run]) {
+        Some(k) => (k, geometry::compile(&transforms[..k])?),
+        // Nothing fixes the size: an all-flip list is refused by geometry (its message says what would).
+        None if leading_flips == transforms.len() => (leading_flips, geometry::compile(transforms)?),
+        None => (leading_flips, geometry::compile_identity(&transforms[..leading_flips])?),
+    };
+    let mut ops = Vec::new();
     let mut hw = prefix.output_hw();
-    for (_, op) in &ops {
-        hw = op.output_hw(hw);
+    for (i, t) in transforms[split..].iter().enumerate() {
+        let pos = split + i;
+        let op = stage2_op(t, Site::top(pos))?;
+        op.check(pos)?;
+        hw = op.output_hw_at(hw, Site::top(pos))?;
+        ops.push((pos, op));
     }
     let Some(output_hw) = hw else {
         return Err(TrdataError::config(
@@ -109,14 +169,6 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<Program> {
     Ok(Program { prefix, ops, output_hw })
 }
 
-/// The op's name for messages.
-fn op_name(t: &TransformSpec) -> &'static str {
-    match t {
-        TransformSpec::Op(op) => op.name(),
-        other => geometry::name(other),
-    }
-}
-
 /// The worker's scratch of stage 2 (see the module docs).
 #[derive(Debug, Default)]
 pub struct ProgramScratch {
@@ -126,9 +178,37 @@ pub struct ProgramScratch {
     pub ops: OpScratch,
 }
 
-/// The stream of op `pos` for sample `key`.
-pub fn op_rng(key: SampleKey, pos: usize) -> SampleRng {
-    SampleRng::new(key.seed, key.epoch, key.index, OP_BASE + pos as u32)
+/// The stream of the op at `site` for sample `key` (`OP_BASE + pos` at the top level; [`Site::stream`] inside
+/// containers).
+pub fn op_rng(key: SampleKey, site: Site) -> SampleRng {
+    SampleRng::new(key.seed, key.epoch, key.index, site.stream())
+}
+
+/// Run `op` (at `site`) on `s.frame`: draw from its own stream, then apply it — or, for a container, run the
+/// inner ops its draw selects, each on the stream of its own [`Site::child`] (its position in the container's
+/// list, whatever order they run in).
+fn run_op(op: &OpSpec, site: Site, s: &mut ProgramScratch, key: SampleKey) -> std::result::Result<(), String> {
+    let mut rng = op_rng(key, site);
+    let drawn = op.sample(&mut rng, (s.frame.h, s.frame.w, s.frame.c))?;
+    match (op, &drawn) {
+        (_, Drawn::Skip) => {}
+        (OpSpec::RandomApply { transforms, .. }, _) => {
+            for (i, t) in transforms.iter().enumerate() {
+                run_op(t, site.child(i), s, key)?;
+            }
+        }
+        (OpSpec::RandomChoice { transforms, .. }, Drawn::Pick(i)) => {
+            let i = *i as usize;
+            run_op(&transforms[i], site.child(i), s, key)?;
+        }
+        (OpSpec::RandomOrder { transforms }, Drawn::Order { order, n }) => {
+            for &i in &order[..usize::from(*n)] {
+                run_op(&transforms[usize::from(i)], site.child(usize::from(i)), s, key)?;
+            }
+        }
+        _ => ops::apply(op, &drawn, &mut s.frame, &mut s.ops, &mut rng),
+    }
+    Ok(())
 }
 
 impl Program {
@@ -136,19 +216,16 @@ impl Program {
     /// `RandomCrop` larger than the padded image, as torchvision raises) → the message.
     pub fn run_ops(&self, s: &mut ProgramScratch, key: SampleKey) -> std::result::Result<(), String> {
         for (pos, op) in &self.ops {
-            let mut rng = op_rng(key, *pos);
-            let drawn = op.sample(&mut rng, (s.frame.h, s.frame.w, s.frame.c))?;
-            if drawn != Drawn::Skip {
-                ops::apply(op, &drawn, &mut s.frame, &mut s.ops, &mut rng);
-            }
+            run_op(op, Site::top(*pos), s, key)?;
         }
         Ok(())
     }
 }
 
 /// What op `op` draws for sample `key` on an `h × w × c` image (tests compare its distribution with
-/// torchvision's; `_core.sample_op` exposes it).
+/// torchvision's; `_core.sample_op` exposes it). For a container, its own decision: `[]`/`[1]` for
+/// RandomApply, `[i]` for RandomChoice, the permutation for RandomOrder.
 pub fn sample_op(op: &OpSpec, pos: usize, key: SampleKey, hwc: (usize, usize, usize)) -> Result<Vec<f64>> {
     op.check(pos)?;
-    op.trace(&mut op_rng(key, pos), hwc).map_err(|m| TrdataError::config(TRANSFORMS, m))
+    op.trace(&mut op_rng(key, Site::top(pos)), hwc).map_err(|m| TrdataError::config(TRANSFORMS, m))
 }
