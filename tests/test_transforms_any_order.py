@@ -149,7 +149,13 @@ def test_stage2_random_resized_crop_boxes_match_torchvision() -> None:
 
 def test_geometry_after_pixel_ops_is_reproducible_across_worker_counts() -> None:
     imgs = images(8, 40, 44, seed=2)
-    t = [T.ColorJitter(0.4, 0.4), T.RandomResizedCrop(24), T.RandomHorizontalFlip(), T.Resize(20), T.CenterCrop(18)]
+    t = [
+        T.ColorJitter(0.4, 0.4),
+        T.RandomResizedCrop(24),
+        T.RandomHorizontalFlip(),
+        T.Resize(20),
+        T.CenterCrop(18),
+    ]
     a, _, _ = run(imgs, t, workers=1)
     b, _, _ = run(imgs, t, workers=3)
     np.testing.assert_array_equal(a, b)
@@ -227,7 +233,9 @@ def test_random_choice_output_is_the_picked_op_as_torchvision_computes_it() -> N
 
     h, w = 30, 34
     imgs = images(12, h, w, seed=9)
-    choice = T.RandomChoice([T.Grayscale(3), T.RandomSolarize(128, p=1.0), T.RandomInvert(p=1.0)], p=[1, 1, 2])
+    choice = T.RandomChoice(
+        [T.Grayscale(3), T.RandomSolarize(128, p=1.0), T.RandomInvert(p=1.0)], p=[1, 1, 2]
+    )
     got, epoch, idx = run(imgs, [T.CenterCrop((h, w)), choice])
     kernels = [
         lambda t: F.rgb_to_grayscale(t, num_output_channels=3),
@@ -250,7 +258,9 @@ def test_random_apply_output_with_pinned_inner_ops() -> None:
     imgs = images(12, h, w, seed=10)
     # The DINO habit, pinned: RandomApply([ColorJitter(brightness=(1.3, 1.3))], p=0.5); the inner jitter's order
     # draw cannot change a brightness-only result.
-    ra = T.RandomApply([T.ColorJitter(brightness=(1.3, 1.3)), T.Resize((h // 2, w // 2)), T.Resize((h, w))], p=0.5)
+    ra = T.RandomApply(
+        [T.ColorJitter(brightness=(1.3, 1.3)), T.Resize((h // 2, w // 2)), T.Resize((h, w))], p=0.5
+    )
     got, epoch, idx = run(imgs, [T.CenterCrop((h, w)), ra])
     applied = 0
     for k, i in enumerate(idx):
@@ -273,7 +283,9 @@ def test_container_rules_are_the_cores() -> None:
         run(imgs, [T.CenterCrop(20), T.RandomChoice([T.RandomInvert(), T.CenterCrop(10)])])
     with pytest.raises(ConfigError, match=r"RandomOrder at transforms\[1\]"):
         run(imgs, [T.CenterCrop(20), T.RandomOrder([T.Resize((12, 12)), T.RandomInvert()])])
-    with pytest.raises(ConfigError, match=r"invalid p: 1\.5 must be in \[0, 1\] \(RandomApply at transforms\[1\]\)"):
+    with pytest.raises(
+        ConfigError, match=r"invalid p: 1\.5 must be in \[0, 1\] \(RandomApply at transforms\[1\]\)"
+    ):
         run(imgs, [T.CenterCrop(20), T.RandomApply([T.RandomInvert()], p=1.5)])
     with pytest.raises(ConfigError, match=r"\(RandomSolarize at transforms\[1\]\.transforms\[0\]\)"):
         run(imgs, [T.CenterCrop(20), T.RandomApply([T.RandomSolarize(300)])])
@@ -318,7 +330,9 @@ def test_from_torchvision_converts_containers() -> None:
     assert spec(cc.transforms[2]) == spec(T.RandomChoice([T.RandomGrayscale(1.0), T.RandomInvert(1.0)]))
     assert cc.dtype == "float32"
     with pytest.raises(ConfigError, match=r"RandomApply at transforms\[1\] cannot run in trdata: it holds"):
-        T.from_torchvision(v2.Compose([v2.RandomResizedCrop(32), v2.RandomApply([v2.Normalize([0.5], [0.5])])]))
+        T.from_torchvision(
+            v2.Compose([v2.RandomResizedCrop(32), v2.RandomApply([v2.Normalize([0.5], [0.5])])])
+        )
     # The Loader takes the torchvision pipeline as it is.
     imgs = images(4, 48, 40, seed=11)
     with trdata.Loader(trdata.Arrays(imgs), batch_size=4, transforms=pipe, seed=1, workers=2) as ld:

@@ -125,7 +125,8 @@ class Resize(Transform):
 
     def _spec(self) -> tuple[Any, ...]:
         if self.max_size is not None:
-            size = self.size[0] if _seq(self.size) and len(self.size) == 1 else self.size
+            size: Any = self.size
+            size = size[0] if _seq(size) and len(size) == 1 else size
             aa = True if self.antialias is None else _bool_arg(self.antialias, "antialias")
             return (
                 "resize_max",
@@ -746,7 +747,8 @@ def _inner(transforms: Any, cls: str) -> tuple[tuple[Any, ...], ...]:
     """A container's inner specs (a list of trdata transforms; the core checks the count and nesting)."""
     if isinstance(transforms, Transform) or not _seq(transforms):
         raise ConfigError(
-            f"invalid transforms: {_shown(transforms)} must be a list of transforms ({cls})", parameter="transforms"
+            f"invalid transforms: {_shown(transforms)} must be a list of transforms ({cls})",
+            parameter="transforms",
         )
     return tuple(specs(list(transforms)))
 
@@ -780,9 +782,7 @@ class RandomChoice(Transform):
 
     def _spec(self) -> tuple[Any, ...]:
         if self.p is not None and not _seq(self.p):
-            raise ConfigError(
-                f"invalid p: {_shown(self.p)} must be None or a list of weights", parameter="p"
-            )
+            raise ConfigError(f"invalid p: {_shown(self.p)} must be None or a list of weights", parameter="p")
         p = None if self.p is None else tuple(_real(v, "p") for v in self.p)
         return ("random_choice", _inner(self.transforms, "RandomChoice"), p)
 

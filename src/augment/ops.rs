@@ -916,7 +916,7 @@ impl OpSpec {
             OpSpec::RandomChoice { transforms, p } => {
                 check_inner(transforms, op, pos)?;
                 let total: f64 = p.iter().sum();
-                if p.len() != transforms.len() || !p.iter().all(|v| v.is_finite() && *v >= 0.0) || !(total > 0.0) {
+                if p.len() != transforms.len() || !p.iter().all(|v| v.is_finite() && *v >= 0.0) || total <= 0.0 {
                     return Err(bad(
                         P,
                         format!("{p:?}"),

@@ -151,6 +151,10 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<Program> {
         ops.push((pos, op));
     }
     let Some(output_hw) = hw else {
+        if run == transforms.len() {
+            // A list of foldable ops alone ([Resize(int)]): geometry's message says which list would fix the size.
+            geometry::compile(transforms)?;
+        }
         return Err(TrdataError::config(
             TRANSFORMS,
             "must fix the output size: start with a crop or resize (RandomResizedCrop, Resize((h, w)), Resize(int) + \
