@@ -364,3 +364,31 @@ def test_self_supervised_recipes_run(recipe: str) -> None:
     b, _, _ = run(imgs, t, workers=3)
     np.testing.assert_array_equal(a, b)
     assert a.shape == (8, 32, 32, 3)
+
+
+# --- RandomCrop folded into the decode ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("subsampling", [0, 2])
+def test_leading_random_crop_folds_into_the_decode_with_the_pixel_ops_bytes(
+    tmp_path: Any, subsampling: int
+) -> None:
+    """A leading RandomCrop that cannot fail (pad_if_needed) decodes only its window: same bytes as the same crop
+    run as a pixel op on the fully decoded image (a p=0 op before it keeps it a pixel op at the same position)."""
+    pytest.importorskip("PIL")
+    import _fixtures
+
+    sizes = [(64, 48), (41, 77), (20, 18), (100, 33)]
+    paths = _fixtures.write_jpegs(tmp_path, 4, lambda i: sizes[i], subsampling=subsampling)
+    crop = T.RandomCrop((36, 40), padding=(2, 3), pad_if_needed=True)
+    outs = []
+    for first in (T.RandomHorizontalFlip(p=0.0), T.RandomInvert(p=0.0)):
+        with trdata.Loader(
+            trdata.FileList(paths, [0] * len(paths)), batch_size=4, transforms=[first, crop, T.RandomVerticalFlip()],
+            dtype="uint8", layout="NHWC", shuffle=False, seed=3, workers=1,
+        ) as ld:  # fmt: skip
+            outs.append([np.asarray(b.images).copy() for b in ld])
+    for a, b in zip(*outs):
+        np.testing.assert_array_equal(a, b)
+    # The windows really move (a random crop, not a centre crop).
+    assert len({tuple(draws(crop, 0, i, 48, 64)) for i in range(20)}) > 1

@@ -6,6 +6,10 @@
 //! `(start + j + 0.5) · scale` relative to `lo`), or zero padding when `start + j` falls outside `[0, resized)`.
 //! `[lo, hi)` is the source span Pillow clamps its filter to: the whole image for Resize, the crop for
 //! RandomResizedCrop (torchvision crops first, then resizes the cropped image).
+//!
+//! Also here: a leading `RandomCrop` folded into the decode ([`Geometry::RandomCrop`], ROI only), and the
+//! stage-2 geometry — `Resize`, `CenterCrop`, `RandomResizedCrop` placed after a pixel op — run on the uint8
+//! image through the same resampler ([`apply_stage2`]).
 
 use super::Layout;
 use super::kernels::{self, Frame, PadMode};
@@ -156,6 +160,16 @@ pub enum Geometry {
         /// Crop width.
         width: usize,
     },
+    /// A leading `RandomCrop` that cannot fail and pads with zeros ([`random_crop_folds`]): its window is drawn
+    /// from the header size on the op's own stream (`OP_BASE + pos`, exactly as the pixel op would draw it on the
+    /// decoded image), only that window is decoded (no DCT scaling: nothing is resampled), and the padding is the
+    /// fused pass's zero padding.
+    RandomCrop {
+        /// The op (its size, padding and `pad_if_needed`; the draw is [`OpSpec::sample`]'s).
+        op: OpSpec,
+        /// Its list position (its stream).
+        pos: usize,
+    },
     /// Nothing folds (the program starts with a pixel op, `Pad` or `RandomCrop`): the whole image at full size,
     /// whose size is the sample's own.
     Identity,
@@ -173,6 +187,23 @@ pub struct CompiledTransforms {
     pub vflips: Vec<(usize, f64, bool)>,
     /// The resize's filter (`Resampled` around the resize; bilinear antialiased otherwise).
     pub resample: Resample,
+}
+
+/// Whether a `RandomCrop` folds into the decode when it leads the list (after flips only): its draw can never
+/// fail — `pad_if_needed`, or padding that fits the crop on a 1-pixel image — so the fused pass needs no error
+/// path torchvision would take on a too-small image; and any padding is constant zeros (`fill` below 1 truncates
+/// to 0), which is what the fused pass writes outside the image. Otherwise it stays a pixel op (same result,
+/// whole image decoded). A `RandomCrop` after a resize does not fold: the unfolded list resizes the whole image
+/// on the uint8 tensor (torch's pass order, full-size decode), which the fused, DCT-scaled resize would not
+/// reproduce byte for byte.
+pub fn random_crop_folds(op: &OpSpec) -> bool {
+    let OpSpec::RandomCrop { height, width, padding: [l, t, r, b], pad_if_needed, fill, mode } = op else {
+        return false;
+    };
+    let fits = *pad_if_needed
+        || (u64::from(*t) + u64::from(*b) + 1 >= u64::from(*height)
+            && u64::from(*l) + u64::from(*r) + 1 >= u64::from(*width));
+    fits && *mode == PadMode::Constant && super::ops::fill_bytes(fill) == [0; 3]
 }
 
 /// The transform's name for messages.
@@ -261,6 +292,10 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
                 op.check(pos)?;
                 vflip_ps.push((pos, p));
             }
+            TransformSpec::Op(ref op) if random_crop_folds(op) => {
+                op.check(pos)?;
+                geo.push((pos, t));
+            }
             TransformSpec::Op(ref op) => {
                 return Err(TrdataError::config(
                     super::TRANSFORMS,
@@ -317,6 +352,9 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
         ),
         [(p, TransformSpec::CenterCrop { height, width })] => {
             (Geometry::CenterCrop { height: *height as usize, width: *width as usize }, *p)
+        }
+        [(p, TransformSpec::Op(op @ OpSpec::RandomCrop { .. }))] => {
+            (Geometry::RandomCrop { op: op.clone(), pos: *p }, *p)
         }
         [] => {
             return Err(TrdataError::config(
@@ -384,6 +422,7 @@ impl CompiledTransforms {
             | Geometry::CenterCrop { height, width } => (height, width),
             Geometry::ResizeExact { crop: Some((h, w)), .. } => (h, w),
             Geometry::ResizeExact { resize_h, resize_w, crop: None } => (resize_h as usize, resize_w as usize),
+            Geometry::RandomCrop { ref op, .. } => return op.output_hw(None),
         })
     }
 
@@ -435,6 +474,20 @@ impl CompiledTransforms {
             }
             Geometry::CenterCrop { height: oh, width: ow } => {
                 (resize_crop_axis(w, w, ow), resize_crop_axis(h, h, oh), false)
+            }
+            Geometry::RandomCrop { ref op, pos } => {
+                let mut rng = SampleRng::new(key.seed, key.epoch, key.index, OP_BASE + pos as u32);
+                let (oh, ow) = op.output_hw(None).unwrap_or((1, 1));
+                // `random_crop_folds` admits only draws that cannot fail; the fallback (a centred window) is
+                // never taken.
+                let (top, left) = match op.sample(&mut rng, (height as usize, width as usize, 3)) {
+                    Ok(Drawn::Crop { padding: [pl, pt, ..], top, left }) => {
+                        (i64::from(top) - i64::from(pt), i64::from(left) - i64::from(pl))
+                    }
+                    _ => (center_crop_start(h, oh as i64), center_crop_start(w, ow as i64)),
+                };
+                let axis = |len: i64, start: i64, out_n: usize| Axis { start, ..resize_crop_axis(len, len, out_n) };
+                (axis(w, left, ow), axis(h, top, oh), false)
             }
         };
         let x = if mirror_crop { x.mirrored(w) } else { x };

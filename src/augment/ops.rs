@@ -3,7 +3,8 @@
 //! then per sample [`OpSpec::sample`] draws its parameters ([`Drawn`]) with torchvision's distributions and draw
 //! logic from the op's own stream, and [`apply`] runs the [`super::kernels`] with them.
 //!
-//! Randomness: op `pos` of the user's list draws from `SampleRng(seed, epoch, index, OP_BASE + pos)` only, so a
+//! Randomness: op `pos` of the user's list draws from `SampleRng(seed, epoch, index, OP_BASE + pos)` only, and an
+//! op inside a container from the stream of its [`Site`] (position, inner position, …; [`Site::stream`]), so a
 //! sample's pixels depend on (seed, epoch, index, op position) and never on worker, GPU or rank counts. trdata
 //! uses Philox, not torch's MT19937, so streams differ from torch's but distributions match (tests compare
 //! them with KS/χ² statistics over ≥ 10k draws): a uniform `uniform_(a, b)` is drawn as a double and rounded to

@@ -3,17 +3,28 @@
 //!
 //! A user's list (torchvision order, any order of ops) becomes three stages:
 //!
-//! 1. **The folded prefix.** The longest leading run of geometric ops the decode can absorb —
-//!    `RandomResizedCrop`, `Resize`, `CenterCrop`, `RandomHorizontalFlip`, `RandomVerticalFlip` — is compiled by
-//!    [`super::geometry`] into one crop rectangle in original coordinates + output size + flips, which the
-//!    decoder turns into an ROI + DCT-scaled decode and the fused resampler into output rows. When the list
-//!    starts with anything else the prefix is the identity (the whole image, decoded at full size, no
-//!    resampling). The prefix ends at the first op it cannot absorb: every op after it runs in stage 2, so a
-//!    flip after `ColorJitter` is a pixel op, not a folded one (the result is the same; only the cost differs).
-//! 2. **The pixel ops** ([`super::ops`]), in list order, on the prefix's output as a uint8 HWC image of the
+//! 1. **The folded prefix.** The longest leading run of geometric ops the decode can absorb and that forms one of
+//!    geometry's lists — `[RandomResizedCrop]`, `[Resize(int), CenterCrop]`, `[Resize((h, w))]`,
+//!    `[Resize((h, w)), CenterCrop]`, `[CenterCrop]`, or `[RandomCrop]` when it cannot fail and pads with zeros
+//!    ([`geometry::random_crop_folds`]), with `RandomHorizontalFlip`/`RandomVerticalFlip` anywhere among them —
+//!    is compiled by [`super::geometry`] into one crop rectangle in original coordinates + output size + flips,
+//!    which the decoder turns into an ROI + DCT-scaled decode (a folded RandomCrop: ROI only, no scaling) and the
+//!    fused resampler into output rows. When the list starts with anything else the prefix is the identity (the
+//!    whole image, decoded at full size, no resampling). Every op after the prefix runs in stage 2, so a flip
+//!    after `ColorJitter` is a pixel op, not a folded one (the result is the same; only the cost differs).
+//! 2. **The stage-2 ops** ([`super::ops`]), in list order, on the prefix's output as a uint8 HWC image of the
 //!    loader's channel count (1 or 3) held in the worker's scratch ([`ProgramScratch`]: two buffers that ops
 //!    ping-pong between when they change the size, grown to the largest sample and then reused, so no allocation
-//!    per sample). Op `pos` draws from `SampleRng(seed, epoch, index, OP_BASE + pos)`.
+//!    per sample). Geometric ops may come anywhere: a `Resize`, `CenterCrop` or `RandomResizedCrop` after a
+//!    pixel op (or after the prefix) becomes its stage-2 op ([`stage2_op`]) and runs with torchvision v2's
+//!    semantics on uint8 tensors, through the fused pass's own resampler ([`geometry::apply_stage2`] says where
+//!    the rounding differs). Containers (`RandomApply`, `RandomChoice`, `RandomOrder`) hold stage-2 ops and
+//!    run them as their draw says.
+//!
+//!    Randomness: the op at [`Site`] `s` draws from `SampleRng(seed, epoch, index, s.stream())` — `OP_BASE +
+//!    pos` for a top-level op, a stream of its own (position, inner position, …) for an op inside containers
+//!    ([`Site::stream`]) — so every draw is a function of (seed, epoch, index, op position) only, whatever a
+//!    container decided for the ops around it.
 //! 3. **The final write**: normalize/cast/layout through the same lookup table as the fused path, row by row
 //!    from the uint8 image into the batch slot.
 //!
@@ -21,7 +32,9 @@
 //! [`super::SamplePipeline::process`], unchanged: no intermediate image is written.
 //!
 //! The output size must be fixed by the compiled list: the prefix fixes it (a crop or exact resize), or a later
-//! `RandomCrop` does; `Pad` adds to it. Otherwise the list is refused, naming `transforms`.
+//! crop or exact resize does (a shorter-side resize of a fixed size is fixed too); `Pad` adds to it; a container
+//! must give one size whichever branch runs ([`OpSpec::output_hw_at`]). Otherwise the list is refused, naming
+//! `transforms`.
 
 use super::geometry::{self, CompiledTransforms, Resample};
 use super::ops::{self, Drawn, Frame, OpScratch, OpSpec, ResizeTo, Site};
@@ -51,7 +64,7 @@ fn foldable(t: &TransformSpec) -> bool {
             | TransformSpec::RandomHorizontalFlip { .. }
             | TransformSpec::Op(OpSpec::VerticalFlip { .. })
             | TransformSpec::Resampled { .. }
-    )
+    ) || matches!(t, TransformSpec::Op(op) if geometry::random_crop_folds(op))
 }
 
 /// Whether `t` is a flip (folds anywhere in the prefix without fixing its geometry).
@@ -68,17 +81,19 @@ fn geo_kind(t: &TransformSpec) -> u8 {
         TransformSpec::ResizeShorter { .. } => 2,
         TransformSpec::ResizeExact { .. } => 3,
         TransformSpec::CenterCrop { .. } => 4,
+        TransformSpec::Op(OpSpec::RandomCrop { .. }) => 5,
         _ => 0,
     }
 }
 
 /// How many leading ops of `head` (a run of foldable ops) the decode absorbs: the longest prefix whose geometric
 /// ops form one of geometry's lists ([RandomResizedCrop], [Resize(int), CenterCrop], [Resize((h, w))],
-/// [Resize((h, w)), CenterCrop], [CenterCrop]; flips anywhere among them), plus the flips right after it; the
+/// [Resize((h, w)), CenterCrop], [CenterCrop], [RandomCrop] when `geometry::random_crop_folds`; flips anywhere
+/// among them), plus the flips right after it; the
 /// rest runs in stage 2. `None` when no such prefix exists (then only the leading flips fold, onto the identity
 /// geometry).
 fn fold_len(head: &[TransformSpec]) -> Option<usize> {
-    const LISTS: [&[u8]; 5] = [&[1], &[2, 4], &[3], &[3, 4], &[4]];
+    const LISTS: [&[u8]; 6] = [&[1], &[2, 4], &[3], &[3, 4], &[4], &[5]];
     let mut kinds = Vec::new();
     let mut best = None;
     for (i, t) in head.iter().enumerate() {

@@ -440,3 +440,38 @@ fn containers_whose_branches_differ_in_size_are_refused() {
     let e = err(vec![cc(20, 20), op(deep)]);
     assert!(e.contains("must be nested at most 3 containers deep"), "{e}");
 }
+
+#[test]
+fn a_leading_random_crop_folds_and_gives_the_pixel_ops_bytes() {
+    let rc = |padding: [u32; 4], pad_if_needed: bool, fill: f64| {
+        op(OpSpec::RandomCrop {
+            height: 24,
+            width: 30,
+            padding,
+            pad_if_needed,
+            fill: vec![fill],
+            mode: PadMode::Constant,
+        })
+    };
+    // Folds: pad_if_needed (never fails), zero fill; a flip before it (p = 0 here) keeps it at position 1.
+    let folded = |c: TransformSpec| vec![TransformSpec::RandomHorizontalFlip { p: 0.0 }, c];
+    let unfolded = |c: TransformSpec| vec![op(OpSpec::RandomInvert { p: 0.0 }), c];
+    for (h, w) in [(40, 50), (20, 50), (10, 12), (24, 30)] {
+        let a = array(3, h, w);
+        for c in [rc([0; 4], true, 0.0), rc([3, 1, 2, 5], true, 0.5), rc([30; 4], false, 0.0)] {
+            let p = SamplePipeline::new(folded(c.clone()), U8_NHWC).unwrap();
+            assert!(matches!(p.program().prefix.geometry, super::geometry::Geometry::RandomCrop { pos: 1, .. }));
+            assert!(p.program().ops.is_empty());
+            for i in 0..3 {
+                let k = key(i as u64 + 11);
+                assert_eq!(run(folded(c.clone()), &a, i, k), run(unfolded(c.clone()), &a, i, k), "{h}x{w} {c:?}");
+            }
+        }
+    }
+    // Stays a pixel op: it could fail (no pad_if_needed, small padding) or pads with something else than zeros.
+    for c in [rc([4; 4], false, 0.0), rc([0; 4], true, 7.0)] {
+        let p = SamplePipeline::new(folded(c), U8_NHWC).unwrap();
+        assert_eq!(p.program().prefix.geometry, super::geometry::Geometry::Identity);
+        assert_eq!(p.program().ops.len(), 1);
+    }
+}
