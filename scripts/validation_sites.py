@@ -39,6 +39,7 @@ PARAMS = {
     "sharpness_factor",
     "degrees", "interpolation", "expand", "center", "translate", "shear", "distortion_scale", "policy", "num_ops",
     "magnitude", "num_magnitude_bins", "severity", "mixture_width", "chain_depth", "alpha", "all_ops", "antialias",
+    "max_size",
     # sources
     "root", "paths", "labels", "blobs", "images", "classes", "train", "variant", "shards",
     # packed files (trdata.pack, trdata.Packed)
@@ -92,7 +93,9 @@ EDGE_TRANSLATORS = {
         "_int_arg": "an int (its range: the core's rule)",
         "_refuse": "a torchvision op trdata cannot run (names the op; no value rule)",
         "from_torchvision": "an object that is neither a trdata nor a torchvision transform",
-        "_convert": "torchvision options trdata has no kernel for (interpolation, max_size)",
+        "_convert": "torchvision options trdata has no kernel for (interpolation, size=None)",
+        "_inner": "a container's transforms is a list of trdata transforms (count, nesting: the core's rules)",
+        "RandomChoice._spec": "p is None or a sequence of numbers (count, sign, sum: the core's rules)",
     },
     "python/trdata/sources.py": {
         "ImageFolder.__init__": "root is a path (only `root`)",

@@ -522,6 +522,7 @@ BAD_VALUES = [
     ("transforms", dict(transforms=[trdata.Resize(8)]), "[Resize(int)]"),
     ("size", dict(transforms=[trdata.CenterCrop((0, 8))]), "(0, 8)"),
     ("size", dict(transforms=[trdata.Resize(70000), trdata.CenterCrop(8)]), "70000"),
+    ("max_size", dict(transforms=[trdata.Resize(8, max_size=4), trdata.CenterCrop(8)]), "4"),
     ("scale", dict(transforms=[trdata.RandomResizedCrop(8, scale=(0.5, 1.5))]), "(0.5, 1.5)"),
     ("ratio", dict(transforms=[trdata.RandomResizedCrop(8, ratio=(0, 1))]), "(0, 1)"),
     ("p", dict(transforms=[trdata.CenterCrop(8), trdata.RandomHorizontalFlip(2)]), "2"),
@@ -541,7 +542,7 @@ BAD_VALUES = [
     (
         "batch_ops",
         dict(batch_ops=[trdata.Resize(8)]),
-        "Resize(size=8, interpolation='bilinear', antialias=True)",
+        "Resize(size=8, interpolation='bilinear', max_size=None, antialias=True)",
     ),  # a per-sample transform
     ("batch_transform", dict(batch_transform=3), "3"),
     ("alpha", dict(batch_ops=[trdata.MixUp(alpha=0.0, num_classes=3)]), "0"),
@@ -621,7 +622,9 @@ def test_signature_defaults_are_the_core_defaults():
     for name, value in _core.DEFAULTS.items():
         if "." in name:  # a transform's: "RandomResizedCrop.scale"
             cls, field = name.split(".")
-            default = {f.name: f.default for f in dataclasses.fields(getattr(trdata, cls))}[field]
+            # trdata.RandomChoice is the batch op; the per-sample containers live in trdata.transforms.
+            owner = getattr(trdata.transforms, cls, None) or getattr(trdata, cls)
+            default = {f.name: f.default for f in dataclasses.fields(owner)}[field]
         else:
             default = sig.parameters[name].default
         assert default == value and type(default) is type(value), (name, default, value)

@@ -371,7 +371,7 @@ def test_from_torchvision_refuses_naming_the_op() -> None:
     with pytest.raises(ConfigError, match=r"ElasticTransform at transforms\[1\]"):
         T.from_torchvision(v2.Compose([v2.RandomResizedCrop(24), v2.ElasticTransform()]))
     with pytest.raises(ConfigError, match=r"Resize at transforms\[0\].*max_size"):
-        T.from_torchvision([v2.Resize(24, max_size=30), v2.CenterCrop(24)])
+        T.from_torchvision([v2.Resize(None, max_size=30), v2.CenterCrop(24)])
     with pytest.raises(ConfigError, match=r"ElasticTransform"):
         trdata.Loader(trdata.Arrays(images(2)), transforms=[v2.CenterCrop(24), v2.ElasticTransform()])
 

@@ -111,16 +111,30 @@ class RandomResizedCrop(Transform):
 
 @dataclass(frozen=True)
 class Resize(Transform):
-    """``Resize(256)``: shorter side to 256 (torchvision ``Resize(int)``); ``Resize((h, w))``: exact size."""
+    """``Resize(256)``: shorter side to 256 (torchvision ``Resize(int)``); ``Resize((h, w))``: exact size.
+    ``max_size`` (with an int ``size``) caps the longer side as torchvision does; such a resize runs on the
+    uint8 image after the decode (its size depends on the image, so a later crop must fix it)."""
 
     size: int | tuple[int, int]
     interpolation: Any = _DEFAULTS["Resize.interpolation"]
+    max_size: int | None = None
     antialias: bool = _DEFAULTS["Resize.antialias"]
 
     def __post_init__(self) -> None:
         self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
+        if self.max_size is not None:
+            size: Any = self.size
+            size = size[0] if _seq(size) and len(size) == 1 else size
+            aa = True if self.antialias is None else _bool_arg(self.antialias, "antialias")
+            return (
+                "resize_max",
+                _size(size)[0] if _is_int(size) else _int_arg(size, "size"),
+                _int_arg(self.max_size, "max_size"),
+                _mode(self.interpolation, "interpolation"),
+                aa,
+            )
         if _is_int(self.size):
             return _resampled(("resize_shorter", _size(self.size)[0]), self.interpolation, self.antialias)
         h, w = _size(self.size)
@@ -729,6 +743,64 @@ class AugMix(Transform):
         )
 
 
+def _inner(transforms: Any, cls: str) -> tuple[tuple[Any, ...], ...]:
+    """A container's inner specs (a list of trdata transforms; the core checks the count and nesting)."""
+    if isinstance(transforms, Transform) or not _seq(transforms):
+        raise ConfigError(
+            f"invalid transforms: {_shown(transforms)} must be a list of transforms ({cls})",
+            parameter="transforms",
+        )
+    return tuple(specs(list(transforms)))
+
+
+@dataclass(frozen=True)
+class RandomApply(Transform):
+    """torchvision ``RandomApply(transforms, p=0.5)``: one draw decides whether the whole list runs. The inner
+    ops (any trdata transforms, geometric ones included) run on the uint8 image, each with its own random
+    stream; the list must keep the image's size (the skipped branch does)."""
+
+    transforms: Sequence[Transform]
+    p: float = _DEFAULTS["RandomApply.p"]
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return ("random_apply", _inner(self.transforms, "RandomApply"), _real(self.p, "p"))
+
+
+@dataclass(frozen=True)
+class RandomChoice(Transform):
+    """torchvision ``RandomChoice(transforms, p=None)``: one op, picked with weights ``p`` (normalised; None is
+    uniform). Every op must give the same output size."""
+
+    transforms: Sequence[Transform]
+    p: Sequence[float] | None = None
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        if self.p is not None and not _seq(self.p):
+            raise ConfigError(f"invalid p: {_shown(self.p)} must be None or a list of weights", parameter="p")
+        p = None if self.p is None else tuple(_real(v, "p") for v in self.p)
+        return ("random_choice", _inner(self.transforms, "RandomChoice"), p)
+
+
+@dataclass(frozen=True)
+class RandomOrder(Transform):
+    """torchvision ``RandomOrder(transforms)``: every op, in a random order. Each op must keep the image's
+    size."""
+
+    transforms: Sequence[Transform]
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        return ("random_order", _inner(self.transforms, "RandomOrder"))
+
+
 #: The built-in transforms (the only ones the core compiles).
 BUILTIN = (
     RandomResizedCrop,
@@ -757,6 +829,9 @@ BUILTIN = (
     RandAugment,
     TrivialAugmentWide,
     AugMix,
+    RandomApply,
+    RandomChoice,
+    RandomOrder,
 )
 
 
@@ -868,6 +943,11 @@ def from_torchvision(t: Any) -> Converted:
                 parameter="transforms",
             )
         name = type(op).__name__
+        if name in _CONTAINERS:
+            if normalize is not None:
+                raise _refuse(op, pos, "it comes after Normalize (trdata normalizes in the final write)")
+            out.append(_convert_container(op, name, pos))
+            continue
         if name in ("ToTensor", "ToImage", "PILToTensor", "ToPureTensor"):
             dtype = "float32" if name == "ToTensor" else "uint8" if name != "ToPureTensor" else dtype
             continue
@@ -897,6 +977,23 @@ def from_torchvision(t: Any) -> Converted:
     return Converted(out, normalize, dtype)
 
 
+#: torchvision's containers (v2 and classic have the same names and attributes).
+_CONTAINERS = ("RandomApply", "RandomChoice", "RandomOrder")
+
+
+def _convert_container(op: Any, name: str, pos: int) -> Transform:
+    """A torchvision RandomApply/RandomChoice/RandomOrder (v2 or classic) → trdata's, its inner list converted
+    by :func:`from_torchvision` (a Compose inside is flattened); an inner ToTensor/Normalize is refused."""
+    inner = from_torchvision(list(op.transforms))
+    if inner.normalize is not None or inner.dtype is not None:
+        raise _refuse(op, pos, "it holds ToTensor/ToDtype/Normalize (only the pipeline's end may convert)")
+    if name == "RandomApply":
+        return RandomApply(inner.transforms, op.p)
+    if name == "RandomChoice":
+        return RandomChoice(inner.transforms, None if op.p is None else list(op.p))
+    return RandomOrder(inner.transforms)
+
+
 def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float, ...]] | None) -> Transform:
     v2 = ".v2." in type(op).__module__
     if name in ("RandomResizedCrop", "Resize"):
@@ -906,12 +1003,12 @@ def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float
     if name == "RandomResizedCrop":
         return RandomResizedCrop(tuple(op.size), tuple(op.scale), tuple(op.ratio), interpolation, antialias)
     if name == "Resize":
-        if op.max_size is not None:
-            raise ConfigError("max_size is not supported")
         size = op.size
         if _seq(size) and len(size) == 1:
             size = size[0]
-        return Resize(size if _is_int(size) else tuple(size), interpolation, antialias)
+        if size is None:
+            raise ConfigError("size=None (max_size alone) is not supported")
+        return Resize(size if _is_int(size) else tuple(size), interpolation, op.max_size, antialias)
     if name == "CenterCrop":
         return CenterCrop(tuple(op.size))
     if name in ("RandomHorizontalFlip", "RandomVerticalFlip"):

@@ -6,8 +6,16 @@
 //! `(start + j + 0.5) · scale` relative to `lo`), or zero padding when `start + j` falls outside `[0, resized)`.
 //! `[lo, hi)` is the source span Pillow clamps its filter to: the whole image for Resize, the crop for
 //! RandomResizedCrop (torchvision crops first, then resizes the cropped image).
+//!
+//! Also here: a leading `RandomCrop` folded into the decode ([`Geometry::RandomCrop`], ROI only), and the
+//! stage-2 geometry — `Resize`, `CenterCrop`, `RandomResizedCrop` placed after a pixel op — run on the uint8
+//! image through the same resampler ([`apply_stage2`]).
 
-use super::ops::OpSpec;
+use super::Layout;
+use super::kernels::{self, Frame, PadMode};
+use super::ops::{Drawn, OpScratch, OpSpec};
+use super::resample::{AxisCoeffs, Job, OutputLut};
+use super::simd::{self, Simd};
 use super::{SampleKey, TransformSpec};
 use crate::error::{Result, TrdataError};
 use crate::param::{Choice, IntParam};
@@ -152,6 +160,16 @@ pub enum Geometry {
         /// Crop width.
         width: usize,
     },
+    /// A leading `RandomCrop` that cannot fail and pads with zeros ([`random_crop_folds`]): its window is drawn
+    /// from the header size on the op's own stream (`OP_BASE + pos`, exactly as the pixel op would draw it on the
+    /// decoded image), only that window is decoded (no DCT scaling: nothing is resampled), and the padding is the
+    /// fused pass's zero padding.
+    RandomCrop {
+        /// The op (its size, padding and `pad_if_needed`; the draw is [`OpSpec::sample`]'s).
+        op: OpSpec,
+        /// Its list position (its stream).
+        pos: usize,
+    },
     /// Nothing folds (the program starts with a pixel op, `Pad` or `RandomCrop`): the whole image at full size,
     /// whose size is the sample's own.
     Identity,
@@ -169,6 +187,23 @@ pub struct CompiledTransforms {
     pub vflips: Vec<(usize, f64, bool)>,
     /// The resize's filter (`Resampled` around the resize; bilinear antialiased otherwise).
     pub resample: Resample,
+}
+
+/// Whether a `RandomCrop` folds into the decode when it leads the list (after flips only): its draw can never
+/// fail — `pad_if_needed`, or padding that fits the crop on a 1-pixel image — so the fused pass needs no error
+/// path torchvision would take on a too-small image; and any padding is constant zeros (`fill` below 1 truncates
+/// to 0), which is what the fused pass writes outside the image. Otherwise it stays a pixel op (same result,
+/// whole image decoded). A `RandomCrop` after a resize does not fold: the unfolded list resizes the whole image
+/// on the uint8 tensor (torch's pass order, full-size decode), which the fused, DCT-scaled resize would not
+/// reproduce byte for byte.
+pub fn random_crop_folds(op: &OpSpec) -> bool {
+    let OpSpec::RandomCrop { height, width, padding: [l, t, r, b], pad_if_needed, fill, mode } = op else {
+        return false;
+    };
+    let fits = *pad_if_needed
+        || (u64::from(*t) + u64::from(*b) + 1 >= u64::from(*height)
+            && u64::from(*l) + u64::from(*r) + 1 >= u64::from(*width));
+    fits && *mode == PadMode::Constant && super::ops::fill_bytes(fill) == [0; 3]
 }
 
 /// The transform's name for messages.
@@ -257,6 +292,10 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
                 op.check(pos)?;
                 vflip_ps.push((pos, p));
             }
+            TransformSpec::Op(ref op) if random_crop_folds(op) => {
+                op.check(pos)?;
+                geo.push((pos, t));
+            }
             TransformSpec::Op(ref op) => {
                 return Err(TrdataError::config(
                     super::TRANSFORMS,
@@ -313,6 +352,9 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
         ),
         [(p, TransformSpec::CenterCrop { height, width })] => {
             (Geometry::CenterCrop { height: *height as usize, width: *width as usize }, *p)
+        }
+        [(p, TransformSpec::Op(op @ OpSpec::RandomCrop { .. }))] => {
+            (Geometry::RandomCrop { op: op.clone(), pos: *p }, *p)
         }
         [] => {
             return Err(TrdataError::config(
@@ -380,6 +422,7 @@ impl CompiledTransforms {
             | Geometry::CenterCrop { height, width } => (height, width),
             Geometry::ResizeExact { crop: Some((h, w)), .. } => (h, w),
             Geometry::ResizeExact { resize_h, resize_w, crop: None } => (resize_h as usize, resize_w as usize),
+            Geometry::RandomCrop { ref op, .. } => return op.output_hw(None),
         })
     }
 
@@ -431,6 +474,20 @@ impl CompiledTransforms {
             }
             Geometry::CenterCrop { height: oh, width: ow } => {
                 (resize_crop_axis(w, w, ow), resize_crop_axis(h, h, oh), false)
+            }
+            Geometry::RandomCrop { ref op, pos } => {
+                let mut rng = SampleRng::new(key.seed, key.epoch, key.index, OP_BASE + pos as u32);
+                let (oh, ow) = op.output_hw(None).unwrap_or((1, 1));
+                // `random_crop_folds` admits only draws that cannot fail; the fallback (a centred window) is
+                // never taken.
+                let (top, left) = match op.sample(&mut rng, (height as usize, width as usize, 3)) {
+                    Ok(Drawn::Crop { padding: [pl, pt, ..], top, left }) => {
+                        (i64::from(top) - i64::from(pt), i64::from(left) - i64::from(pl))
+                    }
+                    _ => (center_crop_start(h, oh as i64), center_crop_start(w, ow as i64)),
+                };
+                let axis = |len: i64, start: i64, out_n: usize| Axis { start, ..resize_crop_axis(len, len, out_n) };
+                (axis(w, left, ow), axis(h, top, oh), false)
             }
         };
         let x = if mirror_crop { x.mirrored(w) } else { x };
@@ -493,6 +550,19 @@ pub fn rrc_params(
     key: SampleKey,
 ) -> (i64, i64, i64, i64) {
     let mut rng = SampleRng::new(key.seed, key.epoch, key.index, OP_RANDOM_RESIZED_CROP);
+    rrc_draw(&mut rng, width, height, scale, log_ratio, ratio)
+}
+
+/// torchvision `RandomResizedCrop.get_params` → (top, left, height, width) for a `width × height` image, drawing
+/// from `rng` (the folded prefix's stream, or a stage-2 op's own).
+pub fn rrc_draw(
+    rng: &mut SampleRng,
+    width: u32,
+    height: u32,
+    scale: (f64, f64),
+    log_ratio: (f64, f64),
+    ratio: (f64, f64),
+) -> (i64, i64, i64, i64) {
     let (wf, hf) = (f64::from(width), f64::from(height));
     let (w_i, h_i) = (i64::from(width), i64::from(height));
     let area = wf * hf;
@@ -517,4 +587,143 @@ pub fn rrc_params(
         (w_i, h_i)
     };
     ((h_i - h) / 2, (w_i - w) / 2, h, w)
+}
+
+/// torchvision's `Resize` output size `(h, w)` for a shorter-side `size` and optional `max_size`
+/// (`_compute_resized_output_size`: the longer side truncated, then capped to `max_size` with the shorter side
+/// scaled by the same factor, truncated).
+pub fn resize_output_hw((h, w): (usize, usize), size: u32, max_size: Option<u32>) -> (usize, usize) {
+    let (short, long) = if w <= h { (w, h) } else { (h, w) };
+    let mut new_short = f64::from(size);
+    let mut new_long = (new_short * long as f64 / short as f64).trunc();
+    if let Some(m) = max_size.map(f64::from)
+        && new_long > m
+    {
+        new_short = (m * new_short / new_long).trunc();
+        new_long = m;
+    }
+    // Sizes stay ≥ 1 (a 1 × 100000 image under max_size would truncate to 0, which torch refuses; trdata keeps
+    // one pixel instead of failing the sample).
+    let (s, l) = ((new_short as usize).max(1), (new_long as usize).max(1));
+    if w <= h { (l, s) } else { (s, l) }
+}
+
+/// The stage-2 resizes' scratch (the same taps and intermediates as the fused pass, owned by the ops' scratch so
+/// that a resize after a pixel op allocates nothing once grown).
+#[derive(Debug, Default)]
+pub struct ResizeScratch {
+    x: AxisCoeffs,
+    y: AxisCoeffs,
+    inter: Vec<u8>,
+    wide: Vec<u32>,
+    row: Vec<u8>,
+    window: Vec<u8>,
+}
+
+/// Run a stage-2 geometric op (`Resize`, `CenterCrop`, `RandomResizedCrop` after a pixel op) on the uint8 image,
+/// with torchvision v2's semantics on uint8 tensors: CenterCrop pads with zeros where the crop is larger and
+/// takes the banker's-rounded centre; Resize and RandomResizedCrop resample through the fused pass's own kernels
+/// (`resample.rs`, Pillow's coefficients, horizontal pass first as torch's uint8 kernel) — torch quantises the
+/// same weights to ≤ 15 bits where Pillow uses 22, so about 1–2 % of pixels differ by ±1; `bicubic` with
+/// `antialias=False` is torch's a = -0.75 kernel there but Pillow's a = -0.5 here (PSNR, not ±1). `nearest` is
+/// torch's tensor rule (`floor(dst · in/out)` in f32), exactly.
+pub fn apply_stage2(op: &OpSpec, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch) {
+    let (h, w) = (frame.h, frame.w);
+    match (op, drawn) {
+        (OpSpec::CenterCrop { height, width }, _) => {
+            let (oh, ow) = (*height as usize, *width as usize);
+            let y0 = center_crop_start(h as i64, oh as i64) as isize;
+            let x0 = center_crop_start(w as i64, ow as i64) as isize;
+            let n = h * w * frame.c;
+            kernels::pad_crop(
+                &frame.buf[..n],
+                (h, w, frame.c),
+                &mut scratch.spare,
+                (oh, ow),
+                (y0, x0),
+                PadMode::Constant,
+                &[0; 3],
+            );
+            std::mem::swap(&mut frame.buf, &mut scratch.spare);
+            (frame.h, frame.w) = (oh, ow);
+        }
+        (OpSpec::Resize { resample, .. }, _) => {
+            let out = op.output_hw(Some((h, w))).unwrap_or((h, w));
+            resize_box(frame, scratch, (0, 0, h, w), out, *resample);
+        }
+        (OpSpec::RandomResizedCrop { height, width, resample, .. }, Drawn::Box { top, left, h: ch, w: cw }) => {
+            let b = (*top as usize, *left as usize, *ch as usize, *cw as usize);
+            resize_box(frame, scratch, b, (*height as usize, *width as usize), *resample);
+        }
+        (op, drawn) => unreachable!("{} was drawn {drawn:?}, which its sample() never returns", op.name()),
+    }
+}
+
+/// Crop `(top, left, h, w)` of `frame` and resize it to `(oh, ow)` into the spare buffer, then swap.
+fn resize_box(
+    frame: &mut Frame,
+    scratch: &mut OpScratch,
+    (top, left, bh, bw): (usize, usize, usize, usize),
+    (oh, ow): (usize, usize),
+    resample: Resample,
+) {
+    let c = frame.c;
+    let (h, w) = (frame.h, frame.w);
+    let n_out = oh * ow * c;
+    scratch.spare.clear();
+    scratch.spare.resize(n_out, 0);
+    if resample.filter == Filter::Nearest {
+        // torch's uint8 "nearest": src = min(floor(f32(dst) · f32(in / out)), in - 1).
+        let sy = (bh as f64 / oh as f64) as f32;
+        let sx = (bw as f64 / ow as f64) as f32;
+        let stride = w * c;
+        for oy in 0..oh {
+            let y = top + (((oy as f32) * sy).floor() as usize).min(bh - 1);
+            let src = &frame.buf[y * stride..(y + 1) * stride];
+            let dst = &mut scratch.spare[oy * ow * c..(oy + 1) * ow * c];
+            for ox in 0..ow {
+                let x = left + (((ox as f32) * sx).floor() as usize).min(bw - 1);
+                dst[ox * c..(ox + 1) * c].copy_from_slice(&src[x * c..(x + 1) * c]);
+            }
+        }
+    } else {
+        let ax = |lo: usize, len: usize, out_n: usize| Axis {
+            out_n,
+            start: 0,
+            resized: out_n as i64,
+            scale: len as f64 / out_n as f64,
+            lo: lo as i64,
+            hi: (lo + len) as i64,
+            resample,
+        };
+        let r = &mut scratch.resize;
+        r.x.compute(&ax(left, bw, ow), 8, w as u32, w as u32, false);
+        r.y.compute(&ax(top, bh, oh), 8, h as u32, h as u32, false);
+        simd::resample(
+            Simd::detect(),
+            Job {
+                pixels: &frame.buf[..h * w * c],
+                stride: w * c,
+                region_x0: 0,
+                region_y0: 0,
+                src_channels: c,
+                out_channels: c,
+                window: &mut r.window,
+                x: &mut r.x,
+                y: &mut r.y,
+                inter: &mut r.inter,
+                wide: &mut r.wide,
+                row: &mut r.row,
+                lut: &OutputLut::U8,
+                layout: Layout::Nhwc,
+                out_w: ow,
+                out_h: oh,
+                // torch's uint8 kernel runs the horizontal pass first.
+                vertical_first: false,
+                dst: &mut scratch.spare[..n_out],
+            },
+        );
+    }
+    std::mem::swap(&mut frame.buf, &mut scratch.spare);
+    (frame.h, frame.w) = (oh, ow);
 }

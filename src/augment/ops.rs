@@ -3,7 +3,8 @@
 //! then per sample [`OpSpec::sample`] draws its parameters ([`Drawn`]) with torchvision's distributions and draw
 //! logic from the op's own stream, and [`apply`] runs the [`super::kernels`] with them.
 //!
-//! Randomness: op `pos` of the user's list draws from `SampleRng(seed, epoch, index, OP_BASE + pos)` only, so a
+//! Randomness: op `pos` of the user's list draws from `SampleRng(seed, epoch, index, OP_BASE + pos)` only, and an
+//! op inside a container from the stream of its [`Site`] (position, inner position, …; [`Site::stream`]), so a
 //! sample's pixels depend on (seed, epoch, index, op position) and never on worker, GPU or rank counts. trdata
 //! uses Philox, not torch's MT19937, so streams differ from torch's but distributions match (tests compare
 //! them with KS/χ² statistics over ≥ 10k draws): a uniform `uniform_(a, b)` is drawn as a double and rounded to
@@ -13,6 +14,7 @@
 //! Adding an op (the later geometric ops, the policies' building blocks): a variant here, its `check`, `sample`
 //! and `apply` arms; a policy calls [`apply`] with a `Drawn` it builds from its magnitude tables.
 
+use super::geometry::{self, Resample};
 pub use super::kernels::Frame;
 use super::kernels::{self, PadMode};
 use super::policy::{self, AA_POLICY, PolicyKind, PolicyScratch, WarpStyle};
@@ -45,6 +47,10 @@ const PADDING: &str = "padding";
 const RATIO: &str = "ratio";
 /// The `scale` parameter's name (its rules: [`OpSpec::check`]).
 const SCALE: &str = "scale";
+/// The `max_size` parameter's name (its rules: [`OpSpec::check`]).
+const MAX_SIZE: &str = "max_size";
+/// The `transforms` parameter's name (a container's list; its rules: [`OpSpec::check`]).
+const TRANSFORMS: &str = "transforms";
 /// The `sharpness_factor` parameter's name (its rules: [`OpSpec::check`]).
 const SHARPNESS_FACTOR: &str = "sharpness_factor";
 /// The `sigma` parameter's name (its rules: [`OpSpec::check`]).
@@ -83,6 +89,70 @@ const CHAIN_DEPTH: &str = "chain_depth";
 pub const MAX_POLICY_OPS: u32 = 1000;
 /// The most magnitude bins (RandAugment/TrivialAugmentWide tables are built per sample from this).
 pub const MAX_MAGNITUDE_BINS: u32 = 1000;
+
+/// The most ops a container (`RandomApply`, `RandomChoice`, `RandomOrder`) may hold: an inner position takes 6
+/// bits of its stream id ([`Site::stream`]).
+pub const MAX_CONTAINER_OPS: usize = 64;
+/// How deep containers may nest (a container in a container in a container): each level takes 6 bits of the
+/// stream id.
+pub const MAX_NESTING: usize = 3;
+/// The list positions a container may sit at (10 bits of its inner ops' stream ids).
+pub const MAX_CONTAINER_POSITION: usize = 1024;
+
+/// Where an op sits in the user's list: its position, and for an op inside containers the inner positions
+/// (`transforms[3].transforms[1]`). Names the op in messages and picks its random stream ([`Site::stream`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Site {
+    /// Top-level position, then the inner position at each nesting level.
+    path: [u32; MAX_NESTING + 1],
+    /// Nesting levels below the top (0: a top-level op).
+    depth: u8,
+}
+
+impl Site {
+    /// The op at list position `pos`.
+    pub fn top(pos: usize) -> Self {
+        Self { path: [pos as u32, 0, 0, 0], depth: 0 }
+    }
+
+    /// Inner op `i` of the container at `self` (the caller, [`OpSpec::check_at`], keeps `depth < MAX_NESTING`
+    /// and `i < MAX_CONTAINER_OPS`; past them the path saturates instead of indexing out of bounds).
+    pub fn child(self, i: usize) -> Self {
+        let d = (usize::from(self.depth) + 1).min(MAX_NESTING);
+        let mut path = self.path;
+        path[d] = i.min(MAX_CONTAINER_OPS - 1) as u32;
+        Self { path, depth: d as u8 }
+    }
+
+    /// Nesting levels below the top.
+    pub fn depth(self) -> usize {
+        usize::from(self.depth)
+    }
+
+    /// The op's stream id (the `op` word of [`SampleRng::new`]): `OP_BASE + pos` at the top level (as before
+    /// containers existed); inside containers `depth << 28 | pos << 18 | i1 << 12 | i2 << 6 | i3` — depth 1..=3
+    /// in the top nibble, pos < [`MAX_CONTAINER_POSITION`] and each inner position < [`MAX_CONTAINER_OPS`]
+    /// (checked by [`OpSpec::check_at`]), so two sites never share a stream, and none meets `OP_BASE + pos`
+    /// (below `1 << 28` for any list a machine can hold) or rng.rs's fixed ids (top nibble 4 or 5). A sample's
+    /// pixels thus stay a function of (seed, epoch, index, op position) with nested ops included.
+    pub fn stream(self) -> u32 {
+        if self.depth == 0 {
+            return crate::rng::OP_BASE.wrapping_add(self.path[0]);
+        }
+        let [p, a, b, c] = self.path;
+        (u32::from(self.depth) << 28) | (p << 18) | (a << 12) | (b << 6) | c
+    }
+}
+
+impl std::fmt::Display for Site {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "transforms[{}]", self.path[0])?;
+        for i in &self.path[1..=usize::from(self.depth)] {
+            write!(f, ".transforms[{i}]")?;
+        }
+        Ok(())
+    }
+}
 
 /// Defaults of the geometric ops' and policies' parameters (torchvision v2's), exported in `_core.DEFAULTS`
 /// (the one place each is written; python/trdata/transforms.py reads them).
@@ -307,6 +377,66 @@ pub enum OpSpec {
         /// `None` (torchvision's default for the policies) = zero padding; else the mask-path fill.
         fill: Option<Vec<f64>>,
     },
+    /// `Resize(size, interpolation, max_size, antialias)` on the uint8 image (stage 2: after a pixel op, or with
+    /// `max_size`), with torchvision v2's semantics on uint8 tensors ([`geometry::resize_output_hw`] for the size).
+    Resize {
+        /// Shorter side or exact (height, width).
+        size: ResizeTo,
+        /// torchvision's `max_size` (only with a shorter-side `size`): the longer side is capped to it.
+        max_size: Option<u32>,
+        /// Filter and antialias.
+        resample: Resample,
+    },
+    /// `CenterCrop(size)` on the uint8 image (zero padding where the crop is larger, as torchvision).
+    CenterCrop {
+        /// Crop height.
+        height: u32,
+        /// Crop width.
+        width: u32,
+    },
+    /// `RandomResizedCrop(size, scale, ratio, interpolation, antialias)` on the uint8 image.
+    RandomResizedCrop {
+        /// Output height.
+        height: u32,
+        /// Output width.
+        width: u32,
+        /// Area fraction range, 0 < min ≤ max ≤ 1.
+        scale: (f64, f64),
+        /// Aspect-ratio (w/h) range, 0 < min ≤ max; drawn log-uniformly.
+        ratio: (f64, f64),
+        /// Filter and antialias.
+        resample: Resample,
+    },
+    /// `RandomApply(transforms, p)`: one gate draw; when it passes, every inner op in order (each on its own
+    /// stream, [`Site::child`]).
+    RandomApply {
+        /// The inner ops.
+        transforms: Vec<OpSpec>,
+        /// Probability of applying them all.
+        p: f64,
+    },
+    /// `RandomChoice(transforms, p)`: one inner op, picked with probability `p[i] / sum(p)` (torchvision v2
+    /// normalises `p`; `None` is uniform).
+    RandomChoice {
+        /// The inner ops.
+        transforms: Vec<OpSpec>,
+        /// Weights (one per op, ≥ 0, positive sum; not yet normalised).
+        p: Vec<f64>,
+    },
+    /// `RandomOrder(transforms)`: every inner op, in a random permutation (`torch.randperm`).
+    RandomOrder {
+        /// The inner ops.
+        transforms: Vec<OpSpec>,
+    },
+}
+
+/// What a stage-2 `Resize` resizes to (torchvision's `size`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResizeTo {
+    /// `Resize(int)`: the shorter side.
+    Shorter(u32),
+    /// `Resize((h, w))`.
+    Exact(u32, u32),
 }
 
 /// The parameters one op drew for one sample (what [`apply`] needs; the policies build them from magnitudes).
@@ -347,6 +477,26 @@ pub enum Drawn {
     },
     /// RandomPerspective's end points (x, y) of the top-left, top-right, bottom-right, bottom-left corners.
     Perspective([i64; 8]),
+    /// A crop box (top, left, height, width) of the current image (a stage-2 RandomResizedCrop's draw).
+    Box {
+        /// Top row.
+        top: u32,
+        /// Left column.
+        left: u32,
+        /// Height.
+        h: u32,
+        /// Width.
+        w: u32,
+    },
+    /// RandomChoice: the inner op picked.
+    Pick(u32),
+    /// RandomOrder: the permutation (the first `n` entries; inner positions in the order they run).
+    Order {
+        /// Inner positions.
+        order: [u8; MAX_CONTAINER_OPS],
+        /// How many ops.
+        n: u8,
+    },
     /// Erase box (top, left, height, width).
     Erase {
         /// Top row.
@@ -373,7 +523,11 @@ impl Drawn {
             Drawn::Jitter { order, factors } => {
                 order.iter().map(|&o| f64::from(o)).chain(factors.iter().map(|f| f.unwrap_or(f64::NAN))).collect()
             }
-            Drawn::Erase { top, left, h, w } => [top, left, h, w].iter().map(|&&v| f64::from(v)).collect(),
+            Drawn::Erase { top, left, h, w } | Drawn::Box { top, left, h, w } => {
+                [top, left, h, w].iter().map(|&&v| f64::from(v)).collect()
+            }
+            Drawn::Pick(i) => vec![f64::from(*i)],
+            Drawn::Order { order, n } => order[..usize::from(*n)].iter().map(|&v| f64::from(v)).collect(),
             Drawn::Affine { angle, translate, scale, shear } => {
                 vec![*angle, translate[0], translate[1], *scale, shear[0], shear[1]]
             }
@@ -398,12 +552,12 @@ fn gated(rng: &mut SampleRng, p: f64, drawn: Drawn) -> Drawn {
     if gate(rng, p) { drawn } else { Drawn::Skip }
 }
 
-/// An op's error: `invalid <param>: <value> must … (<Op> at transforms[pos])`.
-fn bad(param: &str, shown: impl std::fmt::Display, rule: &str, op: &str, pos: usize) -> TrdataError {
-    TrdataError::config(param, format!("{shown} must {rule} ({op} at transforms[{pos}])"))
+/// An op's error: `invalid <param>: <value> must … (<Op> at transforms[pos])` (or the nested [`Site`]).
+fn bad(param: &str, shown: impl std::fmt::Display, rule: &str, op: &str, pos: Site) -> TrdataError {
+    TrdataError::config(param, format!("{shown} must {rule} ({op} at {pos})"))
 }
 
-fn check_p(p: f64, op: &str, pos: usize) -> Result<()> {
+fn check_p(p: f64, op: &str, pos: Site) -> Result<()> {
     if (0.0..=1.0).contains(&p) { Ok(()) } else { Err(bad(P, p, "be in [0, 1]", op, pos)) }
 }
 
@@ -415,7 +569,7 @@ const CONTRAST: &str = "contrast";
 const SATURATION: &str = "saturation";
 
 /// A ColorJitter factor range: finite with 0 ≤ min ≤ max (a negative factor has no meaning).
-fn check_factor_range(name: &str, r: &Option<(f64, f64)>, op: &str, pos: usize) -> Result<()> {
+fn check_factor_range(name: &str, r: &Option<(f64, f64)>, op: &str, pos: Site) -> Result<()> {
     if let Some((lo, hi)) = *r
         && !(lo.is_finite() && hi.is_finite() && 0.0 <= lo && lo <= hi)
     {
@@ -424,7 +578,7 @@ fn check_factor_range(name: &str, r: &Option<(f64, f64)>, op: &str, pos: usize) 
     Ok(())
 }
 
-fn check_fill(fill: &[f64], op: &str, pos: usize) -> Result<()> {
+fn check_fill(fill: &[f64], op: &str, pos: Site) -> Result<()> {
     if fill.is_empty() || fill.len() > 3 || fill.len() == 2 || !fill.iter().all(|v| v.is_finite()) {
         return Err(bad(FILL, format!("{fill:?}"), "be one number or one per channel (1 or 3), finite", op, pos));
     }
@@ -434,7 +588,7 @@ fn check_fill(fill: &[f64], op: &str, pos: usize) -> Result<()> {
     Ok(())
 }
 
-fn check_padding(padding: &[u32; 4], op: &str, pos: usize) -> Result<()> {
+fn check_padding(padding: &[u32; 4], op: &str, pos: Site) -> Result<()> {
     if padding.iter().any(|&v| v > MAX_SIDE) {
         return Err(bad(PADDING, format!("{padding:?}"), &format!("be in 0..={MAX_SIDE} each"), op, pos));
     }
@@ -442,7 +596,7 @@ fn check_padding(padding: &[u32; 4], op: &str, pos: usize) -> Result<()> {
 }
 
 /// An angle range in degrees: finite with min ≤ max (torchvision turns one number d into (-d, d)).
-fn check_degrees((lo, hi): (f64, f64), op: &str, pos: usize) -> Result<()> {
+fn check_degrees((lo, hi): (f64, f64), op: &str, pos: Site) -> Result<()> {
     if lo.is_finite() && hi.is_finite() && lo <= hi {
         Ok(())
     } else {
@@ -456,7 +610,7 @@ fn check_degrees((lo, hi): (f64, f64), op: &str, pos: usize) -> Result<()> {
     }
 }
 
-fn check_center(center: &Option<[f64; 2]>, op: &str, pos: usize) -> Result<()> {
+fn check_center(center: &Option<[f64; 2]>, op: &str, pos: Site) -> Result<()> {
     match center {
         Some(c) if !c.iter().all(|v| v.is_finite()) => {
             Err(bad(CENTER, format!("{c:?}"), "be a finite (x, y)", op, pos))
@@ -465,16 +619,61 @@ fn check_center(center: &Option<[f64; 2]>, op: &str, pos: usize) -> Result<()> {
     }
 }
 
-fn check_opt_fill(fill: &Option<Vec<f64>>, op: &str, pos: usize) -> Result<()> {
+fn check_opt_fill(fill: &Option<Vec<f64>>, op: &str, pos: Site) -> Result<()> {
     fill.as_deref().map_or(Ok(()), |f| check_fill(f, op, pos))
 }
 
-fn check_bins(bins: u32, op: &str, pos: usize) -> Result<()> {
+fn check_bins(bins: u32, op: &str, pos: Site) -> Result<()> {
     if (2..=MAX_MAGNITUDE_BINS).contains(&bins) {
         Ok(())
     } else {
         Err(bad(NUM_MAGNITUDE_BINS, bins, &format!("be in 2..={MAX_MAGNITUDE_BINS}"), op, pos))
     }
+}
+
+/// A crop or resize side (`size`): 1..=[`MAX_SIDE`] each.
+fn check_side(height: u32, width: u32, op: &str, pos: Site) -> Result<()> {
+    if (1..=MAX_SIDE).contains(&height) && (1..=MAX_SIDE).contains(&width) {
+        Ok(())
+    } else {
+        Err(bad(SIZE, format!("({height}, {width})"), &format!("be in 1..={MAX_SIDE}"), op, pos))
+    }
+}
+
+/// A container's inner list: 1..=[`MAX_CONTAINER_OPS`] ops (torchvision refuses an empty one), nested at most
+/// [`MAX_NESTING`] deep, at a position below [`MAX_CONTAINER_POSITION`] — the bounds [`Site::stream`] needs for
+/// distinct streams — and each inner op valid.
+fn check_inner(transforms: &[OpSpec], op: &str, pos: Site) -> Result<()> {
+    if transforms.is_empty() || transforms.len() > MAX_CONTAINER_OPS {
+        return Err(bad(
+            TRANSFORMS,
+            format!("a list of {}", transforms.len()),
+            &format!("hold 1 to {MAX_CONTAINER_OPS} transforms"),
+            op,
+            pos,
+        ));
+    }
+    if pos.depth() >= MAX_NESTING {
+        return Err(bad(TRANSFORMS, op, &format!("be nested at most {MAX_NESTING} containers deep"), op, pos));
+    }
+    if pos.path[0] as usize >= MAX_CONTAINER_POSITION {
+        return Err(bad(
+            TRANSFORMS,
+            op,
+            &format!("sit in the first {MAX_CONTAINER_POSITION} positions of the list"),
+            op,
+            pos,
+        ));
+    }
+    for (i, t) in transforms.iter().enumerate() {
+        t.check_at(pos.child(i))?;
+    }
+    Ok(())
+}
+
+/// `Some((h, w))` or the words for `None`, for size messages.
+fn shown_hw(hw: Option<(usize, usize)>) -> String {
+    hw.map_or_else(|| "each image's own size".to_string(), |(h, w)| format!("({h}, {w})"))
 }
 
 /// A warp's fill as torchvision's f32 per-channel values (`None` stays `None`: no mask path).
@@ -510,6 +709,13 @@ impl OpSpec {
             OpSpec::RandomRotation { .. } => "RandomRotation",
             OpSpec::RandomAffine { .. } => "RandomAffine",
             OpSpec::RandomPerspective { .. } => "RandomPerspective",
+            OpSpec::Resize { size: ResizeTo::Shorter(_), .. } => "Resize(int)",
+            OpSpec::Resize { size: ResizeTo::Exact(..), .. } => "Resize((h, w))",
+            OpSpec::CenterCrop { .. } => "CenterCrop",
+            OpSpec::RandomResizedCrop { .. } => "RandomResizedCrop",
+            OpSpec::RandomApply { .. } => "RandomApply",
+            OpSpec::RandomChoice { .. } => "RandomChoice",
+            OpSpec::RandomOrder { .. } => "RandomOrder",
             OpSpec::Policy { kind, .. } => match kind {
                 PolicyKind::AutoAugment(_) => "AutoAugment",
                 PolicyKind::RandAugment { .. } => "RandAugment",
@@ -522,6 +728,11 @@ impl OpSpec {
     /// Validate the op's values (the one place; Python checks only types). `pos` is its list position, named in
     /// the message.
     pub fn check(&self, pos: usize) -> Result<()> {
+        self.check_at(Site::top(pos))
+    }
+
+    /// [`OpSpec::check`] for the op at `pos` (a position in the list, or inside a container).
+    pub fn check_at(&self, pos: Site) -> Result<()> {
         let op = self.name();
         match self {
             OpSpec::Pad { padding, fill, .. } => {
@@ -669,6 +880,58 @@ impl OpSpec {
                 }
                 check_opt_fill(fill, op, pos)
             }
+            OpSpec::Resize { size, max_size, .. } => {
+                let (a, b) = match *size {
+                    ResizeTo::Shorter(s) => (s, s),
+                    ResizeTo::Exact(h, w) => (h, w),
+                };
+                check_side(a, b, op, pos)?;
+                match (*size, *max_size) {
+                    (_, None) => Ok(()),
+                    (ResizeTo::Shorter(s), Some(m)) if s < m && m <= MAX_SIDE => Ok(()),
+                    (ResizeTo::Shorter(s), Some(m)) => {
+                        Err(bad(MAX_SIZE, m, &format!("be greater than size ({s}) and at most {MAX_SIDE}"), op, pos))
+                    }
+                    (ResizeTo::Exact(..), Some(m)) => {
+                        Err(bad(MAX_SIZE, m, "be None when size is (h, w) (torchvision's rule)", op, pos))
+                    }
+                }
+            }
+            OpSpec::CenterCrop { height, width } => check_side(*height, *width, op, pos),
+            OpSpec::RandomResizedCrop { height, width, scale, ratio, .. } => {
+                check_side(*height, *width, op, pos)?;
+                let (lo, hi) = *scale;
+                if !(lo.is_finite() && hi.is_finite() && 0.0 < lo && lo <= hi && hi <= 1.0) {
+                    return Err(bad(SCALE, format!("({lo}, {hi})"), "be finite with 0 < min ≤ max ≤ 1", op, pos));
+                }
+                let (lo, hi) = *ratio;
+                if !(lo.is_finite() && hi.is_finite() && 0.0 < lo && lo <= hi) {
+                    return Err(bad(RATIO, format!("({lo}, {hi})"), "be finite with 0 < min ≤ max", op, pos));
+                }
+                Ok(())
+            }
+            OpSpec::RandomApply { transforms, p } => {
+                check_p(*p, op, pos)?;
+                check_inner(transforms, op, pos)
+            }
+            OpSpec::RandomChoice { transforms, p } => {
+                check_inner(transforms, op, pos)?;
+                let total: f64 = p.iter().sum();
+                if p.len() != transforms.len() || !p.iter().all(|v| v.is_finite() && *v >= 0.0) || total <= 0.0 {
+                    return Err(bad(
+                        P,
+                        format!("{p:?}"),
+                        &format!(
+                            "be None or one weight per transform ({}), each finite and ≥ 0, with a positive sum",
+                            transforms.len()
+                        ),
+                        op,
+                        pos,
+                    ));
+                }
+                Ok(())
+            }
+            OpSpec::RandomOrder { transforms } => check_inner(transforms, op, pos),
             OpSpec::Policy { kind, fill, .. } => {
                 match *kind {
                     PolicyKind::AutoAugment(_) => {}
@@ -704,7 +967,7 @@ impl OpSpec {
                                 pos,
                             ));
                         }
-                        crate::rng::check_alpha(alpha, &format!("{op} at transforms[{pos}]"))?;
+                        crate::rng::check_alpha(alpha, &format!("{op} at {pos}"))?;
                     }
                 }
                 check_opt_fill(fill, op, pos)
@@ -719,9 +982,91 @@ impl OpSpec {
             OpSpec::Pad { padding: [l, t, r, b], .. } => {
                 hw.map(|(h, w)| (h + *t as usize + *b as usize, w + *l as usize + *r as usize))
             }
-            OpSpec::RandomCrop { height, width, .. } => Some((*height as usize, *width as usize)),
+            OpSpec::RandomCrop { height, width, .. }
+            | OpSpec::CenterCrop { height, width }
+            | OpSpec::RandomResizedCrop { height, width, .. }
+            | OpSpec::Resize { size: ResizeTo::Exact(height, width), .. } => Some((*height as usize, *width as usize)),
+            OpSpec::Resize { size: ResizeTo::Shorter(s), max_size, .. } => {
+                hw.map(|hw| geometry::resize_output_hw(hw, *s, *max_size))
+            }
             OpSpec::RandomRotation { expand: true, .. } => None,
+            // Containers: the size every branch gives ([`OpSpec::output_hw_at`] refuses lists where they differ).
+            OpSpec::RandomChoice { transforms, .. } => transforms.first().map_or(hw, |t| t.output_hw(hw)),
+            OpSpec::RandomApply { .. } | OpSpec::RandomOrder { .. } => hw,
             _ => hw,
+        }
+    }
+
+    /// [`OpSpec::output_hw`], refusing a container whose branches give different sizes (images of different
+    /// sizes cannot be batched): a `RandomApply` must keep its input's size (the skipped branch does), every
+    /// `RandomChoice` branch must give the same size, and every op of a `RandomOrder` must keep its input's size
+    /// (so that any order gives the same). The error names the container's `transforms` and its [`Site`].
+    pub fn output_hw_at(&self, hw: Option<(usize, usize)>, pos: Site) -> Result<Option<(usize, usize)>> {
+        let op = self.name();
+        let chain = |ts: &[OpSpec], hw: Option<(usize, usize)>, i0: usize| -> Result<Option<(usize, usize)>> {
+            ts.iter().enumerate().try_fold(hw, |hw, (i, t)| t.output_hw_at(hw, pos.child(i0 + i)))
+        };
+        match self {
+            OpSpec::RandomApply { transforms, .. } => {
+                let out = chain(transforms, hw, 0)?;
+                if out != hw {
+                    return Err(bad(
+                        TRANSFORMS,
+                        "the inner list",
+                        &format!(
+                            "keep the size of its input, {}, since the skipped branch does; it gives {}",
+                            shown_hw(hw),
+                            shown_hw(out)
+                        ),
+                        op,
+                        pos,
+                    ));
+                }
+                Ok(out)
+            }
+            OpSpec::RandomChoice { transforms, .. } => {
+                let first = transforms[0].output_hw_at(hw, pos.child(0))?;
+                for (i, t) in transforms.iter().enumerate().skip(1) {
+                    let out = t.output_hw_at(hw, pos.child(i))?;
+                    if out != first {
+                        return Err(bad(
+                            TRANSFORMS,
+                            "the inner list",
+                            &format!(
+                                "give one output size whichever is picked: {} gives {}, {} gives {}",
+                                pos.child(0),
+                                shown_hw(first),
+                                pos.child(i),
+                                shown_hw(out)
+                            ),
+                            op,
+                            pos,
+                        ));
+                    }
+                }
+                Ok(first)
+            }
+            OpSpec::RandomOrder { transforms } => {
+                for (i, t) in transforms.iter().enumerate() {
+                    let out = t.output_hw_at(hw, pos.child(i))?;
+                    if out != hw {
+                        return Err(bad(
+                            TRANSFORMS,
+                            "the inner list",
+                            &format!(
+                                "hold ops that keep the size of their input, {} (they run in any order): {} gives {}",
+                                shown_hw(hw),
+                                pos.child(i),
+                                shown_hw(out)
+                            ),
+                            op,
+                            pos,
+                        ));
+                    }
+                }
+                Ok(hw)
+            }
+            _ => Ok(self.output_hw(hw)),
         }
     }
 
@@ -837,6 +1182,46 @@ impl OpSpec {
             }
             // A policy decides while it runs (no per-sample list); `trace` shows its decisions.
             OpSpec::Policy { .. } => Drawn::Apply,
+            // torchvision returns the image untouched when the size would not change (no resampling at all).
+            OpSpec::Resize { .. } | OpSpec::CenterCrop { .. } => {
+                if self.output_hw(Some((h, w))) == Some((h, w)) {
+                    Drawn::Skip
+                } else {
+                    Drawn::Apply
+                }
+            }
+            OpSpec::RandomResizedCrop { scale, ratio, .. } => {
+                let log_ratio = (ratio.0.ln(), ratio.1.ln());
+                let (top, left, ch, cw) = geometry::rrc_draw(rng, w as u32, h as u32, *scale, log_ratio, *ratio);
+                Drawn::Box { top: top as u32, left: left as u32, h: ch as u32, w: cw as u32 }
+            }
+            OpSpec::RandomApply { p, .. } => gated(rng, *p, Drawn::Apply),
+            OpSpec::RandomChoice { p, .. } => {
+                // torch.multinomial(p / sum(p), 1): one uniform against the cumulative weights; a zero weight is
+                // never picked (the fallback is the last positive one, for a u that rounding put past the end).
+                let total: f64 = p.iter().sum();
+                let u = rng.uniform() * total;
+                let mut cum = 0.0;
+                let last = p.iter().rposition(|&v| v > 0.0).unwrap_or(0);
+                let pick = p.iter().position(|&v| {
+                    cum += v;
+                    v > 0.0 && u < cum
+                });
+                Drawn::Pick(pick.unwrap_or(last) as u32)
+            }
+            OpSpec::RandomOrder { transforms } => {
+                // torch.randperm(n): forward Fisher–Yates (as ColorJitter's order).
+                let n = transforms.len().min(MAX_CONTAINER_OPS);
+                let mut order = [0u8; MAX_CONTAINER_OPS];
+                for (i, o) in order.iter_mut().enumerate() {
+                    *o = i as u8;
+                }
+                for i in 0..n.saturating_sub(1) {
+                    let z = rng.below((n - i) as u64) as usize;
+                    order.swap(i, i + z);
+                }
+                Drawn::Order { order, n: n as u8 }
+            }
         })
     }
 
@@ -860,6 +1245,8 @@ pub struct OpScratch {
     pub plane: Vec<f32>,
     /// The policies' buffers.
     pub policy: PolicyScratch,
+    /// The stage-2 resizes' taps and intermediates.
+    pub resize: geometry::ResizeScratch,
 }
 
 /// Apply `op` with parameters `drawn` to `frame` (the kernels' arithmetic; `rng` continues the op's stream for
@@ -987,6 +1374,12 @@ pub fn apply(op: &OpSpec, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScra
             let style = WarpStyle { interp: *interp, fill: fill_f32(fill) };
             policy::run(kind, style, frame, &mut scratch.policy, rng);
         }
+        (OpSpec::Resize { .. } | OpSpec::CenterCrop { .. } | OpSpec::RandomResizedCrop { .. }, _) => {
+            geometry::apply_stage2(op, drawn, frame, scratch);
+        }
+        (OpSpec::RandomApply { .. } | OpSpec::RandomChoice { .. } | OpSpec::RandomOrder { .. }, _) => {
+            unreachable!("containers run in program::run_op (their inner ops need their own streams)")
+        }
         (op, drawn) => unreachable!("{} was drawn {drawn:?}, which its sample() never returns", op.name()),
     }
 }
@@ -1044,6 +1437,7 @@ pub const KINDS: &[&str] = &[
     "rand_augment",
     "trivial_augment_wide",
     "augmix",
+    "resize_max",
 ];
 
 impl OpSpec {
@@ -1201,6 +1595,17 @@ impl OpSpec {
                 },
                 interp: interp(5)?,
                 fill: opt_fill(6)?,
+            },
+            "resize_max" => OpSpec::Resize {
+                size: ResizeTo::Shorter(uint(0, "size")?),
+                max_size: Some(uint(1, "max_size")?),
+                resample: Resample {
+                    filter: match get(2)? {
+                        Arg::Str(s) => geometry::RESIZE_INTERPOLATION.parse(s)?,
+                        other => return Err(geometry::RESIZE_INTERPOLATION.error(&format!("{other:?}"))),
+                    },
+                    antialias: boolean(3, "antialias")?,
+                },
             },
             "pad" => OpSpec::Pad { padding: padding(0)?, fill: nums(1, "fill")?, mode: mode(2)? },
             "random_crop" => OpSpec::RandomCrop {

@@ -3,17 +3,28 @@
 //!
 //! A user's list (torchvision order, any order of ops) becomes three stages:
 //!
-//! 1. **The folded prefix.** The longest leading run of geometric ops the decode can absorb —
-//!    `RandomResizedCrop`, `Resize`, `CenterCrop`, `RandomHorizontalFlip`, `RandomVerticalFlip` — is compiled by
-//!    [`super::geometry`] into one crop rectangle in original coordinates + output size + flips, which the
-//!    decoder turns into an ROI + DCT-scaled decode and the fused resampler into output rows. When the list
-//!    starts with anything else the prefix is the identity (the whole image, decoded at full size, no
-//!    resampling). The prefix ends at the first op it cannot absorb: every op after it runs in stage 2, so a
-//!    flip after `ColorJitter` is a pixel op, not a folded one (the result is the same; only the cost differs).
-//! 2. **The pixel ops** ([`super::ops`]), in list order, on the prefix's output as a uint8 HWC image of the
+//! 1. **The folded prefix.** The longest leading run of geometric ops the decode can absorb and that forms one of
+//!    geometry's lists — `[RandomResizedCrop]`, `[Resize(int), CenterCrop]`, `[Resize((h, w))]`,
+//!    `[Resize((h, w)), CenterCrop]`, `[CenterCrop]`, or `[RandomCrop]` when it cannot fail and pads with zeros
+//!    ([`geometry::random_crop_folds`]), with `RandomHorizontalFlip`/`RandomVerticalFlip` anywhere among them —
+//!    is compiled by [`super::geometry`] into one crop rectangle in original coordinates + output size + flips,
+//!    which the decoder turns into an ROI + DCT-scaled decode (a folded RandomCrop: ROI only, no scaling) and the
+//!    fused resampler into output rows. When the list starts with anything else the prefix is the identity (the
+//!    whole image, decoded at full size, no resampling). Every op after the prefix runs in stage 2, so a flip
+//!    after `ColorJitter` is a pixel op, not a folded one (the result is the same; only the cost differs).
+//! 2. **The stage-2 ops** ([`super::ops`]), in list order, on the prefix's output as a uint8 HWC image of the
 //!    loader's channel count (1 or 3) held in the worker's scratch ([`ProgramScratch`]: two buffers that ops
 //!    ping-pong between when they change the size, grown to the largest sample and then reused, so no allocation
-//!    per sample). Op `pos` draws from `SampleRng(seed, epoch, index, OP_BASE + pos)`.
+//!    per sample). Geometric ops may come anywhere: a `Resize`, `CenterCrop` or `RandomResizedCrop` after a
+//!    pixel op (or after the prefix) becomes its stage-2 op ([`stage2_op`]) and runs with torchvision v2's
+//!    semantics on uint8 tensors, through the fused pass's own resampler ([`geometry::apply_stage2`] says where
+//!    the rounding differs). Containers (`RandomApply`, `RandomChoice`, `RandomOrder`) hold stage-2 ops and
+//!    run them as their draw says.
+//!
+//!    Randomness: the op at [`Site`] `s` draws from `SampleRng(seed, epoch, index, s.stream())` — `OP_BASE +
+//!    pos` for a top-level op, a stream of its own (position, inner position, …) for an op inside containers
+//!    ([`Site::stream`]) — so every draw is a function of (seed, epoch, index, op position) only, whatever a
+//!    container decided for the ops around it.
 //! 3. **The final write**: normalize/cast/layout through the same lookup table as the fused path, row by row
 //!    from the uint8 image into the batch slot.
 //!
@@ -21,13 +32,15 @@
 //! [`super::SamplePipeline::process`], unchanged: no intermediate image is written.
 //!
 //! The output size must be fixed by the compiled list: the prefix fixes it (a crop or exact resize), or a later
-//! `RandomCrop` does; `Pad` adds to it. Otherwise the list is refused, naming `transforms`.
+//! crop or exact resize does (a shorter-side resize of a fixed size is fixed too); `Pad` adds to it; a container
+//! must give one size whichever branch runs ([`OpSpec::output_hw_at`]). Otherwise the list is refused, naming
+//! `transforms`.
 
-use super::geometry::{self, CompiledTransforms};
-use super::ops::{self, Drawn, Frame, OpScratch, OpSpec};
+use super::geometry::{self, CompiledTransforms, Resample};
+use super::ops::{self, Drawn, Frame, OpScratch, OpSpec, ResizeTo, Site};
 use super::{SampleKey, TRANSFORMS, TransformSpec};
 use crate::error::{Result, TrdataError};
-use crate::rng::{OP_BASE, SampleRng};
+use crate::rng::SampleRng;
 
 /// A compiled list: the folded prefix and the ops that run on the uint8 image.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,46 +64,112 @@ fn foldable(t: &TransformSpec) -> bool {
             | TransformSpec::RandomHorizontalFlip { .. }
             | TransformSpec::Op(OpSpec::VerticalFlip { .. })
             | TransformSpec::Resampled { .. }
-    )
+    ) || matches!(t, TransformSpec::Op(op) if geometry::random_crop_folds(op))
+}
+
+/// Whether `t` is a flip (folds anywhere in the prefix without fixing its geometry).
+fn is_flip(t: &TransformSpec) -> bool {
+    matches!(t, TransformSpec::RandomHorizontalFlip { .. } | TransformSpec::Op(OpSpec::VerticalFlip { .. }))
+}
+
+/// The geometric kind of a foldable non-flip op, looking through `Resampled` (1 RandomResizedCrop, 2
+/// Resize(int), 3 Resize((h, w)), 4 CenterCrop).
+fn geo_kind(t: &TransformSpec) -> u8 {
+    match t {
+        TransformSpec::Resampled { inner, .. } => geo_kind(inner),
+        TransformSpec::RandomResizedCrop { .. } => 1,
+        TransformSpec::ResizeShorter { .. } => 2,
+        TransformSpec::ResizeExact { .. } => 3,
+        TransformSpec::CenterCrop { .. } => 4,
+        TransformSpec::Op(OpSpec::RandomCrop { .. }) => 5,
+        _ => 0,
+    }
+}
+
+/// How many leading ops of `head` (a run of foldable ops) the decode absorbs: the longest prefix whose geometric
+/// ops form one of geometry's lists ([RandomResizedCrop], [Resize(int), CenterCrop], [Resize((h, w))],
+/// [Resize((h, w)), CenterCrop], [CenterCrop], [RandomCrop] when `geometry::random_crop_folds`; flips anywhere
+/// among them), plus the flips right after it; the
+/// rest runs in stage 2. `None` when no such prefix exists (then only the leading flips fold, onto the identity
+/// geometry).
+fn fold_len(head: &[TransformSpec]) -> Option<usize> {
+    const LISTS: [&[u8]; 6] = [&[1], &[2, 4], &[3], &[3, 4], &[4], &[5]];
+    let mut kinds = Vec::new();
+    let mut best = None;
+    for (i, t) in head.iter().enumerate() {
+        if !is_flip(t) {
+            kinds.push(geo_kind(t));
+        }
+        if !is_flip(t) && LISTS.contains(&kinds.as_slice()) {
+            best = Some(i + 1);
+        }
+    }
+    best.map(|b| b + head[b..].iter().take_while(|t| is_flip(t)).count())
+}
+
+/// The stage-2 op of a transform (a geometric op after a pixel op becomes its uint8 op; `Resampled` gives its
+/// resize the filter). `interpolation` on an op that does not resample is refused, naming the op's site.
+pub fn stage2_op(t: &TransformSpec, at: Site) -> Result<OpSpec> {
+    Ok(match t {
+        TransformSpec::Op(op) => op.clone(),
+        TransformSpec::RandomHorizontalFlip { p } => OpSpec::HorizontalFlip { p: *p },
+        TransformSpec::RandomResizedCrop { height, width, scale, ratio } => OpSpec::RandomResizedCrop {
+            height: *height,
+            width: *width,
+            scale: *scale,
+            ratio: *ratio,
+            resample: Resample::default(),
+        },
+        TransformSpec::ResizeShorter { shorter } => {
+            OpSpec::Resize { size: ResizeTo::Shorter(*shorter), max_size: None, resample: Resample::default() }
+        }
+        TransformSpec::ResizeExact { height, width } => {
+            OpSpec::Resize { size: ResizeTo::Exact(*height, *width), max_size: None, resample: Resample::default() }
+        }
+        TransformSpec::CenterCrop { height, width } => OpSpec::CenterCrop { height: *height, width: *width },
+        TransformSpec::Resampled { resample: r, inner } => match stage2_op(inner, at)? {
+            OpSpec::Resize { size, max_size, .. } => OpSpec::Resize { size, max_size, resample: *r },
+            OpSpec::RandomResizedCrop { height, width, scale, ratio, .. } => {
+                OpSpec::RandomResizedCrop { height, width, scale, ratio, resample: *r }
+            }
+            other => {
+                return Err(TrdataError::config(
+                    "interpolation",
+                    format!(
+                        "is only for Resize and RandomResizedCrop, not {} ({} at {at})",
+                        other.name(),
+                        other.name()
+                    ),
+                ));
+            }
+        },
+    })
 }
 
 /// Validate `transforms` and compile them (errors name the parameter and the op's position).
 pub fn compile(transforms: &[TransformSpec]) -> Result<Program> {
-    let split = transforms.iter().position(|t| !foldable(t)).unwrap_or(transforms.len());
-    let (head, tail) = transforms.split_at(split);
-    let folds_geometry = head.iter().any(|t| {
-        !matches!(t, TransformSpec::RandomHorizontalFlip { .. } | TransformSpec::Op(OpSpec::VerticalFlip { .. }))
-    });
-    // A prefix of flips alone is the identity geometry with those flips; an empty list is refused by geometry
-    // (nothing fixes the size).
-    let prefix =
-        if folds_geometry || tail.is_empty() { geometry::compile(head)? } else { geometry::compile_identity(head)? };
+    let run = transforms.iter().position(|t| !foldable(t)).unwrap_or(transforms.len());
+    let leading_flips = transforms.iter().take_while(|t| is_flip(t)).count();
+    let (split, prefix) = match fold_len(&transforms[..run]) {
+        Some(k) => (k, geometry::compile(&transforms[..k])?),
+        // Nothing fixes the size: an all-flip list is refused by geometry (its message says what would).
+        None if leading_flips == transforms.len() => (leading_flips, geometry::compile(transforms)?),
+        None => (leading_flips, geometry::compile_identity(&transforms[..leading_flips])?),
+    };
     let mut ops = Vec::new();
-    for (i, t) in tail.iter().enumerate() {
+    let mut hw = prefix.output_hw();
+    for (i, t) in transforms[split..].iter().enumerate() {
         let pos = split + i;
-        let op = match t {
-            TransformSpec::Op(op) => op.clone(),
-            TransformSpec::RandomHorizontalFlip { p } => OpSpec::HorizontalFlip { p: *p },
-            other => {
-                return Err(TrdataError::config(
-                    TRANSFORMS,
-                    format!(
-                        "{} at transforms[{pos}] must come before the pixel ops (a resize or centre crop after \
-                         {} at transforms[{split}] is not supported yet: put the geometric ops first)",
-                        geometry::name(other),
-                        op_name(&transforms[split]),
-                    ),
-                ));
-            }
-        };
+        let op = stage2_op(t, Site::top(pos))?;
         op.check(pos)?;
+        hw = op.output_hw_at(hw, Site::top(pos))?;
         ops.push((pos, op));
     }
-    let mut hw = prefix.output_hw();
-    for (_, op) in &ops {
-        hw = op.output_hw(hw);
-    }
     let Some(output_hw) = hw else {
+        if run == transforms.len() {
+            // A list of foldable ops alone ([Resize(int)]): geometry's message says which list would fix the size.
+            geometry::compile(transforms)?;
+        }
         return Err(TrdataError::config(
             TRANSFORMS,
             "must fix the output size: start with a crop or resize (RandomResizedCrop, Resize((h, w)), Resize(int) + \
@@ -109,14 +188,6 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<Program> {
     Ok(Program { prefix, ops, output_hw })
 }
 
-/// The op's name for messages.
-fn op_name(t: &TransformSpec) -> &'static str {
-    match t {
-        TransformSpec::Op(op) => op.name(),
-        other => geometry::name(other),
-    }
-}
-
 /// The worker's scratch of stage 2 (see the module docs).
 #[derive(Debug, Default)]
 pub struct ProgramScratch {
@@ -126,9 +197,37 @@ pub struct ProgramScratch {
     pub ops: OpScratch,
 }
 
-/// The stream of op `pos` for sample `key`.
-pub fn op_rng(key: SampleKey, pos: usize) -> SampleRng {
-    SampleRng::new(key.seed, key.epoch, key.index, OP_BASE + pos as u32)
+/// The stream of the op at `site` for sample `key` (`OP_BASE + pos` at the top level; [`Site::stream`] inside
+/// containers).
+pub fn op_rng(key: SampleKey, site: Site) -> SampleRng {
+    SampleRng::new(key.seed, key.epoch, key.index, site.stream())
+}
+
+/// Run `op` (at `site`) on `s.frame`: draw from its own stream, then apply it — or, for a container, run the
+/// inner ops its draw selects, each on the stream of its own [`Site::child`] (its position in the container's
+/// list, whatever order they run in).
+fn run_op(op: &OpSpec, site: Site, s: &mut ProgramScratch, key: SampleKey) -> std::result::Result<(), String> {
+    let mut rng = op_rng(key, site);
+    let drawn = op.sample(&mut rng, (s.frame.h, s.frame.w, s.frame.c))?;
+    match (op, &drawn) {
+        (_, Drawn::Skip) => {}
+        (OpSpec::RandomApply { transforms, .. }, _) => {
+            for (i, t) in transforms.iter().enumerate() {
+                run_op(t, site.child(i), s, key)?;
+            }
+        }
+        (OpSpec::RandomChoice { transforms, .. }, Drawn::Pick(i)) => {
+            let i = *i as usize;
+            run_op(&transforms[i], site.child(i), s, key)?;
+        }
+        (OpSpec::RandomOrder { transforms }, Drawn::Order { order, n }) => {
+            for &i in &order[..usize::from(*n)] {
+                run_op(&transforms[usize::from(i)], site.child(usize::from(i)), s, key)?;
+            }
+        }
+        _ => ops::apply(op, &drawn, &mut s.frame, &mut s.ops, &mut rng),
+    }
+    Ok(())
 }
 
 impl Program {
@@ -136,19 +235,16 @@ impl Program {
     /// `RandomCrop` larger than the padded image, as torchvision raises) → the message.
     pub fn run_ops(&self, s: &mut ProgramScratch, key: SampleKey) -> std::result::Result<(), String> {
         for (pos, op) in &self.ops {
-            let mut rng = op_rng(key, *pos);
-            let drawn = op.sample(&mut rng, (s.frame.h, s.frame.w, s.frame.c))?;
-            if drawn != Drawn::Skip {
-                ops::apply(op, &drawn, &mut s.frame, &mut s.ops, &mut rng);
-            }
+            run_op(op, Site::top(*pos), s, key)?;
         }
         Ok(())
     }
 }
 
 /// What op `op` draws for sample `key` on an `h × w × c` image (tests compare its distribution with
-/// torchvision's; `_core.sample_op` exposes it).
+/// torchvision's; `_core.sample_op` exposes it). For a container, its own decision: `[]`/`[1]` for
+/// RandomApply, `[i]` for RandomChoice, the permutation for RandomOrder.
 pub fn sample_op(op: &OpSpec, pos: usize, key: SampleKey, hwc: (usize, usize, usize)) -> Result<Vec<f64>> {
     op.check(pos)?;
-    op.trace(&mut op_rng(key, pos), hwc).map_err(|m| TrdataError::config(TRANSFORMS, m))
+    op.trace(&mut op_rng(key, Site::top(pos)), hwc).map_err(|m| TrdataError::config(TRANSFORMS, m))
 }

@@ -359,8 +359,12 @@ fn invalid_transform_lists_are_config_errors_naming_the_parameter() {
     assert_eq!(param(vec![TransformSpec::ResizeShorter { shorter: 256 }], U8_NHWC), "transforms");
     assert_eq!(param(vec![], U8_NHWC), "transforms");
     assert_eq!(param(vec![flip(0.5)], U8_NHWC), "transforms");
-    assert_eq!(param(vec![center(224, 224), TransformSpec::ResizeShorter { shorter: 256 }], U8_NHWC), "transforms");
-    assert_eq!(param(vec![rrc(224, 224), center(200, 200)], U8_NHWC), "transforms");
+    // Geometric ops after the folded ones run on the uint8 image (program.rs); only a size left open is refused.
+    let late = SamplePipeline::new(vec![center(224, 224), TransformSpec::ResizeShorter { shorter: 256 }], U8_NHWC);
+    assert_eq!(late.unwrap().output_hw(), (256, 256));
+    assert_eq!(SamplePipeline::new(vec![rrc(224, 224), center(200, 200)], U8_NHWC).unwrap().output_hw(), (200, 200));
+    let open = vec![TransformSpec::ResizeShorter { shorter: 256 }, TransformSpec::ResizeShorter { shorter: 128 }];
+    assert_eq!(param(open, U8_NHWC), "transforms");
     assert_eq!(param(vec![rrc(224, 224), flip(1.5)], U8_NHWC), "p");
     let bad_scale = TransformSpec::RandomResizedCrop { height: 8, width: 8, scale: (0.5, 0.1), ratio: (1.0, 1.0) };
     assert_eq!(param(vec![bad_scale], U8_NHWC), "scale");

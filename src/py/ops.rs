@@ -6,7 +6,7 @@
 use super::args::int_arg;
 use super::errors::{IntoPyResult, to_py};
 use crate::augment;
-use crate::augment::ops::{Arg, OpSpec};
+use crate::augment::ops::{Arg, OpSpec, Site};
 use crate::augment::{SampleKey, TransformSpec, default, program};
 use crate::error::TrdataError;
 use pyo3::prelude::*;
@@ -51,7 +51,8 @@ pub fn parse_resampled(t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec> {
     Ok(TransformSpec::Resampled { resample: Resample { filter, antialias }, inner: Box::new(inner) })
 }
 
-/// What the op of `spec` (a `_spec()` tuple), at list position `position`, draws for sample (seed, epoch, index)
+/// What the op of `spec` (a `_spec()` tuple, any transform: a geometric one as its stage-2 op, a container its own
+/// decision), at list position `position`, draws for sample (seed, epoch, index)
 /// on a `height × width × channels` image: `[]` when it skips, `[1.0]` when it applies without parameters, else
 /// its parameters (`augment::ops::Drawn::to_vec`).
 #[pyfunction]
@@ -67,8 +68,7 @@ fn sample_op(
     width: usize,
     channels: usize,
 ) -> PyResult<Vec<f64>> {
-    let kind: String = spec.get_item(0)?.extract()?;
-    let TransformSpec::Op(op) = parse_op(&kind, spec)? else { unreachable!("parse_op makes ops") };
+    let op = program::stage2_op(&parse_transform(spec)?, Site::top(position)).py_err()?;
     program::sample_op(&op, position, SampleKey { seed, epoch, index }, (height, width, channels)).py_err()
 }
 
@@ -120,6 +120,7 @@ pub fn add_defaults(d: &Bound<'_, PyDict>) -> PyResult<()> {
     d.set_item("AugMix.alpha", g::AUGMIX_ALPHA)?;
     d.set_item("AugMix.all_ops", g::AUGMIX_ALL_OPS)?;
     d.set_item("AugMix.interpolation", g::BILINEAR)?;
+    d.set_item("RandomApply.p", default::GATE_P)?;
     for cls in ["Resize", "RandomResizedCrop"] {
         d.set_item(format!("{cls}.interpolation"), g::BILINEAR)?;
         d.set_item(format!("{cls}.antialias"), true)?;
@@ -145,9 +146,34 @@ pub(super) fn parse_transform(t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec>
         "center_crop" => TransformSpec::CenterCrop { height: u(1)?, width: u(2)? },
         "horizontal_flip" => TransformSpec::RandomHorizontalFlip { p: f(1)? },
         "resampled" => return parse_resampled(t),
+        "random_apply" | "random_choice" | "random_order" => return parse_container(&kind, t),
         other if augment::ops::KINDS.contains(&other) => return parse_op(other, t),
         other => return Err(to_py(TrdataError::config("transforms", format!("unknown transform {other:?}")))),
     })
+}
+
+/// `("random_apply", (inner specs…), p)`, `("random_choice", (inner specs…), p or None)`,
+/// `("random_order", (inner specs…))` → the container op; each inner spec is parsed like a top-level one and
+/// becomes its stage-2 op (containers always run on the uint8 image). Values are checked by the core when the
+/// program is compiled (`OpSpec::check`).
+fn parse_container(kind: &str, t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec> {
+    let list = t.get_item(1)?;
+    let mut transforms = Vec::new();
+    for (i, item) in list.try_iter()?.enumerate() {
+        let item = item?;
+        let spec = parse_transform(item.cast::<PyTuple>()?)?;
+        // The site here only names the op in an `interpolation` message; the compile checks again in place.
+        transforms.push(program::stage2_op(&spec, Site::top(0).child(i)).py_err()?);
+    }
+    Ok(TransformSpec::Op(match kind {
+        "random_apply" => OpSpec::RandomApply { transforms, p: t.get_item(2)?.extract()? },
+        "random_choice" => {
+            let p = t.get_item(2)?;
+            let p: Vec<f64> = if p.is_none() { vec![1.0; transforms.len()] } else { p.extract()? };
+            OpSpec::RandomChoice { transforms, p }
+        }
+        _ => OpSpec::RandomOrder { transforms },
+    }))
 }
 
 /// Register `sample_op`.
