@@ -153,6 +153,7 @@ macro_rules! kernels {
 }
 
 use super::kernels as k;
+use super::warp::{self as wp, WarpJob};
 
 kernels! {
     /// [`k::saturation`]'s pixel loop.
@@ -165,6 +166,14 @@ kernels! {
     sharpness => k::sharpness_body, (&mut [u8], &[u8], (usize, usize, usize), f32) -> ();
     /// [`k::gaussian_blur`]'s passes.
     gaussian_blur => k::gaussian_blur_body, (&mut [u8], &mut [f32], (usize, usize, usize), &[f32], &[f32]) -> ();
+    /// [`wp::warp`], nearest, 3 channels.
+    warp_nearest3 => wp::warp_nearest::<3>, (WarpJob<'_>, &mut [u8]) -> ();
+    /// [`wp::warp`], nearest, 1 channel.
+    warp_nearest1 => wp::warp_nearest::<1>, (WarpJob<'_>, &mut [u8]) -> ();
+    /// [`wp::warp`], bilinear, 3 channels.
+    warp_bilinear3 => wp::warp_bilinear::<3>, (WarpJob<'_>, &mut [u8]) -> ();
+    /// [`wp::warp`], bilinear, 1 channel.
+    warp_bilinear1 => wp::warp_bilinear::<1>, (WarpJob<'_>, &mut [u8]) -> ();
     /// [`k::hue`]'s pixel loop.
     hue => k::hue_body, (&mut [u8], f32) -> ();
 }
