@@ -18,7 +18,7 @@
 //! fused multiply-add everywhere: the FMA instruction on x86-64-v3, an exact software fma on the baseline, which
 //! is why the baseline is slow on the torchvision `fma` steps and the dispatch matters); never an approximate
 //! reciprocal or a library `ln`/`cos` whose result could depend on the instruction set. Test:
-//! `augment::kernel_tests::simd_paths_give_the_same_bytes`, and scripts/kernel_golden.py run under
+//! `augment::kernels::tests::simd_paths_give_the_same_bytes`, and scripts/kernel_golden.py run under
 //! `TRDATA_SIMD=baseline`.
 //!
 //! On other architectures only the baseline exists.
@@ -174,6 +174,11 @@ kernels! {
     warp_bilinear3 => wp::warp_bilinear::<3>, (WarpJob<'_>, &mut [u8]) -> ();
     /// [`wp::warp`], bilinear, 1 channel.
     warp_bilinear1 => wp::warp_bilinear::<1>, (WarpJob<'_>, &mut [u8]) -> ();
+    /// [`k::gaussian_noise`]'s byte loop (normal generation included).
+    gaussian_noise => k::gaussian_noise_body, (&mut [u8], &mut k::normal::NormalStream, (f32, f32), bool) -> ();
+    /// [`k::erase_random`]'s byte loop (normal generation included).
+    erase_random => k::erase_random_body,
+        (&mut [u8], &mut k::normal::NormalStream, (usize, usize, usize, usize), usize) -> ();
     /// [`k::hue`]'s pixel loop.
     hue => k::hue_body, (&mut [u8], f32) -> ();
 }
