@@ -119,11 +119,8 @@ pub fn contrast(img: &mut ImageMut<'_>, factor: f64) {
     if n == 0 {
         return;
     }
-    let sum: u64 = if img.c == 3 {
-        super::simd::gray_sum((&*img.data,))
-    } else {
-        img.data.iter().map(|&v| u64::from(v)).sum()
-    };
+    let sum: u64 =
+        if img.c == 3 { super::simd::gray_sum((&*img.data,)) } else { img.data.iter().map(|&v| u64::from(v)).sum() };
     let mean = (sum as f64 / n as f64) as f32;
     let (r, om) = blend_factors(factor);
     let t = lut(|x| blend(x, mean, r, om));
@@ -221,9 +218,33 @@ fn hue_px(r: u8, g: u8, b: u8, hf: f32) -> [u8; 3] {
     let pp = (v * (1.0 - s)).clamp(0.0, 1.0);
     let q = (v * (1.0 - s * f)).clamp(0.0, 1.0);
     let t = (v * (1.0 - s + s * f)).clamp(0.0, 1.0);
-    let o0 = if i == 0 || i == 5 { v } else if i == 1 { q } else if i == 4 { t } else { pp };
-    let o1 = if i == 0 { t } else if i == 1 || i == 2 { v } else if i == 3 { q } else { pp };
-    let o2 = if i == 0 || i == 1 { pp } else if i == 2 { t } else if i == 5 { q } else { v };
+    let o0 = if i == 0 || i == 5 {
+        v
+    } else if i == 1 {
+        q
+    } else if i == 4 {
+        t
+    } else {
+        pp
+    };
+    let o1 = if i == 0 {
+        t
+    } else if i == 1 || i == 2 {
+        v
+    } else if i == 3 {
+        q
+    } else {
+        pp
+    };
+    let o2 = if i == 0 || i == 1 {
+        pp
+    } else if i == 2 {
+        t
+    } else if i == 5 {
+        q
+    } else {
+        v
+    };
     [(o0 * to_u8) as u8, (o1 * to_u8) as u8, (o2 * to_u8) as u8]
 }
 
@@ -472,14 +493,15 @@ pub fn gaussian_blur(img: &mut ImageMut<'_>, tmp: &mut Vec<f32>, kx: &[f32], ky:
     super::simd::gaussian_blur((&mut *img.data, &mut tmp[..], (h, w, c), kx, ky));
 }
 
+/// [`gaussian_blur_body`]'s arguments: image bytes, scratch, (h, w, c), horizontal and vertical taps.
+pub(super) type BlurArgs<'a> = (&'a mut [u8], &'a mut [f32], (usize, usize, usize), &'a [f32], &'a [f32]);
+
 /// [`gaussian_blur`]'s two passes. `tmp`: the horizontal result (`h · w · c`), then one reflect-padded source
 /// row, then one accumulator row. The border is handled once per row (the padded row; the vertical pass picks
 /// its source rows by reflection before the inner loop), so the inner loops are plain multiply-adds over a row
 /// — `acc[j] += src[j + t·c] · k[t]` tap after tap, the same per-output order as the scalar sum — and vectorize.
 #[inline(always)]
-pub(super) fn gaussian_blur_body(
-    (data, tmp, (h, w, c), kx, ky): (&mut [u8], &mut [f32], (usize, usize, usize), &[f32], &[f32]),
-) {
+pub(super) fn gaussian_blur_body((data, tmp, (h, w, c), kx, ky): BlurArgs<'_>) {
     let stride = w * c;
     let (rx, ry) = (kx.len() / 2, ky.len() / 2);
     let (plane, rest) = tmp.split_at_mut(h * stride);
@@ -550,7 +572,12 @@ pub fn erase_random(img: &mut ImageMut<'_>, (top, left, eh, ew): (usize, usize, 
 
 #[inline(always)]
 pub(super) fn erase_random_body(
-    (data, stream, (top, x0, eh, n), stride): (&mut [u8], &mut normal::NormalStream, (usize, usize, usize, usize), usize),
+    (data, stream, (top, x0, eh, n), stride): (
+        &mut [u8],
+        &mut normal::NormalStream,
+        (usize, usize, usize, usize),
+        usize,
+    ),
 ) {
     let mut z = [0f32; normal::BATCH];
     for y in top..top + eh {
@@ -698,7 +725,9 @@ mod tests {
             return;
         }
         let textured = |h: usize, w: usize, c: usize| -> Vec<u8> {
-            (0..h * w * c).map(|i| ((i * 7919) ^ (i >> 3) * 31).wrapping_mul(2_654_435_761) as u8 / 2 + (i % 97) as u8).collect()
+            (0..h * w * c)
+                .map(|i| ((i * 7919) ^ ((i >> 3) * 31)).wrapping_mul(2_654_435_761) as u8 / 2 + (i % 97) as u8)
+                .collect()
         };
         let run_all = |h: usize, w: usize, c: usize| -> Vec<Vec<u8>> {
             let src = textured(h, w, c);
@@ -720,7 +749,8 @@ mod tests {
             each(&|i, _| gaussian_noise(i, &mut SampleRng::new(1, 2, 3, 4), (0.1, 0.3), false));
             each(&|i, _| erase_random(i, (0, 0, i.h, i.w), &mut SampleRng::new(1, 2, 3, 4)));
             let m = warp::inverse_affine([0.0, 0.0], 23.0, [1.0, -2.0], 1.1, [7.0, -3.0]);
-            let (st, en) = warp::perspective_points(h, w, [1, 0, w as i64 - 3, 2, w as i64 - 1, h as i64 - 2, 0, h as i64 - 1]);
+            let (st, en) =
+                warp::perspective_points(h, w, [1, 0, w as i64 - 3, 2, w as i64 - 1, h as i64 - 2, 0, h as i64 - 1]);
             for map in [GridMap::Affine(m), GridMap::Perspective(warp::perspective_coeffs(st, en).unwrap())] {
                 for interp in [Interp::Nearest, Interp::Bilinear] {
                     for fill in [None, Some([0.0; 3]), Some([10.5, 99.0, 300.0])] {

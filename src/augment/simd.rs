@@ -127,10 +127,10 @@ fn current() -> Simd {
 /// `run(f, args)` would not do: rustc calls a closure or fn item through a shim it does not inline into the
 /// `#[target_feature]` function, so the body would stay baseline code — measured, not guessed.)
 macro_rules! kernels {
-    ($($(#[$doc:meta])* $name:ident => $body:path, ($($ty:ty),* $(,)?) -> $ret:ty;)*) => {$(
+    ($($(#[$doc:meta])* $name:ident => $body:path, $args:ty => $ret:ty;)*) => {$(
         $(#[$doc])*
         #[inline]
-        pub(crate) fn $name(args: ($($ty,)*)) -> $ret {
+        pub(crate) fn $name(args: $args) -> $ret {
             /// The body compiled for x86-64-v3.
             ///
             /// # Safety
@@ -138,7 +138,7 @@ macro_rules! kernels {
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt,f16c")]
             #[inline(never)]
-            unsafe fn avx2(args: ($($ty,)*)) -> $ret {
+            unsafe fn avx2(args: $args) -> $ret {
                 $body(args)
             }
             match current() {
@@ -157,28 +157,28 @@ use super::warp::{self as wp, WarpJob};
 
 kernels! {
     /// [`k::saturation`]'s pixel loop.
-    saturation => k::saturation_body, (&mut [u8], f32, f32) -> ();
+    saturation => k::saturation_body, (&mut [u8], f32, f32) => ();
     /// [`k::contrast`]'s Σ gray.
-    gray_sum => k::gray_sum, (&[u8],) -> u64;
+    gray_sum => k::gray_sum, (&[u8],) => u64;
     /// [`k::grayscale`]'s pixel loop.
-    grayscale => k::grayscale_body, (&mut [u8],) -> ();
+    grayscale => k::grayscale_body, (&mut [u8],) => ();
     /// [`k::sharpness`]'s interior.
-    sharpness => k::sharpness_body, (&mut [u8], &[u8], (usize, usize, usize), f32) -> ();
+    sharpness => k::sharpness_body, (&mut [u8], &[u8], (usize, usize, usize), f32) => ();
     /// [`k::gaussian_blur`]'s passes.
-    gaussian_blur => k::gaussian_blur_body, (&mut [u8], &mut [f32], (usize, usize, usize), &[f32], &[f32]) -> ();
+    gaussian_blur => k::gaussian_blur_body, k::BlurArgs<'_> => ();
     /// [`wp::warp`], nearest, 3 channels.
-    warp_nearest3 => wp::warp_nearest::<3>, (WarpJob<'_>, &mut [u8]) -> ();
+    warp_nearest3 => wp::warp_nearest::<3>, (WarpJob<'_>, &mut [u8]) => ();
     /// [`wp::warp`], nearest, 1 channel.
-    warp_nearest1 => wp::warp_nearest::<1>, (WarpJob<'_>, &mut [u8]) -> ();
+    warp_nearest1 => wp::warp_nearest::<1>, (WarpJob<'_>, &mut [u8]) => ();
     /// [`wp::warp`], bilinear, 3 channels.
-    warp_bilinear3 => wp::warp_bilinear::<3>, (WarpJob<'_>, &mut [u8]) -> ();
+    warp_bilinear3 => wp::warp_bilinear::<3>, (WarpJob<'_>, &mut [u8]) => ();
     /// [`wp::warp`], bilinear, 1 channel.
-    warp_bilinear1 => wp::warp_bilinear::<1>, (WarpJob<'_>, &mut [u8]) -> ();
+    warp_bilinear1 => wp::warp_bilinear::<1>, (WarpJob<'_>, &mut [u8]) => ();
     /// [`k::gaussian_noise`]'s byte loop (normal generation included).
-    gaussian_noise => k::gaussian_noise_body, (&mut [u8], &mut k::normal::NormalStream, (f32, f32), bool) -> ();
+    gaussian_noise => k::gaussian_noise_body, (&mut [u8], &mut k::normal::NormalStream, (f32, f32), bool) => ();
     /// [`k::erase_random`]'s byte loop (normal generation included).
     erase_random => k::erase_random_body,
-        (&mut [u8], &mut k::normal::NormalStream, (usize, usize, usize, usize), usize) -> ();
+        (&mut [u8], &mut k::normal::NormalStream, (usize, usize, usize, usize), usize) => ();
     /// [`k::hue`]'s pixel loop.
-    hue => k::hue_body, (&mut [u8], f32) -> ();
+    hue => k::hue_body, (&mut [u8], f32) => ();
 }

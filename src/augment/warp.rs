@@ -219,7 +219,12 @@ impl WarpJob<'_> {
     /// helper: the dispatched bodies must contain the whole loop, and rustc does not inline closures into the
     /// `#[target_feature]` copy (measured: floor/rint became library calls).
     #[inline(always)]
-    fn next_chunk(&self, at: &mut (usize, usize), ix: &mut [f32; CHUNK], iy: &mut [f32; CHUNK]) -> Option<(usize, usize)> {
+    fn next_chunk(
+        &self,
+        at: &mut (usize, usize),
+        ix: &mut [f32; CHUNK],
+        iy: &mut [f32; CHUNK],
+    ) -> Option<(usize, usize)> {
         let (oh, ow) = self.out_hw;
         let (oy, ox) = *at;
         if oy >= oh || ow == 0 {

@@ -14,7 +14,7 @@
 //! statistical ones below (moments, KS against Φ, tails, pair correlation) and the Python KS test of
 //! GaussianNoise against torchvision's.
 
-use crate::rng::{SampleRng, philox4x32_10};
+use crate::rng::SampleRng;
 
 /// Counter word 1 of the normal blocks (ASCII "NORM"), so the blocks never alias another use of the same key.
 const NORMAL_TAG: u32 = 0x4E4F_524D;
@@ -55,7 +55,7 @@ impl NormalStream {
 }
 
 /// Philox4x32-10 of `BLOCKS` counters `(ctr[i], NORMAL_TAG, 0, 0)` under `key`, word-major (`out[word][lane]`),
-/// the lanes as plain arrays so the rounds vectorize. Bit-identical to [`philox4x32_10`] (tested).
+/// the lanes as plain arrays so the rounds vectorize. Bit-identical to [`crate::rng::philox4x32_10`] (tested).
 #[inline(always)]
 fn philox_lanes(ctr: [u32; BLOCKS], key: [u32; 2], out: &mut [[u32; BLOCKS]; 4]) {
     const M0: u64 = 0xD251_1F53;
@@ -133,6 +133,7 @@ fn sin_cos_quadrant(theta: f32) -> (f32, f32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rng::philox4x32_10;
 
     fn draws(n: usize, seed: u64) -> Vec<f32> {
         let mut rng = SampleRng::new(seed, 0, 0, 0x100);
@@ -152,7 +153,8 @@ mod tests {
     fn phi(x: f64) -> f64 {
         let z = x.abs() / std::f64::consts::SQRT_2;
         let t = 1.0 / (1.0 + 0.327_591_1 * z);
-        let poly = t * (0.254_829_592 + t * (-0.284_496_736 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+        let poly =
+            t * (0.254_829_592 + t * (-0.284_496_736 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
         let erfc = poly * (-z * z).exp();
         if x >= 0.0 { 1.0 - 0.5 * erfc } else { 0.5 * erfc }
     }
