@@ -3,6 +3,10 @@ one worker, each op's run interleaved with the no-op baseline (RandomResizedCrop
 so drift on a shared machine cancels.
 
     PYTHONPATH=python python benches/ops.py [--data ../shared/data/imagenet-sample] [--images 300] [--rounds 3]
+        [--size 224] [--only substring,...] [--json out.json] [--compare before.json]
+
+``--json`` writes the table; ``--compare`` adds a before column and the ratio (run the old build with its own
+PYTHONPATH into a JSON first, e.g. a copy of python/trdata with the old ``_core`` .so).
 
 Cost of op X = median over rounds of (time per image of [RRC, flip, X]) - (time of [RRC, flip]). The first op
 in the uint8 stage also pays for the intermediate image and the separate final write (reported as
@@ -12,6 +16,7 @@ in the uint8 stage also pays for the intermediate image and the separate final w
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from pathlib import Path
@@ -59,12 +64,12 @@ OPS: list[tuple[str, Any]] = [
 ]
 
 
-def per_image_s(root: Path, n: int, ops: list[Any]) -> float:
+def per_image_s(root: Path, n: int, ops: list[Any], size: int = 224) -> float:
     src = trdata.ImageFolder(root)
     with trdata.Loader(
         src,
         batch_size=50,
-        transforms=[T.RandomResizedCrop(224), T.RandomHorizontalFlip(), *ops],
+        transforms=[T.RandomResizedCrop(size), T.RandomHorizontalFlip(), *ops],
         workers=1,
         dtype="float16",
         normalize=trdata.IMAGENET,
@@ -87,23 +92,40 @@ def main() -> None:
     )
     ap.add_argument("--images", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--only", default="", help="comma-separated substrings of op names")
+    ap.add_argument("--json", default="", help="write {op: µs} here")
+    ap.add_argument("--compare", default="", help="a --json file of an earlier build: adds before and ratio")
     a = ap.parse_args()
     root = Path(a.data)
-    per_image_s(root, 50, [])  # warm the page cache
-    print(f"{'op':40s} {'µs/img':>9s}   (baseline RRC224+flip → f16, 1 worker)")
+    only = [s for s in a.only.split(",") if s]
+    before: dict[str, float] = json.loads(Path(a.compare).read_text()) if a.compare else {}
+    per_image_s(root, 50, [], a.size)  # warm the page cache
+    extra = f" {'before':>9s} {'×':>6s}" if before else ""
+    print(f"{'op':48s} {'µs/img':>9s}{extra}   (baseline RRC{a.size}+flip → f16, 1 worker)")
     base_all = []
+    table: dict[str, float] = {}
     for name, op in OPS:
+        if only and not any(s in name for s in only):
+            continue
         ops = op if isinstance(op, list) else [op]
         deltas = []
         for _ in range(a.rounds):
-            base = per_image_s(root, a.images, [])
-            with_op = per_image_s(root, a.images, ops)
+            base = per_image_s(root, a.images, [], a.size)
+            with_op = per_image_s(root, a.images, ops, a.size)
             base_all.append(base)
             deltas.append(with_op - base)
-        print(f"{name:40s} {statistics.median(deltas) * 1e6:9.1f}")
-    print(
-        f"{'baseline (RRC224+flip, fused)':40s} {statistics.median(base_all) * 1e6:9.1f} per image in total"
-    )
+        us = statistics.median(deltas) * 1e6
+        table[name] = us
+        cmp = ""
+        if name in before:
+            ratio = f"{before[name] / us:6.1f}" if us > 0 and before[name] > 0 else f"{'n/a':>6s}"
+            cmp = f" {before[name]:9.1f} {ratio}"
+        print(f"{name:48s} {us:9.1f}{cmp}", flush=True)
+    table["baseline"] = statistics.median(base_all) * 1e6
+    print(f"{'baseline (RRC+flip, fused)':48s} {table['baseline']:9.1f} per image in total")
+    if a.json:
+        Path(a.json).write_text(json.dumps(table, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,10 @@
 //! or skips the fma differs from torchvision on ~1 % of pixels (measured in the spec), which is why each step is
 //! spelled out rather than "simplified".
 
+pub(super) mod normal;
+
+use crate::rng::SampleRng;
+
 /// A uint8 image in HWC order: `h` rows of `w` pixels of `c` interleaved channels (1 or 3).
 #[derive(Debug)]
 pub struct ImageMut<'a> {
@@ -42,12 +46,41 @@ fn blend_factors(ratio: f64) -> (f32, f32) {
     (ratio as f32, (1.0 - ratio) as f32)
 }
 
-/// `adjust_brightness(f)`: `trunc(clamp(x · f32(f), 0, 255))`.
+/// Pixels per block of the RGB kernels: 8 pixels (24 bytes) become 8-lane f32 rows that the compiler keeps in
+/// vector registers (one AVX2 register per quantity on the x86-64-v3 path, see [`super::simd`]).
+const LANES: usize = 8;
+
+/// A 256-entry table `x ↦ f(x)` for the ops whose output byte depends only on the input byte and per-image
+/// constants: the table is computed with the op's own arithmetic, so applying it is exact by construction.
+#[inline(always)]
+fn lut(f: impl Fn(u8) -> u8) -> [u8; 256] {
+    std::array::from_fn(|x| f(x as u8))
+}
+
+/// Apply a 256-entry table to every byte.
+#[inline(always)]
+fn apply_lut(data: &mut [u8], lut: &[u8; 256]) {
+    for v in data.iter_mut() {
+        *v = lut[usize::from(*v)];
+    }
+}
+
+/// `floor(gray)` of 8 interleaved RGB pixels (`p.len() == 24`), each lane as [`gray_f32`].
+#[inline(always)]
+fn gray_floor_block(p: &[u8]) -> [f32; LANES] {
+    let p: &[u8; 3 * LANES] = p.try_into().expect("a block of 8 RGB pixels");
+    let mut g = [0f32; LANES];
+    for (i, gi) in g.iter_mut().enumerate() {
+        *gi = gray_f32(p[3 * i], p[3 * i + 1], p[3 * i + 2]).floor();
+    }
+    g
+}
+
+/// `adjust_brightness(f)`: `trunc(clamp(x · f32(f), 0, 255))`, through a table.
 pub fn brightness(img: &mut ImageMut<'_>, factor: f64) {
     let f = factor as f32;
-    for v in img.data.iter_mut() {
-        *v = (f32::from(*v) * f).clamp(0.0, 255.0) as u8;
-    }
+    let t = lut(|x| (f32::from(x) * f).clamp(0.0, 255.0) as u8);
+    apply_lut(img.data, &t);
 }
 
 /// `adjust_saturation(f)`: blend with the per-pixel `floor(gray)`; gray images are unchanged.
@@ -56,7 +89,21 @@ pub fn saturation(img: &mut ImageMut<'_>, factor: f64) {
         return;
     }
     let (r, om) = blend_factors(factor);
-    for p in img.data.chunks_exact_mut(3) {
+    super::simd::saturation((&mut *img.data, r, om));
+}
+
+#[inline(always)]
+pub(super) fn saturation_body((data, r, om): (&mut [u8], f32, f32)) {
+    let mut blocks = data.chunks_exact_mut(3 * LANES);
+    for p in &mut blocks {
+        let g = gray_floor_block(p);
+        // each byte against its pixel's gray: the 24 lanes of the block, gray widened 8 → 24
+        let gg: [f32; 3 * LANES] = std::array::from_fn(|i| g[i / 3]);
+        for (v, &gv) in p.iter_mut().zip(&gg) {
+            *v = blend(*v, gv, r, om);
+        }
+    }
+    for p in blocks.into_remainder().chunks_exact_mut(3) {
         let g = gray_f32(p[0], p[1], p[2]).floor();
         for v in p.iter_mut() {
             *v = blend(*v, g, r, om);
@@ -65,22 +112,43 @@ pub fn saturation(img: &mut ImageMut<'_>, factor: f64) {
 }
 
 /// `adjust_contrast(f)`: blend with the mean of the image's `floor(gray)` (the channel itself when gray), one
-/// scalar for the whole image (summed exactly, divided in f64, rounded to f32: matches torch's f32 mean).
+/// scalar for the whole image (summed exactly, divided in f64, rounded to f32: matches torch's f32 mean); the
+/// blend with a per-image constant is a table.
 pub fn contrast(img: &mut ImageMut<'_>, factor: f64) {
     let n = img.h * img.w;
     if n == 0 {
         return;
     }
-    let sum: u64 = if img.c == 3 {
-        img.data.chunks_exact(3).map(|p| gray_f32(p[0], p[1], p[2]) as u64).sum()
-    } else {
-        img.data.iter().map(|&v| u64::from(v)).sum()
-    };
+    let sum: u64 =
+        if img.c == 3 { super::simd::gray_sum((&*img.data,)) } else { img.data.iter().map(|&v| u64::from(v)).sum() };
     let mean = (sum as f64 / n as f64) as f32;
     let (r, om) = blend_factors(factor);
-    for v in img.data.iter_mut() {
-        *v = blend(*v, mean, r, om);
+    let t = lut(|x| blend(x, mean, r, om));
+    apply_lut(img.data, &t);
+}
+
+/// Σ `trunc(gray)` over the RGB pixels of `data`.
+#[inline(always)]
+pub(super) fn gray_sum((data,): (&[u8],)) -> u64 {
+    let mut blocks = data.chunks_exact(3 * LANES);
+    // per-lane u32 partial sums: ≤ 254 per pixel, so a lane overflows only after 16 M blocks; flushed every
+    // 65 536 blocks to stay far from it
+    let mut total = 0u64;
+    let mut acc = [0u32; LANES];
+    let mut k = 0u32;
+    for p in &mut blocks {
+        let g = gray_floor_block(p);
+        for (a, gv) in acc.iter_mut().zip(g) {
+            *a += gv as u32;
+        }
+        k += 1;
+        if k == 1 << 16 {
+            total += acc.iter().map(|&a| u64::from(a)).sum::<u64>();
+            (acc, k) = ([0; LANES], 0);
+        }
     }
+    total += acc.iter().map(|&a| u64::from(a)).sum::<u64>();
+    total + blocks.remainder().chunks_exact(3).map(|p| gray_f32(p[0], p[1], p[2]) as u64).sum::<u64>()
 }
 
 /// `adjust_hue(h)` for `h` in [-0.5, 0.5]: RGB → HSV in f32, hue shifted modulo 1, back to RGB, then torch's
@@ -90,43 +158,94 @@ pub fn hue(img: &mut ImageMut<'_>, hue_factor: f64) {
         return;
     }
     let hf = hue_factor as f32;
+    super::simd::hue((&mut *img.data, hf));
+}
+
+#[inline(always)]
+pub(super) fn hue_body((data, hf): (&mut [u8], f32)) {
+    let mut blocks = data.chunks_exact_mut(3 * LANES);
+    for p in &mut blocks {
+        // deinterleave into lanes, run the lanes through one vectorizable loop, interleave back
+        let (mut r, mut g, mut b) = ([0u8; LANES], [0u8; LANES], [0u8; LANES]);
+        for i in 0..LANES {
+            (r[i], g[i], b[i]) = (p[3 * i], p[3 * i + 1], p[3 * i + 2]);
+        }
+        let mut o = [[0u8; 3]; LANES];
+        for i in 0..LANES {
+            o[i] = hue_px(r[i], g[i], b[i], hf);
+        }
+        p.copy_from_slice(o.as_flattened());
+    }
+    for p in blocks.into_remainder().chunks_exact_mut(3) {
+        let o = hue_px(p[0], p[1], p[2], hf);
+        p.copy_from_slice(&o);
+    }
+}
+
+/// One pixel of [`hue`], branch-free (selects instead of `if`, so the pixel loop vectorizes) and with torch's
+/// `%`/`remainder` written out for the ranges they see here (exact, see the comments), not through `fmod`.
+#[inline(always)]
+fn hue_px(r: u8, g: u8, b: u8, hf: f32) -> [u8; 3] {
     let k255 = 1.0f32 / 255.0;
     let sixth = 1.0f32 / 6.0;
     let to_u8 = 255.0f32 + 1.0 - 1e-3;
-    for p in img.data.chunks_exact_mut(3) {
-        let (r, g, b) = (f32::from(p[0]) * k255, f32::from(p[1]) * k255, f32::from(p[2]) * k255);
-        let maxc = r.max(g).max(b);
-        let minc = r.min(g).min(b);
-        let eqc = maxc == minc;
-        let cr = maxc - minc;
-        let s = cr / if eqc { 1.0 } else { maxc };
-        let crd = if eqc { 1.0 } else { cr };
-        let (rc, gc, bc) = ((maxc - r) / crd, (maxc - g) / crd, (maxc - b) / crd);
-        let hr = if maxc == r { bc - gc } else { 0.0 };
-        let hg = if maxc == g && maxc != r { (rc + 2.0) - bc } else { 0.0 };
-        let hb = if maxc != g && maxc != r { (gc + 4.0) - rc } else { 0.0 };
-        let h = ((hr + hg + hb) * sixth + 1.0) % 1.0;
-        let h = (h + hf).rem_euclid(1.0);
-        let v = maxc;
-        let h6 = h * 6.0;
-        let i = h6.floor();
-        let f = h6 - i;
-        let i = (i as i32).rem_euclid(6);
-        let pp = (v * (1.0 - s)).clamp(0.0, 1.0);
-        let q = (v * (1.0 - s * f)).clamp(0.0, 1.0);
-        let t = (v * (1.0 - s + s * f)).clamp(0.0, 1.0);
-        let (o0, o1, o2) = match i {
-            0 => (v, t, pp),
-            1 => (q, v, pp),
-            2 => (pp, v, t),
-            3 => (pp, q, v),
-            4 => (t, pp, v),
-            _ => (v, pp, q),
-        };
-        p[0] = (o0 * to_u8) as u8;
-        p[1] = (o1 * to_u8) as u8;
-        p[2] = (o2 * to_u8) as u8;
-    }
+    let (r, g, b) = (f32::from(r) * k255, f32::from(g) * k255, f32::from(b) * k255);
+    let maxc = r.max(g).max(b);
+    let minc = r.min(g).min(b);
+    let eqc = maxc == minc;
+    let cr = maxc - minc;
+    let s = cr / if eqc { 1.0 } else { maxc };
+    let crd = if eqc { 1.0 } else { cr };
+    let (rc, gc, bc) = ((maxc - r) / crd, (maxc - g) / crd, (maxc - b) / crd);
+    let hr = if maxc == r { bc - gc } else { 0.0 };
+    let hg = if maxc == g && maxc != r { (rc + 2.0) - bc } else { 0.0 };
+    let hb = if maxc != g && maxc != r { (gc + 4.0) - rc } else { 0.0 };
+    // `x % 1.0` for x = h/6 + 1 in [5/6, 11/6]: x - 1 is exact there (Sterbenz), as fmod's result is
+    let x = (hr + hg + hb) * sixth + 1.0;
+    let h = if x >= 1.0 { x - 1.0 } else { x };
+    // `(h + hf).rem_euclid(1.0)` for h + hf in [-0.5, 1.5): fmod is the identity or an exact `- 1`, then a
+    // negative remainder gets `+ 1.0` (rounded, as rem_euclid does)
+    let y = h + hf;
+    let m = if y >= 1.0 { y - 1.0 } else { y };
+    let h = if m < 0.0 { m + 1.0 } else { m };
+    let v = maxc;
+    let h6 = h * 6.0;
+    let fi = h6.floor();
+    let f = h6 - fi;
+    // h ∈ [0, 1] (a negative remainder + 1 may round up to 1): i ∈ 0..=6, and 6 is sector 0
+    let i = fi as i32;
+    let i = if i >= 6 { i - 6 } else { i };
+    let pp = (v * (1.0 - s)).clamp(0.0, 1.0);
+    let q = (v * (1.0 - s * f)).clamp(0.0, 1.0);
+    let t = (v * (1.0 - s + s * f)).clamp(0.0, 1.0);
+    let o0 = if i == 0 || i == 5 {
+        v
+    } else if i == 1 {
+        q
+    } else if i == 4 {
+        t
+    } else {
+        pp
+    };
+    let o1 = if i == 0 {
+        t
+    } else if i == 1 || i == 2 {
+        v
+    } else if i == 3 {
+        q
+    } else {
+        pp
+    };
+    let o2 = if i == 0 || i == 1 {
+        pp
+    } else if i == 2 {
+        t
+    } else if i == 5 {
+        q
+    } else {
+        v
+    };
+    [(o0 * to_u8) as u8, (o1 * to_u8) as u8, (o2 * to_u8) as u8]
 }
 
 /// `rgb_to_grayscale` kept at the image's channel count: each RGB pixel becomes `trunc(gray)` in all three
@@ -136,7 +255,18 @@ pub fn grayscale(img: &mut ImageMut<'_>) {
     if img.c != 3 {
         return;
     }
-    for p in img.data.chunks_exact_mut(3) {
+    super::simd::grayscale((&mut *img.data,));
+}
+
+#[inline(always)]
+pub(super) fn grayscale_body((data,): (&mut [u8],)) {
+    let mut blocks = data.chunks_exact_mut(3 * LANES);
+    for p in &mut blocks {
+        let g = gray_floor_block(p); // ≥ 0, so floor is the truncation torch's cast does
+        let gg: [u8; 3 * LANES] = std::array::from_fn(|i| g[i / 3] as u8);
+        p.copy_from_slice(&gg);
+    }
+    for p in blocks.into_remainder().chunks_exact_mut(3) {
         let g = gray_f32(p[0], p[1], p[2]) as u8;
         p.fill(g);
     }
@@ -149,13 +279,13 @@ pub fn invert(img: &mut ImageMut<'_>) {
     }
 }
 
-/// `x >= threshold ? 255 - x : x` (compared in f32, so a fractional threshold 128.5 inverts from 129 up).
+/// `x >= threshold ? 255 - x : x` (compared in f32, so a fractional threshold 128.5 inverts from 129 up): the
+/// f32 comparison decides, once per image, the first byte value that inverts; the pixel loop compares bytes.
 pub fn solarize(img: &mut ImageMut<'_>, threshold: f64) {
     let t = threshold as f32;
+    let Some(first) = (0..=255u8).find(|&v| f32::from(v) >= t) else { return };
     for v in img.data.iter_mut() {
-        if f32::from(*v) >= t {
-            *v = 255 - *v;
-        }
+        *v = if *v >= first { 255 - *v } else { *v };
     }
 }
 
@@ -172,55 +302,106 @@ pub fn posterize(img: &mut ImageMut<'_>, bits: u32) {
 }
 
 /// Per channel: stretch [min, max] to [0, 255] (`trunc(clamp((x - min) / ((max - min) / 255), 0, 255))`, torch
-/// divides by the f32 scale); constant channels are unchanged.
+/// divides by the f32 scale); constant channels are unchanged. One pass finds every channel's range, one pass
+/// applies the per-channel tables.
 pub fn autocontrast(img: &mut ImageMut<'_>) {
     let c = img.c;
+    let (mn, mx) = channel_ranges(img.data, c);
+    let mut luts = [[0u8; 256]; 3];
     for ch in 0..c {
-        let (mut mn, mut mx) = (255u8, 0u8);
-        for p in img.data.chunks_exact(c) {
-            mn = mn.min(p[ch]);
-            mx = mx.max(p[ch]);
+        let (lo, hi) = (mn[ch], mx[ch]);
+        luts[ch] = if lo >= hi {
+            lut(|x| x)
+        } else {
+            let inv = (f32::from(hi) - f32::from(lo)) * (1.0f32 / 255.0);
+            let lof = f32::from(lo);
+            lut(|x| ((f32::from(x) - lof) / inv).clamp(0.0, 255.0) as u8)
+        };
+    }
+    apply_channel_luts(img.data, c, &luts);
+}
+
+/// Per-channel (min, max) of interleaved `c`-channel bytes: lane-wise min/max over 48-byte blocks (48 is a
+/// multiple of 1 and 3, so lane `i` always holds channel `i % c`), then folded per channel.
+fn channel_ranges(data: &[u8], c: usize) -> ([u8; 3], [u8; 3]) {
+    const B: usize = 48;
+    let (mut lo, mut hi) = ([255u8; B], [0u8; B]);
+    let mut blocks = data.chunks_exact(B);
+    for blk in &mut blocks {
+        for i in 0..B {
+            lo[i] = lo[i].min(blk[i]);
+            hi[i] = hi[i].max(blk[i]);
         }
-        if mn >= mx {
-            continue;
-        }
-        let inv = (f32::from(mx) - f32::from(mn)) * (1.0f32 / 255.0);
-        let mnf = f32::from(mn);
-        let mut lut = [0u8; 256];
-        for (x, l) in lut.iter_mut().enumerate() {
-            *l = ((x as f32 - mnf) / inv).clamp(0.0, 255.0) as u8;
-        }
-        for p in img.data.chunks_exact_mut(c) {
-            p[ch] = lut[usize::from(p[ch])];
-        }
+    }
+    let (mut mn, mut mx) = ([255u8; 3], [0u8; 3]);
+    for i in 0..B {
+        mn[i % c] = mn[i % c].min(lo[i]);
+        mx[i % c] = mx[i % c].max(hi[i]);
+    }
+    for (i, &v) in blocks.remainder().iter().enumerate() {
+        mn[i % c] = mn[i % c].min(v);
+        mx[i % c] = mx[i % c].max(v);
+    }
+    (mn, mx)
+}
+
+/// Byte `i` of interleaved `c`-channel data through `luts[i % c]`.
+fn apply_channel_luts(data: &mut [u8], c: usize, luts: &[[u8; 256]; 3]) {
+    if c == 1 {
+        apply_lut(data, &luts[0]);
+        return;
+    }
+    for p in data.chunks_exact_mut(3) {
+        p[0] = luts[0][usize::from(p[0])];
+        p[1] = luts[1][usize::from(p[1])];
+        p[2] = luts[2][usize::from(p[2])];
     }
 }
 
 /// Per-channel histogram equalization, Pillow's and torchvision's LUT: `step = (N - hist[last nonzero]) // 255`,
-/// `lut[k] = min(255, (cum[k-1] + step // 2) // step)`; a channel with `step == 0` is unchanged.
+/// `lut[k] = min(255, (cum[k-1] + step // 2) // step)`; a channel with `step == 0` is unchanged. One pass
+/// counts every channel, one pass applies the tables.
 pub fn equalize(img: &mut ImageMut<'_>) {
     let c = img.c;
     let n = (img.h * img.w) as u64;
-    for ch in 0..c {
-        let mut hist = [0u64; 256];
-        for p in img.data.chunks_exact(c) {
-            hist[usize::from(p[ch])] += 1;
+    let mut hists = [[0u64; 256]; 3];
+    if c == 1 {
+        // two interleaved histograms halve the store-to-load chains of runs of equal bytes
+        let mut pair = [[0u64; 256]; 2];
+        let mut it = img.data.chunks_exact(2);
+        for p in &mut it {
+            pair[0][usize::from(p[0])] += 1;
+            pair[1][usize::from(p[1])] += 1;
         }
+        for &v in it.remainder() {
+            pair[0][usize::from(v)] += 1;
+        }
+        for k in 0..256 {
+            hists[0][k] = pair[0][k] + pair[1][k];
+        }
+    } else {
+        for p in img.data.chunks_exact(3) {
+            hists[0][usize::from(p[0])] += 1;
+            hists[1][usize::from(p[1])] += 1;
+            hists[2][usize::from(p[2])] += 1;
+        }
+    }
+    let mut luts = [[0u8; 256]; 3];
+    for ch in 0..c {
+        let hist = &hists[ch];
         let last = hist.iter().rposition(|&h| h != 0).unwrap_or(0);
         let step = (n - hist[last]) / 255;
         if step == 0 {
+            luts[ch] = lut(|x| x);
             continue;
         }
-        let mut lut = [0u8; 256];
         let mut cum = 0u64;
         for k in 1..256 {
             cum += hist[k - 1];
-            lut[k] = ((cum + step / 2) / step).min(255) as u8;
-        }
-        for p in img.data.chunks_exact_mut(c) {
-            p[ch] = lut[usize::from(p[ch])];
+            luts[ch][k] = ((cum + step / 2) / step).min(255) as u8;
         }
     }
+    apply_channel_luts(img.data, c, &luts);
 }
 
 /// `adjust_sharpness(f)`: the interior is blended with the 3×3 smoothing `[[1,1,1],[1,5,1],[1,1,1]]/13`
@@ -233,25 +414,41 @@ pub fn sharpness(img: &mut ImageMut<'_>, src: &mut Vec<u8>, factor: f64) {
     }
     src.clear();
     src.extend_from_slice(img.data);
-    let (k1, k5) = (1.0f32 / 13.0, 5.0f32 / 13.0);
     let om = (1.0 - factor) as f32;
+    super::simd::sharpness((&mut *img.data, &src[..], (h, w, c), om));
+}
+
+/// [`sharpness`]'s interior: per row, the nine neighbour rows as slices of the interior's length, so the loop
+/// over the row's bytes has no bounds checks and vectorizes; each output sums its taps in conv2d's order.
+#[inline(always)]
+pub(super) fn sharpness_body((dst, src, (h, w, c), om): (&mut [u8], &[u8], (usize, usize, usize), f32)) {
+    let (k1, k5) = (1.0f32 / 13.0, 5.0f32 / 13.0);
     let stride = w * c;
+    let n = stride - 2 * c;
     for y in 1..h - 1 {
-        for x in 1..w - 1 {
-            for ch in 0..c {
-                let at = |yy: usize, xx: usize| f32::from(src[yy * stride + xx * c + ch]);
-                // conv2d accumulates the 9 taps in f32 (row-major order).
-                let mut acc = 0.0f32;
-                for dy in 0..3 {
-                    for dx in 0..3 {
-                        let k = if dy == 1 && dx == 1 { k5 } else { k1 };
-                        acc += at(y + dy - 1, x + dx - 1) * k;
-                    }
-                }
-                let blur = acc.round_ties_even().clamp(0.0, 255.0);
-                let v = at(y, x);
-                img.data[y * stride + x * c + ch] = (blur - v).mul_add(om, v).clamp(0.0, 255.0) as u8;
-            }
+        let row = |yy: usize| {
+            let r = &src[yy * stride..(yy + 1) * stride];
+            (&r[..n], &r[c..c + n], &r[2 * c..2 * c + n])
+        };
+        let (a0, a1, a2) = row(y - 1);
+        let (b0, b1, b2) = row(y);
+        let (d0, d1, d2) = row(y + 1);
+        let out = &mut dst[y * stride + c..y * stride + c + n];
+        for j in 0..n {
+            let f = |v: &[u8]| f32::from(v[j]);
+            let mut acc = 0.0f32;
+            acc += f(a0) * k1;
+            acc += f(a1) * k1;
+            acc += f(a2) * k1;
+            acc += f(b0) * k1;
+            acc += f(b1) * k5;
+            acc += f(b2) * k1;
+            acc += f(d0) * k1;
+            acc += f(d1) * k1;
+            acc += f(d2) * k1;
+            let blur = acc.round_ties_even().clamp(0.0, 255.0);
+            let v = f(b1);
+            out[j] = (blur - v).mul_add(om, v).clamp(0.0, 255.0) as u8;
         }
     }
 }
@@ -290,32 +487,105 @@ pub fn gaussian_blur(img: &mut ImageMut<'_>, tmp: &mut Vec<f32>, kx: &[f32], ky:
         return;
     }
     let stride = w * c;
+    let padded = (w + 2 * (kx.len() / 2)) * c;
     tmp.clear();
-    tmp.resize(h * stride, 0.0);
-    let (rx, ry) = ((kx.len() / 2) as isize, (ky.len() / 2) as isize);
+    tmp.resize(h * stride + padded + stride, 0.0);
+    super::simd::gaussian_blur((&mut *img.data, &mut tmp[..], (h, w, c), kx, ky));
+}
+
+/// [`gaussian_blur_body`]'s arguments: image bytes, scratch, (h, w, c), horizontal and vertical taps.
+pub(super) type BlurArgs<'a> = (&'a mut [u8], &'a mut [f32], (usize, usize, usize), &'a [f32], &'a [f32]);
+
+/// [`gaussian_blur`]'s two passes. `tmp`: the horizontal result (`h · w · c`), then one reflect-padded source
+/// row, then one accumulator row. The border is handled once per row (the padded row; the vertical pass picks
+/// its source rows by reflection before the inner loop), so the inner loops are plain multiply-adds over a row
+/// — `acc[j] += src[j + t·c] · k[t]` tap after tap, the same per-output order as the scalar sum — and vectorize.
+#[inline(always)]
+pub(super) fn gaussian_blur_body((data, tmp, (h, w, c), kx, ky): BlurArgs<'_>) {
+    let stride = w * c;
+    let (rx, ry) = (kx.len() / 2, ky.len() / 2);
+    let (plane, rest) = tmp.split_at_mut(h * stride);
+    let (pad, acc) = rest.split_at_mut((w + 2 * rx) * c);
+    let acc = &mut acc[..stride];
     for y in 0..h {
-        let row = &img.data[y * stride..(y + 1) * stride];
-        let out = &mut tmp[y * stride..(y + 1) * stride];
-        for x in 0..w {
-            for ch in 0..c {
-                let mut acc = 0.0f32;
-                for (t, &k) in kx.iter().enumerate() {
-                    let xx = reflect_index(x as isize + t as isize - rx, w);
-                    acc += f32::from(row[xx * c + ch]) * k;
-                }
-                out[x * c + ch] = acc;
+        let row = &data[y * stride..(y + 1) * stride];
+        for (px, p) in pad.chunks_exact_mut(c).enumerate() {
+            let sx = reflect_index(px as isize - rx as isize, w);
+            for (o, &v) in p.iter_mut().zip(&row[sx * c..sx * c + c]) {
+                *o = f32::from(v);
+            }
+        }
+        let out = &mut plane[y * stride..(y + 1) * stride];
+        out.fill(0.0);
+        for (t, &k) in kx.iter().enumerate() {
+            for (o, &v) in out.iter_mut().zip(&pad[t * c..t * c + stride]) {
+                *o += v * k;
             }
         }
     }
     for y in 0..h {
-        let out = &mut img.data[y * stride..(y + 1) * stride];
-        for (i, o) in out.iter_mut().enumerate() {
-            let mut acc = 0.0f32;
-            for (t, &k) in ky.iter().enumerate() {
-                let yy = reflect_index(y as isize + t as isize - ry, h);
-                acc += tmp[yy * stride + i] * k;
+        acc.fill(0.0);
+        for (t, &k) in ky.iter().enumerate() {
+            let yy = reflect_index(y as isize + t as isize - ry as isize, h);
+            for (a, &v) in acc.iter_mut().zip(&plane[yy * stride..(yy + 1) * stride]) {
+                *a += v * k;
             }
-            *o = acc.round_ties_even().clamp(0.0, 255.0) as u8;
+        }
+        for (o, &a) in data[y * stride..(y + 1) * stride].iter_mut().zip(acc.iter()) {
+            *o = a.round_ties_even().clamp(0.0, 255.0) as u8;
+        }
+    }
+}
+
+/// `GaussianNoise(mean, sigma, clip)` on uint8 (torchvision 0.29): per byte
+/// `trunc(fma(N(0,1), f32(sigma·255), f32(mean·255)))` added in int16, clamped to [0, 255] when `clip`, else
+/// wrapped modulo 256. The normals come from [`normal::NormalStream`], keyed by the op's stream `rng`.
+pub fn gaussian_noise(img: &mut ImageMut<'_>, rng: &mut SampleRng, (mean, sigma): (f64, f64), clip: bool) {
+    let mut stream = normal::NormalStream::new(rng);
+    let (m, s) = ((mean * 255.0) as f32, (sigma * 255.0) as f32);
+    super::simd::gaussian_noise((&mut *img.data, &mut stream, (m, s), clip));
+}
+
+#[inline(always)]
+pub(super) fn gaussian_noise_body(
+    (data, stream, (m, s), clip): (&mut [u8], &mut normal::NormalStream, (f32, f32), bool),
+) {
+    let mut z = [0f32; normal::BATCH];
+    for chunk in data.chunks_mut(normal::BATCH) {
+        stream.next_batch(&mut z);
+        for (v, &zz) in chunk.iter_mut().zip(&z) {
+            let noise = s.mul_add(zz, m) as i16; // `.to(int16)` truncates toward zero
+            let out = i32::from(*v) + i32::from(noise);
+            *v = if clip { out.clamp(0, 255) as u8 } else { out as u8 };
+        }
+    }
+}
+
+/// RandomErasing with `value="random"`: every byte of the `eh × ew` box at (`top`, `left`) becomes
+/// `clamp(round_half_even(255 · N(0,1)), 0, 255)` (normals in [0, 1] units, written in pixel units; see
+/// `OpSpec::RandomErasing`), the normals from [`normal::NormalStream`] keyed by `rng`.
+pub fn erase_random(img: &mut ImageMut<'_>, (top, left, eh, ew): (usize, usize, usize, usize), rng: &mut SampleRng) {
+    let mut stream = normal::NormalStream::new(rng);
+    let (c, stride) = (img.c, img.w * img.c);
+    super::simd::erase_random((&mut *img.data, &mut stream, (top, left * c, eh, ew * c), stride));
+}
+
+#[inline(always)]
+pub(super) fn erase_random_body(
+    (data, stream, (top, x0, eh, n), stride): (
+        &mut [u8],
+        &mut normal::NormalStream,
+        (usize, usize, usize, usize),
+        usize,
+    ),
+) {
+    let mut z = [0f32; normal::BATCH];
+    for y in top..top + eh {
+        for chunk in data[y * stride + x0..y * stride + x0 + n].chunks_mut(normal::BATCH) {
+            stream.next_batch(&mut z);
+            for (e, &zz) in chunk.iter_mut().zip(&z) {
+                *e = (255.0 * zz).round_ties_even().clamp(0.0, 255.0) as u8;
+            }
         }
     }
 }
@@ -442,6 +712,64 @@ mod tests {
 
     fn img(data: &mut [u8], h: usize, w: usize, c: usize) -> ImageMut<'_> {
         ImageMut { data, h, w, c }
+    }
+
+    /// Every dispatched kernel gives the same bytes on the baseline and the AVX2 path (textured images, both
+    /// channel counts, sizes that leave partial blocks and chunks).
+    #[test]
+    fn simd_paths_give_the_same_bytes() {
+        use super::super::simd::{self, Simd};
+        use super::super::warp::{self, GridMap, Interp};
+        if Simd::available() == Simd::Baseline {
+            eprintln!("NOTE: no AVX2 path on this CPU; test skipped");
+            return;
+        }
+        let textured = |h: usize, w: usize, c: usize| -> Vec<u8> {
+            (0..h * w * c)
+                .map(|i| ((i * 7919) ^ ((i >> 3) * 31)).wrapping_mul(2_654_435_761) as u8 / 2 + (i % 97) as u8)
+                .collect()
+        };
+        let run_all = |h: usize, w: usize, c: usize| -> Vec<Vec<u8>> {
+            let src = textured(h, w, c);
+            let mut outs = Vec::new();
+            let mut each = |f: &dyn Fn(&mut ImageMut<'_>, &mut Vec<u8>)| {
+                let mut d = src.clone();
+                let mut spare = Vec::new();
+                f(&mut img(&mut d, h, w, c), &mut spare);
+                outs.push(d);
+                outs.push(spare);
+            };
+            each(&|i, _| saturation(i, 1.7));
+            each(&|i, _| contrast(i, 0.4));
+            each(&|i, _| hue(i, 0.23));
+            each(&|i, _| hue(i, -0.5));
+            each(&|i, _| grayscale(i));
+            each(&|i, s| sharpness(i, s, 2.5));
+            each(&|i, _| gaussian_blur(i, &mut Vec::new(), &gaussian_kernel(7, 1.3), &gaussian_kernel(3, 0.7)));
+            each(&|i, _| gaussian_noise(i, &mut SampleRng::new(1, 2, 3, 4), (0.1, 0.3), false));
+            each(&|i, _| erase_random(i, (0, 0, i.h, i.w), &mut SampleRng::new(1, 2, 3, 4)));
+            let m = warp::inverse_affine([0.0, 0.0], 23.0, [1.0, -2.0], 1.1, [7.0, -3.0]);
+            let (st, en) =
+                warp::perspective_points(h, w, [1, 0, w as i64 - 3, 2, w as i64 - 1, h as i64 - 2, 0, h as i64 - 1]);
+            for map in [GridMap::Affine(m), GridMap::Perspective(warp::perspective_coeffs(st, en).unwrap())] {
+                for interp in [Interp::Nearest, Interp::Bilinear] {
+                    for fill in [None, Some([0.0; 3]), Some([10.5, 99.0, 300.0])] {
+                        each(&|i, s| warp::warp(i.data, (h, w, c), s, (h + 3, w - 1), &map, interp, fill));
+                    }
+                }
+            }
+            outs
+        };
+        for (h, w, c) in [(37, 45, 3), (64, 70, 3), (9, 13, 1), (5, 150, 1)] {
+            simd::force(Some(Simd::Baseline));
+            let base = run_all(h, w, c);
+            simd::force(Some(Simd::available()));
+            let fast = run_all(h, w, c);
+            simd::force(None);
+            for (k, (a, b)) in base.iter().zip(&fast).enumerate() {
+                assert_eq!(a, b, "kernel output {k} at {h}×{w}×{c}");
+            }
+        }
     }
 
     #[test]

@@ -1307,26 +1307,13 @@ pub fn apply(op: &OpSpec, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScra
             kernels::gaussian_blur(&mut frame.view(), &mut scratch.plane, &kxv, &kyv);
         }
         (OpSpec::GaussianNoise { mean, sigma, clip }, _) => {
-            let (m, s) = ((mean * 255.0) as f32, (sigma * 255.0) as f32);
-            for v in frame.view().data.iter_mut() {
-                let noise = s.mul_add(rng.normal_f32(), m) as i16; // `.to(int16)` truncates toward zero
-                let out = i32::from(*v) + i32::from(noise);
-                *v = if *clip { out.clamp(0, 255) as u8 } else { out as u8 };
-            }
+            kernels::gaussian_noise(&mut frame.view(), rng, (*mean, *sigma), *clip)
         }
         (OpSpec::RandomErasing { value, .. }, Drawn::Erase { top, left, h, w }) => {
             let b = (*top as usize, *left as usize, *h as usize, *w as usize);
             match value {
                 EraseValue::Values(v) => kernels::erase(&mut frame.view(), b, &fill_bytes(v)),
-                EraseValue::Random => {
-                    let img = frame.view();
-                    let (c, stride) = (img.c, img.w * img.c);
-                    for y in b.0..b.0 + b.2 {
-                        for e in &mut img.data[y * stride + b.1 * c..y * stride + (b.1 + b.3) * c] {
-                            *e = (255.0 * rng.normal_f32()).round_ties_even().clamp(0.0, 255.0) as u8;
-                        }
-                    }
-                }
+                EraseValue::Random => kernels::erase_random(&mut frame.view(), b, rng),
             }
         }
         (OpSpec::RandomAutocontrast { .. }, _) => kernels::autocontrast(&mut frame.view()),

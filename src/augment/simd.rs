@@ -1,4 +1,5 @@
-//! Runtime instruction-set dispatch for the resample stage ([`resample::run`]).
+//! Runtime instruction-set dispatch for the resample stage ([`resample::run`]) and the pixel-stage kernels
+//! ([`super::kernels`], [`super::warp`], the noise generator [`super::normal`]; through [`run`]).
 //!
 //! We ship one portable wheel built for baseline x86-64 (SSE2), but the vertical pass is ~4.8× faster with AVX2
 //! (native 32-bit multiplies on 8 lanes). So the same Rust source is compiled twice: once for the baseline and once
@@ -9,6 +10,16 @@
 //! Both paths give bit-identical output: the dispatched code is integer fixed-point only (the float coefficient
 //! and normalize tables are computed outside it, by baseline code), and Rust never contracts float mul+add into
 //! FMA on its own anyway. Test: `augment::tests::simd_paths_are_bit_identical`.
+//!
+//! The pixel-stage kernels go through [`run`]: a closure that calls `#[inline(always)]` kernel bodies, executed
+//! either directly (baseline) or inside a `#[target_feature]` function, so the same source again becomes two
+//! copies. Their float arithmetic stays bit-identical across the copies because it only uses operations that
+//! are correctly rounded on every path: `+ - * /`, `sqrt`, `floor`/`round_ties_even` and `mul_add` (a true
+//! fused multiply-add everywhere: the FMA instruction on x86-64-v3, an exact software fma on the baseline, which
+//! is why the baseline is slow on the torchvision `fma` steps and the dispatch matters); never an approximate
+//! reciprocal or a library `ln`/`cos` whose result could depend on the instruction set. Test:
+//! `augment::kernels::tests::simd_paths_give_the_same_bytes`, and scripts/kernel_golden.py run under
+//! `TRDATA_SIMD=baseline`.
 //!
 //! On other architectures only the baseline exists.
 
@@ -87,4 +98,87 @@ fn run_baseline(job: Job<'_>) {
 #[inline(never)]
 unsafe fn run_avx2(job: Job<'_>) {
     resample::run(job);
+}
+
+#[cfg(test)]
+thread_local! {
+    /// A test's choice of path for [`run`] on this thread (`None`: [`Simd::detect`]).
+    static FORCED: std::cell::Cell<Option<Simd>> = const { std::cell::Cell::new(None) };
+}
+
+/// Run the kernels on this thread through `simd` until the next call (tests comparing the two paths).
+#[cfg(test)]
+pub(crate) fn force(simd: Option<Simd>) {
+    FORCED.with(|f| f.set(simd));
+}
+
+/// The path the kernels take on this thread: a test's [`force`]d one, else [`Simd::detect`].
+#[inline(always)]
+fn current() -> Simd {
+    #[cfg(test)]
+    if let Some(s) = FORCED.with(|f| f.get()) {
+        return s;
+    }
+    Simd::detect()
+}
+
+/// Dispatchers for the pixel-stage kernels: `name(args)` runs the `#[inline(always)]` body `path(args)` on the
+/// [`current`] path; on x86-64-v3 the body is inlined into a `#[target_feature]` copy. (A generic
+/// `run(f, args)` would not do: rustc calls a closure or fn item through a shim it does not inline into the
+/// `#[target_feature]` function, so the body would stay baseline code — measured, not guessed.)
+macro_rules! kernels {
+    ($($(#[$doc:meta])* $name:ident => $body:path, $args:ty => $ret:ty;)*) => {$(
+        $(#[$doc])*
+        #[inline]
+        pub(crate) fn $name(args: $args) -> $ret {
+            /// The body compiled for x86-64-v3.
+            ///
+            /// # Safety
+            /// The CPU must support every enabled feature (see `Simd::available`).
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt,f16c")]
+            #[inline(never)]
+            unsafe fn avx2(args: $args) -> $ret {
+                $body(args)
+            }
+            match current() {
+                Simd::Baseline => $body(args),
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `Simd::Avx2` is only constructed by `Simd::available` after `is_x86_feature_detected!`
+                // returned true for every feature `avx2` enables, so the CPU supports all of its instructions.
+                Simd::Avx2 => unsafe { avx2(args) },
+            }
+        }
+    )*};
+}
+
+use super::kernels as k;
+use super::warp::{self as wp, WarpJob};
+
+kernels! {
+    /// [`k::saturation`]'s pixel loop.
+    saturation => k::saturation_body, (&mut [u8], f32, f32) => ();
+    /// [`k::contrast`]'s Σ gray.
+    gray_sum => k::gray_sum, (&[u8],) => u64;
+    /// [`k::grayscale`]'s pixel loop.
+    grayscale => k::grayscale_body, (&mut [u8],) => ();
+    /// [`k::sharpness`]'s interior.
+    sharpness => k::sharpness_body, (&mut [u8], &[u8], (usize, usize, usize), f32) => ();
+    /// [`k::gaussian_blur`]'s passes.
+    gaussian_blur => k::gaussian_blur_body, k::BlurArgs<'_> => ();
+    /// [`wp::warp`], nearest, 3 channels.
+    warp_nearest3 => wp::warp_nearest::<3>, (WarpJob<'_>, &mut [u8]) => ();
+    /// [`wp::warp`], nearest, 1 channel.
+    warp_nearest1 => wp::warp_nearest::<1>, (WarpJob<'_>, &mut [u8]) => ();
+    /// [`wp::warp`], bilinear, 3 channels.
+    warp_bilinear3 => wp::warp_bilinear::<3>, (WarpJob<'_>, &mut [u8]) => ();
+    /// [`wp::warp`], bilinear, 1 channel.
+    warp_bilinear1 => wp::warp_bilinear::<1>, (WarpJob<'_>, &mut [u8]) => ();
+    /// [`k::gaussian_noise`]'s byte loop (normal generation included).
+    gaussian_noise => k::gaussian_noise_body, (&mut [u8], &mut k::normal::NormalStream, (f32, f32), bool) => ();
+    /// [`k::erase_random`]'s byte loop (normal generation included).
+    erase_random => k::erase_random_body,
+        (&mut [u8], &mut k::normal::NormalStream, (usize, usize, usize, usize), usize) => ();
+    /// [`k::hue`]'s pixel loop.
+    hue => k::hue_body, (&mut [u8], f32) => ();
 }

@@ -95,7 +95,8 @@ pub enum GridMap {
 
 /// The grid point of each output pixel, in torchvision's f32 arithmetic (sums of exact f64 products of f32
 /// values rounded once: the reference that matched torch bit for bit). Plain data, so a warp allocates nothing.
-struct Grid {
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Grid {
     /// x-coefficients (of x, y, 1).
     ax: [f64; 3],
     /// y-coefficients (of x, y, 1).
@@ -131,16 +132,35 @@ impl Grid {
         }
     }
 
-    #[inline]
-    fn at(&self, ox: usize, oy: usize) -> (f32, f32) {
-        let (x, y) = (self.origin[0] + ox as f64, self.origin[1] + oy as f64);
-        let gx = (x * self.ax[0] + y * self.ax[1] + self.ax[2]) as f32;
-        let gy = (x * self.by[0] + y * self.by[1] + self.by[2]) as f32;
+    /// The source coordinates `(ix, iy)` (`grid_sample`'s unnormalised, `align_corners=False`) of the `n`
+    /// output pixels `ox0..ox0 + n` of row `oy`, into `ix[..n]`, `iy[..n]`: the grid expression of one pixel,
+    /// `(x·a0 + y·a1 + a2) as f32` with the row's `y·a1` hoisted (the same f64 value), then
+    /// `(g + 1)·(side/2) - 0.5` in f32 — a straight loop that vectorizes.
+    #[inline(always)]
+    fn coords(&self, oy: usize, ox0: usize, (sw, sh): (f32, f32), ix: &mut [f32], iy: &mut [f32]) {
+        let y = self.origin[1] + oy as f64;
+        let (ya, yb) = (y * self.ax[1], y * self.by[1]);
+        let x0 = self.origin[0] + ox0 as f64;
         match self.den {
-            None => (gx, gy),
-            Some([g, h]) => {
-                let g2 = (x * g + y * h + 1.0) as f32;
-                (gx / g2 - 1.0, gy / g2 - 1.0)
+            None => {
+                for (i, (px, py)) in ix.iter_mut().zip(iy.iter_mut()).enumerate() {
+                    let x = x0 + i as f64;
+                    let gx = (x * self.ax[0] + ya + self.ax[2]) as f32;
+                    let gy = (x * self.by[0] + yb + self.by[2]) as f32;
+                    *px = (gx + 1.0) * sw - 0.5;
+                    *py = (gy + 1.0) * sh - 0.5;
+                }
+            }
+            Some([g, hh]) => {
+                let yh = y * hh;
+                for (i, (px, py)) in ix.iter_mut().zip(iy.iter_mut()).enumerate() {
+                    let x = x0 + i as f64;
+                    let gx = (x * self.ax[0] + ya + self.ax[2]) as f32;
+                    let gy = (x * self.by[0] + yb + self.by[2]) as f32;
+                    let g2 = (x * g + yh + 1.0) as f32;
+                    *px = (gx / g2 - 1.0 + 1.0) * sw - 0.5;
+                    *py = (gy / g2 - 1.0 + 1.0) * sh - 0.5;
+                }
             }
         }
     }
@@ -164,72 +184,155 @@ pub fn warp(
     if h == 0 || w == 0 {
         return;
     }
-    let (sw, sh) = ((w as f64 / 2.0) as f32, (h as f64 / 2.0) as f32);
-    let stride = w * c;
     let grid = Grid::new(map, (h, w), (oh, ow));
-    let inside = |yy: i64, xx: i64| (0..h as i64).contains(&yy) && (0..w as i64).contains(&xx);
-    let mut acc = [0f32; 3];
-    for oy in 0..oh {
-        for ox in 0..ow {
-            let (gx, gy) = grid.at(ox, oy);
-            let ix = (gx + 1.0) * sw - 0.5;
-            let iy = (gy + 1.0) * sh - 0.5;
-            let mask;
-            match interp {
-                Interp::Nearest => {
-                    let (xx, yy) = (ix.round_ties_even() as i64, iy.round_ties_even() as i64);
-                    if inside(yy, xx) {
-                        let o = yy as usize * stride + xx as usize * c;
-                        for ch in 0..c {
-                            acc[ch] = f32::from(src[o + ch]);
-                        }
-                        mask = 1.0;
-                    } else {
-                        acc = [0.0; 3];
-                        mask = 0.0;
-                    }
-                }
-                Interp::Bilinear => {
-                    let (fx, fy) = (ix.floor(), iy.floor());
-                    let (x0, y0) = (fx as i64, fy as i64);
-                    let (wx, ny) = (ix - fx, iy - fy);
-                    let (ex, sy) = (1.0 - wx, 1.0 - ny);
-                    let taps =
-                        [(y0, x0, sy * ex), (y0, x0 + 1, sy * wx), (y0 + 1, x0, ny * ex), (y0 + 1, x0 + 1, ny * wx)];
-                    acc = [0.0; 3];
-                    let mut m = 0.0f32;
-                    for (yy, xx, wgt) in taps {
-                        if inside(yy, xx) {
-                            let o = yy as usize * stride + xx as usize * c;
-                            for ch in 0..c {
-                                acc[ch] += f32::from(src[o + ch]) * wgt;
-                            }
-                            m += wgt;
-                        } else {
-                            // An outside tap adds 0·w (kept so the sums round exactly as torch's do).
-                            for a in acc.iter_mut().take(c) {
-                                *a += 0.0;
-                            }
-                            m += 0.0;
-                        }
-                    }
-                    mask = m;
+    let job = WarpJob { src, hwc: (h, w, c), out_hw: (oh, ow), grid, fill };
+    match (interp, c) {
+        (Interp::Nearest, 3) => super::simd::warp_nearest3((job, &mut dst[..])),
+        (Interp::Nearest, _) => super::simd::warp_nearest1((job, &mut dst[..])),
+        (Interp::Bilinear, 3) => super::simd::warp_bilinear3((job, &mut dst[..])),
+        (Interp::Bilinear, _) => super::simd::warp_bilinear1((job, &mut dst[..])),
+    }
+}
+
+/// One warp's inputs for the dispatched bodies ([`warp_nearest`], [`warp_bilinear`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct WarpJob<'a> {
+    src: &'a [u8],
+    hwc: (usize, usize, usize),
+    out_hw: (usize, usize),
+    grid: Grid,
+    fill: Option<[f32; 3]>,
+}
+
+/// Output pixels per coordinate chunk (stack arrays: nothing allocated per sample).
+const CHUNK: usize = 64;
+
+impl WarpJob<'_> {
+    /// `(w/2, h/2)` in f32, as torch computes the unnormalisation.
+    fn half_sides(&self) -> (f32, f32) {
+        let (h, w, _) = self.hwc;
+        ((w as f64 / 2.0) as f32, (h as f64 / 2.0) as f32)
+    }
+
+    /// The next chunk of output pixels after `at` (row, column): its coordinates into `ix`/`iy` and its
+    /// (first byte in `dst`, pixel count); `None` after the last row. A cursor rather than a closure-taking
+    /// helper: the dispatched bodies must contain the whole loop, and rustc does not inline closures into the
+    /// `#[target_feature]` copy (measured: floor/rint became library calls).
+    #[inline(always)]
+    fn next_chunk(
+        &self,
+        at: &mut (usize, usize),
+        ix: &mut [f32; CHUNK],
+        iy: &mut [f32; CHUNK],
+    ) -> Option<(usize, usize)> {
+        let (oh, ow) = self.out_hw;
+        let (oy, ox) = *at;
+        if oy >= oh || ow == 0 {
+            return None;
+        }
+        let n = CHUNK.min(ow - ox);
+        self.grid.coords(oy, ox, self.half_sides(), &mut ix[..n], &mut iy[..n]);
+        *at = if ox + n == ow { (oy + 1, 0) } else { (oy, ox + n) };
+        Some(((oy * ow + ox) * self.hwc.2, n))
+    }
+}
+
+/// Nearest: the source pixel at `rint(ix), rint(iy)` (ties to even), or the fill outside. Without the mask
+/// path the outside is 0; with it, the mask of an outside pixel is 0 < 0.5 so the fill (rounded half-to-even
+/// to a byte) is written — for nearest the mask path reduces to exactly that.
+#[inline(always)]
+pub(super) fn warp_nearest<const C: usize>((job, dst): (WarpJob<'_>, &mut [u8])) {
+    let (h, w, _) = job.hwc;
+    let stride = w * C;
+    let fill: [u8; 3] = job.fill.map_or([0; 3], |f| f.map(|v| v.round_ties_even().clamp(0.0, 255.0) as u8));
+    let fill = &fill[..C];
+    let (mut ix, mut iy) = ([0f32; CHUNK], [0f32; CHUNK]);
+    let mut at = (0, 0);
+    while let Some((off, n)) = job.next_chunk(&mut at, &mut ix, &mut iy) {
+        let out = &mut dst[off..off + n * C];
+        for ((px, &x), &y) in out.chunks_exact_mut(C).zip(&ix[..n]).zip(&iy[..n]) {
+            // saturating casts: NaN → 0 as before, huge values stay outside
+            let (xx, yy) = (x.round_ties_even() as i32, y.round_ties_even() as i32);
+            if (xx as u32 as usize) < w && (yy as u32 as usize) < h {
+                let o = yy as usize * stride + xx as usize * C;
+                px.copy_from_slice(&job.src[o..o + C]);
+            } else {
+                px.copy_from_slice(fill);
+            }
+        }
+    }
+}
+
+/// Bilinear: the four taps in torch's order, each `v · weight` added to the channel sums and the weight to the
+/// mask; an outside tap adds 0 in torch's sums (`+ 0.0` is a no-op on these non-negative sums), here by giving
+/// it weight 0 and a clamped (valid) address. Then zero padding (`round(acc)`) or the mask path
+/// (`round((acc - fill)·mask + fill)`). Per chunk: weights and addresses in one vectorized loop, the 4·C loads,
+/// then the sums in one vectorized loop per channel.
+#[inline(always)]
+pub(super) fn warp_bilinear<const C: usize>((job, dst): (WarpJob<'_>, &mut [u8])) {
+    let (h, w, _) = job.hwc;
+    let stride = w * C;
+    let src = job.src;
+    let fill = job.fill;
+    let (wi, hi) = (w as i64, h as i64);
+    let mut wts = [[0f32; CHUNK]; 4];
+    let mut offs = [[0usize; CHUNK]; 4];
+    let mut vals = [[[0f32; CHUNK]; 4]; C];
+    let (mut ix, mut iy) = ([0f32; CHUNK], [0f32; CHUNK]);
+    let mut at = (0, 0);
+    while let Some((off, n)) = job.next_chunk(&mut at, &mut ix, &mut iy) {
+        for i in 0..n {
+            let (x, y) = (ix[i], iy[i]);
+            let (fx, fy) = (x.floor(), y.floor());
+            // i64 (saturating casts; NaN → 0 as torch's index math on a NaN grid reads pixel 0): `x0 + 1` of a
+            // saturated coordinate must not overflow
+            let (x0, y0) = (fx as i64, fy as i64);
+            let (wx, ny) = (x - fx, y - fy);
+            let (ex, sy) = (1.0 - wx, 1.0 - ny);
+            let (inx0, inx1) = ((0..wi).contains(&x0), (0..wi).contains(&(x0 + 1)));
+            let (iny0, iny1) = ((0..hi).contains(&y0), (0..hi).contains(&(y0 + 1)));
+            let (cx0, cx1) = (x0.clamp(0, wi - 1) as usize, (x0 + 1).clamp(0, wi - 1) as usize);
+            let (cy0, cy1) = (y0.clamp(0, hi - 1) as usize, (y0 + 1).clamp(0, hi - 1) as usize);
+            let taps = [
+                (iny0 && inx0, sy * ex, cy0, cx0),
+                (iny0 && inx1, sy * wx, cy0, cx1),
+                (iny1 && inx0, ny * ex, cy1, cx0),
+                (iny1 && inx1, ny * wx, cy1, cx1),
+            ];
+            for (t, &(inside, wt, yy, xx)) in taps.iter().enumerate() {
+                wts[t][i] = if inside { wt } else { 0.0 };
+                offs[t][i] = yy * stride + xx * C;
+            }
+        }
+        for t in 0..4 {
+            for i in 0..n {
+                let px = &src[offs[t][i]..offs[t][i] + C];
+                for ch in 0..C {
+                    vals[ch][t][i] = f32::from(px[ch]);
                 }
             }
-            let px = &mut dst[(oy * ow + ox) * c..(oy * ow + ox + 1) * c];
-            for ch in 0..c {
-                let v = match (fill, interp) {
-                    (None, _) => acc[ch],
-                    (Some(f), Interp::Nearest) => {
-                        if mask < 0.5 {
-                            f[ch]
-                        } else {
-                            acc[ch]
-                        }
-                    }
-                    (Some(f), Interp::Bilinear) => (acc[ch] - f[ch]) * mask + f[ch],
+        }
+        let out = &mut dst[off..off + n * C];
+        let mut res = [[0u8; CHUNK]; C];
+        for ch in 0..C {
+            let v = &vals[ch];
+            for i in 0..n {
+                let mut acc = 0.0f32;
+                let mut m = 0.0f32;
+                for t in 0..4 {
+                    acc += v[t][i] * wts[t][i];
+                    m += wts[t][i];
+                }
+                let r = match fill {
+                    None => acc,
+                    Some(f) => (acc - f[ch]) * m + f[ch],
                 };
-                px[ch] = v.round_ties_even().clamp(0.0, 255.0) as u8;
+                res[ch][i] = r.round_ties_even().clamp(0.0, 255.0) as u8;
+            }
+        }
+        for (i, px) in out.chunks_exact_mut(C).enumerate() {
+            for ch in 0..C {
+                px[ch] = res[ch][i];
             }
         }
     }
