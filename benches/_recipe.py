@@ -1,8 +1,8 @@
 """The GPU benches' training recipe for trdata, in one place: RandomResizedCrop(224) + flip + ImageNet normalize
 (skipped for uint8, which the training loop normalizes on the GPU), shuffled, last_batch='drop'. ``recipe="tv"`` is
 the per-sample part of torchvision's ResNet-50 reference recipe: RandomResizedCrop(176) + flip +
-TrivialAugmentWide + RandomErasing(0.1) (erasing with the ImageNet mean pixel: torchvision erases with 0 after
-Normalize)."""
+TrivialAugmentWide(bilinear, as the reference passes its interpolation) + RandomErasing(0.1) (erasing with the
+ImageNet mean pixel: torchvision erases with 0 after Normalize)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def _tv() -> list[Any]:
     return [
         trdata.RandomResizedCrop(176),
         trdata.RandomHorizontalFlip(),
-        trdata.TrivialAugmentWide(),
+        trdata.TrivialAugmentWide(interpolation="bilinear"),
         trdata.RandomErasing(p=0.1, value=mean_pixel),
     ]
 
