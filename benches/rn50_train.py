@@ -10,7 +10,8 @@ entropy over 1000 classes. One model/optimizer is shared by all configs (each co
 steps first, so cudnn autotuning and allocator growth fall outside every timed window).
 
 Configs (comma-separated --configs):
-  synthetic     4 pre-made bf16 channels_last batches on the GPU, cycled: the GPU-bound ceiling
+  synthetic     4 pre-made bf16 channels_last batches on the GPU, cycled: the GPU-bound ceiling (with --mix,
+                torchvision's RandomChoice([MixUp(0.2), CutMix(1.0)]) runs on each, the same GPU work as the loaders')
   trdata        trdata.Loader(device='cuda:0', dtype=bfloat16, layout=NHWC, normalize=IMAGENET), all
                 allowed cores as workers (or --workers); NHWC is permuted to NCHW-logical/channels_last, no copy
   packed        trdata as above over trdata.Packed(--packed FILE, "full"); `packed-partial` streams it
@@ -126,8 +127,18 @@ def train_step(model, opt, loss_fn, images, labels):
 class SyntheticFeed:
     name = "synthetic"
 
-    def __init__(self, batch: int, size: int = 224):
+    def __init__(self, batch: int, size: int = 224, mix: bool = False):
         g = torch.Generator(device="cuda").manual_seed(0)
+        # --mix: the same GPU-side batch work as the loaders' runs (torchvision's reference
+        # RandomChoice([MixUp(0.2), CutMix(1.0)]) on every batch), so the ceiling differs from them only in
+        # where the data comes from.
+        self.mix = None
+        if mix:
+            from torchvision.transforms import v2
+
+            self.mix = v2.RandomChoice(
+                [v2.MixUp(alpha=0.2, num_classes=1000), v2.CutMix(alpha=1.0, num_classes=1000)]
+            )
         self.batches = []
         for _ in range(4):
             x = torch.randn(batch, 3, size, size, device="cuda", generator=g).to(torch.bfloat16)
@@ -141,7 +152,8 @@ class SyntheticFeed:
 
     def __next__(self):
         self.i += 1
-        return self.batches[self.i % len(self.batches)]
+        x, y = self.batches[self.i % len(self.batches)]
+        return self.mix(x, y) if self.mix is not None else (x, y)
 
     def snapshot(self):
         return {}
@@ -570,7 +582,7 @@ def main(argv=None):
                 print("[skip synthetic: meaningless without a model]", flush=True)
                 continue
             if base == "synthetic":
-                feed = SyntheticFeed(a.batch, RECIPE_SIZE[a.recipe])
+                feed = SyntheticFeed(a.batch, RECIPE_SIZE[a.recipe], mix=a.mix)
             elif base in ("trdata", "trdata-u8", "trdata-f16"):
                 dtype = {"trdata": "bfloat16", "trdata-u8": "uint8", "trdata-f16": "float16"}[base]
                 feed = TrdataFeed(
