@@ -302,13 +302,9 @@ def main(argv: list[str] | None = None) -> int:
             argv[1:], run=run_contender, prog="benches/packed.py child", contenders=LOADERS
         )
     ap = argparse.ArgumentParser(prog="benches/packed.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=str(DEFAULT_DATA))
-    ap.add_argument("--cpus", default=None, help="default: the first 2 allowed CPUs")
-    ap.add_argument("--workers", type=int, default=None, help="default: one per CPU")
+    _bench.add_suite_arguments(ap, str(DEFAULT_DATA))
     ap.add_argument("--short-side", type=int, default=320)
     ap.add_argument("--quality", type=int, default=90)
-    ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--only", default=",".join(LOADERS))
     ap.add_argument("--order-samples", type=int, default=128_000)
     ap.add_argument(
@@ -316,9 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", default=str(REPO / "bench-results" / "packed.json"))
     a = ap.parse_args(argv)
-    cpus = _bench.parse_cpus(a.cpus) if a.cpus else _bench.allowed_cpus()[:2]
-    workers = a.workers or len(cpus)
-    _bench.restrict_cpus(cpus)
+    cpus, workers = _bench.suite_cpus(a)
     doc: dict[str, Any] = {
         "data": a.data,
         "cpus": cpus,

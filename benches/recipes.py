@@ -223,18 +223,12 @@ def main(argv: list[str] | None = None) -> int:
             argv[1:], run=run_contender, prog="benches/recipes.py child", contenders=CONTENDERS
         )
     ap = argparse.ArgumentParser(prog="benches/recipes.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=str(DEFAULT_DATA))
-    ap.add_argument("--cpus", default=None, help="default: the first 2 allowed CPUs")
-    ap.add_argument("--workers", type=int, default=None, help="default: one per CPU")
-    ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=1)
+    _bench.add_suite_arguments(ap, str(DEFAULT_DATA))
     ap.add_argument("--only", default=",".join(RECIPES), help="recipes (tv, deit)")
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--json", default=str(REPO / "bench-results" / "recipes.json"))
     a = ap.parse_args(argv)
-    cpus = _bench.parse_cpus(a.cpus) if a.cpus else _bench.allowed_cpus()[:2]
-    workers = a.workers or len(cpus)
-    _bench.restrict_cpus(cpus)
+    cpus, workers = _bench.suite_cpus(a)
     names = [f"{k}-{r}" for r in a.only.split(",") if r for k in a.kinds.split(",") if k]
     results = _bench.run_suite(
         names,

@@ -575,6 +575,23 @@ def run_isolated(
 # ----------------------------------------------------------------------------------------------------------
 
 
+def add_suite_arguments(ap: Any, default_data: str) -> None:
+    """The options every CPU-box suite script shares (benches/packed.py, benches/recipes.py): --data, --cpus,
+    --workers, --epochs, --rounds; :func:`suite_cpus` applies the first three."""
+    ap.add_argument("--data", default=default_data)
+    ap.add_argument("--cpus", default=None, help="default: the first 2 allowed CPUs")
+    ap.add_argument("--workers", type=int, default=None, help="default: one per CPU")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=1)
+
+
+def suite_cpus(args: Any) -> tuple[list[int], int]:
+    """(CPUs, workers) from :func:`add_suite_arguments`' options; this process is bound to those CPUs."""
+    cpus = parse_cpus(args.cpus) if args.cpus else allowed_cpus()[:2]
+    restrict_cpus(cpus)
+    return cpus, args.workers or len(cpus)
+
+
 def run_suite(
     names: Sequence[str],
     root: str,
