@@ -14,7 +14,7 @@
 use super::Layout;
 use super::kernels::{self, Frame, PadMode};
 use super::ops::{Drawn, OpScratch, OpSpec};
-use super::resample::{AxisCoeffs, Job, OutputLut};
+use super::resample::{Job, OutputLut};
 use super::simd::{self, Simd};
 use super::{SampleKey, TransformSpec};
 use crate::error::{Result, TrdataError};
@@ -606,18 +606,6 @@ pub fn resize_output_hw((h, w): (usize, usize), size: u32, max_size: Option<u32>
     // one pixel instead of failing the sample).
     let (s, l) = ((new_short as usize).max(1), (new_long as usize).max(1));
     if w <= h { (l, s) } else { (s, l) }
-}
-
-/// The stage-2 resizes' scratch (the same taps and intermediates as the fused pass, owned by the ops' scratch so
-/// that a resize after a pixel op allocates nothing once grown).
-#[derive(Debug, Default)]
-pub struct ResizeScratch {
-    x: AxisCoeffs,
-    y: AxisCoeffs,
-    inter: Vec<u8>,
-    wide: Vec<u32>,
-    row: Vec<u8>,
-    window: Vec<u8>,
 }
 
 /// Run a stage-2 geometric op (`Resize`, `CenterCrop`, `RandomResizedCrop` after a pixel op) on the uint8 image,

@@ -49,7 +49,7 @@ use crate::decode::{DecodeLimits, Decoder, PixelWindow, choose_scale_eighths};
 use crate::error::{ImageError, Result, TrdataError};
 use crate::param::Choice;
 use program::{Program, ProgramScratch};
-use resample::{AxisCoeffs, OutputLut};
+use resample::{OutputLut, ResampleScratch};
 use simd::Simd;
 
 /// A transform as data (built from Python's `trdata.RandomResizedCrop(...)` etc.).
@@ -351,16 +351,6 @@ struct SourcePixels<'a> {
     channels: usize,
 }
 
-/// The worker's scratch the resample stage borrows (everything of [`WorkerScratch`] but the decoder).
-struct Scratch<'a> {
-    x: &'a mut AxisCoeffs,
-    y: &'a mut AxisCoeffs,
-    inter: &'a mut Vec<u8>,
-    wide: &'a mut Vec<u32>,
-    row: &'a mut Vec<u8>,
-    window: &'a mut Vec<u8>,
-}
-
 /// How far DCT-domain downscaling (libjpeg-turbo's M/8 IDCT) may go before the bilinear resampling.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum DctScaling {
@@ -386,13 +376,8 @@ impl DctScaling {
 #[derive(Debug)]
 pub struct WorkerScratch {
     decoder: Decoder,
-    x: AxisCoeffs,
-    y: AxisCoeffs,
-    inter: Vec<u8>,
-    wide: Vec<u32>,
-    row: Vec<u8>,
-    /// The filter window converted to the output's channels when the source has others (`color`).
-    window: Vec<u8>,
+    /// The fused pass's taps and intermediates.
+    resample: ResampleScratch,
     /// The uint8 image and spare buffers of a program's pixel ops (untouched when the program has none).
     program: ProgramScratch,
 }
@@ -408,12 +393,7 @@ impl WorkerScratch {
     pub fn with_limits(limits: DecodeLimits) -> Result<Self> {
         Ok(Self {
             decoder: Decoder::with_limits(limits)?,
-            x: AxisCoeffs::default(),
-            y: AxisCoeffs::default(),
-            inter: Vec::new(),
-            wide: Vec::new(),
-            row: Vec::new(),
-            window: Vec::new(),
+            resample: ResampleScratch::default(),
             program: ProgramScratch::default(),
         })
     }
@@ -595,7 +575,8 @@ impl SamplePipeline {
     ) -> std::result::Result<SampleTiming, ImageError> {
         assert_eq!(dst.len(), self.sample_bytes(), "process: dst must be exactly sample_bytes() long");
         let t0 = Instant::now();
-        let WorkerScratch { decoder, x, y, inter, wide, row, window, program } = scratch;
+        let WorkerScratch { decoder, resample: s, program } = scratch;
+        let ResampleScratch { x, y, .. } = s;
         let info = decoder.read_header(bytes)?;
         let plan = self.program.prefix.plan(info.width, info.height, key);
         let (vx, vy) = (plan.x.valid(), plan.y.valid());
@@ -620,7 +601,7 @@ impl SamplePipeline {
         debug_assert!(region.y0 <= y.win0 && y.win1 <= region.y0 + region.height);
         let src =
             SourcePixels { pixels: region.pixels, stride: region.stride, x0: region.x0, y0: region.y0, channels: 3 };
-        self.run_stages(src, m, &plan, Scratch { x, y, inter, wide, row, window }, program, key, dst)?;
+        self.run_stages(src, m, &plan, s, program, key, dst)?;
         Ok(SampleTiming::since(t0, t1, decoder.last_decode_damaged()))
     }
 
@@ -639,13 +620,14 @@ impl SamplePipeline {
         let t0 = Instant::now();
         let (w, h) = (array.width, array.height);
         let plan = self.program.prefix.plan(w, h, key);
-        let WorkerScratch { x, y, inter, wide, row, window, program, .. } = scratch;
+        let WorkerScratch { resample: s, program, .. } = scratch;
+        let ResampleScratch { x, y, .. } = s;
         x.compute(&plan.x, 8, w, w, plan.flip);
         y.compute(&plan.y, 8, h, h, plan.vflip);
         let channels = usize::from(array.channels);
         let src = SourcePixels { pixels: array.image(i), stride: w as usize * channels, x0: 0, y0: 0, channels };
         let t1 = Instant::now();
-        self.run_stages(src, 8, &plan, Scratch { x, y, inter, wide, row, window }, program, key, dst)?;
+        self.run_stages(src, 8, &plan, s, program, key, dst)?;
         Ok(SampleTiming::since(t0, t1, false))
     }
 
@@ -658,7 +640,7 @@ impl SamplePipeline {
         src: SourcePixels<'_>,
         m: u8,
         plan: &geometry::SamplePlan,
-        s: Scratch<'_>,
+        s: &mut ResampleScratch,
         ps: &mut ProgramScratch,
         key: SampleKey,
         dst: &mut [u8],
@@ -704,11 +686,11 @@ impl SamplePipeline {
         src: SourcePixels<'_>,
         m: u8,
         pillow_vertical_first: bool,
-        s: Scratch<'_>,
+        s: &mut ResampleScratch,
         (lut, layout, ow, oh): (&OutputLut, Layout, usize, usize),
         dst: &mut [u8],
     ) {
-        let Scratch { x, y, inter, wide, row, window } = s;
+        let ResampleScratch { x, y, inter, wide, row, window } = s;
         // Pass order (it only changes the rounding of the 8-bit intermediate, by ±1): for deterministic pipelines
         // at full size, Pillow's (see `geometry::pillow_vertical_first`), so that the uint8 result equals Pillow's
         // bit for bit. Otherwise (random crops, or DCT-scaled decodes, which are not bit-exact anyway) the cheaper

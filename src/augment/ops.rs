@@ -1246,7 +1246,7 @@ pub struct OpScratch {
     /// The policies' buffers.
     pub policy: PolicyScratch,
     /// The stage-2 resizes' taps and intermediates.
-    pub resize: geometry::ResizeScratch,
+    pub(crate) resize: super::resample::ResampleScratch,
 }
 
 /// Apply `op` with parameters `drawn` to `frame` (the kernels' arithmetic; `rng` continues the op's stream for

@@ -257,6 +257,20 @@ impl OutputLut {
     }
 }
 
+/// The resampler's working memory, owned by a worker and reused for every sample: both axes' taps, the filter
+/// window converted to the output's channels, the intermediate image and the rows ([`Job`] borrows all of it).
+/// The fused pass and the stage-2 resizes each own one.
+#[derive(Debug, Default)]
+pub(crate) struct ResampleScratch {
+    pub x: AxisCoeffs,
+    pub y: AxisCoeffs,
+    pub inter: Vec<u8>,
+    pub wide: Vec<u32>,
+    pub row: Vec<u8>,
+    /// The filter window converted to the output's channels when the source has others (`color`).
+    pub window: Vec<u8>,
+}
+
 /// Everything the resample stage of one sample needs: the decoded region, both axes' taps (not yet rebased), the
 /// worker's scratch, and the output. Run through [`run`] (via `simd::resample`, which picks the instruction set).
 pub(crate) struct Job<'a> {

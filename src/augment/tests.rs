@@ -608,8 +608,9 @@ fn scratch_stops_growing_in_steady_state() {
     let gray = SamplePipeline::with_channels(vec![rrc(224, 224), flip(0.5)], gray_spec, Channels::Gray).unwrap();
     let mut gray_dst = vec![0; gray.sample_bytes()];
     let caps = |s: &WorkerScratch| {
-        let v = (s.inter.capacity(), s.wide.capacity(), s.row.capacity(), s.window.capacity());
-        (v, s.x.k.capacity(), s.y.k.capacity())
+        let r = &s.resample;
+        let v = (r.inter.capacity(), r.wide.capacity(), r.row.capacity(), r.window.capacity());
+        (v, r.x.k.capacity(), r.y.k.capacity())
     };
     for (i, f) in files.iter().enumerate() {
         p.process(&mut s, f, key(i as u64), &mut dst).unwrap();
