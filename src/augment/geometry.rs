@@ -620,6 +620,14 @@ pub struct ResizeScratch {
     window: Vec<u8>,
 }
 
+impl ResizeScratch {
+    /// Bytes held by the intermediates that grow with the image (see `OpScratch::retained_bytes`).
+    #[cfg(test)]
+    pub(crate) fn retained_bytes(&self) -> usize {
+        self.inter.capacity() + self.wide.capacity() * 4 + self.row.capacity() + self.window.capacity()
+    }
+}
+
 /// Run a stage-2 geometric op (`Resize`, `CenterCrop`, `RandomResizedCrop` after a pixel op) on the uint8 image,
 /// with torchvision v2's semantics on uint8 tensors: CenterCrop pads with zeros where the crop is larger and
 /// takes the banker's-rounded centre; Resize and RandomResizedCrop resample through the fused pass's own kernels

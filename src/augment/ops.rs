@@ -1249,6 +1249,14 @@ pub struct OpScratch {
     pub resize: geometry::ResizeScratch,
 }
 
+impl OpScratch {
+    /// Bytes held by the buffers that grow with the image (the fuzz tests hold them to the compiled sizes' bound).
+    #[cfg(test)]
+    pub(crate) fn retained_bytes(&self) -> usize {
+        self.spare.capacity() + self.plane.capacity() * 4 + self.policy.retained_bytes() + self.resize.retained_bytes()
+    }
+}
+
 /// Apply `op` with parameters `drawn` to `frame` (the kernels' arithmetic; `rng` continues the op's stream for
 /// the ops that draw per element: noise, random erasing).
 pub fn apply(op: &OpSpec, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, rng: &mut SampleRng) {

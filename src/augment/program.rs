@@ -248,3 +248,7 @@ pub fn sample_op(op: &OpSpec, pos: usize, key: SampleKey, hwc: (usize, usize, us
     op.check(pos)?;
     op.trace(&mut op_rng(key, Site::top(pos)), hwc).map_err(|m| TrdataError::config(TRANSFORMS, m))
 }
+
+#[cfg(test)]
+#[path = "program_fuzz_tests.rs"]
+mod fuzz_tests;
