@@ -1066,7 +1066,34 @@ impl OpSpec {
                 }
                 Ok(hw)
             }
-            _ => Ok(self.output_hw(hw)),
+            _ => {
+                // Every intermediate the list fixes must respect the sides' bound, not only the final size: a
+                // `Pad(65536)` or `Resize((65536, 65536))` followed by a small crop would otherwise compile and
+                // then allocate tens of GB per worker (or abort) on the first sample.
+                let out = self.output_hw(hw);
+                if let Some((h, w)) = out
+                    && h.max(w) > MAX_SIDE as usize
+                {
+                    return Err(bad(
+                        TRANSFORMS,
+                        format!("the output ({h}, {w})"),
+                        &format!("be at most {MAX_SIDE} per side (every intermediate image is held in memory)"),
+                        op,
+                        pos,
+                    ));
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// The (height, width) this op gives a `(h, w)` image when that exceeds [`MAX_SIDE`] on a side: the
+    /// per-sample form of [`OpSpec::output_hw_at`]'s bound, for sizes the list does not fix (a `Resize(int)` of a
+    /// 3 × 700 image to 65536 would be 65536 × 15 M pixels). Containers are checked through their inner ops.
+    pub fn oversized(&self, (h, w): (usize, usize)) -> Option<(usize, usize)> {
+        match self {
+            OpSpec::RandomApply { .. } | OpSpec::RandomChoice { .. } | OpSpec::RandomOrder { .. } => None,
+            _ => self.output_hw(Some((h, w))).filter(|&(oh, ow)| oh.max(ow) > MAX_SIDE as usize),
         }
     }
 

@@ -17,45 +17,66 @@ use super::super::*;
 use crate::source::PixelArray;
 
 /// Sizes: mostly small (so that compiled programs can run), with the edges of every size rule.
-fn size() -> impl Strategy<Value = u32> {
+fn size(wild: u32) -> BoxedStrategy<u32> {
+    if wild == 0 {
+        return (1u32..12).boxed();
+    }
     prop_oneof![
         6 => 1u32..12,
         2 => Just(0u32),
         1 => 12u32..300,
-        1 => prop_oneof![Just(MAX_SIDE - 1), Just(MAX_SIDE), Just(MAX_SIDE + 1), Just(u32::MAX), any::<u32>()],
+        wild => prop_oneof![Just(MAX_SIDE - 1), Just(MAX_SIDE), Just(MAX_SIDE + 1), Just(u32::MAX), any::<u32>()],
     ]
+    .boxed()
 }
 
 /// Reals: the edges (NaN, ±inf, -0, negative, huge) and ordinary values in the usual ranges.
-fn real() -> impl Strategy<Value = f64> {
+fn real(wild: u32) -> BoxedStrategy<f64> {
+    if wild == 0 {
+        return prop_oneof![4 => 0.0f64..=1.0, 1 => prop_oneof![Just(0.0), Just(1.0), Just(0.5)]].boxed();
+    }
     prop_oneof![
         4 => 0.0f64..=1.0,
         2 => prop_oneof![Just(0.0), Just(1.0), Just(0.5), Just(-0.0), Just(255.0), Just(256.0)],
-        1 => prop_oneof![Just(f64::NAN), Just(f64::INFINITY), Just(f64::NEG_INFINITY), Just(-1.0), Just(1e300),
+        wild => prop_oneof![Just(f64::NAN), Just(f64::INFINITY), Just(f64::NEG_INFINITY), Just(-1.0), Just(1e300),
                          Just(-1e-300), Just(f64::MIN_POSITIVE)],
-        1 => -400.0f64..400.0,
+        wild => -400.0f64..400.0,
     ]
+    .boxed()
 }
 
-fn pair() -> impl Strategy<Value = (f64, f64)> {
-    prop_oneof![3 => (real(), real()).prop_map(|(a, b)| if a <= b { (a, b) } else { (b, a) }), 1 => (real(), real())]
+fn pair(wild: u32) -> BoxedStrategy<(f64, f64)> {
+    let sorted = (real(wild), real(wild)).prop_map(|(a, b)| if a <= b { (a, b) } else { (b, a) });
+    if wild == 0 {
+        return sorted.boxed();
+    }
+    prop_oneof![3 => sorted, wild => (real(wild), real(wild))].boxed()
 }
 
 /// Fill vectors: empty, 1–4 values, or a thousand.
-fn fill() -> impl Strategy<Value = Vec<f64>> {
+fn fill(wild: u32) -> BoxedStrategy<Vec<f64>> {
+    if wild == 0 {
+        let v = prop_oneof![Just(0.0), 0.0f64..255.0];
+        return prop_oneof![proptest::collection::vec(v.clone(), 1), proptest::collection::vec(v, 3)].boxed();
+    }
     prop_oneof![
-        6 => proptest::collection::vec(real(), 1..=4),
-        1 => Just(Vec::new()),
-        1 => proptest::collection::vec(real(), 1000),
+        6 => proptest::collection::vec(real(wild), 1..=4),
+        wild => Just(Vec::new()),
+        wild => proptest::collection::vec(real(wild), 1000),
     ]
+    .boxed()
 }
 
-fn opt_fill() -> impl Strategy<Value = Option<Vec<f64>>> {
-    proptest::option::of(fill())
+fn opt_fill(wild: u32) -> impl Strategy<Value = Option<Vec<f64>>> {
+    proptest::option::of(fill(wild))
 }
 
-fn padding() -> impl Strategy<Value = [u32; 4]> {
-    prop_oneof![4 => [0u32..4, 0u32..4, 0u32..4, 0u32..4], 1 => [size(), size(), size(), size()]]
+fn padding(wild: u32) -> BoxedStrategy<[u32; 4]> {
+    if wild == 0 {
+        return [0u32..4, 0u32..4, 0u32..4, 0u32..4].boxed();
+    }
+    prop_oneof![4 => [0u32..4, 0u32..4, 0u32..4, 0u32..4], wild => [size(wild), size(wild), size(wild), size(wild)]]
+        .boxed()
 }
 
 fn pad_mode() -> impl Strategy<Value = PadMode> {
@@ -71,20 +92,23 @@ fn resample() -> impl Strategy<Value = Resample> {
         .prop_map(|(filter, antialias)| Resample { filter, antialias })
 }
 
-fn center() -> impl Strategy<Value = Option<[f64; 2]>> {
-    proptest::option::of((real(), real()).prop_map(|(x, y)| [x * 8.0, y * 8.0]))
+fn center(wild: u32) -> impl Strategy<Value = Option<[f64; 2]>> {
+    proptest::option::of((real(wild), real(wild)).prop_map(|(x, y)| [x * 8.0, y * 8.0]))
 }
 
 /// Small counts with the policy bounds' edges.
-fn count() -> impl Strategy<Value = u32> {
-    prop_oneof![6 => 0u32..6, 1 => prop_oneof![Just(999u32), Just(1000), Just(1001), Just(u32::MAX)]]
+fn count(wild: u32) -> BoxedStrategy<u32> {
+    if wild == 0 {
+        return (1u32..4).boxed();
+    }
+    prop_oneof![6 => 0u32..6, wild => prop_oneof![Just(999u32), Just(1000), Just(1001), Just(u32::MAX)]].boxed()
 }
 
 /// Every leaf op (no containers).
-fn leaf_op() -> impl Strategy<Value = OpSpec> {
+fn leaf_op(wild: u32) -> impl Strategy<Value = OpSpec> {
     prop_oneof![
-        (padding(), fill(), pad_mode()).prop_map(|(padding, fill, mode)| OpSpec::Pad { padding, fill, mode }),
-        (size(), size(), padding(), any::<bool>(), fill(), pad_mode()).prop_map(
+        (padding(wild), fill(wild), pad_mode()).prop_map(|(padding, fill, mode)| OpSpec::Pad { padding, fill, mode }),
+        (size(wild), size(wild), padding(wild), any::<bool>(), fill(wild), pad_mode()).prop_map(
             |(height, width, padding, pad_if_needed, fill, mode)| OpSpec::RandomCrop {
                 height,
                 width,
@@ -94,35 +118,69 @@ fn leaf_op() -> impl Strategy<Value = OpSpec> {
                 mode
             }
         ),
-        real().prop_map(|p| OpSpec::HorizontalFlip { p }),
-        real().prop_map(|p| OpSpec::VerticalFlip { p }),
-        (proptest::option::of(pair()), proptest::option::of(pair()), proptest::option::of(pair()),
-         proptest::option::of(pair().prop_map(|(a, b)| (a - 0.5, b - 0.5))))
+        real(wild).prop_map(|p| OpSpec::HorizontalFlip { p }),
+        real(wild).prop_map(|p| OpSpec::VerticalFlip { p }),
+        (
+            proptest::option::of(pair(wild)),
+            proptest::option::of(pair(wild)),
+            proptest::option::of(pair(wild)),
+            proptest::option::of(pair(wild).prop_map(|(a, b)| (a - 0.5, b - 0.5)))
+        )
             .prop_map(|(brightness, contrast, saturation, hue)| OpSpec::ColorJitter {
                 brightness,
                 contrast,
                 saturation,
                 hue
             }),
-        count().prop_map(|num_output_channels| OpSpec::Grayscale { num_output_channels }),
-        real().prop_map(|p| OpSpec::RandomGrayscale { p }),
-        (prop_oneof![4 => (0u32..8).prop_map(|k| 2 * k + 1), 1 => size()],
-         prop_oneof![4 => (0u32..8).prop_map(|k| 2 * k + 1), 1 => size()], pair())
+        count(wild)
+            .prop_map(move |n| OpSpec::Grayscale { num_output_channels: if wild == 0 { 1 + 2 * (n % 2) } else { n } }),
+        real(wild).prop_map(|p| OpSpec::RandomGrayscale { p }),
+        (
+            prop_oneof![4 => (0u32..8).prop_map(|k| 2 * k + 1), 1 => size(wild)],
+            prop_oneof![4 => (0u32..8).prop_map(|k| 2 * k + 1), 1 => size(wild)],
+            pair(wild)
+        )
             .prop_map(|(kx, ky, sigma)| OpSpec::GaussianBlur { kx, ky, sigma }),
-        (real(), real(), any::<bool>()).prop_map(|(mean, sigma, clip)| OpSpec::GaussianNoise { mean, sigma, clip }),
-        (real(), pair(), pair(), prop_oneof![3 => fill().prop_map(EraseValue::Values), 1 => Just(EraseValue::Random)])
-            .prop_map(|(p, scale, ratio, value)| OpSpec::RandomErasing { p, scale, ratio, value }),
-        real().prop_map(|p| OpSpec::RandomAutocontrast { p }),
-        real().prop_map(|p| OpSpec::RandomEqualize { p }),
-        (real(), real()).prop_map(|(t, p)| OpSpec::RandomSolarize { threshold: t * 255.0, p }),
-        (count(), real()).prop_map(|(bits, p)| OpSpec::RandomPosterize { bits, p }),
-        (real(), real()).prop_map(|(f, p)| OpSpec::RandomAdjustSharpness { sharpness_factor: f * 3.0, p }),
-        real().prop_map(|p| OpSpec::RandomInvert { p }),
-        (pair(), interp(), any::<bool>(), center(), opt_fill()).prop_map(|(d, interp, expand, center, fill)| {
-            OpSpec::RandomRotation { degrees: (d.0 * 360.0, d.1 * 360.0), interp, expand, center, fill }
+        (real(wild), real(wild), any::<bool>()).prop_map(|(mean, sigma, clip)| OpSpec::GaussianNoise {
+            mean,
+            sigma,
+            clip
         }),
-        (pair(), proptest::option::of(pair()), proptest::option::of(pair()),
-         proptest::collection::vec(real().prop_map(|v| v * 89.0), 0..=5), interp(), opt_fill(), center())
+        (
+            real(wild),
+            pair(wild),
+            pair(wild),
+            prop_oneof![3 => fill(wild).prop_map(EraseValue::Values), 1 => Just(EraseValue::Random)]
+        )
+            .prop_map(|(p, scale, ratio, value)| OpSpec::RandomErasing { p, scale, ratio, value }),
+        real(wild).prop_map(|p| OpSpec::RandomAutocontrast { p }),
+        real(wild).prop_map(|p| OpSpec::RandomEqualize { p }),
+        (real(wild), real(wild)).prop_map(|(t, p)| OpSpec::RandomSolarize { threshold: t * 255.0, p }),
+        (count(wild), real(wild)).prop_map(|(bits, p)| OpSpec::RandomPosterize { bits, p }),
+        (real(wild), real(wild)).prop_map(|(f, p)| OpSpec::RandomAdjustSharpness { sharpness_factor: f * 3.0, p }),
+        real(wild).prop_map(|p| OpSpec::RandomInvert { p }),
+        (pair(wild), interp(), any::<bool>(), center(wild), opt_fill(wild)).prop_map(
+            |(d, interp, expand, center, fill)| {
+                OpSpec::RandomRotation { degrees: (d.0 * 360.0, d.1 * 360.0), interp, expand, center, fill }
+            }
+        ),
+        (
+            pair(wild),
+            proptest::option::of(pair(wild)),
+            proptest::option::of(pair(wild)),
+            proptest::collection::vec(real(wild).prop_map(|v| v * 89.0), 0..=5).prop_map(move |mut v| {
+                if wild == 0 {
+                    v.truncate(v.len() / 2 * 2);
+                    for r in v.chunks_exact_mut(2) {
+                        r.sort_by(f64::total_cmp);
+                    }
+                }
+                v
+            }),
+            interp(),
+            opt_fill(wild),
+            center(wild)
+        )
             .prop_map(|(d, translate, scale, shear, interp, fill, center)| OpSpec::RandomAffine {
                 degrees: (d.0 * 180.0, d.1 * 180.0),
                 translate,
@@ -132,47 +190,64 @@ fn leaf_op() -> impl Strategy<Value = OpSpec> {
                 fill,
                 center
             }),
-        (real(), real(), interp(), opt_fill()).prop_map(|(distortion_scale, p, interp, fill)| {
+        (real(wild), real(wild), interp(), opt_fill(wild)).prop_map(|(distortion_scale, p, interp, fill)| {
             OpSpec::RandomPerspective { distortion_scale, p, interp, fill }
         }),
-        (policy_kind(), interp(), opt_fill()).prop_map(|(kind, interp, fill)| OpSpec::Policy { kind, interp, fill }),
-        (prop_oneof![size().prop_map(ResizeTo::Shorter), (size(), size()).prop_map(|(h, w)| ResizeTo::Exact(h, w))],
-         proptest::option::of(size()), resample())
-            .prop_map(|(size, max_size, resample)| OpSpec::Resize { size, max_size, resample }),
-        (size(), size()).prop_map(|(height, width)| OpSpec::CenterCrop { height, width }),
-        (size(), size(), pair(), pair(), resample()).prop_map(|(height, width, scale, ratio, resample)| {
-            OpSpec::RandomResizedCrop { height, width, scale, ratio: (ratio.0 * 2.0, ratio.1 * 2.0), resample }
+        (policy_kind(wild), interp(), opt_fill(wild)).prop_map(|(kind, interp, fill)| OpSpec::Policy {
+            kind,
+            interp,
+            fill
         }),
+        (
+            prop_oneof![
+                size(wild).prop_map(ResizeTo::Shorter),
+                (size(wild), size(wild)).prop_map(|(h, w)| ResizeTo::Exact(h, w))
+            ],
+            prop_oneof![3 => Just(None), wild => proptest::option::of(size(wild))],
+            resample()
+        )
+            .prop_map(|(size, max_size, resample)| OpSpec::Resize { size, max_size, resample }),
+        (size(wild), size(wild)).prop_map(|(height, width)| OpSpec::CenterCrop { height, width }),
+        (size(wild), size(wild), pair(wild), pair(wild), resample()).prop_map(
+            |(height, width, scale, ratio, resample)| {
+                OpSpec::RandomResizedCrop { height, width, scale, ratio: (ratio.0 * 2.0, ratio.1 * 2.0), resample }
+            }
+        ),
     ]
 }
 
-fn policy_kind() -> impl Strategy<Value = PolicyKind> {
+fn policy_kind(wild: u32) -> impl Strategy<Value = PolicyKind> {
     prop_oneof![
         prop_oneof![Just(AaPolicy::ImageNet), Just(AaPolicy::Cifar10), Just(AaPolicy::Svhn)]
             .prop_map(PolicyKind::AutoAugment),
-        (count(), count(), prop_oneof![3 => 2u32..40, 1 => count()])
+        (count(wild), count(wild), prop_oneof![3 => 2u32..40, 1 => count(wild)])
             .prop_map(|(num_ops, magnitude, bins)| PolicyKind::RandAugment { num_ops, magnitude, bins }),
-        prop_oneof![3 => 2u32..40, 1 => count()].prop_map(|bins| PolicyKind::TrivialAugmentWide { bins }),
-        (count(), count(), prop_oneof![4 => -2i32..4, 1 => any::<i32>()], real(), any::<bool>()).prop_map(
-            |(severity, width, depth, alpha, all_ops)| PolicyKind::AugMix { severity, width, depth, alpha, all_ops }
-        ),
+        prop_oneof![3 => 2u32..40, 1 => count(wild)].prop_map(|bins| PolicyKind::TrivialAugmentWide { bins }),
+        (count(wild), count(wild), prop_oneof![4 => -2i32..4, wild => any::<i32>()], real(wild), any::<bool>())
+            .prop_map(|(severity, width, depth, alpha, all_ops)| PolicyKind::AugMix {
+                severity,
+                width,
+                depth,
+                alpha,
+                all_ops
+            }),
     ]
 }
 
 /// Any op: leaves, and containers of them nested up to 5 deep (the limit is 3), mostly narrow, sometimes wider
 /// than [`super::super::ops::MAX_CONTAINER_OPS`] or empty.
-fn any_op() -> impl Strategy<Value = OpSpec> {
-    leaf_op().prop_recursive(5, 96, 4, |inner| {
+fn any_op(wild: u32) -> impl Strategy<Value = OpSpec> {
+    leaf_op(wild).prop_recursive(if wild == 0 { 2 } else { 5 }, 96, 4, move |inner| {
         let list = prop_oneof![
             8 => proptest::collection::vec(inner.clone(), 1..4),
-            1 => Just(Vec::new()),
-            1 => proptest::collection::vec(inner.clone(), 65..=66),
+            wild => Just(Vec::new()),
+            wild => proptest::collection::vec(inner.clone(), 65..=66),
         ];
         prop_oneof![
-            (list.clone(), real()).prop_map(|(transforms, p)| OpSpec::RandomApply { transforms, p }),
-            (list.clone(), proptest::collection::vec(real(), 0..5)).prop_map(|(transforms, mut p)| {
+            (list.clone(), real(wild)).prop_map(|(transforms, p)| OpSpec::RandomApply { transforms, p }),
+            (list.clone(), proptest::collection::vec(real(wild), 0..5)).prop_map(move |(transforms, mut p)| {
                 // Mostly one weight per op (the rule is then about the values), sometimes a wrong count.
-                if p.len() % 2 == 0 {
+                if wild == 0 || p.len() % 2 == 0 {
                     p.resize(transforms.len(), 1.0);
                 }
                 OpSpec::RandomChoice { transforms, p }
@@ -183,17 +258,17 @@ fn any_op() -> impl Strategy<Value = OpSpec> {
 }
 
 /// Any transform of the list, including the foldable ones and `Resampled` around anything.
-fn transform() -> impl Strategy<Value = TransformSpec> {
+fn transform(wild: u32) -> impl Strategy<Value = TransformSpec> {
     let folded = prop_oneof![
-        (size(), size(), pair(), pair()).prop_map(|(height, width, scale, ratio)| {
+        (size(wild), size(wild), pair(wild), pair(wild)).prop_map(|(height, width, scale, ratio)| {
             TransformSpec::RandomResizedCrop { height, width, scale, ratio: (ratio.0 * 2.0, ratio.1 * 2.0) }
         }),
-        size().prop_map(|shorter| TransformSpec::ResizeShorter { shorter }),
-        (size(), size()).prop_map(|(height, width)| TransformSpec::ResizeExact { height, width }),
-        (size(), size()).prop_map(|(height, width)| TransformSpec::CenterCrop { height, width }),
-        real().prop_map(|p| TransformSpec::RandomHorizontalFlip { p }),
+        size(wild).prop_map(|shorter| TransformSpec::ResizeShorter { shorter }),
+        (size(wild), size(wild)).prop_map(|(height, width)| TransformSpec::ResizeExact { height, width }),
+        (size(wild), size(wild)).prop_map(|(height, width)| TransformSpec::CenterCrop { height, width }),
+        real(wild).prop_map(|p| TransformSpec::RandomHorizontalFlip { p }),
     ];
-    let plain = prop_oneof![3 => folded, 4 => any_op().prop_map(TransformSpec::Op)];
+    let plain = prop_oneof![3 => folded, 4 => any_op(wild).prop_map(TransformSpec::Op)];
     prop_oneof![
         8 => plain.clone(),
         1 => (resample(), plain).prop_map(|(resample, inner)| TransformSpec::Resampled { resample, inner: Box::new(inner) }),
@@ -207,9 +282,7 @@ fn walk(op: &OpSpec, hw: (usize, usize), peak: &mut (usize, usize)) -> (usize, u
     let grow = |peak: &mut (usize, usize), (h, w): (usize, usize)| *peak = (peak.0.max(h), peak.1.max(w));
     let out = match op {
         OpSpec::RandomApply { transforms, .. } => transforms.iter().fold(hw, |hw, t| walk(t, hw, peak)),
-        OpSpec::RandomChoice { transforms, .. } => {
-            transforms.iter().map(|t| walk(t, hw, peak)).last().unwrap_or(hw)
-        }
+        OpSpec::RandomChoice { transforms, .. } => transforms.iter().map(|t| walk(t, hw, peak)).last().unwrap_or(hw),
         OpSpec::RandomOrder { transforms } => {
             // Any order: every op sees its input's size (they all keep it), so one walk each covers them.
             for t in transforms {
@@ -267,7 +340,12 @@ fn count_up(i: usize) {
 /// the machine): 16 M elements.
 const RUN_BUDGET_ELEMS: usize = 1 << 24;
 
-fn check_list(transforms: Vec<TransformSpec>, gray: bool, float: bool, images: &[PixelArray]) -> std::result::Result<(), TestCaseError> {
+fn check_list(
+    transforms: Vec<TransformSpec>,
+    gray: bool,
+    float: bool,
+    images: &[PixelArray],
+) -> std::result::Result<(), TestCaseError> {
     let channels = if gray { Channels::Gray } else { Channels::Rgb };
     let output = if float {
         OutputSpec {
@@ -283,6 +361,9 @@ fn check_list(transforms: Vec<TransformSpec>, gray: bool, float: bool, images: &
         Err(TrdataError::Config { parameter, message }) => {
             prop_assert!(!parameter.is_empty() && !message.is_empty());
             count_up(0);
+            if std::env::var_os("FUZZ_SHOW").is_some() {
+                eprintln!("REFUSED {parameter}: {message}");
+            }
             return Ok(());
         }
         Err(e) => return Err(TestCaseError::fail(format!("{transforms:?}: not a config error: {e}"))),
@@ -321,7 +402,13 @@ fn check_list(transforms: Vec<TransformSpec>, gray: bool, float: bool, images: &
             // f32 planes and the resize's wide intermediates), plus the fixed-size tables.
             let bound = 24 * peak.0 * peak.1 * 3 + (1 << 16);
             let got = retained_bytes(&s);
-            prop_assert!(got <= bound, "{transforms:?} on {}×{}×{}: scratch {got} B > bound {bound} B", a.height, a.width, a.channels);
+            prop_assert!(
+                got <= bound,
+                "{transforms:?} on {}×{}×{}: scratch {got} B > bound {bound} B",
+                a.height,
+                a.width,
+                a.channels
+            );
         }
     }
     Ok(())
@@ -347,13 +434,16 @@ fn fuzz<S: Strategy>(
         .join()
         .expect("the fuzz run passes");
     let c: Vec<usize> = COUNTS.iter().map(|c| c.load(std::sync::atomic::Ordering::Relaxed)).collect();
-    eprintln!("fuzz (both tests so far): refused {}, compiled {}, over budget {}, samples run {}, samples refused {}", c[0], c[1], c[2], c[3], c[4]);
+    eprintln!(
+        "fuzz (both tests so far): refused {}, compiled {}, over budget {}, samples run {}, samples refused {}",
+        c[0], c[1], c[2], c[3], c[4]
+    );
 }
 
 /// Lists of 0–6 arbitrary transforms, any order.
 #[test]
 fn any_transform_list_compiles_to_a_config_error_or_runs_within_its_bound() {
-    let lists = || (proptest::collection::vec(transform(), 0..6), any::<bool>(), any::<bool>());
+    let lists = || (proptest::collection::vec(transform(1), 0..6), any::<bool>(), any::<bool>());
     fuzz(lists, |(transforms, gray, float)| check_list(transforms, gray, float, &images()));
 }
 
@@ -362,11 +452,11 @@ fn any_transform_list_compiles_to_a_config_error_or_runs_within_its_bound() {
 fn ops_after_a_crop_run_within_their_bound() {
     let lists = || {
         (
-        (1u32..20, 1u32..20),
-        proptest::collection::vec(any_op(), 1..5),
-        proptest::option::of((1u32..20, 1u32..20)),
-        any::<bool>(),
-    )
+            (1u32..20, 1u32..20),
+            prop_oneof![3 => proptest::collection::vec(any_op(0), 1..5), 1 => proptest::collection::vec(any_op(1), 1..3)],
+            proptest::option::of((1u32..20, 1u32..20)),
+            any::<bool>(),
+        )
     };
     fuzz(lists, |((h, w), ops, tail, gray)| {
         let mut t = vec![TransformSpec::CenterCrop { height: h, width: w }];
@@ -376,4 +466,53 @@ fn ops_after_a_crop_run_within_their_bound() {
         }
         check_list(t, gray, false, &images())
     });
+}
+
+/// Found by the fuzz's size walk: an intermediate larger than `MAX_SIDE` compiled when a later crop fixed a small
+/// output (tens of GB per worker on the first sample); now refused naming the op, and a size the list does not
+/// fix refuses the sample instead of allocating it.
+#[test]
+fn oversized_intermediates_are_refused_at_compile_or_per_sample() {
+    let pad = |v| TransformSpec::Op(OpSpec::Pad { padding: [v; 4], fill: vec![0.0], mode: PadMode::Constant });
+    let cc = |h, w| TransformSpec::CenterCrop { height: h, width: w };
+    let invert = TransformSpec::Op(OpSpec::RandomInvert { p: 1.0 });
+    let nested = TransformSpec::Op(OpSpec::RandomApply {
+        transforms: vec![
+            OpSpec::Pad { padding: [40_000; 4], fill: vec![0.0], mode: PadMode::Constant },
+            OpSpec::CenterCrop { height: 2, width: 2 },
+        ],
+        p: 0.5,
+    });
+    for (t, op) in [
+        (vec![cc(1, 1), pad(65_536), cc(1, 1)], "Pad at transforms[1]"),
+        (
+            vec![cc(2, 2), invert.clone(), TransformSpec::ResizeExact { height: 4, width: 65_536 }, pad(1), cc(1, 1)],
+            "Pad at transforms[3]",
+        ),
+        (vec![cc(2, 2), nested], "Pad at transforms[1].transforms[0]"),
+    ] {
+        match program::compile(&t) {
+            Err(TrdataError::Config { parameter, message }) => {
+                assert_eq!(parameter, "transforms", "{t:?}");
+                assert!(message.contains(op) && message.contains("at most 65536"), "{message}");
+            }
+            other => panic!("{t:?} compiled: {other:?}"),
+        }
+    }
+    // The sizes depend on the sample: each sample is refused (no allocation), the pipeline stays usable.
+    let a = PixelArray { data: vec![7; 3 * 700 * 3], height: 3, width: 700, channels: 3 };
+    for t in [
+        vec![pad(40_000), cc(1, 1)],
+        vec![invert.clone(), TransformSpec::ResizeShorter { shorter: 65_536 }, cc(1, 1)],
+        vec![invert, TransformSpec::ResizeShorter { shorter: 1_000 }, cc(1, 1)],
+    ] {
+        let p = SamplePipeline::new(t.clone(), OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None })
+            .unwrap();
+        let mut s = WorkerScratch::new().unwrap();
+        let mut dst = vec![1; p.sample_bytes()];
+        let e = p.process_pixels(&mut s, &a, 0, SampleKey { seed: 0, epoch: 0, index: 0 }, &mut dst).unwrap_err();
+        assert!(e.to_string().contains("sides must be at most 65536"), "{t:?}: {e}");
+        assert_eq!(dst, [1; 3], "a refused sample leaves dst untouched");
+        assert!(retained_bytes(&s) < 1 << 24, "{t:?}");
+    }
 }
