@@ -967,6 +967,20 @@ impl OpSpec {
                                 pos,
                             ));
                         }
+                        // Each bound alone still allows 1000 chains of 1000 ops: a million sub-ops per sample
+                        // would stall every worker (≤ 0 draws at most 3 per chain, bounded by the width's rule).
+                        if depth > 0 && u64::from(width) * depth as u64 > u64::from(MAX_POLICY_OPS) {
+                            return Err(bad(
+                                CHAIN_DEPTH,
+                                depth,
+                                &format!(
+                                    "keep mixture_width × chain_depth ({width} × {depth}) at most {MAX_POLICY_OPS} \
+                                     sub-ops per sample"
+                                ),
+                                op,
+                                pos,
+                            ));
+                        }
                         crate::rng::check_alpha(alpha, &format!("{op} at {pos}"))?;
                     }
                 }
