@@ -82,14 +82,23 @@ def _refused(src: trdata.FileList, parameter: str, build: Any) -> ConfigError:
         ("fill", lambda: [T.CenterCrop(2), T.Pad(1, fill=float("inf"))]),
         ("p", lambda: [T.CenterCrop(2), T.RandomChoice([T.RandomInvert(), T.RandomEqualize()], p=[0, 0])]),
         ("p", lambda: [T.CenterCrop(2), T.RandomChoice([T.RandomInvert(), T.RandomEqualize()], p=[-1, 2])]),
-        ("p", lambda: [T.CenterCrop(2), T.RandomChoice([T.RandomInvert(), T.RandomEqualize()], p=[float("nan"), 1])]),
+        (
+            "p",
+            lambda: [
+                T.CenterCrop(2),
+                T.RandomChoice([T.RandomInvert(), T.RandomEqualize()], p=[float("nan"), 1]),
+            ],
+        ),
         ("p", lambda: [T.CenterCrop(2), T.RandomChoice([T.RandomInvert()], p=[1, 1])]),
         ("p", lambda: [T.CenterCrop(2), T.RandomApply([T.RandomInvert()], p=float("inf"))]),
         ("transforms", lambda: [T.CenterCrop(2), T.RandomApply([])]),
         ("transforms", lambda: [T.CenterCrop(2), T.RandomOrder([T.RandomInvert()] * 65)]),
         (
             "transforms",
-            lambda: [T.CenterCrop(2), T.RandomApply([T.RandomApply([T.RandomApply([T.RandomApply([T.RandomInvert()])])])])],
+            lambda: [
+                T.CenterCrop(2),
+                T.RandomApply([T.RandomApply([T.RandomApply([T.RandomApply([T.RandomInvert()])])])]),
+            ],
         ),
         ("transforms", lambda: [T.CenterCrop(2), T.RandomApply([lambda x: x])]),
         ("transforms", lambda: [T.CenterCrop(2), T.RandomChoice([T.RandomInvert(), "invert"])]),
@@ -103,7 +112,9 @@ def _refused(src: trdata.FileList, parameter: str, build: Any) -> ConfigError:
         ("shear", lambda: [T.CenterCrop(2), T.RandomAffine(0, shear=(1, 2, 3))]),
     ],
 )
-def test_absurd_values_are_refused_naming_the_parameter(tiny: trdata.FileList, parameter: str, build: Any) -> None:
+def test_absurd_values_are_refused_naming_the_parameter(
+    tiny: trdata.FileList, parameter: str, build: Any
+) -> None:
     _refused(tiny, parameter, build)
 
 
@@ -217,7 +228,9 @@ def _ids(op: Any) -> str:
 
 @pytest.mark.parametrize("channels", [3, 1])
 @pytest.mark.parametrize("op", EVERY_OP, ids=_ids)
-def test_every_op_runs_on_tiny_jpegs_with_the_compiled_size(tiny: trdata.FileList, op: Any, channels: int) -> None:
+def test_every_op_runs_on_tiny_jpegs_with_the_compiled_size(
+    tiny: trdata.FileList, op: Any, channels: int
+) -> None:
     # First on the decoded image as it is (1×1, 2×3, 3×2), then after a RandomResizedCrop (the op sees 5×4).
     for transforms in ([op, T.CenterCrop((5, 4))], [T.RandomResizedCrop((5, 4)), op, T.CenterCrop((5, 4))]):
         with _loader(tiny, transforms=transforms, channels=channels, layout="NCHW") as ld:

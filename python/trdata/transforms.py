@@ -910,10 +910,8 @@ _MAX_CONVERT_DEPTH = 16
 
 
 def _too_deep(t: Any) -> ConfigError:
-    return ConfigError(
-        f"invalid transforms: {_shown(t)} nests Compose/lists/containers more than {_MAX_CONVERT_DEPTH} deep "
-        "(does it hold itself?)",
-        parameter="transforms",
+    return _refuse(
+        t, 0, f"it nests Compose/lists/containers more than {_MAX_CONVERT_DEPTH} deep (does it hold itself?)"
     )
 
 
