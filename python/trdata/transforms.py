@@ -904,11 +904,24 @@ def is_torchvision(transforms: Any) -> bool:
     return _seq(transforms) and any(_is_torchvision(t) for t in transforms)
 
 
-def _flatten(t: Any) -> list[Any]:
+#: How deep Compose/list/container nesting may go while converting: the core allows 3 container levels, so
+#: deeper is a mistake — or an object that holds itself, which would otherwise recurse until RecursionError.
+_MAX_CONVERT_DEPTH = 16
+
+
+def _too_deep(t: Any) -> ConfigError:
+    return _refuse(
+        t, 0, f"it nests Compose/lists/containers more than {_MAX_CONVERT_DEPTH} deep (does it hold itself?)"
+    )
+
+
+def _flatten(t: Any, depth: int = 0) -> list[Any]:
+    if depth > _MAX_CONVERT_DEPTH:
+        raise _too_deep(t)
     if type(t).__name__ == "Compose" and _is_torchvision(t):
-        return [x for sub in t.transforms for x in _flatten(sub)]
+        return [x for sub in t.transforms for x in _flatten(sub, depth + 1)]
     if _seq(t):
-        return [x for sub in t for x in _flatten(sub)]
+        return [x for sub in t for x in _flatten(sub, depth + 1)]
     return [t]
 
 
@@ -920,12 +933,14 @@ def _refuse(t: Any, pos: int, why: str) -> ConfigError:
     )
 
 
-def from_torchvision(t: Any) -> Converted:
+def from_torchvision(t: Any, _depth: int = 0) -> Converted:
     """A torchvision.transforms.v2 (or classic) op, Compose or list of them → the trdata pipeline (trdata ops are
     passed through). Trailing ``ToTensor``/``ToImage``/``PILToTensor``/``ToDtype(float32, scale=True)``/
     ``ConvertImageDtype(float)`` become ``dtype='float32'`` and a trailing ``Normalize`` the Loader's
     ``normalize``; a ``RandomErasing`` after ``Normalize`` has its value converted to pixel units. Anything else
     → ConfigError naming the first op trdata cannot run."""
+    if _depth > _MAX_CONVERT_DEPTH:
+        raise _too_deep(t)
     ops = _flatten(t)
     out: list[Transform] = []
     normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None
@@ -946,7 +961,7 @@ def from_torchvision(t: Any) -> Converted:
         if name in _CONTAINERS:
             if normalize is not None:
                 raise _refuse(op, pos, "it comes after Normalize (trdata normalizes in the final write)")
-            out.append(_convert_container(op, name, pos))
+            out.append(_convert_container(op, name, pos, _depth))
             continue
         if name in ("ToTensor", "ToImage", "PILToTensor", "ToPureTensor"):
             dtype = "float32" if name == "ToTensor" else "uint8" if name != "ToPureTensor" else dtype
@@ -974,6 +989,8 @@ def from_torchvision(t: Any) -> Converted:
             raise _refuse(op, pos, str(e)) from None
         except (AttributeError, TypeError, KeyError):
             raise _refuse(op, pos, "trdata has no such op (yet)") from None
+        except Exception as e:  # a look-alike whose attributes raise: still a configuration error, named
+            raise _refuse(op, pos, f"reading its parameters raised {type(e).__name__}: {e}") from e
     return Converted(out, normalize, dtype)
 
 
@@ -981,10 +998,10 @@ def from_torchvision(t: Any) -> Converted:
 _CONTAINERS = ("RandomApply", "RandomChoice", "RandomOrder")
 
 
-def _convert_container(op: Any, name: str, pos: int) -> Transform:
+def _convert_container(op: Any, name: str, pos: int, depth: int = 0) -> Transform:
     """A torchvision RandomApply/RandomChoice/RandomOrder (v2 or classic) → trdata's, its inner list converted
     by :func:`from_torchvision` (a Compose inside is flattened); an inner ToTensor/Normalize is refused."""
-    inner = from_torchvision(list(op.transforms))
+    inner = from_torchvision(list(op.transforms), depth + 1)
     if inner.normalize is not None or inner.dtype is not None:
         raise _refuse(op, pos, "it holds ToTensor/ToDtype/Normalize (only the pipeline's end may convert)")
     if name == "RandomApply":

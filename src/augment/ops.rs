@@ -26,6 +26,15 @@ use crate::rng::SampleRng;
 /// The largest padding and crop side (the same bound as the transforms' sizes: a header or user size larger
 /// than this would allocate before anything could refuse it).
 pub const MAX_SIDE: u32 = 65_536;
+/// The most pixels any intermediate image of a program may have: Pillow's decompression-bomb error threshold
+/// (2 × `Image.MAX_IMAGE_PIXELS`), ~537 MB for RGB. Without it a list could pass every side check and still hold
+/// a 65536² (12.9 GB) intermediate per worker.
+pub const MAX_FRAME_PIXELS: usize = 178_956_970;
+
+/// Whether an intermediate of `(h, w)` exceeds [`MAX_SIDE`] or [`MAX_FRAME_PIXELS`].
+pub fn frame_too_big((h, w): (usize, usize)) -> bool {
+    h.max(w) > MAX_SIDE as usize || h.saturating_mul(w) > MAX_FRAME_PIXELS
+}
 
 /// The `bits` parameter's name (its rules: [`OpSpec::check`]).
 const BITS: &str = "bits";
@@ -967,6 +976,20 @@ impl OpSpec {
                                 pos,
                             ));
                         }
+                        // Each bound alone still allows 1000 chains of 1000 ops: a million sub-ops per sample
+                        // would stall every worker (≤ 0 draws at most 3 per chain, bounded by the width's rule).
+                        if depth > 0 && u64::from(width) * depth as u64 > u64::from(MAX_POLICY_OPS) {
+                            return Err(bad(
+                                CHAIN_DEPTH,
+                                depth,
+                                &format!(
+                                    "keep mixture_width × chain_depth ({width} × {depth}) at most {MAX_POLICY_OPS} \
+                                     sub-ops per sample"
+                                ),
+                                op,
+                                pos,
+                            ));
+                        }
                         crate::rng::check_alpha(alpha, &format!("{op} at {pos}"))?;
                     }
                 }
@@ -1066,7 +1089,37 @@ impl OpSpec {
                 }
                 Ok(hw)
             }
-            _ => Ok(self.output_hw(hw)),
+            _ => {
+                // Every intermediate the list fixes must respect the sides' bound, not only the final size: a
+                // `Pad(65536)` or `Resize((65536, 65536))` followed by a small crop would otherwise compile and
+                // then allocate tens of GB per worker (or abort) on the first sample.
+                let out = self.output_hw(hw);
+                if let Some((h, w)) = out
+                    && frame_too_big((h, w))
+                {
+                    return Err(bad(
+                        TRANSFORMS,
+                        format!("the output ({h}, {w})"),
+                        &format!(
+                            "be at most {MAX_SIDE} per side and {MAX_FRAME_PIXELS} pixels (every intermediate image \
+                             is held in memory)"
+                        ),
+                        op,
+                        pos,
+                    ));
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// The (height, width) this op gives a `(h, w)` image when that is too big ([`frame_too_big`]): the
+    /// per-sample form of [`OpSpec::output_hw_at`]'s bound, for sizes the list does not fix (a `Resize(int)` of a
+    /// 3 × 700 image to 65536 would be 65536 × 15 M pixels). Containers are checked through their inner ops.
+    pub fn oversized(&self, (h, w): (usize, usize)) -> Option<(usize, usize)> {
+        match self {
+            OpSpec::RandomApply { .. } | OpSpec::RandomChoice { .. } | OpSpec::RandomOrder { .. } => None,
+            _ => self.output_hw(Some((h, w))).filter(|&hw| frame_too_big(hw)),
         }
     }
 
@@ -1247,6 +1300,14 @@ pub struct OpScratch {
     pub policy: PolicyScratch,
     /// The stage-2 resizes' taps and intermediates.
     pub(crate) resize: super::resample::ResampleScratch,
+}
+
+impl OpScratch {
+    /// Bytes held by the buffers that grow with the image (the fuzz tests hold them to the compiled sizes' bound).
+    #[cfg(test)]
+    pub(crate) fn retained_bytes(&self) -> usize {
+        self.spare.capacity() + self.plane.capacity() * 4 + self.policy.retained_bytes() + self.resize.retained_bytes()
+    }
 }
 
 /// Apply `op` with parameters `drawn` to `frame` (the kernels' arithmetic; `rng` continues the op's stream for

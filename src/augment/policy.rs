@@ -485,6 +485,14 @@ pub struct PolicyScratch {
     spare: Vec<u8>,
 }
 
+impl PolicyScratch {
+    /// Bytes held by the buffers that grow with the image (see `OpScratch::retained_bytes`).
+    #[cfg(test)]
+    pub(crate) fn retained_bytes(&self) -> usize {
+        self.chain.buf.capacity() + self.mix.capacity() * 4 + self.weights.capacity() * 4 + self.spare.capacity()
+    }
+}
+
 /// Run `kind` on `frame` (size kept), drawing from `rng`.
 pub fn run(kind: &PolicyKind, style: WarpStyle, frame: &mut Frame, s: &mut PolicyScratch, rng: &mut SampleRng) {
     let hw = (frame.h, frame.w);

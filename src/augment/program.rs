@@ -208,6 +208,19 @@ pub fn op_rng(key: SampleKey, site: Site) -> SampleRng {
 /// list, whatever order they run in).
 fn run_op(op: &OpSpec, site: Site, s: &mut ProgramScratch, key: SampleKey) -> std::result::Result<(), String> {
     let mut rng = op_rng(key, site);
+    // A size the list does not fix (the identity prefix, or after an expanding rotation) may make an op's output
+    // absurd on an odd sample: refuse the sample (its error policy applies) instead of allocating it.
+    if let Some((oh, ow)) = op.oversized((s.frame.h, s.frame.w)) {
+        return Err(format!(
+            "{} at {site}: the image ({}, {}) would become ({oh}, {ow}); sides must be at most {} and pixels at \
+             most {}",
+            op.name(),
+            s.frame.h,
+            s.frame.w,
+            ops::MAX_SIDE,
+            ops::MAX_FRAME_PIXELS
+        ));
+    }
     let drawn = op.sample(&mut rng, (s.frame.h, s.frame.w, s.frame.c))?;
     match (op, &drawn) {
         (_, Drawn::Skip) => {}
@@ -248,3 +261,7 @@ pub fn sample_op(op: &OpSpec, pos: usize, key: SampleKey, hwc: (usize, usize, us
     op.check(pos)?;
     op.trace(&mut op_rng(key, Site::top(pos)), hwc).map_err(|m| TrdataError::config(TRANSFORMS, m))
 }
+
+#[cfg(test)]
+#[path = "program_fuzz_tests.rs"]
+mod fuzz_tests;

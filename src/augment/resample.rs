@@ -56,6 +56,14 @@ fn bicubic(x: f64) -> f64 {
     }
 }
 
+impl ResampleScratch {
+    /// Bytes held by the intermediates that grow with the image (see `OpScratch::retained_bytes`).
+    #[cfg(test)]
+    pub(crate) fn retained_bytes(&self) -> usize {
+        self.inter.capacity() + self.wide.capacity() * 4 + self.row.capacity() + self.window.capacity()
+    }
+}
+
 /// Filter taps of one axis, for every output index in output order (flip already applied).
 #[derive(Debug, Default)]
 pub(crate) struct AxisCoeffs {
