@@ -14,7 +14,9 @@ are the core's (``_core.DEFAULTS``).
 
 from __future__ import annotations
 
+import math
 import numbers
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +25,10 @@ from . import _core
 from .errors import ConfigError, _shown
 
 _DEFAULTS = _core.DEFAULTS
+
+#: ImageNet mean and std in [0, 1] units (timm's IMAGENET_DEFAULT_MEAN/STD, torchvision's reference values).
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def _is_int(v: Any) -> bool:
@@ -729,6 +735,161 @@ class AugMix(Transform):
         )
 
 
+#: timm's ``_RAND_TRANSFORMS`` (``rand-…``) and ``_RAND_INCREASING_TRANSFORMS`` (``rand-…-inc1``), in timm's order.
+TIMM_RAND_TRANSFORMS = (
+    "AutoContrast", "Equalize", "Invert", "Rotate", "Posterize", "Solarize", "SolarizeAdd", "Color", "Contrast",
+    "Brightness", "Sharpness", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel",
+)  # fmt: skip
+TIMM_RAND_INCREASING_TRANSFORMS = (
+    "AutoContrast", "Equalize", "Invert", "Rotate", "PosterizeIncreasing", "SolarizeIncreasing", "SolarizeAdd",
+    "ColorIncreasing", "ContrastIncreasing", "BrightnessIncreasing", "SharpnessIncreasing", "ShearX", "ShearY",
+    "TranslateXRel", "TranslateYRel",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TimmRandAugment(Transform):
+    """timm's RandAugment (``timm.data.rand_augment_transform``), not torchvision's: ``num_layers`` ops chosen with
+    replacement from ``ops`` (timm's names), each run with probability ``p`` at magnitude ``magnitude`` +
+    N(0, ``magnitude_std``) (uniform in [0, magnitude] when ``magnitude_std`` is inf) clipped to
+    [0, ``magnitude_max``], with Pillow's op implementations; the warps fill with ``fill`` (timm's ``img_mean``,
+    pixel units) and resample with ``interpolation`` ('random': bilinear or bicubic per op, timm's default).
+    :meth:`from_config` parses timm's strings (``'rand-m9-mstd0.5-inc1'``). Defaults are timm's."""
+
+    num_layers: int = 2
+    magnitude: float = 10.0
+    magnitude_std: float = 0.0
+    magnitude_max: float = 10.0
+    p: float = 0.5
+    ops: tuple[str, ...] = TIMM_RAND_TRANSFORMS
+    fill: Any = (128, 128, 128)
+    interpolation: str = "random"
+    translate_pct: float = 0.45
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    @classmethod
+    def from_config(
+        cls,
+        config_str: str,
+        mean: Sequence[float] = IMAGENET_MEAN,
+        interpolation: str = "random",
+    ) -> TimmRandAugment:
+        """timm's ``rand_augment_transform(config_str, {img_mean, interpolation})`` as ``create_transform`` calls it
+        (``mean`` in [0, 1] units gives ``img_mean = round(255·mean)``). Sections: ``m`` (int), ``n`` (int),
+        ``p`` (float), ``mstd`` (float; > 100 means inf), ``mmax`` (int), ``inc`` (0/1). Weighted lists (``t…``)
+        are refused."""
+        parts = _str(config_str, "auto_augment").split("-")
+        if parts[0] != "rand":
+            raise ConfigError(
+                f"invalid auto_augment: {config_str!r} must start with 'rand-' (timm's AutoAugment 'original'/'v0' "
+                "and AugMix policies are not in trdata yet)",
+                parameter="auto_augment",
+            )
+        kw: dict[str, Any] = {}
+        increasing = False
+        for c in parts[1:]:
+            m = re.match(r"^([a-z]+)(\d.*)?$", c)
+            if c.startswith("t") or m is None:
+                raise ConfigError(
+                    f"invalid auto_augment: section {c!r} of {config_str!r} must be m, n, p, mstd, mmax or inc "
+                    "(weighted op lists are not supported)",
+                    parameter="auto_augment",
+                )
+            key, val = m.group(1), m.group(2)
+            if val is None:
+                continue  # timm skips sections without a number
+            try:
+                if key == "mstd":
+                    mstd = float(val)
+                    kw["magnitude_std"] = math.inf if mstd > 100 else mstd
+                elif key == "mmax":
+                    kw["magnitude_max"] = float(int(val))
+                elif key == "inc":
+                    increasing = bool(int(val))
+                elif key == "m":
+                    kw["magnitude"] = float(int(val))
+                elif key == "n":
+                    kw["num_layers"] = int(val)
+                elif key == "p":
+                    kw["p"] = float(val)
+                else:
+                    raise ValueError(key)
+            except ValueError:
+                raise ConfigError(
+                    f"invalid auto_augment: section {c!r} of {config_str!r} is not one of m<int>, n<int>, p<float>, "
+                    "mstd<float>, mmax<int>, inc<0|1>",
+                    parameter="auto_augment",
+                ) from None
+        ops = TIMM_RAND_INCREASING_TRANSFORMS if increasing else TIMM_RAND_TRANSFORMS
+        fill = tuple(min(255, round(255 * float(x))) for x in mean)
+        return cls(ops=ops, fill=fill, interpolation=interpolation, **kw)
+
+    def _spec(self) -> tuple[Any, ...]:
+        if isinstance(self.ops, (str, bytes)) or not _seq(self.ops):
+            raise ConfigError(f"invalid ops: {_shown(self.ops)} must be a sequence of timm op names", parameter="ops")
+        return (
+            "timm_rand_augment",
+            _int_arg(self.num_layers, "num_layers"),
+            _real(self.magnitude, "magnitude"),
+            _real(self.magnitude_std, "magnitude_std"),
+            _real(self.magnitude_max, "magnitude_max"),
+            _real(self.p, "p"),
+            tuple(_str(o, "ops") for o in self.ops),
+            _fill(self.fill),
+            _mode(self.interpolation, "interpolation"),
+            _real(self.translate_pct, "translate_pct"),
+        )
+
+
+@dataclass(frozen=True)
+class TimmRandomErasing(Transform):
+    """timm's ``RandomErasing(probability, min_area, max_area, min_aspect, max_aspect, mode, min_count,
+    max_count)``, which timm applies after Normalize: ``mode`` 'const' fills with 0 in normalized units (the mean
+    pixel), 'rand' with one N(0, 1) per channel per box, 'pixel' with one per element. trdata erases the uint8
+    image before its final normalize, so ``mean``/``std`` must be the Loader's ``normalize`` ([0, 1] units) and the
+    fills are quantised to pixels (``round((z·std + mean)·255)``, clipped to 0–255: normals beyond about ±2 are
+    clipped where timm keeps them). Defaults are timm's."""
+
+    probability: float = 0.5
+    min_area: float = 0.02
+    max_area: float = 1 / 3
+    min_aspect: float = 0.3
+    max_aspect: float | None = None
+    mode: str = "const"
+    min_count: int = 1
+    max_count: int | None = None
+    mean: Sequence[float] = IMAGENET_MEAN
+    std: Sequence[float] = IMAGENET_STD
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        min_aspect = _real(self.min_aspect, "min_aspect")
+        max_aspect = 1 / min_aspect if self.max_aspect is None and min_aspect > 0 else self.max_aspect
+        if max_aspect is None or min_aspect <= 0 or _real(max_aspect, "max_aspect") <= 0:
+            raise ConfigError(
+                f"invalid min_aspect: {_shown(self.min_aspect)} must be > 0 (and max_aspect > 0)",
+                parameter="min_aspect",
+            )
+        min_count = _int_arg(self.min_count, "min_count")
+        max_count = min_count if self.max_count is None else _int_arg(self.max_count, "max_count")
+        return (
+            "timm_random_erasing",
+            _real(self.probability, "probability"),
+            _real(self.min_area, "min_area"),
+            _real(self.max_area, "max_area"),
+            (math.log(min_aspect), math.log(float(max_aspect))),
+            min_count,
+            max_count,
+            _str(self.mode, "mode").lower() or "const",
+            _fill(self.mean, "mean"),
+            _fill(self.std, "std"),
+        )
+
+
 #: The built-in transforms (the only ones the core compiles).
 BUILTIN = (
     RandomResizedCrop,
@@ -757,6 +918,8 @@ BUILTIN = (
     RandAugment,
     TrivialAugmentWide,
     AugMix,
+    TimmRandAugment,
+    TimmRandomErasing,
 )
 
 
@@ -804,7 +967,7 @@ def specs(transforms: Any) -> list[tuple[Any, ...]]:
 #: ImageNet mean and std in [0, 1] units: out = (x / 255 - mean) / std. ``Loader(normalize=...)`` also
 #: takes them in 0–255 units (``((123.675, 116.28, 103.53), (58.395, 57.12, 57.375))``, the DALI/FFCV
 #: habit): any std > 1 or every mean > 1 means 0–255 units; mixed units raise ConfigError (Loader docs).
-IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+IMAGENET = (IMAGENET_MEAN, IMAGENET_STD)
 
 
 @dataclass(frozen=True)
@@ -818,8 +981,13 @@ class Converted:
     dtype: str | None = None
 
 
+def _is_timm(t: Any) -> bool:
+    """A timm data transform (timm.data.transforms, auto_augment, random_erasing)."""
+    return type(t).__module__.startswith("timm.data")
+
+
 def _is_torchvision(t: Any) -> bool:
-    return type(t).__module__.startswith("torchvision.transforms")
+    return type(t).__module__.startswith("torchvision.transforms") or _is_timm(t)
 
 
 def is_torchvision(transforms: Any) -> bool:
@@ -868,6 +1036,25 @@ def from_torchvision(t: Any) -> Converted:
                 parameter="transforms",
             )
         name = type(op).__name__
+        if _is_timm(op):
+            if name == "MaybeToTensor":
+                dtype = "float32"
+                continue
+            if name in ("MaybePILToTensor", "ToNumpy"):
+                dtype = "uint8"
+                continue
+            if name == "RandomErasing":
+                if normalize is None:
+                    raise _refuse(op, pos, "timm's RandomErasing works in normalized units: put it after Normalize")
+                out.append(_convert_timm_erasing(op, normalize))
+                continue
+            if normalize is not None:
+                raise _refuse(op, pos, "it comes after Normalize (trdata normalizes in the final write)")
+            try:
+                out.append(_convert_timm(op, name))
+            except ConfigError as e:
+                raise _refuse(op, pos, str(e)) from None
+            continue
         if name in ("ToTensor", "ToImage", "PILToTensor", "ToPureTensor"):
             dtype = "float32" if name == "ToTensor" else "uint8" if name != "ToPureTensor" else dtype
             continue
@@ -1000,3 +1187,106 @@ def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float
             op.fill,
         )
     raise KeyError(name)
+
+
+#: timm classes that have no trdata counterpart, with what to do instead.
+_TIMM_REFUSED = {
+    "ResizeKeepRatio": (
+        "it rounds the resized size its own way (timm's eval crop_mode='border', crop_mode='center' with a non-square "
+        "size, train_crop_mode='rkrc'/'rkrr'); trdata has no such resize yet: use crop_mode='center' with a square "
+        "size or crop_mode='squash'"
+    ),
+    "AutoAugment": "timm's AutoAugment policies ('original', 'v0', …) are not in trdata yet: use auto_augment='rand-…'",
+    "AugMixAugment": "timm's AugMix is not in trdata yet: use auto_augment='rand-…' or torchvision's AugMix",
+    "ToTensor": "timm's unscaled ToTensor is not supported: use MaybePILToTensor (uint8) or MaybeToTensor",
+}
+
+
+def _timm_interpolation(v: Any) -> str:
+    """timm's interpolation (a torchvision InterpolationMode, a PIL filter, or the bilinear/bicubic tuple that
+    means 'random') → the name."""
+    if isinstance(v, (tuple, list)):
+        names = sorted(_timm_interpolation(x) for x in v)
+        if names == ["bicubic", "bilinear"]:
+            return "random"
+        raise ConfigError(f"invalid interpolation: {_shown(v)} must be one filter or timm's (bilinear, bicubic)")
+    if hasattr(v, "value") and isinstance(v.value, str):
+        return str(v.value).lower()
+    return {0: "nearest", 2: "bilinear", 3: "bicubic"}.get(int(v), f"PIL filter {int(v)}")
+
+
+def _convert_timm(op: Any, name: str) -> Transform:
+    """A timm transform (before Normalize) → the trdata one; ConfigError saying why not."""
+    if name in _TIMM_REFUSED:
+        raise ConfigError(_TIMM_REFUSED[name])
+    if name == "RandomResizedCropAndInterpolation":
+        interpolation = _timm_interpolation(op.interpolation)
+        if interpolation == "random":
+            raise ConfigError(
+                "interpolation='random' draws bilinear or bicubic per sample, which trdata's folded resize cannot "
+                "do yet: build the pipeline with interpolation='bicubic' or 'bilinear' "
+                "(timm.data.create_transform(..., interpolation='bicubic'))"
+            )
+        return RandomResizedCrop(tuple(op.size), tuple(op.scale), tuple(op.ratio), interpolation, True)
+    if name == "CenterCropOrPad":
+        fill = op.fill if _seq(op.fill) else [op.fill]
+        if op.padding_mode != "constant" or any(float(v) != 0 for v in fill):
+            raise ConfigError(
+                f"only fill=0 with padding_mode='constant' (torchvision's CenterCrop) is supported, not "
+                f"fill={_shown(op.fill)}, padding_mode={op.padding_mode!r}"
+            )
+        return CenterCrop(tuple(op.size))
+    if name == "RandAugment":
+        return _convert_timm_rand_augment(op)
+    raise ConfigError("trdata has no such op (yet)")
+
+
+def _convert_timm_rand_augment(op: Any) -> TimmRandAugment:
+    if op.choice_weights is not None:
+        raise ConfigError("weighted op lists (rand-…-t<name>) are not supported: use the default or inc1 list")
+    ops = list(op.ops)
+    if not ops:
+        raise ConfigError("it has no ops")
+    first = ops[0]
+
+    def same(o: Any) -> tuple[Any, ...]:
+        return (
+            o.prob,
+            o.magnitude,
+            o.magnitude_std,
+            o.magnitude_max,
+            tuple(o.kwargs["fillcolor"]) if _seq(o.kwargs["fillcolor"]) else o.kwargs["fillcolor"],
+            _timm_interpolation(o.kwargs["resample"]),
+            o.hparams.get("translate_pct", 0.45),
+        )
+
+    if any(type(o).__name__ != "AugmentOp" or same(o) != same(first) for o in ops):
+        raise ConfigError("its ops must share one prob, magnitude, magnitude_std, fill and interpolation")
+    prob, magnitude, mstd, mmax, fill, interpolation, translate_pct = same(first)
+    return TimmRandAugment(
+        num_layers=op.num_layers,
+        magnitude=float(magnitude),
+        magnitude_std=float(mstd),
+        magnitude_max=float(mmax or 10.0),
+        p=float(prob),
+        ops=tuple(o.name for o in ops),
+        fill=fill,
+        interpolation=interpolation,
+        translate_pct=float(translate_pct),
+    )
+
+
+def _convert_timm_erasing(op: Any, normalize: tuple[tuple[float, ...], tuple[float, ...]]) -> TimmRandomErasing:
+    lo, hi = op.log_aspect_ratio
+    return TimmRandomErasing(
+        probability=op.probability,
+        min_area=op.min_area,
+        max_area=op.max_area,
+        min_aspect=math.exp(lo),
+        max_aspect=math.exp(hi),
+        mode=op.mode or "const",
+        min_count=op.min_count,
+        max_count=op.max_count,
+        mean=normalize[0],
+        std=normalize[1],
+    )

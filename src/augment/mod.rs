@@ -40,6 +40,7 @@ mod resample;
 mod simd;
 #[cfg(test)]
 mod tests;
+pub mod timm;
 pub mod views;
 pub mod warp;
 

@@ -16,6 +16,7 @@
 pub use super::kernels::Frame;
 use super::kernels::{self, PadMode};
 use super::policy::{self, AA_POLICY, PolicyKind, PolicyScratch, WarpStyle};
+use super::timm::{self, ERASE_MODE, TIMM_INTERPOLATION, TIMM_OPS, TimmRandAugment, TimmRandomErasing};
 use super::warp::{self, Interp, WARP_INTERPOLATION};
 use crate::error::{Result, TrdataError};
 use crate::param::Choice;
@@ -307,6 +308,10 @@ pub enum OpSpec {
         /// `None` (torchvision's default for the policies) = zero padding; else the mask-path fill.
         fill: Option<Vec<f64>>,
     },
+    /// timm's RandAugment (`rand-m9-mstd0.5-inc1`…) with Pillow's op implementations (see [`super::timm`]).
+    TimmRandAugment(TimmRandAugment),
+    /// timm's `RandomErasing` (count, normalized-space fills; see [`super::timm::TimmRandomErasing`]).
+    TimmRandomErasing(TimmRandomErasing),
 }
 
 /// The parameters one op drew for one sample (what [`apply`] needs; the policies build them from magnitudes).
@@ -516,6 +521,8 @@ impl OpSpec {
                 PolicyKind::TrivialAugmentWide { .. } => "TrivialAugmentWide",
                 PolicyKind::AugMix { .. } => "AugMix",
             },
+            OpSpec::TimmRandAugment(_) => "timm RandAugment",
+            OpSpec::TimmRandomErasing(_) => "timm RandomErasing",
         }
     }
 
@@ -709,6 +716,8 @@ impl OpSpec {
                 }
                 check_opt_fill(fill, op, pos)
             }
+            OpSpec::TimmRandAugment(spec) => spec.check(op, pos),
+            OpSpec::TimmRandomErasing(spec) => spec.check(op, pos),
         }
     }
 
@@ -836,7 +845,7 @@ impl OpSpec {
                 Drawn::Perspective([tl[0], tl[1], tr[0], tr[1], br[0], br[1], bl[0], bl[1]])
             }
             // A policy decides while it runs (no per-sample list); `trace` shows its decisions.
-            OpSpec::Policy { .. } => Drawn::Apply,
+            OpSpec::Policy { .. } | OpSpec::TimmRandAugment(_) | OpSpec::TimmRandomErasing(_) => Drawn::Apply,
         })
     }
 
@@ -845,6 +854,12 @@ impl OpSpec {
     pub fn trace(&self, rng: &mut SampleRng, hwc: (usize, usize, usize)) -> std::result::Result<Vec<f64>, String> {
         match self {
             OpSpec::Policy { kind, .. } => Ok(policy::trace(kind, rng, (hwc.0, hwc.1))),
+            OpSpec::TimmRandAugment(spec) => Ok(timm::trace(spec, rng)),
+            OpSpec::TimmRandomErasing(spec) => {
+                let mut out = Vec::new();
+                timm::erase(spec, None, (hwc.0, hwc.1), rng, |b| out.extend(b.map(|v| v as f64)));
+                Ok(out)
+            }
             _ => self.sample(rng, hwc).map(|d| d.to_vec()),
         }
     }
@@ -987,6 +1002,11 @@ pub fn apply(op: &OpSpec, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScra
             let style = WarpStyle { interp: *interp, fill: fill_f32(fill) };
             policy::run(kind, style, frame, &mut scratch.policy, rng);
         }
+        (OpSpec::TimmRandAugment(spec), _) => timm::run(spec, frame, &mut scratch.spare, rng),
+        (OpSpec::TimmRandomErasing(spec), _) => {
+            let hw = (frame.h, frame.w);
+            timm::erase(spec, Some(frame), hw, rng, |_| {});
+        }
         (op, drawn) => unreachable!("{} was drawn {drawn:?}, which its sample() never returns", op.name()),
     }
 }
@@ -1044,6 +1064,8 @@ pub const KINDS: &[&str] = &[
     "rand_augment",
     "trivial_augment_wide",
     "augmix",
+    "timm_rand_augment",
+    "timm_random_erasing",
 ];
 
 impl OpSpec {
@@ -1202,6 +1224,49 @@ impl OpSpec {
                 interp: interp(5)?,
                 fill: opt_fill(6)?,
             },
+            "timm_rand_augment" => OpSpec::TimmRandAugment(TimmRandAugment {
+                num_layers: uint(0, "num_layers")?,
+                magnitude: num(1, "magnitude")?,
+                magnitude_std: num(2, "magnitude_std")?,
+                magnitude_max: num(3, "magnitude_max")?,
+                prob: num(4, "p")?,
+                ops: match get(5)? {
+                    Arg::List(v) => v
+                        .iter()
+                        .map(|a| match a {
+                            Arg::Str(s) => TIMM_OPS.parse(s),
+                            other => Err(TIMM_OPS.error(&format!("{other:?}"))),
+                        })
+                        .collect::<Result<Vec<_>>>()?,
+                    other => return Err(TrdataError::config("ops", format!("{other:?} must be a list of op names"))),
+                },
+                fill: nums(6, "fill")?,
+                interp: match get(7)? {
+                    Arg::Str(s) => TIMM_INTERPOLATION.parse(s)?,
+                    other => return Err(TIMM_INTERPOLATION.error(&format!("{other:?}"))),
+                },
+                translate_pct: num(8, "translate_pct")?,
+            }),
+            "timm_random_erasing" => OpSpec::TimmRandomErasing(TimmRandomErasing {
+                p: num(0, "p")?,
+                min_area: num(1, "min_area")?,
+                max_area: num(2, "max_area")?,
+                log_aspect: pair(3, "log_aspect_ratio")?,
+                min_count: uint(4, "min_count")?,
+                max_count: uint(5, "max_count")?,
+                mode: match get(6)? {
+                    Arg::Str(s) => ERASE_MODE.parse(s)?,
+                    other => return Err(ERASE_MODE.error(&format!("{other:?}"))),
+                },
+                mean: {
+                    let v = nums(7, "mean")?;
+                    std::array::from_fn(|k| v.get(k.min(v.len().saturating_sub(1))).copied().unwrap_or(f64::NAN))
+                },
+                std: {
+                    let v = nums(8, "std")?;
+                    std::array::from_fn(|k| v.get(k.min(v.len().saturating_sub(1))).copied().unwrap_or(f64::NAN))
+                },
+            }),
             "pad" => OpSpec::Pad { padding: padding(0)?, fill: nums(1, "fill")?, mode: mode(2)? },
             "random_crop" => OpSpec::RandomCrop {
                 height: uint(0, "size")?,

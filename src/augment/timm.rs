@@ -1,0 +1,849 @@
+//! timm — timm's RandAugment (`rand_augment_transform('rand-m9-mstd0.5-inc1', hparams)`, the DeiT/ViT/ConvNeXt
+//! recipes' policy) as a pixel op of a compiled program ([`super::program`] stage 2, on the uint8 crop, after
+//! the folded ROI/DCT decode + resample and before the final normalize/cast/layout write).
+//!
+//! timm's RandAugment is not torchvision's ([`super::policy`]): its op list has Invert and SolarizeAdd and no
+//! Identity, each chosen op runs only with probability `p` (0.5), the magnitude is `m` plus N(0, mstd) noise
+//! (uniform in [0, m] when mstd > 100) clipped to [0, mmax] (10), the `inc` list swaps in ops whose severity grows
+//! with the magnitude, the warps fill with the dataset's mean pixel and pick bilinear or bicubic per op, and every
+//! op is Pillow's (`ImageEnhance`, `ImageOps`, `Image.transform(AFFINE)`, `Image.rotate`), not torchvision's
+//! tensor kernels. The kernels here port Pillow 13's C and Python step by step — f32 `Image.blend` with its
+//! truncation, the fixed-point nearest affine, the clamped bilinear/bicubic taps, the SMOOTH filter that leaves the
+//! border — because a tensor-kernel stand-in differs from timm by several levels on edges and blends (measured
+//! in tests/test_timm.py, which compares each op with Pillow bit for bit).
+//!
+//! Randomness, in timm's draw order, from the op's own stream (`SampleRng(seed, epoch, index, OP_BASE + pos)`):
+//! the `num_layers` op choices first (numpy's `choice` with replacement), then per chosen op its gate
+//! (`random() > p` skips), its magnitude noise, its sign (`random() > 0.5` negates) and, for a warp with
+//! `interpolation='random'`, its filter. Streams differ from Python's MT19937; distributions match (tests: χ²
+//! and KS over ≥ 10k draws against timm's own sampling).
+
+use super::kernels::Frame;
+use crate::error::{Result, TrdataError};
+use crate::param::Choice;
+use crate::rng::SampleRng;
+
+/// timm's `_LEVEL_DENOM`: magnitudes are on a 0..10 scale.
+const LEVEL_DENOM: f64 = 10.0;
+
+/// An op of timm's `NAME_TO_OP` used by RandAugment (numbered in `_RAND_TRANSFORMS` order for `sample_op`; the
+/// `…Increasing` variants follow).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimmOp {
+    /// `ImageOps.autocontrast`.
+    AutoContrast = 0,
+    /// `ImageOps.equalize`.
+    Equalize = 1,
+    /// `ImageOps.invert`.
+    Invert = 2,
+    /// `img.rotate(±m/10·30°)`.
+    Rotate = 3,
+    /// `ImageOps.posterize(int(m/10·4))` (bits ≥ 8: unchanged).
+    Posterize = 4,
+    /// `ImageOps.solarize(min(256, int(m/10·256)))`.
+    Solarize = 5,
+    /// Add `min(128, int(m/10·110))` below 128.
+    SolarizeAdd = 6,
+    /// `ImageEnhance.Color(m/10·1.8 + 0.1)`.
+    Color = 7,
+    /// `ImageEnhance.Contrast`.
+    Contrast = 8,
+    /// `ImageEnhance.Brightness`.
+    Brightness = 9,
+    /// `ImageEnhance.Sharpness`.
+    Sharpness = 10,
+    /// `AFFINE (1, ±m/10·0.3, 0, 0, 1, 0)`.
+    ShearX = 11,
+    /// `AFFINE (1, 0, 0, ±m/10·0.3, 1, 0)`.
+    ShearY = 12,
+    /// Translate by `±m/10·translate_pct · width`.
+    TranslateXRel = 13,
+    /// Translate by `±m/10·translate_pct · height`.
+    TranslateYRel = 14,
+    /// `posterize(4 - int(m/10·4))`.
+    PosterizeIncreasing = 15,
+    /// `solarize(256 - min(256, int(m/10·256)))`.
+    SolarizeIncreasing = 16,
+    /// Enhance `max(0.1, 1 ± m/10·0.9)`.
+    ColorIncreasing = 17,
+    /// See [`TimmOp::ColorIncreasing`].
+    ContrastIncreasing = 18,
+    /// See [`TimmOp::ColorIncreasing`].
+    BrightnessIncreasing = 19,
+    /// See [`TimmOp::ColorIncreasing`].
+    SharpnessIncreasing = 20,
+}
+
+use TimmOp::*;
+
+/// timm's `_RAND_TRANSFORMS`, in its order (the draw picks an index).
+pub const RAND_TRANSFORMS: [TimmOp; 15] = [
+    AutoContrast,
+    Equalize,
+    Invert,
+    Rotate,
+    Posterize,
+    Solarize,
+    SolarizeAdd,
+    Color,
+    Contrast,
+    Brightness,
+    Sharpness,
+    ShearX,
+    ShearY,
+    TranslateXRel,
+    TranslateYRel,
+];
+
+/// timm's `_RAND_INCREASING_TRANSFORMS` (`inc1`), in its order.
+pub const RAND_INCREASING_TRANSFORMS: [TimmOp; 15] = [
+    AutoContrast,
+    Equalize,
+    Invert,
+    Rotate,
+    PosterizeIncreasing,
+    SolarizeIncreasing,
+    SolarizeAdd,
+    ColorIncreasing,
+    ContrastIncreasing,
+    BrightnessIncreasing,
+    SharpnessIncreasing,
+    ShearX,
+    ShearY,
+    TranslateXRel,
+    TranslateYRel,
+];
+
+/// timm's op names (`NAME_TO_OP` keys) of the ops trdata runs.
+pub const TIMM_OPS: Choice<TimmOp> = Choice {
+    name: "ops",
+    values: &[
+        ("AutoContrast", AutoContrast),
+        ("Equalize", Equalize),
+        ("Invert", Invert),
+        ("Rotate", Rotate),
+        ("Posterize", Posterize),
+        ("Solarize", Solarize),
+        ("SolarizeAdd", SolarizeAdd),
+        ("Color", Color),
+        ("Contrast", Contrast),
+        ("Brightness", Brightness),
+        ("Sharpness", Sharpness),
+        ("ShearX", ShearX),
+        ("ShearY", ShearY),
+        ("TranslateXRel", TranslateXRel),
+        ("TranslateYRel", TranslateYRel),
+        ("PosterizeIncreasing", PosterizeIncreasing),
+        ("SolarizeIncreasing", SolarizeIncreasing),
+        ("ColorIncreasing", ColorIncreasing),
+        ("ContrastIncreasing", ContrastIncreasing),
+        ("BrightnessIncreasing", BrightnessIncreasing),
+        ("SharpnessIncreasing", SharpnessIncreasing),
+    ],
+};
+
+/// The resampling of timm's warps (Pillow's filters; `Random` draws bilinear or bicubic per op, timm's default
+/// `_RANDOM_INTERPOLATION` when the pipeline's `interpolation` is `'random'`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimmInterp {
+    /// `Image.NEAREST`.
+    Nearest,
+    /// `Image.BILINEAR`.
+    Bilinear,
+    /// `Image.BICUBIC`.
+    Bicubic,
+    /// `random.choice((BILINEAR, BICUBIC))` per op.
+    Random,
+}
+
+/// The `interpolation` values of [`TimmRandAugment`].
+pub const TIMM_INTERPOLATION: Choice<TimmInterp> = Choice {
+    name: "interpolation",
+    values: &[
+        ("nearest", TimmInterp::Nearest),
+        ("bilinear", TimmInterp::Bilinear),
+        ("bicubic", TimmInterp::Bicubic),
+        ("random", TimmInterp::Random),
+    ],
+};
+
+/// timm's `RandAugment(rand_augment_ops(magnitude, prob, hparams, transforms), num_layers)` with an unweighted
+/// transform list (the default [`RAND_TRANSFORMS`], `inc1`'s [`RAND_INCREASING_TRANSFORMS`], or any list of
+/// [`TIMM_OPS`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimmRandAugment {
+    /// Ops per sample (`n`, chosen with replacement).
+    pub num_layers: u32,
+    /// `m`, 0..=`magnitude_max` in practice (timm clips the noisy magnitude to [0, `magnitude_max`]).
+    pub magnitude: f64,
+    /// `mstd`: 0 = fixed magnitude, `inf` = uniform in [0, m] (timm maps mstd > 100 to inf), else N(m, mstd).
+    pub magnitude_std: f64,
+    /// `mmax` (timm's default `_LEVEL_DENOM` = 10).
+    pub magnitude_max: f64,
+    /// `p`: each chosen op runs with this probability.
+    pub prob: f64,
+    /// The op list the uniform choice picks from (duplicates allowed, as in timm's lists).
+    pub ops: Vec<TimmOp>,
+    /// `hparams['img_mean']`: the warps' fill, one value or one per channel (pixel units, 0..=255).
+    pub fill: Vec<f64>,
+    /// `hparams['interpolation']`, or `Random` when absent.
+    pub interp: TimmInterp,
+    /// `hparams['translate_pct']` (default 0.45).
+    pub translate_pct: f64,
+}
+
+/// An op's error in the house wording: `invalid <param>: <value> must … (<Op> at transforms[pos])`.
+fn bad(param: &str, shown: impl std::fmt::Display, rule: &str, op: &str, pos: usize) -> TrdataError {
+    TrdataError::config(param, format!("{shown} must {rule} ({op} at transforms[{pos}])"))
+}
+
+impl TimmRandAugment {
+    /// Validate the values (the one place; Python checks types). `op`/`pos` name the op in messages.
+    pub fn check(&self, op: &str, pos: usize) -> Result<()> {
+        if self.num_layers > super::ops::MAX_POLICY_OPS {
+            return Err(bad("num_layers", self.num_layers, &format!("be in 0..={}", super::ops::MAX_POLICY_OPS), op, pos));
+        }
+        if !(self.magnitude.is_finite() && self.magnitude >= 0.0) {
+            return Err(bad("magnitude", self.magnitude, "be finite and ≥ 0", op, pos));
+        }
+        // NaN would make every magnitude NaN; a negative std is refused by Python's random.gauss too.
+        if self.magnitude_std.is_nan() || self.magnitude_std < 0.0 {
+            return Err(bad("magnitude_std", self.magnitude_std, "be ≥ 0 (inf: uniform in [0, magnitude])", op, pos));
+        }
+        if !(self.magnitude_max.is_finite() && self.magnitude_max > 0.0) {
+            return Err(bad("magnitude_max", self.magnitude_max, "be finite and > 0", op, pos));
+        }
+        if self.ops.is_empty() || self.ops.len() > 256 {
+            return Err(bad("ops", self.ops.len(), "be a list of 1 to 256 op names", op, pos));
+        }
+        if !(0.0..=1.0).contains(&self.prob) {
+            return Err(bad("p", self.prob, "be in [0, 1]", op, pos));
+        }
+        let fill_ok = matches!(self.fill.len(), 1 | 3) && self.fill.iter().all(|v| (0.0..=255.0).contains(v));
+        if !fill_ok {
+            let shown = format!("{:?}", self.fill);
+            return Err(bad("fill", shown, "be one number or one per channel (1 or 3), in [0, 255]", op, pos));
+        }
+        if !(self.translate_pct.is_finite() && (0.0..=1.0).contains(&self.translate_pct)) {
+            return Err(bad("translate_pct", self.translate_pct, "be in [0, 1]", op, pos));
+        }
+        Ok(())
+    }
+}
+
+/// timm's `_randomly_negate`: `-v if random() > 0.5 else v`.
+fn negate(rng: &mut SampleRng, v: f64) -> f64 {
+    if rng.uniform() > 0.5 { -v } else { v }
+}
+
+/// Python's `int(x)` for the finite, non-negative levels here (truncation).
+fn py_int(x: f64) -> f64 {
+    x.trunc()
+}
+
+/// The argument timm's `LEVEL_TO_ARG[op]` makes of magnitude `m` (already clipped), drawing the sign where timm
+/// does; `None` for the ops without one.
+fn level_arg(op: TimmOp, m: f64, translate_pct: f64, rng: &mut SampleRng) -> Option<f64> {
+    let l = m / LEVEL_DENOM;
+    let enhance_inc = |rng: &mut SampleRng| (1.0 + negate(rng, l * 0.9)).max(0.1);
+    Some(match op {
+        AutoContrast | Equalize | Invert => return None,
+        Rotate => negate(rng, l * 30.0),
+        Posterize => py_int(l * 4.0),
+        PosterizeIncreasing => 4.0 - py_int(l * 4.0),
+        Solarize => py_int(l * 256.0).min(256.0),
+        SolarizeIncreasing => 256.0 - py_int(l * 256.0).min(256.0),
+        SolarizeAdd => py_int(l * 110.0).min(128.0),
+        Color | Contrast | Brightness | Sharpness => l * 1.8 + 0.1,
+        ColorIncreasing | ContrastIncreasing | BrightnessIncreasing | SharpnessIncreasing => enhance_inc(rng),
+        ShearX | ShearY => negate(rng, l * 0.3),
+        TranslateXRel | TranslateYRel => negate(rng, l * translate_pct),
+    })
+}
+
+/// Whether `op` is a warp (takes the fill and a filter).
+fn is_warp(op: TimmOp) -> bool {
+    matches!(op, Rotate | ShearX | ShearY | TranslateXRel | TranslateYRel)
+}
+
+/// Pillow's filter numbers (what `sample_op` reports for a warp's filter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PilFilter {
+    /// `Image.NEAREST` (0).
+    Nearest = 0,
+    /// `Image.BILINEAR` (2).
+    Bilinear = 2,
+    /// `Image.BICUBIC` (3).
+    Bicubic = 3,
+}
+
+/// One applied op: which, its argument (NaN when none) and its filter (warps only).
+type Step = (TimmOp, f64, Option<PilFilter>);
+
+/// The decisions of `spec` for one sample, in timm's draw order, each applied op handed to `visit`.
+fn decide(spec: &TimmRandAugment, rng: &mut SampleRng, mut visit: impl FnMut(Step)) {
+    let ops = &spec.ops;
+    // numpy's choice(ops, n, replace=True) draws all n indices before any op runs. At most 1000 (checked), kept
+    // on the stack in chunks so nothing is allocated per sample.
+    let mut left = spec.num_layers as usize;
+    while left > 0 {
+        let mut chosen = [0usize; 64];
+        let k = left.min(64);
+        for c in &mut chosen[..k] {
+            *c = rng.below(ops.len() as u64) as usize;
+        }
+        left -= k;
+        for &i in &chosen[..k] {
+            let op = ops[i];
+            if spec.prob < 1.0 && rng.uniform() > spec.prob {
+                continue;
+            }
+            let mut m = spec.magnitude;
+            if spec.magnitude_std > 0.0 {
+                m = if spec.magnitude_std.is_infinite() {
+                    rng.uniform_range(0.0, m)
+                } else {
+                    m + spec.magnitude_std * rng.normal_f64()
+                };
+            }
+            let m = m.min(spec.magnitude_max).max(0.0);
+            let arg = level_arg(op, m, spec.translate_pct, rng).unwrap_or(f64::NAN);
+            let filter = is_warp(op).then(|| match spec.interp {
+                TimmInterp::Nearest => PilFilter::Nearest,
+                TimmInterp::Bilinear => PilFilter::Bilinear,
+                TimmInterp::Bicubic => PilFilter::Bicubic,
+                TimmInterp::Random => {
+                    if rng.below(2) == 0 {
+                        PilFilter::Bilinear
+                    } else {
+                        PilFilter::Bicubic
+                    }
+                }
+            });
+            visit((op, arg, filter));
+        }
+    }
+    // The chunking above draws gates between choice chunks only past 64 layers (no recipe comes near it).
+}
+
+/// What `spec` decides for one sample, as numbers (`_core.sample_op`): `[op, argument, filter]` per applied op
+/// ([`TimmOp`] numbering; the argument timm passes to the op, NaN for none; Pillow's filter number, -1 for ops
+/// that do not warp).
+pub fn trace(spec: &TimmRandAugment, rng: &mut SampleRng) -> Vec<f64> {
+    let mut out = Vec::new();
+    decide(spec, rng, |(op, arg, f)| out.extend([f64::from(op as u8), arg, f.map_or(-1.0, |f| f64::from(f as u8))]));
+    out
+}
+
+/// Run `spec` on `frame` (size kept); `spare` is the warps' and sharpness' second buffer.
+pub fn run(spec: &TimmRandAugment, frame: &mut Frame, spare: &mut Vec<u8>, rng: &mut SampleRng) {
+    // Pillow's fill colour is a tuple of ints; timm passes `round(255 · mean)`, so truncation never bites.
+    let fill: [u8; 3] = std::array::from_fn(|c| spec.fill[c.min(spec.fill.len() - 1)] as u8);
+    decide(spec, rng, |(op, arg, filter)| apply(op, arg, filter.unwrap_or(PilFilter::Nearest), fill, frame, spare));
+}
+
+/// Apply one op with its argument (what timm's `aug_fn(img, *level_args, fillcolor, resample)` does).
+pub fn apply(op: TimmOp, arg: f64, filter: PilFilter, fill: [u8; 3], frame: &mut Frame, spare: &mut Vec<u8>) {
+    let (h, w) = (frame.h, frame.w);
+    let lut_all = |frame: &mut Frame, f: &dyn Fn(u8) -> u8| {
+        let lut: [u8; 256] = std::array::from_fn(|i| f(i as u8));
+        for v in frame.view().data.iter_mut() {
+            *v = lut[usize::from(*v)];
+        }
+    };
+    match op {
+        AutoContrast => autocontrast(frame),
+        Equalize => equalize(frame),
+        Invert => lut_all(frame, &|v| 255 - v),
+        Posterize | PosterizeIncreasing => {
+            let bits = arg as i64;
+            if bits < 8 {
+                // ImageOps.posterize: mask = ~(2**(8-bits) - 1).
+                let mask = !((1u32 << (8 - bits.max(0))) - 1) as u8;
+                lut_all(frame, &|v| v & mask);
+            }
+        }
+        Solarize | SolarizeIncreasing => lut_all(frame, &|v| if f64::from(v) < arg { v } else { 255 - v }),
+        SolarizeAdd => {
+            let add = arg as u32;
+            lut_all(frame, &|v| if v < 128 { (u32::from(v) + add).min(255) as u8 } else { v });
+        }
+        Color | ColorIncreasing => {
+            if frame.c == 3 {
+                blend_with(frame, spare, arg, Degenerate::Gray);
+            }
+        }
+        Contrast | ContrastIncreasing => blend_with(frame, spare, arg, Degenerate::Mean),
+        Brightness | BrightnessIncreasing => blend_with(frame, spare, arg, Degenerate::Black),
+        Sharpness | SharpnessIncreasing => blend_with(frame, spare, arg, Degenerate::Smooth),
+        ShearX => transform(frame, spare, [1.0, arg, 0.0, 0.0, 1.0, 0.0], filter, fill),
+        ShearY => transform(frame, spare, [1.0, 0.0, 0.0, arg, 1.0, 0.0], filter, fill),
+        TranslateXRel => transform(frame, spare, [1.0, 0.0, arg * w as f64, 0.0, 1.0, 0.0], filter, fill),
+        TranslateYRel => transform(frame, spare, [1.0, 0.0, 0.0, 0.0, 1.0, arg * h as f64], filter, fill),
+        Rotate => rotate(frame, spare, arg, filter, fill),
+    }
+}
+
+/// `ImageOps.autocontrast(img)` (cutoff 0): per channel, `int(i·scale + offset)` with `scale = 255/(hi-lo)`,
+/// `offset = -lo·scale` in doubles, clamped; a channel with one value is left alone.
+pub fn autocontrast(frame: &mut Frame) {
+    let c = frame.c;
+    let img = frame.view();
+    for ch in 0..c {
+        let mut hist = [0u64; 256];
+        for px in img.data.chunks_exact(c) {
+            hist[usize::from(px[ch])] += 1;
+        }
+        let lo = hist.iter().position(|&n| n > 0).unwrap_or(0);
+        let hi = hist.iter().rposition(|&n| n > 0).unwrap_or(0);
+        if hi <= lo {
+            continue;
+        }
+        let scale = 255.0 / (hi - lo) as f64;
+        let offset = -(lo as f64) * scale;
+        let lut: [u8; 256] = std::array::from_fn(|i| ((i as f64 * scale + offset).trunc()).clamp(0.0, 255.0) as u8);
+        for px in img.data.chunks_exact_mut(c) {
+            px[ch] = lut[usize::from(px[ch])];
+        }
+    }
+}
+
+/// `ImageOps.equalize(img)` (Pillow 13: `step = (sum - last nonzero count) // 255`, `lut[i] = n // step` with
+/// `n` starting at `step // 2`).
+pub fn equalize(frame: &mut Frame) {
+    let c = frame.c;
+    let img = frame.view();
+    for ch in 0..c {
+        let mut hist = [0u64; 256];
+        for px in img.data.chunks_exact(c) {
+            hist[usize::from(px[ch])] += 1;
+        }
+        let nonzero: Vec<u64> = hist.iter().copied().filter(|&n| n > 0).collect();
+        if nonzero.len() <= 1 {
+            continue;
+        }
+        let step = (nonzero.iter().sum::<u64>() - nonzero[nonzero.len() - 1]) / 255;
+        if step == 0 {
+            continue;
+        }
+        let mut n = step / 2;
+        let mut lut = [0u8; 256];
+        for (i, l) in lut.iter_mut().enumerate() {
+            *l = (n / step).min(255) as u8;
+            n += hist[i];
+        }
+        for px in img.data.chunks_exact_mut(c) {
+            px[ch] = lut[usize::from(px[ch])];
+        }
+    }
+}
+
+/// The degenerate image of an `ImageEnhance` class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Degenerate {
+    /// Color: `img.convert('L').convert('RGB')`.
+    Gray,
+    /// Contrast: the constant `int(mean of L + 0.5)`.
+    Mean,
+    /// Brightness: zeros.
+    Black,
+    /// Sharpness: `img.filter(ImageFilter.SMOOTH)`.
+    Smooth,
+}
+
+/// Pillow's RGB → L: `(r·19595 + g·38470 + b·7471 + 0x8000) >> 16`.
+#[inline]
+fn pil_luma(p: &[u8]) -> u8 {
+    ((u32::from(p[0]) * 19595 + u32::from(p[1]) * 38470 + u32::from(p[2]) * 7471 + 0x8000) >> 16) as u8
+}
+
+/// `Image.blend(degenerate, img, factor)` with Pillow's arithmetic: `alpha` as f32, `in1 + alpha·(in2 - in1)` in
+/// f32, truncated (clamped to [0, 255] outside 0 ≤ alpha ≤ 1); alpha 0 and 1 copy.
+fn blend_with(frame: &mut Frame, spare: &mut Vec<u8>, factor: f64, kind: Degenerate) {
+    let alpha = factor as f32;
+    if alpha == 1.0 {
+        return;
+    }
+    let (c, n) = (frame.c, frame.h * frame.w * frame.c);
+    let mean = match kind {
+        Degenerate::Mean => {
+            let mut sum = 0u64;
+            for px in frame.buf[..n].chunks_exact(c) {
+                sum += u64::from(if c == 3 { pil_luma(px) } else { px[0] });
+            }
+            let count = (frame.h * frame.w).max(1) as f64;
+            (sum as f64 / count + 0.5).trunc() as u8
+        }
+        _ => 0,
+    };
+    if kind == Degenerate::Smooth {
+        smooth(&frame.buf[..n], (frame.h, frame.w, c), spare);
+    }
+    let blend = |d: u8, v: u8| -> u8 {
+        if alpha == 0.0 {
+            return d;
+        }
+        let t = f32::from(d) + alpha * (f32::from(v) - f32::from(d));
+        if (0.0..=1.0).contains(&alpha) { t as u8 } else { t.clamp(0.0, 255.0) as u8 }
+    };
+    match kind {
+        Degenerate::Gray => {
+            for px in frame.buf[..n].chunks_exact_mut(c) {
+                let g = pil_luma(px);
+                for v in px.iter_mut() {
+                    *v = blend(g, *v);
+                }
+            }
+        }
+        Degenerate::Mean | Degenerate::Black => {
+            for v in &mut frame.buf[..n] {
+                *v = blend(mean, *v);
+            }
+        }
+        Degenerate::Smooth => {
+            for (v, &d) in frame.buf[..n].iter_mut().zip(&spare[..n]) {
+                *v = blend(d, *v);
+            }
+        }
+    }
+}
+
+/// `img.filter(ImageFilter.SMOOTH)` into `out`: the 3×3 kernel (1 1 1 / 1 5 1 / 1 1 1)/13 as f32 taps summed row
+/// by row (below, centre, above) onto 0.5 and truncated; the one-pixel border is copied (Pillow's
+/// `ImagingFilter3x3`); images smaller than 3×3 are copied whole.
+fn smooth(src: &[u8], (h, w, c): (usize, usize, usize), out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(src);
+    if h < 3 || w < 3 {
+        return;
+    }
+    let (k1, k5) = ((1.0f64 / 13.0) as f32, (5.0f64 / 13.0) as f32);
+    let stride = w * c;
+    for y in 1..h - 1 {
+        for x in 1..w - 1 {
+            for ch in 0..c {
+                let at = |yy: usize, xx: usize| f32::from(src[yy * stride + xx * c + ch]);
+                let row = |yy: usize, mid: f32| at(yy, x - 1) * k1 + at(yy, x) * mid + at(yy, x + 1) * k1;
+                let mut ss = 0.5f32;
+                ss += row(y + 1, k1);
+                ss += row(y, k5);
+                ss += row(y - 1, k1);
+                out[y * stride + x * c + ch] = ss.clamp(0.0, 255.0) as u8;
+            }
+        }
+    }
+}
+
+/// Pillow's `COORD`: -1 for negatives, else truncation.
+#[inline]
+fn coord(v: f64) -> i64 {
+    if v < 0.0 { -1 } else { v as i64 }
+}
+
+/// Pillow's `FLOOR`.
+#[inline]
+fn floor_i(v: f64) -> i64 {
+    v.floor() as i64
+}
+
+/// `img.transform(img.size, Image.AFFINE, a, resample=filter, fillcolor=fill)` (output pixel centre → input
+/// `(a0·x + a1·y + a2, a3·x + a4·y + a5)`; outside pixels keep the fill). Nearest follows Pillow's two fast paths
+/// (`ImagingScaleAffine` for pure translations with its running sums, 16.16 fixed point otherwise); bilinear and
+/// bicubic the generic engine's filters with clamped taps and truncation.
+pub fn transform(frame: &mut Frame, spare: &mut Vec<u8>, a: [f64; 6], filter: PilFilter, fill: [u8; 3]) {
+    let (h, w, c) = (frame.h, frame.w, frame.c);
+    let n = h * w * c;
+    spare.clear();
+    spare.resize(n, 0);
+    for px in spare.chunks_exact_mut(c) {
+        px.copy_from_slice(&fill[..c]);
+    }
+    let src = &frame.buf[..n];
+    let (wi, hi) = (w as i64, h as i64);
+    let copy_px = |dst: &mut [u8], x: usize, y: usize, sx: i64, sy: i64| {
+        let o = (y * w + x) * c;
+        let i = (sy as usize * w + sx as usize) * c;
+        dst[o..o + c].copy_from_slice(&src[i..i + c]);
+    };
+    match filter {
+        PilFilter::Nearest if a[1] == 0.0 && a[3] == 0.0 => {
+            // ImagingScaleAffine: running sums.
+            let mut xin = vec![-1i64; w];
+            let mut xo = a[2] + a[0] * 0.5;
+            for v in xin.iter_mut() {
+                let xi = coord(xo);
+                if xi >= 0 && xi < wi {
+                    *v = xi;
+                }
+                xo += a[0];
+            }
+            let mut yo = a[5] + a[4] * 0.5;
+            for y in 0..h {
+                let yi = coord(yo);
+                if yi >= 0 && yi < hi {
+                    for (x, &xi) in xin.iter().enumerate() {
+                        if xi >= 0 {
+                            copy_px(spare, x, y, xi, yi);
+                        }
+                    }
+                }
+                yo += a[4];
+            }
+        }
+        PilFilter::Nearest => {
+            let fits = |x: f64, y: f64| {
+                (x * a[0] + y * a[1] + a[2]).abs() < 32768.0 && (x * a[3] + y * a[4] + a[5]).abs() < 32768.0
+            };
+            let (wf, hf) = (w as f64, h as f64);
+            if fits(0.0, 0.0) && fits(wf, hf) && fits(0.0, hf) && fits(wf, 0.0) {
+                // affine_fixed: 16.16 fixed point, FIX(v) = FLOOR(v·65536 + 0.5).
+                let fix = |v: f64| floor_i(v * 65536.0 + 0.5) as i32;
+                let (a0, a1, a3, a4) = (fix(a[0]), fix(a[1]), fix(a[3]), fix(a[4]));
+                let mut a2 = fix(a[2] + a[0] * 0.5 + a[1] * 0.5);
+                let mut a5 = fix(a[5] + a[3] * 0.5 + a[4] * 0.5);
+                for y in 0..h {
+                    let (mut xx, mut yy) = (a2, a5);
+                    for x in 0..w {
+                        let xi = i64::from(xx >> 16);
+                        if xi >= 0 && xi < wi {
+                            let yi = i64::from(yy >> 16);
+                            if yi >= 0 && yi < hi {
+                                copy_px(spare, x, y, xi, yi);
+                            }
+                        }
+                        xx = xx.wrapping_add(a0);
+                        yy = yy.wrapping_add(a3);
+                    }
+                    a2 = a2.wrapping_add(a1);
+                    a5 = a5.wrapping_add(a4);
+                }
+            } else {
+                let mut xo = a[2] + a[1] * 0.5 + a[0] * 0.5;
+                let mut yo = a[5] + a[4] * 0.5 + a[3] * 0.5;
+                for y in 0..h {
+                    let (mut xx, mut yy) = (xo, yo);
+                    for x in 0..w {
+                        let xi = coord(xx);
+                        if xi >= 0 && xi < wi {
+                            let yi = coord(yy);
+                            if yi >= 0 && yi < hi {
+                                copy_px(spare, x, y, xi, yi);
+                            }
+                        }
+                        xx += a[0];
+                        yy += a[3];
+                    }
+                    xo += a[1];
+                    yo += a[4];
+                }
+            }
+        }
+        PilFilter::Bilinear | PilFilter::Bicubic => {
+            let clip = |v: i64, n: i64| v.clamp(0, n - 1) as usize;
+            let stride = w * c;
+            for y in 0..h {
+                for x in 0..w {
+                    let (xf, yf) = (x as f64 + 0.5, y as f64 + 0.5);
+                    let xin = a[0] * xf + a[1] * yf + a[2];
+                    let yin = a[3] * xf + a[4] * yf + a[5];
+                    if xin < 0.0 || xin >= w as f64 || yin < 0.0 || yin >= h as f64 {
+                        continue;
+                    }
+                    let (xs, ys) = (xin - 0.5, yin - 0.5);
+                    let (x0, y0) = (floor_i(xs), floor_i(ys));
+                    let (dx, dy) = (xs - x0 as f64, ys - y0 as f64);
+                    let o = (y * w + x) * c;
+                    for ch in 0..c {
+                        let at = |yy: i64, xx: i64| f64::from(src[clip(yy, hi) * stride + clip(xx, wi) * c + ch]);
+                        spare[o + ch] = if filter == PilFilter::Bilinear {
+                            let lerp = |a: f64, b: f64, d: f64| a + (b - a) * d;
+                            let v1 = lerp(at(y0, x0), at(y0, x0 + 1), dx);
+                            let v2 = lerp(at(y0 + 1, x0), at(y0 + 1, x0 + 1), dx);
+                            lerp(v1, v2, dy) as u8
+                        } else {
+                            let cubic = |v1: f64, v2: f64, v3: f64, v4: f64, d: f64| {
+                                let p1 = v2;
+                                let p2 = -v1 + v3;
+                                let p3 = 2.0 * (v1 - v2) + v3 - v4;
+                                let p4 = -v1 + v2 - v3 + v4;
+                                p1 + d * (p2 + d * (p3 + d * p4))
+                            };
+                            let row = |yy: i64| cubic(at(yy, x0 - 1), at(yy, x0), at(yy, x0 + 1), at(yy, x0 + 2), dx);
+                            let v = cubic(row(y0 - 1), row(y0), row(y0 + 1), row(y0 + 2), dy);
+                            if v <= 0.0 {
+                                0
+                            } else if v >= 255.0 {
+                                255
+                            } else {
+                                v as u8
+                            }
+                        };
+                    }
+                }
+            }
+        }
+    }
+    std::mem::swap(&mut frame.buf, spare);
+}
+
+/// Python's `round(v, 15)` (correctly rounded through the shortest exact decimal, as CPython's dtoa does).
+fn round15(v: f64) -> f64 {
+    format!("{v:.15}").parse().unwrap_or(v)
+}
+
+/// `img.rotate(degrees, resample=filter, fillcolor=fill)` (no expand, centre `(w/2, h/2)`): Pillow's matrix —
+/// `angle % 360` (0 copies), cos/sin rounded to 15 decimals — then [`transform`].
+pub fn rotate(frame: &mut Frame, spare: &mut Vec<u8>, degrees: f64, filter: PilFilter, fill: [u8; 3]) {
+    let angle = degrees.rem_euclid(360.0);
+    if angle == 0.0 {
+        return;
+    }
+    let (w, h) = (frame.w as f64, frame.h as f64);
+    let (cx, cy) = (w / 2.0, h / 2.0);
+    let r = -angle.to_radians();
+    let (a, b, d, e) = (round15(r.cos()), round15(r.sin()), round15(-r.sin()), round15(r.cos()));
+    let c = a * -cx + b * -cy + 0.0 + cx;
+    let f = d * -cx + e * -cy + 0.0 + cy;
+    transform(frame, spare, [a, b, c, d, e, f], filter, fill);
+}
+
+/// How timm's `RandomErasing` fills a box (`mode`), in the normalized units it works in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EraseMode {
+    /// `'const'`: 0 after Normalize, i.e. the mean pixel.
+    Const,
+    /// `'rand'`: one N(0, 1) per channel per box.
+    Rand,
+    /// `'pixel'`: one N(0, 1) per element.
+    Pixel,
+}
+
+/// The `mode` values of [`TimmRandomErasing`].
+pub const ERASE_MODE: Choice<EraseMode> = Choice {
+    name: "mode",
+    values: &[("const", EraseMode::Const), ("rand", EraseMode::Rand), ("pixel", EraseMode::Pixel)],
+};
+
+/// timm's `RandomErasing(probability, min_area, max_area, min_aspect, max_aspect, mode, min_count, max_count)`,
+/// which timm runs after `Normalize` on the float tensor. trdata runs it on the uint8 image before its final
+/// normalize: a normalized value `z` of channel `k` is written as the pixel `clamp(round((z·std_k + mean_k)·255))`,
+/// so the output differs from timm's by the uint8 quantisation (≤ 0.5/255/std_k in normalized units) and, for
+/// `rand`/`pixel`, normals beyond the representable range are clipped to the 0/255 pixel (|z| ≳ 2 for ImageNet
+/// statistics; timm keeps them). `const` is exact up to the rounding of the mean pixel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimmRandomErasing {
+    /// `probability`.
+    pub p: f64,
+    /// `min_area` (fraction of the image).
+    pub min_area: f64,
+    /// `max_area`.
+    pub max_area: f64,
+    /// `log_aspect_ratio` = (ln min_aspect, ln max_aspect).
+    pub log_aspect: (f64, f64),
+    /// `min_count`.
+    pub min_count: u32,
+    /// `max_count`.
+    pub max_count: u32,
+    /// Fill mode.
+    pub mode: EraseMode,
+    /// The loader's normalize mean per channel, [0, 1] units.
+    pub mean: [f64; 3],
+    /// The loader's normalize std per channel, [0, 1] units.
+    pub std: [f64; 3],
+}
+
+impl TimmRandomErasing {
+    /// Validate the values (the one place). `op`/`pos` name the op in messages.
+    pub fn check(&self, op: &str, pos: usize) -> Result<()> {
+        if !(0.0..=1.0).contains(&self.p) {
+            return Err(bad("p", self.p, "be in [0, 1]", op, pos));
+        }
+        if !(0.0 <= self.min_area && self.min_area <= self.max_area && self.max_area <= 1.0) {
+            let shown = format!("({}, {})", self.min_area, self.max_area);
+            return Err(bad("scale", shown, "be within [0, 1] with min_area ≤ max_area", op, pos));
+        }
+        let (lo, hi) = self.log_aspect;
+        if !(lo.is_finite() && hi.is_finite() && lo <= hi) {
+            let shown = format!("({}, {})", lo.exp(), hi.exp());
+            return Err(bad("ratio", shown, "be finite and positive with min ≤ max", op, pos));
+        }
+        if !(1..=super::ops::MAX_POLICY_OPS).contains(&self.min_count) || self.max_count < self.min_count {
+            let shown = format!("({}, {})", self.min_count, self.max_count);
+            let rule = format!("be 1 ≤ min_count ≤ max_count ≤ {}", super::ops::MAX_POLICY_OPS);
+            return Err(bad("max_count", shown, &rule, op, pos));
+        }
+        if self.max_count > super::ops::MAX_POLICY_OPS {
+            let rule = format!("be at most {}", super::ops::MAX_POLICY_OPS);
+            return Err(bad("max_count", self.max_count, &rule, op, pos));
+        }
+        if !self.mean.iter().chain(&self.std).all(|v| v.is_finite()) || !self.std.iter().all(|&s| s > 0.0) {
+            let shown = format!("{:?}, {:?}", self.mean, self.std);
+            return Err(bad("normalize", shown, "be finite with std > 0", op, pos));
+        }
+        Ok(())
+    }
+
+    /// The pixel of normalized value `z` in channel `k`.
+    fn pixel(&self, z: f64, k: usize) -> u8 {
+        ((z * self.std[k] + self.mean[k]) * 255.0).round_ties_even().clamp(0.0, 255.0) as u8
+    }
+}
+
+/// timm's `_erase` on `frame`, drawing in its order (gate, count, then per box up to 10 attempts of area, aspect,
+/// and top/left on success, then the box's normals). Each erased box is handed to `visit` as (top, left, h, w).
+pub fn erase(
+    spec: &TimmRandomErasing,
+    frame: Option<&mut Frame>,
+    (img_h, img_w): (usize, usize),
+    rng: &mut SampleRng,
+    mut visit: impl FnMut([usize; 4]),
+) {
+    let mut frame = frame;
+    if rng.uniform() > spec.p {
+        return;
+    }
+    let area = (img_h * img_w) as f64;
+    let count = if spec.min_count == spec.max_count {
+        spec.min_count
+    } else {
+        spec.min_count + rng.below(u64::from(spec.max_count - spec.min_count + 1)) as u32
+    };
+    for _ in 0..count {
+        for _ in 0..10 {
+            let target = rng.uniform_range(spec.min_area, spec.max_area) * area / f64::from(count);
+            let aspect = rng.uniform_range(spec.log_aspect.0, spec.log_aspect.1).exp();
+            // Python's round() is half-to-even.
+            let h = (target * aspect).sqrt().round_ties_even() as usize;
+            let w = (target / aspect).sqrt().round_ties_even() as usize;
+            if !(w < img_w && h < img_h) {
+                continue;
+            }
+            let top = rng.below((img_h - h + 1) as u64) as usize;
+            let left = rng.below((img_w - w + 1) as u64) as usize;
+            visit([top, left, h, w]);
+            if let Some(f) = frame.as_deref_mut() {
+                fill_box(spec, f, [top, left, h, w], rng);
+            }
+            break;
+        }
+    }
+}
+
+/// Fill one box (timm's `_get_pixels`: zeros, one normal per channel, or one per element in CHW order).
+fn fill_box(spec: &TimmRandomErasing, frame: &mut Frame, [top, left, h, w]: [usize; 4], rng: &mut SampleRng) {
+    let c = frame.c;
+    let stride = frame.w * c;
+    let mut per_channel = [0u8; 3];
+    for (k, v) in per_channel.iter_mut().enumerate().take(c) {
+        let z = if spec.mode == EraseMode::Rand { rng.normal_f64() } else { 0.0 };
+        *v = spec.pixel(z, k);
+    }
+    for k in 0..c {
+        for y in top..top + h {
+            for x in left..left + w {
+                frame.buf[y * stride + x * c + k] =
+                    if spec.mode == EraseMode::Pixel { spec.pixel(rng.normal_f64(), k) } else { per_channel[k] };
+            }
+        }
+    }
+}
