@@ -248,7 +248,8 @@ def test_each_op_is_pillow_exact(op: str, interpolation: str) -> None:
         refs.append(np.asarray(replay(Image.fromarray(imgs[i]), tr, names)))
     ref = np.stack(refs)
     d = np.abs(ours.astype(np.int32) - ref.astype(np.int32))
-    assert float(np.mean(d <= 1)) >= 0.999 and float(np.mean(d == 0)) >= 0.99, (op, interpolation, d.max())
+    # Bit-exact with Pillow 13 on every op (measured); ±1 on a few pixels leaves room for other Pillow builds.
+    assert d.max() <= 1 and float(np.mean(d == 0)) >= 0.999, (op, interpolation, d.max())
 
 
 def test_full_policy_is_pillow_exact_sample_by_sample() -> None:
@@ -451,7 +452,6 @@ def test_random_erasing_fills_in_normalized_units(mode: str) -> None:
 @pytest.mark.parametrize(
     "kwargs,first",
     [
-        (dict(is_training=True, interpolation="random"), "RandomResizedCropAndInterpolation at transforms[0]"),
         (dict(is_training=False, crop_mode="border"), "ResizeKeepRatio at transforms[0]"),
         (dict(is_training=False, input_size=(3, 224, 160)), "ResizeKeepRatio at transforms[0]"),
         (dict(is_training=True, interpolation="bicubic", auto_augment="augmix-m5-w4-d2"), "AugMixAugment at "),
@@ -468,10 +468,33 @@ def test_unlisted_pipelines_are_refused_naming_the_first_op(kwargs: dict[str, An
     assert first in str(e.value), str(e.value)
 
 
-def test_random_interpolation_refusal_says_what_to_pass() -> None:
-    with pytest.raises(ConfigError) as e:
-        T.from_torchvision(create_transform(224, is_training=True, interpolation="random"))
-    assert "interpolation='bicubic'" in str(e.value) and "RandomResizedCropAndInterpolation" in str(e.value)
+def test_random_interpolation_picks_bilinear_or_bicubic_per_sample() -> None:
+    """timm's default RandomResizedCropAndInterpolation('random'): each sample is timm's bilinear or timm's bicubic
+    output (the crop pinned: scale = ratio = (1, 1) on non-square images takes the centre fallback), and the
+    choice is a fair coin over 400 samples (|k - n/2| < 3.29·√n/2, α = 0.001)."""
+    n, h, w = 400, 48, 40
+    imgs = np.stack([photo(300 + i, w, h) for i in range(n)])
+    common = dict(is_training=True, scale=(1.0, 1.0), ratio=(1.0, 1.0), hflip=0.0, color_jitter=None)
+    pipeline = create_transform(32, interpolation="random", use_prefetcher=True, **common)
+    with trdata.Loader(
+        trdata.Arrays(imgs), batch_size=50, transforms=pipeline, layout="NCHW", shuffle=False, workers=2, seed=9
+    ) as ld:
+        ours = np.concatenate([np.asarray(b.images).copy() for b in ld]).astype(np.int32)
+    refs = {
+        f: np.stack([np.asarray(create_transform(32, interpolation=f, use_prefetcher=True, **common)(
+            Image.fromarray(im))) for im in imgs]).astype(np.int32)
+        for f in ("bilinear", "bicubic")
+    }  # fmt: skip
+    picked, bicubic = [], 0
+    for i in range(n):
+        err = {f: float(np.mean((ours[i] - r[i]) ** 2)) for f, r in refs.items()}
+        f = min(err, key=err.__getitem__)
+        # The other filter is far (tens of levels² of MSE); the chosen one within trdata's resize precision.
+        assert err[f] < 2.0 < max(err.values()), (i, err)
+        picked.append(refs[f][i])
+        bicubic += f == "bicubic"
+    assert_close(ours, np.stack(picked), "interpolation='random'")
+    assert abs(bicubic - n / 2) < 3.29 * math.sqrt(n) / 2, bicubic
 
 
 def test_bad_values_are_refused_by_the_core(pngs: list[Path]) -> None:

@@ -1220,13 +1220,8 @@ def _convert_timm(op: Any, name: str) -> Transform:
     if name in _TIMM_REFUSED:
         raise ConfigError(_TIMM_REFUSED[name])
     if name == "RandomResizedCropAndInterpolation":
+        # 'random' (bilinear or bicubic per sample) is the core's per-sample filter choice.
         interpolation = _timm_interpolation(op.interpolation)
-        if interpolation == "random":
-            raise ConfigError(
-                "interpolation='random' draws bilinear or bicubic per sample, which trdata's folded resize cannot "
-                "do yet: build the pipeline with interpolation='bicubic' or 'bilinear' "
-                "(timm.data.create_transform(..., interpolation='bicubic'))"
-            )
         return RandomResizedCrop(tuple(op.size), tuple(op.scale), tuple(op.ratio), interpolation, True)
     if name == "CenterCropOrPad":
         fill = op.fill if _seq(op.fill) else [op.fill]

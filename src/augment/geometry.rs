@@ -11,7 +11,7 @@ use super::ops::OpSpec;
 use super::{SampleKey, TransformSpec};
 use crate::error::{Result, TrdataError};
 use crate::param::{Choice, IntParam};
-use crate::rng::{OP_BASE, OP_HORIZONTAL_FLIP, OP_RANDOM_RESIZED_CROP, SampleRng};
+use crate::rng::{OP_BASE, OP_HORIZONTAL_FLIP, OP_RANDOM_FILTER, OP_RANDOM_RESIZED_CROP, SampleRng};
 
 /// The resampling filter of the folded resize (torchvision's `interpolation` names; the fused path's reference is
 /// Pillow's `Image.resize` with that filter, as torchvision v2 runs it on PIL images).
@@ -24,12 +24,21 @@ pub enum Filter {
     Bilinear,
     /// Pillow's BICUBIC (a = -0.5, support 2 scaled on downscale).
     Bicubic,
+    /// timm's `interpolation='random'` (`RandomResizedCropAndInterpolation`): bilinear or bicubic with
+    /// probability ½ each, drawn per sample from stream `OP_RANDOM_FILTER`. [`CompiledTransforms::plan`]
+    /// resolves it, so the resamplers only ever see one of the two.
+    Random,
 }
 
 /// The `interpolation` values of Resize and RandomResizedCrop.
 pub const RESIZE_INTERPOLATION: Choice<Filter> = Choice {
     name: "interpolation",
-    values: &[("nearest", Filter::Nearest), ("bilinear", Filter::Bilinear), ("bicubic", Filter::Bicubic)],
+    values: &[
+        ("nearest", Filter::Nearest),
+        ("bilinear", Filter::Bilinear),
+        ("bicubic", Filter::Bicubic),
+        ("random", Filter::Random),
+    ],
 };
 
 /// How the folded resize resamples: the filter, and whether its support grows with the downscale factor
@@ -435,7 +444,15 @@ impl CompiledTransforms {
         };
         let x = if mirror_crop { x.mirrored(w) } else { x };
         let y = if mirror_rows { y.mirrored(h) } else { y };
-        let (x, y) = (Axis { resample: self.resample, ..x }, Axis { resample: self.resample, ..y });
+        // timm's per-sample `random.choice((BILINEAR, BICUBIC))`.
+        let resample = match self.resample.filter {
+            Filter::Random => {
+                let pick = SampleRng::new(key.seed, key.epoch, key.index, OP_RANDOM_FILTER).below(2);
+                Resample { filter: if pick == 0 { Filter::Bilinear } else { Filter::Bicubic }, ..self.resample }
+            }
+            _ => self.resample,
+        };
+        let (x, y) = (Axis { resample, ..x }, Axis { resample, ..y });
         SamplePlan { x, y, flip, vflip, vertical_first }
     }
 }
