@@ -198,6 +198,7 @@ def test_train_recipe_runs_and_is_reproducible(pngs: list[Path]) -> None:
 # ----------------------------------------------------------------------------------------------- RandAugment
 
 ALL_OPS = sorted(set(T.TIMM_RAND_TRANSFORMS) | set(T.TIMM_RAND_INCREASING_TRANSFORMS))
+WARPS = ("Rotate", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel")
 FILL = (124, 116, 104)
 PIL_FILTER = {0: Image.NEAREST, 2: Image.BILINEAR, 3: Image.BICUBIC}
 
@@ -210,6 +211,10 @@ def replay(img: Any, trace: list[float], ops_by_number: dict[int, str]) -> Any:
         arg, filt = trace[k + 1], int(trace[k + 2])
         args = () if math.isnan(arg) else (int(arg) if "Posterize" in name or "Solarize" in name else arg,)
         kwargs = {"fillcolor": FILL, "resample": PIL_FILTER[filt]} if filt >= 0 else {}
+        if "Posterize" in name and args[0] <= 0:
+            # Pillow 13 raises for 0 bits (timm's v0 policy reaches it and dies); earlier Pillow, and trdata, black.
+            img = Image.new(img.mode, img.size, 0)
+            continue
         img = fn(img, *args, **kwargs)
     return img
 
@@ -220,16 +225,48 @@ OP_NUMBERS = {
     for i, n in enumerate(
         list(T.TIMM_RAND_TRANSFORMS)
         + ["PosterizeIncreasing", "SolarizeIncreasing", "ColorIncreasing", "ContrastIncreasing"]
-        + ["BrightnessIncreasing", "SharpnessIncreasing"]
+        + ["BrightnessIncreasing", "SharpnessIncreasing", "PosterizeOriginal"]
     )
 }
+OP_NAMES = {v: k for k, v in OP_NUMBERS.items()}
 
 
-@pytest.mark.parametrize("interpolation", ["nearest", "bilinear", "bicubic", "random"])
-@pytest.mark.parametrize("op", ALL_OPS)
+def replay_augmix(img: Any, trace: list[float]) -> np.ndarray:
+    """timm's ``AugMixAugment._apply_basic`` on trdata's decisions: [m, (w, depth, depth × [op, arg, filter])…]."""
+    m, at = np.float32(trace[0]), 1
+    mixed = np.zeros(np.asarray(img).shape, np.float32)
+    while at < len(trace):
+        w, d = np.float32(trace[at]), int(trace[at + 1])
+        chain = replay(img, trace[at + 2 : at + 2 + 3 * d], OP_NAMES)
+        mixed += w * np.asarray(chain, dtype=np.float32)
+        at += 2 + 3 * d
+    np.clip(mixed, 0, 255.0, out=mixed)
+    return np.asarray(Image.blend(img, Image.fromarray(mixed.astype(np.uint8)), float(m)))
+
+
+def run_policy(policy: Any, imgs: np.ndarray, seed: int) -> np.ndarray:
+    n, h, w = imgs.shape[:3]
+    with trdata.Loader(
+        trdata.Arrays(imgs), batch_size=n, transforms=[T.CenterCrop((h, w)), policy], dtype="uint8",
+        layout="NHWC", shuffle=False, workers=2, seed=seed,
+    ) as ld:  # fmt: skip
+        return np.concatenate([np.asarray(b.images).copy() for b in ld])
+
+
+def policy_trace(policy: Any, i: int, seed: int, h: int, w: int) -> list[float]:
+    return _core.sample_op(policy._spec(), seed=seed, epoch=0, index=i, position=1, height=h, width=w, channels=3)
+
+
+#: Every op; the warps with each filter (the filter only matters to them).
+OP_CASES = [
+    (op, f)
+    for op in ALL_OPS + ["PosterizeOriginal"]
+    for f in (["nearest", "bilinear", "bicubic", "random"] if op in WARPS else ["random"])
+]
+
+
+@pytest.mark.parametrize("op,interpolation", OP_CASES)
 def test_each_op_is_pillow_exact(op: str, interpolation: str) -> None:
-    if op not in ("Rotate", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel") and interpolation != "random":
-        pytest.skip("the filter only matters to the warps")
     n, h, w = 24, 45, 61
     imgs = np.stack([photo(100 + i, w, h) for i in range(n)])
     ra = T.TimmRandAugment(
@@ -269,38 +306,100 @@ def test_full_policy_is_pillow_exact_sample_by_sample() -> None:
         assert float(np.mean(d <= 1)) >= 0.999, (i, tr, d.max())
 
 
-def timm_draws(config: str, n: int, interpolation: str | None = None) -> list[tuple[str, float, int]]:
+@pytest.mark.parametrize("name", ["original-mstd0.5", "v0", "v0r", "originalr"])
+def test_auto_augment_is_pillow_exact_sample_by_sample(name: str) -> None:
+    n, h, w = 32, 40, 52
+    imgs = np.stack([photo(400 + i, w, h) for i in range(n)])
+    aa = T.from_torchvision(timm_aa.auto_augment_transform(name, {"img_mean": FILL})).transforms[0]
+    assert isinstance(aa, T.TimmAutoAugment) and len(aa.policy) == 25
+    ours = run_policy(aa, imgs, seed=6)
+    for i in range(n):
+        tr = policy_trace(aa, i, 6, h, w)
+        ref = np.asarray(replay(Image.fromarray(imgs[i]), tr, OP_NAMES))
+        d = np.abs(ours[i].astype(np.int32) - ref.astype(np.int32))
+        assert float(np.mean(d <= 1)) >= 0.999, (i, tr, d.max())
+
+
+@pytest.mark.parametrize("config", ["augmix-m3-w3", "augmix-m5-w4-d2-mstd0.5"])
+def test_augmix_is_pillow_exact_sample_by_sample(config: str) -> None:
+    n, h, w = 24, 40, 52
+    imgs = np.stack([photo(500 + i, w, h) for i in range(n)])
+    hparams = {"img_mean": FILL, "translate_pct": 0.3}
+    am = T.from_torchvision(timm_aa.augment_and_mix_transform(config, hparams)).transforms[0]
+    assert isinstance(am, T.TimmAugMix) and am.translate_pct == 0.3
+    ours = run_policy(am, imgs, seed=8)
+    for i in range(n):
+        ref = replay_augmix(Image.fromarray(imgs[i]), policy_trace(am, i, 8, h, w))
+        d = np.abs(ours[i].astype(np.int32) - ref.astype(np.int32))
+        assert float(np.mean(d <= 1)) >= 0.999, (i, d.max())
+
+
+class Draws:
+    """One side's decisions over many samples: applied (op, argument, filter) steps, ops per sample, and AugMix's
+    first chain weight and blend weight."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[str, float, int]] = []
+        self.per_sample: list[int] = []
+        self.w0: list[float] = []
+        self.m: list[float] = []
+
+
+def timm_draws(policy: Any, n: int) -> Draws:
     """timm's own decisions: each op's function replaced by a recorder of (name, argument, filter)."""
-    hparams: dict[str, Any] = {"img_mean": FILL}
-    if interpolation:
-        hparams["interpolation"] = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}[interpolation]
-    ra = timm_aa.rand_augment_transform(config, hparams)
-    seen: list[tuple[str, float, int]] = []
-    for o in ra.ops:
+    out = Draws()
+    ops = list(policy.ops) if hasattr(policy, "ops") else [o for sub in policy.policy for o in sub]
+    for o in ops:
 
         def rec(img: Any, *args: Any, _name: str = o.name, **kwargs: Any) -> Any:
             resample = kwargs.get("resample")
             if isinstance(resample, (tuple, list)):  # timm picks the filter inside the op
                 resample = random.choice(resample)
-            f = -1 if _name not in ("Rotate", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel") else int(resample)
-            seen.append((_name, float(args[0]) if args else math.nan, f))
+            f = int(resample) if _name in WARPS else -1
+            out.steps.append((_name, float(args[0]) if args else math.nan, f))
             return img
 
         o.aug_fn = rec
+    if hasattr(policy, "_apply_basic"):
+        basic = policy._apply_basic
+
+        def apply_basic(img: Any, mw: Any, m: Any) -> Any:
+            out.w0.append(float(mw[0]))
+            out.m.append(float(m))
+            return basic(img, mw, m)
+
+        policy._apply_basic = apply_basic
     random.seed(0)
     np.random.seed(0)
     img = Image.new("RGB", (8, 8))
     for _ in range(n):
-        ra(img)
-    return seen
+        before = len(out.steps)
+        policy(img)
+        out.per_sample.append(len(out.steps) - before)
+    return out
 
 
-def trdata_draws(ra: T.TimmRandAugment, n: int) -> list[tuple[str, float, int]]:
-    names = {v: k for k, v in OP_NUMBERS.items()}
-    out = []
+def trdata_draws(policy: Any, n: int) -> Draws:
+    out = Draws()
+    mix = isinstance(policy, T.TimmAugMix)
     for i in range(n):
-        tr = _core.sample_op(ra._spec(), seed=1, epoch=0, index=i, position=0, height=8, width=8, channels=3)
-        out += [(names[int(tr[k])], tr[k + 1], int(tr[k + 2])) for k in range(0, len(tr), 3)]
+        tr = _core.sample_op(policy._spec(), seed=1, epoch=0, index=i, position=0, height=8, width=8, channels=3)
+        before, at = len(out.steps), 0
+        if mix:
+            out.m.append(tr[0])
+            at = 1
+        while at < len(tr):
+            if mix:
+                w, d = tr[at], int(tr[at + 1])
+                if at == 1:
+                    out.w0.append(w)
+                at += 2
+                end = at + 3 * d
+            else:
+                end = len(tr)
+            out.steps += [(OP_NAMES[int(tr[k])], tr[k + 1], int(tr[k + 2])) for k in range(at, end, 3)]
+            at = end
+        out.per_sample.append(len(out.steps) - before)
     return out
 
 
@@ -334,28 +433,47 @@ def chi2_same(a: list[Any], b: list[Any]) -> None:
     assert stat < crit, (stat, crit, dict(zip(vals, zip(ca, cb))))
 
 
-@pytest.mark.parametrize(
-    "config,interpolation",
-    [("rand-m9-mstd0.5-inc1", None), ("rand-m7-mstd0.5", "bicubic"), ("rand-m9-n3-mstd101-p0.7", None)],
-)
-def test_policy_distributions_match_timm(config: str, interpolation: str | None) -> None:
-    n = 20_000
-    theirs = timm_draws(config, n, interpolation)
-    ours = trdata_draws(T.TimmRandAugment.from_config(config, interpolation=interpolation or "random"), n)
-    # How many ops run per sample (the p gate), which ops, which filters.
-    assert abs(len(ours) - len(theirs)) < 6 * math.sqrt(len(theirs)), (len(ours), len(theirs))
-    chi2_same([o for o, _, _ in ours], [o for o, _, _ in theirs])
-    chi2_same([(o, f) for o, _, f in ours if f >= 0], [(o, f) for o, _, f in theirs if f >= 0])
+def assert_same_decisions(ours: Draws, theirs: Draws) -> None:
+    chi2_same(ours.per_sample, theirs.per_sample)  # the p gates, AugMix's depths
+    chi2_same([o for o, _, _ in ours.steps], [o for o, _, _ in theirs.steps])
+    chi2_same([(o, f) for o, _, f in ours.steps if f >= 0], [(o, f) for o, _, f in theirs.steps if f >= 0])
     # The arguments (magnitude noise, clipping, signs, level functions) op by op.
-    for name in sorted({o for o, _, _ in theirs}):
-        a = [v for o, v, _ in ours if o == name and not math.isnan(v)]
-        b = [v for o, v, _ in theirs if o == name and not math.isnan(v)]
+    for name in sorted({o for o, _, _ in theirs.steps}):
+        a = [v for o, v, _ in ours.steps if o == name and not math.isnan(v)]
+        b = [v for o, v, _ in theirs.steps if o == name and not math.isnan(v)]
         if not b:
             continue
         if len(set(b)) <= 16:  # integer-valued levels (posterize bits, solarize thresholds): χ²
             chi2_same(a, b)
         else:
             ks_same(a, b)
+    for a, b in ((ours.w0, theirs.w0), (ours.m, theirs.m)):
+        if b:
+            ks_same(a, b)
+
+
+@pytest.mark.parametrize(
+    "config,interpolation",
+    [
+        ("rand-m9-mstd0.5-inc1", None),
+        ("rand-m7-mstd0.5", "bicubic"),
+        ("rand-m9-n3-mstd101-p0.7", None),
+        ("original-mstd0.5", None),
+        ("v0r", "bilinear"),
+        ("augmix-m3-w3", None),
+        ("augmix-m5-w2-d2-a0.5-mstd1", "bicubic"),
+    ],
+)
+def test_policy_distributions_match_timm(config: str, interpolation: str | None) -> None:
+    n = 20_000 if not config.startswith("augmix") else 8_000
+    hparams: dict[str, Any] = {"img_mean": FILL}
+    if interpolation:
+        hparams["interpolation"] = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}[interpolation]
+    make = {"rand": timm_aa.rand_augment_transform, "augmix": timm_aa.augment_and_mix_transform}.get(
+        config.split("-")[0], timm_aa.auto_augment_transform
+    )
+    ours_policy = T.from_torchvision(make(config, dict(hparams))).transforms[0]
+    assert_same_decisions(trdata_draws(ours_policy, n), timm_draws(make(config, dict(hparams)), n))
 
 
 # ---------------------------------------------------------------------------------------------- RandomErasing
@@ -454,8 +572,8 @@ def test_random_erasing_fills_in_normalized_units(mode: str) -> None:
     [
         (dict(is_training=False, crop_mode="border"), "ResizeKeepRatio at transforms[0]"),
         (dict(is_training=False, input_size=(3, 224, 160)), "ResizeKeepRatio at transforms[0]"),
-        (dict(is_training=True, interpolation="bicubic", auto_augment="augmix-m5-w4-d2"), "AugMixAugment at "),
-        (dict(is_training=True, interpolation="bicubic", auto_augment="original"), "AutoAugment at transforms[2]"),
+        (dict(is_training=True, interpolation="bicubic", auto_augment="augmix-m5-b1"), "AugMixAugment at "),
+        (dict(is_training=True, interpolation="bicubic", auto_augment="3a"), "AutoAugment at transforms[2]"),
         (dict(is_training=True, interpolation="bicubic", auto_augment="rand-m9-tweights"), "RandAugment at "),
         (dict(is_training=True, interpolation="bicubic", train_crop_mode="rkrc"), "ResizeKeepRatio at "),
     ],

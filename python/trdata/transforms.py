@@ -843,6 +843,98 @@ class TimmRandAugment(Transform):
         )
 
 
+#: timm's ``_AUGMIX_TRANSFORMS``, in timm's order.
+TIMM_AUGMIX_TRANSFORMS = (
+    "AutoContrast", "ColorIncreasing", "ContrastIncreasing", "BrightnessIncreasing", "SharpnessIncreasing",
+    "Equalize", "Rotate", "PosterizeIncreasing", "SolarizeIncreasing", "ShearX", "ShearY", "TranslateXRel",
+    "TranslateYRel",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TimmAutoAugment(Transform):
+    """timm's AutoAugment (``timm.data.auto_augment_transform('original-mstd0.5')``): per sample one sub-policy of
+    ``policy`` (a sequence of sub-policies, each a sequence of ``(op name, p, magnitude)``, e.g. timm's
+    ``auto_augment_policy('original')`` as data), each step run as timm's ``AugmentOp`` with Pillow's kernels
+    (see :class:`TimmRandAugment` for the shared parameters). ``from_torchvision`` converts timm's object."""
+
+    policy: Sequence[Sequence[tuple[str, float, float]]]
+    magnitude_std: float = 0.0
+    magnitude_max: float = 10.0
+    fill: Any = (128, 128, 128)
+    interpolation: str = "random"
+    translate_pct: float = 0.45
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        bad = ConfigError(
+            f"invalid policy: {_shown(self.policy)} must be a sequence of sub-policies, each a sequence of "
+            "(op name, p, magnitude)",
+            parameter="policy",
+        )
+        if not _seq(self.policy) or not all(_seq(sub) for sub in self.policy):
+            raise bad
+        subs = []
+        for sub in self.policy:
+            steps = []
+            for step in sub:
+                if not _seq(step) or len(step) != 3:
+                    raise bad
+                steps.append((_str(step[0], "policy"), _real(step[1], "p"), _real(step[2], "magnitude")))
+            subs.append(tuple(steps))
+        return (
+            "timm_auto_augment",
+            tuple(subs),
+            _real(self.magnitude_std, "magnitude_std"),
+            _real(self.magnitude_max, "magnitude_max"),
+            _fill(self.fill),
+            _mode(self.interpolation, "interpolation"),
+            _real(self.translate_pct, "translate_pct"),
+        )
+
+
+@dataclass(frozen=True)
+class TimmAugMix(Transform):
+    """timm's AugMix (``timm.data.augment_and_mix_transform('augmix-m3-w3')``, not torchvision's): ``width`` chains
+    of ``depth`` ops (1–3 per chain when ≤ 0) chosen from ``ops`` at ``magnitude`` (timm's default noise:
+    uniform in [0, magnitude], ``magnitude_std=inf``), mixed with Dirichlet(``alpha``) weights in f32, truncated to
+    uint8 and blended with the original by Beta(``alpha``, ``alpha``) through Pillow's ``Image.blend``.
+    ``create_transform`` passes ``translate_pct=0.3``. Defaults are timm's."""
+
+    ops: tuple[str, ...] = TIMM_AUGMIX_TRANSFORMS
+    magnitude: float = 3.0
+    alpha: float = 1.0
+    width: int = 3
+    depth: int = -1
+    magnitude_std: float = math.inf
+    magnitude_max: float = 10.0
+    fill: Any = (128, 128, 128)
+    interpolation: str = "random"
+    translate_pct: float = 0.45
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        if isinstance(self.ops, (str, bytes)) or not _seq(self.ops):
+            raise ConfigError(f"invalid ops: {_shown(self.ops)} must be a sequence of timm op names", parameter="ops")
+        return (
+            "timm_augmix",
+            tuple(_str(o, "ops") for o in self.ops),
+            _real(self.magnitude, "magnitude"),
+            _real(self.alpha, "alpha"),
+            _int_arg(self.width, "width"),
+            _int_arg(self.depth, "depth"),
+            _real(self.magnitude_std, "magnitude_std"),
+            _real(self.magnitude_max, "magnitude_max"),
+            _fill(self.fill),
+            _mode(self.interpolation, "interpolation"),
+            _real(self.translate_pct, "translate_pct"),
+        )
+
+
 @dataclass(frozen=True)
 class TimmRandomErasing(Transform):
     """timm's ``RandomErasing(probability, min_area, max_area, min_aspect, max_aspect, mode, min_count,
@@ -919,6 +1011,8 @@ BUILTIN = (
     TrivialAugmentWide,
     AugMix,
     TimmRandAugment,
+    TimmAutoAugment,
+    TimmAugMix,
     TimmRandomErasing,
 )
 
@@ -1196,8 +1290,6 @@ _TIMM_REFUSED = {
         "size, train_crop_mode='rkrc'/'rkrr'); trdata has no such resize yet: use crop_mode='center' with a square "
         "size or crop_mode='squash'"
     ),
-    "AutoAugment": "timm's AutoAugment policies ('original', 'v0', …) are not in trdata yet: use auto_augment='rand-…'",
-    "AugMixAugment": "timm's AugMix is not in trdata yet: use auto_augment='rand-…' or torchvision's AugMix",
     "ToTensor": "timm's unscaled ToTensor is not supported: use MaybePILToTensor (uint8) or MaybeToTensor",
 }
 
@@ -1233,41 +1325,76 @@ def _convert_timm(op: Any, name: str) -> Transform:
         return CenterCrop(tuple(op.size))
     if name == "RandAugment":
         return _convert_timm_rand_augment(op)
+    if name == "AutoAugment":
+        steps = [o for sub in op.policy for o in sub]
+        prob, magnitude, *shared = _timm_shared(steps)
+        return TimmAutoAugment(
+            [[(o.name, float(o.prob), float(o.magnitude)) for o in sub] for sub in op.policy], *shared
+        )
+    if name == "AugMixAugment":
+        if op.blended:
+            raise ConfigError("blended=True (timm's 'b1', which timm itself calls not well tested) is not supported")
+        prob, magnitude, mstd, mmax, fill, interpolation, translate_pct = _timm_shared(list(op.ops), same_level=True)
+        return TimmAugMix(
+            tuple(o.name for o in op.ops), magnitude, float(op.alpha), op.width, op.depth, mstd, mmax, fill,
+            interpolation, translate_pct,
+        )  # fmt: skip
     raise ConfigError("trdata has no such op (yet)")
+
+
+#: timm's op names trdata runs (src/augment/timm.rs TIMM_OPS).
+_TIMM_OP_NAMES = frozenset(TIMM_RAND_TRANSFORMS + TIMM_RAND_INCREASING_TRANSFORMS + ("PosterizeOriginal",))
+
+
+def _timm_shared(ops: list[Any], same_level: bool = True) -> tuple[Any, ...]:
+    """The parameters timm's ``AugmentOp`` list shares: (prob, magnitude, magnitude_std, magnitude_max, fill,
+    interpolation, translate_pct); ConfigError when an op is unknown to trdata or they differ."""
+    if not ops:
+        raise ConfigError("it has no ops")
+    for o in ops:
+        if type(o).__name__ != "AugmentOp":
+            raise ConfigError(f"{type(o).__name__} is not one of timm's AugmentOp")
+        if o.name not in _TIMM_OP_NAMES:
+            raise ConfigError(f"timm's op {o.name!r} is not in trdata (it runs {', '.join(sorted(_TIMM_OP_NAMES))})")
+
+    def shared(o: Any) -> tuple[Any, ...]:
+        fill = o.kwargs["fillcolor"]
+        return (
+            o.magnitude_std,
+            o.magnitude_max,
+            tuple(fill) if _seq(fill) else fill,
+            _timm_interpolation(o.kwargs["resample"]),
+            o.hparams.get("translate_pct", 0.45),
+        )
+
+    if any(shared(o) != shared(ops[0]) for o in ops):
+        raise ConfigError("its ops must share one magnitude_std, magnitude_max, fill and interpolation")
+    mstd, mmax, fill, interpolation, translate_pct = shared(ops[0])
+    level = (ops[0].prob, ops[0].magnitude)
+    if same_level and any((o.prob, o.magnitude) != level for o in ops):
+        level = (math.nan, math.nan)  # AutoAugment: each step keeps its own; the caller does not use these
+    return (
+        float(level[0]), float(level[1]), float(mstd), float(mmax or 10.0), fill, interpolation, float(translate_pct)
+    )  # fmt: skip
 
 
 def _convert_timm_rand_augment(op: Any) -> TimmRandAugment:
     if op.choice_weights is not None:
         raise ConfigError("weighted op lists (rand-…-t<name>) are not supported: use the default or inc1 list")
     ops = list(op.ops)
-    if not ops:
-        raise ConfigError("it has no ops")
-    first = ops[0]
-
-    def same(o: Any) -> tuple[Any, ...]:
-        return (
-            o.prob,
-            o.magnitude,
-            o.magnitude_std,
-            o.magnitude_max,
-            tuple(o.kwargs["fillcolor"]) if _seq(o.kwargs["fillcolor"]) else o.kwargs["fillcolor"],
-            _timm_interpolation(o.kwargs["resample"]),
-            o.hparams.get("translate_pct", 0.45),
-        )
-
-    if any(type(o).__name__ != "AugmentOp" or same(o) != same(first) for o in ops):
-        raise ConfigError("its ops must share one prob, magnitude, magnitude_std, fill and interpolation")
-    prob, magnitude, mstd, mmax, fill, interpolation, translate_pct = same(first)
+    prob, magnitude, mstd, mmax, fill, interpolation, translate_pct = _timm_shared(ops)
+    if math.isnan(prob):
+        raise ConfigError("its ops must share one prob and magnitude")
     return TimmRandAugment(
         num_layers=op.num_layers,
-        magnitude=float(magnitude),
-        magnitude_std=float(mstd),
-        magnitude_max=float(mmax or 10.0),
-        p=float(prob),
+        magnitude=magnitude,
+        magnitude_std=mstd,
+        magnitude_max=mmax,
+        p=prob,
         ops=tuple(o.name for o in ops),
         fill=fill,
         interpolation=interpolation,
-        translate_pct=float(translate_pct),
+        translate_pct=translate_pct,
     )
 
 

@@ -16,7 +16,7 @@
 pub use super::kernels::Frame;
 use super::kernels::{self, PadMode};
 use super::policy::{self, AA_POLICY, PolicyKind, PolicyScratch, WarpStyle};
-use super::timm::{self, ERASE_MODE, TIMM_INTERPOLATION, TIMM_OPS, TimmRandAugment, TimmRandomErasing};
+use super::timm::{self, ERASE_MODE, TIMM_INTERPOLATION, TIMM_OPS, TimmKind, TimmOp, TimmPolicy, TimmRandomErasing};
 use super::warp::{self, Interp, WARP_INTERPOLATION};
 use crate::error::{Result, TrdataError};
 use crate::param::Choice;
@@ -308,8 +308,9 @@ pub enum OpSpec {
         /// `None` (torchvision's default for the policies) = zero padding; else the mask-path fill.
         fill: Option<Vec<f64>>,
     },
-    /// timm's RandAugment (`rand-m9-mstd0.5-inc1`…) with Pillow's op implementations (see [`super::timm`]).
-    TimmRandAugment(TimmRandAugment),
+    /// timm's RandAugment (`rand-m9-mstd0.5-inc1`…), AutoAugment or AugMix with Pillow's op implementations
+    /// (see [`super::timm`]).
+    TimmPolicy(TimmPolicy),
     /// timm's `RandomErasing` (count, normalized-space fills; see [`super::timm::TimmRandomErasing`]).
     TimmRandomErasing(TimmRandomErasing),
 }
@@ -521,7 +522,7 @@ impl OpSpec {
                 PolicyKind::TrivialAugmentWide { .. } => "TrivialAugmentWide",
                 PolicyKind::AugMix { .. } => "AugMix",
             },
-            OpSpec::TimmRandAugment(_) => "timm RandAugment",
+            OpSpec::TimmPolicy(spec) => spec.name(),
             OpSpec::TimmRandomErasing(_) => "timm RandomErasing",
         }
     }
@@ -716,7 +717,7 @@ impl OpSpec {
                 }
                 check_opt_fill(fill, op, pos)
             }
-            OpSpec::TimmRandAugment(spec) => spec.check(op, pos),
+            OpSpec::TimmPolicy(spec) => spec.check(pos),
             OpSpec::TimmRandomErasing(spec) => spec.check(op, pos),
         }
     }
@@ -845,7 +846,7 @@ impl OpSpec {
                 Drawn::Perspective([tl[0], tl[1], tr[0], tr[1], br[0], br[1], bl[0], bl[1]])
             }
             // A policy decides while it runs (no per-sample list); `trace` shows its decisions.
-            OpSpec::Policy { .. } | OpSpec::TimmRandAugment(_) | OpSpec::TimmRandomErasing(_) => Drawn::Apply,
+            OpSpec::Policy { .. } | OpSpec::TimmPolicy(_) | OpSpec::TimmRandomErasing(_) => Drawn::Apply,
         })
     }
 
@@ -854,7 +855,7 @@ impl OpSpec {
     pub fn trace(&self, rng: &mut SampleRng, hwc: (usize, usize, usize)) -> std::result::Result<Vec<f64>, String> {
         match self {
             OpSpec::Policy { kind, .. } => Ok(policy::trace(kind, rng, (hwc.0, hwc.1))),
-            OpSpec::TimmRandAugment(spec) => Ok(timm::trace(spec, rng)),
+            OpSpec::TimmPolicy(spec) => Ok(timm::trace(spec, rng)),
             OpSpec::TimmRandomErasing(spec) => {
                 let mut out = Vec::new();
                 timm::erase(spec, None, (hwc.0, hwc.1), rng, |b| out.extend(b.map(|v| v as f64)));
@@ -875,6 +876,8 @@ pub struct OpScratch {
     pub plane: Vec<f32>,
     /// The policies' buffers.
     pub policy: PolicyScratch,
+    /// timm's policies' buffers.
+    pub timm: timm::TimmScratch,
 }
 
 /// Apply `op` with parameters `drawn` to `frame` (the kernels' arithmetic; `rng` continues the op's stream for
@@ -1002,7 +1005,7 @@ pub fn apply(op: &OpSpec, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScra
             let style = WarpStyle { interp: *interp, fill: fill_f32(fill) };
             policy::run(kind, style, frame, &mut scratch.policy, rng);
         }
-        (OpSpec::TimmRandAugment(spec), _) => timm::run(spec, frame, &mut scratch.spare, rng),
+        (OpSpec::TimmPolicy(spec), _) => timm::run(spec, frame, &mut scratch.spare, &mut scratch.timm, rng),
         (OpSpec::TimmRandomErasing(spec), _) => {
             let hw = (frame.h, frame.w);
             timm::erase(spec, Some(frame), hw, rng, |_| {});
@@ -1065,6 +1068,8 @@ pub const KINDS: &[&str] = &[
     "trivial_augment_wide",
     "augmix",
     "timm_rand_augment",
+    "timm_auto_augment",
+    "timm_augmix",
     "timm_random_erasing",
 ];
 
@@ -1224,29 +1229,52 @@ impl OpSpec {
                 interp: interp(5)?,
                 fill: opt_fill(6)?,
             },
-            "timm_rand_augment" => OpSpec::TimmRandAugment(TimmRandAugment {
-                num_layers: uint(0, "num_layers")?,
-                magnitude: num(1, "magnitude")?,
-                magnitude_std: num(2, "magnitude_std")?,
-                magnitude_max: num(3, "magnitude_max")?,
-                prob: num(4, "p")?,
-                ops: match get(5)? {
-                    Arg::List(v) => v
-                        .iter()
-                        .map(|a| match a {
-                            Arg::Str(s) => TIMM_OPS.parse(s),
-                            other => Err(TIMM_OPS.error(&format!("{other:?}"))),
-                        })
-                        .collect::<Result<Vec<_>>>()?,
-                    other => return Err(TrdataError::config("ops", format!("{other:?} must be a list of op names"))),
+            "timm_rand_augment" => timm_policy(
+                TimmKind::RandAugment {
+                    num_layers: uint(0, "num_layers")?,
+                    magnitude: num(1, "magnitude")?,
+                    prob: num(4, "p")?,
+                    ops: timm_ops(get(5)?)?,
                 },
-                fill: nums(6, "fill")?,
-                interp: match get(7)? {
-                    Arg::Str(s) => TIMM_INTERPOLATION.parse(s)?,
-                    other => return Err(TIMM_INTERPOLATION.error(&format!("{other:?}"))),
+                (
+                    num(2, "magnitude_std")?,
+                    num(3, "magnitude_max")?,
+                    nums(6, "fill")?,
+                    get(7)?,
+                    num(8, "translate_pct")?,
+                ),
+            )?,
+            "timm_auto_augment" => timm_policy(
+                TimmKind::AutoAugment {
+                    sub_policies: match get(0)? {
+                        Arg::List(subs) => subs.iter().map(timm_steps).collect::<Result<Vec<_>>>()?,
+                        other => return Err(TrdataError::config("policy", format!("{other:?} must be a list"))),
+                    },
                 },
-                translate_pct: num(8, "translate_pct")?,
-            }),
+                (
+                    num(1, "magnitude_std")?,
+                    num(2, "magnitude_max")?,
+                    nums(3, "fill")?,
+                    get(4)?,
+                    num(5, "translate_pct")?,
+                ),
+            )?,
+            "timm_augmix" => timm_policy(
+                TimmKind::AugMix {
+                    ops: timm_ops(get(0)?)?,
+                    magnitude: num(1, "magnitude")?,
+                    alpha: num(2, "alpha")?,
+                    width: uint(3, "width")?,
+                    depth: int(4, "depth")? as i32,
+                },
+                (
+                    num(5, "magnitude_std")?,
+                    num(6, "magnitude_max")?,
+                    nums(7, "fill")?,
+                    get(8)?,
+                    num(9, "translate_pct")?,
+                ),
+            )?,
             "timm_random_erasing" => OpSpec::TimmRandomErasing(TimmRandomErasing {
                 p: num(0, "p")?,
                 min_area: num(1, "min_area")?,
@@ -1319,4 +1347,52 @@ impl OpSpec {
             other => return Err(TrdataError::config("transforms", format!("unknown transform {other:?}"))),
         })
     }
+}
+
+/// timm's op names (an `Arg::List` of strings) → ops.
+fn timm_ops(a: &Arg) -> Result<Vec<TimmOp>> {
+    match a {
+        Arg::List(v) => v
+            .iter()
+            .map(|a| match a {
+                Arg::Str(s) => TIMM_OPS.parse(s),
+                other => Err(TIMM_OPS.error(&format!("{other:?}"))),
+            })
+            .collect(),
+        other => Err(TrdataError::config("ops", format!("{other:?} must be a list of op names"))),
+    }
+}
+
+/// One AutoAugment sub-policy: a list of `(name, p, magnitude)`.
+fn timm_steps(a: &Arg) -> Result<Vec<(TimmOp, f64, f64)>> {
+    let shape = || TrdataError::config("policy", format!("{a:?} must be a list of (op name, p, magnitude)"));
+    let Arg::List(steps) = a else { return Err(shape()) };
+    let number = |v: &Arg| match v {
+        Arg::Num(x) => Ok(*x),
+        Arg::Int(x) => Ok(*x as f64),
+        _ => Err(shape()),
+    };
+    steps
+        .iter()
+        .map(|st| match st {
+            Arg::List(t) if t.len() == 3 => {
+                let Arg::Str(name) = &t[0] else { return Err(shape()) };
+                Ok((TIMM_OPS.parse(name)?, number(&t[1])?, number(&t[2])?))
+            }
+            _ => Err(shape()),
+        })
+        .collect()
+}
+
+/// A timm policy from its kind and the shared hparams (magnitude_std, magnitude_max, fill, interpolation,
+/// translate_pct); values are checked by [`TimmPolicy::check`].
+fn timm_policy(
+    kind: TimmKind,
+    (mstd, mmax, fill, interp, translate_pct): (f64, f64, Vec<f64>, &Arg, f64),
+) -> Result<OpSpec> {
+    let interp = match interp {
+        Arg::Str(s) => TIMM_INTERPOLATION.parse(s)?,
+        other => return Err(TIMM_INTERPOLATION.error(&format!("{other:?}"))),
+    };
+    Ok(OpSpec::TimmPolicy(TimmPolicy { kind, magnitude_std: mstd, magnitude_max: mmax, fill, interp, translate_pct }))
 }

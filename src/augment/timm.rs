@@ -1,5 +1,6 @@
-//! timm — timm's RandAugment (`rand_augment_transform('rand-m9-mstd0.5-inc1', hparams)`, the DeiT/ViT/ConvNeXt
-//! recipes' policy) as a pixel op of a compiled program ([`super::program`] stage 2, on the uint8 crop, after
+//! timm — timm's auto-augment policies (RandAugment `rand-m9-mstd0.5-inc1`, the DeiT/ViT/ConvNeXt recipes'
+//! policy; AutoAugment `original`/`v0`/`…r`; AugMix `augmix-m3-w3`) and timm's RandomErasing as pixel ops of a
+//! compiled program ([`super::program`] stage 2, on the uint8 crop, after
 //! the folded ROI/DCT decode + resample and before the final normalize/cast/layout write).
 //!
 //! timm's RandAugment is not torchvision's ([`super::policy`]): its op list has Invert and SolarizeAdd and no
@@ -13,9 +14,11 @@
 //! in tests/test_timm.py, which compares each op with Pillow bit for bit).
 //!
 //! Randomness, in timm's draw order, from the op's own stream (`SampleRng(seed, epoch, index, OP_BASE + pos)`):
-//! the `num_layers` op choices first (numpy's `choice` with replacement), then per chosen op its gate
-//! (`random() > p` skips), its magnitude noise, its sign (`random() > 0.5` negates) and, for a warp with
-//! `interpolation='random'`, its filter. Streams differ from Python's MT19937; distributions match (tests: χ²
+//! RandAugment draws the `num_layers` op choices first (numpy's `choice` with replacement), AutoAugment the
+//! sub-policy (`random.choice`), AugMix the Dirichlet chain weights, the Beta blend weight, then per chain its
+//! depth and op choices; then every op (timm's `AugmentOp.__call__`) its gate (`random() > p` skips), its
+//! magnitude noise, its sign (`random() > 0.5` negates) and, for a warp with `interpolation='random'`, its
+//! filter. Streams differ from Python's MT19937; distributions match (tests: χ²
 //! and KS over ≥ 10k draws against timm's own sampling).
 
 use super::kernels::Frame;
@@ -72,6 +75,8 @@ pub enum TimmOp {
     BrightnessIncreasing = 19,
     /// See [`TimmOp::ColorIncreasing`].
     SharpnessIncreasing = 20,
+    /// `posterize(int(m/10·4) + 4)` (AutoAugment's `original` policy).
+    PosterizeOriginal = 21,
 }
 
 use TimmOp::*;
@@ -139,6 +144,7 @@ pub const TIMM_OPS: Choice<TimmOp> = Choice {
         ("ContrastIncreasing", ContrastIncreasing),
         ("BrightnessIncreasing", BrightnessIncreasing),
         ("SharpnessIncreasing", SharpnessIncreasing),
+        ("PosterizeOriginal", PosterizeOriginal),
     ],
 };
 
@@ -156,7 +162,7 @@ pub enum TimmInterp {
     Random,
 }
 
-/// The `interpolation` values of [`TimmRandAugment`].
+/// The `interpolation` values of [`TimmPolicy`].
 pub const TIMM_INTERPOLATION: Choice<TimmInterp> = Choice {
     name: "interpolation",
     values: &[
@@ -167,28 +173,57 @@ pub const TIMM_INTERPOLATION: Choice<TimmInterp> = Choice {
     ],
 };
 
-/// timm's `RandAugment(rand_augment_ops(magnitude, prob, hparams, transforms), num_layers)` with an unweighted
-/// transform list (the default [`RAND_TRANSFORMS`], `inc1`'s [`RAND_INCREASING_TRANSFORMS`], or any list of
-/// [`TIMM_OPS`]).
+/// Which timm policy, with what only it has.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TimmRandAugment {
-    /// Ops per sample (`n`, chosen with replacement).
-    pub num_layers: u32,
-    /// `m`, 0..=`magnitude_max` in practice (timm clips the noisy magnitude to [0, `magnitude_max`]).
-    pub magnitude: f64,
+pub enum TimmKind {
+    /// `RandAugment(rand_augment_ops(magnitude, prob, hparams, transforms), num_layers)` with an unweighted
+    /// transform list (the default [`RAND_TRANSFORMS`], `inc1`'s [`RAND_INCREASING_TRANSFORMS`], or any list of
+    /// [`TIMM_OPS`]).
+    RandAugment {
+        /// Ops per sample (`n`, chosen with replacement).
+        num_layers: u32,
+        /// The op list the uniform choice picks from (duplicates allowed, as in timm's lists).
+        ops: Vec<TimmOp>,
+        /// `p`: each chosen op runs with this probability.
+        prob: f64,
+        /// `m`.
+        magnitude: f64,
+    },
+    /// `AutoAugment(auto_augment_policy(name, hparams))`: one sub-policy drawn per sample, each of its steps
+    /// (op, probability, magnitude) an `AugmentOp`.
+    AutoAugment {
+        /// The sub-policies.
+        sub_policies: Vec<Vec<(TimmOp, f64, f64)>>,
+    },
+    /// `AugMixAugment(augmix_ops(magnitude, hparams), alpha, width, depth, blended=False)`.
+    AugMix {
+        /// The op list (each op runs with probability 1).
+        ops: Vec<TimmOp>,
+        /// `m`.
+        magnitude: f64,
+        /// Dirichlet/Beta concentration.
+        alpha: f64,
+        /// Number of chains.
+        width: u32,
+        /// Ops per chain; ≤ 0 draws 1..=3 per chain.
+        depth: i32,
+    },
+}
+
+/// A timm policy and the `hparams` its `AugmentOp`s share.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimmPolicy {
+    /// Which policy.
+    pub kind: TimmKind,
     /// `mstd`: 0 = fixed magnitude, `inf` = uniform in [0, m] (timm maps mstd > 100 to inf), else N(m, mstd).
     pub magnitude_std: f64,
-    /// `mmax` (timm's default `_LEVEL_DENOM` = 10).
+    /// `mmax` (timm's default `_LEVEL_DENOM` = 10): the noisy magnitude is clipped to [0, mmax].
     pub magnitude_max: f64,
-    /// `p`: each chosen op runs with this probability.
-    pub prob: f64,
-    /// The op list the uniform choice picks from (duplicates allowed, as in timm's lists).
-    pub ops: Vec<TimmOp>,
     /// `hparams['img_mean']`: the warps' fill, one value or one per channel (pixel units, 0..=255).
     pub fill: Vec<f64>,
     /// `hparams['interpolation']`, or `Random` when absent.
     pub interp: TimmInterp,
-    /// `hparams['translate_pct']` (default 0.45).
+    /// `hparams['translate_pct']` (default 0.45; AugMix's recipes pass 0.3).
     pub translate_pct: f64,
 }
 
@@ -197,14 +232,59 @@ fn bad(param: &str, shown: impl std::fmt::Display, rule: &str, op: &str, pos: us
     TrdataError::config(param, format!("{shown} must {rule} ({op} at transforms[{pos}])"))
 }
 
-impl TimmRandAugment {
-    /// Validate the values (the one place; Python checks types). `op`/`pos` name the op in messages.
-    pub fn check(&self, op: &str, pos: usize) -> Result<()> {
-        if self.num_layers > super::ops::MAX_POLICY_OPS {
-            return Err(bad("num_layers", self.num_layers, &format!("be in 0..={}", super::ops::MAX_POLICY_OPS), op, pos));
+impl TimmPolicy {
+    /// timm's class name (for messages).
+    pub fn name(&self) -> &'static str {
+        match self.kind {
+            TimmKind::RandAugment { .. } => "timm RandAugment",
+            TimmKind::AutoAugment { .. } => "timm AutoAugment",
+            TimmKind::AugMix { .. } => "timm AugMix",
         }
-        if !(self.magnitude.is_finite() && self.magnitude >= 0.0) {
-            return Err(bad("magnitude", self.magnitude, "be finite and ≥ 0", op, pos));
+    }
+
+    /// Validate the values (the one place; Python checks types). `pos` names the op in messages.
+    pub fn check(&self, pos: usize) -> Result<()> {
+        let op = self.name();
+        let max_ops = super::ops::MAX_POLICY_OPS;
+        let check_m = |m: f64| {
+            if m.is_finite() && m >= 0.0 { Ok(()) } else { Err(bad("magnitude", m, "be finite and ≥ 0", op, pos)) }
+        };
+        let check_p =
+            |p: f64| if (0.0..=1.0).contains(&p) { Ok(()) } else { Err(bad("p", p, "be in [0, 1]", op, pos)) };
+        let check_ops = |n: usize| {
+            if (1..=256).contains(&n) { Ok(()) } else { Err(bad("ops", n, "be a list of 1 to 256 op names", op, pos)) }
+        };
+        match &self.kind {
+            TimmKind::RandAugment { num_layers, ops, prob, magnitude } => {
+                if *num_layers > max_ops {
+                    return Err(bad("num_layers", num_layers, &format!("be in 0..={max_ops}"), op, pos));
+                }
+                check_ops(ops.len())?;
+                check_p(*prob)?;
+                check_m(*magnitude)?;
+            }
+            TimmKind::AutoAugment { sub_policies } => {
+                if sub_policies.is_empty() || sub_policies.len() > 256 || sub_policies.iter().any(|s| s.len() > 16) {
+                    let rule = "be 1 to 256 sub-policies of at most 16 (op, p, magnitude) steps";
+                    return Err(bad("policy", sub_policies.len(), rule, op, pos));
+                }
+                for &(_, p, m) in sub_policies.iter().flatten() {
+                    check_p(p)?;
+                    check_m(m)?;
+                }
+            }
+            TimmKind::AugMix { ops, magnitude, alpha, width, depth } => {
+                check_ops(ops.len())?;
+                check_m(*magnitude)?;
+                crate::rng::check_alpha(*alpha, &format!("{op} at transforms[{pos}]"))?;
+                if !(1..=max_ops).contains(width) {
+                    return Err(bad("width", width, &format!("be in 1..={max_ops}"), op, pos));
+                }
+                if *depth > max_ops as i32 {
+                    let rule = format!("be at most {max_ops} (≤ 0 draws 1 to 3 per chain)");
+                    return Err(bad("depth", depth, &rule, op, pos));
+                }
+            }
         }
         // NaN would make every magnitude NaN; a negative std is refused by Python's random.gauss too.
         if self.magnitude_std.is_nan() || self.magnitude_std < 0.0 {
@@ -212,12 +292,6 @@ impl TimmRandAugment {
         }
         if !(self.magnitude_max.is_finite() && self.magnitude_max > 0.0) {
             return Err(bad("magnitude_max", self.magnitude_max, "be finite and > 0", op, pos));
-        }
-        if self.ops.is_empty() || self.ops.len() > 256 {
-            return Err(bad("ops", self.ops.len(), "be a list of 1 to 256 op names", op, pos));
-        }
-        if !(0.0..=1.0).contains(&self.prob) {
-            return Err(bad("p", self.prob, "be in [0, 1]", op, pos));
         }
         let fill_ok = matches!(self.fill.len(), 1 | 3) && self.fill.iter().all(|v| (0.0..=255.0).contains(v));
         if !fill_ok {
@@ -251,6 +325,7 @@ fn level_arg(op: TimmOp, m: f64, translate_pct: f64, rng: &mut SampleRng) -> Opt
         Rotate => negate(rng, l * 30.0),
         Posterize => py_int(l * 4.0),
         PosterizeIncreasing => 4.0 - py_int(l * 4.0),
+        PosterizeOriginal => py_int(l * 4.0) + 4.0,
         Solarize => py_int(l * 256.0).min(256.0),
         SolarizeIncreasing => 256.0 - py_int(l * 256.0).min(256.0),
         SolarizeAdd => py_int(l * 110.0).min(128.0),
@@ -280,12 +355,61 @@ pub enum PilFilter {
 /// One applied op: which, its argument (NaN when none) and its filter (warps only).
 type Step = (TimmOp, f64, Option<PilFilter>);
 
-/// The decisions of `spec` for one sample, in timm's draw order, each applied op handed to `visit`.
-fn decide(spec: &TimmRandAugment, rng: &mut SampleRng, mut visit: impl FnMut(Step)) {
-    let ops = &spec.ops;
-    // numpy's choice(ops, n, replace=True) draws all n indices before any op runs. At most 1000 (checked), kept
-    // on the stack in chunks so nothing is allocated per sample.
-    let mut left = spec.num_layers as usize;
+/// What a policy decides, in order (for [`trace`]; [`run`] acts on the same decisions).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Event {
+    /// Apply an op.
+    Step(Step),
+    /// AugMix: the Beta blend weight of the mix against the original (`Image.blend(img, mixed, m)`).
+    Blend(f32),
+    /// AugMix: a chain starts with weight `w` (f32, numpy's) and `depth` ops.
+    Chain(f32, u32),
+}
+
+/// timm's `AugmentOp.__call__` for `op` at probability `prob` and magnitude `m`: the gate, the magnitude noise
+/// and clip, the level function (sign), the filter. `None` when the gate skips.
+fn augment_op(spec: &TimmPolicy, op: TimmOp, prob: f64, m: f64, rng: &mut SampleRng) -> Option<Step> {
+    if prob < 1.0 && rng.uniform() > prob {
+        return None;
+    }
+    let mut m = m;
+    if spec.magnitude_std > 0.0 {
+        m = if spec.magnitude_std.is_infinite() {
+            rng.uniform_range(0.0, m)
+        } else {
+            m + spec.magnitude_std * rng.normal_f64()
+        };
+    }
+    let m = m.min(spec.magnitude_max).max(0.0);
+    let arg = level_arg(op, m, spec.translate_pct, rng).unwrap_or(f64::NAN);
+    let filter = is_warp(op).then(|| match spec.interp {
+        TimmInterp::Nearest => PilFilter::Nearest,
+        TimmInterp::Bilinear => PilFilter::Bilinear,
+        TimmInterp::Bicubic => PilFilter::Bicubic,
+        TimmInterp::Random => {
+            if rng.below(2) == 0 {
+                PilFilter::Bilinear
+            } else {
+                PilFilter::Bicubic
+            }
+        }
+    });
+    Some((op, arg, filter))
+}
+
+/// numpy's `choice(ops, n, replace=True)` (all n indices drawn before any op runs), then each op's
+/// [`augment_op`]. In chunks of 64 on the stack, so nothing is allocated per sample; past 64 ops the gates of a
+/// chunk are drawn before the next chunk's choices (no recipe comes near it).
+fn choose_and_run(
+    spec: &TimmPolicy,
+    ops: &[TimmOp],
+    n: usize,
+    prob: f64,
+    m: f64,
+    rng: &mut SampleRng,
+    visit: &mut impl FnMut(Event),
+) {
+    let mut left = n;
     while left > 0 {
         let mut chosen = [0usize; 64];
         let k = left.min(64);
@@ -294,52 +418,128 @@ fn decide(spec: &TimmRandAugment, rng: &mut SampleRng, mut visit: impl FnMut(Ste
         }
         left -= k;
         for &i in &chosen[..k] {
-            let op = ops[i];
-            if spec.prob < 1.0 && rng.uniform() > spec.prob {
-                continue;
+            if let Some(step) = augment_op(spec, ops[i], prob, m, rng) {
+                visit(Event::Step(step));
             }
-            let mut m = spec.magnitude;
-            if spec.magnitude_std > 0.0 {
-                m = if spec.magnitude_std.is_infinite() {
-                    rng.uniform_range(0.0, m)
-                } else {
-                    m + spec.magnitude_std * rng.normal_f64()
-                };
-            }
-            let m = m.min(spec.magnitude_max).max(0.0);
-            let arg = level_arg(op, m, spec.translate_pct, rng).unwrap_or(f64::NAN);
-            let filter = is_warp(op).then(|| match spec.interp {
-                TimmInterp::Nearest => PilFilter::Nearest,
-                TimmInterp::Bilinear => PilFilter::Bilinear,
-                TimmInterp::Bicubic => PilFilter::Bicubic,
-                TimmInterp::Random => {
-                    if rng.below(2) == 0 {
-                        PilFilter::Bilinear
-                    } else {
-                        PilFilter::Bicubic
-                    }
-                }
-            });
-            visit((op, arg, filter));
         }
     }
-    // The chunking above draws gates between choice chunks only past 64 layers (no recipe comes near it).
+}
+
+/// The decisions of `spec` for one sample, in timm's draw order, each handed to `visit`.
+fn decide(spec: &TimmPolicy, rng: &mut SampleRng, mut visit: impl FnMut(Event)) {
+    match &spec.kind {
+        TimmKind::RandAugment { num_layers, ops, prob, magnitude } => {
+            choose_and_run(spec, ops, *num_layers as usize, *prob, *magnitude, rng, &mut visit);
+        }
+        TimmKind::AutoAugment { sub_policies } => {
+            let sub = &sub_policies[rng.below(sub_policies.len() as u64) as usize];
+            for &(op, prob, m) in sub {
+                if let Some(step) = augment_op(spec, op, prob, m, rng) {
+                    visit(Event::Step(step));
+                }
+            }
+        }
+        TimmKind::AugMix { ops, magnitude, alpha, width, depth } => {
+            // np.float32(dirichlet([alpha] * width)): Gamma(alpha) variates normalised (in log space first, so
+            // tiny alphas do not underflow to 0/0), then np.float32(beta(alpha, alpha)).
+            let mut ln_g = [0f64; 64];
+            let width = *width as usize;
+            // Chains past 64 share the normalisation of their chunk's maximum: exact for ≤ 64 chains.
+            let mut total = 0.0;
+            let mut max_ln = f64::NEG_INFINITY;
+            for g in ln_g.iter_mut().take(width.min(64)) {
+                *g = rng.ln_gamma_variate(*alpha);
+                max_ln = max_ln.max(*g);
+            }
+            for g in ln_g.iter().take(width.min(64)) {
+                total += (g - max_ln).exp();
+            }
+            let weight = |k: usize| if k < 64 { ((ln_g[k] - max_ln).exp() / total) as f32 } else { 0.0 };
+            visit(Event::Blend(rng.beta(*alpha, *alpha) as f32));
+            for k in 0..width {
+                let d = if *depth > 0 { *depth as u32 } else { 1 + rng.below(3) as u32 };
+                visit(Event::Chain(weight(k), d));
+                choose_and_run(spec, ops, d as usize, 1.0, *magnitude, rng, &mut visit);
+            }
+        }
+    }
 }
 
 /// What `spec` decides for one sample, as numbers (`_core.sample_op`): `[op, argument, filter]` per applied op
 /// ([`TimmOp`] numbering; the argument timm passes to the op, NaN for none; Pillow's filter number, -1 for ops
-/// that do not warp).
-pub fn trace(spec: &TimmRandAugment, rng: &mut SampleRng) -> Vec<f64> {
+/// that do not warp). AugMix: `[blend weight]`, then per chain `[weight, depth]` followed by its ops' triples.
+pub fn trace(spec: &TimmPolicy, rng: &mut SampleRng) -> Vec<f64> {
     let mut out = Vec::new();
-    decide(spec, rng, |(op, arg, f)| out.extend([f64::from(op as u8), arg, f.map_or(-1.0, |f| f64::from(f as u8))]));
+    decide(spec, rng, |e| match e {
+        Event::Step((op, arg, f)) => {
+            out.extend([f64::from(op as u8), arg, f.map_or(-1.0, |f| f64::from(f as u8))]);
+        }
+        Event::Blend(m) => out.push(f64::from(m)),
+        Event::Chain(w, d) => out.extend([f64::from(w), f64::from(d)]),
+    });
     out
 }
 
+/// The buffers of timm's policies beyond the op scratch: AugMix's chain image, its f32 mix. Grown to the largest
+/// sample, then reused.
+#[derive(Debug, Default)]
+pub struct TimmScratch {
+    /// The current chain's image (AugMix).
+    chain: Frame,
+    /// The f32 mix (AugMix).
+    mix: Vec<f32>,
+}
+
 /// Run `spec` on `frame` (size kept); `spare` is the warps' and sharpness' second buffer.
-pub fn run(spec: &TimmRandAugment, frame: &mut Frame, spare: &mut Vec<u8>, rng: &mut SampleRng) {
+pub fn run(spec: &TimmPolicy, frame: &mut Frame, spare: &mut Vec<u8>, s: &mut TimmScratch, rng: &mut SampleRng) {
     // Pillow's fill colour is a tuple of ints; timm passes `round(255 · mean)`, so truncation never bites.
     let fill: [u8; 3] = std::array::from_fn(|c| spec.fill[c.min(spec.fill.len() - 1)] as u8);
-    decide(spec, rng, |(op, arg, filter)| apply(op, arg, filter.unwrap_or(PilFilter::Nearest), fill, frame, spare));
+    let step = |frame: &mut Frame, spare: &mut Vec<u8>, (op, arg, filter): Step| {
+        apply(op, arg, filter.unwrap_or(PilFilter::Nearest), fill, frame, spare);
+    };
+    if !matches!(spec.kind, TimmKind::AugMix { .. }) {
+        decide(spec, rng, |e| {
+            if let Event::Step(st) = e {
+                step(frame, spare, st);
+            }
+        });
+        return;
+    }
+    // AugMix (`_apply_basic`): mixed = Σ w·chain in f32 (numpy: the product rounded, then added), clipped and
+    // truncated to uint8, then `Image.blend(img, mixed, m)`.
+    let n = frame.h * frame.w * frame.c;
+    let TimmScratch { chain, mix } = s;
+    mix.clear();
+    mix.resize(n, 0.0);
+    let (mut blend_m, mut chain_w, mut left) = (0f32, 0f32, 0u32);
+    let add_chain = |mix: &mut Vec<f32>, chain: &Frame, w: f32| {
+        for (acc, &v) in mix.iter_mut().zip(&chain.buf[..n]) {
+            *acc += w * f32::from(v);
+        }
+    };
+    decide(spec, rng, |e| match e {
+        Event::Blend(m) => blend_m = m,
+        Event::Chain(w, d) => {
+            chain.buf.clear();
+            chain.buf.extend_from_slice(&frame.buf[..n]);
+            (chain.h, chain.w, chain.c) = (frame.h, frame.w, frame.c);
+            (chain_w, left) = (w, d);
+        }
+        Event::Step(st) => {
+            step(chain, spare, st);
+            left -= 1;
+            if left == 0 {
+                add_chain(mix, chain, chain_w);
+            }
+        }
+    });
+    if blend_m == 0.0 {
+        return;
+    }
+    for (o, &v) in frame.buf[..n].iter_mut().zip(mix.iter()) {
+        let mixed = v.clamp(0.0, 255.0) as u8;
+        *o = if blend_m == 1.0 { mixed } else { (f32::from(*o) + blend_m * (f32::from(mixed) - f32::from(*o))) as u8 };
+    }
 }
 
 /// Apply one op with its argument (what timm's `aug_fn(img, *level_args, fillcolor, resample)` does).
@@ -355,8 +555,10 @@ pub fn apply(op: TimmOp, arg: f64, filter: PilFilter, fill: [u8; 3], frame: &mut
         AutoContrast => autocontrast(frame),
         Equalize => equalize(frame),
         Invert => lut_all(frame, &|v| 255 - v),
-        Posterize | PosterizeIncreasing => {
+        Posterize | PosterizeIncreasing | PosterizeOriginal => {
             let bits = arg as i64;
+            // Pillow ≥ 12 raises for 0 bits (timm's `v0` policy reaches it, and the run dies); trdata writes black,
+            // as the mask `~(2**8 - 1)` of earlier Pillow does.
             if bits < 8 {
                 // ImageOps.posterize: mask = ~(2**(8-bits) - 1).
                 let mask = !((1u32 << (8 - bits.max(0))) - 1) as u8;
