@@ -39,6 +39,9 @@ PARAMS = {
     "sharpness_factor",
     "degrees", "interpolation", "expand", "center", "translate", "shear", "distortion_scale", "policy", "num_ops",
     "magnitude", "num_magnitude_bins", "severity", "mixture_width", "chain_depth", "alpha", "all_ops", "antialias",
+    # timm's policies and RandomErasing (transforms.py Timm*)
+    "num_layers", "magnitude_std", "magnitude_max", "translate_pct", "width", "depth", "probability", "min_area",
+    "max_area", "min_count", "max_count", "re_mode",
     # sources
     "root", "paths", "labels", "blobs", "images", "classes", "train", "variant", "shards",
     # packed files (trdata.pack, trdata.Packed)
@@ -93,6 +96,14 @@ EDGE_TRANSLATORS = {
         "_refuse": "a torchvision op trdata cannot run (names the op; no value rule)",
         "from_torchvision": "an object that is neither a trdata nor a torchvision transform",
         "_convert": "torchvision options trdata has no kernel for (interpolation, max_size)",
+        "_convert_timm": "timm classes/options trdata has no kernel for (names them; no value rule)",
+        "_timm_interpolation": "timm's interpolation: one filter or its (bilinear, bicubic) pair (names: the core's)",
+        "_timm_shared": "timm AugmentOp lists: op names trdata runs, one shared set of hparams (no value rule)",
+        "_convert_timm_rand_augment": "timm RandAugment without choice weights, one prob/magnitude (no value rule)",
+        "TimmRandAugment.from_config": "timm's config string grammar (m/n/p/mstd/mmax/inc sections; values: core)",
+        "TimmRandAugment._spec": "ops is a sequence of names (which names: the core's)",
+        "TimmAugMix._spec": "ops is a sequence of names (which names: the core's)",
+        "TimmAutoAugment._spec": "policy is a sequence of (name, p, magnitude) sequences (values: the core's)",
     },
     "python/trdata/sources.py": {
         "ImageFolder.__init__": "root is a path (only `root`)",

@@ -26,13 +26,12 @@ torch = pytest.importorskip("torch")
 Image = pytest.importorskip("PIL.Image")
 
 import trdata  # noqa: E402
+from timm.data import auto_augment as timm_aa  # noqa: E402
+from timm.data import create_transform  # noqa: E402
+from timm.data.random_erasing import RandomErasing as TimmErasing  # noqa: E402
 from trdata import _core  # noqa: E402
 from trdata import transforms as T  # noqa: E402
 from trdata.errors import ConfigError  # noqa: E402
-
-from timm.data import create_transform  # noqa: E402
-from timm.data import auto_augment as timm_aa  # noqa: E402
-from timm.data.random_erasing import RandomErasing as TimmErasing  # noqa: E402
 
 MEAN = np.array(timm_data.IMAGENET_DEFAULT_MEAN)
 STD = np.array(timm_data.IMAGENET_DEFAULT_STD)
@@ -98,7 +97,9 @@ def assert_close(ours: np.ndarray, ref: np.ndarray, what: str, share: float = 0.
     within = float(np.mean(d <= 1.0 + 1e-3))
     mse = float(np.mean(d**2))
     psnr = math.inf if mse == 0 else 10 * math.log10(255.0**2 / mse)
-    assert within >= share and psnr >= 40.0, f"{what}: {within:.4%} within ±1, PSNR {psnr:.1f} dB, max {d.max()}"
+    assert within >= share and psnr >= 40.0, (
+        f"{what}: {within:.4%} within ±1, PSNR {psnr:.1f} dB, max {d.max()}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- eval
@@ -179,9 +180,11 @@ def test_train_recipe_converts_op_for_op() -> None:
     assert ra == T.TimmRandAugment.from_config("rand-m9-mstd0.5-inc1", interpolation="bicubic")
     assert (ra.magnitude, ra.magnitude_std, ra.p, ra.num_layers) == (9.0, 0.5, 0.5, 2)
     assert ra.ops == T.TIMM_RAND_INCREASING_TRANSFORMS and ra.fill == (124, 116, 104)
-    assert (re.mode, re.probability, re.max_count) == ("pixel", 0.25, 1)
+    assert (re.re_mode, re.probability, re.max_count) == ("pixel", 0.25, 1)
     assert c.normalize is not None and np.allclose(c.normalize[0], MEAN) and c.dtype == "float32"
-    jitter = T.from_torchvision(create_transform(224, is_training=True, interpolation="bilinear")).transforms[2]
+    jitter = T.from_torchvision(create_transform(224, is_training=True, interpolation="bilinear")).transforms[
+        2
+    ]
     assert jitter._spec() == T.ColorJitter(0.4, 0.4, 0.4)._spec()
 
 
@@ -254,7 +257,9 @@ def run_policy(policy: Any, imgs: np.ndarray, seed: int) -> np.ndarray:
 
 
 def policy_trace(policy: Any, i: int, seed: int, h: int, w: int) -> list[float]:
-    return _core.sample_op(policy._spec(), seed=seed, epoch=0, index=i, position=1, height=h, width=w, channels=3)
+    return _core.sample_op(
+        policy._spec(), seed=seed, epoch=0, index=i, position=1, height=h, width=w, channels=3
+    )
 
 
 #: Every op; the warps with each filter (the filter only matters to them).
@@ -270,7 +275,13 @@ def test_each_op_is_pillow_exact(op: str, interpolation: str) -> None:
     n, h, w = 24, 45, 61
     imgs = np.stack([photo(100 + i, w, h) for i in range(n)])
     ra = T.TimmRandAugment(
-        num_layers=1, magnitude=7.3, magnitude_std=1.5, p=1.0, ops=(op,), fill=FILL, interpolation=interpolation
+        num_layers=1,
+        magnitude=7.3,
+        magnitude_std=1.5,
+        p=1.0,
+        ops=(op,),
+        fill=FILL,
+        interpolation=interpolation,
     )
     pipeline = [T.CenterCrop((h, w)), ra]
     with trdata.Loader(
@@ -383,7 +394,9 @@ def trdata_draws(policy: Any, n: int) -> Draws:
     out = Draws()
     mix = isinstance(policy, T.TimmAugMix)
     for i in range(n):
-        tr = _core.sample_op(policy._spec(), seed=1, epoch=0, index=i, position=0, height=8, width=8, channels=3)
+        tr = _core.sample_op(
+            policy._spec(), seed=1, epoch=0, index=i, position=0, height=8, width=8, channels=3
+        )
         before, at = len(out.steps), 0
         if mix:
             out.m.append(tr[0])
@@ -488,7 +501,9 @@ def timm_boxes(er: Any, n: int, h: int, w: int) -> list[tuple[int, int, int, int
         er(x)
         ys, xs = np.nonzero(x[0].numpy() == 0)
         if len(ys):
-            out.append((int(ys.min()), int(xs.min()), int(ys.max() - ys.min() + 1), int(xs.max() - xs.min() + 1)))
+            out.append(
+                (int(ys.min()), int(xs.min()), int(ys.max() - ys.min() + 1), int(xs.max() - xs.min() + 1))
+            )
     return out
 
 
@@ -499,7 +514,9 @@ def test_random_erasing_boxes_match_timm() -> None:
     ours_t = T.TimmRandomErasing(probability=0.6)
     ours = []
     for i in range(n):
-        b = _core.sample_op(ours_t._spec(), seed=2, epoch=0, index=i, position=0, height=h, width=w, channels=3)
+        b = _core.sample_op(
+            ours_t._spec(), seed=2, epoch=0, index=i, position=0, height=h, width=w, channels=3
+        )
         ours += [tuple(int(v) for v in b[k : k + 4]) for k in range(0, len(b), 4)]
     assert abs(len(ours) - len(theirs)) < 6 * math.sqrt(len(theirs))
     for k in range(4):
@@ -519,7 +536,7 @@ def test_random_erasing_count_matches_timm(monkeypatch: pytest.MonkeyPatch) -> N
         calls.clear()
         er(torch.zeros(3, 32, 32))
         theirs.append(len(calls))
-    spec = T.TimmRandomErasing(probability=1.0, mode="rand", max_count=3)._spec()
+    spec = T.TimmRandomErasing(probability=1.0, re_mode="rand", max_count=3)._spec()
     ours = [
         len(_core.sample_op(spec, seed=4, epoch=0, index=i, position=0, height=32, width=32, channels=3)) // 4
         for i in range(5000)
@@ -533,7 +550,7 @@ def test_random_erasing_fills_in_normalized_units(mode: str) -> None:
     per box (rand) or per element (pixel), quantised to pixels and clipped at the 0/255 levels."""
     n, h, w = 64, 30, 30
     imgs = np.full((n, h, w, 3), 7, np.uint8)  # far from any fill
-    er = T.TimmRandomErasing(probability=1.0, mode=mode, min_area=0.2, max_area=0.3)
+    er = T.TimmRandomErasing(probability=1.0, re_mode=mode, min_area=0.2, max_area=0.3)
     with trdata.Loader(
         trdata.Arrays(imgs), batch_size=n, transforms=[T.CenterCrop((h, w)), er], normalize=(MEAN, STD),
         dtype="float32", layout="NCHW", shuffle=False, workers=2,
@@ -595,7 +612,13 @@ def test_random_interpolation_picks_bilinear_or_bicubic_per_sample() -> None:
     common = dict(is_training=True, scale=(1.0, 1.0), ratio=(1.0, 1.0), hflip=0.0, color_jitter=None)
     pipeline = create_transform(32, interpolation="random", use_prefetcher=True, **common)
     with trdata.Loader(
-        trdata.Arrays(imgs), batch_size=50, transforms=pipeline, layout="NCHW", shuffle=False, workers=2, seed=9
+        trdata.Arrays(imgs),
+        batch_size=50,
+        transforms=pipeline,
+        layout="NCHW",
+        shuffle=False,
+        workers=2,
+        seed=9,
     ) as ld:
         ours = np.concatenate([np.asarray(b.images).copy() for b in ld]).astype(np.int32)
     refs = {
@@ -622,8 +645,14 @@ def test_bad_values_are_refused_by_the_core(pngs: list[Path]) -> None:
         (T.TimmRandAugment(magnitude_std=-1.0), "magnitude_std"),
         (T.TimmRandAugment(fill=(300, 0, 0)), "fill"),
         (T.TimmRandAugment(interpolation="lanczos"), "interpolation"),
-        (T.TimmRandomErasing(min_area=0.5, max_area=0.1), "scale"),
-        (T.TimmRandomErasing(mode="zeros"), "mode"),
+        (T.TimmRandomErasing(min_area=0.5, max_area=0.1), "max_area"),
+        (T.TimmRandomErasing(probability=-0.1), "probability"),
+        (T.TimmRandomErasing(min_count=2, max_count=1), "max_count"),
+        (T.TimmAugMix(width=0), "width"),
+        (T.TimmRandAugment(num_layers=10**6), "num_layers"),
+        (T.TimmAutoAugment([[("Rotate", 2.0, 5)]]), "p"),
+        (T.TimmRandomErasing(re_mode="zeros"), "re_mode"),
+        (T.TimmRandomErasing(min_aspect=0.0), "ratio"),
     ]:
         with pytest.raises(ConfigError) as e:
             run_trdata(pngs[:1], [T.Resize((32, 32)), bad])

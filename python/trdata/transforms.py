@@ -828,7 +828,9 @@ class TimmRandAugment(Transform):
 
     def _spec(self) -> tuple[Any, ...]:
         if isinstance(self.ops, (str, bytes)) or not _seq(self.ops):
-            raise ConfigError(f"invalid ops: {_shown(self.ops)} must be a sequence of timm op names", parameter="ops")
+            raise ConfigError(
+                f"invalid ops: {_shown(self.ops)} must be a sequence of timm op names", parameter="ops"
+            )
         return (
             "timm_rand_augment",
             _int_arg(self.num_layers, "num_layers"),
@@ -919,7 +921,9 @@ class TimmAugMix(Transform):
 
     def _spec(self) -> tuple[Any, ...]:
         if isinstance(self.ops, (str, bytes)) or not _seq(self.ops):
-            raise ConfigError(f"invalid ops: {_shown(self.ops)} must be a sequence of timm op names", parameter="ops")
+            raise ConfigError(
+                f"invalid ops: {_shown(self.ops)} must be a sequence of timm op names", parameter="ops"
+            )
         return (
             "timm_augmix",
             tuple(_str(o, "ops") for o in self.ops),
@@ -938,7 +942,7 @@ class TimmAugMix(Transform):
 @dataclass(frozen=True)
 class TimmRandomErasing(Transform):
     """timm's ``RandomErasing(probability, min_area, max_area, min_aspect, max_aspect, mode, min_count,
-    max_count)``, which timm applies after Normalize: ``mode`` 'const' fills with 0 in normalized units (the mean
+    max_count)``, which timm applies after Normalize: ``re_mode`` (timm's ``mode``) 'const' fills with 0 in normalized units (the mean
     pixel), 'rand' with one N(0, 1) per channel per box, 'pixel' with one per element. trdata erases the uint8
     image before its final normalize, so ``mean``/``std`` must be the Loader's ``normalize`` ([0, 1] units) and the
     fills are quantised to pixels (``round((z·std + mean)·255)``, clipped to 0–255: normals beyond about ±2 are
@@ -949,7 +953,7 @@ class TimmRandomErasing(Transform):
     max_area: float = 1 / 3
     min_aspect: float = 0.3
     max_aspect: float | None = None
-    mode: str = "const"
+    re_mode: str = "const"
     min_count: int = 1
     max_count: int | None = None
     mean: Sequence[float] = IMAGENET_MEAN
@@ -960,12 +964,10 @@ class TimmRandomErasing(Transform):
 
     def _spec(self) -> tuple[Any, ...]:
         min_aspect = _real(self.min_aspect, "min_aspect")
-        max_aspect = 1 / min_aspect if self.max_aspect is None and min_aspect > 0 else self.max_aspect
-        if max_aspect is None or min_aspect <= 0 or _real(max_aspect, "max_aspect") <= 0:
-            raise ConfigError(
-                f"invalid min_aspect: {_shown(self.min_aspect)} must be > 0 (and max_aspect > 0)",
-                parameter="min_aspect",
-            )
+        # timm: max_aspect = max_aspect or 1 / min_aspect (a zero min_aspect is the core's error, named `ratio`).
+        max_aspect = (
+            _real(self.max_aspect, "max_aspect") if self.max_aspect else 1 / min_aspect if min_aspect else 0.0
+        )
         min_count = _int_arg(self.min_count, "min_count")
         max_count = min_count if self.max_count is None else _int_arg(self.max_count, "max_count")
         return (
@@ -973,10 +975,10 @@ class TimmRandomErasing(Transform):
             _real(self.probability, "probability"),
             _real(self.min_area, "min_area"),
             _real(self.max_area, "max_area"),
-            (math.log(min_aspect), math.log(float(max_aspect))),
+            (min_aspect, max_aspect),
             min_count,
             max_count,
-            _str(self.mode, "mode").lower() or "const",
+            _str(self.re_mode, "re_mode").lower() or "const",
             _fill(self.mean, "mean"),
             _fill(self.std, "std"),
         )
@@ -1139,7 +1141,9 @@ def from_torchvision(t: Any) -> Converted:
                 continue
             if name == "RandomErasing":
                 if normalize is None:
-                    raise _refuse(op, pos, "timm's RandomErasing works in normalized units: put it after Normalize")
+                    raise _refuse(
+                        op, pos, "timm's RandomErasing works in normalized units: put it after Normalize"
+                    )
                 out.append(_convert_timm_erasing(op, normalize))
                 continue
             if normalize is not None:
@@ -1301,7 +1305,9 @@ def _timm_interpolation(v: Any) -> str:
         names = sorted(_timm_interpolation(x) for x in v)
         if names == ["bicubic", "bilinear"]:
             return "random"
-        raise ConfigError(f"invalid interpolation: {_shown(v)} must be one filter or timm's (bilinear, bicubic)")
+        raise ConfigError(
+            f"invalid interpolation: {_shown(v)} must be one filter or timm's (bilinear, bicubic)"
+        )
     if hasattr(v, "value") and isinstance(v.value, str):
         return str(v.value).lower()
     return {0: "nearest", 2: "bilinear", 3: "bicubic"}.get(int(v), f"PIL filter {int(v)}")
@@ -1333,8 +1339,12 @@ def _convert_timm(op: Any, name: str) -> Transform:
         )
     if name == "AugMixAugment":
         if op.blended:
-            raise ConfigError("blended=True (timm's 'b1', which timm itself calls not well tested) is not supported")
-        prob, magnitude, mstd, mmax, fill, interpolation, translate_pct = _timm_shared(list(op.ops), same_level=True)
+            raise ConfigError(
+                "blended=True (timm's 'b1', which timm itself calls not well tested) is not supported"
+            )
+        prob, magnitude, mstd, mmax, fill, interpolation, translate_pct = _timm_shared(
+            list(op.ops), same_level=True
+        )
         return TimmAugMix(
             tuple(o.name for o in op.ops), magnitude, float(op.alpha), op.width, op.depth, mstd, mmax, fill,
             interpolation, translate_pct,
@@ -1355,7 +1365,9 @@ def _timm_shared(ops: list[Any], same_level: bool = True) -> tuple[Any, ...]:
         if type(o).__name__ != "AugmentOp":
             raise ConfigError(f"{type(o).__name__} is not one of timm's AugmentOp")
         if o.name not in _TIMM_OP_NAMES:
-            raise ConfigError(f"timm's op {o.name!r} is not in trdata (it runs {', '.join(sorted(_TIMM_OP_NAMES))})")
+            raise ConfigError(
+                f"timm's op {o.name!r} is not in trdata (it runs {', '.join(sorted(_TIMM_OP_NAMES))})"
+            )
 
     def shared(o: Any) -> tuple[Any, ...]:
         fill = o.kwargs["fillcolor"]
@@ -1380,7 +1392,9 @@ def _timm_shared(ops: list[Any], same_level: bool = True) -> tuple[Any, ...]:
 
 def _convert_timm_rand_augment(op: Any) -> TimmRandAugment:
     if op.choice_weights is not None:
-        raise ConfigError("weighted op lists (rand-…-t<name>) are not supported: use the default or inc1 list")
+        raise ConfigError(
+            "weighted op lists (rand-…-t<name>) are not supported: use the default or inc1 list"
+        )
     ops = list(op.ops)
     prob, magnitude, mstd, mmax, fill, interpolation, translate_pct = _timm_shared(ops)
     if math.isnan(prob):
@@ -1398,7 +1412,9 @@ def _convert_timm_rand_augment(op: Any) -> TimmRandAugment:
     )
 
 
-def _convert_timm_erasing(op: Any, normalize: tuple[tuple[float, ...], tuple[float, ...]]) -> TimmRandomErasing:
+def _convert_timm_erasing(
+    op: Any, normalize: tuple[tuple[float, ...], tuple[float, ...]]
+) -> TimmRandomErasing:
     lo, hi = op.log_aspect_ratio
     return TimmRandomErasing(
         probability=op.probability,
@@ -1406,7 +1422,7 @@ def _convert_timm_erasing(op: Any, normalize: tuple[tuple[float, ...], tuple[flo
         max_area=op.max_area,
         min_aspect=math.exp(lo),
         max_aspect=math.exp(hi),
-        mode=op.mode or "const",
+        re_mode=op.mode or "const",
         min_count=op.min_count,
         max_count=op.max_count,
         mean=normalize[0],

@@ -1279,7 +1279,7 @@ impl OpSpec {
                 p: num(0, "p")?,
                 min_area: num(1, "min_area")?,
                 max_area: num(2, "max_area")?,
-                log_aspect: pair(3, "log_aspect_ratio")?,
+                aspect: pair(3, "ratio")?,
                 min_count: uint(4, "min_count")?,
                 max_count: uint(5, "max_count")?,
                 mode: match get(6)? {

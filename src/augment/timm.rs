@@ -227,6 +227,29 @@ pub struct TimmPolicy {
     pub translate_pct: f64,
 }
 
+/// The `num_layers` parameter's name (its rules: [`TimmPolicy::check`]).
+const NUM_LAYERS: &str = "num_layers";
+/// The `magnitude_std` parameter's name (its rules: [`TimmPolicy::check`]).
+const MAGNITUDE_STD: &str = "magnitude_std";
+/// The `magnitude_max` parameter's name (its rules: [`TimmPolicy::check`]).
+const MAGNITUDE_MAX: &str = "magnitude_max";
+/// The `translate_pct` parameter's name (its rules: [`TimmPolicy::check`]).
+const TRANSLATE_PCT: &str = "translate_pct";
+/// AugMix's `width` (its rules: [`TimmPolicy::check`]).
+const WIDTH: &str = "width";
+/// AugMix's `depth` (its rules: [`TimmPolicy::check`]).
+const DEPTH: &str = "depth";
+/// RandomErasing's `probability` (its rules: [`TimmRandomErasing::check`]).
+const PROBABILITY: &str = "probability";
+/// RandomErasing's `min_area` (its rules: [`TimmRandomErasing::check`]).
+const MIN_AREA: &str = "min_area";
+/// RandomErasing's `max_area` (its rules: [`TimmRandomErasing::check`]).
+const MAX_AREA: &str = "max_area";
+/// RandomErasing's `min_count` (its rules: [`TimmRandomErasing::check`]).
+const MIN_COUNT: &str = "min_count";
+/// RandomErasing's `max_count` (its rules: [`TimmRandomErasing::check`]).
+const MAX_COUNT: &str = "max_count";
+
 /// An op's error in the house wording: `invalid <param>: <value> must … (<Op> at transforms[pos])`.
 fn bad(param: &str, shown: impl std::fmt::Display, rule: &str, op: &str, pos: usize) -> TrdataError {
     TrdataError::config(param, format!("{shown} must {rule} ({op} at transforms[{pos}])"))
@@ -257,7 +280,7 @@ impl TimmPolicy {
         match &self.kind {
             TimmKind::RandAugment { num_layers, ops, prob, magnitude } => {
                 if *num_layers > max_ops {
-                    return Err(bad("num_layers", num_layers, &format!("be in 0..={max_ops}"), op, pos));
+                    return Err(bad(NUM_LAYERS, num_layers, &format!("be in 0..={max_ops}"), op, pos));
                 }
                 check_ops(ops.len())?;
                 check_p(*prob)?;
@@ -278,20 +301,20 @@ impl TimmPolicy {
                 check_m(*magnitude)?;
                 crate::rng::check_alpha(*alpha, &format!("{op} at transforms[{pos}]"))?;
                 if !(1..=max_ops).contains(width) {
-                    return Err(bad("width", width, &format!("be in 1..={max_ops}"), op, pos));
+                    return Err(bad(WIDTH, width, &format!("be in 1..={max_ops}"), op, pos));
                 }
                 if *depth > max_ops as i32 {
                     let rule = format!("be at most {max_ops} (≤ 0 draws 1 to 3 per chain)");
-                    return Err(bad("depth", depth, &rule, op, pos));
+                    return Err(bad(DEPTH, depth, &rule, op, pos));
                 }
             }
         }
         // NaN would make every magnitude NaN; a negative std is refused by Python's random.gauss too.
         if self.magnitude_std.is_nan() || self.magnitude_std < 0.0 {
-            return Err(bad("magnitude_std", self.magnitude_std, "be ≥ 0 (inf: uniform in [0, magnitude])", op, pos));
+            return Err(bad(MAGNITUDE_STD, self.magnitude_std, "be ≥ 0 (inf: uniform in [0, magnitude])", op, pos));
         }
         if !(self.magnitude_max.is_finite() && self.magnitude_max > 0.0) {
-            return Err(bad("magnitude_max", self.magnitude_max, "be finite and > 0", op, pos));
+            return Err(bad(MAGNITUDE_MAX, self.magnitude_max, "be finite and > 0", op, pos));
         }
         let fill_ok = matches!(self.fill.len(), 1 | 3) && self.fill.iter().all(|v| (0.0..=255.0).contains(v));
         if !fill_ok {
@@ -299,7 +322,7 @@ impl TimmPolicy {
             return Err(bad("fill", shown, "be one number or one per channel (1 or 3), in [0, 255]", op, pos));
         }
         if !(self.translate_pct.is_finite() && (0.0..=1.0).contains(&self.translate_pct)) {
-            return Err(bad("translate_pct", self.translate_pct, "be in [0, 1]", op, pos));
+            return Err(bad(TRANSLATE_PCT, self.translate_pct, "be in [0, 1]", op, pos));
         }
         Ok(())
     }
@@ -909,7 +932,8 @@ pub fn rotate(frame: &mut Frame, spare: &mut Vec<u8>, degrees: f64, filter: PilF
     transform(frame, spare, [a, b, c, d, e, f], filter, fill);
 }
 
-/// How timm's `RandomErasing` fills a box (`mode`), in the normalized units it works in.
+/// How timm's `RandomErasing` fills a box (`mode`, `create_transform`'s `re_mode`), in the normalized units it
+/// works in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EraseMode {
     /// `'const'`: 0 after Normalize, i.e. the mean pixel.
@@ -920,9 +944,9 @@ pub enum EraseMode {
     Pixel,
 }
 
-/// The `mode` values of [`TimmRandomErasing`].
+/// The `re_mode` values of [`TimmRandomErasing`] (timm's `mode`, named as `create_transform` names it).
 pub const ERASE_MODE: Choice<EraseMode> = Choice {
-    name: "mode",
+    name: "re_mode",
     values: &[("const", EraseMode::Const), ("rand", EraseMode::Rand), ("pixel", EraseMode::Pixel)],
 };
 
@@ -940,8 +964,8 @@ pub struct TimmRandomErasing {
     pub min_area: f64,
     /// `max_area`.
     pub max_area: f64,
-    /// `log_aspect_ratio` = (ln min_aspect, ln max_aspect).
-    pub log_aspect: (f64, f64),
+    /// (`min_aspect`, `max_aspect`): the aspect ratio is drawn log-uniformly between them.
+    pub aspect: (f64, f64),
     /// `min_count`.
     pub min_count: u32,
     /// `max_count`.
@@ -958,25 +982,26 @@ impl TimmRandomErasing {
     /// Validate the values (the one place). `op`/`pos` name the op in messages.
     pub fn check(&self, op: &str, pos: usize) -> Result<()> {
         if !(0.0..=1.0).contains(&self.p) {
-            return Err(bad("p", self.p, "be in [0, 1]", op, pos));
+            return Err(bad(PROBABILITY, self.p, "be in [0, 1]", op, pos));
         }
-        if !(0.0 <= self.min_area && self.min_area <= self.max_area && self.max_area <= 1.0) {
-            let shown = format!("({}, {})", self.min_area, self.max_area);
-            return Err(bad("scale", shown, "be within [0, 1] with min_area ≤ max_area", op, pos));
+        if !(0.0..=1.0).contains(&self.min_area) {
+            return Err(bad(MIN_AREA, self.min_area, "be in [0, 1]", op, pos));
         }
-        let (lo, hi) = self.log_aspect;
-        if !(lo.is_finite() && hi.is_finite() && lo <= hi) {
-            let shown = format!("({}, {})", lo.exp(), hi.exp());
-            return Err(bad("ratio", shown, "be finite and positive with min ≤ max", op, pos));
+        if !(self.min_area <= self.max_area && self.max_area <= 1.0) {
+            return Err(bad(MAX_AREA, self.max_area, "be in [min_area, 1]", op, pos));
         }
-        if !(1..=super::ops::MAX_POLICY_OPS).contains(&self.min_count) || self.max_count < self.min_count {
-            let shown = format!("({}, {})", self.min_count, self.max_count);
-            let rule = format!("be 1 ≤ min_count ≤ max_count ≤ {}", super::ops::MAX_POLICY_OPS);
-            return Err(bad("max_count", shown, &rule, op, pos));
+        let (lo, hi) = self.aspect;
+        if !(lo.is_finite() && hi.is_finite() && 0.0 < lo && lo <= hi) {
+            let shown = format!("({lo}, {hi})");
+            return Err(bad("ratio", shown, "be finite with 0 < min_aspect ≤ max_aspect", op, pos));
         }
-        if self.max_count > super::ops::MAX_POLICY_OPS {
-            let rule = format!("be at most {}", super::ops::MAX_POLICY_OPS);
-            return Err(bad("max_count", self.max_count, &rule, op, pos));
+        let max_ops = super::ops::MAX_POLICY_OPS;
+        if !(1..=max_ops).contains(&self.min_count) {
+            return Err(bad(MIN_COUNT, self.min_count, &format!("be in 1..={max_ops}"), op, pos));
+        }
+        if !(self.min_count..=max_ops).contains(&self.max_count) {
+            let rule = format!("be in min_count..={max_ops} ({}..={max_ops})", self.min_count);
+            return Err(bad(MAX_COUNT, self.max_count, &rule, op, pos));
         }
         if !self.mean.iter().chain(&self.std).all(|v| v.is_finite()) || !self.std.iter().all(|&s| s > 0.0) {
             let shown = format!("{:?}, {:?}", self.mean, self.std);
@@ -1013,7 +1038,8 @@ pub fn erase(
     for _ in 0..count {
         for _ in 0..10 {
             let target = rng.uniform_range(spec.min_area, spec.max_area) * area / f64::from(count);
-            let aspect = rng.uniform_range(spec.log_aspect.0, spec.log_aspect.1).exp();
+            // timm's `log_aspect_ratio = (log(min_aspect), log(max_aspect))`.
+            let aspect = rng.uniform_range(spec.aspect.0.ln(), spec.aspect.1.ln()).exp();
             // Python's round() is half-to-even.
             let h = (target * aspect).sqrt().round_ties_even() as usize;
             let w = (target / aspect).sqrt().round_ties_even() as usize;
@@ -1040,11 +1066,11 @@ fn fill_box(spec: &TimmRandomErasing, frame: &mut Frame, [top, left, h, w]: [usi
         let z = if spec.mode == EraseMode::Rand { rng.normal_f64() } else { 0.0 };
         *v = spec.pixel(z, k);
     }
-    for k in 0..c {
+    for (k, &pc) in per_channel.iter().enumerate().take(c) {
         for y in top..top + h {
             for x in left..left + w {
                 frame.buf[y * stride + x * c + k] =
-                    if spec.mode == EraseMode::Pixel { spec.pixel(rng.normal_f64(), k) } else { per_channel[k] };
+                    if spec.mode == EraseMode::Pixel { spec.pixel(rng.normal_f64(), k) } else { pc };
             }
         }
     }
