@@ -1113,8 +1113,13 @@ def from_torchvision(t: Any) -> Converted:
     """A torchvision.transforms.v2 (or classic) op, Compose or list of them → the trdata pipeline (trdata ops are
     passed through). Trailing ``ToTensor``/``ToImage``/``PILToTensor``/``ToDtype(float32, scale=True)``/
     ``ConvertImageDtype(float)`` become ``dtype='float32'`` and a trailing ``Normalize`` the Loader's
-    ``normalize``; a ``RandomErasing`` after ``Normalize`` has its value converted to pixel units. Anything else
-    → ConfigError naming the first op trdata cannot run."""
+    ``normalize``; a ``RandomErasing`` after ``Normalize`` has its value converted to pixel units. timm's
+    pipelines (``timm.data.create_transform``) convert as well: ``RandomResizedCropAndInterpolation`` (any
+    interpolation, 'random' included), ``CenterCropOrPad`` with zero fill, ``MaybeToTensor``/
+    ``MaybePILToTensor``/``ToNumpy``, timm's RandAugment/AutoAugment/AugMix (:class:`TimmRandAugment`,
+    :class:`TimmAutoAugment`, :class:`TimmAugMix`) and its ``RandomErasing`` (:class:`TimmRandomErasing`, which
+    must follow ``Normalize``; README lists what round-trips). Anything else → ConfigError naming the first op
+    trdata cannot run."""
     ops = _flatten(t)
     out: list[Transform] = []
     normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None

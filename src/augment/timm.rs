@@ -250,6 +250,10 @@ const MIN_COUNT: &str = "min_count";
 /// RandomErasing's `max_count` (its rules: [`TimmRandomErasing::check`]).
 const MAX_COUNT: &str = "max_count";
 
+/// The most AugMix chains (timm's recipes use 3; the weights live in a fixed array, so nothing is allocated per
+/// sample).
+pub const MAX_CHAINS: u32 = 64;
+
 /// An op's error in the house wording: `invalid <param>: <value> must … (<Op> at transforms[pos])`.
 fn bad(param: &str, shown: impl std::fmt::Display, rule: &str, op: &str, pos: usize) -> TrdataError {
     TrdataError::config(param, format!("{shown} must {rule} ({op} at transforms[{pos}])"))
@@ -300,8 +304,8 @@ impl TimmPolicy {
                 check_ops(ops.len())?;
                 check_m(*magnitude)?;
                 crate::rng::check_alpha(*alpha, &format!("{op} at transforms[{pos}]"))?;
-                if !(1..=max_ops).contains(width) {
-                    return Err(bad(WIDTH, width, &format!("be in 1..={max_ops}"), op, pos));
+                if !(1..=MAX_CHAINS).contains(width) {
+                    return Err(bad(WIDTH, width, &format!("be in 1..={MAX_CHAINS}"), op, pos));
                 }
                 if *depth > max_ops as i32 {
                     let rule = format!("be at most {max_ops} (≤ 0 draws 1 to 3 per chain)");
@@ -465,19 +469,15 @@ fn decide(spec: &TimmPolicy, rng: &mut SampleRng, mut visit: impl FnMut(Event)) 
         TimmKind::AugMix { ops, magnitude, alpha, width, depth } => {
             // np.float32(dirichlet([alpha] * width)): Gamma(alpha) variates normalised (in log space first, so
             // tiny alphas do not underflow to 0/0), then np.float32(beta(alpha, alpha)).
-            let mut ln_g = [0f64; 64];
-            let width = *width as usize;
-            // Chains past 64 share the normalisation of their chunk's maximum: exact for ≤ 64 chains.
-            let mut total = 0.0;
-            let mut max_ln = f64::NEG_INFINITY;
-            for g in ln_g.iter_mut().take(width.min(64)) {
+            let mut ln_g = [0f64; MAX_CHAINS as usize];
+            let width = *width as usize; // ≤ MAX_CHAINS (checked)
+            let ln_g = &mut ln_g[..width];
+            for g in ln_g.iter_mut() {
                 *g = rng.ln_gamma_variate(*alpha);
-                max_ln = max_ln.max(*g);
             }
-            for g in ln_g.iter().take(width.min(64)) {
-                total += (g - max_ln).exp();
-            }
-            let weight = |k: usize| if k < 64 { ((ln_g[k] - max_ln).exp() / total) as f32 } else { 0.0 };
+            let max_ln = ln_g.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let total: f64 = ln_g.iter().map(|g| (g - max_ln).exp()).sum();
+            let weight = |k: usize| ((ln_g[k] - max_ln).exp() / total) as f32;
             visit(Event::Blend(rng.beta(*alpha, *alpha) as f32));
             for k in 0..width {
                 let d = if *depth > 0 { *depth as u32 } else { 1 + rng.below(3) as u32 };
@@ -643,11 +643,13 @@ pub fn equalize(frame: &mut Frame) {
         for px in img.data.chunks_exact(c) {
             hist[usize::from(px[ch])] += 1;
         }
-        let nonzero: Vec<u64> = hist.iter().copied().filter(|&n| n > 0).collect();
-        if nonzero.len() <= 1 {
+        // Pillow: histo = the nonzero counts; identity when ≤ 1 of them or when the step is 0.
+        let nonzero = hist.iter().filter(|&&n| n > 0).count();
+        if nonzero <= 1 {
             continue;
         }
-        let step = (nonzero.iter().sum::<u64>() - nonzero[nonzero.len() - 1]) / 255;
+        let last = hist.iter().rev().copied().find(|&n| n > 0).unwrap_or(0);
+        let step = (hist.iter().sum::<u64>() - last) / 255;
         if step == 0 {
             continue;
         }
@@ -792,24 +794,19 @@ pub fn transform(frame: &mut Frame, spare: &mut Vec<u8>, a: [f64; 6], filter: Pi
     };
     match filter {
         PilFilter::Nearest if a[1] == 0.0 && a[3] == 0.0 => {
-            // ImagingScaleAffine: running sums.
-            let mut xin = vec![-1i64; w];
-            let mut xo = a[2] + a[0] * 0.5;
-            for v in xin.iter_mut() {
-                let xi = coord(xo);
-                if xi >= 0 && xi < wi {
-                    *v = xi;
-                }
-                xo += a[0];
-            }
+            // ImagingScaleAffine: running sums (the column table Pillow builds once is recomputed per row — the
+            // same sums in the same order — so nothing is allocated per sample).
             let mut yo = a[5] + a[4] * 0.5;
             for y in 0..h {
                 let yi = coord(yo);
                 if yi >= 0 && yi < hi {
-                    for (x, &xi) in xin.iter().enumerate() {
-                        if xi >= 0 {
+                    let mut xo = a[2] + a[0] * 0.5;
+                    for x in 0..w {
+                        let xi = coord(xo);
+                        if xi >= 0 && xi < wi {
                             copy_px(spare, x, y, xi, yi);
                         }
+                        xo += a[0];
                     }
                 }
                 yo += a[4];
@@ -1073,5 +1070,117 @@ fn fill_box(spec: &TimmRandomErasing, frame: &mut Frame, [top, left, h, w]: [usi
                     if spec.mode == EraseMode::Pixel { spec.pixel(rng.normal_f64(), k) } else { pc };
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(kind: TimmKind) -> TimmPolicy {
+        TimmPolicy {
+            kind,
+            magnitude_std: 0.5,
+            magnitude_max: 10.0,
+            fill: vec![124.0, 116.0, 104.0],
+            interp: TimmInterp::Random,
+            translate_pct: 0.45,
+        }
+    }
+
+    fn frame(h: usize, w: usize, c: usize, f: impl Fn(usize) -> u8) -> Frame {
+        Frame { buf: (0..h * w * c).map(f).collect(), h, w, c }
+    }
+
+    /// Python's `round(x, 15)` on the values Pillow's rotate rounds (literal CPython results).
+    #[test]
+    fn round15_equals_python() {
+        assert_eq!(round15(-0.17364817766693033), -0.17364817766693);
+        assert_eq!(round15(0.9547607995027975), 0.954760799502797);
+        assert_eq!(round15(0.984807753012208), 0.984807753012208);
+    }
+
+    #[test]
+    fn posterize_zero_bits_is_black_and_eight_is_the_identity() {
+        let mut f = frame(2, 3, 3, |i| (i * 37 % 256) as u8);
+        let orig = f.buf.clone();
+        let mut spare = Vec::new();
+        apply(Posterize, 10.0 / LEVEL_DENOM * 20.0, PilFilter::Nearest, [0; 3], &mut f, &mut spare); // bits 20
+        assert_eq!(f.buf, orig);
+        apply(PosterizeIncreasing, 0.0, PilFilter::Nearest, [0; 3], &mut f, &mut spare);
+        assert!(f.buf.iter().all(|&v| v == 0));
+    }
+
+    /// Pillow's SMOOTH: the border is copied, the inside is `trunc(0.5 + Σ f32 taps)`: 255·f32(5/13) + 0.5 → 98.
+    #[test]
+    fn smooth_copies_the_border_and_rounds_inside() {
+        let src = [0, 0, 0, 0, 255, 0, 0, 0, 0];
+        let mut out = Vec::new();
+        smooth(&src, (3, 3, 1), &mut out);
+        assert_eq!(out, [0, 0, 0, 0, 98, 0, 0, 0, 0]);
+        let mut f = frame(1, 3, 1, |i| i as u8 * 100);
+        let mut spare = Vec::new();
+        apply(Sharpness, 0.1, PilFilter::Nearest, [0; 3], &mut f, &mut spare); // too small to filter: blend = copy
+        assert_eq!(f.buf, [0, 100, 200]);
+    }
+
+    #[test]
+    fn rotate_by_zero_and_identity_affine_keep_the_image() {
+        for filter in [PilFilter::Nearest, PilFilter::Bilinear, PilFilter::Bicubic] {
+            let mut f = frame(5, 7, 3, |i| (i * 11 % 256) as u8);
+            let orig = f.buf.clone();
+            let mut spare = Vec::new();
+            rotate(&mut f, &mut spare, 360.0, filter, [1, 2, 3]);
+            transform(&mut f, &mut spare, [1.0, 0.0, 0.0, 0.0, 1.0, 0.0], filter, [1, 2, 3]);
+            assert_eq!(f.buf, orig, "{filter:?}");
+            // A whole-image shift leaves only the fill.
+            transform(&mut f, &mut spare, [1.0, 0.0, 100.0, 0.0, 1.0, 0.0], filter, [1, 2, 3]);
+            assert!(f.buf.chunks(3).all(|p| p == [1, 2, 3]), "{filter:?}");
+        }
+    }
+
+    #[test]
+    fn auto_augment_runs_the_steps_of_one_sub_policy() {
+        let sub = |op| vec![(op, 1.0, 5.0), (Equalize, 1.0, 5.0)];
+        let spec = policy(TimmKind::AutoAugment { sub_policies: vec![sub(Invert), sub(AutoContrast)] });
+        let mut seen = [0; 2];
+        for i in 0..400 {
+            let t = trace(&spec, &mut SampleRng::new(1, 0, i, 0x100));
+            assert_eq!(t.len(), 6);
+            assert_eq!(t[3], f64::from(Equalize as u8));
+            seen[usize::from(t[0] == f64::from(AutoContrast as u8))] += 1;
+        }
+        assert!(seen.iter().all(|&n| n > 150), "{seen:?}");
+    }
+
+    #[test]
+    fn augmix_trace_holds_its_chains_and_weights_sum_to_one() {
+        let kind = TimmKind::AugMix { ops: RAND_TRANSFORMS.to_vec(), magnitude: 3.0, alpha: 1.0, width: 3, depth: -1 };
+        let spec = policy(kind);
+        for i in 0..200 {
+            let t = trace(&spec, &mut SampleRng::new(2, 0, i, 0x100));
+            assert!((0.0..=1.0).contains(&t[0]));
+            let (mut at, mut sum) = (1, 0.0);
+            for _ in 0..3 {
+                sum += t[at];
+                let d = t[at + 1] as usize;
+                assert!((1..=3).contains(&d));
+                at += 2 + 3 * d;
+            }
+            assert_eq!(at, t.len());
+            assert!((sum - 1.0).abs() < 1e-5, "{sum}");
+        }
+    }
+
+    #[test]
+    fn check_names_the_parameter_and_the_op() {
+        let ra = |prob| TimmKind::RandAugment { num_layers: 2, ops: RAND_TRANSFORMS.to_vec(), prob, magnitude: 9.0 };
+        let e = policy(ra(1.5)).check(3).unwrap_err().to_string();
+        assert!(e.contains("invalid p: 1.5 must be in [0, 1] (timm RandAugment at transforms[3])"), "{e}");
+        let mut bad_fill = policy(ra(0.5));
+        bad_fill.fill = vec![1.0, 2.0];
+        assert!(bad_fill.check(0).unwrap_err().to_string().contains("invalid fill"));
+        let kind = TimmKind::AugMix { ops: RAND_TRANSFORMS.to_vec(), magnitude: 3.0, alpha: 1.0, width: 65, depth: 1 };
+        assert!(policy(kind).check(0).unwrap_err().to_string().contains("invalid width: 65 must be in 1..=64"));
     }
 }
