@@ -112,6 +112,11 @@ EVAL_CASES = [
     dict(crop_mode="squash", crop_pct=0.875),
     dict(crop_mode="squash", crop_pct=1.0, interpolation="bicubic"),
     dict(crop_pct=0.875, input_size=(3, 160, 160)),
+    dict(crop_mode="center", crop_pct=0.9, input_size=(3, 224, 160)),
+    dict(crop_mode="squash", crop_pct=0.95, input_size=(3, 192, 256)),
+    dict(crop_mode="border", crop_pct=0.875),
+    dict(crop_mode="border", crop_pct=1.0, interpolation="bicubic"),
+    dict(crop_mode="border", crop_pct=0.95, input_size=(3, 200, 240)),
 ]
 
 
@@ -152,6 +157,20 @@ def test_train_pipeline_round_trips_with_pinned_randomness(
     )
     ours, ref = run_trdata(pngs, pipeline), run_timm(pngs, pipeline)
     assert_close(levels(ours), levels(ref), repr(pipeline))
+
+
+@pytest.mark.parametrize("fill,mode", [((124, 116, 104), "constant"), (0, "reflect"), (0, "edge")])
+def test_center_crop_or_pad_matches_timm(fill: Any, mode: str) -> None:
+    """Odd and even margins, padding one dimension while cropping the other (timm's center_crop_or_pad)."""
+    from timm.data.transforms import CenterCropOrPad
+
+    n, h, w = 6, 37, 52
+    imgs = np.stack([photo(700 + i, w, h) for i in range(n)])
+    for size in [(48, 40), (41, 60), (20, 51), (37, 52)]:
+        op = CenterCropOrPad(size, fill=fill, padding_mode=mode)
+        ref = np.stack([np.asarray(op(Image.fromarray(im))) for im in imgs])
+        ours = run_policy(T.TimmCenterCropOrPad(size, fill, mode), imgs, seed=0)
+        np.testing.assert_array_equal(ours, ref, err_msg=f"{size} {fill} {mode}")
 
 
 def test_train_pipeline_with_grayscale_round_trips(pngs: list[Path]) -> None:
@@ -618,8 +637,6 @@ def test_random_erasing_fills_in_normalized_units(mode: str) -> None:
 @pytest.mark.parametrize(
     "kwargs,first",
     [
-        (dict(is_training=False, crop_mode="border"), "ResizeKeepRatio at transforms[0]"),
-        (dict(is_training=False, input_size=(3, 224, 160)), "ResizeKeepRatio at transforms[0]"),
         (dict(is_training=True, interpolation="bicubic", auto_augment="augmix-m5-b1"), "AugMixAugment at "),
         (dict(is_training=True, interpolation="bicubic", auto_augment="3a"), "AutoAugment at transforms[2]"),
         (dict(is_training=True, interpolation="bicubic", auto_augment="rand-m9-tweights"), "RandAugment at "),
@@ -682,12 +699,21 @@ def test_bad_values_are_refused_by_the_core(pngs: list[Path]) -> None:
         (T.TimmAugMix(width=0), "width"),
         (T.TimmRandAugment(num_layers=10**6), "num_layers"),
         (T.TimmAutoAugment([[("Rotate", 2.0, 5)]]), "p"),
+        (T.TimmRandAugment(magnitude_max=0.0), "magnitude_max"),
+        (T.TimmRandAugment(translate_pct=1.5), "translate_pct"),
+        (T.TimmAugMix(depth=10**4), "depth"),
+        (T.TimmRandomErasing(min_area=-0.1), "min_area"),
+        (T.TimmRandomErasing(min_count=0), "min_count"),
+        (T.TimmCenterCropOrPad(32, fill=300), "fill"),
         (T.TimmRandomErasing(re_mode="zeros"), "re_mode"),
         (T.TimmRandomErasing(min_aspect=0.0), "ratio"),
     ]:
         with pytest.raises(ConfigError) as e:
             run_trdata(pngs[:1], [T.Resize((32, 32)), bad])
         assert e.value.parameter == param, (bad, e.value)
+    with pytest.raises(ConfigError) as e:
+        run_trdata(pngs[:1], [T.TimmResizeKeepRatio(32, longest=2.0), T.CenterCrop(32)])
+    assert e.value.parameter == "longest" and "ResizeKeepRatio at transforms[0]" in str(e.value)
     with pytest.raises(ConfigError, match="auto_augment"):
         T.TimmRandAugment.from_config("rand-m9-tweights")
     with pytest.raises(ConfigError, match="auto_augment"):

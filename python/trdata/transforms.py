@@ -845,6 +845,45 @@ class TimmRandAugment(Transform):
         )
 
 
+@dataclass(frozen=True)
+class TimmResizeKeepRatio(Transform):
+    """timm's ``ResizeKeepRatio(size, longest, interpolation)`` without its random scale/aspect (timm's eval
+    ``crop_mode='border'`` and non-square ``'center'``): both sides divided by ``max(h/th, w/tw)·longest +
+    min(h/th, w/tw)·(1 - longest)``, rounded half to even. It folds into the decode like ``Resize``; follow it with
+    ``CenterCrop`` or :class:`TimmCenterCropOrPad` to fix the batch's size."""
+
+    size: int | tuple[int, int]
+    longest: float = 0.0
+    interpolation: Any = "bilinear"
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        h, w = _size(self.size)
+        return _resampled(
+            ("resize_keep_ratio", h, w, _real(self.longest, "longest")), self.interpolation, True
+        )
+
+
+@dataclass(frozen=True)
+class TimmCenterCropOrPad(Transform):
+    """timm's ``CenterCropOrPad(size, fill, padding_mode)``: pad the dimensions shorter than ``size`` (``fill``
+    in pixel units, or torchvision's ``padding_mode``), then crop the centre. With ``fill=0`` and ``'constant'``
+    it is torchvision's ``CenterCrop`` (``from_torchvision`` maps it there, where it folds into the decode)."""
+
+    size: int | tuple[int, int]
+    fill: Any = 0
+    padding_mode: str = "constant"
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        h, w = _size(self.size)
+        return ("center_crop_or_pad", h, w, _fill(self.fill), _str(self.padding_mode, "padding_mode"))
+
+
 #: timm's ``_AUGMIX_TRANSFORMS``, in timm's order.
 TIMM_AUGMIX_TRANSFORMS = (
     "AutoContrast", "ColorIncreasing", "ContrastIncreasing", "BrightnessIncreasing", "SharpnessIncreasing",
@@ -1012,6 +1051,8 @@ BUILTIN = (
     RandAugment,
     TrivialAugmentWide,
     AugMix,
+    TimmResizeKeepRatio,
+    TimmCenterCropOrPad,
     TimmRandAugment,
     TimmAutoAugment,
     TimmAugMix,
@@ -1294,11 +1335,6 @@ def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float
 
 #: timm classes that have no trdata counterpart, with what to do instead.
 _TIMM_REFUSED = {
-    "ResizeKeepRatio": (
-        "it rounds the resized size its own way (timm's eval crop_mode='border', crop_mode='center' with a non-square "
-        "size, train_crop_mode='rkrc'/'rkrr'); trdata has no such resize yet: use crop_mode='center' with a square "
-        "size or crop_mode='squash'"
-    ),
     "ToTensor": "timm's unscaled ToTensor is not supported: use MaybePILToTensor (uint8) or MaybeToTensor",
 }
 
@@ -1326,14 +1362,19 @@ def _convert_timm(op: Any, name: str) -> Transform:
         # 'random' (bilinear or bicubic per sample) is the core's per-sample filter choice.
         interpolation = _timm_interpolation(op.interpolation)
         return RandomResizedCrop(tuple(op.size), tuple(op.scale), tuple(op.ratio), interpolation, True)
+    if name == "ResizeKeepRatio":
+        if op.random_scale_prob > 0 or op.random_aspect_prob > 0:
+            raise ConfigError(
+                "its random scale/aspect (train_crop_mode='rkrc'/'rkrr') is not supported: use train_crop_mode='rrc'"
+            )
+        return TimmResizeKeepRatio(tuple(op.size), float(op.longest), _timm_interpolation(op.interpolation))
     if name == "CenterCropOrPad":
         fill = op.fill if _seq(op.fill) else [op.fill]
-        if op.padding_mode != "constant" or any(float(v) != 0 for v in fill):
-            raise ConfigError(
-                f"only fill=0 with padding_mode='constant' (torchvision's CenterCrop) is supported, not "
-                f"fill={_shown(op.fill)}, padding_mode={op.padding_mode!r}"
-            )
-        return CenterCrop(tuple(op.size))
+        if op.padding_mode == "constant" and all(float(v) == 0 for v in fill):
+            return CenterCrop(
+                tuple(op.size)
+            )  # torchvision's CenterCrop pads with zeros the same way, and folds
+        return TimmCenterCropOrPad(tuple(op.size), op.fill, op.padding_mode)
     if name == "RandAugment":
         return _convert_timm_rand_augment(op)
     if name == "AutoAugment":

@@ -154,6 +154,15 @@ pub enum Geometry {
         /// (height, width) of the centre crop, if any.
         crop: Option<(usize, usize)>,
     },
+    /// timm's `ResizeKeepRatio` (the sample's own output size), optionally followed by `CenterCrop`.
+    ResizeKeepRatio {
+        /// Target (height, width).
+        target: (u32, u32),
+        /// timm's `longest`, in [0, 1].
+        longest: f64,
+        /// (height, width) of the centre crop, if any.
+        crop: Option<(usize, usize)>,
+    },
     /// `CenterCrop` alone (no resampling: scale 1, identity filter).
     CenterCrop {
         /// Crop height.
@@ -188,6 +197,7 @@ pub fn name(t: &TransformSpec) -> &'static str {
         TransformSpec::ResizeShorter { .. } => "Resize(int)",
         TransformSpec::ResizeExact { .. } => "Resize((h, w))",
         TransformSpec::CenterCrop { .. } => "CenterCrop",
+        TransformSpec::ResizeKeepRatio { .. } => "ResizeKeepRatio",
         TransformSpec::RandomHorizontalFlip { .. } => "RandomHorizontalFlip",
         TransformSpec::Resampled { inner, .. } => name(inner),
     }
@@ -201,6 +211,8 @@ const SCALE: &str = "scale";
 const RATIO: &str = "ratio";
 /// RandomHorizontalFlip's `p` (probability).
 const P: &str = "p";
+/// ResizeKeepRatio's `longest` (which side meets the target).
+const LONGEST: &str = "longest";
 
 /// Where in the list an op sits, for messages: `RandomResizedCrop at transforms[0]`.
 fn whence(t: &TransformSpec, pos: usize) -> String {
@@ -232,7 +244,8 @@ fn check_range(param: &str, t: &TransformSpec, pos: usize, (lo, hi): (f64, f64),
 }
 
 const SUPPORTED: &str = "supported lists (RandomHorizontalFlip allowed anywhere): [RandomResizedCrop], \
-[Resize(int), CenterCrop], [Resize((h, w))], [Resize((h, w)), CenterCrop], [CenterCrop]";
+[Resize(int), CenterCrop], [Resize((h, w))], [Resize((h, w)), CenterCrop], [CenterCrop], \
+[ResizeKeepRatio, CenterCrop] (timm's)";
 
 /// Validate a transform list and compile it. Errors name the offending parameter.
 pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
@@ -249,6 +262,7 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
                     TransformSpec::RandomResizedCrop { .. }
                         | TransformSpec::ResizeShorter { .. }
                         | TransformSpec::ResizeExact { .. }
+                        | TransformSpec::ResizeKeepRatio { .. }
                 ) {
                     return Err(TrdataError::config(
                         "interpolation",
@@ -288,6 +302,16 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
                 check_size(t, pos, &[shorter])?;
                 geo.push((pos, t));
             }
+            TransformSpec::ResizeKeepRatio { height, width, longest } => {
+                check_size(t, pos, &[height, width])?;
+                if !(0.0..=1.0).contains(&longest) {
+                    return Err(TrdataError::config(
+                        LONGEST,
+                        format!("{longest} must be in [0, 1] ({})", whence(t, pos)),
+                    ));
+                }
+                geo.push((pos, t));
+            }
             TransformSpec::ResizeExact { height, width } | TransformSpec::CenterCrop { height, width } => {
                 check_size(t, pos, &[height, width])?;
                 geo.push((pos, t));
@@ -323,6 +347,20 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
         [(p, TransformSpec::CenterCrop { height, width })] => {
             (Geometry::CenterCrop { height: *height as usize, width: *width as usize }, *p)
         }
+        [(_, TransformSpec::ResizeKeepRatio { height, width, longest })] => {
+            (Geometry::ResizeKeepRatio { target: (*height, *width), longest: *longest, crop: None }, usize::MAX)
+        }
+        [
+            (_, TransformSpec::ResizeKeepRatio { height, width, longest }),
+            (p, TransformSpec::CenterCrop { height: ch, width: cw }),
+        ] => (
+            Geometry::ResizeKeepRatio {
+                target: (*height, *width),
+                longest: *longest,
+                crop: Some((*ch as usize, *cw as usize)),
+            },
+            *p,
+        ),
         [] => {
             return Err(TrdataError::config(
                 super::TRANSFORMS,
@@ -389,6 +427,8 @@ impl CompiledTransforms {
             | Geometry::CenterCrop { height, width } => (height, width),
             Geometry::ResizeExact { crop: Some((h, w)), .. } => (h, w),
             Geometry::ResizeExact { resize_h, resize_w, crop: None } => (resize_h as usize, resize_w as usize),
+            Geometry::ResizeKeepRatio { crop: Some((h, w)), .. } => (h, w),
+            Geometry::ResizeKeepRatio { crop: None, .. } => return None,
         })
     }
 
@@ -441,6 +481,11 @@ impl CompiledTransforms {
             Geometry::CenterCrop { height: oh, width: ow } => {
                 (resize_crop_axis(w, w, ow), resize_crop_axis(h, h, oh), false)
             }
+            Geometry::ResizeKeepRatio { target, longest, crop } => {
+                let (rw, rh) = resize_keep_ratio(width, height, target, longest);
+                let (oh, ow) = crop.unwrap_or((rh as usize, rw as usize));
+                (resize_crop_axis(w, rw, ow), resize_crop_axis(h, rh, oh), pillow_vertical_first(w, h, rw, rh))
+            }
         };
         let x = if mirror_crop { x.mirrored(w) } else { x };
         let y = if mirror_rows { y.mirrored(h) } else { y };
@@ -455,6 +500,16 @@ impl CompiledTransforms {
         let (x, y) = (Axis { resample, ..x }, Axis { resample, ..y });
         SamplePlan { x, y, flip, vflip, vertical_first }
     }
+}
+
+/// timm's `ResizeKeepRatio.get_params` without the random factors: (w, h) = `round(side / ratio)` (Python's
+/// half-to-even) with `ratio = max(h/th, w/tw)·longest + min(h/th, w/tw)·(1 - longest)`, each side at least 1 and
+/// at most 65,536 (timm would allocate whatever a sliver image asks for; trdata bounds the resized image).
+pub fn resize_keep_ratio(width: u32, height: u32, (th, tw): (u32, u32), longest: f64) -> (i64, i64) {
+    let (rh, rw) = (f64::from(height) / f64::from(th), f64::from(width) / f64::from(tw));
+    let ratio = rh.max(rw) * longest + rh.min(rw) * (1.0 - longest);
+    let side = |x: u32| ((f64::from(x) * 1.0 / ratio).round_ties_even() as i64).clamp(1, SIZE.max as i64);
+    (side(width), side(height))
 }
 
 /// torchvision `Resize(int)` output size (w, h): shorter side = `s`, longer = `int(s * long / short)`.

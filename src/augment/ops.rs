@@ -311,6 +311,18 @@ pub enum OpSpec {
     /// timm's RandAugment (`rand-m9-mstd0.5-inc1`…), AutoAugment or AugMix with Pillow's op implementations
     /// (see [`super::timm`]).
     TimmPolicy(TimmPolicy),
+    /// timm's `CenterCropOrPad(size, fill, padding_mode)`: pad the short dimensions by `(size - side) // 2`
+    /// before (the rest after) with `fill`/`mode`, then crop the centre (`round((side - size) / 2)`, half to even).
+    CenterCropOrPad {
+        /// Output height.
+        height: u32,
+        /// Output width.
+        width: u32,
+        /// Constant fill (pixel units).
+        fill: Vec<f64>,
+        /// Padding mode.
+        mode: PadMode,
+    },
     /// timm's `RandomErasing` (count, normalized-space fills; see [`super::timm::TimmRandomErasing`]).
     TimmRandomErasing(TimmRandomErasing),
 }
@@ -524,6 +536,7 @@ impl OpSpec {
             },
             OpSpec::TimmPolicy(spec) => spec.name(),
             OpSpec::TimmRandomErasing(_) => "timm RandomErasing",
+            OpSpec::CenterCropOrPad { .. } => "CenterCropOrPad",
         }
     }
 
@@ -719,6 +732,12 @@ impl OpSpec {
             }
             OpSpec::TimmPolicy(spec) => spec.check(pos),
             OpSpec::TimmRandomErasing(spec) => spec.check(op, pos),
+            OpSpec::CenterCropOrPad { height, width, fill, .. } => {
+                if !(1..=MAX_SIDE).contains(height) || !(1..=MAX_SIDE).contains(width) {
+                    return Err(bad(SIZE, format!("({height}, {width})"), &format!("be in 1..={MAX_SIDE}"), op, pos));
+                }
+                check_fill(fill, op, pos)
+            }
         }
     }
 
@@ -729,7 +748,9 @@ impl OpSpec {
             OpSpec::Pad { padding: [l, t, r, b], .. } => {
                 hw.map(|(h, w)| (h + *t as usize + *b as usize, w + *l as usize + *r as usize))
             }
-            OpSpec::RandomCrop { height, width, .. } => Some((*height as usize, *width as usize)),
+            OpSpec::RandomCrop { height, width, .. } | OpSpec::CenterCropOrPad { height, width, .. } => {
+                Some((*height as usize, *width as usize))
+            }
             OpSpec::RandomRotation { expand: true, .. } => None,
             _ => hw,
         }
@@ -740,7 +761,7 @@ impl OpSpec {
     /// than the padded image), naming the op.
     pub fn sample(&self, rng: &mut SampleRng, (h, w, _c): (usize, usize, usize)) -> std::result::Result<Drawn, String> {
         Ok(match self {
-            OpSpec::Pad { .. } => Drawn::Apply,
+            OpSpec::Pad { .. } | OpSpec::CenterCropOrPad { .. } => Drawn::Apply,
             OpSpec::RandomCrop { height, width, padding, pad_if_needed, .. } => {
                 let [mut pl, mut pt, mut pr, mut pb] = padding.map(|v| v as usize);
                 let (mut ph, mut pw) = (h + pt + pb, w + pl + pr);
@@ -917,6 +938,24 @@ pub fn apply(op: &OpSpec, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScra
             std::mem::swap(&mut frame.buf, &mut scratch.spare);
             (frame.h, frame.w) = (oh, ow);
         }
+        (OpSpec::CenterCropOrPad { height, width, fill, mode }, _) => {
+            // timm's center_crop_or_pad: a padded dimension starts `(size - side) // 2` before the image; a cropped
+            // one at `round((side - size) / 2)`.
+            let start = |side: usize, size: usize| -> isize {
+                if size > side {
+                    -(((size - side) / 2) as isize)
+                } else {
+                    ((side - size) as f64 / 2.0).round_ties_even() as isize
+                }
+            };
+            let (oh, ow) = (*height as usize, *width as usize);
+            let n = frame.h * frame.w * frame.c;
+            let origin = (start(frame.h, oh), start(frame.w, ow));
+            let hwc = (frame.h, frame.w, frame.c);
+            kernels::pad_crop(&frame.buf[..n], hwc, &mut scratch.spare, (oh, ow), origin, *mode, &fill_bytes(fill));
+            std::mem::swap(&mut frame.buf, &mut scratch.spare);
+            (frame.h, frame.w) = (oh, ow);
+        }
         (OpSpec::HorizontalFlip { .. }, _) => kernels::flip_horizontal(&mut frame.view()),
         (OpSpec::VerticalFlip { .. }, _) => kernels::flip_vertical(&mut frame.view()),
         (OpSpec::Grayscale { .. } | OpSpec::RandomGrayscale { .. }, _) => kernels::grayscale(&mut frame.view()),
@@ -1071,6 +1110,7 @@ pub const KINDS: &[&str] = &[
     "timm_auto_augment",
     "timm_augmix",
     "timm_random_erasing",
+    "center_crop_or_pad",
 ];
 
 impl OpSpec {
@@ -1295,6 +1335,12 @@ impl OpSpec {
                     std::array::from_fn(|k| v.get(k.min(v.len().saturating_sub(1))).copied().unwrap_or(f64::NAN))
                 },
             }),
+            "center_crop_or_pad" => OpSpec::CenterCropOrPad {
+                height: uint(0, "size")?,
+                width: uint(1, "size")?,
+                fill: nums(2, "fill")?,
+                mode: mode(3)?,
+            },
             "pad" => OpSpec::Pad { padding: padding(0)?, fill: nums(1, "fill")?, mode: mode(2)? },
             "random_crop" => OpSpec::RandomCrop {
                 height: uint(0, "size")?,

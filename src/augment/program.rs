@@ -47,6 +47,7 @@ fn foldable(t: &TransformSpec) -> bool {
         TransformSpec::RandomResizedCrop { .. }
             | TransformSpec::ResizeShorter { .. }
             | TransformSpec::ResizeExact { .. }
+            | TransformSpec::ResizeKeepRatio { .. }
             | TransformSpec::CenterCrop { .. }
             | TransformSpec::RandomHorizontalFlip { .. }
             | TransformSpec::Op(OpSpec::VerticalFlip { .. })

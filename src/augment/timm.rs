@@ -1172,6 +1172,17 @@ mod tests {
         }
     }
 
+    /// timm's `ResizeKeepRatio.get_params` (no random factors), by hand: 500×375 to 256 on the shorter side is
+    /// 341.33 → 341 × 256; with `longest=1` the longer side meets 256: 256 × 192.
+    #[test]
+    fn resize_keep_ratio_rounds_as_timm() {
+        use crate::augment::geometry::resize_keep_ratio;
+        assert_eq!(resize_keep_ratio(500, 375, (256, 256), 0.0), (341, 256));
+        assert_eq!(resize_keep_ratio(500, 375, (256, 256), 1.0), (256, 192));
+        // A sliver does not ask for more than 65,536 pixels a side.
+        assert_eq!(resize_keep_ratio(1, 60_000, (224, 224), 0.0), (224, 65_536));
+    }
+
     #[test]
     fn check_names_the_parameter_and_the_op() {
         let ra = |prob| TimmKind::RandAugment { num_layers: 2, ops: RAND_TRANSFORMS.to_vec(), prob, magnitude: 9.0 };
