@@ -41,7 +41,7 @@ PARAMS = {
     "magnitude", "num_magnitude_bins", "severity", "mixture_width", "chain_depth", "alpha", "all_ops", "antialias",
     # timm's policies and RandomErasing (transforms.py Timm*)
     "num_layers", "magnitude_std", "magnitude_max", "translate_pct", "width", "depth", "probability", "min_area",
-    "max_area", "min_count", "max_count", "re_mode", "longest",
+    "max_area", "min_count", "max_count", "re_mode", "longest", "weights",
     # sources
     "root", "paths", "labels", "blobs", "images", "classes", "train", "variant", "shards",
     # packed files (trdata.pack, trdata.Packed)

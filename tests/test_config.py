@@ -607,7 +607,7 @@ def test_every_parameter_has_a_bad_value_case():
     # timm's policies', RandomErasing's and ResizeKeepRatio's: tests/test_timm.py::test_bad_values_are_refused…
     extra |= {
         "num_layers", "magnitude_std", "magnitude_max", "translate_pct", "width", "depth", "probability", "min_area",
-        "max_area", "min_count", "max_count", "re_mode", "longest",
+        "max_area", "min_count", "max_count", "re_mode", "longest", "weights",
     }  # fmt: skip
     covered = {p for p, _, _ in BAD_VALUES} | extra
     assert covered == validation_sites.PARAMS

@@ -521,6 +521,7 @@ def assert_same_decisions(ours: Draws, theirs: Draws) -> None:
         ("rand-m9-mstd0.5-inc1", None),
         ("rand-m7-mstd0.5", "bicubic"),
         ("rand-m9-n3-mstd101-p0.7", None),
+        ("rand-m9-n3-mstd0.5-tweights", None),
         ("original-mstd0.5", None),
         ("v0r", "bilinear"),
         ("augmix-m3-w3", None),
@@ -639,7 +640,7 @@ def test_random_erasing_fills_in_normalized_units(mode: str) -> None:
     [
         (dict(is_training=True, interpolation="bicubic", auto_augment="augmix-m5-b1"), "AugMixAugment at "),
         (dict(is_training=True, interpolation="bicubic", auto_augment="3a"), "AutoAugment at transforms[2]"),
-        (dict(is_training=True, interpolation="bicubic", auto_augment="rand-m9-tweights"), "RandAugment at "),
+        (dict(is_training=True, interpolation="bicubic", auto_augment="rand-m9-t3aw"), "RandAugment at "),
         (dict(is_training=True, interpolation="bicubic", train_crop_mode="rkrc"), "ResizeKeepRatio at "),
     ],
 )
@@ -705,6 +706,8 @@ def test_bad_values_are_refused_by_the_core(pngs: list[Path]) -> None:
         (T.TimmRandomErasing(min_area=-0.1), "min_area"),
         (T.TimmRandomErasing(min_count=0), "min_count"),
         (T.TimmCenterCropOrPad(32, fill=300), "fill"),
+        (T.TimmRandAugment(num_layers=3, ops=("Rotate", "Invert"), weights=(1.0, 1.0)), "weights"),
+        (T.TimmRandAugment(ops=("Rotate", "Invert"), weights=(1.0,)), "weights"),
         (T.TimmRandomErasing(re_mode="zeros"), "re_mode"),
         (T.TimmRandomErasing(min_aspect=0.0), "ratio"),
     ]:

@@ -765,6 +765,7 @@ class TimmRandAugment(Transform):
     fill: Any = (128, 128, 128)
     interpolation: str = "random"
     translate_pct: float = 0.45
+    weights: Sequence[float] | None = None
 
     def __post_init__(self) -> None:
         self._spec()
@@ -778,8 +779,8 @@ class TimmRandAugment(Transform):
     ) -> TimmRandAugment:
         """timm's ``rand_augment_transform(config_str, {img_mean, interpolation})`` as ``create_transform`` calls it
         (``mean`` in [0, 1] units gives ``img_mean = round(255·mean)``). Sections: ``m`` (int), ``n`` (int),
-        ``p`` (float), ``mstd`` (float; > 100 means inf), ``mmax`` (int), ``inc`` (0/1). Weighted lists (``t…``)
-        are refused."""
+        ``p`` (float), ``mstd`` (float; > 100 means inf), ``mmax`` (int), ``inc`` (0/1). Weighted lists (``t…``):
+        build timm's object (``timm.data.rand_augment_transform``) and convert it with ``from_torchvision``."""
         parts = _str(config_str, "auto_augment").split("-")
         if parts[0] != "rand":
             raise ConfigError(
@@ -794,7 +795,7 @@ class TimmRandAugment(Transform):
             if c.startswith("t") or m is None:
                 raise ConfigError(
                     f"invalid auto_augment: section {c!r} of {config_str!r} must be m, n, p, mstd, mmax or inc "
-                    "(weighted op lists are not supported)",
+                    "(for weighted lists, convert timm's rand_augment_transform with from_torchvision)",
                     parameter="auto_augment",
                 )
             key, val = m.group(1), m.group(2)
@@ -842,6 +843,7 @@ class TimmRandAugment(Transform):
             _fill(self.fill),
             _mode(self.interpolation, "interpolation"),
             _real(self.translate_pct, "translate_pct"),
+            None if self.weights is None else _fill(self.weights, "weights"),
         )
 
 
@@ -1437,10 +1439,6 @@ def _timm_shared(ops: list[Any], same_level: bool = True) -> tuple[Any, ...]:
 
 
 def _convert_timm_rand_augment(op: Any) -> TimmRandAugment:
-    if op.choice_weights is not None:
-        raise ConfigError(
-            "weighted op lists (rand-…-t<name>) are not supported: use the default or inc1 list"
-        )
     ops = list(op.ops)
     prob, magnitude, mstd, mmax, fill, interpolation, translate_pct = _timm_shared(ops)
     if math.isnan(prob):
@@ -1455,6 +1453,7 @@ def _convert_timm_rand_augment(op: Any) -> TimmRandAugment:
         fill=fill,
         interpolation=interpolation,
         translate_pct=translate_pct,
+        weights=None if op.choice_weights is None else tuple(float(v) for v in op.choice_weights),
     )
 
 

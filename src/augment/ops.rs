@@ -1275,6 +1275,7 @@ impl OpSpec {
                     magnitude: num(1, "magnitude")?,
                     prob: num(4, "p")?,
                     ops: timm_ops(get(5)?)?,
+                    weights: if *get(9)? == Arg::None { None } else { Some(nums(9, "weights")?) },
                 },
                 (
                     num(2, "magnitude_std")?,

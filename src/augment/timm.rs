@@ -188,6 +188,9 @@ pub enum TimmKind {
         prob: f64,
         /// `m`.
         magnitude: f64,
+        /// `choice_weights` (`t<name>` lists): the ops are then drawn *without* replacement, each pick
+        /// proportional to the weights of the ops not yet picked (numpy's `choice(replace=False, p=…)`).
+        weights: Option<Vec<f64>>,
     },
     /// `AutoAugment(auto_augment_policy(name, hparams))`: one sub-policy drawn per sample, each of its steps
     /// (op, probability, magnitude) an `AugmentOp`.
@@ -235,6 +238,8 @@ const MAGNITUDE_STD: &str = "magnitude_std";
 const MAGNITUDE_MAX: &str = "magnitude_max";
 /// The `translate_pct` parameter's name (its rules: [`TimmPolicy::check`]).
 const TRANSLATE_PCT: &str = "translate_pct";
+/// RandAugment's `weights` (timm's `choice_weights`; its rules: [`TimmPolicy::check`]).
+const WEIGHTS: &str = "weights";
 /// AugMix's `width` (its rules: [`TimmPolicy::check`]).
 const WIDTH: &str = "width";
 /// AugMix's `depth` (its rules: [`TimmPolicy::check`]).
@@ -282,11 +287,22 @@ impl TimmPolicy {
             if (1..=256).contains(&n) { Ok(()) } else { Err(bad("ops", n, "be a list of 1 to 256 op names", op, pos)) }
         };
         match &self.kind {
-            TimmKind::RandAugment { num_layers, ops, prob, magnitude } => {
+            TimmKind::RandAugment { num_layers, ops, prob, magnitude, weights } => {
                 if *num_layers > max_ops {
                     return Err(bad(NUM_LAYERS, num_layers, &format!("be in 0..={max_ops}"), op, pos));
                 }
                 check_ops(ops.len())?;
+                if let Some(w) = weights {
+                    let shown = format!("{w:?}");
+                    if w.len() != ops.len() || !w.iter().all(|v| v.is_finite() && *v >= 0.0) {
+                        return Err(bad(WEIGHTS, shown, "be one finite weight ≥ 0 per op", op, pos));
+                    }
+                    // numpy: "Fewer non-zero entries in p than size".
+                    if w.iter().filter(|&&v| v > 0.0).count() < *num_layers as usize {
+                        let rule = format!("have at least num_layers ({num_layers}) positive entries (no replacement)");
+                        return Err(bad(WEIGHTS, shown, &rule, op, pos));
+                    }
+                }
                 check_p(*prob)?;
                 check_m(*magnitude)?;
             }
@@ -455,8 +471,39 @@ fn choose_and_run(
 /// The decisions of `spec` for one sample, in timm's draw order, each handed to `visit`.
 fn decide(spec: &TimmPolicy, rng: &mut SampleRng, mut visit: impl FnMut(Event)) {
     match &spec.kind {
-        TimmKind::RandAugment { num_layers, ops, prob, magnitude } => {
+        TimmKind::RandAugment { num_layers, ops, prob, magnitude, weights: None } => {
             choose_and_run(spec, ops, *num_layers as usize, *prob, *magnitude, rng, &mut visit);
+        }
+        TimmKind::RandAugment { num_layers, ops, prob, magnitude, weights: Some(w) } => {
+            // numpy's choice(replace=False, p=w): all picks first (at most 256, as many as the ops; checked), each
+            // an inverse-CDF draw over the weights of the ops not picked yet — the same law as numpy's batched
+            // draws that drop repeats — then the ops in pick order.
+            let n = *num_layers as usize;
+            let mut picked = [false; 256];
+            let mut order = [0u8; 256];
+            for slot in order.iter_mut().take(n) {
+                let total: f64 = w.iter().zip(&picked).filter(|&(_, &p)| !p).map(|(v, _)| v).sum();
+                let u = rng.uniform() * total;
+                let mut acc = 0.0;
+                let mut pick = w.iter().zip(&picked).rposition(|(&v, &p)| !p && v > 0.0).unwrap_or(0);
+                for (i, (&v, &p)) in w.iter().zip(&picked).enumerate() {
+                    if p || v <= 0.0 {
+                        continue;
+                    }
+                    acc += v;
+                    if u < acc {
+                        pick = i;
+                        break;
+                    }
+                }
+                picked[pick] = true;
+                *slot = pick as u8;
+            }
+            for &i in &order[..n] {
+                if let Some(step) = augment_op(spec, ops[usize::from(i)], *prob, *magnitude, rng) {
+                    visit(Event::Step(step));
+                }
+            }
         }
         TimmKind::AutoAugment { sub_policies } => {
             let sub = &sub_policies[rng.below(sub_policies.len() as u64) as usize];
@@ -1185,7 +1232,13 @@ mod tests {
 
     #[test]
     fn check_names_the_parameter_and_the_op() {
-        let ra = |prob| TimmKind::RandAugment { num_layers: 2, ops: RAND_TRANSFORMS.to_vec(), prob, magnitude: 9.0 };
+        let ra = |prob| TimmKind::RandAugment {
+            num_layers: 2,
+            ops: RAND_TRANSFORMS.to_vec(),
+            prob,
+            magnitude: 9.0,
+            weights: None,
+        };
         let e = policy(ra(1.5)).check(3).unwrap_err().to_string();
         assert!(e.contains("invalid p: 1.5 must be in [0, 1] (timm RandAugment at transforms[3])"), "{e}");
         let mut bad_fill = policy(ra(0.5));
