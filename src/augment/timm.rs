@@ -255,6 +255,11 @@ const MIN_COUNT: &str = "min_count";
 /// RandomErasing's `max_count` (its rules: [`TimmRandomErasing::check`]).
 const MAX_COUNT: &str = "max_count";
 
+/// The most ops a policy may run per sample (RandAugment's `num_layers`, AugMix's depth, RandomErasing's count):
+/// timm has no bound, but a typo such as `n=10**6` would stall every worker on every sample (the same bound as
+/// torchvision's policies in `ops`).
+pub const MAX_OPS: u32 = 1000;
+
 /// The most AugMix chains (timm's recipes use 3; the weights live in a fixed array, so nothing is allocated per
 /// sample).
 pub const MAX_CHAINS: u32 = 64;
@@ -277,7 +282,7 @@ impl TimmPolicy {
     /// Validate the values (the one place; Python checks types). `pos` names the op in messages.
     pub fn check(&self, pos: usize) -> Result<()> {
         let op = self.name();
-        let max_ops = super::ops::MAX_POLICY_OPS;
+        let max_ops = MAX_OPS;
         let check_m = |m: f64| {
             if m.is_finite() && m >= 0.0 { Ok(()) } else { Err(bad("magnitude", m, "be finite and ≥ 0", op, pos)) }
         };
@@ -1039,7 +1044,7 @@ impl TimmRandomErasing {
             let shown = format!("({lo}, {hi})");
             return Err(bad("ratio", shown, "be finite with 0 < min_aspect ≤ max_aspect", op, pos));
         }
-        let max_ops = super::ops::MAX_POLICY_OPS;
+        let max_ops = MAX_OPS;
         if !(1..=max_ops).contains(&self.min_count) {
             return Err(bad(MIN_COUNT, self.min_count, &format!("be in 1..={max_ops}"), op, pos));
         }
