@@ -799,16 +799,18 @@ fn smooth(src: &[u8], (h, w, c): (usize, usize, usize), out: &mut Vec<u8>) {
     let (k1, k5) = ((1.0f64 / 13.0) as f32, (5.0f64 / 13.0) as f32);
     let stride = w * c;
     for y in 1..h - 1 {
-        for x in 1..w - 1 {
-            for ch in 0..c {
-                let at = |yy: usize, xx: usize| f32::from(src[yy * stride + xx * c + ch]);
-                let row = |yy: usize, mid: f32| at(yy, x - 1) * k1 + at(yy, x) * mid + at(yy, x + 1) * k1;
-                let mut ss = 0.5f32;
-                ss += row(y + 1, k1);
-                ss += row(y, k5);
-                ss += row(y - 1, k1);
-                out[y * stride + x * c + ch] = ss.clamp(0.0, 255.0) as u8;
-            }
+        let (above, mid, below) =
+            (&src[(y - 1) * stride..y * stride], &src[y * stride..(y + 1) * stride], &src[(y + 1) * stride..]);
+        let dst = &mut out[y * stride..(y + 1) * stride];
+        for i in c..stride - c {
+            let row =
+                |r: &[u8], centre: f32| f32::from(r[i - c]) * k1 + f32::from(r[i]) * centre + f32::from(r[i + c]) * k1;
+            // Pillow's order: the row below, the centre row, the row above, onto the 0.5 rounding offset.
+            let mut ss = 0.5f32;
+            ss += row(below, k1);
+            ss += row(mid, k5);
+            ss += row(above, k1);
+            dst[i] = ss.clamp(0.0, 255.0) as u8;
         }
     }
 }
@@ -927,12 +929,16 @@ pub fn transform(frame: &mut Frame, spare: &mut Vec<u8>, a: [f64; 6], filter: Pi
                     let (x0, y0) = (floor_i(xs), floor_i(ys));
                     let (dx, dy) = (xs - x0 as f64, ys - y0 as f64);
                     let o = (y * w + x) * c;
+                    // The clamped taps (Pillow's XCLIP/YCLIP; its "row out of range: repeat the last" is the same
+                    // clamp), computed once per pixel for all channels.
+                    let cols: [usize; 4] = std::array::from_fn(|i| clip(x0 - 1 + i as i64, wi) * c);
+                    let rows: [usize; 4] = std::array::from_fn(|i| clip(y0 - 1 + i as i64, hi) * stride);
                     for ch in 0..c {
-                        let at = |yy: i64, xx: i64| f64::from(src[clip(yy, hi) * stride + clip(xx, wi) * c + ch]);
+                        let at = |r: usize, k: usize| f64::from(src[rows[r] + cols[k] + ch]);
                         spare[o + ch] = if filter == PilFilter::Bilinear {
                             let lerp = |a: f64, b: f64, d: f64| a + (b - a) * d;
-                            let v1 = lerp(at(y0, x0), at(y0, x0 + 1), dx);
-                            let v2 = lerp(at(y0 + 1, x0), at(y0 + 1, x0 + 1), dx);
+                            let v1 = lerp(at(1, 1), at(1, 2), dx);
+                            let v2 = lerp(at(2, 1), at(2, 2), dx);
                             lerp(v1, v2, dy) as u8
                         } else {
                             let cubic = |v1: f64, v2: f64, v3: f64, v4: f64, d: f64| {
@@ -942,8 +948,8 @@ pub fn transform(frame: &mut Frame, spare: &mut Vec<u8>, a: [f64; 6], filter: Pi
                                 let p4 = -v1 + v2 - v3 + v4;
                                 p1 + d * (p2 + d * (p3 + d * p4))
                             };
-                            let row = |yy: i64| cubic(at(yy, x0 - 1), at(yy, x0), at(yy, x0 + 1), at(yy, x0 + 2), dx);
-                            let v = cubic(row(y0 - 1), row(y0), row(y0 + 1), row(y0 + 2), dy);
+                            let row = |r: usize| cubic(at(r, 0), at(r, 1), at(r, 2), at(r, 3), dx);
+                            let v = cubic(row(0), row(1), row(2), row(3), dy);
                             if v <= 0.0 {
                                 0
                             } else if v >= 255.0 {
