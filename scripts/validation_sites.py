@@ -40,6 +40,9 @@ PARAMS = {
     "degrees", "interpolation", "expand", "center", "translate", "shear", "distortion_scale", "policy", "num_ops",
     "magnitude", "num_magnitude_bins", "severity", "mixture_width", "chain_depth", "alpha", "all_ops", "antialias",
     "max_size",
+    # timm's policies and RandomErasing (transforms.py Timm*)
+    "num_layers", "magnitude_std", "magnitude_max", "translate_pct", "width", "depth", "probability", "min_area",
+    "max_area", "min_count", "max_count", "re_mode", "longest", "weights",
     # sources
     "root", "paths", "labels", "blobs", "images", "classes", "train", "variant", "shards",
     # packed files (trdata.pack, trdata.Packed)
@@ -96,6 +99,14 @@ EDGE_TRANSLATORS = {
         "_convert": "torchvision options trdata has no kernel for (interpolation, size=None)",
         "_inner": "a container's transforms is a list of trdata transforms (count, nesting: the core's rules)",
         "RandomChoice._spec": "p is None or a sequence of numbers (count, sign, sum: the core's rules)",
+        "_convert_timm": "timm classes/options trdata has no kernel for (names them; no value rule)",
+        "_timm_interpolation": "timm's interpolation: one filter or its (bilinear, bicubic) pair (names: the core's)",
+        "_timm_shared": "timm AugmentOp lists: op names trdata runs, one shared set of hparams (no value rule)",
+        "_convert_timm_rand_augment": "timm RandAugment without choice weights, one prob/magnitude (no value rule)",
+        "TimmRandAugment.from_config": "timm's config string grammar (m/n/p/mstd/mmax/inc sections; values: core)",
+        "TimmRandAugment._spec": "ops is a sequence of names (which names: the core's)",
+        "TimmAugMix._spec": "ops is a sequence of names (which names: the core's)",
+        "TimmAutoAugment._spec": "policy is a sequence of (name, p, magnitude) sequences (values: the core's)",
     },
     "python/trdata/sources.py": {
         "ImageFolder.__init__": "root is a path (only `root`)",

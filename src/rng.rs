@@ -24,6 +24,8 @@ pub const OP_SKIP_REPLACEMENT: u32 = 0x534B_4950;
 pub const OP_RANDOM_RESIZED_CROP: u32 = 1;
 /// Op index of RandomHorizontalFlip's coin.
 pub const OP_HORIZONTAL_FLIP: u32 = 2;
+/// Stream of the folded resize's per-sample filter choice (`interpolation='random'`, timm's bilinear/bicubic).
+pub const OP_RANDOM_FILTER: u32 = 3;
 /// Op index of the compiled program's op at list position `pos` is `OP_BASE + pos` (augment/program.rs): each op
 /// draws from its own stream, a function of (seed, epoch, sample index, op position) only. Far from the fixed
 /// indices above, so a list position can never alias them.

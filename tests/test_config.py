@@ -605,6 +605,11 @@ def test_every_parameter_has_a_bad_value_case():
         "num_ops", "magnitude", "num_magnitude_bins", "severity", "mixture_width", "chain_depth", "alpha", "all_ops",
         "antialias",
     }  # fmt: skip
+    # timm's policies', RandomErasing's and ResizeKeepRatio's: tests/test_timm.py::test_bad_values_are_refused…
+    extra |= {
+        "num_layers", "magnitude_std", "magnitude_max", "translate_pct", "width", "depth", "probability", "min_area",
+        "max_area", "min_count", "max_count", "re_mode", "longest", "weights",
+    }  # fmt: skip
     covered = {p for p, _, _ in BAD_VALUES} | extra
     assert covered == validation_sites.PARAMS
 

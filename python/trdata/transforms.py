@@ -14,7 +14,9 @@ are the core's (``_core.DEFAULTS``).
 
 from __future__ import annotations
 
+import math
 import numbers
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +25,10 @@ from . import _core
 from .errors import ConfigError, _shown
 
 _DEFAULTS = _core.DEFAULTS
+
+#: ImageNet mean and std in [0, 1] units (timm's IMAGENET_DEFAULT_MEAN/STD, torchvision's reference values).
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def _is_int(v: Any) -> bool:
@@ -801,6 +807,296 @@ class RandomOrder(Transform):
         return ("random_order", _inner(self.transforms, "RandomOrder"))
 
 
+#: timm's ``_RAND_TRANSFORMS`` (``rand-…``) and ``_RAND_INCREASING_TRANSFORMS`` (``rand-…-inc1``), in timm's order.
+TIMM_RAND_TRANSFORMS = (
+    "AutoContrast", "Equalize", "Invert", "Rotate", "Posterize", "Solarize", "SolarizeAdd", "Color", "Contrast",
+    "Brightness", "Sharpness", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel",
+)  # fmt: skip
+TIMM_RAND_INCREASING_TRANSFORMS = (
+    "AutoContrast", "Equalize", "Invert", "Rotate", "PosterizeIncreasing", "SolarizeIncreasing", "SolarizeAdd",
+    "ColorIncreasing", "ContrastIncreasing", "BrightnessIncreasing", "SharpnessIncreasing", "ShearX", "ShearY",
+    "TranslateXRel", "TranslateYRel",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TimmRandAugment(Transform):
+    """timm's RandAugment (``timm.data.rand_augment_transform``), not torchvision's: ``num_layers`` ops chosen with
+    replacement from ``ops`` (timm's names), each run with probability ``p`` at magnitude ``magnitude`` +
+    N(0, ``magnitude_std``) (uniform in [0, magnitude] when ``magnitude_std`` is inf) clipped to
+    [0, ``magnitude_max``], with Pillow's op implementations; the warps fill with ``fill`` (timm's ``img_mean``,
+    pixel units) and resample with ``interpolation`` ('random': bilinear or bicubic per op, timm's default).
+    :meth:`from_config` parses timm's strings (``'rand-m9-mstd0.5-inc1'``). Defaults are timm's."""
+
+    num_layers: int = 2
+    magnitude: float = 10.0
+    magnitude_std: float = 0.0
+    magnitude_max: float = 10.0
+    p: float = 0.5
+    ops: tuple[str, ...] = TIMM_RAND_TRANSFORMS
+    fill: Any = (128, 128, 128)
+    interpolation: str = "random"
+    translate_pct: float = 0.45
+    weights: Sequence[float] | None = None
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    @classmethod
+    def from_config(
+        cls,
+        config_str: str,
+        mean: Sequence[float] = IMAGENET_MEAN,
+        interpolation: str = "random",
+    ) -> TimmRandAugment:
+        """timm's ``rand_augment_transform(config_str, {img_mean, interpolation})`` as ``create_transform`` calls it
+        (``mean`` in [0, 1] units gives ``img_mean = round(255·mean)``). Sections: ``m`` (int), ``n`` (int),
+        ``p`` (float), ``mstd`` (float; > 100 means inf), ``mmax`` (int), ``inc`` (0/1). Weighted lists (``t…``):
+        build timm's object (``timm.data.rand_augment_transform``) and convert it with ``from_torchvision``."""
+        parts = _str(config_str, "auto_augment").split("-")
+        if parts[0] != "rand":
+            raise ConfigError(
+                f"invalid auto_augment: {config_str!r} must start with 'rand-' (timm's AutoAugment 'original'/'v0' "
+                "and AugMix policies are not in trdata yet)",
+                parameter="auto_augment",
+            )
+        kw: dict[str, Any] = {}
+        increasing = False
+        for c in parts[1:]:
+            m = re.match(r"^([a-z]+)(\d.*)?$", c)
+            if c.startswith("t") or m is None:
+                raise ConfigError(
+                    f"invalid auto_augment: section {c!r} of {config_str!r} must be m, n, p, mstd, mmax or inc "
+                    "(for weighted lists, convert timm's rand_augment_transform with from_torchvision)",
+                    parameter="auto_augment",
+                )
+            key, val = m.group(1), m.group(2)
+            if val is None:
+                continue  # timm skips sections without a number
+            try:
+                if key == "mstd":
+                    mstd = float(val)
+                    kw["magnitude_std"] = math.inf if mstd > 100 else mstd
+                elif key == "mmax":
+                    kw["magnitude_max"] = float(int(val))
+                elif key == "inc":
+                    increasing = bool(int(val))
+                elif key == "m":
+                    kw["magnitude"] = float(int(val))
+                elif key == "n":
+                    kw["num_layers"] = int(val)
+                elif key == "p":
+                    kw["p"] = float(val)
+                else:
+                    raise ValueError(key)
+            except ValueError:
+                raise ConfigError(
+                    f"invalid auto_augment: section {c!r} of {config_str!r} is not one of m<int>, n<int>, p<float>, "
+                    "mstd<float>, mmax<int>, inc<0|1>",
+                    parameter="auto_augment",
+                ) from None
+        ops = TIMM_RAND_INCREASING_TRANSFORMS if increasing else TIMM_RAND_TRANSFORMS
+        fill = tuple(min(255, round(255 * float(x))) for x in mean)
+        return cls(ops=ops, fill=fill, interpolation=interpolation, **kw)
+
+    def _spec(self) -> tuple[Any, ...]:
+        if isinstance(self.ops, (str, bytes)) or not _seq(self.ops):
+            raise ConfigError(
+                f"invalid ops: {_shown(self.ops)} must be a sequence of timm op names", parameter="ops"
+            )
+        return (
+            "timm_rand_augment",
+            _int_arg(self.num_layers, "num_layers"),
+            _real(self.magnitude, "magnitude"),
+            _real(self.magnitude_std, "magnitude_std"),
+            _real(self.magnitude_max, "magnitude_max"),
+            _real(self.p, "p"),
+            tuple(_str(o, "ops") for o in self.ops),
+            _fill(self.fill),
+            _mode(self.interpolation, "interpolation"),
+            _real(self.translate_pct, "translate_pct"),
+            None if self.weights is None else _fill(self.weights, "weights"),
+        )
+
+
+@dataclass(frozen=True)
+class TimmResizeKeepRatio(Transform):
+    """timm's ``ResizeKeepRatio(size, longest, interpolation)`` without its random scale/aspect (timm's eval
+    ``crop_mode='border'`` and non-square ``'center'``): both sides divided by ``max(h/th, w/tw)·longest +
+    min(h/th, w/tw)·(1 - longest)``, rounded half to even. It folds into the decode like ``Resize``; follow it with
+    ``CenterCrop`` or :class:`TimmCenterCropOrPad` to fix the batch's size."""
+
+    size: int | tuple[int, int]
+    longest: float = 0.0
+    interpolation: Any = "bilinear"
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        h, w = _size(self.size)
+        return _resampled(
+            ("resize_keep_ratio", h, w, _real(self.longest, "longest")), self.interpolation, True
+        )
+
+
+@dataclass(frozen=True)
+class TimmCenterCropOrPad(Transform):
+    """timm's ``CenterCropOrPad(size, fill, padding_mode)``: pad the dimensions shorter than ``size`` (``fill``
+    in pixel units, or torchvision's ``padding_mode``), then crop the centre. With ``fill=0`` and ``'constant'``
+    it is torchvision's ``CenterCrop`` (``from_torchvision`` maps it there, where it folds into the decode)."""
+
+    size: int | tuple[int, int]
+    fill: Any = 0
+    padding_mode: str = "constant"
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        h, w = _size(self.size)
+        return ("center_crop_or_pad", h, w, _fill(self.fill), _str(self.padding_mode, "padding_mode"))
+
+
+#: timm's ``_AUGMIX_TRANSFORMS``, in timm's order.
+TIMM_AUGMIX_TRANSFORMS = (
+    "AutoContrast", "ColorIncreasing", "ContrastIncreasing", "BrightnessIncreasing", "SharpnessIncreasing",
+    "Equalize", "Rotate", "PosterizeIncreasing", "SolarizeIncreasing", "ShearX", "ShearY", "TranslateXRel",
+    "TranslateYRel",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TimmAutoAugment(Transform):
+    """timm's AutoAugment (``timm.data.auto_augment_transform('original-mstd0.5')``): per sample one sub-policy of
+    ``policy`` (a sequence of sub-policies, each a sequence of ``(op name, p, magnitude)``, e.g. timm's
+    ``auto_augment_policy('original')`` as data), each step run as timm's ``AugmentOp`` with Pillow's kernels
+    (see :class:`TimmRandAugment` for the shared parameters). ``from_torchvision`` converts timm's object."""
+
+    policy: Sequence[Sequence[tuple[str, float, float]]]
+    magnitude_std: float = 0.0
+    magnitude_max: float = 10.0
+    fill: Any = (128, 128, 128)
+    interpolation: str = "random"
+    translate_pct: float = 0.45
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        bad = ConfigError(
+            f"invalid policy: {_shown(self.policy)} must be a sequence of sub-policies, each a sequence of "
+            "(op name, p, magnitude)",
+            parameter="policy",
+        )
+        if not _seq(self.policy) or not all(_seq(sub) for sub in self.policy):
+            raise bad
+        subs = []
+        for sub in self.policy:
+            steps = []
+            for step in sub:
+                if not _seq(step) or len(step) != 3:
+                    raise bad
+                steps.append((_str(step[0], "policy"), _real(step[1], "p"), _real(step[2], "magnitude")))
+            subs.append(tuple(steps))
+        return (
+            "timm_auto_augment",
+            tuple(subs),
+            _real(self.magnitude_std, "magnitude_std"),
+            _real(self.magnitude_max, "magnitude_max"),
+            _fill(self.fill),
+            _mode(self.interpolation, "interpolation"),
+            _real(self.translate_pct, "translate_pct"),
+        )
+
+
+@dataclass(frozen=True)
+class TimmAugMix(Transform):
+    """timm's AugMix (``timm.data.augment_and_mix_transform('augmix-m3-w3')``, not torchvision's): ``width`` chains
+    of ``depth`` ops (1–3 per chain when ≤ 0) chosen from ``ops`` at ``magnitude`` (timm's default noise:
+    uniform in [0, magnitude], ``magnitude_std=inf``), mixed with Dirichlet(``alpha``) weights in f32, truncated to
+    uint8 and blended with the original by Beta(``alpha``, ``alpha``) through Pillow's ``Image.blend``.
+    ``create_transform`` passes ``translate_pct=0.3``. Defaults are timm's."""
+
+    ops: tuple[str, ...] = TIMM_AUGMIX_TRANSFORMS
+    magnitude: float = 3.0
+    alpha: float = 1.0
+    width: int = 3
+    depth: int = -1
+    magnitude_std: float = math.inf
+    magnitude_max: float = 10.0
+    fill: Any = (128, 128, 128)
+    interpolation: str = "random"
+    translate_pct: float = 0.45
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        if isinstance(self.ops, (str, bytes)) or not _seq(self.ops):
+            raise ConfigError(
+                f"invalid ops: {_shown(self.ops)} must be a sequence of timm op names", parameter="ops"
+            )
+        return (
+            "timm_augmix",
+            tuple(_str(o, "ops") for o in self.ops),
+            _real(self.magnitude, "magnitude"),
+            _real(self.alpha, "alpha"),
+            _int_arg(self.width, "width"),
+            _int_arg(self.depth, "depth"),
+            _real(self.magnitude_std, "magnitude_std"),
+            _real(self.magnitude_max, "magnitude_max"),
+            _fill(self.fill),
+            _mode(self.interpolation, "interpolation"),
+            _real(self.translate_pct, "translate_pct"),
+        )
+
+
+@dataclass(frozen=True)
+class TimmRandomErasing(Transform):
+    """timm's ``RandomErasing(probability, min_area, max_area, min_aspect, max_aspect, mode, min_count,
+    max_count)``, which timm applies after Normalize: ``re_mode`` (timm's ``mode``) 'const' fills with 0 in normalized units (the mean
+    pixel), 'rand' with one N(0, 1) per channel per box, 'pixel' with one per element. trdata erases the uint8
+    image before its final normalize, so ``mean``/``std`` must be the Loader's ``normalize`` ([0, 1] units) and the
+    fills are quantised to pixels (``round((z·std + mean)·255)``, clipped to 0–255: normals beyond about ±2 are
+    clipped where timm keeps them). Defaults are timm's."""
+
+    probability: float = 0.5
+    min_area: float = 0.02
+    max_area: float = 1 / 3
+    min_aspect: float = 0.3
+    max_aspect: float | None = None
+    re_mode: str = "const"
+    min_count: int = 1
+    max_count: int | None = None
+    mean: Sequence[float] = IMAGENET_MEAN
+    std: Sequence[float] = IMAGENET_STD
+
+    def __post_init__(self) -> None:
+        self._spec()
+
+    def _spec(self) -> tuple[Any, ...]:
+        min_aspect = _real(self.min_aspect, "min_aspect")
+        # timm: max_aspect = max_aspect or 1 / min_aspect (a zero min_aspect is the core's error, named `ratio`).
+        max_aspect = (
+            _real(self.max_aspect, "max_aspect") if self.max_aspect else 1 / min_aspect if min_aspect else 0.0
+        )
+        min_count = _int_arg(self.min_count, "min_count")
+        max_count = min_count if self.max_count is None else _int_arg(self.max_count, "max_count")
+        return (
+            "timm_random_erasing",
+            _real(self.probability, "probability"),
+            _real(self.min_area, "min_area"),
+            _real(self.max_area, "max_area"),
+            (min_aspect, max_aspect),
+            min_count,
+            max_count,
+            _str(self.re_mode, "re_mode").lower() or "const",
+            _fill(self.mean, "mean"),
+            _fill(self.std, "std"),
+        )
+
+
 #: The built-in transforms (the only ones the core compiles).
 BUILTIN = (
     RandomResizedCrop,
@@ -832,6 +1128,12 @@ BUILTIN = (
     RandomApply,
     RandomChoice,
     RandomOrder,
+    TimmResizeKeepRatio,
+    TimmCenterCropOrPad,
+    TimmRandAugment,
+    TimmAutoAugment,
+    TimmAugMix,
+    TimmRandomErasing,
 )
 
 
@@ -879,7 +1181,7 @@ def specs(transforms: Any) -> list[tuple[Any, ...]]:
 #: ImageNet mean and std in [0, 1] units: out = (x / 255 - mean) / std. ``Loader(normalize=...)`` also
 #: takes them in 0–255 units (``((123.675, 116.28, 103.53), (58.395, 57.12, 57.375))``, the DALI/FFCV
 #: habit): any std > 1 or every mean > 1 means 0–255 units; mixed units raise ConfigError (Loader docs).
-IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+IMAGENET = (IMAGENET_MEAN, IMAGENET_STD)
 
 
 @dataclass(frozen=True)
@@ -893,8 +1195,13 @@ class Converted:
     dtype: str | None = None
 
 
+def _is_timm(t: Any) -> bool:
+    """A timm data transform (timm.data.transforms, auto_augment, random_erasing)."""
+    return type(t).__module__.startswith("timm.data")
+
+
 def _is_torchvision(t: Any) -> bool:
-    return type(t).__module__.startswith("torchvision.transforms")
+    return type(t).__module__.startswith("torchvision.transforms") or _is_timm(t)
 
 
 def is_torchvision(transforms: Any) -> bool:
@@ -937,8 +1244,13 @@ def from_torchvision(t: Any, _depth: int = 0) -> Converted:
     """A torchvision.transforms.v2 (or classic) op, Compose or list of them → the trdata pipeline (trdata ops are
     passed through). Trailing ``ToTensor``/``ToImage``/``PILToTensor``/``ToDtype(float32, scale=True)``/
     ``ConvertImageDtype(float)`` become ``dtype='float32'`` and a trailing ``Normalize`` the Loader's
-    ``normalize``; a ``RandomErasing`` after ``Normalize`` has its value converted to pixel units. Anything else
-    → ConfigError naming the first op trdata cannot run."""
+    ``normalize``; a ``RandomErasing`` after ``Normalize`` has its value converted to pixel units. timm's
+    pipelines (``timm.data.create_transform``) convert as well: ``RandomResizedCropAndInterpolation`` (any
+    interpolation, 'random' included), ``CenterCropOrPad`` with zero fill, ``MaybeToTensor``/
+    ``MaybePILToTensor``/``ToNumpy``, timm's RandAugment/AutoAugment/AugMix (:class:`TimmRandAugment`,
+    :class:`TimmAutoAugment`, :class:`TimmAugMix`) and its ``RandomErasing`` (:class:`TimmRandomErasing`, which
+    must follow ``Normalize``; README lists what round-trips). Anything else → ConfigError naming the first op
+    trdata cannot run."""
     if _depth > _MAX_CONVERT_DEPTH:
         raise _too_deep(t)
     ops = _flatten(t)
@@ -962,6 +1274,27 @@ def from_torchvision(t: Any, _depth: int = 0) -> Converted:
             if normalize is not None:
                 raise _refuse(op, pos, "it comes after Normalize (trdata normalizes in the final write)")
             out.append(_convert_container(op, name, pos, _depth))
+            continue
+        if _is_timm(op):
+            if name == "MaybeToTensor":
+                dtype = "float32"
+                continue
+            if name in ("MaybePILToTensor", "ToNumpy"):
+                dtype = "uint8"
+                continue
+            if name == "RandomErasing":
+                if normalize is None:
+                    raise _refuse(
+                        op, pos, "timm's RandomErasing works in normalized units: put it after Normalize"
+                    )
+                out.append(_convert_timm_erasing(op, normalize))
+                continue
+            if normalize is not None:
+                raise _refuse(op, pos, "it comes after Normalize (trdata normalizes in the final write)")
+            try:
+                out.append(_convert_timm(op, name))
+            except ConfigError as e:
+                raise _refuse(op, pos, str(e)) from None
             continue
         if name in ("ToTensor", "ToImage", "PILToTensor", "ToPureTensor"):
             dtype = "float32" if name == "ToTensor" else "uint8" if name != "ToPureTensor" else dtype
@@ -1114,3 +1447,143 @@ def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float
             op.fill,
         )
     raise KeyError(name)
+
+
+#: timm classes that have no trdata counterpart, with what to do instead.
+_TIMM_REFUSED = {
+    "ToTensor": "timm's unscaled ToTensor is not supported: use MaybePILToTensor (uint8) or MaybeToTensor",
+}
+
+
+def _timm_interpolation(v: Any) -> str:
+    """timm's interpolation (a torchvision InterpolationMode, a PIL filter, or the bilinear/bicubic tuple that
+    means 'random') → the name."""
+    if isinstance(v, (tuple, list)):
+        names = sorted(_timm_interpolation(x) for x in v)
+        if names == ["bicubic", "bilinear"]:
+            return "random"
+        raise ConfigError(
+            f"invalid interpolation: {_shown(v)} must be one filter or timm's (bilinear, bicubic)"
+        )
+    if hasattr(v, "value") and isinstance(v.value, str):
+        return str(v.value).lower()
+    return {0: "nearest", 2: "bilinear", 3: "bicubic"}.get(int(v), f"PIL filter {int(v)}")
+
+
+def _convert_timm(op: Any, name: str) -> Transform:
+    """A timm transform (before Normalize) → the trdata one; ConfigError saying why not."""
+    if name in _TIMM_REFUSED:
+        raise ConfigError(_TIMM_REFUSED[name])
+    if name == "RandomResizedCropAndInterpolation":
+        # 'random' (bilinear or bicubic per sample) is the core's per-sample filter choice.
+        interpolation = _timm_interpolation(op.interpolation)
+        return RandomResizedCrop(tuple(op.size), tuple(op.scale), tuple(op.ratio), interpolation, True)
+    if name == "ResizeKeepRatio":
+        if op.random_scale_prob > 0 or op.random_aspect_prob > 0:
+            raise ConfigError(
+                "its random scale/aspect (train_crop_mode='rkrc'/'rkrr') is not supported: use train_crop_mode='rrc'"
+            )
+        return TimmResizeKeepRatio(tuple(op.size), float(op.longest), _timm_interpolation(op.interpolation))
+    if name == "CenterCropOrPad":
+        fill = op.fill if _seq(op.fill) else [op.fill]
+        if op.padding_mode == "constant" and all(float(v) == 0 for v in fill):
+            return CenterCrop(
+                tuple(op.size)
+            )  # torchvision's CenterCrop pads with zeros the same way, and folds
+        return TimmCenterCropOrPad(tuple(op.size), op.fill, op.padding_mode)
+    if name == "RandAugment":
+        return _convert_timm_rand_augment(op)
+    if name == "AutoAugment":
+        steps = [o for sub in op.policy for o in sub]
+        prob, magnitude, *shared = _timm_shared(steps)
+        return TimmAutoAugment(
+            [[(o.name, float(o.prob), float(o.magnitude)) for o in sub] for sub in op.policy], *shared
+        )
+    if name == "AugMixAugment":
+        if op.blended:
+            raise ConfigError(
+                "blended=True (timm's 'b1', which timm itself calls not well tested) is not supported"
+            )
+        prob, magnitude, mstd, mmax, fill, interpolation, translate_pct = _timm_shared(
+            list(op.ops), same_level=True
+        )
+        return TimmAugMix(
+            tuple(o.name for o in op.ops), magnitude, float(op.alpha), op.width, op.depth, mstd, mmax, fill,
+            interpolation, translate_pct,
+        )  # fmt: skip
+    raise ConfigError("trdata has no such op (yet)")
+
+
+#: timm's op names trdata runs (src/augment/timm.rs TIMM_OPS).
+_TIMM_OP_NAMES = frozenset(TIMM_RAND_TRANSFORMS + TIMM_RAND_INCREASING_TRANSFORMS + ("PosterizeOriginal",))
+
+
+def _timm_shared(ops: list[Any], same_level: bool = True) -> tuple[Any, ...]:
+    """The parameters timm's ``AugmentOp`` list shares: (prob, magnitude, magnitude_std, magnitude_max, fill,
+    interpolation, translate_pct); ConfigError when an op is unknown to trdata or they differ."""
+    if not ops:
+        raise ConfigError("it has no ops")
+    for o in ops:
+        if type(o).__name__ != "AugmentOp":
+            raise ConfigError(f"{type(o).__name__} is not one of timm's AugmentOp")
+        if o.name not in _TIMM_OP_NAMES:
+            raise ConfigError(
+                f"timm's op {o.name!r} is not in trdata (it runs {', '.join(sorted(_TIMM_OP_NAMES))})"
+            )
+
+    def shared(o: Any) -> tuple[Any, ...]:
+        fill = o.kwargs["fillcolor"]
+        return (
+            o.magnitude_std,
+            o.magnitude_max,
+            tuple(fill) if _seq(fill) else fill,
+            _timm_interpolation(o.kwargs["resample"]),
+            o.hparams.get("translate_pct", 0.45),
+        )
+
+    if any(shared(o) != shared(ops[0]) for o in ops):
+        raise ConfigError("its ops must share one magnitude_std, magnitude_max, fill and interpolation")
+    mstd, mmax, fill, interpolation, translate_pct = shared(ops[0])
+    level = (ops[0].prob, ops[0].magnitude)
+    if same_level and any((o.prob, o.magnitude) != level for o in ops):
+        level = (math.nan, math.nan)  # AutoAugment: each step keeps its own; the caller does not use these
+    return (
+        float(level[0]), float(level[1]), float(mstd), float(mmax or 10.0), fill, interpolation, float(translate_pct)
+    )  # fmt: skip
+
+
+def _convert_timm_rand_augment(op: Any) -> TimmRandAugment:
+    ops = list(op.ops)
+    prob, magnitude, mstd, mmax, fill, interpolation, translate_pct = _timm_shared(ops)
+    if math.isnan(prob):
+        raise ConfigError("its ops must share one prob and magnitude")
+    return TimmRandAugment(
+        num_layers=op.num_layers,
+        magnitude=magnitude,
+        magnitude_std=mstd,
+        magnitude_max=mmax,
+        p=prob,
+        ops=tuple(o.name for o in ops),
+        fill=fill,
+        interpolation=interpolation,
+        translate_pct=translate_pct,
+        weights=None if op.choice_weights is None else tuple(float(v) for v in op.choice_weights),
+    )
+
+
+def _convert_timm_erasing(
+    op: Any, normalize: tuple[tuple[float, ...], tuple[float, ...]]
+) -> TimmRandomErasing:
+    lo, hi = op.log_aspect_ratio
+    return TimmRandomErasing(
+        probability=op.probability,
+        min_area=op.min_area,
+        max_area=op.max_area,
+        min_aspect=math.exp(lo),
+        max_aspect=math.exp(hi),
+        re_mode=op.mode or "const",
+        min_count=op.min_count,
+        max_count=op.max_count,
+        mean=normalize[0],
+        std=normalize[1],
+    )

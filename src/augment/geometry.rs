@@ -7,93 +7,17 @@
 //! `[lo, hi)` is the source span Pillow clamps its filter to: the whole image for Resize, the crop for
 //! RandomResizedCrop (torchvision crops first, then resizes the cropped image).
 //!
-//! Also here: a leading `RandomCrop` folded into the decode ([`Geometry::RandomCrop`], ROI only), and the
-//! stage-2 geometry — `Resize`, `CenterCrop`, `RandomResizedCrop` placed after a pixel op — run on the uint8
-//! image through the same resampler ([`apply_stage2`]).
+//! Also here: a leading `RandomCrop` folded into the decode ([`Geometry::RandomCrop`], ROI only). The filter,
+//! the axis type and torchvision's size/box rules live in [`super::resize`] (shared with the resampler and the
+//! op table); the geometric ops placed after a pixel op run in [`super::stage2`].
 
-use super::Layout;
-use super::kernels::{self, Frame, PadMode};
-use super::ops::{Drawn, OpScratch, OpSpec};
-use super::resample::{Job, OutputLut};
-use super::simd::{self, Simd};
+use super::kernels::PadMode;
+use super::ops::{Drawn, OpSpec};
+pub use super::resize::{Axis, Filter, RESIZE_INTERPOLATION, Resample, center_crop_start, resize_output_hw, rrc_draw};
 use super::{SampleKey, TransformSpec};
 use crate::error::{Result, TrdataError};
-use crate::param::{Choice, IntParam};
-use crate::rng::{OP_BASE, OP_HORIZONTAL_FLIP, OP_RANDOM_RESIZED_CROP, SampleRng};
-
-/// The resampling filter of the folded resize (torchvision's `interpolation` names; the fused path's reference is
-/// Pillow's `Image.resize` with that filter, as torchvision v2 runs it on PIL images).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Filter {
-    /// Pillow's NEAREST (`ImagingScaleAffine`: source pixel `(int)` of the running sum `0.5·scale + k·scale`).
-    Nearest,
-    /// Pillow's BILINEAR (triangle, support 1 scaled on downscale).
-    #[default]
-    Bilinear,
-    /// Pillow's BICUBIC (a = -0.5, support 2 scaled on downscale).
-    Bicubic,
-}
-
-/// The `interpolation` values of Resize and RandomResizedCrop.
-pub const RESIZE_INTERPOLATION: Choice<Filter> = Choice {
-    name: "interpolation",
-    values: &[("nearest", Filter::Nearest), ("bilinear", Filter::Bilinear), ("bicubic", Filter::Bicubic)],
-};
-
-/// How the folded resize resamples: the filter, and whether its support grows with the downscale factor
-/// (`antialias`, Pillow's behaviour and torchvision's default; without it a downscale aliases as
-/// `F.resize(tensor, antialias=False)` does).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Resample {
-    /// Filter.
-    pub filter: Filter,
-    /// Scale the support on downscale.
-    pub antialias: bool,
-}
-
-impl Default for Resample {
-    fn default() -> Self {
-        Resample { filter: Filter::Bilinear, antialias: true }
-    }
-}
-
-/// One dimension of a sample's geometry (see module docs).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Axis {
-    /// Output pixels along this axis.
-    pub out_n: usize,
-    /// Index, in the resized image, of output pixel 0 (negative when the crop is padded before the image).
-    pub start: i64,
-    /// Length of the resized image along this axis.
-    pub resized: i64,
-    /// Source pixels per resized pixel (`(hi - lo) / resized`).
-    pub scale: f64,
-    /// First source pixel of the filter's clamp span (original coordinates).
-    pub lo: i64,
-    /// End (exclusive) of the clamp span.
-    pub hi: i64,
-    /// The resampling filter.
-    pub resample: Resample,
-}
-
-impl Axis {
-    /// Output indices that come from the image (the rest is zero padding).
-    pub fn valid(&self) -> std::ops::Range<usize> {
-        let a = (-self.start).clamp(0, self.out_n as i64) as usize;
-        let b = (self.resized - self.start).clamp(a as i64, self.out_n as i64) as usize;
-        a..b
-    }
-
-    /// The same axis seen in a horizontally mirrored image (for flips that precede the crop).
-    fn mirrored(self, source_len: i64) -> Self {
-        Self {
-            start: self.resized - self.start - self.out_n as i64,
-            lo: source_len - self.hi,
-            hi: source_len - self.lo,
-            ..self
-        }
-    }
-}
+use crate::param::IntParam;
+use crate::rng::{OP_BASE, OP_HORIZONTAL_FLIP, OP_RANDOM_FILTER, OP_RANDOM_RESIZED_CROP, SampleRng};
 
 /// A sample's geometry: both axes + whether the output is flipped horizontally.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -150,6 +74,15 @@ pub enum Geometry {
         resize_h: u32,
         /// Resized width.
         resize_w: u32,
+        /// (height, width) of the centre crop, if any.
+        crop: Option<(usize, usize)>,
+    },
+    /// timm's `ResizeKeepRatio` (the sample's own output size), optionally followed by `CenterCrop`.
+    ResizeKeepRatio {
+        /// Target (height, width).
+        target: (u32, u32),
+        /// timm's `longest`, in [0, 1].
+        longest: f64,
         /// (height, width) of the centre crop, if any.
         crop: Option<(usize, usize)>,
     },
@@ -214,6 +147,7 @@ pub fn name(t: &TransformSpec) -> &'static str {
         TransformSpec::ResizeShorter { .. } => "Resize(int)",
         TransformSpec::ResizeExact { .. } => "Resize((h, w))",
         TransformSpec::CenterCrop { .. } => "CenterCrop",
+        TransformSpec::ResizeKeepRatio { .. } => "ResizeKeepRatio",
         TransformSpec::RandomHorizontalFlip { .. } => "RandomHorizontalFlip",
         TransformSpec::Resampled { inner, .. } => name(inner),
     }
@@ -227,6 +161,8 @@ const SCALE: &str = "scale";
 const RATIO: &str = "ratio";
 /// RandomHorizontalFlip's `p` (probability).
 const P: &str = "p";
+/// ResizeKeepRatio's `longest` (which side meets the target).
+const LONGEST: &str = "longest";
 
 /// Where in the list an op sits, for messages: `RandomResizedCrop at transforms[0]`.
 fn whence(t: &TransformSpec, pos: usize) -> String {
@@ -258,7 +194,8 @@ fn check_range(param: &str, t: &TransformSpec, pos: usize, (lo, hi): (f64, f64),
 }
 
 const SUPPORTED: &str = "supported lists (RandomHorizontalFlip allowed anywhere): [RandomResizedCrop], \
-[Resize(int), CenterCrop], [Resize((h, w))], [Resize((h, w)), CenterCrop], [CenterCrop]";
+[Resize(int), CenterCrop], [Resize((h, w))], [Resize((h, w)), CenterCrop], [CenterCrop], \
+[ResizeKeepRatio, CenterCrop] (timm's)";
 
 /// Validate a transform list and compile it. Errors name the offending parameter.
 pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
@@ -275,6 +212,7 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
                     TransformSpec::RandomResizedCrop { .. }
                         | TransformSpec::ResizeShorter { .. }
                         | TransformSpec::ResizeExact { .. }
+                        | TransformSpec::ResizeKeepRatio { .. }
                 ) {
                     return Err(TrdataError::config(
                         "interpolation",
@@ -318,6 +256,16 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
                 check_size(t, pos, &[shorter])?;
                 geo.push((pos, t));
             }
+            TransformSpec::ResizeKeepRatio { height, width, longest } => {
+                check_size(t, pos, &[height, width])?;
+                if !(0.0..=1.0).contains(&longest) {
+                    return Err(TrdataError::config(
+                        LONGEST,
+                        format!("{longest} must be in [0, 1] ({})", whence(t, pos)),
+                    ));
+                }
+                geo.push((pos, t));
+            }
             TransformSpec::ResizeExact { height, width } | TransformSpec::CenterCrop { height, width } => {
                 check_size(t, pos, &[height, width])?;
                 geo.push((pos, t));
@@ -356,6 +304,20 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
         [(p, TransformSpec::Op(op @ OpSpec::RandomCrop { .. }))] => {
             (Geometry::RandomCrop { op: op.clone(), pos: *p }, *p)
         }
+        [(_, TransformSpec::ResizeKeepRatio { height, width, longest })] => {
+            (Geometry::ResizeKeepRatio { target: (*height, *width), longest: *longest, crop: None }, usize::MAX)
+        }
+        [
+            (_, TransformSpec::ResizeKeepRatio { height, width, longest }),
+            (p, TransformSpec::CenterCrop { height: ch, width: cw }),
+        ] => (
+            Geometry::ResizeKeepRatio {
+                target: (*height, *width),
+                longest: *longest,
+                crop: Some((*ch as usize, *cw as usize)),
+            },
+            *p,
+        ),
         [] => {
             return Err(TrdataError::config(
                 super::TRANSFORMS,
@@ -423,6 +385,8 @@ impl CompiledTransforms {
             Geometry::ResizeExact { crop: Some((h, w)), .. } => (h, w),
             Geometry::ResizeExact { resize_h, resize_w, crop: None } => (resize_h as usize, resize_w as usize),
             Geometry::RandomCrop { ref op, .. } => return op.output_hw(None),
+            Geometry::ResizeKeepRatio { crop: Some((h, w)), .. } => (h, w),
+            Geometry::ResizeKeepRatio { crop: None, .. } => return None,
         })
     }
 
@@ -489,12 +453,35 @@ impl CompiledTransforms {
                 let axis = |len: i64, start: i64, out_n: usize| Axis { start, ..resize_crop_axis(len, len, out_n) };
                 (axis(w, left, ow), axis(h, top, oh), false)
             }
+            Geometry::ResizeKeepRatio { target, longest, crop } => {
+                let (rw, rh) = resize_keep_ratio(width, height, target, longest);
+                let (oh, ow) = crop.unwrap_or((rh as usize, rw as usize));
+                (resize_crop_axis(w, rw, ow), resize_crop_axis(h, rh, oh), pillow_vertical_first(w, h, rw, rh))
+            }
         };
         let x = if mirror_crop { x.mirrored(w) } else { x };
         let y = if mirror_rows { y.mirrored(h) } else { y };
-        let (x, y) = (Axis { resample: self.resample, ..x }, Axis { resample: self.resample, ..y });
+        // timm's per-sample `random.choice((BILINEAR, BICUBIC))`.
+        let resample = match self.resample.filter {
+            Filter::Random => {
+                let pick = SampleRng::new(key.seed, key.epoch, key.index, OP_RANDOM_FILTER).below(2);
+                Resample { filter: if pick == 0 { Filter::Bilinear } else { Filter::Bicubic }, ..self.resample }
+            }
+            _ => self.resample,
+        };
+        let (x, y) = (Axis { resample, ..x }, Axis { resample, ..y });
         SamplePlan { x, y, flip, vflip, vertical_first }
     }
+}
+
+/// timm's `ResizeKeepRatio.get_params` without the random factors: (w, h) = `round(side / ratio)` (Python's
+/// half-to-even) with `ratio = max(h/th, w/tw)·longest + min(h/th, w/tw)·(1 - longest)`, each side at least 1 and
+/// at most 65,536 (timm would allocate whatever a sliver image asks for; trdata bounds the resized image).
+pub fn resize_keep_ratio(width: u32, height: u32, (th, tw): (u32, u32), longest: f64) -> (i64, i64) {
+    let (rh, rw) = (f64::from(height) / f64::from(th), f64::from(width) / f64::from(tw));
+    let ratio = rh.max(rw) * longest + rh.min(rw) * (1.0 - longest);
+    let side = |x: u32| ((f64::from(x) * 1.0 / ratio).round_ties_even() as i64).clamp(1, SIZE.max as i64);
+    (side(width), side(height))
 }
 
 /// torchvision `Resize(int)` output size (w, h): shorter side = `s`, longer = `int(s * long / short)`.
@@ -503,17 +490,6 @@ pub fn resize_shorter(width: u32, height: u32, s: u32) -> (i64, i64) {
     let new_long = (f64::from(s) * f64::from(long) / f64::from(short)) as i64;
     let s = i64::from(s);
     if width <= height { (s, new_long) } else { (new_long, s) }
-}
-
-/// torchvision CenterCrop offset of a crop of `crop` pixels in an image of `len` pixels: `int(round((len - crop)
-/// / 2.0))` when the crop fits; otherwise the image is padded by `(crop - len) // 2` before it (offset negative).
-pub fn center_crop_start(len: i64, crop: i64) -> i64 {
-    if crop > len {
-        -((crop - len) / 2)
-    } else {
-        // Python's round() rounds halves to even.
-        ((len - crop) as f64 / 2.0).round_ties_even() as i64
-    }
 }
 
 fn resize_crop_axis(source_len: i64, resized: i64, out_n: usize) -> Axis {
@@ -551,167 +527,4 @@ pub fn rrc_params(
 ) -> (i64, i64, i64, i64) {
     let mut rng = SampleRng::new(key.seed, key.epoch, key.index, OP_RANDOM_RESIZED_CROP);
     rrc_draw(&mut rng, width, height, scale, log_ratio, ratio)
-}
-
-/// torchvision `RandomResizedCrop.get_params` → (top, left, height, width) for a `width × height` image, drawing
-/// from `rng` (the folded prefix's stream, or a stage-2 op's own).
-pub fn rrc_draw(
-    rng: &mut SampleRng,
-    width: u32,
-    height: u32,
-    scale: (f64, f64),
-    log_ratio: (f64, f64),
-    ratio: (f64, f64),
-) -> (i64, i64, i64, i64) {
-    let (wf, hf) = (f64::from(width), f64::from(height));
-    let (w_i, h_i) = (i64::from(width), i64::from(height));
-    let area = wf * hf;
-    for _ in 0..10 {
-        let target_area = area * rng.uniform_range(scale.0, scale.1);
-        let aspect = rng.uniform_range(log_ratio.0, log_ratio.1).exp();
-        let w = (target_area * aspect).sqrt().round_ties_even() as i64;
-        let h = (target_area / aspect).sqrt().round_ties_even() as i64;
-        if 0 < w && w <= w_i && 0 < h && h <= h_i {
-            let top = rng.below((h_i - h + 1) as u64) as i64;
-            let left = rng.below((w_i - w + 1) as u64) as i64;
-            return (top, left, h, w);
-        }
-    }
-    // Fallback: central crop with the aspect ratio clamped to `ratio`.
-    let in_ratio = wf / hf;
-    let (w, h) = if in_ratio < ratio.0.min(ratio.1) {
-        (w_i, ((wf / ratio.0.min(ratio.1)).round_ties_even() as i64).clamp(1, h_i))
-    } else if in_ratio > ratio.0.max(ratio.1) {
-        (((hf * ratio.0.max(ratio.1)).round_ties_even() as i64).clamp(1, w_i), h_i)
-    } else {
-        (w_i, h_i)
-    };
-    ((h_i - h) / 2, (w_i - w) / 2, h, w)
-}
-
-/// torchvision's `Resize` output size `(h, w)` for a shorter-side `size` and optional `max_size`
-/// (`_compute_resized_output_size`: the longer side truncated, then capped to `max_size` with the shorter side
-/// scaled by the same factor, truncated).
-pub fn resize_output_hw((h, w): (usize, usize), size: u32, max_size: Option<u32>) -> (usize, usize) {
-    let (short, long) = if w <= h { (w, h) } else { (h, w) };
-    let mut new_short = f64::from(size);
-    let mut new_long = (new_short * long as f64 / short as f64).trunc();
-    if let Some(m) = max_size.map(f64::from)
-        && new_long > m
-    {
-        new_short = (m * new_short / new_long).trunc();
-        new_long = m;
-    }
-    // Sizes stay ≥ 1 (a 1 × 100000 image under max_size would truncate to 0, which torch refuses; trdata keeps
-    // one pixel instead of failing the sample).
-    let (s, l) = ((new_short as usize).max(1), (new_long as usize).max(1));
-    if w <= h { (l, s) } else { (s, l) }
-}
-
-/// Run a stage-2 geometric op (`Resize`, `CenterCrop`, `RandomResizedCrop` after a pixel op) on the uint8 image,
-/// with torchvision v2's semantics on uint8 tensors: CenterCrop pads with zeros where the crop is larger and
-/// takes the banker's-rounded centre; Resize and RandomResizedCrop resample through the fused pass's own kernels
-/// (`resample.rs`, Pillow's coefficients, horizontal pass first as torch's uint8 kernel) — torch quantises the
-/// same weights to ≤ 15 bits where Pillow uses 22, so about 1–2 % of pixels differ by ±1; `bicubic` with
-/// `antialias=False` is torch's a = -0.75 kernel there but Pillow's a = -0.5 here (PSNR, not ±1). `nearest` is
-/// torch's tensor rule (`floor(dst · in/out)` in f32), exactly.
-pub fn apply_stage2(op: &OpSpec, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch) {
-    let (h, w) = (frame.h, frame.w);
-    match (op, drawn) {
-        (OpSpec::CenterCrop { height, width }, _) => {
-            let (oh, ow) = (*height as usize, *width as usize);
-            let y0 = center_crop_start(h as i64, oh as i64) as isize;
-            let x0 = center_crop_start(w as i64, ow as i64) as isize;
-            let n = h * w * frame.c;
-            kernels::pad_crop(
-                &frame.buf[..n],
-                (h, w, frame.c),
-                &mut scratch.spare,
-                (oh, ow),
-                (y0, x0),
-                PadMode::Constant,
-                &[0; 3],
-            );
-            std::mem::swap(&mut frame.buf, &mut scratch.spare);
-            (frame.h, frame.w) = (oh, ow);
-        }
-        (OpSpec::Resize { resample, .. }, _) => {
-            let out = op.output_hw(Some((h, w))).unwrap_or((h, w));
-            resize_box(frame, scratch, (0, 0, h, w), out, *resample);
-        }
-        (OpSpec::RandomResizedCrop { height, width, resample, .. }, Drawn::Box { top, left, h: ch, w: cw }) => {
-            let b = (*top as usize, *left as usize, *ch as usize, *cw as usize);
-            resize_box(frame, scratch, b, (*height as usize, *width as usize), *resample);
-        }
-        (op, drawn) => unreachable!("{} was drawn {drawn:?}, which its sample() never returns", op.name()),
-    }
-}
-
-/// Crop `(top, left, h, w)` of `frame` and resize it to `(oh, ow)` into the spare buffer, then swap.
-fn resize_box(
-    frame: &mut Frame,
-    scratch: &mut OpScratch,
-    (top, left, bh, bw): (usize, usize, usize, usize),
-    (oh, ow): (usize, usize),
-    resample: Resample,
-) {
-    let c = frame.c;
-    let (h, w) = (frame.h, frame.w);
-    let n_out = oh * ow * c;
-    scratch.spare.clear();
-    scratch.spare.resize(n_out, 0);
-    if resample.filter == Filter::Nearest {
-        // torch's uint8 "nearest": src = min(floor(f32(dst) · f32(in / out)), in - 1).
-        let sy = (bh as f64 / oh as f64) as f32;
-        let sx = (bw as f64 / ow as f64) as f32;
-        let stride = w * c;
-        for oy in 0..oh {
-            let y = top + (((oy as f32) * sy).floor() as usize).min(bh - 1);
-            let src = &frame.buf[y * stride..(y + 1) * stride];
-            let dst = &mut scratch.spare[oy * ow * c..(oy + 1) * ow * c];
-            for ox in 0..ow {
-                let x = left + (((ox as f32) * sx).floor() as usize).min(bw - 1);
-                dst[ox * c..(ox + 1) * c].copy_from_slice(&src[x * c..(x + 1) * c]);
-            }
-        }
-    } else {
-        let ax = |lo: usize, len: usize, out_n: usize| Axis {
-            out_n,
-            start: 0,
-            resized: out_n as i64,
-            scale: len as f64 / out_n as f64,
-            lo: lo as i64,
-            hi: (lo + len) as i64,
-            resample,
-        };
-        let r = &mut scratch.resize;
-        r.x.compute(&ax(left, bw, ow), 8, w as u32, w as u32, false);
-        r.y.compute(&ax(top, bh, oh), 8, h as u32, h as u32, false);
-        simd::resample(
-            Simd::detect(),
-            Job {
-                pixels: &frame.buf[..h * w * c],
-                stride: w * c,
-                region_x0: 0,
-                region_y0: 0,
-                src_channels: c,
-                out_channels: c,
-                window: &mut r.window,
-                x: &mut r.x,
-                y: &mut r.y,
-                inter: &mut r.inter,
-                wide: &mut r.wide,
-                row: &mut r.row,
-                lut: &OutputLut::U8,
-                layout: Layout::Nhwc,
-                out_w: ow,
-                out_h: oh,
-                // torch's uint8 kernel runs the horizontal pass first.
-                vertical_first: false,
-                dst: &mut scratch.spare[..n_out],
-            },
-        );
-    }
-    std::mem::swap(&mut frame.buf, &mut scratch.spare);
-    (frame.h, frame.w) = (oh, ow);
 }

@@ -89,7 +89,7 @@ pub fn saturation(img: &mut ImageMut<'_>, factor: f64) {
         return;
     }
     let (r, om) = blend_factors(factor);
-    super::simd::saturation((&mut *img.data, r, om));
+    dispatch::saturation((&mut *img.data, r, om));
 }
 
 #[inline(always)]
@@ -120,7 +120,7 @@ pub fn contrast(img: &mut ImageMut<'_>, factor: f64) {
         return;
     }
     let sum: u64 =
-        if img.c == 3 { super::simd::gray_sum((&*img.data,)) } else { img.data.iter().map(|&v| u64::from(v)).sum() };
+        if img.c == 3 { dispatch::gray_sum((&*img.data,)) } else { img.data.iter().map(|&v| u64::from(v)).sum() };
     let mean = (sum as f64 / n as f64) as f32;
     let (r, om) = blend_factors(factor);
     let t = lut(|x| blend(x, mean, r, om));
@@ -158,7 +158,7 @@ pub fn hue(img: &mut ImageMut<'_>, hue_factor: f64) {
         return;
     }
     let hf = hue_factor as f32;
-    super::simd::hue((&mut *img.data, hf));
+    dispatch::hue((&mut *img.data, hf));
 }
 
 #[inline(always)]
@@ -255,7 +255,7 @@ pub fn grayscale(img: &mut ImageMut<'_>) {
     if img.c != 3 {
         return;
     }
-    super::simd::grayscale((&mut *img.data,));
+    dispatch::grayscale((&mut *img.data,));
 }
 
 #[inline(always)]
@@ -415,7 +415,7 @@ pub fn sharpness(img: &mut ImageMut<'_>, src: &mut Vec<u8>, factor: f64) {
     src.clear();
     src.extend_from_slice(img.data);
     let om = (1.0 - factor) as f32;
-    super::simd::sharpness((&mut *img.data, &src[..], (h, w, c), om));
+    dispatch::sharpness((&mut *img.data, &src[..], (h, w, c), om));
 }
 
 /// [`sharpness`]'s interior: per row, the nine neighbour rows as slices of the interior's length, so the loop
@@ -490,7 +490,7 @@ pub fn gaussian_blur(img: &mut ImageMut<'_>, tmp: &mut Vec<f32>, kx: &[f32], ky:
     let padded = (w + 2 * (kx.len() / 2)) * c;
     tmp.clear();
     tmp.resize(h * stride + padded + stride, 0.0);
-    super::simd::gaussian_blur((&mut *img.data, &mut tmp[..], (h, w, c), kx, ky));
+    dispatch::gaussian_blur((&mut *img.data, &mut tmp[..], (h, w, c), kx, ky));
 }
 
 /// [`gaussian_blur_body`]'s arguments: image bytes, scratch, (h, w, c), horizontal and vertical taps.
@@ -543,7 +543,7 @@ pub(super) fn gaussian_blur_body((data, tmp, (h, w, c), kx, ky): BlurArgs<'_>) {
 pub fn gaussian_noise(img: &mut ImageMut<'_>, rng: &mut SampleRng, (mean, sigma): (f64, f64), clip: bool) {
     let mut stream = normal::NormalStream::new(rng);
     let (m, s) = ((mean * 255.0) as f32, (sigma * 255.0) as f32);
-    super::simd::gaussian_noise((&mut *img.data, &mut stream, (m, s), clip));
+    dispatch::gaussian_noise((&mut *img.data, &mut stream, (m, s), clip));
 }
 
 #[inline(always)]
@@ -567,7 +567,7 @@ pub(super) fn gaussian_noise_body(
 pub fn erase_random(img: &mut ImageMut<'_>, (top, left, eh, ew): (usize, usize, usize, usize), rng: &mut SampleRng) {
     let mut stream = normal::NormalStream::new(rng);
     let (c, stride) = (img.c, img.w * img.c);
-    super::simd::erase_random((&mut *img.data, &mut stream, (top, left * c, eh, ew * c), stride));
+    dispatch::erase_random((&mut *img.data, &mut stream, (top, left * c, eh, ew * c), stride));
 }
 
 #[inline(always)]
@@ -703,6 +703,34 @@ impl Frame {
     pub fn view(&mut self) -> ImageMut<'_> {
         let n = self.h * self.w * self.c;
         ImageMut { data: &mut self.buf[..n], h: self.h, w: self.w, c: self.c }
+    }
+}
+
+/// The kernels' dispatchers ([`super::simd`]'s `kernels!`): each runs its `_body` on the CPU's best path.
+// The macro's `#[target_feature]` copy and its call are written (with their SAFETY comments) in simd.rs; only the
+// expansion lands here, next to the bodies it inlines.
+#[allow(unsafe_code)]
+mod dispatch {
+    use super as k;
+
+    super::super::simd::kernels! {
+        /// [`k::saturation`]'s pixel loop.
+        saturation => k::saturation_body, (&mut [u8], f32, f32) => ();
+        /// [`k::contrast`]'s Σ gray.
+        gray_sum => k::gray_sum, (&[u8],) => u64;
+        /// [`k::grayscale`]'s pixel loop.
+        grayscale => k::grayscale_body, (&mut [u8],) => ();
+        /// [`k::sharpness`]'s interior.
+        sharpness => k::sharpness_body, (&mut [u8], &[u8], (usize, usize, usize), f32) => ();
+        /// [`k::gaussian_blur`]'s passes.
+        gaussian_blur => k::gaussian_blur_body, k::BlurArgs<'_> => ();
+        /// [`k::gaussian_noise`]'s byte loop (normal generation included).
+        gaussian_noise => k::gaussian_noise_body, (&mut [u8], &mut k::normal::NormalStream, (f32, f32), bool) => ();
+        /// [`k::erase_random`]'s byte loop (normal generation included).
+        erase_random => k::erase_random_body,
+            (&mut [u8], &mut k::normal::NormalStream, (usize, usize, usize, usize), usize) => ();
+        /// [`k::hue`]'s pixel loop.
+        hue => k::hue_body, (&mut [u8], f32) => ();
     }
 }
 

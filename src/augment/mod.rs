@@ -37,9 +37,13 @@ pub mod program;
 #[cfg(test)]
 mod program_tests;
 mod resample;
+pub mod resize;
 mod simd;
+pub mod site;
+mod stage2;
 #[cfg(test)]
 mod tests;
+pub mod timm;
 pub mod views;
 pub mod warp;
 
@@ -77,6 +81,17 @@ pub enum TransformSpec {
         height: u32,
         /// Output width.
         width: u32,
+    },
+    /// timm's `ResizeKeepRatio(size, longest)` without its random scale/aspect: both sides divided by
+    /// `ratio = max(h/th, w/tw)·longest + min(h/th, w/tw)·(1 - longest)` and rounded half-to-even (so the output
+    /// size is the sample's own unless a `CenterCrop` or a later crop fixes it).
+    ResizeKeepRatio {
+        /// Target height `th`.
+        height: u32,
+        /// Target width `tw`.
+        width: u32,
+        /// 0: the shorter side (relative to the target) meets it; 1: the longer one; in between, a mix.
+        longest: f64,
     },
     /// Center crop `height`×`width` (torchvision `CenterCrop`).
     CenterCrop {

@@ -14,10 +14,11 @@
 //! Adding an op (the later geometric ops, the policies' building blocks): a variant here, its `check`, `sample`
 //! and `apply` arms; a policy calls [`apply`] with a `Drawn` it builds from its magnitude tables.
 
-use super::geometry::{self, Resample};
 pub use super::kernels::Frame;
 use super::kernels::{self, PadMode};
 use super::policy::{self, AA_POLICY, PolicyKind, PolicyScratch, WarpStyle};
+use super::resize::{self, Resample};
+use super::timm::{self, ERASE_MODE, TIMM_INTERPOLATION, TIMM_OPS, TimmKind, TimmOp, TimmPolicy, TimmRandomErasing};
 use super::warp::{self, Interp, WARP_INTERPOLATION};
 use crate::error::{Result, TrdataError};
 use crate::param::Choice;
@@ -99,69 +100,7 @@ pub const MAX_POLICY_OPS: u32 = 1000;
 /// The most magnitude bins (RandAugment/TrivialAugmentWide tables are built per sample from this).
 pub const MAX_MAGNITUDE_BINS: u32 = 1000;
 
-/// The most ops a container (`RandomApply`, `RandomChoice`, `RandomOrder`) may hold: an inner position takes 6
-/// bits of its stream id ([`Site::stream`]).
-pub const MAX_CONTAINER_OPS: usize = 64;
-/// How deep containers may nest (a container in a container in a container): each level takes 6 bits of the
-/// stream id.
-pub const MAX_NESTING: usize = 3;
-/// The list positions a container may sit at (10 bits of its inner ops' stream ids).
-pub const MAX_CONTAINER_POSITION: usize = 1024;
-
-/// Where an op sits in the user's list: its position, and for an op inside containers the inner positions
-/// (`transforms[3].transforms[1]`). Names the op in messages and picks its random stream ([`Site::stream`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Site {
-    /// Top-level position, then the inner position at each nesting level.
-    path: [u32; MAX_NESTING + 1],
-    /// Nesting levels below the top (0: a top-level op).
-    depth: u8,
-}
-
-impl Site {
-    /// The op at list position `pos`.
-    pub fn top(pos: usize) -> Self {
-        Self { path: [pos as u32, 0, 0, 0], depth: 0 }
-    }
-
-    /// Inner op `i` of the container at `self` (the caller, [`OpSpec::check_at`], keeps `depth < MAX_NESTING`
-    /// and `i < MAX_CONTAINER_OPS`; past them the path saturates instead of indexing out of bounds).
-    pub fn child(self, i: usize) -> Self {
-        let d = (usize::from(self.depth) + 1).min(MAX_NESTING);
-        let mut path = self.path;
-        path[d] = i.min(MAX_CONTAINER_OPS - 1) as u32;
-        Self { path, depth: d as u8 }
-    }
-
-    /// Nesting levels below the top.
-    pub fn depth(self) -> usize {
-        usize::from(self.depth)
-    }
-
-    /// The op's stream id (the `op` word of [`SampleRng::new`]): `OP_BASE + pos` at the top level (as before
-    /// containers existed); inside containers `depth << 28 | pos << 18 | i1 << 12 | i2 << 6 | i3` — depth 1..=3
-    /// in the top nibble, pos < [`MAX_CONTAINER_POSITION`] and each inner position < [`MAX_CONTAINER_OPS`]
-    /// (checked by [`OpSpec::check_at`]), so two sites never share a stream, and none meets `OP_BASE + pos`
-    /// (below `1 << 28` for any list a machine can hold) or rng.rs's fixed ids (top nibble 4 or 5). A sample's
-    /// pixels thus stay a function of (seed, epoch, index, op position) with nested ops included.
-    pub fn stream(self) -> u32 {
-        if self.depth == 0 {
-            return crate::rng::OP_BASE.wrapping_add(self.path[0]);
-        }
-        let [p, a, b, c] = self.path;
-        (u32::from(self.depth) << 28) | (p << 18) | (a << 12) | (b << 6) | c
-    }
-}
-
-impl std::fmt::Display for Site {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "transforms[{}]", self.path[0])?;
-        for i in &self.path[1..=usize::from(self.depth)] {
-            write!(f, ".transforms[{i}]")?;
-        }
-        Ok(())
-    }
-}
+pub use super::site::{MAX_CONTAINER_OPS, MAX_CONTAINER_POSITION, MAX_NESTING, Site};
 
 /// Defaults of the geometric ops' and policies' parameters (torchvision v2's), exported in `_core.DEFAULTS`
 /// (the one place each is written; python/trdata/transforms.py reads them).
@@ -387,7 +326,7 @@ pub enum OpSpec {
         fill: Option<Vec<f64>>,
     },
     /// `Resize(size, interpolation, max_size, antialias)` on the uint8 image (stage 2: after a pixel op, or with
-    /// `max_size`), with torchvision v2's semantics on uint8 tensors ([`geometry::resize_output_hw`] for the size).
+    /// `max_size`), with torchvision v2's semantics on uint8 tensors ([`resize::resize_output_hw`] for the size).
     Resize {
         /// Shorter side or exact (height, width).
         size: ResizeTo,
@@ -437,6 +376,23 @@ pub enum OpSpec {
         /// The inner ops.
         transforms: Vec<OpSpec>,
     },
+    /// timm's RandAugment (`rand-m9-mstd0.5-inc1`…), AutoAugment or AugMix with Pillow's op implementations
+    /// (see [`super::timm`]).
+    TimmPolicy(TimmPolicy),
+    /// timm's `CenterCropOrPad(size, fill, padding_mode)`: pad the short dimensions by `(size - side) // 2`
+    /// before (the rest after) with `fill`/`mode`, then crop the centre (`round((side - size) / 2)`, half to even).
+    CenterCropOrPad {
+        /// Output height.
+        height: u32,
+        /// Output width.
+        width: u32,
+        /// Constant fill (pixel units).
+        fill: Vec<f64>,
+        /// Padding mode.
+        mode: PadMode,
+    },
+    /// timm's `RandomErasing` (count, normalized-space fills; see [`super::timm::TimmRandomErasing`]).
+    TimmRandomErasing(TimmRandomErasing),
 }
 
 /// What a stage-2 `Resize` resizes to (torchvision's `size`).
@@ -665,7 +621,7 @@ fn check_inner(transforms: &[OpSpec], op: &str, pos: Site) -> Result<()> {
     if pos.depth() >= MAX_NESTING {
         return Err(bad(TRANSFORMS, op, &format!("be nested at most {MAX_NESTING} containers deep"), op, pos));
     }
-    if pos.path[0] as usize >= MAX_CONTAINER_POSITION {
+    if pos.position() >= MAX_CONTAINER_POSITION {
         return Err(bad(
             TRANSFORMS,
             op,
@@ -731,6 +687,9 @@ impl OpSpec {
                 PolicyKind::TrivialAugmentWide { .. } => "TrivialAugmentWide",
                 PolicyKind::AugMix { .. } => "AugMix",
             },
+            OpSpec::TimmPolicy(spec) => spec.name(),
+            OpSpec::TimmRandomErasing(_) => "timm RandomErasing",
+            OpSpec::CenterCropOrPad { .. } => "CenterCropOrPad",
         }
     }
 
@@ -995,6 +954,14 @@ impl OpSpec {
                 }
                 check_opt_fill(fill, op, pos)
             }
+            OpSpec::TimmPolicy(spec) => spec.check(pos),
+            OpSpec::TimmRandomErasing(spec) => spec.check(op, pos),
+            OpSpec::CenterCropOrPad { height, width, fill, .. } => {
+                if !(1..=MAX_SIDE).contains(height) || !(1..=MAX_SIDE).contains(width) {
+                    return Err(bad(SIZE, format!("({height}, {width})"), &format!("be in 1..={MAX_SIDE}"), op, pos));
+                }
+                check_fill(fill, op, pos)
+            }
         }
     }
 
@@ -1006,11 +973,12 @@ impl OpSpec {
                 hw.map(|(h, w)| (h + *t as usize + *b as usize, w + *l as usize + *r as usize))
             }
             OpSpec::RandomCrop { height, width, .. }
+            | OpSpec::CenterCropOrPad { height, width, .. }
             | OpSpec::CenterCrop { height, width }
             | OpSpec::RandomResizedCrop { height, width, .. }
             | OpSpec::Resize { size: ResizeTo::Exact(height, width), .. } => Some((*height as usize, *width as usize)),
             OpSpec::Resize { size: ResizeTo::Shorter(s), max_size, .. } => {
-                hw.map(|hw| geometry::resize_output_hw(hw, *s, *max_size))
+                hw.map(|hw| resize::resize_output_hw(hw, *s, *max_size))
             }
             OpSpec::RandomRotation { expand: true, .. } => None,
             // Containers: the size every branch gives ([`OpSpec::output_hw_at`] refuses lists where they differ).
@@ -1128,7 +1096,7 @@ impl OpSpec {
     /// than the padded image), naming the op.
     pub fn sample(&self, rng: &mut SampleRng, (h, w, _c): (usize, usize, usize)) -> std::result::Result<Drawn, String> {
         Ok(match self {
-            OpSpec::Pad { .. } => Drawn::Apply,
+            OpSpec::Pad { .. } | OpSpec::CenterCropOrPad { .. } => Drawn::Apply,
             OpSpec::RandomCrop { height, width, padding, pad_if_needed, .. } => {
                 let [mut pl, mut pt, mut pr, mut pb] = padding.map(|v| v as usize);
                 let (mut ph, mut pw) = (h + pt + pb, w + pl + pr);
@@ -1234,7 +1202,7 @@ impl OpSpec {
                 Drawn::Perspective([tl[0], tl[1], tr[0], tr[1], br[0], br[1], bl[0], bl[1]])
             }
             // A policy decides while it runs (no per-sample list); `trace` shows its decisions.
-            OpSpec::Policy { .. } => Drawn::Apply,
+            OpSpec::Policy { .. } | OpSpec::TimmPolicy(_) | OpSpec::TimmRandomErasing(_) => Drawn::Apply,
             // torchvision returns the image untouched when the size would not change (no resampling at all).
             OpSpec::Resize { .. } | OpSpec::CenterCrop { .. } => {
                 if self.output_hw(Some((h, w))) == Some((h, w)) {
@@ -1245,7 +1213,7 @@ impl OpSpec {
             }
             OpSpec::RandomResizedCrop { scale, ratio, .. } => {
                 let log_ratio = (ratio.0.ln(), ratio.1.ln());
-                let (top, left, ch, cw) = geometry::rrc_draw(rng, w as u32, h as u32, *scale, log_ratio, *ratio);
+                let (top, left, ch, cw) = resize::rrc_draw(rng, w as u32, h as u32, *scale, log_ratio, *ratio);
                 Drawn::Box { top: top as u32, left: left as u32, h: ch as u32, w: cw as u32 }
             }
             OpSpec::RandomApply { p, .. } => gated(rng, *p, Drawn::Apply),
@@ -1283,6 +1251,12 @@ impl OpSpec {
     pub fn trace(&self, rng: &mut SampleRng, hwc: (usize, usize, usize)) -> std::result::Result<Vec<f64>, String> {
         match self {
             OpSpec::Policy { kind, .. } => Ok(policy::trace(kind, rng, (hwc.0, hwc.1))),
+            OpSpec::TimmPolicy(spec) => Ok(timm::trace(spec, rng)),
+            OpSpec::TimmRandomErasing(spec) => {
+                let mut out = Vec::new();
+                timm::erase(spec, None, (hwc.0, hwc.1), rng, |b| out.extend(b.map(|v| v as f64)));
+                Ok(out)
+            }
             _ => self.sample(rng, hwc).map(|d| d.to_vec()),
         }
     }
@@ -1300,6 +1274,8 @@ pub struct OpScratch {
     pub policy: PolicyScratch,
     /// The stage-2 resizes' taps and intermediates.
     pub(crate) resize: super::resample::ResampleScratch,
+    /// timm's policies' buffers.
+    pub timm: timm::TimmScratch,
 }
 
 impl OpScratch {
@@ -1344,6 +1320,24 @@ pub fn apply(op: &OpSpec, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScra
                 *mode,
                 &fill_bytes(fill),
             );
+            std::mem::swap(&mut frame.buf, &mut scratch.spare);
+            (frame.h, frame.w) = (oh, ow);
+        }
+        (OpSpec::CenterCropOrPad { height, width, fill, mode }, _) => {
+            // timm's center_crop_or_pad: a padded dimension starts `(size - side) // 2` before the image; a cropped
+            // one at `round((side - size) / 2)`.
+            let start = |side: usize, size: usize| -> isize {
+                if size > side {
+                    -(((size - side) / 2) as isize)
+                } else {
+                    ((side - size) as f64 / 2.0).round_ties_even() as isize
+                }
+            };
+            let (oh, ow) = (*height as usize, *width as usize);
+            let n = frame.h * frame.w * frame.c;
+            let origin = (start(frame.h, oh), start(frame.w, ow));
+            let hwc = (frame.h, frame.w, frame.c);
+            kernels::pad_crop(&frame.buf[..n], hwc, &mut scratch.spare, (oh, ow), origin, *mode, &fill_bytes(fill));
             std::mem::swap(&mut frame.buf, &mut scratch.spare);
             (frame.h, frame.w) = (oh, ow);
         }
@@ -1423,10 +1417,15 @@ pub fn apply(op: &OpSpec, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScra
             policy::run(kind, style, frame, &mut scratch.policy, rng);
         }
         (OpSpec::Resize { .. } | OpSpec::CenterCrop { .. } | OpSpec::RandomResizedCrop { .. }, _) => {
-            geometry::apply_stage2(op, drawn, frame, scratch);
+            unreachable!("stage-2 geometric ops run in program::run_op (stage2::apply_stage2)")
         }
         (OpSpec::RandomApply { .. } | OpSpec::RandomChoice { .. } | OpSpec::RandomOrder { .. }, _) => {
             unreachable!("containers run in program::run_op (their inner ops need their own streams)")
+        }
+        (OpSpec::TimmPolicy(spec), _) => timm::run(spec, frame, &mut scratch.spare, &mut scratch.timm, rng),
+        (OpSpec::TimmRandomErasing(spec), _) => {
+            let hw = (frame.h, frame.w);
+            timm::erase(spec, Some(frame), hw, rng, |_| {});
         }
         (op, drawn) => unreachable!("{} was drawn {drawn:?}, which its sample() never returns", op.name()),
     }
@@ -1486,6 +1485,11 @@ pub const KINDS: &[&str] = &[
     "trivial_augment_wide",
     "augmix",
     "resize_max",
+    "timm_rand_augment",
+    "timm_auto_augment",
+    "timm_augmix",
+    "timm_random_erasing",
+    "center_crop_or_pad",
 ];
 
 impl OpSpec {
@@ -1649,11 +1653,84 @@ impl OpSpec {
                 max_size: Some(uint(1, "max_size")?),
                 resample: Resample {
                     filter: match get(2)? {
-                        Arg::Str(s) => geometry::RESIZE_INTERPOLATION.parse(s)?,
-                        other => return Err(geometry::RESIZE_INTERPOLATION.error(&format!("{other:?}"))),
+                        Arg::Str(s) => resize::RESIZE_INTERPOLATION.parse(s)?,
+                        other => return Err(resize::RESIZE_INTERPOLATION.error(&format!("{other:?}"))),
                     },
                     antialias: boolean(3, "antialias")?,
                 },
+            },
+            "timm_rand_augment" => timm_policy(
+                TimmKind::RandAugment {
+                    num_layers: uint(0, "num_layers")?,
+                    magnitude: num(1, "magnitude")?,
+                    prob: num(4, "p")?,
+                    ops: timm_ops(get(5)?)?,
+                    weights: if *get(9)? == Arg::None { None } else { Some(nums(9, "weights")?) },
+                },
+                (
+                    num(2, "magnitude_std")?,
+                    num(3, "magnitude_max")?,
+                    nums(6, "fill")?,
+                    get(7)?,
+                    num(8, "translate_pct")?,
+                ),
+            )?,
+            "timm_auto_augment" => timm_policy(
+                TimmKind::AutoAugment {
+                    sub_policies: match get(0)? {
+                        Arg::List(subs) => subs.iter().map(timm_steps).collect::<Result<Vec<_>>>()?,
+                        other => return Err(TrdataError::config("policy", format!("{other:?} must be a list"))),
+                    },
+                },
+                (
+                    num(1, "magnitude_std")?,
+                    num(2, "magnitude_max")?,
+                    nums(3, "fill")?,
+                    get(4)?,
+                    num(5, "translate_pct")?,
+                ),
+            )?,
+            "timm_augmix" => timm_policy(
+                TimmKind::AugMix {
+                    ops: timm_ops(get(0)?)?,
+                    magnitude: num(1, "magnitude")?,
+                    alpha: num(2, "alpha")?,
+                    width: uint(3, "width")?,
+                    depth: int(4, "depth")? as i32,
+                },
+                (
+                    num(5, "magnitude_std")?,
+                    num(6, "magnitude_max")?,
+                    nums(7, "fill")?,
+                    get(8)?,
+                    num(9, "translate_pct")?,
+                ),
+            )?,
+            "timm_random_erasing" => OpSpec::TimmRandomErasing(TimmRandomErasing {
+                p: num(0, "p")?,
+                min_area: num(1, "min_area")?,
+                max_area: num(2, "max_area")?,
+                aspect: pair(3, "ratio")?,
+                min_count: uint(4, "min_count")?,
+                max_count: uint(5, "max_count")?,
+                mode: match get(6)? {
+                    Arg::Str(s) => ERASE_MODE.parse(s)?,
+                    other => return Err(ERASE_MODE.error(&format!("{other:?}"))),
+                },
+                mean: {
+                    let v = nums(7, "mean")?;
+                    std::array::from_fn(|k| v.get(k.min(v.len().saturating_sub(1))).copied().unwrap_or(f64::NAN))
+                },
+                std: {
+                    let v = nums(8, "std")?;
+                    std::array::from_fn(|k| v.get(k.min(v.len().saturating_sub(1))).copied().unwrap_or(f64::NAN))
+                },
+            }),
+            "center_crop_or_pad" => OpSpec::CenterCropOrPad {
+                height: uint(0, "size")?,
+                width: uint(1, "size")?,
+                fill: nums(2, "fill")?,
+                mode: mode(3)?,
             },
             "pad" => OpSpec::Pad { padding: padding(0)?, fill: nums(1, "fill")?, mode: mode(2)? },
             "random_crop" => OpSpec::RandomCrop {
@@ -1707,4 +1784,52 @@ impl OpSpec {
             other => return Err(TrdataError::config("transforms", format!("unknown transform {other:?}"))),
         })
     }
+}
+
+/// timm's op names (an `Arg::List` of strings) → ops.
+fn timm_ops(a: &Arg) -> Result<Vec<TimmOp>> {
+    match a {
+        Arg::List(v) => v
+            .iter()
+            .map(|a| match a {
+                Arg::Str(s) => TIMM_OPS.parse(s),
+                other => Err(TIMM_OPS.error(&format!("{other:?}"))),
+            })
+            .collect(),
+        other => Err(TrdataError::config("ops", format!("{other:?} must be a list of op names"))),
+    }
+}
+
+/// One AutoAugment sub-policy: a list of `(name, p, magnitude)`.
+fn timm_steps(a: &Arg) -> Result<Vec<(TimmOp, f64, f64)>> {
+    let shape = || TrdataError::config("policy", format!("{a:?} must be a list of (op name, p, magnitude)"));
+    let Arg::List(steps) = a else { return Err(shape()) };
+    let number = |v: &Arg| match v {
+        Arg::Num(x) => Ok(*x),
+        Arg::Int(x) => Ok(*x as f64),
+        _ => Err(shape()),
+    };
+    steps
+        .iter()
+        .map(|st| match st {
+            Arg::List(t) if t.len() == 3 => {
+                let Arg::Str(name) = &t[0] else { return Err(shape()) };
+                Ok((TIMM_OPS.parse(name)?, number(&t[1])?, number(&t[2])?))
+            }
+            _ => Err(shape()),
+        })
+        .collect()
+}
+
+/// A timm policy from its kind and the shared hparams (magnitude_std, magnitude_max, fill, interpolation,
+/// translate_pct); values are checked by [`TimmPolicy::check`].
+fn timm_policy(
+    kind: TimmKind,
+    (mstd, mmax, fill, interp, translate_pct): (f64, f64, Vec<f64>, &Arg, f64),
+) -> Result<OpSpec> {
+    let interp = match interp {
+        Arg::Str(s) => TIMM_INTERPOLATION.parse(s)?,
+        other => return Err(TIMM_INTERPOLATION.error(&format!("{other:?}"))),
+    };
+    Ok(OpSpec::TimmPolicy(TimmPolicy { kind, magnitude_std: mstd, magnitude_max: mmax, fill, interp, translate_pct }))
 }

@@ -60,6 +60,7 @@ fn foldable(t: &TransformSpec) -> bool {
         TransformSpec::RandomResizedCrop { .. }
             | TransformSpec::ResizeShorter { .. }
             | TransformSpec::ResizeExact { .. }
+            | TransformSpec::ResizeKeepRatio { .. }
             | TransformSpec::CenterCrop { .. }
             | TransformSpec::RandomHorizontalFlip { .. }
             | TransformSpec::Op(OpSpec::VerticalFlip { .. })
@@ -73,7 +74,7 @@ fn is_flip(t: &TransformSpec) -> bool {
 }
 
 /// The geometric kind of a foldable non-flip op, looking through `Resampled` (1 RandomResizedCrop, 2
-/// Resize(int), 3 Resize((h, w)), 4 CenterCrop).
+/// Resize(int), 3 Resize((h, w)), 4 CenterCrop, 5 a folding RandomCrop, 6 timm's ResizeKeepRatio).
 fn geo_kind(t: &TransformSpec) -> u8 {
     match t {
         TransformSpec::Resampled { inner, .. } => geo_kind(inner),
@@ -82,18 +83,20 @@ fn geo_kind(t: &TransformSpec) -> u8 {
         TransformSpec::ResizeExact { .. } => 3,
         TransformSpec::CenterCrop { .. } => 4,
         TransformSpec::Op(OpSpec::RandomCrop { .. }) => 5,
+        TransformSpec::ResizeKeepRatio { .. } => 6,
         _ => 0,
     }
 }
 
 /// How many leading ops of `head` (a run of foldable ops) the decode absorbs: the longest prefix whose geometric
 /// ops form one of geometry's lists ([RandomResizedCrop], [Resize(int), CenterCrop], [Resize((h, w))],
-/// [Resize((h, w)), CenterCrop], [CenterCrop], [RandomCrop] when `geometry::random_crop_folds`; flips anywhere
+/// [Resize((h, w)), CenterCrop], [CenterCrop], [RandomCrop] when `geometry::random_crop_folds`, timm's
+/// [ResizeKeepRatio] and [ResizeKeepRatio, CenterCrop]; flips anywhere
 /// among them), plus the flips right after it; the
 /// rest runs in stage 2. `None` when no such prefix exists (then only the leading flips fold, onto the identity
 /// geometry).
 fn fold_len(head: &[TransformSpec]) -> Option<usize> {
-    const LISTS: [&[u8]; 6] = [&[1], &[2, 4], &[3], &[3, 4], &[4], &[5]];
+    const LISTS: [&[u8]; 8] = [&[1], &[2, 4], &[3], &[3, 4], &[4], &[5], &[6], &[6, 4]];
     let mut kinds = Vec::new();
     let mut best = None;
     for (i, t) in head.iter().enumerate() {
@@ -127,6 +130,14 @@ pub fn stage2_op(t: &TransformSpec, at: Site) -> Result<OpSpec> {
             OpSpec::Resize { size: ResizeTo::Exact(*height, *width), max_size: None, resample: Resample::default() }
         }
         TransformSpec::CenterCrop { height, width } => OpSpec::CenterCrop { height: *height, width: *width },
+        TransformSpec::ResizeKeepRatio { .. } => {
+            return Err(TrdataError::config(
+                TRANSFORMS,
+                format!(
+                    "timm's ResizeKeepRatio at {at} must come before the pixel ops (it folds into the decode only)"
+                ),
+            ));
+        }
         TransformSpec::Resampled { resample: r, inner } => match stage2_op(inner, at)? {
             OpSpec::Resize { size, max_size, .. } => OpSpec::Resize { size, max_size, resample: *r },
             OpSpec::RandomResizedCrop { height, width, scale, ratio, .. } => {
@@ -237,6 +248,9 @@ fn run_op(op: &OpSpec, site: Site, s: &mut ProgramScratch, key: SampleKey) -> st
             for &i in &order[..usize::from(*n)] {
                 run_op(&transforms[usize::from(i)], site.child(usize::from(i)), s, key)?;
             }
+        }
+        (OpSpec::Resize { .. } | OpSpec::CenterCrop { .. } | OpSpec::RandomResizedCrop { .. }, _) => {
+            super::stage2::apply_stage2(op, &drawn, &mut s.frame, &mut s.ops);
         }
         _ => ops::apply(op, &drawn, &mut s.frame, &mut s.ops, &mut rng),
     }

@@ -23,7 +23,7 @@
 //! 1-channel output thus resamples a third of the bytes of RGB.
 
 use super::color;
-use super::geometry::{Axis, Filter};
+use super::resize::{Axis, Filter};
 use super::{DType, Layout, OutputSpec};
 
 /// Fixed-point precision of the coefficients (Pillow: `32 - 8 - 2`).

@@ -114,7 +114,7 @@ pub(crate) fn force(simd: Option<Simd>) {
 
 /// The path the kernels take on this thread: a test's [`force`]d one, else [`Simd::detect`].
 #[inline(always)]
-fn current() -> Simd {
+pub(crate) fn current() -> Simd {
     #[cfg(test)]
     if let Some(s) = FORCED.with(|f| f.get()) {
         return s;
@@ -141,44 +141,15 @@ macro_rules! kernels {
             unsafe fn avx2(args: $args) -> $ret {
                 $body(args)
             }
-            match current() {
-                Simd::Baseline => $body(args),
+            match $crate::augment::simd::current() {
+                $crate::augment::simd::Simd::Baseline => $body(args),
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: `Simd::Avx2` is only constructed by `Simd::available` after `is_x86_feature_detected!`
                 // returned true for every feature `avx2` enables, so the CPU supports all of its instructions.
-                Simd::Avx2 => unsafe { avx2(args) },
+                $crate::augment::simd::Simd::Avx2 => unsafe { avx2(args) },
             }
         }
     )*};
 }
-
-use super::kernels as k;
-use super::warp::{self as wp, WarpJob};
-
-kernels! {
-    /// [`k::saturation`]'s pixel loop.
-    saturation => k::saturation_body, (&mut [u8], f32, f32) => ();
-    /// [`k::contrast`]'s Σ gray.
-    gray_sum => k::gray_sum, (&[u8],) => u64;
-    /// [`k::grayscale`]'s pixel loop.
-    grayscale => k::grayscale_body, (&mut [u8],) => ();
-    /// [`k::sharpness`]'s interior.
-    sharpness => k::sharpness_body, (&mut [u8], &[u8], (usize, usize, usize), f32) => ();
-    /// [`k::gaussian_blur`]'s passes.
-    gaussian_blur => k::gaussian_blur_body, k::BlurArgs<'_> => ();
-    /// [`wp::warp`], nearest, 3 channels.
-    warp_nearest3 => wp::warp_nearest::<3>, (WarpJob<'_>, &mut [u8]) => ();
-    /// [`wp::warp`], nearest, 1 channel.
-    warp_nearest1 => wp::warp_nearest::<1>, (WarpJob<'_>, &mut [u8]) => ();
-    /// [`wp::warp`], bilinear, 3 channels.
-    warp_bilinear3 => wp::warp_bilinear::<3>, (WarpJob<'_>, &mut [u8]) => ();
-    /// [`wp::warp`], bilinear, 1 channel.
-    warp_bilinear1 => wp::warp_bilinear::<1>, (WarpJob<'_>, &mut [u8]) => ();
-    /// [`k::gaussian_noise`]'s byte loop (normal generation included).
-    gaussian_noise => k::gaussian_noise_body, (&mut [u8], &mut k::normal::NormalStream, (f32, f32), bool) => ();
-    /// [`k::erase_random`]'s byte loop (normal generation included).
-    erase_random => k::erase_random_body,
-        (&mut [u8], &mut k::normal::NormalStream, (usize, usize, usize, usize), usize) => ();
-    /// [`k::hue`]'s pixel loop.
-    hue => k::hue_body, (&mut [u8], f32) => ();
-}
+/// The dispatcher macro for the kernels' own files ([`super::kernels`], [`super::warp`] invoke it).
+pub(crate) use kernels;

@@ -187,10 +187,10 @@ pub fn warp(
     let grid = Grid::new(map, (h, w), (oh, ow));
     let job = WarpJob { src, hwc: (h, w, c), out_hw: (oh, ow), grid, fill };
     match (interp, c) {
-        (Interp::Nearest, 3) => super::simd::warp_nearest3((job, &mut dst[..])),
-        (Interp::Nearest, _) => super::simd::warp_nearest1((job, &mut dst[..])),
-        (Interp::Bilinear, 3) => super::simd::warp_bilinear3((job, &mut dst[..])),
-        (Interp::Bilinear, _) => super::simd::warp_bilinear1((job, &mut dst[..])),
+        (Interp::Nearest, 3) => dispatch::warp_nearest3((job, &mut dst[..])),
+        (Interp::Nearest, _) => dispatch::warp_nearest1((job, &mut dst[..])),
+        (Interp::Bilinear, 3) => dispatch::warp_bilinear3((job, &mut dst[..])),
+        (Interp::Bilinear, _) => dispatch::warp_bilinear1((job, &mut dst[..])),
     }
 }
 
@@ -456,6 +456,25 @@ pub fn perspective_points(h: usize, w: usize, end: [i64; 8]) -> ([[f64; 2]; 4], 
     let start = [[0.0, 0.0], [w1, 0.0], [w1, h1], [0.0, h1]];
     let e = end.map(|v| v as f64);
     (start, [[e[0], e[1]], [e[2], e[3]], [e[4], e[5]], [e[6], e[7]]])
+}
+
+/// The warps' dispatchers ([`super::simd`]'s `kernels!`).
+// The macro's `#[target_feature]` copy and its call are written (with their SAFETY comments) in simd.rs; only the
+// expansion lands here, next to the bodies it inlines.
+#[allow(unsafe_code)]
+mod dispatch {
+    use super::{self as wp, WarpJob};
+
+    super::super::simd::kernels! {
+        /// [`wp::warp`], nearest, 3 channels.
+        warp_nearest3 => wp::warp_nearest::<3>, (WarpJob<'_>, &mut [u8]) => ();
+        /// [`wp::warp`], nearest, 1 channel.
+        warp_nearest1 => wp::warp_nearest::<1>, (WarpJob<'_>, &mut [u8]) => ();
+        /// [`wp::warp`], bilinear, 3 channels.
+        warp_bilinear3 => wp::warp_bilinear::<3>, (WarpJob<'_>, &mut [u8]) => ();
+        /// [`wp::warp`], bilinear, 1 channel.
+        warp_bilinear1 => wp::warp_bilinear::<1>, (WarpJob<'_>, &mut [u8]) => ();
+    }
 }
 
 #[cfg(test)]

@@ -143,6 +143,7 @@ pub(super) fn parse_transform(t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec>
         },
         "resize_shorter" => TransformSpec::ResizeShorter { shorter: u(1)? },
         "resize" => TransformSpec::ResizeExact { height: u(1)?, width: u(2)? },
+        "resize_keep_ratio" => TransformSpec::ResizeKeepRatio { height: u(1)?, width: u(2)?, longest: f(3)? },
         "center_crop" => TransformSpec::CenterCrop { height: u(1)?, width: u(2)? },
         "horizontal_flip" => TransformSpec::RandomHorizontalFlip { p: f(1)? },
         "resampled" => return parse_resampled(t),
