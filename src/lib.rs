@@ -28,9 +28,11 @@
 //! - every size that comes from a header or from the user is checked before it is allocated: a typed error
 //!   (`ConfigError` at construction, `TooLarge`/`Corrupt` per file, `Memory` at run time), never an abort;
 //! - only regular files are read, and never more than a bound (source/read.rs);
-//! - `unsafe` lives only in decode/, staging/, topology/, cuda/, transfer/, export/, py/, augment/simd.rs
-//!   (runtime AVX2 dispatch of the resample kernels) and synthetic/encode.rs (the libjpeg-turbo encoder of the
-//!   test and benchmark data), each block with a SAFETY note.
+//! - `unsafe` lives only in decode/, staging/, topology/, cuda/ (the driver and nvJPEG, both opened at run time),
+//!   transfer/, export/, py/, augment/simd.rs (runtime AVX2 dispatch of the resample and pixel kernels; its
+//!   `kernels!` macro expands next to the kernel bodies, in the `dispatch` modules of augment/kernels.rs and
+//!   augment/warp.rs, which allow exactly that) and synthetic/encode.rs (the libjpeg-turbo encoder of the test
+//!   and benchmark data), each block with a SAFETY note.
 
 #![deny(unsafe_code)]
 

@@ -1,7 +1,14 @@
 //! augment — the per-sample program: geometry folded into the decode (RandomResizedCrop, Resize, CenterCrop,
-//! flips), pixel ops on the uint8 crop ([`program`], [`ops`], [`kernels`], [`warp`], [`policy`]) and the fused
-//! writer; sits between decode (which hands over a decoded region of the DCT-scaled image) and staging (whose
-//! slot `dst` is). [`program`]'s module docs say how a transform list is compiled.
+//! flips, a leading RandomCrop, timm's ResizeKeepRatio), pixel ops on the uint8 crop and the fused writer; sits
+//! between decode (which hands over a decoded region of the DCT-scaled image) and staging (whose slot `dst` is).
+//! [`program`]'s module docs say how a transform list is compiled.
+//!
+//! Files, in import order (no file imports one below it, `layering_tests` checks it): [`site`] (an op's place
+//! in the list and its random stream), [`resize`] (filter, axis, torchvision's size and box rules), `resample`
+//! (the fused resampler; `simd` dispatches it and the kernels to AVX2), [`kernels`] and [`warp`] (the pixel
+//! kernels), [`policy`] (torchvision's auto-augment family), [`timm`] (timm's policies, Pillow-exact),
+//! [`ops`] (the op table: check, sample, apply), [`geometry`] (the folded prefix), `stage2` (geometric ops
+//! after a pixel op), [`program`] (compile and run), [`views`].
 //!
 //! Protocol of [`SamplePipeline::process`] for one sample:
 //! 1. `decode::Decoder::read_header` → width × height (stored, as torchvision's PIL loading sees it; the
