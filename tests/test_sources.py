@@ -308,7 +308,18 @@ def test_a_long_scan_stops_on_ctrl_c(tmp_path):
     full = len(trdata.ImageFolder(root))
     full_seconds = time.monotonic() - t
     def ctrl_c():
-        time.sleep(0.05)
+        # Ctrl-C once the scan thread is running (a fixed delay raced a fast warm scan on a loaded box).
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            names = []
+            for tid in os.listdir("/proc/self/task"):
+                try:
+                    names.append(open(f"/proc/self/task/{tid}/comm").read().strip())
+                except OSError:
+                    pass
+            if "trdata-scan" in names:
+                break
+            time.sleep(0.001)
         os.kill(os.getpid(), signal.SIGINT)
     threading.Thread(target=ctrl_c, daemon=True).start()
     t = time.monotonic()
