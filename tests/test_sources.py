@@ -314,7 +314,7 @@ def test_a_long_scan_stops_on_ctrl_c(tmp_path):
             names = []
             for tid in os.listdir("/proc/self/task"):
                 try:
-                    names.append(open(f"/proc/self/task/{tid}/comm").read().strip())
+                    names.append(open(f"/proc/self/task/{{tid}}/comm").read().strip())
                 except OSError:
                     pass
             if "trdata-scan" in names:
