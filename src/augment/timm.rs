@@ -662,16 +662,22 @@ pub fn apply(op: TimmOp, arg: f64, filter: PilFilter, fill: [u8; 3], frame: &mut
     }
 }
 
+/// Pillow's `histogram()` of channel `ch` of an interleaved image with `c` channels.
+fn channel_histogram(data: &[u8], c: usize, ch: usize) -> [u64; 256] {
+    let mut hist = [0u64; 256];
+    for px in data.chunks_exact(c) {
+        hist[usize::from(px[ch])] += 1;
+    }
+    hist
+}
+
 /// `ImageOps.autocontrast(img)` (cutoff 0): per channel, `int(i·scale + offset)` with `scale = 255/(hi-lo)`,
 /// `offset = -lo·scale` in doubles, clamped; a channel with one value is left alone.
 pub fn autocontrast(frame: &mut Frame) {
     let c = frame.c;
     let img = frame.view();
     for ch in 0..c {
-        let mut hist = [0u64; 256];
-        for px in img.data.chunks_exact(c) {
-            hist[usize::from(px[ch])] += 1;
-        }
+        let hist = channel_histogram(img.data, c, ch);
         let lo = hist.iter().position(|&n| n > 0).unwrap_or(0);
         let hi = hist.iter().rposition(|&n| n > 0).unwrap_or(0);
         if hi <= lo {
@@ -692,10 +698,7 @@ pub fn equalize(frame: &mut Frame) {
     let c = frame.c;
     let img = frame.view();
     for ch in 0..c {
-        let mut hist = [0u64; 256];
-        for px in img.data.chunks_exact(c) {
-            hist[usize::from(px[ch])] += 1;
-        }
+        let hist = channel_histogram(img.data, c, ch);
         // Pillow: histo = the nonzero counts; identity when ≤ 1 of them or when the step is 0.
         let nonzero = hist.iter().filter(|&&n| n > 0).count();
         if nonzero <= 1 {
