@@ -303,6 +303,9 @@ def test_a_long_scan_stops_on_ctrl_c(tmp_path):
         os.symlink("../store", tmp_path / "root" / f"c{i:04d}")
     code = f"""
     import os, signal, threading, time
+    # Python leaves SIGINT ignored when it starts with it ignored (a background job of a non-interactive shell):
+    # give this process the interactive default, so the test does not depend on how pytest was launched.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     root = {str(tmp_path / "root")!r}
     t = time.monotonic()
     full = len(trdata.ImageFolder(root))
