@@ -35,9 +35,15 @@ def main() -> int:
         ("nvJPEG hardware engines, centred 0.6 region (ROI)", True, 0.6),
         ("nvJPEG CUDA backend, whole image", False, None),
     ):
-        s, done, refused = _nvjpeg.decode_batches(files, 0, hw, a.batch, a.rounds, roi)
+        s, done, refused, (check, submit, wait) = _nvjpeg.decode_batches(files, 0, hw, a.batch, a.rounds, roi)
+        per = 1e6 / max(done, 1)
+        phases = f"µs/img: check {check * per:.0f}, submit {submit * per:.0f}, wait {wait * per:.0f}"
         rows.append(
-            (name, done / s, f"{done // a.rounds} of {n} per pass; refused {dict(refused) or 'none'}")
+            (
+                name,
+                done / s,
+                f"{done // a.rounds} of {n} per pass; refused {dict(refused) or 'none'}; {phases}",
+            )
         )
     try:
         import torch

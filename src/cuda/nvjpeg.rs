@@ -305,6 +305,20 @@ pub struct BatchDecoder {
     stream: Stream,
     out: Option<DeviceMemory>,
     max_output_bytes: usize,
+    /// Nanoseconds spent so far in each phase of [`BatchDecoder::decode`] (benches read them: where a batch's
+    /// time goes).
+    pub timing: DecodeTiming,
+}
+
+/// [`BatchDecoder`]'s time per phase, accumulated over its calls.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DecodeTiming {
+    /// Header parse + `nvjpegDecodeBatchedSupportedEx` of every image.
+    pub check_ns: u64,
+    /// `nvjpegDecodeBatchedInitialize` + the decode call (host side).
+    pub submit_ns: u64,
+    /// The host wait for the stream after it.
+    pub wait_ns: u64,
 }
 
 // SAFETY: the nvJPEG objects are only used through &mut self (one thread at a time), which nvJPEG allows across
@@ -344,6 +358,7 @@ impl BatchDecoder {
                 stream,
                 out: None,
                 max_output_bytes,
+                timing: DecodeTiming::default(),
             };
             // From here `me`'s Drop releases whatever was created, on error too.
             // SAFETY: `handle` is live; the out-pointers are fields of `me`.
@@ -380,6 +395,7 @@ impl BatchDecoder {
             // SAFETY: `p` was just created.
             ok("nvjpegDecodeParamsSetOutputFormat", unsafe { (f.params_output)(p, OUTPUT_RGBI) })?;
         }
+        let t0 = std::time::Instant::now();
         let mut placed: Vec<Placed> = Vec::with_capacity(images.len());
         let (mut chosen, mut total) = (Vec::new(), 0usize);
         for (i, (data, roi)) in images.iter().zip(rois).enumerate() {
@@ -413,6 +429,7 @@ impl BatchDecoder {
             lengths.push(images[i].len());
             params.push(self.params[i]);
         }
+        let t1 = std::time::Instant::now();
         let n = c_int::try_from(chosen.len()).unwrap_or(c_int::MAX);
         // SAFETY: handle and state are live; RGBI output; one CPU thread.
         let st = unsafe { (f.batched_initialize)(self.handle, self.state, n, 1, OUTPUT_RGBI) };
@@ -445,7 +462,13 @@ impl BatchDecoder {
                 )
             }
         };
+        let t2 = std::time::Instant::now();
         let synced = self.stream.synchronize();
+        let t3 = std::time::Instant::now();
+        let ns = |a: std::time::Instant, b: std::time::Instant| (b - a).as_nanos() as u64;
+        self.timing.check_ns += ns(t0, t1);
+        self.timing.submit_ns += ns(t1, t2);
+        self.timing.wait_ns += ns(t2, t3);
         if st != 0 {
             let why = format!("nvjpegDecodeBatched: NVJPEG_STATUS_{} ({st})", status_name(st));
             for &i in &chosen {

@@ -82,9 +82,13 @@ fn nvjpeg_decode<'py>(
     Ok((PyArray1::from_vec(py, pixels), h, w, name))
 }
 
+/// `nvjpeg_decode_batches`' result: (seconds, decoded, {reason: count}, (check, submit, wait) seconds).
+type BatchesResult = (f64, usize, std::collections::BTreeMap<String, usize>, (f64, f64, f64));
+
 /// The GPU decode ceiling (benches): decode `files` in batches of `batch` with one [`nvjpeg::BatchDecoder`],
 /// `rounds` times over, each image whole or (with `roi_fraction` f) its centred region of f × the sides →
-/// `(seconds, decoded, {reason: count})`; the first round is a warm-up and not timed.
+/// `(seconds, decoded, {reason: count}, (check, submit, wait) seconds)`; the first round is a warm-up and not
+/// timed.
 #[pyfunction]
 #[pyo3(signature = (files, device, hardware, batch, rounds, roi_fraction, extra))]
 #[allow(clippy::too_many_arguments)]
@@ -97,7 +101,7 @@ fn nvjpeg_decode_batches(
     rounds: usize,
     roi_fraction: Option<f64>,
     extra: Vec<String>,
-) -> PyResult<(f64, usize, std::collections::BTreeMap<String, usize>)> {
+) -> PyResult<BatchesResult> {
     let extra = paths(extra);
     py.detach(|| {
         let lib = nvjpeg::open_required(&extra)?;
@@ -120,6 +124,7 @@ fn nvjpeg_decode_batches(
                 start = std::time::Instant::now();
                 decoded = 0;
                 refused.clear();
+                dec.timing = nvjpeg::DecodeTiming::default();
             }
             for (chunk, roi) in files.chunks(batch.max(1)).zip(rois.chunks(batch.max(1))) {
                 let refs: Vec<&[u8]> = chunk.iter().map(Vec::as_slice).collect();
@@ -131,7 +136,9 @@ fn nvjpeg_decode_batches(
                 }
             }
         }
-        Ok((start.elapsed().as_secs_f64(), decoded, refused))
+        let t = dec.timing;
+        let phases = (t.check_ns as f64 * 1e-9, t.submit_ns as f64 * 1e-9, t.wait_ns as f64 * 1e-9);
+        Ok((start.elapsed().as_secs_f64(), decoded, refused, phases))
     })
     .py_err()
 }

@@ -91,7 +91,8 @@ def test_a_mixed_batch_decodes_what_nvjpeg_takes_and_names_the_rest():
         for roi in (None, 0.5):
             if roi is not None and not hardware:
                 continue
-            seconds, decoded, refused = _nvjpeg.decode_batches(batch, 0, hardware, 4, 2, roi)
+            seconds, decoded, refused, phases = _nvjpeg.decode_batches(batch, 0, hardware, 4, 2, roi)
+            assert all(p >= 0 for p in phases) and sum(phases) <= seconds * 1.01 + 1e-3
             per_pass = {k: v // 2 for k, v in refused.items()}
             print(hardware, roi, decoded // 2, per_pass)
             assert seconds > 0
