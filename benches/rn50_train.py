@@ -189,7 +189,9 @@ class TrdataFeed:
         source=None,
         mix=False,
         recipe="rn50",
+        **loader_kw,
     ):
+        """``loader_kw``: further trdata.Loader keyword arguments (e.g. ``decode="auto"``, benches/gpu_feed.py)."""
         self.name = "trdata" if dtype == "bfloat16" else f"trdata-{'u8' if dtype == 'uint8' else dtype}"
         self.dtype = dtype
         self.layout = layout
@@ -206,6 +208,7 @@ class TrdataFeed:
             source=source,
             recipe=recipe,
             **(mix_ops(labels, source) if mix else {}),
+            **loader_kw,
         )
         self.workers = workers
         self.it = iter(self.loader)
