@@ -40,8 +40,9 @@ prints "n/a". The CPU-busy comparison that issue 11 asks for (trdata decode="cpu
 eager rate) is the `cores busy` / `loader cores` of rn50/trdata-cpu vs rn50/trdata-auto, summarised at the end.
 
 The sample is small, so each loader iterates the file list repeated --repeat times (default: ≥ 100 batches per
-virtual epoch), as rn50_train.py does. With the defaults the whole run takes ~3–4 min (+ compile with
---compile); configs that would start after --deadline seconds (default 480) are skipped, so it ends < 9 min.
+virtual epoch), as rn50_train.py does. With the defaults the whole run should take ~3–4 min (an estimate, not yet
+timed on the device; torch.compile adds its compile time); configs that would start after --deadline seconds
+(default 480) are skipped, so the run ends within 9 min unless one config alone (the compile) runs long.
 --dry needs no GPU and no trdata: it checks the arguments and the selection, runs the CPU-busy meter against a
 known load (this process + two worker processes, measured while they live and after they are reaped) and
 prints the decode line and the markdown table over placeholder rows.
