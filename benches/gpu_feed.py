@@ -34,7 +34,7 @@ Reported per config (one JSON line each, then a markdown table): img/s; × synth
 this process (utime+stime of all threads, /proc/self/stat) + its descendants (the DataLoader's worker processes,
 live ones from /proc/PID/stat, reaped ones from cutime+cstime) over the timed wall time; loader cores = cores
 busy minus the synthetic config's (the training thread's own share) of the same model; for trdata the
-stats()["decode"] dict at the window's end (printed as is) and its counter deltas over the window: GPU share
+GPU-decode counters of stats() at the window's end (decode_stats()) and their deltas over the window: GPU share
 = gpu / (cpu + gpu) samples, fallback, ineligible, gpu_busy_s; p at the window's start → end. A missing key
 prints "n/a". The CPU-busy comparison that issue 11 asks for (trdata decode="cpu" vs "auto" at the ResNet-50
 eager rate) is the `cores busy` / `loader cores` of rn50/trdata-cpu vs rn50/trdata-auto, summarised at the end.
@@ -84,8 +84,8 @@ DEFAULT_TRAIN = ("synthetic", "trdata-auto", "trdata-cpu", "tv-gpu", "dataloader
 DEFAULT_LOAD = (*(f"trdata-{m}" for m in DECODE_MODES), "tv-gpu")
 #: run order: the ResNet-50 eager rows first (the CPU-busy comparison), compile last (it may be slow).
 PHASE_ORDER = ("rn50", "rn18", "load", "rn50c")
-DECODE_KEYS = ("mode", "p", "cpu", "gpu", "fallback", "ineligible", "gpu_busy_s")
-DECODE_COUNTERS = ("cpu", "gpu", "fallback", "ineligible", "gpu_busy_s")
+DECODE_KEYS = ("mode", "p", "cpu", "gpu", "fallback", "ineligible", "gpu_busy_s", "gpu_wait_s")
+DECODE_COUNTERS = ("cpu", "gpu", "fallback", "ineligible", "gpu_busy_s", "gpu_wait_s")
 
 
 # ------------------------------------------------------------------------------------------ selection
@@ -199,8 +199,22 @@ def _num(v):
 
 
 def decode_stats(stats) -> dict:
-    d = stats.get("decode") if isinstance(stats, dict) else None
-    return d if isinstance(d, dict) else {}
+    """The loader's flat GPU-decode counters (``stats()``: decode_gpu, decode_gpu_fallback, decode_gpu_ineligible,
+    decode_gpu_ns, decode_gpu_share_ppm; samples) as one dict; {} when the loader has no GPU decode path."""
+    if not isinstance(stats, dict) or "decode_gpu" not in stats:
+        return {}
+    g = lambda k: _num(stats.get(k))  # noqa: E731
+    gpu, samples = g("decode_gpu"), g("samples")
+    ppm, ns = g("decode_gpu_share_ppm"), g("decode_gpu_ns")
+    return {
+        "p": None if ppm is None else ppm / 1e6,
+        "cpu": None if gpu is None or samples is None else samples - gpu,
+        "gpu": gpu,
+        "fallback": g("decode_gpu_fallback"),
+        "ineligible": g("decode_gpu_ineligible"),
+        "gpu_busy_s": None if ns is None else ns / 1e9,
+        "gpu_wait_s": None if g("decode_gpu_wait_ns") is None else g("decode_gpu_wait_ns") / 1e9,
+    }
 
 
 def fmt_val(v) -> str:
@@ -254,7 +268,7 @@ class DecodeTrdataFeed(TrdataFeed):
         out = super().extra(before, after, wall_ns)
         b, a = decode_stats(before), decode_stats(after)
         out["decode_arg"] = self.mode
-        out["decode_stats"] = a if a else ("n/a" if "decode" not in after else repr(after["decode"]))
+        out["decode_stats"] = a if a else "n/a"
         out["decode_delta"] = decode_delta(b, a, wall_ns / 1e9)
         return out
 
@@ -614,13 +628,13 @@ def dry(a, configs) -> int:
     dl = results[1]
     ok &= dl["descendants"] == 2 and dl["cores_busy"] > 0 and results[0]["img_per_s"] > 0
     # the decode-dict path with keys missing (the lead may rename one) and with a non-dict value
-    before = {"decode": {"mode": "auto", "p": 0.25, "cpu": 100, "gpu": 50}}
-    after = {"decode": {"mode": "auto", "p": 0.5, "cpu": 300, "gpu": 350, "renamed_key": 7}}
+    before = {"samples": 150, "decode_gpu": 50, "decode_gpu_share_ppm": 250000, "decode_gpu_ns": 10**9}
+    after = {"samples": 650, "decode_gpu": 350, "decode_gpu_share_ppm": 500000, "decode_gpu_ns": 2 * 10**9}
     d = decode_delta(decode_stats(before), decode_stats(after), 2.0)
     print("decode:", decode_line(decode_stats(after)))
     print("decode_delta", json.dumps(d))
-    ok &= d["gpu_share"] == 0.6 and d["fallback"] is None and d["p_end"] == 0.5
-    ok &= decode_line(decode_stats({"decode": "oops"})).count("n/a") == len(DECODE_KEYS)
+    ok &= d["gpu_share"] == 0.6 and d["fallback"] is None and d["p_end"] == 0.5 and d["gpu_busy_frac"] == 0.5
+    ok &= decode_line(decode_stats({"samples": 3})).count("n/a") == len(DECODE_KEYS)
     results.append({"config": "dry/trdata-auto", "status": "ok", "img_per_s": None, "decode_delta": d})
     results += [{"config": c, "status": "dry: not run"} for c in configs]
     print()

@@ -58,6 +58,65 @@ pub const PIN: Choice<PinMode> = Choice {
     name: "pin",
     values: &[("round-robin", PinMode::RoundRobin), ("numa", PinMode::Numa), ("none", PinMode::None)],
 };
+/// Where the loader decodes JPEGs (`decode`; docs/gpu_decode.md, transfer/gpu_decode.rs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DecodeMode {
+    /// Every sample on the CPU workers.
+    Cpu,
+    /// Every GPU-decodable sample on the GPU (nvJPEG's hardware engines + the resample kernel); the others, and
+    /// any the GPU refuses, on the CPU. An error at construction when the GPU path is unavailable.
+    Gpu,
+    /// This fraction of the GPU-decodable samples on the GPU (chosen per sample by (seed, epoch, index)).
+    Share(f64),
+    /// The GPU share follows the load (starvation meter, CPU vs GPU waits); the CPU path when the GPU path is
+    /// unavailable. In reproducible mode a fixed share ([`default::AUTO_REPRODUCIBLE_SHARE`]), because the path a
+    /// sample takes must not depend on timing there.
+    Auto,
+}
+
+/// `decode` as a string.
+pub const DECODE: Choice<DecodeMode> = Choice {
+    name: "decode",
+    values: &[("cpu", DecodeMode::Cpu), ("gpu", DecodeMode::Gpu), ("auto", DecodeMode::Auto)],
+};
+
+/// `decode` as a number: the GPU share, in [0, 1]. The one place this rule is written.
+pub fn check_decode_share(share: f64) -> Result<DecodeMode> {
+    if !(share.is_finite() && (0.0..=1.0).contains(&share)) {
+        return Err(TrdataError::config(
+            DECODE.name,
+            format!("{share} must be 'cpu', 'gpu', 'auto' or a GPU share in [0, 1]"),
+        ));
+    }
+    Ok(DecodeMode::Share(share))
+}
+
+/// Whether the GPU decode path runs, and how its share is set: `Some((share, auto))`, or None for the CPU path.
+/// `blocker` is why the GPU path cannot run for this loader (no CUDA device, transforms it cannot make, a missing
+/// library), as the caller found it: `decode="gpu"` or a share > 0 then fails naming `decode`; `"auto"` runs on
+/// the CPU. `"auto"` in reproducible mode is the fixed [`default::AUTO_REPRODUCIBLE_SHARE`]. The one place these
+/// rules are written.
+pub fn gpu_decode_share(mode: DecodeMode, reproducible: bool, blocker: Option<String>) -> Result<Option<(f64, bool)>> {
+    let wanted = match mode {
+        DecodeMode::Cpu | DecodeMode::Share(0.0) => return Ok(None),
+        DecodeMode::Gpu => (1.0, false),
+        DecodeMode::Share(p) => (p, false),
+        DecodeMode::Auto if reproducible => (default::AUTO_REPRODUCIBLE_SHARE, false),
+        DecodeMode::Auto => (default::AUTO_START_SHARE, true),
+    };
+    match (mode, blocker) {
+        (_, None) => Ok(Some(wanted)),
+        (DecodeMode::Auto, Some(_)) => Ok(None),
+        (_, Some(why)) => {
+            let shown = match mode {
+                DecodeMode::Share(p) => p.to_string(),
+                _ => "'gpu'".into(),
+            };
+            Err(TrdataError::config(DECODE.name, format!("{shown} needs the GPU decode path, which {why}")))
+        }
+    }
+}
+
 /// Defaults of the loader's parameters: the one place each is written. The binding exports them as
 /// `_core.DEFAULTS`, which the Python signatures read (`Loader(batch_size=DEFAULTS["batch_size"], …)`).
 /// Parameters whose default depends on others or on the machine have a function here instead.
@@ -91,6 +150,12 @@ pub mod default {
     pub const DEVICE: &str = "cpu";
     /// `exif_transpose`: pixels in stored order, as torchvision's loaders (PIL without `exif_transpose`).
     pub const EXIF_TRANSPOSE: bool = false;
+    /// `decode`: the CPU workers (the GPU path is opt-in).
+    pub const DECODE: &str = "cpu";
+    /// The GPU share of `decode="auto"` in reproducible mode (where it cannot follow the load).
+    pub const AUTO_REPRODUCIBLE_SHARE: f64 = 0.5;
+    /// Where `decode="auto"` starts (fast mode); the controller moves it from there.
+    pub const AUTO_START_SHARE: f64 = 0.5;
 
     /// `channels` when the user gives none: the source's natural count (`Dataset::natural_channels`) — 1 for a
     /// source gray by construction (MNIST and its kin: torchvision's `MNIST(transform=ToTensor())` gives
@@ -224,6 +289,20 @@ pub struct LoaderConfig {
     /// Decode-bomb budgets of every worker's decoder (pixels, progressive scans, memory, retained scratch), and
     /// whether it applies EXIF orientation (`exif_transpose`, a bool: its only rule is its type).
     pub decode_limits: DecodeLimits,
+    /// Where JPEGs are decoded (checked against the devices and the transforms by `Loader::with_devices`).
+    pub decode: DecodeMode,
+    /// Extra places to look for libnvjpeg and libnvrtc (Python passes the wheel copies on `sys.path`; the search
+    /// orders are in cuda/nvjpeg.rs and cuda/nvrtc.rs).
+    pub gpu_libraries: GpuLibraries,
+}
+
+/// Candidate library files of the GPU decode path, before the built-in search order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuLibraries {
+    /// libnvjpeg candidates.
+    pub nvjpeg: Vec<std::path::PathBuf>,
+    /// libnvrtc candidates.
+    pub nvrtc: Vec<std::path::PathBuf>,
 }
 
 impl LoaderConfig {

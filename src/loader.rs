@@ -16,8 +16,8 @@
 //! epoch counts as delivered once `next_step` returned it; a checkpoint after the last batch
 //! of epoch e is normalized to (e + 1, 0).
 
-use crate::config::{self, LoaderConfig};
-use crate::cuda;
+use crate::config::{self, DecodeMode, LoaderConfig};
+use crate::cuda::{self, nvjpeg, nvrtc};
 use crate::error::{Result, SampleError, TrdataError};
 use crate::plan::resume::{ResumePoint, SeqBitmap};
 use crate::plan::{EpochPlan, LastBatch, PlanShape};
@@ -26,8 +26,9 @@ use crate::stats::{GpuCounters, Stats};
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering, lock};
 use crate::topology::{self, PinMode};
 use crate::transfer::{BatchLease, EpochShape, Station, Take};
+use crate::transfer::{CpuFallback, GpuDecodeSetup, Share};
 use crate::transfer::{DeviceBatch, DeviceNext, GpuEngine, GpuEngineConfig};
-use crate::worker::{EngineJob, EpochJob, SkipLog, SkipRecord, WorkContext, WorkerPool};
+use crate::worker::{EngineJob, EpochFallback, EpochJob, SkipLog, SkipRecord, WorkContext, WorkerPool};
 use std::time::Duration;
 
 /// Where one engine's batch lives.
@@ -172,6 +173,51 @@ pub struct Loader {
     gpu_counters: std::sync::Arc<GpuCounters>,
     /// Where the next `start_epoch` continues, after `load_state`.
     resume: Option<ResumePoint>,
+    /// The GPU decode path (`decode=`), resolved at construction; None: every sample on the CPU workers.
+    gpu_plan: Option<GpuPlan>,
+}
+
+/// The GPU decode path a loader runs: the libraries found and the share (transfer/gpu_decode.rs).
+#[derive(Clone)]
+struct GpuPlan {
+    nvjpeg: std::sync::Arc<nvjpeg::Nvjpeg>,
+    nvrtc: std::sync::Arc<nvrtc::Nvrtc>,
+    share: Share,
+}
+
+impl std::fmt::Debug for GpuPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuPlan").field("share", &self.share).finish_non_exhaustive()
+    }
+}
+
+/// Resolve `decode=` for this loader: find what blocks the GPU path (no CUDA device, transforms it cannot make,
+/// a missing library), then `config::gpu_decode_share` decides (an error for "gpu", the CPU path for "auto").
+fn plan_gpu_decode(cfg: &LoaderConfig, devices: &DeviceSpec) -> Result<Option<GpuPlan>> {
+    if cfg.decode == DecodeMode::Cpu {
+        return Ok(None);
+    }
+    let tried = |t: &[(String, String)]| t.iter().map(|(p, why)| format!("{p}: {why}")).collect::<Vec<_>>().join("; ");
+    let mut libs = None;
+    let blocker = if *devices == DeviceSpec::Cpu {
+        Some("writes into device batches: use device='cuda:N'".to_owned())
+    } else if let Some(why) = cfg.pipeline.gpu_unsupported() {
+        Some(format!("cannot make these samples: {why}"))
+    } else {
+        match (nvjpeg::open(&cfg.gpu_libraries.nvjpeg), nvrtc::open(&cfg.gpu_libraries.nvrtc)) {
+            ((Some(j), _), (Some(r), _)) => {
+                libs = Some((j, r));
+                None
+            }
+            ((None, p), _) => Some(format!("needs libnvjpeg, which was not found (tried {})", tried(&p.tried))),
+            (_, (None, p)) => Some(format!("needs libnvrtc, which was not found (tried {})", tried(&p.tried))),
+        }
+    };
+    let Some((share, auto)) = config::gpu_decode_share(cfg.decode, cfg.reproducible, blocker)? else {
+        return Ok(None);
+    };
+    let (nvjpeg, nvrtc) = libs.expect("no blocker: both libraries were found");
+    Ok(Some(GpuPlan { nvjpeg, nvrtc, share: if auto { Share::Auto(share) } else { Share::Fixed(share) } }))
 }
 
 impl Loader {
@@ -194,6 +240,7 @@ impl Loader {
                 cuda::check_device(o)?;
             }
         }
+        let gpu_plan = plan_gpu_decode(&cfg, &devices)?;
         let ctx = Arc::new(WorkContext {
             dataset,
             pipeline: cfg.pipeline.clone(),
@@ -215,7 +262,15 @@ impl Loader {
             devices,
             gpu_counters: std::sync::Arc::new(GpuCounters::default()),
             resume: None,
+            gpu_plan,
         })
+    }
+
+    /// The GPU share of the decode path now (None: every sample on the CPU workers).
+    pub fn gpu_decode_share(&self) -> Option<f64> {
+        let rt = self.runtime.as_ref()?;
+        let shares: Vec<f64> = rt.gpus.iter().filter_map(|g| g.gpu_decode().map(|d| d.share())).collect();
+        (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64)
     }
 
     /// Batches per epoch for this rank.
@@ -448,6 +503,13 @@ impl Loader {
             let topo = topology::loader_topology(self.cfg.pin, !ordinals.is_empty(), self.cfg.cpus.as_deref());
             let mut gpus = Vec::new();
             if let DeviceSpec::Cuda { ordinals, device_slots } = &self.devices {
+                let gpu_decode = self.gpu_plan.as_ref().map(|p| GpuDecodeSetup {
+                    nvjpeg: std::sync::Arc::clone(&p.nvjpeg),
+                    nvrtc: std::sync::Arc::clone(&p.nvrtc),
+                    share: p.share,
+                    format: self.cfg.pipeline.first().gpu_output_format(),
+                    arena_bytes: crate::transfer::gpu_decode::arena_bytes(self.cfg.batch_size),
+                });
                 for (d, &ordinal) in ordinals.iter().enumerate() {
                     let cfg = GpuEngineConfig {
                         ordinal,
@@ -457,12 +519,18 @@ impl Loader {
                         device_slots: *device_slots,
                         max_held_batches: self.cfg.max_held_batches,
                         placement: topology::staging_placement(&topo, nodes[d]),
+                        gpu_decode: gpu_decode.clone(),
                     };
-                    gpus.push(GpuEngine::start(
-                        cfg,
-                        self.ctx.stats.clone(),
-                        std::sync::Arc::clone(&self.gpu_counters),
-                    )?);
+                    let counters = std::sync::Arc::clone(&self.gpu_counters);
+                    let started = match GpuEngine::start(cfg.clone(), self.ctx.stats.clone(), counters.clone()) {
+                        // `decode="auto"`: a GPU without hardware JPEG engines (or a kernel that does not build)
+                        // runs the CPU path.
+                        Err(_) if self.cfg.decode == DecodeMode::Auto && cfg.gpu_decode.is_some() => {
+                            GpuEngine::start(GpuEngineConfig { gpu_decode: None, ..cfg }, self.ctx.stats.clone(), counters)
+                        }
+                        other => other,
+                    };
+                    gpus.push(started?);
                 }
             }
             let plan = topology::worker_plan(&topo, self.cfg.pin, self.cfg.workers, &nodes);
@@ -499,6 +567,7 @@ impl Loader {
         let shape = self.shape;
         let rank = self.cfg.rank as u64;
         let reproducible = self.cfg.reproducible;
+        let limits = self.cfg.decode_limits;
         let rt = self.runtime()?;
         let epoch_shape = EpochShape {
             batches: shape.batches_per_engine(),
@@ -512,21 +581,25 @@ impl Loader {
             let d_count = rt.gpus.len() as u64;
             let mut engines = Vec::with_capacity(rt.gpus.len());
             for (d, g) in rt.gpus.iter().enumerate() {
-                g.begin_epoch(epoch_shape, first)?;
                 let global = rank * d_count + d as u64;
-                engines.push(EngineJob::new(
-                    global,
-                    Arc::clone(g.station()),
-                    &shape,
-                    reproducible,
-                    first,
-                    delivered.next(),
-                ));
+                engines.push(
+                    EngineJob::new(global, Arc::clone(g.station()), &shape, reproducible, first, delivered.next())
+                        .with_gpu(g.gpu_decode().cloned()),
+                );
             }
             engines
         };
         let pending = (0..rt.gpus.len().max(1)).map(|_| None).collect();
         let job = Arc::new(EpochJob { plan: Arc::clone(&plan), engines, ctx: Arc::clone(&ctx) });
+        // The engines start the epoch once its job exists: the GPU rows' CPU fallback is the job's own code.
+        let fallback: Option<std::sync::Arc<dyn CpuFallback>> = if rt.gpus.iter().any(|g| g.gpu_decode().is_some()) {
+            Some(std::sync::Arc::new(EpochFallback::new(Arc::clone(&job), limits)?))
+        } else {
+            None
+        };
+        for g in &rt.gpus {
+            g.begin_epoch(epoch_shape, first, fallback.clone())?;
+        }
         rt.pool.run(Arc::clone(&job));
         Stats::add(&ctx.stats.epochs, 1);
         self.next_epoch = following;

@@ -90,6 +90,23 @@ pub struct GpuCounters {
     pub device_slots_allocated: AtomicU64,
     /// Epochs whose first host batch was not page-locked (copies from pageable memory: slower).
     pub unpinned_host_buffers: AtomicU64,
+    /// Samples decoded on the GPU (transfer/gpu_decode.rs).
+    pub decode_gpu: AtomicU64,
+    /// Samples routed to the GPU that it could not decode, made by the CPU fallback instead.
+    pub decode_gpu_fallback: AtomicU64,
+    /// Samples the GPU path could not take (not a JPEG its engines decode: progressive, CMYK, PNG, …), decoded
+    /// by the CPU workers (counted only while the GPU path is on).
+    pub decode_gpu_ineligible: AtomicU64,
+    /// Time the GPU decode threads spent placing and decoding (busy time: nvJPEG's calls and the host waits).
+    pub decode_gpu_ns: AtomicU64,
+    /// Time transfer threads waited for a batch's GPU rows after its CPU rows were ready.
+    pub decode_gpu_wait_ns: AtomicU64,
+    /// Time of the resample kernels and CPU fallbacks of the GPU rows (transfer threads, host clock).
+    pub decode_gpu_finish_ns: AtomicU64,
+    /// The GPU share now, in millionths (a gauge: `decode="auto"` moves it).
+    pub decode_gpu_share_ppm: AtomicU64,
+    /// Device bytes of the GPU decode arenas allocated.
+    pub decode_gpu_arena_bytes: AtomicU64,
 }
 
 impl GpuCounters {
@@ -106,6 +123,14 @@ impl GpuCounters {
             ("device_wait_ns", g(&self.device_wait_ns)),
             ("device_slots_allocated", g(&self.device_slots_allocated)),
             ("unpinned_host_buffers", g(&self.unpinned_host_buffers)),
+            ("decode_gpu", g(&self.decode_gpu)),
+            ("decode_gpu_fallback", g(&self.decode_gpu_fallback)),
+            ("decode_gpu_ineligible", g(&self.decode_gpu_ineligible)),
+            ("decode_gpu_ns", g(&self.decode_gpu_ns)),
+            ("decode_gpu_wait_ns", g(&self.decode_gpu_wait_ns)),
+            ("decode_gpu_finish_ns", g(&self.decode_gpu_finish_ns)),
+            ("decode_gpu_share_ppm", g(&self.decode_gpu_share_ppm)),
+            ("decode_gpu_arena_bytes", g(&self.decode_gpu_arena_bytes)),
         ]
     }
 }

@@ -23,6 +23,7 @@ __all__ = [
     "CHOICES",
     "DEFAULTS",
     "machine_info",
+    "gpu_decode_arena_bytes",
     "nvjpeg_decode",
     "nvjpeg_decode_batches",
     "nvjpeg_probe",
@@ -76,6 +77,7 @@ DEFAULTS: dict[str, Any]
 
 def machine_info() -> dict[str, Any]: ...
 def nvjpeg_probe(extra: list[str]) -> dict[str, Any]: ...
+def gpu_decode_arena_bytes(batch_size: int) -> int: ...
 def nvjpeg_decode_batches(
     files: list[bytes],
     device: int,
@@ -84,6 +86,7 @@ def nvjpeg_decode_batches(
     rounds: int,
     roi_fraction: float | None,
     extra: list[str],
+    interpolate: bool = ...,
 ) -> tuple[float, int, dict[str, int], tuple[float, float, float]]: ...
 def nvjpeg_decode(
     data: bytes, device: int, hardware: bool, extra: list[str]
@@ -221,6 +224,8 @@ class NativeLoader:
         max_memory_bytes: int | None,
         exif_transpose: bool,
         views: Sequence[Sequence[tuple[Any, ...]]] | None = None,
+        decode: str | float | None = None,
+        gpu_libraries: tuple[Sequence[str], Sequence[str]] = ...,
     ) -> NativeLoader: ...
     def __len__(self) -> int: ...
     def state_dict(self) -> dict[str, Any]: ...

@@ -57,11 +57,13 @@ def decode_batches(
     batch: int = 64,
     rounds: int = 3,
     roi_fraction: float | None = None,
+    interpolate: bool = True,
 ) -> tuple[float, int, dict[str, int], tuple[float, float, float]]:
     """The GPU decode ceiling: ``files`` decoded in batches by one nvJPEG batch decoder, ``rounds`` timed passes
     after a warm-up pass, each image whole or its centred region of ``roi_fraction`` × the sides → (seconds,
     images decoded, {reason: count} of those nvJPEG would not take, (check, submit, wait) seconds: header parse +
-    support check, the decode call, the host wait for the stream)."""
+    support check, the decode call, the host wait for the stream). ``interpolate``: interpolated chroma upsampling
+    (libjpeg-turbo's; 2.6x slower on the H200's engines, docs/gpu_decode.md §15)."""
     return _core.nvjpeg_decode_batches(
-        [bytes(f) for f in files], device, hardware, batch, rounds, roi_fraction, candidates()
+        [bytes(f) for f in files], device, hardware, batch, rounds, roi_fraction, candidates(), interpolate
     )

@@ -531,6 +531,19 @@ class Loader:
     ``eXIf``, WebP ``EXIF``/``XMP`` and TIFF tags; a broken EXIF block means orientation 1, never an error. The
     default, ``False``, keeps pixels in stored order, as torchvision's ``ImageFolder`` loading does.
 
+    ``decode`` (CUDA loaders): where JPEGs are decoded. ``'cpu'`` (default): by the workers. ``'gpu'``: every JPEG
+    the GPU's hardware decoders take (baseline, one scan, 4:4:4/4:2:2/4:2:0/4:4:0/gray, no EXIF rotation) is decoded
+    there with nvJPEG — only its crop window — and resized, flipped, normalized and cast by a kernel straight into
+    the batch; every other file (progressive, CMYK, PNG, …) and any file the GPU refuses goes to the CPU path, never
+    to an error. A number in [0, 1]: that share of the eligible samples on the GPU, chosen per sample by (seed,
+    epoch, index). ``'auto'``: the share follows the load (up while the training loop waits for batches the CPU
+    rows delay, down while the CPU keeps up), fixed at 0.5 in reproducible mode; the CPU path where the GPU path is
+    unavailable. The GPU path takes pipelines of crops, resizes and flips (no pixel ops, one view, 3 channels);
+    ``'gpu'`` or a share with anything else, without a CUDA device, nvJPEG (``nvidia-nvjpeg`` wheel, the CUDA
+    toolkit or torchvision's bundled copy) or NVRTC raises ``ConfigError`` (``decode``). A GPU-decoded sample differs
+    from its CPU decode by IDCT rounding only (docs/gpu_decode.md). ``stats()`` reports ``decode_gpu`` (samples made
+    on the GPU), ``decode_gpu_fallback``, ``decode_gpu_ineligible``, ``decode_gpu_share_ppm`` and the times.
+
     Every argument is checked at construction; a bad value raises ``ConfigError`` (a ``ValueError``) whose
     ``parameter`` names it: ints are ints (not bools, strings or floats) within their range, ``shuffle``,
     ``reproducible`` and ``exif_transpose`` are bools, the choice strings (``dtype``, ``layout``, ``last_batch``,
@@ -568,6 +581,7 @@ class Loader:
         batch_ops: Sequence[_batch.BatchOp] = (),
         batch_transform: Callable[[Batch, Any], Any] | None = None,
         views: Sequence[Sequence[Transform] | Any] | None = None,
+        decode: str | float = DEFAULTS["decode"],
     ) -> None:
         if not isinstance(source, Source):
             raise ConfigError(
@@ -618,6 +632,9 @@ class Loader:
             max_memory_bytes=opt_int("max_memory_bytes", max_memory_bytes),
             exif_transpose=_bool("exif_transpose", exif_transpose),
             views=view_specs,
+            decode=decode,
+            # The wheel copies on sys.path come first in the libraries' search orders (src/cuda/nvjpeg.rs, nvrtc.rs).
+            gpu_libraries=(_nvjpeg.candidates(), _nvrtc.candidates()) if decode != "cpu" else ([], []),
         )
         self.source = source
         # Float targets (float32 (N, *S)) stay in Python: each batch's labels are gathered by its indices.

@@ -328,7 +328,19 @@ unsafe impl Send for BatchDecoder {}
 impl BatchDecoder {
     /// A decoder on `ctx`'s GPU. `prefer_hardware`: the hardware engines when the GPU has them, else the CUDA
     /// backend (which takes no ROI). `max_output_bytes` bounds the output buffer.
-    pub fn new(nv: Arc<Nvjpeg>, ctx: Arc<GpuContext>, prefer_hardware: bool, max_output_bytes: usize) -> Result<Self> {
+    ///
+    /// `interpolate`: `NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION` (libjpeg-turbo's "fancy" chroma upsampling, so
+    /// subsampled files decode as on the CPU path: ≥ 85 dB vs Pillow on the H200), which costs the hardware path
+    /// 2.6× (4,800 vs 12,670 img/s, docs/gpu_decode.md §15). 4:4:4 and gray files decode identically either way,
+    /// so the GPU path gives them a decoder without it.
+    pub fn new(
+        nv: Arc<Nvjpeg>,
+        ctx: Arc<GpuContext>,
+        prefer_hardware: bool,
+        interpolate: bool,
+        max_output_bytes: usize,
+    ) -> Result<Self> {
+        let flags = if interpolate { FLAG_UPSAMPLING_WITH_INTERPOLATION } else { 0 };
         let stream = Stream::new_non_blocking(&ctx)?;
         ctx.clone().scoped(|| {
             let mut handle: Handle = std::ptr::null_mut();
@@ -337,13 +349,13 @@ impl BatchDecoder {
             let null = std::ptr::null_mut();
             // SAFETY: null allocators select nvJPEG's defaults; `handle` is a valid out-pointer.
             let mut st = unsafe {
-                (nv.fns.create_ex)(code(backend), null, null, FLAG_UPSAMPLING_WITH_INTERPOLATION, &mut handle)
+                (nv.fns.create_ex)(code(backend), null, null, flags, &mut handle)
             };
             if st == STATUS_ARCH_MISMATCH && backend == Backend::Hardware {
                 backend = Backend::Cuda;
                 // SAFETY: as above.
                 st = unsafe {
-                    (nv.fns.create_ex)(code(backend), null, null, FLAG_UPSAMPLING_WITH_INTERPOLATION, &mut handle)
+                    (nv.fns.create_ex)(code(backend), null, null, flags, &mut handle)
                 };
             }
             ok("nvjpegCreateEx", st)?;
@@ -385,9 +397,9 @@ impl BatchDecoder {
         ctx.scoped(|| self.decode_scoped(images, rois))
     }
 
-    fn decode_scoped(&mut self, images: &[&[u8]], rois: &[Option<Roi>]) -> Result<Vec<Placed>> {
+    fn ensure_params(&mut self, n: usize) -> Result<()> {
         let f = &self.nv.fns;
-        while self.params.len() < images.len() {
+        while self.params.len() < n {
             let mut p: Params = std::ptr::null_mut();
             // SAFETY: the handle is live; `p` is a valid out-pointer; pushed so Drop destroys it.
             ok("nvjpegDecodeParamsCreate", unsafe { (f.params_create)(self.handle, &mut p) })?;
@@ -395,49 +407,121 @@ impl BatchDecoder {
             // SAFETY: `p` was just created.
             ok("nvjpegDecodeParamsSetOutputFormat", unsafe { (f.params_output)(p, OUTPUT_RGBI) })?;
         }
+        Ok(())
+    }
+
+    fn decode_scoped(&mut self, images: &[&[u8]], rois: &[Option<Roi>]) -> Result<Vec<Placed>> {
+        self.ensure_params(images.len())?;
         let t0 = std::time::Instant::now();
         let mut placed: Vec<Placed> = Vec::with_capacity(images.len());
-        let (mut chosen, mut total) = (Vec::new(), 0usize);
+        let mut total = 0usize;
         for (i, (data, roi)) in images.iter().zip(rois).enumerate() {
             match self.check_one(data, *roi, self.params[i]) {
                 Ok((h, w)) if total + h * w * 3 <= self.max_output_bytes => {
                     placed.push(Ok((h, w, total)));
-                    chosen.push(i);
                     total += h * w * 3;
                 }
                 Ok(_) => placed.push(Err("the batch's output buffer is full".to_owned())),
                 Err(why) => placed.push(Err(why)),
             }
         }
-        if chosen.is_empty() {
+        self.timing.check_ns += t0.elapsed().as_nanos() as u64;
+        if total == 0 {
             return Ok(placed);
         }
         if self.out.as_ref().is_none_or(|m| m.len() < total) {
             self.out = None; // free the old buffer before allocating the larger one
             self.out = Some(DeviceMemory::alloc(&self.ctx, total)?);
         }
-        let base = self.out.as_ref().map_or(0, |m| m.ptr());
-        let mut dst = Vec::with_capacity(chosen.len());
-        let (mut data, mut lengths, mut params) = (Vec::new(), Vec::new(), Vec::new());
-        for &i in &chosen {
-            let Ok((_, w, offset)) = placed[i] else { unreachable!("chosen images are placed") };
+        let base = self.out.as_ref().map_or(0, |m| m.ptr()) as usize;
+        let targets: Vec<Option<(usize, usize)>> =
+            placed.iter().map(|p| p.as_ref().ok().map(|&(_, w, offset)| (base + offset, w * 3))).collect();
+        if let Err(why) = self.submit(images, &targets)? {
+            for p in placed.iter_mut().filter(|p| p.is_ok()) {
+                *p = Err(why.clone());
+            }
+        }
+        Ok(placed)
+    }
+
+    /// Decode `images[i]`'s region `rois[i]` as interleaved RGB into device memory at `dst[i]` = (address, row
+    /// pitch in bytes), which must hold `roi.h` rows of `roi.w · 3` bytes. Returns per image `Ok(())` or why it was
+    /// not decoded (nvJPEG would not take it, or the batch failed: then every image of it), for the caller's CPU
+    /// fallback. On return the decode is complete (host-synchronized), so `dst` may be read by any stream.
+    pub fn decode_into(
+        &mut self,
+        images: &[&[u8]],
+        rois: &[Roi],
+        dst: &[(usize, usize)],
+    ) -> Result<Vec<std::result::Result<(), String>>> {
+        if images.len() != rois.len() || images.len() != dst.len() {
+            return Err(cuda_error("nvjpegDecodeBatchedEx", "one region and one destination per image"));
+        }
+        let ctx = Arc::clone(&self.ctx);
+        ctx.scoped(|| {
+            self.ensure_params(images.len())?;
+            let t0 = std::time::Instant::now();
+            let mut out: Vec<std::result::Result<(), String>> = Vec::with_capacity(images.len());
+            let mut targets = Vec::with_capacity(images.len());
+            for (i, (data, roi)) in images.iter().zip(rois).enumerate() {
+                match self.check_one(data, Some(*roi), self.params[i]) {
+                    Ok(_) if dst[i].1 < roi.w as usize * 3 => {
+                        out.push(Err(format!("row pitch {} is below {} bytes", dst[i].1, roi.w as usize * 3)));
+                        targets.push(None);
+                    }
+                    Ok(_) => {
+                        out.push(Ok(()));
+                        targets.push(Some(dst[i]));
+                    }
+                    Err(why) => {
+                        out.push(Err(why));
+                        targets.push(None);
+                    }
+                }
+            }
+            self.timing.check_ns += t0.elapsed().as_nanos() as u64;
+            if let Err(why) = self.submit(images, &targets)? {
+                for r in out.iter_mut().filter(|r| r.is_ok()) {
+                    *r = Err(why.clone());
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// One batched decode of the images that have a target (address, pitch), their params already set by
+    /// `check_one` (params[i] belongs to images[i]). `Ok(Err(why))`: nvJPEG failed the batch (the batch is
+    /// re-initialized by the next call, so nothing carries over); `Err`: the stream could not be synchronized.
+    fn submit(
+        &mut self,
+        images: &[&[u8]],
+        targets: &[Option<(usize, usize)>],
+    ) -> Result<std::result::Result<(), String>> {
+        let f = &self.nv.fns;
+        let (mut dst, mut data, mut lengths, mut params) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (i, t) in targets.iter().enumerate() {
+            let Some((addr, pitch)) = *t else { continue };
             let mut image = Image { channel: [std::ptr::null_mut(); 4], pitch: [0; 4] };
-            image.channel[0] = (base as usize + offset) as *mut u8;
-            image.pitch[0] = w * 3;
+            image.channel[0] = addr as *mut u8;
+            image.pitch[0] = pitch;
             dst.push(image);
             data.push(images[i].as_ptr());
             lengths.push(images[i].len());
             params.push(self.params[i]);
         }
+        if dst.is_empty() {
+            return Ok(Ok(()));
+        }
         let t1 = std::time::Instant::now();
-        let n = c_int::try_from(chosen.len()).unwrap_or(c_int::MAX);
+        let n = c_int::try_from(dst.len()).unwrap_or(c_int::MAX);
         // SAFETY: handle and state are live; RGBI output; one CPU thread.
         let st = unsafe { (f.batched_initialize)(self.handle, self.state, n, 1, OUTPUT_RGBI) };
         let st = if st != 0 {
             st
         } else if self.backend == Backend::Hardware {
-            // SAFETY: `data`/`lengths`/`dst`/`params` hold `n` entries each; every destination lies inside `out`
-            // (placed above, h·w·3 bytes at pitch w·3); inputs stay alive until the stream is synchronized below.
+            // SAFETY: `data`/`lengths`/`dst`/`params` hold `n` entries each; every destination holds its image's
+            // output (h rows at its pitch, checked by the callers against `check_one`'s size); the inputs stay
+            // alive until the stream is synchronized below.
             unsafe {
                 (f.decode_batched_ex)(
                     self.handle,
@@ -465,19 +549,13 @@ impl BatchDecoder {
         let t2 = std::time::Instant::now();
         let synced = self.stream.synchronize();
         let t3 = std::time::Instant::now();
-        let ns = |a: std::time::Instant, b: std::time::Instant| (b - a).as_nanos() as u64;
-        self.timing.check_ns += ns(t0, t1);
-        self.timing.submit_ns += ns(t1, t2);
-        self.timing.wait_ns += ns(t2, t3);
+        self.timing.submit_ns += (t2 - t1).as_nanos() as u64;
+        self.timing.wait_ns += (t3 - t2).as_nanos() as u64;
         if st != 0 {
-            let why = format!("nvjpegDecodeBatched: NVJPEG_STATUS_{} ({st})", status_name(st));
-            for &i in &chosen {
-                placed[i] = Err(why.clone());
-            }
-            return Ok(placed);
+            return Ok(Err(format!("nvjpegDecodeBatched: NVJPEG_STATUS_{} ({st})", status_name(st))));
         }
         synced?;
-        Ok(placed)
+        Ok(Ok(()))
     }
 
     /// `(width, height)` from `data`'s header (parsed by nvJPEG), checked against the size limits.
@@ -606,7 +684,7 @@ pub fn decode_rgb(
     jpeg: &[u8],
     prefer_hardware: bool,
 ) -> Result<(usize, usize, Vec<u8>, Backend)> {
-    let mut dec = BatchDecoder::new(Arc::clone(nv), Arc::clone(ctx), prefer_hardware, MAX_PIXELS_BYTES)?;
+    let mut dec = BatchDecoder::new(Arc::clone(nv), Arc::clone(ctx), prefer_hardware, true, MAX_PIXELS_BYTES)?;
     let placed = dec.decode(&[jpeg], &[None])?;
     let (h, w, offset) = placed
         .into_iter()

@@ -260,6 +260,8 @@ fn loader_cfg(batch: usize, workers: usize, shuffle: bool, reproducible: bool) -
         .unwrap()
         .into(),
         decode_limits: DecodeLimits::default(),
+        decode: crate::config::DecodeMode::Cpu,
+        gpu_libraries: Default::default(),
     }
 }
 

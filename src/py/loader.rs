@@ -82,6 +82,17 @@ fn choice<T: Copy + PartialEq>(value: &Bound<'_, PyAny>, choice: &Choice<T>) -> 
     }
 }
 
+/// `decode`: one of the core's strings, or a number (the GPU share; a bool is not one), whose range is the core's.
+fn decode_arg(value: &Bound<'_, PyAny>) -> PyResult<config::DecodeMode> {
+    if value.extract::<String>().is_ok() || value.is_instance_of::<pyo3::types::PyBool>() {
+        return choice(value, &config::DECODE);
+    }
+    match value.extract::<f64>() {
+        Ok(share) => config::check_decode_share(share).py_err(),
+        Err(_) => choice(value, &config::DECODE),
+    }
+}
+
 /// The accepted strings of every choice parameter, exported as `_core.CHOICES`.
 pub fn choices_dict(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
@@ -90,6 +101,7 @@ pub fn choices_dict(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item(config::LAST_BATCH.name, PyTuple::new(py, config::LAST_BATCH.names())?)?;
     d.set_item(config::ON_ERROR.name, PyTuple::new(py, config::ON_ERROR.names())?)?;
     d.set_item(config::PIN.name, PyTuple::new(py, config::PIN.names())?)?;
+    d.set_item(config::DECODE.name, PyTuple::new(py, config::DECODE.names())?)?;
     Ok(d)
 }
 
@@ -111,6 +123,7 @@ pub fn defaults_dict(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     out.set_item("max_held_batches", d::MAX_HELD_BATCHES)?;
     out.set_item("device_slots", d::DEVICE_SLOTS)?;
     out.set_item("exif_transpose", d::EXIF_TRANSPOSE)?;
+    out.set_item("decode", d::DECODE)?;
     out.set_item("RandomResizedCrop.scale", augment::default::RRC_SCALE)?;
     out.set_item("RandomResizedCrop.ratio", augment::default::RRC_RATIO)?;
     out.set_item("RandomHorizontalFlip.p", augment::default::FLIP_P)?;
@@ -230,7 +243,8 @@ impl NativeLoader {
     #[pyo3(signature = (source, *, batch_size, workers, shuffle, seed, reproducible, last_batch,
                         rank, world_size, pin, on_error, prefetch, max_held_batches, transforms, normalize,
                         dtype, layout, channels, devices, device_slots, cpus, max_pixels, max_scans,
-                        max_memory_bytes, exif_transpose, views = None))]
+                        max_memory_bytes, exif_transpose, views = None, decode = None,
+                        gpu_libraries = (Vec::new(), Vec::new())))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -260,6 +274,8 @@ impl NativeLoader {
         max_memory_bytes: Option<&Bound<'_, PyAny>>,
         exif_transpose: bool,
         views: Option<Vec<Vec<Bound<'_, PyTuple>>>>,
+        decode: Option<&Bound<'_, PyAny>>,
+        gpu_libraries: (Vec<std::path::PathBuf>, Vec<std::path::PathBuf>),
     ) -> PyResult<Self> {
         // Translation only: Python values into the core's types. Every rule (ranges, choices, defaults) is the
         // core's: config.rs, augment/, decode/, source/.
@@ -313,6 +329,8 @@ impl NativeLoader {
                 exif_transpose,
                 ..limits
             },
+            decode: decode.map_or_else(|| config::DECODE.parse(config::default::DECODE).py_err(), decode_arg)?,
+            gpu_libraries: config::GpuLibraries { nvjpeg: gpu_libraries.0, nvrtc: gpu_libraries.1 },
         };
         // Checked for every loader (a CPU loader does not use it, but a wrong value is wrong everywhere).
         let device_slots: usize = int_arg(device_slots, &config::DEVICE_SLOTS)?;

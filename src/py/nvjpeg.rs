@@ -1,5 +1,6 @@
 //! py/nvjpeg — `_core.nvjpeg_probe` and `_core.nvjpeg_decode`: what libnvjpeg the search finds (for `trdata
-//! info`) and a one-image GPU decode (for the tests and benches that compare GPU and CPU decodes). Python
+//! info`) and a one-image GPU decode (for the tests and benches that compare GPU and CPU decodes); the GPU decode
+//! path's arena size (`_core.gpu_decode_arena_bytes`, for tests that check its memory bound). Python
 //! (`trdata/_nvjpeg.py`) supplies the wheel paths it derives from `sys.path`; the search order is
 //! [`crate::cuda::nvjpeg`]'s.
 
@@ -16,7 +17,15 @@ use crate::cuda::{self, GpuContext, nvjpeg};
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(nvjpeg_probe, m)?)?;
     m.add_function(wrap_pyfunction!(nvjpeg_decode, m)?)?;
-    m.add_function(wrap_pyfunction!(nvjpeg_decode_batches, m)?)
+    m.add_function(wrap_pyfunction!(nvjpeg_decode_batches, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu_decode_arena_bytes, m)?)
+}
+
+/// Bytes of one GPU decode arena for batches of `batch_size` (`transfer::gpu_decode::arena_bytes`; a GPU loader
+/// allocates at most prefetch + 1 of them per GPU).
+#[pyfunction]
+fn gpu_decode_arena_bytes(batch_size: usize) -> usize {
+    crate::transfer::gpu_decode::arena_bytes(batch_size)
 }
 
 fn paths(extra: Vec<String>) -> Vec<PathBuf> {
@@ -88,9 +97,9 @@ type BatchesResult = (f64, usize, std::collections::BTreeMap<String, usize>, (f6
 /// The GPU decode ceiling (benches): decode `files` in batches of `batch` with one [`nvjpeg::BatchDecoder`],
 /// `rounds` times over, each image whole or (with `roi_fraction` f) its centred region of f × the sides →
 /// `(seconds, decoded, {reason: count}, (check, submit, wait) seconds)`; the first round is a warm-up and not
-/// timed.
+/// timed. `interpolate`: interpolated chroma upsampling (see `BatchDecoder::new`).
 #[pyfunction]
-#[pyo3(signature = (files, device, hardware, batch, rounds, roi_fraction, extra))]
+#[pyo3(signature = (files, device, hardware, batch, rounds, roi_fraction, extra, interpolate = true))]
 #[allow(clippy::too_many_arguments)]
 fn nvjpeg_decode_batches(
     py: Python<'_>,
@@ -101,12 +110,13 @@ fn nvjpeg_decode_batches(
     rounds: usize,
     roi_fraction: Option<f64>,
     extra: Vec<String>,
+    interpolate: bool,
 ) -> PyResult<BatchesResult> {
     let extra = paths(extra);
     py.detach(|| {
         let lib = nvjpeg::open_required(&extra)?;
         let ctx = GpuContext::open(device)?;
-        let mut dec = nvjpeg::BatchDecoder::new(lib, ctx, hardware, 1 << 31)?;
+        let mut dec = nvjpeg::BatchDecoder::new(lib, ctx, hardware, interpolate, 1 << 31)?;
         let rois: Vec<Option<nvjpeg::Roi>> = files
             .iter()
             .map(|f| {

@@ -219,6 +219,12 @@ impl<S, B> RingCore<S, B> {
         }
     }
 
+    /// Batches published and not yet taken by the consumer (0: the consumer is waiting or about to: the loader
+    /// is the bottleneck; the GPU decode controller reads it).
+    pub(super) fn ready_len(&self) -> usize {
+        lock(&self.state).ready.len()
+    }
+
     /// Any side: a slot is free again (its lease dropped, or its copy completed but the batch is not published).
     pub(super) fn return_slot(&self, slot: S) {
         lock(&self.state).free.push_back(slot);

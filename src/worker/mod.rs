@@ -20,7 +20,7 @@ use crate::source::{Dataset, PackedFile, PixelArray, Store, read_sample, read_sp
 use crate::staging::RowWriter;
 use crate::stats::Stats;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Condvar, Mutex, Ordering, lock};
-use crate::transfer::Station;
+use crate::transfer::{GpuDecode, GpuTask, Station};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::thread::JoinHandle;
@@ -98,6 +98,8 @@ pub struct EngineJob {
     /// Fast mode: the real sequence number written into each ticket slot of [0, R) (plan/resume.rs says
     /// why and how it is read); empty in reproducible mode.
     pub slot_seqs: Box<[AtomicU64]>,
+    /// The engine's GPU decode path, when on for this loader (transfer/gpu_decode.rs: routing).
+    pub gpu: Option<std::sync::Arc<GpuDecode>>,
 }
 
 impl EngineJob {
@@ -125,7 +127,14 @@ impl EngineJob {
             skip_below,
             delivered,
             slot_seqs: slot_seqs.into_boxed_slice(),
+            gpu: None,
         }
+    }
+
+    /// The same job with `gpu` as its GPU decode path.
+    pub fn with_gpu(mut self, gpu: Option<std::sync::Arc<GpuDecode>>) -> Self {
+        self.gpu = gpu;
+        self
     }
 
     fn skips(&self, seq: u64) -> bool {
@@ -312,6 +321,33 @@ fn worker_main(shared: Arc<PoolShared>, w: usize, workers: usize, cpu: Option<us
     }
 }
 
+/// The CPU fallback of an epoch's GPU rows (transfer/gpu_decode.rs): [`produce`] on the transfer thread, with a
+/// scratch of its own, so a sample the GPU could not decode is made exactly as a worker would make it (same
+/// bytes, same error and skip policy).
+pub struct EpochFallback {
+    job: Arc<EpochJob>,
+    scratch: Mutex<(WorkerScratch, Vec<u8>)>,
+}
+
+impl EpochFallback {
+    /// The fallback of `job`, whose decoder applies `limits`.
+    pub fn new(job: Arc<EpochJob>, limits: DecodeLimits) -> Result<Self> {
+        Ok(Self { job, scratch: Mutex::new((WorkerScratch::with_limits(limits)?, Vec::new())) })
+    }
+}
+
+impl crate::transfer::CpuFallback for EpochFallback {
+    fn produce(&self, index: u64, dst: &mut RowWriter<'_>) -> std::result::Result<u64, SampleError> {
+        let mut g = lock(&self.scratch);
+        let (scratch, file_buf) = &mut *g;
+        produce(&self.job, index, scratch, file_buf, dst, None)
+    }
+
+    fn label(&self, index: u64) -> i64 {
+        self.job.ctx.dataset.labels[index as usize]
+    }
+}
+
 /// Decode sample `index` into `dst`, replacing it under the skip policy. Returns the dataset index whose
 /// pixels were written.
 ///
@@ -322,12 +358,13 @@ fn worker_main(shared: Arc<PoolShared>, w: usize, workers: usize, cpu: Option<us
 /// indices only saves re-reading files that already failed (they would fail again). A sample is counted once
 /// in `errors_skipped` however many candidates it took; the error is raised only when no sample of the whole
 /// dataset decodes.
-fn produce(
+pub(crate) fn produce(
     job: &EpochJob,
     index: u64,
     scratch: &mut WorkerScratch,
     file_buf: &mut Vec<u8>,
     dst: &mut RowWriter<'_>,
+    gpu: Option<GpuRow<'_>>,
 ) -> std::result::Result<u64, SampleError> {
     let ctx = &job.ctx;
     let n = ctx.dataset.len() as u64;
@@ -339,7 +376,7 @@ fn produce(
     };
     let first = match known_bad {
         Some(error) => SampleError { path: ctx.dataset.sample_name(index as usize), index, error },
-        None => match attempt_sample(job, index, scratch, file_buf, dst) {
+        None => match attempt_sample(job, index, scratch, file_buf, dst, gpu) {
             Ok(()) => return Ok(index),
             Err(e) => e,
         },
@@ -359,7 +396,7 @@ fn produce(
             if lock(&ctx.skipped).bad.contains_key(&candidate) {
                 continue;
             }
-            if attempt_sample(job, candidate, scratch, file_buf, dst).is_ok() {
+            if attempt_sample(job, candidate, scratch, file_buf, dst, None).is_ok() {
                 return Ok(candidate);
             }
             if k >= MAX_SKIP_ATTEMPTS as usize && lock(&ctx.skipped).all_bad {
@@ -379,7 +416,16 @@ fn produce(
     Err(SampleError { error, ..first })
 }
 
-/// Decode `bytes`, just read (from `t0`) from a file or shard, into `dst`, counting the read.
+/// Where a sample routed to the GPU goes: the engine's GPU decode path and the sample's batch and row.
+#[derive(Clone, Copy)]
+pub(crate) struct GpuRow<'a> {
+    gpu: &'a GpuDecode,
+    batch: u64,
+    row: usize,
+}
+
+/// Decode `bytes`, just read (from `t0`) from a file or shard, into `dst`, counting the read — or hand them to the
+/// GPU (`None` timing: the row's pixels are the GPU's to write) when `gpu` routes the sample there.
 fn decode_read(
     ctx: &WorkContext,
     t0: Instant,
@@ -387,10 +433,44 @@ fn decode_read(
     bytes: &[u8],
     key: SampleKey,
     dst: &mut RowWriter<'_>,
-) -> std::result::Result<SampleTiming, ImageError> {
+    gpu: Option<GpuRow<'_>>,
+) -> std::result::Result<Option<SampleTiming>, ImageError> {
     Stats::add_since(&ctx.stats.read_ns, t0);
     Stats::add(&ctx.stats.bytes_read, bytes.len() as u64);
-    ctx.pipeline.process(scratch, bytes, key, dst)
+    if let Some(g) = gpu
+        && to_gpu(ctx, g, scratch, bytes, key)
+    {
+        return Ok(None);
+    }
+    ctx.pipeline.process(scratch, bytes, key, dst).map(Some)
+}
+
+/// Route one sample (transfer/gpu_decode.rs, "Routing"): a GPU-eligible file whose draw is below the share
+/// becomes a [`GpuTask`] (its crop window and taps computed here by the CPU path's own geometry code) → true.
+fn to_gpu(ctx: &WorkContext, g: GpuRow<'_>, scratch: &mut WorkerScratch, bytes: &[u8], key: SampleKey) -> bool {
+    let info = match crate::decode::gpu_eligible(bytes, crate::transfer::gpu_decode::MAX_GPU_FILE_BYTES) {
+        Ok(info) => info,
+        Err(_) => {
+            g.gpu.count_ineligible();
+            return false;
+        }
+    };
+    if !g.gpu.route(key.seed, key.epoch, key.index) {
+        return false;
+    }
+    let geo = ctx.pipeline.first().prepare_gpu(scratch, info.width, info.height, key);
+    g.gpu.submit(GpuTask {
+        batch: g.batch,
+        row: g.row,
+        index: key.index,
+        bytes: bytes.to_vec(),
+        roi: geo.roi,
+        x: geo.x,
+        y: geo.y,
+        vertical_first: geo.vertical_first,
+        interpolate: info.subsampling.is_subsampled(),
+    });
+    true
 }
 
 /// Read dataset sample `index` once and decode it into every view of `dst` (augment/views.rs); a failure is
@@ -401,6 +481,7 @@ fn attempt_sample(
     scratch: &mut WorkerScratch,
     file_buf: &mut Vec<u8>,
     dst: &mut RowWriter<'_>,
+    gpu: Option<GpuRow<'_>>,
 ) -> std::result::Result<(), SampleError> {
     let ctx = &job.ctx;
     let i = index as usize;
@@ -408,18 +489,16 @@ fn attempt_sample(
     let t0 = Instant::now();
     let result = match &ctx.dataset.store {
         Store::Files(paths) => read_sample(&paths[i], MAX_FILE_BYTES, file_buf)
-            .and_then(|()| decode_read(ctx, t0, scratch, file_buf, key, dst)),
+            .and_then(|()| decode_read(ctx, t0, scratch, file_buf, key, dst, gpu)),
         Store::Spans(s) => read_span(&s.files[s.file[i] as usize], s.offset[i], s.len[i], MAX_FILE_BYTES, file_buf)
-            .and_then(|()| decode_read(ctx, t0, scratch, file_buf, key, dst)),
-        Store::Blobs(blobs) => {
-            Stats::add(&ctx.stats.bytes_read, blobs[i].len() as u64);
-            ctx.pipeline.process(scratch, &blobs[i], key, dst)
-        }
-        Store::Pixels(array) => ctx.pipeline.process_pixels(scratch, array, i, key, dst),
-        Store::Packed(p) => packed_sample(job, p, i, t0, scratch, file_buf, key, dst),
+            .and_then(|()| decode_read(ctx, t0, scratch, file_buf, key, dst, gpu)),
+        Store::Blobs(blobs) => decode_read(ctx, t0, scratch, &blobs[i], key, dst, gpu),
+        Store::Pixels(array) => ctx.pipeline.process_pixels(scratch, array, i, key, dst).map(Some),
+        Store::Packed(p) => packed_sample(job, p, i, t0, scratch, file_buf, key, dst, gpu),
     };
     match result {
-        Ok(t) => {
+        Ok(None) => Ok(()), // the GPU makes it (its count is the transfer thread's)
+        Ok(Some(t)) => {
             Stats::add(&ctx.stats.decode_ns, t.decode_ns);
             Stats::add(&ctx.stats.augment_ns, t.augment_ns);
             Stats::add(&ctx.stats.samples, 1);
@@ -454,12 +533,13 @@ fn packed_sample(
     file_buf: &mut Vec<u8>,
     key: SampleKey,
     dst: &mut RowWriter<'_>,
-) -> std::result::Result<SampleTiming, ImageError> {
+    gpu: Option<GpuRow<'_>>,
+) -> std::result::Result<Option<SampleTiming>, ImageError> {
     let ctx = &job.ctx;
     let bytes = p.record(i, |block| job.plan.block_order_key(block))?;
     let m = p.index().rows[i].meta;
     if m.format != RecordFormat::Raw {
-        return decode_read(ctx, t0, scratch, &bytes, key, dst);
+        return decode_read(ctx, t0, scratch, &bytes, key, dst, gpu);
     }
     Stats::add_since(&ctx.stats.read_ns, t0);
     Stats::add(&ctx.stats.bytes_read, bytes.len() as u64);
@@ -470,7 +550,7 @@ fn packed_sample(
     let image = PixelArray { data, height: u32::from(m.height), width: u32::from(m.width), channels: m.channels };
     let result = ctx.pipeline.process_pixels(scratch, &image, 0, key, dst);
     *file_buf = image.data;
-    result
+    result.map(Some)
 }
 
 fn run_job(job: &EpochJob, w: usize, workers: usize, scratch: &mut WorkerScratch, file_buf: &mut Vec<u8>) {
@@ -499,7 +579,8 @@ fn run_job(job: &EpochJob, w: usize, workers: usize, scratch: &mut WorkerScratch
         let Some(buf) = eng.station.acquire(b) else { return };
         let index = job.plan.sample_at(eng.global_engine, seq);
         let mut writer = buf.claim_row(row);
-        let outcome = produce(job, index, scratch, file_buf, &mut writer);
+        let gpu = eng.gpu.as_deref().map(|gpu| GpuRow { gpu, batch: b, row });
+        let outcome = produce(job, index, scratch, file_buf, &mut writer, gpu);
         let written = *outcome.as_ref().unwrap_or(&index);
         writer.set_meta(ctx.dataset.labels[written as usize], written as i64);
         drop(buf); // the row is written: release our handle before announcing it

@@ -1,0 +1,563 @@
+//! transfer/gpu_decode — the GPU decode path beside the CPU workers (issue 11; plan and sources:
+//! docs/gpu_decode.md): per GPU engine, two decode threads that decode the crop windows of the samples routed to
+//! them with nvJPEG's hardware engines into device arenas — `trdata-nvjpg{g}` the 4:4:4 and gray files,
+//! `trdata-nvjpg{g}i` the chroma-subsampled ones, with interpolated upsampling (libjpeg-turbo's, which costs the
+//! engines 2.6×; 4:4:4 and gray decode identically without it) — and the engine's transfer thread, which resamples
+//! them (Pillow's taps, computed on the host by the CPU path's code) straight into the batch's device slot with one
+//! kernel launch per pass.
+//!
+//! Routing (a CPU worker, per sample, [`GpuDecode::route`]): the sample goes to the GPU iff the pipeline can run
+//! there (one view, geometry only — no pixel ops —, RGB output), the file is a JPEG nvJPEG's engines take
+//! (`decode::gpu_eligible`: baseline, one scan, 4:4:4/4:2:2/4:2:0/4:4:0/gray, no EXIF rotation, …) and the
+//! sample's own draw `SampleRng(seed, epoch, index, OP_DECODE_ROUTE)` is below the GPU share. So in reproducible
+//! mode (fixed share) the path of a sample is a function of (seed, epoch, index, file bytes): two runs, or runs
+//! with different worker counts, route every sample the same way. `decode="auto"` moves the share (fast mode
+//! only) by the controller below.
+//!
+//! Protocol (one mutex `Shared::state`, two condvars):
+//! - worker `submit(task)`: `batches[b].expected += 1`, push the task, wake the decode thread — *before* the worker
+//!   completes the row at the station, so when the transfer thread has taken batch b every task of b is known.
+//!   The worker writes the row's label and index; the row's pixels in the host slab stay unwritten.
+//! - decode threads (each its own queue, by `GpuTask::interpolate`): take up to [`MAX_SUB_BATCH`] queued tasks
+//!   (whatever is there: small batches when idle, full ones under load), place each window in the arena of its
+//!   batch (`arena[b mod A]`, bump allocation under the mutex; a window that does not fit falls back to the CPU),
+//!   decode them in one `nvjpegDecodeBatchedEx` and wait on the host for the decode (required: the hardware engines write before stream order, docs §0.6); then
+//!   pushes each outcome into `batches[b].done` and wakes the transfer thread. A task of an older generation
+//!   (epoch restarted meanwhile) is dropped.
+//! - transfer thread, batch b (transfer/engine.rs): after the slab's H2D copy is enqueued on the copy stream,
+//!   `wait_batch(b)` until `done.len() == expected`, then launches the resample kernels on the copy stream (so
+//!   they follow the copy, which wrote garbage into the GPU rows, and the slot's release waits), runs the CPU
+//!   fallback of every failed task on this thread (the worker's `produce` for the sample: same bytes, same error
+//!   and skip policy as the CPU path) and copies its row, synchronizes, and only then `release(b)` frees b's
+//!   arena: nothing reads it any more.
+//! - arenas: A = host ring depth + 1. The station lets workers fill batches b..b+K while the transfer thread
+//!   holds b (K = depth), so at most K + 1 consecutive batches have tasks, and b + A cannot start before b is
+//!   released: `arena[b mod A]` is never shared by two live batches.
+//! - epochs: `reset()` (transfer thread, after the station is rewound and before it acknowledges, so no worker
+//!   and no kernel of the old epoch is running) bumps the generation, drops queued tasks and results and
+//!   empties the arenas. The decode thread finishes its current sub-batch (into the old arenas: nobody reads them)
+//!   before it sees the new generation.
+//! - failure: a decode thread that cannot continue (nvJPEG error outside a batch) records why; every task from
+//!   then on completes at once as a fallback, so the transfer thread never waits forever and the batch is made
+//!   on the CPU. `close()` stops and joins the thread.
+//!
+//! Auto controller ([`GpuDecode::adjust`], transfer thread, after each batch, fast mode): the inputs are the time
+//! the transfer thread waited for the CPU rows of the batch (`cpu_wait`) and for its GPU rows (`gpu_wait`), and
+//! whether the consumer was starved (it waited for this batch). Starved: move the share toward the path that made
+//! it wait (up when the CPU rows were later, down when the GPU rows were); not starved: drift down slowly, so the
+//! CPU stays the main path while it keeps up. The step decays from 0.05 toward 0.005 (nvImageCodec's adaptive
+//! load hint does the same).
+
+// transfer/ is an unsafe-allowed module (DESIGN.md §1); the device pointers handed to the kernels and nvJPEG are
+// checked arena offsets.
+#![allow(unsafe_code)]
+
+use crate::cuda::nvjpeg::{BatchDecoder, Nvjpeg, Roi};
+use crate::cuda::resample_gpu::AxisTaps;
+use crate::cuda::{DeviceMemory, GpuContext};
+use crate::error::{Result, SampleError, TrdataError};
+use crate::staging::RowWriter;
+use crate::stats::{GpuCounters, Stats};
+use crate::sync::{Arc, AtomicU64, Condvar, Mutex, Ordering, lock};
+use std::collections::{HashMap, VecDeque};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Most tasks per nvJPEG batch (the engines' sweet spot is ≥ 7·k; larger batches add latency, not throughput).
+pub const MAX_SUB_BATCH: usize = 64;
+/// Largest window (bytes, RGB) the GPU path decodes; larger ones go to the CPU path (which DCT-scales them).
+pub const MAX_WINDOW_BYTES: usize = 64 << 20;
+/// Files above this size go to the CPU path (the GPU path keeps a copy of each file until it is decoded).
+pub const MAX_GPU_FILE_BYTES: usize = 16 << 20;
+
+/// One sample routed to the GPU: its file, its crop window and the taps that resample the window to the output.
+#[derive(Debug)]
+pub struct GpuTask {
+    /// Batch and row of the sample.
+    pub batch: u64,
+    /// Row within the batch.
+    pub row: usize,
+    /// Dataset index (the CPU fallback decodes it again from the source).
+    pub index: u64,
+    /// The file.
+    pub bytes: Vec<u8>,
+    /// The window to decode, full scale, stored orientation.
+    pub roi: Roi,
+    /// Horizontal taps (starts in image pixels).
+    pub x: AxisTaps,
+    /// Vertical taps.
+    pub y: AxisTaps,
+    /// Pass order (as the CPU path would choose it).
+    pub vertical_first: bool,
+    /// Subsampled chroma: decode with interpolated upsampling (as libjpeg-turbo does).
+    pub interpolate: bool,
+}
+
+/// A task's outcome: the decoded window in device memory (address, row pitch), or why the CPU must do it.
+#[derive(Debug)]
+pub struct Decoded {
+    /// The task.
+    pub task: GpuTask,
+    /// (device address, pitch) of the window, or the reason for the CPU fallback.
+    pub at: std::result::Result<(usize, usize), String>,
+}
+
+/// The CPU path for one sample, run by the transfer thread when the GPU could not decode it: the worker's own
+/// `produce` (bytes, error and skip policy exactly as on the CPU path) into a one-row buffer.
+pub trait CpuFallback: Send + Sync {
+    /// Make dataset sample `index` into `dst` (and its label/index); `Ok(written index)` or the sample's error.
+    fn produce(&self, index: u64, dst: &mut RowWriter<'_>) -> std::result::Result<u64, SampleError>;
+    /// The label of dataset sample `index`.
+    fn label(&self, index: u64) -> i64;
+}
+
+#[derive(Debug, Default)]
+struct BatchTasks {
+    expected: usize,
+    done: Vec<Decoded>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    generation: u64,
+    /// Queued tasks: [0] for the decoder without interpolated upsampling (4:4:4, gray), [1] with it.
+    queue: [VecDeque<GpuTask>; 2],
+    batches: HashMap<u64, BatchTasks>,
+    /// Bytes used in each arena (index b mod A).
+    arena_used: Vec<usize>,
+    /// Why the decode threads stopped decoding (every task then falls back).
+    failed: Option<String>,
+    /// The arenas' device memory.
+    memory: ArenaMemory,
+    /// The generation each decode thread is decoding into the arenas now (None: not decoding). A thread of a
+    /// newer generation places nothing while one of an older generation still decodes: `reset` emptied the
+    /// arenas under it.
+    decoding: [Option<u64>; 2],
+    shutdown: bool,
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+    /// Wakes the decode thread (tasks queued, shutdown).
+    tasks: Condvar,
+    /// Wakes the transfer thread (results pushed).
+    results: Condvar,
+}
+
+/// How the GPU share is chosen.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Share {
+    /// Fixed.
+    Fixed(f64),
+    /// Moved by the controller, starting at the given value.
+    Auto(f64),
+}
+
+/// One engine's GPU decode path: the routing share, the decode thread and its arenas.
+pub struct GpuDecode {
+    shared: Arc<Shared>,
+    /// Current GPU share as f64 bits (read by every worker per sample; written by the controller).
+    share: AtomicU64,
+    /// The auto controller (transfer thread only; None: a fixed share).
+    controller: Mutex<Option<Controller>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    counters: std::sync::Arc<GpuCounters>,
+    arena_bytes: usize,
+}
+
+impl std::fmt::Debug for GpuDecode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuDecode").field("share", &self.share()).finish_non_exhaustive()
+    }
+}
+
+impl GpuDecode {
+    /// Start the decode thread of `ctx`'s GPU: two hardware nvJPEG decoders (with and without interpolated
+    /// upsampling) and `arenas` device arenas of `arena_bytes` each (allocated on first use). Errors when the
+    /// GPU has no hardware JPEG engine or nvJPEG cannot be set up.
+    pub fn start(
+        nv: std::sync::Arc<Nvjpeg>,
+        ctx: std::sync::Arc<GpuContext>,
+        local_engine: usize,
+        share: Share,
+        arenas: usize,
+        arena_bytes: usize,
+        counters: std::sync::Arc<GpuCounters>,
+    ) -> Result<Self> {
+        let plain = BatchDecoder::new(std::sync::Arc::clone(&nv), std::sync::Arc::clone(&ctx), true, false, 0)?;
+        if plain.backend() != crate::cuda::nvjpeg::Backend::Hardware {
+            return Err(TrdataError::config(
+                "decode",
+                format!("needs a GPU with hardware JPEG engines; cuda:{} has none", ctx.ordinal()),
+            ));
+        }
+        let exact = BatchDecoder::new(nv, std::sync::Arc::clone(&ctx), true, true, 0)?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State { arena_used: vec![0; arenas], ..State::default() }),
+            tasks: Condvar::new(),
+            results: Condvar::new(),
+        });
+        let mut threads = Vec::new();
+        for (q, dec) in [plain, exact].into_iter().enumerate() {
+            let (sh, c, ctx) = (Arc::clone(&shared), std::sync::Arc::clone(&counters), std::sync::Arc::clone(&ctx));
+            let spawned = std::thread::Builder::new()
+                .name(format!("trdata-nvjpg{local_engine}{}", ["", "i"][q]))
+                .spawn(move || decode_main(sh, ctx, dec, q, arenas, arena_bytes, c));
+            match spawned {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    lock(&shared.state).shutdown = true;
+                    shared.tasks.notify_all();
+                    for t in threads {
+                        let _ = t.join();
+                    }
+                    return Err(TrdataError::Worker(format!("cannot spawn a GPU decode thread: {e}")));
+                }
+            }
+        }
+        let (p, controller) = match share {
+            Share::Fixed(p) => (p, None),
+            Share::Auto(p) => (p, Some(Controller::new(p))),
+        };
+        let me = Self {
+            shared,
+            share: AtomicU64::new(p.to_bits()),
+            controller: Mutex::new(controller),
+            threads: Mutex::new(threads),
+            counters,
+            arena_bytes,
+        };
+        me.publish_share(p);
+        Ok(me)
+    }
+
+    /// The GPU share now.
+    pub fn share(&self) -> f64 {
+        f64::from_bits(self.share.load(Ordering::Relaxed))
+    }
+
+    fn publish_share(&self, p: f64) {
+        self.share.store(p.to_bits(), Ordering::Relaxed);
+        self.counters.decode_gpu_share_ppm.store((p * 1e6).round() as u64, Ordering::Relaxed);
+    }
+
+    /// Whether sample (seed, epoch, index) goes to the GPU, given that its file is eligible: its own draw below
+    /// the share (see the module docs).
+    pub fn route(&self, seed: u64, epoch: u64, index: u64) -> bool {
+        let p = self.share();
+        p >= 1.0 || (p > 0.0 && crate::rng::SampleRng::new(seed, epoch, index, crate::rng::OP_DECODE_ROUTE).uniform() < p)
+    }
+
+    /// A sample whose file the GPU path cannot take went to the CPU workers (counted while the path is on).
+    pub fn count_ineligible(&self) {
+        Stats::add(&self.counters.decode_gpu_ineligible, 1);
+    }
+
+    /// Bytes of one arena (the bound on the decoded windows of one batch).
+    pub fn arena_bytes(&self) -> usize {
+        self.arena_bytes
+    }
+
+    /// Queue `task` (worker, before it completes the row; see the module protocol).
+    pub fn submit(&self, task: GpuTask) {
+        let mut g = lock(&self.shared.state);
+        g.batches.entry(task.batch).or_default().expected += 1;
+        g.queue[usize::from(task.interpolate)].push_back(task);
+        drop(g);
+        self.shared.tasks.notify_all(); // two decode threads wait on it, each for its own queue
+    }
+
+    /// A new epoch: forget every task and result, empty the arenas (transfer thread; see the module protocol).
+    pub fn reset(&self) {
+        let mut g = lock(&self.shared.state);
+        g.generation += 1;
+        g.queue.iter_mut().for_each(VecDeque::clear);
+        g.batches.clear();
+        g.arena_used.fill(0);
+    }
+
+    /// Wait until every task of batch `b` has an outcome and take them (empty when b has none). `aborted` is
+    /// polled every 50 ms; `None` when it says so.
+    pub fn wait_batch(&self, b: u64, aborted: impl Fn() -> bool) -> Option<Vec<Decoded>> {
+        let mut g = lock(&self.shared.state);
+        loop {
+            match g.batches.get(&b) {
+                None => return Some(Vec::new()),
+                Some(t) if t.done.len() == t.expected => {
+                    return g.batches.remove(&b).map(|t| t.done);
+                }
+                Some(_) => {}
+            }
+            if aborted() || g.shutdown {
+                return None;
+            }
+            g = self.shared.results.wait_timeout(g, Duration::from_millis(50)).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+
+    /// Batch `b`'s decoded windows are no longer read (its kernels completed): free its arena.
+    pub fn release(&self, b: u64) {
+        let mut g = lock(&self.shared.state);
+        let a = (b % g.arena_used.len() as u64) as usize;
+        g.arena_used[a] = 0;
+    }
+
+    /// The auto controller, after one batch (see the module docs): `starved` = the consumer waited for it;
+    /// `cpu_wait`/`gpu_wait` = how long the transfer thread waited for its CPU rows / GPU rows.
+    pub fn adjust(&self, starved: bool, cpu_wait: Duration, gpu_wait: Duration) {
+        let next = lock(&self.controller).as_mut().map(|c| c.next(starved, cpu_wait, gpu_wait));
+        if let Some(p) = next {
+            self.publish_share(p);
+        }
+    }
+
+    /// Stop and join the decode thread (its current sub-batch finishes first); idempotent. Workers that still
+    /// submit afterwards only queue (nothing waits for them: the transfer thread is stopped first).
+    pub fn close(&self) {
+        lock(&self.shared.state).shutdown = true;
+        self.shared.tasks.notify_all();
+        self.shared.results.notify_all();
+        let threads = std::mem::take(&mut *lock(&self.threads));
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for GpuDecode {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// The auto controller's state (module docs: "Auto controller").
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Controller {
+    share: f64,
+    step: f64,
+}
+
+impl Controller {
+    /// First step (share units) and where the step decays to.
+    const STEP: (f64, f64) = (0.05, 0.005);
+
+    /// A controller starting at `share`.
+    pub fn new(share: f64) -> Self {
+        Self { share: share.clamp(0.0, 1.0), step: Self::STEP.0 }
+    }
+
+    /// The share after one more batch (see the module docs).
+    pub fn next(&mut self, starved: bool, cpu_wait: Duration, gpu_wait: Duration) -> f64 {
+        let p = self.share;
+        let next = if !starved {
+            p - self.step / 4.0
+        } else if cpu_wait > gpu_wait {
+            p + self.step
+        } else {
+            p - self.step
+        };
+        self.step += 0.1 * (Self::STEP.1 - self.step);
+        self.share = next.clamp(0.0, 1.0);
+        self.share
+    }
+}
+
+/// A decode thread (module protocol): the tasks of queue `q` through its decoder `dec`.
+fn decode_main(
+    shared: Arc<Shared>,
+    ctx: std::sync::Arc<GpuContext>,
+    mut dec: BatchDecoder,
+    q: usize,
+    arenas: usize,
+    arena_bytes: usize,
+    counters: std::sync::Arc<GpuCounters>,
+) {
+    loop {
+        let (generation, mut tasks) = {
+            let mut g = lock(&shared.state);
+            while g.queue[q].is_empty() && !g.shutdown {
+                g = shared.tasks.wait(g).unwrap_or_else(|p| p.into_inner());
+            }
+            if g.shutdown {
+                return;
+            }
+            let n = g.queue[q].len().min(MAX_SUB_BATCH);
+            (g.generation, g.queue[q].drain(..n).collect::<Vec<_>>())
+        };
+        let t0 = Instant::now();
+        let mut placed = place(&shared, &ctx, &tasks, q, generation, arenas, arena_bytes, &counters);
+        let pick: Vec<usize> = (0..tasks.len()).filter(|&i| placed[i].is_ok()).collect();
+        if !pick.is_empty() {
+            let images: Vec<&[u8]> = pick.iter().map(|&i| tasks[i].bytes.as_slice()).collect();
+            let rois: Vec<Roi> = pick.iter().map(|&i| tasks[i].roi).collect();
+            let dst: Vec<(usize, usize)> = pick.iter().map(|&i| *placed[i].as_ref().expect("picked")).collect();
+            match dec.decode_into(&images, &rois, &dst) {
+                Ok(outcomes) => {
+                    for (&i, o) in pick.iter().zip(outcomes) {
+                        if let Err(why) = o {
+                            placed[i] = Err(why);
+                        }
+                    }
+                }
+                Err(e) => {
+                    // The stream could not be synchronized: the device state is unknown; stop using it.
+                    let why = format!("the GPU decoder stopped: {e}");
+                    lock(&shared.state).failed.get_or_insert(why.clone());
+                    for &i in &pick {
+                        placed[i] = Err(why.clone());
+                    }
+                }
+            }
+        }
+        Stats::add_since(&counters.decode_gpu_ns, t0);
+        let mut g = lock(&shared.state);
+        g.decoding[q] = None;
+        shared.results.notify_all(); // a newer generation's thread may wait in `place` for this one
+        if g.generation != generation {
+            continue; // an epoch restart dropped these tasks' batches
+        }
+        for (task, at) in tasks.drain(..).zip(placed) {
+            match &at {
+                Ok(_) => Stats::add(&counters.decode_gpu, 1),
+                Err(_) => Stats::add(&counters.decode_gpu_fallback, 1),
+            }
+            if let Some(b) = g.batches.get_mut(&task.batch) {
+                b.done.push(Decoded { task, at });
+            }
+        }
+        drop(g);
+        shared.results.notify_all();
+    }
+}
+
+/// Device memory of the arenas, shared by the decode threads (allocated on first use, kept for the loader's
+/// life; freed when the last thread ends).
+#[derive(Default)]
+struct ArenaMemory(Vec<Option<std::sync::Arc<DeviceMemory>>>);
+
+impl std::fmt::Debug for ArenaMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ArenaMemory({} allocated)", self.0.iter().flatten().count())
+    }
+}
+
+/// Place every task's window in its batch's arena (module protocol: arena b mod A; bump allocation under the
+/// mutex): (address, pitch) or why not (→ CPU fallback).
+#[allow(clippy::too_many_arguments)]
+fn place(
+    shared: &Shared,
+    ctx: &std::sync::Arc<GpuContext>,
+    tasks: &[GpuTask],
+    q: usize,
+    generation: u64,
+    arenas: usize,
+    arena_bytes: usize,
+    counters: &GpuCounters,
+) -> Vec<std::result::Result<(usize, usize), String>> {
+    let mut placed = Vec::with_capacity(tasks.len());
+    let mut g = lock(&shared.state);
+    while g.decoding.iter().any(|d| d.is_some_and(|d| d < generation)) && !g.shutdown {
+        g = shared.results.wait(g).unwrap_or_else(|p| p.into_inner());
+    }
+    g.decoding[q] = Some(generation);
+    for t in tasks {
+        if let Some(why) = &g.failed {
+            placed.push(Err(why.clone()));
+            continue;
+        }
+        if g.generation != generation {
+            placed.push(Err("the epoch was restarted".into()));
+            continue;
+        }
+        let pitch = t.roi.w as usize * 3;
+        let bytes = pitch * t.roi.h as usize;
+        if bytes > arena_bytes.min(MAX_WINDOW_BYTES) {
+            placed.push(Err(format!("its {}x{} window exceeds the GPU arena", t.roi.w, t.roi.h)));
+            continue;
+        }
+        let a = (t.batch % arenas as u64) as usize;
+        if g.memory.0.len() < arenas {
+            g.memory.0.resize(arenas, None);
+        }
+        if g.memory.0[a].is_none() {
+            // Allocated under the lock: once per arena for the loader's life.
+            match DeviceMemory::alloc(ctx, arena_bytes) {
+                Ok(m) => {
+                    Stats::add(&counters.decode_gpu_arena_bytes, arena_bytes as u64);
+                    g.memory.0[a] = Some(std::sync::Arc::new(m));
+                }
+                Err(e) => {
+                    placed.push(Err(format!("the GPU arena could not be allocated: {e}")));
+                    continue;
+                }
+            }
+        }
+        let base = g.memory.0[a].as_ref().map_or(0, |m| m.ptr() as usize);
+        let off = g.arena_used[a].next_multiple_of(256);
+        if off + bytes > arena_bytes {
+            placed.push(Err("the batch's GPU arena is full".into()));
+            continue;
+        }
+        g.arena_used[a] = off + bytes;
+        placed.push(Ok((base + off, pitch)));
+    }
+    placed
+}
+
+/// Bytes of one decode arena for batches of `batch_size`: 768 KiB of decoded window per row (a whole 512×500 RGB
+/// image; ImageNet's RandomResizedCrop windows average less than half of that), within [64 MiB, 2 GiB]. There are
+/// host ring depth + 1 arenas per GPU, allocated when first used; windows that do not fit go to the CPU path.
+pub fn arena_bytes(batch_size: usize) -> usize {
+    batch_size.saturating_mul(768 << 10).clamp(64 << 20, 2 << 30)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn the_controller_follows_the_path_that_makes_the_consumer_wait() {
+        // Starved by the CPU rows: the share climbs to 1 and stays there.
+        let mut c = Controller::new(0.5);
+        let shares: Vec<f64> = (0..400).map(|_| c.next(true, 5 * MS, MS)).collect();
+        assert!(shares.windows(2).all(|w| w[1] >= w[0]));
+        assert_eq!(*shares.last().unwrap(), 1.0);
+        // Starved by the GPU rows: down to 0.
+        let mut c = Controller::new(0.5);
+        assert_eq!((0..400).map(|_| c.next(true, MS, 5 * MS)).last(), Some(0.0));
+        // Not starved: the CPU stays the main path (the share drifts down, slowly).
+        let mut c = Controller::new(0.5);
+        let first = c.next(false, MS, MS);
+        assert!(0.49 < first && first < 0.5, "{first}");
+        assert_eq!((0..2000).map(|_| c.next(false, MS, MS)).last(), Some(0.0));
+    }
+
+    #[test]
+    fn the_controller_settles_where_the_two_paths_balance() {
+        // A model of a loader-bound run: the CPU path alone makes 10 units/s, the GPU path alone 12; a share p
+        // takes (1-p)/10 for the CPU rows and p/12 for the GPU rows, so they balance at p = 12/22.
+        let mut c = Controller::new(0.0);
+        let mut p = 0.0;
+        let mut tail = Vec::new();
+        for i in 0..600 {
+            let cpu = Duration::from_secs_f64((1.0 - p) / 10.0);
+            let gpu = Duration::from_secs_f64(p / 12.0);
+            p = c.next(true, cpu, gpu);
+            if i >= 500 {
+                tail.push(p);
+            }
+        }
+        let balance = 12.0 / 22.0;
+        assert!(tail.iter().all(|&p| (p - balance).abs() < 0.02), "{tail:?}");
+    }
+
+    #[test]
+    fn arenas_scale_with_the_batch_within_their_bounds() {
+        assert_eq!(arena_bytes(1), 64 << 20);
+        assert_eq!(arena_bytes(256), 256 * (768 << 10));
+        assert_eq!(arena_bytes(1 << 20), 2 << 30);
+    }
+}
