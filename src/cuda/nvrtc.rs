@@ -255,9 +255,8 @@ pub fn compile_cubin(lib: &Nvrtc, source: &str, name: &str, arch: (u32, u32)) ->
     let c_name = CString::new(name).map_err(|_| nvrtc_error("nvrtcCreateProgram", "the name holds a NUL byte"))?;
     let mut prog: Program = std::ptr::null_mut();
     // SAFETY: `src` and `c_name` are NUL-terminated and outlive the call; no headers (0, null, null).
-    let st = unsafe {
-        (f.create_program)(&mut prog, src.as_ptr(), c_name.as_ptr(), 0, std::ptr::null(), std::ptr::null())
-    };
+    let st =
+        unsafe { (f.create_program)(&mut prog, src.as_ptr(), c_name.as_ptr(), 0, std::ptr::null(), std::ptr::null()) };
     if st != 0 {
         return Err(nvrtc_error("nvrtcCreateProgram", result_name(st)));
     }
@@ -356,8 +355,7 @@ mod tests {
             std::fs::create_dir_all(dir.join(v)).unwrap();
         }
         let roots = toolkit_roots(&dir);
-        let names: Vec<String> =
-            roots.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        let names: Vec<String> = roots.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(names, ["cuda", "cuda-13.0", "cuda-12.10", "cuda-12.4", "cuda-9.2"]);
     }

@@ -285,7 +285,9 @@ fn plan_batch(samples: &[GpuSample<'_>], format: &OutputFormat) -> Result<BatchL
             if a.win0 >= a.win1 || a.win1 > i32::MAX as u32 {
                 return Err(bad(format!("{name} window [{}, {}) is empty or too large", a.win0, a.win1)));
             }
-            if let Some(o) = a.start.iter().position(|&st| st < a.win0 || u64::from(st) + u64::from(a.taps) > u64::from(a.win1)) {
+            if let Some(o) =
+                a.start.iter().position(|&st| st < a.win0 || u64::from(st) + u64::from(a.taps) > u64::from(a.win1))
+            {
                 return Err(bad(format!(
                     "{name} output {o} reads [{}, +{}) outside its window [{}, {})",
                     a.start[o], a.taps, a.win0, a.win1
@@ -311,8 +313,7 @@ fn plan_batch(samples: &[GpuSample<'_>], format: &OutputFormat) -> Result<BatchL
         if (s.src_pitch as u64) < 3 * u64::from(s.src_w) {
             return Err(bad(format!("pitch {} is below 3 × width {}", s.src_pitch, s.src_w)));
         }
-        let (inter_w, inter_h) =
-            if s.vertical_first { (s.x.win1 - s.x.win0, oh) } else { (ow, s.y.win1 - s.y.win0) };
+        let (inter_w, inter_h) = if s.vertical_first { (s.x.win1 - s.x.win0, oh) } else { (ow, s.y.win1 - s.y.win0) };
         let x_start = taps_elems;
         let x_k = x_start + u64::from(ow);
         let y_start = x_k + s.x.k.len() as u64;
@@ -390,7 +391,8 @@ fn write_staging(samples: &[GpuSample<'_>], layout: &BatchLayout, out: &mut [u8]
     for s in samples {
         let values = s.x.start.iter().map(|&v| v as i32).chain(s.x.k.iter().copied());
         let values = values.chain(s.y.start.iter().map(|&v| v as i32)).chain(s.y.k.iter().copied());
-        for (d, v) in (&mut words).zip(values) {
+        // `values` drives the zip: when it ends, no word of the next sample has been consumed.
+        for (v, d) in values.zip(&mut words) {
             d.copy_from_slice(&v.to_ne_bytes());
         }
     }
@@ -540,7 +542,9 @@ impl GpuResampler {
 
     /// Bytes of device memory held (table, staging block, intermediate), for stats.
     pub fn device_bytes(&self) -> usize {
-        self.lut.len() + self.staging.as_ref().map_or(0, DeviceMemory::len) + self.inter.as_ref().map_or(0, DeviceMemory::len)
+        self.lut.len()
+            + self.staging.as_ref().map_or(0, DeviceMemory::len)
+            + self.inter.as_ref().map_or(0, DeviceMemory::len)
     }
 
     /// Bytes of pinned host memory held (the staging block's source).
@@ -667,5 +671,506 @@ impl Drop for GpuResampler {
                 check("cuModuleUnload", unsafe { sys::cuModuleUnload(module) })
             })
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Without a GPU: the kernel source compiles through NVRTC for sm_90 (when a libnvrtc is found), the batch
+    //! layout refuses what it must, and the kernels — compiled as host C++ and run over an emulated launch grid
+    //! with the very staging bytes `run` would upload — give the CPU fused writer's bytes on real JPEGs. The
+    //! GPU itself is exercised by tests/cuda/test_gpu_resample.py.
+
+    use super::*;
+    use crate::augment::resize::{Filter, Resample};
+    use crate::augment::{
+        DType, DctScaling, GpuPlan, Layout, Normalize, OutputSpec, SampleKey, SamplePipeline, TransformSpec,
+        WorkerScratch,
+    };
+    use crate::cuda::nvrtc::test_nvrtc;
+    use crate::synthetic::encode::{ChromaSubsampling, JpegEncoder};
+
+    #[test]
+    fn the_resample_kernels_compile_to_a_cubin_for_sm_90() {
+        let Some(lib) = test_nvrtc() else { return };
+        let cubin = match compile_cubin(&lib, RESAMPLE_SOURCE, "resample.cu", (9, 0)) {
+            Ok(c) => c,
+            Err(e) => panic!("resample.cu does not compile with NVRTC {:?}:\n{e}", lib.version),
+        };
+        assert_eq!(&cubin[..4], b"\x7fELF", "a CUBIN is an ELF image");
+        for name in ["trdata_resample_pass1", "trdata_resample_pass2"] {
+            assert!(cubin.windows(name.len()).any(|w| w == name.as_bytes()), "{name} is in the image");
+        }
+    }
+
+    /// A sample whose every field is valid for a 4×3 output over a 10×8 image decoded whole at (0, 0).
+    struct Fixture {
+        xs: Vec<u32>,
+        xk: Vec<i32>,
+        ys: Vec<u32>,
+        yk: Vec<i32>,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            Self { xs: vec![0, 2, 4, 6], xk: vec![1 << 21; 8], ys: vec![0, 3, 5], yk: vec![1 << 21; 6] }
+        }
+
+        fn sample(&self) -> GpuSample<'_> {
+            GpuSample {
+                src: 0x1000,
+                src_pitch: 30,
+                src_x0: 0,
+                src_y0: 0,
+                src_w: 10,
+                src_h: 8,
+                x: AxisTaps { start: &self.xs, k: &self.xk, taps: 2, win0: 0, win1: 8 },
+                y: AxisTaps { start: &self.ys, k: &self.yk, taps: 2, win0: 0, win1: 7 },
+                vertical_first: false,
+                dst: 0x2000,
+            }
+        }
+    }
+
+    fn format(elem_bytes: u32) -> OutputFormat {
+        OutputFormat { lut: vec![0; 768 * elem_bytes as usize], elem_bytes, nchw: true, out_h: 3, out_w: 4 }
+    }
+
+    fn refused(samples: &[GpuSample<'_>], f: &OutputFormat) -> String {
+        match plan_batch(samples, f) {
+            Ok(_) => panic!("accepted"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn the_batch_layout_checks_every_sample_before_anything_is_allocated() {
+        let fx = Fixture::new();
+        let ok = fx.sample();
+        let f = format(4);
+        let l = plan_batch(&[ok, ok], &f).unwrap();
+        // Descriptors, then per sample 4 + 8 + 3 + 6 taps entries.
+        assert_eq!(l.staging_bytes, 2 * DESC_BYTES + 2 * 21 * 4);
+        assert_eq!((l.descs[1].x_start, l.descs[1].x_k, l.descs[1].y_start, l.descs[1].y_k), (21, 25, 33, 36));
+        // Horizontal first: the intermediate is the window's 7 rows × 4 output columns.
+        assert_eq!((l.descs[0].inter_w, l.descs[0].inter_h, l.descs[1].inter), (4, 7, 84));
+        assert_eq!(l.inter_bytes, 168);
+        assert_eq!((l.grid1, l.grid2), ((1, 2, 2), (1, 1, 2)));
+        let vf = GpuSample { vertical_first: true, ..ok };
+        let l = plan_batch(&[vf], &f).unwrap();
+        assert_eq!((l.descs[0].inter_w, l.descs[0].inter_h), (8, 3), "vertical first: out_h rows × window columns");
+
+        let ys_short = [0u32, 3];
+        let cases: Vec<(GpuSample<'_>, &str)> = vec![
+            (GpuSample { y: AxisTaps { start: &ys_short, ..ok.y }, ..ok }, "y has 2 outputs, the format 3"),
+            (GpuSample { x: AxisTaps { taps: 3, ..ok.x }, ..ok }, "x has 8 weights for 4 outputs × 3 taps"),
+            (GpuSample { x: AxisTaps { win1: 7, ..ok.x }, ..ok }, "x output 3 reads [6, +2) outside its window [0, 7)"),
+            (GpuSample { x: AxisTaps { win0: 8, ..ok.x }, ..ok }, "x window [8, 8) is empty"),
+            (GpuSample { src_w: 7, ..ok }, "does not hold the taps' window"),
+            (GpuSample { src_x0: 1, ..ok }, "does not hold the taps' window"),
+            (GpuSample { src_h: 6, ..ok }, "does not hold the taps' window"),
+            (GpuSample { src_pitch: 29, ..ok }, "pitch 29 is below 3 × width 10"),
+            (GpuSample { dst: 0x2002, ..ok }, "not aligned to 4 bytes"),
+            (GpuSample { src: 0, ..ok }, "null source"),
+        ];
+        for (s, want) in cases {
+            let msg = refused(&[ok, s], &f);
+            assert!(msg.contains("sample 1:") && msg.contains(want), "{want:?} not in {msg:?}");
+        }
+        // u16 elements only need 2-byte alignment.
+        assert!(plan_batch(&[GpuSample { dst: 0x2002, ..ok }], &format(2)).is_ok());
+    }
+
+    #[test]
+    fn a_batch_above_the_caps_is_a_typed_error_not_an_allocation() {
+        let fx = Fixture::new();
+        let ok = fx.sample();
+        // One sample whose row window is 2 billion rows: its intermediate alone is 24 GB.
+        let tall = GpuSample { src_h: 2_000_000_000, y: AxisTaps { win1: 2_000_000_000, ..ok.y }, ..ok };
+        match plan_batch(&[tall], &format(1)) {
+            Err(TrdataError::Memory { bytes, what }) => {
+                assert_eq!(bytes, 3 * 4 * 2_000_000_000);
+                assert!(what.contains("intermediate"), "{what}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let many = vec![ok; MAX_SAMPLES + 1];
+        assert!(refused(&many, &format(1)).contains("above the launch limit"));
+        // Fine just below the intermediate cap (in rows), refused just above it.
+        let rows = (MAX_INTERMEDIATE_BYTES / 12) as u32;
+        let at = GpuSample { src_h: rows, y: AxisTaps { win1: rows, ..ok.y }, ..ok };
+        assert!(plan_batch(&[at], &format(1)).is_ok());
+        let above = GpuSample { src_h: rows + 1, y: AxisTaps { win1: rows + 1, ..ok.y }, ..ok };
+        assert!(matches!(plan_batch(&[above], &format(1)), Err(TrdataError::Memory { .. })));
+    }
+
+    #[test]
+    fn the_output_format_is_checked() {
+        let bad = |f: OutputFormat| f.check().unwrap_err().to_string();
+        assert!(bad(OutputFormat { elem_bytes: 3, ..format(1) }).contains("1, 2 or 4"));
+        assert!(bad(OutputFormat { lut: vec![0; 767], ..format(1) }).contains("3 × 256 × 1"));
+        assert!(bad(OutputFormat { out_w: 0, ..format(1) }).contains("empty"));
+        assert!(format(2).check().is_ok());
+    }
+
+    #[test]
+    fn a_descriptor_is_written_field_by_field_in_the_c_structs_order() {
+        let d = Desc {
+            src: 1,
+            src_pitch: 2,
+            dst: 3,
+            inter: 4,
+            src_x0: 5,
+            inter_h: 21,
+            vertical_first: 19,
+            ..Desc::default()
+        };
+        let mut b = [0xAAu8; DESC_BYTES];
+        d.write(&mut b);
+        let u64_at = |i: usize| u64::from_ne_bytes(b[8 * i..8 * i + 8].try_into().unwrap());
+        let u32_at = |i: usize| u32::from_ne_bytes(b[32 + 4 * i..36 + 4 * i].try_into().unwrap());
+        assert_eq!((u64_at(0), u64_at(1), u64_at(2), u64_at(3)), (1, 2, 3, 4));
+        assert_eq!((u32_at(0), u32_at(14), u32_at(16), u32_at(17)), (5, 19, 21, 0));
+        // The kernel source agrees on the size.
+        assert!(RESAMPLE_SOURCE.contains(&format!("sizeof(struct Desc) == {DESC_BYTES}")));
+    }
+
+    // ---- The kernels on the host -------------------------------------------------------------------------------
+
+    /// resample.cu as host C++: CUDA's qualifiers become nothing, the built-in indices become globals, and two
+    /// entry points run a kernel over every (block, thread) of a grid, one at a time.
+    const EMULATION_PRELUDE: &str = r#"
+struct trdata_emu_dim3 { unsigned int x, y, z; };
+static trdata_emu_dim3 blockIdx, threadIdx, blockDim, gridDim;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+"#;
+    const EMULATION_LAUNCHERS: &str = r#"
+#define TRDATA_EMU_GRID(call)                                                                       \
+    blockDim = {bx, by, 1}; gridDim = {gx, gy, gz};                                                  \
+    for (unsigned z = 0; z < gz; ++z) for (unsigned y = 0; y < gy; ++y) for (unsigned x = 0; x < gx; ++x) \
+        for (unsigned ty = 0; ty < by; ++ty) for (unsigned tx = 0; tx < bx; ++tx) {                     \
+            blockIdx = {x, y, z}; threadIdx = {tx, ty, 0}; call; }
+extern "C" void emu_pass1(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                          const struct Desc* d, const int* taps, unsigned char* inter) {
+    TRDATA_EMU_GRID(trdata_resample_pass1(d, taps, inter))
+}
+extern "C" void emu_pass2(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                          const struct Desc* d, const int* taps, const unsigned char* inter,
+                          const unsigned char* lut, unsigned eb, unsigned nchw, unsigned ow, unsigned oh) {
+    TRDATA_EMU_GRID(trdata_resample_pass2(d, taps, inter, lut, eb, nchw, ow, oh))
+}
+"#;
+
+    type Pass1 = unsafe extern "C" fn(u32, u32, u32, u32, u32, *const u8, *const i32, *mut u8);
+    type Pass2 =
+        unsafe extern "C" fn(u32, u32, u32, u32, u32, *const u8, *const i32, *const u8, *const u8, u32, u32, u32, u32);
+
+    /// The kernels compiled by the host's C++ compiler (None, with a note, when there is none).
+    struct Emulated {
+        pass1: Pass1,
+        pass2: Pass2,
+        _lib: libloading::Library,
+    }
+
+    fn emulated_kernels() -> Option<Emulated> {
+        let dir = std::env::temp_dir().join(format!("trdata-emu-resample-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("resample_emu.cpp");
+        let so = dir.join("libresample_emu.so");
+        std::fs::write(&src, format!("{EMULATION_PRELUDE}\n{RESAMPLE_SOURCE}\n{EMULATION_LAUNCHERS}")).unwrap();
+        let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".to_owned());
+        let out = std::process::Command::new(&cxx)
+            .args(["-std=c++17", "-O2", "-Wall", "-Werror", "-Wno-unused-function", "-shared", "-fPIC"])
+            .arg(&src)
+            .arg("-o")
+            .arg(&so)
+            .output();
+        let out = match out {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("NOTE: no C++ compiler ({cxx}: {e}); the emulated kernel test checks nothing");
+                return None;
+            }
+        };
+        assert!(
+            out.status.success(),
+            "resample.cu does not compile as host C++:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // SAFETY: the library was just built from resample.cu + the launchers above; its initializers are the
+        // C++ runtime's.
+        let lib = unsafe { libloading::Library::new(&so) }.unwrap();
+        // SAFETY: the symbols are the `extern "C"` launchers above, with exactly these signatures.
+        let (pass1, pass2) =
+            unsafe { (*lib.get::<Pass1>(b"emu_pass1\0").unwrap(), *lib.get::<Pass2>(b"emu_pass2\0").unwrap()) };
+        let _ = std::fs::remove_dir_all(&dir);
+        Some(Emulated { pass1, pass2, _lib: lib })
+    }
+
+    /// A photo-like RGB image: smooth gradients, edges and noise (so that every tap weight matters).
+    fn photo(w: u32, h: u32, seed: u32) -> Vec<u8> {
+        let mut state = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+        let mut out = Vec::with_capacity((w * h * 3) as usize);
+        for y in 0..h {
+            for x in 0..w {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                let noise = (state % 41) as f64 - 20.0;
+                let (fx, fy) = (f64::from(x) / f64::from(w), f64::from(y) / f64::from(h));
+                let edge = if (x / 37 + y / 23) % 2 == 0 { 60.0 } else { 0.0 };
+                for c in 0..3 {
+                    let v = 128.0 * (fx * (c as f64 + 1.0) * 3.0 + fy * 5.0).sin() + 100.0 * fy + edge + noise;
+                    out.push(v.clamp(0.0, 255.0) as u8);
+                }
+            }
+        }
+        out
+    }
+
+    fn jpeg(w: u32, h: u32, seed: u32, sub: ChromaSubsampling) -> Vec<u8> {
+        let rgb = photo(w, h, seed);
+        let pixels: Vec<u8> =
+            if sub == ChromaSubsampling::Gray { rgb.chunks_exact(3).map(|p| p[1]).collect() } else { rgb };
+        JpegEncoder::new().unwrap().encode(&pixels, w, h, 90, sub).unwrap()
+    }
+
+    /// 8-byte aligned zeroed bytes (the staging block holds u64 fields; outputs hold up to 4-byte elements).
+    fn aligned(len: usize) -> Vec<u64> {
+        vec![0u64; len.div_ceil(8) + 1]
+    }
+
+    fn bytes_of(v: &mut [u64]) -> &mut [u8] {
+        // SAFETY: any u64 storage is valid as bytes; the length is the slice's in bytes.
+        unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), v.len() * 8) }
+    }
+
+    fn axis(a: crate::augment::GpuAxis<'_>) -> AxisTaps<'_> {
+        AxisTaps { start: a.start, k: a.k, taps: a.taps as u32, win0: a.win0, win1: a.win1 }
+    }
+
+    /// What the emulation covered, so the test can insist both pass orders, flips and signed taps occurred.
+    #[derive(Default, Debug)]
+    struct Seen {
+        samples: usize,
+        vertical_first: [bool; 2],
+        flip: [bool; 2],
+        signed: bool,
+        padding: bool,
+    }
+
+    /// CPU fused writer vs the emulated kernels for every key of `keys` on `files`, in one batch per (dtype,
+    /// layout): 0 differing bytes.
+    fn check_pipeline(
+        emu: &Emulated,
+        transforms: Vec<TransformSpec>,
+        files: &[Vec<u8>],
+        keys: &[SampleKey],
+        seen: &mut Seen,
+        narrow_grid: bool,
+    ) {
+        let imagenet = Normalize { mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225] };
+        for (dtype, normalize) in [
+            (DType::U8, None),
+            (DType::F32, Some(imagenet)),
+            (DType::F16, Some(imagenet)),
+            (DType::BF16, Some(imagenet)),
+            (DType::F32, None),
+        ] {
+            for layout in [Layout::Nchw, Layout::Nhwc] {
+                let output = OutputSpec { dtype, layout, normalize };
+                let pipe = SamplePipeline::new(transforms.clone(), output)
+                    .unwrap()
+                    .with_dct_scaling(DctScaling::MinRatio(1e9))
+                    .unwrap();
+                let mut scratch = WorkerScratch::new().unwrap();
+                let sb = pipe.sample_bytes();
+                let (oh, ow) = pipe.output_hw();
+                let n = files.len() * keys.len();
+                let mut expected = vec![0u8; n * sb];
+                let mut got = aligned(n * sb);
+                let got_base = bytes_of(&mut got).as_mut_ptr() as u64;
+                // Decoded windows, each with an odd pitch (3·w + 5) to exercise `src_pitch`.
+                let mut plans: Vec<GpuPlan> = Vec::new();
+                let mut windows: Vec<(Vec<u8>, usize, u32, u32, u32, u32)> = Vec::new();
+                for (fi, bytes) in files.iter().enumerate() {
+                    for (ki, &key) in keys.iter().enumerate() {
+                        let i = fi * keys.len() + ki;
+                        pipe.process(&mut scratch, bytes, key, &mut expected[i * sb..(i + 1) * sb]).unwrap();
+                        let (w, h) = {
+                            let mut d = crate::decode::Decoder::new().unwrap();
+                            let info = d.read_header(bytes).unwrap();
+                            (info.width, info.height)
+                        };
+                        let mut plan = GpuPlan::default();
+                        pipe.prepare_gpu(w, h, key, &mut plan).unwrap();
+                        let r = scratch.decode_gpu_window(bytes, &plan).unwrap();
+                        let pitch = r.stride + 5;
+                        let mut px = vec![0u8; pitch * r.height as usize];
+                        for row in 0..r.height {
+                            px[row as usize * pitch..][..r.stride]
+                                .copy_from_slice(&r.pixels[row as usize * r.stride..][..r.stride]);
+                        }
+                        windows.push((px, pitch, r.x0, r.y0, r.width, r.height));
+                        seen.vertical_first[usize::from(plan.vertical_first())] = true;
+                        seen.flip[usize::from(plan.flips().0)] = true;
+                        seen.signed |= plan.x().k.iter().chain(plan.y().k).any(|&k| k < 0);
+                        seen.padding |= plan
+                            .x()
+                            .k
+                            .chunks(plan.x().taps)
+                            .chain(plan.y().k.chunks(plan.y().taps))
+                            .any(|c| c.iter().all(|&k| k == 0));
+                        plans.push(plan);
+                    }
+                }
+                seen.samples += n;
+                let samples: Vec<GpuSample<'_>> = plans
+                    .iter()
+                    .zip(&windows)
+                    .enumerate()
+                    .map(|(i, (p, (px, pitch, x0, y0, w, h)))| {
+                        // Samples are written in reverse order, so that a wrong blockIdx.z cannot go unnoticed.
+                        GpuSample {
+                            src: px.as_ptr() as u64,
+                            src_pitch: *pitch,
+                            src_x0: *x0,
+                            src_y0: *y0,
+                            src_w: *w,
+                            src_h: *h,
+                            x: axis(p.x()),
+                            y: axis(p.y()),
+                            vertical_first: p.vertical_first(),
+                            dst: got_base + ((n - 1 - i) * sb) as u64,
+                        }
+                    })
+                    .collect();
+                let (lut, eb) = pipe.output_table_bytes();
+                assert_eq!(eb as usize, dtype.size_bytes());
+                let format = OutputFormat {
+                    lut,
+                    elem_bytes: eb,
+                    nchw: layout == Layout::Nchw,
+                    out_h: oh as u32,
+                    out_w: ow as u32,
+                };
+                format.check().unwrap();
+                let layout_ = plan_batch(&samples, &format).unwrap();
+                let mut staging = aligned(layout_.staging_bytes);
+                write_staging(&samples, &layout_, bytes_of(&mut staging));
+                let mut inter = vec![0xA5u8; layout_.inter_bytes];
+                let base = bytes_of(&mut staging).as_ptr();
+                // SAFETY: base + descriptors is 4-aligned (104·n bytes after an 8-aligned start).
+                let taps = unsafe { base.add(DESC_BYTES * n) }.cast::<i32>();
+                let (g1, g2) = if narrow_grid {
+                    ((layout_.grid1.0, 1, layout_.grid1.2), (layout_.grid2.0, 2, layout_.grid2.2))
+                } else {
+                    (layout_.grid1, layout_.grid2)
+                };
+                // SAFETY: every pointer in the descriptors is a live host buffer of this function (the windows,
+                // `got`), `inter` holds `inter_bytes`, the table 3·256·eb bytes; plan_batch checked the bounds.
+                unsafe {
+                    (emu.pass1)(g1.0, g1.1, g1.2, BLOCK.0, BLOCK.1, base, taps, inter.as_mut_ptr());
+                    (emu.pass2)(
+                        g2.0,
+                        g2.1,
+                        g2.2,
+                        BLOCK.0,
+                        BLOCK.1,
+                        base,
+                        taps,
+                        inter.as_ptr(),
+                        format.lut.as_ptr(),
+                        eb,
+                        u32::from(format.nchw),
+                        ow as u32,
+                        oh as u32,
+                    );
+                }
+                let got = &bytes_of(&mut got)[..n * sb];
+                for i in 0..n {
+                    let (e, g) = (&expected[i * sb..(i + 1) * sb], &got[(n - 1 - i) * sb..(n - i) * sb]);
+                    let diff = e.iter().zip(g).filter(|(a, b)| a != b).count();
+                    assert_eq!(
+                        diff,
+                        0,
+                        "sample {i} ({dtype:?}, {layout:?}, {:?}): {diff} of {sb} bytes differ; plan {:?} vf={}",
+                        transforms,
+                        plans[i].window(),
+                        plans[i].vertical_first()
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_kernels_emulated_on_the_host_give_the_cpu_fused_writers_bytes() {
+        let Some(emu) = emulated_kernels() else { return };
+        let files = vec![
+            jpeg(500, 375, 1, ChromaSubsampling::S420),
+            jpeg(333, 500, 2, ChromaSubsampling::S444),
+            jpeg(640, 427, 3, ChromaSubsampling::S422),
+            jpeg(300, 260, 4, ChromaSubsampling::Gray),
+        ];
+        let keys: Vec<SampleKey> = (0..6).map(|i| SampleKey { seed: 11, epoch: i / 3, index: i * 7 + 1 }).collect();
+        let rrc = TransformSpec::RandomResizedCrop {
+            height: 224,
+            width: 224,
+            scale: (0.08, 1.0),
+            ratio: (3.0 / 4.0, 4.0 / 3.0),
+        };
+        let flip = TransformSpec::RandomHorizontalFlip { p: 0.5 };
+        let resampled = |filter, antialias, inner: TransformSpec| TransformSpec::Resampled {
+            resample: Resample { filter, antialias },
+            inner: Box::new(inner),
+        };
+        let mut seen = Seen::default();
+        check_pipeline(&emu, vec![rrc.clone(), flip.clone()], &files, &keys, &mut seen, false);
+        assert!(seen.vertical_first[0] && seen.vertical_first[1], "both pass orders occur: {seen:?}");
+        assert!(seen.flip[0] && seen.flip[1], "flipped and plain samples occur: {seen:?}");
+        // Eval: Resize(256) + CenterCrop(224), bilinear and bicubic (signed taps); a grid shorter than the image
+        // (the kernels' row loop).
+        let eval = |r: Option<(Filter, bool)>| {
+            let resize = TransformSpec::ResizeShorter { shorter: 256 };
+            let resize = match r {
+                Some((f, a)) => resampled(f, a, resize),
+                None => resize,
+            };
+            vec![resize, TransformSpec::CenterCrop { height: 224, width: 224 }]
+        };
+        let one_key = &keys[..1];
+        check_pipeline(&emu, eval(None), &files, one_key, &mut seen, true);
+        check_pipeline(&emu, eval(Some((Filter::Bicubic, true))), &files, one_key, &mut seen, false);
+        assert!(seen.signed, "bicubic gives negative weights: {seen:?}");
+        // Nearest; an upscale without antialias; a CenterCrop beyond the image (zero padding outputs).
+        check_pipeline(
+            &emu,
+            vec![resampled(Filter::Nearest, false, TransformSpec::ResizeExact { height: 120, width: 100 })],
+            &files,
+            one_key,
+            &mut seen,
+            false,
+        );
+        check_pipeline(
+            &emu,
+            vec![resampled(Filter::Bilinear, false, TransformSpec::ResizeExact { height: 700, width: 530 }), flip],
+            &files,
+            &keys[..2],
+            &mut seen,
+            false,
+        );
+        check_pipeline(
+            &emu,
+            vec![TransformSpec::CenterCrop { height: 400, width: 360 }],
+            &files,
+            one_key,
+            &mut seen,
+            false,
+        );
+        assert!(seen.padding, "padding outputs occur: {seen:?}");
+        eprintln!("emulated kernels equal the CPU fused writer on {} samples: {seen:?}", seen.samples);
     }
 }
