@@ -676,12 +676,14 @@ impl SamplePipeline {
     /// Whether the GPU resampler (`cuda::resample_gpu`) can write this pipeline's samples: `Err(reason)` when the
     /// program has pixel ops (they run on the CPU's uint8 image between the resample and the write) or the output
     /// is gray (the kernels write RGB). Depends on the pipeline only, so the router can ask once.
-    pub fn gpu_support(&self) -> std::result::Result<(), &'static str> {
+    /// A refusal is a ConfigError naming `transforms` (what a caller that requires the GPU path reports).
+    pub fn gpu_support(&self) -> Result<()> {
+        let refuse = |why: &str| Err(TrdataError::config(TRANSFORMS, why));
         if !self.program.ops.is_empty() {
-            return Err("the transforms have pixel ops, which run on the CPU");
+            return refuse("the GPU resampler takes no pixel ops (they run on the CPU's uint8 image)");
         }
         if self.channels != Channels::Rgb {
-            return Err("gray output (channels=1) is written by the CPU path only");
+            return refuse("the GPU resampler writes RGB only (channels=1 is written by the CPU path)");
         }
         Ok(())
     }
@@ -701,7 +703,7 @@ impl SamplePipeline {
         out: &mut GpuPlan,
     ) -> std::result::Result<(), ImageError> {
         let unsupported = |why: String| ImageError::new(crate::error::ImageErrorKind::Unsupported, why);
-        self.gpu_support().map_err(|why| unsupported(why.to_owned()))?;
+        self.gpu_support().map_err(|e| unsupported(e.to_string()))?;
         if width == 0 || height == 0 {
             return Err(unsupported(format!("image size {width}x{height} is empty")));
         }

@@ -835,6 +835,35 @@ mod tests {
         assert!(RESAMPLE_SOURCE.contains(&format!("sizeof(struct Desc) == {DESC_BYTES}")));
     }
 
+    #[test]
+    fn prepare_gpu_refuses_pixel_ops_and_gray_output_and_fills_a_full_scale_plan() {
+        let rrc =
+            TransformSpec::RandomResizedCrop { height: 64, width: 48, scale: (0.08, 1.0), ratio: (0.75, 4.0 / 3.0) };
+        let out = OutputSpec { dtype: DType::U8, layout: Layout::Nchw, normalize: None };
+        let key = SampleKey { seed: 3, epoch: 0, index: 9 };
+        let mut plan = GpuPlan::default();
+        let ops = vec![rrc.clone(), TransformSpec::Op(crate::augment::ops::OpSpec::RandomInvert { p: 0.5 })];
+        let pipe = SamplePipeline::new(ops, out).unwrap();
+        assert!(pipe.gpu_support().unwrap_err().to_string().contains("no pixel ops"));
+        let e = pipe.prepare_gpu(640, 480, key, &mut plan).unwrap_err();
+        assert_eq!(e.kind, crate::error::ImageErrorKind::Unsupported);
+        let gray = SamplePipeline::with_channels(vec![rrc.clone()], out, crate::augment::Channels::Gray).unwrap();
+        assert!(gray.gpu_support().unwrap_err().to_string().contains("RGB only"));
+        let pipe = SamplePipeline::new(vec![rrc], out).unwrap();
+        assert!(pipe.prepare_gpu(0, 480, key, &mut plan).is_err());
+        pipe.prepare_gpu(640, 480, key, &mut plan).unwrap();
+        // The plan is at full scale: the window lies in the 640x480 image and holds every tap.
+        let (x, y, w) = (plan.x(), plan.y(), plan.window());
+        assert_eq!((x.start.len(), y.start.len()), (48, 64));
+        assert!(w.x1 <= 640 && w.y1 <= 480 && w.x0 < w.x1 && w.y0 < w.y1, "{w:?}");
+        assert!(x.start.iter().all(|&s| s >= w.x0 && s + x.taps as u32 <= w.x1));
+        assert_eq!(plan.image_size(), (640, 480));
+        // Same key, same plan: it depends on (seed, epoch, index) only.
+        let mut again = GpuPlan::default();
+        pipe.prepare_gpu(640, 480, key, &mut again).unwrap();
+        assert_eq!((again.x().start, again.y().k, again.window()), (x.start, y.k, w));
+    }
+
     // ---- The kernels on the host -------------------------------------------------------------------------------
 
     /// resample.cu as host C++: CUDA's qualifiers become nothing, the built-in indices become globals, and two

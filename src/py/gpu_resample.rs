@@ -191,9 +191,10 @@ fn gpu_resample_check<'py>(
     extra: Vec<String>,
 ) -> PyResult<(Bound<'py, PyArray1<u8>>, Bound<'py, PyArray1<u8>>, Bound<'py, PyDict>)> {
     if files.len() != keys.len() || files.is_empty() {
-        return Err(super::errors::to_py(TrdataError::config(
-            "keys",
-            format!("one key per file is required ({} files, {} keys)", files.len(), keys.len()),
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "one key per file is required ({} files, {} keys)",
+            files.len(),
+            keys.len()
         )));
     }
     let specs = transforms.iter().map(super::ops::parse_transform).collect::<PyResult<Vec<_>>>()?;
@@ -208,7 +209,7 @@ fn gpu_resample_check<'py>(
         .detach(|| {
             let pipeline = SamplePipeline::with_channels(specs, output, Channels::Rgb)?
                 .with_dct_scaling(DctScaling::MinRatio(1e9))?;
-            pipeline.gpu_support().map_err(|why| TrdataError::config("transforms", why))?;
+            pipeline.gpu_support()?;
             let cpu = cpu_side(&files, &keys, pipeline)?;
             let (got, build, device_bytes) = gpu_side(&cpu, device, &extra)?;
             Ok::<_, TrdataError>((cpu, got, build, device_bytes))

@@ -92,17 +92,19 @@ def _check(transforms: list[object], keys_per_file: int, dtype: str, normalize: 
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize(("dtype", "normalize"), DTYPES, ids=[f"{d}-{'norm' if n else 'raw'}" for d, n in DTYPES])
+@pytest.mark.parametrize(
+    ("dtype", "normalize"), DTYPES, ids=[f"{d}-{'norm' if n else 'raw'}" for d, n in DTYPES]
+)
 def test_random_resized_crop_with_flip_is_bit_exact(dtype, normalize, layout):
-    info = _check(
-        [trdata.RandomResizedCrop(224), trdata.RandomHorizontalFlip()], 6, dtype, normalize, layout
-    )
+    info = _check([trdata.RandomResizedCrop(224), trdata.RandomHorizontalFlip()], 6, dtype, normalize, layout)
     assert set(info["vertical_first"]) == {True, False}, "both pass orders occur"
     assert set(info["flip"]) == {True, False}, "flipped and plain samples occur"
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize(("dtype", "normalize"), DTYPES, ids=[f"{d}-{'norm' if n else 'raw'}" for d, n in DTYPES])
+@pytest.mark.parametrize(
+    ("dtype", "normalize"), DTYPES, ids=[f"{d}-{'norm' if n else 'raw'}" for d, n in DTYPES]
+)
 def test_resize_center_crop_is_bit_exact(dtype, normalize, layout):
     _check([trdata.Resize(256), trdata.CenterCrop(224)], 1, dtype, normalize, layout)
 
@@ -110,7 +112,11 @@ def test_resize_center_crop_is_bit_exact(dtype, normalize, layout):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_bicubic_resize_is_bit_exact(layout):
     info = _check(
-        [trdata.Resize(256, interpolation="bicubic"), trdata.CenterCrop(224)], 1, "float32", trdata.IMAGENET, layout
+        [trdata.Resize(256, interpolation="bicubic"), trdata.CenterCrop(224)],
+        1,
+        "float32",
+        trdata.IMAGENET,
+        layout,
     )
     assert any(info["signed"]), "bicubic weights go negative (the signed path is exercised)"
 
@@ -119,7 +125,10 @@ def test_bicubic_resize_is_bit_exact(layout):
 def test_nearest_and_non_antialiased_resizes_are_bit_exact(layout):
     _check([trdata.Resize((120, 100), interpolation="nearest")], 1, "uint8", None, layout)
     _check(
-        [trdata.Resize((700, 530), antialias=False), trdata.RandomHorizontalFlip()], 2, "float16", trdata.IMAGENET,
+        [trdata.Resize((700, 530), antialias=False), trdata.RandomHorizontalFlip()],
+        2,
+        "float16",
+        trdata.IMAGENET,
         layout,
     )
 
@@ -129,7 +138,7 @@ def test_zero_padding_of_a_crop_beyond_the_image_is_bit_exact():
 
 
 def test_a_pipeline_with_pixel_ops_is_refused():
-    with pytest.raises(trdata.ConfigError, match="pixel ops"):
+    with pytest.raises(trdata.ConfigError, match="no pixel ops"):
         _core.gpu_resample_check(
             FILES[:1],
             specs([trdata.RandomResizedCrop(224), trdata.ColorJitter(0.4)]),
