@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 
-import numpy as np
 import pytest
 import trdata
 from _fixtures import COMMITTED_EDGE, photo
