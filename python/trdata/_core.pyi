@@ -27,6 +27,8 @@ __all__ = [
     "nvjpeg_decode",
     "nvjpeg_decode_batches",
     "nvjpeg_probe",
+    "nvrtc_probe",
+    "gpu_resample_check",
     "generate_synthetic_dataset",
     "decode_ceiling",
     "SYNTHETIC_VERSION",
@@ -91,6 +93,17 @@ def nvjpeg_decode_batches(
 def nvjpeg_decode(
     data: bytes, device: int, hardware: bool, extra: list[str]
 ) -> tuple[npt.NDArray[np.uint8], int, int, str]: ...
+def nvrtc_probe(extra: list[str]) -> dict[str, Any]: ...
+def gpu_resample_check(
+    files: list[bytes],
+    transforms: list[tuple[Any, ...]],
+    keys: list[tuple[int, int, int]],
+    normalize: tuple[Sequence[float], Sequence[float]] | None,
+    dtype: str,
+    layout: str,
+    device: int,
+    extra: list[str],
+) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8], dict[str, Any]]: ...
 
 SYNTHETIC_VERSION: str
 

@@ -56,7 +56,7 @@ pub mod warp;
 
 use std::time::Instant;
 
-use crate::decode::{DecodeLimits, Decoder, PixelWindow, choose_scale_eighths};
+use crate::decode::{DecodeLimits, DecodedRegion, Decoder, PixelWindow, choose_scale_eighths};
 use crate::error::{ImageError, Result, TrdataError};
 use crate::param::Choice;
 use program::{Program, ProgramScratch};
@@ -373,6 +373,71 @@ struct SourcePixels<'a> {
     channels: usize,
 }
 
+/// One axis of a [`GpuPlan`]: output `o` reads image pixels `start[o] .. start[o] + taps` with weights
+/// `k[o * taps ..][..taps]` (Pillow's 22-bit fixed point, flip applied; all zero for a padding output); every
+/// tap lies in `[win0, win1)`.
+#[derive(Debug, Clone, Copy)]
+pub struct GpuAxis<'a> {
+    /// First pixel of each output's taps (full-scale image pixels).
+    pub start: &'a [u32],
+    /// Weights, `taps` per output.
+    pub k: &'a [i32],
+    /// Taps per output (the same for all).
+    pub taps: usize,
+    /// Union of the taps: `[win0, win1)`.
+    pub win0: u32,
+    /// End of the union.
+    pub win1: u32,
+}
+
+/// One sample's resample at full scale for the GPU resampler, from [`SamplePipeline::prepare_gpu`]: the window
+/// to decode, both axes' taps and the pass order. Reused across samples (its vectors only grow).
+#[derive(Debug, Default)]
+pub struct GpuPlan {
+    x: resample::AxisCoeffs,
+    y: resample::AxisCoeffs,
+    vertical_first: bool,
+    flip: bool,
+    vflip: bool,
+    image_size: (u32, u32),
+}
+
+impl GpuPlan {
+    fn axis(c: &resample::AxisCoeffs) -> GpuAxis<'_> {
+        GpuAxis { start: &c.start, k: &c.k, taps: c.taps, win0: c.win0, win1: c.win1 }
+    }
+
+    /// Column taps (`out_w` outputs).
+    pub fn x(&self) -> GpuAxis<'_> {
+        Self::axis(&self.x)
+    }
+
+    /// Row taps (`out_h` outputs).
+    pub fn y(&self) -> GpuAxis<'_> {
+        Self::axis(&self.y)
+    }
+
+    /// The pixels the taps read (full-scale image pixels): what must be decoded, at least.
+    pub fn window(&self) -> PixelWindow {
+        PixelWindow { x0: self.x.win0, y0: self.y.win0, x1: self.x.win1, y1: self.y.win1 }
+    }
+
+    /// Pass order of the CPU fused writer for this sample (vertical pass first).
+    pub fn vertical_first(&self) -> bool {
+        self.vertical_first
+    }
+
+    /// (horizontal, vertical) flip of the sample (already folded into the taps; for tests and stats).
+    pub fn flips(&self) -> (bool, bool) {
+        (self.flip, self.vflip)
+    }
+
+    /// The image size the plan was made for.
+    pub fn image_size(&self) -> (u32, u32) {
+        self.image_size
+    }
+}
+
 /// How far DCT-domain downscaling (libjpeg-turbo's M/8 IDCT) may go before the bilinear resampling.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum DctScaling {
@@ -418,6 +483,28 @@ impl WorkerScratch {
             resample: ResampleScratch::default(),
             program: ProgramScratch::default(),
         })
+    }
+
+    /// Decode `plan`'s window of `bytes` at full size (DCT 8/8) with this worker's decoder, exactly as
+    /// [`SamplePipeline::process`] decodes it at that scale: the CPU stand-in for nvJPEG when checking the GPU
+    /// resampler against the fused writer. The header must give the size the plan was made for, in the stored
+    /// orientation (an EXIF-oriented image under `exif_transpose` is refused as `Unsupported`).
+    pub fn decode_gpu_window(
+        &mut self,
+        bytes: &[u8],
+        plan: &GpuPlan,
+    ) -> std::result::Result<DecodedRegion<'_>, ImageError> {
+        let info = self.decoder.read_header(bytes)?;
+        if info.orientation != crate::decode::Orientation::Normal || (info.width, info.height) != plan.image_size {
+            return Err(ImageError::new(
+                crate::error::ImageErrorKind::Unsupported,
+                format!(
+                    "the plan was made for a {:?} image in stored orientation, the header says {}x{} ({:?})",
+                    plan.image_size, info.width, info.height, info.orientation
+                ),
+            ));
+        }
+        self.decoder.decode_window(bytes, 8, plan.window())
     }
 
     /// The worker's decoder (the ignored timing report of the tests compares a full decode with it).
@@ -586,6 +673,55 @@ impl SamplePipeline {
         &self.program
     }
 
+    /// Whether the GPU resampler (`cuda::resample_gpu`) can write this pipeline's samples: `Err(reason)` when the
+    /// program has pixel ops (they run on the CPU's uint8 image between the resample and the write) or the output
+    /// is gray (the kernels write RGB). Depends on the pipeline only, so the router can ask once.
+    /// A refusal is a ConfigError naming `transforms` (what a caller that requires the GPU path reports).
+    pub fn gpu_support(&self) -> Result<()> {
+        let refuse = |why: &str| Err(TrdataError::config(TRANSFORMS, why));
+        if !self.program.ops.is_empty() {
+            return refuse("the GPU resampler takes no pixel ops (they run on the CPU's uint8 image)");
+        }
+        if self.channels != Channels::Rgb {
+            return refuse("the GPU resampler writes RGB only (channels=1 is written by the CPU path)");
+        }
+        Ok(())
+    }
+
+    /// The one home of "sample → window + taps at full scale" for the GPU path: for sample `key` of an image of
+    /// `width × height` pixels (as stored: the GPU decodes the stored orientation, so the caller routes images
+    /// with an EXIF orientation to the CPU), fill `out` with the window to decode at full size (DCT 8/8), both
+    /// axes' taps (flip applied, image pixels, not rebased) and the pass order — computed by the code the CPU
+    /// fused writer runs ([`Self::process`] at scale 8/8), so that the GPU resample of the same decoded pixels
+    /// is byte-identical to it. `out` is reused across samples (its vectors only grow). Refused
+    /// ([`Self::gpu_support`], or an empty image) as `Unsupported`.
+    pub fn prepare_gpu(
+        &self,
+        width: u32,
+        height: u32,
+        key: SampleKey,
+        out: &mut GpuPlan,
+    ) -> std::result::Result<(), ImageError> {
+        let unsupported = |why: String| ImageError::new(crate::error::ImageErrorKind::Unsupported, why);
+        self.gpu_support().map_err(|e| unsupported(e.to_string()))?;
+        if width == 0 || height == 0 {
+            return Err(unsupported(format!("image size {width}x{height} is empty")));
+        }
+        let plan = self.program.prefix.plan(width, height, key);
+        out.x.compute(&plan.x, 8, width, width, plan.flip);
+        out.y.compute(&plan.y, 8, height, height, plan.vflip);
+        out.vertical_first = self.pass_order(8, plan.vertical_first, out.y.win1 - out.y.win0, plan.y.out_n);
+        (out.flip, out.vflip, out.image_size) = (plan.flip, plan.vflip, (width, height));
+        Ok(())
+    }
+
+    /// The output tables the fused writer applies (normalize + cast) as bytes: 3 channels × 256 entries ×
+    /// `elem_bytes` (the second value), each entry the element's bytes as this host writes them — what the GPU
+    /// resampler's `OutputFormat` needs to write the same bytes.
+    pub fn output_table_bytes(&self) -> (Vec<u8>, u32) {
+        self.lut.table_bytes()
+    }
+
     /// Decode `bytes`, apply the transforms drawn from `key`, write into `dst` (exactly `sample_bytes()`).
     /// On error `dst` is left as it was.
     pub fn process(
@@ -700,6 +836,16 @@ impl SamplePipeline {
         Ok(())
     }
 
+    /// The fused writer's pass order for a sample decoded at scale `m`/8 whose row taps span `crop_rows` rows
+    /// (it only changes the rounding of the 8-bit intermediate, by ±1): for deterministic pipelines at full size,
+    /// Pillow's (`pillow_vertical_first`, see `geometry::pillow_vertical_first`), so that the uint8 result equals
+    /// Pillow's bit for bit. Otherwise (random crops, or DCT-scaled decodes, which are not bit-exact anyway) the
+    /// cheaper one: vertical first whenever the crop has more rows than the output, so that the costly horizontal
+    /// pass runs on output rows only. The GPU path ([`Self::prepare_gpu`]) asks the same question.
+    fn pass_order(&self, m: u8, pillow_vertical_first: bool, crop_rows: u32, out_h: usize) -> bool {
+        if m == 8 && !self.program.prefix.is_random_crop() { pillow_vertical_first } else { crop_rows as usize > out_h }
+    }
+
     /// The fused write of one sample: convert the source's channels to the output's (the filter window only),
     /// resample through the computed axes, flip, normalize, cast and lay out into `dst` (`out`: the table, layout
     /// and size of what is written).
@@ -713,16 +859,7 @@ impl SamplePipeline {
         dst: &mut [u8],
     ) {
         let ResampleScratch { x, y, inter, wide, row, window } = s;
-        // Pass order (it only changes the rounding of the 8-bit intermediate, by ±1): for deterministic pipelines
-        // at full size, Pillow's (see `geometry::pillow_vertical_first`), so that the uint8 result equals Pillow's
-        // bit for bit. Otherwise (random crops, or DCT-scaled decodes, which are not bit-exact anyway) the cheaper
-        // one: vertical first whenever the crop has more rows than the output, so that the costly horizontal pass
-        // runs on output rows only.
-        let vertical_first = if m == 8 && !self.program.prefix.is_random_crop() {
-            pillow_vertical_first
-        } else {
-            (y.win1 - y.win0) as usize > oh
-        };
+        let vertical_first = self.pass_order(m, pillow_vertical_first, y.win1 - y.win0, oh);
         simd::resample(
             self.simd,
             resample::Job {

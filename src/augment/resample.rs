@@ -265,6 +265,19 @@ impl OutputLut {
     }
 }
 
+impl OutputLut {
+    /// The tables as bytes, channel-major (3 × 256 entries of `elem_bytes` each, each entry the bytes
+    /// [`write_row`] writes for that value: native-endian f16/bf16 bits or f32 bits; the identity for uint8), and
+    /// `elem_bytes`: what a writer outside this module (the GPU resampler) copies to be byte-identical.
+    pub(crate) fn table_bytes(&self) -> (Vec<u8>, u32) {
+        match self {
+            Self::U8 => ((0..3).flat_map(|_| 0..=255u8).collect(), 1),
+            Self::Half(t) => (t.iter().flatten().flat_map(|v| v.to_ne_bytes()).collect(), 2),
+            Self::F32(t) => (t.iter().flatten().flat_map(|v| v.to_ne_bytes()).collect(), 4),
+        }
+    }
+}
+
 /// The resampler's working memory, owned by a worker and reused for every sample: both axes' taps, the filter
 /// window converted to the output's channels, the intermediate image and the rows ([`Job`] borrows all of it).
 /// The fused pass and the stage-2 resizes each own one.

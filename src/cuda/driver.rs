@@ -344,6 +344,21 @@ impl DeviceMemory {
         self.ctx.ordinal
     }
 
+    /// Copy `src` to byte `offset` of this allocation (`cuMemcpyHtoD`, synchronous).
+    pub fn copy_from_host(&self, offset: usize, src: &[u8]) -> Result<()> {
+        if offset.checked_add(src.len()).is_none_or(|end| end > self.len) {
+            return Err(cuda_error(
+                "cuMemcpyHtoD",
+                format!("{} bytes at {offset} written to a {}-byte allocation", src.len(), self.len),
+            ));
+        }
+        self.ctx.scoped(|| {
+            // SAFETY: `src` is readable for its length, and offset..offset+len lies inside this live allocation
+            // (checked above).
+            check("cuMemcpyHtoD", unsafe { result::memcpy_htod_sync(self.ptr + offset as u64, src) })
+        })
+    }
+
     /// Copy `dst.len()` bytes starting at byte `offset` of this allocation to host memory (`cuMemcpyDtoH`,
     /// synchronous).
     pub fn copy_range_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {

@@ -20,7 +20,9 @@
 
 mod driver;
 pub mod nvjpeg;
+pub mod nvrtc;
 mod probe;
+pub mod resample_gpu;
 
 /// Raw driver types the GPU path passes around (stream and device-pointer handles).
 pub use cudarc::driver::sys::{CUdeviceptr, CUstream};

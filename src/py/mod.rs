@@ -6,6 +6,7 @@ mod batch;
 mod bench;
 mod errors;
 mod gpu;
+mod gpu_resample;
 mod info;
 mod loader;
 mod nvjpeg;
@@ -34,5 +35,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     pack::register(m)?;
     batch::register(m)?;
     nvjpeg::register(m)?;
+    gpu_resample::register(m)?;
     Ok(())
 }

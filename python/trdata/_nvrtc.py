@@ -1,0 +1,37 @@
+"""NVRTC (CUDA's run-time compiler, for the GPU resample kernels) discovery, over ``_core.nvrtc_probe``.
+
+The search order (Rust, ``src/cuda/nvrtc.rs``): ``$TRDATA_NVRTC``; then the wheel copies found on ``sys.path``
+(``nvidia/cu13/lib/libnvrtc.so.13`` from torch's ``cuda-toolkit[nvrtc]`` / ``nvidia-cuda-nvrtc`` 13,
+``nvidia/cuda_nvrtc/lib/libnvrtc.so.12`` from the CUDA 12 wheel); then the CUDA toolkit (``$CUDA_HOME/lib64``,
+``/usr/local/cuda*/``); then the dynamic loader's own search. The first that loads and has every symbol wins.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from . import _core
+
+__all__ = ["candidates", "probe"]
+
+
+def candidates() -> list[str]:
+    """The wheel paths of the search order (step 2), for every ``sys.path`` entry, in ``sys.path`` order."""
+    out: list[str] = []
+    for entry in sys.path:
+        if not entry or not os.path.isdir(entry):
+            continue
+        found = [
+            os.path.join(entry, "nvidia", "cu13", "lib", "libnvrtc.so.13"),
+            os.path.join(entry, "nvidia", "cuda_nvrtc", "lib", "libnvrtc.so.12"),
+        ]
+        out += [p for p in found if os.path.isfile(p) and p not in out]
+    return out
+
+
+def probe() -> dict[str, Any]:
+    """What the search found: ``found`` (path or None), ``version`` ((major, minor) or None) and ``tried``
+    [(path, outcome)]."""
+    return _core.nvrtc_probe(candidates())
