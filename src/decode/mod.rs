@@ -66,6 +66,9 @@
 #![allow(unsafe_code)]
 
 pub mod exif;
+pub mod gpu_eligible;
+#[cfg(test)]
+mod gpu_eligible_tests;
 #[cfg(test)]
 mod hardening_tests;
 mod jpeg;
@@ -82,6 +85,7 @@ use turbojpeg_sys as tj;
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
 use crate::param::IntParam;
 pub use exif::Orientation;
+pub use gpu_eligible::{GPU_MAX_DIMENSION, GpuJpeg, GpuSubsampling, Ineligible, gpu_eligible};
 use jpeg::{TjDecompressor, TjFailure, TjRegion};
 
 /// Default decompression-bomb guard: images above this many pixels fail with `TooLarge` before decoding.

@@ -22,6 +22,10 @@ pub enum ChromaSubsampling {
     S420,
     /// Single luminance channel; the input is one byte per pixel.
     Gray,
+    /// Chroma halved vertically (4:4:0; luma sampling 1×2). Rare in the wild; tests of subsampling-dependent code.
+    S440,
+    /// Chroma quartered horizontally (4:1:1; luma sampling 4×1). Tests of files GPU decoders refuse.
+    S411,
 }
 
 impl ChromaSubsampling {
@@ -31,6 +35,8 @@ impl ChromaSubsampling {
             Self::S422 => tj::TJSAMP_TJSAMP_422,
             Self::S420 => tj::TJSAMP_TJSAMP_420,
             Self::Gray => tj::TJSAMP_TJSAMP_GRAY,
+            Self::S440 => tj::TJSAMP_TJSAMP_440,
+            Self::S411 => tj::TJSAMP_TJSAMP_411,
         }) as libc::c_int
     }
 
@@ -81,6 +87,16 @@ impl JpegEncoder {
     /// `false` goes back to baseline.
     pub fn set_progressive(&mut self, progressive: bool) -> Result<(), EncodeError> {
         self.set(tj::TJPARAM_TJPARAM_PROGRESSIVE, i32::from(progressive), "PROGRESSIVE")
+    }
+
+    /// Write a restart marker every `blocks` MCUs from now on (a DRI segment; 0 = none, the default).
+    pub fn set_restart_blocks(&mut self, blocks: u16) -> Result<(), EncodeError> {
+        self.set(tj::TJPARAM_TJPARAM_RESTARTBLOCKS, libc::c_int::from(blocks), "RESTARTBLOCKS")
+    }
+
+    /// Write arithmetic-coded JPEGs (SOF9, or SOF10 when progressive) from now on; `false` goes back to Huffman.
+    pub fn set_arithmetic(&mut self, arithmetic: bool) -> Result<(), EncodeError> {
+        self.set(tj::TJPARAM_TJPARAM_ARITHMETIC, i32::from(arithmetic), "ARITHMETIC")
     }
 
     /// libjpeg-turbo's last error message for this handle.
