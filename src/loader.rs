@@ -191,6 +191,19 @@ impl std::fmt::Debug for GpuPlan {
     }
 }
 
+/// What the GPU resampler writes for `p`'s samples: the fused writer's own tables, layout and size.
+fn gpu_output_format(p: &crate::augment::SamplePipeline) -> cuda::resample_gpu::OutputFormat {
+    let (lut, elem_bytes) = p.output_table_bytes();
+    let (h, w) = p.output_hw();
+    cuda::resample_gpu::OutputFormat {
+        lut,
+        elem_bytes,
+        nchw: p.output().layout == crate::augment::Layout::Nchw,
+        out_h: h as u32,
+        out_w: w as u32,
+    }
+}
+
 /// Resolve `decode=` for this loader: find what blocks the GPU path (no CUDA device, transforms it cannot make,
 /// a missing library), then `config::gpu_decode_share` decides (an error for "gpu", the CPU path for "auto").
 fn plan_gpu_decode(cfg: &LoaderConfig, devices: &DeviceSpec) -> Result<Option<GpuPlan>> {
@@ -507,7 +520,7 @@ impl Loader {
                     nvjpeg: std::sync::Arc::clone(&p.nvjpeg),
                     nvrtc: std::sync::Arc::clone(&p.nvrtc),
                     share: p.share,
-                    format: self.cfg.pipeline.first().gpu_output_format(),
+                    format: gpu_output_format(self.cfg.pipeline.first()),
                     arena_bytes: crate::transfer::gpu_decode::arena_bytes(self.cfg.batch_size),
                 });
                 for (d, &ordinal) in ordinals.iter().enumerate() {

@@ -194,10 +194,12 @@ def test_type_errors_name_the_parameter(jpegs, param, value):
 def test_each_choice_has_one_list_and_every_documented_string_works(jpegs):
     CHOICES = trdata.loader.CHOICES
     assert dict(_core.CHOICES) == CHOICES
-    assert set(CHOICES) == {"dtype", "layout", "last_batch", "on_error", "pin"}
+    assert set(CHOICES) == {"dtype", "layout", "last_batch", "on_error", "pin", "decode"}
     assert set(CHOICES["dtype"]) == {"uint8", "float16", "bfloat16", "float32"}
     for param, names in CHOICES.items():
         for name in names:
+            if (param, name) == ("decode", "gpu"):
+                continue  # needs a CUDA loader (tests/test_decode_config.py, tests/cuda/test_gpu_decode.py)
             with make(jpegs, batch_size=4, **{param: name}) as loader:
                 assert len(loader) >= 1
         e = raises_config(param, make, jpegs, **{param: "nope"})

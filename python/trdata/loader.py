@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 import numpy as np
 
-from . import _core
+from . import _core, _nvjpeg, _nvrtc
 from . import batch as _batch
 from . import transforms as _tv
 from .errors import ConfigError, LoaderClosedError, StaleIteratorError, _shown

@@ -467,6 +467,8 @@ pub struct WorkerScratch {
     resample: ResampleScratch,
     /// The uint8 image and spare buffers of a program's pixel ops (untouched when the program has none).
     program: ProgramScratch,
+    /// The GPU path's plan of the sample being routed there (`SamplePipeline::prepare_gpu`).
+    gpu: GpuPlan,
 }
 
 impl WorkerScratch {
@@ -482,7 +484,13 @@ impl WorkerScratch {
             decoder: Decoder::with_limits(limits)?,
             resample: ResampleScratch::default(),
             program: ProgramScratch::default(),
+            gpu: GpuPlan::default(),
         })
+    }
+
+    /// The worker's reusable GPU plan (the routing of a sample to the GPU path fills it).
+    pub fn gpu_plan(&mut self) -> &mut GpuPlan {
+        &mut self.gpu
     }
 
     /// Decode `plan`'s window of `bytes` at full size (DCT 8/8) with this worker's decoder, exactly as
@@ -733,7 +741,7 @@ impl SamplePipeline {
     ) -> std::result::Result<SampleTiming, ImageError> {
         assert_eq!(dst.len(), self.sample_bytes(), "process: dst must be exactly sample_bytes() long");
         let t0 = Instant::now();
-        let WorkerScratch { decoder, resample: s, program } = scratch;
+        let WorkerScratch { decoder, resample: s, program, .. } = scratch;
         let ResampleScratch { x, y, .. } = s;
         let info = decoder.read_header(bytes)?;
         let plan = self.program.prefix.plan(info.width, info.height, key);

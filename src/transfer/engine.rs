@@ -420,8 +420,8 @@ fn finish_gpu_rows(
                 src_y0: t.roi.y,
                 src_w: t.roi.w,
                 src_h: t.roi.h,
-                x: &t.x,
-                y: &t.y,
+                x: t.x.view(),
+                y: t.y.view(),
                 vertical_first: t.vertical_first,
                 dst: images + (t.row * row_bytes) as u64,
             })
@@ -437,12 +437,14 @@ fn finish_gpu_rows(
         }
         let buf = g.fallback_row.as_ref().expect("just made");
         buf.reset_claims();
-        let mut w = buf.claim_row(0);
-        let outcome = fallback.produce(d.task.index, &mut w);
-        let written = *outcome.as_ref().unwrap_or(&d.task.index);
-        let label = fallback.label(written);
-        w.set_meta(label, written as i64);
-        drop(w);
+        let (outcome, written, label) = {
+            let mut w = buf.claim_row(0);
+            let outcome = fallback.produce(d.task.index, &mut w);
+            let written = *outcome.as_ref().unwrap_or(&d.task.index);
+            let label = fallback.label(written);
+            w.set_meta(label, written as i64);
+            (outcome, written, label)
+        };
         if let Err(e) = outcome {
             error.get_or_insert(e);
         }

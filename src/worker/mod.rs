@@ -20,6 +20,7 @@ use crate::source::{Dataset, PackedFile, PixelArray, Store, read_sample, read_sp
 use crate::staging::RowWriter;
 use crate::stats::Stats;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Condvar, Mutex, Ordering, lock};
+use crate::transfer::gpu_decode::TaskTaps;
 use crate::transfer::{GpuDecode, GpuTask, Station};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -458,17 +459,21 @@ fn to_gpu(ctx: &WorkContext, g: GpuRow<'_>, scratch: &mut WorkerScratch, bytes: 
     if !g.gpu.route(key.seed, key.epoch, key.index) {
         return false;
     }
-    let geo = ctx.pipeline.first().prepare_gpu(scratch, info.width, info.height, key);
+    let plan = scratch.gpu_plan();
+    if ctx.pipeline.first().prepare_gpu(info.width, info.height, key, plan).is_err() {
+        return false; // not for the GPU after all (the loader checked the pipeline: an empty image)
+    }
+    let w = plan.window();
     g.gpu.submit(GpuTask {
         batch: g.batch,
         row: g.row,
         index: key.index,
         bytes: bytes.to_vec(),
-        roi: geo.roi,
-        x: geo.x,
-        y: geo.y,
-        vertical_first: geo.vertical_first,
-        interpolate: info.subsampling.is_subsampled(),
+        roi: crate::cuda::nvjpeg::Roi { x: w.x0, y: w.y0, w: w.x1 - w.x0, h: w.y1 - w.y0 },
+        x: TaskTaps::from(plan.x()),
+        y: TaskTaps::from(plan.y()),
+        vertical_first: plan.vertical_first(),
+        interpolate: info.subsampling.luma_factors() != (1, 1),
     });
     true
 }
