@@ -4,11 +4,12 @@
 set -eu
 cd "$(dirname "$0")"
 src="${TRDATA_TEST_DATA:-../../shared/data}/edge-cases"
-for t in jpeg_header jpeg_decode png_decode jpeg_markers other_decode exif_orientation packed_open; do mkdir -p "corpus/$t"; done
+for t in jpeg_header jpeg_decode png_decode jpeg_markers other_decode exif_orientation packed_open gpu_eligible; do mkdir -p "corpus/$t"; done
 for f in "$src"/*; do
     n=$(basename "$f")
     [ "$(wc -c < "$f")" -le 600000 ] || continue   # skip the multi-MB photos: slow seeds, nothing new
     cp "$f" "corpus/jpeg_header/$n"
+    cp "$f" "corpus/gpu_eligible/$n"
     case "$n" in
         *.png|*.JPEG) cp "$f" "corpus/png_decode/$n" ;;
         *) cp "$f" "corpus/jpeg_markers/$n"; { printf '\003\020\000\010\000'; cat "$f"; } > "corpus/jpeg_decode/$n" ;;
@@ -21,4 +22,6 @@ printf '\007\000\000\377\377\000\000\000II*\000\010\000\000\000\001\000\022\001\
     > corpus/exif_orientation/ifd_le_6
 printf '\007\000\000\377\377\000\000\000MM\000*\000\000\000\010\000\001\001\022\000\003\000\000\000\001\000\010\000\000\000\000\000\000' \
     > corpus/exif_orientation/ifd_be_8
+# gpu_eligible: also the Pillow-written header variants (Adobe RGB, XMP orientation, restart intervals).
+cp ../tests/fixtures/pillow-jpeg/*.jpg corpus/gpu_eligible/
 echo "seeded from $src (other_decode: seed it with small WebP/GIF/TIFF/BMP/PPM files, e.g. written by Pillow)"

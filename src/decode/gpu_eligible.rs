@@ -36,9 +36,9 @@
 //! second SOF, a scan before the frame, an over-subscribed Huffman code, a DC symbol above 15, sampling factors
 //! outside 1..=4, duplicate component ids, a table index above 3), is [`Ineligible::Malformed`].
 //!
-//! **What it does not check.** The entropy-coded data after the first SOS header is not read (that is what keeps
-//! the call at ~0.1 µs: [`super::markers::walk_jpeg`], which the CPU path runs to find truncation, scans the whole
-//! file at ~10 µs per ImageNet image). So a file *truncated after its first SOS header* is eligible here
+//! **What it does not check.** The entropy-coded data after the first SOS header is not read: that keeps the call
+//! at ~0.2 µs per ImageNet file, where [`super::markers::walk_jpeg`] (which the CPU path runs to find truncation)
+//! scans the whole file in 10–19 µs. So a file *truncated after its first SOS header* is eligible here
 //! (`truncated_baseline_ultrahdr__ultrahdr.jpg`), while the CPU path rejects it as `Corrupt`; whoever routes
 //! must decide whether the GPU path runs the walk or accepts that difference. The pixel limit
 //! ([`super::DecodeLimits::max_pixels`], default 100 MP) is not applied here either: [`GPU_MAX_DIMENSION`]²
