@@ -4,7 +4,10 @@
 //! thread stays the final word; this check only keeps files away from it that the hardware backend cannot take
 //! or that would decode differently from the CPU path (docs/gpu_decode.md §0.2 and §6).
 //!
-//! **Eligible iff** (checked in this order while walking the header; the first failure is the reason):
+//! **Eligible iff** all of the following hold. The reason reported is the first failure met: rules 1–5 (and
+//! malformed segments) are answered at the segment that breaks them, i.e. in file order, so a progressive CMYK
+//! file is `Progressive` whatever else it has; rules 6–10 need the whole header and are checked at the first SOS
+//! (scan shape 7, tables 6, then 8, 9, 10), so a 16-bit table in an SOF1 file still reports `ExtendedSequential`.
 //! 1. the bytes start with SOI (`FF D8`) — else [`Ineligible::NotJpeg`] (PNGs named `.JPEG` land here) — and are
 //!    at most `max_file_bytes` long ([`Ineligible::FileTooLarge`]);
 //! 2. the segments up to and including the first SOS header are complete ([`Ineligible::Truncated`]), follow each
@@ -24,8 +27,8 @@
 //!    selection (0..63, no successive approximation). A baseline file whose first scan holds fewer components is
 //!    non-interleaved: it has one scan per component, which the hardware backend does not take (`MultiScan`);
 //! 8. colour: a 3-component file must be YCbCr-coded — no Adobe APP14 with transform 0 and no component ids
-//!    `'R','G','B'` (libjpeg-turbo decodes both as RGB: `RgbCoded`), and no Adobe transform other than 1
-//!    (`AdobeTransform`);
+//!    `'R','G','B'` (`RgbCoded`: libjpeg-turbo decodes both as RGB unless a JFIF marker says YCbCr; refused
+//!    either way), and no Adobe transform other than 1 (`AdobeTransform`);
 //! 9. no restart interval: a DRI with a non-zero interval → `RestartInterval` (conservative until the device test
 //!    of `restart_markers_dri13__rgb.jpg` shows the hardware path decodes it like the CPU);
 //! 10. EXIF orientation as the CPU path reads it ([`super::exif::orientation`], Pillow's rules: EXIF in APP1,
@@ -349,7 +352,7 @@ pub(super) fn walk_header(bytes: &[u8], max_file_bytes: usize) -> Result<(GpuJpe
             0xC2 => return Err(E::Progressive),
             0xC3 => return Err(E::Lossless),
             0xC5..=0xC7 | 0xDE | 0xDF => return Err(E::Hierarchical),
-            0xC9..=0xCF => return Err(E::Arithmetic), // SOF9–11, DAC, SOF13–15,
+            0xC9..=0xCF => return Err(E::Arithmetic), // SOF9–11, DAC, SOF13–15
             _ => return Err(E::UnexpectedMarker),
         }
         let Some(len) = bytes.get(pos..pos + 2).map(|b| usize::from(u16::from_be_bytes([b[0], b[1]]))) else {

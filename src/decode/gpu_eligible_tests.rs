@@ -4,8 +4,8 @@
 //! libjpeg-turbo (header facts agree, and a complete eligible file decodes without a fatal error); and an
 //! `#[ignore]` report on the ImageNet sample (counts and µs per call).
 
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use proptest::prelude::*;
 use proptest::test_runner::{TestCaseError, TestRunner};
@@ -753,8 +753,15 @@ fn build(s: &Synth, bases: &[Vec<u8>]) -> Vec<u8> {
     b
 }
 
-/// How many fuzz cases were eligible, and of those how many were decoded (shows the oracle was reached).
-static FUZZ_COUNTS: [AtomicUsize; 3] = [AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0)];
+thread_local! {
+    /// Inputs checked, how many were eligible, and of those how many were decoded (shows the oracle was reached);
+    /// per test thread, so parallel tests do not mix their counts.
+    static FUZZ_COUNTS: [Cell<usize>; 3] = const { [Cell::new(0), Cell::new(0), Cell::new(0)] };
+}
+
+fn count(i: usize) {
+    FUZZ_COUNTS.with(|c| c[i].set(c[i].get() + 1));
+}
 
 /// The header up to `end` (just past the first SOS header), the first scan's entropy-coded data (up to the next
 /// marker that is not RSTn, or the end of the data), and an EOI: what the eligibility rules speak about. Later
@@ -776,9 +783,9 @@ fn first_scan_only(b: &[u8], end: usize) -> Vec<u8> {
 /// of the first scan header (that prefix gives the same answer, one byte less is Truncated), libjpeg-turbo's
 /// header read agrees, and the header with its first scan (at most 1 MP) decodes without a fatal error.
 fn check(b: &[u8], d: &mut Decoder) -> Result<(), TestCaseError> {
-    FUZZ_COUNTS[0].fetch_add(1, Ordering::Relaxed);
+    count(0);
     let Ok((j, end)) = walk_header(b, NO_LIMIT) else { return Ok(()) };
-    FUZZ_COUNTS[1].fetch_add(1, Ordering::Relaxed);
+    count(1);
     prop_assert!(end <= b.len());
     prop_assert_eq!(walk_header(&b[..end], NO_LIMIT), Ok((j, end)));
     prop_assert_eq!(walk_header(&b[..end - 1], NO_LIMIT), Err(Ineligible::Truncated));
@@ -788,14 +795,15 @@ fn check(b: &[u8], d: &mut Decoder) -> Result<(), TestCaseError> {
         if let Err(e) = d.decode_full_rgb(&first_scan_only(b, end), &mut out) {
             return Err(TestCaseError::fail(format!("eligible {j:?} but the decode fails: {e}")));
         }
-        FUZZ_COUNTS[2].fetch_add(1, Ordering::Relaxed);
+        count(2);
     }
     Ok(())
 }
 
 /// Run `test` for `PROPTEST_CASES` cases (256 in the suite; a long fuzz run sets more).
 fn fuzz<S: Strategy>(name: &str, strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>) {
-    let before: Vec<usize> = FUZZ_COUNTS.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    let counts = || FUZZ_COUNTS.with(|c| c.iter().map(Cell::get).collect::<Vec<_>>());
+    let before = counts();
     let t = std::time::Instant::now();
     let mut runner = TestRunner::new(ProptestConfig {
         max_shrink_iters: 2000,
@@ -805,7 +813,7 @@ fn fuzz<S: Strategy>(name: &str, strategy: S, test: impl Fn(S::Value) -> Result<
     if let Err(e) = runner.run(&strategy, test) {
         panic!("{name}: {e}");
     }
-    let c: Vec<usize> = FUZZ_COUNTS.iter().zip(before).map(|(c, b)| c.load(Ordering::Relaxed) - b).collect();
+    let c: Vec<usize> = counts().iter().zip(before).map(|(c, b)| c - b).collect();
     eprintln!(
         "{name}: {} inputs in {:.1} s, {} eligible, {} of them decoded",
         c[0],

@@ -63,7 +63,7 @@
 //! decodes only that region (ROI + DCT scaling as usual) and transposes the decoded region into oriented order
 //! in one pass (`Orientation::transpose_region`), exactly Pillow's `ImageOps.exif_transpose` at full scale.
 //!
-//! Beside the CPU decode, [`gpu_eligible`] (`gpu_eligible.rs`) decides from a JPEG's header alone (~0.2 µs, no
+//! Beside the CPU decode, [`gpu_eligible()`] (`gpu_eligible.rs`) decides from a JPEG's header alone (~0.2 µs, no
 //! entropy-data scan) whether nvJPEG's hardware engines may decode it, and if not, why (issue 11's router).
 
 #![allow(unsafe_code)]
