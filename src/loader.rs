@@ -538,9 +538,11 @@ impl Loader {
                     let started = match GpuEngine::start(cfg.clone(), self.ctx.stats.clone(), counters.clone()) {
                         // `decode="auto"`: a GPU without hardware JPEG engines (or a kernel that does not build)
                         // runs the CPU path.
-                        Err(_) if self.cfg.decode == DecodeMode::Auto && cfg.gpu_decode.is_some() => {
-                            GpuEngine::start(GpuEngineConfig { gpu_decode: None, ..cfg }, self.ctx.stats.clone(), counters)
-                        }
+                        Err(_) if self.cfg.decode == DecodeMode::Auto && cfg.gpu_decode.is_some() => GpuEngine::start(
+                            GpuEngineConfig { gpu_decode: None, ..cfg },
+                            self.ctx.stats.clone(),
+                            counters,
+                        ),
                         other => other,
                     };
                     gpus.push(started?);

@@ -107,6 +107,9 @@ pub struct GpuCounters {
     pub decode_gpu_share_ppm: AtomicU64,
     /// Device bytes of the GPU decode arenas allocated.
     pub decode_gpu_arena_bytes: AtomicU64,
+    /// Device bytes nvJPEG's decoders took when they were made (free device memory before − after: their
+    /// pre-allocated buffers for batches of 64 windows up to 1024²).
+    pub decode_gpu_nvjpeg_bytes: AtomicU64,
 }
 
 impl GpuCounters {
@@ -131,6 +134,7 @@ impl GpuCounters {
             ("decode_gpu_finish_ns", g(&self.decode_gpu_finish_ns)),
             ("decode_gpu_share_ppm", g(&self.decode_gpu_share_ppm)),
             ("decode_gpu_arena_bytes", g(&self.decode_gpu_arena_bytes)),
+            ("decode_gpu_nvjpeg_bytes", g(&self.decode_gpu_nvjpeg_bytes)),
         ]
     }
 }

@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULTS",
     "machine_info",
     "gpu_decode_arena_bytes",
+    "gpu_eligible",
     "nvjpeg_decode",
     "nvjpeg_decode_batches",
     "nvjpeg_probe",
@@ -80,6 +81,7 @@ DEFAULTS: dict[str, Any]
 def machine_info() -> dict[str, Any]: ...
 def nvjpeg_probe(extra: list[str]) -> dict[str, Any]: ...
 def gpu_decode_arena_bytes(batch_size: int) -> int: ...
+def gpu_eligible(data: bytes) -> tuple[int, int, str] | str: ...
 def nvjpeg_decode_batches(
     files: list[bytes],
     device: int,

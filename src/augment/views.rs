@@ -159,10 +159,7 @@ impl SampleViews {
         }
         let program = p.program();
         if let Some((pos, op)) = program.ops.first() {
-            return Some(format!(
-                "transforms[{pos}] ({}) is a pixel op, which runs on the CPU path only",
-                op.name()
-            ));
+            return Some(format!("transforms[{pos}] ({}) is a pixel op, which runs on the CPU path only", op.name()));
         }
         if program.prefix.geometry == super::geometry::Geometry::Identity {
             return Some("the transforms fix no output size by a crop or resize".into());

@@ -155,12 +155,30 @@ impl Stream {
     /// `cuStreamCreate(CU_STREAM_NON_BLOCKING)`: no implicit sync with the legacy default stream, so our
     /// copies never wait for the training loop's kernels on stream 0 (and vice versa).
     pub fn new_non_blocking(ctx: &Arc<GpuContext>) -> Result<Self> {
+        Self::create(ctx, false)
+    }
+
+    /// [`Self::new_non_blocking`] at the device's highest stream priority: its kernels are scheduled before those
+    /// of normal-priority streams (the training loop's) whenever both wait for SMs. For the GPU decode path's
+    /// short kernels, which a busy model would otherwise delay by whole kernels.
+    pub fn new_high_priority(ctx: &Arc<GpuContext>) -> Result<Self> {
+        Self::create(ctx, true)
+    }
+
+    fn create(ctx: &Arc<GpuContext>, high: bool) -> Result<Self> {
         let raw = ctx.scoped(|| {
             let mut s: sys::CUstream = std::ptr::null_mut();
             let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
-            // SAFETY: `s` is a valid out-pointer; our context is current.
-            let rc = unsafe { sys::cuStreamCreate(&mut s, flags) };
-            check("cuStreamCreate", rc.result())?;
+            let (mut least, mut greatest) = (0, 0);
+            if high {
+                // SAFETY: valid out-pointers; our context is current.
+                let rc = unsafe { sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) };
+                check("cuCtxGetStreamPriorityRange", rc.result())?;
+            }
+            // SAFETY: `s` is a valid out-pointer; our context is current; `greatest` is in the device's range
+            // (0 = the default priority when `high` is false).
+            let rc = unsafe { sys::cuStreamCreateWithPriority(&mut s, flags, greatest) };
+            check("cuStreamCreateWithPriority", rc.result())?;
             Ok(s)
         })?;
         Ok(Self { raw, ctx: Arc::clone(ctx) })

@@ -87,6 +87,8 @@ struct Fns {
     ) -> Status,
     /// Absent before CUDA 11.x's hardware backend; `None` = unknown.
     hardware_info: Option<unsafe extern "C" fn(Handle, *mut c_uint, *mut c_uint) -> Status>,
+    /// `nvjpegDecodeBatchedPreAllocate` (hardware backend; absent in old libraries).
+    pre_allocate: Option<unsafe extern "C" fn(Handle, State, c_int, c_int, c_int, c_int, c_int) -> Status>,
 }
 
 /// An opened libnvjpeg.
@@ -219,6 +221,7 @@ fn open_one(path: &Path) -> std::result::Result<Nvjpeg, String> {
         decode_batched_ex: symbol(&lib, "nvjpegDecodeBatchedEx")?,
         // An absent symbol is an older library, not an error.
         hardware_info: symbol(&lib, "nvjpegGetHardwareDecoderInfo").ok(),
+        pre_allocate: symbol(&lib, "nvjpegDecodeBatchedPreAllocate").ok(),
     };
     let mut v = [0 as c_int; 3];
     for (i, slot) in v.iter_mut().enumerate() {
@@ -341,22 +344,21 @@ impl BatchDecoder {
         max_output_bytes: usize,
     ) -> Result<Self> {
         let flags = if interpolate { FLAG_UPSAMPLING_WITH_INTERPOLATION } else { 0 };
-        let stream = Stream::new_non_blocking(&ctx)?;
+        // High priority: nvJPEG's own kernels (colour conversion, upsampling) then run between the training
+        // loop's instead of after them (measured on the H200: ResNet-18 fed at decode=0.5 9,912 → 10,834 img/s).
+        let stream = Stream::new_high_priority(&ctx)?;
         ctx.clone().scoped(|| {
             let mut handle: Handle = std::ptr::null_mut();
             let mut backend = if prefer_hardware { Backend::Hardware } else { Backend::Cuda };
             let code = |b: Backend| if b == Backend::Hardware { BACKEND_HARDWARE } else { BACKEND_DEFAULT };
             let null = std::ptr::null_mut();
-            // SAFETY: null allocators select nvJPEG's defaults; `handle` is a valid out-pointer.
-            let mut st = unsafe {
-                (nv.fns.create_ex)(code(backend), null, null, flags, &mut handle)
-            };
+            // SAFETY: null allocators select nvJPEG's defaults (the hardware backend does not allocate through
+            // custom ones: measured on the H200, they were never called); `handle` is a valid out-pointer.
+            let mut st = unsafe { (nv.fns.create_ex)(code(backend), null, null, flags, &mut handle) };
             if st == STATUS_ARCH_MISMATCH && backend == Backend::Hardware {
                 backend = Backend::Cuda;
                 // SAFETY: as above.
-                st = unsafe {
-                    (nv.fns.create_ex)(code(backend), null, null, flags, &mut handle)
-                };
+                st = unsafe { (nv.fns.create_ex)(code(backend), null, null, flags, &mut handle) };
             }
             ok("nvjpegCreateEx", st)?;
             let mut me = Self {
@@ -377,6 +379,13 @@ impl BatchDecoder {
             ok("nvjpegJpegStateCreate", unsafe { (nv.fns.state_create)(me.handle, &mut me.state) })?;
             // SAFETY: as above.
             ok("nvjpegJpegStreamCreate", unsafe { (nv.fns.stream_create)(me.handle, &mut me.jstream) })?;
+            if let (Backend::Hardware, Some(pre)) = (backend, nv.fns.pre_allocate) {
+                // Buffers for a batch of 64 windows up to 1024² at once, so that re-initializing per batch does
+                // not reallocate (measured on the H200: ResNet-50 fed by decode="gpu" 3,880 → 4,244 img/s).
+                // SAFETY: live handle and state of the hardware backend; CSS_444 (0) covers every layout, RGBI.
+                let st = unsafe { pre(me.handle, me.state, 64, 1024, 1024, 0, OUTPUT_RGBI) };
+                ok("nvjpegDecodeBatchedPreAllocate", st)?;
+            }
             Ok(me)
         })
     }
@@ -497,7 +506,6 @@ impl BatchDecoder {
         images: &[&[u8]],
         targets: &[Option<(usize, usize)>],
     ) -> Result<std::result::Result<(), String>> {
-        let f = &self.nv.fns;
         let (mut dst, mut data, mut lengths, mut params) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (i, t) in targets.iter().enumerate() {
             let Some((addr, pitch)) = *t else { continue };
@@ -512,6 +520,7 @@ impl BatchDecoder {
         if dst.is_empty() {
             return Ok(Ok(()));
         }
+        let f = &self.nv.fns;
         let t1 = std::time::Instant::now();
         let n = c_int::try_from(dst.len()).unwrap_or(c_int::MAX);
         // SAFETY: handle and state are live; RGBI output; one CPU thread.

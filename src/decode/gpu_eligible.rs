@@ -33,7 +33,10 @@
 //!    of `restart_markers_dri13__rgb.jpg` shows the hardware path decodes it like the CPU);
 //! 10. EXIF orientation as the CPU path reads it ([`super::exif::orientation`], Pillow's rules: EXIF in APP1,
 //!     XMP fallback) is `Normal` — absent, 1, or a value Pillow ignores (`Orientation`). The GPU path writes
-//!     stored pixels; with `exif_transpose` the CPU path would rotate them.
+//!     stored pixels; with `exif_transpose` the CPU path would rotate them;
+//! 11. the file's last two bytes are EOI (`FF D9`), else [`Ineligible::NoEndMarker`]: nvJPEG's hardware engines
+//!     decode a truncated scan without an error (measured on the H200), where the CPU path raises `Corrupt` as
+//!     Pillow does; a file with data after its EOI goes to the CPU path too, which ignores it.
 //!
 //! A segment that libjpeg would reject, or that contradicts itself (a length that does not match its content, a
 //! second SOF, a scan before the frame, an over-subscribed Huffman code, a DC symbol above 15, sampling factors
@@ -41,9 +44,9 @@
 //!
 //! **What it does not check.** The entropy-coded data after the first SOS header is not read: that keeps the call
 //! at ~0.2 µs per ImageNet file, where [`super::markers::walk_jpeg`] (which the CPU path runs to find truncation)
-//! scans the whole file in 10–19 µs. So a file *truncated after its first SOS header* is eligible here
-//! (`truncated_baseline_ultrahdr__ultrahdr.jpg`), while the CPU path rejects it as `Corrupt`; whoever routes
-//! must decide whether the GPU path runs the walk or accepts that difference. The pixel limit
+//! scans the whole file in 10–19 µs. Rule 11 catches a file cut anywhere (it no longer ends with EOI); damaged
+//! entropy data inside a complete file is decoded by nvJPEG as it decodes it (the CPU path fills it in, as
+//! Pillow, and counts a decode warning), and a file nvJPEG refuses falls back to the CPU path. The pixel limit
 //! ([`super::DecodeLimits::max_pixels`], default 100 MP) is not applied here either: [`GPU_MAX_DIMENSION`]²
 //! is 268 MP, so the caller compares `width × height` with its own limit.
 //!
@@ -173,11 +176,15 @@ pub enum Ineligible {
     RestartInterval,
     /// An EXIF (or XMP) orientation other than upright.
     Orientation,
+    /// The file does not end with the EOI marker (`FF D9`): truncated, or followed by other data. The CPU path
+    /// decides (a truncated file is an error there, as in Pillow; trailing data after EOI is ignored); nvJPEG's
+    /// hardware engines decode a truncated scan without complaint.
+    NoEndMarker,
 }
 
 impl Ineligible {
     /// Every reason, in declaration order (for per-reason counters: `counters[reason.index()]`).
-    pub const ALL: [Self; 23] = [
+    pub const ALL: [Self; 24] = [
         Self::NotJpeg,
         Self::FileTooLarge,
         Self::Truncated,
@@ -201,6 +208,7 @@ impl Ineligible {
         Self::AdobeTransform,
         Self::RestartInterval,
         Self::Orientation,
+        Self::NoEndMarker,
     ];
 
     /// Position in [`Ineligible::ALL`].
@@ -234,6 +242,7 @@ impl Ineligible {
             Self::AdobeTransform => "adobe_transform",
             Self::RestartInterval => "restart_interval",
             Self::Orientation => "orientation",
+            Self::NoEndMarker => "no_end_marker",
         }
     }
 
@@ -263,6 +272,7 @@ impl Ineligible {
             Self::AdobeTransform => "Adobe color transform other than YCbCr",
             Self::RestartInterval => "restart interval (DRI) above 0",
             Self::Orientation => "EXIF orientation other than upright",
+            Self::NoEndMarker => "the file does not end with the EOI marker (truncated, or trailing data)",
         }
     }
 }
@@ -278,7 +288,11 @@ impl std::error::Error for Ineligible {}
 /// Whether `bytes` may be decoded by nvJPEG's hardware backend, and if so its size and chroma layout; otherwise
 /// why not. Pure function of the bytes and the size limit (see the module docs for the rules).
 pub fn gpu_eligible(bytes: &[u8], max_file_bytes: usize) -> Result<GpuJpeg, Ineligible> {
-    walk_header(bytes, max_file_bytes).map(|(jpeg, _)| jpeg)
+    let (jpeg, _) = walk_header(bytes, max_file_bytes)?;
+    if !bytes.ends_with(&[0xFF, 0xD9]) {
+        return Err(Ineligible::NoEndMarker);
+    }
+    Ok(jpeg)
 }
 
 /// The frame header (SOF0) of an eligible file.

@@ -18,7 +18,18 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(nvjpeg_probe, m)?)?;
     m.add_function(wrap_pyfunction!(nvjpeg_decode, m)?)?;
     m.add_function(wrap_pyfunction!(nvjpeg_decode_batches, m)?)?;
-    m.add_function(wrap_pyfunction!(gpu_decode_arena_bytes, m)?)
+    m.add_function(wrap_pyfunction!(gpu_decode_arena_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu_eligible, m)?)
+}
+
+/// Whether the GPU decode path takes `data` (`decode::gpu_eligible`, with the path's file size limit):
+/// `(width, height, subsampling)` or the reason's short name (tests and tools: why a file goes to the CPU).
+#[pyfunction]
+fn gpu_eligible<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+    match crate::decode::gpu_eligible(data, crate::transfer::gpu_decode::MAX_GPU_FILE_BYTES) {
+        Ok(j) => Ok((j.width, j.height, j.subsampling.as_str()).into_pyobject(py)?.into_any()),
+        Err(why) => Ok(why.as_str().into_pyobject(py)?.into_any()),
+    }
 }
 
 /// Bytes of one GPU decode arena for batches of `batch_size` (`transfer::gpu_decode::arena_bytes`; a GPU loader

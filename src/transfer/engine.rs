@@ -121,7 +121,9 @@ struct CopyStream {
 impl CopyStream {
     fn new(ctx: &std::sync::Arc<GpuContext>) -> Result<Self> {
         Ok(Self {
-            stream: Stream::new_non_blocking(ctx)?,
+            // High priority, for the GPU decode path's resample kernels (transfer/gpu_decode.rs; a plain copy does
+            // not care).
+            stream: Stream::new_high_priority(ctx)?,
             copy_start: Event::new_timing(ctx)?,
             copy_end: Event::new_timing(ctx)?,
         })
@@ -450,11 +452,12 @@ fn finish_gpu_rows(
         }
         let l = buf.layout();
         let row = d.task.row;
+        // SAFETY: indices_offset() + 8 ≤ the one-row slab's length.
+        let index_src = unsafe { buf.slab_ptr().add(l.indices_offset()) };
         let copies = [
             (images + (row * row_bytes) as u64, buf.view_ptr(0), row_bytes),
             (slot.mem.ptr() + (layout.labels_offset() + row * 8) as u64, buf.slab_ptr(), 8),
-            // SAFETY: indices_offset() + 8 ≤ the one-row slab's length.
-            (slot.mem.ptr() + (layout.indices_offset() + row * 8) as u64, unsafe { buf.slab_ptr().add(l.indices_offset()) }, 8),
+            (slot.mem.ptr() + (layout.indices_offset() + row * 8) as u64, index_src, 8),
         ];
         for (dst, src, len) in copies {
             // SAFETY: `src` lies in the one-row buffer (alive, not written until the synchronize below); `dst` is

@@ -1,8 +1,8 @@
 //! transfer/gpu_decode — the GPU decode path beside the CPU workers (issue 11; plan and sources:
 //! docs/gpu_decode.md): per GPU engine, two decode threads that decode the crop windows of the samples routed to
-//! them with nvJPEG's hardware engines into device arenas — `trdata-nvjpg{g}` the 4:4:4 and gray files,
-//! `trdata-nvjpg{g}i` the chroma-subsampled ones, with interpolated upsampling (libjpeg-turbo's, which costs the
-//! engines 2.6×; 4:4:4 and gray decode identically without it) — and the engine's transfer thread, which resamples
+//! them with nvJPEG's hardware engines into device arenas — [`DECODERS`] threads `trdata-nvjpg{g}{t}` the 4:4:4
+//! and gray files, one `trdata-nvjpg{g}i{t}` the chroma-subsampled ones, with interpolated upsampling
+//! (libjpeg-turbo's, which costs the engines 2.6×; 4:4:4 and gray decode identically without it) — and the engine's transfer thread, which resamples
 //! them (Pillow's taps, computed on the host by the CPU path's code) straight into the batch's device slot with one
 //! kernel launch per pass.
 //!
@@ -52,8 +52,8 @@
 // checked arena offsets.
 #![allow(unsafe_code)]
 
-use crate::cuda::nvjpeg::{BatchDecoder, Nvjpeg, Roi};
 use crate::augment::GpuAxis;
+use crate::cuda::nvjpeg::{BatchDecoder, Nvjpeg, Roi};
 use crate::cuda::resample_gpu::AxisTaps;
 use crate::cuda::{DeviceMemory, GpuContext};
 use crate::error::{Result, SampleError, TrdataError};
@@ -66,6 +66,20 @@ use std::time::{Duration, Instant};
 
 /// Most tasks per nvJPEG batch (the engines' sweet spot is ≥ 7·k; larger batches add latency, not throughput).
 pub const MAX_SUB_BATCH: usize = 64;
+/// A decode thread that finds fewer tasks than this waits up to [`FILL_WAIT`] for more, unless the transfer
+/// thread is waiting for a batch: each nvJPEG batch call has a fixed cost, so small calls waste the engines
+/// (measured on the H200: 294 µs of thread time per image at a 0.25 share, whose calls were small, vs 134 µs with
+/// full calls).
+pub const FILL_TARGET: usize = 32;
+/// See [`FILL_TARGET`].
+pub const FILL_WAIT: Duration = Duration::from_millis(2);
+/// Decode threads (each with its own nvJPEG hardware decoder) per queue: [without, with] interpolated upsampling.
+/// Measured on the H200 (300 ImageNet files, 2026-12-01): alone, one decoder with interpolation takes 8.0k img/s
+/// of subsampled windows and more decoders do not add to it, while 2 decoders without it take 15.6k of 4:4:4/gray
+/// ones vs 13.2k for one. In the loader (batch 256, 15 workers) [1,1] / [2,1] / [3,1] gave 14.8k / 13.5k / 15.1k
+/// img/s loader-only at a 0.5 share and 13.5k / 14.2k / 14.9k at share 1, and fed ResNet-18 10.8k / 10.2k / 9.8k
+/// (auto) — differences within the runs' noise; 2 plain decoders keep a second call in flight while one blocks.
+pub const DECODERS: [usize; 2] = [2, 1];
 /// Largest window (bytes, RGB) the GPU path decodes; larger ones go to the CPU path (which DCT-scales them).
 pub const MAX_WINDOW_BYTES: usize = 64 << 20;
 /// Files above this size go to the CPU path (the GPU path keeps a copy of each file until it is decoded).
@@ -156,12 +170,14 @@ struct State {
     arena_used: Vec<usize>,
     /// Why the decode threads stopped decoding (every task then falls back).
     failed: Option<String>,
+    /// The transfer thread waits for a batch's results: decode threads start at once, however few tasks they hold.
+    transfer_waiting: bool,
     /// The arenas' device memory.
     memory: ArenaMemory,
     /// The generation each decode thread is decoding into the arenas now (None: not decoding). A thread of a
     /// newer generation places nothing while one of an older generation still decodes: `reset` emptied the
     /// arenas under it.
-    decoding: [Option<u64>; 2],
+    decoding: Vec<Option<u64>>,
     shutdown: bool,
 }
 
@@ -214,25 +230,42 @@ impl GpuDecode {
         arena_bytes: usize,
         counters: std::sync::Arc<GpuCounters>,
     ) -> Result<Self> {
-        let plain = BatchDecoder::new(std::sync::Arc::clone(&nv), std::sync::Arc::clone(&ctx), true, false, 0)?;
-        if plain.backend() != crate::cuda::nvjpeg::Backend::Hardware {
-            return Err(TrdataError::config(
-                "decode",
-                format!("needs a GPU with hardware JPEG engines; cuda:{} has none", ctx.ordinal()),
-            ));
+        // nvJPEG's hardware backend allocates internally (not through custom allocators), at handle creation and
+        // `nvjpegDecodeBatchedPreAllocate` (64 windows up to 1024²): its device memory is measured as the drop in
+        // free device memory while the decoders are made (other users of the GPU may blur it; it is reported as
+        // such).
+        let free_before = ctx.mem_info().map(|(free, _)| free).ok();
+        let mut decoders = Vec::new();
+        for (q, &n) in DECODERS.iter().enumerate() {
+            for _ in 0..n {
+                let dec = BatchDecoder::new(std::sync::Arc::clone(&nv), std::sync::Arc::clone(&ctx), true, q == 1, 0)?;
+                if dec.backend() != crate::cuda::nvjpeg::Backend::Hardware {
+                    return Err(TrdataError::config(
+                        "decode",
+                        format!("needs a GPU with hardware JPEG engines; cuda:{} has none", ctx.ordinal()),
+                    ));
+                }
+                decoders.push((q, dec));
+            }
         }
-        let exact = BatchDecoder::new(nv, std::sync::Arc::clone(&ctx), true, true, 0)?;
+        if let (Some(before), Ok((after, _))) = (free_before, ctx.mem_info()) {
+            Stats::add(&counters.decode_gpu_nvjpeg_bytes, before.saturating_sub(after) as u64);
+        }
         let shared = Arc::new(Shared {
-            state: Mutex::new(State { arena_used: vec![0; arenas], ..State::default() }),
+            state: Mutex::new(State {
+                arena_used: vec![0; arenas],
+                decoding: vec![None; decoders.len()],
+                ..State::default()
+            }),
             tasks: Condvar::new(),
             results: Condvar::new(),
         });
         let mut threads = Vec::new();
-        for (q, dec) in [plain, exact].into_iter().enumerate() {
+        for (tid, (q, dec)) in decoders.into_iter().enumerate() {
             let (sh, c, ctx) = (Arc::clone(&shared), std::sync::Arc::clone(&counters), std::sync::Arc::clone(&ctx));
             let spawned = std::thread::Builder::new()
-                .name(format!("trdata-nvjpg{local_engine}{}", ["", "i"][q]))
-                .spawn(move || decode_main(sh, ctx, dec, q, arenas, arena_bytes, c));
+                .name(format!("trdata-nvjpg{local_engine}{}{tid}", ["", "i"][q]))
+                .spawn(move || decode_main(sh, ctx, dec, q, tid, arenas, arena_bytes, c));
             match spawned {
                 Ok(t) => threads.push(t),
                 Err(e) => {
@@ -275,7 +308,8 @@ impl GpuDecode {
     /// the share (see the module docs).
     pub fn route(&self, seed: u64, epoch: u64, index: u64) -> bool {
         let p = self.share();
-        p >= 1.0 || (p > 0.0 && crate::rng::SampleRng::new(seed, epoch, index, crate::rng::OP_DECODE_ROUTE).uniform() < p)
+        p >= 1.0
+            || (p > 0.0 && crate::rng::SampleRng::new(seed, epoch, index, crate::rng::OP_DECODE_ROUTE).uniform() < p)
     }
 
     /// A sample whose file the GPU path cannot take went to the CPU workers (counted while the path is on).
@@ -310,19 +344,23 @@ impl GpuDecode {
     /// polled every 50 ms; `None` when it says so.
     pub fn wait_batch(&self, b: u64, aborted: impl Fn() -> bool) -> Option<Vec<Decoded>> {
         let mut g = lock(&self.shared.state);
-        loop {
+        let out = loop {
             match g.batches.get(&b) {
-                None => return Some(Vec::new()),
-                Some(t) if t.done.len() == t.expected => {
-                    return g.batches.remove(&b).map(|t| t.done);
-                }
+                None => break Some(Vec::new()),
+                Some(t) if t.done.len() == t.expected => break g.batches.remove(&b).map(|t| t.done),
                 Some(_) => {}
             }
             if aborted() || g.shutdown {
-                return None;
+                break None;
+            }
+            if !g.transfer_waiting {
+                g.transfer_waiting = true;
+                self.shared.tasks.notify_all(); // a decode thread filling its batch starts now
             }
             g = self.shared.results.wait_timeout(g, Duration::from_millis(50)).unwrap_or_else(|p| p.into_inner()).0;
-        }
+        };
+        g.transfer_waiting = false;
+        out
     }
 
     /// Batch `b`'s decoded windows are no longer read (its kernels completed): free its arena.
@@ -392,12 +430,15 @@ impl Controller {
     }
 }
 
-/// A decode thread (module protocol): the tasks of queue `q` through its decoder `dec`.
+/// A decode thread (module protocol): the tasks of queue `q` through its decoder `dec`; `tid` is its slot in
+/// `State::decoding`.
+#[allow(clippy::too_many_arguments)]
 fn decode_main(
     shared: Arc<Shared>,
     ctx: std::sync::Arc<GpuContext>,
     mut dec: BatchDecoder,
     q: usize,
+    tid: usize,
     arenas: usize,
     arena_bytes: usize,
     counters: std::sync::Arc<GpuCounters>,
@@ -408,6 +449,15 @@ fn decode_main(
             while g.queue[q].is_empty() && !g.shutdown {
                 g = shared.tasks.wait(g).unwrap_or_else(|p| p.into_inner());
             }
+            // Fill the call (FILL_TARGET), unless someone waits for results.
+            let deadline = Instant::now() + FILL_WAIT;
+            while g.queue[q].len() < FILL_TARGET && !g.transfer_waiting && !g.shutdown {
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                g = shared.tasks.wait_timeout(g, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+            }
             if g.shutdown {
                 return;
             }
@@ -415,7 +465,7 @@ fn decode_main(
             (g.generation, g.queue[q].drain(..n).collect::<Vec<_>>())
         };
         let t0 = Instant::now();
-        let mut placed = place(&shared, &ctx, &tasks, q, generation, arenas, arena_bytes, &counters);
+        let mut placed = place(&shared, &ctx, &tasks, tid, generation, arenas, arena_bytes, &counters);
         let pick: Vec<usize> = (0..tasks.len()).filter(|&i| placed[i].is_ok()).collect();
         if !pick.is_empty() {
             let images: Vec<&[u8]> = pick.iter().map(|&i| tasks[i].bytes.as_slice()).collect();
@@ -441,7 +491,7 @@ fn decode_main(
         }
         Stats::add_since(&counters.decode_gpu_ns, t0);
         let mut g = lock(&shared.state);
-        g.decoding[q] = None;
+        g.decoding[tid] = None;
         shared.results.notify_all(); // a newer generation's thread may wait in `place` for this one
         if g.generation != generation {
             continue; // an epoch restart dropped these tasks' batches
@@ -478,7 +528,7 @@ fn place(
     shared: &Shared,
     ctx: &std::sync::Arc<GpuContext>,
     tasks: &[GpuTask],
-    q: usize,
+    tid: usize,
     generation: u64,
     arenas: usize,
     arena_bytes: usize,
@@ -489,7 +539,7 @@ fn place(
     while g.decoding.iter().any(|d| d.is_some_and(|d| d < generation)) && !g.shutdown {
         g = shared.results.wait(g).unwrap_or_else(|p| p.into_inner());
     }
-    g.decoding[q] = Some(generation);
+    g.decoding[tid] = Some(generation);
     for t in tasks {
         if let Some(why) = &g.failed {
             placed.push(Err(why.clone()));
