@@ -29,7 +29,7 @@ PARAMS = {
     "source", "batch_size", "transforms", "normalize", "dtype", "layout", "workers", "shuffle", "seed",
     "reproducible", "last_batch", "device", "rank", "world_size", "on_error", "pin", "prefetch",
     "max_held_batches", "device_slots", "cpus", "max_pixels", "max_scans", "max_memory_bytes", "epoch",
-    "channels", "exif_transpose", "views", "batch_ops", "batch_transform",
+    "channels", "exif_transpose", "views", "batch_ops", "batch_transform", "decode",
     # batch ops (python/trdata/batch.py; p/scale/ratio/value of BatchRandomErasing are RandomErasing's)
     "alpha", "num_classes",
     # transforms
@@ -63,6 +63,8 @@ NOT_VALIDATION = {
         "src/loader.rs",
         "load_state",
     ): "checkpoint fields against the loader (state_dict), not parameter values",
+    ("src/cuda/nvjpeg.rs", "open_required"): "the tools' GPU decode needs libnvjpeg (the environment, not a value)",
+    ("src/transfer/gpu_decode.rs", "start"): "first iteration: this GPU has no JPEG engines (the device, not a value)",
 }
 
 # The edge's translation helpers: the only places python/trdata and src/py may raise ConfigError.

@@ -30,10 +30,11 @@ def _more(text: str) -> str:
 def format_info(info: dict[str, Any] | None = None) -> str:
     """Return a multi-line report of ``_core.machine_info()`` (or of ``info`` if given)."""
     if info is None:
-        from . import _core, _nvjpeg
+        from . import _core, _nvjpeg, _nvrtc
 
         info = _core.machine_info()
         info["nvjpeg"] = _nvjpeg.probe()
+        info["nvrtc"] = _nvrtc.probe()
 
     lines: list[str] = []
     build = info.get("build", {})
@@ -123,6 +124,17 @@ def format_info(info: dict[str, Any] | None = None) -> str:
         else:
             tried = nv.get("tried", [])
             lines.append(_row("nvJPEG", f"not found ({len(tried)} places tried; GPU decode unavailable)"))
+            lines.extend(_more(f"{path}: {why}") for path, why in tried if "/" in path)
+    rtc = info.get("nvrtc")
+    if rtc is not None:
+        if rtc.get("found"):
+            v = ".".join(str(x) for x in rtc.get("version") or ())
+            lines.append(
+                _row("NVRTC", f"{v} from {rtc['found']} (compiles the GPU decode path's resample kernel)")
+            )
+        else:
+            tried = rtc.get("tried", [])
+            lines.append(_row("NVRTC", f"not found ({len(tried)} places tried; GPU decode unavailable)"))
             lines.extend(_more(f"{path}: {why}") for path, why in tried if "/" in path)
 
     binding = info.get("binding", {})

@@ -147,21 +147,20 @@ impl SampleViews {
     }
 
     /// Why the GPU decode path (transfer/gpu_decode.rs) cannot make these samples, or None when it can: one
-    /// view, RGB output, and a list whose every op folds into the decode's geometry (crops, resizes, flips: the
-    /// kernel resamples the decoded window with the CPU path's taps; pixel ops run on the CPU only).
+    /// view, and a pipeline the GPU resampler writes ([`SamplePipeline::gpu_support`]: geometry only, RGB) whose
+    /// geometry fixes the output size by a crop or resize.
     pub fn gpu_unsupported(&self) -> Option<String> {
         if self.is_multi() {
             return Some(format!("views= ({} views): the GPU path makes one view per sample", self.views.len()));
         }
         let p = self.first();
-        if p.channels() != super::Channels::Rgb {
-            return Some("channels=1: the GPU path writes RGB".into());
+        if let Err(e) = p.gpu_support() {
+            return Some(match e {
+                crate::error::TrdataError::Config { message, .. } => message,
+                other => other.to_string(),
+            });
         }
-        let program = p.program();
-        if let Some((pos, op)) = program.ops.first() {
-            return Some(format!("transforms[{pos}] ({}) is a pixel op, which runs on the CPU path only", op.name()));
-        }
-        if program.prefix.geometry == super::geometry::Geometry::Identity {
+        if p.program().prefix.geometry == super::geometry::Geometry::Identity {
             return Some("the transforms fix no output size by a crop or resize".into());
         }
         None

@@ -6,7 +6,6 @@ cleanly, and its memory stays within its arenas. Skips without CUDA, torch or li
 
 from __future__ import annotations
 
-import io
 import shutil
 from pathlib import Path
 
@@ -84,7 +83,9 @@ def folder(tmp_path_factory):
 def eligible(root) -> int:
     """Files of ``root`` the GPU path takes (Pillow writes some gray files with 2×2 luma sampling, which it leaves
     to the CPU: ``decode::gpu_eligible``'s rule 5)."""
-    return sum(isinstance(trdata._core.gpu_eligible(p.read_bytes()), tuple) for p in Path(root).rglob("*.jpg"))
+    return sum(
+        isinstance(trdata._core.gpu_eligible(p.read_bytes()), tuple) for p in Path(root).rglob("*.jpg")
+    )
 
 
 def test_gpu_rows_agree_with_cpu_rows_and_every_sample_is_delivered_once(folder):
@@ -173,7 +174,9 @@ def test_files_the_gpu_cannot_take_go_to_the_cpu_path(tmp_path, edge_dir):
     assert g_stats["errors_skipped"] == c_stats["errors_skipped"]
     assert g_stats["decode_gpu_ineligible"] > 0 and g_stats["decode_gpu"] >= 24, g_stats
     n = len(g_idx)
-    assert g_stats["decode_gpu"] + g_stats["decode_gpu_fallback"] + g_stats["decode_gpu_ineligible"] <= n + 2 * 8
+    assert (
+        g_stats["decode_gpu"] + g_stats["decode_gpu_fallback"] + g_stats["decode_gpu_ineligible"] <= n + 2 * 8
+    )
     # Every row the GPU did not make is the CPU path's, byte for byte.
     gpu_rows = [psnr(a, b) for a, b in zip(g_img, c_img)]
     assert sum(v == 99.0 for v in gpu_rows) >= n - g_stats["decode_gpu"]
@@ -284,7 +287,9 @@ def test_gray_output_and_pixel_ops_are_refused_for_gpu_but_auto_runs_on_the_cpu(
         with pytest.raises(trdata.ConfigError) as e:
             trdata.Loader(trdata.ImageFolder(str(folder)), batch_size=8, device="cuda:0", decode="gpu", **kw)
         assert e.value.parameter == "decode"
-        ld = trdata.Loader(trdata.ImageFolder(str(folder)), batch_size=8, device="cuda:0", decode="auto", **kw)
+        ld = trdata.Loader(
+            trdata.ImageFolder(str(folder)), batch_size=8, device="cuda:0", decode="auto", **kw
+        )
         assert sum(len(b) for b in ld) == 96
         assert ld.stats()["decode_gpu"] == 0
         ld.close()
