@@ -930,7 +930,13 @@ class Loader:
         with CUDA events; ≤ h2d_ns), h2d_bytes, h2d_batches, h2d_wait_host_ns (transfer threads waiting for
         workers), h2d_wait_slot_ns (waiting for a free device slot), device_slots_allocated,
         unpinned_host_buffers, device_wait_ns, and their consumer_wait_ns is the time the training loop
-        waited for a device batch. Copy bandwidth is h2d_bytes / h2d_copy_ns."""
+        waited for a device batch. Copy bandwidth is h2d_bytes / h2d_copy_ns. With ``decode`` other than 'cpu'
+        (GPU decode): decode_gpu (samples made on the GPU; ``samples`` counts them too), decode_gpu_fallback (routed
+        to the GPU, made by the CPU path after nvJPEG refused them), decode_gpu_ineligible (files the GPU path cannot
+        take), decode_gpu_ns (decode threads busy), decode_gpu_wait_ns (transfer threads waiting for a batch's GPU
+        rows), decode_gpu_finish_ns (resample launches and fallbacks), decode_gpu_share_ppm (the GPU share now, in
+        millionths), decode_gpu_arena_bytes and decode_gpu_nvjpeg_bytes (device memory of the decode arenas and of
+        nvJPEG's decoders)."""
         self._check_process()
         return dict(self._native.stats())
 

@@ -493,6 +493,12 @@ impl WorkerScratch {
         &mut self.gpu
     }
 
+    /// The decode limits this worker's decoder applies (the GPU path routes only images within them, so a file
+    /// beyond one gets the CPU path's error).
+    pub fn decode_limits(&self) -> DecodeLimits {
+        self.decoder.limits()
+    }
+
     /// Decode `plan`'s window of `bytes` at full size (DCT 8/8) with this worker's decoder, exactly as
     /// [`SamplePipeline::process`] decodes it at that scale: the CPU stand-in for nvJPEG when checking the GPU
     /// resampler against the fused writer. The header must give the size the plan was made for, in the stored

@@ -449,9 +449,11 @@ fn decode_read(
 /// Route one sample (transfer/gpu_decode.rs, "Routing"): a GPU-eligible file whose draw is below the share
 /// becomes a [`GpuTask`] (its crop window and taps computed here by the CPU path's own geometry code) → true.
 fn to_gpu(ctx: &WorkContext, g: GpuRow<'_>, scratch: &mut WorkerScratch, bytes: &[u8], key: SampleKey) -> bool {
+    let within_limits = |w: u32, h: u32| u64::from(w) * u64::from(h) <= scratch.decode_limits().max_pixels;
     let info = match crate::decode::gpu_eligible(bytes, crate::transfer::gpu_decode::MAX_GPU_FILE_BYTES) {
-        Ok(info) => info,
-        Err(_) => {
+        // Beyond `max_pixels` the CPU path raises TooLarge (or skips): the same outcome either way.
+        Ok(info) if within_limits(info.width, info.height) => info,
+        _ => {
             g.gpu.count_ineligible();
             return false;
         }
