@@ -71,7 +71,7 @@ from rn50_train import (
     allowed_cores,
     folder_files,
     make_model,
-    repeated,
+    prepare,
     run_config,
     train_step,
 )
@@ -740,21 +740,10 @@ def main(argv=None) -> int:
     if a.dry:
         return dry(a, configs)
     t_start = time.time()
-    if not torch.cuda.is_available():
-        print(
-            "gpu_feed: CUDA is not available (use --dry to check the script without a GPU)", file=sys.stderr
-        )
+    files = prepare("gpu_feed (use --dry to check the script without a GPU)", a.data, a.batch, a.repeat)
+    if files is None:
         return 2
-    torch.backends.cudnn.benchmark = True
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-
-    paths, labels = folder_files(a.data)
-    if not paths:
-        print(f"gpu_feed: no images under {a.data}", file=sys.stderr)
-        return 2
-    repeat = a.repeat or max(1, -(-100 * a.batch // len(paths)))
-    rpaths, rlabels = repeated(paths, labels, repeat)
+    paths, labels, rpaths, rlabels, repeat = files
     header = header_info(a, paths, repeat)
     header["configs"] = configs
     print("gpu_feed", json.dumps(header), flush=True)

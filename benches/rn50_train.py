@@ -441,6 +441,24 @@ def fmt_table(results):
     return "\n".join(lines)
 
 
+def prepare(name, data, batch, repeat):
+    """The GPU benches' common start: CUDA's fast-math flags (cudnn.benchmark, TF32) and the folder's files, repeated
+    ``repeat`` times (0: enough for >= 100 batches) → (paths, labels, repeated paths, repeated labels, repeat); None
+    after printing why when CUDA or the images are missing."""
+    if not torch.cuda.is_available():
+        print(f"{name}: CUDA is not available", file=sys.stderr)
+        return None
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    paths, labels = folder_files(data)
+    if not paths:
+        print(f"{name}: no images under {data}", file=sys.stderr)
+        return None
+    repeat = repeat or max(1, -(-100 * batch // len(paths)))
+    return (paths, labels, *repeated(paths, labels, repeat), repeat)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="ImageFolder root")
@@ -500,19 +518,10 @@ def main(argv=None):
     a = p.parse_args(argv)
     t_start = time.time()
 
-    if not torch.cuda.is_available():
-        print("rn50_train: CUDA is not available", file=sys.stderr)
+    files = prepare("rn50_train", a.data, a.batch, a.repeat)
+    if files is None:
         return 2
-    torch.backends.cudnn.benchmark = True
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-
-    paths, labels = folder_files(a.data)
-    if not paths:
-        print(f"rn50_train: no images under {a.data}", file=sys.stderr)
-        return 2
-    repeat = a.repeat or max(1, -(-100 * a.batch // len(paths)))
-    rpaths, rlabels = repeated(paths, labels, repeat)
+    paths, labels, rpaths, rlabels, repeat = files
     header = {
         "mix": a.mix,
         "recipe": a.recipe,

@@ -9,31 +9,23 @@ loads and has every symbol wins; ``trdata info`` shows the outcome of each.
 
 from __future__ import annotations
 
-import glob
-import os
-import sys
 from typing import Any
 
 import numpy as np
 
 from . import _core
+from ._gpu_libs import wheel_candidates
 
 __all__ = ["candidates", "decode", "decode_batches", "probe"]
 
 
 def candidates() -> list[str]:
     """The wheel paths of the search order (step 2), for every ``sys.path`` entry, in ``sys.path`` order."""
-    out: list[str] = []
-    for entry in sys.path:
-        if not entry or not os.path.isdir(entry):
-            continue
-        found = [
-            os.path.join(entry, "nvidia", "cu13", "lib", "libnvjpeg.so.13"),
-            os.path.join(entry, "nvidia", "nvjpeg", "lib", "libnvjpeg.so.12"),
-            *sorted(glob.glob(os.path.join(entry, "torchvision.libs", "libnvjpeg*.so*"))),
-        ]
-        out += [p for p in found if os.path.isfile(p) and p not in out]
-    return out
+    return wheel_candidates(
+        "nvidia/cu13/lib/libnvjpeg.so.13",
+        "nvidia/nvjpeg/lib/libnvjpeg.so.12",
+        "torchvision.libs/libnvjpeg*.so*",
+    )
 
 
 def probe() -> dict[str, Any]:

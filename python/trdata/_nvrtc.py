@@ -8,27 +8,17 @@ The search order (Rust, ``src/cuda/nvrtc.rs``): ``$TRDATA_NVRTC``; then the whee
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
 from . import _core
+from ._gpu_libs import wheel_candidates
 
 __all__ = ["candidates", "probe"]
 
 
 def candidates() -> list[str]:
     """The wheel paths of the search order (step 2), for every ``sys.path`` entry, in ``sys.path`` order."""
-    out: list[str] = []
-    for entry in sys.path:
-        if not entry or not os.path.isdir(entry):
-            continue
-        found = [
-            os.path.join(entry, "nvidia", "cu13", "lib", "libnvrtc.so.13"),
-            os.path.join(entry, "nvidia", "cuda_nvrtc", "lib", "libnvrtc.so.12"),
-        ]
-        out += [p for p in found if os.path.isfile(p) and p not in out]
-    return out
+    return wheel_candidates("nvidia/cu13/lib/libnvrtc.so.13", "nvidia/cuda_nvrtc/lib/libnvrtc.so.12")
 
 
 def probe() -> dict[str, Any]:

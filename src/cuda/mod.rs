@@ -19,6 +19,7 @@
 #![allow(unsafe_code)]
 
 mod driver;
+mod libsearch;
 pub mod nvjpeg;
 pub mod nvrtc;
 mod probe;

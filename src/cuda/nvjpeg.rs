@@ -117,61 +117,17 @@ pub struct NvjpegProbe {
     pub tried: Vec<(String, String)>,
 }
 
-/// The search order of the module docs: `$TRDATA_NVJPEG`, then `extra`, then the toolkit folders, then the
-/// bare sonames (which the dynamic loader resolves).
+/// The search order of the module docs (`cuda/libsearch.rs`): `$TRDATA_NVJPEG`, then `extra`, then the toolkit
+/// folders, then the bare sonames (which the dynamic loader resolves).
 pub fn candidates(extra: &[PathBuf]) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    if let Some(p) = std::env::var_os("TRDATA_NVJPEG").filter(|p| !p.is_empty()) {
-        out.push(PathBuf::from(p));
-    }
-    out.extend(extra.iter().cloned());
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    if let Some(home) = std::env::var_os("CUDA_HOME").filter(|p| !p.is_empty()) {
-        dirs.push(Path::new(&home).join("lib64"));
-    }
-    let mut roots = vec![PathBuf::from("/usr/local/cuda")];
-    if let Ok(entries) = std::fs::read_dir("/usr/local") {
-        let mut versioned: Vec<PathBuf> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("cuda-")))
-            .collect();
-        versioned.sort();
-        versioned.reverse(); // newest toolkit first
-        roots.extend(versioned);
-    }
-    for root in roots {
-        dirs.push(root.join("lib64"));
-        dirs.push(root.join("targets/x86_64-linux/lib"));
-    }
-    for dir in dirs {
-        for soname in ["libnvjpeg.so.13", "libnvjpeg.so.12"] {
-            let p = dir.join(soname);
-            if p.exists() && !out.contains(&p) {
-                out.push(p);
-            }
-        }
-    }
-    out.push(PathBuf::from("libnvjpeg.so.13"));
-    out.push(PathBuf::from("libnvjpeg.so.12"));
-    out
+    super::libsearch::candidates("TRDATA_NVJPEG", &["libnvjpeg.so.13", "libnvjpeg.so.12"], extra)
 }
 
 /// Search `candidates(extra)` and open the first library that has every symbol trdata needs.
 pub fn open(extra: &[PathBuf]) -> (Option<Arc<Nvjpeg>>, NvjpegProbe) {
-    let mut tried = Vec::new();
-    for path in candidates(extra) {
-        let shown = path.display().to_string();
-        match open_one(&path) {
-            Ok(lib) => {
-                tried.push((shown, "loaded".to_owned()));
-                let found = Some((lib.path.clone(), lib.version));
-                return (Some(Arc::new(lib)), NvjpegProbe { found, tried });
-            }
-            Err(why) => tried.push((shown, why)),
-        }
-    }
-    (None, NvjpegProbe { found: None, tried })
+    let (lib, tried) = super::libsearch::open_first(candidates(extra), open_one);
+    let found = lib.as_ref().map(|l| (l.path.clone(), l.version));
+    (lib.map(Arc::new), NvjpegProbe { found, tried })
 }
 
 /// [`open`] for a caller that must decode on the GPU: no library is a ConfigError naming `decode` and listing

@@ -84,75 +84,17 @@ pub struct NvrtcProbe {
 /// The sonames tried in every toolkit folder and, last, through the dynamic loader's own search.
 const SONAMES: [&str; 2] = ["libnvrtc.so.13", "libnvrtc.so.12"];
 
-/// The search order of the module docs: `$TRDATA_NVRTC`, then `extra`, then the toolkit folders, then the bare
-/// sonames (which the dynamic loader resolves).
+/// The search order of the module docs (`cuda/libsearch.rs`): `$TRDATA_NVRTC`, then `extra`, then the toolkit
+/// folders, then the bare sonames (which the dynamic loader resolves).
 pub fn candidates(extra: &[PathBuf]) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    if let Some(p) = std::env::var_os("TRDATA_NVRTC").filter(|p| !p.is_empty()) {
-        out.push(PathBuf::from(p));
-    }
-    for p in extra {
-        if !out.contains(p) {
-            out.push(p.clone());
-        }
-    }
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    if let Some(home) = std::env::var_os("CUDA_HOME").filter(|p| !p.is_empty()) {
-        dirs.push(Path::new(&home).join("lib64"));
-    }
-    for root in toolkit_roots(Path::new("/usr/local")) {
-        dirs.push(root.join("lib64"));
-        dirs.push(root.join("targets/x86_64-linux/lib"));
-    }
-    for dir in dirs {
-        for soname in SONAMES {
-            let p = dir.join(soname);
-            if p.exists() && !out.contains(&p) {
-                out.push(p);
-            }
-        }
-    }
-    out.extend(SONAMES.iter().map(PathBuf::from));
-    out
-}
-
-/// `<prefix>/cuda`, then every `<prefix>/cuda-*`, newest (highest version) first.
-fn toolkit_roots(prefix: &Path) -> Vec<PathBuf> {
-    let mut roots = vec![prefix.join("cuda")];
-    if let Ok(entries) = std::fs::read_dir(prefix) {
-        let mut versioned: Vec<(Vec<u32>, PathBuf)> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter_map(|p| {
-                let name = p.file_name()?.to_str()?;
-                let v = name.strip_prefix("cuda-")?;
-                // "13.0" → [13, 0]: numeric order, so cuda-13.0 comes before cuda-9.2.
-                let key = v.split('.').map(|s| s.parse::<u32>().unwrap_or(0)).collect();
-                Some((key, p))
-            })
-            .collect();
-        versioned.sort();
-        versioned.reverse();
-        roots.extend(versioned.into_iter().map(|(_, p)| p));
-    }
-    roots
+    super::libsearch::candidates("TRDATA_NVRTC", &SONAMES, extra)
 }
 
 /// Search `candidates(extra)` and open the first library that has every symbol trdata needs.
 pub fn open(extra: &[PathBuf]) -> (Option<Arc<Nvrtc>>, NvrtcProbe) {
-    let mut tried = Vec::new();
-    for path in candidates(extra) {
-        let shown = path.display().to_string();
-        match open_one(&path) {
-            Ok(lib) => {
-                tried.push((shown, "loaded".to_owned()));
-                let found = Some((lib.path.clone(), lib.version));
-                return (Some(Arc::new(lib)), NvrtcProbe { found, tried });
-            }
-            Err(why) => tried.push((shown, why)),
-        }
-    }
-    (None, NvrtcProbe { found: None, tried })
+    let (lib, tried) = super::libsearch::open_first(candidates(extra), open_one);
+    let found = lib.as_ref().map(|l| (l.path.clone(), l.version));
+    (lib.map(Arc::new), NvrtcProbe { found, tried })
 }
 
 /// [`open`] for a caller that must compile kernels: no library is a CudaError naming NVRTC and listing what was
@@ -354,7 +296,7 @@ mod tests {
         for v in ["cuda-9.2", "cuda-12.4", "cuda-13.0", "cuda-12.10", "not-cuda"] {
             std::fs::create_dir_all(dir.join(v)).unwrap();
         }
-        let roots = toolkit_roots(&dir);
+        let roots = super::super::libsearch::toolkit_roots(&dir);
         let names: Vec<String> = roots.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(names, ["cuda", "cuda-13.0", "cuda-12.10", "cuda-12.4", "cuda-9.2"]);
