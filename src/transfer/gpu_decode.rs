@@ -138,12 +138,15 @@ pub struct GpuTask {
 
 /// A task's outcome: the decoded window in device memory (address, row pitch), or why the CPU must do it.
 #[derive(Debug)]
-pub struct Decoded {
+pub struct Decoded<T = GpuTask> {
     /// The task.
-    pub task: GpuTask,
+    pub task: T,
     /// (device address, pitch) of the window, or the reason for the CPU fallback.
-    pub at: std::result::Result<(usize, usize), String>,
+    pub at: Placed,
 }
+
+/// Where a task's window was placed: (device address, row pitch), or why the CPU must decode it.
+pub type Placed = std::result::Result<(usize, usize), String>;
 
 /// The CPU path for one sample, run by the transfer thread when the GPU could not decode it: the worker's own
 /// `produce` (bytes, error and skip policy exactly as on the CPU path) into a one-row buffer.
@@ -154,26 +157,66 @@ pub trait CpuFallback: Send + Sync {
     fn label(&self, index: u64) -> i64;
 }
 
-#[derive(Debug, Default)]
-struct BatchTasks {
-    expected: usize,
-    done: Vec<Decoded>,
+/// A task as the queue protocol ([`DecodeQueue`]) sees it.
+pub(super) trait QueueTask {
+    /// The batch of its row.
+    fn batch(&self) -> u64;
+    /// The queue (and so the decode threads) that takes it.
+    fn queue(&self) -> usize;
+    /// Width and height of its window (RGB: 3 bytes a pixel, rows unpadded).
+    fn window(&self) -> (u32, u32);
 }
 
-#[derive(Debug, Default)]
-struct State {
+impl QueueTask for GpuTask {
+    fn batch(&self) -> u64 {
+        self.batch
+    }
+    fn queue(&self) -> usize {
+        usize::from(self.interpolate)
+    }
+    fn window(&self) -> (u32, u32) {
+        (self.roi.w, self.roi.h)
+    }
+}
+
+/// How a decode thread fills its calls: at most `max` tasks a call; with fewer than `target` queued it waits up
+/// to `wait` for more, unless the transfer thread waits for results.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Fill {
+    pub(super) max: usize,
+    pub(super) target: usize,
+    pub(super) wait: Duration,
+}
+
+/// The production fill policy ([`MAX_SUB_BATCH`], [`FILL_TARGET`], [`FILL_WAIT`]).
+pub(super) const FILL: Fill = Fill { max: MAX_SUB_BATCH, target: FILL_TARGET, wait: FILL_WAIT };
+
+#[derive(Debug)]
+struct BatchTasks<T> {
+    expected: usize,
+    done: Vec<Decoded<T>>,
+}
+
+impl<T> Default for BatchTasks<T> {
+    fn default() -> Self {
+        Self { expected: 0, done: Vec::new() }
+    }
+}
+
+#[derive(Debug)]
+struct State<T, M> {
     generation: u64,
-    /// Queued tasks: [0] for the decoder without interpolated upsampling (4:4:4, gray), [1] with it.
-    queue: [VecDeque<GpuTask>; 2],
-    batches: HashMap<u64, BatchTasks>,
+    /// Queued tasks: in production [0] for the decoders without interpolated upsampling (4:4:4, gray), [1] with it.
+    queue: Vec<VecDeque<T>>,
+    batches: HashMap<u64, BatchTasks<T>>,
     /// Bytes used in each arena (index b mod A).
     arena_used: Vec<usize>,
     /// Why the decode threads stopped decoding (every task then falls back).
     failed: Option<String>,
     /// The transfer thread waits for a batch's results: decode threads start at once, however few tasks they hold.
     transfer_waiting: bool,
-    /// The arenas' device memory.
-    memory: ArenaMemory,
+    /// The arenas' memory (device memory in production, nothing in the models), given to `place`'s allocator.
+    memory: M,
     /// The generation each decode thread is decoding into the arenas now (None: not decoding). A thread of a
     /// newer generation places nothing while one of an older generation still decodes: `reset` emptied the
     /// arenas under it.
@@ -181,13 +224,215 @@ struct State {
     shutdown: bool,
 }
 
+/// The decode queue's protocol (module docs: "Protocol"): one mutex, two condvars. Generic over the task `T` and
+/// the arenas' memory `M` and free of CUDA, so loom model-checks exactly this code (`make test-loom`, tests
+/// below); [`GpuDecode`] and its decode threads add nvJPEG and the device memory.
 #[derive(Debug)]
-struct Shared {
-    state: Mutex<State>,
-    /// Wakes the decode thread (tasks queued, shutdown).
+pub(super) struct DecodeQueue<T, M> {
+    state: Mutex<State<T, M>>,
+    /// Wakes the decode threads (tasks queued, transfer thread waiting, shutdown).
     tasks: Condvar,
-    /// Wakes the transfer thread (results pushed).
+    /// Wakes the transfer thread (results pushed) and decode threads waiting in `place` for an older generation.
     results: Condvar,
+    arena_bytes: usize,
+    fill: Fill,
+}
+
+impl<T: QueueTask, M: Default> DecodeQueue<T, M> {
+    /// `queues` task queues, `threads` decode threads (slots in the `decoding` guard), `arenas` arenas of
+    /// `arena_bytes`.
+    pub(super) fn new(queues: usize, threads: usize, arenas: usize, arena_bytes: usize, fill: Fill) -> Self {
+        Self {
+            state: Mutex::new(State {
+                generation: 0,
+                queue: (0..queues).map(|_| VecDeque::new()).collect(),
+                batches: HashMap::new(),
+                arena_used: vec![0; arenas],
+                failed: None,
+                transfer_waiting: false,
+                memory: M::default(),
+                decoding: vec![None; threads],
+                shutdown: false,
+            }),
+            tasks: Condvar::new(),
+            results: Condvar::new(),
+            arena_bytes,
+            fill,
+        }
+    }
+
+    /// Worker: queue `task` (before it completes the row).
+    pub(super) fn submit(&self, task: T) {
+        let mut g = lock(&self.state);
+        g.batches.entry(task.batch()).or_default().expected += 1;
+        let q = task.queue();
+        g.queue[q].push_back(task);
+        drop(g);
+        self.tasks.notify_all(); // several decode threads wait on it, each for its own queue
+    }
+
+    /// Decode thread of queue `q`: wait for tasks, fill the call (unless the transfer thread waits), take up to
+    /// `fill.max` of them with their generation; None at shutdown.
+    pub(super) fn take(&self, q: usize) -> Option<(u64, Vec<T>)> {
+        let mut g = lock(&self.state);
+        while g.queue[q].is_empty() && !g.shutdown {
+            g = self.tasks.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        // Fill the call, unless someone waits for results.
+        let deadline = Instant::now() + self.fill.wait;
+        while g.queue[q].len() < self.fill.target && !g.transfer_waiting && !g.shutdown {
+            let Some(left) = time_left(deadline) else { break };
+            g = self.tasks.wait_timeout(g, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        if g.shutdown {
+            return None;
+        }
+        let n = g.queue[q].len().min(self.fill.max);
+        Some((g.generation, g.queue[q].drain(..n).collect()))
+    }
+
+    /// Decode thread `tid`: place the windows of `tasks` (taken in `generation`) in their batches' arenas (arena
+    /// b mod A, bump allocation under the mutex; `arena_base(memory, a)` gives arena a's base address, allocating
+    /// it on first use). First waits until no thread decodes for an older generation, then marks this thread as
+    /// decoding for `generation` until [`finish`](Self::finish).
+    pub(super) fn place(
+        &self,
+        tasks: &[T],
+        tid: usize,
+        generation: u64,
+        mut arena_base: impl FnMut(&mut M, usize) -> std::result::Result<usize, String>,
+    ) -> Vec<Placed> {
+        let mut placed = Vec::with_capacity(tasks.len());
+        let mut g = lock(&self.state);
+        while g.decoding.iter().any(|d| d.is_some_and(|d| d < generation)) && !g.shutdown {
+            g = self.results.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        g.decoding[tid] = Some(generation);
+        let arenas = g.arena_used.len();
+        for t in tasks {
+            if let Some(why) = &g.failed {
+                placed.push(Err(why.clone()));
+                continue;
+            }
+            if g.generation != generation {
+                placed.push(Err("the epoch was restarted".into()));
+                continue;
+            }
+            let (w, h) = t.window();
+            let pitch = w as usize * 3;
+            let bytes = pitch * h as usize;
+            if bytes > self.arena_bytes.min(MAX_WINDOW_BYTES) {
+                placed.push(Err(format!("its {w}x{h} window exceeds the GPU arena")));
+                continue;
+            }
+            let a = (t.batch() % arenas as u64) as usize;
+            let base = match arena_base(&mut g.memory, a) {
+                Ok(base) => base,
+                Err(why) => {
+                    placed.push(Err(why));
+                    continue;
+                }
+            };
+            let off = g.arena_used[a].next_multiple_of(256);
+            if off + bytes > self.arena_bytes {
+                placed.push(Err("the batch's GPU arena is full".into()));
+                continue;
+            }
+            g.arena_used[a] = off + bytes;
+            placed.push(Ok((base + off, pitch)));
+        }
+        placed
+    }
+
+    /// Decode thread: the decoder cannot continue; every task from now on falls back (the first reason stays).
+    pub(super) fn fail(&self, why: String) {
+        lock(&self.state).failed.get_or_insert(why);
+    }
+
+    /// Decode thread `tid`: its call for `generation` is over (nothing writes the arenas for it any more). Push
+    /// each outcome into its batch, unless an epoch restart dropped them; `(decoded, fallbacks)` pushed.
+    pub(super) fn finish(&self, tid: usize, generation: u64, tasks: Vec<T>, placed: Vec<Placed>) -> Option<(u64, u64)> {
+        let mut g = lock(&self.state);
+        g.decoding[tid] = None;
+        let pushed = (g.generation == generation).then(|| {
+            let mut n = (0, 0);
+            for (task, at) in tasks.into_iter().zip(placed) {
+                if at.is_ok() {
+                    n.0 += 1;
+                } else {
+                    n.1 += 1;
+                }
+                if let Some(b) = g.batches.get_mut(&task.batch()) {
+                    b.done.push(Decoded { task, at });
+                }
+            }
+            n
+        });
+        drop(g);
+        // The transfer thread, and a newer generation's thread waiting in `place` for this one.
+        self.results.notify_all();
+        pushed
+    }
+
+    /// Transfer thread: a new epoch: forget every task and result, empty the arenas.
+    pub(super) fn reset(&self) {
+        let mut g = lock(&self.state);
+        g.generation += 1;
+        g.queue.iter_mut().for_each(VecDeque::clear);
+        g.batches.clear();
+        g.arena_used.fill(0);
+    }
+
+    /// Transfer thread: wait until every task of batch `b` has an outcome and take them (empty when b has none).
+    /// `aborted` is polled every 50 ms; `None` when it says so, or at shutdown.
+    pub(super) fn wait_batch(&self, b: u64, aborted: impl Fn() -> bool) -> Option<Vec<Decoded<T>>> {
+        let mut g = lock(&self.state);
+        let out = loop {
+            match g.batches.get(&b) {
+                None => break Some(Vec::new()),
+                Some(t) if t.done.len() == t.expected => break g.batches.remove(&b).map(|t| t.done),
+                Some(_) => {}
+            }
+            if aborted() || g.shutdown {
+                break None;
+            }
+            if !g.transfer_waiting {
+                g.transfer_waiting = true;
+                self.tasks.notify_all(); // a decode thread filling its call starts now
+            }
+            g = self.results.wait_timeout(g, Duration::from_millis(50)).unwrap_or_else(|p| p.into_inner()).0;
+        };
+        g.transfer_waiting = false;
+        out
+    }
+
+    /// Transfer thread: batch `b`'s windows are no longer read: free its arena.
+    pub(super) fn release(&self, b: u64) {
+        let mut g = lock(&self.state);
+        let a = (b % g.arena_used.len() as u64) as usize;
+        g.arena_used[a] = 0;
+    }
+
+    /// Stop: decode threads return from `take` (after their current call), waits in `place` and `wait_batch`
+    /// end. Idempotent.
+    pub(super) fn shutdown(&self) {
+        lock(&self.state).shutdown = true;
+        self.tasks.notify_all();
+        self.results.notify_all();
+    }
+}
+
+/// Time left until the fill wait's `deadline` (None: it passed).
+#[cfg(not(loom))]
+fn time_left(deadline: Instant) -> Option<Duration> {
+    deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())
+}
+
+/// Under loom time does not pass (its `wait_timeout` never times out either): the fill wait ends only by its
+/// conditions (tasks, the transfer thread waiting, shutdown), so the models check that these alone end it.
+#[cfg(loom)]
+fn time_left(_deadline: Instant) -> Option<Duration> {
+    Some(FILL_WAIT)
 }
 
 /// How the GPU share is chosen.
@@ -201,7 +446,7 @@ pub enum Share {
 
 /// One engine's GPU decode path: the routing share, the decode thread and its arenas.
 pub struct GpuDecode {
-    shared: Arc<Shared>,
+    core: Arc<Core>,
     /// Current GPU share as f64 bits (read by every worker per sample; written by the controller).
     share: AtomicU64,
     /// The auto controller (transfer thread only; None: a fixed share).
@@ -251,26 +496,17 @@ impl GpuDecode {
         if let (Some(before), Ok((after, _))) = (free_before, ctx.mem_info()) {
             Stats::add(&counters.decode_gpu_nvjpeg_bytes, before.saturating_sub(after) as u64);
         }
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                arena_used: vec![0; arenas],
-                decoding: vec![None; decoders.len()],
-                ..State::default()
-            }),
-            tasks: Condvar::new(),
-            results: Condvar::new(),
-        });
+        let core = Arc::new(Core::new(DECODERS.len(), decoders.len(), arenas, arena_bytes, FILL));
         let mut threads = Vec::new();
         for (tid, (q, dec)) in decoders.into_iter().enumerate() {
-            let (sh, c, ctx) = (Arc::clone(&shared), std::sync::Arc::clone(&counters), std::sync::Arc::clone(&ctx));
+            let (core2, c, ctx) = (Arc::clone(&core), std::sync::Arc::clone(&counters), std::sync::Arc::clone(&ctx));
             let spawned = std::thread::Builder::new()
                 .name(format!("trdata-nvjpg{local_engine}{}{tid}", ["", "i"][q]))
-                .spawn(move || decode_main(sh, ctx, dec, q, tid, arenas, arena_bytes, c));
+                .spawn(move || decode_main(&core2, &ctx, dec, q, tid, arenas, arena_bytes, &c));
             match spawned {
                 Ok(t) => threads.push(t),
                 Err(e) => {
-                    lock(&shared.state).shutdown = true;
-                    shared.tasks.notify_all();
+                    core.shutdown();
                     for t in threads {
                         let _ = t.join();
                     }
@@ -283,7 +519,7 @@ impl GpuDecode {
             Share::Auto(p) => (p, Some(Controller::new(p))),
         };
         let me = Self {
-            shared,
+            core,
             share: AtomicU64::new(p.to_bits()),
             controller: Mutex::new(controller),
             threads: Mutex::new(threads),
@@ -324,50 +560,23 @@ impl GpuDecode {
 
     /// Queue `task` (worker, before it completes the row; see the module protocol).
     pub fn submit(&self, task: GpuTask) {
-        let mut g = lock(&self.shared.state);
-        g.batches.entry(task.batch).or_default().expected += 1;
-        g.queue[usize::from(task.interpolate)].push_back(task);
-        drop(g);
-        self.shared.tasks.notify_all(); // two decode threads wait on it, each for its own queue
+        self.core.submit(task);
     }
 
     /// A new epoch: forget every task and result, empty the arenas (transfer thread; see the module protocol).
     pub fn reset(&self) {
-        let mut g = lock(&self.shared.state);
-        g.generation += 1;
-        g.queue.iter_mut().for_each(VecDeque::clear);
-        g.batches.clear();
-        g.arena_used.fill(0);
+        self.core.reset();
     }
 
     /// Wait until every task of batch `b` has an outcome and take them (empty when b has none). `aborted` is
     /// polled every 50 ms; `None` when it says so.
     pub fn wait_batch(&self, b: u64, aborted: impl Fn() -> bool) -> Option<Vec<Decoded>> {
-        let mut g = lock(&self.shared.state);
-        let out = loop {
-            match g.batches.get(&b) {
-                None => break Some(Vec::new()),
-                Some(t) if t.done.len() == t.expected => break g.batches.remove(&b).map(|t| t.done),
-                Some(_) => {}
-            }
-            if aborted() || g.shutdown {
-                break None;
-            }
-            if !g.transfer_waiting {
-                g.transfer_waiting = true;
-                self.shared.tasks.notify_all(); // a decode thread filling its batch starts now
-            }
-            g = self.shared.results.wait_timeout(g, Duration::from_millis(50)).unwrap_or_else(|p| p.into_inner()).0;
-        };
-        g.transfer_waiting = false;
-        out
+        self.core.wait_batch(b, aborted)
     }
 
     /// Batch `b`'s decoded windows are no longer read (its kernels completed): free its arena.
     pub fn release(&self, b: u64) {
-        let mut g = lock(&self.shared.state);
-        let a = (b % g.arena_used.len() as u64) as usize;
-        g.arena_used[a] = 0;
+        self.core.release(b);
     }
 
     /// The auto controller, after one batch (see the module docs): `starved` = the consumer waited for it;
@@ -382,9 +591,7 @@ impl GpuDecode {
     /// Stop and join the decode thread (its current sub-batch finishes first); idempotent. Workers that still
     /// submit afterwards only queue (nothing waits for them: the transfer thread is stopped first).
     pub fn close(&self) {
-        lock(&self.shared.state).shutdown = true;
-        self.shared.tasks.notify_all();
-        self.shared.results.notify_all();
+        self.core.shutdown();
         let threads = std::mem::take(&mut *lock(&self.threads));
         for t in threads {
             let _ = t.join();
@@ -430,42 +637,37 @@ impl Controller {
     }
 }
 
+/// The production queue: nvJPEG tasks, device arenas.
+type Core = DecodeQueue<GpuTask, ArenaMemory>;
+
 /// A decode thread (module protocol): the tasks of queue `q` through its decoder `dec`; `tid` is its slot in
-/// `State::decoding`.
+/// the `decoding` guard.
 #[allow(clippy::too_many_arguments)]
 fn decode_main(
-    shared: Arc<Shared>,
-    ctx: std::sync::Arc<GpuContext>,
+    core: &Core,
+    ctx: &std::sync::Arc<GpuContext>,
     mut dec: BatchDecoder,
     q: usize,
     tid: usize,
     arenas: usize,
     arena_bytes: usize,
-    counters: std::sync::Arc<GpuCounters>,
+    counters: &GpuCounters,
 ) {
-    loop {
-        let (generation, mut tasks) = {
-            let mut g = lock(&shared.state);
-            while g.queue[q].is_empty() && !g.shutdown {
-                g = shared.tasks.wait(g).unwrap_or_else(|p| p.into_inner());
-            }
-            // Fill the call (FILL_TARGET), unless someone waits for results.
-            let deadline = Instant::now() + FILL_WAIT;
-            while g.queue[q].len() < FILL_TARGET && !g.transfer_waiting && !g.shutdown {
-                let now = Instant::now();
-                if now >= deadline {
-                    break;
-                }
-                g = shared.tasks.wait_timeout(g, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
-            }
-            if g.shutdown {
-                return;
-            }
-            let n = g.queue[q].len().min(MAX_SUB_BATCH);
-            (g.generation, g.queue[q].drain(..n).collect::<Vec<_>>())
-        };
+    while let Some((generation, tasks)) = core.take(q) {
         let t0 = Instant::now();
-        let mut placed = place(&shared, &ctx, &tasks, tid, generation, arenas, arena_bytes, &counters);
+        let mut placed = core.place(&tasks, tid, generation, |memory: &mut ArenaMemory, a| {
+            if memory.0.len() < arenas {
+                memory.0.resize(arenas, None);
+            }
+            if memory.0[a].is_none() {
+                // Allocated under the lock: once per arena for the loader's life.
+                let m = DeviceMemory::alloc(ctx, arena_bytes)
+                    .map_err(|e| format!("the GPU arena could not be allocated: {e}"))?;
+                Stats::add(&counters.decode_gpu_arena_bytes, arena_bytes as u64);
+                memory.0[a] = Some(std::sync::Arc::new(m));
+            }
+            Ok(memory.0[a].as_ref().map_or(0, |m| m.ptr() as usize))
+        });
         let pick: Vec<usize> = (0..tasks.len()).filter(|&i| placed[i].is_ok()).collect();
         if !pick.is_empty() {
             let images: Vec<&[u8]> = pick.iter().map(|&i| tasks[i].bytes.as_slice()).collect();
@@ -482,7 +684,7 @@ fn decode_main(
                 Err(e) => {
                     // The stream could not be synchronized: the device state is unknown; stop using it.
                     let why = format!("the GPU decoder stopped: {e}");
-                    lock(&shared.state).failed.get_or_insert(why.clone());
+                    core.fail(why.clone());
                     for &i in &pick {
                         placed[i] = Err(why.clone());
                     }
@@ -490,23 +692,11 @@ fn decode_main(
             }
         }
         Stats::add_since(&counters.decode_gpu_ns, t0);
-        let mut g = lock(&shared.state);
-        g.decoding[tid] = None;
-        shared.results.notify_all(); // a newer generation's thread may wait in `place` for this one
-        if g.generation != generation {
-            continue; // an epoch restart dropped these tasks' batches
+        // Outcomes of a generation an epoch restart dropped are not pushed (nor counted).
+        if let Some((decoded, fallbacks)) = core.finish(tid, generation, tasks, placed) {
+            Stats::add(&counters.decode_gpu, decoded);
+            Stats::add(&counters.decode_gpu_fallback, fallbacks);
         }
-        for (task, at) in tasks.drain(..).zip(placed) {
-            match &at {
-                Ok(_) => Stats::add(&counters.decode_gpu, 1),
-                Err(_) => Stats::add(&counters.decode_gpu_fallback, 1),
-            }
-            if let Some(b) = g.batches.get_mut(&task.batch) {
-                b.done.push(Decoded { task, at });
-            }
-        }
-        drop(g);
-        shared.results.notify_all();
     }
 }
 
@@ -519,69 +709,6 @@ impl std::fmt::Debug for ArenaMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "ArenaMemory({} allocated)", self.0.iter().flatten().count())
     }
-}
-
-/// Place every task's window in its batch's arena (module protocol: arena b mod A; bump allocation under the
-/// mutex): (address, pitch) or why not (→ CPU fallback).
-#[allow(clippy::too_many_arguments)]
-fn place(
-    shared: &Shared,
-    ctx: &std::sync::Arc<GpuContext>,
-    tasks: &[GpuTask],
-    tid: usize,
-    generation: u64,
-    arenas: usize,
-    arena_bytes: usize,
-    counters: &GpuCounters,
-) -> Vec<std::result::Result<(usize, usize), String>> {
-    let mut placed = Vec::with_capacity(tasks.len());
-    let mut g = lock(&shared.state);
-    while g.decoding.iter().any(|d| d.is_some_and(|d| d < generation)) && !g.shutdown {
-        g = shared.results.wait(g).unwrap_or_else(|p| p.into_inner());
-    }
-    g.decoding[tid] = Some(generation);
-    for t in tasks {
-        if let Some(why) = &g.failed {
-            placed.push(Err(why.clone()));
-            continue;
-        }
-        if g.generation != generation {
-            placed.push(Err("the epoch was restarted".into()));
-            continue;
-        }
-        let pitch = t.roi.w as usize * 3;
-        let bytes = pitch * t.roi.h as usize;
-        if bytes > arena_bytes.min(MAX_WINDOW_BYTES) {
-            placed.push(Err(format!("its {}x{} window exceeds the GPU arena", t.roi.w, t.roi.h)));
-            continue;
-        }
-        let a = (t.batch % arenas as u64) as usize;
-        if g.memory.0.len() < arenas {
-            g.memory.0.resize(arenas, None);
-        }
-        if g.memory.0[a].is_none() {
-            // Allocated under the lock: once per arena for the loader's life.
-            match DeviceMemory::alloc(ctx, arena_bytes) {
-                Ok(m) => {
-                    Stats::add(&counters.decode_gpu_arena_bytes, arena_bytes as u64);
-                    g.memory.0[a] = Some(std::sync::Arc::new(m));
-                }
-                Err(e) => {
-                    placed.push(Err(format!("the GPU arena could not be allocated: {e}")));
-                    continue;
-                }
-            }
-        }
-        let base = g.memory.0[a].as_ref().map_or(0, |m| m.ptr() as usize);
-        let off = g.arena_used[a].next_multiple_of(256);
-        if off + bytes > arena_bytes {
-            placed.push(Err("the batch's GPU arena is full".into()));
-            continue;
-        }
-        g.arena_used[a] = off + bytes;
-        placed.push(Ok((base + off, pitch)));
-    }
-    placed
 }
 
 /// Bytes of one decode arena for batches of `batch_size`: 768 KiB of decoded window per row (a whole 512×500 RGB
