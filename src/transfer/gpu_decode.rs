@@ -678,7 +678,14 @@ fn decode_main(
             let images: Vec<&[u8]> = pick.iter().map(|&i| tasks[i].bytes.as_slice()).collect();
             let rois: Vec<Roi> = pick.iter().map(|&i| tasks[i].roi).collect();
             let dst: Vec<(usize, usize)> = pick.iter().map(|&i| *placed[i].as_ref().expect("picked")).collect();
-            match dec.decode_into(&images, &rois, &dst) {
+            // A panic inside nvJPEG's wrapper must not leave the batch's tasks without outcomes (the transfer thread
+            // would wait for them forever): it stops the decoder like a failed synchronize.
+            let decoded =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dec.decode_into(&images, &rois, &dst)))
+                    .unwrap_or_else(|_| {
+                        Err(crate::cuda::cuda_error("nvjpegDecodeBatchedEx", "the decode call panicked"))
+                    });
+            match decoded {
                 Ok(outcomes) => {
                     for (&i, o) in pick.iter().zip(outcomes) {
                         if let Err(why) = o {
