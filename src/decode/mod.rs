@@ -46,6 +46,19 @@
 //!   transform, unknown JFIF revision, bad ICC marker) are accepted without counting.
 //! - Fatal libjpeg-turbo errors (unreadable headers or scan headers, unsupported variants, budgets) → typed errors.
 //!
+//! **Fresh tables.** libjpeg keeps the quantization (DQT) and Huffman (DHT) tables of every image a handle parsed
+//! ("abbreviated datastreams"), and one handle serves a worker's whole stream of images. An image that uses a
+//! table it does not define would therefore decode with the last image's table — a file without DQT "decoded"
+//! after another image, a file without DHT decoded with the previous image's optimized codes — so its pixels
+//! would depend on what the worker decoded before. The marker walk of step 1 also records whether every scan
+//! finds its tables defined earlier in the same file ([`markers::JpegStructure::borrows_tables`]); if not, the
+//! handle is replaced by a fresh one before the decode (`jpeg.rs`, [`Decoder::table_renewals`] counts them),
+//! which behaves as Pillow's one-decompressor-per-image: no DQT → `Corrupt` ("Quantization table 0x00 was not
+//! defined"), no DHT in a sequential file → libjpeg's standard tables, no DHT in a progressive or lossless file
+//! → `Corrupt`. A tables-only datastream (EOI before the first scan) is `Corrupt` at the header, whatever the
+//! handle read before (tj3DecompressHeader would report the previous image's size for it). Files with their own
+//! tables — nearly all — cost nothing extra: the walk runs anyway.
+//!
 //! Failures never outlive their image: after any failed libjpeg-turbo call the tj3 handle is re-created with the
 //! same parameters (`jpeg.rs`, "Failure recovery"), and the PNG path builds a fresh `png::Decoder` per image.
 //!
@@ -533,6 +546,12 @@ impl Decoder {
         self.tj.resets()
     }
 
+    /// How many times the tj3 handle was renewed before decoding an image that uses a table it does not define
+    /// (module docs, "Fresh tables").
+    pub fn table_renewals(&self) -> u64 {
+        self.tj.renewals()
+    }
+
     /// Bytes of scratch memory currently held (capacity of all buffers).
     pub fn scratch_bytes(&self) -> usize {
         self.rgb.capacity()
@@ -566,7 +585,11 @@ impl Decoder {
 
     /// The byte-level rules checked before libjpeg-turbo touches the pixels: a complete marker structure up to
     /// EOI (truncated → `Corrupt`, whatever the crop) and the scan limit (→ `TooLarge`).
-    fn check_jpeg_structure(&self, bytes: &[u8]) -> std::result::Result<(), ImageError> {
+    ///
+    /// The same walk says whether the image uses a table it does not define (`borrows_tables`); then the tj3
+    /// handle is renewed and the header re-read on it, so the decode sees the tables a fresh handle would (module
+    /// docs, "Fresh tables"). Images with their own tables — nearly all — pay nothing beyond the walk.
+    fn check_jpeg_structure(&mut self, bytes: &[u8]) -> std::result::Result<(), ImageError> {
         let st =
             markers::walk_jpeg(bytes).map_err(|e| ImageError::new(ImageErrorKind::Corrupt, format!("JPEG: {e}")))?;
         if st.scans > self.limits.max_scans {
@@ -574,6 +597,11 @@ impl Decoder {
                 ImageErrorKind::TooLarge,
                 format!("JPEG has {} scans, above the limit of {} scans", st.scans, self.limits.max_scans),
             ));
+        }
+        if st.borrows_tables {
+            self.tj.renew();
+            // The cropping region is checked against the header the handle read last: read it on the new handle.
+            self.tj.read_header(bytes).map_err(jpeg_failure)?;
         }
         Ok(())
     }
@@ -615,6 +643,15 @@ impl Decoder {
                 }
             }
             ImageFormat::Jpeg => {
+                // A tables-only datastream (EOI before any SOS) makes tj3DecompressHeader load its tables and
+                // return success with the *previous* image's header values (-1 on a fresh handle): refuse it
+                // from the bytes, the same way whatever the handle read before.
+                if markers::ends_before_scan(bytes) {
+                    return Err(ImageError::new(
+                        ImageErrorKind::Corrupt,
+                        "JPEG: no image (the data ends before its first scan: a tables-only datastream)",
+                    ));
+                }
                 let h = self.tj.read_header(bytes).map_err(jpeg_failure)?;
                 let colorspace = match h.colorspace {
                     0 => ColorSpace::Rgb,
