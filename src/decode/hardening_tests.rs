@@ -6,7 +6,7 @@ use super::*;
 use crate::synthetic::encode::{ChromaSubsampling, JpegEncoder};
 
 /// A photo-like RGB test pattern: gradients plus deterministic noise (so entropy data is not trivial).
-fn pattern(w: u32, h: u32, seed: u32) -> Vec<u8> {
+pub(super) fn pattern(w: u32, h: u32, seed: u32) -> Vec<u8> {
     let mut v = Vec::with_capacity((w * h * 3) as usize);
     let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
     for y in 0..h {
@@ -27,7 +27,7 @@ fn gray_of(rgb: &[u8]) -> Vec<u8> {
     rgb.chunks_exact(3).map(|p| p[1]).collect()
 }
 
-fn jpeg(w: u32, h: u32, seed: u32, sub: ChromaSubsampling, progressive: bool) -> Vec<u8> {
+pub(super) fn jpeg(w: u32, h: u32, seed: u32, sub: ChromaSubsampling, progressive: bool) -> Vec<u8> {
     let mut e = JpegEncoder::new().unwrap();
     e.set_progressive(progressive).unwrap();
     let px = pattern(w, h, seed);

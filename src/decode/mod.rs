@@ -94,6 +94,8 @@ mod other;
 mod other_tests;
 mod pngdec;
 #[cfg(test)]
+mod table_state_tests;
+#[cfg(test)]
 mod tests;
 
 use turbojpeg_sys as tj;
