@@ -293,12 +293,15 @@ impl Tables {
     }
 }
 
-/// Whether libjpeg's header read of `bytes` reaches an EOI before any SOS without a warning: a "tables-only"
-/// (abbreviated table-specification) datastream. `tj3DecompressHeader` then loads the tables into the handle
-/// and returns *success with the previous image's header values* (it skips setting them); on a fresh handle
-/// those are -1. Any header libjpeg parses with a warning (junk between markers, a premature end) returns
-/// `false` here: the warning already makes the decoder's header read re-read on a fresh handle (`jpeg.rs`,
-/// "Failure recovery"). Header segments only (no entropy data), so it costs a few ns per segment.
+/// Whether libjpeg's header read of `bytes` reaches an EOI before any SOS: a "tables-only" (abbreviated table
+/// specification) datastream, or a header that runs out of data (libjpeg's memory source then inserts an EOI).
+/// `tj3DecompressHeader` then loads the tables into the handle and returns *success with the previous image's
+/// header values* — it skips setting them, and skips its warning check too — where a fresh handle has -1. The
+/// walk follows libjpeg's `read_markers`/`next_marker`: bytes up to the next `0xFF` are skipped (libjpeg warns),
+/// fill bytes too, standalone markers carry no length, APPn/COM/DNL with a length below 2 skip only their
+/// length field. A marker libjpeg refuses (reserved codes, SOF5–7/13–15, JPG, a second SOI) or a length below 2
+/// on a table/frame segment ends the walk with `false`: libjpeg fails there with its own error. Header segments
+/// only (no entropy data), so it costs a few ns per segment.
 pub fn ends_before_scan(bytes: &[u8]) -> bool {
     if bytes.len() < 2 || bytes[0] != 0xFF || bytes[1] != SOI {
         return false;
@@ -306,28 +309,30 @@ pub fn ends_before_scan(bytes: &[u8]) -> bool {
     let n = bytes.len();
     let mut pos = 2usize;
     loop {
-        // A clean stream has its next marker right here (anything else is a libjpeg warning).
-        if bytes.get(pos) != Some(&0xFF) {
-            return false;
-        }
+        let Some(p) = find_ff(bytes, pos) else { return true };
+        pos = p;
         while pos < n && bytes[pos] == 0xFF {
             pos += 1;
         }
-        let Some(&marker) = bytes.get(pos) else { return false };
+        let Some(&marker) = bytes.get(pos) else { return true };
         pos += 1;
         match marker {
             EOI => return true,
-            SOS | SOI | 0x00 => return false,
-            0x01 | 0xD0..=0xD7 => continue,
-            _ => {}
+            SOS => return false,
+            // FF 00 is skipped as data by `next_marker`; RSTn and TEM are parameterless.
+            0x00 | 0x01 | 0xD0..=0xD7 => continue,
+            // APPn, COM, DNL: `skip_variable` / `get_interesting_appn` skip nothing more for a length below 2.
+            0xE0..=0xEF | 0xFE | 0xDC => {}
+            // Frame, table and restart segments: their parsers reject a length below 2.
+            0xC0..=0xC4 | 0xC9..=0xCC | 0xDB | 0xDD => {}
+            // Everything else is a fatal error to libjpeg (SOI twice, SOF5–7/13–15, JPG, DHP, EXP, JPGn, reserved).
+            _ => return false,
         }
         let Some(len) = bytes.get(pos..pos + 2).map(|b| usize::from(u16::from_be_bytes([b[0], b[1]]))) else {
-            return false;
+            return true;
         };
         pos += match marker {
-            // `skip_variable` / `get_interesting_appn`: a length below 2 skips nothing more.
             0xE0..=0xEF | 0xFE | 0xDC => len.max(2),
-            // The other segments' parsers reject a length below 2.
             _ if len < 2 => return false,
             _ => len,
         };

@@ -55,8 +55,8 @@
 //! handle is replaced by a fresh one before the decode (`jpeg.rs`, [`Decoder::table_renewals`] counts them),
 //! which behaves as Pillow's one-decompressor-per-image: no DQT → `Corrupt` ("Quantization table 0x00 was not
 //! defined"), no DHT in a sequential file → libjpeg's standard tables, no DHT in a progressive or lossless file
-//! → `Corrupt`. A tables-only datastream (EOI before the first scan) is `Corrupt` at the header, whatever the
-//! handle read before (tj3DecompressHeader would report the previous image's size for it). Files with their own
+//! → `Corrupt`. A tables-only datastream (EOI, or the end of the data, before the first scan) is `Corrupt` at the
+//! header, whatever the handle read before (tj3DecompressHeader would report the previous image's size for it). Files with their own
 //! tables — nearly all — cost nothing extra: the walk runs anyway.
 //!
 //! Failures never outlive their image: after any failed libjpeg-turbo call the tj3 handle is re-created with the
@@ -481,6 +481,8 @@ pub struct Decoder {
     png_raw: Vec<u8>,
     /// The last decode met damaged entropy data (see the warning policy in the module docs).
     damaged: bool,
+    /// Zero the scratch a decode writes before decoding (only for the second decode of a damaged file).
+    zero_scratch: bool,
 }
 
 impl std::fmt::Debug for Decoder {
@@ -508,6 +510,7 @@ impl Decoder {
             wide: Vec::new(),
             png_raw: Vec::new(),
             damaged: false,
+            zero_scratch: false,
         };
         // Don't extract ICC profiles (we ignore them, like torchvision's loading): saves copying APP2 segments.
         d.tj.set(tj::TJPARAM_TJPARAM_SAVEMARKERS, 0)
@@ -645,13 +648,14 @@ impl Decoder {
                 }
             }
             ImageFormat::Jpeg => {
-                // A tables-only datastream (EOI before any SOS) makes tj3DecompressHeader load its tables and
-                // return success with the *previous* image's header values (-1 on a fresh handle): refuse it
-                // from the bytes, the same way whatever the handle read before.
+                // A tables-only datastream (EOI before any SOS, or a header cut short) makes tj3DecompressHeader
+                // load its tables and return success with the *previous* image's header values (-1 on a fresh
+                // handle): refuse it from the bytes, the same way whatever the handle read before.
                 if markers::ends_before_scan(bytes) {
                     return Err(ImageError::new(
                         ImageErrorKind::Corrupt,
-                        "JPEG: no image (the data ends before its first scan: a tables-only datastream)",
+                        "JPEG: no image (EOI or the end of the data before the first scan: a tables-only \
+                         datastream or a truncated header)",
                     ));
                 }
                 let h = self.tj.read_header(bytes).map_err(jpeg_failure)?;
@@ -755,6 +759,32 @@ impl Decoder {
             Some(r) => (r.x as u32, r.y as u32, r.w as u32, r.h as u32),
             None => (0, 0, sw, sh),
         };
+        let rect = self.decode_region(bytes, info, m, region, exif::Rect { x0, y0, x1: x0 + w, y1: y0 + h })?;
+        if !self.damaged {
+            return Ok(rect);
+        }
+        // Damaged data: libjpeg-turbo reports "warning" even when a fatal error followed the warning (tj3GetErrorCode
+        // only looks at the warning flag), and then leaves rows unwritten, which would keep the previous image's
+        // pixels in scratch. Decode once more into zeroed scratch on the fresh handle (every failed call renews
+        // it), so the unwritten rows are zeros whatever the worker decoded before. Only damaged files pay this.
+        self.damaged = false;
+        self.tj.read_header(bytes).map_err(jpeg_failure)?;
+        self.zero_scratch = true;
+        let again = self.decode_region(bytes, info, m, region, exif::Rect { x0, y0, x1: x0 + w, y1: y0 + h });
+        self.zero_scratch = false;
+        again
+    }
+
+    /// Set scaling `m`/8 and `region` (its rectangle: `rect`) and decode into `self.rgb` (see `decode_stored`).
+    fn decode_region(
+        &mut self,
+        bytes: &[u8],
+        info: &ImageInfo,
+        m: u8,
+        region: Option<TjRegion>,
+        rect: exif::Rect,
+    ) -> std::result::Result<exif::Rect, ImageError> {
+        let (w, h) = (rect.x1 - rect.x0, rect.y1 - rect.y0);
         let g = gcd(u32::from(m), 8) as i32;
         self.tj.set_scaling(i32::from(m) / g, 8 / g)?;
         self.tj.set_region(region)?;
@@ -772,7 +802,7 @@ impl Decoder {
             }
             Err(e) => return Err(e),
         }
-        Ok(exif::Rect { x0, y0, x1: x0 + w, y1: y0 + h })
+        Ok(rect)
     }
 
     /// Decode a format without ROI or scaling (everything but JPEG) whole into `self.rgb`; the header has been
@@ -826,6 +856,15 @@ impl Decoder {
     ) -> std::result::Result<(), ImageError> {
         let cmyk = matches!(info.colorspace, ColorSpace::Cmyk | ColorSpace::Ycck);
         let (pf, bpp) = if cmyk { (tj::TJPF_TJPF_CMYK, 4) } else { (tj::TJPF_TJPF_RGB, 3) };
+        if self.zero_scratch {
+            // The re-decode of a damaged file (see `decode_stored`): rows libjpeg-turbo leaves unwritten are zeros.
+            for v in [&mut self.rgb, &mut self.cmyk] {
+                ensure_len(v, w * h * 4);
+                v[..w * h * 4].fill(0);
+            }
+            ensure_len(&mut self.wide, w * h * bpp);
+            self.wide[..w * h * bpp].fill(0);
+        }
         ensure_len(&mut self.rgb, w * h * 3);
         if info.lossless && info.colorspace == ColorSpace::Gray {
             // libjpeg-turbo has no gray → RGB conversion for lossless JPEG ("Unsupported color conversion
@@ -899,19 +938,36 @@ impl Decoder {
         self.tj.set_scaling(1, 1)?;
         // An explicit full region bounds the rows libjpeg-turbo writes to the size computed here.
         let region = info.can_crop().then_some(TjRegion { x: 0, y: 0, w: w as i32, h: h as i32 });
-        self.tj.set_region(region)?;
-        if info.precision == 8
-            && !matches!(info.colorspace, ColorSpace::Cmyk | ColorSpace::Ycck)
-            && !(info.lossless && info.colorspace == ColorSpace::Gray)
-        {
-            ensure_len(out, n);
-            out.truncate(n);
-            self.damaged |=
-                check_decode(self.tj.decompress8(bytes, out, 3 * w as usize, h as usize, tj::TJPF_TJPF_RGB))?;
-        } else {
-            self.decode_pixels(bytes, &info, w as usize, h as usize)?;
-            out.clear();
-            out.extend_from_slice(&self.rgb[..n]);
+        for zero in [false, true] {
+            if zero {
+                // Damaged data: decode again into zeroed memory on the fresh handle (see `decode_stored`).
+                self.damaged = false;
+                self.tj.read_header(bytes).map_err(jpeg_failure)?;
+                self.tj.set_scaling(1, 1)?;
+            }
+            self.tj.set_region(region)?;
+            if info.precision == 8
+                && !matches!(info.colorspace, ColorSpace::Cmyk | ColorSpace::Ycck)
+                && !(info.lossless && info.colorspace == ColorSpace::Gray)
+            {
+                ensure_len(out, n);
+                out.truncate(n);
+                if zero {
+                    out.fill(0);
+                }
+                self.damaged |=
+                    check_decode(self.tj.decompress8(bytes, out, 3 * w as usize, h as usize, tj::TJPF_TJPF_RGB))?;
+            } else {
+                self.zero_scratch = zero;
+                let r = self.decode_pixels(bytes, &info, w as usize, h as usize);
+                self.zero_scratch = false;
+                r?;
+                out.clear();
+                out.extend_from_slice(&self.rgb[..n]);
+            }
+            if !self.damaged {
+                break;
+            }
         }
         Ok((w, h))
     }

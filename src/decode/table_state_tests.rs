@@ -269,8 +269,21 @@ fn ends_before_scan_follows_libjpeg_lengths() {
     // APPn/COM with a length below 2 skip nothing more in libjpeg, so the EOI after them is still reached.
     assert!(markers::ends_before_scan(&[0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x00, 0xFF, 0xD9]));
     assert!(markers::ends_before_scan(&[0xFF, 0xD8, 0xFF, 0xFE, 0x00, 0x04, 0xAA, 0xBB, 0xFF, 0xFF, 0xD9]));
-    // A DQT with a bad length is a libjpeg error, not a tables-only stream; junk is a warning (fresh re-read).
+    // Junk before a marker is skipped (with a warning tj3DecompressHeader then ignores); a header cut short gets
+    // libjpeg's inserted EOI.
+    assert!(markers::ends_before_scan(&[0xFF, 0xD8, 0x12, 0xFF, 0xD9]));
+    assert!(markers::ends_before_scan(&[0xFF, 0xD8, 0xFF, 0xE0, 0x00]));
+    assert!(markers::ends_before_scan(&[0xFF, 0xD8, 0xFF]));
+    // A DQT with a bad length or a reserved marker is a libjpeg error, not a tables-only stream; an SOS is a scan.
     assert!(!markers::ends_before_scan(&[0xFF, 0xD8, 0xFF, 0xDB, 0x00, 0x01, 0xFF, 0xD9]));
-    assert!(!markers::ends_before_scan(&[0xFF, 0xD8, 0x12, 0xFF, 0xD9]));
-    assert!(!markers::ends_before_scan(&[0xFF, 0xD8, 0xFF, 0xE0, 0x00]));
+    assert!(!markers::ends_before_scan(&[0xFF, 0xD8, 0xFF, 0x4A, 0x00, 0x02, 0xFF, 0xD9]));
+    assert!(!markers::ends_before_scan(&[0xFF, 0xD8, 0x00, 0xFF, 0xDA, 0x00]));
+    // Every prefix of a real file that cuts it before its first SOS is one; the whole file is not.
+    let good = encode(32, 24, 12, ChromaSubsampling::S420, 80, false, false);
+    let sos = all_segments(&good).iter().find(|s| s.0 == 0xDA).unwrap().1;
+    for cut in 2..=sos {
+        assert!(markers::ends_before_scan(&good[..cut]), "cut {cut}");
+    }
+    assert!(!markers::ends_before_scan(&good[..sos + 2]));
 }
+
