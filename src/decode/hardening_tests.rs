@@ -222,9 +222,8 @@ mod props {
             let base = if matches!(m, Mutation::Named(_)) { base % 3 } else { base };
             let bad = apply(&goods[base], &m);
             let win = PixelWindow { x0: x, y0: y, x1: x + 17, y1: y + 13 };
-            let run = |d: &mut Decoder| {
-                (header_outcome(d, &bad), window_outcome(d, &bad, scale, win), full_outcome(d, &bad))
-            };
+            let run =
+                |d: &mut Decoder| (header_outcome(d, &bad), window_outcome(d, &bad, scale, win), full_outcome(d, &bad));
             let want = run(&mut Decoder::new().unwrap());
             let mut a = Decoder::new().unwrap();
             full_outcome(&mut a, &preds[first]);

@@ -234,10 +234,8 @@ impl Tables {
 
     /// `get_sof`: one frame per file, `Nf` three-byte component specs exactly filling the segment.
     fn frame(&mut self, coding: Coding, seg: &[u8]) {
-        let ok = self.coding == Coding::NoFrame
-            && seg.len() >= 6
-            && seg[5] > 0
-            && seg.len() == 6 + 3 * usize::from(seg[5]);
+        let ok =
+            self.coding == Coding::NoFrame && seg.len() >= 6 && seg[5] > 0 && seg.len() == 6 + 3 * usize::from(seg[5]);
         if !ok {
             self.borrows = true;
             return;

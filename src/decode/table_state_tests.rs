@@ -96,7 +96,10 @@ pub(super) fn full_outcome(d: &mut Decoder, bytes: &[u8]) -> Outcome {
     }
 }
 
-pub(super) fn header_outcome(d: &mut Decoder, bytes: &[u8]) -> std::result::Result<ImageInfo, (ImageErrorKind, String)> {
+pub(super) fn header_outcome(
+    d: &mut Decoder,
+    bytes: &[u8],
+) -> std::result::Result<ImageInfo, (ImageErrorKind, String)> {
     d.read_header(bytes).map_err(|e| (e.kind, e.message))
 }
 
@@ -116,8 +119,12 @@ fn predecessors() -> Vec<(&'static str, Vec<u8>)> {
 
 /// Decode `bytes` every way (header, full, two windows) on a fresh decoder and after each predecessor on a used
 /// one; all must agree. Returns the fresh outcomes (header, full).
-fn same_on_every_handle(name: &str, bytes: &[u8]) -> (std::result::Result<ImageInfo, (ImageErrorKind, String)>, Outcome) {
-    let windows = [(8, PixelWindow { x0: 0, y0: 0, x1: 64, y1: 64 }), (4, PixelWindow { x0: 5, y0: 3, x1: 20, y1: 17 })];
+fn same_on_every_handle(
+    name: &str,
+    bytes: &[u8],
+) -> (std::result::Result<ImageInfo, (ImageErrorKind, String)>, Outcome) {
+    let windows =
+        [(8, PixelWindow { x0: 0, y0: 0, x1: 64, y1: 64 }), (4, PixelWindow { x0: 5, y0: 3, x1: 20, y1: 17 })];
     let run = |d: &mut Decoder| {
         let h = header_outcome(d, bytes);
         let full = full_outcome(d, bytes);
@@ -175,10 +182,9 @@ fn missing_huffman_tables_use_the_standard_ones_in_sequential_files_and_fail_els
         assert_eq!(full, full_outcome(&mut Decoder::new().unwrap(), &good), "{name}: standard tables");
     }
     // Progressive and lossless decoders have no default tables.
-    for (name, good) in [
-        ("progressive", encode(64, 48, 7, S::S420, 90, true, false)),
-        ("lossless", lossless(32, 24, 8, S::S444)),
-    ] {
+    for (name, good) in
+        [("progressive", encode(64, 48, 7, S::S420, 90, true, false)), ("lossless", lossless(32, 24, 8, S::S444))]
+    {
         let no_dht = strip(&good, DHT);
         let (_, full) = same_on_every_handle(name, &no_dht);
         match full {
@@ -286,4 +292,3 @@ fn ends_before_scan_follows_libjpeg_lengths() {
     }
     assert!(!markers::ends_before_scan(&good[..sos + 2]));
 }
-
