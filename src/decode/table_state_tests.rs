@@ -49,7 +49,7 @@ pub(super) fn all_segments(b: &[u8]) -> Vec<(u8, usize, usize)> {
         out.push((m, pos, end));
         pos = end;
         if m == 0xDA {
-            while pos + 1 < b.len() && !(b[pos] == 0xFF && !matches!(b[pos + 1], 0x00 | 0xD0..=0xD7 | 0xFF)) {
+            while pos + 1 < b.len() && (b[pos] != 0xFF || matches!(b[pos + 1], 0x00 | 0xD0..=0xD7 | 0xFF)) {
                 pos += 1;
             }
         }
