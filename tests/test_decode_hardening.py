@@ -171,3 +171,83 @@ def test_progressive_scan_bomb_is_refused(tmp_path):
     with loader([f], batch_size=1) as ld, pytest.raises(trdata.DecodeError) as exc:
         list(ld)
     assert exc.value.kind == "TooLarge" and "scans" in str(exc.value)
+
+
+def jpeg_segments(data: bytes) -> list[tuple[int, int, int]]:
+    """(marker, start, end) of every segment of a JPEG, the ones between progressive scans included."""
+    out, pos = [], 2
+    while pos + 1 < len(data) and data[pos] == 0xFF:
+        m = data[pos + 1]
+        if m == 0xFF:
+            pos += 1
+            continue
+        if m == 0xD9:
+            break
+        if m == 0x01 or 0xD0 <= m <= 0xD7:
+            pos += 2
+            continue
+        end = pos + 2 + struct.unpack(">H", data[pos + 2 : pos + 4])[0]
+        out.append((m, pos, end))
+        pos = end
+        if m == 0xDA:  # entropy-coded data up to the next real marker
+            while pos + 1 < len(data) and not (
+                data[pos] == 0xFF and data[pos + 1] not in (0x00, 0xFF) and not 0xD0 <= data[pos + 1] <= 0xD7
+            ):
+                pos += 1
+    return out
+
+
+def without_segments(data: bytes, code: int) -> bytes:
+    out = bytearray(data)
+    for m, start, end in reversed(jpeg_segments(data)):
+        if m == code:
+            del out[start:end]
+    return bytes(out)
+
+
+def test_jpegs_missing_tables_decode_as_pillow_whatever_the_worker_decoded_before(tmp_path):
+    """libjpeg keeps the DQT/DHT tables of earlier images in a handle, and a worker reuses one: a file without
+    DHT must still decode with the standard tables (as Pillow, one decompressor per image), a file without DQT must
+    still fail, after images with optimized Huffman / other quantization tables as on a fresh worker."""
+    w, h = 64, 48
+    buf = io.BytesIO()
+    Image.fromarray(photo(5, w, h)).save(buf, "JPEG", quality=90)  # libjpeg's standard Huffman tables
+    good = buf.getvalue()
+    no_dht, no_dqt = without_segments(good, 0xC4), without_segments(good, 0xDB)
+    assert len(no_dht) < len(good) - 300 and len(no_dqt) < len(good) - 100
+    expected = np.asarray(Image.open(io.BytesIO(no_dht)).convert("RGB"))
+    np.testing.assert_array_equal(expected, np.asarray(Image.open(io.BytesIO(good)).convert("RGB")))
+    with pytest.raises(OSError):
+        Image.open(io.BytesIO(no_dqt)).load()
+
+    def put(name: str, data: bytes):
+        p = tmp_path / name
+        p.write_bytes(data)
+        return p
+
+    optimized = io.BytesIO()
+    Image.fromarray(photo(6, w, h)).save(optimized, "JPEG", quality=40, optimize=True)
+    progressive = io.BytesIO()
+    Image.fromarray(photo(7, w, h)).save(progressive, "JPEG", quality=75, progressive=True)
+    order = [
+        put("a_optimized.jpg", optimized.getvalue()),
+        put("b_no_dht.jpg", no_dht),
+        put("c_progressive.jpg", progressive.getvalue()),
+        put("d_no_dqt.jpg", no_dqt),
+        put("e_no_dht.jpg", no_dht),
+        put("f_optimized.jpg", optimized.getvalue()),
+        put("g_no_dqt.jpg", no_dqt),
+        put("h_no_dht.jpg", no_dht),
+    ]
+    full = [trdata.CenterCrop((h, w))]  # the whole image at full scale: the decoded pixels themselves
+    got, stats = rows_by_path(order, transforms=full, batch_size=1, on_error="skip", shuffle=False)
+    assert stats["errors_skipped"] == 2
+    assert {p.name for p in order} - {p.rsplit("/", 1)[-1] for p in got} == {"d_no_dqt.jpg", "g_no_dqt.jpg"}
+    for name in ("b_no_dht.jpg", "e_no_dht.jpg", "h_no_dht.jpg"):
+        np.testing.assert_array_equal(got[str(tmp_path / name)], expected, err_msg=name)
+    # A fresh worker: the same outcome.
+    alone, _ = rows_by_path([order[1]], transforms=full, batch_size=1)
+    np.testing.assert_array_equal(alone[str(order[1])], expected)
+    with loader([order[3]], transforms=full, batch_size=1) as ld, pytest.raises(trdata.DecodeError) as exc:
+        list(ld)
+    assert exc.value.kind == "Corrupt" and "Quantization table" in str(exc.value)

@@ -6,7 +6,7 @@ use super::*;
 use crate::synthetic::encode::{ChromaSubsampling, JpegEncoder};
 
 /// A photo-like RGB test pattern: gradients plus deterministic noise (so entropy data is not trivial).
-fn pattern(w: u32, h: u32, seed: u32) -> Vec<u8> {
+pub(super) fn pattern(w: u32, h: u32, seed: u32) -> Vec<u8> {
     let mut v = Vec::with_capacity((w * h * 3) as usize);
     let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
     for y in 0..h {
@@ -27,7 +27,7 @@ fn gray_of(rgb: &[u8]) -> Vec<u8> {
     rgb.chunks_exact(3).map(|p| p[1]).collect()
 }
 
-fn jpeg(w: u32, h: u32, seed: u32, sub: ChromaSubsampling, progressive: bool) -> Vec<u8> {
+pub(super) fn jpeg(w: u32, h: u32, seed: u32, sub: ChromaSubsampling, progressive: bool) -> Vec<u8> {
     let mut e = JpegEncoder::new().unwrap();
     e.set_progressive(progressive).unwrap();
     let px = pattern(w, h, seed);
@@ -124,6 +124,7 @@ fn a_failed_header_or_decode_never_changes_the_next_image() {
 }
 
 mod props {
+    use super::super::table_state_tests::{all_segments, full_outcome, header_outcome, strip, window_outcome};
     use super::*;
     use proptest::prelude::*;
 
@@ -139,6 +140,10 @@ mod props {
         HeaderByte { pos: usize, value: u8 },
         /// One of the named header cases.
         Named(usize),
+        /// Remove every DQT (`false`) or DHT (`true`) segment, anywhere in the file.
+        StripTables { huffman: bool },
+        /// Remove the `i`-th segment (modulo their count) of the whole file, between-scan segments included.
+        DropSegment(usize),
     }
 
     fn mutation() -> impl Strategy<Value = Mutation> {
@@ -151,6 +156,8 @@ mod props {
             }),
             (any::<usize>(), any::<u8>()).prop_map(|(pos, value)| Mutation::HeaderByte { pos, value }),
             (0usize..8).prop_map(Mutation::Named),
+            any::<bool>().prop_map(|huffman| Mutation::StripTables { huffman }),
+            any::<usize>().prop_map(Mutation::DropSegment),
         ]
     }
 
@@ -173,8 +180,74 @@ mod props {
                 let named = named_hostile(base);
                 b = named[i % named.len()].1.clone();
             }
+            Mutation::StripTables { huffman } => b = strip(base, if *huffman { 0xC4 } else { 0xDB }),
+            Mutation::DropSegment(i) => {
+                let segs = all_segments(base);
+                let (_, s, e) = segs[i % segs.len()];
+                b.drain(s..e);
+            }
         }
         b
+    }
+
+    /// Predecessors for the table-state property: images whose tables differ from the mutation bases' (other
+    /// qualities, optimized Huffman tables, arithmetic coding).
+    fn predecessors() -> Vec<Vec<u8>> {
+        let mut e = JpegEncoder::new().unwrap();
+        let mut out = vec![e.encode(&pattern(40, 30, 21), 40, 30, 25, ChromaSubsampling::S420).unwrap()];
+        e.set_progressive(true).unwrap();
+        out.push(e.encode(&pattern(48, 32, 22), 48, 32, 70, ChromaSubsampling::S444).unwrap());
+        e.set_progressive(false).unwrap();
+        e.set_arithmetic(true).unwrap();
+        out.push(e.encode(&pattern(24, 40, 23), 24, 40, 97, ChromaSubsampling::S422).unwrap());
+        out
+    }
+
+    /// Fresh tables: any mutated file (tables stripped, segments dropped, header bytes changed, truncated...)
+    /// decodes to the same outcome — header, window, full decode: pixels and damage flag, or error kind and
+    /// message — on a fresh decoder and after different predecessors on used ones. `PROPTEST_CASES` cases (256 by
+    /// default; a long run sets more); prints how many inputs borrowed tables.
+    #[test]
+    fn same_outcome_after_any_predecessor() {
+        use proptest::test_runner::{Config, TestRunner};
+        let goods = good_images();
+        let preds = predecessors();
+        let borrowing = std::cell::Cell::new(0usize);
+        let cases = std::cell::Cell::new(0usize);
+        let t = std::time::Instant::now();
+        let strategy = (0usize..4, mutation(), 1u8..=8, 0u32..60, 0u32..40, 0usize..3, 0usize..3);
+        let mut runner = TestRunner::new(Config { failure_persistence: None, ..Config::default() });
+        let r = runner.run(&strategy, |(base, m, scale, x, y, first, second)| {
+            // The named cases need a baseline SOF0 (bases 0–2); the others take the progressive base 3 too.
+            let base = if matches!(m, Mutation::Named(_)) { base % 3 } else { base };
+            let bad = apply(&goods[base], &m);
+            let win = PixelWindow { x0: x, y0: y, x1: x + 17, y1: y + 13 };
+            let run =
+                |d: &mut Decoder| (header_outcome(d, &bad), window_outcome(d, &bad, scale, win), full_outcome(d, &bad));
+            let want = run(&mut Decoder::new().unwrap());
+            let mut a = Decoder::new().unwrap();
+            full_outcome(&mut a, &preds[first]);
+            prop_assert_eq!(&run(&mut a), &want);
+            let mut b = Decoder::new().unwrap();
+            full_outcome(&mut b, &goods[(base + 1) % goods.len()]);
+            full_outcome(&mut b, &preds[second]);
+            let _ = b.decode_window(&preds[first], 2, PixelWindow { x0: 0, y0: 0, x1: 8, y1: 8 });
+            prop_assert_eq!(&run(&mut b), &want);
+            cases.set(cases.get() + 1);
+            if markers::walk_jpeg(&bad).is_ok_and(|st| st.borrows_tables) {
+                borrowing.set(borrowing.get() + 1);
+            }
+            Ok(())
+        });
+        if let Err(e) = r {
+            panic!("{e}");
+        }
+        eprintln!(
+            "same_outcome_after_any_predecessor: {} inputs ({} borrowing tables) in {:.1} s",
+            cases.get(),
+            borrowing.get(),
+            t.elapsed().as_secs_f64()
+        );
     }
 
     proptest! {

@@ -15,6 +15,11 @@
 //! only *warned* is repeated once on the fresh handle (see [`TjDecompressor::read_header`] for why a "warning" may
 //! hide a fatal error), so the cropping call that follows sees this image's header. If re-creation itself fails (`tj3Init` out of memory), the old handle is kept, marked
 //! poisoned, and re-creation is retried before the next call; until it succeeds every call fails.
+//!
+//! **Tables.** libjpeg keeps the DQT/DHT tables of every image a handle parsed (abbreviated datastreams), so an
+//! image that uses a table it does not define itself would decode with an earlier image's table. The decoder
+//! finds such images with the marker walk it runs anyway (`markers.rs`, `borrows_tables`) and calls
+//! [`TjDecompressor::renew`] before decoding them: every decode sees the tables a fresh handle would.
 
 use std::ffi::CStr;
 use std::ptr::NonNull;
@@ -61,6 +66,9 @@ pub(crate) struct TjDecompressor {
     poisoned: bool,
     /// How many times the handle was re-created after a failure (for tests and diagnostics).
     resets: u64,
+    /// How many times the handle was re-created before an image that uses tables it does not define
+    /// ([`TjDecompressor::renew`]).
+    renewals: u64,
 }
 
 // SAFETY: a tj3 handle has no thread affinity (no thread-locals tied to it; the thread-local error string is only
@@ -71,7 +79,7 @@ unsafe impl Send for TjDecompressor {}
 impl TjDecompressor {
     /// `tj3Init(TJINIT_DECOMPRESS)`.
     pub fn new() -> Result<Self, String> {
-        Ok(Self { handle: init_handle()?, params: Vec::new(), poisoned: false, resets: 0 })
+        Ok(Self { handle: init_handle()?, params: Vec::new(), poisoned: false, resets: 0, renewals: 0 })
     }
 
     /// How many times the handle was re-created after a failed call.
@@ -79,9 +87,30 @@ impl TjDecompressor {
         self.resets
     }
 
+    /// How many times the handle was renewed for an image that borrows tables ([`TjDecompressor::renew`]).
+    pub fn renewals(&self) -> u64 {
+        self.renewals
+    }
+
+    /// Replace the handle by a fresh one carrying the same parameters although nothing failed: libjpeg keeps the
+    /// quantization and Huffman tables of every image it parsed in the handle (abbreviated datastreams), and
+    /// `jpeg_abort_decompress` does not clear them; only a new instance starts without tables (and with
+    /// libjpeg's standard Huffman tables for sequential files that define none). The caller re-reads the header
+    /// of the image about to be decoded before setting a cropping region. If `tj3Init` fails the handle is
+    /// poisoned, so the next call fails instead of decoding with old tables.
+    pub fn renew(&mut self) {
+        self.renewals += 1;
+        self.replace_handle();
+    }
+
     /// Replace the handle by a fresh one carrying the same parameters (see "Failure recovery" above).
     fn recover(&mut self) {
         self.resets += 1;
+        self.replace_handle();
+    }
+
+    /// A fresh handle with `params` re-applied; on failure the old one stays, marked poisoned.
+    fn replace_handle(&mut self) {
         let fresh = match init_handle() {
             Ok(h) => h,
             Err(_) => {

@@ -46,6 +46,19 @@
 //!   transform, unknown JFIF revision, bad ICC marker) are accepted without counting.
 //! - Fatal libjpeg-turbo errors (unreadable headers or scan headers, unsupported variants, budgets) → typed errors.
 //!
+//! **Fresh tables.** libjpeg keeps the quantization (DQT) and Huffman (DHT) tables of every image a handle parsed
+//! ("abbreviated datastreams"), and one handle serves a worker's whole stream of images. An image that uses a
+//! table it does not define would therefore decode with the last image's table — a file without DQT "decoded"
+//! after another image, a file without DHT decoded with the previous image's optimized codes — so its pixels
+//! would depend on what the worker decoded before. The marker walk of step 1 also records whether every scan
+//! finds its tables defined earlier in the same file ([`markers::JpegStructure::borrows_tables`]); if not, the
+//! handle is replaced by a fresh one before the decode (`jpeg.rs`, [`Decoder::table_renewals`] counts them),
+//! which behaves as Pillow's one-decompressor-per-image: no DQT → `Corrupt` ("Quantization table 0x00 was not
+//! defined"), no DHT in a sequential file → libjpeg's standard tables, no DHT in a progressive or lossless file
+//! → `Corrupt`. A tables-only datastream (EOI, or the end of the data, before the first scan) is `Corrupt` at the
+//! header, whatever the handle read before (tj3DecompressHeader would report the previous image's size for it). Files with their own
+//! tables — nearly all — cost nothing extra: the walk runs anyway.
+//!
 //! Failures never outlive their image: after any failed libjpeg-turbo call the tj3 handle is re-created with the
 //! same parameters (`jpeg.rs`, "Failure recovery"), and the PNG path builds a fresh `png::Decoder` per image.
 //!
@@ -80,6 +93,8 @@ mod other;
 #[cfg(test)]
 mod other_tests;
 mod pngdec;
+#[cfg(test)]
+mod table_state_tests;
 #[cfg(test)]
 mod tests;
 
@@ -466,6 +481,8 @@ pub struct Decoder {
     png_raw: Vec<u8>,
     /// The last decode met damaged entropy data (see the warning policy in the module docs).
     damaged: bool,
+    /// Zero the scratch a decode writes before decoding (only for the second decode of a damaged file).
+    zero_scratch: bool,
 }
 
 impl std::fmt::Debug for Decoder {
@@ -493,6 +510,7 @@ impl Decoder {
             wide: Vec::new(),
             png_raw: Vec::new(),
             damaged: false,
+            zero_scratch: false,
         };
         // Don't extract ICC profiles (we ignore them, like torchvision's loading): saves copying APP2 segments.
         d.tj.set(tj::TJPARAM_TJPARAM_SAVEMARKERS, 0)
@@ -533,6 +551,12 @@ impl Decoder {
         self.tj.resets()
     }
 
+    /// How many times the tj3 handle was renewed before decoding an image that uses a table it does not define
+    /// (module docs, "Fresh tables").
+    pub fn table_renewals(&self) -> u64 {
+        self.tj.renewals()
+    }
+
     /// Bytes of scratch memory currently held (capacity of all buffers).
     pub fn scratch_bytes(&self) -> usize {
         self.rgb.capacity()
@@ -566,7 +590,11 @@ impl Decoder {
 
     /// The byte-level rules checked before libjpeg-turbo touches the pixels: a complete marker structure up to
     /// EOI (truncated → `Corrupt`, whatever the crop) and the scan limit (→ `TooLarge`).
-    fn check_jpeg_structure(&self, bytes: &[u8]) -> std::result::Result<(), ImageError> {
+    ///
+    /// The same walk says whether the image uses a table it does not define (`borrows_tables`); then the tj3
+    /// handle is renewed and the header re-read on it, so the decode sees the tables a fresh handle would (module
+    /// docs, "Fresh tables"). Images with their own tables — nearly all — pay nothing beyond the walk.
+    fn check_jpeg_structure(&mut self, bytes: &[u8]) -> std::result::Result<(), ImageError> {
         let st =
             markers::walk_jpeg(bytes).map_err(|e| ImageError::new(ImageErrorKind::Corrupt, format!("JPEG: {e}")))?;
         if st.scans > self.limits.max_scans {
@@ -574,6 +602,11 @@ impl Decoder {
                 ImageErrorKind::TooLarge,
                 format!("JPEG has {} scans, above the limit of {} scans", st.scans, self.limits.max_scans),
             ));
+        }
+        if st.borrows_tables {
+            self.tj.renew();
+            // The cropping region is checked against the header the handle read last: read it on the new handle.
+            self.tj.read_header(bytes).map_err(jpeg_failure)?;
         }
         Ok(())
     }
@@ -615,6 +648,16 @@ impl Decoder {
                 }
             }
             ImageFormat::Jpeg => {
+                // A tables-only datastream (EOI before any SOS, or a header cut short) makes tj3DecompressHeader
+                // load its tables and return success with the *previous* image's header values (-1 on a fresh
+                // handle): refuse it from the bytes, the same way whatever the handle read before.
+                if markers::ends_before_scan(bytes) {
+                    return Err(ImageError::new(
+                        ImageErrorKind::Corrupt,
+                        "JPEG: no image (EOI or the end of the data before the first scan: a tables-only \
+                         datastream or a truncated header)",
+                    ));
+                }
                 let h = self.tj.read_header(bytes).map_err(jpeg_failure)?;
                 let colorspace = match h.colorspace {
                     0 => ColorSpace::Rgb,
@@ -716,6 +759,32 @@ impl Decoder {
             Some(r) => (r.x as u32, r.y as u32, r.w as u32, r.h as u32),
             None => (0, 0, sw, sh),
         };
+        let rect = self.decode_region(bytes, info, m, region, exif::Rect { x0, y0, x1: x0 + w, y1: y0 + h })?;
+        if !self.damaged {
+            return Ok(rect);
+        }
+        // Damaged data: libjpeg-turbo reports "warning" even when a fatal error followed the warning (tj3GetErrorCode
+        // only looks at the warning flag), and then leaves rows unwritten, which would keep the previous image's
+        // pixels in scratch. Decode once more into zeroed scratch on the fresh handle (every failed call renews
+        // it), so the unwritten rows are zeros whatever the worker decoded before. Only damaged files pay this.
+        self.damaged = false;
+        self.tj.read_header(bytes).map_err(jpeg_failure)?;
+        self.zero_scratch = true;
+        let again = self.decode_region(bytes, info, m, region, exif::Rect { x0, y0, x1: x0 + w, y1: y0 + h });
+        self.zero_scratch = false;
+        again
+    }
+
+    /// Set scaling `m`/8 and `region` (its rectangle: `rect`) and decode into `self.rgb` (see `decode_stored`).
+    fn decode_region(
+        &mut self,
+        bytes: &[u8],
+        info: &ImageInfo,
+        m: u8,
+        region: Option<TjRegion>,
+        rect: exif::Rect,
+    ) -> std::result::Result<exif::Rect, ImageError> {
+        let (w, h) = (rect.x1 - rect.x0, rect.y1 - rect.y0);
         let g = gcd(u32::from(m), 8) as i32;
         self.tj.set_scaling(i32::from(m) / g, 8 / g)?;
         self.tj.set_region(region)?;
@@ -733,7 +802,7 @@ impl Decoder {
             }
             Err(e) => return Err(e),
         }
-        Ok(exif::Rect { x0, y0, x1: x0 + w, y1: y0 + h })
+        Ok(rect)
     }
 
     /// Decode a format without ROI or scaling (everything but JPEG) whole into `self.rgb`; the header has been
@@ -787,6 +856,15 @@ impl Decoder {
     ) -> std::result::Result<(), ImageError> {
         let cmyk = matches!(info.colorspace, ColorSpace::Cmyk | ColorSpace::Ycck);
         let (pf, bpp) = if cmyk { (tj::TJPF_TJPF_CMYK, 4) } else { (tj::TJPF_TJPF_RGB, 3) };
+        if self.zero_scratch {
+            // The re-decode of a damaged file (see `decode_stored`): rows libjpeg-turbo leaves unwritten are zeros.
+            for v in [&mut self.rgb, &mut self.cmyk] {
+                ensure_len(v, w * h * 4);
+                v[..w * h * 4].fill(0);
+            }
+            ensure_len(&mut self.wide, w * h * bpp);
+            self.wide[..w * h * bpp].fill(0);
+        }
         ensure_len(&mut self.rgb, w * h * 3);
         if info.lossless && info.colorspace == ColorSpace::Gray {
             // libjpeg-turbo has no gray → RGB conversion for lossless JPEG ("Unsupported color conversion
@@ -860,19 +938,36 @@ impl Decoder {
         self.tj.set_scaling(1, 1)?;
         // An explicit full region bounds the rows libjpeg-turbo writes to the size computed here.
         let region = info.can_crop().then_some(TjRegion { x: 0, y: 0, w: w as i32, h: h as i32 });
-        self.tj.set_region(region)?;
-        if info.precision == 8
-            && !matches!(info.colorspace, ColorSpace::Cmyk | ColorSpace::Ycck)
-            && !(info.lossless && info.colorspace == ColorSpace::Gray)
-        {
-            ensure_len(out, n);
-            out.truncate(n);
-            self.damaged |=
-                check_decode(self.tj.decompress8(bytes, out, 3 * w as usize, h as usize, tj::TJPF_TJPF_RGB))?;
-        } else {
-            self.decode_pixels(bytes, &info, w as usize, h as usize)?;
-            out.clear();
-            out.extend_from_slice(&self.rgb[..n]);
+        for zero in [false, true] {
+            if zero {
+                // Damaged data: decode again into zeroed memory on the fresh handle (see `decode_stored`).
+                self.damaged = false;
+                self.tj.read_header(bytes).map_err(jpeg_failure)?;
+                self.tj.set_scaling(1, 1)?;
+            }
+            self.tj.set_region(region)?;
+            if info.precision == 8
+                && !matches!(info.colorspace, ColorSpace::Cmyk | ColorSpace::Ycck)
+                && !(info.lossless && info.colorspace == ColorSpace::Gray)
+            {
+                ensure_len(out, n);
+                out.truncate(n);
+                if zero {
+                    out.fill(0);
+                }
+                self.damaged |=
+                    check_decode(self.tj.decompress8(bytes, out, 3 * w as usize, h as usize, tj::TJPF_TJPF_RGB))?;
+            } else {
+                self.zero_scratch = zero;
+                let r = self.decode_pixels(bytes, &info, w as usize, h as usize);
+                self.zero_scratch = false;
+                r?;
+                out.clear();
+                out.extend_from_slice(&self.rgb[..n]);
+            }
+            if !self.damaged {
+                break;
+            }
         }
         Ok((w, h))
     }
