@@ -231,16 +231,19 @@ def test_auto_moves_the_share_and_delivers_every_sample(folder):
     assert st["decode_gpu"] > 0 and st["decode_gpu"] + st["decode_gpu_fallback"] <= 3 * 96
 
 
-def test_epoch_restart_and_close_mid_epoch(folder):
-    ld = trdata.Loader(
+def gpu_loader(folder, size, **kw):
+    """A decode='gpu' CUDA loader over ``folder`` with RandomResizedCrop(size)."""
+    return trdata.Loader(
         trdata.ImageFolder(str(folder)),
-        batch_size=8,
-        transforms=[trdata.RandomResizedCrop(64)],
+        transforms=[trdata.RandomResizedCrop(size)],
         device="cuda:0",
-        workers=3,
-        reproducible=True,
         decode="gpu",
+        **kw,
     )
+
+
+def test_epoch_restart_and_close_mid_epoch(folder):
+    ld = gpu_loader(folder, 64, batch_size=8, workers=3, reproducible=True)
     for _ in range(3):
         for i, _b in enumerate(ld):
             if i == 2:
@@ -255,14 +258,7 @@ def test_epoch_restart_and_close_mid_epoch(folder):
 
 
 def test_memory_stays_within_the_arenas(folder):
-    ld = trdata.Loader(
-        trdata.ImageFolder(str(folder)),
-        batch_size=16,
-        transforms=[trdata.RandomResizedCrop(224)],
-        device="cuda:0",
-        prefetch=2,
-        decode="gpu",
-    )
+    ld = gpu_loader(folder, 224, batch_size=16, prefetch=2)
     for _ in ld:
         pass
     st = ld.stats()
