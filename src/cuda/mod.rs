@@ -6,6 +6,11 @@
 //! memory with it, `transfer/` copies staged batches to the device and records events with it, and
 //! `export/` enqueues the consumer's stream waits with it. `trdata info` reads [`probe()`].
 //!
+//! Files: `driver` (contexts, streams, events, device memory), `probe` (what the machine has), and the GPU decode
+//! path's libraries, loaded at run time like the driver — `libsearch` (their one search order), [`nvjpeg`]
+//! (libnvjpeg: hardware batched ROI decode), [`nvrtc`] (libnvrtc: compiles `kernels/resample.cu` to a CUBIN) and
+//! [`resample_gpu`] (the resample kernels' launcher); `transfer/gpu_decode.rs` drives them.
+//!
 //! Rules for everything in this module, because cudarc turns "not there" into panics:
 //! 1. Call [`probe()`] (or [`driver_present()`]) before any other cudarc call. cudarc's
 //!    `culib()` panics when libcuda cannot be loaded, and every driver symbol is looked up with
