@@ -43,6 +43,9 @@ class BatchOp:
     """Base class of the batch ops (MixUp, CutMix, RandomChoice, BatchRandomErasing): data the Loader applies
     to each batch on its device, not Python callables (use ``batch_transform=`` for your own code)."""
 
+    def __post_init__(self) -> None:
+        self._spec()  # the dataclass ops check their arguments at construction
+
     def _spec(self) -> tuple[Any, ...]:
         raise NotImplementedError
 
@@ -58,9 +61,6 @@ class MixUp(BatchOp):
     alpha: float = _DEFAULTS["MixUp.alpha"]
     num_classes: int | None = None
 
-    def __post_init__(self) -> None:
-        self._spec()
-
     def _spec(self) -> tuple[Any, ...]:
         return ("mixup", _real(self.alpha, "alpha"), _opt_int(self.num_classes, "num_classes"))
 
@@ -75,9 +75,6 @@ class CutMix(BatchOp):
     alpha: float = _DEFAULTS["CutMix.alpha"]
     num_classes: int | None = None
 
-    def __post_init__(self) -> None:
-        self._spec()
-
     def _spec(self) -> tuple[Any, ...]:
         return ("cutmix", _real(self.alpha, "alpha"), _opt_int(self.num_classes, "num_classes"))
 
@@ -91,9 +88,6 @@ class RandomChoice(BatchOp):
 
     ops: Sequence[BatchOp]
     p: Sequence[float] | None = None
-
-    def __post_init__(self) -> None:
-        self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
         ops = self.ops
@@ -135,9 +129,6 @@ class BatchRandomErasing(BatchOp):
     scale: tuple[float, float] = (0.02, 0.33)
     ratio: tuple[float, float] = (0.3, 3.3)
     value: float | str = 0.0
-
-    def __post_init__(self) -> None:
-        self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
         if isinstance(self.value, str):

@@ -82,6 +82,11 @@ class Transform:
     cannot add behaviour (the Loader refuses it). Compose the built-in ones as a list passed as
     ``transforms=``."""
 
+    def __post_init__(self) -> None:
+        # Every built-in is a frozen dataclass, whose __init__ calls this: its arguments are checked at
+        # construction by building the spec the core compiles (a ConfigError naming the parameter).
+        self._spec()
+
     def _spec(self) -> tuple[Any, ...]:
         raise NotImplementedError(_not_builtin_message(type(self)))
 
@@ -106,9 +111,6 @@ class RandomResizedCrop(Transform):
     interpolation: Any = _DEFAULTS["RandomResizedCrop.interpolation"]
     antialias: bool = _DEFAULTS["RandomResizedCrop.antialias"]
 
-    def __post_init__(self) -> None:
-        self._spec()
-
     def _spec(self) -> tuple[Any, ...]:
         h, w = _size(self.size)
         scale, ratio = _pair(self.scale, "scale"), _pair(self.ratio, "ratio")
@@ -125,9 +127,6 @@ class Resize(Transform):
     interpolation: Any = _DEFAULTS["Resize.interpolation"]
     max_size: int | None = None
     antialias: bool = _DEFAULTS["Resize.antialias"]
-
-    def __post_init__(self) -> None:
-        self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
         if self.max_size is not None:
@@ -176,9 +175,6 @@ class RandomHorizontalFlip(Transform):
     """Flip left-right with probability ``p``."""
 
     p: float = _DEFAULTS["RandomHorizontalFlip.p"]
-
-    def __post_init__(self) -> None:
-        self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
         return ("horizontal_flip", _real(self.p, "p"))
@@ -252,9 +248,6 @@ class RandomVerticalFlip(Transform):
 
     p: float = _DEFAULTS["RandomVerticalFlip.p"]
 
-    def __post_init__(self) -> None:
-        self._spec()
-
     def _spec(self) -> tuple[Any, ...]:
         return ("vertical_flip", _real(self.p, "p"))
 
@@ -266,9 +259,6 @@ class Pad(Transform):
     padding: Any
     fill: Any = _DEFAULTS["Pad.fill"]
     padding_mode: str = _DEFAULTS["Pad.padding_mode"]
-
-    def __post_init__(self) -> None:
-        self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
         return ("pad", _padding(self.padding), _fill(self.fill), _str(self.padding_mode, "padding_mode"))
@@ -284,9 +274,6 @@ class RandomCrop(Transform):
     pad_if_needed: bool = False
     fill: Any = _DEFAULTS["Pad.fill"]
     padding_mode: str = _DEFAULTS["Pad.padding_mode"]
-
-    def __post_init__(self) -> None:
-        self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
         h, w = _size(self.size)
@@ -311,9 +298,6 @@ class ColorJitter(Transform):
     saturation: Any = None
     hue: Any = None
 
-    def __post_init__(self) -> None:
-        self._spec()
-
     def _spec(self) -> tuple[Any, ...]:
         return (
             "color_jitter",
@@ -331,9 +315,6 @@ class Grayscale(Transform):
 
     num_output_channels: int = _DEFAULTS["Grayscale.num_output_channels"]
 
-    def __post_init__(self) -> None:
-        self._spec()
-
     def _spec(self) -> tuple[Any, ...]:
         if not _is_int(self.num_output_channels):
             raise ConfigError(
@@ -349,9 +330,6 @@ class RandomGrayscale(Transform):
 
     p: float = _DEFAULTS["RandomGrayscale.p"]
 
-    def __post_init__(self) -> None:
-        self._spec()
-
     def _spec(self) -> tuple[Any, ...]:
         return ("random_grayscale", _real(self.p, "p"))
 
@@ -362,9 +340,6 @@ class GaussianBlur(Transform):
 
     kernel_size: Any
     sigma: Any = _DEFAULTS["GaussianBlur.sigma"]
-
-    def __post_init__(self) -> None:
-        self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
         k = self.kernel_size
@@ -396,9 +371,6 @@ class GaussianNoise(Transform):
     sigma: float = _DEFAULTS["GaussianNoise.sigma"]
     clip: bool = _DEFAULTS["GaussianNoise.clip"]
 
-    def __post_init__(self) -> None:
-        self._spec()
-
     def _spec(self) -> tuple[Any, ...]:
         return (
             "gaussian_noise",
@@ -420,9 +392,6 @@ class RandomErasing(Transform):
     ratio: tuple[float, float] = _DEFAULTS["RandomErasing.ratio"]
     value: Any = _DEFAULTS["RandomErasing.value"]
     inplace: bool = False
-
-    def __post_init__(self) -> None:
-        self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
         if isinstance(self.value, str):
@@ -449,9 +418,6 @@ class RandomAutocontrast(Transform):
 
     p: float = _DEFAULTS["RandomAutocontrast.p"]
 
-    def __post_init__(self) -> None:
-        self._spec()
-
     def _spec(self) -> tuple[Any, ...]:
         return ("random_autocontrast", _real(self.p, "p"))
 
@@ -462,9 +428,6 @@ class RandomEqualize(Transform):
 
     p: float = _DEFAULTS["RandomEqualize.p"]
 
-    def __post_init__(self) -> None:
-        self._spec()
-
     def _spec(self) -> tuple[Any, ...]:
         return ("random_equalize", _real(self.p, "p"))
 
@@ -474,9 +437,6 @@ class RandomInvert(Transform):
     """torchvision ``RandomInvert(p=0.5)``."""
 
     p: float = _DEFAULTS["RandomInvert.p"]
-
-    def __post_init__(self) -> None:
-        self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
         return ("random_invert", _real(self.p, "p"))
@@ -489,9 +449,6 @@ class RandomSolarize(Transform):
     threshold: float
     p: float = _DEFAULTS["RandomSolarize.p"]
 
-    def __post_init__(self) -> None:
-        self._spec()
-
     def _spec(self) -> tuple[Any, ...]:
         return ("random_solarize", _real(self.threshold, "threshold"), _real(self.p, "p"))
 
@@ -502,9 +459,6 @@ class RandomPosterize(Transform):
 
     bits: int
     p: float = _DEFAULTS["RandomPosterize.p"]
-
-    def __post_init__(self) -> None:
-        self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
         if not _is_int(self.bits):
@@ -518,9 +472,6 @@ class RandomAdjustSharpness(Transform):
 
     sharpness_factor: float
     p: float = _DEFAULTS["RandomAdjustSharpness.p"]
-
-    def __post_init__(self) -> None:
-        self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
         return (
@@ -589,9 +540,6 @@ class RandomRotation(Transform):
     center: Any = None
     fill: Any = _DEFAULTS["RandomRotation.fill"]
 
-    def __post_init__(self) -> None:
-        self._spec()
-
     def _spec(self) -> tuple[Any, ...]:
         return (
             "random_rotation",
@@ -616,9 +564,6 @@ class RandomAffine(Transform):
     fill: Any = _DEFAULTS["RandomAffine.fill"]
     center: Any = None
 
-    def __post_init__(self) -> None:
-        self._spec()
-
     def _spec(self) -> tuple[Any, ...]:
         return (
             "random_affine",
@@ -641,9 +586,6 @@ class RandomPerspective(Transform):
     interpolation: Any = _DEFAULTS["RandomPerspective.interpolation"]
     fill: Any = _DEFAULTS["RandomPerspective.fill"]
 
-    def __post_init__(self) -> None:
-        self._spec()
-
     def _spec(self) -> tuple[Any, ...]:
         return (
             "random_perspective",
@@ -662,9 +604,6 @@ class AutoAugment(Transform):
     policy: Any = _DEFAULTS["AutoAugment.policy"]
     interpolation: Any = _DEFAULTS["AutoAugment.interpolation"]
     fill: Any = None
-
-    def __post_init__(self) -> None:
-        self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
         return (
@@ -686,9 +625,6 @@ class RandAugment(Transform):
     interpolation: Any = _DEFAULTS["RandAugment.interpolation"]
     fill: Any = None
 
-    def __post_init__(self) -> None:
-        self._spec()
-
     def _spec(self) -> tuple[Any, ...]:
         return (
             "rand_augment",
@@ -707,9 +643,6 @@ class TrivialAugmentWide(Transform):
     num_magnitude_bins: int = _DEFAULTS["TrivialAugmentWide.num_magnitude_bins"]
     interpolation: Any = _DEFAULTS["TrivialAugmentWide.interpolation"]
     fill: Any = None
-
-    def __post_init__(self) -> None:
-        self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
         return (
@@ -732,9 +665,6 @@ class AugMix(Transform):
     all_ops: bool = _DEFAULTS["AugMix.all_ops"]
     interpolation: Any = _DEFAULTS["AugMix.interpolation"]
     fill: Any = None
-
-    def __post_init__(self) -> None:
-        self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
         return (
@@ -768,9 +698,6 @@ class RandomApply(Transform):
     transforms: Sequence[Transform]
     p: float = _DEFAULTS["RandomApply.p"]
 
-    def __post_init__(self) -> None:
-        self._spec()
-
     def _spec(self) -> tuple[Any, ...]:
         return ("random_apply", _inner(self.transforms, "RandomApply"), _real(self.p, "p"))
 
@@ -782,9 +709,6 @@ class RandomChoice(Transform):
 
     transforms: Sequence[Transform]
     p: Sequence[float] | None = None
-
-    def __post_init__(self) -> None:
-        self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
         if self.p is not None and not _seq(self.p):
@@ -799,9 +723,6 @@ class RandomOrder(Transform):
     size."""
 
     transforms: Sequence[Transform]
-
-    def __post_init__(self) -> None:
-        self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
         return ("random_order", _inner(self.transforms, "RandomOrder"))
@@ -838,9 +759,6 @@ class TimmRandAugment(Transform):
     interpolation: str = "random"
     translate_pct: float = 0.45
     weights: Sequence[float] | None = None
-
-    def __post_init__(self) -> None:
-        self._spec()
 
     @classmethod
     def from_config(
@@ -930,9 +848,6 @@ class TimmResizeKeepRatio(Transform):
     longest: float = 0.0
     interpolation: Any = "bilinear"
 
-    def __post_init__(self) -> None:
-        self._spec()
-
     def _spec(self) -> tuple[Any, ...]:
         h, w = _size(self.size)
         return _resampled(
@@ -949,9 +864,6 @@ class TimmCenterCropOrPad(Transform):
     size: int | tuple[int, int]
     fill: Any = 0
     padding_mode: str = "constant"
-
-    def __post_init__(self) -> None:
-        self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
         h, w = _size(self.size)
@@ -979,9 +891,6 @@ class TimmAutoAugment(Transform):
     fill: Any = (128, 128, 128)
     interpolation: str = "random"
     translate_pct: float = 0.45
-
-    def __post_init__(self) -> None:
-        self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
         bad = ConfigError(
@@ -1029,9 +938,6 @@ class TimmAugMix(Transform):
     interpolation: str = "random"
     translate_pct: float = 0.45
 
-    def __post_init__(self) -> None:
-        self._spec()
-
     def _spec(self) -> tuple[Any, ...]:
         if isinstance(self.ops, (str, bytes)) or not _seq(self.ops):
             raise ConfigError(
@@ -1071,9 +977,6 @@ class TimmRandomErasing(Transform):
     max_count: int | None = None
     mean: Sequence[float] = IMAGENET_MEAN
     std: Sequence[float] = IMAGENET_STD
-
-    def __post_init__(self) -> None:
-        self._spec()
 
     def _spec(self) -> tuple[Any, ...]:
         min_aspect = _real(self.min_aspect, "min_aspect")
