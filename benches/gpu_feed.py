@@ -11,7 +11,7 @@ config, the compile time is reported), and `load` (loader-only: batches delivere
 model). Feeders:
   synthetic       4 pre-made bf16 channels_last batches on the GPU, cycled: the ceiling (training phases only)
   trdata-MODE     trdata.Loader(device="cuda:0", decode=MODE, bf16, NHWC → channels_last view, RRC 224 + flip +
-                  IMAGENET normalize, shuffled, all allowed cores as workers); MODE = cpu | gpu | auto | a GPU
+                  IMAGENET normalize, shuffled, the loader's default workers); MODE = cpu | gpu | auto | a GPU
                   fraction 0.25 / 0.5 / 0.75. trdata-auto gets --auto-warmup extra untimed steps so its
                   controller has settled before the window opens.
   dataloader      torch DataLoader (--dl-workers processes, pin_memory, persistent, prefetch 2): read_file →
@@ -657,7 +657,10 @@ def parse_args(argv=None):
     p.add_argument("--only", default=None, help="comma-separated fnmatch patterns over PHASE/FEEDER names")
     p.add_argument("--compile", action="store_true", help="add rn50c/*: ResNet-50 under torch.compile")
     p.add_argument(
-        "--workers", type=int, default=allowed_cores(), help="trdata workers (default: allowed cores)"
+        "--workers",
+        type=int,
+        default=None,
+        help="trdata workers (default: the loader's own: allowed cores - 1, less one per GPU decode thread)",
     )
     p.add_argument("--dl-workers", type=int, default=16)
     p.add_argument(
@@ -673,7 +676,7 @@ def parse_args(argv=None):
     p.add_argument("--dry", action="store_true", help="no GPU: check args, CPU meter, decode line and table")
     a = p.parse_args(argv)
     for k in ("steps", "batch", "workers", "dl_workers"):
-        if getattr(a, k) < 1:
+        if getattr(a, k) is not None and getattr(a, k) < 1:
             p.error(f"--{k.replace('_', '-')} must be ≥ 1")
     if a.warmup < 1 or a.auto_warmup < 0:
         p.error("--warmup must be ≥ 1 and --auto-warmup ≥ 0")

@@ -258,7 +258,7 @@ class TrdataFeed:
             )
         }
         out = {
-            "workers": self.workers,
+            "workers": self.loader.workers,
             "dtype": self.dtype,
             "stats_delta": d,
             "consumer_wait_frac": round(d["consumer_wait_ns"] / wall_ns, 4),

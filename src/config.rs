@@ -173,11 +173,18 @@ pub mod default {
     }
 
     /// `workers` when the user gives none, from the `cpus` the workers are pinned to: every one for a CPU
-    /// loader; one less for a GPU loader (when more than two), left to the training thread: on the H200 box,
+    /// loader; for a GPU loader (more than two CPUs) one less, left to the training thread — on the H200 box,
     /// 16 workers on 16 cores delayed kernel launches enough to cost 6% of ResNet-50 step rate, 15 workers
-    /// cost nothing (benches/README.md, run 2).
-    pub fn workers(cpus: usize, gpu: bool) -> usize {
-        if gpu && cpus > 2 { cpus - 1 } else { cpus.max(1) }
+    /// cost nothing (benches/README.md, run 2) — and one less per GPU decode thread (`gpu_decode_threads`, 0
+    /// on the CPU path), never below half the CPUs: the decode threads feed the JPEG engines and wait on the
+    /// GPU in short calls, and a worker on every core delays them (H200, loader-only at a 0.75 GPU share:
+    /// 14,255 img/s with 16 workers, 19,697 with 12; docs/gpu_decode.md §17).
+    pub fn workers(cpus: usize, gpu: bool, gpu_decode_threads: usize) -> usize {
+        if gpu && cpus > 2 {
+            cpus.saturating_sub(1 + gpu_decode_threads).max(cpus.div_ceil(2))
+        } else {
+            cpus.max(1)
+        }
     }
 }
 
@@ -257,8 +264,9 @@ impl PinMode {
 pub struct LoaderConfig {
     /// Rows per batch.
     pub batch_size: usize,
-    /// Worker threads.
-    pub workers: usize,
+    /// Worker threads (None: [`default::workers`] for the CPUs, devices and decode path, resolved by
+    /// `Loader::with_devices`).
+    pub workers: Option<usize>,
     /// Shuffle the epoch order.
     pub shuffle: bool,
     /// Seed of every random decision.
@@ -307,13 +315,14 @@ pub struct GpuLibraries {
 
 impl LoaderConfig {
     /// Check every parameter against its rule, then against a dataset of `num_samples` samples served by
-    /// `engines` engines (devices) per rank and this machine's memory; returns the epoch plan's shape. Names
+    /// `engines` engines (devices) per rank with `workers` workers (`self.workers` or its default) and this
+    /// machine's memory; returns the epoch plan's shape. Names
     /// the parameter at fault. (The transforms, normalize and output type were checked when `pipeline` was
     /// built, the decode limits are checked here by `DecodeLimits::validate`.)
-    pub fn validate(&self, num_samples: usize, engines: usize) -> Result<PlanShape> {
+    pub fn validate(&self, num_samples: usize, engines: usize, workers: usize) -> Result<PlanShape> {
         self.decode_limits.validate()?;
         BATCH_SIZE.check::<usize>(self.batch_size as i128)?;
-        WORKERS.check::<usize>(self.workers as i128)?;
+        WORKERS.check::<usize>(workers as i128)?;
         WORLD_SIZE.check::<usize>(self.world_size as i128)?;
         RANK.check::<usize>(self.rank as i128)?;
         if self.rank >= self.world_size {
@@ -327,7 +336,7 @@ impl LoaderConfig {
         }
         MAX_HELD_BATCHES.check::<usize>(self.max_held_batches as i128)?;
         PREFETCH.check::<usize>(self.prefetch as i128)?;
-        check_workers_per_engine(self.workers, engines)?;
+        check_workers_per_engine(workers, engines)?;
         if num_samples == 0 {
             return Err(TrdataError::config(SOURCE, "a dataset of 0 samples must have at least one"));
         }
@@ -511,9 +520,14 @@ mod tests {
         assert!(check_workers_per_engine(2, 2).is_ok());
         assert!(check_workers_per_engine(1, 2).is_err());
         assert!(check_workers_per_engine(1, 0).is_err());
-        assert_eq!(default::workers(16, true), 15);
-        assert_eq!(default::workers(2, true), 2);
-        assert_eq!(default::workers(16, false), 16);
+        assert_eq!(default::workers(16, true, 0), 15);
+        assert_eq!(default::workers(2, true, 0), 2);
+        assert_eq!(default::workers(16, false, 0), 16);
+        // GPU decode threads get cores of their own (3 per engine), never below half the CPUs.
+        assert_eq!(default::workers(16, true, 3), 12);
+        assert_eq!(default::workers(4, true, 3), 2);
+        assert_eq!(default::workers(128, true, 24), 103);
+        assert_eq!(default::workers(16, true, 24), 8);
     }
 
     #[test]

@@ -26,6 +26,9 @@ use crate::stats::{GpuCounters, Stats};
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering, lock};
 use crate::topology::{self, PinMode};
 use crate::transfer::{BatchLease, EpochShape, Station, Take};
+
+/// GPU decode threads per engine (transfer/gpu_decode.rs), which the default worker count leaves cores for.
+const GPU_DECODE_THREADS: usize = crate::transfer::gpu_decode::DECODERS[0] + crate::transfer::gpu_decode::DECODERS[1];
 use crate::transfer::{CpuFallback, GpuDecodeSetup, Share};
 use crate::transfer::{DeviceBatch, DeviceNext, GpuEngine, GpuEngineConfig};
 use crate::worker::{EngineJob, EpochFallback, EpochJob, SkipLog, SkipRecord, WorkContext, WorkerPool};
@@ -163,6 +166,8 @@ struct Running {
 #[derive(Debug)]
 pub struct Loader {
     cfg: LoaderConfig,
+    /// Worker threads: `cfg.workers` or its default for this loader's CPUs, devices and decode path.
+    workers: usize,
     shape: PlanShape,
     ctx: Arc<WorkContext>,
     next_epoch: u64,
@@ -247,13 +252,21 @@ impl Loader {
             config::check_devices(ordinals)?;
             config::DEVICE_SLOTS.check::<usize>(*device_slots as i128)?;
         }
-        let shape = cfg.validate(dataset.len(), devices.engines())?;
+        let gpu_plan = plan_gpu_decode(&cfg, &devices)?;
+        let workers = cfg.workers.unwrap_or_else(|| {
+            let cpus = cfg
+                .cpus
+                .as_ref()
+                .map_or_else(|| topology::current_thread_affinity().unwrap_or_default().len(), Vec::len);
+            let decode_threads = gpu_plan.as_ref().map_or(0, |_| devices.engines() * GPU_DECODE_THREADS);
+            config::default::workers(cpus, devices != DeviceSpec::Cpu, decode_threads)
+        });
+        let shape = cfg.validate(dataset.len(), devices.engines(), workers)?;
         if let DeviceSpec::Cuda { ordinals, .. } = &devices {
             for &o in ordinals {
                 cuda::check_device(o)?;
             }
         }
-        let gpu_plan = plan_gpu_decode(&cfg, &devices)?;
         let ctx = Arc::new(WorkContext {
             dataset,
             pipeline: cfg.pipeline.clone(),
@@ -266,6 +279,7 @@ impl Loader {
         });
         Ok(Self {
             cfg,
+            workers,
             shape,
             ctx,
             next_epoch: 0,
@@ -294,6 +308,11 @@ impl Loader {
     /// Never empty (validated at construction).
     pub fn is_empty(&self) -> bool {
         false
+    }
+
+    /// Worker threads (the configured number or its default).
+    pub fn workers(&self) -> usize {
+        self.workers
     }
 
     /// The configuration.
@@ -548,7 +567,7 @@ impl Loader {
                     gpus.push(started?);
                 }
             }
-            let plan = topology::worker_plan(&topo, self.cfg.pin, self.cfg.workers, &nodes);
+            let plan = topology::worker_plan(&topo, self.cfg.pin, self.workers, &nodes);
             let pool = WorkerPool::start(plan, self.cfg.decode_limits)?;
             self.runtime = Some(Runtime { pool, station, gpus, pid: std::process::id() });
         }

@@ -241,7 +241,7 @@ fn loader_cfg(batch: usize, workers: usize, shuffle: bool, reproducible: bool) -
     let spec = OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None };
     LoaderConfig {
         batch_size: batch,
-        workers,
+        workers: Some(workers),
         shuffle,
         seed: 5,
         reproducible,

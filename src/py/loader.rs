@@ -301,15 +301,10 @@ impl NativeLoader {
         let cpus = cpus
             .map(|ids| ids.iter().map(|c| int_arg::<usize>(c, &config::CPU_ID)).collect::<PyResult<Vec<_>>>())
             .transpose()?;
-        let default_workers = config::default::workers(
-            cpus.as_ref()
-                .map_or_else(|| crate::topology::current_thread_affinity().unwrap_or_default().len(), Vec::len),
-            devices.is_some(),
-        );
         let limits = DecodeLimits::default();
         let cfg = LoaderConfig {
             batch_size: int_arg(batch_size, &config::BATCH_SIZE)?,
-            workers: opt_int_arg(workers, &config::WORKERS, default_workers)?,
+            workers: workers.map(|w| int_arg(w, &config::WORKERS)).transpose()?,
             shuffle,
             seed: int_arg(seed, &config::SEED)?,
             reproducible: reproducible.unwrap_or_else(|| config::default::reproducible(shuffle)),
@@ -371,7 +366,7 @@ impl NativeLoader {
     /// Worker threads (the given number, or the core's default for this loader's CPUs and devices).
     #[getter]
     fn workers(&self) -> PyResult<usize> {
-        Ok(self.lock()?.config().workers)
+        Ok(self.lock()?.workers())
     }
 
     /// Position + configuration fingerprint at the current batch boundary, as a dict (loader.py documents
