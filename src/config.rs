@@ -180,11 +180,7 @@ pub mod default {
     /// GPU in short calls, and a worker on every core delays them (H200, loader-only at a 0.75 GPU share:
     /// 14,255 img/s with 16 workers, 19,697 with 12; docs/gpu_decode.md §17).
     pub fn workers(cpus: usize, gpu: bool, gpu_decode_threads: usize) -> usize {
-        if gpu && cpus > 2 {
-            cpus.saturating_sub(1 + gpu_decode_threads).max(cpus.div_ceil(2))
-        } else {
-            cpus.max(1)
-        }
+        if gpu && cpus > 2 { cpus.saturating_sub(1 + gpu_decode_threads).max(cpus.div_ceil(2)) } else { cpus.max(1) }
     }
 }
 
