@@ -1,0 +1,238 @@
+"""Issue 12 on one node: DDP per-GPU rates at 1 and N GPUs per feeder, NUMA placement, and a SIGKILL-and-resume.
+
+    python benches/node_ddp.py --data DIR [--gpus 8] [--models resnet50,resnet18] [--feeds synthetic,trdata,dataloader]
+                               [--steps 80 --warmup 30 --batch 256] [--decode cpu] [--pin numa] [--packed FILE]
+                               [--kill] [--json OUT] [-- extra train_ddp.py args]
+
+Everything runs through ``torchrun --standalone --nproc_per_node=n examples/train_ddp.py`` (bf16 autocast,
+channels_last on CUDA): for each model and feeder, n = 1 and n = ``--gpus``, ``--rate`` mode, which prints every
+rank's img/s over the steps after ``--warmup``. The table gives the 1-GPU rate, the per-GPU mean (and slowest rank)
+at n GPUs, their ratio (the issue's target: ≥ 0.95) and × synthetic per GPU at n (target for ResNet-50: ≥ 0.97).
+Then one trdata run at n GPUs with ``--numa-report``: where each rank's GPU hangs, its workers' CPUs and the pages
+of its big anonymous mappings (the pinned staging slabs among them) by node.
+
+``--kill``: an uninterrupted run of ``--kill-steps`` steps with every rank's ``(step, loss, checksum)`` lines
+(checkpoints every ``--save-every`` steps, deterministic cuDNN), the same run SIGKILLed — the whole torchrun process
+group, no cleanup — once every rank has printed step ``--kill-at``, then ``--resume`` from the last checkpoint to the
+end. Every (rank, step) of the uninterrupted run must appear with the same loss and batch checksum (the steps after
+the checkpoint are made twice: both times must match). Exit status 1 on any mismatch.
+
+Without CUDA the same runs use gloo and the CPU (``-- --model tiny --image-size 64`` keeps them short): that is how
+this file is tested (tests/test_node_ddp.py) until an 8-GPU machine runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TRAIN = os.path.join(os.path.dirname(HERE), "examples", "train_ddp.py")
+STEP_LINE = re.compile(r"rank (\d+) step (\d+) epoch (\d+) loss (\S+) checksum ([0-9a-f]{16}|-)")
+
+
+def torchrun(n: int, args: list[str]) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={n}",
+        TRAIN,
+        *args,
+    ]
+
+
+def run(n: int, args: list[str], timeout: float) -> str:
+    out = subprocess.run(torchrun(n, args), capture_output=True, text=True, timeout=timeout)
+    if out.returncode != 0:
+        raise RuntimeError(
+            f"torchrun -n {n} {' '.join(args)} failed ({out.returncode}):\n{out.stderr[-4000:]}"
+        )
+    return out.stdout
+
+
+def steps_of(text: str) -> dict[tuple[int, int], tuple[str, str]]:
+    """(rank, step) → (loss, checksum) of every step line (lines of two ranks may share a physical line)."""
+    return {(int(r), int(s)): (loss, digest) for r, s, _e, loss, digest in STEP_LINE.findall(text)}
+
+
+def compare(reference: dict, killed: dict, resumed: dict) -> list[str]:
+    """What differs between the uninterrupted run and the killed run continued by the resumed one."""
+    bad = []
+    for key, want in sorted(reference.items()):
+        seen = [d[key] for d in (killed, resumed) if key in d]
+        if not seen:
+            bad.append(f"rank {key[0]} step {key[1]}: missing after the resume")
+        bad += [f"rank {key[0]} step {key[1]}: {got} != {want}" for got in seen if got != want]
+    extra = sorted(set(resumed) - set(reference))
+    bad += [f"rank {r} step {s}: not in the uninterrupted run" for r, s in extra]
+    return bad
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL `pid` and every descendant at once (torchrun starts each rank in a session of its own, so a
+    process-group kill would leave the ranks running)."""
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    tree, frontier = [pid], [pid]
+    while frontier:
+        frontier = [c for c, pp in parent.items() if pp in frontier]
+        tree += frontier
+    for p in tree:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def kill_test(a: argparse.Namespace, common: list[str], tmp: str) -> dict:
+    base = [
+        *common,
+        "--steps",
+        str(a.kill_steps),
+        "--all-ranks",
+        "--deterministic",
+        "--save-every",
+        str(a.save_every),
+    ]
+    reference = steps_of(run(a.gpus, [*base, "--ckpt-dir", os.path.join(tmp, "ref")], a.timeout))
+    ckpt = os.path.join(tmp, "killed")
+    proc = subprocess.Popen(
+        torchrun(a.gpus, [*base, "--ckpt-dir", ckpt]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    text, t0 = "", time.monotonic()
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        text += line
+        done = steps_of(text)
+        if all((r, a.kill_at) in done for r in range(a.gpus)) or time.monotonic() - t0 > a.timeout:
+            kill_tree(proc.pid)  # the whole job: torchrun and every rank, no cleanup
+            break
+    text += proc.stdout.read()  # what the ranks printed before they died
+    proc.wait()
+    killed = steps_of(text)
+    out = run(a.gpus, [*base, "--ckpt-dir", ckpt, "--resume"], a.timeout)
+    resumed = steps_of(out)
+    m = re.search(r"resumed at step (\d+)", out)
+    bad = compare(reference, killed, resumed)
+    resumed_from = int(m.group(1)) if m else None
+    if resumed_from is None or resumed_from >= a.kill_steps:
+        bad.insert(
+            0, f"the run was not killed mid-way (resumed from step {resumed_from}): raise --kill-steps"
+        )
+    return {
+        "ranks": a.gpus,
+        "steps": a.kill_steps,
+        "killed_after_step": max((s for _, s in killed), default=0),
+        "resumed_from_step": resumed_from,
+        "compared": len(reference),
+        "mismatches": bad[:20],
+        "ok": not bad and len(reference) == a.gpus * a.kill_steps,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", required=True)
+    p.add_argument("--packed", default=None, help="feed trdata from this trdata.pack file")
+    p.add_argument(
+        "--gpus", type=int, default=None, help="ranks of the N-GPU runs (default: every visible GPU)"
+    )
+    p.add_argument("--models", default="resnet50,resnet18")
+    p.add_argument("--feeds", default="synthetic,trdata,dataloader")
+    p.add_argument("--steps", type=int, default=80)
+    p.add_argument("--warmup", type=int, default=30)
+    p.add_argument("--batch", type=int, default=256, help="per GPU")
+    p.add_argument("--decode", default="cpu", help="trdata decode=")
+    p.add_argument("--pin", default=None, help="trdata pin= (numa on multi-node-NUMA machines)")
+    p.add_argument("--kill", action="store_true", help="run the SIGKILL-and-resume check")
+    p.add_argument("--kill-steps", type=int, default=40)
+    p.add_argument("--kill-at", type=int, default=23)
+    p.add_argument("--save-every", type=int, default=10)
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds per torchrun")
+    p.add_argument("--json", default=None)
+    p.add_argument("--tmp", default=None, help="checkpoint folder (default: a fresh temporary one)")
+    a = p.parse_args(argv)
+    import tempfile
+
+    if a.gpus is None:
+        import torch
+
+        a.gpus = max(1, torch.cuda.device_count())
+    common = ["--data", a.data, "--batch-size", str(a.batch), "--bf16", "--decode", a.decode, *extra]
+    if a.packed:
+        common += ["--packed", a.packed]
+    if a.pin:
+        common += ["--pin", a.pin]
+    tmp = a.tmp or tempfile.mkdtemp(prefix="node_ddp_")
+    report: dict = {"gpus": a.gpus, "rates": [], "numa": [], "kill": None}
+    for model in a.models.split(","):
+        for feed in a.feeds.split(","):
+            for n in sorted({1, a.gpus}):
+                args = [*common, "--model", model, "--feed", feed, "--rate", "--steps", str(a.steps)]
+                args += ["--warmup", str(a.warmup), "--ckpt-dir", os.path.join(tmp, "rate")]
+                line = next(ln for ln in run(n, args, a.timeout).splitlines() if ln.startswith("RATE "))
+                report["rates"].append(json.loads(line[5:]))
+                print(line, flush=True)
+    out = run(a.gpus, [*common, "--model", a.models.split(",")[0], "--feed", "trdata", "--rate", "--numa-report",
+                       "--steps", str(a.warmup + 2), "--warmup", str(a.warmup), "--ckpt-dir", os.path.join(tmp, "numa")],
+              a.timeout)  # fmt: skip
+    report["numa"] = sorted(ln for ln in out.splitlines() if ln.startswith("NUMA "))
+    if a.kill:
+        report["kill"] = kill_test(a, [*common, "--model", a.models.split(",")[0], "--feed", "trdata"], tmp)
+    print_table(report)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0 if report["kill"] is None or report["kill"]["ok"] else 1
+
+
+def print_table(report: dict) -> None:
+    n = report["gpus"]
+    print(f"\n## DDP on {n} GPUs: per-GPU img/s (bf16, channels_last)\n")
+    print(f"| model | feed | 1 GPU | {n} GPUs: per GPU (slowest) | {n} vs 1 | × synthetic at {n} |")
+    print("|---|---|--:|--:|--:|--:|")
+    rates = {(r["model"], r["feed"], r["world"]): r for r in report["rates"]}
+    for (model, feed, world), r in rates.items():
+        if world != n:
+            continue
+        one = rates.get((model, feed, 1))
+        syn = rates.get((model, "synthetic", n))
+        ratio = f"{r['per_gpu_mean'] / one['per_gpu_mean']:.3f}" if one else "-"
+        vs_syn = f"{r['per_gpu_mean'] / syn['per_gpu_mean']:.3f}" if syn else "-"
+        one_text = f"{one['per_gpu_mean']:,.0f}" if one else "-"
+        print(
+            f"| {model} | {feed} | {one_text} | {r['per_gpu_mean']:,.0f} ({r['per_gpu_min']:,.0f}) | {ratio} | {vs_syn} |"
+        )
+    for line in report["numa"]:
+        print(line)
+    k = report["kill"]
+    if k:
+        verdict = "identical" if k["ok"] else f"MISMATCH: {k['mismatches']}"
+        print(
+            f"\nSIGKILL after step {k['killed_after_step']} of {k['steps']} ({k['ranks']} ranks), resumed from step "
+            f"{k['resumed_from_step']}: {k['compared']} (rank, step) losses and batch checksums {verdict}"
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
