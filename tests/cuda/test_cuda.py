@@ -209,6 +209,56 @@ def test_two_gpus_each_get_their_share_exactly_once(small_paths):
     assert sorted(seen) == list(range(len(small_paths)))
 
 
+def _device_steps(ld, count: int) -> list:
+    """(device, epoch, valid, indices, image digest) of every batch of the next `count` global steps (across epoch
+    ends: a resumed loader finishes its epoch first)."""
+    import hashlib
+
+    out: list = []
+    while len(out) < count:
+        for step in ld:
+            out.append(
+                [
+                    (b.images.device.index, b.epoch, b.valid, b.indices.tolist(),
+                     hashlib.sha1(b.images.cpu().numpy().tobytes()).hexdigest())
+                    for b in step
+                ]
+            )  # fmt: skip
+            if len(out) == count:
+                break
+    return out
+
+
+@needs_two
+@pytest.mark.parametrize("reproducible", [True, False])
+def test_the_multi_gpu_mode_resumes_mid_epoch(small_paths, reproducible):
+    """One process, every visible GPU (issue 12: this mode's resume had never run on GPUs): a loader stopped after
+    k global steps and a fresh one loaded with its state_dict continue the uninterrupted run — byte-identical
+    steps in reproducible mode, every sample exactly once per epoch (per device row counts kept) in fast mode."""
+    devices = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    kw = dict(batch_size=4, shuffle=True, seed=9, reproducible=reproducible, last_batch="pad", device=devices)
+    kw["workers"] = 2 * len(devices)
+    with make(small_paths, **kw) as ld:
+        n = len(ld)
+        reference = _device_steps(ld, 2 * n)  # epochs 0 and 1
+    for k in sorted({1, n // 2, n - 1}):
+        with make(small_paths, **kw) as ld:
+            first = _device_steps(ld, k)
+            state = ld.state_dict()
+        with make(small_paths, **kw) as ld:
+            ld.load_state_dict(state)
+            rest = _device_steps(ld, 2 * n - k)
+        got = first + rest
+        assert [[(d, e) for d, e, *_ in s] for s in got] == [[(d, e) for d, e, *_ in s] for s in reference]
+        if reproducible:
+            assert got == reference, f"k={k}: the resumed steps are byte-identical"
+        else:
+            for epoch in (0, 1):
+                mine = sorted(i for s in got for d, e, v, idx, _ in s if e == epoch for i in idx[:v])
+                want = sorted(i for s in reference for d, e, v, idx, _ in s if e == epoch for i in idx[:v])
+                assert mine == want == list(range(len(small_paths))), f"k={k}, epoch {epoch}: exactly once"
+
+
 @needs_cuda
 def test_in_memory_sources_reach_the_gpu_byte_identical_to_cpu():
     """Arrays (raw pixels, gray and RGB) and Bytes (encoded in memory) through device='cuda:0' equal the CPU loader."""
