@@ -6,16 +6,18 @@
 
 Everything runs through ``torchrun --standalone --nproc_per_node=n examples/train_ddp.py`` (bf16 autocast,
 channels_last on CUDA): for each model and feeder, n = 1 and n = ``--gpus``, ``--rate`` mode, which prints every
-rank's img/s over the steps after ``--warmup``. The table gives the 1-GPU rate, the per-GPU mean (and slowest rank)
+rank's img/s over the steps after ``--warmup``. The 1-GPU job runs on rank 0's share of the cores (the first 1/N),
+so it is fed by the cores one GPU gets at n. The table gives the 1-GPU rate, the per-GPU mean (and slowest rank)
 at n GPUs, their ratio (the issue's target: ≥ 0.95) and × synthetic per GPU at n (target for ResNet-50: ≥ 0.97).
 Then one trdata run at n GPUs with ``--numa-report``: where each rank's GPU hangs, its workers' CPUs and the pages
 of its big anonymous mappings (the pinned staging slabs among them) by node.
 
 ``--kill``: an uninterrupted run of ``--kill-steps`` steps with every rank's ``(step, loss, checksum)`` lines
-(checkpoints every ``--save-every`` steps, deterministic cuDNN), the same run SIGKILLed — the whole torchrun process
-group, no cleanup — once every rank has printed step ``--kill-at``, then ``--resume`` from the last checkpoint to the
-end. Every (rank, step) of the uninterrupted run must appear with the same loss and batch checksum (the steps after
-the checkpoint are made twice: both times must match). Exit status 1 on any mismatch.
+(checkpoints every ``--save-every`` steps, ``--deterministic``), the same job SIGKILLed — torchrun and every rank,
+no cleanup — once every rank has printed step ``--kill-at``, then ``--resume`` from the newest checkpoint step every
+rank has, to the end. Every (rank, step) of the uninterrupted run must appear with the same loss and batch checksum
+(the steps after the checkpoint are made twice: both times must match). Exit status 1 on any mismatch. Every job
+has a deadline (``--timeout``): past it the whole job is killed and the bench fails.
 
 Without CUDA the same runs use gloo and the CPU (``-- --model tiny --image-size 64`` keeps them short): that is how
 this file is tested (tests/test_node_ddp.py) until an 8-GPU machine runs it.
@@ -30,7 +32,7 @@ import re
 import signal
 import subprocess
 import sys
-import time
+import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(os.path.dirname(HERE), "examples", "train_ddp.py")
@@ -49,13 +51,26 @@ def torchrun(n: int, args: list[str]) -> list[str]:
     ]
 
 
-def run(n: int, args: list[str], timeout: float) -> str:
-    out = subprocess.run(torchrun(n, args), capture_output=True, text=True, timeout=timeout)
-    if out.returncode != 0:
+def run(n: int, args: list[str], timeout: float, cpus: list[int] | None = None) -> str:
+    """One torchrun job's stdout; on a timeout the whole job (every rank) is killed. `cpus`: the job's CPUs."""
+    proc = subprocess.Popen(
+        torchrun(n, args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as timed_out:
+        kill_tree(proc.pid)
+        out, err = proc.communicate()
         raise RuntimeError(
-            f"torchrun -n {n} {' '.join(args)} failed ({out.returncode}):\n{out.stderr[-4000:]}"
-        )
-    return out.stdout
+            f"torchrun -n {n} {' '.join(args)} timed out after {timeout} s:\n{err[-4000:]}"
+        ) from timed_out
+    if proc.returncode != 0:
+        raise RuntimeError(f"torchrun -n {n} {' '.join(args)} failed ({proc.returncode}):\n{err[-4000:]}")
+    return out
 
 
 def steps_of(text: str) -> dict[tuple[int, int], tuple[str, str]]:
@@ -116,14 +131,18 @@ def kill_test(a: argparse.Namespace, common: list[str], tmp: str) -> dict:
         stderr=subprocess.DEVNULL,
         text=True,
     )
-    text, t0 = "", time.monotonic()
+    # A watchdog kills the job at the deadline even if it hangs without printing.
+    watchdog = threading.Timer(a.timeout, kill_tree, args=(proc.pid,))
+    watchdog.start()
+    text = ""
     assert proc.stdout is not None
     for line in proc.stdout:
         text += line
         done = steps_of(text)
-        if all((r, a.kill_at) in done for r in range(a.gpus)) or time.monotonic() - t0 > a.timeout:
+        if all((r, a.kill_at) in done for r in range(a.gpus)):
             kill_tree(proc.pid)  # the whole job: torchrun and every rank, no cleanup
             break
+    watchdog.cancel()
     text += proc.stdout.read()  # what the ranks printed before they died
     proc.wait()
     killed = steps_of(text)
@@ -185,18 +204,26 @@ def main(argv: list[str] | None = None) -> int:
         common += ["--pin", a.pin]
     tmp = a.tmp or tempfile.mkdtemp(prefix="node_ddp_")
     report: dict = {"gpus": a.gpus, "rates": [], "numa": [], "kill": None}
+    # The 1-GPU job runs on rank 0's share of the cores (the first 1/N, as trdata and core_share() slice them),
+    # so "N vs 1" compares a GPU fed by the same cores.
+    allowed = sorted(os.sched_getaffinity(0))
+    share = allowed[: max(1, len(allowed) // a.gpus)]
     for model in a.models.split(","):
         for feed in a.feeds.split(","):
             for n in sorted({1, a.gpus}):
                 args = [*common, "--model", model, "--feed", feed, "--rate", "--steps", str(a.steps)]
                 args += ["--warmup", str(a.warmup), "--ckpt-dir", os.path.join(tmp, "rate")]
-                line = next(ln for ln in run(n, args, a.timeout).splitlines() if ln.startswith("RATE "))
+                out = run(n, args, a.timeout, cpus=share if n < a.gpus else None)
+                line = next((ln for ln in out.splitlines() if ln.startswith("RATE ")), None)
+                if line is None:
+                    raise RuntimeError(f"no RATE line from {model}/{feed} at {n} GPUs:\n{out[-2000:]}")
                 report["rates"].append(json.loads(line[5:]))
                 print(line, flush=True)
     out = run(a.gpus, [*common, "--model", a.models.split(",")[0], "--feed", "trdata", "--rate", "--numa-report",
                        "--steps", str(a.warmup + 2), "--warmup", str(a.warmup), "--ckpt-dir", os.path.join(tmp, "numa")],
               a.timeout)  # fmt: skip
-    report["numa"] = sorted(ln for ln in out.splitlines() if ln.startswith("NUMA "))
+    numa = [ln for ln in out.splitlines() if ln.startswith("NUMA ")]
+    report["numa"] = sorted(numa, key=lambda ln: int(ln.split()[2].rstrip(":")))
     if a.kill:
         report["kill"] = kill_test(a, [*common, "--model", a.models.split(",")[0], "--feed", "trdata"], tmp)
     print_table(report)

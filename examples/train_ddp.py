@@ -13,8 +13,9 @@ Every step prints ``step, epoch, loss, checksum`` (rank 0; ``--all-ranks`` for e
 SHA-1 of the batch's image bytes and indices, so a run stopped (``--stop-at``) and resumed (``--resume``) can be
 compared line by line with an uninterrupted one: with ``reproducible=True`` (the default here) the resumed
 run feeds byte-identical batches and, the model/optimizer state being restored too, continues the loss curve.
-Checkpoints: ``DIR/rank{r}.pt`` = {model, optimizer, loader (trdata ``state_dict``), step}, one per rank,
-written atomically every ``--save-every`` steps.
+Checkpoints: ``DIR/rank{r}.step{S}.pt`` = {model, optimizer, loader (trdata ``state_dict``), step}, one per rank,
+written atomically every ``--save-every`` steps; each rank keeps its last two, and ``--resume`` continues from the
+newest step that *every* rank has on disk (a kill can land between two ranks' writes of the same step).
 
 Throughput (``--rate``, what ``benches/node_ddp.py`` runs on a node): no per-step lines; the steps after
 ``--warmup`` are timed and rank 0 prints one ``RATE {json}`` line with every rank's img/s. ``--feed synthetic``
@@ -30,6 +31,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 
@@ -56,7 +58,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--ckpt-dir", default="ckpt-ddp")
     p.add_argument("--save-every", type=int, default=50)
-    p.add_argument("--resume", action="store_true", help="continue from DIR/rank{r}.pt")
+    p.add_argument(
+        "--resume", action="store_true", help="continue from the newest checkpoint step every rank has in DIR"
+    )
     p.add_argument("--stop-at", type=int, default=None, help="save and exit hard after this step (kill test)")
     p.add_argument("--all-ranks", action="store_true", help="every rank prints its steps")
     p.add_argument("--feed", choices=("trdata", "synthetic", "dataloader"), default="trdata")
@@ -79,9 +83,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--numa-report", action="store_true", help="each rank prints its GPU/CPU/memory NUMA placement"
     )
     p.add_argument(
-        "--deterministic", action="store_true", help="deterministic cuDNN (loss equal across resumes)"
+        "--deterministic", action="store_true", help="deterministic algorithms, cuDNN (same losses on resume)"
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.rate and not 1 <= args.warmup < args.steps:
+        p.error(f"--rate needs 1 <= --warmup ({args.warmup}) < --steps ({args.steps})")
+    if args.feed != "trdata" and (args.resume or args.stop_at is not None):
+        p.error("--resume/--stop-at need --feed trdata (only trdata's position is checkpointed)")
+    return args
 
 
 class TinyNet(nn.Module):
@@ -106,7 +115,10 @@ def build_model(name: str, num_classes: int) -> nn.Module:
 
 
 def checksum(images: torch.Tensor, indices) -> str:
-    h = hashlib.sha1(images.detach().contiguous().cpu().numpy().tobytes())
+    t = images.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)  # numpy has no bfloat16: hash the same bits
+    h = hashlib.sha1(t.cpu().numpy().tobytes())
     h.update(bytes(memoryview(indices.astype("int64"))))
     return h.hexdigest()[:16]
 
@@ -181,13 +193,11 @@ def numa_report(loader, local_rank: int) -> str:
     with open("/proc/self/numa_maps") as f:
         for line in f:
             fields = line.split()
-            if "anon=" not in line:
-                continue
-            anon = next(int(x[5:]) for x in fields if x.startswith("anon="))
+            anon = next((int(x[5:]) for x in fields if x.startswith("anon=")), 0)
             if anon * 4096 < 16 << 20:
                 continue  # only the big anonymous mappings: staging slabs, caching allocator, model
             for x in fields:
-                if x.startswith("N") and "=" in x:
+                if re.fullmatch(r"N\d+=\d+", x):
                     node, n = x[1:].split("=")
                     pages[node] = pages.get(node, 0) + int(n)
     where = f"cuda:{local_rank} on node {gpu_node}" if devs else "no GPU"
@@ -198,16 +208,29 @@ def numa_report(loader, local_rank: int) -> str:
     )
 
 
-def save(path: str, state: dict) -> None:
-    tmp = path + ".tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path)  # a kill during the write never leaves a torn checkpoint
+def save(ckpt_dir: str, rank: int, state: dict) -> None:
+    """Write rank's checkpoint of state["step"]; keep it and the one before."""
+    path = os.path.join(ckpt_dir, f"rank{rank}.step{state['step']}.pt")
+    torch.save(state, path + ".tmp")
+    os.replace(path + ".tmp", path)  # a kill during the write never leaves a torn checkpoint
+    for old in saved_steps(ckpt_dir, rank)[:-2]:
+        os.remove(os.path.join(ckpt_dir, f"rank{rank}.step{old}.pt"))
+
+
+def saved_steps(ckpt_dir: str, rank: int) -> list[int]:
+    """Steps of rank's complete checkpoints in ckpt_dir, ascending."""
+    pattern = re.compile(rf"rank{rank}\.step(\d+)\.pt$")
+    names = os.listdir(ckpt_dir) if os.path.isdir(ckpt_dir) else []
+    return sorted(int(m.group(1)) for m in map(pattern.match, names) if m)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cuda = torch.cuda.is_available()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if args.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before the first cuBLAS call
+        torch.use_deterministic_algorithms(True, warn_only=True)
     if cuda:
         torch.cuda.set_device(local_rank)
         torch.backends.cudnn.benchmark = not args.deterministic
@@ -216,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
     bf16 = args.bf16 and cuda
+    if args.bf16 and not cuda and rank == 0:
+        print("note: --bf16 applies on CUDA only; this CPU run trains in float32", flush=True)
 
     size = args.image_size or (64 if args.model == "tiny" else 224)
     source = trdata.Packed(args.packed) if args.packed else trdata.ImageFolder(args.data)
@@ -249,10 +274,15 @@ def main(argv: list[str] | None = None) -> int:
     model = DDP(model, device_ids=[local_rank] if cuda else None)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
-    ckpt = os.path.join(args.ckpt_dir, f"rank{rank}.pt")
     step = 0
     if args.resume:
-        state = torch.load(ckpt, map_location=device, weights_only=False)
+        mine: list = [None] * world
+        dist.all_gather_object(mine, saved_steps(args.ckpt_dir, rank))
+        common = set.intersection(*(set(s) for s in mine))
+        if not common:
+            raise SystemExit(f"--resume: no checkpoint step that every rank has in {args.ckpt_dir} ({mine})")
+        path = os.path.join(args.ckpt_dir, f"rank{rank}.step{max(common)}.pt")
+        state = torch.load(path, map_location=device, weights_only=False)
         model.module.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         loader.load_state_dict(state["loader"])
@@ -266,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def checkpoint() -> None:
         save(
-            ckpt,
+            args.ckpt_dir,
+            rank,
             {
                 "model": model.module.state_dict(),
                 "optimizer": opt.state_dict(),
@@ -357,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         print(f"done: {step} steps in {time.perf_counter() - t0:.1f} s", flush=True)
     loader.close()
+    dist.barrier()  # no rank tears the group down while another is still in a collective
     dist.destroy_process_group()
     return 0
 

@@ -178,9 +178,15 @@ pub mod default {
     /// cost nothing (benches/README.md, run 2) — and one less per GPU decode thread (`gpu_decode_threads`, 0
     /// on the CPU path), never below half the CPUs: the decode threads feed the JPEG engines and wait on the
     /// GPU in short calls, and a worker on every core delays them (H200, loader-only at a 0.75 GPU share:
-    /// 14,255 img/s with 16 workers, 19,697 with 12; docs/gpu_decode.md §17).
-    pub fn workers(cpus: usize, gpu: bool, gpu_decode_threads: usize) -> usize {
-        if gpu && cpus > 2 { cpus.saturating_sub(1 + gpu_decode_threads).max(cpus.div_ceil(2)) } else { cpus.max(1) }
+    /// 14,255 img/s with 16 workers, 19,697 with 12; docs/gpu_decode.md §17). Never below `engines` either:
+    /// every engine needs a worker (`check_workers_per_engine`).
+    pub fn workers(cpus: usize, gpu: bool, gpu_decode_threads: usize, engines: usize) -> usize {
+        let w = if gpu && cpus > 2 {
+            cpus.saturating_sub(1 + gpu_decode_threads).max(cpus.div_ceil(2))
+        } else {
+            cpus.max(1)
+        };
+        w.max(engines)
     }
 }
 
@@ -516,14 +522,18 @@ mod tests {
         assert!(check_workers_per_engine(2, 2).is_ok());
         assert!(check_workers_per_engine(1, 2).is_err());
         assert!(check_workers_per_engine(1, 0).is_err());
-        assert_eq!(default::workers(16, true, 0), 15);
-        assert_eq!(default::workers(2, true, 0), 2);
-        assert_eq!(default::workers(16, false, 0), 16);
-        // GPU decode threads get cores of their own (3 per engine), never below half the CPUs.
-        assert_eq!(default::workers(16, true, 3), 12);
-        assert_eq!(default::workers(4, true, 3), 2);
-        assert_eq!(default::workers(128, true, 24), 103);
-        assert_eq!(default::workers(16, true, 24), 8);
+        assert_eq!(default::workers(16, true, 0, 1), 15);
+        assert_eq!(default::workers(2, true, 0, 1), 2);
+        assert_eq!(default::workers(16, false, 0, 1), 16);
+        // GPU decode threads get cores of their own (3 per engine), never below half the CPUs...
+        assert_eq!(default::workers(16, true, 3, 1), 12);
+        assert_eq!(default::workers(4, true, 3, 1), 2);
+        assert_eq!(default::workers(128, true, 24, 8), 103);
+        assert_eq!(default::workers(16, true, 24, 8), 8);
+        // ...nor below one per engine (8 GPUs on 12 CPUs with GPU decode: 8, not 6).
+        assert_eq!(default::workers(12, true, 24, 8), 8);
+        assert_eq!(default::workers(4, true, 0, 8), 8);
+        assert!(check_workers_per_engine(default::workers(12, true, 24, 8), 8).is_ok());
     }
 
     #[test]
