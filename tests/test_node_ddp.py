@@ -98,3 +98,19 @@ def test_step_lines_of_two_ranks_on_one_physical_line_are_both_read():
     steps_of = driver_module().steps_of
     text = "rank 0 step 2 epoch 0 loss 1.07 checksum ac325d4333d50d28rank 1 step 2 epoch 0 loss 1.09 checksum -\n"
     assert steps_of(text) == {(0, 2): ("1.07", "ac325d4333d50d28"), (1, 2): ("1.09", "-")}
+
+
+def test_each_rank_keeps_its_last_two_checkpoints(tmp_path):
+    spec = importlib.util.spec_from_file_location("train_ddp", ROOT / "examples" / "train_ddp.py")
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    for step in (10, 20, 30):
+        train.save(str(tmp_path), 1, {"step": step})
+    train.save(str(tmp_path), 0, {"step": 20})
+    assert train.saved_steps(str(tmp_path), 1) == [20, 30]
+    assert train.saved_steps(str(tmp_path), 0) == [20]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "rank0.step20.pt",
+        "rank1.step20.pt",
+        "rank1.step30.pt",
+    ]

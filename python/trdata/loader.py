@@ -470,9 +470,9 @@ class Loader:
     B·G; the rows are interleaved (engine g's row i is position (b·B + i)·G + g). ``workers`` defaults to
     this process's share of the node's allowed CPUs (cores ÷ ``LOCAL_WORLD_SIZE``: the ``LOCAL_RANK``-th
     contiguous slice; one less on a GPU loader, to leave the training thread a core, and one less per GPU decode
-    thread — 3 per device — when ``decode`` puts JPEGs on the GPU, never below half the share), and ``round-robin`` pins
-    within that share (``cpus=[...]`` sets it explicitly), so
-    the ranks of one node never compete for cores. ``state_dict()``/``load_state_dict()`` checkpoint and
+    thread — 3 per device — when ``decode`` puts JPEGs on the GPU, never below half the share nor one per device),
+    and ``round-robin`` pins within that share (``cpus=[...]`` sets it explicitly), so the ranks of one node never
+    compete for cores. ``state_dict()``/``load_state_dict()`` checkpoint and
     resume mid-epoch exactly (per rank).
 
     ``channels``: 1 or 3 channels per image (C in the shapes above). ``None`` (default) is the source's own:
