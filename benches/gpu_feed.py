@@ -70,6 +70,7 @@ from rn50_train import (
     TrdataFeed,
     allowed_cores,
     folder_files,
+    library_versions,
     make_model,
     prepare,
     run_config,
@@ -700,17 +701,9 @@ def header_info(a, paths, repeat) -> dict:
         "auto_warmup": a.auto_warmup,
         "workers": a.workers,
         "dl_workers": a.dl_workers,
+        **library_versions(),
     }
     try:
-        import torchvision
-
-        h["torchvision"] = torchvision.__version__
-    except ImportError:
-        pass
-    try:
-        import trdata
-
-        h["trdata"] = trdata.__version__
         from trdata import _nvjpeg
 
         h["nvjpeg"] = _nvjpeg.probe()

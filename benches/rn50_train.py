@@ -165,6 +165,17 @@ class SyntheticFeed:
         self.batches = []
 
 
+def library_versions() -> dict:
+    """torchvision's and trdata's versions for a bench header (absent libraries left out)."""
+    out = {}
+    for name in ("torchvision", "trdata"):
+        try:
+            out[name] = __import__(name).__version__
+        except ImportError:
+            pass
+    return out
+
+
 def mix_ops(labels, source):
     """--mix: torchvision's reference ImageNet recipe, RandomChoice([MixUp(alpha=0.2), CutMix(alpha=1.0)]), on
     the GPU batch; labels become soft (N, classes) float32, which CrossEntropyLoss takes as probabilities."""
@@ -538,19 +549,8 @@ def main(argv=None):
         "model": a.model,
         "packed": a.packed,
         "python": sys.version.split()[0],
+        **library_versions(),
     }
-    try:
-        import torchvision
-
-        header["torchvision"] = torchvision.__version__
-    except ImportError:
-        pass
-    try:
-        import trdata
-
-        header["trdata"] = trdata.__version__
-    except ImportError:
-        pass
     print("rn50_train", json.dumps(header), flush=True)
 
     if a.pack_short_side:

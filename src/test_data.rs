@@ -14,6 +14,25 @@ use std::sync::OnceLock;
 use crate::synthetic::encode::{ChromaSubsampling, JpegEncoder};
 use crate::synthetic::generate_synthetic_dataset;
 
+/// A photo-like RGB test image, `w × h × 3` bytes: gradients plus deterministic noise (so JPEG entropy data and
+/// every resample tap weight matter).
+pub(crate) fn pattern(w: u32, h: u32, seed: u32) -> Vec<u8> {
+    let mut v = Vec::with_capacity((w * h * 3) as usize);
+    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    for y in 0..h {
+        for c in 0..w {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let n = x & 31;
+            v.push(((c * 255 / w.max(1)) + n).min(255) as u8);
+            v.push(((y * 255 / h.max(1)) + n / 2).min(255) as u8);
+            v.push((((c + y) * 128 / (w + h).max(1)) + (x >> 27)).min(255) as u8);
+        }
+    }
+    v
+}
+
 /// A fresh, empty folder `$TMPDIR/trdata-test-<name>-<pid>` for one test's files.
 pub(crate) fn fresh_dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("trdata-test-{name}-{}", std::process::id()));

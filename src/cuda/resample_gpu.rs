@@ -938,29 +938,8 @@ extern "C" void emu_pass2(unsigned gx, unsigned gy, unsigned gz, unsigned bx, un
         Some(Emulated { pass1, pass2, _lib: lib })
     }
 
-    /// A photo-like RGB image: smooth gradients, edges and noise (so that every tap weight matters).
-    fn photo(w: u32, h: u32, seed: u32) -> Vec<u8> {
-        let mut state = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-        let mut out = Vec::with_capacity((w * h * 3) as usize);
-        for y in 0..h {
-            for x in 0..w {
-                state ^= state << 13;
-                state ^= state >> 17;
-                state ^= state << 5;
-                let noise = (state % 41) as f64 - 20.0;
-                let (fx, fy) = (f64::from(x) / f64::from(w), f64::from(y) / f64::from(h));
-                let edge = if (x / 37 + y / 23) % 2 == 0 { 60.0 } else { 0.0 };
-                for c in 0..3 {
-                    let v = 128.0 * (fx * (c as f64 + 1.0) * 3.0 + fy * 5.0).sin() + 100.0 * fy + edge + noise;
-                    out.push(v.clamp(0.0, 255.0) as u8);
-                }
-            }
-        }
-        out
-    }
-
     fn jpeg(w: u32, h: u32, seed: u32, sub: ChromaSubsampling) -> Vec<u8> {
-        let rgb = photo(w, h, seed);
+        let rgb = crate::test_data::pattern(w, h, seed);
         let pixels: Vec<u8> =
             if sub == ChromaSubsampling::Gray { rgb.chunks_exact(3).map(|p| p[1]).collect() } else { rgb };
         JpegEncoder::new().unwrap().encode(&pixels, w, h, 90, sub).unwrap()

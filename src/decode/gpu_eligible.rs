@@ -59,6 +59,7 @@
 
 use super::ImageFormat;
 use super::exif::{self, Orientation};
+use super::markers::code::{APP0, APP1, APP14, APP15, COM, DHT, DQT, DRI, SOF0, SOF1, SOI, SOS};
 
 /// Largest width and height sent to the GPU (nvJPEG's hardware engines; docs/gpu_decode.md §6).
 pub const GPU_MAX_DIMENSION: u32 = 16384;
@@ -322,19 +323,6 @@ struct Header {
     adobe_other: bool,
     app1: bool,
 }
-
-const SOI: u8 = 0xD8;
-const SOF0: u8 = 0xC0;
-const SOF1: u8 = 0xC1;
-const DHT: u8 = 0xC4;
-const DQT: u8 = 0xDB;
-const DRI: u8 = 0xDD;
-const SOS: u8 = 0xDA;
-const APP0: u8 = 0xE0;
-const APP1: u8 = 0xE1;
-const APP14: u8 = 0xEE;
-const APP15: u8 = 0xEF;
-const COM: u8 = 0xFE;
 
 /// [`gpu_eligible`] plus the offset just past the first SOS header (the bytes it looked at; used by tests).
 pub(super) fn walk_header(bytes: &[u8], max_file_bytes: usize) -> Result<(GpuJpeg, usize), Ineligible> {

@@ -13,6 +13,7 @@ use proptest::test_runner::{TestCaseError, TestRunner};
 use super::gpu_eligible::walk_header;
 use super::*;
 use crate::synthetic::encode::{ChromaSubsampling, JpegEncoder};
+use crate::test_data::pattern;
 
 const NO_LIMIT: usize = usize::MAX;
 
@@ -208,23 +209,6 @@ fn shared_edge_cases_are_classified_as_their_names_say() {
     };
     let n = check_files(&files_in(&dir), expected_edge_case);
     assert!(n >= 46, "{n} files");
-}
-
-/// A photo-like RGB pattern (gradients + deterministic noise: real entropy data).
-fn pattern(w: u32, h: u32, seed: u32) -> Vec<u8> {
-    let mut v = Vec::with_capacity((w * h * 3) as usize);
-    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-    for y in 0..h {
-        for c in 0..w {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            v.push(((c * 255 / w.max(1)) + (x & 31)).min(255) as u8);
-            v.push(((y * 255 / h.max(1)) + (x >> 27)).min(255) as u8);
-            v.push((((c + y) * 128 / (w + h)) + (x & 15)).min(255) as u8);
-        }
-    }
-    v
 }
 
 fn encode_with(w: u32, h: u32, sub: ChromaSubsampling, setup: impl FnOnce(&mut JpegEncoder)) -> Vec<u8> {

@@ -4,24 +4,7 @@
 
 use super::*;
 use crate::synthetic::encode::{ChromaSubsampling, JpegEncoder};
-
-/// A photo-like RGB test pattern: gradients plus deterministic noise (so entropy data is not trivial).
-pub(super) fn pattern(w: u32, h: u32, seed: u32) -> Vec<u8> {
-    let mut v = Vec::with_capacity((w * h * 3) as usize);
-    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-    for y in 0..h {
-        for c in 0..w {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            let n = x & 31;
-            v.push(((c * 255 / w.max(1)) + n).min(255) as u8);
-            v.push(((y * 255 / h.max(1)) + n / 2).min(255) as u8);
-            v.push((((c + y) * 128 / (w + h).max(1)) + (x >> 27)).min(255) as u8);
-        }
-    }
-    v
-}
+use crate::test_data::pattern;
 
 fn gray_of(rgb: &[u8]) -> Vec<u8> {
     rgb.chunks_exact(3).map(|p| p[1]).collect()

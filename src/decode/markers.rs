@@ -80,9 +80,24 @@ impl std::fmt::Display for MarkerError {
     }
 }
 
-const SOI: u8 = 0xD8;
-const EOI: u8 = 0xD9;
-const SOS: u8 = 0xDA;
+/// JPEG marker codes (the byte after `0xFF`) the decode module's header walks name: one table for this walk,
+/// `gpu_eligible`'s and the tests'.
+pub(super) mod code {
+    pub const SOI: u8 = 0xD8;
+    pub const EOI: u8 = 0xD9;
+    pub const SOS: u8 = 0xDA;
+    pub const SOF0: u8 = 0xC0;
+    pub const SOF1: u8 = 0xC1;
+    pub const DHT: u8 = 0xC4;
+    pub const DQT: u8 = 0xDB;
+    pub const DRI: u8 = 0xDD;
+    pub const APP0: u8 = 0xE0;
+    pub const APP1: u8 = 0xE1;
+    pub const APP14: u8 = 0xEE;
+    pub const APP15: u8 = 0xEF;
+    pub const COM: u8 = 0xFE;
+}
+use code::{DHT, DQT, EOI, SOF0, SOF1, SOI, SOS};
 
 /// Walk the marker structure of `bytes` (a JPEG) up to its first EOI.
 pub fn walk_jpeg(bytes: &[u8]) -> Result<JpegStructure, MarkerError> {
@@ -180,9 +195,9 @@ impl Tables {
     /// One segment (`seg`: the bytes after its length field).
     fn segment(&mut self, marker: u8, seg: &[u8]) {
         match marker {
-            0xDB => self.dqt(seg),
-            0xC4 => self.dht(seg),
-            0xC0 | 0xC1 => self.frame(Coding::SequentialHuffman, seg),
+            DQT => self.dqt(seg),
+            DHT => self.dht(seg),
+            SOF0 | SOF1 => self.frame(Coding::SequentialHuffman, seg),
             0xC2 => self.frame(Coding::ProgressiveHuffman, seg),
             0xC3 => self.frame(Coding::LosslessHuffman, seg),
             0xC9 | 0xCA => self.frame(Coding::Arithmetic, seg),

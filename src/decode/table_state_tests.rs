@@ -5,9 +5,10 @@
 //! tables, progressive with optimized ones, other qualities = other quantization tables, arithmetic, lossless)
 //! with their DQT or DHT segments cut out.
 
-use super::hardening_tests::pattern;
+use super::markers::code::{DHT, DQT};
 use super::*;
 use crate::synthetic::encode::{ChromaSubsampling, JpegEncoder};
+use crate::test_data::pattern;
 
 /// Encode the test pattern with the given knobs.
 fn encode(w: u32, h: u32, seed: u32, sub: ChromaSubsampling, quality: u8, progressive: bool, arith: bool) -> Vec<u8> {
@@ -67,9 +68,6 @@ pub(super) fn strip(b: &[u8], code: u8) -> Vec<u8> {
     }
     v
 }
-
-const DQT: u8 = 0xDB;
-const DHT: u8 = 0xC4;
 
 /// How one decode ended: pixels (with the region's placement and the damage flag) or the error's kind and message.
 #[derive(Debug, Clone, PartialEq)]
