@@ -701,6 +701,7 @@ def header_info(a, paths, repeat) -> dict:
         "auto_warmup": a.auto_warmup,
         "workers": a.workers,
         "dl_workers": a.dl_workers,
+        "cuda_device_max_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"),
         **library_versions(),
     }
     try:
@@ -818,6 +819,7 @@ def main(argv=None) -> int:
 
     print(
         f"\n## GPU feed (issue 11): {header['gpu']}, {header['cores']} cores, batch {a.batch}, "
+        f"CUDA_DEVICE_MAX_CONNECTIONS={header['cuda_device_max_connections']}, "
         f"{a.steps} timed steps/config, {time.time() - t_start:.0f} s in all\n"
     )
     print(fmt_markdown(results))

@@ -54,6 +54,11 @@ import time
 import torch
 from _recipe import RECIPE_SIZE, train_loader
 
+try:  # before anything starts CUDA: trdata's import sets CUDA_DEVICE_MAX_CONNECTIONS (docs/gpu_decode.md §18)
+    import trdata  # noqa: F401
+except ImportError:  # the peers-only and --dry runs work without it
+    pass
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 ALL_CONFIGS = ("synthetic", "trdata", "dataloader")

@@ -4,6 +4,10 @@ the ``trdata info`` row. The GPU decode itself is tested in tests/cuda/test_nvjp
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import trdata
 from _fixtures import write_jpegs
@@ -77,3 +81,29 @@ def test_info_row_reports_the_library_and_the_engines():
         {**base, "nvjpeg": {"found": None, "tried": [("/a/libnvjpeg.so.13", "cannot open: x")]}}
     )
     assert "not found (1 places tried" in text and "/a/libnvjpeg.so.13: cannot open: x" in text
+
+
+def _imported_env(env: dict[str, str]) -> tuple[str, str]:
+    """CUDA_DEVICE_MAX_CONNECTIONS and `trdata._cuda_env.CUDA_CONNECTIONS_FROM_USER` after `import trdata` in a fresh
+    interpreter started with `env` (the variable only matters before CUDA's context exists: a new process)."""
+    code = (
+        "import os, trdata; "
+        "print(os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS'), trdata._cuda_env.CUDA_CONNECTIONS_FROM_USER)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    value, from_user = out.stdout.split()
+    return value, from_user
+
+
+def test_import_gives_cuda_32_work_queues_unless_the_user_chose():
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_MAX_CONNECTIONS"}
+    assert _imported_env(env) == ("32", "False")
+    assert _imported_env({**env, "CUDA_DEVICE_MAX_CONNECTIONS": "1"}) == ("1", "True")
+
+
+def test_info_says_who_set_the_cuda_work_queues():
+    cuda = {"available": True, "driver_version": "13.0", "devices": []}
+    text = format_info({"cuda": cuda, "cuda_connections": {"value": "32", "from_user": False}})
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=32, set by trdata at import" in text
+    text = format_info({"cuda": cuda, "cuda_connections": {"value": "1", "from_user": True}})
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=1, set by you" in text

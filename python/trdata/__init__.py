@@ -5,6 +5,7 @@ into one pass, and fills batch buffers from a persistent pool of pinned threads;
 batches.
 """
 
+from . import _cuda_env  # noqa: F401  (sets CUDA_DEVICE_MAX_CONNECTIONS: see there)
 from ._core import __version__
 from .batch import BatchOp, BatchRandomErasing, CutMix, MixUp, RandomChoice
 from .classic import CIFAR10_NORM, CIFAR100_NORM, FASHION_MNIST_NORM, MNIST_NORM

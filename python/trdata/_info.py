@@ -30,11 +30,17 @@ def _more(text: str) -> str:
 def format_info(info: dict[str, Any] | None = None) -> str:
     """Return a multi-line report of ``_core.machine_info()`` (or of ``info`` if given)."""
     if info is None:
-        from . import _core, _nvjpeg, _nvrtc
+        import os
+
+        from . import _core, _cuda_env, _nvjpeg, _nvrtc
 
         info = _core.machine_info()
         info["nvjpeg"] = _nvjpeg.probe()
         info["nvrtc"] = _nvrtc.probe()
+        info["cuda_connections"] = {
+            "value": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"),
+            "from_user": _cuda_env.CUDA_CONNECTIONS_FROM_USER,
+        }
 
     lines: list[str] = []
     build = info.get("build", {})
@@ -106,6 +112,13 @@ def format_info(info: dict[str, Any] | None = None) -> str:
                     f"sm_{cc[0]}{cc[1]}, PCI {dev.get('pci_bus_id') or '?'}, {node_text}"
                 )
             )
+        conns = info.get("cuda_connections")
+        if conns is not None:
+            value = conns.get("value") or "unset (CUDA's default: 8)"
+            who = (
+                "set by you" if conns.get("from_user") else "set by trdata at import (docs/gpu_decode.md §18)"
+            )
+            lines.append(_more(f"CUDA_DEVICE_MAX_CONNECTIONS={value}, {who}"))
     else:
         lines.append(_row("CUDA", f"unavailable: {cuda.get('reason') or 'unknown reason'}"))
 

@@ -1,6 +1,6 @@
 //! Thin RAII wrappers over the CUDA driver calls the GPU path needs: the device's primary context, a
-//! non-blocking copy stream, events, device allocations, host-memory registration and the raw
-//! async copy. Every failure becomes `TrdataError::Cuda { call, .. }` naming the driver call.
+//! non-blocking copy stream, events, device allocations, page-locked host buffers, host-memory registration
+//! and the raw async copy. Every failure becomes `TrdataError::Cuda { call, .. }` naming the driver call.
 //!
 //! Current-context discipline: the primary context is shared with torch, and torch's runtime reads
 //! the calling thread's *current* context to decide which device is "current". So every call here
@@ -401,6 +401,61 @@ impl Drop for DeviceMemory {
         // event was waited on (transfer/ring.rs protocol), and cuMemFree synchronizes with pending device work anyway.
         let _ = self.ctx.scoped(|| check("cuMemFree", unsafe { result::free_sync(ptr) }));
     }
+}
+
+/// Page-locked host memory (`cuMemHostAlloc`), freed on drop: the source of a truly asynchronous H2D copy (the
+/// GPU resampler's staging block, the nvJPEG decoders' bitstreams).
+#[derive(Debug)]
+pub struct PinnedHost {
+    ptr: *mut u8,
+    len: usize,
+    ctx: Arc<GpuContext>,
+}
+
+// SAFETY: owned page-locked memory, usable from any thread; freeing makes its context current.
+unsafe impl Send for PinnedHost {}
+
+impl PinnedHost {
+    /// Allocate `len` ≥ 1 page-locked bytes in `ctx`.
+    pub fn alloc(ctx: &Arc<GpuContext>, len: usize) -> Result<Self> {
+        let len = len.max(1);
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `p` is a valid out-pointer; flags 0 = plain page-locked memory of the current context.
+        ctx.scoped(|| check("cuMemHostAlloc", unsafe { sys::cuMemHostAlloc(&mut p, len, 0) }.result()))?;
+        Ok(Self { ptr: p.cast::<u8>(), len, ctx: Arc::clone(ctx) })
+    }
+
+    /// Host address.
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Bytes.
+    pub fn size(&self) -> usize {
+        self.len
+    }
+
+    /// The whole buffer, writable. The owner must not call this while a device copy still reads it (it waits for
+    /// that copy's event or stream first).
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr` is a live allocation of `len` bytes owned by self; &mut self makes the borrow unique, and
+        // the device reads it only between the owner's copy and its event, which the owner waits for before
+        // calling this again.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for PinnedHost {
+    fn drop(&mut self) {
+        let p = self.ptr.cast::<c_void>();
+        // SAFETY: allocated by cuMemHostAlloc and freed once; the owner waited for the copies reading it.
+        let _ = self.ctx.scoped(|| check("cuMemFreeHost", unsafe { sys::cuMemFreeHost(p) }.result()));
+    }
+}
+
+/// Grow-and-reuse size for a buffer that must hold `len` bytes: 25 % headroom, whole 64 KiB.
+pub fn grown(len: usize) -> usize {
+    len.saturating_add(len / 4).next_multiple_of(1 << 16)
 }
 
 /// Page-locks an existing host range for DMA (`cuMemHostRegister`, flag PORTABLE: pinned for every

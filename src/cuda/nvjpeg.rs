@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use libloading::Library;
 
-use super::driver::{DeviceMemory, GpuContext, Stream, cuda_error};
+use super::driver::{DeviceMemory, GpuContext, PinnedHost, Stream, cuda_error, grown};
 use crate::error::{Result, TrdataError};
 
 type Status = c_int;
@@ -264,10 +264,22 @@ pub struct BatchDecoder {
     stream: Stream,
     out: Option<DeviceMemory>,
     max_output_bytes: usize,
+    /// Page-locked copy of a call's bitstreams (grown and reused, at most [`MAX_PINNED_BITSTREAM_BYTES`]).
+    bitstreams: Option<PinnedHost>,
     /// Nanoseconds spent so far in each phase of [`BatchDecoder::decode`] (benches read them: where a batch's
     /// time goes).
     pub timing: DecodeTiming,
 }
+
+/// Most page-locked bytes a [`BatchDecoder`] keeps for its bitstreams; a call whose files add up to more passes
+/// them from pageable memory.
+///
+/// Why the copy (measured on the H200, docs/gpu_decode.md §18): from pageable memory nvJPEG uploads each bitstream
+/// with a staged, host-synchronous `cudaMemcpyAsync` (~50 µs per image while a model trains), and those calls hold
+/// the context's driver lock, so the training thread's kernel launches wait behind them (7.8 → 22.5 µs per
+/// `cudaLaunchKernel` under ResNet-18, whose GPU then idles ~10 ms per step). From page-locked memory the upload
+/// is an asynchronous DMA and the call returns at once.
+pub const MAX_PINNED_BITSTREAM_BYTES: usize = 32 << 20;
 
 /// [`BatchDecoder`]'s time per phase, accumulated over its calls.
 #[derive(Debug, Clone, Copy, Default)]
@@ -328,6 +340,7 @@ impl BatchDecoder {
                 stream,
                 out: None,
                 max_output_bytes,
+                bitstreams: None,
                 timing: DecodeTiming::default(),
             };
             // From here `me`'s Drop releases whatever was created, on error too.
@@ -462,20 +475,21 @@ impl BatchDecoder {
         images: &[&[u8]],
         targets: &[Option<(usize, usize)>],
     ) -> Result<std::result::Result<(), String>> {
-        let (mut dst, mut data, mut lengths, mut params) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut dst, mut srcs, mut lengths, mut params) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (i, t) in targets.iter().enumerate() {
             let Some((addr, pitch)) = *t else { continue };
             let mut image = Image { channel: [std::ptr::null_mut(); 4], pitch: [0; 4] };
             image.channel[0] = addr as *mut u8;
             image.pitch[0] = pitch;
             dst.push(image);
-            data.push(images[i].as_ptr());
+            srcs.push(images[i]);
             lengths.push(images[i].len());
             params.push(self.params[i]);
         }
         if dst.is_empty() {
             return Ok(Ok(()));
         }
+        let data = self.pin_bitstreams(&srcs);
         let f = &self.nv.fns;
         let t1 = std::time::Instant::now();
         let n = c_int::try_from(dst.len()).unwrap_or(c_int::MAX);
@@ -485,8 +499,9 @@ impl BatchDecoder {
             st
         } else if self.backend == Backend::Hardware {
             // SAFETY: `data`/`lengths`/`dst`/`params` hold `n` entries each; every destination holds its image's
-            // output (h rows at its pitch, checked by the callers against `check_one`'s size); the inputs stay
-            // alive until the stream is synchronized below.
+            // output (h rows at its pitch, checked by the callers against `check_one`'s size); the inputs (the
+            // callers' slices or their copies in `self.bitstreams`) stay alive and unchanged until the stream is
+            // synchronized below.
             unsafe {
                 (f.decode_batched_ex)(
                     self.handle,
@@ -521,6 +536,33 @@ impl BatchDecoder {
         }
         synced?;
         Ok(Ok(()))
+    }
+
+    /// The addresses nvJPEG reads the call's bitstreams from: copies in the page-locked buffer, so that its
+    /// uploads are asynchronous DMA (see [`MAX_PINNED_BITSTREAM_BYTES`]), or the inputs themselves when they add
+    /// up to more than that bound or the buffer cannot be allocated (page-locked memory is a limited resource):
+    /// the decode is then only slower, never different. The buffer is rewritten only by the next call, after
+    /// `submit` has synchronized the stream that read it.
+    fn pin_bitstreams(&mut self, srcs: &[&[u8]]) -> Vec<*const u8> {
+        let total: usize = srcs.iter().map(|s| s.len()).sum();
+        if total <= MAX_PINNED_BITSTREAM_BYTES && self.bitstreams.as_ref().is_none_or(|b| b.size() < total) {
+            self.bitstreams = None; // free the old buffer before allocating the larger one
+            self.bitstreams = PinnedHost::alloc(&self.ctx, grown(total).min(MAX_PINNED_BITSTREAM_BYTES)).ok();
+        }
+        match self.bitstreams.as_mut() {
+            Some(buf) if total <= buf.size() => {
+                let mut rest = buf.as_mut_slice();
+                let mut out = Vec::with_capacity(srcs.len());
+                for src in srcs {
+                    let (head, tail) = std::mem::take(&mut rest).split_at_mut(src.len());
+                    head.copy_from_slice(src);
+                    out.push(head.as_ptr());
+                    rest = tail;
+                }
+                out
+            }
+            _ => srcs.iter().map(|s| s.as_ptr()).collect(),
+        }
     }
 
     /// `(width, height)` from `data`'s header (parsed by nvJPEG), checked against the size limits.

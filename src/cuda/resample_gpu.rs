@@ -37,7 +37,7 @@ use std::time::Instant;
 
 use cudarc::driver::{result, sys};
 
-use super::driver::{DeviceMemory, Event, GpuContext, Stream, cuda_error};
+use super::driver::{DeviceMemory, Event, GpuContext, PinnedHost, Stream, cuda_error, grown};
 use super::nvrtc::{Nvrtc, compile_cubin};
 use crate::error::{Result, TrdataError};
 
@@ -398,39 +398,6 @@ fn write_staging(samples: &[GpuSample<'_>], layout: &BatchLayout, out: &mut [u8]
     }
 }
 
-/// Page-locked host memory (`cuMemHostAlloc`), freed on drop: the staging block's source, so that its H2D copy
-/// is truly asynchronous.
-struct PinnedBuffer {
-    ptr: *mut u8,
-    len: usize,
-    ctx: Arc<GpuContext>,
-}
-
-impl PinnedBuffer {
-    fn alloc(ctx: &Arc<GpuContext>, len: usize) -> Result<Self> {
-        let len = len.max(1);
-        let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `p` is a valid out-pointer; flags 0 = plain page-locked memory of the current context.
-        ctx.scoped(|| check("cuMemHostAlloc", unsafe { sys::cuMemHostAlloc(&mut p, len, 0) }))?;
-        Ok(Self { ptr: p.cast::<u8>(), len, ctx: Arc::clone(ctx) })
-    }
-
-    fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: `ptr` is a live allocation of `len` bytes owned by self; &mut self makes the borrow unique, and
-        // the device reads it only between the owner's copy and its `staged` event, which the owner waits for
-        // before calling this again.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
-
-impl Drop for PinnedBuffer {
-    fn drop(&mut self) {
-        let p = self.ptr.cast::<c_void>();
-        // SAFETY: allocated by cuMemHostAlloc and freed once; the owner waited for the copy reading it.
-        let _ = self.ctx.scoped(|| check("cuMemFreeHost", unsafe { sys::cuMemFreeHost(p) }));
-    }
-}
-
 /// The GPU resampler of one engine: the compiled module and its two kernels, the output table on the device,
 /// and grown-and-reused buffers (pinned staging, device staging, 8-bit intermediate). Not shared between threads
 /// (`Send`, so the engine's decode thread can own it). See the module docs for the protocol of [`Self::run`].
@@ -441,7 +408,7 @@ pub struct GpuResampler {
     pass2: sys::CUfunction,
     format: OutputFormat,
     lut: DeviceMemory,
-    host: Option<PinnedBuffer>,
+    host: Option<PinnedHost>,
     staging: Option<DeviceMemory>,
     inter: Option<DeviceMemory>,
     /// Recorded after the last staging copy: the pinned buffer may be rewritten once it completed.
@@ -461,7 +428,7 @@ impl std::fmt::Debug for GpuResampler {
 
 // SAFETY: the module and function handles belong to a context, not a thread; every use makes that context
 // current (`scoped`) and goes through &mut self (one thread at a time). The other fields are Send already, and
-// PinnedBuffer's pointer is owned memory.
+// PinnedHost's pointer is owned memory.
 unsafe impl Send for GpuResampler {}
 
 impl GpuResampler {
@@ -549,7 +516,7 @@ impl GpuResampler {
 
     /// Bytes of pinned host memory held (the staging block's source).
     pub fn pinned_bytes(&self) -> usize {
-        self.host.as_ref().map_or(0, |h| h.len)
+        self.host.as_ref().map_or(0, PinnedHost::size)
     }
 
     /// Enqueue both passes for all `samples` on `stream` (one launch per pass for the whole batch; grid.z =
@@ -571,9 +538,9 @@ impl GpuResampler {
         if self.ran {
             self.staged.synchronize()?;
         }
-        if self.host.as_ref().is_none_or(|h| h.len < layout.staging_bytes) {
+        if self.host.as_ref().is_none_or(|h| h.size() < layout.staging_bytes) {
             self.host = None;
-            self.host = Some(PinnedBuffer::alloc(&self.ctx, grown(layout.staging_bytes))?);
+            self.host = Some(PinnedHost::alloc(&self.ctx, grown(layout.staging_bytes))?);
         }
         let Some(host) = self.host.as_mut() else { return Err(resample_error("staging buffer missing")) };
         write_staging(samples, layout, host.as_mut_slice());
@@ -602,7 +569,7 @@ impl GpuResampler {
         // Step 4.
         // SAFETY: the pinned block holds `staging_bytes` written bytes and is not rewritten before `staged`
         // completes (step 2 of the next run); the device block is at least that long (grown above).
-        unsafe { stream.copy_htod_async(staging, host.ptr, layout.staging_bytes)? };
+        unsafe { stream.copy_htod_async(staging, host.ptr(), layout.staging_bytes)? };
         self.staged.record(stream)?;
         let mut descs = staging;
         let mut taps = staging + (DESC_BYTES * samples.len()) as u64;
@@ -653,9 +620,6 @@ impl GpuResampler {
 }
 
 /// A buffer size with headroom (grown buffers are reused by later, slightly larger batches).
-fn grown(len: usize) -> usize {
-    len.saturating_add(len / 4).next_multiple_of(1 << 16)
-}
 
 impl Drop for GpuResampler {
     fn drop(&mut self) {
