@@ -2,7 +2,7 @@
 
     python benches/node_ddp.py --data DIR [--gpus 8] [--models resnet50,resnet18] [--feeds synthetic,trdata,dataloader]
                                [--steps 80 --warmup 30 --batch 256] [--decode cpu] [--pin numa] [--packed FILE]
-                               [--kill] [--json OUT] [-- extra train_ddp.py args]
+                               [--kill] [--repeat K] [--json OUT] [-- extra train_ddp.py args]
 
 Everything runs through ``torchrun --standalone --nproc_per_node=n examples/train_ddp.py`` (bf16 autocast,
 channels_last on CUDA): for each model and feeder, n = 1 and n = ``--gpus``, ``--rate`` mode, which prints every
@@ -188,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kill-at", type=int, default=23)
     p.add_argument("--save-every", type=int, default=10)
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per torchrun")
+    p.add_argument(
+        "--repeat", type=int, default=1, help="train_ddp.py --repeat: the folder's files K times per epoch"
+    )
     p.add_argument("--json", default=None)
     p.add_argument("--tmp", default=None, help="checkpoint folder (default: a fresh temporary one)")
     a = p.parse_args(argv)
@@ -198,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
 
         a.gpus = max(1, torch.cuda.device_count())
     common = ["--data", a.data, "--batch-size", str(a.batch), "--bf16", "--decode", a.decode, *extra]
+    if a.repeat > 1:
+        common += ["--repeat", str(a.repeat)]
     if a.packed:
         common += ["--packed", a.packed]
     if a.pin:

@@ -3,6 +3,7 @@
     torchrun --nproc_per_node=N examples/train_ddp.py --data PATH [--model resnet50|resnet18|tiny] [--steps S]
              [--ckpt-dir DIR] [--save-every K] [--resume] [--stop-at STEP]
              [--feed trdata|synthetic|dataloader] [--bf16] [--decode MODE] [--pin MODE] [--rate] [--numa-report]
+             [--repeat K]
 
 Each process is one rank (torchrun sets RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE). trdata takes its rank and
 world size from the initialized process group, feeds ``cuda:LOCAL_RANK`` (``device="cuda"``) and uses this
@@ -23,6 +24,8 @@ trains on one batch made on the GPU (the ceiling), ``--feed dataloader`` on torc
 ImageFolder + v2 RandomResizedCrop/flip/normalize, DistributedSampler, ``--dl-workers`` processes per rank,
 pin_memory). ``--bf16``: bf16 autocast, channels_last, trdata batches in bf16 NHWC. ``--numa-report``: each rank
 prints where its GPU, its workers' CPUs and its pinned staging memory (``/proc/self/numa_maps``) are.
+``--repeat K``: an epoch is the folder's file list K times over, so a small sample still makes epochs of many
+batches (as ``benches/rn50_train.py --repeat``) instead of restarting the pipeline every batch or two.
 """
 
 from __future__ import annotations
@@ -85,7 +88,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--deterministic", action="store_true", help="deterministic algorithms, cuDNN (same losses on resume)"
     )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="each epoch is the folder's file list K times over (small samples: epochs of many batches)",
+    )
     args = p.parse_args(argv)
+    if args.repeat < 1:
+        p.error(f"--repeat must be >= 1, got {args.repeat}")
+    if args.repeat > 1 and args.packed:
+        p.error("--repeat repeats an ImageFolder's file list; a --packed file is fed as it is")
     if args.rate and not 1 <= args.warmup < args.steps:
         p.error(f"--rate needs 1 <= --warmup ({args.warmup}) < --steps ({args.steps})")
     if args.feed != "trdata" and (args.resume or args.stop_at is not None):
@@ -161,6 +174,8 @@ def dataloader_feed(args, size: int, rank: int, world: int, epoch: int):
         ]
     )
     ds = torchvision.datasets.ImageFolder(args.data, transform=tf)
+    if args.repeat > 1:
+        ds = torch.utils.data.ConcatDataset([ds] * args.repeat)
     sampler = DistributedSampler(
         ds, num_replicas=world, rank=rank, shuffle=True, seed=args.seed, drop_last=True
     )
@@ -243,7 +258,15 @@ def main(argv: list[str] | None = None) -> int:
         print("note: --bf16 applies on CUDA only; this CPU run trains in float32", flush=True)
 
     size = args.image_size or (64 if args.model == "tiny" else 224)
-    source = trdata.Packed(args.packed) if args.packed else trdata.ImageFolder(args.data)
+    if args.packed:
+        source = trdata.Packed(args.packed)
+    else:
+        folder = trdata.ImageFolder(args.data)
+        source = (
+            trdata.FileList(folder.paths * args.repeat, folder.labels * args.repeat, classes=folder.classes)
+            if args.repeat > 1
+            else folder
+        )
     loader = trdata.Loader(
         source,
         batch_size=args.batch_size,

@@ -40,6 +40,8 @@ def test_sigkill_and_resume_give_the_uninterrupted_runs_steps(generated_imagenet
         "--batch",
         "8",
         "--kill",
+        "--repeat",
+        "2",
     ]
     cmd += [
         "--kill-steps",
