@@ -453,7 +453,8 @@ impl Drop for PinnedHost {
     }
 }
 
-/// Grow-and-reuse size for a buffer that must hold `len` bytes: 25 % headroom, whole 64 KiB.
+/// Grow-and-reuse size for a buffer that must hold `len` bytes: 25 % headroom (grown buffers are reused by later,
+/// slightly larger batches), whole 64 KiB.
 pub fn grown(len: usize) -> usize {
     len.saturating_add(len / 4).next_multiple_of(1 << 16)
 }

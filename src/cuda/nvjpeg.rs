@@ -21,6 +21,10 @@
 //! every call that touches the device runs inside [`GpuContext::scoped`] (the device's primary context, shared
 //! with torch). Handles and states are created and destroyed in the same call here ([`Nvjpeg::decode_rgb`]), so
 //! a failed decode leaves nothing behind to poison the next one.
+//!
+//! **Batched inputs.** [`BatchDecoder`] hands nvJPEG copies of a call's bitstreams in page-locked memory (bounded
+//! by [`MAX_PINNED_BITSTREAM_BYTES`]), so that its per-image uploads are asynchronous DMA rather than staged
+//! copies that hold the driver's context lock while a training thread launches kernels (docs/gpu_decode.md §18).
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::path::{Path, PathBuf};

@@ -619,8 +619,6 @@ impl GpuResampler {
     }
 }
 
-/// A buffer size with headroom (grown buffers are reused by later, slightly larger batches).
-
 impl Drop for GpuResampler {
     fn drop(&mut self) {
         // The device buffers and the module must outlive the last run's kernels.
