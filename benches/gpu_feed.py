@@ -1,7 +1,7 @@
 """Issue 11's training-feed bench: which feeder keeps one H200 busy, and at what CPU cost — one run, same files.
 
     python benches/gpu_feed.py --data ROOT [--steps 40] [--warmup 10] [--auto-warmup 20] [--batch 256]
-        [--only PATTERNS] [--compile] [--workers N] [--dl-workers 16] [--repeat K] [--deadline S]
+        [--only PATTERNS] [--compile [--compile-mode reduce-overhead]] [--workers N] [--dl-workers 16] [--repeat K] [--deadline S]
         [--json out.json] [--list] [--dry]
 
 Config names are PHASE/FEEDER. Phases: `rn18` and `rn50` (a real training step: torchvision resnet18/50,
@@ -658,6 +658,12 @@ def parse_args(argv=None):
     p.add_argument("--only", default=None, help="comma-separated fnmatch patterns over PHASE/FEEDER names")
     p.add_argument("--compile", action="store_true", help="add rn50c/*: ResNet-50 under torch.compile")
     p.add_argument(
+        "--compile-mode",
+        default="default",
+        choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+        help="torch.compile mode for rn50c (reduce-overhead: CUDA graphs)",
+    )
+    p.add_argument(
         "--workers",
         type=int,
         default=None,
@@ -713,9 +719,11 @@ def header_info(a, paths, repeat) -> dict:
     return h
 
 
-def compile_model(model, opt, loss_fn, batch) -> tuple[object, float]:
-    """torch.compile(model) and 3 steps on bf16 channels_last data (every feeder's input): compile seconds."""
-    cmodel = torch.compile(model)
+def compile_model(model, opt, loss_fn, batch, mode: str = "default") -> tuple[object, float]:
+    """torch.compile(model, mode=mode) and 3 steps on bf16 channels_last data (every feeder's input): compile
+    seconds. mode "reduce-overhead" runs the model as CUDA graphs (its kernel launches no longer contend with the
+    GPU decode threads' driver calls: docs/gpu_decode.md §18)."""
+    cmodel = torch.compile(model, mode=mode)
     feed = SyntheticFeed(batch)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -770,7 +778,7 @@ def main(argv=None) -> int:
                 if phase == "rn50c":
                     if "rn50c" not in models:
                         print("[compiling ResNet-50 …]", flush=True)
-                        cm, compile_s = compile_model(model, opt, loss_fn, a.batch)
+                        cm, compile_s = compile_model(model, opt, loss_fn, a.batch, a.compile_mode)
                         models["rn50c"] = (cm, opt)
                         print(f"[compiled in {compile_s:.1f} s]", flush=True)
                     model = models["rn50c"][0]
@@ -796,7 +804,9 @@ def main(argv=None) -> int:
                 mfeed.close()
             r.update({"status": "ok", "phase": phase, "feeder": feeder, "warmup": warmup})
             if model is not None:
-                r["model"] = TRAIN_PHASES[phase] + (" (torch.compile)" if phase == "rn50c" else "")
+                r["model"] = TRAIN_PHASES[phase] + (
+                    f" (torch.compile, {a.compile_mode})" if phase == "rn50c" else ""
+                )
             if phase == "rn50c":
                 r["compile_s"] = round(compile_s, 1)
         except Exception as e:
