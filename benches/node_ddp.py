@@ -39,6 +39,16 @@ TRAIN = os.path.join(os.path.dirname(HERE), "examples", "train_ddp.py")
 STEP_LINE = re.compile(r"rank (\d+) step (\d+) epoch (\d+) loss (\S+) checksum ([0-9a-f]{16}|-)")
 
 
+def auto_repeat(data: str, images_per_step: int, steps: int) -> int:
+    """How many times the folder's file list must repeat so that one epoch holds `steps` global steps of
+    `images_per_step` images: a small sample (the 300-file ImageNet one) would otherwise give epochs of a batch or
+    none at all (300 files < 8 GPUs × 256), restarting every feeder's pipeline each step."""
+    import trdata
+
+    files = len(trdata.ImageFolder(data).paths)
+    return max(1, -(-images_per_step * steps // max(files, 1)))
+
+
 def torchrun(n: int, args: list[str]) -> list[str]:
     return [
         sys.executable,
@@ -189,7 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--save-every", type=int, default=10)
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per torchrun")
     p.add_argument(
-        "--repeat", type=int, default=1, help="train_ddp.py --repeat: the folder's files K times per epoch"
+        "--repeat",
+        type=int,
+        default=None,
+        help="train_ddp.py --repeat: the folder's files K times per epoch (default: enough for one epoch to hold "
+        "--warmup + --steps batches on every rank at --gpus GPUs)",
     )
     p.add_argument("--json", default=None)
     p.add_argument("--tmp", default=None, help="checkpoint folder (default: a fresh temporary one)")
@@ -201,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
 
         a.gpus = max(1, torch.cuda.device_count())
     common = ["--data", a.data, "--batch-size", str(a.batch), "--bf16", "--decode", a.decode, *extra]
+    if a.repeat is None:
+        a.repeat = 1 if a.packed else auto_repeat(a.data, a.batch * a.gpus, a.warmup + a.steps)
     if a.repeat > 1:
         common += ["--repeat", str(a.repeat)]
     if a.packed:
