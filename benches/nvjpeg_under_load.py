@@ -15,8 +15,14 @@ Measured on the H200 (2026-12-01, 228 4:4:4 files of the ImageNet sample, batch 
 15.1–15.4k img/s, planes 13.8–14.1k; while ResNet-50 trains RGB 2.7–3.5k, planes 4.3–4.5k; ResNet-50 itself
 loses 2–3 % (4,710 → 4,570–4,600). The decode thread is a Python thread here (ctypes releases the GIL during the
 calls; the switch interval is set to 0.5 ms), so the absolute rates under load are lower bounds. Those numbers
-came from `devcarry/yuvprobe.py` (runs 8 and 10 of that session), of which this file is the cleaned-up form; this
-form itself has not run on the GPU yet (the session's device time was spent).
+came from `devcarry/yuvprobe.py`, of which this file is the cleaned-up form.
+
+This file's own first run (H200, 2026-12-01, `devcarry/run23.sh`, one process per setting): with CUDA's default 8
+hardware work queues alone RGB 15,272 img/s, while ResNet-50 trains RGB 3,616 / planes 3,704–4,133; with
+`CUDA_DEVICE_MAX_CONNECTIONS=32` alone 16,234, while ResNet-50 trains RGB **10,618** / planes 8,643–9,511
+(ResNet-50 4,530 vs 4,599 alone-ish): nvJPEG's streams shared the 8 queues with the model's (docs/gpu_decode.md
+§18). `import trdata` now sets 32 unless the variable is set; run this file with the variable set explicitly to
+compare.
 """
 
 from __future__ import annotations
@@ -130,7 +136,12 @@ def main(argv=None) -> int:
             files.append((b, w[0], h[0]))
     if not files:
         sys.exit(f"no 4:4:4 JPEGs under {a.data}")
-    print(f"libnvjpeg {path}; {len(files)} 4:4:4 files of {len(names)}; batch {a.batch}", flush=True)
+    conns = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS")
+    print(
+        f"libnvjpeg {path}; {len(files)} 4:4:4 files of {len(names)}; batch {a.batch}; "
+        f"CUDA_DEVICE_MAX_CONNECTIONS={conns}",
+        flush=True,
+    )
     batch = (files * (a.batch // len(files) + 1))[: a.batch]
     variants = {
         "RGB interleaved": (OUTPUT_RGBI,),
