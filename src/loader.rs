@@ -26,9 +26,6 @@ use crate::stats::{GpuCounters, Stats};
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering, lock};
 use crate::topology::{self, PinMode};
 use crate::transfer::{BatchLease, EpochShape, Station, Take};
-
-/// GPU decode threads per engine (transfer/gpu_decode.rs), which the default worker count leaves cores for.
-const GPU_DECODE_THREADS: usize = crate::transfer::gpu_decode::DECODERS[0] + crate::transfer::gpu_decode::DECODERS[1];
 use crate::transfer::{CpuFallback, GpuDecodeSetup, Share};
 use crate::transfer::{DeviceBatch, DeviceNext, GpuEngine, GpuEngineConfig};
 use crate::worker::{EngineJob, EpochFallback, EpochJob, SkipLog, SkipRecord, WorkContext, WorkerPool};
@@ -258,7 +255,8 @@ impl Loader {
                 .cpus
                 .as_ref()
                 .map_or_else(|| topology::current_thread_affinity().unwrap_or_default().len(), Vec::len);
-            let decode_threads = gpu_plan.as_ref().map_or(0, |_| devices.engines() * GPU_DECODE_THREADS);
+            let decode_threads =
+                gpu_plan.as_ref().map_or(0, |_| devices.engines() * crate::transfer::gpu_decode::DECODE_THREADS);
             config::default::workers(cpus, devices != DeviceSpec::Cpu, decode_threads, devices.engines())
         });
         let shape = cfg.validate(dataset.len(), devices.engines(), workers)?;

@@ -6,6 +6,7 @@ module only formats them, so it can be tested with a hand-written dict.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 __all__ = ["format_info"]
@@ -30,8 +31,6 @@ def _more(text: str) -> str:
 def format_info(info: dict[str, Any] | None = None) -> str:
     """Return a multi-line report of ``_core.machine_info()`` (or of ``info`` if given)."""
     if info is None:
-        import os
-
         from . import _core, _cuda_env, _nvjpeg, _nvrtc
 
         info = _core.machine_info()

@@ -85,6 +85,8 @@ pub const FILL_WAIT: Duration = Duration::from_millis(2);
 /// img/s loader-only at a 0.5 share and 13.5k / 14.2k / 14.9k at share 1, and fed ResNet-18 10.8k / 10.2k / 9.8k
 /// (auto) — differences within the runs' noise; 2 plain decoders keep a second call in flight while one blocks.
 pub const DECODERS: [usize; 2] = [2, 1];
+/// Decode threads per engine (every [`DECODERS`] entry), which the default worker count leaves cores for.
+pub const DECODE_THREADS: usize = DECODERS[0] + DECODERS[1];
 /// Largest window (bytes, RGB) the GPU path decodes; larger ones go to the CPU path (which DCT-scales them).
 pub const MAX_WINDOW_BYTES: usize = 64 << 20;
 /// Files above this size go to the CPU path (the GPU path keeps a copy of each file until it is decoded).
