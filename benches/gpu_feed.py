@@ -1,6 +1,6 @@
 """Issue 11's training-feed bench: which feeder keeps one H200 busy, and at what CPU cost — one run, same files.
 
-    python benches/gpu_feed.py --data ROOT [--steps 40] [--warmup 10] [--auto-warmup 20] [--batch 256]
+    python benches/gpu_feed.py --data ROOT [--steps 150] [--warmup 10] [--auto-warmup 150] [--batch 256]
         [--only PATTERNS] [--compile [--compile-mode reduce-overhead]] [--workers N] [--dl-workers 16] [--repeat K] [--deadline S]
         [--json out.json] [--list] [--dry]
 
@@ -25,8 +25,9 @@ model). Feeders:
                   CMYK, …) are left out of its list (reported as tv_excluded).
 Every feeder's batch is made bf16 channels_last on the GPU outside the data-wait timer (what autocast's first
 conv would do anyway), so every config feeds the model the same dtype/layout (and torch.compile one graph).
-Default selection: rn50/{synthetic,trdata-auto,trdata-cpu,tv-gpu,dataloader}, the same for rn18,
-load/trdata-{cpu,0.25,0.5,0.75,gpu,auto} + load/tv-gpu, and with --compile the rn50 five under rn50c.
+Default selection: rn50/{synthetic,trdata-auto,trdata-cpu,trdata-0.5,tv-gpu,dataloader}, rn18 the same without
+trdata-0.5, load/trdata-{cpu,0.25,0.5,0.75,gpu,auto} + load/tv-gpu, and with --compile rn50c/{synthetic,
+trdata-auto,trdata-cpu,tv-gpu,dataloader}.
 --only takes comma-separated fnmatch patterns over all names (e.g. 'rn50/*,load/trdata-auto'); --list prints them.
 
 Reported per config (one JSON line each, then a markdown table): img/s; × synthetic (same model); × trdata-cpu
@@ -37,12 +38,17 @@ busy minus the synthetic config's (the training thread's own share) of the same 
 GPU-decode counters of stats() at the window's end (decode_stats()) and their deltas over the window: GPU share
 = gpu / (cpu + gpu) samples, fallback, ineligible, gpu_busy_s; p at the window's start → end. A missing key
 prints "n/a". The CPU-busy comparison that issue 11 asks for (trdata decode="cpu" vs "auto" at the ResNet-50
-eager rate) is the `cores busy` / `loader cores` of rn50/trdata-cpu vs rn50/trdata-auto, summarised at the end.
+eager rate) is the `cores busy` / `loader cores` of rn50/trdata-cpu vs rn50/trdata-auto and rn50/trdata-0.5
+(a fixed half share), summarised at the end.
 
-The sample is small, so each loader iterates the file list repeated --repeat times (default: ≥ 100 batches per
-virtual epoch), as rn50_train.py does. With the defaults the whole run should take ~3–4 min (an estimate, not yet
-timed on the device; torch.compile adds its compile time); configs that would start after --deadline seconds
-(default 480) are skipped, so the run ends within 9 min unless one config alone (the compile) runs long.
+The sample is small, so each loader iterates the file list repeated --repeat times; the default makes a virtual
+epoch of ≥ 1,000 batches (ImageNet's is 5,005 at batch 256), so the timed window, warm-ups included, sits inside
+one epoch. Every feeder refills its pipeline when an epoch starts; with the 100-batch epochs this bench used before,
+one restart fell in most 40–60-step windows and cost the fast feeders most: ResNet-18 fed by trdata "auto" read
+0.69–0.83× synthetic there and 0.94× with long epochs, on the same build (docs/gpu_decode.md §19;
+benches/auto_trace.py shows the restarts step by step). With the defaults the whole run takes ~4–5 min (measured:
+248 s for 18 configs with --compile); configs that would start after --deadline seconds (default 480) are skipped,
+so the run ends within 9 min unless one config alone (the compile) runs long.
 --dry needs no GPU and no trdata: it checks the arguments and the selection, runs the CPU-busy meter against a
 known load (this process + two worker processes, measured while they live and after they are reaped) and
 prints the decode line and the markdown table over placeholder rows.
@@ -82,6 +88,11 @@ DECODE_MODES = ("cpu", "0.25", "0.5", "0.75", "gpu", "auto")
 TRAIN_FEEDERS = ("synthetic", *(f"trdata-{m}" for m in DECODE_MODES), "dataloader", "tv-gpu")
 LOAD_FEEDERS = (*(f"trdata-{m}" for m in DECODE_MODES), "tv-gpu", "dataloader")
 DEFAULT_TRAIN = ("synthetic", "trdata-auto", "trdata-cpu", "tv-gpu", "dataloader")
+#: ResNet-50 eager also runs a fixed half share: the cores a GPU split saves at that rate ("auto" keeps the CPU
+#: the main path while it keeps up, so it saves few).
+DEFAULT_RN50 = ("synthetic", "trdata-auto", "trdata-cpu", "trdata-0.5", "tv-gpu", "dataloader")
+#: Virtual epoch of the default --repeat, in batches (see the module docs: restarts inside the window).
+EPOCH_BATCHES = 1000
 DEFAULT_LOAD = (*(f"trdata-{m}" for m in DECODE_MODES), "tv-gpu")
 #: run order: the ResNet-50 eager rows first (the CPU-busy comparison), compile last (it may be slow).
 PHASE_ORDER = ("rn50", "rn18", "load", "rn50c")
@@ -105,7 +116,8 @@ def default_configs(compile_: bool) -> list[str]:
     for phase in PHASE_ORDER:
         if phase == "rn50c" and not compile_:
             continue
-        out += [f"{phase}/{f}" for f in (DEFAULT_LOAD if phase == "load" else DEFAULT_TRAIN)]
+        feeders = {"load": DEFAULT_LOAD, "rn50": DEFAULT_RN50}.get(phase, DEFAULT_TRAIN)
+        out += [f"{phase}/{f}" for f in feeders]
     return out
 
 
@@ -460,15 +472,22 @@ def summary(results) -> list[str]:
             if f != "synthetic" and f"{phase}/{f}" in ok
         ]
         lines.append(f"{phase}: × synthetic ({syn['img_per_s']:,.0f} img/s): " + ", ".join(parts))
-    c, a, s = ok.get("rn50/trdata-cpu"), ok.get("rn50/trdata-auto"), ok.get("rn50/synthetic")
-    if c and a and c.get("cores_busy") is not None and a.get("cores_busy") is not None:
-        line = (
-            f"CPU cores busy at the ResNet-50 eager rate: decode='cpu' {c['cores_busy']:.1f} "
-            f"({c['img_per_s']:,.0f} img/s), decode='auto' {a['cores_busy']:.1f} ({a['img_per_s']:,.0f} img/s)"
-            f": auto frees {c['cores_busy'] - a['cores_busy']:.1f} cores"
-        )
-        if s and s.get("cores_busy") is not None:
-            line += f"; the training thread alone (synthetic) {s['cores_busy']:.1f}"
+    # The cores comparison at the ResNet-50 eager rate: every trdata row against decode="cpu"'s.
+    c, s = ok.get("rn50/trdata-cpu"), ok.get("rn50/synthetic")
+    own = s.get("cores_busy") if s else None
+    if c and c.get("cores_busy") is not None:
+        parts = []
+        for m in DECODE_MODES:
+            r = ok.get(f"rn50/trdata-{m}")
+            if not r or r.get("cores_busy") is None:
+                continue
+            part = f"decode={m} {r['cores_busy']:.1f} ({r['img_per_s']:,.0f} img/s"
+            if own is not None and m != "cpu" and c["cores_busy"] > own:
+                part += f", loader cores {(r['cores_busy'] - own) / (c['cores_busy'] - own):.2f}× cpu's"
+            parts.append(part + ")")
+        line = "CPU cores busy at the ResNet-50 eager rate: " + ", ".join(parts)
+        if own is not None:
+            line += f"; the training thread alone (synthetic) {own:.1f}"
         lines.append(line)
     return lines
 
@@ -651,9 +670,9 @@ def dry(a, configs) -> int:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", help="ImageFolder root (required unless --dry/--list)")
-    p.add_argument("--steps", type=int, default=40, help="timed steps per config")
+    p.add_argument("--steps", type=int, default=150, help="timed steps per config")
     p.add_argument("--warmup", type=int, default=10, help="untimed steps per config")
-    p.add_argument("--auto-warmup", type=int, default=20, help="extra untimed steps for trdata-auto configs")
+    p.add_argument("--auto-warmup", type=int, default=150, help="extra untimed steps for trdata-auto configs")
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--only", default=None, help="comma-separated fnmatch patterns over PHASE/FEEDER names")
     p.add_argument("--compile", action="store_true", help="add rn50c/*: ResNet-50 under torch.compile")
@@ -671,7 +690,10 @@ def parse_args(argv=None):
     )
     p.add_argument("--dl-workers", type=int, default=16)
     p.add_argument(
-        "--repeat", type=int, default=0, help="file list repeats per virtual epoch (0: ≥ 100 batches)"
+        "--repeat",
+        type=int,
+        default=0,
+        help=f"file list repeats per virtual epoch (0: ≥ {EPOCH_BATCHES} batches)",
     )
     p.add_argument(
         "--deadline", type=float, default=480, help="skip configs starting after S seconds (0: never)"
@@ -745,7 +767,9 @@ def main(argv=None) -> int:
     if a.dry:
         return dry(a, configs)
     t_start = time.time()
-    files = prepare("gpu_feed (use --dry to check the script without a GPU)", a.data, a.batch, a.repeat)
+    files = prepare(
+        "gpu_feed (use --dry to check the script without a GPU)", a.data, a.batch, a.repeat, EPOCH_BATCHES
+    )
     if files is None:
         return 2
     paths, labels, rpaths, rlabels, repeat = files

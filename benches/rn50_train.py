@@ -457,10 +457,10 @@ def fmt_table(results):
     return "\n".join(lines)
 
 
-def prepare(name, data, batch, repeat):
+def prepare(name, data, batch, repeat, min_batches=100):
     """The GPU benches' common start: CUDA's fast-math flags (cudnn.benchmark, TF32) and the folder's files, repeated
-    ``repeat`` times (0: enough for >= 100 batches) → (paths, labels, repeated paths, repeated labels, repeat); None
-    after printing why when CUDA or the images are missing."""
+    ``repeat`` times (0: enough for >= ``min_batches`` batches) → (paths, labels, repeated paths, repeated labels,
+    repeat); None after printing why when CUDA or the images are missing."""
     if not torch.cuda.is_available():
         print(f"{name}: CUDA is not available", file=sys.stderr)
         return None
@@ -471,7 +471,7 @@ def prepare(name, data, batch, repeat):
     if not paths:
         print(f"{name}: no images under {data}", file=sys.stderr)
         return None
-    repeat = repeat or max(1, -(-100 * batch // len(paths)))
+    repeat = repeat or max(1, -(-min_batches * batch // len(paths)))
     return (paths, labels, *repeated(paths, labels, repeat), repeat)
 
 
