@@ -1,8 +1,8 @@
 """Issue 11's training-feed bench: which feeder keeps one H200 busy, and at what CPU cost — one run, same files.
 
     python benches/gpu_feed.py --data ROOT [--steps 150] [--warmup 10] [--auto-warmup 150] [--batch 256]
-        [--only PATTERNS] [--compile [--compile-mode reduce-overhead]] [--workers N] [--dl-workers 16] [--repeat K] [--deadline S]
-        [--json out.json] [--list] [--dry]
+        [--only PATTERNS] [--compile [--compile-mode reduce-overhead]] [--workers N] [--dl-workers 16] [--repeat K]
+        [--deadline S] [--config-timeout S] [--json out.json] [--list] [--dry]
 
 Config names are PHASE/FEEDER. Phases: `rn18` and `rn50` (a real training step: torchvision resnet18/50,
 weights=None, channels_last, bf16 autocast, batch 256, fused SGD lr 0.1 momentum 0.9, cross entropy), `rn50c`
@@ -48,7 +48,9 @@ one restart fell in most 40–60-step windows and cost the fast feeders most: Re
 0.69–0.83× synthetic there and 0.94× with long epochs, on the same build (docs/gpu_decode.md §19;
 benches/auto_trace.py shows the restarts step by step). With the defaults the whole run takes ~4–5 min (measured:
 248 s for 18 configs with --compile); configs that would start after --deadline seconds (default 480) are skipped,
-so the run ends within 9 min unless one config alone (the compile) runs long.
+so the run ends within 9 min unless one config alone (the compile) runs long; a config still running after
+--config-timeout seconds (default 240) prints every thread's stack and ends the run (faulthandler), the JSON of
+the configs before it kept. Each config's feeder is closed and dropped before the next one is made.
 --dry needs no GPU and no trdata: it checks the arguments and the selection, runs the CPU-busy meter against a
 known load (this process + two worker processes, measured while they live and after they are reaped) and
 prints the decode line and the markdown table over placeholder rows.
@@ -60,7 +62,9 @@ not copied); this file adds the decode modes, the torchvision GPU feeder, the CP
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import fnmatch
+import gc
 import json
 import os
 import sys
@@ -698,6 +702,13 @@ def parse_args(argv=None):
     p.add_argument(
         "--deadline", type=float, default=480, help="skip configs starting after S seconds (0: never)"
     )
+    p.add_argument(
+        "--config-timeout",
+        type=float,
+        default=240,
+        help="a config still running after S seconds (its feeder's start included) prints every thread's stack "
+        "and ends the run (0: never)",
+    )
     p.add_argument("--json", default=None, help="write header + results here (after every config)")
     p.add_argument(
         "--list", action="store_true", help="print all config names (selected ones marked) and exit"
@@ -790,6 +801,8 @@ def main(argv=None) -> int:
             continue
         t0 = time.time()
         r = None
+        if a.config_timeout:  # a hung config ends the run with every thread's stack (the JSON so far is kept)
+            faulthandler.dump_traceback_later(a.config_timeout, exit=True)
         try:
             model = opt = None
             if phase != "load":
@@ -826,6 +839,8 @@ def main(argv=None) -> int:
                 r = run_config(mfeed, model, opt, loss_fn, a.steps, warmup)
             finally:
                 mfeed.close()
+                feed = mfeed = None  # the next config starts with this one's loader gone, not just closed
+                gc.collect()
             r.update({"status": "ok", "phase": phase, "feeder": feeder, "warmup": warmup})
             if model is not None:
                 r["model"] = TRAIN_PHASES[phase] + (
@@ -840,6 +855,7 @@ def main(argv=None) -> int:
             msg = f"{type(e).__name__}: {e}".splitlines()[0][:160]
             print(f"[{name} failed: {msg}]", flush=True)
             r = {"config": name, "status": f"failed: {msg}"}
+        faulthandler.cancel_dump_traceback_later()
         r["config_seconds_total"] = round(time.time() - t0, 1)
         results.append(r)
         print(json.dumps(r), flush=True)
