@@ -34,9 +34,10 @@ pytestmark = pytest.mark.skipif(
 DEADLINE_S = 120
 
 #: The script's head: a folder of JPEGs, a trdata loader with GPU decode, torchvision's decoder and its checks.
-PRELUDE = """
-import faulthandler, sys, pathlib
-faulthandler.dump_traceback_later({fh}, exit=True)
+PRELUDE = (
+    f"import faulthandler\nfaulthandler.dump_traceback_later({DEADLINE_S - 20}, exit=True)\n"
+    + """
+import sys, pathlib
 import trdata, torch
 from torchvision.io import ImageReadMode, decode_jpeg, read_file
 root = pathlib.Path(sys.argv[1])
@@ -64,7 +65,8 @@ def take(it, n):
         x = torch.from_dlpack(b.images)
         assert x.shape == (16, 224, 224, 3) and x.is_cuda
     torch.cuda.synchronize()
-""".format(fh=DEADLINE_S - 20)
+"""
+)
 
 STAGES = {
     # torchvision decodes while a trdata loader is mid-epoch on the same GPU (validation during training).
