@@ -7,8 +7,15 @@
 //! 4. the bare sonames, which the dynamic loader resolves (`LD_LIBRARY_PATH`, ld.so.cache).
 //!
 //! The first candidate that opens and has every symbol wins; every candidate's outcome is kept for `trdata info`.
+//!
+//! A library that loaded stays loaded until the process ends ([`Kept`]): later searches that reach the same path
+//! get the same instance, and nothing is unloaded when the last loader using it closes. libnvjpeg links the CUDA
+//! runtime statically, which registers its kernels with the driver on first use; unloading it under a live
+//! context, and loading it again for the next loader, is not a sequence CUDA supports (cudarc keeps the driver
+//! the same way, in a static; torch never unloads its libraries).
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// The search order above for a library named by `sonames` (newest first) with override variable `env`.
 pub fn candidates(env: &str, sonames: &[&str], extra: &[PathBuf]) -> Vec<PathBuf> {
@@ -67,7 +74,7 @@ pub fn toolkit_roots(prefix: &Path) -> Vec<PathBuf> {
 /// (`"loaded"` or why not).
 pub fn open_first<T>(
     candidates: Vec<PathBuf>,
-    open_one: impl Fn(&Path) -> Result<T, String>,
+    mut open_one: impl FnMut(&Path) -> Result<T, String>,
 ) -> (Option<T>, Vec<(String, String)>) {
     let mut tried = Vec::new();
     for path in candidates {
@@ -81,4 +88,71 @@ pub fn open_first<T>(
         }
     }
     (None, tried)
+}
+
+/// The libraries of one kind this process has loaded, by candidate path; never emptied (see the module docs).
+pub struct Kept<T>(Mutex<Vec<(PathBuf, Arc<T>)>>);
+
+impl<T> Kept<T> {
+    /// None loaded yet (for a `static`).
+    pub const fn new() -> Self {
+        Self(Mutex::new(Vec::new()))
+    }
+
+    /// [`open_first`], where a candidate this process already loaded is that same instance again.
+    pub fn open_first(
+        &self,
+        candidates: Vec<PathBuf>,
+        open_one: impl Fn(&Path) -> Result<T, String>,
+    ) -> (Option<Arc<T>>, Vec<(String, String)>) {
+        // One search at a time: two loaders starting at once must not both load (and then keep) a library.
+        let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        open_first(candidates, |path| {
+            if let Some((_, lib)) = kept.iter().find(|(p, _)| p == path) {
+                return Ok(Arc::clone(lib));
+            }
+            let lib = Arc::new(open_one(path)?);
+            kept.push((path.to_path_buf(), Arc::clone(&lib)));
+            Ok(lib)
+        })
+    }
+
+    /// How many libraries were loaded and kept.
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn a_library_is_loaded_once_per_path_and_kept() {
+        let kept: Kept<String> = Kept::new();
+        let opened = AtomicUsize::new(0);
+        let open_one = |p: &Path| {
+            if p.ends_with("missing.so") {
+                return Err("cannot open: no such file".to_owned());
+            }
+            opened.fetch_add(1, Ordering::SeqCst);
+            Ok(p.display().to_string())
+        };
+        let search = |names: &[&str]| kept.open_first(names.iter().map(PathBuf::from).collect(), open_one);
+        let (a, tried) = search(&["/x/missing.so", "/x/a.so"]);
+        assert_eq!(tried.iter().map(|t| t.1.as_str()).collect::<Vec<_>>(), ["cannot open: no such file", "loaded"]);
+        let (b, _) = search(&["/x/missing.so", "/x/a.so"]);
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert!(Arc::ptr_eq(&a, &b), "the same path gives the same instance");
+        assert_eq!(opened.load(Ordering::SeqCst), 1);
+        // A failure is not kept (tried again), another path is a second library; dropping every user unloads
+        // nothing (the registry still holds them).
+        let (c, _) = search(&["/x/c.so"]);
+        assert!(!Arc::ptr_eq(&a, c.as_ref().unwrap()));
+        drop((a, b, c));
+        assert_eq!((kept.len(), opened.load(Ordering::SeqCst)), (2, 2));
+        let (none, tried) = search(&["/x/missing.so"]);
+        assert!(none.is_none() && tried.len() == 1 && kept.len() == 2);
+    }
 }

@@ -127,11 +127,14 @@ pub fn candidates(extra: &[PathBuf]) -> Vec<PathBuf> {
     super::libsearch::candidates("TRDATA_NVJPEG", &["libnvjpeg.so.13", "libnvjpeg.so.12"], extra)
 }
 
+/// Every Nvjpeg this process loaded, kept until it ends (`cuda/libsearch.rs`).
+static LOADED: super::libsearch::Kept<Nvjpeg> = super::libsearch::Kept::new();
+
 /// Search `candidates(extra)` and open the first library that has every symbol trdata needs.
 pub fn open(extra: &[PathBuf]) -> (Option<Arc<Nvjpeg>>, NvjpegProbe) {
-    let (lib, tried) = super::libsearch::open_first(candidates(extra), open_one);
+    let (lib, tried) = LOADED.open_first(candidates(extra), open_one);
     let found = lib.as_ref().map(|l| (l.path.clone(), l.version));
-    (lib.map(Arc::new), NvjpegProbe { found, tried })
+    (lib, NvjpegProbe { found, tried })
 }
 
 /// [`open`] for a caller that must decode on the GPU: no library is a ConfigError naming `decode` and listing
@@ -144,7 +147,7 @@ pub fn open_required(extra: &[PathBuf]) -> Result<Arc<Nvjpeg>> {
     })
 }
 
-/// [`open`] without keeping the library: what `trdata info` shows.
+/// [`open`] for its report: what `trdata info` shows (the library it finds stays loaded, as every one does).
 pub fn probe(extra: &[PathBuf]) -> NvjpegProbe {
     open(extra).1
 }

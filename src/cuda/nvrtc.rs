@@ -90,11 +90,14 @@ pub fn candidates(extra: &[PathBuf]) -> Vec<PathBuf> {
     super::libsearch::candidates("TRDATA_NVRTC", &SONAMES, extra)
 }
 
+/// Every Nvrtc this process loaded, kept until it ends (`cuda/libsearch.rs`).
+static LOADED: super::libsearch::Kept<Nvrtc> = super::libsearch::Kept::new();
+
 /// Search `candidates(extra)` and open the first library that has every symbol trdata needs.
 pub fn open(extra: &[PathBuf]) -> (Option<Arc<Nvrtc>>, NvrtcProbe) {
-    let (lib, tried) = super::libsearch::open_first(candidates(extra), open_one);
+    let (lib, tried) = LOADED.open_first(candidates(extra), open_one);
     let found = lib.as_ref().map(|l| (l.path.clone(), l.version));
-    (lib.map(Arc::new), NvrtcProbe { found, tried })
+    (lib, NvrtcProbe { found, tried })
 }
 
 /// [`open`] for a caller that must compile kernels: no library is a CudaError naming NVRTC and listing what was
@@ -114,7 +117,7 @@ pub fn open_required(extra: &[PathBuf]) -> Result<Arc<Nvrtc>> {
     })
 }
 
-/// [`open`] without keeping the library: what `trdata info` shows.
+/// [`open`] for its report: what `trdata info` shows (the library it finds stays loaded, as every one does).
 pub fn probe(extra: &[PathBuf]) -> NvrtcProbe {
     open(extra).1
 }
