@@ -46,8 +46,9 @@ epoch of ≥ 1,000 batches (ImageNet's is 5,005 at batch 256), so the timed wind
 one epoch. Every feeder refills its pipeline when an epoch starts; with the 100-batch epochs this bench used before,
 one restart fell in most 40–60-step windows and cost the fast feeders most: ResNet-18 fed by trdata "auto" read
 0.69–0.83× synthetic there and 0.94× with long epochs, on the same build (docs/gpu_decode.md §19;
-benches/auto_trace.py shows the restarts step by step). With the defaults the whole run takes ~4–5 min (measured:
-248 s for 18 configs with --compile); configs that would start after --deadline seconds (default 480) are skipped,
+benches/auto_trace.py shows the restarts step by step). With the defaults the whole run should take ~4–5 min
+(measured: 248 s for 18 of its configs with --compile; the first run with exactly these defaults stalled in
+rn50/tv-gpu, docs/gpu_decode.md §19); configs that would start after --deadline seconds (default 480) are skipped,
 so the run ends within 9 min unless one config alone (the compile) runs long; a config still running after
 --config-timeout seconds (default 240) prints every thread's stack and ends the run (faulthandler), the JSON of
 the configs before it kept. Each config's feeder is closed and dropped before the next one is made.
@@ -718,6 +719,8 @@ def parse_args(argv=None):
     for k in ("steps", "batch", "workers", "dl_workers"):
         if getattr(a, k) is not None and getattr(a, k) < 1:
             p.error(f"--{k.replace('_', '-')} must be ≥ 1")
+    if a.config_timeout < 0:
+        p.error("--config-timeout must be ≥ 0")
     if a.warmup < 1 or a.auto_warmup < 0:
         p.error("--warmup must be ≥ 1 and --auto-warmup ≥ 0")
     if not (a.dry or a.list or a.data):
