@@ -39,8 +39,8 @@ def run(feed, model, opt, loss_fn, steps: int, warmup: int, trace: bool):
         b = time.perf_counter()
         wait += b - a
         train_step(model, opt, loss_fn, x, y)
+        ppm = feed.loader.stats().get("decode_gpu_share_ppm", 0)  # every run pays the same stats() call
         if trace:
-            ppm = feed.loader.stats().get("decode_gpu_share_ppm", 0)
             rows.append((b - t0, b - a, ppm / 1e6))
     torch.cuda.synchronize()
     wall = time.perf_counter() - t0
@@ -59,7 +59,10 @@ def main(argv=None) -> int:
     p.add_argument("--epoch-batches", type=int, default=100, help="batches per virtual epoch")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
-    shares = [float(s) for s in a.shares.split(",") if s.strip()]
+    try:
+        shares = [float(s) for s in a.shares.split(",") if s.strip()]
+    except ValueError:
+        p.error(f"--shares {a.shares!r}: comma-separated numbers in [0, 1]")
     if any(not 0.0 <= s <= 1.0 for s in shares) or a.fixed_steps < 1 or a.steps < 0 or a.epoch_batches < 1:
         p.error("shares must lie in [0, 1]; --fixed-steps ≥ 1, --steps ≥ 0, --epoch-batches ≥ 1")
     files = prepare("auto_trace", a.data, BATCH, 0, a.epoch_batches)
@@ -69,7 +72,7 @@ def main(argv=None) -> int:
     model, opt = make_model(fused=True, arch=a.model)
     model.train()
     loss_fn = torch.nn.CrossEntropyLoss()
-    out = {"model": a.model, "epoch_batches": a.epoch_batches, "fixed": {}, "auto": []}
+    out = {"model": a.model, "epoch_batches": a.epoch_batches, "fixed": {}, "auto": None}
 
     def feed_for(mode):
         return DecodeTrdataFeed(rpaths, rlabels, BATCH, None, mode)

@@ -43,15 +43,17 @@ eager rate) is the `cores busy` / `loader cores` of rn50/trdata-cpu vs rn50/trda
 
 The sample is small, so each loader iterates the file list repeated --repeat times; the default makes a virtual
 epoch of ≥ 1,000 batches (ImageNet's is 5,005 at batch 256), so the timed window, warm-ups included, sits inside
-one epoch. Every feeder refills its pipeline when an epoch starts; with the 100-batch epochs this bench used before,
-one restart fell in most 40–60-step windows and cost the fast feeders most: ResNet-18 fed by trdata "auto" read
-0.69–0.83× synthetic there and 0.94× with long epochs, on the same build (docs/gpu_decode.md §19;
-benches/auto_trace.py shows the restarts step by step). With the defaults the whole run should take ~4–5 min
-(measured: 248 s for 18 of its configs with --compile; the first run with exactly these defaults stalled in
-rn50/tv-gpu, docs/gpu_decode.md §19); configs that would start after --deadline seconds (default 480) are skipped,
-so the run ends within 9 min unless one config alone (the compile) runs long; a config still running after
---config-timeout seconds (default 240) prints every thread's stack and ends the run (faulthandler), the JSON of
-the configs before it kept. Each config's feeder is closed and dropped before the next one is made.
+one epoch: every feeder drains and refills its pipeline when an epoch starts (benches/auto_trace.py shows it,
+~0.2–0.3 s per restart for ResNet-18), which a 100-batch epoch would put inside the 150-step windows. Windows are
+long and, for "auto", late (after --auto-warmup): the bench's earlier defaults (40 steps, 20 warm-up steps for
+"auto", so a window at batches 10–70 of a fresh loader) read ResNet-18 "auto" 0.83× and compiled ResNet-50 "auto"
+0.78×; these read 0.94× and 0.995× (docs/gpu_decode.md §19 says what changed and what is not separated). With the
+defaults the whole run should take ~4–5 min (an estimate: 248 s was measured for 18 of its configs with --compile;
+the first run with exactly these defaults stalled in rn50/tv-gpu, docs/gpu_decode.md §19); configs that would
+start after --deadline seconds (default 480) are skipped, so the run ends within 9 min unless one config alone
+(the compile) runs long; a config still running after --config-timeout seconds (default 240) prints every thread's
+stack and ends the run (faulthandler), the JSON of the configs before it kept. Each config's feeder is closed and
+dropped before the next one is made.
 --dry needs no GPU and no trdata: it checks the arguments and the selection, runs the CPU-busy meter against a
 known load (this process + two worker processes, measured while they live and after they are reaped) and
 prints the decode line and the markdown table over placeholder rows.
@@ -471,11 +473,14 @@ def summary(results) -> list[str]:
         syn = ok.get(f"{phase}/synthetic")
         if not syn:
             continue
-        parts = [
-            f"{f} {ratio(ok[f'{phase}/{f}'], syn):.3f}"
+        if syn.get("img_per_s") is None:
+            continue
+        xs = [
+            (f, ratio(ok[f"{phase}/{f}"], syn))
             for f in TRAIN_FEEDERS
             if f != "synthetic" and f"{phase}/{f}" in ok
         ]
+        parts = [f"{f} {'n/a' if x is None else f'{x:.3f}'}" for f, x in xs]
         lines.append(f"{phase}: × synthetic ({syn['img_per_s']:,.0f} img/s): " + ", ".join(parts))
     # The cores comparison at the ResNet-50 eager rate: every trdata row against decode="cpu"'s.
     c, s = ok.get("rn50/trdata-cpu"), ok.get("rn50/synthetic")
@@ -486,9 +491,12 @@ def summary(results) -> list[str]:
             r = ok.get(f"rn50/trdata-{m}")
             if not r or r.get("cores_busy") is None:
                 continue
-            part = f"decode={m} {r['cores_busy']:.1f} ({r['img_per_s']:,.0f} img/s"
-            if own is not None and m != "cpu" and c["cores_busy"] > own:
-                part += f", loader cores {(r['cores_busy'] - own) / (c['cores_busy'] - own):.2f}× cpu's"
+            rate = f"{r['img_per_s']:,.0f} img/s" if r.get("img_per_s") is not None else "n/a img/s"
+            part = f"decode={m} {r['cores_busy']:.1f} ({rate}"
+            if m != "cpu":
+                part += f", frees {c['cores_busy'] - r['cores_busy']:.1f}"
+                if own is not None and c["cores_busy"] > own:
+                    part += f", loader cores {(r['cores_busy'] - own) / (c['cores_busy'] - own):.2f}× cpu's"
             parts.append(part + ")")
         line = "CPU cores busy at the ResNet-50 eager rate: " + ", ".join(parts)
         if own is not None:
@@ -841,9 +849,11 @@ def main(argv=None) -> int:
             try:
                 r = run_config(mfeed, model, opt, loss_fn, a.steps, warmup)
             finally:
-                mfeed.close()
-                feed = mfeed = None  # the next config starts with this one's loader gone, not just closed
-                gc.collect()
+                # the next config starts with this one's feeder gone, not just closed (names cleared first, so a
+                # close that raises leaves no reference behind; gc.collect() below, once the traceback is gone)
+                closing, feed, mfeed = mfeed, None, None
+                closing.close()
+                del closing
             r.update({"status": "ok", "phase": phase, "feeder": feeder, "warmup": warmup})
             if model is not None:
                 r["model"] = TRAIN_PHASES[phase] + (
@@ -858,7 +868,10 @@ def main(argv=None) -> int:
             msg = f"{type(e).__name__}: {e}".splitlines()[0][:160]
             print(f"[{name} failed: {msg}]", flush=True)
             r = {"config": name, "status": f"failed: {msg}"}
-        faulthandler.cancel_dump_traceback_later()
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+        feed = mfeed = None
+        gc.collect()
         r["config_seconds_total"] = round(time.time() - t0, 1)
         results.append(r)
         print(json.dumps(r), flush=True)

@@ -2,8 +2,8 @@
 device="cuda")` while trdata trains, or after a trdata loader is closed. Both load the same libnvjpeg when trdata
 finds torchvision's copy, and both use the GPU's JPEG engines.
 
-Why this test exists: on the H200 `benches/gpu_feed.py` (fifth session, `devcarry/run37.sh`) ran past its
-300-second budget in `rn50/tv-gpu` — torchvision's GPU decode — directly after `rn50/trdata-0.5` (a trdata loader
+Why this test exists: on the H200 `benches/gpu_feed.py` (fifth session, `devcarry/run37.sh`) stayed ~300 s, until
+the run's 380-s timeout, in `rn50/tv-gpu` — torchvision's GPU decode — directly after `rn50/trdata-0.5` (a trdata loader
 with GPU decode, closed but still referenced), while every earlier run that put another config between them
 finished. Each stage runs in a fresh interpreter under a deadline, so a hang fails the test with the stage it hung
 in and every thread's Python stack (faulthandler) instead of hanging the suite. Skips without CUDA, libnvjpeg with
@@ -59,12 +59,13 @@ def make_loader():
     return trdata.Loader(trdata.ImageFolder(str(root)), batch_size=16,
                          transforms=[trdata.RandomResizedCrop(224), trdata.RandomHorizontalFlip()],
                          dtype="uint8", layout="NHWC", device="cuda:0", workers=3, shuffle=True, decode=0.5)
-def take(it, n):
+def take(it, n, ld):
     for _ in range(n):
         b = next(it)
         x = torch.from_dlpack(b.images)
         assert x.shape == (16, 224, 224, 3) and x.is_cuda
     torch.cuda.synchronize()
+    assert ld.stats()["decode_gpu"] > 0, ld.stats()  # trdata's GPU path ran, not only its CPU fallback
 """
 )
 
@@ -72,20 +73,20 @@ STAGES = {
     # torchvision decodes while a trdata loader is mid-epoch on the same GPU (validation during training).
     "concurrent": """
 ld = make_loader(); it = iter(ld)
-take(it, 2); stage("trdata running")
+take(it, 2, ld); stage("trdata running")
 tv_batch(); tv_each(); stage("torchvision while trdata runs")
-take(it, 2); stage("trdata again")
+take(it, 2, ld); stage("trdata again")
 ld.close(); stage("closed")
 """,
     # gpu_feed's order: a trdata GPU-decode loader closed but still referenced, then torchvision's GPU decode.
     "after-close": """
 ld = make_loader(); it = iter(ld)
-take(it, 4); ld.close(); stage("closed, still referenced")
+take(it, 4, ld); ld.close(); stage("closed, still referenced")
 tv_each(); tv_batch(); stage("torchvision after close")
 del it, ld
 import gc; gc.collect(); stage("dropped")
 tv_batch(); stage("torchvision after drop")
-ld = make_loader(); take(iter(ld), 2); ld.close(); stage("a second trdata loader")
+ld = make_loader(); take(iter(ld), 2, ld); ld.close(); stage("a second trdata loader")
 """,
 }
 
