@@ -7,7 +7,8 @@
 //! `export/` enqueues the consumer's stream waits with it. `trdata info` reads [`probe()`].
 //!
 //! Files: `driver` (contexts, streams, events, device memory), `probe` (what the machine has), and the GPU decode
-//! path's libraries, loaded at run time like the driver — `libsearch` (their one search order), [`nvjpeg`]
+//! path's libraries, loaded at run time like the driver — `libsearch` (their one search order, and the registry
+//! that keeps each loaded library until the process ends), [`nvjpeg`]
 //! (libnvjpeg: hardware batched ROI decode), [`nvrtc`] (libnvrtc: compiles `kernels/resample.cu` to a CUBIN) and
 //! [`resample_gpu`] (the resample kernels' launcher); `transfer/gpu_decode.rs` drives them.
 //!
