@@ -27,6 +27,12 @@ def _tv() -> list[Any]:
     ]
 
 
+def repeats_for(files: int, images: int) -> int:
+    """How many times a list of ``files`` files must repeat for one epoch to hold ``images`` images (≥ 1): the
+    benches' small samples otherwise make epochs of a few batches, each restart refilling every feeder's pipeline."""
+    return max(1, -(-images // max(files, 1)))
+
+
 #: Recipe name → its per-sample transforms; the output size is RECIPE_SIZE[name].
 RECIPES = {"rn50": _rn50, "tv": _tv}
 RECIPE_SIZE = {"rn50": 224, "tv": 176}

@@ -849,11 +849,7 @@ def main(argv=None) -> int:
             try:
                 r = run_config(mfeed, model, opt, loss_fn, a.steps, warmup)
             finally:
-                # the next config starts with this one's feeder gone, not just closed (names cleared first, so a
-                # close that raises leaves no reference behind; gc.collect() below, once the traceback is gone)
-                closing, feed, mfeed = mfeed, None, None
-                closing.close()
-                del closing
+                mfeed.close()
             r.update({"status": "ok", "phase": phase, "feeder": feeder, "warmup": warmup})
             if model is not None:
                 r["model"] = TRAIN_PHASES[phase] + (
@@ -870,6 +866,8 @@ def main(argv=None) -> int:
             r = {"config": name, "status": f"failed: {msg}"}
         finally:
             faulthandler.cancel_dump_traceback_later()
+        # The next config starts with this one's feeder gone, not just closed (also when it failed: the traceback
+        # that held it is gone once the except block ended).
         feed = mfeed = None
         gc.collect()
         r["config_seconds_total"] = round(time.time() - t0, 1)

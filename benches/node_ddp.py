@@ -44,9 +44,9 @@ def auto_repeat(data: str, images_per_step: int, steps: int) -> int:
     `images_per_step` images: a small sample (the 300-file ImageNet one) would otherwise give epochs of a batch or
     none at all (300 files < 8 GPUs × 256), restarting every feeder's pipeline each step."""
     import trdata
+    from _recipe import repeats_for
 
-    files = len(trdata.ImageFolder(data).paths)
-    return max(1, -(-images_per_step * steps // max(files, 1)))
+    return repeats_for(len(trdata.ImageFolder(data).paths), images_per_step * steps)
 
 
 def torchrun(n: int, args: list[str]) -> list[str]:

@@ -52,7 +52,7 @@ import sys
 import time
 
 import torch
-from _recipe import RECIPE_SIZE, train_loader
+from _recipe import RECIPE_SIZE, repeats_for, train_loader
 
 try:  # before anything starts CUDA: trdata's import sets CUDA_DEVICE_MAX_CONNECTIONS (docs/gpu_decode.md §18)
     import trdata  # noqa: F401
@@ -471,7 +471,7 @@ def prepare(name, data, batch, repeat, min_batches=100):
     if not paths:
         print(f"{name}: no images under {data}", file=sys.stderr)
         return None
-    repeat = repeat or max(1, -(-min_batches * batch // len(paths)))
+    repeat = repeat or repeats_for(len(paths), min_batches * batch)
     return (paths, labels, *repeated(paths, labels, repeat), repeat)
 
 
