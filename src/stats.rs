@@ -110,6 +110,11 @@ pub struct GpuCounters {
     /// Device bytes nvJPEG's decoders took when they were made (free device memory before − after: their
     /// pre-allocated buffers for batches of 64 windows up to 1024²).
     pub decode_gpu_nvjpeg_bytes: AtomicU64,
+    /// nvJPEG hardware decoders the GPU decode path runs, and how many of them an earlier loader made (kept for
+    /// the process: transfer/gpu_decode.rs, "Decoder reuse").
+    pub decode_gpu_decoders: AtomicU64,
+    /// See [`Self::decode_gpu_decoders`].
+    pub decode_gpu_decoders_reused: AtomicU64,
 }
 
 impl GpuCounters {
@@ -135,6 +140,8 @@ impl GpuCounters {
             ("decode_gpu_share_ppm", g(&self.decode_gpu_share_ppm)),
             ("decode_gpu_arena_bytes", g(&self.decode_gpu_arena_bytes)),
             ("decode_gpu_nvjpeg_bytes", g(&self.decode_gpu_nvjpeg_bytes)),
+            ("decode_gpu_decoders", g(&self.decode_gpu_decoders)),
+            ("decode_gpu_decoders_reused", g(&self.decode_gpu_decoders_reused)),
         ]
     }
 }

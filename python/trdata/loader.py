@@ -937,7 +937,9 @@ class Loader:
         take), decode_gpu_ns (decode threads busy), decode_gpu_wait_ns (transfer threads waiting for a batch's GPU
         rows), decode_gpu_finish_ns (resample launches and fallbacks), decode_gpu_share_ppm (the GPU share now, in
         millionths), decode_gpu_arena_bytes and decode_gpu_nvjpeg_bytes (device memory of the decode arenas and of
-        nvJPEG's decoders)."""
+        nvJPEG's decoders), decode_gpu_decoders and decode_gpu_decoders_reused (nvJPEG hardware decoders this loader
+        runs, and how many of them an earlier loader in the process made: closed loaders keep theirs for the next
+        one, docs/gpu_decode.md §20)."""
         self._check_process()
         return dict(self._native.stats())
 

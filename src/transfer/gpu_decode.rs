@@ -40,7 +40,8 @@
 //!   before it sees the new generation.
 //! - failure: a decode thread that cannot continue (nvJPEG error outside a batch) records why; every task from
 //!   then on completes at once as a fallback, so the transfer thread never waits forever and the batch is made
-//!   on the CPU. `close()` stops and joins the thread.
+//!   on the CPU. `close()` stops and joins the threads and keeps their decoders for the next loader on the GPU
+//!   ([`IDLE`]: "Decoder reuse"; a decoder that stopped on an error is destroyed instead).
 //!
 //! Checked by loom (`make test-loom`, the production `DecodeQueue` with a fake decoder: every task delivered once
 //! to its batch, a reset during a decode, close during the waits) and by a stress test (8 workers, 3 decode
@@ -458,7 +459,7 @@ pub struct GpuDecode {
     share: AtomicU64,
     /// The auto controller (transfer thread only; None: a fixed share).
     controller: Mutex<Option<Controller>>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    threads: Mutex<Vec<DecodeThread>>,
     counters: std::sync::Arc<GpuCounters>,
     arena_bytes: usize,
 }
@@ -488,8 +489,14 @@ impl GpuDecode {
         // such).
         let free_before = ctx.mem_info().map(|(free, _)| free).ok();
         let mut decoders = Vec::new();
+        let (mut made, mut reused_bytes) = (0usize, 0u64);
         for (q, &n) in DECODERS.iter().enumerate() {
             for _ in 0..n {
+                if let Some((dec, bytes)) = IDLE.take(ctx.ordinal(), q) {
+                    reused_bytes += bytes;
+                    decoders.push((q, dec, bytes));
+                    continue;
+                }
                 let dec = BatchDecoder::new(std::sync::Arc::clone(&nv), std::sync::Arc::clone(&ctx), true, q == 1, 0)?;
                 if dec.backend() != crate::cuda::nvjpeg::Backend::Hardware {
                     return Err(TrdataError::config(
@@ -497,25 +504,35 @@ impl GpuDecode {
                         format!("needs a GPU with hardware JPEG engines; cuda:{} has none", ctx.ordinal()),
                     ));
                 }
-                decoders.push((q, dec));
+                made += 1;
+                decoders.push((q, dec, 0));
             }
         }
-        if let (Some(before), Ok((after, _))) = (free_before, ctx.mem_info()) {
-            Stats::add(&counters.decode_gpu_nvjpeg_bytes, before.saturating_sub(after) as u64);
+        let made_bytes = match (free_before, ctx.mem_info()) {
+            (Some(before), Ok((after, _))) => before.saturating_sub(after) as u64,
+            _ => 0,
+        };
+        // Each new decoder carries its share of the measured bytes into the pool, so a later loader reports them.
+        for (_, _, bytes) in decoders.iter_mut().filter(|d| d.2 == 0) {
+            *bytes = made_bytes / made.max(1) as u64;
         }
+        Stats::add(&counters.decode_gpu_nvjpeg_bytes, made_bytes + reused_bytes);
+        Stats::add(&counters.decode_gpu_decoders, decoders.len() as u64);
+        Stats::add(&counters.decode_gpu_decoders_reused, (decoders.len() - made) as u64);
         let core = Arc::new(Core::new(DECODERS.len(), decoders.len(), arenas, arena_bytes, FILL));
         let mut threads = Vec::new();
-        for (tid, (q, dec)) in decoders.into_iter().enumerate() {
+        let ordinal = ctx.ordinal();
+        for (tid, (q, dec, bytes)) in decoders.into_iter().enumerate() {
             let (core2, c, ctx) = (Arc::clone(&core), std::sync::Arc::clone(&counters), std::sync::Arc::clone(&ctx));
             let spawned = std::thread::Builder::new()
                 .name(format!("trdata-nvjpg{local_engine}{}{tid}", ["", "i"][q]))
                 .spawn(move || decode_main(&core2, &ctx, dec, q, tid, arenas, arena_bytes, &c));
             match spawned {
-                Ok(t) => threads.push(t),
+                Ok(t) => threads.push(DecodeThread { queue: q, bytes, ordinal, thread: t }),
                 Err(e) => {
                     core.shutdown();
                     for t in threads {
-                        let _ = t.join();
+                        t.join();
                     }
                     return Err(TrdataError::Worker(format!("cannot spawn a GPU decode thread: {e}")));
                 }
@@ -595,13 +612,14 @@ impl GpuDecode {
         }
     }
 
-    /// Stop and join the decode thread (its current sub-batch finishes first); idempotent. Workers that still
-    /// submit afterwards only queue (nothing waits for them: the transfer thread is stopped first).
+    /// Stop and join the decode threads (each finishes its current sub-batch first) and keep their decoders
+    /// for the next loader ("Decoder reuse"); idempotent. Workers that still submit afterwards only queue
+    /// (nothing waits for them: the transfer thread is stopped first).
     pub fn close(&self) {
         self.core.shutdown();
         let threads = std::mem::take(&mut *lock(&self.threads));
         for t in threads {
-            let _ = t.join();
+            t.join();
         }
     }
 }
@@ -659,7 +677,8 @@ fn decode_main(
     arenas: usize,
     arena_bytes: usize,
     counters: &GpuCounters,
-) {
+) -> Option<BatchDecoder> {
+    let mut healthy = true;
     while let Some((generation, tasks)) = core.take(q) {
         let t0 = Instant::now();
         let mut placed = core.place(&tasks, tid, generation, |memory: &mut ArenaMemory, a| {
@@ -696,7 +715,9 @@ fn decode_main(
                     }
                 }
                 Err(e) => {
-                    // The stream could not be synchronized: the device state is unknown; stop using it.
+                    // The stream could not be synchronized: the device state is unknown; stop using it (and never
+                    // keep it for another loader).
+                    healthy = false;
                     let why = format!("the GPU decoder stopped: {e}");
                     core.fail(why.clone());
                     for &i in &pick {
@@ -710,6 +731,64 @@ fn decode_main(
         if let Some((decoded, fallbacks)) = core.finish(tid, generation, tasks, placed) {
             Stats::add(&counters.decode_gpu, decoded);
             Stats::add(&counters.decode_gpu_fallback, fallbacks);
+        }
+    }
+    healthy.then_some(dec)
+}
+
+/// A decode thread and where its decoder goes when it ends.
+struct DecodeThread {
+    queue: usize,
+    /// Device bytes the decoder took when it was made (carried with it into the pool).
+    bytes: u64,
+    ordinal: u32,
+    thread: JoinHandle<Option<BatchDecoder>>,
+}
+
+impl DecodeThread {
+    /// Wait for the thread; a decoder that did not stop on an error is kept for the next loader.
+    fn join(self) {
+        if let Ok(Some(dec)) = self.thread.join() {
+            drop(IDLE.put(self.ordinal, self.queue, dec, self.bytes, DECODERS[self.queue]));
+        }
+    }
+}
+
+/// Decoder reuse: nvJPEG hardware decoders outlive their loader. Closing a loader returns its decoders here and
+/// the next loader on the same GPU takes them instead of making new ones (at most [`DECODERS`]`[q]` idle per GPU
+/// and queue are kept; extra ones are destroyed). Why: on the H200 a process that destroyed trdata's hardware
+/// decoders and then ran torchvision's hardware decode (`decode_jpeg(device="cuda")`, batched) hung in 4 of 7
+/// runs, the GPU busy and the engines idle (docs/gpu_decode.md §20); torchvision itself never destroys its
+/// decoder. It also saves each later loader the decoders' creation and pre-allocation. The cost: their device
+/// buffers (`decode_gpu_nvjpeg_bytes`) and page-locked bitstream buffers (≤ 32 MiB each) stay allocated until
+/// the process ends; a decoder whose stream failed is destroyed, never kept.
+static IDLE: IdlePool<BatchDecoder> = IdlePool::new();
+
+/// Idle items by (GPU ordinal, queue), each with its device bytes; at most `limit` of a kind are kept.
+struct IdlePool<T>(std::sync::Mutex<Vec<(u32, usize, T, u64)>>);
+
+impl<T> IdlePool<T> {
+    const fn new() -> Self {
+        Self(std::sync::Mutex::new(Vec::new()))
+    }
+
+    fn take(&self, ordinal: u32, queue: usize) -> Option<(T, u64)> {
+        let mut idle = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let i = idle.iter().position(|d| d.0 == ordinal && d.1 == queue)?;
+        let (_, _, item, bytes) = idle.swap_remove(i);
+        Some((item, bytes))
+    }
+
+    /// Keep `item` unless `limit` of its kind are idle already; then it is handed back (the caller destroys it
+    /// outside the lock).
+    #[must_use]
+    fn put(&self, ordinal: u32, queue: usize, item: T, bytes: u64, limit: usize) -> Option<T> {
+        let mut idle = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if idle.iter().filter(|d| d.0 == ordinal && d.1 == queue).count() < limit {
+            idle.push((ordinal, queue, item, bytes));
+            None
+        } else {
+            Some(item)
         }
     }
 }
@@ -737,6 +816,24 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn the_idle_pool_hands_back_only_its_kind_and_keeps_at_most_the_limit() {
+        let pool = IdlePool::new();
+        assert!(pool.take(0, 0).is_none());
+        assert_eq!(pool.put(0, 0, "a", 10, 2), None);
+        assert_eq!(pool.put(0, 0, "b", 20, 2), None);
+        assert_eq!(pool.put(0, 0, "c", 30, 2), Some("c"), "a third of one kind is handed back");
+        assert_eq!(pool.put(0, 1, "i", 40, 1), None);
+        assert_eq!(pool.put(1, 0, "g1", 50, 2), None);
+        assert_eq!(pool.take(0, 1), Some(("i", 40)));
+        assert!(pool.take(0, 1).is_none());
+        assert_eq!(pool.take(1, 0), Some(("g1", 50)));
+        let mut two = [pool.take(0, 0).unwrap(), pool.take(0, 0).unwrap()];
+        two.sort();
+        assert_eq!(two, [("a", 10), ("b", 20)]);
+        assert!(pool.take(0, 0).is_none() && pool.take(1, 0).is_none());
+    }
 
     #[test]
     fn the_controller_follows_the_path_that_makes_the_consumer_wait() {

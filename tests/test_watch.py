@@ -1,0 +1,47 @@
+"""benches/watch.py, the hang watcher of the GPU runs (docs/gpu_decode.md §20), on real processes: the command's own
+exit status comes back, and a command still running at the limit is dumped (every thread's state and system call)
+and killed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+WATCH = Path(__file__).resolve().parents[1] / "benches" / "watch.py"
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+
+
+def watch(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(WATCH), *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_the_commands_exit_status_and_output_come_back():
+    r = watch(
+        "--every", "0.2", "--", sys.executable, "-c", "import time; time.sleep(0.5); print('out'); exit(7)"
+    )
+    assert r.returncode == 7, r.stderr
+    assert r.stdout == "out\n"
+    assert "[watch" in r.stderr  # sampled at least once while it ran
+
+
+def test_a_command_past_the_limit_is_dumped_and_killed():
+    t0 = time.time()
+    r = watch("--limit", "1.5", "--every", "0.5", "--", sys.executable, "-c", "import time; time.sleep(60)")
+    assert r.returncode == 124, r.stderr
+    assert time.time() - t0 < 30
+    assert "still running after 1.5 s" in r.stderr
+    # The dump names the sleeping thread, its state and its system call (clock_nanosleep / select), not a guess.
+    dumped = [line for line in r.stderr.splitlines() if " syscall [" in line]
+    assert dumped and any(" S " in line for line in dumped), r.stderr
+
+
+def test_no_command_is_a_usage_error():
+    r = watch("--limit", "1")
+    assert r.returncode == 2 and "give the command after --" in r.stderr
