@@ -2,10 +2,9 @@
 device="cuda")` while trdata trains, or after a trdata loader is closed. Both load the same libnvjpeg when trdata
 finds torchvision's copy, and both use the GPU's JPEG engines.
 
-Why this test exists: on the H200 `benches/gpu_feed.py` (fifth session, `devcarry/run37.sh`) stayed ~300 s, until
-the run's 380-s timeout, in `rn50/tv-gpu` — torchvision's GPU decode — directly after `rn50/trdata-0.5` (a trdata loader
-with GPU decode, closed but still referenced), while every earlier run that put another config between them
-finished. Each stage runs in a fresh interpreter under a deadline, so a hang fails the test with the stage it hung
+Why this test exists: on the H200 `benches/gpu_feed.py` hung in `rn50/tv-gpu` — torchvision's GPU decode and
+per-image GPU crop — after trdata GPU-decode loaders had been closed in the same process, in 4 of 7 runs; not with
+trdata's decoders kept for the process (docs/gpu_decode.md §19–20). Each stage runs in a fresh interpreter under a deadline, so a hang fails the test with the stage it hung
 in and every thread's Python stack (faulthandler) instead of hanging the suite. Skips without CUDA, libnvjpeg with
 hardware engines, or torchvision."""
 
@@ -55,10 +54,10 @@ def tv_each():
         o = decode_jpeg(d, mode=ImageReadMode.RGB, device="cuda")
         assert o.is_cuda and o.shape[0] == 3
     torch.cuda.synchronize()
-def make_loader():
+def make_loader(decode=0.5):
     return trdata.Loader(trdata.ImageFolder(str(root)), batch_size=16,
                          transforms=[trdata.RandomResizedCrop(224), trdata.RandomHorizontalFlip()],
-                         dtype="uint8", layout="NHWC", device="cuda:0", workers=3, shuffle=True, decode=0.5)
+                         dtype="uint8", layout="NHWC", device="cuda:0", workers=3, shuffle=True, decode=decode)
 def take(it, n, ld):
     for _ in range(n):
         b = next(it)
@@ -87,6 +86,22 @@ del it, ld
 import gc; gc.collect(); stage("dropped")
 tv_batch(); stage("torchvision after drop")
 ld = make_loader(); take(iter(ld), 2, ld); ld.close(); stage("a second trdata loader")
+""",
+    # The sequence that hung gpu_feed in 4 of 7 runs (docs/gpu_decode.md §20): two trdata GPU-decode loaders one
+    # after the other, both closed and dropped, then torchvision's batched hardware decode with per-image GPU
+    # RandomResizedCrop for many batches. The second loader runs on the first one's decoders (kept for the process).
+    "gpu-feed-sequence": """
+import gc
+from torchvision.transforms import v2
+for mode in ("auto", 0.5):
+    ld = make_loader(mode); it = iter(ld); take(it, 5, ld); st = ld.stats(); ld.close()
+assert st["decode_gpu_decoders_reused"] == st["decode_gpu_decoders"] > 0, st
+del it, ld; gc.collect(); stage("two trdata loaders closed and dropped")
+crop = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()])
+for _ in range(150):
+    x = torch.stack([crop(im) for im in decode_jpeg(datas, mode=ImageReadMode.RGB, device="cuda")])
+torch.cuda.synchronize(); assert x.shape == (len(datas), 3, 224, 224)
+stage("torchvision decode + crop, 150 batches")
 """,
 }
 
