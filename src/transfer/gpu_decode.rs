@@ -488,41 +488,52 @@ impl GpuDecode {
         // free device memory while the decoders are made (other users of the GPU may blur it; it is reported as
         // such).
         let free_before = ctx.mem_info().map(|(free, _)| free).ok();
-        let mut decoders = Vec::new();
-        let (mut made, mut reused_bytes) = (0usize, 0u64);
-        for (q, &n) in DECODERS.iter().enumerate() {
-            for _ in 0..n {
-                if let Some((dec, bytes)) = IDLE.take(ctx.ordinal(), q) {
-                    reused_bytes += bytes;
-                    decoders.push((q, dec, bytes));
-                    continue;
+        // (queue, decoder, its device bytes, taken from the pool)
+        let mut decoders: Vec<(usize, BatchDecoder, u64, bool)> = Vec::new();
+        let mut obtain = || -> Result<()> {
+            for (q, &n) in DECODERS.iter().enumerate() {
+                for _ in 0..n {
+                    if let Some((dec, bytes)) = IDLE.take(ctx.ordinal(), q) {
+                        decoders.push((q, dec, bytes, true));
+                        continue;
+                    }
+                    let dec =
+                        BatchDecoder::new(std::sync::Arc::clone(&nv), std::sync::Arc::clone(&ctx), true, q == 1, 0)?;
+                    if dec.backend() != crate::cuda::nvjpeg::Backend::Hardware {
+                        return Err(TrdataError::config(
+                            "decode",
+                            format!("needs a GPU with hardware JPEG engines; cuda:{} has none", ctx.ordinal()),
+                        ));
+                    }
+                    decoders.push((q, dec, 0, false));
                 }
-                let dec = BatchDecoder::new(std::sync::Arc::clone(&nv), std::sync::Arc::clone(&ctx), true, q == 1, 0)?;
-                if dec.backend() != crate::cuda::nvjpeg::Backend::Hardware {
-                    return Err(TrdataError::config(
-                        "decode",
-                        format!("needs a GPU with hardware JPEG engines; cuda:{} has none", ctx.ordinal()),
-                    ));
-                }
-                made += 1;
-                decoders.push((q, dec, 0));
             }
+            Ok(())
+        };
+        if let Err(e) = obtain() {
+            // The decoders made or taken so far are healthy: keep them for the next loader.
+            for (q, dec, bytes, _) in decoders {
+                drop(IDLE.put(ctx.ordinal(), q, dec, bytes, DECODERS[q]));
+            }
+            return Err(e);
         }
-        let made_bytes = match (free_before, ctx.mem_info()) {
-            (Some(before), Ok((after, _))) => before.saturating_sub(after) as u64,
+        let made = decoders.iter().filter(|d| !d.3).count();
+        let made_bytes = match (made, free_before, ctx.mem_info()) {
+            (1.., Some(before), Ok((after, _))) => before.saturating_sub(after) as u64,
             _ => 0,
         };
         // Each new decoder carries its share of the measured bytes into the pool, so a later loader reports them.
-        for (_, _, bytes) in decoders.iter_mut().filter(|d| d.2 == 0) {
-            *bytes = made_bytes / made.max(1) as u64;
+        for d in decoders.iter_mut().filter(|d| !d.3) {
+            d.2 = made_bytes / made as u64;
         }
+        let reused_bytes: u64 = decoders.iter().filter(|d| d.3).map(|d| d.2).sum();
         Stats::add(&counters.decode_gpu_nvjpeg_bytes, made_bytes + reused_bytes);
         Stats::add(&counters.decode_gpu_decoders, decoders.len() as u64);
         Stats::add(&counters.decode_gpu_decoders_reused, (decoders.len() - made) as u64);
         let core = Arc::new(Core::new(DECODERS.len(), decoders.len(), arenas, arena_bytes, FILL));
         let mut threads = Vec::new();
         let ordinal = ctx.ordinal();
-        for (tid, (q, dec, bytes)) in decoders.into_iter().enumerate() {
+        for (tid, (q, dec, bytes, _)) in decoders.into_iter().enumerate() {
             let (core2, c, ctx) = (Arc::clone(&core), std::sync::Arc::clone(&counters), std::sync::Arc::clone(&ctx));
             let spawned = std::thread::Builder::new()
                 .name(format!("trdata-nvjpg{local_engine}{}{tid}", ["", "i"][q]))
