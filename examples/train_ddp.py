@@ -22,8 +22,9 @@ Throughput (``--rate``, what ``benches/node_ddp.py`` runs on a node): no per-ste
 ``--warmup`` are timed and rank 0 prints one ``RATE {json}`` line with every rank's img/s. ``--feed synthetic``
 trains on one batch made on the GPU (the ceiling), ``--feed dataloader`` on torch's DataLoader (torchvision
 ImageFolder + v2 RandomResizedCrop/flip/normalize, DistributedSampler, ``--dl-workers`` processes per rank,
-pin_memory). ``--bf16``: bf16 autocast, channels_last, trdata batches in bf16 NHWC. ``--numa-report``: each rank
-prints where its GPU, its workers' CPUs and its pinned staging memory (``/proc/self/numa_maps``) are.
+pin_memory). ``--bf16``: bf16 autocast, channels_last, trdata batches in bf16 NHWC. ``--numa-report``: rank 0
+prints, for every rank, where its GPU, its workers' CPUs and its pinned staging memory (``/proc/self/numa_maps``)
+are.
 ``--repeat K``: an epoch is the folder's file list K times over, so a small sample still makes epochs of many
 batches (as ``benches/rn50_train.py --repeat``) instead of restarting the pipeline every batch or two.
 """
@@ -83,7 +84,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--dl-workers", type=int, default=None, help="DataLoader processes per rank (default: core share)"
     )
     p.add_argument(
-        "--numa-report", action="store_true", help="each rank prints its GPU/CPU/memory NUMA placement"
+        "--numa-report", action="store_true", help="rank 0 prints every rank's GPU/CPU/memory NUMA placement"
     )
     p.add_argument(
         "--deterministic", action="store_true", help="deterministic algorithms, cuDNN (same losses on resume)"
@@ -288,7 +289,12 @@ def main(argv: list[str] | None = None) -> int:
     assert (loader.rank, loader.world_size) == (rank, world)
     if args.numa_report:
         next(iter(loader))  # the staging slabs exist once a batch was made
-        print(numa_report(loader, local_rank), flush=True)
+        # Rank 0 prints every rank's line: ranks that share one stdout pipe can glue their lines together (with
+        # PYTHONUNBUFFERED set, print writes the text and the "\n" in two write()s), and node_ddp.py reads by line.
+        reports: list = [None] * world
+        dist.all_gather_object(reports, numa_report(loader, local_rank))
+        if rank == 0:
+            print("\n".join(reports), flush=True)
 
     torch.manual_seed(args.seed)
     model = build_model(args.model, len(source.classes)).to(device)
