@@ -12,7 +12,7 @@ model). Feeders:
   synthetic       4 pre-made bf16 channels_last batches on the GPU, cycled: the ceiling (training phases only)
   trdata-MODE     trdata.Loader(device="cuda:0", decode=MODE, bf16, NHWC → channels_last view, RRC 224 + flip +
                   IMAGENET normalize, shuffled, the loader's default workers); MODE = cpu | gpu | auto | a GPU
-                  fraction 0.25 / 0.5 / 0.75. trdata-auto gets --auto-warmup extra untimed steps so its
+                  fraction 0.25 / 0.5 / 0.6 / 0.75. trdata-auto gets --auto-warmup extra untimed steps so its
                   controller has settled before the window opens.
   dataloader      torch DataLoader (--dl-workers processes, pin_memory, persistent, prefetch 2): read_file →
                   decode_jpeg (CPU) → v2 RandomResizedCrop(224, antialias) → RandomHorizontalFlip →
@@ -26,7 +26,7 @@ model). Feeders:
 Every feeder's batch is made bf16 channels_last on the GPU outside the data-wait timer (what autocast's first
 conv would do anyway), so every config feeds the model the same dtype/layout (and torch.compile one graph).
 Default selection: rn50/{synthetic,trdata-auto,trdata-cpu,trdata-0.5,trdata-0.6,tv-gpu,dataloader}, rn18 the same
-without the fixed shares, load/trdata-{cpu,0.25,0.5,0.75,gpu,auto} + load/tv-gpu, and with --compile rn50c/{synthetic,
+without the fixed shares, load/trdata-{cpu,0.25,0.5,0.6,0.75,gpu,auto} + load/tv-gpu, and with --compile rn50c/{synthetic,
 trdata-auto,trdata-cpu,tv-gpu,dataloader}.
 --only takes comma-separated fnmatch patterns over all names (e.g. 'rn50/*,load/trdata-auto'); --list prints them.
 

@@ -4,6 +4,8 @@ and killed."""
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 import time
@@ -31,15 +33,40 @@ def test_the_commands_exit_status_and_output_come_back():
     assert "[watch" in r.stderr  # sampled at least once while it ran
 
 
-def test_a_command_past_the_limit_is_dumped_and_killed():
+def alive_with(marker: str) -> list[int]:
+    """Pids whose command line holds `marker`."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker in open(f"/proc/{pid}/cmdline").read().replace("\0", " "):
+                out.append(int(pid))
+        except OSError:
+            pass
+    return out
+
+
+def test_a_command_past_the_limit_is_dumped_and_killed_with_its_children():
     t0 = time.time()
-    r = watch("--limit", "1.5", "--every", "0.5", "--", sys.executable, "-c", "import time; time.sleep(60)")
+    marker = f"{60 + os.getpid() % 1000 / 1000:.3f}"  # a sleep only this test runs
+    r = watch("--limit", "1.5", "--every", "0.5", "--", "bash", "-c", f"sleep {marker}; true")
     assert r.returncode == 124, r.stderr
     assert time.time() - t0 < 30
     assert "still running after 1.5 s" in r.stderr
-    # The dump names the sleeping thread, its state and its system call (clock_nanosleep / select), not a guess.
+    # The dump names the waiting shell, its state and (where /proc lets us read it) its system call.
     dumped = [line for line in r.stderr.splitlines() if " syscall [" in line]
-    assert dumped and any(" S " in line for line in dumped), r.stderr
+    assert dumped and any(" bash S " in line for line in dumped), r.stderr
+    if os.access("/proc/self/syscall", os.R_OK):
+        assert any(re.search(r" syscall \['\d+'", line) for line in dumped), dumped
+    # The whole process group went: the shell's sleep too, not only the shell.
+    deadline = time.time() + 5
+    while alive_with(f"sleep {marker}") and time.time() < deadline:
+        time.sleep(0.1)
+    assert not alive_with(f"sleep {marker}")
+
+
+def test_a_command_ended_by_a_signal_exits_128_plus_the_signal():
+    r = watch("--every", "0.2", "--", "bash", "-c", "kill -TERM $$")
+    assert r.returncode == 128 + 15, r.stderr
 
 
 def test_no_command_is_a_usage_error():

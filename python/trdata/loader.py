@@ -946,7 +946,9 @@ class Loader:
     def close(self) -> None:
         """Stop the workers and join them; idempotent. Batches still referenced stay valid. A running
         iterator's next ``next()`` then raises ``LoaderClosedError``, as does any later use of the loader. In
-        a process other than the creating one (a fork child) it does nothing."""
+        a process other than the creating one (a fork child) it does nothing. With GPU decode, the loader's
+        nvJPEG hardware decoders are kept for the next loader on that GPU (their device and page-locked buffers
+        stay allocated until the process ends, as torchvision's decoder does; docs/gpu_decode.md §20)."""
         self._native.close()  # first: wakes a prefetch thread waiting in the core
         prefetcher = getattr(self, "_prefetcher", None)
         if prefetcher is not None and os.getpid() == self._pid:

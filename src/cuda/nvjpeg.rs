@@ -538,10 +538,12 @@ impl BatchDecoder {
         let t3 = std::time::Instant::now();
         self.timing.submit_ns += (t2 - t1).as_nanos() as u64;
         self.timing.wait_ns += (t3 - t2).as_nanos() as u64;
+        // A failed synchronize stops the decoder (the device state is unknown), whatever nvJPEG answered: checked
+        // first, so that it is never reported as a mere refusal of the call's images.
+        synced?;
         if st != 0 {
             return Ok(Err(format!("nvjpegDecodeBatched: NVJPEG_STATUS_{} ({st})", status_name(st))));
         }
-        synced?;
         Ok(Ok(()))
     }
 

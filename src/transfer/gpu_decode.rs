@@ -471,9 +471,10 @@ impl std::fmt::Debug for GpuDecode {
 }
 
 impl GpuDecode {
-    /// Start the decode thread of `ctx`'s GPU: two hardware nvJPEG decoders (with and without interpolated
-    /// upsampling) and `arenas` device arenas of `arena_bytes` each (allocated on first use). Errors when the
-    /// GPU has no hardware JPEG engine or nvJPEG cannot be set up.
+    /// Start the decode threads of `ctx`'s GPU: [`DECODERS`] hardware nvJPEG decoders (without and with
+    /// interpolated upsampling; taken from the pool of closed loaders' decoders when it has them, else made) and
+    /// `arenas` device arenas of `arena_bytes` each (allocated on first use). Errors when the GPU has no hardware
+    /// JPEG engine or nvJPEG cannot be set up.
     pub fn start(
         nv: std::sync::Arc<Nvjpeg>,
         ctx: std::sync::Arc<GpuContext>,
@@ -488,12 +489,13 @@ impl GpuDecode {
         // free device memory while the decoders are made (other users of the GPU may blur it; it is reported as
         // such).
         let free_before = ctx.mem_info().map(|(free, _)| free).ok();
+        let key = |q: usize| (ctx.ordinal(), q, nv.path.clone());
         // (queue, decoder, its device bytes, taken from the pool)
         let mut decoders: Vec<(usize, BatchDecoder, u64, bool)> = Vec::new();
         let mut obtain = || -> Result<()> {
             for (q, &n) in DECODERS.iter().enumerate() {
                 for _ in 0..n {
-                    if let Some((dec, bytes)) = IDLE.take(ctx.ordinal(), q) {
+                    if let Some((dec, bytes)) = IDLE.take(&key(q)) {
                         decoders.push((q, dec, bytes, true));
                         continue;
                     }
@@ -510,45 +512,52 @@ impl GpuDecode {
             }
             Ok(())
         };
-        if let Err(e) = obtain() {
-            // The decoders made or taken so far are healthy: keep them for the next loader.
-            for (q, dec, bytes, _) in decoders {
-                drop(IDLE.put(ctx.ordinal(), q, dec, bytes, DECODERS[q]));
-            }
-            return Err(e);
-        }
+        let obtained = obtain();
+        // Each new decoder carries an equal share of the drop in free device memory while they were made, so a
+        // later loader that takes it reports its bytes too.
         let made = decoders.iter().filter(|d| !d.3).count();
         let made_bytes = match (made, free_before, ctx.mem_info()) {
             (1.., Some(before), Ok((after, _))) => before.saturating_sub(after) as u64,
             _ => 0,
         };
-        // Each new decoder carries its share of the measured bytes into the pool, so a later loader reports them.
         for d in decoders.iter_mut().filter(|d| !d.3) {
             d.2 = made_bytes / made as u64;
         }
+        if let Err(e) = obtained {
+            // The decoders made or taken so far are healthy: keep them for the next loader.
+            for (q, dec, bytes, _) in decoders {
+                IDLE.put(key(q), dec, bytes);
+            }
+            return Err(e);
+        }
         let reused_bytes: u64 = decoders.iter().filter(|d| d.3).map(|d| d.2).sum();
-        Stats::add(&counters.decode_gpu_nvjpeg_bytes, made_bytes + reused_bytes);
-        Stats::add(&counters.decode_gpu_decoders, decoders.len() as u64);
-        Stats::add(&counters.decode_gpu_decoders_reused, (decoders.len() - made) as u64);
         let core = Arc::new(Core::new(DECODERS.len(), decoders.len(), arenas, arena_bytes, FILL));
-        let mut threads = Vec::new();
-        let ordinal = ctx.ordinal();
-        for (tid, (q, dec, bytes, _)) in decoders.into_iter().enumerate() {
+        let (n, mut threads) = (decoders.len(), Vec::new());
+        let mut pending = decoders.into_iter().enumerate();
+        while let Some((tid, (q, dec, bytes, _))) = pending.next() {
             let (core2, c, ctx) = (Arc::clone(&core), std::sync::Arc::clone(&counters), std::sync::Arc::clone(&ctx));
             let spawned = std::thread::Builder::new()
                 .name(format!("trdata-nvjpg{local_engine}{}{tid}", ["", "i"][q]))
                 .spawn(move || decode_main(&core2, &ctx, dec, q, tid, arenas, arena_bytes, &c));
             match spawned {
-                Ok(t) => threads.push(DecodeThread { queue: q, bytes, ordinal, thread: t }),
+                Ok(t) => threads.push(DecodeThread { key: key(q), bytes, thread: t }),
                 Err(e) => {
+                    // The decoders of the threads that started, and those not yet handed to one, are kept (the
+                    // one inside the closure that could not start is destroyed with it).
                     core.shutdown();
                     for t in threads {
                         t.join();
+                    }
+                    for (_, (q, dec, bytes, _)) in pending {
+                        IDLE.put(key(q), dec, bytes);
                     }
                     return Err(TrdataError::Worker(format!("cannot spawn a GPU decode thread: {e}")));
                 }
             }
         }
+        Stats::add(&counters.decode_gpu_nvjpeg_bytes, made_bytes + reused_bytes);
+        Stats::add(&counters.decode_gpu_decoders, n as u64);
+        Stats::add(&counters.decode_gpu_decoders_reused, (n - made) as u64);
         let (p, controller) = match share {
             Share::Fixed(p) => (p, None),
             Share::Auto(p) => (p, Some(Controller::new(p))),
@@ -749,58 +758,56 @@ fn decode_main(
 
 /// A decode thread and where its decoder goes when it ends.
 struct DecodeThread {
-    queue: usize,
+    /// The pool's key for its decoder.
+    key: IdleKey,
     /// Device bytes the decoder took when it was made (carried with it into the pool).
     bytes: u64,
-    ordinal: u32,
     thread: JoinHandle<Option<BatchDecoder>>,
 }
 
 impl DecodeThread {
-    /// Wait for the thread; a decoder that did not stop on an error is kept for the next loader.
+    /// Wait for the thread; its decoder goes to the pool unless it stopped on an error (then it was destroyed on
+    /// the thread) or the thread panicked (destroyed while unwinding).
     fn join(self) {
         if let Ok(Some(dec)) = self.thread.join() {
-            drop(IDLE.put(self.ordinal, self.queue, dec, self.bytes, DECODERS[self.queue]));
+            IDLE.put(self.key, dec, self.bytes);
         }
     }
 }
 
 /// Decoder reuse: nvJPEG hardware decoders outlive their loader. Closing a loader returns its decoders here and
-/// the next loader on the same GPU takes them instead of making new ones (at most [`DECODERS`]`[q]` idle per GPU
-/// and queue are kept; extra ones are destroyed). Why: on the H200 a process that destroyed trdata's hardware
-/// decoders and then ran torchvision's hardware decode (`decode_jpeg(device="cuda")`, batched) hung in 4 of 7
-/// runs, the GPU busy and the engines idle (docs/gpu_decode.md §20); torchvision itself never destroys its
-/// decoder. It also saves each later loader the decoders' creation and pre-allocation. The cost: their device
-/// buffers (`decode_gpu_nvjpeg_bytes`) and page-locked bitstream buffers (≤ 32 MiB each) stay allocated until
-/// the process ends; a decoder whose stream failed is destroyed, never kept.
+/// the next loader on the same GPU with the same libnvjpeg takes them instead of making new ones; none is
+/// destroyed, so the pool holds, per GPU, as many as were ever in use at once (3 per open GPU-decode loader).
+/// Why: on the H200 a process that destroyed trdata's hardware decoders and then ran torchvision's hardware
+/// decode (`decode_jpeg(device="cuda")`, batched) hung in 4 of 7 runs, the GPU busy and the engines idle, and did
+/// not in 2 of 2 runs with reuse (docs/gpu_decode.md §20); torchvision itself never destroys its decoder. It also
+/// saves each later loader the decoders' creation and pre-allocation. The cost: their device buffers
+/// (`decode_gpu_nvjpeg_bytes`, ~100 MB each on the H200) and page-locked bitstream buffers (≤ 32 MiB each) stay
+/// allocated, and the GPU's primary context retained, until the process ends. A decoder whose stream failed is
+/// destroyed, never kept. Not survived: a reset of the primary context by another library while decoders are
+/// kept (`cuDevicePrimaryCtxReset`, e.g. numba's `cuda.close()`), which invalidates them.
 static IDLE: IdlePool<BatchDecoder> = IdlePool::new();
 
-/// Idle items by (GPU ordinal, queue), each with its device bytes; at most `limit` of a kind are kept.
-struct IdlePool<T>(std::sync::Mutex<Vec<(u32, usize, T, u64)>>);
+/// Idle items by (GPU ordinal, queue, library path), each with its device bytes.
+struct IdlePool<T>(std::sync::Mutex<Vec<(IdleKey, T, u64)>>);
+
+/// (GPU ordinal, queue, path of the libnvjpeg that made the decoder).
+type IdleKey = (u32, usize, String);
 
 impl<T> IdlePool<T> {
     const fn new() -> Self {
         Self(std::sync::Mutex::new(Vec::new()))
     }
 
-    fn take(&self, ordinal: u32, queue: usize) -> Option<(T, u64)> {
+    fn take(&self, key: &IdleKey) -> Option<(T, u64)> {
         let mut idle = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let i = idle.iter().position(|d| d.0 == ordinal && d.1 == queue)?;
-        let (_, _, item, bytes) = idle.swap_remove(i);
+        let i = idle.iter().position(|d| &d.0 == key)?;
+        let (_, item, bytes) = idle.swap_remove(i);
         Some((item, bytes))
     }
 
-    /// Keep `item` unless `limit` of its kind are idle already; then it is handed back (the caller destroys it
-    /// outside the lock).
-    #[must_use]
-    fn put(&self, ordinal: u32, queue: usize, item: T, bytes: u64, limit: usize) -> Option<T> {
-        let mut idle = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if idle.iter().filter(|d| d.0 == ordinal && d.1 == queue).count() < limit {
-            idle.push((ordinal, queue, item, bytes));
-            None
-        } else {
-            Some(item)
-        }
+    fn put(&self, key: IdleKey, item: T, bytes: u64) {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((key, item, bytes));
     }
 }
 
@@ -829,21 +836,24 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     #[test]
-    fn the_idle_pool_hands_back_only_its_kind_and_keeps_at_most_the_limit() {
+    fn the_idle_pool_hands_out_only_its_kind_and_keeps_every_item() {
         let pool = IdlePool::new();
-        assert!(pool.take(0, 0).is_none());
-        assert_eq!(pool.put(0, 0, "a", 10, 2), None);
-        assert_eq!(pool.put(0, 0, "b", 20, 2), None);
-        assert_eq!(pool.put(0, 0, "c", 30, 2), Some("c"), "a third of one kind is handed back");
-        assert_eq!(pool.put(0, 1, "i", 40, 1), None);
-        assert_eq!(pool.put(1, 0, "g1", 50, 2), None);
-        assert_eq!(pool.take(0, 1), Some(("i", 40)));
-        assert!(pool.take(0, 1).is_none());
-        assert_eq!(pool.take(1, 0), Some(("g1", 50)));
-        let mut two = [pool.take(0, 0).unwrap(), pool.take(0, 0).unwrap()];
-        two.sort();
-        assert_eq!(two, [("a", 10), ("b", 20)]);
-        assert!(pool.take(0, 0).is_none() && pool.take(1, 0).is_none());
+        let k = |gpu: u32, q: usize, lib: &str| (gpu, q, lib.to_owned());
+        assert!(pool.take(&k(0, 0, "a.so")).is_none());
+        for (i, item) in ["x", "y", "z"].into_iter().enumerate() {
+            pool.put(k(0, 0, "a.so"), item, 10 * i as u64);
+        }
+        pool.put(k(0, 1, "a.so"), "i", 40);
+        pool.put(k(1, 0, "a.so"), "g1", 50);
+        pool.put(k(0, 0, "b.so"), "other library", 60);
+        assert_eq!(pool.take(&k(0, 1, "a.so")), Some(("i", 40)));
+        assert!(pool.take(&k(0, 1, "a.so")).is_none());
+        assert_eq!(pool.take(&k(1, 0, "a.so")), Some(("g1", 50)));
+        let mut three: Vec<_> = (0..3).map(|_| pool.take(&k(0, 0, "a.so")).unwrap()).collect();
+        three.sort();
+        assert_eq!(three, [("x", 0), ("y", 10), ("z", 20)], "none was dropped");
+        assert!(pool.take(&k(0, 0, "a.so")).is_none());
+        assert_eq!(pool.take(&k(0, 0, "b.so")), Some(("other library", 60)));
     }
 
     #[test]
