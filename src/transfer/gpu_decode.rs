@@ -513,15 +513,14 @@ impl GpuDecode {
             Ok(())
         };
         let obtained = obtain();
-        // Each new decoder carries an equal share of the drop in free device memory while they were made, so a
-        // later loader that takes it reports its bytes too.
-        let made = decoders.iter().filter(|d| !d.3).count();
+        let carried: Vec<Option<u64>> = decoders.iter().map(|d| d.3.then_some(d.2)).collect();
+        let made = carried.iter().filter(|c| c.is_none()).count();
         let made_bytes = match (made, free_before, ctx.mem_info()) {
             (1.., Some(before), Ok((after, _))) => before.saturating_sub(after) as u64,
             _ => 0,
         };
-        for d in decoders.iter_mut().filter(|d| !d.3) {
-            d.2 = made_bytes / made as u64;
+        for (d, bytes) in decoders.iter_mut().zip(decoder_bytes(&carried, made_bytes)) {
+            d.2 = bytes;
         }
         if let Err(e) = obtained {
             // The decoders made or taken so far are healthy: keep them for the next loader.
@@ -530,7 +529,7 @@ impl GpuDecode {
             }
             return Err(e);
         }
-        let reused_bytes: u64 = decoders.iter().filter(|d| d.3).map(|d| d.2).sum();
+        let nvjpeg_bytes: u64 = decoders.iter().map(|d| d.2).sum();
         let core = Arc::new(Core::new(DECODERS.len(), decoders.len(), arenas, arena_bytes, FILL));
         let (n, mut threads) = (decoders.len(), Vec::new());
         let mut pending = decoders.into_iter().enumerate();
@@ -555,7 +554,7 @@ impl GpuDecode {
                 }
             }
         }
-        Stats::add(&counters.decode_gpu_nvjpeg_bytes, made_bytes + reused_bytes);
+        Stats::add(&counters.decode_gpu_nvjpeg_bytes, nvjpeg_bytes);
         Stats::add(&counters.decode_gpu_decoders, n as u64);
         Stats::add(&counters.decode_gpu_decoders_reused, (n - made) as u64);
         let (p, controller) = match share {
@@ -756,6 +755,15 @@ fn decode_main(
     healthy.then_some(dec)
 }
 
+/// The device bytes of each decoder of a starting loader, which travel with it into the pool and which the loader
+/// reports: a decoder taken from the pool (`Some`) keeps what it carries; the new ones (`None`) share `measured`
+/// — the drop in free device memory while they were made — equally (the division's remainder, < 1 byte per new
+/// decoder, is dropped, so a later loader that takes them reports exactly what this one did).
+fn decoder_bytes(carried: &[Option<u64>], measured: u64) -> Vec<u64> {
+    let made = carried.iter().filter(|c| c.is_none()).count() as u64;
+    carried.iter().map(|c| c.unwrap_or(measured / made.max(1))).collect()
+}
+
 /// A decode thread and where its decoder goes when it ends.
 struct DecodeThread {
     /// The pool's key for its decoder.
@@ -799,10 +807,12 @@ impl<T> IdlePool<T> {
         Self(std::sync::Mutex::new(Vec::new()))
     }
 
+    /// The most recently returned item of the kind (so a loader opened after another one closed runs on exactly
+    /// that loader's decoders, whatever else the pool holds).
     fn take(&self, key: &IdleKey) -> Option<(T, u64)> {
         let mut idle = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let i = idle.iter().position(|d| &d.0 == key)?;
-        let (_, item, bytes) = idle.swap_remove(i);
+        let i = idle.iter().rposition(|d| &d.0 == key)?;
+        let (_, item, bytes) = idle.remove(i);
         Some((item, bytes))
     }
 
@@ -836,6 +846,20 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     #[test]
+    fn new_decoders_share_the_measured_bytes_and_reused_ones_keep_theirs() {
+        assert_eq!(decoder_bytes(&[None, None, None], 300), [100, 100, 100]);
+        assert_eq!(decoder_bytes(&[None, None, None], 302), [100, 100, 100], "the remainder is dropped");
+        assert_eq!(decoder_bytes(&[Some(7), Some(8), Some(9)], 300), [7, 8, 9], "nothing new: measured is ignored");
+        assert_eq!(decoder_bytes(&[Some(100), None, None], 90), [100, 45, 45]);
+        assert_eq!(decoder_bytes(&[None, None], 0), [0, 0]);
+        assert!(decoder_bytes(&[], 5).is_empty());
+        // What a loader reports is what the next one, taking the same decoders, reports again.
+        let first = decoder_bytes(&[None, None, None], 1_000_001);
+        let again = decoder_bytes(&first.iter().map(|&b| Some(b)).collect::<Vec<_>>(), 12_345);
+        assert_eq!(first.iter().sum::<u64>(), again.iter().sum::<u64>());
+    }
+
+    #[test]
     fn the_idle_pool_hands_out_only_its_kind_and_keeps_every_item() {
         let pool = IdlePool::new();
         let k = |gpu: u32, q: usize, lib: &str| (gpu, q, lib.to_owned());
@@ -849,9 +873,8 @@ mod tests {
         assert_eq!(pool.take(&k(0, 1, "a.so")), Some(("i", 40)));
         assert!(pool.take(&k(0, 1, "a.so")).is_none());
         assert_eq!(pool.take(&k(1, 0, "a.so")), Some(("g1", 50)));
-        let mut three: Vec<_> = (0..3).map(|_| pool.take(&k(0, 0, "a.so")).unwrap()).collect();
-        three.sort();
-        assert_eq!(three, [("x", 0), ("y", 10), ("z", 20)], "none was dropped");
+        let three: Vec<_> = (0..3).map(|_| pool.take(&k(0, 0, "a.so")).unwrap()).collect();
+        assert_eq!(three, [("z", 20), ("y", 10), ("x", 0)], "none was dropped; the last returned comes first");
         assert!(pool.take(&k(0, 0, "a.so")).is_none());
         assert_eq!(pool.take(&k(0, 0, "b.so")), Some(("other library", 60)));
     }
