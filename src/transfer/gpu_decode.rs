@@ -490,13 +490,13 @@ impl GpuDecode {
         // such).
         let free_before = ctx.mem_info().map(|(free, _)| free).ok();
         let key = |q: usize| (ctx.ordinal(), q, nv.path.clone());
-        // (queue, decoder, its device bytes, taken from the pool)
-        let mut decoders: Vec<(usize, BatchDecoder, u64, bool)> = Vec::new();
+        // (queue, decoder, the device bytes it carries when it came from the pool; None: made now)
+        let mut decoders: Vec<(usize, BatchDecoder, Option<u64>)> = Vec::new();
         let mut obtain = || -> Result<()> {
             for (q, &n) in DECODERS.iter().enumerate() {
                 for _ in 0..n {
                     if let Some((dec, bytes)) = IDLE.take(&key(q)) {
-                        decoders.push((q, dec, bytes, true));
+                        decoders.push((q, dec, Some(bytes)));
                         continue;
                     }
                     let dec =
@@ -507,24 +507,26 @@ impl GpuDecode {
                             format!("needs a GPU with hardware JPEG engines; cuda:{} has none", ctx.ordinal()),
                         ));
                     }
-                    decoders.push((q, dec, 0, false));
+                    decoders.push((q, dec, None));
                 }
             }
             Ok(())
         };
         let obtained = obtain();
-        let carried: Vec<Option<u64>> = decoders.iter().map(|d| d.3.then_some(d.2)).collect();
+        let carried: Vec<Option<u64>> = decoders.iter().map(|d| d.2).collect();
         let made = carried.iter().filter(|c| c.is_none()).count();
         let made_bytes = match (made, free_before, ctx.mem_info()) {
             (1.., Some(before), Ok((after, _))) => before.saturating_sub(after) as u64,
             _ => 0,
         };
-        for (d, bytes) in decoders.iter_mut().zip(decoder_bytes(&carried, made_bytes)) {
-            d.2 = bytes;
-        }
+        let decoders: Vec<(usize, BatchDecoder, u64)> = decoders
+            .into_iter()
+            .zip(decoder_bytes(&carried, made_bytes))
+            .map(|((q, dec, _), bytes)| (q, dec, bytes))
+            .collect();
         if let Err(e) = obtained {
             // The decoders made or taken so far are healthy: keep them for the next loader.
-            for (q, dec, bytes, _) in decoders {
+            for (q, dec, bytes) in decoders {
                 IDLE.put(key(q), dec, bytes);
             }
             return Err(e);
@@ -533,7 +535,7 @@ impl GpuDecode {
         let core = Arc::new(Core::new(DECODERS.len(), decoders.len(), arenas, arena_bytes, FILL));
         let (n, mut threads) = (decoders.len(), Vec::new());
         let mut pending = decoders.into_iter().enumerate();
-        while let Some((tid, (q, dec, bytes, _))) = pending.next() {
+        while let Some((tid, (q, dec, bytes))) = pending.next() {
             let (core2, c, ctx) = (Arc::clone(&core), std::sync::Arc::clone(&counters), std::sync::Arc::clone(&ctx));
             let spawned = std::thread::Builder::new()
                 .name(format!("trdata-nvjpg{local_engine}{}{tid}", ["", "i"][q]))
@@ -547,7 +549,7 @@ impl GpuDecode {
                     for t in threads {
                         t.join();
                     }
-                    for (_, (q, dec, bytes, _)) in pending {
+                    for (_, (q, dec, bytes)) in pending {
                         IDLE.put(key(q), dec, bytes);
                     }
                     return Err(TrdataError::Worker(format!("cannot spawn a GPU decode thread: {e}")));
