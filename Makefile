@@ -14,6 +14,8 @@ PY           := $(VENV)/bin/python
 FEATURES     ?= hwloc
 HWLOC_PREFIX := $(CURDIR)/.deps/hwloc
 BENCH_ARGS   ?=
+# REFS=0: `make test` without torch/torchvision/timm/webdataset (their comparison tests then skip).
+REFS         ?= 1
 WHEEL_DIR    ?= dist
 
 # hwlocality-sys finds the static hwloc through pkg-config.
@@ -51,7 +53,8 @@ bench-throughput: ## Setup with the peers, then benches/throughput.py on ../shar
 	FEATURES="$(FEATURES)" scripts/setup.sh --peers
 	$(VENV)/bin/python benches/throughput.py --rounds 3 $(BENCH_ARGS)
 
-test: setup ## Setup, then the Rust tests (pure core, no Python), the loom model check and pytest
+test: ## Setup with the references the tests compare against (torch, torchvision, timm, webdataset; REFS=0 skips them), then cargo test, loom and pytest
+	FEATURES="$(FEATURES)" scripts/setup.sh $(if $(filter 0,$(REFS)),,--refs)
 	$(MAKE) --no-print-directory test-rust test-loom test-py
 
 test-rust: ## cargo test (no python feature); topology tests again with hwloc when enabled

