@@ -9,7 +9,8 @@ reproducible mode stays byte-identical. ``batch_transform=fn`` runs ``fn(batch, 
 prefetch thread (see ``BatchPrefetcher``).
 
 Values are checked by the core when the Loader is made (``alpha``, ``num_classes``, RandomChoice's ``p``, the
-dtype an op needs); this module translates types only."""
+dtype an op needs); this module translates types (and the two rules of torch's own types: an ``alpha`` float32
+holds, and the source's labels as ``one_hot`` class indices, ``_check_labels``)."""
 
 from __future__ import annotations
 
@@ -31,12 +32,34 @@ _DEFAULTS: dict[str, Any] = dict(_core.DEFAULTS)
 
 
 def _opt_int(v: Any, name: str) -> int | None:
-    """None or an int (not a bool); its range is the core's rule."""
+    """None or an int (not a bool) that the core's unsigned 64-bit binding takes; its range is the core's rule
+    (a negative int would be an OverflowError of the binding, not a ConfigError naming ``name``)."""
     if v is None:
         return None
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
         raise ConfigError(f"invalid {name}: {_shown(v)} must be an int or None", parameter=name)
+    if not 0 <= int(v) < 2**64:
+        raise ConfigError(f"invalid {name}: {_shown(v)} must be a positive int or None", parameter=name)
     return int(v)
+
+
+#: The largest alpha that float32 rounds to 0 (2**-150, a tie rounded to even): torchvision holds MixUp's and
+#: CutMix's alpha in a float32 tensor, so Beta(0, 0) refuses it; the core's f64 sampler gives NaN for the
+#: subnormal alphas below it (both Gamma logarithms are -inf). From 2**-149 up λ is 0 or 1, as Beta(α, α) → a
+#: coin flip between 0 and 1 for α → 0.
+_ALPHA_FLOAT32_ZERO = 2.0**-150
+
+
+def _alpha(v: Any) -> float:
+    """``alpha`` of MixUp/CutMix as torchvision's float32 Beta holds it (finite and > 0: the core's rule)."""
+    alpha = _real(v, "alpha")
+    if 0.0 < alpha <= _ALPHA_FLOAT32_ZERO:
+        raise ConfigError(
+            f"invalid alpha: {_shown(v)} must be at least 2**-149 ≈ 1.4e-45, the smallest positive float32 "
+            "(torchvision's Beta(α, α) holds α in float32, where it is 0)",
+            parameter="alpha",
+        )
+    return alpha
 
 
 class BatchOp:
@@ -62,7 +85,7 @@ class MixUp(BatchOp):
     num_classes: int | None = None
 
     def _spec(self) -> tuple[Any, ...]:
-        return ("mixup", _real(self.alpha, "alpha"), _opt_int(self.num_classes, "num_classes"))
+        return ("mixup", _alpha(self.alpha), _opt_int(self.num_classes, "num_classes"))
 
 
 @dataclass(frozen=True)
@@ -76,7 +99,7 @@ class CutMix(BatchOp):
     num_classes: int | None = None
 
     def _spec(self) -> tuple[Any, ...]:
-        return ("cutmix", _real(self.alpha, "alpha"), _opt_int(self.num_classes, "num_classes"))
+        return ("cutmix", _alpha(self.alpha), _opt_int(self.num_classes, "num_classes"))
 
 
 @dataclass(frozen=True)
@@ -186,7 +209,10 @@ class BatchOpPlan:
         classes: int | None,
         target_shape: tuple[int, ...] | None,
         views: int = 1,
+        labels: Any = None,
     ) -> None:
+        """``labels``: the source's class indices as the core holds them (int labels; None with float
+        targets), checked against the class count of each op that makes one-hot rows of them."""
         _core.batch_ops_check_len(len(specs), views)
         self.specs = specs
         self.seed = seed
@@ -201,6 +227,10 @@ class BatchOpPlan:
             )
             for i, s in enumerate(specs)
         ]
+        if labels is not None and target_shape is None:
+            for i, (s, k) in enumerate(zip(specs, self.classes)):
+                if k is not None:
+                    _check_labels(labels, k, f"{_OP_NAMES[s[0]]} at batch_ops[{i}]")
 
     def apply(self, images: Any, labels: Any, epoch: int, batch: int) -> tuple[Any, Any]:
         """Run every op on (images, labels) of global batch ``batch`` of ``epoch``; returns the new pair."""
@@ -269,9 +299,37 @@ def _roll(x: Any) -> Any:
     return x.roll(1, 0) if _is_torch(x) else np.roll(x, 1, axis=0)
 
 
+_OP_NAMES = {"mixup": "MixUp", "cutmix": "CutMix", "random_choice": "RandomChoice"}
+
+
+def _check_labels(labels: Any, k: int, whence: str) -> None:
+    """The source's int labels as class indices of one-hot rows of width ``k`` (torch's ``one_hot`` rule:
+    non-negative and smaller than num_classes), checked once when the Loader is made: every batch's labels are
+    the source's (padded rows repeat a sample), so no batch needs a check — on CUDA that would be a device
+    sync per batch, and ``one_hot`` on CUDA reports a bad class only as a device-side assert."""
+    y = np.asarray(labels, dtype=np.int64)
+    if y.size == 0:
+        return
+    bad = np.flatnonzero((y < 0) | (y >= k))
+    if bad.size == 0:
+        return
+    i = int(bad[0])
+    rule = (
+        "class values must be non-negative"
+        if y[i] < 0
+        else f"class values must be smaller than num_classes={k}"
+    )
+    more = f", and {bad.size - 1} more" if bad.size > 1 else ""
+    raise ConfigError(
+        f"invalid labels: {int(y[i])} (sample {i}{more}) is no class index of the one-hot rows of {whence}: {rule}",
+        parameter="labels",
+    )
+
+
 def _soft(y: Any, lam: float, k: int | None) -> Any:
     """torchvision's ``_mixup_label``: one-hot (N, k) float32 of int labels (float (N, K) targets as they are),
-    then ``y.roll(1, 0) * (1 - lam) + y * lam``."""
+    then ``y.roll(1, 0) * (1 - lam) + y * lam``. O(N·k) memory (k up to 2**20 classes); the labels were checked
+    against k when the Loader was made (``_check_labels``)."""
     if k is None:
         return y
     if _is_torch(y):
@@ -283,7 +341,9 @@ def _soft(y: Any, lam: float, k: int | None) -> Any:
             y = y.float()
         return y.roll(1, 0).mul_(1.0 - lam).add_(y.mul(lam))
     if y.ndim == 1:
-        y = np.eye(k, dtype=np.float32)[y]
+        hot = np.zeros((len(y), k), dtype=np.float32)
+        hot[np.arange(len(y)), y] = 1.0
+        y = hot
     y = y.astype(np.float32, copy=False)
     return np.roll(y, 1, axis=0) * np.float32(1.0 - lam) + y * np.float32(lam)
 

@@ -606,8 +606,9 @@ class Loader:
             return None if value is None else _int(name, value)
 
         batch_size = _int("batch_size", batch_size)
+        native_source = source._native_source()
         self._native = _core.NativeLoader(
-            source._native_source(),
+            native_source,
             batch_size=batch_size,
             workers=opt_int("workers", workers),  # None: the core's default for these CPUs and devices
             shuffle=_bool("shuffle", shuffle),
@@ -658,7 +659,7 @@ class Loader:
         self._per_step_list = per_step_list
         self._pid = os.getpid()
         # Batch ops and batch_transform (python/trdata/batch.py): checked here, run on each finished batch.
-        self._init_batch_hooks(batch_ops, batch_transform)
+        self._init_batch_hooks(batch_ops, batch_transform, native_source)
 
     def _check_process(self) -> None:
         """LoaderClosedError in a process other than the creating one (a fork child), before anything else:
@@ -807,7 +808,7 @@ class Loader:
     _batch_ops: _batch.BatchOpPlan | None
     _batch_transform: Callable[..., Any] | None
 
-    def _init_batch_hooks(self, batch_ops: Any, batch_transform: Any) -> None:
+    def _init_batch_hooks(self, batch_ops: Any, batch_transform: Any, native_source: Any) -> None:
         specs = _batch._batch_op_specs(batch_ops)
         self._batch_transform = _batch._callable_or_none(batch_transform)
         self._prefetcher = None
@@ -828,6 +829,8 @@ class Loader:
                 classes=classes,
                 target_shape=None if self._targets is None else tuple(self._targets.shape[1:]),
                 views=len(self.view_shapes or ()),
+                # the labels the core delivers (not source.labels, which its owner may have changed since)
+                labels=None if self._targets is not None else native_source.labels,
             )
             if specs
             else None
