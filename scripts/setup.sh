@@ -2,7 +2,7 @@
 # One idempotent setup for a fresh Debian 12 (bookworm) machine or an existing checkout:
 #
 #   1. apt packages the native build needs (only the missing ones; apt-get update only then)
-#   2. Rust toolchain check (cargo ≥ 1.85 must already be installed: rustup is not reachable here)
+#   2. Rust toolchain check (cargo ≥ 1.89 must already be installed: rustup is not reachable here)
 #   3. hwloc 2.9.0 static+PIC in .deps/hwloc (scripts/build-hwloc.sh, cached)
 #   4. .venv with maturin, numpy, pillow, pytest (+ pytest-timeout), ruff, mypy (reused; pip runs only when the list changed)
 #      --refs adds the references the tests compare against: torch + torchvision, timm, webdataset
@@ -79,11 +79,11 @@ fi
 if ! command -v cargo >/dev/null && [[ -x "$HOME/.cargo/bin/cargo" ]]; then
     export PATH="$HOME/.cargo/bin:$PATH"
 fi
-command -v cargo >/dev/null || die "cargo not found. Install Rust ≥ 1.85 (https://rustup.rs); \
+command -v cargo >/dev/null || die "cargo not found. Install Rust ≥ 1.89 (https://rustup.rs); \
 Debian's rustc 1.63 is too old for edition 2024."
 rust_version="$(rustc --version | awk '{print $2}')"
-if [[ "$(printf '%s\n1.85.0\n' "$rust_version" | sort -V | head -1)" != "1.85.0" ]]; then
-    die "rustc $rust_version is older than 1.85 (Cargo.toml rust-version)"
+if [[ "$(printf '%s\n1.89.0\n' "$rust_version" | sort -V | head -1)" != "1.89.0" ]]; then
+    die "rustc $rust_version is older than 1.89 (Cargo.toml rust-version)"
 fi
 log "rustc $rust_version"
 

@@ -50,7 +50,7 @@ PARAMS = {
 }  # fmt: skip
 # Parameters whose only rule is their Python type (any bool, any path): no core site.
 TYPE_ONLY = {
-    "shuffle", "reproducible", "exif_transpose", "root", "classes", "train", "variant", "pad_if_needed", "clip",
+    "shuffle", "reproducible", "exif_transpose", "root", "train", "variant", "pad_if_needed", "clip",
     "batch_transform",  # a callable or None
     "expand", "all_ops", "antialias",
     "reencode",  # a Reencode or dict; its fields are short_side, max_side, quality (pack/mod.rs)
@@ -117,7 +117,8 @@ EDGE_TRANSLATORS = {
         "finite; see _check_targets)",
         "Bytes.__init__": "blobs is an ordered sequence of bytes (only `blobs`)",
         "Arrays.__init__": "images is a uint8 array (only `images`)",
-        "_class_names": "classes is an ordered sequence of distinct str (a naming, no core rule)",
+        "_class_names": "classes is an ordered sequence of distinct str (class_to_idx; the labels-within-classes "
+        "rule of a pack: pack/mod.rs)",
     },
     "src/py/args.rs": {
         "int_arg": "is a Python int (its range: the core rule passed in)",
@@ -135,6 +136,7 @@ EDGE_TRANSLATORS = {
     "python/trdata/packed.py": {
         "_reencode_options": "reencode is None, a trdata.Reencode or a dict of its fields (their values: pack/mod.rs)",
         "pack": "source is a trdata Source (only `source`)",
+        "_check_class_targets": "the source's targets are class indices (the packed format's kind; no value rule)",
     },
     "python/trdata/batch.py": {
         "_opt_int": "num_classes is None or an int (its range: rng.rs NUM_CLASSES)",

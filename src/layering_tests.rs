@@ -37,10 +37,10 @@ fn source_files() -> Vec<SourceFile> {
             let path = entry.expect("dir entry").path();
             if path.is_dir() {
                 stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                if let Some(f) = parse(&root, &path) {
-                    out.push(f);
-                }
+            } else if path.extension().is_some_and(|e| e == "rs")
+                && let Some(f) = parse(&root, &path)
+            {
+                out.push(f);
             }
         }
     }

@@ -505,14 +505,14 @@ impl Loader {
         if self.closed {
             return Err(TrdataError::Closed("the loader is closed".into()));
         }
-        if let Some(rt) = &self.runtime {
-            if rt.pid != std::process::id() {
-                return Err(TrdataError::Closed(
-                    "this loader's worker threads were started in another process; fork after the first \
-                     iteration is not supported — create the loader in the child process"
-                        .into(),
-                ));
-            }
+        if let Some(rt) = &self.runtime
+            && rt.pid != std::process::id()
+        {
+            return Err(TrdataError::Closed(
+                "this loader's worker threads were started in another process; fork after the first \
+                 iteration is not supported — create the loader in the child process"
+                    .into(),
+            ));
         }
         Ok(())
     }

@@ -81,6 +81,19 @@ def _progress_bar(enabled: bool, label: str) -> tuple[Any, Any]:
     return report, close
 
 
+def _check_class_targets(source: Source) -> None:
+    """The packed format stores one int64 class index per record: a source whose targets are float (regression
+    values, soft or multi-hot labels) is refused rather than packed as something else (they were class 0)."""
+    targets = source._float_targets
+    if targets is not None:
+        raise ConfigError(
+            f"invalid labels: this {type(source).__name__} has float targets of shape {targets.shape[1:] or '()'} "
+            "(regression, soft or multi-hot labels) and a packed file stores one class index per sample; pack "
+            "the images with integer labels and keep the float targets beside the packed file",
+            parameter="labels",
+        )
+
+
 def pack(
     source: Source,
     path: str | os.PathLike[str],
@@ -96,16 +109,23 @@ def pack(
     source; with ``reencode`` (a :class:`Reencode` or a dict of its fields) every image is resized and
     re-encoded. ``workers`` threads (default: all CPUs) read and encode; a bar is drawn on stderr with
     ``progress``. ``block_bytes`` sets the block size (default: the core's, a few MiB; smaller blocks mean a
-    finer partial-mode shuffle and more seeks). The file appears at ``path`` only when complete (written to a temporary sibling, then
-    renamed): an interrupted or failed pack leaves nothing at ``path``. A sample that cannot be read or
-    decoded (when re-encoding) is a ``DecodeError`` naming it. Returns ``{"records", "bytes_in",
-    "bytes_out", "seconds"}``."""
+    finer partial-mode shuffle and more seeks). The file appears at ``path`` only when complete (written to a
+    temporary sibling of its own, then renamed): an interrupted or failed pack leaves nothing at ``path``, and of
+    two packs to one ``path`` at once the file is whole, the one that finished last. ``path`` must name a file in
+    an existing folder and be absent or a regular file: a folder, a device node (``/dev/null``), a FIFO or a
+    socket is refused (``ConfigError``) before any work. A packed file stores one class index per sample: a
+    source with float targets (regression, soft or multi-hot labels) is refused rather than packed as class 0;
+    class names must be distinct and every label one of them. A sample that cannot be read or decoded (when
+    re-encoding) is a ``DecodeError`` naming it. Memory: finished records wait for their turn in a buffer of at
+    most 256 MiB (plus one record per worker). Returns ``{"records", "bytes_in", "bytes_out", "seconds",
+    "warnings"}``."""
     if not isinstance(source, Source):
         raise ConfigError(
             f"invalid source: a {type(source).__name__} must be a trdata source (ImageFolder, FileList, "
             "Bytes, Arrays, WebDataset, Packed, MNIST, …)",
             parameter="source",
         )
+    _check_class_targets(source)
     short_side, max_side, quality = _reencode_options(reencode)
     dst = os.fspath(path)
     report, close = _progress_bar(progress, f"packing {os.path.basename(dst)}")

@@ -199,11 +199,11 @@ impl TjDecompressor {
         if self.header_call(bytes) != 0 {
             self.recover();
             self.ensure_usable().map_err(TjFailure::Fatal)?;
-            if self.header_call(bytes) != 0 {
-                if let fatal @ TjFailure::Fatal(_) = self.failure() {
-                    self.recover();
-                    return Err(fatal);
-                }
+            if self.header_call(bytes) != 0
+                && let fatal @ TjFailure::Fatal(_) = self.failure()
+            {
+                self.recover();
+                return Err(fatal);
             }
         }
         let h = RawHeader {

@@ -37,10 +37,10 @@ impl DlpackRequest {
     /// Check the request against an export living on `device`.
     pub fn plan(&self, device: Device) -> Result<ExportPlan, ExportError> {
         let ours = device.dl();
-        if let Some((device_type, device_id)) = self.dl_device {
-            if (device_type, device_id) != (ours.device_type, ours.device_id) {
-                return Err(ExportError::Device { requested: (device_type, device_id), ours: device });
-            }
+        if let Some((device_type, device_id)) = self.dl_device
+            && (device_type, device_id) != (ours.device_type, ours.device_id)
+        {
+            return Err(ExportError::Device { requested: (device_type, device_id), ours: device });
         }
         let stream = ConsumerStream::parse(device, self.stream)?;
         let copy = self.copy == Some(true);

@@ -189,7 +189,7 @@ impl TensorExport {
                     "view reaches elements {lo}..={hi} of {elem} bytes, outside the owner's {len} bytes"
                 )));
             }
-            if data.is_null() || (data as usize) % dtype.size_bytes() != 0 {
+            if data.is_null() || !(data as usize).is_multiple_of(dtype.size_bytes()) {
                 return Err(layout(format!("data pointer {data:p} is not aligned to {elem} bytes")));
             }
         }

@@ -3,8 +3,9 @@
 //! path depends on it; `trdata.pack(...)`, `trdata.Packed.verify` and the CLI call it through `py/pack.rs`.
 //!
 //! ```text
-//! Dataset ─► (rayon, `workers` threads) read source bytes ─► [re-encode: decode ─► antialiased resize ─► tj3
-//!            JPEG 4:2:0 at quality Q] ─► header fields ─► in order ─► PackWriter ─► <dst>.tmp.<pid> ─► rename
+//! Dataset ─► (`workers` threads) read source bytes ─► [re-encode: decode ─► antialiased resize ─► tj3 JPEG 4:2:0
+//!            at quality Q] ─► header fields ─► reorder buffer (≤ IN_FLIGHT_BYTES) ─► in order ─► PackWriter ─►
+//!            <dst>.tmp.<pid>.<random> ─► rename
 //! ```
 //!
 //! **Records.** Without re-encoding a record is the source's bytes, unchanged, in the source's order, so a
@@ -18,14 +19,25 @@
 //! bit-exact at full decode scale: DCT scaling is off), then encoded as baseline 4:2:0 JPEG at `quality`
 //! (default 90). An image that does not decode fails the pack, naming it.
 //!
-//! **Parallel, in order.** Records are produced in chunks by a rayon pool of `workers` threads, each thread
-//! with its own decoder, resampler scratch and encoder (reused, no allocation per record in steady state), then
-//! written in index order by the calling thread: the file does not depend on the thread count.
+//! **Parallel, in order, bounded.** Records are produced by `workers` threads, each with its own decoder,
+//! resampler scratch and encoder (reused, no allocation per record in steady state), and written in index order by
+//! the calling thread: the file does not depend on the thread count. Finished records wait in a reorder buffer
+//! bounded in bytes ([`IN_FLIGHT_BYTES`]): memory is at most that plus one record per thread, whatever the
+//! records' sizes (protocol at [`produce_in_order`]).
 //!
-//! **Atomic.** Everything is written to `<dst>.tmp.<pid>` in dst's directory, the header (with the magic) last,
-//! then fsync, `rename(2)` onto dst and fsync of the directory. Any error, a cancel or a panic removes the temp
-//! file (a drop guard); a killed process leaves only the temp file — never a file at dst, and never one with a
-//! header — and the next pack to the same dst removes temp files whose process is gone.
+//! **Destination.** Checked before any work ([`check_destination`]): it must name a file in an existing directory
+//! and be absent or a regular file. A directory, a device node, a FIFO or a socket at `dst` is refused — the
+//! rename would replace it (`trdata pack SRC /dev/null` as root would replace the system's `/dev/null`). Class
+//! names must be distinct and every label one of them (`source::packed::check_classes`, also checked on open).
+//!
+//! **Atomic.** Everything is written to a temporary sibling `<dst>.tmp.<pid>.<random>`, created with `O_EXCL`
+//! (two packs to one dst — threads of a process, or processes sharing a PID in different PID namespaces — never
+//! share one) and `flock`ed for the writer's lifetime; the header (with the magic) last, then fsync, `rename(2)`
+//! onto dst — only if the temporary path still names this writer's file — and fsync of the directory. Two packs
+//! to one dst both succeed and dst is whole: the one that renamed last. Any error, a cancel or a panic removes the
+//! temp file (a drop guard); a killed process leaves only the temp file — never a file at dst, and never one with a
+//! header — and a later pack to the same dst removes temp files that are unlocked and older than a minute
+//! ([`remove_stale_temps`]): a PID says nothing across PID namespaces, a lock does.
 
 use crate::augment::{DType, DctScaling, Layout, OutputSpec, SampleKey, SamplePipeline, TransformSpec, WorkerScratch};
 use crate::decode::{ColorSpace, DecodeLimits, Decoder, ImageFormat, ImageInfo, Subsampling};
@@ -34,18 +46,20 @@ use crate::param::IntParam;
 use crate::plan::claim::WORKERS;
 use crate::source::packed::{
     BLOCK_BYTES, DEFAULT_BLOCK_BYTES, FLAG_CMYK, FLAG_HIGH_PRECISION, FLAG_LOSSLESS, FLAG_PROGRESSIVE, FLAG_UNREADABLE,
-    PackMeta, PackOptions, PackWriter, PackedIndex, RecordFormat, RecordMeta,
+    PackMeta, PackOptions, PackWriter, PackedIndex, RecordFormat, RecordMeta, check_classes,
 };
 use crate::source::{Dataset, PixelArray, Store, read_sample, read_span};
 use crate::synthetic::encode::{ChromaSubsampling, JpegEncoder};
 use rayon::prelude::*;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::BufWriter;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 /// `short_side`: the short side of re-encoded images (when larger).
@@ -133,6 +147,9 @@ pub struct PackSummary {
     pub seconds: f64,
     /// (record, message) of records stored although their header could not be read.
     pub warnings: Vec<(u64, String)>,
+    /// The most bytes of finished records held at once waiting to be written (≤ the in-flight budget plus one
+    /// record per thread).
+    pub peak_buffered_bytes: u64,
 }
 
 /// The kind of a store, as recorded in the metadata.
@@ -346,47 +363,155 @@ fn meta_of(info: &ImageInfo) -> RecordMeta {
 }
 
 thread_local! {
-    /// The producer of a pack thread (libjpeg-turbo handles are not `Send`: each thread makes its own, once,
-    /// and it dies with the pack's thread pool).
-    static PRODUCER: RefCell<Option<Producer>> = const { RefCell::new(None) };
     /// The decoder of a verify thread.
     static VERIFIER: RefCell<Option<Decoder>> = const { RefCell::new(None) };
 }
 
-/// Run `f` with this thread's producer, made on first use.
-fn with_producer<T>(f: impl FnOnce(&mut Producer) -> Result<T>) -> Result<T> {
-    PRODUCER.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        let p = match slot.as_mut() {
-            Some(p) => p,
-            None => slot.insert(Producer::new()?),
-        };
-        f(p)
-    })
+/// Check `dst` before any work (module docs, "Destination"): a path that names a file (not `""`, `/`, `..` or a
+/// path ending in `/`), in an existing directory, and either absent or a regular file (through symlinks). A
+/// directory, a device node, a FIFO or a socket at `dst` is refused: publishing would replace it with a regular
+/// file (`trdata pack SRC /dev/null` as root would replace the system's `/dev/null`).
+pub fn check_destination(dst: &Path) -> Result<()> {
+    let bad = |why: String| TrdataError::config(DESTINATION, format!("{:?} {why}", dst.as_os_str()));
+    let bytes = dst.as_os_str().as_encoded_bytes();
+    if bytes.is_empty() {
+        return Err(bad("is empty: name the packed file to write".into()));
+    }
+    if bytes.ends_with(b"/") || dst.file_name().is_none() || dst.ends_with("..") || dst.ends_with(".") {
+        return Err(bad("names a directory, not a file to write".into()));
+    }
+    let dir = match dst.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    match fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(bad(format!("is in {:?}, which is not a directory", dir.as_os_str()))),
+        Err(e) => return Err(bad(format!("is in {:?}, which cannot be used: {e}", dir.as_os_str()))),
+    }
+    match fs::metadata(dst) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(m) => {
+            let ft = m.file_type();
+            let kind = if ft.is_dir() {
+                "a directory"
+            } else if ft.is_char_device() || ft.is_block_device() {
+                "a device node"
+            } else if ft.is_fifo() {
+                "a FIFO"
+            } else if ft.is_socket() {
+                "a socket"
+            } else {
+                "not a regular file"
+            };
+            Err(bad(format!("is {kind}: only a new path or an existing regular file is replaced by a pack")))
+        }
+        // Absent, or a dangling symlink (the link itself is replaced): fine.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(bad(format!("cannot be examined: {e}"))),
+    }
 }
 
-/// The temp file of a pack in progress: removed on drop unless published.
+/// The parameter naming the destination (`trdata.pack(source, path)`).
+pub const DESTINATION: &str = "path";
+
+/// A temporary file older than this whose lock can be taken is stale (its writer died). The age closes the
+/// window between a writer's `O_EXCL` create and its lock, and spares writers of trdata versions that did not
+/// lock as long as they write.
+const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Tries at a fresh temporary name before giving up (each collision is a 2^-64 event, or a hostile directory).
+const TEMP_NAME_TRIES: u32 = 64;
+
+/// The temp file of a pack in progress (module docs, "Atomic"): `<dst>.tmp.<pid>.<16 hex digits>`, created
+/// with `O_EXCL` so that two writers — threads of one process, or processes sharing a PID in different PID
+/// namespaces — never share one, and locked (`flock`, exclusive) for as long as this writer holds `file`, so
+/// that no cleaner takes it for stale. Removed on drop unless published.
 struct TempFile {
     path: PathBuf,
+    /// The handle that holds the lock (the writer writes through a duplicate of it).
+    file: File,
     published: bool,
+}
+
+impl TempFile {
+    fn create(dst: &Path) -> Result<Self> {
+        let mut last = None;
+        for _ in 0..TEMP_NAME_TRIES {
+            let path = temp_path(dst, std::process::id(), random_u64());
+            match OpenOptions::new().write(true).create_new(true).open(&path) {
+                Ok(file) => {
+                    // A cleaner that took the lock first (it may, between create and lock) never removes a file
+                    // this young and lets go at once. A file system without flock: the file is never cleaned
+                    // by others (they remove only what they could lock), only by this writer's drop.
+                    let _ = file.lock();
+                    return Ok(Self { path, file, published: false });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => return Err(io_fail(dst, "create the temporary file beside it", e)),
+            }
+        }
+        let e = last.unwrap_or_else(|| std::io::Error::other("no name tried"));
+        Err(io_fail(dst, "find a free temporary name beside it", e))
+    }
+
+    /// Move this file onto `dst` — only if the temporary path still names the file this writer wrote (same
+    /// device and inode as its handle): a file someone put in its place is never published.
+    fn publish(mut self, dst: &Path) -> Result<()> {
+        let ours = self.file.metadata().map_err(|e| io_fail(dst, "examine the temporary file", e))?;
+        match fs::symlink_metadata(&self.path) {
+            Ok(there) if there.dev() == ours.dev() && there.ino() == ours.ino() => {}
+            _ => {
+                return Err(io_fail(
+                    dst,
+                    "publish the packed file",
+                    std::io::Error::other(format!("its temporary file {:?} was removed or replaced", self.path)),
+                ));
+            }
+        }
+        fs::rename(&self.path, dst).map_err(|e| io_fail(dst, "move the finished file into place", e))?;
+        self.published = true;
+        Ok(())
+    }
 }
 
 impl Drop for TempFile {
     fn drop(&mut self) {
         if !self.published {
-            let _ = fs::remove_file(&self.path);
+            // Remove only our own file: if the path now names another (replaced under us), leave it.
+            let ours = self.file.metadata().ok().map(|m| (m.dev(), m.ino()));
+            let there = fs::symlink_metadata(&self.path).ok().map(|m| (m.dev(), m.ino()));
+            if ours.is_some() && ours == there {
+                let _ = fs::remove_file(&self.path);
+            }
         }
     }
 }
 
-/// `<dst>.tmp.<pid>`, in dst's directory.
-fn temp_path(dst: &Path, pid: u32) -> PathBuf {
+/// 64 random bits for a temporary name: std's `RandomState` is seeded from the OS's randomness once per thread
+/// and advanced for each new state; the clock and a process-wide counter are mixed in. Uniqueness does not rest
+/// on it (`O_EXCL` does); it only makes collisions, and so retries, rare.
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+/// `<dst>.tmp.<pid>.<random, 16 hex digits>`, in dst's directory.
+fn temp_path(dst: &Path, pid: u32, random: u64) -> PathBuf {
     let mut name = dst.file_name().map(OsString::from).unwrap_or_default();
-    name.push(format!(".tmp.{pid}"));
+    name.push(format!(".tmp.{pid}.{random:016x}"));
     dst.with_file_name(name)
 }
 
-/// Remove `<dst>.tmp.<pid>` files whose process no longer exists (left by a killed writer).
+/// Remove temporary files of `dst` (`<dst>.tmp.*`, this version's and older ones) left by writers that died: a
+/// regular file is removed only when its exclusive lock can be taken (a live writer holds it, whatever PID
+/// namespace it runs in) and it is older than [`STALE_AFTER`]. Anything else — a live writer's file, a young
+/// file, a file system without locks, a symlink or another kind of file — is left alone.
 fn remove_stale_temps(dst: &Path) {
     let (Some(dir), Some(name)) = (dst.parent(), dst.file_name()) else { return };
     let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
@@ -395,14 +520,34 @@ fn remove_stale_temps(dst: &Path) {
     let prefix = prefix.into_encoded_bytes();
     let Ok(entries) = fs::read_dir(dir) else { return };
     for e in entries.flatten() {
-        let n = e.file_name().into_encoded_bytes();
-        let Some(pid) = n.strip_prefix(&prefix[..]).and_then(|p| std::str::from_utf8(p).ok()) else { continue };
-        if let Ok(pid) = pid.parse::<u32>()
-            && pid != std::process::id()
-            && !Path::new(&format!("/proc/{pid}")).exists()
-        {
-            let _ = fs::remove_file(e.path());
+        if e.file_name().as_encoded_bytes().starts_with(&prefix) {
+            remove_if_stale(&e.path());
         }
+    }
+}
+
+/// [`remove_stale_temps`] for one candidate.
+fn remove_if_stale(path: &Path) {
+    let Ok(link) = fs::symlink_metadata(path) else { return };
+    if !link.is_file() {
+        return;
+    }
+    // O_NONBLOCK|O_NOFOLLOW: a FIFO or a link swapped in after the check neither blocks nor is followed.
+    let Ok(file) = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW).open(path) else {
+        return;
+    };
+    let Ok(meta) = file.metadata() else { return };
+    if meta.dev() != link.dev() || meta.ino() != link.ino() || !meta.is_file() {
+        return;
+    }
+    if file.try_lock().is_err() {
+        return; // held by a live writer, or no locks here: cannot tell, keep it
+    }
+    let old = meta.modified().ok().and_then(|m| m.elapsed().ok()).is_some_and(|age| age >= STALE_AFTER);
+    // Still the same file at the path while we hold its lock: remove it, then let go.
+    let same = fs::symlink_metadata(path).is_ok_and(|m| m.dev() == meta.dev() && m.ino() == meta.ino());
+    if old && same {
+        let _ = fs::remove_file(path);
     }
 }
 
@@ -410,66 +555,189 @@ fn io_fail(path: &Path, what: &str, e: std::io::Error) -> TrdataError {
     TrdataError::Source { path: path.to_path_buf(), message: format!("cannot {what}: {e}") }
 }
 
-/// Write `ds` into the packed file `dst` (module docs). `progress(done)` is called after each chunk of records
-/// is written; returning false cancels (no file is left). Returns what was done.
+/// Bytes of finished records a pack holds in memory waiting for their turn to be written (module docs,
+/// "Parallel, in order"): producers take no new record while this many are waiting.
+pub const IN_FLIGHT_BYTES: u64 = 256 << 20;
+
+/// Records produced and not yet written, keyed by index: the reorder buffer between the producers and the
+/// writer (protocol in [`produce_in_order`]).
+#[derive(Default)]
+struct Reorder {
+    ready: BTreeMap<usize, Result<Produced>>,
+    /// Bytes of the records in `ready`, and the most there ever were.
+    bytes: u64,
+    peak_bytes: u64,
+    /// Set by the writer when it stops (done, failed or cancelled): producers take no more records.
+    stop: bool,
+}
+
+/// The shared state of one pack's producers and writer.
+struct Pipeline {
+    state: Mutex<Reorder>,
+    /// Signalled when a record is added to `ready`: the writer waits on it.
+    produced: Condvar,
+    /// Signalled when records leave `ready` or `stop` is set: producers waiting for room wait on it.
+    drained: Condvar,
+    /// The next record index to produce.
+    next: AtomicUsize,
+    budget_bytes: u64,
+}
+
+impl Pipeline {
+    fn lock(&self) -> MutexGuard<'_, Reorder> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn stop(&self) {
+        self.lock().stop = true;
+        self.drained.notify_all();
+    }
+}
+
+/// Sets `stop` when the writer leaves, however it leaves (an error, a cancel, a panic): producers then finish
+/// the record in hand and exit, and the thread scope can join them.
+struct StopOnDrop<'a>(&'a Pipeline);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}
+
+/// Produce records `0..n` on `workers` threads and hand them to `write` in index order on the calling thread.
+///
+/// Protocol. A producer waits until the bytes in `ready` are below the budget (or `stop`), then claims the next
+/// index (`next.fetch_add`), produces it without the lock, inserts the result (a record or its error) and
+/// signals `produced`. The writer takes index w from `ready` when it is there (signalling `drained`), else waits
+/// on `produced`. No deadlock: every index below `next` is either in `ready`, written, or in a producer's hands
+/// (which inserts it whatever the budget); if w is not in `ready` and not in hand, then w ≥ `next`, so `ready` is
+/// empty and producers may claim. Memory: at most the budget plus one record per producer (the ones in hand,
+/// each ≤ the largest record). A panic while producing becomes that record's error (the writer would otherwise
+/// wait for it forever). `progress(done)` is called every `PROGRESS_EVERY` records; false cancels. Returns the
+/// peak of the bytes in `ready`.
+fn produce_in_order(
+    ds: &Dataset,
+    cfg: &PackConfig,
+    dst: &Path,
+    budget_bytes: u64,
+    progress: &(dyn Fn(u64) -> bool + Sync),
+    mut write: impl FnMut(usize, Produced) -> Result<()>,
+) -> Result<u64> {
+    const PROGRESS_EVERY: usize = 64;
+    let n = ds.len();
+    let pipe = Pipeline {
+        state: Mutex::new(Reorder::default()),
+        produced: Condvar::new(),
+        drained: Condvar::new(),
+        next: AtomicUsize::new(0),
+        budget_bytes,
+    };
+    std::thread::scope(|scope| {
+        let _stop = StopOnDrop(&pipe);
+        for t in 0..cfg.workers.min(n) {
+            let pipe = &pipe;
+            std::thread::Builder::new()
+                .name(format!("trdata-pack{t}"))
+                .spawn_scoped(scope, move || producer_loop(pipe, ds, cfg, n))
+                .map_err(|e| TrdataError::Worker(format!("cannot start the pack threads: {e}")))?;
+        }
+        for w in 0..n {
+            let record = {
+                let mut s = pipe.lock();
+                loop {
+                    if let Some(r) = s.ready.remove(&w) {
+                        s.bytes -= r.as_ref().map_or(0, |p| p.bytes.len() as u64);
+                        break r;
+                    }
+                    s = pipe.produced.wait(s).unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            pipe.drained.notify_all();
+            write(w, record?)?;
+            let done = w + 1;
+            if (done % PROGRESS_EVERY == 0 || done == n) && !progress(done as u64) {
+                return Err(cancel_error(dst));
+            }
+        }
+        Ok(pipe.lock().peak_bytes)
+    })
+}
+
+/// One producer thread of [`produce_in_order`] (protocol there).
+fn producer_loop(pipe: &Pipeline, ds: &Dataset, cfg: &PackConfig, n: usize) {
+    let mut producer = None;
+    loop {
+        {
+            let mut s = pipe.lock();
+            while !s.stop && s.bytes >= pipe.budget_bytes {
+                s = pipe.drained.wait(s).unwrap_or_else(|e| e.into_inner());
+            }
+            if s.stop {
+                return;
+            }
+        }
+        let i = pipe.next.fetch_add(1, Ordering::Relaxed);
+        if i >= n {
+            return;
+        }
+        let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let p = match &mut producer {
+                Some(p) => p,
+                None => producer.insert(Producer::new()?),
+            };
+            p.produce(ds, i, cfg)
+                .map_err(|error| TrdataError::Decode(SampleError { path: ds.sample_name(i), index: i as u64, error }))
+        }));
+        let made = made.unwrap_or_else(|_| {
+            producer = None; // its state may be half-updated
+            Err(TrdataError::Worker(format!("the pack thread panicked producing record {i}")))
+        });
+        let mut s = pipe.lock();
+        s.bytes += made.as_ref().map_or(0, |p| p.bytes.len() as u64);
+        s.peak_bytes = s.peak_bytes.max(s.bytes);
+        s.ready.insert(i, made);
+        drop(s);
+        pipe.produced.notify_one();
+    }
+}
+
+/// Write `ds` into the packed file `dst` (module docs). `progress(done)` is called as records are written;
+/// returning false cancels (no file is left). Returns what was done.
 pub fn pack(
     ds: &Dataset,
     dst: &Path,
     cfg: &PackConfig,
     progress: &(dyn Fn(u64) -> bool + Sync),
 ) -> Result<PackSummary> {
+    pack_with_budget(ds, dst, cfg, IN_FLIGHT_BYTES, progress)
+}
+
+/// [`pack`] with the in-flight byte budget given (tests use a small one).
+pub(crate) fn pack_with_budget(
+    ds: &Dataset,
+    dst: &Path,
+    cfg: &PackConfig,
+    budget_bytes: u64,
+    progress: &(dyn Fn(u64) -> bool + Sync),
+) -> Result<PackSummary> {
     let t0 = Instant::now();
+    check_destination(dst)?;
+    check_classes(&cfg.classes, ds.labels.iter().copied()).map_err(|m| TrdataError::config("classes", m))?;
     let n = ds.len();
     remove_stale_temps(dst);
-    let tmp = TempFile { path: temp_path(dst, std::process::id()), published: false };
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp.path)
-        .map_err(|e| io_fail(dst, "create the temporary file beside it", e))?;
+    let tmp = TempFile::create(dst)?;
     let write_fail = |e| io_fail(dst, "write the packed file", e);
-    let mut writer = PackWriter::new(BufWriter::with_capacity(4 << 20, file), cfg.block_bytes).map_err(write_fail)?;
-    let threads = rayon::ThreadPoolBuilder::new()
-        .num_threads(cfg.workers)
-        .thread_name(|i| format!("trdata-pack{i}"))
-        .build()
-        .map_err(|e| TrdataError::Worker(format!("cannot start the pack threads: {e}")))?;
-    let cancelled = AtomicBool::new(false);
+    let out = tmp.file.try_clone().map_err(write_fail)?;
+    let mut writer = PackWriter::new(BufWriter::with_capacity(4 << 20, out), cfg.block_bytes).map_err(write_fail)?;
     let (mut bytes_in, mut warnings) = (0u64, Vec::new());
-    let chunk = (cfg.workers * 16).max(64);
-    let mut start = 0;
-    while start < n {
-        let end = (start + chunk).min(n);
-        let produced: Vec<Result<Produced>> = threads.install(|| {
-            (start..end)
-                .into_par_iter()
-                .map(|i| {
-                    if cancelled.load(Ordering::Relaxed) {
-                        return Err(cancel_error(dst));
-                    }
-                    with_producer(|p| {
-                        p.produce(ds, i, cfg).map_err(|error| {
-                            TrdataError::Decode(SampleError { path: ds.sample_name(i), index: i as u64, error })
-                        })
-                    })
-                })
-                .collect()
-        });
-        for (i, r) in (start..end).zip(produced) {
-            let r = r?;
-            writer.push(&r.bytes, ds.labels[i], r.meta).map_err(write_fail)?;
-            bytes_in += r.bytes_in;
-            if let Some(w) = r.warning {
-                warnings.push((i as u64, format!("{}: {w}", ds.sample_name(i).display())));
-            }
+    let peak_buffered_bytes = produce_in_order(ds, cfg, dst, budget_bytes, progress, |i, r| {
+        writer.push(&r.bytes, ds.labels[i], r.meta).map_err(write_fail)?;
+        bytes_in += r.bytes_in;
+        if let Some(w) = r.warning {
+            warnings.push((i as u64, format!("{}: {w}", ds.sample_name(i).display())));
         }
-        start = end;
-        if !progress(start as u64) {
-            cancelled.store(true, Ordering::Relaxed);
-            return Err(cancel_error(dst));
-        }
-    }
+        Ok(())
+    })?;
     let meta = PackMeta {
         classes: cfg.classes.clone(),
         options: PackOptions {
@@ -483,9 +751,7 @@ pub fn pack(
     let file = out.into_inner().map_err(|e| write_fail(e.into_error()))?;
     file.sync_all().map_err(write_fail)?;
     drop(file);
-    let mut tmp = tmp;
-    fs::rename(&tmp.path, dst).map_err(|e| io_fail(dst, "move the finished file into place", e))?;
-    tmp.published = true;
+    tmp.publish(dst)?;
     // The rename is durable once the directory is synced (best effort: some file systems refuse).
     if let Some(dir) = dst.parent().filter(|d| !d.as_os_str().is_empty()) {
         let _ = File::open(dir).and_then(|d| d.sync_all());
@@ -496,6 +762,7 @@ pub fn pack(
         bytes_out: header.file_bytes,
         seconds: t0.elapsed().as_secs_f64(),
         warnings,
+        peak_buffered_bytes,
     })
 }
 

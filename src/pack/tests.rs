@@ -12,6 +12,7 @@ use crate::source::{PackedFile, PackedMode, file_list, packed_dataset};
 use crate::sync::Arc;
 use crate::topology::PinMode;
 use crate::worker::ErrorPolicy;
+use std::os::unix::fs::FileTypeExt;
 use std::time::Duration;
 
 fn jpeg(seed: u32, w: u32, h: u32, sub: ChromaSubsampling) -> Vec<u8> {
@@ -47,6 +48,12 @@ fn image_folder(name: &str, n: u32) -> (PathBuf, Dataset) {
 
 fn cfg(workers: i128, block_bytes: i128, classes: &[OsString]) -> PackConfig {
     PackConfig::new(None, None, None, Some(workers), Some(block_bytes), classes.to_vec()).unwrap()
+}
+
+/// Make `path` look older than [`STALE_AFTER`].
+fn age(path: &Path) {
+    let then = std::time::SystemTime::now() - STALE_AFTER - Duration::from_secs(5);
+    File::options().write(true).open(path).unwrap().set_modified(then).unwrap();
 }
 
 fn never_cancel(_: u64) -> bool {
@@ -109,9 +116,10 @@ fn failures_and_cancels_leave_no_file_and_never_replace_a_good_one() {
             .filter(|n| n.contains(".tmp."))
             .collect()
     };
-    // A temp file of a writer killed earlier (a pid that cannot be alive) is removed by the next pack.
-    let stale = temp_path(&dst, u32::MAX - 1);
+    // A temp file of a writer killed earlier (unlocked, older than STALE_AFTER) is removed by the next pack.
+    let stale = temp_path(&dst, u32::MAX - 1, 7);
     fs::write(&stale, [0u8; 4096]).unwrap();
+    age(&stale);
     // Cancelled after the first chunk: nothing at dst, no temp file.
     let e = pack(&ds, &dst, &cfg(2, 8192, &[]), &|done| done < 64).unwrap_err();
     assert!(e.to_string().contains("cancelled"), "{e}");
@@ -369,5 +377,197 @@ fn a_damaged_record_is_a_decode_error_naming_file_and_record() {
             }
             other => panic!("expected a DecodeError, got {other:?}"),
         }
+    }
+}
+
+/// Blobs of `n` distinct records of `bytes` bytes each (not images: stored as they are, flagged unreadable).
+fn blobs(n: usize, bytes: usize, tag: u8) -> Dataset {
+    let blobs = (0..n).map(|i| (0..bytes).map(|k| (k * 31 + i * 7) as u8 ^ tag).collect()).collect();
+    crate::source::bytes(blobs, (0..n as i64).collect()).unwrap()
+}
+
+#[test]
+fn two_packs_to_one_destination_each_publish_only_their_own_file() {
+    // Before: both wrote `<dst>.tmp.<pid>` (opened with truncate), so one reported success for a file it did not
+    // write, or the published file mixed both. Now each has its own O_EXCL name: whichever renames last wins,
+    // and the file at dst is exactly one of the two packs.
+    let root = crate::test_data::fresh_dir("pack-race");
+    let (a, b) = (blobs(400, 3000, 0), blobs(300, 5000, 0x5a));
+    let (ra, rb) = (root.join("a.trdpack"), root.join("b.trdpack"));
+    pack(&a, &ra, &cfg(2, 65536, &[]), &never_cancel).unwrap();
+    pack(&b, &rb, &cfg(2, 65536, &[]), &never_cancel).unwrap();
+    let (want_a, want_b) = (fs::read(&ra).unwrap(), fs::read(&rb).unwrap());
+    let dst = root.join("shared.trdpack");
+    for round in 0..8 {
+        std::thread::scope(|s| {
+            let ha = s.spawn(|| pack(&a, &dst, &cfg(2, 65536, &[]), &never_cancel));
+            let hb = s.spawn(|| pack(&b, &dst, &cfg(2, 65536, &[]), &never_cancel));
+            let (sa, sb) = (ha.join().unwrap().unwrap(), hb.join().unwrap().unwrap());
+            assert_eq!((sa.records, sb.records), (400, 300));
+        });
+        let got = fs::read(&dst).unwrap();
+        assert!(got == want_a || got == want_b, "round {round}: dst is neither pack ({} bytes)", got.len());
+        PackedIndex::open(&dst).unwrap();
+        let left: Vec<_> = fs::read_dir(&root)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains(".tmp."))
+            .collect();
+        assert!(left.is_empty(), "round {round}: temporaries left: {left:?}");
+    }
+}
+
+#[test]
+fn a_live_writers_temporary_is_never_cleaned_whatever_its_pid() {
+    // Before: a temp file was stale when /proc/<pid> did not exist — in another PID namespace (a container) a live
+    // writer's PID is not in ours, so its file was deleted under it. Now the writer's lock says it is alive.
+    let root = crate::test_data::fresh_dir("pack-stale");
+    let ds = blobs(10, 100, 1);
+    let dst = root.join("d.trdpack");
+    let live = temp_path(&dst, u32::MAX - 3, 1); // a PID that does not exist here
+    let held = File::create(&live).unwrap();
+    held.lock().unwrap(); // as a writer in another PID namespace holds it
+    age(&live);
+    let young = temp_path(&dst, u32::MAX - 4, 2); // unlocked but fresh: a writer between create and lock
+    fs::write(&young, b"x").unwrap();
+    let dead = temp_path(&dst, u32::MAX - 5, 3); // unlocked and old: its writer died
+    fs::write(&dead, b"x").unwrap();
+    age(&dead);
+    let mut old_style = dst.as_os_str().to_os_string(); // an older trdata's `<dst>.tmp.<pid>`
+    old_style.push(".tmp.4000000");
+    let old_style = PathBuf::from(old_style);
+    fs::write(&old_style, b"x").unwrap();
+    age(&old_style);
+    let fifo = temp_path(&dst, u32::MAX - 6, 4); // not a regular file: never opened for writing, never removed
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    pack(&ds, &dst, &cfg(1, 8192, &[]), &never_cancel).unwrap();
+    assert!(live.exists(), "a live writer's temporary was removed");
+    assert!(young.exists(), "a young temporary was removed");
+    assert!(fifo.exists(), "a FIFO was removed");
+    assert!(!dead.exists() && !old_style.exists(), "stale temporaries were kept");
+    drop(held);
+    pack(&ds, &dst, &cfg(1, 8192, &[]), &never_cancel).unwrap();
+    assert!(!live.exists(), "once its writer let go (and it is old) it is stale");
+}
+
+#[test]
+fn destinations_that_are_not_regular_files_are_refused_before_any_work() {
+    // Before: a device node or FIFO at dst was replaced by a regular file, and "", "/" or a directory failed only
+    // after the whole pack was written. The dataset's files do not exist, so any work would be a DecodeError.
+    let root = crate::test_data::fresh_dir("pack-dst");
+    let ds = file_list(vec![root.join("missing.jpg")], vec![0]).unwrap();
+    let fifo = root.join("fifo");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let dir = root.join("dir");
+    fs::create_dir(&dir).unwrap();
+    let link_to_dir = root.join("link");
+    std::os::unix::fs::symlink(&dir, &link_to_dir).unwrap();
+    let file = root.join("plain");
+    fs::write(&file, b"x").unwrap();
+    let mut cases = vec![
+        (PathBuf::from(""), "is empty"),
+        (PathBuf::from("/"), "names a directory"),
+        (root.join("x/"), "names a directory"),
+        (dir.join(".."), "names a directory"),
+        (dir.clone(), "is a directory"),
+        (link_to_dir, "is a directory"),
+        (fifo.clone(), "is a FIFO"),
+        (root.join("nope/out.trdpack"), "which cannot be used"),
+        (file.join("out.trdpack"), "which is not a directory"),
+        (PathBuf::from("/dev/null"), "is a device node"),
+    ];
+    // A device node of our own (root may make one): what `trdata pack SRC /dev/null` would have replaced.
+    let dev = root.join("null");
+    if std::process::Command::new("mknod")
+        .args([dev.as_os_str(), "c".as_ref(), "1".as_ref(), "3".as_ref()])
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        cases.push((dev.clone(), "is a device node"));
+    }
+    for (dst, why) in cases {
+        let called = AtomicBool::new(false);
+        let r = pack(&ds, &dst, &cfg(1, 8192, &[]), &|_| {
+            called.store(true, Ordering::Relaxed);
+            true
+        });
+        match r {
+            Err(TrdataError::Config { parameter, message }) => {
+                assert_eq!(parameter, DESTINATION);
+                assert!(message.contains(why), "{dst:?}: {message}");
+            }
+            other => panic!("{dst:?}: expected a ConfigError on path, got {other:?}"),
+        }
+        assert!(!called.load(Ordering::Relaxed), "{dst:?}: work started");
+    }
+    assert!(fs::metadata(&fifo).unwrap().file_type().is_fifo(), "the FIFO was replaced");
+    if dev.exists() {
+        assert!(fs::metadata(&dev).unwrap().file_type().is_char_device(), "the device node was replaced");
+    }
+    let left: Vec<_> =
+        fs::read_dir(&root).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().contains(".tmp.")).collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn records_waiting_to_be_written_are_bounded_in_bytes() {
+    // Before: a chunk of max(16 × workers, 64) whole records was produced before any was written, whatever
+    // their size (64 records of 32 MiB: 2.1 GB). Now producers stop at the byte budget.
+    let root = crate::test_data::fresh_dir("pack-budget");
+    let record = 256 << 10;
+    let ds = blobs(96, record, 9);
+    for workers in [1usize, 2, 4] {
+        let budget = 1 << 20;
+        let s =
+            pack_with_budget(&ds, &root.join("b.trdpack"), &cfg(workers as i128, 1 << 20, &[]), budget, &never_cancel)
+                .unwrap();
+        assert_eq!(s.records, 96);
+        let bound = budget + (workers * record) as u64;
+        assert!(s.peak_buffered_bytes <= bound, "{workers} workers: peak {} > {bound}", s.peak_buffered_bytes);
+        assert!(s.peak_buffered_bytes >= record as u64, "the peak is measured");
+    }
+    // The same file whatever the budget.
+    let small = fs::read(root.join("b.trdpack")).unwrap();
+    pack(&ds, &root.join("c.trdpack"), &cfg(3, 1 << 20, &[]), &never_cancel).unwrap();
+    assert_eq!(fs::read(root.join("c.trdpack")).unwrap(), small);
+}
+
+#[test]
+fn class_names_repeat_or_labels_outside_them_are_refused_by_writer_and_reader() {
+    let root = crate::test_data::fresh_dir("pack-classes");
+    let mut ds = blobs(4, 50, 2); // labels 0..4
+    let names = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+    let param = |r: Result<PackSummary>| match r {
+        Err(TrdataError::Config { parameter, message }) => format!("{parameter}: {message}"),
+        other => panic!("expected a ConfigError, got {other:?}"),
+    };
+    let dst = root.join("p.trdpack");
+    let m = param(pack(&ds, &dst, &cfg(1, 8192, &names(&["a", "b", "a", "c"])), &never_cancel));
+    assert!(m.starts_with("classes: has class name \"a\" twice (classes 0 and 2)"), "{m}");
+    let m = param(pack(&ds, &dst, &cfg(1, 8192, &names(&["a", "b", "c"])), &never_cancel));
+    assert!(m.contains("label 3 at record 3, outside the 3 classes"), "{m}");
+    ds.labels[1] = -1;
+    let m = param(pack(&ds, &dst, &cfg(1, 8192, &names(&["a", "b", "c", "d"])), &never_cancel));
+    assert!(m.contains("label -1 at record 1"), "{m}");
+    assert!(!dst.exists());
+    // Without class names any label is kept as it is.
+    pack(&ds, &dst, &cfg(1, 8192, &[]), &never_cancel).unwrap();
+    // The reader refuses such files however they were made (an older writer, a forged file).
+    for (classes, labels, want) in [
+        (names(&["a", "a"]), vec![0, 1], "class name \"a\" twice"),
+        (names(&["a", "b"]), vec![0, 2], "label 2 at record 1"),
+    ] {
+        let mut w = PackWriter::new(std::io::Cursor::new(Vec::new()), 8192).unwrap();
+        for l in labels {
+            w.push(b"abc", l, RecordMeta::raw(1, 1, 3)).unwrap();
+        }
+        let meta = PackMeta { classes, options: PackOptions::default() };
+        let bytes = w.finish(&meta).unwrap().0.into_inner();
+        let e = PackedIndex::from_bytes(&bytes).unwrap_err();
+        assert!(e.contains(want), "{e}");
+        let path = root.join("forged.trdpack");
+        fs::write(&path, &bytes).unwrap();
+        let e = PackedIndex::open(&path).unwrap_err().to_string();
+        assert!(e.contains("forged.trdpack") && e.contains(want), "{e}");
     }
 }

@@ -42,7 +42,7 @@ impl SeqBitmap {
                 format!("bitmap of {} bytes does not cover {len} sequence numbers", bytes.len()),
             ));
         }
-        if len % 8 != 0 && bytes.last().is_some_and(|b| b >> (len % 8) != 0) {
+        if !len.is_multiple_of(8) && bytes.last().is_some_and(|b| b >> (len % 8) != 0) {
             return Err(TrdataError::config("delivered", "bitmap has bits beyond the epoch's sequence numbers"));
         }
         Ok(Self { bits: bytes, len })

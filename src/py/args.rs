@@ -7,7 +7,7 @@ use crate::error::TrdataError;
 use crate::param::IntParam;
 use pyo3::conversion::FromPyObjectOwned;
 use pyo3::prelude::*;
-use pyo3::types::PyInt;
+use pyo3::types::{PyBool, PyInt};
 
 /// A Python int shown in a message: itself when short, else its first digits and its length (an int beyond
 /// `sys.get_int_max_str_digits()` cannot even be turned into a string).
@@ -25,7 +25,8 @@ pub(super) fn shown_int(v: &Bound<'_, PyAny>) -> String {
 /// `T`. Its range is the core's rule `param`: a value `T` cannot hold is outside it, so it gets that rule's
 /// error (never an unnamed OverflowError); any other value is checked by the core where it is used.
 pub fn int_arg<'py, T: FromPyObjectOwned<'py>>(v: &Bound<'py, PyAny>, param: &IntParam) -> PyResult<T> {
-    if !v.is_instance_of::<PyInt>() {
+    // A bool is an int to Python (True == 1) but never a count or a size: `workers=True` is a mistake.
+    if !v.is_instance_of::<PyInt>() || v.is_instance_of::<PyBool>() {
         let shown = v.repr().map_or_else(|_| "?".to_string(), |r| r.to_string());
         return Err(to_py(TrdataError::config(param.name, format!("{shown} must be an int"))));
     }

@@ -58,7 +58,8 @@
 //! version, every count and offset against the fixed layout above (so no section can be larger than the file),
 //! then the CRCs of the index, blocks and metadata sections, then their structure: blocks in order, aligned,
 //! inside the data region and not overlapping; records inside their block, in order, with known formats and raw
-//! sizes that match. Any failure is a `SourceError` naming the file. Every record read is CRC32C-checked
+//! sizes that match; class names distinct and, when there are names, every label one of them ([`check_classes`]).
+//! Any failure is a `SourceError` naming the file. Every record read is CRC32C-checked
 //! (hardware-accelerated, ~1 % of a decode): a flipped byte is `ImageErrorKind::Corrupt` naming the record,
 //! never garbage pixels.
 //!
@@ -566,6 +567,27 @@ impl PackMeta {
     }
 }
 
+/// The class rule of a pack, checked by the writer before any work and by the reader at open: class names are
+/// distinct (torchvision's `class_to_idx` would silently collapse two), and when there are names every label
+/// names one of them (`0 <= label < len(classes)`), as `classes[label]` must work. Without names, labels are
+/// whatever the source held.
+pub fn check_classes(classes: &[OsString], labels: impl Iterator<Item = i64>) -> std::result::Result<(), String> {
+    let mut seen = std::collections::HashMap::with_capacity(classes.len());
+    for (i, c) in classes.iter().enumerate() {
+        if let Some(first) = seen.insert(c.as_os_str(), i) {
+            return Err(format!("has class name {c:?} twice (classes {first} and {i}): class names must be distinct"));
+        }
+    }
+    if classes.is_empty() {
+        return Ok(());
+    }
+    let n = classes.len() as i64;
+    match labels.enumerate().find(|&(_, l)| !(0..n).contains(&l)) {
+        Some((i, l)) => Err(format!("has label {l} at record {i}, outside the {n} classes (0 ..= {})", n - 1)),
+        None => Ok(()),
+    }
+}
+
 /// Writes the layout to `out` (a file, or memory in tests and the fuzz target): records in order, then
 /// [`finish`](Self::finish) writes the index, the blocks table, the metadata and — last — the header. Until the
 /// header is written the first 4096 bytes are zeros, so an interrupted write never looks like a pack.
@@ -824,6 +846,7 @@ impl PackedIndex {
         if next_record != header.records {
             return Err(bad(format!("blocks hold {next_record} records, the header says {}", header.records)));
         }
+        check_classes(&meta.classes, rows.iter().map(|r| r.label))?;
         Ok(Self { header, rows, blocks, meta })
     }
 

@@ -190,13 +190,14 @@ impl Station {
             }
             let k = g.ring.len() as u64;
             let slot = &g.ring[(b % k) as usize];
-            if slot.batch == b && !slot.ready {
-                if let Some(buf) = &slot.buffer {
-                    if waited {
-                        Stats::add_since(&self.stats.worker_wait_ns, t0);
-                    }
-                    return Some(Arc::clone(buf));
+            if slot.batch == b
+                && !slot.ready
+                && let Some(buf) = &slot.buffer
+            {
+                if waited {
+                    Stats::add_since(&self.stats.worker_wait_ns, t0);
                 }
+                return Some(Arc::clone(buf));
             }
             waited = true;
             g = self.workers_cv.wait(g).unwrap_or_else(|p| p.into_inner());
