@@ -7,33 +7,56 @@ read then) the first time a shard is opened, and cached (below); the workers rea
 from its shard. Order: shard order as given, then member order, so a reproducible loader over the shards yields
 the same batches as one over a FileList of the same images.
 
-Index cache. One small JSON file per shard in ``cache_dir`` (default ``$XDG_CACHE_HOME/trdata/webdataset``, else
+Index cache. One small file per shard in ``cache_dir`` (default ``$XDG_CACHE_HOME/trdata/webdataset``, else
 ``~/.cache/trdata/webdataset``), named by a hash of what makes the index valid: the shard's absolute path, size,
-``st_mtime_ns``, device and inode, the ``image_key``/``target_key`` options and the cache format version; the
-same fields are stored inside and compared again on read. A cache file is never trusted: one that is stale (the
-shard changed), foreign (another shard or options), unparsable or malformed, or holds a member span that does not
-lie inside the shard as it is now, is ignored and the index rebuilt from the tar headers (then rewritten). Its
-target members are stored as their raw bytes and parsed again by the same rules as on a first open. Files are
-written atomically (a temporary file in the same folder, then ``os.replace``), so a reader never sees half of
-one; a cache folder that cannot be created or written means no cache, never an error. A shard rewritten in place
-with the same size, the same mtime to the nanosecond and the same inode is indistinguishable — don't.
+``st_mtime_ns``, ``st_ctime_ns``, device and inode, the user id, the ``image_key``/``target_key`` options and the
+cache format version; the same fields are stored inside and compared again on read. ``st_ctime_ns`` is there
+because no user can set it: a shard edited in place with its size kept and its mtime restored (``os.utime``)
+still has a new ctime, so its stale index is not served.
+
+A cache file is never trusted, because whoever can write the cache folder could otherwise choose the labels and
+the byte spans the workers read (every identity field is computable from ``stat``). So:
+
+- it is opened ``O_NONBLOCK | O_NOFOLLOW`` and ``fstat``-ed through the opened descriptor: only a regular file
+  is read (a FIFO there never blocks, a symlink to ``/dev/zero`` is never followed), and only one of at most the
+  shard's size plus ``CACHE_MARGIN_BYTES`` (it holds per sample a key, two numbers and the raw target, which the
+  sample's tar headers and data already hold); a larger file is ignored unread, and an index that would be larger
+  is not written;
+- it carries an HMAC-SHA256 of its index (``mac`` beside ``ident`` and ``samples``) under a per-user key
+  (``INDEX_KEY_BYTES`` random bytes in ``$XDG_CACHE_HOME/trdata/index-key``, mode 0600, made on first use; used
+  only when it is a regular file of this user that nobody else can read). A forged or altered file (other
+  labels, moved spans) does not verify. Checking each cached span against the tar header in front of it instead
+  would cost one random read per sample (two with the target), about what indexing the tar again costs on a
+  network file system, and still would not cover forged labels; the MAC costs one hash of the small file and
+  covers everything in it;
+- it must then be well-formed for exactly this shard and these options: every member span 512-byte aligned, after
+  the previous one, inside the shard as it is now; targets parse by the same rules as on a first open.
+
+Anything else (stale, foreign, unparsable, malformed, unsigned, too large, not a regular file) is ignored and the
+index rebuilt from the tar headers (then rewritten). Files are written atomically (a temporary file in the same
+folder, then ``os.replace``), so a reader never sees half of one; a cache folder or key that cannot be created or
+written means no cache, never an error.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
+import io
 import json
 import os
 import re
+import shlex
+import stat
 import tarfile
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Union
+from typing import IO, Any, Union
 
 import numpy as np
 
 from . import _core
-from .errors import DecodeError, SourceError
+from .errors import ConfigError, DecodeError, SourceError, _shown
 from .sources import Source, _class_names
 
 #: Image extensions tried, in this order, when ``image_key`` is not given.
@@ -41,12 +64,34 @@ IMAGE_KEYS = ("jpg", "jpeg", "png", "webp", "ppm", "pgm", "bmp", "tif", "tiff", 
 #: Target members larger than this are refused (a class index, a number or a small JSON array, never a blob).
 MAX_TARGET_BYTES = 1 << 16
 #: Bumped whenever the cached index's layout or meaning changes: older files then no longer match.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+#: An index file larger than its shard plus this many bytes is ignored unread, and trdata writes none larger. Per
+#: sample it holds a key, two numbers and the raw target (~30 bytes + key + target), which the sample's >= 1024
+#: bytes of tar headers and data in the shard already hold; so a bound of the shard's own size fits every real
+#: index (large soft-label targets included), and a planted file (a 5 GB sparse file, a FIFO's worth of data)
+#: costs at most about one read of the shard before it is refused.
+CACHE_MARGIN_BYTES = 1 << 20
+#: Random bytes of the per-user key that signs index files (HMAC-SHA256).
+INDEX_KEY_BYTES = 32
+
+#: Opening a file that may be anything (a FIFO without writer, a device, a terminal) must return at once.
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+#: Compressed tars (webdataset streams them): (magic at byte 0, name, the command that decompresses). Consulted
+#: only when a shard does not read as a tar, so a tar whose first member name starts like a magic is still read.
+_COMPRESSIONS = (
+    (b"\x1f\x8b", "gzip", "gunzip"),
+    (b"BZh", "bzip2", "bunzip2"),
+    (b"\xfd7zXZ\x00", "xz", "unxz"),
+    (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"),
+    (b"\x04\x22\x4d\x18", "lz4", "unlz4"),
+)
+_COMPRESSED_SUFFIXES = (".tgz", ".gz", ".bz2", ".tbz2", ".xz", ".txz", ".zst", ".zstd", ".lz4")
 
 _KEY_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset's base_plus_ext
 
 #: ``cache_dir``: a folder, ``True`` (the default folder) or ``False``/``None`` (no cache).
-CacheDir = Union[str, "os.PathLike[str]", bool, None]
+CacheDir = Union[str, bytes, "os.PathLike[str]", bool, None]
 
 
 def _bad(shard: str, message: str) -> DecodeError:
@@ -131,6 +176,53 @@ class _Sample:
         self.value = 0 if target_key is None or target is None else _target(shard, key, target_key, target)
 
 
+def _cache_dir(value: object) -> str | None:
+    """The folder ``cache_dir`` names (absolute), or None for no cache; anything else is a ConfigError."""
+    if value is True:
+        return default_cache_dir()
+    if value is False or value is None:
+        return None
+    accepted = "a folder path (str, bytes or os.PathLike), True (the default folder) or False/None (no cache)"
+    if not isinstance(value, (str, bytes, os.PathLike)):  # 0/1, numpy.bool_, 2.5, a list: no folder, no flag
+        raise ConfigError(
+            f"invalid cache_dir: {_shown(value)} (a {type(value).__name__}) must be {accepted}",
+            parameter="cache_dir",
+        )
+    try:
+        path = os.fsdecode(os.fspath(value))
+    except TypeError:  # an __fspath__ that returns neither str nor bytes
+        raise ConfigError(
+            f"invalid cache_dir: {_shown(value)} must be {accepted}", parameter="cache_dir"
+        ) from None
+    if not path:  # os.path.abspath("") is the working directory: index files would land wherever one runs
+        raise ConfigError(
+            f"invalid cache_dir: '' is not a folder; it must be {accepted}", parameter="cache_dir"
+        )
+    if "\0" in path:
+        raise ConfigError(f"invalid cache_dir: {_shown(path)} holds a NUL character", parameter="cache_dir")
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def _compression(shard: str, head: bytes) -> str | None:
+    """Why a shard starting with `head` is no tar when it is a compressed one, with the fix; else None."""
+    for magic, name, command in _COMPRESSIONS:
+        if head.startswith(magic):
+            base = os.path.basename(shard)
+            suffix = next((x for x in _COMPRESSED_SUFFIXES if base.lower().endswith(x)), None)
+            if suffix is not None:  # a.tar.gz → a.tar, a.tgz → a.tar
+                stem = base[: -len(suffix)]
+                out = stem if stem.lower().endswith(".tar") else stem + ".tar"
+            else:  # a compressed a.tar → a.decompressed.tar
+                out = (base[:-4] if base.lower().endswith(".tar") else base) + ".decompressed.tar"
+            out = os.path.join(os.path.dirname(shard), out)
+            return (
+                f"is {name}-compressed, which trdata does not read: its workers read each image member in place "
+                f"by byte offset, which a compressed stream does not have (webdataset decompresses while it "
+                f"streams). Decompress it and pass the .tar: {command} -c {shlex.quote(shard)} > {shlex.quote(out)}"
+            )
+    return None
+
+
 class WebDataset(Source):
     """Tar ``shards`` (paths) in webdataset's layout. ``image_key``: the image member's extension, or several
     separated by ``;`` (webdataset's spelling, e.g. ``"jpg;png"``); default: the first of ``IMAGE_KEYS``
@@ -140,11 +232,16 @@ class WebDataset(Source):
     for all; see ``trdata.sources``). ``classes`` optionally names the class indices.
 
     ``cache_dir``: where the per-shard index is cached (module docs): ``True`` (default) for
-    ``$XDG_CACHE_HOME/trdata/webdataset``, a folder, or ``False``/``None`` for no cache.
+    ``$XDG_CACHE_HOME/trdata/webdataset``, a folder (str, bytes or os.PathLike; not ``""``), or ``False``/``None``
+    for no cache; anything else is a ``ConfigError``.
 
-    Every sample must have an image and (unless ``target_key`` is None) a target; a shard that is not a tar,
-    is truncated or breaks that rule is a ``DecodeError`` naming it, when the source is made. An image member
-    that does not decode follows the loader's ``on_error`` policy, named ``shard@offset+size``."""
+    Every sample must have an image and (unless ``target_key`` is None) a target, and no extension twice (as
+    webdataset, which raises on a duplicate file name in a sample; extensions compared lower-cased); a shard that
+    is not a tar (a compressed one is named as such, with the command that decompresses it), is truncated or
+    breaks these rules is a ``DecodeError`` naming it (and the sample's key), when the source is made. So is an
+    empty (0-byte) image member for now (``kind="Empty"``, ``index`` the sample): the core does not take empty
+    spans yet. An image member that does not decode follows the loader's ``on_error`` policy, named
+    ``shard@offset+size``."""
 
     def __init__(
         self,
@@ -156,14 +253,13 @@ class WebDataset(Source):
     ) -> None:
         if isinstance(shards, (str, bytes, os.PathLike)):
             shards = [shards]  # one shard, as webdataset accepts
-        self.shards = [os.fspath(s) for s in shards]
+        self.shards = [
+            os.fsdecode(os.fspath(s)) for s in shards
+        ]  # bytes paths too (the index file names them)
         self.image_key, self.target_key = image_key, target_key
-        if cache_dir is True:
-            self.cache_dir: str | None = default_cache_dir()
-        elif cache_dir is False or cache_dir is None:
-            self.cache_dir = None
-        else:
-            self.cache_dir = os.path.abspath(os.path.expanduser(os.fspath(cache_dir)))
+        self.cache_dir = _cache_dir(cache_dir)
+        # read (or made) once per source: every shard's index file is checked against it
+        self._key = None if self.cache_dir is None else _index_key()
         file_index: list[int] = []
         offsets: list[int] = []
         sizes: list[int] = []
@@ -172,6 +268,13 @@ class WebDataset(Source):
         self.keys: list[str] = []
         for si, shard in enumerate(self.shards):
             for s in self._index(shard):
+                if s.size == 0:  # the core refuses an empty span for the whole dataset, naming neither
+                    raise DecodeError(
+                        f"{shard}: sample {s.key!r}: its image member is empty (0 bytes)",
+                        path=shard,
+                        index=len(offsets),
+                        kind="Empty",
+                    )
                 file_index.append(si)
                 offsets.append(s.offset)
                 sizes.append(s.size)
@@ -189,27 +292,37 @@ class WebDataset(Source):
     # ---- the per-shard index, cached -------------------------------------------------------------------
 
     def _index(self, shard: str) -> list[_Sample]:
-        if not os.path.isfile(shard):
-            raise SourceError(f"shard {shard!r} is not a file", shard)
-        st = os.stat(shard)
-        ident = {
-            "version": CACHE_VERSION,
-            "shard": os.path.abspath(shard),
-            "size": st.st_size,
-            "mtime_ns": st.st_mtime_ns,
-            "dev": st.st_dev,
-            "ino": st.st_ino,
-            "image_key": self.image_key,
-            "target_key": self.target_key,
-        }
-        path = self._cache_path(ident)
-        if path is not None:
-            cached = _read_cache(path, shard, ident)
-            if cached is not None:
-                return cached
-        samples = list(self._scan(shard, st.st_size))
-        if path is not None:
-            _write_cache(path, ident, samples)
+        # One descriptor for everything read of the shard: the identity is its fstat (no race with a rename
+        # between a stat and an open), and a FIFO given as a shard is refused instead of blocking.
+        try:
+            fd = os.open(shard, _OPEN_FLAGS)
+        except OSError as e:
+            raise SourceError(f"shard {shard!r} is not a file ({e.strerror})", shard) from None
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise SourceError(f"shard {shard!r} is not a regular file", shard)
+            ident = {
+                "version": CACHE_VERSION,
+                "shard": os.path.abspath(shard),
+                "size": st.st_size,
+                "mtime_ns": st.st_mtime_ns,
+                "ctime_ns": st.st_ctime_ns,
+                "dev": st.st_dev,
+                "ino": st.st_ino,
+                "uid": os.geteuid(),
+                "image_key": self.image_key,
+                "target_key": self.target_key,
+            }
+            limit = st.st_size + CACHE_MARGIN_BYTES
+            path = self._cache_path(ident)
+            if path is not None and self._key is not None:
+                cached = _read_cache(path, shard, ident, self._key, limit)
+                if cached is not None:
+                    return cached
+            samples = list(self._scan(shard, f, st.st_size))
+        if path is not None and self._key is not None:
+            _write_cache(path, ident, samples, self._key, limit)
         return samples
 
     def _cache_path(self, ident: dict[str, Any]) -> str | None:
@@ -218,11 +331,11 @@ class WebDataset(Source):
         digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:40]
         return os.path.join(self.cache_dir, f"{digest}.json")
 
-    def _scan(self, shard: str, file_size: int) -> Iterator[_Sample]:
+    def _scan(self, shard: str, f: IO[bytes], file_size: int) -> Iterator[_Sample]:
         """The index of one shard from its tar headers (the cache's source of truth)."""
         wanted = IMAGE_KEYS if self.image_key is None else tuple(self.image_key.split(";"))
         target_key = self.target_key
-        for key, members, data in self._samples(shard, target_key, file_size):
+        for key, members, data in self._samples(shard, f, target_key, file_size):
             ext = next((e for e in wanted if e in members), None)
             if ext is None:
                 raise _bad(
@@ -237,14 +350,16 @@ class WebDataset(Source):
 
     @staticmethod
     def _samples(
-        shard: str, target_key: str | None, file_size: int
+        shard: str, f: IO[bytes], target_key: str | None, file_size: int
     ) -> Iterable[tuple[str, dict[str, tuple[int, int]], dict[str, bytes]]]:
-        """(key, {ext: (offset, size)}, {target ext: bytes}) per sample, in member order."""
+        """(key, {ext: (offset, size)}, {target ext: bytes}) per sample, in member order, from the shard open
+        as `f` (at its start)."""
         key: str | None = None
         members: dict[str, tuple[int, int]] = {}
         data: dict[str, bytes] = {}
+        seen: set[str] = set()  # this sample's extensions, lower-cased as webdataset compares them
         try:
-            with tarfile.open(shard, mode="r:") as tar:
+            with tarfile.open(shard, mode="r:", fileobj=f) as tar:
                 for info in tar:
                     if not info.isfile():
                         continue
@@ -259,25 +374,38 @@ class WebDataset(Source):
                     if k != key:
                         if key is not None:
                             yield key, members, data
-                        key, members, data = k, {}, {}
+                        key, members, data, seen = k, {}, {}, set()
+                    # webdataset's group_by_keys raises ValueError on a repeated extension; last-wins hid it
+                    if ext.lower() in seen:
+                        raise _bad(
+                            shard,
+                            f"sample {k!r} has a duplicate .{ext} member {info.name!r} at byte {info.offset} "
+                            f"(webdataset refuses a duplicate file name in a sample too; extensions compare "
+                            f"case-insensitively)",
+                        )
+                    seen.add(ext.lower())
                     members[ext] = (info.offset_data, info.size)
                     if ext == target_key:
                         if info.size > MAX_TARGET_BYTES:
                             raise _bad(
                                 shard, f"sample {k!r}: .{ext} target of {info.size} bytes is not a label"
                             )
-                        f = tar.extractfile(info)
-                        data[ext] = f.read() if f is not None else b""
+                        t = tar.extractfile(info)
+                        data[ext] = t.read() if t is not None else b""
                 end = tar.offset  # where the next header would start
             # tarfile stops quietly at a truncated header; a complete archive ends with two zero blocks there.
-            with open(shard, "rb") as f:
-                f.seek(end)
-                if f.read(1024) != bytes(1024):
-                    raise _bad(
-                        shard, f"has no end-of-archive marker at byte {end} (truncated or not a tar file)"
-                    )
+            if os.pread(f.fileno(), 1024, end) != bytes(1024):
+                raise _bad(
+                    shard,
+                    _compression(shard, os.pread(f.fileno(), 8, 0))
+                    or f"has no end-of-archive marker at byte {end} (truncated or not a tar file)",
+                )
         except (tarfile.TarError, EOFError, OSError) as e:
-            raise _bad(shard, f"is not a readable tar file ({e})") from None
+            try:
+                head = os.pread(f.fileno(), 8, 0)
+            except OSError:
+                head = b""
+            raise _bad(shard, _compression(shard, head) or f"is not a readable tar file ({e})") from None
         if key is not None:
             yield key, members, data
 
@@ -285,25 +413,137 @@ class WebDataset(Source):
         return self._native
 
 
-def _read_cache(path: str, shard: str, ident: dict[str, Any]) -> list[_Sample] | None:
-    """The cached index at `path` if it is one for exactly `ident` and well-formed, with every member span
-    inside the shard's current size; None otherwise (the caller rebuilds)."""
+# ---- the index file: key, reading, writing ---------------------------------------------------------------
+
+
+def _index_key_path() -> str:
+    """``$XDG_CACHE_HOME/trdata/index-key`` (or under ``~/.cache``): one key per user, whatever ``cache_dir``."""
+    return os.path.join(os.path.dirname(default_cache_dir()), "index-key")
+
+
+def _read_small(path: str, limit: int) -> tuple[os.stat_result, bytes] | None:
+    """(fstat, contents) of `path` when it is a regular file (not a symlink) of at most `limit` bytes; None for
+    anything else, without blocking (a FIFO) or reading more than `limit` + 1 bytes (a file that grows)."""
     try:
-        with open(path, "rb") as f:
-            doc = json.loads(f.read())
-    except (OSError, ValueError, RecursionError):
+        fd = os.open(path, _OPEN_FLAGS | os.O_NOFOLLOW)
+    except OSError:  # missing, a symlink (ELOOP), unreadable
         return None
-    if not isinstance(doc, dict) or doc.get("ident") != ident or not isinstance(doc.get("samples"), list):
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        chunks: list[bytes] = []
+        n = 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - n))
+            if not chunk:
+                return st, b"".join(chunks)
+            chunks.append(chunk)
+            n += len(chunk)
+            if n > limit:
+                return None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _load_index_key(path: str) -> bytes | None:
+    """The key at `path` if it is a regular file of this user that nobody else can read, of the right size."""
+    got = _read_small(path, INDEX_KEY_BYTES)
+    if got is None:
+        return None
+    st, key = got
+    if st.st_uid != os.geteuid() or st.st_mode & 0o077 or len(key) != INDEX_KEY_BYTES:
+        return None
+    return key
+
+
+def _index_key() -> bytes | None:
+    """This user's index-signing key, made on first use (random, mode 0600, published atomically); None when it
+    can be neither read nor made (then there is no cache)."""
+    path = _index_key_path()
+    key = _load_index_key(path)
+    if key is not None:
+        return key
+    folder = os.path.dirname(path)
+    tmp = None
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".index-key-", dir=folder)  # mode 0600
+        key = os.urandom(INDEX_KEY_BYTES)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key)
+            f.flush()
+            os.fsync(f.fileno())  # after a crash: this key or none, never an empty file under the name
+        try:
+            os.link(tmp, path)  # never replaces: processes starting together all end up with the first key
+        except FileExistsError:
+            theirs = _load_index_key(path)
+            if theirs is not None:
+                return theirs
+            os.replace(tmp, path)  # a bad one (another owner, readable by others, wrong size): replaced
+            tmp = None
+        except OSError:  # a file system without hard links
+            os.replace(tmp, path)
+            tmp = None
+        return key
+    except OSError:
+        return None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _signed_body(ident: Any, samples: Any) -> bytes:
+    """The bytes an index file's MAC covers: its ``ident`` and ``samples`` as compact JSON (what the writer
+    wrote; a parsed file of trdata's serializes back to exactly these bytes)."""
+    return json.dumps({"ident": ident, "samples": samples}, separators=(",", ":")).encode()
+
+
+def _mac(key: bytes, body: bytes) -> str:
+    return hmac.new(key, body, hashlib.sha256).hexdigest()
+
+
+def _read_cache(path: str, shard: str, ident: dict[str, Any], key: bytes, limit: int) -> list[_Sample] | None:
+    """The cached index at `path` if it is a regular file of at most `limit` bytes, signed with `key`, for
+    exactly `ident` and well-formed, with every member span inside the shard's current size; None otherwise (the
+    caller rebuilds). Never raises, never blocks."""
+    got = _read_small(path, limit)
+    if got is None:
+        return None
+    try:
+        doc = json.loads(got[1])
+        if (
+            not isinstance(doc, dict)
+            or set(doc) != {"ident", "samples", "mac"}
+            or not isinstance(doc["mac"], str)
+        ):
+            return None
+        body = _signed_body(doc["ident"], doc["samples"])
+    except (ValueError, RecursionError):
+        return None
+    if not hmac.compare_digest(_mac(key, body).encode(), doc["mac"].encode("utf-8", "replace")):
+        return None  # unsigned, altered or forged
+    if doc["ident"] != ident or not isinstance(doc["samples"], list):
         return None
     size = ident["size"]
     out = []
+    end = 0  # where the previous member's data ends
     for s in doc["samples"]:
         if not (isinstance(s, list) and len(s) == 4 and isinstance(s[0], str)):
             return None
-        key, offset, length, target = s
-        ints = all(type(v) is int for v in (offset, length))  # not bool, not float
-        if not ints or offset < 512 or length < 0 or offset + length > size:
-            return None  # a tar member's data follows its 512-byte header, inside the file
+        key_, offset, length, target = s
+        if not all(type(v) is int for v in (offset, length)):  # not bool, not float
+            return None
+        # a tar member's data starts on a 512-byte block after its own 512-byte header, after the previous
+        # member, and lies inside the file
+        if offset % 512 or offset < end + 512 or length < 0 or offset + length > size:
+            return None
+        end = offset + length
         if target is None:
             if ident["target_key"] is not None:
                 return None
@@ -318,28 +558,31 @@ def _read_cache(path: str, shard: str, ident: dict[str, Any]) -> list[_Sample] |
         else:
             return None
         try:
-            out.append(_Sample(shard, ident["target_key"], key, offset, length, raw))
+            out.append(_Sample(shard, ident["target_key"], key_, offset, length, raw))
         except DecodeError:
             return None  # a target the rules refuse: the shard never made it, rebuild (and fail there if so)
     return out
 
 
-def _write_cache(path: str, ident: dict[str, Any], samples: list[_Sample]) -> None:
-    """Write the index atomically (temporary file + rename in the same folder); any failure: no cache."""
-    doc = {
-        "ident": ident,
-        "samples": [
-            [s.key, s.offset, s.size, None if s.target is None else s.target.decode("latin-1")]
-            for s in samples
-        ],
-    }
+def _write_cache(path: str, ident: dict[str, Any], samples: list[_Sample], key: bytes, limit: int) -> None:
+    """Write the index (``{"ident", "samples", "mac"}``, the MAC over ``_signed_body``) atomically (temporary
+    file + rename in the same folder); any failure, or a file that would exceed `limit` bytes: no cache."""
+    rows = [
+        [s.key, s.offset, s.size, None if s.target is None else s.target.decode("latin-1")] for s in samples
+    ]
     folder = os.path.dirname(path)
     tmp = None
     try:
         os.makedirs(folder, exist_ok=True)
+        text = io.StringIO()
+        json.dump({"ident": ident, "samples": rows}, text, separators=(",", ":"))
+        body = text.getvalue().encode("ascii")  # json.dump escapes everything else (ensure_ascii)
+        data = body[:-1] + b',"mac":"' + _mac(key, body).encode() + b'"}'
+        if len(data) > limit:
+            return  # a reader would ignore it unread
         fd, tmp = tempfile.mkstemp(prefix=".index-", suffix=".tmp", dir=folder)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, separators=(",", ":"))
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
         tmp = None
     except (OSError, ValueError):
