@@ -253,9 +253,8 @@ class WebDataset(Source):
     ) -> None:
         if isinstance(shards, (str, bytes, os.PathLike)):
             shards = [shards]  # one shard, as webdataset accepts
-        self.shards = [
-            os.fsdecode(os.fspath(s)) for s in shards
-        ]  # bytes paths too (the index file names them)
+        # bytes paths as str: the index file's identity (JSON) names the shard
+        self.shards = [os.fsdecode(os.fspath(s)) for s in shards]
         self.image_key, self.target_key = image_key, target_key
         self.cache_dir = _cache_dir(cache_dir)
         # read (or made) once per source: every shard's index file is checked against it
