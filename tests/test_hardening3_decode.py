@@ -90,3 +90,36 @@ def test_a_49_mb_exif_of_800_segments_decodes_oriented(tmp_path: Path) -> None:
     np.testing.assert_array_equal(
         full_size(path, (22, 37), exif_transpose=True), full_size(small, (22, 37), exif_transpose=True)
     )
+
+
+# ---- on_error="skip" when good samples are rare and late ----
+
+
+def test_skip_with_rare_late_good_files_replaces_every_bad_one(tmp_path: Path) -> None:
+    """4,000 files of which only the last 3 decode: every bad sample is replaced by one of them, counted once,
+    and the choice is the same for 1 and 2 workers (it depends on (seed, epoch, index) only)."""
+    n, good = 4000, 3
+    buf = io.BytesIO()
+    Image.fromarray(photo(5, 24, 20)).save(buf, "JPEG", quality=90)
+    paths = []
+    for i in range(n):
+        p = tmp_path / f"{i:05d}.jpg"
+        p.write_bytes(buf.getvalue() if i >= n - good else b"not an image")
+        paths.append(str(p))
+    runs = []
+    for workers in (1, 2):
+        with trdata.Loader(
+            trdata.FileList(paths),
+            batch_size=100,
+            workers=workers,
+            transforms=[trdata.CenterCrop(16)],
+            dtype="uint8",
+            on_error="skip",
+            reproducible=True,
+            shuffle=False,
+        ) as ld:
+            indices = np.concatenate([b.indices for b in ld])
+            assert ld.stats()["errors_skipped"] == n - good
+        assert len(indices) == n and set(indices.tolist()) <= set(range(n - good, n))
+        runs.append(indices)
+    np.testing.assert_array_equal(runs[0], runs[1])

@@ -22,7 +22,7 @@ use crate::stats::Stats;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Condvar, Mutex, Ordering, lock};
 use crate::transfer::gpu_decode::TaskTaps;
 use crate::transfer::{GpuDecode, GpuTask, Station};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -72,15 +72,108 @@ pub struct WorkContext {
     pub any_bad: AtomicBool,
 }
 
-/// Shared memory of the skip policy (see `produce`).
+/// Shared memory of the skip policy (see `produce`), behind `WorkContext::skipped`.
+///
+/// Protocol: every field is read and written only under that mutex, never held across a decode. A worker that
+/// finds a sample bad records it ([`SkipLog::record_bad`]: `bad` and `bad_runs` together, so they always agree);
+/// a worker scanning for a replacement asks for the next candidate not known to be bad
+/// ([`SkipLog::next_probe`]), drops the lock and decodes it. Another worker may learn meanwhile that this
+/// candidate is bad; the scan then decodes it in vain and fails as that worker did, so the outcome is the same:
+/// decode failures are decided by the bytes (decode/mod.rs, damage policy), and skipping a known-bad candidate
+/// only saves the attempt. Hence the replacement depends on (seed, epoch, index) only, whatever the timing.
 #[derive(Debug, Default)]
 pub struct SkipLog {
-    /// Dataset indices that failed to decode (reading them again would fail again).
-    pub bad: HashMap<u64, ImageError>,
+    /// Dataset indices that failed to decode (reading them again would fail again). Private: only
+    /// [`SkipLog::record_bad`] adds to it, keeping `bad_runs` in step.
+    bad: HashMap<u64, ImageError>,
+    /// The keys of `bad` as maximal runs of consecutive indices, for the in-order scan to jump a run in one
+    /// step (a scan that stepped over known-bad indices one look-up at a time was O(N) per bad sample, O(N²)
+    /// per epoch when good samples are rare and late).
+    bad_runs: BadRuns,
     /// Records not yet drained into the Python log, one per bad index.
     pub pending: Vec<SkipRecord>,
     /// Every sample of the dataset failed: nothing can replace a bad one.
     pub all_bad: bool,
+    /// Look-ups of this log by replacement scans (a work counter: at most `MAX_SKIP_ATTEMPTS` + 1 + the
+    /// candidates decoded, per bad sample).
+    pub probes: u64,
+}
+
+impl SkipLog {
+    /// Record that sample `index` failed with `error`; true if it was not known before.
+    pub fn record_bad(&mut self, index: u64, error: ImageError) -> bool {
+        self.bad_runs.insert(index);
+        self.bad.insert(index, error).is_none()
+    }
+
+    /// The error sample `index` failed with, if it did.
+    pub fn known_error(&self, index: u64) -> Option<&ImageError> {
+        self.bad.get(&index)
+    }
+
+    /// Whether `index` is known to be bad (one look-up of a scan).
+    fn is_known_bad(&mut self, index: u64) -> bool {
+        self.probes += 1;
+        self.bad.contains_key(&index)
+    }
+
+    /// The in-order part of sample `index`'s candidate sequence (index + k mod n for k = 1, 2, …, n − 1): the
+    /// smallest k' ≥ k whose candidate is not known to be bad, or None when every remaining one is.
+    fn next_probe(&mut self, index: u64, k: u64, n: u64) -> Option<u64> {
+        self.probes += 1;
+        self.bad_runs.next_probe(index, k, n)
+    }
+}
+
+/// A set of dataset indices kept as disjoint, non-adjacent runs `[start, end)` (key: start, value: end), so
+/// "the first index ≥ j not in the set" costs one ordered-map look-up however long the run holding j is.
+/// Memory: one entry per run, at most one per bad sample.
+#[derive(Debug, Default)]
+struct BadRuns(BTreeMap<u64, u64>);
+
+impl BadRuns {
+    /// The run holding `i`, as (start, end).
+    fn run_of(&self, i: u64) -> Option<(u64, u64)> {
+        self.0.range(..=i).next_back().filter(|&(_, &end)| i < end).map(|(&s, &e)| (s, e))
+    }
+
+    /// Add `i`, merging it with the runs that end at `i` or start at `i + 1`.
+    fn insert(&mut self, i: u64) {
+        if self.run_of(i).is_some() {
+            return;
+        }
+        let mut start = i;
+        let mut end = i + 1;
+        if let Some((&s, &e)) = self.0.range(..i).next_back()
+            && e == i
+        {
+            start = s;
+        }
+        if let Some(e) = self.0.remove(&(i + 1)) {
+            end = e;
+        }
+        self.0.insert(start, end);
+    }
+
+    /// The first index ≥ `j` not in the set (may be past the dataset's end).
+    fn next_absent(&self, j: u64) -> u64 {
+        self.run_of(j).map_or(j, |(_, end)| end)
+    }
+
+    /// See [`SkipLog::next_probe`]. At most two jumps: to the end of the dataset, then from index 0.
+    fn next_probe(&self, index: u64, k: u64, n: u64) -> Option<u64> {
+        if k >= n {
+            return None;
+        }
+        let c = (index + k) % n;
+        let j = self.next_absent(c).min(n);
+        let mut k = k + (j - c);
+        if j == n && k < n {
+            // Ran into the end of the index range: candidate 0 is offset k; go on from there.
+            k += self.next_absent(0).min(n);
+        }
+        (k < n).then_some(k)
+    }
 }
 
 /// One engine's share of an epoch job.
@@ -356,9 +449,11 @@ impl crate::transfer::CpuFallback for EpochFallback {
 /// `MAX_SKIP_ATTEMPTS` Philox(seed, e, i, attempt) draws over the dataset, then every other index in order
 /// (i+1, i+2, … mod N) — and the first candidate that decodes wins. The sequence depends only on
 /// (seed, e, i), so the choice is the same for any worker count or timing; the shared set of known-bad
-/// indices only saves re-reading files that already failed (they would fail again). A sample is counted once
-/// in `errors_skipped` however many candidates it took; the error is raised only when no sample of the whole
-/// dataset decodes.
+/// indices only saves re-reading files that already failed (they would fail again), and the in-order part
+/// jumps whole runs of known-bad indices in one look-up ([`SkipLog`] says how workers share it), so an epoch
+/// costs O(N log N) look-ups and each bad file is decoded about once, however rare and late the good samples
+/// are. A sample is counted once in `errors_skipped` however many candidates it took; the error is raised only
+/// when no sample of the whole dataset decodes.
 pub(crate) fn produce(
     job: &EpochJob,
     index: u64,
@@ -372,7 +467,7 @@ pub(crate) fn produce(
     // Under `skip`, a sample that failed before (in any epoch) is not read again: failures are decided by the
     // bytes (decode/mod.rs, damage policy), so it would fail again, and a slow bad file must not cost every epoch.
     let known_bad = match ctx.on_error {
-        ErrorPolicy::Skip if ctx.any_bad.load(Ordering::Acquire) => lock(&ctx.skipped).bad.get(&index).cloned(),
+        ErrorPolicy::Skip if ctx.any_bad.load(Ordering::Acquire) => lock(&ctx.skipped).known_error(index).cloned(),
         _ => None,
     };
     let first = match known_bad {
@@ -392,17 +487,31 @@ pub(crate) fn produce(
             // Deterministic replacement: depends on (seed, epoch, original index, attempt) only.
             SampleRng::new(ctx.seed, job.plan.epoch, index, OP_SKIP_REPLACEMENT + attempt).below(n)
         });
-        let probed = (1..n).map(|k| (index + k) % n);
-        for (k, candidate) in drawn.chain(probed).enumerate() {
-            if lock(&ctx.skipped).bad.contains_key(&candidate) {
+        for candidate in drawn {
+            if lock(&ctx.skipped).is_known_bad(candidate) {
                 continue;
             }
             if attempt_sample(job, candidate, scratch, file_buf, dst, None).is_ok() {
                 return Ok(candidate);
             }
-            if k >= MAX_SKIP_ATTEMPTS as usize && lock(&ctx.skipped).all_bad {
-                break; // another worker proved meanwhile that nothing decodes
+        }
+        // In order: i+1, i+2, … mod N (offset k), known-bad runs jumped by `next_probe`.
+        let mut k = 1;
+        loop {
+            let next = {
+                let mut log = lock(&ctx.skipped);
+                if log.all_bad {
+                    None // another worker proved meanwhile that nothing decodes
+                } else {
+                    log.next_probe(index, k, n)
+                }
+            };
+            let Some(at) = next else { break };
+            let candidate = (index + at) % n;
+            if attempt_sample(job, candidate, scratch, file_buf, dst, None).is_ok() {
+                return Ok(candidate);
             }
+            k = at + 1;
         }
         lock(&ctx.skipped).all_bad = true;
     }
@@ -517,7 +626,7 @@ fn attempt_sample(
             if ctx.on_error == ErrorPolicy::Skip {
                 let mut log = lock(&ctx.skipped);
                 ctx.any_bad.store(true, Ordering::Release);
-                if log.bad.insert(index, failure.error.clone()).is_none() {
+                if log.record_bad(index, failure.error.clone()) {
                     log.pending.push(SkipRecord { path: failure.path.clone(), message: failure.error.to_string() });
                 }
             }
@@ -702,6 +811,153 @@ mod tests {
             }
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Run one reproducible, unshuffled epoch over in-memory `blobs` (batch `batch_size`, drop) under `skip`
+    /// with `workers` workers; returns (the dataset index written in each row, the counters, the skip log's
+    /// look-up count).
+    fn run_blobs(blobs: Vec<Vec<u8>>, batch_size: u64, workers: usize) -> (Vec<u64>, Arc<Stats>, u64) {
+        let n = blobs.len() as u64;
+        let stats = Arc::new(Stats::default());
+        let ctx = Arc::new(WorkContext {
+            dataset: Arc::new(Dataset { store: Store::Blobs(blobs), labels: vec![0; n as usize], classes: vec![] }),
+            pipeline: pipeline().into(),
+            stats: Arc::clone(&stats),
+            seed: 7,
+            reproducible: true,
+            on_error: ErrorPolicy::Skip,
+            skipped: Mutex::new(SkipLog::default()),
+            any_bad: AtomicBool::new(false),
+        });
+        let shape = PlanShape {
+            num_samples: n,
+            global_engines: 1,
+            batch_size,
+            last_batch: LastBatch::Drop,
+            shuffle: false,
+            seed: 7,
+        };
+        let layout = BatchLayout::with_views(batch_size as usize, &ctx.pipeline.view_bytes());
+        let station = Arc::new(Station::new(layout, 2, 4, Arc::clone(&stats)));
+        let batches = n / batch_size;
+        station.begin_epoch(EpochShape { batches, batch_size, total_rows: batches * batch_size }, 0);
+        let mut pool = WorkerPool::start(vec![None; workers], DecodeLimits::default()).unwrap();
+        let engines = vec![EngineJob::new(0, Arc::clone(&station), &shape, true, 0, None)];
+        let plan = Arc::new(EpochPlan::new(shape, 0));
+        pool.run(Arc::new(EpochJob { plan, engines, ctx: Arc::clone(&ctx) }));
+        let mut rows = Vec::new();
+        for b in 0..batches {
+            match Station::take(&station, b, Duration::from_secs(600)) {
+                Take::Ready(lease, None) => {
+                    rows.extend(lease.buffer().labels_and_indices(batch_size as usize).1.iter().map(|&i| i as u64))
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        pool.wait_idle();
+        pool.shutdown();
+        let probes = lock(&ctx.skipped).probes;
+        (rows, stats, probes)
+    }
+
+    /// The replacement the skip policy's documented candidate sequence gives sample `index` (seed 7, epoch 0) when
+    /// exactly the indices in `good` decode: the first good one of the 16 draws, then of i+1, i+2, … mod N.
+    fn naive_replacement(index: u64, n: u64, good: &dyn Fn(u64) -> bool) -> Option<u64> {
+        if good(index) {
+            return Some(index);
+        }
+        let drawn =
+            (0..MAX_SKIP_ATTEMPTS).map(|attempt| SampleRng::new(7, 0, index, OP_SKIP_REPLACEMENT + attempt).below(n));
+        drawn.chain((1..n).map(|k| (index + k) % n)).find(|&c| good(c))
+    }
+
+    /// Hostile-testing report, item 8: 32k samples of which only the last 4 decode. Every bad sample used to
+    /// walk i+1, i+2, … over the known-bad indices one look-up (and one lock) at a time: O(N²) look-ups, 46 s.
+    /// Runs of known-bad indices are now jumped in one step, so the look-ups are O(N) (≤ 16 draws + a few
+    /// probes per sample) and each bad file is read once; the replacements are still exactly those of the
+    /// documented sequence, for 1 and 2 workers.
+    #[test]
+    fn skip_scan_is_linear_when_good_samples_are_rare_and_late() {
+        let n = 32_768u64;
+        let jpeg = crate::synthetic::encode::JpegEncoder::new()
+            .unwrap()
+            .encode(&[90u8; 16 * 16 * 3], 16, 16, 90, crate::synthetic::encode::ChromaSubsampling::S420)
+            .unwrap();
+        let bad = b"not an image".to_vec();
+        let good = |i: u64| i >= n - 4;
+        let blobs: Vec<Vec<u8>> = (0..n).map(|i| if good(i) { jpeg.clone() } else { bad.clone() }).collect();
+        let want: Vec<u64> = (0..n).map(|i| naive_replacement(i, n, &good).unwrap()).collect();
+        for workers in [1, 2] {
+            let t0 = Instant::now();
+            let (rows, stats, probes) = run_blobs(blobs.clone(), 64, workers);
+            eprintln!("NOTE: {workers} workers, {n} samples (4 good, last): {probes} look-ups, {:?}", t0.elapsed());
+            assert_eq!(rows, want, "{workers} workers");
+            assert_eq!(stats.errors_skipped.load(Ordering::Relaxed), n - 4);
+            // Per bad sample: 16 draws + 1 + the in-order candidates it decoded (each bad file about once overall).
+            assert!(probes <= 24 * n, "{probes} look-ups of the skip log for {n} samples");
+            if workers == 1 {
+                // Each bad file read once, one good read per row.
+                let read = stats.bytes_read.load(Ordering::Relaxed);
+                assert_eq!(read, (n - 4) * bad.len() as u64 + n * jpeg.len() as u64);
+            }
+        }
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3000))]
+
+        /// The in-order scan over known-bad runs visits exactly the candidates the naive scan (i+1, i+2, … mod N,
+        /// skipping known-bad ones one at a time) decodes, in the same order, so it returns the same first good
+        /// one — for random bad sets recorded in random order (runs merged from both sides), any sample index.
+        #[test]
+        fn run_jumping_scan_equals_the_naive_scan(
+            n in 1u64..120,
+            bad_bits in proptest::collection::vec(any::<bool>(), 120),
+            order_seed in any::<u64>(),
+            index_pick in any::<u64>(),
+            good_bits in proptest::collection::vec(prop::bool::weighted(0.1), 120),
+        ) {
+            let index = index_pick % n;
+            let mut bad: Vec<u64> = (0..n).filter(|&i| bad_bits[i as usize]).collect();
+            // A random recording order (runs grow left, right and in the middle).
+            let mut x = order_seed | 1;
+            for i in (1..bad.len()).rev() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                bad.swap(i, (x % (i as u64 + 1)) as usize);
+            }
+            let mut log = SkipLog::default();
+            for &i in &bad {
+                log.record_bad(i, ImageError::new(crate::error::ImageErrorKind::Corrupt, "bad"));
+            }
+            // Runs are disjoint, non-adjacent and hold exactly the bad set.
+            let runs: Vec<(u64, u64)> = log.bad_runs.0.iter().map(|(&s, &e)| (s, e)).collect();
+            for w in runs.windows(2) {
+                prop_assert!(w[0].1 < w[1].0);
+            }
+            let covered: Vec<u64> = runs.iter().flat_map(|&(s, e)| s..e).collect();
+            let mut sorted = bad.clone();
+            sorted.sort_unstable();
+            prop_assert_eq!(covered, sorted);
+            // Visited offsets: fast vs naive.
+            let naive: Vec<u64> = (1..n).filter(|&k| !log.bad.contains_key(&((index + k) % n))).collect();
+            let mut fast = Vec::new();
+            let mut k = 1;
+            while let Some(at) = log.next_probe(index, k, n) {
+                fast.push(at);
+                k = at + 1;
+            }
+            prop_assert_eq!(&fast, &naive);
+            prop_assert!(log.probes <= naive.len() as u64 + 1);
+            // The replacement: the first candidate that decodes (good and not known bad).
+            let decodes = |c: u64| good_bits[c as usize] && !log.bad.contains_key(&c);
+            let want = (1..n).map(|k| (index + k) % n).find(|&c| decodes(c));
+            let got = fast.iter().map(|&k| (index + k) % n).find(|&c| decodes(c));
+            prop_assert_eq!(got, want);
+        }
     }
 
     /// A job whose plan is larger than its dataset makes `produce` index out of bounds: a real panic inside
