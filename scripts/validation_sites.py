@@ -145,6 +145,10 @@ EDGE_TRANSLATORS = {
         "_batch_op_specs": "batch_ops is a list of trdata batch ops",
         "_callable_or_none": "batch_transform is a callable or None",
     },
+    "python/trdata/shards.py": {
+        "_cache_dir": "cache_dir is a folder path (str, bytes or os.PathLike; not '' nor with NUL), True or "
+        "False/None",
+    },
     "src/py/batch.rs": {
         "parse": "a batch-op spec tuple of a known kind (trdata.batch's _spec)",
     },

@@ -267,13 +267,6 @@ class WebDataset(Source):
         self.keys: list[str] = []
         for si, shard in enumerate(self.shards):
             for s in self._index(shard):
-                if s.size == 0:  # the core refuses an empty span for the whole dataset, naming neither
-                    raise DecodeError(
-                        f"{shard}: sample {s.key!r}: its image member is empty (0 bytes)",
-                        path=shard,
-                        index=len(offsets),
-                        kind="Empty",
-                    )
                 file_index.append(si)
                 offsets.append(s.offset)
                 sizes.append(s.size)

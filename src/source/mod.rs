@@ -243,7 +243,8 @@ pub fn bytes(blobs: Vec<Vec<u8>>, labels: Vec<i64>) -> Result<Dataset> {
 }
 
 /// A dataset of byte spans of files (`trdata.WebDataset`: tar members): one (file, offset, len) and one label per
-/// image, every file index valid and every span non-empty (whether it lies inside its file is checked when read).
+/// image, every file index valid (whether a span lies inside its file is checked when read; an empty span is one
+/// bad sample then, `ImageErrorKind::Empty` under the loader's `on_error`, as an empty file is).
 pub fn spans(
     files: Vec<PathBuf>,
     file: Vec<u32>,
@@ -258,11 +259,8 @@ pub fn spans(
             format!("{n} samples must be at least one, fewer than 2**32, with one span each"),
         ));
     }
-    if let Some(i) = (0..n).find(|&i| file[i] as usize >= files.len() || len[i] == 0) {
-        return Err(TrdataError::config(
-            SHARDS,
-            format!("span {i} must name one of the {} files and hold bytes", files.len()),
-        ));
+    if let Some(i) = (0..n).find(|&i| file[i] as usize >= files.len()) {
+        return Err(TrdataError::config(SHARDS, format!("span {i} must name one of the {} files", files.len())));
     }
     Ok(Dataset { store: Store::Spans(Spans { files, file, offset, len }), labels, classes: Vec::new() })
 }
