@@ -12,6 +12,11 @@ on real Loaders over real JPEG files:
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
+import textwrap
 import tracemalloc
 
 import numpy as np
@@ -164,3 +169,90 @@ def test_the_smallest_accepted_alpha_gives_finite_images_and_a_coin_flip_lambda(
         for b in range(200)
     ]
     assert set(lams) == {0.0, 1.0}
+
+
+# --- B. batch_transform that never returns ------------------------------------------------------------------
+
+_CHILD = textwrap.dedent(
+    """
+    import json, signal, sys, threading, warnings
+    import trdata
+
+    # Python's own Ctrl-C handler, also where the parent runs with SIGINT ignored (a background shell job)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    paths = json.loads(sys.argv[1])
+    started = threading.Event()
+
+    def never_returns(batch, generator):
+        started.set()
+        print("hanging", flush=True)
+        threading.Event().wait()
+
+    def make():
+        return trdata.Loader(trdata.FileList(paths), batch_size=4, transforms=[trdata.RandomResizedCrop(16)],
+                             workers=1, batch_transform=never_returns)
+
+    if sys.argv[2] == "close":
+        loader = make()
+        it = iter(loader)
+        started.wait()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            loader.close()
+        print("closed", flush=True)
+        for w in caught:
+            print("warning", w.category.__name__, w.message, flush=True)
+        try:
+            next(it)
+        except trdata.LoaderClosedError:
+            print("iterator closed", flush=True)
+        alive = [t for t in threading.enumerate() if t.name == "trdata-batch-transform"]
+        print("abandoned", len(alive), all(t.daemon for t in alive), flush=True)
+    else:
+        with make() as loader:
+            for batch in loader:
+                pass
+    """
+)
+
+
+def _run_child(paths, mode):
+    return subprocess.Popen(
+        [sys.executable, "-c", _CHILD, json.dumps(paths), mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finish(proc):
+    try:
+        return proc.communicate(timeout=GUARD_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"the process hung (killed after {GUARD_S} s)\nstdout: {out}\nstderr: {err[-3000:]}")
+
+
+def test_close_returns_warns_and_the_process_exits_while_batch_transform_never_returns(paths):
+    proc = _run_child(paths, "close")
+    out, err = _finish(proc)
+    assert proc.returncode == 0, err[-3000:]
+    lines = out.splitlines()
+    assert "closed" in lines and "iterator closed" in lines, out
+    warned = [line for line in lines if line.startswith("warning RuntimeWarning")]
+    assert len(warned) == 1, out
+    assert "batch_transform" in warned[0] and "never_returns" in warned[0] and "abandoned" in warned[0]
+    assert "abandoned 1 True" in lines, out  # still running, as a daemon thread: it did not hold the exit
+
+
+def test_ctrl_c_in_a_with_block_while_batch_transform_never_returns_exits(paths):
+    proc = _run_child(paths, "with")
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "hanging"
+    proc.send_signal(signal.SIGINT)  # the consumer waits for the batch: KeyboardInterrupt, then __exit__
+    _, err = _finish(proc)
+    assert proc.returncode in (-signal.SIGINT, 128 + signal.SIGINT, 1), (proc.returncode, err[-3000:])
+    assert "KeyboardInterrupt" in err, err[-3000:]
+    assert "RuntimeWarning" in err and "batch_transform" in err and "abandoned" in err, err[-3000:]

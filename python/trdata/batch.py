@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numbers
 import threading
+import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -184,6 +185,15 @@ def _batch_op_specs(batch_ops: Any) -> list[tuple[Any, ...]]:
                 parameter="batch_ops",
             )
     return [op._spec() for op in batch_ops]
+
+
+def _callable_name(fn: Any) -> str:
+    """How a warning names the user's callable (``module.qualname``, else its repr)."""
+    name = getattr(fn, "__qualname__", None)
+    if not isinstance(name, str):
+        return _shown(fn, 80)
+    module = getattr(fn, "__module__", None)
+    return f"{module}.{name}" if isinstance(module, str) else name
 
 
 def _callable_or_none(fn: Any) -> Callable[..., Any] | None:
@@ -401,28 +411,55 @@ class _PrefetchState:
             self.cond.notify_all()
 
 
+#: How long ``BatchPrefetcher.stop()`` (Loader.close(), a new ``iter(loader)``, load_state_dict()) waits for the
+#: prefetch thread to finish the ``batch_transform`` call in hand. A call that has not returned by then is
+#: abandoned with a RuntimeWarning: an unbounded join made close() — and a ``with`` block left by Ctrl-C — hang
+#: for ever on a transform that never returns.
+STOP_WAIT_S = 5.0
+
+
 class BatchPrefetcher(Iterator[Any]):
     """Runs ``source`` (the Loader's batch iterator, batch ops included) and ``work(item)`` (the batch_transform
-    call) in one thread, at most ``depth`` finished items ahead of the consumer plus one in progress, and
-    delivers the results in order. An exception in the thread is re-raised by ``next()`` at the item where it
-    happened (and the iterator ends after it). ``stop()`` (called by Loader.close(), by a new ``iter(loader)``
-    and when this iterator is dropped) ends the thread: it finishes the item in hand and exits; it never waits
-    on a full queue after that. Ctrl-C in the consumer interrupts its wait (condition waits are interruptible)."""
+    call, ``what`` in warnings) in one thread, at most ``depth`` finished items ahead of the consumer plus one in
+    progress, and delivers the results in order. An exception in the thread is re-raised by ``next()`` at the
+    item where it happened (and the iterator ends after it). ``stop()`` (called by Loader.close(), by a new
+    ``iter(loader)`` and when this iterator is dropped) ends the thread: it finishes the item in hand and exits;
+    it never waits on a full queue after that. Ctrl-C in the consumer interrupts its wait (condition waits are
+    interruptible). The thread is a daemon thread, so one stuck in ``work`` never holds the interpreter's exit
+    (``threading._shutdown`` joins only non-daemon threads), and ``stop()`` waits for it at most
+    ``STOP_WAIT_S``."""
 
-    def __init__(self, source: Iterator[Any], work: Callable[[Any], Any], depth: int = 1) -> None:
+    def __init__(
+        self, source: Iterator[Any], work: Callable[[Any], Any], depth: int = 1, what: str = "batch_transform"
+    ) -> None:
         self._state = _PrefetchState(depth)
         self._thread = threading.Thread(
             target=_prefetch_run, args=(self._state, source, work), name="trdata-batch-transform", daemon=True
         )
         self._finalizer = weakref.finalize(self, self._state.stop)
         self._done = False
+        self._what = what
+        self._abandoned = False
         self._thread.start()
 
     def stop(self, reason: BaseException | None = None) -> None:
-        """Stop the thread and wait for it (idempotent); a later ``next()`` raises ``reason`` (if given)."""
+        """Stop the thread and wait for it, at most ``STOP_WAIT_S`` (idempotent); a later ``next()`` raises
+        ``reason`` (if given). A thread still in ``work`` after the wait is abandoned with a RuntimeWarning: it
+        ends by itself if the call ever returns (its result is dropped)."""
         self._state.stop(reason)
-        if self._thread is not threading.current_thread():
-            self._thread.join()
+        if self._thread is threading.current_thread() or self._abandoned:
+            return
+        self._thread.join(STOP_WAIT_S)
+        if self._thread.is_alive():
+            self._abandoned = True
+            warnings.warn(
+                f"{self._what} has not returned {STOP_WAIT_S:g} s after the loader stopped its thread "
+                f"{self._thread.name!r} (close(), a new iter() or load_state_dict()): the thread is abandoned. "
+                "It is a daemon thread, so it does not keep the process from exiting; if the call returns, its "
+                "batch is dropped",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
     def __next__(self) -> Any:
         if self._done:

@@ -792,7 +792,8 @@ class Loader:
         def work(pair: tuple[Any, dict[str, Any]]) -> tuple[Any, dict[str, Any]]:
             return self._run_batch_transform(pair[0]), pair[1]
 
-        self._prefetcher = _batch.BatchPrefetcher(tagged(), work, depth=1)
+        what = f"batch_transform {_batch._callable_name(self._batch_transform)}"
+        self._prefetcher = _batch.BatchPrefetcher(tagged(), work, depth=1, what=what)
         return self._deliver(self._prefetcher)
 
     def _deliver(self, prefetcher: _batch.BatchPrefetcher) -> Iterator[Any]:
@@ -951,7 +952,10 @@ class Loader:
         iterator's next ``next()`` then raises ``LoaderClosedError``, as does any later use of the loader. In
         a process other than the creating one (a fork child) it does nothing. With GPU decode, the loader's
         nvJPEG hardware decoders are kept for the next loader on that GPU (their device and page-locked buffers
-        stay allocated until the process ends, as torchvision's decoder does; docs/gpu_decode.md §20)."""
+        stay allocated until the process ends, as torchvision's decoder does; docs/gpu_decode.md §20). A
+        ``batch_transform`` call still running is waited for at most ``trdata.batch.STOP_WAIT_S`` seconds; after
+        that its thread (a daemon thread, which never holds the process's exit) is abandoned with a
+        RuntimeWarning."""
         self._native.close()  # first: wakes a prefetch thread waiting in the core
         prefetcher = getattr(self, "_prefetcher", None)
         if prefetcher is not None and os.getpid() == self._pid:
