@@ -10,7 +10,7 @@ genuine ones, or as Python 3 re-saves them), then damaged the way a hostile copy
 * pickles that build numpy dtypes numpy never writes (subarrays, fields at offsets outside the item), that set
   attributes of the objects the reader's allowed globals resolve to (BUILD on a function), or that make one
   string of the file into many copies: a typed error naming the file, and the process unchanged;
-* a FIFO or a device where a file should be: typed errors naming the file, no hang.
+* a split of zero images, a FIFO or a device where a file should be: typed errors naming the file, no hang.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from test_classic import (
     dump,
     idx_bytes,
     images_path,
+    labels_path,
     make_cifar,
     make_mnist,
     read_err,
@@ -405,7 +406,31 @@ def test_refused_opcodes(tmp_path: Path) -> None:
         assert e.path == str(path) and e.kind in ("forbidden-opcode", "corrupt-pickle"), e
 
 
-# ---------------------------------------------------------------------------------------------------- sizes
+# ---------------------------------------------------------------------------------------------------- 16: empty
+
+
+def test_empty_mnist_split_names_the_file(tmp_path: Path) -> None:
+    """An idx pair of 0 images: the error names the images file, not a parameter the user never passed."""
+    make_mnist(tmp_path, n=0)
+    e = read_err(tmp_path)
+    assert e.kind == "empty" and e.path == str(images_path(tmp_path)) and str(images_path(tmp_path)) in str(e)
+    with pytest.raises(DecodeError) as info:
+        trdata.MNIST(tmp_path)
+    assert info.value.path == str(images_path(tmp_path))
+    make_mnist(tmp_path, n=0, storage="gz")
+    for p in (images_path(tmp_path), labels_path(tmp_path)):
+        p.unlink()
+    assert read_err(tmp_path).path == str(gz_images(tmp_path))
+
+
+def test_empty_cifar_batch_names_the_file(tmp_path: Path) -> None:
+    path, good = _good_test_batch(tmp_path)
+    dump(path, {**good, "data": np.zeros((0, 3072), np.uint8), "labels": [], "filenames": []})
+    e = cifar_err(tmp_path, train=False)
+    assert e.kind == "empty" and e.path == str(path) and str(path) in str(e)
+    with pytest.raises(DecodeError) as info:
+        trdata.CIFAR10(tmp_path, train=False)
+    assert info.value.path == str(path)
 
 
 def test_sizes_a_source_refuses_are_refused_naming_the_file(tmp_path: Path) -> None:

@@ -175,7 +175,8 @@ def read_mnist(root: str | os.PathLike[str], train: bool = True, variant: str = 
     label per image and every label a valid class index.
 
     Both headers are read and checked (against the files' sizes, ``_IDX_MAX_PAYLOAD_BYTES`` and each other)
-    before either payload is read or inflated.
+    before either payload is read or inflated. A split of 0 images is refused naming the images file
+    (``kind="empty"``): no genuine file has none, and a loader could do nothing with it.
 
     Raises ``ConfigError`` (unknown ``variant``, non-bool ``train``), ``SourceError`` (missing root or file, or
     not a regular file) and ``DecodeError`` (bad contents; ``kind`` says which check failed)."""
@@ -193,7 +194,11 @@ def read_mnist(root: str | os.PathLike[str], train: bool = True, variant: str = 
     with contextlib.ExitStack() as files:
         images = _open_idx(files, image_path, image_gz, _IDX_IMAGES_MAGIC, 3)
         n_images, height, width = images.dims
-        if n_images > 0 and not (0 < height <= _IDX_MAX_SIDE and 0 < width <= _IDX_MAX_SIDE):
+        if n_images == 0:
+            raise _decode_error(
+                image_path, f"0 images (dims {list(images.dims)}); a split needs at least one", "empty"
+            )
+        if not (0 < height <= _IDX_MAX_SIDE and 0 < width <= _IDX_MAX_SIDE):
             raise _decode_error(
                 image_path,
                 f"images of {height}x{width} pixels (each side must be 1..{_IDX_MAX_SIDE})",
@@ -469,9 +474,10 @@ def read_cifar(root: str | os.PathLike[str], train: bool = True, variant: int = 
     The pickles are read by a restricted unpickler (see the module docstring): a pickle that references any
     global other than numpy's array reconstruction is refused (``DecodeError``, kind ``"forbidden-global"``)
     before anything it names is called; one that sets the state of anything but its arrays and their plain
-    dtypes, or uses an opcode no CIFAR file uses, too (kinds ``"forbidden-build"``, ``"forbidden-opcode"``).
-    Raises ``ConfigError`` (bad ``variant``/``train``), ``SourceError`` (missing root or file, or not a regular
-    file) and ``DecodeError`` (bad contents)."""
+    dtypes, or uses an opcode no CIFAR file uses, too (kinds ``"forbidden-build"``, ``"forbidden-opcode"``). A
+    batch of 0 images is refused naming it (``kind="empty"``). Raises ``ConfigError`` (bad
+    ``variant``/``train``), ``SourceError`` (missing root or file, or not a regular file) and ``DecodeError``
+    (bad contents)."""
     # 10.0 and True compare equal to 10 and 1: only integers name a variant.
     if (
         isinstance(variant, bool)
@@ -503,6 +509,8 @@ def read_cifar(root: str | os.PathLike[str], train: bool = True, variant: int = 
                 f"'data' has rows of {data.shape[1]} bytes, expected {_CIFAR_PIXELS} (3x32x32)",
                 "bad-data",
             )
+        if data.shape[0] == 0:
+            raise _decode_error(path, "'data' holds 0 images; a CIFAR batch holds at least one", "empty")
         # torchvision takes 'labels' when present, else 'fine_labels' (CIFAR-100's batches have both keys'
         # siblings 'coarse_labels'/'fine_labels'; CIFAR-10's only 'labels').
         key = "labels" if _has_key(entry, "labels") else labels_key
