@@ -192,9 +192,13 @@ def test_mnist_torchvision_class_names() -> None:
 
 
 def test_mnist_str_root_and_empty_split(tmp_path: Path) -> None:
-    make_mnist(tmp_path, n=0)
+    make_mnist(tmp_path, n=1)
     got = read_mnist(str(tmp_path))
-    assert got.images.shape == (0, 28, 28) and got.targets.shape == (0,)
+    assert got.images.shape == (1, 28, 28) and got.targets.shape == (1,)
+    # An empty split is refused naming the file (it was a ConfigError on `images`, a parameter nobody set).
+    make_mnist(tmp_path, n=0)
+    e = read_err(tmp_path)
+    assert e.kind == "empty" and e.path == str(images_path(tmp_path)) and e.path in str(e)
 
 
 @pytest.mark.parametrize("style", ["py2", "py3"])
@@ -541,9 +545,10 @@ def test_pickled_arrays_are_checked(tmp_path: Path) -> None:
     # Arrays come back as plain ndarrays, whatever class the reader builds them as.
     dump(base / "test_batch", good)
     assert type(read_cifar(tmp_path, train=False).images) is np.ndarray
-    # An empty batch pickles its buffer as bytes() (Python 3, protocol 2): allowed, and only that call.
+    # An empty batch pickles its buffer as bytes() (Python 3, protocol 2): that call is allowed (a refusal would be
+    # corrupt-pickle), and the empty batch is then refused naming the file.
     dump(base / "test_batch", {**good, "data": np.zeros((0, 3072), np.uint8), "labels": []})
-    assert read_cifar(tmp_path, train=False).images.shape == (0, 32, 32, 3)
+    assert cifar_err(tmp_path, train=False).kind == "empty"
     dump(base / "test_batch", {**good, "data": _Reduce(bytes, 2**40)})
     assert cifar_err(tmp_path, train=False).kind == "corrupt-pickle"
 

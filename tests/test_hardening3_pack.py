@@ -55,7 +55,9 @@ def param(exc: pytest.ExceptionInfo[trdata.ConfigError]) -> str:
     ],
     ids=["regression", "soft", "multi-hot"],
 )
-def test_a_file_list_with_float_targets_is_refused_not_packed_as_class_0(tmp_path: Path, labels: object) -> None:
+def test_a_file_list_with_float_targets_is_refused_not_packed_as_class_0(
+    tmp_path: Path, labels: object
+) -> None:
     src = trdata.FileList(files(tmp_path, 4), labels)
     assert src.targets.dtype == np.float32  # the source holds them
     dst = tmp_path / "out.trdpack"
@@ -144,6 +146,13 @@ def _expected(tmp_path: Path, srcs: list[trdata.FileList]) -> list[bytes]:
     return out
 
 
+def _pack_into(results: list[object], k: int, src: trdata.Source, dst: Path) -> None:
+    try:
+        results[k] = trdata.pack(src, dst, progress=False, workers=2)
+    except Exception as e:  # noqa: BLE001 - recorded and asserted by the caller
+        results[k] = e
+
+
 def test_two_threads_packing_to_one_destination_each_publish_their_own_file(tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
@@ -153,14 +162,7 @@ def test_two_threads_packing_to_one_destination_each_publish_their_own_file(tmp_
     dst = tmp_path / "shared.trdpack"
     for _ in range(5):
         results: list[object] = [None, None]
-
-        def run(k: int) -> None:
-            try:
-                results[k] = trdata.pack(srcs[k], dst, progress=False, workers=2)
-            except Exception as e:  # noqa: BLE001 - recorded and asserted below
-                results[k] = e
-
-        threads = [threading.Thread(target=run, args=(k,)) for k in (0, 1)]
+        threads = [threading.Thread(target=_pack_into, args=(results, k, srcs[k], dst)) for k in (0, 1)]
         for t in threads:
             t.start()
         for t in threads:
@@ -235,7 +237,9 @@ def crc32c(data: bytes) -> int:
 
 def reseal(buf: bytearray) -> None:
     """Recompute the section and header CRCs after an edit, as a forger would (layout: src/source/packed.rs)."""
-    (index_off, index_bytes, blocks_off, blocks_bytes, meta_off, meta_bytes) = struct.unpack_from("<6Q", buf, 56)
+    (index_off, index_bytes, blocks_off, blocks_bytes, meta_off, meta_bytes) = struct.unpack_from(
+        "<6Q", buf, 56
+    )
     struct.pack_into("<I", buf, 112, crc32c(bytes(buf[index_off : index_off + index_bytes])))
     struct.pack_into("<I", buf, 116, crc32c(bytes(buf[blocks_off : blocks_off + blocks_bytes])))
     struct.pack_into("<I", buf, 120, crc32c(bytes(buf[meta_off : meta_off + meta_bytes])))
@@ -264,7 +268,9 @@ def test_a_packed_file_with_repeated_class_names_or_labels_outside_them_is_refus
     reseal(far)
     (tmp_path / "far.trdpack").write_bytes(far)
     for mode in ("full", "partial"):
-        with pytest.raises(trdata.SourceError, match=r"far\.trdpack.*label 7 at record 2, outside the 2 classes"):
+        with pytest.raises(
+            trdata.SourceError, match=r"far\.trdpack.*label 7 at record 2, outside the 2 classes"
+        ):
             trdata.Packed(tmp_path / "far.trdpack", mode)
     with pytest.raises(trdata.SourceError, match="outside the 2 classes"):
         inspect(tmp_path / "far.trdpack")
