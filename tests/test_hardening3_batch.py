@@ -256,3 +256,38 @@ def test_ctrl_c_in_a_with_block_while_batch_transform_never_returns_exits(paths)
     assert proc.returncode in (-signal.SIGINT, 128 + signal.SIGINT, 1), (proc.returncode, err[-3000:])
     assert "KeyboardInterrupt" in err, err[-3000:]
     assert "RuntimeWarning" in err and "batch_transform" in err and "abandoned" in err, err[-3000:]
+
+
+# --- C. forged state_dict positions -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reproducible", [True, False])
+def test_forged_batches_in_a_state_dict_are_refused_naming_them(paths, reproducible):
+    loader = make(paths, batch_size=5, reproducible=reproducible, last_batch="partial")
+    n = len(loader)
+    assert n == 4
+    full = [b.indices.tolist() for b in loader]
+    state = loader.state_dict()  # after the epoch: (1, 0)
+    assert (state["epoch"], state["batches"]) == (1, 0)
+    for bad in [True, False, np.bool_(True), -1, -(2**70), n + 1, 10**9, 2**64, 1.0, "1", None]:
+        forged = dict(state, batches=bad)
+        with pytest.raises(trdata.ConfigError, match="batches") as e:
+            loader.load_state_dict(forged)
+        assert e.value.parameter in ("batches", "state_dict"), str(e.value)
+    for field in ("epoch", "version", "seed"):
+        with pytest.raises(trdata.ConfigError, match=field) as e:
+            loader.load_state_dict(dict(state, **{field: True}))
+        assert e.value.parameter == "state_dict"
+    with pytest.raises(trdata.ConfigError, match="num_samples") as e:
+        loader.load_state_dict(
+            dict(state, fingerprint=dict(state["fingerprint"], num_samples=np.bool_(True)))
+        )
+    # None of them moved the position: the next epoch is epoch 1, whole.
+    assert loader.epoch == 1 and loader.state_dict() == state
+    assert sorted(i for b in loader for i in b.indices.tolist()) == sorted(i for b in full for i in b)
+    # The end of an epoch, (e, n), is a position (the same as (e + 1, 0)): still accepted.
+    loader.load_state_dict(dict(state, epoch=4, batches=n))
+    assert loader.epoch == 5 and len(list(loader)) == n
+    loader.load_state_dict(dict(state, epoch=4, batches=np.int64(0)))  # numpy ints are ints
+    assert loader.epoch == 4
+    loader.close()

@@ -47,6 +47,20 @@ def _int(name: str, value: Any) -> int:
     return int(value)
 
 
+#: The int fields of a state_dict (top level and fingerprint): unsigned 64-bit numbers in the core.
+_STATE_INTS = (
+    "version",
+    "seed",
+    "epoch",
+    "batches",
+    "num_samples",
+    "world_size",
+    "rank",
+    "devices",
+    "batch_size",
+)
+
+
 def _bool(name: str, value: Any) -> bool:
     """A real bool (``True``/``False`` or a numpy bool): ``shuffle="no"`` must not count as true."""
     if not isinstance(value, (bool, np.bool_)):
@@ -714,8 +728,10 @@ class Loader:
         remaining sample exactly once otherwise — and later iterations continue with the next epochs.
         ``set_epoch`` to another epoch discards it. Raises ConfigError naming the field if the loader's
         configuration (dataset size, world size, rank, devices, batch size, last_batch, shuffle,
-        reproducible, seed, and a partial packed file's blocks and window) differs from the one that saved it, and ConfigError naming ``state_dict`` if an
-        entry is missing or malformed.
+        reproducible, seed, and a partial packed file's blocks and window) differs from the one that saved it,
+        ConfigError naming ``batches`` beyond the epoch's batches (``batches`` equal to them is the epoch's end:
+        the next epoch starts), and ConfigError naming ``state_dict`` if an entry is missing or malformed (an int
+        field that is a bool, negative or beyond 64 bits included).
 
         Like a new ``iter()``, a loaded state supersedes the running iterators: their next ``next()`` raises
         ``StaleIteratorError`` (their epoch was cancelled; they never end quietly as if it were complete).
@@ -741,6 +757,21 @@ class Loader:
                     )
                 }
             )
+            # The core's u64 fields (their range, e.g. batches ≤ the epoch's batches: src/loader.rs load_state).
+            # A bool is an int to the binding (batches=True resumed at batch 1), and a negative int or one beyond
+            # 64 bits was its bare OverflowError, naming no field.
+            for k in _STATE_INTS:
+                v = kwargs[k]
+                if (
+                    isinstance(v, (bool, np.bool_))
+                    or not isinstance(v, numbers.Integral)
+                    or not 0 <= v < 2**64
+                ):
+                    raise ConfigError(
+                        f"invalid state_dict: {k}={_shown(v)} must be an int (not a bool) with 0 ≤ {k} < 2**64",
+                        parameter="state_dict",
+                    )
+                kwargs[k] = int(v)
             if "order" in fp:  # absent from checkpoints of trdata before packed files: the sample order
                 kwargs["order"] = fp["order"]
             delivered = state["delivered"] if "delivered" in state else []
