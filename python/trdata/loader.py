@@ -765,7 +765,7 @@ class Loader:
                 if (
                     isinstance(v, (bool, np.bool_))
                     or not isinstance(v, numbers.Integral)
-                    or not 0 <= v < 2**64
+                    or not 0 <= int(v) < 2**64
                 ):
                     raise ConfigError(
                         f"invalid state_dict: {k}={_shown(v)} must be an int (not a bool) with 0 ≤ {k} < 2**64",
