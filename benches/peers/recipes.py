@@ -19,27 +19,35 @@ Contenders per recipe (the v2 Compose is built once, in ``recipe()``, and given 
 
 Output: float32 NCHW batches of 64, shuffled, 1 warm-up + --epochs timed epochs, best of --rounds interleaved.
 
-    PYTHONPATH=python:benches python benches/recipes.py [--data DIR] [--cpus 0,1] [--rounds 2] [--only tv]
+    PYTHONPATH=python python benches/peers/recipes.py [--data DIR] [--cpus 0,1] [--rounds 2] [--only tv]
 
 Target (issue 10): trdata ≥ 2.5× torch DataLoader + v2 for both recipes. Reported, never asserted.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import peers
 from trdata import _bench
 from trdata._bench import Measurement
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "imagenet-sample"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benches/: the shared `common` package
+from common import (  # noqa: E402
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    RESULTS,
+    peers,
+    run_cpu_suite,
+    run_in_child,
+    suite_child,
+    suite_doc,
+    suite_parser,
+    write_json,
+)
+
 RECIPES = ("tv", "deit")
 KINDS = ("trdata", "torch-v2", "torch-pil", "dali")
 CONTENDERS = tuple(f"{k}-{r}" for r in RECIPES for k in KINDS)
@@ -57,7 +65,7 @@ def recipe(name: str) -> Any:
     import torch
     from torchvision.transforms import v2
 
-    m, s = peers.IMAGENET_MEAN, peers.IMAGENET_STD
+    m, s = IMAGENET_MEAN, IMAGENET_STD
     bilinear, bicubic = v2.InterpolationMode.BILINEAR, v2.InterpolationMode.BICUBIC
     if name == "tv":
         aug = [
@@ -143,8 +151,6 @@ def dali_contender(
     from nvidia.dali import fn, pipeline_def, types
     from nvidia.dali.auto_aug import rand_augment, trivial_augment
 
-    m, s = peers.IMAGENET_MEAN, peers.IMAGENET_STD
-
     @pipeline_def(enable_conditionals=True)
     def pipe() -> Any:
         jpegs, labs = fn.readers.file(files=list(paths), labels=list(labels), random_shuffle=True)
@@ -160,26 +166,9 @@ def dali_contender(
                 contrast=fn.random.uniform(range=(0.7, 1.3)),
                 saturation=fn.random.uniform(range=(0.7, 1.3)),
             )
-        images = fn.crop_mirror_normalize(
-            images,
-            dtype=types.FLOAT,
-            output_layout="CHW",
-            mean=[v * 255 for v in m],
-            std=[v * 255 for v in s],
-            mirror=fn.random.coin_flip(probability=0.5),
-        )
-        return images, labs
+        return peers.dali_normalize(images, types.FLOAT), labs
 
-    p = pipe(batch_size=batch_size, num_threads=workers, device_id=None, seed=0, prefetch_queue_depth=2)
-    p.build()
-    iterations = -(-len(paths) // batch_size)
-
-    def epoch_batches(_e: int) -> Iterator[int]:
-        for _ in range(iterations):
-            p.run()
-            yield batch_size
-
-    out = _bench.time_epochs(DISPLAY["dali"], epoch_batches, iterations * batch_size, **timing)
+    out = peers.time_dali(DISPLAY["dali"], pipe, len(paths), batch_size=batch_size, workers=workers, **timing)
     out.note = f"DALI {dali.__version__}; CPU-only; no erasing"
     return out
 
@@ -200,7 +189,7 @@ def run_contender(
             import torchvision
 
             dataset = _Files(paths, labels, rec, pil=kind == "torch-pil")
-            run = peers._torch_epochs(dataset, batch_size=batch_size, workers=workers)
+            run = peers.torch_epochs(dataset, batch_size=batch_size, workers=workers)
             m = _bench.time_epochs(DISPLAY[kind], run, len(paths), **timing)
             m.note = f"torchvision {torchvision.__version__}; {workers} worker processes"
     m.key = name
@@ -212,45 +201,33 @@ def run_isolated(name: str, root: str, cpus: Sequence[int], **options: Any) -> M
     missing = peers.missing_modules({"torch-pil": "torch-pil", "dali": "dali"}.get(kind, "torch-v2"))
     if missing:
         return Measurement(name=DISPLAY[kind], key=name, error=f"not installed ({', '.join(missing)})")
-    child = (sys.executable, os.path.abspath(__file__), "child")
-    return _bench.run_isolated(name, root, cpus, child=child, label=DISPLAY[kind], **options)
+    return run_in_child(__file__, name, root, cpus, label=DISPLAY[kind], **options)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["child"]:
-        return _bench.child_main(
-            argv[1:], run=run_contender, prog="benches/recipes.py child", contenders=CONTENDERS
-        )
-    ap = argparse.ArgumentParser(prog="benches/recipes.py", description=__doc__.split("\n\n")[0])
-    _bench.add_suite_arguments(ap, str(DEFAULT_DATA))
+    status = suite_child(argv, __file__, run=run_contender, contenders=CONTENDERS)
+    if status is not None:
+        return status
+    ap = suite_parser(__file__, __doc__)
     ap.add_argument("--only", default=",".join(RECIPES), help="recipes (tv, deit)")
     ap.add_argument("--kinds", default=",".join(KINDS))
-    ap.add_argument("--json", default=str(REPO / "bench-results" / "recipes.json"))
+    ap.add_argument("--json", default=str(RESULTS / "recipes.json"))
     a = ap.parse_args(argv)
     cpus, workers = _bench.suite_cpus(a)
     names = [f"{k}-{r}" for r in a.only.split(",") if r for k in a.kinds.split(",") if k]
-    results = _bench.run_suite(
+    results = run_cpu_suite(
         names,
         a.data,
         cpus,
         rounds=a.rounds,
         runner=run_isolated,
-        batch_size=64,
         workers=workers,
         dtype="float32",
         epochs=a.epochs,
-        warmup=1,
-        progress=False,
-        log=lambda s: print(f"  running {s}", flush=True),
     )
     by = {m.key: m for m in results}
-    doc: dict[str, Any] = {
-        "data": a.data,
-        "cpus": cpus,
-        "workers": workers,
-        "machine": _bench.machine_summary(),
-    }
+    doc: dict[str, Any] = suite_doc(a.data, cpus, workers)
     for rec in a.only.split(","):
         ours, ref = by.get(f"trdata-{rec}"), by.get(f"torch-v2-{rec}")
         print(f"\n{rec} ({workers} workers on CPUs {cpus}, float32 NCHW, batch 64):")
@@ -264,9 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             doc[f"target_{rec}"] = round(ours.img_per_s / ref.img_per_s, 3)
             print(f"  target: trdata ÷ torch-v2 {doc[f'target_{rec}']:.2f} (≥ 2.5)")
     doc["contenders"] = [m.to_json() for m in results]
-    os.makedirs(os.path.dirname(a.json), exist_ok=True)
-    with open(a.json, "w") as f:
-        json.dump(doc, f, indent=1)
+    write_json(a.json, doc)
     return 0
 
 

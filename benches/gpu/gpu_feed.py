@@ -1,6 +1,6 @@
 """Issue 11's training-feed bench: which feeder keeps one H200 busy, and at what CPU cost — one run, same files.
 
-    python benches/gpu_feed.py --data ROOT [--steps 150] [--warmup 10] [--auto-warmup 150] [--batch 256]
+    python benches/gpu/gpu_feed.py --data ROOT [--steps 150] [--warmup 10] [--auto-warmup 150] [--batch 256]
         [--only PATTERNS] [--compile [--compile-mode reduce-overhead]] [--workers N] [--dl-workers 16] [--repeat K]
         [--deadline S] [--config-timeout S] [--json out.json] [--list] [--dry]
 
@@ -43,7 +43,7 @@ rn50/trdata-0.6 (fixed shares), summarised at the end.
 
 The sample is small, so each loader iterates the file list repeated --repeat times; the default makes a virtual
 epoch of ≥ 1,000 batches (ImageNet's is 5,005 at batch 256), so the timed window, warm-ups included, sits inside
-one epoch: every feeder drains and refills its pipeline when an epoch starts (benches/auto_trace.py shows it,
+one epoch: every feeder drains and refills its pipeline when an epoch starts (benches/tools/auto_trace.py shows it,
 ~0.2–0.3 s per restart for ResNet-18), which a 100-batch epoch would put inside the 150-step windows. Windows are
 long and, for "auto", late (after --auto-warmup): the bench's earlier defaults (40 steps, 20 warm-up steps for
 "auto", so a window at batches 10–70 of a fresh loader) read ResNet-18 "auto" 0.83× and compiled ResNet-50 "auto"
@@ -59,8 +59,8 @@ dropped before the next one is made.
 known load (this process + two worker processes, measured while they live and after they are reaped) and
 prints the decode line and the markdown table over placeholder rows.
 
-The training loop, the synthetic / trdata / DataLoader feeds and the timing window are rn50_train.py's (imported,
-not copied); this file adds the decode modes, the torchvision GPU feeder, the CPU meter and the report.
+The training loop, the synthetic / trdata / DataLoader feeds, the decode counters and the timing window are
+benches/common/train.py's (shared with rn50_train.py and tools/auto_trace.py); this file adds the decode modes, the torchvision GPU feeder, the CPU meter and the report.
 """
 
 from __future__ import annotations
@@ -74,16 +74,18 @@ import os
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import torch
-from rn50_train import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benches/: the shared `common` package
+from common import IMAGENET_MEAN, IMAGENET_STD, allowed_cores, folder_files, write_json  # noqa: E402
+from common.train import (  # noqa: E402
     DataLoaderFeed,
+    DecodeTrdataFeed,
     SyntheticFeed,
-    TrdataFeed,
-    allowed_cores,
-    folder_files,
+    decode_delta,
+    decode_stats,
     library_versions,
     make_model,
     prepare,
@@ -106,7 +108,6 @@ DEFAULT_LOAD = (*(f"trdata-{m}" for m in DECODE_MODES), "tv-gpu")
 #: run order: the ResNet-50 eager rows first (the CPU-busy comparison), compile last (it may be slow).
 PHASE_ORDER = ("rn50", "rn18", "load", "rn50c")
 DECODE_KEYS = ("mode", "p", "cpu", "gpu", "fallback", "ineligible", "gpu_busy_s", "gpu_wait_s")
-DECODE_COUNTERS = ("cpu", "gpu", "fallback", "ineligible", "gpu_busy_s", "gpu_wait_s")
 
 
 # ------------------------------------------------------------------------------------------ selection
@@ -139,14 +140,6 @@ def select_configs(only: str | None, compile_: bool) -> list[str]:
     if bad:
         raise SystemExit(f"gpu_feed: --only {', '.join(bad)} matches no config (see --list)")
     return [c for c in all_configs() if any(fnmatch.fnmatchcase(c, p) for p in pats)]
-
-
-def decode_arg(mode: str) -> str | float:
-    """'cpu' | 'gpu' | 'auto' stay strings; '0.25' → 0.25 (the Loader's GPU fraction)."""
-    try:
-        return float(mode)
-    except ValueError:
-        return mode
 
 
 # ------------------------------------------------------------------------------------------- CPU meter
@@ -216,29 +209,6 @@ class CpuMeter:
 # -------------------------------------------------------------------------------------- decode stats
 
 
-def _num(v):
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def decode_stats(stats) -> dict:
-    """The loader's flat GPU-decode counters (``stats()``: decode_gpu, decode_gpu_fallback, decode_gpu_ineligible,
-    decode_gpu_ns, decode_gpu_share_ppm; samples) as one dict; {} when the loader has no GPU decode path."""
-    if not isinstance(stats, dict) or "decode_gpu" not in stats:
-        return {}
-    g = lambda k: _num(stats.get(k))  # noqa: E731
-    gpu, samples = g("decode_gpu"), g("samples")
-    ppm, ns = g("decode_gpu_share_ppm"), g("decode_gpu_ns")
-    return {
-        "p": None if ppm is None else ppm / 1e6,
-        "cpu": None if gpu is None or samples is None else samples - gpu,
-        "gpu": gpu,
-        "fallback": g("decode_gpu_fallback"),
-        "ineligible": g("decode_gpu_ineligible"),
-        "gpu_busy_s": None if ns is None else ns / 1e9,
-        "gpu_wait_s": None if g("decode_gpu_wait_ns") is None else g("decode_gpu_wait_ns") / 1e9,
-    }
-
-
 def fmt_val(v) -> str:
     if v is None:
         return "n/a"
@@ -254,45 +224,12 @@ def decode_line(d: dict) -> str:
     return " ".join(parts)
 
 
-def decode_delta(before: dict, after: dict, wall_s: float) -> dict:
-    """Counter differences over the timed window (None where a key is missing), GPU share and p start → end."""
-    out = {}
-    for k in DECODE_COUNTERS:
-        a, b = _num(before.get(k)), _num(after.get(k))
-        out[k] = None if a is None or b is None else round(b - a, 4)
-    cpu, gpu = out["cpu"], out["gpu"]
-    out["gpu_share"] = (
-        round(gpu / (cpu + gpu), 4) if cpu is not None and gpu is not None and cpu + gpu else None
-    )
-    busy = out["gpu_busy_s"]
-    out["gpu_busy_frac"] = round(busy / wall_s, 4) if busy is not None and wall_s > 0 else None
-    out["p_start"], out["p_end"] = _num(before.get("p")), _num(after.get("p"))
-    out["mode"] = after.get("mode")
-    return out
-
-
 # ------------------------------------------------------------------------------------------- feeders
 
 
 def to_model_input(x):
     """bf16 channels_last on the GPU: one pass, a no-op for trdata/synthetic (already that)."""
     return x.to(dtype=torch.bfloat16, memory_format=torch.channels_last)
-
-
-class DecodeTrdataFeed(TrdataFeed):
-    """rn50_train's trdata feed with Loader(decode=MODE); extra() adds the decode dict and its window deltas."""
-
-    def __init__(self, paths, labels, batch, workers, mode: str):
-        super().__init__(paths, labels, batch, workers, "bfloat16", decode=decode_arg(mode))
-        self.mode = mode
-
-    def extra(self, before, after, wall_ns):
-        out = super().extra(before, after, wall_ns)
-        b, a = decode_stats(before), decode_stats(after)
-        out["decode_arg"] = self.mode
-        out["decode_stats"] = a if a else "n/a"
-        out["decode_delta"] = decode_delta(b, a, wall_ns / 1e9)
-        return out
 
 
 class DLFeed(DataLoaderFeed):
@@ -880,8 +817,7 @@ def main(argv=None) -> int:
                 f"  {name} decode: {decode_line(r['decode_stats'] if isinstance(r['decode_stats'], dict) else {})}"
             )
         if a.json:  # after every config, so a cut-short run keeps its numbers
-            with open(a.json, "w") as f:
-                json.dump({"header": header, "results": results}, f, indent=1)
+            write_json(a.json, {"header": header, "results": results})
 
     print(
         f"\n## GPU feed (issue 11): {header['gpu']}, {header['cores']} cores, batch {a.batch}, "

@@ -2,7 +2,7 @@
 one worker, each op's run interleaved with the no-op baseline (RandomResizedCrop(224) + flip, the fused path)
 so drift on a shared machine cancels.
 
-    PYTHONPATH=python python benches/ops.py [--data ../shared/data/imagenet-sample] [--images 300] [--rounds 3]
+    PYTHONPATH=python python benches/micro/ops.py [--data ../shared/data/imagenet-sample] [--images 300] [--rounds 3]
         [--size 224] [--only substring,...] [--json out.json] [--compare before.json]
 
 ``--json`` writes the table; ``--compare`` adds a before column and the ratio (run the old build with its own
@@ -18,12 +18,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import trdata
 from trdata import transforms as T
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benches/: the shared `common` package
+from common import DEFAULT_DATA, write_json  # noqa: E402
 
 OPS: list[tuple[str, Any]] = [
     ("uint8 stage (RandomInvert p=0)", T.RandomInvert(p=0.0)),
@@ -87,9 +91,7 @@ def per_image_s(root: Path, n: int, ops: list[Any], size: int = 224) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument(
-        "--data", default=str(Path(__file__).resolve().parents[2] / "shared/data/imagenet-sample")
-    )
+    ap.add_argument("--data", default=str(DEFAULT_DATA))
     ap.add_argument("--images", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--size", type=int, default=224)
@@ -125,7 +127,7 @@ def main() -> None:
     table["baseline"] = statistics.median(base_all) * 1e6
     print(f"{'baseline (RRC+flip, fused)':48s} {table['baseline']:9.1f} per image in total")
     if a.json:
-        Path(a.json).write_text(json.dumps(table, indent=1) + "\n")
+        write_json(a.json, table, newline=True)
 
 
 if __name__ == "__main__":

@@ -8,18 +8,22 @@
 for (a) page-aligned memory registered with cuMemHostRegister (cached; what trdata uses), (b) cuMemHostAlloc
 default (cached), (c) cuMemHostAlloc WRITECOMBINED (uncached, write-combined).
 
-    python benches/staging_flags.py [--mb 77] [--reps 10] [--json out.json]
+    python benches/micro/staging_flags.py [--mb 77] [--reps 10] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import mmap
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benches/: the shared `common` package
+from common import write_json  # noqa: E402
 
 
 def main() -> int:
@@ -95,8 +99,7 @@ def main() -> int:
     for k, v in results.items():
         print(f"{k:32s} {v['cpu_write_GBps']:15.1f} {v['cpu_read_GBps']:14.1f} {v['h2d_GBps']:9.1f}")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"bytes": size, "results": results}, f, indent=1)
+        write_json(a.json, {"bytes": size, "results": results})
     return 0
 
 

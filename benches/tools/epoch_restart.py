@@ -1,7 +1,7 @@
 """What an epoch restart costs the consumer: the wait for each batch of a few epochs, with a consumer slower than
 the loader (a sleep stands in for the model), so that every wait after the pipeline has filled is ~0.
 
-    python benches/epoch_restart.py --data ROOT [--batch 32] [--workers 2] [--repeat 4] [--epochs 3]
+    python benches/tools/epoch_restart.py --data ROOT [--batch 32] [--workers 2] [--repeat 4] [--epochs 3]
         [--model-ms 35] [--device cpu|cuda:0] [--decode cpu|gpu|auto|0.5] [--prefetch 2]
 
 Per epoch it prints the first waits and the sum: a restart costs what the first batches of epochs ≥ 1 wait. First
@@ -19,6 +19,9 @@ import time
 from pathlib import Path
 
 import trdata
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benches/: the shared `common` package
+from common import decode_arg  # noqa: E402
 
 EXTS = {".jpg", ".jpeg", ".png", ".webp"}
 
@@ -43,10 +46,7 @@ def main(argv=None) -> int:
             f"epoch_restart: {len(paths)} files × {a.repeat} is under 4 batches of {a.batch}", file=sys.stderr
         )
         return 2
-    try:
-        decode: str | float = float(a.decode)
-    except ValueError:
-        decode = a.decode
+    decode = decode_arg(a.decode)
     loader = trdata.Loader(
         trdata.FileList(paths * a.repeat, [0] * (len(paths) * a.repeat)),
         batch_size=a.batch,

@@ -20,15 +20,13 @@
    partial with windows of 1/4/16 blocks, and FFCV's QuasiRandom order (its algorithm: a buffer of 2×batch
    pages, a random page per sample), on the same blocks.
 
-    .venv/bin/python benches/packed.py [--data DIR] [--cpus 0,1] [--rounds 2] [--json bench-results/packed.json]
+    .venv/bin/python benches/peers/packed.py [--data DIR] [--cpus 0,1] [--rounds 2] [--json bench-results/packed.json]
 
 Targets (issue 9): packed-full ≥ 2.5× folder; packed-partial ≥ 0.9× packed-full. Reported, never asserted.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
 import sys
@@ -39,13 +37,22 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import peers
 import trdata
 from trdata import _bench
 from trdata._bench import Measurement
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "imagenet-sample"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benches/: the shared `common` package
+from common import (  # noqa: E402
+    RESULTS,
+    peers,
+    run_cpu_suite,
+    run_in_child,
+    suite_child,
+    suite_doc,
+    suite_parser,
+    write_json,
+)
+
 LOADERS = ("folder", "packed-stored", "packed-full", "packed-partial", "torch-v2", "torch-v2-reenc", "ffcv")
 DISPLAY = {
     "folder": "trdata, ImageFolder",
@@ -197,8 +204,7 @@ def run_isolated(name: str, root: str, cpus: list[int], **options: Any) -> Measu
             import ffcv  # noqa: F401
         except ImportError as e:
             return Measurement(name=DISPLAY[name], key=name, error=f"not installed: {e}")
-    child = (sys.executable, os.path.abspath(__file__), "child")
-    return _bench.run_isolated(name, root, cpus, child=child, label=DISPLAY[name], **options)
+    return run_in_child(__file__, name, root, cpus, label=DISPLAY[name], **options)
 
 
 # ----------------------------------------------------------------------------------------------- 3. order
@@ -297,12 +303,10 @@ def order_step(work: Path, samples: int, classes: int, per_block: int, batch: in
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["child"]:
-        return _bench.child_main(
-            argv[1:], run=run_contender, prog="benches/packed.py child", contenders=LOADERS
-        )
-    ap = argparse.ArgumentParser(prog="benches/packed.py", description=__doc__.split("\n\n")[0])
-    _bench.add_suite_arguments(ap, str(DEFAULT_DATA))
+    status = suite_child(argv, __file__, run=run_contender, contenders=LOADERS)
+    if status is not None:
+        return status
+    ap = suite_parser(__file__, __doc__)
     ap.add_argument("--short-side", type=int, default=320)
     ap.add_argument("--quality", type=int, default=90)
     ap.add_argument("--only", default=",".join(LOADERS))
@@ -310,15 +314,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--records-per-block", type=int, default=75, help="ImageNet's ~110 KB records in 8 MiB blocks"
     )
-    ap.add_argument("--json", default=str(REPO / "bench-results" / "packed.json"))
+    ap.add_argument("--json", default=str(RESULTS / "packed.json"))
     a = ap.parse_args(argv)
     cpus, workers = _bench.suite_cpus(a)
-    doc: dict[str, Any] = {
-        "data": a.data,
-        "cpus": cpus,
-        "workers": workers,
-        "machine": _bench.machine_summary(),
-    }
+    doc: dict[str, Any] = suite_doc(a.data, cpus, workers)
     with tempfile.TemporaryDirectory(prefix="trdata-packed-bench-") as tmp:
         work = Path(tmp)
         print(f"packing {a.data} on CPUs {cpus} ({workers} threads) …", flush=True)
@@ -332,19 +331,15 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         names = [n for n in a.only.split(",") if n]
-        results = _bench.run_suite(
+        results = run_cpu_suite(
             names,
             str(work),
             cpus,
             rounds=a.rounds,
             runner=run_isolated,
-            batch_size=64,
             workers=workers,
             dtype="float16",
             epochs=a.epochs,
-            warmup=1,
-            progress=False,
-            log=lambda s: print(f"  running {s}", flush=True),
         )
         by = {m.key: m for m in results}
         ref = by.get("folder")
@@ -381,9 +376,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  {name:<36} {r['distinct_classes_per_batch']:>7} classes  {r['class_entropy_bits']:>6} bits"
             )
-    os.makedirs(os.path.dirname(a.json), exist_ok=True)
-    with open(a.json, "w") as f:
-        json.dump(doc, f, indent=1)
+    write_json(a.json, doc)
     return 0
 
 

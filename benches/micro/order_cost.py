@@ -3,8 +3,8 @@
 default (fixed slots: a batch is published when all its rows are written), while ``reproducible=False`` lets
 finished samples take the next free slot. Same files, same CPUs, same pipeline, interleaved rounds in one run.
 
-    .venv/bin/python benches/order_cost.py                       # ../shared/data/imagenet-sample, 2 workers
-    .venv/bin/python benches/order_cost.py --data DIR --workers 2 --rounds 5
+    .venv/bin/python benches/micro/order_cost.py                       # ../shared/data/imagenet-sample, 2 workers
+    .venv/bin/python benches/micro/order_cost.py --data DIR --workers 2 --rounds 5
 
 Pipelines: the eval recipe (Resize 256 + CenterCrop 224, float16 NCHW, ImageNet normalize) and the training
 recipe (RandomResizedCrop 224 + flip), batch 64, shuffle=False. Prints img/s per round, the best of each, and
@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
 import trdata
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "imagenet-sample"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benches/: the shared `common` package
+from common import DEFAULT_DATA  # noqa: E402
 
 RECIPES = {
     "eval": [trdata.Resize(256), trdata.CenterCrop(224)],

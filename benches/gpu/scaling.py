@@ -1,7 +1,7 @@
 """Loader-only (no model) scaling of trdata across worker counts, and the uint8 vs bf16/fp16/fp32 transfer
 trade-off, on the same files and cores.
 
-    python benches/scaling.py --data ROOT [--workers 1,2,4,8,16] [--devices cuda:0,cpu] [--dtypes
+    python benches/gpu/scaling.py --data ROOT [--workers 1,2,4,8,16] [--devices cuda:0,cpu] [--dtypes
         uint8,bfloat16,float16,float32] [--dtype-workers N] [--seconds 5] [--trials 1] [--pin round-robin]
         [--json out.json] [--png out.png] [--plot-only earlier.json]
 
@@ -26,29 +26,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import struct
 import sys
 import time
 import zlib
+from pathlib import Path
 
-from _recipe import train_loader
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benches/: the shared `common` package
+from common import allowed_cores, folder_files, write_json  # noqa: E402
+from common.recipe import train_loader  # noqa: E402
 
 BATCH = 256
-
-
-def allowed_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover
-        return os.cpu_count() or 1
-
-
-def sample_files(root):
-    import trdata
-
-    src = trdata.ImageFolder(root)
-    return list(src.paths), list(src.labels)
 
 
 def measure(
@@ -286,7 +274,7 @@ def main(argv=None):
 
     import trdata
 
-    paths, labels = sample_files(a.data)
+    paths, labels = folder_files(a.data)
     repeat = a.repeat or max(1, -(-100 * BATCH // len(paths)))
     paths, labels = paths * repeat, labels * repeat
     header = {
@@ -308,8 +296,7 @@ def main(argv=None):
 
     def save():
         if a.json:
-            with open(a.json, "w") as f:
-                json.dump(result, f, indent=1)
+            write_json(a.json, result)
 
     workers = [int(w) for w in a.workers.split(",") if w]
     curves = {}

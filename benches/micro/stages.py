@@ -6,8 +6,8 @@ One trdata worker on one CPU (no contention between workers), one warm-up epoch,
 flip, normalize, cast, layout). The raw full-size libjpeg-turbo decode on the same CPU is the yardstick:
 ``decode`` well below it means the ROI/scaling pays off, ``augment`` is what fusing has to keep small.
 
-    .venv/bin/python benches/stages.py                       # ImageNet sample
-    .venv/bin/python benches/stages.py --data DIR --epochs 3
+    .venv/bin/python benches/micro/stages.py                       # ImageNet sample
+    .venv/bin/python benches/micro/stages.py --data DIR --epochs 3
 
 Prints a table and writes bench-results/stages.json. No thresholds: numbers to read, not to assert.
 """
@@ -15,7 +15,6 @@ Prints a table and writes bench-results/stages.json. No thresholds: numbers to r
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -24,8 +23,8 @@ from pathlib import Path
 import trdata
 from trdata import _bench
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "imagenet-sample"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benches/: the shared `common` package
+from common import DEFAULT_DATA, RESULTS, write_json  # noqa: E402
 
 
 def pipelines() -> dict[str, dict]:
@@ -81,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu", type=int, default=None, help="CPU to run on (default: the first allowed)")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--out", default=str(REPO / "bench-results" / "stages.json"))
+    ap.add_argument("--out", default=str(RESULTS / "stages.json"))
     args = ap.parse_args(argv)
 
     root = os.path.abspath(args.data)
@@ -125,9 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         "full_decode": ceiling.to_json(),
         "pipelines": results,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2) + "\n")
+    out = write_json(args.out, doc, indent=2, newline=True)
     print(f"\nwrote {out}")
     return 0
 

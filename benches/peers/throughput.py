@@ -13,11 +13,11 @@ process bound to the same CPUs, with one untimed warm-up epoch and then ≥ 2 ti
   dali              NVIDIA DALI CPU-only pipeline (row says "not installed" when nvidia.dali is missing)
   decode-1/2        raw libjpeg-turbo full decode of the files held in memory, 1 and 2 threads (ceiling)
 
-The peers are `peers.py` beside this file (`make bench-peers` installs them). Usage (from the repo root, extension built):
+The peers are benches/common/peers.py's (`make bench-peers` installs them). Usage (from the repo root, extension built):
 
-    .venv/bin/python benches/throughput.py                   # ImageNet sample, CPUs = first 2 allowed
-    .venv/bin/python benches/throughput.py --rounds 3        # interleaved rounds, best round each
-    .venv/bin/python benches/throughput.py --data DIR --only trdata,torch-v2,decode-1
+    .venv/bin/python benches/peers/throughput.py                   # ImageNet sample, CPUs = first 2 allowed
+    .venv/bin/python benches/peers/throughput.py --rounds 3        # interleaved rounds, best round each
+    .venv/bin/python benches/peers/throughput.py --data DIR --only trdata,torch-v2,decode-1
 
 Writes bench-results/throughput.json. Targets (checked, reported; exit status 1 only with --check):
 trdata ≥ 1,400 img/s; trdata ≥ 2 × torch DataLoader v2; trdata ≥ 0.85 × (2 × single-thread decode rate).
@@ -26,17 +26,17 @@ trdata ≥ 1,400 img/s; trdata ≥ 2 × torch DataLoader v2; trdata ≥ 0.85 × 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
-import peers
 from trdata import _bench
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "imagenet-sample"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benches/: the shared `common` package
+from common import DEFAULT_DATA, RESULTS, write_json  # noqa: E402
+from common.peers import run_isolated  # noqa: E402
+
 DEFAULT_CONTENDERS = ("trdata", "torch-v2", "torch-pil", "pillow-threads", "dali", "decode-1", "decode-2")
 
 TARGET_IMG_PER_S = 1400.0
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         "--stat", choices=("best", "median"), default="best", help="which round to report (default best)"
     )
     ap.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(DEFAULT_CONTENDERS)}")
-    ap.add_argument("--out", default=str(REPO / "bench-results" / "throughput.json"))
+    ap.add_argument("--out", default=str(RESULTS / "throughput.json"))
     ap.add_argument("--check", action="store_true", help="exit with status 1 when a measured target fails")
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     args = ap.parse_args(argv)
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         cpus,
         rounds=args.rounds,
         stat=args.stat,
-        runner=peers.run_isolated,
+        runner=run_isolated,
         batch_size=args.batch_size,
         workers=args.workers,
         dtype="float16",
@@ -213,9 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         ],
         "targets": targets,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2) + "\n")
+    out = write_json(args.out, doc, indent=2, newline=True)
     print(f"\nwrote {out}")
     if args.check and any(t["pass"] is False for t in targets):
         return 1

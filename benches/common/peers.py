@@ -1,8 +1,8 @@
-#!/usr/bin/env python3
-"""The peers trdata is compared with, and ``trdata bench`` with them (what ``make bench-peers`` runs).
+"""The peers trdata is compared with, run in this process or in a fresh one (benches/peers/peers.py, throughput.py,
+packed.py, recipes.py).
 
 Every peer runs the standard pipeline (``_bench.PIPELINE``: RandomResizedCrop(224) + RandomHorizontalFlip +
-ImageNet normalize → float16 NCHW) on the same files and CPUs as trdata, each in its own fresh process:
+ImageNet normalize → float16 NCHW) on the same files and CPUs as trdata:
 
   torch-v2          torch DataLoader (worker processes) + torchvision.io.decode_jpeg + transforms.v2
   torch-pil         torch DataLoader + torchvision.datasets.ImageFolder + classic PIL transforms
@@ -11,27 +11,20 @@ ImageNet normalize → float16 NCHW) on the same files and CPUs as trdata, each 
 
 A peer whose modules are missing becomes a "not installed" row (``make bench-peers`` installs torch,
 torchvision and DALI). trdata and the decode ceiling are the package's own contenders (``trdata._bench``).
-
-    .venv/bin/python benches/peers.py                  # trdata bench + peers, same options as `trdata bench`
-    .venv/bin/python benches/peers.py --rounds 3 --data DIR
-    .venv/bin/python benches/peers.py child torch-v2 --data DIR --out FILE   # one contender (run_isolated's child)
-
-``throughput.py`` runs its suites through ``run_isolated`` here.
+``run_isolated`` runs a peer in ``CHILD`` (``benches/peers/peers.py child KEY …``, which calls ``child_main``).
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
-from trdata import _bench, cli
+from trdata import _bench
 from trdata._bench import CROP, Measurement, time_epochs
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+from common import IMAGENET_MEAN, IMAGENET_STD
 
 #: The peer contenders' keys, in report order.
 PEERS = ("torch-v2", "torch-pil", "pillow-threads", "dali")
@@ -69,7 +62,7 @@ def _torch_worker_init(_worker_id: int) -> None:
     torch.set_num_threads(1)
 
 
-def _torch_epochs(dataset: Any, *, batch_size: int, workers: int) -> Callable[[int], Iterator[int]]:
+def torch_epochs(dataset: Any, *, batch_size: int, workers: int) -> Callable[[int], Iterator[int]]:
     """Epoch runner of a torch DataLoader (persistent workers, shuffled, default prefetch, no pinning)."""
     import torch
     from torch.utils.data import DataLoader
@@ -129,7 +122,7 @@ def torch_v2_contender(
     """torch DataLoader + torchvision.io.decode_jpeg + transforms.v2, float16 NCHW."""
     import torchvision
 
-    run = _torch_epochs(_TorchV2Dataset(paths, labels), batch_size=batch_size, workers=workers)
+    run = torch_epochs(_TorchV2Dataset(paths, labels), batch_size=batch_size, workers=workers)
     m = time_epochs(display_name("torch-v2"), run, len(paths), **timing)
     m.note = f"torchvision {torchvision.__version__}; decode_jpeg + transforms.v2; {workers} worker processes"
     return m
@@ -156,7 +149,7 @@ def torch_pil_contender(
             ]
         ),
     )
-    run = _torch_epochs(dataset, batch_size=batch_size, workers=workers)
+    run = torch_epochs(dataset, batch_size=batch_size, workers=workers)
     m = time_epochs(display_name("torch-pil"), run, len(dataset), **timing)
     m.note = (
         f"torchvision {torchvision.__version__}; ImageFolder + PIL transforms; {workers} worker processes"
@@ -249,6 +242,38 @@ def pillow_threads_contender(
     return m
 
 
+def dali_normalize(images: Any, dtype: Any) -> Any:
+    """Inside a DALI pipeline: a random horizontal flip (p 0.5) + ImageNet normalize → ``dtype`` CHW."""
+    from nvidia.dali import fn
+
+    return fn.crop_mirror_normalize(
+        images,
+        dtype=dtype,
+        output_layout="CHW",
+        mean=[v * 255 for v in IMAGENET_MEAN],
+        std=[v * 255 for v in IMAGENET_STD],
+        mirror=fn.random.coin_flip(probability=0.5),
+    )
+
+
+def time_dali(
+    label: str, pipe: Any, files: int, *, batch_size: int, workers: int, **timing: Any
+) -> Measurement:
+    """Build the CPU-only DALI pipeline ``pipe`` (a ``@pipeline_def``: device_id=None, seed 0, prefetch 2, ``workers``
+    threads) and time epochs of ceil(files / batch_size) ``run()`` calls: the reader wraps around epochs inside
+    batches, every run() is batch_size decoded images."""
+    p = pipe(batch_size=batch_size, num_threads=workers, device_id=None, seed=0, prefetch_queue_depth=2)
+    p.build()
+    iterations = -(-files // batch_size)
+
+    def epoch_batches(_e: int) -> Iterator[int]:
+        for _ in range(iterations):
+            p.run()
+            yield batch_size
+
+    return time_epochs(label, epoch_batches, iterations * batch_size, **timing)
+
+
 def dali_contender(
     paths: Sequence[str], labels: Sequence[int], *, batch_size: int, workers: int, **timing: Any
 ) -> Measurement:
@@ -271,28 +296,9 @@ def dali_contender(
             num_attempts=10,
         )
         images = fn.resize(images, resize_x=CROP, resize_y=CROP, antialias=True)
-        images = fn.crop_mirror_normalize(
-            images,
-            dtype=types.FLOAT16,
-            output_layout="CHW",
-            mean=[v * 255 for v in IMAGENET_MEAN],
-            std=[v * 255 for v in IMAGENET_STD],
-            mirror=fn.random.coin_flip(probability=0.5),
-        )
-        return images, labs
+        return dali_normalize(images, types.FLOAT16), labs
 
-    p = pipe(batch_size=batch_size, num_threads=workers, device_id=None, seed=0, prefetch_queue_depth=2)
-    p.build()
-    n = len(paths)
-    iterations = -(-n // batch_size)
-
-    def epoch_batches(_e: int) -> Iterator[int]:
-        # The reader wraps around epochs inside batches; every run() is batch_size decoded images.
-        for _ in range(iterations):
-            p.run()
-            yield batch_size
-
-    m = time_epochs(display_name("dali"), epoch_batches, iterations * batch_size, **timing)
+    m = time_dali(display_name("dali"), pipe, len(paths), batch_size=batch_size, workers=workers, **timing)
     m.note = f"DALI {dali.__version__}; CPU-only (device_id=None); {workers} threads"
     return m
 
@@ -334,13 +340,13 @@ def missing_modules(name: str) -> list[str]:
     return missing
 
 
-#: The command that runs one peer in a fresh process: this file's ``child`` mode.
-CHILD = (sys.executable, os.path.abspath(__file__), "child")
+#: The command that runs one peer in a fresh process: the peers script's ``child`` mode (``child_main`` below).
+CHILD = (sys.executable, str(Path(__file__).resolve().parents[1] / "peers" / "peers.py"), "child")
 
 
 def run_isolated(name: str, root: str, cpus: Sequence[int], **options: Any) -> Measurement:
     """``_bench.run_isolated`` for every contender (``_bench.run_suite(runner=run_isolated)``): a peer runs in
-    this file's child, or becomes a "not installed" row; trdata and decode-N run in the package's child."""
+    ``CHILD``, or becomes a "not installed" row; trdata and decode-N run in the package's child."""
     if name not in PEERS:
         return _bench.run_isolated(name, root, cpus, **options)
     missing = missing_modules(name)
@@ -349,25 +355,8 @@ def run_isolated(name: str, root: str, cpus: Sequence[int], **options: Any) -> M
     return _bench.run_isolated(name, root, cpus, child=CHILD, label=display_name(name), **options)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``trdata bench`` with the peers added (same options), or ``child CONTENDER ...`` for one contender."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["child"]:
-        return _bench.child_main(
-            argv[1:], run=run_contender, prog="benches/peers.py child", contenders=CONTENDERS
-        )
-    parser = argparse.ArgumentParser(
-        prog="benches/peers.py",
-        description="`trdata bench` plus the peers installed here: " + ", ".join(PEERS) + ".",
+def child_main(argv: Sequence[str]) -> int:
+    """``child CONTENDER ...``: one contender (a peer, trdata or decode-N) in this fresh process."""
+    return _bench.child_main(
+        list(argv), run=run_contender, prog="benches/peers/peers.py child", contenders=CONTENDERS
     )
-    cli.add_bench_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return cli.run_bench(args, peers=PEERS, runner=run_isolated, title="trdata bench + peers")
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

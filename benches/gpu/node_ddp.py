@@ -1,6 +1,6 @@
 """Issue 12 on one node: DDP per-GPU rates at 1 and N GPUs per feeder, NUMA placement, and a SIGKILL-and-resume.
 
-    python benches/node_ddp.py --data DIR [--gpus 8] [--models resnet50,resnet18] [--feeds synthetic,trdata,dataloader]
+    python benches/gpu/node_ddp.py --data DIR [--gpus 8] [--models resnet50,resnet18] [--feeds synthetic,trdata,dataloader]
                                [--steps 80 --warmup 30 --batch 256] [--decode cpu] [--pin numa] [--packed FILE]
                                [--kill] [--repeat K] [--json OUT] [-- extra train_ddp.py args]
 
@@ -33,9 +33,13 @@ import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-TRAIN = os.path.join(os.path.dirname(HERE), "examples", "train_ddp.py")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benches/: the shared `common` package
+from common import REPO, write_json  # noqa: E402
+from common.recipe import repeats_for  # noqa: E402
+
+TRAIN = str(REPO / "examples" / "train_ddp.py")
 STEP_LINE = re.compile(r"rank (\d+) step (\d+) epoch (\d+) loss (\S+) checksum ([0-9a-f]{16}|-)")
 
 
@@ -44,7 +48,6 @@ def auto_repeat(data: str, images_per_step: int, steps: int) -> int:
     `images_per_step` images: a small sample (the 300-file ImageNet one) would otherwise give epochs of a batch or
     none at all (300 files < 8 GPUs × 256), restarting every feeder's pipeline each step."""
     import trdata
-    from _recipe import repeats_for
 
     return repeats_for(len(trdata.ImageFolder(data).paths), images_per_step * steps)
 
@@ -249,8 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         report["kill"] = kill_test(a, [*common, "--model", a.models.split(",")[0], "--feed", "trdata"], tmp)
     print_table(report)
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(report, f, indent=1)
+        write_json(a.json, report)
     return 0 if report["kill"] is None or report["kill"]["ok"] else 1
 
 

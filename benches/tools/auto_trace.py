@@ -1,10 +1,10 @@
 """decode="auto" step by step: the GPU share, the delivered rate and the data wait every 16 steps while a model
 trains, after a sweep of fixed shares (the rate landscape the controller moves on).
 
-    python benches/auto_trace.py --data ROOT [--model resnet18] [--shares 0.4,0.5,...] [--steps 480]
+    python benches/tools/auto_trace.py --data ROOT [--model resnet18] [--shares 0.4,0.5,...] [--steps 480]
         [--epoch-batches 100] [--json out.json]
 
-The training step, the trdata feed and the files are benches/gpu_feed.py's (rn50_train.py's): bf16 autocast,
+The training step, the trdata feed and the files are benches/common/train.py's (as in gpu/gpu_feed.py): bf16 autocast,
 channels_last, batch 256, the loader's default workers. `--epoch-batches` sets the virtual epoch (the file list
 repeated until an epoch holds that many batches); the default, 100, puts epoch restarts inside the trace — they
 show as windows where the rate halves and the data wait jumps (first run on the H200, docs/gpu_decode.md §19:
@@ -14,12 +14,15 @@ ResNet-18, ~0.3 s lost per restart; between restarts 12–14k img/s against 13.2
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 import time
+from pathlib import Path
 
 import torch
-from gpu_feed import DecodeTrdataFeed
-from rn50_train import make_model, prepare, train_step
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benches/: the shared `common` package
+from common import write_json  # noqa: E402
+from common.train import DecodeTrdataFeed, make_model, prepare, train_step  # noqa: E402
 
 BATCH = 256
 WINDOW = 16  # steps per printed line
@@ -98,8 +101,7 @@ def main(argv=None) -> int:
             w = sum(r[1] for r in rows[i + 1 : i + WINDOW + 1]) / dt
             print(f"  step {i:4d}  share {rows[i][2]:.3f}  {WINDOW * BATCH / dt:7,.0f} img/s  wait {w:.2f}")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=1)
+        write_json(a.json, out)
     return 0
 
 

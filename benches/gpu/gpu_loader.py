@@ -1,7 +1,7 @@
 """Loader-only GPU throughput: img/s of trdata with device='cuda:0' vs device='cpu' (+ an explicit
 pinned .to('cuda') copy) on the same files and cores, plus trdata's H2D counters. No model.
 
-    python benches/gpu_loader.py ROOT [--batch 256] [--steps 40] [--workers N] [--dtype float32|bfloat16|uint8]
+    python benches/gpu/gpu_loader.py ROOT [--batch 256] [--steps 40] [--workers N] [--dtype float32|bfloat16|uint8]
         [--repeat K]
 Prints one JSON object per configuration. The file list is repeated K times per epoch (default: enough for
 ≥ 100 batches) so that a small sample does not turn every step into an epoch boundary."""
@@ -10,18 +10,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import sys
 import time
+from pathlib import Path
 
 import torch
 import trdata
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benches/: the shared `common` package
+from common import IMAGENET_MEAN, IMAGENET_STD, allowed_cores, folder_files  # noqa: E402
+from common.recipe import repeats_for  # noqa: E402
+
 
 def run(root, device, dtype, batch, steps, workers, repeat=0):
-    folder = trdata.ImageFolder(root)
-    repeat = repeat or max(1, -(-100 * batch // len(folder)))
-    src = trdata.FileList(folder.paths * repeat, folder.labels * repeat)
-    norm = None if dtype == "uint8" else ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    paths, labels = folder_files(root)
+    repeat = repeat or repeats_for(len(paths), 100 * batch)
+    src = trdata.FileList(paths * repeat, labels * repeat)
+    norm = None if dtype == "uint8" else (list(IMAGENET_MEAN), list(IMAGENET_STD))
     ld = trdata.Loader(
         src,
         batch_size=batch,
@@ -87,7 +92,7 @@ def main():
     p.add_argument("root")
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--workers", type=int, default=allowed_cores())
     p.add_argument("--dtype", default="float32")
     p.add_argument("--repeat", type=int, default=0)
     a = p.parse_args()

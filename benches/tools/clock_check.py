@@ -5,7 +5,7 @@ scaling from 1 worker" compares 16 workers at the all-core clock with 1 worker a
 bench measures one worker twice — with the other allowed CPUs idle, and with a busy-loop process pinned to
 each of them (so the package runs at its all-core clock) — and then all workers:
 
-    python benches/clock_check.py --data ROOT [--seconds 5] [--trials 2] [--device cpu] [--json out.json]
+    python benches/tools/clock_check.py --data ROOT [--seconds 5] [--trials 2] [--device cpu] [--json out.json]
 
 Efficiency vs the idle 1-worker rate is the usual scaling number; efficiency vs the loaded 1-worker rate is
 the scaling at equal clock, i.e. what the loader itself loses (locks, memory bandwidth, station waits)."""
@@ -13,13 +13,16 @@ the scaling at equal clock, i.e. what the loader itself loses (locks, memory ban
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
-from _recipe import train_loader
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benches/: the shared `common` package
+from common import folder_files, write_json  # noqa: E402
+from common.recipe import repeats_for, train_loader  # noqa: E402
 
 BATCH = 256
 
@@ -61,7 +64,6 @@ def rate(paths, labels, workers, cpus, seconds, device) -> float:
 
 
 def main() -> int:
-    import trdata
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True)
@@ -70,9 +72,9 @@ def main() -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--json", default=None)
     a = p.parse_args()
-    src = trdata.ImageFolder(a.data)
-    repeat = max(1, -(-100 * BATCH // len(src.paths)))
-    paths, labels = list(src.paths) * repeat, list(src.labels) * repeat
+    files, classes = folder_files(a.data)
+    repeat = repeats_for(len(files), 100 * BATCH)
+    paths, labels = files * repeat, classes * repeat
     cpus = sorted(os.sched_getaffinity(0))
     res: dict[str, list[float]] = {
         "1 worker, others idle": [],
@@ -101,19 +103,17 @@ def main() -> int:
     print(f"  scaling at equal clock (vs 1 worker with all cores busy): {full / (n * busy):.3f}")
     print(f"  1-worker slowdown from the other cores' load alone: {busy / idle:.3f}")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(
-                {
-                    "device": a.device,
-                    "cpus": n,
-                    "trials": res,
-                    "median": med,
-                    "eff_vs_idle": full / (n * idle),
-                    "eff_equal_clock": full / (n * busy),
-                },
-                f,
-                indent=1,
-            )
+        write_json(
+            a.json,
+            {
+                "device": a.device,
+                "cpus": n,
+                "trials": res,
+                "median": med,
+                "eff_vs_idle": full / (n * idle),
+                "eff_equal_clock": full / (n * busy),
+            },
+        )
     return 0
 
 
