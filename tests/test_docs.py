@@ -2,8 +2,9 @@
 
 (a) Every ```python block of README.md and docs/guide/*.md runs, one test per block. The blocks of one page run in
     order in one shared namespace (a later block may use what an earlier one made), in a temporary working folder
-    of that page. A block is skipped when the line before its fence is ``<!-- skip: reason -->``; a reason that
-    says ``needs CUDA`` skips only when torch sees no CUDA device (the block runs on a GPU machine). Blocks make
+    of that page. A block is skipped when the line before its fence is ``<!-- skip: reason -->``, except two
+    conditional reasons: ``needs CUDA`` skips only when torch sees no CUDA device (the block runs on a GPU
+    machine), ``needs <module>`` (``needs torchvision``, ``needs timm``) only when that module is missing. Blocks make
     their own small data (a few JPEGs written with PIL) and run in seconds on 2 cores.
 (b) Every relative link of README.md, CONTRIBUTING.md and docs/**/*.md names an existing file, and its ``#anchor``
     (when the target is Markdown) one of that file's headings, slugged as mkdocs slugs them.
@@ -82,6 +83,16 @@ _LAST_LINE: dict[str, int] = {}
 for _p in PYTHON_BLOCKS:
     _LAST_LINE[_p.values[0]] = max(_LAST_LINE.get(_p.values[0], 0), _p.values[1])
 
+def _needs_met(reason: str) -> bool:
+    """Whether a ``needs …`` skip reason is met here (then the block runs); any other reason never is."""
+    m = re.match(r"needs\s+([A-Za-z_][\w.]*)", reason)
+    if m is None:
+        return False
+    if m[1].lower() == "cuda":
+        return _cuda()
+    return importlib.util.find_spec(m[1]) is not None
+
+
 #: Per page: its namespace, its working folder, and whether an earlier block failed.
 _PAGES: dict[str, dict[str, Any]] = {}
 
@@ -94,7 +105,7 @@ def test_python_block(
         page,
         {"ns": {"__name__": f"docs:{page}"}, "cwd": tmp_path_factory.mktemp("docs"), "failed": None},
     )
-    if reason is not None and not ("needs cuda" in reason.lower() and _cuda()):
+    if reason is not None and not _needs_met(reason):
         pytest.skip(reason)
     if state["failed"] is not None:
         pytest.skip(f"an earlier block of {page} (line {state['failed']}) failed")
