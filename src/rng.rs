@@ -209,11 +209,22 @@ pub fn batch_seed(seed: u64, epoch: u64, batch: u64) -> u64 {
 
 /// `alpha` of MixUp/CutMix (`whence`: e.g. "MixUp at batch_ops[0]"): Beta(α, α) needs a finite α > 0, as
 /// torch's Beta distribution does.
+///
+/// torchvision holds α in float32, where every α ≤ 2**-150 is 0 (and refused there); here such an α would draw λ
+/// from Beta with subnormal parameters, which gives NaN images. So α must be a positive float32 too.
 pub fn check_alpha(alpha: f64, whence: &str) -> Result<f64> {
-    if alpha.is_finite() && alpha > 0.0 {
-        Ok(alpha)
-    } else {
+    if !(alpha.is_finite() && alpha > 0.0) {
         Err(TrdataError::config(ALPHA, format!("{alpha} must be finite and > 0 ({whence})")))
+    } else if alpha as f32 <= 0.0 {
+        Err(TrdataError::config(
+            ALPHA,
+            format!(
+                "{alpha:e} must be at least 2**-149 ≈ 1.4e-45, the smallest positive float32 (torchvision \
+                 holds α in float32, where it is 0) ({whence})"
+            ),
+        ))
+    } else {
+        Ok(alpha)
     }
 }
 
@@ -258,13 +269,18 @@ pub fn check_choice_weights(weights: Option<&[f64]>, ops: usize, whence: &str) -
 /// pixels (`noise`); soft labels need a class count: the op's `num_classes`, else the source's `classes`
 /// (int labels), else the width K of (N, K) float targets, which must equal a given `num_classes`. Returns the
 /// class count the soft labels get (None for an op that leaves labels alone).
-pub struct BatchInput {
+pub struct BatchInput<'a> {
     /// The loader's dtype is a float type.
     pub float_images: bool,
     /// Class count of a source with int labels (its `classes`); None when unknown.
     pub classes: Option<u64>,
     /// Shape after N of float targets (N, *S); None for int labels.
     pub target_shape: Option<Vec<u64>>,
+    /// The source's int labels as the core delivers them (empty: unknown or float targets). An op that makes
+    /// one-hot rows of width k checks them once here, as torch's `one_hot` does per call: every batch's labels are
+    /// the source's (padded rows repeat a sample), so no batch needs a check — on CUDA that would be a device
+    /// sync per batch, and `one_hot` on CUDA reports a bad class only as a device-side assert.
+    pub labels: &'a [i64],
 }
 
 /// See [`BatchInput`]; `mixes_labels`: the op makes soft labels (MixUp, CutMix); `num_classes`: the op's own.
@@ -309,7 +325,21 @@ pub fn check_batch_op_input(
         (None, None, Some(c)) => c,
         (None, None, None) => return bad("num_classes=None must be given: the source has no classes".into()),
     };
-    NUM_CLASSES.check::<u32>(i128::from(k)).map(Some)
+    let k = NUM_CLASSES.check::<u32>(i128::from(k))?;
+    if input.target_shape.is_none() {
+        let outside = |&(_, &y): &(usize, &i64)| y < 0 || y >= i64::from(k);
+        if let Some((i, &y)) = input.labels.iter().enumerate().find(outside) {
+            let more = input.labels.iter().enumerate().skip(i + 1).filter(outside).count();
+            let more = if more > 0 { format!(", and {more} more") } else { String::new() };
+            let rule = if y < 0 {
+                "class values must be non-negative".to_string()
+            } else {
+                format!("class values must be smaller than num_classes={k}")
+            };
+            return bad(format!("label {y} (sample {i}{more}) is no class index of its one-hot rows: {rule}"));
+        }
+    }
+    Ok(Some(k))
 }
 
 /// torchvision's `float(Beta(α, α).sample(()))`: a float32 value (drawn as a double, rounded to f32 as torch's
@@ -421,16 +451,19 @@ mod tests {
     #[test]
     fn batch_op_rules() {
         assert!(check_alpha(0.0, "").is_err() && check_alpha(f64::INFINITY, "").is_err());
+        // float32's zero: 2**-150 rounds to 0 (a tie, to even), the next f64 above it to 2**-149.
+        assert!(check_alpha(5e-324, "").is_err() && check_alpha(2f64.powi(-150), "").is_err());
+        assert!(check_alpha(2f64.powi(-149), "").is_ok() && check_alpha(1e-40, "").is_ok());
         assert_eq!(check_choice_weights(Some(&[1.0, 3.0]), 2, "").unwrap(), vec![0.25, 0.75]);
         assert!(check_choice_weights(Some(&[0.0, 0.0]), 2, "").is_err());
         assert!(check_choice_weights(Some(&[1.0]), 2, "").is_err());
-        let ints = BatchInput { float_images: true, classes: Some(10), target_shape: None };
+        let ints = BatchInput { float_images: true, classes: Some(10), target_shape: None, labels: &[] };
         assert_eq!(check_batch_op_input(&ints, true, false, true, None, "").unwrap(), Some(10));
         assert!(check_batch_op_input(&ints, true, false, true, Some(5), "").is_err());
         let u8s = BatchInput { float_images: false, ..ints };
         assert!(check_batch_op_input(&u8s, true, false, true, None, "").is_err());
         assert_eq!(check_batch_op_input(&u8s, false, false, true, None, "").unwrap(), Some(10));
-        let soft = BatchInput { float_images: true, classes: None, target_shape: Some(vec![4]) };
+        let soft = BatchInput { float_images: true, classes: None, target_shape: Some(vec![4]), labels: &[] };
         assert_eq!(check_batch_op_input(&soft, true, false, true, None, "").unwrap(), Some(4));
         assert!(check_batch_op_input(&soft, true, false, true, Some(3), "").is_err());
     }

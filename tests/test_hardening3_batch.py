@@ -2,7 +2,8 @@
 on real Loaders over real JPEG files:
 
 * MixUp/CutMix one-hot labels take O(N·k) memory (100,000 classes on a batch of 8), labels outside
-  ``0 ≤ y < num_classes`` are refused naming ``labels`` (torch's ``one_hot`` wording), ``num_classes`` is a
+  ``0 ≤ y < num_classes`` are refused naming ``batch_ops``, the op, the label and its sample (torch's ``one_hot``
+  wording), ``num_classes`` is a
   positive int, and an ``alpha`` that torchvision's float32 Beta cannot hold (its sampler would give NaN images) is
   refused naming ``alpha``;
 * ``close()`` (and a ``with`` block left by Ctrl-C) returns while a ``batch_transform`` never returns, warns that
@@ -112,14 +113,14 @@ def test_soft_labels_equal_torchvision_v2_one_hot_mixing(paths):
     ("bad", "words"),
     [(-1, "non-negative"), (3, "smaller than num_classes"), (10**12, "smaller than num_classes")],
 )
-def test_labels_outside_num_classes_are_refused_naming_labels(paths, op, bad, words):
+def test_labels_outside_num_classes_are_refused_naming_the_op(paths, op, bad, words):
     labels = [i % 3 for i in range(len(paths))]
     labels[11] = bad  # in the second batch: a per-batch check would let the first one through
     with pytest.raises(trdata.ConfigError, match=words) as e:
         for _ in make(paths, labels, batch_ops=[op]):
             pass
-    assert e.value.parameter == "labels", str(e.value)
-    assert str(bad) in str(e.value) and "sample 11" in str(e.value)
+    assert e.value.parameter == "batch_ops", str(e.value)
+    assert f"label {bad} (sample 11)" in str(e.value) and "batch_ops[0]" in str(e.value)
 
 
 def test_labels_beyond_the_source_classes_are_refused(paths):
@@ -127,7 +128,7 @@ def test_labels_beyond_the_source_classes_are_refused(paths):
     labels[0] = 5  # k comes from classes (3 names)
     with pytest.raises(trdata.ConfigError, match="smaller than num_classes") as e:
         list(make(paths, labels, classes=["a", "b", "c"], batch_ops=[trdata.MixUp()]))
-    assert e.value.parameter == "labels"
+    assert e.value.parameter == "batch_ops"
 
 
 @pytest.mark.parametrize("num_classes", [-1, 0, True, np.bool_(True), 2**70, -(2**70), 2.0])
@@ -140,9 +141,10 @@ def test_num_classes_must_be_a_positive_int(paths, op, num_classes):
 
 @pytest.mark.parametrize("alpha", [5e-324, 1e-320, 1e-300, 2.0**-150])
 @pytest.mark.parametrize("op", [trdata.MixUp, trdata.CutMix])
-def test_an_alpha_that_float32_cannot_hold_is_refused_as_torchvision_does(alpha, op):
+def test_an_alpha_that_float32_cannot_hold_is_refused_as_torchvision_does(paths, alpha, op):
+    # checked by the core with the op's other values, when the Loader is made (as alpha <= 0 always was)
     with pytest.raises(trdata.ConfigError, match="float32") as e:
-        op(alpha=alpha, num_classes=3)
+        make(paths, [i % 3 for i in range(len(paths))], batch_ops=[op(alpha=alpha, num_classes=3)])
     assert e.value.parameter == "alpha"
 
 

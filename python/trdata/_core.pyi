@@ -60,6 +60,7 @@ def batch_op_check(
     float_images: bool,
     classes: int | None,
     target_shape: Sequence[int] | None,
+    source: NativeSource | None = None,
 ) -> int | None: ...
 def batch_ops_check_len(len: int, views: int = 1) -> None: ...
 def batch_op_draw(

@@ -9,8 +9,7 @@ reproducible mode stays byte-identical. ``batch_transform=fn`` runs ``fn(batch, 
 prefetch thread (see ``BatchPrefetcher``).
 
 Values are checked by the core when the Loader is made (``alpha``, ``num_classes``, RandomChoice's ``p``, the
-dtype an op needs); this module translates types (and the two rules of torch's own types: an ``alpha`` float32
-holds, and the source's labels as ``one_hot`` class indices, ``_check_labels``)."""
+dtype an op needs, the source's labels as ``one_hot`` class indices: src/rng.rs); this module translates types."""
 
 from __future__ import annotations
 
@@ -44,25 +43,6 @@ def _opt_int(v: Any, name: str) -> int | None:
     return int(v)
 
 
-#: The largest alpha that float32 rounds to 0 (2**-150, a tie rounded to even): torchvision holds MixUp's and
-#: CutMix's alpha in a float32 tensor, so Beta(0, 0) refuses it; the core's f64 sampler gives NaN for the
-#: subnormal alphas below it (both Gamma logarithms are -inf). From 2**-149 up λ is 0 or 1, as Beta(α, α) → a
-#: coin flip between 0 and 1 for α → 0.
-_ALPHA_FLOAT32_ZERO = 2.0**-150
-
-
-def _alpha(v: Any) -> float:
-    """``alpha`` of MixUp/CutMix as torchvision's float32 Beta holds it (finite and > 0: the core's rule)."""
-    alpha = _real(v, "alpha")
-    if 0.0 < alpha <= _ALPHA_FLOAT32_ZERO:
-        raise ConfigError(
-            f"invalid alpha: {_shown(v)} must be at least 2**-149 ≈ 1.4e-45, the smallest positive float32 "
-            "(torchvision's Beta(α, α) holds α in float32, where it is 0)",
-            parameter="alpha",
-        )
-    return alpha
-
-
 class BatchOp:
     """Base class of the batch ops (MixUp, CutMix, RandomChoice, BatchRandomErasing): data the Loader applies
     to each batch on its device, not Python callables (use ``batch_transform=`` for your own code)."""
@@ -86,7 +66,7 @@ class MixUp(BatchOp):
     num_classes: int | None = None
 
     def _spec(self) -> tuple[Any, ...]:
-        return ("mixup", _alpha(self.alpha), _opt_int(self.num_classes, "num_classes"))
+        return ("mixup", _real(self.alpha, "alpha"), _opt_int(self.num_classes, "num_classes"))
 
 
 @dataclass(frozen=True)
@@ -100,7 +80,7 @@ class CutMix(BatchOp):
     num_classes: int | None = None
 
     def _spec(self) -> tuple[Any, ...]:
-        return ("cutmix", _alpha(self.alpha), _opt_int(self.num_classes, "num_classes"))
+        return ("cutmix", _real(self.alpha, "alpha"), _opt_int(self.num_classes, "num_classes"))
 
 
 @dataclass(frozen=True)
@@ -219,10 +199,10 @@ class BatchOpPlan:
         classes: int | None,
         target_shape: tuple[int, ...] | None,
         views: int = 1,
-        labels: Any = None,
+        source: Any = None,
     ) -> None:
-        """``labels``: the source's class indices as the core holds them (int labels; None with float
-        targets), checked against the class count of each op that makes one-hot rows of them."""
+        """``source``: the loader's native source, whose int labels the core checks against the class count of
+        each op that makes one-hot rows of them (None: float targets, nothing to check)."""
         _core.batch_ops_check_len(len(specs), views)
         self.specs = specs
         self.seed = seed
@@ -234,13 +214,10 @@ class BatchOpPlan:
                 float_images=float_images,
                 classes=classes,
                 target_shape=None if target_shape is None else list(target_shape),
+                source=source,
             )
             for i, s in enumerate(specs)
         ]
-        if labels is not None and target_shape is None:
-            for i, (s, k) in enumerate(zip(specs, self.classes)):
-                if k is not None:
-                    _check_labels(labels, k, f"{_OP_NAMES[s[0]]} at batch_ops[{i}]")
 
     def apply(self, images: Any, labels: Any, epoch: int, batch: int) -> tuple[Any, Any]:
         """Run every op on (images, labels) of global batch ``batch`` of ``epoch``; returns the new pair."""
@@ -312,34 +289,10 @@ def _roll(x: Any) -> Any:
 _OP_NAMES = {"mixup": "MixUp", "cutmix": "CutMix", "random_choice": "RandomChoice"}
 
 
-def _check_labels(labels: Any, k: int, whence: str) -> None:
-    """The source's int labels as class indices of one-hot rows of width ``k`` (torch's ``one_hot`` rule:
-    non-negative and smaller than num_classes), checked once when the Loader is made: every batch's labels are
-    the source's (padded rows repeat a sample), so no batch needs a check — on CUDA that would be a device
-    sync per batch, and ``one_hot`` on CUDA reports a bad class only as a device-side assert."""
-    y = np.asarray(labels, dtype=np.int64)
-    if y.size == 0:
-        return
-    bad = np.flatnonzero((y < 0) | (y >= k))
-    if bad.size == 0:
-        return
-    i = int(bad[0])
-    rule = (
-        "class values must be non-negative"
-        if y[i] < 0
-        else f"class values must be smaller than num_classes={k}"
-    )
-    more = f", and {bad.size - 1} more" if bad.size > 1 else ""
-    raise ConfigError(
-        f"invalid labels: {int(y[i])} (sample {i}{more}) is no class index of the one-hot rows of {whence}: {rule}",
-        parameter="labels",
-    )
-
-
 def _soft(y: Any, lam: float, k: int | None) -> Any:
     """torchvision's ``_mixup_label``: one-hot (N, k) float32 of int labels (float (N, K) targets as they are),
     then ``y.roll(1, 0) * (1 - lam) + y * lam``. O(N·k) memory (k up to 2**20 classes); the labels were checked
-    against k when the Loader was made (``_check_labels``)."""
+    against k by the core when the Loader was made (``rng::check_batch_op_input``)."""
     if k is None:
         return y
     if _is_torch(y):

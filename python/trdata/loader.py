@@ -862,7 +862,7 @@ class Loader:
                 target_shape=None if self._targets is None else tuple(self._targets.shape[1:]),
                 views=len(self.view_shapes or ()),
                 # the labels the core delivers (not source.labels, which its owner may have changed since)
-                labels=None if self._targets is not None else native_source.labels,
+                source=None if self._targets is not None else native_source,
             )
             if specs
             else None

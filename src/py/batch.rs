@@ -4,6 +4,7 @@
 //! the drawn values to the batch on its device (numpy or torch); no pixel passes through here.
 
 use super::errors::{IntoPyResult, to_py};
+use super::source::NativeSource;
 use crate::augment::ops::{Drawn, EraseValue, OpSpec};
 use crate::error::TrdataError;
 use crate::rng::{self, BatchInput, SampleRng};
@@ -124,16 +125,18 @@ impl BatchOp {
 /// dtype; `classes`: the source's class count with int labels; `target_shape`: S of float targets (N, *S)).
 /// Returns the class count of the soft labels it makes (None when it leaves labels alone).
 #[pyfunction]
-#[pyo3(signature = (spec, position, *, float_images, classes, target_shape))]
+#[pyo3(signature = (spec, position, *, float_images, classes, target_shape, source = None))]
 fn batch_op_check(
     spec: &Bound<'_, PyTuple>,
     position: usize,
     float_images: bool,
     classes: Option<u64>,
     target_shape: Option<Vec<u64>>,
+    source: Option<PyRef<'_, NativeSource>>,
 ) -> PyResult<Option<u32>> {
     let op = BatchOp::parse(spec)?;
-    let input = BatchInput { float_images, classes, target_shape };
+    let labels = source.as_ref().map_or(&[][..], |s| &s.dataset.labels[..]);
+    let input = BatchInput { float_images, classes, target_shape, labels };
     op.check(&input, &format!("{} at batch_ops[{position}]", op.name())).py_err()
 }
 
