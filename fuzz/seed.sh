@@ -4,7 +4,7 @@
 set -eu
 cd "$(dirname "$0")"
 src="${TRDATA_TEST_DATA:-../../shared/data}/edge-cases"
-for t in jpeg_header jpeg_decode png_decode jpeg_markers other_decode exif_orientation packed_open gpu_eligible; do mkdir -p "corpus/$t"; done
+for t in jpeg_header jpeg_decode png_decode jpeg_markers other_decode exif_orientation packed_open gpu_eligible pack_destination; do mkdir -p "corpus/$t"; done
 for f in "$src"/*; do
     n=$(basename "$f")
     [ "$(wc -c < "$f")" -le 600000 ] || continue   # skip the multi-MB photos: slow seeds, nothing new
