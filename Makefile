@@ -45,13 +45,13 @@ build: ## Rebuild the extension into .venv (maturin develop --release) after cod
 bench: setup ## Setup, then `trdata bench` (BENCH_ARGS=... to pass options)
 	$(VENV)/bin/trdata bench $(BENCH_ARGS)
 
-bench-peers: ## Setup with torch/torchvision/DALI (~5.6 GB), then benches/peers.py (`trdata bench` + the peers)
+bench-peers: ## Setup with torch/torchvision/DALI (~5.6 GB), then benches/peers/peers.py (`trdata bench` + the peers)
 	FEATURES="$(FEATURES)" scripts/setup.sh --peers
-	$(VENV)/bin/python benches/peers.py $(BENCH_ARGS)
+	$(VENV)/bin/python benches/peers/peers.py $(BENCH_ARGS)
 
-bench-throughput: ## Setup with the peers, then benches/throughput.py on ../shared/data/imagenet-sample (JSON in bench-results/)
+bench-throughput: ## Setup with the peers, then benches/peers/throughput.py on ../shared/data/imagenet-sample (JSON in bench-results/)
 	FEATURES="$(FEATURES)" scripts/setup.sh --peers
-	$(VENV)/bin/python benches/throughput.py --rounds 3 $(BENCH_ARGS)
+	$(VENV)/bin/python benches/peers/throughput.py --rounds 3 $(BENCH_ARGS)
 
 test: ## Setup with the references the tests compare against (torch, torchvision, timm, webdataset; REFS=0 skips them), then cargo test, loom and pytest
 	FEATURES="$(FEATURES)" scripts/setup.sh $(if $(filter 0,$(REFS)),,--refs)

@@ -1,4 +1,4 @@
-"""benches/watch.py, the hang watcher of the GPU runs (docs/gpu_decode.md §20), on real processes: the command's own
+"""benches/tools/watch.py, the hang watcher of the GPU runs (docs/gpu_decode.md §20), on real processes: the command's own
 exit status comes back, and a command still running at the limit is dumped (every thread's state and system call)
 and killed."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-WATCH = Path(__file__).resolve().parents[1] / "benches" / "watch.py"
+WATCH = Path(__file__).resolve().parents[1] / "benches" / "tools" / "watch.py"
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
 

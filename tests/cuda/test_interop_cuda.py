@@ -2,7 +2,7 @@
 device="cuda")` while trdata trains, or after a trdata loader is closed. Both load the same libnvjpeg when trdata
 finds torchvision's copy, and both use the GPU's JPEG engines.
 
-Why this test exists: on the H200 `benches/gpu_feed.py` hung in `rn50/tv-gpu` — torchvision's GPU decode
+Why this test exists: on the H200 `benches/gpu/gpu_feed.py` hung in `rn50/tv-gpu` — torchvision's GPU decode
 and per-image GPU crop — after trdata GPU-decode loaders had been closed in the same process, in 4 of 7 runs; with
 trdata's decoders kept for the process it did not, in 2 of 2 (docs/gpu_decode.md §19–20; weak evidence so far).
 Each stage runs in a fresh interpreter under a deadline, so a hang fails the test with the stage it hung
