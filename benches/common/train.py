@@ -143,7 +143,7 @@ class TrdataFeed:
         recipe="rn50",
         **loader_kw,
     ):
-        """``loader_kw``: further trdata.Loader keyword arguments (e.g. ``decode="auto"``, benches/gpu_feed.py)."""
+        """``loader_kw``: further trdata.Loader keyword arguments (e.g. ``decode="auto"``, benches/gpu/gpu_feed.py)."""
         self.name = "trdata" if dtype == "bfloat16" else f"trdata-{'u8' if dtype == 'uint8' else dtype}"
         self.dtype = dtype
         self.layout = layout

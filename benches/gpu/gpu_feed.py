@@ -233,7 +233,7 @@ def to_model_input(x):
 
 
 class DLFeed(DataLoaderFeed):
-    """rn50_train's DataLoader feed; the f32 batch becomes bf16 channels_last in one GPU pass."""
+    """common.train's DataLoader feed; the f32 batch becomes bf16 channels_last in one GPU pass."""
 
     def prepare(self, x):
         return to_model_input(x)
@@ -546,7 +546,7 @@ class _CpuFeed:
 
 
 def dry_mini_run(steps: int, data: str | None) -> list[dict]:
-    """rn50_train's timing loop + Metered + the report on the CPU (torch.cuda.synchronize is a no-op here): a tiny
+    """common.train's timing loop + Metered + the report on the CPU (torch.cuda.synchronize is a no-op here): a tiny
     conv net fed by pre-made batches and by a 2-process DataLoader, so the table's numbers are real ones."""
     torch.cuda.synchronize = lambda *a, **k: None  # dry only: no device to wait for
     warnings.filterwarnings("ignore", message=".*CUDA is not available")  # autocast('cuda') on a CPU box

@@ -1,6 +1,6 @@
 """How fast nvJPEG's hardware backend decodes while a model trains on the same GPU, per output format.
 
-    python benches/nvjpeg_under_load.py --data DIR [--batch 64] [--seconds 3] [--model resnet50]
+    python benches/gpu/nvjpeg_under_load.py --data DIR [--batch 64] [--seconds 3] [--model resnet50]
 
 Why (docs/gpu_decode.md §17): trdata's GPU decode path makes ~14.5k img/s into cuda:0 on its own but only
 ~4.3k while ResNet-50 trains (~9k under ResNet-18), with the decode threads mostly waiting in nvJPEG's own

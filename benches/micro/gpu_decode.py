@@ -4,7 +4,7 @@ nvJPEG's CUDA backend decode the ImageNet sample through trdata's batch decoder 
 region a RandomResizedCrop typically needs), next to torchvision's batched ``decode_jpeg(device='cuda')`` and
 trdata's CPU decode ceiling on every core, same files, one run.
 
-    PYTHONPATH=<wheel dir> python3 benches/gpu_decode.py --data devcarry/data [--batch 128] [--rounds 5]
+    PYTHONPATH=<wheel dir> python3 benches/micro/gpu_decode.py --data devcarry/data [--batch 128] [--rounds 5]
 
 Reports img/s (decode only, into device memory; no resize). Reported, never asserted.
 """

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # On the GPU machine (device tool): install a NEW and an OLD trdata wheel side by side, run the whole test suite
-# against NEW (installed, CUDA), then the loader-only GPU bench (benches/gpu_loader.py) alternating OLD/NEW on the
+# against NEW (installed, CUDA), then the loader-only GPU bench (benches/gpu/gpu_loader.py) alternating OLD/NEW on the
 # built-in synthetic dataset. JSON lines land in $OUT/gpu_loader_{old,new}.jsonl.
 #
 # Usage (from the repo root, wheels in a carried, git-ignored folder):
-#   benches/device_ab.sh devcarry/new/trdata-….whl devcarry/old/trdata-….whl [ROUNDS]
+#   benches/tools/device_ab.sh devcarry/new/trdata-….whl devcarry/old/trdata-….whl [ROUNDS]
 #   (each wheel keeps its real file name, so the two live in separate folders)
 set -u
 new=$1 old=$2 rounds=${3:-5} py=python3
@@ -17,7 +17,7 @@ mkdir -p "${OUT:-bench-results}"
 for round in $(seq 1 "$rounds"); do
   for which in old new; do
     echo "== gpu_loader $which round $round"
-    PYTHONPATH=/tmp/$which timeout 120 $py benches/gpu_loader.py "$data" --steps 100 --dtype bfloat16 2>&1 \
+    PYTHONPATH=/tmp/$which timeout 120 $py benches/gpu/gpu_loader.py "$data" --steps 100 --dtype bfloat16 2>&1 \
       | tee -a "${OUT:-bench-results}/gpu_loader_$which.jsonl" | tail -2
   done
 done

@@ -2,7 +2,7 @@
 GPU's utilization; on the hang signature or at the time limit, the JPEG engines' utilization and every thread's
 kernel stack and system call (with the library the user-space PC is in), then the command is killed.
 
-    python benches/watch.py [--limit 170] [--every 5] [--stall 3] [--gpu 0] -- python3 benches/gpu_feed.py ...
+    python benches/tools/watch.py [--limit 170] [--every 5] [--stall 3] [--gpu 0] -- python3 benches/gpu/gpu_feed.py ...
 
 The hang signature (docs/gpu_decode.md §20) is `--stall` samples in a row with the GPU 100 % busy and its memory
 controller 0 % busy: GPU work that never completes while a host thread spins in the driver behind it. Needs Linux
