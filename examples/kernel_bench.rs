@@ -1,6 +1,6 @@
 //! Micro-benchmark of the pixel-stage kernels alone (no decode, no loader): each op's `sample` + `apply` on a
 //! fixed uint8 HWC image, the way a worker runs them, µs per image (median of rounds, each round the mean of
-//! many samples so the per-sample draws vary as in training). benches/ops.py measures the same ops end to end
+//! many samples so the per-sample draws vary as in training). benches/micro/ops.py measures the same ops end to end
 //! through the Loader; this is the fast inner loop for optimising one kernel.
 //!
 //!     cargo run --release --example kernel_bench -- [--size 224] [--rgb raw.rgb H W] [--only name,…]

@@ -18,7 +18,7 @@ Checkpoints: ``DIR/rank{r}.step{S}.pt`` = {model, optimizer, loader (trdata ``st
 written atomically every ``--save-every`` steps; each rank keeps its last two, and ``--resume`` continues from the
 newest step that *every* rank has on disk (a kill can land between two ranks' writes of the same step).
 
-Throughput (``--rate``, what ``benches/node_ddp.py`` runs on a node): no per-step lines; the steps after
+Throughput (``--rate``, what ``benches/gpu/node_ddp.py`` runs on a node): no per-step lines; the steps after
 ``--warmup`` are timed and rank 0 prints one ``RATE {json}`` line with every rank's img/s. ``--feed synthetic``
 trains on one batch made on the GPU (the ceiling), ``--feed dataloader`` on torch's DataLoader (torchvision
 ImageFolder + v2 RandomResizedCrop/flip/normalize, DistributedSampler, ``--dl-workers`` processes per rank,
@@ -26,7 +26,7 @@ pin_memory). ``--bf16``: bf16 autocast, channels_last, trdata batches in bf16 NH
 prints, for every rank, where its GPU, its workers' CPUs and its pinned staging memory (``/proc/self/numa_maps``)
 are.
 ``--repeat K``: an epoch is the folder's file list K times over, so a small sample still makes epochs of many
-batches (as ``benches/rn50_train.py --repeat``) instead of restarting the pipeline every batch or two.
+batches (as ``benches/gpu/rn50_train.py --repeat``) instead of restarting the pipeline every batch or two.
 """
 
 from __future__ import annotations

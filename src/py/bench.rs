@@ -1,4 +1,4 @@
-//! py/bench — benchmark helpers of `trdata._core` (used by `trdata bench` and `benches/throughput.py`):
+//! py/bench — benchmark helpers of `trdata._core` (used by `trdata bench` and `benches/peers/throughput.py`):
 //!
 //! - `generate_synthetic_dataset(root, count, seed, *, threads=None, progress=None) -> dict`: the built-in
 //!   default dataset (photo-like JPEGs painted and encoded by `synthetic`, published atomically);
