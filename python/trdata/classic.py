@@ -35,7 +35,7 @@ import pickletools
 import stat
 import struct
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
@@ -837,7 +837,8 @@ class _RestrictedUnpickler(pickle._Unpickler):
       arrays and dtypes this load made, each once, and only a plain dtype's state; otherwise a file could set
       attributes of the stand-ins for the rest of the process, or give a dtype fields and subarrays that make
       numpy read outside an array;
-    * INST, OBJ, NEWOBJ(_EX), EXT1/2/4, persistent ids and out-of-band buffers are refused;
+    * INST, OBJ, NEWOBJ(_EX), EXT1/2/4, sets, persistent ids and out-of-band buffers are refused;
+    * items are set only on dicts, with str or bytes keys (colliding int keys made loading quadratic);
     * the bytes built (bytes literals, array buffers) are bounded by ``_PICKLE_BUILD_FACTOR`` x the file's size.
 
     It is slower than the C unpickler only per opcode, and a CIFAR file is a few large strings plus a few opcodes
@@ -917,8 +918,43 @@ class _RestrictedUnpickler(pickle._Unpickler):
             )
         self._settled[id(inst)] = inst
 
+    def _check_keys(self, target: object, keys: Iterable[object]) -> None:
+        # Ints, floats and tuples of them hash the same in every process (no PYTHONHASHSEED), so a file of
+        # n keys that all share one hash (k * (2**61 - 1)) makes filling the dict O(n^2): 20,000 such keys
+        # (260 KB) took 2.6 s, a 10 MB file over an hour. str and bytes hashes are salted per process, and a
+        # CIFAR dict's keys are always names ('data', 'labels', ...).
+        if type(target) is not dict:
+            raise _Refused(
+                "forbidden-opcode",
+                f"SETITEM on a {type(target).__name__}; a CIFAR file sets items only of its dicts",
+            )
+        for k in keys:
+            if type(k) not in (str, bytes):
+                raise _Refused(
+                    "bad-data", f"a dict key of type {type(k).__name__}; a CIFAR file's keys are str or bytes"
+                )
+
+    def _load_setitem(self) -> None:
+        stack = self.stack  # type: ignore[attr-defined]
+        self._check_keys(stack[-3] if len(stack) >= 3 else None, stack[-2:-1])
+        super().load_setitem()  # type: ignore[misc]
+
+    def _load_setitems(self) -> None:
+        # after MARK, self.stack holds only the key/value pairs; the dict is on top of the saved stack below
+        items = self.stack  # type: ignore[attr-defined]
+        below = self.metastack[-1] if self.metastack else []  # type: ignore[attr-defined]
+        self._check_keys(below[-1] if below else None, items[0::2])
+        super().load_setitems()  # type: ignore[misc]
+
+    def _load_dict(self) -> None:
+        self._check_keys({}, self.stack[0::2])  # type: ignore[attr-defined]
+        super().load_dict()  # type: ignore[misc]
+
     dispatch[pickle.REDUCE[0]] = _load_reduce
     dispatch[pickle.BUILD[0]] = _load_build
+    dispatch[pickle.SETITEM[0]] = _load_setitem
+    dispatch[pickle.SETITEMS[0]] = _load_setitems
+    dispatch[pickle.DICT[0]] = _load_dict
 
 
 def _refuse_opcode(name: str) -> Callable[[Any], None]:
@@ -940,6 +976,10 @@ for _name in (
     "BINPERSID",
     "NEXT_BUFFER",
     "READONLY_BUFFER",
+    # sets: no CIFAR file has one, and a set of colliding ints fills in O(n^2) (see _check_keys)
+    "EMPTY_SET",
+    "ADDITEMS",
+    "FROZENSET",
 ):
     _RestrictedUnpickler.dispatch[getattr(pickle, _name)[0]] = _refuse_opcode(_name)
 del _name
