@@ -141,6 +141,10 @@ fmt: ## cargo fmt + ruff format
 	cargo fmt
 	$(VENV)/bin/ruff format python tests benches
 
+.PHONY: docs
+docs: deps ## The documentation site into site/ (mkdocs-material; mkdocs build --strict)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -d site
+
 info: ## `trdata info`: CPUs, NUMA, JPEG SIMD, CUDA, binding as this build sees them
 	$(PY) -c 'from trdata._info import format_info; print(format_info())'
 

@@ -83,6 +83,7 @@ _LAST_LINE: dict[str, int] = {}
 for _p in PYTHON_BLOCKS:
     _LAST_LINE[_p.values[0]] = max(_LAST_LINE.get(_p.values[0], 0), _p.values[1])
 
+
 def _needs_met(reason: str) -> bool:
     """Whether a ``needs …`` skip reason is met here (then the block runs); any other reason never is."""
     m = re.match(r"needs\s+([A-Za-z_][\w.]*)", reason)
@@ -219,6 +220,7 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
             str(tmp_path),
         ],
         cwd=REPO,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
         capture_output=True,
         text=True,
         timeout=300,
