@@ -4,6 +4,9 @@ WebDataset index cache and the batch ops — each on real files, threads or subp
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -82,3 +85,53 @@ def test_cifar_dicts_with_str_and_bytes_keys_still_load(tmp_path: Path) -> None:
     got = classic.read_cifar(tmp_path, train=True)
     assert got.images.shape == (20, 32, 32, 3)
     assert list(got.targets[:4]) == [0, 1, 2, 1]
+
+
+# ---- pack: Ctrl-C, cancels and long destination names ------------------------------------------------------------
+
+
+def test_ctrl_c_during_a_pack_leaves_the_previous_file_and_no_temporary(tmp_path: Path) -> None:
+    """A real SIGINT to a process packing (sent from inside its progress callback, so at a known point): the
+    pack raises KeyboardInterrupt, dst keeps its previous contents and no ``<dst>.tmp.*`` is left."""
+    dst = tmp_path / "out.trdpack"
+    dst.write_bytes(b"the previous file")
+    code = textwrap.dedent(
+        f"""
+        import os, signal, numpy as np, trdata
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        rng = np.random.default_rng(0)
+        src = trdata.Bytes([rng.bytes(20_000) for _ in range(2000)], list(range(2000)))
+        sent = []
+        def progress(done, total):
+            if done >= 64 and not sent:
+                sent.append(done)
+                os.kill(os.getpid(), signal.SIGINT)
+        from trdata import _core
+        try:
+            _core.pack(src._native_source(), {str(dst)!r}, None, None, None, 2, [], progress, None)
+            print("finished")
+        except KeyboardInterrupt:
+            print("interrupted", sent)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("interrupted"), out.stdout
+    assert dst.read_bytes() == b"the previous file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.trdpack"]
+
+
+@pytest.mark.parametrize("name_bytes", [224, 230, 255])
+def test_pack_to_a_destination_name_near_name_max(tmp_path: Path, name_bytes: int) -> None:
+    """A 230-byte file name is valid (NAME_MAX 255), but ``<dst>.tmp.<pid>.<16 hex>`` passed NAME_MAX: the pack
+    failed with "cannot create the temporary file beside it: File name too long". Now the temporary's name is
+    cut to fit and the pack is written."""
+    src = trdata.Bytes([bytes([i]) * 300 for i in range(4)], [0, 1, 2, 3])
+    dst = tmp_path / ("p" * (name_bytes - 8) + ".trdpack")
+    got = trdata.pack(src, dst, progress=False, workers=2)
+    assert got["records"] == 4
+    assert len(trdata.Packed(dst)) == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == [dst.name]
+    with pytest.raises(trdata.ConfigError) as e:  # over NAME_MAX: refused before any work, naming path
+        trdata.pack(src, tmp_path / ("p" * 256), progress=False)
+    assert e.value.parameter == "path"

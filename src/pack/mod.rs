@@ -30,7 +30,8 @@
 //! rename would replace it (`trdata pack SRC /dev/null` as root would replace the system's `/dev/null`). Class
 //! names must be distinct and every label one of them (`source::packed::check_classes`, also checked on open).
 //!
-//! **Atomic.** Everything is written to a temporary sibling `<dst>.tmp.<pid>.<random>`, created with `O_EXCL`
+//! **Atomic.** Everything is written to a temporary sibling `<dst>.tmp.<pid>.<random>` (dst's name cut to fit
+//! NAME_MAX), created with `O_EXCL`
 //! (two packs to one dst — threads of a process, or processes sharing a PID in different PID namespaces — never
 //! share one) and `flock`ed for the writer's lifetime; the header (with the magic) last, then fsync, `rename(2)`
 //! onto dst — only if the temporary path still names this writer's file — and fsync of the directory. Two packs
@@ -501,10 +502,30 @@ fn random_u64() -> u64 {
     h.finish()
 }
 
-/// `<dst>.tmp.<pid>.<random, 16 hex digits>`, in dst's directory.
+/// The longest file name most Linux file systems take (`NAME_MAX`).
+const NAME_MAX_BYTES: usize = 255;
+/// The longest suffix [`temp_path`] adds: `.tmp.` + a u32 PID (10 digits) + `.` + 16 hex digits.
+const TEMP_SUFFIX_MAX_BYTES: usize = 5 + 10 + 1 + 16;
+
+/// The part of dst's file name a temporary name starts with, followed by `.tmp.`: the whole name, or its first
+/// `NAME_MAX_BYTES - TEMP_SUFFIX_MAX_BYTES` bytes when the name is longer (a 230-byte dst name is a valid file,
+/// but `<dst>.tmp.<pid>.<random>` would pass NAME_MAX and its create fail with ENAMETOOLONG). The same stem for
+/// every writer and cleaner of one dst; a dead writer's temporary of another long dst sharing the stem may be
+/// cleaned too, which is harmless (it is stale garbage either way).
+fn temp_prefix(dst: &Path) -> OsString {
+    use std::os::unix::ffi::OsStrExt;
+    let name = dst.file_name().map(|n| n.as_bytes()).unwrap_or_default();
+    let stem = &name[..name.len().min(NAME_MAX_BYTES - TEMP_SUFFIX_MAX_BYTES)];
+    let mut prefix = std::ffi::OsStr::from_bytes(stem).to_os_string();
+    prefix.push(".tmp.");
+    prefix
+}
+
+/// `<dst>.tmp.<pid>.<random, 16 hex digits>` (dst's name cut to fit NAME_MAX: [`temp_prefix`]), in dst's
+/// directory.
 fn temp_path(dst: &Path, pid: u32, random: u64) -> PathBuf {
-    let mut name = dst.file_name().map(OsString::from).unwrap_or_default();
-    name.push(format!(".tmp.{pid}.{random:016x}"));
+    let mut name = temp_prefix(dst);
+    name.push(format!("{pid}.{random:016x}"));
     dst.with_file_name(name)
 }
 
@@ -513,11 +534,9 @@ fn temp_path(dst: &Path, pid: u32, random: u64) -> PathBuf {
 /// namespace it runs in) and it is older than [`STALE_AFTER`]. Anything else — a live writer's file, a young
 /// file, a file system without locks, a symlink or another kind of file — is left alone.
 fn remove_stale_temps(dst: &Path) {
-    let (Some(dir), Some(name)) = (dst.parent(), dst.file_name()) else { return };
+    let (Some(dir), Some(_)) = (dst.parent(), dst.file_name()) else { return };
     let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
-    let mut prefix = name.to_os_string();
-    prefix.push(".tmp.");
-    let prefix = prefix.into_encoded_bytes();
+    let prefix = temp_prefix(dst).into_encoded_bytes();
     let Ok(entries) = fs::read_dir(dir) else { return };
     for e in entries.flatten() {
         if e.file_name().as_encoded_bytes().starts_with(&prefix) {
@@ -701,8 +720,9 @@ fn producer_loop(pipe: &Pipeline, ds: &Dataset, cfg: &PackConfig, n: usize) {
     }
 }
 
-/// Write `ds` into the packed file `dst` (module docs). `progress(done)` is called as records are written;
-/// returning false cancels (no file is left). Returns what was done.
+/// Write `ds` into the packed file `dst` (module docs). `progress(done)` is called as records are written and
+/// once more just before the finished file is published; returning false cancels (no file is left). Returns
+/// what was done.
 pub fn pack(
     ds: &Dataset,
     dst: &Path,
@@ -751,6 +771,11 @@ pub(crate) fn pack_with_budget(
     let file = out.into_inner().map_err(|e| write_fail(e.into_error()))?;
     file.sync_all().map_err(write_fail)?;
     drop(file);
+    // A cancel that came after the last record (Ctrl-C while the index was written or the file synced, which
+    // can take long for a large pack) is honoured: nothing is published, the temporary is removed.
+    if !progress(n as u64) {
+        return Err(cancel_error(dst));
+    }
     tmp.publish(dst)?;
     // The rename is durable once the directory is synced (best effort: some file systems refuse).
     if let Some(dir) = dst.parent().filter(|d| !d.as_os_str().is_empty()) {

@@ -571,3 +571,64 @@ fn class_names_repeat_or_labels_outside_them_are_refused_by_writer_and_reader() 
         assert!(e.contains("forged.trdpack") && e.contains(want), "{e}");
     }
 }
+
+#[test]
+fn a_cancel_after_the_last_record_is_honoured_up_to_publication() {
+    // Before: `progress` was last consulted when the last record was written; a cancel (Ctrl-C) that came while
+    // the index was written or the file synced (seconds for a large pack) was ignored and the file published,
+    // replacing a good one, while Python raised KeyboardInterrupt. Here the cancel arrives right after the last
+    // record's progress call, as the Python thread's flag would.
+    let root = crate::test_data::fresh_dir("pack-late-cancel");
+    let ds = blobs(130, 200, 3);
+    let dst = root.join("d.trdpack");
+    fs::write(&dst, b"the previous file").unwrap();
+    let calls = Mutex::new(Vec::new());
+    let e = pack(&ds, &dst, &cfg(3, 8192, &[]), &|done| {
+        let mut c = calls.lock().unwrap();
+        c.push(done);
+        c.iter().filter(|&&d| d == 130).count() < 2
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("cancelled"), "{e}");
+    assert_eq!(fs::read(&dst).unwrap(), b"the previous file", "a cancelled pack replaced dst");
+    let left: Vec<_> = fs::read_dir(&root).unwrap().flatten().filter(|e| e.file_name() != "d.trdpack").collect();
+    assert!(left.is_empty(), "temporaries left: {left:?}");
+    // Cancelling at every progress point leaves dst as it was and no temporary.
+    let points = calls.lock().unwrap().len();
+    for k in 0..points {
+        let seen = AtomicUsize::new(0);
+        let r = pack(&ds, &dst, &cfg(2, 8192, &[]), &|_| seen.fetch_add(1, Ordering::Relaxed) < k);
+        assert!(r.is_err(), "cancel at point {k} ignored");
+        assert_eq!(fs::read(&dst).unwrap(), b"the previous file");
+        assert_eq!(fs::read_dir(&root).unwrap().count(), 1, "point {k}: a temporary was left");
+    }
+    pack(&ds, &dst, &cfg(2, 8192, &[]), &never_cancel).unwrap();
+    assert_eq!(PackedIndex::open(&dst).unwrap().rows.len(), 130);
+}
+
+#[test]
+fn a_destination_name_near_name_max_packs() {
+    // Before: `<dst>.tmp.<pid>.<16 hex>` added up to 32 bytes to dst's name, so a valid 230-byte name (NAME_MAX
+    // is 255) failed with "cannot create the temporary file beside it: File name too long".
+    let root = crate::test_data::fresh_dir("pack-long-name");
+    let ds = blobs(5, 100, 4);
+    for len in [200usize, 223, 224, 230, 255] {
+        let dst = root.join("n".repeat(len - 8) + ".trdpack");
+        let s = pack(&ds, &dst, &cfg(2, 8192, &[]), &never_cancel).unwrap_or_else(|e| panic!("{len}: {e}"));
+        assert_eq!(s.records, 5);
+        assert_eq!(PackedIndex::open(&dst).unwrap().rows.len(), 5);
+        // Its stale temporaries are still found by the next pack to it.
+        let stale = temp_path(&dst, u32::MAX, 5);
+        assert!(stale.file_name().unwrap().len() <= NAME_MAX_BYTES);
+        fs::write(&stale, b"x").unwrap();
+        age(&stale);
+        pack(&ds, &dst, &cfg(1, 8192, &[]), &never_cancel).unwrap();
+        assert!(!stale.exists(), "{len}: a stale temporary was kept");
+    }
+    let left: Vec<_> =
+        fs::read_dir(&root).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().contains(".tmp.")).collect();
+    assert!(left.is_empty(), "{left:?}");
+    // A name longer than NAME_MAX is refused before any work, naming `path`.
+    let e = pack(&ds, &root.join("n".repeat(256)), &cfg(1, 8192, &[]), &never_cancel).unwrap_err();
+    assert!(e.to_string().contains("path"), "{e}");
+}
