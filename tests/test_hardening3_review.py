@@ -4,6 +4,8 @@ WebDataset index cache and the batch ops — each on real files, threads or subp
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -135,3 +137,55 @@ def test_pack_to_a_destination_name_near_name_max(tmp_path: Path, name_bytes: in
     with pytest.raises(trdata.ConfigError) as e:  # over NAME_MAX: refused before any work, naming path
         trdata.pack(src, tmp_path / ("p" * 256), progress=False)
     assert e.value.parameter == "path"
+
+
+# ---- WebDataset: the index cache where the default key place is read-only ----------------------------------------
+
+
+def _shard(path: Path, n: int) -> None:
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w") as tar:
+        for i in range(n):
+            for ext, data in (
+                ("jpg", b"\xff\xd8not decoded when indexing" + bytes([i])),
+                ("cls", str(i % 3).encode()),
+            ):
+                info = tarfile.TarInfo(f"{i:04d}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+
+
+def test_an_explicit_cache_dir_is_used_when_the_default_key_place_is_read_only(tmp_path: Path) -> None:
+    """The signing key lives in ``$XDG_CACHE_HOME/trdata/index-key``; with that place unwritable (a read-only
+    home in a container or batch job; here a folder under /proc, which not even root can create) and an explicit,
+    writable ``cache_dir``, no index file was ever written: every open re-read every shard's tar headers, without
+    a word. Now the key is kept in ``cache_dir`` (mode 0600) and a second open is served by the cache."""
+    shard = tmp_path / "a.tar"
+    _shard(shard, 5)
+    cache = tmp_path / "cache"
+    code = textwrap.dedent(
+        f"""
+        import json, os, stat, trdata
+        from trdata import shards
+        first = trdata.WebDataset({str(shard)!r}, cache_dir={str(cache)!r})
+        names = sorted(os.listdir({str(cache)!r}))
+        modes = {{n: stat.S_IMODE(os.stat(os.path.join({str(cache)!r}, n)).st_mode) for n in names}}
+        def no_scan(*a, **k):
+            raise AssertionError("re-indexed: the cache was not used")
+        shards.WebDataset._scan = no_scan
+        second = trdata.WebDataset({str(shard)!r}, cache_dir={str(cache)!r})
+        print(json.dumps({{"names": names, "modes": modes, "labels": [first.labels, second.labels],
+                          "keys": [first.keys, second.keys]}}))
+        """
+    )
+    env = dict(os.environ, XDG_CACHE_HOME="/proc/self/no-such-folder")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert any(n.endswith(".json") for n in got["names"]), got
+    key = [n for n in got["names"] if n.startswith(".index-key")]
+    assert len(key) == 1 and got["modes"][key[0]] == 0o600, got
+    assert got["labels"][0] == got["labels"][1] == [0, 1, 2, 0, 1]
+    assert got["keys"][0] == got["keys"][1]

@@ -24,7 +24,8 @@ the byte spans the workers read (every identity field is computable from ``stat`
   is not written;
 - it carries an HMAC-SHA256 of its index (``mac`` beside ``ident`` and ``samples``) under a per-user key
   (``INDEX_KEY_BYTES`` random bytes in ``$XDG_CACHE_HOME/trdata/index-key``, mode 0600, made on first use; used
-  only when it is a regular file of this user that nobody else can read). A forged or altered file (other
+  only when it is a regular file of this user that nobody else can read; where that place cannot be written, in
+  ``cache_dir`` as ``.index-key-<uid>``). A forged or altered file (other
   labels, moved spans) does not verify. Checking each cached span against the tar header in front of it instead
   would cost one random read per sample (two with the target), about what indexing the tar again costs on a
   network file system, and still would not cover forged labels; the MAC costs one hash of the small file and
@@ -258,7 +259,7 @@ class WebDataset(Source):
         self.image_key, self.target_key = image_key, target_key
         self.cache_dir = _cache_dir(cache_dir)
         # read (or made) once per source: every shard's index file is checked against it
-        self._key = None if self.cache_dir is None else _index_key()
+        self._key = None if self.cache_dir is None else _index_key(self.cache_dir)
         file_index: list[int] = []
         offsets: list[int] = []
         sizes: list[int] = []
@@ -451,10 +452,21 @@ def _load_index_key(path: str) -> bytes | None:
     return key
 
 
-def _index_key() -> bytes | None:
+def _index_key(cache_dir: str | None = None) -> bytes | None:
     """This user's index-signing key, made on first use (random, mode 0600, published atomically); None when it
-    can be neither read nor made (then there is no cache)."""
-    path = _index_key_path()
+    can be neither read nor made (then there is no cache). Where the default place cannot be used (a read-only
+    home, common in containers and batch jobs) and ``cache_dir`` is given, the key lives in ``cache_dir`` as
+    ``.index-key-<uid>``: the index files the user asked to keep there were otherwise never written. It is as
+    safe there: only a regular file of this user that nobody else can read is used as a key, so whoever else
+    can write that folder can delete it (the indexes are rebuilt) but not plant one."""
+    key = _index_key_at(_index_key_path())
+    if key is None and cache_dir is not None:
+        key = _index_key_at(os.path.join(cache_dir, f".index-key-{os.geteuid()}"))
+    return key
+
+
+def _index_key_at(path: str) -> bytes | None:
+    """The key at `path`, made there if absent or unusable; None when it can be neither read nor made."""
     key = _load_index_key(path)
     if key is not None:
         return key
