@@ -4,8 +4,10 @@
 //! source/) decide what is valid, and every error is worded `invalid <param>: <value> must be …`
 //! (`scripts/validation_sites.py` checks that each parameter has exactly one such site).
 
+use crate::augment::program::sized_by_source;
 use crate::augment::views::SampleViews;
 pub use crate::augment::{Channels, DTYPE, LAYOUT};
+use crate::augment::{OutputSpec, TransformSpec};
 use crate::decode::DecodeLimits;
 use crate::error::{Result, TrdataError};
 use crate::param::bound;
@@ -13,6 +15,8 @@ pub use crate::param::{Choice, IntParam};
 pub use crate::plan::claim::WORKERS;
 use crate::plan::claim::check_workers_per_engine;
 use crate::plan::{LastBatch, PlanShape};
+use crate::source::packed::{RecordFormat, RecordMeta};
+use crate::source::{Dataset, Store};
 use crate::staging::BatchLayout;
 use crate::topology::PinMode;
 use crate::worker::ErrorPolicy;
@@ -188,6 +192,44 @@ pub mod default {
         };
         w.max(engines)
     }
+}
+
+/// (height, width) of every image of `ds` when the source itself says they share one size, without reading a
+/// sample: raw pixel stores (`trdata.Arrays`, MNIST, CIFAR) and packed files whose index lists raw records of one
+/// known size only. `None` for encoded images, whose sizes are their own.
+pub fn uniform_image_size(ds: &Dataset) -> Option<(u32, u32)> {
+    match &ds.store {
+        Store::Pixels(a) => Some((a.height, a.width)),
+        Store::Packed(p) => {
+            let rows = &p.index().rows;
+            let first = rows.first()?.meta;
+            let same =
+                |m: &RecordMeta| m.format == RecordFormat::Raw && (m.height, m.width) == (first.height, first.width);
+            (first.height > 0 && first.width > 0 && rows.iter().all(|r| same(&r.meta)))
+                .then(|| (u32::from(first.height), u32::from(first.width)))
+        }
+        Store::Files(_) | Store::Blobs(_) | Store::Spans(_) => None,
+    }
+}
+
+/// The loader's compiled pipeline for `ds`: `transforms=` or `views=` ([`SampleViews::from_lists`]'s rules),
+/// where a source whose images share one size ([`uniform_image_size`]) fixes the output size of a list that
+/// fixes none (the tutorials' `Compose([ToTensor(), Normalize(..)])` on MNIST/CIFAR needs no crop:
+/// `augment::program::sized_by_source`).
+pub fn sample_views(
+    ds: &Dataset,
+    transforms: Vec<TransformSpec>,
+    views: Option<Vec<Vec<TransformSpec>>>,
+    output: OutputSpec,
+    channels: Channels,
+) -> Result<SampleViews> {
+    let size = uniform_image_size(ds);
+    let (transforms, views) = match views {
+        // with views, `transforms` must stay as given (the core refuses both together)
+        Some(vs) => (transforms, Some(vs.into_iter().map(|v| sized_by_source(v, size)).collect())),
+        None => (sized_by_source(transforms, size), None),
+    };
+    SampleViews::from_lists(transforms, views, output, channels)
 }
 
 /// Check a CUDA device list (`device`): at least one device, none twice. The one place these rules are
@@ -459,6 +501,26 @@ fn check_cpus(cpus: &[usize]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_source_of_one_size_fixes_the_output_size_of_a_list_that_fixes_none() {
+        use crate::augment::{DType, Layout, OutputSpec, TransformSpec as T};
+        let pixels = crate::source::arrays(vec![9; 2 * 5 * 7], 2, 5, 7, 1, vec![0, 1]).unwrap();
+        let files = crate::source::file_list(vec!["a.jpg".into()], vec![0]).unwrap();
+        assert_eq!((uniform_image_size(&pixels), uniform_image_size(&files)), (Some((5, 7)), None));
+        let out = OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None };
+        let hw =
+            |ds: &Dataset, t: Vec<T>| sample_views(ds, t, None, out, Channels::Gray).map(|v| v.views()[0].output_hw());
+        assert_eq!(hw(&pixels, vec![]).unwrap(), (5, 7));
+        assert_eq!(hw(&pixels, vec![T::RandomHorizontalFlip { p: 0.5 }]).unwrap(), (5, 7));
+        assert_eq!(hw(&pixels, vec![T::ResizeShorter { shorter: 10 }]).unwrap(), (10, 14));
+        // a list that fixes its own size is compiled as given; encoded files still need one
+        assert_eq!(hw(&pixels, vec![T::CenterCrop { height: 3, width: 3 }]).unwrap(), (3, 3));
+        assert!(hw(&files, vec![]).unwrap_err().to_string().contains("must fix the output size"));
+        // with views, `transforms` stays empty (both together stay refused) and each view is sized
+        let v = sample_views(&pixels, vec![], Some(vec![vec![], vec![]]), out, Channels::Gray).unwrap();
+        assert_eq!(v.views().iter().map(|p| p.output_hw()).collect::<Vec<_>>(), [(5, 7), (5, 7)]);
+    }
 
     #[test]
     fn every_choice_round_trips_and_only_exact_strings_parse() {

@@ -34,7 +34,8 @@
 //! The output size must be fixed by the compiled list: the prefix fixes it (a crop or exact resize), or a later
 //! crop or exact resize does (a shorter-side resize of a fixed size is fixed too); `Pad` adds to it; a container
 //! must give one size whichever branch runs ([`OpSpec::output_hw_at`]). Otherwise the list is refused, naming
-//! `transforms`.
+//! `transforms` — unless every image of the source has one size (raw pixel stores), which then fixes it
+//! ([`sized_by_source`]).
 
 use super::geometry::{self, CompiledTransforms, Resample};
 use super::ops::{self, Drawn, Frame, OpScratch, OpSpec, ResizeTo, Site};
@@ -159,16 +160,27 @@ pub fn stage2_op(t: &TransformSpec, at: Site) -> Result<OpSpec> {
 
 /// Validate `transforms` and compile them (errors name the parameter and the op's position).
 pub fn compile(transforms: &[TransformSpec]) -> Result<Program> {
+    compile_sized(transforms, None)
+}
+
+/// [`compile`] for a source whose images all have `source_hw` = (height, width) (raw pixel stores: see
+/// [`sized_by_source`]): the identity prefix then has that size, so the list needs no crop of its own.
+fn compile_sized(transforms: &[TransformSpec], source_hw: Option<(usize, usize)>) -> Result<Program> {
     let run = transforms.iter().position(|t| !foldable(t)).unwrap_or(transforms.len());
     let leading_flips = transforms.iter().take_while(|t| is_flip(t)).count();
     let (split, prefix) = match fold_len(&transforms[..run]) {
         Some(k) => (k, geometry::compile(&transforms[..k])?),
         // Nothing fixes the size: an all-flip list is refused by geometry (its message says what would).
-        None if leading_flips == transforms.len() => (leading_flips, geometry::compile(transforms)?),
+        None if leading_flips == transforms.len() && source_hw.is_none() => {
+            (leading_flips, geometry::compile(transforms)?)
+        }
         None => (leading_flips, geometry::compile_identity(&transforms[..leading_flips])?),
     };
     let mut ops = Vec::new();
-    let mut hw = prefix.output_hw();
+    let mut hw = match prefix.geometry {
+        geometry::Geometry::Identity => source_hw,
+        _ => prefix.output_hw(),
+    };
     for (i, t) in transforms[split..].iter().enumerate() {
         let pos = split + i;
         let op = stage2_op(t, Site::top(pos))?;
@@ -197,6 +209,28 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<Program> {
         }
     }
     Ok(Program { prefix, ops, output_hw })
+}
+
+/// `transforms` for a source whose images all have one size, `source_hw` = (height, width) (raw pixel stores:
+/// `trdata.Arrays`, MNIST, CIFAR, a packed file of raw records of one size; `None` for any other source).
+///
+/// Such a source needs no crop: the PyTorch tutorials' `Compose([ToTensor(), Normalize(..)])` (here `[]`), a
+/// flip or a pixel op keeps every image at the source's size. A list that [`compile`] refuses only because
+/// nothing fixes the output size, and whose size walk from `source_hw` is fixed, gets a trailing
+/// `CenterCrop` of that size appended: a no-op on every sample (each already has it), it fixes the size for
+/// [`compile`] without moving any op (their positions name them in errors and key their random streams). Every
+/// other list is returned as it is, so its own rules (and its refusal) stay [`compile`]'s.
+pub fn sized_by_source(mut transforms: Vec<TransformSpec>, source_hw: Option<(u32, u32)>) -> Vec<TransformSpec> {
+    let Some((h, w)) = source_hw else { return transforms };
+    if compile(&transforms).is_ok() {
+        return transforms;
+    }
+    if let Ok(Program { output_hw: (oh, ow), .. }) = compile_sized(&transforms, Some((h as usize, w as usize)))
+        && let (Ok(height), Ok(width)) = (u32::try_from(oh), u32::try_from(ow))
+    {
+        transforms.push(TransformSpec::CenterCrop { height, width });
+    }
+    transforms
 }
 
 /// The worker's scratch of stage 2 (see the module docs).

@@ -6,7 +6,6 @@ use super::errors::{IntoPyResult, to_py};
 use super::gpu::DeviceTensorHandle;
 use super::source::NativeSource;
 use super::wait::{WAIT_SLICE, wait_detached};
-use crate::augment::views::SampleViews;
 use crate::augment::{self, DType, Normalize, OutputSpec};
 use crate::config::{self, Choice, LoaderConfig};
 use crate::decode::{self, DecodeLimits};
@@ -297,7 +296,7 @@ impl NativeLoader {
             layout: choice(layout, &config::LAYOUT)?,
             normalize: normalize.map(|(mean, std)| Normalize::from_user(&mean, &std, channels)).transpose().py_err()?,
         };
-        let pipeline = SampleViews::from_lists(specs, view_specs, output, channels).py_err()?;
+        let pipeline = config::sample_views(&ds, specs, view_specs, output, channels).py_err()?;
         let cpus = cpus
             .map(|ids| ids.iter().map(|c| int_arg::<usize>(c, &config::CPU_ID)).collect::<PyResult<Vec<_>>>())
             .transpose()?;
