@@ -189,3 +189,40 @@ def test_an_explicit_cache_dir_is_used_when_the_default_key_place_is_read_only(t
     assert len(key) == 1 and got["modes"][key[0]] == 0o600, got
     assert got["labels"][0] == got["labels"][1] == [0, 1, 2, 0, 1]
     assert got["keys"][0] == got["keys"][1]
+
+
+def test_a_tiny_png_claiming_65535x65535_is_a_decode_error_when_reencoding(tmp_path: Path) -> None:
+    """``pack(reencode=Reencode(max_side=65535))`` over a ~100-byte PNG whose header claims 65535x65535: the
+    re-encode buffer (12.9 GB) was allocated from the header before the decoder's pixel budget was checked, and
+    the process aborted (SIGABRT, "memory allocation of 12884508675 bytes failed") under a 4 GiB address-space
+    limit. Now a DecodeError naming the file, kind TooLarge."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    png = tmp_path / "huge.png"
+    png.write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", 65535, 65535, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(b"\0" * 100))
+        + chunk(b"IEND", b"")
+    )
+    code = textwrap.dedent(
+        f"""
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+        import trdata
+        src = trdata.FileList([{str(png)!r}], [0])
+        try:
+            trdata.pack(src, {str(tmp_path / "h.trdpack")!r}, reencode=trdata.Reencode(max_side=65535),
+                        progress=False, workers=1)
+            print("packed")
+        except trdata.DecodeError as e:
+            print("DecodeError", e.kind, e.path)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    assert out.stdout.split() == ["DecodeError", "TooLarge", str(png)], out.stdout

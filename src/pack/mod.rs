@@ -278,6 +278,21 @@ impl Producer {
             Some((w, h, _)) => (w, h),
             None => {
                 let info = self.header.read_header(bytes)?;
+                // The header decoder has no pixel budget (it keeps a huge image's size fields); the decode does,
+                // but only after the output buffer below is allocated. A 100-byte PNG claiming 65535x65535
+                // with max_side=65535 made that buffer 12.9 GB (an abort under a memory limit): the decoder's
+                // own budget is checked here, on the header, first.
+                let max_pixels = self.decoder.limits().max_pixels;
+                let pixels = u64::from(info.width) * u64::from(info.height);
+                if pixels > max_pixels {
+                    return Err(ImageError::new(
+                        ImageErrorKind::TooLarge,
+                        format!(
+                            "{}x{} = {pixels} pixels exceeds the limit of {max_pixels} pixels",
+                            info.width, info.height
+                        ),
+                    ));
+                }
                 (info.width, info.height)
             }
         };

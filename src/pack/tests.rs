@@ -632,3 +632,44 @@ fn a_destination_name_near_name_max_packs() {
     let e = pack(&ds, &root.join("n".repeat(256)), &cfg(1, 8192, &[]), &never_cancel).unwrap_err();
     assert!(e.to_string().contains("path"), "{e}");
 }
+
+#[test]
+fn a_header_claiming_huge_sizes_is_refused_before_the_reencode_buffer() {
+    // Before: the re-encode output buffer (3 × target pixels) was allocated from the header's size before the
+    // decoder's pixel budget was checked: a ~100-byte PNG claiming 65535×65535 with max_side=65535 allocated and
+    // zeroed 12.9 GB (abort under a memory limit). Now a DecodeError TooLarge naming the file, the buffer small.
+    let root = crate::test_data::fresh_dir("pack-huge-header");
+    let chunk = |t: &[u8], d: &[u8]| {
+        let mut c = (d.len() as u32).to_be_bytes().to_vec();
+        c.extend_from_slice(t);
+        c.extend_from_slice(d);
+        // CRC-32 (IEEE, reflected), bit by bit: PNG's chunk checksum.
+        let mut crc = !0u32;
+        for &b in t.iter().chain(d) {
+            crc ^= u32::from(b);
+            for _ in 0..8 {
+                crc = if crc & 1 == 1 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+            }
+        }
+        c.extend_from_slice(&(!crc).to_be_bytes());
+        c
+    };
+    let mut ihdr = 65535u32.to_be_bytes().to_vec();
+    ihdr.extend_from_slice(&65535u32.to_be_bytes());
+    ihdr.extend_from_slice(&[8, 2, 0, 0, 0]);
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    png.extend(chunk(b"IHDR", &ihdr));
+    png.extend(chunk(b"IDAT", &[0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01]));
+    png.extend(chunk(b"IEND", &[]));
+    let p = root.join("huge.png");
+    fs::write(&p, &png).unwrap();
+    let ds = file_list(vec![p.clone()], vec![0]).unwrap();
+    let cfg = PackConfig::new(None, Some(65535), None, Some(1), None, vec![]).unwrap();
+    match pack(&ds, &root.join("h.trdpack"), &cfg, &never_cancel) {
+        Err(TrdataError::Decode(e)) => {
+            assert!(e.error.to_string().contains("pixels"), "{}", e.error);
+            assert_eq!((e.path, e.index, e.error.kind), (p, 0, ImageErrorKind::TooLarge));
+        }
+        other => panic!("expected a DecodeError TooLarge, got {other:?}"),
+    }
+}
