@@ -226,3 +226,26 @@ def test_a_tiny_png_claiming_65535x65535_is_a_decode_error_when_reencoding(tmp_p
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
     assert out.stdout.split() == ["DecodeError", "TooLarge", str(png)], out.stdout
+
+
+def test_bytes_paths_pack_verify_inspect_and_open(tmp_path: Path) -> None:
+    """``trdata.pack(src, b"/data/x.trdpack")`` was a bare TypeError from the binding ("'bytes' object is not an
+    instance of 'str'"); bytes paths, non-UTF-8 names included, now work as str ones do (as cache_dir does)."""
+    import io
+
+    from PIL import Image
+
+    def jpeg(i: int) -> bytes:
+        buf = io.BytesIO()
+        Image.new("RGB", (16, 12), (i * 40, 100, 200)).save(buf, format="JPEG")
+        return buf.getvalue()
+
+    src = trdata.Bytes([jpeg(i) for i in range(4)], [0, 1, 2, 3])
+    for name in (b"x.trdpack", b"caf\xe9-\xff.trdpack"):
+        dst = os.path.join(os.fsencode(tmp_path), name)
+        assert trdata.pack(src, dst, progress=False)["records"] == 4
+        assert os.path.isfile(dst)
+        assert trdata.packed.verify(dst, progress=False) == []
+        assert len(trdata.Packed(dst)) == 4
+        assert trdata.packed.inspect(dst)["records"] == 4
+    assert sorted(os.listdir(os.fsencode(tmp_path))) == [b"caf\xe9-\xff.trdpack", b"x.trdpack"]

@@ -81,6 +81,13 @@ def _progress_bar(enabled: bool, label: str) -> tuple[Any, Any]:
     return report, close
 
 
+def _fs_path(path: str | bytes | os.PathLike[Any]) -> str:
+    """A path as the core takes it: bytes paths (``os.fsencode``'d names, non-UTF-8 ones included) become the
+    ``str`` Python's file functions use (surrogate escapes); the core's binding took only str and raised a bare
+    TypeError naming no parameter for ``b"/data/x.trdpack"``. Anything else is os.fspath's TypeError."""
+    return os.fsdecode(os.fspath(path))
+
+
 def _check_class_targets(source: Source) -> None:
     """The packed format stores one int64 class index per record: a source whose targets are float (regression
     values, soft or multi-hot labels) is refused rather than packed as something else (they were class 0)."""
@@ -96,7 +103,7 @@ def _check_class_targets(source: Source) -> None:
 
 def pack(
     source: Source,
-    path: str | os.PathLike[str],
+    path: str | bytes | os.PathLike[str] | os.PathLike[bytes],
     *,
     reencode: Reencode | Mapping[str, int] | None = None,
     workers: int | None = None,
@@ -127,7 +134,7 @@ def pack(
         )
     _check_class_targets(source)
     short_side, max_side, quality = _reencode_options(reencode)
-    dst = os.fspath(path)
+    dst = _fs_path(path)
     report, close = _progress_bar(progress, f"packing {os.path.basename(dst)}")
     try:
         result: dict[str, Any] = _core.pack(
@@ -147,22 +154,25 @@ def pack(
 
 
 def verify(
-    path: str | os.PathLike[str], *, workers: int | None = None, progress: bool = True
+    path: str | bytes | os.PathLike[str] | os.PathLike[bytes],
+    *,
+    workers: int | None = None,
+    progress: bool = True,
 ) -> list[tuple[int, str]]:
     """Check every record of the packed file ``path``: its CRC32C and that it decodes. Returns
     ``(record, reason)`` for each bad record (empty: the file is sound); a damaged header or index raises."""
-    report, close = _progress_bar(progress, f"verifying {os.path.basename(os.fspath(path))}")
+    report, close = _progress_bar(progress, f"verifying {os.path.basename(_fs_path(path))}")
     try:
-        bad: list[tuple[int, str]] = list(_core.packed_verify(os.fspath(path), workers, report))
+        bad: list[tuple[int, str]] = list(_core.packed_verify(_fs_path(path), workers, report))
     finally:
         close()
     return bad
 
 
-def inspect(path: str | os.PathLike[str]) -> dict[str, Any]:
+def inspect(path: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> dict[str, Any]:
     """The header and index of the packed file ``path`` as a dict (version, counts, sizes, classes, write
     options, and per record: length, width, height, format, subsampling, progressive, cmyk, label)."""
-    info: dict[str, Any] = _core.packed_info(os.fspath(path))
+    info: dict[str, Any] = _core.packed_info(_fs_path(path))
     return info
 
 
@@ -176,13 +186,13 @@ class Packed(Source):
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | bytes | os.PathLike[str] | os.PathLike[bytes],
         mode: str = "full",
         *,
         window_blocks: int | None = None,
         cache_blocks: int | None = None,
     ) -> None:
-        self.path = os.fspath(path)
+        self.path = _fs_path(path)
         self.mode = mode
         self._native = _core.NativeSource.packed(self.path, mode, window_blocks, cache_blocks)
         self.labels = list(self._native.labels)
