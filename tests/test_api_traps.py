@@ -83,3 +83,65 @@ def test_packed_raw_pixels_of_one_size_need_no_crop(tmp_path: Path) -> None:
     with trdata.Loader(trdata.MNIST(tmp_path), batch_size=6, transforms=compose) as loader:
         direct = next(iter(loader)).images
     assert packed.shape == (6, 1, 28, 28) and np.array_equal(packed, direct)
+
+
+# ------------------------------------------------------------------ 2. from_torchvision's result is a pipeline
+
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def _first_batch(source: trdata.Source, **kw: object) -> np.ndarray:
+    kw = {"batch_size": 4, "seed": 5, "shuffle": True, "reproducible": True, "workers": 2, **kw}
+    with trdata.Loader(source, **kw) as loader:
+        images = next(iter(loader)).images
+        return np.array(images[0] if isinstance(images, tuple) else images)  # views=: view 0
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> trdata.FileList:
+    return trdata.FileList(write_jpegs(tmp_path / "jpegs", 8, size=(48, 40)), [0, 1] * 4)
+
+
+def test_converted_pipeline_is_taken_like_the_compose(files: trdata.FileList) -> None:
+    for compose in (
+        v2.Compose(
+            [
+                v2.RandomResizedCrop(16),
+                v2.ToImage(),
+                v2.ToDtype(torch.float32, scale=True),
+                v2.Normalize(MEAN, STD),
+            ]
+        ),
+        T.Compose([T.Resize(20), T.CenterCrop(16), T.PILToTensor()]),  # uint8, no normalize
+        T.Compose([T.CenterCrop(16)]),  # no dtype at all (Converted.dtype is None)
+    ):
+        converted = trdata.transforms.from_torchvision(compose)
+        want = _first_batch(files, transforms=compose)
+        got = _first_batch(files, transforms=converted)
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+        # as one view of views= too
+        assert np.array_equal(_first_batch(files, views=[converted]), want)
+
+
+# ------------------------------------------------------------------ 3. dtypes as torchvision and numpy spell them
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+def test_to_dtype_half_types_set_the_loader_dtype(files: trdata.FileList, name: str) -> None:
+    dt = getattr(torch, name)
+    ours = [trdata.CenterCrop(16)]
+    want = _first_batch(files, transforms=ours, dtype=name, normalize=(MEAN, STD))
+    for compose in (
+        v2.Compose([v2.CenterCrop(16), v2.ToImage(), v2.ToDtype(dt, scale=True), v2.Normalize(MEAN, STD)]),
+        T.Compose([T.CenterCrop(16), T.PILToTensor(), T.ConvertImageDtype(dt), T.Normalize(MEAN, STD)]),
+    ):
+        with trdata.Loader(files, batch_size=4, transforms=compose, shuffle=True, seed=5) as loader:
+            assert loader.dtype == name
+            x, _ = next(iter(loader)).torch()
+        assert x.dtype == dt and x.shape == (4, 3, 16, 16)
+        assert np.array_equal(_first_batch(files, transforms=compose), want)
+    # unscaled float values (0..255) are not a Loader dtype
+    with pytest.raises(ConfigError, match="scale=True") as e:
+        trdata.Loader(files, transforms=v2.Compose([v2.CenterCrop(16), v2.ToImage(), v2.ToDtype(dt)]))
+    assert e.value.parameter == "transforms"

@@ -18,7 +18,7 @@ import math
 import numbers
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import _core
@@ -1091,11 +1091,32 @@ IMAGENET = (IMAGENET_MEAN, IMAGENET_STD)
 class Converted:
     """What :func:`from_torchvision` made of a torchvision pipeline: the trdata transforms, and the Loader's
     ``normalize`` / ``dtype`` from a trailing ``ToTensor``/``ToImage``/``ToDtype``/``Normalize`` (None when
-    absent)."""
+    absent). ``Loader(transforms=converted)`` (or a view of ``views=``) takes all three, exactly as it takes the
+    torchvision pipeline itself."""
 
     transforms: list[Transform]
     normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None
     dtype: str | None = None
+    #: The op that set ``dtype`` when it was an explicit ``ToDtype``/``ConvertImageDtype`` (a Loader's differing
+    #: ``dtype=`` then contradicts it); None when ``dtype`` came from ``ToTensor``/``ToImage`` or is absent.
+    dtype_op: str | None = field(default=None, repr=False, compare=False)
+
+
+def dtype_name(dtype: Any) -> Any:
+    """A dtype *object* → its name: ``torch.float16`` → ``"float16"``, ``np.dtype("float32")`` → ``"float32"``
+    (``torch.bfloat16``, ``torch.half`` too). Anything else is returned as it is (a string, or a value the core's
+    ``dtype`` choice then refuses, naming it): only the spelling is translated, which names are valid is the
+    core's table (``trdata.loader.CHOICES["dtype"]``)."""
+    if isinstance(dtype, str):
+        return dtype
+    cls = type(dtype)
+    if cls.__module__ == "torch" and cls.__name__ == "dtype":
+        return str(dtype).removeprefix("torch.")
+    import numpy as np  # trdata's dependency; imported on use like every heavy module here
+
+    if isinstance(dtype, np.dtype):
+        return dtype.name
+    return dtype
 
 
 def _is_timm(t: Any) -> bool:
@@ -1108,8 +1129,9 @@ def _is_torchvision(t: Any) -> bool:
 
 
 def is_torchvision(transforms: Any) -> bool:
-    """Whether ``transforms`` is a torchvision op/Compose, or a list holding one (the Loader then converts it)."""
-    if _is_torchvision(transforms):
+    """Whether ``transforms`` is a torchvision op/Compose, a list holding one, or a :class:`Converted` (the Loader
+    then converts it)."""
+    if isinstance(transforms, Converted) or _is_torchvision(transforms):
         return True
     return _seq(transforms) and any(_is_torchvision(t) for t in transforms)
 
@@ -1153,13 +1175,16 @@ def from_torchvision(t: Any, _depth: int = 0) -> Converted:
     ``MaybePILToTensor``/``ToNumpy``, timm's RandAugment/AutoAugment/AugMix (:class:`TimmRandAugment`,
     :class:`TimmAutoAugment`, :class:`TimmAugMix`) and its ``RandomErasing`` (:class:`TimmRandomErasing`, which
     must follow ``Normalize``; README lists what round-trips). Anything else → ConfigError naming the first op
-    trdata cannot run."""
+    trdata cannot run. A :class:`Converted` is returned as it is."""
+    if isinstance(t, Converted):
+        return t
     if _depth > _MAX_CONVERT_DEPTH:
         raise _too_deep(t)
     ops = _flatten(t)
     out: list[Transform] = []
     normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None
     dtype: str | None = None
+    dtype_op: str | None = None
     for pos, op in enumerate(ops):
         if isinstance(op, Transform):
             if normalize is not None:
@@ -1201,17 +1226,23 @@ def from_torchvision(t: Any, _depth: int = 0) -> Converted:
             continue
         if name in ("ToTensor", "ToImage", "PILToTensor", "ToPureTensor"):
             dtype = "float32" if name == "ToTensor" else "uint8" if name != "ToPureTensor" else dtype
+            dtype_op = None
             continue
         if name in ("ToDtype", "ConvertImageDtype"):
             dt = getattr(op, "dtype", None)
             dt = dt.get("others", None) if isinstance(dt, dict) else dt
-            if str(dt) == "torch.float32" and getattr(op, "scale", True):
-                dtype = "float32"
+            # ConvertImageDtype always scales; the float types are the Loader's dtypes (values in [0, 1]).
+            if str(dt) in _FLOAT_DTYPES and getattr(op, "scale", True):
+                dtype, dtype_op = str(dt).removeprefix("torch."), name
                 continue
             if str(dt) == "torch.uint8":
-                dtype = "uint8"
+                dtype, dtype_op = "uint8", name
                 continue
-            raise _refuse(op, pos, f"only float32 with scale=True or uint8 are supported, not {dt}")
+            raise _refuse(
+                op,
+                pos,
+                f"only float32, float16 or bfloat16 with scale=True, or uint8, are supported, not {dt}",
+            )
         if name == "Normalize":
             normalize = (tuple(float(v) for v in op.mean), tuple(float(v) for v in op.std))
             continue
@@ -1219,7 +1250,8 @@ def from_torchvision(t: Any, _depth: int = 0) -> Converted:
             raise _refuse(op, pos, "it comes after Normalize (trdata normalizes in the final write)")
         try:
             # A RandomErasing after ToTensor alone has its value in [0, 1] units: (mean 0, std 1) scales it.
-            units = normalize if normalize is not None else ((0.0,), (1.0,)) if dtype == "float32" else None
+            floats = dtype is not None and f"torch.{dtype}" in _FLOAT_DTYPES
+            units = normalize if normalize is not None else ((0.0,), (1.0,)) if floats else None
             out.append(_convert(op, name, units))
         except ConfigError as e:
             raise _refuse(op, pos, str(e)) from None
@@ -1227,8 +1259,11 @@ def from_torchvision(t: Any, _depth: int = 0) -> Converted:
             raise _refuse(op, pos, "trdata has no such op (yet)") from None
         except Exception as e:  # a look-alike whose attributes raise: still a configuration error, named
             raise _refuse(op, pos, f"reading its parameters raised {type(e).__name__}: {e}") from e
-    return Converted(out, normalize, dtype)
+    return Converted(out, normalize, dtype, dtype_op)
 
+
+#: A ``ToDtype``/``ConvertImageDtype`` float type (``scale=True``) → the Loader's dtype of the same name.
+_FLOAT_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
 
 #: torchvision's containers (v2 and classic have the same names and attributes).
 _CONTAINERS = ("RandomApply", "RandomChoice", "RandomOrder")
