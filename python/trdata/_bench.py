@@ -90,6 +90,9 @@ class ProgressBar:
         self.stream = stream if stream is not None else sys.stderr
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.done = 0
+        #: Units since ``start``, which the rate shown divides: ``done`` unless ``update_to`` says otherwise (a
+        #: bar that restarts every epoch of a ``--seconds`` run still shows the run's rate).
+        self.counted = 0
         self.start = time.perf_counter()
         self._last_draw = 0.0
         self._closed = False
@@ -98,15 +101,17 @@ class ProgressBar:
     def update(self, n: int = 1) -> None:
         self.update_to(self.done + n)
 
-    def update_to(self, done: int) -> None:
+    def update_to(self, done: int, counted: int | None = None) -> None:
+        """Show ``done`` of ``total``; the rate is ``counted`` (default: ``done``) per second since ``start``."""
         self.done = min(int(done), self.total)
+        self.counted = self.done if counted is None else int(counted)
         self._draw()
 
     def _line(self) -> str:
         frac = self.done / self.total
         filled = int(frac * self.WIDTH)
         elapsed = time.perf_counter() - self.start
-        rate = self.done / elapsed if elapsed > 0 else 0.0
+        rate = self.counted / elapsed if elapsed > 0 else 0.0
         bar = "█" * filled + "░" * (self.WIDTH - filled)
         return (
             f"{self.label:<40} {bar} {self.done:>6}/{self.total} {self.unit} "
@@ -211,6 +216,7 @@ def time_epochs(
         on_timed_start()
     cpu_start = tree_cpu_seconds()
     start = time.perf_counter()
+    bar.start = start  # the bar's rate is the measurement's: same clock, same images
     for e in range(warmup, warmup + timed_epochs):
         epoch_images = 0
         iterator = iter(epoch_batches(e))
@@ -218,7 +224,8 @@ def time_epochs(
         for n in iterator:
             m.images += n
             epoch_images += n
-            bar.update_to(epoch_images if seconds is not None else m.images)
+            # with --seconds the bar shows the epoch's progress, its rate the run's (all timed images)
+            bar.update_to(epoch_images if seconds is not None else m.images, counted=m.images)
             if seconds is not None and time.perf_counter() - start >= seconds:
                 stopped = True
                 break
