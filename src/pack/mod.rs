@@ -791,6 +791,9 @@ pub(crate) fn pack_with_budget(
     if !progress(n as u64) {
         return Err(cancel_error(dst));
     }
+    // dst was checked before the work, which can take hours: a FIFO, socket or device node made at dst since
+    // (or a symlink to one) would be replaced by the rename. Checked again, the window is the rename's.
+    check_destination(dst)?;
     tmp.publish(dst)?;
     // The rename is durable once the directory is synced (best effort: some file systems refuse).
     if let Some(dir) = dst.parent().filter(|d| !d.as_os_str().is_empty()) {

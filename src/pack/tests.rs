@@ -673,3 +673,23 @@ fn a_header_claiming_huge_sizes_is_refused_before_the_reencode_buffer() {
         other => panic!("expected a DecodeError TooLarge, got {other:?}"),
     }
 }
+
+#[test]
+fn a_fifo_made_at_the_destination_during_the_pack_is_not_replaced() {
+    // Before: dst was checked only before the work; a FIFO (or, as root, a device node) made at dst while the
+    // records were written was replaced by the rename, which the check exists to prevent.
+    let root = crate::test_data::fresh_dir("pack-dst-late");
+    let ds = blobs(70, 100, 6);
+    let dst = root.join("d.trdpack");
+    let made = AtomicBool::new(false);
+    let e = pack(&ds, &dst, &cfg(2, 8192, &[]), &|_| {
+        if !made.swap(true, Ordering::Relaxed) {
+            assert!(std::process::Command::new("mkfifo").arg(&dst).status().unwrap().success());
+        }
+        true
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("FIFO"), "{e}");
+    assert!(fs::symlink_metadata(&dst).unwrap().file_type().is_fifo(), "the FIFO was replaced");
+    assert_eq!(fs::read_dir(&root).unwrap().count(), 1, "a temporary was left");
+}
