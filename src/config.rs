@@ -366,7 +366,17 @@ impl LoaderConfig {
     pub fn validate(&self, num_samples: usize, engines: usize, workers: usize) -> Result<PlanShape> {
         self.decode_limits.validate()?;
         BATCH_SIZE.check::<usize>(self.batch_size as i128)?;
-        WORKERS.check::<usize>(workers as i128)?;
+        WORKERS.check::<usize>(workers as i128).map_err(|e| match e {
+            // torch's DataLoader habit: num_workers=0 loads in the training process. Say what to write instead.
+            TrdataError::Config { parameter, message } if workers == 0 => TrdataError::Config {
+                parameter,
+                message: format!(
+                    "{message}: trdata has no in-process mode (DataLoader's num_workers=0); workers=1 runs one worker \
+                     thread, and errors name the file and the sample, so debugging works with workers=1"
+                ),
+            },
+            other => other,
+        })?;
         WORLD_SIZE.check::<usize>(self.world_size as i128)?;
         RANK.check::<usize>(self.rank as i128)?;
         if self.rank >= self.world_size {
