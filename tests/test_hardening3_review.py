@@ -249,3 +249,22 @@ def test_bytes_paths_pack_verify_inspect_and_open(tmp_path: Path) -> None:
         assert len(trdata.Packed(dst)) == 4
         assert trdata.packed.inspect(dst)["records"] == 4
     assert sorted(os.listdir(os.fsencode(tmp_path))) == [b"caf\xe9-\xff.trdpack", b"x.trdpack"]
+
+
+def test_a_users_files_named_like_dst_tmp_survive_a_pack(tmp_path: Path) -> None:
+    """The stale-temporary cleaning removed every unlocked ``<dst>.tmp.*`` regular file older than a minute:
+    ``trdata.pack(src, "data")`` deleted the user's ``data.tmp.backup``. Only trdata's own names are cleaned."""
+    import time
+
+    src = trdata.Bytes([b"x" * 10], [0])
+    old = time.time() - 3600
+    mine = ["data.tmp.backup", "data.tmp.2024-notes.txt", "data.tmp.7.not-hex-digits!"]
+    for name in mine:
+        (tmp_path / name).write_bytes(b"precious")
+        os.utime(tmp_path / name, (old, old))
+    stale = tmp_path / "data.tmp.4000000.00000000000000ff"  # a dead writer's (its form, unlocked, old)
+    stale.write_bytes(b"x")
+    os.utime(stale, (old, old))
+    trdata.pack(src, tmp_path / "data", progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["data", *mine])
+    assert all((tmp_path / n).read_bytes() == b"precious" for n in mine)

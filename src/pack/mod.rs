@@ -544,19 +544,43 @@ fn temp_path(dst: &Path, pid: u32, random: u64) -> PathBuf {
     dst.with_file_name(name)
 }
 
-/// Remove temporary files of `dst` (`<dst>.tmp.*`, this version's and older ones) left by writers that died: a
-/// regular file is removed only when its exclusive lock can be taken (a live writer holds it, whatever PID
-/// namespace it runs in) and it is older than [`STALE_AFTER`]. Anything else — a live writer's file, a young
-/// file, a file system without locks, a symlink or another kind of file — is left alone.
+/// Remove temporary files of `dst` left by writers that died — names exactly of this version's form
+/// ([`temp_path`]: `<dst>.tmp.<pid>.<16 hex digits>`) or of older versions' (`<dst>.tmp.<pid>`): a regular file
+/// is removed only when its exclusive lock can be taken (a live writer holds it, whatever PID namespace it runs
+/// in) and it is older than [`STALE_AFTER`]. Anything else — a live writer's file, a young file, a file system
+/// without locks, a symlink or another kind of file, and a user's own `<dst>.tmp.backup` or
+/// `<dst>.tmp.notes.txt` (any `<dst>.tmp.*` was removed) — is left alone.
 fn remove_stale_temps(dst: &Path) {
-    let (Some(dir), Some(_)) = (dst.parent(), dst.file_name()) else { return };
+    let (Some(dir), Some(name)) = (dst.parent(), dst.file_name()) else { return };
     let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
     let prefix = temp_prefix(dst).into_encoded_bytes();
+    let mut old_prefix = name.to_os_string();
+    old_prefix.push(".tmp.");
+    let old_prefix = old_prefix.into_encoded_bytes();
     let Ok(entries) = fs::read_dir(dir) else { return };
     for e in entries.flatten() {
-        if e.file_name().as_encoded_bytes().starts_with(&prefix) {
+        let n = e.file_name();
+        let n = n.as_encoded_bytes();
+        let ours = n.strip_prefix(&prefix[..]).is_some_and(is_pid_and_random);
+        let older = n.strip_prefix(&old_prefix[..]).is_some_and(is_pid);
+        if ours || older {
             remove_if_stale(&e.path());
         }
+    }
+}
+
+/// A u32 PID in decimal, as [`temp_path`] writes it.
+fn is_pid(s: &[u8]) -> bool {
+    std::str::from_utf8(s).is_ok_and(|t| t.bytes().all(|b| b.is_ascii_digit()) && t.parse::<u32>().is_ok())
+}
+
+/// `<pid>.<16 lowercase hex digits>`, as [`temp_path`] writes it.
+fn is_pid_and_random(s: &[u8]) -> bool {
+    match s.len().checked_sub(17) {
+        Some(dot) if s[dot] == b'.' => {
+            is_pid(&s[..dot]) && s[dot + 1..].iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+        }
+        _ => false,
     }
 }
 

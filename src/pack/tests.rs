@@ -693,3 +693,41 @@ fn a_fifo_made_at_the_destination_during_the_pack_is_not_replaced() {
     assert!(fs::symlink_metadata(&dst).unwrap().file_type().is_fifo(), "the FIFO was replaced");
     assert_eq!(fs::read_dir(&root).unwrap().count(), 1, "a temporary was left");
 }
+
+#[test]
+fn a_users_own_files_beside_dst_are_never_taken_for_stale_temporaries() {
+    // Before: any `<dst>.tmp.*` regular file, unlocked and older than a minute, was removed by the next pack to
+    // dst: `trdata pack SRC data` deleted a user's `data.tmp.backup` without a word. Only the names trdata
+    // writes are candidates now.
+    let root = crate::test_data::fresh_dir("pack-user-files");
+    let ds = blobs(3, 50, 8);
+    let dst = root.join("data");
+    let mine = [
+        "data.tmp.backup",
+        "data.tmp.notes.txt",
+        "data.tmp.12.notes",
+        "data.tmp.12.00000000000000fg",
+        "data.tmp.12.00000000000000FF",
+        "data.tmp.12.000000000000000ff",
+        "data.tmp.99999999999",
+        "data.tmp.-1",
+        "data.tmp.+1",
+        "data.tmp.",
+    ];
+    for m in mine {
+        fs::write(root.join(m), b"precious").unwrap();
+        age(&root.join(m));
+    }
+    let theirs = [temp_path(&dst, 12, 0xff), root.join("data.tmp.4000000")];
+    for t in &theirs {
+        fs::write(t, b"x").unwrap();
+        age(t);
+    }
+    pack(&ds, &dst, &cfg(1, 8192, &[]), &never_cancel).unwrap();
+    for m in mine {
+        assert_eq!(fs::read(root.join(m)).unwrap(), b"precious", "{m} was removed");
+    }
+    for t in &theirs {
+        assert!(!t.exists(), "{t:?}: a stale temporary was kept");
+    }
+}
