@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import io
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -123,3 +125,121 @@ def test_skip_with_rare_late_good_files_replaces_every_bad_one(tmp_path: Path) -
         assert len(indices) == n and set(indices.tolist()) <= set(range(n - good, n))
         runs.append(indices)
     np.testing.assert_array_equal(runs[0], runs[1])
+
+
+# ---- max_memory_bytes bounds the real peak of whole-image decodes ----
+
+W, H = 2400, 1600  # 3.84 MP: 11.5 MB of RGB output, far above the RSS noise of a decode
+
+
+FORMATS = [
+    "png-rgb",
+    "png-rgba",
+    "tiff-rgb",
+    "tiff-gray-lzw",
+    "tiff-cmyk",
+    "webp-lossy",
+    "webp-lossy-alpha",
+    "webp-lossless",
+    "webp-animated",
+    "gif",
+]
+
+
+@pytest.fixture(scope="module")
+def whole_image_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Real files of every whole-image format, written by Pillow (libwebp, libtiff, its PNG and GIF writers)."""
+    root = tmp_path_factory.mktemp("whole")
+    rgb = Image.fromarray(photo(21, W, H, noise=6.0))
+    rgba = rgb.copy()
+    rgba.putalpha(Image.fromarray(photo(22, W, H)[:, :, 0]))
+    out = {}
+
+    def save(name: str, img: Image.Image, fmt: str, **kw: object) -> None:
+        out[name] = root / f"{name}.{fmt.lower()}"
+        img.save(out[name], fmt, **kw)
+
+    save("png-rgb", rgb, "PNG")
+    save("png-rgba", rgba, "PNG")
+    save("tiff-rgb", rgb, "TIFF")
+    save("tiff-gray-lzw", rgb.convert("L"), "TIFF", compression="tiff_lzw")
+    save("tiff-cmyk", rgb.convert("CMYK"), "TIFF", compression="tiff_adobe_deflate")
+    save("webp-lossy", rgb, "WEBP", quality=80)
+    save("webp-lossy-alpha", rgba, "WEBP", quality=80)
+    save("webp-lossless", rgb, "WEBP", lossless=True)
+    save(
+        "webp-animated",
+        rgb,
+        "WEBP",
+        save_all=True,
+        append_images=[rgb.transpose(Image.Transpose.FLIP_LEFT_RIGHT)],
+    )
+    save("gif", rgb.convert("P"), "GIF")
+    assert sorted(out) == sorted(FORMATS)
+    return out
+
+
+def _decodes(path: Path, budget: int) -> bool:
+    try:
+        full_size_budget(path, budget)
+        return True
+    except trdata.DecodeError as e:
+        assert e.kind == "TooLarge" and "max_memory_bytes" in str(e), e
+        return False
+
+
+def full_size_budget(path: Path, budget: int) -> None:
+    with trdata.Loader(
+        trdata.FileList([str(path)]),
+        batch_size=1,
+        workers=1,
+        transforms=[trdata.CenterCrop(16)],
+        dtype="uint8",
+        max_memory_bytes=budget,
+    ) as ld:
+        list(ld)
+
+
+_PEAK = """
+import sys, trdata
+def load(path, budget):
+    with trdata.Loader(trdata.FileList([path]), batch_size=1, workers=1, transforms=[trdata.CenterCrop(16)],
+                       dtype="uint8", max_memory_bytes=budget) as ld:
+        list(ld)
+def status(key):
+    return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith(key))
+load(sys.argv[1], 1 << 40)  # warm-up: threads, allocator arenas, every code path once
+open("/proc/self/clear_refs", "w").write("5")  # reset VmHWM to the current RSS
+base = status("VmRSS:")
+load(sys.argv[1], int(sys.argv[2]))
+print(status("VmHWM:") - base)
+"""
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_memory_budget_bounds_the_real_peak_of_whole_image_decodes(
+    whole_image_files: dict[str, Path], name: str
+) -> None:
+    """For each file: the smallest budget it decodes under (the core's estimate) is refused just below it with
+    DecodeError 'TooLarge' naming max_memory_bytes, and a decode under it peaks (process RSS, in a fresh
+    interpreter) below it plus the file's own bytes (the worker's read buffer) and 8 MiB of noise. The old
+    estimate counted the crate's decoded buffer only: TIFF RGB, WebP, PNG and GIF decodes peaked 1.3-3.8x above
+    the budgets they passed."""
+    path, p = whole_image_files[name], W * H
+    lo, hi = p, 40 * p  # lo: below the RGB output alone (refused); hi: decodes
+    assert not _decodes(path, lo) and _decodes(path, hi)
+    while hi - lo > p // 100:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if _decodes(path, mid) else (mid, hi)
+    budget = hi
+    r = subprocess.run(
+        [sys.executable, "-c", _PEAK, str(path), str(budget)], capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    peak = int(r.stdout.split()[-1])
+    slack = path.stat().st_size + (8 << 20)
+    assert peak <= budget + slack, f"RSS peak {peak} for a budget of {budget} (+ {slack})"
+    assert budget <= 24 * p, f"budget {budget} = {budget / p:.1f} bytes per pixel"
+    with pytest.raises(trdata.DecodeError) as exc:
+        full_size_budget(path, lo)
+    assert exc.value.kind == "TooLarge" and "max_memory_bytes" in str(exc.value)

@@ -63,8 +63,9 @@
 //! same parameters (`jpeg.rs`, "Failure recovery"), and the PNG path builds a fresh `png::Decoder` per image.
 //!
 //! Budgets ([`DecodeLimits`], [`Decoder::with_limits`] / [`Decoder::set_limits`]): pixels (header), scans (marker
-//! walk, plus libjpeg-turbo's `TJPARAM_SCANLIMIT`), intermediate memory (`TJPARAM_MAXMEMORY`; `png::Limits` and a
-//! raw-size check for PNG) → `TooLarge` naming the budget. Scratch buffers grow to the largest region seen and are
+//! walk, plus libjpeg-turbo's `TJPARAM_SCANLIMIT`), memory (`TJPARAM_MAXMEMORY` for JPEG; for the formats decoded
+//! whole, the decode's whole peak estimated from the header before any pixel memory: `png_peak_bytes` here,
+//! `other.rs` for the rest) → `TooLarge` naming the budget. Scratch buffers grow to the largest region seen and are
 //! reused (no allocation per image in steady state), but a buffer above `max_retained_scratch_bytes` that one
 //! outlier inflated is released before the next image.
 //!
@@ -117,9 +118,12 @@ pub const DEFAULT_MAX_PIXELS: u64 = 100_000_000;
 pub const DEFAULT_MAX_SCANS: u32 = 100;
 
 /// Default budget for the decoder's intermediate memory (libjpeg-turbo's coefficient buffers for progressive,
-/// multi-scan and arithmetic JPEGs, `TJPARAM_MAXMEMORY`; the PNG decoder's internal buffers). A progressive JPEG
-/// keeps 2 bytes per coefficient: ~3 B/pixel for 4:2:0, ~6 B/pixel for 4:4:4, so 256 MiB still decodes an
-/// 85 MP 4:2:0 or a 44 MP 4:4:4 progressive photo, and refuses the 1.7 MB 100 MP bomb that wanted ~580 MB.
+/// multi-scan and arithmetic JPEGs, `TJPARAM_MAXMEMORY`; everything a PNG, WebP, GIF, TIFF, BMP or Netpbm decode
+/// holds at its peak). A progressive JPEG keeps 2 bytes per coefficient: ~3 B/pixel for 4:2:0, ~6 B/pixel for
+/// 4:4:4, so 256 MiB still decodes an 85 MP 4:2:0 or a 44 MP 4:4:4 progressive photo, and refuses the 1.7 MB
+/// 100 MP bomb that wanted ~580 MB. The whole-image formats need 3 B/pixel of RGB output plus their decoded
+/// image: 256 MiB decodes an 85 MP RGB TIFF, a 63 MP gray TIFF or GIF, a 42 MP RGB PNG, a ~45 MP lossy WebP,
+/// a ~20 MP lossless WebP.
 pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 256 << 20;
 
 /// Default size above which a scratch buffer is released before the next image instead of being kept: 32 MiB is
@@ -136,8 +140,12 @@ pub struct DecodeLimits {
     /// JPEG scans (SOS segments) above this → `TooLarge` naming "scans" (counted by the marker walk before
     /// decoding, and libjpeg-turbo's `TJPARAM_SCANLIMIT` as a second line for progressive files).
     pub max_scans: u32,
-    /// Intermediate memory of one decode: libjpeg-turbo's coefficient buffers (`TJPARAM_MAXMEMORY`, rounded up
-    /// to whole MiB) and the PNG decoder's buffers (`png::Limits`). Above → `TooLarge` naming "memory".
+    /// Memory of one decode. JPEG: libjpeg-turbo's coefficient buffers (`TJPARAM_MAXMEMORY`, rounded up to
+    /// whole MiB). PNG, WebP, GIF, TIFF, BMP, Netpbm (decoded whole): the decode's peak — the crate's decoded
+    /// image, the RGB8 output and the crate's own buffers — estimated from the header before anything is
+    /// allocated (`png_peak_bytes`, other.rs `*_peak_bytes`; measured against a counting allocator in
+    /// `tests/decode_memory.rs`), and the crates' own limits set to it as well. Not counted: the file's bytes,
+    /// which the worker holds while it decodes. Above → `TooLarge` naming `max_memory_bytes`.
     pub max_memory_bytes: u64,
     /// Scratch buffers larger than this are released before the next image (see
     /// [`DEFAULT_MAX_RETAINED_SCRATCH_BYTES`]); smaller ones are kept and reused.
@@ -809,6 +817,17 @@ impl Decoder {
     /// read and checked.
     fn decode_whole(&mut self, format: ImageFormat, bytes: &[u8]) -> std::result::Result<(u32, u32), ImageError> {
         if format == ImageFormat::Png {
+            let need = png_peak_bytes(bytes)?;
+            if need > self.limits.max_memory_bytes {
+                return Err(ImageError::new(
+                    ImageErrorKind::TooLarge,
+                    format!(
+                        "PNG: decoding needs about {need} bytes of memory (decoded image, RGB output and decoder \
+                         buffers), above the memory budget of {} bytes (max_memory_bytes)",
+                        self.limits.max_memory_bytes
+                    ),
+                ));
+            }
             pngdec::decode_png_rgb(bytes, &mut self.png_raw, &mut self.rgb, &self.limits)
         } else {
             other::decode_rgb(format, bytes, &mut self.png_raw, &mut self.rgb, &self.limits)
@@ -971,6 +990,62 @@ impl Decoder {
         }
         Ok((w, h))
     }
+}
+
+/// Peak memory of a PNG decode (`pngdec.rs` on the `png` crate 0.18), from the header, before anything is
+/// allocated: the RGB8 output (3 bytes per pixel), the crate's output after `EXPAND` (palette → RGB, low-bit gray
+/// → 8-bit, a `tRNS` chunk adds alpha, 16-bit samples kept), and the crate's own buffers: the inflate state and
+/// the unfiltering buffer, which holds whole raw rows (it shifts back only once it has freed
+/// max(128 KiB, 4 rows rounded up to a power of two)) — 512 KiB plus 16 raw rows bounds them
+/// (`tests/decode_memory.rs` measures every colour type against this). A header claiming more image data than
+/// the file's IDAT chunks can inflate to is `Corrupt` (as `pngdec.rs` decides), before the budget.
+fn png_peak_bytes(bytes: &[u8]) -> std::result::Result<u64, ImageError> {
+    let corrupt = |m: &str| ImageError::new(ImageErrorKind::Corrupt, format!("PNG: {m}"));
+    let (w, h) = pngdec::png_size(bytes)?;
+    let ihdr = bytes.get(24..29).ok_or_else(|| corrupt("IHDR chunk too short"))?;
+    let (depth, color) = (u64::from(ihdr[0]), ihdr[1]);
+    // Walk the chunk headers (lengths only): tRNS (before the first IDAT), and the IDAT bytes present.
+    let (mut trns, mut idat_seen, mut idat) = (false, false, 0u64);
+    let mut pos = 8usize;
+    while let Some(head) = bytes.get(pos..pos + 8) {
+        let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        match &head[4..8] {
+            b"tRNS" if !idat_seen => trns = true,
+            b"IDAT" => {
+                idat_seen = true;
+                idat += len.min(bytes.len() - pos - 8) as u64;
+            }
+            b"IEND" => break,
+            _ => {}
+        }
+        match pos.checked_add(12).and_then(|p| p.checked_add(len)) {
+            Some(next) => pos = next,
+            None => break,
+        }
+    }
+    // Samples per pixel as stored, and after EXPAND (tRNS adds an alpha sample to gray, RGB and palette).
+    let (stored, expanded) = match color {
+        0 => (1, 1 + u64::from(trns)),
+        2 => (3, 3 + u64::from(trns)),
+        3 => (1, 3 + u64::from(trns)),
+        4 => (2, 2),
+        6 => (4, 4),
+        other => return Err(corrupt(&format!("invalid colour type {other}"))),
+    };
+    let sample_bytes = if depth == 16 && color != 3 { 2 } else { 1 };
+    let (w64, h64) = (u64::from(w), u64::from(h));
+    let raw_row = (w64 * stored * depth).div_ceil(8) + 1;
+    let output = w64 * h64 * expanded * sample_bytes;
+    // A header whose image cannot be in the file is a lie or a truncation, whatever the budget (the rule of
+    // `pngdec.rs`, which decides it first: deflate expands at most 1032:1; 1 KiB of slack for framing).
+    let needed_compressed = raw_row * h64 / 1032;
+    if idat + 1024 < needed_compressed {
+        return Err(corrupt(&format!(
+            "{w}x{h} needs at least {needed_compressed} bytes of image data, the file has {idat} (truncated or lying \
+             header)"
+        )));
+    }
+    Ok(3 * w64 * h64 + output + (512 << 10) + 16 * raw_row)
 }
 
 fn gcd(a: u32, b: u32) -> u32 {

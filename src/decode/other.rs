@@ -17,9 +17,13 @@
 //!   (`tests/test_formats.py`).
 //!
 //! Budgets: the size comes from each crate's header parse and passes the pixel limit before anything is decoded
-//! (`Decoder::read_header`); the decoded buffer must fit `max_memory_bytes` (`TooLarge`) and each crate's own
-//! memory limit is set to the same budget (`WebPDecoder::set_memory_limit`, `gif::MemoryLimit`, `tiff::Limits`,
-//! `image::Limits`). Every crate error is a typed `ImageError` (limits → `TooLarge`, unsupported variants →
+//! (`Decoder::read_header`). Then the decode's peak memory is estimated from the header — every buffer it holds
+//! at once: the crate's decoded image, the RGB8 output, the crate's own intermediates (`*_peak_bytes` below say
+//! which, from the crates' sources; `tests/decode_memory.rs` measures them with a counting allocator) — and must
+//! fit `max_memory_bytes`, or the file is `TooLarge` before anything is allocated. Each crate's own limit is set
+//! to the same budget as a second line (`WebPDecoder::set_memory_limit`, `tiff::Limits`, `image::Limits`; GIF
+//! decodes into a buffer sized here). Where the crate's layout already is packed RGB8 (opaque WebP, 8-bit RGB
+//! TIFF) it decodes straight into the output, without a second copy of the image. Every crate error is a typed `ImageError` (limits → `TooLarge`, unsupported variants →
 //! `Unsupported`, the rest → `Corrupt`). These crates are written not to panic on hostile input, but a panic
 //! inside one must not take a worker down: each decode runs under `catch_unwind` and a panic becomes `Corrupt`
 //! (the crates hold no state across images; a fresh decoder object is built per image).
@@ -93,16 +97,36 @@ fn budget_usize(limits: &DecodeLimits) -> usize {
     usize::try_from(limits.max_memory_bytes).unwrap_or(usize::MAX)
 }
 
-/// `TooLarge` if a decoded buffer of `bytes` does not fit the memory budget (checked before allocating it).
-fn check_buffer(f: ImageFormat, bytes: u64, limits: &DecodeLimits) -> Result<(), ImageError> {
+/// `TooLarge` if a decode whose buffers take `bytes` at their peak (see the `*_peak_bytes` estimates) does not fit
+/// the memory budget; checked before any of them is allocated.
+fn check_memory(f: ImageFormat, bytes: u64, limits: &DecodeLimits) -> Result<(), ImageError> {
     if bytes > limits.max_memory_bytes {
         return Err(err(
             ImageErrorKind::TooLarge,
             f,
-            format!("decodes to {bytes} bytes, above the memory budget of {} bytes", limits.max_memory_bytes),
+            format!(
+                "decoding needs about {bytes} bytes of memory (decoded image, RGB output and decoder buffers), above \
+                 the memory budget of {} bytes (max_memory_bytes)",
+                limits.max_memory_bytes
+            ),
         ));
     }
     Ok(())
+}
+
+/// TIFF's state besides the image buffers: the strip reader's LZW or deflate tables and window, its read buffer
+/// (measured ≤ 80 KB, `tests/decode_memory.rs`).
+const TIFF_STATE_BYTES: u64 = 128 << 10;
+
+/// GIF's LZW decoder and read buffer (measured ≤ 40 KB).
+const GIF_STATE_BYTES: u64 = 64 << 10;
+
+/// The `image` crate's BMP and Netpbm readers: row buffers, palettes.
+const IMAGE_STATE_BYTES: u64 = 64 << 10;
+
+/// The RGB8 output of a `w × h` image.
+fn rgb_bytes(w: u32, h: u32) -> u64 {
+    3 * u64::from(w) * u64::from(h)
 }
 
 /// Run a crate's decode; a panic inside it becomes `Corrupt` (see module docs).
@@ -142,8 +166,8 @@ pub(crate) fn decode_rgb(
 ) -> Result<(u32, u32), ImageError> {
     guarded(f, || match f {
         ImageFormat::WebP => webp_rgb(bytes, raw, out, limits),
-        ImageFormat::Gif => gif_rgb(bytes, out, limits),
-        ImageFormat::Tiff => tiff_rgb(bytes, out, limits),
+        ImageFormat::Gif => gif_rgb(bytes, raw, out, limits),
+        ImageFormat::Tiff => tiff_rgb(bytes, raw, out, limits),
         ImageFormat::Bmp => {
             let mut d = bmp_decoder(bytes)?;
             d.set_limits(image_limits(limits)).map_err(|e| image_failure(f, e, limits))?;
@@ -203,12 +227,82 @@ fn webp_rgb(
     d.set_memory_limit(budget_usize(limits));
     let (w, h) = d.dimensions();
     let n = d.output_buffer_size().ok_or_else(|| over_budget(f, limits))?;
-    check_buffer(f, n as u64, limits)?;
-    let channels = if d.has_alpha() { 4 } else { 3 };
+    check_memory(f, webp_peak_bytes(&mut d, bytes), limits)?;
     // Animated files: read_image gives the first frame (composited on the canvas, as Pillow's first frame).
-    d.read_image(scratch(raw, n)).map_err(webp_failure)?;
-    expand_to_rgb(&raw[..n], channels, scratch(out, 3 * w as usize * h as usize));
+    if d.has_alpha() {
+        d.read_image(scratch(raw, n)).map_err(webp_failure)?;
+        expand_to_rgb(&raw[..n], 4, scratch(out, 3 * w as usize * h as usize));
+    } else {
+        // Opaque: the crate's output is packed RGB8 already.
+        d.read_image(scratch(out, n)).map_err(webp_failure)?;
+    }
     Ok((w, h))
+}
+
+/// Peak memory of a WebP decode (image-webp 0.2.4's `read_image`), from the headers; P = width × height, F = the
+/// file's bytes:
+/// - the RGB8 output (3P), plus the crate's RGBA output (4P) for a file with alpha;
+/// - lossless (VP8L): an ARGB buffer of 4P when the file is opaque (the crate decodes to ARGB, then copies RGB
+///   out); the transform and meta-Huffman sub-images (at most P/4 each for the predictor, cross-colour and
+///   Huffman-meta images, P/8 for the meta codes: P in all); and the Huffman tables, one set of five per
+///   meta code, up to 20 KB a set: they grow with the coded data, 3F (+ the fixed 256 KiB) bounds them for the
+///   files libwebp writes (measured: 0.7–3.7F, the most on small photos at method 6), though a hostile file can
+///   declare up to 65,536 sets with a few bytes each — a bound this estimate cannot give without decoding the
+///   meta-Huffman image;
+/// - lossy (VP8): the macroblock-padded Y, U and V planes (1.5 × P rounded up to 16 × 16), the per-macroblock
+///   modes (30 bytes per 256 pixels in a vector grown by doubling: P/4 with the growth), and the coded
+///   partitions, read whole and copied (measured up to 3.8F: 5F); its alpha plane (ALPH), when
+///   lossless-coded, decodes through a 4P ARGB buffer and a P green plane, plus the sub-images: 6P;
+/// - animated: the 4P canvas, the first frame's buffer (3 bytes per frame pixel for VP8, 4 for VP8L and
+///   VP8+ALPH) and that frame's decode as above (the frame's kind and size come from its ANMF header).
+fn webp_peak_bytes(d: &mut image_webp::WebPDecoder<Cursor<&[u8]>>, bytes: &[u8]) -> u64 {
+    let (w, h) = d.dimensions();
+    let pixels = |w: u32, h: u32| u64::from(w) * u64::from(h);
+    let padded = |w: u32, h: u32| u64::from(w.div_ceil(16) * 16) * u64::from(h.div_ceil(16) * 16);
+    let p = pixels(w, h);
+    let file = bytes.len() as u64;
+    let lossless = |p: u64, argb: bool| if argb { 4 * p } else { 0 } + p + 3 * file;
+    let lossy =
+        |w: u32, h: u32, alpha: bool| 7 * padded(w, h) / 4 + 5 * file + if alpha { 6 * pixels(w, h) } else { 0 };
+    let frames = if d.is_animated() {
+        // The canvas, then the first frame; a frame whose header cannot be read costs what the largest would.
+        let canvas = 4 * p;
+        canvas
+            + match first_anmf_frame(bytes) {
+                Some((fw, fh, [b'V', b'P', b'8', b' '])) => 3 * pixels(fw, fh) + lossy(fw, fh, false),
+                Some((fw, fh, [b'V', b'P', b'8', b'L'])) => 4 * pixels(fw, fh) + lossless(pixels(fw, fh), false),
+                Some((fw, fh, [b'A', b'L', b'P', b'H'])) => 4 * pixels(fw, fh) + lossy(fw, fh, true),
+                _ => 4 * p + lossless(p, false).max(lossy(w, h, true)),
+            }
+    } else if d.is_lossy() {
+        lossy(w, h, d.has_alpha())
+    } else {
+        lossless(p, !d.has_alpha()) // with alpha, the ARGB buffer is the 4P output below
+    };
+    let output = if d.has_alpha() { 4 * p } else { 0 }; // opaque: the crate writes the RGB output itself
+    rgb_bytes(w, h) + output + frames + WEBP_STATE_BYTES
+}
+
+/// image-webp's state besides the buffers above: the colour cache (≤ 8 KB), borders, probabilities, and the
+/// Huffman tables of a small lossless file beyond 3F (measured: 3.7F on a 256 × 256 photo at method 6).
+const WEBP_STATE_BYTES: u64 = 256 << 10;
+
+/// Width, height and bitstream chunk (`VP8 `, `VP8L` or `ALPH`) of the first ANMF frame of an animated WebP:
+/// the ANMF payload is X, Y (3 bytes each), width − 1, height − 1 (3 bytes each), duration (3), flags (1), then
+/// the frame's first chunk header.
+fn first_anmf_frame(bytes: &[u8]) -> Option<(u32, u32, [u8; 4])> {
+    let u24 = |b: &[u8]| u32::from(b[0]) | u32::from(b[1]) << 8 | u32::from(b[2]) << 16;
+    let mut pos = 12;
+    while let Some(head) = bytes.get(pos..pos + 8) {
+        let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]) as usize;
+        if &head[..4] == b"ANMF" {
+            let payload = bytes.get(pos + 8..pos + 8 + 20)?;
+            let kind = [payload[16], payload[17], payload[18], payload[19]];
+            return Some((u24(&payload[6..9]) + 1, u24(&payload[9..12]) + 1, kind));
+        }
+        pos = pos.checked_add(8)?.checked_add(len)?.checked_add(len & 1)?;
+    }
+    None
 }
 
 // ---- GIF ----
@@ -221,7 +315,12 @@ fn gif_failure(e: gif::DecodingError) -> ImageError {
     corrupt(ImageFormat::Gif, m)
 }
 
-fn gif_rgb(bytes: &[u8], out: &mut Vec<u8>, limits: &DecodeLimits) -> Result<(u32, u32), ImageError> {
+fn gif_rgb(
+    bytes: &[u8],
+    raw: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+    limits: &DecodeLimits,
+) -> Result<(u32, u32), ImageError> {
     let f = ImageFormat::Gif;
     let mut opts = gif::DecodeOptions::new();
     opts.set_color_output(gif::ColorOutput::Indexed);
@@ -229,10 +328,17 @@ fn gif_rgb(bytes: &[u8], out: &mut Vec<u8>, limits: &DecodeLimits) -> Result<(u3
     opts.set_memory_limit(gif::MemoryLimit::Bytes(budget));
     let mut d = opts.read_info(Cursor::new(bytes)).map_err(gif_failure)?;
     let (w, h) = (usize::from(d.width()), usize::from(d.height()));
-    check_buffer(f, 3 * w as u64 * h as u64, limits)?;
     let global = d.global_palette().map(<[u8]>::to_vec);
-    let frame = d.read_next_frame().map_err(gif_failure)?.ok_or_else(|| corrupt(f, "no image in the file"))?;
-    let palette = frame.palette.as_deref().or(global.as_deref());
+    // The first frame's descriptor (no pixels yet): its index buffer is sized from it.
+    let frame = d.next_frame_info().map_err(gif_failure)?.ok_or_else(|| corrupt(f, "no image in the file"))?;
+    let (fx, fy, fw, fh) =
+        (usize::from(frame.left), usize::from(frame.top), usize::from(frame.width), usize::from(frame.height));
+    let (transparent, local) = (frame.transparent, frame.palette.clone());
+    // Peak: the RGB8 output, one index per frame pixel, the LZW decoder's state.
+    check_memory(f, rgb_bytes(w as u32, h as u32) + (fw * fh) as u64 + GIF_STATE_BYTES, limits)?;
+    let indices = scratch(raw, d.buffer_size());
+    d.read_into_buffer(indices).map_err(gif_failure)?;
+    let palette = local.as_deref().or(global.as_deref());
     let colour = |i: u8| -> [u8; 3] {
         match palette {
             Some(p) => p.get(3 * usize::from(i)..3 * usize::from(i) + 3).map_or([0; 3], |c| [c[0], c[1], c[2]]),
@@ -240,13 +346,11 @@ fn gif_rgb(bytes: &[u8], out: &mut Vec<u8>, limits: &DecodeLimits) -> Result<(u3
         }
     };
     let dst = scratch(out, 3 * w * h);
-    let fill = colour(frame.transparent.unwrap_or(0));
+    let fill = colour(transparent.unwrap_or(0));
     dst.chunks_exact_mut(3).for_each(|d| d.copy_from_slice(&fill));
-    let (fx, fy, fw, fh) =
-        (usize::from(frame.left), usize::from(frame.top), usize::from(frame.width), usize::from(frame.height));
     // The part of the frame inside the logical screen (Pillow pastes it there; the rest is cut off).
     for y in 0..fh.min(h.saturating_sub(fy)) {
-        let src = &frame.buffer[y * fw..(y + 1) * fw];
+        let src = &indices[y * fw..(y + 1) * fw];
         let row = &mut dst[3 * (fy + y) * w..3 * (fy + y + 1) * w];
         for (x, &i) in src.iter().enumerate().take(w.saturating_sub(fx)) {
             row[3 * (fx + x)..3 * (fx + x) + 3].copy_from_slice(&colour(i));
@@ -266,9 +370,13 @@ fn tiff_failure(e: tiff::TiffError) -> ImageError {
     }
 }
 
-fn tiff_rgb(bytes: &[u8], out: &mut Vec<u8>, limits: &DecodeLimits) -> Result<(u32, u32), ImageError> {
+fn tiff_rgb(
+    bytes: &[u8],
+    raw: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+    limits: &DecodeLimits,
+) -> Result<(u32, u32), ImageError> {
     use tiff::ColorType as C;
-    use tiff::decoder::DecodingResult as R;
     use tiff::tags::Tag;
     let f = ImageFormat::Tiff;
     let mut tl = tiff::decoder::Limits::default();
@@ -306,13 +414,37 @@ fn tiff_rgb(bytes: &[u8], out: &mut Vec<u8>, limits: &DecodeLimits) -> Result<(u
     if !(bits == 8 || bits == 16 || (bits == 1 && matches!(color, C::Gray(_)))) {
         return Err(unsupported(f, format!("{bits}-bit samples of {color:?}")));
     }
-    let samples = (wu * hu) as u64 * channels as u64 * u64::from(bits).div_ceil(8);
-    check_buffer(f, samples, limits)?;
-    let mut result = R::U8(Vec::new());
-    d.read_image_to_buffer(&mut result).map_err(tiff_failure)?;
+    // The crate's samples, packed (bilevel rows padded to whole bytes): the buffer its `read_image_bytes` fills.
+    let row_bytes = (wu as u64 * channels as u64 * u64::from(bits)).div_ceil(8);
+    let native = row_bytes * hu as u64;
+    // 8-bit RGB is already our layout: decoded straight into the output.
+    let direct = color == C::RGB(8);
+    // Peak: the RGB output, the crate's samples (unless direct), its strip/tile offset and size tables (two u64
+    // per chunk), and the LZW/deflate stream state.
+    let chunks = match d.get_chunk_type() {
+        tiff::decoder::ChunkType::Strip => d.strip_count(),
+        tiff::decoder::ChunkType::Tile => d.tile_count(),
+    }
+    .map_err(tiff_failure)?;
+    let need = rgb_bytes(w, h) + if direct { 0 } else { native } + 16 * u64::from(chunks) + TIFF_STATE_BYTES;
+    check_memory(f, need, limits)?;
+    let layout = d.image_buffer_layout().map_err(tiff_failure)?;
+    if layout.sample_format != tiff::tags::SampleFormat::Uint {
+        return Err(unsupported(f, format!("{:?} samples of {color:?}", layout.sample_format)));
+    }
+    if layout.len as u64 > native.max(rgb_bytes(w, h)) {
+        return Err(corrupt(f, format!("sample layout of {} bytes for {w}x{h} {color:?}", layout.len)));
+    }
+    if direct {
+        d.read_image_bytes(scratch(out, layout.len)).map_err(tiff_failure)?;
+        return Ok((w, h));
+    }
+    let px = scratch(raw, layout.len);
+    d.read_image_bytes(px).map_err(tiff_failure)?;
+    let px = &mut px[..];
     let dst = scratch(out, 3 * wu * hu);
-    match (&result, color) {
-        (R::U8(px), C::Gray(1)) => {
+    match (bits, color) {
+        (1, _) => {
             // Rows are padded to whole bytes; a set bit is white (BlackIsZero).
             let row_bytes = wu.div_ceil(8);
             for (y, row) in dst.chunks_exact_mut(3 * wu).enumerate() {
@@ -322,7 +454,7 @@ fn tiff_rgb(bytes: &[u8], out: &mut Vec<u8>, limits: &DecodeLimits) -> Result<(u
                 }
             }
         }
-        (R::U8(px), C::Palette(_)) => {
+        (8, C::Palette(_)) => {
             // ColorMap: all reds, then all greens, then all blues, 16-bit; Pillow keeps `v // 256`.
             let map = d.get_tag_u16_vec(Tag::ColorMap).map_err(tiff_failure)?;
             let n = map.len() / 3;
@@ -333,26 +465,26 @@ fn tiff_rgb(bytes: &[u8], out: &mut Vec<u8>, limits: &DecodeLimits) -> Result<(u
                 }
             }
         }
-        (R::U8(px), C::CMYK(_)) => {
-            // Pillow's CMYK (not inverted) → RGB; `cmyk_to_rgb` takes Adobe-inverted samples.
-            let inverted: Vec<u8> = px.iter().map(|&v| 255 - v).collect();
-            cmyk_to_rgb(&inverted, dst);
+        (8, C::CMYK(_)) => {
+            // Pillow's CMYK (not inverted) → RGB; `cmyk_to_rgb` takes Adobe-inverted samples: inverted in place.
+            px.iter_mut().for_each(|v| *v = 255 - *v);
+            cmyk_to_rgb(px, dst);
         }
-        (R::U8(px), _) => expand_to_rgb(px, channels, dst),
-        (R::U16(px), _) => {
-            // 16-bit gray is Pillow's I;16, clipped; 16-bit RGB(A) keeps the high byte.
+        (8, _) => expand_to_rgb(px, channels, dst),
+        _ => {
+            // 16-bit, native-endian samples: gray is Pillow's I;16, clipped; RGB(A) keeps the high byte.
             let gray16 = channels <= 2;
-            for (dd, s) in dst.chunks_exact_mut(3).zip(px.chunks_exact(channels)) {
+            for (dd, s) in dst.chunks_exact_mut(3).zip(px.chunks_exact(2 * channels)) {
+                let v = |c: usize| u16::from_ne_bytes([s[2 * c], s[2 * c + 1]]);
                 if gray16 {
-                    dd.fill(s[0].min(255) as u8);
+                    dd.fill(v(0).min(255) as u8);
                 } else {
-                    for (o, &v) in dd.iter_mut().zip(s) {
-                        *o = (v >> 8) as u8;
+                    for (c, o) in dd.iter_mut().enumerate() {
+                        *o = (v(c) >> 8) as u8;
                     }
                 }
             }
         }
-        _ => return Err(unsupported(f, format!("sample format of {color:?}"))),
     }
     Ok((w, h))
 }
@@ -403,15 +535,21 @@ fn image_rgb(
         }
     }
     let n = d.total_bytes();
-    check_buffer(f, n, limits)?;
+    // Peak: the RGB output, the crate's samples (unless they are RGB8 already: decoded straight into the
+    // output), the reader's row buffers.
+    let direct = color == C::Rgb8;
+    check_memory(f, rgb_bytes(w, h) + if direct { 0 } else { n } + IMAGE_STATE_BYTES, limits)?;
     let n = usize::try_from(n).map_err(|_| over_budget(f, limits))?;
+    if direct {
+        d.read_image(scratch(out, n)).map_err(|e| image_failure(f, e, limits))?;
+        return Ok((w, h));
+    }
     d.read_image(scratch(raw, n)).map_err(|e| image_failure(f, e, limits))?;
     let dst = scratch(out, 3 * w as usize * h as usize);
     let src = &raw[..n];
     match color {
         C::L8 => expand_to_rgb(src, 1, dst),
         C::La8 => expand_to_rgb(src, 2, dst),
-        C::Rgb8 => expand_to_rgb(src, 3, dst),
         C::Rgba8 => expand_to_rgb(src, 4, dst),
         C::L16 | C::Rgb16 => {
             // Native-endian u16 samples: gray is Pillow's I;16 (clipped), RGB keeps the high byte.
