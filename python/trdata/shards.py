@@ -239,10 +239,9 @@ class WebDataset(Source):
     Every sample must have an image and (unless ``target_key`` is None) a target, and no extension twice (as
     webdataset, which raises on a duplicate file name in a sample; extensions compared lower-cased); a shard that
     is not a tar (a compressed one is named as such, with the command that decompresses it), is truncated or
-    breaks these rules is a ``DecodeError`` naming it (and the sample's key), when the source is made. So is an
-    empty (0-byte) image member for now (``kind="Empty"``, ``index`` the sample): the core does not take empty
-    spans yet. An image member that does not decode follows the loader's ``on_error`` policy, named
-    ``shard@offset+size``."""
+    breaks these rules is a ``DecodeError`` naming it (and the sample's key), when the source is made. An image
+    member that is empty (0 bytes, ``kind="Empty"``) or does not decode is one bad sample: it follows the loader's
+    ``on_error`` policy, named ``shard@offset+size`` (``keys[index]`` is its key)."""
 
     def __init__(
         self,
