@@ -32,7 +32,8 @@
 //!   transfer/, export/, py/, augment/simd.rs (runtime AVX2 dispatch of the resample and pixel kernels; its
 //!   `kernels!` macro expands next to the kernel bodies, in the `dispatch` modules of augment/kernels.rs and
 //!   augment/warp.rs, which allow exactly that) and synthetic/encode.rs (the libjpeg-turbo encoder of the test
-//!   and benchmark data), each block with a SAFETY note.
+//!   and benchmark data), each block with a SAFETY note; outside the library only the integration test
+//!   tests/decode_memory.rs (its counting global allocator).
 
 #![deny(unsafe_code)]
 

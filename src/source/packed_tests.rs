@@ -31,8 +31,9 @@ fn records() -> Vec<(Vec<u8>, i64, RecordMeta)> {
     for i in 0..12u8 {
         out.push((jpeg(i, 16 + u32::from(i), 12), i64::from(i % 3), jpeg_meta(16 + u16::from(i), 12)));
     }
-    out.push(((0..48u8).collect(), -5, RecordMeta::raw(4, 4, 3)));
-    out.push((vec![7u8; 6], 1 << 40, RecordMeta::raw(2, 3, 1)));
+    // Labels name one of meta()'s 3 classes (check_classes); labels without class names: the test below.
+    out.push(((0..48u8).collect(), 2, RecordMeta::raw(4, 4, 3)));
+    out.push((vec![7u8; 6], 1, RecordMeta::raw(2, 3, 1)));
     out.push((b"not an image at all".to_vec(), 2, unknown));
     out.push((jpeg(99, 96, 64), 0, jpeg_meta(96, 64)));
     out
@@ -289,7 +290,7 @@ proptest! {
 #[test]
 fn the_partial_cache_stays_within_its_bound_under_many_threads() {
     let recs: Vec<(Vec<u8>, i64, RecordMeta)> = (0..600u32)
-        .map(|i| (vec![(i % 251) as u8; 300 + (i as usize * 37) % 900], i64::from(i), RecordMeta::raw(1, 1, 1)))
+        .map(|i| (vec![(i % 251) as u8; 300 + (i as usize * 37) % 900], i64::from(i % 3), RecordMeta::raw(1, 1, 1)))
         .collect();
     // raw 1×1×1 would need 1-byte records: store them as unknown-format bytes instead.
     let recs: Vec<_> = recs
@@ -387,4 +388,20 @@ fn metadata_json_is_what_python_reads() {
     assert!(text.contains("\"classes\": [\"cat\", \"d\\udcffg\", \"caf\u{e9}\"]"), "{text}");
     assert!(text.contains("\"short_side\": null, \"max_side\": 512, \"quality\": 90, \"source\": \"files\""), "{text}");
     assert_eq!(PackMeta::from_json(text.as_bytes()).unwrap(), meta());
+}
+
+#[test]
+fn without_class_names_any_label_survives_and_with_them_labels_must_name_one() {
+    let labels = [-5i64, 1 << 40, 0, i64::MIN, i64::MAX];
+    let write = |classes: Vec<OsString>| {
+        let mut w = PackWriter::new(Cursor::new(Vec::new()), 4096).unwrap();
+        for &l in &labels {
+            w.push(b"abc", l, RecordMeta::raw(1, 1, 3)).unwrap();
+        }
+        w.finish(&PackMeta { classes, options: PackOptions::default() }).unwrap().0.into_inner()
+    };
+    let ix = PackedIndex::from_bytes(&write(Vec::new())).unwrap();
+    assert_eq!(ix.rows.iter().map(|r| r.label).collect::<Vec<_>>(), labels);
+    let e = PackedIndex::from_bytes(&write(meta().classes)).unwrap_err();
+    assert!(e.contains("label -5 at record 0, outside the 3 classes"), "{e}");
 }
