@@ -5,7 +5,7 @@
 
 use super::errors::{IntoPyResult, to_py};
 use super::source::NativeSource;
-use crate::augment::ops::{Drawn, EraseValue, OpSpec};
+use crate::augment::ops::{Drawn, EraseValue, OpSpec, RandomErasing};
 use crate::error::TrdataError;
 use crate::rng::{self, BatchInput, SampleRng};
 use pyo3::prelude::*;
@@ -36,12 +36,12 @@ impl BatchOp {
                 let noise = value.extract::<String>().is_ok();
                 // The fill is in the batch's own units (after normalize), any number: torchvision accepts any
                 // `value`; p/scale/ratio are RandomErasing's, checked by augment/ops.rs with a neutral fill.
-                let op = OpSpec::RandomErasing {
+                let op = OpSpec::RandomErasing(RandomErasing {
                     p: t.get_item(1)?.extract()?,
                     scale: t.get_item(2)?.extract()?,
                     ratio: t.get_item(3)?.extract()?,
                     value: EraseValue::Values(vec![0.0]),
-                };
+                });
                 BatchOp::Erasing { op, noise }
             }
             other => return Err(to_py(TrdataError::config("batch_ops", format!("{other:?} is no batch op")))),

@@ -6,7 +6,7 @@
 use super::args::int_arg;
 use super::errors::{IntoPyResult, to_py};
 use crate::augment;
-use crate::augment::ops::{Arg, OpSpec, Site};
+use crate::augment::ops::{Arg, OpSpec, RandomApply, RandomChoice, RandomOrder, Site};
 use crate::augment::{SampleKey, TransformSpec, default, program};
 use crate::error::TrdataError;
 use pyo3::prelude::*;
@@ -31,7 +31,7 @@ fn arg(v: &Bound<'_, PyAny>) -> PyResult<Arg> {
     })
 }
 
-/// `("kind", args…)` of one of `augment::ops::KINDS` → the core's spec.
+/// `("kind", args…)` of a kind `OpSpec::is_kind` knows → the core's spec.
 pub fn parse_op(kind: &str, t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec> {
     let args = t.iter().skip(1).map(|v| arg(&v)).collect::<PyResult<Vec<_>>>()?;
     OpSpec::from_args(kind, &args).map(TransformSpec::Op).py_err()
@@ -148,7 +148,7 @@ pub(super) fn parse_transform(t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec>
         "horizontal_flip" => TransformSpec::RandomHorizontalFlip { p: f(1)? },
         "resampled" => return parse_resampled(t),
         "random_apply" | "random_choice" | "random_order" => return parse_container(&kind, t),
-        other if augment::ops::KINDS.contains(&other) => return parse_op(other, t),
+        other if OpSpec::is_kind(other) => return parse_op(other, t),
         other => return Err(to_py(TrdataError::config("transforms", format!("unknown transform {other:?}")))),
     })
 }
@@ -167,13 +167,13 @@ fn parse_container(kind: &str, t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec
         transforms.push(program::stage2_op(&spec, Site::top(0).child(i)).py_err()?);
     }
     Ok(TransformSpec::Op(match kind {
-        "random_apply" => OpSpec::RandomApply { transforms, p: t.get_item(2)?.extract()? },
+        "random_apply" => OpSpec::RandomApply(RandomApply { transforms, p: t.get_item(2)?.extract()? }),
         "random_choice" => {
             let p = t.get_item(2)?;
             let p: Vec<f64> = if p.is_none() { vec![1.0; transforms.len()] } else { p.extract()? };
-            OpSpec::RandomChoice { transforms, p }
+            OpSpec::RandomChoice(RandomChoice { transforms, p })
         }
-        _ => OpSpec::RandomOrder { transforms },
+        _ => OpSpec::RandomOrder(RandomOrder { transforms }),
     }))
 }
 
