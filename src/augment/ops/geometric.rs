@@ -1,6 +1,6 @@
 //! The geometric family: ops that move pixels (pad, crop, flip, warp, resize) on the uint8 image, each one
 //! [`super::Op`] over the kernels in [`crate::augment::kernels`], [`crate::augment::warp`] and the stage-2
-//! resizer ([`crate::augment::stage2`]). The leading ones fold into the decode instead ([`crate::augment::geometry`]).
+//! resizer (`stage2::resize_box`). The leading ones fold into the decode instead ([`crate::augment::geometry`]).
 
 use super::{Args, CENTER, DEGREES, DISTORTION_SCALE, Drawn, MAX_SIDE, MAX_SIZE, Op, OpScratch, RATIO, SCALE, SHEAR};
 use super::{PADDING, PADDING_MODE, gated, undrawn, uniform_f32};
@@ -494,7 +494,7 @@ pub enum ResizeTo {
 
 /// `Resize(size, interpolation, max_size, antialias)` on the uint8 image (stage 2: after a pixel op, or with
 /// `max_size`), with torchvision v2's semantics on uint8 tensors ([`resize::resize_output_hw`] for the size;
-/// the resampler: [`crate::augment::stage2`]).
+/// the resampler: `stage2::resize_box`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Resize {
     /// Shorter side or exact (height, width).
