@@ -1,6 +1,6 @@
 //! The binding of the batch ops (python/trdata/batch.py: MixUp, CutMix, RandomChoice, BatchRandomErasing): their
 //! `_spec()` tuples are checked by the core's rules (rng.rs for alpha, num_classes and the batch_ops list;
-//! augment/ops.rs for RandomErasing's p/scale/ratio) and drawn from the batch streams of rng.rs. Python applies
+//! augment/ops/erase.rs for RandomErasing's p/scale/ratio) and drawn from the batch streams of rng.rs. Python applies
 //! the drawn values to the batch on its device (numpy or torch); no pixel passes through here.
 
 use super::errors::{IntoPyResult, to_py};
@@ -35,7 +35,7 @@ impl BatchOp {
                 let value = t.get_item(4)?;
                 let noise = value.extract::<String>().is_ok();
                 // The fill is in the batch's own units (after normalize), any number: torchvision accepts any
-                // `value`; p/scale/ratio are RandomErasing's, checked by augment/ops.rs with a neutral fill.
+                // `value`; p/scale/ratio are RandomErasing's, checked by augment/ops/erase.rs with a neutral fill.
                 let op = OpSpec::RandomErasing(RandomErasing {
                     p: t.get_item(1)?.extract()?,
                     scale: t.get_item(2)?.extract()?,
