@@ -2,7 +2,8 @@
 //! `GaussianBlur`), each its arguments, check, draw and kernel call ([`super::Op`]) over [`crate::augment::kernels`].
 
 use super::{Args, BITS, Drawn, HUE, KERNEL_SIZE, NUM_OUTPUT_CHANNELS, Op, OpScratch, SHARPNESS_FACTOR, SIGMA};
-use super::{THRESHOLD, bad, check_p, gated, undrawn, uniform_f32};
+use super::{DefaultValue, THRESHOLD, bad, check_p, gated, undrawn, uniform_f32};
+use crate::augment::default as tv;
 use crate::augment::kernels::{self, Frame};
 use crate::augment::site::Site;
 use crate::error::Result;
@@ -103,6 +104,8 @@ pub struct Grayscale {
 
 impl Op for Grayscale {
     const KINDS: &'static [&'static str] = &["grayscale"];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] =
+        &[("Grayscale.num_output_channels", DefaultValue::Int(tv::GRAYSCALE_CHANNELS as i64))];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         Ok(Grayscale { num_output_channels: a.uint(0, "num_output_channels")? })
@@ -131,7 +134,7 @@ impl Op for Grayscale {
 
 /// An op gated by `p` alone, with no parameter: its struct, spec kind, name and kernel call.
 macro_rules! gated_op {
-    ($(#[$doc:meta])* $ty:ident, $kind:literal, $name:literal, |$frame:ident| $kernel:expr) => {
+    ($(#[$doc:meta])* $ty:ident, $kind:literal, $name:literal, p = $p:expr, |$frame:ident| $kernel:expr) => {
         $(#[$doc])*
         #[derive(Debug, Clone, PartialEq)]
         pub struct $ty {
@@ -141,6 +144,7 @@ macro_rules! gated_op {
 
         impl Op for $ty {
             const KINDS: &'static [&'static str] = &[$kind];
+            const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[(concat!($name, ".p"), DefaultValue::Num($p))];
 
             fn parse(a: &Args<'_>) -> Result<Self> {
                 Ok($ty { p: a.num(0, "p")? })
@@ -170,6 +174,7 @@ gated_op!(
     RandomGrayscale,
     "random_grayscale",
     "RandomGrayscale",
+    p = tv::GRAYSCALE_P,
     |frame| kernels::grayscale(&mut frame.view())
 );
 gated_op!(
@@ -177,6 +182,7 @@ gated_op!(
     RandomAutocontrast,
     "random_autocontrast",
     "RandomAutocontrast",
+    p = tv::GATE_P,
     |frame| kernels::autocontrast(&mut frame.view())
 );
 gated_op!(
@@ -184,6 +190,7 @@ gated_op!(
     RandomEqualize,
     "random_equalize",
     "RandomEqualize",
+    p = tv::GATE_P,
     |frame| kernels::equalize(&mut frame.view())
 );
 gated_op!(
@@ -191,6 +198,7 @@ gated_op!(
     RandomInvert,
     "random_invert",
     "RandomInvert",
+    p = tv::GATE_P,
     |frame| kernels::invert(&mut frame.view())
 );
 
@@ -205,6 +213,7 @@ pub struct RandomSolarize {
 
 impl Op for RandomSolarize {
     const KINDS: &'static [&'static str] = &["random_solarize"];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[("RandomSolarize.p", DefaultValue::Num(tv::GATE_P))];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         Ok(RandomSolarize { threshold: a.num(0, "threshold")?, p: a.num(1, "p")? })
@@ -244,6 +253,7 @@ pub struct RandomPosterize {
 
 impl Op for RandomPosterize {
     const KINDS: &'static [&'static str] = &["random_posterize"];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[("RandomPosterize.p", DefaultValue::Num(tv::GATE_P))];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         Ok(RandomPosterize { bits: a.uint(0, "bits")?, p: a.num(1, "p")? })
@@ -279,6 +289,8 @@ pub struct RandomAdjustSharpness {
 
 impl Op for RandomAdjustSharpness {
     const KINDS: &'static [&'static str] = &["random_adjust_sharpness"];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] =
+        &[("RandomAdjustSharpness.p", DefaultValue::Num(tv::GATE_P))];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         Ok(RandomAdjustSharpness { sharpness_factor: a.num(0, "sharpness_factor")?, p: a.num(1, "p")? })
@@ -320,6 +332,8 @@ pub struct GaussianBlur {
 
 impl Op for GaussianBlur {
     const KINDS: &'static [&'static str] = &["gaussian_blur"];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] =
+        &[("GaussianBlur.sigma", DefaultValue::Pair(tv::BLUR_SIGMA.0, tv::BLUR_SIGMA.1))];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         Ok(GaussianBlur { kx: a.uint(0, "kernel_size")?, ky: a.uint(1, "kernel_size")?, sigma: a.pair(2, "sigma")? })

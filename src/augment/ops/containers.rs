@@ -3,8 +3,8 @@
 //! [`Site::child`]), so their [`Op::apply`] is never called. The binding builds them from the inner specs
 //! (src/py/ops.rs), so they have no spec kind here.
 
+use super::{DefaultValue, bad, check_p, gated, shown_hw};
 use super::{Drawn, MAX_CONTAINER_OPS, MAX_CONTAINER_POSITION, MAX_NESTING, Op, OpScratch, OpSpec, P, TRANSFORMS};
-use super::{bad, check_p, gated, shown_hw};
 use crate::augment::kernels::Frame;
 use crate::augment::site::Site;
 use crate::error::Result;
@@ -58,6 +58,8 @@ pub struct RandomApply {
 
 impl Op for RandomApply {
     const KINDS: &'static [&'static str] = &[];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] =
+        &[("RandomApply.p", DefaultValue::Num(crate::augment::default::GATE_P))];
 
     fn name(&self) -> &'static str {
         "RandomApply"

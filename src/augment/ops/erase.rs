@@ -1,8 +1,9 @@
 //! The erase/noise family: ops that overwrite pixels with a fill or add per-element noise drawn from the op's own
 //! stream (torchvision v2's `RandomErasing` and `GaussianNoise`), each one [`super::Op`].
 
-use super::{Arg, uniform_f32};
+use super::{Arg, DefaultValue, uniform_f32};
 use super::{Args, Drawn, MEAN, Op, OpScratch, RATIO, SCALE, SIGMA, VALUE, bad, check_p, fill_bytes, gate, undrawn};
+use crate::augment::default as tv;
 use crate::augment::kernels::{self, Frame};
 use crate::augment::site::Site;
 use crate::error::{Result, TrdataError};
@@ -36,6 +37,12 @@ pub struct RandomErasing {
 
 impl Op for RandomErasing {
     const KINDS: &'static [&'static str] = &["random_erasing"];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[
+        ("RandomErasing.p", DefaultValue::Num(tv::GATE_P)),
+        ("RandomErasing.scale", DefaultValue::Pair(tv::ERASING_SCALE.0, tv::ERASING_SCALE.1)),
+        ("RandomErasing.ratio", DefaultValue::Pair(tv::ERASING_RATIO.0, tv::ERASING_RATIO.1)),
+        ("RandomErasing.value", DefaultValue::Num(tv::ERASING_VALUE)),
+    ];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         Ok(RandomErasing {
@@ -127,6 +134,11 @@ pub struct GaussianNoise {
 
 impl Op for GaussianNoise {
     const KINDS: &'static [&'static str] = &["gaussian_noise"];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[
+        ("GaussianNoise.mean", DefaultValue::Num(tv::NOISE_MEAN)),
+        ("GaussianNoise.sigma", DefaultValue::Num(tv::NOISE_SIGMA)),
+        ("GaussianNoise.clip", DefaultValue::Bool(tv::NOISE_CLIP)),
+    ];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         Ok(GaussianNoise { mean: a.num(0, "mean")?, sigma: a.num(1, "sigma")?, clip: a.boolean(2, "clip")? })

@@ -3,8 +3,9 @@
 //! resizer (`stage2::resize_box`). The leading ones fold into the decode instead ([`crate::augment::geometry`]).
 
 use super::{Args, CENTER, DEGREES, DISTORTION_SCALE, Drawn, MAX_SIDE, MAX_SIZE, Op, OpScratch, RATIO, SCALE, SHEAR};
-use super::{PADDING, PADDING_MODE, gated, undrawn, uniform_f32};
+use super::{DefaultValue, PADDING, PADDING_MODE, default as g, gated, undrawn, uniform_f32};
 use super::{SIZE, TRANSLATE, bad, check_fill, check_opt_fill, check_p, check_side, fill_bytes, fill_f32, gate};
+use crate::augment::default as tv;
 use crate::augment::kernels::{self, Frame, PadMode};
 use crate::augment::resize::{self, Resample, center_crop_start};
 use crate::augment::site::Site;
@@ -72,6 +73,8 @@ pub struct Pad {
 
 impl Op for Pad {
     const KINDS: &'static [&'static str] = &["pad"];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] =
+        &[("Pad.fill", DefaultValue::Num(tv::FILL)), ("Pad.padding_mode", DefaultValue::Str(tv::PADDING_MODE))];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         Ok(Pad { padding: a.padding(0)?, fill: a.nums(1, "fill")?, mode: a.choice(2, &PADDING_MODE)? })
@@ -232,6 +235,8 @@ pub struct VerticalFlip {
 
 impl Op for VerticalFlip {
     const KINDS: &'static [&'static str] = &["vertical_flip"];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] =
+        &[("RandomVerticalFlip.p", DefaultValue::Num(tv::GATE_P))];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         Ok(VerticalFlip { p: a.num(0, "p")? })
@@ -272,6 +277,10 @@ pub struct RandomRotation {
 
 impl Op for RandomRotation {
     const KINDS: &'static [&'static str] = &["random_rotation"];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[
+        ("RandomRotation.interpolation", DefaultValue::Str(g::NEAREST)),
+        ("RandomRotation.fill", DefaultValue::Num(g::WARP_FILL)),
+    ];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         Ok(RandomRotation {
@@ -341,6 +350,10 @@ pub struct RandomAffine {
 
 impl Op for RandomAffine {
     const KINDS: &'static [&'static str] = &["random_affine"];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[
+        ("RandomAffine.interpolation", DefaultValue::Str(g::NEAREST)),
+        ("RandomAffine.fill", DefaultValue::Num(g::WARP_FILL)),
+    ];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         Ok(RandomAffine {
@@ -431,6 +444,12 @@ pub struct RandomPerspective {
 
 impl Op for RandomPerspective {
     const KINDS: &'static [&'static str] = &["random_perspective"];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[
+        ("RandomPerspective.interpolation", DefaultValue::Str(g::BILINEAR)),
+        ("RandomPerspective.fill", DefaultValue::Num(g::WARP_FILL)),
+        ("RandomPerspective.distortion_scale", DefaultValue::Num(g::DISTORTION_SCALE)),
+        ("RandomPerspective.p", DefaultValue::Num(g::PERSPECTIVE_P)),
+    ];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         Ok(RandomPerspective {
@@ -508,6 +527,8 @@ pub struct Resize {
 impl Op for Resize {
     /// Only the `max_size` form has a spec kind (the others are `TransformSpec`s that fold or become this op).
     const KINDS: &'static [&'static str] = &["resize_max"];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] =
+        &[("Resize.interpolation", DefaultValue::Str(g::BILINEAR)), ("Resize.antialias", DefaultValue::Bool(true))];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         Ok(Resize {
@@ -620,6 +641,10 @@ pub struct RandomResizedCrop {
 
 impl Op for RandomResizedCrop {
     const KINDS: &'static [&'static str] = &[];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[
+        ("RandomResizedCrop.interpolation", DefaultValue::Str(g::BILINEAR)),
+        ("RandomResizedCrop.antialias", DefaultValue::Bool(true)),
+    ];
 
     fn name(&self) -> &'static str {
         "RandomResizedCrop"

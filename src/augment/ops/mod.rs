@@ -7,8 +7,9 @@
 //! [`timm`]. [`OpSpec`] is the one vocabulary the program holds: one variant per op, and its methods are
 //! one-line delegations written once, by the `registry!` list below.
 //!
-//! Adding an op: its struct and `impl Op` in its family's file, one line in `registry!`, and its Python class
-//! (python/trdata/transforms.py) whose `_spec()` tuple starts with one of the op's [`Op::KINDS`].
+//! Adding an op: its struct and `impl Op` (kinds, defaults, parse, check, sample, apply) in its family's file,
+//! one line in `registry!`, and its Python class (python/trdata/transforms.py) whose `_spec()` tuple starts with
+//! one of the op's [`Op::KINDS`] and whose defaults read `_core.DEFAULTS` (filled from [`Op::DEFAULTS`]).
 //!
 //! Randomness: op `pos` of the user's list draws from `SampleRng(seed, epoch, index, OP_BASE + pos)` only, and an
 //! op inside a container from the stream of its [`Site`] (position, inner position, …; [`Site::stream`]), so a
@@ -327,12 +328,31 @@ fn undrawn(op: &str, drawn: &Drawn) -> ! {
     unreachable!("{op} was drawn {drawn:?}, which its sample() never returns")
 }
 
+/// A parameter's default as `_core.DEFAULTS` shows it to Python (python/trdata/transforms.py reads them).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DefaultValue {
+    /// A float.
+    Num(f64),
+    /// An int.
+    Int(i64),
+    /// A bool.
+    Bool(bool),
+    /// A string (a choice's name).
+    Str(&'static str),
+    /// A (min, max) pair.
+    Pair(f64, f64),
+}
+
 /// One op: its spec kinds and parsing, its name, check, output size, draw and kernel call. Implemented once per
 /// op in its family's file; [`OpSpec`] delegates to it.
 pub trait Op: Sized {
     /// The spec kinds (the first item of Python's `Transform._spec()` tuple) that parse into this op; empty for
     /// an op the program or the binding builds otherwise (a stage-2 form of a folding transform, a container).
     const KINDS: &'static [&'static str];
+
+    /// The defaults of its Python class's parameters (`Class.parameter` keys of `_core.DEFAULTS`; each value is
+    /// written once, in [`default`] or `augment::default`).
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[];
 
     /// The op from the spec tuple after its kind (`a.kind()` is one of [`Op::KINDS`]); shape errors name the
     /// parameter. Value rules are [`Op::check`]'s, applied when the program is compiled.
@@ -565,6 +585,11 @@ macro_rules! registry {
                     return <$ty as Op>::parse(&a).map(OpSpec::$variant);
                 })*
                 Err(a.unknown())
+            }
+
+            /// Every op's [`Op::DEFAULTS`] (the binding adds them to `_core.DEFAULTS`).
+            pub fn defaults() -> impl Iterator<Item = &'static (&'static str, DefaultValue)> {
+                std::iter::empty() $(.chain(<$ty as Op>::DEFAULTS))*
             }
 
             /// Whether `kind` (the first item of a `_spec()` tuple) is one [`OpSpec::from_args`] parses.

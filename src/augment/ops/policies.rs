@@ -2,7 +2,7 @@
 //! [`super::Op`] whose run is [`crate::augment::policy`] (the sub-ops and their magnitude tables live there).
 
 use super::{Args, CHAIN_DEPTH, Drawn, MAGNITUDE, MAX_POLICY_OPS, MIXTURE_WIDTH, NUM_OPS, Op, OpScratch, SEVERITY};
-use super::{bad, check_bins, check_opt_fill, fill_f32};
+use super::{DefaultValue, bad, check_bins, check_opt_fill, default as g, fill_f32};
 use crate::augment::kernels::Frame;
 use crate::augment::policy::{self, AA_POLICY, PolicyKind, WarpStyle};
 use crate::augment::site::Site;
@@ -23,6 +23,22 @@ pub struct Policy {
 
 impl Op for Policy {
     const KINDS: &'static [&'static str] = &["auto_augment", "rand_augment", "trivial_augment_wide", "augmix"];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[
+        ("AutoAugment.policy", DefaultValue::Str(g::AA_POLICY)),
+        ("AutoAugment.interpolation", DefaultValue::Str(g::NEAREST)),
+        ("RandAugment.interpolation", DefaultValue::Str(g::NEAREST)),
+        ("TrivialAugmentWide.interpolation", DefaultValue::Str(g::NEAREST)),
+        ("RandAugment.num_ops", DefaultValue::Int(g::RA_NUM_OPS as i64)),
+        ("RandAugment.magnitude", DefaultValue::Int(g::RA_MAGNITUDE as i64)),
+        ("RandAugment.num_magnitude_bins", DefaultValue::Int(g::MAGNITUDE_BINS as i64)),
+        ("TrivialAugmentWide.num_magnitude_bins", DefaultValue::Int(g::MAGNITUDE_BINS as i64)),
+        ("AugMix.severity", DefaultValue::Int(g::AUGMIX_SEVERITY as i64)),
+        ("AugMix.mixture_width", DefaultValue::Int(g::AUGMIX_WIDTH as i64)),
+        ("AugMix.chain_depth", DefaultValue::Int(g::AUGMIX_DEPTH as i64)),
+        ("AugMix.alpha", DefaultValue::Num(g::AUGMIX_ALPHA)),
+        ("AugMix.all_ops", DefaultValue::Bool(g::AUGMIX_ALL_OPS)),
+        ("AugMix.interpolation", DefaultValue::Str(g::BILINEAR)),
+    ];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         // The policy's own arguments, then interpolation and fill.
