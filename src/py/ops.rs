@@ -1,4 +1,4 @@
-//! The binding of the program's ops (augment/ops.rs): Python's `Transform._spec()` tuples of the ops beyond the
+//! The binding of the program's ops (augment/ops/): Python's `Transform._spec()` tuples of the ops beyond the
 //! four classic transforms become core values ([`Arg`]) that the core parses; `_core.sample_op` returns what an
 //! op draws for one sample (the tests compare those distributions with torchvision's); the ops' defaults
 //! (`Op::DEFAULTS`) join `_core.DEFAULTS`.
