@@ -1,4 +1,4 @@
-"""Regression harness for the pixel-stage kernels (src/augment/{kernels,warp,color}.rs, ops.rs `apply`,
+"""Regression harness for the pixel-stage kernels (src/augment/{kernels,warp,color}.rs, ops/ `Op::apply`,
 policy.rs `apply_step`): every op and policy, with pinned and with seeded-live parameters, on real ImageNet
 crops (176², 224², odd sizes, tiny sizes; RGB and gray), run through the Loader (uint8 NHWC out), and compared
 byte for byte with a recorded run.

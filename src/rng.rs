@@ -177,7 +177,7 @@ impl SampleRng {
 // `member` 0 for the op itself and j + 1 for the j-th op of a RandomChoice. A batch's draws therefore depend on
 // (seed, epoch, batch, position) only — never on worker count, prefetch depth or a resume — so reproducible mode
 // stays byte-identical with batch ops. The rules of the batch ops' numbers live here (alpha, num_classes, the
-// batch_ops list); RandomErasing's p/scale/ratio keep their one rule in augment/ops.rs.
+// batch_ops list); RandomErasing's p/scale/ratio keep their one rule in augment/ops/erase.rs.
 
 /// Op index base of the batch ops' streams: `OP_BATCH_BASE + position · 256 + member`, far above the per-sample
 /// ops (`OP_BASE + pos`) and the plan's fixed indices, which are keyed by sample index, not batch number.

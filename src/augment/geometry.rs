@@ -9,10 +9,10 @@
 //!
 //! Also here: a leading `RandomCrop` folded into the decode ([`Geometry::RandomCrop`], ROI only). The filter,
 //! the axis type and torchvision's size/box rules live in [`super::resize`] (shared with the resampler and the
-//! op table); the geometric ops placed after a pixel op run in [`super::stage2`].
+//! op table); the geometric ops placed after a pixel op run as ops (`ops/geometric.rs`).
 
 use super::kernels::PadMode;
-use super::ops::{Drawn, OpSpec};
+use super::ops::{Drawn, OpSpec, RandomCrop, VerticalFlip};
 pub use super::resize::{Axis, Filter, RESIZE_INTERPOLATION, Resample, center_crop_start, resize_output_hw, rrc_draw};
 use super::{SampleKey, TransformSpec};
 use crate::error::{Result, TrdataError};
@@ -130,7 +130,7 @@ pub struct CompiledTransforms {
 /// on the uint8 tensor (torch's pass order, full-size decode), which the fused, DCT-scaled resize would not
 /// reproduce byte for byte.
 pub fn random_crop_folds(op: &OpSpec) -> bool {
-    let OpSpec::RandomCrop { height, width, padding: [l, t, r, b], pad_if_needed, fill, mode } = op else {
+    let OpSpec::RandomCrop(RandomCrop { height, width, padding: [l, t, r, b], pad_if_needed, fill, mode }) = op else {
         return false;
     };
     let fits = *pad_if_needed
@@ -226,7 +226,7 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
         };
         match *t {
             TransformSpec::Resampled { .. } => unreachable!("unwrapped above"),
-            TransformSpec::Op(ref op @ OpSpec::VerticalFlip { p }) => {
+            TransformSpec::Op(ref op @ OpSpec::VerticalFlip(VerticalFlip { p })) => {
                 op.check(pos)?;
                 vflip_ps.push((pos, p));
             }
@@ -301,9 +301,7 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
         [(p, TransformSpec::CenterCrop { height, width })] => {
             (Geometry::CenterCrop { height: *height as usize, width: *width as usize }, *p)
         }
-        [(p, TransformSpec::Op(op @ OpSpec::RandomCrop { .. }))] => {
-            (Geometry::RandomCrop { op: op.clone(), pos: *p }, *p)
-        }
+        [(p, TransformSpec::Op(op @ OpSpec::RandomCrop(_)))] => (Geometry::RandomCrop { op: op.clone(), pos: *p }, *p),
         [(_, TransformSpec::ResizeKeepRatio { height, width, longest })] => {
             (Geometry::ResizeKeepRatio { target: (*height, *width), longest: *longest, crop: None }, usize::MAX)
         }
@@ -364,7 +362,7 @@ pub fn compile_identity(flips_only: &[TransformSpec]) -> Result<CompiledTransfor
                 }
                 c.flips.push((p, false));
             }
-            TransformSpec::Op(ref op @ OpSpec::VerticalFlip { p }) => {
+            TransformSpec::Op(ref op @ OpSpec::VerticalFlip(VerticalFlip { p })) => {
                 op.check(pos)?;
                 c.vflips.push((pos, p, false));
             }

@@ -17,7 +17,7 @@
 //!    ping-pong between when they change the size, grown to the largest sample and then reused, so no allocation
 //!    per sample). Geometric ops may come anywhere: a `Resize`, `CenterCrop` or `RandomResizedCrop` after a
 //!    pixel op (or after the prefix) becomes its stage-2 op ([`stage2_op`]) and runs with torchvision v2's
-//!    semantics on uint8 tensors, through the fused pass's own resampler ([`geometry::apply_stage2`] says where
+//!    semantics on uint8 tensors, through the fused pass's own resampler (`stage2::resize_box` says where
 //!    the rounding differs). Containers (`RandomApply`, `RandomChoice`, `RandomOrder`) hold stage-2 ops and
 //!    run them as their draw says.
 //!
@@ -64,14 +64,14 @@ fn foldable(t: &TransformSpec) -> bool {
             | TransformSpec::ResizeKeepRatio { .. }
             | TransformSpec::CenterCrop { .. }
             | TransformSpec::RandomHorizontalFlip { .. }
-            | TransformSpec::Op(OpSpec::VerticalFlip { .. })
+            | TransformSpec::Op(OpSpec::VerticalFlip(_))
             | TransformSpec::Resampled { .. }
     ) || matches!(t, TransformSpec::Op(op) if geometry::random_crop_folds(op))
 }
 
 /// Whether `t` is a flip (folds anywhere in the prefix without fixing its geometry).
 fn is_flip(t: &TransformSpec) -> bool {
-    matches!(t, TransformSpec::RandomHorizontalFlip { .. } | TransformSpec::Op(OpSpec::VerticalFlip { .. }))
+    matches!(t, TransformSpec::RandomHorizontalFlip { .. } | TransformSpec::Op(OpSpec::VerticalFlip(_)))
 }
 
 /// The geometric kind of a foldable non-flip op, looking through `Resampled` (1 RandomResizedCrop, 2
@@ -83,7 +83,7 @@ fn geo_kind(t: &TransformSpec) -> u8 {
         TransformSpec::ResizeShorter { .. } => 2,
         TransformSpec::ResizeExact { .. } => 3,
         TransformSpec::CenterCrop { .. } => 4,
-        TransformSpec::Op(OpSpec::RandomCrop { .. }) => 5,
+        TransformSpec::Op(OpSpec::RandomCrop(_)) => 5,
         TransformSpec::ResizeKeepRatio { .. } => 6,
         _ => 0,
     }
@@ -116,21 +116,27 @@ fn fold_len(head: &[TransformSpec]) -> Option<usize> {
 pub fn stage2_op(t: &TransformSpec, at: Site) -> Result<OpSpec> {
     Ok(match t {
         TransformSpec::Op(op) => op.clone(),
-        TransformSpec::RandomHorizontalFlip { p } => OpSpec::HorizontalFlip { p: *p },
-        TransformSpec::RandomResizedCrop { height, width, scale, ratio } => OpSpec::RandomResizedCrop {
-            height: *height,
-            width: *width,
-            scale: *scale,
-            ratio: *ratio,
-            resample: Resample::default(),
-        },
+        TransformSpec::RandomHorizontalFlip { p } => OpSpec::HorizontalFlip(ops::HorizontalFlip { p: *p }),
+        TransformSpec::RandomResizedCrop { height, width, scale, ratio } => {
+            OpSpec::RandomResizedCrop(ops::RandomResizedCrop {
+                height: *height,
+                width: *width,
+                scale: *scale,
+                ratio: *ratio,
+                resample: Resample::default(),
+            })
+        }
         TransformSpec::ResizeShorter { shorter } => {
-            OpSpec::Resize { size: ResizeTo::Shorter(*shorter), max_size: None, resample: Resample::default() }
+            let size = ResizeTo::Shorter(*shorter);
+            OpSpec::Resize(ops::Resize { size, max_size: None, resample: Resample::default() })
         }
         TransformSpec::ResizeExact { height, width } => {
-            OpSpec::Resize { size: ResizeTo::Exact(*height, *width), max_size: None, resample: Resample::default() }
+            let size = ResizeTo::Exact(*height, *width);
+            OpSpec::Resize(ops::Resize { size, max_size: None, resample: Resample::default() })
         }
-        TransformSpec::CenterCrop { height, width } => OpSpec::CenterCrop { height: *height, width: *width },
+        TransformSpec::CenterCrop { height, width } => {
+            OpSpec::CenterCrop(ops::CenterCrop { height: *height, width: *width })
+        }
         TransformSpec::ResizeKeepRatio { .. } => {
             return Err(TrdataError::config(
                 TRANSFORMS,
@@ -140,10 +146,8 @@ pub fn stage2_op(t: &TransformSpec, at: Site) -> Result<OpSpec> {
             ));
         }
         TransformSpec::Resampled { resample: r, inner } => match stage2_op(inner, at)? {
-            OpSpec::Resize { size, max_size, .. } => OpSpec::Resize { size, max_size, resample: *r },
-            OpSpec::RandomResizedCrop { height, width, scale, ratio, .. } => {
-                OpSpec::RandomResizedCrop { height, width, scale, ratio, resample: *r }
-            }
+            OpSpec::Resize(op) => OpSpec::Resize(ops::Resize { resample: *r, ..op }),
+            OpSpec::RandomResizedCrop(op) => OpSpec::RandomResizedCrop(ops::RandomResizedCrop { resample: *r, ..op }),
             other => {
                 return Err(TrdataError::config(
                     "interpolation",
@@ -269,22 +273,19 @@ fn run_op(op: &OpSpec, site: Site, s: &mut ProgramScratch, key: SampleKey) -> st
     let drawn = op.sample(&mut rng, (s.frame.h, s.frame.w, s.frame.c))?;
     match (op, &drawn) {
         (_, Drawn::Skip) => {}
-        (OpSpec::RandomApply { transforms, .. }, _) => {
-            for (i, t) in transforms.iter().enumerate() {
+        (OpSpec::RandomApply(c), _) => {
+            for (i, t) in c.transforms.iter().enumerate() {
                 run_op(t, site.child(i), s, key)?;
             }
         }
-        (OpSpec::RandomChoice { transforms, .. }, Drawn::Pick(i)) => {
+        (OpSpec::RandomChoice(c), Drawn::Pick(i)) => {
             let i = *i as usize;
-            run_op(&transforms[i], site.child(i), s, key)?;
+            run_op(&c.transforms[i], site.child(i), s, key)?;
         }
-        (OpSpec::RandomOrder { transforms }, Drawn::Order { order, n }) => {
+        (OpSpec::RandomOrder(c), Drawn::Order { order, n }) => {
             for &i in &order[..usize::from(*n)] {
-                run_op(&transforms[usize::from(i)], site.child(usize::from(i)), s, key)?;
+                run_op(&c.transforms[usize::from(i)], site.child(usize::from(i)), s, key)?;
             }
-        }
-        (OpSpec::Resize { .. } | OpSpec::CenterCrop { .. } | OpSpec::RandomResizedCrop { .. }, _) => {
-            super::stage2::apply_stage2(op, &drawn, &mut s.frame, &mut s.ops);
         }
         _ => ops::apply(op, &drawn, &mut s.frame, &mut s.ops, &mut rng),
     }

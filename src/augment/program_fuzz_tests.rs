@@ -107,61 +107,78 @@ fn count(wild: u32) -> BoxedStrategy<u32> {
 /// Every leaf op (no containers).
 fn leaf_op(wild: u32) -> impl Strategy<Value = OpSpec> {
     prop_oneof![
-        (padding(wild), fill(wild), pad_mode()).prop_map(|(padding, fill, mode)| OpSpec::Pad { padding, fill, mode }),
+        (padding(wild), fill(wild), pad_mode()).prop_map(|(padding, fill, mode)| OpSpec::Pad(ops::Pad {
+            padding,
+            fill,
+            mode
+        })),
         (size(wild), size(wild), padding(wild), any::<bool>(), fill(wild), pad_mode()).prop_map(
-            |(height, width, padding, pad_if_needed, fill, mode)| OpSpec::RandomCrop {
+            |(height, width, padding, pad_if_needed, fill, mode)| OpSpec::RandomCrop(ops::RandomCrop {
                 height,
                 width,
                 padding,
                 pad_if_needed,
                 fill,
                 mode
-            }
+            })
         ),
-        real(wild).prop_map(|p| OpSpec::HorizontalFlip { p }),
-        real(wild).prop_map(|p| OpSpec::VerticalFlip { p }),
+        real(wild).prop_map(|p| OpSpec::HorizontalFlip(ops::HorizontalFlip { p })),
+        real(wild).prop_map(|p| OpSpec::VerticalFlip(ops::VerticalFlip { p })),
         (
             proptest::option::of(pair(wild)),
             proptest::option::of(pair(wild)),
             proptest::option::of(pair(wild)),
             proptest::option::of(pair(wild).prop_map(|(a, b)| (a - 0.5, b - 0.5)))
         )
-            .prop_map(|(brightness, contrast, saturation, hue)| OpSpec::ColorJitter {
+            .prop_map(|(brightness, contrast, saturation, hue)| OpSpec::ColorJitter(ops::ColorJitter {
                 brightness,
                 contrast,
                 saturation,
                 hue
-            }),
-        count(wild)
-            .prop_map(move |n| OpSpec::Grayscale { num_output_channels: if wild == 0 { 1 + 2 * (n % 2) } else { n } }),
-        real(wild).prop_map(|p| OpSpec::RandomGrayscale { p }),
+            })),
+        count(wild).prop_map(move |n| OpSpec::Grayscale(ops::Grayscale {
+            num_output_channels: if wild == 0 { 1 + 2 * (n % 2) } else { n }
+        })),
+        real(wild).prop_map(|p| OpSpec::RandomGrayscale(ops::RandomGrayscale { p })),
         (
             prop_oneof![4 => (0u32..8).prop_map(|k| 2 * k + 1), 1 => size(wild)],
             prop_oneof![4 => (0u32..8).prop_map(|k| 2 * k + 1), 1 => size(wild)],
             pair(wild)
         )
-            .prop_map(|(kx, ky, sigma)| OpSpec::GaussianBlur { kx, ky, sigma }),
-        (real(wild), real(wild), any::<bool>()).prop_map(|(mean, sigma, clip)| OpSpec::GaussianNoise {
-            mean,
-            sigma,
-            clip
-        }),
+            .prop_map(|(kx, ky, sigma)| OpSpec::GaussianBlur(ops::GaussianBlur { kx, ky, sigma })),
+        (real(wild), real(wild), any::<bool>())
+            .prop_map(|(mean, sigma, clip)| OpSpec::GaussianNoise(ops::GaussianNoise { mean, sigma, clip })),
         (
             real(wild),
             pair(wild),
             pair(wild),
             prop_oneof![3 => fill(wild).prop_map(EraseValue::Values), 1 => Just(EraseValue::Random)]
         )
-            .prop_map(|(p, scale, ratio, value)| OpSpec::RandomErasing { p, scale, ratio, value }),
-        real(wild).prop_map(|p| OpSpec::RandomAutocontrast { p }),
-        real(wild).prop_map(|p| OpSpec::RandomEqualize { p }),
-        (real(wild), real(wild)).prop_map(|(t, p)| OpSpec::RandomSolarize { threshold: t * 255.0, p }),
-        (count(wild), real(wild)).prop_map(|(bits, p)| OpSpec::RandomPosterize { bits, p }),
-        (real(wild), real(wild)).prop_map(|(f, p)| OpSpec::RandomAdjustSharpness { sharpness_factor: f * 3.0, p }),
-        real(wild).prop_map(|p| OpSpec::RandomInvert { p }),
+            .prop_map(|(p, scale, ratio, value)| OpSpec::RandomErasing(ops::RandomErasing {
+                p,
+                scale,
+                ratio,
+                value
+            })),
+        real(wild).prop_map(|p| OpSpec::RandomAutocontrast(ops::RandomAutocontrast { p })),
+        real(wild).prop_map(|p| OpSpec::RandomEqualize(ops::RandomEqualize { p })),
+        (real(wild), real(wild))
+            .prop_map(|(t, p)| OpSpec::RandomSolarize(ops::RandomSolarize { threshold: t * 255.0, p })),
+        (count(wild), real(wild)).prop_map(|(bits, p)| OpSpec::RandomPosterize(ops::RandomPosterize { bits, p })),
+        (real(wild), real(wild)).prop_map(|(f, p)| OpSpec::RandomAdjustSharpness(ops::RandomAdjustSharpness {
+            sharpness_factor: f * 3.0,
+            p
+        })),
+        real(wild).prop_map(|p| OpSpec::RandomInvert(ops::RandomInvert { p })),
         (pair(wild), interp(), any::<bool>(), center(wild), opt_fill(wild)).prop_map(
             |(d, interp, expand, center, fill)| {
-                OpSpec::RandomRotation { degrees: (d.0 * 360.0, d.1 * 360.0), interp, expand, center, fill }
+                OpSpec::RandomRotation(ops::RandomRotation {
+                    degrees: (d.0 * 360.0, d.1 * 360.0),
+                    interp,
+                    expand,
+                    center,
+                    fill,
+                })
             }
         ),
         (
@@ -181,23 +198,25 @@ fn leaf_op(wild: u32) -> impl Strategy<Value = OpSpec> {
             opt_fill(wild),
             center(wild)
         )
-            .prop_map(|(d, translate, scale, shear, interp, fill, center)| OpSpec::RandomAffine {
-                degrees: (d.0 * 180.0, d.1 * 180.0),
-                translate,
-                scale,
-                shear,
-                interp,
-                fill,
-                center
-            }),
+            .prop_map(|(d, translate, scale, shear, interp, fill, center)| OpSpec::RandomAffine(
+                ops::RandomAffine {
+                    degrees: (d.0 * 180.0, d.1 * 180.0),
+                    translate,
+                    scale,
+                    shear,
+                    interp,
+                    fill,
+                    center
+                }
+            )),
         (real(wild), real(wild), interp(), opt_fill(wild)).prop_map(|(distortion_scale, p, interp, fill)| {
-            OpSpec::RandomPerspective { distortion_scale, p, interp, fill }
+            OpSpec::RandomPerspective(ops::RandomPerspective { distortion_scale, p, interp, fill })
         }),
-        (policy_kind(wild), interp(), opt_fill(wild)).prop_map(|(kind, interp, fill)| OpSpec::Policy {
+        (policy_kind(wild), interp(), opt_fill(wild)).prop_map(|(kind, interp, fill)| OpSpec::Policy(ops::Policy {
             kind,
             interp,
             fill
-        }),
+        })),
         (
             prop_oneof![
                 size(wild).prop_map(ResizeTo::Shorter),
@@ -206,11 +225,17 @@ fn leaf_op(wild: u32) -> impl Strategy<Value = OpSpec> {
             prop_oneof![3 => Just(None), wild => proptest::option::of(size(wild))],
             resample()
         )
-            .prop_map(|(size, max_size, resample)| OpSpec::Resize { size, max_size, resample }),
-        (size(wild), size(wild)).prop_map(|(height, width)| OpSpec::CenterCrop { height, width }),
+            .prop_map(|(size, max_size, resample)| OpSpec::Resize(ops::Resize { size, max_size, resample })),
+        (size(wild), size(wild)).prop_map(|(height, width)| OpSpec::CenterCrop(ops::CenterCrop { height, width })),
         (size(wild), size(wild), pair(wild), pair(wild), resample()).prop_map(
             |(height, width, scale, ratio, resample)| {
-                OpSpec::RandomResizedCrop { height, width, scale, ratio: (ratio.0 * 2.0, ratio.1 * 2.0), resample }
+                OpSpec::RandomResizedCrop(ops::RandomResizedCrop {
+                    height,
+                    width,
+                    scale,
+                    ratio: (ratio.0 * 2.0, ratio.1 * 2.0),
+                    resample,
+                })
             }
         ),
     ]
@@ -244,15 +269,16 @@ fn any_op(wild: u32) -> impl Strategy<Value = OpSpec> {
             wild => proptest::collection::vec(inner.clone(), 65..=66),
         ];
         prop_oneof![
-            (list.clone(), real(wild)).prop_map(|(transforms, p)| OpSpec::RandomApply { transforms, p }),
+            (list.clone(), real(wild))
+                .prop_map(|(transforms, p)| OpSpec::RandomApply(ops::RandomApply { transforms, p })),
             (list.clone(), proptest::collection::vec(real(wild), 0..5)).prop_map(move |(transforms, mut p)| {
                 // Mostly one weight per op (the rule is then about the values), sometimes a wrong count.
                 if wild == 0 || p.len() % 2 == 0 {
                     p.resize(transforms.len(), 1.0);
                 }
-                OpSpec::RandomChoice { transforms, p }
+                OpSpec::RandomChoice(ops::RandomChoice { transforms, p })
             }),
-            list.prop_map(|transforms| OpSpec::RandomOrder { transforms }),
+            list.prop_map(|transforms| OpSpec::RandomOrder(ops::RandomOrder { transforms })),
         ]
     })
 }
@@ -281,16 +307,20 @@ fn transform(wild: u32) -> impl Strategy<Value = TransformSpec> {
 fn walk(op: &OpSpec, hw: (usize, usize), peak: &mut (usize, usize)) -> (usize, usize) {
     let grow = |peak: &mut (usize, usize), (h, w): (usize, usize)| *peak = (peak.0.max(h), peak.1.max(w));
     let out = match op {
-        OpSpec::RandomApply { transforms, .. } => transforms.iter().fold(hw, |hw, t| walk(t, hw, peak)),
-        OpSpec::RandomChoice { transforms, .. } => transforms.iter().map(|t| walk(t, hw, peak)).last().unwrap_or(hw),
-        OpSpec::RandomOrder { transforms } => {
+        OpSpec::RandomApply(ops::RandomApply { transforms, .. }) => {
+            transforms.iter().fold(hw, |hw, t| walk(t, hw, peak))
+        }
+        OpSpec::RandomChoice(ops::RandomChoice { transforms, .. }) => {
+            transforms.iter().map(|t| walk(t, hw, peak)).last().unwrap_or(hw)
+        }
+        OpSpec::RandomOrder(ops::RandomOrder { transforms }) => {
             // Any order: every op sees its input's size (they all keep it), so one walk each covers them.
             for t in transforms {
                 walk(t, hw, peak);
             }
             hw
         }
-        OpSpec::RandomRotation { expand: true, .. } => {
+        OpSpec::RandomRotation(ops::RandomRotation { expand: true, .. }) => {
             // The turned image's bounding box: at most h + w on each side (+1 for rounding).
             let d = hw.0 + hw.1 + 1;
             grow(peak, (d, d));
@@ -468,16 +498,17 @@ fn ops_after_a_crop_run_within_their_bound() {
 /// fix refuses the sample instead of allocating it.
 #[test]
 fn oversized_intermediates_are_refused_at_compile_or_per_sample() {
-    let pad = |v| TransformSpec::Op(OpSpec::Pad { padding: [v; 4], fill: vec![0.0], mode: PadMode::Constant });
+    let pad =
+        |v| TransformSpec::Op(OpSpec::Pad(ops::Pad { padding: [v; 4], fill: vec![0.0], mode: PadMode::Constant }));
     let cc = |h, w| TransformSpec::CenterCrop { height: h, width: w };
-    let invert = TransformSpec::Op(OpSpec::RandomInvert { p: 1.0 });
-    let nested = TransformSpec::Op(OpSpec::RandomApply {
+    let invert = TransformSpec::Op(OpSpec::RandomInvert(ops::RandomInvert { p: 1.0 }));
+    let nested = TransformSpec::Op(OpSpec::RandomApply(ops::RandomApply {
         transforms: vec![
-            OpSpec::Pad { padding: [40_000; 4], fill: vec![0.0], mode: PadMode::Constant },
-            OpSpec::CenterCrop { height: 2, width: 2 },
+            OpSpec::Pad(ops::Pad { padding: [40_000; 4], fill: vec![0.0], mode: PadMode::Constant }),
+            OpSpec::CenterCrop(ops::CenterCrop { height: 2, width: 2 }),
         ],
         p: 0.5,
-    });
+    }));
     for (t, op) in [
         (vec![cc(1, 1), pad(65_536), cc(1, 1)], "Pad at transforms[1]"),
         (

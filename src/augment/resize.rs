@@ -1,6 +1,6 @@
 //! resize — the resize vocabulary the augment rooms share, in one leaf file (it imports no other augment file,
 //! so the folded geometry ([`super::geometry`]), the resampler ([`super::resample`]), the op table
-//! ([`super::ops`]) and the stage-2 resizes ([`super::stage2`]) can all use it without import cycles):
+//! ([`super::ops`]) and the stage-2 resizes (`stage2`) can all use it without import cycles):
 //! the filter ([`Filter`], [`Resample`], torchvision's interpolation names), one axis of a resize ([`Axis`]),
 //! and torchvision's size and box rules (`center_crop_start`, `rrc_draw`, `resize_output_hw`).
 

@@ -804,7 +804,10 @@ mod tests {
         let out = OutputSpec { dtype: DType::U8, layout: Layout::Nchw, normalize: None };
         let key = SampleKey { seed: 3, epoch: 0, index: 9 };
         let mut plan = GpuPlan::default();
-        let ops = vec![rrc.clone(), TransformSpec::Op(crate::augment::ops::OpSpec::RandomInvert { p: 0.5 })];
+        let ops = vec![
+            rrc.clone(),
+            TransformSpec::Op(crate::augment::ops::OpSpec::RandomInvert(crate::augment::ops::RandomInvert { p: 0.5 })),
+        ];
         let pipe = SamplePipeline::new(ops, out).unwrap();
         assert!(pipe.gpu_support().unwrap_err().to_string().contains("no pixel ops"));
         let e = pipe.prepare_gpu(640, 480, key, &mut plan).unwrap_err();

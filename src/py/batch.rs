@@ -1,11 +1,11 @@
 //! The binding of the batch ops (python/trdata/batch.py: MixUp, CutMix, RandomChoice, BatchRandomErasing): their
 //! `_spec()` tuples are checked by the core's rules (rng.rs for alpha, num_classes and the batch_ops list;
-//! augment/ops.rs for RandomErasing's p/scale/ratio) and drawn from the batch streams of rng.rs. Python applies
+//! augment/ops/erase.rs for RandomErasing's p/scale/ratio) and drawn from the batch streams of rng.rs. Python applies
 //! the drawn values to the batch on its device (numpy or torch); no pixel passes through here.
 
 use super::errors::{IntoPyResult, to_py};
 use super::source::NativeSource;
-use crate::augment::ops::{Drawn, EraseValue, OpSpec};
+use crate::augment::ops::{Drawn, EraseValue, OpSpec, RandomErasing};
 use crate::error::TrdataError;
 use crate::rng::{self, BatchInput, SampleRng};
 use pyo3::prelude::*;
@@ -35,13 +35,13 @@ impl BatchOp {
                 let value = t.get_item(4)?;
                 let noise = value.extract::<String>().is_ok();
                 // The fill is in the batch's own units (after normalize), any number: torchvision accepts any
-                // `value`; p/scale/ratio are RandomErasing's, checked by augment/ops.rs with a neutral fill.
-                let op = OpSpec::RandomErasing {
+                // `value`; p/scale/ratio are RandomErasing's, checked by augment/ops/erase.rs with a neutral fill.
+                let op = OpSpec::RandomErasing(RandomErasing {
                     p: t.get_item(1)?.extract()?,
                     scale: t.get_item(2)?.extract()?,
                     ratio: t.get_item(3)?.extract()?,
                     value: EraseValue::Values(vec![0.0]),
-                };
+                });
                 BatchOp::Erasing { op, noise }
             }
             other => return Err(to_py(TrdataError::config("batch_ops", format!("{other:?} is no batch op")))),

@@ -1,13 +1,13 @@
-//! The binding of the program's ops (augment/ops.rs): Python's `Transform._spec()` tuples of the ops beyond the
+//! The binding of the program's ops (augment/ops/): Python's `Transform._spec()` tuples of the ops beyond the
 //! four classic transforms become core values ([`Arg`]) that the core parses; `_core.sample_op` returns what an
-//! op draws for one sample (the tests compare those distributions with torchvision's); the ops' defaults join
-//! `_core.DEFAULTS`.
+//! op draws for one sample (the tests compare those distributions with torchvision's); the ops' defaults
+//! (`Op::DEFAULTS`) join `_core.DEFAULTS`.
 
 use super::args::int_arg;
 use super::errors::{IntoPyResult, to_py};
 use crate::augment;
-use crate::augment::ops::{Arg, OpSpec, Site};
-use crate::augment::{SampleKey, TransformSpec, default, program};
+use crate::augment::ops::{Arg, DefaultValue, OpSpec, RandomApply, RandomChoice, RandomOrder, Site};
+use crate::augment::{SampleKey, TransformSpec, program};
 use crate::error::TrdataError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
@@ -31,7 +31,7 @@ fn arg(v: &Bound<'_, PyAny>) -> PyResult<Arg> {
     })
 }
 
-/// `("kind", args…)` of one of `augment::ops::KINDS` → the core's spec.
+/// `("kind", args…)` of a kind `OpSpec::is_kind` knows → the core's spec.
 pub fn parse_op(kind: &str, t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec> {
     let args = t.iter().skip(1).map(|v| arg(&v)).collect::<PyResult<Vec<_>>>()?;
     OpSpec::from_args(kind, &args).map(TransformSpec::Op).py_err()
@@ -72,58 +72,16 @@ fn sample_op(
     program::sample_op(&op, position, SampleKey { seed, epoch, index }, (height, width, channels)).py_err()
 }
 
-/// The ops' defaults (`Class.parameter` keys), added to `_core.DEFAULTS`.
+/// The ops' defaults (`Class.parameter` keys, each op's `Op::DEFAULTS`), added to `_core.DEFAULTS`.
 pub fn add_defaults(d: &Bound<'_, PyDict>) -> PyResult<()> {
-    for cls in [
-        "RandomVerticalFlip",
-        "RandomErasing",
-        "RandomAutocontrast",
-        "RandomEqualize",
-        "RandomSolarize",
-        "RandomPosterize",
-        "RandomAdjustSharpness",
-        "RandomInvert",
-    ] {
-        d.set_item(format!("{cls}.p"), default::GATE_P)?;
-    }
-    d.set_item("RandomGrayscale.p", default::GRAYSCALE_P)?;
-    d.set_item("Grayscale.num_output_channels", default::GRAYSCALE_CHANNELS)?;
-    d.set_item("GaussianBlur.sigma", default::BLUR_SIGMA)?;
-    d.set_item("GaussianNoise.mean", default::NOISE_MEAN)?;
-    d.set_item("GaussianNoise.sigma", default::NOISE_SIGMA)?;
-    d.set_item("GaussianNoise.clip", default::NOISE_CLIP)?;
-    d.set_item("RandomErasing.scale", default::ERASING_SCALE)?;
-    d.set_item("RandomErasing.ratio", default::ERASING_RATIO)?;
-    d.set_item("RandomErasing.value", default::ERASING_VALUE)?;
-    d.set_item("Pad.fill", default::FILL)?;
-    d.set_item("Pad.padding_mode", default::PADDING_MODE)?;
-    use crate::augment::ops::default as g;
-    for cls in ["RandomRotation", "RandomAffine"] {
-        d.set_item(format!("{cls}.interpolation"), g::NEAREST)?;
-        d.set_item(format!("{cls}.fill"), g::WARP_FILL)?;
-    }
-    d.set_item("RandomPerspective.interpolation", g::BILINEAR)?;
-    d.set_item("RandomPerspective.fill", g::WARP_FILL)?;
-    d.set_item("RandomPerspective.distortion_scale", g::DISTORTION_SCALE)?;
-    d.set_item("RandomPerspective.p", g::PERSPECTIVE_P)?;
-    d.set_item("AutoAugment.policy", g::AA_POLICY)?;
-    for cls in ["AutoAugment", "RandAugment", "TrivialAugmentWide"] {
-        d.set_item(format!("{cls}.interpolation"), g::NEAREST)?;
-    }
-    d.set_item("RandAugment.num_ops", g::RA_NUM_OPS)?;
-    d.set_item("RandAugment.magnitude", g::RA_MAGNITUDE)?;
-    d.set_item("RandAugment.num_magnitude_bins", g::MAGNITUDE_BINS)?;
-    d.set_item("TrivialAugmentWide.num_magnitude_bins", g::MAGNITUDE_BINS)?;
-    d.set_item("AugMix.severity", g::AUGMIX_SEVERITY)?;
-    d.set_item("AugMix.mixture_width", g::AUGMIX_WIDTH)?;
-    d.set_item("AugMix.chain_depth", g::AUGMIX_DEPTH)?;
-    d.set_item("AugMix.alpha", g::AUGMIX_ALPHA)?;
-    d.set_item("AugMix.all_ops", g::AUGMIX_ALL_OPS)?;
-    d.set_item("AugMix.interpolation", g::BILINEAR)?;
-    d.set_item("RandomApply.p", default::GATE_P)?;
-    for cls in ["Resize", "RandomResizedCrop"] {
-        d.set_item(format!("{cls}.interpolation"), g::BILINEAR)?;
-        d.set_item(format!("{cls}.antialias"), true)?;
+    for (key, value) in OpSpec::defaults() {
+        match *value {
+            DefaultValue::Num(v) => d.set_item(key, v)?,
+            DefaultValue::Int(v) => d.set_item(key, v)?,
+            DefaultValue::Bool(v) => d.set_item(key, v)?,
+            DefaultValue::Str(v) => d.set_item(key, v)?,
+            DefaultValue::Pair(a, b) => d.set_item(key, (a, b))?,
+        }
     }
     Ok(())
 }
@@ -148,7 +106,7 @@ pub(super) fn parse_transform(t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec>
         "horizontal_flip" => TransformSpec::RandomHorizontalFlip { p: f(1)? },
         "resampled" => return parse_resampled(t),
         "random_apply" | "random_choice" | "random_order" => return parse_container(&kind, t),
-        other if augment::ops::KINDS.contains(&other) => return parse_op(other, t),
+        other if OpSpec::is_kind(other) => return parse_op(other, t),
         other => return Err(to_py(TrdataError::config("transforms", format!("unknown transform {other:?}")))),
     })
 }
@@ -167,13 +125,13 @@ fn parse_container(kind: &str, t: &Bound<'_, PyTuple>) -> PyResult<TransformSpec
         transforms.push(program::stage2_op(&spec, Site::top(0).child(i)).py_err()?);
     }
     Ok(TransformSpec::Op(match kind {
-        "random_apply" => OpSpec::RandomApply { transforms, p: t.get_item(2)?.extract()? },
+        "random_apply" => OpSpec::RandomApply(RandomApply { transforms, p: t.get_item(2)?.extract()? }),
         "random_choice" => {
             let p = t.get_item(2)?;
             let p: Vec<f64> = if p.is_none() { vec![1.0; transforms.len()] } else { p.extract()? };
-            OpSpec::RandomChoice { transforms, p }
+            OpSpec::RandomChoice(RandomChoice { transforms, p })
         }
-        _ => OpSpec::RandomOrder { transforms },
+        _ => OpSpec::RandomOrder(RandomOrder { transforms }),
     }))
 }
 

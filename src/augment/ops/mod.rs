@@ -1,0 +1,781 @@
+//! ops — the per-sample ops of a compiled program that run on the uint8 crop (see [`super::program`] for where
+//! they sit). Each op is one unit: a struct holding its arguments, with one [`Op`] impl that parses them from
+//! the binding's spec ([`Op::parse`]), validates them once ([`Op::check`]), draws its per-sample parameters
+//! ([`Op::sample`], a [`Drawn`]) with torchvision's distributions and draw logic from the op's own stream, and
+//! calls its kernels ([`Op::apply`]). The ops are grouped by family, one file each: [`color`], [`geometric`],
+//! [`erase`] (erasing and noise), [`policies`] (torchvision's auto-augment family), [`containers`] and
+//! [`timm`]. [`OpSpec`] is the one vocabulary the program holds: one variant per op, and its methods are
+//! one-line delegations written once, by the `registry!` list below.
+//!
+//! Adding an op: its struct and `impl Op` (kinds, defaults, parse, check, sample, apply) in its family's file,
+//! one line in `registry!`, and its Python class (python/trdata/transforms.py) whose `_spec()` tuple starts with
+//! one of the op's [`Op::KINDS`] and whose defaults read `_core.DEFAULTS` (filled from [`Op::DEFAULTS`]).
+//!
+//! Randomness: op `pos` of the user's list draws from `SampleRng(seed, epoch, index, OP_BASE + pos)` only, and an
+//! op inside a container from the stream of its [`Site`] (position, inner position, …; [`Site::stream`]), so a
+//! sample's pixels depend on (seed, epoch, index, op position) and never on worker, GPU or rank counts. trdata
+//! uses Philox, not torch's MT19937, so streams differ from torch's but distributions match (tests compare
+//! them with KS/χ² statistics over ≥ 10k draws): a uniform `uniform_(a, b)` is drawn as a double and rounded to
+//! f32 (torch's values are f32), `randint(0, n)` is unbiased, `randperm(4)` is Fisher–Yates, probability gates
+//! are `u < p` (torchvision's `torch.rand(1) >= p` → skip).
+
+pub mod color;
+pub mod containers;
+pub mod erase;
+pub mod geometric;
+pub mod policies;
+pub mod timm;
+
+pub use super::kernels::Frame;
+use super::kernels::PadMode;
+use super::policy::PolicyScratch;
+use super::timm::{TimmPolicy, TimmRandomErasing, TimmScratch};
+use crate::error::{Result, TrdataError};
+use crate::param::Choice;
+use crate::rng::SampleRng;
+pub use color::{
+    ColorJitter, GaussianBlur, Grayscale, RandomAdjustSharpness, RandomAutocontrast, RandomEqualize, RandomGrayscale,
+    RandomInvert, RandomPosterize, RandomSolarize,
+};
+pub use containers::{RandomApply, RandomChoice, RandomOrder};
+pub use erase::{EraseValue, GaussianNoise, RandomErasing};
+pub use geometric::{
+    CenterCrop, HorizontalFlip, Pad, RandomAffine, RandomCrop, RandomPerspective, RandomResizedCrop, RandomRotation,
+    Resize, ResizeTo, VerticalFlip,
+};
+pub use policies::Policy;
+pub use timm::CenterCropOrPad;
+
+/// The largest padding and crop side (the same bound as the transforms' sizes: a header or user size larger
+/// than this would allocate before anything could refuse it).
+pub const MAX_SIDE: u32 = 65_536;
+/// The most pixels any intermediate image of a program may have: Pillow's decompression-bomb error threshold
+/// (2 × `Image.MAX_IMAGE_PIXELS`), ~537 MB for RGB. Without it a list could pass every side check and still hold
+/// a 65536² (12.9 GB) intermediate per worker.
+pub const MAX_FRAME_PIXELS: usize = 178_956_970;
+
+/// Whether an intermediate of `(h, w)` exceeds [`MAX_SIDE`] or [`MAX_FRAME_PIXELS`].
+pub fn frame_too_big((h, w): (usize, usize)) -> bool {
+    h.max(w) > MAX_SIDE as usize || h.saturating_mul(w) > MAX_FRAME_PIXELS
+}
+
+/// The `bits` parameter's name (its rules: [`OpSpec::check`]).
+const BITS: &str = "bits";
+/// The `fill` parameter's name (its rules: [`OpSpec::check`]).
+const FILL: &str = "fill";
+/// The `hue` parameter's name (its rules: [`OpSpec::check`]).
+const HUE: &str = "hue";
+/// The `kernel_size` parameter's name (its rules: [`OpSpec::check`]).
+const KERNEL_SIZE: &str = "kernel_size";
+/// The `mean` parameter's name (its rules: [`OpSpec::check`]).
+const MEAN: &str = "mean";
+/// The `num_output_channels` parameter's name (its rules: [`OpSpec::check`]).
+const NUM_OUTPUT_CHANNELS: &str = "num_output_channels";
+/// The `p` parameter's name (its rules: [`OpSpec::check`]).
+const P: &str = "p";
+/// The `padding` parameter's name (its rules: [`OpSpec::check`]).
+const PADDING: &str = "padding";
+/// The `ratio` parameter's name (its rules: [`OpSpec::check`]).
+const RATIO: &str = "ratio";
+/// The `scale` parameter's name (its rules: [`OpSpec::check`]).
+const SCALE: &str = "scale";
+/// The `max_size` parameter's name (its rules: [`OpSpec::check`]).
+const MAX_SIZE: &str = "max_size";
+/// The `transforms` parameter's name (a container's list; its rules: [`OpSpec::check`]).
+const TRANSFORMS: &str = "transforms";
+/// The `sharpness_factor` parameter's name (its rules: [`OpSpec::check`]).
+const SHARPNESS_FACTOR: &str = "sharpness_factor";
+/// The `sigma` parameter's name (its rules: [`OpSpec::check`]).
+const SIGMA: &str = "sigma";
+/// The `size` parameter's name (its rules: [`OpSpec::check`]).
+const SIZE: &str = "size";
+/// The `threshold` parameter's name (its rules: [`OpSpec::check`]).
+const THRESHOLD: &str = "threshold";
+/// The `value` parameter's name (its rules: [`OpSpec::check`]).
+const VALUE: &str = "value";
+/// The `degrees` parameter's name (its rules: [`OpSpec::check`]).
+const DEGREES: &str = "degrees";
+/// The `translate` parameter's name (its rules: [`OpSpec::check`]).
+const TRANSLATE: &str = "translate";
+/// The `shear` parameter's name (its rules: [`OpSpec::check`]).
+const SHEAR: &str = "shear";
+/// The `center` parameter's name (its rules: [`OpSpec::check`]).
+const CENTER: &str = "center";
+/// The `distortion_scale` parameter's name (its rules: [`OpSpec::check`]).
+const DISTORTION_SCALE: &str = "distortion_scale";
+/// The `num_ops` parameter's name (its rules: [`OpSpec::check`]).
+const NUM_OPS: &str = "num_ops";
+/// The `magnitude` parameter's name (its rules: [`OpSpec::check`]).
+const MAGNITUDE: &str = "magnitude";
+/// The `num_magnitude_bins` parameter's name (its rules: [`OpSpec::check`]).
+const NUM_MAGNITUDE_BINS: &str = "num_magnitude_bins";
+/// The `severity` parameter's name (its rules: [`OpSpec::check`]).
+const SEVERITY: &str = "severity";
+/// The `mixture_width` parameter's name (its rules: [`OpSpec::check`]).
+const MIXTURE_WIDTH: &str = "mixture_width";
+/// The `chain_depth` parameter's name (its rules: [`OpSpec::check`]).
+const CHAIN_DEPTH: &str = "chain_depth";
+
+/// The most sub-ops a policy may run per sample (RandAugment's `num_ops`, AugMix's chain count and depth):
+/// torchvision has no bound, but a typo such as `num_ops=10**6` would stall every worker on every sample.
+pub const MAX_POLICY_OPS: u32 = 1000;
+/// The most magnitude bins (RandAugment/TrivialAugmentWide tables are built per sample from this).
+pub const MAX_MAGNITUDE_BINS: u32 = 1000;
+
+pub use super::site::{MAX_CONTAINER_OPS, MAX_CONTAINER_POSITION, MAX_NESTING, Site};
+
+/// Defaults of the geometric ops' and policies' parameters (torchvision v2's), exported in `_core.DEFAULTS`
+/// (the one place each is written; python/trdata/transforms.py reads them).
+pub mod default {
+    /// `interpolation` of RandomRotation, RandomAffine and the policies but AugMix.
+    pub const NEAREST: &str = "nearest";
+    /// `interpolation` of RandomPerspective and AugMix.
+    pub const BILINEAR: &str = "bilinear";
+    /// `fill` of RandomRotation, RandomAffine, RandomPerspective (0 takes torchvision's mask path).
+    pub const WARP_FILL: f64 = 0.0;
+    /// `RandomPerspective.distortion_scale`.
+    pub const DISTORTION_SCALE: f64 = 0.5;
+    /// `RandomPerspective.p`.
+    pub const PERSPECTIVE_P: f64 = 0.5;
+    /// `AutoAugment.policy`.
+    pub const AA_POLICY: &str = "imagenet";
+    /// `RandAugment.num_ops`.
+    pub const RA_NUM_OPS: u32 = 2;
+    /// `RandAugment.magnitude`.
+    pub const RA_MAGNITUDE: u32 = 9;
+    /// `num_magnitude_bins` of RandAugment and TrivialAugmentWide.
+    pub const MAGNITUDE_BINS: u32 = 31;
+    /// `AugMix.severity`.
+    pub const AUGMIX_SEVERITY: u32 = 3;
+    /// `AugMix.mixture_width`.
+    pub const AUGMIX_WIDTH: u32 = 3;
+    /// `AugMix.chain_depth` (≤ 0: 1 to 3 per chain).
+    pub const AUGMIX_DEPTH: i32 = -1;
+    /// `AugMix.alpha`.
+    pub const AUGMIX_ALPHA: f64 = 1.0;
+    /// `AugMix.all_ops`.
+    pub const AUGMIX_ALL_OPS: bool = true;
+}
+/// The parameters one op drew for one sample (what [`apply`] needs; the policies build them from magnitudes).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Drawn {
+    /// The op does nothing to this sample (its gate said no, or erasing found no box).
+    Skip,
+    /// The op applies with no parameters (flip, gray, invert, equalize, autocontrast, pad).
+    Apply,
+    /// One real parameter (solarize threshold, posterize bits, sharpness factor, blur σ).
+    Value(f64),
+    /// A crop of the padded image: padding (left, top, right, bottom) then the window at (top, left).
+    Crop {
+        /// Padding (left, top, right, bottom).
+        padding: [u32; 4],
+        /// Window top in the padded image.
+        top: u32,
+        /// Window left in the padded image.
+        left: u32,
+    },
+    /// ColorJitter: the order (0 brightness, 1 contrast, 2 saturation, 3 hue) and the factors (None = off).
+    Jitter {
+        /// torchvision's `fn_idx`.
+        order: [u8; 4],
+        /// Factors in `fn_idx` numbering.
+        factors: [Option<f64>; 4],
+    },
+    /// RandomAffine's draw: angle (degrees), integer translation (x, y) in pixels, scale, shear (x, y) degrees.
+    Affine {
+        /// Degrees.
+        angle: f64,
+        /// Pixels (integers, as torchvision rounds them).
+        translate: [f64; 2],
+        /// Scale factor.
+        scale: f64,
+        /// Shear (x, y) in degrees.
+        shear: [f64; 2],
+    },
+    /// RandomPerspective's end points (x, y) of the top-left, top-right, bottom-right, bottom-left corners.
+    Perspective([i64; 8]),
+    /// A crop box (top, left, height, width) of the current image (a stage-2 RandomResizedCrop's draw).
+    Box {
+        /// Top row.
+        top: u32,
+        /// Left column.
+        left: u32,
+        /// Height.
+        h: u32,
+        /// Width.
+        w: u32,
+    },
+    /// RandomChoice: the inner op picked.
+    Pick(u32),
+    /// RandomOrder: the permutation (the first `n` entries; inner positions in the order they run).
+    Order {
+        /// Inner positions.
+        order: [u8; MAX_CONTAINER_OPS],
+        /// How many ops.
+        n: u8,
+    },
+    /// Erase box (top, left, height, width).
+    Erase {
+        /// Top row.
+        top: u32,
+        /// Left column.
+        left: u32,
+        /// Height.
+        h: u32,
+        /// Width.
+        w: u32,
+    },
+}
+
+impl Drawn {
+    /// The drawn values as numbers (for `_core.sample_op`, which tests compare with torchvision's sampling):
+    /// `[]` for Skip, `[1]` for Apply, otherwise the fields in declaration order (Jitter: order then factors,
+    /// NaN for a disabled one).
+    pub fn to_vec(&self) -> Vec<f64> {
+        match self {
+            Drawn::Skip => vec![],
+            Drawn::Apply => vec![1.0],
+            Drawn::Value(v) => vec![*v],
+            Drawn::Crop { padding, top, left } => padding.iter().chain([top, left]).map(|&v| f64::from(v)).collect(),
+            Drawn::Jitter { order, factors } => {
+                order.iter().map(|&o| f64::from(o)).chain(factors.iter().map(|f| f.unwrap_or(f64::NAN))).collect()
+            }
+            Drawn::Erase { top, left, h, w } | Drawn::Box { top, left, h, w } => {
+                [top, left, h, w].iter().map(|&&v| f64::from(v)).collect()
+            }
+            Drawn::Pick(i) => vec![f64::from(*i)],
+            Drawn::Order { order, n } => order[..usize::from(*n)].iter().map(|&v| f64::from(v)).collect(),
+            Drawn::Affine { angle, translate, scale, shear } => {
+                vec![*angle, translate[0], translate[1], *scale, shear[0], shear[1]]
+            }
+            Drawn::Perspective(p) => p.iter().map(|&v| v as f64).collect(),
+        }
+    }
+}
+/// torchvision's `uniform_(lo, hi)`: a float32 value (drawn as a double, rounded to f32 like torch's), returned
+/// as the Python double `.item()` gives.
+fn uniform_f32(rng: &mut SampleRng, (lo, hi): (f64, f64)) -> f64 {
+    f64::from(rng.uniform_range(lo, hi) as f32)
+}
+
+/// The probability gate (`_RandomApplyTransform`): one draw, apply iff `u < p`.
+fn gate(rng: &mut SampleRng, p: f64) -> bool {
+    rng.uniform() < p
+}
+
+/// `drawn` with probability `p` (one draw, as torchvision's gate), else [`Drawn::Skip`].
+fn gated(rng: &mut SampleRng, p: f64, drawn: Drawn) -> Drawn {
+    if gate(rng, p) { drawn } else { Drawn::Skip }
+}
+
+/// An op's error: `invalid <param>: <value> must … (<Op> at transforms[pos])` (or the nested [`Site`]).
+fn bad(param: &str, shown: impl std::fmt::Display, rule: &str, op: &str, pos: Site) -> TrdataError {
+    TrdataError::config(param, format!("{shown} must {rule} ({op} at {pos})"))
+}
+
+fn check_p(p: f64, op: &str, pos: Site) -> Result<()> {
+    if (0.0..=1.0).contains(&p) { Ok(()) } else { Err(bad(P, p, "be in [0, 1]", op, pos)) }
+}
+
+fn check_fill(fill: &[f64], op: &str, pos: Site) -> Result<()> {
+    if fill.is_empty() || fill.len() > 3 || fill.len() == 2 || !fill.iter().all(|v| v.is_finite()) {
+        return Err(bad(FILL, format!("{fill:?}"), "be one number or one per channel (1 or 3), finite", op, pos));
+    }
+    if !fill.iter().all(|&v| (0.0..256.0).contains(&v)) {
+        return Err(bad(FILL, format!("{fill:?}"), "be in [0, 255] (pixel units of the uint8 image)", op, pos));
+    }
+    Ok(())
+}
+
+fn check_opt_fill(fill: &Option<Vec<f64>>, op: &str, pos: Site) -> Result<()> {
+    fill.as_deref().map_or(Ok(()), |f| check_fill(f, op, pos))
+}
+
+fn check_bins(bins: u32, op: &str, pos: Site) -> Result<()> {
+    if (2..=MAX_MAGNITUDE_BINS).contains(&bins) {
+        Ok(())
+    } else {
+        Err(bad(NUM_MAGNITUDE_BINS, bins, &format!("be in 2..={MAX_MAGNITUDE_BINS}"), op, pos))
+    }
+}
+
+/// A crop or resize side (`size`): 1..=[`MAX_SIDE`] each.
+fn check_side(height: u32, width: u32, op: &str, pos: Site) -> Result<()> {
+    if (1..=MAX_SIDE).contains(&height) && (1..=MAX_SIDE).contains(&width) {
+        Ok(())
+    } else {
+        Err(bad(SIZE, format!("({height}, {width})"), &format!("be in 1..={MAX_SIDE}"), op, pos))
+    }
+}
+
+/// `Some((h, w))` or the words for `None`, for size messages.
+fn shown_hw(hw: Option<(usize, usize)>) -> String {
+    hw.map_or_else(|| "each image's own size".to_string(), |(h, w)| format!("({h}, {w})"))
+}
+
+/// A warp's fill as torchvision's f32 per-channel values (`None` stays `None`: no mask path).
+pub fn fill_f32(fill: &Option<Vec<f64>>) -> Option<[f32; 3]> {
+    fill.as_deref().map(|f| std::array::from_fn(|c| f[c.min(f.len() - 1)] as f32))
+}
+
+/// A per-channel fill as bytes (torch truncates floats cast to uint8).
+pub fn fill_bytes(fill: &[f64]) -> [u8; 3] {
+    std::array::from_fn(|c| fill[c.min(fill.len() - 1)] as u8)
+}
+
+/// `unreachable!` for a [`Drawn`] that the op's [`Op::sample`] never returns.
+fn undrawn(op: &str, drawn: &Drawn) -> ! {
+    unreachable!("{op} was drawn {drawn:?}, which its sample() never returns")
+}
+
+/// A parameter's default as `_core.DEFAULTS` shows it to Python (python/trdata/transforms.py reads them).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DefaultValue {
+    /// A float.
+    Num(f64),
+    /// An int.
+    Int(i64),
+    /// A bool.
+    Bool(bool),
+    /// A string (a choice's name).
+    Str(&'static str),
+    /// A (min, max) pair.
+    Pair(f64, f64),
+}
+
+/// One op: its spec kinds and parsing, its name, check, output size, draw and kernel call. Implemented once per
+/// op in its family's file; [`OpSpec`] delegates to it.
+pub trait Op: Sized {
+    /// The spec kinds (the first item of Python's `Transform._spec()` tuple) that parse into this op; empty for
+    /// an op the program or the binding builds otherwise (a stage-2 form of a folding transform, a container).
+    const KINDS: &'static [&'static str];
+
+    /// The defaults of its Python class's parameters (`Class.parameter` keys of `_core.DEFAULTS`; each value is
+    /// written once, in [`default`] or `augment::default`).
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[];
+
+    /// The op from the spec tuple after its kind (`a.kind()` is one of [`Op::KINDS`]); shape errors name the
+    /// parameter. Value rules are [`Op::check`]'s, applied when the program is compiled.
+    fn parse(a: &Args<'_>) -> Result<Self> {
+        Err(a.unknown())
+    }
+
+    /// torchvision's (or timm's) class name, for messages.
+    fn name(&self) -> &'static str;
+
+    /// Validate the values (the one place; Python checks only types); `op` is [`Op::name`], `pos` its site,
+    /// both named in the message.
+    fn check(&self, op: &str, pos: Site) -> Result<()>;
+
+    /// (height, width) after this op for an input of `hw` (`None`: depends on the sample — only for ops that
+    /// keep the size, applied to a size that already depends on it).
+    fn output_hw(&self, hw: Option<(usize, usize)>) -> Option<(usize, usize)> {
+        hw
+    }
+
+    /// [`Op::output_hw`] at `pos`, refusing an output beyond [`MAX_SIDE`]/[`MAX_FRAME_PIXELS`] (containers also
+    /// refuse branches of different sizes).
+    fn output_hw_at(&self, hw: Option<(usize, usize)>, pos: Site) -> Result<Option<(usize, usize)>> {
+        // Every intermediate the list fixes must respect the sides' bound, not only the final size: a
+        // `Pad(65536)` or `Resize((65536, 65536))` followed by a small crop would otherwise compile and then
+        // allocate tens of GB per worker (or abort) on the first sample.
+        let out = self.output_hw(hw);
+        if let Some((h, w)) = out
+            && frame_too_big((h, w))
+        {
+            return Err(bad(
+                TRANSFORMS,
+                format!("the output ({h}, {w})"),
+                &format!(
+                    "be at most {MAX_SIDE} per side and {MAX_FRAME_PIXELS} pixels (every intermediate image is \
+                     held in memory)"
+                ),
+                self.name(),
+                pos,
+            ));
+        }
+        Ok(out)
+    }
+
+    /// The (height, width) this op gives a `(h, w)` image when that is too big ([`frame_too_big`]).
+    fn oversized(&self, hw: (usize, usize)) -> Option<(usize, usize)> {
+        self.output_hw(Some(hw)).filter(|&hw| frame_too_big(hw))
+    }
+
+    /// Draw this op's parameters for an image of `h × w` × `c` (torchvision's `make_params`, with its draw order
+    /// and its conditions for drawing at all). Errors only where torchvision raises at run time.
+    fn sample(&self, rng: &mut SampleRng, hwc: (usize, usize, usize)) -> std::result::Result<Drawn, String>;
+
+    /// What this op draws for one sample as numbers (`_core.sample_op`): [`Drawn::to_vec`] of [`Op::sample`]
+    /// unless the op decides while it runs (the policies show their decisions).
+    fn trace(&self, rng: &mut SampleRng, hwc: (usize, usize, usize)) -> std::result::Result<Vec<f64>, String> {
+        self.sample(rng, hwc).map(|d| d.to_vec())
+    }
+
+    /// Run the kernels with `drawn` (never [`Drawn::Skip`]) on `frame`; `rng` continues the op's stream for
+    /// the ops that draw per element (noise, erasing, the policies).
+    fn apply(&self, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, rng: &mut SampleRng);
+}
+
+/// The spec tuple after its kind, as [`Op::parse`] reads it: each getter takes the item's index and the
+/// parameter's name for its message.
+#[derive(Debug, Clone, Copy)]
+pub struct Args<'a> {
+    kind: &'a str,
+    args: &'a [Arg],
+}
+
+impl<'a> Args<'a> {
+    /// `args` of a spec of `kind`.
+    pub fn new(kind: &'a str, args: &'a [Arg]) -> Self {
+        Args { kind, args }
+    }
+
+    /// The spec kind (for ops with several).
+    pub fn kind(&self) -> &'a str {
+        self.kind
+    }
+
+    fn shape(&self, what: &str) -> TrdataError {
+        TrdataError::config("transforms", format!("{} spec {:?} must have {what}", self.kind, self.args))
+    }
+
+    fn unknown(&self) -> TrdataError {
+        TrdataError::config("transforms", format!("unknown transform {:?}", self.kind))
+    }
+
+    /// Item `i`.
+    pub fn get(&self, i: usize) -> Result<&'a Arg> {
+        self.args.get(i).ok_or_else(|| self.shape(&format!("at least {} items", i + 1)))
+    }
+
+    /// Whether item `i` is `None`.
+    pub fn is_none(&self, i: usize) -> Result<bool> {
+        Ok(*self.get(i)? == Arg::None)
+    }
+
+    /// A number (int or float).
+    pub fn num(&self, i: usize, name: &str) -> Result<f64> {
+        match self.get(i)? {
+            Arg::Num(v) => Ok(*v),
+            Arg::Int(v) => Ok(*v as f64),
+            other => Err(TrdataError::config(name, format!("{other:?} must be a number"))),
+        }
+    }
+
+    /// An int in `0..=u32::MAX`.
+    pub fn uint(&self, i: usize, name: &str) -> Result<u32> {
+        match self.get(i)? {
+            Arg::Int(v) if (0..=i128::from(u32::MAX)).contains(v) => Ok(*v as u32),
+            Arg::Int(v) => Err(TrdataError::config(name, format!("{v} must be in 0..={MAX_SIDE}"))),
+            other => Err(TrdataError::config(name, format!("{other:?} must be an int"))),
+        }
+    }
+
+    /// An int of 32 bits.
+    pub fn int(&self, i: usize, name: &str) -> Result<i64> {
+        match self.get(i)? {
+            Arg::Int(v) if i128::from(i32::MIN) <= *v && *v <= i128::from(i32::MAX) => Ok(*v as i64),
+            other => Err(TrdataError::config(name, format!("{other:?} must be an int of 32 bits"))),
+        }
+    }
+
+    /// A bool.
+    pub fn boolean(&self, i: usize, name: &str) -> Result<bool> {
+        match self.get(i)? {
+            Arg::Bool(b) => Ok(*b),
+            other => Err(TrdataError::config(name, format!("{other:?} must be a bool"))),
+        }
+    }
+
+    /// A number or a sequence of them.
+    pub fn nums(&self, i: usize, name: &str) -> Result<Vec<f64>> {
+        match self.get(i)? {
+            Arg::List(v) => v
+                .iter()
+                .map(|a| match a {
+                    Arg::Num(x) => Ok(*x),
+                    Arg::Int(x) => Ok(*x as f64),
+                    other => Err(TrdataError::config(name, format!("{other:?} must be a number"))),
+                })
+                .collect(),
+            Arg::Num(x) => Ok(vec![*x]),
+            Arg::Int(x) => Ok(vec![*x as f64]),
+            other => Err(TrdataError::config(name, format!("{other:?} must be a number or a sequence of them"))),
+        }
+    }
+
+    /// A (min, max) pair.
+    pub fn pair(&self, i: usize, name: &str) -> Result<(f64, f64)> {
+        match self.nums(i, name)?.as_slice() {
+            [a, b] => Ok((*a, *b)),
+            v => Err(TrdataError::config(name, format!("{v:?} must be a (min, max) pair"))),
+        }
+    }
+
+    /// `None` or a (min, max) pair.
+    pub fn opt_pair(&self, i: usize, name: &str) -> Result<Option<(f64, f64)>> {
+        if self.is_none(i)? { Ok(None) } else { self.pair(i, name).map(Some) }
+    }
+
+    /// `None` or a fill (one number or one per channel).
+    pub fn opt_fill(&self, i: usize) -> Result<Option<Vec<f64>>> {
+        if self.is_none(i)? { Ok(None) } else { self.nums(i, "fill").map(Some) }
+    }
+
+    /// `None` or a pivot (x, y).
+    pub fn center(&self, i: usize) -> Result<Option<[f64; 2]>> {
+        if self.is_none(i)? {
+            return Ok(None);
+        }
+        self.pair(i, "center").map(|(x, y)| Some([x, y]))
+    }
+
+    /// (left, top, right, bottom), each an int in `0..=MAX_SIDE`.
+    pub fn padding(&self, i: usize) -> Result<[u32; 4]> {
+        match self.get(i)? {
+            Arg::List(v) if v.len() == 4 => {
+                let mut out = [0u32; 4];
+                for (o, a) in out.iter_mut().zip(v) {
+                    *o = match a {
+                        Arg::Int(x) if (0..=i128::from(MAX_SIDE)).contains(x) => *x as u32,
+                        other => {
+                            return Err(TrdataError::config(
+                                "padding",
+                                format!(
+                                    "{other:?} must be an int in 0..={MAX_SIDE} (negative padding is not supported)"
+                                ),
+                            ));
+                        }
+                    };
+                }
+                Ok(out)
+            }
+            other => Err(TrdataError::config("padding", format!("{other:?} must be (left, top, right, bottom)"))),
+        }
+    }
+
+    /// One of `choice`'s strings.
+    pub fn choice<T: Copy + PartialEq>(&self, i: usize, choice: &Choice<T>) -> Result<T> {
+        match self.get(i)? {
+            Arg::Str(s) => choice.parse(s),
+            other => Err(choice.error(&format!("{other:?}"))),
+        }
+    }
+}
+
+/// The op list: `Variant(Type)` per op, in one place. It defines [`OpSpec`] and its delegations to [`Op`].
+macro_rules! registry {
+    ($($(#[$doc:meta])* $variant:ident($ty:ty),)*) => {
+        /// An op of the program that is not folded into the decode (torchvision v2 names and arguments): one
+        /// variant per op, holding the op's struct (its family's file has its [`Op`] impl).
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum OpSpec {
+            $($(#[$doc])* $variant($ty),)*
+        }
+
+        impl OpSpec {
+            /// Parse `kind` + `args` (the spec tuple after its kind) into an op ([`Op::parse`] of the op whose
+            /// [`Op::KINDS`] hold `kind`); shape errors name the parameter (`invalid transforms: …` when the
+            /// tuple itself is malformed, which only a hand-made spec can be). Value rules are [`OpSpec::check`]'s,
+            /// applied when the program is compiled.
+            pub fn from_args(kind: &str, args: &[Arg]) -> Result<Self> {
+                let a = Args::new(kind, args);
+                $(if <$ty as Op>::KINDS.contains(&kind) {
+                    return <$ty as Op>::parse(&a).map(OpSpec::$variant);
+                })*
+                Err(a.unknown())
+            }
+
+            /// Every op's [`Op::DEFAULTS`] (the binding adds them to `_core.DEFAULTS`).
+            pub fn defaults() -> impl Iterator<Item = &'static (&'static str, DefaultValue)> {
+                std::iter::empty() $(.chain(<$ty as Op>::DEFAULTS))*
+            }
+
+            /// Whether `kind` (the first item of a `_spec()` tuple) is one [`OpSpec::from_args`] parses.
+            pub fn is_kind(kind: &str) -> bool {
+                false $(|| <$ty as Op>::KINDS.contains(&kind))*
+            }
+
+            /// torchvision's class name ([`Op::name`]).
+            pub fn name(&self) -> &'static str {
+                match self { $(OpSpec::$variant(o) => Op::name(o),)* }
+            }
+
+            /// [`OpSpec::check`] for the op at `pos` (a position in the list, or inside a container).
+            pub fn check_at(&self, pos: Site) -> Result<()> {
+                match self { $(OpSpec::$variant(o) => Op::check(o, Op::name(o), pos),)* }
+            }
+
+            /// [`Op::output_hw`].
+            pub fn output_hw(&self, hw: Option<(usize, usize)>) -> Option<(usize, usize)> {
+                match self { $(OpSpec::$variant(o) => Op::output_hw(o, hw),)* }
+            }
+
+            /// [`Op::output_hw`], refusing a container whose branches give different sizes (images of different
+            /// sizes cannot be batched) and any intermediate beyond the bounds ([`Op::output_hw_at`]).
+            pub fn output_hw_at(&self, hw: Option<(usize, usize)>, pos: Site) -> Result<Option<(usize, usize)>> {
+                match self { $(OpSpec::$variant(o) => Op::output_hw_at(o, hw, pos),)* }
+            }
+
+            /// The (height, width) this op gives a `(h, w)` image when that is too big ([`frame_too_big`]): the
+            /// per-sample form of [`OpSpec::output_hw_at`]'s bound, for sizes the list does not fix.
+            /// Containers are checked through their inner ops.
+            pub fn oversized(&self, hw: (usize, usize)) -> Option<(usize, usize)> {
+                match self { $(OpSpec::$variant(o) => Op::oversized(o, hw),)* }
+            }
+
+            /// [`Op::sample`].
+            pub fn sample(
+                &self,
+                rng: &mut SampleRng,
+                hwc: (usize, usize, usize),
+            ) -> std::result::Result<Drawn, String> {
+                match self { $(OpSpec::$variant(o) => Op::sample(o, rng, hwc),)* }
+            }
+
+            /// [`Op::trace`].
+            pub fn trace(
+                &self,
+                rng: &mut SampleRng,
+                hwc: (usize, usize, usize),
+            ) -> std::result::Result<Vec<f64>, String> {
+                match self { $(OpSpec::$variant(o) => Op::trace(o, rng, hwc),)* }
+            }
+
+            fn apply_drawn(&self, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, rng: &mut SampleRng) {
+                match self { $(OpSpec::$variant(o) => Op::apply(o, drawn, frame, scratch, rng),)* }
+            }
+        }
+    };
+}
+
+registry! {
+    /// `Pad(padding, fill, padding_mode)`.
+    Pad(Pad),
+    /// `RandomCrop(size, padding, pad_if_needed, fill, padding_mode)`.
+    RandomCrop(RandomCrop),
+    /// `RandomHorizontalFlip(p)` after the first resample.
+    HorizontalFlip(HorizontalFlip),
+    /// `RandomVerticalFlip(p)`.
+    VerticalFlip(VerticalFlip),
+    /// `ColorJitter(brightness, contrast, saturation, hue)`.
+    ColorJitter(ColorJitter),
+    /// `Grayscale(num_output_channels)`.
+    Grayscale(Grayscale),
+    /// `RandomGrayscale(p)`.
+    RandomGrayscale(RandomGrayscale),
+    /// `GaussianBlur(kernel_size, sigma)`.
+    GaussianBlur(GaussianBlur),
+    /// `GaussianNoise(mean, sigma, clip)`.
+    GaussianNoise(GaussianNoise),
+    /// `RandomErasing(p, scale, ratio, value)`.
+    RandomErasing(RandomErasing),
+    /// `RandomAutocontrast(p)`.
+    RandomAutocontrast(RandomAutocontrast),
+    /// `RandomEqualize(p)`.
+    RandomEqualize(RandomEqualize),
+    /// `RandomSolarize(threshold, p)`.
+    RandomSolarize(RandomSolarize),
+    /// `RandomPosterize(bits, p)`.
+    RandomPosterize(RandomPosterize),
+    /// `RandomAdjustSharpness(sharpness_factor, p)`.
+    RandomAdjustSharpness(RandomAdjustSharpness),
+    /// `RandomInvert(p)`.
+    RandomInvert(RandomInvert),
+    /// `RandomRotation(degrees, interpolation, expand, center, fill)`.
+    RandomRotation(RandomRotation),
+    /// `RandomAffine(degrees, translate, scale, shear, interpolation, fill, center)`.
+    RandomAffine(RandomAffine),
+    /// `RandomPerspective(distortion_scale, p, interpolation, fill)`.
+    RandomPerspective(RandomPerspective),
+    /// `AutoAugment`, `RandAugment`, `TrivialAugmentWide` or `AugMix`.
+    Policy(Policy),
+    /// `Resize(size, interpolation, max_size, antialias)` on the uint8 image.
+    Resize(Resize),
+    /// `CenterCrop(size)` on the uint8 image.
+    CenterCrop(CenterCrop),
+    /// `RandomResizedCrop(size, scale, ratio, interpolation, antialias)` on the uint8 image.
+    RandomResizedCrop(RandomResizedCrop),
+    /// `RandomApply(transforms, p)`.
+    RandomApply(RandomApply),
+    /// `RandomChoice(transforms, p)`.
+    RandomChoice(RandomChoice),
+    /// `RandomOrder(transforms)`.
+    RandomOrder(RandomOrder),
+    /// timm's RandAugment, AutoAugment or AugMix with Pillow's op implementations.
+    TimmPolicy(TimmPolicy),
+    /// timm's `CenterCropOrPad(size, fill, padding_mode)`.
+    CenterCropOrPad(CenterCropOrPad),
+    /// timm's `RandomErasing`.
+    TimmRandomErasing(TimmRandomErasing),
+}
+
+impl OpSpec {
+    /// Validate the op's values (the one place; Python checks only types). `pos` is its list position, named in
+    /// the message.
+    pub fn check(&self, pos: usize) -> Result<()> {
+        self.check_at(Site::top(pos))
+    }
+}
+/// The scratch an op may need beyond the image: a second image buffer (ping-pong for ops that change the size
+/// or read unmodified neighbours) and an f32 plane (blur). Grown once, reused.
+#[derive(Debug, Default)]
+pub struct OpScratch {
+    /// The spare image buffer; ops that write a new image put it here and the program swaps.
+    pub spare: Vec<u8>,
+    /// f32 intermediate (blur's horizontal pass).
+    pub plane: Vec<f32>,
+    /// The policies' buffers.
+    pub policy: PolicyScratch,
+    /// The stage-2 resizes' taps and intermediates.
+    pub(crate) resize: super::resample::ResampleScratch,
+    /// timm's policies' buffers.
+    pub timm: TimmScratch,
+}
+
+impl OpScratch {
+    /// Bytes held by the buffers that grow with the image (the fuzz tests hold them to the compiled sizes' bound).
+    #[cfg(test)]
+    pub(crate) fn retained_bytes(&self) -> usize {
+        self.spare.capacity() + self.plane.capacity() * 4 + self.policy.retained_bytes() + self.resize.retained_bytes()
+    }
+}
+
+/// Apply `op` with parameters `drawn` to `frame` ([`Op::apply`]; nothing for [`Drawn::Skip`]). Containers run
+/// in `program::run_op` instead (their inner ops need their own streams).
+pub fn apply(op: &OpSpec, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, rng: &mut SampleRng) {
+    if *drawn == Drawn::Skip {
+        return;
+    }
+    op.apply_drawn(drawn, frame, scratch, rng)
+}
+
+/// A value of an op's spec as the binding hands it over (Python's `Transform._spec()` tuple items), so that the
+/// parsing — and every value rule — stays in the core.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Arg {
+    /// `None`.
+    None,
+    /// A bool.
+    Bool(bool),
+    /// An int (any Python int that fits 128 bits).
+    Int(i128),
+    /// A float.
+    Num(f64),
+    /// A string.
+    Str(String),
+    /// A tuple or list.
+    List(Vec<Arg>),
+}
+
+/// `padding_mode` values.
+pub const PADDING_MODE: Choice<PadMode> = Choice {
+    name: "padding_mode",
+    values: &[
+        ("constant", PadMode::Constant),
+        ("edge", PadMode::Edge),
+        ("reflect", PadMode::Reflect),
+        ("symmetric", PadMode::Symmetric),
+    ],
+};
