@@ -325,7 +325,7 @@ def test_subclassing_transform_explains_what_transforms_are(jpegs):
         assert next(iter(loader)).images.shape == (4, 3, 8, 8)
 
 
-# --- huge numbers: ConfigError naming the parameter, never an unnamed OverflowError/ValueError (issue 7) ----------
+# --- huge numbers: ConfigError naming the parameter, never an unnamed OverflowError/ValueError ----------------
 
 HUGE_INT = 10**5000  # beyond sys.get_int_max_str_digits(): even str() of it raises ValueError
 
@@ -451,7 +451,7 @@ def test_load_state_dict_delivered_must_be_bytes(jpegs, delivered):
         loader.load_state_dict(dict(state, delivered=[]))  # the genuine one still loads
 
 
-# --- device_slots: checked for every loader (issue 7) --------------------------------------------------------------
+# --- device_slots: checked for every loader --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("slots", [-1, 0, 1, 65, 10**9, 2**63 - 1])

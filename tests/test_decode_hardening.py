@@ -1,4 +1,4 @@
-"""Decoder hardening (issue 7): one hostile file never changes another file's pixels, truncated JPEGs fail in every
+"""Decoder hardening: one hostile file never changes another file's pixels, truncated JPEGs fail in every
 epoch whatever the crop, decode bombs are refused, and 16-bit PNGs convert exactly like Pillow's .convert('RGB').
 
 Every input is written by the test itself (Pillow, zlib), so this runs from any clone.

@@ -131,7 +131,7 @@ def test_fork_after_start_is_refused(small_paths):
     loader.close()
 
 
-# --- fork while another thread iterates; superseded iterators (issue 7) -------------------------------------------
+# --- fork while another thread iterates; superseded iterators -------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -360,7 +360,7 @@ def test_superseded_iterator_on_a_cuda_loader(noisy_jpegs):
         assert sorted(i for _, ix in rows for i in ix) == list(range(24))
 
 
-# --- load_state_dict and close while an iterator runs (issue 7) -------------------------------------------------
+# --- load_state_dict and close while an iterator runs -------------------------------------------------------
 
 
 def test_load_state_dict_supersedes_running_iterators_like_a_new_iter(noisy_jpegs):
@@ -427,7 +427,7 @@ def test_close_while_iterating_raises_loader_closed_on_the_next_next(noisy_jpegs
         loader2.load_state_dict({"version": 1})  # closed is reported before a malformed state
 
 
-# --- the skip warning (issue 7 nits) -----------------------------------------------------------------------------
+# --- the skip warning -----------------------------------------------------------------------------------------
 
 
 def test_skip_warning_has_one_prefix_and_survives_a_non_utf8_path(small_paths, tmp_path):

@@ -1,4 +1,4 @@
-"""benches/gpu/node_ddp.py (issue 12's node run) on the CPU: real torchrun jobs of examples/train_ddp.py with 2 gloo
+"""benches/gpu/node_ddp.py (the node run) on the CPU: real torchrun jobs of examples/train_ddp.py with 2 gloo
 ranks — the per-rank rate report, the NUMA report and a SIGKILL of the whole job followed by a resume that must
 give every (rank, step) loss and batch checksum of the uninterrupted run. Needs torch and torchvision."""
 

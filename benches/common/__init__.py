@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-#: The repository root, and the 1,000-file ImageNet sample beside it (DESIGN.md: real data).
+#: The repository root, and the 1,000-file ImageNet sample beside it (docs/design/architecture.md "Measuring": real data).
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "imagenet-sample"
 #: Where CPU benches write their JSON by default (git-ignored).

@@ -37,7 +37,7 @@ live ones from /proc/PID/stat, reaped ones from cutime+cstime) over the timed wa
 busy minus the synthetic config's (the training thread's own share) of the same model; for trdata the
 GPU-decode counters of stats() at the window's end (decode_stats()) and their deltas over the window: GPU share
 = gpu / (cpu + gpu) samples, fallback, ineligible, gpu_busy_s; p at the window's start → end. A missing key
-prints "n/a". The CPU-busy comparison that issue 11 asks for (trdata decode="cpu" vs "auto" at the ResNet-50
+prints "n/a". The CPU-busy comparison asked of GPU decode (trdata decode="cpu" vs "auto" at the ResNet-50
 eager rate) is the `cores busy` / `loader cores` of rn50/trdata-cpu vs rn50/trdata-auto, rn50/trdata-0.5 and
 rn50/trdata-0.6 (fixed shares), summarised at the end.
 
@@ -820,7 +820,7 @@ def main(argv=None) -> int:
             write_json(a.json, {"header": header, "results": results})
 
     print(
-        f"\n## GPU feed (issue 11): {header['gpu']}, {header['cores']} cores, batch {a.batch}, "
+        f"\n## GPU feed: {header['gpu']}, {header['cores']} cores, batch {a.batch}, "
         f"CUDA_DEVICE_MAX_CONNECTIONS={header['cuda_device_max_connections']}, "
         f"{a.steps} timed steps/config, {time.time() - t_start:.0f} s in all\n"
     )

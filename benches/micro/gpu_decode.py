@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""GPU JPEG decode ceilings on the device machine (issue 11): how fast the H200's hardware JPEG engines and
+"""GPU JPEG decode ceilings on the device machine: how fast the H200's hardware JPEG engines and
 nvJPEG's CUDA backend decode the ImageNet sample through trdata's batch decoder (whole images and the centred
 region a RandomResizedCrop typically needs), next to torchvision's batched ``decode_jpeg(device='cuda')`` and
 trdata's CPU decode ceiling on every core, same files, one run.

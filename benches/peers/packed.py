@@ -22,7 +22,7 @@
 
     .venv/bin/python benches/peers/packed.py [--data DIR] [--cpus 0,1] [--rounds 2] [--json bench-results/packed.json]
 
-Targets (issue 9): packed-full ≥ 2.5× folder; packed-partial ≥ 0.9× packed-full. Reported, never asserted.
+Targets: packed-full ≥ 2.5× folder; packed-partial ≥ 0.9× packed-full. Reported, never asserted.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Modern augmentation recipes on the CPU box: trdata against torch DataLoader + torchvision v2 with the same
-recipe object, on the same files and CPUs, each contender in a fresh process (issue 10's CPU benchmark).
+recipe object, on the same files and CPUs, each contender in a fresh process.
 
 Recipes (the per-sample part; batch ops such as MixUp/CutMix run on the GPU batch and are not timed here):
 
@@ -21,7 +21,7 @@ Output: float32 NCHW batches of 64, shuffled, 1 warm-up + --epochs timed epochs,
 
     PYTHONPATH=python python benches/peers/recipes.py [--data DIR] [--cpus 0,1] [--rounds 2] [--only tv]
 
-Target (issue 10): trdata ≥ 2.5× torch DataLoader + v2 for both recipes. Reported, never asserted.
+Target: trdata ≥ 2.5× torch DataLoader + v2 for both recipes. Reported, never asserted.
 """
 
 from __future__ import annotations

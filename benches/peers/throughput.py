@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """End-to-end training-pipeline throughput: trdata against its peers, in one run, on the same files and the
-same CPUs (DESIGN.md §5).
+same CPUs (docs/design/architecture.md "Measuring").
 
 Every contender runs the standard pipeline — RandomResizedCrop(224) + RandomHorizontalFlip + ImageNet
 normalize → float16 NCHW, batch 64, 2 workers — over the same 1,000 ImageNet JPEGs, in its own fresh Python

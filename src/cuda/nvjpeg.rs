@@ -1,6 +1,6 @@
-//! nvjpeg — NVIDIA's nvJPEG, loaded at run time (issue 11's first step: find it, say what it offers, decode a
+//! nvjpeg — NVIDIA's nvJPEG, loaded at run time (find it, say what it offers, decode a
 //! JPEG with it so the GPU/CPU decode difference can be measured). The batched GPU decode path beside the CPU
-//! workers builds on this; the plan, with its sources, is docs/gpu_decode.md.
+//! workers builds on this; its design, with its sources, is docs/design/gpu-decode.md.
 //!
 //! Pipeline position: a platform room beside the driver (`cuda/`), below the data path. `trdata info` reads
 //! [`probe`]; `_core.nvjpeg_decode` (tests, benches) calls [`Nvjpeg::decode_rgb`].

@@ -1,4 +1,4 @@
-//! decode/gpu_eligible — may this sample's bytes go to nvJPEG's hardware engines (issue 11)? Decided from the
+//! decode/gpu_eligible — may this sample's bytes go to nvJPEG's hardware engines (docs/design/gpu-decode.md)? Decided from the
 //! JPEG header alone, on a CPU worker, once per sample, before the router draws its coin: a file that is not
 //! eligible takes the CPU path (never an error). nvJPEG's own `nvjpegDecodeBatchedSupportedEx` on the decode
 //! thread stays the final word; this check only keeps files away from it that the hardware backend cannot take

@@ -54,7 +54,7 @@ fn find_segment(bytes: &[u8], code: u8) -> Option<usize> {
     None
 }
 
-/// The header-level hostile variants of issue 7 item 1, built from a good JPEG.
+/// The header-level hostile variants (truncated, forged and absurd headers), built from a good JPEG.
 fn named_hostile(good: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
     let sof = find_segment(good, 0xC0).expect("baseline SOF0");
     let dht = find_segment(good, 0xC4).expect("DHT");

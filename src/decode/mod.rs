@@ -1,6 +1,6 @@
 //! decode — the stage between the worker (which owns the file bytes) and augment (which resamples them).
 //!
-//! Protocol of one sample (see DESIGN.md §2 "Decode"):
+//! Protocol of one sample (see docs/design/protocols.md "Decode"):
 //! 1. **Sniff + header.** The format comes from magic bytes, never the extension (ImageNet has PNGs named
 //!    `.JPEG`): `FF D8 FF` → JPEG (libjpeg-turbo, tj3 API), `89 P N G` → PNG (`png` crate), `RIFF…WEBP`, `GIF8`,
 //!    `II*`/`MM*`, `BM`, `P1`–`P6` → WebP, GIF, TIFF, BMP, Netpbm (`other.rs`, decoded whole like PNG), 0 bytes →
@@ -78,7 +78,7 @@
 //! in one pass (`Orientation::transpose_region`), exactly Pillow's `ImageOps.exif_transpose` at full scale.
 //!
 //! Beside the CPU decode, [`gpu_eligible()`] (`gpu_eligible.rs`) decides from a JPEG's header alone (~0.2 µs, no
-//! entropy-data scan) whether nvJPEG's hardware engines may decode it, and if not, why (issue 11's router).
+//! entropy-data scan) whether nvJPEG's hardware engines may decode it, and if not, why (the GPU decode router, docs/design/gpu-decode.md).
 
 #![allow(unsafe_code)]
 

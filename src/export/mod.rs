@@ -2,7 +2,7 @@
 //! (`… ─► transfer ─► export ─► py`). Consumers (torch, numpy, JAX, CuPy) get zero-copy tensors whose
 //! memory stays valid exactly as long as they need it.
 //!
-//! Buffer lifetime protocol (DESIGN.md §2 "Buffer lifetime"):
+//! Buffer lifetime protocol (docs/design/protocols.md "Buffer lifetime"):
 //! - A published batch is a `BatchLease` behind an `Arc`. The Python handle holds one clone; every
 //!   `__dlpack__` call builds a [`TensorExport`] whose owner is another clone (an [`ExportOwner`]).
 //! - [`ManagedTensor`] puts the export in one heap allocation (DLPack struct + shape + strides + owner +

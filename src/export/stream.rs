@@ -1,4 +1,4 @@
-//! The stream half of DLPack (DESIGN.md §2 "Buffer lifetime", GPU batches): the hook the GPU path plugs
+//! The stream half of DLPack (docs/design/protocols.md "Buffer lifetime", GPU batches): the hook the GPU path plugs
 //! into. CPU exports have no stream order: their bytes are complete when the batch is published (the
 //! station's mutex orders every row write before `take`), so a consumer may read them at once.
 //!

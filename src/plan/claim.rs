@@ -1,4 +1,4 @@
-//! Static claiming (DESIGN.md §2): no shared counter decides who processes what.
+//! Static claiming (docs/design/protocols.md "Static claiming"): no shared counter decides who processes what.
 //!
 //! M workers serve one engine; worker j (0 ≤ j < M) takes local sequence numbers n·M + j, n = 0, 1, …
 //! Its write position in reproducible mode is (batch = seq div B, slot = seq mod B). Two workers never

@@ -1,6 +1,6 @@
 //! plan — the epoch plan: which dataset sample every (engine, sequence number) gets.
 //!
-//! Protocol (DESIGN.md §2 "Epoch plan"):
+//! Protocol (docs/design/protocols.md "Epoch plan"):
 //! - N samples, seed s, epoch e → permutation P(s, e) (identity without shuffle), computed identically on
 //!   every rank from (s, e) alone: no communication.
 //! - G = world_size · devices_per_rank global engines; engine g = rank · D + d. Plan position p goes to

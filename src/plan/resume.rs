@@ -1,4 +1,4 @@
-//! Exact mid-epoch resume (issue 4): what a loader must remember at a batch boundary to continue an epoch
+//! Exact mid-epoch resume (docs/design/protocols.md "Resume"): what a loader must remember at a batch boundary to continue an epoch
 //! in a new process, and how the continuation is produced.
 //!
 //! Protocol. A checkpoint taken after an engine delivered k batches of epoch e holds (e, k) plus, in fast

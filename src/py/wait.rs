@@ -1,4 +1,4 @@
-//! The one GIL helper (DESIGN.md §3 "One GIL helper"): every call of the binding that can block waits here,
+//! The one GIL helper (docs/design/architecture.md "The Rust/Python boundary"): every call of the binding that can block waits here,
 //! detached from the interpreter in slices of at most [`WAIT_SLICE`], running Python's signal handlers between
 //! slices, so Ctrl-C stops any wait within a slice and other Python threads run meanwhile.
 

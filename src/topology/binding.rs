@@ -1,4 +1,4 @@
-//! topology/binding — which CPU each loader thread runs on (DESIGN.md §2 "Topology"). One enum
+//! topology/binding — which CPU each loader thread runs on (docs/design/protocols.md "Topology"). One enum
 //! ([`PinMode`]), one plan ([`worker_plan`], with [`staging_placement`] for the transfer threads) and one pin
 //! function ([`pin_current_thread`](super::pin_current_thread)); the Loader's pool and `trdata info` both use
 //! them, so `info` reports exactly what a Loader would do.

@@ -1,4 +1,4 @@
-//! transfer/engine — the GPU half of the station (DESIGN.md §2 "Station", "Buffer lifetime", "Topology"):
+//! transfer/engine — the GPU half of the station (docs/design/protocols.md "Station", "Buffer lifetime", "Topology"):
 //! one [`GpuEngine`] per device moves the host station's filled, pinned batches into its ring of device
 //! slots ([`ring`](super::ring): slots, publication, leases) and publishes them to the consumer as
 //! [`DeviceBatch`]es.
@@ -36,7 +36,7 @@
 //! Memory ordering: all state is under the mutex; the copy's completion is established by
 //! `cuEventSynchronize` before publication, and device-side by the consumer stream's wait.
 
-// transfer/ is an unsafe-allowed module (DESIGN.md §1): the H2D copy below, with its SAFETY line.
+// transfer/ is an unsafe-allowed module (docs/design/architecture.md "House style"): the H2D copy below, with its SAFETY line.
 #![allow(unsafe_code)]
 
 use super::gpu_decode::{CpuFallback, Decoded, GpuDecode, Share};

@@ -1,5 +1,5 @@
-//! transfer/gpu_decode — the GPU decode path beside the CPU workers (issue 11; plan and sources:
-//! docs/gpu_decode.md): per GPU engine, two decode threads that decode the crop windows of the samples routed to
+//! transfer/gpu_decode — the GPU decode path beside the CPU workers (design and sources:
+//! docs/design/gpu-decode.md): per GPU engine, two decode threads that decode the crop windows of the samples routed to
 //! them with nvJPEG's hardware engines into device arenas — [`DECODERS`] threads `trdata-nvjpg{g}{t}` the 4:4:4
 //! and gray files, one `trdata-nvjpg{g}i{t}` the chroma-subsampled ones, with interpolated upsampling
 //! (libjpeg-turbo's, which costs the engines 2.6×; 4:4:4 and gray decode identically without it) — and the engine's transfer thread, which resamples
@@ -54,7 +54,7 @@
 //! CPU stays the main path while it keeps up. The step decays from 0.05 toward 0.005 (nvImageCodec's adaptive
 //! load hint does the same).
 
-// transfer/ is an unsafe-allowed module (DESIGN.md §1); the device pointers handed to the kernels and nvJPEG are
+// transfer/ is an unsafe-allowed module (docs/design/architecture.md "House style"); the device pointers handed to the kernels and nvJPEG are
 // checked arena offsets.
 #![allow(unsafe_code)]
 

@@ -1,5 +1,5 @@
 //! transfer/ring — one GPU's ring of device slots and the hand-off of filled slots to the consumer
-//! (DESIGN.md §2 "Station", "Buffer lifetime"). [`engine`](super::engine) is the producer that fills slots;
+//! (docs/design/protocols.md "Station", "Buffer lifetime"). [`engine`](super::engine) is the producer that fills slots;
 //! `export/` turns a [`SlotLease`] into DLPack tensors.
 //!
 //! State (one mutex [`RingShared::state`], two condvars; every wait is also woken by stop/close):
@@ -25,7 +25,7 @@
 //! model-checks it (`make test-loom`: in-order delivery through recycled slots, "all slots held" reported
 //! instead of waited for, a stopped epoch giving way to the next); [`RingShared`] adds the device context.
 
-// transfer/ is an unsafe-allowed module (DESIGN.md §1): the stream calls below take raw consumer streams.
+// transfer/ is an unsafe-allowed module (docs/design/architecture.md "House style"): the stream calls below take raw consumer streams.
 #![allow(unsafe_code)]
 
 use crate::cuda::{self, CUdeviceptr, CUstream, DeviceMemory, Event, GpuContext};

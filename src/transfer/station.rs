@@ -1,4 +1,4 @@
-//! The station (DESIGN.md §2 "Station"): workers write samples into batch buffers, the consumer takes full
+//! The station (docs/design/protocols.md "Station"): workers write samples into batch buffers, the consumer takes full
 //! buffers in batch order, and buffers come back when Python drops the last view of them.
 //!
 //! State (all under one mutex; waits on two condvars, every wait also woken by stop/close/poison):

@@ -232,7 +232,7 @@ def _device_steps(ld, count: int) -> list:
 @needs_two
 @pytest.mark.parametrize("reproducible", [True, False])
 def test_the_multi_gpu_mode_resumes_mid_epoch(small_paths, reproducible):
-    """One process, every visible GPU (issue 12: this mode's resume had never run on GPUs): a loader stopped after
+    """One process, every visible GPU (this mode's resume on real GPUs): a loader stopped after
     k global steps and a fresh one loaded with its state_dict continue the uninterrupted run — byte-identical
     steps in reproducible mode, every sample exactly once per epoch (per device row counts kept) in fast mode."""
     devices = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
