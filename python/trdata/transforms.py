@@ -443,6 +443,15 @@ class RandomInvert(Transform):
 
 
 @dataclass(frozen=True)
+class RandomChannelPermutation(Transform):
+    """torchvision ``v2.RandomChannelPermutation()``: the image's channels in a random order (a gray image is
+    left as it is)."""
+
+    def _spec(self) -> tuple[Any, ...]:
+        return ("random_channel_permutation",)
+
+
+@dataclass(frozen=True)
 class RandomSolarize(Transform):
     """torchvision ``RandomSolarize(threshold, p=0.5)``; threshold in pixel units (uint8)."""
 
@@ -1021,6 +1030,7 @@ BUILTIN = (
     RandomPosterize,
     RandomAdjustSharpness,
     RandomInvert,
+    RandomChannelPermutation,
     RandomRotation,
     RandomAffine,
     RandomPerspective,
@@ -1344,6 +1354,8 @@ def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float
             "RandomEqualize": RandomEqualize,
             "RandomInvert": RandomInvert,
         }[name](op.p)
+    if name == "RandomChannelPermutation":
+        return RandomChannelPermutation()
     if name == "RandomSolarize":
         return RandomSolarize(op.threshold, op.p)
     if name == "RandomPosterize":

@@ -5,7 +5,7 @@ use super::{Args, BITS, Drawn, HUE, KERNEL_SIZE, NUM_OUTPUT_CHANNELS, Op, OpScra
 use super::{DefaultValue, THRESHOLD, bad, check_p, gated, undrawn, uniform_f32};
 use crate::augment::default as tv;
 use crate::augment::kernels::{self, Frame};
-use crate::augment::site::Site;
+use crate::augment::site::{MAX_CONTAINER_OPS, Site};
 use crate::error::Result;
 use crate::rng::SampleRng;
 
@@ -201,6 +201,57 @@ gated_op!(
     p = tv::GATE_P,
     |frame| kernels::invert(&mut frame.view())
 );
+
+/// `RandomChannelPermutation()`: the image's channels in the order of `torch.randperm(C)` (forward Fisher–Yates,
+/// as ColorJitter's order); output channel c is input channel `order[c]`, as torchvision's
+/// `image[..., permutation, :, :]`. A gray image (C = 1) stays as it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RandomChannelPermutation;
+
+impl Op for RandomChannelPermutation {
+    const KINDS: &'static [&'static str] = &["random_channel_permutation"];
+
+    fn parse(_: &Args<'_>) -> Result<Self> {
+        Ok(RandomChannelPermutation)
+    }
+
+    fn name(&self) -> &'static str {
+        "RandomChannelPermutation"
+    }
+
+    fn check(&self, _: &str, _: Site) -> Result<()> {
+        Ok(())
+    }
+
+    fn sample(&self, rng: &mut SampleRng, (_, _, c): (usize, usize, usize)) -> std::result::Result<Drawn, String> {
+        let n = c.min(MAX_CONTAINER_OPS);
+        let mut order = [0u8; MAX_CONTAINER_OPS];
+        for (i, o) in order.iter_mut().enumerate() {
+            *o = i as u8;
+        }
+        for i in 0..n.saturating_sub(1) {
+            let z = rng.below((n - i) as u64) as usize;
+            order.swap(i, i + z);
+        }
+        Ok(Drawn::Order { order, n: n as u8 })
+    }
+
+    fn apply(&self, drawn: &Drawn, frame: &mut Frame, _: &mut OpScratch, _: &mut SampleRng) {
+        let Drawn::Order { order, n } = drawn else { undrawn(self.name(), drawn) };
+        let img = frame.view();
+        let order = &order[..usize::from(*n).min(img.c)];
+        if order.iter().enumerate().all(|(i, &o)| usize::from(o) == i) {
+            return;
+        }
+        let mut px = [0u8; MAX_CONTAINER_OPS];
+        for pixel in img.data.chunks_exact_mut(img.c) {
+            px[..pixel.len()].copy_from_slice(pixel);
+            for (dst, &src) in pixel.iter_mut().zip(order) {
+                *dst = px[usize::from(src)];
+            }
+        }
+    }
+}
 
 /// `RandomSolarize(threshold, p)`; threshold in pixel units (uint8 semantics).
 #[derive(Debug, Clone, PartialEq)]

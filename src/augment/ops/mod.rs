@@ -34,8 +34,8 @@ use crate::error::{Result, TrdataError};
 use crate::param::Choice;
 use crate::rng::SampleRng;
 pub use color::{
-    ColorJitter, GaussianBlur, Grayscale, RandomAdjustSharpness, RandomAutocontrast, RandomEqualize, RandomGrayscale,
-    RandomInvert, RandomPosterize, RandomSolarize,
+    ColorJitter, GaussianBlur, Grayscale, RandomAdjustSharpness, RandomAutocontrast, RandomChannelPermutation,
+    RandomEqualize, RandomGrayscale, RandomInvert, RandomPosterize, RandomSolarize,
 };
 pub use containers::{RandomApply, RandomChoice, RandomOrder};
 pub use erase::{EraseValue, GaussianNoise, RandomErasing};
@@ -683,6 +683,8 @@ registry! {
     RandomAdjustSharpness(RandomAdjustSharpness),
     /// `RandomInvert(p)`.
     RandomInvert(RandomInvert),
+    /// `RandomChannelPermutation()`.
+    RandomChannelPermutation(RandomChannelPermutation),
     /// `RandomRotation(degrees, interpolation, expand, center, fill)`.
     RandomRotation(RandomRotation),
     /// `RandomAffine(degrees, translate, scale, shear, interpolation, fill, center)`.
