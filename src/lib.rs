@@ -44,6 +44,7 @@ pub mod cuda;
 pub mod decode;
 pub mod error;
 pub mod export;
+pub mod gpu_decode;
 pub mod loader;
 pub mod pack;
 pub mod param;
