@@ -258,8 +258,7 @@ impl Loader {
                 .cpus
                 .as_ref()
                 .map_or_else(|| topology::current_thread_affinity().unwrap_or_default().len(), Vec::len);
-            let decode_threads =
-                gpu_plan.as_ref().map_or(0, |_| devices.engines() * crate::gpu_decode::DECODE_THREADS);
+            let decode_threads = gpu_plan.as_ref().map_or(0, |_| devices.engines() * crate::gpu_decode::DECODE_THREADS);
             config::default::workers(cpus, devices != DeviceSpec::Cpu, decode_threads, devices.engines())
         });
         let shape = cfg.validate(dataset.len(), devices.engines(), workers)?;

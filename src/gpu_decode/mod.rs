@@ -2,17 +2,17 @@
 //! docs/design/gpu-decode.md): per GPU engine, two decode threads that decode the crop windows of the samples routed to
 //! them with nvJPEG's hardware engines into device arenas — [`DECODERS`] threads `trdata-nvjpg{g}{t}` the 4:4:4
 //! and gray files, one `trdata-nvjpg{g}i{t}` the chroma-subsampled ones, with interpolated upsampling
-//! (libjpeg-turbo's, which costs the engines 2.6×; 4:4:4 and gray decode identically without it) — and the engine's transfer thread, which resamples
-//! them (Pillow's taps, computed on the host by the CPU path's code) straight into the batch's device slot with one
+//! (libjpeg-turbo's, which costs the engines 2.6×; 4:4:4 and gray decode identically without it) — and the
+//! engine's transfer thread, which resamples them (Pillow's taps, computed on the host by the CPU path's code) straight into the batch's device slot with one
 //! kernel launch per pass.
 //!
 //! Routing (a CPU worker, per sample, [`GpuDecode::route`]): the sample goes to the GPU iff the pipeline can run
 //! there (one view, geometry only — no pixel ops —, RGB output), the file is a JPEG nvJPEG's engines take
-//! (`decode::gpu_eligible`: baseline, one scan, 4:4:4/4:2:2/4:2:0/4:4:0/gray, no EXIF rotation, …) and the
+//! ([`eligible`], decode/'s `gpu_eligible`: baseline, one scan, 4:4:4/4:2:2/4:2:0/4:4:0/gray, no EXIF rotation, …) and the
 //! sample's own draw `SampleRng(seed, epoch, index, OP_DECODE_ROUTE)` is below the GPU share. So in reproducible
 //! mode (fixed share) the path of a sample is a function of (seed, epoch, index, file bytes): two runs, or runs
 //! with different worker counts, route every sample the same way. `decode="auto"` moves the share (fast mode
-//! only) by the controller below.
+//! only) by the controller (controller.rs).
 //!
 //! The protocol of the decode queue is queue.rs's docs, the auto controller's controller.rs's.
 //!
@@ -30,18 +30,20 @@
 //! - `path.rs`: [`GpuDecode`], one engine's path (start, routing, submit, the transfer thread's calls, close);
 //! - `rows.rs`: [`GpuRows`], the transfer thread's part: the resample kernels and the CPU fallback into the slot.
 
-pub mod controller;
-pub mod path;
-pub mod pool;
-pub mod queue;
-pub mod route;
-pub mod rows;
-pub mod task;
-pub mod threads;
+// The files are private: the room's interface is what it re-exports below (workers: `GpuDecode`, `GpuTask`,
+// `eligible`; the loader: `GpuRows::start`, its setup and sizes; transfer/: `GpuRows`, `CpuFallback`).
+mod controller;
+mod path;
+mod pool;
+mod queue;
+mod route;
+mod rows;
+mod task;
+mod threads;
 
 pub use controller::Controller;
 pub use path::GpuDecode;
 pub use route::{MAX_GPU_FILE_BYTES, Share, eligible};
-pub use rows::{GpuDecodeSetup, GpuRows};
+pub use rows::{BatchWindows, GpuDecodeSetup, GpuRows};
 pub use task::{CpuFallback, Decoded, GpuTask, TaskTaps};
 pub use threads::{DECODE_THREADS, arena_bytes};

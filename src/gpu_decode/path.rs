@@ -3,10 +3,10 @@
 //! transfer thread, through rows.rs, to reset, collect, release and adjust (queue.rs, controller.rs).
 
 use super::controller::Controller;
+use super::pool::{IDLE, decoder_bytes};
 use super::queue::FILL;
 use super::route::Share;
 use super::task::{Decoded, GpuTask};
-use super::pool::{IDLE, decoder_bytes};
 use super::threads::{Core, DECODERS, DecodeThread, decode_main};
 use crate::cuda::GpuContext;
 use crate::cuda::nvjpeg::{BatchDecoder, Nvjpeg};

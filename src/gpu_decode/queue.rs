@@ -120,7 +120,7 @@ struct State<T, M> {
 
 /// The decode queue's protocol (module docs: "Protocol"): one mutex, two condvars. Generic over the task `T` and
 /// the arenas' memory `M` and free of CUDA, so loom model-checks exactly this code (`make test-loom`, tests
-/// below); [`GpuDecode`] and its decode threads add nvJPEG and the device memory.
+/// below); [`GpuDecode`](super::GpuDecode) and its decode threads (threads.rs) add nvJPEG and the device memory.
 #[derive(Debug)]
 pub(super) struct DecodeQueue<T, M> {
     state: Mutex<State<T, M>>,
@@ -332,6 +332,7 @@ fn time_left(_deadline: Instant) -> Option<Duration> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::sync::{AtomicU64, Ordering};
 
     /// splitmix64: the stress test's randomness (seeded per thread and run, so a failure names its seed).
     struct Rng(u64);
@@ -360,7 +361,7 @@ mod tests {
     const EPOCHS: u64 = 4;
     const WORKERS: usize = 8;
     const ARENA: usize = 16 << 10;
-    /// Decode threads: [queue 0, queue 0, queue 1], as [`DECODERS`].
+    /// Decode threads: [queue 0, queue 0, queue 1], as `DECODERS` (threads.rs).
     const QUEUES: [usize; 3] = [0, 0, 1];
 
     #[derive(Debug, Default)]
@@ -624,7 +625,7 @@ impl QueueTask for FakeTask {
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::*;
-    use crate::sync::thread_spawn;
+    use crate::sync::{Arc, thread_spawn};
 
     type Q = DecodeQueue<FakeTask, ()>;
     const ARENA: usize = 1 << 12;

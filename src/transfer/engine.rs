@@ -40,9 +40,9 @@
 #![allow(unsafe_code)]
 
 use super::ring::{DeviceBatch, DeviceNext, Published, RingShared, SlotLease, Wait};
-use crate::gpu_decode::{CpuFallback, GpuRows};
 use crate::cuda::{Event, GpuContext, Stream};
 use crate::error::{Result, TrdataError};
+use crate::gpu_decode::{CpuFallback, GpuRows};
 use crate::staging::{BatchLayout, PinningScope};
 use crate::stats::{GpuCounters, Stats};
 use crate::sync::{Arc, Mutex, lock};

@@ -11,6 +11,7 @@ use crate::augment::views::SampleViews;
 use crate::augment::{SampleKey, SampleTiming, WorkerScratch};
 use crate::decode::DecodeLimits;
 use crate::error::{ImageError, Result, SampleError, TrdataError};
+use crate::gpu_decode::{GpuDecode, GpuTask, TaskTaps};
 use crate::plan::claim::WorkerClaim;
 use crate::plan::resume::SeqBitmap;
 use crate::plan::{EpochPlan, PlanShape};
@@ -20,7 +21,6 @@ use crate::source::{Dataset, PackedFile, PixelArray, Store, read_sample, read_sp
 use crate::staging::RowWriter;
 use crate::stats::Stats;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Condvar, Mutex, Ordering, lock};
-use crate::gpu_decode::{GpuDecode, GpuTask, TaskTaps};
 use crate::transfer::Station;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
