@@ -33,9 +33,9 @@
 //!   (`ConfigError` at construction, `TooLarge`/`Corrupt` per file, `Memory` at run time), never an abort;
 //! - only regular files are read, and never more than a bound (source/read.rs);
 //! - `unsafe` lives only in decode/, staging/, topology/, cuda/ (the driver and nvJPEG, both opened at run time),
-//!   gpu_decode/ (rows.rs: the CPU fallback rows' H2D copies), transfer/, export/, py/, augment/simd.rs (runtime AVX2 dispatch of the resample and pixel kernels; its
-//!   `kernels!` macro expands next to the kernel bodies, in the `dispatch` modules of augment/kernels.rs and
-//!   augment/warp.rs, which allow exactly that) and synthetic/encode.rs (the libjpeg-turbo encoder of the test
+//!   gpu_decode/ (rows.rs: the CPU fallback rows' H2D copies), transfer/, export/, py/, augment/simd.rs (runtime
+//!   AVX2 dispatch of the resample and pixel kernels; its `kernels!` macro expands next to the kernel bodies, in
+//!   the `dispatch` modules of augment/kernels.rs and augment/warp.rs, which allow exactly that) and synthetic/encode.rs (the libjpeg-turbo encoder of the test
 //!   and benchmark data), each block with a SAFETY note; outside the library only the integration test
 //!   tests/decode_memory.rs (its counting global allocator).
 
