@@ -62,7 +62,7 @@ pub const PIN: Choice<PinMode> = Choice {
     name: "pin",
     values: &[("round-robin", PinMode::RoundRobin), ("numa", PinMode::Numa), ("none", PinMode::None)],
 };
-/// Where the loader decodes JPEGs (`decode`; docs/gpu_decode.md, transfer/gpu_decode.rs).
+/// Where the loader decodes JPEGs (`decode`; docs/gpu_decode.md, gpu_decode/).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum DecodeMode {
     /// Every sample on the CPU workers.

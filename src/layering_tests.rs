@@ -11,12 +11,22 @@ const LAYERS: &[&str] = &[
     // platform and shared primitives: no data-path imports
     "error", "param", "sync", "stats", "rng", "topology", "cuda", //
     // the data path, in order
-    "source", "plan", "decode", "augment", "staging", "transfer", "worker", "export", //
+    "source", "plan", "decode", "augment", "staging", "gpu_decode", "transfer", "worker", "export", //
     // assembly: the validated configuration and the loader that runs it
     "config", "loader", //
     // tooling beside the data path, and the Python binding
     "synthetic", "pack", "py",
 ];
+
+/// The rooms gpu_decode/ may use (a subset of the earlier layers): it decodes the windows of files decode/'s header
+/// walk admitted, with the augment pipeline's taps, through cuda/, into staging's rows; never the source, the plan
+/// or the topology (the worker and the loader hand it what it needs).
+const GPU_DECODE_USES: &[&str] = &["error", "sync", "stats", "rng", "cuda", "decode", "augment", "staging"];
+
+/// What transfer/ may name of gpu_decode/: the transfer thread's part of the path (`GpuRows`: start is the
+/// loader's, the transfer thread resets, collects, finishes, releases, adjusts and closes) and the CPU fallback
+/// it runs for the tasks the GPU could not decode. Nothing of the queue, the tasks, the threads or the pool.
+const TRANSFER_SEES_OF_GPU_DECODE: &[&str] = &["GpuRows", "CpuFallback"];
 
 /// Rooms only tests may use.
 const TEST_ONLY: &[&str] = &["test_data", "layering_tests"];
@@ -224,4 +234,76 @@ fn the_path_parser_reads_grouped_and_nested_paths() {
         [vec!["topology".to_string(), "pin_current_thread".to_string()]]
     );
     assert_eq!(paths("use super::stream::X;", "super"), [vec!["stream".to_string(), "X".to_string()]]);
+}
+
+/// The items a line names after `prefix` (`crate::gpu_decode::`): `{A, b::C}` yields A and b; a bare `prefix`
+/// without an item (`use crate::gpu_decode;`) yields `*`.
+fn items_after(line: &str, prefix: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = line;
+    while let Some(i) = rest.find(prefix) {
+        rest = &rest[i + prefix.len()..];
+        let group = match rest.strip_prefix('{') {
+            Some(g) => &g[..g.find('}').unwrap_or(g.len())],
+            None => &rest[..rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len())],
+        };
+        for item in group.split(',') {
+            let name = item.trim().split("::").next().unwrap_or("").split(' ').next().unwrap_or("");
+            if !name.is_empty() {
+                out.push(name.to_string());
+            } else if !group.contains(',') {
+                out.push("*".to_string());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn gpu_decode_uses_only_its_inputs() {
+    let mut bad = Vec::new();
+    let mut seen = 0;
+    for f in source_files().into_iter().filter(|f| f.module.first().is_some_and(|r| r == "gpu_decode")) {
+        seen += 1;
+        for line in &f.code {
+            for p in paths(line, "crate") {
+                if p[0] != "gpu_decode" && !GPU_DECODE_USES.contains(&p[0].as_str()) {
+                    bad.push(format!("{}: `crate::{}`", f.module.join("/"), p.join("::")));
+                }
+            }
+        }
+    }
+    assert!(seen >= 8, "the room's files are seen: {seen}");
+    assert!(bad.is_empty(), "gpu_decode/ uses only {GPU_DECODE_USES:?}:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn transfer_sees_gpu_decode_only_through_its_interface() {
+    let mut bad = Vec::new();
+    let mut named = BTreeSet::new();
+    for f in source_files().into_iter().filter(|f| f.module.first().is_some_and(|r| r == "transfer")) {
+        for line in &f.code {
+            for item in items_after(line, "crate::gpu_decode::") {
+                if !TRANSFER_SEES_OF_GPU_DECODE.contains(&item.as_str()) {
+                    bad.push(format!("{}: names `gpu_decode::{item}`", f.module.join("/")));
+                }
+                named.insert(item);
+            }
+            if line.contains("crate::gpu_decode;") || line.contains("crate::gpu_decode as") {
+                bad.push(format!("{}: names the room gpu_decode itself", f.module.join("/")));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "transfer/ sees gpu_decode/ only as {TRANSFER_SEES_OF_GPU_DECODE:?}:\n{}", bad.join("\n"));
+    // The check sees the tree: the engine does use the interface.
+    assert!(named.contains("GpuRows"), "{named:?}");
+}
+
+#[test]
+fn the_item_parser_reads_grouped_and_single_items() {
+    let p = "crate::gpu_decode::";
+    assert_eq!(items_after("use crate::gpu_decode::{CpuFallback, GpuRows};", p), ["CpuFallback", "GpuRows"]);
+    assert_eq!(items_after("x: crate::gpu_decode::queue::DecodeQueue<T>,", p), ["queue"]);
+    assert_eq!(items_after("use crate::gpu_decode::{task::GpuTask as T, Share};", p), ["task", "Share"]);
+    assert!(items_after("use crate::transfer::Station;", p).is_empty());
 }

@@ -1,11 +1,13 @@
 //! trdata — the input pipeline that keeps GPUs fed.
 //!
 //! ```text
-//! source ─► plan ─► decode ─► augment ─► staging ─► transfer ─► export ─► py
-//! (files)  (epoch  (ROI +    (fused     (pinned    (station,   (DLPack   (numpy/torch)
-//!           order,  DCT       RRC/flip/  slabs,     H2D engine, owners,
-//!           claims) scaling)  normalize) NUMA)      slot ring)  capsules)
+//! source ─► plan ─► decode ─► augment ─► staging ─► gpu_decode ─► transfer ─► export ─► py
+//! (files)  (epoch  (ROI +    (fused     (pinned    (nvJPEG      (station,   (DLPack   (numpy/torch)
+//!           order,  DCT       RRC/flip/  slabs,     queue,       H2D engine, owners,
+//!           claims) scaling)  normalize) NUMA)      resample     slot ring)  capsules)
+//!                                                   into slots)
 //!                  └──── worker: pinned threads claim samples and run decode ─► augment ─► staging ────┘
+//!                        (or route a sample to gpu_decode, whose rows the transfer thread finishes)
 //! ```
 //!
 //! Rooms, in dependency order (a room imports only rooms before it; `layering_tests.rs` enforces it):
@@ -13,8 +15,10 @@
 //!   (loom shim), `stats` (counters), `rng` (Philox, for the
 //!   plan's shuffle and every augmentation draw), `topology` (NUMA, affinity, binding plans), `cuda` (driver
 //!   API, dynamically loaded);
-//! - the data path: `source` → `plan` → `decode` → `augment` → `staging` → `transfer` → `worker` (the pool
-//!   that runs decode/augment into staging slots and publishes them through the station) → `export`;
+//! - the data path: `source` → `plan` → `decode` → `augment` → `staging` → `gpu_decode` (the GPU decode path:
+//!   routing, the decode queue and threads, the resample into device slots; transfer/ sees only its `GpuRows` and
+//!   `CpuFallback`) → `transfer` → `worker` (the pool that runs decode/augment into staging slots, or routes a
+//!   sample to gpu_decode, and publishes them through the station) → `export`;
 //! - assembly: `config` (every parameter validated and spelled once) → `loader` (lifecycle, epochs, resume);
 //! - beside the path: `synthetic` (dataset painter and encoder for benches and tests), `pack` (writes and verifies
 //!   packed files; their layout and reader are `source/packed.rs`) and `py` (PyO3 only).
@@ -29,9 +33,9 @@
 //!   (`ConfigError` at construction, `TooLarge`/`Corrupt` per file, `Memory` at run time), never an abort;
 //! - only regular files are read, and never more than a bound (source/read.rs);
 //! - `unsafe` lives only in decode/, staging/, topology/, cuda/ (the driver and nvJPEG, both opened at run time),
-//!   transfer/, export/, py/, augment/simd.rs (runtime AVX2 dispatch of the resample and pixel kernels; its
-//!   `kernels!` macro expands next to the kernel bodies, in the `dispatch` modules of augment/kernels.rs and
-//!   augment/warp.rs, which allow exactly that) and synthetic/encode.rs (the libjpeg-turbo encoder of the test
+//!   gpu_decode/ (rows.rs: the CPU fallback rows' H2D copies), transfer/, export/, py/, augment/simd.rs (runtime
+//!   AVX2 dispatch of the resample and pixel kernels; its `kernels!` macro expands next to the kernel bodies, in
+//!   the `dispatch` modules of augment/kernels.rs and augment/warp.rs, which allow exactly that) and synthetic/encode.rs (the libjpeg-turbo encoder of the test
 //!   and benchmark data), each block with a SAFETY note; outside the library only the integration test
 //!   tests/decode_memory.rs (its counting global allocator).
 
@@ -44,6 +48,7 @@ pub mod cuda;
 pub mod decode;
 pub mod error;
 pub mod export;
+pub mod gpu_decode;
 pub mod loader;
 pub mod pack;
 pub mod param;

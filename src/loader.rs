@@ -19,6 +19,7 @@
 use crate::config::{self, DecodeMode, LoaderConfig};
 use crate::cuda::{self, nvjpeg, nvrtc};
 use crate::error::{Result, SampleError, TrdataError};
+use crate::gpu_decode::{CpuFallback, GpuDecode, GpuDecodeSetup, GpuRows, Share};
 use crate::plan::resume::{ResumePoint, SeqBitmap};
 use crate::plan::{EpochPlan, LastBatch, PlanShape};
 use crate::source::Dataset;
@@ -26,7 +27,6 @@ use crate::stats::{GpuCounters, Stats};
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering, lock};
 use crate::topology::{self, PinMode};
 use crate::transfer::{BatchLease, EpochShape, Station, Take};
-use crate::transfer::{CpuFallback, GpuDecodeSetup, Share};
 use crate::transfer::{DeviceBatch, DeviceNext, GpuEngine, GpuEngineConfig};
 use crate::worker::{EngineJob, EpochFallback, EpochJob, SkipLog, SkipRecord, WorkContext, WorkerPool};
 use std::time::Duration;
@@ -106,6 +106,9 @@ struct Runtime {
     /// CPU: the one station. GPU: unused (each engine owns its station).
     station: Arc<Station>,
     gpus: Vec<GpuEngine>,
+    /// Each GPU engine's decode path, when on (in `gpus` order): the workers route to it, the transfer thread
+    /// drives it (gpu_decode/).
+    gpu_decode: Vec<Option<std::sync::Arc<GpuDecode>>>,
     pid: u32,
 }
 
@@ -179,7 +182,7 @@ pub struct Loader {
     gpu_plan: Option<GpuPlan>,
 }
 
-/// The GPU decode path a loader runs: the libraries found and the share (transfer/gpu_decode.rs).
+/// The GPU decode path a loader runs: the libraries found and the share (gpu_decode/).
 #[derive(Clone)]
 struct GpuPlan {
     nvjpeg: std::sync::Arc<nvjpeg::Nvjpeg>,
@@ -255,8 +258,7 @@ impl Loader {
                 .cpus
                 .as_ref()
                 .map_or_else(|| topology::current_thread_affinity().unwrap_or_default().len(), Vec::len);
-            let decode_threads =
-                gpu_plan.as_ref().map_or(0, |_| devices.engines() * crate::transfer::gpu_decode::DECODE_THREADS);
+            let decode_threads = gpu_plan.as_ref().map_or(0, |_| devices.engines() * crate::gpu_decode::DECODE_THREADS);
             config::default::workers(cpus, devices != DeviceSpec::Cpu, decode_threads, devices.engines())
         });
         let shape = cfg.validate(dataset.len(), devices.engines(), workers)?;
@@ -294,7 +296,7 @@ impl Loader {
     /// The GPU share of the decode path now (None: every sample on the CPU workers).
     pub fn gpu_decode_share(&self) -> Option<f64> {
         let rt = self.runtime.as_ref()?;
-        let shares: Vec<f64> = rt.gpus.iter().filter_map(|g| g.gpu_decode().map(|d| d.share())).collect();
+        let shares: Vec<f64> = rt.gpu_decode.iter().flatten().map(|d| d.share()).collect();
         (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64)
     }
 
@@ -531,14 +533,14 @@ impl Loader {
             };
             let nodes: Vec<Option<u32>> = ordinals.iter().map(|&o| cuda::device_numa_node(o)).collect();
             let topo = topology::loader_topology(self.cfg.pin, !ordinals.is_empty(), self.cfg.cpus.as_deref());
-            let mut gpus = Vec::new();
+            let (mut gpus, mut gpu_decode) = (Vec::new(), Vec::new());
             if let DeviceSpec::Cuda { ordinals, device_slots } = &self.devices {
-                let gpu_decode = self.gpu_plan.as_ref().map(|p| GpuDecodeSetup {
+                let setup = self.gpu_plan.as_ref().map(|p| GpuDecodeSetup {
                     nvjpeg: std::sync::Arc::clone(&p.nvjpeg),
                     nvrtc: std::sync::Arc::clone(&p.nvrtc),
                     share: p.share,
                     format: gpu_output_format(self.cfg.pipeline.first()),
-                    arena_bytes: crate::transfer::gpu_decode::arena_bytes(self.cfg.batch_size),
+                    arena_bytes: crate::gpu_decode::arena_bytes(self.cfg.batch_size),
                 });
                 for (d, &ordinal) in ordinals.iter().enumerate() {
                     let cfg = GpuEngineConfig {
@@ -549,25 +551,35 @@ impl Loader {
                         device_slots: *device_slots,
                         max_held_batches: self.cfg.max_held_batches,
                         placement: topology::staging_placement(&topo, nodes[d]),
-                        gpu_decode: gpu_decode.clone(),
                     };
                     let counters = std::sync::Arc::clone(&self.gpu_counters);
-                    let started = match GpuEngine::start(cfg.clone(), self.ctx.stats.clone(), counters.clone()) {
-                        // `decode="auto"`: a GPU without hardware JPEG engines (or a kernel that does not build)
-                        // runs the CPU path.
-                        Err(_) if self.cfg.decode == DecodeMode::Auto && cfg.gpu_decode.is_some() => GpuEngine::start(
-                            GpuEngineConfig { gpu_decode: None, ..cfg },
+                    let ctx = cuda::GpuContext::open(ordinal)?;
+                    // The engine's GPU decode path, started on its device (one arena per host batch in flight, +1:
+                    // gpu_decode/queue.rs "arenas").
+                    let rows = match &setup {
+                        None => None,
+                        Some(s) => match GpuRows::start(
+                            &ctx,
+                            s,
+                            d,
+                            depth + 1,
+                            std::sync::Arc::clone(&counters),
                             self.ctx.stats.clone(),
-                            counters,
-                        ),
-                        other => other,
+                        ) {
+                            Ok(rows) => Some(rows),
+                            // `decode="auto"`: a GPU without hardware JPEG engines (or a kernel that does not build)
+                            // runs the CPU path.
+                            Err(_) if self.cfg.decode == DecodeMode::Auto => None,
+                            Err(e) => return Err(e),
+                        },
                     };
-                    gpus.push(started?);
+                    gpu_decode.push(rows.as_ref().map(|r| std::sync::Arc::clone(r.decode())));
+                    gpus.push(GpuEngine::start(cfg, ctx, rows, self.ctx.stats.clone(), counters)?);
                 }
             }
             let plan = topology::worker_plan(&topo, self.cfg.pin, self.workers, &nodes);
             let pool = WorkerPool::start(plan, self.cfg.decode_limits)?;
-            self.runtime = Some(Runtime { pool, station, gpus, pid: std::process::id() });
+            self.runtime = Some(Runtime { pool, station, gpus, gpu_decode, pid: std::process::id() });
         }
         Ok(self.runtime.as_ref().expect("just set"))
     }
@@ -616,7 +628,7 @@ impl Loader {
                 let global = rank * d_count + d as u64;
                 engines.push(
                     EngineJob::new(global, Arc::clone(g.station()), &shape, reproducible, first, delivered.next())
-                        .with_gpu(g.gpu_decode().cloned()),
+                        .with_gpu(rt.gpu_decode[d].clone()),
                 );
             }
             engines
@@ -624,7 +636,7 @@ impl Loader {
         let pending = (0..rt.gpus.len().max(1)).map(|_| None).collect();
         let job = Arc::new(EpochJob { plan: Arc::clone(&plan), engines, ctx: Arc::clone(&ctx) });
         // The engines start the epoch once its job exists: the GPU rows' CPU fallback is the job's own code.
-        let fallback: Option<std::sync::Arc<dyn CpuFallback>> = if rt.gpus.iter().any(|g| g.gpu_decode().is_some()) {
+        let fallback: Option<std::sync::Arc<dyn CpuFallback>> = if rt.gpu_decode.iter().any(Option::is_some) {
             Some(std::sync::Arc::new(EpochFallback::new(Arc::clone(&job), limits)?))
         } else {
             None

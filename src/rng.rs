@@ -20,7 +20,7 @@ pub const OP_PLAN_BLOCKS: u32 = 0x424C_4B53;
 pub const OP_PLAN_WINDOW: u32 = 0x5749_4E44;
 /// Op index of the replacement choice of the `skip` error policy.
 pub const OP_SKIP_REPLACEMENT: u32 = 0x534B_4950;
-/// Stream of a sample's decode route (GPU or CPU, transfer/gpu_decode.rs) — "ROUT".
+/// Stream of a sample's decode route (GPU or CPU, gpu_decode/route.rs) — "ROUT".
 pub const OP_DECODE_ROUTE: u32 = 0x524F_5554;
 /// Op index of RandomResizedCrop's parameter draws.
 pub const OP_RANDOM_RESIZED_CROP: u32 = 1;

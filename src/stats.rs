@@ -90,7 +90,7 @@ pub struct GpuCounters {
     pub device_slots_allocated: AtomicU64,
     /// Epochs whose first host batch was not page-locked (copies from pageable memory: slower).
     pub unpinned_host_buffers: AtomicU64,
-    /// Samples decoded on the GPU (transfer/gpu_decode.rs).
+    /// Samples decoded on the GPU (gpu_decode/).
     pub decode_gpu: AtomicU64,
     /// Samples routed to the GPU that it could not decode, made by the CPU fallback instead.
     pub decode_gpu_fallback: AtomicU64,
@@ -111,7 +111,7 @@ pub struct GpuCounters {
     /// pre-allocated buffers for batches of 64 windows up to 1024²).
     pub decode_gpu_nvjpeg_bytes: AtomicU64,
     /// nvJPEG hardware decoders the GPU decode path runs, and how many of them an earlier loader made (kept for
-    /// the process: transfer/gpu_decode.rs, "Decoder reuse").
+    /// the process: gpu_decode/pool.rs, "Decoder reuse").
     pub decode_gpu_decoders: AtomicU64,
     /// See [`Self::decode_gpu_decoders`].
     pub decode_gpu_decoders_reused: AtomicU64,

@@ -146,7 +146,7 @@ impl SampleViews {
         self.views.iter().map(SamplePipeline::sample_bytes).sum()
     }
 
-    /// Why the GPU decode path (transfer/gpu_decode.rs) cannot make these samples, or None when it can: one
+    /// Why the GPU decode path (gpu_decode/) cannot make these samples, or None when it can: one
     /// view, and a pipeline the GPU resampler writes ([`SamplePipeline::gpu_support`]: geometry only, RGB) whose
     /// geometry fixes the output size by a crop or resize.
     pub fn gpu_unsupported(&self) -> Option<String> {

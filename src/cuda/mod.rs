@@ -10,7 +10,7 @@
 //! path's libraries, loaded at run time like the driver — `libsearch` (their one search order, and the registry
 //! that keeps each loaded library until the process ends), [`nvjpeg`]
 //! (libnvjpeg: hardware batched ROI decode), [`nvrtc`] (libnvrtc: compiles `kernels/resample.cu` to a CUBIN) and
-//! [`resample_gpu`] (the resample kernels' launcher); `transfer/gpu_decode.rs` drives them.
+//! [`resample_gpu`] (the resample kernels' launcher); `gpu_decode/` drives them.
 //!
 //! Rules for everything in this module, because cudarc turns "not there" into panics:
 //! 1. Call [`probe()`] (or [`driver_present()`]) before any other cudarc call. cudarc's

@@ -22,21 +22,21 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(gpu_eligible, m)?)
 }
 
-/// Whether the GPU decode path takes `data` (`decode::gpu_eligible`, with the path's file size limit):
+/// Whether the GPU decode path takes `data` (`gpu_decode::eligible`: `decode::gpu_eligible` with the path's file size limit):
 /// `(width, height, subsampling)` or the reason's short name (tests and tools: why a file goes to the CPU).
 #[pyfunction]
 fn gpu_eligible<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyAny>> {
-    match crate::decode::gpu_eligible(data, crate::transfer::gpu_decode::MAX_GPU_FILE_BYTES) {
+    match crate::gpu_decode::eligible(data) {
         Ok(j) => Ok((j.width, j.height, j.subsampling.as_str()).into_pyobject(py)?.into_any()),
         Err(why) => Ok(why.as_str().into_pyobject(py)?.into_any()),
     }
 }
 
-/// Bytes of one GPU decode arena for batches of `batch_size` (`transfer::gpu_decode::arena_bytes`; a GPU loader
+/// Bytes of one GPU decode arena for batches of `batch_size` (`gpu_decode::arena_bytes`; a GPU loader
 /// allocates at most prefetch + 1 of them per GPU).
 #[pyfunction]
 fn gpu_decode_arena_bytes(batch_size: usize) -> usize {
-    crate::transfer::gpu_decode::arena_bytes(batch_size)
+    crate::gpu_decode::arena_bytes(batch_size)
 }
 
 fn paths(extra: Vec<String>) -> Vec<PathBuf> {

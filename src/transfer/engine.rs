@@ -39,14 +39,11 @@
 // transfer/ is an unsafe-allowed module (docs/design/architecture.md "House style"): the H2D copy below, with its SAFETY line.
 #![allow(unsafe_code)]
 
-use super::gpu_decode::{CpuFallback, Decoded, GpuDecode, Share};
-use super::ring::{DeviceBatch, DeviceNext, Published, RingShared, Slot, SlotLease, Wait};
-use crate::cuda::nvjpeg::Nvjpeg;
-use crate::cuda::nvrtc::Nvrtc;
-use crate::cuda::resample_gpu::{GpuResampler, GpuSample, OutputFormat};
+use super::ring::{DeviceBatch, DeviceNext, Published, RingShared, SlotLease, Wait};
 use crate::cuda::{Event, GpuContext, Stream};
-use crate::error::{Result, SampleError, TrdataError};
-use crate::staging::{BatchBuffer, BatchLayout, PinningScope};
+use crate::error::{Result, TrdataError};
+use crate::gpu_decode::{CpuFallback, GpuRows};
+use crate::staging::{BatchLayout, PinningScope};
 use crate::stats::{GpuCounters, Stats};
 use crate::sync::{Arc, Mutex, lock};
 use crate::topology;
@@ -75,39 +72,6 @@ pub struct GpuEngineConfig {
     pub max_held_batches: usize,
     /// Where to bind the transfer thread (and so the host staging): NUMA node and its CPUs.
     pub placement: Option<(u32, Vec<usize>)>,
-    /// The GPU decode path (transfer/gpu_decode.rs), when on.
-    pub gpu_decode: Option<GpuDecodeSetup>,
-}
-
-/// What the GPU decode path of an engine needs.
-#[derive(Clone)]
-pub struct GpuDecodeSetup {
-    /// libnvjpeg.
-    pub nvjpeg: std::sync::Arc<Nvjpeg>,
-    /// libnvrtc (compiles the resample kernel).
-    pub nvrtc: std::sync::Arc<Nvrtc>,
-    /// The GPU share and whether it follows the load.
-    pub share: Share,
-    /// The output the kernel writes (the CPU writer's table, layout and size).
-    pub format: OutputFormat,
-    /// Bytes of one decode arena (one per batch in flight).
-    pub arena_bytes: usize,
-}
-
-impl std::fmt::Debug for GpuDecodeSetup {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GpuDecodeSetup").field("share", &self.share).field("arena_bytes", &self.arena_bytes).finish()
-    }
-}
-
-/// The transfer thread's part of the GPU decode path: the decode queue, the kernels, the one-row buffer of the CPU
-/// fallback, and the fallback itself (set per epoch).
-struct GpuRows {
-    decode: std::sync::Arc<GpuDecode>,
-    resampler: GpuResampler,
-    fallback_row: Option<BatchBuffer>,
-    /// The loader's counters (`samples` counts the rows the GPU made).
-    stats: Arc<Stats>,
 }
 
 /// The transfer thread's copy stream and its pair of timing events around each copy (reused: the thread
@@ -121,8 +85,8 @@ struct CopyStream {
 impl CopyStream {
     fn new(ctx: &std::sync::Arc<GpuContext>) -> Result<Self> {
         Ok(Self {
-            // High priority, for the GPU decode path's resample kernels (transfer/gpu_decode.rs; a plain copy does
-            // not care).
+            // High priority, for the GPU decode path's resample kernels (gpu_decode/rows.rs; a plain copy does not
+            // care).
             stream: Stream::new_high_priority(ctx)?,
             copy_start: Event::new_timing(ctx)?,
             copy_end: Event::new_timing(ctx)?,
@@ -135,7 +99,6 @@ pub struct GpuEngine {
     shared: Arc<RingShared>,
     station: Arc<Station>,
     thread: Option<JoinHandle<()>>,
-    gpu_decode: Option<std::sync::Arc<GpuDecode>>,
     /// The CPU fallback of the running epoch's GPU rows (set by `begin_epoch`, read by the transfer thread).
     fallback: std::sync::Arc<Mutex<Option<std::sync::Arc<dyn CpuFallback>>>>,
 }
@@ -147,32 +110,21 @@ impl std::fmt::Debug for GpuEngine {
 }
 
 impl GpuEngine {
-    /// Open the device's primary context, create the host station and start the transfer thread.
-    pub fn start(cfg: GpuEngineConfig, stats: Arc<Stats>, counters: std::sync::Arc<GpuCounters>) -> Result<Self> {
-        let ctx = GpuContext::open(cfg.ordinal)?;
+    /// Create the host station on `ctx`'s device (the primary context, opened by the caller) and start the
+    /// transfer thread; `gpu_rows` is the engine's GPU decode path when on (gpu_decode/rows.rs, started by the
+    /// caller on `ctx`), which the transfer thread drives per batch.
+    pub fn start(
+        cfg: GpuEngineConfig,
+        ctx: std::sync::Arc<GpuContext>,
+        gpu_rows: Option<GpuRows>,
+        stats: Arc<Stats>,
+        counters: std::sync::Arc<GpuCounters>,
+    ) -> Result<Self> {
         // The transfer thread holds at most one host lease at a time: depth + 1 buffers suffice.
         let station = Arc::new(Station::new(cfg.layout, cfg.host_depth, cfg.host_depth + 1, Arc::clone(&stats)));
         let cap = cfg.device_slots + cfg.max_held_batches;
         let shared = Arc::new(RingShared::new(std::sync::Arc::clone(&ctx), cfg.ordinal, cap, counters));
         let copy = CopyStream::new(&ctx)?;
-        let gpu_rows = match &cfg.gpu_decode {
-            None => None,
-            Some(setup) => {
-                // Compiled here, not on the thread: a kernel that does not build is an error of the loader's start.
-                let resampler = GpuResampler::new(&ctx, &setup.nvrtc, setup.format.clone())?;
-                let decode = std::sync::Arc::new(GpuDecode::start(
-                    std::sync::Arc::clone(&setup.nvjpeg),
-                    std::sync::Arc::clone(&ctx),
-                    cfg.local_engine,
-                    setup.share,
-                    cfg.host_depth + 1,
-                    setup.arena_bytes,
-                    std::sync::Arc::clone(&shared.counters),
-                )?);
-                Some(GpuRows { decode, resampler, fallback_row: None, stats: Arc::clone(&stats) })
-            }
-        };
-        let gpu_decode = gpu_rows.as_ref().map(|g| std::sync::Arc::clone(&g.decode));
         let fallback: std::sync::Arc<Mutex<Option<std::sync::Arc<dyn CpuFallback>>>> =
             std::sync::Arc::new(Mutex::new(None));
         let (sh, st, fb) = (Arc::clone(&shared), Arc::clone(&station), std::sync::Arc::clone(&fallback));
@@ -182,12 +134,7 @@ impl GpuEngine {
             .name(format!("trdata-h2d{}", cfg.local_engine))
             .spawn(move || transfer_main(sh, st, copy, layout, placement, gpu_rows, fb))
             .map_err(|e| TrdataError::Worker(format!("cannot spawn transfer thread: {e}")))?;
-        Ok(Self { shared, station, thread: Some(thread), gpu_decode, fallback })
-    }
-
-    /// The GPU decode path of this engine, when on (workers route samples to it).
-    pub fn gpu_decode(&self) -> Option<&std::sync::Arc<GpuDecode>> {
-        self.gpu_decode.as_ref()
+        Ok(Self { shared, station, thread: Some(thread), fallback })
     }
 
     /// The host station the workers fill.
@@ -238,10 +185,7 @@ impl GpuEngine {
         self.shared.core.stop(true);
         self.station.close();
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        if let Some(g) = &self.gpu_decode {
-            g.close();
+            let _ = t.join(); // the thread closed the GPU decode path on its way out (`transfer_main`)
         }
     }
 }
@@ -272,7 +216,7 @@ fn transfer_main(
     while let Some((epoch_gen, shape, first_batch)) = shared.core.next_command(&mut seen) {
         station.begin_epoch(shape, first_batch);
         if let Some(g) = &gpu_rows {
-            g.decode.reset(); // no worker and no kernel of the old epoch runs now (gpu_decode.rs protocol)
+            g.reset(); // no worker and no kernel of the old epoch runs now (gpu_decode/queue.rs protocol)
         }
         let fb = lock(&fallback).clone();
         shared.core.acknowledge(epoch_gen);
@@ -280,6 +224,11 @@ fn transfer_main(
         if let Err(e) = run_epoch(&shared, &station, &copy, layout, shape, first_batch, epoch_gen, gpu) {
             shared.core.publish(epoch_gen, Published::Failed(e));
         }
+    }
+    // Closed: stop and join the GPU decode threads, after this thread's last wait for them (gpu_decode/path.rs
+    // `close`; workers that still submit only queue).
+    if let Some(g) = &gpu_rows {
+        g.close();
     }
 }
 
@@ -313,12 +262,13 @@ fn run_epoch(
         };
         let cpu_wait = t_host.elapsed();
         Stats::add_since(&counters.h2d_wait_host_ns, t_host);
-        // The batch's GPU rows: every task of b was submitted before its row completed (gpu_decode.rs protocol).
+        // The batch's GPU rows: every task of b was submitted before its row completed (gpu_decode/queue.rs
+        // protocol).
         let t_gpu = Instant::now();
         let decoded = match &gpu {
-            None => Vec::new(),
+            None => Default::default(),
             Some((g, _)) => {
-                let Some(d) = g.decode.wait_batch(b, || lock(&shared.core.state).aborted(epoch_gen)) else {
+                let Some(d) = g.wait_batch(b, || lock(&shared.core.state).aborted(epoch_gen)) else {
                     return Ok(());
                 };
                 d
@@ -350,14 +300,16 @@ fn run_epoch(
             if let Some((g, fb)) = gpu.as_mut() {
                 // After the copy on the same stream: the copy carried the GPU rows' unwritten host bytes.
                 let t = Instant::now();
-                finish_gpu_rows(g, fb.as_ref(), &decoded, &slot, layout, stream, &mut error, &mut patches)?;
+                // SAFETY: the slot's allocation holds layout.total_bytes() and stays this thread's (the slot is
+                // not returned or published) until after copy_done is synchronized below, or it is leaked.
+                unsafe { g.finish(fb.as_ref(), &decoded, slot.mem.ptr(), layout, stream, &mut error, &mut patches) }?;
                 Stats::add_since(&counters.decode_gpu_finish_ns, t);
             }
             slot.copy_done.record(stream)?;
             slot.copy_done.synchronize()
         })();
         if let Some((g, _)) = &gpu {
-            g.decode.release(b); // the kernels reading b's arena completed (or never ran)
+            g.release(b); // the kernels reading b's arena completed (or never ran)
         }
         if let Err(e) = copied {
             // The slot's state is unknown (a copy may be in flight): drop it from the ring.
@@ -385,87 +337,11 @@ fn run_epoch(
         if let Some((g, _)) = &gpu {
             // Starved: nothing published is waiting for the consumer (and it did not keep the slots busy).
             let starved = shared.core.ready_len() == 0;
-            g.decode.adjust(starved, cpu_wait, gpu_wait);
+            g.adjust(starved, cpu_wait, gpu_wait);
         }
         let slot_lease = std::sync::Arc::new(SlotLease::new(Arc::clone(shared), slot, layout, b, rows));
         shared.core.publish(epoch_gen, Published::Batch(DeviceBatch { lease: slot_lease, labels, indices, error }));
     }
     shared.core.publish(epoch_gen, Published::End);
-    Ok(())
-}
-
-/// Write batch b's GPU rows into `slot` on the copy stream: one resample launch for every decoded window, and the
-/// CPU fallback (module docs of gpu_decode.rs) for each task the GPU could not decode, whose row, label and index
-/// are copied in (`patches` records the label/index for the host-side vectors; `error` keeps the first sample
-/// error, as the station does).
-#[allow(clippy::too_many_arguments)]
-fn finish_gpu_rows(
-    g: &mut GpuRows,
-    fallback: &dyn CpuFallback,
-    decoded: &[Decoded],
-    slot: &Slot,
-    layout: BatchLayout,
-    stream: &Stream,
-    error: &mut Option<SampleError>,
-    patches: &mut Vec<(usize, i64, i64)>,
-) -> Result<()> {
-    let (images, row_bytes) = (slot.mem.ptr() + layout.view_offset(0) as u64, layout.view_bytes(0));
-    let samples: Vec<GpuSample<'_>> = decoded
-        .iter()
-        .filter_map(|d| {
-            let (src, pitch) = *d.at.as_ref().ok()?;
-            let t = &d.task;
-            Some(GpuSample {
-                src: src as u64,
-                src_pitch: pitch,
-                src_x0: t.roi.x,
-                src_y0: t.roi.y,
-                src_w: t.roi.w,
-                src_h: t.roi.h,
-                x: t.x.view(),
-                y: t.y.view(),
-                vertical_first: t.vertical_first,
-                dst: images + (t.row * row_bytes) as u64,
-            })
-        })
-        .collect();
-    if !samples.is_empty() {
-        g.resampler.run(stream, &samples)?;
-        Stats::add(&g.stats.samples, samples.len() as u64);
-    }
-    for d in decoded.iter().filter(|d| d.at.is_err()) {
-        if g.fallback_row.is_none() {
-            g.fallback_row = Some(BatchBuffer::new(BatchLayout::new(1, row_bytes))?);
-        }
-        let buf = g.fallback_row.as_ref().expect("just made");
-        buf.reset_claims();
-        let (outcome, written, label) = {
-            let mut w = buf.claim_row(0);
-            let outcome = fallback.produce(d.task.index, &mut w);
-            let written = *outcome.as_ref().unwrap_or(&d.task.index);
-            let label = fallback.label(written);
-            w.set_meta(label, written as i64);
-            (outcome, written, label)
-        };
-        if let Err(e) = outcome {
-            error.get_or_insert(e);
-        }
-        let l = buf.layout();
-        let row = d.task.row;
-        // SAFETY: indices_offset() + 8 ≤ the one-row slab's length.
-        let index_src = unsafe { buf.slab_ptr().add(l.indices_offset()) };
-        let copies = [
-            (images + (row * row_bytes) as u64, buf.view_ptr(0), row_bytes),
-            (slot.mem.ptr() + (layout.labels_offset() + row * 8) as u64, buf.slab_ptr(), 8),
-            (slot.mem.ptr() + (layout.indices_offset() + row * 8) as u64, index_src, 8),
-        ];
-        for (dst, src, len) in copies {
-            // SAFETY: `src` lies in the one-row buffer (alive, not written until the synchronize below); `dst` is
-            // the row's image/label/index inside the slot's allocation (row < rows of `layout`).
-            unsafe { stream.copy_htod_async(dst, src, len) }?;
-        }
-        stream.synchronize()?; // the one-row buffer is rewritten by the next fallback
-        patches.push((row, label, written as i64));
-    }
     Ok(())
 }

@@ -11,6 +11,7 @@ use crate::augment::views::SampleViews;
 use crate::augment::{SampleKey, SampleTiming, WorkerScratch};
 use crate::decode::DecodeLimits;
 use crate::error::{ImageError, Result, SampleError, TrdataError};
+use crate::gpu_decode::{GpuDecode, GpuTask, TaskTaps};
 use crate::plan::claim::WorkerClaim;
 use crate::plan::resume::SeqBitmap;
 use crate::plan::{EpochPlan, PlanShape};
@@ -20,8 +21,7 @@ use crate::source::{Dataset, PackedFile, PixelArray, Store, read_sample, read_sp
 use crate::staging::RowWriter;
 use crate::stats::Stats;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Condvar, Mutex, Ordering, lock};
-use crate::transfer::gpu_decode::TaskTaps;
-use crate::transfer::{GpuDecode, GpuTask, Station};
+use crate::transfer::Station;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::thread::JoinHandle;
@@ -192,7 +192,7 @@ pub struct EngineJob {
     /// Fast mode: the real sequence number written into each ticket slot of [0, R) (plan/resume.rs says
     /// why and how it is read); empty in reproducible mode.
     pub slot_seqs: Box<[AtomicU64]>,
-    /// The engine's GPU decode path, when on for this loader (transfer/gpu_decode.rs: routing).
+    /// The engine's GPU decode path, when on for this loader (gpu_decode/route.rs).
     pub gpu: Option<std::sync::Arc<GpuDecode>>,
 }
 
@@ -415,7 +415,7 @@ fn worker_main(shared: Arc<PoolShared>, w: usize, workers: usize, cpu: Option<us
     }
 }
 
-/// The CPU fallback of an epoch's GPU rows (transfer/gpu_decode.rs): [`produce`] on the transfer thread, with a
+/// The CPU fallback of an epoch's GPU rows (gpu_decode/rows.rs): [`produce`] on the transfer thread, with a
 /// scratch of its own, so a sample the GPU could not decode is made exactly as a worker would make it (same
 /// bytes, same error and skip policy).
 pub struct EpochFallback {
@@ -430,7 +430,7 @@ impl EpochFallback {
     }
 }
 
-impl crate::transfer::CpuFallback for EpochFallback {
+impl crate::gpu_decode::CpuFallback for EpochFallback {
     fn produce(&self, index: u64, dst: &mut RowWriter<'_>) -> std::result::Result<u64, SampleError> {
         let mut g = lock(&self.scratch);
         let (scratch, file_buf) = &mut *g;
@@ -555,11 +555,11 @@ fn decode_read(
     ctx.pipeline.process(scratch, bytes, key, dst).map(Some)
 }
 
-/// Route one sample (transfer/gpu_decode.rs, "Routing"): a GPU-eligible file whose draw is below the share
+/// Route one sample (gpu_decode/, "Routing"): a GPU-eligible file whose draw is below the share
 /// becomes a [`GpuTask`] (its crop window and taps computed here by the CPU path's own geometry code) → true.
 fn to_gpu(ctx: &WorkContext, g: GpuRow<'_>, scratch: &mut WorkerScratch, bytes: &[u8], key: SampleKey) -> bool {
     let within_limits = |w: u32, h: u32| u64::from(w) * u64::from(h) <= scratch.decode_limits().max_pixels;
-    let info = match crate::decode::gpu_eligible(bytes, crate::transfer::gpu_decode::MAX_GPU_FILE_BYTES) {
+    let info = match crate::gpu_decode::eligible(bytes) {
         // Beyond `max_pixels` the CPU path raises TooLarge (or skips): the same outcome either way.
         Ok(info) if within_limits(info.width, info.height) => info,
         _ => {

@@ -1,4 +1,4 @@
-"""The GPU decode path of the loader (``decode="gpu" | <share> | "auto"``, src/transfer/gpu_decode.rs) on a real
+"""The GPU decode path of the loader (``decode="gpu" | <share> | "auto"``, src/gpu_decode/) on a real
 GPU with real JPEGs: it agrees with the CPU path (the same rows, labels and indices; pixels within IDCT rounding),
 it is reproducible (same bytes for two runs and for any worker count), every file nvJPEG cannot take goes to the
 CPU path (never to an error), a failure follows the error policy as on the CPU path, epochs restart and close

@@ -1,21 +1,8 @@
-//! transfer/gpu_decode — the GPU decode path beside the CPU workers (design and sources:
-//! docs/design/gpu-decode.md): per GPU engine, two decode threads that decode the crop windows of the samples routed to
-//! them with nvJPEG's hardware engines into device arenas — [`DECODERS`] threads `trdata-nvjpg{g}{t}` the 4:4:4
-//! and gray files, one `trdata-nvjpg{g}i{t}` the chroma-subsampled ones, with interpolated upsampling
-//! (libjpeg-turbo's, which costs the engines 2.6×; 4:4:4 and gray decode identically without it) — and the engine's transfer thread, which resamples
-//! them (Pillow's taps, computed on the host by the CPU path's code) straight into the batch's device slot with one
-//! kernel launch per pass.
-//!
-//! Routing (a CPU worker, per sample, [`GpuDecode::route`]): the sample goes to the GPU iff the pipeline can run
-//! there (one view, geometry only — no pixel ops —, RGB output), the file is a JPEG nvJPEG's engines take
-//! (`decode::gpu_eligible`: baseline, one scan, 4:4:4/4:2:2/4:2:0/4:4:0/gray, no EXIF rotation, …) and the
-//! sample's own draw `SampleRng(seed, epoch, index, OP_DECODE_ROUTE)` is below the GPU share. So in reproducible
-//! mode (fixed share) the path of a sample is a function of (seed, epoch, index, file bytes): two runs, or runs
-//! with different worker counts, route every sample the same way. `decode="auto"` moves the share (fast mode
-//! only) by the controller below.
+//! gpu_decode/queue — the decode queue between the workers (submit), the decode threads (take, place, finish)
+//! and the transfer thread (wait, release, reset): the GPU decode path's one synchronization point.
 //!
 //! Protocol (one mutex, two condvars: `DecodeQueue`, generic over the task and the arenas' memory and free of
-//! CUDA; [`GpuDecode`] and `decode_main` add nvJPEG and the device arenas):
+//! CUDA; [`GpuDecode`](super::GpuDecode) and `decode_main` (threads.rs) add nvJPEG and the device arenas):
 //! - worker `submit(task)`: `batches[b].expected += 1`, push the task, wake the decode thread — *before* the worker
 //!   completes the row at the station, so when the transfer thread has taken batch b every task of b is known.
 //!   The worker writes the row's label and index; the row's pixels in the host slab stay unwritten.
@@ -25,7 +12,7 @@
 //!   decode them in one `nvjpegDecodeBatchedEx` and wait on the host for the decode (required: the hardware engines write before stream order, docs §0.6); then
 //!   pushes each outcome into `batches[b].done` and wakes the transfer thread. A task of an older generation
 //!   (epoch restarted meanwhile) is dropped.
-//! - transfer thread, batch b (transfer/engine.rs): after the slab's H2D copy is enqueued on the copy stream,
+//! - transfer thread, batch b (transfer/engine.rs, through gpu_decode/rows.rs): after the slab's H2D copy is enqueued on the copy stream,
 //!   `wait_batch(b)` until `done.len() == expected`, then launches the resample kernels on the copy stream (so
 //!   they follow the copy, which wrote garbage into the GPU rows, and the slot's release waits), runs the CPU
 //!   fallback of every failed task on this thread (the worker's `produce` for the sample: same bytes, same error
@@ -41,33 +28,15 @@
 //! - failure: a decode thread that cannot continue (nvJPEG error outside a batch) records why; every task from
 //!   then on completes at once as a fallback, so the transfer thread never waits forever and the batch is made
 //!   on the CPU. `close()` stops and joins the threads and keeps their decoders for the next loader on the GPU
-//!   ([`IDLE`]: "Decoder reuse"; a decoder that stopped on an error is destroyed instead).
+//!   ([`IDLE`](super::pool::IDLE), pool.rs: "Decoder reuse"; a decoder that stopped on an error is destroyed instead).
 //!
 //! Checked by loom (`make test-loom`, the production `DecodeQueue` with a fake decoder: every task delivered once
 //! to its batch, a reset during a decode, close during the waits) and by a stress test (8 workers, 3 decode
 //! threads, epochs with random restarts, random decode failures and a lost decoder; `TRDATA_STRESS_SECS`).
-//!
-//! Auto controller ([`GpuDecode::adjust`], transfer thread, after each batch, fast mode): the inputs are the time
-//! the transfer thread waited for the CPU rows of the batch (`cpu_wait`) and for its GPU rows (`gpu_wait`), and
-//! whether the consumer was starved (it waited for this batch). Starved: move the share toward the path that made
-//! it wait (up when the CPU rows were later, down when the GPU rows were); not starved: drift down slowly, so the
-//! CPU stays the main path while it keeps up. The step decays from 0.05 toward 0.005 (nvImageCodec's adaptive
-//! load hint does the same).
 
-// transfer/ is an unsafe-allowed module (docs/design/architecture.md "House style"); the device pointers handed to the kernels and nvJPEG are
-// checked arena offsets.
-#![allow(unsafe_code)]
-
-use crate::augment::GpuAxis;
-use crate::cuda::nvjpeg::{BatchDecoder, Nvjpeg, Roi};
-use crate::cuda::resample_gpu::AxisTaps;
-use crate::cuda::{DeviceMemory, GpuContext};
-use crate::error::{Result, SampleError, TrdataError};
-use crate::staging::RowWriter;
-use crate::stats::{GpuCounters, Stats};
-use crate::sync::{Arc, AtomicU64, Condvar, Mutex, Ordering, lock};
+use super::task::{Decoded, GpuTask, Placed};
+use crate::sync::{Condvar, Mutex, lock};
 use std::collections::{HashMap, VecDeque};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Most tasks per nvJPEG batch (the engines' sweet spot is ≥ 7·k; larger batches add latency, not throughput).
@@ -79,91 +48,8 @@ pub const MAX_SUB_BATCH: usize = 64;
 pub const FILL_TARGET: usize = 32;
 /// See [`FILL_TARGET`].
 pub const FILL_WAIT: Duration = Duration::from_millis(2);
-/// Decode threads (each with its own nvJPEG hardware decoder) per queue: [without, with] interpolated upsampling.
-/// Measured on the H200 (300 ImageNet files, 2026-12-01): alone, one decoder with interpolation takes 8.0k img/s
-/// of subsampled windows and more decoders do not add to it, while 2 decoders without it take 15.6k of 4:4:4/gray
-/// ones vs 13.2k for one. In the loader (batch 256, 15 workers) [1,1] / [2,1] / [3,1] gave 14.8k / 13.5k / 15.1k
-/// img/s loader-only at a 0.5 share and 13.5k / 14.2k / 14.9k at share 1, and fed ResNet-18 10.8k / 10.2k / 9.8k
-/// (auto) — differences within the runs' noise; 2 plain decoders keep a second call in flight while one blocks.
-pub const DECODERS: [usize; 2] = [2, 1];
-/// Decode threads per engine (every [`DECODERS`] entry), which the default worker count leaves cores for.
-pub const DECODE_THREADS: usize = DECODERS[0] + DECODERS[1];
 /// Largest window (bytes, RGB) the GPU path decodes; larger ones go to the CPU path (which DCT-scales them).
 pub const MAX_WINDOW_BYTES: usize = 64 << 20;
-/// Files above this size go to the CPU path (the GPU path keeps a copy of each file until it is decoded).
-pub const MAX_GPU_FILE_BYTES: usize = 16 << 20;
-
-/// One axis' taps of a task (owned: the task crosses threads), as `SamplePipeline::prepare_gpu` computed them.
-#[derive(Debug, Clone, Default)]
-pub struct TaskTaps {
-    /// First image pixel of each output's taps.
-    pub start: Vec<u32>,
-    /// Weights, `taps` per output.
-    pub k: Vec<i32>,
-    /// Taps per output.
-    pub taps: u32,
-    /// Union of the taps: `[win0, win1)`.
-    pub win0: u32,
-    /// End of the union.
-    pub win1: u32,
-}
-
-impl From<GpuAxis<'_>> for TaskTaps {
-    fn from(a: GpuAxis<'_>) -> Self {
-        Self { start: a.start.to_vec(), k: a.k.to_vec(), taps: a.taps as u32, win0: a.win0, win1: a.win1 }
-    }
-}
-
-impl TaskTaps {
-    /// The kernel's view of them.
-    pub fn view(&self) -> AxisTaps<'_> {
-        AxisTaps { start: &self.start, k: &self.k, taps: self.taps, win0: self.win0, win1: self.win1 }
-    }
-}
-
-/// One sample routed to the GPU: its file, its crop window and the taps that resample the window to the output.
-#[derive(Debug)]
-pub struct GpuTask {
-    /// Batch and row of the sample.
-    pub batch: u64,
-    /// Row within the batch.
-    pub row: usize,
-    /// Dataset index (the CPU fallback decodes it again from the source).
-    pub index: u64,
-    /// The file.
-    pub bytes: Vec<u8>,
-    /// The window to decode, full scale, stored orientation.
-    pub roi: Roi,
-    /// Horizontal taps (starts in image pixels).
-    pub x: TaskTaps,
-    /// Vertical taps.
-    pub y: TaskTaps,
-    /// Pass order (as the CPU path would choose it).
-    pub vertical_first: bool,
-    /// Subsampled chroma: decode with interpolated upsampling (as libjpeg-turbo does).
-    pub interpolate: bool,
-}
-
-/// A task's outcome: the decoded window in device memory (address, row pitch), or why the CPU must do it.
-#[derive(Debug)]
-pub struct Decoded<T = GpuTask> {
-    /// The task.
-    pub task: T,
-    /// (device address, pitch) of the window, or the reason for the CPU fallback.
-    pub at: Placed,
-}
-
-/// Where a task's window was placed: (device address, row pitch), or why the CPU must decode it.
-pub type Placed = std::result::Result<(usize, usize), String>;
-
-/// The CPU path for one sample, run by the transfer thread when the GPU could not decode it: the worker's own
-/// `produce` (bytes, error and skip policy exactly as on the CPU path) into a one-row buffer.
-pub trait CpuFallback: Send + Sync {
-    /// Make dataset sample `index` into `dst` (and its label/index); `Ok(written index)` or the sample's error.
-    fn produce(&self, index: u64, dst: &mut RowWriter<'_>) -> std::result::Result<u64, SampleError>;
-    /// The label of dataset sample `index`.
-    fn label(&self, index: u64) -> i64;
-}
 
 /// A task as the queue protocol ([`DecodeQueue`]) sees it.
 pub(super) trait QueueTask {
@@ -234,7 +120,7 @@ struct State<T, M> {
 
 /// The decode queue's protocol (module docs: "Protocol"): one mutex, two condvars. Generic over the task `T` and
 /// the arenas' memory `M` and free of CUDA, so loom model-checks exactly this code (`make test-loom`, tests
-/// below); [`GpuDecode`] and its decode threads add nvJPEG and the device memory.
+/// below); [`GpuDecode`](super::GpuDecode) and its decode threads (threads.rs) add nvJPEG and the device memory.
 #[derive(Debug)]
 pub(super) struct DecodeQueue<T, M> {
     state: Mutex<State<T, M>>,
@@ -443,486 +329,10 @@ fn time_left(_deadline: Instant) -> Option<Duration> {
     Some(FILL_WAIT)
 }
 
-/// How the GPU share is chosen.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Share {
-    /// Fixed.
-    Fixed(f64),
-    /// Moved by the controller, starting at the given value.
-    Auto(f64),
-}
-
-/// One engine's GPU decode path: the routing share, the decode thread and its arenas.
-pub struct GpuDecode {
-    core: Arc<Core>,
-    /// Current GPU share as f64 bits (read by every worker per sample; written by the controller).
-    share: AtomicU64,
-    /// The auto controller (transfer thread only; None: a fixed share).
-    controller: Mutex<Option<Controller>>,
-    threads: Mutex<Vec<DecodeThread>>,
-    counters: std::sync::Arc<GpuCounters>,
-    arena_bytes: usize,
-}
-
-impl std::fmt::Debug for GpuDecode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GpuDecode").field("share", &self.share()).finish_non_exhaustive()
-    }
-}
-
-impl GpuDecode {
-    /// Start the decode threads of `ctx`'s GPU: [`DECODERS`] hardware nvJPEG decoders (without and with
-    /// interpolated upsampling; taken from the pool of closed loaders' decoders when it has them, else made) and
-    /// `arenas` device arenas of `arena_bytes` each (allocated on first use). Errors when the GPU has no hardware
-    /// JPEG engine or nvJPEG cannot be set up.
-    pub fn start(
-        nv: std::sync::Arc<Nvjpeg>,
-        ctx: std::sync::Arc<GpuContext>,
-        local_engine: usize,
-        share: Share,
-        arenas: usize,
-        arena_bytes: usize,
-        counters: std::sync::Arc<GpuCounters>,
-    ) -> Result<Self> {
-        // nvJPEG's hardware backend allocates internally (not through custom allocators), at handle creation and
-        // `nvjpegDecodeBatchedPreAllocate` (64 windows up to 1024²): its device memory is measured as the drop in
-        // free device memory while the decoders are made (other users of the GPU may blur it; it is reported as
-        // such).
-        let free_before = ctx.mem_info().map(|(free, _)| free).ok();
-        let key = |q: usize| (ctx.ordinal(), q, nv.path.clone());
-        // (queue, decoder, the device bytes it carries when it came from the pool; None: made now)
-        let mut decoders: Vec<(usize, BatchDecoder, Option<u64>)> = Vec::new();
-        let mut obtain = || -> Result<()> {
-            for (q, &n) in DECODERS.iter().enumerate() {
-                for _ in 0..n {
-                    if let Some((dec, bytes)) = IDLE.take(&key(q)) {
-                        decoders.push((q, dec, Some(bytes)));
-                        continue;
-                    }
-                    let dec =
-                        BatchDecoder::new(std::sync::Arc::clone(&nv), std::sync::Arc::clone(&ctx), true, q == 1, 0)?;
-                    if dec.backend() != crate::cuda::nvjpeg::Backend::Hardware {
-                        return Err(TrdataError::config(
-                            "decode",
-                            format!("needs a GPU with hardware JPEG engines; cuda:{} has none", ctx.ordinal()),
-                        ));
-                    }
-                    decoders.push((q, dec, None));
-                }
-            }
-            Ok(())
-        };
-        let obtained = obtain();
-        let carried: Vec<Option<u64>> = decoders.iter().map(|d| d.2).collect();
-        let made = carried.iter().filter(|c| c.is_none()).count();
-        let made_bytes = match (made, free_before, ctx.mem_info()) {
-            (1.., Some(before), Ok((after, _))) => before.saturating_sub(after) as u64,
-            _ => 0,
-        };
-        let decoders: Vec<(usize, BatchDecoder, u64)> = decoders
-            .into_iter()
-            .zip(decoder_bytes(&carried, made_bytes))
-            .map(|((q, dec, _), bytes)| (q, dec, bytes))
-            .collect();
-        if let Err(e) = obtained {
-            // The decoders made or taken so far are healthy: keep them for the next loader.
-            for (q, dec, bytes) in decoders {
-                IDLE.put(key(q), dec, bytes);
-            }
-            return Err(e);
-        }
-        let nvjpeg_bytes: u64 = decoders.iter().map(|d| d.2).sum();
-        let core = Arc::new(Core::new(DECODERS.len(), decoders.len(), arenas, arena_bytes, FILL));
-        let (n, mut threads) = (decoders.len(), Vec::new());
-        let mut pending = decoders.into_iter().enumerate();
-        while let Some((tid, (q, dec, bytes))) = pending.next() {
-            let (core2, c, ctx) = (Arc::clone(&core), std::sync::Arc::clone(&counters), std::sync::Arc::clone(&ctx));
-            let spawned = std::thread::Builder::new()
-                .name(format!("trdata-nvjpg{local_engine}{}{tid}", ["", "i"][q]))
-                .spawn(move || decode_main(&core2, &ctx, dec, q, tid, arenas, arena_bytes, &c));
-            match spawned {
-                Ok(t) => threads.push(DecodeThread { key: key(q), bytes, thread: t }),
-                Err(e) => {
-                    // The decoders of the threads that started, and those not yet handed to one, are kept (the
-                    // one inside the closure that could not start is destroyed with it).
-                    core.shutdown();
-                    for t in threads {
-                        t.join();
-                    }
-                    for (_, (q, dec, bytes)) in pending {
-                        IDLE.put(key(q), dec, bytes);
-                    }
-                    return Err(TrdataError::Worker(format!("cannot spawn a GPU decode thread: {e}")));
-                }
-            }
-        }
-        Stats::add(&counters.decode_gpu_nvjpeg_bytes, nvjpeg_bytes);
-        Stats::add(&counters.decode_gpu_decoders, n as u64);
-        Stats::add(&counters.decode_gpu_decoders_reused, (n - made) as u64);
-        let (p, controller) = match share {
-            Share::Fixed(p) => (p, None),
-            Share::Auto(p) => (p, Some(Controller::new(p))),
-        };
-        let me = Self {
-            core,
-            share: AtomicU64::new(p.to_bits()),
-            controller: Mutex::new(controller),
-            threads: Mutex::new(threads),
-            counters,
-            arena_bytes,
-        };
-        me.publish_share(p);
-        Ok(me)
-    }
-
-    /// The GPU share now.
-    pub fn share(&self) -> f64 {
-        f64::from_bits(self.share.load(Ordering::Relaxed))
-    }
-
-    fn publish_share(&self, p: f64) {
-        self.share.store(p.to_bits(), Ordering::Relaxed);
-        self.counters.decode_gpu_share_ppm.store((p * 1e6).round() as u64, Ordering::Relaxed);
-    }
-
-    /// Whether sample (seed, epoch, index) goes to the GPU, given that its file is eligible: its own draw below
-    /// the share (see the module docs).
-    pub fn route(&self, seed: u64, epoch: u64, index: u64) -> bool {
-        let p = self.share();
-        p >= 1.0
-            || (p > 0.0 && crate::rng::SampleRng::new(seed, epoch, index, crate::rng::OP_DECODE_ROUTE).uniform() < p)
-    }
-
-    /// A sample whose file the GPU path cannot take went to the CPU workers (counted while the path is on).
-    pub fn count_ineligible(&self) {
-        Stats::add(&self.counters.decode_gpu_ineligible, 1);
-    }
-
-    /// Bytes of one arena (the bound on the decoded windows of one batch).
-    pub fn arena_bytes(&self) -> usize {
-        self.arena_bytes
-    }
-
-    /// Queue `task` (worker, before it completes the row; see the module protocol).
-    pub fn submit(&self, task: GpuTask) {
-        self.core.submit(task);
-    }
-
-    /// A new epoch: forget every task and result, empty the arenas (transfer thread; see the module protocol).
-    pub fn reset(&self) {
-        self.core.reset();
-    }
-
-    /// Wait until every task of batch `b` has an outcome and take them (empty when b has none). `aborted` is
-    /// polled every 50 ms; `None` when it says so.
-    pub fn wait_batch(&self, b: u64, aborted: impl Fn() -> bool) -> Option<Vec<Decoded>> {
-        self.core.wait_batch(b, aborted)
-    }
-
-    /// Batch `b`'s decoded windows are no longer read (its kernels completed): free its arena.
-    pub fn release(&self, b: u64) {
-        self.core.release(b);
-    }
-
-    /// The auto controller, after one batch (see the module docs): `starved` = the consumer waited for it;
-    /// `cpu_wait`/`gpu_wait` = how long the transfer thread waited for its CPU rows / GPU rows.
-    pub fn adjust(&self, starved: bool, cpu_wait: Duration, gpu_wait: Duration) {
-        let next = lock(&self.controller).as_mut().map(|c| c.next(starved, cpu_wait, gpu_wait));
-        if let Some(p) = next {
-            self.publish_share(p);
-        }
-    }
-
-    /// Stop and join the decode threads (each finishes its current sub-batch first) and keep their decoders
-    /// for the next loader ("Decoder reuse"); idempotent. Workers that still submit afterwards only queue
-    /// (nothing waits for them: the transfer thread is stopped first).
-    pub fn close(&self) {
-        self.core.shutdown();
-        let threads = std::mem::take(&mut *lock(&self.threads));
-        for t in threads {
-            t.join();
-        }
-    }
-}
-
-impl Drop for GpuDecode {
-    fn drop(&mut self) {
-        self.close();
-    }
-}
-
-/// The auto controller's state (module docs: "Auto controller").
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Controller {
-    share: f64,
-    step: f64,
-}
-
-impl Controller {
-    /// First step (share units) and where the step decays to.
-    const STEP: (f64, f64) = (0.05, 0.005);
-
-    /// A controller starting at `share`.
-    pub fn new(share: f64) -> Self {
-        Self { share: share.clamp(0.0, 1.0), step: Self::STEP.0 }
-    }
-
-    /// The share after one more batch (see the module docs).
-    pub fn next(&mut self, starved: bool, cpu_wait: Duration, gpu_wait: Duration) -> f64 {
-        let p = self.share;
-        let next = if !starved {
-            p - self.step / 4.0
-        } else if cpu_wait > gpu_wait {
-            p + self.step
-        } else {
-            p - self.step
-        };
-        self.step += 0.1 * (Self::STEP.1 - self.step);
-        self.share = next.clamp(0.0, 1.0);
-        self.share
-    }
-}
-
-/// The production queue: nvJPEG tasks, device arenas.
-type Core = DecodeQueue<GpuTask, ArenaMemory>;
-
-/// A decode thread (module protocol): the tasks of queue `q` through its decoder `dec`; `tid` is its slot in
-/// the `decoding` guard.
-#[allow(clippy::too_many_arguments)]
-fn decode_main(
-    core: &Core,
-    ctx: &std::sync::Arc<GpuContext>,
-    mut dec: BatchDecoder,
-    q: usize,
-    tid: usize,
-    arenas: usize,
-    arena_bytes: usize,
-    counters: &GpuCounters,
-) -> Option<BatchDecoder> {
-    let mut healthy = true;
-    while let Some((generation, tasks)) = core.take(q) {
-        let t0 = Instant::now();
-        let mut placed = core.place(&tasks, tid, generation, |memory: &mut ArenaMemory, a| {
-            if memory.0.len() < arenas {
-                memory.0.resize(arenas, None);
-            }
-            if memory.0[a].is_none() {
-                // Allocated under the lock: once per arena for the loader's life.
-                let m = DeviceMemory::alloc(ctx, arena_bytes)
-                    .map_err(|e| format!("the GPU arena could not be allocated: {e}"))?;
-                Stats::add(&counters.decode_gpu_arena_bytes, arena_bytes as u64);
-                memory.0[a] = Some(std::sync::Arc::new(m));
-            }
-            Ok(memory.0[a].as_ref().map_or(0, |m| m.ptr() as usize))
-        });
-        let pick: Vec<usize> = (0..tasks.len()).filter(|&i| placed[i].is_ok()).collect();
-        if !pick.is_empty() {
-            let images: Vec<&[u8]> = pick.iter().map(|&i| tasks[i].bytes.as_slice()).collect();
-            let rois: Vec<Roi> = pick.iter().map(|&i| tasks[i].roi).collect();
-            let dst: Vec<(usize, usize)> = pick.iter().map(|&i| *placed[i].as_ref().expect("picked")).collect();
-            // A panic inside nvJPEG's wrapper must not leave the batch's tasks without outcomes (the transfer thread
-            // would wait for them forever): it stops the decoder like a failed synchronize.
-            let decoded =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dec.decode_into(&images, &rois, &dst)))
-                    .unwrap_or_else(|_| {
-                        Err(crate::cuda::cuda_error("nvjpegDecodeBatchedEx", "the decode call panicked"))
-                    });
-            match decoded {
-                Ok(outcomes) => {
-                    for (&i, o) in pick.iter().zip(outcomes) {
-                        if let Err(why) = o {
-                            placed[i] = Err(why);
-                        }
-                    }
-                }
-                Err(e) => {
-                    // The stream could not be synchronized: the device state is unknown; stop using it (and never
-                    // keep it for another loader).
-                    healthy = false;
-                    let why = format!("the GPU decoder stopped: {e}");
-                    core.fail(why.clone());
-                    for &i in &pick {
-                        placed[i] = Err(why.clone());
-                    }
-                }
-            }
-        }
-        Stats::add_since(&counters.decode_gpu_ns, t0);
-        // Outcomes of a generation an epoch restart dropped are not pushed (nor counted).
-        if let Some((decoded, fallbacks)) = core.finish(tid, generation, tasks, placed) {
-            Stats::add(&counters.decode_gpu, decoded);
-            Stats::add(&counters.decode_gpu_fallback, fallbacks);
-        }
-    }
-    healthy.then_some(dec)
-}
-
-/// The device bytes of each decoder of a starting loader, which travel with it into the pool and which the loader
-/// reports: a decoder taken from the pool (`Some`) keeps what it carries; the new ones (`None`) share `measured`
-/// — the drop in free device memory while they were made — equally (the division's remainder, < 1 byte per new
-/// decoder, is dropped, so a later loader that takes them reports exactly what this one did).
-fn decoder_bytes(carried: &[Option<u64>], measured: u64) -> Vec<u64> {
-    let made = carried.iter().filter(|c| c.is_none()).count() as u64;
-    carried.iter().map(|c| c.unwrap_or(measured / made.max(1))).collect()
-}
-
-/// A decode thread and where its decoder goes when it ends.
-struct DecodeThread {
-    /// The pool's key for its decoder.
-    key: IdleKey,
-    /// Device bytes the decoder took when it was made (carried with it into the pool).
-    bytes: u64,
-    thread: JoinHandle<Option<BatchDecoder>>,
-}
-
-impl DecodeThread {
-    /// Wait for the thread; its decoder goes to the pool unless it stopped on an error (then it was destroyed on
-    /// the thread) or the thread panicked (destroyed while unwinding).
-    fn join(self) {
-        if let Ok(Some(dec)) = self.thread.join() {
-            IDLE.put(self.key, dec, self.bytes);
-        }
-    }
-}
-
-/// Decoder reuse: nvJPEG hardware decoders outlive their loader. Closing a loader returns its decoders here and
-/// the next loader on the same GPU with the same libnvjpeg takes them instead of making new ones; none is
-/// destroyed, so the pool holds, per GPU, as many as were ever in use at once (3 per open GPU-decode loader).
-/// Why: on the H200 a process that destroyed trdata's hardware decoders and then ran torchvision's hardware
-/// decode (`decode_jpeg(device="cuda")`, batched) hung in 4 of 7 runs, the GPU busy and the engines idle, and did
-/// not in 2 of 2 runs with reuse (docs/gpu_decode.md §20); torchvision itself never destroys its decoder. It also
-/// saves each later loader the decoders' creation and pre-allocation. The cost: their device buffers
-/// (`decode_gpu_nvjpeg_bytes`, ~100 MB each on the H200) and page-locked bitstream buffers (≤ 32 MiB each) stay
-/// allocated, and the GPU's primary context retained, until the process ends. A decoder whose stream failed is
-/// destroyed, never kept. Not survived: a reset of the primary context by another library while decoders are
-/// kept (`cuDevicePrimaryCtxReset`, e.g. numba's `cuda.close()`), which invalidates them.
-static IDLE: IdlePool<BatchDecoder> = IdlePool::new();
-
-/// Idle items by (GPU ordinal, queue, library path), each with its device bytes.
-struct IdlePool<T>(std::sync::Mutex<Vec<(IdleKey, T, u64)>>);
-
-/// (GPU ordinal, queue, path of the libnvjpeg that made the decoder).
-type IdleKey = (u32, usize, String);
-
-impl<T> IdlePool<T> {
-    const fn new() -> Self {
-        Self(std::sync::Mutex::new(Vec::new()))
-    }
-
-    /// The most recently returned item of the kind (so a loader opened after another one closed runs on exactly
-    /// that loader's decoders, whatever else the pool holds).
-    fn take(&self, key: &IdleKey) -> Option<(T, u64)> {
-        let mut idle = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let i = idle.iter().rposition(|d| &d.0 == key)?;
-        let (_, item, bytes) = idle.remove(i);
-        Some((item, bytes))
-    }
-
-    fn put(&self, key: IdleKey, item: T, bytes: u64) {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((key, item, bytes));
-    }
-}
-
-/// Device memory of the arenas, shared by the decode threads (allocated on first use, kept for the loader's
-/// life; freed when the last thread ends).
-#[derive(Default)]
-struct ArenaMemory(Vec<Option<std::sync::Arc<DeviceMemory>>>);
-
-impl std::fmt::Debug for ArenaMemory {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ArenaMemory({} allocated)", self.0.iter().flatten().count())
-    }
-}
-
-/// Bytes of one decode arena for batches of `batch_size`: 768 KiB of decoded window per row (a whole 512×500 RGB
-/// image; ImageNet's RandomResizedCrop windows average less than half of that), within [64 MiB, 2 GiB]. There are
-/// host ring depth + 1 arenas per GPU, allocated when first used; windows that do not fit go to the CPU path.
-pub fn arena_bytes(batch_size: usize) -> usize {
-    batch_size.saturating_mul(768 << 10).clamp(64 << 20, 2 << 30)
-}
-
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-
-    const MS: Duration = Duration::from_millis(1);
-
-    #[test]
-    fn new_decoders_share_the_measured_bytes_and_reused_ones_keep_theirs() {
-        assert_eq!(decoder_bytes(&[None, None, None], 300), [100, 100, 100]);
-        assert_eq!(decoder_bytes(&[None, None, None], 302), [100, 100, 100], "the remainder is dropped");
-        assert_eq!(decoder_bytes(&[Some(7), Some(8), Some(9)], 300), [7, 8, 9], "nothing new: measured is ignored");
-        assert_eq!(decoder_bytes(&[Some(100), None, None], 90), [100, 45, 45]);
-        assert_eq!(decoder_bytes(&[None, None], 0), [0, 0]);
-        assert!(decoder_bytes(&[], 5).is_empty());
-        // What a loader reports is what the next one, taking the same decoders, reports again.
-        let first = decoder_bytes(&[None, None, None], 1_000_001);
-        let again = decoder_bytes(&first.iter().map(|&b| Some(b)).collect::<Vec<_>>(), 12_345);
-        assert_eq!(first.iter().sum::<u64>(), again.iter().sum::<u64>());
-    }
-
-    #[test]
-    fn the_idle_pool_hands_out_only_its_kind_and_keeps_every_item() {
-        let pool = IdlePool::new();
-        let k = |gpu: u32, q: usize, lib: &str| (gpu, q, lib.to_owned());
-        assert!(pool.take(&k(0, 0, "a.so")).is_none());
-        for (i, item) in ["x", "y", "z"].into_iter().enumerate() {
-            pool.put(k(0, 0, "a.so"), item, 10 * i as u64);
-        }
-        pool.put(k(0, 1, "a.so"), "i", 40);
-        pool.put(k(1, 0, "a.so"), "g1", 50);
-        pool.put(k(0, 0, "b.so"), "other library", 60);
-        assert_eq!(pool.take(&k(0, 1, "a.so")), Some(("i", 40)));
-        assert!(pool.take(&k(0, 1, "a.so")).is_none());
-        assert_eq!(pool.take(&k(1, 0, "a.so")), Some(("g1", 50)));
-        let three: Vec<_> = (0..3).map(|_| pool.take(&k(0, 0, "a.so")).unwrap()).collect();
-        assert_eq!(three, [("z", 20), ("y", 10), ("x", 0)], "none was dropped; the last returned comes first");
-        assert!(pool.take(&k(0, 0, "a.so")).is_none());
-        assert_eq!(pool.take(&k(0, 0, "b.so")), Some(("other library", 60)));
-    }
-
-    #[test]
-    fn the_controller_follows_the_path_that_makes_the_consumer_wait() {
-        // Starved by the CPU rows: the share climbs to 1 and stays there.
-        let mut c = Controller::new(0.5);
-        let shares: Vec<f64> = (0..400).map(|_| c.next(true, 5 * MS, MS)).collect();
-        assert!(shares.windows(2).all(|w| w[1] >= w[0]));
-        assert_eq!(*shares.last().unwrap(), 1.0);
-        // Starved by the GPU rows: down to 0.
-        let mut c = Controller::new(0.5);
-        assert_eq!((0..400).map(|_| c.next(true, MS, 5 * MS)).last(), Some(0.0));
-        // Not starved: the CPU stays the main path (the share drifts down, slowly).
-        let mut c = Controller::new(0.5);
-        let first = c.next(false, MS, MS);
-        assert!(0.48 < first && first < 0.5, "{first}");
-        assert_eq!((0..2000).map(|_| c.next(false, MS, MS)).last(), Some(0.0));
-    }
-
-    #[test]
-    fn the_controller_settles_where_the_two_paths_balance() {
-        // A model of a loader-bound run: the CPU path alone makes 10 units/s, the GPU path alone 12; a share p
-        // takes (1-p)/10 for the CPU rows and p/12 for the GPU rows, so they balance at p = 12/22.
-        let mut c = Controller::new(0.0);
-        let mut p = 0.0;
-        let mut tail = Vec::new();
-        for i in 0..600 {
-            let cpu = Duration::from_secs_f64((1.0 - p) / 10.0);
-            let gpu = Duration::from_secs_f64(p / 12.0);
-            p = c.next(true, cpu, gpu);
-            if i >= 500 {
-                tail.push(p);
-            }
-        }
-        let balance = 12.0 / 22.0;
-        assert!(tail.iter().all(|&p| (p - balance).abs() < 0.02), "{tail:?}");
-    }
-
-    #[test]
-    fn arenas_scale_with_the_batch_within_their_bounds() {
-        assert_eq!(arena_bytes(1), 64 << 20);
-        assert_eq!(arena_bytes(256), 256 * (768 << 10));
-        assert_eq!(arena_bytes(1 << 20), 2 << 30);
-    }
+    use crate::sync::{AtomicU64, Ordering};
 
     /// splitmix64: the stress test's randomness (seeded per thread and run, so a failure names its seed).
     struct Rng(u64);
@@ -951,7 +361,7 @@ mod tests {
     const EPOCHS: u64 = 4;
     const WORKERS: usize = 8;
     const ARENA: usize = 16 << 10;
-    /// Decode threads: [queue 0, queue 0, queue 1], as [`DECODERS`].
+    /// Decode threads: [queue 0, queue 0, queue 1], as `DECODERS` (threads.rs).
     const QUEUES: [usize; 3] = [0, 0, 1];
 
     #[derive(Debug, Default)]
@@ -1215,7 +625,7 @@ impl QueueTask for FakeTask {
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::*;
-    use crate::sync::thread_spawn;
+    use crate::sync::{Arc, thread_spawn};
 
     type Q = DecodeQueue<FakeTask, ()>;
     const ARENA: usize = 1 << 12;
