@@ -4,6 +4,7 @@ expected thing or says what to write instead."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -148,6 +149,135 @@ def test_to_dtype_half_types_set_the_loader_dtype(files: trdata.FileList, name: 
     assert e.value.parameter == "transforms"
 
 
+@pytest.mark.parametrize(
+    ("given", "name"),
+    [
+        (torch.float16, "float16"),
+        (torch.half, "float16"),
+        (torch.bfloat16, "bfloat16"),
+        (torch.float32, "float32"),
+        (torch.uint8, "uint8"),
+        (np.dtype("float16"), "float16"),
+        (np.dtype(np.float32), "float32"),
+        (np.dtype("uint8"), "uint8"),
+    ],
+)
+def test_dtype_objects_name_a_dtype(files: trdata.FileList, given: object, name: str) -> None:
+    with trdata.Loader(files, batch_size=4, transforms=[trdata.CenterCrop(8)], dtype=given) as loader:
+        assert loader.dtype == name
+        x, _ = next(iter(loader)).torch()
+    assert x.dtype == getattr(torch, name)
+
+
+def test_dtype_objects_of_other_types_are_refused_naming_dtype(files: trdata.FileList) -> None:
+    for given in (torch.float64, np.dtype("int32")):
+        with pytest.raises(ConfigError, match="invalid dtype") as e:
+            trdata.Loader(files, transforms=[trdata.CenterCrop(8)], dtype=given)
+        assert e.value.parameter == "dtype"
+
+
+def test_a_dtype_contradicting_the_composes_to_dtype_is_refused(files: trdata.FileList) -> None:
+    """As a normalize= differing from the Compose's Normalize is refused: neither may silently win."""
+    compose = v2.Compose([v2.CenterCrop(8), v2.ToImage(), v2.ToDtype(torch.float16, scale=True)])
+    with pytest.raises(ConfigError, match="ToDtype") as e:
+        trdata.Loader(files, transforms=compose, dtype="bfloat16")
+    assert e.value.parameter == "dtype"
+    with pytest.raises(ConfigError, match="ToDtype") as e:
+        trdata.Loader(files, views=[compose], dtype="uint8")
+    assert e.value.parameter == "dtype"
+    # the same dtype, spelled either way, agrees; left out, the Compose's wins
+    for dtype in ("float16", torch.float16):
+        with trdata.Loader(files, transforms=compose, dtype=dtype) as loader:
+            assert loader.dtype == "float16"
+    with trdata.Loader(files, transforms=compose) as loader:
+        assert loader.dtype == "float16"
+
+
+# ------------------------------------------------------------------ 4. DataLoader habits
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "parameter", "says"),
+    [
+        ({"num_workers": 4}, "workers", "workers=N"),
+        ({"drop_last": True}, "last_batch", 'last_batch="drop"'),
+        ({"drop_last": False}, "last_batch", 'last_batch="partial"'),
+        ({"pin_memory": True}, "device", "device='cuda'"),
+        ({"collate_fn": lambda b: b}, "batch_transform", "batch_transform=fn"),
+        ({"sampler": object()}, "shuffle", "rank=/world_size="),
+        ({"persistent_workers": True}, None, "always persistent"),
+        ({"worker_init_fn": print}, None, "no per-worker Python"),
+        ({"prefetch_factor": 4}, "prefetch", "prefetch=N"),
+    ],
+)
+def test_dataloader_arguments_name_the_trdata_equivalent(
+    files: trdata.FileList, kwargs: dict[str, object], parameter: str | None, says: str
+) -> None:
+    with pytest.raises(TypeError) as e:
+        trdata.Loader(files, batch_size=4, transforms=[trdata.CenterCrop(8)], **kwargs)
+    err = e.value
+    assert isinstance(err, trdata.errors.DataLoaderArgumentError) and isinstance(err, trdata.TrdataError)
+    assert (err.argument, err.parameter) == (next(iter(kwargs)), parameter)
+    assert "DataLoader" in str(err) and says in str(err), str(err)
+
+
+def test_other_unknown_arguments_are_pythons_type_error_with_a_hint(files: trdata.FileList) -> None:
+    with pytest.raises(TypeError, match="unexpected keyword argument 'batchsize'.*'batch_size'") as e:
+        trdata.Loader(files, batchsize=4)
+    assert not isinstance(e.value, trdata.TrdataError)
+
+
+def test_workers_0_says_there_is_no_in_process_mode(files: trdata.FileList) -> None:
+    with pytest.raises(ConfigError, match=r"invalid workers: 0 must be in 1\.\.=") as e:
+        trdata.Loader(files, transforms=[trdata.CenterCrop(8)], workers=0)
+    assert e.value.parameter == "workers"
+    assert "no in-process mode" in str(e.value) and "workers=1" in str(e.value)
+    # one worker runs, and a bad file is named
+    (Path(files.paths[0])).write_bytes(b"not a jpeg")
+    with trdata.Loader(files, batch_size=4, transforms=[trdata.CenterCrop(8)], workers=1) as loader:
+        with pytest.raises(trdata.DecodeError, match=Path(files.paths[0]).name):
+            list(loader)
+
+
+# ------------------------------------------------------------------ 5. a wrong source
+
+
+def test_a_wrong_source_lists_every_trdata_source(files: trdata.FileList) -> None:
+    with pytest.raises(ConfigError) as e:
+        trdata.Loader([1, 2, 3])  # type: ignore[arg-type]
+    assert e.value.parameter == "source" and str(e.value).startswith("invalid source: a list must be")
+    public = {
+        n
+        for n in trdata.__all__
+        if isinstance(getattr(trdata, n), type)
+        and issubclass(getattr(trdata, n), trdata.Source)
+        and getattr(trdata, n) is not trdata.Source
+    }
+    assert len(public) == 11
+    for name in public:
+        assert re.search(rf"\b{name}\b", str(e.value)), name
+
+
+def test_torchvision_image_folder_points_to_trdata_image_folder(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("torchvision.datasets")
+    root = tmp_path / "folder"
+    write_jpegs(root / "cats", 2)
+    write_jpegs(root / "dogs", 2)
+    theirs = datasets.ImageFolder(str(root))
+    with pytest.raises(
+        ConfigError, match=re.escape(f"trdata.ImageFolder({str(root)!r}) takes the same root")
+    ):
+        trdata.Loader(theirs, transforms=[trdata.CenterCrop(8)])
+    with trdata.Loader(trdata.ImageFolder(str(root)), batch_size=4, transforms=[trdata.CenterCrop(8)]) as ld:
+        assert len(next(iter(ld))) == 4
+    for train in (True, False):  # torchvision's MNIST checks both splits' files
+        make_mnist(tmp_path / "m", n=4, train=train)
+    with pytest.raises(
+        ConfigError, match=re.escape(f"trdata.MNIST({str(tmp_path / 'm')!r}) takes the same root")
+    ):
+        trdata.Loader(datasets.MNIST(str(tmp_path / "m")))
+
+
 # ------------------------------------------------------------------ 6. trdata bench --seconds: the bar's rate
 
 
@@ -156,7 +286,6 @@ def test_bench_seconds_bar_shows_the_runs_rate(
 ) -> None:
     """A ``--seconds`` run times several epochs; its bar restarts every epoch, but its rate must stay the run's
     (it showed the last epoch's images over the whole run's time: 127 img/s beside 1,122 in the table)."""
-    import re
     import types
 
     from trdata import _bench

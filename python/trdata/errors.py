@@ -15,6 +15,19 @@ class ConfigError(TrdataError, ValueError):
         self.parameter = parameter
 
 
+class DataLoaderArgumentError(TrdataError, TypeError):
+    """A ``torch.utils.data.DataLoader`` argument given to ``trdata.Loader`` (``num_workers``, ``drop_last``,
+    ``pin_memory``, ``collate_fn``, ``sampler``, …): the message says what trdata does instead. ``argument``
+    names the DataLoader argument, ``parameter`` the trdata parameter to use (None when there is nothing to set).
+    A TypeError, as Python raises for an unexpected keyword argument; not a ConfigError, which is about the value
+    of one of trdata's own parameters."""
+
+    def __init__(self, message: str, argument: str, parameter: str | None = None) -> None:
+        super().__init__(message)
+        self.argument = argument
+        self.parameter = parameter
+
+
 class SourceError(TrdataError, FileNotFoundError):
     """A dataset source could not be built (missing root, empty folder, unreadable directory)."""
 

@@ -10,7 +10,7 @@ import numbers
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, Union
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol, Union
 
 if TYPE_CHECKING:
     from typing_extensions import TypeAlias  # typing.TypeAlias is 3.10+; annotations are not evaluated
@@ -20,7 +20,7 @@ import numpy as np
 from . import _core, _nvjpeg, _nvrtc
 from . import batch as _batch
 from . import transforms as _tv
-from .errors import ConfigError, LoaderClosedError, StaleIteratorError, _shown
+from .errors import ConfigError, DataLoaderArgumentError, LoaderClosedError, StaleIteratorError, _shown
 from .sources import Source
 from .transforms import Transform
 from .transforms import specs as _transform_specs
@@ -69,9 +69,10 @@ def _bool(name: str, value: Any) -> bool:
 
 
 def _torchvision_args(transforms: Any, normalize: Any, dtype: Any) -> tuple[Any, Any, Any]:
-    """A torchvision Compose/op/list → (trdata transforms, normalize, dtype): a trailing Normalize becomes
-    ``normalize`` (an explicit, different ``normalize`` is refused), ToTensor/ToDtype the dtype unless one was
-    given."""
+    """A torchvision Compose/op/list or a ``from_torchvision`` result → (trdata transforms, normalize, dtype): a
+    trailing Normalize becomes ``normalize`` (an explicit, different ``normalize`` is refused), ToTensor/ToImage
+    the dtype unless one was given, an explicit ToDtype/ConvertImageDtype the dtype (a different ``dtype`` given
+    too is refused, as ``normalize`` is; ``dtype`` left at its default takes the pipeline's)."""
     converted = _tv.from_torchvision(transforms)
     if converted.normalize is not None:
         if normalize is not None and _normalize(normalize) != _normalize(converted.normalize):
@@ -83,7 +84,94 @@ def _torchvision_args(transforms: Any, normalize: Any, dtype: Any) -> tuple[Any,
         normalize = converted.normalize
     if converted.dtype is not None and dtype == DEFAULTS["dtype"]:
         dtype = converted.dtype
+    elif converted.dtype_op is not None and dtype != converted.dtype:
+        raise ConfigError(
+            f"invalid dtype: {_shown(dtype)} must match the transforms' {converted.dtype_op} "
+            f"{converted.dtype!r} (or be left out)",
+            parameter="dtype",
+        )
     return converted.transforms, normalize, dtype
+
+
+#: torch DataLoader arguments (and look-alikes) → (the trdata parameter to use or None, what to do instead).
+_DATALOADER_ARGUMENTS: dict[str, tuple[str | None, str]] = {
+    "dataset": ("source", "pass the trdata source as source= (the first argument)"),
+    "num_workers": (
+        "workers",
+        "use workers=N (worker threads of this process; default: its share of the CPUs). There is no in-process "
+        "mode like num_workers=0: workers=1 runs one worker thread, and errors name the file and the sample, so "
+        "debugging works with workers=1",
+    ),
+    "drop_last": ("last_batch", ""),  # its value decides: see _dataloader_arguments
+    "pin_memory": (
+        "device",
+        "pinning is automatic: a CUDA loader (device='cuda') fills pinned staging buffers and copies each batch "
+        "to the GPU itself (batches arrive as CUDA tensors); a CPU loader's batches are views of trdata's own "
+        "buffers",
+    ),
+    "pin_memory_device": ("device", "use device='cuda:N' (batches arrive on that GPU)"),
+    "collate_fn": (
+        "batch_transform",
+        "batches are collated by the core (images, labels, indices); to change a finished batch use "
+        "batch_transform=fn (called with each Batch), or batch_ops=[MixUp(...), CutMix(...)]",
+    ),
+    "sampler": (
+        "shuffle",
+        "the order is the core's epoch plan: shuffle=True/False with seed=, and rank=/world_size= for distributed "
+        "training (DistributedSampler; read from torch.distributed or RANK/WORLD_SIZE by default), "
+        "set_epoch(e) for the epoch",
+    ),
+    "batch_sampler": (
+        "batch_size",
+        "use batch_size=, shuffle=/seed= and last_batch= (batches are planned by the core)",
+    ),
+    "persistent_workers": (
+        None,
+        "workers are always persistent: they start on the first iteration and serve every epoch until close()",
+    ),
+    "worker_init_fn": (
+        None,
+        "workers are Rust threads that run no per-worker Python; randomness needs no per-worker seeding "
+        "(every draw depends on (seed, epoch, sample) only: set seed=)",
+    ),
+    "prefetch_factor": ("prefetch", "use prefetch=N (batches prepared ahead, per device)"),
+    "generator": ("seed", "use seed= (the one seed of every random decision)"),
+    "multiprocessing_context": (
+        None,
+        "workers are threads of this process, not processes: there is no context",
+    ),
+    "timeout": (None, "there is no batch timeout; waiting for a batch is interruptible (Ctrl-C) at any time"),
+    "in_order": (
+        "reproducible",
+        "use reproducible=True for dataset-order slots (in_order=True), False otherwise",
+    ),
+}
+
+
+def _dataloader_arguments(kwargs: dict[str, Any]) -> None:
+    """Keyword arguments Loader does not take: a torch DataLoader one → DataLoaderArgumentError saying what trdata
+    does instead; any other → TypeError as Python words it (with a close match of Loader's parameters)."""
+    for name, value in kwargs.items():
+        if name not in _DATALOADER_ARGUMENTS:
+            import difflib
+            import inspect
+
+            params = list(inspect.signature(Loader.__init__).parameters)[1:]
+            close = difflib.get_close_matches(name, params, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise TypeError(f"Loader.__init__() got an unexpected keyword argument {name!r}{hint}")
+        parameter, instead = _DATALOADER_ARGUMENTS[name]
+        if name == "drop_last":
+            instead = (
+                'use last_batch="drop"'
+                if value
+                else 'use last_batch="partial" (the default) — or "pad" to fill the last batch and report valid rows'
+            )
+        raise DataLoaderArgumentError(
+            f"{name}={_shown(value)} is torch DataLoader's argument, not trdata.Loader's: {instead}",
+            argument=name,
+            parameter=parameter,
+        )
 
 
 def _views(views: Any, normalize: Any, dtype: Any) -> tuple[list[list[tuple[Any, ...]]], Any, Any]:
@@ -450,6 +538,45 @@ def _cpu_share() -> list[int]:
     return cpus[local_rank * n // local_world : (local_rank + 1) * n // local_world]
 
 
+#: The public trdata sources, as a wrong ``source`` is told (a test keeps it equal to trdata's Source classes).
+_SOURCE_NAMES = (
+    "trdata.ImageFolder",
+    "FileList",
+    "Bytes",
+    "Arrays",
+    "MNIST",
+    "FashionMNIST",
+    "KMNIST",
+    "CIFAR10",
+    "CIFAR100",
+    "WebDataset",
+    "Packed",
+)
+
+#: torchvision.datasets classes with a trdata twin that reads the same root.
+_TORCHVISION_TWINS = ("ImageFolder", "MNIST", "FashionMNIST", "KMNIST", "CIFAR10", "CIFAR100")
+
+
+def _torch_dataset_hint(source: Any) -> str:
+    """What to write instead of a torchvision dataset (its trdata twin on the same root), or of another torch
+    Dataset; "" for anything else."""
+    cls = type(source)
+    name = cls.__name__
+    if cls.__module__.startswith("torchvision.datasets") and name in _TORCHVISION_TWINS:
+        root = getattr(source, "root", None)
+        shown = "root" if root is None else _shown(os.fspath(root) if isinstance(root, os.PathLike) else root)
+        return (
+            f"; for torchvision.datasets.{name}, trdata.{name}({shown}) takes the same root (the loader's "
+            "transforms= takes the dataset's transform pipeline)"
+        )
+    if any(c.__module__.startswith("torch.utils.data") for c in cls.__mro__):
+        return (
+            "; a torch Dataset's __getitem__ is not read by trdata: point a trdata source at the files "
+            "(trdata.ImageFolder(root), trdata.FileList(paths, labels)) or the arrays (trdata.Arrays(images, labels))"
+        )
+    return ""
+
+
 class Loader:
     """Batches of decoded, augmented, normalized images from ``source``.
 
@@ -563,7 +690,11 @@ class Loader:
     ``parameter`` names it: ints are ints (not bools, strings or floats) within their range, ``shuffle``,
     ``reproducible`` and ``exif_transpose`` are bools, the choice strings (``dtype``, ``layout``, ``last_batch``,
     ``on_error``, ``pin``) are exactly one of ``trdata.loader.CHOICES[name]``, ``cpus`` are ids of CPUs
-    this process may run on (``os.sched_getaffinity(0)``).
+    this process may run on (``os.sched_getaffinity(0)``). ``dtype`` also takes a torch or numpy dtype object
+    naming one of them (``torch.float16``, ``np.dtype("float32")``). torch DataLoader's arguments
+    (``num_workers``, ``drop_last``, ``pin_memory``, ``collate_fn``, ``sampler``, ``persistent_workers``,
+    ``worker_init_fn``, …) raise ``trdata.errors.DataLoaderArgumentError`` (a ``TypeError``) saying what to
+    write instead.
     """
 
     def __init__(
@@ -597,12 +728,16 @@ class Loader:
         batch_transform: Callable[[Batch, Any], Any] | None = None,
         views: Sequence[Sequence[Transform] | Any] | None = None,
         decode: str | float = DEFAULTS["decode"],
+        **dataloader_kwargs: NoReturn,  # torch DataLoader's arguments: refused, naming trdata's equivalent
     ) -> None:
+        _dataloader_arguments(dataloader_kwargs)
         if not isinstance(source, Source):
             raise ConfigError(
-                f"invalid source: a {type(source).__name__} must be a trdata.ImageFolder or trdata.FileList",
+                f"invalid source: a {type(source).__name__} must be a trdata source ({', '.join(_SOURCE_NAMES)})"
+                f"{_torch_dataset_hint(source)}",
                 parameter="source",
             )
+        dtype = _tv.dtype_name(dtype)  # torch.float16 / np.dtype("float16") → "float16"; the core checks it
         if _tv.is_torchvision(transforms):
             transforms, normalize, dtype = _torchvision_args(transforms, normalize, dtype)
         view_specs = None
