@@ -64,7 +64,7 @@ NOT_VALIDATION = {
         "load_state",
     ): "checkpoint fields against the loader (state_dict), not parameter values",
     ("src/cuda/nvjpeg.rs", "open_required"): "the tools' GPU decode needs libnvjpeg (the environment, not a value)",
-    ("src/transfer/gpu_decode.rs", "start"): "first iteration: this GPU has no JPEG engines (the device, not a value)",
+    ("src/gpu_decode/path.rs", "start"): "first iteration: this GPU has no JPEG engines (the device, not a value)",
 }
 
 # The edge's translation helpers: the only places python/trdata and src/py may raise ConfigError.
