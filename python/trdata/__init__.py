@@ -12,6 +12,7 @@ from .classic import CIFAR10_NORM, CIFAR100_NORM, FASHION_MNIST_NORM, MNIST_NORM
 from .errors import (
     ConfigError,
     CudaError,
+    DataLoaderArgumentError,
     DecodeError,
     LoaderClosedError,
     OutOfMemoryError,
@@ -84,6 +85,7 @@ __all__ = [
     "ConfigError",
     "CutMix",
     "CudaError",
+    "DataLoaderArgumentError",
     "DecodeError",
     "FASHION_MNIST_NORM",
     "FashionMNIST",
