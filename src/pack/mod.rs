@@ -49,7 +49,7 @@ use crate::source::packed::{
     BLOCK_BYTES, DEFAULT_BLOCK_BYTES, FLAG_CMYK, FLAG_HIGH_PRECISION, FLAG_LOSSLESS, FLAG_PROGRESSIVE, FLAG_UNREADABLE,
     PackMeta, PackOptions, PackWriter, PackedIndex, RecordFormat, RecordMeta, check_classes,
 };
-use crate::source::{Dataset, PixelArray, Store, read_sample, read_span};
+use crate::source::{Dataset, PixelArray, Store, describe_file_type, read_sample, read_span};
 use crate::synthetic::encode::{ChromaSubsampling, JpegEncoder};
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -57,7 +57,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::BufWriter;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -407,21 +407,10 @@ pub fn check_destination(dst: &Path) -> Result<()> {
     }
     match fs::metadata(dst) {
         Ok(m) if m.is_file() => Ok(()),
-        Ok(m) => {
-            let ft = m.file_type();
-            let kind = if ft.is_dir() {
-                "a directory"
-            } else if ft.is_char_device() || ft.is_block_device() {
-                "a device node"
-            } else if ft.is_fifo() {
-                "a FIFO"
-            } else if ft.is_socket() {
-                "a socket"
-            } else {
-                "not a regular file"
-            };
-            Err(bad(format!("is {kind}: only a new path or an existing regular file is replaced by a pack")))
-        }
+        Ok(m) => Err(bad(format!(
+            "is {}: only a new path or an existing regular file is replaced by a pack",
+            describe_file_type(m.file_type())
+        ))),
         // Absent, or a dangling symlink (the link itself is replaced): fine.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(bad(format!("cannot be examined: {e}"))),

@@ -474,7 +474,7 @@ fn destinations_that_are_not_regular_files_are_refused_before_any_work() {
         (fifo.clone(), "is a FIFO"),
         (root.join("nope/out.trdpack"), "which cannot be used"),
         (file.join("out.trdpack"), "which is not a directory"),
-        (PathBuf::from("/dev/null"), "is a device node"),
+        (PathBuf::from("/dev/null"), "is a character device"),
     ];
     // A device node of our own (root may make one): what `trdata pack SRC /dev/null` would have replaced.
     let dev = root.join("null");
@@ -483,7 +483,7 @@ fn destinations_that_are_not_regular_files_are_refused_before_any_work() {
         .status()
         .is_ok_and(|s| s.success())
     {
-        cases.push((dev.clone(), "is a device node"));
+        cases.push((dev.clone(), "is a character device"));
     }
     for (dst, why) in cases {
         let called = AtomicBool::new(false);

@@ -16,7 +16,7 @@ mod read;
 pub use block_cache::{BlockBytes, BlockCache, OrderKey};
 pub use image_folder::{IMAGE_EXTENSIONS, image_folder, image_folder_cancellable, is_image_file_name, python_name_cmp};
 pub use packed::{PackedFile, PackedMode};
-pub use read::{read_sample, read_span, undecoded_format};
+pub use read::{describe as describe_file_type, read_sample, read_span, undecoded_format};
 
 use crate::error::{Result, TrdataError};
 use crate::sync::Arc;

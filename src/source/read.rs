@@ -25,7 +25,7 @@ use std::path::Path;
 const KEEP_BUFFER_BYTES: usize = 64 << 20;
 
 /// What a file type is, in words, for "… is a FIFO" messages.
-fn describe(ft: FileType) -> &'static str {
+pub fn describe(ft: FileType) -> &'static str {
     if ft.is_dir() {
         "a directory"
     } else if ft.is_fifo() {

@@ -2,7 +2,7 @@
 //! `GaussianBlur`), each its arguments, check, draw and kernel call ([`super::Op`]) over [`crate::augment::kernels`].
 
 use super::{Args, BITS, Drawn, HUE, KERNEL_SIZE, NUM_OUTPUT_CHANNELS, Op, OpScratch, SHARPNESS_FACTOR, SIGMA};
-use super::{DefaultValue, THRESHOLD, bad, check_p, gated, undrawn, uniform_f32};
+use super::{DefaultValue, THRESHOLD, bad, check_p, gated, randperm, undrawn, uniform_f32};
 use crate::augment::default as tv;
 use crate::augment::kernels::{self, Frame};
 use crate::augment::site::{MAX_CONTAINER_OPS, Site};
@@ -224,16 +224,7 @@ impl Op for RandomChannelPermutation {
     }
 
     fn sample(&self, rng: &mut SampleRng, (_, _, c): (usize, usize, usize)) -> std::result::Result<Drawn, String> {
-        let n = c.min(MAX_CONTAINER_OPS);
-        let mut order = [0u8; MAX_CONTAINER_OPS];
-        for (i, o) in order.iter_mut().enumerate() {
-            *o = i as u8;
-        }
-        for i in 0..n.saturating_sub(1) {
-            let z = rng.below((n - i) as u64) as usize;
-            order.swap(i, i + z);
-        }
-        Ok(Drawn::Order { order, n: n as u8 })
+        Ok(randperm(rng, c))
     }
 
     fn apply(&self, drawn: &Drawn, frame: &mut Frame, _: &mut OpScratch, _: &mut SampleRng) {

@@ -3,7 +3,7 @@
 //! [`Site::child`]), so their [`Op::apply`] is never called. The binding builds them from the inner specs
 //! (src/py/ops.rs), so they have no spec kind here.
 
-use super::{DefaultValue, bad, check_p, gated, shown_hw};
+use super::{DefaultValue, bad, check_p, gated, randperm, shown_hw};
 use super::{Drawn, MAX_CONTAINER_OPS, MAX_CONTAINER_POSITION, MAX_NESTING, Op, OpScratch, OpSpec, P, TRANSFORMS};
 use crate::augment::kernels::Frame;
 use crate::augment::site::Site;
@@ -233,17 +233,7 @@ impl Op for RandomOrder {
     }
 
     fn sample(&self, rng: &mut SampleRng, _hwc: (usize, usize, usize)) -> std::result::Result<Drawn, String> {
-        // torch.randperm(n): forward Fisher–Yates (as ColorJitter's order).
-        let n = self.transforms.len().min(MAX_CONTAINER_OPS);
-        let mut order = [0u8; MAX_CONTAINER_OPS];
-        for (i, o) in order.iter_mut().enumerate() {
-            *o = i as u8;
-        }
-        for i in 0..n.saturating_sub(1) {
-            let z = rng.below((n - i) as u64) as usize;
-            order.swap(i, i + z);
-        }
-        Ok(Drawn::Order { order, n: n as u8 })
+        Ok(randperm(rng, self.transforms.len()))
     }
 
     fn apply(&self, _: &Drawn, _: &mut Frame, _: &mut OpScratch, _: &mut SampleRng) {

@@ -258,6 +258,21 @@ fn uniform_f32(rng: &mut SampleRng, (lo, hi): (f64, f64)) -> f64 {
     f64::from(rng.uniform_range(lo, hi) as f32)
 }
 
+/// `torch.randperm(n)` as [`Drawn::Order`] (n at most `MAX_CONTAINER_OPS`): forward Fisher–Yates, as ColorJitter's
+/// order (RandomOrder's transforms, RandomChannelPermutation's channels).
+fn randperm(rng: &mut SampleRng, n: usize) -> Drawn {
+    let n = n.min(crate::augment::site::MAX_CONTAINER_OPS);
+    let mut order = [0u8; crate::augment::site::MAX_CONTAINER_OPS];
+    for (i, o) in order.iter_mut().enumerate() {
+        *o = i as u8;
+    }
+    for i in 0..n.saturating_sub(1) {
+        let z = rng.below((n - i) as u64) as usize;
+        order.swap(i, i + z);
+    }
+    Drawn::Order { order, n: n as u8 }
+}
+
 /// The probability gate (`_RandomApplyTransform`): one draw, apply iff `u < p`.
 fn gate(rng: &mut SampleRng, p: f64) -> bool {
     rng.uniform() < p
