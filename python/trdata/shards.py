@@ -41,6 +41,7 @@ written means no cache, never an error.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import io
@@ -97,6 +98,12 @@ CacheDir = Union[str, bytes, "os.PathLike[str]", bool, None]
 
 def _bad(shard: str, message: str) -> DecodeError:
     return DecodeError(f"{shard}: {message}", path=shard, kind="bad-shard")
+
+
+def _unlink_quietly(path: str) -> None:
+    """Remove a temporary file this process made; gone already or not removable: nothing to do."""
+    with contextlib.suppress(OSError):
+        os.unlink(path)
 
 
 def default_cache_dir() -> str:
@@ -495,10 +502,7 @@ def _index_key_at(path: str) -> bytes | None:
         return None
     finally:
         if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            _unlink_quietly(tmp)
 
 
 def _signed_body(ident: Any, samples: Any) -> bytes:
@@ -592,7 +596,4 @@ def _write_cache(path: str, ident: dict[str, Any], samples: list[_Sample], key: 
         pass  # unwritable or full: the index works without its cache
     finally:
         if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            _unlink_quietly(tmp)

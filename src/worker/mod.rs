@@ -728,10 +728,23 @@ mod tests {
         policy: ErrorPolicy,
         workers: usize,
     ) -> (Arc<Station>, WorkerPool, Arc<Stats>) {
+        let (station, pool, stats, _) =
+            start_epoch_over(Store::Files(paths.to_vec()), paths.len(), num_samples, batch_size, policy, workers);
+        (station, pool, stats)
+    }
+
+    /// [`start_epoch`] over any `store` of `len` samples; also returns the work context (its skip log).
+    fn start_epoch_over(
+        store: Store,
+        len: usize,
+        num_samples: u64,
+        batch_size: u64,
+        policy: ErrorPolicy,
+        workers: usize,
+    ) -> (Arc<Station>, WorkerPool, Arc<Stats>, Arc<WorkContext>) {
         let stats = Arc::new(Stats::default());
-        let store = Store::Files(paths.to_vec());
         let ctx = Arc::new(WorkContext {
-            dataset: Arc::new(Dataset { store, labels: vec![0; paths.len()], classes: vec![] }),
+            dataset: Arc::new(Dataset { store, labels: vec![0; len], classes: vec![] }),
             pipeline: pipeline().into(),
             stats: Arc::clone(&stats),
             seed: 7,
@@ -754,8 +767,8 @@ mod tests {
         station.begin_epoch(EpochShape { batches, batch_size, total_rows: batches * batch_size }, 0);
         let pool = WorkerPool::start(vec![None; workers], DecodeLimits::default()).unwrap();
         let engines = vec![EngineJob::new(0, Arc::clone(&station), &shape, true, 0, None)];
-        pool.run(Arc::new(EpochJob { plan: Arc::new(EpochPlan::new(shape, 0)), engines, ctx }));
-        (station, pool, stats)
+        pool.run(Arc::new(EpochJob { plan: Arc::new(EpochPlan::new(shape, 0)), engines, ctx: Arc::clone(&ctx) }));
+        (station, pool, stats, ctx)
     }
 
     /// Run one whole epoch of `paths` (batch 1) under `policy` with `workers` workers; returns (per row: written
@@ -818,33 +831,9 @@ mod tests {
     /// look-up count).
     fn run_blobs(blobs: Vec<Vec<u8>>, batch_size: u64, workers: usize) -> (Vec<u64>, Arc<Stats>, u64) {
         let n = blobs.len() as u64;
-        let stats = Arc::new(Stats::default());
-        let ctx = Arc::new(WorkContext {
-            dataset: Arc::new(Dataset { store: Store::Blobs(blobs), labels: vec![0; n as usize], classes: vec![] }),
-            pipeline: pipeline().into(),
-            stats: Arc::clone(&stats),
-            seed: 7,
-            reproducible: true,
-            on_error: ErrorPolicy::Skip,
-            skipped: Mutex::new(SkipLog::default()),
-            any_bad: AtomicBool::new(false),
-        });
-        let shape = PlanShape {
-            num_samples: n,
-            global_engines: 1,
-            batch_size,
-            last_batch: LastBatch::Drop,
-            shuffle: false,
-            seed: 7,
-        };
-        let layout = BatchLayout::with_views(batch_size as usize, &ctx.pipeline.view_bytes());
-        let station = Arc::new(Station::new(layout, 2, 4, Arc::clone(&stats)));
+        let (station, mut pool, stats, ctx) =
+            start_epoch_over(Store::Blobs(blobs), n as usize, n, batch_size, ErrorPolicy::Skip, workers);
         let batches = n / batch_size;
-        station.begin_epoch(EpochShape { batches, batch_size, total_rows: batches * batch_size }, 0);
-        let mut pool = WorkerPool::start(vec![None; workers], DecodeLimits::default()).unwrap();
-        let engines = vec![EngineJob::new(0, Arc::clone(&station), &shape, true, 0, None)];
-        let plan = Arc::new(EpochPlan::new(shape, 0));
-        pool.run(Arc::new(EpochJob { plan, engines, ctx: Arc::clone(&ctx) }));
         let mut rows = Vec::new();
         for b in 0..batches {
             match Station::take(&station, b, Duration::from_secs(600)) {
