@@ -32,6 +32,7 @@ batches (as ``benches/gpu/rn50_train.py --repeat``) instead of restarting the pi
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import os
@@ -418,9 +419,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"done: {step} steps in {time.perf_counter() - t0:.1f} s", flush=True)
     loader.close()
     dist.barrier()  # no rank tears the group down while another is still in a collective
+    # DDP's reducer holds the process group: drop it (and the optimizer) so that destroy_process_group tears gloo's
+    # threads down here, while the interpreter is whole, and not during its finalization, where a gloo thread still
+    # holding work can abort the process ("terminate called without an active exception", seen once in CI).
+    model = opt = None
+    gc.collect()
     dist.destroy_process_group()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Everything was closed above; skip interpreter finalization, where torch.distributed's C++ threads can still
+    # abort a process that has finished its work (see the comment before destroy_process_group).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
