@@ -685,11 +685,17 @@ impl Loader {
                 }
                 EnginePoll::AllHeld(held, what) => {
                     self.cancel_running();
+                    // `held` counts every buffer of the engine: the ones it keeps in flight plus the user's
+                    // allowance; the message names both so that the count adds up to the setting.
+                    let allowed = self.cfg.max_held_batches;
+                    let in_flight = held.saturating_sub(allowed);
                     return Err(TrdataError::config(
                         "max_held_batches",
                         format!(
-                            "all {held} {what} are held by Python, so the next batch can never be produced; drop \
-                             references to old batches or raise max_held_batches"
+                            "all {held} {what} are held by Python (max_held_batches={allowed} plus the {in_flight} \
+                             the loader keeps in flight), so the next batch can never be produced; drop references \
+                             to old batches (a Batch and every tensor or array made from it) or raise \
+                             max_held_batches"
                         ),
                     ));
                 }

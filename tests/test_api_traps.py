@@ -239,6 +239,21 @@ def test_workers_0_says_there_is_no_in_process_mode(files: trdata.FileList) -> N
             list(loader)
 
 
+def test_holding_too_many_batches_names_the_setting_and_the_prefetch(files: trdata.FileList) -> None:
+    """The message's numbers add up to what the user set: the allowance plus what the loader keeps in flight."""
+    with trdata.Loader(
+        files, batch_size=2, transforms=[trdata.CenterCrop(8)], dtype="uint8", max_held_batches=1, prefetch=3
+    ) as loader:
+        it = iter(loader)
+        held = [next(it) for _ in range(4)]  # 3 in flight + 1 allowed: every buffer is now the user's
+        with pytest.raises(ConfigError, match="held by Python") as e:
+            next(it)
+        assert e.value.parameter == "max_held_batches"
+        assert "all 4 batch buffers" in str(e.value)
+        assert "max_held_batches=1 plus the 3 the loader keeps in flight" in str(e.value)
+        del held
+
+
 # ------------------------------------------------------------------ 5. a wrong source
 
 
