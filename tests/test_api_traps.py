@@ -242,10 +242,10 @@ def test_workers_0_says_there_is_no_in_process_mode(files: trdata.FileList) -> N
 def test_holding_too_many_batches_names_the_setting_and_the_prefetch(files: trdata.FileList) -> None:
     """The message's numbers add up to what the user set: the allowance plus what the loader keeps in flight."""
     with trdata.Loader(
-        files, batch_size=2, transforms=[trdata.CenterCrop(8)], dtype="uint8", max_held_batches=1, prefetch=3
+        files, batch_size=1, transforms=[trdata.CenterCrop(8)], dtype="uint8", max_held_batches=1, prefetch=3
     ) as loader:
         it = iter(loader)
-        held = [next(it) for _ in range(4)]  # 3 in flight + 1 allowed: every buffer is now the user's
+        held = [next(it) for _ in range(4)]  # 3 in flight + 1 allowed (of 8 batches): every buffer is the user's
         with pytest.raises(ConfigError, match="held by Python") as e:
             next(it)
         assert e.value.parameter == "max_held_batches"
