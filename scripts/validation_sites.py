@@ -30,7 +30,7 @@ PARAMS = {
     "reproducible", "last_batch", "device", "rank", "world_size", "on_error", "pin", "prefetch",
     "max_held_batches", "device_slots", "cpus", "max_pixels", "max_scans", "max_memory_bytes", "epoch",
     "channels", "exif_transpose", "views", "batch_ops", "batch_transform", "decode",
-    # batch ops (python/trdata/batch.py; p/scale/ratio/value of BatchRandomErasing are RandomErasing's)
+    # batch ops (python/trdata/batch_ops.py; p/scale/ratio/value of BatchRandomErasing are RandomErasing's)
     "alpha", "num_classes",
     # transforms
     "size", "scale", "ratio", "p",
@@ -69,48 +69,53 @@ NOT_VALIDATION = {
 
 # The edge's translation helpers: the only places python/trdata and src/py may raise ConfigError.
 EDGE_TRANSLATORS = {
+    "python/trdata/_args.py": {
+        "_int_arg": "an int (Python or numpy, not a bool), as a Python int (its range: the core's rule)",
+        "_opt_int": "num_classes is None or an int (its range: rng.rs NUM_CLASSES)",
+        "_bool_arg": "a bool (Python's or numpy's)",
+        "_size": "an int or a (height, width) pair of ints",
+        "_real": "a real number a float can hold",
+        "_pair": "a (min, max) pair of numbers",
+        "_padding": "an int or a sequence of 1, 2 or 4 ints (torchvision's forms; their range: the core's)",
+        "_str": "a string (padding_mode's choice: the core's)",
+        "_mode": "a string or a torchvision enum (its value; the allowed values: the core's choice tables)",
+        "_parse_cpus": "is an iterable of ints",
+    },
     "python/trdata/loader.py": {
-        "_int": "is an int (not a bool), as a Python int",
-        "_bool": "is a bool",
         "_normalize": "is (mean, std), two sequences of numbers a float can hold (how many: the core's rule)",
         "_parse_devices": "'cpu' / 'cuda' / 'cuda:N' / torch.device / a list of them → CUDA ordinals (< 2**32)",
         "_env_int": "an environment variable (LOCAL_RANK, …) is an int ≥ 0",
         "_cpu_share": "LOCAL_RANK < LOCAL_WORLD_SIZE (the environment, not a parameter)",
-        "_parse_cpus": "is an iterable of ints",
         "_torchvision_args": "normalize agrees with a torchvision pipeline's own Normalize (no value rule)",
         "_views": "is a list of pipelines (how many, and not with transforms: the core's rule)",
         "Loader.__init__": "source is a trdata Source (only `source` may be raised there)",
         "Loader.load_state_dict": "a state_dict's entries exist and have the core's types (only `state_dict`)",
     },
     "python/trdata/transforms.py": {
-        "_size": "an int or a (height, width) pair of ints",
-        "_real": "a real number a float can hold",
-        "_pair": "a (min, max) pair of numbers",
         "specs": "a list of built-in transforms",
-        "_padding": "an int or a sequence of 1, 2 or 4 ints (torchvision's forms; their range: the core's)",
-        "_str": "a string (padding_mode's choice: the core's)",
-        "_bool_arg": "a bool",
+        "_unconverted": "a from_torchvision result holds no Normalize/ToDtype where only transforms are taken",
         "Grayscale._spec": "num_output_channels is an int (1 or 3: the core's rule)",
         "GaussianBlur._spec": "kernel_size is an int or 1–2 ints (odd, ≤ 1001: the core's rule)",
         "RandomErasing._spec": "value is a number, a sequence of numbers or the string 'random'",
         "RandomPosterize._spec": "bits is an int (0..=8: the core's rule)",
-        "_mode": "a string or a torchvision enum (its value; the allowed values: the core's choice tables)",
-        "_int_arg": "an int (its range: the core's rule)",
-        "_refuse": "a torchvision op trdata cannot run (names the op; no value rule)",
-        "from_torchvision": "an object that is neither a trdata nor a torchvision transform",
-        "_convert": "torchvision options trdata has no kernel for (interpolation, size=None)",
         "_inner": "a container's transforms is a list of trdata transforms (count, nesting: the core's rules)",
         "RandomChoice._spec": "p is None or a sequence of numbers (count, sign, sum: the core's rules)",
-        "_convert_timm": "timm classes/options trdata has no kernel for (names them; no value rule)",
-        "_timm_interpolation": "timm's interpolation: one filter or its (bilinear, bicubic) pair (names: the core's)",
-        "_timm_shared": "timm AugmentOp lists: op names trdata runs, one shared set of hparams (no value rule)",
-        "_convert_timm_rand_augment": "timm RandAugment without choice weights, one prob/magnitude (no value rule)",
         "TimmRandAugment.from_config": "timm's config string grammar (m/n/p/mstd/mmax/inc sections; values: core)",
         "TimmRandAugment._spec": "ops is a sequence of names (which names: the core's)",
         "TimmAugMix._spec": "ops is a sequence of names (which names: the core's)",
         "TimmAutoAugment._spec": "policy is a sequence of (name, p, magnitude) sequences (values: the core's)",
     },
-    "python/trdata/sources.py": {
+    "python/trdata/convert.py": {
+        "_refuse": "a torchvision op trdata cannot run (names the op; no value rule)",
+        "from_torchvision": "an object that is neither a trdata nor a torchvision transform",
+        "_convert": "torchvision options trdata has no kernel for (interpolation, size=None)",
+        "_convert_batch_op": "a torchvision batch op trdata cannot run (names it; no value rule)",
+        "_convert_timm": "timm classes/options trdata has no kernel for (names them; no value rule)",
+        "_timm_interpolation": "timm's interpolation: one filter or its (bilinear, bicubic) pair (names: the core's)",
+        "_timm_shared": "timm AugmentOp lists: op names trdata runs, one shared set of hparams (no value rule)",
+        "_convert_timm_rand_augment": "timm RandAugment without choice weights, one prob/magnitude (no value rule)",
+    },
+    "python/trdata/sources/base.py": {
         "ImageFolder.__init__": "root is a path (only `root`)",
         "_paths_error": "paths (a sequence of str/bytes/PathLike; see _check_paths)",
         "_labels_error": "labels/targets (int64 class indices, or numeric float targets of one per-sample shape, "
@@ -127,25 +132,26 @@ EDGE_TRANSLATORS = {
         "parse_transform": "a transform tuple of a known kind (trdata.Transform._spec)",
         "arg": "a spec tuple item is None, bool, int, float, str or a sequence of them (trdata.Transform._spec)",
     },
-    "python/trdata/classic.py": {
+    "python/trdata/sources/classic.py": {
         "_root_dir": "root is a path (only `root`)",
-        "_check_train": "train is a bool (only `train`)",
         "read_mnist": "variant names one of the MNIST-format datasets (fixed by the dataset class, not a user value)",
         "read_cifar": "variant is 10 or 100 (fixed by the dataset class, not a user value)",
     },
-    "python/trdata/packed.py": {
+    "python/trdata/sources/packed.py": {
         "_reencode_options": "reencode is None, a trdata.Reencode or a dict of its fields (their values: pack/mod.rs)",
         "pack": "source is a trdata Source (only `source`)",
         "_check_class_targets": "the source's targets are class indices (the packed format's kind; no value rule)",
     },
-    "python/trdata/batch.py": {
-        "_opt_int": "num_classes is None or an int (its range: rng.rs NUM_CLASSES)",
-        "RandomChoice._spec": "ops is a list of MixUp/CutMix/BatchRandomErasing, p a list of numbers (values: rng.rs)",
+    "python/trdata/batch_ops.py": {
+        "BatchRandomChoice._spec": "ops is a list of MixUp/CutMix/BatchRandomErasing, p a list of numbers (values: "
+        "rng.rs)",
         "BatchRandomErasing._spec": "value is a number or the string 'random'",
         "_batch_op_specs": "batch_ops is a list of trdata batch ops",
+    },
+    "python/trdata/batch.py": {
         "_callable_or_none": "batch_transform is a callable or None",
     },
-    "python/trdata/shards.py": {
+    "python/trdata/sources/shards.py": {
         "_cache_dir": "cache_dir is a folder path (str, bytes or os.PathLike; not '' nor with NUL), True or "
         "False/None",
     },
@@ -300,7 +306,7 @@ def edge_sites() -> tuple[dict[str, list[str]], list[str]]:
     """(parameter → edge translators naming it, violations: ConfigErrors outside the translators)."""
     named: dict[str, list[str]] = defaultdict(list)
     bad = []
-    for p in sorted((ROOT / "python" / "trdata").glob("*.py")):
+    for p in sorted((ROOT / "python" / "trdata").rglob("*.py")):
         rel = p.relative_to(ROOT).as_posix()
         allowed = EDGE_TRANSLATORS.get(rel, {})
         v = _PyCalls()

@@ -1,4 +1,4 @@
-"""Batch ops (MixUp, CutMix, RandomChoice, BatchRandomErasing) and the batch_transform hook on CPU loaders:
+"""Batch ops (MixUp, CutMix, BatchRandomChoice, BatchRandomErasing) and the batch_transform hook on CPU loaders:
 torchvision v2's arithmetic given the same λ and box, λ ~ Beta(α, α), soft labels, reproducibility across worker
 counts and resume, and the prefetch thread's order, errors and shutdown. torch/torchvision comparisons skip
 without them (run with /work/benchvenv's Python)."""
@@ -139,7 +139,7 @@ def test_cutmix_boxes_follow_lambda():
 
 
 def test_random_choice_picks_with_its_weights():
-    spec = trdata.RandomChoice([trdata.MixUp(0.2), trdata.CutMix()], p=[1, 3])._spec()
+    spec = trdata.BatchRandomChoice([trdata.MixUp(0.2), trdata.CutMix()], p=[1, 3])._spec()
     picks = np.array([draws(spec, b)[0] for b in range(8000)])
     assert abs(np.mean(picks == 1) - 0.75) < 0.03
 
@@ -165,7 +165,9 @@ def test_batch_random_erasing_draws_torchvision_boxes_per_row(source):
 # --- reproducibility ---------------------------------------------------------------------------------------
 
 OPS = [
-    trdata.RandomChoice([trdata.MixUp(alpha=0.2, num_classes=CLASSES), trdata.CutMix(num_classes=CLASSES)]),
+    trdata.BatchRandomChoice(
+        [trdata.MixUp(alpha=0.2, num_classes=CLASSES), trdata.CutMix(num_classes=CLASSES)]
+    ),
     trdata.BatchRandomErasing(value="random"),
 ]
 
@@ -282,7 +284,7 @@ def test_bad_batch_op_values_name_their_parameter(source):
             make(source, **kwargs)
         assert e.value.parameter == param, str(e.value)
     with pytest.raises(trdata.ConfigError, match="nested RandomChoice"):
-        trdata.RandomChoice([trdata.RandomChoice([trdata.MixUp()])])
+        trdata.BatchRandomChoice([trdata.BatchRandomChoice([trdata.MixUp()])])
 
 
 @pytest.mark.parametrize("reproducible", [True, False])

@@ -23,7 +23,8 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 import trdata
-from trdata.classic import (
+from trdata.errors import ConfigError, DecodeError, SourceError, TrdataError
+from trdata.sources.classic import (
     CIFAR10_NORM,
     CIFAR100_NORM,
     FASHION_MNIST_NORM,
@@ -33,7 +34,6 @@ from trdata.classic import (
     read_cifar,
     read_mnist,
 )
-from trdata.errors import ConfigError, DecodeError, SourceError, TrdataError
 
 TYPED = (ConfigError, DecodeError, SourceError)
 MNIST_VARIANTS = ("MNIST", "FashionMNIST", "KMNIST")

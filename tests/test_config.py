@@ -542,7 +542,11 @@ BAD_VALUES = [
         dict(batch_ops=[trdata.CutMix(num_classes=3), trdata.MixUp()], dtype="uint8"),
         "uint8 images",
     ),
-    ("batch_ops", dict(batch_ops=[trdata.RandomChoice([trdata.MixUp(num_classes=3)], p=[-1])]), "p=[-1.0]"),
+    (
+        "batch_ops",
+        dict(batch_ops=[trdata.BatchRandomChoice([trdata.MixUp(num_classes=3)], p=[-1])]),
+        "p=[-1.0]",
+    ),
     (
         "batch_ops",
         dict(batch_ops=[trdata.Resize(8)]),
@@ -631,7 +635,7 @@ def test_signature_defaults_are_the_core_defaults():
     for name, value in _core.DEFAULTS.items():
         if "." in name:  # a transform's: "RandomResizedCrop.scale"
             cls, field = name.split(".")
-            # trdata.RandomChoice is the batch op; the per-sample containers live in trdata.transforms.
+            # trdata.transforms holds the per-sample containers (trdata.BatchRandomChoice is the batch op).
             owner = getattr(trdata.transforms, cls, None) or getattr(trdata, cls)
             default = {f.name: f.default for f in dataclasses.fields(owner)}[field]
         else:

@@ -105,7 +105,7 @@ def test_soft_labels_equal_torchvision_v2_one_hot_mixing(paths):
     [
         trdata.MixUp(num_classes=3),
         trdata.CutMix(num_classes=3),
-        trdata.RandomChoice([trdata.BatchRandomErasing(), trdata.CutMix(num_classes=3)]),
+        trdata.BatchRandomChoice([trdata.BatchRandomErasing(), trdata.CutMix(num_classes=3)]),
     ],
     ids=["mixup", "cutmix", "choice"],
 )

@@ -42,9 +42,9 @@ from test_classic import (
     make_mnist,
     read_err,
 )
-from trdata import classic
-from trdata.classic import read_cifar, read_mnist
 from trdata.errors import DecodeError, SourceError
+from trdata.sources import classic
+from trdata.sources.classic import read_cifar, read_mnist
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -492,7 +492,7 @@ FIFO_RACE = textwrap.dedent(
     sys.path.insert(0, sys.argv[2])
     from test_classic import make_cifar, make_mnist
     from pathlib import Path
-    import trdata.classic as classic
+    import trdata.sources.classic as classic
     root = Path(sys.argv[1])
     make_mnist(root, n=5)
     make_cifar(root, 10)

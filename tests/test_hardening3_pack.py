@@ -21,7 +21,7 @@ import pytest
 import trdata
 from _fixtures import photo
 from PIL import Image
-from trdata.packed import inspect
+from trdata.sources.packed import inspect
 
 
 def jpeg(seed: int, w: int = 40, h: int = 32) -> bytes:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import trdata
-from trdata import classic
+from trdata.sources import classic
 
 # ---- CIFAR: dict keys that all share one hash ------------------------------------------------------------------
 
@@ -168,7 +168,7 @@ def test_an_explicit_cache_dir_is_used_when_the_default_key_place_is_read_only(t
     code = textwrap.dedent(
         f"""
         import json, os, stat, trdata
-        from trdata import shards
+        from trdata.sources import shards
         first = trdata.WebDataset({str(shard)!r}, cache_dir={str(cache)!r})
         names = sorted(os.listdir({str(cache)!r}))
         modes = {{n: stat.S_IMODE(os.stat(os.path.join({str(cache)!r}, n)).st_mode) for n in names}}
@@ -245,9 +245,9 @@ def test_bytes_paths_pack_verify_inspect_and_open(tmp_path: Path) -> None:
         dst = os.path.join(os.fsencode(tmp_path), name)
         assert trdata.pack(src, dst, progress=False)["records"] == 4
         assert os.path.isfile(dst)
-        assert trdata.packed.verify(dst, progress=False) == []
+        assert trdata.sources.packed.verify(dst, progress=False) == []
         assert len(trdata.Packed(dst)) == 4
-        assert trdata.packed.inspect(dst)["records"] == 4
+        assert trdata.sources.packed.inspect(dst)["records"] == 4
     assert sorted(os.listdir(os.fsencode(tmp_path))) == [b"caf\xe9-\xff.trdpack", b"x.trdpack"]
 
 

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 import trdata
 from test_shards import KW, add, encoded, run, same_source
-from trdata import shards as shards_mod
+from trdata.sources import shards as shards_mod
 
 try:  # setup.sh installs hypothesis; without it every test but the property test still runs
     from hypothesis import HealthCheck, event, given, settings

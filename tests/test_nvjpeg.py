@@ -1,4 +1,4 @@
-"""nvJPEG discovery (``trdata._nvjpeg``, ``src/cuda/nvjpeg.rs``) on any machine: the documented search order,
+"""nvJPEG discovery (``trdata._cuda_libs.nvjpeg``, ``src/cuda/nvjpeg.rs``) on any machine: the documented search order,
 candidates that are not libraries skipped with their reason, a clear typed error when GPU decode cannot run, and
 the ``trdata info`` row. The GPU decode itself is tested in tests/cuda/test_nvjpeg_cuda.py."""
 
@@ -11,7 +11,7 @@ import sys
 import pytest
 import trdata
 from _fixtures import write_jpegs
-from trdata import _nvjpeg
+from trdata._cuda_libs import nvjpeg as _nvjpeg
 from trdata._info import format_info
 
 
@@ -84,11 +84,11 @@ def test_info_row_reports_the_library_and_the_engines():
 
 
 def _imported_env(env: dict[str, str]) -> tuple[str, str]:
-    """CUDA_DEVICE_MAX_CONNECTIONS and `trdata._cuda_env.CUDA_CONNECTIONS_FROM_USER` after `import trdata` in a fresh
+    """CUDA_DEVICE_MAX_CONNECTIONS and `trdata._cuda_libs.CUDA_CONNECTIONS_FROM_USER` after `import trdata` in a fresh
     interpreter started with `env` (the variable only matters before CUDA's context exists: a new process)."""
     code = (
         "import os, trdata; "
-        "print(os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS'), trdata._cuda_env.CUDA_CONNECTIONS_FROM_USER)"
+        "print(os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS'), trdata._cuda_libs.CUDA_CONNECTIONS_FROM_USER)"
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     value, from_user = out.stdout.split()

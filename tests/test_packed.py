@@ -113,7 +113,7 @@ def test_full_packed_file_gives_the_sources_batches(folder: Path, packed: Path) 
 def test_partial_mode_changes_only_the_order(folder: Path, tmp_path: Path) -> None:
     dst = tmp_path / "small-blocks.trd"
     trdata.pack(trdata.ImageFolder(folder), dst, progress=False, block_bytes=SMALL_BLOCKS)
-    info = trdata.packed.inspect(dst)
+    info = trdata.sources.packed.inspect(dst)
     assert info["blocks"] >= 8, info["blocks"]
     ref = by_index(trdata.ImageFolder(folder), shuffle=True)
     part = trdata.Packed(dst, "partial", window_blocks=2, cache_blocks=4)
@@ -134,7 +134,7 @@ def test_partial_order_stays_within_windows_of_blocks(folder: Path, tmp_path: Pa
     first batch's samples are few, where a full shuffle would draw from nearly all."""
     dst = tmp_path / "w.trd"
     trdata.pack(trdata.ImageFolder(folder), dst, progress=False, block_bytes=SMALL_BLOCKS)
-    info = trdata.packed.inspect(dst)
+    info = trdata.sources.packed.inspect(dst)
     lengths = np.asarray(info["lengths"])
     # record → block, from the block sizes the index reports: records are laid out in order
     block_of = _blocks_of(info)
@@ -193,7 +193,7 @@ def test_in_memory_and_shard_sources_pack_too(tmp_path: Path) -> None:
         kw = dict(transforms=[trdata.RandomResizedCrop(8), trdata.RandomHorizontalFlip()], shuffle=True)
         a, b = by_index(src, **kw), by_index(got, **kw)
         assert all(np.array_equal(a[i][0], b[i][0]) and a[i][1] == b[i][1] for i in a), name
-        assert set(trdata.packed.inspect(dst)["formats"]) == ({"png"} if name == "blobs" else {"raw"})
+        assert set(trdata.sources.packed.inspect(dst)["formats"]) == ({"png"} if name == "blobs" else {"raw"})
     # webdataset shards
     shard = tmp_path / "s.tar"
     with tarfile.open(shard, "w") as tar:
@@ -213,7 +213,7 @@ def test_in_memory_and_shard_sources_pack_too(tmp_path: Path) -> None:
 
 def test_index_describes_every_record(folder: Path, packed: Path) -> None:
     src = trdata.ImageFolder(folder)
-    info = trdata.packed.inspect(packed)
+    info = trdata.sources.packed.inspect(packed)
     assert info["records"] == len(src) and info["version"] >= 1 and info["classes"] == src.classes
     for i, path in enumerate(src.paths):
         with Image.open(path) as im:
@@ -237,7 +237,7 @@ def test_reencode_resizes_and_stays_close_to_pillow(folder: Path, tmp_path: Path
     dst = tmp_path / "small.trd"
     report = trdata.pack(src, dst, reencode=trdata.Reencode(short_side=24, quality=90), progress=False)
     assert report["records"] == len(src)
-    info = trdata.packed.inspect(dst)
+    info = trdata.sources.packed.inspect(dst)
     assert info["options"]["short_side"] == 24 and info["options"]["quality"] == 90
     assert set(info["formats"]) == {"jpeg"} and not any(info["progressive"])
     refs = []
@@ -263,7 +263,7 @@ def test_reencode_resizes_and_stays_close_to_pillow(folder: Path, tmp_path: Path
         diff = out[i][0].astype(np.float64) - ref[top : top + 24, left : left + 24]
         psnr = 10 * np.log10(255**2 / max(np.mean(diff**2), 1e-9))
         assert psnr > 28, (i, psnr)
-    assert trdata.packed.verify(dst, progress=False) == []
+    assert trdata.sources.packed.verify(dst, progress=False) == []
 
 
 @pytest.mark.parametrize(
@@ -305,7 +305,7 @@ def test_a_failed_pack_leaves_no_file(folder: Path, tmp_path: Path) -> None:
 
 
 def test_a_flipped_record_byte_is_a_decode_error_naming_the_record(packed: Path, tmp_path: Path) -> None:
-    info = trdata.packed.inspect(packed)
+    info = trdata.sources.packed.inspect(packed)
     data = bytearray(packed.read_bytes())
     victim = 17
     offset = int(info["offsets"][victim]) + int(info["lengths"][victim]) // 2
@@ -327,15 +327,15 @@ def test_a_flipped_record_byte_is_a_decode_error_naming_the_record(packed: Path,
         after = rows[victim + 1 :]  # in file order (the victim's row holds its replacement)
         assert [i for i, _ in after] == list(range(victim + 1, len(src)))
         assert all(np.array_equal(img, clean[i][0]) for i, img in after)
-    assert [r for r, _ in trdata.packed.verify(bad, progress=False)] == [victim]
-    assert trdata.packed.verify(packed, progress=False) == []
+    assert [r for r, _ in trdata.sources.packed.verify(bad, progress=False)] == [victim]
+    assert trdata.sources.packed.verify(packed, progress=False) == []
 
 
 def test_damaged_truncated_and_foreign_files_are_refused_at_open(
     packed: Path, folder: Path, tmp_path: Path
 ) -> None:
     data = packed.read_bytes()
-    info = trdata.packed.inspect(packed)
+    info = trdata.sources.packed.inspect(packed)
     cases = {
         "empty": b"",
         "truncated-header": data[:100],
@@ -389,7 +389,7 @@ def test_cli_pack_verify_inspect(folder: Path, tmp_path: Path) -> None:
     r = run("inspect", str(dst), "--json")
     assert r.returncode == 0 and '"records": 45' in r.stdout
     d = bytearray(dst.read_bytes())
-    info = trdata.packed.inspect(dst)
+    info = trdata.sources.packed.inspect(dst)
     d[int(info["offsets"][3]) + 5] ^= 0xFF
     dst.write_bytes(bytes(d))
     r = run("verify", str(dst), "-q")

@@ -124,7 +124,7 @@ def mix_ops(labels, source):
 
     classes = 1000  # the model's outputs (the sample's labels are a subset)
     ops = [trdata.MixUp(alpha=0.2, num_classes=classes), trdata.CutMix(alpha=1.0, num_classes=classes)]
-    return {"batch_ops": [trdata.RandomChoice(ops)]}
+    return {"batch_ops": [trdata.BatchRandomChoice(ops)]}
 
 
 class TrdataFeed:

@@ -694,7 +694,7 @@ def header_info(a, paths, repeat) -> dict:
         **library_versions(),
     }
     try:
-        from trdata import _nvjpeg
+        from trdata._cuda_libs import nvjpeg as _nvjpeg
 
         h["nvjpeg"] = _nvjpeg.probe()
     except Exception as e:  # report, do not stop: trdata configs will say why they fail

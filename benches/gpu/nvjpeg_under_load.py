@@ -51,7 +51,7 @@ def up(v: int, a: int) -> int:
 
 
 def open_nvjpeg():
-    from trdata._gpu_libs import wheel_candidates
+    from trdata._cuda_libs import wheel_candidates
 
     for c in wheel_candidates("nvidia/cu13/lib/libnvjpeg.so.13", "torchvision.libs/libnvjpeg*.so*") + [
         "libnvjpeg.so.13"

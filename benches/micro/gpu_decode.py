@@ -16,7 +16,8 @@ import glob
 import os
 import time
 
-from trdata import _bench, _nvjpeg
+from trdata import _bench
+from trdata._cuda_libs import nvjpeg as _nvjpeg
 
 
 def main() -> int:

@@ -86,7 +86,7 @@ def pack_step(data: str, work: Path, workers: int, short_side: int, quality: int
             "records_bytes": report["bytes_out"],
         }
     # the re-encoded images as plain files, for torch-v2-reenc (same bytes as the packed records)
-    info = trdata.packed.inspect(work / "reenc.trd")
+    info = trdata.sources.packed.inspect(work / "reenc.trd")
     blob = (work / "reenc.trd").read_bytes()
     for i, (off, n, label) in enumerate(zip(info["offsets"], info["lengths"], info["labels"])):
         d = work / "reenc-folder" / f"c{int(label):04d}"
@@ -253,7 +253,7 @@ def order_step(work: Path, samples: int, classes: int, per_block: int, batch: in
     trdata.pack(
         trdata.Arrays(pixels, labels.tolist()), file, progress=False, block_bytes=max(4096, per_block * 64)
     )
-    info = trdata.packed.inspect(file)
+    info = trdata.sources.packed.inspect(file)
     firsts = np.asarray(info["block_starts"], np.int64)
     block_of = np.searchsorted(firsts, np.arange(samples), side="right") - 1
 

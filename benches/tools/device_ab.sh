@@ -12,7 +12,7 @@ $py -m pip install -q --no-deps --target /tmp/new "$new"
 $py -m pip install -q --no-deps --target /tmp/old "$old"
 echo "== pytest against the installed NEW wheel"
 PYTHONPATH=/tmp/new timeout 300 $py -m pytest -q -p no:cacheprovider -o timeout=0 tests 2>&1 | tail -8
-data=$(PYTHONPATH=/tmp/new $py -c 'from trdata._dataset import default_dataset; print(default_dataset(progress=False))')
+data=$(PYTHONPATH=/tmp/new $py -c 'from trdata.sources.synthetic import default_dataset; print(default_dataset(progress=False))')
 mkdir -p "${OUT:-bench-results}"
 for round in $(seq 1 "$rounds"); do
   for which in old new; do

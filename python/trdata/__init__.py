@@ -5,10 +5,11 @@ into one pass, and fills batch buffers from a persistent pool of pinned threads;
 batches.
 """
 
-from . import _cuda_env  # noqa: F401  (sets CUDA_DEVICE_MAX_CONNECTIONS: see there)
+from . import _cuda_libs  # noqa: F401  (sets CUDA_DEVICE_MAX_CONNECTIONS: see there)
 from ._core import __version__
-from .batch import BatchOp, BatchRandomErasing, CutMix, MixUp, RandomChoice
-from .classic import CIFAR10_NORM, CIFAR100_NORM, FASHION_MNIST_NORM, MNIST_NORM
+from .batch import Batch
+from .batch_ops import BatchOp, BatchRandomChoice, BatchRandomErasing, CutMix, MixUp
+from .convert import from_torchvision
 from .errors import (
     ConfigError,
     CudaError,
@@ -21,20 +22,26 @@ from .errors import (
     TrdataError,
     WorkerError,
 )
-from .loader import Batch, Loader
-from .packed import Packed, Reencode, pack
-from .shards import WebDataset
+from .loader import Loader
 from .sources import (
     CIFAR10,
+    CIFAR10_NORM,
     CIFAR100,
+    CIFAR100_NORM,
+    FASHION_MNIST_NORM,
     KMNIST,
     MNIST,
+    MNIST_NORM,
     Arrays,
     Bytes,
     FashionMNIST,
     FileList,
     ImageFolder,
+    Packed,
+    Reencode,
     Source,
+    WebDataset,
+    pack,
 )
 from .transforms import (
     IMAGENET,
@@ -52,6 +59,7 @@ from .transforms import (
     RandomApply,
     RandomAutocontrast,
     RandomChannelPermutation,
+    RandomChoice,
     RandomCrop,
     RandomEqualize,
     RandomErasing,
@@ -74,6 +82,7 @@ __all__ = [
     "Arrays",
     "Batch",
     "BatchOp",
+    "BatchRandomChoice",
     "BatchRandomErasing",
     "Bytes",
     "CIFAR10",
@@ -137,5 +146,6 @@ __all__ = [
     "WebDataset",
     "WorkerError",
     "__version__",
+    "from_torchvision",
     "pack",
 ]

@@ -20,6 +20,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ._args import allowed_cpus as allowed_cpus  # the harness's CPU helpers (benches use _bench.allowed_cpus)
+from ._progress import ProgressBar
+
 if TYPE_CHECKING:
     from .loader import DTypeName
 
@@ -31,14 +34,6 @@ CROP = 224
 # ----------------------------------------------------------------------------------------------------------
 # CPUs
 # ----------------------------------------------------------------------------------------------------------
-
-
-def allowed_cpus() -> list[int]:
-    """CPUs this process may run on (its affinity mask), sorted."""
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return list(range(os.cpu_count() or 1))
 
 
 def restrict_cpus(cpus: Sequence[int]) -> None:
@@ -70,74 +65,6 @@ def load_average() -> float | None:
         return os.getloadavg()[0]
     except (AttributeError, OSError):  # pragma: no cover
         return None
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Progress bar (plain stderr, no dependency)
-# ----------------------------------------------------------------------------------------------------------
-
-
-class ProgressBar:
-    """A one-line progress bar on stderr. On a terminal it redraws in place (at most ~10×/s); otherwise it
-    prints one line when done, so logs stay readable."""
-
-    WIDTH = 28
-
-    def __init__(self, total: int, label: str, unit: str = "img", stream: Any = None) -> None:
-        self.total = max(1, int(total))
-        self.label = label
-        self.unit = unit
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.done = 0
-        #: Units since ``start``, which the rate shown divides: ``done`` unless ``update_to`` says otherwise (a
-        #: bar that restarts every epoch of a ``--seconds`` run still shows the run's rate).
-        self.counted = 0
-        self.start = time.perf_counter()
-        self._last_draw = 0.0
-        self._closed = False
-        self._draw(force=True)
-
-    def update(self, n: int = 1) -> None:
-        self.update_to(self.done + n)
-
-    def update_to(self, done: int, counted: int | None = None) -> None:
-        """Show ``done`` of ``total``; the rate is ``counted`` (default: ``done``) per second since ``start``."""
-        self.done = min(int(done), self.total)
-        self.counted = self.done if counted is None else int(counted)
-        self._draw()
-
-    def _line(self) -> str:
-        frac = self.done / self.total
-        filled = int(frac * self.WIDTH)
-        elapsed = time.perf_counter() - self.start
-        rate = self.counted / elapsed if elapsed > 0 else 0.0
-        bar = "█" * filled + "░" * (self.WIDTH - filled)
-        return (
-            f"{self.label:<40} {bar} {self.done:>6}/{self.total} {self.unit} "
-            f"{rate:8.0f} {self.unit}/s {elapsed:6.1f}s"
-        )
-
-    def _draw(self, force: bool = False) -> None:
-        if not self.tty:
-            return
-        now = time.perf_counter()
-        if not force and now - self._last_draw < 0.1 and self.done < self.total:
-            return
-        self._last_draw = now
-        self.stream.write("\r" + self._line())
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self.tty:
-            self._draw(force=True)
-            self.stream.write("\n")
-        else:
-            self.stream.write(self._line() + "\n")
-        self.stream.flush()
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -205,13 +132,13 @@ def time_epochs(
     m = Measurement(name=name, warmup_epochs=warmup)
     stream = progress_stream(progress)
     for e in range(warmup):
-        bar = ProgressBar(images_per_epoch, f"{name}: warm-up", stream=stream)
+        bar = ProgressBar(images_per_epoch, f"{name}: warm-up", stream=stream, clock=time.perf_counter)
         for n in epoch_batches(e):
             bar.update(n)
         bar.close()
     timed_epochs = epochs if seconds is None else 10**9
     bar_total = images_per_epoch * epochs if seconds is None else images_per_epoch
-    bar = ProgressBar(bar_total, f"{name}: timed", stream=stream)
+    bar = ProgressBar(bar_total, f"{name}: timed", stream=stream, clock=time.perf_counter)
     if on_timed_start is not None:
         on_timed_start()
     cpu_start = tree_cpu_seconds()

@@ -31,14 +31,14 @@ def _more(text: str) -> str:
 def format_info(info: dict[str, Any] | None = None) -> str:
     """Return a multi-line report of ``_core.machine_info()`` (or of ``info`` if given)."""
     if info is None:
-        from . import _core, _cuda_env, _nvjpeg, _nvrtc
+        from . import _core, _cuda_libs
 
         info = _core.machine_info()
-        info["nvjpeg"] = _nvjpeg.probe()
-        info["nvrtc"] = _nvrtc.probe()
+        info["nvjpeg"] = _cuda_libs.nvjpeg.probe()
+        info["nvrtc"] = _cuda_libs.nvrtc.probe()
         info["cuda_connections"] = {
             "value": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"),
-            "from_user": _cuda_env.CUDA_CONNECTIONS_FROM_USER,
+            "from_user": _cuda_libs.CUDA_CONNECTIONS_FROM_USER,
         }
 
     lines: list[str] = []

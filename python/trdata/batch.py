@@ -1,170 +1,184 @@
-"""Batch ops and the batch_transform hook: the last stage of the pipeline, after the batch exists on its device
-(source → … → transfer → export → **batch ops** → your training step).
+"""The batch a Loader yields (:class:`Batch`) and the ``batch_transform`` hook that runs on it.
 
-``Loader(..., batch_ops=[...])`` runs MixUp, CutMix, a RandomChoice of them and BatchRandomErasing on each
-batch, with torchvision v2's arithmetic, on numpy arrays (CPU loaders) or torch tensors (CUDA loaders, on the
-current stream). Their random values come from the core's Philox streams keyed by (seed, epoch, global batch
-number, op position) (src/rng.rs), so a batch's mixing does not depend on worker count, prefetch or resume:
-reproducible mode stays byte-identical. ``batch_transform=fn`` runs ``fn(batch, generator)`` on each batch in a
-prefetch thread (see ``BatchPrefetcher``).
-
-Values are checked by the core when the Loader is made (``alpha``, ``num_classes``, RandomChoice's ``p``, the
-dtype an op needs, the source's labels as ``one_hot`` class indices: src/rng.rs); this module translates types."""
+``batch_transform=fn`` runs ``fn(batch, generator)`` on each batch in a prefetch thread (see
+``BatchPrefetcher``), after the batch ops (``trdata.batch_ops``); on CUDA on a side stream the consumer's stream
+waits for (``run_on_side_stream``/``wait_handoff``)."""
 
 from __future__ import annotations
 
-import numbers
 import threading
 import warnings
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, cast
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol, Union, cast
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeAlias  # typing.TypeAlias is 3.10+; annotations are not evaluated
 
 import numpy as np
 
 from . import _core
 from .errors import ConfigError, _shown
-from .transforms import _pair, _real
 
-_DEFAULTS: dict[str, Any] = dict(_core.DEFAULTS)
-
-
-def _opt_int(v: Any, name: str) -> int | None:
-    """None or an int (not a bool) that the core's unsigned 64-bit binding takes; its range is the core's rule
-    (a negative int would be an OverflowError of the binding, not a ConfigError naming ``name``)."""
-    if v is None:
-        return None
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
-        raise ConfigError(f"invalid {name}: {_shown(v)} must be an int or None", parameter=name)
-    if not 0 <= int(v) < 2**64:
-        raise ConfigError(f"invalid {name}: {_shown(v)} must be a positive int or None", parameter=name)
-    return int(v)
+__all__ = ["Batch", "BatchArray", "BatchImages", "DeviceTensor"]
 
 
-class BatchOp:
-    """Base class of the batch ops (MixUp, CutMix, RandomChoice, BatchRandomErasing): data the Loader applies
-    to each batch on its device, not Python callables (use ``batch_transform=`` for your own code)."""
+class DeviceTensor(Protocol):
+    """A tensor on a CUDA device (on a CUDA loader, ``Batch.images``/``labels`` are ``torch.Tensor`` objects): a
+    DLPack producer with a shape and a dtype."""
 
-    def __post_init__(self) -> None:
-        self._spec()  # the dataclass ops check their arguments at construction
-
-    def _spec(self) -> tuple[Any, ...]:
-        raise NotImplementedError
-
-
-@dataclass(frozen=True)
-class MixUp(BatchOp):
-    """torchvision v2 ``MixUp(alpha=1.0, num_classes=None)``: one λ ~ Beta(α, α) per batch; images become
-    ``x.roll(1, 0) * (1 - λ) + x * λ`` (row b mixed with row b-1, row 0 with the last), labels the same mix of
-    one-hot float32 (N, num_classes) rows. ``num_classes=None``: the source's class count, or the width K of
-    (N, K) float targets (mixed as they are). Needs float images: on ``dtype='uint8'`` the Loader raises
-    ConfigError (torchvision's MixUp raises on uint8 too)."""
-
-    alpha: float = _DEFAULTS["MixUp.alpha"]
-    num_classes: int | None = None
-
-    def _spec(self) -> tuple[Any, ...]:
-        return ("mixup", _real(self.alpha, "alpha"), _opt_int(self.num_classes, "num_classes"))
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+    def __len__(self) -> int: ...
+    @property
+    def shape(self) -> Any: ...
+    @property
+    def dtype(self) -> Any: ...
 
 
-@dataclass(frozen=True)
-class CutMix(BatchOp):
-    """torchvision v2 ``CutMix(alpha=1.0, num_classes=None)``: λ ~ Beta(α, α); a box centred uniformly (x
-    first) with half sizes ``int(0.5·√(1-λ)·W)``, ``int(0.5·√(1-λ)·H)``, clipped to the image, is copied from
-    the batch rolled by one row; λ is corrected to the box's clipped area and mixes the one-hot labels as in
-    MixUp. Copies pixels, so it also runs on uint8 images (as torchvision's does)."""
-
-    alpha: float = _DEFAULTS["CutMix.alpha"]
-    num_classes: int | None = None
-
-    def _spec(self) -> tuple[Any, ...]:
-        return ("cutmix", _real(self.alpha, "alpha"), _opt_int(self.num_classes, "num_classes"))
+#: ``Batch.images`` and ``Batch.labels``: numpy arrays on a CPU loader, device tensors on a CUDA one.
+BatchArray: TypeAlias = Union[np.ndarray, DeviceTensor]
+#: ``Batch.images``: one ``BatchArray``, or a tuple of them, one per view, for a ``Loader(views=[...])``.
+BatchImages: TypeAlias = Union[BatchArray, "tuple[BatchArray, ...]"]
 
 
-@dataclass(frozen=True)
-class RandomChoice(BatchOp):
-    """torchvision v2 ``RandomChoice(transforms, p=None)`` over batch ops: each batch runs one of ``ops``,
-    picked with probabilities ``p`` (weights, normalized by their sum; None: equal). The reference ImageNet
-    recipe is ``RandomChoice([MixUp(alpha=0.2), CutMix(alpha=1.0)])``. If any op mixes labels, every batch's
-    labels are soft (an op that leaves labels alone gives one-hot rows), so their shape never changes."""
+class Batch:
+    """One batch. ``images``: (N, C, H, W) or (N, H, W, C) numpy view on a CPU loader, ``torch.Tensor`` on a
+    CUDA one (see ``BatchArray``), C = ``Loader.channels`` (1 or 3); with ``Loader(views=[...])`` a tuple of
+    them, one per view (each its own H, W), all sharing this batch's one buffer; ``labels``: the rows' targets, numpy or
+    ``torch.Tensor`` likewise: int64 (N,) class indices, or float32 (N, *S) = ``source.targets[indices]`` for a
+    source with float targets; ``indices``: int64 (N,) numpy;
+    ``valid``: the first ``valid`` rows are real samples of this epoch, later rows repeat real ones
+    (``last_batch='pad'``) or fill a rank up to equal length. Unpacks as ``images, labels = batch``.
 
-    ops: Sequence[BatchOp]
-    p: Sequence[float] | None = None
+    bfloat16 images are ``ml_dtypes.bfloat16`` arrays when ml_dtypes is installed, else their uint16 bits;
+    through DLPack (``torch.from_dlpack(batch)``, ``batch.torch()``) they arrive as real bfloat16.
 
-    def _spec(self) -> tuple[Any, ...]:
-        ops = self.ops
-        if isinstance(ops, (str, bytes)) or not isinstance(ops, Sequence):
-            raise ConfigError(
-                f"invalid batch_ops: RandomChoice ops={_shown(ops)} must be a list", parameter="batch_ops"
-            )
-        for op in ops:
-            if not isinstance(op, BatchOp) or isinstance(op, RandomChoice):
-                raise ConfigError(
-                    f"invalid batch_ops: {_shown(op)} must be a MixUp, CutMix or BatchRandomErasing "
-                    "(RandomChoice picks among batch ops, and a nested RandomChoice must be flattened)",
-                    parameter="batch_ops",
-                )
-        p = self.p
-        if p is not None:
-            if isinstance(p, (str, bytes)) or not isinstance(p, (Sequence, np.ndarray)):
-                raise ConfigError(
-                    f"invalid batch_ops: RandomChoice p={_shown(p)} must be a list of numbers",
-                    parameter="batch_ops",
-                )
-            p = [_real(v, "batch_ops") for v in p]
-        return ("random_choice", [op._spec() for op in ops], p)
+    A Batch is a DLPack producer of its images (``__dlpack__``/``__dlpack_device__``), zero-copy: every
+    consumer tensor keeps the batch buffer alive by itself, so it stays valid after the Batch is dropped
+    and the loader moved on; the buffer returns to the loader when the last view or tensor of it dies."""
 
+    __slots__ = ("_lease", "epoch", "images", "indices", "labels", "valid")
 
-@dataclass(frozen=True)
-class BatchRandomErasing(BatchOp):
-    """RandomErasing applied per row of the finished batch, on its device. Each row draws exactly what
-    torchvision v2's ``RandomErasing(p, scale, ratio, value)`` draws for one image (gate, up to 10 tries of
-    area and log-uniform aspect, position), from the batch's stream in row order, and the box is set to
-    ``value`` in the batch's own units (after ``normalize``, as torchvision places RandomErasing after
-    Normalize) or, with ``value='random'``, to N(0, 1) noise. Differences from the per-sample
-    ``trdata.RandomErasing``: that one runs on the uint8 image before normalize with ``value`` in pixel units
-    and draws from the sample's stream (the same for any batch it lands in); this one runs on the batch's dtype
-    (float, or uint8 with a numeric value, truncated as torch assigns) and its draws depend on the batch and
-    row. ``value``: one number (any, NaN included, as torchvision) or ``'random'`` (float images only)."""
+    images: BatchImages
+    labels: BatchArray
+    indices: np.ndarray
+    valid: int
+    epoch: int
 
-    p: float = 0.5
-    scale: tuple[float, float] = (0.02, 0.33)
-    ratio: tuple[float, float] = (0.3, 3.3)
-    value: float | str = 0.0
+    def __init__(
+        self,
+        images: BatchImages,
+        labels: BatchArray,
+        indices: np.ndarray,
+        valid: int,
+        epoch: int,
+        lease: _core.BatchLeaseHandle | _core.DeviceTensorHandle | None = None,
+    ) -> None:
+        self.images = images
+        self.labels = labels
+        self.indices = indices
+        self.valid = valid
+        self.epoch = epoch
+        # The native lease behind `images` (found through the view's base when not given), or None for a
+        # Batch built from plain arrays, which then exports `images` through numpy's own DLPack.
+        if lease is None and isinstance(images, np.ndarray):
+            lease = _lease_of(images)
+        elif lease is None and isinstance(images, tuple) and images and isinstance(images[0], np.ndarray):
+            lease = _lease_of(images[0])  # views of one batch share one lease
+        self._lease = lease
 
-    def _spec(self) -> tuple[Any, ...]:
-        if isinstance(self.value, str):
-            if self.value != "random":
-                raise ConfigError(
-                    f"invalid value: {_shown(self.value)} must be a number or 'random'", parameter="value"
-                )
-            value: Any = "random"
-        else:
-            value = _real(self.value, "value")
+    def __iter__(self) -> Iterator[BatchImages]:
+        yield self.images
+        yield self.labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __repr__(self) -> str:
+        if isinstance(self.images, tuple):
+            shown = "(" + ", ".join(f"{v.shape}" for v in self.images) + ")"
+            dtype = self.images[0].dtype if self.images else None
+            return f"Batch(images={shown} {dtype}, valid={self.valid}, epoch={self.epoch})"
         return (
-            "batch_random_erasing",
-            _real(self.p, "p"),
-            _pair(self.scale, "scale"),
-            _pair(self.ratio, "ratio"),
-            value,
+            f"Batch(images={self.images.shape} {self.images.dtype}, valid={self.valid}, epoch={self.epoch})"
         )
 
-
-def _batch_op_specs(batch_ops: Any) -> list[tuple[Any, ...]]:
-    """``batch_ops=`` → the ops' spec tuples (a list of trdata batch ops; their values: the core's)."""
-    if isinstance(batch_ops, (str, bytes)) or not isinstance(batch_ops, Sequence):
-        raise ConfigError(
-            f"invalid batch_ops: {_shown(batch_ops)} must be a list of batch ops", parameter="batch_ops"
-        )
-    for op in batch_ops:
-        if not isinstance(op, BatchOp) or type(op)._spec is BatchOp._spec:
-            raise ConfigError(
-                f"invalid batch_ops: {_shown(op)} must be a trdata.MixUp, CutMix, RandomChoice or BatchRandomErasing",
-                parameter="batch_ops",
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """DLPack capsule of ``images`` (array-API semantics). A multi-view batch has one array per view:
+        export ``batch.images[k]`` instead (BufferError here)."""
+        images: Any = self._check_single_view()  # numpy's or a device tensor's own __dlpack__ below
+        if self._lease is not None:
+            return self._lease.__dlpack__(
+                stream=stream, max_version=max_version, dl_device=dl_device, copy=copy
             )
-    return [op._spec() for op in batch_ops]
+        kwargs = {
+            k: v
+            for k, v in (("max_version", max_version), ("dl_device", dl_device), ("copy", copy))
+            if v is not None
+        }
+        return images.__dlpack__(stream=stream, **kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """(device_type, device_id) of ``images``; (1, 0) is the CPU. BufferError for a multi-view batch."""
+        images = self._check_single_view()
+        if self._lease is not None:
+            return self._lease.__dlpack_device__()
+        return images.__dlpack_device__()
+
+    def _check_single_view(self) -> BatchArray:
+        """``images`` of a single-pipeline batch; BufferError for a multi-view one (no one tensor to export)."""
+        if isinstance(self.images, tuple):
+            raise BufferError(
+                f"a multi-view Batch holds {len(self.images)} image arrays (Loader(views=...)): export one view, "
+                "e.g. torch.from_dlpack(batch.images[k]), or use batch.torch()"
+            )
+        return self.images
+
+    def torch(self) -> tuple[Any, Any]:
+        """(images, labels) as torch tensors sharing this batch's memory, through DLPack (bfloat16 arrives
+        as ``torch.bfloat16``); a multi-view batch's images are a tuple of tensors, one per view. The tensors
+        stay valid after the Batch is gone."""
+        import torch
+
+        if isinstance(self.images, tuple):
+            return tuple(_torch_of(v) for v in self.images), torch.from_dlpack(self.labels)
+        return torch.from_dlpack(self), torch.from_dlpack(self.labels)
+
+
+def _torch_of(images: Any) -> Any:
+    """One view's images as a torch tensor through DLPack: its native lease when it views one whole (so
+    bfloat16 arrives as ``torch.bfloat16``), else the array's own export."""
+    import torch
+
+    lease = _lease_of(images) if isinstance(images, np.ndarray) else None
+    return torch.from_dlpack(images if lease is None else lease)
+
+
+def _lease_of(images: np.ndarray) -> _core.BatchLeaseHandle | None:
+    """The BatchLeaseHandle whose memory ``images`` views whole (same data pointer and shape), else None."""
+    base = images.base
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if (
+        isinstance(base, _core.BatchLeaseHandle)
+        and tuple(base.shape) == images.shape
+        and images.__array_interface__["data"][0] == base.__array_interface__["data"][0]
+    ):
+        return base
+    return None
+
+
+def _is_torch(x: Any) -> bool:
+    return not isinstance(x, np.ndarray)
 
 
 def _callable_name(fn: Any) -> str:
@@ -184,149 +198,6 @@ def _callable_or_none(fn: Any) -> Callable[..., Any] | None:
             parameter="batch_transform",
         )
     return None if fn is None else cast("Callable[..., Any]", fn)
-
-
-class BatchOpPlan:
-    """The checked batch ops of one Loader, applied to each batch (``apply``)."""
-
-    def __init__(
-        self,
-        specs: list[tuple[Any, ...]],
-        *,
-        seed: int,
-        layout: str,
-        float_images: bool,
-        classes: int | None,
-        target_shape: tuple[int, ...] | None,
-        views: int = 1,
-        source: Any = None,
-    ) -> None:
-        """``source``: the loader's native source, whose int labels the core checks against the class count of
-        each op that makes one-hot rows of them (None: float targets, nothing to check)."""
-        _core.batch_ops_check_len(len(specs), views)
-        self.specs = specs
-        self.seed = seed
-        self.nhwc = layout == "NHWC"
-        self.classes = [
-            _core.batch_op_check(
-                s,
-                i,
-                float_images=float_images,
-                classes=classes,
-                target_shape=None if target_shape is None else list(target_shape),
-                source=source,
-            )
-            for i, s in enumerate(specs)
-        ]
-
-    def apply(self, images: Any, labels: Any, epoch: int, batch: int) -> tuple[Any, Any]:
-        """Run every op on (images, labels) of global batch ``batch`` of ``epoch``; returns the new pair."""
-        n = len(images)
-        h, w = (images.shape[1], images.shape[2]) if self.nhwc else (images.shape[-2], images.shape[-1])
-        for pos, (spec, k) in enumerate(zip(self.specs, self.classes)):
-            draw = _core.batch_op_draw(
-                spec, seed=self.seed, epoch=epoch, batch=batch, position=pos, rows=n, height=h, width=w
-            )
-            images, labels = self._run(spec, draw, images, labels, k)
-        return images, labels
-
-    def _run(
-        self, spec: tuple[Any, ...], draw: list[float], x: Any, y: Any, k: int | None
-    ) -> tuple[Any, Any]:
-        kind = spec[0]
-        if kind == "random_choice":
-            j = int(draw[0])
-            if k is not None and spec[1][j][0] == "batch_random_erasing":
-                y = _soft(y, 1.0, k)  # one-hot: the choice's labels are soft whichever op runs
-            return self._run(spec[1][j], draw[1:], x, y, k)
-        if kind == "mixup":
-            lam = draw[0]
-            out = (
-                _roll(x).mul_(1.0 - lam).add_(x.mul(lam))
-                if _is_torch(x)
-                else _roll(x) * (1.0 - lam) + x * lam
-            )
-            return out, _soft(y, lam, k)
-        if kind == "cutmix":
-            lam, y1, y2, x1, x2 = draw[0], int(draw[1]), int(draw[2]), int(draw[3]), int(draw[4])
-            box: Any = (
-                (slice(None), slice(y1, y2), slice(x1, x2))
-                if self.nhwc
-                else (Ellipsis, slice(y1, y2), slice(x1, x2))
-            )
-            out = x.clone() if _is_torch(x) else x.copy()
-            out[box] = _roll(x[box])
-            return out, _soft(y, lam, k)
-        # batch_random_erasing: in place on this batch's own buffer
-        value = spec[4]
-        noise_seed = (int(draw[-2]) << 32) | int(draw[-1])
-        rows = np.asarray(draw[:-2], dtype=np.int64).reshape(-1, 4)
-        gen = _noise_generator(x, noise_seed) if value == "random" else None
-        for r, (top, left, eh, ew) in enumerate(rows.tolist()):
-            if eh == 0:
-                continue
-            box = (
-                (r, slice(top, top + eh), slice(left, left + ew))
-                if self.nhwc
-                else (r, Ellipsis, slice(top, top + eh), slice(left, left + ew))
-            )
-            if gen is None:
-                x[box] = value
-            else:
-                shape = tuple(x[box].shape)
-                x[box] = _normal(x, gen, shape)
-        return x, y
-
-
-def _is_torch(x: Any) -> bool:
-    return not isinstance(x, np.ndarray)
-
-
-def _roll(x: Any) -> Any:
-    return x.roll(1, 0) if _is_torch(x) else np.roll(x, 1, axis=0)
-
-
-_OP_NAMES = {"mixup": "MixUp", "cutmix": "CutMix", "random_choice": "RandomChoice"}
-
-
-def _soft(y: Any, lam: float, k: int | None) -> Any:
-    """torchvision's ``_mixup_label``: one-hot (N, k) float32 of int labels (float (N, K) targets as they are),
-    then ``y.roll(1, 0) * (1 - lam) + y * lam``. O(N·k) memory (k up to 2**20 classes); the labels were checked
-    against k by the core when the Loader was made (``rng::check_batch_op_input``)."""
-    if k is None:
-        return y
-    if _is_torch(y):
-        import torch
-
-        if y.ndim == 1:
-            y = torch.nn.functional.one_hot(y, num_classes=k)
-        if not y.dtype.is_floating_point:
-            y = y.float()
-        return y.roll(1, 0).mul_(1.0 - lam).add_(y.mul(lam))
-    if y.ndim == 1:
-        hot = np.zeros((len(y), k), dtype=np.float32)
-        hot[np.arange(len(y)), y] = 1.0
-        y = hot
-    y = y.astype(np.float32, copy=False)
-    return np.roll(y, 1, axis=0) * np.float32(1.0 - lam) + y * np.float32(lam)
-
-
-def _noise_generator(x: Any, seed: int) -> Any:
-    if _is_torch(x):
-        import torch
-
-        g = torch.Generator(device=x.device)
-        g.manual_seed(seed)
-        return g
-    return np.random.Generator(np.random.Philox(seed))
-
-
-def _normal(x: Any, gen: Any, shape: tuple[int, ...]) -> Any:
-    if _is_torch(x):
-        import torch
-
-        return torch.randn(shape, generator=gen, device=x.device, dtype=x.dtype)
-    return gen.standard_normal(shape, dtype=np.float32)
 
 
 def batch_generator(seed: int, epoch: int, batch: int, images: Any) -> Any:

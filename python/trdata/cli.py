@@ -67,7 +67,7 @@ def run_bench(
             return 2
         data_label = root
     else:
-        from ._dataset import default_dataset
+        from .sources.synthetic import default_dataset
 
         root = os.fspath(default_dataset(progress=not args.quiet))
         data_label = f"built-in synthetic dataset ({root})"
@@ -152,9 +152,7 @@ def run_bench(
 def _open_source(src: str) -> Any:
     """The trdata source a ``trdata pack SRC`` names: a folder is an ImageFolder root, a ``.tar`` a
     webdataset shard, any other file a packed file."""
-    from .packed import Packed
-    from .shards import WebDataset
-    from .sources import ImageFolder
+    from .sources import ImageFolder, Packed, WebDataset
 
     if os.path.isdir(src):
         return ImageFolder(src)
@@ -164,7 +162,7 @@ def _open_source(src: str) -> Any:
 
 
 def _cmd_pack(args: argparse.Namespace) -> int:
-    from .packed import Reencode, pack
+    from .sources import Reencode, pack
 
     reencode = None
     if args.short_side is not None or args.max_side is not None or args.quality is not None:
@@ -181,7 +179,7 @@ def _cmd_pack(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from .packed import verify
+    from .sources.packed import verify
 
     bad = verify(args.path, workers=args.workers, progress=not args.quiet)
     for record, reason in bad:
@@ -203,7 +201,7 @@ def _histogram(values: Sequence[int], edges: Sequence[int], unit: str) -> list[s
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from collections import Counter
 
-    from .packed import inspect
+    from .sources.packed import inspect
 
     info = inspect(args.path)
     if args.json:

@@ -17,9 +17,12 @@ if TYPE_CHECKING:
 
 import numpy as np
 
-from . import _core, _nvjpeg, _nvrtc
+from . import _core, _cuda_libs
 from . import batch as _batch
-from . import transforms as _tv
+from . import batch_ops as _bops
+from . import convert as _convert
+from ._args import _bool_arg, _int_arg, _parse_cpus, allowed_cpus
+from .batch import Batch
 from .errors import ConfigError, DataLoaderArgumentError, LoaderClosedError, StaleIteratorError, _shown
 from .sources import Source
 from .transforms import Transform
@@ -39,14 +42,6 @@ DEFAULTS: dict[str, Any] = dict(_core.DEFAULTS)
 # (``invalid <param>: <value> must be …``). The helpers below only check Python types.
 
 
-def _int(name: str, value: Any) -> int:
-    """An int parameter (Python or numpy integer, not a bool) as a Python int of any size; its range is the
-    core's rule, which names it."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise ConfigError(f"invalid {name}: {_shown(value)} must be an int", parameter=name)
-    return int(value)
-
-
 #: The int fields of a state_dict (top level and fingerprint): unsigned 64-bit numbers in the core.
 _STATE_INTS = (
     "version",
@@ -61,19 +56,12 @@ _STATE_INTS = (
 )
 
 
-def _bool(name: str, value: Any) -> bool:
-    """A real bool (``True``/``False`` or a numpy bool): ``shuffle="no"`` must not count as true."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise ConfigError(f"invalid {name}: {_shown(value)} must be True or False", parameter=name)
-    return bool(value)
-
-
 def _torchvision_args(transforms: Any, normalize: Any, dtype: Any) -> tuple[Any, Any, Any]:
     """A torchvision Compose/op/list or a ``from_torchvision`` result → (trdata transforms, normalize, dtype): a
     trailing Normalize becomes ``normalize`` (an explicit, different ``normalize`` is refused), ToTensor/ToImage
     the dtype unless one was given, an explicit ToDtype/ConvertImageDtype the dtype (a different ``dtype`` given
     too is refused, as ``normalize`` is; ``dtype`` left at its default takes the pipeline's)."""
-    converted = _tv.from_torchvision(transforms)
+    converted = _convert.from_torchvision(transforms)
     if converted.normalize is not None:
         if normalize is not None and _normalize(normalize) != _normalize(converted.normalize):
             raise ConfigError(
@@ -187,7 +175,7 @@ def _views(views: Any, normalize: Any, dtype: Any) -> tuple[list[list[tuple[Any,
         )
     lists = []
     for k, v in enumerate(views):
-        if _tv.is_torchvision(v):
+        if _convert.is_torchvision(v):
             v, normalize, dtype = _torchvision_args(v, normalize, dtype)
         try:
             lists.append(_transform_specs(v))
@@ -251,159 +239,6 @@ class TorchDevice(Protocol):
 
 #: One device: ``"cpu"``, ``"cuda"`` (``cuda:LOCAL_RANK``), ``"cuda:N"`` or a ``torch.device``.
 DeviceName: TypeAlias = Union[str, TorchDevice]  # Union, not |: evaluated at import on Python 3.9
-
-
-class DeviceTensor(Protocol):
-    """A tensor on a CUDA device (on a CUDA loader, ``Batch.images``/``labels`` are ``torch.Tensor`` objects): a
-    DLPack producer with a shape and a dtype."""
-
-    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any: ...
-    def __dlpack_device__(self) -> tuple[int, int]: ...
-    def __len__(self) -> int: ...
-    @property
-    def shape(self) -> Any: ...
-    @property
-    def dtype(self) -> Any: ...
-
-
-#: ``Batch.images`` and ``Batch.labels``: numpy arrays on a CPU loader, device tensors on a CUDA one.
-BatchArray: TypeAlias = Union[np.ndarray, DeviceTensor]
-#: ``Batch.images``: one ``BatchArray``, or a tuple of them, one per view, for a ``Loader(views=[...])``.
-BatchImages: TypeAlias = Union[BatchArray, "tuple[BatchArray, ...]"]
-
-
-class Batch:
-    """One batch. ``images``: (N, C, H, W) or (N, H, W, C) numpy view on a CPU loader, ``torch.Tensor`` on a
-    CUDA one (see ``BatchArray``), C = ``Loader.channels`` (1 or 3); with ``Loader(views=[...])`` a tuple of
-    them, one per view (each its own H, W), all sharing this batch's one buffer; ``labels``: the rows' targets, numpy or
-    ``torch.Tensor`` likewise: int64 (N,) class indices, or float32 (N, *S) = ``source.targets[indices]`` for a
-    source with float targets; ``indices``: int64 (N,) numpy;
-    ``valid``: the first ``valid`` rows are real samples of this epoch, later rows repeat real ones
-    (``last_batch='pad'``) or fill a rank up to equal length. Unpacks as ``images, labels = batch``.
-
-    bfloat16 images are ``ml_dtypes.bfloat16`` arrays when ml_dtypes is installed, else their uint16 bits;
-    through DLPack (``torch.from_dlpack(batch)``, ``batch.torch()``) they arrive as real bfloat16.
-
-    A Batch is a DLPack producer of its images (``__dlpack__``/``__dlpack_device__``), zero-copy: every
-    consumer tensor keeps the batch buffer alive by itself, so it stays valid after the Batch is dropped
-    and the loader moved on; the buffer returns to the loader when the last view or tensor of it dies."""
-
-    __slots__ = ("_lease", "epoch", "images", "indices", "labels", "valid")
-
-    images: BatchImages
-    labels: BatchArray
-    indices: np.ndarray
-    valid: int
-    epoch: int
-
-    def __init__(
-        self,
-        images: BatchImages,
-        labels: BatchArray,
-        indices: np.ndarray,
-        valid: int,
-        epoch: int,
-        lease: _core.BatchLeaseHandle | _core.DeviceTensorHandle | None = None,
-    ) -> None:
-        self.images = images
-        self.labels = labels
-        self.indices = indices
-        self.valid = valid
-        self.epoch = epoch
-        # The native lease behind `images` (found through the view's base when not given), or None for a
-        # Batch built from plain arrays, which then exports `images` through numpy's own DLPack.
-        if lease is None and isinstance(images, np.ndarray):
-            lease = _lease_of(images)
-        elif lease is None and isinstance(images, tuple) and images and isinstance(images[0], np.ndarray):
-            lease = _lease_of(images[0])  # views of one batch share one lease
-        self._lease = lease
-
-    def __iter__(self) -> Iterator[BatchImages]:
-        yield self.images
-        yield self.labels
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __repr__(self) -> str:
-        if isinstance(self.images, tuple):
-            shown = "(" + ", ".join(f"{v.shape}" for v in self.images) + ")"
-            dtype = self.images[0].dtype if self.images else None
-            return f"Batch(images={shown} {dtype}, valid={self.valid}, epoch={self.epoch})"
-        return (
-            f"Batch(images={self.images.shape} {self.images.dtype}, valid={self.valid}, epoch={self.epoch})"
-        )
-
-    def __dlpack__(
-        self,
-        *,
-        stream: Any = None,
-        max_version: tuple[int, int] | None = None,
-        dl_device: tuple[int, int] | None = None,
-        copy: bool | None = None,
-    ) -> Any:
-        """DLPack capsule of ``images`` (array-API semantics). A multi-view batch has one array per view:
-        export ``batch.images[k]`` instead (BufferError here)."""
-        images: Any = self._check_single_view()  # numpy's or a device tensor's own __dlpack__ below
-        if self._lease is not None:
-            return self._lease.__dlpack__(
-                stream=stream, max_version=max_version, dl_device=dl_device, copy=copy
-            )
-        kwargs = {
-            k: v
-            for k, v in (("max_version", max_version), ("dl_device", dl_device), ("copy", copy))
-            if v is not None
-        }
-        return images.__dlpack__(stream=stream, **kwargs)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        """(device_type, device_id) of ``images``; (1, 0) is the CPU. BufferError for a multi-view batch."""
-        images = self._check_single_view()
-        if self._lease is not None:
-            return self._lease.__dlpack_device__()
-        return images.__dlpack_device__()
-
-    def _check_single_view(self) -> BatchArray:
-        """``images`` of a single-pipeline batch; BufferError for a multi-view one (no one tensor to export)."""
-        if isinstance(self.images, tuple):
-            raise BufferError(
-                f"a multi-view Batch holds {len(self.images)} image arrays (Loader(views=...)): export one view, "
-                "e.g. torch.from_dlpack(batch.images[k]), or use batch.torch()"
-            )
-        return self.images
-
-    def torch(self) -> tuple[Any, Any]:
-        """(images, labels) as torch tensors sharing this batch's memory, through DLPack (bfloat16 arrives
-        as ``torch.bfloat16``); a multi-view batch's images are a tuple of tensors, one per view. The tensors
-        stay valid after the Batch is gone."""
-        import torch
-
-        if isinstance(self.images, tuple):
-            return tuple(_torch_of(v) for v in self.images), torch.from_dlpack(self.labels)
-        return torch.from_dlpack(self), torch.from_dlpack(self.labels)
-
-
-def _torch_of(images: Any) -> Any:
-    """One view's images as a torch tensor through DLPack: its native lease when it views one whole (so
-    bfloat16 arrives as ``torch.bfloat16``), else the array's own export."""
-    import torch
-
-    lease = _lease_of(images) if isinstance(images, np.ndarray) else None
-    return torch.from_dlpack(images if lease is None else lease)
-
-
-def _lease_of(images: np.ndarray) -> _core.BatchLeaseHandle | None:
-    """The BatchLeaseHandle whose memory ``images`` views whole (same data pointer and shape), else None."""
-    base = images.base
-    while isinstance(base, np.ndarray):
-        base = base.base
-    if (
-        isinstance(base, _core.BatchLeaseHandle)
-        and tuple(base.shape) == images.shape
-        and images.__array_interface__["data"][0] == base.__array_interface__["data"][0]
-    ):
-        return base
-    return None
 
 
 #: CUDA ordinals are below this (the core holds them as 32-bit unsigned ints).
@@ -503,26 +338,11 @@ def _resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
     return (d_rank if rank is None else rank), (d_world if world_size is None else world_size)
 
 
-def _allowed_cpus() -> list[int]:
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return list(range(os.cpu_count() or 1))
-
-
-def _parse_cpus(cpus: Any) -> list[int]:
-    """``cpus=`` → CPU ids in the given order (which ids are valid is the core's rule: listed once, each one
-    this process may run on)."""
-    if isinstance(cpus, (str, bytes)) or not isinstance(cpus, Iterable):
-        raise ConfigError(f"invalid cpus: {_shown(cpus)} must be a list of CPU ids", parameter="cpus")
-    return [_int("cpus", c) for c in cpus]
-
-
 def _cpu_share() -> list[int]:
     """This process's share of the node's allowed CPUs: the LOCAL_RANK-th of LOCAL_WORLD_SIZE contiguous,
     near-equal slices (sizes differ by at most one), so the ranks of one node never pin to the same cores.
     With more local ranks than CPUs, each rank gets one CPU (shared round-robin)."""
-    cpus = _allowed_cpus()
+    cpus = allowed_cpus()
     local_world = _env_int("LOCAL_WORLD_SIZE") or 1
     local_rank = _local_rank()
     if local_world <= 1:
@@ -724,7 +544,7 @@ class Loader:
         max_memory_bytes: int | None = None,
         channels: int | None = None,
         exif_transpose: bool = DEFAULTS["exif_transpose"],
-        batch_ops: Sequence[_batch.BatchOp] = (),
+        batch_ops: Sequence[_bops.BatchOp] = (),
         batch_transform: Callable[[Batch, Any], Any] | None = None,
         views: Sequence[Sequence[Transform] | Any] | None = None,
         decode: str | float = DEFAULTS["decode"],
@@ -737,55 +557,62 @@ class Loader:
                 f"{_torch_dataset_hint(source)}",
                 parameter="source",
             )
-        dtype = _tv.dtype_name(dtype)  # torch.float16 / np.dtype("float16") → "float16"; the core checks it
-        if _tv.is_torchvision(transforms):
+        dtype = _convert.dtype_name(
+            dtype
+        )  # torch.float16 / np.dtype("float16") → "float16"; the core checks it
+        if _convert.is_torchvision(transforms):
             transforms, normalize, dtype = _torchvision_args(transforms, normalize, dtype)
         view_specs = None
         if views is not None:
             view_specs, normalize, dtype = _views(views, normalize, dtype)
         # Translation only (types, the environment, torch.distributed); the core checks every value.
         ordinals, per_step_list = _parse_devices(device)
-        rank = None if rank is None else _int("rank", rank)
-        world_size = None if world_size is None else _int("world_size", world_size)
+        rank = None if rank is None else _int_arg(rank, "rank")
+        world_size = None if world_size is None else _int_arg(world_size, "world_size")
         rank, world_size = _resolve_rank(rank, world_size)
-        rank, world_size = _int("rank", rank), _int("world_size", world_size)  # from torch or the environment
+        rank, world_size = (
+            _int_arg(rank, "rank"),
+            _int_arg(world_size, "world_size"),
+        )  # from torch or the environment
         cpu_list = _cpu_share() if cpus is None else _parse_cpus(cpus)
 
         def opt_int(name: str, value: Any) -> int | None:
-            return None if value is None else _int(name, value)
+            return None if value is None else _int_arg(value, name)
 
-        batch_size = _int("batch_size", batch_size)
+        batch_size = _int_arg(batch_size, "batch_size")
         native_source = source._native_source()
         self._native = _core.NativeLoader(
             native_source,
             batch_size=batch_size,
             workers=opt_int("workers", workers),  # None: the core's default for these CPUs and devices
-            shuffle=_bool("shuffle", shuffle),
-            seed=_int("seed", seed),
-            reproducible=None if reproducible is None else _bool("reproducible", reproducible),
+            shuffle=_bool_arg(shuffle, "shuffle"),
+            seed=_int_arg(seed, "seed"),
+            reproducible=None if reproducible is None else _bool_arg(reproducible, "reproducible"),
             last_batch=last_batch,
             rank=rank,
             world_size=world_size,
             pin=pin,
             on_error=on_error,
-            prefetch=_int("prefetch", prefetch),
-            max_held_batches=_int("max_held_batches", max_held_batches),
+            prefetch=_int_arg(prefetch, "prefetch"),
+            max_held_batches=_int_arg(max_held_batches, "max_held_batches"),
             transforms=_transform_specs(transforms),
             normalize=_normalize(normalize),
             dtype=dtype,
             layout=layout,
             channels=opt_int("channels", channels),  # None: the source's own (the core's default)
             devices=ordinals,
-            device_slots=_int("device_slots", device_slots),
+            device_slots=_int_arg(device_slots, "device_slots"),
             cpus=cpu_list,
             max_pixels=opt_int("max_pixels", max_pixels),
             max_scans=opt_int("max_scans", max_scans),
             max_memory_bytes=opt_int("max_memory_bytes", max_memory_bytes),
-            exif_transpose=_bool("exif_transpose", exif_transpose),
+            exif_transpose=_bool_arg(exif_transpose, "exif_transpose"),
             views=view_specs,
             decode=decode,
             # The wheel copies on sys.path come first in the libraries' search orders (src/cuda/nvjpeg.rs, nvrtc.rs).
-            gpu_libraries=(_nvjpeg.candidates(), _nvrtc.candidates()) if decode != "cpu" else ([], []),
+            gpu_libraries=(_cuda_libs.nvjpeg.candidates(), _cuda_libs.nvrtc.candidates())
+            if decode != "cpu"
+            else ([], []),
         )
         self.source = source
         # Float targets (float32 (N, *S)) stay in Python: each batch's labels are gathered by its indices.
@@ -807,7 +634,7 @@ class Loader:
         self._ordinals = ordinals
         self._per_step_list = per_step_list
         self._pid = os.getpid()
-        # Batch ops and batch_transform (python/trdata/batch.py): checked here, run on each finished batch.
+        # Batch ops and batch_transform (python/trdata/batch_ops.py, batch.py): checked here, run on each finished batch.
         self._init_batch_hooks(batch_ops, batch_transform, native_source)
 
     def _check_process(self) -> None:
@@ -834,7 +661,7 @@ class Loader:
         """Run epoch ``epoch`` (0 ≤ epoch < 2**63) on the next iteration (later iterations continue from
         it)."""
         self._check_process()
-        self._native.set_epoch(_int("epoch", epoch))
+        self._native.set_epoch(_int_arg(epoch, "epoch"))
         self._consumer_state = None  # the core's position is the consumer's again
 
     def state_dict(self) -> dict[str, Any]:
@@ -968,15 +795,15 @@ class Loader:
             # the side-stream handoff is keyed by the batch (or step list) the thread prepared, not the pair
             yield _batch.wait_handoff(out)
 
-    # --- batch ops and batch_transform (python/trdata/batch.py) ---------------------------------------------
+    # --- batch ops and batch_transform (python/trdata/batch_ops.py, batch.py) ---------------------------------------------
 
     _prefetcher: _batch.BatchPrefetcher | None
     _consumer_state: dict[str, Any] | None
-    _batch_ops: _batch.BatchOpPlan | None
+    _batch_ops: _bops.BatchOpPlan | None
     _batch_transform: Callable[..., Any] | None
 
     def _init_batch_hooks(self, batch_ops: Any, batch_transform: Any, native_source: Any) -> None:
-        specs = _batch._batch_op_specs(batch_ops)
+        specs = _bops._batch_op_specs(batch_ops)
         self._batch_transform = _batch._callable_or_none(batch_transform)
         self._prefetcher = None
         self._consumer_state = None  # with batch_transform: see __iter__
@@ -988,7 +815,7 @@ class Loader:
             None if self._targets is not None else len(getattr(self.source, "classes", None) or ()) or None
         )
         self._batch_ops = (
-            _batch.BatchOpPlan(
+            _bops.BatchOpPlan(
                 specs,
                 seed=self._seed,
                 layout=self.layout,

@@ -15,64 +15,41 @@ are the core's (``_core.DEFAULTS``).
 from __future__ import annotations
 
 import math
-import numbers
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from . import _core
+from ._args import (
+    _bool_arg,
+    _degrees,
+    _fill,
+    _int_arg,
+    _is_int,
+    _jitter_range,
+    _mode,
+    _opt_fill,
+    _opt_pair,
+    _padding,
+    _pair,
+    _real,
+    _seq,
+    _shear,
+    _size,
+    _str,
+)
 from .errors import ConfigError, _shown
+
+if TYPE_CHECKING:  # at run time, through __getattr__ below (trdata.convert imports this module)
+    from .convert import Converted as Converted
+    from .convert import from_torchvision as from_torchvision
 
 _DEFAULTS = _core.DEFAULTS
 
 #: ImageNet mean and std in [0, 1] units (timm's IMAGENET_DEFAULT_MEAN/STD, torchvision's reference values).
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-
-
-def _is_int(v: Any) -> bool:
-    """An integer (Python or numpy), not a bool."""
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool) and type(v).__name__ != "bool_"
-
-
-def _size(size: Any, name: str = "size") -> tuple[int, int]:
-    """``size`` → (height, width): an int (square) or a sequence of exactly two ints (their range is the
-    core's rule)."""
-    if _is_int(size):
-        h = w = int(size)
-    elif isinstance(size, Sequence) and not isinstance(size, (str, bytes)) and len(size) == 2:
-        if not all(_is_int(v) for v in size):
-            raise ConfigError(
-                f"invalid {name}: {_shown(size)} must be an int or a (height, width) pair of ints",
-                parameter=name,
-            )
-        h, w = (int(v) for v in size)
-    else:
-        raise ConfigError(
-            f"invalid {name}: {_shown(size)} must be an int or a (height, width) pair of ints", parameter=name
-        )
-    return h, w
-
-
-def _real(v: Any, name: str) -> float:
-    """A real number (not a bool or a string) that a float can hold: ``float(10**400)`` raises OverflowError,
-    reported as a ConfigError naming ``name``."""
-    if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        raise ConfigError(f"invalid {name}: {_shown(v)} must be a number", parameter=name)
-    try:
-        return float(v)
-    except OverflowError:
-        raise ConfigError(
-            f"invalid {name}: {_shown(v)} must be a number a float can hold", parameter=name
-        ) from None
-
-
-def _pair(v: Any, name: str) -> tuple[float, float]:
-    """A (min, max) pair of real numbers."""
-    if isinstance(v, (str, bytes)) or not isinstance(v, Sequence) or len(v) != 2:
-        raise ConfigError(f"invalid {name}: {_shown(v)} must be a (min, max) pair of numbers", parameter=name)
-    return _real(v[0], name), _real(v[1], name)
 
 
 class Transform:
@@ -178,68 +155,6 @@ class RandomHorizontalFlip(Transform):
 
     def _spec(self) -> tuple[Any, ...]:
         return ("horizontal_flip", _real(self.p, "p"))
-
-
-def _seq(v: Any) -> bool:
-    return isinstance(v, Sequence) and not isinstance(v, (str, bytes))
-
-
-def _padding(padding: Any) -> tuple[int, int, int, int]:
-    """torchvision's ``padding``: an int, or 1, 2 (left/right, top/bottom) or 4 (left, top, right, bottom) ints →
-    (left, top, right, bottom)."""
-    if _is_int(padding):
-        p = int(padding)
-        return (p, p, p, p)
-    if _seq(padding) and len(padding) in (1, 2, 4) and all(_is_int(v) for v in padding):
-        v = [int(x) for x in padding]
-        if len(v) == 1:
-            return (v[0],) * 4
-        if len(v) == 2:
-            return (v[0], v[1], v[0], v[1])
-        return (v[0], v[1], v[2], v[3])
-    raise ConfigError(
-        f"invalid padding: {_shown(padding)} must be an int or a sequence of 1, 2 or 4 ints",
-        parameter="padding",
-    )
-
-
-def _fill(fill: Any, name: str = "fill") -> tuple[float, ...]:
-    """A number or a per-channel sequence of numbers (pixel units; the core checks the range and count)."""
-    if fill is None:
-        return (0.0,)
-    if _seq(fill):
-        return tuple(_real(v, name) for v in fill)
-    return (_real(fill, name),)
-
-
-def _str(v: Any, name: str) -> str:
-    if not isinstance(v, str):
-        raise ConfigError(f"invalid {name}: {_shown(v)} must be a string", parameter=name)
-    return v
-
-
-def _bool_arg(v: Any, name: str) -> bool:
-    if not isinstance(v, bool):
-        raise ConfigError(f"invalid {name}: {_shown(v)} must be a bool", parameter=name)
-    return v
-
-
-def _jitter_range(v: Any, name: str, center: float, clip_at_zero: bool) -> tuple[float, float] | None:
-    """torchvision's ``ColorJitter._check_input``: a number v → (center - v, center + v) (the lower end clipped at
-    0 for brightness/contrast/saturation), a pair as given; (center, center) → None (off). A negative number
-    gives an empty range the core refuses."""
-    if v is None:
-        return None
-    if _seq(v):
-        lo, hi = _pair(v, name)
-    else:
-        x = _real(v, name)
-        lo, hi = (center - x, center + x) if x >= 0 else (center + abs(x), center - abs(x))
-        if clip_at_zero and x >= 0:
-            lo = max(lo, 0.0)
-    if lo == hi == center:
-        return None
-    return (lo, hi)
 
 
 @dataclass(frozen=True)
@@ -488,53 +403,6 @@ class RandomAdjustSharpness(Transform):
             _real(self.sharpness_factor, "sharpness_factor"),
             _real(self.p, "p"),
         )
-
-
-def _mode(v: Any, name: str) -> str:
-    """A mode given as torchvision's enum (``InterpolationMode.BILINEAR``, ``AutoAugmentPolicy.IMAGENET``: its
-    value) or as its string; which values are allowed is the core's choice table."""
-    value = getattr(v, "value", v)
-    if not isinstance(value, str):
-        raise ConfigError(
-            f"invalid {name}: {_shown(v)} must be a string or a torchvision enum", parameter=name
-        )
-    return value.lower()
-
-
-def _int_arg(v: Any, name: str) -> int:
-    if not _is_int(v):
-        raise ConfigError(f"invalid {name}: {_shown(v)} must be an int", parameter=name)
-    return int(v)
-
-
-def _degrees(v: Any, name: str = "degrees") -> tuple[float, float]:
-    """torchvision's ``_setup_angle``: a number d → (-d, d) (a negative d gives an empty range the core refuses),
-    a pair as given."""
-    if _seq(v):
-        return _pair(v, name)
-    d = _real(v, name)
-    return (-d, d)
-
-
-def _opt_fill(fill: Any) -> tuple[float, ...] | None:
-    """``None`` (zero padding, no mask) or a number / per-channel numbers (torchvision's mask-path fill)."""
-    if isinstance(fill, dict):  # torchvision v2's per-type fill: the image's entry
-        fill = next((f for k, f in fill.items() if getattr(k, "__name__", k) in ("Image", "others")), None)
-    return None if fill is None else _fill(fill)
-
-
-def _opt_pair(v: Any, name: str) -> tuple[float, float] | None:
-    return None if v is None else _pair(v, name)
-
-
-def _shear(v: Any) -> tuple[float, ...] | None:
-    """torchvision's ``shear``: a number s → (-s, s) on x; 2 numbers: x range; 4: x then y range."""
-    if v is None:
-        return None
-    if _seq(v):
-        return tuple(_real(x, "shear") for x in v)
-    s = _real(v, "shear")
-    return (-s, s)
 
 
 @dataclass(frozen=True)
@@ -1068,6 +936,12 @@ def specs(transforms: Any) -> list[tuple[Any, ...]]:
         )
     out = []
     for t in transforms:
+        if type(t).__module__ == "trdata.batch_ops":
+            raise ConfigError(
+                f"invalid transforms: {_shown(t)} is a batch op, not a per-sample transform: pass it as "
+                "Loader(batch_ops=[...]), and pick among batch ops with trdata.BatchRandomChoice",
+                parameter="transforms",
+            )
         if not isinstance(t, Transform):
             raise ConfigError(
                 f"invalid transforms: {_shown(t)} is not a trdata transform (transforms are data compiled by the "
@@ -1097,443 +971,11 @@ def specs(transforms: Any) -> list[tuple[Any, ...]]:
 IMAGENET = (IMAGENET_MEAN, IMAGENET_STD)
 
 
-@dataclass(frozen=True)
-class Converted:
-    """What :func:`from_torchvision` made of a torchvision pipeline: the trdata transforms, and the Loader's
-    ``normalize`` / ``dtype`` from a trailing ``ToTensor``/``ToImage``/``ToDtype``/``Normalize`` (None when
-    absent). ``Loader(transforms=converted)`` (or a view of ``views=``) takes all three, exactly as it takes the
-    torchvision pipeline itself."""
+def __getattr__(name: str) -> Any:
+    """``trdata.transforms.from_torchvision`` and ``Converted`` live in :mod:`trdata.convert` (which imports this
+    module, so they are looked up there on first use rather than imported here)."""
+    if name in ("from_torchvision", "Converted"):
+        from . import convert
 
-    transforms: list[Transform]
-    normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None
-    dtype: str | None = None
-    #: The op that set ``dtype`` when it was an explicit ``ToDtype``/``ConvertImageDtype`` (a Loader's differing
-    #: ``dtype=`` then contradicts it); None when ``dtype`` came from ``ToTensor``/``ToImage`` or is absent.
-    dtype_op: str | None = field(default=None, repr=False, compare=False)
-
-
-def dtype_name(dtype: Any) -> Any:
-    """A dtype *object* → its name: ``torch.float16`` → ``"float16"``, ``np.dtype("float32")`` → ``"float32"``
-    (``torch.bfloat16``, ``torch.half`` too). Anything else is returned as it is (a string, or a value the core's
-    ``dtype`` choice then refuses, naming it): only the spelling is translated, which names are valid is the
-    core's table (``trdata.loader.CHOICES["dtype"]``)."""
-    if isinstance(dtype, str):
-        return dtype
-    cls = type(dtype)
-    if cls.__module__ == "torch" and cls.__name__ == "dtype":
-        return str(dtype).removeprefix("torch.")
-    import numpy as np  # trdata's dependency; imported on use like every heavy module here
-
-    if isinstance(dtype, np.dtype):
-        return dtype.name
-    return dtype
-
-
-def _is_timm(t: Any) -> bool:
-    """A timm data transform (timm.data.transforms, auto_augment, random_erasing)."""
-    return type(t).__module__.startswith("timm.data")
-
-
-def _is_torchvision(t: Any) -> bool:
-    return type(t).__module__.startswith("torchvision.transforms") or _is_timm(t)
-
-
-def is_torchvision(transforms: Any) -> bool:
-    """Whether ``transforms`` is a torchvision op/Compose, a list holding one, or a :class:`Converted` (the Loader
-    then converts it)."""
-    if isinstance(transforms, Converted) or _is_torchvision(transforms):
-        return True
-    return _seq(transforms) and any(_is_torchvision(t) for t in transforms)
-
-
-#: How deep Compose/list/container nesting may go while converting: the core allows 3 container levels, so
-#: deeper is a mistake — or an object that holds itself, which would otherwise recurse until RecursionError.
-_MAX_CONVERT_DEPTH = 16
-
-
-def _too_deep(t: Any) -> ConfigError:
-    return _refuse(
-        t, 0, f"it nests Compose/lists/containers more than {_MAX_CONVERT_DEPTH} deep (does it hold itself?)"
-    )
-
-
-def _flatten(t: Any, depth: int = 0) -> list[Any]:
-    if depth > _MAX_CONVERT_DEPTH:
-        raise _too_deep(t)
-    if type(t).__name__ == "Compose" and _is_torchvision(t):
-        return [x for sub in t.transforms for x in _flatten(sub, depth + 1)]
-    if _seq(t):
-        return [x for sub in t for x in _flatten(sub, depth + 1)]
-    return [t]
-
-
-def _refuse(t: Any, pos: int, why: str) -> ConfigError:
-    return ConfigError(
-        f"invalid transforms: {type(t).__module__}.{type(t).__name__} at transforms[{pos}] cannot run in trdata: "
-        f"{why}",
-        parameter="transforms",
-    )
-
-
-def from_torchvision(t: Any, _depth: int = 0) -> Converted:
-    """A torchvision.transforms.v2 (or classic) op, Compose or list of them → the trdata pipeline (trdata ops are
-    passed through). Trailing ``ToTensor``/``ToImage``/``PILToTensor``/``ToDtype(float32, scale=True)``/
-    ``ConvertImageDtype(float)`` become ``dtype='float32'`` and a trailing ``Normalize`` the Loader's
-    ``normalize``; a ``RandomErasing`` after ``Normalize`` has its value converted to pixel units. timm's
-    pipelines (``timm.data.create_transform``) convert as well: ``RandomResizedCropAndInterpolation`` (any
-    interpolation, 'random' included), ``CenterCropOrPad`` with zero fill, ``MaybeToTensor``/
-    ``MaybePILToTensor``/``ToNumpy``, timm's RandAugment/AutoAugment/AugMix (:class:`TimmRandAugment`,
-    :class:`TimmAutoAugment`, :class:`TimmAugMix`) and its ``RandomErasing`` (:class:`TimmRandomErasing`, which
-    must follow ``Normalize``; README lists what round-trips). Anything else → ConfigError naming the first op
-    trdata cannot run. A :class:`Converted` is returned as it is."""
-    if isinstance(t, Converted):
-        return t
-    if _depth > _MAX_CONVERT_DEPTH:
-        raise _too_deep(t)
-    ops = _flatten(t)
-    out: list[Transform] = []
-    normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None
-    dtype: str | None = None
-    dtype_op: str | None = None
-    for pos, op in enumerate(ops):
-        if isinstance(op, Transform):
-            if normalize is not None:
-                raise _refuse(op, pos, "it comes after Normalize (trdata normalizes in the final write)")
-            out.append(op)
-            continue
-        if not _is_torchvision(op):
-            raise ConfigError(
-                f"invalid transforms: {_shown(op)} at transforms[{pos}] is neither a trdata nor a torchvision "
-                "transform",
-                parameter="transforms",
-            )
-        name = type(op).__name__
-        if name in _CONTAINERS:
-            if normalize is not None:
-                raise _refuse(op, pos, "it comes after Normalize (trdata normalizes in the final write)")
-            out.append(_convert_container(op, name, pos, _depth))
-            continue
-        if _is_timm(op):
-            if name == "MaybeToTensor":
-                dtype = "float32"
-                continue
-            if name in ("MaybePILToTensor", "ToNumpy"):
-                dtype = "uint8"
-                continue
-            if name == "RandomErasing":
-                if normalize is None:
-                    raise _refuse(
-                        op, pos, "timm's RandomErasing works in normalized units: put it after Normalize"
-                    )
-                out.append(_convert_timm_erasing(op, normalize))
-                continue
-            if normalize is not None:
-                raise _refuse(op, pos, "it comes after Normalize (trdata normalizes in the final write)")
-            try:
-                out.append(_convert_timm(op, name))
-            except ConfigError as e:
-                raise _refuse(op, pos, str(e)) from None
-            continue
-        if name in ("ToTensor", "ToImage", "PILToTensor", "ToPureTensor"):
-            dtype = "float32" if name == "ToTensor" else "uint8" if name != "ToPureTensor" else dtype
-            dtype_op = None
-            continue
-        if name in ("ToDtype", "ConvertImageDtype"):
-            dt = getattr(op, "dtype", None)
-            dt = dt.get("others", None) if isinstance(dt, dict) else dt
-            # ConvertImageDtype always scales; the float types are the Loader's dtypes (values in [0, 1]).
-            if str(dt) in _FLOAT_DTYPES and getattr(op, "scale", True):
-                dtype, dtype_op = str(dt).removeprefix("torch."), name
-                continue
-            if str(dt) == "torch.uint8":
-                dtype, dtype_op = "uint8", name
-                continue
-            raise _refuse(
-                op,
-                pos,
-                f"only float32, float16 or bfloat16 with scale=True, or uint8, are supported, not {dt}",
-            )
-        if name == "Normalize":
-            normalize = (tuple(float(v) for v in op.mean), tuple(float(v) for v in op.std))
-            continue
-        if normalize is not None and name != "RandomErasing":
-            raise _refuse(op, pos, "it comes after Normalize (trdata normalizes in the final write)")
-        try:
-            # A RandomErasing after ToTensor alone has its value in [0, 1] units: (mean 0, std 1) scales it.
-            floats = dtype is not None and f"torch.{dtype}" in _FLOAT_DTYPES
-            units = normalize if normalize is not None else ((0.0,), (1.0,)) if floats else None
-            out.append(_convert(op, name, units))
-        except ConfigError as e:
-            raise _refuse(op, pos, str(e)) from None
-        except (AttributeError, TypeError, KeyError):
-            raise _refuse(op, pos, "trdata has no such op (yet)") from None
-        except Exception as e:  # a look-alike whose attributes raise: still a configuration error, named
-            raise _refuse(op, pos, f"reading its parameters raised {type(e).__name__}: {e}") from e
-    return Converted(out, normalize, dtype, dtype_op)
-
-
-#: A ``ToDtype``/``ConvertImageDtype`` float type (``scale=True``) → the Loader's dtype of the same name.
-_FLOAT_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
-
-#: torchvision's containers (v2 and classic have the same names and attributes).
-_CONTAINERS = ("RandomApply", "RandomChoice", "RandomOrder")
-
-
-def _convert_container(op: Any, name: str, pos: int, depth: int = 0) -> Transform:
-    """A torchvision RandomApply/RandomChoice/RandomOrder (v2 or classic) → trdata's, its inner list converted
-    by :func:`from_torchvision` (a Compose inside is flattened); an inner ToTensor/Normalize is refused."""
-    inner = from_torchvision(list(op.transforms), depth + 1)
-    if inner.normalize is not None or inner.dtype is not None:
-        raise _refuse(op, pos, "it holds ToTensor/ToDtype/Normalize (only the pipeline's end may convert)")
-    if name == "RandomApply":
-        return RandomApply(inner.transforms, op.p)
-    if name == "RandomChoice":
-        return RandomChoice(inner.transforms, None if op.p is None else list(op.p))
-    return RandomOrder(inner.transforms)
-
-
-def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float, ...]] | None) -> Transform:
-    v2 = ".v2." in type(op).__module__
-    if name in ("RandomResizedCrop", "Resize"):
-        interpolation = _mode(op.interpolation, "interpolation")
-        antialias = getattr(op, "antialias", True)
-        antialias = True if antialias is None or antialias == "warn" else antialias
-    if name == "RandomResizedCrop":
-        return RandomResizedCrop(tuple(op.size), tuple(op.scale), tuple(op.ratio), interpolation, antialias)
-    if name == "Resize":
-        size = op.size
-        if _seq(size) and len(size) == 1:
-            size = size[0]
-        if size is None:
-            raise ConfigError("size=None (max_size alone) is not supported")
-        return Resize(size if _is_int(size) else tuple(size), interpolation, op.max_size, antialias)
-    if name == "CenterCrop":
-        return CenterCrop(tuple(op.size))
-    if name in ("RandomHorizontalFlip", "RandomVerticalFlip"):
-        return (RandomHorizontalFlip if name == "RandomHorizontalFlip" else RandomVerticalFlip)(p=op.p)
-    if name == "Pad":
-        return Pad(op.padding, op.fill, op.padding_mode)
-    if name == "RandomCrop":
-        padding = op.padding
-        if v2 and padding is not None:
-            left, right, top, bottom = padding  # v2 stores torch's [left, right, top, bottom]
-            padding = (left, top, right, bottom)
-        return RandomCrop(tuple(op.size), padding, op.pad_if_needed, op.fill, op.padding_mode)
-    if name == "ColorJitter":
-        return ColorJitter(op.brightness, op.contrast, op.saturation, op.hue)
-    if name == "Grayscale":
-        return Grayscale(op.num_output_channels)
-    if name == "RandomGrayscale":
-        return RandomGrayscale(op.p)
-    if name == "GaussianBlur":
-        return GaussianBlur(tuple(op.kernel_size), tuple(op.sigma))
-    if name == "GaussianNoise":
-        return GaussianNoise(op.mean, op.sigma, op.clip)
-    if name == "RandomErasing":
-        value = op.value
-        if value is None or value == "random":
-            value = "random"
-        elif normalize is not None:
-            vals = value if _seq(value) else [value]
-            mean, std = normalize
-            n = max(len(vals), len(mean))
-            value = tuple(
-                min(
-                    255.0,
-                    max(
-                        0.0,
-                        round((float(vals[i % len(vals)]) * std[i % len(std)] + mean[i % len(mean)]) * 255),
-                    ),
-                )
-                for i in range(n)
-            )
-        return RandomErasing(op.p, tuple(op.scale), tuple(op.ratio), value)
-    if name in ("RandomAutocontrast", "RandomEqualize", "RandomInvert"):
-        return {
-            "RandomAutocontrast": RandomAutocontrast,
-            "RandomEqualize": RandomEqualize,
-            "RandomInvert": RandomInvert,
-        }[name](op.p)
-    if name == "RandomChannelPermutation":
-        return RandomChannelPermutation()
-    if name == "RandomSolarize":
-        return RandomSolarize(op.threshold, op.p)
-    if name == "RandomPosterize":
-        return RandomPosterize(op.bits, op.p)
-    if name == "RandomAdjustSharpness":
-        return RandomAdjustSharpness(op.sharpness_factor, op.p)
-    if name == "RandomRotation":
-        return RandomRotation(
-            tuple(op.degrees), _mode(op.interpolation, "interpolation"), op.expand, op.center, op.fill
-        )
-    if name == "RandomAffine":
-        return RandomAffine(
-            tuple(op.degrees),
-            op.translate,
-            op.scale,
-            op.shear,
-            _mode(op.interpolation, "interpolation"),
-            op.fill,
-            op.center,
-        )
-    if name == "RandomPerspective":
-        return RandomPerspective(op.distortion_scale, op.p, _mode(op.interpolation, "interpolation"), op.fill)
-    if name == "AutoAugment":
-        return AutoAugment(_mode(op.policy, "policy"), _mode(op.interpolation, "interpolation"), op.fill)
-    if name == "RandAugment":
-        return RandAugment(
-            op.num_ops, op.magnitude, op.num_magnitude_bins, _mode(op.interpolation, "interpolation"), op.fill
-        )
-    if name == "TrivialAugmentWide":
-        return TrivialAugmentWide(op.num_magnitude_bins, _mode(op.interpolation, "interpolation"), op.fill)
-    if name == "AugMix":
-        return AugMix(
-            op.severity,
-            op.mixture_width,
-            op.chain_depth,
-            op.alpha,
-            op.all_ops,
-            _mode(op.interpolation, "interpolation"),
-            op.fill,
-        )
-    raise KeyError(name)
-
-
-#: timm classes that have no trdata counterpart, with what to do instead.
-_TIMM_REFUSED = {
-    "ToTensor": "timm's unscaled ToTensor is not supported: use MaybePILToTensor (uint8) or MaybeToTensor",
-}
-
-
-def _timm_interpolation(v: Any) -> str:
-    """timm's interpolation (a torchvision InterpolationMode, a PIL filter, or the bilinear/bicubic tuple that
-    means 'random') → the name."""
-    if isinstance(v, (tuple, list)):
-        names = sorted(_timm_interpolation(x) for x in v)
-        if names == ["bicubic", "bilinear"]:
-            return "random"
-        raise ConfigError(
-            f"invalid interpolation: {_shown(v)} must be one filter or timm's (bilinear, bicubic)"
-        )
-    if hasattr(v, "value") and isinstance(v.value, str):
-        return str(v.value).lower()
-    return {0: "nearest", 2: "bilinear", 3: "bicubic"}.get(int(v), f"PIL filter {int(v)}")
-
-
-def _convert_timm(op: Any, name: str) -> Transform:
-    """A timm transform (before Normalize) → the trdata one; ConfigError saying why not."""
-    if name in _TIMM_REFUSED:
-        raise ConfigError(_TIMM_REFUSED[name])
-    if name == "RandomResizedCropAndInterpolation":
-        # 'random' (bilinear or bicubic per sample) is the core's per-sample filter choice.
-        interpolation = _timm_interpolation(op.interpolation)
-        return RandomResizedCrop(tuple(op.size), tuple(op.scale), tuple(op.ratio), interpolation, True)
-    if name == "ResizeKeepRatio":
-        if op.random_scale_prob > 0 or op.random_aspect_prob > 0:
-            raise ConfigError(
-                "its random scale/aspect (train_crop_mode='rkrc'/'rkrr') is not supported: use train_crop_mode='rrc'"
-            )
-        return TimmResizeKeepRatio(tuple(op.size), float(op.longest), _timm_interpolation(op.interpolation))
-    if name == "CenterCropOrPad":
-        fill = op.fill if _seq(op.fill) else [op.fill]
-        if op.padding_mode == "constant" and all(float(v) == 0 for v in fill):
-            return CenterCrop(
-                tuple(op.size)
-            )  # torchvision's CenterCrop pads with zeros the same way, and folds
-        return TimmCenterCropOrPad(tuple(op.size), op.fill, op.padding_mode)
-    if name == "RandAugment":
-        return _convert_timm_rand_augment(op)
-    if name == "AutoAugment":
-        steps = [o for sub in op.policy for o in sub]
-        prob, magnitude, *shared = _timm_shared(steps)
-        return TimmAutoAugment(
-            [[(o.name, float(o.prob), float(o.magnitude)) for o in sub] for sub in op.policy], *shared
-        )
-    if name == "AugMixAugment":
-        if op.blended:
-            raise ConfigError(
-                "blended=True (timm's 'b1', which timm itself calls not well tested) is not supported"
-            )
-        prob, magnitude, mstd, mmax, fill, interpolation, translate_pct = _timm_shared(
-            list(op.ops), same_level=True
-        )
-        return TimmAugMix(
-            tuple(o.name for o in op.ops), magnitude, float(op.alpha), op.width, op.depth, mstd, mmax, fill,
-            interpolation, translate_pct,
-        )  # fmt: skip
-    raise ConfigError("trdata has no such op (yet)")
-
-
-#: timm's op names trdata runs (src/augment/timm.rs TIMM_OPS).
-_TIMM_OP_NAMES = frozenset(TIMM_RAND_TRANSFORMS + TIMM_RAND_INCREASING_TRANSFORMS + ("PosterizeOriginal",))
-
-
-def _timm_shared(ops: list[Any], same_level: bool = True) -> tuple[Any, ...]:
-    """The parameters timm's ``AugmentOp`` list shares: (prob, magnitude, magnitude_std, magnitude_max, fill,
-    interpolation, translate_pct); ConfigError when an op is unknown to trdata or they differ."""
-    if not ops:
-        raise ConfigError("it has no ops")
-    for o in ops:
-        if type(o).__name__ != "AugmentOp":
-            raise ConfigError(f"{type(o).__name__} is not one of timm's AugmentOp")
-        if o.name not in _TIMM_OP_NAMES:
-            raise ConfigError(
-                f"timm's op {o.name!r} is not in trdata (it runs {', '.join(sorted(_TIMM_OP_NAMES))})"
-            )
-
-    def shared(o: Any) -> tuple[Any, ...]:
-        fill = o.kwargs["fillcolor"]
-        return (
-            o.magnitude_std,
-            o.magnitude_max,
-            tuple(fill) if _seq(fill) else fill,
-            _timm_interpolation(o.kwargs["resample"]),
-            o.hparams.get("translate_pct", 0.45),
-        )
-
-    if any(shared(o) != shared(ops[0]) for o in ops):
-        raise ConfigError("its ops must share one magnitude_std, magnitude_max, fill and interpolation")
-    mstd, mmax, fill, interpolation, translate_pct = shared(ops[0])
-    level = (ops[0].prob, ops[0].magnitude)
-    if same_level and any((o.prob, o.magnitude) != level for o in ops):
-        level = (math.nan, math.nan)  # AutoAugment: each step keeps its own; the caller does not use these
-    return (
-        float(level[0]), float(level[1]), float(mstd), float(mmax or 10.0), fill, interpolation, float(translate_pct)
-    )  # fmt: skip
-
-
-def _convert_timm_rand_augment(op: Any) -> TimmRandAugment:
-    ops = list(op.ops)
-    prob, magnitude, mstd, mmax, fill, interpolation, translate_pct = _timm_shared(ops)
-    if math.isnan(prob):
-        raise ConfigError("its ops must share one prob and magnitude")
-    return TimmRandAugment(
-        num_layers=op.num_layers,
-        magnitude=magnitude,
-        magnitude_std=mstd,
-        magnitude_max=mmax,
-        p=prob,
-        ops=tuple(o.name for o in ops),
-        fill=fill,
-        interpolation=interpolation,
-        translate_pct=translate_pct,
-        weights=None if op.choice_weights is None else tuple(float(v) for v in op.choice_weights),
-    )
-
-
-def _convert_timm_erasing(
-    op: Any, normalize: tuple[tuple[float, ...], tuple[float, ...]]
-) -> TimmRandomErasing:
-    lo, hi = op.log_aspect_ratio
-    return TimmRandomErasing(
-        probability=op.probability,
-        min_area=op.min_area,
-        max_area=op.max_area,
-        min_aspect=math.exp(lo),
-        max_aspect=math.exp(hi),
-        re_mode=op.mode or "const",
-        min_count=op.min_count,
-        max_count=op.max_count,
-        mean=normalize[0],
-        std=normalize[1],
-    )
+        return getattr(convert, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

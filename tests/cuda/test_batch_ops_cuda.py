@@ -14,7 +14,7 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not 
 
 RRC = [trdata.RandomResizedCrop(32), trdata.RandomHorizontalFlip()]
 OPS = [
-    trdata.RandomChoice([trdata.MixUp(alpha=0.2, num_classes=8), trdata.CutMix(num_classes=8)]),
+    trdata.BatchRandomChoice([trdata.MixUp(alpha=0.2, num_classes=8), trdata.CutMix(num_classes=8)]),
     trdata.BatchRandomErasing(value=-1.0),
 ]
 

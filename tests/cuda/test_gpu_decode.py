@@ -14,7 +14,7 @@ import pytest
 import trdata
 from _fixtures import photo
 from PIL import Image
-from trdata import _nvjpeg
+from trdata._cuda_libs import nvjpeg as _nvjpeg
 
 torch = pytest.importorskip("torch")
 

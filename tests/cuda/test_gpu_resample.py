@@ -13,7 +13,8 @@ import pytest
 import trdata
 from _fixtures import COMMITTED_EDGE, photo
 from PIL import Image
-from trdata import _core, _nvrtc
+from trdata import _core
+from trdata._cuda_libs import nvrtc as _nvrtc
 from trdata.transforms import specs
 
 _probe = _nvrtc.probe()

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from _fixtures import photo
 from PIL import Image
-from trdata import _nvjpeg
+from trdata._cuda_libs import nvjpeg as _nvjpeg
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision")

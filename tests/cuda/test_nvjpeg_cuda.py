@@ -1,4 +1,4 @@
-"""nvJPEG on the GPU (``trdata._nvjpeg.decode``): the hardware engines and the CUDA backend decode real JPEGs of
+"""nvJPEG on the GPU (``trdata._cuda_libs.nvjpeg.decode``): the hardware engines and the CUDA backend decode real JPEGs of
 every chroma layout the hardware takes to within the documented PSNR of the CPU decode (Pillow = libjpeg-turbo,
 which the CPU path matches bit for bit), a stream nvJPEG refuses is a typed CudaError, and a failure leaves no
 state behind (the next decode is still exact). Skips without CUDA or libnvjpeg."""
@@ -12,7 +12,7 @@ import pytest
 import trdata
 from _fixtures import photo
 from PIL import Image
-from trdata import _nvjpeg
+from trdata._cuda_libs import nvjpeg as _nvjpeg
 
 _probe = _nvjpeg.probe()
 _cuda = trdata._core.machine_info()["cuda"].get("available")

@@ -11,7 +11,7 @@ from typing import assert_type
 
 import numpy as np
 import trdata
-from trdata.loader import BatchArray, BatchImages
+from trdata.batch import BatchArray, BatchImages
 
 
 def accepted(src: trdata.Source) -> None:

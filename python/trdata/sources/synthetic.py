@@ -18,7 +18,8 @@ import os
 import sys
 from pathlib import Path
 
-from . import _core
+from .. import _core
+from .._progress import progress_callback
 
 DEFAULT_COUNT = 1000
 DEFAULT_SEED = 0
@@ -52,23 +53,11 @@ def default_dataset(count: int = DEFAULT_COUNT, seed: int = DEFAULT_SEED, *, pro
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
         raise ValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
     root = dataset_path(count, seed)
-    bar = None
-
-    def report(done: int, total: int) -> None:
-        nonlocal bar
-        if not progress or done == 0:
-            return
-        if bar is None:
-            from ._bench import ProgressBar
-
-            bar = ProgressBar(total, f"generating {root.name}", unit="img")
-        bar.update_to(done)
-
+    report, close = progress_callback(progress, f"generating {root.name}", "img", draw_at_zero=False)
     try:
         _core.generate_synthetic_dataset(str(root), count, seed, progress=report)
     finally:
-        if bar is not None:
-            bar.close()
+        close()
     return root
 
 

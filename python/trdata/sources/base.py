@@ -1,5 +1,6 @@
-"""Dataset sources: ImageFolder (torchvision's rules), FileList (explicit paths and labels), Bytes (encoded
-images in memory) and Arrays (raw uint8 pixels in memory, no decode).
+"""The Source base class and the general sources: ImageFolder (torchvision's rules), FileList (explicit paths and
+labels), Bytes (encoded images in memory) and Arrays (raw uint8 pixels in memory, no decode). The classic
+datasets are in ``classic.py``, WebDataset shards in ``shards.py``, packed files in ``packed.py``.
 
 Targets. Every source has one target per sample, as ``batch.labels`` delivers them (``Source.targets``):
 
@@ -33,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _core
-from .errors import ConfigError
+from .. import _core
+from ..errors import ConfigError
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -376,54 +377,3 @@ def _class_names(classes: Iterable[str]) -> tuple[list[str], dict[str, int]]:
     if len(set(names)) != len(names):
         raise ConfigError("invalid classes: the names must be distinct", parameter="classes")
     return names, {c: i for i, c in enumerate(names)}
-
-
-class MNIST(Arrays):
-    """torchvision's ``MNIST(root, train)`` files, read where torchvision keeps them (``root/MNIST/raw/``,
-    ``*-idx?-ubyte`` plain or ``.gz``): the same images, targets, order and ``classes``. 28×28 gray pixels, no
-    decode. ``FashionMNIST`` and ``KMNIST`` read their own folders the same way. Normalize with ``MNIST_NORM``
-    (``FASHION_MNIST_NORM``)."""
-
-    _variant = "MNIST"
-
-    def __init__(self, root: str | os.PathLike[str], train: bool = True) -> None:
-        from .classic import read_mnist
-
-        data = read_mnist(root, train, self._variant)
-        super().__init__(data.images, data.targets, data.classes)
-        self.root, self.train, self.files = os.fspath(root), train, data.files
-
-
-class FashionMNIST(MNIST):
-    """Fashion-MNIST in torchvision's layout (``root/FashionMNIST/raw/``); see ``MNIST``."""
-
-    _variant = "FashionMNIST"
-
-
-class KMNIST(MNIST):
-    """Kuzushiji-MNIST in torchvision's layout (``root/KMNIST/raw/``); see ``MNIST``."""
-
-    _variant = "KMNIST"
-
-
-class CIFAR10(Arrays):
-    """torchvision's ``CIFAR10(root, train)`` files (``root/cifar-10-batches-py/``: ``data_batch_1..5``,
-    ``test_batch``, ``batches.meta``): the same 32×32 RGB images, targets, order and ``classes``. The pickles are
-    read by a restricted unpickler (numpy arrays only: a hostile pickle cannot run code). Normalize with
-    ``CIFAR10_NORM``."""
-
-    _variant = 10
-
-    def __init__(self, root: str | os.PathLike[str], train: bool = True) -> None:
-        from .classic import read_cifar
-
-        data = read_cifar(root, train, self._variant)
-        super().__init__(data.images, data.targets, data.classes)
-        self.root, self.train, self.files = os.fspath(root), train, data.files
-
-
-class CIFAR100(CIFAR10):
-    """CIFAR-100 in torchvision's layout (``root/cifar-100-python/``: ``train``, ``test``, ``meta``; fine
-    labels); see ``CIFAR10``. Normalize with ``CIFAR100_NORM``."""
-
-    _variant = 100

@@ -2,7 +2,8 @@
 existing ``root`` works unchanged: MNIST, FashionMNIST and KMNIST (idx files under ``root/<Name>/raw/``, plain
 or ``.gz``) and CIFAR-10 / CIFAR-100 (Python pickles under ``root/cifar-10-batches-py/`` and
 ``root/cifar-100-python/``). Pure Python + numpy; the result is raw pixels and targets in torchvision's sample
-order, ready for an in-memory source.
+order, which the sources at the end of this module (``MNIST``, ``FashionMNIST``, ``KMNIST``, ``CIFAR10``,
+``CIFAR100``: in-memory ``Arrays``) hold.
 
 These files come from strangers, so every reader treats them as hostile:
 
@@ -42,9 +43,16 @@ from typing import Any, ClassVar, Final
 import numpy as np
 import numpy.typing as npt
 
-from .errors import ConfigError, DecodeError, SourceError, _shown
+from .._args import _bool_arg
+from ..errors import ConfigError, DecodeError, SourceError, _shown
+from .base import Arrays
 
 __all__ = [
+    "CIFAR10",
+    "CIFAR100",
+    "FashionMNIST",
+    "KMNIST",
+    "MNIST",
     "CIFAR10_NORM",
     "CIFAR100_NORM",
     "FASHION_MNIST_NORM",
@@ -153,9 +161,7 @@ def _root_dir(root: object) -> str:
 
 
 def _check_train(train: object) -> bool:
-    if not isinstance(train, bool):
-        raise ConfigError(f"invalid train: {train!r} must be a bool", "train")
-    return train
+    return _bool_arg(train, "train")
 
 
 def _decode_error(path: str, message: str, kind: str, index: int | None = None) -> DecodeError:
@@ -1068,3 +1074,50 @@ def _load_pickle_dict(path: str) -> dict[Any, Any]:
     if not isinstance(value, dict):
         raise _decode_error(path, f"pickle holds {_describe(value)}, expected a dict", "bad-data")
     return value
+
+
+class MNIST(Arrays):
+    """torchvision's ``MNIST(root, train)`` files, read where torchvision keeps them (``root/MNIST/raw/``,
+    ``*-idx?-ubyte`` plain or ``.gz``): the same images, targets, order and ``classes``. 28×28 gray pixels, no
+    decode. ``FashionMNIST`` and ``KMNIST`` read their own folders the same way. Normalize with ``MNIST_NORM``
+    (``FASHION_MNIST_NORM``)."""
+
+    _variant = "MNIST"
+
+    def __init__(self, root: str | os.PathLike[str], train: bool = True) -> None:
+        data = read_mnist(root, train, self._variant)
+        super().__init__(data.images, data.targets, data.classes)
+        self.root, self.train, self.files = os.fspath(root), train, data.files
+
+
+class FashionMNIST(MNIST):
+    """Fashion-MNIST in torchvision's layout (``root/FashionMNIST/raw/``); see ``MNIST``."""
+
+    _variant = "FashionMNIST"
+
+
+class KMNIST(MNIST):
+    """Kuzushiji-MNIST in torchvision's layout (``root/KMNIST/raw/``); see ``MNIST``."""
+
+    _variant = "KMNIST"
+
+
+class CIFAR10(Arrays):
+    """torchvision's ``CIFAR10(root, train)`` files (``root/cifar-10-batches-py/``: ``data_batch_1..5``,
+    ``test_batch``, ``batches.meta``): the same 32×32 RGB images, targets, order and ``classes``. The pickles are
+    read by a restricted unpickler (numpy arrays only: a hostile pickle cannot run code). Normalize with
+    ``CIFAR10_NORM``."""
+
+    _variant = 10
+
+    def __init__(self, root: str | os.PathLike[str], train: bool = True) -> None:
+        data = read_cifar(root, train, self._variant)
+        super().__init__(data.images, data.targets, data.classes)
+        self.root, self.train, self.files = os.fspath(root), train, data.files
+
+
+class CIFAR100(CIFAR10):
+    """CIFAR-100 in torchvision's layout (``root/cifar-100-python/``: ``train``, ``test``, ``meta``; fine
+    labels); see ``CIFAR10``. Normalize with ``CIFAR100_NORM``."""
+
+    _variant = 100

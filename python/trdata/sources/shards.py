@@ -57,9 +57,9 @@ from typing import IO, Any, Union
 
 import numpy as np
 
-from . import _core
-from .errors import ConfigError, DecodeError, SourceError, _shown
-from .sources import Source, _class_names
+from .. import _core
+from ..errors import ConfigError, DecodeError, SourceError, _shown
+from .base import Source, _class_names
 
 #: Image extensions tried, in this order, when ``image_key`` is not given.
 IMAGE_KEYS = ("jpg", "jpeg", "png", "webp", "ppm", "pgm", "bmp", "tif", "tiff", "gif")

@@ -21,9 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import _core
-from .errors import ConfigError
-from .sources import Source
+from .. import _core
+from .._progress import progress_callback
+from ..errors import ConfigError
+from .base import Source
 
 #: The ``mode`` choices of :class:`Packed`.
 MODES = ("full", "partial")
@@ -58,27 +59,6 @@ def _reencode_options(reencode: Any) -> tuple[int | None, int | None, int | None
             parameter="reencode",
         )
     return reencode.short_side, reencode.max_side, reencode.quality
-
-
-def _progress_bar(enabled: bool, label: str) -> tuple[Any, Any]:
-    """A ``progress(done, total)`` callback drawing a bar on stderr, and a function closing it."""
-    bar = None
-
-    def report(done: int, total: int) -> None:
-        nonlocal bar
-        if not enabled:
-            return
-        if bar is None:
-            from ._bench import ProgressBar
-
-            bar = ProgressBar(total, label, unit="rec")
-        bar.update_to(done)
-
-    def close() -> None:
-        if bar is not None:
-            bar.close()
-
-    return report, close
 
 
 def _fs_path(path: str | bytes | os.PathLike[Any]) -> str:
@@ -135,7 +115,7 @@ def pack(
     _check_class_targets(source)
     short_side, max_side, quality = _reencode_options(reencode)
     dst = _fs_path(path)
-    report, close = _progress_bar(progress, f"packing {os.path.basename(dst)}")
+    report, close = progress_callback(progress, f"packing {os.path.basename(dst)}", "rec")
     try:
         result: dict[str, Any] = _core.pack(
             source._native_source(),
@@ -161,7 +141,7 @@ def verify(
 ) -> list[tuple[int, str]]:
     """Check every record of the packed file ``path``: its CRC32C and that it decodes. Returns
     ``(record, reason)`` for each bad record (empty: the file is sound); a damaged header or index raises."""
-    report, close = _progress_bar(progress, f"verifying {os.path.basename(_fs_path(path))}")
+    report, close = progress_callback(progress, f"verifying {os.path.basename(_fs_path(path))}", "rec")
     try:
         bad: list[tuple[int, str]] = list(_core.packed_verify(_fs_path(path), workers, report))
     finally:

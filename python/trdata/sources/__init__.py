@@ -1,0 +1,52 @@
+"""Where samples come from: every trdata source, one module per kind.
+
+* ``base``: :class:`Source` (the base class) and the general sources :class:`ImageFolder` (torchvision's rules),
+  :class:`FileList` (explicit paths and labels), :class:`Bytes` (encoded images in memory) and :class:`Arrays`
+  (raw uint8 pixels in memory);
+* ``classic``: torchvision's classic datasets read in their on-disk layouts (:class:`MNIST`,
+  :class:`FashionMNIST`, :class:`KMNIST`, :class:`CIFAR10`, :class:`CIFAR100`) and their normalization presets;
+* ``shards``: :class:`WebDataset` (tar shards read in place);
+* ``packed``: trdata's packed file (:func:`pack`, :class:`Packed`, :class:`Reencode`, ``verify``, ``inspect``);
+* ``synthetic``: the built-in synthetic dataset of the benches and tests (``default_dataset``).
+
+Every public name is also ``trdata.<name>``.
+"""
+
+from __future__ import annotations
+
+from .base import IMG_EXTENSIONS, Arrays, Bytes, FileList, ImageFolder, Source
+from .classic import (
+    CIFAR10,
+    CIFAR10_NORM,
+    CIFAR100,
+    CIFAR100_NORM,
+    FASHION_MNIST_NORM,
+    KMNIST,
+    MNIST,
+    MNIST_NORM,
+    FashionMNIST,
+)
+from .packed import Packed, Reencode, pack
+from .shards import WebDataset
+
+__all__ = [
+    "CIFAR10",
+    "CIFAR100",
+    "CIFAR100_NORM",
+    "CIFAR10_NORM",
+    "FASHION_MNIST_NORM",
+    "IMG_EXTENSIONS",
+    "KMNIST",
+    "MNIST",
+    "MNIST_NORM",
+    "Arrays",
+    "Bytes",
+    "FashionMNIST",
+    "FileList",
+    "ImageFolder",
+    "Packed",
+    "Reencode",
+    "Source",
+    "WebDataset",
+    "pack",
+]
