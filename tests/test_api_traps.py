@@ -245,7 +245,9 @@ def test_holding_too_many_batches_names_the_setting_and_the_prefetch(files: trda
         files, batch_size=1, transforms=[trdata.CenterCrop(8)], dtype="uint8", max_held_batches=1, prefetch=3
     ) as loader:
         it = iter(loader)
-        held = [next(it) for _ in range(4)]  # 3 in flight + 1 allowed (of 8 batches): every buffer is the user's
+        held = [
+            next(it) for _ in range(4)
+        ]  # 3 in flight + 1 allowed (of 8 batches): every buffer is the user's
         with pytest.raises(ConfigError, match="held by Python") as e:
             next(it)
         assert e.value.parameter == "max_held_batches"
@@ -320,3 +322,74 @@ def test_bench_seconds_bar_shows_the_runs_rate(
     line = capsys.readouterr().err.strip().splitlines()[-1]
     shown = float(re.search(r"([\d.]+) img/s", line).group(1))  # type: ignore[union-attr]
     assert shown == pytest.approx(m.img_per_s, abs=1.0) == 16.0, line
+
+
+# ------------------------------------------------------------------ 7. torchvision's own MixUp/CutMix as batch ops
+
+
+def _epoch(files: trdata.FileList, **kw: object) -> list[tuple[np.ndarray, np.ndarray]]:
+    kw = {"batch_size": 4, "seed": 5, "shuffle": True, "reproducible": True, "workers": 2, **kw}
+    with trdata.Loader(
+        files, transforms=[trdata.RandomResizedCrop(16)], normalize=trdata.IMAGENET, **kw
+    ) as loader:
+        return [(np.array(b.images), np.array(b.labels)) for b in loader]
+
+
+def test_torchvision_mixup_and_cutmix_are_trdatas_batch_ops(files: trdata.FileList) -> None:
+    """A new user hands the Loader torchvision's recipe as they know it — ``v2.MixUp``, ``v2.CutMix``, a
+    ``v2.RandomChoice`` of them — as ``batch_ops=``: each runs as trdata's op with the same alpha, num_classes and
+    p, so the batches equal those of trdata's ops built by hand, bit for bit (before, they were refused)."""
+    cases = [
+        (v2.MixUp(alpha=0.4, num_classes=2), trdata.MixUp(alpha=0.4, num_classes=2)),
+        (v2.CutMix(num_classes=2), trdata.CutMix(alpha=1.0, num_classes=2)),
+        (
+            v2.RandomChoice(
+                [v2.MixUp(alpha=0.2, num_classes=2), v2.CutMix(alpha=1.0, num_classes=2)], p=[1, 3]
+            ),
+            trdata.BatchRandomChoice([trdata.MixUp(0.2, 2), trdata.CutMix(1.0, 2)], p=[1, 3]),
+        ),
+    ]
+    plain = _epoch(files)
+    for theirs, ours in cases:
+        got, want = _epoch(files, batch_ops=[theirs]), _epoch(files, batch_ops=[ours])
+        assert len(got) == len(want) == 2
+        for (gx, gy), (wx, wy), (px, _) in zip(got, want, plain):
+            assert gx.shape == wx.shape == px.shape and gy.shape == wy.shape == (4, 2)
+            assert np.array_equal(gx, wx) and np.array_equal(gy, wy)
+            np.testing.assert_allclose(gy.sum(1), 1.0, rtol=1e-6)  # soft labels
+        assert any(not np.array_equal(gx, px) for (gx, _), (px, _) in zip(got, plain))  # it did mix
+
+
+def test_torchvision_batch_ops_trdata_cannot_run_are_refused_naming_them(files: trdata.FileList) -> None:
+    with pytest.raises(ConfigError, match=r"batch_ops\[0\].*MixUp, CutMix and a RandomChoice of them") as e:
+        trdata.Loader(files, batch_size=4, transforms=[trdata.CenterCrop(16)], batch_ops=[v2.RandomErasing()])
+    assert e.value.parameter == "batch_ops"
+
+
+def test_batch_ops_and_per_sample_random_choice_are_not_confused(files: trdata.FileList) -> None:
+    """``trdata.RandomChoice`` picks a transform per sample (like RandomApply/RandomOrder);
+    ``trdata.BatchRandomChoice`` picks a batch op per batch. Mixing them up says which one to use."""
+    assert trdata.RandomChoice is trdata.transforms.RandomChoice
+    with pytest.raises(ConfigError, match="is a batch op.*BatchRandomChoice"):
+        trdata.RandomChoice([trdata.MixUp(num_classes=2), trdata.CutMix(num_classes=2)])
+    with pytest.raises(ConfigError, match="BatchRandomChoice"):
+        trdata.Loader(
+            files,
+            batch_size=4,
+            transforms=[trdata.CenterCrop(16)],
+            batch_ops=[trdata.RandomChoice([trdata.RandomInvert()])],
+        )
+
+
+def test_a_converted_pipeline_goes_wherever_a_transform_list_goes(files: trdata.FileList) -> None:
+    """``from_torchvision``'s result (without ToTensor/Normalize) is accepted by the containers too."""
+    converted = trdata.from_torchvision(v2.Compose([v2.RandomInvert(1.0)]))
+    assert trdata.from_torchvision is trdata.transforms.from_torchvision
+    got = _first_batch(files, transforms=[trdata.CenterCrop(16), trdata.RandomApply(converted, p=1.0)])
+    want = _first_batch(
+        files, transforms=[trdata.CenterCrop(16), trdata.RandomApply([trdata.RandomInvert(1.0)], 1.0)]
+    )
+    assert np.array_equal(got, want)
+    with pytest.raises(ConfigError, match="ToTensor/ToDtype/Normalize") as e:
+        trdata.RandomOrder(trdata.from_torchvision(v2.Compose([v2.RandomInvert(), v2.Normalize(MEAN, STD)])))
+    assert e.value.parameter == "transforms"

@@ -6,7 +6,8 @@ export → **batch ops** → ``batch_transform`` → your training step).
 torch tensors (CUDA loaders, on the current stream). Each batch op's name says it works on a batch: MixUp and
 CutMix have no per-sample twin, and the batch versions of per-sample ops carry a ``Batch`` prefix
 (``BatchRandomChoice`` vs the per-sample transform ``trdata.RandomChoice``, ``BatchRandomErasing`` vs
-``trdata.RandomErasing``).
+``trdata.RandomErasing``). torchvision's own ``v2.MixUp``/``v2.CutMix`` (and a ``v2.RandomChoice`` of them) are
+converted by the Loader (``trdata.convert.batch_ops``).
 
 Their random values come from the core's Philox streams keyed by (seed, epoch, global batch number, op
 position) (src/rng.rs), so a batch's mixing does not depend on worker count, prefetch or resume: reproducible

@@ -1,9 +1,12 @@
 """torchvision and timm pipelines → trdata's: :func:`from_torchvision` (a Compose, an op or a list of them →
-:class:`Converted`, the trdata transforms plus the Loader's ``normalize``/``dtype``).
+:class:`Converted`, the trdata transforms plus the Loader's ``normalize``/``dtype``) and :func:`batch_ops`
+(torchvision's ``v2.MixUp``/``v2.CutMix``, or a ``v2.RandomChoice`` of them → trdata's batch ops).
 
-The Loader calls it: ``Loader(transforms=compose)`` and ``views=[compose, ...]`` take torchvision's objects as
-they are, and a :class:`Converted` too. ``trdata.from_torchvision`` and ``trdata.transforms.from_torchvision``
-are this module's function.
+The Loader calls both: ``Loader(transforms=compose)``, ``views=[compose, ...]`` and ``batch_ops=[v2.MixUp(...)]``
+take torchvision's objects as they are; a :class:`Converted` is accepted wherever a list of transforms is
+(``transforms=``, ``views=``, the containers ``RandomApply``/``RandomChoice``/``RandomOrder``,
+``trdata.transforms.specs``). ``trdata.from_torchvision`` and ``trdata.transforms.from_torchvision`` are this
+module's function.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._args import _is_int, _mode, _seq
+from .batch_ops import BatchOp, BatchRandomChoice, CutMix, MixUp
 from .errors import ConfigError, _shown
 from .transforms import (
     TIMM_RAND_INCREASING_TRANSFORMS,
@@ -56,7 +60,7 @@ from .transforms import (
     TrivialAugmentWide,
 )
 
-__all__ = ["Converted", "dtype_name", "from_torchvision", "is_torchvision"]
+__all__ = ["Converted", "batch_ops", "dtype_name", "from_torchvision", "is_torchvision"]
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,12 @@ def from_torchvision(t: Any, _depth: int = 0) -> Converted:
             except ConfigError as e:
                 raise _refuse(op, pos, str(e)) from None
             continue
+        if name in _BATCH_OPS:
+            raise _refuse(
+                op,
+                pos,
+                "it mixes the samples of a batch: pass it as Loader(batch_ops=[...]), which takes it as it is",
+            )
         if name in ("ToTensor", "ToImage", "PILToTensor", "ToPureTensor"):
             dtype = "float32" if name == "ToTensor" else "uint8" if name != "ToPureTensor" else dtype
             dtype_op = None
@@ -499,3 +509,46 @@ def _convert_timm_erasing(
         mean=normalize[0],
         std=normalize[1],
     )
+
+
+#: torchvision's batch ops (v2 only): they mix the samples of a batch, so they go in ``batch_ops=``.
+_BATCH_OPS = ("MixUp", "CutMix")
+
+
+def _is_torchvision_batch_op(op: Any) -> bool:
+    return type(op).__name__ in _BATCH_OPS and type(op).__module__.startswith("torchvision.transforms")
+
+
+def _convert_batch_op(op: Any, where: str) -> BatchOp:
+    """One torchvision batch op (or a ``v2.RandomChoice`` of them) → trdata's, with the same ``alpha``,
+    ``num_classes`` and, for RandomChoice, ``p`` (torchvision normalizes it; trdata's BatchRandomChoice does the
+    same). ``labels_getter`` only says where torchvision finds the labels in its input: a trdata batch holds them
+    (``Batch.labels``), so it has no counterpart."""
+    name = type(op).__name__
+    if _is_torchvision_batch_op(op):
+        return (MixUp if name == "MixUp" else CutMix)(alpha=float(op.alpha), num_classes=op.num_classes)
+    if name == "RandomChoice" and type(op).__module__.startswith("torchvision.transforms"):
+        inner = list(op.transforms)
+        if inner and all(_is_torchvision_batch_op(t) or isinstance(t, BatchOp) for t in inner):
+            ops = [t if isinstance(t, BatchOp) else _convert_batch_op(t, where) for t in inner]
+            return BatchRandomChoice(ops, None if op.p is None else [float(v) for v in op.p])
+    raise ConfigError(
+        f"invalid batch_ops: {type(op).__module__}.{name} at {where} cannot run in trdata: torchvision's batch ops "
+        "trdata runs are MixUp, CutMix and a RandomChoice of them",
+        parameter="batch_ops",
+    )
+
+
+def batch_ops(ops: Any) -> Any:
+    """``Loader(batch_ops=...)``: torchvision's ``v2.MixUp``/``v2.CutMix`` (or a ``v2.RandomChoice`` of them) in the
+    list → trdata's :class:`~trdata.batch_ops.MixUp`/:class:`~trdata.batch_ops.CutMix`/
+    :class:`~trdata.batch_ops.BatchRandomChoice` with the same arguments (the same arithmetic: both follow
+    torchvision v2's); trdata ops and anything else are left for the Loader's own check. Anything that is not a
+    list is returned as it is."""
+    if isinstance(ops, (str, bytes)) or not isinstance(ops, (list, tuple)):
+        return ops
+    out = [
+        _convert_batch_op(op, f"batch_ops[{i}]") if type(op).__module__.startswith("torchvision.") else op
+        for i, op in enumerate(ops)
+    ]
+    return type(ops)(out) if isinstance(ops, tuple) else out

@@ -803,7 +803,7 @@ class Loader:
     _batch_transform: Callable[..., Any] | None
 
     def _init_batch_hooks(self, batch_ops: Any, batch_transform: Any, native_source: Any) -> None:
-        specs = _bops._batch_op_specs(batch_ops)
+        specs = _bops._batch_op_specs(_convert.batch_ops(batch_ops))
         self._batch_transform = _batch._callable_or_none(batch_transform)
         self._prefetcher = None
         self._consumer_state = None  # with batch_transform: see __iter__

@@ -556,8 +556,25 @@ class AugMix(Transform):
         )
 
 
+def _unconverted(transforms: Any) -> Any:
+    """A :class:`trdata.convert.Converted` (``from_torchvision``'s result) → its transforms, wherever a list of
+    transforms goes (its ``normalize``/``dtype`` only the Loader's ``transforms=``/``views=`` can take: ConfigError
+    elsewhere); anything else as it is."""
+    if type(transforms).__name__ != "Converted" or type(transforms).__module__ != "trdata.convert":
+        return transforms
+    if transforms.normalize is not None or transforms.dtype is not None:
+        raise ConfigError(
+            "invalid transforms: this from_torchvision result holds ToTensor/ToDtype/Normalize, which only a "
+            "Loader's transforms= or views= can take (its normalize and dtype)",
+            parameter="transforms",
+        )
+    return list(transforms.transforms)
+
+
 def _inner(transforms: Any, cls: str) -> tuple[tuple[Any, ...], ...]:
-    """A container's inner specs (a list of trdata transforms; the core checks the count and nesting)."""
+    """A container's inner specs (a list of trdata transforms or a ``from_torchvision`` result; the core checks
+    the count and nesting)."""
+    transforms = _unconverted(transforms)
     if isinstance(transforms, Transform) or not _seq(transforms):
         raise ConfigError(
             f"invalid transforms: {_shown(transforms)} must be a list of transforms ({cls})",
@@ -919,9 +936,10 @@ BUILTIN = (
 
 
 def specs(transforms: Any) -> list[tuple[Any, ...]]:
-    """The core's specs of ``transforms`` (a list or tuple of built-in transforms), ConfigError naming
-    ``transforms`` otherwise (a subclass of a built-in is accepted only if it adds no behaviour of its own:
+    """The core's specs of ``transforms`` (a list or tuple of built-in transforms, or a ``from_torchvision``
+    result without ``Normalize``/``ToTensor``/``ToDtype``), ConfigError naming ``transforms`` otherwise (a subclass of a built-in is accepted only if it adds no behaviour of its own:
     no ``_spec``, ``__call__`` or ``forward``)."""
+    transforms = _unconverted(transforms)
     if isinstance(transforms, Transform):
         raise ConfigError(
             f"invalid transforms: {_shown(transforms)} must be a list of transforms, e.g. "
