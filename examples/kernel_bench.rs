@@ -35,7 +35,7 @@ fn cases() -> Vec<(&'static str, OpSpec)> {
     let jit = |b: Arg, c: Arg, s_: Arg, h: Arg| {
         spec("color_jitter", &[("brightness", b), ("contrast", c), ("saturation", s_), ("hue", h)])
     };
-    let p1 = ("p", num(1.0));
+    let p1 = || ("p", num(1.0));
     let blur =
         |k: i128| spec("gaussian_blur", &[("kernel_size", Arg::List(vec![Int(k), Int(k)])), ("sigma", pair(0.1, 2.0))]);
     let erase = |value: Arg| {
@@ -82,12 +82,12 @@ fn cases() -> Vec<(&'static str, OpSpec)> {
         ("noise", spec("gaussian_noise", &[("mean", num(0.0)), ("sigma", num(0.1)), ("clip", Bool(true))])),
         ("erase", erase(Int(0))),
         ("erase-random", erase(s("random"))),
-        ("autocontrast", spec("random_autocontrast", &[p1.clone()])),
-        ("equalize", spec("random_equalize", &[p1.clone()])),
-        ("solarize", spec("random_solarize", &[("threshold", num(128.0)), p1.clone()])),
-        ("posterize", spec("random_posterize", &[("bits", Int(4)), p1.clone()])),
-        ("sharpness", spec("random_adjust_sharpness", &[("sharpness_factor", num(2.0)), p1.clone()])),
-        ("invert", spec("random_invert", &[p1.clone()])),
+        ("autocontrast", spec("random_autocontrast", &[p1()])),
+        ("equalize", spec("random_equalize", &[p1()])),
+        ("solarize", spec("random_solarize", &[("threshold", num(128.0)), p1()])),
+        ("posterize", spec("random_posterize", &[("bits", Int(4)), p1()])),
+        ("sharpness", spec("random_adjust_sharpness", &[("sharpness_factor", num(2.0)), p1()])),
+        ("invert", spec("random_invert", &[p1()])),
         ("rotate-nearest", rotate("nearest")),
         ("rotate-bilinear", rotate("bilinear")),
         ("affine-nearest", affine("nearest")),
@@ -96,7 +96,7 @@ fn cases() -> Vec<(&'static str, OpSpec)> {
             "perspective",
             spec(
                 "random_perspective",
-                &[("distortion_scale", num(0.5)), p1, ("interpolation", s("bilinear")), ("fill", num(0.0))],
+                &[("distortion_scale", num(0.5)), p1(), ("interpolation", s("bilinear")), ("fill", num(0.0))],
             ),
         ),
         ("AA", spec("auto_augment", &[("policy", s("imagenet")), ("interpolation", s("nearest")), ("fill", N)])),

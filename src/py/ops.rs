@@ -42,7 +42,7 @@ fn arg(v: &Bound<'_, PyAny>) -> PyResult<Arg> {
     })
 }
 
-/// What the op of `spec` (a `_spec()` tuple, any transform: a geometric one as its stage-2 op, a container its own
+/// What the op of `spec` (a `_spec()`, `("kind", {name: value})`, of any transform: a geometric one as its stage-2 op, a container its own
 /// decision), at list position `position`, draws for sample (seed, epoch, index)
 /// on a `height × width × channels` image: `[]` when it skips, `[1.0]` when it applies without parameters, else
 /// its parameters (`augment::ops::Drawn::to_vec`).

@@ -494,7 +494,7 @@ impl<'a> Args<'a> {
             }
             None => Err(TrdataError::config(
                 name,
-                format!("missing from the {:?} spec (its parameters: {})", self.kind, self.names()),
+                format!("missing from the {:?} spec (given: {})", self.kind, self.names()),
             )),
         }
     }
@@ -507,13 +507,16 @@ impl<'a> Args<'a> {
         let name = self.args[i].0.as_str();
         let known: Vec<&str> =
             (0..self.args.len()).filter(|&j| read & 1 << j != 0).map(|j| self.args[j].0.as_str()).collect();
-        let why = if known.contains(&name) {
-            "is given twice".to_string()
-        } else {
-            let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
-            format!("is not a parameter ({known} are)")
-        };
-        Err(TrdataError::config(name, format!("{why} in the {:?} spec", self.kind)))
+        let kind = self.kind;
+        Err(TrdataError::config(
+            name,
+            if known.contains(&name) {
+                format!("is given twice in the {kind:?} spec")
+            } else {
+                let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+                format!("is not a parameter of the {kind:?} spec (its parameters: {known})")
+            },
+        ))
     }
 
     /// Whether parameter `name` is `None`.
