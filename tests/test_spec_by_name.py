@@ -101,7 +101,8 @@ def _replace(spec: Any, target: dict[str, Any], params: dict[str, Any]) -> Any:
             v = _replace(v, target, params)
         elif isinstance(v, tuple) and v and all(isinstance(x, tuple) and len(x) == 2 for x in v):
             v = tuple(
-                _replace(x, target, params) if isinstance(x[0], str) and isinstance(x[1], dict) else x for x in v
+                _replace(x, target, params) if isinstance(x[0], str) and isinstance(x[1], dict) else x
+                for x in v
             )
         out[k] = v
     return (kind, out)
@@ -135,10 +136,10 @@ def test_a_renamed_parameter_is_refused_naming_it(t):
             renamed = {(k + "_renamed" if k == key else k): v for k, v in params.items()}
             with pytest.raises(trdata.ConfigError) as info:
                 _sample(_replace(spec, params, renamed))
-            e = info.value
+            e, msg = info.value, str(info.value)
             # The core finds the parameter it needs missing: it names it, the kind, and the keys it was given.
-            assert e.parameter == key, (kind, key, str(e))
-            assert f"invalid {key}: " in str(e) and f'"{kind}"' in str(e) and f"{key}_renamed" in str(e), str(e)
+            assert e.parameter == key, (kind, key, msg)
+            assert f"invalid {key}: " in msg and f'"{kind}"' in msg and f"{key}_renamed" in msg, msg
 
 
 @pytest.mark.parametrize("t", INSTANCES, ids=_id)
@@ -147,9 +148,9 @@ def test_an_unknown_parameter_is_refused_naming_it(t):
     for kind, params in _specs_with_dicts(spec):
         with pytest.raises(trdata.ConfigError) as info:
             _sample(_replace(spec, params, {**params, "not_a_parameter": 1}))
-        e = info.value
-        assert e.parameter == "not_a_parameter", (kind, str(e))
-        assert str(e).startswith("invalid not_a_parameter: is not a parameter") and f'"{kind}"' in str(e), str(e)
+        e, msg = info.value, str(info.value)
+        assert e.parameter == "not_a_parameter", (kind, msg)
+        assert msg.startswith("invalid not_a_parameter: is not a parameter") and f'"{kind}"' in msg, msg
 
 
 def test_a_wrong_type_names_the_parameter():

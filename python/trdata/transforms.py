@@ -738,7 +738,10 @@ class RandomApply(Transform):
     p: float = _DEFAULTS["RandomApply.p"]
 
     def _spec(self) -> tuple[Any, ...]:
-        return ("random_apply", {"transforms": _inner(self.transforms, "RandomApply"), "p": _real(self.p, "p")})
+        return (
+            "random_apply",
+            {"transforms": _inner(self.transforms, "RandomApply"), "p": _real(self.p, "p")},
+        )
 
 
 @dataclass(frozen=True)
