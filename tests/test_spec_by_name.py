@@ -1,7 +1,8 @@
 """Specs cross into the core by name: every transform class's ``_spec()`` is ``("kind", {name: value, ...})`` and
 the core reads each parameter by its name, refusing a missing one and an unknown one with a ConfigError naming
 it (src/augment/ops/spec.rs, ``Args`` in src/augment/ops/mod.rs). This file holds every public transform class to
-that contract, through the real binding (``_core.sample_op`` parses the spec exactly as the Loader does)."""
+that contract, through the real binding (``_core.sample_op`` parses the spec exactly as the Loader does), and the
+batch ops (trdata.batch, ``_core.batch_op_draw``) too."""
 
 from __future__ import annotations
 
@@ -164,3 +165,38 @@ def test_a_positional_spec_is_refused():
     with pytest.raises(trdata.ConfigError) as info:
         _sample(("random_invert", 0.5))
     assert info.value.parameter == "transforms", str(info.value)
+
+
+#: The batch ops (trdata.batch) follow the same contract through their own binding (src/py/batch.rs).
+BATCH_OPS = [
+    trdata.MixUp(),
+    trdata.CutMix(num_classes=4),
+    trdata.BatchRandomErasing(value="random"),
+    trdata.batch.RandomChoice([trdata.MixUp(), trdata.CutMix()], p=[1, 3]),
+]
+
+
+def _draw(spec: Any) -> list[float]:
+    return _core.batch_op_draw(spec, seed=1, epoch=0, batch=0, position=0, rows=4, height=8, width=8)
+
+
+def test_every_batch_op_class_is_covered():
+    classes = {
+        c for c in vars(trdata.batch).values() if inspect.isclass(c) and issubclass(c, trdata.batch.BatchOp)
+    }
+    assert {type(op) for op in BATCH_OPS} == classes - {trdata.batch.BatchOp}
+
+
+@pytest.mark.parametrize("op", BATCH_OPS, ids=_id)
+def test_batch_op_parameters_go_by_name(op):
+    kind, params = op._spec()
+    assert isinstance(params, dict)
+    _draw((kind, params))
+    for key in params:
+        renamed = {(k + "_renamed" if k == key else k): v for k, v in params.items()}
+        with pytest.raises(trdata.ConfigError) as info:
+            _draw((kind, renamed))
+        assert info.value.parameter == key and f"{key}_renamed" in str(info.value), str(info.value)
+    with pytest.raises(trdata.ConfigError) as info:
+        _draw((kind, {**params, "not_a_parameter": 1}))
+    assert info.value.parameter == "not_a_parameter", str(info.value)

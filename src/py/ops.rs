@@ -15,7 +15,7 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 /// A Python value as a core [`Arg`] (None, bool, int, float, str, tuple/list of those, dict of str to those).
 /// An int beyond 128 bits becomes the nearest i128, which every range refuses.
-fn arg(v: &Bound<'_, PyAny>) -> PyResult<Arg> {
+pub(super) fn arg(v: &Bound<'_, PyAny>) -> PyResult<Arg> {
     Ok(if v.is_none() {
         Arg::None
     } else if v.is_instance_of::<PyBool>() {
