@@ -6,6 +6,7 @@
 //! what an op draws for one sample (the tests compare those distributions with torchvision's); the ops' defaults
 //! (`Op::DEFAULTS`) join `_core.DEFAULTS`.
 
+use super::args::shown_int;
 use super::errors::{IntoPyResult, to_py};
 use crate::augment::ops::{Arg, DefaultValue, OpSpec, Site};
 use crate::augment::{SampleKey, TransformSpec, program};
@@ -14,14 +15,14 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 /// A Python value as a core [`Arg`] (None, bool, int, float, str, tuple/list of those, dict of str to those).
-/// An int beyond 128 bits becomes the nearest i128, which every range refuses.
+/// An int beyond 128 bits is kept as its shown form (`Arg::BigInt`), which every range refuses.
 pub(super) fn arg(v: &Bound<'_, PyAny>) -> PyResult<Arg> {
     Ok(if v.is_none() {
         Arg::None
     } else if v.is_instance_of::<PyBool>() {
         Arg::Bool(v.extract()?)
     } else if v.is_instance_of::<PyInt>() {
-        Arg::Int(v.extract::<i128>().unwrap_or_else(|_| if v.lt(0).unwrap_or(false) { i128::MIN } else { i128::MAX }))
+        v.extract::<i128>().map_or_else(|_| Arg::BigInt(shown_int(v)), Arg::Int)
     } else if v.is_instance_of::<PyFloat>() {
         Arg::Num(v.extract()?)
     } else if v.is_instance_of::<PyString>() {

@@ -643,6 +643,7 @@ fn uint_of(a: &Arg, name: &str) -> Result<u32> {
     match a {
         Arg::Int(v) if (0..=i128::from(u32::MAX)).contains(v) => Ok(*v as u32),
         Arg::Int(v) => Err(TrdataError::config(name, format!("{v} must be in 0..={MAX_SIDE}"))),
+        Arg::BigInt(shown) => Err(TrdataError::config(name, format!("{shown} must be in 0..={MAX_SIDE}"))),
         other => Err(TrdataError::config(name, format!("{other:?} must be an int"))),
     }
 }
@@ -849,6 +850,8 @@ pub enum Arg {
     Bool(bool),
     /// An int (any Python int that fits 128 bits).
     Int(i128),
+    /// An int beyond 128 bits, as messages show it (outside every range).
+    BigInt(String),
     /// A float.
     Num(f64),
     /// A string.

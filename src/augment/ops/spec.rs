@@ -76,6 +76,7 @@ fn malformed(spec: &Arg) -> TrdataError {
 fn side(a: &Arg) -> Result<u32> {
     match a {
         Arg::Int(v) => u32::try_from(*v).map_err(|_| geometry::SIZE.error(&v.to_string())),
+        Arg::BigInt(shown) => Err(geometry::SIZE.error(shown)),
         other => Err(TrdataError::config(SIZE, format!("{other:?} must be an int"))),
     }
 }
@@ -200,6 +201,8 @@ mod tests {
         assert_eq!(param, "p");
         let (param, message) = refused(&spec("resize_shorter", &[("size", Arg::Int(-1))]));
         assert_eq!((param.as_str(), message.as_str()), ("size", "-1 must be in 1..=65536"));
+        let (param, message) = refused(&spec("resize_shorter", &[("size", Arg::BigInt("2**200".into()))]));
+        assert_eq!((param.as_str(), message.as_str()), ("size", "2**200 must be in 1..=65536"));
     }
 
     #[test]
