@@ -13,7 +13,8 @@ use std::time::Instant;
 use trdata::augment::ops::{self, Arg, OpScratch, OpSpec};
 use trdata::rng::SampleRng;
 
-fn spec(kind: &str, args: Vec<Arg>) -> OpSpec {
+fn spec(kind: &str, args: &[(&str, Arg)]) -> OpSpec {
+    let args: Vec<(String, Arg)> = args.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
     let op = OpSpec::from_args(kind, &args).unwrap_or_else(|e| panic!("{kind}: {e}"));
     op.check(0).unwrap_or_else(|e| panic!("{kind}: {e}"));
     op
@@ -31,46 +32,109 @@ fn s(v: &str) -> Arg {
 
 fn cases() -> Vec<(&'static str, OpSpec)> {
     use Arg::{Bool, Int, None as N};
-    let jit = |b: Arg, c: Arg, s_: Arg, h: Arg| spec("color_jitter", vec![b, c, s_, h]);
+    let jit = |b: Arg, c: Arg, s_: Arg, h: Arg| {
+        spec("color_jitter", &[("brightness", b), ("contrast", c), ("saturation", s_), ("hue", h)])
+    };
+    let p1 = || ("p", num(1.0));
+    let blur =
+        |k: i128| spec("gaussian_blur", &[("kernel_size", Arg::List(vec![Int(k), Int(k)])), ("sigma", pair(0.1, 2.0))]);
+    let erase = |value: Arg| {
+        spec(
+            "random_erasing",
+            &[("p", num(1.0)), ("scale", pair(0.02, 0.33)), ("ratio", pair(0.3, 3.3)), ("value", value)],
+        )
+    };
+    let rotate = |interp: &str| {
+        spec(
+            "random_rotation",
+            &[
+                ("degrees", pair(-30.0, 30.0)),
+                ("interpolation", s(interp)),
+                ("expand", Bool(false)),
+                ("center", N),
+                ("fill", num(0.0)),
+            ],
+        )
+    };
+    let affine = |interp: &str| {
+        spec(
+            "random_affine",
+            &[
+                ("degrees", pair(-15.0, 15.0)),
+                ("translate", pair(0.1, 0.1)),
+                ("scale", pair(0.9, 1.1)),
+                ("shear", pair(-10.0, 10.0)),
+                ("interpolation", s(interp)),
+                ("fill", num(0.0)),
+                ("center", N),
+            ],
+        )
+    };
     vec![
         ("brightness", jit(pair(0.6, 1.4), N, N, N)),
         ("contrast", jit(N, pair(0.6, 1.4), N, N)),
         ("saturation", jit(N, N, pair(0.6, 1.4), N)),
         ("hue", jit(N, N, N, pair(-0.1, 0.1))),
         ("jitter-all", jit(pair(0.6, 1.4), pair(0.6, 1.4), pair(0.6, 1.4), pair(-0.1, 0.1))),
-        ("grayscale", spec("grayscale", vec![Int(3)])),
-        ("blur5", spec("gaussian_blur", vec![Int(5), Int(5), pair(0.1, 2.0)])),
-        ("blur23", spec("gaussian_blur", vec![Int(23), Int(23), pair(0.1, 2.0)])),
-        ("noise", spec("gaussian_noise", vec![num(0.0), num(0.1), Bool(true)])),
-        ("erase", spec("random_erasing", vec![num(1.0), pair(0.02, 0.33), pair(0.3, 3.3), Int(0)])),
-        ("erase-random", spec("random_erasing", vec![num(1.0), pair(0.02, 0.33), pair(0.3, 3.3), s("random")])),
-        ("autocontrast", spec("random_autocontrast", vec![num(1.0)])),
-        ("equalize", spec("random_equalize", vec![num(1.0)])),
-        ("solarize", spec("random_solarize", vec![num(128.0), num(1.0)])),
-        ("posterize", spec("random_posterize", vec![Int(4), num(1.0)])),
-        ("sharpness", spec("random_adjust_sharpness", vec![num(2.0), num(1.0)])),
-        ("invert", spec("random_invert", vec![num(1.0)])),
-        ("rotate-nearest", spec("random_rotation", vec![pair(-30.0, 30.0), s("nearest"), Bool(false), N, num(0.0)])),
-        ("rotate-bilinear", spec("random_rotation", vec![pair(-30.0, 30.0), s("bilinear"), Bool(false), N, num(0.0)])),
+        ("grayscale", spec("grayscale", &[("num_output_channels", Int(3))])),
+        ("blur5", blur(5)),
+        ("blur23", blur(23)),
+        ("noise", spec("gaussian_noise", &[("mean", num(0.0)), ("sigma", num(0.1)), ("clip", Bool(true))])),
+        ("erase", erase(Int(0))),
+        ("erase-random", erase(s("random"))),
+        ("autocontrast", spec("random_autocontrast", &[p1()])),
+        ("equalize", spec("random_equalize", &[p1()])),
+        ("solarize", spec("random_solarize", &[("threshold", num(128.0)), p1()])),
+        ("posterize", spec("random_posterize", &[("bits", Int(4)), p1()])),
+        ("sharpness", spec("random_adjust_sharpness", &[("sharpness_factor", num(2.0)), p1()])),
+        ("invert", spec("random_invert", &[p1()])),
+        ("rotate-nearest", rotate("nearest")),
+        ("rotate-bilinear", rotate("bilinear")),
+        ("affine-nearest", affine("nearest")),
+        ("affine-bilinear", affine("bilinear")),
         (
-            "affine-nearest",
+            "perspective",
             spec(
-                "random_affine",
-                vec![pair(-15.0, 15.0), pair(0.1, 0.1), pair(0.9, 1.1), pair(-10.0, 10.0), s("nearest"), num(0.0), N],
+                "random_perspective",
+                &[("distortion_scale", num(0.5)), p1(), ("interpolation", s("bilinear")), ("fill", num(0.0))],
+            ),
+        ),
+        ("AA", spec("auto_augment", &[("policy", s("imagenet")), ("interpolation", s("nearest")), ("fill", N)])),
+        (
+            "RA-m9",
+            spec(
+                "rand_augment",
+                &[
+                    ("num_ops", Int(2)),
+                    ("magnitude", Int(9)),
+                    ("num_magnitude_bins", Int(31)),
+                    ("interpolation", s("nearest")),
+                    ("fill", N),
+                ],
             ),
         ),
         (
-            "affine-bilinear",
+            "TA",
             spec(
-                "random_affine",
-                vec![pair(-15.0, 15.0), pair(0.1, 0.1), pair(0.9, 1.1), pair(-10.0, 10.0), s("bilinear"), num(0.0), N],
+                "trivial_augment_wide",
+                &[("num_magnitude_bins", Int(31)), ("interpolation", s("nearest")), ("fill", N)],
             ),
         ),
-        ("perspective", spec("random_perspective", vec![num(0.5), num(1.0), s("bilinear"), num(0.0)])),
-        ("AA", spec("auto_augment", vec![s("imagenet"), s("nearest"), N])),
-        ("RA-m9", spec("rand_augment", vec![Int(2), Int(9), Int(31), s("nearest"), N])),
-        ("TA", spec("trivial_augment_wide", vec![Int(31), s("nearest"), N])),
-        ("AugMix", spec("augmix", vec![Int(3), Int(3), Int(-1), num(1.0), Bool(true), s("bilinear"), N])),
+        (
+            "AugMix",
+            spec(
+                "augmix",
+                &[
+                    ("severity", Int(3)),
+                    ("mixture_width", Int(3)),
+                    ("chain_depth", Int(-1)),
+                    ("alpha", num(1.0)),
+                    ("all_ops", Bool(true)),
+                    ("interpolation", s("bilinear")),
+                    ("fill", N),
+                ],
+            ),
+        ),
     ]
 }
 

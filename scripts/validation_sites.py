@@ -129,8 +129,9 @@ EDGE_TRANSLATORS = {
         "int_arg": "is a Python int (its range: the core rule passed in)",
     },
     "src/py/ops.rs": {
-        "parse_transform": "a transform tuple of a known kind (trdata.Transform._spec)",
-        "arg": "a spec tuple item is None, bool, int, float, str or a sequence of them (trdata.Transform._spec)",
+        "parse_transform": "a (kind, {name: value}) spec (trdata.Transform._spec; parsed by the core)",
+        "arg": "a spec value is None, bool, int, float, str, a sequence of them or a dict with str keys "
+        "(trdata.Transform._spec)",
     },
     "python/trdata/sources/classic.py": {
         "_root_dir": "root is a path (only `root`)",

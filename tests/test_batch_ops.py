@@ -80,7 +80,7 @@ def test_cutmix_runs_on_uint8_and_mixup_refuses_it_as_torchvision_does(source):
     plain = epoch(make(source, normalize=None, dtype="uint8"))
     cut = epoch(make(source, normalize=None, dtype="uint8", batch_ops=[trdata.CutMix(num_classes=CLASSES)]))
     for b, ((x, _, _), (mx, _, _)) in enumerate(zip(plain, cut)):
-        _, y1, y2, x1, x2 = map(int, draws(("cutmix", 1.0, CLASSES), b))
+        _, y1, y2, x1, x2 = map(int, draws(("cutmix", {"alpha": 1.0, "num_classes": CLASSES}), b))
         want = x.copy()
         want[..., y1:y2, x1:x2] = np.roll(x, 1, axis=0)[..., y1:y2, x1:x2]
         np.testing.assert_array_equal(mx, want)
@@ -92,7 +92,7 @@ def test_nhwc_cutmix_boxes_the_height_and_width_axes(source):
     plain = epoch(make(source, layout="NHWC"))
     cut = epoch(make(source, layout="NHWC", batch_ops=[trdata.CutMix(num_classes=CLASSES)]))
     for b, ((x, _, _), (mx, _, _)) in enumerate(zip(plain, cut)):
-        _, y1, y2, x1, x2 = map(int, draws(("cutmix", 1.0, CLASSES), b))
+        _, y1, y2, x1, x2 = map(int, draws(("cutmix", {"alpha": 1.0, "num_classes": CLASSES}), b))
         want = x.copy()
         want[:, y1:y2, x1:x2] = np.roll(x, 1, axis=0)[:, y1:y2, x1:x2]
         np.testing.assert_array_equal(mx, want)
@@ -114,7 +114,7 @@ def ks_two_sample(a: np.ndarray, b: np.ndarray) -> float:
 @pytest.mark.parametrize("alpha", [0.2, 1.0, 3.0])
 def test_lambda_is_beta_alpha_alpha(alpha):
     n = 12_000
-    ours = np.array([draws(("mixup", alpha, None), b)[0] for b in range(n)])
+    ours = np.array([draws(("mixup", {"alpha": alpha, "num_classes": None}), b)[0] for b in range(n)])
     ref = np.random.default_rng(0).beta(alpha, alpha, n)
     d = ks_two_sample(ours, ref)
     assert d < 1.95 * np.sqrt(2 / n), d  # KS critical value at 0.1 %
@@ -127,14 +127,14 @@ def test_cutmix_boxes_follow_lambda():
     n, h, w = 6000, 32, 48
     lams, areas = [], []
     for b in range(n):
-        lam, y1, y2, x1, x2 = draws(("cutmix", 1.0, None), b, hw=(h, w))
+        lam, y1, y2, x1, x2 = draws(("cutmix", {"alpha": 1.0, "num_classes": None}), b, hw=(h, w))
         assert 0 <= y1 <= y2 <= h and 0 <= x1 <= x2 <= w
         areas.append((y2 - y1) * (x2 - x1) / (h * w))
         lams.append(lam)
     np.testing.assert_allclose(1 - np.array(areas), lams)
     # E[box area before clipping] ≈ E[1 − λ] = 1/2 (truncation makes it smaller); clipping halves it about
     assert 0.15 < np.mean(areas) < 0.5
-    centres = [draws(("cutmix", 1.0, None), b, hw=(h, w)) for b in range(200)]
+    centres = [draws(("cutmix", {"alpha": 1.0, "num_classes": None}), b, hw=(h, w)) for b in range(200)]
     assert len({tuple(c) for c in centres}) > 190  # a different box per batch
 
 
@@ -206,7 +206,7 @@ def test_float_targets_are_mixed_as_soft_labels(tmp_path):
     plain = epoch(make(src, transforms=[trdata.CenterCrop(12)], batch_size=4))
     mixed = epoch(make(src, transforms=[trdata.CenterCrop(12)], batch_size=4, batch_ops=[trdata.MixUp()]))
     for b, ((_, y, _), (_, my, _)) in enumerate(zip(plain, mixed)):
-        lam = draws(("mixup", 1.0, None), b, rows=4, hw=(12, 12))[0]
+        lam = draws(("mixup", {"alpha": 1.0, "num_classes": None}), b, rows=4, hw=(12, 12))[0]
         np.testing.assert_array_equal(my, np.roll(y, 1, 0) * np.float32(1 - lam) + y * np.float32(lam))
     with pytest.raises(trdata.ConfigError, match="num_classes=3 must equal the targets' width 4"):
         make(src, transforms=[trdata.CenterCrop(12)], batch_ops=[trdata.MixUp(num_classes=3)])

@@ -70,10 +70,10 @@ def test_sizes_out_of_range_are_refused_by_the_loader(jpegs, cls, size):
 
 
 def test_good_sizes(jpegs):
-    assert trdata.CenterCrop(np.int64(8))._spec() == ("center_crop", 8, 8)
-    assert trdata.CenterCrop((np.int32(6), 10))._spec() == ("center_crop", 6, 10)
-    assert trdata.Resize([12, 9])._spec() == ("resize", 12, 9)
-    assert trdata.Resize(12)._spec() == ("resize_shorter", 12)
+    assert trdata.CenterCrop(np.int64(8))._spec() == ("center_crop", {"size": (8, 8)})
+    assert trdata.CenterCrop((np.int32(6), 10))._spec() == ("center_crop", {"size": (6, 10)})
+    assert trdata.Resize([12, 9])._spec() == ("resize", {"size": (12, 9)})
+    assert trdata.Resize(12)._spec() == ("resize_shorter", {"size": 12})
     with make(jpegs, transforms=[trdata.Resize(20), trdata.CenterCrop((6, 10))], batch_size=4) as loader:
         assert next(iter(loader)).images.shape == (4, 3, 6, 10)
 
@@ -357,7 +357,7 @@ def test_huge_sizes_are_config_errors_naming_size(jpegs, param, build):
 
 def test_largest_size_is_accepted(jpegs):
     spec = trdata.CenterCrop((1, 65536))._spec()
-    assert spec == ("center_crop", 1, 65536)
+    assert spec == ("center_crop", {"size": (1, 65536)})
     # 1 × 65536 fits in memory: the loader builds (the range check is 1..=65536 inclusive)
     with make(jpegs, transforms=[trdata.CenterCrop((1, 65536))], batch_size=1, dtype="uint8") as loader:
         assert len(loader) == 12

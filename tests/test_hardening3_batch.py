@@ -166,7 +166,14 @@ def test_the_smallest_accepted_alpha_gives_finite_images_and_a_coin_flip_lambda(
         assert np.isfinite(batch.images).all() and np.isfinite(batch.labels).all()
     lams = [
         _core.batch_op_draw(
-            ("mixup", alpha, 3), seed=1, epoch=0, batch=b, position=0, rows=8, height=16, width=16
+            ("mixup", {"alpha": alpha, "num_classes": 3}),
+            seed=1,
+            epoch=0,
+            batch=b,
+            position=0,
+            rows=8,
+            height=16,
+            width=16,
         )[0]
         for b in range(200)
     ]

@@ -56,7 +56,10 @@ class MixUp(BatchOp):
     num_classes: int | None = None
 
     def _spec(self) -> tuple[Any, ...]:
-        return ("mixup", _real(self.alpha, "alpha"), _opt_int(self.num_classes, "num_classes"))
+        return (
+            "mixup",
+            {"alpha": _real(self.alpha, "alpha"), "num_classes": _opt_int(self.num_classes, "num_classes")},
+        )
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,10 @@ class CutMix(BatchOp):
     num_classes: int | None = None
 
     def _spec(self) -> tuple[Any, ...]:
-        return ("cutmix", _real(self.alpha, "alpha"), _opt_int(self.num_classes, "num_classes"))
+        return (
+            "cutmix",
+            {"alpha": _real(self.alpha, "alpha"), "num_classes": _opt_int(self.num_classes, "num_classes")},
+        )
 
 
 @dataclass(frozen=True)
@@ -107,7 +113,7 @@ class BatchRandomChoice(BatchOp):
                     parameter="batch_ops",
                 )
             p = [_real(v, "batch_ops") for v in p]
-        return ("random_choice", [op._spec() for op in ops], p)
+        return ("random_choice", {"ops": [op._spec() for op in ops], "p": p})
 
 
 @dataclass(frozen=True)
@@ -138,10 +144,12 @@ class BatchRandomErasing(BatchOp):
             value = _real(self.value, "value")
         return (
             "batch_random_erasing",
-            _real(self.p, "p"),
-            _pair(self.scale, "scale"),
-            _pair(self.ratio, "ratio"),
-            value,
+            {
+                "p": _real(self.p, "p"),
+                "scale": _pair(self.scale, "scale"),
+                "ratio": _pair(self.ratio, "ratio"),
+                "value": value,
+            },
         )
 
 
@@ -207,12 +215,12 @@ class BatchOpPlan:
     def _run(
         self, spec: tuple[Any, ...], draw: list[float], x: Any, y: Any, k: int | None
     ) -> tuple[Any, Any]:
-        kind = spec[0]
+        kind, params = spec
         if kind == "random_choice":
             j = int(draw[0])
-            if k is not None and spec[1][j][0] == "batch_random_erasing":
+            if k is not None and params["ops"][j][0] == "batch_random_erasing":
                 y = _soft(y, 1.0, k)  # one-hot: the choice's labels are soft whichever op runs
-            return self._run(spec[1][j], draw[1:], x, y, k)
+            return self._run(params["ops"][j], draw[1:], x, y, k)
         if kind == "mixup":
             lam = draw[0]
             out = (
@@ -232,7 +240,7 @@ class BatchOpPlan:
             out[box] = _roll(x[box])
             return out, _soft(y, lam, k)
         # batch_random_erasing: in place on this batch's own buffer
-        value = spec[4]
+        value = params["value"]
         noise_seed = (int(draw[-2]) << 32) | int(draw[-1])
         rows = np.asarray(draw[:-2], dtype=np.int64).reshape(-1, 4)
         gen = _noise_generator(x, noise_seed) if value == "random" else None

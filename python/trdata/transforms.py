@@ -91,7 +91,8 @@ class RandomResizedCrop(Transform):
     def _spec(self) -> tuple[Any, ...]:
         h, w = _size(self.size)
         scale, ratio = _pair(self.scale, "scale"), _pair(self.ratio, "ratio")
-        return _resampled(("random_resized_crop", h, w, *scale, *ratio), self.interpolation, self.antialias)
+        spec = ("random_resized_crop", {"size": (h, w), "scale": scale, "ratio": ratio})
+        return _resampled(spec, self.interpolation, self.antialias)
 
 
 @dataclass(frozen=True)
@@ -112,25 +113,28 @@ class Resize(Transform):
             aa = True if self.antialias is None else _bool_arg(self.antialias, "antialias")
             return (
                 "resize_max",
-                _size(size)[0] if _is_int(size) else _int_arg(size, "size"),
-                _int_arg(self.max_size, "max_size"),
-                _mode(self.interpolation, "interpolation"),
-                aa,
+                {
+                    "size": _size(size)[0] if _is_int(size) else _int_arg(size, "size"),
+                    "max_size": _int_arg(self.max_size, "max_size"),
+                    "interpolation": _mode(self.interpolation, "interpolation"),
+                    "antialias": aa,
+                },
             )
         if _is_int(self.size):
-            return _resampled(("resize_shorter", _size(self.size)[0]), self.interpolation, self.antialias)
-        h, w = _size(self.size)
-        return _resampled(("resize", h, w), self.interpolation, self.antialias)
+            spec = ("resize_shorter", {"size": _size(self.size)[0]})
+            return _resampled(spec, self.interpolation, self.antialias)
+        return _resampled(("resize", {"size": _size(self.size)}), self.interpolation, self.antialias)
 
 
 def _resampled(spec: tuple[Any, ...], interpolation: Any, antialias: Any) -> tuple[Any, ...]:
     """A resize's spec with its filter: unchanged for antialiased bilinear (the fused default), else wrapped as
-    ``("resampled", interpolation, antialias, spec)`` (the values are the core's choice table)."""
+    ``("resampled", {"interpolation": …, "antialias": …, "transform": spec})`` (the values are the core's choice
+    table)."""
     mode = _mode(interpolation, "interpolation")
     aa = True if antialias is None else _bool_arg(antialias, "antialias")
     if mode == "bilinear" and aa:
         return spec
-    return ("resampled", mode, aa, spec)
+    return ("resampled", {"interpolation": mode, "antialias": aa, "transform": spec})
 
 
 @dataclass(frozen=True)
@@ -143,8 +147,7 @@ class CenterCrop(Transform):
         _size(self.size)
 
     def _spec(self) -> tuple[Any, ...]:
-        h, w = _size(self.size)
-        return ("center_crop", h, w)
+        return ("center_crop", {"size": _size(self.size)})
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,7 @@ class RandomHorizontalFlip(Transform):
     p: float = _DEFAULTS["RandomHorizontalFlip.p"]
 
     def _spec(self) -> tuple[Any, ...]:
-        return ("horizontal_flip", _real(self.p, "p"))
+        return ("horizontal_flip", {"p": _real(self.p, "p")})
 
 
 @dataclass(frozen=True)
@@ -164,7 +167,7 @@ class RandomVerticalFlip(Transform):
     p: float = _DEFAULTS["RandomVerticalFlip.p"]
 
     def _spec(self) -> tuple[Any, ...]:
-        return ("vertical_flip", _real(self.p, "p"))
+        return ("vertical_flip", {"p": _real(self.p, "p")})
 
 
 @dataclass(frozen=True)
@@ -176,7 +179,14 @@ class Pad(Transform):
     padding_mode: str = _DEFAULTS["Pad.padding_mode"]
 
     def _spec(self) -> tuple[Any, ...]:
-        return ("pad", _padding(self.padding), _fill(self.fill), _str(self.padding_mode, "padding_mode"))
+        return (
+            "pad",
+            {
+                "padding": _padding(self.padding),
+                "fill": _fill(self.fill),
+                "padding_mode": _str(self.padding_mode, "padding_mode"),
+            },
+        )
 
 
 @dataclass(frozen=True)
@@ -191,16 +201,17 @@ class RandomCrop(Transform):
     padding_mode: str = _DEFAULTS["Pad.padding_mode"]
 
     def _spec(self) -> tuple[Any, ...]:
-        h, w = _size(self.size)
+        size = _size(self.size)
         pad = (0, 0, 0, 0) if self.padding is None else _padding(self.padding)
         return (
             "random_crop",
-            h,
-            w,
-            pad,
-            _bool_arg(self.pad_if_needed, "pad_if_needed"),
-            _fill(self.fill),
-            _str(self.padding_mode, "padding_mode"),
+            {
+                "size": size,
+                "padding": pad,
+                "pad_if_needed": _bool_arg(self.pad_if_needed, "pad_if_needed"),
+                "fill": _fill(self.fill),
+                "padding_mode": _str(self.padding_mode, "padding_mode"),
+            },
         )
 
 
@@ -216,10 +227,12 @@ class ColorJitter(Transform):
     def _spec(self) -> tuple[Any, ...]:
         return (
             "color_jitter",
-            _jitter_range(self.brightness, "brightness", 1.0, True),
-            _jitter_range(self.contrast, "contrast", 1.0, True),
-            _jitter_range(self.saturation, "saturation", 1.0, True),
-            _jitter_range(self.hue, "hue", 0.0, False),
+            {
+                "brightness": _jitter_range(self.brightness, "brightness", 1.0, True),
+                "contrast": _jitter_range(self.contrast, "contrast", 1.0, True),
+                "saturation": _jitter_range(self.saturation, "saturation", 1.0, True),
+                "hue": _jitter_range(self.hue, "hue", 0.0, False),
+            },
         )
 
 
@@ -236,7 +249,7 @@ class Grayscale(Transform):
                 f"invalid num_output_channels: {_shown(self.num_output_channels)} must be an int",
                 parameter="num_output_channels",
             )
-        return ("grayscale", int(self.num_output_channels))
+        return ("grayscale", {"num_output_channels": int(self.num_output_channels)})
 
 
 @dataclass(frozen=True)
@@ -246,7 +259,7 @@ class RandomGrayscale(Transform):
     p: float = _DEFAULTS["RandomGrayscale.p"]
 
     def _spec(self) -> tuple[Any, ...]:
-        return ("random_grayscale", _real(self.p, "p"))
+        return ("random_grayscale", {"p": _real(self.p, "p")})
 
 
 @dataclass(frozen=True)
@@ -274,7 +287,7 @@ class GaussianBlur(Transform):
             lo, hi = _pair(s, "sigma")
         else:
             lo = hi = _real(s, "sigma")
-        return ("gaussian_blur", kx, ky, (lo, hi))
+        return ("gaussian_blur", {"kernel_size": (kx, ky), "sigma": (lo, hi)})
 
 
 @dataclass(frozen=True)
@@ -289,9 +302,11 @@ class GaussianNoise(Transform):
     def _spec(self) -> tuple[Any, ...]:
         return (
             "gaussian_noise",
-            _real(self.mean, "mean"),
-            _real(self.sigma, "sigma"),
-            _bool_arg(self.clip, "clip"),
+            {
+                "mean": _real(self.mean, "mean"),
+                "sigma": _real(self.sigma, "sigma"),
+                "clip": _bool_arg(self.clip, "clip"),
+            },
         )
 
 
@@ -320,10 +335,12 @@ class RandomErasing(Transform):
             value = _fill(self.value, "value")
         return (
             "random_erasing",
-            _real(self.p, "p"),
-            _pair(self.scale, "scale"),
-            _pair(self.ratio, "ratio"),
-            value,
+            {
+                "p": _real(self.p, "p"),
+                "scale": _pair(self.scale, "scale"),
+                "ratio": _pair(self.ratio, "ratio"),
+                "value": value,
+            },
         )
 
 
@@ -334,7 +351,7 @@ class RandomAutocontrast(Transform):
     p: float = _DEFAULTS["RandomAutocontrast.p"]
 
     def _spec(self) -> tuple[Any, ...]:
-        return ("random_autocontrast", _real(self.p, "p"))
+        return ("random_autocontrast", {"p": _real(self.p, "p")})
 
 
 @dataclass(frozen=True)
@@ -344,7 +361,7 @@ class RandomEqualize(Transform):
     p: float = _DEFAULTS["RandomEqualize.p"]
 
     def _spec(self) -> tuple[Any, ...]:
-        return ("random_equalize", _real(self.p, "p"))
+        return ("random_equalize", {"p": _real(self.p, "p")})
 
 
 @dataclass(frozen=True)
@@ -354,7 +371,7 @@ class RandomInvert(Transform):
     p: float = _DEFAULTS["RandomInvert.p"]
 
     def _spec(self) -> tuple[Any, ...]:
-        return ("random_invert", _real(self.p, "p"))
+        return ("random_invert", {"p": _real(self.p, "p")})
 
 
 @dataclass(frozen=True)
@@ -363,7 +380,7 @@ class RandomChannelPermutation(Transform):
     left as it is)."""
 
     def _spec(self) -> tuple[Any, ...]:
-        return ("random_channel_permutation",)
+        return ("random_channel_permutation", {})
 
 
 @dataclass(frozen=True)
@@ -374,7 +391,7 @@ class RandomSolarize(Transform):
     p: float = _DEFAULTS["RandomSolarize.p"]
 
     def _spec(self) -> tuple[Any, ...]:
-        return ("random_solarize", _real(self.threshold, "threshold"), _real(self.p, "p"))
+        return ("random_solarize", {"threshold": _real(self.threshold, "threshold"), "p": _real(self.p, "p")})
 
 
 @dataclass(frozen=True)
@@ -387,7 +404,7 @@ class RandomPosterize(Transform):
     def _spec(self) -> tuple[Any, ...]:
         if not _is_int(self.bits):
             raise ConfigError(f"invalid bits: {_shown(self.bits)} must be an int", parameter="bits")
-        return ("random_posterize", int(self.bits), _real(self.p, "p"))
+        return ("random_posterize", {"bits": int(self.bits), "p": _real(self.p, "p")})
 
 
 @dataclass(frozen=True)
@@ -400,8 +417,7 @@ class RandomAdjustSharpness(Transform):
     def _spec(self) -> tuple[Any, ...]:
         return (
             "random_adjust_sharpness",
-            _real(self.sharpness_factor, "sharpness_factor"),
-            _real(self.p, "p"),
+            {"sharpness_factor": _real(self.sharpness_factor, "sharpness_factor"), "p": _real(self.p, "p")},
         )
 
 
@@ -420,11 +436,13 @@ class RandomRotation(Transform):
     def _spec(self) -> tuple[Any, ...]:
         return (
             "random_rotation",
-            _degrees(self.degrees),
-            _mode(self.interpolation, "interpolation"),
-            _bool_arg(self.expand, "expand"),
-            _opt_pair(self.center, "center"),
-            _opt_fill(self.fill),
+            {
+                "degrees": _degrees(self.degrees),
+                "interpolation": _mode(self.interpolation, "interpolation"),
+                "expand": _bool_arg(self.expand, "expand"),
+                "center": _opt_pair(self.center, "center"),
+                "fill": _opt_fill(self.fill),
+            },
         )
 
 
@@ -444,13 +462,15 @@ class RandomAffine(Transform):
     def _spec(self) -> tuple[Any, ...]:
         return (
             "random_affine",
-            _degrees(self.degrees),
-            _opt_pair(self.translate, "translate"),
-            _opt_pair(self.scale, "scale"),
-            _shear(self.shear),
-            _mode(self.interpolation, "interpolation"),
-            _opt_fill(self.fill),
-            _opt_pair(self.center, "center"),
+            {
+                "degrees": _degrees(self.degrees),
+                "translate": _opt_pair(self.translate, "translate"),
+                "scale": _opt_pair(self.scale, "scale"),
+                "shear": _shear(self.shear),
+                "interpolation": _mode(self.interpolation, "interpolation"),
+                "fill": _opt_fill(self.fill),
+                "center": _opt_pair(self.center, "center"),
+            },
         )
 
 
@@ -466,10 +486,12 @@ class RandomPerspective(Transform):
     def _spec(self) -> tuple[Any, ...]:
         return (
             "random_perspective",
-            _real(self.distortion_scale, "distortion_scale"),
-            _real(self.p, "p"),
-            _mode(self.interpolation, "interpolation"),
-            _opt_fill(self.fill),
+            {
+                "distortion_scale": _real(self.distortion_scale, "distortion_scale"),
+                "p": _real(self.p, "p"),
+                "interpolation": _mode(self.interpolation, "interpolation"),
+                "fill": _opt_fill(self.fill),
+            },
         )
 
 
@@ -485,9 +507,11 @@ class AutoAugment(Transform):
     def _spec(self) -> tuple[Any, ...]:
         return (
             "auto_augment",
-            _mode(self.policy, "policy"),
-            _mode(self.interpolation, "interpolation"),
-            _opt_fill(self.fill),
+            {
+                "policy": _mode(self.policy, "policy"),
+                "interpolation": _mode(self.interpolation, "interpolation"),
+                "fill": _opt_fill(self.fill),
+            },
         )
 
 
@@ -505,11 +529,13 @@ class RandAugment(Transform):
     def _spec(self) -> tuple[Any, ...]:
         return (
             "rand_augment",
-            _int_arg(self.num_ops, "num_ops"),
-            _int_arg(self.magnitude, "magnitude"),
-            _int_arg(self.num_magnitude_bins, "num_magnitude_bins"),
-            _mode(self.interpolation, "interpolation"),
-            _opt_fill(self.fill),
+            {
+                "num_ops": _int_arg(self.num_ops, "num_ops"),
+                "magnitude": _int_arg(self.magnitude, "magnitude"),
+                "num_magnitude_bins": _int_arg(self.num_magnitude_bins, "num_magnitude_bins"),
+                "interpolation": _mode(self.interpolation, "interpolation"),
+                "fill": _opt_fill(self.fill),
+            },
         )
 
 
@@ -524,9 +550,11 @@ class TrivialAugmentWide(Transform):
     def _spec(self) -> tuple[Any, ...]:
         return (
             "trivial_augment_wide",
-            _int_arg(self.num_magnitude_bins, "num_magnitude_bins"),
-            _mode(self.interpolation, "interpolation"),
-            _opt_fill(self.fill),
+            {
+                "num_magnitude_bins": _int_arg(self.num_magnitude_bins, "num_magnitude_bins"),
+                "interpolation": _mode(self.interpolation, "interpolation"),
+                "fill": _opt_fill(self.fill),
+            },
         )
 
 
@@ -546,13 +574,15 @@ class AugMix(Transform):
     def _spec(self) -> tuple[Any, ...]:
         return (
             "augmix",
-            _int_arg(self.severity, "severity"),
-            _int_arg(self.mixture_width, "mixture_width"),
-            _int_arg(self.chain_depth, "chain_depth"),
-            _real(self.alpha, "alpha"),
-            _bool_arg(self.all_ops, "all_ops"),
-            _mode(self.interpolation, "interpolation"),
-            _opt_fill(self.fill),
+            {
+                "severity": _int_arg(self.severity, "severity"),
+                "mixture_width": _int_arg(self.mixture_width, "mixture_width"),
+                "chain_depth": _int_arg(self.chain_depth, "chain_depth"),
+                "alpha": _real(self.alpha, "alpha"),
+                "all_ops": _bool_arg(self.all_ops, "all_ops"),
+                "interpolation": _mode(self.interpolation, "interpolation"),
+                "fill": _opt_fill(self.fill),
+            },
         )
 
 
@@ -593,7 +623,10 @@ class RandomApply(Transform):
     p: float = _DEFAULTS["RandomApply.p"]
 
     def _spec(self) -> tuple[Any, ...]:
-        return ("random_apply", _inner(self.transforms, "RandomApply"), _real(self.p, "p"))
+        return (
+            "random_apply",
+            {"transforms": _inner(self.transforms, "RandomApply"), "p": _real(self.p, "p")},
+        )
 
 
 @dataclass(frozen=True)
@@ -608,7 +641,7 @@ class RandomChoice(Transform):
         if self.p is not None and not _seq(self.p):
             raise ConfigError(f"invalid p: {_shown(self.p)} must be None or a list of weights", parameter="p")
         p = None if self.p is None else tuple(_real(v, "p") for v in self.p)
-        return ("random_choice", _inner(self.transforms, "RandomChoice"), p)
+        return ("random_choice", {"transforms": _inner(self.transforms, "RandomChoice"), "p": p})
 
 
 @dataclass(frozen=True)
@@ -619,7 +652,7 @@ class RandomOrder(Transform):
     transforms: Sequence[Transform]
 
     def _spec(self) -> tuple[Any, ...]:
-        return ("random_order", _inner(self.transforms, "RandomOrder"))
+        return ("random_order", {"transforms": _inner(self.transforms, "RandomOrder")})
 
 
 #: timm's ``_RAND_TRANSFORMS`` (``rand-…``) and ``_RAND_INCREASING_TRANSFORMS`` (``rand-…-inc1``), in timm's order.
@@ -718,16 +751,18 @@ class TimmRandAugment(Transform):
             )
         return (
             "timm_rand_augment",
-            _int_arg(self.num_layers, "num_layers"),
-            _real(self.magnitude, "magnitude"),
-            _real(self.magnitude_std, "magnitude_std"),
-            _real(self.magnitude_max, "magnitude_max"),
-            _real(self.p, "p"),
-            tuple(_str(o, "ops") for o in self.ops),
-            _fill(self.fill),
-            _mode(self.interpolation, "interpolation"),
-            _real(self.translate_pct, "translate_pct"),
-            None if self.weights is None else _fill(self.weights, "weights"),
+            {
+                "num_layers": _int_arg(self.num_layers, "num_layers"),
+                "magnitude": _real(self.magnitude, "magnitude"),
+                "magnitude_std": _real(self.magnitude_std, "magnitude_std"),
+                "magnitude_max": _real(self.magnitude_max, "magnitude_max"),
+                "p": _real(self.p, "p"),
+                "ops": tuple(_str(o, "ops") for o in self.ops),
+                "fill": _fill(self.fill),
+                "interpolation": _mode(self.interpolation, "interpolation"),
+                "translate_pct": _real(self.translate_pct, "translate_pct"),
+                "weights": None if self.weights is None else _fill(self.weights, "weights"),
+            },
         )
 
 
@@ -743,10 +778,8 @@ class TimmResizeKeepRatio(Transform):
     interpolation: Any = "bilinear"
 
     def _spec(self) -> tuple[Any, ...]:
-        h, w = _size(self.size)
-        return _resampled(
-            ("resize_keep_ratio", h, w, _real(self.longest, "longest")), self.interpolation, True
-        )
+        spec = ("resize_keep_ratio", {"size": _size(self.size), "longest": _real(self.longest, "longest")})
+        return _resampled(spec, self.interpolation, True)
 
 
 @dataclass(frozen=True)
@@ -760,8 +793,14 @@ class TimmCenterCropOrPad(Transform):
     padding_mode: str = "constant"
 
     def _spec(self) -> tuple[Any, ...]:
-        h, w = _size(self.size)
-        return ("center_crop_or_pad", h, w, _fill(self.fill), _str(self.padding_mode, "padding_mode"))
+        return (
+            "center_crop_or_pad",
+            {
+                "size": _size(self.size),
+                "fill": _fill(self.fill),
+                "padding_mode": _str(self.padding_mode, "padding_mode"),
+            },
+        )
 
 
 #: timm's ``_AUGMIX_TRANSFORMS``, in timm's order.
@@ -804,12 +843,14 @@ class TimmAutoAugment(Transform):
             subs.append(tuple(steps))
         return (
             "timm_auto_augment",
-            tuple(subs),
-            _real(self.magnitude_std, "magnitude_std"),
-            _real(self.magnitude_max, "magnitude_max"),
-            _fill(self.fill),
-            _mode(self.interpolation, "interpolation"),
-            _real(self.translate_pct, "translate_pct"),
+            {
+                "policy": tuple(subs),
+                "magnitude_std": _real(self.magnitude_std, "magnitude_std"),
+                "magnitude_max": _real(self.magnitude_max, "magnitude_max"),
+                "fill": _fill(self.fill),
+                "interpolation": _mode(self.interpolation, "interpolation"),
+                "translate_pct": _real(self.translate_pct, "translate_pct"),
+            },
         )
 
 
@@ -839,16 +880,18 @@ class TimmAugMix(Transform):
             )
         return (
             "timm_augmix",
-            tuple(_str(o, "ops") for o in self.ops),
-            _real(self.magnitude, "magnitude"),
-            _real(self.alpha, "alpha"),
-            _int_arg(self.width, "width"),
-            _int_arg(self.depth, "depth"),
-            _real(self.magnitude_std, "magnitude_std"),
-            _real(self.magnitude_max, "magnitude_max"),
-            _fill(self.fill),
-            _mode(self.interpolation, "interpolation"),
-            _real(self.translate_pct, "translate_pct"),
+            {
+                "ops": tuple(_str(o, "ops") for o in self.ops),
+                "magnitude": _real(self.magnitude, "magnitude"),
+                "alpha": _real(self.alpha, "alpha"),
+                "width": _int_arg(self.width, "width"),
+                "depth": _int_arg(self.depth, "depth"),
+                "magnitude_std": _real(self.magnitude_std, "magnitude_std"),
+                "magnitude_max": _real(self.magnitude_max, "magnitude_max"),
+                "fill": _fill(self.fill),
+                "interpolation": _mode(self.interpolation, "interpolation"),
+                "translate_pct": _real(self.translate_pct, "translate_pct"),
+            },
         )
 
 
@@ -880,17 +923,20 @@ class TimmRandomErasing(Transform):
         )
         min_count = _int_arg(self.min_count, "min_count")
         max_count = min_count if self.max_count is None else _int_arg(self.max_count, "max_count")
+        # The core's names: its messages say `p` and `ratio` (timm's probability, (min_aspect, max_aspect)).
         return (
             "timm_random_erasing",
-            _real(self.probability, "probability"),
-            _real(self.min_area, "min_area"),
-            _real(self.max_area, "max_area"),
-            (min_aspect, max_aspect),
-            min_count,
-            max_count,
-            _str(self.re_mode, "re_mode").lower() or "const",
-            _fill(self.mean, "mean"),
-            _fill(self.std, "std"),
+            {
+                "p": _real(self.probability, "probability"),
+                "min_area": _real(self.min_area, "min_area"),
+                "max_area": _real(self.max_area, "max_area"),
+                "ratio": (min_aspect, max_aspect),
+                "min_count": min_count,
+                "max_count": max_count,
+                "re_mode": _str(self.re_mode, "re_mode").lower() or "const",
+                "mean": _fill(self.mean, "mean"),
+                "std": _fill(self.std, "std"),
+            },
         )
 
 

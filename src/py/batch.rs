@@ -1,17 +1,18 @@
 //! The binding of the batch ops (python/trdata/batch.py: MixUp, CutMix, RandomChoice, BatchRandomErasing): their
-//! `_spec()` tuples are checked by the core's rules (rng.rs for alpha, num_classes and the batch_ops list;
+//! `_spec()`s (`("kind", {name: value, …})`, read by name as the transforms' are: src/py/ops.rs) are checked by
+//! the core's rules (rng.rs for alpha, num_classes and the batch_ops list;
 //! augment/ops/erase.rs for RandomErasing's p/scale/ratio) and drawn from the batch streams of rng.rs. Python applies
 //! the drawn values to the batch on its device (numpy or torch); no pixel passes through here.
 
-use super::errors::{IntoPyResult, to_py};
+use super::errors::IntoPyResult;
 use super::source::NativeSource;
-use crate::augment::ops::{Drawn, EraseValue, OpSpec, RandomErasing};
+use crate::augment::ops::{Arg, Args, Drawn, EraseValue, OpSpec, RandomErasing};
 use crate::error::TrdataError;
 use crate::rng::{self, BatchInput, SampleRng};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::PyTuple;
 
-/// A batch op as the core sees it (the `_spec()` tuple, types already translated by python/trdata/batch.py).
+/// A batch op as the core sees it (the `_spec()`, types already translated by python/trdata/batch.py).
 enum BatchOp {
     MixUp { alpha: f64, num_classes: Option<u64> },
     CutMix { alpha: f64, num_classes: Option<u64> },
@@ -20,32 +21,47 @@ enum BatchOp {
 }
 
 impl BatchOp {
-    fn parse(t: &Bound<'_, PyTuple>) -> PyResult<Self> {
-        let kind: String = t.get_item(0)?.extract()?;
-        Ok(match kind.as_str() {
-            "mixup" => BatchOp::MixUp { alpha: t.get_item(1)?.extract()?, num_classes: t.get_item(2)?.extract()? },
-            "cutmix" => BatchOp::CutMix { alpha: t.get_item(1)?.extract()?, num_classes: t.get_item(2)?.extract()? },
+    /// `("kind", {name: value, …})` (`_spec()`, converted whole) → the op; parameters are read by name through the
+    /// core's [`Args`] (a missing, unknown or mistyped one is a ConfigError naming it), as the transforms' specs.
+    fn parse(spec: &Arg) -> Result<Self, TrdataError> {
+        let malformed = || TrdataError::config("batch_ops", format!("{spec:?} must be a (kind, {{name: value}}) spec"));
+        let Arg::List(v) = spec else { return Err(malformed()) };
+        let [Arg::Str(kind), Arg::Map(params)] = v.as_slice() else { return Err(malformed()) };
+        let a = Args::new(kind, params)?;
+        let num_classes = || match a.get("num_classes")? {
+            Arg::None => Ok(None),
+            Arg::Int(v) => u64::try_from(*v)
+                .map(Some)
+                .map_err(|_| TrdataError::config("num_classes", format!("{v} must be in 0..=2**64 - 1"))),
+            other => Err(TrdataError::config("num_classes", format!("{other:?} must be an int or None"))),
+        };
+        let op = match kind.as_str() {
+            "mixup" => BatchOp::MixUp { alpha: a.num("alpha")?, num_classes: num_classes()? },
+            "cutmix" => BatchOp::CutMix { alpha: a.num("alpha")?, num_classes: num_classes()? },
             "random_choice" => {
-                let list = t.get_item(1)?;
-                let list = list.cast::<PyList>()?;
-                let ops = list.iter().map(|o| BatchOp::parse(o.cast::<PyTuple>()?)).collect::<PyResult<_>>()?;
-                BatchOp::Choice { ops, p: t.get_item(2)?.extract()? }
+                let ops = match a.get("ops")? {
+                    Arg::List(ops) => ops.iter().map(BatchOp::parse).collect::<Result<_, _>>()?,
+                    other => {
+                        return Err(TrdataError::config("batch_ops", format!("{other:?} must be a list of specs")));
+                    }
+                };
+                BatchOp::Choice { ops, p: if a.is_none("p")? { None } else { Some(a.nums("p")?) } }
             }
             "batch_random_erasing" => {
-                let value = t.get_item(4)?;
-                let noise = value.extract::<String>().is_ok();
                 // The fill is in the batch's own units (after normalize), any number: torchvision accepts any
                 // `value`; p/scale/ratio are RandomErasing's, checked by augment/ops/erase.rs with a neutral fill.
                 let op = OpSpec::RandomErasing(RandomErasing {
-                    p: t.get_item(1)?.extract()?,
-                    scale: t.get_item(2)?.extract()?,
-                    ratio: t.get_item(3)?.extract()?,
+                    p: a.num("p")?,
+                    scale: a.pair("scale")?,
+                    ratio: a.pair("ratio")?,
                     value: EraseValue::Values(vec![0.0]),
                 });
-                BatchOp::Erasing { op, noise }
+                BatchOp::Erasing { op, noise: matches!(a.get("value")?, Arg::Str(_)) }
             }
-            other => return Err(to_py(TrdataError::config("batch_ops", format!("{other:?} is no batch op")))),
-        })
+            other => return Err(TrdataError::config("batch_ops", format!("{other:?} is no batch op"))),
+        };
+        a.finish()?;
+        Ok(op)
     }
 
     fn name(&self) -> &'static str {
@@ -134,7 +150,7 @@ fn batch_op_check(
     target_shape: Option<Vec<u64>>,
     source: Option<PyRef<'_, NativeSource>>,
 ) -> PyResult<Option<u32>> {
-    let op = BatchOp::parse(spec)?;
+    let op = BatchOp::parse(&super::ops::arg(spec.as_any())?).py_err()?;
     let labels = source.as_ref().map_or(&[][..], |s| &s.dataset.labels[..]);
     let input = BatchInput { float_images, classes, target_shape, labels };
     op.check(&input, &format!("{} at batch_ops[{position}]", op.name())).py_err()
@@ -164,7 +180,7 @@ fn batch_op_draw(
     height: u64,
     width: u64,
 ) -> PyResult<Vec<f64>> {
-    let op = BatchOp::parse(spec)?;
+    let op = BatchOp::parse(&super::ops::arg(spec.as_any())?).py_err()?;
     if height == 0 || width == 0 || position > rng::MAX_BATCH_OPS {
         return Err(pyo3::exceptions::PyValueError::new_err("batch_op_draw: empty image or position beyond the list"));
     }

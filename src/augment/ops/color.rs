@@ -44,10 +44,10 @@ impl Op for ColorJitter {
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         Ok(ColorJitter {
-            brightness: a.opt_pair(0, "brightness")?,
-            contrast: a.opt_pair(1, "contrast")?,
-            saturation: a.opt_pair(2, "saturation")?,
-            hue: a.opt_pair(3, "hue")?,
+            brightness: a.opt_pair("brightness")?,
+            contrast: a.opt_pair("contrast")?,
+            saturation: a.opt_pair("saturation")?,
+            hue: a.opt_pair("hue")?,
         })
     }
 
@@ -108,7 +108,7 @@ impl Op for Grayscale {
         &[("Grayscale.num_output_channels", DefaultValue::Int(tv::GRAYSCALE_CHANNELS as i64))];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
-        Ok(Grayscale { num_output_channels: a.uint(0, "num_output_channels")? })
+        Ok(Grayscale { num_output_channels: a.uint("num_output_channels")? })
     }
 
     fn name(&self) -> &'static str {
@@ -147,7 +147,7 @@ macro_rules! gated_op {
             const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[(concat!($name, ".p"), DefaultValue::Num($p))];
 
             fn parse(a: &Args<'_>) -> Result<Self> {
-                Ok($ty { p: a.num(0, "p")? })
+                Ok($ty { p: a.num("p")? })
             }
 
             fn name(&self) -> &'static str {
@@ -258,7 +258,7 @@ impl Op for RandomSolarize {
     const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[("RandomSolarize.p", DefaultValue::Num(tv::GATE_P))];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
-        Ok(RandomSolarize { threshold: a.num(0, "threshold")?, p: a.num(1, "p")? })
+        Ok(RandomSolarize { threshold: a.num("threshold")?, p: a.num("p")? })
     }
 
     fn name(&self) -> &'static str {
@@ -298,7 +298,7 @@ impl Op for RandomPosterize {
     const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[("RandomPosterize.p", DefaultValue::Num(tv::GATE_P))];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
-        Ok(RandomPosterize { bits: a.uint(0, "bits")?, p: a.num(1, "p")? })
+        Ok(RandomPosterize { bits: a.uint("bits")?, p: a.num("p")? })
     }
 
     fn name(&self) -> &'static str {
@@ -335,7 +335,7 @@ impl Op for RandomAdjustSharpness {
         &[("RandomAdjustSharpness.p", DefaultValue::Num(tv::GATE_P))];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
-        Ok(RandomAdjustSharpness { sharpness_factor: a.num(0, "sharpness_factor")?, p: a.num(1, "p")? })
+        Ok(RandomAdjustSharpness { sharpness_factor: a.num("sharpness_factor")?, p: a.num("p")? })
     }
 
     fn name(&self) -> &'static str {
@@ -378,7 +378,8 @@ impl Op for GaussianBlur {
         &[("GaussianBlur.sigma", DefaultValue::Pair(tv::BLUR_SIGMA.0, tv::BLUR_SIGMA.1))];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
-        Ok(GaussianBlur { kx: a.uint(0, "kernel_size")?, ky: a.uint(1, "kernel_size")?, sigma: a.pair(2, "sigma")? })
+        let (kx, ky) = a.uint_pair(KERNEL_SIZE)?;
+        Ok(GaussianBlur { kx, ky, sigma: a.pair(SIGMA)? })
     }
 
     fn name(&self) -> &'static str {

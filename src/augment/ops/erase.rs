@@ -46,10 +46,10 @@ impl Op for RandomErasing {
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         Ok(RandomErasing {
-            p: a.num(0, "p")?,
-            scale: a.pair(1, "scale")?,
-            ratio: a.pair(2, "ratio")?,
-            value: match a.get(3)? {
+            p: a.num("p")?,
+            scale: a.pair("scale")?,
+            ratio: a.pair("ratio")?,
+            value: match a.get(VALUE)? {
                 Arg::Str(s) if s == "random" => EraseValue::Random,
                 Arg::Str(s) => {
                     return Err(TrdataError::config(
@@ -57,7 +57,7 @@ impl Op for RandomErasing {
                         format!("{s:?} must be a number, a sequence or 'random'"),
                     ));
                 }
-                _ => EraseValue::Values(a.nums(3, "value")?),
+                _ => EraseValue::Values(a.nums(VALUE)?),
             },
         })
     }
@@ -141,7 +141,7 @@ impl Op for GaussianNoise {
     ];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
-        Ok(GaussianNoise { mean: a.num(0, "mean")?, sigma: a.num(1, "sigma")?, clip: a.boolean(2, "clip")? })
+        Ok(GaussianNoise { mean: a.num("mean")?, sigma: a.num("sigma")?, clip: a.boolean("clip")? })
     }
 
     fn name(&self) -> &'static str {

@@ -77,7 +77,7 @@ impl Op for Pad {
         &[("Pad.fill", DefaultValue::Num(tv::FILL)), ("Pad.padding_mode", DefaultValue::Str(tv::PADDING_MODE))];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
-        Ok(Pad { padding: a.padding(0)?, fill: a.nums(1, "fill")?, mode: a.choice(2, &PADDING_MODE)? })
+        Ok(Pad { padding: a.padding()?, fill: a.nums("fill")?, mode: a.choice(&PADDING_MODE)? })
     }
 
     fn name(&self) -> &'static str {
@@ -133,13 +133,14 @@ impl Op for RandomCrop {
     const KINDS: &'static [&'static str] = &["random_crop"];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
+        let size = a.uint_pair(SIZE)?;
         Ok(RandomCrop {
-            height: a.uint(0, "size")?,
-            width: a.uint(1, "size")?,
-            padding: a.padding(2)?,
-            pad_if_needed: a.boolean(3, "pad_if_needed")?,
-            fill: a.nums(4, "fill")?,
-            mode: a.choice(5, &PADDING_MODE)?,
+            height: size.0,
+            width: size.1,
+            padding: a.padding()?,
+            pad_if_needed: a.boolean("pad_if_needed")?,
+            fill: a.nums("fill")?,
+            mode: a.choice(&PADDING_MODE)?,
         })
     }
 
@@ -239,7 +240,7 @@ impl Op for VerticalFlip {
         &[("RandomVerticalFlip.p", DefaultValue::Num(tv::GATE_P))];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
-        Ok(VerticalFlip { p: a.num(0, "p")? })
+        Ok(VerticalFlip { p: a.num("p")? })
     }
 
     fn name(&self) -> &'static str {
@@ -284,11 +285,11 @@ impl Op for RandomRotation {
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         Ok(RandomRotation {
-            degrees: a.pair(0, "degrees")?,
-            interp: a.choice(1, &WARP_INTERPOLATION)?,
-            expand: a.boolean(2, "expand")?,
-            center: a.center(3)?,
-            fill: a.opt_fill(4)?,
+            degrees: a.pair("degrees")?,
+            interp: a.choice(&WARP_INTERPOLATION)?,
+            expand: a.boolean("expand")?,
+            center: a.center()?,
+            fill: a.opt_fill()?,
         })
     }
 
@@ -357,13 +358,13 @@ impl Op for RandomAffine {
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         Ok(RandomAffine {
-            degrees: a.pair(0, "degrees")?,
-            translate: a.opt_pair(1, "translate")?,
-            scale: a.opt_pair(2, "scale")?,
-            shear: if a.is_none(3)? { Vec::new() } else { a.nums(3, "shear")? },
-            interp: a.choice(4, &WARP_INTERPOLATION)?,
-            fill: a.opt_fill(5)?,
-            center: a.center(6)?,
+            degrees: a.pair("degrees")?,
+            translate: a.opt_pair("translate")?,
+            scale: a.opt_pair("scale")?,
+            shear: if a.is_none(SHEAR)? { Vec::new() } else { a.nums("shear")? },
+            interp: a.choice(&WARP_INTERPOLATION)?,
+            fill: a.opt_fill()?,
+            center: a.center()?,
         })
     }
 
@@ -453,10 +454,10 @@ impl Op for RandomPerspective {
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         Ok(RandomPerspective {
-            distortion_scale: a.num(0, "distortion_scale")?,
-            p: a.num(1, "p")?,
-            interp: a.choice(2, &WARP_INTERPOLATION)?,
-            fill: a.opt_fill(3)?,
+            distortion_scale: a.num("distortion_scale")?,
+            p: a.num("p")?,
+            interp: a.choice(&WARP_INTERPOLATION)?,
+            fill: a.opt_fill()?,
         })
     }
 
@@ -532,12 +533,9 @@ impl Op for Resize {
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         Ok(Resize {
-            size: ResizeTo::Shorter(a.uint(0, "size")?),
-            max_size: Some(a.uint(1, "max_size")?),
-            resample: Resample {
-                filter: a.choice(2, &resize::RESIZE_INTERPOLATION)?,
-                antialias: a.boolean(3, "antialias")?,
-            },
+            size: ResizeTo::Shorter(a.uint("size")?),
+            max_size: Some(a.uint("max_size")?),
+            resample: Resample { filter: a.choice(&resize::RESIZE_INTERPOLATION)?, antialias: a.boolean("antialias")? },
         })
     }
 

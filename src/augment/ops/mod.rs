@@ -7,9 +7,18 @@
 //! [`timm`]. [`OpSpec`] is the one vocabulary the program holds: one variant per op, and its methods are
 //! one-line delegations written once, by the `registry!` list below.
 //!
-//! Adding an op: its struct and `impl Op` (kinds, defaults, parse, check, sample, apply) in its family's file,
-//! one line in `registry!`, and its Python class (python/trdata/transforms.py) whose `_spec()` tuple starts with
-//! one of the op's [`Op::KINDS`] and whose defaults read `_core.DEFAULTS` (filled from [`Op::DEFAULTS`]).
+//! Specs cross the binding by name: Python's `_spec()` is `("kind", {name: value, …})`, the names being the
+//! parameters of the Python class (torchvision's, or the core's where torchvision has none), and [`Op::parse`]
+//! reads each with an [`Args`] getter by that name (`a.num("p")`, `a.opt_pair("contrast")`). The one parse
+//! ([`OpSpec::from_args`], and [`spec`] for the classic transforms and the containers) refuses a missing name
+//! (naming it and the kind), a name the op did not read ([`Args::finish`]) and a wrong type, each a ConfigError
+//! naming the parameter.
+//!
+//! Adding an op (3 files, plus tests): its struct and `impl Op` (kinds, defaults, parse by name, check, sample,
+//! apply) in its family's file; one line in `registry!` (this file); its Python class
+//! (python/trdata/transforms.py) whose `_spec()` returns `("kind", {…})` with one of the op's [`Op::KINDS`] and
+//! exactly the names its `parse` reads, and whose defaults read `_core.DEFAULTS` (filled from [`Op::DEFAULTS`]).
+//! tests/test_spec_by_name.py then checks the class's names against the core by itself.
 //!
 //! Randomness: op `pos` of the user's list draws from `SampleRng(seed, epoch, index, OP_BASE + pos)` only, and an
 //! op inside a container from the stream of its [`Site`] (position, inner position, …; [`Site::stream`]), so a
@@ -24,6 +33,7 @@ pub mod containers;
 pub mod erase;
 pub mod geometric;
 pub mod policies;
+pub mod spec;
 pub mod timm;
 
 pub use super::kernels::Frame;
@@ -361,7 +371,7 @@ pub enum DefaultValue {
 /// One op: its spec kinds and parsing, its name, check, output size, draw and kernel call. Implemented once per
 /// op in its family's file; [`OpSpec`] delegates to it.
 pub trait Op: Sized {
-    /// The spec kinds (the first item of Python's `Transform._spec()` tuple) that parse into this op; empty for
+    /// The spec kinds (the first item of Python's `Transform._spec()`, `("kind", {…})`) that parse into this op; empty for
     /// an op the program or the binding builds otherwise (a stage-2 form of a folding transform, a container).
     const KINDS: &'static [&'static str];
 
@@ -369,8 +379,9 @@ pub trait Op: Sized {
     /// written once, in [`default`] or `augment::default`).
     const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[];
 
-    /// The op from the spec tuple after its kind (`a.kind()` is one of [`Op::KINDS`]); shape errors name the
-    /// parameter. Value rules are [`Op::check`]'s, applied when the program is compiled.
+    /// The op from the spec's parameters, each read by name (`a.kind()` is one of [`Op::KINDS`]); type errors
+    /// name the parameter, and every parameter the spec holds must be read ([`Args::finish`]). Value rules are
+    /// [`Op::check`]'s, applied when the program is compiled.
     fn parse(a: &Args<'_>) -> Result<Self> {
         Err(a.unknown())
     }
@@ -432,18 +443,31 @@ pub trait Op: Sized {
     fn apply(&self, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, rng: &mut SampleRng);
 }
 
-/// The spec tuple after its kind, as [`Op::parse`] reads it: each getter takes the item's index and the
-/// parameter's name for its message.
-#[derive(Debug, Clone, Copy)]
+/// The spec's parameters (`{name: value}`, the dict of a `("kind", {…})` spec), as [`Op::parse`] reads them:
+/// each getter takes the parameter's name, marks it read and names it in its message. A missing name is a
+/// ConfigError naming it and the kind; [`Args::finish`] refuses a name no getter read (a typo in a Python class
+/// cannot be silently ignored).
+#[derive(Debug)]
 pub struct Args<'a> {
     kind: &'a str,
-    args: &'a [Arg],
+    args: &'a [(String, Arg)],
+    /// Bit `i`: `args[i]` was read.
+    read: std::cell::Cell<u128>,
 }
 
 impl<'a> Args<'a> {
-    /// `args` of a spec of `kind`.
-    pub fn new(kind: &'a str, args: &'a [Arg]) -> Self {
-        Args { kind, args }
+    /// The most parameters a spec may have (one bit each in `read`).
+    pub const MAX_PARAMS: usize = 128;
+
+    /// `args` of a spec of `kind`; more than [`Args::MAX_PARAMS`] parameters is an error naming the kind.
+    pub fn new(kind: &'a str, args: &'a [(String, Arg)]) -> Result<Self> {
+        if args.len() > Self::MAX_PARAMS {
+            return Err(TrdataError::config(
+                TRANSFORMS,
+                format!("the {kind:?} spec has {} parameters, more than any op takes", args.len()),
+            ));
+        }
+        Ok(Args { kind, args, read: std::cell::Cell::new(0) })
     }
 
     /// The spec kind (for ops with several).
@@ -451,27 +475,58 @@ impl<'a> Args<'a> {
         self.kind
     }
 
-    fn shape(&self, what: &str) -> TrdataError {
-        TrdataError::config("transforms", format!("{} spec {:?} must have {what}", self.kind, self.args))
+    /// The spec's parameter names, for messages.
+    fn names(&self) -> String {
+        let names: Vec<&str> = self.args.iter().map(|(k, _)| k.as_str()).collect();
+        if names.is_empty() { "none".to_string() } else { names.join(", ") }
     }
 
-    fn unknown(&self) -> TrdataError {
-        TrdataError::config("transforms", format!("unknown transform {:?}", self.kind))
+    pub(super) fn unknown(&self) -> TrdataError {
+        TrdataError::config(TRANSFORMS, format!("unknown transform {:?}", self.kind))
     }
 
-    /// Item `i`.
-    pub fn get(&self, i: usize) -> Result<&'a Arg> {
-        self.args.get(i).ok_or_else(|| self.shape(&format!("at least {} items", i + 1)))
+    /// The value of parameter `name` (marked read), or a ConfigError naming it and the kind.
+    pub fn get(&self, name: &str) -> Result<&'a Arg> {
+        match self.args.iter().position(|(k, _)| k == name) {
+            Some(i) => {
+                self.read.set(self.read.get() | 1 << i);
+                Ok(&self.args[i].1)
+            }
+            None => Err(TrdataError::config(
+                name,
+                format!("missing from the {:?} spec (given: {})", self.kind, self.names()),
+            )),
+        }
     }
 
-    /// Whether item `i` is `None`.
-    pub fn is_none(&self, i: usize) -> Result<bool> {
-        Ok(*self.get(i)? == Arg::None)
+    /// Ok when every parameter was read by a getter; else a ConfigError naming the first one that was not
+    /// (unknown to the op, or given twice).
+    pub fn finish(&self) -> Result<()> {
+        let read = self.read.get();
+        let Some(i) = (0..self.args.len()).find(|&i| read & 1 << i == 0) else { return Ok(()) };
+        let name = self.args[i].0.as_str();
+        let known: Vec<&str> =
+            (0..self.args.len()).filter(|&j| read & 1 << j != 0).map(|j| self.args[j].0.as_str()).collect();
+        let kind = self.kind;
+        Err(TrdataError::config(
+            name,
+            if known.contains(&name) {
+                format!("is given twice in the {kind:?} spec")
+            } else {
+                let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+                format!("is not a parameter of the {kind:?} spec (its parameters: {known})")
+            },
+        ))
+    }
+
+    /// Whether parameter `name` is `None`.
+    pub fn is_none(&self, name: &str) -> Result<bool> {
+        Ok(*self.get(name)? == Arg::None)
     }
 
     /// A number (int or float).
-    pub fn num(&self, i: usize, name: &str) -> Result<f64> {
-        match self.get(i)? {
+    pub fn num(&self, name: &str) -> Result<f64> {
+        match self.get(name)? {
             Arg::Num(v) => Ok(*v),
             Arg::Int(v) => Ok(*v as f64),
             other => Err(TrdataError::config(name, format!("{other:?} must be a number"))),
@@ -479,33 +534,37 @@ impl<'a> Args<'a> {
     }
 
     /// An int in `0..=u32::MAX`.
-    pub fn uint(&self, i: usize, name: &str) -> Result<u32> {
-        match self.get(i)? {
-            Arg::Int(v) if (0..=i128::from(u32::MAX)).contains(v) => Ok(*v as u32),
-            Arg::Int(v) => Err(TrdataError::config(name, format!("{v} must be in 0..={MAX_SIDE}"))),
-            other => Err(TrdataError::config(name, format!("{other:?} must be an int"))),
+    pub fn uint(&self, name: &str) -> Result<u32> {
+        uint_of(self.get(name)?, name)
+    }
+
+    /// A pair of ints in `0..=u32::MAX` (a (height, width) `size`, an (x, y) `kernel_size`).
+    pub fn uint_pair(&self, name: &str) -> Result<(u32, u32)> {
+        match self.get(name)? {
+            Arg::List(v) if v.len() == 2 => Ok((uint_of(&v[0], name)?, uint_of(&v[1], name)?)),
+            other => Err(TrdataError::config(name, format!("{other:?} must be a pair of ints"))),
         }
     }
 
     /// An int of 32 bits.
-    pub fn int(&self, i: usize, name: &str) -> Result<i64> {
-        match self.get(i)? {
+    pub fn int(&self, name: &str) -> Result<i64> {
+        match self.get(name)? {
             Arg::Int(v) if i128::from(i32::MIN) <= *v && *v <= i128::from(i32::MAX) => Ok(*v as i64),
             other => Err(TrdataError::config(name, format!("{other:?} must be an int of 32 bits"))),
         }
     }
 
     /// A bool.
-    pub fn boolean(&self, i: usize, name: &str) -> Result<bool> {
-        match self.get(i)? {
+    pub fn boolean(&self, name: &str) -> Result<bool> {
+        match self.get(name)? {
             Arg::Bool(b) => Ok(*b),
             other => Err(TrdataError::config(name, format!("{other:?} must be a bool"))),
         }
     }
 
     /// A number or a sequence of them.
-    pub fn nums(&self, i: usize, name: &str) -> Result<Vec<f64>> {
-        match self.get(i)? {
+    pub fn nums(&self, name: &str) -> Result<Vec<f64>> {
+        match self.get(name)? {
             Arg::List(v) => v
                 .iter()
                 .map(|a| match a {
@@ -521,34 +580,34 @@ impl<'a> Args<'a> {
     }
 
     /// A (min, max) pair.
-    pub fn pair(&self, i: usize, name: &str) -> Result<(f64, f64)> {
-        match self.nums(i, name)?.as_slice() {
+    pub fn pair(&self, name: &str) -> Result<(f64, f64)> {
+        match self.nums(name)?.as_slice() {
             [a, b] => Ok((*a, *b)),
             v => Err(TrdataError::config(name, format!("{v:?} must be a (min, max) pair"))),
         }
     }
 
     /// `None` or a (min, max) pair.
-    pub fn opt_pair(&self, i: usize, name: &str) -> Result<Option<(f64, f64)>> {
-        if self.is_none(i)? { Ok(None) } else { self.pair(i, name).map(Some) }
+    pub fn opt_pair(&self, name: &str) -> Result<Option<(f64, f64)>> {
+        if self.is_none(name)? { Ok(None) } else { self.pair(name).map(Some) }
     }
 
-    /// `None` or a fill (one number or one per channel).
-    pub fn opt_fill(&self, i: usize) -> Result<Option<Vec<f64>>> {
-        if self.is_none(i)? { Ok(None) } else { self.nums(i, "fill").map(Some) }
+    /// `None` or a fill (one number or one per channel), parameter `fill`.
+    pub fn opt_fill(&self) -> Result<Option<Vec<f64>>> {
+        if self.is_none(FILL)? { Ok(None) } else { self.nums(FILL).map(Some) }
     }
 
-    /// `None` or a pivot (x, y).
-    pub fn center(&self, i: usize) -> Result<Option<[f64; 2]>> {
-        if self.is_none(i)? {
+    /// `None` or a pivot (x, y), parameter `center`.
+    pub fn center(&self) -> Result<Option<[f64; 2]>> {
+        if self.is_none(CENTER)? {
             return Ok(None);
         }
-        self.pair(i, "center").map(|(x, y)| Some([x, y]))
+        self.pair(CENTER).map(|(x, y)| Some([x, y]))
     }
 
-    /// (left, top, right, bottom), each an int in `0..=MAX_SIDE`.
-    pub fn padding(&self, i: usize) -> Result<[u32; 4]> {
-        match self.get(i)? {
+    /// (left, top, right, bottom), each an int in `0..=MAX_SIDE`, parameter `padding`.
+    pub fn padding(&self) -> Result<[u32; 4]> {
+        match self.get(PADDING)? {
             Arg::List(v) if v.len() == 4 => {
                 let mut out = [0u32; 4];
                 for (o, a) in out.iter_mut().zip(v) {
@@ -556,7 +615,7 @@ impl<'a> Args<'a> {
                         Arg::Int(x) if (0..=i128::from(MAX_SIDE)).contains(x) => *x as u32,
                         other => {
                             return Err(TrdataError::config(
-                                "padding",
+                                PADDING,
                                 format!(
                                     "{other:?} must be an int in 0..={MAX_SIDE} (negative padding is not supported)"
                                 ),
@@ -566,16 +625,26 @@ impl<'a> Args<'a> {
                 }
                 Ok(out)
             }
-            other => Err(TrdataError::config("padding", format!("{other:?} must be (left, top, right, bottom)"))),
+            other => Err(TrdataError::config(PADDING, format!("{other:?} must be (left, top, right, bottom)"))),
         }
     }
 
-    /// One of `choice`'s strings.
-    pub fn choice<T: Copy + PartialEq>(&self, i: usize, choice: &Choice<T>) -> Result<T> {
-        match self.get(i)? {
+    /// One of `choice`'s strings, parameter `choice.name`.
+    pub fn choice<T: Copy + PartialEq>(&self, choice: &Choice<T>) -> Result<T> {
+        match self.get(choice.name)? {
             Arg::Str(s) => choice.parse(s),
             other => Err(choice.error(&format!("{other:?}"))),
         }
+    }
+}
+
+/// `a` as an int in `0..=u32::MAX` (parameter `name` in the message).
+fn uint_of(a: &Arg, name: &str) -> Result<u32> {
+    match a {
+        Arg::Int(v) if (0..=i128::from(u32::MAX)).contains(v) => Ok(*v as u32),
+        Arg::Int(v) => Err(TrdataError::config(name, format!("{v} must be in 0..={MAX_SIDE}"))),
+        Arg::BigInt(shown) => Err(TrdataError::config(name, format!("{shown} must be in 0..={MAX_SIDE}"))),
+        other => Err(TrdataError::config(name, format!("{other:?} must be an int"))),
     }
 }
 
@@ -590,14 +659,16 @@ macro_rules! registry {
         }
 
         impl OpSpec {
-            /// Parse `kind` + `args` (the spec tuple after its kind) into an op ([`Op::parse`] of the op whose
-            /// [`Op::KINDS`] hold `kind`); shape errors name the parameter (`invalid transforms: …` when the
-            /// tuple itself is malformed, which only a hand-made spec can be). Value rules are [`OpSpec::check`]'s,
-            /// applied when the program is compiled.
-            pub fn from_args(kind: &str, args: &[Arg]) -> Result<Self> {
-                let a = Args::new(kind, args);
+            /// Parse `kind` + `args` (the spec's `{name: value}` parameters) into an op ([`Op::parse`] of the
+            /// op whose [`Op::KINDS`] hold `kind`); type errors name the parameter, a missing parameter names
+            /// itself and the kind, and a parameter the op did not read is refused ([`Args::finish`]). Value
+            /// rules are [`OpSpec::check`]'s, applied when the program is compiled.
+            pub fn from_args(kind: &str, args: &[(String, Arg)]) -> Result<Self> {
+                let a = Args::new(kind, args)?;
                 $(if <$ty as Op>::KINDS.contains(&kind) {
-                    return <$ty as Op>::parse(&a).map(OpSpec::$variant);
+                    let op = <$ty as Op>::parse(&a).map(OpSpec::$variant)?;
+                    a.finish()?;
+                    return Ok(op);
                 })*
                 Err(a.unknown())
             }
@@ -607,7 +678,7 @@ macro_rules! registry {
                 std::iter::empty() $(.chain(<$ty as Op>::DEFAULTS))*
             }
 
-            /// Whether `kind` (the first item of a `_spec()` tuple) is one [`OpSpec::from_args`] parses.
+            /// Whether `kind` (the first item of a `_spec()`) is one [`OpSpec::from_args`] parses.
             pub fn is_kind(kind: &str) -> bool {
                 false $(|| <$ty as Op>::KINDS.contains(&kind))*
             }
@@ -768,8 +839,9 @@ pub fn apply(op: &OpSpec, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScra
     op.apply_drawn(drawn, frame, scratch, rng)
 }
 
-/// A value of an op's spec as the binding hands it over (Python's `Transform._spec()` tuple items), so that the
-/// parsing — and every value rule — stays in the core.
+/// A value of a spec as the binding hands it over (Python's `Transform._spec()`, `("kind", {name: value, …})`,
+/// whole: a container's inner specs are values of its `transforms`), so that the parsing — and every value rule
+/// — stays in the core ([`TransformSpec::parse`](crate::augment::TransformSpec::parse)).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Arg {
     /// `None`.
@@ -778,12 +850,16 @@ pub enum Arg {
     Bool(bool),
     /// An int (any Python int that fits 128 bits).
     Int(i128),
+    /// An int beyond 128 bits, as messages show it (outside every range).
+    BigInt(String),
     /// A float.
     Num(f64),
     /// A string.
     Str(String),
     /// A tuple or list.
     List(Vec<Arg>),
+    /// A dict with string keys: a spec's parameters (`("kind", {name: value, …})`), in the dict's order.
+    Map(Vec<(String, Arg)>),
 }
 
 /// `padding_mode` values.

@@ -2,7 +2,7 @@
 //! [`super::Op`] whose run is [`crate::augment::policy`] (the sub-ops and their magnitude tables live there).
 
 use super::{Args, CHAIN_DEPTH, Drawn, MAGNITUDE, MAX_POLICY_OPS, MIXTURE_WIDTH, NUM_OPS, Op, OpScratch, SEVERITY};
-use super::{DefaultValue, bad, check_bins, check_opt_fill, default as g, fill_f32};
+use super::{DefaultValue, NUM_MAGNITUDE_BINS, bad, check_bins, check_opt_fill, default as g, fill_f32};
 use crate::augment::kernels::Frame;
 use crate::augment::policy::{self, AA_POLICY, PolicyKind, WarpStyle};
 use crate::augment::site::Site;
@@ -42,29 +42,23 @@ impl Op for Policy {
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         // The policy's own arguments, then interpolation and fill.
-        let (kind, rest) = match a.kind() {
-            "auto_augment" => (PolicyKind::AutoAugment(a.choice(0, &AA_POLICY)?), 1),
-            "rand_augment" => (
-                PolicyKind::RandAugment {
-                    num_ops: a.uint(0, "num_ops")?,
-                    magnitude: a.uint(1, "magnitude")?,
-                    bins: a.uint(2, "num_magnitude_bins")?,
-                },
-                3,
-            ),
-            "trivial_augment_wide" => (PolicyKind::TrivialAugmentWide { bins: a.uint(0, "num_magnitude_bins")? }, 1),
-            _ => (
-                PolicyKind::AugMix {
-                    severity: a.uint(0, "severity")?,
-                    width: a.uint(1, "mixture_width")?,
-                    depth: a.int(2, "chain_depth")? as i32,
-                    alpha: a.num(3, "alpha")?,
-                    all_ops: a.boolean(4, "all_ops")?,
-                },
-                5,
-            ),
+        let kind = match a.kind() {
+            "auto_augment" => PolicyKind::AutoAugment(a.choice(&AA_POLICY)?),
+            "rand_augment" => PolicyKind::RandAugment {
+                num_ops: a.uint(NUM_OPS)?,
+                magnitude: a.uint(MAGNITUDE)?,
+                bins: a.uint(NUM_MAGNITUDE_BINS)?,
+            },
+            "trivial_augment_wide" => PolicyKind::TrivialAugmentWide { bins: a.uint(NUM_MAGNITUDE_BINS)? },
+            _ => PolicyKind::AugMix {
+                severity: a.uint(SEVERITY)?,
+                width: a.uint(MIXTURE_WIDTH)?,
+                depth: a.int(CHAIN_DEPTH)? as i32,
+                alpha: a.num("alpha")?,
+                all_ops: a.boolean("all_ops")?,
+            },
         };
-        Ok(Policy { kind, interp: a.choice(rest, &WARP_INTERPOLATION)?, fill: a.opt_fill(rest + 1)? })
+        Ok(Policy { kind, interp: a.choice(&WARP_INTERPOLATION)?, fill: a.opt_fill()? })
     }
 
     fn name(&self) -> &'static str {

@@ -55,46 +55,35 @@ impl Op for TimmPolicy {
     const KINDS: &'static [&'static str] = &["timm_rand_augment", "timm_auto_augment", "timm_augmix"];
 
     /// The kind's own arguments, then the hparams every kind shares (magnitude_std, magnitude_max, fill,
-    /// interpolation, translate_pct) at the kind's indices `hp`; values are checked by [`TimmPolicy::check`].
+    /// interpolation, translate_pct); values are checked by [`TimmPolicy::check`].
     fn parse(a: &Args<'_>) -> Result<Self> {
-        let (kind, hp) = match a.kind() {
-            "timm_rand_augment" => (
-                TimmKind::RandAugment {
-                    num_layers: a.uint(0, "num_layers")?,
-                    magnitude: a.num(1, "magnitude")?,
-                    prob: a.num(4, "p")?,
-                    ops: timm_ops(a.get(5)?)?,
-                    weights: if a.is_none(9)? { None } else { Some(a.nums(9, "weights")?) },
+        let kind = match a.kind() {
+            "timm_rand_augment" => TimmKind::RandAugment {
+                num_layers: a.uint("num_layers")?,
+                magnitude: a.num("magnitude")?,
+                prob: a.num("p")?,
+                ops: timm_ops(a.get("ops")?)?,
+                weights: if a.is_none("weights")? { None } else { Some(a.nums("weights")?) },
+            },
+            "timm_auto_augment" => TimmKind::AutoAugment {
+                sub_policies: match a.get("policy")? {
+                    Arg::List(subs) => subs.iter().map(timm_steps).collect::<Result<Vec<_>>>()?,
+                    other => return Err(TrdataError::config("policy", format!("{other:?} must be a list"))),
                 },
-                [2, 3, 6, 7, 8],
-            ),
-            "timm_auto_augment" => (
-                TimmKind::AutoAugment {
-                    sub_policies: match a.get(0)? {
-                        Arg::List(subs) => subs.iter().map(timm_steps).collect::<Result<Vec<_>>>()?,
-                        other => return Err(TrdataError::config("policy", format!("{other:?} must be a list"))),
-                    },
-                },
-                [1, 2, 3, 4, 5],
-            ),
-            _ => (
-                TimmKind::AugMix {
-                    ops: timm_ops(a.get(0)?)?,
-                    magnitude: a.num(1, "magnitude")?,
-                    alpha: a.num(2, "alpha")?,
-                    width: a.uint(3, "width")?,
-                    depth: a.int(4, "depth")? as i32,
-                },
-                [5, 6, 7, 8, 9],
-            ),
+            },
+            _ => TimmKind::AugMix {
+                ops: timm_ops(a.get("ops")?)?,
+                magnitude: a.num("magnitude")?,
+                alpha: a.num("alpha")?,
+                width: a.uint("width")?,
+                depth: a.int("depth")? as i32,
+            },
         };
-        let [mstd, mmax, fill, interp, translate_pct] = hp;
-        let magnitude_std = a.num(mstd, "magnitude_std")?;
-        let magnitude_max = a.num(mmax, "magnitude_max")?;
-        let fill = a.nums(fill, "fill")?;
-        a.get(interp)?; // present before translate_pct is read, parsed after it (the order of the messages)
-        let translate_pct = a.num(translate_pct, "translate_pct")?;
-        let interp = a.choice(interp, &TIMM_INTERPOLATION)?;
+        let magnitude_std = a.num("magnitude_std")?;
+        let magnitude_max = a.num("magnitude_max")?;
+        let fill = a.nums("fill")?;
+        let translate_pct = a.num("translate_pct")?;
+        let interp = a.choice(&TIMM_INTERPOLATION)?;
         Ok(TimmPolicy { kind, magnitude_std, magnitude_max, fill, interp, translate_pct })
     }
 
@@ -125,15 +114,15 @@ impl Op for TimmRandomErasing {
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         Ok(TimmRandomErasing {
-            p: a.num(0, "p")?,
-            min_area: a.num(1, "min_area")?,
-            max_area: a.num(2, "max_area")?,
-            aspect: a.pair(3, "ratio")?,
-            min_count: a.uint(4, "min_count")?,
-            max_count: a.uint(5, "max_count")?,
-            mode: a.choice(6, &ERASE_MODE)?,
-            mean: channels(a.nums(7, "mean")?),
-            std: channels(a.nums(8, "std")?),
+            p: a.num("p")?,
+            min_area: a.num("min_area")?,
+            max_area: a.num("max_area")?,
+            aspect: a.pair("ratio")?,
+            min_count: a.uint("min_count")?,
+            max_count: a.uint("max_count")?,
+            mode: a.choice(&ERASE_MODE)?,
+            mean: channels(a.nums("mean")?),
+            std: channels(a.nums("std")?),
         })
     }
 
@@ -180,12 +169,8 @@ impl Op for CenterCropOrPad {
     const KINDS: &'static [&'static str] = &["center_crop_or_pad"];
 
     fn parse(a: &Args<'_>) -> Result<Self> {
-        Ok(CenterCropOrPad {
-            height: a.uint(0, "size")?,
-            width: a.uint(1, "size")?,
-            fill: a.nums(2, "fill")?,
-            mode: a.choice(3, &PADDING_MODE)?,
-        })
+        let size = a.uint_pair(SIZE)?;
+        Ok(CenterCropOrPad { height: size.0, width: size.1, fill: a.nums("fill")?, mode: a.choice(&PADDING_MODE)? })
     }
 
     fn name(&self) -> &'static str {
