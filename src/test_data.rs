@@ -11,7 +11,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use crate::synthetic::encode::{ChromaSubsampling, JpegEncoder};
+use crate::decode::Subsampling;
+use crate::synthetic::encode::JpegEncoder;
 use crate::synthetic::generate_synthetic_dataset;
 
 /// A photo-like RGB test image, `w × h × 3` bytes: gradients plus deterministic noise (so JPEG entropy data and
@@ -116,7 +117,7 @@ fn build_edge_cases(dir: &Path) -> std::io::Result<()> {
         }
     }
     let jpeg = JpegEncoder::new()
-        .and_then(|mut enc| enc.encode(&rgb, w, h, 90, ChromaSubsampling::S422))
+        .and_then(|mut enc| enc.encode(&rgb, w, h, 90, Subsampling::S422))
         .map_err(|e| std::io::Error::other(format!("{e:?}")))?;
     std::fs::write(dir.join("large_12mp_422__42_IndexError.jpg"), jpeg)
 }

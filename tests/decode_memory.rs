@@ -16,8 +16,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use trdata::decode::exif::{self, Orientation};
-use trdata::decode::{DecodeLimits, Decoder, ImageFormat};
-use trdata::synthetic::encode::{ChromaSubsampling, JpegEncoder};
+use trdata::decode::{DecodeLimits, Decoder, ImageFormat, Subsampling};
+use trdata::synthetic::encode::JpegEncoder;
 
 /// The system allocator, counting what the current thread allocates.
 struct Counting;
@@ -110,7 +110,7 @@ fn many_app1_jpeg(segments: usize, chunk: usize) -> Vec<u8> {
     block.resize(total, 0);
     block[at as usize..at as usize + 8].copy_from_slice(&[6, 0, 0, 0, 1, 0, 0, 0]);
     let px: Vec<u8> = (0..37 * 22 * 3).map(|i| (i * 7 % 251) as u8).collect();
-    let image = JpegEncoder::new().unwrap().encode(&px, 37, 22, 95, ChromaSubsampling::S444).unwrap();
+    let image = JpegEncoder::new().unwrap().encode(&px, 37, 22, 95, Subsampling::S444).unwrap();
     let mut j = image[..2].to_vec();
     for part in block.chunks(chunk) {
         j.extend([0xFF, 0xE1]);

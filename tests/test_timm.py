@@ -272,7 +272,7 @@ def replay(img: Any, trace: list[float], ops_by_number: dict[int, str]) -> Any:
     return img
 
 
-#: _core's op numbering (src/augment/timm.rs TimmOp).
+#: _core's op numbering (src/augment/timm.rs: the order of TIMM_OPS, AugmentOp::number).
 OP_NUMBERS = {
     n: i
     for i, n in enumerate(

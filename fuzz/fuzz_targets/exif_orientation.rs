@@ -27,7 +27,7 @@ thread_local! {
     static STATE: std::cell::RefCell<State> = std::cell::RefCell::new({
         let mut e = trdata::synthetic::encode::JpegEncoder::new().unwrap();
         let px: Vec<u8> = (0..W * H * 3).map(|i| (i * 7 % 251) as u8).collect();
-        let good = e.encode(&px, W, H, 90, trdata::synthetic::encode::ChromaSubsampling::S420).unwrap();
+        let good = e.encode(&px, W, H, 90, trdata::decode::Subsampling::S420).unwrap();
         let mut stored = Vec::new();
         Decoder::new().unwrap().decode_full_rgb(&good, &mut stored).unwrap();
         let limits = DecodeLimits { exif_transpose: true, ..DecodeLimits::default() };

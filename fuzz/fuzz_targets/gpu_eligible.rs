@@ -5,9 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use trdata::decode::{
-    ColorSpace, DecodeLimits, Decoder, GPU_MAX_DIMENSION, GpuSubsampling, ImageFormat, Subsampling, gpu_eligible,
-};
+use trdata::decode::{ColorSpace, DecodeLimits, Decoder, GPU_MAX_DIMENSION, ImageFormat, Subsampling, gpu_eligible};
 
 thread_local! {
     // The pixel limit admits every size gpu_eligible accepts, so the header read is libjpeg-turbo's answer.
@@ -34,13 +32,8 @@ fuzz_target!(|data: &[u8]| {
     DECODER.with(|d| {
         let mut d = d.borrow_mut();
         let info = d.read_header(bytes).unwrap_or_else(|e| panic!("eligible {j:?}, header read fails: {e}"));
-        let (sub, cs) = match j.subsampling {
-            GpuSubsampling::Gray => (Subsampling::Gray, ColorSpace::Gray),
-            GpuSubsampling::S444 => (Subsampling::S444, ColorSpace::YCbCr),
-            GpuSubsampling::S422 => (Subsampling::S422, ColorSpace::YCbCr),
-            GpuSubsampling::S420 => (Subsampling::S420, ColorSpace::YCbCr),
-            GpuSubsampling::S440 => (Subsampling::S440, ColorSpace::YCbCr),
-        };
+        let sub = j.subsampling;
+        let cs = if sub == Subsampling::Gray { ColorSpace::Gray } else { ColorSpace::YCbCr };
         assert_eq!(info.format, ImageFormat::Jpeg);
         assert_eq!((info.width, info.height, info.subsampling, info.colorspace), (j.width, j.height, sub, cs));
         assert!(info.precision == 8 && !info.progressive && !info.lossless, "{info:?}");

@@ -12,7 +12,7 @@ mod common;
 fn good_jpeg() -> Vec<u8> {
     let mut e = trdata::synthetic::encode::JpegEncoder::new().unwrap();
     let px: Vec<u8> = (0..40 * 24 * 3).map(|i| (i * 7 % 251) as u8).collect();
-    e.encode(&px, 40, 24, 90, trdata::synthetic::encode::ChromaSubsampling::S420).unwrap()
+    e.encode(&px, 40, 24, 90, trdata::decode::Subsampling::S420).unwrap()
 }
 
 struct State {

@@ -289,6 +289,14 @@ pub fn solarize(img: &mut ImageMut<'_>, threshold: f64) {
     }
 }
 
+/// `x < 128 ? min(x + add, 255) : x` (timm's `solarize_add`, Pillow's `ImageOps._lut`: one table per image).
+pub fn solarize_add(img: &mut ImageMut<'_>, add: u32) {
+    let lut: [u8; 256] = std::array::from_fn(|v| if v < 128 { (v as u32 + add).min(255) as u8 } else { v as u8 });
+    for v in img.data.iter_mut() {
+        *v = lut[usize::from(*v)];
+    }
+}
+
 /// Keep the top `bits` bits (0 → black, 8 → unchanged).
 pub fn posterize(img: &mut ImageMut<'_>, bits: u32) {
     if bits >= 8 {

@@ -6,10 +6,10 @@
 //! Files, in import order (no file imports one below it, `layering_tests` checks it): [`site`] (an op's place
 //! in the list and its random stream), [`resize`] (filter, axis, torchvision's size and box rules), `resample`
 //! (the fused resampler; `simd` dispatches it and the kernels to AVX2), [`kernels`] and [`warp`] (the pixel
-//! kernels), [`policy`] (torchvision's auto-augment family), [`timm`] (timm's policies, Pillow-exact), `stage2`
-//! (the resampler of the geometric ops after a pixel op), [`ops`] (the ops, one unit each — arguments, check,
-//! sampling, kernel call — in a file per family), [`geometry`] (the folded prefix), [`program`] (compile and
-//! run), [`views`].
+//! kernels), [`policy_ops`] (the policies' one sub-op vocabulary), [`policy`] (torchvision's auto-augment
+//! family), [`timm`] (timm's policies, Pillow-exact), `stage2` (the resampler of the geometric ops after a pixel
+//! op), [`ops`] (the ops, one unit each — arguments, check, sampling, kernel call — in a file per family),
+//! [`geometry`] (the folded prefix), [`program`] (compile and run), [`views`].
 //!
 //! Protocol of [`SamplePipeline::process`] for one sample:
 //! 1. `decode::Decoder::read_header` → width × height (stored, as torchvision's PIL loading sees it; the
@@ -41,6 +41,7 @@ pub mod geometry;
 pub mod kernels;
 pub mod ops;
 pub mod policy;
+pub mod policy_ops;
 pub mod program;
 #[cfg(test)]
 mod program_tests;

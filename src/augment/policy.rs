@@ -1,7 +1,9 @@
 //! policy — the auto-augment family of a compiled program's pixel stage (AutoAugment, RandAugment,
 //! TrivialAugmentWide, AugMix; [`super::program`] stage 2, on the uint8 crop): per sample a policy picks
 //! sub-ops and magnitudes with torchvision v2's probabilities (/work/notes/tv_ops.md §18) and runs them with the
-//! kernels of [`super::kernels`] and [`super::warp`].
+//! kernels of [`super::kernels`] and [`super::warp`]. The sub-ops are the policies' one vocabulary,
+//! [`PolicyOp`] (shared with timm's policies); this file is torchvision's flavour of it: the magnitude tables
+//! (`magnitude`) and the tensor kernels ([`apply_step`]).
 //!
 //! Randomness comes only from the op's own stream (`SampleRng(seed, epoch, index, OP_BASE + pos)`), in
 //! torchvision's draw order (op choice, then magnitude bin, then sign; AugMix: the two Dirichlet draws first).
@@ -16,50 +18,15 @@
 
 use super::kernels;
 use super::kernels::Frame;
+use super::policy_ops::PolicyOp;
 use super::warp::{self, Interp};
 use crate::param::Choice;
 use crate::rng::SampleRng;
 
-/// A sub-op of the policies (torchvision's `_AUGMENTATION_SPACE` keys; the number is what `sample_op` reports,
-/// RandAugment's order with Invert appended).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AugOp {
-    /// Unchanged.
-    Identity = 0,
-    /// `affine(shear=[degrees(atan(m)), 0], center=[0, 0])`.
-    ShearX = 1,
-    /// `affine(shear=[0, degrees(atan(m))], center=[0, 0])`.
-    ShearY = 2,
-    /// `affine(translate=[int(m), 0])`.
-    TranslateX = 3,
-    /// `affine(translate=[0, int(m)])`.
-    TranslateY = 4,
-    /// `rotate(m)` (no expand, image centre).
-    Rotate = 5,
-    /// `adjust_brightness(1 + m)`.
-    Brightness = 6,
-    /// `adjust_saturation(1 + m)`.
-    Color = 7,
-    /// `adjust_contrast(1 + m)`.
-    Contrast = 8,
-    /// `adjust_sharpness(1 + m)`.
-    Sharpness = 9,
-    /// `posterize(int(m))`.
-    Posterize = 10,
-    /// `solarize(255 · m)`.
-    Solarize = 11,
-    /// `autocontrast`.
-    AutoContrast = 12,
-    /// `equalize`.
-    Equalize = 13,
-    /// `invert` (AutoAugment's policies only).
-    Invert = 14,
-}
-
-use AugOp::*;
+use PolicyOp::*;
 
 /// RandAugment's and TrivialAugmentWide's op list, in torchvision's insertion order (the draw picks an index).
-pub const RAND_OPS: [AugOp; 14] = [
+pub const RAND_OPS: [PolicyOp; 14] = [
     Identity,
     ShearX,
     ShearY,
@@ -77,7 +44,7 @@ pub const RAND_OPS: [AugOp; 14] = [
 ];
 
 /// AugMix's op list (`all_ops=True`; the first 9 when False), torchvision's order.
-pub const AUGMIX_OPS: [AugOp; 13] = [
+pub const AUGMIX_OPS: [PolicyOp; 13] = [
     ShearX,
     ShearY,
     TranslateX,
@@ -111,7 +78,7 @@ pub const AA_POLICY: Choice<AaPolicy> = Choice {
 };
 
 /// One sub-policy step: (op, probability, magnitude bin; `u8::MAX` for ops without magnitude).
-type Step = (AugOp, f64, u8);
+type Step = (PolicyOp, f64, u8);
 /// No magnitude.
 const NO: u8 = u8::MAX;
 
@@ -244,7 +211,7 @@ enum Space {
 
 /// The magnitude of `op` at bin `k` of `bins` for an `h × w` image, and whether it is signed; `None` for ops
 /// without magnitude (torchvision's `magnitudes is None`: magnitude 0.0, no sign draw).
-fn magnitude(space: Space, op: AugOp, bins: u32, k: u32, (h, w): (usize, usize)) -> Option<(f64, bool)> {
+fn magnitude(space: Space, op: PolicyOp, bins: u32, k: u32, (h, w): (usize, usize)) -> Option<(f64, bool)> {
     let lin = |end: f64| f64::from(linspace_f32(0.0, end, bins, k));
     let v = match (op, space) {
         (ShearX | ShearY, Space::Wide) => lin(0.99),
@@ -262,7 +229,8 @@ fn magnitude(space: Space, op: AugOp, bins: u32, k: u32, (h, w): (usize, usize))
         (Posterize, Space::Wide) => return Some((posterize_bits(8.0, 6.0, bins, k), false)),
         (Posterize, Space::Mix) => return Some((posterize_bits(4.0, 4.0, bins, k), false)),
         (Solarize, _) => return Some((f64::from(linspace_f32(1.0, 0.0, bins, k)), false)),
-        (Identity | AutoContrast | Equalize | Invert, _) => return None,
+        // SolarizeAdd is timm's; torchvision's tables never draw it.
+        (Identity | AutoContrast | Equalize | Invert | SolarizeAdd, _) => return None,
     };
     Some((v, true))
 }
@@ -283,7 +251,7 @@ pub struct WarpStyle {
 
 /// `_apply_image_or_video_transform(image, op, m)` on `frame` (uint8, size kept); `spare` is the warps' and
 /// sharpness' second buffer.
-pub fn apply_step(op: AugOp, m: f64, frame: &mut Frame, spare: &mut Vec<u8>, style: WarpStyle) {
+pub fn apply_step(op: PolicyOp, m: f64, frame: &mut Frame, spare: &mut Vec<u8>, style: WarpStyle) {
     let hwc = (frame.h, frame.w, frame.c);
     let n = frame.h * frame.w * frame.c;
     let mut warp_affine = |frame: &mut Frame, params: (f64, [f64; 2], f64, [f64; 2]), center: Option<[f64; 2]>| {
@@ -309,6 +277,7 @@ pub fn apply_step(op: AugOp, m: f64, frame: &mut Frame, spare: &mut Vec<u8>, sty
         AutoContrast => kernels::autocontrast(&mut frame.view()),
         Equalize => kernels::equalize(&mut frame.view()),
         Invert => kernels::invert(&mut frame.view()),
+        SolarizeAdd => kernels::solarize_add(&mut frame.view(), m as u32),
     }
 }
 
@@ -350,7 +319,7 @@ pub enum PolicyKind {
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Event {
     /// Apply `op` with magnitude `m`.
-    Step(AugOp, f64),
+    Step(PolicyOp, f64),
     /// AugMix: weight of the original image.
     Mix(f32),
     /// AugMix: chain `i` starts with weight `w` and `depth` ops.
@@ -436,7 +405,7 @@ fn decide(
                 *wgt = ((f64::from(*wgt) / total) as f32) * m1;
             }
             visit(Event::Mix(m0));
-            let ops: &[AugOp] = if all_ops { &AUGMIX_OPS } else { &AUGMIX_OPS[..9] };
+            let ops: &[PolicyOp] = if all_ops { &AUGMIX_OPS } else { &AUGMIX_OPS[..9] };
             for &wgt in weights.iter() {
                 let d = if depth > 0 { depth as u32 } else { 1 + rng.below(3) as u32 };
                 visit(Event::Chain(wgt, d));
@@ -457,7 +426,7 @@ fn decide(
 }
 
 /// What `kind` decides for an `h × w` image, as numbers (`_core.sample_op`): AutoAugment/RandAugment/
-/// TrivialAugmentWide: `[op, magnitude]` per applied sub-op ([`AugOp`] numbering, the signed magnitude
+/// TrivialAugmentWide: `[op, magnitude]` per applied sub-op ([`PolicyOp`]'s discriminant, the signed magnitude
 /// torchvision passes to its kernel); AugMix: `[weight of the original]`, then per chain `[weight, depth]` and
 /// its `[op, magnitude]` pairs.
 pub fn trace(kind: &PolicyKind, rng: &mut SampleRng, hw: (usize, usize)) -> Vec<f64> {

@@ -8,10 +8,13 @@
 //! (uniform in [0, m] when mstd > 100) clipped to [0, mmax] (10), the `inc` list swaps in ops whose severity grows
 //! with the magnitude, the warps fill with the dataset's mean pixel and pick bilinear or bicubic per op, and every
 //! op is Pillow's (`ImageEnhance`, `ImageOps`, `Image.transform(AFFINE)`, `Image.rotate`), not torchvision's
-//! tensor kernels. The kernels here port Pillow 13's C and Python step by step — f32 `Image.blend` with its
-//! truncation, the fixed-point nearest affine, the clamped bilinear/bicubic taps, the SMOOTH filter that leaves the
-//! border — because a tensor-kernel stand-in differs from timm by several levels on edges and blends (measured
-//! in tests/test_timm.py, which compares each op with Pillow bit for bit).
+//! tensor kernels. Both families draw from one sub-op vocabulary ([`super::policy_ops::PolicyOp`]); this file is
+//! timm's flavour of it — an op's timm name is the op plus its level function ([`AugmentOp`], [`TimmLevel`]), and
+//! [`apply`] runs it with Pillow's semantics. The kernels here port Pillow 13's C and Python step by step — f32
+//! `Image.blend` with its truncation, the fixed-point nearest affine, the clamped bilinear/bicubic taps, the SMOOTH
+//! filter that leaves the border — because a tensor-kernel stand-in differs from timm by several levels on edges
+//! and blends (measured in tests/test_timm.py, which compares each op with Pillow bit for bit); the look-up-table
+//! ops, where Pillow's bytes and the tensor kernels' agree, share [`super::kernels`].
 //!
 //! Randomness, in timm's draw order, from the op's own stream (`SampleRng(seed, epoch, index, OP_BASE + pos)`):
 //! RandAugment draws the `num_layers` op choices first (numpy's `choice` with replacement), AutoAugment the
@@ -21,7 +24,8 @@
 //! filter. Streams differ from Python's MT19937; distributions match (tests: χ²
 //! and KS over ≥ 10k draws against timm's own sampling).
 
-use super::kernels::Frame;
+use super::kernels::{self, Frame};
+use super::policy_ops::PolicyOp::{self, *};
 use super::site::Site;
 use crate::error::{Result, TrdataError};
 use crate::param::Choice;
@@ -30,122 +34,126 @@ use crate::rng::SampleRng;
 /// timm's `_LEVEL_DENOM`: magnitudes are on a 0..10 scale.
 const LEVEL_DENOM: f64 = 10.0;
 
-/// An op of timm's `NAME_TO_OP` used by RandAugment (numbered in `_RAND_TRANSFORMS` order for `sample_op`; the
-/// `…Increasing` variants follow).
+/// timm's level function of an op (`LEVEL_TO_ARG`): how the magnitude becomes the op's argument. timm's op names
+/// pair one image op with one level function; the `…Increasing` and `…Original` names are the same op as the plain
+/// name with another level (`NAME_TO_OP['PosterizeIncreasing']` is `posterize`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimmOp {
-    /// `ImageOps.autocontrast`.
-    AutoContrast = 0,
-    /// `ImageOps.equalize`.
-    Equalize = 1,
-    /// `ImageOps.invert`.
-    Invert = 2,
-    /// `img.rotate(±m/10·30°)`.
-    Rotate = 3,
-    /// `ImageOps.posterize(int(m/10·4))` (bits ≥ 8: unchanged).
-    Posterize = 4,
-    /// `ImageOps.solarize(min(256, int(m/10·256)))`.
-    Solarize = 5,
-    /// Add `min(128, int(m/10·110))` below 128.
-    SolarizeAdd = 6,
-    /// `ImageEnhance.Color(m/10·1.8 + 0.1)`.
-    Color = 7,
-    /// `ImageEnhance.Contrast`.
-    Contrast = 8,
-    /// `ImageEnhance.Brightness`.
-    Brightness = 9,
-    /// `ImageEnhance.Sharpness`.
-    Sharpness = 10,
-    /// `AFFINE (1, ±m/10·0.3, 0, 0, 1, 0)`.
-    ShearX = 11,
-    /// `AFFINE (1, 0, 0, ±m/10·0.3, 1, 0)`.
-    ShearY = 12,
-    /// Translate by `±m/10·translate_pct · width`.
-    TranslateXRel = 13,
-    /// Translate by `±m/10·translate_pct · height`.
-    TranslateYRel = 14,
-    /// `posterize(4 - int(m/10·4))`.
-    PosterizeIncreasing = 15,
-    /// `solarize(256 - min(256, int(m/10·256)))`.
-    SolarizeIncreasing = 16,
-    /// Enhance `max(0.1, 1 ± m/10·0.9)`.
-    ColorIncreasing = 17,
-    /// See [`TimmOp::ColorIncreasing`].
-    ContrastIncreasing = 18,
-    /// See [`TimmOp::ColorIncreasing`].
-    BrightnessIncreasing = 19,
-    /// See [`TimmOp::ColorIncreasing`].
-    SharpnessIncreasing = 20,
-    /// `posterize(int(m/10·4) + 4)` (AutoAugment's `original` policy).
-    PosterizeOriginal = 21,
+pub enum TimmLevel {
+    /// The op's plain level function (`_rotate_level_to_arg`, `_enhance_level_to_arg`,
+    /// `_posterize_level_to_arg`, `_translate_rel_level_to_arg`, …).
+    Plain,
+    /// Severity grows with the magnitude (`_posterize_increasing_level_to_arg`,
+    /// `_solarize_increasing_level_to_arg`, `_enhance_increasing_level_to_arg`).
+    Increasing,
+    /// `_posterize_original_level_to_arg` (AutoAugment's `original` policy).
+    Original,
 }
 
-use TimmOp::*;
+/// One of timm's op names (`NAME_TO_OP`/`LEVEL_TO_ARG` keys, timm's `AugmentOp(name)`): the image op, from the
+/// policies' one vocabulary, and the level function the name selects. Built only from [`TIMM_OPS`] (and the lists
+/// below), so every value is one of timm's names; [`AugmentOp::number`] is what `sample_op` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AugmentOp {
+    /// What the op does to the image.
+    op: PolicyOp,
+    /// How its magnitude becomes its argument.
+    level: TimmLevel,
+}
+
+impl AugmentOp {
+    /// The op with its plain level.
+    const fn plain(op: PolicyOp) -> Self {
+        AugmentOp { op, level: TimmLevel::Plain }
+    }
+
+    /// The op with its increasing level.
+    const fn increasing(op: PolicyOp) -> Self {
+        AugmentOp { op, level: TimmLevel::Increasing }
+    }
+
+    /// What the op does to the image.
+    pub fn op(self) -> PolicyOp {
+        self.op
+    }
+
+    /// Its level function.
+    pub fn level(self) -> TimmLevel {
+        self.level
+    }
+
+    /// The number `sample_op` reports: the position of the name in [`TIMM_OPS`] (timm's `_RAND_TRANSFORMS`
+    /// order, then the `…Increasing` names and `PosterizeOriginal`).
+    pub fn number(self) -> u8 {
+        TIMM_OPS.values.iter().position(|&(_, v)| v == self).unwrap_or(usize::from(u8::MAX)) as u8
+    }
+}
 
 /// timm's `_RAND_TRANSFORMS`, in its order (the draw picks an index).
-pub const RAND_TRANSFORMS: [TimmOp; 15] = [
-    AutoContrast,
-    Equalize,
-    Invert,
-    Rotate,
-    Posterize,
-    Solarize,
-    SolarizeAdd,
-    Color,
-    Contrast,
-    Brightness,
-    Sharpness,
-    ShearX,
-    ShearY,
-    TranslateXRel,
-    TranslateYRel,
+pub const RAND_TRANSFORMS: [AugmentOp; 15] = [
+    AugmentOp::plain(AutoContrast),
+    AugmentOp::plain(Equalize),
+    AugmentOp::plain(Invert),
+    AugmentOp::plain(Rotate),
+    AugmentOp::plain(Posterize),
+    AugmentOp::plain(Solarize),
+    AugmentOp::plain(SolarizeAdd),
+    AugmentOp::plain(Color),
+    AugmentOp::plain(Contrast),
+    AugmentOp::plain(Brightness),
+    AugmentOp::plain(Sharpness),
+    AugmentOp::plain(ShearX),
+    AugmentOp::plain(ShearY),
+    AugmentOp::plain(TranslateX),
+    AugmentOp::plain(TranslateY),
 ];
 
 /// timm's `_RAND_INCREASING_TRANSFORMS` (`inc1`), in its order.
-pub const RAND_INCREASING_TRANSFORMS: [TimmOp; 15] = [
-    AutoContrast,
-    Equalize,
-    Invert,
-    Rotate,
-    PosterizeIncreasing,
-    SolarizeIncreasing,
-    SolarizeAdd,
-    ColorIncreasing,
-    ContrastIncreasing,
-    BrightnessIncreasing,
-    SharpnessIncreasing,
-    ShearX,
-    ShearY,
-    TranslateXRel,
-    TranslateYRel,
+pub const RAND_INCREASING_TRANSFORMS: [AugmentOp; 15] = [
+    AugmentOp::plain(AutoContrast),
+    AugmentOp::plain(Equalize),
+    AugmentOp::plain(Invert),
+    AugmentOp::plain(Rotate),
+    AugmentOp::increasing(Posterize),
+    AugmentOp::increasing(Solarize),
+    AugmentOp::plain(SolarizeAdd),
+    AugmentOp::increasing(Color),
+    AugmentOp::increasing(Contrast),
+    AugmentOp::increasing(Brightness),
+    AugmentOp::increasing(Sharpness),
+    AugmentOp::plain(ShearX),
+    AugmentOp::plain(ShearY),
+    AugmentOp::plain(TranslateX),
+    AugmentOp::plain(TranslateY),
 ];
 
-/// timm's op names (`NAME_TO_OP` keys) of the ops trdata runs.
-pub const TIMM_OPS: Choice<TimmOp> = Choice {
+/// timm's op names (`NAME_TO_OP` keys) of the ops trdata runs, in the order of the numbers `sample_op` reports
+/// ([`AugmentOp::number`]): timm's `_RAND_TRANSFORMS`, then the other levels. The translations are timm's
+/// `…Rel` names (a fraction of the size; timm's absolute `TranslateX` is not offered).
+pub const TIMM_OPS: Choice<AugmentOp> = Choice {
     name: "ops",
     values: &[
-        ("AutoContrast", AutoContrast),
-        ("Equalize", Equalize),
-        ("Invert", Invert),
-        ("Rotate", Rotate),
-        ("Posterize", Posterize),
-        ("Solarize", Solarize),
-        ("SolarizeAdd", SolarizeAdd),
-        ("Color", Color),
-        ("Contrast", Contrast),
-        ("Brightness", Brightness),
-        ("Sharpness", Sharpness),
-        ("ShearX", ShearX),
-        ("ShearY", ShearY),
-        ("TranslateXRel", TranslateXRel),
-        ("TranslateYRel", TranslateYRel),
-        ("PosterizeIncreasing", PosterizeIncreasing),
-        ("SolarizeIncreasing", SolarizeIncreasing),
-        ("ColorIncreasing", ColorIncreasing),
-        ("ContrastIncreasing", ContrastIncreasing),
-        ("BrightnessIncreasing", BrightnessIncreasing),
-        ("SharpnessIncreasing", SharpnessIncreasing),
-        ("PosterizeOriginal", PosterizeOriginal),
+        ("AutoContrast", AugmentOp::plain(AutoContrast)),
+        ("Equalize", AugmentOp::plain(Equalize)),
+        ("Invert", AugmentOp::plain(Invert)),
+        ("Rotate", AugmentOp::plain(Rotate)),
+        ("Posterize", AugmentOp::plain(Posterize)),
+        ("Solarize", AugmentOp::plain(Solarize)),
+        ("SolarizeAdd", AugmentOp::plain(SolarizeAdd)),
+        ("Color", AugmentOp::plain(Color)),
+        ("Contrast", AugmentOp::plain(Contrast)),
+        ("Brightness", AugmentOp::plain(Brightness)),
+        ("Sharpness", AugmentOp::plain(Sharpness)),
+        ("ShearX", AugmentOp::plain(ShearX)),
+        ("ShearY", AugmentOp::plain(ShearY)),
+        ("TranslateXRel", AugmentOp::plain(TranslateX)),
+        ("TranslateYRel", AugmentOp::plain(TranslateY)),
+        ("PosterizeIncreasing", AugmentOp::increasing(Posterize)),
+        ("SolarizeIncreasing", AugmentOp::increasing(Solarize)),
+        ("ColorIncreasing", AugmentOp::increasing(Color)),
+        ("ContrastIncreasing", AugmentOp::increasing(Contrast)),
+        ("BrightnessIncreasing", AugmentOp::increasing(Brightness)),
+        ("SharpnessIncreasing", AugmentOp::increasing(Sharpness)),
+        ("PosterizeOriginal", AugmentOp { op: Posterize, level: TimmLevel::Original }),
     ],
 };
 
@@ -184,7 +192,7 @@ pub enum TimmKind {
         /// Ops per sample (`n`, chosen with replacement).
         num_layers: u32,
         /// The op list the uniform choice picks from (duplicates allowed, as in timm's lists).
-        ops: Vec<TimmOp>,
+        ops: Vec<AugmentOp>,
         /// `p`: each chosen op runs with this probability.
         prob: f64,
         /// `m`.
@@ -197,12 +205,12 @@ pub enum TimmKind {
     /// (op, probability, magnitude) an `AugmentOp`.
     AutoAugment {
         /// The sub-policies.
-        sub_policies: Vec<Vec<(TimmOp, f64, f64)>>,
+        sub_policies: Vec<Vec<(AugmentOp, f64, f64)>>,
     },
     /// `AugMixAugment(augmix_ops(magnitude, hparams), alpha, width, depth, blended=False)`.
     AugMix {
         /// The op list (each op runs with probability 1).
-        ops: Vec<TimmOp>,
+        ops: Vec<AugmentOp>,
         /// `m`.
         magnitude: f64,
         /// Dirichlet/Beta concentration.
@@ -364,30 +372,25 @@ fn py_int(x: f64) -> f64 {
     x.trunc()
 }
 
-/// The argument timm's `LEVEL_TO_ARG[op]` makes of magnitude `m` (already clipped), drawing the sign where timm
+/// The argument timm's `LEVEL_TO_ARG[name]` makes of magnitude `m` (already clipped), drawing the sign where timm
 /// does; `None` for the ops without one.
-fn level_arg(op: TimmOp, m: f64, translate_pct: f64, rng: &mut SampleRng) -> Option<f64> {
+fn level_arg(op: AugmentOp, m: f64, translate_pct: f64, rng: &mut SampleRng) -> Option<f64> {
+    use TimmLevel::{Increasing, Original};
     let l = m / LEVEL_DENOM;
-    let enhance_inc = |rng: &mut SampleRng| (1.0 + negate(rng, l * 0.9)).max(0.1);
-    Some(match op {
-        AutoContrast | Equalize | Invert => return None,
-        Rotate => negate(rng, l * 30.0),
-        Posterize => py_int(l * 4.0),
-        PosterizeIncreasing => 4.0 - py_int(l * 4.0),
-        PosterizeOriginal => py_int(l * 4.0) + 4.0,
-        Solarize => py_int(l * 256.0).min(256.0),
-        SolarizeIncreasing => 256.0 - py_int(l * 256.0).min(256.0),
-        SolarizeAdd => py_int(l * 110.0).min(128.0),
-        Color | Contrast | Brightness | Sharpness => l * 1.8 + 0.1,
-        ColorIncreasing | ContrastIncreasing | BrightnessIncreasing | SharpnessIncreasing => enhance_inc(rng),
-        ShearX | ShearY => negate(rng, l * 0.3),
-        TranslateXRel | TranslateYRel => negate(rng, l * translate_pct),
+    Some(match (op.op, op.level) {
+        (Identity | AutoContrast | Equalize | Invert, _) => return None,
+        (Rotate, _) => negate(rng, l * 30.0),
+        (Posterize, Increasing) => 4.0 - py_int(l * 4.0),
+        (Posterize, Original) => py_int(l * 4.0) + 4.0,
+        (Posterize, _) => py_int(l * 4.0),
+        (Solarize, Increasing) => 256.0 - py_int(l * 256.0).min(256.0),
+        (Solarize, _) => py_int(l * 256.0).min(256.0),
+        (SolarizeAdd, _) => py_int(l * 110.0).min(128.0),
+        (Color | Contrast | Brightness | Sharpness, Increasing) => (1.0 + negate(rng, l * 0.9)).max(0.1),
+        (Color | Contrast | Brightness | Sharpness, _) => l * 1.8 + 0.1,
+        (ShearX | ShearY, _) => negate(rng, l * 0.3),
+        (TranslateX | TranslateY, _) => negate(rng, l * translate_pct),
     })
-}
-
-/// Whether `op` is a warp (takes the fill and a filter).
-fn is_warp(op: TimmOp) -> bool {
-    matches!(op, Rotate | ShearX | ShearY | TranslateXRel | TranslateYRel)
 }
 
 /// Pillow's filter numbers (what `sample_op` reports for a warp's filter).
@@ -402,7 +405,7 @@ pub enum PilFilter {
 }
 
 /// One applied op: which, its argument (NaN when none) and its filter (warps only).
-type Step = (TimmOp, f64, Option<PilFilter>);
+type Step = (AugmentOp, f64, Option<PilFilter>);
 
 /// What a policy decides, in order (for [`trace`]; [`run`] acts on the same decisions).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -417,7 +420,7 @@ enum Event {
 
 /// timm's `AugmentOp.__call__` for `op` at probability `prob` and magnitude `m`: the gate, the magnitude noise
 /// and clip, the level function (sign), the filter. `None` when the gate skips.
-fn augment_op(spec: &TimmPolicy, op: TimmOp, prob: f64, m: f64, rng: &mut SampleRng) -> Option<Step> {
+fn augment_op(spec: &TimmPolicy, op: AugmentOp, prob: f64, m: f64, rng: &mut SampleRng) -> Option<Step> {
     if prob < 1.0 && rng.uniform() > prob {
         return None;
     }
@@ -431,7 +434,7 @@ fn augment_op(spec: &TimmPolicy, op: TimmOp, prob: f64, m: f64, rng: &mut Sample
     }
     let m = m.min(spec.magnitude_max).max(0.0);
     let arg = level_arg(op, m, spec.translate_pct, rng).unwrap_or(f64::NAN);
-    let filter = is_warp(op).then(|| match spec.interp {
+    let filter = op.op.is_warp().then(|| match spec.interp {
         TimmInterp::Nearest => PilFilter::Nearest,
         TimmInterp::Bilinear => PilFilter::Bilinear,
         TimmInterp::Bicubic => PilFilter::Bicubic,
@@ -451,7 +454,7 @@ fn augment_op(spec: &TimmPolicy, op: TimmOp, prob: f64, m: f64, rng: &mut Sample
 /// chunk are drawn before the next chunk's choices (no recipe comes near it).
 fn choose_and_run(
     spec: &TimmPolicy,
-    ops: &[TimmOp],
+    ops: &[AugmentOp],
     n: usize,
     prob: f64,
     m: f64,
@@ -542,13 +545,13 @@ fn decide(spec: &TimmPolicy, rng: &mut SampleRng, mut visit: impl FnMut(Event)) 
 }
 
 /// What `spec` decides for one sample, as numbers (`_core.sample_op`): `[op, argument, filter]` per applied op
-/// ([`TimmOp`] numbering; the argument timm passes to the op, NaN for none; Pillow's filter number, -1 for ops
+/// ([`AugmentOp::number`]; the argument timm passes to the op, NaN for none; Pillow's filter number, -1 for ops
 /// that do not warp). AugMix: `[blend weight]`, then per chain `[weight, depth]` followed by its ops' triples.
 pub fn trace(spec: &TimmPolicy, rng: &mut SampleRng) -> Vec<f64> {
     let mut out = Vec::new();
     decide(spec, rng, |e| match e {
         Event::Step((op, arg, f)) => {
-            out.extend([f64::from(op as u8), arg, f.map_or(-1.0, |f| f64::from(f as u8))]);
+            out.extend([f64::from(op.number()), arg, f.map_or(-1.0, |f| f64::from(f as u8))]);
         }
         Event::Blend(m) => out.push(f64::from(m)),
         Event::Chain(w, d) => out.extend([f64::from(w), f64::from(d)]),
@@ -571,7 +574,7 @@ pub fn run(spec: &TimmPolicy, frame: &mut Frame, spare: &mut Vec<u8>, s: &mut Ti
     // Pillow's fill colour is a tuple of ints; timm passes `round(255 · mean)`, so truncation never bites.
     let fill: [u8; 3] = std::array::from_fn(|c| spec.fill[c.min(spec.fill.len() - 1)] as u8);
     let step = |frame: &mut Frame, spare: &mut Vec<u8>, (op, arg, filter): Step| {
-        apply(op, arg, filter.unwrap_or(PilFilter::Nearest), fill, frame, spare);
+        apply(op.op, arg, filter.unwrap_or(PilFilter::Nearest), fill, frame, spare);
     };
     if !matches!(spec.kind, TimmKind::AugMix { .. }) {
         decide(spec, rng, |e| {
@@ -618,46 +621,35 @@ pub fn run(spec: &TimmPolicy, frame: &mut Frame, spare: &mut Vec<u8>, s: &mut Ti
     }
 }
 
-/// Apply one op with its argument (what timm's `aug_fn(img, *level_args, fillcolor, resample)` does).
-pub fn apply(op: TimmOp, arg: f64, filter: PilFilter, fill: [u8; 3], frame: &mut Frame, spare: &mut Vec<u8>) {
+/// Apply one op with its argument (what timm's `aug_fn(img, *level_args, fillcolor, resample)` does), with
+/// Pillow's semantics. The look-up-table ops give Pillow's bytes with the shared kernels of [`super::kernels`].
+pub fn apply(op: PolicyOp, arg: f64, filter: PilFilter, fill: [u8; 3], frame: &mut Frame, spare: &mut Vec<u8>) {
     let (h, w) = (frame.h, frame.w);
-    let lut_all = |frame: &mut Frame, f: &dyn Fn(u8) -> u8| {
-        let lut: [u8; 256] = std::array::from_fn(|i| f(i as u8));
-        for v in frame.view().data.iter_mut() {
-            *v = lut[usize::from(*v)];
-        }
-    };
     match op {
+        Identity => {}
         AutoContrast => autocontrast(frame),
         Equalize => equalize(frame),
-        Invert => lut_all(frame, &|v| 255 - v),
-        Posterize | PosterizeIncreasing | PosterizeOriginal => {
-            let bits = arg as i64;
-            // Pillow ≥ 12 raises for 0 bits (timm's `v0` policy reaches it, and the run dies); trdata writes black,
-            // as the mask `~(2**8 - 1)` of earlier Pillow does.
-            if bits < 8 {
-                // ImageOps.posterize: mask = ~(2**(8-bits) - 1).
-                let mask = !((1u32 << (8 - bits.max(0))) - 1) as u8;
-                lut_all(frame, &|v| v & mask);
-            }
-        }
-        Solarize | SolarizeIncreasing => lut_all(frame, &|v| if f64::from(v) < arg { v } else { 255 - v }),
-        SolarizeAdd => {
-            let add = arg as u32;
-            lut_all(frame, &|v| if v < 128 { (u32::from(v) + add).min(255) as u8 } else { v });
-        }
-        Color | ColorIncreasing => {
+        Invert => kernels::invert(&mut frame.view()),
+        // ImageOps.posterize: mask = ~(2**(8-bits) - 1); bits ≥ 8 keep the image. Pillow ≥ 12 raises for 0 bits
+        // (timm's `v0` policy reaches it, and the run dies); trdata writes black, as the mask `~(2**8 - 1)` of
+        // earlier Pillow does (a negative argument saturates to 0 bits).
+        Posterize => kernels::posterize(&mut frame.view(), arg as u32),
+        // ImageOps.solarize: `v if v < threshold else 255 - v`; the threshold is an integer in 0..=256, which the
+        // kernel's f32 comparison `v >= threshold` decides exactly.
+        Solarize => kernels::solarize(&mut frame.view(), arg),
+        SolarizeAdd => kernels::solarize_add(&mut frame.view(), arg as u32),
+        Color => {
             if frame.c == 3 {
                 blend_with(frame, spare, arg, Degenerate::Gray);
             }
         }
-        Contrast | ContrastIncreasing => blend_with(frame, spare, arg, Degenerate::Mean),
-        Brightness | BrightnessIncreasing => blend_with(frame, spare, arg, Degenerate::Black),
-        Sharpness | SharpnessIncreasing => blend_with(frame, spare, arg, Degenerate::Smooth),
+        Contrast => blend_with(frame, spare, arg, Degenerate::Mean),
+        Brightness => blend_with(frame, spare, arg, Degenerate::Black),
+        Sharpness => blend_with(frame, spare, arg, Degenerate::Smooth),
         ShearX => transform(frame, spare, [1.0, arg, 0.0, 0.0, 1.0, 0.0], filter, fill),
         ShearY => transform(frame, spare, [1.0, 0.0, 0.0, arg, 1.0, 0.0], filter, fill),
-        TranslateXRel => transform(frame, spare, [1.0, 0.0, arg * w as f64, 0.0, 1.0, 0.0], filter, fill),
-        TranslateYRel => transform(frame, spare, [1.0, 0.0, 0.0, 0.0, 1.0, arg * h as f64], filter, fill),
+        TranslateX => transform(frame, spare, [1.0, 0.0, arg * w as f64, 0.0, 1.0, 0.0], filter, fill),
+        TranslateY => transform(frame, spare, [1.0, 0.0, 0.0, 0.0, 1.0, arg * h as f64], filter, fill),
         Rotate => rotate(frame, spare, arg, filter, fill),
     }
 }
@@ -1169,7 +1161,7 @@ mod tests {
         let mut spare = Vec::new();
         apply(Posterize, 10.0 / LEVEL_DENOM * 20.0, PilFilter::Nearest, [0; 3], &mut f, &mut spare); // bits 20
         assert_eq!(f.buf, orig);
-        apply(PosterizeIncreasing, 0.0, PilFilter::Nearest, [0; 3], &mut f, &mut spare);
+        apply(Posterize, 0.0, PilFilter::Nearest, [0; 3], &mut f, &mut spare); // PosterizeIncreasing at m = 10
         assert!(f.buf.iter().all(|&v| v == 0));
     }
 
@@ -1203,14 +1195,14 @@ mod tests {
 
     #[test]
     fn auto_augment_runs_the_steps_of_one_sub_policy() {
-        let sub = |op| vec![(op, 1.0, 5.0), (Equalize, 1.0, 5.0)];
+        let sub = |op| vec![(AugmentOp::plain(op), 1.0, 5.0), (AugmentOp::plain(Equalize), 1.0, 5.0)];
         let spec = policy(TimmKind::AutoAugment { sub_policies: vec![sub(Invert), sub(AutoContrast)] });
         let mut seen = [0; 2];
         for i in 0..400 {
             let t = trace(&spec, &mut SampleRng::new(1, 0, i, 0x100));
             assert_eq!(t.len(), 6);
-            assert_eq!(t[3], f64::from(Equalize as u8));
-            seen[usize::from(t[0] == f64::from(AutoContrast as u8))] += 1;
+            assert_eq!(t[3], f64::from(AugmentOp::plain(Equalize).number()));
+            seen[usize::from(t[0] == f64::from(AugmentOp::plain(AutoContrast).number()))] += 1;
         }
         assert!(seen.iter().all(|&n| n > 150), "{seen:?}");
     }

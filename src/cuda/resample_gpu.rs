@@ -650,7 +650,8 @@ mod tests {
         WorkerScratch,
     };
     use crate::cuda::nvrtc::test_nvrtc;
-    use crate::synthetic::encode::{ChromaSubsampling, JpegEncoder};
+    use crate::decode::Subsampling;
+    use crate::synthetic::encode::JpegEncoder;
 
     #[test]
     fn the_resample_kernels_compile_to_a_cubin_for_sm_90() {
@@ -903,10 +904,9 @@ extern "C" void emu_pass2(unsigned gx, unsigned gy, unsigned gz, unsigned bx, un
         Some(Emulated { pass1, pass2, _lib: lib })
     }
 
-    fn jpeg(w: u32, h: u32, seed: u32, sub: ChromaSubsampling) -> Vec<u8> {
+    fn jpeg(w: u32, h: u32, seed: u32, sub: Subsampling) -> Vec<u8> {
         let rgb = crate::test_data::pattern(w, h, seed);
-        let pixels: Vec<u8> =
-            if sub == ChromaSubsampling::Gray { rgb.chunks_exact(3).map(|p| p[1]).collect() } else { rgb };
+        let pixels: Vec<u8> = if sub == Subsampling::Gray { rgb.chunks_exact(3).map(|p| p[1]).collect() } else { rgb };
         JpegEncoder::new().unwrap().encode(&pixels, w, h, 90, sub).unwrap()
     }
 
@@ -1083,10 +1083,10 @@ extern "C" void emu_pass2(unsigned gx, unsigned gy, unsigned gz, unsigned bx, un
     fn the_kernels_emulated_on_the_host_give_the_cpu_fused_writers_bytes() {
         let Some(emu) = emulated_kernels() else { return };
         let files = vec![
-            jpeg(500, 375, 1, ChromaSubsampling::S420),
-            jpeg(333, 500, 2, ChromaSubsampling::S444),
-            jpeg(640, 427, 3, ChromaSubsampling::S422),
-            jpeg(300, 260, 4, ChromaSubsampling::Gray),
+            jpeg(500, 375, 1, Subsampling::S420),
+            jpeg(333, 500, 2, Subsampling::S444),
+            jpeg(640, 427, 3, Subsampling::S422),
+            jpeg(300, 260, 4, Subsampling::Gray),
         ];
         let keys: Vec<SampleKey> = (0..6).map(|i| SampleKey { seed: 11, epoch: i / 3, index: i * 7 + 1 }).collect();
         let rrc = TransformSpec::RandomResizedCrop {

@@ -820,7 +820,7 @@ mod tests {
         let px = crate::test_data::pattern(37, 22, 3);
         let image = crate::synthetic::encode::JpegEncoder::new()
             .unwrap()
-            .encode(&px, 37, 22, 95, crate::synthetic::encode::ChromaSubsampling::S444)
+            .encode(&px, 37, 22, 95, crate::decode::Subsampling::S444)
             .unwrap();
         let mut j = image[..2].to_vec();
         for part in block.chunks(chunk) {

@@ -57,64 +57,18 @@
 
 #![forbid(unsafe_code)]
 
-use super::ImageFormat;
 use super::exif::{self, Orientation};
 use super::markers::code::{APP0, APP1, APP14, APP15, COM, DHT, DQT, DRI, SOF0, SOF1, SOI, SOS};
+use super::{ImageFormat, Subsampling};
 
 /// Largest width and height sent to the GPU (nvJPEG's hardware engines; docs/gpu_decode.md §6).
 pub const GPU_MAX_DIMENSION: u32 = 16384;
 
-/// Chroma layout of a GPU-eligible JPEG (decides which nvJPEG handle decodes it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum GpuSubsampling {
-    /// One component (luma 1×1).
-    Gray,
-    /// 4:4:4 (all components 1×1).
-    S444,
-    /// 4:2:2 (luma 2×1: chroma halved horizontally).
-    S422,
-    /// 4:2:0 (luma 2×2).
-    S420,
-    /// 4:4:0 (luma 1×2: chroma halved vertically).
-    S440,
-}
-
-impl GpuSubsampling {
-    /// Every value, in declaration order (for per-subsampling counters).
-    pub const ALL: [Self; 5] = [Self::Gray, Self::S444, Self::S422, Self::S420, Self::S440];
-
-    /// Stable short name (`"gray"`, `"444"`, `"422"`, `"420"`, `"440"`).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Gray => "gray",
-            Self::S444 => "444",
-            Self::S422 => "422",
-            Self::S420 => "420",
-            Self::S440 => "440",
-        }
-    }
-
-    /// Position in [`GpuSubsampling::ALL`].
-    pub const fn index(self) -> usize {
-        self as usize
-    }
-
-    /// The luma component's sampling factors (horizontal, vertical); the chroma components are 1×1.
-    pub const fn luma_factors(self) -> (u8, u8) {
-        match self {
-            Self::Gray | Self::S444 => (1, 1),
-            Self::S422 => (2, 1),
-            Self::S420 => (2, 2),
-            Self::S440 => (1, 2),
-        }
-    }
-}
-
-impl std::fmt::Display for GpuSubsampling {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// The subsamplings nvJPEG's hardware decodes: the chroma layouts a GPU-eligible JPEG may have (one component 1×1,
+/// or three with 1×1 chroma and luma 1×1, 2×1, 2×2 or 1×2; the layout decides which nvJPEG handle decodes it), in
+/// [`Subsampling::index`] order (for per-subsampling counters).
+pub const GPU_SUBSAMPLINGS: [Subsampling; 5] =
+    [Subsampling::S444, Subsampling::S422, Subsampling::S420, Subsampling::Gray, Subsampling::S440];
 
 /// Header facts of a GPU-eligible JPEG.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,8 +77,8 @@ pub struct GpuJpeg {
     pub width: u32,
     /// Height of the stored image.
     pub height: u32,
-    /// Chroma layout.
-    pub subsampling: GpuSubsampling,
+    /// Chroma layout (one of [`GPU_SUBSAMPLINGS`]).
+    pub subsampling: Subsampling,
 }
 
 /// Why a file goes to the CPU path. Cheap to produce and count: a fieldless `Copy` enum with a stable short name
@@ -305,7 +259,7 @@ struct Frame {
     components: usize,
     ids: [u8; 3],
     quant_tables: [u8; 3],
-    subsampling: GpuSubsampling,
+    subsampling: Subsampling,
 }
 
 /// What the header said before the first scan.
@@ -429,7 +383,7 @@ fn frame(seg: &[u8], marker: u8) -> Result<Frame, Ineligible> {
     }
     let subsampling = if nf == 1 {
         match factors[0] {
-            (1, 1) => GpuSubsampling::Gray,
+            (1, 1) => Subsampling::Gray,
             _ => return Err(E::Sampling),
         }
     } else {
@@ -437,10 +391,10 @@ fn frame(seg: &[u8], marker: u8) -> Result<Frame, Ineligible> {
             return Err(E::Sampling);
         }
         match factors[0] {
-            (1, 1) => GpuSubsampling::S444,
-            (2, 1) => GpuSubsampling::S422,
-            (2, 2) => GpuSubsampling::S420,
-            (1, 2) => GpuSubsampling::S440,
+            (1, 1) => Subsampling::S444,
+            (2, 1) => Subsampling::S422,
+            (2, 2) => Subsampling::S420,
+            (1, 2) => Subsampling::S440,
             _ => return Err(E::Sampling),
         }
     };

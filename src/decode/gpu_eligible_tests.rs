@@ -12,7 +12,7 @@ use proptest::test_runner::{TestCaseError, TestRunner};
 
 use super::gpu_eligible::walk_header;
 use super::*;
-use crate::synthetic::encode::{ChromaSubsampling, JpegEncoder};
+use crate::synthetic::encode::JpegEncoder;
 use crate::test_data::pattern;
 
 const NO_LIMIT: usize = usize::MAX;
@@ -48,25 +48,15 @@ fn oracle() -> Decoder {
     Decoder::with_limits(DecodeLimits { max_pixels, ..DecodeLimits::default() }).unwrap()
 }
 
-fn tj_subsampling(s: GpuSubsampling) -> Subsampling {
-    match s {
-        GpuSubsampling::Gray => Subsampling::Gray,
-        GpuSubsampling::S444 => Subsampling::S444,
-        GpuSubsampling::S422 => Subsampling::S422,
-        GpuSubsampling::S420 => Subsampling::S420,
-        GpuSubsampling::S440 => Subsampling::S440,
-    }
-}
-
 /// libjpeg-turbo's header read agrees with an eligible answer: same size and subsampling, YCbCr (or gray) 8-bit
 /// baseline, not progressive, not lossless.
 fn agrees_with_libjpeg(d: &mut Decoder, bytes: &[u8], j: GpuJpeg) -> Result<(), String> {
     let info =
         d.read_header(bytes).map_err(|e| format!("eligible {j:?}, but libjpeg-turbo's header read fails: {e}"))?;
-    let want_cs = if j.subsampling == GpuSubsampling::Gray { ColorSpace::Gray } else { ColorSpace::YCbCr };
+    let want_cs = if j.subsampling == Subsampling::Gray { ColorSpace::Gray } else { ColorSpace::YCbCr };
     let same = info.format == ImageFormat::Jpeg
         && (info.width, info.height) == (j.width, j.height)
-        && info.subsampling == tj_subsampling(j.subsampling)
+        && info.subsampling == j.subsampling
         && info.colorspace == want_cs
         && info.precision == 8
         && !info.progressive
@@ -99,12 +89,12 @@ fn refusal_agrees_with_libjpeg(d: &mut Decoder, bytes: &[u8], why: Ineligible) -
 }
 
 /// What a file's name says `gpu_eligible` answers: the subsampling, or the reason.
-type Expect = Result<GpuSubsampling, Ineligible>;
+type Expect = Result<Subsampling, Ineligible>;
 
 /// Edge-case files (`<category>__<source name>`; README.txt of the folder describes each).
 fn expected_edge_case(name: &str) -> Expect {
-    use GpuSubsampling::*;
     use Ineligible::*;
+    use Subsampling::*;
     let category = name.split("__").next().unwrap();
     match category {
         "arithmetic_coded" => Err(Arithmetic),
@@ -138,8 +128,7 @@ fn expected_edge_case(name: &str) -> Expect {
 /// Pillow-written files (`<expected>__<what>.jpg`, scripts/make_pillow_jpeg_fixtures.py).
 fn expected_by_prefix(name: &str) -> Expect {
     let prefix = name.split("__").next().unwrap();
-    if let Some(s) =
-        GpuSubsampling::ALL.into_iter().find(|s| prefix == format!("s{}", s.as_str()) || prefix == s.as_str())
+    if let Some(s) = GPU_SUBSAMPLINGS.into_iter().find(|s| prefix == format!("s{}", s.as_str()) || prefix == s.as_str())
     {
         return Ok(s);
     }
@@ -211,24 +200,24 @@ fn shared_edge_cases_are_classified_as_their_names_say() {
     assert!(n >= 46, "{n} files");
 }
 
-fn encode_with(w: u32, h: u32, sub: ChromaSubsampling, setup: impl FnOnce(&mut JpegEncoder)) -> Vec<u8> {
+fn encode_with(w: u32, h: u32, sub: Subsampling, setup: impl FnOnce(&mut JpegEncoder)) -> Vec<u8> {
     let mut e = JpegEncoder::new().unwrap();
     setup(&mut e);
     let px = pattern(w, h, w ^ (h << 8));
-    let px = if sub == ChromaSubsampling::Gray { px.chunks_exact(3).map(|p| p[1]).collect() } else { px };
+    let px = if sub == Subsampling::Gray { px.chunks_exact(3).map(|p| p[1]).collect() } else { px };
     e.encode(&px, w, h, 90, sub).unwrap()
 }
 
-fn encode(w: u32, h: u32, sub: ChromaSubsampling) -> Vec<u8> {
+fn encode(w: u32, h: u32, sub: Subsampling) -> Vec<u8> {
     encode_with(w, h, sub, |_| {})
 }
 
-const ENCODER_LAYOUTS: [(ChromaSubsampling, GpuSubsampling); 5] = [
-    (ChromaSubsampling::S444, GpuSubsampling::S444),
-    (ChromaSubsampling::S422, GpuSubsampling::S422),
-    (ChromaSubsampling::S420, GpuSubsampling::S420),
-    (ChromaSubsampling::S440, GpuSubsampling::S440),
-    (ChromaSubsampling::Gray, GpuSubsampling::Gray),
+const ENCODER_LAYOUTS: [(Subsampling, Subsampling); 5] = [
+    (Subsampling::S444, Subsampling::S444),
+    (Subsampling::S422, Subsampling::S422),
+    (Subsampling::S420, Subsampling::S420),
+    (Subsampling::S440, Subsampling::S440),
+    (Subsampling::Gray, Subsampling::Gray),
 ];
 
 #[test]
@@ -259,12 +248,12 @@ fn encoder_written_jpegs_of_each_subsampling() {
         let restart = encode_with(40, 24, sub, |e| e.set_restart_blocks(1).unwrap());
         assert_eq!(gpu_eligible(&restart, NO_LIMIT), Err(Ineligible::RestartInterval), "{sub:?}");
     }
-    let s411 = encode(64, 16, ChromaSubsampling::S411);
+    let s411 = encode(64, 16, Subsampling::S411);
     assert_eq!(gpu_eligible(&s411, NO_LIMIT), Err(Ineligible::Sampling));
     assert_eq!(oracle().read_header(&s411).unwrap().subsampling, Subsampling::S411);
-    for sub in [ChromaSubsampling::S444, ChromaSubsampling::Gray] {
+    for sub in [Subsampling::S444, Subsampling::Gray] {
         let px = pattern(24, 16, 5);
-        let px = if sub == ChromaSubsampling::Gray { px[..24 * 16].to_vec() } else { px };
+        let px = if sub == Subsampling::Gray { px[..24 * 16].to_vec() } else { px };
         let lossless = JpegEncoder::new().unwrap().encode_lossless(&px, 24, 16, sub, 1).unwrap();
         assert_eq!(gpu_eligible(&lossless, NO_LIMIT), Err(Ineligible::Lossless));
     }
@@ -325,9 +314,9 @@ fn exif_orientation(k: u16) -> Vec<u8> {
 fn each_header_rule_on_its_own() {
     use Ineligible::*;
     let mut d = oracle();
-    let good = encode(48, 32, ChromaSubsampling::S420);
-    let gray = encode(48, 32, ChromaSubsampling::Gray);
-    let ok = Ok(GpuJpeg { width: 48, height: 32, subsampling: GpuSubsampling::S420 });
+    let good = encode(48, 32, Subsampling::S420);
+    let gray = encode(48, 32, Subsampling::Gray);
+    let ok = Ok(GpuJpeg { width: 48, height: 32, subsampling: Subsampling::S420 });
     assert_eq!(gpu_eligible(&good, NO_LIMIT), ok);
     let after_soi = |b: &[u8], seg: &[u8]| spliced(b, 2, 0, seg);
 
@@ -484,7 +473,7 @@ fn each_header_rule_on_its_own() {
 /// its decode of the whole file fails at the *second* scan header, and the first scan alone decodes.
 #[test]
 fn a_bad_second_scan_is_not_a_header_failure() {
-    let good = encode(48, 32, ChromaSubsampling::S420);
+    let good = encode(48, 32, Subsampling::S420);
     let eoi = good.len() - 2;
     let bad =
         [&good[..eoi], &segment(0xDA, &[4, 67, 0, 77, 0, 89, 0, 75, 0, 0, 63, 0]), &[0x12, 0x34, 0xFF, 0xD9]].concat();
@@ -505,7 +494,7 @@ fn names_and_indices_are_stable_and_distinct() {
         assert_eq!(r.to_string(), r.describe());
         assert!(Ineligible::ALL[..i].iter().all(|o| o.as_str() != r.as_str()), "{r:?}");
     }
-    for (i, s) in GpuSubsampling::ALL.iter().enumerate() {
+    for (i, s) in GPU_SUBSAMPLINGS.iter().enumerate() {
         assert_eq!(s.index(), i);
     }
 }
@@ -890,7 +879,7 @@ fn gpu_eligible_imagenet_report() {
     };
     let data: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
     let max_file_bytes = 8 << 20;
-    let mut per_sub = [0usize; GpuSubsampling::ALL.len()];
+    let mut per_sub = [0usize; GPU_SUBSAMPLINGS.len()];
     let mut per_reason = [0usize; Ineligible::ALL.len()];
     let mut d = oracle();
     for (f, b) in files.iter().zip(&data) {
@@ -922,7 +911,7 @@ fn gpu_eligible_imagenet_report() {
         }
     }
     let walk_ns = t.elapsed().as_nanos() as f64 / (reps / 10 * data.len()) as f64;
-    let subs: Vec<String> = GpuSubsampling::ALL.iter().map(|s| format!("{} {}", s, per_sub[s.index()])).collect();
+    let subs: Vec<String> = GPU_SUBSAMPLINGS.iter().map(|s| format!("{} {}", s, per_sub[s.index()])).collect();
     let reasons: Vec<String> = Ineligible::ALL
         .iter()
         .filter(|r| per_reason[r.index()] > 0)

@@ -3,28 +3,28 @@
 //! the cargo-fuzz targets (`fuzz/`) exercise for longer.
 
 use super::*;
-use crate::synthetic::encode::{ChromaSubsampling, JpegEncoder};
+use crate::synthetic::encode::JpegEncoder;
 use crate::test_data::pattern;
 
 fn gray_of(rgb: &[u8]) -> Vec<u8> {
     rgb.chunks_exact(3).map(|p| p[1]).collect()
 }
 
-pub(super) fn jpeg(w: u32, h: u32, seed: u32, sub: ChromaSubsampling, progressive: bool) -> Vec<u8> {
+pub(super) fn jpeg(w: u32, h: u32, seed: u32, sub: Subsampling, progressive: bool) -> Vec<u8> {
     let mut e = JpegEncoder::new().unwrap();
     e.set_progressive(progressive).unwrap();
     let px = pattern(w, h, seed);
-    let px = if sub == ChromaSubsampling::Gray { gray_of(&px) } else { px };
+    let px = if sub == Subsampling::Gray { gray_of(&px) } else { px };
     e.encode(&px, w, h, 90, sub).unwrap()
 }
 
 /// The fixed good images of the poisoning tests: baseline 4:2:0, 4:4:4, gray, progressive 4:2:0.
 fn good_images() -> Vec<Vec<u8>> {
     vec![
-        jpeg(67, 45, 1, ChromaSubsampling::S420, false),
-        jpeg(40, 33, 2, ChromaSubsampling::S444, false),
-        jpeg(31, 50, 3, ChromaSubsampling::Gray, false),
-        jpeg(64, 48, 4, ChromaSubsampling::S420, true),
+        jpeg(67, 45, 1, Subsampling::S420, false),
+        jpeg(40, 33, 2, Subsampling::S444, false),
+        jpeg(31, 50, 3, Subsampling::Gray, false),
+        jpeg(64, 48, 4, Subsampling::S420, true),
     ]
 }
 
@@ -177,12 +177,12 @@ mod props {
     /// qualities, optimized Huffman tables, arithmetic coding).
     fn predecessors() -> Vec<Vec<u8>> {
         let mut e = JpegEncoder::new().unwrap();
-        let mut out = vec![e.encode(&pattern(40, 30, 21), 40, 30, 25, ChromaSubsampling::S420).unwrap()];
+        let mut out = vec![e.encode(&pattern(40, 30, 21), 40, 30, 25, Subsampling::S420).unwrap()];
         e.set_progressive(true).unwrap();
-        out.push(e.encode(&pattern(48, 32, 22), 48, 32, 70, ChromaSubsampling::S444).unwrap());
+        out.push(e.encode(&pattern(48, 32, 22), 48, 32, 70, Subsampling::S444).unwrap());
         e.set_progressive(false).unwrap();
         e.set_arithmetic(true).unwrap();
-        out.push(e.encode(&pattern(24, 40, 23), 24, 40, 97, ChromaSubsampling::S422).unwrap());
+        out.push(e.encode(&pattern(24, 40, 23), 24, 40, 97, Subsampling::S422).unwrap());
         out
     }
 
@@ -297,7 +297,7 @@ fn truncated_jpeg_is_corrupt_for_every_crop() {
     let w = 256;
     let h = 192;
     for progressive in [false, true] {
-        let good = jpeg(w, h, 9, ChromaSubsampling::S420, progressive);
+        let good = jpeg(w, h, 9, Subsampling::S420, progressive);
         let cut = &good[..good.len() * 3 / 4];
         let mut d = Decoder::new().unwrap();
         for (scale, y0) in [(8, 0), (8, h - 16), (1, 0), (4, 0), (2, 20)] {
@@ -328,8 +328,8 @@ fn with_thumbnail(main: &[u8], thumb: &[u8]) -> Vec<u8> {
 
 #[test]
 fn an_exif_thumbnail_eoi_does_not_count() {
-    let main = jpeg(200, 120, 11, ChromaSubsampling::S420, false);
-    let thumb = jpeg(16, 16, 12, ChromaSubsampling::S420, false);
+    let main = jpeg(200, 120, 11, Subsampling::S420, false);
+    let thumb = jpeg(16, 16, 12, Subsampling::S420, false);
     let whole = with_thumbnail(&main, &thumb);
     let mut d = Decoder::new().unwrap();
     let mut out = Vec::new();
@@ -341,7 +341,7 @@ fn an_exif_thumbnail_eoi_does_not_count() {
 
 /// A progressive JPEG whose last scan is repeated `extra` more times (the scan-count time bomb).
 fn many_scans(extra: usize) -> Vec<u8> {
-    let base = jpeg(64, 64, 5, ChromaSubsampling::S420, true);
+    let base = jpeg(64, 64, 5, Subsampling::S420, true);
     // The last SOS: scan backwards for FF DA.
     let last_sos = (0..base.len() - 1).rev().find(|&i| base[i] == 0xFF && base[i + 1] == 0xDA).unwrap();
     let eoi = base.len() - 2;
@@ -363,7 +363,7 @@ fn scan_limit_refuses_scan_bombs_before_decoding() {
     assert_eq!(e.kind, ImageErrorKind::TooLarge, "{e}");
     assert!(e.message.contains("scans"), "{e}");
     // A normal 10-scan progressive JPEG passes the default limit and fails a limit of 5.
-    let normal = jpeg(64, 64, 5, ChromaSubsampling::S420, true);
+    let normal = jpeg(64, 64, 5, Subsampling::S420, true);
     assert_eq!(markers::walk_jpeg(&normal).unwrap().scans, 10);
     let mut out = Vec::new();
     d.decode_full_rgb(&normal, &mut out).unwrap();
@@ -376,7 +376,7 @@ fn scan_limit_refuses_scan_bombs_before_decoding() {
 #[test]
 fn memory_budget_refuses_large_progressive_coefficient_buffers() {
     // 2048×1536 progressive 4:4:4: ~18 MiB of coefficients (2 bytes × 3 components × pixels).
-    let p = jpeg(2048, 1536, 6, ChromaSubsampling::S444, true);
+    let p = jpeg(2048, 1536, 6, Subsampling::S444, true);
     let mut d = Decoder::with_limits(DecodeLimits { max_memory_bytes: 8 << 20, ..DecodeLimits::default() }).unwrap();
     let e = d.decode_window(&p, 1, PixelWindow { x0: 0, y0: 0, x1: 8, y1: 8 }).unwrap_err();
     assert_eq!(e.kind, ImageErrorKind::TooLarge, "{e}");
@@ -431,8 +431,8 @@ fn png_bomb_is_refused_without_allocating() {
 
 #[test]
 fn outlier_scratch_is_released_and_steady_state_allocates_nothing() {
-    let small = jpeg(120, 90, 7, ChromaSubsampling::S420, false);
-    let big = jpeg(3600, 2600, 8, ChromaSubsampling::S420, false); // 28 MB of RGB
+    let small = jpeg(120, 90, 7, Subsampling::S420, false);
+    let big = jpeg(3600, 2600, 8, Subsampling::S420, false); // 28 MB of RGB
     let limits = DecodeLimits { max_retained_scratch_bytes: 8 << 20, ..DecodeLimits::default() };
     let mut d = Decoder::with_limits(limits).unwrap();
     let full = PixelWindow { x0: 0, y0: 0, x1: u32::MAX, y1: u32::MAX };
@@ -455,7 +455,7 @@ fn lossless_8bit_jpegs_decode_exactly() {
     let mut d = Decoder::new().unwrap();
     let mut out = Vec::new();
     for psv in [1, 4, 7] {
-        let j = e.encode_lossless(&gray, w, h, ChromaSubsampling::Gray, psv).unwrap();
+        let j = e.encode_lossless(&gray, w, h, Subsampling::Gray, psv).unwrap();
         let info = d.read_header(&j).unwrap();
         assert!(info.lossless && info.precision == 8);
         assert_eq!(d.decode_full_rgb(&j, &mut out).unwrap(), (w, h));
@@ -465,7 +465,7 @@ fn lossless_8bit_jpegs_decode_exactly() {
         let r = d.decode_window(&j, 2, PixelWindow { x0: 3, y0: 3, x1: 9, y1: 9 }).unwrap();
         assert_eq!((r.width, r.height, r.scale_eighths), (w, h, 8));
         assert_eq!(r.pixels, &expect[..]);
-        let j = e.encode_lossless(&rgb, w, h, ChromaSubsampling::S444, psv).unwrap();
+        let j = e.encode_lossless(&rgb, w, h, Subsampling::S444, psv).unwrap();
         assert_eq!(d.decode_full_rgb(&j, &mut out).unwrap(), (w, h));
         assert_eq!(out, rgb, "rgb psv {psv}");
     }

@@ -104,7 +104,7 @@ use turbojpeg_sys as tj;
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
 use crate::param::IntParam;
 pub use exif::Orientation;
-pub use gpu_eligible::{GPU_MAX_DIMENSION, GpuJpeg, GpuSubsampling, Ineligible, gpu_eligible};
+pub use gpu_eligible::{GPU_MAX_DIMENSION, GPU_SUBSAMPLINGS, GpuJpeg, Ineligible, gpu_eligible};
 use jpeg::{TjDecompressor, TjFailure, TjRegion};
 
 /// Default decompression-bomb guard: images above this many pixels fail with `TooLarge` before decoding.
@@ -213,24 +213,27 @@ pub enum ImageFormat {
     Pnm,
 }
 
-/// Chroma subsampling of a JPEG (TJSAMP_*); PNGs report `S444`, or `Gray` for gray images.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Chroma subsampling of a JPEG, the crate's one such enum: the decoder reports it (TurboJPEG's `TJSAMP_*`; PNGs
+/// and the other formats report `S444`, or `Gray` for gray images), the encoder writes it
+/// (`synthetic::encode::JpegEncoder`), and GPU eligibility admits the five nvJPEG's hardware decodes
+/// ([`GPU_SUBSAMPLINGS`]). Declared in `TJSAMP_*` order ([`Subsampling::index`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Subsampling {
-    /// 4:4:4.
+    /// 4:4:4 (every component 1×1).
     S444,
-    /// 4:2:2 (chroma halved horizontally).
+    /// 4:2:2 (luma 2×1: chroma halved horizontally).
     S422,
-    /// 4:2:0.
+    /// 4:2:0 (luma 2×2: chroma halved in both directions; most camera/web JPEGs).
     S420,
-    /// Single component.
+    /// Single component (luma only; the encoder's input is one byte per pixel).
     Gray,
-    /// 4:4:0 (chroma halved vertically).
+    /// 4:4:0 (luma 1×2: chroma halved vertically).
     S440,
-    /// 4:1:1.
+    /// 4:1:1 (luma 4×1: chroma quartered horizontally; GPU decoders refuse it).
     S411,
-    /// 4:4:1.
+    /// 4:4:1 (luma 1×4: chroma quartered vertically).
     S441,
-    /// Sampling factors TurboJPEG cannot name; such images are decoded without cropping.
+    /// Sampling factors TurboJPEG cannot name; such images are decoded without cropping (and cannot be encoded).
     Unknown,
 }
 
@@ -248,6 +251,40 @@ impl Subsampling {
         }
     }
 
+    /// Position in declaration order (`TJSAMP_*` order; the five of [`GPU_SUBSAMPLINGS`] come first, so it also
+    /// indexes per-subsampling counters of GPU-eligible files).
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Stable short name (`"444"`, `"422"`, `"420"`, `"gray"`, `"440"`, `"411"`, `"441"`, `"unknown"`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::S444 => "444",
+            Self::S422 => "422",
+            Self::S420 => "420",
+            Self::Gray => "gray",
+            Self::S440 => "440",
+            Self::S411 => "411",
+            Self::S441 => "441",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    /// The luma component's sampling factors (horizontal, vertical) when the chroma components are 1×1;
+    /// `None` when unknown.
+    pub const fn luma_factors(self) -> Option<(u8, u8)> {
+        match self {
+            Self::Gray | Self::S444 => Some((1, 1)),
+            Self::S422 => Some((2, 1)),
+            Self::S420 => Some((2, 2)),
+            Self::S440 => Some((1, 2)),
+            Self::S411 => Some((4, 1)),
+            Self::S441 => Some((1, 4)),
+            Self::Unknown => None,
+        }
+    }
+
     /// Unscaled iMCU width in pixels (`tjMCUWidth`); `None` when unknown.
     pub fn mcu_width(self) -> Option<u32> {
         match self {
@@ -256,6 +293,12 @@ impl Subsampling {
             Self::S411 => Some(32),
             Self::Unknown => None,
         }
+    }
+}
+
+impl std::fmt::Display for Subsampling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

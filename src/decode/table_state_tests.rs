@@ -7,22 +7,22 @@
 
 use super::markers::code::{DHT, DQT};
 use super::*;
-use crate::synthetic::encode::{ChromaSubsampling, JpegEncoder};
+use crate::synthetic::encode::JpegEncoder;
 use crate::test_data::pattern;
 
 /// Encode the test pattern with the given knobs.
-fn encode(w: u32, h: u32, seed: u32, sub: ChromaSubsampling, quality: u8, progressive: bool, arith: bool) -> Vec<u8> {
+fn encode(w: u32, h: u32, seed: u32, sub: Subsampling, quality: u8, progressive: bool, arith: bool) -> Vec<u8> {
     let mut e = JpegEncoder::new().unwrap();
     e.set_progressive(progressive).unwrap();
     e.set_arithmetic(arith).unwrap();
     let px = pattern(w, h, seed);
-    let px = if sub == ChromaSubsampling::Gray { px.chunks_exact(3).map(|p| p[1]).collect() } else { px };
+    let px = if sub == Subsampling::Gray { px.chunks_exact(3).map(|p| p[1]).collect() } else { px };
     e.encode(&px, w, h, quality, sub).unwrap()
 }
 
-fn lossless(w: u32, h: u32, seed: u32, sub: ChromaSubsampling) -> Vec<u8> {
+fn lossless(w: u32, h: u32, seed: u32, sub: Subsampling) -> Vec<u8> {
     let px = pattern(w, h, seed);
-    let px = if sub == ChromaSubsampling::Gray { px.chunks_exact(3).map(|p| p[1]).collect() } else { px };
+    let px = if sub == Subsampling::Gray { px.chunks_exact(3).map(|p| p[1]).collect() } else { px };
     JpegEncoder::new().unwrap().encode_lossless(&px, w, h, sub, 1).unwrap()
 }
 
@@ -104,7 +104,7 @@ pub(super) fn header_outcome(
 /// Images with tables unlike the stripped files': other qualities (quantization), optimized Huffman tables
 /// (progressive), arithmetic coding, lossless, gray, 4:4:4.
 fn predecessors() -> Vec<(&'static str, Vec<u8>)> {
-    use ChromaSubsampling as S;
+    use Subsampling as S;
     vec![
         ("baseline q20 4:2:0", encode(48, 40, 11, S::S420, 20, false, false)),
         ("progressive q75 4:4:4", encode(56, 32, 12, S::S444, 75, true, false)),
@@ -145,7 +145,7 @@ fn same_on_every_handle(
 
 #[test]
 fn missing_quantization_tables_fail_on_every_handle() {
-    use ChromaSubsampling as S;
+    use Subsampling as S;
     for (name, good) in [
         ("baseline", encode(64, 48, 1, S::S420, 90, false, false)),
         ("progressive", encode(64, 48, 2, S::S444, 85, true, false)),
@@ -166,7 +166,7 @@ fn missing_quantization_tables_fail_on_every_handle() {
 
 #[test]
 fn missing_huffman_tables_use_the_standard_ones_in_sequential_files_and_fail_elsewhere() {
-    use ChromaSubsampling as S;
+    use Subsampling as S;
     // Baseline files written without optimization carry exactly libjpeg's standard tables: without their DHT
     // they must decode to the same pixels (what a fresh handle and Pillow do), whatever came before.
     for (name, good) in [
@@ -196,7 +196,7 @@ fn missing_huffman_tables_use_the_standard_ones_in_sequential_files_and_fail_els
 fn the_raw_handle_really_keeps_tables_across_images() {
     // The premise, on libjpeg-turbo itself: a used tj3 handle decodes a file without DQT (with the previous
     // image's tables), a fresh one refuses it. If this ever stops holding, the renewal is no longer needed.
-    let good = encode(64, 48, 9, ChromaSubsampling::S420, 90, false, false);
+    let good = encode(64, 48, 9, Subsampling::S420, 90, false, false);
     let no_dqt = strip(&good, DQT);
     let mut dst = vec![0u8; 64 * 48 * 3];
     let mut decode = |tj: &mut jpeg::TjDecompressor, b: &[u8]| {
@@ -212,7 +212,7 @@ fn the_raw_handle_really_keeps_tables_across_images() {
 
 #[test]
 fn files_with_their_own_tables_never_renew_the_handle() {
-    use ChromaSubsampling as S;
+    use Subsampling as S;
     let mut d = Decoder::new().unwrap();
     let mut files: Vec<Vec<u8>> = predecessors().into_iter().map(|(_, b)| b).collect();
     files.push(encode(64, 48, 1, S::S420, 90, true, true)); // progressive arithmetic
@@ -233,7 +233,7 @@ fn files_with_their_own_tables_never_renew_the_handle() {
 fn tables_defined_after_the_scan_that_uses_them_do_not_count() {
     // Move the DQT segments from the header to just before EOI: the scan finds no table (fresh: error), and a used
     // handle must not decode it with the previous image's.
-    let good = encode(64, 48, 10, ChromaSubsampling::S420, 90, false, false);
+    let good = encode(64, 48, 10, Subsampling::S420, 90, false, false);
     let dqts: Vec<u8> =
         all_segments(&good).iter().filter(|s| s.0 == DQT).flat_map(|&(_, s, e)| good[s..e].to_vec()).collect();
     let mut late = strip(&good, DQT);
@@ -248,7 +248,7 @@ fn tables_defined_after_the_scan_that_uses_them_do_not_count() {
 fn a_tables_only_datastream_is_an_error_whatever_came_before() {
     // SOI + the tables of a real file + EOI: libjpeg's abbreviated table specification. tj3DecompressHeader loads
     // the tables and reports the previous image's size as this file's.
-    let good = encode(64, 48, 11, ChromaSubsampling::S420, 90, false, false);
+    let good = encode(64, 48, 11, Subsampling::S420, 90, false, false);
     let mut tables = good[..2].to_vec();
     for (m, s, e) in all_segments(&good) {
         if m == DQT || m == DHT {
@@ -283,7 +283,7 @@ fn ends_before_scan_follows_libjpeg_lengths() {
     assert!(!markers::ends_before_scan(&[0xFF, 0xD8, 0xFF, 0x4A, 0x00, 0x02, 0xFF, 0xD9]));
     assert!(!markers::ends_before_scan(&[0xFF, 0xD8, 0x00, 0xFF, 0xDA, 0x00]));
     // Every prefix of a real file that cuts it before its first SOS is one; the whole file is not.
-    let good = encode(32, 24, 12, ChromaSubsampling::S420, 80, false, false);
+    let good = encode(32, 24, 12, Subsampling::S420, 80, false, false);
     let sos = all_segments(&good).iter().find(|s| s.0 == 0xDA).unwrap().1;
     for cut in 2..=sos {
         assert!(markers::ends_before_scan(&good[..cut]), "cut {cut}");

@@ -50,7 +50,7 @@ use crate::source::packed::{
     PackMeta, PackOptions, PackWriter, PackedIndex, RecordFormat, RecordMeta, check_classes,
 };
 use crate::source::{Dataset, PixelArray, Store, describe_file_type, read_sample, read_span};
-use crate::synthetic::encode::{ChromaSubsampling, JpegEncoder};
+use crate::synthetic::encode::JpegEncoder;
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -314,7 +314,7 @@ impl Producer {
         };
         let encoded = done.and_then(|()| {
             self.encoder
-                .encode(&rgb, tw, th, cfg.quality.unwrap_or(DEFAULT_QUALITY), ChromaSubsampling::S420)
+                .encode(&rgb, tw, th, cfg.quality.unwrap_or(DEFAULT_QUALITY), Subsampling::S420)
                 .map_err(|e| ImageError::new(ImageErrorKind::Corrupt, e.to_string()))
         });
         self.rgb = rgb;

@@ -15,8 +15,8 @@ use crate::worker::ErrorPolicy;
 use std::os::unix::fs::FileTypeExt;
 use std::time::Duration;
 
-fn jpeg(seed: u32, w: u32, h: u32, sub: ChromaSubsampling) -> Vec<u8> {
-    let c = sub.input_channels() as u32;
+fn jpeg(seed: u32, w: u32, h: u32, sub: Subsampling) -> Vec<u8> {
+    let c = crate::synthetic::encode::input_channels(sub) as u32;
     let px: Vec<u8> = (0..w * h * c)
         .map(|i| {
             let (x, y) = ((i / c) % w, (i / c) / w);
@@ -30,7 +30,7 @@ fn jpeg(seed: u32, w: u32, h: u32, sub: ChromaSubsampling) -> Vec<u8> {
 /// dataset over it (labels = class index), like `trdata.ImageFolder` builds.
 fn image_folder(name: &str, n: u32) -> (PathBuf, Dataset) {
     let root = crate::test_data::fresh_dir(&format!("pack-{name}"));
-    let subs = [ChromaSubsampling::S420, ChromaSubsampling::S444, ChromaSubsampling::Gray, ChromaSubsampling::S422];
+    let subs = [Subsampling::S420, Subsampling::S444, Subsampling::Gray, Subsampling::S422];
     let (mut paths, mut labels) = (Vec::new(), Vec::new());
     for i in 0..n {
         let class = i % 3;

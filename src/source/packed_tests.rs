@@ -3,15 +3,16 @@
 //! under real threads, and loaders over packed sources (same batches as the source, exactly once, exact resume).
 
 use super::*;
+use crate::decode::Subsampling;
 use crate::error::ImageErrorKind;
 use crate::source::{BlockStructure, Dataset, Store, packed_dataset};
-use crate::synthetic::encode::{ChromaSubsampling, JpegEncoder};
+use crate::synthetic::encode::JpegEncoder;
 use proptest::prelude::*;
 use std::io::Cursor;
 
 fn jpeg(seed: u8, w: u32, h: u32) -> Vec<u8> {
     let px: Vec<u8> = (0..w * h * 3).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
-    JpegEncoder::new().unwrap().encode(&px, w, h, 85, ChromaSubsampling::S420).unwrap()
+    JpegEncoder::new().unwrap().encode(&px, w, h, 85, Subsampling::S420).unwrap()
 }
 
 /// Records of every kind: JPEGs, a raw RGB and a raw gray image, bytes that are no image, one record larger than

@@ -11,39 +11,25 @@ use std::io;
 
 use turbojpeg_sys as tj;
 
-/// Chroma subsampling of an encoded JPEG (the `TJSAMP_*` values we produce).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ChromaSubsampling {
-    /// Full-resolution chroma.
-    S444,
-    /// Chroma halved horizontally.
-    S422,
-    /// Chroma halved in both directions (most camera/web JPEGs).
-    S420,
-    /// Single luminance channel; the input is one byte per pixel.
-    Gray,
-    /// Chroma halved vertically (4:4:0; luma sampling 1×2). Rare in the wild; tests of subsampling-dependent code.
-    S440,
-    /// Chroma quartered horizontally (4:1:1; luma sampling 4×1). Tests of files GPU decoders refuse.
-    S411,
+use crate::decode::Subsampling;
+
+/// libjpeg-turbo's `TJSAMP_*` for `s` (the one subsampling enum is decode/'s); `None` for `Unknown`.
+fn tjsamp(s: Subsampling) -> Option<libc::c_int> {
+    Some(match s {
+        Subsampling::S444 => tj::TJSAMP_TJSAMP_444,
+        Subsampling::S422 => tj::TJSAMP_TJSAMP_422,
+        Subsampling::S420 => tj::TJSAMP_TJSAMP_420,
+        Subsampling::Gray => tj::TJSAMP_TJSAMP_GRAY,
+        Subsampling::S440 => tj::TJSAMP_TJSAMP_440,
+        Subsampling::S411 => tj::TJSAMP_TJSAMP_411,
+        Subsampling::S441 => tj::TJSAMP_TJSAMP_441,
+        Subsampling::Unknown => return None,
+    } as libc::c_int)
 }
 
-impl ChromaSubsampling {
-    fn tjsamp(self) -> libc::c_int {
-        (match self {
-            Self::S444 => tj::TJSAMP_TJSAMP_444,
-            Self::S422 => tj::TJSAMP_TJSAMP_422,
-            Self::S420 => tj::TJSAMP_TJSAMP_420,
-            Self::Gray => tj::TJSAMP_TJSAMP_GRAY,
-            Self::S440 => tj::TJSAMP_TJSAMP_440,
-            Self::S411 => tj::TJSAMP_TJSAMP_411,
-        }) as libc::c_int
-    }
-
-    /// Bytes per input pixel expected by [`JpegEncoder::encode`] (3 for RGB, 1 for gray).
-    pub fn input_channels(self) -> usize {
-        if self == Self::Gray { 1 } else { 3 }
-    }
+/// Bytes per input pixel [`JpegEncoder::encode`] expects for `subsampling` (1 for gray, else 3 for RGB).
+pub fn input_channels(subsampling: Subsampling) -> usize {
+    if subsampling == Subsampling::Gray { 1 } else { 3 }
 }
 
 /// An encoder failure: libjpeg-turbo's message or an argument problem.
@@ -116,30 +102,30 @@ impl JpegEncoder {
     }
 
     /// Encode packed pixels (`RGB` rows of `width*3` bytes, or gray rows of `width` bytes when `subsampling`
-    /// is [`ChromaSubsampling::Gray`]) at `quality` (1..=100) into a baseline JFIF byte vector.
+    /// is [`Subsampling::Gray`]) at `quality` (1..=100) into a baseline JFIF byte vector.
     pub fn encode(
         &mut self,
         pixels: &[u8],
         width: u32,
         height: u32,
         quality: u8,
-        subsampling: ChromaSubsampling,
+        subsampling: Subsampling,
     ) -> Result<Vec<u8>, EncodeError> {
         self.encode_with(pixels, width, height, quality, subsampling, None)
     }
 
     /// Encode packed pixels as a *lossless* JPEG (SOF3, predictor `psv` in 1..=7, no point transform). Lossless
-    /// JPEG has no chroma subsampling: `subsampling` must be [`ChromaSubsampling::S444`] or
-    /// [`ChromaSubsampling::Gray`]. Used by tests and fuzz seeds (Pillow cannot write lossless JPEGs).
+    /// JPEG has no chroma subsampling: `subsampling` must be [`Subsampling::S444`] or
+    /// [`Subsampling::Gray`]. Used by tests and fuzz seeds (Pillow cannot write lossless JPEGs).
     pub fn encode_lossless(
         &mut self,
         pixels: &[u8],
         width: u32,
         height: u32,
-        subsampling: ChromaSubsampling,
+        subsampling: Subsampling,
         psv: u8,
     ) -> Result<Vec<u8>, EncodeError> {
-        if !matches!(subsampling, ChromaSubsampling::S444 | ChromaSubsampling::Gray) || !(1..=7).contains(&psv) {
+        if !matches!(subsampling, Subsampling::S444 | Subsampling::Gray) || !(1..=7).contains(&psv) {
             return Err(EncodeError(format!(
                 "lossless JPEG needs 4:4:4 or gray and psv 1..=7 ({subsampling:?}, {psv})"
             )));
@@ -153,10 +139,13 @@ impl JpegEncoder {
         width: u32,
         height: u32,
         quality: u8,
-        subsampling: ChromaSubsampling,
+        subsampling: Subsampling,
         lossless_psv: Option<u8>,
     ) -> Result<Vec<u8>, EncodeError> {
-        let channels = subsampling.input_channels();
+        let channels = input_channels(subsampling);
+        let Some(samp) = tjsamp(subsampling) else {
+            return Err(EncodeError(format!("cannot encode subsampling {subsampling:?}")));
+        };
         let expected = (width as usize).checked_mul(height as usize).and_then(|n| n.checked_mul(channels));
         if width == 0 || height == 0 || width > i32::MAX as u32 / 4 || height > i32::MAX as u32 {
             return Err(EncodeError(format!("bad size {width}x{height}")));
@@ -171,7 +160,7 @@ impl JpegEncoder {
             return Err(EncodeError(format!("quality {quality} not in 1..=100")));
         }
         self.set(tj::TJPARAM_TJPARAM_QUALITY, quality as libc::c_int, "QUALITY")?;
-        self.set(tj::TJPARAM_TJPARAM_SUBSAMP, subsampling.tjsamp(), "SUBSAMP")?;
+        self.set(tj::TJPARAM_TJPARAM_SUBSAMP, samp, "SUBSAMP")?;
         // The output buffer is Rust-owned; NOREALLOC forbids libjpeg-turbo to free/realloc it (it would use
         // its own allocator on memory it does not own), so it must be the worst-case size up front.
         self.set(tj::TJPARAM_TJPARAM_NOREALLOC, 1, "NOREALLOC")?;
@@ -184,7 +173,7 @@ impl JpegEncoder {
 
         let (w, h) = (width as libc::c_int, height as libc::c_int);
         // SAFETY: pure function of its integer arguments; returns 0 when they are out of range.
-        let worst_bytes = unsafe { tj::tj3JPEGBufSize(w, h, subsampling.tjsamp()) } as usize;
+        let worst_bytes = unsafe { tj::tj3JPEGBufSize(w, h, samp) } as usize;
         if worst_bytes == 0 {
             return Err(EncodeError(format!("tj3JPEGBufSize({width}x{height}): {}", self.last_error())));
         }
@@ -198,7 +187,7 @@ impl JpegEncoder {
         let mut out = vec![0u8; worst_bytes];
         let mut out_ptr: *mut libc::c_uchar = out.as_mut_ptr();
         let mut out_bytes: tj::size_t = worst_bytes as tj::size_t;
-        let pixel_format = if subsampling == ChromaSubsampling::Gray { tj::TJPF_TJPF_GRAY } else { tj::TJPF_TJPF_RGB };
+        let pixel_format = if subsampling == Subsampling::Gray { tj::TJPF_TJPF_GRAY } else { tj::TJPF_TJPF_RGB };
         // SAFETY: `pixels` holds exactly width*height*channels bytes (checked above) and pitch 0 means
         // width*channels; `out` is a live allocation of `worst_bytes` (tj3JPEGBufSize's bound for this size
         // and subsampling, no ICC profile set) and NOREALLOC=1 guarantees libjpeg-turbo writes within it and
@@ -238,8 +227,8 @@ mod tests {
     #[test]
     fn encoder_rejects_bad_arguments() {
         let mut e = JpegEncoder::new().unwrap();
-        assert!(e.encode(&[0; 10], 4, 4, 90, ChromaSubsampling::S420).is_err());
-        assert!(e.encode(&[0; 48], 4, 4, 0, ChromaSubsampling::S420).is_err());
-        assert!(e.encode(&[0; 16], 4, 4, 90, ChromaSubsampling::Gray).is_ok());
+        assert!(e.encode(&[0; 10], 4, 4, 90, Subsampling::S420).is_err());
+        assert!(e.encode(&[0; 48], 4, 4, 0, Subsampling::S420).is_err());
+        assert!(e.encode(&[0; 16], 4, 4, 90, Subsampling::Gray).is_ok());
     }
 }

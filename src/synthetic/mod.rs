@@ -37,7 +37,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use encode::{ChromaSubsampling, JpegEncoder};
+use crate::decode::Subsampling;
+use encode::JpegEncoder;
 
 // ---------------------------------------------------------------------------------------------------------
 // Deterministic randomness (local on purpose: the dataset must not change when the augmentation RNG does)
@@ -150,7 +151,7 @@ pub struct SyntheticImagePlan {
     /// JPEG quality (85..=95, mostly 90).
     pub quality: u8,
     /// Chroma subsampling (mostly 4:2:0).
-    pub subsampling: ChromaSubsampling,
+    pub subsampling: Subsampling,
 }
 
 impl SyntheticImagePlan {
@@ -189,9 +190,9 @@ impl SyntheticImagePlan {
             _ => r.int(91, 95) as u8,
         };
         let subsampling = match r.unit() {
-            u if u < 0.85 => ChromaSubsampling::S420,
-            u if u < 0.97 => ChromaSubsampling::S444,
-            _ => ChromaSubsampling::Gray,
+            u if u < 0.85 => Subsampling::S420,
+            u if u < 0.97 => Subsampling::S444,
+            _ => Subsampling::Gray,
         };
         Self { index, class: index % SYNTHETIC_CLASSES, width, height, quality, subsampling }
     }
@@ -420,7 +421,7 @@ impl SyntheticPainter {
         Self { seed, detail: DetailTile::new(r.next_u64() as u32, DETAIL_BASE_PX, 3) }
     }
 
-    /// Paint image `plan`: packed RGB, or gray for [`ChromaSubsampling::Gray`], of `width*height*channels`
+    /// Paint image `plan`: packed RGB, or gray for [`Subsampling::Gray`], of `width*height*channels`
     /// bytes. Depends only on (seed, plan).
     pub fn paint(&self, plan: &SyntheticImagePlan) -> Vec<u8> {
         paint(self.seed, plan, &self.detail)
@@ -501,7 +502,7 @@ fn paint(seed: u64, plan: &SyntheticImagePlan, detail: &DetailTile) -> Vec<u8> {
     }
 
     // 3. Camera: vignette and sensor grain (mostly luminance, a little chroma), then quantize.
-    let channels = plan.subsampling.input_channels();
+    let channels = encode::input_channels(plan.subsampling);
     let mut out = vec![0u8; w * h * channels];
     let grain_scale = grain_amp / 128.0;
     for y in 0..h {
@@ -739,7 +740,7 @@ mod tests {
         assert!((150..350).contains(&portrait), "portrait {portrait}");
         assert!(plans.iter().any(|p| p.width.max(p.height) >= 1000));
         assert!(plans.iter().any(|p| p.width.max(p.height) <= 250));
-        let s420 = plans.iter().filter(|p| p.subsampling == ChromaSubsampling::S420).count();
+        let s420 = plans.iter().filter(|p| p.subsampling == Subsampling::S420).count();
         assert!(s420 > 750, "4:2:0 {s420}");
         assert!(plans.iter().all(|p| (85..=95).contains(&p.quality)));
         assert_ne!(SyntheticImagePlan::new(1, 5), SyntheticImagePlan::new(0, 5));
@@ -753,11 +754,11 @@ mod tests {
             width: 500,
             height: 375,
             quality: 90,
-            subsampling: ChromaSubsampling::S420,
+            subsampling: Subsampling::S420,
         };
         let pixels = SyntheticPainter::new(0).paint(&plan);
         assert_eq!(pixels, SyntheticPainter::new(0).paint(&plan), "painting is deterministic");
-        let jpeg = JpegEncoder::new().unwrap().encode(&pixels, 500, 375, 90, ChromaSubsampling::S420).unwrap();
+        let jpeg = JpegEncoder::new().unwrap().encode(&pixels, 500, 375, 90, Subsampling::S420).unwrap();
         assert_eq!(&jpeg[..3], &[0xFF, 0xD8, 0xFF]);
         assert_eq!(&jpeg[jpeg.len() - 2..], &[0xFF, 0xD9]);
         let bytes_per_pixel = jpeg.len() as f64 / (500.0 * 375.0);

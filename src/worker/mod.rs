@@ -584,7 +584,7 @@ fn to_gpu(ctx: &WorkContext, g: GpuRow<'_>, scratch: &mut WorkerScratch, bytes: 
         x: TaskTaps::from(plan.x()),
         y: TaskTaps::from(plan.y()),
         vertical_first: plan.vertical_first(),
-        interpolate: info.subsampling.luma_factors() != (1, 1),
+        interpolate: info.subsampling.luma_factors() != Some((1, 1)),
     });
     true
 }
@@ -798,7 +798,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let jpeg = crate::synthetic::encode::JpegEncoder::new()
             .unwrap()
-            .encode(&[90u8; 16 * 16 * 3], 16, 16, 90, crate::synthetic::encode::ChromaSubsampling::S420)
+            .encode(&[90u8; 16 * 16 * 3], 16, 16, 90, crate::decode::Subsampling::S420)
             .unwrap();
         let mut paths = Vec::new();
         for i in 0..32 {
@@ -870,7 +870,7 @@ mod tests {
         let n = 32_768u64;
         let jpeg = crate::synthetic::encode::JpegEncoder::new()
             .unwrap()
-            .encode(&[90u8; 16 * 16 * 3], 16, 16, 90, crate::synthetic::encode::ChromaSubsampling::S420)
+            .encode(&[90u8; 16 * 16 * 3], 16, 16, 90, crate::decode::Subsampling::S420)
             .unwrap();
         let bad = b"not an image".to_vec();
         let good = |i: u64| i >= n - 4;

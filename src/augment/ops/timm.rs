@@ -7,12 +7,12 @@ use super::{Arg, Args, Drawn, MAX_SIDE, Op, OpScratch, PADDING_MODE, SIZE, bad, 
 use crate::augment::kernels::{self, Frame, PadMode};
 use crate::augment::site::Site;
 use crate::augment::timm::TimmRandomErasing;
-use crate::augment::timm::{self as pillow, ERASE_MODE, TIMM_INTERPOLATION, TIMM_OPS, TimmKind, TimmOp, TimmPolicy};
+use crate::augment::timm::{self as pillow, AugmentOp, ERASE_MODE, TIMM_INTERPOLATION, TIMM_OPS, TimmKind, TimmPolicy};
 use crate::error::{Result, TrdataError};
 use crate::rng::SampleRng;
 
 /// timm's op names (an `Arg::List` of strings) → ops.
-fn timm_ops(a: &Arg) -> Result<Vec<TimmOp>> {
+fn timm_ops(a: &Arg) -> Result<Vec<AugmentOp>> {
     match a {
         Arg::List(v) => v
             .iter()
@@ -26,7 +26,7 @@ fn timm_ops(a: &Arg) -> Result<Vec<TimmOp>> {
 }
 
 /// One AutoAugment sub-policy: a list of `(name, p, magnitude)`.
-fn timm_steps(a: &Arg) -> Result<Vec<(TimmOp, f64, f64)>> {
+fn timm_steps(a: &Arg) -> Result<Vec<(AugmentOp, f64, f64)>> {
     let shape = || TrdataError::config("policy", format!("{a:?} must be a list of (op name, p, magnitude)"));
     let Arg::List(steps) = a else { return Err(shape()) };
     let number = |v: &Arg| match v {
