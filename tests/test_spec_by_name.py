@@ -182,7 +182,9 @@ def _draw(spec: Any) -> list[float]:
 
 def test_every_batch_op_class_is_covered():
     classes = {
-        c for c in vars(trdata.batch_ops).values() if inspect.isclass(c) and issubclass(c, trdata.batch_ops.BatchOp)
+        c
+        for c in vars(trdata.batch_ops).values()
+        if inspect.isclass(c) and issubclass(c, trdata.batch_ops.BatchOp)
     }
     assert {type(op) for op in BATCH_OPS} == classes - {trdata.batch_ops.BatchOp}
 
