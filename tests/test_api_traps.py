@@ -160,6 +160,9 @@ def test_to_dtype_half_types_set_the_loader_dtype(files: trdata.FileList, name: 
         (np.dtype("float16"), "float16"),
         (np.dtype(np.float32), "float32"),
         (np.dtype("uint8"), "uint8"),
+        (np.float32, "float32"),
+        (np.float16, "float16"),
+        (np.uint8, "uint8"),
     ],
 )
 def test_dtype_objects_name_a_dtype(files: trdata.FileList, given: object, name: str) -> None:
@@ -170,7 +173,7 @@ def test_dtype_objects_name_a_dtype(files: trdata.FileList, given: object, name:
 
 
 def test_dtype_objects_of_other_types_are_refused_naming_dtype(files: trdata.FileList) -> None:
-    for given in (torch.float64, np.dtype("int32")):
+    for given in (torch.float64, np.dtype("int32"), np.int32, np.float64):
         with pytest.raises(ConfigError, match="invalid dtype") as e:
             trdata.Loader(files, transforms=[trdata.CenterCrop(8)], dtype=given)
         assert e.value.parameter == "dtype"

@@ -181,7 +181,10 @@ def test_int_parameters_are_range_checked_and_named(jpegs, param, value):
         ("on_error", None),
         ("on_error", "ignore"),
         ("dtype", None),
-        ("dtype", np.float32),
+        (
+            "dtype",
+            np.int32,
+        ),  # np.float32 names float32 (tests/test_api_traps.py); a type with no trdata dtype
         ("dtype", "float32 "),
         ("layout", 5),
         ("layout", "nchw"),

@@ -79,8 +79,8 @@ class Converted:
 
 
 def dtype_name(dtype: Any) -> Any:
-    """A dtype *object* → its name: ``torch.float16`` → ``"float16"``, ``np.dtype("float32")`` → ``"float32"``
-    (``torch.bfloat16``, ``torch.half`` too). Anything else is returned as it is (a string, or a value the core's
+    """A dtype *object* → its name: ``torch.float16`` → ``"float16"``, ``np.dtype("float32")`` and the scalar type
+    ``np.float32`` → ``"float32"`` (``torch.bfloat16``, ``torch.half`` too). Anything else is returned as it is (a string, or a value the core's
     ``dtype`` choice then refuses, naming it): only the spelling is translated, which names are valid is the
     core's table (``trdata.loader.CHOICES["dtype"]``)."""
     if isinstance(dtype, str):
@@ -92,6 +92,8 @@ def dtype_name(dtype: Any) -> Any:
 
     if isinstance(dtype, np.dtype):
         return dtype.name
+    if isinstance(dtype, type) and issubclass(dtype, np.generic):  # np.float32 as numpy's own APIs take it
+        return np.dtype(dtype).name
     return dtype
 
 
