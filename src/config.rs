@@ -62,7 +62,7 @@ pub const PIN: Choice<PinMode> = Choice {
     name: "pin",
     values: &[("round-robin", PinMode::RoundRobin), ("numa", PinMode::Numa), ("none", PinMode::None)],
 };
-/// Where the loader decodes JPEGs (`decode`; docs/gpu_decode.md, gpu_decode/).
+/// Where the loader decodes JPEGs (`decode`; docs/design/gpu-decode.md, src/gpu_decode/).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum DecodeMode {
     /// Every sample on the CPU workers.
@@ -177,13 +177,12 @@ pub mod default {
     }
 
     /// `workers` when the user gives none, from the `cpus` the workers are pinned to: every one for a CPU
-    /// loader; for a GPU loader (more than two CPUs) one less, left to the training thread — on the H200 box,
-    /// 16 workers on 16 cores delayed kernel launches enough to cost 6% of ResNet-50 step rate, 15 workers
-    /// cost nothing (benches/README.md, run 2) — and one less per GPU decode thread (`gpu_decode_threads`, 0
-    /// on the CPU path), never below half the CPUs: the decode threads feed the JPEG engines and wait on the
-    /// GPU in short calls, and a worker on every core delays them (H200, loader-only at a 0.75 GPU share:
-    /// 14,255 img/s with 16 workers, 19,697 with 12; docs/gpu_decode.md §17). Never below `engines` either:
-    /// every engine needs a worker (`check_workers_per_engine`).
+    /// loader; for a GPU loader (more than two CPUs) one less, left to the training thread, whose kernel launches a
+    /// worker on every core delays (benches/results/gpu.md) — and one less per GPU decode thread
+    /// (`gpu_decode_threads`, 0 on the CPU path), never below half the CPUs: the decode threads feed the JPEG
+    /// engines and wait on the GPU in short calls, and a worker on every core delays them too
+    /// (docs/design/gpu-decode-log.md §17). Never below `engines` either: every engine needs a worker
+    /// (`check_workers_per_engine`).
     pub fn workers(cpus: usize, gpu: bool, gpu_decode_threads: usize, engines: usize) -> usize {
         let w = if gpu && cpus > 2 {
             cpus.saturating_sub(1 + gpu_decode_threads).max(cpus.div_ceil(2))

@@ -1,4 +1,4 @@
-"""benches/tools/watch.py, the hang watcher of the GPU runs (docs/gpu_decode.md §20), on real processes: the command's own
+"""benches/tools/watch.py, the hang watcher of the GPU runs (docs/design/gpu-decode-log.md §20), on real processes: the command's own
 exit status comes back, and a command still running at the limit is dumped (every thread's state and system call)
 and killed."""
 

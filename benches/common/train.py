@@ -19,7 +19,7 @@ import torch
 from common import IMAGENET_MEAN, IMAGENET_STD, decode_arg, folder_files
 from common.recipe import repeats_for, train_loader
 
-try:  # before anything starts CUDA: trdata's import sets CUDA_DEVICE_MAX_CONNECTIONS (docs/gpu_decode.md §18)
+try:  # before anything starts CUDA: trdata's import sets CUDA_DEVICE_MAX_CONNECTIONS (docs/design/gpu-decode-log.md §18)
     import trdata  # noqa: F401
 except ImportError:  # the peers-only and --dry runs work without it
     pass

@@ -47,10 +47,10 @@ one epoch: every feeder drains and refills its pipeline when an epoch starts (be
 ~0.2–0.3 s per restart for ResNet-18), which a 100-batch epoch would put inside the 150-step windows. Windows are
 long and, for "auto", late (after --auto-warmup): the bench's earlier defaults (40 steps, 20 warm-up steps for
 "auto", so a window at batches 10–70 of a fresh loader) read ResNet-18 "auto" 0.83× and compiled ResNet-50 "auto"
-0.78×; these read 0.94× and 0.995× (docs/gpu_decode.md §19 says what changed and what is not separated). With the
+0.78×; these read 0.94× and 0.995× (docs/design/gpu-decode-log.md §19 says what changed and what is not separated). With the
 defaults the whole run should take ~4–5 min (an estimate: 248 s was measured for 18 of its configs with --compile;
 runs with these defaults hung in rn50/tv-gpu in 4 of 7 processes before trdata kept its nvJPEG decoders for the
-process, docs/gpu_decode.md §20); configs that would
+process, docs/design/gpu-decode-log.md §20); configs that would
 start after --deadline seconds (default 480) are skipped, so the run ends within 9 min unless one config alone
 (the compile) runs long; a config still running after --config-timeout seconds (default 240) prints every thread's
 stack and ends the run (faulthandler), the JSON of the configs before it kept. Each config's feeder is closed and
@@ -100,7 +100,7 @@ LOAD_FEEDERS = (*(f"trdata-{m}" for m in DECODE_MODES), "tv-gpu", "dataloader")
 DEFAULT_TRAIN = ("synthetic", "trdata-auto", "trdata-cpu", "tv-gpu", "dataloader")
 #: ResNet-50 eager also runs fixed shares of 0.5 and 0.6: the cores a GPU split saves at that rate ("auto" keeps
 #: the CPU the main path while it keeps up, so it saves few). 0.5 read 0.51–0.54× "cpu"'s loader cores at 0.97×
-#: (docs/gpu_decode.md §19–20); 0.6 is the share that should need under half.
+#: (docs/design/gpu-decode-log.md §19–20); 0.6 is the share that should need under half.
 DEFAULT_RN50 = ("synthetic", "trdata-auto", "trdata-cpu", "trdata-0.5", "trdata-0.6", "tv-gpu", "dataloader")
 #: Virtual epoch of the default --repeat, in batches (see the module docs: restarts inside the window).
 EPOCH_BATCHES = 1000
@@ -705,7 +705,7 @@ def header_info(a, paths, repeat) -> dict:
 def compile_model(model, opt, loss_fn, batch, mode: str = "default") -> tuple[object, float]:
     """torch.compile(model, mode=mode) and 3 steps on bf16 channels_last data (every feeder's input): compile
     seconds. mode "reduce-overhead" runs the model as CUDA graphs (its kernel launches no longer contend with the
-    GPU decode threads' driver calls: docs/gpu_decode.md §18)."""
+    GPU decode threads' driver calls: docs/design/gpu-decode-log.md §18)."""
     cmodel = torch.compile(model, mode=mode)
     feed = SyntheticFeed(batch)
     torch.cuda.synchronize()

@@ -2,7 +2,7 @@
 
     python benches/gpu/nvjpeg_under_load.py --data DIR [--batch 64] [--seconds 3] [--model resnet50]
 
-Why (docs/gpu_decode.md §17): trdata's GPU decode path makes ~14.5k img/s into cuda:0 on its own but only
+Why (docs/design/gpu-decode-log.md §17): trdata's GPU decode path makes ~14.5k img/s into cuda:0 on its own but only
 ~4.3k while ResNet-50 trains (~9k under ResNet-18), with the decode threads mostly waiting in nvJPEG's own
 `cudaEventSynchronize`. This bench isolates nvJPEG from trdata: one `nvjpegDecodeBatched` call after another on
 the 4:4:4 files of DIR (ctypes on the libnvjpeg trdata finds), alone and while the model trains on synthetic data
@@ -20,7 +20,7 @@ came from `devcarry/yuvprobe.py`, of which this file is the cleaned-up form.
 This file's own first run (H200, 2026-12-01, `devcarry/run23.sh`, one process per setting): with CUDA's default 8
 hardware work queues alone RGB 15,272 img/s, while ResNet-50 trains RGB 3,616 / planes 3,704–4,133; with
 `CUDA_DEVICE_MAX_CONNECTIONS=32` alone 16,234, while ResNet-50 trains RGB **10,618** / planes 8,643–9,511
-(ResNet-50 4,530 vs 4,599 alone-ish): nvJPEG's streams shared the 8 queues with the model's (docs/gpu_decode.md
+(ResNet-50 4,530 vs 4,599 alone-ish): nvJPEG's streams shared the 8 queues with the model's (docs/design/gpu-decode-log.md
 §18). `import trdata` now sets 32 unless the variable is set; run this file with the variable set explicitly to
 compare.
 """

@@ -7,7 +7,7 @@ trains, after a sweep of fixed shares (the rate landscape the controller moves o
 The training step, the trdata feed and the files are benches/common/train.py's (as in gpu/gpu_feed.py): bf16 autocast,
 channels_last, batch 256, the loader's default workers. `--epoch-batches` sets the virtual epoch (the file list
 repeated until an epoch holds that many batches); the default, 100, puts epoch restarts inside the trace — they
-show as windows where the rate halves and the data wait jumps (first run on the H200, docs/gpu_decode.md §19:
+show as windows where the rate halves and the data wait jumps (first run on the H200, docs/design/gpu-decode-log.md §19:
 ResNet-18, ~0.3 s lost per restart; between restarts 12–14k img/s against 13.2k synthetic).
 """
 

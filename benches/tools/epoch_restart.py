@@ -8,7 +8,7 @@ Per epoch it prints the first waits and the sum: a restart costs what the first 
 run (2 cores, CPU, the 1,000-file ImageNet sample × 4, batch 32, 35 ms per step, `--data
 ../shared/data/imagenet-sample`): epoch 0 waited 86 ms for its first batch (a fresh loader), epochs 1 and 2 27 and
 25 ms — one batch's latency — and ≤ 4.1 ms for every later batch. On the GPU with `--decode auto` the restart is a
-larger dip (docs/gpu_decode.md §19); this is the script to isolate it there.
+larger dip (docs/design/gpu-decode-log.md §19); this is the script to isolate it there.
 """
 
 from __future__ import annotations

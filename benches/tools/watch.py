@@ -4,7 +4,7 @@ kernel stack and system call (with the library the user-space PC is in), then th
 
     python benches/tools/watch.py [--limit 170] [--every 5] [--stall 3] [--gpu 0] -- python3 benches/gpu/gpu_feed.py ...
 
-The hang signature (docs/gpu_decode.md §20) is `--stall` samples in a row with the GPU 100 % busy and its memory
+The hang signature (docs/design/gpu-decode-log.md §20) is `--stall` samples in a row with the GPU 100 % busy and its memory
 controller 0 % busy: GPU work that never completes while a host thread spins in the driver behind it. Needs Linux
 /proc (kernel stacks need root) and, for the GPU columns, nvidia-smi (`--gpu`: its index as nvidia-smi counts,
 default 0). The command runs in its own process group, and the whole group is killed (torchrun's ranks, a DataLoader's

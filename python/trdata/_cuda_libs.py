@@ -4,7 +4,7 @@ run-time libraries (libnvjpeg for JPEG decode, libnvrtc for the resample kernels
 **CUDA_DEVICE_MAX_CONNECTIONS.** The GPU decode path's nvJPEG threads queue small per-image work on ~36 CUDA
 streams of their own. With CUDA's default of 8 hardware work queues per context those streams share queues with
 the training loop's, and nvJPEG's work then waits behind the model's kernels (false dependencies between streams).
-With 32 queues, measured on the H200 (docs/gpu_decode.md §18): ResNet-50 fed by decode="gpu" 0.90x -> 0.94x of
+With 32 queues, measured on the H200 (docs/design/gpu-decode-log.md §18): ResNet-50 fed by decode="gpu" 0.90x -> 0.94x of
 synthetic data, loader-only 14.8k -> 16.9k img/s; the CPU path and the models alone are unchanged. The driver
 reads the variable when it creates the CUDA context, so it is set when this module is imported (``import trdata``
 does): only when the user has not set it (Megatron-style code sets 1 on purpose), and it has no effect if CUDA was
@@ -93,7 +93,7 @@ class NvJpeg(Library):
         passes after a warm-up pass, each image whole or its centred region of ``roi_fraction`` × the sides →
         (seconds, images decoded, {reason: count} of those nvJPEG would not take, (check, submit, wait) seconds:
         header parse + support check, the decode call, the host wait for the stream). ``interpolate``:
-        interpolated chroma upsampling (libjpeg-turbo's; 2.6x slower on the H200's engines, docs/gpu_decode.md
+        interpolated chroma upsampling (libjpeg-turbo's; 2.6x slower on the H200's engines, docs/design/gpu-decode-log.md
         §15)."""
         return _core.nvjpeg_decode_batches(
             [bytes(f) for f in files],

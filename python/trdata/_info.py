@@ -115,7 +115,9 @@ def format_info(info: dict[str, Any] | None = None) -> str:
         if conns is not None:
             value = conns.get("value") or "unset (CUDA's default: 8)"
             who = (
-                "set by you" if conns.get("from_user") else "set by trdata at import (docs/gpu_decode.md §18)"
+                "set by you"
+                if conns.get("from_user")
+                else "set by trdata at import (docs/design/gpu-decode-log.md §18)"
             )
             lines.append(_more(f"CUDA_DEVICE_MAX_CONNECTIONS={value}, {who}"))
     else:

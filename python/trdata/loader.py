@@ -503,7 +503,7 @@ class Loader:
     unavailable. The GPU path takes pipelines of crops, resizes and flips (no pixel ops, one view, 3 channels);
     ``'gpu'`` or a share with anything else, without a CUDA device, nvJPEG (``nvidia-nvjpeg`` wheel, the CUDA
     toolkit or torchvision's bundled copy) or NVRTC raises ``ConfigError`` (``decode``). A GPU-decoded sample differs
-    from its CPU decode by IDCT rounding only (docs/gpu_decode.md). ``stats()`` reports ``decode_gpu`` (samples made
+    from its CPU decode by IDCT rounding only (docs/design/gpu-decode.md). ``stats()`` reports ``decode_gpu`` (samples made
     on the GPU), ``decode_gpu_fallback``, ``decode_gpu_ineligible``, ``decode_gpu_share_ppm`` and the times.
 
     Every argument is checked at construction; a bad value raises ``ConfigError`` (a ``ValueError``) whose
@@ -936,7 +936,7 @@ class Loader:
         millionths), decode_gpu_arena_bytes and decode_gpu_nvjpeg_bytes (device memory of the decode arenas and of
         nvJPEG's decoders), decode_gpu_decoders and decode_gpu_decoders_reused (nvJPEG hardware decoders this loader
         runs, and how many of them an earlier loader in the process made: closed loaders keep theirs for the next
-        one, docs/gpu_decode.md §20)."""
+        one, docs/design/gpu-decode-log.md §20)."""
         self._check_process()
         return dict(self._native.stats())
 
@@ -945,7 +945,7 @@ class Loader:
         iterator's next ``next()`` then raises ``LoaderClosedError``, as does any later use of the loader. In
         a process other than the creating one (a fork child) it does nothing. With GPU decode, the loader's
         nvJPEG hardware decoders are kept for the next loader on that GPU (their device and page-locked buffers
-        stay allocated until the process ends, as torchvision's decoder does; docs/gpu_decode.md §20). A
+        stay allocated until the process ends, as torchvision's decoder does; docs/design/gpu-decode-log.md §20). A
         ``batch_transform`` call still running is waited for at most ``trdata.batch.STOP_WAIT_S`` seconds; after
         that its thread (a daemon thread, which never holds the process's exit) is abandoned with a
         RuntimeWarning."""

@@ -22,9 +22,9 @@
 //! with torch). Handles and states are created and destroyed in the same call here ([`Nvjpeg::decode_rgb`]), so
 //! a failed decode leaves nothing behind to poison the next one.
 //!
-//! **Batched inputs.** [`BatchDecoder`] hands nvJPEG copies of a call's bitstreams in page-locked memory (bounded
-//! by [`MAX_PINNED_BITSTREAM_BYTES`]), so that its per-image uploads are asynchronous DMA rather than staged
-//! copies that hold the driver's context lock while a training thread launches kernels (docs/gpu_decode.md §18).
+//! **Batched inputs.** [`BatchDecoder`] hands nvJPEG copies of a call's bitstreams in page-locked memory (bounded by
+//! [`MAX_PINNED_BITSTREAM_BYTES`]), so that its per-image uploads are asynchronous DMA rather than staged copies that
+//! hold the driver's context lock while a training thread launches kernels (docs/design/gpu-decode-log.md §18).
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::path::{Path, PathBuf};
@@ -256,7 +256,7 @@ pub type Placed = std::result::Result<(usize, usize, usize), String>;
 /// Protocol per [`BatchDecoder::decode`] call: parse every header and ask nvJPEG whether it can decode the image
 /// (with its ROI) → place the supported ones in the buffer → `nvjpegDecodeBatchedInitialize` for exactly that
 /// many → one `nvjpegDecodeBatched(Ex)` → wait on the host for the stream. The host wait is required: the
-/// hardware batched decode starts writing when called, not in stream order (docs/gpu_decode.md §0.6), so the
+/// hardware batched decode starts writing when called, not in stream order (docs/design/gpu-decode.md §0.6), so the
 /// buffer may be reused only after it. The batch is re-initialized on every call, which is also nvJPEG's rule
 /// after a failed batch, so a failure never poisons the next call; a failed batch reports every image as
 /// not decoded.
@@ -281,11 +281,11 @@ pub struct BatchDecoder {
 /// Most page-locked bytes a [`BatchDecoder`] keeps for its bitstreams; a call whose files add up to more passes
 /// them from pageable memory.
 ///
-/// Why the copy (measured on the H200, docs/gpu_decode.md §18): from pageable memory nvJPEG uploads each bitstream
-/// with a staged, host-synchronous `cudaMemcpyAsync` (~50 µs per image while a model trains), and those calls hold
-/// the context's driver lock, so the training thread's kernel launches wait behind them (7.8 → 22.5 µs per
-/// `cudaLaunchKernel` under ResNet-18, whose GPU then idles ~10 ms per step). From page-locked memory the upload
-/// is an asynchronous DMA and the call returns at once.
+/// Why the copy (measured on the H200, docs/design/gpu-decode-log.md §18): from pageable memory nvJPEG uploads each
+/// bitstream with a staged, host-synchronous `cudaMemcpyAsync` (~50 µs per image while a model trains), and those calls
+/// hold the context's driver lock, so the training thread's kernel launches wait behind them (7.8 → 22.5 µs per
+/// `cudaLaunchKernel` under ResNet-18, whose GPU then idles ~10 ms per step). From page-locked memory the upload is an
+/// asynchronous DMA and the call returns at once.
 pub const MAX_PINNED_BITSTREAM_BYTES: usize = 32 << 20;
 
 /// [`BatchDecoder`]'s time per phase, accumulated over its calls.
@@ -308,8 +308,8 @@ impl BatchDecoder {
     /// backend (which takes no ROI). `max_output_bytes` bounds the output buffer.
     ///
     /// `interpolate`: `NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION` (libjpeg-turbo's "fancy" chroma upsampling, so
-    /// subsampled files decode as on the CPU path: ≥ 85 dB vs Pillow on the H200), which costs the hardware path
-    /// 2.6× (4,800 vs 12,670 img/s, docs/gpu_decode.md §15). 4:4:4 and gray files decode identically either way,
+    /// subsampled files decode as on the CPU path: ≥ 85 dB vs Pillow on the H200), which costs the hardware path 2.6×
+    /// (4,800 vs 12,670 img/s, docs/design/gpu-decode-log.md §15). 4:4:4 and gray files decode identically either way,
     /// so the GPU path gives them a decoder without it.
     pub fn new(
         nv: Arc<Nvjpeg>,

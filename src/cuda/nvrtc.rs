@@ -2,7 +2,7 @@
 //! (`src/cuda/kernels/*.cu`) into a CUBIN for the exact GPU in use. Used by the GPU resample path
 //! ([`super::resample_gpu`]); a platform room beside the driver, below the data path.
 //!
-//! **Why a CUBIN, not PTX** (docs/gpu_decode.md §0.8, §7): the build host has no nvcc/toolkit, so nothing can be
+//! **Why a CUBIN, not PTX** (docs/design/gpu-decode.md §0.8, §7): the build host has no nvcc/toolkit, so nothing can be
 //! compiled into the wheel; and PTX emitted by a newer NVRTC (e.g. 13.2 from the pip wheels) can carry a PTX ISA
 //! version the installed driver (580 = CUDA 13.0 on the GPU box) cannot JIT, while a CUBIN built for the device's
 //! own `sm_XY` is loaded as is, with no JIT. The kernels are integer code, so no `--use_fast_math`-style option is

@@ -1,8 +1,8 @@
-//! decode/gpu_eligible — may this sample's bytes go to nvJPEG's hardware engines (docs/design/gpu-decode.md)? Decided from the
-//! JPEG header alone, on a CPU worker, once per sample, before the router draws its coin: a file that is not
-//! eligible takes the CPU path (never an error). nvJPEG's own `nvjpegDecodeBatchedSupportedEx` on the decode
-//! thread stays the final word; this check only keeps files away from it that the hardware backend cannot take
-//! or that would decode differently from the CPU path (docs/gpu_decode.md §0.2 and §6).
+//! decode/gpu_eligible — may this sample's bytes go to nvJPEG's hardware engines (docs/design/gpu-decode.md)? Decided
+//! from the JPEG header alone, on a CPU worker, once per sample, before the router draws its coin: a file that is not
+//! eligible takes the CPU path (never an error). nvJPEG's own `nvjpegDecodeBatchedSupportedEx` on the decode thread
+//! stays the final word; this check only keeps files away from it that the hardware backend cannot take or that would
+//! decode differently from the CPU path (docs/design/gpu-decode.md §0.2 and §6).
 //!
 //! **Eligible iff** all of the following hold. The reason reported is the first failure met: rules 1–5 (and
 //! malformed segments) are answered at the segment that breaks them, i.e. in file order, so a progressive CMYK
@@ -61,7 +61,7 @@ use super::exif::{self, Orientation};
 use super::markers::code::{APP0, APP1, APP14, APP15, COM, DHT, DQT, DRI, SOF0, SOF1, SOI, SOS};
 use super::{ImageFormat, Subsampling};
 
-/// Largest width and height sent to the GPU (nvJPEG's hardware engines; docs/gpu_decode.md §6).
+/// Largest width and height sent to the GPU (nvJPEG's hardware engines; docs/design/gpu-decode.md §6).
 pub const GPU_MAX_DIMENSION: u32 = 16384;
 
 /// The subsamplings nvJPEG's hardware decodes: the chroma layouts a GPU-eligible JPEG may have (one component 1×1,

@@ -12,17 +12,17 @@ pub(super) fn decoder_bytes(carried: &[Option<u64>], measured: u64) -> Vec<u64> 
     carried.iter().map(|c| c.unwrap_or(measured / made.max(1))).collect()
 }
 
-/// Decoder reuse: nvJPEG hardware decoders outlive their loader. Closing a loader returns its decoders here and
-/// the next loader on the same GPU with the same libnvjpeg takes them instead of making new ones; none is
-/// destroyed, so the pool holds, per GPU, as many as were ever in use at once (3 per open GPU-decode loader).
-/// Why: on the H200 a process that destroyed trdata's hardware decoders and then ran torchvision's hardware
-/// decode (`decode_jpeg(device="cuda")`, batched) hung in 4 of 7 runs, the GPU busy and the engines idle, and did
-/// not in 2 of 2 runs with reuse (docs/gpu_decode.md §20); torchvision itself never destroys its decoder. It also
-/// saves each later loader the decoders' creation and pre-allocation. The cost: their device buffers
-/// (`decode_gpu_nvjpeg_bytes`, ~100 MB each on the H200) and page-locked bitstream buffers (≤ 32 MiB each) stay
-/// allocated, and the GPU's primary context retained, until the process ends. A decoder whose stream failed is
-/// destroyed, never kept. Not survived: a reset of the primary context by another library while decoders are
-/// kept (`cuDevicePrimaryCtxReset`, e.g. numba's `cuda.close()`), which invalidates them.
+/// Decoder reuse: nvJPEG hardware decoders outlive their loader. Closing a loader returns its decoders here and the
+/// next loader on the same GPU with the same libnvjpeg takes them instead of making new ones; none is destroyed, so the
+/// pool holds, per GPU, as many as were ever in use at once (3 per open GPU-decode loader). Why: on the H200 a process
+/// that destroyed trdata's hardware decoders and then ran torchvision's hardware decode (`decode_jpeg(device="cuda")`,
+/// batched) hung in 4 of 7 runs, the GPU busy and the engines idle, and did not in 2 of 2 runs with reuse
+/// (docs/design/gpu-decode-log.md §20); torchvision itself never destroys its decoder. It also saves each later loader
+/// the decoders' creation and pre-allocation. The cost: their device buffers (`decode_gpu_nvjpeg_bytes`, ~100 MB each
+/// on the H200) and page-locked bitstream buffers (≤ 32 MiB each) stay allocated, and the GPU's primary context
+/// retained, until the process ends. A decoder whose stream failed is destroyed, never kept. Not survived: a reset of
+/// the primary context by another library while decoders are kept (`cuDevicePrimaryCtxReset`, e.g. numba's
+/// `cuda.close()`), which invalidates them.
 pub(super) static IDLE: IdlePool<BatchDecoder> = IdlePool::new();
 
 /// Idle items by (GPU ordinal, queue, library path), each with its device bytes.

@@ -12,11 +12,9 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 /// Decode threads (each with its own nvJPEG hardware decoder) per queue: [without, with] interpolated upsampling.
-/// Measured on the H200 (300 ImageNet files, 2026-12-01): alone, one decoder with interpolation takes 8.0k img/s
-/// of subsampled windows and more decoders do not add to it, while 2 decoders without it take 15.6k of 4:4:4/gray
-/// ones vs 13.2k for one. In the loader (batch 256, 15 workers) [1,1] / [2,1] / [3,1] gave 14.8k / 13.5k / 15.1k
-/// img/s loader-only at a 0.5 share and 13.5k / 14.2k / 14.9k at share 1, and fed ResNet-18 10.8k / 10.2k / 9.8k
-/// (auto) — differences within the runs' noise; 2 plain decoders keep a second call in flight while one blocks.
+/// On the H200 one decoder with interpolation is as fast as several, while a second decoder without it adds to the
+/// rate; in the loader the choices between 1 and 3 plain decoders were within the runs' noise, and 2 plain
+/// decoders keep a second call in flight while one blocks (the measurements: docs/design/gpu-decode-log.md).
 pub const DECODERS: [usize; 2] = [2, 1];
 /// Decode threads per engine (every [`DECODERS`] entry), which the default worker count leaves cores for.
 pub const DECODE_THREADS: usize = DECODERS[0] + DECODERS[1];

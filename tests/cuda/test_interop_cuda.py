@@ -4,7 +4,7 @@ finds torchvision's copy, and both use the GPU's JPEG engines.
 
 Why this test exists: on the H200 `benches/gpu/gpu_feed.py` hung in `rn50/tv-gpu` — torchvision's GPU decode
 and per-image GPU crop — after trdata GPU-decode loaders had been closed in the same process, in 4 of 7 runs; with
-trdata's decoders kept for the process it did not, in 2 of 2 (docs/gpu_decode.md §19–20; weak evidence so far).
+trdata's decoders kept for the process it did not, in 2 of 2 (docs/design/gpu-decode-log.md §19–20; weak evidence so far).
 Each stage runs in a fresh interpreter under a deadline, so a hang fails the test with the stage it hung
 in and every thread's Python stack (faulthandler) instead of hanging the suite. Skips without CUDA, libnvjpeg with
 hardware engines, or torchvision."""
@@ -88,7 +88,7 @@ import gc; gc.collect(); stage("dropped")
 tv_batch(); stage("torchvision after drop")
 ld = make_loader(); take(iter(ld), 2, ld); ld.close(); stage("a second trdata loader")
 """,
-    # The sequence that hung gpu_feed in 4 of 7 runs (docs/gpu_decode.md §20): two trdata GPU-decode loaders one
+    # The sequence that hung gpu_feed in 4 of 7 runs (docs/design/gpu-decode-log.md §20): two trdata GPU-decode loaders one
     # after the other, both closed and dropped, then torchvision's batched hardware decode with per-image GPU
     # RandomResizedCrop for 40 s (one run passes by chance 3 times in 7 if the hang is back: a signal, not proof). The second loader runs on the first one's decoders (kept for the process).
     "gpu-feed-sequence": """
