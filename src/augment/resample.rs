@@ -419,9 +419,9 @@ impl Passes<'_> {
             let first = (y.win0 - region_y0) as usize;
             let rows = first..first + nrows;
             if x.signed {
-                // Negative weights (bicubic) break the SWAR kernels' unsigned lanes: the signed kernel.
+                // Negative weights (bicubic) break the SWAR kernels' unsigned lanes: Pillow's plain loop.
                 for (r, d) in rows.zip(inter[..nrows * line].chunks_exact_mut(line)) {
-                    horizontal_row_signed::<C>(&pixels[r * stride + col0..r * stride + col0 + cols], x, d);
+                    horizontal_row::<C>(&pixels[r * stride + col0..r * stride + col0 + cols], x, d);
                 }
             } else {
                 horizontal::<C>(pixels, stride, col0, rows, x, wide, &mut inter[..nrows * line]);
@@ -446,7 +446,7 @@ impl Passes<'_> {
                 for i in 0..oh {
                     let k = &y.k[i * y.taps..(i + 1) * y.taps];
                     vertical(pixels, y.start[i] as usize * stride + col0, stride, k, vline);
-                    horizontal_row_signed::<C>(vline, x, row);
+                    horizontal_row::<C>(vline, x, row);
                     write_row::<C>(lut, layout, row, i, oh, dst);
                 }
                 return;
@@ -506,53 +506,6 @@ pub(crate) fn horizontal_row<const C: usize>(src: &[u8], c: &AxisCoeffs, dst: &m
         for (d, a) in d.iter_mut().zip(acc) {
             *d = clip8(a);
         }
-    }
-}
-
-/// The horizontal pass of signed (bicubic) taps: for RGB with K ≤ 12 taps, [`hrow_signed`] (two channels per
-/// multiply, in an i64); otherwise Pillow's plain loop [`horizontal_row`]. Same bytes as the plain loop.
-#[inline(always)]
-pub(crate) fn horizontal_row_signed<const C: usize>(src: &[u8], c: &AxisCoeffs, dst: &mut [u8]) {
-    if C != 3 {
-        return horizontal_row::<C>(src, c, dst);
-    }
-    match c.taps {
-        1 => hrow_signed::<1>(src, &c.start, &c.k, dst),
-        2 => hrow_signed::<2>(src, &c.start, &c.k, dst),
-        3 => hrow_signed::<3>(src, &c.start, &c.k, dst),
-        4 => hrow_signed::<4>(src, &c.start, &c.k, dst),
-        5 => hrow_signed::<5>(src, &c.start, &c.k, dst),
-        6 => hrow_signed::<6>(src, &c.start, &c.k, dst),
-        7 => hrow_signed::<7>(src, &c.start, &c.k, dst),
-        8 => hrow_signed::<8>(src, &c.start, &c.k, dst),
-        9 => hrow_signed::<9>(src, &c.start, &c.k, dst),
-        10 => hrow_signed::<10>(src, &c.start, &c.k, dst),
-        11 => hrow_signed::<11>(src, &c.start, &c.k, dst),
-        12 => hrow_signed::<12>(src, &c.start, &c.k, dst),
-        _ => horizontal_row::<3>(src, c, dst),
-    }
-}
-
-/// RGB, `K` signed taps: R and G share one i64 multiply-add, `Σ (r + g·2^32)·k = Σ r·k + 2^32·Σ g·k`, exact
-/// because every partial sum of `v·k` (8-bit `v`, Pillow's 22-bit weights, |Σ k| ≈ 2^22, Σ |k| < 2^23) is below
-/// 2^31 in magnitude, so the total stays far inside i64. The low 32 bits, read as an i32, are then Σ r·k itself
-/// (it fits an i32), and the rest, shifted down, is Σ g·k. Each channel's sum + `HALF` is the plain loop's i32
-/// accumulator (integer sums do not depend on their order), clipped the same way.
-#[inline(always)]
-fn hrow_signed<const K: usize>(src: &[u8], starts: &[u32], k: &[i32], dst: &mut [u8]) {
-    for ((d, &s), k) in dst.chunks_exact_mut(3).zip(starts).zip(k.chunks_exact(K)) {
-        let s = s as usize * 3;
-        let px = &src[s..s + 3 * K];
-        let (mut rg, mut b) = (0i64, HALF);
-        for t in 0..K {
-            rg += (i64::from(px[3 * t]) | (i64::from(px[3 * t + 1]) << 32)) * i64::from(k[t]);
-            b += i32::from(px[3 * t + 2]) * k[t];
-        }
-        let r = rg as i32;
-        let g = ((rg - i64::from(r)) >> 32) as i32;
-        d[0] = clip8(r + HALF);
-        d[1] = clip8(g + HALF);
-        d[2] = clip8(b);
     }
 }
 
@@ -837,12 +790,11 @@ mod tests {
         }
     }
 
-    /// The signed kernels against Pillow's plain loops kept as the oracle ([`horizontal_row`] and the
-    /// per-output vertical loop), for bicubic taps at every scale from upsampling to a 3.5× reduction (1 to
-    /// 15 taps: the const-K kernels and both fallbacks), flipped or not, on lines with extremes (0/255 edges
-    /// ring the most: the clip is exercised).
+    /// The vertical pass of signed (bicubic) taps against Pillow's per-output loop kept as the oracle, for
+    /// every scale from upsampling to a 3.5× reduction (4 to 15 taps: the const-K kernels and the blocked
+    /// fallback), flipped or not, on rows with 0/255 extremes (which ring the most: the clip is exercised).
     #[test]
-    fn signed_kernels_equal_the_plain_loops() {
+    fn signed_vertical_equals_the_per_output_loop() {
         let n = 420usize;
         let line: Vec<u8> = (0..3 * n)
             .map(|i| match (i / 3) % 9 {
@@ -852,18 +804,14 @@ mod tests {
             })
             .collect();
         let mut taps_seen = std::collections::BTreeSet::new();
-        for out in [840usize, 421, 420, 400, 311, 224, 210, 180, 150, 141, 120] {
+        for out in [840usize, 421, 400, 311, 224, 210, 180, 150, 141, 120] {
             for flip in [false, true] {
                 let mut c = AxisCoeffs::default();
                 c.compute(&bicubic_axis(n, out), 8, n as u32, n as u32, flip);
-                assert!(c.signed || out == n, "{n}->{out}");
+                assert!(c.signed, "{n}->{out}");
                 taps_seen.insert(c.taps);
-                let (mut want, mut got) = (vec![0u8; 3 * out], vec![0u8; 3 * out]);
-                horizontal_row::<3>(&line, &c, &mut want);
-                horizontal_row_signed::<3>(&line, &c, &mut got);
-                assert_eq!(got, want, "{n}->{out} taps {} flip {flip}", c.taps);
-                // vertical: the same taps down `taps` rows of a 3n-byte image, tap count by tap count
-                let rows: Vec<u8> = (0..c.taps + 1)
+                // `taps` rows of a 3n-byte image, each a shifted copy of the line
+                let rows: Vec<u8> = (0..c.taps)
                     .flat_map(|r| line.iter().map(move |&v| v.wrapping_add((r as u8).wrapping_mul(37))))
                     .collect();
                 for o in [0, out / 2, out - 1] {
@@ -875,18 +823,18 @@ mod tests {
                             clip8(k.iter().enumerate().fold(HALF, |a, (t, &w)| a + i32::from(rows[t * 3 * n + i]) * w))
                         })
                         .collect();
-                    assert_eq!(got, want, "vertical {n}->{out} taps {}", c.taps);
+                    assert_eq!(got, want, "{n}->{out} taps {} output {o}", c.taps);
                 }
             }
         }
         assert!(taps_seen.contains(&4) && taps_seen.iter().any(|&t| t > 12), "{taps_seen:?}");
     }
 
-    /// Timing report: the signed kernels against the plain loops (min of 7 runs, so a busy machine does not
-    /// skew it), bicubic 350 → 224 (7 taps) and 420 → 150 (11 taps).
+    /// Timing report: the vertical pass against the per-output loop it replaced beyond 8 taps (min of 7 runs, so
+    /// a busy machine does not skew it), bicubic 350 → 224 (7 taps) and 420 → 150 (12 taps).
     #[test]
     #[ignore = "timing report, not a test; run with --release --ignored --nocapture"]
-    fn signed_kernel_timing() {
+    fn signed_vertical_timing() {
         use std::time::Instant;
         let best = |f: &mut dyn FnMut()| {
             (0..7)
@@ -904,17 +852,6 @@ mod tests {
             c.compute(&bicubic_axis(n, out), 8, n as u32, n as u32, false);
             let img: Vec<u8> =
                 (0..3 * n * n).map(|i| ((i * 7919) ^ (i >> 5)).wrapping_mul(2_654_435_761) as u8).collect();
-            let mut row = vec![0u8; 3 * out];
-            let plain = best(&mut || {
-                for r in 0..out {
-                    horizontal_row::<3>(&img[r * 3 * n..(r + 1) * 3 * n], &c, &mut row);
-                }
-            });
-            let signed = best(&mut || {
-                for r in 0..out {
-                    horizontal_row_signed::<3>(&img[r * 3 * n..(r + 1) * 3 * n], &c, &mut row);
-                }
-            });
             let mut line = vec![0u8; 3 * n];
             let per_output = best(&mut || {
                 for o in 0..out {
@@ -931,10 +868,7 @@ mod tests {
                     vertical(&img, c.start[o] as usize * 3 * n, 3 * n, k, &mut line);
                 }
             });
-            eprintln!(
-                "{n}->{out} ({} taps): horizontal plain {plain:.0} us, signed {signed:.0} us; vertical per-output {per_output:.0} us, vertical() {vert:.0} us",
-                c.taps
-            );
+            eprintln!("{n}->{out} ({} taps): per-output loop {per_output:.0} us, vertical() {vert:.0} us", c.taps);
         }
     }
 }
