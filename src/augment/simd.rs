@@ -153,3 +153,267 @@ macro_rules! kernels {
 }
 /// The dispatcher macro for the kernels' own files ([`super::kernels`], [`super::warp`] invoke it).
 pub(crate) use kernels;
+
+/// Hand-written AVX2 forms of the pixel kernels whose autovectorized code is slow: the RGB kernels that need a
+/// per-pixel gray (stride-3 deinterleave, which LLVM turns into scalar inserts and stack spills) and the per-byte
+/// blends that the baseline applies through a 256-entry table (a load per byte). Each computes exactly the
+/// scalar kernel's f32 steps — the same `*`, `mul_add` (`vfmadd`, a true fused multiply-add like the scalar
+/// `mul_add`), `floor` and truncating cast of a value clamped to [0, 255] — on 8 lanes at a time, so the bytes
+/// are the scalar kernel's (tests: `augment::kernels::tests`, `simd_paths_give_the_same_bytes` and the oracle
+/// tests next to it). Each returns how many leading bytes it processed (whole blocks); the caller finishes the
+/// tail with the scalar body. On any other path they process nothing and return 0.
+pub(crate) mod fast {
+    use super::{Simd, current};
+
+    /// `trunc(clamp(fma(c, om, x · r), 0, 255))` on every byte `x` of `data`'s leading whole 32-byte blocks
+    /// (`_blend` with a per-image constant `c`; brightness is `c = om = 0`, since `fma(0, 0, y) = y` exactly).
+    #[inline]
+    pub(crate) fn blend_bytes(data: &mut [u8], c: f32, r: f32, om: f32) -> usize {
+        match current() {
+            Simd::Baseline => 0,
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `Simd::Avx2` is only constructed after runtime detection of AVX2 and FMA (see
+            // `Simd::available`), the features `x86::blend_bytes` enables.
+            Simd::Avx2 => unsafe { super::x86::blend_bytes(data, c, r, om) },
+        }
+    }
+
+    /// Saturation's blend of each byte of RGB `data` with its pixel's `floor(gray)`, on the leading whole
+    /// 16-pixel (48-byte) blocks.
+    #[inline]
+    pub(crate) fn saturation(data: &mut [u8], r: f32, om: f32) -> usize {
+        match current() {
+            Simd::Baseline => 0,
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as in `blend_bytes`: AVX2 and FMA were detected at runtime.
+            Simd::Avx2 => unsafe { super::x86::saturation(data, r, om) },
+        }
+    }
+
+    /// Σ `floor(gray)` over the leading whole 16-pixel blocks of RGB `data`: (sum, bytes done).
+    #[inline]
+    pub(crate) fn gray_sum(data: &[u8]) -> (u64, usize) {
+        match current() {
+            Simd::Baseline => (0, 0),
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as in `blend_bytes`: AVX2 and FMA were detected at runtime.
+            Simd::Avx2 => unsafe { super::x86::gray_sum(data) },
+        }
+    }
+}
+
+/// The AVX2 bodies of [`fast`]. Pointer reads and writes stay inside the slices: every block access is at
+/// `i..i + BLOCK` with `i + BLOCK <= len`.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// `pshufb` masks that gather plane `ch` (0 R, 1 G, 2 B) of 16 interleaved RGB pixels from the 16-byte
+    /// chunk `k` of their 48 bytes: lane `p` takes byte `3p + ch - 16k` when it lies in the chunk, else 0x80
+    /// (zero).
+    const fn deinterleave_mask(ch: usize, k: usize) -> [u8; 16] {
+        let mut m = [0x80u8; 16];
+        let mut p = 0;
+        while p < 16 {
+            let g = 3 * p + ch;
+            if g >= 16 * k && g < 16 * k + 16 {
+                m[p] = (g - 16 * k) as u8;
+            }
+            p += 1;
+        }
+        m
+    }
+
+    /// The inverse: byte `j` of output chunk `k` (interleaved index `g = 16k + j`) takes lane `g / 3` of plane
+    /// `ch` when `g % 3 == ch`, else zero.
+    const fn interleave_mask(ch: usize, k: usize) -> [u8; 16] {
+        let mut m = [0x80u8; 16];
+        let mut j = 0;
+        while j < 16 {
+            let g = 16 * k + j;
+            if g % 3 == ch {
+                m[j] = (g / 3) as u8;
+            }
+            j += 1;
+        }
+        m
+    }
+
+    const DE: [[[u8; 16]; 3]; 3] = {
+        let mut t = [[[0u8; 16]; 3]; 3];
+        let mut ch = 0;
+        while ch < 3 {
+            let mut k = 0;
+            while k < 3 {
+                t[ch][k] = deinterleave_mask(ch, k);
+                k += 1;
+            }
+            ch += 1;
+        }
+        t
+    };
+
+    const IN: [[[u8; 16]; 3]; 3] = {
+        let mut t = [[[0u8; 16]; 3]; 3];
+        let mut ch = 0;
+        while ch < 3 {
+            let mut k = 0;
+            while k < 3 {
+                t[ch][k] = interleave_mask(ch, k);
+                k += 1;
+            }
+            ch += 1;
+        }
+        t
+    };
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn mask(m: &[u8; 16]) -> __m128i {
+        // SAFETY: `m` is 16 readable bytes; `loadu` has no alignment requirement.
+        unsafe { _mm_loadu_si128(m.as_ptr().cast()) }
+    }
+
+    /// 16 interleaved RGB pixels (`chunks`: their 48 bytes) → the R, G and B planes (16 bytes each).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn deinterleave(chunks: [__m128i; 3]) -> [__m128i; 3] {
+        std::array::from_fn(|ch| {
+            let part = |k: usize| _mm_shuffle_epi8(chunks[k], mask(&DE[ch][k]));
+            _mm_or_si128(_mm_or_si128(part(0), part(1)), part(2))
+        })
+    }
+
+    /// The inverse of [`deinterleave`].
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn interleave(planes: [__m128i; 3]) -> [__m128i; 3] {
+        std::array::from_fn(|k| {
+            let part = |ch: usize| _mm_shuffle_epi8(planes[ch], mask(&IN[ch][k]));
+            _mm_or_si128(_mm_or_si128(part(0), part(1)), part(2))
+        })
+    }
+
+    /// The low 8 bytes of `v` as 8 f32 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn widen8(v: __m128i) -> __m256 {
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v))
+    }
+
+    /// 16 bytes → (lanes 0..8, lanes 8..16) as f32.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn widen16(v: __m128i) -> [__m256; 2] {
+        [widen8(v), widen8(_mm_srli_si128::<8>(v))]
+    }
+
+    /// `trunc(clamp(v, 0, 255))` as i32 lanes (the scalar `clamp(0.0, 255.0) as u8`: `max` then `min`, then
+    /// the truncating conversion, exact on [0, 255]).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn to_i32(v: __m256) -> __m256i {
+        _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(v, _mm256_setzero_ps()), _mm256_set1_ps(255.0)))
+    }
+
+    /// Two vectors of 8 i32 lanes in [0, 255] → their 16 bytes in lane order.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn pack16(lo: __m256i, hi: __m256i) -> __m128i {
+        // packus interleaves the 128-bit halves: [lo0-3 hi0-3 | lo4-7 hi4-7]; the permute restores lane order
+        let w = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(lo, hi));
+        _mm_packus_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256::<1>(w))
+    }
+
+    /// `floor(gray)` in f32 of the pixels whose planes are given (the scalar `gray_f32(..).floor()`).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn gray_floor(r: __m256, g: __m256, b: __m256) -> __m256 {
+        let t = _mm256_mul_ps(r, _mm256_set1_ps(0.2989));
+        let t = _mm256_fmadd_ps(g, _mm256_set1_ps(0.587), t);
+        _mm256_floor_ps(_mm256_fmadd_ps(b, _mm256_set1_ps(0.114), t))
+    }
+
+    /// Load the three 16-byte chunks of a 48-byte block.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn load48(block: &[u8]) -> [__m128i; 3] {
+        assert!(block.len() >= 48);
+        // SAFETY: the three 16-byte reads lie within `block` (checked above); `loadu` is unaligned.
+        std::array::from_fn(|k| unsafe { _mm_loadu_si128(block.as_ptr().add(16 * k).cast()) })
+    }
+
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn blend_bytes(data: &mut [u8], c: f32, r: f32, om: f32) -> usize {
+        let (cv, rv, omv) = (_mm256_set1_ps(c), _mm256_set1_ps(r), _mm256_set1_ps(om));
+        let blend = |x: __m256| to_i32(_mm256_fmadd_ps(cv, omv, _mm256_mul_ps(x, rv)));
+        let n = data.len() / 32 * 32;
+        for block in data[..n].chunks_exact_mut(32) {
+            // SAFETY: `block` is 32 bytes; unaligned load.
+            let v = unsafe { _mm256_loadu_si256(block.as_ptr().cast()) };
+            let [a, b] = widen16(_mm256_castsi256_si128(v));
+            let [cc, d] = widen16(_mm256_extracti128_si256::<1>(v));
+            let lo = pack16(blend(a), blend(b));
+            let hi = pack16(blend(cc), blend(d));
+            // SAFETY: `block` is 32 writable bytes; unaligned store.
+            unsafe { _mm256_storeu_si256(block.as_mut_ptr().cast(), _mm256_set_m128i(hi, lo)) };
+        }
+        n
+    }
+
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn saturation(data: &mut [u8], r: f32, om: f32) -> usize {
+        let (rv, omv) = (_mm256_set1_ps(r), _mm256_set1_ps(om));
+        let n = data.len() / 48 * 48;
+        for block in data[..n].chunks_exact_mut(48) {
+            let planes = deinterleave(load48(block));
+            let [r0, r1] = widen16(planes[0]);
+            let [g0, g1] = widen16(planes[1]);
+            let [b0, b1] = widen16(planes[2]);
+            let (gr0, gr1) = (gray_floor(r0, g0, b0), gray_floor(r1, g1, b1));
+            let blend = |x: __m256, gray: __m256| to_i32(_mm256_fmadd_ps(gray, omv, _mm256_mul_ps(x, rv)));
+            let out = [
+                pack16(blend(r0, gr0), blend(r1, gr1)),
+                pack16(blend(g0, gr0), blend(g1, gr1)),
+                pack16(blend(b0, gr0), blend(b1, gr1)),
+            ];
+            for (k, v) in interleave(out).into_iter().enumerate() {
+                // SAFETY: bytes 16k..16k + 16 of the 48-byte `block`; unaligned store.
+                unsafe { _mm_storeu_si128(block.as_mut_ptr().add(16 * k).cast(), v) };
+            }
+        }
+        n
+    }
+
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn gray_sum(data: &[u8]) -> (u64, usize) {
+        let n = data.len() / 48 * 48;
+        let mut total = 0u64;
+        // i32 lanes gain at most 2 · 254 per block: flushed every 2^16 blocks, far from overflow
+        for part in data[..n].chunks(48 << 16) {
+            let mut acc = _mm256_setzero_si256();
+            for block in part.chunks_exact(48) {
+                let planes = deinterleave(load48(block));
+                let [r0, r1] = widen16(planes[0]);
+                let [g0, g1] = widen16(planes[1]);
+                let [b0, b1] = widen16(planes[2]);
+                let s = _mm256_add_epi32(
+                    _mm256_cvttps_epi32(gray_floor(r0, g0, b0)),
+                    _mm256_cvttps_epi32(gray_floor(r1, g1, b1)),
+                );
+                acc = _mm256_add_epi32(acc, s);
+            }
+            let mut lanes = [0u32; 8];
+            // SAFETY: `lanes` is 32 writable bytes; unaligned store.
+            unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), acc) };
+            total += lanes.iter().map(|&v| u64::from(v)).sum::<u64>();
+        }
+        (total, n)
+    }
+}
