@@ -72,11 +72,17 @@ def _imports(tree: ast.Module, lazy: bool) -> list[ast.Import | ast.ImportFrom]:
 
 def _is_submodule(root: Path, dotted: str) -> bool:
     """Whether ``dotted`` (``trdata.…``) names a module of the package: Python (``.py``, a folder) or compiled
-    (``_core``: an extension, no node of the graph)."""
+    (``_core``: an extension, no node of the graph; known by its committed ``.pyi`` stub, so that the graph is the
+    same in a tree where the extension was never built)."""
     if not dotted.startswith("trdata."):
         return False
     path = root.joinpath(*dotted.split(".")[1:])
-    return path.with_suffix(".py").is_file() or path.is_dir() or any(path.parent.glob(path.name + ".*.so"))
+    return (
+        path.with_suffix(".py").is_file()
+        or path.with_suffix(".pyi").is_file()
+        or path.is_dir()
+        or any(path.parent.glob(path.name + ".*.so"))
+    )
 
 
 def import_graph(root: Path = PACKAGE, lazy: bool = False) -> dict[str, set[str]]:
