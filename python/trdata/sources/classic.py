@@ -406,13 +406,18 @@ def _read_plain_exact(
             if not n:
                 raise _size_error(path, payload_bytes, got, dims)
             got += n
+    _refuse_trailing_data(f, path, payload_bytes, dims)
+    return data
+
+
+def _refuse_trailing_data(f: io.BufferedIOBase, path: str, payload_bytes: int, dims: tuple[int, ...]) -> None:
+    """A payload ends where its dims say: one more byte is a ``DecodeError`` (kind ``trailing-data``)."""
     if f.read(1):
         raise _decode_error(
             path,
             f"more data after the {payload_bytes} bytes that dims {list(dims)} describe",
             "trailing-data",
         )
-    return data
 
 
 def _inflate_exact(f: io.BufferedIOBase, path: str, payload_bytes: int, dims: tuple[int, ...]) -> bytearray:
@@ -424,12 +429,7 @@ def _inflate_exact(f: io.BufferedIOBase, path: str, payload_bytes: int, dims: tu
         if not chunk:
             raise _size_error(path, payload_bytes, len(data), dims)
         data += chunk
-    if f.read(1):
-        raise _decode_error(
-            path,
-            f"more data after the {payload_bytes} bytes that dims {list(dims)} describe",
-            "trailing-data",
-        )
+    _refuse_trailing_data(f, path, payload_bytes, dims)
     return data
 
 
