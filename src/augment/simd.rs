@@ -200,6 +200,36 @@ pub(crate) mod fast {
             Simd::Avx2 => unsafe { super::x86::gray_sum(data) },
         }
     }
+
+    /// The bilinear RGB warp's per-pixel work ([`super::super::warp::warp_bilinear`] with 3 channels: floor,
+    /// weights, the four taps' loads, the sums, the fill path, rounding and the byte write) for the output
+    /// pixels whose source coordinates are `ix`/`iy`, into `out` (3 bytes a pixel), in whole 8-pixel blocks;
+    /// `src` is the `h × w` RGB image. Stops at the first block holding a coordinate outside ±2^24 or a NaN
+    /// (the scalar body's saturating casts handle those) and returns the pixels done.
+    #[inline]
+    pub(crate) fn warp_bilinear_rgb(
+        src: &[u8],
+        (h, w): (usize, usize),
+        (ix, iy): (&[f32], &[f32]),
+        fill: Option<[f32; 3]>,
+        out: &mut [u8],
+    ) -> usize {
+        // i32 byte offsets, a 4-byte load per tap, and the scalar body's bounds
+        let fits = h.checked_mul(w).and_then(|p| p.checked_mul(3)).is_some_and(|n| n <= src.len())
+            && src.len() >= 4
+            && src.len() <= i32::MAX as usize;
+        match current() {
+            Simd::Baseline => 0,
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as in `blend_bytes`: AVX2 and FMA were detected at runtime. `x86::warp_bilinear_rgb` needs
+            // `h·w·3 <= src.len()`, `4 <= src.len() <= i32::MAX`, and `h, w >= 1` (checked here).
+            Simd::Avx2 if fits && h > 0 && w > 0 => unsafe {
+                super::x86::warp_bilinear_rgb(src, (h, w), (ix, iy), fill, out)
+            },
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2 => 0,
+        }
+    }
 }
 
 /// The AVX2 bodies of [`fast`]. Pointer reads and writes stay inside the slices: every block access is at
@@ -415,5 +445,112 @@ mod x86 {
             total += lanes.iter().map(|&v| u64::from(v)).sum::<u64>();
         }
         (total, n)
+    }
+
+    /// `pshufb` mask packing the low 3 bytes of each of the 4 dwords of a 128-bit lane into its first 12 bytes.
+    const PACK3: [i8; 16] = [0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1];
+
+    /// # Safety
+    /// The CPU must support AVX2 and FMA; `h, w >= 1`, `h·w·3 <= src.len()` and `4 <= src.len() <= i32::MAX`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn warp_bilinear_rgb(
+        src: &[u8],
+        (h, w): (usize, usize),
+        (ix, iy): (&[f32], &[f32]),
+        fill: Option<[f32; 3]>,
+        out: &mut [u8],
+    ) -> usize {
+        let n = ix.len().min(iy.len()).min(out.len() / 3) / 8 * 8;
+        let (one, zero, lim) = (_mm256_set1_ps(1.0), _mm256_setzero_ps(), _mm256_set1_ps(16_777_216.0));
+        let (wi, hi) = (_mm256_set1_epi32(w as i32), _mm256_set1_epi32(h as i32));
+        let (neg1, one_i) = (_mm256_set1_epi32(-1), _mm256_set1_epi32(1));
+        let stride = _mm256_set1_epi32((w * 3) as i32);
+        // the last offset a 4-byte load may start at
+        let last = _mm256_set1_epi32((src.len() - 4) as i32);
+        let byte = _mm256_set1_epi32(0xff);
+        let fills = fill.map(|f| f.map(|v| _mm256_set1_ps(v)));
+        let pack3 = {
+            // SAFETY: `PACK3` is 16 readable bytes; unaligned load.
+            let m = unsafe { _mm_loadu_si128(PACK3.as_ptr().cast()) };
+            _mm256_set_m128i(m, m)
+        };
+        let gather_order = _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 3, 7);
+        let mut i = 0;
+        while i < n {
+            // SAFETY: `i + 8 <= n <= ix.len(), iy.len()`; unaligned loads.
+            let (x, y) = unsafe { (_mm256_loadu_ps(ix.as_ptr().add(i)), _mm256_loadu_ps(iy.as_ptr().add(i))) };
+            let (fx, fy) = (_mm256_floor_ps(x), _mm256_floor_ps(y));
+            // |floor| <= 2^24 on every lane (ordered compares: a NaN fails), so the i32 conversions are exact
+            // and `+ 1` cannot overflow: the scalar body's i64 casts give the same integers
+            let ok = _mm256_and_ps(
+                _mm256_and_ps(
+                    _mm256_cmp_ps::<_CMP_LE_OQ>(fx, lim),
+                    _mm256_cmp_ps::<_CMP_GE_OQ>(fx, _mm256_sub_ps(zero, lim)),
+                ),
+                _mm256_and_ps(
+                    _mm256_cmp_ps::<_CMP_LE_OQ>(fy, lim),
+                    _mm256_cmp_ps::<_CMP_GE_OQ>(fy, _mm256_sub_ps(zero, lim)),
+                ),
+            );
+            if _mm256_movemask_ps(ok) != 0xff {
+                break;
+            }
+            let (wx, ny) = (_mm256_sub_ps(x, fx), _mm256_sub_ps(y, fy));
+            let (ex, sy) = (_mm256_sub_ps(one, wx), _mm256_sub_ps(one, ny));
+            let (x0, y0) = (_mm256_cvttps_epi32(fx), _mm256_cvttps_epi32(fy));
+            let (x1, y1) = (_mm256_add_epi32(x0, one_i), _mm256_add_epi32(y0, one_i));
+            let inside =
+                |v: __m256i, side: __m256i| _mm256_and_si256(_mm256_cmpgt_epi32(v, neg1), _mm256_cmpgt_epi32(side, v));
+            let clamp = |v: __m256i, side: __m256i| {
+                _mm256_min_epi32(_mm256_max_epi32(v, _mm256_setzero_si256()), _mm256_sub_epi32(side, one_i))
+            };
+            let (inx0, inx1, iny0, iny1) = (inside(x0, wi), inside(x1, wi), inside(y0, hi), inside(y1, hi));
+            let col = |v: __m256i| {
+                let c = clamp(v, wi);
+                _mm256_add_epi32(_mm256_add_epi32(c, c), c)
+            };
+            let row = |v: __m256i| _mm256_mullo_epi32(clamp(v, hi), stride);
+            let (cx0, cx1, ry0, ry1) = (col(x0), col(x1), row(y0), row(y1));
+            let taps = [
+                (_mm256_and_si256(iny0, inx0), _mm256_mul_ps(sy, ex), _mm256_add_epi32(ry0, cx0)),
+                (_mm256_and_si256(iny0, inx1), _mm256_mul_ps(sy, wx), _mm256_add_epi32(ry0, cx1)),
+                (_mm256_and_si256(iny1, inx0), _mm256_mul_ps(ny, ex), _mm256_add_epi32(ry1, cx0)),
+                (_mm256_and_si256(iny1, inx1), _mm256_mul_ps(ny, wx), _mm256_add_epi32(ry1, cx1)),
+            ];
+            let (mut acc, mut m) = ([zero; 3], zero);
+            for (inside, wt, off) in taps {
+                // an outside tap: weight +0.0 (the scalar `if inside { wt } else { 0.0 }`) at a clamped address
+                let wt = _mm256_and_ps(wt, _mm256_castsi256_ps(inside));
+                // the pixel's 3 bytes as the low bytes of a 4-byte load; the image's last pixel (offset
+                // `len - 3` when the slice ends with it) is loaded one byte early and shifted down
+                let at = _mm256_min_epi32(off, last);
+                let shift = _mm256_slli_epi32::<3>(_mm256_sub_epi32(off, at));
+                // SAFETY: every lane's offset `at` is in [0, len - 4] (clamped coordinates give offsets >= 0,
+                // `min` caps them), so each 4-byte read lies within `src`.
+                let px = unsafe { _mm256_i32gather_epi32::<1>(src.as_ptr().cast(), at) };
+                let px = _mm256_srlv_epi32(px, shift);
+                for (ch, a) in acc.iter_mut().enumerate() {
+                    let v = _mm256_and_si256(_mm256_srlv_epi32(px, _mm256_set1_epi32(8 * ch as i32)), byte);
+                    *a = _mm256_add_ps(*a, _mm256_mul_ps(_mm256_cvtepi32_ps(v), wt));
+                }
+                m = _mm256_add_ps(m, wt);
+            }
+            let res: [__m256i; 3] = std::array::from_fn(|ch| {
+                let r = match fills {
+                    None => acc[ch],
+                    Some(f) => _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(acc[ch], f[ch]), m), f[ch]),
+                };
+                to_i32(_mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(r))
+            });
+            let rgb0 = _mm256_or_si256(res[0], _mm256_slli_epi32::<8>(res[1]));
+            let rgb = _mm256_or_si256(rgb0, _mm256_slli_epi32::<16>(res[2]));
+            let packed = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(rgb, pack3), gather_order);
+            let mut tmp = [0u8; 32];
+            // SAFETY: `tmp` is 32 writable bytes; unaligned store.
+            unsafe { _mm256_storeu_si256(tmp.as_mut_ptr().cast(), packed) };
+            out[3 * i..3 * i + 24].copy_from_slice(&tmp[..24]);
+            i += 8;
+        }
+        i
     }
 }
