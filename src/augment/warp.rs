@@ -291,15 +291,16 @@ pub(super) fn warp_bilinear<const C: usize>((job, dst): (WarpJob<'_>, &mut [u8])
         for i in done..n {
             let (x, y) = (ix[i], iy[i]);
             let (fx, fy) = (x.floor(), y.floor());
-            // i64 (saturating casts; NaN → 0 as torch's index math on a NaN grid reads pixel 0): `x0 + 1` of a
-            // saturated coordinate must not overflow
+            // i64 (saturating casts; NaN → 0 as torch's index math on a NaN grid reads pixel 0); the `+ 1`
+            // saturates too, for an infinite coordinate (a perspective whose denominator vanishes)
             let (x0, y0) = (fx as i64, fy as i64);
+            let (x1, y1) = (x0.saturating_add(1), y0.saturating_add(1));
             let (wx, ny) = (x - fx, y - fy);
             let (ex, sy) = (1.0 - wx, 1.0 - ny);
-            let (inx0, inx1) = ((0..wi).contains(&x0), (0..wi).contains(&(x0 + 1)));
-            let (iny0, iny1) = ((0..hi).contains(&y0), (0..hi).contains(&(y0 + 1)));
-            let (cx0, cx1) = (x0.clamp(0, wi - 1) as usize, (x0 + 1).clamp(0, wi - 1) as usize);
-            let (cy0, cy1) = (y0.clamp(0, hi - 1) as usize, (y0 + 1).clamp(0, hi - 1) as usize);
+            let (inx0, inx1) = ((0..wi).contains(&x0), (0..wi).contains(&x1));
+            let (iny0, iny1) = ((0..hi).contains(&y0), (0..hi).contains(&y1));
+            let (cx0, cx1) = (x0.clamp(0, wi - 1) as usize, x1.clamp(0, wi - 1) as usize);
+            let (cy0, cy1) = (y0.clamp(0, hi - 1) as usize, y1.clamp(0, hi - 1) as usize);
             let taps = [
                 (iny0 && inx0, sy * ex, cy0, cx0),
                 (iny0 && inx1, sy * wx, cy0, cx1),
@@ -565,11 +566,8 @@ mod tests {
                 e(u(0.7, 1.0), h),
             ];
             let (st, en) = perspective_points(h, w, end);
-            // (on tiny images the drawn corners can make the denominator vanish: infinite coordinates, where
-            // the scalar body's `x0 + 1` overflows in a debug build)
-            if h >= 8 && w >= 8 {
-                maps.extend(perspective_coeffs(st, en).map(GridMap::Perspective));
-            }
+            // (on tiny images the drawn corners can make the denominator vanish: infinite coordinates)
+            maps.extend(perspective_coeffs(st, en).map(GridMap::Perspective));
             if k % 50 == 0 {
                 maps.push(GridMap::Affine([1.0, 0.0, 1e9, 0.0, 1.0, -1e9]));
                 maps.push(GridMap::Perspective([f32::NAN, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]));
