@@ -19,6 +19,9 @@ pub enum ImageErrorKind {
     TooLarge,
     /// The file could not be read (missing, permission, I/O error).
     Io,
+    /// The dataset's own code failed on this sample (a Python source's `__getitem__` raised, or returned
+    /// something that is not an image); the message carries its traceback.
+    Dataset,
 }
 
 /// An image-level failure, without knowledge of which sample it belongs to.
@@ -58,7 +61,8 @@ pub struct SampleError {
 
 impl fmt::Display for SampleError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cannot decode sample {} ({}): {}", self.index, self.path.display(), self.error)
+        let what = if self.error.kind == ImageErrorKind::Dataset { "read" } else { "decode" };
+        write!(f, "cannot {what} sample {} ({}): {}", self.index, self.path.display(), self.error)
     }
 }
 

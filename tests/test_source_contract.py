@@ -49,7 +49,38 @@ def _packed(root: Path, mode: str) -> trdata.Source:
     return trdata.Packed(dst, mode, window_blocks=2)
 
 
+class MapDataset:
+    """A user's map-style dataset (``Loader(MapDataset(...))``): ``items[i]`` is (image, target); ``calls`` records
+    every ``__getitem__`` (list.append is atomic: the workers call it concurrently)."""
+
+    def __init__(self, items: list[tuple[object, int]]) -> None:
+        self.items, self.calls = items, []  # type: list[int]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> tuple[object, int]:
+        self.calls.append(i)
+        return self.items[i]
+
+
+def _dataset_source(items: list[tuple[object, int]]) -> trdata.Source:
+    return trdata.DatasetSource(MapDataset(items))
+
+
+def labels_of(source: trdata.Source) -> list[int]:
+    """Every sample's label: the source's, or a map-style dataset's as its ``__getitem__`` returns them."""
+    if isinstance(source, trdata.DatasetSource):
+        return [int(source.dataset.items[i][1]) for i in range(len(source))]
+    return list(source.labels)
+
+
 SOURCES: dict[str, Callable[[Path], trdata.Source]] = {
+    "Dataset-bytes": lambda r: _dataset_source([(b, i % 3) for i, b in enumerate(_blobs(r))]),
+    "Dataset-arrays": lambda r: _dataset_source([(photo(i, 16 + i % 4, 15), np.int64(i)) for i in range(23)]),
+    "Dataset-PIL": lambda r: _dataset_source(
+        [(Image.open(p), 1) for p in sorted(_folder(r).rglob("*.*"))]
+    ),
     "ImageFolder": lambda r: trdata.ImageFolder(_folder(r)),
     "FileList": lambda r: trdata.FileList([str(p) for p in sorted(_folder(r).rglob("*.*"))], list(range(23))),
     "Bytes": lambda r: trdata.Bytes(_blobs(r), [i % 3 for i in range(23)]),
@@ -80,7 +111,7 @@ def source(request: pytest.FixtureRequest, tmp_path: Path) -> trdata.Source:
 def test_exactly_once_and_the_same_bytes_on_any_worker_count(source: trdata.Source) -> None:
     one = epoch(source, 1)
     assert sorted(one[2].tolist()) == list(range(len(source)))
-    assert one[1].tolist() == [source.labels[i] for i in one[2]]
+    assert one[1].tolist() == [labels_of(source)[i] for i in one[2]]
     three = epoch(source, 3)
     assert all(np.array_equal(a, b) for a, b in zip(one, three))
     # another epoch, another order, the same samples

@@ -25,6 +25,7 @@ from ._args import _bool_arg, _int_arg, _parse_cpus, allowed_cpus
 from .batch import Batch
 from .errors import ConfigError, DataLoaderArgumentError, LoaderClosedError, StaleIteratorError, _shown
 from .sources import Source
+from .sources import dataset as _dataset
 from .transforms import Transform
 from .transforms import specs as _transform_specs
 
@@ -371,6 +372,7 @@ _SOURCE_NAMES = (
     "CIFAR100",
     "WebDataset",
     "Packed",
+    "DatasetSource",
 )
 
 #: torchvision.datasets classes with a trdata twin that reads the same root.
@@ -378,21 +380,16 @@ _TORCHVISION_TWINS = ("ImageFolder", "MNIST", "FashionMNIST", "KMNIST", "CIFAR10
 
 
 def _torch_dataset_hint(source: Any) -> str:
-    """What to write instead of a torchvision dataset (its trdata twin on the same root), or of another torch
-    Dataset; "" for anything else."""
+    """For a torchvision dataset with a trdata twin that reads the same root: the twin (the fastest way to read
+    it); "" for anything else."""
     cls = type(source)
     name = cls.__name__
     if cls.__module__.startswith("torchvision.datasets") and name in _TORCHVISION_TWINS:
         root = getattr(source, "root", None)
         shown = "root" if root is None else _shown(os.fspath(root) if isinstance(root, os.PathLike) else root)
         return (
-            f"; for torchvision.datasets.{name}, trdata.{name}({shown}) takes the same root (the loader's "
+            f"; or, for torchvision.datasets.{name}, trdata.{name}({shown}) takes the same root (the loader's "
             "transforms= takes the dataset's transform pipeline)"
-        )
-    if any(c.__module__.startswith("torch.utils.data") for c in cls.__mro__):
-        return (
-            "; a torch Dataset's __getitem__ is not read by trdata: point a trdata source at the files "
-            "(trdata.ImageFolder(root), trdata.FileList(paths, labels)) or the arrays (trdata.Arrays(images, labels))"
         )
     return ""
 
@@ -552,11 +549,16 @@ class Loader:
     ) -> None:
         _dataloader_arguments(dataloader_kwargs)
         if not isinstance(source, Source):
-            raise ConfigError(
-                f"invalid source: a {type(source).__name__} must be a trdata source ({', '.join(_SOURCE_NAMES)})"
-                f"{_torch_dataset_hint(source)}",
-                parameter="source",
-            )
+            if not _dataset.is_map_style(source):
+                raise ConfigError(
+                    f"invalid source: a {type(source).__name__} must be a trdata source ({', '.join(_SOURCE_NAMES)})"
+                    " or a map-style dataset (__len__ and __getitem__ returning (image, target))",
+                    parameter="source",
+                )
+            try:
+                source = _dataset.DatasetSource(source)
+            except ConfigError as e:
+                raise ConfigError(f"{e}{_torch_dataset_hint(source)}", parameter="source") from None
         dtype = _convert.dtype_name(
             dtype
         )  # torch.float16 / np.dtype("float16") → "float16"; the core checks it
@@ -614,6 +616,8 @@ class Loader:
             if decode != "cpu"
             else ([], []),
         )
+        if isinstance(source, _dataset.DatasetSource):
+            _dataset.close_at_exit(self)
         self.source = source
         # Float targets (float32 (N, *S)) stay in Python: each batch's labels are gathered by its indices.
         self._targets: np.ndarray | None = source._float_targets

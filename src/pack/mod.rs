@@ -49,7 +49,7 @@ use crate::source::packed::{
     BLOCK_BYTES, DEFAULT_BLOCK_BYTES, FLAG_CMYK, FLAG_HIGH_PRECISION, FLAG_LOSSLESS, FLAG_PROGRESSIVE, FLAG_UNREADABLE,
     PackMeta, PackOptions, PackWriter, PackedIndex, RecordFormat, RecordMeta, check_classes,
 };
-use crate::source::{Dataset, PixelArray, Store, describe_file_type, read_sample, read_span};
+use crate::source::{Dataset, ExternalImage, PixelArray, Store, describe_file_type, read_sample, read_span};
 use crate::synthetic::encode::JpegEncoder;
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -161,6 +161,7 @@ pub fn source_kind(store: &Store) -> &'static str {
         Store::Blobs(_) => "bytes",
         Store::Pixels(_) => "arrays",
         Store::Packed(_) => "packed",
+        Store::External(_) => "dataset",
     }
 }
 
@@ -236,6 +237,12 @@ impl Producer {
             Store::Pixels(a) => {
                 raw = Some((a.width, a.height, a.channels));
                 a.image(i)
+            }
+            Store::External(e) => {
+                if let ExternalImage::Pixels { height, width, channels } = e.read(i, &mut self.buf)? {
+                    raw = Some((width, height, channels));
+                }
+                &self.buf
             }
             Store::Packed(p) => {
                 let rec = p.record(i, |b| (0, b as u32))?;
@@ -770,7 +777,10 @@ pub(crate) fn pack_with_budget(
 ) -> Result<PackSummary> {
     let t0 = Instant::now();
     check_destination(dst)?;
-    check_classes(&cfg.classes, ds.labels.iter().copied()).map_err(|m| TrdataError::config("classes", m))?;
+    let classes_rule = |labels: &mut dyn Iterator<Item = i64>| {
+        check_classes(&cfg.classes, labels).map_err(|m| TrdataError::config("classes", m))
+    };
+    classes_rule(&mut ds.known_labels().unwrap_or(&[]).iter().copied())?;
     let n = ds.len();
     remove_stale_temps(dst);
     let tmp = TempFile::create(dst)?;
@@ -779,13 +789,17 @@ pub(crate) fn pack_with_budget(
     let mut writer = PackWriter::new(BufWriter::with_capacity(4 << 20, out), cfg.block_bytes).map_err(write_fail)?;
     let (mut bytes_in, mut warnings) = (0u64, Vec::new());
     let peak_buffered_bytes = produce_in_order(ds, cfg, dst, budget_bytes, progress, |i, r| {
-        writer.push(&r.bytes, ds.labels[i], r.meta).map_err(write_fail)?;
+        writer.push(&r.bytes, ds.label(i), r.meta).map_err(write_fail)?;
         bytes_in += r.bytes_in;
         if let Some(w) = r.warning {
             warnings.push((i as u64, format!("{}: {w}", ds.sample_name(i).display())));
         }
         Ok(())
     })?;
+    // An external dataset's labels exist once read: checked now, before anything is published.
+    if ds.known_labels().is_none() {
+        classes_rule(&mut (0..n).map(|i| ds.label(i)))?;
+    }
     let meta = PackMeta {
         classes: cfg.classes.clone(),
         options: PackOptions {

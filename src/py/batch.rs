@@ -151,7 +151,7 @@ fn batch_op_check(
     source: Option<PyRef<'_, NativeSource>>,
 ) -> PyResult<Option<u32>> {
     let op = BatchOp::parse(&super::ops::arg(spec.as_any())?).py_err()?;
-    let labels = source.as_ref().map_or(&[][..], |s| &s.dataset.labels[..]);
+    let labels = source.as_ref().and_then(|s| s.dataset.known_labels()).unwrap_or(&[]);
     let input = BatchInput { float_images, classes, target_shape, labels };
     op.check(&input, &format!("{} at batch_ops[{position}]", op.name())).py_err()
 }

@@ -230,8 +230,20 @@ impl NativeLoader {
 impl Drop for NativeLoader {
     fn drop(&mut self) {
         if !self.foreign_process() {
-            // SAFETY: dropped exactly once, here; never used again.
-            unsafe { ManuallyDrop::drop(&mut self.inner) }
+            // Dropping joins the workers: detached, since a Python dataset's workers attach to read a sample
+            // (the interpreter may also be past attaching, at exit: then as it stands).
+            let inner = &mut self.inner;
+            let detached = Python::try_attach(|py| {
+                py.detach(|| {
+                    // SAFETY: dropped exactly once, here; try_attach ran this closure, so the branch below
+                    // does not run; never used again.
+                    unsafe { ManuallyDrop::drop(inner) }
+                })
+            });
+            if detached.is_none() {
+                // SAFETY: dropped exactly once, here: try_attach ran nothing; never used again.
+                unsafe { ManuallyDrop::drop(&mut self.inner) }
+            }
         }
     }
 }

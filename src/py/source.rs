@@ -1,16 +1,22 @@
 //! Sources for Python: `NativeSource` holds one core `Dataset` (source/), built by the Python source classes
 //! (`trdata.ImageFolder`, `FileList`, `Bytes`, `Arrays`, `WebDataset`, `Packed`) and handed to `NativeLoader`.
 //! Only types are translated here; the rules are the core's (`source::file_list`, `source::bytes`,
-//! `source::arrays`, `source::packed_dataset` and `source::packed`'s parameter tables).
+//! `source::arrays`, `source::packed_dataset` and `source::packed`'s parameter tables). `PyReader` is the core's
+//! `source::Reader` for a Python map-style dataset: the worker thread that needs sample i attaches to the
+//! interpreter, calls the package's fetch function (`trdata.sources.python`, which calls `__getitem__` and puts
+//! what it returned in one of three shapes), copies the image out and detaches.
 
 use super::args::int_arg;
 use super::errors::{IntoPyResult, to_py};
-use crate::error::TrdataError;
+use crate::error::{ImageError, ImageErrorKind, TrdataError};
 use crate::source::packed::{CACHE_BLOCKS, MODE, WINDOW_BLOCKS};
 use crate::source::{self, Dataset};
+use crate::source::{ExternalImage, ExternalSample, Reader};
 use crate::sync::Arc;
+use crate::worker::MAX_FILE_BYTES;
 use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -98,6 +104,15 @@ impl NativeSource {
         Ok(Self::new(dataset))
     }
 
+    /// `len` samples made on demand by `fetch(i) -> (kind, payload, label)` (`trdata.sources.python`): kind
+    /// "encoded" with the file's bytes, "path" with a file path (read by the core, bounded), "pixels" with a
+    /// C-contiguous uint8 (H, W) or (H, W, C) array, C 1 or 3; or "error" with the formatted traceback of what
+    /// the dataset raised. Called from the worker threads, concurrently for different indices.
+    #[staticmethod]
+    fn external(len: usize, fetch: Py<PyAny>) -> PyResult<Self> {
+        Ok(Self::new(source::external(Box::new(PyReader { fetch }), len).py_err()?))
+    }
+
     fn __len__(&self) -> usize {
         self.dataset.len()
     }
@@ -113,4 +128,81 @@ impl NativeSource {
     fn classes(&self) -> Vec<OsString> {
         self.dataset.classes.clone()
     }
+}
+
+/// A Python dataset as the core's [`Reader`] (the module docs).
+struct PyReader {
+    fetch: Py<PyAny>,
+}
+
+/// A sample the dataset's code failed on, or returned something that is not an image.
+fn dataset_error(message: impl Into<String>) -> ImageError {
+    ImageError::new(ImageErrorKind::Dataset, message)
+}
+
+impl Reader for PyReader {
+    fn read(&self, i: usize, buf: &mut Vec<u8>) -> Result<ExternalSample, ImageError> {
+        buf.clear();
+        // Never attaches to an interpreter that is shutting down (its threads would hang there): an error then.
+        Python::try_attach(|py| read_attached(py, &self.fetch, i, buf))
+            .unwrap_or_else(|| Err(dataset_error("the Python interpreter is shutting down")))
+    }
+}
+
+/// [`PyReader::read`] while attached: call `fetch(i)` and copy what it returned into `buf`.
+fn read_attached(py: Python<'_>, fetch: &Py<PyAny>, i: usize, buf: &mut Vec<u8>) -> Result<ExternalSample, ImageError> {
+    // An exception fetch did not turn into ("error", traceback) (KeyboardInterrupt, SystemExit): its text.
+    let out = fetch.bind(py).call1((i,)).map_err(|e| dataset_error(e.to_string()))?;
+    let (kind, payload, label): (String, Bound<'_, PyAny>, i64) =
+        out.extract().map_err(|e| dataset_error(format!("fetch returned {out}: {e}")))?;
+    let image = match kind.as_str() {
+        "encoded" => {
+            let bytes = payload.cast::<PyBytes>().map_err(|e| dataset_error(e.to_string()))?.as_bytes();
+            if bytes.len() as u64 > MAX_FILE_BYTES {
+                let message = format!("{} encoded bytes are over the {MAX_FILE_BYTES}-byte file limit", bytes.len());
+                return Err(ImageError::new(ImageErrorKind::TooLarge, message));
+            }
+            buf.extend_from_slice(bytes);
+            ExternalImage::Encoded
+        }
+        "path" => {
+            let path = payload.extract::<PathBuf>().map_err(|e: PyErr| dataset_error(e.to_string()))?;
+            // read detached: other workers' Python runs meanwhile
+            py.detach(|| source::read_sample(&path, MAX_FILE_BYTES, buf))
+                .map_err(|e| ImageError::new(e.kind, format!("{}: {}", path.display(), e.message)))?;
+            ExternalImage::Encoded
+        }
+        "pixels" => pixels(&payload, buf)?,
+        "error" => return Err(dataset_error(payload.extract::<String>().unwrap_or_default())),
+        other => return Err(dataset_error(format!("fetch returned the unknown kind {other:?}"))),
+    };
+    Ok(ExternalSample { image, label })
+}
+
+/// Copy a uint8 (H, W) or (H, W, C) array, C 1 or 3, each side 1..=65535, into `buf`.
+fn pixels(payload: &Bound<'_, PyAny>, buf: &mut Vec<u8>) -> Result<ExternalImage, ImageError> {
+    let array = payload.cast::<PyArrayDyn<u8>>().map_err(|e| dataset_error(e.to_string()))?;
+    let shape = array.shape().to_vec();
+    let (h, w, c) = match shape[..] {
+        [h, w] => (h, w, 1),
+        [h, w, c] => (h, w, c),
+        _ => return Err(dataset_error(format!("an image array of shape {shape:?} must be (H, W) or (H, W, C)"))),
+    };
+    let side = |d: usize| (1..=65_535).contains(&d);
+    if !side(h) || !side(w) || (c != 1 && c != 3) {
+        return Err(dataset_error(format!(
+            "an image array of shape {shape:?} must have sides 1..=65535 and 1 or 3 channels"
+        )));
+    }
+    if (h * w * c) as u64 > MAX_FILE_BYTES {
+        let message = format!("an image array of shape {shape:?} is over the {MAX_FILE_BYTES}-byte sample limit");
+        return Err(ImageError::new(ImageErrorKind::TooLarge, message));
+    }
+    let readonly = array.readonly();
+    let data = readonly
+        .as_slice()
+        .map_err(|_| dataset_error(format!("an image array of shape {shape:?} must be C-contiguous")))?;
+    buf.extend_from_slice(data);
+    // sides ≤ 65535 and 1 or 3 channels: the casts are exact
+    Ok(ExternalImage::Pixels { height: h as u32, width: w as u32, channels: c as u8 })
 }

@@ -1,19 +1,22 @@
 //! source — where samples come from, the first stage of the pipeline (**source** → plan → decode → …): a
 //! [`Dataset`] built once per loader (a [`Store`] of images + one label each) and the bytes of one sample read by
 //! a worker. Stores: files (ImageFolder, FileList), encoded blobs in memory (Bytes), raw pixels (Arrays), spans
-//! of tar shards (WebDataset) and packed files (`packed`: format, reader and block cache).
+//! of tar shards (WebDataset), packed files (`packed`: format, reader and block cache) and samples made on demand
+//! by code outside the core (`external`: a user's Python dataset).
 //! `image_folder` follows torchvision's ImageFolder rules, except that a directory reached by several (symlinked)
 //! paths is entered once; `file_list` takes explicit lists; `read_sample` reads one regular file, bounded. Paths
 //! and class names stay bytes (`PathBuf`/`OsString`) end to end: Linux file names need not be UTF-8, and the
 //! Python side sees them as `os.fsdecode` strings.
 
 mod block_cache;
+pub mod external;
 mod image_folder;
 pub mod packed;
 mod packed_json;
 mod read;
 
 pub use block_cache::{BlockBytes, BlockCache, OrderKey};
+pub use external::{ExternalImage, ExternalSample, ExternalStore, Reader};
 pub use image_folder::{IMAGE_EXTENSIONS, image_folder, image_folder_cancellable, is_image_file_name, python_name_cmp};
 pub use packed::{PackedFile, PackedMode};
 pub use read::{describe as describe_file_type, read_sample, read_span, undecoded_format};
@@ -36,6 +39,8 @@ pub enum Store {
     Spans(Spans),
     /// The records of a packed file (`trdata.Packed`), CRC-checked on every read.
     Packed(Arc<PackedFile>),
+    /// Samples made on demand by code outside the core (a Python map-style dataset), labels known once read.
+    External(Arc<ExternalStore>),
 }
 
 /// The block structure a source asks the plan to follow (partial packed files): block k holds records
@@ -87,12 +92,13 @@ impl PixelArray {
     }
 }
 
-/// An indexed collection of samples: dataset index i is `store`'s image i with label `labels[i]`.
+/// An indexed collection of samples: dataset index i is `store`'s image i with label [`Dataset::label`]`(i)`.
 #[derive(Debug, Clone)]
 pub struct Dataset {
     /// The images.
     pub store: Store,
-    /// One label per image, in index order.
+    /// One label per image, in index order, as the source knows them before any read (an external store's are
+    /// zeros: its labels come with each read, see [`Dataset::label`]).
     pub labels: Vec<i64>,
     /// Class names (ImageFolder: folder names, bytes as on disk) or empty.
     pub classes: Vec<OsString>,
@@ -109,6 +115,19 @@ impl Dataset {
         self.labels.is_empty()
     }
 
+    /// The label of sample `i`: the source's, or for an external store the one its last read returned.
+    pub fn label(&self, i: usize) -> i64 {
+        match &self.store {
+            Store::External(e) => e.label(i),
+            _ => self.labels[i],
+        }
+    }
+
+    /// The labels when the source knows them all before reading a sample (None for an external store).
+    pub fn known_labels(&self) -> Option<&[i64]> {
+        (!matches!(self.store, Store::External(_))).then_some(&self.labels[..])
+    }
+
     /// Channels of this dataset's images as the source holds them: 1 when every image is gray by construction
     /// (raw gray pixels: MNIST and its kin), 3 otherwise (encoded images, which torchvision's ImageFolder converts
     /// to RGB whatever they hold). A loader's `channels=None` outputs this many (`config::default::channels`).
@@ -121,7 +140,7 @@ impl Dataset {
                     |r: &packed::IndexRow| r.meta.format == packed::RecordFormat::Raw && r.meta.channels == 1;
                 if p.index().rows.iter().all(gray_raw) { 1 } else { 3 }
             }
-            Store::Files(_) | Store::Blobs(_) | Store::Spans(_) => 3,
+            Store::Files(_) | Store::Blobs(_) | Store::Spans(_) | Store::External(_) => 3,
         }
     }
 
@@ -130,6 +149,7 @@ impl Dataset {
         match &self.store {
             Store::Files(paths) => paths[i].clone(),
             Store::Blobs(_) | Store::Pixels(_) => PathBuf::from(format!("<memory>[{i}]")),
+            Store::External(_) => PathBuf::from(format!("<dataset>[{i}]")),
             Store::Spans(s) => {
                 let mut name = s.files[s.file[i] as usize].clone().into_os_string();
                 name.push(format!("@{}+{}", s.offset[i], s.len[i]));
@@ -218,6 +238,22 @@ pub fn check_file_list(paths: &[PathBuf], num_labels: usize) -> Result<()> {
 pub fn file_list(paths: Vec<PathBuf>, labels: Vec<i64>) -> Result<Dataset> {
     check_file_list(&paths, labels.len())?;
     Ok(Dataset { store: Store::Files(paths), labels, classes: Vec::new() })
+}
+
+/// The `source` parameter's name (an external dataset's rules: [`external`]).
+const SOURCE: &str = "source";
+
+/// A dataset of `len` samples made on demand by `reader` (a Python map-style dataset): at least one sample and
+/// fewer than 2^32, as every source.
+pub fn external(reader: Box<dyn Reader>, len: usize) -> Result<Dataset> {
+    if len == 0 || len > u32::MAX as usize {
+        return Err(TrdataError::config(
+            SOURCE,
+            format!("a dataset of {len} samples must have at least one and fewer than 2**32"),
+        ));
+    }
+    let store = ExternalStore::new(reader, len);
+    Ok(Dataset { store: Store::External(Arc::new(store)), labels: vec![0; len], classes: Vec::new() })
 }
 
 /// `blobs` / `images` / `labels` names of the in-memory sources (their rules: [`bytes`], [`arrays`]).

@@ -17,7 +17,7 @@ use crate::plan::resume::SeqBitmap;
 use crate::plan::{EpochPlan, PlanShape};
 use crate::rng::{OP_SKIP_REPLACEMENT, SampleRng};
 use crate::source::packed::RecordFormat;
-use crate::source::{Dataset, PackedFile, PixelArray, Store, read_sample, read_span};
+use crate::source::{Dataset, ExternalImage, PackedFile, PixelArray, Store, read_sample, read_span};
 use crate::staging::RowWriter;
 use crate::stats::Stats;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Condvar, Mutex, Ordering, lock};
@@ -438,7 +438,7 @@ impl crate::gpu_decode::CpuFallback for EpochFallback {
     }
 
     fn label(&self, index: u64) -> i64 {
-        self.job.ctx.dataset.labels[index as usize]
+        self.job.ctx.dataset.label(index as usize)
     }
 }
 
@@ -611,6 +611,15 @@ fn attempt_sample(
         Store::Blobs(blobs) => decode_read(ctx, t0, scratch, &blobs[i], key, dst, gpu),
         Store::Pixels(array) => ctx.pipeline.process_pixels(scratch, array, i, key, dst).map(Some),
         Store::Packed(p) => packed_sample(job, p, i, t0, scratch, file_buf, key, dst, gpu),
+        Store::External(e) => match e.read(i, file_buf) {
+            Ok(ExternalImage::Encoded) => decode_read(ctx, t0, scratch, file_buf, key, dst, gpu),
+            Ok(ExternalImage::Pixels { height, width, channels }) => {
+                Stats::add_since(&ctx.stats.read_ns, t0);
+                Stats::add(&ctx.stats.bytes_read, file_buf.len() as u64);
+                pixels_in_buffer(ctx, scratch, file_buf, (height, width, channels), key, dst).map(Some)
+            }
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(None) => Ok(()), // the GPU makes it (its count is the transfer thread's)
@@ -659,14 +668,27 @@ fn packed_sample(
     }
     Stats::add_since(&ctx.stats.read_ns, t0);
     Stats::add(&ctx.stats.bytes_read, bytes.len() as u64);
-    let mut data = std::mem::take(file_buf);
-    data.clear();
-    data.extend_from_slice(&bytes);
+    file_buf.clear();
+    file_buf.extend_from_slice(&bytes);
     drop(bytes);
-    let image = PixelArray { data, height: u32::from(m.height), width: u32::from(m.width), channels: m.channels };
+    let size = (u32::from(m.height), u32::from(m.width), m.channels);
+    pixels_in_buffer(ctx, scratch, file_buf, size, key, dst).map(Some)
+}
+
+/// Run the pipeline on the raw pixels `file_buf` holds (`height × width × channels`, checked by whoever filled
+/// it), as a one-image pixel array; the buffer is kept for the next sample (no allocation once it has grown).
+fn pixels_in_buffer(
+    ctx: &WorkContext,
+    scratch: &mut WorkerScratch,
+    file_buf: &mut Vec<u8>,
+    (height, width, channels): (u32, u32, u8),
+    key: SampleKey,
+    dst: &mut RowWriter<'_>,
+) -> std::result::Result<SampleTiming, ImageError> {
+    let image = PixelArray { data: std::mem::take(file_buf), height, width, channels };
     let result = ctx.pipeline.process_pixels(scratch, &image, 0, key, dst);
     *file_buf = image.data;
-    result.map(Some)
+    result
 }
 
 fn run_job(job: &EpochJob, w: usize, workers: usize, scratch: &mut WorkerScratch, file_buf: &mut Vec<u8>) {
@@ -698,7 +720,7 @@ fn run_job(job: &EpochJob, w: usize, workers: usize, scratch: &mut WorkerScratch
         let gpu = eng.gpu.as_deref().map(|gpu| GpuRow { gpu, batch: b, row });
         let outcome = produce(job, index, scratch, file_buf, &mut writer, gpu);
         let written = *outcome.as_ref().unwrap_or(&index);
-        writer.set_meta(ctx.dataset.labels[written as usize], written as i64);
+        writer.set_meta(ctx.dataset.label(written as usize), written as i64);
         drop(buf); // the row is written: release our handle before announcing it
         eng.station.complete(b, outcome.err());
     }

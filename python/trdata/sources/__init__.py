@@ -7,6 +7,8 @@
   :class:`FashionMNIST`, :class:`KMNIST`, :class:`CIFAR10`, :class:`CIFAR100`) and their normalization presets;
 * ``shards``: :class:`WebDataset` (tar shards read in place);
 * ``packed``: trdata's packed file (:func:`pack`, :class:`Packed`, :class:`Reencode`, ``verify``, ``inspect``);
+* ``dataset``: :class:`DatasetSource`, any map-style dataset (``__len__`` and ``__getitem__``), which
+  ``Loader(dataset)`` wraps by itself;
 * ``synthetic``: the built-in synthetic dataset of the benches and tests (``default_dataset``).
 
 Every public name is also ``trdata.<name>``.
@@ -26,6 +28,7 @@ from .classic import (
     MNIST_NORM,
     FashionMNIST,
 )
+from .dataset import DatasetSource
 from .packed import Packed, Reencode, pack
 from .shards import WebDataset
 
@@ -41,6 +44,7 @@ __all__ = [
     "MNIST_NORM",
     "Arrays",
     "Bytes",
+    "DatasetSource",
     "FashionMNIST",
     "FileList",
     "ImageFolder",

@@ -1,0 +1,197 @@
+"""Any map-style dataset as a source: ``Loader(MyDataset())``, or :class:`DatasetSource` explicitly.
+
+``len(dataset)`` samples; ``dataset[i]`` returns ``(image, target)`` (a longer tuple's further items are refused
+for now). The image is one of:
+
+* encoded bytes (``bytes``/``bytearray``/``memoryview``: a JPEG, PNG, WebP… file's contents), decoded by the core
+  as a file would be;
+* a path (``str`` or ``os.PathLike``), read by the core with its file rules (regular files, bounded size);
+* a uint8 numpy array, ``(H, W)`` gray or ``(H, W, C)`` with C 1 or 3 (HWC, as ``np.asarray(pil_image)``);
+* a PIL image (``RGB`` and ``L`` as they are; any other mode converted to RGB as torchvision's ``pil_loader``
+  does);
+* a uint8 torch tensor, ``(C, H, W)`` with C 1 or 3 or ``(H, W)`` (torchvision's ``decode_image`` / ``PILToTensor``
+  layout).
+
+The target is a class index (an ``int``, numpy integer or one-element integer tensor). ``classes`` and
+``class_to_idx`` are taken from the dataset when it has them (torchvision's datasets do).
+
+``__getitem__`` runs on trdata's worker threads, exactly once per sample per epoch, in the plan's order, sharded
+and resumable like every source. An exception in it, or a return value that is not an image, is a sample error
+(``ImageErrorKind`` ``Dataset``) named ``<dataset>[i]`` and carrying the traceback; it follows ``on_error``.
+
+The GIL: each worker holds it while ``__getitem__`` runs (the core's decode and augment run without it), so Python
+work in ``__getitem__`` runs one worker at a time. Return encoded bytes or a path, not decoded pixels, and keep the
+rest of the pipeline in trdata; for the full speed, ``trdata.pack`` the dataset once (a ``DatasetSource`` packs
+like any source) and train from the packed file.
+
+torchvision's ``ImageFolder``/``DatasetFolder`` with their default loader and no transforms are read without
+calling ``__getitem__`` (the core reads the files its ``samples`` lists: the same images, decoded as Pillow
+decodes them, without a PIL round trip). A torchvision dataset given with a ``transform`` is refused: its
+transform belongs in ``Loader(transforms=...)``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import operator
+import os
+import traceback
+import weakref
+from typing import Any, Protocol
+
+import numpy as np
+
+from .. import _core
+from ..errors import ConfigError
+from .base import Source, _class_names
+
+#: The core's per-sample byte limit (``worker::MAX_FILE_BYTES``): a file, an encoded blob or a pixel array.
+_MAX_SAMPLE_BYTES = 1 << 30
+
+#: Built-in containers that have ``__len__``/``__getitem__`` but are never a dataset here.
+_NOT_DATASETS = (str, bytes, bytearray, memoryview, list, tuple, dict, np.ndarray)
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+#: Loaders over a DatasetSource not closed yet: closed at exit, before the interpreter finalizes (its workers
+#: attach to the interpreter to call __getitem__; a thread that tries while it finalizes would hang there, and
+#: the loader's drop would wait on it).
+_OPEN: weakref.WeakSet[_Closable] = weakref.WeakSet()
+
+
+def close_at_exit(loader: _Closable) -> None:
+    """Close ``loader`` at interpreter exit if it is still open then."""
+    _OPEN.add(loader)
+
+
+@atexit.register
+def _close_open_loaders() -> None:
+    for loader in list(_OPEN):
+        loader.close()
+
+
+def is_map_style(obj: Any) -> bool:
+    """True for an object the Loader takes as a map-style dataset (``__len__`` and ``__getitem__``, not a
+    built-in container)."""
+    cls = type(obj)
+    return (
+        hasattr(cls, "__len__") and hasattr(cls, "__getitem__") and not isinstance(obj, (Source, *_NOT_DATASETS))
+    )
+
+
+def _torchvision_folder(dataset: Any) -> bool:
+    """A torchvision ``DatasetFolder`` (``ImageFolder``) with its default loader: its files can be read directly."""
+    cls = type(dataset)
+    if not cls.__module__.startswith("torchvision.datasets") or not hasattr(dataset, "samples"):
+        return False
+    from torchvision.datasets import folder
+
+    return isinstance(dataset, folder.DatasetFolder) and getattr(dataset, "loader", None) is folder.default_loader
+
+
+class DatasetSource(Source):
+    """A map-style dataset (module docs): ``len(dataset)`` samples, ``dataset[i]`` → ``(image, target)``."""
+
+    def __init__(self, dataset: Any) -> None:
+        if not is_map_style(dataset):
+            raise ConfigError(
+                f"invalid source: a {type(dataset).__name__} must be a map-style dataset (__len__ and __getitem__)",
+                parameter="source",
+            )
+        for attr in ("transform", "target_transform", "transforms"):
+            if getattr(dataset, attr, None) is not None:
+                raise ConfigError(
+                    f"invalid source: {type(dataset).__name__}.{attr} is set; give the dataset with "
+                    f"{attr}=None (trdata's workers read its images) and the pipeline as Loader(transforms=...)",
+                    parameter="source",
+                )
+        self.dataset = dataset
+        n = operator.index(len(dataset))
+        self._len = n
+        classes = getattr(dataset, "classes", None)
+        names = list(classes) if isinstance(classes, (list, tuple)) and all(isinstance(c, str) for c in classes) else []
+        self.classes, self.class_to_idx = _class_names(names)
+        self._samples = list(dataset.samples) if _torchvision_folder(dataset) else None
+        self._native = _core.NativeSource.external(n, self._fetch)  # the core's count rule
+
+    def __len__(self) -> int:
+        return self._len
+
+    @property
+    def labels(self) -> list[int]:  # type: ignore[override]
+        raise ConfigError(
+            f"a DatasetSource's labels are known only once its samples are read ({type(self.dataset).__name__}"
+            ".__getitem__ returns them); read batch.labels",
+            parameter="source",
+        )
+
+    @property
+    def targets(self) -> np.ndarray:
+        return np.asarray(self.labels)
+
+    def _native_source(self) -> _core.NativeSource:
+        return self._native
+
+    def _fetch(self, i: int) -> tuple[str, Any, int]:
+        """Sample ``i`` as the core takes it (``NativeSource.external``): (kind, payload, label), or ("error",
+        traceback, 0) when the dataset's code raised or returned something that is not an image."""
+        try:
+            if self._samples is not None:
+                path, target = self._samples[i]
+                return "path", os.fspath(path), operator.index(target)
+            item = self.dataset[i]
+            if not isinstance(item, tuple) or len(item) != 2:
+                raise TypeError(
+                    f"__getitem__ returned a {type(item).__name__}"
+                    f"{f' of {len(item)} items' if isinstance(item, tuple) else ''}, not (image, target)"
+                )
+            kind, payload = _image(item[0])
+            return kind, payload, _label(item[1])
+        except Exception:
+            return "error", f"{type(self.dataset).__name__}[{i}] raised:\n{traceback.format_exc()}", 0
+
+
+def _image(image: Any) -> tuple[str, Any]:
+    """(kind, payload) of an image as ``__getitem__`` returned it (module docs)."""
+    if isinstance(image, bytes):
+        return "encoded", image
+    if isinstance(image, (bytearray, memoryview)):
+        return "encoded", bytes(image)
+    if isinstance(image, (str, os.PathLike)):
+        return "path", os.fspath(image)
+    if isinstance(image, np.ndarray):
+        return "pixels", _pixels(image, "a numpy array")
+    cls = type(image)
+    if cls.__module__.startswith("PIL.") and hasattr(image, "mode"):
+        if image.mode not in ("RGB", "L"):
+            image = image.convert("RGB")  # torchvision's pil_loader
+        return "pixels", _pixels(np.asarray(image), "a PIL image")
+    if cls.__module__.startswith("torch") and hasattr(image, "permute"):
+        if image.ndim == 3:
+            image = image.permute(1, 2, 0)  # CHW → HWC
+        return "pixels", _pixels(image.detach().cpu().contiguous().numpy(), "a tensor")
+    raise TypeError(f"the image is a {cls.__name__}: it must be bytes, a path, a uint8 array, a PIL image or a tensor")
+
+
+def _pixels(a: np.ndarray, what: str) -> np.ndarray:
+    if a.dtype != np.uint8:
+        raise TypeError(f"{what} of dtype {a.dtype} must be uint8 (the images of a source are 8-bit)")
+    if a.ndim not in (2, 3) or (a.ndim == 3 and a.shape[2] not in (1, 3)):
+        raise TypeError(f"{what} of shape {a.shape} must be (H, W) or (H, W, C) with C 1 or 3 (CHW for tensors)")
+    if a.nbytes > _MAX_SAMPLE_BYTES:  # before the contiguous copy (the core checks the same limit)
+        raise ValueError(f"{what} of shape {a.shape} is over the {_MAX_SAMPLE_BYTES}-byte sample limit")
+    return np.ascontiguousarray(a)
+
+
+def _label(target: Any) -> int:
+    if isinstance(target, (bool, np.bool_)):
+        raise TypeError(f"the target {target!r} is a bool, not a class index")
+    if hasattr(target, "numel") and target.numel() == 1:
+        target = target.item()
+    try:
+        return operator.index(target)
+    except TypeError:
+        raise TypeError(f"the target {target!r} is a {type(target).__name__}, not a class index (an int)") from None
