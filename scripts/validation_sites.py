@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Every parameter of Loader, of the transforms and of the sources (and set_epoch's epoch).
 PARAMS = {
     # Loader
-    "source", "batch_size", "transforms", "normalize", "dtype", "layout", "workers", "shuffle", "seed",
+    "source", "dataset", "fn", "batch_size", "transforms", "normalize", "dtype", "layout", "workers", "shuffle", "seed",
     "reproducible", "last_batch", "device", "rank", "world_size", "on_error", "pin", "prefetch",
     "max_held_batches", "device_slots", "cpus", "max_pixels", "max_scans", "max_memory_bytes", "epoch",
     "channels", "exif_transpose", "views", "batch_ops", "batch_transform", "decode",
@@ -52,6 +52,7 @@ PARAMS = {
 TYPE_ONLY = {
     "shuffle", "reproducible", "exif_transpose", "root", "train", "variant", "pad_if_needed", "clip",
     "batch_transform",  # a callable or None
+    "fn",  # PythonStep's: a callable
     "expand", "all_ops", "antialias",
     "reencode",  # a Reencode or dict; its fields are short_side, max_side, quality (pack/mod.rs)
 }  # fmt: skip
@@ -104,6 +105,7 @@ EDGE_TRANSLATORS = {
         "TimmRandAugment._spec": "ops is a sequence of names (which names: the core's)",
         "TimmAugMix._spec": "ops is a sequence of names (which names: the core's)",
         "TimmAutoAugment._spec": "policy is a sequence of (name, p, magnitude) sequences (values: the core's)",
+        "PythonStep.__init__": "fn is callable (only `fn`)",
     },
     "python/trdata/convert.py": {
         "_refuse": "a torchvision op trdata cannot run (names the op; no value rule)",
@@ -132,6 +134,9 @@ EDGE_TRANSLATORS = {
         "parse_transform": "a (kind, {name: value}) spec (trdata.Transform._spec; parsed by the core)",
         "arg": "a spec value is None, bool, int, float, str, a sequence of them or a dict with str keys "
         "(trdata.Transform._spec)",
+    },
+    "python/trdata/sources/dataset.py": {
+        "DatasetSource.__init__": "dataset is a map-style dataset without a transform of its own (only `dataset`)",
     },
     "python/trdata/sources/classic.py": {
         "_root_dir": "root is a path (only `root`)",
@@ -170,6 +175,8 @@ EDGE_ONLY = {
     "Loader.load_state_dict": {"state_dict"},
     "ImageFolder.__init__": {"root"},
     "pack": {"source"},
+    "DatasetSource.__init__": {"dataset"},
+    "PythonStep.__init__": {"fn"},
 }
 
 RUST_CORE_SKIP = ("src/py/",)

@@ -621,6 +621,8 @@ def test_every_parameter_has_a_bad_value_case():
         "num_layers", "magnitude_std", "magnitude_max", "translate_pct", "width", "depth", "probability", "min_area",
         "max_area", "min_count", "max_count", "re_mode", "longest", "weights",
     }  # fmt: skip
+    # a map-style dataset's and a Python step's: tests/test_dataset_source.py, tests/test_python_steps.py
+    extra |= {"dataset", "fn"}
     covered = {p for p, _, _ in BAD_VALUES} | extra
     assert covered == validation_sites.PARAMS
 

@@ -49,9 +49,13 @@ class Items:
         return self.items[i]
 
 
-def batches(source: object, workers: int = 2, **kw: object) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def batches(
+    source: object, workers: int = 2, **kw: object
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     with trdata.Loader(source, workers=workers, **{**KW, **kw}) as ld:  # type: ignore[arg-type]
-        return [(b.images[: b.valid].copy(), b.labels[: b.valid].copy(), b.indices[: b.valid].copy()) for b in ld]
+        return [
+            (b.images[: b.valid].copy(), b.labels[: b.valid].copy(), b.indices[: b.valid].copy()) for b in ld
+        ]
 
 
 def same(a: list[tuple[np.ndarray, ...]], b: list[tuple[np.ndarray, ...]]) -> bool:
@@ -94,7 +98,9 @@ def test_encoded_bytes_give_the_bytes_sources_batches(arrays: list[np.ndarray]) 
     blobs, labels = [jpeg(a) for a in arrays], [i % 4 for i in range(len(arrays))]
     native = batches(trdata.Bytes(blobs, labels), workers=1)
     assert same(batches(Items(list(zip(blobs, labels))), workers=1), native)
-    assert same(batches(Items([(bytearray(b), np.int32(t)) for b, t in zip(blobs, labels)]), workers=3), native)
+    assert same(
+        batches(Items([(bytearray(b), np.int32(t)) for b, t in zip(blobs, labels)]), workers=3), native
+    )
 
 
 def test_paths_give_the_file_lists_batches(tmp_path: Path, arrays: list[np.ndarray]) -> None:
@@ -116,13 +122,16 @@ def test_arrays_pil_images_and_tensors_give_the_arrays_sources_batches() -> None
     assert same(batches(Items([(Image.fromarray(a), i) for i, a in enumerate(rgb)])), native)
     # a palette image is converted to RGB as torchvision's pil_loader does
     pal = [Image.fromarray(a).convert("P") for a in rgb]
-    assert same(batches(Items([(p, i) for i, p in enumerate(pal)])), batches(
-        trdata.Arrays(np.stack([np.asarray(p.convert("RGB")) for p in pal]), list(range(9)))
-    ))
+    assert same(
+        batches(Items([(p, i) for i, p in enumerate(pal)])),
+        batches(trdata.Arrays(np.stack([np.asarray(p.convert("RGB")) for p in pal]), list(range(9)))),
+    )
     gray = np.stack([a[..., 1] for a in rgb])
     native_gray = batches(trdata.Arrays(gray, list(range(9))), channels=1)
     assert same(batches(Items([(g, i) for i, g in enumerate(gray)]), channels=1), native_gray)
-    assert same(batches(Items([(Image.fromarray(g), i) for i, g in enumerate(gray)]), channels=1), native_gray)
+    assert same(
+        batches(Items([(Image.fromarray(g), i) for i, g in enumerate(gray)]), channels=1), native_gray
+    )
     torch = pytest.importorskip("torch")
     chw = [(torch.from_numpy(a).permute(2, 0, 1), torch.tensor(i)) for i, a in enumerate(rgb)]
     assert same(batches(Items(chw)), native)  # type: ignore[arg-type]
@@ -171,7 +180,10 @@ def test_an_exception_in_getitem_is_a_sample_error_under_raise_and_skip(arrays: 
         ((np.zeros((8, 8, 3), np.float32), 0), "dtype float32 must be uint8"),
         ((np.zeros((8, 8, 4), np.uint8), 0), "must be (H, W) or (H, W, C) with C 1 or 3"),
         ((np.zeros((0, 8, 3), np.uint8), 0), "sides 1..=65535"),
-        ((np.broadcast_to(np.zeros(1, np.uint8), (30_000, 30_000, 3)), 0), "over the 1073741824-byte sample limit"),
+        (
+            (np.broadcast_to(np.zeros(1, np.uint8), (30_000, 30_000, 3)), 0),
+            "over the 1073741824-byte sample limit",
+        ),
         ((b"\xff\xd8 not a jpeg", 0), "UnknownFormat"),
         ((b"", 0), "Empty"),
         (("/nonexistent/x.jpg", 0), "/nonexistent/x.jpg"),
@@ -204,7 +216,7 @@ def test_a_source_that_is_not_a_dataset_is_refused_before_any_work() -> None:
 
     with pytest.raises(ConfigError, match="0 samples must have at least one") as e:
         trdata.Loader(Empty(), transforms=[trdata.CenterCrop(4)])  # type: ignore[arg-type]
-    assert e.value.parameter == "source"
+    assert e.value.parameter == "source"  # the Loader's; trdata.DatasetSource(Empty()) names its `dataset`
 
 
 def test_a_dataset_packs_like_the_native_source(tmp_path: Path, arrays: list[np.ndarray]) -> None:
@@ -237,7 +249,9 @@ print("left", flush=True)
 """
 
 
-@pytest.mark.parametrize("ending", ["del it, ld; import gc; gc.collect()", "pass  # exit with the workers busy"])
+@pytest.mark.parametrize(
+    "ending", ["del it, ld; import gc; gc.collect()", "pass  # exit with the workers busy"]
+)
 def test_a_loader_dropped_or_left_running_at_exit_never_hangs(ending: str) -> None:
     """Workers attach to the interpreter to call __getitem__: dropping the loader (which joins them) detaches
     first, and exiting with the loader still running leaves no thread hanging the process."""

@@ -78,9 +78,7 @@ def labels_of(source: trdata.Source) -> list[int]:
 SOURCES: dict[str, Callable[[Path], trdata.Source]] = {
     "Dataset-bytes": lambda r: _dataset_source([(b, i % 3) for i, b in enumerate(_blobs(r))]),
     "Dataset-arrays": lambda r: _dataset_source([(photo(i, 16 + i % 4, 15), np.int64(i)) for i in range(23)]),
-    "Dataset-PIL": lambda r: _dataset_source(
-        [(Image.open(p), 1) for p in sorted(_folder(r).rglob("*.*"))]
-    ),
+    "Dataset-PIL": lambda r: _dataset_source([(Image.open(p), 1) for p in sorted(_folder(r).rglob("*.*"))]),
     "ImageFolder": lambda r: trdata.ImageFolder(_folder(r)),
     "FileList": lambda r: trdata.FileList([str(p) for p in sorted(_folder(r).rglob("*.*"))], list(range(23))),
     "Bytes": lambda r: trdata.Bytes(_blobs(r), [i % 3 for i in range(23)]),

@@ -19,6 +19,7 @@ REQUIRED: dict[str, dict[str, Any]] = {
     "CenterCrop": {"size": 8},
     "GaussianBlur": {"kernel_size": 3},
     "Pad": {"padding": 1},
+    "PythonStep": {"fn": lambda x: x},
     "RandomAdjustSharpness": {"sharpness_factor": 2.0},
     "RandomApply": {"transforms": [trdata.RandomInvert(), trdata.RandomHorizontalFlip()]},
     "RandomChoice": {"transforms": [trdata.RandomInvert(), trdata.RandomEqualize()]},

@@ -100,7 +100,7 @@ def _refused(src: trdata.FileList, parameter: str, build: Any) -> ConfigError:
                 T.RandomApply([T.RandomApply([T.RandomApply([T.RandomApply([T.RandomInvert()])])])]),
             ],
         ),
-        ("transforms", lambda: [T.CenterCrop(2), T.RandomApply([lambda x: x])]),
+        ("transforms", lambda: [T.CenterCrop(2), T.RandomApply([3])]),  # a callable would be a PythonStep
         ("transforms", lambda: [T.CenterCrop(2), T.RandomChoice([T.RandomInvert(), "invert"])]),
         ("transforms", lambda: [T.CenterCrop(2), T.RandomOrder(T.RandomInvert())]),
         ("num_ops", lambda: [T.CenterCrop(2), T.RandAugment(num_ops=10**6)]),

@@ -83,10 +83,12 @@ def main() -> None:
                 v = rate(make(), workers, args.epochs)
                 best[name, workers] = max(best.get((name, workers), 0.0), v)
                 print(f"  round {r}: {workers} worker(s) {name:<34} {v:8.0f} img/s", flush=True)
-    print(f"\n| source | 1 worker | 2 workers | 2 workers ÷ native |\n|---|--:|--:|--:|")
+    print("\n| source | 1 worker | 2 workers | 2 workers ÷ native |\n|---|--:|--:|--:|")
     for name in contenders:
         one, two = best[name, 1], best[name, 2]
-        print(f"| {name} | {one:,.0f} img/s | {two:,.0f} img/s | {two / best['native trdata.Bytes', 2]:.2f}× |")
+        print(
+            f"| {name} | {one:,.0f} img/s | {two:,.0f} img/s | {two / best['native trdata.Bytes', 2]:.2f}× |"
+        )
 
 
 if __name__ == "__main__":

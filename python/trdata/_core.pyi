@@ -11,6 +11,7 @@ __all__ = [
     "__version__",
     "NativeLoader",
     "NativeSource",
+    "Step",
     "BatchLeaseHandle",
     "DeviceTensorHandle",
     "sample_op",
@@ -168,6 +169,13 @@ def packed_verify(
     workers: int | None = None,
     progress: Callable[[int, int], object] | None = None,
 ) -> list[tuple[int, str]]: ...
+
+@final
+class Step:
+    """A Python callable ``fn(pixels (H, W, C) uint8, seed) -> pixels`` as a core per-sample step."""
+    def __new__(cls, fun: Callable[[Any, int], Any], name: str) -> Step: ...
+    @property
+    def name(self) -> str: ...
 
 @final
 class BatchLeaseHandle:

@@ -29,6 +29,7 @@ from .transforms import (
     GaussianNoise,
     Grayscale,
     Pad,
+    PythonStep,
     RandAugment,
     RandomAdjustSharpness,
     RandomAffine,
@@ -58,6 +59,7 @@ from .transforms import (
     TimmResizeKeepRatio,
     Transform,
     TrivialAugmentWide,
+    steps_warning,
 )
 
 __all__ = ["Converted", "batch_ops", "dtype_name", "from_torchvision", "is_torchvision"]
@@ -159,6 +161,7 @@ def from_torchvision(t: Any, _depth: int = 0) -> Converted:
     if _depth > _MAX_CONVERT_DEPTH:
         raise _too_deep(t)
     ops = _flatten(t)
+    steps: list[PythonStep] = []
     out: list[Transform] = []
     normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None
     dtype: str | None = None
@@ -170,11 +173,14 @@ def from_torchvision(t: Any, _depth: int = 0) -> Converted:
             out.append(op)
             continue
         if not _is_torchvision(op):
-            raise ConfigError(
-                f"invalid transforms: {_shown(op)} at transforms[{pos}] is neither a trdata nor a torchvision "
-                "transform",
-                parameter="transforms",
-            )
+            if not callable(op):
+                raise ConfigError(
+                    f"invalid transforms: {_shown(op)} at transforms[{pos}] is neither a trdata nor a torchvision "
+                    "transform, nor a callable",
+                    parameter="transforms",
+                )
+            out.append(_step(op, pos, normalize, steps))  # a user's callable or nn.Module
+            continue
         name = type(op).__name__
         if name in _CONTAINERS:
             if normalize is not None:
@@ -240,10 +246,25 @@ def from_torchvision(t: Any, _depth: int = 0) -> Converted:
         except ConfigError as e:
             raise _refuse(op, pos, str(e)) from None
         except (AttributeError, TypeError, KeyError):
-            raise _refuse(op, pos, "trdata has no such op (yet)") from None
+            out.append(
+                _step(op, pos, normalize, steps)
+            )  # v2.Lambda, ElasticTransform, JPEG, …: run in Python
         except Exception as e:  # a look-alike whose attributes raise: still a configuration error, named
             raise _refuse(op, pos, f"reading its parameters raised {type(e).__name__}: {e}") from e
+    if _depth == 0:
+        steps_warning(steps)
     return Converted(out, normalize, dtype, dtype_op)
+
+
+def _step(op: Any, pos: int, normalize: Any, steps: list[PythonStep]) -> PythonStep:
+    """An op trdata does not compile, as a :class:`PythonStep` (on the uint8 image: refused after Normalize)."""
+    if not callable(op):
+        raise _refuse(op, pos, "trdata has no such op, and it is not callable (to run in Python)")
+    if normalize is not None:
+        raise _refuse(op, pos, "it runs in Python on the uint8 image, and comes after Normalize")
+    step = op if isinstance(op, PythonStep) else PythonStep(op)
+    steps.append(step)
+    return step
 
 
 #: A ``ToDtype``/``ConvertImageDtype`` float type (``scale=True``) → the Loader's dtype of the same name.

@@ -15,10 +15,19 @@ are the core's (``_core.DEFAULTS``).
 from __future__ import annotations
 
 import math
+import os
+import random
 import re
+import sys
+import threading
+import traceback
+import types
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from . import _core
 from ._args import (
@@ -941,7 +950,100 @@ class TimmRandomErasing(Transform):
 
 
 #: The built-in transforms (the only ones the core compiles).
+class StepError(RuntimeError):
+    """What a :class:`PythonStep`'s function raised, with its traceback (the sample's error)."""
+
+
+#: Held while a step seeds the global generators and runs: the seeds a step draws from are its own for the
+#: whole call, whatever the other workers do (torch releases the GIL inside its ops).
+_STEP_LOCK = threading.Lock()
+
+
+def _seed_generators(seed: int) -> None:
+    """Seed Python's, numpy's and (when imported) torch's global generators from the step's draw."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed)
+
+
+class PythonStep(Transform):
+    """A per-sample step written in Python, run at its position in the pipeline on the uint8 image: ``fn`` gets a
+    uint8 ``(C, H, W)`` torch tensor when torch is installed (a numpy ``(H, W, C)`` array otherwise) and returns
+    the same kind and shape (a step keeps the size). ``v2.Lambda``, a user's ``nn.Module`` or callable, and the
+    torchvision ops trdata does not compile (``ElasticTransform``, ``JPEG``, …) become steps (``from_torchvision``
+    warns once which). The native ops before and after stay native.
+
+    Randomness: before each call, Python's ``random``, numpy's global generator and torch's are seeded from
+    (seed, epoch, index, position), one step at a time (a lock), so a reproducible loader stays reproducible. The
+    GIL is held while ``fn`` runs (its torch ops may release it): steps cost Python time per sample.
+    An exception in ``fn`` (or a wrong return) is the sample's error, under ``on_error``."""
+
+    def __init__(self, fn: Any, name: str | None = None) -> None:
+        if not callable(fn):
+            raise ConfigError(f"invalid fn: {_shown(fn)} must be callable", parameter="fn")
+        self.fn = fn
+        self.name = name if name is not None else _step_name(fn)
+        self._step = _core.Step(self._call, self.name)
+
+    def __repr__(self) -> str:
+        return f"PythonStep({self.name})"
+
+    def _spec(self) -> tuple[Any, ...]:
+        return ("python_step", {"step": self._step})
+
+    def _call(self, pixels: np.ndarray, seed: int) -> np.ndarray:
+        """The core's call: ``pixels`` uint8 (H, W, C), a fresh copy; returns the step's image as (H, W, C)."""
+        torch = sys.modules.get("torch") or _try_torch()
+        with _STEP_LOCK:
+            _seed_generators(seed)
+            try:
+                out = self.fn(torch.from_numpy(pixels).permute(2, 0, 1) if torch is not None else pixels)
+            except Exception:
+                raise StepError(traceback.format_exc()) from None
+        if torch is not None and isinstance(out, torch.Tensor):
+            if out.dtype != torch.uint8:
+                raise StepError(f"returned a {out.dtype} tensor: a step returns uint8 images")
+            out = out.detach().cpu()
+            out = (out.permute(1, 2, 0) if out.ndim == 3 else out).contiguous().numpy()
+        if isinstance(out, np.ndarray) and out.ndim == 2:
+            out = out[:, :, None]
+        return np.ascontiguousarray(out) if isinstance(out, np.ndarray) else out
+
+
+def _try_torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _step_name(fn: Any) -> str:
+    """How messages name a step: torchvision's class name, a function's qualified name, or the type's."""
+    name = getattr(fn, "__name__", None)
+    return name if isinstance(name, str) else type(fn).__name__
+
+
+def steps_warning(steps: list[PythonStep]) -> None:
+    """Warn once which ops of a pipeline run in Python."""
+    if steps:
+        # attributed to the user's line: the first frame outside this package
+        package = os.path.dirname(__file__) + os.sep
+        frame: types.FrameType | None = sys._getframe(1)
+        level = 2
+        while frame is not None and frame.f_code.co_filename.startswith(package):
+            frame, level = frame.f_back, level + 1
+        warnings.warn(
+            f"{len(steps)} op(s) of this pipeline run in Python per sample (trdata.PythonStep): "
+            f"{', '.join(s.name for s in steps)}; the GIL serializes them across workers",
+            stacklevel=level,
+        )
+
+
 BUILTIN = (
+    PythonStep,
     RandomResizedCrop,
     Resize,
     CenterCrop,
@@ -998,8 +1100,11 @@ def specs(transforms: Any) -> list[tuple[Any, ...]]:
             "transforms=[Resize(256), CenterCrop(224)]",
             parameter="transforms",
         )
-    out = []
+    out, steps = [], []
     for t in transforms:
+        if not isinstance(t, Transform) and callable(t) and type(t).__module__ != "trdata.batch_ops":
+            t = PythonStep(t)  # a user's callable or nn.Module: run in Python at its position
+            steps.append(t)
         if type(t).__module__ == "trdata.batch_ops":
             raise ConfigError(
                 f"invalid transforms: {_shown(t)} is a batch op, not a per-sample transform: pass it as "
@@ -1026,6 +1131,7 @@ def specs(transforms: Any) -> list[tuple[Any, ...]]:
         ):
             raise ConfigError(f"invalid transforms: {_not_builtin_message(cls)}", parameter="transforms")
         out.append(t._spec())
+    steps_warning(steps)
     return out
 
 

@@ -287,6 +287,7 @@ fn run_op(op: &OpSpec, site: Site, s: &mut ProgramScratch, key: SampleKey) -> st
                 run_op(&c.transforms[usize::from(i)], site.child(usize::from(i)), s, key)?;
             }
         }
+        (OpSpec::PythonStep(step), _) => step.run(&mut s.frame, &mut rng, site)?,
         _ => ops::apply(op, &drawn, &mut s.frame, &mut s.ops, &mut rng),
     }
     Ok(())

@@ -13,6 +13,7 @@ mod nvjpeg;
 mod ops;
 mod pack;
 mod source;
+mod step;
 mod wait;
 
 use pyo3::prelude::*;
@@ -24,6 +25,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::NativeLoader>()?;
     m.add_class::<loader::BatchLeaseHandle>()?;
     m.add_class::<source::NativeSource>()?;
+    m.add_class::<step::Step>()?;
     m.add_class::<gpu::DeviceTensorHandle>()?;
     m.add_function(wrap_pyfunction!(loader::scan_image_folder, m)?)?;
     m.add_function(wrap_pyfunction!(loader::check_file_list, m)?)?;

@@ -38,6 +38,8 @@ pub(super) fn arg(v: &Bound<'_, PyAny>) -> PyResult<Arg> {
             params.push((name, arg(&value)?));
         }
         Arg::Map(params)
+    } else if let Ok(step) = v.cast::<super::step::Step>() {
+        Arg::Step(step.get().inner.clone())
     } else {
         return Err(to_py(TrdataError::config("transforms", format!("{v} is not a spec value"))));
     })

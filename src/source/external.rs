@@ -127,7 +127,7 @@ mod tests {
     fn a_dataset_needs_one_to_2_pow_32_minus_1_samples() {
         for n in [0, 1 << 32] {
             match external(Box::new(Squares), n) {
-                Err(TrdataError::Config { parameter, .. }) => assert_eq!(parameter, "source"),
+                Err(TrdataError::Config { parameter, .. }) => assert_eq!(parameter, "dataset"),
                 other => panic!("{other:?}"),
             }
         }

@@ -240,15 +240,15 @@ pub fn file_list(paths: Vec<PathBuf>, labels: Vec<i64>) -> Result<Dataset> {
     Ok(Dataset { store: Store::Files(paths), labels, classes: Vec::new() })
 }
 
-/// The `source` parameter's name (an external dataset's rules: [`external`]).
-const SOURCE: &str = "source";
+/// The `dataset` parameter's name (`trdata.DatasetSource(dataset)`; its rules: [`external`]).
+const DATASET: &str = "dataset";
 
 /// A dataset of `len` samples made on demand by `reader` (a Python map-style dataset): at least one sample and
 /// fewer than 2^32, as every source.
 pub fn external(reader: Box<dyn Reader>, len: usize) -> Result<Dataset> {
     if len == 0 || len > u32::MAX as usize {
         return Err(TrdataError::config(
-            SOURCE,
+            DATASET,
             format!("a dataset of {len} samples must have at least one and fewer than 2**32"),
         ));
     }

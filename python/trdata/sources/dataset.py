@@ -78,7 +78,9 @@ def is_map_style(obj: Any) -> bool:
     built-in container)."""
     cls = type(obj)
     return (
-        hasattr(cls, "__len__") and hasattr(cls, "__getitem__") and not isinstance(obj, (Source, *_NOT_DATASETS))
+        hasattr(cls, "__len__")
+        and hasattr(cls, "__getitem__")
+        and not isinstance(obj, (Source, *_NOT_DATASETS))
     )
 
 
@@ -89,7 +91,10 @@ def _torchvision_folder(dataset: Any) -> bool:
         return False
     from torchvision.datasets import folder
 
-    return isinstance(dataset, folder.DatasetFolder) and getattr(dataset, "loader", None) is folder.default_loader
+    return (
+        isinstance(dataset, folder.DatasetFolder)
+        and getattr(dataset, "loader", None) is folder.default_loader
+    )
 
 
 class DatasetSource(Source):
@@ -98,21 +103,25 @@ class DatasetSource(Source):
     def __init__(self, dataset: Any) -> None:
         if not is_map_style(dataset):
             raise ConfigError(
-                f"invalid source: a {type(dataset).__name__} must be a map-style dataset (__len__ and __getitem__)",
-                parameter="source",
+                f"invalid dataset: a {type(dataset).__name__} must be a map-style dataset (__len__ and __getitem__)",
+                parameter="dataset",
             )
         for attr in ("transform", "target_transform", "transforms"):
             if getattr(dataset, attr, None) is not None:
                 raise ConfigError(
-                    f"invalid source: {type(dataset).__name__}.{attr} is set; give the dataset with "
+                    f"invalid dataset: {type(dataset).__name__}.{attr} is set; give the dataset with "
                     f"{attr}=None (trdata's workers read its images) and the pipeline as Loader(transforms=...)",
-                    parameter="source",
+                    parameter="dataset",
                 )
         self.dataset = dataset
         n = operator.index(len(dataset))
         self._len = n
         classes = getattr(dataset, "classes", None)
-        names = list(classes) if isinstance(classes, (list, tuple)) and all(isinstance(c, str) for c in classes) else []
+        names = (
+            list(classes)
+            if isinstance(classes, (list, tuple)) and all(isinstance(c, str) for c in classes)
+            else []
+        )
         self.classes, self.class_to_idx = _class_names(names)
         self._samples = list(dataset.samples) if _torchvision_folder(dataset) else None
         self._native = _core.NativeSource.external(n, self._fetch)  # the core's count rule
@@ -122,10 +131,9 @@ class DatasetSource(Source):
 
     @property
     def labels(self) -> list[int]:  # type: ignore[override]
-        raise ConfigError(
+        raise AttributeError(
             f"a DatasetSource's labels are known only once its samples are read ({type(self.dataset).__name__}"
-            ".__getitem__ returns them); read batch.labels",
-            parameter="source",
+            ".__getitem__ returns them); read batch.labels"
         )
 
     @property
@@ -173,14 +181,18 @@ def _image(image: Any) -> tuple[str, Any]:
         if image.ndim == 3:
             image = image.permute(1, 2, 0)  # CHW → HWC
         return "pixels", _pixels(image.detach().cpu().contiguous().numpy(), "a tensor")
-    raise TypeError(f"the image is a {cls.__name__}: it must be bytes, a path, a uint8 array, a PIL image or a tensor")
+    raise TypeError(
+        f"the image is a {cls.__name__}: it must be bytes, a path, a uint8 array, a PIL image or a tensor"
+    )
 
 
 def _pixels(a: np.ndarray, what: str) -> np.ndarray:
     if a.dtype != np.uint8:
         raise TypeError(f"{what} of dtype {a.dtype} must be uint8 (the images of a source are 8-bit)")
     if a.ndim not in (2, 3) or (a.ndim == 3 and a.shape[2] not in (1, 3)):
-        raise TypeError(f"{what} of shape {a.shape} must be (H, W) or (H, W, C) with C 1 or 3 (CHW for tensors)")
+        raise TypeError(
+            f"{what} of shape {a.shape} must be (H, W) or (H, W, C) with C 1 or 3 (CHW for tensors)"
+        )
     if a.nbytes > _MAX_SAMPLE_BYTES:  # before the contiguous copy (the core checks the same limit)
         raise ValueError(f"{what} of shape {a.shape} is over the {_MAX_SAMPLE_BYTES}-byte sample limit")
     return np.ascontiguousarray(a)
@@ -194,4 +206,6 @@ def _label(target: Any) -> int:
     try:
         return operator.index(target)
     except TypeError:
-        raise TypeError(f"the target {target!r} is a {type(target).__name__}, not a class index (an int)") from None
+        raise TypeError(
+            f"the target {target!r} is a {type(target).__name__}, not a class index (an int)"
+        ) from None

@@ -34,6 +34,7 @@ pub mod erase;
 pub mod geometric;
 pub mod policies;
 pub mod spec;
+pub mod step;
 pub mod timm;
 
 pub use super::kernels::Frame;
@@ -54,6 +55,7 @@ pub use geometric::{
     Resize, ResizeTo, VerticalFlip,
 };
 pub use policies::Policy;
+pub use step::{ImageStep, PythonStep, StepRef};
 pub use timm::CenterCropOrPad;
 
 /// The largest padding and crop side (the same bound as the transforms' sizes: a header or user size larger
@@ -797,6 +799,8 @@ registry! {
     CenterCropOrPad(CenterCropOrPad),
     /// timm's `RandomErasing`.
     TimmRandomErasing(TimmRandomErasing),
+    /// `PythonStep(fn)`: a step run outside the core (`step`), on the uint8 image at its position.
+    PythonStep(PythonStep),
 }
 
 impl OpSpec {
@@ -860,6 +864,8 @@ pub enum Arg {
     List(Vec<Arg>),
     /// A dict with string keys: a spec's parameters (`("kind", {name: value, …})`), in the dict's order.
     Map(Vec<(String, Arg)>),
+    /// A step the binding made (`_core.Step`, the `step` of a `PythonStep`'s spec).
+    Step(StepRef),
 }
 
 /// `padding_mode` values.
