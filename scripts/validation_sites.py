@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Every parameter of Loader, of the transforms and of the sources (and set_epoch's epoch).
 PARAMS = {
     # Loader
-    "source", "dataset", "fn", "batch_size", "transforms", "normalize", "dtype", "layout", "workers", "shuffle", "seed",
+    "source", "dataset", "fn", "extras", "batch_size", "transforms", "normalize", "dtype", "layout", "workers", "shuffle", "seed",
     "reproducible", "last_batch", "device", "rank", "world_size", "on_error", "pin", "prefetch",
     "max_held_batches", "device_slots", "cpus", "max_pixels", "max_scans", "max_memory_bytes", "epoch",
     "channels", "exif_transpose", "views", "batch_ops", "batch_transform", "decode",
@@ -53,6 +53,7 @@ TYPE_ONLY = {
     "shuffle", "reproducible", "exif_transpose", "root", "train", "variant", "pad_if_needed", "clip",
     "batch_transform",  # a callable or None
     "fn",  # PythonStep's: a callable
+    "extras",  # a dict of str → one value per sample (any values)
     "expand", "all_ops", "antialias",
     "reencode",  # a Reencode or dict; its fields are short_side, max_side, quality (pack/mod.rs)
 }  # fmt: skip
@@ -124,6 +125,7 @@ EDGE_TRANSLATORS = {
         "finite; see _check_targets)",
         "Bytes.__init__": "blobs is an ordered sequence of bytes (only `blobs`)",
         "Arrays.__init__": "images is a uint8 array (only `images`)",
+        "_check_extras": "extras is a dict of str names → a sequence of one value per sample",
         "_class_names": "classes is an ordered sequence of distinct str (class_to_idx; the labels-within-classes "
         "rule of a pack: pack/mod.rs)",
     },

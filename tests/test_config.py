@@ -622,7 +622,7 @@ def test_every_parameter_has_a_bad_value_case():
         "max_area", "min_count", "max_count", "re_mode", "longest", "weights",
     }  # fmt: skip
     # a map-style dataset's and a Python step's: tests/test_dataset_source.py, tests/test_python_steps.py
-    extra |= {"dataset", "fn"}
+    extra |= {"dataset", "fn", "extras"}  # extras: tests/test_extras.py
     covered = {p for p, _, _ in BAD_VALUES} | extra
     assert covered == validation_sites.PARAMS
 

@@ -192,7 +192,8 @@ def test_an_exception_in_getitem_is_a_sample_error_under_raise_and_skip(arrays: 
         ((b"x", True), "is a bool"),
         ((b"x", 2**70), "fetch returned"),
         ([b"x", 0], "returned a list, not (image, target)"),
-        ((b"x", 0, {}), "returned a tuple of 3 items"),
+        ((b"x", 0, ["not", "a dict"]), "returned a tuple of 3 items"),
+        ((b"x", 0, {}, {}), "returned a tuple of 4 items"),
     ],
 )
 def test_what_getitem_returns_is_checked_per_sample(item: object, message: str) -> None:

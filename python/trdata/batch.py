@@ -48,7 +48,9 @@ class Batch:
     CUDA one (see ``BatchArray``), C = ``Loader.channels`` (1 or 3); with ``Loader(views=[...])`` a tuple of
     them, one per view (each its own H, W), all sharing this batch's one buffer; ``labels``: the rows' targets, numpy or
     ``torch.Tensor`` likewise: int64 (N,) class indices, or float32 (N, *S) = ``source.targets[indices]`` for a
-    source with float targets; ``indices``: int64 (N,) numpy;
+    source with float targets; ``indices``: int64 (N,) numpy; ``extras``: the source's extra fields of these rows
+    (``extras=`` of FileList/Bytes/Arrays, a dataset's third item): name → a list in row order, or one stacked
+    numpy array when every value is an array of one shape and dtype; ``{}`` without extras; always on the host;
     ``valid``: the first ``valid`` rows are real samples of this epoch, later rows repeat real ones
     (``last_batch='pad'``) or fill a rank up to equal length. Unpacks as ``images, labels = batch``.
 
@@ -59,13 +61,14 @@ class Batch:
     consumer tensor keeps the batch buffer alive by itself, so it stays valid after the Batch is dropped
     and the loader moved on; the buffer returns to the loader when the last view or tensor of it dies."""
 
-    __slots__ = ("_lease", "epoch", "images", "indices", "labels", "valid")
+    __slots__ = ("_lease", "epoch", "extras", "images", "indices", "labels", "valid")
 
     images: BatchImages
     labels: BatchArray
     indices: np.ndarray
     valid: int
     epoch: int
+    extras: dict[str, Any]
 
     def __init__(
         self,
@@ -75,8 +78,10 @@ class Batch:
         valid: int,
         epoch: int,
         lease: _core.BatchLeaseHandle | _core.DeviceTensorHandle | None = None,
+        extras: dict[str, Any] | None = None,
     ) -> None:
         self.images = images
+        self.extras = {} if extras is None else extras
         self.labels = labels
         self.indices = indices
         self.valid = valid

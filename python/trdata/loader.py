@@ -884,6 +884,8 @@ class Loader:
         indices_a = np.asarray(indices, dtype=np.int64)
         # Float targets: the rows' own (padded and filled rows repeat a real sample's index, and so its target).
         gathered = None if self._targets is None else self._targets[indices_a]
+        # Extra fields (captions, JSON, arrays) stay on the host, gathered the same way (Source._batch_extras).
+        extras = self.source._batch_extras(indices_a)
         # With views=, images_h is a list of handles (one per view, one shared lease); else one handle.
         multi = isinstance(images_h, list)
         handles = images_h if multi else [images_h]
@@ -899,11 +901,11 @@ class Loader:
                 torch.from_dlpack(labels_h) if gathered is None else torch.from_numpy(gathered).to(device)
             )
             if multi:  # one shared lease: the first view's handle knows the batch
-                return Batch(views_t, labels_t, indices_a, valid, epoch, lease=handles[0])
-            return Batch(views_t[0], labels_t, indices_a, valid, epoch, lease=images_h)
+                return Batch(views_t, labels_t, indices_a, valid, epoch, lease=handles[0], extras=extras)
+            return Batch(views_t[0], labels_t, indices_a, valid, epoch, lease=images_h, extras=extras)
         views_a = tuple(self._host_images(h) for h in handles)
         labels_a = np.asarray(labels, dtype=np.int64) if gathered is None else gathered
-        return Batch(views_a if multi else views_a[0], labels_a, indices_a, valid, epoch)
+        return Batch(views_a if multi else views_a[0], labels_a, indices_a, valid, epoch, extras=extras)
 
     def _host_images(self, handle: Any) -> np.ndarray:
         """One host handle's images as a zero-copy numpy array (its base is the lease)."""

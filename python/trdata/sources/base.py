@@ -29,7 +29,7 @@ from __future__ import annotations
 import numbers
 import operator
 import os
-from collections.abc import Iterable, Mapping, MappingView, Set
+from collections.abc import Iterable, Mapping, MappingView, Sequence, Set
 from typing import Any
 
 import numpy as np
@@ -67,6 +67,58 @@ class Source:
     def _native_source(self) -> _core.NativeSource:
         """The core's dataset for a Loader."""
         raise NotImplementedError(f"{type(self).__name__} is not a trdata source")
+
+    #: Extra per-sample fields (``extras=``): name → one value per sample; empty without extras.
+    _extras: dict[str, list[Any]] | None = None
+
+    def _batch_extras(self, indices: np.ndarray) -> dict[str, Any]:
+        """The extras of the rows ``indices`` (``batch.extras``): per field a list, or one stacked array when every
+        value is an array of one shape and dtype (padded and filled rows repeat their sample's, as labels do)."""
+        if not self._extras:
+            return {}
+        return {name: stack_extras([values[i] for i in indices]) for name, values in self._extras.items()}
+
+
+def stack_extras(values: list[Any]) -> Any:
+    """``values`` stacked into one array when they are arrays of one shape and dtype, else the list itself."""
+    if values and all(isinstance(v, np.ndarray) for v in values):
+        first = values[0]
+        if all(v.shape == first.shape and v.dtype == first.dtype for v in values):
+            return np.stack(values)
+    return values
+
+
+def _check_extras(extras: Any, n: int) -> dict[str, list[Any]] | None:
+    """``extras``: a mapping of str names to sequences of one value per sample (any Python values: captions,
+    dicts, arrays), or None."""
+    if extras is None:
+        return None
+    if not isinstance(extras, Mapping):
+        raise ConfigError(
+            f"invalid extras: a {type(extras).__name__} must be a dict of name → one value per sample",
+            parameter="extras",
+        )
+    out = {}
+    for name, values in extras.items():
+        if not isinstance(name, str):
+            raise ConfigError(f"invalid extras: the name {name!r} must be a str", parameter="extras")
+        if (
+            isinstance(values, (str, bytes))
+            or isinstance(values, _UNORDERED)
+            or not hasattr(values, "__len__")
+        ):
+            raise ConfigError(
+                f"invalid extras: {name!r} is a {type(values).__name__}, not a sequence of one value per sample",
+                parameter="extras",
+            )
+        values = list(values)
+        if len(values) != n:
+            raise ConfigError(
+                f"invalid extras: {name!r} has {len(values)} values, one per sample is {n}",
+                parameter="extras",
+            )
+        out[name] = values
+    return out
 
 
 class _Files(Source):
@@ -134,8 +186,10 @@ class FileList(_Files):
         paths: Iterable[str | bytes | os.PathLike[str] | os.PathLike[bytes]],
         labels: Any = None,
         classes: Iterable[str] = (),
+        extras: Mapping[str, Sequence[Any]] | None = None,
     ) -> None:
         self.paths = _check_paths(paths)
+        self._extras = _check_extras(extras, len(self.paths))
         if labels is None:
             self.labels = [0] * len(self.paths)
         else:
@@ -312,7 +366,11 @@ class Bytes(Source):
     named ``<memory>[i]``."""
 
     def __init__(
-        self, blobs: Iterable[bytes], targets: Iterable[Any] | None = None, classes: Iterable[str] = ()
+        self,
+        blobs: Iterable[bytes],
+        targets: Iterable[Any] | None = None,
+        classes: Iterable[str] = (),
+        extras: Mapping[str, Sequence[Any]] | None = None,
     ) -> None:
         if isinstance(blobs, (str, bytes)) or isinstance(blobs, _UNORDERED):
             raise ConfigError(
@@ -330,6 +388,7 @@ class Bytes(Source):
             self.labels, self._float_targets = _check_targets(targets)
         self.classes, self.class_to_idx = _class_names(classes)
         self._native = _core.NativeSource.blobs(self.blobs, self.labels)  # the core's rules: counts, lengths
+        self._extras = _check_extras(extras, len(self.blobs))
 
     def _native_source(self) -> _core.NativeSource:
         return self._native
@@ -344,7 +403,11 @@ class Arrays(Source):
     (``Loader(channels=3)`` widens them). The array is copied into the core once."""
 
     def __init__(
-        self, images: Any, targets: Iterable[Any] | None = None, classes: Iterable[str] = ()
+        self,
+        images: Any,
+        targets: Iterable[Any] | None = None,
+        classes: Iterable[str] = (),
+        extras: Mapping[str, Sequence[Any]] | None = None,
     ) -> None:
         a = np.asarray(images)
         if a.dtype != np.uint8:
@@ -360,6 +423,7 @@ class Arrays(Source):
             self.labels, self._float_targets = _check_targets(targets)
         self.classes, self.class_to_idx = _class_names(classes)
         self._native = _core.NativeSource.pixels(self.images, self.labels)  # the core's rules: shape, counts
+        self._extras = _check_extras(extras, len(self.labels))
 
     def _native_source(self) -> _core.NativeSource:
         return self._native

@@ -1,7 +1,8 @@
 """Any map-style dataset as a source: ``Loader(MyDataset())``, or :class:`DatasetSource` explicitly.
 
-``len(dataset)`` samples; ``dataset[i]`` returns ``(image, target)`` (a longer tuple's further items are refused
-for now). The image is one of:
+``len(dataset)`` samples; ``dataset[i]`` returns ``(image, target)`` or ``(image, target, extras)`` with
+``extras`` a dict of str names to any values (a caption, parsed JSON, an array), delivered as ``batch.extras``.
+The image is one of:
 
 * encoded bytes (``bytes``/``bytearray``/``memoryview``: a JPEG, PNG, WebP… file's contents), decoded by the core
   as a file would be;
@@ -37,13 +38,14 @@ import operator
 import os
 import traceback
 import weakref
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import numpy as np
 
 from .. import _core
 from ..errors import ConfigError
-from .base import Source, _class_names
+from .base import Source, _class_names, stack_extras
 
 #: The core's per-sample byte limit (``worker::MAX_FILE_BYTES``): a file, an encoded blob or a pixel array.
 _MAX_SAMPLE_BYTES = 1 << 30
@@ -124,6 +126,8 @@ class DatasetSource(Source):
         )
         self.classes, self.class_to_idx = _class_names(names)
         self._samples = list(dataset.samples) if _torchvision_folder(dataset) else None
+        #: Extras each read returned (a third item of __getitem__'s tuple), by index, for batch.extras.
+        self._read_extras: dict[int, dict[str, Any]] = {}
         self._native = _core.NativeSource.external(n, self._fetch)  # the core's count rule
 
     def __len__(self) -> int:
@@ -143,6 +147,13 @@ class DatasetSource(Source):
     def _native_source(self) -> _core.NativeSource:
         return self._native
 
+    def _batch_extras(self, indices: np.ndarray) -> dict[str, Any]:
+        """The extras ``__getitem__`` returned for the rows ``indices`` (read by the workers before the batch was
+        delivered); a field a sample did not return is None for it."""
+        got = [self._read_extras.get(int(i)) for i in indices]
+        names = list(dict.fromkeys(n for g in got if g is not None for n in g))
+        return {n: stack_extras([None if g is None else g.get(n) for g in got]) for n in names}
+
     def _fetch(self, i: int) -> tuple[str, Any, int]:
         """Sample ``i`` as the core takes it (``NativeSource.external``): (kind, payload, label), or ("error",
         traceback, 0) when the dataset's code raised or returned something that is not an image."""
@@ -151,15 +162,27 @@ class DatasetSource(Source):
                 path, target = self._samples[i]
                 return "path", os.fspath(path), operator.index(target)
             item = self.dataset[i]
-            if not isinstance(item, tuple) or len(item) != 2:
+            if (
+                not isinstance(item, tuple)
+                or len(item) not in (2, 3)
+                or (len(item) == 3 and not _is_extras(item[2]))
+            ):
                 raise TypeError(
                     f"__getitem__ returned a {type(item).__name__}"
-                    f"{f' of {len(item)} items' if isinstance(item, tuple) else ''}, not (image, target)"
+                    f"{f' of {len(item)} items' if isinstance(item, tuple) else ''}, not (image, target) or "
+                    "(image, target, {name: extra})"
                 )
             kind, payload = _image(item[0])
-            return kind, payload, _label(item[1])
+            label = _label(item[1])
+            if len(item) == 3:
+                self._read_extras[i] = dict(item[2])  # one dict store: atomic under the GIL
+            return kind, payload, label
         except Exception:
             return "error", f"{type(self.dataset).__name__}[{i}] raised:\n{traceback.format_exc()}", 0
+
+
+def _is_extras(extras: Any) -> bool:
+    return isinstance(extras, Mapping) and all(isinstance(k, str) for k in extras)
 
 
 def _image(image: Any) -> tuple[str, Any]:

@@ -17,6 +17,7 @@ translates arguments and draws progress bars.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ from .. import _core
 from .._progress import progress_callback
 from ..errors import ConfigError
 from .base import Source
+from .dataset import DatasetSource, is_map_style
 
 #: The ``mode`` choices of :class:`Packed`.
 MODES = ("full", "partial")
@@ -106,10 +108,18 @@ def pack(
     re-encoding) is a ``DecodeError`` naming it. Memory: finished records wait for their turn in a buffer of at
     most 256 MiB (plus one record per worker). Returns ``{"records", "bytes_in", "bytes_out", "seconds",
     "warnings"}``."""
+    if not isinstance(source, Source) and is_map_style(source):
+        source = DatasetSource(source)  # a map-style dataset packs as Loader reads it
     if not isinstance(source, Source):
         raise ConfigError(
             f"invalid source: a {type(source).__name__} must be a trdata source (ImageFolder, FileList, "
-            "Bytes, Arrays, WebDataset, Packed, MNIST, …)",
+            "Bytes, Arrays, WebDataset, Packed, MNIST, …) or a map-style dataset",
+            parameter="source",
+        )
+    if source._extras:
+        raise ConfigError(
+            f"invalid source: its extras ({', '.join(source._extras)}) cannot be packed yet (a packed file holds "
+            "images and class indices); pack the source without extras=",
             parameter="source",
         )
     _check_class_targets(source)
@@ -130,6 +140,11 @@ def pack(
         )
     finally:
         close()
+    if isinstance(source, DatasetSource) and source._read_extras:
+        warnings.warn(
+            f"{type(source.dataset).__name__}.__getitem__ returned extras; they are not stored in the packed file",
+            stacklevel=2,
+        )
     return result
 
 
