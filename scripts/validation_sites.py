@@ -160,6 +160,7 @@ EDGE_TRANSLATORS = {
         "_callable_or_none": "batch_transform is a callable or None",
     },
     "python/trdata/sources/shards.py": {
+        "_extra_keys": "extras is a sequence of member extensions (str)",
         "_cache_dir": "cache_dir is a folder path (str, bytes or os.PathLike; not '' nor with NUL), True or "
         "False/None",
     },

@@ -106,3 +106,97 @@ def test_extras_are_never_dropped_silently_by_a_pack(tmp_path: Path) -> None:
     with pytest.warns(UserWarning, match="Captioned.__getitem__ returned extras; they are not stored"):
         trdata.pack(Captioned(), tmp_path / "c.trd", progress=False)  # a map-style dataset packs as it reads
     assert len(trdata.Packed(tmp_path / "c.trd")) == N
+
+
+def _write_wds(path: Path, members: list[dict[str, object]]) -> str:
+    """A shard written by webdataset's own TarWriter (its layout and encoders: str → UTF-8, dict → JSON,
+    ndarray → .npy)."""
+    wds = pytest.importorskip("webdataset")
+    with wds.TarWriter(str(path)) as sink:
+        for m in members:
+            sink.write(m)
+    return str(path)
+
+
+def test_webdataset_members_as_extras_and_a_json_field_as_target(tmp_path: Path) -> None:
+    members = [
+        {
+            "__key__": f"s{i:04d}",
+            "jpg": jpeg(i),
+            "txt": CAPTIONS[i] + " ✓",
+            "json": {"label": i % 4, "meta": META[i]},
+            "npy": EMB[i],
+        }
+        for i in range(N)
+    ]
+    shard = _write_wds(tmp_path / "train-000000.tar", members)
+    for cache in (tmp_path / "cache", tmp_path / "cache"):  # built, then read from the signed cache
+        src = trdata.WebDataset(
+            shard, target_key="json:label", extras=("txt", "json", "npy"), cache_dir=cache
+        )
+        assert src.labels == [i % 4 for i in range(N)]
+        with trdata.Loader(src, workers=2, **KW) as ld:  # type: ignore[arg-type]
+            for b in ld:
+                idx = b.indices.tolist()
+                assert b.labels.tolist() == [i % 4 for i in idx]
+                assert b.extras["txt"] == [CAPTIONS[i] + " ✓" for i in idx]
+                assert b.extras["json"] == [{"label": i % 4, "meta": META[i]} for i in idx]
+                np.testing.assert_array_equal(b.extras["npy"], np.stack([EMB[i] for i in idx]))
+    plain = trdata.WebDataset(shard, target_key="json:label", cache_dir=tmp_path / "cache")
+    with trdata.Loader(plain, **KW) as ld:  # type: ignore[arg-type]
+        assert next(iter(ld)).extras == {}
+    with pytest.raises(trdata.DecodeError, match="has no field 'nope'"):
+        trdata.WebDataset(shard, target_key="json:nope", cache_dir=False)
+
+
+def _npy_header(descr: str, shape: tuple[int, ...]) -> bytes:
+    f = io.BytesIO()
+    np.lib.format.write_array_header_1_0(f, {"descr": descr, "fortran_order": False, "shape": shape})
+    return f.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("member", "message"),
+    [
+        ({"txt": b"\xff\xfe not utf-8"}, "'s0000': .txt member is not valid (UnicodeDecodeError"),
+        ({"json": b"[" * 100_000}, "'s0000': .json member is not valid (RecursionError"),
+        ({"json": b"{not json"}, "'s0000': .json member is not valid (JSONDecodeError"),
+        (
+            {"txt": b"x" * (16 << 20 | 1)},
+            "'s0000': .txt member of 16777217 bytes is over the 16777216-byte limit",
+        ),
+        # a forged .npy header (written by numpy's own writer): 10**12 float64 elements over 16 bytes of data
+        ({"npy": _npy_header("<f8", (10**12,)) + bytes(16)}, "ValueError: header says (1000000000000,)"),
+        ({"npy": _npy_header("|O", (1,)) + bytes(8)}, "object arrays (pickles) are not read"),
+    ],
+)
+def test_hostile_extras_are_typed_errors_naming_shard_and_key(
+    tmp_path: Path, member: dict[str, bytes], message: str
+) -> None:
+    shard = tmp_path / "bad.tar"
+    import tarfile
+
+    with tarfile.open(shard, "w") as tar:
+        for name, data in [
+            ("s0000.jpg", jpeg(0)),
+            ("s0000.cls", b"1"),
+            *((f"s0000.{e}", d) for e, d in member.items()),
+        ]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    src = trdata.WebDataset(str(shard), extras=tuple(member), cache_dir=False)
+    with (
+        pytest.raises(trdata.DecodeError) as e,
+        trdata.Loader(src, batch_size=1, transforms=[trdata.CenterCrop(4)]) as ld,
+    ):
+        next(iter(ld))
+    assert str(shard) in str(e.value) and message in str(e.value), str(e.value)
+
+
+def test_webdataset_extras_argument_is_checked(tmp_path: Path) -> None:
+    shard = _write_wds(tmp_path / "s.tar", [{"__key__": "a", "jpg": jpeg(0), "cls": 0}])
+    for bad in ("txt", [1], [""], None):
+        with pytest.raises(ConfigError) as e:
+            trdata.WebDataset(shard, extras=bad, cache_dir=False)  # type: ignore[arg-type]
+        assert e.value.parameter == "extras"

@@ -59,14 +59,17 @@ import numpy as np
 
 from .. import _core
 from ..errors import ConfigError, DecodeError, SourceError, _shown
-from .base import Source, _class_names
+from .base import Source, _class_names, stack_extras
 
 #: Image extensions tried, in this order, when ``image_key`` is not given.
 IMAGE_KEYS = ("jpg", "jpeg", "png", "webp", "ppm", "pgm", "bmp", "tif", "tiff", "gif")
 #: Target members larger than this are refused (a class index, a number or a small JSON array, never a blob).
 MAX_TARGET_BYTES = 1 << 16
+#: Extra members (``extras=``) larger than this are an error naming the shard and key (a caption, a JSON document
+#: or a small array, never a blob).
+MAX_EXTRA_BYTES = 16 << 20
 #: Bumped whenever the cached index's layout or meaning changes: older files then no longer match.
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 #: An index file larger than its shard plus this many bytes is ignored unread, and trdata writes none larger. Per
 #: sample it holds a key, two numbers and the raw target (~30 bytes + key + target), which the sample's >= 1024
 #: bytes of tar headers and data in the shard already hold; so a bound of the shard's own size fits every real
@@ -115,14 +118,19 @@ def default_cache_dir() -> str:
     return os.path.join(base, "trdata", "webdataset")
 
 
-def _target(shard: str, key: str, ext: str, data: bytes) -> int | float | list[Any]:
+def _target(shard: str, key: str, target_key: str, data: bytes) -> int | float | list[Any]:
     """A target member's value: ``.cls`` an integer (ASCII digits); ``.json`` an integer, a finite number or a
-    (nested) list of numbers/booleans (multi-hot rows, soft labels)."""
+    (nested) list of numbers/booleans (multi-hot rows, soft labels); ``json:field`` that field of a JSON object."""
+    ext, _, field = target_key.partition(":")
     try:
         value: Any = json.loads(data) if ext == "json" else int(data.decode("ascii").strip())
     except (ValueError, UnicodeDecodeError, RecursionError):
         what = "JSON" if ext == "json" else "an integer"
         raise _bad(shard, f"sample {key!r}: .{ext} target {data[:40]!r} is not {what}") from None
+    if field:
+        if not isinstance(value, dict) or field not in value:
+            raise _bad(shard, f"sample {key!r}: .{ext} target {data[:40]!r} has no field {field!r}")
+        value = value[field]
     if isinstance(value, int) and not isinstance(value, bool):
         if not -(2**63) <= value < 2**63:
             raise _bad(shard, f"sample {key!r}: .{ext} target {value!r} is outside the int64 range")
@@ -175,12 +183,20 @@ class _Sample:
     """One sample of a shard's index: its key, image member span, raw target bytes (None: no target) and the
     target's value (``_target``; 0 without a target)."""
 
-    __slots__ = ("key", "offset", "size", "target", "value")
+    __slots__ = ("extras", "key", "offset", "size", "target", "value")
 
     def __init__(
-        self, shard: str, target_key: str | None, key: str, offset: int, size: int, target: bytes | None
+        self,
+        shard: str,
+        target_key: str | None,
+        key: str,
+        offset: int,
+        size: int,
+        target: bytes | None,
+        extras: dict[str, tuple[int, int]] | None = None,
     ):
         self.key, self.offset, self.size, self.target = key, offset, size, target
+        self.extras = {} if extras is None else extras  # extension → (offset, size) of an extras= member
         self.value = 0 if target_key is None or target is None else _target(shard, key, target_key, target)
 
 
@@ -239,6 +255,12 @@ class WebDataset(Source):
     (int64); when any ``.json`` target is a float or a list, all become float32 ``(N, *S)`` targets (one shape
     for all; see ``trdata.sources``). ``classes`` optionally names the class indices.
 
+    ``extras``: other members to deliver as ``batch.extras`` (webdataset's extensions, e.g. ``("txt", "json")``):
+    ``.txt``/``.text`` as str (UTF-8), ``.json`` parsed, ``.npy`` as arrays (no pickles), anything else as bytes;
+    read from the shards when a batch is made; a sample without the member gets None; a member over 16 MiB or not
+    what its extension says is a ``DecodeError`` naming the shard and key. ``target_key="json:label"`` takes the
+    target from a field of a ``.json`` member.
+
     ``cache_dir``: where the per-shard index is cached (module docs): ``True`` (default) for
     ``$XDG_CACHE_HOME/trdata/webdataset``, a folder (str, bytes or os.PathLike; not ``""``), or ``False``/``None``
     for no cache; anything else is a ``ConfigError``.
@@ -257,12 +279,14 @@ class WebDataset(Source):
         target_key: str | None = "cls",
         classes: Iterable[str] = (),
         cache_dir: CacheDir = True,
+        extras: Sequence[str] = (),
     ) -> None:
         if isinstance(shards, (str, bytes, os.PathLike)):
             shards = [shards]  # one shard, as webdataset accepts
         # bytes paths as str: the index file's identity (JSON) names the shard
         self.shards = [os.fsdecode(os.fspath(s)) for s in shards]
         self.image_key, self.target_key = image_key, target_key
+        self.extra_keys = _extra_keys(extras)
         self.cache_dir = _cache_dir(cache_dir)
         # read (or made) once per source: every shard's index file is checked against it
         self._key = None if self.cache_dir is None else _index_key(self.cache_dir)
@@ -272,8 +296,11 @@ class WebDataset(Source):
         values: list[Any] = []
         where: list[tuple[int, str]] = []
         self.keys: list[str] = []
+        spans: list[tuple[int, _Sample]] = []
         for si, shard in enumerate(self.shards):
             for s in self._index(shard):
+                if self.extra_keys:
+                    spans.append((si, s))
                 file_index.append(si)
                 offsets.append(s.offset)
                 sizes.append(s.size)
@@ -287,6 +314,32 @@ class WebDataset(Source):
             self.labels = [0] * len(values)
         self.classes, self.class_to_idx = _class_names(classes)
         self._native = _core.NativeSource.spans(self.shards, file_index, offsets, sizes, self.labels)
+        # extras= members: (shard index, key, {ext: (offset, size)}) per sample, read when a batch needs them
+        self._extra_spans = [(si, s.key, s.extras) for si, s in spans] if self.extra_keys else []
+
+    def _batch_extras(self, indices: np.ndarray) -> dict[str, Any]:
+        """The ``extras=`` members of the rows ``indices``, read from the shards now (a missing member: None)."""
+        if not self.extra_keys:
+            return {}
+        out: dict[str, list[Any]] = {e: [] for e in self.extra_keys}
+        fds: dict[int, int] = {}
+        try:
+            for i in indices:
+                si, key, spans = self._extra_spans[int(i)]
+                for e in self.extra_keys:
+                    span = spans.get(e)
+                    if span is None:
+                        out[e].append(None)
+                        continue
+                    if si not in fds:
+                        fds[si] = os.open(self.shards[si], _OPEN_FLAGS)
+                    out[e].append(_extra_value(self.shards[si], key, e, fds[si], *span))
+        except OSError as err:
+            raise SourceError(f"cannot read extras of {self.shards[si]!r}: {err.strerror}", self.shards[si]) from None
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        return {e: stack_extras(v) for e, v in out.items()}
 
     # ---- the per-shard index, cached -------------------------------------------------------------------
 
@@ -312,6 +365,7 @@ class WebDataset(Source):
                 "uid": os.geteuid(),
                 "image_key": self.image_key,
                 "target_key": self.target_key,
+                "extras": list(self.extra_keys),
             }
             limit = st.st_size + CACHE_MARGIN_BYTES
             path = self._cache_path(ident)
@@ -334,18 +388,19 @@ class WebDataset(Source):
         """The index of one shard from its tar headers (the cache's source of truth)."""
         wanted = IMAGE_KEYS if self.image_key is None else tuple(self.image_key.split(";"))
         target_key = self.target_key
-        for key, members, data in self._samples(shard, f, target_key, file_size):
+        target_ext = None if target_key is None else target_key.partition(":")[0]
+        for key, members, data in self._samples(shard, f, target_ext, file_size):
             ext = next((e for e in wanted if e in members), None)
             if ext is None:
                 raise _bad(
                     shard, f"sample {key!r} has no image member ({', '.join(wanted)}): {sorted(members)}"
                 )
-            if target_key is not None and target_key not in data:
-                raise _bad(shard, f"sample {key!r} has no .{target_key} target: {sorted(members)}")
+            if target_ext is not None and target_ext not in data:
+                raise _bad(shard, f"sample {key!r} has no .{target_ext} target: {sorted(members)}")
             offset, size = members[ext]
-            yield _Sample(
-                shard, target_key, key, offset, size, None if target_key is None else data[target_key]
-            )
+            extras = {e: members[e] for e in self.extra_keys if e in members}
+            target = None if target_ext is None else data[target_ext]
+            yield _Sample(shard, target_key, key, offset, size, target, extras)
 
     @staticmethod
     def _samples(
@@ -505,6 +560,76 @@ def _index_key_at(path: str) -> bytes | None:
             _unlink_quietly(tmp)
 
 
+def _cached_extras(spans: Any, wanted: list[str], size: int) -> dict[str, tuple[int, int]] | None:
+    """A cached row's extras spans if well-formed (wanted extensions only, block-aligned spans inside the
+    shard), else None."""
+    if not isinstance(spans, dict):
+        return None
+    out = {}
+    for ext, span in spans.items():
+        if ext not in wanted or not (isinstance(span, list) and len(span) == 2):
+            return None
+        offset, length = span
+        if not all(type(v) is int for v in span) or offset % 512 or length < 0 or offset + length > size:
+            return None
+        out[ext] = (offset, length)
+    return out
+
+
+def _extra_keys(extras: Any) -> tuple[str, ...]:
+    """``extras``: a sequence of member extensions (``("txt", "json")``)."""
+    if isinstance(extras, (str, bytes)) or not isinstance(extras, Sequence):
+        raise ConfigError(
+            f"invalid extras: {_shown(extras)} must be a sequence of member extensions, e.g. ('txt', 'json')",
+            parameter="extras",
+        )
+    if not all(isinstance(e, str) and e and "/" not in e for e in extras):
+        raise ConfigError(f"invalid extras: {_shown(extras)} must hold extensions (non-empty str)", parameter="extras")
+    return tuple(dict.fromkeys(extras))
+
+
+def _extra_value(shard: str, key: str, ext: str, fd: int, offset: int, size: int) -> Any:
+    """One extras= member's value: ``.txt``/``.text`` a str (UTF-8), ``.json`` parsed, ``.npy`` an array (its
+    header checked against its size before anything is allocated), anything else its bytes. A member over
+    ``MAX_EXTRA_BYTES``, cut short, or not what its extension says is a ``DecodeError`` naming shard and key."""
+    if size > MAX_EXTRA_BYTES:
+        raise _bad(shard, f"sample {key!r}: .{ext} member of {size} bytes is over the {MAX_EXTRA_BYTES}-byte limit")
+    data = os.pread(fd, size, offset)
+    if len(data) != size:
+        raise _bad(shard, f"sample {key!r}: .{ext} member was cut short ({len(data)} of {size} bytes)")
+    try:
+        if ext in ("txt", "text"):
+            return data.decode("utf-8")
+        if ext == "json":
+            return json.loads(data)
+        if ext == "npy":
+            return _npy(data)
+    except (ValueError, UnicodeDecodeError, RecursionError, TypeError) as e:
+        raise _bad(shard, f"sample {key!r}: .{ext} member is not valid ({type(e).__name__}: {str(e)[:120]})") from None
+    return data
+
+
+def _npy(data: bytes) -> np.ndarray:
+    """A ``.npy`` file's array, without pickles, its header's shape × dtype checked against the bytes it has."""
+    f = io.BytesIO(data)
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+    elif version in ((2, 0), (3, 0)):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+    else:
+        raise ValueError(f"unsupported .npy version {version}")
+    if dtype.hasobject:
+        raise ValueError("object arrays (pickles) are not read")
+    count = 1
+    for d in shape:
+        count *= d
+    if count * dtype.itemsize != len(data) - f.tell():
+        raise ValueError(f"header says {shape} {dtype}, the member holds {len(data) - f.tell()} bytes of data")
+    array = np.frombuffer(data, dtype=dtype, count=count, offset=f.tell())
+    return array.reshape(shape, order="F" if fortran else "C").copy()
+
+
 def _signed_body(ident: Any, samples: Any) -> bytes:
     """The bytes an index file's MAC covers: its ``ident`` and ``samples`` as compact JSON (what the writer
     wrote; a parsed file of trdata's serializes back to exactly these bytes)."""
@@ -540,10 +665,14 @@ def _read_cache(path: str, shard: str, ident: dict[str, Any], key: bytes, limit:
     size = ident["size"]
     out = []
     end = 0  # where the previous member's data ends
+    with_extras = bool(ident["extras"])
     for s in doc["samples"]:
-        if not (isinstance(s, list) and len(s) == 4 and isinstance(s[0], str)):
+        if not (isinstance(s, list) and len(s) == 4 + with_extras and isinstance(s[0], str)):
             return None
-        key_, offset, length, target = s
+        key_, offset, length, target = s[:4]
+        extras = _cached_extras(s[4], ident["extras"], size) if with_extras else {}
+        if extras is None:
+            return None
         if not all(type(v) is int for v in (offset, length)):  # not bool, not float
             return None
         # a tar member's data starts on a 512-byte block after its own 512-byte header, after the previous
@@ -565,7 +694,7 @@ def _read_cache(path: str, shard: str, ident: dict[str, Any], key: bytes, limit:
         else:
             return None
         try:
-            out.append(_Sample(shard, ident["target_key"], key_, offset, length, raw))
+            out.append(_Sample(shard, ident["target_key"], key_, offset, length, raw, extras))
         except DecodeError:
             return None  # a target the rules refuse: the shard never made it, rebuild (and fail there if so)
     return out
@@ -574,9 +703,12 @@ def _read_cache(path: str, shard: str, ident: dict[str, Any], key: bytes, limit:
 def _write_cache(path: str, ident: dict[str, Any], samples: list[_Sample], key: bytes, limit: int) -> None:
     """Write the index (``{"ident", "samples", "mac"}``, the MAC over ``_signed_body``) atomically (temporary
     file + rename in the same folder); any failure, or a file that would exceed `limit` bytes: no cache."""
-    rows = [
+    rows: list[list[Any]] = [
         [s.key, s.offset, s.size, None if s.target is None else s.target.decode("latin-1")] for s in samples
     ]
+    if ident["extras"]:  # each row's extras= member spans, {ext: [offset, size]}
+        for row, s in zip(rows, samples):
+            row.append({e: list(span) for e, span in s.extras.items()})
     folder = os.path.dirname(path)
     tmp = None
     try:
