@@ -200,3 +200,26 @@ def test_webdataset_extras_argument_is_checked(tmp_path: Path) -> None:
         with pytest.raises(ConfigError) as e:
             trdata.WebDataset(shard, extras=bad, cache_dir=False)  # type: ignore[arg-type]
         assert e.value.parameter == "extras"
+
+
+def test_string_targets_map_through_classes_as_torchvision_names_them(tmp_path: Path) -> None:
+    names = ["cat", "dog", "fox"]
+    src = trdata.Bytes([jpeg(i) for i in range(6)], ["dog", "cat", "fox", "fox", "cat", 1], classes=names)
+    assert src.labels == [1, 0, 2, 2, 0, 1] and src.class_to_idx == {"cat": 0, "dog": 1, "fox": 2}
+    with pytest.raises(ConfigError, match="'cow' \\(element 1\\) is not one of the classes") as e:
+        trdata.Bytes([jpeg(0)] * 2, ["cat", "cow"], classes=names)
+    assert e.value.parameter == "labels"
+    with pytest.raises(ConfigError, match="is a str"):  # without classes a string is refused, never parsed
+        trdata.Bytes([jpeg(0)], ["cat"])
+
+    class Named:
+        classes = names
+
+        def __len__(self) -> int:
+            return 3
+
+        def __getitem__(self, i: int) -> tuple[bytes, str]:
+            return jpeg(i), names[(i + 1) % 3]
+
+    with trdata.Loader(Named(), batch_size=3, transforms=[trdata.CenterCrop(8)], shuffle=False) as ld:  # type: ignore[arg-type]
+        assert next(iter(ld)).labels.tolist() == [1, 2, 0]

@@ -49,7 +49,11 @@ class DecodingDataset(EncodedDataset):
 
 
 def rate(source: Any, workers: int, epochs: int) -> float:
-    with trdata.Loader(source, batch_size=64, transforms=TRANSFORMS, workers=workers, shuffle=True) as loader:
+    return rate_with(source, TRANSFORMS, workers, epochs)
+
+
+def rate_with(source: Any, transforms: list[Any], workers: int, epochs: int) -> float:
+    with trdata.Loader(source, batch_size=64, transforms=transforms, workers=workers, shuffle=True) as loader:
         for _ in loader:  # warm-up epoch
             pass
         n, t0 = 0, time.perf_counter()
@@ -83,12 +87,28 @@ def main() -> None:
                 v = rate(make(), workers, args.epochs)
                 best[name, workers] = max(best.get((name, workers), 0.0), v)
                 print(f"  round {r}: {workers} worker(s) {name:<34} {v:8.0f} img/s", flush=True)
+    # A Python step's per-sample cost: the native source with an identity (v2.Lambda-style) step in the pipeline.
+    step = [TRANSFORMS[0], trdata.PythonStep(lambda image: image, "identity"), TRANSFORMS[1]]
+    with_step = max(rate_with(trdata.Bytes(blobs, labels), step, 1, args.epochs) for _ in range(args.rounds))
+    # the same position held by a native op that does nothing (RandomInvert(p=0)): the unfused pass alone
+    noop = [TRANSFORMS[0], trdata.RandomInvert(p=0.0), TRANSFORMS[1]]
+    with_noop = max(rate_with(trdata.Bytes(blobs, labels), noop, 1, args.epochs) for _ in range(args.rounds))
+    native_1 = best["native trdata.Bytes", 1]
     print("\n| source | 1 worker | 2 workers | 2 workers ÷ native |\n|---|--:|--:|--:|")
     for name in contenders:
         one, two = best[name, 1], best[name, 2]
         print(
             f"| {name} | {one:,.0f} img/s | {two:,.0f} img/s | {two / best['native trdata.Bytes', 2]:.2f}× |"
         )
+
+    cost, unfused = (1 / with_step - 1 / native_1) * 1e6, (1 / with_noop - 1 / native_1) * 1e6
+    print(
+        f"native + a no-op native op there, 1 worker: {with_noop:,.0f} img/s: {unfused:.0f} µs per sample "
+        f"(the pass a mid-pipeline op adds); the Python call itself: {cost - unfused:.0f} µs"
+    )
+    print(
+        f"\nnative + an identity PythonStep, 1 worker: {with_step:,.0f} img/s: {cost:.0f} µs per sample for the step"
+    )
 
 
 if __name__ == "__main__":

@@ -965,7 +965,9 @@ def _seed_generators(seed: int) -> None:
     np.random.seed(seed % 2**32)
     torch = sys.modules.get("torch")
     if torch is not None:
-        torch.manual_seed(seed)
+        # the CPU generator only (what a step's CPU tensors draw from): torch.manual_seed also seeds every CUDA
+        # device's, ~100× the cost per sample
+        torch.default_generator.manual_seed(seed)
 
 
 class PythonStep(Transform):
@@ -975,7 +977,7 @@ class PythonStep(Transform):
     torchvision ops trdata does not compile (``ElasticTransform``, ``JPEG``, …) become steps (``from_torchvision``
     warns once which). The native ops before and after stay native.
 
-    Randomness: before each call, Python's ``random``, numpy's global generator and torch's are seeded from
+    Randomness: before each call, Python's ``random``, numpy's global generator and torch's CPU one are seeded from
     (seed, epoch, index, position), one step at a time (a lock), so a reproducible loader stays reproducible. The
     GIL is held while ``fn`` runs (its torch ops may release it): steps cost Python time per sample.
     An exception in ``fn`` (or a wrong return) is the sample's error, under ``on_error``."""

@@ -193,10 +193,30 @@ class FileList(_Files):
         if labels is None:
             self.labels = [0] * len(self.paths)
         else:
-            self.labels, self._float_targets = _check_targets(labels)
+            self.labels, self._float_targets = _check_targets(_named_targets(labels, classes))
         # the list's rules (non-empty, usable paths, one label per path) are the core's
         _core.check_file_list(self.paths, len(self.labels))
         self.classes, self.class_to_idx = _class_names(classes)
+
+
+def _named_targets(targets: Any, classes: Any) -> Any:
+    """String targets as class indices through ``classes`` (``class_to_idx[name]``, as torchvision's datasets map
+    folder names): only when ``classes`` is given as a list of names and the targets are a list holding strings;
+    a name that is not a class is refused naming it. Anything else is returned as it is (and a string without
+    ``classes`` is refused by ``_check_targets``)."""
+    if not isinstance(targets, (list, tuple)) or not any(isinstance(t, str) for t in targets):
+        return targets
+    if not isinstance(classes, (list, tuple)) or not classes:
+        return targets
+    index = {c: i for i, c in enumerate(classes)}
+    out = []
+    for i, t in enumerate(targets):
+        if isinstance(t, str):
+            if t not in index:
+                raise _labels_error(f"{t!r} (element {i}) is not one of the classes {list(classes)[:10]}")
+            t = index[t]
+        out.append(t)
+    return out
 
 
 def _paths_error(message: str) -> ConfigError:
@@ -385,7 +405,7 @@ class Bytes(Source):
         if targets is None:
             self.labels = [0] * len(self.blobs)
         else:
-            self.labels, self._float_targets = _check_targets(targets)
+            self.labels, self._float_targets = _check_targets(_named_targets(targets, classes))
         self.classes, self.class_to_idx = _class_names(classes)
         self._native = _core.NativeSource.blobs(self.blobs, self.labels)  # the core's rules: counts, lengths
         self._extras = _check_extras(extras, len(self.blobs))
@@ -420,7 +440,7 @@ class Arrays(Source):
         if targets is None:
             self.labels = [0] * n
         else:
-            self.labels, self._float_targets = _check_targets(targets)
+            self.labels, self._float_targets = _check_targets(_named_targets(targets, classes))
         self.classes, self.class_to_idx = _class_names(classes)
         self._native = _core.NativeSource.pixels(self.images, self.labels)  # the core's rules: shape, counts
         self._extras = _check_extras(extras, len(self.labels))

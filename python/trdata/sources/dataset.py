@@ -173,7 +173,7 @@ class DatasetSource(Source):
                     "(image, target, {name: extra})"
                 )
             kind, payload = _image(item[0])
-            label = _label(item[1])
+            label = _label(self.class_to_idx.get(item[1], item[1]) if isinstance(item[1], str) else item[1])
             if len(item) == 3:
                 self._read_extras[i] = dict(item[2])  # one dict store: atomic under the GIL
             return kind, payload, label
