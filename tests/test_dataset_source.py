@@ -265,3 +265,89 @@ def test_a_loader_dropped_or_left_running_at_exit_never_hangs(ending: str) -> No
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "left"
+
+
+def test_a_dataset_sharing_one_file_handle_is_not_interleaved(tmp_path: Path) -> None:
+    """A DataLoader-style dataset (one open file, seek then read: safe in worker processes) gets its calls
+    serialized by default, so each row keeps its own image; ``thread_safe=True`` lifts the lock."""
+    blobs = [jpeg(np.full((16, 16, 3), 8 * k, np.uint8)) for k in range(26)]
+    pack = tmp_path / "blob.bin"
+    pack.write_bytes(b"".join(blobs))
+    offsets = np.cumsum([0] + [len(b) for b in blobs])
+
+    class OneHandle:
+        def __init__(self) -> None:
+            self.f = open(pack, "rb", buffering=0)  # noqa: SIM115 (closed below)
+
+        def __len__(self) -> int:
+            return 26 * 20
+
+        def __getitem__(self, i: int) -> tuple[bytes, int]:
+            k = i % 26
+            self.f.seek(int(offsets[k]))
+            return self.f.read(int(offsets[k + 1] - offsets[k])), k
+
+    ds = OneHandle()
+    try:
+        with trdata.Loader(
+            ds, batch_size=20, workers=4, transforms=[trdata.CenterCrop(8)], dtype="uint8"
+        ) as ld:  # type: ignore[arg-type]
+            for b in ld:
+                images = np.asarray(b.images).reshape(len(b), -1).astype(int)
+                np.testing.assert_allclose(images.mean(axis=1), 8 * b.labels, atol=3)
+    finally:
+        ds.f.close()
+    assert trdata.DatasetSource(Items([(jpeg(photo(0, 8, 8)), 0)]), thread_safe=True)._lock is not None
+
+
+def test_extras_travel_with_the_read_that_made_the_row() -> None:
+    """A dataset whose reads differ (a random pick per call): every row's extras are its own read's, also in pad
+    rows and across epochs, and nothing is kept once delivered."""
+    import random
+
+    pics = [jpeg(np.full((16, 16, 3), 9 * k, np.uint8)) for k in range(26)]
+
+    class Random:
+        def __len__(self) -> int:
+            return 45
+
+        def __getitem__(self, i: int) -> tuple[bytes, int, dict[str, int]]:
+            k = random.randrange(26)
+            return pics[k], k, {"k": k}
+
+    src = trdata.DatasetSource(Random())
+    kw = dict(batch_size=8, workers=3, transforms=[trdata.CenterCrop(8)], last_batch="pad", shuffle=True)
+    with trdata.Loader(src, **kw) as ld:  # type: ignore[arg-type]
+        for epoch in range(3):
+            ld.set_epoch(epoch)
+            for b in ld:
+                assert b.extras["k"] == b.labels.tolist()
+    assert src._read_extras == {}
+
+
+SCRIPT_STEP = """
+import sys, trdata, time
+sys.path.insert(0, {tests!r})
+from _fixtures import photo
+import numpy as np
+def slow(x):
+    time.sleep(0.01)
+    return x
+ld = trdata.Loader(trdata.Arrays(np.stack([photo(i, 32, 32) for i in range(400)])), batch_size=4, workers=2,
+                   transforms=[trdata.PythonStep(slow)], prefetch=2)
+next(iter(ld))
+print("left", flush=True)
+"""
+
+
+def test_exit_with_a_python_step_loader_running_never_aborts() -> None:
+    tests = str(Path(__file__).parent)
+    for _ in range(3):
+        run = subprocess.run(
+            [sys.executable, "-c", SCRIPT_STEP.format(tests=tests)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.strip() == "left"

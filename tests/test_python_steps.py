@@ -184,3 +184,39 @@ def test_without_torch_a_step_gets_numpy_hwc() -> None:
     run_ = subprocess.run([sys.executable, "-c", NUMPY_ONLY], capture_output=True, text=True, timeout=120)
     assert run_.returncode == 0, run_.stderr
     assert run_.stdout.strip() == "[('ndarray', (6, 8, 3), 'uint8')]"
+
+
+def test_the_programs_own_generators_are_left_as_they_were() -> None:
+    import random
+
+    def draws() -> tuple[float, float, float]:
+        return random.random(), float(np.random.rand()), float(torch.rand(1))
+
+    def noisy(x: torch.Tensor) -> torch.Tensor:
+        random.random(), np.random.rand(), torch.rand(5)
+        return x
+
+    random.seed(3), np.random.seed(3), torch.manual_seed(3)
+    expected = draws()
+    random.seed(3), np.random.seed(3), torch.manual_seed(3)
+    run([trdata.CenterCrop(20), trdata.PythonStep(noisy)], 2)
+    assert draws() == expected
+
+
+FIRST_IMPORT = """
+import sys, numpy as np, trdata
+assert "torch" not in sys.modules
+imgs = np.zeros((64, 16, 16, 3), np.uint8)
+step = trdata.PythonStep(lambda x: x)  # imports torch once, here
+with trdata.Loader(trdata.Arrays(imgs), batch_size=16, workers=4, transforms=[step]) as ld:
+    print(sum(b.valid for b in ld))
+"""
+
+
+def test_torch_is_imported_once_not_raced_by_the_workers() -> None:
+    for _ in range(3):
+        run_ = subprocess.run(
+            [sys.executable, "-c", FIRST_IMPORT], capture_output=True, text=True, timeout=120
+        )
+        assert run_.returncode == 0, run_.stderr
+        assert run_.stdout.strip() == "64"

@@ -379,6 +379,17 @@ _SOURCE_NAMES = (
 _TORCHVISION_TWINS = ("ImageFolder", "MNIST", "FashionMNIST", "KMNIST", "CIFAR10", "CIFAR100")
 
 
+def _holds_step(specs: Any, depth: int = 0) -> bool:
+    """Whether core specs (of transforms or views, containers included) hold a Python step."""
+    if isinstance(specs, _core.Step):
+        return True
+    if depth > 64:
+        return False
+    if isinstance(specs, dict):
+        specs = list(specs.values())
+    return isinstance(specs, (list, tuple)) and any(_holds_step(s, depth + 1) for s in specs)
+
+
 def _torch_dataset_hint(source: Any) -> str:
     """For a torchvision dataset with a trdata twin that reads the same root: the twin (the fastest way to read
     it); "" for anything else."""
@@ -583,6 +594,7 @@ class Loader:
 
         batch_size = _int_arg(batch_size, "batch_size")
         native_source = source._native_source()
+        transform_specs = _transform_specs(transforms)
         self._native = _core.NativeLoader(
             native_source,
             batch_size=batch_size,
@@ -597,7 +609,7 @@ class Loader:
             on_error=on_error,
             prefetch=_int_arg(prefetch, "prefetch"),
             max_held_batches=_int_arg(max_held_batches, "max_held_batches"),
-            transforms=_transform_specs(transforms),
+            transforms=transform_specs,
             normalize=_normalize(normalize),
             dtype=dtype,
             layout=layout,
@@ -616,8 +628,8 @@ class Loader:
             if decode != "cpu"
             else ([], []),
         )
-        if isinstance(source, _dataset.DatasetSource):
-            _dataset.close_at_exit(self)
+        if isinstance(source, _dataset.DatasetSource) or _holds_step((transform_specs, view_specs)):
+            _dataset.close_at_exit(self)  # its workers attach to the interpreter: closed before it finalizes
         self.source = source
         # Float targets (float32 (N, *S)) stay in Python: each batch's labels are gathered by its indices.
         self._targets: np.ndarray | None = source._float_targets
@@ -865,6 +877,8 @@ class Loader:
     def _iterate(self, token: int) -> Iterator[Any]:
         # One shape for every loader: each step is one batch per engine (the CPU engine, or each GPU).
         native = self._native
+        # what an earlier, cancelled epoch's reads left for delivery is dropped (before this epoch's reads begin)
+        self.source._epoch_started()
         native.start_epoch(token)
         while True:
             try:
@@ -885,7 +899,7 @@ class Loader:
         # Float targets: the rows' own (padded and filled rows repeat a real sample's index, and so its target).
         gathered = None if self._targets is None else self._targets[indices_a]
         # Extra fields (captions, JSON, arrays) stay on the host, gathered the same way (Source._batch_extras).
-        extras = self.source._batch_extras(indices_a)
+        extras = self.source._batch_extras(indices_a, epoch)
         # With views=, images_h is a list of handles (one per view, one shared lease); else one handle.
         multi = isinstance(images_h, list)
         handles = images_h if multi else [images_h]

@@ -14,6 +14,7 @@ are the core's (``_core.DEFAULTS``).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
@@ -23,7 +24,7 @@ import threading
 import traceback
 import types
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -959,15 +960,29 @@ class StepError(RuntimeError):
 _STEP_LOCK = threading.Lock()
 
 
-def _seed_generators(seed: int) -> None:
-    """Seed Python's, numpy's and (when imported) torch's global generators from the step's draw."""
+@contextlib.contextmanager
+def _seeded_generators(seed: int, torch: Any) -> Iterator[None]:
+    """Python's, numpy's and (with torch) torch's CPU generators seeded from the step's draw for the block, their
+    states restored after it, so the program's own sequences continue as if no step had run (a draw the program
+    makes on another thread *during* a step still shares them: the generators are global)."""
+    saved = (
+        random.getstate(),
+        np.random.get_state(),
+        None if torch is None else torch.default_generator.get_state(),
+    )
     random.seed(seed)
     np.random.seed(seed % 2**32)
-    torch = sys.modules.get("torch")
     if torch is not None:
         # the CPU generator only (what a step's CPU tensors draw from): torch.manual_seed also seeds every CUDA
         # device's, ~100× the cost per sample
         torch.default_generator.manual_seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(saved[0])
+        np.random.set_state(saved[1])
+        if torch is not None:
+            torch.default_generator.set_state(saved[2])
 
 
 class PythonStep(Transform):
@@ -978,7 +993,8 @@ class PythonStep(Transform):
     warns once which). The native ops before and after stay native.
 
     Randomness: before each call, Python's ``random``, numpy's global generator and torch's CPU one are seeded from
-    (seed, epoch, index, position), one step at a time (a lock), so a reproducible loader stays reproducible. The
+    (seed, epoch, index, position), one step at a time (a lock), and restored after it, so a reproducible loader
+    stays reproducible and the program's own sequences are left as they were. The
     GIL is held while ``fn`` runs (its torch ops may release it): steps cost Python time per sample.
     An exception in ``fn`` (or a wrong return) is the sample's error, under ``on_error``."""
 
@@ -987,6 +1003,8 @@ class PythonStep(Transform):
             raise ConfigError(f"invalid fn: {_shown(fn)} must be callable", parameter="fn")
         self.fn = fn
         self.name = name if name is not None else _step_name(fn)
+        # looked up once, here: importing torch on several worker threads at once races (a half-imported module)
+        self._torch = _try_torch()
         self._step = _core.Step(self._call, self.name)
 
     def __repr__(self) -> str:
@@ -997,9 +1015,8 @@ class PythonStep(Transform):
 
     def _call(self, pixels: np.ndarray, seed: int) -> np.ndarray:
         """The core's call: ``pixels`` uint8 (H, W, C), a fresh copy; returns the step's image as (H, W, C)."""
-        torch = sys.modules.get("torch") or _try_torch()
-        with _STEP_LOCK:
-            _seed_generators(seed)
+        torch = self._torch
+        with _STEP_LOCK, _seeded_generators(seed, torch):
             try:
                 out = self.fn(torch.from_numpy(pixels).permute(2, 0, 1) if torch is not None else pixels)
             except Exception:

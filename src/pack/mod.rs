@@ -239,7 +239,7 @@ impl Producer {
                 a.image(i)
             }
             Store::External(e) => {
-                if let ExternalImage::Pixels { height, width, channels } = e.read(i, &mut self.buf)? {
+                if let ExternalImage::Pixels { height, width, channels } = e.read(i, 0, &mut self.buf)? {
                     raw = Some((width, height, channels));
                 }
                 &self.buf

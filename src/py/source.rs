@@ -104,7 +104,7 @@ impl NativeSource {
         Ok(Self::new(dataset))
     }
 
-    /// `len` samples made on demand by `fetch(i) -> (kind, payload, label)` (`trdata.sources.python`): kind
+    /// `len` samples made on demand by `fetch(i, epoch) -> (kind, payload, label)` (`trdata.sources.python`): kind
     /// "encoded" with the file's bytes, "path" with a file path (read by the core, bounded), "pixels" with a
     /// C-contiguous uint8 (H, W) or (H, W, C) array, C 1 or 3; or "error" with the formatted traceback of what
     /// the dataset raised. Called from the worker threads, concurrently for different indices.
@@ -141,18 +141,24 @@ fn dataset_error(message: impl Into<String>) -> ImageError {
 }
 
 impl Reader for PyReader {
-    fn read(&self, i: usize, buf: &mut Vec<u8>) -> Result<ExternalSample, ImageError> {
+    fn read(&self, i: usize, epoch: u64, buf: &mut Vec<u8>) -> Result<ExternalSample, ImageError> {
         buf.clear();
         // Never attaches to an interpreter that is shutting down (its threads would hang there): an error then.
-        Python::try_attach(|py| read_attached(py, &self.fetch, i, buf))
+        Python::try_attach(|py| read_attached(py, &self.fetch, i, epoch, buf))
             .unwrap_or_else(|| Err(dataset_error("the Python interpreter is shutting down")))
     }
 }
 
 /// [`PyReader::read`] while attached: call `fetch(i)` and copy what it returned into `buf`.
-fn read_attached(py: Python<'_>, fetch: &Py<PyAny>, i: usize, buf: &mut Vec<u8>) -> Result<ExternalSample, ImageError> {
+fn read_attached(
+    py: Python<'_>,
+    fetch: &Py<PyAny>,
+    i: usize,
+    epoch: u64,
+    buf: &mut Vec<u8>,
+) -> Result<ExternalSample, ImageError> {
     // An exception fetch did not turn into ("error", traceback) (KeyboardInterrupt, SystemExit): its text.
-    let out = fetch.bind(py).call1((i,)).map_err(|e| dataset_error(e.to_string()))?;
+    let out = fetch.bind(py).call1((i, epoch)).map_err(|e| dataset_error(e.to_string()))?;
     let (kind, payload, label): (String, Bound<'_, PyAny>, i64) =
         out.extract().map_err(|e| dataset_error(format!("fetch returned {out}: {e}")))?;
     let image = match kind.as_str() {

@@ -42,9 +42,10 @@ pub struct ExternalSample {
 /// Code that makes sample `i` on demand. Called from the loader's worker threads, concurrently for different
 /// indices: an implementation takes whatever lock its language needs (the binding attaches to Python).
 pub trait Reader: Send + Sync {
-    /// Put sample `i`'s image into `buf` (cleared by the callee) and say what it is. An error is the sample's
-    /// (named by the caller) and follows the loader's `on_error`.
-    fn read(&self, i: usize, buf: &mut Vec<u8>) -> Result<ExternalSample, ImageError>;
+    /// Put sample `i`'s image into `buf` (cleared by the callee) and say what it is, for a row of `epoch` (the
+    /// binding keys what else the read returned — extras — by it). An error is the sample's (named by the
+    /// caller) and follows the loader's `on_error`.
+    fn read(&self, i: usize, epoch: u64, buf: &mut Vec<u8>) -> Result<ExternalSample, ImageError>;
 }
 
 /// N samples made by a [`Reader`], with the label each read returned (the protocol in the module docs).
@@ -76,9 +77,9 @@ impl ExternalStore {
         self.labels.is_empty()
     }
 
-    /// Read sample `i` into `buf`, keeping its label for [`Self::label`].
-    pub fn read(&self, i: usize, buf: &mut Vec<u8>) -> Result<ExternalImage, ImageError> {
-        let sample = self.reader.read(i, buf)?;
+    /// Read sample `i` for a row of `epoch` into `buf`, keeping its label for [`Self::label`].
+    pub fn read(&self, i: usize, epoch: u64, buf: &mut Vec<u8>) -> Result<ExternalImage, ImageError> {
+        let sample = self.reader.read(i, epoch, buf)?;
         self.labels[i].store(sample.label as u64, Ordering::Relaxed);
         Ok(sample.image)
     }
@@ -99,7 +100,7 @@ mod tests {
     struct Squares;
 
     impl Reader for Squares {
-        fn read(&self, i: usize, buf: &mut Vec<u8>) -> Result<ExternalSample, ImageError> {
+        fn read(&self, i: usize, _epoch: u64, buf: &mut Vec<u8>) -> Result<ExternalSample, ImageError> {
             if i == 3 {
                 return Err(ImageError::new(ImageErrorKind::Dataset, "no 3"));
             }
@@ -117,9 +118,9 @@ mod tests {
         assert_eq!((ds.len(), ds.known_labels(), ds.natural_channels()), (5, None, 3));
         assert_eq!(ds.sample_name(4).to_str(), Some("<dataset>[4]"));
         let mut buf = vec![9; 100];
-        assert_eq!(store.read(4, &mut buf).unwrap(), ExternalImage::Pixels { height: 4, width: 4, channels: 1 });
+        assert_eq!(store.read(4, 0, &mut buf).unwrap(), ExternalImage::Pixels { height: 4, width: 4, channels: 1 });
         assert_eq!((buf.len(), ds.label(4), ds.label(2)), (16, -4, 0));
-        assert_eq!(store.read(3, &mut buf).unwrap_err().kind, ImageErrorKind::Dataset);
+        assert_eq!(store.read(3, 0, &mut buf).unwrap_err().kind, ImageErrorKind::Dataset);
         assert_eq!(ds.label(3), 0);
     }
 

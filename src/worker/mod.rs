@@ -611,7 +611,7 @@ fn attempt_sample(
         Store::Blobs(blobs) => decode_read(ctx, t0, scratch, &blobs[i], key, dst, gpu),
         Store::Pixels(array) => ctx.pipeline.process_pixels(scratch, array, i, key, dst).map(Some),
         Store::Packed(p) => packed_sample(job, p, i, t0, scratch, file_buf, key, dst, gpu),
-        Store::External(e) => match e.read(i, file_buf) {
+        Store::External(e) => match e.read(i, job.plan.epoch, file_buf) {
             Ok(ExternalImage::Encoded) => decode_read(ctx, t0, scratch, file_buf, key, dst, gpu),
             Ok(ExternalImage::Pixels { height, width, channels }) => {
                 Stats::add_since(&ctx.stats.read_ns, t0);

@@ -71,7 +71,10 @@ class Source:
     #: Extra per-sample fields (``extras=``): name → one value per sample; empty without extras.
     _extras: dict[str, list[Any]] | None = None
 
-    def _batch_extras(self, indices: np.ndarray) -> dict[str, Any]:
+    def _epoch_started(self) -> None:
+        """Called by a Loader when it starts an epoch (the previous one over, or cancelled)."""
+
+    def _batch_extras(self, indices: np.ndarray, epoch: int) -> dict[str, Any]:
         """The extras of the rows ``indices`` (``batch.extras``): per field a list, or one stacked array when every
         value is an array of one shape and dtype (padded and filled rows repeat their sample's, as labels do)."""
         if not self._extras:

@@ -20,8 +20,11 @@ The target is a class index (an ``int``, numpy integer or one-element integer te
 and resumable like every source. An exception in it, or a return value that is not an image, is a sample error
 (``ImageErrorKind`` ``Dataset``) named ``<dataset>[i]`` and carrying the traceback; it follows ``on_error``.
 
-The GIL: each worker holds it while ``__getitem__`` runs (the core's decode and augment run without it), so Python
-work in ``__getitem__`` runs one worker at a time. Return encoded bytes or a path, not decoded pixels, and keep the
+Threads: ``__getitem__`` runs on several worker threads, so by default calls are serialized (one lock per source):
+a dataset written for torch's DataLoader, whose workers are processes, may share state (one open file it seeks
+and reads) that concurrent calls would interleave. ``DatasetSource(ds, thread_safe=True)`` drops the lock for a
+dataset that is safe to call from several threads (its I/O then overlaps). Either way the core's decode and
+augment run in parallel, outside the GIL. Return encoded bytes or a path, not decoded pixels, and keep the
 rest of the pipeline in trdata; for the full speed, ``trdata.pack`` the dataset once (a ``DatasetSource`` packs
 like any source) and train from the packed file.
 
@@ -34,8 +37,11 @@ transform belongs in ``Loader(transforms=...)``.
 from __future__ import annotations
 
 import atexit
+import collections
+import contextlib
 import operator
 import os
+import threading
 import traceback
 import weakref
 from collections.abc import Mapping
@@ -44,6 +50,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .. import _core
+from .._args import _bool_arg
 from ..errors import ConfigError
 from .base import Source, _class_names, stack_extras
 
@@ -102,7 +109,7 @@ def _torchvision_folder(dataset: Any) -> bool:
 class DatasetSource(Source):
     """A map-style dataset (module docs): ``len(dataset)`` samples, ``dataset[i]`` → ``(image, target)``."""
 
-    def __init__(self, dataset: Any) -> None:
+    def __init__(self, dataset: Any, *, thread_safe: bool = False) -> None:
         if not is_map_style(dataset):
             raise ConfigError(
                 f"invalid dataset: a {type(dataset).__name__} must be a map-style dataset (__len__ and __getitem__)",
@@ -126,8 +133,18 @@ class DatasetSource(Source):
         )
         self.classes, self.class_to_idx = _class_names(names)
         self._samples = list(dataset.samples) if _torchvision_folder(dataset) else None
-        #: Extras each read returned (a third item of __getitem__'s tuple), by index, for batch.extras.
-        self._read_extras: dict[int, dict[str, Any]] = {}
+        #: Serializes __getitem__ (module docs) unless the dataset is declared thread-safe.
+        self._lock: threading.Lock | contextlib.nullcontext[None] = (
+            contextlib.nullcontext() if _bool_arg(thread_safe, "thread_safe") else threading.Lock()
+        )
+        #: The extras each read returned (a third item of __getitem__'s tuple), per (epoch, index), oldest first:
+        #: each delivered row takes one (every row of a batch is made by exactly one read), so the extras travel
+        #: with the read that made the row and nothing outlives its delivery (older epochs' leftovers, from
+        #: a cancelled epoch, are dropped when the loader starts the next one).
+        self._read_extras: dict[tuple[int, int], collections.deque[dict[str, Any]]] = {}
+        self._extras_lock = threading.Lock()  # the workers add, the consumer takes
+        self._keep_extras = True  # False while packing (nothing delivers them)
+        self._returned_extras = False
         self._native = _core.NativeSource.external(n, self._fetch)  # the core's count rule
 
     def __len__(self) -> int:
@@ -147,21 +164,35 @@ class DatasetSource(Source):
     def _native_source(self) -> _core.NativeSource:
         return self._native
 
-    def _batch_extras(self, indices: np.ndarray) -> dict[str, Any]:
-        """The extras ``__getitem__`` returned for the rows ``indices`` (read by the workers before the batch was
-        delivered); a field a sample did not return is None for it."""
-        got = [self._read_extras.get(int(i)) for i in indices]
+    def _epoch_started(self) -> None:
+        with self._extras_lock:
+            self._read_extras.clear()
+
+    def _batch_extras(self, indices: np.ndarray, epoch: int) -> dict[str, Any]:
+        """The extras the reads of the rows ``indices`` (of ``epoch``) returned, one read's per row; a field a
+        read did not return is None for it."""
+        store = self._read_extras
+        if not store:
+            return {}
+        got: list[dict[str, Any] | None] = []
+        with self._extras_lock:
+            for i in indices:
+                reads = store.get((epoch, int(i)))
+                got.append(reads.popleft() if reads else None)
+                if reads is not None and not reads:
+                    del store[epoch, int(i)]
         names = list(dict.fromkeys(n for g in got if g is not None for n in g))
         return {n: stack_extras([None if g is None else g.get(n) for g in got]) for n in names}
 
-    def _fetch(self, i: int) -> tuple[str, Any, int]:
+    def _fetch(self, i: int, epoch: int) -> tuple[str, Any, int]:
         """Sample ``i`` as the core takes it (``NativeSource.external``): (kind, payload, label), or ("error",
         traceback, 0) when the dataset's code raised or returned something that is not an image."""
         try:
             if self._samples is not None:
                 path, target = self._samples[i]
                 return "path", os.fspath(path), operator.index(target)
-            item = self.dataset[i]
+            with self._lock:
+                item = self.dataset[i]
             if (
                 not isinstance(item, tuple)
                 or len(item) not in (2, 3)
@@ -175,7 +206,11 @@ class DatasetSource(Source):
             kind, payload = _image(item[0])
             label = _label(self.class_to_idx.get(item[1], item[1]) if isinstance(item[1], str) else item[1])
             if len(item) == 3:
-                self._read_extras[i] = dict(item[2])  # one dict store: atomic under the GIL
+                self._returned_extras = True
+                if self._keep_extras:
+                    extras = dict(item[2])
+                    with self._extras_lock:
+                        self._read_extras.setdefault((epoch, i), collections.deque()).append(extras)
             return kind, payload, label
         except Exception:
             return "error", f"{type(self.dataset).__name__}[{i}] raised:\n{traceback.format_exc()}", 0

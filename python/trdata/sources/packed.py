@@ -126,6 +126,8 @@ def pack(
     short_side, max_side, quality = _reencode_options(reencode)
     dst = _fs_path(path)
     report, close = progress_callback(progress, f"packing {os.path.basename(dst)}", "rec")
+    if isinstance(source, DatasetSource):
+        source._keep_extras = False  # nothing delivers them: only whether any were returned is kept
     try:
         result: dict[str, Any] = _core.pack(
             source._native_source(),
@@ -140,7 +142,9 @@ def pack(
         )
     finally:
         close()
-    if isinstance(source, DatasetSource) and source._read_extras:
+        if isinstance(source, DatasetSource):
+            source._keep_extras = True
+    if isinstance(source, DatasetSource) and source._returned_extras:
         warnings.warn(
             f"{type(source.dataset).__name__}.__getitem__ returned extras; they are not stored in the packed file",
             stacklevel=2,

@@ -317,7 +317,7 @@ class WebDataset(Source):
         # extras= members: (shard index, key, {ext: (offset, size)}) per sample, read when a batch needs them
         self._extra_spans = [(si, s.key, s.extras) for si, s in spans] if self.extra_keys else []
 
-    def _batch_extras(self, indices: np.ndarray) -> dict[str, Any]:
+    def _batch_extras(self, indices: np.ndarray, epoch: int) -> dict[str, Any]:
         """The ``extras=`` members of the rows ``indices``, read from the shards now (a missing member: None)."""
         if not self.extra_keys:
             return {}
