@@ -23,6 +23,7 @@ __all__ = [
     "check_file_list",
     "CHOICES",
     "DEFAULTS",
+    "MAX_SAMPLE_BYTES",
     "machine_info",
     "gpu_decode_arena_bytes",
     "gpu_eligible",
@@ -79,6 +80,7 @@ def batch_seed(*, seed: int, epoch: int, batch: int) -> int: ...
 
 CHOICES: dict[str, tuple[str, ...]]
 DEFAULTS: dict[str, Any]
+MAX_SAMPLE_BYTES: int
 
 def machine_info() -> dict[str, Any]: ...
 def nvjpeg_probe(extra: list[str]) -> dict[str, Any]: ...

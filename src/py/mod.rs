@@ -31,6 +31,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(loader::check_file_list, m)?)?;
     m.add("CHOICES", loader::choices_dict(m.py())?)?;
     m.add("DEFAULTS", loader::defaults_dict(m.py())?)?;
+    // a file, an encoded blob or a pixel array of one sample: at most this many bytes (sources/dataset.py)
+    m.add("MAX_SAMPLE_BYTES", crate::worker::MAX_FILE_BYTES)?;
     info::register(m)?;
     ops::register(m)?;
     bench::register(m)?;

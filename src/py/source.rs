@@ -185,7 +185,8 @@ fn read_attached(
     Ok(ExternalSample { image, label })
 }
 
-/// Copy a uint8 (H, W) or (H, W, C) array, C 1 or 3, each side 1..=65535, into `buf`.
+/// Copy a uint8 (H, W) or (H, W, C) array into `buf`, after the core's rule for its shape
+/// ([`ExternalImage::pixels`]).
 fn pixels(payload: &Bound<'_, PyAny>, buf: &mut Vec<u8>) -> Result<ExternalImage, ImageError> {
     let array = payload.cast::<PyArrayDyn<u8>>().map_err(|e| dataset_error(e.to_string()))?;
     let shape = array.shape().to_vec();
@@ -194,21 +195,11 @@ fn pixels(payload: &Bound<'_, PyAny>, buf: &mut Vec<u8>) -> Result<ExternalImage
         [h, w, c] => (h, w, c),
         _ => return Err(dataset_error(format!("an image array of shape {shape:?} must be (H, W) or (H, W, C)"))),
     };
-    let side = |d: usize| (1..=65_535).contains(&d);
-    if !side(h) || !side(w) || (c != 1 && c != 3) {
-        return Err(dataset_error(format!(
-            "an image array of shape {shape:?} must have sides 1..=65535 and 1 or 3 channels"
-        )));
-    }
-    if (h * w * c) as u64 > MAX_FILE_BYTES {
-        let message = format!("an image array of shape {shape:?} is over the {MAX_FILE_BYTES}-byte sample limit");
-        return Err(ImageError::new(ImageErrorKind::TooLarge, message));
-    }
+    let image = ExternalImage::pixels(h, w, c, MAX_FILE_BYTES)?;
     let readonly = array.readonly();
     let data = readonly
         .as_slice()
         .map_err(|_| dataset_error(format!("an image array of shape {shape:?} must be C-contiguous")))?;
     buf.extend_from_slice(data);
-    // sides ≤ 65535 and 1 or 3 channels: the casts are exact
-    Ok(ExternalImage::Pixels { height: h as u32, width: w as u32, channels: c as u8 })
+    Ok(image)
 }

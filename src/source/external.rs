@@ -10,7 +10,7 @@
 //! stores the same value for a deterministic dataset; the packer hands a record from its producer thread to the
 //! writer through a channel, which orders the store before the load. Relaxed atomics suffice for all three.
 
-use crate::error::ImageError;
+use crate::error::{ImageError, ImageErrorKind};
 use crate::sync::{AtomicU64, Ordering};
 use std::fmt;
 
@@ -28,6 +28,28 @@ pub enum ExternalImage {
         /// 1 (gray) or 3 (RGB).
         channels: u8,
     },
+}
+
+impl ExternalImage {
+    /// The raw pixels of an `(h, w, c)` image as a reader found them, checked before anything is copied: each
+    /// side 1..=65535 and 1 or 3 channels (the rules of `trdata.Arrays`), at most `max_bytes` in all.
+    pub fn pixels(h: usize, w: usize, c: usize, max_bytes: u64) -> Result<Self, ImageError> {
+        let side = |d: usize| (1..=65_535).contains(&d);
+        if !side(h) || !side(w) || (c != 1 && c != 3) {
+            return Err(ImageError::new(
+                ImageErrorKind::Dataset,
+                format!("an image array of shape ({h}, {w}, {c}) must have sides 1..=65535 and 1 or 3 channels"),
+            ));
+        }
+        if (h * w * c) as u64 > max_bytes {
+            return Err(ImageError::new(
+                ImageErrorKind::TooLarge,
+                format!("an image array of shape ({h}, {w}, {c}) is over the {max_bytes}-byte sample limit"),
+            ));
+        }
+        // sides ≤ 65535 and 1 or 3 channels: the casts are exact
+        Ok(ExternalImage::Pixels { height: h as u32, width: w as u32, channels: c as u8 })
+    }
 }
 
 /// One sample as the external code gave it.
@@ -93,7 +115,7 @@ impl ExternalStore {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::error::{ImageErrorKind, TrdataError};
+    use crate::error::TrdataError;
     use crate::source::{Dataset, Store, external};
 
     /// Sample i: i×i gray pixels labelled -i, and an error at 3.
@@ -122,6 +144,16 @@ mod tests {
         assert_eq!((buf.len(), ds.label(4), ds.label(2)), (16, -4, 0));
         assert_eq!(store.read(3, 0, &mut buf).unwrap_err().kind, ImageErrorKind::Dataset);
         assert_eq!(ds.label(3), 0);
+    }
+
+    #[test]
+    fn pixel_images_are_checked_before_anything_is_copied() {
+        let ok = ExternalImage::pixels(2, 3, 3, 18).unwrap();
+        assert_eq!(ok, ExternalImage::Pixels { height: 2, width: 3, channels: 3 });
+        for (h, w, c) in [(0, 3, 3), (2, 65_536, 1), (2, 3, 2), (2, 3, 4)] {
+            assert_eq!(ExternalImage::pixels(h, w, c, u64::MAX).unwrap_err().kind, ImageErrorKind::Dataset);
+        }
+        assert_eq!(ExternalImage::pixels(2, 3, 3, 17).unwrap_err().kind, ImageErrorKind::TooLarge);
     }
 
     #[test]

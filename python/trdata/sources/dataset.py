@@ -54,8 +54,8 @@ from .._args import _bool_arg
 from ..errors import ConfigError
 from .base import Source, _class_names, stack_extras
 
-#: The core's per-sample byte limit (``worker::MAX_FILE_BYTES``): a file, an encoded blob or a pixel array.
-_MAX_SAMPLE_BYTES = 1 << 30
+#: The core's per-sample byte limit: a file, an encoded blob or a pixel array.
+_MAX_SAMPLE_BYTES: int = _core.MAX_SAMPLE_BYTES
 
 #: Built-in containers that have ``__len__``/``__getitem__`` but are never a dataset here.
 _NOT_DATASETS = (str, bytes, bytearray, memoryview, list, tuple, dict, np.ndarray)
