@@ -223,3 +223,49 @@ def test_string_targets_map_through_classes_as_torchvision_names_them(tmp_path: 
 
     with trdata.Loader(Named(), batch_size=3, transforms=[trdata.CenterCrop(8)], shuffle=False) as ld:  # type: ignore[arg-type]
         assert next(iter(ld)).labels.tolist() == [1, 2, 0]
+
+
+FUZZ_EXAMPLES = int(__import__("os").environ.get("TRDATA_FUZZ_EXAMPLES", "300"))
+
+
+def test_fuzz_the_npy_member_reader() -> None:
+    """Random bytes, truncations and byte flips of real .npy files: the reader returns np.load's array or raises
+    ValueError (a DecodeError naming shard and key in the source), and never allocates from a forged header (no
+    MemoryError), whatever the bytes. (It found a forged header raising tokenize's TokenError, which escaped.)"""
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    from trdata.sources.shards import _npy
+
+    def npy(a: np.ndarray) -> bytes:
+        f = io.BytesIO()
+        np.save(f, a, allow_pickle=False)
+        return f.getvalue()
+
+    seeds = [
+        npy(np.arange(12, dtype=np.float32).reshape(3, 4)),
+        npy(np.zeros((2, 2), np.uint8)),
+        npy(np.asfortranarray(np.ones((3, 2), ">i4"))),
+        npy(np.array(5.0)),
+    ]
+
+    @hypothesis.settings(max_examples=FUZZ_EXAMPLES, deadline=None)
+    @hypothesis.given(
+        base=st.sampled_from(seeds),
+        cut=st.integers(0, 200),
+        flips=st.lists(st.tuples(st.integers(0, 199), st.integers(0, 255)), max_size=4),
+        tail=st.binary(max_size=32),
+    )
+    def check(base: bytes, cut: int, flips: list[tuple[int, int]], tail: bytes) -> None:
+        data = bytearray(base[: len(base) - min(cut, len(base))] if cut % 3 else base)
+        for at, value in flips:
+            if at < len(data):
+                data[at] = value
+        data += tail if cut % 5 == 0 else b""
+        try:
+            got = _npy(bytes(data))
+        except ValueError:  # what the member reader turns into a DecodeError naming shard and key
+            return
+        want = np.load(io.BytesIO(bytes(data)), allow_pickle=False)
+        assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True)
+
+    check()

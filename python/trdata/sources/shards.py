@@ -620,13 +620,20 @@ def _extra_value(shard: str, key: str, ext: str, fd: int, offset: int, size: int
 def _npy(data: bytes) -> np.ndarray:
     """A ``.npy`` file's array, without pickles, its header's shape × dtype checked against the bytes it has."""
     f = io.BytesIO(data)
-    version = np.lib.format.read_magic(f)
-    if version == (1, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-    elif version in ((2, 0), (3, 0)):
-        shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-    else:
-        raise ValueError(f"unsupported .npy version {version}")
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version in ((2, 0), (3, 0)):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise ValueError(f"unsupported .npy version {version}")
+    except ValueError:
+        raise
+    except (
+        Exception
+    ) as e:  # numpy parses the header as a Python literal: tokenize/syntax errors of a forged one
+        raise ValueError(f"malformed .npy header ({type(e).__name__}: {str(e)[:80]})") from None
     if dtype.hasobject:
         raise ValueError("object arrays (pickles) are not read")
     count = 1
