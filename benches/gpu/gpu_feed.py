@@ -1,4 +1,4 @@
-"""Issue 11's training-feed bench: which feeder keeps one H200 busy, and at what CPU cost — one run, same files.
+"""The training-feed bench: which feeder keeps one H200 busy, and at what CPU cost — one run, same files.
 
     python benches/gpu/gpu_feed.py --data ROOT [--steps 150] [--warmup 10] [--auto-warmup 150] [--batch 256]
         [--only PATTERNS] [--compile [--compile-mode reduce-overhead]] [--workers N] [--dl-workers 16] [--repeat K]

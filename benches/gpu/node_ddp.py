@@ -1,4 +1,4 @@
-"""Issue 12 on one node: DDP per-GPU rates at 1 and N GPUs per feeder, NUMA placement, and a SIGKILL-and-resume.
+"""One node: DDP per-GPU rates at 1 and N GPUs per feeder, NUMA placement, and a SIGKILL-and-resume.
 
     python benches/gpu/node_ddp.py --data DIR [--gpus 8] [--models resnet50,resnet18] [--feeds synthetic,trdata,dataloader]
                                [--steps 80 --warmup 30 --batch 256] [--decode cpu] [--pin numa] [--packed FILE]

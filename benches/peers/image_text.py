@@ -8,7 +8,7 @@ of ``--rounds`` timed epochs, interleaved.
 
     PYTHONPATH=python python benches/peers/image_text.py [--data DIR] [--workers 2] [--rounds 2]
 
-Target (issue: any dataset): trdata ≥ 2× webdataset + DataLoader. Reported, never asserted.
+Target: trdata ≥ 2× webdataset + DataLoader. Reported, never asserted.
 """
 
 from __future__ import annotations

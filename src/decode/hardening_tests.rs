@@ -236,7 +236,7 @@ mod props {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
-        /// Issue 7 item 1: random hostile variants of real JPEGs interleaved with fixed good images on ONE
+        /// Decoder state never survives a failure: random hostile variants of real JPEGs interleaved with fixed good images on ONE
         /// decoder; the good images' bytes never change vs a fresh decoder.
         #[test]
         fn hostile_jpegs_never_change_good_images(
