@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 #[rustfmt::skip]
 const LAYERS: &[&str] = &[
     // platform and shared primitives: no data-path imports
-    "error", "param", "sync", "stats", "rng", "topology", "cuda", //
+    "error", "param", "sync", "stats", "rng", "topology", "cuda", "annot", //
     // the data path, in order
     "source", "plan", "decode", "augment", "staging", "gpu_decode", "transfer", "worker", "export", //
     // assembly: the validated configuration and the loader that runs it

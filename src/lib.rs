@@ -14,7 +14,8 @@
 //! - platform and shared primitives: `error`, `param` (a parameter's rule and its one error wording), `sync`
 //!   (loom shim), `stats` (counters), `rng` (Philox, for the
 //!   plan's shuffle and every augmentation draw), `topology` (NUMA, affinity, binding plans), `cuda` (driver
-//!   API, dynamically loaded);
+//!   API, dynamically loaded), `annot` (detection/segmentation annotations: COCO files, masks from polygons and
+//!   RLE, checked before anything is allocated from them);
 //! - the data path: `source` → `plan` → `decode` → `augment` → `staging` → `gpu_decode` (the GPU decode path:
 //!   routing, the decode queue and threads, the resample into device slots; transfer/ sees only its `GpuRows` and
 //!   `CpuFallback`) → `transfer` → `worker` (the pool that runs decode/augment into staging slots, or routes a
@@ -42,6 +43,7 @@
 #![deny(unsafe_code)]
 
 // Rooms (rustfmt keeps them sorted; the dependency order is above).
+pub mod annot;
 pub mod augment;
 pub mod config;
 pub mod cuda;

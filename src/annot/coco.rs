@@ -1,0 +1,1 @@
+//! annot/coco — COCO annotation files (module docs to come).

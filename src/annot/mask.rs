@@ -1,0 +1,1 @@
+//! annot/mask — COCO segmentations to masks (module docs to come).
