@@ -53,7 +53,6 @@ TYPE_ONLY = {
     "shuffle", "reproducible", "exif_transpose", "root", "train", "variant", "pad_if_needed", "clip",
     "batch_transform",  # a callable or None
     "fn",  # PythonStep's: a callable
-    "extras",  # a dict of str → one value per sample (any values)
     "expand", "all_ops", "antialias",
     "reencode",  # a Reencode or dict; its fields are short_side, max_side, quality (pack/mod.rs)
 }  # fmt: skip
@@ -118,6 +117,15 @@ EDGE_TRANSLATORS = {
         "_timm_shared": "timm AugmentOp lists: op names trdata runs, one shared set of hparams (no value rule)",
         "_convert_timm_rand_augment": "timm RandAugment without choice weights, one prob/magnitude (no value rule)",
     },
+    "python/trdata/sources/extras.py": {
+        "check_extras": "extras is a dict of str names → a sequence of one value per sample",
+        "encode": "an extra value a packed file can hold (str, bytes, arrays, JSON values); its size and the "
+        "names: the core's rule (source/packed_extras.rs)",
+    },
+    "src/py/pack.rs": {
+        "extras_of": "what the Python side's extras(i) raised (extras.py encode), carried to the pack as a "
+        "ConfigError on extras",
+    },
     "python/trdata/sources/base.py": {
         "ImageFolder.__init__": "root is a path (only `root`)",
         "_paths_error": "paths (a sequence of str/bytes/PathLike; see _check_paths)",
@@ -125,7 +133,6 @@ EDGE_TRANSLATORS = {
         "finite; see _check_targets)",
         "Bytes.__init__": "blobs is an ordered sequence of bytes (only `blobs`)",
         "Arrays.__init__": "images is a uint8 array (only `images`)",
-        "_check_extras": "extras is a dict of str names → a sequence of one value per sample",
         "_class_names": "classes is an ordered sequence of distinct str (class_to_idx; the labels-within-classes "
         "rule of a pack: pack/mod.rs)",
     },

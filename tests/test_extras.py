@@ -99,15 +99,6 @@ def test_extras_are_checked_when_the_source_is_made() -> None:
         assert e.value.parameter == "extras"
 
 
-def test_extras_are_never_dropped_silently_by_a_pack(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"its extras \(caption\) cannot be packed yet") as e:
-        trdata.pack(trdata.Bytes([jpeg(0)], extras={"caption": ["c"]}), tmp_path / "x.trd", progress=False)
-    assert e.value.parameter == "source" and not (tmp_path / "x.trd").exists()
-    with pytest.warns(UserWarning, match="Captioned.__getitem__ returned extras; they are not stored"):
-        trdata.pack(Captioned(), tmp_path / "c.trd", progress=False)  # a map-style dataset packs as it reads
-    assert len(trdata.Packed(tmp_path / "c.trd")) == N
-
-
 def _write_wds(path: Path, members: list[dict[str, object]]) -> str:
     """A shard written by webdataset's own TarWriter (its layout and encoders: str → UTF-8, dict → JSON,
     ndarray → .npy)."""
@@ -234,7 +225,7 @@ def test_fuzz_the_npy_member_reader() -> None:
     MemoryError), whatever the bytes. (It found a forged header raising tokenize's TokenError, which escaped.)"""
     hypothesis = pytest.importorskip("hypothesis")
     st = hypothesis.strategies
-    from trdata.sources.shards import _npy
+    from trdata.sources.extras import _npy
 
     def npy(a: np.ndarray) -> bytes:
         f = io.BytesIO()

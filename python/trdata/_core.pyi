@@ -24,6 +24,7 @@ __all__ = [
     "CHOICES",
     "DEFAULTS",
     "MAX_SAMPLE_BYTES",
+    "MAX_EXTRA_BYTES",
     "machine_info",
     "gpu_decode_arena_bytes",
     "gpu_eligible",
@@ -81,6 +82,7 @@ def batch_seed(*, seed: int, epoch: int, batch: int) -> int: ...
 CHOICES: dict[str, tuple[str, ...]]
 DEFAULTS: dict[str, Any]
 MAX_SAMPLE_BYTES: int
+MAX_EXTRA_BYTES: int
 
 def machine_info() -> dict[str, Any]: ...
 def nvjpeg_probe(extra: list[str]) -> dict[str, Any]: ...
@@ -153,6 +155,9 @@ class NativeSource:
     def labels(self) -> list[int]: ...
     @property
     def classes(self) -> list[str]: ...
+    @property
+    def extras_names(self) -> list[str]: ...
+    def packed_extras(self, indices: Sequence[int]) -> list[list[tuple[int, int, bytes]]]: ...
 
 def pack(
     source: NativeSource,
@@ -164,6 +169,7 @@ def pack(
     classes: Sequence[str],
     progress: Callable[[int, int], object] | None,
     block_bytes: int | None = None,
+    extras: Callable[[int], list[tuple[str, int, bytes]]] | None = None,
 ) -> dict[str, Any]: ...
 def packed_info(path: str | os.PathLike[str]) -> dict[str, Any]: ...
 def packed_verify(

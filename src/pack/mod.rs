@@ -49,6 +49,7 @@ use crate::source::packed::{
     BLOCK_BYTES, DEFAULT_BLOCK_BYTES, FLAG_CMYK, FLAG_HIGH_PRECISION, FLAG_LOSSLESS, FLAG_PROGRESSIVE, FLAG_UNREADABLE,
     PackMeta, PackOptions, PackWriter, PackedIndex, RecordFormat, RecordMeta, check_classes,
 };
+use crate::source::packed_extras::ExtraKind;
 use crate::source::{Dataset, ExternalImage, PixelArray, Store, describe_file_type, read_sample, read_span};
 use crate::synthetic::encode::JpegEncoder;
 use rayon::prelude::*;
@@ -764,7 +765,23 @@ pub fn pack(
     cfg: &PackConfig,
     progress: &(dyn Fn(u64) -> bool + Sync),
 ) -> Result<PackSummary> {
-    pack_with_budget(ds, dst, cfg, IN_FLIGHT_BYTES, progress)
+    pack_with_budget(ds, dst, cfg, IN_FLIGHT_BYTES, None, progress)
+}
+
+/// Record `i`'s extra fields, (name, kind, value), asked for once per record, in record order, after the record
+/// was read (a Python dataset's extras arrive with its read).
+pub type ExtrasOf<'a> = dyn Fn(usize) -> Result<Vec<(String, ExtraKind, Vec<u8>)>> + 'a;
+
+/// [`pack`], storing each record's extra fields as `extras(i)` gives them (a version 2 pack when any record has
+/// some; source/packed_extras.rs).
+pub fn pack_with_extras(
+    ds: &Dataset,
+    dst: &Path,
+    cfg: &PackConfig,
+    extras: &ExtrasOf<'_>,
+    progress: &(dyn Fn(u64) -> bool + Sync),
+) -> Result<PackSummary> {
+    pack_with_budget(ds, dst, cfg, IN_FLIGHT_BYTES, Some(extras), progress)
 }
 
 /// [`pack`] with the in-flight byte budget given (tests use a small one).
@@ -773,6 +790,7 @@ pub(crate) fn pack_with_budget(
     dst: &Path,
     cfg: &PackConfig,
     budget_bytes: u64,
+    extras: Option<&ExtrasOf<'_>>,
     progress: &(dyn Fn(u64) -> bool + Sync),
 ) -> Result<PackSummary> {
     let t0 = Instant::now();
@@ -790,6 +808,9 @@ pub(crate) fn pack_with_budget(
     let (mut bytes_in, mut warnings) = (0u64, Vec::new());
     let peak_buffered_bytes = produce_in_order(ds, cfg, dst, budget_bytes, progress, |i, r| {
         writer.push(&r.bytes, ds.label(i), r.meta).map_err(write_fail)?;
+        if let Some(values) = extras.map(|f| f(i)).transpose()?.filter(|v| !v.is_empty()) {
+            writer.push_extras(&values).map_err(|e| TrdataError::config("extras", e.to_string()))?;
+        }
         bytes_in += r.bytes_in;
         if let Some(w) = r.warning {
             warnings.push((i as u64, format!("{}: {w}", ds.sample_name(i).display())));
@@ -808,6 +829,7 @@ pub(crate) fn pack_with_budget(
             quality: cfg.quality,
             source: source_kind(&ds.store).to_string(),
         },
+        extras: Vec::new(), // the writer's, from the records' extras
     };
     let (out, header) = writer.finish(&meta).map_err(write_fail)?;
     let file = out.into_inner().map_err(|e| write_fail(e.into_error()))?;

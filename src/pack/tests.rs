@@ -518,9 +518,15 @@ fn records_waiting_to_be_written_are_bounded_in_bytes() {
     let ds = blobs(96, record, 9);
     for workers in [1usize, 2, 4] {
         let budget = 1 << 20;
-        let s =
-            pack_with_budget(&ds, &root.join("b.trdpack"), &cfg(workers as i128, 1 << 20, &[]), budget, &never_cancel)
-                .unwrap();
+        let s = pack_with_budget(
+            &ds,
+            &root.join("b.trdpack"),
+            &cfg(workers as i128, 1 << 20, &[]),
+            budget,
+            None,
+            &never_cancel,
+        )
+        .unwrap();
         assert_eq!(s.records, 96);
         let bound = budget + (workers * record) as u64;
         assert!(s.peak_buffered_bytes <= bound, "{workers} workers: peak {} > {bound}", s.peak_buffered_bytes);
@@ -561,7 +567,7 @@ fn class_names_repeat_or_labels_outside_them_are_refused_by_writer_and_reader() 
         for l in labels {
             w.push(b"abc", l, RecordMeta::raw(1, 1, 3)).unwrap();
         }
-        let meta = PackMeta { classes, options: PackOptions::default() };
+        let meta = PackMeta { classes, ..PackMeta::default() };
         let bytes = w.finish(&meta).unwrap().0.into_inner();
         let e = PackedIndex::from_bytes(&bytes).unwrap_err();
         assert!(e.contains(want), "{e}");

@@ -33,6 +33,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULTS", loader::defaults_dict(m.py())?)?;
     // a file, an encoded blob or a pixel array of one sample: at most this many bytes (sources/dataset.py)
     m.add("MAX_SAMPLE_BYTES", crate::worker::MAX_FILE_BYTES)?;
+    m.add("MAX_EXTRA_BYTES", crate::source::packed_extras::MAX_EXTRA_BYTES)?;
     info::register(m)?;
     ops::register(m)?;
     bench::register(m)?;

@@ -13,13 +13,15 @@ use super::args::int_arg;
 use super::bench::run_interruptibly;
 use super::errors::IntoPyResult;
 use super::source::NativeSource;
-use crate::pack::{MAX_SIDE, PackConfig, QUALITY, SHORT_SIDE, pack as write_pack, verify};
+use crate::error::TrdataError;
+use crate::pack::{MAX_SIDE, PackConfig, QUALITY, SHORT_SIDE, pack_with_extras as write_pack, verify};
 use crate::plan::claim::WORKERS;
 use crate::source::packed::{BLOCK_BYTES, PackedIndex, RecordFormat, SUBSAMPLING_NAMES};
 use crate::source::packed::{FLAG_CMYK, FLAG_LOSSLESS, FLAG_PROGRESSIVE};
+use crate::source::packed_extras::ExtraKind;
 use numpy::PyArray1;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBytes, PyDict};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -59,7 +61,7 @@ fn progress_tick<'a>(
 /// about `block_bytes` (default 8 MiB). Returns `{"records", "bytes_in", "bytes_out", "seconds", "warnings"}`
 /// (`warnings`: (record, message) of records stored although their header could not be read).
 #[pyfunction]
-#[pyo3(signature = (source, path, short_side, max_side, quality, workers, classes, progress, block_bytes = None))]
+#[pyo3(signature = (source, path, short_side, max_side, quality, workers, classes, progress, block_bytes = None, extras = None))]
 #[allow(clippy::too_many_arguments)]
 fn pack<'py>(
     py: Python<'py>,
@@ -72,6 +74,7 @@ fn pack<'py>(
     classes: Vec<OsString>,
     progress: Option<Bound<'py, PyAny>>,
     block_bytes: OptInt<'py>,
+    extras: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let int = |v: &OptInt<'py>, p| v.as_ref().map(|v| int_arg::<i128>(v, p)).transpose();
     let cfg = PackConfig::new(
@@ -90,8 +93,10 @@ fn pack<'py>(
     let done = Arc::new(AtomicU64::new(0));
     let work = {
         let (cancel, done) = (Arc::clone(&cancel), Arc::clone(&done));
+        let extras = extras.map(Bound::unbind);
         move || {
-            write_pack(&dataset, &path, &cfg, &|n| {
+            let extras_of = |i: usize| extras_of(extras.as_ref(), i);
+            write_pack(&dataset, &path, &cfg, &extras_of, &|n| {
                 done.store(n, Ordering::Relaxed);
                 !cancel.load(Ordering::Relaxed)
             })
@@ -106,6 +111,25 @@ fn pack<'py>(
     d.set_item("seconds", summary.seconds)?;
     d.set_item("warnings", summary.warnings)?;
     Ok(d)
+}
+
+/// Record `i`'s extras as `extras(i)` returns them: a list of (name, kind code, bytes) (kinds:
+/// source/packed_extras.rs); nothing without a callable. Called on the pack's writer thread, attached per call;
+/// an exception (a value the Python side cannot store, say) is a `ConfigError` on `extras` with its text.
+fn extras_of(extras: Option<&Py<PyAny>>, i: usize) -> crate::error::Result<Vec<(String, ExtraKind, Vec<u8>)>> {
+    let Some(f) = extras else { return Ok(Vec::new()) };
+    let fail = |m: String| TrdataError::config("extras", m);
+    Python::try_attach(|py| {
+        let got = f.bind(py).call1((i,)).map_err(|e| fail(e.to_string()))?;
+        let got: Vec<(String, u8, Bound<'_, PyBytes>)> = got.extract().map_err(|e: PyErr| fail(e.to_string()))?;
+        got.into_iter()
+            .map(|(name, code, value)| {
+                let kind = ExtraKind::from_code(code).ok_or_else(|| fail(format!("{name:?}: unknown kind {code}")))?;
+                Ok((name, kind, value.as_bytes().to_vec()))
+            })
+            .collect()
+    })
+    .unwrap_or_else(|| Err(fail("the Python interpreter is shutting down".into())))
 }
 
 /// What the header, metadata and index of the packed file `path` say (nothing of the data region is read).
@@ -124,6 +148,7 @@ fn packed_info<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyDic
     d.set_item("data_bytes", h.data_bytes)?;
     d.set_item("index_offset", h.index_offset)?;
     d.set_item("classes", ix.meta.classes.clone())?;
+    d.set_item("extras", ix.meta.extras.clone())?;
     let o = &ix.meta.options;
     let opts = PyDict::new(py);
     opts.set_item("short_side", o.short_side)?;

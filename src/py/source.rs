@@ -8,9 +8,9 @@
 
 use super::args::int_arg;
 use super::errors::{IntoPyResult, to_py};
-use crate::error::{ImageError, ImageErrorKind, TrdataError};
+use crate::error::{ImageError, ImageErrorKind, SampleError, TrdataError};
 use crate::source::packed::{CACHE_BLOCKS, MODE, WINDOW_BLOCKS};
-use crate::source::{self, Dataset};
+use crate::source::{self, Dataset, Store};
 use crate::source::{ExternalImage, ExternalSample, Reader};
 use crate::sync::Arc;
 use crate::worker::MAX_FILE_BYTES;
@@ -128,7 +128,41 @@ impl NativeSource {
     fn classes(&self) -> Vec<OsString> {
         self.dataset.classes.clone()
     }
+
+    /// A packed file's extra field names, numbered as stored (empty for any other source or a pack without).
+    #[getter]
+    fn extras_names(&self) -> Vec<String> {
+        match &self.dataset.store {
+            Store::Packed(p) => p.index().extras.as_ref().map_or_else(Vec::new, |e| e.names.clone()),
+            _ => Vec::new(),
+        }
+    }
+
+    /// A packed file's extras of the records `indices`: per record a list of (field, kind code, bytes)
+    /// (source/packed_extras.rs); a damaged record is a `DecodeError` naming it.
+    fn packed_extras<'py>(
+        &self,
+        py: Python<'py>,
+        indices: Vec<usize>,
+    ) -> PyResult<Vec<Vec<StoredExtra<'py>>>> {
+        let Store::Packed(p) = &self.dataset.store else { return Ok(vec![Vec::new(); indices.len()]) };
+        let mut out = Vec::with_capacity(indices.len());
+        for i in indices {
+            if i >= self.dataset.len() {
+                return Err(pyo3::exceptions::PyIndexError::new_err(format!("record {i} of {}", self.dataset.len())));
+            }
+            let entries = py.detach(|| p.extras(i)).map_err(|error| {
+                TrdataError::Decode(SampleError { path: self.dataset.sample_name(i), index: i as u64, error })
+            });
+            let entries = entries.py_err()?;
+            out.push(entries.into_iter().map(|(f, k, v)| (f, k as u8, PyBytes::new(py, &v))).collect());
+        }
+        Ok(out)
+    }
 }
+
+/// One stored extra value as Python gets it: (field, kind code, bytes).
+type StoredExtra<'py> = (u16, u8, Bound<'py, PyBytes>);
 
 /// A Python dataset as the core's [`Reader`] (the module docs).
 struct PyReader {

@@ -12,6 +12,7 @@ mod block_cache;
 pub mod external;
 mod image_folder;
 pub mod packed;
+pub mod packed_extras;
 mod packed_json;
 mod read;
 

@@ -52,6 +52,10 @@
 //! not be read when packed (the record fails at decode time, as its source file did). These fields let a
 //! reader plan ROI decode and route GPU-decodable records without touching the payload.
 //!
+//! Version 2 adds, after the metadata, the extras section (per-record extra fields: captions, JSON, arrays) and
+//! its header fields at 128..156; its layout and checks are in `packed_extras.rs`. A pack without extras is
+//! version 1.
+//!
 //! # What is checked, and when
 //! At open, before anything is allocated from a size in the file: the length (≥ 4096; truncated files and
 //! files with bytes appended are refused because `file_bytes` is the exact length), the magic, the header CRC, the
@@ -73,6 +77,7 @@
 //!   so that workers move through windows of `window_blocks` blocks ([`Dataset::block_structure`]).
 
 use super::block_cache::{BlockBytes, BlockCache, OrderKey};
+use super::packed_extras::{EXTRAS_ROW_BYTES, EXTRAS_VERSION, ExtraKind, ExtrasIndex, ExtrasWriter, decode_record};
 use super::packed_json::{self as json, Json};
 use super::read_span;
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
@@ -340,6 +345,37 @@ pub struct PackHeader {
     pub blocks_crc: u32,
     /// CRC32C of the metadata.
     pub meta_crc: u32,
+    /// Where the extras are (version 2; None in version 1).
+    pub extras: Option<ExtrasHeader>,
+}
+
+/// The header fields of the extras section (packed_extras.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExtrasHeader {
+    /// Offset of the extras index.
+    pub index_offset: u64,
+    /// Offset of the extras data.
+    pub offset: u64,
+    /// Length of the extras data.
+    pub bytes: u64,
+    /// CRC32C of the extras index.
+    pub index_crc: u32,
+}
+
+impl ExtrasHeader {
+    /// Where the extras sections of `records` records with `bytes` bytes of extras start after a file whose other
+    /// sections end at `end`; None on overflow.
+    fn after(end: u64, records: u64, bytes: u64, index_crc: u32) -> Option<Self> {
+        let index_offset = align_up(end)?;
+        let offset = index_offset.checked_add(records.checked_mul(EXTRAS_ROW_BYTES)?)?;
+        offset.checked_add(bytes)?;
+        Some(Self { index_offset, offset, bytes, index_crc })
+    }
+
+    /// Where the file ends.
+    fn end(&self) -> u64 {
+        self.offset + self.bytes
+    }
 }
 
 impl PackHeader {
@@ -387,6 +423,13 @@ impl PackHeader {
         for v in [self.index_crc, self.blocks_crc, self.meta_crc] {
             h.extend_from_slice(&v.to_le_bytes());
         }
+        if let Some(e) = self.extras {
+            h.resize(128, 0);
+            for v in [e.index_offset, e.offset, e.bytes] {
+                h.extend_from_slice(&v.to_le_bytes());
+            }
+            h.extend_from_slice(&e.index_crc.to_le_bytes());
+        }
         h.resize(HEADER_BYTES as usize - 4, 0);
         let crc = crc32c::crc32c(&h);
         h.extend_from_slice(&crc.to_le_bytes());
@@ -417,10 +460,10 @@ impl PackHeader {
             return Err(format!("has a damaged header (CRC32C {crc:08x}, stored {stored:08x})"));
         }
         let version = le32(head, 8);
-        if version != FORMAT_VERSION {
+        if version != FORMAT_VERSION && version != EXTRAS_VERSION {
             return Err(format!(
-                "is pack format version {version}; this trdata reads version {FORMAT_VERSION} (upgrade trdata, or \
-                 pack the dataset again)"
+                "is pack format version {version}; this trdata reads versions {FORMAT_VERSION} and \
+                 {EXTRAS_VERSION} (upgrade trdata, or pack the dataset again)"
             ));
         }
         let f = |i: usize| le64(head, 16 + 8 * i);
@@ -446,7 +489,21 @@ impl PackHeader {
         if meta_bytes > MAX_META_BYTES {
             return bad(format!("metadata of {meta_bytes} bytes (at most {MAX_META_BYTES})"));
         }
-        let want = Self::layout(records, blocks, data_bytes, meta_bytes);
+        let mut want = Self::layout(records, blocks, data_bytes, meta_bytes);
+        let extras = (version == EXTRAS_VERSION).then(|| ExtrasHeader {
+            index_offset: le64(head, 128),
+            offset: le64(head, 136),
+            bytes: le64(head, 144),
+            index_crc: le32(head, 152),
+        });
+        if let (Some(e), Some(w)) = (extras, want.as_mut()) {
+            // version 2: the extras index and data follow the metadata, and end the file
+            let placed = ExtrasHeader::after(w.3, records, e.bytes, e.index_crc);
+            if placed != Some(e) {
+                return bad(format!("extras at {e:?} do not follow the metadata ending at {}", w.3));
+            }
+            w.3 = e.end();
+        }
         let got = (index_offset, blocks_offset, meta_offset, file_bytes);
         if want != Some(got) || index_bytes != records * INDEX_ROW_BYTES || blocks_bytes != blocks * BLOCK_ROW_BYTES {
             return bad(format!(
@@ -477,6 +534,7 @@ impl PackHeader {
             index_crc: le32(head, 112),
             blocks_crc: le32(head, 116),
             meta_crc: le32(head, 120),
+            extras,
         })
     }
 }
@@ -501,17 +559,27 @@ pub struct PackMeta {
     pub classes: Vec<OsString>,
     /// How the records were written.
     pub options: PackOptions,
+    /// The extra fields' names (version 2; empty in version 1).
+    pub extras: Vec<String>,
 }
 
 impl PackMeta {
     /// The JSON text of the metadata section (`block_bytes` is the writer's).
     pub fn to_json(&self, block_bytes: u64) -> String {
-        let mut s = String::from("{\"format\": \"trdata.pack\", \"version\": 1, \"classes\": [");
-        for (i, c) in self.classes.iter().enumerate() {
-            if i > 0 {
-                s.push_str(", ");
+        let version = if self.extras.is_empty() { FORMAT_VERSION } else { EXTRAS_VERSION };
+        let mut s = format!("{{\"format\": \"trdata.pack\", \"version\": {version}, \"classes\": [");
+        let list = |s: &mut String, items: &mut dyn Iterator<Item = &[u8]>| {
+            for (i, c) in items.enumerate() {
+                if i > 0 {
+                    s.push_str(", ");
+                }
+                json::write_str(s, c);
             }
-            json::write_str(&mut s, c.as_bytes());
+        };
+        list(&mut s, &mut self.classes.iter().map(|c| c.as_bytes()));
+        if !self.extras.is_empty() {
+            s.push_str("], \"extras\": [");
+            list(&mut s, &mut self.extras.iter().map(|c| c.as_bytes()));
         }
         let opt = |v: Option<u32>| v.map_or("null".to_string(), |v| v.to_string());
         let o = &self.options;
@@ -555,7 +623,19 @@ impl PackMeta {
             Some(Json::Str(s)) => String::from_utf8_lossy(s).into_owned(),
             _ => String::new(),
         };
+        let extras = match v.get("extras") {
+            None => Vec::new(),
+            Some(Json::Array(names)) => names
+                .iter()
+                .map(|n| match n {
+                    Json::Str(b) => String::from_utf8(b.clone()).map_err(|_| "an extra field name is not UTF-8".into()),
+                    _ => Err("an extra field name is not a string".to_string()),
+                })
+                .collect::<std::result::Result<Vec<_>, _>>()?,
+            Some(_) => return Err("metadata's extras is not a list".into()),
+        };
         Ok(Self {
+            extras,
             classes,
             options: PackOptions {
                 short_side: int("short_side", 65_535)?,
@@ -599,6 +679,8 @@ pub struct PackWriter<W: Write + Seek> {
     rows: Vec<IndexRow>,
     blocks: Vec<BlockRow>,
     open: Option<BlockRow>,
+    /// The extras of the records so far, once any record had some (packed_extras.rs).
+    extras: Option<ExtrasWriter>,
 }
 
 fn invalid(msg: String) -> io::Error {
@@ -612,7 +694,7 @@ impl<W: Write + Seek> PackWriter<W> {
             return Err(invalid(format!("block size {block_bytes}")));
         }
         out.write_all(&[0u8; HEADER_BYTES as usize])?;
-        Ok(Self { out, block_bytes, pos: HEADER_BYTES, rows: Vec::new(), blocks: Vec::new(), open: None })
+        Ok(Self { out, block_bytes, pos: HEADER_BYTES, rows: Vec::new(), blocks: Vec::new(), open: None, extras: None })
     }
 
     /// Records written so far.
@@ -663,8 +745,23 @@ impl<W: Write + Seek> PackWriter<W> {
         Ok(())
     }
 
-    /// Write the index, blocks table and metadata, then the header at offset 0; flush. Returns the output and
-    /// the header (the caller syncs and publishes the file).
+    /// Give the last record pushed its extra fields: (name, kind, value) (packed_extras.rs). Records without
+    /// a call have none; the first call makes the file a version 2 pack.
+    pub fn push_extras(&mut self, values: &[(String, ExtraKind, Vec<u8>)]) -> io::Result<()> {
+        let Some(last) = self.rows.len().checked_sub(1) else {
+            return Err(invalid("extras before any record".into()));
+        };
+        let extras = self.extras.get_or_insert_default();
+        if extras.records() > last {
+            return Err(invalid(format!("record {last} was given extras twice")));
+        }
+        extras.pad_to(last);
+        extras.push(values)
+    }
+
+    /// Write the index, blocks table and metadata (with the extra fields' names, if any record had extras) and
+    /// the extras, then the header at offset 0; flush. Returns the output and the header (the caller syncs and
+    /// publishes the file).
     pub fn finish(mut self, meta: &PackMeta) -> io::Result<(W, PackHeader)> {
         if self.rows.is_empty() {
             return Err(invalid("a pack needs at least one record".into()));
@@ -679,6 +776,11 @@ impl<W: Write + Seek> PackWriter<W> {
         for b in &self.blocks {
             b.encode(&mut blocks);
         }
+        if let Some(e) = self.extras.as_mut() {
+            e.pad_to(self.rows.len());
+        }
+        let meta =
+            PackMeta { extras: self.extras.as_ref().map_or_else(Vec::new, |e| e.names().to_vec()), ..meta.clone() };
         let meta_text = meta.to_json(self.block_bytes).into_bytes();
         if meta_text.len() as u64 > MAX_META_BYTES {
             return Err(invalid(format!("metadata of {} bytes (class names too long)", meta_text.len())));
@@ -697,8 +799,22 @@ impl<W: Write + Seek> PackWriter<W> {
         self.pos += meta_text.len() as u64;
         debug_assert_eq!((self.pos, index_offset), (file_bytes, HEADER_BYTES + data_bytes));
         let _ = (blocks_offset, meta_offset);
+        let mut extras_header = None;
+        if let Some(e) = self.extras.take() {
+            let placed =
+                ExtrasHeader::after(file_bytes, records, 0, 0).ok_or_else(|| invalid("file too large".into()))?;
+            let (index, bytes) = e.sections(placed.offset);
+            self.pad()?;
+            self.out.write_all(&index)?;
+            self.out.write_all(bytes)?;
+            self.pos += (index.len() + bytes.len()) as u64;
+            let h = ExtrasHeader { bytes: bytes.len() as u64, index_crc: crc32c::crc32c(&index), ..placed };
+            debug_assert_eq!(self.pos, h.end());
+            extras_header = Some(h);
+        }
         let header = PackHeader {
-            version: FORMAT_VERSION,
+            version: if extras_header.is_some() { EXTRAS_VERSION } else { FORMAT_VERSION },
+            extras: extras_header,
             records,
             blocks: nblocks,
             block_bytes: self.block_bytes,
@@ -707,7 +823,7 @@ impl<W: Write + Seek> PackWriter<W> {
             blocks_offset,
             meta_offset,
             meta_bytes: meta_text.len() as u64,
-            file_bytes,
+            file_bytes: extras_header.map_or(file_bytes, |e| e.end()),
             index_crc: crc32c::crc32c(&index),
             blocks_crc: crc32c::crc32c(&blocks),
             meta_crc: crc32c::crc32c(&meta_text),
@@ -730,6 +846,15 @@ pub struct PackedIndex {
     pub blocks: Vec<BlockRow>,
     /// Class names and write options.
     pub meta: PackMeta,
+    /// The extra fields' names and one row per record (version 2).
+    pub extras: Option<ExtrasIndex>,
+}
+
+impl PackHeader {
+    /// Extras index section: (offset, length); (0, 0) in version 1.
+    pub fn extras_index(&self) -> (u64, u64) {
+        self.extras.map_or((0, 0), |e| (e.index_offset, self.records * EXTRAS_ROW_BYTES))
+    }
 }
 
 impl PackedIndex {
@@ -743,6 +868,7 @@ impl PackedIndex {
             at(header.index_offset, header.index_bytes()),
             at(header.blocks_offset, header.blocks_bytes()),
             at(header.meta_offset, header.meta_bytes),
+            at(header.extras_index().0, header.extras_index().1),
         )
     }
 
@@ -767,7 +893,8 @@ impl PackedIndex {
         let index = read(header.index_offset, header.index_bytes())?;
         let blocks = read(header.blocks_offset, header.blocks_bytes())?;
         let meta = read(header.meta_offset, header.meta_bytes)?;
-        Self::from_sections(header, &index, &blocks, &meta).map_err(fail)
+        let extras = read(header.extras_index().0, header.extras_index().1)?;
+        Self::from_sections(header, &index, &blocks, &meta, &extras).map_err(fail)
     }
 
     fn from_sections(
@@ -775,11 +902,13 @@ impl PackedIndex {
         index: &[u8],
         blocks: &[u8],
         meta: &[u8],
+        extras_index: &[u8],
     ) -> std::result::Result<Self, String> {
         for (name, bytes, stored) in [
             ("index", index, header.index_crc),
             ("blocks table", blocks, header.blocks_crc),
             ("metadata", meta, header.meta_crc),
+            ("extras index", extras_index, header.extras.map_or(crc32c::crc32c(&[]), |e| e.index_crc)),
         ] {
             let crc = crc32c::crc32c(bytes);
             if crc != stored {
@@ -847,7 +976,15 @@ impl PackedIndex {
             return Err(bad(format!("blocks hold {next_record} records, the header says {}", header.records)));
         }
         check_classes(&meta.classes, rows.iter().map(|r| r.label))?;
-        Ok(Self { header, rows, blocks, meta })
+        let extras = match header.extras {
+            None if meta.extras.is_empty() => None,
+            None => return Err("has extra field names in a version 1 file".into()),
+            Some(e) => Some(
+                ExtrasIndex::from_section(extras_index, meta.extras.clone(), header.records, e.offset, e.bytes)
+                    .map_err(|m| format!("has inconsistent extras: {m}"))?,
+            ),
+        };
+        Ok(Self { header, rows, blocks, meta, extras })
     }
 
     /// Block holding record `i`.
@@ -881,6 +1018,12 @@ pub fn reseal(file: &mut [u8]) -> bool {
     for (k, c) in crcs.iter().enumerate() {
         file[112 + 4 * k..116 + 4 * k].copy_from_slice(&c.to_le_bytes());
     }
+    if le32(file, 8) == EXTRAS_VERSION {
+        let (off, len) = (le64(file, 128) as usize, (le64(file, 16) * EXTRAS_ROW_BYTES) as usize);
+        let crc =
+            off.checked_add(len).filter(|&end| end <= file.len()).map_or(0, |end| crc32c::crc32c(&file[off..end]));
+        file[152..156].copy_from_slice(&crc.to_le_bytes());
+    }
     let h = HEADER_BYTES as usize - 4;
     let crc = crc32c::crc32c(&file[..h]);
     file[h..h + 4].copy_from_slice(&crc.to_le_bytes());
@@ -902,6 +1045,8 @@ pub struct PackedFile {
     data: PackedData,
     window_blocks: u32,
     block_starts: Vec<u32>,
+    /// Full mode: the extras region, read at open (partial mode reads a record's extras when asked).
+    extras_data: Option<Vec<u8>>,
 }
 
 /// A record's bytes: a slice of the whole file in memory, or of a cached block kept alive while it is used.
@@ -921,6 +1066,22 @@ impl std::ops::Deref for RecordBytes<'_> {
             RecordBytes::Block(b, r) => &b.bytes()[r.clone()],
         }
     }
+}
+
+/// `n` bytes of the pack `path` from `offset` (inside the file: checked at open), for full mode: a `Memory`
+/// error if they do not fit.
+fn read_whole(path: &Path, offset: u64, n: u64, what: &str) -> Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    let what = format!("the {what} of {} (mode='full'; mode='partial' streams them)", path.display());
+    usize::try_from(n)
+        .ok()
+        .and_then(|n| buf.try_reserve_exact(n).ok())
+        .ok_or(TrdataError::Memory { what, bytes: n })?;
+    read_span(path, offset, n, n, &mut buf).map_err(|e| TrdataError::Source {
+        path: path.to_path_buf(),
+        message: format!("cannot be read: {}", e.message),
+    })?;
+    Ok(buf)
 }
 
 impl PackedFile {
@@ -946,24 +1107,15 @@ impl PackedFile {
         }
         let index = PackedIndex::open(path)?;
         let data = match mode {
-            PackedMode::Full => {
-                let n = index.header.data_bytes;
-                let mut buf = Vec::new();
-                let what = format!("the records of {} (mode='full'; mode='partial' streams them)", path.display());
-                usize::try_from(n)
-                    .ok()
-                    .and_then(|n| buf.try_reserve_exact(n).ok())
-                    .ok_or_else(|| TrdataError::Memory { what: what.clone(), bytes: n })?;
-                read_span(path, HEADER_BYTES, n, n, &mut buf).map_err(|e| TrdataError::Source {
-                    path: path.to_path_buf(),
-                    message: format!("cannot be read: {}", e.message),
-                })?;
-                PackedData::Full(buf)
-            }
+            PackedMode::Full => PackedData::Full(read_whole(path, HEADER_BYTES, index.header.data_bytes, "records")?),
             PackedMode::Partial => PackedData::Partial(BlockCache::new(cache as usize)),
         };
         let block_starts = index.block_starts();
-        Ok(Self { path: path.to_path_buf(), index, data, window_blocks: window, block_starts })
+        let extras_data = match (mode, index.header.extras) {
+            (PackedMode::Full, Some(e)) => Some(read_whole(path, e.offset, e.bytes, "extras")?),
+            _ => None,
+        };
+        Ok(Self { path: path.to_path_buf(), index, data, window_blocks: window, block_starts, extras_data })
     }
 
     /// The file.
@@ -1041,6 +1193,37 @@ impl PackedFile {
             ));
         }
         Ok(bytes)
+    }
+
+    /// Record `i`'s extra fields, (field, kind, value) in field order (field: an index into
+    /// `index().extras.names`), CRC- and structure-checked (`Corrupt` naming the record); empty for a record
+    /// without extras or a pack without any.
+    pub fn extras(&self, i: usize) -> std::result::Result<Vec<(u16, ExtraKind, Vec<u8>)>, ImageError> {
+        let (Some(ix), Some(e)) = (&self.index.extras, self.index.header.extras) else { return Ok(Vec::new()) };
+        let row = ix.rows[i];
+        let mut read = Vec::new();
+        let bytes = match &self.extras_data {
+            Some(data) => {
+                let at = (row.offset - e.offset) as usize; // inside the region: checked at open
+                &data[at..at + row.len as usize]
+            }
+            None => {
+                read_span(&self.path, row.offset, u64::from(row.len), u64::from(row.len), &mut read)?;
+                &read[..]
+            }
+        };
+        let corrupt = |what: String| {
+            ImageError::new(
+                ImageErrorKind::Corrupt,
+                format!("the extras of packed record {i} {what}: the file is damaged"),
+            )
+        };
+        let crc = crc32c::crc32c(bytes);
+        if crc != row.crc32c {
+            return Err(corrupt(format!("fail their CRC32C check (read {crc:08x}, stored {:08x})", row.crc32c)));
+        }
+        let entries = decode_record(bytes, ix.names.len()).map_err(|m| corrupt(format!("are malformed ({m})")))?;
+        Ok(entries.into_iter().map(|(f, k, v)| (f, k, v.to_vec())).collect())
     }
 }
 

@@ -44,6 +44,7 @@ fn meta() -> PackMeta {
     PackMeta {
         classes: vec![OsString::from("cat"), OsString::from_vec(b"d\xffg".to_vec()), OsString::from("caf\u{e9}")],
         options: PackOptions { short_side: None, max_side: Some(512), quality: Some(90), source: "files".into() },
+        extras: Vec::new(),
     }
 }
 
@@ -226,9 +227,9 @@ fn absurd_counts_and_sizes_fail_before_anything_is_allocated() {
     assert!(PackedIndex::from_bytes(&b).unwrap_err().contains("inconsistent header"));
     // Version and header size.
     let mut b = bytes.clone();
-    b[8] = 2;
+    b[8] = 9;
     reseal(&mut b);
-    assert!(PackedIndex::from_bytes(&b).unwrap_err().contains("format version 2"));
+    assert!(PackedIndex::from_bytes(&b).unwrap_err().contains("format version 9"));
 }
 
 #[test]
@@ -399,10 +400,103 @@ fn without_class_names_any_label_survives_and_with_them_labels_must_name_one() {
         for &l in &labels {
             w.push(b"abc", l, RecordMeta::raw(1, 1, 3)).unwrap();
         }
-        w.finish(&PackMeta { classes, options: PackOptions::default() }).unwrap().0.into_inner()
+        w.finish(&PackMeta { classes, ..PackMeta::default() }).unwrap().0.into_inner()
     };
     let ix = PackedIndex::from_bytes(&write(Vec::new())).unwrap();
     assert_eq!(ix.rows.iter().map(|r| r.label).collect::<Vec<_>>(), labels);
     let e = PackedIndex::from_bytes(&write(meta().classes)).unwrap_err();
     assert!(e.contains("label -5 at record 0, outside the 3 classes"), "{e}");
+}
+
+/// Record i's extras in the tests below: a caption for every record, JSON for even ones, none at all for record 5.
+fn extras_of(i: usize) -> Vec<(String, ExtraKind, Vec<u8>)> {
+    if i == 5 {
+        return Vec::new();
+    }
+    let mut v = vec![("txt".to_string(), ExtraKind::Text, format!("caption {i} \u{e9}").into_bytes())];
+    if i.is_multiple_of(2) {
+        v.push(("json".to_string(), ExtraKind::Json, format!("{{\"i\": {i}}}").into_bytes()));
+    }
+    v
+}
+
+fn pack_with_extras(recs: &[(Vec<u8>, i64, RecordMeta)]) -> Vec<u8> {
+    let mut w = PackWriter::new(Cursor::new(Vec::new()), 4096).unwrap();
+    for (i, (b, l, m)) in recs.iter().enumerate() {
+        w.push(b, *l, *m).unwrap();
+        let e = extras_of(i);
+        if !e.is_empty() {
+            w.push_extras(&e).unwrap();
+        }
+    }
+    w.finish(&meta()).unwrap().0.into_inner()
+}
+
+#[test]
+fn extras_round_trip_in_both_modes_and_leave_the_records_as_version_1_has_them() {
+    let recs = records();
+    let v1 = pack_bytes(&recs, 4096);
+    let v2 = pack_with_extras(&recs);
+    let (h1, h2) = (PackedIndex::from_bytes(&v1).unwrap(), PackedIndex::from_bytes(&v2).unwrap());
+    assert_eq!((h1.header.version, h2.header.version), (1, 2));
+    assert!(h1.extras.is_none() && h1.meta.extras.is_empty());
+    // the records, the index and the blocks are those of version 1: only what follows the metadata differs
+    assert_eq!(v1[4096..h1.header.meta_offset as usize], v2[4096..h2.header.meta_offset as usize]);
+    assert_eq!(h2.meta.extras, ["txt", "json"]);
+    let path = write_pack("extras", &v2);
+    for mode in [PackedMode::Full, PackedMode::Partial] {
+        let f = PackedFile::open(&path, mode, Some(2), Some(3)).unwrap();
+        for (i, rec) in recs.iter().enumerate() {
+            let want: Vec<(u16, ExtraKind, Vec<u8>)> = extras_of(i)
+                .into_iter()
+                .map(|(n, k, v)| (h2.meta.extras.iter().position(|x| *x == n).unwrap() as u16, k, v))
+                .collect();
+            assert_eq!(f.extras(i).unwrap(), want, "record {i} in {mode:?}");
+            assert_eq!(&*f.record(i, |_| (0, 0)).unwrap(), &rec.0[..]);
+        }
+    }
+    // a pack without extras reads none
+    let f = PackedFile::open(&write_pack("no-extras", &v1), PackedMode::Full, None, None).unwrap();
+    assert!(f.extras(3).unwrap().is_empty());
+}
+
+#[test]
+fn a_flipped_byte_in_the_extras_is_corrupt_naming_the_record_and_the_others_still_read() {
+    let recs = records();
+    let mut bytes = pack_with_extras(&recs);
+    let ix = PackedIndex::from_bytes(&bytes).unwrap();
+    let row = ix.extras.as_ref().unwrap().rows[4];
+    bytes[row.offset as usize + 9] ^= 0x40; // inside record 4's caption
+    let path = write_pack("extras-flip", &bytes);
+    for mode in [PackedMode::Full, PackedMode::Partial] {
+        let f = PackedFile::open(&path, mode, None, None).unwrap();
+        let e = f.extras(4).unwrap_err();
+        assert_eq!(e.kind, ImageErrorKind::Corrupt);
+        assert!(e.message.contains("extras of packed record 4"), "{}", e.message);
+        assert!(f.extras(3).is_ok() && f.extras(6).is_ok());
+    }
+}
+
+#[test]
+fn crafted_extras_headers_and_indexes_are_refused_at_open() {
+    let recs = records();
+    let good = pack_with_extras(&recs);
+    let ix = PackedIndex::from_bytes(&good).unwrap();
+    let e = ix.header.extras.unwrap();
+    let crafted = |f: &dyn Fn(&mut Vec<u8>)| {
+        let mut b = good.clone();
+        f(&mut b);
+        assert!(reseal(&mut b));
+        PackedIndex::from_bytes(&b).unwrap_err()
+    };
+    // extras bytes claimed beyond the file, or an index not after the metadata
+    assert!(crafted(&|b| b[144..152].copy_from_slice(&u64::MAX.to_le_bytes())).contains("inconsistent header"));
+    assert!(crafted(&|b| b[128..136].copy_from_slice(&(e.index_offset + 4096).to_le_bytes())).contains("extras"));
+    // a version 1 header over a file with extras: its end is not where version 1's layout puts it
+    assert!(crafted(&|b| b[8..12].copy_from_slice(&1u32.to_le_bytes())).contains("do not follow the layout"));
+    // an extras row that does not follow the previous one
+    let row1 = (e.index_offset + EXTRAS_ROW_BYTES) as usize;
+    assert!(crafted(&|b| b[row1] ^= 1).contains("do not follow"));
+    // a version 3 file is refused naming the versions this trdata reads
+    assert!(crafted(&|b| b[8..12].copy_from_slice(&3u32.to_le_bytes())).contains("reads versions 1 and 2"));
 }

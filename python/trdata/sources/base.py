@@ -36,6 +36,7 @@ import numpy as np
 
 from .. import _core
 from ..errors import ConfigError
+from .extras import check_extras, encode_all, stack_extras
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -81,47 +82,12 @@ class Source:
             return {}
         return {name: stack_extras([values[i] for i in indices]) for name, values in self._extras.items()}
 
-
-def stack_extras(values: list[Any]) -> Any:
-    """``values`` stacked into one array when they are arrays of one shape and dtype, else the list itself."""
-    if values and all(isinstance(v, np.ndarray) for v in values):
-        first = values[0]
-        if all(v.shape == first.shape and v.dtype == first.dtype for v in values):
-            return np.stack(values)
-    return values
-
-
-def _check_extras(extras: Any, n: int) -> dict[str, list[Any]] | None:
-    """``extras``: a mapping of str names to sequences of one value per sample (any Python values: captions,
-    dicts, arrays), or None."""
-    if extras is None:
-        return None
-    if not isinstance(extras, Mapping):
-        raise ConfigError(
-            f"invalid extras: a {type(extras).__name__} must be a dict of name → one value per sample",
-            parameter="extras",
-        )
-    out = {}
-    for name, values in extras.items():
-        if not isinstance(name, str):
-            raise ConfigError(f"invalid extras: the name {name!r} must be a str", parameter="extras")
-        if (
-            isinstance(values, (str, bytes))
-            or isinstance(values, _UNORDERED)
-            or not hasattr(values, "__len__")
-        ):
-            raise ConfigError(
-                f"invalid extras: {name!r} is a {type(values).__name__}, not a sequence of one value per sample",
-                parameter="extras",
-            )
-        values = list(values)
-        if len(values) != n:
-            raise ConfigError(
-                f"invalid extras: {name!r} has {len(values)} values, one per sample is {n}",
-                parameter="extras",
-            )
-        out[name] = values
-    return out
+    def _pack_extras(self, i: int) -> list[tuple[str, int, bytes]]:
+        """Sample ``i``'s extras as ``trdata.pack`` stores them (extras.py ``encode_all``); called once per
+        sample, in order, after the sample was read."""
+        if not self._extras:
+            return []
+        return encode_all({name: values[i] for name, values in self._extras.items()}, i)
 
 
 class _Files(Source):
@@ -192,7 +158,7 @@ class FileList(_Files):
         extras: Mapping[str, Sequence[Any]] | None = None,
     ) -> None:
         self.paths = _check_paths(paths)
-        self._extras = _check_extras(extras, len(self.paths))
+        self._extras = check_extras(extras, len(self.paths))
         if labels is None:
             self.labels = [0] * len(self.paths)
         else:
@@ -411,7 +377,7 @@ class Bytes(Source):
             self.labels, self._float_targets = _check_targets(_named_targets(targets, classes))
         self.classes, self.class_to_idx = _class_names(classes)
         self._native = _core.NativeSource.blobs(self.blobs, self.labels)  # the core's rules: counts, lengths
-        self._extras = _check_extras(extras, len(self.blobs))
+        self._extras = check_extras(extras, len(self.blobs))
 
     def _native_source(self) -> _core.NativeSource:
         return self._native
@@ -446,7 +412,7 @@ class Arrays(Source):
             self.labels, self._float_targets = _check_targets(_named_targets(targets, classes))
         self.classes, self.class_to_idx = _class_names(classes)
         self._native = _core.NativeSource.pixels(self.images, self.labels)  # the core's rules: shape, counts
-        self._extras = _check_extras(extras, len(self.labels))
+        self._extras = check_extras(extras, len(self.labels))
 
     def _native_source(self) -> _core.NativeSource:
         return self._native

@@ -52,7 +52,8 @@ import numpy as np
 from .. import _core
 from .._args import _bool_arg
 from ..errors import ConfigError
-from .base import Source, _class_names, stack_extras
+from .base import Source, _class_names
+from .extras import encode_all, stack_extras
 
 #: The core's per-sample byte limit: a file, an encoded blob or a pixel array.
 _MAX_SAMPLE_BYTES: int = _core.MAX_SAMPLE_BYTES
@@ -143,8 +144,6 @@ class DatasetSource(Source):
         #: a cancelled epoch, are dropped when the loader starts the next one).
         self._read_extras: dict[tuple[int, int], collections.deque[dict[str, Any]]] = {}
         self._extras_lock = threading.Lock()  # the workers add, the consumer takes
-        self._keep_extras = True  # False while packing (nothing delivers them)
-        self._returned_extras = False
         self._native = _core.NativeSource.external(n, self._fetch)  # the core's count rule
 
     def __len__(self) -> int:
@@ -184,6 +183,13 @@ class DatasetSource(Source):
         names = list(dict.fromkeys(n for g in got if g is not None for n in g))
         return {n: stack_extras([None if g is None else g.get(n) for g in got]) for n in names}
 
+    def _pack_extras(self, i: int) -> list[tuple[str, int, bytes]]:
+        """The extras the pack's read of sample ``i`` returned (``trdata.pack`` reads every sample once, as epoch 0,
+        and asks for its extras after the read)."""
+        with self._extras_lock:
+            reads = self._read_extras.pop((0, i), None)
+        return encode_all(reads[0], i) if reads else []
+
     def _fetch(self, i: int, epoch: int) -> tuple[str, Any, int]:
         """Sample ``i`` as the core takes it (``NativeSource.external``): (kind, payload, label), or ("error",
         traceback, 0) when the dataset's code raised or returned something that is not an image."""
@@ -206,11 +212,9 @@ class DatasetSource(Source):
             kind, payload = _image(item[0])
             label = _label(self.class_to_idx.get(item[1], item[1]) if isinstance(item[1], str) else item[1])
             if len(item) == 3:
-                self._returned_extras = True
-                if self._keep_extras:
-                    extras = dict(item[2])
-                    with self._extras_lock:
-                        self._read_extras.setdefault((epoch, i), collections.deque()).append(extras)
+                extras = dict(item[2])
+                with self._extras_lock:
+                    self._read_extras.setdefault((epoch, i), collections.deque()).append(extras)
             return kind, payload, label
         except Exception:
             return "error", f"{type(self.dataset).__name__}[{i}] raised:\n{traceback.format_exc()}", 0

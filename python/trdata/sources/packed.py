@@ -17,16 +17,19 @@ translates arguments and draws progress bars.
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .. import _core
 from .._progress import progress_callback
-from ..errors import ConfigError
+from ..errors import ConfigError, DecodeError
 from .base import Source
 from .dataset import DatasetSource, is_map_style
+from .extras import decode as decode_extra
+from .extras import stack_extras
 
 #: The ``mode`` choices of :class:`Packed`.
 MODES = ("full", "partial")
@@ -116,18 +119,19 @@ def pack(
             "Bytes, Arrays, WebDataset, Packed, MNIST, …) or a map-style dataset",
             parameter="source",
         )
-    if source._extras:
-        raise ConfigError(
-            f"invalid source: its extras ({', '.join(source._extras)}) cannot be packed yet (a packed file holds "
-            "images and class indices); pack the source without extras=",
-            parameter="source",
-        )
     _check_class_targets(source)
     short_side, max_side, quality = _reencode_options(reencode)
     dst = _fs_path(path)
     report, close = progress_callback(progress, f"packing {os.path.basename(dst)}", "rec")
-    if isinstance(source, DatasetSource):
-        source._keep_extras = False  # nothing delivers them: only whether any were returned is kept
+    raised: list[BaseException] = []
+
+    def extras_of(i: int) -> list[tuple[str, int, bytes]]:
+        try:
+            return source._pack_extras(i)
+        except BaseException as e:  # re-raised below as it was (the core reports it as a ConfigError)
+            raised.append(e)
+            raise
+
     try:
         result: dict[str, Any] = _core.pack(
             source._native_source(),
@@ -139,16 +143,14 @@ def pack(
             list(source.classes),
             report,
             block_bytes,
+            extras_of,
         )
+    except ConfigError:
+        if raised:
+            raise raised[0] from None
+        raise
     finally:
         close()
-        if isinstance(source, DatasetSource):
-            source._keep_extras = True
-    if isinstance(source, DatasetSource) and source._returned_extras:
-        warnings.warn(
-            f"{type(source.dataset).__name__}.__getitem__ returned extras; they are not stored in the packed file",
-            stacklevel=2,
-        )
     return result
 
 
@@ -197,6 +199,36 @@ class Packed(Source):
         self.labels = list(self._native.labels)
         self.classes = list(self._native.classes)
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        #: The extra fields the file holds (``batch.extras`` delivers them), in the order they first appear.
+        self.extras: tuple[str, ...] = tuple(self._native.extras_names)
+
+    def _stored_extras(self, indices: list[int]) -> list[list[tuple[str, int, bytes]]]:
+        names = self.extras
+        return [
+            [(names[f], kind, data) for f, kind, data in row] for row in self._native.packed_extras(indices)
+        ]
+
+    def _batch_extras(self, indices: np.ndarray, epoch: int) -> dict[str, Any]:
+        """The extras of the records ``indices``, read from the file now (CRC-checked; a damaged record or a value
+        that is not what its kind says is a ``DecodeError`` naming ``file#record`` and the field)."""
+        if not self.extras:
+            return {}
+        out: dict[str, list[Any]] = {name: [None] * len(indices) for name in self.extras}
+        for row, (i, stored) in enumerate(zip(indices, self._stored_extras([int(i) for i in indices]))):
+            for name, kind, data in stored:
+                try:
+                    out[name][row] = decode_extra(kind, data)
+                except ValueError as e:
+                    raise DecodeError(
+                        f"{self.path}#{int(i)}: extra {name!r} is not valid ({e})",
+                        path=self.path,
+                        index=int(i),
+                        kind="Corrupt",
+                    ) from None
+        return {name: stack_extras(values) for name, values in out.items()}
+
+    def _pack_extras(self, i: int) -> list[tuple[str, int, bytes]]:
+        return self._stored_extras([i])[0]  # stored as they are
 
     def _native_source(self) -> _core.NativeSource:
         return self._native

@@ -59,15 +59,13 @@ import numpy as np
 
 from .. import _core
 from ..errors import ConfigError, DecodeError, SourceError, _shown
-from .base import Source, _class_names, stack_extras
+from .base import Source, _class_names
+from .extras import MAX_EXTRA_BYTES, decode, kind_of_extension, stack_extras
 
 #: Image extensions tried, in this order, when ``image_key`` is not given.
 IMAGE_KEYS = ("jpg", "jpeg", "png", "webp", "ppm", "pgm", "bmp", "tif", "tiff", "gif")
 #: Target members larger than this are refused (a class index, a number or a small JSON array, never a blob).
 MAX_TARGET_BYTES = 1 << 16
-#: Extra members (``extras=``) larger than this are an error naming the shard and key (a caption, a JSON document
-#: or a small array, never a blob).
-MAX_EXTRA_BYTES = 16 << 20
 #: Bumped whenever the cached index's layout or meaning changes: older files then no longer match.
 CACHE_VERSION = 3
 #: An index file larger than its shard plus this many bytes is ignored unread, and trdata writes none larger. Per
@@ -333,7 +331,8 @@ class WebDataset(Source):
                         continue
                     if si not in fds:
                         fds[si] = os.open(self.shards[si], _OPEN_FLAGS)
-                    out[e].append(_extra_value(self.shards[si], key, e, fds[si], *span))
+                    shard = self.shards[si]
+                    out[e].append(_extra_value(shard, key, e, _member_bytes(shard, key, e, fds[si], *span)))
         except OSError as err:
             raise SourceError(
                 f"cannot read extras of {self.shards[si]!r}: {err.strerror}", self.shards[si]
@@ -342,6 +341,28 @@ class WebDataset(Source):
             for fd in fds.values():
                 os.close(fd)
         return {e: stack_extras(v) for e, v in out.items()}
+
+    def _pack_extras(self, i: int) -> list[tuple[str, int, bytes]]:
+        """Sample ``i``'s ``extras=`` members as ``trdata.pack`` stores them: their bytes as they are, of the kind
+        their extension says, each checked as ``batch.extras`` would read it (a bad member is a ``DecodeError``
+        naming shard and key now, not when the packed file is read)."""
+        if not self.extra_keys:
+            return []
+        si, key, spans = self._extra_spans[i]
+        shard, out = self.shards[si], []
+        try:
+            fd = os.open(shard, _OPEN_FLAGS)
+        except OSError as err:
+            raise SourceError(f"cannot read extras of {shard!r}: {err.strerror}", shard) from None
+        try:
+            for e in self.extra_keys:
+                if e in spans:
+                    data = _member_bytes(shard, key, e, fd, *spans[e])
+                    _extra_value(shard, key, e, data)  # the checks a read makes
+                    out.append((e, kind_of_extension(e), data))
+        finally:
+            os.close(fd)
+        return out
 
     # ---- the per-shard index, cached -------------------------------------------------------------------
 
@@ -592,10 +613,18 @@ def _extra_keys(extras: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(extras))
 
 
-def _extra_value(shard: str, key: str, ext: str, fd: int, offset: int, size: int) -> Any:
-    """One extras= member's value: ``.txt``/``.text`` a str (UTF-8), ``.json`` parsed, ``.npy`` an array (its
-    header checked against its size before anything is allocated), anything else its bytes. A member over
-    ``MAX_EXTRA_BYTES``, cut short, or not what its extension says is a ``DecodeError`` naming shard and key."""
+def _extra_value(shard: str, key: str, ext: str, data: bytes) -> Any:
+    """One extras= member's value from its bytes (extras.py ``decode``: ``.txt``/``.text`` a str, ``.json``
+    parsed, ``.npy`` an array, anything else its bytes). A member that is not what its extension says is a
+    ``DecodeError`` naming shard and key."""
+    try:
+        return decode(kind_of_extension(ext), data)
+    except ValueError as e:
+        raise _bad(shard, f"sample {key!r}: .{ext} member is not valid ({e})") from None
+
+
+def _member_bytes(shard: str, key: str, ext: str, fd: int, offset: int, size: int) -> bytes:
+    """An extras= member's bytes, at most ``MAX_EXTRA_BYTES`` (else a ``DecodeError`` naming shard and key)."""
     if size > MAX_EXTRA_BYTES:
         raise _bad(
             shard, f"sample {key!r}: .{ext} member of {size} bytes is over the {MAX_EXTRA_BYTES}-byte limit"
@@ -603,48 +632,7 @@ def _extra_value(shard: str, key: str, ext: str, fd: int, offset: int, size: int
     data = os.pread(fd, size, offset)
     if len(data) != size:
         raise _bad(shard, f"sample {key!r}: .{ext} member was cut short ({len(data)} of {size} bytes)")
-    try:
-        if ext in ("txt", "text"):
-            return data.decode("utf-8")
-        if ext == "json":
-            return json.loads(data)
-        if ext == "npy":
-            return _npy(data)
-    except (ValueError, UnicodeDecodeError, RecursionError, TypeError) as e:
-        raise _bad(
-            shard, f"sample {key!r}: .{ext} member is not valid ({type(e).__name__}: {str(e)[:120]})"
-        ) from None
     return data
-
-
-def _npy(data: bytes) -> np.ndarray:
-    """A ``.npy`` file's array, without pickles, its header's shape × dtype checked against the bytes it has."""
-    f = io.BytesIO(data)
-    try:
-        version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-        elif version in ((2, 0), (3, 0)):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-        else:
-            raise ValueError(f"unsupported .npy version {version}")
-    except ValueError:
-        raise
-    except (
-        Exception
-    ) as e:  # numpy parses the header as a Python literal: tokenize/syntax errors of a forged one
-        raise ValueError(f"malformed .npy header ({type(e).__name__}: {str(e)[:80]})") from None
-    if dtype.hasobject:
-        raise ValueError("object arrays (pickles) are not read")
-    count = 1
-    for d in shape:
-        count *= d
-    if count * dtype.itemsize != len(data) - f.tell():
-        raise ValueError(
-            f"header says {shape} {dtype}, the member holds {len(data) - f.tell()} bytes of data"
-        )
-    array = np.frombuffer(data, dtype=dtype, count=count, offset=f.tell())
-    return array.reshape(shape, order="F" if fortran else "C").copy()
 
 
 def _signed_body(ident: Any, samples: Any) -> bytes:

@@ -1,0 +1,180 @@
+"""Extras through ``trdata.pack``: every source's extra fields (FileList/Bytes/Arrays ``extras=``, a dataset's third
+item, WebDataset members written by webdataset's own TarWriter, another packed file) are stored in the packed
+file and come back in ``batch.extras`` exactly as the source delivers them, in both modes; values a packed file
+cannot hold, bad members and damaged extras are typed errors naming the field, the sample or the record, and
+nothing is left at the destination."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import trdata
+from test_extras import EXTRAS, KW, Captioned, N, _write_wds, check, jpeg
+from trdata.errors import ConfigError, DecodeError
+from trdata.sources.packed import inspect
+
+MIXED: dict[str, list[Any]] = {
+    "caption": [f"caption {i} ✓" for i in range(N)],
+    "raw": [bytes([i]) * (i + 1) for i in range(N)],
+    "maybe": [None if i % 3 == 0 else {"k": [i, 1.5, None, True]} for i in range(N)],
+    "number": [i * 0.25 for i in range(N)],
+    "mat": [np.arange(6, dtype=np.int16).reshape(2, 3) * i for i in range(N)],
+}
+
+
+def batches(source: Any, **kw: Any) -> list[tuple[list[int], np.ndarray, dict[str, Any]]]:
+    with trdata.Loader(source, workers=2, reproducible=True, **{**KW, **kw}) as ld:
+        return [(b.indices.tolist(), np.asarray(b.images).copy(), b.extras) for b in ld]
+
+
+def same(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and np.array_equal(a, b)
+        )
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def assert_same_batches(want: list[Any], got: list[Any]) -> None:
+    assert len(want) == len(got)
+    for (wi, wim, wex), (gi, gim, gex) in zip(want, got):
+        assert wi == gi
+        np.testing.assert_array_equal(wim, gim)
+        assert set(wex) == set(gex)
+        for name in wex:
+            assert same(wex[name], gex[name]), (name, wex[name], gex[name])
+
+
+@pytest.mark.parametrize("extras", [EXTRAS, MIXED], ids=["captions-json-arrays", "mixed-kinds-and-missing"])
+def test_in_memory_sources_extras_survive_a_pack_in_both_modes(
+    tmp_path: Path, extras: dict[str, Any]
+) -> None:
+    src = trdata.Bytes([jpeg(i) for i in range(N)], list(range(N)), extras=extras)
+    dst = tmp_path / "x.trd"
+    trdata.pack(src, dst, progress=False, block_bytes=4096)
+    assert inspect(dst)["version"] == 2
+    want = batches(src)
+    for mode in ("full", "partial"):
+        packed = trdata.Packed(dst, mode)
+        assert set(packed.extras) == set(extras)  # in the order they first appear in the samples
+        if mode == "full":
+            assert_same_batches(want, batches(packed))
+        else:  # partial mode reads blocks in its own order: the same samples, each with its own extras
+            per_sample = {}
+            for ix, _, ex in batches(packed):
+                for r, i in enumerate(ix):
+                    per_sample[i] = {k: v[r] for k, v in ex.items()}
+            assert set(per_sample) == set(range(N))
+            for i, got in per_sample.items():
+                for name, values in extras.items():
+                    assert same(values[i], got[name]) or (
+                        isinstance(values[i], tuple) and list(values[i]) == got[name]
+                    )
+    if extras is EXTRAS:
+        with trdata.Loader(trdata.Packed(dst, "partial"), workers=2, **KW) as ld:  # type: ignore[arg-type]
+            assert check(ld) == 12
+
+
+def test_a_pack_without_extras_is_still_version_1(tmp_path: Path) -> None:
+    trdata.pack(trdata.Bytes([jpeg(i) for i in range(3)]), tmp_path / "x.trd", progress=False)
+    assert inspect(tmp_path / "x.trd")["version"] == 1
+    assert trdata.Packed(tmp_path / "x.trd").extras == ()
+
+
+def test_a_datasets_extras_and_a_repack_keep_them(tmp_path: Path) -> None:
+    trdata.pack(Captioned(), tmp_path / "c.trd", progress=False)
+    packed = trdata.Packed(tmp_path / "c.trd")
+    assert packed.extras == ("caption", "meta", "emb", "ragged")
+    with trdata.Loader(packed, workers=2, **KW) as ld:  # type: ignore[arg-type]
+        assert check(ld) == 12
+    trdata.pack(packed, tmp_path / "again.trd", progress=False)  # stored bytes copied as they are
+    assert_same_batches(batches(packed), batches(trdata.Packed(tmp_path / "again.trd")))
+
+
+def test_webdataset_members_written_by_tarwriter_survive_a_pack(tmp_path: Path) -> None:
+    members = [
+        {
+            "__key__": f"s{i:04d}",
+            "jpg": jpeg(i),
+            "cls": i % 4,
+            "txt": f"a cat {i} ✓",
+            "json": {"i": i},
+            "npy": np.eye(2) * i,
+        }
+        for i in range(N)
+    ]
+    members[4].pop("json")  # a sample without a member: None in both
+    shard = _write_wds(tmp_path / "train-000000.tar", members)
+    src = trdata.WebDataset(shard, extras=("txt", "json", "npy"), cache_dir=False)
+    trdata.pack(src, tmp_path / "w.trd", progress=False)
+    packed = trdata.Packed(tmp_path / "w.trd")
+    assert packed.extras == ("txt", "json", "npy")
+    want, got = batches(src), batches(packed)
+    assert_same_batches(want, got)
+    assert any(None in ex["json"] for _, _, ex in got)
+
+
+def test_values_a_pack_cannot_hold_are_refused_naming_field_and_sample(tmp_path: Path) -> None:
+    for bad, message in [
+        ({1, 2}, "'tags' of sample 2 is a set a packed file cannot store"),
+        (float("nan"), "'tags' of sample 2 is a float"),
+        (np.array([object()]), "'tags' of sample 2 is an object array"),
+    ]:
+        values: list[Any] = ["ok"] * 4
+        values[2] = bad
+        with pytest.raises(ConfigError, match=message) as e:
+            trdata.pack(
+                trdata.Bytes([jpeg(i) for i in range(4)], extras={"tags": values}),
+                tmp_path / "x.trd",
+                progress=False,
+            )
+        assert e.value.parameter == "extras"
+        assert not (tmp_path / "x.trd").exists() and not list(tmp_path.iterdir())
+    big = ["x" * (trdata._core.MAX_EXTRA_BYTES + 1)]
+    with pytest.raises(ConfigError, match="is 16777217 bytes") as e:
+        trdata.pack(trdata.Bytes([jpeg(0)], extras={"caption": big}), tmp_path / "x.trd", progress=False)
+    assert e.value.parameter == "extras" and not list(tmp_path.iterdir())
+
+
+def test_a_bad_webdataset_member_fails_the_pack_naming_shard_and_key(tmp_path: Path) -> None:
+    members = [{"__key__": f"s{i}", "jpg": jpeg(i), "cls": 0, "txt": "fine"} for i in range(4)]
+    members[2]["txt"] = b"\xff\xfe not utf-8"
+    shard = _write_wds(tmp_path / "bad.tar", members)
+    (tmp_path / "out").mkdir()
+    with pytest.raises(
+        DecodeError, match=r"bad.tar: sample 's2': .txt member is not valid \(UnicodeDecodeError"
+    ):
+        trdata.pack(
+            trdata.WebDataset(shard, extras=("txt",), cache_dir=False),
+            tmp_path / "out" / "x.trd",
+            progress=False,
+        )
+    assert not list((tmp_path / "out").iterdir())
+
+
+def test_damaged_extras_are_a_decode_error_naming_the_record(tmp_path: Path) -> None:
+    captions = [f"caption number {i}" for i in range(N)]
+    dst = tmp_path / "x.trd"
+    trdata.pack(trdata.Bytes([jpeg(i) for i in range(N)], extras={"caption": captions}), dst, progress=False)
+    data = bytearray(dst.read_bytes())
+    at = bytes(data).rindex(b"caption number 7")
+    data[at + 3] ^= 0x20
+    dst.write_bytes(bytes(data))
+    for mode in ("full", "partial"):
+        packed = trdata.Packed(dst, mode)  # the header and the extras index are intact: it opens
+        with pytest.raises(
+            DecodeError, match=r"x.trd#7.*extras of packed record 7 fail their CRC32C check"
+        ) as e:
+            with trdata.Loader(packed, batch_size=N, transforms=[trdata.CenterCrop(4)]) as ld:
+                next(iter(ld))
+        assert e.value.index == 7
+        assert packed._batch_extras(np.array([6, 8]), 0)["caption"] == [captions[6], captions[8]]
