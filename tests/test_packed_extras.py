@@ -54,11 +54,19 @@ def assert_same_batches(want: list[Any], got: list[Any]) -> None:
             assert same(wex[name], gex[name]), (name, wex[name], gex[name])
 
 
+@pytest.mark.parametrize("kind", ["FileList", "Bytes"])
 @pytest.mark.parametrize("extras", [EXTRAS, MIXED], ids=["captions-json-arrays", "mixed-kinds-and-missing"])
-def test_in_memory_sources_extras_survive_a_pack_in_both_modes(
-    tmp_path: Path, extras: dict[str, Any]
+def test_file_and_memory_sources_extras_survive_a_pack_in_both_modes(
+    tmp_path: Path, extras: dict[str, Any], kind: str
 ) -> None:
-    src = trdata.Bytes([jpeg(i) for i in range(N)], list(range(N)), extras=extras)
+    if kind == "FileList":
+        for i in range(N):
+            (tmp_path / f"{i}.jpg").write_bytes(jpeg(i))
+        src: Any = trdata.FileList(
+            [str(tmp_path / f"{i}.jpg") for i in range(N)], list(range(N)), extras=extras
+        )
+    else:
+        src = trdata.Bytes([jpeg(i) for i in range(N)], list(range(N)), extras=extras)
     dst = tmp_path / "x.trd"
     trdata.pack(src, dst, progress=False, block_bytes=4096)
     assert inspect(dst)["version"] == 2
