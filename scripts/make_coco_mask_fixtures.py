@@ -8,7 +8,7 @@ input and pycocotools' output:
   segmentation_to_mask), or the exception's name when frPyObjects refuses the list;
 - "counts": an uncompressed RLE dict -> mask.frPyObjects(dict, h, w) (its own size wins over h, w);
 - "string": a compressed RLE from mask.encode of a random mask, used as it is;
-- "merge": several uncompressed RLEs of one size (zero-length runs included) -> mask.merge of them.
+- "merge": several uncompressed RLEs of one size (zero-length runs in the first) -> mask.merge of them.
 
 and, for each result, the compressed string ("rle"), its size, mask.area, mask.toBbox and the row-major bits of
 a small window of mask.decode ("window": [x0, y0, cw, ch, hex of the bits, 4 per digit, high first]).
@@ -151,6 +151,19 @@ def random_counts(rng, hw):
     return counts
 
 
+def canonical(counts):
+    """The same mask without zero-length runs (but a leading one)."""
+    out = [counts[0]]
+    for i, c in enumerate(counts[1:], 1):
+        if c == 0:
+            continue
+        if (len(out) % 2) == (i % 2):
+            out.append(c)
+        else:
+            out[-1] += c
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=20240611)
@@ -206,7 +219,10 @@ def main():
 
     for _ in range(50):
         h, w = rand_canvas(rng)
-        parts = [random_counts(rng, h * w) for _ in range(rng.randint(1, 4))]
+        # Zero-length runs in the first part only: where two inputs have empty runs at one position, rleMerge
+        # stops early with a truncated RLE and loops for ever on the next input (the Rust side refuses those).
+        parts = [random_counts(rng, h * w)]
+        parts += [canonical(random_counts(rng, h * w)) for _ in range(rng.randint(0, 3))]
         rle = M.merge([M.frPyObjects({"size": [h, w], "counts": c}, h, w) for c in parts])
         cases.append({"kind": "merge", "size": [h, w], "parts": parts, "out": result(rng, rle)})
 

@@ -247,9 +247,10 @@ impl Edge {
             let (a, b) = (self.u(0), self.u(self.len));
             (a.min(b), a.max(b))
         };
-        // A pair (u, u±1) gives x = min(u, u±1); it lies in [umin - 1, umax].
-        let lo = (umin - 3).div_euclid(5).max(0);
-        let hi = (umax - 2).div_euclid(5).min(i64::from(w) - 1);
+        // A pair's x is `u1` when u falls, `u1 - 1` when it rises: in [umin, umax - 1] either way. The columns
+        // with 5c + 2 in that range: c from ceil((umin - 2) / 5) to floor((umax - 3) / 5).
+        let lo = (umin + 2).div_euclid(5).max(0);
+        let hi = (umax - 3).div_euclid(5).min(i64::from(w) - 1);
         (lo, hi)
     }
 
@@ -367,7 +368,8 @@ fn fr_poly(xy: &[f64], h: u32, w: u32, budget: &mut u64) -> Result<Rle, MaskErro
     for (j, e) in edges.iter().enumerate() {
         e.pairs(w, |p, q| a.extend(boundary_point(p, q, h, w)));
         // The walk goes on from this edge's last point to the next edge's first (not from the last edge back
-        // to the first: the C loop starts at j = 1).
+        // to the first: the C loop starts at j = 1). Both are the shared vertex: for u ≥ 0 they have the same u
+        // and give nothing; kept so that the loop is C's.
         if let Some(next) = edges.get(j + 1) {
             a.extend(boundary_point(e.last(), next.first(), h, w));
         }
