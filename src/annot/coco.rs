@@ -205,7 +205,7 @@ impl CocoFile {
                 limits.max_file_bytes
             )));
         }
-        let mut p = Parser { s: bytes, i: 0, lim: limits, mem: 0 };
+        let mut p = Parser { s: bytes, i: 0, lim: limits, mem: 0, scratch: Scratch::default() };
         let mut raw = Raw::default();
         p.file(&mut raw).map_err(|f| f.into_error(bytes, path))?;
         finish(raw).map_err(|f| f.into_error(bytes, path))
@@ -442,6 +442,60 @@ const POW10: [f64; 23] = [
     1e20, 1e21, 1e22,
 ];
 
+/// The common number forms, `-?[0-9]+(\.[0-9]+)?` with at most 18 digits (COCO's coordinates, boxes, areas),
+/// valued exactly (Clinger's fast path), with the index after them; `None` for anything else, which the general
+/// [`Parser::number`] then reads (or refuses).
+#[inline(always)]
+fn simple_number(s: &[u8], at: usize) -> Option<(f64, usize)> {
+    let neg = s.get(at) == Some(&b'-');
+    let start = at + usize::from(neg);
+    let mut j = start;
+    let mut m: u64 = 0;
+    while let Some(&c) = s.get(j) {
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            break;
+        }
+        if j - start == 18 {
+            return None;
+        }
+        m = m * 10 + u64::from(d);
+        j += 1;
+    }
+    let digits = j - start;
+    if digits == 0 || (digits > 1 && s[start] == b'0') {
+        return None;
+    }
+    let mut frac = 0;
+    if s.get(j) == Some(&b'.') {
+        j += 1;
+        let f0 = j;
+        while let Some(&c) = s.get(j) {
+            let d = c.wrapping_sub(b'0');
+            if d > 9 {
+                break;
+            }
+            if digits + (j - f0) == 18 {
+                return None;
+            }
+            m = m * 10 + u64::from(d);
+            j += 1;
+        }
+        frac = j - f0;
+        if frac == 0 {
+            return None;
+        }
+    }
+    if matches!(s.get(j), Some(b'e' | b'E')) || m > 1 << 53 {
+        return None;
+    }
+    if frac == 0 && m == 0 {
+        return Some((0.0, j)); // "-0" is Python's int 0: +0.0
+    }
+    let v = m as f64 / POW10[frac];
+    Some((if neg { -v } else { v }, j))
+}
+
 /// A number token: its value as Python's `float()` reads it, and as an integer when it is an integer literal
 /// that fits `i64`.
 #[derive(Debug, Clone, Copy)]
@@ -463,6 +517,17 @@ struct Parser<'a> {
     lim: &'a CocoLimits,
     /// Estimated bytes of the parsed structure so far.
     mem: u64,
+    /// Scratch lists, reused across annotations: a list is read into one, then copied into an allocation of
+    /// exactly its length (no growth reallocations, no capacity slack kept in the result).
+    scratch: Scratch,
+}
+
+#[derive(Default)]
+struct Scratch {
+    coords: Vec<f64>,
+    polys: Vec<Vec<f64>>,
+    runs: Vec<u32>,
+    keypoints: Vec<f32>,
 }
 
 fn hex4(h: &[u8]) -> Option<u32> {
@@ -904,7 +969,8 @@ impl<'a> Parser<'a> {
                 Err(_) => return Err(syntax(start, format!("unreadable number {:?}", snippet(s, start, j)))),
             }
         };
-        let f = if neg { -f } else { f };
+        // An integer literal is a Python int: "-0" is 0, whose float is +0.0.
+        let f = if neg && !(is_int && m == 0) { -f } else { f };
         let int = if is_int && exact {
             let mag = if e10 == 0 {
                 Some(m)
@@ -925,6 +991,10 @@ impl<'a> Parser<'a> {
     fn finite(&mut self, what: &str) -> PResult<f64> {
         self.ws();
         let at = self.i;
+        if let Some((v, j)) = simple_number(self.s, at) {
+            self.i = j;
+            return Ok(v);
+        }
         match self.s.get(at) {
             Some(b'-' | b'0'..=b'9') => {
                 let n = self.number()?;
@@ -1286,7 +1356,23 @@ impl<'a> Parser<'a> {
     fn polygons(&mut self) -> PResult<Segmentation> {
         let (max_polys, max_coords) = (self.lim.max_polygons, self.lim.max_polygon_coords);
         self.i += 1; // '['
-        let mut polys: Vec<Vec<f64>> = Vec::new();
+        let mut polys = std::mem::take(&mut self.scratch.polys);
+        let mut coords = std::mem::take(&mut self.scratch.coords);
+        polys.clear();
+        let r = self.polygons_into(&mut polys, &mut coords, max_polys, max_coords);
+        let out = r.map(|()| Segmentation::Polygons(polys.drain(..).collect()));
+        self.scratch.polys = polys;
+        self.scratch.coords = coords;
+        out
+    }
+
+    fn polygons_into(
+        &mut self,
+        polys: &mut Vec<Vec<f64>>,
+        coords: &mut Vec<f64>,
+        max_polys: usize,
+        max_coords: usize,
+    ) -> PResult<()> {
         let mut total = 0usize;
         let mut first = true;
         while self.next_elem(&mut first)? {
@@ -1306,7 +1392,7 @@ impl<'a> Parser<'a> {
                 ));
             }
             self.i += 1;
-            let mut poly = Vec::new();
+            coords.clear();
             let mut first_c = true;
             while self.next_elem(&mut first_c)? {
                 if total == max_coords {
@@ -1318,12 +1404,12 @@ impl<'a> Parser<'a> {
                         ),
                     ));
                 }
-                poly.push(self.finite("a polygon coordinate")?);
+                coords.push(self.finite("a polygon coordinate")?);
                 total += 1;
             }
-            polys.push(poly);
+            polys.push(coords.as_slice().to_vec());
         }
-        Ok(Segmentation::Polygons(polys))
+        Ok(())
     }
 
     fn rle(&mut self) -> PResult<Segmentation> {
@@ -1372,15 +1458,12 @@ impl<'a> Parser<'a> {
         match self.s.get(at) {
             Some(b'[') => {
                 self.i += 1;
-                let mut runs = Vec::new();
-                let mut first = true;
-                while self.next_elem(&mut first)? {
-                    if runs.len() == max {
-                        return Err(Self::limit(self.i, "RLE counts", max, "max_rle_counts"));
-                    }
-                    runs.push(self.u32_value("an RLE count")?);
-                }
-                Ok(RleCounts::Runs(runs))
+                let mut runs = std::mem::take(&mut self.scratch.runs);
+                runs.clear();
+                let r = self.runs_into(&mut runs, max);
+                let out = r.map(|()| RleCounts::Runs(runs.as_slice().to_vec()));
+                self.scratch.runs = runs;
+                out
             }
             Some(b'"') => {
                 let (a, b, esc) = self.string_span()?;
@@ -1391,13 +1474,32 @@ impl<'a> Parser<'a> {
         }
     }
 
+    fn runs_into(&mut self, runs: &mut Vec<u32>, max: usize) -> PResult<()> {
+        let mut first = true;
+        while self.next_elem(&mut first)? {
+            if runs.len() == max {
+                return Err(Self::limit(self.i, "RLE counts", max, "max_rle_counts"));
+            }
+            runs.push(self.u32_value("an RLE count")?);
+        }
+        Ok(())
+    }
+
     fn keypoints(&mut self) -> PResult<Option<Vec<f32>>> {
         if self.null()? {
             return Ok(None);
         }
         let at = self.open_list("keypoints", "a list of numbers [x1, y1, v1, ...]")?;
+        let mut v = std::mem::take(&mut self.scratch.keypoints);
+        v.clear();
+        let r = self.keypoints_into(&mut v, at);
+        let out = r.map(|()| Some(v.as_slice().to_vec()));
+        self.scratch.keypoints = v;
+        out
+    }
+
+    fn keypoints_into(&mut self, v: &mut Vec<f32>, at: usize) -> PResult<()> {
         let max = self.lim.max_keypoint_values;
-        let mut v = Vec::new();
         let mut first = true;
         while self.next_elem(&mut first)? {
             if v.len() == max {
@@ -1417,7 +1519,7 @@ impl<'a> Parser<'a> {
                 format!("keypoints has {} numbers, not a multiple of 3 (x, y, visibility triples)", v.len()),
             ));
         }
-        Ok(Some(v))
+        Ok(())
     }
 
     fn categories(&mut self, out: &mut Vec<CocoCategory>) -> PResult<()> {

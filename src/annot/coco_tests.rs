@@ -603,10 +603,21 @@ fn open_reads_regular_files_only_and_never_past_the_limit() {
 
 fn num(text: &str) -> PResult<Num> {
     let lim = CocoLimits::default();
-    let mut p = Parser { s: text.as_bytes(), i: 0, lim: &lim, mem: 0 };
+    let mut p = Parser { s: text.as_bytes(), i: 0, lim: &lim, mem: 0, scratch: Scratch::default() };
     let n = p.number()?;
     assert_eq!(p.i, text.len(), "{text}: stopped at {}", p.i);
+    // The fast path for the common forms (taken by `finite`) gives the same bits, or declines.
+    if let Some((v, j)) = simple_number(text.as_bytes(), 0) {
+        assert_eq!((v.to_bits(), j), (n.f.to_bits(), text.len()), "{text}: simple_number disagrees");
+    }
     Ok(n)
+}
+
+/// What Python's `float(json.loads(text))` is: an integer literal is an int first, so "-0" is +0.0.
+fn python_float(text: &str) -> f64 {
+    let v: f64 = text.parse().unwrap();
+    let int_literal = !text.contains(['.', 'e', 'E']);
+    if int_literal && v == 0.0 { 0.0 } else { v }
 }
 
 #[test]
@@ -619,7 +630,7 @@ fn numbers_are_exact() {
         "0.1e1", "100000000000000000000000", "3.14159265358979323846264338327950288",
     ] {
         let n = num(t).unwrap();
-        let want: f64 = t.parse().unwrap();
+        let want = python_float(t);
         assert_eq!(n.f.to_bits(), want.to_bits(), "{t}: {} != {want}", n.f);
     }
     assert_eq!(num("9223372036854775807").unwrap().int, Some(i64::MAX));
@@ -627,6 +638,12 @@ fn numbers_are_exact() {
     assert_eq!(num("9223372036854775808").unwrap().int, None);
     assert_eq!(num("10000000000000000000").unwrap().int, None);
     assert_eq!(num("-0").unwrap().int, Some(0));
+    assert!(num("-0").unwrap().f.is_sign_positive() && num("-0.0").unwrap().f.is_sign_negative());
+    assert_eq!(simple_number(b"224.24,", 0), Some((224.24, 6)));
+    assert_eq!(simple_number(b"-3]", 0), Some((-3.0, 2)));
+    for declined in [&b"1e5"[..], b"01", b"1.", b"-", b"", b"1234567890123456789", b"9007199254740993", b"NaN"] {
+        assert_eq!(simple_number(declined, 0), None, "{}", String::from_utf8_lossy(declined));
+    }
     assert_eq!(num("1.0").unwrap().int, None);
     assert!(num("-Infinity").unwrap().f == f64::NEG_INFINITY);
 }
@@ -645,7 +662,7 @@ proptest! {
         if let Some(f) = &frac { t.push('.'); t.push_str(f); }
         if let Some((sign, e)) = &exp { t.push_str(&format!("e{sign}{e}")); }
         let n = num(&t).unwrap();
-        let want: f64 = t.parse().unwrap();
+        let want = python_float(&t);
         prop_assert_eq!(n.f.to_bits(), want.to_bits(), "{}", t);
         if frac.is_none() && exp.is_none() {
             let exact: Option<i64> = t.parse::<i64>().ok();
@@ -654,10 +671,19 @@ proptest! {
     }
 
     #[test]
+    fn number_parser_matches_std_on_short_decimals(t in "-?(0|[1-9][0-9]{0,8})(\\.[0-9]{1,9})?") {
+        let n = num(&t).unwrap();
+        prop_assert_eq!(n.f.to_bits(), python_float(&t).to_bits(), "{}", t);
+        // At most 15 digits: below 2^53, always the fast path.
+        let digits = t.bytes().filter(u8::is_ascii_digit).count();
+        prop_assert!(digits > 15 || simple_number(t.as_bytes(), 0).is_some(), "{}", t);
+    }
+
+    #[test]
     fn number_parser_matches_std_on_doubles(x in any::<f64>().prop_filter("finite", |x| x.is_finite())) {
         for t in [format!("{x}"), format!("{x:e}"), format!("{x:.3}")] {
             let n = num(&t).unwrap();
-            prop_assert_eq!(n.f.to_bits(), t.parse::<f64>().unwrap().to_bits(), "{}", t);
+            prop_assert_eq!(n.f.to_bits(), python_float(&t).to_bits(), "{}", t);
         }
     }
 }
