@@ -8,13 +8,17 @@
 //! 860 k annotations, ~520 bytes per annotation, mostly polygon coordinates with two decimals; ~1% crowd RLE):
 //! image ids shuffled and sparse, some images without annotations, some orphans, compressed RLE too.
 //! `--dump` prints one line per image, in the parsed order: `image_id file_name width height: ann_id ann_id ...`,
-//! then `orphans N`.
+//! then `orphans N`. `--dump-json` prints everything parsed as one JSON object (floats in Rust's shortest
+//! round-trip form, which Python's `float()` reads back to the same value): `{"images": [[id, file_name, width,
+//! height, [annotation, ...]], ...], "orphans": N, "categories": [...]}`, an annotation being
+//! `[id, image_id, category_id, iscrowd, area, bbox, segmentation, keypoints, num_keypoints]`.
 
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Instant;
 
-use trdata::annot::coco::CocoFile;
+use trdata::annot::coco::{CocoAnnotation, CocoFile};
+use trdata::annot::mask::Segmentation;
 
 struct Rng(u64);
 
@@ -68,7 +72,7 @@ fn generate(out: &Path, mb: u64, seed: u64, keypoints: bool) {
         let k = r.below(ids.len() as u64) as usize;
         // 1 in 500 annotations names an image that does not exist (an orphan); 1 in 8 images has none.
         let image_id = if r.below(500) == 0 { 7_000_000_000 + r.below(1000) } else { ids[k] };
-        if ids[k] % 8 == 0 && image_id == ids[k] {
+        if ids[k].is_multiple_of(8) && image_id == ids[k] {
             continue;
         }
         let (w, h) = sizes[k];
@@ -121,7 +125,8 @@ fn generate(out: &Path, mb: u64, seed: u64, keypoints: bool) {
         }
         let (bx, by) = (r.coord(w / 2), r.coord(h / 2));
         let (bw, bh) = (r.coord(w / 2), r.coord(h / 2));
-        write!(s, r#","area": {}.{},"iscrowd": {},"#, r.below(50000), r.below(10_000_000_000), u8::from(crowd)).unwrap();
+        write!(s, r#","area": {}.{},"iscrowd": {},"#, r.below(50000), r.below(10_000_000_000), u8::from(crowd))
+            .unwrap();
         if keypoints {
             s.push_str(r#""keypoints": ["#);
             for j in 0..17 {
@@ -131,8 +136,12 @@ fn generate(out: &Path, mb: u64, seed: u64, keypoints: bool) {
             }
             write!(s, r#"],"num_keypoints": {},"#, r.below(18)).unwrap();
         }
-        write!(s, r#""image_id": {image_id},"bbox": [{bx},{by},{bw},{bh}],"category_id": {},"id": {ann_id}}}"#, 1 + r.below(90))
-            .unwrap();
+        write!(
+            s,
+            r#""image_id": {image_id},"bbox": [{bx},{by},{bw},{bh}],"category_id": {},"id": {ann_id}}}"#,
+            1 + r.below(90)
+        )
+        .unwrap();
         ann_id += 1 + r.below(2);
     }
     s.push_str(r#"],"categories": ["#);
@@ -149,6 +158,72 @@ fn generate(out: &Path, mb: u64, seed: u64, keypoints: bool) {
     s.push_str("]}");
     std::fs::write(out, &s).expect("write the generated file");
     eprintln!("wrote {} ({} bytes, {} images, ~{} annotation ids)", out.display(), s.len(), ids.len(), ann_id);
+}
+
+fn floats<T: std::fmt::Debug>(v: &[T]) -> String {
+    let parts: Vec<String> = v.iter().map(|x| format!("{x:?}")).collect();
+    format!("[{}]", parts.join(","))
+}
+
+fn string(s: &str) -> String {
+    let mut o = String::from('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => write!(o, "\\u{:04x}", c as u32).unwrap(),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+fn annotation_json(a: &CocoAnnotation) -> String {
+    let seg = match &a.segmentation {
+        None => "null".to_string(),
+        Some(Segmentation::Polygons(p)) => format!("[{}]", p.iter().map(|q| floats(q)).collect::<Vec<_>>().join(",")),
+        Some(Segmentation::Counts { size, counts }) => {
+            format!("{{\"size\":{},\"counts\":{}}}", floats(size), floats(counts))
+        }
+        Some(Segmentation::Compressed { size, counts }) => {
+            format!("{{\"size\":{},\"counts\":{}}}", floats(size), string(&String::from_utf8_lossy(counts)))
+        }
+    };
+    let kp = a.keypoints.as_ref().map_or("null".to_string(), |k| floats(k));
+    format!(
+        "[{},{},{},{},{:?},{},{seg},{kp},{}]",
+        a.id,
+        a.image_id,
+        a.category_id,
+        u8::from(a.iscrowd),
+        a.area,
+        floats(&a.bbox),
+        a.num_keypoints
+    )
+}
+
+fn dump_json(f: &CocoFile) -> String {
+    let mut out = String::from("{\"images\":[");
+    for (k, im) in f.images().iter().enumerate() {
+        if k > 0 {
+            out.push(',');
+        }
+        let anns: Vec<String> = f.annotations_of(k).iter().map(annotation_json).collect();
+        write!(out, "[{},{},{},{},[{}]]", im.id, string(&im.file_name), im.width, im.height, anns.join(",")).unwrap();
+    }
+    write!(out, "],\"orphans\":{},\"categories\":[", f.orphans()).unwrap();
+    for (k, c) in f.categories().iter().enumerate() {
+        if k > 0 {
+            out.push(',');
+        }
+        let names: Vec<String> = c.keypoints.iter().map(|n| string(n)).collect();
+        let edges: Vec<String> = c.skeleton.iter().map(|e| format!("[{},{}]", e[0], e[1])).collect();
+        let (name, sup) = (string(&c.name), string(&c.supercategory));
+        write!(out, "[{},{name},{sup},[{}],[{}]]", c.id, names.join(","), edges.join(",")).unwrap();
+    }
+    out.push_str("]}");
+    out
 }
 
 fn main() {
@@ -188,6 +263,11 @@ fn main() {
             f.categories().len()
         );
         parsed = Some(f);
+    }
+    if args.iter().any(|a| a == "--dump-json")
+        && let Some(f) = &parsed
+    {
+        println!("{}", dump_json(f));
     }
     if args.iter().any(|a| a == "--dump")
         && let Some(f) = parsed

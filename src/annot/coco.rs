@@ -283,9 +283,10 @@ fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
         .open(path)
         .map_err(|e| match std::fs::metadata(path) {
-            Ok(m) if !m.file_type().is_file() => {
-                source(format!("is {}, not a regular file (only regular files are read)", describe_file_type(m.file_type())))
-            }
+            Ok(m) if !m.file_type().is_file() => source(format!(
+                "is {}, not a regular file (only regular files are read)",
+                describe_file_type(m.file_type())
+            )),
             _ => source(format!("cannot open the COCO file: {e}")),
         })?;
     let meta = file.metadata().map_err(|e| source(format!("cannot stat the COCO file: {e}")))?;
@@ -438,8 +439,8 @@ fn classify_plain(k: &[u8]) -> Key {
 
 /// `10^k` for the exact fast path (every one exactly representable).
 const POW10: [f64; 23] = [
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19,
-    1e20, 1e21, 1e22,
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20,
+    1e21, 1e22,
 ];
 
 /// The common number forms, `-?[0-9]+(\.[0-9]+)?` with at most 18 digits (COCO's coordinates, boxes, areas),
@@ -586,7 +587,9 @@ impl<'a> Parser<'a> {
             Some(b'-' | b'0'..=b'9') => {
                 let end = s[at + 1..]
                     .iter()
-                    .position(|b| !matches!(b, b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-' | b'a'..=b'z' | b'A'..=b'Z'))
+                    .position(
+                        |b| !matches!(b, b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-' | b'a'..=b'z' | b'A'..=b'Z'),
+                    )
                     .map_or(s.len(), |p| at + 1 + p);
                 format!("the number {}", snippet(s, at, end))
             }
@@ -643,7 +646,10 @@ impl<'a> Parser<'a> {
                     }
                 }
                 0..=0x1f => {
-                    return Err(syntax(j, format!("control character 0x{b:02x} in a string (JSON requires it escaped)")));
+                    return Err(syntax(
+                        j,
+                        format!("control character 0x{b:02x} in a string (JSON requires it escaped)"),
+                    ));
                 }
                 _ => j += 1,
             }
@@ -743,7 +749,10 @@ impl<'a> Parser<'a> {
     /// A `"key":` at the cursor: its kind; the cursor is then at the value.
     fn key_colon(&mut self) -> PResult<Key> {
         if self.s.get(self.i) != Some(&b'"') {
-            return Err(syntax(self.i, format!("expected a key (a string in double quotes), found {}", self.found(self.i))));
+            return Err(syntax(
+                self.i,
+                format!("expected a key (a string in double quotes), found {}", self.found(self.i)),
+            ));
         }
         let (a, b, esc) = self.string_span()?;
         let key = if !esc {
@@ -782,7 +791,10 @@ impl<'a> Parser<'a> {
                 }
                 None => return Err(syntax(self.i, "the file ends inside an object (truncated?)")),
                 Some(_) => {
-                    return Err(syntax(self.i, format!("expected ',' or '}}' in an object, found {}", self.found(self.i))));
+                    return Err(syntax(
+                        self.i,
+                        format!("expected ',' or '}}' in an object, found {}", self.found(self.i)),
+                    ));
                 }
             }
         }
@@ -911,7 +923,10 @@ impl<'a> Parser<'a> {
             is_int = false;
             j += 1;
             if !matches!(s.get(j), Some(b'0'..=b'9')) {
-                return Err(syntax(start, format!("invalid number {:?}: a digit must follow '.'", snippet(s, start, j + 1))));
+                return Err(syntax(
+                    start,
+                    format!("invalid number {:?}: a digit must follow '.'", snippet(s, start, j + 1)),
+                ));
             }
             while let Some(&c @ b'0'..=b'9') = s.get(j) {
                 if m == 0 && c == b'0' {
@@ -1018,9 +1033,8 @@ impl<'a> Parser<'a> {
                 if let Some(v) = n.int {
                     return Ok(v);
                 }
-                // 2^63 is exactly representable; every integral float in [-2^63, 2^63) fits i64.
-                if n.f.is_finite() && n.f.fract() == 0.0 && n.f >= -9.223_372_036_854_775_808e18 && n.f < 9.223_372_036_854_775_808e18
-                {
+                // ±2^63 are exactly representable; every integral float in [-2^63, 2^63) fits i64.
+                if n.f.is_finite() && n.f.fract() == 0.0 && n.f >= i64::MIN as f64 && n.f < -(i64::MIN as f64) {
                     return Ok(n.f as i64);
                 }
                 Err(schema(at, format!("{what} must be an integer that fits 64 bits, found {}", self.found(at))))
@@ -1102,7 +1116,10 @@ impl<'a> Parser<'a> {
 
     fn file(&mut self, raw: &mut Raw) -> PResult<()> {
         if self.s.starts_with(&[0xEF, 0xBB, 0xBF]) {
-            return Err(syntax(0, "the file starts with a UTF-8 byte order mark, which JSON (and Python's json) refuses"));
+            return Err(syntax(
+                0,
+                "the file starts with a UTF-8 byte order mark, which JSON (and Python's json) refuses",
+            ));
         }
         if let Err(e) = std::str::from_utf8(self.s) {
             return Err(syntax(e.valid_up_to(), "bytes that are not UTF-8"));
@@ -1119,7 +1136,11 @@ impl<'a> Parser<'a> {
                 ));
             }
             Some(b'"' | b't' | b'f' | b'n' | b'N' | b'I' | b'-' | b'0'..=b'9') => {
-                return Err(self.type_error(at, "the top level", "an object {\"images\": [...], \"annotations\": [...], ...}"));
+                return Err(self.type_error(
+                    at,
+                    "the top level",
+                    "an object {\"images\": [...], \"annotations\": [...], ...}",
+                ));
             }
             Some(_) => return Err(syntax(at, format!("not JSON: expected '{{', found {}", self.found(at)))),
         }
@@ -1360,7 +1381,11 @@ impl<'a> Parser<'a> {
         let mut coords = std::mem::take(&mut self.scratch.coords);
         polys.clear();
         let r = self.polygons_into(&mut polys, &mut coords, max_polys, max_coords);
-        let out = r.map(|()| Segmentation::Polygons(polys.drain(..).collect()));
+        let out = r.map(|()| {
+            let mut exact = Vec::with_capacity(polys.len());
+            exact.append(&mut polys); // the scratch keeps its capacity
+            Segmentation::Polygons(exact)
+        });
         self.scratch.polys = polys;
         self.scratch.coords = coords;
         out
@@ -1513,7 +1538,7 @@ impl<'a> Parser<'a> {
             }
             v.push(y);
         }
-        if v.len() % 3 != 0 {
+        if !v.len().is_multiple_of(3) {
             return Err(schema(
                 at,
                 format!("keypoints has {} numbers, not a multiple of 3 (x, y, visibility triples)", v.len()),
@@ -1532,7 +1557,8 @@ impl<'a> Parser<'a> {
                 return Err(Self::limit(at, "categories", self.lim.max_categories, "max_categories"));
             }
             let c = self.category(out.len())?;
-            let strings: usize = c.name.len() + c.supercategory.len() + c.keypoints.iter().map(String::len).sum::<usize>();
+            let strings: usize =
+                c.name.len() + c.supercategory.len() + c.keypoints.iter().map(String::len).sum::<usize>();
             let bytes = std::mem::size_of::<CocoCategory>()
                 + strings
                 + c.keypoints.len() * std::mem::size_of::<String>()

@@ -67,10 +67,7 @@ fn instances_file_every_field_and_the_order() {
     // Images sorted by id (torchvision: sorted(coco.imgs.keys())).
     let ids: Vec<i64> = f.images().iter().map(|i| i.id).collect();
     assert_eq!(ids, [37777, 252219, 397133]);
-    assert_eq!(
-        f.images()[0],
-        CocoImage { id: 37777, file_name: "000000037777.jpg".into(), width: 352, height: 230 }
-    );
+    assert_eq!(f.images()[0], CocoImage { id: 37777, file_name: "000000037777.jpg".into(), width: 352, height: 230 });
     assert_eq!(f.images()[2], CocoImage { id: 397133, file_name: "000000397133.jpg".into(), width: 640, height: 427 });
     // Per image, in file order; the image without annotations has an empty range; the orphan is counted.
     let per: Vec<Vec<i64>> = (0..3).map(|k| f.annotations_of(k).iter().map(|a| a.id).collect()).collect();
@@ -125,7 +122,10 @@ fn instances_file_every_field_and_the_order() {
 
     let names: Vec<(i64, &str, &str)> =
         f.categories().iter().map(|c| (c.id, c.name.as_str(), c.supercategory.as_str())).collect();
-    assert_eq!(names, [(1, "person", "person"), (3, "car", "vehicle"), (44, "bottle", "kitchen"), (64, "potted plant", "furniture")]);
+    assert_eq!(
+        names,
+        [(1, "person", "person"), (3, "car", "vehicle"), (44, "bottle", "kitchen"), (64, "potted plant", "furniture")]
+    );
     assert!(f.categories().iter().all(|c| c.keypoints.is_empty() && c.skeleton.is_empty()));
 }
 
@@ -156,7 +156,10 @@ fn keypoints_file_every_field() {
     assert_eq!(b.area, 1.0);
     assert!(!b.iscrowd);
     assert_eq!(b.segmentation, None);
-    assert_eq!(f.annotations_of(0)[0].segmentation, Some(Segmentation::Counts { size: [10, 20], counts: vec![0, 200] }));
+    assert_eq!(
+        f.annotations_of(0)[0].segmentation,
+        Some(Segmentation::Counts { size: [10, 20], counts: vec![0, 200] })
+    );
 }
 
 fn ann(fields: &str) -> String {
@@ -175,11 +178,14 @@ fn one(fields: &str) -> CocoAnnotation {
 #[test]
 fn what_pycocotools_tolerates() {
     // Missing optional keys and null.
-    let a = one(r#""image_id": 1, "bbox": [1,2,3,5], "category_id": 9, "id": 42, "segmentation": null, "keypoints": null"#);
+    let a =
+        one(r#""image_id": 1, "bbox": [1,2,3,5], "category_id": 9, "id": 42, "segmentation": null, "keypoints": null"#);
     assert_eq!((a.area, a.iscrowd, a.segmentation, a.keypoints, a.num_keypoints), (15.0, false, None, None, 0));
     // Ids and integer fields written as integral floats; booleans for iscrowd.
     let a = one(r#""image_id": 1.0, "bbox": [1,2,3,5], "category_id": 9e0, "id": 4.2e1, "iscrowd": true"#);
     assert_eq!((a.id, a.image_id, a.category_id, a.iscrowd), (42, 1, 9, true));
+    let a = one(r#""image_id": 1, "bbox": [1,2,3,5], "category_id": 1, "id": -9223372036854775808.0"#);
+    assert_eq!(a.id, i64::MIN);
     let a = one(r#""image_id": 1, "bbox": [1,2,3,5], "category_id": 1, "id": -7, "iscrowd": false, "area": -0.0"#);
     assert_eq!((a.id, a.iscrowd), (-7, false));
     assert!(a.area == 0.0 && a.area.is_sign_negative());
@@ -203,7 +209,9 @@ fn what_pycocotools_tolerates() {
     let a = one(r#""image_id": 1, "bbox": [5,5,-1,0], "category_id": 1, "id": 42"#);
     assert_eq!(a.bbox, [5.0, 5.0, -1.0, 0.0]);
     // RLE with extra keys; whitespace everywhere JSON allows it.
-    let a = one(" \"image_id\" :\t1 ,\r\n \"bbox\" : [ 1 , 2 , 3 , 5 ] , \"category_id\":1,\"id\":42,\"segmentation\":{ \"size\" : [ 2 , 3 ] , \"counts\" : [ ] , \"v\" : 1 } ");
+    let a = one(
+        " \"image_id\" :\t1 ,\r\n \"bbox\" : [ 1 , 2 , 3 , 5 ] , \"category_id\":1,\"id\":42,\"segmentation\":{ \"size\" : [ 2 , 3 ] , \"counts\" : [ ] , \"v\" : 1 } ",
+    );
     assert_eq!(a.segmentation, Some(Segmentation::Counts { size: [2, 3], counts: vec![] }));
 }
 
@@ -259,42 +267,119 @@ fn refused_annotations_name_the_file_the_index_and_the_id_written_after_the_erro
         (r#""bbox": [1,2,3], "image_id": 1, "category_id": 1, "id": 42"#, "bbox has 3 numbers"),
         (r#""bbox": [1,2,3,4,5], "image_id": 1, "category_id": 1, "id": 42"#, "bbox has more than 4 numbers"),
         (r#""bbox": "1 2 3 4", "image_id": 1, "category_id": 1, "id": 42"#, "bbox must be a list"),
-        (r#""bbox": [1,2,"3",4], "image_id": 1, "category_id": 1, "id": 42"#, "a bbox value must be a finite number, found the string \"3\""),
+        (
+            r#""bbox": [1,2,"3",4], "image_id": 1, "category_id": 1, "id": 42"#,
+            "a bbox value must be a finite number, found the string \"3\"",
+        ),
         (r#""bbox": [1,2,NaN,4], "image_id": 1, "category_id": 1, "id": 42"#, "found NaN"),
         (r#""bbox": [1,2,Infinity,4], "image_id": 1, "category_id": 1, "id": 42"#, "found Infinity"),
         (r#""bbox": [1,2,-Infinity,4], "image_id": 1, "category_id": 1, "id": 42"#, "found the number -Infinity"),
-        (r#""bbox": [1,2,1e400,4], "image_id": 1, "category_id": 1, "id": 42"#, "must be a finite number, found the number 1e400"),
+        (
+            r#""bbox": [1,2,1e400,4], "image_id": 1, "category_id": 1, "id": 42"#,
+            "must be a finite number, found the number 1e400",
+        ),
         (r#""bbox": [1,2,-1e400,4], "image_id": 1, "category_id": 1, "id": 42"#, "found the number -1e400"),
         (r#""bbox": [1,2,"NaN",4], "image_id": 1, "category_id": 1, "id": 42"#, "found the string \"NaN\""),
         (r#""bbox": null, "image_id": 1, "category_id": 1, "id": 42"#, "bbox must be a list of 4 numbers"),
         (r#""image_id": "1", "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "image_id must be an integer"),
-        (r#""image_id": 1.5, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "image_id must be an integer that fits 64 bits, found the number 1.5"),
+        (
+            r#""image_id": 1.5, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+            "image_id must be an integer that fits 64 bits, found the number 1.5",
+        ),
         (r#""image_id": 1e19, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "fits 64 bits"),
+        (r#""image_id": 9223372036854775808.0, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "fits 64 bits"),
+        (r#""image_id": 9223372036854775808, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "fits 64 bits"),
         (r#""image_id": 99999999999999999999, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "fits 64 bits"),
-        (r#""image_id": true, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "image_id must be an integer, found the boolean true"),
-        (r#""image_id": 1, "bbox": [1,2,3,4], "category_id": [1], "id": 42"#, "category_id must be an integer, found a list"),
-        (r#""iscrowd": 2, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "iscrowd must be 0 or 1, found 2"),
+        (
+            r#""image_id": true, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+            "image_id must be an integer, found the boolean true",
+        ),
+        (
+            r#""image_id": 1, "bbox": [1,2,3,4], "category_id": [1], "id": 42"#,
+            "category_id must be an integer, found a list",
+        ),
+        (
+            r#""iscrowd": 2, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+            "iscrowd must be 0 or 1, found 2",
+        ),
         (r#""iscrowd": "0", "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "iscrowd must be 0 or 1"),
-        (r#""area": "big", "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "area must be a finite number"),
-        (r#""area": NaN, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "area must be a finite number, found NaN"),
-        (r#""segmentation": [1,2,3,4,5,6], "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "flat [x0, y0, ...] list?"),
-        (r#""segmentation": [[1,2,[3]]], "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "a polygon coordinate must be a finite number, found a list"),
+        (
+            r#""area": "big", "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+            "area must be a finite number",
+        ),
+        (
+            r#""area": NaN, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+            "area must be a finite number, found NaN",
+        ),
+        (
+            r#""segmentation": [1,2,3,4,5,6], "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+            "flat [x0, y0, ...] list?",
+        ),
+        (
+            r#""segmentation": [[1,2,[3]]], "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+            "a polygon coordinate must be a finite number, found a list",
+        ),
         (r#""segmentation": [[1,2,NaN]], "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "found NaN"),
-        (r#""segmentation": 5, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "segmentation must be a list of polygons"),
-        (r#""segmentation": "abc", "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "segmentation must be"),
-        (r#""segmentation": {"counts": [1,2]}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "needs both \"size\""),
-        (r#""segmentation": {"size": [1,2]}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "needs both"),
-        (r#""segmentation": {"size": [1,2,3], "counts": []}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "RLE size has more than 2"),
-        (r#""segmentation": {"size": [-1,2], "counts": []}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "an RLE size must be in 0..=4294967295, found -1"),
-        (r#""segmentation": {"size": [1,2], "counts": [1,-2]}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "an RLE count must be in 0..=4294967295, found -2"),
-        (r#""segmentation": {"size": [1,2], "counts": [4294967296]}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "found 4294967296"),
-        (r#""segmentation": {"size": [1,2], "counts": [1.5]}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "an RLE count must be an integer"),
-        (r#""segmentation": {"size": [1,2], "counts": 7}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "RLE counts must be a list of run lengths or a compressed RLE string"),
-        (r#""segmentation": {"size": [1,2], "counts": "a\udc00b"}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "lone surrogate escape \\udc00"),
-        (r#""keypoints": [1,2,2,3], "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "keypoints has 4 numbers, not a multiple of 3"),
-        (r#""keypoints": [1,2,1e39], "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "does not fit a 32-bit float"),
-        (r#""keypoints": {"x": 1}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "keypoints must be a list of numbers"),
-        (r#""num_keypoints": -1, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "num_keypoints must be in 0..=4294967295"),
+        (
+            r#""segmentation": 5, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+            "segmentation must be a list of polygons",
+        ),
+        (
+            r#""segmentation": "abc", "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+            "segmentation must be",
+        ),
+        (
+            r#""segmentation": {"counts": [1,2]}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+            "needs both \"size\"",
+        ),
+        (
+            r#""segmentation": {"size": [1,2]}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+            "needs both",
+        ),
+        (
+            r#""segmentation": {"size": [1,2,3], "counts": []}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+            "RLE size has more than 2",
+        ),
+        (
+            r#""segmentation": {"size": [-1,2], "counts": []}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+            "an RLE size must be in 0..=4294967295, found -1",
+        ),
+        (
+            r#""segmentation": {"size": [1,2], "counts": [1,-2]}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+            "an RLE count must be in 0..=4294967295, found -2",
+        ),
+        (
+            r#""segmentation": {"size": [1,2], "counts": [4294967296]}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+            "found 4294967296",
+        ),
+        (
+            r#""segmentation": {"size": [1,2], "counts": [1.5]}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+            "an RLE count must be an integer",
+        ),
+        (
+            r#""segmentation": {"size": [1,2], "counts": 7}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+            "RLE counts must be a list of run lengths or a compressed RLE string",
+        ),
+        (
+            r#""segmentation": {"size": [1,2], "counts": "a\udc00b"}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+            "lone surrogate escape \\udc00",
+        ),
+        (
+            r#""keypoints": [1,2,2,3], "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+            "keypoints has 4 numbers, not a multiple of 3",
+        ),
+        (
+            r#""keypoints": [1,2,1e39], "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+            "does not fit a 32-bit float",
+        ),
+        (
+            r#""keypoints": {"x": 1}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+            "keypoints must be a list of numbers",
+        ),
+        (
+            r#""num_keypoints": -1, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+            "num_keypoints must be in 0..=4294967295",
+        ),
         // Missing required keys (still named by index and id).
         (r#""image_id": 1, "category_id": 1, "id": 42"#, "has no \"bbox\""),
         (r#""bbox": [1,2,3,4], "category_id": 1, "id": 42"#, "has no \"image_id\""),
@@ -320,13 +405,21 @@ fn refused_annotations_name_the_file_the_index_and_the_id_written_after_the_erro
 
 #[test]
 fn refused_images_and_categories_name_index_and_id() {
-    let img = |fields: &str| format!(r#"{{"images": [{{"id": 1, "file_name": "a", "width": 1, "height": 1}}, {{{fields}}}]}}"#);
+    let img = |fields: &str| {
+        format!(r#"{{"images": [{{"id": 1, "file_name": "a", "width": 1, "height": 1}}, {{{fields}}}]}}"#)
+    };
     let cases: &[(&str, &str)] = &[
         (r#""file_name": "b", "width": 0, "height": 3, "id": 7"#, "width must be a positive integer (pixels), found 0"),
         (r#""file_name": "b", "width": -640, "height": 3, "id": 7"#, "found -640"),
-        (r#""file_name": "b", "width": 640.5, "height": 3, "id": 7"#, "width must be an integer that fits 64 bits, found the number 640.5"),
+        (
+            r#""file_name": "b", "width": 640.5, "height": 3, "id": 7"#,
+            "width must be an integer that fits 64 bits, found the number 640.5",
+        ),
         (r#""file_name": "b", "width": 4294967296, "height": 3, "id": 7"#, "width must be a positive integer"),
-        (r#""file_name": "b", "width": "640", "height": 3, "id": 7"#, "width must be an integer, found the string \"640\""),
+        (
+            r#""file_name": "b", "width": "640", "height": 3, "id": 7"#,
+            "width must be an integer, found the string \"640\"",
+        ),
         (r#""file_name": "b", "width": 5, "height": NaN, "id": 7"#, "height must be an integer, found NaN"),
         (r#""file_name": 5, "width": 5, "height": 3, "id": 7"#, "file_name must be a string, found the number 5"),
         (r#""file_name": "b\ud800", "width": 5, "height": 3, "id": 7"#, "lone surrogate"),
@@ -378,7 +471,10 @@ fn not_a_coco_file() {
         (b"{} {}", "invalid JSON: extra data after the top-level object"),
         (b"{}x", "extra data"),
         (b"\xEF\xBB\xBF{}", "byte order mark"),
-        (b"{\"images\": [], \"info\": \"caf\xC3\"}", "invalid JSON: bytes that are not UTF-8 (line 1, column 28, byte 27)"),
+        (
+            b"{\"images\": [], \"info\": \"caf\xC3\"}",
+            "invalid JSON: bytes that are not UTF-8 (line 1, column 28, byte 27)",
+        ),
         (b"{\"images\": [{\"file_name\": \"\xFF.jpg\"}]}", "not UTF-8"),
         (b"{\"info\": \"a\x01b\"}", "control character 0x01 in a string"),
         (b"{\"info\": \"a\\xb\"}", "invalid escape"),
@@ -462,11 +558,15 @@ fn limits_stop_the_list_that_exceeds_them() {
         ..CocoLimits::default()
     };
     let img = |n: usize| {
-        let v: Vec<String> = (0..n).map(|k| format!(r#"{{"id": {k}, "file_name": "f", "width": 1, "height": 1}}"#)).collect();
+        let v: Vec<String> =
+            (0..n).map(|k| format!(r#"{{"id": {k}, "file_name": "f", "width": 1, "height": 1}}"#)).collect();
         format!(r#"{{"images": [{}]}}"#, v.join(","))
     };
     parse_lim(&img(2), &lim).unwrap();
-    assert_has(&message(parse_lim(&img(3), &lim)), &["images has more than 2 entries, the limit (CocoLimits::max_images)"]);
+    assert_has(
+        &message(parse_lim(&img(3), &lim)),
+        &["images has more than 2 entries, the limit (CocoLimits::max_images)"],
+    );
     let anns = |n: usize| {
         let v: Vec<String> =
             (0..n).map(|k| format!(r#"{{"image_id": 0, "bbox": [0,0,1,1], "category_id": 1, "id": {k}}}"#)).collect();
@@ -478,12 +578,20 @@ fn limits_stop_the_list_that_exceeds_them() {
         &message(parse_lim(r#"{"categories": [{"id": 1}, {"id": 2}]}"#, &lim)),
         &["categories has more than 1 entries", "max_categories"],
     );
-    let one_ann = |fields: &str| format!(r#"{{"annotations": [{{{fields}, "image_id": 0, "bbox": [0,0,1,1], "category_id": 1, "id": 77}}]}}"#);
+    let one_ann = |fields: &str| {
+        format!(r#"{{"annotations": [{{{fields}, "image_id": 0, "bbox": [0,0,1,1], "category_id": 1, "id": 77}}]}}"#)
+    };
     let cases: &[(&str, &str)] = &[
-        (r#""segmentation": [[1,2],[3,4],[5,6]]"#, "segmentation has more than 2 entries, the limit (CocoLimits::max_polygons)"),
+        (
+            r#""segmentation": [[1,2],[3,4],[5,6]]"#,
+            "segmentation has more than 2 entries, the limit (CocoLimits::max_polygons)",
+        ),
         (r#""segmentation": [[1,2,3,4],[5,6,7]]"#, "more than 6 polygon coordinates"),
         (r#""segmentation": {"counts": [1,2,3,4,5], "size": [1, 15]}"#, "RLE counts has more than 4 entries"),
-        (r#""segmentation": {"counts": "abcde", "size": [1, 15]}"#, "compressed RLE counts (CocoLimits::max_rle_counts) is longer than the limit of 4 bytes"),
+        (
+            r#""segmentation": {"counts": "abcde", "size": [1, 15]}"#,
+            "compressed RLE counts (CocoLimits::max_rle_counts) is longer than the limit of 4 bytes",
+        ),
         (r#""segmentation": {"counts": "ab\\\\\\\\", "size": [1, 15]}"#, "longer than the limit of 4 bytes"),
         (r#""keypoints": [1,2,2,3,4,2,5,6,2]"#, "keypoints has more than 6 entries"),
     ];
@@ -491,7 +599,8 @@ fn limits_stop_the_list_that_exceeds_them() {
         assert_has(&message(parse_lim(&one_ann(fields), &lim)), &["annotation 0 (id 77): ", want]);
     }
     // At the limit is fine: 4 escaped bytes are 4 bytes.
-    parse_lim(&one_ann(r#""segmentation": {"counts": "ab\\\\", "size": [1, 15]}, "keypoints": [1,2,2,3,4,2]"#), &lim).unwrap();
+    parse_lim(&one_ann(r#""segmentation": {"counts": "ab\\\\", "size": [1, 15]}, "keypoints": [1,2,2,3,4,2]"#), &lim)
+        .unwrap();
     assert_has(
         &message(parse_lim(r#"{"images": [{"id": 1, "file_name": "123456789", "width": 1, "height": 1}]}"#, &lim)),
         &["image 0 (id 1): file_name is longer than the limit of 8 bytes"],
@@ -515,8 +624,14 @@ fn limits_stop_the_list_that_exceeds_them() {
     let small = CocoLimits { max_file_bytes: 10, ..CocoLimits::default() };
     assert_has(&message(parse_lim(r#"{"images": []}"#, &small)), &["14 bytes, more than the limit of 10 bytes"]);
     let small = CocoLimits { max_memory_bytes: 1000, ..CocoLimits::default() };
-    let big = format!(r#""segmentation": [[{}]], "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, vec!["1"; 200].join(","));
-    assert_has(&message(CocoFile::parse_with(ann(&big).as_bytes(), &path(), &small)), &["more than 1000 bytes", "max_memory_bytes"]);
+    let big = format!(
+        r#""segmentation": [[{}]], "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+        vec!["1"; 200].join(",")
+    );
+    assert_has(
+        &message(CocoFile::parse_with(ann(&big).as_bytes(), &path(), &small)),
+        &["more than 1000 bytes", "max_memory_bytes"],
+    );
 }
 
 #[test]
@@ -527,11 +642,15 @@ fn a_polygon_list_past_the_default_limit_is_refused_and_named() {
     for k in 0..n {
         coords.push_str(if k == 0 { "0" } else { ",0" });
     }
-    let fields = format!(r#""segmentation": [[{coords}]], "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#);
+    let fields =
+        format!(r#""segmentation": [[{coords}]], "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#);
     let m = err(&ann(&fields));
     assert_has(&m, &["annotation 1 (id 42): segmentation has more than 1048576 polygon coordinates"]);
     // One fewer parses.
-    let fields = format!(r#""segmentation": [[{}]], "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#, &coords[2..]);
+    let fields = format!(
+        r#""segmentation": [[{}]], "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+        &coords[2..]
+    );
     let f = parse(&ann(&fields)).unwrap();
     match &f.annotations()[1].segmentation {
         Some(Segmentation::Polygons(p)) => assert_eq!(p[0].len(), lim.max_polygon_coords),
@@ -557,10 +676,16 @@ fn strings_are_unescaped_as_python_does() {
 #[test]
 fn errors_give_line_and_column() {
     let m = err("{\n  \"images\": [\n    {\"id\": 1, \"file_name\": \"a\", \"width\": 0, \"height\": 1}\n  ]\n}");
-    assert_has(&m, &["image 0 (id 1): width must be a positive integer (pixels), found 0 (line 3, column 42, byte 57)"]);
+    assert_has(
+        &m,
+        &["image 0 (id 1): width must be a positive integer (pixels), found 0 (line 3, column 42, byte 57)"],
+    );
     assert!(m.starts_with("image 0"), "{m}");
     let e = parse("{\n\"info\": [1 2]}").unwrap_err();
-    assert_eq!(e.to_string(), format!("{PATH}: invalid JSON: expected ',' or ']' in a list, found the number 2 (line 2, column 12, byte 13)"));
+    assert_eq!(
+        e.to_string(),
+        format!("{PATH}: invalid JSON: expected ',' or ']' in a list, found the number 2 (line 2, column 12, byte 13)")
+    );
 }
 
 #[test]
@@ -576,7 +701,10 @@ fn open_reads_regular_files_only_and_never_past_the_limit() {
     let t = std::time::Instant::now();
     let e = CocoFile::open(&big).unwrap_err();
     assert!(t.elapsed().as_secs() < 2);
-    assert!(matches!(&e, TrdataError::Source { path, message } if *path == big && message.contains("10737418240 bytes, more than the limit of 4294967296")), "{e}");
+    assert!(
+        matches!(&e, TrdataError::Source { path, message } if *path == big && message.contains("10737418240 bytes, more than the limit of 4294967296")),
+        "{e}"
+    );
     let e = CocoFile::open_with(&p, &CocoLimits { max_file_bytes: 100, ..CocoLimits::default() }).unwrap_err();
     assert!(e.to_string().contains("more than the limit of 100 bytes"), "{e}");
     // Not regular files.
@@ -623,11 +751,33 @@ fn python_float(text: &str) -> f64 {
 #[test]
 fn numbers_are_exact() {
     for t in [
-        "0", "-0", "1", "-1", "0.1", "0.30000000000000004", "224.24", "1481.3806499999994", "9007199254740993",
-        "9007199254740992.5", "1e22", "1e23", "123456789012345678901234567890", "0.000000000000000000000000001",
-        "1.7976931348623157e308", "1.7976931348623159e308", "4.9e-324", "2.4703282292062327e-324",
-        "2.4703282292062328e-324", "1e-400", "1e400", "-1e400", "1234567890123456789", "12345678901234567890",
-        "0.1e1", "100000000000000000000000", "3.14159265358979323846264338327950288",
+        "0",
+        "-0",
+        "1",
+        "-1",
+        "0.1",
+        "0.30000000000000004",
+        "224.24",
+        "1481.3806499999994",
+        "9007199254740993",
+        "9007199254740992.5",
+        "1e22",
+        "1e23",
+        "123456789012345678901234567890",
+        "0.000000000000000000000000001",
+        "1.7976931348623157e308",
+        "1.7976931348623159e308",
+        "4.9e-324",
+        "2.4703282292062327e-324",
+        "2.4703282292062328e-324",
+        "1e-400",
+        "1e400",
+        "-1e400",
+        "1234567890123456789",
+        "12345678901234567890",
+        "0.1e1",
+        "100000000000000000000000",
+        "3.14159265358979323846264338327950288",
     ] {
         let n = num(t).unwrap();
         let want = python_float(t);
@@ -695,11 +845,11 @@ fn check_invariants(f: &CocoFile) {
     let ids: Vec<i64> = f.images().iter().map(|i| i.id).collect();
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "images not sorted/unique: {ids:?}");
     let mut end = 0;
-    for k in 0..f.images().len() {
+    for (k, id) in ids.iter().enumerate() {
         let r = f.annotation_range(k);
         assert_eq!(r.start, end);
         end = r.end;
-        assert!(f.annotations_of(k).iter().all(|a| a.image_id == ids[k]));
+        assert!(f.annotations_of(k).iter().all(|a| a.image_id == *id));
     }
     assert_eq!(end, f.annotations().len());
     for im in f.images() {
@@ -754,9 +904,34 @@ enum Mutation {
 
 fn mutation() -> impl Strategy<Value = Mutation> {
     let tokens = prop::sample::select(vec![
-        "[", "]", "{", "}", ",", ":", "\"", "\\", "NaN", "-Infinity", "1e400", "null", "true", "-", "0", "1.5",
-        "\"id\": 1", "\"bbox\":", "\"segmentation\": [[", "\"counts\": \"", "\"size\": [1,1]", "\\ud800", "\u{ff}",
-        "\u{0}", "[[[[[[[[", "\"images\": [", "\"annotations\": [", "\"keypoints\": [1,2,3]",
+        "[",
+        "]",
+        "{",
+        "}",
+        ",",
+        ":",
+        "\"",
+        "\\",
+        "NaN",
+        "-Infinity",
+        "1e400",
+        "null",
+        "true",
+        "-",
+        "0",
+        "1.5",
+        "\"id\": 1",
+        "\"bbox\":",
+        "\"segmentation\": [[",
+        "\"counts\": \"",
+        "\"size\": [1,1]",
+        "\\ud800",
+        "\u{ff}",
+        "\u{0}",
+        "[[[[[[[[",
+        "\"images\": [",
+        "\"annotations\": [",
+        "\"keypoints\": [1,2,3]",
     ]);
     prop_oneof![
         (any::<usize>(), 1u8..=255).prop_map(|(p, x)| Mutation::Flip(p, x)),
