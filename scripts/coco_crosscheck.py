@@ -70,7 +70,11 @@ def same_floats(ours, ref, what):
 
 def check_annotation(ours, ref, what):
     aid, image_id, category_id, iscrowd, area, bbox, seg, kp, nkp = ours
-    for name, a, b in (("id", aid, ref["id"]), ("image_id", image_id, ref["image_id"]), ("category_id", category_id, ref["category_id"])):
+    for name, a, b in (
+        ("id", aid, ref["id"]),
+        ("image_id", image_id, ref["image_id"]),
+        ("category_id", category_id, ref["category_id"]),
+    ):
         if a != b:
             fail(f"{what}: {name} {a} != {b}")
     if bool(iscrowd) != bool(ref.get("iscrowd", 0)):
@@ -108,10 +112,12 @@ def check(binary, path):
     if [im[0] for im in ours["images"]] != ids:
         fail(f"{path}: image order differs")
     n_anns = 0
-    for (iid, file_name, width, height, anns), rid in zip(ours["images"], ids):
+    for (_iid, file_name, width, height, anns), rid in zip(ours["images"], ids):
         img = coco.loadImgs(rid)[0]
         if (file_name, width, height) != (img["file_name"], img["width"], img["height"]):
-            fail(f"{path}: image {rid}: {(file_name, width, height)} != {(img['file_name'], img['width'], img['height'])}")
+            fail(
+                f"{path}: image {rid}: {(file_name, width, height)} != {(img['file_name'], img['width'], img['height'])}"
+            )
         target = coco.loadAnns(coco.getAnnIds(rid))  # CocoDetection._load_target
         if [a[0] for a in anns] != [a["id"] for a in target]:
             fail(f"{path}: image {rid}: annotation ids {[a[0] for a in anns]} != {[a['id'] for a in target]}")
@@ -122,7 +128,16 @@ def check(binary, path):
     if ours["orphans"] != orphans:
         fail(f"{path}: orphans {ours['orphans']} != {orphans}")
     cats = coco.dataset.get("categories", [])
-    want = [[c["id"], c.get("name", ""), c.get("supercategory", ""), c.get("keypoints", []), c.get("skeleton", [])] for c in cats]
+    want = [
+        [
+            c["id"],
+            c.get("name", ""),
+            c.get("supercategory", ""),
+            c.get("keypoints", []),
+            c.get("skeleton", []),
+        ]
+        for c in cats
+    ]
     if ours["categories"] != want:
         fail(f"{path}: categories differ")
     print(f"OK {path}: {len(ids)} images, {n_anns} annotations, {orphans} orphans, {len(cats)} categories")
