@@ -24,9 +24,10 @@
 //! `segmentation`, `keypoints`: `None`, also for `null`; `num_keypoints`: the keypoints with visibility > 0),
 //! missing category keys (`name`/`supercategory`: empty; `keypoints`/`skeleton`: empty), ids written as floats
 //! with an integral value (`7.0`: Python's dict treats `7.0` and `7` as one key), a repeated key (the last value
-//! wins, as in Python's `json`), annotations whose `image_id` names no image (no image's; counted in
-//! [`CocoFile::orphans`]), `category_id`s that name no category, and exact duplicates of an image entry (one image,
-//! as `coco.imgs` is a dict) or of an annotation or category (kept twice, as pycocotools' lists keep them).
+//! wins, as in Python's `json`; but a wrong value is refused even where a repeat would replace it), annotations
+//! whose `image_id` names no image (no image's; counted in [`CocoFile::orphans`]), `category_id`s that name no
+//! category, and exact duplicates of an image entry (one image, as `coco.imgs` is a dict) or of an annotation or
+//! category (kept twice, as pycocotools' lists keep them).
 //!
 //! # Refused (a `TrdataError::Source` naming the file, the element's index and id, and line/column)
 //! What pycocotools crashes on or resolves arbitrarily: a top level that is not an object; a missing `id`,
@@ -41,10 +42,17 @@
 //! (Python's `open` refuses them too), a byte order mark, anything that is not JSON, a truncated file, data after
 //! the top-level object.
 //!
+//! # Not checked here
+//! What a segmentation means is the mask code's (annot/mask.rs): RLE counts that do not sum to `h × w`, an RLE
+//! `size` other than the image's, polygons of odd length or fewer than 3 points, the compressed string's
+//! alphabet. Nor are skeleton indices checked against the keypoint names, or keypoint counts against a category.
+//!
 //! # Limits
 //! [`CocoLimits`]: every count and length that comes from the file is checked while it is read (before the
 //! element it would add is stored), as is an estimate of the memory the parsed structure takes; nesting is limited
-//! to [`MAX_DEPTH`]; [`CocoFile::open`] reads regular files only, at most `max_file_bytes`.
+//! to [`MAX_DEPTH`]; [`CocoFile::open`] reads regular files only, at most `max_file_bytes`. A list past its limit
+//! stops being stored at once; the rest of that annotation is skipped without allocating (linear time, bounded by
+//! the file size) so that the error can name the annotation's id, and then the parse ends.
 
 use std::fs::{FileType, OpenOptions};
 use std::io::Read;
@@ -59,16 +67,18 @@ use crate::error::{Result, TrdataError};
 /// gives up near 1000, at a depth that depends on its stack). The skipper is iterative: this costs no stack.
 pub const MAX_DEPTH: usize = 512;
 
-/// The bounds a COCO file is checked against while it is parsed. The defaults admit every public COCO-format
-/// dataset we know of with room to spare (COCO train2017: 448 MB, 118,287 images, 860,001 annotations, largest
-/// polygon list a few thousand coordinates; LVIS v1: 1.1 GB, 1.27 M annotations; Objects365: 1.7 M images,
-/// 25 M boxes) and bound what a hostile file can make the parser allocate.
+/// The bounds a COCO file is checked against while it is parsed. The defaults admit the public COCO-format datasets
+/// with room to spare (COCO train2017: ~450 MB, 118,287 images, 860,001 annotations; LVIS and Objects365 are a few
+/// times larger) and bound what a hostile file can make the parser allocate: each list is counted as it is read
+/// and refused at the first element past its limit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CocoLimits {
     /// Largest file [`CocoFile::open`] reads (and [`CocoFile::parse_with`] accepts). Default 4 GiB.
     pub max_file_bytes: u64,
     /// Largest estimated size of the parsed structure (struct sizes plus every coordinate, run, keypoint and
-    /// string byte). Default 16 GiB: a 4 GiB file of minimal polygons could otherwise ask for ~32 GiB.
+    /// string byte; the index arrays built at the end, at most 24 bytes per annotation, come on top).
+    /// Default 16 GiB: a 4 GiB file of minimal polygons (`0,` is 2 bytes, an `f64` 8) could otherwise ask for
+    /// ~16-32 GiB.
     pub max_memory_bytes: u64,
     /// Most entries in `images`. Default 2^24 (16.7 M; COCO has 118 k, Objects365 1.7 M).
     pub max_images: usize,
@@ -80,7 +90,7 @@ pub struct CocoLimits {
     /// Most polygons in one annotation's segmentation. Default 2^16.
     pub max_polygons: usize,
     /// Most coordinates (x and y counted apart) in one annotation's polygons, all polygons together.
-    /// Default 2^20 (8 MiB of `f64`; COCO's largest are a few thousand).
+    /// Default 2^20 (524,288 points, 8 MiB of `f64`).
     pub max_polygon_coords: usize,
     /// Most runs in one uncompressed RLE (`counts` list), and most bytes in one compressed RLE string.
     /// Default 2^24 (a 4096 × 4096 mask alternating every pixel).
