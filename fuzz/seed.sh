@@ -4,7 +4,7 @@
 set -eu
 cd "$(dirname "$0")"
 src="${TRDATA_TEST_DATA:-../../shared/data}/edge-cases"
-for t in jpeg_header jpeg_decode png_decode jpeg_markers other_decode exif_orientation packed_open gpu_eligible pack_destination; do mkdir -p "corpus/$t"; done
+for t in jpeg_header jpeg_decode png_decode jpeg_markers other_decode exif_orientation packed_open gpu_eligible pack_destination coco_json; do mkdir -p "corpus/$t"; done
 for f in "$src"/*; do
     n=$(basename "$f")
     [ "$(wc -c < "$f")" -le 600000 ] || continue   # skip the multi-MB photos: slow seeds, nothing new
@@ -24,4 +24,9 @@ printf '\007\000\000\377\377\000\000\000MM\000*\000\000\000\010\000\001\001\022\
     > corpus/exif_orientation/ifd_be_8
 # gpu_eligible: also the Pillow-written header variants (Adobe RGB, XMP orientation, restart intervals).
 cp ../tests/fixtures/pillow-jpeg/*.jpg corpus/gpu_eligible/
+# coco_json: the first byte picks the input kind (0: a whole file, 1: the inside of an annotation object, 2: bytes
+# spliced into a valid file at the position of the second byte).
+printf '\000{"images": [{"id": 2, "file_name": "a.jpg", "width": 4, "height": 3}], "annotations": [{"segmentation": [[1.5,2,3,4,5,6]], "area": 2.5, "iscrowd": 0, "image_id": 2, "bbox": [1,2,3,4], "category_id": 1, "id": 7}, {"segmentation": {"counts": [0, 12], "size": [3, 4]}, "iscrowd": 1, "image_id": 2, "bbox": [0,0,4,3], "category_id": 1, "id": 8}, {"segmentation": {"size": [3, 4], "counts": "0<\\\\1"}, "keypoints": [1,2,2], "image_id": 9, "bbox": [0,0,1,1], "category_id": 1, "id": 9}], "categories": [{"id": 1, "name": "p", "keypoints": ["a"], "skeleton": [[1,1]]}]}' > corpus/coco_json/instances
+printf '\001"segmentation": [[1,2,3,4,5,6]], "keypoints": [1,2,2], "image_id": 1, "bbox": [0,0,1,1], "category_id": 1, "id": 5' > corpus/coco_json/annotation
+printf '\002\200"x": [NaN, 1e400, {"a": [[]]}], ' > corpus/coco_json/splice
 echo "seeded from $src (other_decode: seed it with small WebP/GIF/TIFF/BMP/PPM files, e.g. written by Pillow)"

@@ -1,1 +1,1800 @@
-//! annot/coco — COCO annotation files (module docs to come).
+//! annot/coco — COCO annotation files (`instances_*.json`, `person_keypoints_*.json`), parsed with bounded
+//! allocations into a checked, compact structure: the images in the order torchvision's `CocoDetection` visits
+//! them (`sorted(coco.imgs.keys())`), each image's annotations as one contiguous range in file order (what
+//! `coco.loadAnns(coco.getAnnIds(id))` returns), and the categories in file order.
+//!
+//! # The parser
+//! A small streaming parser of the bytes, written for this schema (no serde): it walks the file once, keeps only
+//! the fields [`CocoImage`], [`CocoAnnotation`] and [`CocoCategory`] hold, and skips every other value without
+//! allocating (an iterative skipper: nesting costs no stack). Why not `serde_json`:
+//! - Python's `json` (what pycocotools reads with) accepts `NaN`, `Infinity` and `-Infinity`, and turns `1e400`
+//!   into `inf`; pycocotools tolerates them in the keys it ignores (`info`, `licenses`, unknown keys), so the
+//!   skipper must too, while a known field must refuse them with a message that names the field: serde_json
+//!   refuses the tokens wherever they are, with a syntax error;
+//! - floats must be parsed exactly as Python's `float()` (correctly rounded; serde_json's default parser may be
+//!   off by one unit in the last place, its exact mode is slower): the fast exact path below (Clinger: a mantissa
+//!   below 2^53 times a power of ten up to 10^22, one rounding) and `str::parse` otherwise;
+//! - every limit is counted where the value is read, and an error inside an annotation names its index *and* its
+//!   `id`, which COCO writes last in each object: after an error in a field the parser skips that value, reads
+//!   on to the object's end for the `id`, then reports; with serde the id would be out of reach.
+//!
+//! # Tolerated as pycocotools tolerates it
+//! Unknown keys anywhere (ignored), missing `images`/`annotations`/`categories` (empty), missing optional
+//! annotation keys (`area`: the bbox's `w × h`, as pycocotools' `loadRes` computes it for boxes; `iscrowd`: 0;
+//! `segmentation`, `keypoints`: `None`, also for `null`; `num_keypoints`: the keypoints with visibility > 0),
+//! missing category keys (`name`/`supercategory`: empty; `keypoints`/`skeleton`: empty), ids written as floats
+//! with an integral value (`7.0`: Python's dict treats `7.0` and `7` as one key), a repeated key (the last value
+//! wins, as in Python's `json`; but a wrong value is refused even where a repeat would replace it), annotations
+//! whose `image_id` names no image (no image's; counted in [`CocoFile::orphans`]), `category_id`s that name no
+//! category, and exact duplicates of an image entry (one image, as `coco.imgs` is a dict) or of an annotation or
+//! category (kept twice, as pycocotools' lists keep them).
+//!
+//! # Refused (a `TrdataError::Source` naming the file, the element's index and id, and line/column)
+//! What pycocotools crashes on or resolves arbitrarily: a top level that is not an object; a missing `id`,
+//! `image_id`, `category_id` or `bbox` in an annotation, a missing `id`, `file_name`, `width` or `height` in an
+//! image, a missing category `id`; wrong types; a bbox that is not 4 finite numbers; `width`/`height` ≤ 0 or not
+//! integral; `iscrowd` other than 0/1/false/true; ids that are not integers or do not fit `i64` (string ids
+//! included: trdata ids are `i64`); two images, two annotations or two categories that share an id but differ
+//! (pycocotools' dicts keep the last one silently: a different file for the image, another annotation's content
+//! for the first one in `loadAnns`); keypoints whose length is not a multiple of 3; a segmentation that is neither
+//! a list of number lists nor `{size, counts}`; any number that is not finite (`NaN`, `Infinity`, `1e400`) in a
+//! known field; strings with a lone surrogate escape (not representable as UTF-8); bytes that are not UTF-8
+//! (Python's `open` refuses them too), a byte order mark, anything that is not JSON, a truncated file, data after
+//! the top-level object.
+//!
+//! # Not checked here
+//! What a segmentation means is the mask code's (annot/mask.rs): RLE counts that do not sum to `h × w`, an RLE
+//! `size` other than the image's, polygons of odd length or fewer than 3 points, the compressed string's
+//! alphabet. Nor are skeleton indices checked against the keypoint names, or keypoint counts against a category.
+//!
+//! # Limits
+//! [`CocoLimits`]: every count and length that comes from the file is checked while it is read (before the
+//! element it would add is stored), as is an estimate of the memory the parsed structure takes; nesting is limited
+//! to [`MAX_DEPTH`]; [`CocoFile::open`] reads regular files only, at most `max_file_bytes`. A list past its limit
+//! stops being stored at once; the rest of that annotation is skipped without allocating (linear time, bounded by
+//! the file size) so that the error can name the annotation's id, and then the parse ends.
+
+use std::fs::{FileType, OpenOptions};
+use std::io::Read;
+use std::ops::Range;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::Path;
+
+use super::mask::Segmentation;
+use crate::error::{Result, TrdataError};
+
+/// Deepest nesting of lists/objects accepted anywhere in the file (the COCO schema uses 5 levels; Python's `json`
+/// gives up near 1000, at a depth that depends on its stack). The skipper is iterative: this costs no stack.
+pub const MAX_DEPTH: usize = 512;
+
+/// The bounds a COCO file is checked against while it is parsed. The defaults admit the public COCO-format datasets
+/// with room to spare (COCO train2017: ~450 MB, 118,287 images, 860,001 annotations; LVIS and Objects365 are a few
+/// times larger) and bound what a hostile file can make the parser allocate: each list is counted as it is read
+/// and refused at the first element past its limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CocoLimits {
+    /// Largest file [`CocoFile::open`] reads (and [`CocoFile::parse_with`] accepts). Default 4 GiB.
+    pub max_file_bytes: u64,
+    /// Largest estimated size of the parsed structure (struct sizes plus every coordinate, run, keypoint and
+    /// string byte; the index arrays built at the end, at most 24 bytes per annotation, come on top).
+    /// Default 16 GiB: a 4 GiB file of minimal polygons (`0,` is 2 bytes, an `f64` 8) could otherwise ask for
+    /// ~16-32 GiB.
+    pub max_memory_bytes: u64,
+    /// Most entries in `images`. Default 2^24 (16.7 M; COCO has 118 k, Objects365 1.7 M).
+    pub max_images: usize,
+    /// Most entries in `annotations` (orphans included). Default 2^26 (67 M; COCO has 860 k, Objects365 25 M);
+    /// never more than `u32::MAX` (the per-image ranges are `u32`).
+    pub max_annotations: usize,
+    /// Most entries in `categories`. Default 2^20 (COCO 80, LVIS 1,203).
+    pub max_categories: usize,
+    /// Most polygons in one annotation's segmentation. Default 2^16.
+    pub max_polygons: usize,
+    /// Most coordinates (x and y counted apart) in one annotation's polygons, all polygons together.
+    /// Default 2^20 (524,288 points, 8 MiB of `f64`).
+    pub max_polygon_coords: usize,
+    /// Most runs in one uncompressed RLE (`counts` list), and most bytes in one compressed RLE string.
+    /// Default 2^24 (a 4096 × 4096 mask alternating every pixel).
+    pub max_rle_counts: usize,
+    /// Most numbers in one annotation's `keypoints` (3 per keypoint). Default 2^14 (COCO: 51, COCO-WholeBody: 399).
+    pub max_keypoint_values: usize,
+    /// Most keypoint names, and most skeleton edges, of one category. Default 2^12.
+    pub max_category_list: usize,
+    /// Longest string kept (a `file_name`, a category or keypoint name), in bytes after unescaping.
+    /// Default 4096 (Linux `PATH_MAX`: a longer file name cannot be opened).
+    pub max_string_bytes: usize,
+}
+
+impl Default for CocoLimits {
+    fn default() -> Self {
+        Self {
+            max_file_bytes: 4 << 30,
+            max_memory_bytes: 16 << 30,
+            max_images: 1 << 24,
+            max_annotations: 1 << 26,
+            max_categories: 1 << 20,
+            max_polygons: 1 << 16,
+            max_polygon_coords: 1 << 20,
+            max_rle_counts: 1 << 24,
+            max_keypoint_values: 1 << 14,
+            max_category_list: 1 << 12,
+            max_string_bytes: 4096,
+        }
+    }
+}
+
+/// One entry of `images`: the fields a data loader needs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CocoImage {
+    /// `id`, unique in the file (exact duplicates of an entry are merged).
+    pub id: i64,
+    /// `file_name`, relative to the image folder, as the file writes it.
+    pub file_name: String,
+    /// `width` in pixels, > 0.
+    pub width: u32,
+    /// `height` in pixels, > 0.
+    pub height: u32,
+}
+
+/// One entry of `annotations`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CocoAnnotation {
+    /// `id`.
+    pub id: i64,
+    /// `image_id`: the image it belongs to.
+    pub image_id: i64,
+    /// `category_id` (not required to name an entry of `categories`, as in pycocotools).
+    pub category_id: i64,
+    /// `bbox`: `[x, y, width, height]` in pixels, as the file writes it (finite; not clamped).
+    pub bbox: [f64; 4],
+    /// `area` (finite); `bbox[2] * bbox[3]` when the file has none.
+    pub area: f64,
+    /// `iscrowd` (0/false or 1/true; false when missing).
+    pub iscrowd: bool,
+    /// `segmentation` in one of its three forms; `None` when missing or `null`.
+    pub segmentation: Option<Segmentation>,
+    /// `keypoints`: `x, y, v` triples (finite, as `f32`); `None` when missing or `null`.
+    pub keypoints: Option<Vec<f32>>,
+    /// `num_keypoints`; when missing, the number of keypoint triples with `v > 0` (COCO's definition).
+    pub num_keypoints: u32,
+}
+
+/// One entry of `categories`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CocoCategory {
+    /// `id`.
+    pub id: i64,
+    /// `name` (empty when missing).
+    pub name: String,
+    /// `supercategory` (empty when missing).
+    pub supercategory: String,
+    /// `keypoints`: the keypoint names of a person_keypoints file (empty otherwise).
+    pub keypoints: Vec<String>,
+    /// `skeleton`: edges between keypoints, 1-based indices into `keypoints` as COCO writes them (not checked
+    /// against `keypoints`).
+    pub skeleton: Vec<[u32; 2]>,
+}
+
+/// A parsed COCO annotation file. Invariants (established by the parser, kept by having no mutators):
+/// `images` sorted by id, ids unique; `annotations` grouped by image in the order of `images`, in file order
+/// within one image, every one's `image_id` the id of its image; orphans are counted, not kept.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CocoFile {
+    images: Vec<CocoImage>,
+    annotations: Vec<CocoAnnotation>,
+    /// `offsets[k]..offsets[k + 1]`: the annotations of `images[k]`; `images.len() + 1` entries.
+    offsets: Vec<u32>,
+    categories: Vec<CocoCategory>,
+    orphans: u64,
+}
+
+impl CocoFile {
+    /// Read and parse the COCO file `path` with the default [`CocoLimits`].
+    pub fn open(path: &Path) -> Result<Self> {
+        Self::open_with(path, &CocoLimits::default())
+    }
+
+    /// Read and parse the COCO file `path`: only a regular file is read (a FIFO or a device is refused without
+    /// blocking), and never more than `limits.max_file_bytes`.
+    pub fn open_with(path: &Path, limits: &CocoLimits) -> Result<Self> {
+        let bytes = read_bounded(path, limits.max_file_bytes)?;
+        Self::parse_with(&bytes, path, limits)
+    }
+
+    /// Parse the bytes of a COCO file with the default [`CocoLimits`]; `path` names the file in errors.
+    pub fn parse(bytes: &[u8], path: &Path) -> Result<Self> {
+        Self::parse_with(bytes, path, &CocoLimits::default())
+    }
+
+    /// Parse the bytes of a COCO file under `limits`; `path` names the file in errors.
+    pub fn parse_with(bytes: &[u8], path: &Path, limits: &CocoLimits) -> Result<Self> {
+        let source = |message: String| TrdataError::Source { path: path.to_path_buf(), message };
+        if bytes.len() as u64 > limits.max_file_bytes {
+            return Err(source(format!(
+                "the COCO file is {} bytes, more than the limit of {} bytes (CocoLimits::max_file_bytes)",
+                bytes.len(),
+                limits.max_file_bytes
+            )));
+        }
+        let mut p = Parser { s: bytes, i: 0, lim: limits, mem: 0, scratch: Scratch::default() };
+        let mut raw = Raw::default();
+        p.file(&mut raw).map_err(|f| f.into_error(bytes, path))?;
+        finish(raw).map_err(|f| f.into_error(bytes, path))
+    }
+
+    /// The images, sorted by id: torchvision `CocoDetection`'s order (`sorted(coco.imgs.keys())`).
+    pub fn images(&self) -> &[CocoImage] {
+        &self.images
+    }
+
+    /// Every annotation that belongs to an image, grouped by image in the order of [`images`](Self::images).
+    pub fn annotations(&self) -> &[CocoAnnotation] {
+        &self.annotations
+    }
+
+    /// The indices into [`annotations`](Self::annotations) of `images()[k]`'s annotations, in file order.
+    ///
+    /// # Panics
+    /// If `k >= images().len()`.
+    pub fn annotation_range(&self, k: usize) -> Range<usize> {
+        self.offsets[k] as usize..self.offsets[k + 1] as usize
+    }
+
+    /// The annotations of `images()[k]`, in file order (`coco.loadAnns(coco.getAnnIds(imgIds=id))`).
+    ///
+    /// # Panics
+    /// If `k >= images().len()`.
+    pub fn annotations_of(&self, k: usize) -> &[CocoAnnotation] {
+        &self.annotations[self.annotation_range(k)]
+    }
+
+    /// The index in [`images`](Self::images) of the image with `id`.
+    pub fn image_index(&self, id: i64) -> Option<usize> {
+        self.images.binary_search_by_key(&id, |im| im.id).ok()
+    }
+
+    /// The categories, in file order.
+    pub fn categories(&self) -> &[CocoCategory] {
+        &self.categories
+    }
+
+    /// How many annotations name an `image_id` that no image has (no image's: not in
+    /// [`annotations`](Self::annotations)).
+    pub fn orphans(&self) -> u64 {
+        self.orphans
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Reading the file
+
+fn describe_file_type(ft: FileType) -> &'static str {
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// The bytes of the regular file `path`, at most `limit` of them (checked before and while reading). `annot` may
+/// not import `source` (layering), so this is the few lines of source/read.rs's protocol it needs: open without
+/// blocking, `fstat` the descriptor, check the length, read at most `limit + 1` bytes.
+fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
+    let source = |message: String| TrdataError::Source { path: path.to_path_buf(), message };
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match std::fs::metadata(path) {
+            Ok(m) if !m.file_type().is_file() => source(format!(
+                "is {}, not a regular file (only regular files are read)",
+                describe_file_type(m.file_type())
+            )),
+            _ => source(format!("cannot open the COCO file: {e}")),
+        })?;
+    let meta = file.metadata().map_err(|e| source(format!("cannot stat the COCO file: {e}")))?;
+    if !meta.file_type().is_file() {
+        return Err(source(format!(
+            "is {}, not a regular file (only regular files are read)",
+            describe_file_type(meta.file_type())
+        )));
+    }
+    let len = meta.len();
+    if len > limit {
+        return Err(source(format!(
+            "the COCO file is {len} bytes, more than the limit of {limit} bytes (CocoLimits::max_file_bytes)"
+        )));
+    }
+    let mut buf = Vec::new();
+    buf.try_reserve_exact(usize::try_from(len).unwrap_or(usize::MAX))
+        .map_err(|_| TrdataError::Memory { what: format!("the bytes of {}", path.display()), bytes: len })?;
+    file.take(limit.saturating_add(1)).read_to_end(&mut buf).map_err(|e| source(format!("cannot read: {e}")))?;
+    if buf.len() as u64 > limit {
+        return Err(source(format!("the COCO file grew past the limit of {limit} bytes while it was read")));
+    }
+    Ok(buf)
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Failures inside the parser
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FailKind {
+    /// Not JSON (what Python's `json` refuses too): never recovered from.
+    Syntax,
+    /// JSON, but not what the schema allows (or beyond a limit): inside an element, the parser skips the value
+    /// and reads on to the element's end for its id.
+    Schema,
+    /// An allocation failed.
+    Memory(u64),
+}
+
+#[derive(Debug)]
+struct Fail {
+    kind: FailKind,
+    /// Byte offset the failure is reported at.
+    at: usize,
+    what: String,
+    /// The element: "annotation 17 (id 42)"; empty at the top level.
+    ctx: String,
+}
+
+type PResult<T> = std::result::Result<T, Fail>;
+
+/// `Fail::at` of a failure that has no one place in the file (two elements that conflict).
+const NO_POS: usize = usize::MAX;
+
+fn syntax(at: usize, what: impl Into<String>) -> Fail {
+    Fail { kind: FailKind::Syntax, at, what: what.into(), ctx: String::new() }
+}
+
+fn schema(at: usize, what: impl Into<String>) -> Fail {
+    Fail { kind: FailKind::Schema, at, what: what.into(), ctx: String::new() }
+}
+
+impl Fail {
+    fn into_error(self, s: &[u8], path: &Path) -> TrdataError {
+        let ctx = if self.ctx.is_empty() { String::new() } else { format!("{}: ", self.ctx) };
+        if let FailKind::Memory(bytes) = self.kind {
+            return TrdataError::Memory { what: format!("{ctx}{} of {}", self.what, path.display()), bytes };
+        }
+        let kind = if self.kind == FailKind::Syntax { "invalid JSON: " } else { "" };
+        if self.at == NO_POS {
+            return TrdataError::Source { path: path.to_path_buf(), message: format!("{ctx}{kind}{}", self.what) };
+        }
+        let at = self.at.min(s.len());
+        let before = &s[..at];
+        let line = 1 + before.iter().filter(|&&b| b == b'\n').count();
+        let column = 1 + at - before.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+        TrdataError::Source {
+            path: path.to_path_buf(),
+            message: format!("{ctx}{kind}{} (line {line}, column {column}, byte {at})", self.what),
+        }
+    }
+}
+
+/// Up to 40 bytes of `s[a..b]` as text, for messages.
+fn snippet(s: &[u8], a: usize, b: usize) -> String {
+    let b = b.min(s.len());
+    let a = a.min(b);
+    let cut = (b - a).min(40);
+    let mut t = String::from_utf8_lossy(&s[a..a + cut]).into_owned();
+    if cut < b - a {
+        t.push('…');
+    }
+    t
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The parser
+
+/// The keys the schema knows (any context); everything else is `Other` and skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Images,
+    Annotations,
+    Categories,
+    Id,
+    ImageId,
+    CategoryId,
+    Bbox,
+    Area,
+    Iscrowd,
+    Segmentation,
+    Keypoints,
+    NumKeypoints,
+    FileName,
+    Width,
+    Height,
+    Name,
+    Supercategory,
+    Skeleton,
+    Size,
+    Counts,
+    Other,
+}
+
+fn classify_plain(k: &[u8]) -> Key {
+    match k {
+        b"images" => Key::Images,
+        b"annotations" => Key::Annotations,
+        b"categories" => Key::Categories,
+        b"id" => Key::Id,
+        b"image_id" => Key::ImageId,
+        b"category_id" => Key::CategoryId,
+        b"bbox" => Key::Bbox,
+        b"area" => Key::Area,
+        b"iscrowd" => Key::Iscrowd,
+        b"segmentation" => Key::Segmentation,
+        b"keypoints" => Key::Keypoints,
+        b"num_keypoints" => Key::NumKeypoints,
+        b"file_name" => Key::FileName,
+        b"width" => Key::Width,
+        b"height" => Key::Height,
+        b"name" => Key::Name,
+        b"supercategory" => Key::Supercategory,
+        b"skeleton" => Key::Skeleton,
+        b"size" => Key::Size,
+        b"counts" => Key::Counts,
+        _ => Key::Other,
+    }
+}
+
+/// `10^k` for the exact fast path (every one exactly representable).
+const POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20,
+    1e21, 1e22,
+];
+
+/// The common number forms, `-?[0-9]+(\.[0-9]+)?` with at most 18 digits (COCO's coordinates, boxes, areas),
+/// valued exactly (Clinger's fast path), with the index after them; `None` for anything else, which the general
+/// [`Parser::number`] then reads (or refuses).
+#[inline(always)]
+fn simple_number(s: &[u8], at: usize) -> Option<(f64, usize)> {
+    let neg = s.get(at) == Some(&b'-');
+    let start = at + usize::from(neg);
+    let mut j = start;
+    let mut m: u64 = 0;
+    while let Some(&c) = s.get(j) {
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            break;
+        }
+        if j - start == 18 {
+            return None;
+        }
+        m = m * 10 + u64::from(d);
+        j += 1;
+    }
+    let digits = j - start;
+    if digits == 0 || (digits > 1 && s[start] == b'0') {
+        return None;
+    }
+    let mut frac = 0;
+    if s.get(j) == Some(&b'.') {
+        j += 1;
+        let f0 = j;
+        while let Some(&c) = s.get(j) {
+            let d = c.wrapping_sub(b'0');
+            if d > 9 {
+                break;
+            }
+            if digits + (j - f0) == 18 {
+                return None;
+            }
+            m = m * 10 + u64::from(d);
+            j += 1;
+        }
+        frac = j - f0;
+        if frac == 0 {
+            return None;
+        }
+    }
+    if matches!(s.get(j), Some(b'e' | b'E')) || m > 1 << 53 {
+        return None;
+    }
+    if frac == 0 && m == 0 {
+        return Some((0.0, j)); // "-0" is Python's int 0: +0.0
+    }
+    let v = m as f64 / POW10[frac];
+    Some((if neg { -v } else { v }, j))
+}
+
+/// A number token: its value as Python's `float()` reads it, and as an integer when it is an integer literal
+/// that fits `i64`.
+#[derive(Debug, Clone, Copy)]
+struct Num {
+    f: f64,
+    int: Option<i64>,
+}
+
+#[derive(Default)]
+struct Raw {
+    images: Vec<CocoImage>,
+    annotations: Vec<CocoAnnotation>,
+    categories: Vec<CocoCategory>,
+}
+
+struct Parser<'a> {
+    s: &'a [u8],
+    i: usize,
+    lim: &'a CocoLimits,
+    /// Estimated bytes of the parsed structure so far.
+    mem: u64,
+    /// Scratch lists, reused across annotations: a list is read into one, then copied into an allocation of
+    /// exactly its length (no growth reallocations, no capacity slack kept in the result).
+    scratch: Scratch,
+}
+
+#[derive(Default)]
+struct Scratch {
+    coords: Vec<f64>,
+    polys: Vec<Vec<f64>>,
+    runs: Vec<u32>,
+    keypoints: Vec<f32>,
+}
+
+fn hex4(h: &[u8]) -> Option<u32> {
+    let t = std::str::from_utf8(h.get(..4)?).ok()?;
+    u32::from_str_radix(t, 16).ok()
+}
+
+/// Append `x` to a list that may grow large, reporting an allocation failure instead of aborting.
+fn push_checked<T>(v: &mut Vec<T>, x: T, at: usize, what: &str) -> PResult<()> {
+    if v.len() == v.capacity() && v.try_reserve(1).is_err() {
+        let bytes = (v.len() as u64 + 1).saturating_mul(std::mem::size_of::<T>() as u64);
+        return Err(Fail { kind: FailKind::Memory(bytes), at, what: what.to_string(), ctx: String::new() });
+    }
+    v.push(x);
+    Ok(())
+}
+
+impl<'a> Parser<'a> {
+    // -- lexing ---------------------------------------------------------------------------------------------
+
+    #[inline]
+    fn ws(&mut self) {
+        while let Some(&b) = self.s.get(self.i) {
+            if b == b' ' || b == b'\n' || b == b'\r' || b == b'\t' {
+                self.i += 1;
+            } else {
+                break;
+            }
+        }
+    }
+
+    #[inline]
+    fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.s.get(self.i).copied()
+    }
+
+    /// What the value at `at` is, for "must be …, found …" messages.
+    fn found(&self, at: usize) -> String {
+        let s = self.s;
+        let token = |n: usize| snippet(s, at, at + n);
+        match s.get(at) {
+            None => "the end of the file".into(),
+            Some(b'{') => "an object".into(),
+            Some(b'[') => "a list".into(),
+            Some(b'"') => {
+                let end = s[at + 1..].iter().position(|&b| b == b'"').map_or(s.len(), |p| at + 2 + p);
+                format!("the string {}", snippet(s, at, end))
+            }
+            Some(b't' | b'f') => format!("the boolean {}", token(5).trim_end_matches(|c: char| !c.is_alphabetic())),
+            Some(b'n') => "null".into(),
+            Some(b'N' | b'I') => {
+                let end = s[at..].iter().position(|b| !b.is_ascii_alphanumeric()).map_or(s.len(), |p| at + p);
+                format!("{} (not a finite number)", snippet(s, at, end))
+            }
+            Some(b'-' | b'0'..=b'9') => {
+                let end = s[at + 1..]
+                    .iter()
+                    .position(
+                        |b| !matches!(b, b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-' | b'a'..=b'z' | b'A'..=b'Z'),
+                    )
+                    .map_or(s.len(), |p| at + 1 + p);
+                format!("the number {}", snippet(s, at, end))
+            }
+            Some(_) => format!("{:?}", token(1)),
+        }
+    }
+
+    fn type_error(&self, at: usize, what: &str, expected: &str) -> Fail {
+        schema(at, format!("{what} must be {expected}, found {}", self.found(at)))
+    }
+
+    fn literal(&mut self, lit: &[u8]) -> PResult<()> {
+        if self.s[self.i..].starts_with(lit) {
+            self.i += lit.len();
+            Ok(())
+        } else {
+            Err(syntax(self.i, format!("expected a JSON value, found {:?}", snippet(self.s, self.i, self.i + 8))))
+        }
+    }
+
+    /// The string at the cursor (which is at its `"`): the span of its contents and whether it has escapes.
+    /// Escapes are checked (Python's rules: `\uXXXX` with 4 hex digits, lone surrogates allowed); control
+    /// characters are refused. The bytes are UTF-8 (checked for the whole file first).
+    fn string_span(&mut self) -> PResult<(usize, usize, bool)> {
+        let s = self.s;
+        let open = self.i;
+        let start = open + 1;
+        let mut j = start;
+        let mut esc = false;
+        loop {
+            let Some(&b) = s.get(j) else {
+                return Err(syntax(open, "a string is not closed (truncated file?)"));
+            };
+            match b {
+                b'"' => {
+                    self.i = j + 1;
+                    return Ok((start, j, esc));
+                }
+                b'\\' => {
+                    esc = true;
+                    match s.get(j + 1) {
+                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => j += 2,
+                        Some(b'u') => {
+                            if s.get(j + 2..j + 6).is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
+                                j += 6;
+                            } else {
+                                return Err(syntax(j, "\\u in a string must be followed by 4 hex digits"));
+                            }
+                        }
+                        None => return Err(syntax(open, "a string is not closed (truncated file?)")),
+                        Some(_) => {
+                            return Err(syntax(j, format!("invalid escape {:?} in a string", snippet(s, j, j + 2))));
+                        }
+                    }
+                }
+                0..=0x1f => {
+                    return Err(syntax(
+                        j,
+                        format!("control character 0x{b:02x} in a string (JSON requires it escaped)"),
+                    ));
+                }
+                _ => j += 1,
+            }
+        }
+    }
+
+    /// The contents of a string span, unescaped, at most `limit` bytes (checked as it grows, so the allocation is
+    /// bounded by the limit). A lone surrogate escape cannot be UTF-8: refused.
+    fn unescape(&self, a: usize, b: usize, esc: bool, limit: usize, what: &str) -> PResult<Vec<u8>> {
+        let raw = &self.s[a..b];
+        let too_long = || schema(a, format!("{what} is longer than the limit of {limit} bytes"));
+        if !esc {
+            if raw.len() > limit {
+                return Err(too_long());
+            }
+            return Ok(raw.to_vec());
+        }
+        let mut out = Vec::with_capacity(raw.len().min(limit));
+        let mut k = 0;
+        while k < raw.len() {
+            let c = raw[k];
+            if c != b'\\' {
+                out.push(c);
+                k += 1;
+            } else {
+                match raw.get(k + 1) {
+                    Some(b'u') => {
+                        let u = hex4(raw.get(k + 2..).unwrap_or_default()).unwrap_or(0xFFFF_FFFF);
+                        k += 6;
+                        let ch = if (0xD800..0xDC00).contains(&u) {
+                            match (raw.get(k..k + 2), raw.get(k + 2..).and_then(hex4)) {
+                                (Some(b"\\u"), Some(lo)) if (0xDC00..0xE000).contains(&lo) => {
+                                    k += 6;
+                                    char::from_u32(0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00))
+                                }
+                                _ => None,
+                            }
+                        } else {
+                            char::from_u32(u)
+                        };
+                        let Some(ch) = ch else {
+                            return Err(schema(
+                                a,
+                                format!("{what} has a lone surrogate escape \\u{u:04x}, which is not UTF-8"),
+                            ));
+                        };
+                        out.extend_from_slice(ch.encode_utf8(&mut [0; 4]).as_bytes());
+                    }
+                    Some(&e) => {
+                        out.push(match e {
+                            b'b' => 8,
+                            b'f' => 12,
+                            b'n' => b'\n',
+                            b'r' => b'\r',
+                            b't' => b'\t',
+                            other => other, // " \ /
+                        });
+                        k += 2;
+                    }
+                    None => k += 1,
+                }
+            }
+            if out.len() > limit {
+                return Err(too_long());
+            }
+        }
+        Ok(out)
+    }
+
+    /// After a list's `[`: whether an element follows (the cursor is then at it), or the list ended (`]` read).
+    #[inline]
+    fn next_elem(&mut self, first: &mut bool) -> PResult<bool> {
+        let c = self.peek();
+        if *first {
+            *first = false;
+            if c == Some(b']') {
+                self.i += 1;
+                return Ok(false);
+            }
+            return Ok(true);
+        }
+        match c {
+            Some(b',') => {
+                self.i += 1;
+                self.ws();
+                Ok(true)
+            }
+            Some(b']') => {
+                self.i += 1;
+                Ok(false)
+            }
+            None => Err(syntax(self.i, "the file ends inside a list (truncated?)")),
+            Some(_) => Err(syntax(self.i, format!("expected ',' or ']' in a list, found {}", self.found(self.i)))),
+        }
+    }
+
+    /// A `"key":` at the cursor: its kind; the cursor is then at the value.
+    fn key_colon(&mut self) -> PResult<Key> {
+        if self.s.get(self.i) != Some(&b'"') {
+            return Err(syntax(
+                self.i,
+                format!("expected a key (a string in double quotes), found {}", self.found(self.i)),
+            ));
+        }
+        let (a, b, esc) = self.string_span()?;
+        let key = if !esc {
+            classify_plain(&self.s[a..b])
+        } else if b - a <= 96 {
+            self.unescape(a, b, true, 96, "key").map_or(Key::Other, |k| classify_plain(&k))
+        } else {
+            Key::Other
+        };
+        if self.peek() != Some(b':') {
+            return Err(syntax(self.i, format!("expected ':' after a key, found {}", self.found(self.i))));
+        }
+        self.i += 1;
+        self.ws();
+        Ok(key)
+    }
+
+    /// After an object's `{`: the next key (the cursor is then at its value), or `None` when the object ended.
+    fn next_key(&mut self, first: &mut bool) -> PResult<Option<Key>> {
+        let c = self.peek();
+        if *first {
+            *first = false;
+            if c == Some(b'}') {
+                self.i += 1;
+                return Ok(None);
+            }
+        } else {
+            match c {
+                Some(b',') => {
+                    self.i += 1;
+                    self.ws();
+                }
+                Some(b'}') => {
+                    self.i += 1;
+                    return Ok(None);
+                }
+                None => return Err(syntax(self.i, "the file ends inside an object (truncated?)")),
+                Some(_) => {
+                    return Err(syntax(
+                        self.i,
+                        format!("expected ',' or '}}' in an object, found {}", self.found(self.i)),
+                    ));
+                }
+            }
+        }
+        self.key_colon().map(Some)
+    }
+
+    /// Skip the value at the cursor (which sits in containers `depth` deep), checking its syntax as Python's `json`
+    /// would (`NaN`, `Infinity`, `-Infinity` and overflowing numbers included), allocating nothing.
+    fn skip_value(&mut self, depth: usize) -> PResult<()> {
+        // Bit d of `stack`: whether the container at local depth d is an object.
+        let mut stack = [0u64; MAX_DEPTH.div_ceil(64)];
+        let mut d = 0usize;
+        'value: loop {
+            let at = self.i;
+            match self.peek() {
+                Some(c @ (b'{' | b'[')) => {
+                    if depth + d >= MAX_DEPTH {
+                        return Err(syntax(self.i, format!("lists/objects nested deeper than {MAX_DEPTH} levels")));
+                    }
+                    let obj = c == b'{';
+                    if obj {
+                        stack[d / 64] |= 1 << (d % 64);
+                    } else {
+                        stack[d / 64] &= !(1 << (d % 64));
+                    }
+                    d += 1;
+                    self.i += 1;
+                    let close = if obj { b'}' } else { b']' };
+                    if self.peek() == Some(close) {
+                        self.i += 1;
+                        d -= 1;
+                    } else {
+                        if obj {
+                            self.key_colon()?;
+                        }
+                        continue 'value;
+                    }
+                }
+                Some(b'"') => {
+                    self.string_span()?;
+                }
+                Some(b't') => self.literal(b"true")?,
+                Some(b'f') => self.literal(b"false")?,
+                Some(b'n') => self.literal(b"null")?,
+                Some(b'N') => self.literal(b"NaN")?,
+                Some(b'I') => self.literal(b"Infinity")?,
+                Some(b'-' | b'0'..=b'9') => {
+                    self.number()?;
+                }
+                None => return Err(syntax(at, "the file ends where a value should be (truncated?)")),
+                Some(_) => return Err(syntax(self.i, format!("expected a JSON value, found {}", self.found(self.i)))),
+            }
+            // After a value: close containers until one continues with ','.
+            loop {
+                if d == 0 {
+                    return Ok(());
+                }
+                let obj = stack[(d - 1) / 64] & (1 << ((d - 1) % 64)) != 0;
+                match self.peek() {
+                    Some(b',') => {
+                        self.i += 1;
+                        self.ws();
+                        if obj {
+                            self.key_colon()?;
+                        }
+                        continue 'value;
+                    }
+                    Some(b'}') if obj => {
+                        self.i += 1;
+                        d -= 1;
+                    }
+                    Some(b']') if !obj => {
+                        self.i += 1;
+                        d -= 1;
+                    }
+                    None => return Err(syntax(self.i, "the file ends inside a list or object (truncated?)")),
+                    Some(_) => {
+                        let want = if obj { "',' or '}' in an object" } else { "',' or ']' in a list" };
+                        return Err(syntax(self.i, format!("expected {want}, found {}", self.found(self.i))));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The number at the cursor (`-`, a digit, or `-Infinity`), with Python's grammar
+    /// (`-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?`), valued as Python's `float()` would (overflow: ±inf).
+    #[inline]
+    fn number(&mut self) -> PResult<Num> {
+        let s = self.s;
+        let start = self.i;
+        let mut j = start;
+        let neg = s.get(j) == Some(&b'-');
+        if neg {
+            j += 1;
+        }
+        let mut m: u64 = 0; // the first 19 significant digits
+        let mut nd: u32 = 0; // how many significant digits m holds
+        let mut e10: i64 = 0; // value = m × 10^e10 (when `exact`)
+        let mut exact = true; // no nonzero digit was dropped
+        match s.get(j) {
+            Some(b'0') => j += 1,
+            Some(b'1'..=b'9') => {
+                while let Some(&c @ b'0'..=b'9') = s.get(j) {
+                    if nd < 19 {
+                        m = m * 10 + u64::from(c - b'0');
+                        nd += 1;
+                    } else {
+                        e10 += 1;
+                        exact &= c == b'0';
+                    }
+                    j += 1;
+                }
+            }
+            Some(b'I') if neg => {
+                if s[j..].starts_with(b"Infinity") {
+                    self.i = j + 8;
+                    return Ok(Num { f: f64::NEG_INFINITY, int: None });
+                }
+                return Err(syntax(start, format!("invalid number {:?}", snippet(s, start, j + 8))));
+            }
+            _ => return Err(syntax(start, format!("invalid number {:?}", snippet(s, start, j + 1)))),
+        }
+        let mut is_int = true;
+        if s.get(j) == Some(&b'.') {
+            is_int = false;
+            j += 1;
+            if !matches!(s.get(j), Some(b'0'..=b'9')) {
+                return Err(syntax(
+                    start,
+                    format!("invalid number {:?}: a digit must follow '.'", snippet(s, start, j + 1)),
+                ));
+            }
+            while let Some(&c @ b'0'..=b'9') = s.get(j) {
+                if m == 0 && c == b'0' {
+                    e10 -= 1;
+                } else if nd < 19 {
+                    m = m * 10 + u64::from(c - b'0');
+                    nd += 1;
+                    e10 -= 1;
+                } else {
+                    exact &= c == b'0';
+                }
+                j += 1;
+            }
+        }
+        if matches!(s.get(j), Some(b'e' | b'E')) {
+            is_int = false;
+            j += 1;
+            let eneg = match s.get(j) {
+                Some(b'-') => {
+                    j += 1;
+                    true
+                }
+                Some(b'+') => {
+                    j += 1;
+                    false
+                }
+                _ => false,
+            };
+            if !matches!(s.get(j), Some(b'0'..=b'9')) {
+                return Err(syntax(
+                    start,
+                    format!("invalid number {:?}: a digit must follow the exponent", snippet(s, start, j + 1)),
+                ));
+            }
+            let mut ev: i64 = 0;
+            while let Some(&c @ b'0'..=b'9') = s.get(j) {
+                if ev < 1_000_000_000 {
+                    ev = ev * 10 + i64::from(c - b'0');
+                }
+                j += 1;
+            }
+            e10 += if eneg { -ev } else { ev };
+        }
+        self.i = j;
+        let f = if m == 0 {
+            0.0
+        } else if exact && m <= 1 << 53 && (-22..=22).contains(&e10) {
+            // Clinger's fast path: both operands exact, one rounding — the correctly rounded value.
+            let v = m as f64;
+            if e10 >= 0 { v * POW10[e10 as usize] } else { v / POW10[(-e10) as usize] }
+        } else {
+            let t = std::str::from_utf8(&s[start..j]).unwrap_or("x");
+            match t.parse::<f64>() {
+                Ok(v) => v.abs(),
+                Err(_) => return Err(syntax(start, format!("unreadable number {:?}", snippet(s, start, j)))),
+            }
+        };
+        // An integer literal is a Python int: "-0" is 0, whose float is +0.0.
+        let f = if neg && !(is_int && m == 0) { -f } else { f };
+        let int = if is_int && exact {
+            let mag = if e10 == 0 {
+                Some(m)
+            } else {
+                u32::try_from(e10).ok().and_then(|e| 10u64.checked_pow(e)).and_then(|p| m.checked_mul(p))
+            };
+            mag.and_then(|v| i64::try_from(if neg { -i128::from(v) } else { i128::from(v) }).ok())
+        } else {
+            None
+        };
+        Ok(Num { f, int })
+    }
+
+    // -- typed values ---------------------------------------------------------------------------------------
+
+    /// A finite number (`what` names it in errors).
+    #[inline]
+    fn finite(&mut self, what: &str) -> PResult<f64> {
+        self.ws();
+        let at = self.i;
+        if let Some((v, j)) = simple_number(self.s, at) {
+            self.i = j;
+            return Ok(v);
+        }
+        match self.s.get(at) {
+            Some(b'-' | b'0'..=b'9') => {
+                let n = self.number()?;
+                if n.f.is_finite() {
+                    Ok(n.f)
+                } else {
+                    Err(schema(at, format!("{what} must be a finite number, found {}", self.found(at))))
+                }
+            }
+            _ => Err(self.type_error(at, what, "a finite number")),
+        }
+    }
+
+    /// An integer that fits `i64`; a float with an integral value counts (`7.0` is Python's `7` as a dict key).
+    fn int_value(&mut self, what: &str) -> PResult<i64> {
+        self.ws();
+        let at = self.i;
+        match self.s.get(at) {
+            Some(b'-' | b'0'..=b'9') => {
+                let n = self.number()?;
+                if let Some(v) = n.int {
+                    return Ok(v);
+                }
+                // ±2^63 are exactly representable; every integral float in [-2^63, 2^63) fits i64.
+                if n.f.is_finite() && n.f.fract() == 0.0 && n.f >= i64::MIN as f64 && n.f < -(i64::MIN as f64) {
+                    return Ok(n.f as i64);
+                }
+                Err(schema(at, format!("{what} must be an integer that fits 64 bits, found {}", self.found(at))))
+            }
+            _ => Err(self.type_error(at, what, "an integer")),
+        }
+    }
+
+    /// An integer in `0..=u32::MAX`.
+    fn u32_value(&mut self, what: &str) -> PResult<u32> {
+        let at = self.peek_at();
+        let v = self.int_value(what)?;
+        u32::try_from(v).map_err(|_| schema(at, format!("{what} must be in 0..=4294967295, found {v}")))
+    }
+
+    /// An image side: an integer in `1..=u32::MAX`.
+    fn side(&mut self, what: &str) -> PResult<u32> {
+        self.ws();
+        let at = self.i;
+        let v = self.int_value(what)?;
+        match u32::try_from(v) {
+            Ok(v) if v > 0 => Ok(v),
+            _ => Err(schema(at, format!("{what} must be a positive integer (pixels), found {v}"))),
+        }
+    }
+
+    /// A string kept in the structure: at most `max_string_bytes`, valid UTF-8.
+    fn string_value(&mut self, what: &str) -> PResult<String> {
+        self.ws();
+        let at = self.i;
+        if self.s.get(at) != Some(&b'"') {
+            return Err(self.type_error(at, what, "a string"));
+        }
+        let (a, b, esc) = self.string_span()?;
+        let bytes = self.unescape(a, b, esc, self.lim.max_string_bytes, what)?;
+        String::from_utf8(bytes).map_err(|_| schema(at, format!("{what} is not UTF-8")))
+    }
+
+    /// Whether the cursor is at `null` (consumed if so).
+    fn null(&mut self) -> PResult<bool> {
+        if self.peek() == Some(b'n') {
+            self.literal(b"null")?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// A list at the cursor: its `[` consumed, or a type error.
+    fn open_list(&mut self, what: &str, expected: &str) -> PResult<usize> {
+        self.ws();
+        let at = self.i;
+        if self.s.get(at) != Some(&b'[') {
+            return Err(self.type_error(at, what, expected));
+        }
+        self.i += 1;
+        Ok(at)
+    }
+
+    fn limit(at: usize, what: &str, limit: usize, name: &str) -> Fail {
+        schema(at, format!("{what} has more than {limit} entries, the limit (CocoLimits::{name})"))
+    }
+
+    /// Account for `bytes` more of parsed structure; refuse past `max_memory_bytes`.
+    fn spend(&mut self, bytes: u64, at: usize) -> PResult<()> {
+        self.mem = self.mem.saturating_add(bytes);
+        if self.mem > self.lim.max_memory_bytes {
+            return Err(schema(
+                at,
+                format!(
+                    "the parsed annotations would take more than {} bytes, the limit (CocoLimits::max_memory_bytes)",
+                    self.lim.max_memory_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    // -- schema ---------------------------------------------------------------------------------------------
+
+    fn file(&mut self, raw: &mut Raw) -> PResult<()> {
+        if self.s.starts_with(&[0xEF, 0xBB, 0xBF]) {
+            return Err(syntax(
+                0,
+                "the file starts with a UTF-8 byte order mark, which JSON (and Python's json) refuses",
+            ));
+        }
+        if let Err(e) = std::str::from_utf8(self.s) {
+            return Err(syntax(e.valid_up_to(), "bytes that are not UTF-8"));
+        }
+        let at = self.peek_at();
+        match self.s.get(at) {
+            None => return Err(syntax(at, "the file is empty (no JSON value)")),
+            Some(b'{') => self.i += 1,
+            Some(b'[') => {
+                return Err(schema(
+                    at,
+                    "the top level is a list, not an object: a COCO annotation file is {\"images\": [...], \
+                     \"annotations\": [...], \"categories\": [...]} (a top-level list is a results file)",
+                ));
+            }
+            Some(b'"' | b't' | b'f' | b'n' | b'N' | b'I' | b'-' | b'0'..=b'9') => {
+                return Err(self.type_error(
+                    at,
+                    "the top level",
+                    "an object {\"images\": [...], \"annotations\": [...], ...}",
+                ));
+            }
+            Some(_) => return Err(syntax(at, format!("not JSON: expected '{{', found {}", self.found(at)))),
+        }
+        let mut first = true;
+        while let Some(key) = self.next_key(&mut first)? {
+            match key {
+                Key::Images => self.images(&mut raw.images)?,
+                Key::Annotations => self.annotations(&mut raw.annotations)?,
+                Key::Categories => self.categories(&mut raw.categories)?,
+                _ => self.skip_value(1)?,
+            }
+        }
+        self.ws();
+        if self.i != self.s.len() {
+            return Err(syntax(self.i, format!("extra data after the top-level object: {}", self.found(self.i))));
+        }
+        Ok(())
+    }
+
+    fn peek_at(&mut self) -> usize {
+        self.ws();
+        self.i
+    }
+
+    /// The object at the cursor as element `index` of a list of `kind`s: `field` is called for each key with the
+    /// cursor at its value, which it must consume. A schema error in a value is remembered, the value skipped, and
+    /// the rest of the object read only for its `id`, so that the error names it; syntax errors end the parse.
+    /// Returns the span of the `id` value, if any.
+    fn element(
+        &mut self,
+        kind: &str,
+        index: usize,
+        mut field: impl FnMut(&mut Self, Key) -> PResult<()>,
+    ) -> PResult<Option<(usize, usize)>> {
+        let s = self.s;
+        let ctx = |id: Option<(usize, usize)>| match id {
+            Some((a, b)) => format!("{kind} {index} (id {})", snippet(s, a, b)),
+            None => format!("{kind} {index}"),
+        };
+        let at = self.peek_at();
+        if s.get(at) != Some(&b'{') {
+            let mut e = self.type_error(at, kind, "an object");
+            e.ctx = ctx(None);
+            return Err(e);
+        }
+        self.i += 1;
+        let mut first = true;
+        let mut id = None;
+        let mut pending: Option<Fail> = None;
+        loop {
+            let key = match self.next_key(&mut first) {
+                Ok(Some(k)) => k,
+                Ok(None) => break,
+                Err(mut e) => {
+                    e.ctx = ctx(id);
+                    return Err(e);
+                }
+            };
+            let start = self.i;
+            let r = if pending.is_none() { field(self, key) } else { self.skip_value(3) };
+            if let Err(e) = r {
+                if e.kind != FailKind::Schema || pending.is_some() {
+                    let mut e = e;
+                    e.ctx = ctx(id);
+                    return Err(e);
+                }
+                pending = Some(e);
+                self.i = start;
+                if let Err(mut e) = self.skip_value(3) {
+                    e.ctx = ctx(id);
+                    return Err(e);
+                }
+            }
+            if key == Key::Id {
+                id = Some((start, self.i));
+            }
+        }
+        if let Some(mut e) = pending {
+            e.ctx = ctx(id);
+            return Err(e);
+        }
+        Ok(id)
+    }
+
+    /// A required field missing from element `index`.
+    fn missing(&self, at: usize, kind: &str, index: usize, id: Option<(usize, usize)>, key: &str) -> Fail {
+        let mut e = schema(at, format!("has no \"{key}\""));
+        e.ctx = match id {
+            Some((a, b)) => format!("{kind} {index} (id {})", snippet(self.s, a, b)),
+            None => format!("{kind} {index} (no id)"),
+        };
+        e
+    }
+
+    fn images(&mut self, out: &mut Vec<CocoImage>) -> PResult<()> {
+        self.open_list("images", "a list of image objects")?;
+        out.clear(); // a repeated key: the last value wins, as in Python's json
+        let mut first = true;
+        while self.next_elem(&mut first)? {
+            let at = self.i;
+            if out.len() == self.lim.max_images {
+                return Err(Self::limit(at, "images", self.lim.max_images, "max_images"));
+            }
+            let im = self.image(out.len())?;
+            self.spend((std::mem::size_of::<CocoImage>() + im.file_name.len()) as u64, at)?;
+            push_checked(out, im, at, "the images")?;
+        }
+        Ok(())
+    }
+
+    fn image(&mut self, index: usize) -> PResult<CocoImage> {
+        let at = self.peek_at();
+        let (mut id, mut file_name, mut width, mut height) = (None, None, None, None);
+        let id_span = self.element("image", index, |p, key| {
+            match key {
+                Key::Id => id = Some(p.int_value("id")?),
+                Key::FileName => file_name = Some(p.string_value("file_name")?),
+                Key::Width => width = Some(p.side("width")?),
+                Key::Height => height = Some(p.side("height")?),
+                _ => p.skip_value(3)?,
+            }
+            Ok(())
+        })?;
+        let miss = |key| self.missing(at, "image", index, id_span, key);
+        Ok(CocoImage {
+            id: id.ok_or_else(|| miss("id"))?,
+            file_name: file_name.ok_or_else(|| miss("file_name"))?,
+            width: width.ok_or_else(|| miss("width"))?,
+            height: height.ok_or_else(|| miss("height"))?,
+        })
+    }
+
+    fn annotations(&mut self, out: &mut Vec<CocoAnnotation>) -> PResult<()> {
+        self.open_list("annotations", "a list of annotation objects")?;
+        out.clear();
+        let max = self.lim.max_annotations.min(u32::MAX as usize - 1);
+        let mut first = true;
+        while self.next_elem(&mut first)? {
+            let at = self.i;
+            if out.len() == max {
+                return Err(Self::limit(at, "annotations", max, "max_annotations"));
+            }
+            let a = self.annotation(out.len())?;
+            self.spend(annotation_bytes(&a), at)?;
+            push_checked(out, a, at, "the annotations")?;
+        }
+        Ok(())
+    }
+
+    fn annotation(&mut self, index: usize) -> PResult<CocoAnnotation> {
+        let at = self.peek_at();
+        let (mut id, mut image_id, mut category_id, mut bbox, mut area) = (None, None, None, None, None);
+        let (mut iscrowd, mut segmentation, mut keypoints, mut num_keypoints) = (false, None, None, None);
+        let id_span = self.element("annotation", index, |p, key| {
+            match key {
+                Key::Id => id = Some(p.int_value("id")?),
+                Key::ImageId => image_id = Some(p.int_value("image_id")?),
+                Key::CategoryId => category_id = Some(p.int_value("category_id")?),
+                Key::Bbox => bbox = Some(p.bbox()?),
+                Key::Area => area = Some(p.finite("area")?),
+                Key::Iscrowd => iscrowd = p.crowd()?,
+                Key::Segmentation => segmentation = p.segmentation()?,
+                Key::Keypoints => keypoints = p.keypoints()?,
+                Key::NumKeypoints => num_keypoints = Some(p.u32_value("num_keypoints")?),
+                _ => p.skip_value(3)?,
+            }
+            Ok(())
+        })?;
+        let miss = |key| self.missing(at, "annotation", index, id_span, key);
+        let bbox: [f64; 4] = bbox.ok_or_else(|| miss("bbox"))?;
+        let num_keypoints = num_keypoints.unwrap_or_else(|| {
+            keypoints.as_ref().map_or(0, |k: &Vec<f32>| k.chunks_exact(3).filter(|t| t[2] > 0.0).count() as u32)
+        });
+        Ok(CocoAnnotation {
+            id: id.ok_or_else(|| miss("id"))?,
+            image_id: image_id.ok_or_else(|| miss("image_id"))?,
+            category_id: category_id.ok_or_else(|| miss("category_id"))?,
+            bbox,
+            area: area.unwrap_or(bbox[2] * bbox[3]),
+            iscrowd,
+            segmentation,
+            keypoints,
+            num_keypoints,
+        })
+    }
+
+    fn bbox(&mut self) -> PResult<[f64; 4]> {
+        let at = self.open_list("bbox", "a list of 4 numbers [x, y, width, height]")?;
+        let mut b = [0.0; 4];
+        let mut n = 0;
+        let mut first = true;
+        while self.next_elem(&mut first)? {
+            if n == 4 {
+                return Err(schema(at, "bbox has more than 4 numbers; a COCO box is [x, y, width, height]"));
+            }
+            b[n] = self.finite("a bbox value")?;
+            n += 1;
+        }
+        if n != 4 {
+            return Err(schema(at, format!("bbox has {n} numbers; a COCO box is [x, y, width, height]")));
+        }
+        Ok(b)
+    }
+
+    fn crowd(&mut self) -> PResult<bool> {
+        let at = self.peek_at();
+        match self.s.get(at) {
+            Some(b't') => self.literal(b"true").map(|()| true),
+            Some(b'f') => self.literal(b"false").map(|()| false),
+            Some(b'-' | b'0'..=b'9') => match self.int_value("iscrowd") {
+                Ok(0) => Ok(false),
+                Ok(1) => Ok(true),
+                Ok(v) => Err(schema(at, format!("iscrowd must be 0 or 1, found {v}"))),
+                Err(e) => Err(e),
+            },
+            _ => Err(self.type_error(at, "iscrowd", "0 or 1")),
+        }
+    }
+
+    fn segmentation(&mut self) -> PResult<Option<Segmentation>> {
+        let at = self.peek_at();
+        match self.s.get(at) {
+            Some(b'n') => self.literal(b"null").map(|()| None),
+            Some(b'[') => self.polygons().map(Some),
+            Some(b'{') => self.rle().map(Some),
+            _ => Err(self.type_error(
+                at,
+                "segmentation",
+                "a list of polygons [[x0, y0, x1, y1, ...], ...] or an RLE object {\"size\": [h, w], \"counts\": ...}",
+            )),
+        }
+    }
+
+    fn polygons(&mut self) -> PResult<Segmentation> {
+        let (max_polys, max_coords) = (self.lim.max_polygons, self.lim.max_polygon_coords);
+        self.i += 1; // '['
+        let mut polys = std::mem::take(&mut self.scratch.polys);
+        let mut coords = std::mem::take(&mut self.scratch.coords);
+        polys.clear();
+        let r = self.polygons_into(&mut polys, &mut coords, max_polys, max_coords);
+        let out = r.map(|()| {
+            let mut exact = Vec::with_capacity(polys.len());
+            exact.append(&mut polys); // the scratch keeps its capacity
+            Segmentation::Polygons(exact)
+        });
+        self.scratch.polys = polys;
+        self.scratch.coords = coords;
+        out
+    }
+
+    fn polygons_into(
+        &mut self,
+        polys: &mut Vec<Vec<f64>>,
+        coords: &mut Vec<f64>,
+        max_polys: usize,
+        max_coords: usize,
+    ) -> PResult<()> {
+        let mut total = 0usize;
+        let mut first = true;
+        while self.next_elem(&mut first)? {
+            let at = self.i;
+            if polys.len() == max_polys {
+                return Err(Self::limit(at, "segmentation", max_polys, "max_polygons"));
+            }
+            if self.s.get(at) != Some(&b'[') {
+                let hint = if matches!(self.s.get(at), Some(b'-' | b'0'..=b'9')) {
+                    " (a flat [x0, y0, ...] list? COCO nests each polygon: [[x0, y0, ...], ...])"
+                } else {
+                    ""
+                };
+                return Err(schema(
+                    at,
+                    format!("polygon {} must be a list of numbers, found {}{hint}", polys.len(), self.found(at)),
+                ));
+            }
+            self.i += 1;
+            coords.clear();
+            let mut first_c = true;
+            while self.next_elem(&mut first_c)? {
+                if total == max_coords {
+                    return Err(schema(
+                        self.i,
+                        format!(
+                            "segmentation has more than {max_coords} polygon coordinates, the limit \
+                             (CocoLimits::max_polygon_coords)"
+                        ),
+                    ));
+                }
+                coords.push(self.finite("a polygon coordinate")?);
+                total += 1;
+            }
+            polys.push(coords.as_slice().to_vec());
+        }
+        Ok(())
+    }
+
+    fn rle(&mut self) -> PResult<Segmentation> {
+        let at = self.i;
+        self.i += 1; // '{'
+        let mut size = None;
+        let mut counts = None;
+        let mut first = true;
+        while let Some(key) = self.next_key(&mut first)? {
+            match key {
+                Key::Size => size = Some(self.rle_size()?),
+                Key::Counts => counts = Some(self.rle_counts()?),
+                _ => self.skip_value(4)?,
+            }
+        }
+        let (Some(size), Some(counts)) = (size, counts) else {
+            return Err(schema(at, "an RLE segmentation needs both \"size\": [h, w] and \"counts\""));
+        };
+        Ok(match counts {
+            RleCounts::Runs(counts) => Segmentation::Counts { size, counts },
+            RleCounts::Compressed(counts) => Segmentation::Compressed { size, counts },
+        })
+    }
+
+    fn rle_size(&mut self) -> PResult<[u32; 2]> {
+        let at = self.open_list("RLE size", "a list [height, width]")?;
+        let mut hw = [0u32; 2];
+        let mut n = 0;
+        let mut first = true;
+        while self.next_elem(&mut first)? {
+            if n == 2 {
+                return Err(schema(at, "RLE size has more than 2 numbers; it is [height, width]"));
+            }
+            hw[n] = self.u32_value("an RLE size")?;
+            n += 1;
+        }
+        if n != 2 {
+            return Err(schema(at, format!("RLE size has {n} numbers; it is [height, width]")));
+        }
+        Ok(hw)
+    }
+
+    fn rle_counts(&mut self) -> PResult<RleCounts> {
+        let max = self.lim.max_rle_counts;
+        let at = self.peek_at();
+        match self.s.get(at) {
+            Some(b'[') => {
+                self.i += 1;
+                let mut runs = std::mem::take(&mut self.scratch.runs);
+                runs.clear();
+                let r = self.runs_into(&mut runs, max);
+                let out = r.map(|()| RleCounts::Runs(runs.as_slice().to_vec()));
+                self.scratch.runs = runs;
+                out
+            }
+            Some(b'"') => {
+                let (a, b, esc) = self.string_span()?;
+                let bytes = self.unescape(a, b, esc, max, "the compressed RLE counts (CocoLimits::max_rle_counts)")?;
+                Ok(RleCounts::Compressed(bytes))
+            }
+            _ => Err(self.type_error(at, "RLE counts", "a list of run lengths or a compressed RLE string")),
+        }
+    }
+
+    fn runs_into(&mut self, runs: &mut Vec<u32>, max: usize) -> PResult<()> {
+        let mut first = true;
+        while self.next_elem(&mut first)? {
+            if runs.len() == max {
+                return Err(Self::limit(self.i, "RLE counts", max, "max_rle_counts"));
+            }
+            runs.push(self.u32_value("an RLE count")?);
+        }
+        Ok(())
+    }
+
+    fn keypoints(&mut self) -> PResult<Option<Vec<f32>>> {
+        if self.null()? {
+            return Ok(None);
+        }
+        let at = self.open_list("keypoints", "a list of numbers [x1, y1, v1, ...]")?;
+        let mut v = std::mem::take(&mut self.scratch.keypoints);
+        v.clear();
+        let r = self.keypoints_into(&mut v, at);
+        let out = r.map(|()| Some(v.as_slice().to_vec()));
+        self.scratch.keypoints = v;
+        out
+    }
+
+    fn keypoints_into(&mut self, v: &mut Vec<f32>, at: usize) -> PResult<()> {
+        let max = self.lim.max_keypoint_values;
+        let mut first = true;
+        while self.next_elem(&mut first)? {
+            if v.len() == max {
+                return Err(Self::limit(self.i, "keypoints", max, "max_keypoint_values"));
+            }
+            let x_at = self.i;
+            let x = self.finite("a keypoint value")?;
+            let y = x as f32; // as torch.tensor(..., dtype=float32) converts Python's float
+            if !y.is_finite() {
+                return Err(schema(x_at, format!("keypoint value {x} does not fit a 32-bit float")));
+            }
+            v.push(y);
+        }
+        if !v.len().is_multiple_of(3) {
+            return Err(schema(
+                at,
+                format!("keypoints has {} numbers, not a multiple of 3 (x, y, visibility triples)", v.len()),
+            ));
+        }
+        Ok(())
+    }
+
+    fn categories(&mut self, out: &mut Vec<CocoCategory>) -> PResult<()> {
+        self.open_list("categories", "a list of category objects")?;
+        out.clear();
+        let mut first = true;
+        while self.next_elem(&mut first)? {
+            let at = self.i;
+            if out.len() == self.lim.max_categories {
+                return Err(Self::limit(at, "categories", self.lim.max_categories, "max_categories"));
+            }
+            let c = self.category(out.len())?;
+            let strings: usize =
+                c.name.len() + c.supercategory.len() + c.keypoints.iter().map(String::len).sum::<usize>();
+            let bytes = std::mem::size_of::<CocoCategory>()
+                + strings
+                + c.keypoints.len() * std::mem::size_of::<String>()
+                + c.skeleton.len() * 8;
+            self.spend(bytes as u64, at)?;
+            push_checked(out, c, at, "the categories")?;
+        }
+        Ok(())
+    }
+
+    fn category(&mut self, index: usize) -> PResult<CocoCategory> {
+        let at = self.peek_at();
+        let mut c = CocoCategory::default();
+        let mut id = None;
+        let id_span = self.element("category", index, |p, key| {
+            match key {
+                Key::Id => id = Some(p.int_value("id")?),
+                Key::Name => c.name = p.string_value("name")?,
+                Key::Supercategory => c.supercategory = p.string_value("supercategory")?,
+                Key::Keypoints => c.keypoints = p.names()?,
+                Key::Skeleton => c.skeleton = p.skeleton()?,
+                _ => p.skip_value(3)?,
+            }
+            Ok(())
+        })?;
+        c.id = id.ok_or_else(|| self.missing(at, "category", index, id_span, "id"))?;
+        Ok(c)
+    }
+
+    /// A category's keypoint names (`null`: none).
+    fn names(&mut self) -> PResult<Vec<String>> {
+        if self.null()? {
+            return Ok(Vec::new());
+        }
+        self.open_list("keypoints", "a list of keypoint names")?;
+        let max = self.lim.max_category_list;
+        let mut v = Vec::new();
+        let mut first = true;
+        while self.next_elem(&mut first)? {
+            if v.len() == max {
+                return Err(Self::limit(self.i, "keypoints", max, "max_category_list"));
+            }
+            v.push(self.string_value("a keypoint name")?);
+        }
+        Ok(v)
+    }
+
+    /// A category's skeleton: `[[a, b], ...]` (`null`: none).
+    fn skeleton(&mut self) -> PResult<Vec<[u32; 2]>> {
+        if self.null()? {
+            return Ok(Vec::new());
+        }
+        self.open_list("skeleton", "a list of [a, b] keypoint pairs")?;
+        let max = self.lim.max_category_list;
+        let mut v = Vec::new();
+        let mut first = true;
+        while self.next_elem(&mut first)? {
+            if v.len() == max {
+                return Err(Self::limit(self.i, "skeleton", max, "max_category_list"));
+            }
+            let at = self.open_list("a skeleton edge", "a pair [a, b] of keypoint numbers")?;
+            let mut e = [0u32; 2];
+            let mut n = 0;
+            let mut first_e = true;
+            while self.next_elem(&mut first_e)? {
+                if n == 2 {
+                    return Err(schema(at, "a skeleton edge has more than 2 numbers"));
+                }
+                e[n] = self.u32_value("a skeleton keypoint number")?;
+                n += 1;
+            }
+            if n != 2 {
+                return Err(schema(at, format!("a skeleton edge has {n} numbers, not 2")));
+            }
+            v.push(e);
+        }
+        Ok(v)
+    }
+}
+
+enum RleCounts {
+    Runs(Vec<u32>),
+    Compressed(Vec<u8>),
+}
+
+/// Estimated heap + inline bytes of one parsed annotation.
+fn annotation_bytes(a: &CocoAnnotation) -> u64 {
+    let seg = match &a.segmentation {
+        None => 0,
+        Some(Segmentation::Polygons(p)) => p.iter().map(|q| 24 + 8 * q.len()).sum(),
+        Some(Segmentation::Counts { counts, .. }) => 4 * counts.len(),
+        Some(Segmentation::Compressed { counts, .. }) => counts.len(),
+    };
+    let kp = a.keypoints.as_ref().map_or(0, |k| 4 * k.len());
+    (std::mem::size_of::<CocoAnnotation>() + seg + kp) as u64
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// From the lists as written to the checked structure
+
+fn finish(raw: Raw) -> PResult<CocoFile> {
+    let Raw { images: mut raw_images, annotations: mut anns, categories } = raw;
+    let mem = |what: &str, n: usize, each: usize| Fail {
+        kind: FailKind::Memory((n as u64).saturating_mul(each as u64)),
+        at: NO_POS,
+        what: what.to_string(),
+        ctx: String::new(),
+    };
+
+    // Images: sorted by id (stable: among equal ids the first in the file first); an exact duplicate is one image.
+    let mut order: Vec<u32> = Vec::new();
+    order.try_reserve_exact(raw_images.len()).map_err(|_| mem("the image order", raw_images.len(), 4))?;
+    order.extend(0..raw_images.len() as u32);
+    order.sort_by_key(|&k| raw_images[k as usize].id);
+    let mut images: Vec<CocoImage> = Vec::new();
+    images.try_reserve_exact(raw_images.len()).map_err(|_| mem("the images", raw_images.len(), 48))?;
+    let mut prev: Option<usize> = None;
+    for &k in &order {
+        let k = k as usize;
+        if let (Some(p), Some(last)) = (prev, images.last())
+            && last.id == raw_images[k].id
+        {
+            if *last != raw_images[k] {
+                let (a, b) = (last, &raw_images[k]);
+                return Err(schema(
+                    NO_POS,
+                    format!(
+                        "images {p} and {k} share id {} but differ ({:?} {}x{} and {:?} {}x{}); pycocotools would \
+                         keep only the last",
+                        a.id, a.file_name, a.width, a.height, b.file_name, b.width, b.height
+                    ),
+                ));
+            }
+            continue;
+        }
+        prev = Some(k);
+        images.push(std::mem::take(&mut raw_images[k]));
+    }
+    drop(raw_images);
+    drop(order);
+
+    // Annotation ids: equal ids must be exact duplicates (loadAnns fetches by id: the last one would stand for all).
+    let mut ids: Vec<(i64, u32)> = Vec::new();
+    ids.try_reserve_exact(anns.len()).map_err(|_| mem("the annotation ids", anns.len(), 16))?;
+    ids.extend(anns.iter().enumerate().map(|(k, a)| (a.id, k as u32)));
+    ids.sort_unstable();
+    for w in ids.windows(2) {
+        let (a, b) = (w[0].1 as usize, w[1].1 as usize);
+        if w[0].0 == w[1].0 && anns[a] != anns[b] {
+            return Err(schema(
+                NO_POS,
+                format!(
+                    "annotations {a} and {b} share id {} but differ (image_id {} and {}); pycocotools' loadAnns would \
+                     return the last one for both",
+                    w[0].0, anns[a].image_id, anns[b].image_id
+                ),
+            ));
+        }
+    }
+    drop(ids);
+
+    // Group by image (counting sort: stable, so file order within an image), orphans last and then dropped.
+    let n = images.len();
+    let mut dest: Vec<u32> = Vec::new();
+    dest.try_reserve_exact(anns.len()).map_err(|_| mem("the annotation order", anns.len(), 4))?;
+    let mut offsets: Vec<u32> = Vec::new();
+    offsets.try_reserve_exact(n + 1).map_err(|_| mem("the per-image ranges", n + 1, 4))?;
+    offsets.resize(n + 1, 0);
+    const ORPHAN: u32 = u32::MAX;
+    for a in &anns {
+        match images.binary_search_by_key(&a.image_id, |im| im.id) {
+            Ok(k) => {
+                offsets[k + 1] += 1;
+                dest.push(k as u32);
+            }
+            Err(_) => dest.push(ORPHAN),
+        }
+    }
+    for k in 0..n {
+        offsets[k + 1] += offsets[k];
+    }
+    let kept = offsets[n];
+    let mut next: Vec<u32> = offsets[..n].to_vec();
+    let mut orphan_next = kept;
+    for d in dest.iter_mut() {
+        if *d == ORPHAN {
+            *d = orphan_next;
+            orphan_next += 1;
+        } else {
+            let k = *d as usize;
+            *d = next[k];
+            next[k] += 1;
+        }
+    }
+    drop(next);
+    // Apply the permutation in place (each swap puts one annotation at its final place).
+    for i in 0..anns.len() {
+        while dest[i] as usize != i {
+            let d = dest[i] as usize;
+            anns.swap(i, d);
+            dest.swap(i, d);
+        }
+    }
+    let orphans = (anns.len() - kept as usize) as u64;
+    anns.truncate(kept as usize);
+
+    // Categories: file order; equal ids must be exact duplicates (loadCats fetches by id).
+    let mut cids: Vec<(i64, u32)> = categories.iter().enumerate().map(|(k, c)| (c.id, k as u32)).collect();
+    cids.sort_unstable();
+    for w in cids.windows(2) {
+        let (a, b) = (w[0].1 as usize, w[1].1 as usize);
+        if w[0].0 == w[1].0 && categories[a] != categories[b] {
+            return Err(schema(
+                NO_POS,
+                format!(
+                    "categories {a} and {b} share id {} but differ ({:?} and {:?}); pycocotools' loadCats would return \
+                     the last one for both",
+                    w[0].0, categories[a].name, categories[b].name
+                ),
+            ));
+        }
+    }
+
+    Ok(CocoFile { images, annotations: anns, offsets, categories, orphans })
+}
+
+#[cfg(test)]
+#[path = "coco_tests.rs"]
+mod tests;
