@@ -239,6 +239,43 @@ fn plan_gpu_decode(cfg: &LoaderConfig, devices: &DeviceSpec) -> Result<Option<Gp
 }
 
 impl Loader {
+    /// The geometry sample `index` of `epoch` gets from the folded prefix when its image is `width × height`:
+    /// the plan the workers compute (a pure function of (seed, epoch, index, size)), replayed for its targets
+    /// (boxes, masks, keypoints), and whether that geometry crops (boxes are then clamped to the output). A `ConfigError` on `transforms` when a stage-2 op moves pixels (its targets
+    /// would have to move with it) or the loader has several views.
+    pub fn sample_plan(
+        &self,
+        index: u64,
+        epoch: u64,
+        width: u32,
+        height: u32,
+    ) -> Result<(crate::augment::geometry::SamplePlan, bool)> {
+        if self.cfg.decode_limits.exif_transpose {
+            return Err(TrdataError::config(
+                "exif_transpose",
+                "must be False for a source with detection targets: its annotations are in the stored pixels' \
+                 orientation (as torchvision's CocoDetection reads them)"
+                    .to_string(),
+            ));
+        }
+        if self.cfg.pipeline.is_multi() {
+            return Err(TrdataError::config("views", "a source with detection targets takes one view".to_string()));
+        }
+        let program = self.cfg.pipeline.first().program();
+        if let Some(name) = program.moving_op() {
+            return Err(TrdataError::config(
+                "transforms",
+                format!(
+                    "{name} runs after a pixel op and would have to move the boxes, masks and keypoints of a \
+                     detection source, which trdata does not do yet: start the list with the crop/resize/flip \
+                     ops (they fold into the decode and move the targets), then the photometric ones"
+                ),
+            ));
+        }
+        let key = crate::augment::SampleKey { seed: self.cfg.seed, epoch, index };
+        Ok((program.prefix.plan(width, height, key), program.prefix.crops()))
+    }
+
     /// Validate the configuration (CPU engine); starts nothing.
     pub fn new(dataset: Dataset, cfg: LoaderConfig) -> Result<Self> {
         Self::with_devices(Arc::new(dataset), cfg, DeviceSpec::Cpu)

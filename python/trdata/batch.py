@@ -61,7 +61,7 @@ class Batch:
     consumer tensor keeps the batch buffer alive by itself, so it stays valid after the Batch is dropped
     and the loader moved on; the buffer returns to the loader when the last view or tensor of it dies."""
 
-    __slots__ = ("_lease", "epoch", "extras", "images", "indices", "labels", "valid")
+    __slots__ = ("_lease", "epoch", "extras", "images", "indices", "labels", "targets", "valid")
 
     images: BatchImages
     labels: BatchArray
@@ -69,6 +69,11 @@ class Batch:
     valid: int
     epoch: int
     extras: dict[str, Any]
+    #: Detection/segmentation targets (a source with them, such as ``CocoDetection``): one dict per row —
+    #: ``boxes`` (K, 4) float32 XYXY in output pixels, ``labels`` (K,) int64, ``iscrowd``, ``image_id``,
+    #: ``orig_size`` and, when asked for, ``masks`` (K, H, W) uint8 and ``keypoints`` (K, P, 3) — as torchvision's
+    #: detection references take them (torch tensors when torch is installed, on the batch's device); None otherwise.
+    targets: list[dict[str, Any]] | None
 
     def __init__(
         self,
@@ -79,9 +84,11 @@ class Batch:
         epoch: int,
         lease: _core.BatchLeaseHandle | _core.DeviceTensorHandle | None = None,
         extras: dict[str, Any] | None = None,
+        targets: list[dict[str, Any]] | None = None,
     ) -> None:
         self.images = images
         self.extras = {} if extras is None else extras
+        self.targets = targets
         self.labels = labels
         self.indices = indices
         self.valid = valid
@@ -100,6 +107,16 @@ class Batch:
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    def padded_targets(self) -> dict[str, Any]:
+        """``targets`` in fixed shapes, for models that want them: ``boxes`` (B, Kmax, 4) float32 (zeros past a
+        row's count), ``labels`` (B, Kmax) int64 (-1 past the count), ``counts`` (B,) int64 — numpy arrays, or
+        torch tensors on the targets' device when they are tensors."""
+        if self.targets is None:
+            raise ValueError("this batch has no detection targets (its source has none)")
+        from .sources.detection import padded_targets
+
+        return padded_targets(self.targets)
 
     def __repr__(self) -> str:
         if isinstance(self.images, tuple):

@@ -372,6 +372,7 @@ _SOURCE_NAMES = (
     "CIFAR100",
     "WebDataset",
     "Packed",
+    "CocoDetection",
     "DatasetSource",
 )
 
@@ -630,6 +631,12 @@ class Loader:
         )
         if isinstance(source, _dataset.DatasetSource) or _holds_step((transform_specs, view_specs)):
             _dataset.close_at_exit(self)  # its workers attach to the interpreter: closed before it finalizes
+        if source._has_targets:
+            try:  # the core refuses now what cannot move a detection source's targets (views, moving ops, EXIF)
+                self._native.sample_geometry([0], 0, [(64, 64)])
+            except BaseException:
+                self._native.close()
+                raise
         self.source = source
         # Float targets (float32 (N, *S)) stay in Python: each batch's labels are gathered by its indices.
         self._targets: np.ndarray | None = source._float_targets
@@ -900,6 +907,10 @@ class Loader:
         gathered = None if self._targets is None else self._targets[indices_a]
         # Extra fields (captions, JSON, arrays) stay on the host, gathered the same way (Source._batch_extras).
         extras = self.source._batch_extras(indices_a, epoch)
+        # Detection targets move with each row's image (replayed geometry; sources/detection.py).
+        targets = (
+            self.source._batch_targets(indices_a, epoch, self._native) if self.source._has_targets else None
+        )
         # With views=, images_h is a list of handles (one per view, one shared lease); else one handle.
         multi = isinstance(images_h, list)
         handles = images_h if multi else [images_h]
@@ -914,12 +925,26 @@ class Loader:
             labels_t = (
                 torch.from_dlpack(labels_h) if gathered is None else torch.from_numpy(gathered).to(device)
             )
+            if targets is not None:
+                targets = [_targets_to_torch(t, device) for t in targets]
             if multi:  # one shared lease: the first view's handle knows the batch
                 return Batch(views_t, labels_t, indices_a, valid, epoch, lease=handles[0], extras=extras)
-            return Batch(views_t[0], labels_t, indices_a, valid, epoch, lease=images_h, extras=extras)
+            return Batch(
+                views_t[0], labels_t, indices_a, valid, epoch, lease=images_h, extras=extras, targets=targets
+            )
         views_a = tuple(self._host_images(h) for h in handles)
         labels_a = np.asarray(labels, dtype=np.int64) if gathered is None else gathered
-        return Batch(views_a if multi else views_a[0], labels_a, indices_a, valid, epoch, extras=extras)
+        if targets is not None and _torch_installed():
+            targets = [_targets_to_torch(t, None) for t in targets]
+        return Batch(
+            views_a if multi else views_a[0],
+            labels_a,
+            indices_a,
+            valid,
+            epoch,
+            extras=extras,
+            targets=targets,
+        )
 
     def _host_images(self, handle: Any) -> np.ndarray:
         """One host handle's images as a zero-copy numpy array (its base is the lease)."""
@@ -990,3 +1015,23 @@ class Loader:
             f"Loader({self.source!r}, batch_size={self.batch_size}, workers={self.workers}, "
             f"dtype={self.dtype!r}, layout={self.layout!r})"
         )
+
+
+def _torch_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
+def _targets_to_torch(target: dict[str, Any], device: Any) -> dict[str, Any]:
+    """One row's targets as torch tensors (on ``device`` when given), as torchvision's references take them."""
+    import torch
+
+    out: dict[str, Any] = {}
+    for k, v in target.items():
+        if isinstance(v, np.ndarray):
+            t = torch.from_numpy(v)
+            out[k] = t if device is None else t.to(device, non_blocking=True)
+        else:
+            out[k] = v
+    return out

@@ -5,7 +5,9 @@
 //!
 //! - `mask`: COCO segmentations (polygons, uncompressed and compressed RLE) to masks, exactly as pycocotools'
 //!   `maskApi.c` computes them, decoded only inside a crop window;
-//! - `coco`: COCO `instances_*.json` / `person_keypoints_*.json` files, parsed with bounded allocations.
+//! - `coco`: COCO `instances_*.json` / `person_keypoints_*.json` files, parsed with bounded allocations;
+//! - `warp`: a sample's boxes, keypoints and masks moved with its image's geometry, as torchvision v2 moves them.
 
 pub mod coco;
 pub mod mask;
+pub mod warp;

@@ -388,6 +388,19 @@ impl CompiledTransforms {
         })
     }
 
+    /// Whether the folded geometry crops (RandomResizedCrop, a CenterCrop, a folded RandomCrop): torchvision's crop
+    /// kernels clamp boxes to their canvas, its resize kernel does not (annot/warp.rs).
+    pub fn crops(&self) -> bool {
+        match &self.geometry {
+            Geometry::Identity => false,
+            Geometry::ResizeExact { crop, .. } | Geometry::ResizeKeepRatio { crop, .. } => crop.is_some(),
+            Geometry::RandomResizedCrop { .. }
+            | Geometry::ResizeShorterCrop { .. }
+            | Geometry::CenterCrop { .. }
+            | Geometry::RandomCrop { .. } => true,
+        }
+    }
+
     /// Whether the geometry draws random numbers (decides the DCT-scaling policy: random crops may scale harder).
     pub fn is_random_crop(&self) -> bool {
         matches!(self.geometry, Geometry::RandomResizedCrop { .. })

@@ -293,7 +293,40 @@ fn run_op(op: &OpSpec, site: Site, s: &mut ProgramScratch, key: SampleKey) -> st
     Ok(())
 }
 
+/// Whether `op` leaves a sample's geometry alone (a photometric op, or a container of only such ops): boxes,
+/// masks and keypoints do not move with it (torchvision v2 passes them through).
+pub fn leaves_geometry(op: &OpSpec) -> bool {
+    use OpSpec as O;
+    match op {
+        O::ColorJitter(_)
+        | O::Grayscale(_)
+        | O::RandomGrayscale(_)
+        | O::GaussianBlur(_)
+        | O::GaussianNoise(_)
+        | O::RandomErasing(_)
+        | O::RandomAutocontrast(_)
+        | O::RandomEqualize(_)
+        | O::RandomSolarize(_)
+        | O::RandomPosterize(_)
+        | O::RandomAdjustSharpness(_)
+        | O::RandomInvert(_)
+        | O::RandomChannelPermutation(_)
+        | O::TimmRandomErasing(_) => true,
+        O::RandomApply(c) => c.transforms.iter().all(leaves_geometry),
+        O::RandomChoice(c) => c.transforms.iter().all(leaves_geometry),
+        O::RandomOrder(c) => c.transforms.iter().all(leaves_geometry),
+        _ => false,
+    }
+}
+
 impl Program {
+    /// The first stage-2 op that moves pixels (so would have to move a sample's boxes, masks and keypoints
+    /// too), by torchvision name; None when every stage-2 op leaves the geometry alone and a sample's targets
+    /// follow the folded prefix's [`geometry::SamplePlan`] alone.
+    pub fn moving_op(&self) -> Option<&'static str> {
+        self.ops.iter().find(|(_, op)| !leaves_geometry(op)).map(|(_, op)| op.name())
+    }
+
     /// Run stage 2 on `s.frame` (already holding the prefix's output). An op that cannot run on this sample (a
     /// `RandomCrop` larger than the padded image, as torchvision raises) → the message.
     pub fn run_ops(&self, s: &mut ProgramScratch, key: SampleKey) -> std::result::Result<(), String> {

@@ -1,6 +1,7 @@
 //! py — the only PyO3 code: the private `trdata._core` module. Python's public API lives in python/trdata/.
 #![allow(unsafe_code)] // PyO3's macros expand to unsafe blocks.
 
+mod annot;
 mod args;
 mod batch;
 mod bench;
@@ -38,6 +39,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ops::register(m)?;
     bench::register(m)?;
     pack::register(m)?;
+    annot::register(m)?;
     batch::register(m)?;
     nvjpeg::register(m)?;
     gpu_resample::register(m)?;

@@ -140,11 +140,7 @@ impl NativeSource {
 
     /// A packed file's extras of the records `indices`: per record a list of (field, kind code, bytes)
     /// (source/packed_extras.rs); a damaged record is a `DecodeError` naming it.
-    fn packed_extras<'py>(
-        &self,
-        py: Python<'py>,
-        indices: Vec<usize>,
-    ) -> PyResult<Vec<Vec<StoredExtra<'py>>>> {
+    fn packed_extras<'py>(&self, py: Python<'py>, indices: Vec<usize>) -> PyResult<Vec<Vec<StoredExtra<'py>>>> {
         let Store::Packed(p) = &self.dataset.store else { return Ok(vec![Vec::new(); indices.len()]) };
         let mut out = Vec::with_capacity(indices.len());
         for i in indices {

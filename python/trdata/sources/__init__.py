@@ -9,6 +9,8 @@
 * ``packed``: trdata's packed file (:func:`pack`, :class:`Packed`, :class:`Reencode`, ``verify``, ``inspect``);
 * ``dataset``: :class:`DatasetSource`, any map-style dataset (``__len__`` and ``__getitem__``), which
   ``Loader(dataset)`` wraps by itself;
+* ``detection``: :class:`CocoDetection` (images with boxes, masks and keypoints that move with the image);
+* ``extras``: extra fields per sample (captions, JSON, arrays): how they are given, stored and delivered;
 * ``synthetic``: the built-in synthetic dataset of the benches and tests (``default_dataset``).
 
 Every public name is also ``trdata.<name>``.
@@ -29,6 +31,7 @@ from .classic import (
     FashionMNIST,
 )
 from .dataset import DatasetSource
+from .detection import CocoDetection
 from .packed import Packed, Reencode, pack
 from .shards import WebDataset
 
@@ -44,6 +47,7 @@ __all__ = [
     "MNIST_NORM",
     "Arrays",
     "Bytes",
+    "CocoDetection",
     "DatasetSource",
     "FashionMNIST",
     "FileList",

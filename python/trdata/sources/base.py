@@ -72,6 +72,13 @@ class Source:
     #: Extra per-sample fields (``extras=``): name → one value per sample; empty without extras.
     _extras: dict[str, list[Any]] | None = None
 
+    #: Whether rows carry detection targets (``_batch_targets``; sources/detection.py).
+    _has_targets = False
+
+    def _batch_targets(self, indices: np.ndarray, epoch: int, native_loader: Any) -> list[dict[str, Any]]:
+        """The detection targets of the rows ``indices`` (``batch.targets``), moved with their images."""
+        raise NotImplementedError
+
     def _epoch_started(self) -> None:
         """Called by a Loader when it starts an epoch (the previous one over, or cancelled)."""
 

@@ -1,0 +1,147 @@
+"""Detection and segmentation sources: an image plus boxes, labels, instance masks and keypoints per sample.
+
+``CocoDetection(root, ann_file, masks=False, keypoints=False)`` reads COCO's ``instances_*.json`` /
+``person_keypoints_*.json`` as ``torchvision.datasets.CocoDetection`` + ``wrap_dataset_for_transforms_v2`` present
+them: the images in sorted-id order, each image's annotations in file order, ``boxes`` in XYXY (converted from the
+file's XYWH), ``labels`` the ``category_id``\\ s, ``iscrowd``, ``image_id``; masks decoded from polygons and RLE
+exactly as pycocotools decodes them. The annotation file is parsed by the Rust core with bounded allocations
+(``src/annot/coco.rs``): a hostile file is a ``SourceError`` naming the file and the annotation.
+
+Targets move with the image (``batch.targets``): the loader replays each row's geometry (a pure function of seed,
+epoch, index and image size, the one the workers used) and moves boxes (clamped to the canvas), keypoints (points
+off the canvas get visibility 0) and masks (nearest, decoded in the core for the kept window only) as
+torchvision v2's kernels move them. The crop/resize/flip ops that fold into the decode (RandomResizedCrop,
+Resize, CenterCrop, RandomCrop, the flips) move targets; photometric ops after them leave targets alone; any
+other geometric op after a pixel op is refused for a detection source (``ConfigError`` on ``transforms``).
+The annotation file's ``width``/``height`` must be the images' own (as COCO's are): the geometry is replayed at
+that size.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from .. import _core
+from .base import Source
+
+#: Keys of one image's target (``batch.targets[i]``).
+TARGET_KEYS = ("boxes", "labels", "iscrowd", "image_id", "orig_size", "masks", "keypoints")
+
+
+class CocoDetection(Source):
+    """COCO detection/segmentation/keypoints (module docs). ``root`` holds the images named by ``file_name``;
+    ``masks=True`` adds each instance's mask (uint8 ``(K, H, W)``), ``keypoints=True`` each instance's keypoints
+    (float32 ``(K, P, 3)``: x, y, visibility). ``classes`` are the category names, ``class_to_idx`` maps a name
+    to its ``category_id`` (COCO's ids, not contiguous: ``labels`` hold them as torchvision's wrapper does)."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        ann_file: str | os.PathLike[str],
+        *,
+        masks: bool = False,
+        keypoints: bool = False,
+    ) -> None:
+        from .._args import _bool_arg
+
+        self.root = os.fspath(root)
+        self.ann_file = os.fspath(ann_file)
+        self.masks = _bool_arg(masks, "masks")
+        self.keypoints = _bool_arg(keypoints, "keypoints")
+        self._ann = _core.CocoAnnotations(self.ann_file)
+        images = self._ann.images()
+        self.ids: list[int] = images["ids"].tolist()
+        self._sizes = np.stack([images["widths"], images["heights"]], axis=1).astype(np.int64)
+        self.paths = [os.path.join(self.root, name) for name in images["file_names"]]
+        a = self._ann.annotations()
+        self._offsets: np.ndarray = a["offsets"]
+        self._boxes_xywh: np.ndarray = a["bboxes"]
+        self._category_ids: np.ndarray = a["category_ids"]
+        self._iscrowd: np.ndarray = a["iscrowd"]
+        self._kp_offsets: np.ndarray = a["keypoints_offsets"]
+        self._kp: np.ndarray = a["keypoints"]
+        categories = self._ann.categories()
+        self.classes = [name for _, name, _, _ in categories]
+        self.class_to_idx = {name: cid for cid, name, _, _ in categories}
+        self.labels = [0] * len(self.paths)  # the per-image class the core holds: none (targets are per box)
+        if not self.paths:
+            from ..errors import SourceError
+
+            raise SourceError(f"{self.ann_file}: the annotation file lists no images", self.ann_file)
+        self._native = _core.NativeSource.files(self.paths, self.labels, [])
+
+    def __repr__(self) -> str:
+        return f"CocoDetection({self.root!r}, {self.ann_file!r}, {len(self)} images, {len(self.classes)} categories)"
+
+    def _native_source(self) -> _core.NativeSource:
+        return self._native
+
+    #: Loader hook: this source's rows carry targets that move with the image.
+    _has_targets = True
+
+    def _image_targets(self, i: int) -> dict[str, Any]:
+        """Image ``i``'s annotations in source pixels (boxes XYXY float64)."""
+        lo, hi = int(self._offsets[i]), int(self._offsets[i + 1])
+        xywh = self._boxes_xywh[lo:hi]
+        boxes = np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], axis=1)
+        out: dict[str, Any] = {
+            "boxes": boxes,
+            "labels": self._category_ids[lo:hi].astype(np.int64),
+            "iscrowd": self._iscrowd[lo:hi].astype(np.int64),
+            "ann": np.arange(lo, hi),
+        }
+        if self.keypoints:
+            k0, k1 = self._kp_offsets[lo:hi], self._kp_offsets[lo + 1 : hi + 1]
+            points = [self._kp[a:b].reshape(-1, 3) for a, b in zip(k0, k1)]
+            p = max((len(x) for x in points), default=0)
+            kp = np.zeros((hi - lo, p, 3), np.float64)
+            for r, x in enumerate(points):
+                kp[r, : len(x)] = x
+            out["keypoints"] = kp
+        return out
+
+    def _batch_targets(self, indices: np.ndarray, epoch: int, native_loader: Any) -> list[dict[str, Any]]:
+        """Each row's targets moved with its image (module docs)."""
+        idx = [int(i) for i in indices]
+        sizes = [(int(w), int(h)) for w, h in self._sizes[idx]]
+        geometry = np.asarray(native_loader.sample_geometry(idx, epoch, sizes), dtype=np.float64)
+        out = []
+        for row, i in enumerate(idx):
+            t = self._image_targets(i)
+            g = geometry[row]
+            moved: dict[str, Any] = {
+                "boxes": _core.move_boxes(t["boxes"], g.tolist()),
+                "labels": t["labels"],
+                "iscrowd": t["iscrowd"],
+                "image_id": self.ids[i],
+                "orig_size": (int(self._sizes[i][1]), int(self._sizes[i][0])),
+            }
+            if self.masks:
+                moved["masks"] = self._ann.masks(t["ann"].tolist(), g.tolist())
+            if self.keypoints:
+                moved["keypoints"] = _core.move_keypoints(t["keypoints"], g.tolist())
+            out.append(moved)
+        return out
+
+
+def padded_targets(targets: list[dict[str, Any]]) -> dict[str, Any]:
+    """A batch's targets as fixed shapes, for models that want them: ``boxes`` float32 ``(B, Kmax, 4)`` (zeros
+    past each image's count), ``labels`` int64 ``(B, Kmax)`` (-1 past the count), ``counts`` int64 ``(B,)``;
+    torch tensors on the targets' device when the targets are tensors, else numpy."""
+    counts = np.array([len(t["boxes"]) for t in targets], np.int64)
+    kmax = int(counts.max(initial=0))
+    boxes = np.zeros((len(targets), kmax, 4), np.float32)
+    labels = np.full((len(targets), kmax), -1, np.int64)
+    for r, t in enumerate(targets):
+        boxes[r, : counts[r]] = np.asarray(t["boxes"].cpu() if hasattr(t["boxes"], "cpu") else t["boxes"])
+        labels[r, : counts[r]] = np.asarray(t["labels"].cpu() if hasattr(t["labels"], "cpu") else t["labels"])
+    out: dict[str, Any] = {"boxes": boxes, "labels": labels, "counts": counts}
+    if targets and hasattr(targets[0]["boxes"], "device"):
+        import torch
+
+        device = targets[0]["boxes"].device
+        out = {k: torch.from_numpy(v).to(device) for k, v in out.items()}
+    return out

@@ -1,0 +1,201 @@
+//! py/annot — detection and segmentation targets in `trdata._core` (`trdata.CocoDetection`):
+//!
+//! - `CocoAnnotations(path)`: a COCO annotation file parsed by the core (annot/coco.rs), with `images()`,
+//!   `annotations()` (flat numpy columns, grouped by image), `categories()`, `orphans` and
+//!   `masks(annotations, geometry)`: the instance masks of those annotations under one row's geometry;
+//! - `move_boxes(boxes, geometry)`, `move_keypoints(keypoints, geometry)`: targets moved with the image
+//!   (annot/warp.rs), `geometry` one row of `NativeLoader.sample_geometry`.
+
+use super::errors::IntoPyResult;
+use crate::annot::coco::CocoFile;
+use crate::annot::mask::to_rle;
+use crate::annot::warp::{AxisMap, TargetGeometry};
+use crate::error::TrdataError;
+use numpy::{PyArray1, PyArray2, PyArray3, PyArrayMethods, PyReadonlyArray2, PyReadonlyArray3};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::path::PathBuf;
+
+/// Add the annotation classes and functions to `trdata._core`.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<CocoAnnotations>()?;
+    m.add_function(wrap_pyfunction!(move_boxes, m)?)?;
+    m.add_function(wrap_pyfunction!(move_keypoints, m)?)?;
+    Ok(())
+}
+
+/// One row of `sample_geometry` (13 numbers) as the core's geometry; the row is the core's own output.
+fn geometry(g: &[f64]) -> PyResult<TargetGeometry> {
+    if g.len() != 13 {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!("a geometry row has 13 numbers, not {}", g.len())));
+    }
+    let axis = |a: &[f64]| AxisMap {
+        lo: a[0] as i64,
+        hi: a[1] as i64,
+        resized: a[2] as i64,
+        start: a[3] as i64,
+        out: a[4] as usize,
+    };
+    Ok(TargetGeometry {
+        x: axis(&g[0..5]),
+        y: axis(&g[5..10]),
+        flip: g[10] != 0.0,
+        vflip: g[11] != 0.0,
+        clamp: g[12] != 0.0,
+    })
+}
+
+/// XYXY boxes `(K, 4)` in source pixels under one row's `geometry`: float32 `(K, 4)` (annot/warp.rs).
+#[pyfunction]
+fn move_boxes<'py>(
+    py: Python<'py>,
+    boxes: PyReadonlyArray2<'py, f64>,
+    geometry_row: Vec<f64>,
+) -> PyResult<Bound<'py, PyArray2<f32>>> {
+    let g = geometry(&geometry_row)?;
+    let b = boxes.as_array();
+    if b.ncols() != 4 {
+        return Err(pyo3::exceptions::PyValueError::new_err("boxes are (K, 4)"));
+    }
+    let rows: Vec<Vec<f32>> =
+        b.rows().into_iter().map(|r| g.boxes([r[0], r[1], r[2], r[3]]).iter().map(|&v| v as f32).collect()).collect();
+    let out = PyArray2::from_vec2(py, &rows).map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()));
+    if rows.is_empty() { Ok(PyArray2::zeros(py, [0, 4], false)) } else { out }
+}
+
+/// `(K, P, 3)` keypoints (x, y, visibility) under one row's `geometry`: float32, visibility 0 off the canvas.
+#[pyfunction]
+fn move_keypoints<'py>(
+    py: Python<'py>,
+    keypoints: PyReadonlyArray3<'py, f64>,
+    geometry_row: Vec<f64>,
+) -> PyResult<Bound<'py, PyArray3<f32>>> {
+    let g = geometry(&geometry_row)?;
+    let k = keypoints.as_array();
+    if k.shape()[2] != 3 {
+        return Err(pyo3::exceptions::PyValueError::new_err("keypoints are (K, P, 3)"));
+    }
+    let out = PyArray3::<f32>::zeros(py, [k.shape()[0], k.shape()[1], 3], false);
+    {
+        let mut o = out.readwrite();
+        let mut o = o.as_array_mut();
+        for ((i, j, _), _) in k.indexed_iter().filter(|((_, _, c), _)| *c == 0) {
+            let (x, y, on) = g.keypoint(k[[i, j, 0]], k[[i, j, 1]]);
+            o[[i, j, 0]] = x as f32;
+            o[[i, j, 1]] = y as f32;
+            o[[i, j, 2]] = if on { k[[i, j, 2]] as f32 } else { 0.0 };
+        }
+    }
+    Ok(out)
+}
+
+/// A parsed COCO annotation file (annot/coco.rs).
+#[pyclass(frozen, module = "trdata._core")]
+pub struct CocoAnnotations {
+    file: CocoFile,
+    path: PathBuf,
+}
+
+#[pymethods]
+impl CocoAnnotations {
+    /// Parse the COCO file `path` (detached: other threads run meanwhile). A hostile or malformed file is a
+    /// `SourceError` naming the file and the element.
+    #[new]
+    fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let file = py.detach(|| CocoFile::open(&path)).py_err()?;
+        Ok(Self { file, path })
+    }
+
+    /// The images in torchvision's order: `ids`, `widths`, `heights` (int64 arrays), `file_names` (list of str).
+    fn images<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let im = self.file.images();
+        let d = PyDict::new(py);
+        d.set_item("ids", PyArray1::from_iter(py, im.iter().map(|i| i.id)))?;
+        d.set_item("widths", PyArray1::from_iter(py, im.iter().map(|i| i64::from(i.width))))?;
+        d.set_item("heights", PyArray1::from_iter(py, im.iter().map(|i| i64::from(i.height))))?;
+        d.set_item("file_names", im.iter().map(|i| i.file_name.as_str()).collect::<Vec<_>>())?;
+        Ok(d)
+    }
+
+    /// The annotations, grouped by image: `offsets` (N + 1: image k's are `offsets[k]..offsets[k + 1]`), `ids`,
+    /// `category_ids` (int64), `bboxes` (float64 (A, 4), XYWH as the file has them), `iscrowd` (bool), `areas`,
+    /// `keypoints_offsets` (A + 1) and `keypoints` (float32, flat x, y, v triples).
+    fn annotations<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let f = &self.file;
+        let a = f.annotations();
+        let d = PyDict::new(py);
+        let n = f.images().len();
+        let mut offsets: Vec<i64> = (0..n).map(|k| f.annotation_range(k).start as i64).collect();
+        offsets.push(a.len() as i64);
+        d.set_item("offsets", PyArray1::from_vec(py, offsets))?;
+        d.set_item("ids", PyArray1::from_iter(py, a.iter().map(|x| x.id)))?;
+        d.set_item("category_ids", PyArray1::from_iter(py, a.iter().map(|x| x.category_id)))?;
+        let boxes: Vec<f64> = a.iter().flat_map(|x| x.bbox).collect();
+        d.set_item("bboxes", PyArray1::from_vec(py, boxes).reshape([a.len(), 4])?)?;
+        d.set_item("iscrowd", PyArray1::from_iter(py, a.iter().map(|x| x.iscrowd)))?;
+        d.set_item("areas", PyArray1::from_iter(py, a.iter().map(|x| x.area)))?;
+        let mut kp_offsets = vec![0i64];
+        let mut kp = Vec::new();
+        for x in a {
+            kp.extend_from_slice(x.keypoints.as_deref().unwrap_or(&[]));
+            kp_offsets.push(kp.len() as i64);
+        }
+        d.set_item("keypoints_offsets", PyArray1::from_vec(py, kp_offsets))?;
+        d.set_item("keypoints", PyArray1::from_vec(py, kp))?;
+        Ok(d)
+    }
+
+    /// The categories in file order: (id, name, supercategory, keypoint names).
+    fn categories(&self) -> Vec<(i64, String, String, Vec<String>)> {
+        self.file
+            .categories()
+            .iter()
+            .map(|c| (c.id, c.name.clone(), c.supercategory.clone(), c.keypoints.clone()))
+            .collect()
+    }
+
+    /// Annotations whose `image_id` names no image (not any image's).
+    #[getter]
+    fn orphans(&self) -> u64 {
+        self.file.orphans()
+    }
+
+    /// The masks of `annotations` (indices into `annotations()`) under one row's `geometry`: uint8 `(K, H, W)`,
+    /// each decoded as pycocotools decodes it (annot/mask.rs) for the kept window only (annot/warp.rs). An
+    /// annotation without a segmentation, or with one that is malformed, is a `SourceError` naming the file and
+    /// the annotation.
+    fn masks<'py>(
+        &self,
+        py: Python<'py>,
+        annotations: Vec<usize>,
+        geometry_row: Vec<f64>,
+    ) -> PyResult<Bound<'py, PyArray3<u8>>> {
+        let g = geometry(&geometry_row)?;
+        let (oh, ow) = (g.y.out, g.x.out);
+        let f = &self.file;
+        let all = f.annotations();
+        let fail = |message: String| TrdataError::Source { path: self.path.clone(), message };
+        let out = py
+            .detach(|| -> Result<Vec<u8>, TrdataError> {
+                let mut out = vec![0u8; annotations.len() * oh * ow];
+                for (k, &a) in annotations.iter().enumerate() {
+                    let ann = all.get(a).ok_or_else(|| fail(format!("has no annotation {a}")))?;
+                    let image = &f.images()[f.image_index(ann.image_id).ok_or_else(|| fail("lost an image".into()))?];
+                    let seg = ann.segmentation.as_ref().ok_or_else(|| {
+                        fail(format!(
+                            "annotation {} (image {}) has no segmentation: masks=True needs one",
+                            ann.id, image.id
+                        ))
+                    })?;
+                    let rle = to_rle(seg, image.height, image.width).map_err(|e| {
+                        fail(format!("annotation {} (image {}) has a bad segmentation: {e}", ann.id, image.id))
+                    })?;
+                    g.mask(&rle, &mut out[k * oh * ow..(k + 1) * oh * ow])
+                        .map_err(|e| fail(format!("annotation {}: {e}", ann.id)))?;
+                }
+                Ok(out)
+            })
+            .py_err()?;
+        PyArray1::from_vec(py, out).reshape([annotations.len(), oh, ow])
+    }
+}
