@@ -177,7 +177,7 @@ pub struct CocoCategory {
 /// A parsed COCO annotation file. Invariants (established by the parser, kept by having no mutators):
 /// `images` sorted by id, ids unique; `annotations` grouped by image in the order of `images`, in file order
 /// within one image, every one's `image_id` the id of its image; orphans are counted, not kept.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CocoFile {
     images: Vec<CocoImage>,
     annotations: Vec<CocoAnnotation>,
