@@ -50,14 +50,11 @@
 //! # Limits
 //! [`CocoLimits`]: every count and length that comes from the file is checked while it is read (before the
 //! element it would add is stored), as is an estimate of the memory the parsed structure takes; nesting is limited
-//! to [`MAX_DEPTH`]; [`CocoFile::open`] reads regular files only, at most `max_file_bytes`. A list past its limit
+//! to [`MAX_DEPTH`]; `source::coco_file` reads regular files only, at most `max_file_bytes` (source/read.rs's bounded reader). A list past its limit
 //! stops being stored at once; the rest of that annotation is skipped without allocating (linear time, bounded by
 //! the file size) so that the error can name the annotation's id, and then the parse ends.
 
-use std::fs::{FileType, OpenOptions};
-use std::io::Read;
 use std::ops::Range;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
 use super::mask::Segmentation;
@@ -73,7 +70,7 @@ pub const MAX_DEPTH: usize = 512;
 /// and refused at the first element past its limit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CocoLimits {
-    /// Largest file [`CocoFile::open`] reads (and [`CocoFile::parse_with`] accepts). Default 4 GiB.
+    /// Largest file `source::coco_file` reads (and [`CocoFile::parse_with`] accepts). Default 4 GiB.
     pub max_file_bytes: u64,
     /// Largest estimated size of the parsed structure (struct sizes plus every coordinate, run, keypoint and
     /// string byte; the index arrays built at the end, at most 24 bytes per annotation, come on top).
@@ -188,18 +185,6 @@ pub struct CocoFile {
 }
 
 impl CocoFile {
-    /// Read and parse the COCO file `path` with the default [`CocoLimits`].
-    pub fn open(path: &Path) -> Result<Self> {
-        Self::open_with(path, &CocoLimits::default())
-    }
-
-    /// Read and parse the COCO file `path`: only a regular file is read (a FIFO or a device is refused without
-    /// blocking), and never more than `limits.max_file_bytes`.
-    pub fn open_with(path: &Path, limits: &CocoLimits) -> Result<Self> {
-        let bytes = read_bounded(path, limits.max_file_bytes)?;
-        Self::parse_with(&bytes, path, limits)
-    }
-
     /// Parse the bytes of a COCO file with the default [`CocoLimits`]; `path` names the file in errors.
     pub fn parse(bytes: &[u8], path: &Path) -> Result<Self> {
         Self::parse_with(bytes, path, &CocoLimits::default())
@@ -262,64 +247,6 @@ impl CocoFile {
     pub fn orphans(&self) -> u64 {
         self.orphans
     }
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// Reading the file
-
-fn describe_file_type(ft: FileType) -> &'static str {
-    if ft.is_dir() {
-        "a directory"
-    } else if ft.is_fifo() {
-        "a FIFO (named pipe)"
-    } else if ft.is_char_device() {
-        "a character device"
-    } else if ft.is_block_device() {
-        "a block device"
-    } else if ft.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    }
-}
-
-/// The bytes of the regular file `path`, at most `limit` of them (checked before and while reading). `annot` may
-/// not import `source` (layering), so this is the few lines of source/read.rs's protocol it needs: open without
-/// blocking, `fstat` the descriptor, check the length, read at most `limit + 1` bytes.
-fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
-    let source = |message: String| TrdataError::Source { path: path.to_path_buf(), message };
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| match std::fs::metadata(path) {
-            Ok(m) if !m.file_type().is_file() => source(format!(
-                "is {}, not a regular file (only regular files are read)",
-                describe_file_type(m.file_type())
-            )),
-            _ => source(format!("cannot open the COCO file: {e}")),
-        })?;
-    let meta = file.metadata().map_err(|e| source(format!("cannot stat the COCO file: {e}")))?;
-    if !meta.file_type().is_file() {
-        return Err(source(format!(
-            "is {}, not a regular file (only regular files are read)",
-            describe_file_type(meta.file_type())
-        )));
-    }
-    let len = meta.len();
-    if len > limit {
-        return Err(source(format!(
-            "the COCO file is {len} bytes, more than the limit of {limit} bytes (CocoLimits::max_file_bytes)"
-        )));
-    }
-    let mut buf = Vec::new();
-    buf.try_reserve_exact(usize::try_from(len).unwrap_or(usize::MAX))
-        .map_err(|_| TrdataError::Memory { what: format!("the bytes of {}", path.display()), bytes: len })?;
-    file.take(limit.saturating_add(1)).read_to_end(&mut buf).map_err(|e| source(format!("cannot read: {e}")))?;
-    if buf.len() as u64 > limit {
-        return Err(source(format!("the COCO file grew past the limit of {limit} bytes while it was read")));
-    }
-    Ok(buf)
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -689,66 +689,6 @@ fn errors_give_line_and_column() {
 }
 
 #[test]
-fn open_reads_regular_files_only_and_never_past_the_limit() {
-    let dir = crate::test_data::fresh_dir("coco-open");
-    let p = dir.join("instances.json");
-    std::fs::write(&p, INSTANCES).unwrap();
-    let f = CocoFile::open(&p).unwrap();
-    assert_eq!(f, parse(INSTANCES).unwrap());
-    // A 10 GB file (sparse): refused from its length, before anything is read or allocated.
-    let big = dir.join("huge.json");
-    std::fs::File::create(&big).unwrap().set_len(10 << 30).unwrap();
-    let t = std::time::Instant::now();
-    let e = CocoFile::open(&big).unwrap_err();
-    assert!(t.elapsed().as_secs() < 2);
-    assert!(
-        matches!(&e, TrdataError::Source { path, message } if *path == big && message.contains("10737418240 bytes, more than the limit of 4294967296")),
-        "{e}"
-    );
-    let e = CocoFile::open_with(&p, &CocoLimits { max_file_bytes: 100, ..CocoLimits::default() }).unwrap_err();
-    assert!(e.to_string().contains("more than the limit of 100 bytes"), "{e}");
-    // Not regular files.
-    let e = CocoFile::open(&dir).unwrap_err();
-    assert!(e.to_string().contains("is a directory, not a regular file"), "{e}");
-    let e = CocoFile::open(Path::new("/dev/zero")).unwrap_err();
-    assert!(e.to_string().contains("character device"), "{e}");
-    let fifo = dir.join("pipe.json");
-    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
-    let (tx, rx) = std::sync::mpsc::channel();
-    let f2 = fifo.clone();
-    std::thread::spawn(move || {
-        let _ = tx.send(CocoFile::open(&f2).map(|_| ()).map_err(|e| e.to_string()));
-    });
-    let r = rx.recv_timeout(std::time::Duration::from_secs(5)).expect("open blocked on a FIFO");
-    assert!(r.unwrap_err().contains("FIFO"));
-    let e = CocoFile::open(&dir.join("missing.json")).unwrap_err();
-    assert!(matches!(&e, TrdataError::Source { message, .. } if message.contains("cannot open")), "{e}");
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// Numbers: the parser's value against Rust's correctly rounded parse (= Python's float()).
-
-fn num(text: &str) -> PResult<Num> {
-    let lim = CocoLimits::default();
-    let mut p = Parser { s: text.as_bytes(), i: 0, lim: &lim, mem: 0, scratch: Scratch::default() };
-    let n = p.number()?;
-    assert_eq!(p.i, text.len(), "{text}: stopped at {}", p.i);
-    // The fast path for the common forms (taken by `finite`) gives the same bits, or declines.
-    if let Some((v, j)) = simple_number(text.as_bytes(), 0) {
-        assert_eq!((v.to_bits(), j), (n.f.to_bits(), text.len()), "{text}: simple_number disagrees");
-    }
-    Ok(n)
-}
-
-/// What Python's `float(json.loads(text))` is: an integer literal is an int first, so "-0" is +0.0.
-fn python_float(text: &str) -> f64 {
-    let v: f64 = text.parse().unwrap();
-    let int_literal = !text.contains(['.', 'e', 'E']);
-    if int_literal && v == 0.0 { 0.0 } else { v }
-}
-
-#[test]
 fn numbers_are_exact() {
     for t in [
         "0",
@@ -998,4 +938,26 @@ fn the_base_files_satisfy_the_invariants() {
         let f = CocoFile::parse_with(f.as_bytes(), &path(), &small_limits()).unwrap();
         check_invariants(&f);
     }
+}
+
+/// What Python's `float(json.loads(text))` is: an integer literal is an int first, so "-0" is +0.0.
+fn python_float(text: &str) -> f64 {
+    let v: f64 = text.parse().unwrap();
+    let int_literal = !text.contains(['.', 'e', 'E']);
+    if int_literal && v == 0.0 { 0.0 } else { v }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Numbers: the parser's value against Rust's correctly rounded parse (= Python's float()).
+
+fn num(text: &str) -> PResult<Num> {
+    let lim = CocoLimits::default();
+    let mut p = Parser { s: text.as_bytes(), i: 0, lim: &lim, mem: 0, scratch: Scratch::default() };
+    let n = p.number()?;
+    assert_eq!(p.i, text.len(), "{text}: stopped at {}", p.i);
+    // The fast path for the common forms (taken by `finite`) gives the same bits, or declines.
+    if let Some((v, j)) = simple_number(text.as_bytes(), 0) {
+        assert_eq!((v.to_bits(), j), (n.f.to_bits(), text.len()), "{text}: simple_number disagrees");
+    }
+    Ok(n)
 }

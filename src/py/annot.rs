@@ -7,10 +7,11 @@
 //!   (annot/warp.rs), `geometry` one row of `NativeLoader.sample_geometry`.
 
 use super::errors::IntoPyResult;
-use crate::annot::coco::CocoFile;
+use crate::annot::coco::{CocoFile, CocoLimits};
 use crate::annot::mask::to_rle;
 use crate::annot::warp::{AxisMap, TargetGeometry};
 use crate::error::TrdataError;
+use crate::source::annotations::coco_file;
 use numpy::{PyArray1, PyArray2, PyArray3, PyArrayMethods, PyReadonlyArray2, PyReadonlyArray3};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -102,7 +103,7 @@ impl CocoAnnotations {
     /// `SourceError` naming the file and the element.
     #[new]
     fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
-        let file = py.detach(|| CocoFile::open(&path)).py_err()?;
+        let file = py.detach(|| coco_file(&path, &CocoLimits::default())).py_err()?;
         Ok(Self { file, path })
     }
 

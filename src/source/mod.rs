@@ -8,6 +8,7 @@
 //! and class names stay bytes (`PathBuf`/`OsString`) end to end: Linux file names need not be UTF-8, and the
 //! Python side sees them as `os.fsdecode` strings.
 
+pub mod annotations;
 mod block_cache;
 pub mod external;
 mod image_folder;

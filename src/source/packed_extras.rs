@@ -32,6 +32,8 @@ pub const MAX_EXTRA_BYTES: u64 = 16 << 20;
 pub const MAX_EXTRA_FIELDS: usize = 1024;
 /// Longest field name, in bytes.
 pub const MAX_FIELD_NAME_BYTES: usize = 256;
+/// Most bytes of one record's extras (its index row's `len` is a u32; as a record of the data region).
+pub const MAX_RECORD_EXTRAS_BYTES: u64 = 1 << 30;
 /// Bytes of an entry's head: field u16 · kind u8 · len u32.
 const ENTRY_HEAD_BYTES: usize = 7;
 
@@ -199,7 +201,7 @@ impl ExtrasWriter {
             self.bytes.extend_from_slice(value);
         }
         let rec = &self.bytes[start..];
-        if rec.len() as u64 > super::packed::MAX_RECORD_BYTES {
+        if rec.len() as u64 > MAX_RECORD_EXTRAS_BYTES {
             return Err(invalid(format!("record {}'s extras total {} bytes", self.rows.len(), rec.len())));
         }
         self.rows.push(ExtrasRow { offset: start as u64, len: rec.len() as u32, crc32c: crc32c::crc32c(rec) });

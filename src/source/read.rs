@@ -99,11 +99,25 @@ pub fn read_span(path: &Path, offset: u64, len: u64, limit_bytes: u64, buf: &mut
     file.read_exact_at(buf, offset).map_err(|e| io_error(&e))
 }
 
-/// Read the regular file `path` into `buf` (cleared first), refusing anything that is not a regular file and
-/// any file larger than `limit_bytes` (checked before and while reading). Formats that are recognised but not
-/// decoded yet are refused here too (`Unsupported`, see [`undecoded_format`]). Never blocks on a FIFO and never
-/// reads more than `limit_bytes + 1` bytes.
+/// Read the regular file `path` into `buf` (cleared first) as [`read_regular`] does, then refuse formats that
+/// are recognised but not decoded yet (`Unsupported`, see [`undecoded_format`]).
 pub fn read_sample(path: &Path, limit_bytes: u64, buf: &mut Vec<u8>) -> Result<(), ImageError> {
+    read_regular(path, limit_bytes, buf)?;
+    if let Some(name) = undecoded_format(buf) {
+        return Err(ImageError::new(
+            ImageErrorKind::Unsupported,
+            format!(
+                "{name} is not decoded yet (trdata decodes JPEG, PNG, WebP, GIF, TIFF, BMP and Netpbm); convert the file or leave it out"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Read the regular file `path` into `buf` (cleared first), refusing anything that is not a regular file and
+/// any file larger than `limit_bytes` (checked before and while reading). Never blocks on a FIFO and never
+/// reads more than `limit_bytes + 1` bytes.
+pub fn read_regular(path: &Path, limit_bytes: u64, buf: &mut Vec<u8>) -> Result<(), ImageError> {
     let mut file = open_nonblocking(path)?;
     let meta = file.metadata().map_err(|e| io_error(&e))?;
     if !meta.file_type().is_file() {
@@ -124,14 +138,6 @@ pub fn read_sample(path: &Path, limit_bytes: u64, buf: &mut Vec<u8>) -> Result<(
     (&mut file).take(cap).read_to_end(buf).map_err(|e| io_error(&e))?;
     if buf.len() as u64 > limit_bytes {
         return Err(too_large(format!("file grew past the limit of {limit_bytes} bytes while it was read")));
-    }
-    if let Some(name) = undecoded_format(buf) {
-        return Err(ImageError::new(
-            ImageErrorKind::Unsupported,
-            format!(
-                "{name} is not decoded yet (trdata decodes JPEG, PNG, WebP, GIF, TIFF, BMP and Netpbm); convert the file or leave it out"
-            ),
-        ));
     }
     Ok(())
 }
