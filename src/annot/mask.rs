@@ -739,12 +739,7 @@ pub fn decode_window(rle: &Rle, x0: u32, y0: u32, cw: u32, ch: u32, out: &mut [u
     if x0 + cw > w || y0 + ch > h || out.len() as u64 != cw * ch {
         return Err(MaskError::new(
             MaskErrorKind::Window,
-            format!(
-                "window {cw}×{ch} at ({x0}, {y0}) with {} output bytes, for a {}×{} mask",
-                out.len(),
-                rle.w,
-                rle.h
-            ),
+            format!("window {cw}×{ch} at ({x0}, {y0}) with {} output bytes, for a {}×{} mask", out.len(), rle.w, rle.h),
         ));
     }
     out.fill(0);
