@@ -4,7 +4,7 @@
 set -eu
 cd "$(dirname "$0")"
 src="${TRDATA_TEST_DATA:-../../shared/data}/edge-cases"
-for t in jpeg_header jpeg_decode png_decode jpeg_markers other_decode exif_orientation packed_open gpu_eligible pack_destination coco_json; do mkdir -p "corpus/$t"; done
+for t in jpeg_header jpeg_decode png_decode jpeg_markers other_decode exif_orientation packed_open gpu_eligible pack_destination coco_json coco_mask; do mkdir -p "corpus/$t"; done
 for f in "$src"/*; do
     n=$(basename "$f")
     [ "$(wc -c < "$f")" -le 600000 ] || continue   # skip the multi-MB photos: slow seeds, nothing new
@@ -30,3 +30,8 @@ printf '\000{"images": [{"id": 2, "file_name": "a.jpg", "width": 4, "height": 3}
 printf '\001"segmentation": [[1,2,3,4,5,6]], "keypoints": [1,2,2], "image_id": 1, "bbox": [0,0,1,1], "category_id": 1, "id": 5' > corpus/coco_json/annotation
 printf '\002\200"x": [NaN, 1e400, {"a": [[]]}], ' > corpus/coco_json/splice
 echo "seeded from $src (other_decode: seed it with small WebP/GIF/TIFF/BMP/PPM files, e.g. written by Pillow)"
+# coco_mask: mode byte, two big-endian u16 sides (top bit clear: taken mod 40), then the segmentation.
+printf '\000\000\003\000\004237' > corpus/coco_mask/string_3x4
+printf '\000\000\012\000\014;192N3M01N1O1O1Om0' > corpus/coco_mask/string_10x12
+printf '\002\000\012\000\014\012\000\012\000\137\000\024\000\050\000\120\000' > corpus/coco_mask/polygon_10x12
+printf '\003\000\003\000\004\002\000\003\000\007\000' > corpus/coco_mask/counts_3x4

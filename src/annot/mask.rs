@@ -88,8 +88,9 @@ pub const MAX_POLYGONS: usize = 1 << 12;
 /// Most numbers (x and y) in one segmentation's polygons together, and in one polygon: 2^20.
 pub const MAX_POLYGON_COORDS: usize = 1 << 20;
 /// Most boundary points one segmentation's polygons may put on the canvas (one per edge crossing of a pixel
-/// column, before pairs cancel): 2^22, 16 MiB of positions. A simple outline crosses each column about twice.
-pub const MAX_POLYGON_CROSSINGS: u64 = 1 << 22;
+/// column, before pairs cancel): 2^20, 4 MiB of positions, tens of milliseconds of work. A simple outline
+/// crosses each column about twice: a 4000-pixel-wide object's outline is 8000 of them.
+pub const MAX_POLYGON_CROSSINGS: u64 = 1 << 20;
 /// `|5·x + 0.5|` must stay below this (2^30 + 1): the ×5 grid coordinate `(int)(5·x + .5)` is then within
 /// ±(2^30) and an edge's length fits a C `int`. About ±2.1e8 pixels.
 const SCALED_LIMIT: f64 = (1u64 << 30) as f64 + 1.0;
@@ -266,29 +267,76 @@ impl Edge {
             let (a, b) = (self.point(t - 1), self.point(t));
             if self.flip { emit(b, a) } else { emit(a, b) }
         };
+        if self.shallow {
+            // u = t + xs steps by exactly 1: the pair (t-1, t) has x = xs + t - 1 = 5c + 2.
+            for c in lo..=hi {
+                let t = 5 * c + 3 - self.xs;
+                if t >= 1 && t <= self.len {
+                    pair(t);
+                }
+            }
+            return;
+        }
+        // u is monotone in t: for each column, the pair where it crosses from 5c+2 to 5c+3 (either way), found
+        // from the straight line's estimate and checked against the exact expression.
+        let increasing = self.u(self.len) >= self.u(0);
         for c in lo..=hi {
-            let t = if self.shallow {
-                // u = t + xs steps by exactly 1: the pair (t-1, t) has x = xs + t - 1 = 5c + 2.
-                5 * c + 3 - self.xs
-            } else {
-                // u is monotone in t: the pair where it crosses from 5c+2 to 5c+3 (either way).
-                let increasing = self.u(self.len) >= self.u(0);
-                let past = |t: i64| if increasing { self.u(t) > 5 * c + 2 } else { self.u(t) <= 5 * c + 2 };
-                if !past(self.len) {
-                    continue;
-                }
-                let (mut a, mut b) = (0, self.len); // smallest t with past(t) is in [a, b]
-                while a < b {
-                    let m = a + (b - a) / 2;
-                    if past(m) { b = m } else { a = m + 1 }
-                }
-                a
-            };
-            if t >= 1 && t <= self.len {
+            let target = 5 * c + 2;
+            let past = |t: i64| if increasing { self.u(t) > target } else { self.u(t) <= target };
+            let hint = ((target as f64 + 0.5 - self.xs as f64) / self.s).ceil();
+            if let Some(t) = first_past(self.len, hint, past)
+                && t >= 1
+            {
                 pair(t);
             }
         }
     }
+}
+
+/// The smallest `t` in `0 ..= len` with `past(t)`, for a monotone `past` (false … false, true … true), searched
+/// outwards from `hint` (any value: NaN, infinite or out of range are clamped) by doubling steps, then halving:
+/// O(log |answer − hint|) evaluations, O(1) when the hint is close.
+fn first_past(len: i64, hint: f64, past: impl Fn(i64) -> bool) -> Option<i64> {
+    if !past(len) {
+        return None;
+    }
+    let start = if hint.is_nan() { 0 } else { (hint as i64).clamp(0, len) };
+    // Bracket: !past(lo) (or lo = -1) and past(hi).
+    let (mut lo, mut hi);
+    if past(start) {
+        hi = start;
+        let mut step = 1;
+        loop {
+            let l = hi - step;
+            if l < 0 {
+                lo = -1;
+                break;
+            }
+            if !past(l) {
+                lo = l;
+                break;
+            }
+            hi = l;
+            step *= 2;
+        }
+    } else {
+        lo = start;
+        let mut step = 1;
+        loop {
+            let h = (lo + step).min(len);
+            if past(h) {
+                hi = h;
+                break;
+            }
+            lo = h;
+            step *= 2;
+        }
+    }
+    while hi - lo > 1 {
+        let m = lo + (hi - lo) / 2;
+        if past(m) { hi = m } else { lo = m }
+    }
+    Some(hi)
 }
 
 /// `rleFrPoly`'s second loop, for one pair of consecutive walk points: the boundary point it keeps, if any, as

@@ -625,9 +625,9 @@ fn hostile_polygons_are_refused_not_run() {
     assert!(t.elapsed().as_secs_f64() < 1.0, "{:?}", t.elapsed());
     assert_eq!(seg(vec![vec![1.0; 6]; MAX_POLYGONS + 1]).unwrap_err().kind, MaskErrorKind::TooLarge);
     assert_eq!(seg(vec![vec![1.0; MAX_POLYGON_COORDS + 2]]).unwrap_err().kind, MaskErrorKind::TooLarge);
-    // A zigzag over the whole width, many times: more boundary points than the budget.
-    let zig: Vec<f64> = (0..2000).flat_map(|i| [if i % 2 == 0 { -10.0 } else { 810.0 }, i as f64 * 0.1]).collect();
-    assert_eq!(seg(vec![zig.clone(); 4]).unwrap_err().kind, MaskErrorKind::TooLarge);
+    // A zigzag over the whole width, many times: more boundary points than the budget (together).
+    let zig: Vec<f64> = (0..1000).flat_map(|i| [if i % 2 == 0 { -10.0 } else { 810.0 }, i as f64 * 0.1]).collect();
+    assert_eq!(seg(vec![zig.clone(); 2]).unwrap_err().kind, MaskErrorKind::TooLarge);
     // One of them is within it, and agrees with the literal port.
     assert_eq!(rle_from_polygon(&zig, 600, 800).unwrap(), reference_fr_poly(&zig, 600, 800));
 }
@@ -662,4 +662,22 @@ fn merge_refuses_what_c_would_hang_on() {
     assert_eq!(merge_pair(&[0], &[0, 2]), None); // the loop C never leaves
     // Zero-length runs in one input only are kept, as C keeps them.
     assert_eq!(merge(&[p(vec![0, 0, 1, 0, 1]), p(vec![2])]).unwrap().counts, vec![0, 0, 1, 0, 1]);
+}
+
+#[test]
+fn polygons_at_the_budget_take_milliseconds() {
+    // Steep edges over every column of the widest canvas, up to the boundary-point budget; and a polygon of
+    // coordinates near the bound whose edges are 1e9 grid steps long. A walk over every point (what C does)
+    // would take seconds or run out of memory.
+    let edges = (MAX_POLYGON_CROSSINGS / 32770) as usize;
+    let steep: Vec<f64> = (0..edges).flat_map(|i| [if i % 2 == 0 { -10.0 } else { 32778.0 }, i as f64 * 1e5]).collect();
+    let huge: Vec<f64> = (0..edges).flat_map(|i| [if i % 2 == 0 { -1e8 } else { 1e8 }, i as f64 * 1e5 - 2e6]).collect();
+    for xy in [steep, huge] {
+        let t = std::time::Instant::now();
+        let r = rle_from_polygon(&xy, 8192, 32768).unwrap();
+        assert!(t.elapsed().as_secs_f64() < 2.0, "{:?} for {} runs", t.elapsed(), r.counts.len());
+    }
+    // One more edge over every column is over the budget.
+    let over: Vec<f64> = (0..edges + 2).flat_map(|i| [if i % 2 == 0 { -10.0 } else { 32778.0 }, i as f64]).collect();
+    assert_eq!(rle_from_polygon(&over, 8192, 32768).unwrap_err().kind, MaskErrorKind::TooLarge);
 }
