@@ -8,7 +8,7 @@
 
 use super::errors::IntoPyResult;
 use crate::annot::coco::{CocoFile, CocoLimits};
-use crate::annot::mask::to_rle;
+use crate::annot::mask::{Rle, to_rle};
 use crate::annot::warp::{AxisMap, TargetGeometry};
 use crate::error::TrdataError;
 use crate::source::annotations::coco_file;
@@ -16,6 +16,7 @@ use numpy::{PyArray1, PyArray2, PyArray3, PyArrayMethods, PyReadonlyArray2, PyRe
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 /// Add the annotation classes and functions to `trdata._core`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -90,11 +91,13 @@ fn move_keypoints<'py>(
     Ok(out)
 }
 
-/// A parsed COCO annotation file (annot/coco.rs).
+/// A parsed COCO annotation file (annot/coco.rs), and each annotation's mask as an RLE once it was first asked
+/// for (a polygon is rasterized once, not every epoch; RLEs are small).
 #[pyclass(frozen, module = "trdata._core")]
 pub struct CocoAnnotations {
     file: CocoFile,
     path: PathBuf,
+    rles: Vec<OnceLock<Result<Rle, String>>>,
 }
 
 #[pymethods]
@@ -104,7 +107,8 @@ impl CocoAnnotations {
     #[new]
     fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
         let file = py.detach(|| coco_file(&path, &CocoLimits::default())).py_err()?;
-        Ok(Self { file, path })
+        let rles = (0..file.annotations().len()).map(|_| OnceLock::new()).collect();
+        Ok(Self { file, path, rles })
     }
 
     /// The images in torchvision's order: `ids`, `widths`, `heights` (int64 arrays), `file_names` (list of str).
@@ -181,17 +185,22 @@ impl CocoAnnotations {
                 let mut out = vec![0u8; annotations.len() * oh * ow];
                 for (k, &a) in annotations.iter().enumerate() {
                     let ann = all.get(a).ok_or_else(|| fail(format!("has no annotation {a}")))?;
-                    let image = &f.images()[f.image_index(ann.image_id).ok_or_else(|| fail("lost an image".into()))?];
-                    let seg = ann.segmentation.as_ref().ok_or_else(|| {
-                        fail(format!(
-                            "annotation {} (image {}) has no segmentation: masks=True needs one",
-                            ann.id, image.id
-                        ))
-                    })?;
-                    let rle = to_rle(seg, image.height, image.width).map_err(|e| {
-                        fail(format!("annotation {} (image {}) has a bad segmentation: {e}", ann.id, image.id))
-                    })?;
-                    g.mask(&rle, &mut out[k * oh * ow..(k + 1) * oh * ow])
+                    let rle = self.rles[a]
+                        .get_or_init(|| {
+                            let image = f.image_index(ann.image_id).map(|k| &f.images()[k]).ok_or("lost its image")?;
+                            let seg = ann.segmentation.as_ref().ok_or_else(|| {
+                                format!(
+                                    "annotation {} (image {}) has no segmentation: masks=True needs one",
+                                    ann.id, image.id
+                                )
+                            })?;
+                            to_rle(seg, image.height, image.width).map_err(|e| {
+                                format!("annotation {} (image {}) has a bad segmentation: {e}", ann.id, image.id)
+                            })
+                        })
+                        .as_ref()
+                        .map_err(|m| fail(m.clone()))?;
+                    g.mask(rle, &mut out[k * oh * ow..(k + 1) * oh * ow])
                         .map_err(|e| fail(format!("annotation {}: {e}", ann.id)))?;
                 }
                 Ok(out)
