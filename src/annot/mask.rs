@@ -5,7 +5,10 @@
 //! canvas as run lengths over the pixels in column-major order (down the first column, then the next), zeros
 //! first — a mask that starts with a one has a leading count of 0. That is pycocotools' `RLE`; the functions
 //! here are its `common/maskApi.c` (the version in pycocotools 2.0.11, from github.com/ppwwyyxx/cocoapi),
-//! ported line by line:
+//! ported expression by expression (same integer and double operations, same order) — except that `rleFrPoly`'s
+//! edge walk visits only the pairs of points that can fall on the canvas' columns instead of every point (a
+//! literal port in the tests, and pycocotools' own outputs in tests/fixtures/coco_masks.json, say it gives the
+//! same RLE):
 //!
 //! | here                  | maskApi.c        | what                                                       |
 //! |-----------------------|------------------|------------------------------------------------------------|
@@ -39,6 +42,10 @@
 //!   coordinate finite with `|5·x + 0.5| < 2^30` (the C `(int)` cast and the edge lengths stay defined); at most
 //!   [`MAX_POLYGON_CROSSINGS`] boundary points on the canvas (counted from the edges before the walk). The walk
 //!   itself skips the part of each edge outside the canvas' columns, so a coordinate of 1e8 costs nothing more.
+//!   (pycocotools walks every ×5 step and allocates for all of them: a coordinate of 1e8 costs it gigabytes,
+//!   and a NaN one — `(int)NaN` is `INT_MIN` on x86 — got the Python process killed when we tried.)
+//! - merges where `rleMerge` does not give the union: zero-length runs of both inputs at one position make it
+//!   stop early with a truncated RLE, and merging that with a further input never returns.
 //!
 //! Where pycocotools' behaviour is surprising and we keep it (it is what the training data meant):
 //! - `frPyObjects` chooses by the *first* polygon's length: exactly 4 numbers means "a list of boxes" (and then
@@ -48,7 +55,9 @@
 //! - `(int)` truncates toward zero, so `(int)(5·x + .5)` rounds negative coordinates toward zero;
 //! - `rleToBbox` of an RLE with foreground runs that are all empty gives `[w, h, 2^32 − w + 1, 2^32 − h + 1]`
 //!   (unsigned wrap-around);
-//! - `rleMerge` keeps zero-length runs of its inputs.
+//! - `rleMerge` keeps zero-length runs of its inputs (where it terminates).
+
+use std::fmt;
 
 /// One annotation's `segmentation` as a COCO file holds it (the three forms pycocotools reads).
 #[derive(Debug, Clone, PartialEq)]
@@ -70,8 +79,6 @@ pub enum Segmentation {
         counts: Vec<u8>,
     },
 }
-
-use std::fmt;
 
 /// Largest height or width of a mask (32768). Real annotations are far smaller (COCO: ≤ 640); satellite tiles
 /// and gigapixel scans are cut before they are annotated.
