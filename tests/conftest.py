@@ -25,6 +25,7 @@ Fixtures (names and meanings are stable; other test files rely on them):
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import _fixtures
@@ -91,3 +92,16 @@ def thread_names() -> list[str]:
 
 def worker_threads() -> int:
     return sum(1 for n in thread_names() if n.startswith("trdata-w"))
+
+
+def worker_threads_after_join(expected: int, within_s: float = 2.0) -> int:
+    """The worker thread count once joined threads have left ``/proc/self/task``: ``pthread_join`` returns when
+    the exiting thread clears its tid, which the kernel does before the task is removed from the thread group,
+    so on a loaded machine a joined worker can still be listed for a moment. Polls until the count is
+    ``expected`` or ``within_s`` passed; a worker that was not joined parks and stays, so it is still counted."""
+    deadline = time.monotonic() + within_s
+    n = worker_threads()
+    while n != expected and time.monotonic() < deadline:
+        time.sleep(0.01)
+        n = worker_threads()
+    return n
