@@ -8,7 +8,7 @@ boxes (and, ``masks``, instance masks) moved with the image, batch 16. 1 warm-up
 
     PYTHONPATH=python python benches/peers/detection.py [--data DIR] [--workers 2] [--rounds 2] [--size 512]
 
-Target (issue): ≥ 4× with masks, ≥ 3× without. Reported, never asserted.
+Target: trdata ≥ 4× with masks, ≥ 3× without. Reported, never asserted.
 """
 
 from __future__ import annotations
