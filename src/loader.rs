@@ -239,17 +239,10 @@ fn plan_gpu_decode(cfg: &LoaderConfig, devices: &DeviceSpec) -> Result<Option<Gp
 }
 
 impl Loader {
-    /// The geometry sample `index` of `epoch` gets from the folded prefix when its image is `width × height`:
-    /// the plan the workers compute (a pure function of (seed, epoch, index, size)), replayed for its targets
-    /// (boxes, masks, keypoints), and whether that geometry crops (boxes are then clamped to the output). A `ConfigError` on `transforms` when a stage-2 op moves pixels (its targets
-    /// would have to move with it) or the loader has several views.
-    pub fn sample_plan(
-        &self,
-        index: u64,
-        epoch: u64,
-        width: u32,
-        height: u32,
-    ) -> Result<(crate::augment::geometry::SamplePlan, bool)> {
+    /// Whether this loader can move a detection source's targets with its images: a `ConfigError` on
+    /// `exif_transpose` (annotations are in the stored pixels' orientation), on `views` (one view), or on
+    /// `transforms` naming an op whose geometry the targets cannot follow (`augment::targets::check_program`).
+    pub fn check_targets(&self) -> Result<()> {
         if self.cfg.decode_limits.exif_transpose {
             return Err(TrdataError::config(
                 "exif_transpose",
@@ -261,19 +254,25 @@ impl Loader {
         if self.cfg.pipeline.is_multi() {
             return Err(TrdataError::config("views", "a source with detection targets takes one view".to_string()));
         }
-        let program = self.cfg.pipeline.first().program();
-        if let Some(name) = program.moving_op() {
-            return Err(TrdataError::config(
-                "transforms",
-                format!(
-                    "{name} runs after a pixel op and would have to move the boxes, masks and keypoints of a \
-                     detection source, which trdata does not do yet: start the list with the crop/resize/flip \
-                     ops (they fold into the decode and move the targets), then the photometric ones"
-                ),
-            ));
-        }
+        crate::augment::targets::check_program(self.cfg.pipeline.first().program())
+            .map_err(|m| TrdataError::config("transforms", m))
+    }
+
+    /// The whole geometry sample `index` of `epoch` gets when its image is `width × height`: the folded prefix's
+    /// plan and every stage-2 op that moves pixels, replayed with the workers' draws (a pure function of (seed,
+    /// epoch, index, size)) for its targets ([`crate::augment::targets`]). An op that cannot run on this sample
+    /// → its message.
+    pub fn target_plan(
+        &self,
+        index: u64,
+        epoch: u64,
+        width: u32,
+        height: u32,
+    ) -> std::result::Result<crate::augment::targets::TargetPlan, String> {
+        let pipeline = self.cfg.pipeline.first();
         let key = crate::augment::SampleKey { seed: self.cfg.seed, epoch, index };
-        Ok((program.prefix.plan(width, height, key), program.prefix.crops()))
+        let channels = pipeline.channels().count();
+        crate::augment::targets::TargetPlan::replay(pipeline.program(), key, (width, height), channels)
     }
 
     /// Validate the configuration (CPU engine); starts nothing.

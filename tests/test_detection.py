@@ -191,7 +191,7 @@ def test_random_geometry_moves_targets_as_torchvisions_kernels_with_the_same_dra
             for b in ld:
                 idx = b.indices.tolist()
                 sizes = [tuple(int(v) for v in src._sizes[i]) for i in idx]
-                geometry = ld._native.sample_geometry(idx, b.epoch, sizes)
+                geometry = [p.prefix for p in ld._native.target_plans(idx, b.epoch, sizes)]
                 for r, i in enumerate(idx):
                     _, want = ref[i]
                     if "boxes" not in want:
@@ -201,7 +201,7 @@ def test_random_geometry_moves_targets_as_torchvisions_kernels_with_the_same_dra
                     np.testing.assert_array_equal(b.targets[r]["masks"].numpy(), masks)
 
 
-def _torchvision_moved(boxes: Any, masks: Any, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _torchvision_moved(boxes: Any, masks: Any, g: list[float]) -> tuple[np.ndarray, np.ndarray]:
     """torchvision v2's kernels under one geometry row: crop the source span (RandomResizedCrop), resize it, take
     the window (CenterCrop, with padding), then the flips."""
     xlo, xhi, xres, xstart, xout, ylo, yhi, yres, ystart, yout, flip, vflip, crops = (int(v) for v in g)
@@ -256,7 +256,7 @@ def test_keypoints_move_and_points_off_the_canvas_become_invisible(tmp_path: Pat
         for b in ld:
             idx = b.indices.tolist()
             sizes = [tuple(int(v) for v in src._sizes[i]) for i in idx]
-            geometry = ld._native.sample_geometry(idx, b.epoch, sizes)
+            geometry = [p.prefix for p in ld._native.target_plans(idx, b.epoch, sizes)]
             for r, i in enumerate(idx):
                 kp = b.targets[r]["keypoints"].numpy()
                 anns = by_image.get(src.ids[i], [])
@@ -287,11 +287,11 @@ def test_padded_targets_and_what_is_refused(coco: tuple[Path, Path], tmp_path: P
     assert p["counts"].tolist() == counts and p["boxes"].shape == (N_IMAGES, max(counts), 4)
     assert all((p["labels"][r, c:] == -1).all() for r, c in enumerate(counts))
     # a geometric op after a pixel op would have to move the targets: refused, naming it
-    with pytest.raises(ConfigError, match="RandomRotation runs after a pixel op") as e:
+    with pytest.raises(ConfigError, match="AutoAugment may move pixels") as e:
         with trdata.Loader(
             src,
             batch_size=2,
-            transforms=[trdata.Resize((32, 32)), trdata.ColorJitter(0.2), trdata.RandomRotation(10)],
+            transforms=[trdata.Resize((32, 32)), trdata.ColorJitter(0.2), trdata.AutoAugment()],
         ) as ld:
             next(iter(ld))
     assert e.value.parameter == "transforms"

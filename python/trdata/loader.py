@@ -632,8 +632,8 @@ class Loader:
         if isinstance(source, _dataset.DatasetSource) or _holds_step((transform_specs, view_specs)):
             _dataset.close_at_exit(self)  # its workers attach to the interpreter: closed before it finalizes
         if source._has_targets:
-            try:  # the core refuses now what cannot move a detection source's targets (views, moving ops, EXIF)
-                self._native.sample_geometry([0], 0, [(64, 64)])
+            try:  # the core refuses now what cannot move a detection source's targets (views, some ops, EXIF)
+                self._native.check_targets()
             except BaseException:
                 self._native.close()
                 raise

@@ -50,6 +50,7 @@ pub mod resize;
 mod simd;
 pub mod site;
 mod stage2;
+pub mod targets;
 #[cfg(test)]
 mod tests;
 pub mod timm;

@@ -320,13 +320,6 @@ pub fn leaves_geometry(op: &OpSpec) -> bool {
 }
 
 impl Program {
-    /// The first stage-2 op that moves pixels (so would have to move a sample's boxes, masks and keypoints
-    /// too), by torchvision name; None when every stage-2 op leaves the geometry alone and a sample's targets
-    /// follow the folded prefix's [`geometry::SamplePlan`] alone.
-    pub fn moving_op(&self) -> Option<&'static str> {
-        self.ops.iter().find(|(_, op)| !leaves_geometry(op)).map(|(_, op)| op.name())
-    }
-
     /// Run stage 2 on `s.frame` (already holding the prefix's output). An op that cannot run on this sample (a
     /// `RandomCrop` larger than the padded image, as torchvision raises) → the message.
     pub fn run_ops(&self, s: &mut ProgramScratch, key: SampleKey) -> std::result::Result<(), String> {

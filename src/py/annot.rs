@@ -2,14 +2,15 @@
 //!
 //! - `CocoAnnotations(path)`: a COCO annotation file parsed by the core (annot/coco.rs), with `images()`,
 //!   `annotations()` (flat numpy columns, grouped by image), `categories()`, `orphans` and
-//!   `masks(annotations, geometry)`: the instance masks of those annotations under one row's geometry;
-//! - `move_boxes(boxes, geometry)`, `move_keypoints(keypoints, geometry)`: targets moved with the image
-//!   (annot/warp.rs), `geometry` one row of `NativeLoader.sample_geometry`.
+//!   `masks(annotations, plan)`: the instance masks of those annotations under one row's geometry;
+//! - `TargetPlan`: one sample's geometry for its targets (`NativeLoader.target_plans`, augment/targets.rs), with
+//!   `boxes(boxes)`, `keypoints(keypoints)`, `canvas`, and its `prefix` and `steps` for tests.
 
 use super::errors::IntoPyResult;
 use crate::annot::coco::{CocoFile, CocoLimits};
 use crate::annot::mask::{Rle, to_rle};
-use crate::annot::warp::{AxisMap, TargetGeometry};
+use crate::annot::warp::AxisMap;
+use crate::augment::targets::{self, Move};
 use crate::error::TrdataError;
 use crate::source::annotations::coco_file;
 use numpy::{PyArray1, PyArray2, PyArray3, PyArrayMethods, PyReadonlyArray2, PyReadonlyArray3};
@@ -18,78 +19,99 @@ use pyo3::types::PyDict;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-/// Add the annotation classes and functions to `trdata._core`.
+/// Add the annotation classes to `trdata._core`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CocoAnnotations>()?;
-    m.add_function(wrap_pyfunction!(move_boxes, m)?)?;
-    m.add_function(wrap_pyfunction!(move_keypoints, m)?)?;
+    m.add_class::<TargetPlan>()?;
     Ok(())
 }
 
-/// One row of `sample_geometry` (13 numbers) as the core's geometry; the row is the core's own output.
-fn geometry(g: &[f64]) -> PyResult<TargetGeometry> {
-    if g.len() != 13 {
-        return Err(pyo3::exceptions::PyValueError::new_err(format!("a geometry row has 13 numbers, not {}", g.len())));
-    }
-    let axis = |a: &[f64]| AxisMap {
-        lo: a[0] as i64,
-        hi: a[1] as i64,
-        resized: a[2] as i64,
-        start: a[3] as i64,
-        out: a[4] as usize,
-    };
-    Ok(TargetGeometry {
-        x: axis(&g[0..5]),
-        y: axis(&g[5..10]),
-        flip: g[10] != 0.0,
-        vflip: g[11] != 0.0,
-        clamp: g[12] != 0.0,
-    })
-}
+/// One sample's whole geometry for its targets (`NativeLoader.target_plans`; augment/targets.rs): the folded
+/// prefix and each stage-2 op that moves pixels, with the workers' draws.
+#[pyclass(frozen, module = "trdata._core")]
+pub struct TargetPlan(pub targets::TargetPlan);
 
-/// XYXY boxes `(K, 4)` in source pixels under one row's `geometry`: float32 `(K, 4)` (annot/warp.rs).
-#[pyfunction]
-fn move_boxes<'py>(
-    py: Python<'py>,
-    boxes: PyReadonlyArray2<'py, f64>,
-    geometry_row: Vec<f64>,
-) -> PyResult<Bound<'py, PyArray2<f32>>> {
-    let g = geometry(&geometry_row)?;
-    let b = boxes.as_array();
-    if b.ncols() != 4 {
-        return Err(pyo3::exceptions::PyValueError::new_err("boxes are (K, 4)"));
+#[pymethods]
+impl TargetPlan {
+    /// The output canvas (height, width).
+    #[getter]
+    fn canvas(&self) -> (usize, usize) {
+        self.0.canvas()
     }
-    let rows: Vec<Vec<f32>> =
-        b.rows().into_iter().map(|r| g.boxes([r[0], r[1], r[2], r[3]]).iter().map(|&v| v as f32).collect()).collect();
-    let out = PyArray2::from_vec2(py, &rows).map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()));
-    if rows.is_empty() { Ok(PyArray2::zeros(py, [0, 4], false)) } else { out }
-}
 
-/// `(K, P, 3)` keypoints (x, y, visibility) under one row's `geometry`: float32, visibility 0 off the canvas.
-#[pyfunction]
-fn move_keypoints<'py>(
-    py: Python<'py>,
-    keypoints: PyReadonlyArray3<'py, f64>,
-    geometry_row: Vec<f64>,
-) -> PyResult<Bound<'py, PyArray3<f32>>> {
-    let g = geometry(&geometry_row)?;
-    let k = keypoints.as_array();
-    if k.shape()[2] != 3 {
-        return Err(pyo3::exceptions::PyValueError::new_err("keypoints are (K, P, 3)"));
+    /// The prefix as (x.lo, x.hi, x.resized, x.start, x.out, y.lo, …, flip, vflip, crops): output pixel `j`
+    /// along an axis is pixel `start + j` of the source span `[lo, hi)` resized to `resized` pixels.
+    #[getter]
+    fn prefix(&self) -> Vec<f64> {
+        let g = &self.0.prefix;
+        let axis = |a: &AxisMap| [a.lo as f64, a.hi as f64, a.resized as f64, a.start as f64, a.out as f64];
+        let mut row = Vec::with_capacity(13);
+        row.extend(axis(&g.x));
+        row.extend(axis(&g.y));
+        row.extend([g.flip, g.vflip, g.clamp].map(|b| f64::from(u8::from(b))));
+        row
     }
-    let out = PyArray3::<f32>::zeros(py, [k.shape()[0], k.shape()[1], 3], false);
-    {
-        let mut o = out.readwrite();
-        let mut o = o.as_array_mut();
-        for ((i, j, _), _) in k.indexed_iter().filter(|((_, _, c), _)| *c == 0) {
-            let (x, y, on) = g.keypoint(k[[i, j, 0]], k[[i, j, 1]]);
-            o[[i, j, 0]] = x as f32;
-            o[[i, j, 1]] = y as f32;
-            o[[i, j, 2]] = if on { k[[i, j, 2]] as f32 } else { 0.0 };
+
+    /// The stage-2 steps: (op, kind, numbers, (h, w) before, (h, w) after) with kind "affine" (6 numbers, the
+    /// forward matrix), "perspective" (8: numerator rows, denominator), "scale" (sx, sy), "shift" (dx, dy),
+    /// "hflip", "vflip".
+    #[getter]
+    fn steps(&self) -> StepRows {
+        self.0
+            .steps
+            .iter()
+            .map(|s| {
+                let (kind, v): (&str, Vec<f64>) = match s.map {
+                    Move::Affine(m) => ("affine", m.to_vec()),
+                    Move::Perspective { theta, q } => ("perspective", theta.iter().chain(&q).copied().collect()),
+                    Move::Scale(v) => ("scale", v.to_vec()),
+                    Move::Shift(d) => ("shift", d.map(|v| v as f64).to_vec()),
+                    Move::HFlip => ("hflip", Vec::new()),
+                    Move::VFlip => ("vflip", Vec::new()),
+                };
+                (s.op, kind, v, s.from, s.canvas)
+            })
+            .collect()
+    }
+
+    /// XYXY boxes `(K, 4)` in source pixels, moved: float32 `(K, 4)`.
+    fn boxes<'py>(&self, py: Python<'py>, boxes: PyReadonlyArray2<'py, f64>) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let b = boxes.as_array();
+        if b.ncols() != 4 {
+            return Err(pyo3::exceptions::PyValueError::new_err("boxes are (K, 4)"));
         }
+        let flat: Vec<f32> =
+            b.rows().into_iter().flat_map(|r| self.0.boxes([r[0], r[1], r[2], r[3]]).map(|v| v as f32)).collect();
+        PyArray1::from_vec(py, flat).reshape([b.nrows(), 4])
     }
-    Ok(out)
+
+    /// `(K, P, 3)` keypoints (x, y, visibility), moved: float32, visibility 0 off the output canvas.
+    fn keypoints<'py>(
+        &self,
+        py: Python<'py>,
+        keypoints: PyReadonlyArray3<'py, f64>,
+    ) -> PyResult<Bound<'py, PyArray3<f32>>> {
+        let k = keypoints.as_array();
+        if k.shape()[2] != 3 {
+            return Err(pyo3::exceptions::PyValueError::new_err("keypoints are (K, P, 3)"));
+        }
+        let out = PyArray3::<f32>::zeros(py, [k.shape()[0], k.shape()[1], 3], false);
+        {
+            let mut o = out.readwrite();
+            let mut o = o.as_array_mut();
+            for ((i, j, _), _) in k.indexed_iter().filter(|((_, _, c), _)| *c == 0) {
+                let (x, y, on) = self.0.keypoint(k[[i, j, 0]], k[[i, j, 1]]);
+                o[[i, j, 0]] = x as f32;
+                o[[i, j, 1]] = y as f32;
+                o[[i, j, 2]] = if on { k[[i, j, 2]] as f32 } else { 0.0 };
+            }
+        }
+        Ok(out)
+    }
 }
+
+/// `TargetPlan.steps` rows.
+type StepRows = Vec<(&'static str, &'static str, Vec<f64>, (usize, usize), (usize, usize))>;
 
 /// A parsed COCO annotation file (annot/coco.rs), and each annotation's mask as an RLE once it was first asked
 /// for (a polygon is rasterized once, not every epoch; RLEs are small).
@@ -165,18 +187,18 @@ impl CocoAnnotations {
         self.file.orphans()
     }
 
-    /// The masks of `annotations` (indices into `annotations()`) under one row's `geometry`: uint8 `(K, H, W)`,
-    /// each decoded as pycocotools decodes it (annot/mask.rs) for the kept window only (annot/warp.rs). An
+    /// The masks of `annotations` (indices into `annotations()`) moved by `plan`: uint8 `(K, H, W)`, each
+    /// decoded as pycocotools decodes it (annot/mask.rs) for the prefix's kept window only (annot/warp.rs). An
     /// annotation without a segmentation, or with one that is malformed, is a `SourceError` naming the file and
     /// the annotation.
     fn masks<'py>(
         &self,
         py: Python<'py>,
         annotations: Vec<usize>,
-        geometry_row: Vec<f64>,
+        plan: PyRef<'py, TargetPlan>,
     ) -> PyResult<Bound<'py, PyArray3<u8>>> {
-        let g = geometry(&geometry_row)?;
-        let (oh, ow) = (g.y.out, g.x.out);
+        let g = &plan.0;
+        let (oh, ow) = g.canvas();
         let f = &self.file;
         let all = f.annotations();
         let fail = |message: String| TrdataError::Source { path: self.path.clone(), message };
@@ -200,8 +222,8 @@ impl CocoAnnotations {
                         })
                         .as_ref()
                         .map_err(|m| fail(m.clone()))?;
-                    g.mask(rle, &mut out[k * oh * ow..(k + 1) * oh * ow])
-                        .map_err(|e| fail(format!("annotation {}: {e}", ann.id)))?;
+                    let m = g.mask(rle).map_err(|e| fail(format!("annotation {}: {e}", ann.id)))?;
+                    out[k * oh * ow..(k + 1) * oh * ow].copy_from_slice(&m);
                 }
                 Ok(out)
             })

@@ -456,33 +456,31 @@ impl NativeLoader {
         .py_err()
     }
 
-    /// The folded prefix's geometry of each row, replayed for its targets (`Loader::sample_plan`): for rows
-    /// `indices` of `epoch` whose images are `sizes[i] = (width, height)`, a float64 (B, 13) array of
-    /// (x.lo, x.hi, x.resized, x.start, x.out, y.lo, y.hi, y.resized, y.start, y.out, flip, vflip, crops): output
-    /// pixel `j` along an axis is pixel `start + j` of the source span `[lo, hi)` resized to `resized` pixels,
-    /// then the output is mirrored when `flip` (left-right) or `vflip` (top-bottom) is 1; `crops` is 1 when the
-    /// geometry includes a crop (boxes are clamped to the output, as torchvision's crop kernels clamp them).
-    fn sample_geometry<'py>(
+    /// Refuse now what cannot move a detection source's targets (`Loader::check_targets`: EXIF rotation, views,
+    /// an op the targets cannot follow): a `ConfigError` naming the parameter.
+    fn check_targets(&self) -> PyResult<()> {
+        self.lock()?.check_targets().py_err()
+    }
+
+    /// Each row's whole geometry, replayed for its targets (`Loader::target_plan`): for rows `indices` of `epoch`
+    /// whose images are `sizes[i] = (width, height)`, one `TargetPlan` each. A row whose transforms cannot run
+    /// on its image → `ValueError` with the op's message.
+    fn target_plans(
         &self,
-        py: Python<'py>,
+        py: Python<'_>,
         indices: Vec<u64>,
         epoch: u64,
         sizes: Vec<(u32, u32)>,
-    ) -> PyResult<Bound<'py, numpy::PyArray2<f64>>> {
+    ) -> PyResult<Vec<super::annot::TargetPlan>> {
         let loader = self.lock()?;
-        let mut rows = Vec::with_capacity(indices.len());
-        for (&index, &(w, h)) in indices.iter().zip(&sizes) {
-            let (p, crops) = loader.sample_plan(index, epoch, w, h).py_err()?;
-            let axis = |a: augment::geometry::Axis| {
-                [a.lo as f64, a.hi as f64, a.resized as f64, a.start as f64, a.out_n as f64]
-            };
-            let mut row = Vec::with_capacity(12);
-            row.extend(axis(p.x));
-            row.extend(axis(p.y));
-            row.extend([f64::from(u8::from(p.flip)), f64::from(u8::from(p.vflip)), f64::from(u8::from(crops))]);
-            rows.push(row);
-        }
-        numpy::PyArray2::from_vec2(py, &rows).map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
+        py.detach(|| {
+            indices
+                .iter()
+                .zip(&sizes)
+                .map(|(&index, &(w, h))| loader.target_plan(index, epoch, w, h).map(super::annot::TargetPlan))
+                .collect::<Result<Vec<_>, String>>()
+        })
+        .map_err(pyo3::exceptions::PyValueError::new_err)
     }
 
     /// Shape of one sample ([C,h,w] or [h,w,C], C = 1 or 3); view 0's with `views=`.

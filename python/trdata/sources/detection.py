@@ -107,22 +107,21 @@ class CocoDetection(Source):
         """Each row's targets moved with its image (module docs)."""
         idx = [int(i) for i in indices]
         sizes = [(int(w), int(h)) for w, h in self._sizes[idx]]
-        geometry = np.asarray(native_loader.sample_geometry(idx, epoch, sizes), dtype=np.float64)
+        plans = native_loader.target_plans(idx, epoch, sizes)
         out = []
-        for row, i in enumerate(idx):
+        for plan, i in zip(plans, idx):
             t = self._image_targets(i)
-            g = geometry[row]
             moved: dict[str, Any] = {
-                "boxes": _core.move_boxes(t["boxes"], g.tolist()),
+                "boxes": plan.boxes(t["boxes"]),
                 "labels": t["labels"],
                 "iscrowd": t["iscrowd"],
                 "image_id": self.ids[i],
                 "orig_size": (int(self._sizes[i][1]), int(self._sizes[i][0])),
             }
             if self.masks:
-                moved["masks"] = self._ann.masks(t["ann"].tolist(), g.tolist())
+                moved["masks"] = self._ann.masks(t["ann"].tolist(), plan)
             if self.keypoints:
-                moved["keypoints"] = _core.move_keypoints(t["keypoints"], g.tolist())
+                moved["keypoints"] = plan.keypoints(t["keypoints"])
             out.append(moved)
         return out
 

@@ -1,0 +1,471 @@
+//! augment/targets — a detection sample's boxes, keypoints and masks moved through its whole program: the folded
+//! prefix's geometry ([`TargetGeometry`], annot/warp.rs), then every stage-2 op that moves pixels, replayed with
+//! the worker's own draws.
+//!
+//! Replay. A stage-2 op's draw is a function of (seed, epoch, index, site) and the frame's size when it runs
+//! ([`super::program`]): [`TargetPlan::replay`] walks the program as `program::run_op` does — the same site
+//! streams, the same container decisions, the frame size tracked from the prefix's output through each op — but
+//! moves no pixels. Ops that leave the geometry alone are not drawn at all (their streams are their own, so
+//! skipping them changes no other draw).
+//!
+//! Each moving op becomes one or two [`Step`]s with torchvision v2's kernel semantics:
+//! - boxes: the four corners mapped, their min/max taken, then clamped to the new canvas by the ops whose kernel
+//!   clamps (crop, pad, affine, rotate, perspective; not resize and not the flips), mirrored as `W - x`;
+//! - keypoints: mapped (never clamped), mirrored as `W - 1 - x`; a point off the final canvas gets visibility 0;
+//! - masks: the crops, pads, resizes and flips as exact index maps (nearest: ATen's rule,
+//!   [`nearest_index`]), the warps by the op's own kernel run on the one-channel mask with nearest sampling and
+//!   zero fill (torchvision's references pass `fill={Mask: 0}`; a mask never takes the image's fill).
+//!
+//! Ops that torchvision cannot apply to boxes (non-constant padding) or that trdata cannot replay (policies,
+//! Python steps, timm ops) are refused by [`check_program`] when the loader is built, naming the op.
+
+use super::geometry::SamplePlan;
+use super::kernels::{Frame, PadMode};
+use super::ops::{self, Drawn, OpScratch, OpSpec};
+use super::program::{Program, leaves_geometry, op_rng};
+use super::resize::center_crop_start;
+use super::site::Site;
+use super::warp::{self, Interp};
+use super::SampleKey;
+use crate::annot::mask::{MaskError, Rle};
+use crate::annot::warp::{AxisMap, TargetGeometry, nearest_index};
+use crate::rng::SampleRng;
+
+/// How one step maps a point (x, y) of its input canvas to its output canvas.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Move {
+    /// `x' = m0·x + m1·y + m2`, `y' = m3·x + m4·y + m5` (torchvision's forward affine matrix).
+    Affine([f64; 6]),
+    /// torchvision's perspective thetas: `x' = (t0·x + t1·y + t2) / (q0·x + q1·y + 1)`, `y'` with t3..t5.
+    Perspective {
+        /// Numerator rows.
+        theta: [f64; 6],
+        /// Denominator coefficients.
+        q: [f64; 2],
+    },
+    /// Resize: `x' = x·sx`, `y' = y·sy`.
+    Scale([f64; 2]),
+    /// Crop (negative) or pad (positive): `x' = x + dx`, `y' = y + dy`.
+    Shift([i64; 2]),
+    /// Mirror left-right.
+    HFlip,
+    /// Mirror top-bottom.
+    VFlip,
+}
+
+/// One stage-2 op's effect on the targets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// The torchvision op it comes from.
+    pub op: &'static str,
+    /// The map.
+    pub map: Move,
+    /// Boxes are clamped to the output canvas after the map.
+    pub clamp: bool,
+    /// Canvas (height, width) before.
+    pub from: (usize, usize),
+    /// Canvas (height, width) after.
+    pub canvas: (usize, usize),
+    /// For a warp: the op as a mask moves (nearest, zero fill) and its draw.
+    warp: Option<(OpSpec, Drawn)>,
+}
+
+/// A sample's whole target geometry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetPlan {
+    /// The folded prefix.
+    pub prefix: TargetGeometry,
+    /// The stage-2 steps, in order.
+    pub steps: Vec<Step>,
+}
+
+/// The prefix's geometry for targets: `plan` (the decode's) and whether the prefix crops.
+pub fn prefix_geometry(plan: &SamplePlan, crops: bool) -> TargetGeometry {
+    let axis =
+        |a: &super::resize::Axis| AxisMap { lo: a.lo, hi: a.hi, resized: a.resized, start: a.start, out: a.out_n };
+    TargetGeometry { x: axis(&plan.x), y: axis(&plan.y), flip: plan.flip, vflip: plan.vflip, clamp: crops }
+}
+
+/// Refuse a program whose ops cannot move a detection sample's targets (module docs): the first such op's
+/// message.
+pub fn check_program(program: &Program) -> Result<(), String> {
+    program.ops.iter().try_for_each(|(_, op)| check_op(op))
+}
+
+fn check_op(op: &OpSpec) -> Result<(), String> {
+    use OpSpec as O;
+    let constant = |mode: PadMode, name: &str| {
+        if mode == PadMode::Constant {
+            Ok(())
+        } else {
+            Err(format!(
+                "{name} with padding_mode other than 'constant' cannot move boxes (torchvision raises for \
+                 BoundingBoxes too)"
+            ))
+        }
+    };
+    match op {
+        _ if leaves_geometry(op) => Ok(()),
+        O::Pad(p) => constant(p.mode, "Pad"),
+        O::RandomCrop(c) => constant(c.mode, "RandomCrop"),
+        O::HorizontalFlip(_)
+        | O::VerticalFlip(_)
+        | O::RandomRotation(_)
+        | O::RandomAffine(_)
+        | O::RandomPerspective(_)
+        | O::Resize(_)
+        | O::CenterCrop(_)
+        | O::RandomResizedCrop(_) => Ok(()),
+        O::RandomApply(c) => c.transforms.iter().try_for_each(check_op),
+        O::RandomChoice(c) => c.transforms.iter().try_for_each(check_op),
+        O::RandomOrder(c) => c.transforms.iter().try_for_each(check_op),
+        other => Err(format!(
+            "{} may move pixels and cannot move the boxes, masks and keypoints of a detection source (trdata \
+             replays crops, pads, resizes, flips, RandomAffine, RandomRotation and RandomPerspective for targets)",
+            other.name()
+        )),
+    }
+}
+
+impl TargetPlan {
+    /// Replay `program` for sample `key` of an image `w × h` (module docs). `channels` is the loader's (some
+    /// draws see the frame's shape). An op that cannot run on this sample (a RandomCrop larger than the padded
+    /// image) → its message, as the worker reports it.
+    pub fn replay(program: &Program, key: SampleKey, (w, h): (u32, u32), channels: usize) -> Result<Self, String> {
+        let plan = program.prefix.plan(w, h, key);
+        let prefix = prefix_geometry(&plan, program.prefix.crops());
+        let mut out = TargetPlan { prefix, steps: Vec::new() };
+        let mut hw = (plan.y.out_n, plan.x.out_n);
+        for (pos, op) in &program.ops {
+            out.replay_op(op, Site::top(*pos), key, &mut hw, channels)?;
+        }
+        Ok(out)
+    }
+
+    /// The output canvas (height, width).
+    pub fn canvas(&self) -> (usize, usize) {
+        self.steps.last().map_or((self.prefix.y.out, self.prefix.x.out), |s| s.canvas)
+    }
+
+    fn replay_op(
+        &mut self,
+        op: &OpSpec,
+        site: Site,
+        key: SampleKey,
+        hw: &mut (usize, usize),
+        c: usize,
+    ) -> Result<(), String> {
+        if leaves_geometry(op) {
+            return Ok(());
+        }
+        let mut rng = op_rng(key, site);
+        let drawn = op.sample(&mut rng, (hw.0, hw.1, c))?;
+        match (op, &drawn) {
+            (_, Drawn::Skip) => {}
+            (OpSpec::RandomApply(ct), _) => {
+                for (i, t) in ct.transforms.iter().enumerate() {
+                    self.replay_op(t, site.child(i), key, hw, c)?;
+                }
+            }
+            (OpSpec::RandomChoice(ct), Drawn::Pick(i)) => {
+                let i = *i as usize;
+                self.replay_op(&ct.transforms[i], site.child(i), key, hw, c)?;
+            }
+            (OpSpec::RandomOrder(ct), Drawn::Order { order, n }) => {
+                for &i in &order[..usize::from(*n)] {
+                    self.replay_op(&ct.transforms[usize::from(i)], site.child(usize::from(i)), key, hw, c)?;
+                }
+            }
+            _ => {
+                for step in steps_of(op, &drawn, *hw)? {
+                    *hw = step.canvas;
+                    self.steps.push(step);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Box `[x1, y1, x2, y2]` (source pixels) in output pixels.
+    pub fn boxes(&self, b: [f64; 4]) -> [f64; 4] {
+        let mut b = self.prefix.boxes(b);
+        for s in &self.steps {
+            b = s.boxes(b);
+        }
+        b
+    }
+
+    /// Keypoint `(x, y)` (source pixels) in output pixels, and whether it lies on the output canvas.
+    pub fn keypoint(&self, x: f64, y: f64) -> (f64, f64, bool) {
+        let (mut px, mut py, _) = self.prefix.keypoint(x, y);
+        for s in &self.steps {
+            (px, py) = s.point(px, py, true);
+        }
+        let (h, w) = self.canvas();
+        (px, py, (0.0..w as f64).contains(&px) && (0.0..h as f64).contains(&py))
+    }
+
+    /// The mask `rle` (of the source image) on the output canvas, row-major 0/1 (`canvas()` sized).
+    pub fn mask(&self, rle: &Rle) -> Result<Vec<u8>, MaskError> {
+        let (ph, pw) = (self.prefix.y.out, self.prefix.x.out);
+        let mut frame = Frame { buf: vec![0; ph * pw], h: ph, w: pw, c: 1 };
+        self.prefix.mask(rle, &mut frame.buf)?;
+        let mut scratch = OpScratch::default();
+        for s in &self.steps {
+            s.move_mask(&mut frame, &mut scratch);
+        }
+        frame.buf.truncate(frame.h * frame.w);
+        Ok(frame.buf)
+    }
+}
+
+impl Step {
+    fn new(op: &'static str, map: Move, clamp: bool, from: (usize, usize), canvas: (usize, usize)) -> Self {
+        Step { op, map, clamp, from, canvas, warp: None }
+    }
+
+    /// A point under the map; `keypoint` mirrors as `W - 1 - x` (keypoints) instead of `W - x` (box edges).
+    pub fn point(&self, x: f64, y: f64, keypoint: bool) -> (f64, f64) {
+        let edge = if keypoint { 1.0 } else { 0.0 };
+        match self.map {
+            Move::Affine(m) => (m[0] * x + m[1] * y + m[2], m[3] * x + m[4] * y + m[5]),
+            Move::Perspective { theta: t, q } => {
+                let d = q[0] * x + q[1] * y + 1.0;
+                ((t[0] * x + t[1] * y + t[2]) / d, (t[3] * x + t[4] * y + t[5]) / d)
+            }
+            Move::Scale([sx, sy]) => (x * sx, y * sy),
+            Move::Shift([dx, dy]) => (x + dx as f64, y + dy as f64),
+            Move::HFlip => (self.canvas.1 as f64 - edge - x, y),
+            Move::VFlip => (x, self.canvas.0 as f64 - edge - y),
+        }
+    }
+
+    /// A box under the map: its corners mapped, their bounds, clamped when the op clamps.
+    pub fn boxes(&self, [x1, y1, x2, y2]: [f64; 4]) -> [f64; 4] {
+        let corners = [(x1, y1), (x2, y1), (x2, y2), (x1, y2)].map(|(x, y)| self.point(x, y, false));
+        let (mut lo, mut hi) = ([f64::INFINITY; 2], [f64::NEG_INFINITY; 2]);
+        for (x, y) in corners {
+            lo = [lo[0].min(x), lo[1].min(y)];
+            hi = [hi[0].max(x), hi[1].max(y)];
+        }
+        let mut b = [lo[0], lo[1], hi[0], hi[1]];
+        if self.clamp {
+            let (h, w) = (self.canvas.0 as f64, self.canvas.1 as f64);
+            b = [b[0].clamp(0.0, w), b[1].clamp(0.0, h), b[2].clamp(0.0, w), b[3].clamp(0.0, h)];
+        }
+        b
+    }
+
+    /// Move a one-channel mask frame through this step.
+    fn move_mask(&self, frame: &mut Frame, scratch: &mut OpScratch) {
+        if let Some((op, drawn)) = &self.warp {
+            // the op's own kernel; warps do not draw while applying, so the stream is never read
+            ops::apply(op, drawn, frame, scratch, &mut SampleRng::new(0, 0, 0, 0));
+            return;
+        }
+        let (h, w) = self.from;
+        let (oh, ow) = self.canvas;
+        // each output row/column → the input one it reads (None: outside, zero)
+        let index = |n: usize, m: usize, axis: usize| -> Vec<Option<usize>> {
+            (0..m)
+                .map(|j| match self.map {
+                    Move::Scale(_) => Some(nearest_index(j as i64, n as i64, m as i64) as usize),
+                    Move::Shift(d) => {
+                        let s = j as i64 - d[axis];
+                        (0..n as i64).contains(&s).then_some(s as usize)
+                    }
+                    Move::HFlip if axis == 0 => Some(n - 1 - j),
+                    Move::VFlip if axis == 1 => Some(n - 1 - j),
+                    _ => Some(j),
+                })
+                .collect()
+        };
+        let (cols, rows) = (index(w, ow, 0), index(h, oh, 1));
+        let spare = &mut scratch.spare;
+        spare.clear();
+        spare.resize(oh * ow, 0);
+        for (i, r) in rows.iter().enumerate() {
+            let Some(r) = r else { continue };
+            let src = &frame.buf[r * w..(r + 1) * w];
+            for (j, c) in cols.iter().enumerate() {
+                if let Some(c) = c {
+                    spare[i * ow + j] = src[*c];
+                }
+            }
+        }
+        std::mem::swap(&mut frame.buf, spare);
+        (frame.h, frame.w) = (oh, ow);
+    }
+}
+
+/// The steps of one drawn op on an `hw` canvas (module docs).
+fn steps_of(op: &OpSpec, drawn: &Drawn, (h, w): (usize, usize)) -> Result<Vec<Step>, String> {
+    use OpSpec as O;
+    let name = op.name();
+    let shift = |dx: i64, dy: i64, from: (usize, usize), to: (usize, usize)| {
+        Step::new(name, Move::Shift([dx, dy]), true, from, to)
+    };
+    let scale = |from: (usize, usize), to: (usize, usize)| {
+        Step::new(name, Move::Scale([to.1 as f64 / from.1 as f64, to.0 as f64 / from.0 as f64]), false, from, to)
+    };
+    let warp_step = |map: Move, to: (usize, usize), mask_op: OpSpec| Step {
+        op: name,
+        map,
+        clamp: true,
+        from: (h, w),
+        canvas: to,
+        warp: Some((mask_op, drawn.clone())),
+    };
+    let zero = Some(vec![0.0]);
+    Ok(match (op, drawn) {
+        (O::HorizontalFlip(_), _) => vec![Step::new(name, Move::HFlip, false, (h, w), (h, w))],
+        (O::VerticalFlip(_), _) => vec![Step::new(name, Move::VFlip, false, (h, w), (h, w))],
+        (O::Pad(p), _) => {
+            let [l, t, r, b] = p.padding.map(|v| v as usize);
+            vec![shift(l as i64, t as i64, (h, w), (h + t + b, w + l + r))]
+        }
+        (O::RandomCrop(c), Drawn::Crop { padding: [l, t, r, b], top, left }) => {
+            let padded = (h + (*t + *b) as usize, w + (*l + *r) as usize);
+            let mut v = Vec::new();
+            if padded != (h, w) {
+                v.push(shift(i64::from(*l), i64::from(*t), (h, w), padded));
+            }
+            let size = (c.height as usize, c.width as usize);
+            v.push(shift(-i64::from(*left), -i64::from(*top), padded, size));
+            v
+        }
+        (O::CenterCrop(c), _) => {
+            let (oh, ow) = (c.height as usize, c.width as usize);
+            let (y0, x0) = (center_crop_start(h as i64, oh as i64), center_crop_start(w as i64, ow as i64));
+            vec![shift(-x0, -y0, (h, w), (oh, ow))]
+        }
+        (O::Resize(_), _) => {
+            let to = op.output_hw(Some((h, w))).expect("a stage-2 Resize has an output size for a sized input");
+            vec![scale((h, w), to)]
+        }
+        (O::RandomResizedCrop(r), Drawn::Box { top, left, h: ch, w: cw }) => {
+            let crop = (*ch as usize, *cw as usize);
+            let to = (r.height as usize, r.width as usize);
+            vec![shift(-i64::from(*left), -i64::from(*top), (h, w), crop), scale(crop, to)]
+        }
+        (O::RandomRotation(r), Drawn::Value(angle)) => {
+            // torchvision: rotate_bounding_boxes = affine with -angle about the centre (absolute), no
+            // translate/scale/shear; with expand the canvas is the image's (warp::rotate) and boxes shift by the
+            // mapped canvas corners' minimum.
+            let center = r.center.unwrap_or([w as f64 * 0.5, h as f64 * 0.5]);
+            let mut m = forward_affine(center, -angle, [0.0, 0.0], 1.0, [0.0, 0.0]);
+            let mut to = (h, w);
+            if r.expand {
+                let corners = [(0.0, 0.0), (0.0, h as f64), (w as f64, h as f64), (w as f64, 0.0)];
+                let (mut mx, mut my) = (f64::INFINITY, f64::INFINITY);
+                for (x, y) in corners {
+                    mx = mx.min(m[0] * x + m[1] * y + m[2]);
+                    my = my.min(m[3] * x + m[4] * y + m[5]);
+                }
+                m[2] -= mx;
+                m[5] -= my;
+                let cf = r.center.map_or([0.0, 0.0], |[x, y]| [x - w as f64 * 0.5, y - h as f64 * 0.5]);
+                let mut a = angle % 360.0;
+                if a < 0.0 {
+                    a += 360.0;
+                }
+                to = warp::expanded_size(&warp::inverse_affine(cf, -a, [0.0, 0.0], 1.0, [0.0, 0.0]), w, h);
+            }
+            let mask_op = O::RandomRotation(ops::RandomRotation { interp: Interp::Nearest, fill: zero, ..r.clone() });
+            vec![warp_step(Move::Affine(m), to, mask_op)]
+        }
+        (O::RandomAffine(a), Drawn::Affine { angle, translate, scale: s, shear }) => {
+            let center = a.center.unwrap_or([w as f64 * 0.5, h as f64 * 0.5]);
+            let m = forward_affine(center, *angle, *translate, *s, *shear);
+            let mask_op = O::RandomAffine(ops::RandomAffine { interp: Interp::Nearest, fill: zero, ..a.clone() });
+            vec![warp_step(Move::Affine(m), (h, w), mask_op)]
+        }
+        (O::RandomPerspective(p), Drawn::Perspective(end)) => {
+            let (start, end) = warp::perspective_points(h, w, *end);
+            // degenerate corners: the image is left as it is (warp's rule), so are the targets
+            let Some(k) = warp::perspective_coeffs(start, end) else { return Ok(Vec::new()) };
+            let Some((theta, q)) = perspective_thetas(k) else { return Ok(Vec::new()) };
+            let mask_op =
+                O::RandomPerspective(ops::RandomPerspective { interp: Interp::Nearest, fill: zero, ..p.clone() });
+            vec![warp_step(Move::Perspective { theta, q }, (h, w), mask_op)]
+        }
+        (op, drawn) => {
+            return Err(format!("{} drew {drawn:?}, which trdata cannot replay for targets", op.name()));
+        }
+    })
+}
+
+/// torchvision's `_get_inverse_affine_matrix(center, angle, translate, scale, shear, inverted=False)`: the
+/// forward map input → output, `center` in absolute pixels.
+pub fn forward_affine(center: [f64; 2], angle_deg: f64, translate: [f64; 2], scale: f64, shear_deg: [f64; 2]) -> [f64; 6] {
+    let rot = angle_deg.to_radians();
+    let (sx, sy) = (shear_deg[0].to_radians(), shear_deg[1].to_radians());
+    let [cx, cy] = center;
+    let [tx, ty] = translate;
+    let a = (rot - sy).cos() / sy.cos();
+    let b = -(rot - sy).cos() * sx.tan() / sy.cos() - rot.sin();
+    let c = (rot - sy).sin() / sy.cos();
+    let d = -(rot - sy).sin() * sx.tan() / sy.cos() + rot.cos();
+    let mut m = [a * scale, b * scale, 0.0, c * scale, d * scale, 0.0];
+    m[2] += m[0] * (-cx) + m[1] * (-cy) + cx + tx;
+    m[5] += m[3] * (-cx) + m[4] * (-cy) + cy + ty;
+    m
+}
+
+/// torchvision's `_compute_perspective_thetas` of the (output → input) coefficients `k`: the input → output map.
+/// `None` when it cannot be inverted (torchvision raises).
+fn perspective_thetas(k: [f32; 8]) -> Option<([f64; 6], [f64; 2])> {
+    let k = k.map(f64::from);
+    let denom = k[0] * k[4] - k[1] * k[3];
+    if denom == 0.0 {
+        return None;
+    }
+    let inv = [
+        (k[4] - k[5] * k[7]) / denom,
+        (-k[1] + k[2] * k[7]) / denom,
+        (k[1] * k[5] - k[2] * k[4]) / denom,
+        (-k[3] + k[5] * k[6]) / denom,
+        (k[0] - k[2] * k[6]) / denom,
+        (-k[0] * k[5] + k[2] * k[3]) / denom,
+        (-k[4] * k[6] + k[3] * k[7]) / denom,
+        (-k[0] * k[7] + k[1] * k[6]) / denom,
+    ];
+    Some(([inv[0], inv[1], inv[2], inv[3], inv[4], inv[5]], [inv[6], inv[7]]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forward_affine_inverts_the_image_map() {
+        // the image kernel's inverse map (about the centre, relative) undoes the boxes' forward map (absolute)
+        let (w, h) = (40.0, 30.0);
+        let f = forward_affine([w * 0.5, h * 0.5], 17.0, [3.0, -2.0], 1.3, [5.0, -4.0]);
+        let inv = warp::inverse_affine([0.0, 0.0], 17.0, [3.0, -2.0], 1.3, [5.0, -4.0]);
+        for (x, y) in [(0.0, 0.0), (12.5, 7.0), (39.0, 29.0)] {
+            let (ox, oy) = (f[0] * x + f[1] * y + f[2], f[3] * x + f[4] * y + f[5]);
+            // the image map works about the centre: shift to centred coordinates and back
+            let (cx, cy) = (ox - w * 0.5, oy - h * 0.5);
+            let (ix, iy) = (inv[0] * cx + inv[1] * cy + inv[2] + w * 0.5, inv[3] * cx + inv[4] * cy + inv[5] + h * 0.5);
+            assert!((ix - x).abs() < 1e-9 && (iy - y).abs() < 1e-9, "{x},{y} → {ix},{iy}");
+        }
+    }
+
+    #[test]
+    fn steps_move_boxes_points_and_masks() {
+        // pad 2 left / 1 top, then mirror: a box and a mask pixel land where the image pixel lands
+        let pad = Step::new("Pad", Move::Shift([2, 1]), true, (3, 4), (4, 6));
+        let flip = Step::new("RandomHorizontalFlip", Move::HFlip, false, (4, 6), (4, 6));
+        assert_eq!(flip.boxes(pad.boxes([0.0, 0.0, 1.0, 1.0])), [3.0, 1.0, 4.0, 2.0]);
+        assert_eq!(flip.point(2.0, 1.0, true), (3.0, 1.0));
+        let mut f = Frame { buf: vec![0; 12], h: 3, w: 4, c: 1 };
+        f.buf[0] = 1; // pixel (0, 0)
+        let mut s = OpScratch::default();
+        pad.move_mask(&mut f, &mut s);
+        flip.move_mask(&mut f, &mut s);
+        assert_eq!((f.h, f.w), (4, 6));
+        let on: Vec<usize> = (0..24).filter(|&i| f.buf[i] == 1).collect();
+        assert_eq!(on, [6 + 3]); // row 1, column 6 - 1 - 2 = 3
+    }
+}
