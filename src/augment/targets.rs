@@ -77,6 +77,8 @@ pub struct TargetPlan {
     pub prefix: TargetGeometry,
     /// The stage-2 steps, in order.
     pub steps: Vec<Step>,
+    /// The stage-2 ops that moved pixels, in order: (op, its draw, canvas (height, width) before).
+    pub draws: Vec<(&'static str, Drawn, (usize, usize))>,
 }
 
 /// The prefix's geometry for targets: `plan` (the decode's) and whether the prefix crops.
@@ -134,7 +136,7 @@ impl TargetPlan {
     pub fn replay(program: &Program, key: SampleKey, (w, h): (u32, u32), channels: usize) -> Result<Self, String> {
         let plan = program.prefix.plan(w, h, key);
         let prefix = prefix_geometry(&plan, program.prefix.crops());
-        let mut out = TargetPlan { prefix, steps: Vec::new() };
+        let mut out = TargetPlan { prefix, steps: Vec::new(), draws: Vec::new() };
         let mut hw = (plan.y.out_n, plan.x.out_n);
         for (pos, op) in &program.ops {
             out.replay_op(op, Site::top(*pos), key, &mut hw, channels)?;
@@ -177,6 +179,7 @@ impl TargetPlan {
                 }
             }
             _ => {
+                self.draws.push((op.name(), drawn.clone(), *hw));
                 for step in steps_of(op, &drawn, *hw)? {
                     *hw = step.canvas;
                     self.steps.push(step);

@@ -93,18 +93,21 @@ pub enum GridMap {
     Perspective([f32; 8]),
 }
 
-/// The grid point of each output pixel, in torchvision's f32 arithmetic (sums of exact f64 products of f32
-/// values rounded once: the reference that matched torch bit for bit). Plain data, so a warp allocates nothing.
+/// The grid point of each output pixel, in torchvision's f32 arithmetic: its `bmm` of the base grid with the
+/// rescaled theta is a plain f32 dot product, `(x·a0 + y·a1) + a2` with every product and sum rounded to f32
+/// (torch 2.15 on CPU, checked bit for bit against `_affine_grid` / `_perspective_grid`; an f64 sum rounded once
+/// differs in the last bit on about a third of the pixels, which moves nearest samples at ties). Plain data, so a
+/// warp allocates nothing.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Grid {
     /// x-coefficients (of x, y, 1).
-    ax: [f64; 3],
+    ax: [f32; 3],
     /// y-coefficients (of x, y, 1).
-    by: [f64; 3],
+    by: [f32; 3],
     /// Perspective denominator coefficients (g, h); `None` for affine.
-    den: Option<[f64; 2]>,
+    den: Option<[f32; 2]>,
     /// Output pixel (0, 0)'s coordinates (affine: relative to the centre; perspective: pixel centres).
-    origin: [f64; 2],
+    origin: [f32; 2],
 }
 
 impl Grid {
@@ -114,18 +117,18 @@ impl Grid {
                 let th = m.map(|v| v as f32);
                 let (hw, hh) = ((0.5 * w as f64) as f32, (0.5 * h as f64) as f32);
                 Grid {
-                    ax: [th[0] / hw, th[1] / hw, th[2] / hw].map(f64::from),
-                    by: [th[3] / hh, th[4] / hh, th[5] / hh].map(f64::from),
+                    ax: [th[0] / hw, th[1] / hw, th[2] / hw],
+                    by: [th[3] / hh, th[4] / hh, th[5] / hh],
                     den: None,
-                    origin: [(1.0 - ow as f64) * 0.5, (1.0 - oh as f64) * 0.5],
+                    origin: [((1.0 - ow as f64) * 0.5) as f32, ((1.0 - oh as f64) * 0.5) as f32],
                 }
             }
             GridMap::Perspective(k) => {
                 let (hw, hh) = ((0.5 * ow as f64) as f32, (0.5 * oh as f64) as f32);
                 Grid {
-                    ax: [k[0] / hw, k[1] / hw, k[2] / hw].map(f64::from),
-                    by: [k[3] / hh, k[4] / hh, k[5] / hh].map(f64::from),
-                    den: Some([f64::from(k[6]), f64::from(k[7])]),
+                    ax: [k[0] / hw, k[1] / hw, k[2] / hw],
+                    by: [k[3] / hh, k[4] / hh, k[5] / hh],
+                    den: Some([k[6], k[7]]),
                     origin: [0.5, 0.5],
                 }
             }
@@ -134,19 +137,19 @@ impl Grid {
 
     /// The source coordinates `(ix, iy)` (`grid_sample`'s unnormalised, `align_corners=False`) of the `n`
     /// output pixels `ox0..ox0 + n` of row `oy`, into `ix[..n]`, `iy[..n]`: the grid expression of one pixel,
-    /// `(x·a0 + y·a1 + a2) as f32` with the row's `y·a1` hoisted (the same f64 value), then
-    /// `(g + 1)·(side/2) - 0.5` in f32 — a straight loop that vectorizes.
+    /// `(x·a0 + y·a1) + a2` in f32 with the row's `y·a1` hoisted (the same value), then `(g + 1)·(side/2) - 0.5`
+    /// in f32 — a straight loop that vectorizes. Pixel coordinates are half-integers below 2^23: exact in f32.
     #[inline(always)]
     fn coords(&self, oy: usize, ox0: usize, (sw, sh): (f32, f32), ix: &mut [f32], iy: &mut [f32]) {
-        let y = self.origin[1] + oy as f64;
+        let y = self.origin[1] + oy as f32;
         let (ya, yb) = (y * self.ax[1], y * self.by[1]);
-        let x0 = self.origin[0] + ox0 as f64;
+        let x0 = self.origin[0] + ox0 as f32;
         match self.den {
             None => {
                 for (i, (px, py)) in ix.iter_mut().zip(iy.iter_mut()).enumerate() {
-                    let x = x0 + i as f64;
-                    let gx = (x * self.ax[0] + ya + self.ax[2]) as f32;
-                    let gy = (x * self.by[0] + yb + self.by[2]) as f32;
+                    let x = x0 + i as f32;
+                    let gx = (x * self.ax[0] + ya) + self.ax[2];
+                    let gy = (x * self.by[0] + yb) + self.by[2];
                     *px = (gx + 1.0) * sw - 0.5;
                     *py = (gy + 1.0) * sh - 0.5;
                 }
@@ -154,10 +157,10 @@ impl Grid {
             Some([g, hh]) => {
                 let yh = y * hh;
                 for (i, (px, py)) in ix.iter_mut().zip(iy.iter_mut()).enumerate() {
-                    let x = x0 + i as f64;
-                    let gx = (x * self.ax[0] + ya + self.ax[2]) as f32;
-                    let gy = (x * self.by[0] + yb + self.by[2]) as f32;
-                    let g2 = (x * g + yh + 1.0) as f32;
+                    let x = x0 + i as f32;
+                    let gx = (x * self.ax[0] + ya) + self.ax[2];
+                    let gy = (x * self.by[0] + yb) + self.by[2];
+                    let g2 = (x * g + yh) + 1.0;
                     *px = (gx / g2 - 1.0 + 1.0) * sw - 0.5;
                     *py = (gy / g2 - 1.0 + 1.0) * sh - 0.5;
                 }

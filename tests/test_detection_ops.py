@@ -1,0 +1,229 @@
+"""Detection targets through the ops that run after a pixel op (stage 2), against torchvision v2's kernels: each
+row's replayed draws (``TargetPlan.draws``, the workers' own) given to torchvision's functional ops on the
+wrapped dataset's boxes and masks and on the file's keypoints give trdata's targets — boxes within 1e-3 px,
+masks identical (nearest), keypoints within 1e-3 px with points off the canvas invisible. Also: the pixels the
+loader delivers are the ones the replayed draws give (a box drawn into the image lands where its box says)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import trdata
+from test_detection import N_IMAGES, reference, write_coco
+from trdata.errors import ConfigError
+
+torch = pytest.importorskip("torch")
+torchvision = pytest.importorskip("torchvision")
+pytest.importorskip("pycocotools.mask")
+from torchvision import tv_tensors  # noqa: E402
+from torchvision.transforms.v2 import functional as F  # noqa: E402
+
+NEAR = F.InterpolationMode.NEAREST
+PREFIX = (44, 52)  # every recipe starts with Resize(PREFIX): the prefix is an exact resize (no crop)
+
+RECIPES: dict[str, list[Any]] = {
+    "affine-flip": [
+        trdata.ColorJitter(0.3),
+        trdata.RandomAffine(degrees=25, translate=(0.1, 0.15), scale=(0.8, 1.2), shear=(-8, 8, -5, 5)),
+        trdata.RandomHorizontalFlip(),
+    ],
+    "rotate-perspective": [
+        trdata.ColorJitter(0.2),
+        trdata.RandomRotation(30),
+        trdata.RandomPerspective(0.4, p=1.0),
+        trdata.RandomVerticalFlip(),
+    ],
+    "rotate-expand-resize": [
+        trdata.ColorJitter(0.2),
+        trdata.RandomRotation(40, expand=True),
+        trdata.Resize((40, 46)),
+    ],
+    "pad-crops": [
+        trdata.ColorJitter(0.2),
+        trdata.Pad([3, 2, 5, 1]),
+        trdata.RandomCrop(40, padding=2),
+        trdata.CenterCrop((34, 42)),
+        trdata.RandomResizedCrop(28, scale=(0.3, 1.0)),
+    ],
+    "containers": [
+        trdata.ColorJitter(0.2),
+        trdata.RandomChoice([trdata.RandomRotation(20), trdata.RandomAffine(0, translate=(0.2, 0.2))]),
+        trdata.RandomApply([trdata.RandomVerticalFlip(1.0), trdata.RandomPerspective(0.3, p=1.0)], p=0.5),
+        trdata.RandomOrder([trdata.RandomHorizontalFlip(), trdata.RandomAffine(10, scale=(0.9, 1.1))]),
+        trdata.Resize((32, 32)),
+    ],
+}
+
+
+def _apply(op: str, v: list[float], hw: tuple[int, int], x: Any, size: tuple[int, int], expand: bool) -> Any:
+    """torchvision v2's functional op for one replayed draw on ``x`` (``size``: the op's output size, ``expand``:
+    RandomRotation's); masks: nearest, zero fill, as the references."""
+    if op == "RandomAffine":
+        angle, tx, ty, scale, sx, sy = v
+        return F.affine(x, angle, [tx, ty], scale, [sx, sy], interpolation=NEAR, fill=0)
+    if op == "RandomRotation":
+        return F.rotate(x, v[0], interpolation=NEAR, expand=expand, fill=0)
+    if op == "RandomPerspective":
+        h, w = hw
+        start = [[0, 0], [w - 1, 0], [w - 1, h - 1], [0, h - 1]]
+        end = [[int(v[0]), int(v[1])], [int(v[2]), int(v[3])], [int(v[4]), int(v[5])], [int(v[6]), int(v[7])]]
+        return F.perspective(x, start, end, interpolation=NEAR, fill=0)
+    if op == "RandomCrop":
+        l, t, r, b, top, left = (int(a) for a in v)
+        if (l, t, r, b) != (0, 0, 0, 0):
+            x = F.pad(x, [l, t, r, b])
+        return F.crop(x, top, left, *size)
+    if op == "RandomResizedCrop":
+        top, left, h, w = (int(a) for a in v)
+        return F.resized_crop(x, top, left, h, w, list(size), antialias=True)
+    if op == "Pad":
+        return F.pad(x, [3, 2, 5, 1])
+    if op == "CenterCrop":
+        return F.center_crop(x, list(size))
+    if op == "Resize":
+        return F.resize(x, list(size))
+    if op == "RandomHorizontalFlip":
+        return F.horizontal_flip(x)
+    if op == "RandomVerticalFlip":
+        return F.vertical_flip(x)
+    raise AssertionError(op)
+
+
+def _size_of(op: str, recipe: str) -> tuple[int, int]:
+    """The output size of the recipe's op named ``op`` (each recipe has one such op with a size)."""
+    for t in RECIPES[recipe]:
+        inner = getattr(t, "transforms", None) or [t]
+        for u in inner:
+            if type(u).__name__ == op and getattr(u, "size", None) is not None:
+                s = u.size
+                return (s, s) if isinstance(s, int) else tuple(s)
+    return (0, 0)
+
+
+@pytest.fixture(scope="module")
+def coco_kp(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("coco_kp")
+    return root / "images", write_coco(root, keypoints=True)
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
+def test_stage2_ops_move_targets_as_torchvisions_kernels_with_the_same_draws(
+    coco_kp: tuple[Path, Path], recipe: str
+) -> None:
+    images, ann = coco_kp
+    src = trdata.CocoDetection(images, ann, masks=True, keypoints=True)
+    ref = reference(images, ann)
+    transforms = [trdata.Resize(PREFIX), *RECIPES[recipe]]
+    expand = any(getattr(t, "expand", False) for t in RECIPES[recipe])
+    seen_ops: set[str] = set()
+    for epoch in range(3):
+        with trdata.Loader(src, batch_size=4, transforms=transforms, workers=2, seed=3) as ld:
+            ld.set_epoch(epoch)
+            for b in ld:
+                idx = b.indices.tolist()
+                sizes = [tuple(int(v) for v in src._sizes[i]) for i in idx]
+                plans = ld._native.target_plans(idx, b.epoch, sizes)
+                for r, i in enumerate(idx):
+                    _, want = ref[i]
+                    got = {k: v.numpy() for k, v in b.targets[r].items() if hasattr(v, "numpy")}
+                    if "boxes" not in want:
+                        assert len(got["boxes"]) == 0
+                        continue
+                    h0, w0 = (int(v) for v in src._sizes[i][::-1])
+                    kp_raw = src._image_targets(i)["keypoints"]
+                    boxes = F.resize(want["boxes"], list(PREFIX))
+                    masks = F.resize(want["masks"], list(PREFIX), interpolation=NEAR)
+                    kp = tv_tensors.KeyPoints(
+                        torch.tensor(kp_raw[..., :2].reshape(-1, 2), dtype=torch.float64), canvas_size=(h0, w0)
+                    )
+                    kp = F.resize(kp, list(PREFIX))
+                    for name, v, hw in plans[r].draws:
+                        op = name.split("(")[0]  # "Resize((h, w))" is the stage-2 Resize's name
+                        seen_ops.add(op)
+                        size = _size_of(op, recipe)
+                        boxes = _apply(op, v, hw, boxes, size, expand)
+                        masks = _apply(op, v, hw, masks, size, expand)
+                        kp = _apply(op, v, hw, kp, size, expand)
+                        if op == "RandomRotation" and expand:
+                            # torchvision sizes an expanded canvas of boxes/keypoints from the matrix about the
+                            # absolute centre, the image's about the relative one: the two can differ by a
+                            # pixel. trdata's targets live on the image's canvas (the mask's here).
+                            canvas_hw = tuple(masks.shape[-2:])
+                            boxes = tv_tensors.wrap(boxes, like=boxes, canvas_size=canvas_hw)
+                            kp = tv_tensors.wrap(kp, like=kp, canvas_size=canvas_hw)
+                    canvas = plans[r].canvas
+                    assert tuple(boxes.canvas_size) == canvas == tuple(b.images.shape[-2:])
+                    np.testing.assert_allclose(got["boxes"], boxes.numpy(), atol=1e-3)
+                    np.testing.assert_array_equal(got["masks"], masks.numpy())
+                    xy = kp.reshape(kp_raw.shape[0], -1, 2).numpy()
+                    np.testing.assert_allclose(got["keypoints"][..., :2], xy, atol=1e-3)
+                    inside = (xy[..., 0] >= 0) & (xy[..., 0] < canvas[1]) & (xy[..., 1] >= 0)
+                    inside &= xy[..., 1] < canvas[0]
+                    np.testing.assert_array_equal(got["keypoints"][..., 2], np.where(inside, kp_raw[..., 2], 0))
+    # every op of the recipe was drawn at least once over 3 epochs of N_IMAGES images
+    names = {type(t).__name__ for t in RECIPES[recipe] if type(t).__name__ != "ColorJitter"}
+    names -= {"RandomChoice", "RandomApply", "RandomOrder"}
+    if recipe == "containers":
+        names |= {"RandomRotation", "RandomAffine", "RandomVerticalFlip", "RandomPerspective"}
+    assert names <= seen_ops | {"RandomHorizontalFlip", "RandomVerticalFlip"}, (names, seen_ops)
+    assert N_IMAGES > 0
+
+
+def test_a_box_drawn_into_the_image_lands_where_its_moved_box_says(tmp_path: Path) -> None:
+    """The pixels and the targets agree: each image is black with one white rectangle, annotated by its box; after
+    the affine/rotation/crop ops the white pixels' bounding box is the moved box (within the resampling's
+    pixel)."""
+    import json
+
+    from PIL import Image
+
+    (tmp_path / "images").mkdir()
+    rng = np.random.default_rng(1)
+    images, anns = [], []
+    for k in range(6):
+        w, h = 96, 80
+        x0, y0 = int(rng.integers(20, 40)), int(rng.integers(20, 34))
+        bw, bh = int(rng.integers(14, 24)), int(rng.integers(12, 20))
+        a = np.zeros((h, w, 3), np.uint8)
+        a[y0 : y0 + bh, x0 : x0 + bw] = 255
+        Image.fromarray(a).save(tmp_path / "images" / f"{k}.png")
+        images.append({"id": k + 1, "file_name": f"{k}.png", "width": w, "height": h})
+        anns.append({"id": k + 1, "image_id": k + 1, "category_id": 1, "bbox": [x0, y0, bw, bh], "iscrowd": 0})
+    ann = tmp_path / "instances.json"
+    ann.write_text(json.dumps({"images": images, "annotations": anns, "categories": [{"id": 1, "name": "box"}]}))
+    src = trdata.CocoDetection(tmp_path / "images", ann)
+    transforms = [
+        trdata.Resize((80, 96)),
+        trdata.ColorJitter(0.0),
+        trdata.RandomAffine(degrees=0, translate=(0.1, 0.1), scale=(0.9, 1.1)),
+        trdata.RandomRotation((90, 90)),
+        trdata.RandomCrop((72, 72)),
+        trdata.RandomHorizontalFlip(),
+    ]
+    with trdata.Loader(src, batch_size=6, transforms=transforms, seed=4, dtype="uint8") as ld:
+        b = next(iter(ld))
+    imgs = np.asarray(b.images)
+    for r in range(b.valid):
+        on = np.argwhere(imgs[r].max(axis=0) > 127)
+        box = b.targets[r]["boxes"].numpy()[0]
+        if len(on) == 0:  # cropped away: its box is degenerate
+            assert box[2] - box[0] < 1 or box[3] - box[1] < 1
+            continue
+        (ymin, xmin), (ymax, xmax) = on.min(axis=0), on.max(axis=0) + 1
+        np.testing.assert_allclose(box, [xmin, ymin, xmax, ymax], atol=1.01)
+
+
+def test_ops_targets_cannot_follow_are_refused_naming_them(coco_kp: tuple[Path, Path]) -> None:
+    images, ann = coco_kp
+    src = trdata.CocoDetection(images, ann)
+    for op, match in [
+        (trdata.Pad(4, padding_mode="reflect"), "Pad with padding_mode"),
+        (trdata.RandAugment(), "RandAugment may move pixels"),
+        (trdata.RandomApply([trdata.TrivialAugmentWide()]), "TrivialAugmentWide may move pixels"),
+    ]:
+        with pytest.raises(ConfigError, match=match) as e:
+            trdata.Loader(src, batch_size=2, transforms=[trdata.Resize((32, 32)), trdata.ColorJitter(0.1), op])
+        assert e.value.parameter == "transforms"
