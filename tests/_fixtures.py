@@ -19,7 +19,7 @@ import shutil
 import struct
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # Pillow and numpy are imported on use: the generated ImageFolder needs neither
     import numpy as np
@@ -211,3 +211,42 @@ def write_jpegs(
         Image.fromarray(photo(i, w, h)).save(p, "JPEG", **save)
         paths.append(str(p))
     return paths
+
+
+# Two-sample tests of draws (trdata's vs a reference's), α = 0.001.
+
+
+def ks(a: list[float], b: list[float]) -> float:
+    """Two-sample Kolmogorov–Smirnov statistic."""
+    import numpy as np
+
+    sa, sb = np.sort(a), np.sort(b)
+    grid = np.concatenate([sa, sb])
+    fa = np.searchsorted(sa, grid, side="right") / len(sa)
+    fb = np.searchsorted(sb, grid, side="right") / len(sb)
+    return float(np.max(np.abs(fa - fb)))
+
+
+def ks_same(a: list[float], b: list[float]) -> None:
+    import numpy as np
+
+    n, m = len(a), len(b)
+    assert ks(a, b) < 1.95 * np.sqrt((n + m) / (n * m)), (ks(a, b), n, m)  # α = 0.001
+
+
+def chi2_same(a: list[Any], b: list[Any]) -> None:
+    """Two-sample χ² homogeneity on hashable values, α = 0.001 (Wilson–Hilferty critical value)."""
+    import numpy as np
+
+    vals = sorted(set(a) | set(b), key=repr)
+    ca = np.array([a.count(v) for v in vals], float)
+    cb = np.array([b.count(v) for v in vals], float)
+    rare = (ca + cb) < 10
+    assert ca[rare].sum() + cb[rare].sum() < 0.01 * (len(a) + len(b)), "values one side never draws"
+    ca, cb = ca[~rare], cb[~rare]
+    tot = ca + cb
+    ea, eb = tot * len(a) / (len(a) + len(b)), tot * len(b) / (len(a) + len(b))
+    stat = float((((ca - ea) ** 2) / ea + ((cb - eb) ** 2) / eb).sum())
+    k = max(len(tot) - 1, 1)
+    crit = k * (1 - 2 / (9 * k) + 3.09 * np.sqrt(2 / (9 * k))) ** 3
+    assert stat < crit, (stat, crit, dict(zip(vals, zip(ca, cb))))

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import trdata
+from _fixtures import ks_same
 from test_detection import N_IMAGES, reference, write_coco
 from trdata.errors import ConfigError
 
@@ -48,6 +49,14 @@ RECIPES: dict[str, list[Any]] = {
         trdata.CenterCrop((34, 42)),
         trdata.RandomResizedCrop(28, scale=(0.3, 1.0)),
     ],
+    "zoomout-clamp-sanitize": [
+        trdata.ColorJitter(0.2),
+        trdata.RandomZoomOut(fill=(123, 117, 104), side_range=(1.0, 2.5), p=0.7),
+        trdata.RandomAffine(20, translate=(0.25, 0.25)),
+        trdata.ClampBoundingBoxes(),
+        trdata.Resize((40, 40)),
+        trdata.SanitizeBoundingBoxes(min_size=2.0),
+    ],
     "containers": [
         trdata.ColorJitter(0.2),
         trdata.RandomChoice([trdata.RandomRotation(20), trdata.RandomAffine(0, translate=(0.2, 0.2))]),
@@ -72,13 +81,17 @@ def _apply(op: str, v: list[float], hw: tuple[int, int], x: Any, size: tuple[int
         end = [[int(v[0]), int(v[1])], [int(v[2]), int(v[3])], [int(v[4]), int(v[5])], [int(v[6]), int(v[7])]]
         return F.perspective(x, start, end, interpolation=NEAR, fill=0)
     if op == "RandomCrop":
-        l, t, r, b, top, left = (int(a) for a in v)
-        if (l, t, r, b) != (0, 0, 0, 0):
-            x = F.pad(x, [l, t, r, b])
+        pad, (top, left) = [int(a) for a in v[:4]], (int(v[4]), int(v[5]))
+        if any(pad):
+            x = F.pad(x, pad)
         return F.crop(x, top, left, *size)
     if op == "RandomResizedCrop":
         top, left, h, w = (int(a) for a in v)
         return F.resized_crop(x, top, left, h, w, list(size), antialias=True)
+    if op == "RandomZoomOut":
+        return F.pad(x, [int(a) for a in v[:4]], fill=0)
+    if op == "ClampBoundingBoxes":
+        return F.clamp_bounding_boxes(x) if isinstance(x, tv_tensors.BoundingBoxes) else x
     if op == "Pad":
         return F.pad(x, [3, 2, 5, 1])
     if op == "CenterCrop":
@@ -137,12 +150,31 @@ def test_stage2_ops_move_targets_as_torchvisions_kernels_with_the_same_draws(
                     boxes = F.resize(want["boxes"], list(PREFIX))
                     masks = F.resize(want["masks"], list(PREFIX), interpolation=NEAR)
                     kp = tv_tensors.KeyPoints(
-                        torch.tensor(kp_raw[..., :2].reshape(-1, 2), dtype=torch.float64), canvas_size=(h0, w0)
+                        torch.tensor(kp_raw[..., :2].reshape(-1, 2), dtype=torch.float64),
+                        canvas_size=(h0, w0),
                     )
                     kp = F.resize(kp, list(PREFIX))
+                    labels = want["labels"]
                     for name, v, hw in plans[r].draws:
                         op = name.split("(")[0]  # "Resize((h, w))" is the stage-2 Resize's name
                         seen_ops.add(op)
+                        if op == "SanitizeBoundingBoxes":  # drops instances: the whole sample at once
+                            sanitize = torchvision.transforms.v2.SanitizeBoundingBoxes(
+                                min_size=2.0, labels_getter=lambda d: (d["labels"], d["kp"])
+                            )  # the recipe's min_size; "kp" numbers the instances to follow what it keeps
+                            out = sanitize(
+                                {
+                                    "boxes": boxes,
+                                    "masks": masks,
+                                    "labels": labels,
+                                    "kp": torch.arange(len(labels)),
+                                }
+                            )
+                            keep = out["kp"]
+                            boxes, masks, labels = out["boxes"], out["masks"], out["labels"]
+                            kp = tv_tensors.wrap(kp.reshape(len(kp_raw), -1, 2)[keep].reshape(-1, 2), like=kp)
+                            kp_raw = kp_raw[keep.numpy()]
+                            continue
                         size = _size_of(op, recipe)
                         boxes = _apply(op, v, hw, boxes, size, expand)
                         masks = _apply(op, v, hw, masks, size, expand)
@@ -158,11 +190,14 @@ def test_stage2_ops_move_targets_as_torchvisions_kernels_with_the_same_draws(
                     assert tuple(boxes.canvas_size) == canvas == tuple(b.images.shape[-2:])
                     np.testing.assert_allclose(got["boxes"], boxes.numpy(), atol=1e-3)
                     np.testing.assert_array_equal(got["masks"], masks.numpy())
+                    np.testing.assert_array_equal(got["labels"], labels.numpy())
                     xy = kp.reshape(kp_raw.shape[0], -1, 2).numpy()
                     np.testing.assert_allclose(got["keypoints"][..., :2], xy, atol=1e-3)
                     inside = (xy[..., 0] >= 0) & (xy[..., 0] < canvas[1]) & (xy[..., 1] >= 0)
                     inside &= xy[..., 1] < canvas[0]
-                    np.testing.assert_array_equal(got["keypoints"][..., 2], np.where(inside, kp_raw[..., 2], 0))
+                    np.testing.assert_array_equal(
+                        got["keypoints"][..., 2], np.where(inside, kp_raw[..., 2], 0)
+                    )
     # every op of the recipe was drawn at least once over 3 epochs of N_IMAGES images
     names = {type(t).__name__ for t in RECIPES[recipe] if type(t).__name__ != "ColorJitter"}
     names -= {"RandomChoice", "RandomApply", "RandomOrder"}
@@ -191,9 +226,13 @@ def test_a_box_drawn_into_the_image_lands_where_its_moved_box_says(tmp_path: Pat
         a[y0 : y0 + bh, x0 : x0 + bw] = 255
         Image.fromarray(a).save(tmp_path / "images" / f"{k}.png")
         images.append({"id": k + 1, "file_name": f"{k}.png", "width": w, "height": h})
-        anns.append({"id": k + 1, "image_id": k + 1, "category_id": 1, "bbox": [x0, y0, bw, bh], "iscrowd": 0})
+        anns.append(
+            {"id": k + 1, "image_id": k + 1, "category_id": 1, "bbox": [x0, y0, bw, bh], "iscrowd": 0}
+        )
     ann = tmp_path / "instances.json"
-    ann.write_text(json.dumps({"images": images, "annotations": anns, "categories": [{"id": 1, "name": "box"}]}))
+    ann.write_text(
+        json.dumps({"images": images, "annotations": anns, "categories": [{"id": 1, "name": "box"}]})
+    )
     src = trdata.CocoDetection(tmp_path / "images", ann)
     transforms = [
         trdata.Resize((80, 96)),
@@ -216,6 +255,30 @@ def test_a_box_drawn_into_the_image_lands_where_its_moved_box_says(tmp_path: Pat
         np.testing.assert_allclose(box, [xmin, ymin, xmax, ymax], atol=1.01)
 
 
+def test_zoom_out_draws_as_torchvision() -> None:
+    """RandomZoomOut's canvas ratio and position over 10,000 draws: the same distributions as torchvision v2's
+    ``make_params`` (KS at α = 0.001), and the gate's rate."""
+    h, w, n = 60, 80, 10_000
+    ours = trdata.RandomZoomOut(side_range=(1.0, 3.0), p=0.6)
+    got = [
+        trdata._core.sample_op(
+            ours._spec(), seed=5, epoch=0, index=i, position=1, height=h, width=w, channels=3
+        )
+        for i in range(n)
+    ]
+    applied = [g for g in got if g]
+    theirs = torchvision.transforms.v2.RandomZoomOut(side_range=(1.0, 3.0))
+    torch.manual_seed(0)
+    img = tv_tensors.Image(torch.zeros(3, h, w, dtype=torch.uint8))
+    ref = [theirs.make_params([img])["padding"] for _ in range(n)]
+    assert abs(len(applied) / n - 0.6) < 0.02
+    for k in range(4):  # left, top, right, bottom
+        a = [g[k] for g in applied]
+        b = [p[k] for p in ref]
+        ks_same(a, b)
+    ks_same([(g[0] + g[2] + w) / w for g in applied], [(p[0] + p[2] + w) / w for p in ref])
+
+
 def test_ops_targets_cannot_follow_are_refused_naming_them(coco_kp: tuple[Path, Path]) -> None:
     images, ann = coco_kp
     src = trdata.CocoDetection(images, ann)
@@ -225,5 +288,7 @@ def test_ops_targets_cannot_follow_are_refused_naming_them(coco_kp: tuple[Path, 
         (trdata.RandomApply([trdata.TrivialAugmentWide()]), "TrivialAugmentWide may move pixels"),
     ]:
         with pytest.raises(ConfigError, match=match) as e:
-            trdata.Loader(src, batch_size=2, transforms=[trdata.Resize((32, 32)), trdata.ColorJitter(0.1), op])
+            trdata.Loader(
+                src, batch_size=2, transforms=[trdata.Resize((32, 32)), trdata.ColorJitter(0.1), op]
+            )
         assert e.value.parameter == "transforms"

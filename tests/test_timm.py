@@ -26,6 +26,7 @@ torch = pytest.importorskip("torch")
 Image = pytest.importorskip("PIL.Image")
 
 import trdata  # noqa: E402
+from _fixtures import chi2_same, ks_same  # noqa: E402
 from timm.data import auto_augment as timm_aa  # noqa: E402
 from timm.data import create_transform  # noqa: E402
 from timm.data.random_erasing import RandomErasing as TimmErasing  # noqa: E402
@@ -464,36 +465,6 @@ def trdata_draws(policy: Any, n: int) -> Draws:
             at = end
         out.per_sample.append(len(out.steps) - before)
     return out
-
-
-def ks(a: list[float], b: list[float]) -> float:
-    """Two-sample Kolmogorov–Smirnov statistic."""
-    sa, sb = np.sort(a), np.sort(b)
-    grid = np.concatenate([sa, sb])
-    fa = np.searchsorted(sa, grid, side="right") / len(sa)
-    fb = np.searchsorted(sb, grid, side="right") / len(sb)
-    return float(np.max(np.abs(fa - fb)))
-
-
-def ks_same(a: list[float], b: list[float]) -> None:
-    n, m = len(a), len(b)
-    assert ks(a, b) < 1.95 * np.sqrt((n + m) / (n * m)), (ks(a, b), n, m)  # α = 0.001
-
-
-def chi2_same(a: list[Any], b: list[Any]) -> None:
-    """Two-sample χ² homogeneity on hashable values, α = 0.001 (Wilson–Hilferty critical value)."""
-    vals = sorted(set(a) | set(b), key=repr)
-    ca = np.array([a.count(v) for v in vals], float)
-    cb = np.array([b.count(v) for v in vals], float)
-    rare = (ca + cb) < 10
-    assert ca[rare].sum() + cb[rare].sum() < 0.01 * (len(a) + len(b)), "values one side never draws"
-    ca, cb = ca[~rare], cb[~rare]
-    tot = ca + cb
-    ea, eb = tot * len(a) / (len(a) + len(b)), tot * len(b) / (len(a) + len(b))
-    stat = float((((ca - ea) ** 2) / ea + ((cb - eb) ** 2) / eb).sum())
-    k = max(len(tot) - 1, 1)
-    crit = k * (1 - 2 / (9 * k) + 3.09 * np.sqrt(2 / (9 * k))) ** 3
-    assert stat < crit, (stat, crit, dict(zip(vals, zip(ca, cb))))
 
 
 def assert_same_decisions(ours: Draws, theirs: Draws) -> None:

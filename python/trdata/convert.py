@@ -45,6 +45,9 @@ from .transforms import (
     RandomInvert,
     RandomOrder,
     RandomPerspective,
+    RandomZoomOut,
+    SanitizeBoundingBoxes,
+    ClampBoundingBoxes,
     RandomPosterize,
     RandomResizedCrop,
     RandomRotation,
@@ -218,6 +221,11 @@ def from_torchvision(t: Any, _depth: int = 0) -> Converted:
             dtype = "float32" if name == "ToTensor" else "uint8" if name != "ToPureTensor" else dtype
             dtype_op = None
             continue
+        if name == "ConvertBoundingBoxFormat":
+            # a detection source's boxes are XYXY already (torchvision's references convert to XYXY here)
+            if str(getattr(op.format, "name", op.format)).upper() == "XYXY":
+                continue
+            raise _refuse(op, pos, "a detection source's boxes are XYXY: only format=XYXY is supported")
         if name in ("ToDtype", "ConvertImageDtype"):
             dt = getattr(op, "dtype", None)
             dt = dt.get("others", None) if isinstance(dt, dict) else dt
@@ -371,6 +379,12 @@ def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float
             op.fill,
             op.center,
         )
+    if name == "RandomZoomOut":
+        return RandomZoomOut(op.fill, tuple(op.side_range), op.p)
+    if name == "SanitizeBoundingBoxes":
+        return SanitizeBoundingBoxes(op.min_size, op.min_area)
+    if name == "ClampBoundingBoxes":
+        return ClampBoundingBoxes()
     if name == "RandomPerspective":
         return RandomPerspective(op.distortion_scale, op.p, _mode(op.interpolation, "interpolation"), op.fill)
     if name == "AutoAugment":

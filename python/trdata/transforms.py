@@ -485,6 +485,51 @@ class RandomAffine(Transform):
 
 
 @dataclass(frozen=True)
+class RandomZoomOut(Transform):
+    """torchvision v2 ``RandomZoomOut(fill=0, side_range=(1.0, 4.0), p=0.5)``: the image on a canvas ``r`` times
+    its size at a random position (``fill`` in pixel units; a detection source's masks are filled with 0, as
+    torchvision's references ask with ``fill={Mask: 0}``)."""
+
+    fill: Any = _DEFAULTS["RandomZoomOut.fill"]
+    side_range: tuple[float, float] = _DEFAULTS["RandomZoomOut.side_range"]
+    p: float = _DEFAULTS["RandomZoomOut.p"]
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "random_zoom_out",
+            {
+                "fill": _fill(self.fill),
+                "side_range": _pair(self.side_range, "side_range"),
+                "p": _real(self.p, "p"),
+            },
+        )
+
+
+@dataclass(frozen=True)
+class SanitizeBoundingBoxes(Transform):
+    """torchvision v2 ``SanitizeBoundingBoxes(min_size=1.0, min_area=1.0)`` for a detection source: drops each
+    box narrower or shorter than ``min_size``, smaller than ``min_area`` or reaching outside the canvas, with its
+    label, ``iscrowd``, mask and keypoints. Pixels are untouched."""
+
+    min_size: float = _DEFAULTS["SanitizeBoundingBoxes.min_size"]
+    min_area: float = _DEFAULTS["SanitizeBoundingBoxes.min_area"]
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "sanitize_bounding_boxes",
+            {"min_size": _real(self.min_size, "min_size"), "min_area": _real(self.min_area, "min_area")},
+        )
+
+
+@dataclass(frozen=True)
+class ClampBoundingBoxes(Transform):
+    """torchvision v2 ``ClampBoundingBoxes()`` for a detection source: boxes clamped to the canvas."""
+
+    def _spec(self) -> tuple[Any, ...]:
+        return ("clamp_bounding_boxes", {})
+
+
+@dataclass(frozen=True)
 class RandomPerspective(Transform):
     """torchvision v2 ``RandomPerspective(distortion_scale=0.5, p=0.5, interpolation='bilinear', fill=0)``."""
 
@@ -1086,6 +1131,9 @@ BUILTIN = (
     RandomRotation,
     RandomAffine,
     RandomPerspective,
+    RandomZoomOut,
+    SanitizeBoundingBoxes,
+    ClampBoundingBoxes,
     AutoAugment,
     RandAugment,
     TrivialAugmentWide,

@@ -51,6 +51,16 @@ pub enum Move {
     HFlip,
     /// Mirror top-bottom.
     VFlip,
+    /// `ClampBoundingBoxes`: boxes clamped to the canvas, nothing else moves.
+    Clamp,
+    /// `SanitizeBoundingBoxes`: nothing moves; boxes failing torchvision's rule are dropped with their labels,
+    /// masks and keypoints.
+    Sanitize {
+        /// Minimum width and height.
+        min_size: f64,
+        /// Minimum area.
+        min_area: f64,
+    },
 }
 
 /// One stage-2 op's effect on the targets.
@@ -111,6 +121,9 @@ fn check_op(op: &OpSpec) -> Result<(), String> {
         O::Pad(p) => constant(p.mode, "Pad"),
         O::RandomCrop(c) => constant(c.mode, "RandomCrop"),
         O::HorizontalFlip(_)
+        | O::RandomZoomOut(_)
+        | O::SanitizeBoundingBoxes(_)
+        | O::ClampBoundingBoxes(_)
         | O::VerticalFlip(_)
         | O::RandomRotation(_)
         | O::RandomAffine(_)
@@ -157,7 +170,7 @@ impl TargetPlan {
         hw: &mut (usize, usize),
         c: usize,
     ) -> Result<(), String> {
-        if leaves_geometry(op) {
+        if leaves_geometry(op) && !matches!(op, OpSpec::SanitizeBoundingBoxes(_) | OpSpec::ClampBoundingBoxes(_)) {
             return Ok(());
         }
         let mut rng = op_rng(key, site);
@@ -189,13 +202,18 @@ impl TargetPlan {
         Ok(())
     }
 
-    /// Box `[x1, y1, x2, y2]` (source pixels) in output pixels.
-    pub fn boxes(&self, b: [f64; 4]) -> [f64; 4] {
+    /// Box `[x1, y1, x2, y2]` (source pixels) in output pixels, and whether every `SanitizeBoundingBoxes` kept
+    /// it.
+    pub fn boxes(&self, b: [f64; 4]) -> ([f64; 4], bool) {
         let mut b = self.prefix.boxes(b);
+        let mut keep = true;
         for s in &self.steps {
             b = s.boxes(b);
+            if let Move::Sanitize { min_size, min_area } = s.map {
+                keep &= sanitize_keeps(b, s.canvas, min_size, min_area);
+            }
         }
-        b
+        (b, keep)
     }
 
     /// Keypoint `(x, y)` (source pixels) in output pixels, and whether it lies on the output canvas.
@@ -240,6 +258,7 @@ impl Step {
             Move::Shift([dx, dy]) => (x + dx as f64, y + dy as f64),
             Move::HFlip => (self.canvas.1 as f64 - edge - x, y),
             Move::VFlip => (x, self.canvas.0 as f64 - edge - y),
+            Move::Clamp | Move::Sanitize { .. } => (x, y),
         }
     }
 
@@ -252,7 +271,7 @@ impl Step {
             hi = [hi[0].max(x), hi[1].max(y)];
         }
         let mut b = [lo[0], lo[1], hi[0], hi[1]];
-        if self.clamp {
+        if self.clamp || self.map == Move::Clamp {
             let (h, w) = (self.canvas.0 as f64, self.canvas.1 as f64);
             b = [b[0].clamp(0.0, w), b[1].clamp(0.0, h), b[2].clamp(0.0, w), b[3].clamp(0.0, h)];
         }
@@ -261,6 +280,9 @@ impl Step {
 
     /// Move a one-channel mask frame through this step.
     fn move_mask(&self, frame: &mut Frame, scratch: &mut OpScratch) {
+        if matches!(self.map, Move::Clamp | Move::Sanitize { .. }) {
+            return;
+        }
         if let Some((op, drawn)) = &self.warp {
             // the op's own kernel; warps do not draw while applying, so the stream is never read
             ops::apply(op, drawn, frame, scratch, &mut SampleRng::new(0, 0, 0, 0));
@@ -321,6 +343,15 @@ fn steps_of(op: &OpSpec, drawn: &Drawn, (h, w): (usize, usize)) -> Result<Vec<St
     };
     let zero = Some(vec![0.0]);
     Ok(match (op, drawn) {
+        (O::SanitizeBoundingBoxes(o), _) => {
+            let map = Move::Sanitize { min_size: o.min_size, min_area: o.min_area };
+            vec![Step::new(name, map, false, (h, w), (h, w))]
+        }
+        (O::ClampBoundingBoxes(_), _) => vec![Step::new(name, Move::Clamp, false, (h, w), (h, w))],
+        (O::RandomZoomOut(_), Drawn::Crop { padding: [l, t, r, b], .. }) => {
+            let to = (h + (*t + *b) as usize, w + (*l + *r) as usize);
+            vec![shift(i64::from(*l), i64::from(*t), (h, w), to)]
+        }
         (O::HorizontalFlip(_), _) => vec![Step::new(name, Move::HFlip, false, (h, w), (h, w))],
         (O::VerticalFlip(_), _) => vec![Step::new(name, Move::VFlip, false, (h, w), (h, w))],
         (O::Pad(p), _) => {
@@ -396,6 +427,22 @@ fn steps_of(op: &OpSpec, drawn: &Drawn, (h, w): (usize, usize)) -> Result<Vec<St
             return Err(format!("{} drew {drawn:?}, which trdata cannot replay for targets", op.name()));
         }
     })
+}
+
+/// torchvision's `_get_sanitize_bounding_boxes_mask` for one XYXY box on an `(h, w)` canvas (float32, as its
+/// boxes are).
+fn sanitize_keeps(b: [f64; 4], (h, w): (usize, usize), min_size: f64, min_area: f64) -> bool {
+    let b = b.map(|v| v as f32);
+    let (ws, hs) = (b[2] - b[0], b[3] - b[1]);
+    let (min_size, min_area) = (min_size as f32, min_area as f32);
+    ws >= min_size
+        && hs >= min_size
+        && b.iter().all(|&v| v >= 0.0)
+        && ws * hs >= min_area
+        && b[0] <= w as f32
+        && b[2] <= w as f32
+        && b[1] <= h as f32
+        && b[3] <= h as f32
 }
 
 /// torchvision's `_get_inverse_affine_matrix(center, angle, translate, scale, shear, inverted=False)`: the

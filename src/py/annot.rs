@@ -55,7 +55,7 @@ impl TargetPlan {
 
     /// The stage-2 steps: (op, kind, numbers, (h, w) before, (h, w) after) with kind "affine" (6 numbers, the
     /// forward matrix), "perspective" (8: numerator rows, denominator), "scale" (sx, sy), "shift" (dx, dy),
-    /// "hflip", "vflip".
+    /// "hflip", "vflip", "clamp", "sanitize" (min size, min area).
     #[getter]
     fn steps(&self) -> StepRows {
         self.0
@@ -69,6 +69,8 @@ impl TargetPlan {
                     Move::Shift(d) => ("shift", d.map(|v| v as f64).to_vec()),
                     Move::HFlip => ("hflip", Vec::new()),
                     Move::VFlip => ("vflip", Vec::new()),
+                    Move::Clamp => ("clamp", Vec::new()),
+                    Move::Sanitize { min_size, min_area } => ("sanitize", vec![min_size, min_area]),
                 };
                 (s.op, kind, v, s.from, s.canvas)
             })
@@ -101,15 +103,22 @@ impl TargetPlan {
             .collect()
     }
 
-    /// XYXY boxes `(K, 4)` in source pixels, moved: float32 `(K, 4)`.
-    fn boxes<'py>(&self, py: Python<'py>, boxes: PyReadonlyArray2<'py, f64>) -> PyResult<Bound<'py, PyArray2<f32>>> {
+    /// XYXY boxes `(K, 4)` in source pixels, moved: float32 `(K, 4)`, and bool `(K,)`: whether every
+    /// `SanitizeBoundingBoxes` of the list kept the box (the caller drops the others with their labels, masks
+    /// and keypoints).
+    fn boxes<'py>(
+        &self,
+        py: Python<'py>,
+        boxes: PyReadonlyArray2<'py, f64>,
+    ) -> PyResult<(Bound<'py, PyArray2<f32>>, Bound<'py, PyArray1<bool>>)> {
         let b = boxes.as_array();
         if b.ncols() != 4 {
             return Err(pyo3::exceptions::PyValueError::new_err("boxes are (K, 4)"));
         }
-        let flat: Vec<f32> =
-            b.rows().into_iter().flat_map(|r| self.0.boxes([r[0], r[1], r[2], r[3]]).map(|v| v as f32)).collect();
-        PyArray1::from_vec(py, flat).reshape([b.nrows(), 4])
+        let moved: Vec<([f64; 4], bool)> = b.rows().into_iter().map(|r| self.0.boxes([r[0], r[1], r[2], r[3]])).collect();
+        let flat: Vec<f32> = moved.iter().flat_map(|(b, _)| b.map(|v| v as f32)).collect();
+        let keep = PyArray1::from_iter(py, moved.iter().map(|(_, k)| *k));
+        Ok((PyArray1::from_vec(py, flat).reshape([b.nrows(), 4])?, keep))
     }
 
     /// `(K, P, 3)` keypoints (x, y, visibility), moved: float32, visibility 0 off the output canvas.

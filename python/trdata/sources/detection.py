@@ -111,8 +111,13 @@ class CocoDetection(Source):
         out = []
         for plan, i in zip(plans, idx):
             t = self._image_targets(i)
+            boxes, keep = plan.boxes(t["boxes"])
+            # SanitizeBoundingBoxes dropped these instances: every per-instance field follows
+            if not keep.all():
+                t = {k: (v[keep] if k != "image_id" else v) for k, v in t.items()}
+                boxes = boxes[keep]
             moved: dict[str, Any] = {
-                "boxes": plan.boxes(t["boxes"]),
+                "boxes": boxes,
                 "labels": t["labels"],
                 "iscrowd": t["iscrowd"],
                 "image_id": self.ids[i],

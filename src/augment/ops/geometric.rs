@@ -46,7 +46,7 @@ fn check_center(center: &Option<[f64; 2]>, op: &str, pos: Site) -> Result<()> {
 }
 
 /// Crop (or pad) `frame` to `(oh, ow)` with the window's top-left at `origin` (negative: padding), then swap.
-fn pad_crop(
+pub(super) fn pad_crop(
     frame: &mut Frame,
     spare: &mut Vec<u8>,
     (oh, ow): (usize, usize),

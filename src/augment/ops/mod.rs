@@ -28,6 +28,7 @@
 //! f32 (torch's values are f32), `randint(0, n)` is unbiased, `randperm(4)` is Fisher–Yates, probability gates
 //! are `u < p` (torchvision's `torch.rand(1) >= p` → skip).
 
+pub mod boxes;
 pub mod color;
 pub mod containers;
 pub mod erase;
@@ -44,6 +45,7 @@ use super::timm::{TimmPolicy, TimmRandomErasing, TimmScratch};
 use crate::error::{Result, TrdataError};
 use crate::param::Choice;
 use crate::rng::SampleRng;
+pub use boxes::{ClampBoundingBoxes, RandomZoomOut, SanitizeBoundingBoxes};
 pub use color::{
     ColorJitter, GaussianBlur, Grayscale, RandomAdjustSharpness, RandomAutocontrast, RandomChannelPermutation,
     RandomEqualize, RandomGrayscale, RandomInvert, RandomPosterize, RandomSolarize,
@@ -801,6 +803,12 @@ registry! {
     TimmRandomErasing(TimmRandomErasing),
     /// `PythonStep(fn)`: a step run outside the core (`step`), on the uint8 image at its position.
     PythonStep(PythonStep),
+    /// `RandomZoomOut(fill, side_range, p)`.
+    RandomZoomOut(RandomZoomOut),
+    /// `SanitizeBoundingBoxes(min_size, min_area)` (targets only).
+    SanitizeBoundingBoxes(SanitizeBoundingBoxes),
+    /// `ClampBoundingBoxes()` (targets only).
+    ClampBoundingBoxes(ClampBoundingBoxes),
 }
 
 impl OpSpec {
