@@ -57,6 +57,17 @@ RECIPES: dict[str, list[Any]] = {
         trdata.Resize((40, 40)),
         trdata.SanitizeBoundingBoxes(min_size=2.0),
     ],
+    "lsj": [
+        trdata.ColorJitter(0.2),
+        trdata.ScaleJitter((48, 48), scale_range=(0.3, 2.0)),
+        trdata.RandomCrop((48, 48), pad_if_needed=True),
+        trdata.RandomHorizontalFlip(),
+    ],
+    "multiscale": [
+        trdata.ColorJitter(0.2),
+        trdata.RandomShortestSize((30, 36, 40), max_size=60),
+        trdata.CenterCrop((36, 36)),
+    ],
     "containers": [
         trdata.ColorJitter(0.2),
         trdata.RandomChoice([trdata.RandomRotation(20), trdata.RandomAffine(0, translate=(0.2, 0.2))]),
@@ -88,6 +99,8 @@ def _apply(op: str, v: list[float], hw: tuple[int, int], x: Any, size: tuple[int
     if op == "RandomResizedCrop":
         top, left, h, w = (int(a) for a in v)
         return F.resized_crop(x, top, left, h, w, list(size), antialias=True)
+    if op in ("ScaleJitter", "RandomShortestSize"):
+        return F.resize(x, [int(v[0]), int(v[1])])
     if op == "RandomZoomOut":
         return F.pad(x, [int(a) for a in v[:4]], fill=0)
     if op == "ClampBoundingBoxes":
@@ -95,7 +108,14 @@ def _apply(op: str, v: list[float], hw: tuple[int, int], x: Any, size: tuple[int
     if op == "Pad":
         return F.pad(x, [3, 2, 5, 1])
     if op == "CenterCrop":
-        return F.center_crop(x, list(size))
+        # torchvision's crop with its image's anchor: its box kernel rounds a negative half anchor (a crop
+        # larger than the image by an odd count) the other way from the padding its image kernel adds, so its
+        # boxes sit a pixel off its own pixels there; trdata's targets follow the pixels
+        img_h, img_w = hw
+        top, left = (
+            -((c - n) // 2) if c > n else round((n - c) / 2) for n, c in ((img_h, size[0]), (img_w, size[1]))
+        )
+        return F.crop(x, top, left, *size)
     if op == "Resize":
         return F.resize(x, list(size))
     if op == "RandomHorizontalFlip":
@@ -255,28 +275,47 @@ def test_a_box_drawn_into_the_image_lands_where_its_moved_box_says(tmp_path: Pat
         np.testing.assert_allclose(box, [xmin, ymin, xmax, ymax], atol=1.01)
 
 
-def test_zoom_out_draws_as_torchvision() -> None:
-    """RandomZoomOut's canvas ratio and position over 10,000 draws: the same distributions as torchvision v2's
-    ``make_params`` (KS at α = 0.001), and the gate's rate."""
+@pytest.mark.parametrize(
+    "name",
+    ["RandomZoomOut", "ScaleJitter", "RandomShortestSize"],
+)
+def test_size_ops_draw_as_torchvision(name: str) -> None:
+    """The detection ops' draws over 10,000 samples against torchvision v2's ``make_params`` on the same image
+    size (KS at α = 0.001 per number; RandomZoomOut's gate rate too)."""
+    v2 = torchvision.transforms.v2
     h, w, n = 60, 80, 10_000
-    ours = trdata.RandomZoomOut(side_range=(1.0, 3.0), p=0.6)
+    ours, theirs, key = {
+        "RandomZoomOut": (
+            trdata.RandomZoomOut(side_range=(1.0, 3.0), p=0.6),
+            v2.RandomZoomOut(side_range=(1.0, 3.0)),
+            "padding",
+        ),
+        "ScaleJitter": (
+            trdata.ScaleJitter((90, 120), (0.1, 2.0)),
+            v2.ScaleJitter((90, 120), (0.1, 2.0)),
+            "size",
+        ),
+        "RandomShortestSize": (
+            trdata.RandomShortestSize((40, 50, 64), max_size=100),
+            v2.RandomShortestSize((40, 50, 64), max_size=100),
+            "size",
+        ),
+    }[name]
     got = [
         trdata._core.sample_op(
             ours._spec(), seed=5, epoch=0, index=i, position=1, height=h, width=w, channels=3
         )
         for i in range(n)
     ]
-    applied = [g for g in got if g]
-    theirs = torchvision.transforms.v2.RandomZoomOut(side_range=(1.0, 3.0))
     torch.manual_seed(0)
     img = tv_tensors.Image(torch.zeros(3, h, w, dtype=torch.uint8))
-    ref = [theirs.make_params([img])["padding"] for _ in range(n)]
-    assert abs(len(applied) / n - 0.6) < 0.02
-    for k in range(4):  # left, top, right, bottom
-        a = [g[k] for g in applied]
-        b = [p[k] for p in ref]
-        ks_same(a, b)
-    ks_same([(g[0] + g[2] + w) / w for g in applied], [(p[0] + p[2] + w) / w for p in ref])
+    ref = [list(theirs.make_params([img])[key]) for _ in range(n)]
+    if name == "RandomZoomOut":
+        applied = [g[:4] for g in got if g]
+        assert abs(len(applied) / n - 0.6) < 0.02
+        got = applied
+    for k in range(len(ref[0])):
+        ks_same([g[k] for g in got], [r[k] for r in ref])
 
 
 def test_ops_targets_cannot_follow_are_refused_naming_them(coco_kp: tuple[Path, Path]) -> None:

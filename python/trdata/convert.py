@@ -46,6 +46,8 @@ from .transforms import (
     RandomOrder,
     RandomPerspective,
     RandomZoomOut,
+    ScaleJitter,
+    RandomShortestSize,
     SanitizeBoundingBoxes,
     ClampBoundingBoxes,
     RandomPosterize,
@@ -381,6 +383,12 @@ def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float
         )
     if name == "RandomZoomOut":
         return RandomZoomOut(op.fill, tuple(op.side_range), op.p)
+    if name == "ScaleJitter":
+        mode = _mode(op.interpolation, "interpolation")
+        return ScaleJitter(tuple(op.target_size), tuple(op.scale_range), mode, op.antialias)
+    if name == "RandomShortestSize":
+        mode = _mode(op.interpolation, "interpolation")
+        return RandomShortestSize(tuple(op.min_size), op.max_size, mode, op.antialias)
     if name == "SanitizeBoundingBoxes":
         return SanitizeBoundingBoxes(op.min_size, op.min_area)
     if name == "ClampBoundingBoxes":

@@ -506,6 +506,53 @@ class RandomZoomOut(Transform):
 
 
 @dataclass(frozen=True)
+class ScaleJitter(Transform):
+    """torchvision v2 ``ScaleJitter(target_size, scale_range=(0.1, 2.0), interpolation='bilinear',
+    antialias=True)``: the image resized by ``min(target_h / h, target_w / w) · s``, ``s`` uniform in
+    ``scale_range`` (large scale jitter). Its size varies: a later crop, or ``Loader(pad_to=...)``, fixes it."""
+
+    target_size: tuple[int, int]
+    scale_range: tuple[float, float] = _DEFAULTS["ScaleJitter.scale_range"]
+    interpolation: Any = _DEFAULTS["ScaleJitter.interpolation"]
+    antialias: bool = _DEFAULTS["ScaleJitter.antialias"]
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "scale_jitter",
+            {
+                "target_size": _size(self.target_size),
+                "scale_range": _pair(self.scale_range, "scale_range"),
+                "interpolation": _mode(self.interpolation, "interpolation"),
+                "antialias": True if self.antialias is None else _bool_arg(self.antialias, "antialias"),
+            },
+        )
+
+
+@dataclass(frozen=True)
+class RandomShortestSize(Transform):
+    """torchvision v2 ``RandomShortestSize(min_size, max_size=None, interpolation='bilinear', antialias=True)``:
+    the shorter side resized to one of ``min_size`` (picked uniformly), the longer side at most ``max_size``. Its
+    size varies: a later crop, or ``Loader(pad_to=...)``, fixes it."""
+
+    min_size: int | tuple[int, ...]
+    max_size: int | None = None
+    interpolation: Any = _DEFAULTS["RandomShortestSize.interpolation"]
+    antialias: bool = _DEFAULTS["RandomShortestSize.antialias"]
+
+    def _spec(self) -> tuple[Any, ...]:
+        sizes = [self.min_size] if _is_int(self.min_size) else list(self.min_size)
+        return (
+            "random_shortest_size",
+            {
+                "min_size": [_real(v, "min_size") for v in sizes],
+                "max_size": None if self.max_size is None else _int_arg(self.max_size, "max_size"),
+                "interpolation": _mode(self.interpolation, "interpolation"),
+                "antialias": True if self.antialias is None else _bool_arg(self.antialias, "antialias"),
+            },
+        )
+
+
+@dataclass(frozen=True)
 class SanitizeBoundingBoxes(Transform):
     """torchvision v2 ``SanitizeBoundingBoxes(min_size=1.0, min_area=1.0)`` for a detection source: drops each
     box narrower or shorter than ``min_size``, smaller than ``min_area`` or reaching outside the canvas, with its
@@ -1132,6 +1179,8 @@ BUILTIN = (
     RandomAffine,
     RandomPerspective,
     RandomZoomOut,
+    ScaleJitter,
+    RandomShortestSize,
     SanitizeBoundingBoxes,
     ClampBoundingBoxes,
     AutoAugment,

@@ -122,6 +122,8 @@ fn check_op(op: &OpSpec) -> Result<(), String> {
         O::RandomCrop(c) => constant(c.mode, "RandomCrop"),
         O::HorizontalFlip(_)
         | O::RandomZoomOut(_)
+        | O::ScaleJitter(_)
+        | O::RandomShortestSize(_)
         | O::SanitizeBoundingBoxes(_)
         | O::ClampBoundingBoxes(_)
         | O::VerticalFlip(_)
@@ -351,6 +353,9 @@ fn steps_of(op: &OpSpec, drawn: &Drawn, (h, w): (usize, usize)) -> Result<Vec<St
         (O::RandomZoomOut(_), Drawn::Crop { padding: [l, t, r, b], .. }) => {
             let to = (h + (*t + *b) as usize, w + (*l + *r) as usize);
             vec![shift(i64::from(*l), i64::from(*t), (h, w), to)]
+        }
+        (O::ScaleJitter(_) | O::RandomShortestSize(_), Drawn::Size { h: nh, w: nw }) => {
+            vec![scale((h, w), (*nh as usize, *nw as usize))]
         }
         (O::HorizontalFlip(_), _) => vec![Step::new(name, Move::HFlip, false, (h, w), (h, w))],
         (O::VerticalFlip(_), _) => vec![Step::new(name, Move::VFlip, false, (h, w), (h, w))],

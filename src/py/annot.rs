@@ -10,7 +10,6 @@ use super::errors::IntoPyResult;
 use crate::annot::coco::{CocoFile, CocoLimits};
 use crate::annot::mask::{Rle, to_rle};
 use crate::annot::warp::AxisMap;
-use crate::augment::ops::Drawn;
 use crate::augment::targets::{self, Move};
 use crate::error::TrdataError;
 use crate::source::annotations::coco_file;
@@ -77,27 +76,17 @@ impl TargetPlan {
             .collect()
     }
 
-    /// The stage-2 ops that moved pixels: (op, numbers drawn, (h, w) before). The numbers: RandomAffine (angle,
-    /// tx, ty, scale, shear x, shear y), RandomRotation (angle), RandomPerspective (the end points, 8),
-    /// RandomCrop (padding l, t, r, b, top, left), RandomResizedCrop (top, left, h, w), the others none.
+    /// The stage-2 ops that moved pixels: (op, numbers drawn, (h, w) before); the numbers as `_core.sample_op`
+    /// gives them (`Drawn::to_vec`): RandomAffine (angle, tx, ty, scale, shear x, shear y), RandomRotation
+    /// (angle), RandomPerspective (the end points, 8), RandomCrop and RandomZoomOut (padding l, t, r, b, top,
+    /// left), RandomResizedCrop (top, left, h, w), ScaleJitter and RandomShortestSize (h, w), the others `[1]`.
     #[getter]
     fn draws(&self) -> Vec<(&'static str, Vec<f64>, (usize, usize))> {
         self.0
             .draws
             .iter()
             .map(|(op, d, hw)| {
-                let v = match d {
-                    Drawn::Affine { angle, translate, scale, shear } => {
-                        vec![*angle, translate[0], translate[1], *scale, shear[0], shear[1]]
-                    }
-                    Drawn::Value(v) => vec![*v],
-                    Drawn::Perspective(end) => end.map(|v| v as f64).to_vec(),
-                    Drawn::Crop { padding, top, left } => {
-                        padding.iter().chain([top, left]).map(|&v| f64::from(v)).collect()
-                    }
-                    Drawn::Box { top, left, h, w } => [top, left, h, w].map(|&v| f64::from(v)).to_vec(),
-                    _ => Vec::new(),
-                };
+                let v = d.to_vec();
                 (*op, v, *hw)
             })
             .collect()

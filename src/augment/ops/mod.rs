@@ -28,7 +28,7 @@
 //! f32 (torch's values are f32), `randint(0, n)` is unbiased, `randperm(4)` is Fisher–Yates, probability gates
 //! are `u < p` (torchvision's `torch.rand(1) >= p` → skip).
 
-pub mod boxes;
+pub mod detection;
 pub mod color;
 pub mod containers;
 pub mod erase;
@@ -45,7 +45,7 @@ use super::timm::{TimmPolicy, TimmRandomErasing, TimmScratch};
 use crate::error::{Result, TrdataError};
 use crate::param::Choice;
 use crate::rng::SampleRng;
-pub use boxes::{ClampBoundingBoxes, RandomZoomOut, SanitizeBoundingBoxes};
+pub use detection::{ClampBoundingBoxes, RandomShortestSize, RandomZoomOut, SanitizeBoundingBoxes, ScaleJitter};
 pub use color::{
     ColorJitter, GaussianBlur, Grayscale, RandomAdjustSharpness, RandomAutocontrast, RandomChannelPermutation,
     RandomEqualize, RandomGrayscale, RandomInvert, RandomPosterize, RandomSolarize,
@@ -228,6 +228,13 @@ pub enum Drawn {
         /// How many ops.
         n: u8,
     },
+    /// A resize of the whole image to (h, w) (ScaleJitter's and RandomShortestSize's draw).
+    Size {
+        /// Output height.
+        h: u32,
+        /// Output width.
+        w: u32,
+    },
     /// Erase box (top, left, height, width).
     Erase {
         /// Top row.
@@ -263,6 +270,7 @@ impl Drawn {
                 vec![*angle, translate[0], translate[1], *scale, shear[0], shear[1]]
             }
             Drawn::Perspective(p) => p.iter().map(|&v| v as f64).collect(),
+            Drawn::Size { h, w } => vec![f64::from(*h), f64::from(*w)],
         }
     }
 }
@@ -809,6 +817,10 @@ registry! {
     SanitizeBoundingBoxes(SanitizeBoundingBoxes),
     /// `ClampBoundingBoxes()` (targets only).
     ClampBoundingBoxes(ClampBoundingBoxes),
+    /// `ScaleJitter(target_size, scale_range, interpolation, antialias)`.
+    ScaleJitter(ScaleJitter),
+    /// `RandomShortestSize(min_size, max_size, interpolation, antialias)`.
+    RandomShortestSize(RandomShortestSize),
 }
 
 impl OpSpec {

@@ -1,0 +1,325 @@
+//! The detection ops of torchvision v2: `RandomZoomOut` (a random constant pad), `ScaleJitter` and
+//! `RandomShortestSize` (a resize to a drawn size) — pixel ops whose targets move with them — and the target-only `SanitizeBoundingBoxes` / `ClampBoundingBoxes` (pixels untouched; the target
+//! replay, augment/targets.rs, applies them to a detection source's boxes).
+
+use super::geometric::pad_crop;
+use super::{Args, DefaultValue, Drawn, MAX_SIDE, MAX_SIZE, Op, OpScratch, P, bad, check_fill, check_p, fill_bytes};
+use super::{default as g, gate, undrawn};
+use crate::augment::kernels::{Frame, PadMode};
+use crate::augment::resize::{self, Resample};
+use crate::augment::stage2::resize_box;
+use crate::augment::site::Site;
+use crate::error::Result;
+use crate::rng::SampleRng;
+
+/// `RandomZoomOut(fill, side_range, p)`: with probability `p`, the image is placed on a canvas `r` times its
+/// size (`r` uniform in `side_range`) at a random position, the rest filled with `fill`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RandomZoomOut {
+    /// Per-channel (or one) fill, pixel units.
+    pub fill: Vec<f64>,
+    /// Canvas side over image side, `1 ≤ min ≤ max`.
+    pub side_range: (f64, f64),
+    /// Probability.
+    pub p: f64,
+}
+
+impl Op for RandomZoomOut {
+    const KINDS: &'static [&'static str] = &["random_zoom_out"];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[
+        ("RandomZoomOut.fill", DefaultValue::Num(0.0)),
+        ("RandomZoomOut.side_range", DefaultValue::Pair(1.0, 4.0)),
+        ("RandomZoomOut.p", DefaultValue::Num(0.5)),
+    ];
+
+    fn parse(a: &Args<'_>) -> Result<Self> {
+        Ok(RandomZoomOut { fill: a.nums("fill")?, side_range: a.pair("side_range")?, p: a.num(P)? })
+    }
+
+    fn name(&self) -> &'static str {
+        "RandomZoomOut"
+    }
+
+    fn check(&self, op: &str, pos: Site) -> Result<()> {
+        let (lo, hi) = self.side_range;
+        // the canvas side is at most MAX_SIDE-bounded per sample (`oversized`); the range itself must be sane
+        if !(lo.is_finite() && hi.is_finite() && 1.0 <= lo && lo <= hi && hi <= 16.0) {
+            return Err(bad("side_range", format!("({lo}, {hi})"), "be finite with 1 ≤ min ≤ max ≤ 16", op, pos));
+        }
+        check_p(self.p, op, pos)?;
+        check_fill(&self.fill, op, pos)
+    }
+
+    fn output_hw(&self, hw: Option<(usize, usize)>) -> Option<(usize, usize)> {
+        // random per sample unless the range is one value and the gate always opens
+        match (hw, self.side_range.0 == 1.0 && self.side_range.1 == 1.0) {
+            (Some(hw), true) => Some(hw),
+            _ => None,
+        }
+    }
+
+    fn oversized(&self, (h, w): (usize, usize)) -> Option<(usize, usize)> {
+        let r = self.side_range.1;
+        let (oh, ow) = ((h as f64 * r) as usize, (w as f64 * r) as usize);
+        super::frame_too_big((oh, ow)).then_some((oh, ow))
+    }
+
+    fn sample(&self, rng: &mut SampleRng, (h, w, _c): (usize, usize, usize)) -> std::result::Result<Drawn, String> {
+        if !gate(rng, self.p) {
+            return Ok(Drawn::Skip);
+        }
+        // torchvision: r = lo + rand(1)·(hi - lo); canvas = int(side · r); left/top = int((canvas - side)·rand)
+        let (lo, hi) = self.side_range;
+        let r = (lo as f32 + rng.uniform() as f32 * (hi - lo) as f32) as f64;
+        let (cw, ch) = ((w as f64 * r) as usize, (h as f64 * r) as usize);
+        let left = ((cw - w) as f64 * f64::from(rng.uniform() as f32)) as usize;
+        let top = ((ch - h) as f64 * f64::from(rng.uniform() as f32)) as usize;
+        let (right, bottom) = (cw - left - w, ch - top - h);
+        let to32 = |v: usize| v as u32;
+        Ok(Drawn::Crop { padding: [to32(left), to32(top), to32(right), to32(bottom)], top: 0, left: 0 })
+    }
+
+    fn apply(&self, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, _: &mut SampleRng) {
+        let Drawn::Crop { padding: [l, t, r, b], .. } = drawn else { undrawn(self.name(), drawn) };
+        let (oh, ow) = (frame.h + (t + b) as usize, frame.w + (l + r) as usize);
+        let origin = (-(*t as isize), -(*l as isize));
+        pad_crop(frame, &mut scratch.spare, (oh, ow), origin, PadMode::Constant, &fill_bytes(&self.fill));
+    }
+}
+
+/// `SanitizeBoundingBoxes(min_size, min_area)`: drops each box (and its label, mask, keypoints) narrower or
+/// shorter than `min_size`, smaller than `min_area`, or reaching outside the canvas — torchvision's rule,
+/// applied by the target replay. Pixels are untouched.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SanitizeBoundingBoxes {
+    /// Minimum width and height.
+    pub min_size: f64,
+    /// Minimum area.
+    pub min_area: f64,
+}
+
+impl Op for SanitizeBoundingBoxes {
+    const KINDS: &'static [&'static str] = &["sanitize_bounding_boxes"];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[
+        ("SanitizeBoundingBoxes.min_size", DefaultValue::Num(1.0)),
+        ("SanitizeBoundingBoxes.min_area", DefaultValue::Num(1.0)),
+    ];
+
+    fn parse(a: &Args<'_>) -> Result<Self> {
+        Ok(SanitizeBoundingBoxes { min_size: a.num("min_size")?, min_area: a.num("min_area")? })
+    }
+
+    fn name(&self) -> &'static str {
+        "SanitizeBoundingBoxes"
+    }
+
+    fn check(&self, op: &str, pos: Site) -> Result<()> {
+        // torchvision: "min_size should be >= 1", "min_area should be >= 1"
+        for (name, v) in [("min_size", self.min_size), ("min_area", self.min_area)] {
+            if !(v.is_finite() && v >= 1.0) {
+                return Err(bad(name, v, "be a finite number ≥ 1", op, pos));
+            }
+        }
+        Ok(())
+    }
+
+    fn sample(&self, _: &mut SampleRng, _hwc: (usize, usize, usize)) -> std::result::Result<Drawn, String> {
+        Ok(Drawn::Apply)
+    }
+
+    fn apply(&self, _: &Drawn, _: &mut Frame, _: &mut OpScratch, _: &mut SampleRng) {}
+}
+
+/// `ClampBoundingBoxes()`: clamps boxes to the canvas (the target replay does it). Pixels are untouched.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClampBoundingBoxes;
+
+impl Op for ClampBoundingBoxes {
+    const KINDS: &'static [&'static str] = &["clamp_bounding_boxes"];
+
+    fn parse(_: &Args<'_>) -> Result<Self> {
+        Ok(ClampBoundingBoxes)
+    }
+
+    fn name(&self) -> &'static str {
+        "ClampBoundingBoxes"
+    }
+
+    fn check(&self, _: &str, _: Site) -> Result<()> {
+        Ok(())
+    }
+
+    fn sample(&self, _: &mut SampleRng, _hwc: (usize, usize, usize)) -> std::result::Result<Drawn, String> {
+        Ok(Drawn::Apply)
+    }
+
+    fn apply(&self, _: &Drawn, _: &mut Frame, _: &mut OpScratch, _: &mut SampleRng) {}
+}
+
+/// Resize `frame` whole to the drawn size (ScaleJitter, RandomShortestSize).
+fn resize_to(drawn: &Drawn, name: &str, frame: &mut Frame, scratch: &mut OpScratch, resample: Resample) {
+    let Drawn::Size { h, w } = drawn else { undrawn(name, drawn) };
+    let (fh, fw) = (frame.h, frame.w);
+    resize_box(frame, &mut scratch.spare, &mut scratch.resize, (0, 0, fh, fw), (*h as usize, *w as usize), resample);
+}
+
+/// A drawn size of at least one pixel a side (torchvision would fail on a zero side; trdata refuses the sample).
+fn drawn_size(name: &str, (h, w): (usize, usize), (nh, nw): (f64, f64)) -> std::result::Result<Drawn, String> {
+    let (nh, nw) = (nh as i64, nw as i64);
+    if nh < 1 || nw < 1 || nh > i64::from(MAX_SIDE) || nw > i64::from(MAX_SIDE) {
+        return Err(format!(
+            "{name}: the image ({h}, {w}) would be resized to ({nh}, {nw}); each side must be in 1..={MAX_SIDE}"
+        ));
+    }
+    Ok(Drawn::Size { h: nh as u32, w: nw as u32 })
+}
+
+/// `ScaleJitter(target_size, scale_range=(0.1, 2.0), interpolation, antialias)` (large scale jitter): the image
+/// resized by `min(target_size[1] / h, target_size[0] / w) · s`, `s` uniform in `scale_range` — torchvision's
+/// formula word for word (it reads `target_size` as (width, height) there; the references pass a square).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScaleJitter {
+    /// The size the scale is relative to, as torchvision indexes it (module docs).
+    pub target_size: (u32, u32),
+    /// Range of `s`.
+    pub scale_range: (f64, f64),
+    /// Filter and antialias.
+    pub resample: Resample,
+}
+
+impl Op for ScaleJitter {
+    const KINDS: &'static [&'static str] = &["scale_jitter"];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[
+        ("ScaleJitter.scale_range", DefaultValue::Pair(0.1, 2.0)),
+        ("ScaleJitter.interpolation", DefaultValue::Str(g::BILINEAR)),
+        ("ScaleJitter.antialias", DefaultValue::Bool(true)),
+    ];
+
+    fn parse(a: &Args<'_>) -> Result<Self> {
+        Ok(ScaleJitter {
+            target_size: a.uint_pair("target_size")?,
+            scale_range: a.pair("scale_range")?,
+            resample: Resample { filter: a.choice(&resize::RESIZE_INTERPOLATION)?, antialias: a.boolean("antialias")? },
+        })
+    }
+
+    fn name(&self) -> &'static str {
+        "ScaleJitter"
+    }
+
+    fn check(&self, op: &str, pos: Site) -> Result<()> {
+        let (h, w) = self.target_size;
+        if !(1..=MAX_SIDE).contains(&h) || !(1..=MAX_SIDE).contains(&w) {
+            return Err(bad("target_size", format!("({h}, {w})"), &format!("be in 1..={MAX_SIDE}"), op, pos));
+        }
+        let (lo, hi) = self.scale_range;
+        if !(lo.is_finite() && hi.is_finite() && 0.0 < lo && lo <= hi && hi <= 16.0) {
+            return Err(bad("scale_range", format!("({lo}, {hi})"), "be finite with 0 < min ≤ max ≤ 16", op, pos));
+        }
+        Ok(())
+    }
+
+    fn output_hw(&self, _: Option<(usize, usize)>) -> Option<(usize, usize)> {
+        None
+    }
+
+    fn oversized(&self, (h, w): (usize, usize)) -> Option<(usize, usize)> {
+        let (t0, t1) = (f64::from(self.target_size.0), f64::from(self.target_size.1));
+        let r = (t1 / h as f64).min(t0 / w as f64) * self.scale_range.1;
+        let (oh, ow) = ((h as f64 * r) as usize, (w as f64 * r) as usize);
+        super::frame_too_big((oh, ow)).then_some((oh, ow))
+    }
+
+    fn sample(&self, rng: &mut SampleRng, (h, w, _c): (usize, usize, usize)) -> std::result::Result<Drawn, String> {
+        // torchvision: scale = lo + rand(1)·(hi - lo) (float32); r = min(ts[1]/h, ts[0]/w) · scale (float32);
+        // new side = int(side · r)
+        let (lo, hi) = self.scale_range;
+        let scale = lo as f32 + rng.uniform() as f32 * (hi - lo) as f32;
+        let (t0, t1) = (f64::from(self.target_size.0), f64::from(self.target_size.1));
+        let r = ((t1 / h as f64).min(t0 / w as f64) as f32) * scale;
+        drawn_size(self.name(), (h, w), (f64::from(h as f32 * r), f64::from(w as f32 * r)))
+    }
+
+    fn apply(&self, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, _: &mut SampleRng) {
+        resize_to(drawn, self.name(), frame, scratch, self.resample);
+    }
+}
+
+/// `RandomShortestSize(min_size, max_size=None, interpolation, antialias)`: the shorter side resized to one of
+/// `min_size` (picked uniformly), the longer side kept at most `max_size`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RandomShortestSize {
+    /// The candidate shorter sides (ints, checked).
+    pub min_size: Vec<f64>,
+    /// Bound on the longer side.
+    pub max_size: Option<u32>,
+    /// Filter and antialias.
+    pub resample: Resample,
+}
+
+impl Op for RandomShortestSize {
+    const KINDS: &'static [&'static str] = &["random_shortest_size"];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[
+        ("RandomShortestSize.interpolation", DefaultValue::Str(g::BILINEAR)),
+        ("RandomShortestSize.antialias", DefaultValue::Bool(true)),
+    ];
+
+    fn parse(a: &Args<'_>) -> Result<Self> {
+        Ok(RandomShortestSize {
+            min_size: a.nums("min_size")?,
+            max_size: if a.is_none(MAX_SIZE)? { None } else { Some(a.uint(MAX_SIZE)?) },
+            resample: Resample { filter: a.choice(&resize::RESIZE_INTERPOLATION)?, antialias: a.boolean("antialias")? },
+        })
+    }
+
+    fn name(&self) -> &'static str {
+        "RandomShortestSize"
+    }
+
+    fn check(&self, op: &str, pos: Site) -> Result<()> {
+        let side = |v: &f64| v.fract() == 0.0 && (1.0..=f64::from(MAX_SIDE)).contains(v);
+        if self.min_size.is_empty() || self.min_size.len() > 64 || !self.min_size.iter().all(side) {
+            return Err(bad(
+                "min_size",
+                format!("{:?}", self.min_size),
+                &format!("hold 1 to 64 ints in 1..={MAX_SIDE}"),
+                op,
+                pos,
+            ));
+        }
+        if let Some(m) = self.max_size
+            && !(1..=MAX_SIDE).contains(&m)
+        {
+            return Err(bad(MAX_SIZE, m, &format!("be in 1..={MAX_SIDE}"), op, pos));
+        }
+        Ok(())
+    }
+
+    fn output_hw(&self, _: Option<(usize, usize)>) -> Option<(usize, usize)> {
+        None
+    }
+
+    fn oversized(&self, (h, w): (usize, usize)) -> Option<(usize, usize)> {
+        let s = self.min_size.iter().copied().fold(1.0, f64::max);
+        let mut r = s / h.min(w) as f64;
+        if let Some(m) = self.max_size {
+            r = r.min(f64::from(m) / h.max(w) as f64);
+        }
+        let (oh, ow) = ((h as f64 * r) as usize, (w as f64 * r) as usize);
+        super::frame_too_big((oh, ow)).then_some((oh, ow))
+    }
+
+    fn sample(&self, rng: &mut SampleRng, (h, w, _c): (usize, usize, usize)) -> std::result::Result<Drawn, String> {
+        // torchvision: min_size[randint(len)]; r = min_size / min(h, w), at most max_size / max(h, w) (doubles)
+        let s = self.min_size[rng.below(self.min_size.len() as u64) as usize];
+        let mut r = s / h.min(w) as f64;
+        if let Some(m) = self.max_size {
+            r = r.min(f64::from(m) / h.max(w) as f64);
+        }
+        drawn_size(self.name(), (h, w), (h as f64 * r, w as f64 * r))
+    }
+
+    fn apply(&self, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, _: &mut SampleRng) {
+        resize_to(drawn, self.name(), frame, scratch, self.resample);
+    }
+}
