@@ -22,6 +22,7 @@ use crate::topology::PinMode;
 use crate::worker::ErrorPolicy;
 use std::collections::HashSet;
 
+pub use crate::augment::program::PAD_TO;
 /// Rows per batch.
 pub const BATCH_SIZE: IntParam = IntParam::new("batch_size", 1, 1 << 20);
 /// Seed of every random decision (any 64-bit unsigned value).
@@ -517,7 +518,7 @@ mod tests {
         let pixels = crate::source::arrays(vec![9; 2 * 5 * 7], 2, 5, 7, 1, vec![0, 1]).unwrap();
         let files = crate::source::file_list(vec!["a.jpg".into()], vec![0]).unwrap();
         assert_eq!((uniform_image_size(&pixels), uniform_image_size(&files)), (Some((5, 7)), None));
-        let out = OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None };
+        let out = OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None, pad_to: None };
         let hw =
             |ds: &Dataset, t: Vec<T>| sample_views(ds, t, None, out, Channels::Gray).map(|v| v.views()[0].output_hw());
         assert_eq!(hw(&pixels, vec![]).unwrap(), (5, 7));

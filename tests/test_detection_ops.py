@@ -78,6 +78,29 @@ RECIPES: dict[str, list[Any]] = {
 }
 
 
+# Recipes whose images keep their own sizes, on a Loader(pad_to=...) canvas.
+PADDED: dict[str, tuple[list[Any], tuple[int, int]]] = {
+    "multiscale-padded": (
+        [
+            trdata.ColorJitter(0.2),
+            trdata.RandomShortestSize((30, 36, 40), max_size=60),
+            trdata.RandomHorizontalFlip(),
+        ],
+        (64, 64),
+    ),
+    "ssd-like-padded": (
+        [
+            trdata.ColorJitter(0.2),
+            trdata.RandomZoomOut(fill=(123, 117, 104), side_range=(1.0, 2.5)),
+            trdata.RandomHorizontalFlip(),
+            trdata.SanitizeBoundingBoxes(),
+        ],
+        (112, 136),
+    ),
+}
+RECIPES.update({k: v[0] for k, v in PADDED.items()})
+
+
 def _apply(op: str, v: list[float], hw: tuple[int, int], x: Any, size: tuple[int, int], expand: bool) -> Any:
     """torchvision v2's functional op for one replayed draw on ``x`` (``size``: the op's output size, ``expand``:
     RandomRotation's); masks: nearest, zero fill, as the references."""
@@ -150,18 +173,26 @@ def test_stage2_ops_move_targets_as_torchvisions_kernels_with_the_same_draws(
     src = trdata.CocoDetection(images, ann, masks=True, keypoints=True)
     ref = reference(images, ann)
     transforms = [trdata.Resize(PREFIX), *RECIPES[recipe]]
+    pad_to = PADDED[recipe][1] if recipe in PADDED else None
     expand = any(getattr(t, "expand", False) for t in RECIPES[recipe])
     seen_ops: set[str] = set()
     for epoch in range(3):
-        with trdata.Loader(src, batch_size=4, transforms=transforms, workers=2, seed=3) as ld:
+        with trdata.Loader(src, batch_size=4, transforms=transforms, workers=2, seed=3, pad_to=pad_to) as ld:
             ld.set_epoch(epoch)
             for b in ld:
                 idx = b.indices.tolist()
                 sizes = [tuple(int(v) for v in src._sizes[i]) for i in idx]
                 plans = ld._native.target_plans(idx, b.epoch, sizes)
+                assert b.image_sizes.tolist() == [list(p.canvas) for p in plans]
+                if pad_to is not None:  # each image at the top left of the canvas, zeros elsewhere
+                    assert tuple(b.images.shape[-2:]) == pad_to
+                    for r, (h, w) in enumerate(b.image_sizes.tolist()):
+                        img = np.asarray(b.images[r])
+                        assert not img[:, h:, :].any() and not img[:, :, w:].any()
                 for r, i in enumerate(idx):
                     _, want = ref[i]
                     got = {k: v.numpy() for k, v in b.targets[r].items() if hasattr(v, "numpy")}
+                    got["size"] = b.targets[r]["size"]
                     if "boxes" not in want:
                         assert len(got["boxes"]) == 0
                         continue
@@ -179,9 +210,10 @@ def test_stage2_ops_move_targets_as_torchvisions_kernels_with_the_same_draws(
                         op = name.split("(")[0]  # "Resize((h, w))" is the stage-2 Resize's name
                         seen_ops.add(op)
                         if op == "SanitizeBoundingBoxes":  # drops instances: the whole sample at once
+                            ours = next(t for t in RECIPES[recipe] if type(t).__name__ == op)
                             sanitize = torchvision.transforms.v2.SanitizeBoundingBoxes(
-                                min_size=2.0, labels_getter=lambda d: (d["labels"], d["kp"])
-                            )  # the recipe's min_size; "kp" numbers the instances to follow what it keeps
+                                min_size=ours.min_size, labels_getter=lambda d: (d["labels"], d["kp"])
+                            )  # "kp" numbers the instances to follow what it keeps
                             out = sanitize(
                                 {
                                     "boxes": boxes,
@@ -207,7 +239,9 @@ def test_stage2_ops_move_targets_as_torchvisions_kernels_with_the_same_draws(
                             boxes = tv_tensors.wrap(boxes, like=boxes, canvas_size=canvas_hw)
                             kp = tv_tensors.wrap(kp, like=kp, canvas_size=canvas_hw)
                     canvas = plans[r].canvas
-                    assert tuple(boxes.canvas_size) == canvas == tuple(b.images.shape[-2:])
+                    assert tuple(boxes.canvas_size) == canvas == tuple(got["size"])
+                    if pad_to is None:
+                        assert canvas == tuple(b.images.shape[-2:])
                     np.testing.assert_allclose(got["boxes"], boxes.numpy(), atol=1e-3)
                     np.testing.assert_array_equal(got["masks"], masks.numpy())
                     np.testing.assert_array_equal(got["labels"], labels.numpy())
@@ -331,3 +365,67 @@ def test_ops_targets_cannot_follow_are_refused_naming_them(coco_kp: tuple[Path, 
                 src, batch_size=2, transforms=[trdata.Resize((32, 32)), trdata.ColorJitter(0.1), op]
             )
         assert e.value.parameter == "transforms"
+
+
+def test_pad_to_keeps_each_image_whole_at_the_top_left_and_zero_after_normalization(
+    coco_kp: tuple[Path, Path],
+) -> None:
+    """torchvision's ``hflip`` recipe (images at their own sizes) on a ``pad_to`` canvas: each slot holds the image
+    Pillow decodes, flipped as the draw says, at the top left; everything else is 0 after normalization (as
+    torchvision's detection models pad their normalized batch); boxes as torchvision flips them."""
+    from PIL import Image
+
+    images, ann = coco_kp
+    src = trdata.CocoDetection(images, ann)
+    ref = reference(images, ann)
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    kw: dict[str, Any] = dict(
+        batch_size=4, transforms=[trdata.RandomHorizontalFlip()], pad_to=(96, 96), seed=8
+    )
+    with trdata.Loader(src, dtype="float32", normalize=(mean, std), **kw) as ld:
+        batches = [(np.asarray(b.images).copy(), b.image_sizes, b.targets, b.indices.tolist()) for b in ld]
+    with trdata.Loader(src, dtype="uint8", **kw) as ld:
+        raw = [np.asarray(b.images).copy() for b in ld]
+    seen = 0
+    for (imgs, sizes, targets, idx), u8 in zip(batches, raw):
+        for r, i in enumerate(idx[: len(targets)]):
+            h, w = sizes[r]
+            pil = np.asarray(Image.open(src.paths[i]).convert("RGB")).transpose(2, 0, 1)
+            assert (h, w) == pil.shape[1:] == tuple(targets[r]["orig_size"])
+            flipped = pil[:, :, ::-1]
+            got = u8[r, :, :h, :w]
+            assert np.array_equal(got, pil) or np.array_equal(got, flipped)
+            assert not u8[r, :, h:, :].any() and not u8[r, :, :, w:].any()
+            assert not imgs[r, :, h:, :].any() and not imgs[r, :, :, w:].any()  # 0.0 after normalization
+            want = (pil[:, 0, 0] / 255.0 - np.array(mean)) / np.array(std)
+            if np.array_equal(got, pil):
+                np.testing.assert_allclose(imgs[r, :, 0, 0], want, atol=1e-5)
+            _, t = ref[i]
+            if "boxes" in t:
+                boxes = t["boxes"] if np.array_equal(got, pil) else F.horizontal_flip(t["boxes"])
+                np.testing.assert_allclose(targets[r]["boxes"].numpy(), boxes.numpy(), atol=1e-3)
+            seen += 1
+    assert seen == N_IMAGES
+
+
+def test_pad_to_refuses_what_does_not_fit(coco_kp: tuple[Path, Path]) -> None:
+    images, ann = coco_kp
+    src = trdata.CocoDetection(images, ann)
+    # a list whose size is fixed must fit the canvas: ConfigError naming pad_to
+    with pytest.raises(ConfigError, match="pad_to") as e:
+        trdata.Loader(src, batch_size=2, transforms=[trdata.Resize((64, 64))], pad_to=(48, 64))
+    assert e.value.parameter == "pad_to"
+    for bad in (0, (10, -1), (1 << 20, 4)):
+        with pytest.raises(ConfigError) as e:
+            trdata.Loader(src, batch_size=2, transforms=[], pad_to=bad)
+        assert e.value.parameter == "pad_to"
+    # an image larger than the canvas: a DecodeError naming the file, or skipped and counted
+    with trdata.Loader(src, batch_size=N_IMAGES, transforms=[], pad_to=(40, 40)) as ld:
+        with pytest.raises(trdata.DecodeError, match="larger than pad_to"):
+            next(iter(ld))
+    big = sum(1 for w, h in src._sizes if w > 60 or h > 60)
+    assert 0 < big < N_IMAGES
+    with trdata.Loader(src, batch_size=1, transforms=[], pad_to=(60, 60), on_error="skip") as ld:
+        n = sum(b.valid for b in ld)
+        assert ld.stats()["errors_skipped"] == big
+    assert n == N_IMAGES

@@ -71,7 +71,8 @@ class Batch:
     extras: dict[str, Any]
     #: Detection/segmentation targets (a source with them, such as ``CocoDetection``): one dict per row —
     #: ``boxes`` (K, 4) float32 XYXY in output pixels, ``labels`` (K,) int64, ``iscrowd``, ``image_id``,
-    #: ``orig_size`` and, when asked for, ``masks`` (K, H, W) uint8 and ``keypoints`` (K, P, 3) — as torchvision's
+    #: ``orig_size`` (h, w) of the stored image, ``size`` (h, w) of the image in the batch (less than the
+    #: batch's H, W with ``Loader(pad_to=...)``: the image sits at the top left, zeros elsewhere) and, when asked for, ``masks`` (K, H, W) uint8 and ``keypoints`` (K, P, 3) — as torchvision's
     #: detection references take them (torch tensors when torch is installed, on the batch's device); None otherwise.
     targets: list[dict[str, Any]] | None
 
@@ -107,6 +108,15 @@ class Batch:
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    @property
+    def image_sizes(self) -> np.ndarray | None:
+        """Each row's image size in the batch, int64 (B, 2) as (height, width): with ``Loader(pad_to=...)`` the
+        part of each padded slot that holds the image (rows ``[:h]``, columns ``[:w]``). From the targets, so for a
+        source with detection targets; None otherwise."""
+        if self.targets is None:
+            return None
+        return np.array([t["size"] for t in self.targets], np.int64).reshape(-1, 2)
 
     def padded_targets(self) -> dict[str, Any]:
         """``targets`` in fixed shapes, for models that want them: ``boxes`` (B, Kmax, 4) float32 (zeros past a

@@ -21,7 +21,7 @@ from . import _core, _cuda_libs
 from . import batch as _batch
 from . import batch_ops as _bops
 from . import convert as _convert
-from ._args import _bool_arg, _int_arg, _parse_cpus, allowed_cpus
+from ._args import _bool_arg, _int_arg, _parse_cpus, _size, allowed_cpus
 from .batch import Batch
 from .errors import ConfigError, DataLoaderArgumentError, LoaderClosedError, StaleIteratorError, _shown
 from .sources import Source
@@ -557,6 +557,7 @@ class Loader:
         batch_transform: Callable[[Batch, Any], Any] | None = None,
         views: Sequence[Sequence[Transform] | Any] | None = None,
         decode: str | float = DEFAULTS["decode"],
+        pad_to: int | tuple[int, int] | None = None,
         **dataloader_kwargs: NoReturn,  # torch DataLoader's arguments: refused, naming trdata's equivalent
     ) -> None:
         _dataloader_arguments(dataloader_kwargs)
@@ -624,6 +625,7 @@ class Loader:
             exif_transpose=_bool_arg(exif_transpose, "exif_transpose"),
             views=view_specs,
             decode=decode,
+            pad_to=None if pad_to is None else _size(pad_to, "pad_to"),
             # The wheel copies on sys.path come first in the libraries' search orders (src/cuda/nvjpeg.rs, nvrtc.rs).
             gpu_libraries=(_cuda_libs.nvjpeg.candidates(), _cuda_libs.nvrtc.candidates())
             if decode != "cpu"

@@ -334,6 +334,9 @@ pub struct OutputSpec {
     pub layout: Layout,
     /// Normalization; `None` gives x/255 for float types and raw values for uint8.
     pub normalize: Option<Normalize>,
+    /// `pad_to`: every image at the top left of a (height, width) canvas, zeros (after normalization) elsewhere;
+    /// the transforms may then give each image its own size, at most the canvas (`program::compile_on`).
+    pub pad_to: Option<(usize, usize)>,
 }
 
 /// Identity of a sample's randomness.
@@ -576,7 +579,7 @@ impl SamplePipeline {
     /// docs); the output size must be fixed. A gray pipeline needs a normalize whose three values are equal
     /// (one value given, as [`Normalize::from_user`] makes it for gray output).
     pub fn with_channels(transforms: Vec<TransformSpec>, output: OutputSpec, channels: Channels) -> Result<Self> {
-        let program = program::compile(&transforms)?;
+        let program = program::compile_on(&transforms, output.pad_to)?;
         let compiled = &program.prefix;
         if let Some(n) = output.normalize {
             if channels == Channels::Gray
@@ -698,6 +701,9 @@ impl SamplePipeline {
         let refuse = |why: &str| Err(TrdataError::config(TRANSFORMS, why));
         if !self.program.ops.is_empty() {
             return refuse("the GPU resampler takes no pixel ops (they run on the CPU's uint8 image)");
+        }
+        if self.program.pad_to.is_some() {
+            return refuse("the GPU resampler writes one size (pad_to's canvas is written by the CPU path)");
         }
         if self.channels != Channels::Rgb {
             return refuse("the GPU resampler writes RGB only (channels=1 is written by the CPU path)");
@@ -821,7 +827,7 @@ impl SamplePipeline {
         dst: &mut [u8],
     ) -> std::result::Result<(), ImageError> {
         let (pillow_vertical_first, pw, ph) = (plan.vertical_first, plan.x.out_n, plan.y.out_n);
-        if self.program.ops.is_empty() {
+        if self.program.ops.is_empty() && self.program.pad_to.is_none() {
             self.resample_into(src, m, pillow_vertical_first, s, (&self.lut, self.output.layout, pw, ph), dst);
             return Ok(());
         }
@@ -841,13 +847,27 @@ impl SamplePipeline {
         );
         self.program.run_ops(ps, key).map_err(|msg| ImageError::new(crate::error::ImageErrorKind::Unsupported, msg))?;
         let f = &ps.frame;
-        debug_assert_eq!((f.h, f.w), (self.height, self.width), "the compiled size walk fixes the final size");
+        let canvas = (self.height, self.width);
+        if self.program.pad_to.is_some() {
+            // each sample keeps its size, at the canvas's top left; the rest is zero (after normalization)
+            if f.h > canvas.0 || f.w > canvas.1 {
+                return Err(ImageError::new(
+                    crate::error::ImageErrorKind::Unsupported,
+                    format!("the transforms made the image ({}, {}), larger than pad_to {canvas:?}", f.h, f.w),
+                ));
+            }
+            if (f.h, f.w) != canvas {
+                dst.fill(0);
+            }
+        } else {
+            debug_assert_eq!((f.h, f.w), canvas, "the compiled size walk fixes the final size");
+        }
         let line = f.w * c;
         for (i, r) in f.buf[..f.h * line].chunks_exact(line).enumerate() {
             if c == 1 {
-                resample::write_row::<1>(&self.lut, self.output.layout, r, i, f.h, dst);
+                resample::write_row_on::<1>(&self.lut, self.output.layout, r, i, canvas, dst);
             } else {
-                resample::write_row::<3>(&self.lut, self.output.layout, r, i, f.h, dst);
+                resample::write_row_on::<3>(&self.lut, self.output.layout, r, i, canvas, dst);
             }
         }
         Ok(())

@@ -50,8 +50,10 @@ pub struct Program {
     pub prefix: CompiledTransforms,
     /// Stage 2: (list position, op).
     pub ops: Vec<(usize, OpSpec)>,
-    /// Output (height, width) of every sample.
+    /// Output (height, width) of every sample: the canvas with `pad_to`.
     pub output_hw: (usize, usize),
+    /// `pad_to`: each sample keeps the size its transforms give it (at most the canvas), at the canvas's top left.
+    pub pad_to: Option<(usize, usize)>,
 }
 
 /// Whether the decode can absorb `t` (see the module docs).
@@ -164,18 +166,36 @@ pub fn stage2_op(t: &TransformSpec, at: Site) -> Result<OpSpec> {
 
 /// Validate `transforms` and compile them (errors name the parameter and the op's position).
 pub fn compile(transforms: &[TransformSpec]) -> Result<Program> {
-    compile_sized(transforms, None)
+    compile_sized(transforms, None, None)
+}
+
+/// `pad_to`: each side of the canvas, in 1..=`ops::MAX_SIDE` (checked by [`compile_on`]).
+pub const PAD_TO: crate::param::IntParam = crate::param::IntParam::new("pad_to", 1, ops::MAX_SIDE as i128);
+
+/// [`compile`] for a loader with `pad_to` = (height, width) (`None`: [`compile`]): the list need not fix the
+/// output size — each sample keeps its own, placed at the top left of the canvas (`SamplePipeline::run_stages`
+/// refuses a sample larger than it) — and a list that does fix it must fit the canvas.
+pub fn compile_on(transforms: &[TransformSpec], pad_to: Option<(usize, usize)>) -> Result<Program> {
+    if let Some((h, w)) = pad_to {
+        PAD_TO.check::<usize>(h as i128)?;
+        PAD_TO.check::<usize>(w as i128)?;
+    }
+    compile_sized(transforms, None, pad_to)
 }
 
 /// [`compile`] for a source whose images all have `source_hw` = (height, width) (raw pixel stores: see
 /// [`sized_by_source`]): the identity prefix then has that size, so the list needs no crop of its own.
-fn compile_sized(transforms: &[TransformSpec], source_hw: Option<(usize, usize)>) -> Result<Program> {
+fn compile_sized(
+    transforms: &[TransformSpec],
+    source_hw: Option<(usize, usize)>,
+    pad_to: Option<(usize, usize)>,
+) -> Result<Program> {
     let run = transforms.iter().position(|t| !foldable(t)).unwrap_or(transforms.len());
     let leading_flips = transforms.iter().take_while(|t| is_flip(t)).count();
     let (split, prefix) = match fold_len(&transforms[..run]) {
         Some(k) => (k, geometry::compile(&transforms[..k])?),
         // Nothing fixes the size: an all-flip list is refused by geometry (its message says what would).
-        None if leading_flips == transforms.len() && source_hw.is_none() => {
+        None if leading_flips == transforms.len() && source_hw.is_none() && pad_to.is_none() => {
             (leading_flips, geometry::compile(transforms)?)
         }
         None => (leading_flips, geometry::compile_identity(&transforms[..leading_flips])?),
@@ -191,6 +211,17 @@ fn compile_sized(transforms: &[TransformSpec], source_hw: Option<(usize, usize)>
         op.check(pos)?;
         hw = op.output_hw_at(hw, Site::top(pos))?;
         ops.push((pos, op));
+    }
+    if let Some(canvas) = pad_to {
+        if let Some((h, w)) = hw
+            && (h > canvas.0 || w > canvas.1)
+        {
+            return Err(TrdataError::config(
+                "pad_to",
+                format!("{canvas:?} must hold the transforms' output ({h}, {w}): each image is placed on it"),
+            ));
+        }
+        return Ok(Program { prefix, ops, output_hw: canvas, pad_to });
     }
     let Some(output_hw) = hw else {
         if run == transforms.len() {
@@ -212,7 +243,7 @@ fn compile_sized(transforms: &[TransformSpec], source_hw: Option<(usize, usize)>
             ));
         }
     }
-    Ok(Program { prefix, ops, output_hw })
+    Ok(Program { prefix, ops, output_hw, pad_to: None })
 }
 
 /// `transforms` for a source whose images all have one size, `source_hw` = (height, width) (raw pixel stores:
@@ -229,7 +260,7 @@ pub fn sized_by_source(mut transforms: Vec<TransformSpec>, source_hw: Option<(u3
     if compile(&transforms).is_ok() {
         return transforms;
     }
-    if let Ok(Program { output_hw: (oh, ow), .. }) = compile_sized(&transforms, Some((h as usize, w as usize)))
+    if let Ok(Program { output_hw: (oh, ow), .. }) = compile_sized(&transforms, Some((h as usize, w as usize)), None)
         && let (Ok(height), Ok(width)) = (u32::try_from(oh), u32::try_from(ow))
     {
         transforms.push(TransformSpec::CenterCrop { height, width });

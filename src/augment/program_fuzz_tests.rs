@@ -377,9 +377,10 @@ fn check_list(
             dtype: DType::F32,
             layout: Layout::Nchw,
             normalize: Some(Normalize { mean: [0.5; 3], std: [0.25; 3] }),
+            pad_to: None,
         }
     } else {
-        OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None }
+        OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None, pad_to: None }
     };
     let p = match SamplePipeline::with_channels(transforms.clone(), output, channels) {
         Ok(p) => p,
@@ -532,7 +533,7 @@ fn oversized_intermediates_are_refused_at_compile_or_per_sample() {
         vec![invert.clone(), TransformSpec::ResizeShorter { shorter: 65_536 }, cc(1, 1)],
         vec![invert, TransformSpec::ResizeShorter { shorter: 1_000 }, cc(1, 1)],
     ] {
-        let p = SamplePipeline::new(t.clone(), OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None })
+        let p = SamplePipeline::new(t.clone(), OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None, pad_to: None })
             .unwrap();
         let mut s = WorkerScratch::new().unwrap();
         let mut dst = vec![1; p.sample_bytes()];

@@ -8,7 +8,7 @@ use super::ops::{Drawn, EraseValue, OpSpec, ResizeTo, Site};
 use super::*;
 use crate::source::PixelArray;
 
-const U8_NHWC: OutputSpec = OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None };
+const U8_NHWC: OutputSpec = OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None, pad_to: None };
 
 fn key(index: u64) -> SampleKey {
     SampleKey { seed: 7, epoch: 1, index }

@@ -715,22 +715,41 @@ pub(crate) fn write_row<const C: usize>(
     out_h: usize,
     dst: &mut [u8],
 ) {
+    write_row_on::<C>(lut, layout, row, y, (out_h, row.len() / C), dst)
+}
+
+/// [`write_row`] into a sample of `(dst_h, dst_w)` pixels (`pad_to`'s canvas) at least as wide as the row: the
+/// row's pixels go to the first `out_w` columns of row `y`; the rest is left as it is.
+#[inline(always)]
+pub(crate) fn write_row_on<const C: usize>(
+    lut: &OutputLut,
+    layout: Layout,
+    row: &[u8],
+    y: usize,
+    (dst_h, dst_w): (usize, usize),
+    dst: &mut [u8],
+) {
     let out_w = row.len() / C;
+    debug_assert!(out_w <= dst_w && y < dst_h, "the row fits the sample");
     match lut {
         OutputLut::U8 => match layout {
-            _ if C == 1 => dst[y * out_w..(y + 1) * out_w].copy_from_slice(row),
-            Layout::Nhwc => dst[y * C * out_w..(y + 1) * C * out_w].copy_from_slice(row),
+            _ if C == 1 => dst[y * dst_w..y * dst_w + out_w].copy_from_slice(row),
+            Layout::Nhwc => dst[y * C * dst_w..y * C * dst_w + C * out_w].copy_from_slice(row),
             Layout::Nchw => {
                 for c in 0..C {
-                    let plane = &mut dst[(c * out_h + y) * out_w..(c * out_h + y + 1) * out_w];
-                    for (d, s) in plane.iter_mut().zip(row.chunks_exact(C)) {
+                    let at = (c * dst_h + y) * dst_w;
+                    for (d, s) in dst[at..at + out_w].iter_mut().zip(row.chunks_exact(C)) {
                         *d = s[c];
                     }
                 }
             }
         },
-        OutputLut::Half(t) => write_row_lut::<C, 2, u16>(t, layout, row, y, out_h, dst, u16::to_ne_bytes),
-        OutputLut::F32(t) => write_row_lut::<C, 4, f32>(t, layout, row, y, out_h, dst, f32::to_ne_bytes),
+        OutputLut::Half(t) => {
+            write_row_lut::<C, 2, u16>(t, layout, row, y, (dst_h, dst_w), dst, u16::to_ne_bytes)
+        }
+        OutputLut::F32(t) => {
+            write_row_lut::<C, 4, f32>(t, layout, row, y, (dst_h, dst_w), dst, f32::to_ne_bytes)
+        }
     }
 }
 
@@ -740,14 +759,14 @@ fn write_row_lut<const C: usize, const B: usize, E: Copy>(
     layout: Layout,
     row: &[u8],
     y: usize,
-    out_h: usize,
+    (dst_h, dst_w): (usize, usize),
     dst: &mut [u8],
     bytes: fn(E) -> [u8; B],
 ) {
     let out_w = row.len() / C;
     if C == 1 {
         // gray: the first channel's table (a 1-value normalize was given for it)
-        let d = &mut dst[y * out_w * B..(y + 1) * out_w * B];
+        let d = &mut dst[y * dst_w * B..(y * dst_w + out_w) * B];
         for (d, &s) in d.chunks_exact_mut(B).zip(row) {
             d.copy_from_slice(&bytes(t[0][usize::from(s)]));
         }
@@ -755,7 +774,7 @@ fn write_row_lut<const C: usize, const B: usize, E: Copy>(
     }
     match layout {
         Layout::Nhwc => {
-            let d = &mut dst[y * C * out_w * B..(y + 1) * C * out_w * B];
+            let d = &mut dst[y * C * dst_w * B..(y * dst_w + out_w) * C * B];
             for (d, s) in d.chunks_exact_mut(C * B).zip(row.chunks_exact(C)) {
                 for c in 0..C {
                     d[c * B..(c + 1) * B].copy_from_slice(&bytes(t[c][usize::from(s[c])]));
@@ -764,7 +783,8 @@ fn write_row_lut<const C: usize, const B: usize, E: Copy>(
         }
         Layout::Nchw => {
             for (c, tc) in t.iter().enumerate().take(C) {
-                let plane = &mut dst[(c * out_h + y) * out_w * B..(c * out_h + y + 1) * out_w * B];
+                let at = (c * dst_h + y) * dst_w;
+                let plane = &mut dst[at * B..(at + out_w) * B];
                 for (d, s) in plane.chunks_exact_mut(B).zip(row.chunks_exact(C)) {
                     d.copy_from_slice(&bytes(tc[usize::from(s[c])]));
                 }

@@ -38,7 +38,7 @@ fn edge_files() -> Vec<PathBuf> {
     v
 }
 
-const U8_NHWC: OutputSpec = OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None };
+const U8_NHWC: OutputSpec = OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None, pad_to: None };
 const IMAGENET_NORM: Normalize = Normalize { mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225] };
 /// `trdata.MNIST_NORM` as the core holds it for gray output (one value, on every channel).
 const MNIST_NORM: Normalize = Normalize { mean: [0.1307; 3], std: [0.3081; 3] };
@@ -393,7 +393,7 @@ fn invalid_transform_lists_are_config_errors_naming_the_parameter() {
 
 #[test]
 fn shapes_bytes_and_defaults() {
-    let f16 = OutputSpec { dtype: DType::F16, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM) };
+    let f16 = OutputSpec { dtype: DType::F16, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM), pad_to: None };
     let p = SamplePipeline::new(vec![flip(0.5), rrc(224, 160)], f16).unwrap();
     assert_eq!(p.output_hw(), (224, 160));
     assert_eq!(p.sample_shape(), [3, 224, 160]);
@@ -429,7 +429,7 @@ fn dtypes_and_layouts_are_the_same_pixels() {
         };
         for dtype in [DType::F32, DType::F16, DType::BF16] {
             for normalize in [None, Some(IMAGENET_NORM)] {
-                let spec = OutputSpec { dtype, layout, normalize };
+                let spec = OutputSpec { dtype, layout, normalize, pad_to: None };
                 let out = run(&SamplePipeline::new(t.clone(), spec).unwrap(), &mut s, &bytes, key(5)).unwrap();
                 for y in 0..h {
                     for x in 0..w {
@@ -513,7 +513,7 @@ fn synthetic_padding_and_mirroring_follow_torchvision() {
         assert!(run(&p, &mut s, &bytes, key(0)).unwrap() == want.px, "{t:?}");
     }
     // Padding is normalized zero, like torchvision's pad-then-Normalize.
-    let f32n = OutputSpec { dtype: DType::F32, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM) };
+    let f32n = OutputSpec { dtype: DType::F32, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM), pad_to: None };
     let p = SamplePipeline::new(vec![center(40, 40)], f32n).unwrap();
     let out = run(&p, &mut s, &bytes, key(0)).unwrap();
     let v = f32::from_ne_bytes(out[0..4].try_into().unwrap());
@@ -526,7 +526,7 @@ fn samples_depend_only_on_the_key() {
     if files.is_empty() {
         return;
     }
-    let spec = OutputSpec { dtype: DType::BF16, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM) };
+    let spec = OutputSpec { dtype: DType::BF16, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM), pad_to: None };
     let p = SamplePipeline::new(vec![rrc(96, 96), flip(0.5)], spec).unwrap();
     let mut fresh_each = Vec::new();
     for (i, f) in files.iter().enumerate() {
@@ -550,7 +550,7 @@ fn samples_depend_only_on_the_key() {
 fn every_edge_case_goes_through_the_pipelines_or_fails_typed() {
     let files = edge_files();
     let mut s = WorkerScratch::new().unwrap();
-    let f16 = OutputSpec { dtype: DType::F16, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM) };
+    let f16 = OutputSpec { dtype: DType::F16, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM), pad_to: None };
     let pipes = [
         SamplePipeline::new(vec![rrc(224, 224), flip(0.5)], f16).unwrap(),
         SamplePipeline::new(vec![TransformSpec::ResizeShorter { shorter: 256 }, center(224, 224)], U8_NHWC).unwrap(),
@@ -600,7 +600,7 @@ fn scratch_stops_growing_in_steady_state() {
     if files.is_empty() {
         return;
     }
-    let spec = OutputSpec { dtype: DType::F16, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM) };
+    let spec = OutputSpec { dtype: DType::F16, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM), pad_to: None };
     let p = SamplePipeline::new(vec![rrc(224, 224), flip(0.5)], spec).unwrap();
     let mut s = WorkerScratch::new().unwrap();
     let mut dst = vec![0; p.sample_bytes()];
@@ -675,7 +675,7 @@ fn simd_paths_are_bit_identical() {
                     (DType::F32, Some(IMAGENET_NORM)),
                     (DType::BF16, None),
                 ] {
-                    let spec = OutputSpec { dtype, layout, normalize };
+                    let spec = OutputSpec { dtype, layout, normalize, pad_to: None };
                     let mut p = SamplePipeline::new(t.clone(), spec).unwrap();
                     if let Some(d) = dct {
                         p = p.with_dct_scaling(d).unwrap();
@@ -705,7 +705,7 @@ fn simd_paths_are_bit_identical() {
     for t in &transforms {
         for dct in [None, Some(FULL_SIZE)] {
             for (dtype, normalize) in [(DType::U8, None), (DType::F32, Some(MNIST_NORM))] {
-                let spec = OutputSpec { dtype, layout: Layout::Nchw, normalize };
+                let spec = OutputSpec { dtype, layout: Layout::Nchw, normalize, pad_to: None };
                 let mut p = SamplePipeline::with_channels(t.clone(), spec, Channels::Gray).unwrap();
                 if let Some(d) = dct {
                     p = p.with_dct_scaling(d).unwrap();
@@ -745,7 +745,7 @@ fn throughput() {
     let n = (reps * files.len()) as f64;
     let mut s = WorkerScratch::new().unwrap();
     let mut out = Vec::new();
-    let spec = OutputSpec { dtype: DType::F16, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM) };
+    let spec = OutputSpec { dtype: DType::F16, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM), pad_to: None };
     let train = SamplePipeline::new(vec![rrc(224, 224), flip(0.5)], spec).unwrap();
     let eval =
         SamplePipeline::new(vec![TransformSpec::ResizeShorter { shorter: 256 }, center(224, 224)], spec).unwrap();
@@ -833,7 +833,7 @@ fn kernel_timing() {
     x.compute(&axis, 8, cin as u32, cin as u32, false);
     y.compute(&axis, 8, cin as u32, cin as u32, false);
     let img = synthetic(cin, cin, 3).px;
-    let spec = OutputSpec { dtype: DType::F16, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM) };
+    let spec = OutputSpec { dtype: DType::F16, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM), pad_to: None };
     let lut = OutputLut::new(&spec);
     let mut dst = vec![0u8; 3 * out * out * 2];
     let (mut vline, mut row) = (vec![0u8; 3 * cin], vec![0u8; 3 * out]);
@@ -988,7 +988,7 @@ fn gray_and_rgb_pixel_arrays_follow_the_file_path() {
     let gray = PixelArray { data: gray_px.clone(), height: h as u32, width: w as u32, channels: 1 };
     let rgb = PixelArray { data: rgb_img.px.clone(), height: h as u32, width: w as u32, channels: 3 };
     let mut s = WorkerScratch::new().unwrap();
-    let f32n = OutputSpec { dtype: DType::F32, layout: Layout::Nchw, normalize: Some(MNIST_NORM) };
+    let f32n = OutputSpec { dtype: DType::F32, layout: Layout::Nchw, normalize: Some(MNIST_NORM), pad_to: None };
     for t in [vec![rrc(24, 20), flip(0.5)], vec![center(h as u32, w as u32)], vec![center(50, 30), flip(1.0)]] {
         for spec in [U8_NHWC, f32n] {
             let g = gray_pipeline(t.clone(), spec);
@@ -1041,7 +1041,7 @@ fn gray_dtypes_layouts_and_shapes() {
         for normalize in [None, Some(MNIST_NORM)] {
             let outs: Vec<Vec<u8>> = [Layout::Nchw, Layout::Nhwc]
                 .map(|layout| {
-                    let p = gray_pipeline(t.clone(), OutputSpec { dtype, layout, normalize });
+                    let p = gray_pipeline(t.clone(), OutputSpec { dtype, layout, normalize, pad_to: None });
                     let want = match layout {
                         Layout::Nchw => [1, 40, 56],
                         Layout::Nhwc => [40, 56, 1],
@@ -1095,7 +1095,7 @@ fn normalize_values_must_match_the_channels() {
         assert!(param(Normalize::from_user(m, sd, Channels::Rgb)).contains("must have 1 or 3 values each"));
     }
     // A Normalize built by hand with three different values cannot reach a gray pipeline either.
-    let f32n = OutputSpec { dtype: DType::F32, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM) };
+    let f32n = OutputSpec { dtype: DType::F32, layout: Layout::Nchw, normalize: Some(IMAGENET_NORM), pad_to: None };
     match SamplePipeline::with_channels(vec![rrc(8, 8)], f32n, Channels::Gray) {
         Err(TrdataError::Config { parameter, .. }) => assert_eq!(parameter, "normalize"),
         other => panic!("{other:?}"),

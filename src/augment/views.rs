@@ -212,7 +212,7 @@ mod tests {
     use super::*;
     use crate::augment::{DType, Layout};
 
-    const U8_NHWC: OutputSpec = OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None };
+    const U8_NHWC: OutputSpec = OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None, pad_to: None };
 
     fn rrc(side: u32, scale: (f64, f64)) -> Vec<TransformSpec> {
         vec![

@@ -802,7 +802,7 @@ mod tests {
     fn prepare_gpu_refuses_pixel_ops_and_gray_output_and_fills_a_full_scale_plan() {
         let rrc =
             TransformSpec::RandomResizedCrop { height: 64, width: 48, scale: (0.08, 1.0), ratio: (0.75, 4.0 / 3.0) };
-        let out = OutputSpec { dtype: DType::U8, layout: Layout::Nchw, normalize: None };
+        let out = OutputSpec { dtype: DType::U8, layout: Layout::Nchw, normalize: None, pad_to: None };
         let key = SampleKey { seed: 3, epoch: 0, index: 9 };
         let mut plan = GpuPlan::default();
         let ops = vec![
@@ -953,7 +953,7 @@ extern "C" void emu_pass2(unsigned gx, unsigned gy, unsigned gz, unsigned bx, un
             (DType::F32, None),
         ] {
             for layout in [Layout::Nchw, Layout::Nhwc] {
-                let output = OutputSpec { dtype, layout, normalize };
+                let output = OutputSpec { dtype, layout, normalize, pad_to: None };
                 let pipe = SamplePipeline::new(transforms.clone(), output)
                     .unwrap()
                     .with_dct_scaling(DctScaling::MinRatio(1e9))

@@ -208,7 +208,7 @@ impl Producer {
             if pipelines.len() > 256 {
                 pipelines.clear(); // bounded: ImageNet has a few hundred distinct sizes
             }
-            let spec = OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None };
+            let spec = OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None, pad_to: None };
             let p = SamplePipeline::new(vec![TransformSpec::ResizeExact { height: h, width: w }], spec)?
                 .with_dct_scaling(DctScaling::MinRatio(1e9))?; // never DCT-scale: bit-exact with Pillow
             pipelines.insert((w, h), p);

@@ -207,7 +207,7 @@ fn reencoding_resizes_like_pillow_and_writes_baseline_420_jpegs() {
         // The decoded record is close to the source resized by the same (Pillow-exact) resampler.
         let mut out = Vec::new();
         dec.decode_full_rgb(&rec, &mut out).unwrap();
-        let spec = OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None };
+        let spec = OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None, pad_to: None };
         let resize = SamplePipeline::new(vec![TransformSpec::ResizeExact { height: th, width: tw }], spec).unwrap();
         let resize = resize.with_dct_scaling(DctScaling::MinRatio(1e9)).unwrap();
         let mut want = vec![0u8; resize.sample_bytes()];
@@ -246,7 +246,7 @@ fn verify_names_damaged_records_and_raw_pixels_pack_too() {
 }
 
 fn loader_cfg(batch: usize, workers: usize, shuffle: bool, reproducible: bool) -> LoaderConfig {
-    let spec = OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None };
+    let spec = OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None, pad_to: None };
     LoaderConfig {
         batch_size: batch,
         workers: Some(workers),

@@ -255,7 +255,7 @@ impl NativeLoader {
                         rank, world_size, pin, on_error, prefetch, max_held_batches, transforms, normalize,
                         dtype, layout, channels, devices, device_slots, cpus, max_pixels, max_scans,
                         max_memory_bytes, exif_transpose, views = None, decode = None,
-                        gpu_libraries = (Vec::new(), Vec::new())))]
+                        gpu_libraries = (Vec::new(), Vec::new()), pad_to = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -287,6 +287,7 @@ impl NativeLoader {
         views: Option<Vec<Vec<Bound<'_, PyTuple>>>>,
         decode: Option<&Bound<'_, PyAny>>,
         gpu_libraries: (Vec<std::path::PathBuf>, Vec<std::path::PathBuf>),
+        pad_to: Option<(Bound<'_, PyAny>, Bound<'_, PyAny>)>,
     ) -> PyResult<Self> {
         // Translation only: Python values into the core's types. Every rule (ranges, choices, defaults) is the
         // core's: config.rs, augment/, decode/, source/.
@@ -307,6 +308,9 @@ impl NativeLoader {
             dtype: choice(dtype, &config::DTYPE)?,
             layout: choice(layout, &config::LAYOUT)?,
             normalize: normalize.map(|(mean, std)| Normalize::from_user(&mean, &std, channels)).transpose().py_err()?,
+            pad_to: pad_to
+                .map(|(h, w)| PyResult::Ok((int_arg(&h, &config::PAD_TO)?, int_arg(&w, &config::PAD_TO)?)))
+                .transpose()?,
         };
         let pipeline = config::sample_views(&ds, specs, view_specs, output, channels).py_err()?;
         let cpus = cpus

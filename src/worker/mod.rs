@@ -737,7 +737,7 @@ mod tests {
 
     fn pipeline() -> SamplePipeline {
         let t = vec![TransformSpec::CenterCrop { height: 8, width: 8 }];
-        SamplePipeline::new(t, OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None }).unwrap()
+        SamplePipeline::new(t, OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None, pad_to: None }).unwrap()
     }
 
     /// Start one reproducible, unshuffled epoch of `num_samples` plan positions (batch `batch_size`, drop) over

@@ -28,7 +28,7 @@ from .. import _core
 from .base import Source
 
 #: Keys of one image's target (``batch.targets[i]``).
-TARGET_KEYS = ("boxes", "labels", "iscrowd", "image_id", "orig_size", "masks", "keypoints")
+TARGET_KEYS = ("boxes", "labels", "iscrowd", "image_id", "orig_size", "size", "masks", "keypoints")
 
 
 class CocoDetection(Source):
@@ -122,6 +122,7 @@ class CocoDetection(Source):
                 "iscrowd": t["iscrowd"],
                 "image_id": self.ids[i],
                 "orig_size": (int(self._sizes[i][1]), int(self._sizes[i][0])),
+                "size": plan.canvas,
             }
             if self.masks:
                 moved["masks"] = self._ann.masks(t["ann"].tolist(), plan)
