@@ -99,6 +99,28 @@ impl TargetGeometry {
         (px, py, (0.0..w).contains(&px) && (0.0..h).contains(&py))
     }
 
+    /// A dense label map `src` (`h × w`, row-major, the source image's size) as the output sees it: `out` is
+    /// `y.out × x.out`, nearest, `fill` where the output leaves the image.
+    pub fn dense(&self, src: &[u8], (h, w): (usize, usize), fill: u8, out: &mut [u8]) {
+        let (ow, oh) = (self.x.out, self.y.out);
+        assert_eq!(out.len(), ow * oh, "out holds the output map");
+        assert_eq!(src.len(), w * h, "src holds the source map");
+        let pick = |p: Option<i64>, n: usize| p.filter(|&p| p >= 0 && (p as usize) < n).map(|p| p as usize);
+        let cols: Vec<Option<usize>> = (0..ow).map(|j| pick(self.x.source_pixel(j), w)).collect();
+        out.fill(fill);
+        for i in 0..oh {
+            let Some(sy) = pick(self.y.source_pixel(i), h) else { continue };
+            let oi = if self.vflip { oh - 1 - i } else { i };
+            let row = &src[sy * w..(sy + 1) * w];
+            let dst = &mut out[oi * ow..(oi + 1) * ow];
+            for (j, c) in cols.iter().enumerate() {
+                if let Some(sx) = c {
+                    dst[if self.flip { ow - 1 - j } else { j }] = row[*sx];
+                }
+            }
+        }
+    }
+
     /// The mask `rle` (of the source image) as the output sees it: `out` is `y.out × x.out`, row-major, 0/1.
     /// Decodes only the source rows and columns the output reads.
     pub fn mask(&self, rle: &Rle, out: &mut [u8]) -> Result<(), MaskError> {

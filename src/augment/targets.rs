@@ -233,12 +233,27 @@ impl TargetPlan {
         let (ph, pw) = (self.prefix.y.out, self.prefix.x.out);
         let mut frame = Frame { buf: vec![0; ph * pw], h: ph, w: pw, c: 1 };
         self.prefix.mask(rle, &mut frame.buf)?;
+        Ok(self.move_frame(frame, 0))
+    }
+
+    /// A dense label map `src` (`h × w`, row-major, of the source image: a semantic-segmentation target) on the
+    /// output canvas: nearest everywhere, `fill` where the output leaves the image (255, the usual
+    /// `ignore_index`, in torchvision's segmentation references).
+    pub fn dense(&self, src: &[u8], (h, w): (usize, usize), fill: u8) -> Vec<u8> {
+        let (ph, pw) = (self.prefix.y.out, self.prefix.x.out);
+        let mut frame = Frame { buf: vec![0; ph * pw], h: ph, w: pw, c: 1 };
+        self.prefix.dense(src, (h, w), fill, &mut frame.buf);
+        self.move_frame(frame, fill)
+    }
+
+    /// A one-channel frame (the prefix's output) through the stage-2 steps.
+    fn move_frame(&self, mut frame: Frame, fill: u8) -> Vec<u8> {
         let mut scratch = OpScratch::default();
         for s in &self.steps {
-            s.move_mask(&mut frame, &mut scratch);
+            s.move_mask(&mut frame, &mut scratch, fill);
         }
         frame.buf.truncate(frame.h * frame.w);
-        Ok(frame.buf)
+        frame.buf
     }
 }
 
@@ -280,14 +295,16 @@ impl Step {
         b
     }
 
-    /// Move a one-channel mask frame through this step.
-    fn move_mask(&self, frame: &mut Frame, scratch: &mut OpScratch) {
+    /// Move a one-channel mask frame through this step, `fill` where it leaves the image.
+    fn move_mask(&self, frame: &mut Frame, scratch: &mut OpScratch, fill: u8) {
         if matches!(self.map, Move::Clamp | Move::Sanitize { .. }) {
             return;
         }
         if let Some((op, drawn)) = &self.warp {
-            // the op's own kernel; warps do not draw while applying, so the stream is never read
-            ops::apply(op, drawn, frame, scratch, &mut SampleRng::new(0, 0, 0, 0));
+            // the op's own kernel (nearest) with this fill; warps do not draw while applying, so the stream is
+            // never read
+            let op = with_fill(op, fill);
+            ops::apply(&op, drawn, frame, scratch, &mut SampleRng::new(0, 0, 0, 0));
             return;
         }
         let (h, w) = self.from;
@@ -310,7 +327,7 @@ impl Step {
         let (cols, rows) = (index(w, ow, 0), index(h, oh, 1));
         let spare = &mut scratch.spare;
         spare.clear();
-        spare.resize(oh * ow, 0);
+        spare.resize(oh * ow, fill);
         for (i, r) in rows.iter().enumerate() {
             let Some(r) = r else { continue };
             let src = &frame.buf[r * w..(r + 1) * w];
@@ -322,6 +339,19 @@ impl Step {
         }
         std::mem::swap(&mut frame.buf, spare);
         (frame.h, frame.w) = (oh, ow);
+    }
+}
+
+/// A mask warp op with `fill` (its nearest copy holds fill 0, the instance masks' fill).
+fn with_fill(op: &OpSpec, fill: u8) -> OpSpec {
+    let f = Some(vec![f64::from(fill)]);
+    match op {
+        OpSpec::RandomRotation(o) if fill != 0 => OpSpec::RandomRotation(ops::RandomRotation { fill: f, ..o.clone() }),
+        OpSpec::RandomAffine(o) if fill != 0 => OpSpec::RandomAffine(ops::RandomAffine { fill: f, ..o.clone() }),
+        OpSpec::RandomPerspective(o) if fill != 0 => {
+            OpSpec::RandomPerspective(ops::RandomPerspective { fill: f, ..o.clone() })
+        }
+        other => other.clone(),
     }
 }
 
@@ -517,8 +547,8 @@ mod tests {
         let mut f = Frame { buf: vec![0; 12], h: 3, w: 4, c: 1 };
         f.buf[0] = 1; // pixel (0, 0)
         let mut s = OpScratch::default();
-        pad.move_mask(&mut f, &mut s);
-        flip.move_mask(&mut f, &mut s);
+        pad.move_mask(&mut f, &mut s, 0);
+        flip.move_mask(&mut f, &mut s, 0);
         assert_eq!((f.h, f.w), (4, 6));
         let on: Vec<usize> = (0..24).filter(|&i| f.buf[i] == 1).collect();
         assert_eq!(on, [6 + 3]); // row 1, column 6 - 1 - 2 = 3

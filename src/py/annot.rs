@@ -110,6 +110,23 @@ impl TargetPlan {
         Ok((PyArray1::from_vec(py, flat).reshape([b.nrows(), 4])?, keep))
     }
 
+    /// A dense label map (uint8 `(H, W)`, the source image's size: a semantic-segmentation target) moved:
+    /// uint8 on the output canvas, nearest, `fill` where the output leaves the image.
+    #[pyo3(signature = (label_map, fill = 255))]
+    fn dense<'py>(
+        &self,
+        py: Python<'py>,
+        label_map: numpy::PyReadonlyArray2<'py, u8>,
+        fill: u8,
+    ) -> PyResult<Bound<'py, PyArray2<u8>>> {
+        let m = label_map.as_array();
+        let (h, w) = (m.nrows(), m.ncols());
+        let src: Vec<u8> = m.iter().copied().collect();
+        let out = py.detach(|| self.0.dense(&src, (h, w), fill));
+        let (oh, ow) = self.0.canvas();
+        PyArray1::from_vec(py, out).reshape([oh, ow])
+    }
+
     /// `(K, P, 3)` keypoints (x, y, visibility), moved: float32, visibility 0 off the output canvas.
     fn keypoints<'py>(
         &self,
