@@ -46,6 +46,7 @@ from .transforms import (
     RandomInvert,
     RandomOrder,
     RandomPerspective,
+    RandomPhotometricDistort,
     RandomPosterize,
     RandomResizedCrop,
     RandomRotation,
@@ -380,6 +381,10 @@ def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float
             _mode(op.interpolation, "interpolation"),
             op.fill,
             op.center,
+        )
+    if name == "RandomPhotometricDistort":
+        return RandomPhotometricDistort(
+            tuple(op.brightness), tuple(op.contrast), tuple(op.saturation), tuple(op.hue), op.p
         )
     if name == "RandomZoomOut":
         return RandomZoomOut(op.fill, tuple(op.side_range), op.p)

@@ -485,6 +485,31 @@ class RandomAffine(Transform):
 
 
 @dataclass(frozen=True)
+class RandomPhotometricDistort(Transform):
+    """torchvision v2 ``RandomPhotometricDistort(brightness=(0.875, 1.125), contrast=(0.5, 1.5),
+    saturation=(0.5, 1.5), hue=(-0.05, 0.05), p=0.5)`` (SSD's): each adjustment with probability ``p``, contrast
+    before or after saturation and hue, then the channels permuted with probability ``p``."""
+
+    brightness: tuple[float, float] = _DEFAULTS["RandomPhotometricDistort.brightness"]
+    contrast: tuple[float, float] = _DEFAULTS["RandomPhotometricDistort.contrast"]
+    saturation: tuple[float, float] = _DEFAULTS["RandomPhotometricDistort.saturation"]
+    hue: tuple[float, float] = _DEFAULTS["RandomPhotometricDistort.hue"]
+    p: float = _DEFAULTS["RandomPhotometricDistort.p"]
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "random_photometric_distort",
+            {
+                "brightness": _pair(self.brightness, "brightness"),
+                "contrast": _pair(self.contrast, "contrast"),
+                "saturation": _pair(self.saturation, "saturation"),
+                "hue": _pair(self.hue, "hue"),
+                "p": _real(self.p, "p"),
+            },
+        )
+
+
+@dataclass(frozen=True)
 class RandomZoomOut(Transform):
     """torchvision v2 ``RandomZoomOut(fill=0, side_range=(1.0, 4.0), p=0.5)``: the image on a canvas ``r`` times
     its size at a random position (``fill`` in pixel units; a detection source's masks are filled with 0, as
@@ -1178,6 +1203,7 @@ BUILTIN = (
     RandomRotation,
     RandomAffine,
     RandomPerspective,
+    RandomPhotometricDistort,
     RandomZoomOut,
     ScaleJitter,
     RandomShortestSize,

@@ -330,6 +330,7 @@ pub fn leaves_geometry(op: &OpSpec) -> bool {
     use OpSpec as O;
     match op {
         O::ColorJitter(_)
+        | O::RandomPhotometricDistort(_)
         | O::Grayscale(_)
         | O::RandomGrayscale(_)
         | O::GaussianBlur(_)
