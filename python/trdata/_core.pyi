@@ -127,6 +127,7 @@ def decode_ceiling(
 @final
 class NativeSource:
     """One core dataset (files, encoded blobs or raw pixels), built by a Python source for a Loader."""
+    def with_boxes(self, offsets: Sequence[int], boxes: npt.NDArray[np.float64]) -> NativeSource: ...
     @staticmethod
     def files(
         paths: Sequence[str | os.PathLike[str]], labels: list[int], classes: list[str]

@@ -44,6 +44,7 @@ from .transforms import (
     RandomGrayscale,
     RandomHorizontalFlip,
     RandomInvert,
+    RandomIoUCrop,
     RandomOrder,
     RandomPerspective,
     RandomPhotometricDistort,
@@ -394,6 +395,10 @@ def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float
     if name == "RandomShortestSize":
         mode = _mode(op.interpolation, "interpolation")
         return RandomShortestSize(tuple(op.min_size), op.max_size, mode, op.antialias)
+    if name == "RandomIoUCrop":
+        return RandomIoUCrop(
+            op.min_scale, op.max_scale, op.min_aspect_ratio, op.max_aspect_ratio, list(op.options), op.trials
+        )
     if name == "SanitizeBoundingBoxes":
         return SanitizeBoundingBoxes(op.min_size, op.min_area)
     if name == "ClampBoundingBoxes":

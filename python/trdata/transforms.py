@@ -578,6 +578,36 @@ class RandomShortestSize(Transform):
 
 
 @dataclass(frozen=True)
+class RandomIoUCrop(Transform):
+    """torchvision v2 ``RandomIoUCrop(min_scale=0.3, max_scale=1.0, min_aspect_ratio=0.5, max_aspect_ratio=2.0,
+    sampler_options=None, trials=40)`` (SSD's) for a detection source: a crop overlapping (IoU) at least one box
+    whose centre it holds by a threshold picked from ``sampler_options`` (default ``[0.0, 0.1, 0.3, 0.5, 0.7,
+    0.9, 1.0]``; ≥ 1 leaves the image as it is); boxes whose centre falls outside become zeros for a later
+    ``SanitizeBoundingBoxes``. Its size varies: a later resize or crop, or ``Loader(pad_to=...)``, fixes it."""
+
+    min_scale: float = _DEFAULTS["RandomIoUCrop.min_scale"]
+    max_scale: float = _DEFAULTS["RandomIoUCrop.max_scale"]
+    min_aspect_ratio: float = _DEFAULTS["RandomIoUCrop.min_aspect_ratio"]
+    max_aspect_ratio: float = _DEFAULTS["RandomIoUCrop.max_aspect_ratio"]
+    sampler_options: Any = None
+    trials: int = _DEFAULTS["RandomIoUCrop.trials"]
+
+    def _spec(self) -> tuple[Any, ...]:
+        options = [0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0] if self.sampler_options is None else self.sampler_options
+        return (
+            "random_iou_crop",
+            {
+                "min_scale": _real(self.min_scale, "min_scale"),
+                "max_scale": _real(self.max_scale, "max_scale"),
+                "min_aspect_ratio": _real(self.min_aspect_ratio, "min_aspect_ratio"),
+                "max_aspect_ratio": _real(self.max_aspect_ratio, "max_aspect_ratio"),
+                "sampler_options": [_real(v, "sampler_options") for v in options],
+                "trials": _int_arg(self.trials, "trials"),
+            },
+        )
+
+
+@dataclass(frozen=True)
 class SanitizeBoundingBoxes(Transform):
     """torchvision v2 ``SanitizeBoundingBoxes(min_size=1.0, min_area=1.0)`` for a detection source: drops each
     box narrower or shorter than ``min_size``, smaller than ``min_area`` or reaching outside the canvas, with its
@@ -1207,6 +1237,7 @@ BUILTIN = (
     RandomZoomOut,
     ScaleJitter,
     RandomShortestSize,
+    RandomIoUCrop,
     SanitizeBoundingBoxes,
     ClampBoundingBoxes,
     AutoAugment,

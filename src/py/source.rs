@@ -42,6 +42,25 @@ impl NativeSource {
         Ok(Self::new(dataset))
     }
 
+    /// This source with each image's boxes (a detection source: XYXY float64 `(A, 4)` in source pixels, image
+    /// `i`'s are rows `offsets[i]..offsets[i + 1]`), for the ops whose draw depends on them (RandomIoUCrop).
+    fn with_boxes(
+        &self,
+        offsets: Vec<usize>,
+        boxes: numpy::PyReadonlyArray2<'_, f64>,
+    ) -> PyResult<Self> {
+        let b = boxes.as_array();
+        if b.ncols() != 4 {
+            return Err(pyo3::exceptions::PyValueError::new_err("boxes are (A, 4)"));
+        }
+        let rows = b.rows().into_iter().map(|r| [r[0], r[1], r[2], r[3]]).collect();
+        let table = source::annotations::BoxTable::new(self.dataset.len(), offsets, rows)
+            .map_err(pyo3::exceptions::PyValueError::new_err)?;
+        let mut dataset = (*self.dataset).clone();
+        dataset.boxes = Some(Arc::new(table));
+        Ok(Self::new(dataset))
+    }
+
     /// Encoded images in memory (`trdata.Bytes`), copied once.
     #[staticmethod]
     fn blobs(blobs: Vec<Vec<u8>>, labels: Vec<i64>) -> PyResult<Self> {

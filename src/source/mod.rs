@@ -104,6 +104,8 @@ pub struct Dataset {
     pub labels: Vec<i64>,
     /// Class names (ImageFolder: folder names, bytes as on disk) or empty.
     pub classes: Vec<OsString>,
+    /// Each image's boxes (a detection source): the ops whose draw depends on them (RandomIoUCrop) read them.
+    pub boxes: Option<Arc<annotations::BoxTable>>,
 }
 
 impl Dataset {
@@ -198,7 +200,7 @@ pub fn packed_dataset(
     let file = PackedFile::open(path, mode, window_blocks, cache_blocks)?;
     let labels = file.index().rows.iter().map(|r| r.label).collect();
     let classes = file.index().meta.classes.clone();
-    Ok(Dataset { store: Store::Packed(Arc::new(file)), labels, classes })
+    Ok(Dataset { store: Store::Packed(Arc::new(file)), labels, classes, boxes: None })
 }
 
 /// The `paths` parameter's name (its rules: [`check_file_list`]).
@@ -239,7 +241,7 @@ pub fn check_file_list(paths: &[PathBuf], num_labels: usize) -> Result<()> {
 /// missing file is reported (or skipped) when its sample is decoded, like any other bad input.
 pub fn file_list(paths: Vec<PathBuf>, labels: Vec<i64>) -> Result<Dataset> {
     check_file_list(&paths, labels.len())?;
-    Ok(Dataset { store: Store::Files(paths), labels, classes: Vec::new() })
+    Ok(Dataset { store: Store::Files(paths), labels, classes: Vec::new(), boxes: None })
 }
 
 /// The `dataset` parameter's name (`trdata.DatasetSource(dataset)`; its rules: [`external`]).
@@ -255,7 +257,7 @@ pub fn external(reader: Box<dyn Reader>, len: usize) -> Result<Dataset> {
         ));
     }
     let store = ExternalStore::new(reader, len);
-    Ok(Dataset { store: Store::External(Arc::new(store)), labels: vec![0; len], classes: Vec::new() })
+    Ok(Dataset { store: Store::External(Arc::new(store)), labels: vec![0; len], classes: Vec::new(), boxes: None })
 }
 
 /// `blobs` / `images` / `labels` names of the in-memory sources (their rules: [`bytes`], [`arrays`]).
@@ -277,7 +279,7 @@ pub fn bytes(blobs: Vec<Vec<u8>>, labels: Vec<i64>) -> Result<Dataset> {
             format!("{} labels must be one per blob ({} blobs)", labels.len(), blobs.len()),
         ));
     }
-    Ok(Dataset { store: Store::Blobs(blobs), labels, classes: Vec::new() })
+    Ok(Dataset { store: Store::Blobs(blobs), labels, classes: Vec::new(), boxes: None })
 }
 
 /// A dataset of byte spans of files (`trdata.WebDataset`: tar members): one (file, offset, len) and one label per
@@ -300,7 +302,7 @@ pub fn spans(
     if let Some(i) = (0..n).find(|&i| file[i] as usize >= files.len()) {
         return Err(TrdataError::config(SHARDS, format!("span {i} must name one of the {} files", files.len())));
     }
-    Ok(Dataset { store: Store::Spans(Spans { files, file, offset, len }), labels, classes: Vec::new() })
+    Ok(Dataset { store: Store::Spans(Spans { files, file, offset, len }), labels, classes: Vec::new(), boxes: None })
 }
 
 /// A dataset of raw uint8 pixels (`trdata.Arrays`): `data` holds `count` images of `height × width × channels`
@@ -336,7 +338,12 @@ pub fn arrays(
         ));
     }
     let channels = channels as u8; // 1 or 3, checked above
-    Ok(Dataset { store: Store::Pixels(PixelArray { data, height, width, channels }), labels, classes: Vec::new() })
+    Ok(Dataset {
+        store: Store::Pixels(PixelArray { data, height, width, channels }),
+        labels,
+        classes: Vec::new(),
+        boxes: None,
+    })
 }
 
 #[cfg(test)]

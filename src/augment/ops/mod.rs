@@ -28,9 +28,9 @@
 //! f32 (torch's values are f32), `randint(0, n)` is unbiased, `randperm(4)` is Fisher–Yates, probability gates
 //! are `u < p` (torchvision's `torch.rand(1) >= p` → skip).
 
-pub mod detection;
 pub mod color;
 pub mod containers;
+pub mod detection;
 pub mod erase;
 pub mod geometric;
 pub mod policies;
@@ -45,12 +45,14 @@ use super::timm::{TimmPolicy, TimmRandomErasing, TimmScratch};
 use crate::error::{Result, TrdataError};
 use crate::param::Choice;
 use crate::rng::SampleRng;
-pub use detection::{ClampBoundingBoxes, RandomShortestSize, RandomZoomOut, SanitizeBoundingBoxes, ScaleJitter};
 pub use color::{
-    ColorJitter, GaussianBlur, Grayscale, RandomAdjustSharpness, RandomPhotometricDistort, RandomAutocontrast, RandomChannelPermutation,
-    RandomEqualize, RandomGrayscale, RandomInvert, RandomPosterize, RandomSolarize,
+    ColorJitter, GaussianBlur, Grayscale, RandomAdjustSharpness, RandomAutocontrast, RandomChannelPermutation,
+    RandomEqualize, RandomGrayscale, RandomInvert, RandomPhotometricDistort, RandomPosterize, RandomSolarize,
 };
 pub use containers::{RandomApply, RandomChoice, RandomOrder};
+pub use detection::{
+    ClampBoundingBoxes, RandomIoUCrop, RandomShortestSize, RandomZoomOut, SanitizeBoundingBoxes, ScaleJitter,
+};
 pub use erase::{EraseValue, GaussianNoise, RandomErasing};
 pub use geometric::{
     CenterCrop, HorizontalFlip, Pad, RandomAffine, RandomCrop, RandomPerspective, RandomResizedCrop, RandomRotation,
@@ -839,6 +841,8 @@ registry! {
     ScaleJitter(ScaleJitter),
     /// `RandomShortestSize(min_size, max_size, interpolation, antialias)`.
     RandomShortestSize(RandomShortestSize),
+    /// `RandomIoUCrop(min_scale, max_scale, min_aspect_ratio, max_aspect_ratio, sampler_options, trials)`.
+    RandomIoUCrop(RandomIoUCrop),
 }
 
 impl OpSpec {
