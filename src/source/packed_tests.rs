@@ -6,6 +6,7 @@ use super::*;
 use crate::decode::Subsampling;
 use crate::error::ImageErrorKind;
 use crate::source::{BlockStructure, Dataset, Store, packed_dataset};
+use std::path::PathBuf;
 use crate::synthetic::encode::JpegEncoder;
 use proptest::prelude::*;
 use std::io::Cursor;
