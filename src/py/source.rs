@@ -183,10 +183,10 @@ fn storage_options_arg(value: &Bound<'_, PyAny>) -> PyResult<StorageOptions> {
         let key: String = k.extract().map_err(|_| bad(format!("the key {k} must be a str")))?;
         let text = if let Ok(b) = v.cast::<PyBool>() {
             if b.is_true() { "true".to_string() } else { "false".to_string() }
-        } else if let Ok(s) = v.cast::<PyString>() {
-            s.to_str()?.to_string()
+        } else if v.is_instance_of::<PyString>() {
+            v.extract::<String>()?
         } else if v.is_instance_of::<PyInt>() || v.is_instance_of::<PyFloat>() {
-            v.str()?.to_str()?.to_string()
+            v.str()?.extract::<String>()?
         } else {
             return Err(bad(format!("{key:?}: a {} must be a str, bool, int or float", type_name(&v))));
         };

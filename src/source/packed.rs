@@ -1110,7 +1110,9 @@ impl PackedFile {
         let reader = ObjectReader::open(location, options)?;
         let index = PackedIndex::read(&reader)?;
         let data = match mode {
-            PackedMode::Full => PackedData::Full(read_whole(&reader, HEADER_BYTES, index.header.data_bytes, "records")?),
+            PackedMode::Full => {
+                PackedData::Full(read_whole(&reader, HEADER_BYTES, index.header.data_bytes, "records")?)
+            }
             PackedMode::Partial => PackedData::Partial(BlockCache::new(cache as usize)),
         };
         let block_starts = index.block_starts();

@@ -6,10 +6,10 @@ use super::*;
 use crate::decode::Subsampling;
 use crate::error::ImageErrorKind;
 use crate::source::{BlockStructure, Dataset, Store, packed_dataset};
-use std::path::PathBuf;
 use crate::synthetic::encode::JpegEncoder;
 use proptest::prelude::*;
 use std::io::Cursor;
+use std::path::PathBuf;
 
 fn jpeg(seed: u8, w: u32, h: u32) -> Vec<u8> {
     let px: Vec<u8> = (0..w * h * 3).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();

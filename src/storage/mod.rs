@@ -101,11 +101,9 @@ impl Location {
         // abfs(s)://container@account.dfs.core.windows.net/… names the container as a user: no secret.
         let user_is_container = matches!(url.scheme(), "abfs" | "abfss");
         if (!url.username().is_empty() && !user_is_container) || url.password().is_some() {
-            return Err(bad(
-                "must not carry credentials (they would show in every message naming it): pass them in \
+            return Err(bad("must not carry credentials (they would show in every message naming it): pass them in \
                  storage_options or the environment"
-                    .into(),
-            ));
+                .into()));
         }
         if url.query().is_some() || url.fragment().is_some() {
             return Err(bad("must not have a query or a fragment".into()));
@@ -328,12 +326,17 @@ impl ObjectReader {
                 if !options.is_empty() {
                     return Err(TrdataError::config(
                         STORAGE_OPTIONS,
-                        format!("apply to URLs (s3://, gs://, az://, http(s)://), not the local path {}", path.display()),
+                        format!(
+                            "apply to URLs (s3://, gs://, az://, http(s)://), not the local path {}",
+                            path.display()
+                        ),
                     ));
                 }
                 Backend::Local(local::LocalObject::open(path)?)
             }
-            Location::Url { scheme, url } => Backend::Remote(remote::RemoteObject::open(*scheme, url, options, &counters)?),
+            Location::Url { scheme, url } => {
+                Backend::Remote(remote::RemoteObject::open(*scheme, url, options, &counters)?)
+            }
         };
         Ok(Self { inner: Arc::new(ReaderInner { location: location.clone(), name, backend, counters }) })
     }
@@ -399,6 +402,9 @@ impl ObjectReader {
         buf.clear();
         buf.try_reserve_exact(want).map_err(|_| named(too_large(len)))?;
         buf.resize(want, 0);
+        if want == 0 {
+            return Ok(()); // nothing to ask for (stores refuse an empty range)
+        }
         match &inner.backend {
             Backend::Local(l) => {
                 inner.counters.request();

@@ -87,12 +87,10 @@ enum Fault {
 fn classify(e: object_store::Error) -> Fault {
     use object_store::Error as E;
     match &e {
-        E::NotFound { .. } => {
-            Fault::Permanent(format!("no such object (the bucket or the key does not exist): {e}"))
+        E::NotFound { .. } => Fault::Permanent(format!("no such object (the bucket or the key does not exist): {e}")),
+        E::PermissionDenied { .. } | E::Unauthenticated { .. } => {
+            Fault::Permanent(format!("access denied (check the credentials: storage_options or the environment): {e}"))
         }
-        E::PermissionDenied { .. } | E::Unauthenticated { .. } => Fault::Permanent(format!(
-            "access denied (check the credentials: storage_options or the environment): {e}"
-        )),
         E::Precondition { .. } | E::NotModified { .. } => {
             Fault::Permanent(format!("changed since it was opened (its ETag no longer matches): {e}"))
         }
@@ -105,9 +103,10 @@ fn classify(e: object_store::Error) -> Fault {
                 source = s.source();
             }
             let text = e.to_string();
-            let transient_status = text.split("status code: ").nth(1).is_some_and(|s| {
-                s.starts_with('5') || s.starts_with("408") || s.starts_with("429")
-            });
+            let transient_status = text
+                .split("status code: ")
+                .nth(1)
+                .is_some_and(|s| s.starts_with('5') || s.starts_with("408") || s.starts_with("429"));
             if transient_status || text.contains("Server returned error response") {
                 Fault::Transient(text) // 5xx, SlowDown, InternalError in a 200 body
             } else {
@@ -260,7 +259,8 @@ impl RemoteObject {
         counters: &StorageCounters,
     ) -> Result<Self> {
         let policy = RetryPolicy::from_options(options)?;
-        let recipe = StoreRecipe { scheme, url: url.clone(), options: store_options(scheme, options)?, timeout: policy.timeout };
+        let recipe =
+            StoreRecipe { scheme, url: url.clone(), options: store_options(scheme, options)?, timeout: policy.timeout };
         let source = |message: String| TrdataError::Source { path: url.as_str().into(), message };
         let (_, path) = ObjectStoreScheme::parse(url).map_err(|e| source(format!("is not an object URL: {e}")))?;
         let client = recipe.build()?;

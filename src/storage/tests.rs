@@ -47,8 +47,12 @@ fn locations_are_paths_or_checked_urls() {
 fn options_are_checked_once_with_the_parameter_named() {
     let o = |pairs: &[(&str, &str)]| StorageOptions::new(pairs.iter().copied());
     assert_eq!(config_param(o(&[("a", "1"), ("A", "2")])).0, STORAGE_OPTIONS);
-    let policy = RetryPolicy::from_options(&o(&[("max_retries", "3"), ("retry_init_backoff", "5ms")]).unwrap()).unwrap();
-    assert_eq!((policy.max_retries, policy.init_backoff, policy.timeout), (3, Duration::from_millis(5), DEFAULT_TIMEOUT));
+    let policy =
+        RetryPolicy::from_options(&o(&[("max_retries", "3"), ("retry_init_backoff", "5ms")]).unwrap()).unwrap();
+    assert_eq!(
+        (policy.max_retries, policy.init_backoff, policy.timeout),
+        (3, Duration::from_millis(5), DEFAULT_TIMEOUT)
+    );
     for k in 0..20 {
         let b = policy.backoff(k);
         let cap = (5e-3 * 2f64.powi(k as i32)).min(DEFAULT_MAX_BACKOFF.as_secs_f64());
@@ -82,6 +86,8 @@ fn local_reads_are_exact_bounded_and_see_truncation() {
     r.read_range(4096, 100, 100, &mut buf).unwrap();
     assert_eq!(buf, data[4096..4196]);
     assert_eq!(r.read_region(0, 10_000, "all").unwrap(), data);
+    r.read_range(10_000, 0, 100, &mut buf).unwrap(); // empty, at the end: no read
+    assert!(buf.is_empty());
     assert_eq!(r.read_range(9_990, 20, 100, &mut buf).unwrap_err().kind, ImageErrorKind::Corrupt);
     assert_eq!(r.read_range(0, 200, 100, &mut buf).unwrap_err().kind, ImageErrorKind::TooLarge);
     assert!(r.read_region(9_000, 2_000, "x").is_err());
@@ -93,7 +99,9 @@ fn local_reads_are_exact_bounded_and_see_truncation() {
     assert!(e.message.contains("bytes 6000..6100"), "{}", e.message);
     // Not a regular file, or missing: a SourceError naming it.
     assert!(matches!(ObjectReader::open_local(&dir), Err(TrdataError::Source { .. })));
-    assert!(matches!(ObjectReader::open_local(&dir.join("none")), Err(TrdataError::Source { path, .. }) if path.ends_with("none")));
+    assert!(
+        matches!(ObjectReader::open_local(&dir.join("none")), Err(TrdataError::Source { path, .. }) if path.ends_with("none"))
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
