@@ -295,7 +295,7 @@ impl StorageCounters {
 #[derive(Debug)]
 enum Backend {
     Local(local::LocalObject),
-    Remote(remote::RemoteObject),
+    Remote(Box<remote::RemoteObject>),
 }
 
 /// One opened object (a local file or a remote object) of a known, fixed size, read by byte ranges from any
@@ -335,7 +335,7 @@ impl ObjectReader {
                 Backend::Local(local::LocalObject::open(path)?)
             }
             Location::Url { scheme, url } => {
-                Backend::Remote(remote::RemoteObject::open(*scheme, url, options, &counters)?)
+                Backend::Remote(Box::new(remote::RemoteObject::open(*scheme, url, options, &counters)?))
             }
         };
         Ok(Self { inner: Arc::new(ReaderInner { location: location.clone(), name, backend, counters }) })
