@@ -24,9 +24,10 @@ pub use packed::{PackedFile, PackedMode};
 pub use read::{describe as describe_file_type, read_sample, read_span, undecoded_format};
 
 use crate::error::{Result, TrdataError};
+use crate::storage::{Location, StorageOptions};
 use crate::sync::Arc;
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Where the samples' images live.
 #[derive(Debug, Clone)]
@@ -188,16 +189,27 @@ impl Dataset {
     }
 }
 
-/// A dataset of the packed file `path` (`trdata.Packed`), opened in `mode` (see [`packed`] for the format and
-/// the modes; `window_blocks`/`cache_blocks` as the user gave them, None = default). The header and index are
-/// checked here: a foreign, truncated or damaged file is a `SourceError` naming it.
+/// A dataset of the packed file `path` (`trdata.Packed`; [`packed_dataset_at`] for a URL), opened in `mode` (see [`packed`] for the format and the modes; `window_blocks`/`cache_blocks` as
+/// the user gave them, None = default). The header and index are checked here: a foreign, truncated or damaged
+/// file or object is a `SourceError` naming it.
 pub fn packed_dataset(
-    path: &Path,
+    path: &std::path::Path,
     mode: PackedMode,
     window_blocks: Option<i128>,
     cache_blocks: Option<i128>,
 ) -> Result<Dataset> {
-    let file = PackedFile::open(path, mode, window_blocks, cache_blocks)?;
+    packed_dataset_at(&Location::local(path), &StorageOptions::default(), mode, window_blocks, cache_blocks)
+}
+
+/// [`packed_dataset`] of a local path or a URL (storage/): `options` are the user's `storage_options`.
+pub fn packed_dataset_at(
+    location: &Location,
+    options: &StorageOptions,
+    mode: PackedMode,
+    window_blocks: Option<i128>,
+    cache_blocks: Option<i128>,
+) -> Result<Dataset> {
+    let file = PackedFile::open_at(location, options, mode, window_blocks, cache_blocks)?;
     let labels = file.index().rows.iter().map(|r| r.label).collect();
     let classes = file.index().meta.classes.clone();
     Ok(Dataset { store: Store::Packed(Arc::new(file)), labels, classes, boxes: None })
