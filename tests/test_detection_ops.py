@@ -545,3 +545,47 @@ def test_photometric_distort_draws_and_pixels_as_torchvision(coco_kp: tuple[Path
         diff = np.abs(np.asarray(b.images[r]).astype(int) - x.numpy().astype(int))
         close.append((diff <= 1).mean())
     assert min(close) >= 0.99, close
+
+
+def test_lsj_folds_into_the_decode_with_the_pixel_ops_draws(coco_kp: tuple[Path, Path]) -> None:
+    """``ScaleJitter`` + ``RandomCrop(pad_if_needed)`` leading the list fold into the decode (only the crop is
+    resampled): the folded geometry holds the very draws the two pixel ops make (``sample_op`` on their streams),
+    the targets equal torchvision's kernels under them, and the pixels are torchvision's resize + crop of the
+    Pillow-decoded image within the resampler's rounding."""
+    from PIL import Image
+
+    images, ann = coco_kp
+    src = trdata.CocoDetection(images, ann, masks=True)
+    ref = reference(images, ann)
+    jitter, crop = (
+        trdata.ScaleJitter((40, 48), scale_range=(0.3, 2.0)),
+        trdata.RandomCrop((36, 40), pad_if_needed=True),
+    )
+    with trdata.Loader(src, batch_size=N_IMAGES, transforms=[jitter, crop], seed=9, dtype="uint8") as ld:
+        b = next(iter(ld))
+        idx = b.indices.tolist()
+        sizes = [tuple(int(v) for v in src._sizes[i]) for i in idx]
+        plans = ld._native.target_plans(idx, b.epoch, sizes)
+    assert ld._native is not None
+    diffs = []
+    for r, i in enumerate(idx):
+        assert plans[r].draws == []  # nothing left for stage 2: it folded
+        w, h = sizes[r]
+        key = dict(seed=9, epoch=b.epoch, index=i, channels=3)
+        nh, nw = (
+            int(v) for v in trdata._core.sample_op(jitter._spec(), position=0, height=h, width=w, **key)
+        )
+        pad_top_left = trdata._core.sample_op(crop._spec(), position=1, height=nh, width=nw, **key)
+        pl, pt, _, _, top, left = (int(v) for v in pad_top_left)
+        g = plans[r].prefix
+        assert (g[2], g[3], g[7], g[8]) == (nw, left - pl, nh, top - pt)
+        _, want = ref[i]
+        if "boxes" in want:
+            boxes = F.crop(F.resize(want["boxes"], [nh, nw]), top - pt, left - pl, 36, 40)
+            masks = F.crop(F.resize(want["masks"], [nh, nw], interpolation=NEAR), top - pt, left - pl, 36, 40)
+            np.testing.assert_allclose(b.targets[r]["boxes"].numpy(), boxes.numpy(), atol=1e-3)
+            np.testing.assert_array_equal(b.targets[r]["masks"].numpy(), masks.numpy())
+        pil = torch.from_numpy(np.asarray(Image.open(src.paths[i]).convert("RGB")).transpose(2, 0, 1).copy())
+        want_px = F.crop(F.resize(pil, [nh, nw], antialias=True), top - pt, left - pl, 36, 40)
+        diffs.append(np.abs(np.asarray(b.images[r]).astype(int) - want_px.numpy().astype(int)).mean())
+    assert max(diffs) < 3.0, diffs

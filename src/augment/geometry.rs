@@ -103,6 +103,16 @@ pub enum Geometry {
         /// Its list position (its stream).
         pos: usize,
     },
+    /// `ScaleJitter` then a folding `RandomCrop` (large scale jitter): the resize to the drawn size is folded
+    /// with the crop of it, so only the window is resampled (and the decode DCT-scaled when it shrinks). Each op
+    /// draws on its own stream (`OP_BASE + pos`) exactly as the pixel ops would: the jitter from the header
+    /// size, the crop from the jittered size.
+    ScaleJitterCrop {
+        /// The ScaleJitter op and its list position.
+        jitter: (OpSpec, usize),
+        /// The RandomCrop op and its list position.
+        crop: (OpSpec, usize),
+    },
     /// Nothing folds (the program starts with a pixel op, `Pad` or `RandomCrop`): the whole image at full size,
     /// whose size is the sample's own.
     Identity,
@@ -230,8 +240,11 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
                 op.check(pos)?;
                 vflip_ps.push((pos, p));
             }
-            TransformSpec::Op(ref op) if random_crop_folds(op) => {
+            TransformSpec::Op(ref op) if random_crop_folds(op) || matches!(op, OpSpec::ScaleJitter(_)) => {
                 op.check(pos)?;
+                if let OpSpec::ScaleJitter(j) = op {
+                    resample = j.resample;
+                }
                 geo.push((pos, t));
             }
             TransformSpec::Op(ref op) => {
@@ -302,6 +315,9 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
             (Geometry::CenterCrop { height: *height as usize, width: *width as usize }, *p)
         }
         [(p, TransformSpec::Op(op @ OpSpec::RandomCrop(_)))] => (Geometry::RandomCrop { op: op.clone(), pos: *p }, *p),
+        [(jp, TransformSpec::Op(j @ OpSpec::ScaleJitter(_))), (cp, TransformSpec::Op(c @ OpSpec::RandomCrop(_)))] => {
+            (Geometry::ScaleJitterCrop { jitter: (j.clone(), *jp), crop: (c.clone(), *cp) }, *cp)
+        }
         [(_, TransformSpec::ResizeKeepRatio { height, width, longest })] => {
             (Geometry::ResizeKeepRatio { target: (*height, *width), longest: *longest, crop: None }, usize::MAX)
         }
@@ -382,7 +398,9 @@ impl CompiledTransforms {
             | Geometry::CenterCrop { height, width } => (height, width),
             Geometry::ResizeExact { crop: Some((h, w)), .. } => (h, w),
             Geometry::ResizeExact { resize_h, resize_w, crop: None } => (resize_h as usize, resize_w as usize),
-            Geometry::RandomCrop { ref op, .. } => return op.output_hw(None),
+            Geometry::RandomCrop { ref op, .. } | Geometry::ScaleJitterCrop { crop: (ref op, _), .. } => {
+                return op.output_hw(None);
+            }
             Geometry::ResizeKeepRatio { crop: Some((h, w)), .. } => (h, w),
             Geometry::ResizeKeepRatio { crop: None, .. } => return None,
         })
@@ -395,6 +413,7 @@ impl CompiledTransforms {
             Geometry::Identity => false,
             Geometry::ResizeExact { crop, .. } | Geometry::ResizeKeepRatio { crop, .. } => crop.is_some(),
             Geometry::RandomResizedCrop { .. }
+            | Geometry::ScaleJitterCrop { .. }
             | Geometry::ResizeShorterCrop { .. }
             | Geometry::CenterCrop { .. }
             | Geometry::RandomCrop { .. } => true,
@@ -403,7 +422,7 @@ impl CompiledTransforms {
 
     /// Whether the geometry draws random numbers (decides the DCT-scaling policy: random crops may scale harder).
     pub fn is_random_crop(&self) -> bool {
-        matches!(self.geometry, Geometry::RandomResizedCrop { .. })
+        matches!(self.geometry, Geometry::RandomResizedCrop { .. } | Geometry::ScaleJitterCrop { .. })
     }
 
     /// The geometry of sample `key` for an image of `width × height` (stored orientation).
@@ -463,6 +482,25 @@ impl CompiledTransforms {
                 };
                 let axis = |len: i64, start: i64, out_n: usize| Axis { start, ..resize_crop_axis(len, len, out_n) };
                 (axis(w, left, ow), axis(h, top, oh), false)
+            }
+            Geometry::ScaleJitterCrop { jitter: (ref j, jp), crop: (ref c, cp) } => {
+                let stream = |pos: usize| SampleRng::new(key.seed, key.epoch, key.index, OP_BASE + pos as u32);
+                // a jitter that cannot draw (a side out of range, which the pixel op refuses) keeps the size
+                let (rh, rw) = match j.sample(&mut stream(jp), (height as usize, width as usize, 3)) {
+                    Ok(Drawn::Size { h: rh, w: rw }) => (i64::from(rh), i64::from(rw)),
+                    _ => (h, w),
+                };
+                let (oh, ow) = c.output_hw(None).unwrap_or((1, 1));
+                // `random_crop_folds`: the crop's draw cannot fail
+                let (top, left) = match c.sample(&mut stream(cp), (rh as usize, rw as usize, 3)) {
+                    Ok(Drawn::Crop { padding: [pl, pt, ..], top, left }) => {
+                        (i64::from(top) - i64::from(pt), i64::from(left) - i64::from(pl))
+                    }
+                    _ => (center_crop_start(rh, oh as i64), center_crop_start(rw, ow as i64)),
+                };
+                let x = Axis { start: left, ..resize_crop_axis(w, rw, ow) };
+                let y = Axis { start: top, ..resize_crop_axis(h, rh, oh) };
+                (x, y, pillow_vertical_first(w, h, rw, rh))
             }
             Geometry::ResizeKeepRatio { target, longest, crop } => {
                 let (rw, rh) = resize_keep_ratio(width, height, target, longest);

@@ -712,7 +712,7 @@ impl SamplePipeline {
     /// A refusal is a ConfigError naming `transforms` (what a caller that requires the GPU path reports).
     pub fn gpu_support(&self) -> Result<()> {
         let refuse = |why: &str| Err(TrdataError::config(TRANSFORMS, why));
-        if !self.program.ops.is_empty() {
+        if self.program.moves_pixels() {
             return refuse("the GPU resampler takes no pixel ops (they run on the CPU's uint8 image)");
         }
         if self.program.pad_to.is_some() {
@@ -841,7 +841,7 @@ impl SamplePipeline {
         dst: &mut [u8],
     ) -> std::result::Result<(), ImageError> {
         let (pillow_vertical_first, pw, ph) = (plan.vertical_first, plan.x.out_n, plan.y.out_n);
-        if self.program.ops.is_empty() && self.program.pad_to.is_none() {
+        if !self.program.moves_pixels() && self.program.pad_to.is_none() {
             self.resample_into(src, m, pillow_vertical_first, s, (&self.lut, self.output.layout, pw, ph), dst);
             return Ok(());
         }

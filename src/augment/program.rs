@@ -68,7 +68,7 @@ fn foldable(t: &TransformSpec) -> bool {
             | TransformSpec::RandomHorizontalFlip { .. }
             | TransformSpec::Op(OpSpec::VerticalFlip(_))
             | TransformSpec::Resampled { .. }
-    ) || matches!(t, TransformSpec::Op(op) if geometry::random_crop_folds(op))
+    ) || matches!(t, TransformSpec::Op(op) if geometry::random_crop_folds(op) || matches!(op, OpSpec::ScaleJitter(_)))
 }
 
 /// Whether `t` is a flip (folds anywhere in the prefix without fixing its geometry).
@@ -87,6 +87,7 @@ fn geo_kind(t: &TransformSpec) -> u8 {
         TransformSpec::CenterCrop { .. } => 4,
         TransformSpec::Op(OpSpec::RandomCrop(_)) => 5,
         TransformSpec::ResizeKeepRatio { .. } => 6,
+        TransformSpec::Op(OpSpec::ScaleJitter(_)) => 7,
         _ => 0,
     }
 }
@@ -99,7 +100,7 @@ fn geo_kind(t: &TransformSpec) -> u8 {
 /// rest runs in stage 2. `None` when no such prefix exists (then only the leading flips fold, onto the identity
 /// geometry).
 fn fold_len(head: &[TransformSpec]) -> Option<usize> {
-    const LISTS: [&[u8]; 8] = [&[1], &[2, 4], &[3], &[3, 4], &[4], &[5], &[6], &[6, 4]];
+    const LISTS: [&[u8]; 9] = [&[1], &[2, 4], &[3], &[3, 4], &[4], &[5], &[6], &[6, 4], &[7, 5]];
     let mut kinds = Vec::new();
     let mut best = None;
     for (i, t) in head.iter().enumerate() {
@@ -364,6 +365,12 @@ pub fn leaves_geometry(op: &OpSpec) -> bool {
 }
 
 impl Program {
+    /// Whether stage 2 touches pixels: false when it is empty or holds only target-only ops
+    /// (`SanitizeBoundingBoxes`, `ClampBoundingBoxes`), which then cost the fused pass nothing.
+    pub fn moves_pixels(&self) -> bool {
+        self.ops.iter().any(|(_, op)| !matches!(op, OpSpec::SanitizeBoundingBoxes(_) | OpSpec::ClampBoundingBoxes(_)))
+    }
+
     /// Run stage 2 on `s.frame` (already holding the prefix's output). An op that cannot run on this sample (a
     /// `RandomCrop` larger than the padded image, as torchvision raises) → the message.
     pub fn run_ops(&self, s: &mut ProgramScratch, key: SampleKey) -> std::result::Result<(), String> {
