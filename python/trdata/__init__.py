@@ -41,8 +41,10 @@ from .sources import (
     ImageFolder,
     Packed,
     Reencode,
+    SegmentationFolder,
     Source,
     WebDataset,
+    YoloDetection,
     pack,
 )
 from .transforms import (
@@ -154,6 +156,7 @@ __all__ = [
     "RandomVerticalFlip",
     "Reencode",
     "Resize",
+    "SegmentationFolder",
     "Source",
     "SourceError",
     "StaleIteratorError",
@@ -161,6 +164,7 @@ __all__ = [
     "TrdataError",
     "WebDataset",
     "WorkerError",
+    "YoloDetection",
     "__version__",
     "from_torchvision",
     "pack",
