@@ -305,11 +305,17 @@ def test_wrong_pairs_and_damaged_maps_are_source_errors_naming_the_files(tmp_pat
     with pytest.raises(SourceError, match=r"no image named z.<ext>") as e:
         trdata.SegmentationFolder(images, masks)
     assert e.value.path == str(masks / "z.png")
-    for kw, parameter in [
-        ({"fill": 256}, "fill"),
+    # the parameters' types (their values are checked against the files above)
+    bad: list[tuple[dict[str, Any], str]] = [
         ({"ids": "a"}, "ids"),
-        ({"mask_suffix": ""}, "mask_suffix"),
-    ]:
-        with pytest.raises(ConfigError) as c:
-            trdata.SegmentationFolder(images, masks, **kw)
+        ({"ids": [b"a"]}, "ids"),
+        ({"mask_suffix": 1}, "mask_suffix"),
+        ({"image_suffix": [".jpg"]}, "image_suffix"),
+        ({"images": 3}, "images"),
+        ({"masks": None}, "masks"),
+    ]
+    for kw, parameter in bad:
+        args = {"images": images, "masks": masks, **kw}
+        with pytest.raises(ConfigError, match=f"invalid {parameter}: ") as c:
+            trdata.SegmentationFolder(**args)
         assert c.value.parameter == parameter

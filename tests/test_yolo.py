@@ -301,6 +301,10 @@ def test_oversized_or_odd_label_files_and_images_are_refused(tmp_path: Path) -> 
         trdata.YoloDetection(tmp_path, classes={1: "a"})
     with pytest.raises(SourceError, match="no such directory"):
         trdata.YoloDetection(tmp_path, "val")
+    for kw, parameter in [({"split": 1}, "split"), ({"root": 3}, "root"), ({"classes": "ab"}, "classes")]:
+        with pytest.raises(ConfigError, match=f"invalid {parameter}: ") as c:
+            trdata.YoloDetection(**{"root": tmp_path, **kw})
+        assert c.value.parameter == parameter
     # an image whose pixels a decoder would rotate: its labels are relative to the rotated image
     exif = Image.Exif()
     exif[0x0112] = 6

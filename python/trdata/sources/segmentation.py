@@ -1,7 +1,7 @@
 """Semantic segmentation: an image folder and a folder of PNG label maps (VOC's ``SegmentationClass``, ADE20K's
 ``annotations``, Cityscapes' ``gtFine``), each map moved with its image.
 
-``SegmentationFolder(images, masks, ids=None, image_suffix=None, mask_suffix=".png", classes=(), fill=255)``
+``SegmentationFolder(images, masks, ids=None, image_suffix=None, mask_suffix=".png", classes=())``
 pairs each label map with its image by key: the map ``masks/<key><mask_suffix>``, the image
 ``images/<key><image_suffix>`` (or, without ``image_suffix``, the one file ``images/<key>.<ext>`` with an image
 extension of ``IMG_EXTENSIONS``). Samples are the keys of ``ids`` in its order (VOC's
@@ -13,7 +13,7 @@ A label map holds class indices: palette PNGs (mode ``P``, VOC's) are read as th
 ``L`` (ADE20K, Cityscapes), ``I``/``I;16`` with values up to 255 and bilevel ``1`` are accepted; an RGB map, a map
 that is not a PNG, or one whose size is not its image's is a ``SourceError`` naming both files (checked from the
 headers at construction). ``batch.targets[i]["mask"]`` is the map moved with the image: uint8 ``(h, w)``,
-nearest, ``fill`` (255, the ``ignore_index`` of torchvision's segmentation references) wherever the output
+nearest, 255 (``FILL``, the ``ignore_index`` of torchvision's segmentation references) wherever the output
 leaves the image (pads, crops larger than the image, warps); also ``image_id`` (the index), ``orig_size`` and
 ``size`` (h, w). The maps are decoded when their batch is made (Pillow, on the thread iterating the loader).
 """
@@ -29,10 +29,12 @@ import numpy as np
 from .. import _core
 from ..errors import ConfigError, SourceError
 from .base import IMG_EXTENSIONS, Source, _class_names
-from .targets import ImageHeader, list_files, pillow, read_header
+from .targets import ImageHeader, list_files, opt_str, path_arg, pillow, read_header
 
 #: Pillow modes of a label map of class indices.
 MAP_MODES = ("P", "L", "I", "I;16", "1")
+#: The label where a moved map leaves its image: torchvision's segmentation references' ignore_index.
+FILL = 255
 
 
 class SegmentationFolder(Source):
@@ -47,30 +49,18 @@ class SegmentationFolder(Source):
         image_suffix: str | None = None,
         mask_suffix: str = ".png",
         classes: Iterable[str] = (),
-        fill: int = 255,
     ) -> None:
-        self.images_root = os.path.expanduser(os.fspath(images))
-        self.masks_root = os.path.expanduser(os.fspath(masks))
-        for name, v in (("mask_suffix", mask_suffix), ("image_suffix", image_suffix)):
-            if v is not None and (not isinstance(v, str) or not v):
-                raise ConfigError(f"invalid {name}: {v!r} must be a non-empty str", parameter=name)
-        if isinstance(fill, bool) or not isinstance(fill, int) or not 0 <= fill <= 255:
-            raise ConfigError(f"invalid fill: {fill!r} must be an int in [0, 255]", parameter="fill")
-        self.fill = fill
+        self.images_root = path_arg(images, "images")
+        self.masks_root = path_arg(masks, "masks")
+        mask_suffix = opt_str(mask_suffix, "mask_suffix") or ""
+        image_suffix = opt_str(image_suffix, "image_suffix")
         self.classes, self.class_to_idx = _class_names(classes)
-        if ids is None:
-            maps = list_files(self.masks_root, (mask_suffix.lower(),))
-            maps = [m for m in maps if m.endswith(mask_suffix)]
-            keys = [os.path.relpath(m, self.masks_root)[: -len(mask_suffix)] for m in maps]
+        keys = _keys(ids)
+        if keys is None:
+            maps = [m for m in list_files(self.masks_root, (mask_suffix.lower(),)) if m.endswith(mask_suffix)]
+            keys = [os.path.relpath(m, self.masks_root) for m in maps]
+            keys = [k[: len(k) - len(mask_suffix)] for k in keys]
         else:
-            if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
-                raise ConfigError(
-                    f"invalid ids: a {type(ids).__name__} must be a sequence of keys", parameter="ids"
-                )
-            keys = list(ids)
-            bad = next((k for k in keys if not isinstance(k, str) or not k), None)
-            if bad is not None:
-                raise ConfigError(f"invalid ids: {bad!r} is not a key (a non-empty str)", parameter="ids")
             maps = [os.path.join(self.masks_root, k + mask_suffix) for k in keys]
         if not maps:
             raise SourceError(f"{self.masks_root}: no label map (*{mask_suffix})", self.masks_root)
@@ -155,13 +145,27 @@ class SegmentationFolder(Source):
         plans = native_loader.target_plans(idx, epoch, sizes)
         return [
             {
-                "mask": plan.dense(self.label_map(i), fill=self.fill),
+                "mask": plan.dense(self.label_map(i), fill=FILL),
                 "image_id": i,
                 "orig_size": (sizes[r][1], sizes[r][0]),
                 "size": plan.canvas,
             }
             for r, (plan, i) in enumerate(zip(plans, idx))
         ]
+
+
+def _keys(ids: Any) -> list[str] | None:
+    """``ids``: None or a sequence of str keys."""
+    if ids is None:
+        return None
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
+        raise ConfigError(
+            f"invalid ids: a {type(ids).__name__} must be a sequence of keys (str)", parameter="ids"
+        )
+    bad = next((k for k in ids if not isinstance(k, str)), None)
+    if bad is not None:
+        raise ConfigError(f"invalid ids: {bad!r} is a {type(bad).__name__}, not a key (str)", parameter="ids")
+    return list(ids)
 
 
 def _check_map(m: ImageHeader, mask_path: str, image: ImageHeader, image_path: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import SourceError
+from ..errors import ConfigError, SourceError
 
 #: The EXIF orientation tag.
 _ORIENTATION = 0x0112
@@ -32,6 +32,25 @@ class ImageHeader(NamedTuple):
     format: str
     mode: str
     orientation: int
+
+
+def path_arg(value: Any, name: str) -> str:
+    """``value`` is a path (str or os.PathLike), returned as a str with ``~`` expanded; a ``ConfigError`` on
+    ``name`` otherwise."""
+    try:
+        return os.path.expanduser(os.fspath(value))
+    except TypeError:
+        raise ConfigError(
+            f"invalid {name}: {value!r} must be a path (str or os.PathLike), not a {type(value).__name__}",
+            parameter=name,
+        ) from None
+
+
+def opt_str(value: Any, name: str) -> str | None:
+    """``value`` is None or a str (a folder name, a file suffix); a ``ConfigError`` on ``name`` otherwise."""
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"invalid {name}: {value!r} must be a str or None", parameter=name)
+    return value
 
 
 def pillow(who: str) -> Any:

@@ -38,7 +38,7 @@ import numpy as np
 from .. import _core
 from ..errors import ConfigError, SourceError
 from .base import Source
-from .targets import list_files, move_boxes, pillow, read_header
+from .targets import list_files, move_boxes, opt_str, path_arg, pillow, read_header
 
 #: ultralytics' ``IMG_FORMATS`` that trdata decodes (dng, mpo, pfm and heic are not listed).
 YOLO_EXTENSIONS = (".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
@@ -198,10 +198,8 @@ class YoloDetection(Source):
         *,
         classes: Sequence[str] | Mapping[int, str] | None = None,
     ) -> None:
-        self.root = os.path.expanduser(os.fspath(root))
-        if split is not None and (not isinstance(split, str) or not split):
-            raise ConfigError(f"invalid split: {split!r} must be a folder name or None", parameter="split")
-        self.split = split
+        self.root = path_arg(root, "root")
+        self.split = opt_str(split, "split")
         self.classes = _class_names(classes)
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
         images = os.path.join(self.root, "images", *([split] if split else []))
