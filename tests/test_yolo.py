@@ -259,6 +259,10 @@ HOSTILE: dict[str, tuple[bytes, str]] = {
     ),
     "odd-polygon": (b"0 0.1 0.1 0.2 0.1 0.2 0.2 0.3\n", r"line 1: 8 fields in a file of segments"),
     "too-many-lines": (b"\n" * MAX_LABEL_LINES + b"0 0.5 0.5 0.1 0.1\n", r"more than 100000 lines"),
+    "long-line": (
+        b"0 0.5 0.5 0.1 0.1\n0" + b" 0" * (1 << 19) + b"\n",
+        r"line 2: a line of more than 1048576 bytes",
+    ),
 }
 
 

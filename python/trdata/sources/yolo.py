@@ -12,7 +12,7 @@ without objects (ultralytics' rule). Each non-blank line is one object:
   in it is refused (ultralytics would read its four numbers as a two-point polygon).
 
 Validation (each failure a ``SourceError`` naming the file and, for a bad line, its 1-based line number): a label
-file is at most 16 MiB and 100,000 lines, ASCII decimal numbers only (no nan/inf, no ``1_0``), a class id an
+file is at most 16 MiB and 100,000 lines of at most 1 MiB each (what a parse holds is a few times that), ASCII decimal numbers only (no nan/inf, no ``1_0``), a class id an
 integer in [0, 2**31) (and below ``len(classes)`` when ``classes`` is given, ultralytics' check), every coordinate
 finite and within ultralytics' 1 % tolerance, [-0.01, 1.01]; values in the tolerance are kept as written, not
 clipped (ultralytics does not clip them when loading either; a crop clamps them, ``ClampBoundingBoxes`` too).
@@ -45,6 +45,8 @@ YOLO_EXTENSIONS = (".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
 #: Bounds of one label file: its bytes and its lines.
 MAX_LABEL_BYTES = 16 << 20
 MAX_LABEL_LINES = 100_000
+#: Bound of one line (a segment of some 60,000 points): what one line's fields may take while parsed.
+MAX_LINE_BYTES = 1 << 20
 #: Class ids are below this (int32 ids, as every model's class count is).
 MAX_CLASS_ID = 2**31
 #: ultralytics' tolerance: normalized coordinates within [-0.01, 1.01].
@@ -82,14 +84,19 @@ def parse_labels(data: bytes, path: str) -> YoloLabels:
     lines = data.splitlines()
     if len(lines) > MAX_LABEL_LINES:
         raise SourceError(f"{path}: a label file of more than {MAX_LABEL_LINES} lines", path)
-    rows = [(n, line.split()) for n, line in enumerate(lines, 1)]
-    rows = [(n, tokens) for n, tokens in rows if tokens]
-    segments = next((n for n, tokens in rows if len(tokens) > 6), None)
+    long = next((n for n, line in enumerate(lines, 1) if len(line) > MAX_LINE_BYTES), None)
+    if long is not None:
+        raise _line_error(path, long, f"a line of more than {MAX_LINE_BYTES} bytes")
+    # ultralytics: one line of more than 6 fields makes the file one of segments (at most 8 fields split here)
+    segments = next((n for n, line in enumerate(lines, 1) if len(line.split(None, 7)) > 6), None)
     classes: list[int] = []
     boxes: list[tuple[float, float, float, float]] = []
     polygons: list[np.ndarray | None] = []
     seen: set[tuple[int, tuple[float, float, float, float]]] = set()
-    for n, tokens in rows:
+    for n, line in enumerate(lines, 1):
+        tokens = line.split()  # one line's fields at a time: at most MAX_LINE_BYTES / 2 of them
+        if not tokens:
+            continue
         if segments is None and len(tokens) != 5:
             raise _line_error(path, n, f"{len(tokens)} fields: a box line is `class cx cy w h` (5 fields)")
         if segments is not None and (len(tokens) < 7 or len(tokens) % 2 == 0):
