@@ -319,3 +319,49 @@ def test_wrong_pairs_and_damaged_maps_are_source_errors_naming_the_files(tmp_pat
         with pytest.raises(ConfigError, match=f"invalid {parameter}: ") as c:
             trdata.SegmentationFolder(**args)
         assert c.value.parameter == parameter
+
+
+FUZZ_EXAMPLES = int(__import__("os").environ.get("TRDATA_FUZZ_EXAMPLES", "100"))
+
+
+def test_fuzz_damaged_label_maps(tmp_path: Path) -> None:
+    """A palette PNG label map with bytes replaced, inserted or cut (hypothesis): the source refuses it when made
+    or when read with a SourceError naming the map, or reads indices of the image's size; never another
+    exception."""
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    images, masks = tmp_path / "img", tmp_path / "ann"
+    images.mkdir()
+    masks.mkdir()
+    Image.fromarray(photo(0, 24, 16)).save(images / "a.jpg")
+    m = Image.fromarray(label_map(0, 24, 16), mode="P")
+    m.putpalette(voc_palette())
+    m.save(masks / "a.png")
+    good = (masks / "a.png").read_bytes()
+    outcomes = dict.fromkeys(("refused when made", "refused when read", "read"), 0)
+
+    @hypothesis.settings(max_examples=FUZZ_EXAMPLES, deadline=None)
+    @hypothesis.given(
+        at=st.integers(0, len(good)), cut=st.integers(0, 8), new=st.binary(max_size=8), truncate=st.booleans()
+    )
+    def check(at: int, cut: int, new: bytes, truncate: bool) -> None:
+        data = good[:at] if truncate else good[:at] + new + good[at + cut :]
+        (masks / "a.png").write_bytes(data)
+        try:
+            src = trdata.SegmentationFolder(images, masks)
+        except SourceError as e:
+            assert e.path == str(masks / "a.png")
+            outcomes["refused when made"] += 1
+            return
+        try:
+            a = src.label_map(0)
+        except SourceError as e:
+            assert e.path == str(masks / "a.png")
+            outcomes["refused when read"] += 1
+            return
+        assert a.shape == (16, 24) and a.dtype == np.uint8
+        outcomes["read"] += 1
+
+    check()
+    print(f"label map fuzz: {outcomes}")
+    assert outcomes["refused when made"] and outcomes["read"], outcomes
