@@ -281,6 +281,13 @@ def test_wrong_pairs_and_damaged_maps_are_source_errors_naming_the_files(tmp_pat
         with trdata.Loader(src, batch_size=1, transforms=[trdata.Resize((8, 8))]) as ld:
             next(iter(ld))
     assert e.value.path == str(masks / "a.png")
+    # a map replaced after the source was made: its size is checked before it is decoded
+    Image.fromarray(label_map(0, 40, 30), mode="L").save(masks / "a.png")
+    src = trdata.SegmentationFolder(images, masks)
+    Image.fromarray(np.zeros((3000, 4000), np.uint8), mode="L").save(masks / "a.png")
+    with pytest.raises(SourceError, match="a label map of 4000x3000 for the image") as e:
+        src.label_map(0)
+    assert e.value.path == str(masks / "a.png")
     # a 16-bit map with a class index above 255
     big = label_map(0, 40, 30).astype(np.uint16)
     big[0, 0] = 300

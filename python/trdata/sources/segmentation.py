@@ -112,10 +112,17 @@ class SegmentationFolder(Source):
         """Sample ``i``'s label map as stored: uint8 ``(H, W)`` class indices (palette indices for mode P)."""
         image = pillow("SegmentationFolder")
         path = self.mask_paths[i]
+        w, h = (int(v) for v in self._sizes[i])
         try:
             with image.open(path) as im:
                 if im.mode not in MAP_MODES:
                     raise SourceError(f"{path}: mode {im.mode} is not a label map of class indices", path)
+                if im.size != (w, h):  # before decoding: the file may have changed since the source was made
+                    raise SourceError(
+                        f"{path}: a label map of {im.size[0]}x{im.size[1]} for the image {self.paths[i]} of "
+                        f"{w}x{h}",
+                        path,
+                    )
                 a = np.asarray(im)
         except SourceError:
             raise
@@ -123,12 +130,8 @@ class SegmentationFolder(Source):
             raise SourceError(
                 f"{path}: cannot decode the label map ({type(e).__name__}: {e})", path
             ) from None
-        w, h = (int(v) for v in self._sizes[i])
-        if a.shape != (h, w):
-            raise SourceError(
-                f"{path}: a label map of {a.shape[1]}x{a.shape[0]} for the image {self.paths[i]} of {w}x{h}",
-                path,
-            )
+        if a.shape != (h, w):  # a decoder's surprise (a multi-band mode): refused rather than reshaped
+            raise SourceError(f"{path}: decoded to shape {a.shape}, not ({h}, {w})", path)
         if a.dtype != np.uint8:
             if a.dtype == np.bool_:
                 a = a.astype(np.uint8)
