@@ -299,8 +299,12 @@ def test_oversized_or_odd_label_files_and_images_are_refused(tmp_path: Path) -> 
     label.rmdir()
     label.write_bytes(b"\xef\xbb\xbf3 0.5 0.5 0.1 0.1\n")  # a BOM is skipped
     assert trdata.YoloDetection(tmp_path)._image_targets(0)["labels"].tolist() == [3]
-    with pytest.raises(SourceError, match=r"class 3 is not below the 2 classes given"):
+    with pytest.raises(SourceError, match=r"line 1: class 3 is not below the 2 classes given"):
         trdata.YoloDetection(tmp_path, classes=["a", "b"])
+    label.unlink()  # no label file at all: warned (a misplaced labels folder), every image without objects
+    with pytest.warns(UserWarning, match="no label file for any of the 1 images"):
+        assert len(trdata.YoloDetection(tmp_path)._boxes) == 0
+    label.write_bytes(b"3 0.5 0.5 0.1 0.1\n")
     with pytest.raises(ConfigError, match="keys must be the class ids"):
         trdata.YoloDetection(tmp_path, classes={1: "a"})
     with pytest.raises(SourceError, match="no such directory"):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -75,8 +76,9 @@ def _shown(token: bytes) -> str:
     return repr(token[:40]) + ("…" if len(token) > 40 else "")
 
 
-def parse_labels(data: bytes, path: str) -> YoloLabels:
-    """A YOLO label file's bytes (module docs) → its objects; ``path`` names the file in errors."""
+def parse_labels(data: bytes, path: str, num_classes: int | None = None) -> YoloLabels:
+    """A YOLO label file's bytes (module docs) → its objects; ``path`` names the file in errors; class ids must be
+    below ``num_classes`` when given."""
     if len(data) > MAX_LABEL_BYTES:
         raise SourceError(f"{path}: a label file of {len(data)} bytes is larger than {MAX_LABEL_BYTES}", path)
     if data.startswith(_BOM):
@@ -118,6 +120,8 @@ def parse_labels(data: bytes, path: str) -> YoloLabels:
         c = values[0]
         if c != int(c) or not 0 <= c < MAX_CLASS_ID:
             raise _line_error(path, n, f"class {_shown(tokens[0])} is not an integer in [0, 2**31)")
+        if num_classes is not None and c >= num_classes:
+            raise _line_error(path, n, f"class {int(c)} is not below the {num_classes} classes given")
         coords = values[1:]
         bad = next((k for k, v in enumerate(coords) if not COORD_MIN <= v <= COORD_MAX), None)
         if bad is not None:
@@ -145,7 +149,7 @@ def parse_labels(data: bytes, path: str) -> YoloLabels:
     return YoloLabels(np.array(classes, np.int64), np.array(boxes, np.float64).reshape(-1, 4), polygons)
 
 
-def read_labels(path: str) -> YoloLabels | None:
+def read_labels(path: str, num_classes: int | None = None) -> YoloLabels | None:
     """The label file ``path`` parsed, or None when there is none (an image without objects). Reads at most
     ``MAX_LABEL_BYTES + 1`` bytes whatever the file claims."""
     try:
@@ -157,7 +161,7 @@ def read_labels(path: str) -> YoloLabels | None:
         raise SourceError(f"{path}: a directory where a label file belongs", path) from None
     except OSError as e:
         raise SourceError(f"{path}: cannot read the label file ({e.strerror})", path) from None
-    return parse_labels(data, path)
+    return parse_labels(data, path, num_classes)
 
 
 def label_path(image_path: str) -> str:
@@ -193,7 +197,8 @@ def _class_names(classes: Any) -> list[str]:
 
 
 class YoloDetection(Source):
-    """ultralytics' YOLO layout (module docs): ``root/images[/split]/**`` with labels in ``root/labels[/split]/``.
+    """ultralytics' YOLO layout (module docs): ``root/images[/split]/**`` with labels in ``root/labels[/split]/``
+    (``label_paths[i]``: image ``i``'s; a ``UserWarning`` when none of them exists).
     Targets as ``CocoDetection``'s: ``boxes`` XYXY in pixels, ``labels`` the class ids (int64), ``iscrowd`` 0,
     ``image_id`` the sample's index, ``orig_size`` and ``size`` (h, w). ``classes`` names the class ids (a list,
     or ultralytics' ``names`` mapping ``{0: "person", …}``); ``class_to_idx`` maps a name to its id."""
@@ -217,6 +222,8 @@ class YoloDetection(Source):
         sizes = np.zeros((len(self.paths), 2), np.int64)
         offsets = np.zeros(len(self.paths) + 1, np.int64)
         boxes, ids = [], []
+        self.label_paths = [label_path(p) for p in self.paths]
+        found = 0
         for i, p in enumerate(self.paths):
             header = read_header(image, p, exif=True)
             if header.orientation != 1:
@@ -227,19 +234,21 @@ class YoloDetection(Source):
                     p,
                 )
             sizes[i] = header.width, header.height
-            parsed = read_labels(label_path(p))
+            parsed = read_labels(self.label_paths[i], len(self.classes) if self.classes else None)
+            found += parsed is not None
             k = 0
             if parsed is not None and len(parsed.classes):
-                if self.classes and int(parsed.classes.max()) >= len(self.classes):
-                    raise SourceError(
-                        f"{label_path(p)}: class {int(parsed.classes.max())} is not below the "
-                        f"{len(self.classes)} classes given",
-                        label_path(p),
-                    )
                 boxes.append(parsed.boxes * np.array([header.width, header.height] * 2, np.float64))
                 ids.append(parsed.classes)
                 k = len(parsed.classes)
             offsets[i + 1] = offsets[i] + k
+        if not found:  # a misplaced labels folder would otherwise train on images without objects
+            warnings.warn(
+                f"YoloDetection: no label file for any of the {len(self.paths)} images (looked for "
+                f"{self.label_paths[0]}, …): every image is without objects",
+                UserWarning,
+                stacklevel=2,
+            )
         self._sizes = sizes  # (width, height) of each image, as target_plans takes them
         self._offsets = offsets
         self._boxes = np.concatenate(boxes) if boxes else np.zeros((0, 4), np.float64)
