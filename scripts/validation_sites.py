@@ -48,6 +48,8 @@ PARAMS = {
     "split", "masks", "ids", "image_suffix", "mask_suffix",
     # packed files (trdata.pack, trdata.Packed)
     "mode", "window_blocks", "cache_blocks", "block_bytes", "reencode", "short_side", "max_side", "quality",
+    # object storage (trdata.Packed's URL and options: storage/)
+    "path", "storage_options",
 }  # fmt: skip
 # Parameters whose only rule is their Python type (any bool, any path): no core site.
 TYPE_ONLY = {
@@ -191,6 +193,8 @@ EDGE_TRANSLATORS = {
     },
     "src/py/source.rs": {
         "pixels": "images is a 3-D or 4-D numpy array, C-contiguous (its sizes: source::arrays)",
+        "storage_options_arg": "storage_options is a dict of str keys → str/bool/int/float values (which keys and "
+        "values: storage/)",
     },
 }
 

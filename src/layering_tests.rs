@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&str] = &[
     // platform and shared primitives: no data-path imports
     "error", "param", "sync", "stats", "rng", "topology", "cuda", "annot", //
+    // where bytes live (local files, objects behind URLs), beneath the sources
+    "storage", //
     // the data path, in order
     "source", "plan", "decode", "augment", "staging", "gpu_decode", "transfer", "worker", "export", //
     // assembly: the validated configuration and the loader that runs it

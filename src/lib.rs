@@ -16,6 +16,8 @@
 //!   plan's shuffle and every augmentation draw), `topology` (NUMA, affinity, binding plans), `cuda` (driver
 //!   API, dynamically loaded), `annot` (detection/segmentation annotations: COCO files, masks from polygons and
 //!   RLE, checked before anything is allocated from them);
+//! - where bytes live: `storage` (a local path or a URL — s3://, gs://, az://, http(s):// — read by byte ranges,
+//!   with retries, deadlines and counters; fork-safe);
 //! - the data path: `source` → `plan` → `decode` → `augment` → `staging` → `gpu_decode` (the GPU decode path:
 //!   routing, the decode queue and threads, the resample into device slots; transfer/ sees only its `GpuRows` and
 //!   `CpuFallback`) → `transfer` → `worker` (the pool that runs decode/augment into staging slots, or routes a
@@ -59,6 +61,7 @@ pub mod rng;
 pub mod source;
 pub mod staging;
 pub mod stats;
+pub mod storage;
 pub mod sync;
 pub mod synthetic;
 pub mod topology;

@@ -272,7 +272,10 @@ impl Loader {
         let pipeline = self.cfg.pipeline.first();
         let key = crate::augment::SampleKey { seed: self.cfg.seed, epoch, index };
         let channels = pipeline.channels().count();
-        crate::augment::targets::TargetPlan::replay(pipeline.program(), key, (width, height), channels)
+        let dataset = self.dataset();
+        let boxes = dataset.boxes.as_ref().filter(|_| (index as usize) < dataset.len());
+        let boxes = boxes.map(|t| t.of(index as usize));
+        crate::augment::targets::TargetPlan::replay(pipeline.program(), key, (width, height), channels, boxes)
     }
 
     /// Validate the configuration (CPU engine); starts nothing.

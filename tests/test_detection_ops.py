@@ -88,6 +88,16 @@ PADDED: dict[str, tuple[list[Any], tuple[int, int]]] = {
         ],
         (64, 64),
     ),
+    "ssd-padded": (  # torchvision's references' `ssd` recipe (fill: the mean; masks get 0)
+        [
+            trdata.RandomPhotometricDistort(),
+            trdata.RandomZoomOut(fill=(123, 117, 104), side_range=(1.0, 2.0)),
+            trdata.RandomIoUCrop(),
+            trdata.RandomHorizontalFlip(),
+            trdata.SanitizeBoundingBoxes(),
+        ],
+        (88, 104),
+    ),
     "ssd-like-padded": (
         [
             trdata.ColorJitter(0.2),
@@ -122,6 +132,14 @@ def _apply(op: str, v: list[float], hw: tuple[int, int], x: Any, size: tuple[int
     if op == "RandomResizedCrop":
         top, left, h, w = (int(a) for a in v)
         return F.resized_crop(x, top, left, h, w, list(size), antialias=True)
+    if op == "RandomIoUCrop":  # crop; boxes whose centre left the crop become zeros (torchvision's marking)
+        top, left, h, w = (int(a) for a in v)
+        out = F.crop(x, top, left, h, w)
+        if isinstance(x, tv_tensors.BoundingBoxes):
+            cx, cy = (x[:, 0] + x[:, 2]) / 2, (x[:, 1] + x[:, 3]) / 2
+            inside = (left < cx) & (cx < left + w) & (top < cy) & (cy < top + h)
+            out[~inside] = 0
+        return out
     if op in ("ScaleJitter", "RandomShortestSize"):
         return F.resize(x, [int(v[0]), int(v[1])])
     if op == "RandomZoomOut":
@@ -253,7 +271,7 @@ def test_stage2_ops_move_targets_as_torchvisions_kernels_with_the_same_draws(
                         got["keypoints"][..., 2], np.where(inside, kp_raw[..., 2], 0)
                     )
     # every op of the recipe was drawn at least once over 3 epochs of N_IMAGES images
-    names = {type(t).__name__ for t in RECIPES[recipe] if type(t).__name__ != "ColorJitter"}
+    names = {type(t).__name__ for t in RECIPES[recipe]} - {"ColorJitter", "RandomPhotometricDistort"}
     names -= {"RandomChoice", "RandomApply", "RandomOrder"}
     if recipe == "containers":
         names |= {"RandomRotation", "RandomAffine", "RandomVerticalFlip", "RandomPerspective"}
@@ -352,6 +370,51 @@ def test_size_ops_draw_as_torchvision(name: str) -> None:
         ks_same([g[k] for g in got], [r[k] for r in ref])
 
 
+def test_iou_crop_draws_from_the_boxes_as_torchvision(tmp_path: Path) -> None:
+    """RandomIoUCrop's draw (replayed with the sample's boxes, as the workers make it) over 4,000 epochs of one
+    image, against torchvision v2's ``make_params`` on the same boxes: the rate of leaving the image, and each
+    crop number (KS)."""
+    import json
+
+    from PIL import Image
+
+    (tmp_path / "images").mkdir()
+    w, h = 120, 90
+    Image.fromarray(np.zeros((h, w, 3), np.uint8)).save(tmp_path / "images" / "a.png")
+    boxes = [[10.0, 12.0, 40.0, 30.0], [60.0, 20.0, 110.0, 80.0], [30.0, 50.0, 50.0, 85.0]]
+    anns = [
+        {
+            "id": k + 1,
+            "image_id": 1,
+            "category_id": 1,
+            "bbox": [b[0], b[1], b[2] - b[0], b[3] - b[1]],
+            "iscrowd": 0,
+        }
+        for k, b in enumerate(boxes)
+    ]
+    ann = tmp_path / "instances.json"
+    ann.write_text(json.dumps({"images": [{"id": 1, "file_name": "a.png", "width": w, "height": h}],
+                               "annotations": anns, "categories": [{"id": 1, "name": "x"}]}))  # fmt: skip
+    src = trdata.CocoDetection(tmp_path / "images", ann)
+    n = 4000
+    with trdata.Loader(src, batch_size=1, transforms=[trdata.RandomIoUCrop()], pad_to=(h, w)) as ld:
+        got = [ld._native.target_plans([0], e, [(w, h)])[0].draws for e in range(n)]
+    ours = [d[0][1] if d else None for d in got]
+    theirs_op = torchvision.transforms.v2.RandomIoUCrop()
+    torch.manual_seed(0)
+    img = tv_tensors.Image(torch.zeros(3, h, w, dtype=torch.uint8))
+    bb = tv_tensors.BoundingBoxes(torch.tensor(boxes), format="XYXY", canvas_size=(h, w))
+    ref = []
+    for _ in range(n):
+        p = theirs_op.make_params([img, bb])
+        ref.append(None if not p else [p["top"], p["left"], p["height"], p["width"]])
+    from _fixtures import chi2_same
+
+    chi2_same([o is None for o in ours], [r is None for r in ref])
+    for k in range(4):
+        ks_same([o[k] for o in ours if o], [r[k] for r in ref if r])
+
+
 def test_ops_targets_cannot_follow_are_refused_naming_them(coco_kp: tuple[Path, Path]) -> None:
     images, ann = coco_kp
     src = trdata.CocoDetection(images, ann)
@@ -429,3 +492,56 @@ def test_pad_to_refuses_what_does_not_fit(coco_kp: tuple[Path, Path]) -> None:
         n = sum(b.valid for b in ld)
         assert ld.stats()["errors_skipped"] == big
     assert n == N_IMAGES
+
+
+def test_photometric_distort_draws_and_pixels_as_torchvision(coco_kp: tuple[Path, Path]) -> None:
+    """RandomPhotometricDistort: its draws over 10,000 samples against torchvision v2's ``make_params`` (each
+    adjustment's gate and factor, the contrast coin, the permutation), and the loader's pixels against
+    torchvision's kernels run with the draw trdata made (±1 on ≥ 99 % of values, as the other colour ops)."""
+    from _fixtures import chi2_same
+
+    v2 = torchvision.transforms.v2
+    ours, theirs = trdata.RandomPhotometricDistort(p=0.4), v2.RandomPhotometricDistort(p=0.4)
+    n = 10_000
+    got = [
+        trdata._core.sample_op(
+            ours._spec(), seed=2, epoch=0, index=i, position=1, height=8, width=8, channels=3
+        )
+        for i in range(n)
+    ]
+    torch.manual_seed(0)
+    img = tv_tensors.Image(torch.zeros(3, 8, 8, dtype=torch.uint8))
+    ref = [theirs.make_params([img]) for _ in range(n)]
+    keys = ("brightness_factor", "contrast_factor", "saturation_factor", "hue_factor")
+    for k, key in enumerate(keys):
+        chi2_same([bool(np.isfinite(g[4 + k])) for g in got], [r[key] is not None for r in ref])
+        ks_same([g[4 + k] for g in got if np.isfinite(g[4 + k])], [r[key] for r in ref if r[key] is not None])
+    chi2_same([g[1] == 1 for g in got], [bool(r["contrast_before"]) for r in ref])
+    chi2_same(
+        [tuple(int(v) for v in g[8:11]) for g in got],
+        [
+            (0, 1, 2) if r["channel_permutation"] is None else tuple(r["channel_permutation"].tolist())
+            for r in ref
+        ],
+    )
+    # pixels: the loader's uint8 output vs torchvision's kernels with trdata's draws
+    images, ann = coco_kp
+    src = trdata.CocoDetection(images, ann)
+    with trdata.Loader(src, batch_size=N_IMAGES, transforms=[trdata.Resize((40, 48)), ours], seed=6) as ld:
+        b = next(iter(ld))
+    with trdata.Loader(src, batch_size=N_IMAGES, transforms=[trdata.Resize((40, 48))], seed=6) as ld:
+        plain = torch.from_numpy(np.asarray(next(iter(ld)).images).copy())
+    close = []
+    for r, i in enumerate(b.indices.tolist()):
+        d = trdata._core.sample_op(
+            ours._spec(), seed=6, epoch=b.epoch, index=i, position=1, height=40, width=48, channels=3
+        )
+        x = plain[r]
+        adjust = [F.adjust_brightness, F.adjust_contrast, F.adjust_saturation, F.adjust_hue]
+        for k in (int(v) for v in d[:4]):
+            if np.isfinite(d[4 + k]):
+                x = adjust[k](x, d[4 + k])
+        x = x[[int(v) for v in d[8:11]]]
+        diff = np.abs(np.asarray(b.images[r]).astype(int) - x.numpy().astype(int))
+        close.append((diff <= 1).mean())
+    assert min(close) >= 0.99, close

@@ -1,7 +1,7 @@
 """Type stubs of the private native module (checked against it by `make lint`: mypy.stubtest; the member names also by tests/test_api.py)."""
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, final
 
 import numpy as np
@@ -127,6 +127,7 @@ def decode_ceiling(
 @final
 class NativeSource:
     """One core dataset (files, encoded blobs or raw pixels), built by a Python source for a Loader."""
+    def with_boxes(self, offsets: Sequence[int], boxes: npt.NDArray[np.float64]) -> NativeSource: ...
     @staticmethod
     def files(
         paths: Sequence[str | os.PathLike[str]], labels: list[int], classes: list[str]
@@ -149,6 +150,7 @@ class NativeSource:
         mode: str = "full",
         window_blocks: int | None = None,
         cache_blocks: int | None = None,
+        storage_options: Mapping[str, str | bool | int | float] | None = None,
     ) -> NativeSource: ...
     @staticmethod
     def external(len: int, fetch: Callable[[int, int], tuple[str, Any, int]]) -> NativeSource: ...
@@ -160,6 +162,8 @@ class NativeSource:
     @property
     def extras_names(self) -> list[str]: ...
     def packed_extras(self, indices: Sequence[int]) -> list[list[tuple[int, int, bytes]]]: ...
+    @property
+    def storage_stats(self) -> dict[str, int] | None: ...
 
 def pack(
     source: NativeSource,

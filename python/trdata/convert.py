@@ -44,8 +44,10 @@ from .transforms import (
     RandomGrayscale,
     RandomHorizontalFlip,
     RandomInvert,
+    RandomIoUCrop,
     RandomOrder,
     RandomPerspective,
+    RandomPhotometricDistort,
     RandomPosterize,
     RandomResizedCrop,
     RandomRotation,
@@ -381,6 +383,10 @@ def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float
             op.fill,
             op.center,
         )
+    if name == "RandomPhotometricDistort":
+        return RandomPhotometricDistort(
+            tuple(op.brightness), tuple(op.contrast), tuple(op.saturation), tuple(op.hue), op.p
+        )
     if name == "RandomZoomOut":
         return RandomZoomOut(op.fill, tuple(op.side_range), op.p)
     if name == "ScaleJitter":
@@ -389,6 +395,10 @@ def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float
     if name == "RandomShortestSize":
         mode = _mode(op.interpolation, "interpolation")
         return RandomShortestSize(tuple(op.min_size), op.max_size, mode, op.antialias)
+    if name == "RandomIoUCrop":
+        return RandomIoUCrop(
+            op.min_scale, op.max_scale, op.min_aspect_ratio, op.max_aspect_ratio, list(op.options), op.trials
+        )
     if name == "SanitizeBoundingBoxes":
         return SanitizeBoundingBoxes(op.min_size, op.min_area)
     if name == "ClampBoundingBoxes":

@@ -485,6 +485,31 @@ class RandomAffine(Transform):
 
 
 @dataclass(frozen=True)
+class RandomPhotometricDistort(Transform):
+    """torchvision v2 ``RandomPhotometricDistort(brightness=(0.875, 1.125), contrast=(0.5, 1.5),
+    saturation=(0.5, 1.5), hue=(-0.05, 0.05), p=0.5)`` (SSD's): each adjustment with probability ``p``, contrast
+    before or after saturation and hue, then the channels permuted with probability ``p``."""
+
+    brightness: tuple[float, float] = _DEFAULTS["RandomPhotometricDistort.brightness"]
+    contrast: tuple[float, float] = _DEFAULTS["RandomPhotometricDistort.contrast"]
+    saturation: tuple[float, float] = _DEFAULTS["RandomPhotometricDistort.saturation"]
+    hue: tuple[float, float] = _DEFAULTS["RandomPhotometricDistort.hue"]
+    p: float = _DEFAULTS["RandomPhotometricDistort.p"]
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "random_photometric_distort",
+            {
+                "brightness": _pair(self.brightness, "brightness"),
+                "contrast": _pair(self.contrast, "contrast"),
+                "saturation": _pair(self.saturation, "saturation"),
+                "hue": _pair(self.hue, "hue"),
+                "p": _real(self.p, "p"),
+            },
+        )
+
+
+@dataclass(frozen=True)
 class RandomZoomOut(Transform):
     """torchvision v2 ``RandomZoomOut(fill=0, side_range=(1.0, 4.0), p=0.5)``: the image on a canvas ``r`` times
     its size at a random position (``fill`` in pixel units; a detection source's masks are filled with 0, as
@@ -548,6 +573,36 @@ class RandomShortestSize(Transform):
                 "max_size": None if self.max_size is None else _int_arg(self.max_size, "max_size"),
                 "interpolation": _mode(self.interpolation, "interpolation"),
                 "antialias": True if self.antialias is None else _bool_arg(self.antialias, "antialias"),
+            },
+        )
+
+
+@dataclass(frozen=True)
+class RandomIoUCrop(Transform):
+    """torchvision v2 ``RandomIoUCrop(min_scale=0.3, max_scale=1.0, min_aspect_ratio=0.5, max_aspect_ratio=2.0,
+    sampler_options=None, trials=40)`` (SSD's) for a detection source: a crop overlapping (IoU) at least one box
+    whose centre it holds by a threshold picked from ``sampler_options`` (default ``[0.0, 0.1, 0.3, 0.5, 0.7,
+    0.9, 1.0]``; ≥ 1 leaves the image as it is); boxes whose centre falls outside become zeros for a later
+    ``SanitizeBoundingBoxes``. Its size varies: a later resize or crop, or ``Loader(pad_to=...)``, fixes it."""
+
+    min_scale: float = _DEFAULTS["RandomIoUCrop.min_scale"]
+    max_scale: float = _DEFAULTS["RandomIoUCrop.max_scale"]
+    min_aspect_ratio: float = _DEFAULTS["RandomIoUCrop.min_aspect_ratio"]
+    max_aspect_ratio: float = _DEFAULTS["RandomIoUCrop.max_aspect_ratio"]
+    sampler_options: Any = None
+    trials: int = _DEFAULTS["RandomIoUCrop.trials"]
+
+    def _spec(self) -> tuple[Any, ...]:
+        options = [0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0] if self.sampler_options is None else self.sampler_options
+        return (
+            "random_iou_crop",
+            {
+                "min_scale": _real(self.min_scale, "min_scale"),
+                "max_scale": _real(self.max_scale, "max_scale"),
+                "min_aspect_ratio": _real(self.min_aspect_ratio, "min_aspect_ratio"),
+                "max_aspect_ratio": _real(self.max_aspect_ratio, "max_aspect_ratio"),
+                "sampler_options": [_real(v, "sampler_options") for v in options],
+                "trials": _int_arg(self.trials, "trials"),
             },
         )
 
@@ -1178,9 +1233,11 @@ BUILTIN = (
     RandomRotation,
     RandomAffine,
     RandomPerspective,
+    RandomPhotometricDistort,
     RandomZoomOut,
     ScaleJitter,
     RandomShortestSize,
+    RandomIoUCrop,
     SanitizeBoundingBoxes,
     ClampBoundingBoxes,
     AutoAugment,

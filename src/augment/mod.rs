@@ -478,6 +478,19 @@ pub struct WorkerScratch {
 }
 
 impl WorkerScratch {
+    /// The boxes (XYXY, source pixels) of the sample about to be processed, for the ops whose draw depends on
+    /// them (`None`: its source has none).
+    pub fn set_boxes(&mut self, boxes: Option<&[[f64; 4]]>) {
+        match (boxes, &mut self.program.boxes) {
+            (Some(b), Some(v)) => {
+                v.clear();
+                v.extend_from_slice(b);
+            }
+            (Some(b), slot) => *slot = Some(b.to_vec()),
+            (None, slot) => *slot = None,
+        }
+    }
+
     /// Fresh scratch with its own decompressor, under the default limits.
     pub fn new() -> Result<Self> {
         Self::with_limits(DecodeLimits::default())
@@ -782,7 +795,7 @@ impl SamplePipeline {
         debug_assert!(region.y0 <= y.win0 && y.win1 <= region.y0 + region.height);
         let src =
             SourcePixels { pixels: region.pixels, stride: region.stride, x0: region.x0, y0: region.y0, channels: 3 };
-        self.run_stages(src, m, &plan, s, program, key, dst)?;
+        self.run_stages(src, m, &plan, (info.width, info.height), s, program, key, dst)?;
         Ok(SampleTiming::since(t0, t1, decoder.last_decode_damaged()))
     }
 
@@ -808,7 +821,7 @@ impl SamplePipeline {
         let channels = usize::from(array.channels);
         let src = SourcePixels { pixels: array.image(i), stride: w as usize * channels, x0: 0, y0: 0, channels };
         let t1 = Instant::now();
-        self.run_stages(src, 8, &plan, s, program, key, dst)?;
+        self.run_stages(src, 8, &plan, (w, h), s, program, key, dst)?;
         Ok(SampleTiming::since(t0, t1, false))
     }
 
@@ -821,6 +834,7 @@ impl SamplePipeline {
         src: SourcePixels<'_>,
         m: u8,
         plan: &geometry::SamplePlan,
+        image_wh: (u32, u32),
         s: &mut ResampleScratch,
         ps: &mut ProgramScratch,
         key: SampleKey,
@@ -845,7 +859,13 @@ impl SamplePipeline {
             (&OutputLut::U8, Layout::Nhwc, pw, ph),
             &mut ps.frame.buf[..n],
         );
-        self.program.run_ops(ps, key).map_err(|msg| ImageError::new(crate::error::ImageErrorKind::Unsupported, msg))?;
+        let unsupported = |msg| ImageError::new(crate::error::ImageErrorKind::Unsupported, msg);
+        if targets::needs_boxes(&self.program) {
+            // the draws that depend on the boxes: the target replay's (the same for the sample's targets)
+            let replay = targets::TargetPlan::replay(&self.program, key, image_wh, c, ps.boxes.as_deref());
+            ps.box_draws = replay.map_err(unsupported)?.box_draws;
+        }
+        self.program.run_ops(ps, key).map_err(unsupported)?;
         let f = &ps.frame;
         let canvas = (self.height, self.width);
         if self.program.pad_to.is_some() {

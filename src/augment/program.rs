@@ -275,6 +275,11 @@ pub struct ProgramScratch {
     pub frame: Frame,
     /// The ops' spare buffers.
     pub ops: OpScratch,
+    /// The sample's boxes (XYXY, source pixels) when its source has them (`None`: it has none).
+    pub boxes: Option<Vec<[f64; 4]>>,
+    /// The draws made from the boxes (RandomIoUCrop's), by site: `augment::targets::TargetPlan::replay`'s, made
+    /// before stage 2 runs.
+    pub box_draws: Vec<(Site, Drawn)>,
 }
 
 /// The stream of the op at `site` for sample `key` (`OP_BASE + pos` at the top level; [`Site::stream`] inside
@@ -301,7 +306,14 @@ fn run_op(op: &OpSpec, site: Site, s: &mut ProgramScratch, key: SampleKey) -> st
             ops::MAX_FRAME_PIXELS
         ));
     }
-    let drawn = op.sample(&mut rng, (s.frame.h, s.frame.w, s.frame.c))?;
+    let drawn = match op {
+        // drawn from the boxes by the target replay, before stage 2 (SamplePipeline::run_stages)
+        OpSpec::RandomIoUCrop(_) => match s.box_draws.iter().find(|(at, _)| *at == site) {
+            Some((_, d)) => d.clone(),
+            None => return Err(format!("RandomIoUCrop at {site}: no draw from the sample's boxes")),
+        },
+        _ => op.sample(&mut rng, (s.frame.h, s.frame.w, s.frame.c))?,
+    };
     match (op, &drawn) {
         (_, Drawn::Skip) => {}
         (OpSpec::RandomApply(c), _) => {
@@ -330,6 +342,7 @@ pub fn leaves_geometry(op: &OpSpec) -> bool {
     use OpSpec as O;
     match op {
         O::ColorJitter(_)
+        | O::RandomPhotometricDistort(_)
         | O::Grayscale(_)
         | O::RandomGrayscale(_)
         | O::GaussianBlur(_)

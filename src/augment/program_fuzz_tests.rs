@@ -533,8 +533,11 @@ fn oversized_intermediates_are_refused_at_compile_or_per_sample() {
         vec![invert.clone(), TransformSpec::ResizeShorter { shorter: 65_536 }, cc(1, 1)],
         vec![invert, TransformSpec::ResizeShorter { shorter: 1_000 }, cc(1, 1)],
     ] {
-        let p = SamplePipeline::new(t.clone(), OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None, pad_to: None })
-            .unwrap();
+        let p = SamplePipeline::new(
+            t.clone(),
+            OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None, pad_to: None },
+        )
+        .unwrap();
         let mut s = WorkerScratch::new().unwrap();
         let mut dst = vec![1; p.sample_bytes()];
         let e = p.process_pixels(&mut s, &a, 0, SampleKey { seed: 0, epoch: 0, index: 0 }, &mut dst).unwrap_err();

@@ -744,12 +744,8 @@ pub(crate) fn write_row_on<const C: usize>(
                 }
             }
         },
-        OutputLut::Half(t) => {
-            write_row_lut::<C, 2, u16>(t, layout, row, y, (dst_h, dst_w), dst, u16::to_ne_bytes)
-        }
-        OutputLut::F32(t) => {
-            write_row_lut::<C, 4, f32>(t, layout, row, y, (dst_h, dst_w), dst, f32::to_ne_bytes)
-        }
+        OutputLut::Half(t) => write_row_lut::<C, 2, u16>(t, layout, row, y, (dst_h, dst_w), dst, u16::to_ne_bytes),
+        OutputLut::F32(t) => write_row_lut::<C, 4, f32>(t, layout, row, y, (dst_h, dst_w), dst, f32::to_ne_bytes),
     }
 }
 

@@ -19,6 +19,7 @@
 //! Ops that torchvision cannot apply to boxes (non-constant padding) or that trdata cannot replay (policies,
 //! Python steps, timm ops) are refused by [`check_program`] when the loader is built, naming the op.
 
+use super::SampleKey;
 use super::geometry::SamplePlan;
 use super::kernels::{Frame, PadMode};
 use super::ops::{self, Drawn, OpScratch, OpSpec};
@@ -26,7 +27,6 @@ use super::program::{Program, leaves_geometry, op_rng};
 use super::resize::center_crop_start;
 use super::site::Site;
 use super::warp::{self, Interp};
-use super::SampleKey;
 use crate::annot::mask::{MaskError, Rle};
 use crate::annot::warp::{AxisMap, TargetGeometry, nearest_index};
 use crate::rng::SampleRng;
@@ -78,6 +78,9 @@ pub struct Step {
     pub canvas: (usize, usize),
     /// For a warp: the op as a mask moves (nearest, zero fill) and its draw.
     warp: Option<(OpSpec, Drawn)>,
+    /// RandomIoUCrop's crop (XYXY, input pixels): a box whose centre is not strictly inside it becomes
+    /// `[0, 0, 0, 0]` (torchvision marks it so for SanitizeBoundingBoxes).
+    zero_outside: Option<[f64; 4]>,
 }
 
 /// A sample's whole target geometry.
@@ -89,6 +92,8 @@ pub struct TargetPlan {
     pub steps: Vec<Step>,
     /// The stage-2 ops that moved pixels, in order: (op, its draw, canvas (height, width) before).
     pub draws: Vec<(&'static str, Drawn, (usize, usize))>,
+    /// The draws made from the sample's boxes (RandomIoUCrop), by site: the workers run them as drawn here.
+    pub box_draws: Vec<(Site, Drawn)>,
 }
 
 /// The prefix's geometry for targets: `plan` (the decode's) and whether the prefix crops.
@@ -96,6 +101,20 @@ pub fn prefix_geometry(plan: &SamplePlan, crops: bool) -> TargetGeometry {
     let axis =
         |a: &super::resize::Axis| AxisMap { lo: a.lo, hi: a.hi, resized: a.resized, start: a.start, out: a.out_n };
     TargetGeometry { x: axis(&plan.x), y: axis(&plan.y), flip: plan.flip, vflip: plan.vflip, clamp: crops }
+}
+
+/// Whether `program` has an op whose draw depends on the sample's boxes (RandomIoUCrop, inside containers too).
+pub fn needs_boxes(program: &Program) -> bool {
+    fn op_needs(op: &OpSpec) -> bool {
+        match op {
+            OpSpec::RandomIoUCrop(_) => true,
+            OpSpec::RandomApply(c) => c.transforms.iter().any(op_needs),
+            OpSpec::RandomChoice(c) => c.transforms.iter().any(op_needs),
+            OpSpec::RandomOrder(c) => c.transforms.iter().any(op_needs),
+            _ => false,
+        }
+    }
+    program.ops.iter().any(|(_, op)| op_needs(op))
 }
 
 /// Refuse a program whose ops cannot move a detection sample's targets (module docs): the first such op's
@@ -122,6 +141,7 @@ fn check_op(op: &OpSpec) -> Result<(), String> {
         O::RandomCrop(c) => constant(c.mode, "RandomCrop"),
         O::HorizontalFlip(_)
         | O::RandomZoomOut(_)
+        | O::RandomIoUCrop(_)
         | O::ScaleJitter(_)
         | O::RandomShortestSize(_)
         | O::SanitizeBoundingBoxes(_)
@@ -148,13 +168,24 @@ impl TargetPlan {
     /// Replay `program` for sample `key` of an image `w × h` (module docs). `channels` is the loader's (some
     /// draws see the frame's shape). An op that cannot run on this sample (a RandomCrop larger than the padded
     /// image) → its message, as the worker reports it.
-    pub fn replay(program: &Program, key: SampleKey, (w, h): (u32, u32), channels: usize) -> Result<Self, String> {
+    ///
+    /// `boxes` (XYXY, source pixels) are the sample's, for the ops whose draw depends on them (RandomIoUCrop:
+    /// refused without them).
+    pub fn replay(
+        program: &Program,
+        key: SampleKey,
+        (w, h): (u32, u32),
+        channels: usize,
+        boxes: Option<&[[f64; 4]]>,
+    ) -> Result<Self, String> {
         let plan = program.prefix.plan(w, h, key);
         let prefix = prefix_geometry(&plan, program.prefix.crops());
-        let mut out = TargetPlan { prefix, steps: Vec::new(), draws: Vec::new() };
+        let mut out = TargetPlan { prefix, steps: Vec::new(), draws: Vec::new(), box_draws: Vec::new() };
         let mut hw = (plan.y.out_n, plan.x.out_n);
+        // the boxes as the ops see them, moved step by step (only when an op needs them)
+        let mut cur = boxes.filter(|_| needs_boxes(program)).map(|b| b.iter().map(|&b| prefix.boxes(b)).collect());
         for (pos, op) in &program.ops {
-            out.replay_op(op, Site::top(*pos), key, &mut hw, channels)?;
+            out.replay_op(op, Site::top(*pos), key, &mut hw, channels, &mut cur)?;
         }
         Ok(out)
     }
@@ -171,32 +202,45 @@ impl TargetPlan {
         key: SampleKey,
         hw: &mut (usize, usize),
         c: usize,
+        cur: &mut Option<Vec<[f64; 4]>>,
     ) -> Result<(), String> {
         if leaves_geometry(op) && !matches!(op, OpSpec::SanitizeBoundingBoxes(_) | OpSpec::ClampBoundingBoxes(_)) {
             return Ok(());
         }
         let mut rng = op_rng(key, site);
-        let drawn = op.sample(&mut rng, (hw.0, hw.1, c))?;
+        let drawn = match op {
+            OpSpec::RandomIoUCrop(o) => {
+                let boxes = cur.as_deref().ok_or("RandomIoUCrop draws from the sample's boxes: it runs on a \
+                                                  detection source only")?;
+                let d = o.draw(&mut rng, *hw, boxes);
+                self.box_draws.push((site, d.clone()));
+                d
+            }
+            _ => op.sample(&mut rng, (hw.0, hw.1, c))?,
+        };
         match (op, &drawn) {
             (_, Drawn::Skip) => {}
             (OpSpec::RandomApply(ct), _) => {
                 for (i, t) in ct.transforms.iter().enumerate() {
-                    self.replay_op(t, site.child(i), key, hw, c)?;
+                    self.replay_op(t, site.child(i), key, hw, c, cur)?;
                 }
             }
             (OpSpec::RandomChoice(ct), Drawn::Pick(i)) => {
                 let i = *i as usize;
-                self.replay_op(&ct.transforms[i], site.child(i), key, hw, c)?;
+                self.replay_op(&ct.transforms[i], site.child(i), key, hw, c, cur)?;
             }
             (OpSpec::RandomOrder(ct), Drawn::Order { order, n }) => {
                 for &i in &order[..usize::from(*n)] {
-                    self.replay_op(&ct.transforms[usize::from(i)], site.child(usize::from(i)), key, hw, c)?;
+                    self.replay_op(&ct.transforms[usize::from(i)], site.child(usize::from(i)), key, hw, c, cur)?;
                 }
             }
             _ => {
                 self.draws.push((op.name(), drawn.clone(), *hw));
                 for step in steps_of(op, &drawn, *hw)? {
                     *hw = step.canvas;
+                    if let Some(cur) = cur {
+                        cur.iter_mut().for_each(|b| *b = step.boxes(*b));
+                    }
                     self.steps.push(step);
                 }
             }
@@ -259,7 +303,7 @@ impl TargetPlan {
 
 impl Step {
     fn new(op: &'static str, map: Move, clamp: bool, from: (usize, usize), canvas: (usize, usize)) -> Self {
-        Step { op, map, clamp, from, canvas, warp: None }
+        Step { op, map, clamp, from, canvas, warp: None, zero_outside: None }
     }
 
     /// A point under the map; `keypoint` mirrors as `W - 1 - x` (keypoints) instead of `W - x` (box edges).
@@ -281,6 +325,11 @@ impl Step {
 
     /// A box under the map: its corners mapped, their bounds, clamped when the op clamps.
     pub fn boxes(&self, [x1, y1, x2, y2]: [f64; 4]) -> [f64; 4] {
+        if let Some(crop) = &self.zero_outside
+            && !crate::augment::ops::detection::center_within(&[x1, y1, x2, y2], crop)
+        {
+            return [0.0; 4];
+        }
         let corners = [(x1, y1), (x2, y1), (x2, y2), (x1, y2)].map(|(x, y)| self.point(x, y, false));
         let (mut lo, mut hi) = ([f64::INFINITY; 2], [f64::NEG_INFINITY; 2]);
         for (x, y) in corners {
@@ -372,6 +421,7 @@ fn steps_of(op: &OpSpec, drawn: &Drawn, (h, w): (usize, usize)) -> Result<Vec<St
         from: (h, w),
         canvas: to,
         warp: Some((mask_op, drawn.clone())),
+        zero_outside: None,
     };
     let zero = Some(vec![0.0]);
     Ok(match (op, drawn) {
@@ -386,6 +436,11 @@ fn steps_of(op: &OpSpec, drawn: &Drawn, (h, w): (usize, usize)) -> Result<Vec<St
         }
         (O::ScaleJitter(_) | O::RandomShortestSize(_), Drawn::Size { h: nh, w: nw }) => {
             vec![scale((h, w), (*nh as usize, *nw as usize))]
+        }
+        (O::RandomIoUCrop(_), Drawn::Box { top, left, h: ch, w: cw }) => {
+            let crop = [f64::from(*left), f64::from(*top), f64::from(*left + *cw), f64::from(*top + *ch)];
+            let step = shift(-i64::from(*left), -i64::from(*top), (h, w), (*ch as usize, *cw as usize));
+            vec![Step { zero_outside: Some(crop), ..step }]
         }
         (O::HorizontalFlip(_), _) => vec![Step::new(name, Move::HFlip, false, (h, w), (h, w))],
         (O::VerticalFlip(_), _) => vec![Step::new(name, Move::VFlip, false, (h, w), (h, w))],
@@ -482,7 +537,13 @@ fn sanitize_keeps(b: [f64; 4], (h, w): (usize, usize), min_size: f64, min_area: 
 
 /// torchvision's `_get_inverse_affine_matrix(center, angle, translate, scale, shear, inverted=False)`: the
 /// forward map input → output, `center` in absolute pixels.
-pub fn forward_affine(center: [f64; 2], angle_deg: f64, translate: [f64; 2], scale: f64, shear_deg: [f64; 2]) -> [f64; 6] {
+pub fn forward_affine(
+    center: [f64; 2],
+    angle_deg: f64,
+    translate: [f64; 2],
+    scale: f64,
+    shear_deg: [f64; 2],
+) -> [f64; 6] {
     let rot = angle_deg.to_radians();
     let (sx, sy) = (shear_deg[0].to_radians(), shear_deg[1].to_radians());
     let [cx, cy] = center;

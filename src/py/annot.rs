@@ -104,7 +104,8 @@ impl TargetPlan {
         if b.ncols() != 4 {
             return Err(pyo3::exceptions::PyValueError::new_err("boxes are (K, 4)"));
         }
-        let moved: Vec<([f64; 4], bool)> = b.rows().into_iter().map(|r| self.0.boxes([r[0], r[1], r[2], r[3]])).collect();
+        let moved: Vec<([f64; 4], bool)> =
+            b.rows().into_iter().map(|r| self.0.boxes([r[0], r[1], r[2], r[3]])).collect();
         let flat: Vec<f32> = moved.iter().flat_map(|(b, _)| b.map(|v| v as f32)).collect();
         let keep = PyArray1::from_iter(py, moved.iter().map(|(_, k)| *k));
         Ok((PyArray1::from_vec(py, flat).reshape([b.nrows(), 4])?, keep))

@@ -202,8 +202,8 @@ fn gpu_resample_check<'py>(
         dtype: config::DTYPE.parse(&dtype).py_err()?,
         layout: config::LAYOUT.parse(&layout).py_err()?,
         normalize: normalize.map(|(m, s)| Normalize::from_user(&m, &s, Channels::Rgb)).transpose().py_err()?,
-            pad_to: None,
-        };
+        pad_to: None,
+    };
     let keys: Vec<SampleKey> = keys.into_iter().map(|(seed, epoch, index)| SampleKey { seed, epoch, index }).collect();
     let extra: Vec<PathBuf> = extra.into_iter().map(PathBuf::from).collect();
     let (cpu, got, build, device_bytes) = py

@@ -12,11 +12,12 @@ use crate::error::{ImageError, ImageErrorKind, SampleError, TrdataError};
 use crate::source::packed::{CACHE_BLOCKS, MODE, WINDOW_BLOCKS};
 use crate::source::{self, Dataset, Store};
 use crate::source::{ExternalImage, ExternalSample, Reader};
+use crate::storage::{Location, STORAGE_OPTIONS, StorageOptions};
 use crate::sync::Arc;
 use crate::worker::MAX_FILE_BYTES;
 use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyString};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -39,6 +40,25 @@ impl NativeSource {
     fn files(paths: Vec<PathBuf>, labels: Vec<i64>, classes: Vec<OsString>) -> PyResult<Self> {
         let mut dataset = source::file_list(paths, labels).py_err()?;
         dataset.classes = classes;
+        Ok(Self::new(dataset))
+    }
+
+    /// This source with each image's boxes (a detection source: XYXY float64 `(A, 4)` in source pixels, image
+    /// `i`'s are rows `offsets[i]..offsets[i + 1]`), for the ops whose draw depends on them (RandomIoUCrop).
+    fn with_boxes(
+        &self,
+        offsets: Vec<usize>,
+        boxes: numpy::PyReadonlyArray2<'_, f64>,
+    ) -> PyResult<Self> {
+        let b = boxes.as_array();
+        if b.ncols() != 4 {
+            return Err(pyo3::exceptions::PyValueError::new_err("boxes are (A, 4)"));
+        }
+        let rows = b.rows().into_iter().map(|r| [r[0], r[1], r[2], r[3]]).collect();
+        let table = source::annotations::BoxTable::new(self.dataset.len(), offsets, rows)
+            .map_err(pyo3::exceptions::PyValueError::new_err)?;
+        let mut dataset = (*self.dataset).clone();
+        dataset.boxes = Some(Arc::new(table));
         Ok(Self::new(dataset))
     }
 
@@ -84,24 +104,37 @@ impl NativeSource {
         Ok(Self::new(source::spans(files, file_index, offsets, lens, labels).py_err()?))
     }
 
-    /// The packed file `path` (`trdata.Packed`): `mode` "full" (read into memory once) or "partial" (blocks
-    /// streamed through a bounded cache of `cache_blocks`, shuffled within windows of `window_blocks` blocks).
-    /// The header and index are checked here (`SourceError` naming the file).
+    /// The packed file `path` (`trdata.Packed`): a local path or a URL (`s3://`, `gs://`, `az://`, `http(s)://`,
+    /// storage/) read with `storage_options`; `mode` "full" (read into memory once) or "partial" (blocks streamed
+    /// through a bounded cache of `cache_blocks`, shuffled within windows of `window_blocks` blocks). The header
+    /// and index are checked here (`SourceError` naming the file or URL).
     #[staticmethod]
-    #[pyo3(signature = (path, mode = "full", window_blocks = None, cache_blocks = None))]
+    #[pyo3(signature = (path, mode = "full", window_blocks = None, cache_blocks = None, storage_options = None))]
     fn packed(
         py: Python<'_>,
         path: PathBuf,
         mode: &str,
         window_blocks: Option<&Bound<'_, PyAny>>,
         cache_blocks: Option<&Bound<'_, PyAny>>,
+        storage_options: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mode = MODE.parse(mode).py_err()?;
         let window = window_blocks.map(|v| int_arg::<i128>(v, &WINDOW_BLOCKS)).transpose()?;
         let cache = cache_blocks.map(|v| int_arg::<i128>(v, &CACHE_BLOCKS)).transpose()?;
+        let location = Location::parse("path", &path).py_err()?;
+        let options = storage_options.map(storage_options_arg).transpose()?.unwrap_or_default();
         // Opening reads the index (and in full mode every record): detached, so other threads run meanwhile.
-        let dataset = py.detach(|| source::packed_dataset(&path, mode, window, cache)).py_err()?;
+        let dataset = py.detach(|| source::packed_dataset_at(&location, &options, mode, window, cache)).py_err()?;
         Ok(Self::new(dataset))
+    }
+
+    /// The counters of the reads of a packed source (GETs or preads, bytes, retries, failures; storage/), None
+    /// for any other source.
+    #[getter]
+    fn storage_stats(&self) -> Option<std::collections::HashMap<&'static str, u64>> {
+        let Store::Packed(p) = &self.dataset.store else { return None };
+        let s = p.reader().stats();
+        Some([("requests", s.requests), ("bytes", s.bytes), ("retries", s.retries), ("failures", s.failures)].into())
     }
 
     /// `len` samples made on demand by `fetch(i, epoch) -> (kind, payload, label)` (`trdata.sources.python`): kind
@@ -155,6 +188,34 @@ impl NativeSource {
         }
         Ok(out)
     }
+}
+
+/// `storage_options` as the core takes them: a dict of str keys to str, bool, int or float values (bools as
+/// "true"/"false", numbers as written); anything else is a `ConfigError` naming the parameter and the key.
+fn storage_options_arg(value: &Bound<'_, PyAny>) -> PyResult<StorageOptions> {
+    let bad = |m: String| to_py(TrdataError::config(STORAGE_OPTIONS, m));
+    let dict = value
+        .cast::<PyDict>()
+        .map_err(|_| bad(format!("a {} must be a dict of str keys and values", type_name(value))))?;
+    let mut pairs = Vec::with_capacity(dict.len());
+    for (k, v) in dict.iter() {
+        let key: String = k.extract().map_err(|_| bad(format!("the key {k} must be a str")))?;
+        let text = if let Ok(b) = v.cast::<PyBool>() {
+            if b.is_true() { "true".to_string() } else { "false".to_string() }
+        } else if v.is_instance_of::<PyString>() {
+            v.extract::<String>()?
+        } else if v.is_instance_of::<PyInt>() || v.is_instance_of::<PyFloat>() {
+            v.str()?.extract::<String>()?
+        } else {
+            return Err(bad(format!("{key:?}: a {} must be a str, bool, int or float", type_name(&v))));
+        };
+        pairs.push((key, text));
+    }
+    StorageOptions::new(pairs).py_err()
+}
+
+fn type_name(v: &Bound<'_, PyAny>) -> String {
+    v.get_type().name().map_or_else(|_| "value".to_string(), |n| n.to_string())
 }
 
 /// One stored extra value as Python gets it: (field, kind code, bytes).

@@ -58,3 +58,34 @@ mod tests {
         assert!(matches!(&e, TrdataError::Source { message, .. } if message.contains("cannot be read")), "{e}");
     }
 }
+
+/// Each image's boxes (XYXY, source pixels), grouped by image: image `i`'s are `boxes[offsets[i]..offsets[i + 1]]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoxTable {
+    offsets: Vec<usize>,
+    boxes: Vec<[f64; 4]>,
+}
+
+impl BoxTable {
+    /// A table for `images` images from `offsets` (`images + 1`, non-decreasing, from 0 to `boxes.len()`): the
+    /// message says what is wrong otherwise.
+    pub fn new(images: usize, offsets: Vec<usize>, boxes: Vec<[f64; 4]>) -> std::result::Result<Self, String> {
+        if offsets.len() != images + 1
+            || offsets.first() != Some(&0)
+            || offsets.last() != Some(&boxes.len())
+            || offsets.windows(2).any(|w| w[0] > w[1])
+        {
+            return Err(format!(
+                "box offsets must be {} non-decreasing numbers from 0 to {} (one more than the images)",
+                images + 1,
+                boxes.len()
+            ));
+        }
+        Ok(Self { offsets, boxes })
+    }
+
+    /// Image `i`'s boxes.
+    pub fn of(&self, i: usize) -> &[[f64; 4]] {
+        &self.boxes[self.offsets[i]..self.offsets[i + 1]]
+    }
+}

@@ -24,9 +24,10 @@ pub use packed::{PackedFile, PackedMode};
 pub use read::{describe as describe_file_type, read_sample, read_span, undecoded_format};
 
 use crate::error::{Result, TrdataError};
+use crate::storage::{Location, StorageOptions};
 use crate::sync::Arc;
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Where the samples' images live.
 #[derive(Debug, Clone)]
@@ -104,6 +105,8 @@ pub struct Dataset {
     pub labels: Vec<i64>,
     /// Class names (ImageFolder: folder names, bytes as on disk) or empty.
     pub classes: Vec<OsString>,
+    /// Each image's boxes (a detection source): the ops whose draw depends on them (RandomIoUCrop) read them.
+    pub boxes: Option<Arc<annotations::BoxTable>>,
 }
 
 impl Dataset {
@@ -186,19 +189,30 @@ impl Dataset {
     }
 }
 
-/// A dataset of the packed file `path` (`trdata.Packed`), opened in `mode` (see [`packed`] for the format and
-/// the modes; `window_blocks`/`cache_blocks` as the user gave them, None = default). The header and index are
-/// checked here: a foreign, truncated or damaged file is a `SourceError` naming it.
+/// A dataset of the packed file `path` (`trdata.Packed`; [`packed_dataset_at`] for a URL), opened in `mode` (see [`packed`] for the format and the modes; `window_blocks`/`cache_blocks` as
+/// the user gave them, None = default). The header and index are checked here: a foreign, truncated or damaged
+/// file or object is a `SourceError` naming it.
 pub fn packed_dataset(
-    path: &Path,
+    path: &std::path::Path,
     mode: PackedMode,
     window_blocks: Option<i128>,
     cache_blocks: Option<i128>,
 ) -> Result<Dataset> {
-    let file = PackedFile::open(path, mode, window_blocks, cache_blocks)?;
+    packed_dataset_at(&Location::local(path), &StorageOptions::default(), mode, window_blocks, cache_blocks)
+}
+
+/// [`packed_dataset`] of a local path or a URL (storage/): `options` are the user's `storage_options`.
+pub fn packed_dataset_at(
+    location: &Location,
+    options: &StorageOptions,
+    mode: PackedMode,
+    window_blocks: Option<i128>,
+    cache_blocks: Option<i128>,
+) -> Result<Dataset> {
+    let file = PackedFile::open_at(location, options, mode, window_blocks, cache_blocks)?;
     let labels = file.index().rows.iter().map(|r| r.label).collect();
     let classes = file.index().meta.classes.clone();
-    Ok(Dataset { store: Store::Packed(Arc::new(file)), labels, classes })
+    Ok(Dataset { store: Store::Packed(Arc::new(file)), labels, classes, boxes: None })
 }
 
 /// The `paths` parameter's name (its rules: [`check_file_list`]).
@@ -239,7 +253,7 @@ pub fn check_file_list(paths: &[PathBuf], num_labels: usize) -> Result<()> {
 /// missing file is reported (or skipped) when its sample is decoded, like any other bad input.
 pub fn file_list(paths: Vec<PathBuf>, labels: Vec<i64>) -> Result<Dataset> {
     check_file_list(&paths, labels.len())?;
-    Ok(Dataset { store: Store::Files(paths), labels, classes: Vec::new() })
+    Ok(Dataset { store: Store::Files(paths), labels, classes: Vec::new(), boxes: None })
 }
 
 /// The `dataset` parameter's name (`trdata.DatasetSource(dataset)`; its rules: [`external`]).
@@ -255,7 +269,7 @@ pub fn external(reader: Box<dyn Reader>, len: usize) -> Result<Dataset> {
         ));
     }
     let store = ExternalStore::new(reader, len);
-    Ok(Dataset { store: Store::External(Arc::new(store)), labels: vec![0; len], classes: Vec::new() })
+    Ok(Dataset { store: Store::External(Arc::new(store)), labels: vec![0; len], classes: Vec::new(), boxes: None })
 }
 
 /// `blobs` / `images` / `labels` names of the in-memory sources (their rules: [`bytes`], [`arrays`]).
@@ -277,7 +291,7 @@ pub fn bytes(blobs: Vec<Vec<u8>>, labels: Vec<i64>) -> Result<Dataset> {
             format!("{} labels must be one per blob ({} blobs)", labels.len(), blobs.len()),
         ));
     }
-    Ok(Dataset { store: Store::Blobs(blobs), labels, classes: Vec::new() })
+    Ok(Dataset { store: Store::Blobs(blobs), labels, classes: Vec::new(), boxes: None })
 }
 
 /// A dataset of byte spans of files (`trdata.WebDataset`: tar members): one (file, offset, len) and one label per
@@ -300,7 +314,7 @@ pub fn spans(
     if let Some(i) = (0..n).find(|&i| file[i] as usize >= files.len()) {
         return Err(TrdataError::config(SHARDS, format!("span {i} must name one of the {} files", files.len())));
     }
-    Ok(Dataset { store: Store::Spans(Spans { files, file, offset, len }), labels, classes: Vec::new() })
+    Ok(Dataset { store: Store::Spans(Spans { files, file, offset, len }), labels, classes: Vec::new(), boxes: None })
 }
 
 /// A dataset of raw uint8 pixels (`trdata.Arrays`): `data` holds `count` images of `height × width × channels`
@@ -336,7 +350,12 @@ pub fn arrays(
         ));
     }
     let channels = channels as u8; // 1 or 3, checked above
-    Ok(Dataset { store: Store::Pixels(PixelArray { data, height, width, channels }), labels, classes: Vec::new() })
+    Ok(Dataset {
+        store: Store::Pixels(PixelArray { data, height, width, channels }),
+        labels,
+        classes: Vec::new(),
+        boxes: None,
+    })
 }
 
 #[cfg(test)]

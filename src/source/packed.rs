@@ -71,7 +71,7 @@
 //! - `full`: the data region is read into memory once at open (one allocation, `Memory` error if it does not fit;
 //!   the read itself prefaults every page; NUMA placement is first touch by the opening thread — the workers may
 //!   sit on another node); records are served as slices of it, no copy.
-//! - `partial`: blocks are read whole (pread, `read_span`) into a [`BlockCache`] shared by all workers, bounded
+//! - `partial`: blocks are read whole (`ObjectReader::read_range`: pread, or one ranged GET) into a [`BlockCache`] shared by all workers, bounded
 //!   by `cache_blocks` entries (default `window_blocks` + 2 × the CPUs this process may use): memory ≤
 //!   (`cache_blocks` + readers) × max(block_bytes, largest record). The plan (plan/mod.rs) orders records
 //!   so that workers move through windows of `window_blocks` blocks ([`Dataset::block_structure`]).
@@ -79,14 +79,14 @@
 use super::block_cache::{BlockBytes, BlockCache, OrderKey};
 use super::packed_extras::{EXTRAS_ROW_BYTES, EXTRAS_VERSION, ExtraKind, ExtrasIndex, ExtrasWriter, decode_record};
 use super::packed_json::{self as json, Json};
-use super::read_span;
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
 use crate::param::{Choice, IntParam};
+use crate::storage::{Location, ObjectReader, StorageOptions};
 use crate::sync::Arc;
 use std::ffi::OsString;
 use std::io::{self, Seek, SeekFrom, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The file's first 8 bytes.
 pub const MAGIC: [u8; 8] = *b"TRDPACK\0";
@@ -874,22 +874,21 @@ impl PackedIndex {
 
     /// Read and check the pack at `path` (not its data region). Errors are `SourceError`s naming the file.
     pub fn open(path: &Path) -> Result<Self> {
-        let fail = |message: String| TrdataError::Source { path: path.to_path_buf(), message };
+        Self::read(&ObjectReader::open_local(path)?)
+    }
+
+    /// Read and check the pack behind `reader` (a local file or an object; not its data region). Errors are
+    /// `SourceError`s naming it.
+    pub fn read(reader: &ObjectReader) -> Result<Self> {
+        let fail = |message: String| reader.source_error(message);
         let io_fail = |e: ImageError| fail(format!("cannot be read: {}", e.message));
-        let meta = std::fs::metadata(path).map_err(|e| fail(format!("cannot be opened: {e}")))?;
-        if !meta.is_file() {
-            return Err(fail("is not a regular file (a pack is one file)".into()));
-        }
-        let len = meta.len();
+        let len = reader.size();
         let mut head = Vec::new();
-        read_span(path, 0, len.min(HEADER_BYTES), HEADER_BYTES, &mut head).map_err(io_fail)?;
+        reader.read_range(0, len.min(HEADER_BYTES), HEADER_BYTES, &mut head).map_err(io_fail)?;
         let header = PackHeader::decode(&head, len).map_err(fail)?;
-        let read = |off: u64, n: u64| -> Result<Vec<u8>> {
-            let mut buf = Vec::new();
-            // n ≤ file length (checked by decode): the allocation is bounded by the file itself.
-            read_span(path, off, n, n, &mut buf).map_err(io_fail)?;
-            Ok(buf)
-        };
+        // n ≤ the object's length (checked by decode); read in parts, so that memory follows the bytes that
+        // actually arrive, not a size a server claims.
+        let read = |off: u64, n: u64| reader.read_growing(off, n).map_err(io_fail);
         let index = read(header.index_offset, header.index_bytes())?;
         let blocks = read(header.blocks_offset, header.blocks_bytes())?;
         let meta = read(header.meta_offset, header.meta_bytes)?;
@@ -1040,7 +1039,7 @@ enum PackedData {
 /// An open packed file: its index plus its records in memory (`full`) or behind a block cache (`partial`).
 #[derive(Debug)]
 pub struct PackedFile {
-    path: PathBuf,
+    reader: ObjectReader,
     index: PackedIndex,
     data: PackedData,
     window_blocks: u32,
@@ -1068,27 +1067,30 @@ impl std::ops::Deref for RecordBytes<'_> {
     }
 }
 
-/// `n` bytes of the pack `path` from `offset` (inside the file: checked at open), for full mode: a `Memory`
-/// error if they do not fit.
-fn read_whole(path: &Path, offset: u64, n: u64, what: &str) -> Result<Vec<u8>> {
-    let mut buf = Vec::new();
-    let what = format!("the {what} of {} (mode='full'; mode='partial' streams them)", path.display());
-    usize::try_from(n)
-        .ok()
-        .and_then(|n| buf.try_reserve_exact(n).ok())
-        .ok_or(TrdataError::Memory { what, bytes: n })?;
-    read_span(path, offset, n, n, &mut buf).map_err(|e| TrdataError::Source {
-        path: path.to_path_buf(),
-        message: format!("cannot be read: {}", e.message),
-    })?;
-    Ok(buf)
+/// `n` bytes of the pack from `offset` (inside the file: checked at open), for full mode: a `Memory` error if
+/// they do not fit.
+fn read_whole(reader: &ObjectReader, offset: u64, n: u64, what: &str) -> Result<Vec<u8>> {
+    let what = format!("the {what} of {} (mode='full'; mode='partial' streams them)", reader.name().display());
+    reader.read_region(offset, n, &what)
 }
 
 impl PackedFile {
-    /// Open `path` in `mode`. `window_blocks` (default [`DEFAULT_WINDOW_BLOCKS`]) and `cache_blocks` (default
-    /// window + 2 × usable CPUs, at least the window) matter in partial mode only but are checked in both.
+    /// Open the local file `path` in `mode` ([`open_at`](Self::open_at)).
     pub fn open(
         path: &Path,
+        mode: PackedMode,
+        window_blocks: Option<i128>,
+        cache_blocks: Option<i128>,
+    ) -> Result<Self> {
+        Self::open_at(&Location::local(path), &StorageOptions::default(), mode, window_blocks, cache_blocks)
+    }
+
+    /// Open the pack at `location` (a local path or a URL, read with `options`) in `mode`. `window_blocks`
+    /// (default [`DEFAULT_WINDOW_BLOCKS`]) and `cache_blocks` (default window + 2 × usable CPUs, at least the
+    /// window) matter in partial mode only but are checked in both, before anything is read.
+    pub fn open_at(
+        location: &Location,
+        options: &StorageOptions,
         mode: PackedMode,
         window_blocks: Option<i128>,
         cache_blocks: Option<i128>,
@@ -1105,22 +1107,30 @@ impl PackedFile {
                 ),
             ));
         }
-        let index = PackedIndex::open(path)?;
+        let reader = ObjectReader::open(location, options)?;
+        let index = PackedIndex::read(&reader)?;
         let data = match mode {
-            PackedMode::Full => PackedData::Full(read_whole(path, HEADER_BYTES, index.header.data_bytes, "records")?),
+            PackedMode::Full => {
+                PackedData::Full(read_whole(&reader, HEADER_BYTES, index.header.data_bytes, "records")?)
+            }
             PackedMode::Partial => PackedData::Partial(BlockCache::new(cache as usize)),
         };
         let block_starts = index.block_starts();
         let extras_data = match (mode, index.header.extras) {
-            (PackedMode::Full, Some(e)) => Some(read_whole(path, e.offset, e.bytes, "extras")?),
+            (PackedMode::Full, Some(e)) => Some(read_whole(&reader, e.offset, e.bytes, "extras")?),
             _ => None,
         };
-        Ok(Self { path: path.to_path_buf(), index, data, window_blocks: window, block_starts, extras_data })
+        Ok(Self { reader, index, data, window_blocks: window, block_starts, extras_data })
     }
 
-    /// The file.
+    /// What its bytes are read through (the location, the counters).
+    pub fn reader(&self) -> &ObjectReader {
+        &self.reader
+    }
+
+    /// The file, or the URL of the object (how messages name it).
     pub fn path(&self) -> &Path {
-        &self.path
+        self.reader.name()
     }
 
     /// Header, index and metadata.
@@ -1172,7 +1182,9 @@ impl PackedFile {
                 let block = self.index.blocks[b];
                 let arc = cache.get(b as u32, key_of(b), || {
                     let mut buf = Vec::new();
-                    read_span(&self.path, block.offset, block.bytes, block.bytes, &mut buf)?;
+                    self.reader
+                        .read_range(block.offset, block.bytes, block.bytes, &mut buf)
+                        .map_err(|e| ImageError::new(e.kind, format!("block {b}: {}", e.message)))?;
                     Ok(buf.into_boxed_slice())
                 })?;
                 let at = (row.offset - block.offset) as usize;
@@ -1208,7 +1220,7 @@ impl PackedFile {
                 &data[at..at + row.len as usize]
             }
             None => {
-                read_span(&self.path, row.offset, u64::from(row.len), u64::from(row.len), &mut read)?;
+                self.reader.read_range(row.offset, u64::from(row.len), u64::from(row.len), &mut read)?;
                 &read[..]
             }
         };

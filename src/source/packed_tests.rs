@@ -9,6 +9,7 @@ use crate::source::{BlockStructure, Dataset, Store, packed_dataset};
 use crate::synthetic::encode::JpegEncoder;
 use proptest::prelude::*;
 use std::io::Cursor;
+use std::path::PathBuf;
 
 fn jpeg(seed: u8, w: u32, h: u32) -> Vec<u8> {
     let px: Vec<u8> = (0..w * h * 3).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();

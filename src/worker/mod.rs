@@ -602,6 +602,7 @@ fn attempt_sample(
     let ctx = &job.ctx;
     let i = index as usize;
     let key = SampleKey { seed: ctx.seed, epoch: job.plan.epoch, index };
+    scratch.set_boxes(ctx.dataset.boxes.as_ref().map(|t| t.of(i)));
     let t0 = Instant::now();
     let result = match &ctx.dataset.store {
         Store::Files(paths) => read_sample(&paths[i], MAX_FILE_BYTES, file_buf)
@@ -737,7 +738,8 @@ mod tests {
 
     fn pipeline() -> SamplePipeline {
         let t = vec![TransformSpec::CenterCrop { height: 8, width: 8 }];
-        SamplePipeline::new(t, OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None, pad_to: None }).unwrap()
+        SamplePipeline::new(t, OutputSpec { dtype: DType::U8, layout: Layout::Nhwc, normalize: None, pad_to: None })
+            .unwrap()
     }
 
     /// Start one reproducible, unshuffled epoch of `num_samples` plan positions (batch `batch_size`, drop) over
@@ -766,7 +768,7 @@ mod tests {
     ) -> (Arc<Station>, WorkerPool, Arc<Stats>, Arc<WorkContext>) {
         let stats = Arc::new(Stats::default());
         let ctx = Arc::new(WorkContext {
-            dataset: Arc::new(Dataset { store, labels: vec![0; len], classes: vec![] }),
+            dataset: Arc::new(Dataset { store, labels: vec![0; len], classes: vec![], boxes: None }),
             pipeline: pipeline().into(),
             stats: Arc::clone(&stats),
             seed: 7,

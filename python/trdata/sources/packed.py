@@ -183,7 +183,15 @@ class Packed(Source):
     size); ``mode="partial"`` reads blocks on demand, holding at most ``cache_blocks`` blocks (default: the
     window plus two per worker), and shuffles by blocks: a permutation of the blocks each epoch, then a
     shuffle of the samples within each window of ``window_blocks`` consecutive blocks. Opening checks the
-    header and the index (CRC32C); each record's CRC32C is checked when it is read."""
+    header and the index (CRC32C); each record's CRC32C is checked when it is read.
+
+    ``path`` may be a URL: ``s3://bucket/key``, ``gs://``, ``az://``/``abfs://``, ``http(s)://`` (a server
+    that answers Range requests). Credentials and endpoints come from the standard environment variables
+    (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ``AWS_REGION``, …) and ``storage_options``, a dict with
+    object_store's key names (``aws_endpoint``, ``aws_access_key_id``, ``aws_secret_access_key``,
+    ``aws_region``, ``aws_allow_http``, …, ``timeout``) plus ``max_retries``, ``retry_init_backoff`` and
+    ``retry_max_backoff``. Failed reads are retried with backoff; one that still fails is a bad sample under
+    the loader's ``on_error``."""
 
     def __init__(
         self,
@@ -192,10 +200,12 @@ class Packed(Source):
         *,
         window_blocks: int | None = None,
         cache_blocks: int | None = None,
+        storage_options: Mapping[str, str | bool | int | float] | None = None,
     ) -> None:
         self.path = _fs_path(path)
         self.mode = mode
-        self._native = _core.NativeSource.packed(self.path, mode, window_blocks, cache_blocks)
+        options = dict(storage_options) if isinstance(storage_options, Mapping) else storage_options
+        self._native = _core.NativeSource.packed(self.path, mode, window_blocks, cache_blocks, options)
         self.labels = list(self._native.labels)
         self.classes = list(self._native.classes)
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}

@@ -2,7 +2,7 @@
 //! `GaussianBlur`), each its arguments, check, draw and kernel call ([`super::Op`]) over [`crate::augment::kernels`].
 
 use super::{Args, BITS, Drawn, HUE, KERNEL_SIZE, NUM_OUTPUT_CHANNELS, Op, OpScratch, SHARPNESS_FACTOR, SIGMA};
-use super::{DefaultValue, THRESHOLD, bad, check_p, gated, randperm, undrawn, uniform_f32};
+use super::{DefaultValue, THRESHOLD, bad, check_p, gate, gated, randperm, undrawn, uniform_f32};
 use crate::augment::default as tv;
 use crate::augment::kernels::{self, Frame};
 use crate::augment::site::{MAX_CONTAINER_OPS, Site};
@@ -229,18 +229,90 @@ impl Op for RandomChannelPermutation {
 
     fn apply(&self, drawn: &Drawn, frame: &mut Frame, _: &mut OpScratch, _: &mut SampleRng) {
         let Drawn::Order { order, n } = drawn else { undrawn(self.name(), drawn) };
-        let img = frame.view();
-        let order = &order[..usize::from(*n).min(img.c)];
-        if order.iter().enumerate().all(|(i, &o)| usize::from(o) == i) {
-            return;
+        permute_channels(frame, &order[..usize::from(*n)]);
+    }
+}
+
+/// Output channel `i` takes input channel `order[i]` (the first `c` entries).
+fn permute_channels(frame: &mut Frame, order: &[u8]) {
+    let img = frame.view();
+    let order = &order[..order.len().min(img.c)];
+    if order.iter().enumerate().all(|(i, &o)| usize::from(o) == i) {
+        return;
+    }
+    let mut px = [0u8; MAX_CONTAINER_OPS];
+    for pixel in img.data.chunks_exact_mut(img.c) {
+        px[..pixel.len()].copy_from_slice(pixel);
+        for (dst, &src) in pixel.iter_mut().zip(order) {
+            *dst = px[usize::from(src)];
         }
-        let mut px = [0u8; MAX_CONTAINER_OPS];
-        for pixel in img.data.chunks_exact_mut(img.c) {
-            px[..pixel.len()].copy_from_slice(pixel);
-            for (dst, &src) in pixel.iter_mut().zip(order) {
-                *dst = px[usize::from(src)];
+    }
+}
+
+/// `RandomPhotometricDistort(brightness, contrast, saturation, hue, p)` (SSD's): each of ColorJitter's
+/// adjustments with probability `p` (its factor uniform in its range), contrast before or after saturation and
+/// hue (a coin), then the channels permuted with probability `p` — torchvision v2's draw order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RandomPhotometricDistort {
+    /// The ranges (all four set).
+    pub jitter: ColorJitter,
+    /// Probability of each adjustment and of the permutation.
+    pub p: f64,
+}
+
+impl Op for RandomPhotometricDistort {
+    const KINDS: &'static [&'static str] = &["random_photometric_distort"];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[
+        ("RandomPhotometricDistort.brightness", DefaultValue::Pair(0.875, 1.125)),
+        ("RandomPhotometricDistort.contrast", DefaultValue::Pair(0.5, 1.5)),
+        ("RandomPhotometricDistort.saturation", DefaultValue::Pair(0.5, 1.5)),
+        ("RandomPhotometricDistort.hue", DefaultValue::Pair(-0.05, 0.05)),
+        ("RandomPhotometricDistort.p", DefaultValue::Num(0.5)),
+    ];
+
+    fn parse(a: &Args<'_>) -> Result<Self> {
+        Ok(RandomPhotometricDistort {
+            jitter: ColorJitter {
+                brightness: Some(a.pair("brightness")?),
+                contrast: Some(a.pair("contrast")?),
+                saturation: Some(a.pair("saturation")?),
+                hue: Some(a.pair("hue")?),
+            },
+            p: a.num("p")?,
+        })
+    }
+
+    fn name(&self) -> &'static str {
+        "RandomPhotometricDistort"
+    }
+
+    fn check(&self, op: &str, pos: Site) -> Result<()> {
+        self.jitter.check(op, pos)?;
+        check_p(self.p, op, pos)
+    }
+
+    fn sample(&self, rng: &mut SampleRng, (_, _, c): (usize, usize, usize)) -> std::result::Result<Drawn, String> {
+        let j = &self.jitter;
+        let mut factors = [None; 4];
+        for (f, r) in factors.iter_mut().zip([&j.brightness, &j.contrast, &j.saturation, &j.hue]) {
+            if gate(rng, self.p) {
+                *f = r.map(|r| uniform_f32(rng, r));
             }
         }
+        let contrast_before = gate(rng, 0.5);
+        let order = if contrast_before { [0, 1, 2, 3] } else { [0, 2, 3, 1] };
+        let mut perm = [0u8, 1, 2];
+        let permute = gate(rng, self.p);
+        if permute && let Drawn::Order { order: o, n } = randperm(rng, c) {
+            perm[..usize::from(n).min(3)].copy_from_slice(&o[..usize::from(n).min(3)]);
+        }
+        Ok(Drawn::Distort { order, factors, perm })
+    }
+
+    fn apply(&self, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, rng: &mut SampleRng) {
+        let Drawn::Distort { order, factors, perm } = drawn else { undrawn(self.name(), drawn) };
+        self.jitter.apply(&Drawn::Jitter { order: *order, factors: *factors }, frame, scratch, rng);
+        permute_channels(frame, perm);
     }
 }
 

@@ -7,8 +7,8 @@ use super::{Args, DefaultValue, Drawn, MAX_SIDE, MAX_SIZE, Op, OpScratch, P, bad
 use super::{default as g, gate, undrawn};
 use crate::augment::kernels::{Frame, PadMode};
 use crate::augment::resize::{self, Resample};
-use crate::augment::stage2::resize_box;
 use crate::augment::site::Site;
+use crate::augment::stage2::resize_box;
 use crate::error::Result;
 use crate::rng::SampleRng;
 
@@ -322,4 +322,147 @@ impl Op for RandomShortestSize {
     fn apply(&self, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, _: &mut SampleRng) {
         resize_to(drawn, self.name(), frame, scratch, self.resample);
     }
+}
+
+/// `RandomIoUCrop(min_scale, max_scale, min_aspect_ratio, max_aspect_ratio, sampler_options, trials)` (SSD's):
+/// a crop whose overlap (IoU) with at least one box whose centre it holds reaches a threshold picked from
+/// `sampler_options` (a value ≥ 1 leaves the image as it is); boxes whose centre falls outside are zeroed (a
+/// later `SanitizeBoundingBoxes` drops them). Its draw depends on the sample's boxes, so it is made by the
+/// target replay ([`RandomIoUCrop::draw`], augment/targets.rs), for the workers and the targets alike.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RandomIoUCrop {
+    /// Crop side range, as fractions of the image's.
+    pub scale: (f64, f64),
+    /// Crop aspect-ratio (w/h) range.
+    pub aspect_ratio: (f64, f64),
+    /// IoU thresholds to pick from.
+    pub sampler_options: Vec<f64>,
+    /// Crops tried per threshold.
+    pub trials: u32,
+}
+
+/// At most this many thresholds are picked for one sample; then the image is left as it is (torchvision
+/// loops forever when no threshold can be met and none is ≥ 1).
+pub const IOU_CROP_MAX_PICKS: usize = 1000;
+
+impl Op for RandomIoUCrop {
+    const KINDS: &'static [&'static str] = &["random_iou_crop"];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[
+        ("RandomIoUCrop.min_scale", DefaultValue::Num(0.3)),
+        ("RandomIoUCrop.max_scale", DefaultValue::Num(1.0)),
+        ("RandomIoUCrop.min_aspect_ratio", DefaultValue::Num(0.5)),
+        ("RandomIoUCrop.max_aspect_ratio", DefaultValue::Num(2.0)),
+        ("RandomIoUCrop.trials", DefaultValue::Int(40)),
+    ];
+
+    fn parse(a: &Args<'_>) -> Result<Self> {
+        Ok(RandomIoUCrop {
+            scale: (a.num("min_scale")?, a.num("max_scale")?),
+            aspect_ratio: (a.num("min_aspect_ratio")?, a.num("max_aspect_ratio")?),
+            sampler_options: a.nums("sampler_options")?,
+            trials: a.uint("trials")?,
+        })
+    }
+
+    fn name(&self) -> &'static str {
+        "RandomIoUCrop"
+    }
+
+    fn check(&self, op: &str, pos: Site) -> Result<()> {
+        let (lo, hi) = self.scale;
+        if !(lo.is_finite() && hi.is_finite() && 0.0 < lo && lo <= hi && hi <= 1.0) {
+            return Err(bad("min_scale", format!("({lo}, {hi})"), "and max_scale be 0 < min ≤ max ≤ 1", op, pos));
+        }
+        let (lo, hi) = self.aspect_ratio;
+        if !(lo.is_finite() && hi.is_finite() && 0.0 < lo && lo <= hi) {
+            return Err(bad("min_aspect_ratio", format!("({lo}, {hi})"), "and max_aspect_ratio be 0 < min ≤ max", op, pos));
+        }
+        let o = &self.sampler_options;
+        if o.is_empty() || o.len() > 64 || !o.iter().all(|v| v.is_finite() && *v >= 0.0) {
+            return Err(bad("sampler_options", format!("{o:?}"), "hold 1 to 64 finite numbers ≥ 0", op, pos));
+        }
+        if !(1..=1000).contains(&self.trials) {
+            return Err(bad("trials", self.trials, "be in 1..=1000", op, pos));
+        }
+        Ok(())
+    }
+
+    fn output_hw(&self, _: Option<(usize, usize)>) -> Option<(usize, usize)> {
+        None
+    }
+
+    fn oversized(&self, _: (usize, usize)) -> Option<(usize, usize)> {
+        None // a crop never grows the image
+    }
+
+    fn sample(&self, _: &mut SampleRng, _hwc: (usize, usize, usize)) -> std::result::Result<Drawn, String> {
+        Err("RandomIoUCrop draws from the sample's boxes: it runs on a detection source only".to_string())
+    }
+
+    fn apply(&self, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, _: &mut SampleRng) {
+        let Drawn::Box { top, left, h, w } = drawn else { undrawn(self.name(), drawn) };
+        let origin = (*top as isize, *left as isize);
+        pad_crop(frame, &mut scratch.spare, (*h as usize, *w as usize), origin, PadMode::Constant, &[0; 3]);
+    }
+}
+
+impl RandomIoUCrop {
+    /// torchvision v2's `make_params` on an `h × w` image with `boxes` (XYXY, this image's pixels): the crop
+    /// (`Drawn::Box`) or `Drawn::Skip` (leave the image as it is).
+    pub fn draw(&self, rng: &mut SampleRng, (h, w): (usize, usize), boxes: &[[f64; 4]]) -> Drawn {
+        let f32_rand = |rng: &mut SampleRng| rng.uniform() as f32;
+        let (smin, smax) = (self.scale.0 as f32, self.scale.1 as f32);
+        for _ in 0..IOU_CROP_MAX_PICKS {
+            let min_iou = self.sampler_options[rng.below(self.sampler_options.len() as u64) as usize];
+            if min_iou >= 1.0 {
+                return Drawn::Skip;
+            }
+            for _ in 0..self.trials {
+                let (r0, r1) = (smin + (smax - smin) * f32_rand(rng), smin + (smax - smin) * f32_rand(rng));
+                let (nw, nh) = ((w as f32 * r0) as usize, (h as f32 * r1) as usize);
+                if nh == 0 {
+                    continue; // torchvision divides by zero here
+                }
+                let aspect = nw as f64 / nh as f64;
+                if !(self.aspect_ratio.0 <= aspect && aspect <= self.aspect_ratio.1) {
+                    continue;
+                }
+                let (q0, q1) = (f32_rand(rng), f32_rand(rng));
+                let left = ((w - nw) as f32 * q0) as usize;
+                let top = ((h - nh) as f32 * q1) as usize;
+                let (right, bottom) = (left + nw, top + nh);
+                if left == right || top == bottom {
+                    continue;
+                }
+                let crop = [left as f64, top as f64, right as f64, bottom as f64];
+                let mut any = false;
+                let mut best = f64::NEG_INFINITY;
+                for b in boxes.iter().filter(|b| center_within(b, &crop)) {
+                    any = true;
+                    best = best.max(iou(b, &crop));
+                }
+                if !any || best < min_iou {
+                    continue;
+                }
+                return Drawn::Box { top: top as u32, left: left as u32, h: nh as u32, w: nw as u32 };
+            }
+        }
+        Drawn::Skip
+    }
+}
+
+/// Whether box `b`'s centre lies strictly inside `crop` (both XYXY): torchvision's `is_within_crop_area`.
+pub fn center_within(b: &[f64; 4], crop: &[f64; 4]) -> bool {
+    let (cx, cy) = (0.5 * (b[0] + b[2]), 0.5 * (b[1] + b[3]));
+    crop[0] < cx && cx < crop[2] && crop[1] < cy && cy < crop[3]
+}
+
+/// torchvision's `box_iou` of two XYXY boxes (float32 arithmetic, as on its float32 boxes).
+fn iou(a: &[f64; 4], b: &[f64; 4]) -> f64 {
+    let (a, b) = (a.map(|v| v as f32), b.map(|v| v as f32));
+    let area = |x: &[f32; 4]| (x[2] - x[0]) * (x[3] - x[1]);
+    let iw = (a[2].min(b[2]) - a[0].max(b[0])).max(0.0);
+    let ih = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
+    let inter = iw * ih;
+    f64::from(inter / (area(&a) + area(&b) - inter))
 }

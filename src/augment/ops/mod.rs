@@ -28,9 +28,9 @@
 //! f32 (torch's values are f32), `randint(0, n)` is unbiased, `randperm(4)` is Fisher–Yates, probability gates
 //! are `u < p` (torchvision's `torch.rand(1) >= p` → skip).
 
-pub mod detection;
 pub mod color;
 pub mod containers;
+pub mod detection;
 pub mod erase;
 pub mod geometric;
 pub mod policies;
@@ -45,12 +45,14 @@ use super::timm::{TimmPolicy, TimmRandomErasing, TimmScratch};
 use crate::error::{Result, TrdataError};
 use crate::param::Choice;
 use crate::rng::SampleRng;
-pub use detection::{ClampBoundingBoxes, RandomShortestSize, RandomZoomOut, SanitizeBoundingBoxes, ScaleJitter};
 pub use color::{
     ColorJitter, GaussianBlur, Grayscale, RandomAdjustSharpness, RandomAutocontrast, RandomChannelPermutation,
-    RandomEqualize, RandomGrayscale, RandomInvert, RandomPosterize, RandomSolarize,
+    RandomEqualize, RandomGrayscale, RandomInvert, RandomPhotometricDistort, RandomPosterize, RandomSolarize,
 };
 pub use containers::{RandomApply, RandomChoice, RandomOrder};
+pub use detection::{
+    ClampBoundingBoxes, RandomIoUCrop, RandomShortestSize, RandomZoomOut, SanitizeBoundingBoxes, ScaleJitter,
+};
 pub use erase::{EraseValue, GaussianNoise, RandomErasing};
 pub use geometric::{
     CenterCrop, HorizontalFlip, Pad, RandomAffine, RandomCrop, RandomPerspective, RandomResizedCrop, RandomRotation,
@@ -228,6 +230,16 @@ pub enum Drawn {
         /// How many ops.
         n: u8,
     },
+    /// RandomPhotometricDistort: ColorJitter's order and factors, then the channel permutation (identity when
+    /// its gate said no).
+    Distort {
+        /// Adjustments in the order they run (0 brightness, 1 contrast, 2 saturation, 3 hue).
+        order: [u8; 4],
+        /// Factors in that numbering (None = off).
+        factors: [Option<f64>; 4],
+        /// Output channel i takes input channel `perm[i]`.
+        perm: [u8; 3],
+    },
     /// A resize of the whole image to (h, w) (ScaleJitter's and RandomShortestSize's draw).
     Size {
         /// Output height.
@@ -271,6 +283,12 @@ impl Drawn {
             }
             Drawn::Perspective(p) => p.iter().map(|&v| v as f64).collect(),
             Drawn::Size { h, w } => vec![f64::from(*h), f64::from(*w)],
+            Drawn::Distort { order, factors, perm } => order
+                .iter()
+                .map(|&o| f64::from(o))
+                .chain(factors.iter().map(|f| f.unwrap_or(f64::NAN)))
+                .chain(perm.iter().map(|&p| f64::from(p)))
+                .collect(),
         }
     }
 }
@@ -817,10 +835,14 @@ registry! {
     SanitizeBoundingBoxes(SanitizeBoundingBoxes),
     /// `ClampBoundingBoxes()` (targets only).
     ClampBoundingBoxes(ClampBoundingBoxes),
+    /// `RandomPhotometricDistort(brightness, contrast, saturation, hue, p)`.
+    RandomPhotometricDistort(RandomPhotometricDistort),
     /// `ScaleJitter(target_size, scale_range, interpolation, antialias)`.
     ScaleJitter(ScaleJitter),
     /// `RandomShortestSize(min_size, max_size, interpolation, antialias)`.
     RandomShortestSize(RandomShortestSize),
+    /// `RandomIoUCrop(min_scale, max_scale, min_aspect_ratio, max_aspect_ratio, sampler_options, trials)`.
+    RandomIoUCrop(RandomIoUCrop),
 }
 
 impl OpSpec {

@@ -1,0 +1,562 @@
+"""trdata.Packed over URLs: s3:// against a real S3-compatible server (moto's, on loopback) and http:// against a
+Range-capable HTTP server written here.
+
+The reference is the same pack read from the local file: a reproducible loader over the URL must give the local
+loader's batches byte for byte, in both modes and for any worker count, and a checkpoint of one must resume over
+the other. Hostile remote data (missing bucket or key, wrong credentials, a truncated or foreign object, an object
+replaced under a running loader, a server that keeps failing) is a typed trdata error naming the URL."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import trdata
+from _fixtures import write_jpegs
+from trdata.errors import ConfigError, DecodeError, SourceError
+
+pytest.importorskip("moto", reason="the S3 tests run moto's server (pip install 'moto[server]')")
+boto3 = pytest.importorskip("boto3")
+
+KW: dict[str, Any] = dict(
+    batch_size=6,
+    dtype="uint8",
+    layout="NHWC",
+    seed=5,
+    shuffle=True,
+    reproducible=True,
+    last_batch="partial",
+    transforms=[trdata.RandomResizedCrop(24, scale=(0.3, 1.0)), trdata.RandomHorizontalFlip()],
+)
+BUCKET = "trdata-test"
+KEY = "sets/train.trd"
+CREDS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "aws_region": "us-east-1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_moto() -> tuple[subprocess.Popen[bytes], str]:
+    """moto's server in a process of its own, on a free loopback port; waits until it answers."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return proc, f"http://127.0.0.1:{port}"
+        except OSError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.1)
+    proc.kill()
+    pytest.fail("moto's server did not start")
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[str]:
+    proc, endpoint = start_moto()
+    yield endpoint
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def s3_client(endpoint: str, key: str = "testing", secret: str = "testing") -> Any:
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=key,
+        aws_secret_access_key=secret,
+        region_name="us-east-1",
+    )
+
+
+def opts(endpoint: str, **more: Any) -> dict[str, Any]:
+    return {"aws_endpoint": endpoint, "aws_allow_http": True, **CREDS, **more}
+
+
+@pytest.fixture(scope="module")
+def pack_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A pack of 40 JPEGs in 4 classes, with small blocks (so partial mode reads many blocks)."""
+    root = tmp_path_factory.mktemp("remote-src")
+    for c in range(4):
+        write_jpegs(root / f"c{c}", 10, size=lambda i, c=c: (36 + 5 * ((i + c) % 5), 28 + 3 * (i % 4)))
+    dst = tmp_path_factory.mktemp("remote-pack") / "train.trd"
+    trdata.pack(trdata.ImageFolder(root), dst, progress=False, block_bytes=16 << 10)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def bucket(moto: str, pack_file: Path) -> str:
+    s3 = s3_client(moto)
+    s3.create_bucket(Bucket=BUCKET)
+    s3.put_object(Bucket=BUCKET, Key=KEY, Body=pack_file.read_bytes())
+    return f"s3://{BUCKET}/{KEY}"
+
+
+def batches(
+    source: trdata.Source, workers: int = 2, **kw: Any
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Every batch of one epoch as (images, labels, indices), checking each sample comes exactly once."""
+    out = []
+    with trdata.Loader(source, workers=workers, **{**KW, **kw}) as ld:
+        for b in ld:
+            out.append((b.images.copy(), np.asarray(b.labels).copy(), np.asarray(b.indices).copy()))
+    seen = sorted(int(i) for _, _, idx in out for i in idx)
+    assert seen == list(range(len(source))), "every sample exactly once"
+    return out
+
+
+def assert_same(a: list, b: list) -> None:
+    assert len(a) == len(b)
+    for (ia, la, xa), (ib, lb, xb) in zip(a, b):
+        assert np.array_equal(xa, xb) and np.array_equal(la, lb)
+        assert ia.tobytes() == ib.tobytes()
+
+
+@pytest.mark.parametrize("mode", ["full", "partial"])
+def test_s3_batches_equal_the_local_files_byte_for_byte(
+    bucket: str, moto: str, pack_file: Path, mode: str
+) -> None:
+    kw = {"window_blocks": 2} if mode == "partial" else {}
+    local = trdata.Packed(pack_file, mode, **kw)
+    remote = trdata.Packed(bucket, mode, storage_options=opts(moto), **kw)
+    assert (len(remote), remote.labels, remote.classes) == (len(local), local.labels, local.classes)
+    reference = batches(local, workers=2)
+    for workers in (1, 3):
+        assert_same(batches(remote, workers=workers), reference)
+    stats = remote._native.storage_stats
+    assert stats["requests"] >= 5 and stats["retries"] == 0 and stats["failures"] == 0, stats
+    if mode == "full":  # the header, the index sections and the data region, each once
+        assert pack_file.stat().st_size // 2 < stats["bytes"] <= pack_file.stat().st_size, stats
+    assert bucket in repr(remote)
+
+
+def test_a_checkpoint_moves_between_s3_and_the_local_file(bucket: str, moto: str, pack_file: Path) -> None:
+    def part(where: str) -> trdata.Packed:
+        if where == "s3":
+            return trdata.Packed(bucket, "partial", window_blocks=2, storage_options=opts(moto))
+        return trdata.Packed(pack_file, "partial", window_blocks=2)
+
+    whole = batches(part("local"))
+    for first, then in (("s3", "local"), ("local", "s3")):
+        with trdata.Loader(part(first), workers=2, **KW) as ld:
+            it = iter(ld)
+            head = [next(it) for _ in range(3)]
+            got = [(b.images.copy(), np.asarray(b.labels).copy(), np.asarray(b.indices).copy()) for b in head]
+            state = ld.state_dict()
+        with trdata.Loader(part(then), workers=3, **KW) as ld:
+            ld.load_state_dict(state)
+            got += [(b.images.copy(), np.asarray(b.labels).copy(), np.asarray(b.indices).copy()) for b in ld]
+        assert_same(got, whole)
+
+
+def test_environment_variables_configure_the_client(bucket: str, moto: str, pack_file: Path) -> None:
+    """AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, … as every AWS tool reads them (in a child: the environment is the
+    process's)."""
+    code = (
+        "import sys, trdata; p = trdata.Packed(sys.argv[1], 'partial'); "
+        "assert len(p) == 40; ld = trdata.Loader(p, batch_size=8, workers=1, transforms=[trdata.CenterCrop(16)]); "
+        "print(sum(1 for _ in ld))"
+    )
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL": moto,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "AWS_ALLOW_HTTP": "true",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code, bucket], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "5"
+
+
+def test_a_loader_made_after_fork_reads_with_a_fresh_runtime(bucket: str, moto: str, pack_file: Path) -> None:
+    """The parent opened the object (its runtime and client exist); a child made by fork() builds its own and
+    never hangs on the parent's (whose threads it does not have)."""
+    remote = trdata.Packed(bucket, "partial", window_blocks=2, storage_options=opts(moto))
+    reference = batches(trdata.Packed(pack_file, "partial", window_blocks=2))
+    batches(remote)  # the parent's runtime is running and its client holds connections
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit code
+        code = 1
+        try:
+            got = batches(remote, workers=2)
+            code = 0 if all(a[0].tobytes() == b[0].tobytes() for a, b in zip(got, reference)) else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.1)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child hung reading from S3")
+
+
+# ---- hostile remote data -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hostile(moto: str, bucket: str, pack_file: Path) -> dict[str, str]:
+    """Objects that are not whole packs, beside the good one."""
+    s3 = s3_client(moto)
+    data = pack_file.read_bytes()
+    objects = {
+        "truncated": data[: len(data) - 100],
+        "truncated-header": data[:100],
+        "foreign": (
+            Path(__file__).parent / "fixtures" / "edge-cases" / "exif_orient1_photo__Landscape_1.jpg"
+        ).read_bytes(),
+        "appended": data + b"\0" * 10,
+        "empty": b"",
+    }
+    for name, body in objects.items():
+        s3.put_object(Bucket=BUCKET, Key=f"hostile/{name}.trd", Body=body)
+    return {name: f"s3://{BUCKET}/hostile/{name}.trd" for name in objects}
+
+
+@pytest.mark.parametrize("name", ["truncated", "truncated-header", "foreign", "appended", "empty"])
+@pytest.mark.parametrize("mode", ["full", "partial"])
+def test_a_damaged_or_foreign_object_is_a_source_error_naming_the_url(
+    hostile: dict[str, str], moto: str, name: str, mode: str
+) -> None:
+    with pytest.raises(SourceError) as info:
+        trdata.Packed(hostile[name], mode, storage_options=opts(moto))
+    assert hostile[name] in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "url, why",
+    [
+        (f"s3://no-such-bucket/{KEY}", "does not exist"),
+        (f"s3://{BUCKET}/no/such/key.trd", "does not exist"),
+    ],
+)
+def test_a_missing_bucket_or_key_is_a_source_error_naming_the_url(
+    bucket: str, moto: str, url: str, why: str
+) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(SourceError, match=why) as info:
+        trdata.Packed(url, storage_options=opts(moto))
+    assert url in str(info.value)
+    assert time.monotonic() - t0 < 10, "a 404 is not retried"
+
+
+def test_wrong_credentials_are_a_source_error_naming_the_url(pack_file: Path) -> None:
+    """A server of its own that checks signatures (moto with IAM auth on): the right key reads, a wrong key id
+    or a wrong secret is 'access denied' at once, naming the URL."""
+    proc, endpoint = start_moto()
+    try:
+        iam = boto3.client(
+            "iam",
+            endpoint_url=endpoint,
+            aws_access_key_id="x",
+            aws_secret_access_key="x",
+            region_name="us-east-1",
+        )
+        iam.create_user(UserName="reader")
+        policy = (
+            '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}'
+        )
+        iam.put_user_policy(UserName="reader", PolicyName="all", PolicyDocument=policy)
+        key = iam.create_access_key(UserName="reader")["AccessKey"]
+        good = {"aws_access_key_id": key["AccessKeyId"], "aws_secret_access_key": key["SecretAccessKey"]}
+        import urllib.request
+
+        urllib.request.urlopen(
+            urllib.request.Request(
+                f"{endpoint}/moto-api/reset-auth",
+                data=b"0",
+                method="POST",
+                headers={"Content-Type": "text/plain"},  # not a form: moto reads the raw body
+            )
+        )
+        s3 = s3_client(endpoint, good["aws_access_key_id"], good["aws_secret_access_key"])
+        s3.create_bucket(Bucket=BUCKET)
+        s3.put_object(Bucket=BUCKET, Key=KEY, Body=pack_file.read_bytes())
+        url = f"s3://{BUCKET}/{KEY}"
+        base = {"aws_endpoint": endpoint, "aws_allow_http": "true", "aws_region": "us-east-1"}
+        assert len(trdata.Packed(url, "partial", storage_options={**base, **good})) == 40
+        for wrong in (
+            {**good, "aws_access_key_id": "AKIAWRONGWRONGWRONG0"},
+            {**good, "aws_secret_access_key": "wrong-secret"},
+        ):
+            t0 = time.monotonic()
+            with pytest.raises(SourceError, match="access denied") as info:
+                trdata.Packed(url, storage_options={**base, **wrong})
+            assert url in str(info.value)
+            assert "wrong-secret" not in str(info.value)
+            assert time.monotonic() - t0 < 10, "a 403 is not retried"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_an_object_replaced_under_a_running_loader_fails_its_reads_naming_the_url(
+    moto: str, pack_file: Path
+) -> None:
+    """Partial mode reads blocks while it runs: an object rewritten since open (ETag, size) is never mixed in."""
+    s3 = s3_client(moto)
+    key = "replaced/train.trd"
+    data = pack_file.read_bytes()
+    s3.put_object(Bucket=BUCKET, Key=key, Body=data)
+    url = f"s3://{BUCKET}/{key}"
+    p = trdata.Packed(url, "partial", window_blocks=2, storage_options=opts(moto))
+    s3.put_object(Bucket=BUCKET, Key=key, Body=data[:-4096] + bytes(4096))  # same size, other bytes
+    with pytest.raises(DecodeError, match="changed since it was opened") as info:
+        batches(p, on_error="raise")
+    assert url in str(info.value)
+
+
+# ---- configuration --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path, options, param",
+    [
+        ("ftp://host/x.trd", None, "path"),
+        ("s3://bucket-only", None, "path"),
+        ("https://user:pw@example.com/x.trd", None, "path"),
+        ("s3://b/k.trd", {"aws_endpoit": "http://127.0.0.1:1"}, "storage_options"),
+        ("s3://b/k.trd", {"aws_region": ["x"]}, "storage_options"),
+        ("s3://b/k.trd", {"max_retries": "-1"}, "storage_options['max_retries']"),
+        ("s3://b/k.trd", {"timeout": "soon"}, "storage_options['timeout']"),
+        ("s3://b/k.trd", "aws_region=x", "storage_options"),
+        ("/local/x.trd", {"aws_region": "x"}, "storage_options"),
+    ],
+)
+def test_bad_urls_and_options_are_config_errors_naming_the_parameter(
+    path: str, options: Any, param: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        trdata.Packed(path, storage_options=options)
+    assert info.value.parameter == param
+    assert "pw" not in str(info.value) or param != "path" or "user:pw" in path
+
+
+# ---- plain HTTP with Range ------------------------------------------------------------------------------------
+
+
+class RangeHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves files of a folder with single-range GETs (206 + Content-Range), as object stores and CDNs do.
+    `server.fail_gets` > 0: that many GETs answer 503 first (HEAD is never failed)."""
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        path = Path(self.translate_path(self.path))
+        if not path.is_file():
+            self.send_error(404)
+            return
+        server: Any = self.server
+        with server.lock:
+            server.gets += 1
+            fail = server.fail_gets > 0
+            server.fail_gets -= fail
+        if fail:
+            self.send_error(503, "Slow Down")
+            return
+        data = path.read_bytes()
+        rng = self.headers.get("Range")
+        if not rng:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        start_s, end_s = rng.removeprefix("bytes=").split("-")
+        start, end = int(start_s), min(int(end_s), len(data) - 1)
+        if start > end:
+            self.send_error(416)
+            return
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+        self.send_header("Content-Length", str(end - start + 1))
+        self.end_headers()
+        self.wfile.write(data[start : end + 1])
+
+
+@pytest.fixture(scope="module")
+def http_server(pack_file: Path) -> Iterator[Any]:
+    handler = lambda *a, **k: RangeHandler(*a, directory=str(pack_file.parent), **k)  # noqa: E731
+    server: Any = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.lock, server.gets, server.fail_gets = threading.Lock(), 0, 0
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    server.url = f"http://127.0.0.1:{server.server_address[1]}/{pack_file.name}"
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("mode", ["full", "partial"])
+def test_http_range_urls_give_the_local_files_batches(http_server: Any, pack_file: Path, mode: str) -> None:
+    kw = {"window_blocks": 2} if mode == "partial" else {}
+    reference = batches(trdata.Packed(pack_file, mode, **kw))
+    for workers in (1, 3):
+        assert_same(batches(trdata.Packed(http_server.url, mode, **kw), workers=workers), reference)
+    missing = http_server.url.replace("train.trd", "none.trd")
+    with pytest.raises(SourceError, match="does not exist") as info:
+        trdata.Packed(missing)
+    assert missing in str(info.value)
+
+
+def test_503s_are_retried_and_when_they_persist_follow_on_error(http_server: Any, pack_file: Path) -> None:
+    quick = {"retry_init_backoff": "1ms", "retry_max_backoff": "5ms", "max_retries": 3}
+    reference = batches(trdata.Packed(pack_file, "partial", window_blocks=2))
+    p = trdata.Packed(http_server.url, "partial", window_blocks=2, storage_options=quick)
+    with http_server.lock:
+        http_server.fail_gets = 3  # within the retries: every sample arrives, pixels unchanged
+    assert_same(batches(p), reference)
+    assert p._native.storage_stats["retries"] == 3
+    # Past the retries: the read of a block fails, a bad sample under on_error, naming the URL and the block.
+    p = trdata.Packed(http_server.url, "partial", window_blocks=2, storage_options=quick)
+    with http_server.lock:
+        http_server.fail_gets = 10**6
+    try:
+        with pytest.raises(DecodeError, match="block") as info:
+            batches(p, on_error="raise")
+        assert http_server.url in str(info.value) and "503" in str(info.value)
+        assert "failed 4 times" in str(info.value)
+    finally:
+        with http_server.lock:
+            http_server.fail_gets = 0
+
+
+# ---- faults between the loader and the server ----------------------------------------------------------------
+
+
+class FaultyProxy(http.server.BaseHTTPRequestHandler):
+    """A reverse proxy in front of moto that injects one fault into every `server.every`-th ranged GET, for
+    `server.budget` of them: added latency, a connection dropped mid-body, a body cut short under a header that
+    claims the whole range, or a 500/503 (S3's SlowDown). HEAD and the other GETs pass through unchanged."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _forward(self) -> tuple[int, list[tuple[str, str]], bytes]:
+        import http.client
+
+        server: Any = self.server
+        conn = http.client.HTTPConnection("127.0.0.1", server.upstream_port, timeout=30)
+        try:
+            headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+            conn.request(self.command, self.path, headers=headers)
+            resp = conn.getresponse()
+            body = resp.read()
+            return resp.status, [(k, v) for k, v in resp.getheaders() if k.lower() != "connection"], body
+        finally:
+            conn.close()
+
+    def _send(self, status: int, headers: list[tuple[str, str]], body: bytes, cut: int | None = None) -> None:
+        self.send_response(status)
+        for k, v in headers:
+            if k.lower() != "content-length" or self.command == "HEAD":  # HEAD: the object's length, no body
+                self.send_header(k, v)
+        if self.command != "HEAD":
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body if cut is None else body[:cut])
+        if cut is not None:
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._send(*self._forward())
+
+    def do_GET(self) -> None:  # noqa: N802
+        server: Any = self.server
+        fault = None
+        if self.headers.get("Range"):
+            with server.lock:
+                server.ranged += 1
+                if server.budget > 0 and server.ranged % server.every == 0:
+                    server.budget -= 1
+                    fault = server.fault
+                    server.injected += 1
+        if fault in ("500", "503"):
+            body = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+            self._send(int(fault), [("Content-Type", "application/xml")], body)
+            return
+        if fault == "latency":
+            time.sleep(server.latency_s)
+        status, headers, body = self._forward()
+        if fault == "drop":  # the connection dies mid-body
+            self._send(status, headers, body, cut=len(body) // 2)
+        elif fault == "short":  # a complete answer whose body is shorter than the Content-Range it claims
+            self._send(status, headers, body[: max(0, len(body) - 1000)])
+        else:
+            self._send(status, headers, body)
+
+
+@pytest.fixture
+def proxy(moto: str) -> Iterator[Any]:
+    server: Any = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FaultyProxy)
+    server.daemon_threads = True
+    server.upstream_port = int(moto.rsplit(":", 1)[1])
+    server.lock, server.ranged, server.injected = threading.Lock(), 0, 0
+    server.fault, server.every, server.budget, server.latency_s = None, 1, 0, 0.0
+    server.handle_error = lambda *a: None  # a client that gave up on a slow answer: a broken pipe, expected
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    server.endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("fault", ["latency", "drop", "short", "500", "503"])
+@pytest.mark.parametrize("mode", ["full", "partial"])
+def test_faults_between_loader_and_server_cost_retries_never_samples(
+    bucket: str, proxy: Any, pack_file: Path, fault: str, mode: str
+) -> None:
+    """Every sample exactly once, pixels equal to the local run's, whatever the wire did; the retries show."""
+    kw = {"window_blocks": 2} if mode == "partial" else {}
+    reference = batches(trdata.Packed(pack_file, mode, **kw))
+    options = opts(proxy.endpoint, retry_init_backoff="1ms", retry_max_backoff="20ms", max_retries=4)
+    if fault == "latency":  # slower than the deadline: the attempt is abandoned and made again
+        options["timeout"] = "300ms"
+        proxy.latency_s = 1.0
+    proxy.fault, proxy.every, proxy.budget = fault, 2, 4
+    remote = trdata.Packed(bucket, mode, storage_options=options, **kw)
+    assert_same(batches(remote, workers=3), reference)
+    stats = remote._native.storage_stats
+    assert proxy.injected >= 1
+    assert stats["failures"] == 0, stats
+    # each injected fault cost one retry (a slow answer may also make a clean attempt miss a tight deadline)
+    assert stats["retries"] == proxy.injected or (
+        fault == "latency" and stats["retries"] >= proxy.injected
+    ), (
+        stats,
+        proxy.injected,
+    )
