@@ -254,7 +254,10 @@ class YoloDetection(Source):
         self._boxes = np.concatenate(boxes) if boxes else np.zeros((0, 4), np.float64)
         self._class_ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
         self.labels = [0] * len(self.paths)  # the per-image class the core holds: none (targets are per box)
-        self._native = _core.NativeSource.files(self.paths, self.labels, [])
+        # the boxes (XYXY, source pixels) go to the core too: RandomIoUCrop's draw depends on them
+        self._native = _core.NativeSource.files(self.paths, self.labels, []).with_boxes(
+            self._offsets.tolist(), np.ascontiguousarray(self._boxes, np.float64)
+        )
 
     def __repr__(self) -> str:
         return f"YoloDetection({self.root!r}, split={self.split!r}, {len(self)} images, {len(self._boxes)} objects)"
