@@ -8,7 +8,8 @@ without objects (ultralytics' rule). Each non-blank line is one object:
 
 * ``class cx cy w h``: a box, normalized center/size (CXCYWH in [0, 1]);
 * ``class x1 y1 x2 y2 ... xn yn`` (n >= 3): a segment; its box is the polygon's bounds, as ultralytics'
-  ``segments2boxes`` makes it. As in ultralytics, a file with one segment line is a file of segments: a box line
+  ``segments2boxes`` makes it. The box then moves as torchvision moves boxes (after a rotation or a warp it
+  encloses the moved bounds; ultralytics re-derives it from the warped polygon). As in ultralytics, a file with one segment line is a file of segments: a box line
   in it is refused (ultralytics would read its four numbers as a two-point polygon).
 
 Validation (each failure a ``SourceError`` naming the file and, for a bad line, its 1-based line number): a label
