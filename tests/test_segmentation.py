@@ -213,6 +213,10 @@ def test_maps_are_the_same_for_any_worker_count_and_every_image_comes_once(voc: 
             runs.append(rows(ld))
     for i in range(N_IMAGES):
         np.testing.assert_array_equal(runs[0][i]["mask"], runs[1][i]["mask"])
+    with trdata.Loader(src, batch_size=2, transforms=[trdata.Resize((8, 8))]) as ld:
+        b = next(iter(ld))
+    with pytest.raises(ValueError, match="no boxes .* stack its targets' 'mask'"):
+        b.padded_targets()
 
 
 def test_ade20k_and_cityscapes_layouts(tmp_path: Path) -> None:
