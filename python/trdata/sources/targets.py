@@ -35,13 +35,13 @@ class ImageHeader(NamedTuple):
 
 
 def path_arg(value: Any, name: str) -> str:
-    """``value`` is a path (str or os.PathLike), returned as a str with ``~`` expanded; a ``ConfigError`` on
-    ``name`` otherwise."""
+    """``value`` is a path (str, bytes or os.PathLike), returned as a str (``os.fsdecode``) with ``~`` expanded;
+    a ``ConfigError`` on ``name`` otherwise."""
     try:
-        return os.path.expanduser(os.fspath(value))
+        return os.path.expanduser(os.fsdecode(value))
     except TypeError:
         raise ConfigError(
-            f"invalid {name}: {value!r} must be a path (str or os.PathLike), not a {type(value).__name__}",
+            f"invalid {name}: {value!r} must be a path (str, bytes or os.PathLike), not a {type(value).__name__}",
             parameter=name,
         ) from None
 
