@@ -219,6 +219,54 @@ def test_maps_are_the_same_for_any_worker_count_and_every_image_comes_once(voc: 
         b.padded_targets()
 
 
+def _eroded(m: np.ndarray) -> np.ndarray:
+    """``m`` without its border pixels (a pixel stays when its 8 neighbours are in ``m`` too)."""
+    out = m.copy()
+    p = np.pad(m, 1)
+    for dy in (0, 1, 2):
+        for dx in (0, 1, 2):
+            out &= p[dy : dy + m.shape[0], dx : dx + m.shape[1]]
+    return out
+
+
+def test_the_moved_map_lies_on_the_moved_pixels(tmp_path: Path) -> None:
+    """The pixels and the maps agree (the workers' draws are the targets'): each image is black with a white
+    rectangle labelled 1 in its map; after resizing, warping, cropping and flipping, the pixels labelled 1 are
+    white and those labelled 0 or 255 (off the image) dark, away from the boundaries' resampled pixels."""
+    images, masks = tmp_path / "img", tmp_path / "ann"
+    images.mkdir()
+    masks.mkdir()
+    rng = np.random.default_rng(2)
+    for k in range(6):
+        w, h = int(rng.integers(70, 130)), int(rng.integers(60, 110))
+        x0, y0 = int(rng.integers(w // 4, w // 2)), int(rng.integers(h // 4, h // 2))
+        m = np.zeros((h, w), np.uint8)
+        m[y0 : y0 + int(rng.integers(15, w // 3)), x0 : x0 + int(rng.integers(15, h // 3))] = 1
+        Image.fromarray(np.repeat(m[..., None] * 255, 3, axis=2)).save(images / f"{k}.png")
+        Image.fromarray(m, mode="L").save(masks / f"{k}.png")
+    src = trdata.SegmentationFolder(images, masks)
+    transforms = [
+        trdata.Resize((80, 96)),
+        trdata.ColorJitter(0.0),
+        trdata.RandomAffine(degrees=15, translate=(0.1, 0.1), scale=(0.9, 1.1)),
+        trdata.RandomRotation((90, 90)),
+        trdata.RandomCrop((72, 72), padding=4),
+        trdata.RandomHorizontalFlip(),
+    ]
+    checked = 0
+    with trdata.Loader(src, batch_size=6, transforms=transforms, seed=4, dtype="uint8", workers=2) as ld:
+        for b in ld:
+            imgs = np.asarray(b.images).max(axis=1)
+            for r in range(b.valid):
+                m = b.targets[r]["mask"].numpy()
+                assert set(np.unique(m).tolist()) <= {0, 1, 255}
+                # two pixels from a boundary: bilinear pixels vs nearest labels under a rotated, scaled warp
+                assert (imgs[r][_eroded(_eroded(m == 1))] > 127).all()
+                assert (imgs[r][_eroded(_eroded(m != 1))] < 128).all()
+                checked += int(_eroded(_eroded(m == 1)).sum())
+    assert checked > 500  # the rectangles' insides were seen
+
+
 def test_ade20k_and_cityscapes_layouts(tmp_path: Path) -> None:
     """ADE20K: images/training/*.jpg + annotations/training/*.png in mode L; Cityscapes: per-city folders and
     suffixes (leftImg8bit / gtFine_labelIds); 16-bit maps with values below 256 are accepted."""

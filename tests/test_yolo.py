@@ -233,6 +233,45 @@ def test_targets_are_the_same_for_any_worker_count_and_every_image_comes_once(yo
             np.testing.assert_array_equal(runs[0][i][key], runs[1][i][key])
 
 
+def test_a_box_drawn_into_the_image_lands_where_its_moved_box_says(tmp_path: Path) -> None:
+    """The pixels and the targets agree: each image (sizes differ, one PNG) is black with one white rectangle whose
+    normalized CXCYWH line is its label; after resizing, warping, cropping and flipping, the white pixels' bounds
+    are the moved box (within the resampling's pixel). Catches a wrong denormalization or image size."""
+    rng = np.random.default_rng(1)
+    for k in range(6):
+        w, h = int(rng.integers(70, 130)), int(rng.integers(60, 110))
+        x0, y0 = int(rng.integers(w // 4, w // 2)), int(rng.integers(h // 4, h // 2))
+        bw, bh = int(rng.integers(12, w // 4)), int(rng.integers(10, h // 4))
+        a = np.zeros((h, w, 3), np.uint8)
+        a[y0 : y0 + bh, x0 : x0 + bw] = 255
+        img = tmp_path / "images" / f"{k}.png"
+        img.parent.mkdir(exist_ok=True)
+        Image.fromarray(a).save(img)
+        Path(label_path(str(img))).parent.mkdir(exist_ok=True)
+        cx, cy = (x0 + bw / 2) / w, (y0 + bh / 2) / h
+        Path(label_path(str(img))).write_text(f"0 {cx:.8f} {cy:.8f} {bw / w:.8f} {bh / h:.8f}\n")
+    src = trdata.YoloDetection(tmp_path)
+    transforms = [
+        trdata.Resize((80, 96)),
+        trdata.ColorJitter(0.0),
+        trdata.RandomAffine(degrees=0, translate=(0.1, 0.1), scale=(0.9, 1.1)),
+        trdata.RandomRotation((90, 90)),
+        trdata.RandomCrop((72, 72)),
+        trdata.RandomHorizontalFlip(),
+    ]
+    with trdata.Loader(src, batch_size=6, transforms=transforms, seed=4, dtype="uint8") as ld:
+        b = next(iter(ld))
+    imgs = np.asarray(b.images)
+    for r in range(b.valid):
+        on = np.argwhere(imgs[r].max(axis=0) > 127)
+        box = b.targets[r]["boxes"].numpy()[0]
+        if len(on) == 0:  # cropped away: its box is degenerate
+            assert box[2] - box[0] < 1 or box[3] - box[1] < 1
+            continue
+        (ymin, xmin), (ymax, xmax) = on.min(axis=0), on.max(axis=0) + 1
+        np.testing.assert_allclose(box, [xmin, ymin, xmax, ymax], atol=1.01)
+
+
 # ------------------------------------------------------------------ hostile label files
 
 HOSTILE: dict[str, tuple[bytes, str]] = {
