@@ -1,12 +1,20 @@
 #!/usr/bin/env python3
 """Detection samples on the CPU box: trdata's ``CocoDetection`` against torch DataLoader + torchvision's
 ``CocoDetection`` + ``wrap_dataset_for_transforms_v2`` + v2, on the same generated COCO-style set (the ImageNet
-sample's images, 2-6 boxes with polygons per image, one crowd RLE in four images) and the same CPUs:
-RandomResizedCrop + horizontal flip to a fixed size (the fixed-size recipe both can batch), float32 in [0, 1],
-boxes (and, ``masks``, instance masks) moved with the image, batch 16. 1 warm-up epoch, then the best of
-``--rounds`` timed epochs, interleaved.
+sample's images, 2-6 boxes with polygons per image, one crowd RLE in four images) and the same CPUs, float32 in
+[0, 1], boxes (and, ``masks``, instance masks) moved with the image, batch 16. Recipes (``--recipes``):
+
+- ``rrc``: RandomResizedCrop(size, scale=(0.3, 1)) + horizontal flip;
+- ``ssd``: torchvision's references' ``ssd`` (RandomPhotometricDistort, RandomZoomOut(fill=mean),
+  RandomIoUCrop, horizontal flip, SanitizeBoundingBoxes), then Resize((300, 300)) — SSD300's input, which its
+  model would otherwise do — so that both sides batch one size;
+- ``lsj``: the references' ``lsj`` with v2 ops: ScaleJitter((size, size)), RandomCrop(size, pad_if_needed=True)
+  (the references' own FixedSizeCrop is not in torchvision), horizontal flip, SanitizeBoundingBoxes.
+
+1 warm-up epoch, then the best of ``--rounds`` timed epochs, interleaved.
 
     PYTHONPATH=python python benches/peers/detection.py [--data DIR] [--workers 2] [--rounds 2] [--size 512]
+        [--recipes rrc,ssd,lsj]
 
 Target: trdata ≥ 4× with masks, ≥ 3× without. Reported, never asserted.
 """
@@ -77,12 +85,62 @@ def write_coco(paths: list[str], folder: str) -> tuple[str, str]:
     return images_dir, ann_file
 
 
-def trdata_epoch(images: str, ann: str, workers: int, size: int, masks: bool) -> tuple[float, int]:
+MEAN = (123, 117, 104)
+
+
+def trdata_recipe(recipe: str, size: int) -> list[Any]:
+    t = trdata
+    return {
+        "rrc": [t.RandomResizedCrop(size, scale=(0.3, 1.0)), t.RandomHorizontalFlip()],
+        "ssd": [
+            t.RandomPhotometricDistort(),
+            t.RandomZoomOut(fill=MEAN),
+            t.RandomIoUCrop(),
+            t.RandomHorizontalFlip(),
+            t.SanitizeBoundingBoxes(),
+            t.Resize((300, 300)),
+        ],  # fmt: skip
+        "lsj": [
+            t.ScaleJitter((size, size)),
+            t.RandomCrop(size, pad_if_needed=True),
+            t.RandomHorizontalFlip(),
+            t.SanitizeBoundingBoxes(),
+        ],  # fmt: skip
+    }[recipe]
+
+
+def torchvision_recipe(recipe: str, size: int, masks: bool) -> list[Any]:
+    import torch
+    from torchvision import tv_tensors
+    from torchvision.transforms import v2
+
+    return {
+        "rrc": [v2.RandomResizedCrop(size, scale=(0.3, 1.0), antialias=True), v2.RandomHorizontalFlip()],
+        "ssd": [
+            v2.RandomPhotometricDistort(),
+            v2.RandomZoomOut(fill={tv_tensors.Mask: 0, "others": MEAN}),
+            v2.RandomIoUCrop(),
+            v2.RandomHorizontalFlip(),
+            v2.SanitizeBoundingBoxes(),
+            v2.Resize((300, 300), antialias=True),
+        ],  # fmt: skip
+        "lsj": [
+            v2.ScaleJitter((size, size), antialias=True),
+            v2.RandomCrop(size, pad_if_needed=True),
+            v2.RandomHorizontalFlip(),
+            v2.SanitizeBoundingBoxes(),
+        ],  # fmt: skip
+    }[recipe] + [v2.ToDtype(torch.float32, scale=True)]
+
+
+def trdata_epoch(
+    images: str, ann: str, workers: int, size: int, masks: bool, recipe: str
+) -> tuple[float, int]:
     source = trdata.CocoDetection(images, ann, masks=masks)
     with trdata.Loader(
         source,
         batch_size=BATCH,
-        transforms=[trdata.RandomResizedCrop(size, scale=(0.3, 1.0)), trdata.RandomHorizontalFlip()],
+        transforms=trdata_recipe(recipe, size),
         normalize=None,
         dtype="float32",
         shuffle=True,
@@ -102,19 +160,14 @@ def _collate(batch: list[Any]) -> Any:
     return tuple(zip(*batch))
 
 
-def torchvision_epoch(images: str, ann: str, workers: int, size: int, masks: bool) -> tuple[float, int]:
+def torchvision_epoch(
+    images: str, ann: str, workers: int, size: int, masks: bool, recipe: str
+) -> tuple[float, int]:
     import torch
     from torchvision.datasets import CocoDetection, wrap_dataset_for_transforms_v2
     from torchvision.transforms import v2
 
-    tf = v2.Compose(
-        [
-            v2.PILToTensor(),
-            v2.RandomResizedCrop(size, scale=(0.3, 1.0), antialias=True),
-            v2.RandomHorizontalFlip(),
-            v2.ToDtype(torch.float32, scale=True),
-        ]
-    )
+    tf = v2.Compose([v2.PILToTensor(), *torchvision_recipe(recipe, size, masks)])
     keys = {"image_id", "boxes", "labels", *(["masks"] if masks else [])}
     ds = wrap_dataset_for_transforms_v2(CocoDetection(images, ann, transforms=tf), target_keys=keys)
     loader = torch.utils.data.DataLoader(
@@ -136,6 +189,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--size", type=int, default=512)
     ap.add_argument("--limit", type=int, default=0, help="use the first N images only (0: all)")
+    ap.add_argument("--recipes", default="rrc,ssd,lsj")
     args = ap.parse_args()
     cpus = sorted(os.sched_getaffinity(0))[: args.workers]
     os.sched_setaffinity(0, cpus)  # both contenders on the same CPUs (DataLoader's workers inherit it)
@@ -146,7 +200,7 @@ def main() -> None:
         print(
             f"{len(paths)} images, COCO-style boxes + polygons, {args.workers} workers on CPUs {cpus}, size {args.size}"
         )
-        for masks in (False, True):
+        for recipe, masks in [(r, m) for r in args.recipes.split(",") for m in (False, True)]:
             best: dict[str, float] = {}
             runs = {
                 "trdata CocoDetection": trdata_epoch,
@@ -154,15 +208,17 @@ def main() -> None:
             }
             for r in range(args.rounds):
                 for name, fn in runs.items():
-                    rate, n = fn(images, ann, args.workers, args.size, masks)
+                    rate, n = fn(images, ann, args.workers, args.size, masks, recipe)
                     best[name] = max(best.get(name, 0.0), rate)
                     print(
-                        f"  masks={masks!s:<5} round {r}: {name:<34} {rate:8.1f} img/s ({n} images)",
+                        f"  {recipe} masks={masks!s:<5} round {r}: {name:<34} {rate:8.1f} img/s ({n} images)",
                         flush=True,
                     )
             ours, theirs = best["trdata CocoDetection"], best["DataLoader + CocoDetection + v2"]
             print(
-                f"masks={masks}: trdata {ours:,.1f} img/s, DataLoader + v2 {theirs:,.1f} img/s: {ours / theirs:.2f}×\n"
+                f"{recipe} masks={masks}: trdata {ours:,.1f} img/s, DataLoader + v2 {theirs:,.1f} img/s: "
+                f"{ours / theirs:.2f}×\n",
+                flush=True,
             )
 
 

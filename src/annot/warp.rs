@@ -121,39 +121,52 @@ impl TargetGeometry {
         }
     }
 
+    /// Each output column's source column (mirror applied; None: padding) and each output row's source row.
+    pub fn source_indices(&self) -> (Vec<Option<i64>>, Vec<Option<i64>>) {
+        let (ow, oh) = (self.x.out, self.y.out);
+        let cols = (0..ow).map(|j| self.x.source_pixel(if self.flip { ow - 1 - j } else { j })).collect();
+        let rows = (0..oh).map(|i| self.y.source_pixel(if self.vflip { oh - 1 - i } else { i })).collect();
+        (cols, rows)
+    }
+
     /// The mask `rle` (of the source image) as the output sees it: `out` is `y.out × x.out`, row-major, 0/1.
     /// Decodes only the source rows and columns the output reads.
     pub fn mask(&self, rle: &Rle, out: &mut [u8]) -> Result<(), MaskError> {
-        let (ow, oh) = (self.x.out, self.y.out);
-        assert_eq!(out.len(), ow * oh, "out holds the output mask");
-        let cols: Vec<Option<i64>> = (0..ow).map(|j| self.x.source_pixel(j)).collect();
-        let rows: Vec<Option<i64>> = (0..oh).map(|i| self.y.source_pixel(i)).collect();
-        // the window of source pixels read (clamped to the mask; pixels outside read as 0)
-        let span = |v: &[Option<i64>], n: u32| -> Option<(u32, u32)> {
-            let lo = v.iter().flatten().copied().min()?.max(0);
-            let hi = v.iter().flatten().copied().max()?.min(i64::from(n) - 1);
-            (lo <= hi).then(|| (lo as u32, (hi - lo + 1) as u32))
-        };
-        out.fill(0);
-        let (Some((x0, cw)), Some((y0, ch))) = (span(&cols, rle.w), span(&rows, rle.h)) else { return Ok(()) };
-        let mut window = vec![0u8; cw as usize * ch as usize];
-        decode_window(rle, x0, y0, cw, ch, &mut window)?;
-        let at = |p: Option<i64>, o: u32, n: u32| {
-            p.filter(|&p| p >= i64::from(o) && p < i64::from(o + n)).map(|p| (p - i64::from(o)) as usize)
-        };
-        for (i, r) in rows.iter().enumerate() {
-            let Some(sy) = at(*r, y0, ch) else { continue };
-            let oi = if self.vflip { oh - 1 - i } else { i };
-            let src = &window[sy * cw as usize..(sy + 1) * cw as usize];
-            let dst = &mut out[oi * ow..(oi + 1) * ow];
-            for (j, c) in cols.iter().enumerate() {
-                if let Some(sx) = at(*c, x0, cw) {
-                    dst[if self.flip { ow - 1 - j } else { j }] = src[sx];
-                }
+        let (cols, rows) = self.source_indices();
+        gather_mask(rle, &cols, &rows, out)
+    }
+}
+
+/// `out[i][j]` = the mask `rle`'s pixel (`rows[i]`, `cols[j]`) (row-major, 0/1; 0 where an index is None or
+/// off the mask): decodes only the window of source pixels the indices read.
+pub fn gather_mask(rle: &Rle, cols: &[Option<i64>], rows: &[Option<i64>], out: &mut [u8]) -> Result<(), MaskError> {
+    let (ow, oh) = (cols.len(), rows.len());
+    assert_eq!(out.len(), ow * oh, "out holds the output mask");
+    // the window of source pixels read (clamped to the mask; pixels outside read as 0)
+    let span = |v: &[Option<i64>], n: u32| -> Option<(u32, u32)> {
+        let lo = v.iter().flatten().copied().min()?.max(0);
+        let hi = v.iter().flatten().copied().max()?.min(i64::from(n) - 1);
+        (lo <= hi).then(|| (lo as u32, (hi - lo + 1) as u32))
+    };
+    out.fill(0);
+    let (Some((x0, cw)), Some((y0, ch))) = (span(cols, rle.w), span(rows, rle.h)) else { return Ok(()) };
+    let mut window = vec![0u8; cw as usize * ch as usize];
+    decode_window(rle, x0, y0, cw, ch, &mut window)?;
+    let at = |p: Option<i64>, o: u32, n: u32| {
+        p.filter(|&p| p >= i64::from(o) && p < i64::from(o + n)).map(|p| (p - i64::from(o)) as usize)
+    };
+    let cols: Vec<Option<usize>> = cols.iter().map(|&c| at(c, x0, cw)).collect();
+    for (i, r) in rows.iter().enumerate() {
+        let Some(sy) = at(*r, y0, ch) else { continue };
+        let src = &window[sy * cw as usize..(sy + 1) * cw as usize];
+        let dst = &mut out[i * ow..(i + 1) * ow];
+        for (d, c) in dst.iter_mut().zip(&cols) {
+            if let Some(sx) = c {
+                *d = src[*sx];
             }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 #[cfg(test)]

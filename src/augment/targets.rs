@@ -28,7 +28,7 @@ use super::resize::center_crop_start;
 use super::site::Site;
 use super::warp::{self, Interp};
 use crate::annot::mask::{MaskError, Rle};
-use crate::annot::warp::{AxisMap, TargetGeometry, nearest_index};
+use crate::annot::warp::{AxisMap, TargetGeometry, gather_mask, nearest_index};
 use crate::rng::SampleRng;
 
 /// How one step maps a point (x, y) of its input canvas to its output canvas.
@@ -210,8 +210,10 @@ impl TargetPlan {
         let mut rng = op_rng(key, site);
         let drawn = match op {
             OpSpec::RandomIoUCrop(o) => {
-                let boxes = cur.as_deref().ok_or("RandomIoUCrop draws from the sample's boxes: it runs on a \
-                                                  detection source only")?;
+                let boxes = cur.as_deref().ok_or(
+                    "RandomIoUCrop draws from the sample's boxes: it runs on a \
+                                                  detection source only",
+                )?;
                 let d = o.draw(&mut rng, *hw, boxes);
                 self.box_draws.push((site, d.clone()));
                 d
@@ -272,8 +274,40 @@ impl TargetPlan {
         (px, py, (0.0..w as f64).contains(&px) && (0.0..h as f64).contains(&py))
     }
 
-    /// The mask `rle` (of the source image) on the output canvas, row-major 0/1 (`canvas()` sized).
+    /// The mask `rle` (of the source image) on the output canvas, row-major 0/1 (`canvas()` sized). Without
+    /// warps every step maps each axis on its own: the output's source rows and columns are composed through the
+    /// steps and only the window they read is decoded (the common detection recipes); with a warp, the prefix's
+    /// mask runs through the steps.
     pub fn mask(&self, rle: &Rle) -> Result<Vec<u8>, MaskError> {
+        if self.steps.iter().all(|s| s.warp.is_none()) {
+            let (pc, pr) = self.prefix.source_indices();
+            let (oh, ow) = self.canvas();
+            let through = |j: usize, axis: usize, prefix: &[Option<i64>]| -> Option<i64> {
+                let mut j = j;
+                for s in self.steps.iter().rev() {
+                    let (n, m) = if axis == 0 { (s.from.1, s.canvas.1) } else { (s.from.0, s.canvas.0) };
+                    j = match s.map {
+                        Move::Scale(_) => nearest_index(j as i64, n as i64, m as i64) as usize,
+                        Move::Shift(d) => {
+                            let v = j as i64 - d[axis];
+                            if !(0..n as i64).contains(&v) {
+                                return None;
+                            }
+                            v as usize
+                        }
+                        Move::HFlip if axis == 0 => n - 1 - j,
+                        Move::VFlip if axis == 1 => n - 1 - j,
+                        _ => j,
+                    };
+                }
+                prefix[j]
+            };
+            let cols: Vec<Option<i64>> = (0..ow).map(|j| through(j, 0, &pc)).collect();
+            let rows: Vec<Option<i64>> = (0..oh).map(|i| through(i, 1, &pr)).collect();
+            let mut out = vec![0u8; oh * ow];
+            gather_mask(rle, &cols, &rows, &mut out)?;
+            return Ok(out);
+        }
         let (ph, pw) = (self.prefix.y.out, self.prefix.x.out);
         let mut frame = Frame { buf: vec![0; ph * pw], h: ph, w: pw, c: 1 };
         self.prefix.mask(rle, &mut frame.buf)?;

@@ -385,6 +385,7 @@ fn invalid_transform_lists_are_config_errors_naming_the_parameter() {
         dtype: DType::F32,
         layout: Layout::Nchw,
         normalize: Some(Normalize { std: [1.0, 0.0, 1.0], ..IMAGENET_NORM }),
+        pad_to: None,
     };
     assert_eq!(param(vec![rrc(224, 224)], zero_std), "normalize");
     let p = SamplePipeline::new(vec![rrc(224, 224)], U8_NHWC).unwrap();

@@ -95,11 +95,7 @@ impl TargetPlan {
     /// XYXY boxes `(K, 4)` in source pixels, moved: float32 `(K, 4)`, and bool `(K,)`: whether every
     /// `SanitizeBoundingBoxes` of the list kept the box (the caller drops the others with their labels, masks
     /// and keypoints).
-    fn boxes<'py>(
-        &self,
-        py: Python<'py>,
-        boxes: PyReadonlyArray2<'py, f64>,
-    ) -> PyResult<(Bound<'py, PyArray2<f32>>, Bound<'py, PyArray1<bool>>)> {
+    fn boxes<'py>(&self, py: Python<'py>, boxes: PyReadonlyArray2<'py, f64>) -> PyResult<MovedBoxes<'py>> {
         let b = boxes.as_array();
         if b.ncols() != 4 {
             return Err(pyo3::exceptions::PyValueError::new_err("boxes are (K, 4)"));
@@ -152,6 +148,9 @@ impl TargetPlan {
         Ok(out)
     }
 }
+
+/// `TargetPlan.boxes`' result: the boxes moved and whether each is kept.
+type MovedBoxes<'py> = (Bound<'py, PyArray2<f32>>, Bound<'py, PyArray1<bool>>);
 
 /// `TargetPlan.steps` rows.
 type StepRows = Vec<(&'static str, &'static str, Vec<f64>, (usize, usize), (usize, usize))>;

@@ -45,11 +45,7 @@ impl NativeSource {
 
     /// This source with each image's boxes (a detection source: XYXY float64 `(A, 4)` in source pixels, image
     /// `i`'s are rows `offsets[i]..offsets[i + 1]`), for the ops whose draw depends on them (RandomIoUCrop).
-    fn with_boxes(
-        &self,
-        offsets: Vec<usize>,
-        boxes: numpy::PyReadonlyArray2<'_, f64>,
-    ) -> PyResult<Self> {
+    fn with_boxes(&self, offsets: Vec<usize>, boxes: numpy::PyReadonlyArray2<'_, f64>) -> PyResult<Self> {
         let b = boxes.as_array();
         if b.ncols() != 4 {
             return Err(pyo3::exceptions::PyValueError::new_err("boxes are (A, 4)"));

@@ -375,7 +375,13 @@ impl Op for RandomIoUCrop {
         }
         let (lo, hi) = self.aspect_ratio;
         if !(lo.is_finite() && hi.is_finite() && 0.0 < lo && lo <= hi) {
-            return Err(bad("min_aspect_ratio", format!("({lo}, {hi})"), "and max_aspect_ratio be 0 < min ≤ max", op, pos));
+            return Err(bad(
+                "min_aspect_ratio",
+                format!("({lo}, {hi})"),
+                "and max_aspect_ratio be 0 < min ≤ max",
+                op,
+                pos,
+            ));
         }
         let o = &self.sampler_options;
         if o.is_empty() || o.len() > 64 || !o.iter().all(|v| v.is_finite() && *v >= 0.0) {
