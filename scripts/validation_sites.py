@@ -45,6 +45,7 @@ PARAMS = {
     "max_area", "min_count", "max_count", "re_mode", "longest", "weights",
     # sources
     "root", "paths", "labels", "blobs", "images", "classes", "train", "variant", "shards",
+    "split", "masks", "ids", "image_suffix", "mask_suffix",
     # packed files (trdata.pack, trdata.Packed)
     "mode", "window_blocks", "cache_blocks", "block_bytes", "reencode", "short_side", "max_side", "quality",
     # object storage (trdata.Packed's URL and options: storage/)
@@ -57,6 +58,7 @@ TYPE_ONLY = {
     "fn",  # PythonStep's: a callable
     "expand", "all_ops", "antialias",
     "reencode",  # a Reencode or dict; its fields are short_side, max_side, quality (pack/mod.rs)
+    "split", "masks", "ids", "image_suffix", "mask_suffix",  # YoloDetection/SegmentationFolder: folders, names
 }  # fmt: skip
 
 # Core functions that raise a ConfigError naming a parameter without validating its value.
@@ -147,6 +149,17 @@ EDGE_TRANSLATORS = {
         "parse_transform": "a (kind, {name: value}) spec (trdata.Transform._spec; parsed by the core)",
         "arg": "a spec value is None, bool, int, float, str, a sequence of them or a dict with str keys "
         "(trdata.Transform._spec)",
+    },
+    "python/trdata/sources/targets.py": {
+        "opt_str": "split, image_suffix, mask_suffix are None or a str",
+        "path_arg": "root (YoloDetection), images and masks (SegmentationFolder) are paths",
+    },
+    "python/trdata/sources/yolo.py": {
+        "_class_names": "classes is None, a sequence of str, or ultralytics' names mapping with the keys 0..n-1 "
+        "(its form; the ids within it: a SourceError on the label file)",
+    },
+    "python/trdata/sources/segmentation.py": {
+        "_keys": "ids is None or a sequence of str",
     },
     "python/trdata/sources/dataset.py": {
         "DatasetSource.__init__": "dataset is a map-style dataset without a transform of its own (only `dataset`)",

@@ -274,8 +274,9 @@ def test_a_wrong_source_lists_every_trdata_source(files: trdata.FileList) -> Non
         and getattr(trdata, n) is not trdata.Source
     }
     assert (
-        len(public) == 13
-    )  # with DatasetSource (any map-style dataset, which the message also names) and CocoDetection
+        len(public) == 15
+    )  # with DatasetSource (any map-style dataset, which the message also names), CocoDetection, YoloDetection
+    # and SegmentationFolder
     assert "map-style dataset (__len__ and __getitem__" in str(e.value)
     for name in public:
         assert re.search(rf"\b{name}\b", str(e.value)), name

@@ -623,6 +623,8 @@ def test_every_parameter_has_a_bad_value_case():
     }  # fmt: skip
     # a map-style dataset's and a Python step's: tests/test_dataset_source.py, tests/test_python_steps.py
     extra |= {"dataset", "fn", "extras"}  # extras: tests/test_extras.py
+    # YoloDetection's and SegmentationFolder's (types only): tests/test_yolo.py, tests/test_segmentation.py
+    extra |= {"split", "masks", "ids", "image_suffix", "mask_suffix"}
     covered = {p for p, _, _ in BAD_VALUES} | extra
     assert covered == validation_sites.PARAMS
 

@@ -41,8 +41,10 @@ from .sources import (
     ImageFolder,
     Packed,
     Reencode,
+    SegmentationFolder,
     Source,
     WebDataset,
+    YoloDetection,
     pack,
 )
 from .transforms import (
@@ -158,6 +160,7 @@ __all__ = [
     "RandomVerticalFlip",
     "Reencode",
     "Resize",
+    "SegmentationFolder",
     "Source",
     "SourceError",
     "StaleIteratorError",
@@ -165,6 +168,7 @@ __all__ = [
     "TrdataError",
     "WebDataset",
     "WorkerError",
+    "YoloDetection",
     "__version__",
     "from_torchvision",
     "pack",

@@ -124,6 +124,10 @@ class Batch:
         torch tensors on the targets' device when they are tensors."""
         if self.targets is None:
             raise ValueError("this batch has no detection targets (its source has none)")
+        if self.targets and "boxes" not in self.targets[0]:
+            raise ValueError(
+                "this batch's targets have no boxes (a label-map source): stack its targets' 'mask'"
+            )
         from .sources.detection import padded_targets
 
         return padded_targets(self.targets)

@@ -373,6 +373,8 @@ _SOURCE_NAMES = (
     "WebDataset",
     "Packed",
     "CocoDetection",
+    "YoloDetection",
+    "SegmentationFolder",
     "DatasetSource",
 )
 

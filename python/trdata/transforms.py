@@ -593,7 +593,9 @@ class RandomIoUCrop(Transform):
     trials: int = _DEFAULTS["RandomIoUCrop.trials"]
 
     def _spec(self) -> tuple[Any, ...]:
-        options = [0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0] if self.sampler_options is None else self.sampler_options
+        options = (
+            [0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0] if self.sampler_options is None else self.sampler_options
+        )
         return (
             "random_iou_crop",
             {

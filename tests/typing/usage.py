@@ -55,3 +55,13 @@ def batches(loader: trdata.Loader) -> None:
         batch.images.mean()
     images, labels = batch
     assert_type(labels, BatchImages)
+
+
+def layouts() -> None:
+    # YOLO's txt layout and label-map folders: a names list or ultralytics' names mapping; keys as a list
+    trdata.YoloDetection("data/coco8", "train", classes={0: "person", 1: "bicycle"})
+    trdata.YoloDetection("data/coco8", classes=["person", "bicycle"])
+    trdata.SegmentationFolder("VOC2012/JPEGImages", "VOC2012/SegmentationClass", ids=["2007_000032"])
+    trdata.SegmentationFolder("city/leftImg8bit", "city/gtFine", image_suffix="_leftImg8bit.png")
+    trdata.YoloDetection("data/coco8", "train", {0: "person"})  # type: ignore[call-arg]  # classes: keyword
+    trdata.SegmentationFolder("img", "ann", ["2007_000032"])  # type: ignore[call-arg]  # ids: keyword

@@ -10,6 +10,9 @@
 * ``dataset``: :class:`DatasetSource`, any map-style dataset (``__len__`` and ``__getitem__``), which
   ``Loader(dataset)`` wraps by itself;
 * ``detection``: :class:`CocoDetection` (images with boxes, masks and keypoints that move with the image);
+* ``yolo``: :class:`YoloDetection` (ultralytics' ``images/`` + ``labels/`` txt layout, boxes that move with the image);
+* ``segmentation``: :class:`SegmentationFolder` (images + PNG label maps that move with the image);
+* ``targets``: what those two share (image headers, moving boxes);
 * ``extras``: extra fields per sample (captions, JSON, arrays): how they are given, stored and delivered;
 * ``synthetic``: the built-in synthetic dataset of the benches and tests (``default_dataset``).
 
@@ -33,7 +36,9 @@ from .classic import (
 from .dataset import DatasetSource
 from .detection import CocoDetection
 from .packed import Packed, Reencode, pack
+from .segmentation import SegmentationFolder
 from .shards import WebDataset
+from .yolo import YoloDetection
 
 __all__ = [
     "CIFAR10",
@@ -54,7 +59,9 @@ __all__ = [
     "ImageFolder",
     "Packed",
     "Reencode",
+    "SegmentationFolder",
     "Source",
     "WebDataset",
+    "YoloDetection",
     "pack",
 ]

@@ -72,7 +72,9 @@ class CocoDetection(Source):
 
             raise SourceError(f"{self.ann_file}: the annotation file lists no images", self.ann_file)
         # the boxes (XYXY, source pixels) go to the core too: RandomIoUCrop's draw depends on them
-        xyxy = np.concatenate([self._boxes_xywh[:, :2], self._boxes_xywh[:, :2] + self._boxes_xywh[:, 2:]], axis=1)
+        xyxy = np.concatenate(
+            [self._boxes_xywh[:, :2], self._boxes_xywh[:, :2] + self._boxes_xywh[:, 2:]], axis=1
+        )
         self._native = _core.NativeSource.files(self.paths, self.labels, []).with_boxes(
             self._offsets.tolist(), np.ascontiguousarray(xyxy, np.float64).reshape(-1, 4)
         )

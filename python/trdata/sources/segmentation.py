@@ -1,0 +1,191 @@
+"""Semantic segmentation: an image folder and a folder of PNG label maps (VOC's ``SegmentationClass``, ADE20K's
+``annotations``, Cityscapes' ``gtFine``), each map moved with its image.
+
+``SegmentationFolder(images, masks, ids=None, image_suffix=None, mask_suffix=".png", classes=())``
+pairs each label map with its image by key: the map ``masks/<key><mask_suffix>``, the image
+``images/<key><image_suffix>`` (or, without ``image_suffix``, the one file ``images/<key>.<ext>`` with an image
+extension of ``IMG_EXTENSIONS``). Samples are the keys of ``ids`` in its order (VOC's
+``ImageSets/Segmentation/train.txt``: ``ids=open(path).read().split()``), else every map below ``masks``
+(recursively) in sorted order. Cityscapes: ``image_suffix="_leftImg8bit.png"``,
+``mask_suffix="_gtFine_labelIds.png"`` (its keys keep their city folder).
+
+A label map holds class indices: palette PNGs (mode ``P``, VOC's) are read as their indices, not their colors;
+``L`` (ADE20K, Cityscapes), ``I``/``I;16`` with values up to 255 and bilevel ``1`` are accepted; an RGB map, a map
+that is not a PNG, or one whose size is not its image's is a ``SourceError`` naming both files (checked from the
+headers at construction). ``batch.targets[i]["mask"]`` is the map moved with the image: uint8 ``(h, w)``,
+nearest, 255 (``FILL``, the ``ignore_index`` of torchvision's segmentation references) wherever the output
+leaves the image (pads, crops larger than the image, warps); also ``image_id`` (the index), ``orig_size`` and
+``size`` (h, w). The maps are decoded when their batch is made (Pillow, on the thread iterating the loader).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import _core
+from ..errors import ConfigError, SourceError
+from .base import IMG_EXTENSIONS, Source, _class_names
+from .targets import ImageHeader, list_files, opt_str, path_arg, pillow, read_header
+
+#: Pillow modes of a label map of class indices.
+MAP_MODES = ("P", "L", "I", "I;16", "1")
+#: The label where a moved map leaves its image: torchvision's segmentation references' ignore_index.
+FILL = 255
+
+
+class SegmentationFolder(Source):
+    """Images + PNG label maps paired by key (module docs)."""
+
+    def __init__(
+        self,
+        images: str | os.PathLike[str],
+        masks: str | os.PathLike[str],
+        *,
+        ids: Sequence[str] | None = None,
+        image_suffix: str | None = None,
+        mask_suffix: str = ".png",
+        classes: Iterable[str] = (),
+    ) -> None:
+        self.images_root = path_arg(images, "images")
+        self.masks_root = path_arg(masks, "masks")
+        mask_suffix = opt_str(mask_suffix, "mask_suffix") or ""
+        image_suffix = opt_str(image_suffix, "image_suffix")
+        self.classes, self.class_to_idx = _class_names(classes)
+        keys = _keys(ids)
+        if keys is None:
+            maps = [m for m in list_files(self.masks_root, (mask_suffix.lower(),)) if m.endswith(mask_suffix)]
+            keys = [os.path.relpath(m, self.masks_root) for m in maps]
+            keys = [k[: len(k) - len(mask_suffix)] for k in keys]
+        else:
+            maps = [os.path.join(self.masks_root, k + mask_suffix) for k in keys]
+        if not maps:
+            raise SourceError(f"{self.masks_root}: no label map (*{mask_suffix})", self.masks_root)
+        self.keys = keys
+        self.mask_paths = maps
+        self.paths = self._image_paths(keys, image_suffix)
+        image = pillow("SegmentationFolder")
+        self._sizes = np.zeros((len(keys), 2), np.int64)  # (width, height), as target_plans takes them
+        for i, (p, m) in enumerate(zip(self.paths, self.mask_paths)):
+            header = read_header(image, p)
+            if not os.path.isfile(m):
+                raise SourceError(f"{m}: no label map for the image {p}", m)
+            _check_map(read_header(image, m), m, header, p)
+            self._sizes[i] = header.width, header.height
+        self.labels = [0] * len(self.paths)  # the per-image class the core holds: none (the target is a map)
+        self._native = _core.NativeSource.files(self.paths, self.labels, [])
+
+    def _image_paths(self, keys: list[str], image_suffix: str | None) -> list[str]:
+        if image_suffix is not None:
+            paths = [os.path.join(self.images_root, k + image_suffix) for k in keys]
+            missing = next((p for p in paths if not os.path.isfile(p)), None)
+            if missing is not None:
+                raise SourceError(f"{missing}: no such image", missing)
+            return paths
+        by_key: dict[str, list[str]] = {}
+        for p in list_files(self.images_root, IMG_EXTENSIONS):
+            by_key.setdefault(os.path.splitext(os.path.relpath(p, self.images_root))[0], []).append(p)
+        out = []
+        for k, m in zip(keys, self.mask_paths):
+            found = by_key.get(k, [])
+            if len(found) != 1:
+                what = "no image" if not found else f"{len(found)} images ({', '.join(found[:3])})"
+                raise SourceError(
+                    f"{m}: {what} named {k}.<ext> in {self.images_root} (image_suffix= names one)", m
+                )
+            out.append(found[0])
+        return out
+
+    def __repr__(self) -> str:
+        return f"SegmentationFolder({self.images_root!r}, {self.masks_root!r}, {len(self)} images)"
+
+    def _native_source(self) -> _core.NativeSource:
+        return self._native
+
+    #: Loader hook: this source's rows carry targets that move with the image.
+    _has_targets = True
+
+    def label_map(self, i: int) -> np.ndarray:
+        """Sample ``i``'s label map as stored: uint8 ``(H, W)`` class indices (palette indices for mode P)."""
+        image = pillow("SegmentationFolder")
+        path = self.mask_paths[i]
+        w, h = (int(v) for v in self._sizes[i])
+        try:
+            with image.open(path) as im:
+                if im.mode not in MAP_MODES:
+                    raise SourceError(f"{path}: mode {im.mode} is not a label map of class indices", path)
+                if im.size != (w, h):  # before decoding: the file may have changed since the source was made
+                    raise SourceError(
+                        f"{path}: a label map of {im.size[0]}x{im.size[1]} for the image {self.paths[i]} of "
+                        f"{w}x{h}",
+                        path,
+                    )
+                a = np.asarray(im)
+        except SourceError:
+            raise
+        except Exception as e:  # Pillow raises many kinds for a damaged file
+            raise SourceError(
+                f"{path}: cannot decode the label map ({type(e).__name__}: {e})", path
+            ) from None
+        if a.shape != (h, w):  # a decoder's surprise (a multi-band mode): refused rather than reshaped
+            raise SourceError(f"{path}: decoded to shape {a.shape}, not ({h}, {w})", path)
+        if a.dtype != np.uint8:
+            if a.dtype == np.bool_:
+                a = a.astype(np.uint8)
+            elif a.size and (int(a.max()) > 255 or int(a.min()) < 0):
+                raise SourceError(f"{path}: class index {int(a.max())} does not fit a uint8 label map", path)
+            else:
+                a = a.astype(np.uint8)
+        return a
+
+    def _batch_targets(self, indices: np.ndarray, epoch: int, native_loader: Any) -> list[dict[str, Any]]:
+        """Each row's label map moved with its image (module docs)."""
+        idx = [int(i) for i in indices]
+        sizes = [(int(w), int(h)) for w, h in self._sizes[idx]]
+        plans = native_loader.target_plans(idx, epoch, sizes)
+        return [
+            {
+                "mask": plan.dense(self.label_map(i), fill=FILL),
+                "image_id": i,
+                "orig_size": (sizes[r][1], sizes[r][0]),
+                "size": plan.canvas,
+            }
+            for r, (plan, i) in enumerate(zip(plans, idx))
+        ]
+
+
+def _keys(ids: Any) -> list[str] | None:
+    """``ids``: None or a sequence of str keys."""
+    if ids is None:
+        return None
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
+        raise ConfigError(
+            f"invalid ids: a {type(ids).__name__} must be a sequence of keys (str)", parameter="ids"
+        )
+    bad = next((k for k in ids if not isinstance(k, str)), None)
+    if bad is not None:
+        raise ConfigError(f"invalid ids: {bad!r} is a {type(bad).__name__}, not a key (str)", parameter="ids")
+    return list(ids)
+
+
+def _check_map(m: ImageHeader, mask_path: str, image: ImageHeader, image_path: str) -> None:
+    """A label map's header against its image's: a PNG of class indices of the image's size."""
+    if m.format != "PNG":
+        raise SourceError(
+            f"{mask_path}: a {m.format} file, not a PNG label map (for the image {image_path})", mask_path
+        )
+    if m.mode not in MAP_MODES:
+        raise SourceError(
+            f"{mask_path}: mode {m.mode} is not a label map of class indices ({', '.join(MAP_MODES)}; an RGB "
+            f"color-coded map must be converted to indices first), for the image {image_path}",
+            mask_path,
+        )
+    if (m.width, m.height) != (image.width, image.height):
+        raise SourceError(
+            f"{mask_path}: a label map of {m.width}x{m.height} for the image {image_path} of "
+            f"{image.width}x{image.height}",
+            mask_path,
+        )

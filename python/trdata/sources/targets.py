@@ -1,0 +1,115 @@
+"""What the sources whose targets move with the image share beyond ``CocoDetection`` (``yolo.py``,
+``segmentation.py``): reading an image's header (size, format, mode, EXIF orientation) without decoding it, and
+moving a batch's boxes with each row's replayed geometry (``NativeLoader.target_plans``).
+
+Image headers are read with Pillow (lazily: only the header, no pixels), as the core exposes no header reader to
+Python yet; Pillow is needed by these sources only (an ``ImportError`` saying so otherwise).
+
+``CocoDetection`` (``detection.py``) moves its boxes the same way with its own copy of ``move_boxes``' loop; the
+two should become one when that module is next edited.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..errors import ConfigError, SourceError
+
+#: The EXIF orientation tag.
+_ORIENTATION = 0x0112
+
+
+class ImageHeader(NamedTuple):
+    """One image file's header: ``width``, ``height`` (the stored pixels'), Pillow's ``format`` and ``mode``, and
+    the EXIF ``orientation`` (1 when absent)."""
+
+    width: int
+    height: int
+    format: str
+    mode: str
+    orientation: int
+
+
+def path_arg(value: Any, name: str) -> str:
+    """``value`` is a path (str, bytes or os.PathLike), returned as a str (``os.fsdecode``) with ``~`` expanded;
+    a ``ConfigError`` on ``name`` otherwise."""
+    try:
+        return os.path.expanduser(os.fsdecode(value))
+    except TypeError:
+        raise ConfigError(
+            f"invalid {name}: {value!r} must be a path (str, bytes or os.PathLike), not a {type(value).__name__}",
+            parameter=name,
+        ) from None
+
+
+def opt_str(value: Any, name: str) -> str | None:
+    """``value`` is None or a str (a folder name, a file suffix); a ``ConfigError`` on ``name`` otherwise."""
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"invalid {name}: {value!r} must be a str or None", parameter=name)
+    return value
+
+
+def pillow(who: str) -> Any:
+    """``PIL.Image``, or an ``ImportError`` naming ``who`` needs it."""
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ImportError(f"trdata.{who} reads image headers with Pillow: pip install pillow") from None
+    return Image
+
+
+def read_header(image: Any, path: str, exif: bool = False) -> ImageHeader:
+    """``path``'s header (``image`` is ``PIL.Image``): only the header is parsed, no pixel is decoded. A file Pillow
+    cannot open is a ``SourceError`` naming it."""
+    try:
+        with warnings.catch_warnings():
+            # the pixels are never decoded here: the loader's own max_pixels bounds them
+            warnings.simplefilter("ignore", image.DecompressionBombWarning)
+            with image.open(path) as im:
+                orientation = 1
+                if exif:
+                    value = im.getexif().get(_ORIENTATION, 1)
+                    orientation = value if isinstance(value, int) else 1
+                w, h = im.size
+                return ImageHeader(int(w), int(h), str(im.format), str(im.mode), int(orientation))
+    except SourceError:
+        raise
+    except Exception as e:  # Pillow raises many kinds (OSError, SyntaxError, ValueError, …)
+        raise SourceError(f"{path}: cannot read the image header ({type(e).__name__}: {e})", path) from None
+
+
+def list_files(root: str, suffixes: tuple[str, ...]) -> list[str]:
+    """Every file below ``root`` (recursively, symlinked directories not entered) whose lower-cased name ends with
+    one of ``suffixes``, sorted as Python sorts the full paths (ultralytics' order). A missing ``root`` is a
+    ``SourceError``."""
+    if not os.path.isdir(root):
+        raise SourceError(f"{root}: no such directory", root)
+    found = []
+
+    def fail(e: OSError) -> None:
+        raise SourceError(f"{e.filename}: cannot list the directory ({e.strerror})", e.filename)
+
+    for folder, dirs, files in os.walk(root, onerror=fail):
+        dirs.sort()
+        found += [os.path.join(folder, f) for f in files if f.lower().endswith(suffixes)]
+    return sorted(found)
+
+
+def move_boxes(
+    plans: list[Any], boxes: list[np.ndarray], fields: list[dict[str, np.ndarray]]
+) -> tuple[list[np.ndarray], list[dict[str, np.ndarray]]]:
+    """Each row's XYXY boxes (float64 ``(K, 4)``, source pixels) moved by its plan (float32), and its per-instance
+    ``fields`` with the instances ``SanitizeBoundingBoxes`` dropped removed from every one of them."""
+    moved, kept = [], []
+    for plan, b, f in zip(plans, boxes, fields):
+        out, keep = plan.boxes(b)
+        if not keep.all():
+            out = out[keep]
+            f = {k: v[keep] for k, v in f.items()}
+        moved.append(out)
+        kept.append(f)
+    return moved, kept
