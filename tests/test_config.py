@@ -625,6 +625,8 @@ def test_every_parameter_has_a_bad_value_case():
     extra |= {"dataset", "fn", "extras"}  # extras: tests/test_extras.py
     # YoloDetection's and SegmentationFolder's (types only): tests/test_yolo.py, tests/test_segmentation.py
     extra |= {"split", "masks", "ids", "image_suffix", "mask_suffix"}
+    # the URL sources' (path, storage_options): tests/test_packed_remote.py::test_bad_urls_and_options_are_config…
+    extra |= {"path", "storage_options"}
     covered = {p for p, _, _ in BAD_VALUES} | extra
     assert covered == validation_sites.PARAMS
 
