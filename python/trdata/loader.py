@@ -1035,7 +1035,9 @@ def _targets_to_torch(target: dict[str, Any], device: Any) -> dict[str, Any]:
     for k, v in target.items():
         if isinstance(v, np.ndarray):
             t = torch.from_numpy(v)
-            out[k] = t if device is None else t.to(device, non_blocking=True)
+            # through pinned memory: a copy from pageable memory would wait for the stream's queued work (the
+            # previous training step) and take away the host's lead over the GPU
+            out[k] = t if device is None else t.pin_memory().to(device, non_blocking=True)
         else:
             out[k] = v
     return out

@@ -578,14 +578,9 @@ pub fn forward_affine(
     scale: f64,
     shear_deg: [f64; 2],
 ) -> [f64; 6] {
-    let rot = angle_deg.to_radians();
-    let (sx, sy) = (shear_deg[0].to_radians(), shear_deg[1].to_radians());
+    let [a, b, c, d] = warp::rotate_shear(angle_deg, shear_deg);
     let [cx, cy] = center;
     let [tx, ty] = translate;
-    let a = (rot - sy).cos() / sy.cos();
-    let b = -(rot - sy).cos() * sx.tan() / sy.cos() - rot.sin();
-    let c = (rot - sy).sin() / sy.cos();
-    let d = -(rot - sy).sin() * sx.tan() / sy.cos() + rot.cos();
     let mut m = [a * scale, b * scale, 0.0, c * scale, d * scale, 0.0];
     m[2] += m[0] * (-cx) + m[1] * (-cy) + cx + tx;
     m[5] += m[3] * (-cx) + m[4] * (-cy) + cy + ty;

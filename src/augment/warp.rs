@@ -39,18 +39,25 @@ pub fn inverse_affine(
     scale: f64,
     shear_deg: [f64; 2],
 ) -> [f64; 6] {
-    let rot = angle_deg.to_radians();
-    let (sx, sy) = (shear_deg[0].to_radians(), shear_deg[1].to_radians());
+    let [a, b, c, d] = rotate_shear(angle_deg, shear_deg);
     let [cx, cy] = center;
     let [tx, ty] = translate;
-    let a = (rot - sy).cos() / sy.cos();
-    let b = -(a * sx.tan() + rot.sin());
-    let c = (rot - sy).sin() / sy.cos();
-    let d = rot.cos() - c * sx.tan();
     let mut m = [d / scale, -b / scale, 0.0, -c / scale, a / scale, 0.0];
     m[2] += cx - m[0] * (cx + tx) - m[1] * (cy + ty);
     m[5] += cy - m[3] * (cx + tx) - m[4] * (cy + ty);
     m
+}
+
+/// torchvision's rotation-with-shear matrix `[a, b, c, d]` (`RSS` without the scale, see
+/// `_get_inverse_affine_matrix`): `R(angle) · SHy(sy) · SHx(sx)`, angles in degrees.
+pub fn rotate_shear(angle_deg: f64, shear_deg: [f64; 2]) -> [f64; 4] {
+    let rot = angle_deg.to_radians();
+    let (sx, sy) = (shear_deg[0].to_radians(), shear_deg[1].to_radians());
+    let a = (rot - sy).cos() / sy.cos();
+    let b = -(a * sx.tan() + rot.sin());
+    let c = (rot - sy).sin() / sy.cos();
+    let d = rot.cos() - c * sx.tan();
+    [a, b, c, d]
 }
 
 /// torchvision's `_get_perspective_coeffs(start, end)`: the 8 coefficients mapping output points (`end`) to input

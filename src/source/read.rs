@@ -24,22 +24,7 @@ use std::path::Path;
 /// A reused read buffer larger than this is given back when the next file needs less than a quarter of it.
 const KEEP_BUFFER_BYTES: usize = 64 << 20;
 
-/// What a file type is, in words, for "… is a FIFO" messages.
-pub fn describe(ft: FileType) -> &'static str {
-    if ft.is_dir() {
-        "a directory"
-    } else if ft.is_fifo() {
-        "a FIFO (named pipe)"
-    } else if ft.is_char_device() {
-        "a character device"
-    } else if ft.is_block_device() {
-        "a block device"
-    } else if ft.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    }
-}
+pub use crate::storage::local::describe;
 
 fn not_regular(ft: FileType) -> ImageError {
     ImageError::new(

@@ -14,7 +14,8 @@ pub(super) struct LocalObject {
     size: u64,
 }
 
-fn kind_of(ft: std::fs::FileType) -> &'static str {
+/// What a file type is, in words, for "… is a FIFO" messages (the one home; source/read.rs uses it too).
+pub fn describe(ft: std::fs::FileType) -> &'static str {
     if ft.is_dir() {
         "a directory"
     } else if ft.is_fifo() {
@@ -36,7 +37,7 @@ impl LocalObject {
         let fail = |message: String| TrdataError::Source { path: path.to_path_buf(), message };
         let meta = std::fs::metadata(path).map_err(|e| fail(format!("cannot be opened: {e}")))?;
         if !meta.is_file() {
-            return Err(fail(format!("is {}, not a regular file", kind_of(meta.file_type()))));
+            return Err(fail(format!("is {}, not a regular file", describe(meta.file_type()))));
         }
         let file = OpenOptions::new()
             .read(true)
@@ -46,7 +47,7 @@ impl LocalObject {
         // The descriptor decides (a rename between the stat above and the open cannot slip a FIFO in).
         let meta = file.metadata().map_err(|e| fail(format!("cannot be opened: {e}")))?;
         if !meta.is_file() {
-            return Err(fail(format!("is {}, not a regular file", kind_of(meta.file_type()))));
+            return Err(fail(format!("is {}, not a regular file", describe(meta.file_type()))));
         }
         Ok(Self { file, size: meta.len() })
     }

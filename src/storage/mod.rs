@@ -32,7 +32,7 @@
 //! Each reader counts its GETs, the bytes they returned and the retries ([`StorageCounters`]); a source
 //! exposes them (later: the loader's `stats()`).
 
-mod local;
+pub mod local;
 mod remote;
 
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};

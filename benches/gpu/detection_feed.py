@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""torchvision's eager detectors on the GPU fed by trdata vs torch DataLoader + CocoDetection + v2, against the
+synthetic-data rate, in one run on the same generated COCO-style set (the ImageNet sample's images, COCO-sized:
+longest side at most ``--max-side`` 640, 2-6 boxes with polygons each) — the detection target of the GPU box.
+
+For each model (``retinanet_resnet50_fpn``, ``fasterrcnn_mobilenet_v3_large_fpn``; from scratch, 91 classes,
+train mode, SGD, bf16 autocast, batch 16) and recipe (``hflip``: the images at their own sizes, horizontal flip;
+``lsj``: ScaleJitter((1024, 1024)) + RandomCrop(1024, pad_if_needed=True) + flip + SanitizeBoundingBoxes):
+
+- ``synthetic``: 8 batches of that recipe's images and targets (taken from the trdata feed: real sizes) kept on
+  the GPU and trained on in turn;
+- ``trdata``: ``CocoDetection`` on a CUDA loader (hflip with ``pad_to`` the largest image rounded up to 32; the
+  images are the slots' ``[:h, :w]`` views), targets delivered on the GPU;
+- ``dataloader``: DataLoader(``--workers``, pin_memory) over torchvision's ``CocoDetection`` +
+  ``wrap_dataset_for_transforms_v2`` + the same v2 recipe, images and targets moved to the GPU.
+
+Each row: ``--warmup`` steps, then ``--steps`` timed steps; img/s, its ratio to synthetic, and the cores busy
+(all CPUs' busy time from /proc/stat over the window, so a DataLoader's worker processes count).
+
+    python benches/gpu/detection_feed.py [--data DIR] [--limit 300] [--steps 25] [--workers 15] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benches/: the shared `common` package
+from common import DEFAULT_DATA, folder_files  # noqa: E402
+from common.coco import write_coco  # noqa: E402
+
+BATCH = 16
+
+
+def busy_jiffies() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs (/proc/stat's first line)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + v[4]
+    return sum(v) - idle, sum(v)
+
+
+def trdata_recipe(recipe: str) -> list[Any]:
+    import trdata as t
+
+    if recipe == "hflip":
+        return [t.RandomHorizontalFlip()]
+    return [t.ScaleJitter((1024, 1024)), t.RandomCrop(1024, pad_if_needed=True), t.RandomHorizontalFlip(),
+            t.SanitizeBoundingBoxes()]  # fmt: skip
+
+
+def torchvision_recipe(recipe: str) -> Any:
+    import torch
+    from torchvision.transforms import v2
+
+    steps = [v2.PILToTensor()]
+    if recipe == "hflip":
+        steps += [v2.RandomHorizontalFlip()]
+    else:
+        steps += [v2.ScaleJitter((1024, 1024), antialias=True), v2.RandomCrop(1024, pad_if_needed=True),
+                  v2.RandomHorizontalFlip(), v2.SanitizeBoundingBoxes()]  # fmt: skip
+    return v2.Compose([*steps, v2.ToDtype(torch.float32, scale=True)])
+
+
+class TrdataFeed:
+    def __init__(self, images: str, ann: str, recipe: str, pad_to: tuple[int, int], device: str) -> None:
+        import trdata
+
+        src = trdata.CocoDetection(images, ann)
+        self.loader = trdata.Loader(
+            src, batch_size=BATCH, transforms=trdata_recipe(recipe), device=device, dtype="float32",
+            normalize=None, shuffle=True, pad_to=pad_to if recipe == "hflip" else None, last_batch="drop",
+        )  # fmt: skip
+        self.it = iter(self.loader)
+
+    def __next__(self) -> tuple[list[Any], list[dict[str, Any]]]:
+        try:
+            b = next(self.it)
+        except StopIteration:
+            self.it = iter(self.loader)
+            b = next(self.it)
+        import torch
+
+        x = (
+            b.images if isinstance(b.images, torch.Tensor) else torch.from_numpy(b.images)
+        )  # CUDA: torch already
+        imgs = [x[i, :, :h, :w] for i, (h, w) in enumerate(b.image_sizes.tolist())]
+        return imgs, [{"boxes": t["boxes"], "labels": t["labels"]} for t in b.targets]
+
+    def close(self) -> None:
+        self.loader.close()
+
+
+class DataLoaderFeed:
+    def __init__(self, images: str, ann: str, recipe: str, workers: int, device: str) -> None:
+        import torch
+        from torchvision.datasets import CocoDetection, wrap_dataset_for_transforms_v2
+
+        ds = wrap_dataset_for_transforms_v2(
+            CocoDetection(images, ann, transforms=torchvision_recipe(recipe)), target_keys={"boxes", "labels"}
+        )
+        self.loader = torch.utils.data.DataLoader(
+            ds, batch_size=BATCH, shuffle=True, num_workers=workers, pin_memory=True, drop_last=True,
+            persistent_workers=True, collate_fn=lambda b: tuple(zip(*b)),
+        )  # fmt: skip
+        self.it = iter(self.loader)
+        self.device = device
+
+    def __next__(self) -> tuple[list[Any], list[dict[str, Any]]]:
+        try:
+            imgs, targets = next(self.it)
+        except StopIteration:
+            self.it = iter(self.loader)
+            imgs, targets = next(self.it)
+        to = {"device": self.device, "non_blocking": True}
+        imgs = [x.to(**to) for x in imgs]
+        return imgs, [{k: v.to(**to) for k, v in t.items()} for t in targets]
+
+    def close(self) -> None:
+        it, self.it = self.it, None
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()
+
+
+class SyntheticFeed:
+    """``n`` batches taken from the trdata feed (real sizes and targets: a variable-size recipe's cost depends on
+    them), kept on the GPU as compact tensors and given in turn."""
+
+    def __init__(self, feed: Any, n: int = 8) -> None:
+        self.batches = []
+        for _ in range(n):
+            imgs, targets = next(feed)
+            self.batches.append(
+                ([x.clone() for x in imgs], [{k: v.clone() for k, v in t.items()} for t in targets])
+            )
+        self.i = 0
+
+    def __next__(self) -> tuple[list[Any], list[dict[str, Any]]]:
+        self.i += 1
+        return self.batches[self.i % len(self.batches)]
+
+    def close(self) -> None:
+        pass
+
+
+def make_model(name: str, device: str) -> Any:
+    import torch
+    import torchvision
+
+    ctor = {
+        "retinanet": torchvision.models.detection.retinanet_resnet50_fpn,
+        "fasterrcnn": torchvision.models.detection.fasterrcnn_mobilenet_v3_large_fpn,
+    }[name]
+    model = ctor(weights=None, weights_backbone=None, num_classes=91).to(device).train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
+    return model, opt
+
+
+def run(feed: Any, model: Any, opt: Any, steps: int, warmup: int) -> dict[str, Any]:
+    import torch
+
+    kind = next(model.parameters()).device.type
+    sync = torch.cuda.synchronize if kind == "cuda" else (lambda: None)
+
+    def step() -> int:
+        imgs, targets = next(feed)
+        with torch.autocast(kind, dtype=torch.bfloat16):
+            loss = sum(model(imgs, targets).values())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return len(imgs)
+
+    for _ in range(warmup):
+        step()
+    sync()
+    b0, t0j = busy_jiffies()
+    t0 = time.perf_counter()
+    n = sum(step() for _ in range(steps))
+    sync()
+    wall = time.perf_counter() - t0
+    b1, t1j = busy_jiffies()
+    ncpu = os.cpu_count() or 1
+    cores = (b1 - b0) / max(t1j - t0j, 1) * ncpu
+    return {"img_per_s": round(n / wall, 2), "seconds": round(wall, 2), "cores_busy": round(cores, 2)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--limit", type=int, default=300)
+    ap.add_argument("--models", default="retinanet,fasterrcnn")
+    ap.add_argument("--recipes", default="hflip,lsj")
+    ap.add_argument("--steps", type=int, default=25)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--workers", type=int, default=15)
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--max-side", type=int, default=640, help="COCO-sized images: longest side at most this")
+    args = ap.parse_args()
+    import torch
+
+    torch.backends.cudnn.benchmark = False
+    paths, _ = folder_files(str(args.data))
+    paths = paths[: args.limit or None]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        images, ann = write_coco(paths, tmp, max_side=args.max_side)
+        sizes = json.load(open(ann))["images"]
+        up = lambda v: (v + 31) // 32 * 32  # noqa: E731
+        pad_to = (up(max(i["height"] for i in sizes)), up(max(i["width"] for i in sizes)))
+        print(
+            f"{len(paths)} images, pad_to {pad_to}, batch {BATCH}, {args.workers} DataLoader workers",
+            flush=True,
+        )
+        for model_name in args.models.split(","):
+            for recipe in args.recipes.split(","):
+                model, opt = make_model(model_name, args.device)
+                tr = TrdataFeed(images, ann, recipe, pad_to, args.device)
+                feeds = [("synthetic", SyntheticFeed(tr)), ("trdata", tr)]
+                res: dict[str, Any] = {}
+                for name, feed in feeds:
+                    res[name] = run(feed, model, opt, args.steps, args.warmup)
+                    print(f"{model_name:<10} {recipe:<5} {name:<10} {res[name]}", flush=True)
+                tr.close()
+                dl = DataLoaderFeed(images, ann, recipe, args.workers, args.device)
+                res["dataloader"] = run(dl, model, opt, args.steps, args.warmup)
+                print(f"{model_name:<10} {recipe:<5} {'dataloader':<10} {res['dataloader']}", flush=True)
+                dl.close()
+                syn = res["synthetic"]["img_per_s"]
+                row = {"model": model_name, "recipe": recipe, **{k: v for k, v in res.items()}}
+                row["trdata_vs_synthetic"] = round(res["trdata"]["img_per_s"] / syn, 3)
+                row["dataloader_vs_synthetic"] = round(res["dataloader"]["img_per_s"] / syn, 3)
+                print(
+                    f"  → trdata {row['trdata_vs_synthetic']}× synthetic ({res['trdata']['cores_busy']} cores), "
+                    f"DataLoader {row['dataloader_vs_synthetic']}× ({res['dataloader']['cores_busy']} cores)",
+                    flush=True,
+                )
+                rows.append(row)
+                del model, opt
+                if args.device == "cuda":
+                    torch.cuda.empty_cache()
+    if args.out:
+        args.out.write_text(json.dumps({"rows": rows, "torch": torch.__version__}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
