@@ -18,7 +18,7 @@
 use crate::error::{ImageError, ImageErrorKind};
 use std::fs::{File, FileType, OpenOptions};
 use std::io::Read;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// A reused read buffer larger than this is given back when the next file needs less than a quarter of it.
