@@ -1,14 +1,14 @@
-//! Synchronization shim: std primitives normally, loom's under `--cfg loom` so the station's state machine
+//! Synchronization shim: std primitives normally, loom's under `--cfg trdata_loom` so the station's state machine
 //! is model-checked with the very code that runs in production (see transfer/station.rs tests).
 
-#[cfg(loom)]
+#[cfg(trdata_loom)]
 pub use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-#[cfg(loom)]
+#[cfg(trdata_loom)]
 pub use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-#[cfg(not(loom))]
+#[cfg(not(trdata_loom))]
 pub use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-#[cfg(not(loom))]
+#[cfg(not(trdata_loom))]
 pub use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Lock a mutex, recovering the data if a panicking thread poisoned it. Worker panics are caught and
@@ -18,7 +18,7 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Spawn a thread (loom's under model checking).
-#[cfg(loom)]
+#[cfg(trdata_loom)]
 pub fn thread_spawn<F, T>(f: F) -> loom::thread::JoinHandle<T>
 where
     F: FnOnce() -> T + Send + 'static,
@@ -28,7 +28,7 @@ where
 }
 
 /// Spawn a thread (loom's under model checking).
-#[cfg(not(loom))]
+#[cfg(not(trdata_loom))]
 pub fn thread_spawn<F, T>(f: F) -> std::thread::JoinHandle<T>
 where
     F: FnOnce() -> T + Send + 'static,

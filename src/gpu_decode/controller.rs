@@ -42,7 +42,7 @@ impl Controller {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(trdata_loom)))]
 mod tests {
     use super::*;
 

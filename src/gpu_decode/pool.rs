@@ -50,7 +50,7 @@ impl<T> IdlePool<T> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(trdata_loom)))]
 mod tests {
     use super::*;
 

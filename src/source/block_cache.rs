@@ -172,7 +172,7 @@ impl BlockCache {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(trdata_loom)))]
 mod tests {
     use super::*;
     use crate::error::ImageErrorKind;

@@ -112,7 +112,7 @@ impl ExternalStore {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(trdata_loom)))]
 mod tests {
     use super::*;
     use crate::error::TrdataError;

@@ -727,7 +727,7 @@ fn run_job(job: &EpochJob, w: usize, workers: usize, scratch: &mut WorkerScratch
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(trdata_loom)))]
 mod tests {
     use super::*;
     use crate::augment::{DType, Layout, OutputSpec, SamplePipeline, TransformSpec};
