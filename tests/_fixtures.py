@@ -250,3 +250,29 @@ def chi2_same(a: list[Any], b: list[Any]) -> None:
     k = max(len(tot) - 1, 1)
     crit = k * (1 - 2 / (9 * k) + 3.09 * np.sqrt(2 / (9 * k))) ** 3
     assert stat < crit, (stat, crit, dict(zip(vals, zip(ca, cb))))
+
+
+# Detection sources' targets, as the tests read them.
+
+
+def target_rows(loader: Any) -> dict[int, dict[str, Any]]:
+    """Every row's targets of one epoch of ``loader``, by dataset index (tensors as numpy)."""
+    out = {}
+    for b in loader:
+        for r, i in enumerate(b.indices.tolist()):
+            out[i] = {k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in b.targets[r].items()}
+    return out
+
+
+def targets_with_1_and_3_workers(source: Any, n: int, **kw: Any) -> list[dict[int, dict[str, Any]]]:
+    """``target_rows`` of a Loader over ``source`` (``n`` samples) with 1 and with 3 workers, each epoch checked to
+    deliver every sample exactly once."""
+    import trdata
+
+    runs = []
+    for workers in (1, 3):
+        with trdata.Loader(source, workers=workers, **kw) as ld:
+            seen = [i for b in ld for i in b.indices.tolist()[: b.valid]]
+            assert sorted(seen) == list(range(n))
+            runs.append(target_rows(ld))
+    return runs

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import trdata
-from _fixtures import photo
+from _fixtures import photo, target_rows, targets_with_1_and_3_workers
 from PIL import Image
 from trdata.errors import ConfigError, SourceError
 
@@ -131,14 +131,6 @@ def reference(images: Path, ann: Path) -> Any:
     return wrap_dataset_for_transforms_v2(ds, target_keys={"image_id", "boxes", "labels", "masks", "iscrowd"})
 
 
-def rows(loader: trdata.Loader) -> dict[int, dict[str, Any]]:
-    out = {}
-    for b in loader:
-        for r, i in enumerate(b.indices.tolist()):
-            out[i] = {k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in b.targets[r].items()}
-    return out
-
-
 def test_order_boxes_labels_and_masks_equal_torchvisions_wrapped_dataset(coco: tuple[Path, Path]) -> None:
     images, ann = coco
     src = trdata.CocoDetection(images, ann, masks=True)
@@ -149,7 +141,7 @@ def test_order_boxes_labels_and_masks_equal_torchvisions_wrapped_dataset(coco: t
     # so compare through Resize to a fixed size below; here the raw targets as the source holds them)
     for size in [(48, 64), (37, 50)]:
         with trdata.Loader(src, batch_size=4, transforms=[trdata.Resize(size)], workers=2) as ld:
-            got = rows(ld)
+            got = target_rows(ld)
         for i in range(N_IMAGES):
             img, want = ref[i]
             assert got[i]["image_id"] == want["image_id"]
@@ -232,12 +224,7 @@ def test_targets_are_the_same_for_any_worker_count_and_every_image_comes_once(
         reproducible=True,
         shuffle=True,
     )
-    runs = []
-    for workers in (1, 3):
-        with trdata.Loader(src, workers=workers, **kw) as ld:
-            seen = [i for b in ld for i in b.indices.tolist()[: b.valid]]
-            assert sorted(seen) == list(range(N_IMAGES))
-            runs.append(rows(ld))
+    runs = targets_with_1_and_3_workers(src, N_IMAGES, **kw)
     for i in range(N_IMAGES):
         for key in ("boxes", "labels", "masks"):
             np.testing.assert_array_equal(runs[0][i][key], runs[1][i][key])

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import trdata
-from _fixtures import photo
+from _fixtures import photo, target_rows, targets_with_1_and_3_workers
 from PIL import Image
 from trdata.errors import ConfigError, SourceError
 
@@ -111,20 +111,12 @@ def test_order_and_maps_are_the_files_indices(voc: Any) -> None:
     assert src.keys == split and src.class_to_idx["c20"] == 20
     size = (37, 50)
     with trdata.Loader(src, batch_size=3, transforms=[trdata.Resize(size)], workers=2) as ld:
-        got = rows(ld)
+        got = target_rows(ld)
     for i, key in enumerate(split):
         h, w = maps[key].shape
         assert got[i]["image_id"] == i and got[i]["orig_size"] == (h, w) and got[i]["size"] == size
         want = F.resize(tv_tensors.Mask(torch.from_numpy(maps[key])[None]), list(size), interpolation=NEAR)
         np.testing.assert_array_equal(got[i]["mask"], want.numpy()[0])
-
-
-def rows(loader: trdata.Loader) -> dict[int, dict[str, Any]]:
-    out = {}
-    for b in loader:
-        for r, i in enumerate(b.indices.tolist()):
-            out[i] = {k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in b.targets[r].items()}
-    return out
 
 
 @pytest.mark.parametrize(
@@ -205,12 +197,7 @@ def test_maps_are_the_same_for_any_worker_count_and_every_image_comes_once(voc: 
         reproducible=True,
         shuffle=True,
     )
-    runs = []
-    for workers in (1, 3):
-        with trdata.Loader(src, workers=workers, **kw) as ld:
-            seen = [i for b in ld for i in b.indices.tolist()[: b.valid]]
-            assert sorted(seen) == list(range(N_IMAGES))
-            runs.append(rows(ld))
+    runs = targets_with_1_and_3_workers(src, N_IMAGES, **kw)
     for i in range(N_IMAGES):
         np.testing.assert_array_equal(runs[0][i]["mask"], runs[1][i]["mask"])
     with trdata.Loader(src, batch_size=2, transforms=[trdata.Resize((8, 8))]) as ld:

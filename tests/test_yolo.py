@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 import trdata
-from _fixtures import photo
+from _fixtures import photo, target_rows, targets_with_1_and_3_workers
 from PIL import Image
 from trdata.errors import ConfigError, SourceError
 from trdata.sources.yolo import MAX_LABEL_LINES, label_path, parse_labels
@@ -90,14 +90,6 @@ def yolo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, tupl
     return root, write_yolo(root)
 
 
-def rows(loader: trdata.Loader) -> dict[int, dict[str, Any]]:
-    out = {}
-    for b in loader:
-        for r, i in enumerate(b.indices.tolist()):
-            out[i] = {k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in b.targets[r].items()}
-    return out
-
-
 def _boxes(want: tuple[np.ndarray, np.ndarray], w: int, h: int) -> Any:
     # float32, as torchvision's wrapped datasets give boxes (its kernels' rounding at the canvas edge, which
     # SanitizeBoundingBoxes' bounds check sees, is float32's)
@@ -117,7 +109,7 @@ def test_order_and_boxes_are_ultralytics_and_move_as_torchvisions_resize(yolo: A
         np.testing.assert_allclose(t["boxes"], want[p][1], atol=1e-9)
     size = (37, 50)
     with trdata.Loader(src, batch_size=4, transforms=[trdata.Resize(size)], workers=2) as ld:
-        got = rows(ld)
+        got = target_rows(ld)
     for i, p in enumerate(src.paths):
         w, h = (int(v) for v in src._sizes[i])
         assert got[i]["image_id"] == i and got[i]["orig_size"] == (h, w) and got[i]["size"] == size
@@ -222,12 +214,7 @@ def test_targets_are_the_same_for_any_worker_count_and_every_image_comes_once(yo
         reproducible=True,
         shuffle=True,
     )
-    runs = []
-    for workers in (1, 3):
-        with trdata.Loader(src, workers=workers, **kw) as ld:
-            seen = [i for b in ld for i in b.indices.tolist()[: b.valid]]
-            assert sorted(seen) == list(range(N_IMAGES))
-            runs.append(rows(ld))
+    runs = targets_with_1_and_3_workers(src, N_IMAGES, **kw)
     for i in range(N_IMAGES):
         for key in ("boxes", "labels", "iscrowd", "size"):
             np.testing.assert_array_equal(runs[0][i][key], runs[1][i][key])
