@@ -8,12 +8,9 @@ replaced under a running loader, a server that keeps failing) is a typed trdata 
 
 from __future__ import annotations
 
-import http.server
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +20,7 @@ import numpy as np
 import pytest
 import trdata
 from _fixtures import write_jpegs
+from _servers import s3_client, start_moto, start_proxy, start_range_server, stop
 from trdata.errors import ConfigError, DecodeError, SourceError
 
 pytest.importorskip("moto", reason="the S3 tests run moto's server (pip install 'moto[server]')")
@@ -43,49 +41,12 @@ KEY = "sets/train.trd"
 CREDS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "aws_region": "us-east-1"}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_moto() -> tuple[subprocess.Popen[bytes], str]:
-    """moto's server in a process of its own, on a free loopback port; waits until it answers."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return proc, f"http://127.0.0.1:{port}"
-        except OSError:
-            if proc.poll() is not None:
-                break
-            time.sleep(0.1)
-    proc.kill()
-    pytest.fail("moto's server did not start")
-
-
 @pytest.fixture(scope="module")
 def moto() -> Iterator[str]:
     proc, endpoint = start_moto()
     yield endpoint
     proc.terminate()
     proc.wait(timeout=10)
-
-
-def s3_client(endpoint: str, key: str = "testing", secret: str = "testing") -> Any:
-    return boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=key,
-        aws_secret_access_key=secret,
-        region_name="us-east-1",
-    )
 
 
 def opts(endpoint: str, **more: Any) -> dict[str, Any]:
@@ -361,58 +322,12 @@ def test_bad_urls_and_options_are_config_errors_naming_the_parameter(
 # ---- plain HTTP with Range ------------------------------------------------------------------------------------
 
 
-class RangeHandler(http.server.SimpleHTTPRequestHandler):
-    """Serves files of a folder with single-range GETs (206 + Content-Range), as object stores and CDNs do.
-    `server.fail_gets` > 0: that many GETs answer 503 first (HEAD is never failed)."""
-
-    def log_message(self, *args: Any) -> None:  # quiet
-        pass
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        path = Path(self.translate_path(self.path))
-        if not path.is_file():
-            self.send_error(404)
-            return
-        server: Any = self.server
-        with server.lock:
-            server.gets += 1
-            fail = server.fail_gets > 0
-            server.fail_gets -= fail
-        if fail:
-            self.send_error(503, "Slow Down")
-            return
-        data = path.read_bytes()
-        rng = self.headers.get("Range")
-        if not rng:
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-            return
-        start_s, end_s = rng.removeprefix("bytes=").split("-")
-        start, end = int(start_s), min(int(end_s), len(data) - 1)
-        if start > end:
-            self.send_error(416)
-            return
-        self.send_response(206)
-        self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
-        self.send_header("Content-Length", str(end - start + 1))
-        self.end_headers()
-        self.wfile.write(data[start : end + 1])
-
-
 @pytest.fixture(scope="module")
 def http_server(pack_file: Path) -> Iterator[Any]:
-    handler = lambda *a, **k: RangeHandler(*a, directory=str(pack_file.parent), **k)  # noqa: E731
-    server: Any = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.lock, server.gets, server.fail_gets = threading.Lock(), 0, 0
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    server.url = f"http://127.0.0.1:{server.server_address[1]}/{pack_file.name}"
+    server = start_range_server(pack_file.parent)
+    server.url = f"{server.base}/{pack_file.name}"
     yield server
-    server.shutdown()
-    server.server_close()
+    stop(server)
 
 
 @pytest.mark.parametrize("mode", ["full", "partial"])
@@ -452,87 +367,11 @@ def test_503s_are_retried_and_when_they_persist_follow_on_error(http_server: Any
 # ---- faults between the loader and the server ----------------------------------------------------------------
 
 
-class FaultyProxy(http.server.BaseHTTPRequestHandler):
-    """A reverse proxy in front of moto that injects one fault into every `server.every`-th ranged GET, for
-    `server.budget` of them: added latency, a connection dropped mid-body, a body cut short under a header that
-    claims the whole range, or a 500/503 (S3's SlowDown). HEAD and the other GETs pass through unchanged."""
-
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def _forward(self) -> tuple[int, list[tuple[str, str]], bytes]:
-        import http.client
-
-        server: Any = self.server
-        conn = http.client.HTTPConnection("127.0.0.1", server.upstream_port, timeout=30)
-        try:
-            headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
-            conn.request(self.command, self.path, headers=headers)
-            resp = conn.getresponse()
-            body = resp.read()
-            return resp.status, [(k, v) for k, v in resp.getheaders() if k.lower() != "connection"], body
-        finally:
-            conn.close()
-
-    def _send(self, status: int, headers: list[tuple[str, str]], body: bytes, cut: int | None = None) -> None:
-        self.send_response(status)
-        for k, v in headers:
-            if k.lower() != "content-length" or self.command == "HEAD":  # HEAD: the object's length, no body
-                self.send_header(k, v)
-        if self.command != "HEAD":
-            self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body if cut is None else body[:cut])
-        if cut is not None:
-            self.wfile.flush()
-            self.close_connection = True
-            self.connection.shutdown(socket.SHUT_RDWR)
-
-    def do_HEAD(self) -> None:  # noqa: N802
-        self._send(*self._forward())
-
-    def do_GET(self) -> None:  # noqa: N802
-        server: Any = self.server
-        fault = None
-        if self.headers.get("Range"):
-            with server.lock:
-                server.ranged += 1
-                if server.budget > 0 and server.ranged % server.every == 0:
-                    server.budget -= 1
-                    fault = server.fault
-                    server.injected += 1
-        if fault in ("500", "503"):
-            body = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
-            self._send(int(fault), [("Content-Type", "application/xml")], body)
-            return
-        if fault == "latency":
-            time.sleep(server.latency_s)
-        status, headers, body = self._forward()
-        if fault == "drop":  # the connection dies mid-body
-            self._send(status, headers, body, cut=len(body) // 2)
-        elif fault == "short":  # a complete answer whose body is shorter than the Content-Range it claims
-            self._send(status, headers, body[: max(0, len(body) - 1000)])
-        else:
-            self._send(status, headers, body)
-
-
 @pytest.fixture
 def proxy(moto: str) -> Iterator[Any]:
-    server: Any = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FaultyProxy)
-    server.daemon_threads = True
-    server.upstream_port = int(moto.rsplit(":", 1)[1])
-    server.lock, server.ranged, server.injected = threading.Lock(), 0, 0
-    server.fault, server.every, server.budget, server.latency_s = None, 1, 0, 0.0
-    server.handle_error = lambda *a: None  # a client that gave up on a slow answer: a broken pipe, expected
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    server.endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    server = start_proxy(moto)
     yield server
-    server.shutdown()
-    server.server_close()
+    stop(server)
 
 
 @pytest.mark.parametrize("fault", ["latency", "drop", "short", "500", "503"])
