@@ -49,7 +49,7 @@ use crate::source::packed::{
     BLOCK_BYTES, DEFAULT_BLOCK_BYTES, FLAG_CMYK, FLAG_HIGH_PRECISION, FLAG_LOSSLESS, FLAG_PROGRESSIVE, FLAG_UNREADABLE,
     PackMeta, PackOptions, PackWriter, PackedIndex, RecordFormat, RecordMeta, check_classes,
 };
-use crate::source::packed_extras::ExtraKind;
+use crate::source::packed_extras::{ExtraKind, RESERVED_PREFIX};
 use crate::source::{Dataset, ExternalImage, PixelArray, Store, describe_file_type, read_sample, read_span};
 use crate::synthetic::encode::JpegEncoder;
 use rayon::prelude::*;
@@ -90,6 +90,9 @@ pub struct PackConfig {
     pub block_bytes: u64,
     /// Class names stored in the file.
     pub classes: Vec<OsString>,
+    /// The source's annotations ride along as `target.*` extras (a detection source): no resize, and only then
+    /// may extras use the reserved prefix ([`RESERVED_PREFIX`]).
+    pub targets: bool,
 }
 
 impl PackConfig {
@@ -116,7 +119,25 @@ impl PackConfig {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as i128;
         let workers = WORKERS.check::<usize>(workers.unwrap_or(cpus.min(WORKERS.max)))?;
         let block_bytes = BLOCK_BYTES.check::<u64>(block_bytes.unwrap_or(i128::from(DEFAULT_BLOCK_BYTES)))?;
-        Ok(Self { short_side, max_side, quality, workers, block_bytes, classes })
+        Ok(Self { short_side, max_side, quality, workers, block_bytes, classes, targets: false })
+    }
+
+    /// The same, for a source whose annotations are packed with it (`target.*` extras, in the pixels of its
+    /// images): a resize would leave them behind, so `short_side`/`max_side` are refused.
+    pub fn with_targets(mut self, targets: bool) -> Result<Self> {
+        if targets
+            && let Some((p, v)) = self.short_side.map(|v| (SHORT_SIDE, v)).or(self.max_side.map(|v| (MAX_SIDE, v)))
+        {
+            return Err(TrdataError::config(
+                p.name,
+                format!(
+                    "{v}: a detection source's annotations are in the pixels of its images, which a resize would move; \
+                     pack it without resizing (only a quality)"
+                ),
+            ));
+        }
+        self.targets = targets;
+        Ok(self)
     }
 
     /// Whether records are decoded and re-encoded.
@@ -809,6 +830,15 @@ pub(crate) fn pack_with_budget(
     let peak_buffered_bytes = produce_in_order(ds, cfg, dst, budget_bytes, progress, |i, r| {
         writer.push(&r.bytes, ds.label(i), r.meta).map_err(write_fail)?;
         if let Some(values) = extras.map(|f| f(i)).transpose()?.filter(|v| !v.is_empty()) {
+            if let Some((name, _, _)) = values.iter().find(|(n, _, _)| !cfg.targets && n.starts_with(RESERVED_PREFIX)) {
+                return Err(TrdataError::config(
+                    "extras",
+                    format!(
+                        "the field name {name:?} of sample {i} starts with {RESERVED_PREFIX:?}, reserved for a \
+                         detection source's annotations"
+                    ),
+                ));
+            }
             writer.push_extras(&values).map_err(|e| TrdataError::config("extras", e.to_string()))?;
         }
         bytes_in += r.bytes_in;

@@ -8,14 +8,14 @@
 
 use super::errors::IntoPyResult;
 use crate::annot::coco::{CocoFile, CocoLimits};
-use crate::annot::mask::{Rle, to_rle};
+use crate::annot::mask::{Rle, rle_from_polygon, rle_from_string, rle_to_string, to_rle};
 use crate::annot::warp::AxisMap;
 use crate::augment::targets::{self, Move};
 use crate::error::TrdataError;
 use crate::source::annotations::coco_file;
 use numpy::{PyArray1, PyArray2, PyArray3, PyArrayMethods, PyReadonlyArray2, PyReadonlyArray3};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBytes, PyDict};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -23,6 +23,7 @@ use std::sync::OnceLock;
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CocoAnnotations>()?;
     m.add_class::<TargetPlan>()?;
+    m.add_function(wrap_pyfunction!(polygon_rles, m)?)?;
     Ok(())
 }
 
@@ -122,6 +123,36 @@ impl TargetPlan {
         let out = py.detach(|| self.0.dense(&src, (h, w), fill));
         let (oh, ow) = self.0.canvas();
         PyArray1::from_vec(py, out).reshape([oh, ow])
+    }
+
+    /// Instance masks given as compressed RLE strings (pycocotools' `counts` strings, as
+    /// `CocoAnnotations.rles` gives them and a packed detection file stores them) of `(h, w)` masks, moved:
+    /// uint8 `(K, H, W)` on the output canvas. A string that is not a valid RLE of that size is a `SourceError`
+    /// naming `name` and the instance.
+    fn masks<'py>(
+        &self,
+        py: Python<'py>,
+        rles: Vec<Vec<u8>>,
+        size: (u32, u32),
+        name: PathBuf,
+    ) -> PyResult<Bound<'py, PyArray3<u8>>> {
+        let (oh, ow) = self.0.canvas();
+        let fail = |k: usize, e: crate::annot::mask::MaskError| TrdataError::Source {
+            path: name.clone(),
+            message: format!("instance {k}: {e}"),
+        };
+        let out = py
+            .detach(|| -> Result<Vec<u8>, TrdataError> {
+                let mut out = vec![0u8; rles.len() * oh * ow];
+                for (k, s) in rles.iter().enumerate() {
+                    let rle = rle_from_string(s, size.0, size.1).map_err(|e| fail(k, e))?;
+                    let m = self.0.mask(&rle).map_err(|e| fail(k, e))?;
+                    out[k * oh * ow..(k + 1) * oh * ow].copy_from_slice(&m);
+                }
+                Ok(out)
+            })
+            .py_err()?;
+        PyArray1::from_vec(py, out).reshape([rles.len(), oh, ow])
     }
 
     /// `(K, P, 3)` keypoints (x, y, visibility), moved: float32, visibility 0 off the output canvas.
@@ -241,30 +272,12 @@ impl CocoAnnotations {
     ) -> PyResult<Bound<'py, PyArray3<u8>>> {
         let g = &plan.0;
         let (oh, ow) = g.canvas();
-        let f = &self.file;
-        let all = f.annotations();
-        let fail = |message: String| TrdataError::Source { path: self.path.clone(), message };
         let out = py
             .detach(|| -> Result<Vec<u8>, TrdataError> {
                 let mut out = vec![0u8; annotations.len() * oh * ow];
                 for (k, &a) in annotations.iter().enumerate() {
-                    let ann = all.get(a).ok_or_else(|| fail(format!("has no annotation {a}")))?;
-                    let rle = self.rles[a]
-                        .get_or_init(|| {
-                            let image = f.image_index(ann.image_id).map(|k| &f.images()[k]).ok_or("lost its image")?;
-                            let seg = ann.segmentation.as_ref().ok_or_else(|| {
-                                format!(
-                                    "annotation {} (image {}) has no segmentation: masks=True needs one",
-                                    ann.id, image.id
-                                )
-                            })?;
-                            to_rle(seg, image.height, image.width).map_err(|e| {
-                                format!("annotation {} (image {}) has a bad segmentation: {e}", ann.id, image.id)
-                            })
-                        })
-                        .as_ref()
-                        .map_err(|m| fail(m.clone()))?;
-                    let m = g.mask(rle).map_err(|e| fail(format!("annotation {}: {e}", ann.id)))?;
+                    let (id, rle) = self.rle(a)?;
+                    let m = g.mask(rle).map_err(|e| self.fail(format!("annotation {id}: {e}")))?;
                     out[k * oh * ow..(k + 1) * oh * ow].copy_from_slice(&m);
                 }
                 Ok(out)
@@ -272,4 +285,66 @@ impl CocoAnnotations {
             .py_err()?;
         PyArray1::from_vec(py, out).reshape([annotations.len(), oh, ow])
     }
+
+    /// The masks of `annotations` (indices into `annotations()`) as pycocotools' compressed RLE strings of the
+    /// image's size (polygons rasterized as `frPyObjects` does): what `trdata.pack` stores for a detection
+    /// source, and `TargetPlan.masks` moves. Errors as `masks`.
+    fn rles<'py>(&self, py: Python<'py>, annotations: Vec<usize>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        let strings = py
+            .detach(|| {
+                annotations.iter().map(|&a| Ok(rle_to_string(self.rle(a)?.1))).collect::<Result<Vec<_>, TrdataError>>()
+            })
+            .py_err()?;
+        Ok(strings.iter().map(|s| PyBytes::new(py, s)).collect())
+    }
+}
+
+impl CocoAnnotations {
+    fn fail(&self, message: String) -> TrdataError {
+        TrdataError::Source { path: self.path.clone(), message }
+    }
+
+    /// Annotation `a`'s id and its mask as an RLE (made once: polygons are rasterized on first use).
+    fn rle(&self, a: usize) -> Result<(i64, &Rle), TrdataError> {
+        let f = &self.file;
+        let ann = f.annotations().get(a).ok_or_else(|| self.fail(format!("has no annotation {a}")))?;
+        let rle = self.rles[a]
+            .get_or_init(|| {
+                let image = f.image_index(ann.image_id).map(|k| &f.images()[k]).ok_or("lost its image")?;
+                let seg = ann.segmentation.as_ref().ok_or_else(|| {
+                    format!("annotation {} (image {}) has no segmentation: masks=True needs one", ann.id, image.id)
+                })?;
+                to_rle(seg, image.height, image.width)
+                    .map_err(|e| format!("annotation {} (image {}) has a bad segmentation: {e}", ann.id, image.id))
+            })
+            .as_ref()
+            .map_err(|m| self.fail(m.clone()))?;
+        Ok((ann.id, rle))
+    }
+}
+
+/// Polygons (each a flat float64 array x0, y0, x1, y1, … in pixels) as compressed RLE strings of `(h, w)` masks,
+/// rasterized as pycocotools' `frPyObjects` does: YOLO segment lines' instance masks. A polygon that cannot be
+/// rasterized (fewer than 3 points, a size out of bounds) is a `ValueError` naming its index.
+#[pyfunction]
+pub fn polygon_rles<'py>(
+    py: Python<'py>,
+    polygons: Vec<numpy::PyReadonlyArray1<'py, f64>>,
+    size: (u32, u32),
+) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+    let polys: Vec<Vec<f64>> = polygons.iter().map(|p| p.as_array().to_vec()).collect();
+    let strings = py
+        .detach(|| {
+            polys
+                .iter()
+                .enumerate()
+                .map(|(k, p)| {
+                    rle_from_polygon(p, size.0, size.1)
+                        .map(|r| rle_to_string(&r))
+                        .map_err(|e| format!("polygon {k}: {e}"))
+                })
+                .collect::<Result<Vec<_>, String>>()
+        })
+        .map_err(pyo3::exceptions::PyValueError::new_err)?;
+    Ok(strings.iter().map(|s| PyBytes::new(py, s)).collect())
 }

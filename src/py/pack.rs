@@ -56,12 +56,13 @@ fn progress_tick<'a>(
     }
 }
 
-/// Write `source` into the packed file `path`. Re-encodes when `short_side`, `max_side` or `quality` is given
+/// Write `source` into the packed file `path` (`targets`: its annotations ride along as `target.*` extras, so no
+/// resize; PackConfig::with_targets). Re-encodes when `short_side`, `max_side` or `quality` is given
 /// (quality 90 by default); `workers` threads (default: usable CPUs); `classes` stored in the file; blocks of
 /// about `block_bytes` (default 8 MiB). Returns `{"records", "bytes_in", "bytes_out", "seconds", "warnings"}`
 /// (`warnings`: (record, message) of records stored although their header could not be read).
 #[pyfunction]
-#[pyo3(signature = (source, path, short_side, max_side, quality, workers, classes, progress, block_bytes = None, extras = None))]
+#[pyo3(signature = (source, path, short_side, max_side, quality, workers, classes, progress, block_bytes = None, extras = None, targets = false))]
 #[allow(clippy::too_many_arguments)]
 fn pack<'py>(
     py: Python<'py>,
@@ -75,6 +76,7 @@ fn pack<'py>(
     progress: Option<Bound<'py, PyAny>>,
     block_bytes: OptInt<'py>,
     extras: Option<Bound<'py, PyAny>>,
+    targets: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let int = |v: &OptInt<'py>, p| v.as_ref().map(|v| int_arg::<i128>(v, p)).transpose();
     let cfg = PackConfig::new(
@@ -85,6 +87,7 @@ fn pack<'py>(
         int(&block_bytes, &BLOCK_BYTES)?,
         classes,
     )
+    .and_then(|c| c.with_targets(targets))
     .py_err()?;
     let dataset = Arc::clone(&source.dataset);
     drop(source);

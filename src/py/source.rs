@@ -184,6 +184,20 @@ impl NativeSource {
         }
         Ok(out)
     }
+
+    /// Every record's value of the extra field `name` (bytes; None where a record lacks it, or the file has no
+    /// such field), read in one ordered pass (source/packed.rs `extras_field`); a damaged record is a
+    /// `DecodeError` naming it. Empty for a source that is not a packed file.
+    fn packed_extras_field<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Vec<Option<Bound<'py, PyBytes>>>> {
+        let Store::Packed(p) = &self.dataset.store else { return Ok(Vec::new()) };
+        let Some(field) = p.index().extras.as_ref().and_then(|x| x.names.iter().position(|n| n == name)) else {
+            return Ok(vec![None; self.dataset.len()]);
+        };
+        let values = py.detach(|| p.extras_field(field as u16)).map_err(|(i, error)| {
+            to_py(TrdataError::Decode(SampleError { path: self.dataset.sample_name(i), index: i as u64, error }))
+        })?;
+        Ok(values.into_iter().map(|v| v.map(|b| PyBytes::new(py, &b))).collect())
+    }
 }
 
 /// `storage_options` as the core takes them: a dict of str keys to str, bool, int or float values (bools as

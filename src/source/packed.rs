@@ -77,7 +77,9 @@
 //!   so that workers move through windows of `window_blocks` blocks ([`Dataset::block_structure`]).
 
 use super::block_cache::{BlockBytes, BlockCache, OrderKey};
-use super::packed_extras::{EXTRAS_ROW_BYTES, EXTRAS_VERSION, ExtraKind, ExtrasIndex, ExtrasWriter, decode_record};
+use super::packed_extras::{
+    EXTRAS_ROW_BYTES, EXTRAS_VERSION, Entry, ExtraKind, ExtrasIndex, ExtrasWriter, decode_record,
+};
 use super::packed_json::{self as json, Json};
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
 use crate::param::{Choice, IntParam};
@@ -107,6 +109,8 @@ pub const MAX_RECORD_BYTES: u64 = 1 << 30;
 /// Largest metadata section (class names of even huge label sets fit).
 pub const MAX_META_BYTES: u64 = 64 << 20;
 /// Default `window_blocks` of partial mode: 16 × 8 MiB = 128 MiB shuffled together.
+/// Most bytes of the extras region one read of [`PackedFile::extras_field`] takes (a larger record alone).
+pub const EXTRAS_SCAN_BYTES: u64 = 64 << 20;
 pub const DEFAULT_WINDOW_BLOCKS: u32 = 16;
 
 /// `block_bytes` (the writer's target block size).
@@ -1224,6 +1228,63 @@ impl PackedFile {
                 &read[..]
             }
         };
+        let entries = Self::checked_extras(i, bytes, row.crc32c, ix.names.len())?;
+        Ok(entries.into_iter().map(|(f, k, v)| (f, k, v.to_vec())).collect())
+    }
+
+    /// Every record's value of the extra field `field` (None where a record lacks it), each record CRC- and
+    /// structure-checked as [`Self::extras`] checks it. The region is read once, in order, in reads of at most
+    /// [`EXTRAS_SCAN_BYTES`] (plus one record): a detection pack's boxes at open cost a few ranged GETs, not one
+    /// per record. The error names the record.
+    pub fn extras_field(&self, field: u16) -> std::result::Result<Vec<Option<Vec<u8>>>, (usize, ImageError)> {
+        self.extras_field_in(field, EXTRAS_SCAN_BYTES)
+    }
+
+    /// [`Self::extras_field`] in reads of at most `scan_bytes` (plus one record).
+    fn extras_field_in(
+        &self,
+        field: u16,
+        scan_bytes: u64,
+    ) -> std::result::Result<Vec<Option<Vec<u8>>>, (usize, ImageError)> {
+        let (Some(ix), Some(e)) = (&self.index.extras, self.index.header.extras) else {
+            return Ok(vec![None; self.index.rows.len()]);
+        };
+        let mut out = Vec::with_capacity(ix.rows.len());
+        let mut buf = Vec::new();
+        let mut i = 0;
+        while i < ix.rows.len() {
+            // rows follow each other with no gap (checked at open): records i..j are one contiguous span
+            let start = ix.rows[i].offset;
+            let mut j = i + 1;
+            while j < ix.rows.len() && ix.rows[j].offset + u64::from(ix.rows[j].len) - start <= scan_bytes {
+                j += 1;
+            }
+            let len = ix.rows[j - 1].offset + u64::from(ix.rows[j - 1].len) - start;
+            let span: &[u8] = match &self.extras_data {
+                Some(data) => &data[(start - e.offset) as usize..(start - e.offset + len) as usize],
+                None => {
+                    self.reader.read_range(start, len, len, &mut buf).map_err(|err| (i, err))?;
+                    &buf[..]
+                }
+            };
+            for (k, row) in ix.rows[i..j].iter().enumerate() {
+                let at = (row.offset - start) as usize;
+                let entries = Self::checked_extras(i + k, &span[at..at + row.len as usize], row.crc32c, ix.names.len())
+                    .map_err(|err| (i + k, err))?;
+                out.push(entries.into_iter().find(|(f, _, _)| *f == field).map(|(_, _, v)| v.to_vec()));
+            }
+            i = j;
+        }
+        Ok(out)
+    }
+
+    /// Record `i`'s extras bytes checked against their CRC and parsed into entries (`Corrupt` naming the record).
+    fn checked_extras(
+        i: usize,
+        bytes: &[u8],
+        crc32c: u32,
+        fields: usize,
+    ) -> std::result::Result<Vec<Entry<'_>>, ImageError> {
         let corrupt = |what: String| {
             ImageError::new(
                 ImageErrorKind::Corrupt,
@@ -1231,11 +1292,10 @@ impl PackedFile {
             )
         };
         let crc = crc32c::crc32c(bytes);
-        if crc != row.crc32c {
-            return Err(corrupt(format!("fail their CRC32C check (read {crc:08x}, stored {:08x})", row.crc32c)));
+        if crc != crc32c {
+            return Err(corrupt(format!("fail their CRC32C check (read {crc:08x}, stored {crc32c:08x})")));
         }
-        let entries = decode_record(bytes, ix.names.len()).map_err(|m| corrupt(format!("are malformed ({m})")))?;
-        Ok(entries.into_iter().map(|(f, k, v)| (f, k, v.to_vec())).collect())
+        decode_record(bytes, fields).map_err(|m| corrupt(format!("are malformed ({m})")))
     }
 }
 

@@ -28,6 +28,9 @@ pub const EXTRAS_VERSION: u32 = 2;
 pub const EXTRAS_ROW_BYTES: u64 = 16;
 /// Largest value of one field of one sample (as a WebDataset member read for `extras=`).
 pub const MAX_EXTRA_BYTES: u64 = 16 << 20;
+/// Prefix of the field names that hold a detection source's annotations (python/trdata/sources/packed_targets.py
+/// documents the fields); `trdata.pack` refuses it on other sources' extras.
+pub const RESERVED_PREFIX: &str = "target.";
 /// Most distinct field names in one pack.
 pub const MAX_EXTRA_FIELDS: usize = 1024;
 /// Longest field name, in bytes.

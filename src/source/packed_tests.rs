@@ -462,6 +462,34 @@ fn extras_round_trip_in_both_modes_and_leave_the_records_as_version_1_has_them()
 }
 
 #[test]
+fn one_field_of_every_record_reads_in_ordered_spans_as_record_by_record() {
+    let recs = records();
+    let bytes = pack_with_extras(&recs);
+    let path = write_pack("extras-field", &bytes);
+    for mode in [PackedMode::Full, PackedMode::Partial] {
+        let f = PackedFile::open(&path, mode, None, None).unwrap();
+        for field in [0u16, 1, 7] {
+            let want: Vec<Option<Vec<u8>>> = (0..recs.len())
+                .map(|i| f.extras(i).unwrap().into_iter().find(|(k, _, _)| *k == field).map(|(_, _, v)| v))
+                .collect();
+            // one record per read, a few per read, everything in one read
+            for scan in [1, 40, 1 << 30] {
+                assert_eq!(f.extras_field_in(field, scan).unwrap(), want, "field {field}, scan {scan}, {mode:?}");
+            }
+        }
+    }
+    // a damaged record fails the pass naming it, whatever the span it was read in
+    let mut bad = bytes.clone();
+    let row = PackedIndex::from_bytes(&bad).unwrap().extras.unwrap().rows[6];
+    bad[row.offset as usize + 9] ^= 0x40;
+    let f = PackedFile::open(&write_pack("extras-field-flip", &bad), PackedMode::Partial, None, None).unwrap();
+    for scan in [1, 40, 1 << 30] {
+        let (i, e) = f.extras_field_in(0, scan).unwrap_err();
+        assert_eq!((i, e.kind), (6, ImageErrorKind::Corrupt), "{}", e.message);
+    }
+}
+
+#[test]
 fn a_flipped_byte_in_the_extras_is_corrupt_naming_the_record_and_the_others_still_read() {
     let recs = records();
     let mut bytes = pack_with_extras(&recs);

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from .. import _core
+from . import packed_targets
 from .base import Source
 
 #: Keys of one image's target (``batch.targets[i]``).
@@ -108,6 +109,15 @@ class CocoDetection(Source):
                 kp[r, : len(x)] = x
             out["keypoints"] = kp
         return out
+
+    def _pack_extras(self, i: int) -> list[tuple[str, int, bytes]]:
+        """Image ``i``'s annotations, as ``trdata.pack`` stores them (sources/packed_targets.py): masks as RLE
+        strings (polygons rasterized once, here), keypoints when asked for."""
+        t = self._image_targets(i)
+        ann = t.pop("ann")
+        if self.masks:
+            t["masks"] = self._ann.rles(ann.tolist())
+        return packed_targets.encode({**t, "size": self._sizes[i], "image_id": self.ids[i]})
 
     def _batch_targets(self, indices: np.ndarray, epoch: int, native_loader: Any) -> list[dict[str, Any]]:
         """Each row's targets moved with its image (module docs)."""

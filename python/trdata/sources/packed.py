@@ -25,11 +25,14 @@ import numpy as np
 
 from .. import _core
 from .._progress import progress_callback
-from ..errors import ConfigError, DecodeError
+from ..errors import ConfigError, DecodeError, SourceError
+from . import packed_targets
 from .base import Source
 from .dataset import DatasetSource, is_map_style
+from .extras import NPY, stack_extras
 from .extras import decode as decode_extra
-from .extras import stack_extras
+from .segmentation import FILL, decode_label_map
+from .targets import move_boxes
 
 #: The ``mode`` choices of :class:`Packed`.
 MODES = ("full", "partial")
@@ -144,6 +147,7 @@ def pack(
             report,
             block_bytes,
             extras_of,
+            source._has_targets,
         )
     except ConfigError:
         if raised:
@@ -209,11 +213,108 @@ class Packed(Source):
         self.labels = list(self._native.labels)
         self.classes = list(self._native.classes)
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
-        #: The extra fields the file holds (``batch.extras`` delivers them), in the order they first appear.
-        self.extras: tuple[str, ...] = tuple(self._native.extras_names)
+        self._fields: tuple[str, ...] = tuple(self._native.extras_names)
+        #: The extra fields the file holds (``batch.extras`` delivers them), in the order they first appear;
+        #: a detection pack's annotations (``target.*``, sources/packed_targets.py) are ``batch.targets`` instead.
+        self.extras: tuple[str, ...] = tuple(
+            n for n in self._fields if not n.startswith(packed_targets.PREFIX)
+        )
+        #: "instances" (boxes, labels, masks, keypoints), "semantic" (a label map) or None: what a pack of a
+        #: detection or segmentation source holds, delivered as ``batch.targets`` as the source delivered them.
+        self.target_kind: str | None = (
+            "instances"
+            if packed_targets.BOXES in self._fields
+            else "semantic"
+            if packed_targets.LABEL_MAP in self._fields
+            else None
+        )
+        if self.target_kind is not None:
+            self._open_targets()
+
+    def _field_values(self, name: str) -> list[Any]:
+        """Every record's value of the extra field ``name``, decoded, read in one ordered pass of the file."""
+        values = []
+        for i, data in enumerate(self._native.packed_extras_field(name)):
+            if data is None:
+                raise SourceError(f"{self.path}#{i}: a detection pack's record lacks {name}", self.path)
+            try:
+                values.append(decode_extra(NPY, data))
+            except ValueError as e:
+                raise SourceError(f"{self.path}#{i}: {name} is not valid ({e})", self.path) from None
+        return values
+
+    def _open_targets(self) -> None:
+        """A detection pack's sizes (and boxes: RandomIoUCrop draws from them in the workers), read at open."""
+        sizes = self._field_values(packed_targets.SIZE)
+        bad = next(
+            (i for i, v in enumerate(sizes) if v.dtype != np.int64 or v.shape != (2,) or v.min() < 1), None
+        )
+        if bad is not None:
+            raise SourceError(f"{self.path}#{bad}: target.size is not an image size", self.path)
+        self._sizes = [(int(w), int(h)) for w, h in sizes]
+        if self.target_kind == "instances":
+            boxes = self._field_values(packed_targets.BOXES)
+            bad = next(
+                (i for i, b in enumerate(boxes) if b.dtype != np.float64 or b.ndim != 2 or b.shape[1] != 4),
+                None,
+            )
+            if bad is not None:
+                raise SourceError(f"{self.path}#{bad}: target.boxes is not a float64 (K, 4) array", self.path)
+            offsets = np.concatenate([[0], np.cumsum([len(b) for b in boxes])]).tolist()
+            table = np.concatenate(boxes) if boxes else np.zeros((0, 4))
+            self._native = self._native.with_boxes(
+                offsets, np.ascontiguousarray(table, np.float64).reshape(-1, 4)
+            )
+
+    @property
+    def _has_targets(self) -> bool:  # type: ignore[override]
+        return self.target_kind is not None
+
+    def _batch_targets(self, indices: np.ndarray, epoch: int, native_loader: Any) -> list[dict[str, Any]]:
+        """Each row's stored annotations moved with its image, as the packed source moved them."""
+        idx = [int(i) for i in indices]
+        plans = native_loader.target_plans(idx, epoch, [self._sizes[i] for i in idx])
+        rows = [
+            packed_targets.decode_targets(stored, f"{self.path}#{i}", self.path, i)
+            for i, stored in zip(idx, self._stored_extras(idx))
+        ]
+        out = []
+        if self.target_kind == "semantic":
+            for plan, i, t in zip(plans, idx, rows):
+                name = f"{self.path}#{i}"
+                m = decode_label_map(t["label_map_png"], name, t["size"], name)
+                out.append(
+                    {
+                        "mask": plan.dense(m, fill=FILL),
+                        "image_id": t["image_id"],
+                        "orig_size": (t["size"][1], t["size"][0]),
+                        "size": plan.canvas,
+                    }
+                )
+            return out
+        per_instance = ("labels", "iscrowd", "keypoints", "masks")
+        boxes, fields = move_boxes(
+            plans, [t["boxes"] for t in rows], [{k: t[k] for k in per_instance if k in t} for t in rows]
+        )
+        for plan, i, t, b, f in zip(plans, idx, rows, boxes, fields):
+            w, h = t["size"]
+            moved: dict[str, Any] = {
+                "boxes": b,
+                "labels": f["labels"],
+                "iscrowd": f["iscrowd"],
+                "image_id": t["image_id"],
+                "orig_size": (h, w),
+                "size": plan.canvas,
+            }
+            if "masks" in f:
+                moved["masks"] = plan.masks(list(f["masks"]), (h, w), f"{self.path}#{i}")
+            if "keypoints" in f:
+                moved["keypoints"] = plan.keypoints(f["keypoints"])
+            out.append(moved)
+        return out
 
     def _stored_extras(self, indices: list[int]) -> list[list[tuple[str, int, bytes]]]:
-        names = self.extras
+        names = self._fields
         return [
             [(names[f], kind, data) for f, kind, data in row] for row in self._native.packed_extras(indices)
         ]
@@ -226,6 +327,8 @@ class Packed(Source):
         out: dict[str, list[Any]] = {name: [None] * len(indices) for name in self.extras}
         for row, (i, stored) in enumerate(zip(indices, self._stored_extras([int(i) for i in indices]))):
             for name, kind, data in stored:
+                if name not in out:  # a detection pack's target.* fields: batch.targets
+                    continue
                 try:
                     out[name][row] = decode_extra(kind, data)
                 except ValueError as e:

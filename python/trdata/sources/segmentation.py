@@ -20,6 +20,7 @@ leaves the image (pads, crops larger than the image, warps); also ``image_id`` (
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -28,7 +29,9 @@ import numpy as np
 
 from .. import _core
 from ..errors import ConfigError, SourceError
+from . import packed_targets
 from .base import IMG_EXTENSIONS, Source, _class_names
+from .extras import MAX_EXTRA_BYTES
 from .targets import ImageHeader, list_files, opt_str, path_arg, pillow, read_header
 
 #: Pillow modes of a label map of class indices.
@@ -110,36 +113,22 @@ class SegmentationFolder(Source):
 
     def label_map(self, i: int) -> np.ndarray:
         """Sample ``i``'s label map as stored: uint8 ``(H, W)`` class indices (palette indices for mode P)."""
-        image = pillow("SegmentationFolder")
-        path = self.mask_paths[i]
         w, h = (int(v) for v in self._sizes[i])
+        return decode_label_map(self.mask_paths[i], self.mask_paths[i], (w, h), self.paths[i])
+
+    def _pack_extras(self, i: int) -> list[tuple[str, int, bytes]]:
+        """Sample ``i``'s label map file, as ``trdata.pack`` stores it (sources/packed_targets.py)."""
+        path = self.mask_paths[i]
         try:
-            with image.open(path) as im:
-                if im.mode not in MAP_MODES:
-                    raise SourceError(f"{path}: mode {im.mode} is not a label map of class indices", path)
-                if im.size != (w, h):  # before decoding: the file may have changed since the source was made
-                    raise SourceError(
-                        f"{path}: a label map of {im.size[0]}x{im.size[1]} for the image {self.paths[i]} of "
-                        f"{w}x{h}",
-                        path,
-                    )
-                a = np.asarray(im)
-        except SourceError:
-            raise
-        except Exception as e:  # Pillow raises many kinds for a damaged file
+            with open(path, "rb") as f:
+                png = f.read(MAX_EXTRA_BYTES + 1)
+        except OSError as e:
+            raise SourceError(f"{path}: cannot read the label map ({e.strerror})", path) from None
+        if len(png) > MAX_EXTRA_BYTES:
             raise SourceError(
-                f"{path}: cannot decode the label map ({type(e).__name__}: {e})", path
-            ) from None
-        if a.shape != (h, w):  # a decoder's surprise (a multi-band mode): refused rather than reshaped
-            raise SourceError(f"{path}: decoded to shape {a.shape}, not ({h}, {w})", path)
-        if a.dtype != np.uint8:
-            if a.dtype == np.bool_:
-                a = a.astype(np.uint8)
-            elif a.size and (int(a.max()) > 255 or int(a.min()) < 0):
-                raise SourceError(f"{path}: class index {int(a.max())} does not fit a uint8 label map", path)
-            else:
-                a = a.astype(np.uint8)
-        return a
+                f"{path}: a label map file larger than {MAX_EXTRA_BYTES} bytes cannot be packed", path
+            )
+        return packed_targets.encode({"size": self._sizes[i], "image_id": i, "label_map_png": png})
 
     def _batch_targets(self, indices: np.ndarray, epoch: int, native_loader: Any) -> list[dict[str, Any]]:
         """Each row's label map moved with its image (module docs)."""
@@ -155,6 +144,37 @@ class SegmentationFolder(Source):
             }
             for r, (plan, i) in enumerate(zip(plans, idx))
         ]
+
+
+def decode_label_map(src: str | bytes, name: str, size: tuple[int, int], image: str) -> np.ndarray:
+    """A label map (a PNG file's path, or its bytes) decoded to uint8 ``(H, W)`` class indices and checked against
+    its image's ``size`` (w, h); ``name`` (the file, or ``file#record`` in a pack) and ``image`` name them in the
+    ``SourceError``."""
+    pil = pillow("SegmentationFolder")
+    w, h = size
+    try:
+        with pil.open(io.BytesIO(src) if isinstance(src, bytes) else src) as im:
+            if im.mode not in MAP_MODES:
+                raise SourceError(f"{name}: mode {im.mode} is not a label map of class indices", name)
+            if im.size != (w, h):  # before decoding: the file may have changed since the source was made
+                raise SourceError(
+                    f"{name}: a label map of {im.size[0]}x{im.size[1]} for the image {image} of {w}x{h}", name
+                )
+            a = np.asarray(im)
+    except SourceError:
+        raise
+    except Exception as e:  # Pillow raises many kinds for a damaged file
+        raise SourceError(f"{name}: cannot decode the label map ({type(e).__name__}: {e})", name) from None
+    if a.shape != (h, w):  # a decoder's surprise (a multi-band mode): refused rather than reshaped
+        raise SourceError(f"{name}: decoded to shape {a.shape}, not ({h}, {w})", name)
+    if a.dtype != np.uint8:
+        if a.dtype == np.bool_:
+            a = a.astype(np.uint8)
+        elif a.size and (int(a.max()) > 255 or int(a.min()) < 0):
+            raise SourceError(f"{name}: class index {int(a.max())} does not fit a uint8 label map", name)
+        else:
+            a = a.astype(np.uint8)
+    return a
 
 
 def _keys(ids: Any) -> list[str] | None:

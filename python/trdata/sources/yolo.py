@@ -39,6 +39,7 @@ import numpy as np
 
 from .. import _core
 from ..errors import ConfigError, SourceError
+from . import packed_targets
 from .base import Source
 from .targets import list_files, move_boxes, opt_str, path_arg, pillow, read_header
 
@@ -273,6 +274,13 @@ class YoloDetection(Source):
         """Image ``i``'s objects in source pixels (boxes XYXY float64)."""
         lo, hi = int(self._offsets[i]), int(self._offsets[i + 1])
         return {"boxes": self._boxes[lo:hi], "labels": self._class_ids[lo:hi]}
+
+    def _pack_extras(self, i: int) -> list[tuple[str, int, bytes]]:
+        """Image ``i``'s objects, as ``trdata.pack`` stores them (sources/packed_targets.py)."""
+        t = self._image_targets(i)
+        return packed_targets.encode(
+            {**t, "iscrowd": np.zeros(len(t["labels"]), np.int64), "size": self._sizes[i], "image_id": i}
+        )
 
     def _batch_targets(self, indices: np.ndarray, epoch: int, native_loader: Any) -> list[dict[str, Any]]:
         """Each row's targets moved with its image (module docs)."""
