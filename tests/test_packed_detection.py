@@ -99,9 +99,9 @@ def test_a_packed_coco_keypoints_source_gives_its_keypoints(tmp_path: Path) -> N
     assert_pack_serves_the_source(source, dst, N_IMAGES, transforms=tf)
 
 
-def test_a_packed_yolo_source_gives_its_boxes(tmp_path: Path) -> None:
+def test_a_packed_yolo_source_gives_its_boxes_and_masks(tmp_path: Path) -> None:
     write_yolo(tmp_path)
-    source = trdata.YoloDetection(tmp_path, "train")
+    source = trdata.YoloDetection(tmp_path, "train", masks=True)
     dst = tmp_path / "yolo.trd"
     trdata.pack(source, dst, progress=False)
     assert_pack_serves_the_source(source, dst, len(source), transforms=DETECTION)

@@ -147,6 +147,48 @@ def test_folded_geometry_moves_boxes_as_torchvisions_kernels_with_the_same_draw(
                     np.testing.assert_allclose(b.targets[r]["boxes"].numpy(), boxes, atol=1e-3)
 
 
+def test_masks_are_pycocotools_polygons_and_move_as_torchvisions_kernels(yolo: Any) -> None:
+    """masks=True: a segment's mask is its polygon (in pixels) rasterized as pycocotools' frPyObjects rasterizes
+    it, a box line's is its rectangle; the masks move with the image exactly as torchvision moves a Mask (nearest)
+    under each row's folded geometry, and SanitizeBoundingBoxes drops them with their boxes."""
+    mask_api = pytest.importorskip("pycocotools.mask")
+    root, want = yolo
+    src = trdata.YoloDetection(root, "train", masks=True)
+    for i, p in enumerate(src.paths):
+        w, h = (int(v) for v in src._sizes[i])
+        got = src._image_targets(i)["masks"]
+        parsed = (
+            parse_labels(Path(src.label_paths[i]).read_bytes(), p)
+            if os.path.exists(src.label_paths[i])
+            else None
+        )
+        assert len(got) == len(want[p][0])
+        for k, rle in enumerate(got):
+            q = None if parsed is None else parsed.polygons[k]
+            x1, y1, x2, y2 = want[p][1][k]
+            poly = (q * [w, h]).reshape(-1) if q is not None else [x1, y1, x2, y1, x2, y2, x1, y2]
+            ref = mask_api.decode(mask_api.frPyObjects([list(map(float, poly))], h, w))[:, :, 0]
+            np.testing.assert_array_equal(mask_api.decode({"size": [h, w], "counts": rle}), ref)
+    transforms = [trdata.RandomResizedCrop(32, scale=(0.2, 1.0)), trdata.RandomHorizontalFlip()]
+    with trdata.Loader(src, batch_size=3, transforms=transforms, workers=2, seed=4) as ld:
+        for b in ld:
+            idx = b.indices.tolist()
+            sizes = [tuple(int(v) for v in src._sizes[i]) for i in idx]
+            for r, (i, plan) in enumerate(zip(idx, ld._native.target_plans(idx, b.epoch, sizes))):
+                w, h = sizes[r]
+                rles = src._image_targets(i)["masks"]
+                full = (
+                    np.stack([mask_api.decode({"size": [h, w], "counts": s}) for s in rles])
+                    if len(rles)
+                    else (np.zeros((0, h, w), np.uint8))
+                )
+                boxes, masks = _torchvision_moved(
+                    _boxes(want[src.paths[i]], w, h), tv_tensors.Mask(torch.from_numpy(full)), plan.prefix
+                )
+                np.testing.assert_array_equal(b.targets[r]["masks"].numpy(), masks)
+                np.testing.assert_allclose(b.targets[r]["boxes"].numpy(), boxes, atol=1e-3)
+
+
 @pytest.mark.parametrize("recipe", list(RECIPES))
 def test_stage2_ops_move_boxes_as_torchvisions_kernels_with_the_same_draws(yolo: Any, recipe: str) -> None:
     """test_detection_ops' recipes (affine, rotation, perspective, pads and crops, zoom out, sanitize, scale

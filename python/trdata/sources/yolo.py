@@ -1,6 +1,6 @@
 """YOLO's txt layout (ultralytics' ``images/`` + ``labels/``) as a detection source whose boxes move with the image.
 
-``YoloDetection(root, split=None, classes=None)`` lists ``root/images[/split]`` recursively (the image suffixes
+``YoloDetection(root, split=None, classes=None, masks=False)`` lists ``root/images[/split]`` recursively (the image suffixes
 ultralytics lists that trdata decodes: bmp, jpg, jpeg, png, tif, tiff, webp; sorted full paths, ultralytics'
 order) and reads each image's labels from the path ultralytics derives (``img2label_paths``: the last
 ``/images/`` of the path replaced by ``/labels/``, the suffix by ``.txt``). A missing label file is an image
@@ -25,6 +25,10 @@ decoded). An image with an EXIF orientation other than 1 is refused: ultralytics
 image as cv2 shows it (EXIF applied), while a detection source's targets live on the stored pixels
 (``exif_transpose=True`` is refused for them); transpose such files once (``PIL.ImageOps.exif_transpose``).
 Pose files (keypoints after the box) are not supported: they would read as segments.
+
+``masks=True``: each object's instance mask too, rasterized once per image when first asked for (pycocotools'
+polygon rasterization, ``_core.polygon_rles``: a segment's polygon in pixels, a box line's rectangle), moved with
+the image as COCO's masks are.
 """
 
 from __future__ import annotations
@@ -211,8 +215,12 @@ class YoloDetection(Source):
         split: str | None = None,
         *,
         classes: Sequence[str] | Mapping[int, str] | None = None,
+        masks: bool = False,
     ) -> None:
+        from .._args import _bool_arg
+
         self.root = path_arg(root, "root")
+        self.masks = _bool_arg(masks, "masks")
         self.split = opt_str(split, "split")
         self.classes = _class_names(classes)
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
@@ -224,6 +232,8 @@ class YoloDetection(Source):
         sizes = np.zeros((len(self.paths), 2), np.int64)
         offsets = np.zeros(len(self.paths) + 1, np.int64)
         boxes, ids = [], []
+        #: each object's polygon in pixels (flat x0, y0, x1, y1, …), None for a box line; kept with masks=True
+        self._polygons: list[np.ndarray | None] = []
         self.label_paths = [label_path(p) for p in self.paths]
         found = 0
         for i, p in enumerate(self.paths):
@@ -242,6 +252,11 @@ class YoloDetection(Source):
             if parsed is not None and len(parsed.classes):
                 boxes.append(parsed.boxes * np.array([header.width, header.height] * 2, np.float64))
                 ids.append(parsed.classes)
+                if self.masks:
+                    scale = np.array([header.width, header.height], np.float64)
+                    self._polygons += [
+                        None if q is None else (q * scale).reshape(-1) for q in parsed.polygons
+                    ]
                 k = len(parsed.classes)
             offsets[i + 1] = offsets[i] + k
         if not found:  # a misplaced labels folder would otherwise train on images without objects
@@ -271,9 +286,27 @@ class YoloDetection(Source):
     _has_targets = True
 
     def _image_targets(self, i: int) -> dict[str, Any]:
-        """Image ``i``'s objects in source pixels (boxes XYXY float64)."""
+        """Image ``i``'s objects in source pixels (boxes XYXY float64; with ``masks=True`` each object's mask as
+        a compressed RLE string, ``masks``)."""
         lo, hi = int(self._offsets[i]), int(self._offsets[i + 1])
-        return {"boxes": self._boxes[lo:hi], "labels": self._class_ids[lo:hi]}
+        t = {"boxes": self._boxes[lo:hi], "labels": self._class_ids[lo:hi]}
+        if self.masks:
+            t["masks"] = np.array(self._rles(i), dtype=object)
+        return t
+
+    def _rles(self, i: int) -> list[bytes]:
+        """Image ``i``'s object masks (module docs: a segment's polygon, a box line's rectangle), rasterized as
+        pycocotools rasterizes a COCO polygon, as compressed RLE strings."""
+        lo, hi = int(self._offsets[i]), int(self._offsets[i + 1])
+        polygons = [
+            q if q is not None else np.array([x1, y1, x2, y1, x2, y2, x1, y2], np.float64)
+            for q, (x1, y1, x2, y2) in zip(self._polygons[lo:hi], self._boxes[lo:hi])
+        ]
+        w, h = (int(v) for v in self._sizes[i])
+        try:
+            return _core.polygon_rles(polygons, (h, w))
+        except ValueError as e:
+            raise SourceError(f"{self.label_paths[i]}: {e}", self.label_paths[i]) from None
 
     def _pack_extras(self, i: int) -> list[tuple[str, int, bytes]]:
         """Image ``i``'s objects, as ``trdata.pack`` stores them (sources/packed_targets.py)."""
@@ -288,15 +321,21 @@ class YoloDetection(Source):
         sizes = [(int(w), int(h)) for w, h in self._sizes[idx]]
         plans = native_loader.target_plans(idx, epoch, sizes)
         rows = [self._image_targets(i) for i in idx]
-        boxes, fields = move_boxes(plans, [t["boxes"] for t in rows], [{"labels": t["labels"]} for t in rows])
-        return [
-            {
+        boxes, fields = move_boxes(
+            plans, [t["boxes"] for t in rows], [{k: v for k, v in t.items() if k != "boxes"} for t in rows]
+        )
+        out = []
+        for plan, i, b, f in zip(plans, idx, boxes, fields):
+            w, h = (int(v) for v in self._sizes[i])
+            moved: dict[str, Any] = {
                 "boxes": b,
                 "labels": f["labels"],
                 "iscrowd": np.zeros(len(b), np.int64),
                 "image_id": i,
-                "orig_size": (int(self._sizes[i][1]), int(self._sizes[i][0])),
+                "orig_size": (h, w),
                 "size": plan.canvas,
             }
-            for plan, i, b, f in zip(plans, idx, boxes, fields)
-        ]
+            if self.masks:
+                moved["masks"] = plan.masks(list(f["masks"]), (h, w), self.label_paths[i])
+            out.append(moved)
+        return out
