@@ -678,15 +678,27 @@ pub fn pad_crop(
     dst.clear();
     dst.resize(out_h * out_w * c, 0);
     let stride = w * c;
+    // The columns whose source is inside the image, [lo, hi): one copy per row; the rest is fill (constant) or
+    // mirrored/clamped pixels, taken one by one (pads are narrow; a zoom-out's canvas is mostly fill).
+    let lo = (-x0).clamp(0, out_w as isize) as usize;
+    let hi = (w as isize - x0).clamp(lo as isize, out_w as isize) as usize;
+    let fill_row: Vec<u8> = fill[..c].iter().copied().cycle().take(out_w * c).collect();
     for oy in 0..out_h {
         let row = &mut dst[oy * out_w * c..(oy + 1) * out_w * c];
-        let sy = if h == 0 { None } else { pad_index(y0 + oy as isize, h, mode) };
-        for ox in 0..out_w {
-            let sx = if w == 0 { None } else { pad_index(x0 + ox as isize, w, mode) };
+        let Some(sy) = (if h == 0 || w == 0 { None } else { pad_index(y0 + oy as isize, h, mode) }) else {
+            row.copy_from_slice(&fill_row);
+            continue;
+        };
+        let src_row = &src[sy * stride..(sy + 1) * stride];
+        if hi > lo {
+            let sx0 = (x0 + lo as isize) as usize; // inside the image
+            row[lo * c..hi * c].copy_from_slice(&src_row[sx0 * c..(sx0 + hi - lo) * c]);
+        }
+        for ox in (0..lo).chain(hi..out_w) {
             let px = &mut row[ox * c..(ox + 1) * c];
-            match (sy, sx) {
-                (Some(sy), Some(sx)) => px.copy_from_slice(&src[sy * stride + sx * c..sy * stride + sx * c + c]),
-                _ => px.copy_from_slice(&fill[..c]),
+            match pad_index(x0 + ox as isize, w, mode) {
+                Some(sx) => px.copy_from_slice(&src_row[sx * c..(sx + 1) * c]),
+                None => px.copy_from_slice(&fill[..c]),
             }
         }
     }
@@ -755,6 +767,7 @@ mod dispatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn img(data: &mut [u8], h: usize, w: usize, c: usize) -> ImageMut<'_> {
         ImageMut { data, h, w, c }
@@ -922,5 +935,47 @@ mod tests {
         assert_eq!(&d[..3], &orig[12..15]);
         flip_horizontal(&mut img(&mut d, 3, 5, 3));
         assert_eq!(d, orig);
+    }
+
+    /// `pad_crop` by its definition, one pixel at a time.
+    fn pad_crop_by_pixel(
+        src: &[u8],
+        (h, w, c): (usize, usize, usize),
+        (out_h, out_w): (usize, usize),
+        (y0, x0): (isize, isize),
+        mode: PadMode,
+        fill: &[u8; 3],
+    ) -> Vec<u8> {
+        let mut dst = Vec::with_capacity(out_h * out_w * c);
+        for oy in 0..out_h {
+            for ox in 0..out_w {
+                let sy = if h == 0 { None } else { pad_index(y0 + oy as isize, h, mode) };
+                let sx = if w == 0 { None } else { pad_index(x0 + ox as isize, w, mode) };
+                match (sy, sx) {
+                    (Some(sy), Some(sx)) => dst.extend_from_slice(&src[(sy * w + sx) * c..(sy * w + sx + 1) * c]),
+                    _ => dst.extend_from_slice(&fill[..c]),
+                }
+            }
+        }
+        dst
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn pad_crop_copies_rows_as_the_per_pixel_definition(
+            h in 0usize..9, w in 0usize..9, c in prop_oneof![Just(1usize), Just(3usize)],
+            out_h in 0usize..14, out_w in 0usize..14, y0 in -12isize..12, x0 in -12isize..12,
+            mode in 0u8..4, seed in any::<u64>(),
+        ) {
+            let mode = [PadMode::Constant, PadMode::Edge, PadMode::Reflect, PadMode::Symmetric][mode as usize];
+            if mode != PadMode::Constant && (h == 0 || w == 0) {
+                return Ok(()); // nothing to mirror
+            }
+            let src: Vec<u8> = (0..h * w * c).map(|i| (seed.wrapping_mul(i as u64 + 1) >> 13) as u8).collect();
+            let fill = [7, 8, 9];
+            let mut dst = Vec::new();
+            pad_crop(&src, (h, w, c), &mut dst, (out_h, out_w), (y0, x0), mode, &fill);
+            proptest::prop_assert_eq!(dst, pad_crop_by_pixel(&src, (h, w, c), (out_h, out_w), (y0, x0), mode, &fill));
+        }
     }
 }

@@ -337,6 +337,31 @@ fn run_op(op: &OpSpec, site: Site, s: &mut ProgramScratch, key: SampleKey) -> st
     Ok(())
 }
 
+/// `RandomZoomOut` at `site` and the `RandomIoUCrop` at `crop_site` right after it in one pass
+/// (`RandomZoomOut::apply_cropped`), with the draws `run_op` would make; false (nothing done) when either op
+/// draws nothing (then each runs on its own).
+fn zoom_then_crop(
+    zoom: &ops::RandomZoomOut,
+    site: Site,
+    crop_site: Site,
+    s: &mut ProgramScratch,
+    key: SampleKey,
+) -> std::result::Result<bool, String> {
+    use ops::Op as _;
+    if zoom.oversized((s.frame.h, s.frame.w)).is_some() {
+        return Ok(false); // run_op refuses the sample, as without the crop
+    }
+    let zoomed = zoom.sample(&mut op_rng(key, site), (s.frame.h, s.frame.w, s.frame.c))?;
+    let crop = s.box_draws.iter().find(|(at, _)| *at == crop_site).map(|(_, d)| d.clone());
+    match (&zoomed, crop) {
+        (Drawn::Crop { .. }, Some(crop @ Drawn::Box { .. })) => {
+            zoom.apply_cropped(&zoomed, &crop, &mut s.frame, &mut s.ops);
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
 /// Whether `op` leaves a sample's geometry alone (a photometric op, or a container of only such ops): boxes,
 /// masks and keypoints do not move with it (torchvision v2 passes them through).
 pub fn leaves_geometry(op: &OpSpec) -> bool {
@@ -374,8 +399,18 @@ impl Program {
     /// Run stage 2 on `s.frame` (already holding the prefix's output). An op that cannot run on this sample (a
     /// `RandomCrop` larger than the padded image, as torchvision raises) → the message.
     pub fn run_ops(&self, s: &mut ProgramScratch, key: SampleKey) -> std::result::Result<(), String> {
-        for (pos, op) in &self.ops {
+        let mut k = 0;
+        while k < self.ops.len() {
+            let (pos, op) = &self.ops[k];
+            // ssd's RandomZoomOut → RandomIoUCrop: the crop's window only, never the zoomed canvas
+            if let (OpSpec::RandomZoomOut(z), Some((next, OpSpec::RandomIoUCrop(_)))) = (op, self.ops.get(k + 1))
+                && zoom_then_crop(z, Site::top(*pos), Site::top(*next), s, key)?
+            {
+                k += 2;
+                continue;
+            }
             run_op(op, Site::top(*pos), s, key)?;
+            k += 1;
         }
         Ok(())
     }

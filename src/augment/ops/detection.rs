@@ -87,6 +87,27 @@ impl Op for RandomZoomOut {
     }
 }
 
+impl RandomZoomOut {
+    /// This op (drawn `zoom`) followed at once by a `RandomIoUCrop` (drawn `crop`, a box of the zoomed canvas) in
+    /// one pass: only the crop's window of the canvas is made (the image where it lies, this op's fill
+    /// elsewhere), never the canvas, which is up to 16× the image. The same bytes as the two ops one after the
+    /// other: the crop lies inside the canvas (torchvision draws it there), so the crop's own fill is never used.
+    pub fn apply_cropped(&self, zoom: &Drawn, crop: &Drawn, frame: &mut Frame, scratch: &mut OpScratch) {
+        let Drawn::Crop { padding: [l, t, r, b], .. } = zoom else { undrawn(self.name(), zoom) };
+        let Drawn::Box { top, left, h, w } = crop else { undrawn("RandomIoUCrop", crop) };
+        debug_assert!(top + h <= frame.h as u32 + t + b && left + w <= frame.w as u32 + l + r);
+        let origin = (*top as isize - *t as isize, *left as isize - *l as isize);
+        pad_crop(
+            frame,
+            &mut scratch.spare,
+            (*h as usize, *w as usize),
+            origin,
+            PadMode::Constant,
+            &fill_bytes(&self.fill),
+        );
+    }
+}
+
 /// `SanitizeBoundingBoxes(min_size, min_area)`: drops each box (and its label, mask, keypoints) narrower or
 /// shorter than `min_size`, smaller than `min_area`, or reaching outside the canvas — torchvision's rule,
 /// applied by the target replay. Pixels are untouched.
@@ -471,4 +492,39 @@ fn iou(a: &[f64; 4], b: &[f64; 4]) -> f64 {
     let ih = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
     let inter = iw * ih;
     f64::from(inter / (area(&a) + area(&b) - inter))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `RandomZoomOut::apply_cropped` gives the bytes of the zoom-out followed by the crop, for crops anywhere in
+    /// the canvas (over the image, over the fill only, across its edges), both channel counts.
+    #[test]
+    fn zoom_then_crop_in_one_pass_equals_the_two_ops() {
+        let zoom = RandomZoomOut { fill: vec![11.0, 22.0, 33.0], side_range: (1.0, 4.0), p: 1.0 };
+        let crop =
+            RandomIoUCrop { scale: (0.3, 1.0), aspect_ratio: (0.5, 2.0), sampler_options: vec![0.0], trials: 40 };
+        for c in [1usize, 3] {
+            let (h, w) = (7usize, 9usize);
+            let image: Vec<u8> = (0..h * w * c).map(|i| (i * 37 % 251) as u8).collect();
+            let zoomed = Drawn::Crop { padding: [5, 3, 4, 6], top: 0, left: 0 };
+            let (ch, cw) = (h as u32 + 3 + 6, w as u32 + 5 + 4);
+            for (top, left, bh, bw) in
+                [(0, 0, ch, cw), (2, 3, 8, 10), (0, 0, 3, 5), (ch - 4, cw - 4, 4, 4), (3, 5, h as u32, w as u32)]
+            {
+                let boxed = Drawn::Box { top, left, h: bh, w: bw };
+                let frame = || Frame { buf: image.clone(), h, w, c };
+                let (mut one, mut two) = (frame(), frame());
+                let mut scratch = OpScratch::default();
+                zoom.apply_cropped(&zoomed, &boxed, &mut one, &mut scratch);
+                let mut rng = SampleRng::new(0, 0, 0, 0);
+                zoom.apply(&zoomed, &mut two, &mut scratch, &mut rng);
+                crop.apply(&boxed, &mut two, &mut scratch, &mut rng);
+                assert_eq!((one.h, one.w), (two.h, two.w));
+                let n = one.h * one.w * c;
+                assert_eq!(one.buf[..n], two.buf[..n], "c {c}, box {top} {left} {bh} {bw}");
+            }
+        }
+    }
 }
