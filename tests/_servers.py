@@ -7,6 +7,7 @@ to. Importable from tests (on pytest's path) and from benches (which put tests/ 
 from __future__ import annotations
 
 import http.server
+import os
 import socket
 import subprocess
 import sys
@@ -196,5 +197,93 @@ def start_proxy(upstream: str) -> Any:
     server.lock, server.ranged, server.injected = threading.Lock(), 0, 0
     server.fault, server.every, server.budget, server.latency_s = None, 1, 0, 0.0
     server.handle_error = lambda *a: None  # a client that gave up on a slow answer: a broken pipe, expected
+    server.endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    return serve(server)
+
+
+class S3ReadHandler(http.server.BaseHTTPRequestHandler):
+    """S3's read protocol over the files of a folder, fast: ``HEAD``/``GET /<bucket>/<key>`` (the file
+    ``folder/<bucket>/<key>``) with ``Content-Length``, ``ETag``, ``Last-Modified``, single ``Range`` GETs answered
+    206 + ``Content-Range`` from the file with ``sendfile`` (no copy through Python), ``If-Match`` checked (412),
+    404 with S3's ``NoSuchKey`` body. Requests are not authenticated (signatures are ignored). moto's server is
+    the S3 the tests run against; it reads a whole object for every ranged GET, which caps a GPU-rate benchmark
+    over a large pack, so the benchmarks serve their packs with this."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _object(self) -> tuple[Path, os.stat_result, str] | None:
+        server: Any = self.server
+        rel = self.path.split("?", 1)[0].lstrip("/")
+        path = (Path(server.folder) / rel).resolve()
+        if Path(server.folder).resolve() not in path.parents or not path.is_file():
+            body = (
+                b"<Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message></Error>"
+            )
+            self.send_response(404)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+            return None
+        st = path.stat()
+        return path, st, f'"{st.st_size:x}-{st.st_mtime_ns:x}"'
+
+    def _head(self, status: int, st: os.stat_result, etag: str, length: int) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(length))
+        self.send_header("ETag", etag)
+        self.send_header("Last-Modified", self.date_time_string(int(st.st_mtime)))
+        self.send_header("Accept-Ranges", "bytes")
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        found = self._object()
+        if found:
+            _, st, etag = found
+            self._head(200, st, etag, st.st_size)
+            self.end_headers()
+
+    def do_GET(self) -> None:  # noqa: N802
+        found = self._object()
+        if not found:
+            return
+        path, st, etag = found
+        server: Any = self.server
+        with server.lock:
+            server.gets += 1
+        if self.headers.get("If-Match") not in (None, etag):
+            self.send_response(412)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        start, end, status = 0, st.st_size - 1, 200
+        rng = self.headers.get("Range")
+        if rng:
+            a, b = rng.removeprefix("bytes=").split("-")
+            start, end, status = int(a), min(int(b), st.st_size - 1), 206
+        self._head(status, st, etag, end - start + 1)
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{st.st_size}")
+        self.end_headers()
+        self.wfile.flush()
+        with open(path, "rb") as f:
+            offset, left = start, end - start + 1
+            while left > 0:
+                sent = os.sendfile(self.connection.fileno(), f.fileno(), offset, left)
+                if sent == 0:
+                    break
+                offset, left = offset + sent, left - sent
+        with server.lock:
+            server.bytes += end - start + 1
+
+
+def start_s3_read_server(folder: Path) -> Any:
+    """An S3ReadHandler server over ``folder`` (``s3://<bucket>/<key>`` is ``folder/<bucket>/<key>``);
+    ``server.endpoint`` is its URL (``aws_endpoint``), ``server.gets``/``server.bytes`` count the GETs and bytes."""
+    server: Any = http.server.ThreadingHTTPServer(("127.0.0.1", 0), S3ReadHandler)
+    server.folder, server.lock, server.gets, server.bytes = str(folder), threading.Lock(), 0, 0
     server.endpoint = f"http://127.0.0.1:{server.server_address[1]}"
     return serve(server)

@@ -399,3 +399,30 @@ def test_faults_between_loader_and_server_cost_retries_never_samples(
         stats,
         proxy.injected,
     )
+
+
+def test_the_benchmarks_s3_read_server_serves_the_same_batches(pack_file: Path, tmp_path: Path) -> None:
+    """tests/_servers.py's sendfile S3 read server (what the GPU benchmark streams from) speaks enough of S3 for
+    trdata's client: the same batches as the local file, in both modes; an object replaced under the loader
+    fails its reads (If-Match → 412), naming the URL."""
+    from _servers import start_s3_read_server
+
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "train.trd").write_bytes(pack_file.read_bytes())
+    server = start_s3_read_server(tmp_path)
+    try:
+        options = opts(server.endpoint)
+        for mode, kw in (("full", {}), ("partial", {"window_blocks": 2})):
+            reference = batches(trdata.Packed(pack_file, mode, **kw))
+            assert_same(
+                batches(trdata.Packed("s3://bench/train.trd", mode, storage_options=options, **kw)), reference
+            )
+        assert server.gets > 0 and server.bytes >= pack_file.stat().st_size
+        remote = trdata.Packed("s3://bench/train.trd", "partial", window_blocks=2, storage_options=options)
+        time.sleep(0.01)
+        (tmp_path / "bench" / "train.trd").write_bytes(pack_file.read_bytes())  # a new mtime: a new ETag
+        with pytest.raises(DecodeError, match="412|changed|modified") as info:
+            batches(remote, on_error="raise")
+        assert "s3://bench/train.trd" in str(info.value)
+    finally:
+        stop(server)

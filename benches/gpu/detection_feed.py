@@ -7,15 +7,20 @@ For each model (``retinanet_resnet50_fpn``, ``fasterrcnn_mobilenet_v3_large_fpn`
 train mode, SGD, bf16 autocast, batch 16) and recipe (``hflip``: the images at their own sizes, horizontal flip;
 ``lsj``: ScaleJitter((1024, 1024)) + RandomCrop(1024, pad_if_needed=True) + flip + SanitizeBoundingBoxes):
 
-- ``synthetic``: 8 batches of that recipe's images and targets (taken from the trdata feed: real sizes) kept on
-  the GPU and trained on in turn;
+- ``synthetic``: the very batches the ``trdata`` row then trains on (a loader with the same seed, run ahead:
+  ``--warmup`` + ``--steps`` batches of that recipe's images and targets, real sizes) kept on the GPU and trained
+  on in the same order — the model's rate on the same inputs with no loader at all. (Earlier runs cycled 8
+  batches: a variable-size recipe then showed the model 8 batch shapes over and over, which the GPU side runs
+  faster than a stream of new shapes, so that ceiling was not the same work);
 - ``trdata``: ``CocoDetection`` on a CUDA loader (hflip with ``pad_to`` the largest image rounded up to 32; the
   images are the slots' ``[:h, :w]`` views), targets delivered on the GPU;
 - ``dataloader``: DataLoader(``--workers``, pin_memory) over torchvision's ``CocoDetection`` +
   ``wrap_dataset_for_transforms_v2`` + the same v2 recipe, images and targets moved to the GPU.
 
 Each row: ``--warmup`` steps, then ``--steps`` timed steps; img/s, its ratio to synthetic, and the cores busy
-(all CPUs' busy time from /proc/stat over the window, so a DataLoader's worker processes count).
+(all CPUs' busy time from /proc/stat over the window, so a DataLoader's worker processes count). The loader's own
+CPU: the busy CPU-seconds of the row minus those of the synthetic row (the same number of training steps with no
+loader), per image delivered — ``*_loader_cpu_ms_per_img`` and their ratio.
 
     python benches/gpu/detection_feed.py [--data DIR] [--limit 300] [--steps 25] [--workers 15] [--out FILE]
 """
@@ -69,13 +74,16 @@ def torchvision_recipe(recipe: str) -> Any:
 
 
 class TrdataFeed:
-    def __init__(self, images: str, ann: str, recipe: str, pad_to: tuple[int, int], device: str) -> None:
+    def __init__(
+        self, images: str, ann: str, recipe: str, pad_to: tuple[int, int], device: str, seed: int
+    ) -> None:
         import trdata
 
         src = trdata.CocoDetection(images, ann)
         self.loader = trdata.Loader(
             src, batch_size=BATCH, transforms=trdata_recipe(recipe), device=device, dtype="float32",
             normalize=None, shuffle=True, pad_to=pad_to if recipe == "hflip" else None, last_batch="drop",
+            seed=seed,
         )  # fmt: skip
         self.it = iter(self.loader)
 
@@ -129,17 +137,17 @@ class DataLoaderFeed:
 
 
 class SyntheticFeed:
-    """``n`` batches taken from the trdata feed (real sizes and targets: a variable-size recipe's cost depends on
-    them), kept on the GPU as compact tensors and given in turn."""
+    """The first ``n`` batches of ``feed`` (real sizes and targets: a variable-size recipe's cost depends on them),
+    kept on the GPU as compact tensors and given in the same order (then again from the start)."""
 
-    def __init__(self, feed: Any, n: int = 8) -> None:
+    def __init__(self, feed: Any, n: int) -> None:
         self.batches = []
         for _ in range(n):
             imgs, targets = next(feed)
             self.batches.append(
                 ([x.clone() for x in imgs], [{k: v.clone() for k, v in t.items()} for t in targets])
             )
-        self.i = 0
+        self.i = -1
 
     def __next__(self) -> tuple[list[Any], list[dict[str, Any]]]:
         self.i += 1
@@ -188,7 +196,13 @@ def run(feed: Any, model: Any, opt: Any, steps: int, warmup: int) -> dict[str, A
     b1, t1j = busy_jiffies()
     ncpu = os.cpu_count() or 1
     cores = (b1 - b0) / max(t1j - t0j, 1) * ncpu
-    return {"img_per_s": round(n / wall, 2), "seconds": round(wall, 2), "cores_busy": round(cores, 2)}
+    return {
+        "img_per_s": round(n / wall, 2),
+        "seconds": round(wall, 2),
+        "cores_busy": round(cores, 2),
+        "cpu_seconds": round(cores * wall, 3),
+        "images": n,
+    }
 
 
 def main() -> None:
@@ -222,8 +236,13 @@ def main() -> None:
         for model_name in args.models.split(","):
             for recipe in args.recipes.split(","):
                 model, opt = make_model(model_name, args.device)
-                tr = TrdataFeed(images, ann, recipe, pad_to, args.device)
-                feeds = [("synthetic", SyntheticFeed(tr)), ("trdata", tr)]
+                ahead = TrdataFeed(images, ann, recipe, pad_to, args.device, seed=7)
+                synthetic = SyntheticFeed(ahead, args.warmup + args.steps)
+                ahead.close()
+                tr = TrdataFeed(
+                    images, ann, recipe, pad_to, args.device, seed=7
+                )  # the same batches, in order
+                feeds = [("synthetic", synthetic), ("trdata", tr)]
                 res: dict[str, Any] = {}
                 for name, feed in feeds:
                     res[name] = run(feed, model, opt, args.steps, args.warmup)
@@ -237,9 +256,19 @@ def main() -> None:
                 row = {"model": model_name, "recipe": recipe, **{k: v for k, v in res.items()}}
                 row["trdata_vs_synthetic"] = round(res["trdata"]["img_per_s"] / syn, 3)
                 row["dataloader_vs_synthetic"] = round(res["dataloader"]["img_per_s"] / syn, 3)
+                # the CPU a loader adds over the same number of training steps on data already on the GPU, per image
+                for name in ("trdata", "dataloader"):
+                    extra = res[name]["cpu_seconds"] - res["synthetic"]["cpu_seconds"]
+                    row[f"{name}_loader_cpu_ms_per_img"] = round(1000 * extra / res[name]["images"], 2)
+                row["loader_cpu_ratio"] = round(
+                    row["trdata_loader_cpu_ms_per_img"] / max(row["dataloader_loader_cpu_ms_per_img"], 1e-9),
+                    3,
+                )
                 print(
                     f"  → trdata {row['trdata_vs_synthetic']}× synthetic ({res['trdata']['cores_busy']} cores), "
-                    f"DataLoader {row['dataloader_vs_synthetic']}× ({res['dataloader']['cores_busy']} cores)",
+                    f"DataLoader {row['dataloader_vs_synthetic']}× ({res['dataloader']['cores_busy']} cores); loader CPU "
+                    f"{row['trdata_loader_cpu_ms_per_img']} vs {row['dataloader_loader_cpu_ms_per_img']} ms/img "
+                    f"({row['loader_cpu_ratio']}×)",
                     flush=True,
                 )
                 rows.append(row)

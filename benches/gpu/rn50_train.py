@@ -15,7 +15,9 @@ Configs (comma-separated --configs):
   trdata        trdata.Loader(device='cuda:0', dtype=bfloat16, layout=NHWC, normalize=IMAGENET), all
                 allowed cores as workers (or --workers); NHWC is permuted to NCHW-logical/channels_last, no copy
   packed        trdata as above over trdata.Packed(--packed FILE, "full"); `packed-partial` streams it
-                (mode="partial"). Make FILE with `trdata pack` (e.g. of the repeated sample, re-encoded)
+                (mode="partial"). Make FILE with `trdata pack` (e.g. of the repeated sample, re-encoded);
+                `packed-s3` streams it (partial) as s3://bench/FILE from an S3 read server on loopback
+                (tests/_servers.py: HEAD + ranged GETs with ETag/If-Match, sendfile) through object_store
   trdata-u8     the same with dtype=uint8; the cast + normalization run on the GPU in the training loop
   dataloader    torch DataLoader(--dl-workers procs, pin_memory, persistent, prefetch 2) + read_file →
                 decode_jpeg (CPU) → v2 RandomResizedCrop(224, antialias) → flip → ToDtype(f32, scale) →
@@ -112,6 +114,33 @@ def fmt_table(results):
     ]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
+
+
+def serve_over_s3(packed):
+    """The packed file served by an S3 read server on loopback (tests/_servers.py: HEAD/ranged GET with ETag,
+    sendfile): its s3:// URL and the storage_options that reach it."""
+    import shutil
+    import tempfile
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests"))
+    from _servers import start_s3_read_server
+
+    root = tempfile.mkdtemp(prefix="rn50-s3-")
+    os.makedirs(os.path.join(root, "bench"))
+    dst = os.path.join(root, "bench", os.path.basename(packed))
+    try:
+        os.link(packed, dst)
+    except OSError:
+        shutil.copyfile(packed, dst)
+    server = start_s3_read_server(root)
+    options = {
+        "aws_endpoint": server.endpoint,
+        "aws_allow_http": True,
+        "aws_access_key_id": "bench",
+        "aws_secret_access_key": "bench",
+        "aws_region": "us-east-1",
+    }
+    return f"s3://bench/{os.path.basename(packed)}", options
 
 
 def main(argv=None):
@@ -244,11 +273,15 @@ def main(argv=None):
                 feed = TrdataFeed(
                     rpaths, rlabels, a.batch, int(nw or a.workers), dtype, mix=a.mix, recipe=a.recipe
                 )
-            elif base in ("packed", "packed-partial"):
+            elif base in ("packed", "packed-partial", "packed-s3"):
                 import trdata
 
                 mode = "full" if base == "packed" else "partial"
-                src = trdata.Packed(a.packed, mode)
+                if base == "packed-s3":
+                    url, options = serve_over_s3(a.packed)
+                    src = trdata.Packed(url, mode, storage_options=options)
+                else:
+                    src = trdata.Packed(a.packed, mode)
                 feed = TrdataFeed(
                     None,
                     None,
