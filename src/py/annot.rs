@@ -52,6 +52,22 @@ impl TargetPlan {
         row
     }
 
+    /// A leading Mosaic's parts (augment/mosaic.rs; empty without one): (dataset index, sx, sy, dx, dy, x0, y0,
+    /// x1, y1): a part's source-pixel point (x, y) lands at (x·sx + dx, y·sy + dy) on the canvas, and its boxes
+    /// are clipped to the window [x0, x1) × [y0, y1).
+    #[getter]
+    fn mosaic(&self) -> Vec<(u64, f64, f64, f64, f64, u32, u32, u32, u32)> {
+        self.0
+            .mosaic
+            .iter()
+            .map(|p| {
+                let (sx, sy) = p.scale();
+                let [x0, y0, x1, y1] = p.clip;
+                (p.index, sx, sy, p.offset.0 as f64, p.offset.1 as f64, x0, y0, x1, y1)
+            })
+            .collect()
+    }
+
     /// The stage-2 steps: (op, kind, numbers, (h, w) before, (h, w) after) with kind "affine" (6 numbers, the
     /// forward matrix), "perspective" (8: numerator rows, denominator), "scale" (sx, sy), "shift" (dx, dy),
     /// "hflip", "vflip", "clamp", "sanitize" (min size, min area).
