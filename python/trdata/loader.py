@@ -638,6 +638,8 @@ class Loader:
         if source._has_targets:
             try:  # the core refuses now what cannot move a detection source's targets (views, some ops, EXIF)
                 self._native.check_targets()
+                if self._native.mosaic_parts([0], 0) is not None:
+                    source._check_mosaic()
             except BaseException:
                 self._native.close()
                 raise

@@ -40,7 +40,7 @@ import numpy as np
 from .. import _core
 from ..errors import ConfigError, SourceError
 from .base import Source
-from .targets import list_files, move_boxes, opt_str, path_arg, pillow, read_header
+from .targets import list_files, move_boxes, opt_str, path_arg, pillow, plan_rows, read_header
 
 #: ultralytics' ``IMG_FORMATS`` that trdata decodes (dng, mpo, pfm and heic are not listed).
 YOLO_EXTENSIONS = (".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
@@ -269,6 +269,9 @@ class YoloDetection(Source):
     #: Loader hook: this source's rows carry targets that move with the image.
     _has_targets = True
 
+    def _check_mosaic(self) -> None:
+        """Loader hook: a Mosaic merges this source's boxes and labels."""
+
     def _image_targets(self, i: int) -> dict[str, Any]:
         """Image ``i``'s objects in source pixels (boxes XYXY float64)."""
         lo, hi = int(self._offsets[i]), int(self._offsets[i + 1])
@@ -277,9 +280,7 @@ class YoloDetection(Source):
     def _batch_targets(self, indices: np.ndarray, epoch: int, native_loader: Any) -> list[dict[str, Any]]:
         """Each row's targets moved with its image (module docs)."""
         idx = [int(i) for i in indices]
-        sizes = [(int(w), int(h)) for w, h in self._sizes[idx]]
-        plans = native_loader.target_plans(idx, epoch, sizes)
-        rows = [self._image_targets(i) for i in idx]
+        plans, rows = plan_rows(self, idx, epoch, native_loader)  # a Mosaic's parts merged (targets.py)
         boxes, fields = move_boxes(plans, [t["boxes"] for t in rows], [{"labels": t["labels"]} for t in rows])
         return [
             {
