@@ -833,6 +833,11 @@ class Loader:
 
     def _init_batch_hooks(self, batch_ops: Any, batch_transform: Any, native_source: Any) -> None:
         specs = _bops._batch_op_specs(_convert.batch_ops(batch_ops))
+        if not self.source._has_targets and any(s[0] == "detection_mixup" for s in specs):
+            raise ConfigError(
+                "invalid batch_ops: DetectionMixUp concatenates detection targets; this source has none (use MixUp)",
+                parameter="batch_ops",
+            )
         self._batch_transform = _batch._callable_or_none(batch_transform)
         self._prefetcher = None
         self._consumer_state = None  # with batch_transform: see __iter__
@@ -867,7 +872,9 @@ class Loader:
         plan = self._batch_ops
         assert plan is not None
         for d, b in enumerate(batches):
-            b.images, b.labels = plan.apply(b.images, b.labels, b.epoch, self._global_batch(b, d))
+            b.images, b.labels, b.targets = plan.apply(
+                b.images, b.labels, b.epoch, self._global_batch(b, d), b.targets
+            )
 
     def _run_batch_transform(self, item: Any) -> Any:
         """Run ``batch_transform(batch, generator)`` on each Batch of a step (in the prefetch thread). CUDA

@@ -16,6 +16,8 @@ use pyo3::types::PyTuple;
 enum BatchOp {
     MixUp { alpha: f64, num_classes: Option<u64> },
     CutMix { alpha: f64, num_classes: Option<u64> },
+    /// YOLO's MixUp for detection: with probability `p`, one r ~ Beta(α, α) per batch; targets concatenated.
+    DetectionMixUp { alpha: f64, p: f64 },
     Choice { ops: Vec<BatchOp>, p: Option<Vec<f64>> },
     Erasing { op: OpSpec, noise: bool },
 }
@@ -38,6 +40,7 @@ impl BatchOp {
         let op = match kind.as_str() {
             "mixup" => BatchOp::MixUp { alpha: a.num("alpha")?, num_classes: num_classes()? },
             "cutmix" => BatchOp::CutMix { alpha: a.num("alpha")?, num_classes: num_classes()? },
+            "detection_mixup" => BatchOp::DetectionMixUp { alpha: a.num("alpha")?, p: a.num("p")? },
             "random_choice" => {
                 let ops = match a.get("ops")? {
                     Arg::List(ops) => ops.iter().map(BatchOp::parse).collect::<Result<_, _>>()?,
@@ -68,6 +71,7 @@ impl BatchOp {
         match self {
             BatchOp::MixUp { .. } => "MixUp",
             BatchOp::CutMix { .. } => "CutMix",
+            BatchOp::DetectionMixUp { .. } => "DetectionMixUp",
             BatchOp::Choice { .. } => "RandomChoice",
             BatchOp::Erasing { .. } => "BatchRandomErasing",
         }
@@ -80,6 +84,13 @@ impl BatchOp {
                 rng::check_alpha(*alpha, whence)?;
                 let blends = matches!(self, BatchOp::MixUp { .. });
                 rng::check_batch_op_input(input, blends, false, true, *num_classes, whence)
+            }
+            BatchOp::DetectionMixUp { alpha, p } => {
+                rng::check_alpha(*alpha, whence)?;
+                if !(0.0..=1.0).contains(p) {
+                    return Err(TrdataError::config("p", format!("{p} must be in [0, 1] ({whence})")));
+                }
+                Ok(None) // labels stay; the targets are concatenated (python/trdata/batch_ops.py)
             }
             BatchOp::Choice { ops, p } => {
                 rng::check_batch_ops_len(ops.len(), 1, whence)?;
@@ -110,6 +121,10 @@ impl BatchOp {
     fn draw(&self, rng: &mut SampleRng, key: (u64, u64, u64, usize), rows: usize, hw: (u64, u64), out: &mut Vec<f64>) {
         match self {
             BatchOp::MixUp { alpha, .. } => out.push(rng::mixup_lam(rng, *alpha)),
+            BatchOp::DetectionMixUp { alpha, p } => {
+                let gate = rng.uniform() < *p;
+                out.extend([f64::from(u8::from(gate)), rng::mixup_lam(rng, *alpha)]);
+            }
             BatchOp::CutMix { alpha, .. } => {
                 let (lam, y1, y2, x1, x2) = rng::cutmix_box(rng, *alpha, hw.0, hw.1);
                 out.extend([lam, y1 as f64, y2 as f64, x1 as f64, x2 as f64]);
@@ -164,7 +179,7 @@ fn batch_ops_check_len(len: usize, views: usize) -> PyResult<()> {
 }
 
 /// What the batch op `spec` at `batch_ops[position]` draws for global batch `batch` of `epoch` on a batch of
-/// `rows` images of `height × width`: MixUp `[lam]`; CutMix `[lam_adjusted, y1, y2, x1, x2]`; RandomChoice
+/// `rows` images of `height × width`: MixUp `[lam]`; DetectionMixUp `[gate (1 or 0), r]`; CutMix `[lam_adjusted, y1, y2, x1, x2]`; RandomChoice
 /// `[j, *draws of op j]`; BatchRandomErasing `rows × [top, left, h, w]` (h = w = 0: not erased) followed by the
 /// noise seed's high and low 32 bits.
 #[pyfunction]
@@ -202,6 +217,8 @@ fn add_defaults(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let d = m.getattr("DEFAULTS")?;
     d.set_item("MixUp.alpha", 1.0)?;
     d.set_item("CutMix.alpha", 1.0)?;
+    d.set_item("DetectionMixUp.alpha", 32.0)?;
+    d.set_item("DetectionMixUp.p", 1.0)?;
     Ok(())
 }
 
