@@ -833,11 +833,6 @@ class Loader:
 
     def _init_batch_hooks(self, batch_ops: Any, batch_transform: Any, native_source: Any) -> None:
         specs = _bops._batch_op_specs(_convert.batch_ops(batch_ops))
-        if not self.source._has_targets and any(s[0] == "detection_mixup" for s in specs):
-            raise ConfigError(
-                "invalid batch_ops: DetectionMixUp concatenates detection targets; this source has none (use MixUp)",
-                parameter="batch_ops",
-            )
         self._batch_transform = _batch._callable_or_none(batch_transform)
         self._prefetcher = None
         self._consumer_state = None  # with batch_transform: see __iter__
@@ -863,6 +858,13 @@ class Loader:
             if specs
             else None
         )
+        # after the core's checks of the values
+        if not self.source._has_targets and any(s[0] == "detection_mixup" for s in specs):
+            raise ConfigError(
+                "invalid batch_ops: DetectionMixUp must have a source with detection targets to concatenate; this one "
+                "has none (use MixUp)",
+                parameter="batch_ops",
+            )
 
     def _global_batch(self, batch: Batch, engine: int) -> int:
         lease: Any = batch._lease

@@ -822,7 +822,10 @@ impl SamplePipeline {
         scratch: &mut WorkerScratch,
         key: SampleKey,
         n: u64,
-        read: &mut dyn FnMut(u64, &mut dyn FnMut(&[u8]) -> std::result::Result<(), ImageError>) -> std::result::Result<(), ImageError>,
+        read: &mut dyn FnMut(
+            u64,
+            &mut dyn FnMut(&[u8]) -> std::result::Result<(), ImageError>,
+        ) -> std::result::Result<(), ImageError>,
         dst: &mut [u8],
     ) -> std::result::Result<SampleTiming, (u64, ImageError)> {
         assert_eq!(dst.len(), self.sample_bytes(), "process_mosaic: dst must be exactly sample_bytes() long");

@@ -148,7 +148,12 @@ impl MosaicStage {
     /// Every part of `draw` for row `index`, `sizes[k]` the (width, height) of part `k`'s image (the
     /// [`Self::indices`] order).
     pub fn layout(&self, draw: &MosaicDraw, index: u64, sizes: &[(u32, u32)]) -> Vec<Part> {
-        self.indices(draw, index).into_iter().zip(sizes).enumerate().map(|(k, (j, &wh))| self.place(draw, k, j, wh)).collect()
+        self.indices(draw, index)
+            .into_iter()
+            .zip(sizes)
+            .enumerate()
+            .map(|(k, (j, &wh))| self.place(draw, k, j, wh))
+            .collect()
     }
 }
 

@@ -6,7 +6,7 @@
 
 use super::errors::IntoPyResult;
 use super::source::NativeSource;
-use crate::augment::ops::{Arg, Args, Drawn, EraseValue, OpSpec, RandomErasing};
+use crate::augment::ops::{Arg, Args, Drawn, EraseValue, HorizontalFlip, OpSpec, RandomErasing};
 use crate::error::TrdataError;
 use crate::rng::{self, BatchInput, SampleRng};
 use pyo3::prelude::*;
@@ -14,12 +14,27 @@ use pyo3::types::PyTuple;
 
 /// A batch op as the core sees it (the `_spec()`, types already translated by python/trdata/batch.py).
 enum BatchOp {
-    MixUp { alpha: f64, num_classes: Option<u64> },
-    CutMix { alpha: f64, num_classes: Option<u64> },
+    MixUp {
+        alpha: f64,
+        num_classes: Option<u64>,
+    },
+    CutMix {
+        alpha: f64,
+        num_classes: Option<u64>,
+    },
     /// YOLO's MixUp for detection: with probability `p`, one r ~ Beta(α, α) per batch; targets concatenated.
-    DetectionMixUp { alpha: f64, p: f64 },
-    Choice { ops: Vec<BatchOp>, p: Option<Vec<f64>> },
-    Erasing { op: OpSpec, noise: bool },
+    DetectionMixUp {
+        alpha: f64,
+        p: f64,
+    },
+    Choice {
+        ops: Vec<BatchOp>,
+        p: Option<Vec<f64>>,
+    },
+    Erasing {
+        op: OpSpec,
+        noise: bool,
+    },
 }
 
 impl BatchOp {
@@ -87,9 +102,10 @@ impl BatchOp {
             }
             BatchOp::DetectionMixUp { alpha, p } => {
                 rng::check_alpha(*alpha, whence)?;
-                if !(0.0..=1.0).contains(p) {
-                    return Err(TrdataError::config("p", format!("{p} must be in [0, 1] ({whence})")));
-                }
+                // p's one rule is the transforms' (augment/ops: a probability), said for this op
+                OpSpec::HorizontalFlip(HorizontalFlip { p: *p })
+                    .check(0)
+                    .map_err(|e| in_op(e, "RandomHorizontalFlip", whence))?;
                 Ok(None) // labels stay; the targets are concatenated (python/trdata/batch_ops.py)
             }
             BatchOp::Choice { ops, p } => {
@@ -105,13 +121,7 @@ impl BatchOp {
                 Ok(classes)
             }
             BatchOp::Erasing { op, noise } => {
-                op.check(0).map_err(|e| match e {
-                    TrdataError::Config { parameter, message } => TrdataError::Config {
-                        parameter,
-                        message: message.replace("(RandomErasing at transforms[0])", &format!("({whence})")),
-                    },
-                    other => other,
-                })?;
+                op.check(0).map_err(|e| in_op(e, "RandomErasing", whence))?;
                 rng::check_batch_op_input(input, false, *noise, false, None, whence)
             }
         }
@@ -149,6 +159,17 @@ impl BatchOp {
                 out.extend([(noise_seed >> 32) as f64, (noise_seed & 0xFFFF_FFFF) as f64]);
             }
         }
+    }
+}
+
+/// A transform rule's error `e` (checked as `op` at transforms[0]) said for the batch op at `whence`.
+fn in_op(e: TrdataError, op: &str, whence: &str) -> TrdataError {
+    match e {
+        TrdataError::Config { parameter, message } => TrdataError::Config {
+            parameter,
+            message: message.replace(&format!("({op} at transforms[0])"), &format!("({whence})")),
+        },
+        other => other,
     }
 }
 

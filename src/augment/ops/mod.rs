@@ -51,7 +51,8 @@ pub use color::{
 };
 pub use containers::{RandomApply, RandomChoice, RandomOrder};
 pub use detection::{
-    ClampBoundingBoxes, MAX_MOSAIC_SIZE, Mosaic, RandomIoUCrop, RandomShortestSize, RandomZoomOut, SanitizeBoundingBoxes, ScaleJitter,
+    ClampBoundingBoxes, MAX_MOSAIC_SIZE, Mosaic, RandomIoUCrop, RandomShortestSize, RandomZoomOut,
+    SanitizeBoundingBoxes, ScaleJitter,
 };
 pub use erase::{EraseValue, GaussianNoise, RandomErasing};
 pub use geometric::{
