@@ -80,7 +80,11 @@ def _accepted(spec: Any) -> None:
         _sample(spec)
     except trdata.ConfigError as e:
         # RandomIoUCrop's draw depends on a detection sample's boxes: sampled alone it is refused by that rule
-        rules = ("must come before the pixel ops", "draws from the sample's boxes", "must be the first transform")
+        rules = (
+            "must come before the pixel ops",
+            "draws from the sample's boxes",
+            "must be the first transform",
+        )
         assert e.parameter == "transforms" and any(r in str(e) for r in rules), str(e)
 
 

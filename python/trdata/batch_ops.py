@@ -28,7 +28,15 @@ from ._args import _opt_int, _pair, _real
 from .batch import _is_torch
 from .errors import ConfigError, _shown
 
-__all__ = ["BatchOp", "BatchOpPlan", "BatchRandomChoice", "BatchRandomErasing", "CutMix", "DetectionMixUp", "MixUp"]
+__all__ = [
+    "BatchOp",
+    "BatchOpPlan",
+    "BatchRandomChoice",
+    "BatchRandomErasing",
+    "CutMix",
+    "DetectionMixUp",
+    "MixUp",
+]
 
 _DEFAULTS: dict[str, Any] = dict(_core.DEFAULTS)
 

@@ -624,7 +624,10 @@ class Mosaic(Transform):
     fill: Any = _DEFAULTS["Mosaic.fill"]
 
     def _spec(self) -> tuple[Any, ...]:
-        return ("mosaic", {"size": _int_arg(self.size, "size"), "p": _real(self.p, "p"), "fill": _fill(self.fill)})
+        return (
+            "mosaic",
+            {"size": _int_arg(self.size, "size"), "p": _real(self.p, "p"), "fill": _fill(self.fill)},
+        )
 
 
 @dataclass(frozen=True)

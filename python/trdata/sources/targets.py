@@ -121,7 +121,9 @@ def move_boxes(
     return moved, kept
 
 
-def plan_rows(source: Any, idx: list[int], epoch: int, native_loader: Any) -> tuple[list[Any], list[dict[str, Any]]]:
+def plan_rows(
+    source: Any, idx: list[int], epoch: int, native_loader: Any
+) -> tuple[list[Any], list[dict[str, Any]]]:
     """Each row's ``TargetPlan`` and its annotations in the plan's input pixels: the image's own
     (``source._image_targets(i)``), or, when the transforms start with a Mosaic, its parts' merged on the canvas
     (module docs). ``source._sizes[i]`` is image ``i``'s (width, height)."""
