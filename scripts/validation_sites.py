@@ -68,18 +68,9 @@ NOT_VALIDATION = {
         "src/loader.rs",
         "load_state",
     ): "checkpoint fields against the loader (state_dict), not parameter values",
-    (
-        "src/cuda/nvjpeg.rs",
-        "open_required",
-    ): "the tools' GPU decode needs libnvjpeg (the environment, not a value)",
-    (
-        "src/gpu_decode/path.rs",
-        "start",
-    ): "first iteration: this GPU has no JPEG engines (the device, not a value)",
-    (
-        "src/loader.rs",
-        "check_targets",
-    ): "a detection source's targets cannot move with these transforms, views or "
+    ("src/cuda/nvjpeg.rs", "open_required"): "the tools' GPU decode needs libnvjpeg (the environment, not a value)",
+    ("src/gpu_decode/path.rs", "start"): "first iteration: this GPU has no JPEG engines (the device, not a value)",
+    ("src/loader.rs", "check_targets"): "a detection source's targets cannot move with these transforms, views or "
     "EXIF rotation (the combination with the source, not a value)",
 }
 
