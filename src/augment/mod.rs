@@ -836,8 +836,13 @@ impl SamplePipeline {
         let c = self.channels.count();
         let WorkerScratch { decoder, resample: s, program: ps, .. } = scratch;
         let fill = ops::fill_bytes(&stage.op.fill);
-        ps.frame.buf.clear();
-        ps.frame.buf.extend((0..side * side).flat_map(|_| fill[..c].iter().copied()));
+        let buf = &mut ps.frame.buf;
+        buf.resize(side * side * c, 0);
+        if fill[..c].iter().all(|&v| v == fill[0]) {
+            buf[..side * side * c].fill(fill[0]);
+        } else {
+            buf[..side * side * c].chunks_exact_mut(c).for_each(|px| px.copy_from_slice(&fill[..c]));
+        }
         (ps.frame.h, ps.frame.w, ps.frame.c) = (side, side, c);
         let mut damaged = false;
         for (k, j) in stage.indices(&draw, key.index).into_iter().enumerate() {
