@@ -301,3 +301,33 @@ def test_detection_mixup_mixes_pixels_concatenates_targets_and_draws_r_from_beta
         for b in range(10000)
     ]
     chi2_same(gates, (np.random.default_rng(2).random(20000) < 0.3).astype(float).tolist())
+
+
+def test_detection_mixup_on_torch_tensors_equals_numpy() -> None:
+    """The CUDA loaders' path (torch tensors; run here on CPU tensors) gives the numpy path's images and targets."""
+    torch = pytest.importorskip("torch")
+    from trdata.batch_ops import _detection_mixup
+
+    rng = np.random.default_rng(5)
+    targets = [
+        {
+            "boxes": rng.random((k, 4)).astype(np.float32),
+            "labels": np.arange(k),
+            "size": (8, 8),
+            "image_id": k,
+        }
+        for k in (2, 0, 3)
+    ]
+    t_targets = [
+        {**t, "boxes": torch.from_numpy(t["boxes"]), "labels": torch.from_numpy(t["labels"])} for t in targets
+    ]
+    for dtype in (np.uint8, np.float32):
+        x = (rng.random((3, 8, 8, 3)) * 255).astype(dtype)
+        a, ta = _detection_mixup([1.0, 0.37], x, targets)
+        b, tb = _detection_mixup([1.0, 0.37], torch.from_numpy(x), t_targets)
+        np.testing.assert_array_equal(a, b.numpy())
+        for u, v in zip(ta, tb):
+            np.testing.assert_array_equal(u["boxes"], v["boxes"].numpy())
+            np.testing.assert_array_equal(u["labels"], v["labels"].numpy())
+    same, kept = _detection_mixup([0.0, 0.37], x, targets)  # the gate stayed shut
+    assert same is x and kept is targets

@@ -9,7 +9,10 @@
 //! kernels), [`policy_ops`] (the policies' one sub-op vocabulary), [`policy`] (torchvision's auto-augment
 //! family), [`timm`] (timm's policies, Pillow-exact), `stage2` (the resampler of the geometric ops after a pixel
 //! op), [`ops`] (the ops, one unit each — arguments, check, sampling, kernel call — in a file per family),
-//! [`geometry`] (the folded prefix), [`program`] (compile and run), [`views`].
+//! [`geometry`] (the folded prefix), [`mosaic`] (YOLO's Mosaic: its draw and layout), [`program`] (compile and
+//! run), [`views`]. A program that starts with a Mosaic runs [`SamplePipeline::process_mosaic`] instead of
+//! [`SamplePipeline::process`]: steps 1–4 for each part under the mosaic's resize, the parts placed on its
+//! canvas, then the stages after the prefix.
 //!
 //! Protocol of [`SamplePipeline::process`] for one sample:
 //! 1. `decode::Decoder::read_header` → width × height (stored, as torchvision's PIL loading sees it; the
