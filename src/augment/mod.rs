@@ -467,6 +467,11 @@ impl DctScaling {
     pub const DETERMINISTIC_DEFAULT: Self = Self::MinRatio(2.0);
 }
 
+/// How [`SamplePipeline::process_mosaic`] reads a part: `read(j, decode)` hands dataset sample `j`'s encoded bytes
+/// to `decode` (the worker's reader; it returns the read's or the decode's error).
+pub type ReadPart<'a> = dyn FnMut(u64, &mut dyn FnMut(&[u8]) -> std::result::Result<(), ImageError>) -> std::result::Result<(), ImageError>
+    + 'a;
+
 /// Per-worker decoder and scratch memory (one per thread; never shared). Buffers grow to the largest sample seen
 /// and are then reused: no allocation per sample in steady state. (The decoder's pixel scratch, the large one, is
 /// released after an outlier above `DecodeLimits::max_retained_scratch_bytes`.)
@@ -825,10 +830,7 @@ impl SamplePipeline {
         scratch: &mut WorkerScratch,
         key: SampleKey,
         n: u64,
-        read: &mut dyn FnMut(
-            u64,
-            &mut dyn FnMut(&[u8]) -> std::result::Result<(), ImageError>,
-        ) -> std::result::Result<(), ImageError>,
+        read: &mut ReadPart<'_>,
         dst: &mut [u8],
     ) -> std::result::Result<SampleTiming, (u64, ImageError)> {
         assert_eq!(dst.len(), self.sample_bytes(), "process_mosaic: dst must be exactly sample_bytes() long");

@@ -26,6 +26,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
+/// A mosaic part as Python sees it: (dataset index, sx, sy, dx, dy, x0, y0, x1, y1).
+type MosaicPart = (u64, f64, f64, f64, f64, u32, u32, u32, u32);
+
 /// One sample's whole geometry for its targets (`NativeLoader.target_plans`; augment/targets.rs): the folded
 /// prefix and each stage-2 op that moves pixels, with the workers' draws.
 #[pyclass(frozen, module = "trdata._core")]
@@ -56,7 +59,7 @@ impl TargetPlan {
     /// x1, y1): a part's source-pixel point (x, y) lands at (x·sx + dx, y·sy + dy) on the canvas, and its boxes
     /// are clipped to the window [x0, x1) × [y0, y1).
     #[getter]
-    fn mosaic(&self) -> Vec<(u64, f64, f64, f64, f64, u32, u32, u32, u32)> {
+    fn mosaic(&self) -> Vec<MosaicPart> {
         self.0
             .mosaic
             .iter()
