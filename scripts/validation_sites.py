@@ -97,6 +97,8 @@ EDGE_TRANSLATORS = {
         "_views": "is a list of pipelines (how many, and not with transforms: the core's rule)",
         "Loader.__init__": "source is a trdata Source (only `source` may be raised there)",
         "Loader.load_state_dict": "a state_dict's entries exist and have the core's types (only `state_dict`)",
+        "Loader._init_batch_hooks": "DetectionMixUp's source has detection targets (the source's kind; no value "
+        "rule)",
     },
     "python/trdata/transforms.py": {
         "specs": "a list of built-in transforms",
@@ -153,6 +155,7 @@ EDGE_TRANSLATORS = {
     "python/trdata/sources/targets.py": {
         "opt_str": "split, image_suffix, mask_suffix are None or a str",
         "path_arg": "root (YoloDetection), images and masks (SegmentationFolder) are paths",
+        "refuse_mosaic": "a Mosaic's source holds targets it can merge (the source's kind; no value rule)",
     },
     "python/trdata/sources/yolo.py": {
         "_class_names": "classes is None, a sequence of str, or ultralytics' names mapping with the keys 0..n-1 "

@@ -278,6 +278,27 @@ impl Loader {
         crate::augment::targets::TargetPlan::replay(pipeline.program(), key, (width, height), channels, boxes)
     }
 
+    /// Each part's dataset index of row `index`'s mosaic in `epoch` (the row first; the row alone when the gate
+    /// stayed shut); `None` when the transforms start with no Mosaic.
+    pub fn mosaic_parts(&self, index: u64, epoch: u64) -> Option<Vec<u64>> {
+        let stage = self.cfg.pipeline.first().program().mosaic.as_ref()?;
+        let key = crate::augment::SampleKey { seed: self.cfg.seed, epoch, index };
+        Some(stage.indices(&stage.draw(key, self.dataset().len() as u64), index))
+    }
+
+    /// [`Self::target_plan`] of a mosaic row whose parts' images ([`Self::mosaic_parts`]) are `sizes`.
+    pub fn mosaic_target_plan(
+        &self,
+        index: u64,
+        epoch: u64,
+        sizes: &[(u32, u32)],
+    ) -> std::result::Result<crate::augment::targets::TargetPlan, String> {
+        let pipeline = self.cfg.pipeline.first();
+        let key = crate::augment::SampleKey { seed: self.cfg.seed, epoch, index };
+        let (program, n) = (pipeline.program(), self.dataset().len() as u64);
+        crate::augment::targets::TargetPlan::replay_mosaic(program, key, n, sizes, pipeline.channels().count())
+    }
+
     /// Validate the configuration (CPU engine); starts nothing.
     pub fn new(dataset: Dataset, cfg: LoaderConfig) -> Result<Self> {
         Self::with_devices(Arc::new(dataset), cfg, DeviceSpec::Cpu)

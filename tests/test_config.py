@@ -558,6 +558,10 @@ BAD_VALUES = [
     ("batch_transform", dict(batch_transform=3), "3"),
     ("alpha", dict(batch_ops=[trdata.MixUp(alpha=0.0, num_classes=3)]), "0"),
     ("num_classes", dict(batch_ops=[trdata.CutMix(num_classes=0)]), "0"),
+    ("size", dict(transforms=[trdata.Mosaic(0)]), "0"),
+    ("transforms", dict(transforms=[trdata.CenterCrop(8), trdata.Mosaic(8)]), "Mosaic at transforms[1]"),
+    ("p", dict(batch_ops=[trdata.DetectionMixUp(p=2.0)]), "2"),
+    ("batch_ops", dict(batch_ops=[trdata.DetectionMixUp()]), "DetectionMixUp"),  # a source without targets
 ]
 
 

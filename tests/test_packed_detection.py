@@ -107,6 +107,22 @@ def test_a_packed_yolo_source_gives_its_boxes_and_masks(tmp_path: Path) -> None:
     assert_pack_serves_the_source(source, dst, len(source), transforms=DETECTION)
 
 
+def test_a_mosaic_over_a_packed_yolo_source_merges_the_same_boxes(tmp_path: Path) -> None:
+    """Mosaic's partners come from the pack as from the source: the same canvases and merged boxes; a pack that
+    holds masks is refused as its source is."""
+    write_yolo(tmp_path)
+    source = trdata.YoloDetection(tmp_path, "train")
+    dst = tmp_path / "yolo.trd"
+    trdata.pack(source, dst, progress=False)
+    tf = [trdata.Mosaic(32), trdata.RandomAffine(degrees=0, translate=(0.1, 0.1)), trdata.CenterCrop(32)]
+    assert_pack_serves_the_source(source, dst, len(source), transforms=tf)
+    with_masks = trdata.YoloDetection(tmp_path, "train", masks=True)
+    trdata.pack(with_masks, tmp_path / "m.trd", progress=False)
+    for src in (with_masks, trdata.Packed(tmp_path / "m.trd")):
+        with pytest.raises(ConfigError, match="Mosaic cannot merge"):
+            trdata.Loader(src, batch_size=2, transforms=tf)
+
+
 def test_a_packed_segmentation_source_gives_its_label_maps(tmp_path: Path) -> None:
     write_voc(tmp_path)
     source = trdata.SegmentationFolder(tmp_path / "JPEGImages", tmp_path / "SegmentationClass")

@@ -18,6 +18,7 @@ from trdata import transforms as T
 REQUIRED: dict[str, dict[str, Any]] = {
     "CenterCrop": {"size": 8},
     "GaussianBlur": {"kernel_size": 3},
+    "Mosaic": {"size": 8},
     "Pad": {"padding": 1},
     "PythonStep": {"fn": lambda x: x},
     "RandomAdjustSharpness": {"sharpness_factor": 2.0},
@@ -79,7 +80,11 @@ def _accepted(spec: Any) -> None:
         _sample(spec)
     except trdata.ConfigError as e:
         # RandomIoUCrop's draw depends on a detection sample's boxes: sampled alone it is refused by that rule
-        rules = ("must come before the pixel ops", "draws from the sample's boxes")
+        rules = (
+            "must come before the pixel ops",
+            "draws from the sample's boxes",
+            "must be the first transform",
+        )
         assert e.parameter == "transforms" and any(r in str(e) for r in rules), str(e)
 
 
@@ -179,6 +184,7 @@ BATCH_OPS = [
     trdata.CutMix(num_classes=4),
     trdata.BatchRandomErasing(value="random"),
     trdata.BatchRandomChoice([trdata.MixUp(), trdata.CutMix()], p=[1, 3]),
+    trdata.DetectionMixUp(),
 ]
 
 

@@ -27,5 +27,5 @@ for (gi, gt), (ci, ct) in zip(g, c):
         assert all(torch.equal(a[k].cpu(), b[k]) for k in ("boxes", "labels", "masks"))
 print("CUDA loader: ssd recipe pixels and targets equal the CPU loader's; targets on cuda: OK")
 PY
-timeout 560 python3 benches/gpu/detection_feed.py --data "${CARRY:-devcarry}"/data/imagenet --limit 0 --steps 40 --warmup 5 \
+timeout 500 python3 benches/gpu/detection_feed.py --data "${CARRY:-devcarry}"/data/imagenet --limit 0 --steps 30 --warmup 5 \
   --workers 15 --out $OUT/detection_feed.json

@@ -8,7 +8,7 @@ batches.
 from . import _cuda_libs  # noqa: F401  (sets CUDA_DEVICE_MAX_CONNECTIONS: see there)
 from ._core import __version__
 from .batch import Batch
-from .batch_ops import BatchOp, BatchRandomChoice, BatchRandomErasing, CutMix, MixUp
+from .batch_ops import BatchOp, BatchRandomChoice, BatchRandomErasing, CutMix, DetectionMixUp, MixUp
 from .convert import from_torchvision
 from .errors import (
     ConfigError,
@@ -57,6 +57,7 @@ from .transforms import (
     GaussianBlur,
     GaussianNoise,
     Grayscale,
+    Mosaic,
     Pad,
     PythonStep,
     RandAugment,
@@ -96,6 +97,7 @@ __all__ = [
     "BatchOp",
     "BatchRandomChoice",
     "BatchRandomErasing",
+    "DetectionMixUp",
     "Bytes",
     "CocoDetection",
     "DatasetSource",
@@ -147,6 +149,7 @@ __all__ = [
     "RandomPhotometricDistort",
     "RandomZoomOut",
     "RandomIoUCrop",
+    "Mosaic",
     "ScaleJitter",
     "RandomShortestSize",
     "SanitizeBoundingBoxes",

@@ -28,7 +28,15 @@ from ._args import _opt_int, _pair, _real
 from .batch import _is_torch
 from .errors import ConfigError, _shown
 
-__all__ = ["BatchOp", "BatchOpPlan", "BatchRandomChoice", "BatchRandomErasing", "CutMix", "MixUp"]
+__all__ = [
+    "BatchOp",
+    "BatchOpPlan",
+    "BatchRandomChoice",
+    "BatchRandomErasing",
+    "CutMix",
+    "DetectionMixUp",
+    "MixUp",
+]
 
 _DEFAULTS: dict[str, Any] = dict(_core.DEFAULTS)
 
@@ -80,6 +88,22 @@ class CutMix(BatchOp):
 
 
 @dataclass(frozen=True)
+class DetectionMixUp(BatchOp):
+    """YOLO's MixUp for detection (ultralytics' ``MixUp``; not torchvision's): with probability ``p`` per batch,
+    one ``r ~ Beta(alpha, alpha)`` per batch (ultralytics draws Beta(32, 32)), row b becomes ``r·x[b] +
+    (1 − r)·x[b−1]`` (the batch rolled by one, row 0 mixed with the last, torchvision's MixUp convention) and its
+    targets the concatenation of row b's and row b−1's (boxes, labels, iscrowd, masks, keypoints; ``size`` the
+    larger of the two). Labels (``batch.labels``) stay. uint8 images are mixed in float32 and truncated back to
+    uint8 (ultralytics' ``astype``); float images stay float. Needs a source with detection targets."""
+
+    alpha: float = _DEFAULTS["DetectionMixUp.alpha"]
+    p: float = _DEFAULTS["DetectionMixUp.p"]
+
+    def _spec(self) -> tuple[Any, ...]:
+        return ("detection_mixup", {"alpha": _real(self.alpha, "alpha"), "p": _real(self.p, "p")})
+
+
+@dataclass(frozen=True)
 class BatchRandomChoice(BatchOp):
     """torchvision v2 ``RandomChoice(transforms, p=None)`` over batch ops: each batch runs one of ``ops``,
     picked with probabilities ``p`` (weights, normalized by their sum; None: equal). The reference ImageNet
@@ -98,7 +122,7 @@ class BatchRandomChoice(BatchOp):
                 parameter="batch_ops",
             )
         for op in ops:
-            if not isinstance(op, BatchOp) or isinstance(op, BatchRandomChoice):
+            if not isinstance(op, BatchOp) or isinstance(op, (BatchRandomChoice, DetectionMixUp)):
                 raise ConfigError(
                     f"invalid batch_ops: {_shown(op)} must be a MixUp, CutMix or BatchRandomErasing "
                     "(BatchRandomChoice picks among batch ops; a nested RandomChoice of batch ops must be "
@@ -201,16 +225,22 @@ class BatchOpPlan:
             for i, s in enumerate(specs)
         ]
 
-    def apply(self, images: Any, labels: Any, epoch: int, batch: int) -> tuple[Any, Any]:
-        """Run every op on (images, labels) of global batch ``batch`` of ``epoch``; returns the new pair."""
+    def apply(
+        self, images: Any, labels: Any, epoch: int, batch: int, targets: list[dict[str, Any]] | None = None
+    ) -> tuple[Any, Any, list[dict[str, Any]] | None]:
+        """Run every op on (images, labels, detection targets) of global batch ``batch`` of ``epoch``; returns
+        the new triple."""
         n = len(images)
         h, w = (images.shape[1], images.shape[2]) if self.nhwc else (images.shape[-2], images.shape[-1])
         for pos, (spec, k) in enumerate(zip(self.specs, self.classes)):
             draw = _core.batch_op_draw(
                 spec, seed=self.seed, epoch=epoch, batch=batch, position=pos, rows=n, height=h, width=w
             )
+            if spec[0] == "detection_mixup":
+                images, targets = _detection_mixup(draw, images, targets)
+                continue
             images, labels = self._run(spec, draw, images, labels, k)
-        return images, labels
+        return images, labels, targets
 
     def _run(
         self, spec: tuple[Any, ...], draw: list[float], x: Any, y: Any, k: int | None
@@ -258,6 +288,58 @@ class BatchOpPlan:
                 shape = tuple(x[box].shape)
                 x[box] = _normal(x, gen, shape)
         return x, y
+
+
+def _detection_mixup(draw: list[float], x: Any, targets: list[dict[str, Any]] | None) -> tuple[Any, Any]:
+    """DetectionMixUp's images and targets for its draw ``[gate, r]`` (the class docs)."""
+    if not draw[0]:
+        return x, targets
+    r = draw[1]
+    if _is_torch(x):
+        mixed = _roll(x).float().mul_(1.0 - r).add_(x.float().mul_(r))
+        out = mixed.to(x.dtype) if x.dtype.is_floating_point else mixed.trunc_().to(x.dtype)
+    else:
+        mixed = x.astype(np.float32) * np.float32(r) + _roll(x).astype(np.float32) * np.float32(1.0 - r)
+        out = mixed.astype(x.dtype)
+    if targets is None:
+        return out, targets
+    return out, [_cat_targets(t, targets[b - 1]) for b, t in enumerate(targets)]
+
+
+#: The per-instance fields of a detection target (concatenated by DetectionMixUp); the others are per image.
+_INSTANCE_FIELDS = ("boxes", "labels", "iscrowd", "masks", "keypoints")
+
+
+def _cat_targets(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Row ``a``'s target with row ``b``'s instances appended (trailing dimensions zero-padded to the larger:
+    masks of rows of different sizes under ``pad_to``, keypoints of different counts); ``size`` the larger."""
+    out = dict(a)
+    for k in _INSTANCE_FIELDS:
+        if k in a and k in b:
+            out[k] = _cat_padded(a[k], b[k])
+    if "size" in a and "size" in b:
+        out["size"] = tuple(max(int(u), int(v)) for u, v in zip(a["size"], b["size"]))
+    return out
+
+
+def _cat_padded(u: Any, v: Any) -> Any:
+    shape = [max(p, q) for p, q in zip(u.shape[1:], v.shape[1:])]
+    if _is_torch(u):
+        import torch
+
+        def pad_t(t: Any) -> Any:
+            z = t.new_zeros((t.shape[0], *shape))
+            z[(slice(None), *[slice(0, s) for s in t.shape[1:]])] = t
+            return z
+
+        return torch.cat([pad_t(u), pad_t(v)])
+
+    def pad_n(t: Any) -> Any:
+        z = np.zeros((t.shape[0], *shape), t.dtype)
+        z[(slice(None), *[slice(0, s) for s in t.shape[1:]])] = t
+        return z
+
+    return np.concatenate([pad_n(np.asarray(u)), pad_n(np.asarray(v))])
 
 
 def _roll(x: Any) -> Any:

@@ -638,6 +638,8 @@ class Loader:
         if source._has_targets:
             try:  # the core refuses now what cannot move a detection source's targets (views, some ops, EXIF)
                 self._native.check_targets()
+                if self._native.mosaic_parts([0], 0) is not None:
+                    source._check_mosaic()
             except BaseException:
                 self._native.close()
                 raise
@@ -856,6 +858,13 @@ class Loader:
             if specs
             else None
         )
+        # after the core's checks of the values
+        if not self.source._has_targets and any(s[0] == "detection_mixup" for s in specs):
+            raise ConfigError(
+                "invalid batch_ops: DetectionMixUp must have a source with detection targets to concatenate; this one "
+                "has none (use MixUp)",
+                parameter="batch_ops",
+            )
 
     def _global_batch(self, batch: Batch, engine: int) -> int:
         lease: Any = batch._lease
@@ -865,7 +874,9 @@ class Loader:
         plan = self._batch_ops
         assert plan is not None
         for d, b in enumerate(batches):
-            b.images, b.labels = plan.apply(b.images, b.labels, b.epoch, self._global_batch(b, d))
+            b.images, b.labels, b.targets = plan.apply(
+                b.images, b.labels, b.epoch, self._global_batch(b, d), b.targets
+            )
 
     def _run_batch_transform(self, item: Any) -> Any:
         """Run ``batch_transform(batch, generator)`` on each Batch of a step (in the prefetch thread). CUDA

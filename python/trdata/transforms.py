@@ -610,6 +610,27 @@ class RandomIoUCrop(Transform):
 
 
 @dataclass(frozen=True)
+class Mosaic(Transform):
+    """YOLO's ``Mosaic`` (ultralytics' four-image mosaic; not a torchvision op): the row's image and three
+    partners drawn uniformly from the source, each resized so its long side is ``size``, around a centre drawn
+    uniformly in ``[size/2, 3·size/2)`` of a ``2·size`` square canvas filled with ``fill``, cut at the canvas; with
+    probability ``1 - p`` the row's image alone, resized the same way, centred on the canvas. It must be the first
+    transform; the others run on the canvas (e.g. ``RandomAffine`` + ``CenterCrop(size)``). A detection source's
+    boxes, labels and iscrowd are merged (clipped to the canvas, empty ones dropped); masks and keypoints are
+    refused. Every draw comes from (seed, epoch, index); the worker making the row reads the partners."""
+
+    size: int
+    p: float = _DEFAULTS["Mosaic.p"]
+    fill: Any = _DEFAULTS["Mosaic.fill"]
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "mosaic",
+            {"size": _int_arg(self.size, "size"), "p": _real(self.p, "p"), "fill": _fill(self.fill)},
+        )
+
+
+@dataclass(frozen=True)
 class SanitizeBoundingBoxes(Transform):
     """torchvision v2 ``SanitizeBoundingBoxes(min_size=1.0, min_area=1.0)`` for a detection source: drops each
     box narrower or shorter than ``min_size``, smaller than ``min_area`` or reaching outside the canvas, with its
@@ -1240,6 +1261,7 @@ BUILTIN = (
     ScaleJitter,
     RandomShortestSize,
     RandomIoUCrop,
+    Mosaic,
     SanitizeBoundingBoxes,
     ClampBoundingBoxes,
     AutoAugment,

@@ -9,7 +9,10 @@
 //! kernels), [`policy_ops`] (the policies' one sub-op vocabulary), [`policy`] (torchvision's auto-augment
 //! family), [`timm`] (timm's policies, Pillow-exact), `stage2` (the resampler of the geometric ops after a pixel
 //! op), [`ops`] (the ops, one unit each — arguments, check, sampling, kernel call — in a file per family),
-//! [`geometry`] (the folded prefix), [`program`] (compile and run), [`views`].
+//! [`geometry`] (the folded prefix), [`mosaic`] (YOLO's Mosaic: its draw and layout), [`program`] (compile and
+//! run), [`views`]. A program that starts with a Mosaic runs [`SamplePipeline::process_mosaic`] instead of
+//! [`SamplePipeline::process`]: steps 1–4 for each part under the mosaic's resize, the parts placed on its
+//! canvas, then the stages after the prefix.
 //!
 //! Protocol of [`SamplePipeline::process`] for one sample:
 //! 1. `decode::Decoder::read_header` → width × height (stored, as torchvision's PIL loading sees it; the
@@ -39,6 +42,7 @@
 mod color;
 pub mod geometry;
 pub mod kernels;
+pub mod mosaic;
 pub mod ops;
 pub mod policy;
 pub mod policy_ops;
@@ -463,6 +467,11 @@ impl DctScaling {
     pub const DETERMINISTIC_DEFAULT: Self = Self::MinRatio(2.0);
 }
 
+/// How [`SamplePipeline::process_mosaic`] reads a part: `read(j, decode)` hands dataset sample `j`'s encoded bytes
+/// to `decode` (the worker's reader; it returns the read's or the decode's error).
+pub type ReadPart<'a> = dyn FnMut(u64, &mut dyn FnMut(&[u8]) -> std::result::Result<(), ImageError>) -> std::result::Result<(), ImageError>
+    + 'a;
+
 /// Per-worker decoder and scratch memory (one per thread; never shared). Buffers grow to the largest sample seen
 /// and are then reused: no allocation per sample in steady state. (The decoder's pixel scratch, the large one, is
 /// released after an outlier above `DecodeLimits::max_retained_scratch_bytes`.)
@@ -712,8 +721,8 @@ impl SamplePipeline {
     /// A refusal is a ConfigError naming `transforms` (what a caller that requires the GPU path reports).
     pub fn gpu_support(&self) -> Result<()> {
         let refuse = |why: &str| Err(TrdataError::config(TRANSFORMS, why));
-        if self.program.moves_pixels() {
-            return refuse("the GPU resampler takes no pixel ops (they run on the CPU's uint8 image)");
+        if self.program.moves_pixels() || self.program.mosaic.is_some() {
+            return refuse("the GPU resampler takes no pixel ops nor Mosaic (they run on the CPU's uint8 image)");
         }
         if self.program.pad_to.is_some() {
             return refuse("the GPU resampler writes one size (pad_to's canvas is written by the CPU path)");
@@ -770,9 +779,25 @@ impl SamplePipeline {
         assert_eq!(dst.len(), self.sample_bytes(), "process: dst must be exactly sample_bytes() long");
         let t0 = Instant::now();
         let WorkerScratch { decoder, resample: s, program, .. } = scratch;
+        let (src, m, plan, image_wh) = self.decode_prefix(&self.program.prefix, decoder, s, bytes, key)?;
+        let t1 = Instant::now();
+        self.run_stages(src, m, &plan, image_wh, s, program, key, dst)?;
+        Ok(SampleTiming::since(t0, t1, decoder.last_decode_damaged()))
+    }
+
+    /// Steps 1–4 of the protocol (module docs) under `prefix`: the header, the plan, the DCT scale, the taps
+    /// (in `s`) and the decoded window → its pixels, the scale `m`, the plan and the image's (width, height).
+    fn decode_prefix<'d>(
+        &self,
+        prefix: &geometry::CompiledTransforms,
+        decoder: &'d mut Decoder,
+        s: &mut ResampleScratch,
+        bytes: &[u8],
+        key: SampleKey,
+    ) -> std::result::Result<(SourcePixels<'d>, u8, geometry::SamplePlan, (u32, u32)), ImageError> {
         let ResampleScratch { x, y, .. } = s;
         let info = decoder.read_header(bytes)?;
-        let plan = self.program.prefix.plan(info.width, info.height, key);
+        let plan = prefix.plan(info.width, info.height, key);
         let (vx, vy) = (plan.x.valid(), plan.y.valid());
         let m = match self.dct {
             DctScaling::MinRatio(r) => choose_scale_eighths(
@@ -789,14 +814,71 @@ impl SamplePipeline {
         y.compute(&plan.y, m, info.height, sh, plan.vflip);
         let taps = PixelWindow { x0: x.win0, y0: y.win0, x1: x.win1, y1: y.win1 };
         let region = decoder.decode_window(bytes, m, taps)?;
-        let t1 = Instant::now();
         debug_assert_eq!(region.scale_eighths, m);
         debug_assert!(region.x0 <= x.win0 && x.win1 <= region.x0 + region.width);
         debug_assert!(region.y0 <= y.win0 && y.win1 <= region.y0 + region.height);
         let src =
             SourcePixels { pixels: region.pixels, stride: region.stride, x0: region.x0, y0: region.y0, channels: 3 };
-        self.run_stages(src, m, &plan, (info.width, info.height), s, program, key, dst)?;
-        Ok(SampleTiming::since(t0, t1, decoder.last_decode_damaged()))
+        Ok((src, m, plan, (info.width, info.height)))
+    }
+
+    /// A leading `Mosaic`'s row (augment/mosaic.rs): draw from `key` over a source of `n` samples, decode each
+    /// part (`read(j, decode)` hands dataset sample `j`'s encoded bytes to `decode`) resized onto the canvas,
+    /// then stage 2 and the write into `dst`. A part that fails → its dataset index and error (`dst` untouched).
+    pub fn process_mosaic(
+        &self,
+        scratch: &mut WorkerScratch,
+        key: SampleKey,
+        n: u64,
+        read: &mut ReadPart<'_>,
+        dst: &mut [u8],
+    ) -> std::result::Result<SampleTiming, (u64, ImageError)> {
+        assert_eq!(dst.len(), self.sample_bytes(), "process_mosaic: dst must be exactly sample_bytes() long");
+        let stage = self.program.mosaic.as_ref().expect("process_mosaic: the program starts with a Mosaic");
+        let t0 = Instant::now();
+        let draw = stage.draw(key, n);
+        let side = stage.canvas();
+        let c = self.channels.count();
+        let WorkerScratch { decoder, resample: s, program: ps, .. } = scratch;
+        let fill = ops::fill_bytes(&stage.op.fill);
+        let buf = &mut ps.frame.buf;
+        buf.resize(side * side * c, 0);
+        if fill[..c].iter().all(|&v| v == fill[0]) {
+            buf[..side * side * c].fill(fill[0]);
+        } else {
+            buf[..side * side * c].chunks_exact_mut(c).for_each(|px| px.copy_from_slice(&fill[..c]));
+        }
+        (ps.frame.h, ps.frame.w, ps.frame.c) = (side, side, c);
+        let mut damaged = false;
+        for (k, j) in stage.indices(&draw, key.index).into_iter().enumerate() {
+            let mut part = |bytes: &[u8]| {
+                let (src, m, plan, image_wh) = self.decode_prefix(&stage.resize, decoder, s, bytes, key)?;
+                let p = stage.place(&draw, k, j, image_wh);
+                let (rw, rh) = (p.resized.0 as usize, p.resized.1 as usize);
+                debug_assert_eq!((rw, rh), (plan.x.out_n, plan.y.out_n));
+                let spare = &mut ps.ops.spare;
+                if spare.len() < rw * rh * c {
+                    spare.resize(rw * rh * c, 0);
+                }
+                let out = (&OutputLut::U8, Layout::Nhwc, rw, rh);
+                self.resample_into(src, m, plan.vertical_first, s, out, &mut spare[..rw * rh * c]);
+                damaged |= decoder.last_decode_damaged();
+                // the visible window, row by row (module docs of augment/mosaic.rs: canvas = resized + offset)
+                let [x0, y0, x1, y1] = p.clip.map(|v| v as usize);
+                let (bx, by) = ((x0 as i64 - p.offset.0) as usize, (y0 as i64 - p.offset.1) as usize);
+                for y in y0..y1 {
+                    let from = ((by + y - y0) * rw + bx) * c;
+                    let to = (y * side + x0) * c;
+                    ps.frame.buf[to..to + (x1 - x0) * c].copy_from_slice(&spare[from..from + (x1 - x0) * c]);
+                }
+                Ok(())
+            };
+            read(j, &mut part).map_err(|e| (j, e))?;
+        }
+        let t1 = Instant::now();
+        let side32 = side as u32;
+        self.finish_frame(ps, key, (side32, side32), dst).map_err(|e| (key.index, e))?;
+        Ok(SampleTiming::since(t0, t1, damaged))
     }
 
     /// Like [`process`](Self::process) for raw pixels (`trdata.Arrays`): image `i` of `array`, no decode (and
@@ -859,6 +941,19 @@ impl SamplePipeline {
             (&OutputLut::U8, Layout::Nhwc, pw, ph),
             &mut ps.frame.buf[..n],
         );
+        self.finish_frame(ps, key, image_wh, dst)
+    }
+
+    /// Stages 2 and 3 on the image `ps.frame` holds (the prefix's output or a mosaic's canvas; `image_wh` the
+    /// size the target replay sees): the ops, then the normalize/cast/layout write into `dst`.
+    fn finish_frame(
+        &self,
+        ps: &mut ProgramScratch,
+        key: SampleKey,
+        image_wh: (u32, u32),
+        dst: &mut [u8],
+    ) -> std::result::Result<(), ImageError> {
+        let c = ps.frame.c;
         let unsupported = |msg| ImageError::new(crate::error::ImageErrorKind::Unsupported, msg);
         if targets::needs_boxes(&self.program) {
             // the draws that depend on the boxes: the target replay's (the same for the sample's targets)

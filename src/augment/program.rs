@@ -38,6 +38,7 @@
 //! ([`sized_by_source`]).
 
 use super::geometry::{self, CompiledTransforms, Resample};
+use super::mosaic::MosaicStage;
 use super::ops::{self, Drawn, Frame, OpScratch, OpSpec, ResizeTo, Site};
 use super::{SampleKey, TRANSFORMS, TransformSpec};
 use crate::error::{Result, TrdataError};
@@ -54,6 +55,9 @@ pub struct Program {
     pub output_hw: (usize, usize),
     /// `pad_to`: each sample keeps the size its transforms give it (at most the canvas), at the canvas's top left.
     pub pad_to: Option<(usize, usize)>,
+    /// A leading `Mosaic` (augment/mosaic.rs): the parts are decoded onto its canvas, the prefix is the identity
+    /// over that canvas and every other op runs in stage 2.
+    pub mosaic: Option<MosaicStage>,
 }
 
 /// Whether the decode can absorb `t` (see the module docs).
@@ -193,7 +197,16 @@ fn compile_sized(
 ) -> Result<Program> {
     let run = transforms.iter().position(|t| !foldable(t)).unwrap_or(transforms.len());
     let leading_flips = transforms.iter().take_while(|t| is_flip(t)).count();
+    let mosaic = match transforms.first() {
+        Some(TransformSpec::Op(op @ OpSpec::Mosaic(m))) => {
+            op.check(0)?;
+            Some(MosaicStage::new(m.clone())?)
+        }
+        _ => None,
+    };
     let (split, prefix) = match fold_len(&transforms[..run]) {
+        // nothing folds into a mosaic's parts: every op after it runs on its canvas
+        _ if mosaic.is_some() => (1, geometry::compile_identity(&[])?),
         Some(k) => (k, geometry::compile(&transforms[..k])?),
         // Nothing fixes the size: an all-flip list is refused by geometry (its message says what would).
         None if leading_flips == transforms.len() && source_hw.is_none() && pad_to.is_none() => {
@@ -202,8 +215,9 @@ fn compile_sized(
         None => (leading_flips, geometry::compile_identity(&transforms[..leading_flips])?),
     };
     let mut ops = Vec::new();
-    let mut hw = match prefix.geometry {
-        geometry::Geometry::Identity => source_hw,
+    let mut hw = match (&mosaic, &prefix.geometry) {
+        (Some(m), _) => Some((m.canvas(), m.canvas())),
+        (None, geometry::Geometry::Identity) => source_hw,
         _ => prefix.output_hw(),
     };
     for (i, t) in transforms[split..].iter().enumerate() {
@@ -222,7 +236,7 @@ fn compile_sized(
                 format!("{canvas:?} must hold the transforms' output ({h}, {w}): each image is placed on it"),
             ));
         }
-        return Ok(Program { prefix, ops, output_hw: canvas, pad_to });
+        return Ok(Program { prefix, ops, output_hw: canvas, pad_to, mosaic });
     }
     let Some(output_hw) = hw else {
         if run == transforms.len() {
@@ -244,7 +258,7 @@ fn compile_sized(
             ));
         }
     }
-    Ok(Program { prefix, ops, output_hw, pad_to: None })
+    Ok(Program { prefix, ops, output_hw, pad_to: None, mosaic })
 }
 
 /// `transforms` for a source whose images all have one size, `source_hw` = (height, width) (raw pixel stores:

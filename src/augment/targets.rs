@@ -22,6 +22,7 @@
 use super::SampleKey;
 use super::geometry::SamplePlan;
 use super::kernels::{Frame, PadMode};
+use super::mosaic::Part;
 use super::ops::{self, Drawn, OpScratch, OpSpec};
 use super::program::{Program, leaves_geometry, op_rng};
 use super::resize::center_crop_start;
@@ -94,6 +95,9 @@ pub struct TargetPlan {
     pub draws: Vec<(&'static str, Drawn, (usize, usize))>,
     /// The draws made from the sample's boxes (RandomIoUCrop), by site: the workers run them as drawn here.
     pub box_draws: Vec<(Site, Drawn)>,
+    /// A leading Mosaic's parts (augment/mosaic.rs; empty without one): each part's boxes map onto the canvas
+    /// (`x · sx + dx`, clipped to its window, empty ones dropped) before the steps move them.
+    pub mosaic: Vec<Part>,
 }
 
 /// The prefix's geometry for targets: `plan` (the decode's) and whether the prefix crops.
@@ -120,6 +124,9 @@ pub fn needs_boxes(program: &Program) -> bool {
 /// Refuse a program whose ops cannot move a detection sample's targets (module docs): the first such op's
 /// message.
 pub fn check_program(program: &Program) -> Result<(), String> {
+    if program.mosaic.is_some() && needs_boxes(program) {
+        return Err("RandomIoUCrop cannot follow a Mosaic (its draw would need the merged boxes)".to_string());
+    }
     program.ops.iter().try_for_each(|(_, op)| check_op(op))
 }
 
@@ -180,13 +187,36 @@ impl TargetPlan {
     ) -> Result<Self, String> {
         let plan = program.prefix.plan(w, h, key);
         let prefix = prefix_geometry(&plan, program.prefix.crops());
-        let mut out = TargetPlan { prefix, steps: Vec::new(), draws: Vec::new(), box_draws: Vec::new() };
+        let mut out =
+            TargetPlan { prefix, steps: Vec::new(), draws: Vec::new(), box_draws: Vec::new(), mosaic: Vec::new() };
         let mut hw = (plan.y.out_n, plan.x.out_n);
         // the boxes as the ops see them, moved step by step (only when an op needs them)
         let mut cur = boxes.filter(|_| needs_boxes(program)).map(|b| b.iter().map(|&b| prefix.boxes(b)).collect());
         for (pos, op) in &program.ops {
             out.replay_op(op, Site::top(*pos), key, &mut hw, channels, &mut cur)?;
         }
+        Ok(out)
+    }
+
+    /// [`Self::replay`] for a program that starts with a Mosaic: row `key` of a source of `n` samples whose
+    /// parts' images ([`super::mosaic::MosaicStage::indices`], the row first) are `sizes` = (width, height) each.
+    /// The wrong number of sizes → a message.
+    pub fn replay_mosaic(
+        program: &Program,
+        key: SampleKey,
+        n: u64,
+        sizes: &[(u32, u32)],
+        channels: usize,
+    ) -> Result<Self, String> {
+        let Some(stage) = &program.mosaic else { return Err("the transforms start with no Mosaic".to_string()) };
+        let draw = stage.draw(key, n);
+        let want = stage.indices(&draw, key.index).len();
+        if sizes.len() != want {
+            return Err(format!("row {} has {want} mosaic parts, {} sizes were given", key.index, sizes.len()));
+        }
+        let side = stage.canvas() as u32;
+        let mut out = Self::replay(program, key, (side, side), channels, None)?;
+        out.mosaic = stage.layout(&draw, key.index, sizes);
         Ok(out)
     }
 

@@ -118,6 +118,9 @@ impl SampleViews {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        if views.iter().any(|v| v.program().mosaic.is_some()) {
+            return Err(TrdataError::config(VIEWS, "a Mosaic takes one view (use transforms=)".to_string()));
+        }
         Ok(Self { views, multi: true })
     }
 

@@ -27,6 +27,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
+/// A mosaic part as Python sees it: (dataset index, sx, sy, dx, dy, x0, y0, x1, y1).
+type MosaicPart = (u64, f64, f64, f64, f64, u32, u32, u32, u32);
+
 /// One sample's whole geometry for its targets (`NativeLoader.target_plans`; augment/targets.rs): the folded
 /// prefix and each stage-2 op that moves pixels, with the workers' draws.
 #[pyclass(frozen, module = "trdata._core")]
@@ -51,6 +54,22 @@ impl TargetPlan {
         row.extend(axis(&g.y));
         row.extend([g.flip, g.vflip, g.clamp].map(|b| f64::from(u8::from(b))));
         row
+    }
+
+    /// A leading Mosaic's parts (augment/mosaic.rs; empty without one): (dataset index, sx, sy, dx, dy, x0, y0,
+    /// x1, y1): a part's source-pixel point (x, y) lands at (x·sx + dx, y·sy + dy) on the canvas, and its boxes
+    /// are clipped to the window [x0, x1) × [y0, y1).
+    #[getter]
+    fn mosaic(&self) -> Vec<MosaicPart> {
+        self.0
+            .mosaic
+            .iter()
+            .map(|p| {
+                let (sx, sy) = p.scale();
+                let [x0, y0, x1, y1] = p.clip;
+                (p.index, sx, sy, p.offset.0 as f64, p.offset.1 as f64, x0, y0, x1, y1)
+            })
+            .collect()
     }
 
     /// The stage-2 steps: (op, kind, numbers, (h, w) before, (h, w) after) with kind "affine" (6 numbers, the

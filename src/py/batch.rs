@@ -6,7 +6,7 @@
 
 use super::errors::IntoPyResult;
 use super::source::NativeSource;
-use crate::augment::ops::{Arg, Args, Drawn, EraseValue, OpSpec, RandomErasing};
+use crate::augment::ops::{Arg, Args, Drawn, EraseValue, HorizontalFlip, OpSpec, RandomErasing};
 use crate::error::TrdataError;
 use crate::rng::{self, BatchInput, SampleRng};
 use pyo3::prelude::*;
@@ -14,10 +14,27 @@ use pyo3::types::PyTuple;
 
 /// A batch op as the core sees it (the `_spec()`, types already translated by python/trdata/batch.py).
 enum BatchOp {
-    MixUp { alpha: f64, num_classes: Option<u64> },
-    CutMix { alpha: f64, num_classes: Option<u64> },
-    Choice { ops: Vec<BatchOp>, p: Option<Vec<f64>> },
-    Erasing { op: OpSpec, noise: bool },
+    MixUp {
+        alpha: f64,
+        num_classes: Option<u64>,
+    },
+    CutMix {
+        alpha: f64,
+        num_classes: Option<u64>,
+    },
+    /// YOLO's MixUp for detection: with probability `p`, one r ~ Beta(α, α) per batch; targets concatenated.
+    DetectionMixUp {
+        alpha: f64,
+        p: f64,
+    },
+    Choice {
+        ops: Vec<BatchOp>,
+        p: Option<Vec<f64>>,
+    },
+    Erasing {
+        op: OpSpec,
+        noise: bool,
+    },
 }
 
 impl BatchOp {
@@ -38,6 +55,7 @@ impl BatchOp {
         let op = match kind.as_str() {
             "mixup" => BatchOp::MixUp { alpha: a.num("alpha")?, num_classes: num_classes()? },
             "cutmix" => BatchOp::CutMix { alpha: a.num("alpha")?, num_classes: num_classes()? },
+            "detection_mixup" => BatchOp::DetectionMixUp { alpha: a.num("alpha")?, p: a.num("p")? },
             "random_choice" => {
                 let ops = match a.get("ops")? {
                     Arg::List(ops) => ops.iter().map(BatchOp::parse).collect::<Result<_, _>>()?,
@@ -68,6 +86,7 @@ impl BatchOp {
         match self {
             BatchOp::MixUp { .. } => "MixUp",
             BatchOp::CutMix { .. } => "CutMix",
+            BatchOp::DetectionMixUp { .. } => "DetectionMixUp",
             BatchOp::Choice { .. } => "RandomChoice",
             BatchOp::Erasing { .. } => "BatchRandomErasing",
         }
@@ -80,6 +99,14 @@ impl BatchOp {
                 rng::check_alpha(*alpha, whence)?;
                 let blends = matches!(self, BatchOp::MixUp { .. });
                 rng::check_batch_op_input(input, blends, false, true, *num_classes, whence)
+            }
+            BatchOp::DetectionMixUp { alpha, p } => {
+                rng::check_alpha(*alpha, whence)?;
+                // p's one rule is the transforms' (augment/ops: a probability), said for this op
+                OpSpec::HorizontalFlip(HorizontalFlip { p: *p })
+                    .check(0)
+                    .map_err(|e| in_op(e, "RandomHorizontalFlip", whence))?;
+                Ok(None) // labels stay; the targets are concatenated (python/trdata/batch_ops.py)
             }
             BatchOp::Choice { ops, p } => {
                 rng::check_batch_ops_len(ops.len(), 1, whence)?;
@@ -94,13 +121,7 @@ impl BatchOp {
                 Ok(classes)
             }
             BatchOp::Erasing { op, noise } => {
-                op.check(0).map_err(|e| match e {
-                    TrdataError::Config { parameter, message } => TrdataError::Config {
-                        parameter,
-                        message: message.replace("(RandomErasing at transforms[0])", &format!("({whence})")),
-                    },
-                    other => other,
-                })?;
+                op.check(0).map_err(|e| in_op(e, "RandomErasing", whence))?;
                 rng::check_batch_op_input(input, false, *noise, false, None, whence)
             }
         }
@@ -110,6 +131,10 @@ impl BatchOp {
     fn draw(&self, rng: &mut SampleRng, key: (u64, u64, u64, usize), rows: usize, hw: (u64, u64), out: &mut Vec<f64>) {
         match self {
             BatchOp::MixUp { alpha, .. } => out.push(rng::mixup_lam(rng, *alpha)),
+            BatchOp::DetectionMixUp { alpha, p } => {
+                let gate = rng.uniform() < *p;
+                out.extend([f64::from(u8::from(gate)), rng::mixup_lam(rng, *alpha)]);
+            }
             BatchOp::CutMix { alpha, .. } => {
                 let (lam, y1, y2, x1, x2) = rng::cutmix_box(rng, *alpha, hw.0, hw.1);
                 out.extend([lam, y1 as f64, y2 as f64, x1 as f64, x2 as f64]);
@@ -134,6 +159,17 @@ impl BatchOp {
                 out.extend([(noise_seed >> 32) as f64, (noise_seed & 0xFFFF_FFFF) as f64]);
             }
         }
+    }
+}
+
+/// A transform rule's error `e` (checked as `op` at transforms[0]) said for the batch op at `whence`.
+fn in_op(e: TrdataError, op: &str, whence: &str) -> TrdataError {
+    match e {
+        TrdataError::Config { parameter, message } => TrdataError::Config {
+            parameter,
+            message: message.replace(&format!("({op} at transforms[0])"), &format!("({whence})")),
+        },
+        other => other,
     }
 }
 
@@ -164,7 +200,7 @@ fn batch_ops_check_len(len: usize, views: usize) -> PyResult<()> {
 }
 
 /// What the batch op `spec` at `batch_ops[position]` draws for global batch `batch` of `epoch` on a batch of
-/// `rows` images of `height × width`: MixUp `[lam]`; CutMix `[lam_adjusted, y1, y2, x1, x2]`; RandomChoice
+/// `rows` images of `height × width`: MixUp `[lam]`; DetectionMixUp `[gate (1 or 0), r]`; CutMix `[lam_adjusted, y1, y2, x1, x2]`; RandomChoice
 /// `[j, *draws of op j]`; BatchRandomErasing `rows × [top, left, h, w]` (h = w = 0: not erased) followed by the
 /// noise seed's high and low 32 bits.
 #[pyfunction]
@@ -202,6 +238,8 @@ fn add_defaults(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let d = m.getattr("DEFAULTS")?;
     d.set_item("MixUp.alpha", 1.0)?;
     d.set_item("CutMix.alpha", 1.0)?;
+    d.set_item("DetectionMixUp.alpha", 32.0)?;
+    d.set_item("DetectionMixUp.p", 1.0)?;
     Ok(())
 }
 

@@ -469,22 +469,39 @@ impl NativeLoader {
     /// Each row's whole geometry, replayed for its targets (`Loader::target_plan`): for rows `indices` of `epoch`
     /// whose images are `sizes[i] = (width, height)`, one `TargetPlan` each. A row whose transforms cannot run
     /// on its image → `ValueError` with the op's message.
+    ///
+    /// With a leading Mosaic, `parts[i]` holds the (width, height) of each of row i's parts (`mosaic_parts`), and
+    /// `sizes` is not read.
+    #[pyo3(signature = (indices, epoch, sizes, parts = None))]
     fn target_plans(
         &self,
         py: Python<'_>,
         indices: Vec<u64>,
         epoch: u64,
         sizes: Vec<(u32, u32)>,
+        parts: Option<Vec<Vec<(u32, u32)>>>,
     ) -> PyResult<Vec<super::annot::TargetPlan>> {
         let loader = self.lock()?;
-        py.detach(|| {
-            indices
+        py.detach(|| match &parts {
+            Some(parts) => indices
+                .iter()
+                .zip(parts)
+                .map(|(&index, p)| loader.mosaic_target_plan(index, epoch, p).map(super::annot::TargetPlan))
+                .collect::<Result<Vec<_>, String>>(),
+            None => indices
                 .iter()
                 .zip(&sizes)
                 .map(|(&index, &(w, h))| loader.target_plan(index, epoch, w, h).map(super::annot::TargetPlan))
-                .collect::<Result<Vec<_>, String>>()
+                .collect::<Result<Vec<_>, String>>(),
         })
         .map_err(pyo3::exceptions::PyValueError::new_err)
+    }
+
+    /// Each row's mosaic parts in `epoch` (`Loader::mosaic_parts`): the dataset indices whose images make it, the
+    /// row first; `None` when the transforms start with no Mosaic.
+    fn mosaic_parts(&self, indices: Vec<u64>, epoch: u64) -> PyResult<Option<Vec<Vec<u64>>>> {
+        let loader = self.lock()?;
+        Ok(indices.iter().map(|&i| loader.mosaic_parts(i, epoch)).collect())
     }
 
     /// Shape of one sample ([C,h,w] or [h,w,C], C = 1 or 3); view 0's with `views=`.

@@ -604,7 +604,117 @@ fn attempt_sample(
     let key = SampleKey { seed: ctx.seed, epoch: job.plan.epoch, index };
     scratch.set_boxes(ctx.dataset.boxes.as_ref().map(|t| t.of(i)));
     let t0 = Instant::now();
-    let result = match &ctx.dataset.store {
+    let result = if ctx.pipeline.first().program().mosaic.is_some() {
+        mosaic_sample(job, key, scratch, file_buf, dst).map(Some)
+    } else {
+        one_sample(job, i, t0, key, scratch, file_buf, dst, gpu).map_err(|e| (index, e))
+    };
+    match result {
+        Ok(None) => Ok(()), // the GPU makes it (its count is the transfer thread's)
+        Ok(Some(t)) => {
+            Stats::add(&ctx.stats.decode_ns, t.decode_ns);
+            Stats::add(&ctx.stats.augment_ns, t.augment_ns);
+            Stats::add(&ctx.stats.samples, 1);
+            Stats::add(&ctx.stats.decode_warnings, u64::from(t.damaged));
+            Ok(())
+        }
+        Err((bad, error)) => {
+            // a mosaic's part that failed is named (its file, and which row it was a partner of)
+            let error = if bad == index {
+                error
+            } else {
+                ImageError::new(error.kind.clone(), format!("Mosaic partner {bad} of row {index}: {}", error.message))
+            };
+            let failure = SampleError { path: ctx.dataset.sample_name(bad as usize), index, error };
+            if ctx.on_error == ErrorPolicy::Skip {
+                let mut log = lock(&ctx.skipped);
+                ctx.any_bad.store(true, Ordering::Release);
+                // the sample whose bytes failed is the bad one (a row whose partner failed is tried again
+                // with new partners next epoch)
+                if log.record_bad(bad, failure.error.clone()) {
+                    log.pending.push(SkipRecord { path: failure.path.clone(), message: failure.error.to_string() });
+                }
+            }
+            Err(failure)
+        }
+    }
+}
+
+/// A mosaic row (augment/mosaic.rs): the row's image and its three partners read here one at a time, each
+/// handed to the pipeline's decode; every part's read counts in `bytes_read`/`read_ns` (a row is one sample in
+/// `samples`). A part that fails fails the row as a unit: `on_error` applies to the row (raised, or under
+/// `skip` the row replaced by another row's whole mosaic, as any bad row is), the error naming the part's file.
+/// Raw-pixel stores are refused per row (the parts are decoded from encoded bytes).
+fn mosaic_sample(
+    job: &EpochJob,
+    key: SampleKey,
+    scratch: &mut WorkerScratch,
+    file_buf: &mut Vec<u8>,
+    dst: &mut RowWriter<'_>,
+) -> std::result::Result<SampleTiming, (u64, ImageError)> {
+    use crate::augment::views::ViewTargets;
+    let ctx = &job.ctx;
+    let mut read = |j: u64, decode: &mut dyn FnMut(&[u8]) -> std::result::Result<(), ImageError>| {
+        let i = j as usize;
+        let t0 = Instant::now();
+        let counted = |bytes: &[u8]| {
+            Stats::add_since(&ctx.stats.read_ns, t0);
+            Stats::add(&ctx.stats.bytes_read, bytes.len() as u64);
+        };
+        let raw = || {
+            ImageError::new(
+                crate::error::ImageErrorKind::Unsupported,
+                "Mosaic decodes its parts from encoded images; this source holds raw pixels".to_string(),
+            )
+        };
+        match &ctx.dataset.store {
+            Store::Files(paths) => {
+                read_sample(&paths[i], MAX_FILE_BYTES, file_buf)?;
+                counted(file_buf);
+                decode(file_buf)
+            }
+            Store::Spans(s) => {
+                read_span(&s.files[s.file[i] as usize], s.offset[i], s.len[i], MAX_FILE_BYTES, file_buf)?;
+                counted(file_buf);
+                decode(file_buf)
+            }
+            Store::Blobs(blobs) => {
+                counted(&blobs[i]);
+                decode(&blobs[i])
+            }
+            Store::Packed(p) if p.index().rows[i].meta.format != RecordFormat::Raw => {
+                let bytes = p.record(i, |block| job.plan.block_order_key(block))?;
+                counted(&bytes);
+                decode(&bytes)
+            }
+            Store::External(e) => match e.read(i, job.plan.epoch, file_buf)? {
+                ExternalImage::Encoded => {
+                    counted(file_buf);
+                    decode(file_buf)
+                }
+                ExternalImage::Pixels { .. } => Err(raw()),
+            },
+            Store::Packed(_) | Store::Pixels(_) => Err(raw()),
+        }
+    };
+    let n = ctx.dataset.len() as u64;
+    ctx.pipeline.first().process_mosaic(scratch, key, n, &mut read, dst.view_mut(0))
+}
+
+/// Read dataset sample `i` (one image, not a mosaic) and decode it into every view of `dst`.
+#[allow(clippy::too_many_arguments)]
+fn one_sample(
+    job: &EpochJob,
+    i: usize,
+    t0: Instant,
+    key: SampleKey,
+    scratch: &mut WorkerScratch,
+    file_buf: &mut Vec<u8>,
+    dst: &mut RowWriter<'_>,
+    gpu: Option<GpuRow<'_>>,
+) -> std::result::Result<Option<SampleTiming>, ImageError> {
+    let ctx = &job.ctx;
+    match &ctx.dataset.store {
         Store::Files(paths) => read_sample(&paths[i], MAX_FILE_BYTES, file_buf)
             .and_then(|()| decode_read(ctx, t0, scratch, file_buf, key, dst, gpu)),
         Store::Spans(s) => read_span(&s.files[s.file[i] as usize], s.offset[i], s.len[i], MAX_FILE_BYTES, file_buf)
@@ -621,27 +731,6 @@ fn attempt_sample(
             }
             Err(e) => Err(e),
         },
-    };
-    match result {
-        Ok(None) => Ok(()), // the GPU makes it (its count is the transfer thread's)
-        Ok(Some(t)) => {
-            Stats::add(&ctx.stats.decode_ns, t.decode_ns);
-            Stats::add(&ctx.stats.augment_ns, t.augment_ns);
-            Stats::add(&ctx.stats.samples, 1);
-            Stats::add(&ctx.stats.decode_warnings, u64::from(t.damaged));
-            Ok(())
-        }
-        Err(error) => {
-            let failure = SampleError { path: ctx.dataset.sample_name(i), index, error };
-            if ctx.on_error == ErrorPolicy::Skip {
-                let mut log = lock(&ctx.skipped);
-                ctx.any_bad.store(true, Ordering::Release);
-                if log.record_bad(index, failure.error.clone()) {
-                    log.pending.push(SkipRecord { path: failure.path.clone(), message: failure.error.to_string() });
-                }
-            }
-            Err(failure)
-        }
     }
 }
 

@@ -79,6 +79,13 @@ class Source:
         """The detection targets of the rows ``indices`` (``batch.targets``), moved with their images."""
         raise NotImplementedError
 
+    def _check_mosaic(self) -> None:
+        """Loader hook, for a source with targets whose transforms start with a Mosaic: a ``ConfigError`` unless
+        its targets merge (sources/targets.py ``plan_rows``)."""
+        from .targets import refuse_mosaic
+
+        refuse_mosaic(self, "its targets are not boxes")
+
     def _epoch_started(self) -> None:
         """Called by a Loader when it starts an epoch (the previous one over, or cancelled)."""
 

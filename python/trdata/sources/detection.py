@@ -27,6 +27,7 @@ import numpy as np
 from .. import _core
 from . import packed_targets
 from .base import Source
+from .targets import plan_rows, refuse_mosaic
 
 #: Keys of one image's target (``batch.targets[i]``).
 TARGET_KEYS = ("boxes", "labels", "iscrowd", "image_id", "orig_size", "size", "masks", "keypoints")
@@ -89,6 +90,11 @@ class CocoDetection(Source):
     #: Loader hook: this source's rows carry targets that move with the image.
     _has_targets = True
 
+    def _check_mosaic(self) -> None:
+        """Loader hook: a Mosaic merges boxes, labels and iscrowd, not masks or keypoints."""
+        if self.masks or self.keypoints:
+            refuse_mosaic(self, "masks=True" if self.masks else "keypoints=True")
+
     def _image_targets(self, i: int) -> dict[str, Any]:
         """Image ``i``'s annotations in source pixels (boxes XYXY float64)."""
         lo, hi = int(self._offsets[i]), int(self._offsets[i + 1])
@@ -122,11 +128,9 @@ class CocoDetection(Source):
     def _batch_targets(self, indices: np.ndarray, epoch: int, native_loader: Any) -> list[dict[str, Any]]:
         """Each row's targets moved with its image (module docs)."""
         idx = [int(i) for i in indices]
-        sizes = [(int(w), int(h)) for w, h in self._sizes[idx]]
-        plans = native_loader.target_plans(idx, epoch, sizes)
+        plans, rows = plan_rows(self, idx, epoch, native_loader)  # a Mosaic's parts merged (targets.py)
         out = []
-        for plan, i in zip(plans, idx):
-            t = self._image_targets(i)
+        for plan, i, t in zip(plans, idx, rows):
             boxes, keep = plan.boxes(t["boxes"])
             # SanitizeBoundingBoxes dropped these instances: every per-instance field follows
             if not keep.all():

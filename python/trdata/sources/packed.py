@@ -32,7 +32,7 @@ from .dataset import DatasetSource, is_map_style
 from .extras import NPY, stack_extras
 from .extras import decode as decode_extra
 from .segmentation import FILL, decode_label_map
-from .targets import move_boxes
+from .targets import move_boxes, plan_rows, refuse_mosaic
 
 #: The ``mode`` choices of :class:`Packed`.
 MODES = ("full", "partial")
@@ -251,7 +251,12 @@ class Packed(Source):
         )
         if bad is not None:
             raise SourceError(f"{self.path}#{bad}: target.size is not an image size", self.path)
-        self._sizes = [(int(w), int(h)) for w, h in sizes]
+        self._sizes = np.array(sizes, np.int64).reshape(-1, 2)  # (width, height), as target_plans takes them
+        ids = self._field_values(packed_targets.PREFIX + "image_id")
+        bad = next((i for i, v in enumerate(ids) if v.dtype != np.int64 or v.shape != ()), None)
+        if bad is not None:
+            raise SourceError(f"{self.path}#{bad}: target.image_id is not an int64 scalar", self.path)
+        self._image_ids = np.array(ids, np.int64)
         if self.target_kind == "instances":
             boxes = self._field_values(packed_targets.BOXES)
             bad = next(
@@ -270,16 +275,30 @@ class Packed(Source):
     def _has_targets(self) -> bool:  # type: ignore[override]
         return self.target_kind is not None
 
+    def _check_mosaic(self) -> None:
+        """Loader hook: a Mosaic merges a pack's boxes, labels and iscrowd, not its masks, keypoints or maps."""
+        held = [f for f in ("masks", "keypoints", "label_map") if packed_targets.PREFIX + f in self._fields]
+        if held:
+            refuse_mosaic(self, f"the pack holds {held[0]}")
+
+    def _stored_targets(self, i: int) -> dict[str, Any]:
+        """Record ``i``'s stored annotations, checked (sources/packed_targets.py)."""
+        return packed_targets.decode_targets(self._stored_extras([i])[0], f"{self.path}#{i}", self.path, i)
+
+    def _image_targets(self, i: int) -> dict[str, Any]:
+        """Record ``i``'s per-instance annotations in source pixels (what a Mosaic merges: targets.py)."""
+        t = self._stored_targets(i)
+        return {k: t[k] for k in ("boxes", "labels", "iscrowd", "keypoints", "masks") if k in t}
+
     def _batch_targets(self, indices: np.ndarray, epoch: int, native_loader: Any) -> list[dict[str, Any]]:
         """Each row's stored annotations moved with its image, as the packed source moved them."""
         idx = [int(i) for i in indices]
-        plans = native_loader.target_plans(idx, epoch, [self._sizes[i] for i in idx])
-        rows = [
-            packed_targets.decode_targets(stored, f"{self.path}#{i}", self.path, i)
-            for i, stored in zip(idx, self._stored_extras(idx))
-        ]
         out = []
         if self.target_kind == "semantic":
+            plans = native_loader.target_plans(
+                idx, epoch, [tuple(int(v) for v in self._sizes[i]) for i in idx]
+            )
+            rows = [self._stored_targets(i) for i in idx]
             for plan, i, t in zip(plans, idx, rows):
                 name = f"{self.path}#{i}"
                 m = decode_label_map(t["label_map_png"], name, t["size"], name)
@@ -292,17 +311,17 @@ class Packed(Source):
                     }
                 )
             return out
-        per_instance = ("labels", "iscrowd", "keypoints", "masks")
+        plans, rows = plan_rows(self, idx, epoch, native_loader)  # a Mosaic's parts merged (targets.py)
         boxes, fields = move_boxes(
-            plans, [t["boxes"] for t in rows], [{k: t[k] for k in per_instance if k in t} for t in rows]
+            plans, [t["boxes"] for t in rows], [{k: v for k, v in t.items() if k != "boxes"} for t in rows]
         )
-        for plan, i, t, b, f in zip(plans, idx, rows, boxes, fields):
-            w, h = t["size"]
+        for plan, i, b, f in zip(plans, idx, boxes, fields):
+            w, h = (int(v) for v in self._sizes[i])
             moved: dict[str, Any] = {
                 "boxes": b,
                 "labels": f["labels"],
                 "iscrowd": f["iscrowd"],
-                "image_id": t["image_id"],
+                "image_id": int(self._image_ids[i]),
                 "orig_size": (h, w),
                 "size": plan.canvas,
             }

@@ -7,6 +7,12 @@ Python yet; Pillow is needed by these sources only (an ``ImportError`` saying so
 
 ``CocoDetection`` (``detection.py``) moves its boxes the same way with its own copy of ``move_boxes``' loop; the
 two should become one when that module is next edited.
+
+Mosaic (``trdata.Mosaic``, src/augment/mosaic.rs): ``plan_rows`` is the one place a detection source gets its rows'
+plans and annotations, so every source with boxes merges a mosaic's parts the same way: each part's annotations
+(``source._image_targets(j)``, source pixels) are scaled and shifted onto the canvas, clipped to the part's window
+and dropped when empty (ultralytics' clip + ``remove_zero_area_boxes``), then concatenated in part order (the row
+first); the plan's steps then move the merged boxes as any row's.
 """
 
 from __future__ import annotations
@@ -113,3 +119,41 @@ def move_boxes(
         moved.append(out)
         kept.append(f)
     return moved, kept
+
+
+def plan_rows(
+    source: Any, idx: list[int], epoch: int, native_loader: Any
+) -> tuple[list[Any], list[dict[str, Any]]]:
+    """Each row's ``TargetPlan`` and its annotations in the plan's input pixels: the image's own
+    (``source._image_targets(i)``), or, when the transforms start with a Mosaic, its parts' merged on the canvas
+    (module docs). ``source._sizes[i]`` is image ``i``'s (width, height)."""
+    sizes = [(int(w), int(h)) for w, h in source._sizes[idx]]
+    parts = native_loader.mosaic_parts(idx, epoch)
+    if parts is None:
+        return native_loader.target_plans(idx, epoch, sizes), [source._image_targets(i) for i in idx]
+    part_sizes = [[(int(w), int(h)) for w, h in source._sizes[p]] for p in parts]
+    plans = native_loader.target_plans(idx, epoch, sizes, part_sizes)
+    return plans, [mosaic_targets(source, plan) for plan in plans]
+
+
+def mosaic_targets(source: Any, plan: Any) -> dict[str, np.ndarray]:
+    """A mosaic row's annotations on its canvas (module docs): every per-instance field of the parts'
+    ``_image_targets``, concatenated in part order, boxes (XYXY float64) mapped and clipped."""
+    rows = []
+    for j, sx, sy, dx, dy, x0, y0, x1, y1 in plan.mosaic:
+        t = source._image_targets(int(j))
+        b = np.asarray(t["boxes"], np.float64).reshape(-1, 4) * (sx, sy, sx, sy) + (dx, dy, dx, dy)
+        b = np.clip(b, (x0, y0, x0, y0), (x1, y1, x1, y1))
+        keep = (b[:, 2] > b[:, 0]) & (b[:, 3] > b[:, 1])
+        rows.append({**{k: np.asarray(v)[keep] for k, v in t.items()}, "boxes": b[keep]})
+    return {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
+
+
+def refuse_mosaic(source: Any, why: str) -> None:
+    """The ``ConfigError`` of a source whose targets a Mosaic cannot merge (``why``: what it holds)."""
+    raise ConfigError(
+        f"invalid transforms: a Mosaic cannot merge the targets of {type(source).__name__} ({why}); Mosaic merges "
+        "boxes, labels and iscrowd (CocoDetection without masks/keypoints, YoloDetection) or any classification "
+        "source (the row's own label)",
+        parameter="transforms",
+    )

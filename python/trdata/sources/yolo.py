@@ -45,7 +45,7 @@ from .. import _core
 from ..errors import ConfigError, SourceError
 from . import packed_targets
 from .base import Source
-from .targets import list_files, move_boxes, opt_str, path_arg, pillow, read_header
+from .targets import list_files, move_boxes, opt_str, path_arg, pillow, plan_rows, read_header, refuse_mosaic
 
 #: ultralytics' ``IMG_FORMATS`` that trdata decodes (dng, mpo, pfm and heic are not listed).
 YOLO_EXTENSIONS = (".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
@@ -285,6 +285,11 @@ class YoloDetection(Source):
     #: Loader hook: this source's rows carry targets that move with the image.
     _has_targets = True
 
+    def _check_mosaic(self) -> None:
+        """Loader hook: a Mosaic merges this source's boxes and labels, not masks."""
+        if self.masks:
+            refuse_mosaic(self, "masks=True")
+
     def _image_targets(self, i: int) -> dict[str, Any]:
         """Image ``i``'s objects in source pixels (boxes XYXY float64; with ``masks=True`` each object's mask as
         a compressed RLE string, ``masks``)."""
@@ -318,9 +323,7 @@ class YoloDetection(Source):
     def _batch_targets(self, indices: np.ndarray, epoch: int, native_loader: Any) -> list[dict[str, Any]]:
         """Each row's targets moved with its image (module docs)."""
         idx = [int(i) for i in indices]
-        sizes = [(int(w), int(h)) for w, h in self._sizes[idx]]
-        plans = native_loader.target_plans(idx, epoch, sizes)
-        rows = [self._image_targets(i) for i in idx]
+        plans, rows = plan_rows(self, idx, epoch, native_loader)  # a Mosaic's parts merged (targets.py)
         boxes, fields = move_boxes(
             plans, [t["boxes"] for t in rows], [{k: v for k, v in t.items() if k != "boxes"} for t in rows]
         )

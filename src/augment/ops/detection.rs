@@ -494,6 +494,66 @@ fn iou(a: &[f64; 4], b: &[f64; 4]) -> f64 {
     f64::from(inter / (area(&a) + area(&b) - inter))
 }
 
+/// `Mosaic(size, p, fill)` (YOLO's, not torchvision's): the sample and three partners, each resized so its long
+/// side is `size`, around a random centre of a `2·size` square canvas filled with `fill`. It is not a stage-2
+/// op: the program takes it from the head of the list ([`crate::augment::mosaic`] says how it runs), so it is
+/// refused anywhere else.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mosaic {
+    /// Long side of each of the four images; the canvas is `2·size` square.
+    pub size: u32,
+    /// Probability of the mosaic (otherwise the sample alone, centred on the canvas).
+    pub p: f64,
+    /// Per-channel (or one) fill of the canvas, pixel units.
+    pub fill: Vec<f64>,
+}
+
+/// Mosaic's largest `size` (its canvas is `2·size` square and must be an image the program may hold).
+pub const MAX_MOSAIC_SIZE: u32 = 8192;
+
+impl Op for Mosaic {
+    const KINDS: &'static [&'static str] = &["mosaic"];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] =
+        &[("Mosaic.p", DefaultValue::Num(1.0)), ("Mosaic.fill", DefaultValue::Num(114.0))];
+
+    fn parse(a: &Args<'_>) -> Result<Self> {
+        Ok(Mosaic { size: a.uint("size")?, p: a.num(P)?, fill: a.nums("fill")? })
+    }
+
+    fn name(&self) -> &'static str {
+        "Mosaic"
+    }
+
+    fn check(&self, op: &str, pos: Site) -> Result<()> {
+        if pos != Site::top(0) {
+            return Err(bad(
+                super::TRANSFORMS,
+                format!("Mosaic at {pos}"),
+                "be the first transform of the list (it makes the canvas the others run on), not inside a container",
+                op,
+                pos,
+            ));
+        }
+        if !(1..=MAX_MOSAIC_SIZE).contains(&self.size) {
+            return Err(bad("size", self.size, &format!("be in [1, {MAX_MOSAIC_SIZE}]"), op, pos));
+        }
+        check_p(self.p, op, pos)?;
+        check_fill(&self.fill, op, pos)
+    }
+
+    fn output_hw(&self, _: Option<(usize, usize)>) -> Option<(usize, usize)> {
+        let side = 2 * self.size as usize;
+        Some((side, side))
+    }
+
+    fn sample(&self, _: &mut SampleRng, _: (usize, usize, usize)) -> std::result::Result<Drawn, String> {
+        // `check` refuses a Mosaic the program would run as a stage-2 op
+        Err("Mosaic must be the first transform".to_string())
+    }
+
+    fn apply(&self, _: &Drawn, _: &mut Frame, _: &mut OpScratch, _: &mut SampleRng) {}
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

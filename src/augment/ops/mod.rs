@@ -51,7 +51,8 @@ pub use color::{
 };
 pub use containers::{RandomApply, RandomChoice, RandomOrder};
 pub use detection::{
-    ClampBoundingBoxes, RandomIoUCrop, RandomShortestSize, RandomZoomOut, SanitizeBoundingBoxes, ScaleJitter,
+    ClampBoundingBoxes, MAX_MOSAIC_SIZE, Mosaic, RandomIoUCrop, RandomShortestSize, RandomZoomOut,
+    SanitizeBoundingBoxes, ScaleJitter,
 };
 pub use erase::{EraseValue, GaussianNoise, RandomErasing};
 pub use geometric::{
@@ -843,6 +844,8 @@ registry! {
     RandomShortestSize(RandomShortestSize),
     /// `RandomIoUCrop(min_scale, max_scale, min_aspect_ratio, max_aspect_ratio, sampler_options, trials)`.
     RandomIoUCrop(RandomIoUCrop),
+    /// `Mosaic(size, p, fill)` (YOLO's; taken from the head of the list by the program, augment/mosaic.rs).
+    Mosaic(Mosaic),
 }
 
 impl OpSpec {

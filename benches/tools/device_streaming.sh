@@ -1,0 +1,10 @@
+#!/bin/bash
+# On the GPU machine (issue 25): ResNet-18 fed from a packed file read locally (partial) and streamed over s3://
+# from an S3 read server on loopback (benches/gpu/rn50_train.py `packed-s3`), against synthetic data, in one run.
+# $CARRY (default devcarry) holds dist/ (the abi3 wheel) and data/imagenet/ (an ImageFolder sample).
+cd "$(dirname "$0")/../.."
+python3 -m pip install -q --no-deps --target /tmp/td "${CARRY:-devcarry}"/dist/*.whl 2>&1 | tail -2
+export PYTHONPATH=/tmp/td PYTHONUNBUFFERED=1
+timeout 540 python3 benches/gpu/rn50_train.py --data "${CARRY:-devcarry}"/data --model resnet18 \
+  --configs synthetic,packed-partial,packed-s3,synthetic --pack-short-side 320 --steps 200 --warmup 20 \
+  --json $OUT/rn18_streaming.json

@@ -1,0 +1,333 @@
+"""Mosaic (YOLO's four-image mosaic, src/augment/mosaic.rs) and DetectionMixUp (python/trdata/batch_ops.py) on
+real JPEGs with a white box drawn in each image and its COCO annotation: pixels against a Pillow composition of the
+parts, merged boxes against the white boxes, the draws' distributions, worker counts, bad partners, refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import trdata
+from _fixtures import chi2_same, ks_same, target_rows, targets_with_1_and_3_workers
+from PIL import Image
+from trdata.errors import ConfigError, DecodeError
+from trdata.sources.targets import plan_rows
+
+S = 48  # Mosaic(size): the canvas is 96 × 96
+N = 9
+
+
+def write_boxes(root: Path, n: int = N, bad: int | None = None) -> tuple[Path, Path]:
+    """``n`` JPEGs of varied sizes (long sides from S/2 to 2S, so the parts are up- and downscaled without DCT
+    scaling), each dark noise with one white rectangle, annotated as a COCO box of category ``k + 1``; image
+    ``bad`` (if any) is not a JPEG."""
+    rng = np.random.default_rng(3)
+    (root / "images").mkdir(parents=True)
+    images, anns = [], []
+    for k in range(n):
+        w, h = int(rng.integers(S // 2, 2 * S - 1)), int(rng.integers(S // 2, 2 * S - 1))
+        a = rng.integers(10, 60, (h, w, 3)).astype(np.uint8)
+        bw, bh = max(w // 3, 6), max(h // 3, 6)
+        x0, y0 = int(rng.integers(0, w - bw)), int(rng.integers(0, h - bh))
+        a[y0 : y0 + bh, x0 : x0 + bw] = 255
+        name = f"{k:03d}.jpg"
+        if k == bad:
+            (root / "images" / name).write_bytes(b"not a jpeg at all")
+        else:
+            Image.fromarray(a).save(root / "images" / name, quality=95)
+        images.append({"id": k + 1, "file_name": name, "width": w, "height": h})
+        box = [x0, y0, bw, bh]
+        anns.append(
+            {"id": k + 1, "image_id": k + 1, "category_id": k + 1, "iscrowd": 0, "bbox": box, "area": bw * bh}
+        )
+    cats = [{"id": k + 1, "name": f"c{k}"} for k in range(n)]
+    ann = root / "ann.json"
+    ann.write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
+    return root / "images", ann
+
+
+@pytest.fixture(scope="module")
+def coco(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return write_boxes(tmp_path_factory.mktemp("mosaic"))
+
+
+def rows(loader: Any) -> dict[int, tuple[np.ndarray, dict[str, Any]]]:
+    """One epoch: each row's (image, targets) by dataset index (numpy)."""
+    out = {}
+    for b in loader:
+        images = np.asarray(b.images)
+        for r, i in enumerate(b.indices.tolist()[: b.valid]):
+            t = {k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in b.targets[r].items()}
+            out[i] = (images[r], t)
+    return out
+
+
+def test_pixels_are_the_parts_resized_and_placed_and_each_white_box_lands_in_its_merged_box(
+    coco: tuple[Path, Path],
+) -> None:
+    images, ann = coco
+    src = trdata.CocoDetection(images, ann)
+    kw: dict[str, Any] = dict(batch_size=4, dtype="uint8", layout="NHWC", workers=2, seed=11)
+    with trdata.Loader(src, transforms=[trdata.Mosaic(S, fill=114)], **kw) as ld:
+        got = rows(ld)
+        plans, _ = plan_rows(src, list(range(N)), 0, ld._native)
+    worst = 0
+    for i, plan in enumerate(plans):
+        image, t = got[i]
+        assert image.shape == (2 * S, 2 * S, 3)
+        want = np.full((2 * S, 2 * S, 3), 114, np.uint8)
+        kept = []
+        for j, sx, sy, dx, dy, x0, y0, x1, y1 in plan.mosaic:
+            part = Image.open(src.paths[j]).convert("RGB")
+            rw, rh = round(part.width * sx), round(part.height * sy)
+            assert max(rw, rh) == S
+            resized = np.asarray(part.resize((rw, rh), Image.BILINEAR))
+            bx, by = int(x0 - dx), int(y0 - dy)
+            want[y0:y1, x0:x1] = resized[by : by + (y1 - y0), bx : bx + (x1 - x0)]
+            # where the white box of part j lands: its bounds in the part's window
+            window = image[y0:y1, x0:x1].min(axis=2) > 160
+            ys, xs = np.nonzero(window)
+            kept.append(
+                (j, [xs.min() + x0, ys.min() + y0, xs.max() + 1 + x0, ys.max() + 1 + y0] if len(xs) else None)
+            )
+        worst = max(worst, int(np.abs(image.astype(int) - want).max()))
+        # the merged boxes come in part order, one per part whose box the canvas cut leaves (labels: the parts'
+        # categories); each lands on its part's white box, within a pixel
+        boxes, labels = t["boxes"], t["labels"].tolist()
+        at = 0
+        for j, white in kept:
+            if at < len(labels) and labels[at] == j + 1 and (white is not None or not _visible(boxes[at])):
+                if white is not None:
+                    np.testing.assert_allclose(boxes[at], white, atol=1.01)
+                at += 1
+            else:
+                assert white is None, (i, j, labels)  # a visible white box always has its merged box
+        assert at == len(labels)
+        assert t["image_id"] == i + 1 and tuple(t["size"]) == (2 * S, 2 * S)
+    # the kernel resizes as Pillow does (antialiased bilinear, full-size decode); ±1 from its pass order
+    assert worst <= 1, worst
+
+
+def _visible(box: np.ndarray) -> bool:
+    """Whether a box is large enough for a pixel of its white to stay above 160 after resampling."""
+    return bool(box[2] - box[0] >= 2 and box[3] - box[1] >= 2)
+
+
+def test_the_rest_of_the_program_moves_the_merged_boxes_as_it_moves_any_rows(coco: tuple[Path, Path]) -> None:
+    images, ann = coco
+    src = trdata.CocoDetection(images, ann)
+    tail = [trdata.RandomAffine(degrees=0, translate=(0.1, 0.1), scale=(0.5, 1.5)), trdata.CenterCrop(S)]
+    transforms = [trdata.Mosaic(S), *tail, trdata.RandomHorizontalFlip()]
+    with trdata.Loader(src, batch_size=3, transforms=transforms, workers=2, seed=4) as ld:
+        got = target_rows(ld)
+        idx = list(range(N))
+        plans, merged = plan_rows(src, idx, 0, ld._native)
+    for i, plan, t in zip(idx, plans, merged):
+        moved, keep = plan.boxes(t["boxes"])
+        assert keep.all()
+        np.testing.assert_array_equal(got[i]["boxes"], moved)
+        np.testing.assert_array_equal(got[i]["labels"], t["labels"])
+        assert [s[0] for s in plan.steps][:2] == ["RandomAffine", "CenterCrop"]
+        assert plan.steps[0][3] == (2 * S, 2 * S)  # the steps start from the canvas
+
+
+def test_centre_partners_and_gate_are_drawn_uniformly_from_seed_epoch_index(coco: tuple[Path, Path]) -> None:
+    images, ann = coco
+    src = trdata.CocoDetection(images, ann)
+    centres, partners, gates = [], [], []
+    with trdata.Loader(src, batch_size=3, transforms=[trdata.Mosaic(S, p=0.5)], workers=1, seed=9) as ld:
+        for epoch in range(1300):
+            idx = list(range(N))
+            parts = ld._native.mosaic_parts(idx, epoch)
+            assert parts == ld._native.mosaic_parts(idx, epoch)  # a pure function of (seed, epoch, index)
+            gates += [len(p) == 4 for p in parts]
+            four = [i for i, p in zip(idx, parts) if len(p) == 4]
+            partners += [j for i in four for j in parts[i][1:]]
+            plans, _ = plan_rows(src, four, epoch, ld._native)
+            # the row's own image ends at the centre: its window's bottom-right corner
+            centres += [(p.mosaic[0][7], p.mosaic[0][8]) for p in plans]
+    rng = np.random.default_rng(0)
+    assert len(centres) >= 5000 and len(partners) >= 10000
+    lo, hi = S // 2, 2 * S - S // 2
+    ks_same([c[0] for c in centres], rng.integers(lo, hi, 20000).tolist())
+    ks_same([c[1] for c in centres], rng.integers(lo, hi, 20000).tolist())
+    chi2_same([c[0] for c in centres], rng.integers(lo, hi, 20000).tolist())
+    chi2_same(partners, rng.integers(0, N, 20000).tolist())
+    chi2_same(gates, (rng.random(20000) < 0.5).tolist())
+    # x and y are drawn independently
+    assert abs(np.corrcoef(np.array(centres, float).T)[0, 1]) < 0.05
+
+
+def test_batches_are_identical_for_1_and_3_workers_and_every_row_comes_once(coco: tuple[Path, Path]) -> None:
+    images, ann = coco
+    src = trdata.CocoDetection(images, ann)
+    transforms = [
+        trdata.Mosaic(S),
+        trdata.RandomAffine(degrees=10, translate=(0.1, 0.1), scale=(0.5, 1.5)),
+        trdata.CenterCrop(S),
+        trdata.RandomHorizontalFlip(),
+        trdata.ColorJitter(0.3, 0.3),
+    ]
+    kw: dict[str, Any] = dict(batch_size=4, transforms=transforms, seed=5, reproducible=True, shuffle=True)
+    runs = targets_with_1_and_3_workers(src, N, **kw)
+    for i in range(N):
+        for key in ("boxes", "labels", "iscrowd"):
+            np.testing.assert_array_equal(runs[0][i][key], runs[1][i][key])
+    pixels = []
+    for workers in (1, 3):
+        with trdata.Loader(src, workers=workers, dtype="uint8", **kw) as ld:
+            pixels.append([(b.indices.copy(), np.asarray(b.images).copy()) for b in ld])
+    for (ia, xa), (ib, xb) in zip(*pixels):
+        np.testing.assert_array_equal(ia, ib)
+        np.testing.assert_array_equal(xa, xb)
+
+
+def test_a_partner_that_fails_to_decode_follows_on_error(tmp_path: Path) -> None:
+    bad = 4
+    images, ann = write_boxes(tmp_path, bad=bad)
+    src = trdata.CocoDetection(images, ann)
+    kw: dict[str, Any] = dict(batch_size=3, transforms=[trdata.Mosaic(S)], workers=3, seed=2)
+    with trdata.Loader(src, on_error="raise", **kw) as ld:
+        with pytest.raises(DecodeError) as info:
+            for _ in ld:
+                pass
+        assert info.value.path is not None and info.value.path.endswith(f"{bad:03d}.jpg")
+        touched = [i for i, p in enumerate(ld._native.mosaic_parts(list(range(N)), 0)) if bad in p]
+        assert touched  # some row's mosaic holds the bad image
+    # skip: every row that holds the bad image is replaced by another row's whole mosaic, which decodes
+    with trdata.Loader(src, on_error="skip", **kw) as ld:
+        delivered = []
+        for b in ld:
+            delivered += b.indices.tolist()[: b.valid]
+        assert len(delivered) == N
+        parts = ld._native.mosaic_parts(delivered, 0)
+        assert all(bad not in p for p in parts), parts
+        assert ld.stats()["errors_skipped"] >= 1
+
+
+def test_what_mosaic_refuses(coco: tuple[Path, Path], tmp_path: Path) -> None:
+    images, ann = coco
+    for source, why in [
+        (trdata.CocoDetection(images, ann, masks=True), "masks=True"),
+    ]:
+        with pytest.raises(ConfigError) as info:
+            trdata.Loader(source, batch_size=2, transforms=[trdata.Mosaic(S)])
+        assert info.value.parameter == "transforms" and why in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        trdata.Loader(
+            trdata.CocoDetection(images, ann),
+            batch_size=2,
+            transforms=[trdata.Mosaic(S), trdata.RandomIoUCrop(), trdata.CenterCrop(S)],
+        )
+    assert "RandomIoUCrop cannot follow a Mosaic" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        trdata.Loader(
+            trdata.FileList([str(p) for p in sorted(images.iterdir())]),
+            batch_size=2,
+            views=[[trdata.Mosaic(S)], [trdata.Mosaic(S)]],
+        )
+    assert info.value.parameter == "views"
+    # a classification source is allowed: the row keeps its own label
+    paths = [str(p) for p in sorted(images.iterdir())]
+    with trdata.Loader(
+        trdata.FileList(paths, list(range(N))),
+        batch_size=3,
+        transforms=[trdata.Mosaic(S), trdata.CenterCrop(S)],
+        seed=1,
+    ) as ld:
+        seen = {i: int(y) for b in ld for i, y in zip(b.indices.tolist(), np.asarray(b.labels).tolist())}
+    assert seen == {i: i for i in range(N)}
+
+
+def test_detection_mixup_mixes_pixels_concatenates_targets_and_draws_r_from_beta(
+    coco: tuple[Path, Path],
+) -> None:
+    images, ann = coco
+    src = trdata.CocoDetection(images, ann)
+    op = trdata.DetectionMixUp()  # alpha=32, p=1: ultralytics' Beta(32, 32)
+    for dtype in ("uint8", "float32"):
+        kw: dict[str, Any] = dict(
+            batch_size=4,
+            transforms=[trdata.Resize((S, S))],
+            dtype=dtype,
+            layout="NHWC",
+            seed=3,
+            normalize=None,
+        )
+        with trdata.Loader(src, **kw) as plain, trdata.Loader(src, batch_ops=[op], **kw) as mixed:
+            for a, b in zip(plain, mixed):
+                draw = trdata._core.batch_op_draw(
+                    op._spec(), seed=mixed._seed, epoch=b.epoch, batch=mixed._global_batch(b, 0), position=0,
+                    rows=len(a.indices), height=S, width=S,
+                )  # fmt: skip
+                assert draw[0] == 1.0
+                r = draw[1]
+                x = np.asarray(a.images).astype(np.float64)
+                want = r * x + (1 - r) * np.roll(x, 1, axis=0)
+                diff = np.asarray(b.images).astype(np.float64) - want
+                if dtype == "uint8":  # mixed in float32, truncated as ultralytics' astype
+                    assert diff.max() <= 1e-3 and diff.min() > -1.0 - 1e-3
+                else:
+                    assert np.abs(diff).max() < 1e-3
+                for row, t in enumerate(b.targets):
+                    prev = a.targets[row - 1]
+                    own = a.targets[row]
+                    for key in ("boxes", "labels", "iscrowd"):
+                        np.testing.assert_array_equal(
+                            np.asarray(t[key]), np.concatenate([own[key], prev[key]])
+                        )
+                    assert t["image_id"] == own["image_id"]
+    rs = [
+        trdata._core.batch_op_draw(
+            op._spec(), seed=1, epoch=0, batch=b, position=0, rows=4, height=8, width=8
+        )[1]
+        for b in range(10000)
+    ]
+    ks_same(rs, np.random.default_rng(1).beta(32.0, 32.0, 20000).tolist())
+    gates = [
+        trdata._core.batch_op_draw(
+            trdata.DetectionMixUp(p=0.3)._spec(),
+            seed=1,
+            epoch=0,
+            batch=b,
+            position=0,
+            rows=4,
+            height=8,
+            width=8,
+        )[0]
+        for b in range(10000)
+    ]
+    chi2_same(gates, (np.random.default_rng(2).random(20000) < 0.3).astype(float).tolist())
+
+
+def test_detection_mixup_on_torch_tensors_equals_numpy() -> None:
+    """The CUDA loaders' path (torch tensors; run here on CPU tensors) gives the numpy path's images and targets."""
+    torch = pytest.importorskip("torch")
+    from trdata.batch_ops import _detection_mixup
+
+    rng = np.random.default_rng(5)
+    targets = [
+        {
+            "boxes": rng.random((k, 4)).astype(np.float32),
+            "labels": np.arange(k),
+            "size": (8, 8),
+            "image_id": k,
+        }
+        for k in (2, 0, 3)
+    ]
+    t_targets = [
+        {**t, "boxes": torch.from_numpy(t["boxes"]), "labels": torch.from_numpy(t["labels"])} for t in targets
+    ]
+    for dtype in (np.uint8, np.float32):
+        x = (rng.random((3, 8, 8, 3)) * 255).astype(dtype)
+        a, ta = _detection_mixup([1.0, 0.37], x, targets)
+        b, tb = _detection_mixup([1.0, 0.37], torch.from_numpy(x), t_targets)
+        np.testing.assert_array_equal(a, b.numpy())
+        for u, v in zip(ta, tb):
+            np.testing.assert_array_equal(u["boxes"], v["boxes"].numpy())
+            np.testing.assert_array_equal(u["labels"], v["labels"].numpy())
+    same, kept = _detection_mixup([0.0, 0.37], x, targets)  # the gate stayed shut
+    assert same is x and kept is targets
