@@ -29,6 +29,7 @@ from __future__ import annotations
 import numbers
 import operator
 import os
+import re
 from collections.abc import Iterable, Mapping, MappingView, Sequence, Set
 from typing import Any
 
@@ -98,11 +99,15 @@ class Source:
 
 
 class _Files(Source):
-    """Sources of image files: ``paths[i]`` with label ``labels[i]``."""
+    """Sources of image files: ``paths[i]`` with label ``labels[i]``; objects behind URLs when ``_native`` was
+    made for them (``_remote_files``)."""
 
     paths: list[str]
+    _native: _core.NativeSource | None = None
 
     def _native_source(self) -> _core.NativeSource:
+        if self._native is not None:
+            return self._native
         return _core.NativeSource.files(self.paths, self.labels, list(self.classes))
 
     def __repr__(self) -> str:
@@ -130,15 +135,31 @@ class ImageFolder(_Files):
     Names that are not UTF-8 are kept (as ``os.fsdecode`` strings). Scanned once, in parallel, by the Rust
     core; Ctrl-C stops the scan."""
 
-    def __init__(self, root: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> None:
+    def __init__(
+        self,
+        root: str | bytes | os.PathLike[str] | os.PathLike[bytes],
+        *,
+        storage_options: Mapping[str, str | bool | int | float] | None = None,
+    ) -> None:
         try:
-            self.root = os.path.expanduser(os.fsdecode(root))
+            self.root = os.fsdecode(root)
         except TypeError:
             raise ConfigError(
                 f"invalid root: {root!r} must be a path (str, bytes or os.PathLike), not a {type(root).__name__}",
                 parameter="root",
             ) from None
-        self.paths, self.labels, self.classes = _core.scan_image_folder(self.root)
+        options = _storage_options(storage_options)
+        if _is_url(self.root):
+            # a bucket prefix: listed once, torchvision's rules over the keys (source/remote.rs)
+            self.paths, self.labels, self.classes, sizes, etags = _core.scan_object_folder(self.root, options)
+            self._native = _core.NativeSource.remote_files(
+                self.paths, self.labels, list(self.classes), options, sizes, etags
+            )
+        else:
+            if storage_options is not None:
+                _core.storage_check_target(self.root, options)  # the core's rule: options need URLs
+            self.root = os.path.expanduser(self.root)
+            self.paths, self.labels, self.classes = _core.scan_image_folder(self.root)
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
 
 
@@ -163,6 +184,7 @@ class FileList(_Files):
         labels: Any = None,
         classes: Iterable[str] = (),
         extras: Mapping[str, Sequence[Any]] | None = None,
+        storage_options: Mapping[str, str | bool | int | float] | None = None,
     ) -> None:
         self.paths = _check_paths(paths)
         self._extras = check_extras(extras, len(self.paths))
@@ -173,6 +195,46 @@ class FileList(_Files):
         # the list's rules (non-empty, usable paths, one label per path) are the core's
         _core.check_file_list(self.paths, len(self.labels))
         self.classes, self.class_to_idx = _class_names(classes)
+        options = _storage_options(storage_options)
+        remote = [_is_url(p) for p in self.paths]
+        if any(remote):
+            if not all(remote):
+                i, j = remote.index(False), remote.index(True)
+                raise _paths_error(
+                    f"local paths and URLs must not be mixed ({self.paths[i]!r}, element {i}, and "
+                    f"{self.paths[j]!r}, element {j})"
+                )
+            self._native = _core.NativeSource.remote_files(self.paths, self.labels, list(self.classes), options)
+        elif storage_options is not None:
+            _core.storage_check_target(self.paths[0], options)  # the core's rule: options need URLs
+
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _is_url(path: str) -> bool:
+    """``scheme://…`` (the core checks the rest; ``file://`` is a local path there)."""
+    return bool(_URL.match(path)) and not path.startswith("file://")
+
+
+def _storage_options(value: Any) -> Any:
+    """``storage_options`` as the core takes it (a dict; anything else goes on for the core to refuse)."""
+    return dict(value) if isinstance(value, Mapping) else value
+
+
+def refuse_url(source: str, parameter: str, value: Any, storage_options: Any) -> None:
+    """Sources whose files are read by Python (annotations, the classic datasets' formats) read local files only:
+    a URL in ``parameter`` or any ``storage_options`` is a ``ConfigError`` that says to pack the data first."""
+    text = os.fsdecode(value) if isinstance(value, (str, bytes, os.PathLike)) else ""
+    if storage_options is None and not _is_url(text):
+        return
+    what = f"{text!r} is a URL" if _is_url(text) else "storage_options were given"
+    raise ConfigError(
+        f"invalid {parameter if _is_url(text) else 'storage_options'}: {what}, but {source} reads local files "
+        f"only; pack it first (trdata.pack({source}(...), 's3://bucket/x.trd')) and read it with trdata.Packed, "
+        "or copy the files locally",
+        parameter=parameter if _is_url(text) else "storage_options",
+    )
 
 
 def _named_targets(targets: Any, classes: Any) -> Any:
