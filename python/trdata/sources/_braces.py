@@ -136,10 +136,11 @@ def _int_range(start_s: str, end_s: str, step_s: str | None) -> list[str]:
     start, end = int(start_s), int(end_s)
     if _count(start, end, step) > MAX_SHARDS:
         raise ConfigError(
-            f"invalid shards: {{{start_s}..{end_s}}} is more than {MAX_SHARDS} shard names", parameter="shards"
+            f"invalid shards: {{{start_s}..{end_s}}} is more than {MAX_SHARDS} shard names",
+            parameter="shards",
         )
     r = range(start, end + 1, step) if start < end else range(start, end - 1, -step)
-    return ["%0*d" % (width, i) for i in r]
+    return [str(i).zfill(width) for i in r]  # "-1" → "-01" as printf's %0*d
 
 
 def _char_range(start_s: str, end_s: str, step_s: str | None) -> list[str]:

@@ -204,7 +204,9 @@ class FileList(_Files):
                     f"local paths and URLs must not be mixed ({self.paths[i]!r}, element {i}, and "
                     f"{self.paths[j]!r}, element {j})"
                 )
-            self._native = _core.NativeSource.remote_files(self.paths, self.labels, list(self.classes), options)
+            self._native = _core.NativeSource.remote_files(
+                self.paths, self.labels, list(self.classes), options
+            )
         elif storage_options is not None:
             _core.storage_check_target(self.paths[0], options)  # the core's rule: options need URLs
 

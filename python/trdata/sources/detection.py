@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .. import _core
-from .base import Source
+from .base import Source, refuse_url
 
 #: Keys of one image's target (``batch.targets[i]``).
 TARGET_KEYS = ("boxes", "labels", "iscrowd", "image_id", "orig_size", "size", "masks", "keypoints")
@@ -44,8 +44,12 @@ class CocoDetection(Source):
         *,
         masks: bool = False,
         keypoints: bool = False,
+        storage_options: Any = None,
     ) -> None:
         from .._args import _bool_arg
+
+        refuse_url("CocoDetection", "root", root, storage_options)
+        refuse_url("CocoDetection", "ann_file", ann_file, None)
 
         self.root = os.fspath(root)
         self.ann_file = os.fspath(ann_file)

@@ -39,7 +39,7 @@ import numpy as np
 
 from .. import _core
 from ..errors import ConfigError, SourceError
-from .base import Source
+from .base import Source, refuse_url
 from .targets import list_files, move_boxes, opt_str, path_arg, pillow, read_header
 
 #: ultralytics' ``IMG_FORMATS`` that trdata decodes (dng, mpo, pfm and heic are not listed).
@@ -210,7 +210,9 @@ class YoloDetection(Source):
         split: str | None = None,
         *,
         classes: Sequence[str] | Mapping[int, str] | None = None,
+        storage_options: Any = None,
     ) -> None:
+        refuse_url("YoloDetection", "root", root, storage_options)
         self.root = path_arg(root, "root")
         self.split = opt_str(split, "split")
         self.classes = _class_names(classes)
