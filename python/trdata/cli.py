@@ -166,9 +166,8 @@ def _storage_options(args: argparse.Namespace) -> dict[str, str] | None:
 
 
 def _is_url(text: str) -> bool:
-    from .sources.base import _is_url as is_url
-
-    return is_url(text)
+    """Whether ``text`` is a URL (checked by the core: an object, or a prefix when it ends in ``/``)."""
+    return bool(_core.check_locations("path", [text], prefixes=text.endswith("/")))
 
 
 def _open_source(src: str, options: dict[str, str] | None = None) -> Any:

@@ -14,12 +14,12 @@ use super::bench::run_interruptibly;
 use super::errors::IntoPyResult;
 use super::source::NativeSource;
 use crate::error::TrdataError;
-use crate::storage::{Location, ObjectReader};
 use crate::pack::{MAX_SIDE, PackConfig, QUALITY, SHORT_SIDE, pack_with_extras as write_pack, verify_at};
 use crate::plan::claim::WORKERS;
 use crate::source::packed::{BLOCK_BYTES, PackedIndex, RecordFormat, SUBSAMPLING_NAMES};
 use crate::source::packed::{FLAG_CMYK, FLAG_LOSSLESS, FLAG_PROGRESSIVE};
 use crate::source::packed_extras::ExtraKind;
+use crate::storage::{Location, ObjectReader};
 use numpy::PyArray1;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -58,7 +58,11 @@ fn progress_tick<'a>(
 }
 
 /// The packed file `path` (a local path or a URL, storage/) opened with `storage_options`.
-fn open_reader(py: Python<'_>, path: &std::path::Path, storage_options: Option<&Bound<'_, PyAny>>) -> PyResult<ObjectReader> {
+fn open_reader(
+    py: Python<'_>,
+    path: &std::path::Path,
+    storage_options: Option<&Bound<'_, PyAny>>,
+) -> PyResult<ObjectReader> {
     let location = Location::parse("path", path).py_err()?;
     let options = storage_options.map(super::source::storage_options_arg).transpose()?.unwrap_or_default();
     py.detach(|| ObjectReader::open(&location, &options)).py_err()

@@ -27,13 +27,45 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(storage_check_target, m)?)?;
     m.add_function(wrap_pyfunction!(storage_upload, m)?)?;
     m.add_function(wrap_pyfunction!(scan_object_folder, m)?)?;
+    m.add_function(wrap_pyfunction!(expand_shards, m)?)?;
+    m.add_function(wrap_pyfunction!(check_locations, m)?)?;
+    m.add_function(wrap_pyfunction!(check_local_only, m)?)?;
     m.add_class::<RemoteFile>()?;
     Ok(())
+}
+
+/// The shard names of webdataset's pattern `pattern` (source/braces.rs).
+#[pyfunction]
+fn expand_shards(pattern: &str) -> PyResult<Vec<String>> {
+    crate::source::braces::expand_shards(pattern).py_err()
+}
+
+/// Check a source's `paths` (parameter `parameter`) with `storage_options` (storage/locations.rs): all local or
+/// all valid URLs, options only with URLs. Returns whether they are URLs.
+#[pyfunction]
+#[pyo3(signature = (parameter, paths, storage_options = None, prefixes = false))]
+fn check_locations(
+    parameter: &str,
+    paths: Vec<PathBuf>,
+    storage_options: Option<&Bound<'_, PyAny>>,
+    prefixes: bool,
+) -> PyResult<bool> {
+    let opts = options(storage_options)?;
+    crate::storage::locations::check_locations(parameter, &paths, &opts, prefixes).py_err()
+}
+
+/// A Python-read source (`source`) refuses a URL in `parameter` and any `storage_options` (storage/locations.rs).
+#[pyfunction]
+fn check_local_only(source: &str, parameter: &str, path: PathBuf, options_given: bool) -> PyResult<()> {
+    crate::storage::locations::local_only(source, parameter, &path, options_given).py_err()
 }
 
 fn options(value: Option<&Bound<'_, PyAny>>) -> PyResult<StorageOptions> {
     Ok(value.map(storage_options_arg).transpose()?.unwrap_or_default())
 }
+
+/// One listed object as Python gets it: (url, relative key, size, etag).
+type ListedRow = (String, String, u64, Option<String>);
 
 /// Every object under the URL `prefix` (recursive): (url, key relative to the prefix, size, etag or None).
 #[pyfunction]
@@ -42,16 +74,10 @@ fn storage_list(
     py: Python<'_>,
     prefix: PathBuf,
     storage_options: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Vec<(String, String, u64, Option<String>)>> {
+) -> PyResult<Vec<ListedRow>> {
     let location = Location::parse_prefix("path", &prefix).py_err()?;
-    if !location.is_remote() {
-        return Err(super::errors::to_py(crate::error::TrdataError::config(
-            "path",
-            format!("{} must be a URL of a bucket prefix (s3://bucket/prefix/, gs://, az://)", prefix.display()),
-        )));
-    }
     let opts = options(storage_options)?;
-    let listed = py.detach(|| list::list_prefix(&location, &opts)).py_err()?;
+    let listed = py.detach(|| list::list_prefix("path", &location, &opts)).py_err()?;
     Ok(listed.into_iter().map(|l| (l.url, l.relative, l.size, l.e_tag)).collect())
 }
 
@@ -62,12 +88,6 @@ fn storage_list(
 fn storage_check_target(path: PathBuf, storage_options: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
     let location = Location::parse("path", &path).py_err()?;
     let opts = options(storage_options)?;
-    if !location.is_remote() && !opts.is_empty() {
-        return Err(super::errors::to_py(crate::error::TrdataError::config(
-            crate::storage::STORAGE_OPTIONS,
-            format!("apply to URLs (s3://, gs://, az://), not the local path {}", path.display()),
-        )));
-    }
     upload::check_target("path", &location, &opts).py_err()?;
     Ok(location.is_remote())
 }
@@ -91,7 +111,7 @@ fn storage_upload(
     let work = {
         let (cancel, sent) = (Arc::clone(&cancel), Arc::clone(&sent));
         move || {
-            upload::upload_file(&file, &location, &opts, &|n| {
+            upload::upload_file("path", &file, &location, &opts, &|n| {
                 sent.store(n, Ordering::Relaxed);
                 !cancel.load(Ordering::Relaxed)
             })

@@ -10,6 +10,7 @@
 
 pub mod annotations;
 mod block_cache;
+pub mod braces;
 pub mod external;
 mod image_folder;
 pub mod packed;

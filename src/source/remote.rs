@@ -126,6 +126,9 @@ pub fn end_read_ahead() {
     AHEAD.with(|q| q.borrow_mut().clear());
 }
 
+/// The `root` parameter's name (ImageFolder's prefix).
+const ROOT: &str = "root";
+
 /// The `paths` parameter's name.
 const PATHS: &str = "paths";
 
@@ -135,7 +138,11 @@ pub fn object_files(specs: Vec<ObjectSpec>, labels: Vec<i64>, options: &StorageO
     if specs.is_empty() || specs.len() > u32::MAX as usize || labels.len() != specs.len() {
         return Err(TrdataError::config(
             PATHS,
-            format!("{} URLs must be at least one, fewer than 2**32, with one label each ({} labels)", specs.len(), labels.len()),
+            format!(
+                "{} URLs must be at least one, fewer than 2**32, with one label each ({} labels)",
+                specs.len(),
+                labels.len()
+            ),
         ));
     }
     let set = ObjectSet::new(PATHS, specs, options)?;
@@ -172,9 +179,13 @@ pub fn object_spans(
 /// The objects of an ImageFolder under `prefix` (module docs, "Folders"): (specs, labels, classes). A prefix
 /// with no class folder, or a class without an image, is a `SourceError` naming the prefix.
 pub fn object_folder(prefix: &Location, options: &StorageOptions) -> Result<(Vec<ObjectSpec>, Vec<i64>, Vec<String>)> {
-    let listed = list::list_prefix(prefix, options)?;
-    let name = prefix.name();
-    let fail = |m: String| TrdataError::Source { path: name.clone(), message: m };
+    let listed = list::list_prefix(ROOT, prefix, options)?;
+    folder_layout(&listed, &prefix.name())
+}
+
+/// [`object_folder`]'s rules applied to a listing of the prefix `name`.
+fn folder_layout(listed: &[list::Listed], name: &std::path::Path) -> Result<(Vec<ObjectSpec>, Vec<i64>, Vec<String>)> {
+    let fail = |m: String| TrdataError::Source { path: name.to_path_buf(), message: m };
     // class → [(folder below the class, file name, object)]
     let mut classes: BTreeMap<String, Vec<(String, String, usize)>> = BTreeMap::new();
     for (k, obj) in listed.iter().enumerate() {
@@ -216,4 +227,56 @@ pub fn object_folder(prefix: &Location, options: &StorageOptions) -> Result<(Vec
         }
     }
     Ok((specs, labels, names))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listed(keys: &[&str]) -> Vec<list::Listed> {
+        keys.iter()
+            .map(|k| list::Listed {
+                url: format!("s3://b/root/{k}"),
+                relative: (*k).to_string(),
+                size: k.len() as u64,
+                e_tag: Some(format!("\"{k}\"")),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_listed_prefix_follows_torchvisions_folder_rules() {
+        // keys in the store's (byte) order; torchvision walks "dog" before "dog/a b" before "dog/a/…"
+        let keys = [
+            "README.md",
+            "cat/1.JPG",
+            "cat/0.jpg",
+            "cat/notes.txt",
+            "dog/a/x.png",
+            "dog/a b/y.png",
+            "dog/z.jpeg",
+            "dog/",
+            "Zebra/q.webp",
+        ];
+        let (specs, labels, classes) = folder_layout(&listed(&keys), std::path::Path::new("s3://b/root/")).unwrap();
+        assert_eq!(classes, ["Zebra", "cat", "dog"]);
+        let rel: Vec<&str> = specs.iter().map(|s| s.url.strip_prefix("s3://b/root/").unwrap()).collect();
+        assert_eq!(rel, ["Zebra/q.webp", "cat/0.jpg", "cat/1.JPG", "dog/z.jpeg", "dog/a b/y.png", "dog/a/x.png"]);
+        assert_eq!(labels, [0, 1, 1, 2, 2, 2]);
+        assert_eq!((specs[1].size, specs[1].e_tag.as_deref()), (Some(9), Some("\"cat/0.jpg\"")));
+    }
+
+    #[test]
+    fn an_empty_prefix_or_an_empty_class_is_a_source_error_naming_the_prefix() {
+        let root = std::path::Path::new("s3://b/root/");
+        for (keys, why) in [(&["a.jpg"][..], "no class folders"), (&["c/x.jpg", "d/readme.txt"][..], "classes d")] {
+            match folder_layout(&listed(keys), root) {
+                Err(TrdataError::Source { path, message }) => {
+                    assert_eq!(path, root);
+                    assert!(message.contains(why), "{message}");
+                }
+                other => panic!("expected a SourceError, got {other:?}"),
+            }
+        }
+    }
 }

@@ -27,14 +27,25 @@ pub struct Listed {
 
 /// Every object under `prefix` (a URL from [`Location::parse_prefix`]), read with `options`. A missing bucket or
 /// refused credentials are a `SourceError` naming the prefix; an empty prefix is an empty list (the caller says
-/// what it expected).
-pub fn list_prefix(prefix: &Location, options: &StorageOptions) -> Result<Vec<Listed>> {
+/// what it expected). A local path is a `ConfigError` naming `parameter`.
+pub fn list_prefix(parameter: &str, prefix: &Location, options: &StorageOptions) -> Result<Vec<Listed>> {
     let Location::Url { scheme, url } = prefix else {
-        return Err(TrdataError::config("path", format!("{} is not a URL to list", prefix.name().display())));
+        return Err(TrdataError::config(
+            parameter,
+            format!(
+                "{} must be the URL of a bucket prefix (s3://bucket/prefix/, gs://, az://)",
+                prefix.name().display()
+            ),
+        ));
     };
     let policy = RetryPolicy::from_options(options)?;
     let source = |message: String| TrdataError::Source { path: url.as_str().into(), message };
-    let recipe = StoreRecipe { scheme: *scheme, url: url.clone(), options: store_options(*scheme, options)?, timeout: policy.timeout };
+    let recipe = StoreRecipe {
+        scheme: *scheme,
+        url: url.clone(),
+        options: store_options(*scheme, options)?,
+        timeout: policy.timeout,
+    };
     let client = ForkSafeClient::new(recipe)?;
     let store = client.get().map_err(|e| source(e.message))?;
     let (_, path) = ObjectStoreScheme::parse(url).map_err(|e| source(format!("is not a bucket URL: {e}")))?;

@@ -34,6 +34,7 @@
 
 pub mod list;
 pub mod local;
+pub mod locations;
 pub mod objects;
 mod remote;
 pub mod upload;

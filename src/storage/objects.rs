@@ -128,7 +128,13 @@ impl ObjectSet {
     }
 
     /// Object `k` (or `range` of it) into `buf`, blocking: [`Self::start`] then wait.
-    pub fn read(self: &Arc<Self>, k: usize, range: Option<(u64, u64)>, limit_bytes: u64, buf: &mut Vec<u8>) -> Result<(), ImageError> {
+    pub fn read(
+        self: &Arc<Self>,
+        k: usize,
+        range: Option<(u64, u64)>,
+        limit_bytes: u64,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), ImageError> {
         self.start(k, range, limit_bytes).wait(buf)
     }
 

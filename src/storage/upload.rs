@@ -24,13 +24,25 @@ pub const PART_BYTES: usize = 8 << 20;
 pub const PARTS_IN_FLIGHT: usize = 4;
 
 /// Check that `location` (the user's `parameter`) can be written, before any work: a URL of a store that takes
-/// uploads (not plain HTTP), with `options` valid for it. A local path is fine here (the packer checks it).
+/// uploads (not plain HTTP), with `options` valid for it. A local path is fine here (the packer checks it), but
+/// not with options.
 pub fn check_target(parameter: &str, location: &Location, options: &StorageOptions) -> Result<()> {
-    let Location::Url { scheme, url } = location else { return Ok(()) };
+    let Location::Url { scheme, url } = location else {
+        if !options.is_empty() {
+            return Err(TrdataError::config(
+                super::STORAGE_OPTIONS,
+                format!("apply to URLs (s3://, gs://, az://), not the local path {}", location.name().display()),
+            ));
+        }
+        return Ok(());
+    };
     if *scheme == Scheme::Http {
         return Err(TrdataError::config(
             parameter,
-            format!("{:?} is a plain HTTP(S) URL, which trdata reads but cannot write: pack to s3://, gs:// or az://", url.as_str()),
+            format!(
+                "{:?} is a plain HTTP(S) URL, which trdata reads but cannot write: pack to s3://, gs:// or az://",
+                url.as_str()
+            ),
         ));
     }
     RetryPolicy::from_options(options)?;
@@ -38,22 +50,28 @@ pub fn check_target(parameter: &str, location: &Location, options: &StorageOptio
     Ok(())
 }
 
-/// Upload the local file `file` to `location` (a URL that passed [`check_target`]) as one multipart upload
-/// (module docs). `progress(bytes_sent)` is called after each part is handed over; false cancels (the upload is
-/// aborted). Returns the bytes uploaded.
+/// Upload the local file `file` to `location` (a URL that passed [`check_target`] for `parameter`) as one
+/// multipart upload (module docs). `progress(bytes_sent)` is called after each part is handed over; false cancels
+/// (the upload is aborted). Returns the bytes uploaded.
 pub fn upload_file(
+    parameter: &str,
     file: &Path,
     location: &Location,
     options: &StorageOptions,
     progress: &dyn Fn(u64) -> bool,
 ) -> Result<u64> {
-    check_target("path", location, options)?;
+    check_target(parameter, location, options)?;
     let Location::Url { scheme, url } = location else {
-        return Err(TrdataError::config("path", format!("{} is not a URL to upload to", location.name().display())));
+        return Err(TrdataError::config(parameter, format!("{} is not a URL to upload to", location.name().display())));
     };
     let fail = |message: String| TrdataError::Source { path: url.as_str().into(), message };
     let policy = RetryPolicy::from_options(options)?;
-    let recipe = StoreRecipe { scheme: *scheme, url: url.clone(), options: store_options(*scheme, options)?, timeout: policy.timeout };
+    let recipe = StoreRecipe {
+        scheme: *scheme,
+        url: url.clone(),
+        options: store_options(*scheme, options)?,
+        timeout: policy.timeout,
+    };
     let retry = RetryConfig {
         max_retries: policy.max_retries as usize,
         retry_timeout: Duration::from_secs(3600),
@@ -71,8 +89,10 @@ pub fn upload_file(
         let mut sent = 0u64;
         let outcome: Result<()> = async {
             loop {
-                let n = read_full(&mut src, &mut buf)
-                    .map_err(|e| TrdataError::Source { path: file.to_path_buf(), message: format!("cannot be read: {e}") })?;
+                let n = read_full(&mut src, &mut buf).map_err(|e| TrdataError::Source {
+                    path: file.to_path_buf(),
+                    message: format!("cannot be read: {e}"),
+                })?;
                 if n == 0 {
                     return Ok(());
                 }
@@ -90,7 +110,10 @@ pub fn upload_file(
         .await;
         match outcome {
             Ok(()) => {
-                writer.finish().await.map_err(|e| fail(format!("the upload did not complete (nothing was written at the key): {e}")))?;
+                writer
+                    .finish()
+                    .await
+                    .map_err(|e| fail(format!("the upload did not complete (nothing was written at the key): {e}")))?;
                 Ok(sent)
             }
             Err(e) => {

@@ -609,9 +609,9 @@ fn attempt_sample(
             .and_then(|()| decode_read(ctx, t0, scratch, file_buf, key, dst, gpu)),
         Store::Spans(s) => read_span(&s.files[s.file[i] as usize], s.offset[i], s.len[i], MAX_FILE_BYTES, file_buf)
             .and_then(|()| decode_read(ctx, t0, scratch, file_buf, key, dst, gpu)),
-        Store::Remote(r) => r
-            .read(i, MAX_FILE_BYTES, file_buf)
-            .and_then(|()| decode_read(ctx, t0, scratch, file_buf, key, dst, gpu)),
+        Store::Remote(r) => {
+            r.read(i, MAX_FILE_BYTES, file_buf).and_then(|()| decode_read(ctx, t0, scratch, file_buf, key, dst, gpu))
+        }
         Store::Blobs(blobs) => decode_read(ctx, t0, scratch, &blobs[i], key, dst, gpu),
         Store::Pixels(array) => ctx.pipeline.process_pixels(scratch, array, i, key, dst).map(Some),
         Store::Packed(p) => packed_sample(job, p, i, t0, scratch, file_buf, key, dst, gpu),

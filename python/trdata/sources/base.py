@@ -29,7 +29,6 @@ from __future__ import annotations
 import numbers
 import operator
 import os
-import re
 from collections.abc import Iterable, Mapping, MappingView, Sequence, Set
 from typing import Any
 
@@ -149,15 +148,13 @@ class ImageFolder(_Files):
                 parameter="root",
             ) from None
         options = _storage_options(storage_options)
-        if _is_url(self.root):
+        if _core.check_locations("root", [self.root], options, prefixes=True):
             # a bucket prefix: listed once, torchvision's rules over the keys (source/remote.rs)
             self.paths, self.labels, self.classes, sizes, etags = _core.scan_object_folder(self.root, options)
             self._native = _core.NativeSource.remote_files(
                 self.paths, self.labels, list(self.classes), options, sizes, etags
             )
         else:
-            if storage_options is not None:
-                _core.storage_check_target(self.root, options)  # the core's rule: options need URLs
             self.root = os.path.expanduser(self.root)
             self.paths, self.labels, self.classes = _core.scan_image_folder(self.root)
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
@@ -196,27 +193,10 @@ class FileList(_Files):
         _core.check_file_list(self.paths, len(self.labels))
         self.classes, self.class_to_idx = _class_names(classes)
         options = _storage_options(storage_options)
-        remote = [_is_url(p) for p in self.paths]
-        if any(remote):
-            if not all(remote):
-                i, j = remote.index(False), remote.index(True)
-                raise _paths_error(
-                    f"local paths and URLs must not be mixed ({self.paths[i]!r}, element {i}, and "
-                    f"{self.paths[j]!r}, element {j})"
-                )
+        if _core.check_locations("paths", self.paths, options):  # all URLs (or all local)
             self._native = _core.NativeSource.remote_files(
                 self.paths, self.labels, list(self.classes), options
             )
-        elif storage_options is not None:
-            _core.storage_check_target(self.paths[0], options)  # the core's rule: options need URLs
-
-
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-
-
-def _is_url(path: str) -> bool:
-    """``scheme://…`` (the core checks the rest; ``file://`` is a local path there)."""
-    return bool(_URL.match(path)) and not path.startswith("file://")
 
 
 def _storage_options(value: Any) -> Any:
@@ -226,17 +206,12 @@ def _storage_options(value: Any) -> Any:
 
 def refuse_url(source: str, parameter: str, value: Any, storage_options: Any) -> None:
     """Sources whose files are read by Python (annotations, the classic datasets' formats) read local files only:
-    a URL in ``parameter`` or any ``storage_options`` is a ``ConfigError`` that says to pack the data first."""
-    text = os.fsdecode(value) if isinstance(value, (str, bytes, os.PathLike)) else ""
-    if storage_options is None and not _is_url(text):
-        return
-    what = f"{text!r} is a URL" if _is_url(text) else "storage_options were given"
-    raise ConfigError(
-        f"invalid {parameter if _is_url(text) else 'storage_options'}: {what}, but {source} reads local files "
-        f"only; pack it first (trdata.pack({source}(...), 's3://bucket/x.trd')) and read it with trdata.Packed, "
-        "or copy the files locally",
-        parameter=parameter if _is_url(text) else "storage_options",
-    )
+    a URL in ``parameter`` or any ``storage_options`` is the core's ``ConfigError`` saying to pack the data first
+    (storage/locations.rs). A value that is no path is left to the source's own checks."""
+    if isinstance(value, (str, bytes, os.PathLike)):
+        _core.check_local_only(source, parameter, os.fsdecode(os.fspath(value)), storage_options is not None)
+    elif storage_options is not None:
+        _core.check_local_only(source, parameter, "", True)
 
 
 def _named_targets(targets: Any, classes: Any) -> Any:

@@ -59,8 +59,7 @@ import numpy as np
 
 from .. import _core
 from ..errors import ConfigError, DecodeError, SourceError, _shown
-from ._braces import expand_shards
-from .base import Source, _class_names, _is_url
+from .base import Source, _class_names
 from .extras import MAX_EXTRA_BYTES, decode, kind_of_extension, stack_extras
 
 #: Image extensions tried, in this order, when ``image_key`` is not given.
@@ -322,7 +321,7 @@ class WebDataset(Source):
 
     ``shards``: a list of paths or URLs, or one ``str`` that is expanded as webdataset expands it (brace
     patterns such as ``"train-{000000..000127}.tar"``, ``{a,b}``, several braces, ``::`` between patterns;
-    ``sources/_braces.py``). URLs (``s3://``, ``gs://``, ``az://``, ``http(s)://``) are read with
+    the core's ``src/source/braces.rs``). URLs (``s3://``, ``gs://``, ``az://``, ``http(s)://``) are read with
     ``storage_options`` (as ``Packed``'s): each shard is opened (a HEAD: its size and ETag), its index is built
     from one pass over it in ranged GETs of ``REMOTE_CHUNK_BYTES`` (tar headers parsed as they pass, member data
     skipped or discarded) and cached like a local shard's, keyed by the URL, size and ETag (no ETag: not cached);
@@ -352,25 +351,16 @@ class WebDataset(Source):
         storage_options: Any = None,
     ) -> None:
         if isinstance(shards, str):
-            shards = expand_shards(shards)  # a pattern, as webdataset expands it
+            shards = _core.expand_shards(shards)  # a pattern, as webdataset expands it
         elif isinstance(shards, (bytes, os.PathLike)):
             shards = [shards]  # one shard, as webdataset accepts
         # bytes paths as str: the index file's identity (JSON) names the shard
         self.shards = [os.fsdecode(os.fspath(s)) for s in shards]
-        remote = [_is_url(s) for s in self.shards]
-        if any(remote) and not all(remote):
-            raise ConfigError(
-                "invalid shards: local paths and URLs must not be mixed in one WebDataset "
-                f"({self.shards[remote.index(False)]!r} and {self.shards[remote.index(True)]!r})",
-                parameter="shards",
-            )
         self._options = dict(storage_options) if isinstance(storage_options, Mapping) else storage_options
         #: Per shard, its ``_core.RemoteFile`` (opened: size and ETag) when the shards are URLs.
         self._remote: list[Any] = []
-        if self.shards and all(remote):
+        if _core.check_locations("shards", self.shards, self._options):  # all URLs (or all local)
             self._remote = [_core.RemoteFile(s, self._options) for s in self.shards]
-        elif storage_options is not None and self.shards:
-            _core.storage_check_target(self.shards[0], self._options)  # the core's rule: options need URLs
         self._remote_of = dict(zip(self.shards, self._remote))
         self.image_key, self.target_key = image_key, target_key
         self.extra_keys = _extra_keys(extras)
