@@ -254,6 +254,7 @@ mod tests {
             "cat/notes.txt",
             "dog/a/x.png",
             "dog/a b/y.png",
+            "dog/a/sub/w.png",
             "dog/z.jpeg",
             "dog/",
             "Zebra/q.webp",
@@ -261,8 +262,11 @@ mod tests {
         let (specs, labels, classes) = folder_layout(&listed(&keys), std::path::Path::new("s3://b/root/")).unwrap();
         assert_eq!(classes, ["Zebra", "cat", "dog"]);
         let rel: Vec<&str> = specs.iter().map(|s| s.url.strip_prefix("s3://b/root/").unwrap()).collect();
-        assert_eq!(rel, ["Zebra/q.webp", "cat/0.jpg", "cat/1.JPG", "dog/z.jpeg", "dog/a b/y.png", "dog/a/x.png"]);
-        assert_eq!(labels, [0, 1, 1, 2, 2, 2]);
+        assert_eq!(
+            rel,
+            ["Zebra/q.webp", "cat/0.jpg", "cat/1.JPG", "dog/z.jpeg", "dog/a/x.png", "dog/a b/y.png", "dog/a/sub/w.png"]
+        );
+        assert_eq!(labels, [0, 1, 1, 2, 2, 2, 2]);
         assert_eq!((specs[1].size, specs[1].e_tag.as_deref()), (Some(9), Some("\"cat/0.jpg\"")));
     }
 
