@@ -7,7 +7,7 @@
 //! Each read is a GET (of the whole object, or of a byte range) under the same rules as `remote.rs`'s reads —
 //! one attempt per request under the `timeout` deadline, transient faults (connection, timeout, 5xx, 408/429, a
 //! short body) retried with the [`RetryPolicy`]'s exponential backoff and jitter, everything else permanent at
-//! once (`remote::classify` is the one classification). What is known of an object when the set is made (its
+//! once (`remote::classify` and `remote::after_failure` are the one classification and retry rule). What is known of an object when the set is made (its
 //! size and ETag, from a listing or a HEAD) is checked on every read: the GET carries the ETag as If-Match and a
 //! size that differs is a permanent error ("changed since it was listed"), never bytes of another version. A
 //! size is checked against the caller's limit before the buffer is allocated.
@@ -16,7 +16,7 @@
 //! started in a process that forks is simply never waited for in the child (its worker threads do not exist
 //! there); the child starts its own tasks on its own runtime.
 
-use super::remote::{Fault, ForkSafeClient, StoreRecipe, classify, runtime, store_options};
+use super::remote::{Fault, ForkSafeClient, StoreRecipe, after_failure, classify, runtime, store_options};
 use super::{Location, RetryPolicy, StorageCounters, StorageOptions, StorageStats};
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
 use futures_util::StreamExt;
@@ -186,19 +186,10 @@ impl ObjectSet {
                 Ok(Err(f)) => f,
                 Err(_) => Fault::Transient(format!("no complete answer within {:?}", policy.timeout)),
             };
-            match fault {
-                Fault::Permanent(m) => return Err(io(format!("{what}{m}"))),
-                Fault::Transient(m) if k >= policy.max_retries => {
-                    return Err(io(format!(
-                        "{what}failed {} time{} (max_retries={}); the last attempt: {m}",
-                        k + 1,
-                        if k == 0 { "" } else { "s" },
-                        policy.max_retries
-                    )));
-                }
-                Fault::Transient(_) => {
-                    self.counters.retry();
-                    tokio::time::sleep(policy.backoff(k)).await;
+            match after_failure(policy, &self.counters, k, fault) {
+                Err(m) => return Err(io(format!("{what}{m}"))),
+                Ok(backoff) => {
+                    tokio::time::sleep(backoff).await;
                     k += 1;
                 }
             }

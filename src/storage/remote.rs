@@ -129,20 +129,34 @@ pub(super) fn retrying<T>(
         counters.request();
         match once() {
             Ok(v) => return Ok(v),
-            Err(Fault::Permanent(m)) => return Err(m),
-            Err(Fault::Transient(m)) if k >= policy.max_retries => {
-                return Err(format!(
-                    "failed {} time{} (max_retries={}); the last attempt: {m}",
-                    k + 1,
-                    if k == 0 { "" } else { "s" },
-                    policy.max_retries
-                ));
-            }
-            Err(Fault::Transient(_)) => {
-                counters.retry();
-                std::thread::sleep(policy.backoff(k));
+            Err(fault) => {
+                std::thread::sleep(after_failure(policy, counters, k, fault)?);
                 k += 1;
             }
+        }
+    }
+}
+
+/// The retry rule, for [`retrying`] and for the concurrent reads' loop (objects.rs): after attempt `k` (0-based)
+/// failed with `fault`, Err(the message) to give up — a permanent fault, or a transient one past `max_retries` —
+/// or Ok(the backoff to sleep before the next attempt), counted as a retry.
+pub(super) fn after_failure(
+    policy: &RetryPolicy,
+    counters: &StorageCounters,
+    k: u32,
+    fault: Fault,
+) -> std::result::Result<Duration, String> {
+    match fault {
+        Fault::Permanent(m) => Err(m),
+        Fault::Transient(m) if k >= policy.max_retries => Err(format!(
+            "failed {} time{} (max_retries={}); the last attempt: {m}",
+            k + 1,
+            if k == 0 { "" } else { "s" },
+            policy.max_retries
+        )),
+        Fault::Transient(_) => {
+            counters.retry();
+            Ok(policy.backoff(k))
         }
     }
 }
