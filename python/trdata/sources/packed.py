@@ -140,14 +140,15 @@ def pack(
     if _core.storage_check_target(dst, options):  # a URL: pack here, then upload (checked before any work)
         with tempfile.TemporaryDirectory(prefix="trdata-pack-") as staging:
             local = os.path.join(staging, "pack.trd")
-            kw = dict(reencode=reencode, workers=workers, progress=progress, block_bytes=block_bytes)
-            result = pack(source, local, **kw)  # type: ignore[arg-type]
+            packed = pack(
+                source, local, reencode=reencode, workers=workers, progress=progress, block_bytes=block_bytes
+            )
             report, close = progress_callback(progress, f"uploading {os.path.basename(dst)}", "B")
             try:
                 _core.storage_upload(local, dst, options, report)
             finally:
                 close()
-        return result
+        return packed
     report, close = progress_callback(progress, f"packing {os.path.basename(dst)}", "rec")
     raised: list[BaseException] = []
 

@@ -535,7 +535,7 @@ class WebDataset(Source):
         digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:40]
         return os.path.join(self.cache_dir, f"{digest}.json")
 
-    def _scan(self, shard: str, f: IO[bytes], file_size: int) -> Iterator[_Sample]:
+    def _scan(self, shard: str, f: IO[bytes] | _RemoteStream, file_size: int) -> Iterator[_Sample]:
         """The index of one shard from its tar headers (the cache's source of truth)."""
         wanted = IMAGE_KEYS if self.image_key is None else tuple(self.image_key.split(";"))
         target_key = self.target_key
@@ -555,7 +555,7 @@ class WebDataset(Source):
 
     @staticmethod
     def _samples(
-        shard: str, f: IO[bytes], target_key: str | None, file_size: int
+        shard: str, f: IO[bytes] | _RemoteStream, target_key: str | None, file_size: int
     ) -> Iterable[tuple[str, dict[str, tuple[int, int]], dict[str, bytes]]]:
         """(key, {ext: (offset, size)}, {target ext: bytes}) per sample, in member order, from the shard open
         as `f` (at its start)."""
@@ -757,7 +757,7 @@ def _member_bytes(shard: str, key: str, ext: str, read: Any, offset: int, size: 
         raise _bad(
             shard, f"sample {key!r}: .{ext} member of {size} bytes is over the {MAX_EXTRA_BYTES}-byte limit"
         )
-    data = read(size, offset)
+    data = bytes(read(size, offset))
     if len(data) != size:
         raise _bad(shard, f"sample {key!r}: .{ext} member was cut short ({len(data)} of {size} bytes)")
     return data
