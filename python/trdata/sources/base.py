@@ -132,7 +132,12 @@ class ImageFolder(_Files):
     Otherwise links are followed as in torchvision: a link to a file is listed, a link to another class is
     entered, nothing is deduplicated across classes. An unreadable directory is an error rather than skipped.
     Names that are not UTF-8 are kept (as ``os.fsdecode`` strings). Scanned once, in parallel, by the Rust
-    core; Ctrl-C stops the scan."""
+    core; Ctrl-C stops the scan.
+
+    ``root`` may be a bucket prefix (``s3://bucket/train/``, ``gs://``, ``az://``) read with ``storage_options``
+    (as ``Packed``'s): listed once, the same rules applied to the keys (first-level "folders" are the classes),
+    each image one GET checked against the size and ETag the listing gave; workers start the GETs of their next
+    samples ahead (docs/guide/sources.md)."""
 
     def __init__(
         self,
@@ -173,7 +178,10 @@ class FileList(_Files):
     Class indices are integers in the int64 range: Python ``int``, numpy integers, ``bool`` (as 0/1, binary
     labels often come as bools) and 1-D integer/bool arrays. Floats make float32 targets (``[0.7, 2.0]``,
     float arrays, (N, K) multi-hot or soft-label rows: see the module docs). Strings are refused, never
-    parsed."""
+    parsed.
+
+    ``paths`` may all be URLs (``s3://``, ``gs://``, ``az://``, ``http(s)://``) read with ``storage_options``
+    (as ``Packed``'s); local paths and URLs are not mixed."""
 
     def __init__(
         self,
