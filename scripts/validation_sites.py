@@ -48,12 +48,13 @@ PARAMS = {
     "split", "masks", "ids", "image_suffix", "mask_suffix",
     # packed files (trdata.pack, trdata.Packed)
     "mode", "window_blocks", "cache_blocks", "block_bytes", "reencode", "short_side", "max_side", "quality",
-    # object storage (trdata.Packed's URL and options: storage/)
+    # object storage (trdata.Packed's URL and options: storage/; ImageFolder's root as a bucket prefix:
+    # source/remote.rs)
     "path", "storage_options",
 }  # fmt: skip
 # Parameters whose only rule is their Python type (any bool, any path): no core site.
 TYPE_ONLY = {
-    "shuffle", "reproducible", "exif_transpose", "root", "train", "variant", "pad_if_needed", "clip",
+    "shuffle", "reproducible", "exif_transpose", "train", "variant", "pad_if_needed", "clip",
     "batch_transform",  # a callable or None
     "fn",  # PythonStep's: a callable
     "expand", "all_ops", "antialias",

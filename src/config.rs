@@ -208,7 +208,7 @@ pub fn uniform_image_size(ds: &Dataset) -> Option<(u32, u32)> {
             (first.height > 0 && first.width > 0 && rows.iter().all(|r| same(&r.meta)))
                 .then(|| (u32::from(first.height), u32::from(first.width)))
         }
-        Store::Files(_) | Store::Blobs(_) | Store::Spans(_) | Store::External(_) => None,
+        Store::Files(_) | Store::Blobs(_) | Store::Spans(_) | Store::External(_) | Store::Remote(_) => None,
     }
 }
 

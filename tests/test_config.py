@@ -630,6 +630,7 @@ def test_every_parameter_has_a_bad_value_case():
     # YoloDetection's and SegmentationFolder's (types only): tests/test_yolo.py, tests/test_segmentation.py
     extra |= {"split", "masks", "ids", "image_suffix", "mask_suffix"}
     # the URL sources' (path, storage_options): tests/test_packed_remote.py::test_bad_urls_and_options_are_config…
+    # and every source's storage_options and URL paths: tests/test_storage_urls.py::test_sources_check_urls_and_…
     extra |= {"path", "storage_options"}
     covered = {p for p, _, _ in BAD_VALUES} | extra
     assert covered == validation_sites.PARAMS

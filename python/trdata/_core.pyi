@@ -39,6 +39,14 @@ __all__ = [
     "pack",
     "polygon_rles",
     "packed_info",
+    "storage_list",
+    "storage_check_target",
+    "storage_upload",
+    "scan_object_folder",
+    "expand_shards",
+    "check_locations",
+    "check_local_only",
+    "RemoteFile",
     "packed_verify",
     "CocoAnnotations",
     "TargetPlan",
@@ -154,6 +162,26 @@ class NativeSource:
         storage_options: Mapping[str, str | bool | int | float] | None = None,
     ) -> NativeSource: ...
     @staticmethod
+    def remote_files(
+        urls: Sequence[str],
+        labels: Sequence[int],
+        classes: Sequence[str],
+        storage_options: _StorageOptions | None = None,
+        sizes: Sequence[int | None] | None = None,
+        etags: Sequence[str | None] | None = None,
+    ) -> NativeSource: ...
+    @staticmethod
+    def remote_spans(
+        urls: Sequence[str],
+        file_index: Sequence[int],
+        offsets: Sequence[int],
+        lens: Sequence[int],
+        labels: Sequence[int],
+        storage_options: _StorageOptions | None = None,
+        sizes: Sequence[int | None] | None = None,
+        etags: Sequence[str | None] | None = None,
+    ) -> NativeSource: ...
+    @staticmethod
     def external(len: int, fetch: Callable[[int, int], tuple[str, Any, int]]) -> NativeSource: ...
     def __len__(self) -> int: ...
     @property
@@ -180,12 +208,57 @@ def pack(
     extras: Callable[[int], list[tuple[str, int, bytes]]] | None = None,
     targets: bool = False,
 ) -> dict[str, Any]: ...
-def packed_info(path: str | os.PathLike[str]) -> dict[str, Any]: ...
+def packed_info(
+    path: str | os.PathLike[str], storage_options: _StorageOptions | None = None
+) -> dict[str, Any]: ...
 def packed_verify(
     path: str | os.PathLike[str],
     workers: int | None = None,
     progress: Callable[[int, int], object] | None = None,
+    storage_options: _StorageOptions | None = None,
 ) -> list[tuple[int, str]]: ...
+
+_StorageOptions = Mapping[str, str | bool | int | float]
+
+def storage_list(
+    prefix: str | os.PathLike[str], storage_options: _StorageOptions | None = None
+) -> list[tuple[str, str, int, str | None]]: ...
+def storage_check_target(
+    path: str | os.PathLike[str], storage_options: _StorageOptions | None = None
+) -> bool: ...
+def storage_upload(
+    file: str | os.PathLike[str],
+    url: str | os.PathLike[str],
+    storage_options: _StorageOptions | None = None,
+    progress: Callable[[int, int], object] | None = None,
+) -> int: ...
+def scan_object_folder(
+    prefix: str | os.PathLike[str], storage_options: _StorageOptions | None = None
+) -> tuple[list[str], list[int], list[str], list[int | None], list[str | None]]: ...
+def expand_shards(pattern: str) -> list[str]: ...
+def check_locations(
+    parameter: str,
+    paths: Sequence[str | os.PathLike[str]],
+    storage_options: _StorageOptions | None = None,
+    prefixes: bool = False,
+) -> bool: ...
+def check_local_only(
+    source: str, parameter: str, path: str | os.PathLike[str], options_given: bool
+) -> None: ...
+
+@final
+class RemoteFile:
+    """One object behind a URL, opened (HEAD): size, ETag, byte ranges."""
+    def __new__(
+        cls, url: str | os.PathLike[str], storage_options: _StorageOptions | None = None
+    ) -> RemoteFile: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def etag(self) -> str | None: ...
+    def read(self, offset: int, length: int) -> bytes: ...
+    @property
+    def stats(self) -> dict[str, int]: ...
 
 @final
 class Step:

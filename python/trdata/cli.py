@@ -7,6 +7,10 @@ trdata pack SRC DST         write SRC (an ImageFolder root, a tar shard, a packe
                             DST, optionally resized and re-encoded (--short-side/--max-side, --quality)
 trdata verify PATH          check every record of a packed file (CRC32C and a decode)
 trdata inspect PATH         a packed file's header, counts, size histogram and classes
+trdata ls URL               the objects under a bucket prefix (s3://bucket/prefix/), with their sizes
+
+SRC, DST, PATH may be URLs (s3://, gs://, az://; http(s):// to read), configured by the cloud's environment
+variables and ``--storage-option KEY=VALUE`` (repeatable; trdata's storage_options keys).
 
 The same report with torch, Pillow and DALI added is ``benches/peers.py`` in the repository
 (``make bench-peers``); it reuses ``add_bench_arguments`` and ``run_bench``.
@@ -149,16 +153,35 @@ def run_bench(
     return 0 if ours.error is None else 1
 
 
-def _open_source(src: str) -> Any:
-    """The trdata source a ``trdata pack SRC`` names: a folder is an ImageFolder root, a ``.tar`` a
-    webdataset shard, any other file a packed file."""
+def _storage_options(args: argparse.Namespace) -> dict[str, str] | None:
+    """``--storage-option KEY=VALUE`` (repeatable) as a dict, None when none was given."""
+    pairs = getattr(args, "storage_option", None) or []
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"--storage-option {pair!r} must be KEY=VALUE")
+        out[key] = value
+    return out or None
+
+
+def _is_url(text: str) -> bool:
+    """Whether ``text`` is a URL (checked by the core: an object, or a prefix when it ends in ``/``)."""
+    return bool(_core.check_locations("path", [text], prefixes=text.endswith("/")))
+
+
+def _open_source(src: str, options: dict[str, str] | None = None) -> Any:
+    """The trdata source a ``trdata pack SRC`` names: a folder (or a URL ending in ``/``: a bucket prefix) is an
+    ImageFolder root, a ``.tar`` or a brace pattern (``train-{0000..0127}.tar``) webdataset shards, any other
+    file a packed file. ``options`` are for a URL (a local SRC takes none)."""
     from .sources import ImageFolder, Packed, WebDataset
 
-    if os.path.isdir(src):
-        return ImageFolder(src)
-    if src.endswith(".tar"):
-        return WebDataset([src])
-    return Packed(src, "partial")
+    opts = options if _is_url(src) else None
+    if os.path.isdir(src) or (_is_url(src) and src.endswith("/")):
+        return ImageFolder(src, storage_options=opts)
+    if src.endswith(".tar") or "{" in src:
+        return WebDataset(src, storage_options=opts)
+    return Packed(src, "partial", storage_options=opts)
 
 
 def _cmd_pack(args: argparse.Namespace) -> int:
@@ -167,8 +190,16 @@ def _cmd_pack(args: argparse.Namespace) -> int:
     reencode = None
     if args.short_side is not None or args.max_side is not None or args.quality is not None:
         reencode = Reencode(args.short_side, args.max_side, 90 if args.quality is None else args.quality)
-    source = _open_source(args.src)
-    report = pack(source, args.dst, reencode=reencode, workers=args.workers, progress=not args.quiet)
+    options = _storage_options(args)
+    source = _open_source(args.src, options)
+    report = pack(
+        source,
+        args.dst,
+        reencode=reencode,
+        workers=args.workers,
+        progress=not args.quiet,
+        storage_options=options if _is_url(args.dst) else None,
+    )
     ratio = report["bytes_out"] / max(1, report["bytes_in"])
     print(
         f"{args.dst}: {report['records']:,} records, {report['bytes_in'] / 1e6:,.1f} MB in → "
@@ -181,7 +212,8 @@ def _cmd_pack(args: argparse.Namespace) -> int:
 def _cmd_verify(args: argparse.Namespace) -> int:
     from .sources.packed import verify
 
-    bad = verify(args.path, workers=args.workers, progress=not args.quiet)
+    options = _storage_options(args)
+    bad = verify(args.path, workers=args.workers, progress=not args.quiet, storage_options=options)
     for record, reason in bad:
         print(f"{args.path}: record {record}: {reason}")
     print(f"{args.path}: {'OK' if not bad else f'{len(bad)} bad record(s)'}")
@@ -203,7 +235,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
     from .sources.packed import inspect
 
-    info = inspect(args.path)
+    info = inspect(args.path, storage_options=_storage_options(args))
     if args.json:
         print(json.dumps(info, default=lambda v: v.tolist() if hasattr(v, "tolist") else list(v)))
         return 0
@@ -234,6 +266,25 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         lines.append(f"    … {len(counts) - 20:,} more labels")
     print("\n".join(lines))
     return 0
+
+
+def _cmd_ls(args: argparse.Namespace) -> int:
+    listed = _core.storage_list(args.url, _storage_options(args))
+    total = 0
+    for url, _relative, size, _etag in listed:
+        print(f"{size:>14,}  {url}")
+        total += size
+    print(f"{len(listed):,} object(s), {total:,} bytes", file=sys.stderr)
+    return 0
+
+
+def _add_storage_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--storage-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a storage option for URLs (repeatable), e.g. aws_endpoint=http://127.0.0.1:9000",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -275,18 +326,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pk.add_argument("--workers", type=_positive_int, default=None, help="threads (default: all CPUs)")
     pk.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    _add_storage_option(pk)
     pk.set_defaults(func=_cmd_pack)
 
     vf = sub.add_parser("verify", help="check every record of a packed file (CRC32C and a decode)")
     vf.add_argument("path", metavar="PATH")
     vf.add_argument("--workers", type=_positive_int, default=None, help="threads (default: all CPUs)")
     vf.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    _add_storage_option(vf)
     vf.set_defaults(func=_cmd_verify)
 
     ins = sub.add_parser("inspect", help="a packed file's header, counts, size histogram and classes")
     ins.add_argument("path", metavar="PATH")
     ins.add_argument("--json", action="store_true", help="print the header and index as JSON")
+    _add_storage_option(ins)
     ins.set_defaults(func=_cmd_inspect)
+
+    ls = sub.add_parser("ls", help="the objects under a bucket prefix, with their sizes")
+    ls.add_argument("url", metavar="URL")
+    _add_storage_option(ls)
+    ls.set_defaults(func=_cmd_ls)
     return parser
 
 
@@ -330,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except TrdataError as e:
+    except (TrdataError, argparse.ArgumentTypeError) as e:
         print(f"trdata {args.command}: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -184,6 +184,7 @@ pub fn source_kind(store: &Store) -> &'static str {
         Store::Pixels(_) => "arrays",
         Store::Packed(_) => "packed",
         Store::External(_) => "dataset",
+        Store::Remote(r) => r.kind(),
     }
 }
 
@@ -253,6 +254,10 @@ impl Producer {
             },
             Store::Spans(s) => {
                 read_span(&s.files[s.file[i] as usize], s.offset[i], s.len[i], MAX_SOURCE_BYTES, &mut self.buf)?;
+                &self.buf
+            }
+            Store::Remote(r) => {
+                r.read(i, MAX_SOURCE_BYTES, &mut self.buf)?;
                 &self.buf
             }
             Store::Blobs(b) => &b[i],
@@ -901,9 +906,19 @@ pub fn verify(
     workers: Option<i128>,
     progress: &(dyn Fn(u64) -> bool + Sync),
 ) -> Result<Vec<(u64, String)>> {
+    verify_at(&crate::storage::ObjectReader::open_local(path)?, workers, progress)
+}
+
+/// [`verify`] of a pack opened as `reader` (a local file or an object behind a URL: storage/).
+pub fn verify_at(
+    reader: &crate::storage::ObjectReader,
+    workers: Option<i128>,
+    progress: &(dyn Fn(u64) -> bool + Sync),
+) -> Result<Vec<(u64, String)>> {
+    let path = reader.name();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as i128;
     let workers = WORKERS.check::<usize>(workers.unwrap_or(cpus.min(WORKERS.max)))?;
-    let index = PackedIndex::open(path)?;
+    let index = PackedIndex::read(reader)?;
     let threads = rayon::ThreadPoolBuilder::new()
         .num_threads(workers)
         .thread_name(|i| format!("trdata-verify{i}"))
@@ -921,7 +936,7 @@ pub fn verify(
                     return Vec::new();
                 }
                 let mut buf = Vec::new();
-                if let Err(e) = read_span(path, b.offset, b.bytes, b.bytes, &mut buf) {
+                if let Err(e) = reader.read_range(b.offset, b.bytes, b.bytes, &mut buf) {
                     return records.map(|r| (r, format!("block cannot be read: {e}"))).collect();
                 }
                 let bad = VERIFIER.with(|cell| {

@@ -15,6 +15,7 @@ mod ops;
 mod pack;
 mod source;
 mod step;
+mod storage;
 mod wait;
 
 use pyo3::prelude::*;
@@ -39,6 +40,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ops::register(m)?;
     bench::register(m)?;
     pack::register(m)?;
+    storage::register(m)?;
     annot::register(m)?;
     batch::register(m)?;
     nvjpeg::register(m)?;

@@ -14,11 +14,12 @@ use super::bench::run_interruptibly;
 use super::errors::IntoPyResult;
 use super::source::NativeSource;
 use crate::error::TrdataError;
-use crate::pack::{MAX_SIDE, PackConfig, QUALITY, SHORT_SIDE, pack_with_extras as write_pack, verify};
+use crate::pack::{MAX_SIDE, PackConfig, QUALITY, SHORT_SIDE, pack_with_extras as write_pack, verify_at};
 use crate::plan::claim::WORKERS;
 use crate::source::packed::{BLOCK_BYTES, PackedIndex, RecordFormat, SUBSAMPLING_NAMES};
 use crate::source::packed::{FLAG_CMYK, FLAG_LOSSLESS, FLAG_PROGRESSIVE};
 use crate::source::packed_extras::ExtraKind;
+use crate::storage::{Location, ObjectReader};
 use numpy::PyArray1;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -54,6 +55,17 @@ fn progress_tick<'a>(
             _ => Ok(()),
         }
     }
+}
+
+/// The packed file `path` (a local path or a URL, storage/) opened with `storage_options`.
+fn open_reader(
+    py: Python<'_>,
+    path: &std::path::Path,
+    storage_options: Option<&Bound<'_, PyAny>>,
+) -> PyResult<ObjectReader> {
+    let location = Location::parse("path", path).py_err()?;
+    let options = storage_options.map(super::source::storage_options_arg).transpose()?.unwrap_or_default();
+    py.detach(|| ObjectReader::open(&location, &options)).py_err()
 }
 
 /// Write `source` into the packed file `path` (`targets`: its annotations ride along as `target.*` extras, so no
@@ -139,8 +151,14 @@ fn extras_of(extras: Option<&Py<PyAny>>, i: usize) -> crate::error::Result<Vec<(
 /// Per-record columns are numpy arrays (offsets, lengths, widths, heights, labels, channels: integers; progressive,
 /// cmyk, lossless, gpu_decodable: bools) or lists of str (formats, subsampling).
 #[pyfunction]
-fn packed_info<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyDict>> {
-    let ix = py.detach(|| PackedIndex::open(&path)).py_err()?;
+#[pyo3(signature = (path, storage_options = None))]
+fn packed_info<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    storage_options: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let reader = open_reader(py, &path, storage_options)?;
+    let ix = py.detach(|| PackedIndex::read(&reader)).py_err()?;
     let h = &ix.header;
     let d = PyDict::new(py);
     d.set_item("version", h.version)?;
@@ -194,21 +212,23 @@ fn packed_info<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyDic
 /// Check every record of the packed file `path` (CRC32C and a full decode) on `workers` threads (default:
 /// usable CPUs). Returns (record, message) for each bad record; header/index problems raise `SourceError`.
 #[pyfunction]
-#[pyo3(signature = (path, workers = None, progress = None))]
+#[pyo3(signature = (path, workers = None, progress = None, storage_options = None))]
 fn packed_verify(
     py: Python<'_>,
     path: PathBuf,
     workers: OptInt<'_>,
     progress: Option<Bound<'_, PyAny>>,
+    storage_options: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Vec<(u64, String)>> {
     let workers = workers.as_ref().map(|v| int_arg::<i128>(v, &WORKERS)).transpose()?;
-    let total = py.detach(|| PackedIndex::open(&path)).py_err()?.header.records;
+    let reader = open_reader(py, &path, storage_options)?;
+    let total = py.detach(|| PackedIndex::read(&reader)).py_err()?.header.records;
     let cancel = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let work = {
         let (cancel, done) = (Arc::clone(&cancel), Arc::clone(&done));
         move || {
-            verify(&path, workers, &|n| {
+            verify_at(&reader, workers, &|n| {
                 done.fetch_max(n, Ordering::Relaxed);
                 !cancel.load(Ordering::Relaxed)
             })

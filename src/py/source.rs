@@ -124,12 +124,59 @@ impl NativeSource {
         Ok(Self::new(dataset))
     }
 
-    /// The counters of the reads of a packed source (GETs or preads, bytes, retries, failures; storage/), None
-    /// for any other source.
+    /// Objects behind URLs (`trdata.FileList` of URLs, `ImageFolder` over a bucket prefix; source/remote.rs):
+    /// `urls[i]` with `labels[i]`, and per object its size and ETag when listed (None: unknown), which every
+    /// read checks.
+    #[staticmethod]
+    #[pyo3(signature = (urls, labels, classes, storage_options = None, sizes = None, etags = None))]
+    fn remote_files(
+        py: Python<'_>,
+        urls: Vec<String>,
+        labels: Vec<i64>,
+        classes: Vec<OsString>,
+        storage_options: Option<&Bound<'_, PyAny>>,
+        sizes: Option<Vec<Option<u64>>>,
+        etags: Option<Vec<Option<String>>>,
+    ) -> PyResult<Self> {
+        let options = storage_options.map(storage_options_arg).transpose()?.unwrap_or_default();
+        let specs = object_specs(urls, sizes, etags)?;
+        let mut dataset = py.detach(|| source::object_files(specs, labels, &options)).py_err()?;
+        dataset.classes = classes;
+        Ok(Self::new(dataset))
+    }
+
+    /// Image members of tar shards behind URLs (`trdata.WebDataset`): sample i is `lens[i]` bytes at
+    /// `offsets[i]` of `urls[file_index[i]]`, whose size and ETag (from the index) every read checks.
+    #[staticmethod]
+    #[pyo3(signature = (urls, file_index, offsets, lens, labels, storage_options = None, sizes = None, etags = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn remote_spans(
+        py: Python<'_>,
+        urls: Vec<String>,
+        file_index: Vec<u32>,
+        offsets: Vec<u64>,
+        lens: Vec<u64>,
+        labels: Vec<i64>,
+        storage_options: Option<&Bound<'_, PyAny>>,
+        sizes: Option<Vec<Option<u64>>>,
+        etags: Option<Vec<Option<String>>>,
+    ) -> PyResult<Self> {
+        let options = storage_options.map(storage_options_arg).transpose()?.unwrap_or_default();
+        let specs = object_specs(urls, sizes, etags)?;
+        let dataset =
+            py.detach(|| source::object_spans(specs, file_index, offsets, lens, labels, &options)).py_err()?;
+        Ok(Self::new(dataset))
+    }
+
+    /// The counters of the reads of a packed source or of objects behind URLs (GETs or preads, bytes, retries,
+    /// failures; storage/), None for any other source.
     #[getter]
     fn storage_stats(&self) -> Option<std::collections::HashMap<&'static str, u64>> {
-        let Store::Packed(p) = &self.dataset.store else { return None };
-        let s = p.reader().stats();
+        let s = match &self.dataset.store {
+            Store::Packed(p) => p.reader().stats(),
+            Store::Remote(r) => r.stats(),
+            _ => return None,
+        };
         Some([("requests", s.requests), ("bytes", s.bytes), ("retries", s.retries), ("failures", s.failures)].into())
     }
 
@@ -202,7 +249,7 @@ impl NativeSource {
 
 /// `storage_options` as the core takes them: a dict of str keys to str, bool, int or float values (bools as
 /// "true"/"false", numbers as written); anything else is a `ConfigError` naming the parameter and the key.
-fn storage_options_arg(value: &Bound<'_, PyAny>) -> PyResult<StorageOptions> {
+pub(super) fn storage_options_arg(value: &Bound<'_, PyAny>) -> PyResult<StorageOptions> {
     let bad = |m: String| to_py(TrdataError::config(STORAGE_OPTIONS, m));
     let dict = value
         .cast::<PyDict>()
@@ -222,6 +269,25 @@ fn storage_options_arg(value: &Bound<'_, PyAny>) -> PyResult<StorageOptions> {
         pairs.push((key, text));
     }
     StorageOptions::new(pairs).py_err()
+}
+
+/// (url, size, etag) per object; `sizes`/`etags` one per URL when given.
+fn object_specs(
+    urls: Vec<String>,
+    sizes: Option<Vec<Option<u64>>>,
+    etags: Option<Vec<Option<String>>>,
+) -> PyResult<Vec<crate::storage::objects::ObjectSpec>> {
+    let n = urls.len();
+    let sizes = sizes.unwrap_or_else(|| vec![None; n]);
+    let etags = etags.unwrap_or_else(|| vec![None; n]);
+    if sizes.len() != n || etags.len() != n {
+        return Err(pyo3::exceptions::PyValueError::new_err("one size and one etag per URL"));
+    }
+    Ok(urls
+        .into_iter()
+        .zip(sizes.into_iter().zip(etags))
+        .map(|(url, (size, e_tag))| crate::storage::objects::ObjectSpec { url, size, e_tag })
+        .collect())
 }
 
 fn type_name(v: &Bound<'_, PyAny>) -> String {

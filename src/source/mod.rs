@@ -10,18 +10,21 @@
 
 pub mod annotations;
 mod block_cache;
+pub mod braces;
 pub mod external;
 mod image_folder;
 pub mod packed;
 pub mod packed_extras;
 mod packed_json;
 mod read;
+pub mod remote;
 
 pub use block_cache::{BlockBytes, BlockCache, OrderKey};
 pub use external::{ExternalImage, ExternalSample, ExternalStore, Reader};
 pub use image_folder::{IMAGE_EXTENSIONS, image_folder, image_folder_cancellable, is_image_file_name, python_name_cmp};
 pub use packed::{PackedFile, PackedMode};
 pub use read::{describe as describe_file_type, read_sample, read_span, undecoded_format};
+pub use remote::{RemoteStore, object_files, object_folder, object_spans};
 
 use crate::error::{Result, TrdataError};
 use crate::storage::{Location, StorageOptions};
@@ -44,6 +47,8 @@ pub enum Store {
     Packed(Arc<PackedFile>),
     /// Samples made on demand by code outside the core (a Python map-style dataset), labels known once read.
     External(Arc<ExternalStore>),
+    /// Objects behind URLs, or byte ranges of them (ImageFolder/FileList/WebDataset over a bucket; remote.rs).
+    Remote(Arc<RemoteStore>),
 }
 
 /// The block structure a source asks the plan to follow (partial packed files): block k holds records
@@ -145,7 +150,7 @@ impl Dataset {
                     |r: &packed::IndexRow| r.meta.format == packed::RecordFormat::Raw && r.meta.channels == 1;
                 if p.index().rows.iter().all(gray_raw) { 1 } else { 3 }
             }
-            Store::Files(_) | Store::Blobs(_) | Store::Spans(_) | Store::External(_) => 3,
+            Store::Files(_) | Store::Blobs(_) | Store::Spans(_) | Store::External(_) | Store::Remote(_) => 3,
         }
     }
 
@@ -160,6 +165,7 @@ impl Dataset {
                 name.push(format!("@{}+{}", s.offset[i], s.len[i]));
                 PathBuf::from(name)
             }
+            Store::Remote(r) => r.sample_name(i),
             Store::Packed(p) => {
                 let mut name = p.path().as_os_str().to_os_string();
                 name.push(format!("#{i}"));

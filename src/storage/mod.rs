@@ -32,8 +32,12 @@
 //! Each reader counts its GETs, the bytes they returned and the retries ([`StorageCounters`]); a source
 //! exposes them (later: the loader's `stats()`).
 
+pub mod list;
 pub mod local;
+pub mod locations;
+pub mod objects;
 mod remote;
+pub mod upload;
 
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
 use crate::param::IntParam;
@@ -116,6 +120,30 @@ impl Location {
             return Err(bad("must name an object (a key after the bucket or host, not a folder)".into()));
         }
         Ok(Self::Url { scheme, url })
+    }
+
+    /// A URL that names a folder of objects (`s3://bucket/train/`, `s3://bucket`), for listing (list.rs): the
+    /// checks of [`Location::parse`] except that the key may be empty or end with `/`; a local path is `Local`.
+    /// Plain HTTP has no listing: `http(s)://` (not a cloud's own URL) is a `ConfigError` naming `parameter`.
+    pub fn parse_prefix(parameter: &str, text: &Path) -> Result<Self> {
+        let Some(s) = text.to_str().filter(|s| looks_like_url(s)) else { return Ok(Self::Local(text.to_path_buf())) };
+        // The object checks, on the prefix with a key appended (one home for them), then the prefix itself.
+        let probe = format!("{}{}x", s, if s.ends_with('/') { "" } else { "/" });
+        match Self::parse(parameter, Path::new(&probe)) {
+            Ok(Self::Url { scheme: Scheme::Http, .. }) => Err(TrdataError::config(
+                parameter,
+                format!("{s:?} is a plain HTTP URL, which cannot be listed: give the objects' URLs one by one"),
+            )),
+            Ok(Self::Url { scheme, .. }) => {
+                let url = url::Url::parse(s).map_err(|e| TrdataError::config(parameter, format!("{s:?}: {e}")))?;
+                Ok(Self::Url { scheme, url })
+            }
+            Ok(local) => Ok(local),
+            Err(TrdataError::Config { parameter, message }) => {
+                Err(TrdataError::Config { parameter, message: message.replace(&probe, s) })
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// How messages name it: the path, or the URL.
@@ -354,6 +382,14 @@ impl ObjectReader {
     /// How messages name it (the path or the URL).
     pub fn name(&self) -> &Path {
         &self.inner.name
+    }
+
+    /// Its ETag when opened (remote objects whose store gives one; None for a local file).
+    pub fn e_tag(&self) -> Option<&str> {
+        match &self.inner.backend {
+            Backend::Local(_) => None,
+            Backend::Remote(r) => r.e_tag(),
+        }
     }
 
     /// Its size in bytes when opened (a remote object that changes size later fails its reads).

@@ -37,7 +37,7 @@ impl Scheme {
         }
     }
 
-    fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             Self::S3 => "S3",
             Self::Gcs => "GCS",
@@ -54,7 +54,7 @@ const OWN_KEYS: [&str; 3] = ["max_retries", "retry_init_backoff", "retry_max_bac
 static RUNTIME: Mutex<Option<(u32, &'static tokio::runtime::Runtime)>> = Mutex::new(None);
 
 /// The runtime of this process, started on first use and again in a forked child.
-fn runtime() -> std::result::Result<&'static tokio::runtime::Runtime, String> {
+pub(super) fn runtime() -> std::result::Result<&'static tokio::runtime::Runtime, String> {
     let pid = std::process::id();
     let mut slot = RUNTIME.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some((p, rt)) = *slot
@@ -77,14 +77,14 @@ fn runtime() -> std::result::Result<&'static tokio::runtime::Runtime, String> {
 }
 
 /// Why one attempt failed: worth another attempt, or not.
-enum Fault {
+pub(super) enum Fault {
     Transient(String),
     Permanent(String),
 }
 
 /// Classify an object_store error: connection, timeout and body errors, 5xx, 408 and 429 are transient; a
 /// missing object, refused credentials, a failed precondition and malformed answers are permanent.
-fn classify(e: object_store::Error) -> Fault {
+pub(super) fn classify(e: object_store::Error) -> Fault {
     use object_store::Error as E;
     match &e {
         E::NotFound { .. } => Fault::Permanent(format!("no such object (the bucket or the key does not exist): {e}")),
@@ -119,7 +119,7 @@ fn classify(e: object_store::Error) -> Fault {
 
 /// Run `once` until it succeeds, fails permanently or the retries are spent, sleeping the policy's backoff
 /// between attempts. Each attempt counts as a request, each retry as a retry.
-fn retrying<T>(
+pub(super) fn retrying<T>(
     policy: &RetryPolicy,
     counters: &StorageCounters,
     mut once: impl FnMut() -> std::result::Result<T, Fault>,
@@ -129,26 +129,40 @@ fn retrying<T>(
         counters.request();
         match once() {
             Ok(v) => return Ok(v),
-            Err(Fault::Permanent(m)) => return Err(m),
-            Err(Fault::Transient(m)) if k >= policy.max_retries => {
-                return Err(format!(
-                    "failed {} time{} (max_retries={}); the last attempt: {m}",
-                    k + 1,
-                    if k == 0 { "" } else { "s" },
-                    policy.max_retries
-                ));
-            }
-            Err(Fault::Transient(_)) => {
-                counters.retry();
-                std::thread::sleep(policy.backoff(k));
+            Err(fault) => {
+                std::thread::sleep(after_failure(policy, counters, k, fault)?);
                 k += 1;
             }
         }
     }
 }
 
+/// The retry rule, for [`retrying`] and for the concurrent reads' loop (objects.rs): after attempt `k` (0-based)
+/// failed with `fault`, Err(the message) to give up — a permanent fault, or a transient one past `max_retries` —
+/// or Ok(the backoff to sleep before the next attempt), counted as a retry.
+pub(super) fn after_failure(
+    policy: &RetryPolicy,
+    counters: &StorageCounters,
+    k: u32,
+    fault: Fault,
+) -> std::result::Result<Duration, String> {
+    match fault {
+        Fault::Permanent(m) => Err(m),
+        Fault::Transient(m) if k >= policy.max_retries => Err(format!(
+            "failed {} time{} (max_retries={}); the last attempt: {m}",
+            k + 1,
+            if k == 0 { "" } else { "s" },
+            policy.max_retries
+        )),
+        Fault::Transient(_) => {
+            counters.retry();
+            Ok(policy.backoff(k))
+        }
+    }
+}
+
 /// What the user's options become: the store's (key, value) pairs, validated for its scheme.
-fn store_options(scheme: Scheme, options: &StorageOptions) -> Result<Vec<(String, String)>> {
+pub(super) fn store_options(scheme: Scheme, options: &StorageOptions) -> Result<Vec<(String, String)>> {
     let mut out = Vec::new();
     for (key, value) in options.iter() {
         if OWN_KEYS.contains(&key) {
@@ -178,18 +192,23 @@ fn store_options(scheme: Scheme, options: &StorageOptions) -> Result<Vec<(String
 
 /// How a store is made: everything needed to build its client again in another process.
 #[derive(Debug)]
-struct StoreRecipe {
-    scheme: Scheme,
-    url: url::Url,
-    options: Vec<(String, String)>,
-    timeout: Duration,
+pub(super) struct StoreRecipe {
+    pub(super) scheme: Scheme,
+    pub(super) url: url::Url,
+    pub(super) options: Vec<(String, String)>,
+    pub(super) timeout: Duration,
 }
 
 impl StoreRecipe {
     /// A client for the recipe's URL: environment first (`from_env`), then the user's options; object_store's
     /// retries off (ours run instead).
     fn build(&self) -> Result<Arc<dyn ObjectStore>> {
-        let no_retries = RetryConfig { max_retries: 0, retry_timeout: self.timeout, ..RetryConfig::default() };
+        self.build_with(RetryConfig { max_retries: 0, retry_timeout: self.timeout, ..RetryConfig::default() })
+    }
+
+    /// [`Self::build`] with object_store's own retries as `no_retries` says (uploads use them: a part is not
+    /// streamed into a buffer of ours, so its retries are the client's).
+    pub(super) fn build_with(&self, no_retries: RetryConfig) -> Result<Arc<dyn ObjectStore>> {
         let timeout = format!("{}ms", self.timeout.as_millis());
         let user_set = |k: &str| self.options.iter().any(|(key, _)| key == k);
         let fail = |e: object_store::Error| {
@@ -238,16 +257,47 @@ impl StoreRecipe {
     }
 }
 
+/// A store's client for this process: built from its recipe, tagged with the pid that built it and built again
+/// in another process (the parent's is leaked, never dropped: the room's docs, "Fork safety").
+#[derive(Debug)]
+pub(super) struct ForkSafeClient {
+    pub(super) recipe: StoreRecipe,
+    slot: Mutex<Option<(u32, Arc<dyn ObjectStore>)>>,
+}
+
+impl ForkSafeClient {
+    /// A client for `recipe` (built now: a bad configuration is a `ConfigError` here, not at the first read).
+    pub(super) fn new(recipe: StoreRecipe) -> Result<Self> {
+        let client = recipe.build()?;
+        Ok(Self { recipe, slot: Mutex::new(Some((std::process::id(), client))) })
+    }
+
+    /// This process's client.
+    pub(super) fn get(&self) -> std::result::Result<Arc<dyn ObjectStore>, ImageError> {
+        let pid = std::process::id();
+        let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((p, c)) = &*slot
+            && *p == pid
+        {
+            return Ok(Arc::clone(c));
+        }
+        if let Some(inherited) = slot.take() {
+            std::mem::forget(inherited);
+        }
+        let c = self.recipe.build().map_err(|e| ImageError::new(ImageErrorKind::Io, e.to_string()))?;
+        *slot = Some((pid, Arc::clone(&c)));
+        Ok(c)
+    }
+}
+
 /// An object opened at a known size (and ETag, when the store gives one).
 #[derive(Debug)]
 pub(super) struct RemoteObject {
-    recipe: StoreRecipe,
+    client: ForkSafeClient,
     path: ObjectPath,
     policy: RetryPolicy,
     size: u64,
     e_tag: Option<String>,
-    /// This process's client: (pid that built it, client); rebuilt in another process (the room's docs).
-    client: Mutex<Option<(u32, Arc<dyn ObjectStore>)>>,
 }
 
 impl RemoteObject {
@@ -263,26 +313,19 @@ impl RemoteObject {
             StoreRecipe { scheme, url: url.clone(), options: store_options(scheme, options)?, timeout: policy.timeout };
         let source = |message: String| TrdataError::Source { path: url.as_str().into(), message };
         let (_, path) = ObjectStoreScheme::parse(url).map_err(|e| source(format!("is not an object URL: {e}")))?;
-        let client = recipe.build()?;
+        let client = ForkSafeClient::new(recipe)?;
         let rt = runtime().map_err(&source)?;
+        let store = client.get().map_err(|e| source(e.message))?;
         let meta = retrying(&policy, counters, || {
             rt.block_on(async {
-                match tokio::time::timeout(policy.timeout, client.head(&path)).await {
+                match tokio::time::timeout(policy.timeout, store.head(&path)).await {
                     Ok(r) => r.map_err(classify),
                     Err(_) => Err(Fault::Transient(format!("no answer within {:?}", policy.timeout))),
                 }
             })
         })
         .map_err(|m| source(format!("cannot be opened: {m}")))?;
-        let object = Self {
-            recipe,
-            path,
-            policy,
-            size: meta.size,
-            e_tag: meta.e_tag,
-            client: Mutex::new(Some((std::process::id(), client))),
-        };
-        Ok(object)
+        Ok(Self { client, path, policy, size: meta.size, e_tag: meta.e_tag })
     }
 
     /// Size at open.
@@ -290,21 +333,9 @@ impl RemoteObject {
         self.size
     }
 
-    /// This process's client (built again after a fork; the parent's is leaked, not dropped).
-    fn client(&self) -> std::result::Result<Arc<dyn ObjectStore>, ImageError> {
-        let pid = std::process::id();
-        let mut slot = self.client.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((p, c)) = &*slot
-            && *p == pid
-        {
-            return Ok(Arc::clone(c));
-        }
-        if let Some(inherited) = slot.take() {
-            std::mem::forget(inherited);
-        }
-        let c = self.recipe.build().map_err(|e| ImageError::new(ImageErrorKind::Io, e.to_string()))?;
-        *slot = Some((pid, Arc::clone(&c)));
-        Ok(c)
+    /// The ETag at open, when the store gave one.
+    pub(super) fn e_tag(&self) -> Option<&str> {
+        self.e_tag.as_deref()
     }
 
     /// Fill `buf` from `offset` (inside the size: checked by the caller): one ranged GET per attempt, the body
@@ -317,7 +348,7 @@ impl RemoteObject {
         counters: &StorageCounters,
     ) -> std::result::Result<(), ImageError> {
         let io = |m: String| ImageError::new(ImageErrorKind::Io, m);
-        let client = self.client()?;
+        let client = self.client.get()?;
         let rt = runtime().map_err(io)?;
         let want = buf.len();
         let range = offset..offset + want as u64;

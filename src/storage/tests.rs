@@ -120,3 +120,46 @@ fn an_unreachable_server_is_retried_then_a_source_error_naming_the_url() {
         other => panic!("expected a SourceError, got {other:?}"),
     }
 }
+
+#[test]
+fn prefixes_are_checked_like_objects_and_http_has_no_listing() {
+    let p = |s: &str| Location::parse_prefix("root", Path::new(s));
+    for ok in ["s3://bucket/train/", "s3://bucket/train", "s3://bucket", "s3://bucket/", "gs://b/x/"] {
+        assert!(matches!(p(ok), Ok(Location::Url { .. })), "{ok}");
+    }
+    assert_eq!(p("/data/train").unwrap(), Location::local("/data/train"));
+    for (bad, why) in [
+        ("http://127.0.0.1:1/train/", "cannot be listed"),
+        ("s3://user:secret@bucket/train/", "credentials"),
+        ("s3://bucket/train/?x=1", "query"),
+        ("ftp://h/x/", "unsupported scheme"),
+    ] {
+        let (param, message) = config_param(p(bad));
+        assert_eq!(param, "root");
+        assert!(message.contains(why) && !message.contains("/x\""), "{bad}: {message}");
+    }
+}
+
+#[test]
+fn an_unreachable_object_set_is_retried_then_an_io_error_naming_the_range() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let spec =
+        |k: &str| objects::ObjectSpec { url: format!("http://127.0.0.1:{port}/{k}"), size: Some(100), e_tag: None };
+    let opts = StorageOptions::new([("max_retries", "2"), ("retry_init_backoff", "1ms")]).unwrap();
+    let set = Arc::new(objects::ObjectSet::new("paths", vec![spec("a"), spec("b")], &opts).unwrap());
+    let mut buf = Vec::new();
+    // started together (two tasks in flight), each fails after its retries
+    let (a, b) = (set.start(0, Some((10, 20)), 1 << 20), set.start(1, None, 1 << 20));
+    for (pending, range) in [(a, "bytes 10..30: "), (b, "")] {
+        let e = pending.wait(&mut buf).unwrap_err();
+        assert_eq!(e.kind, ImageErrorKind::Io);
+        assert!(e.message.starts_with(range) && e.message.contains("failed 3 times"), "{}", e.message);
+    }
+    // limits and bounds are checked before any request
+    let e = set.read(0, Some((90, 20)), 1 << 20, &mut buf).unwrap_err();
+    assert_eq!(e.kind, ImageErrorKind::Corrupt);
+    let e = set.read(0, Some((0, 50)), 10, &mut buf).unwrap_err();
+    assert_eq!(e.kind, ImageErrorKind::TooLarge);
+    let s = set.stats();
+    assert_eq!((s.requests, s.retries, s.failures), (6, 4, 4));
+}

@@ -678,6 +678,11 @@ fn mosaic_sample(
                 counted(file_buf);
                 decode(file_buf)
             }
+            Store::Remote(r) => {
+                r.read(i, MAX_FILE_BYTES, file_buf)?;
+                counted(file_buf);
+                decode(file_buf)
+            }
             Store::Blobs(blobs) => {
                 counted(&blobs[i]);
                 decode(&blobs[i])
@@ -719,6 +724,9 @@ fn one_sample(
             .and_then(|()| decode_read(ctx, t0, scratch, file_buf, key, dst, gpu)),
         Store::Spans(s) => read_span(&s.files[s.file[i] as usize], s.offset[i], s.len[i], MAX_FILE_BYTES, file_buf)
             .and_then(|()| decode_read(ctx, t0, scratch, file_buf, key, dst, gpu)),
+        Store::Remote(r) => {
+            r.read(i, MAX_FILE_BYTES, file_buf).and_then(|()| decode_read(ctx, t0, scratch, file_buf, key, dst, gpu))
+        }
         Store::Blobs(blobs) => decode_read(ctx, t0, scratch, &blobs[i], key, dst, gpu),
         Store::Pixels(array) => ctx.pipeline.process_pixels(scratch, array, i, key, dst).map(Some),
         Store::Packed(p) => packed_sample(job, p, i, t0, scratch, file_buf, key, dst, gpu),
@@ -781,6 +789,17 @@ fn pixels_in_buffer(
     result
 }
 
+/// Drops the reads a worker started ahead when its job ends, however it ends (source/remote.rs).
+struct ReadAheadEnd(bool);
+
+impl Drop for ReadAheadEnd {
+    fn drop(&mut self) {
+        if self.0 {
+            crate::source::remote::end_read_ahead();
+        }
+    }
+}
+
 fn run_job(job: &EpochJob, w: usize, workers: usize, scratch: &mut WorkerScratch, file_buf: &mut Vec<u8>) {
     let claim = WorkerClaim::new(w, workers, job.engines.len()).expect("worker count validated at loader creation");
     let eng = &job.engines[claim.engine];
@@ -789,9 +808,21 @@ fn run_job(job: &EpochJob, w: usize, workers: usize, scratch: &mut WorkerScratch
     let total = shape.seqs_per_engine();
     let real = shape.real_seqs(eng.global_engine);
     let ctx = &job.ctx;
+    // Objects behind URLs: this worker's next samples, whose GETs start ahead of it (source/remote.rs).
+    let remote = match &ctx.dataset.store {
+        Store::Remote(r) => Some(r),
+        _ => None,
+    };
+    let _read_ahead_ends = ReadAheadEnd(remote.is_some());
     for seq in claim.seqs(total) {
         if eng.skips(seq) {
             continue; // delivered before an exact resume (plan/resume.rs)
+        }
+        if let Some(r) = remote {
+            // this sample and the worker's next ones (j, j + M, …: the claim's step), delivered ones left out
+            let next = (seq..total).step_by(claim.workers_of_engine).filter(|&s| !eng.skips(s));
+            let next = next.take(crate::source::remote::READ_AHEAD);
+            r.read_ahead(next.map(|s| job.plan.sample_at(eng.global_engine, s) as usize), MAX_FILE_BYTES);
         }
         // Reproducible: the slot is the sequence number. Fast: real rows take the next free slot of [0, R);
         // filler/pad rows keep their fixed slots ≥ R, so real rows always form the batch prefix.

@@ -105,11 +105,15 @@ class Source:
 
 
 class _Files(Source):
-    """Sources of image files: ``paths[i]`` with label ``labels[i]``."""
+    """Sources of image files: ``paths[i]`` with label ``labels[i]``; objects behind URLs when ``_native`` was
+    made for them (``_remote_files``)."""
 
     paths: list[str]
+    _native: _core.NativeSource | None = None
 
     def _native_source(self) -> _core.NativeSource:
+        if self._native is not None:
+            return self._native
         return _core.NativeSource.files(self.paths, self.labels, list(self.classes))
 
     def __repr__(self) -> str:
@@ -135,17 +139,36 @@ class ImageFolder(_Files):
     Otherwise links are followed as in torchvision: a link to a file is listed, a link to another class is
     entered, nothing is deduplicated across classes. An unreadable directory is an error rather than skipped.
     Names that are not UTF-8 are kept (as ``os.fsdecode`` strings). Scanned once, in parallel, by the Rust
-    core; Ctrl-C stops the scan."""
+    core; Ctrl-C stops the scan.
 
-    def __init__(self, root: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> None:
+    ``root`` may be a bucket prefix (``s3://bucket/train/``, ``gs://``, ``az://``) read with ``storage_options``
+    (as ``Packed``'s): listed once, the same rules applied to the keys (first-level "folders" are the classes),
+    each image one GET checked against the size and ETag the listing gave; workers start the GETs of their next
+    samples ahead (docs/guide/sources.md)."""
+
+    def __init__(
+        self,
+        root: str | bytes | os.PathLike[str] | os.PathLike[bytes],
+        *,
+        storage_options: Mapping[str, str | bool | int | float] | None = None,
+    ) -> None:
         try:
-            self.root = os.path.expanduser(os.fsdecode(root))
+            self.root = os.fsdecode(root)
         except TypeError:
             raise ConfigError(
                 f"invalid root: {root!r} must be a path (str, bytes or os.PathLike), not a {type(root).__name__}",
                 parameter="root",
             ) from None
-        self.paths, self.labels, self.classes = _core.scan_image_folder(self.root)
+        options = _storage_options(storage_options)
+        if _core.check_locations("root", [self.root], options, prefixes=True):
+            # a bucket prefix: listed once, torchvision's rules over the keys (source/remote.rs)
+            self.paths, self.labels, self.classes, sizes, etags = _core.scan_object_folder(self.root, options)
+            self._native = _core.NativeSource.remote_files(
+                self.paths, self.labels, list(self.classes), options, sizes, etags
+            )
+        else:
+            self.root = os.path.expanduser(self.root)
+            self.paths, self.labels, self.classes = _core.scan_image_folder(self.root)
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
 
 
@@ -162,7 +185,10 @@ class FileList(_Files):
     Class indices are integers in the int64 range: Python ``int``, numpy integers, ``bool`` (as 0/1, binary
     labels often come as bools) and 1-D integer/bool arrays. Floats make float32 targets (``[0.7, 2.0]``,
     float arrays, (N, K) multi-hot or soft-label rows: see the module docs). Strings are refused, never
-    parsed."""
+    parsed.
+
+    ``paths`` may all be URLs (``s3://``, ``gs://``, ``az://``, ``http(s)://``) read with ``storage_options``
+    (as ``Packed``'s); local paths and URLs are not mixed."""
 
     def __init__(
         self,
@@ -170,6 +196,7 @@ class FileList(_Files):
         labels: Any = None,
         classes: Iterable[str] = (),
         extras: Mapping[str, Sequence[Any]] | None = None,
+        storage_options: Mapping[str, str | bool | int | float] | None = None,
     ) -> None:
         self.paths = _check_paths(paths)
         self._extras = check_extras(extras, len(self.paths))
@@ -180,6 +207,26 @@ class FileList(_Files):
         # the list's rules (non-empty, usable paths, one label per path) are the core's
         _core.check_file_list(self.paths, len(self.labels))
         self.classes, self.class_to_idx = _class_names(classes)
+        options = _storage_options(storage_options)
+        if _core.check_locations("paths", self.paths, options):  # all URLs (or all local)
+            self._native = _core.NativeSource.remote_files(
+                self.paths, self.labels, list(self.classes), options
+            )
+
+
+def _storage_options(value: Any) -> Any:
+    """``storage_options`` as the core takes it (a dict; anything else goes on for the core to refuse)."""
+    return dict(value) if isinstance(value, Mapping) else value
+
+
+def refuse_url(source: str, parameter: str, value: Any, storage_options: Any) -> None:
+    """Sources whose files are read by Python (annotations, the classic datasets' formats) read local files only:
+    a URL in ``parameter`` or any ``storage_options`` is the core's ``ConfigError`` saying to pack the data first
+    (storage/locations.rs). A value that is no path is left to the source's own checks."""
+    if isinstance(value, (str, bytes, os.PathLike)):
+        _core.check_local_only(source, parameter, os.fsdecode(os.fspath(value)), storage_options is not None)
+    elif storage_options is not None:
+        _core.check_local_only(source, parameter, "", True)
 
 
 def _named_targets(targets: Any, classes: Any) -> Any:

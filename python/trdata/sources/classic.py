@@ -45,7 +45,7 @@ import numpy.typing as npt
 
 from .._args import _bool_arg
 from ..errors import ConfigError, DecodeError, SourceError, _shown
-from .base import Arrays
+from .base import Arrays, refuse_url
 
 __all__ = [
     "CIFAR10",
@@ -1084,7 +1084,10 @@ class MNIST(Arrays):
 
     _variant = "MNIST"
 
-    def __init__(self, root: str | os.PathLike[str], train: bool = True) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], train: bool = True, *, storage_options: Any = None
+    ) -> None:
+        refuse_url(type(self).__name__, "root", root, storage_options)
         data = read_mnist(root, train, self._variant)
         super().__init__(data.images, data.targets, data.classes)
         self.root, self.train, self.files = os.fspath(root), train, data.files
@@ -1110,7 +1113,10 @@ class CIFAR10(Arrays):
 
     _variant = 10
 
-    def __init__(self, root: str | os.PathLike[str], train: bool = True) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], train: bool = True, *, storage_options: Any = None
+    ) -> None:
+        refuse_url(type(self).__name__, "root", root, storage_options)
         data = read_cifar(root, train, self._variant)
         super().__init__(data.images, data.targets, data.classes)
         self.root, self.train, self.files = os.fspath(root), train, data.files

@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import _core
 from . import packed_targets
-from .base import Source
+from .base import Source, refuse_url
 from .targets import plan_rows, refuse_mosaic
 
 #: Keys of one image's target (``batch.targets[i]``).
@@ -46,8 +46,12 @@ class CocoDetection(Source):
         *,
         masks: bool = False,
         keypoints: bool = False,
+        storage_options: Any = None,
     ) -> None:
         from .._args import _bool_arg
+
+        refuse_url("CocoDetection", "root", root, storage_options)
+        refuse_url("CocoDetection", "ann_file", ann_file, None)
 
         self.root = os.fspath(root)
         self.ann_file = os.fspath(ann_file)

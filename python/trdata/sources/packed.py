@@ -17,6 +17,7 @@ translates arguments and draws progress bars.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -76,6 +77,11 @@ def _fs_path(path: str | bytes | os.PathLike[Any]) -> str:
     return os.fsdecode(os.fspath(path))
 
 
+def _options(storage_options: Any) -> Any:
+    """``storage_options`` as the core takes it (a dict; anything else goes on for the core to refuse)."""
+    return dict(storage_options) if isinstance(storage_options, Mapping) else storage_options
+
+
 def _check_class_targets(source: Source) -> None:
     """The packed format stores one int64 class index per record: a source whose targets are float (regression
     values, soft or multi-hot labels) is refused rather than packed as something else (they were class 0)."""
@@ -97,6 +103,7 @@ def pack(
     workers: int | None = None,
     progress: bool = True,
     block_bytes: int | None = None,
+    storage_options: Mapping[str, str | bool | int | float] | None = None,
 ) -> dict[str, Any]:
     """Write ``source`` (any trdata source) into the packed file ``path``, in the source's order, with its
     targets and class names. Without ``reencode`` the records hold the source's bytes exactly (raw pixels
@@ -113,7 +120,14 @@ def pack(
     class names must be distinct and every label one of them. A sample that cannot be read or decoded (when
     re-encoding) is a ``DecodeError`` naming it. Memory: finished records wait for their turn in a buffer of at
     most 256 MiB (plus one record per worker). Returns ``{"records", "bytes_in", "bytes_out", "seconds",
-    "warnings"}``."""
+    "warnings"}``.
+
+    ``path`` may be a URL of a bucket (``s3://bucket/train.trd``, ``gs://``, ``az://``; not plain ``http(s)://``,
+    which is read-only): the pack is written to a temporary file in the system's temporary folder (``TMPDIR``;
+    it needs the pack's size free there) exactly as a local pack, then uploaded as one multipart upload with
+    ``storage_options`` (as ``Packed``'s): nothing appears at the key until the upload completes, and an error or
+    Ctrl-C aborts the upload (its parts are deleted) and names the URL. The object equals the local pack byte for
+    byte."""
     if not isinstance(source, Source) and is_map_style(source):
         source = DatasetSource(source)  # a map-style dataset packs as Loader reads it
     if not isinstance(source, Source):
@@ -125,6 +139,19 @@ def pack(
     _check_class_targets(source)
     short_side, max_side, quality = _reencode_options(reencode)
     dst = _fs_path(path)
+    options = _options(storage_options)
+    if _core.storage_check_target(dst, options):  # a URL: pack here, then upload (checked before any work)
+        with tempfile.TemporaryDirectory(prefix="trdata-pack-") as staging:
+            local = os.path.join(staging, "pack.trd")
+            packed = pack(
+                source, local, reencode=reencode, workers=workers, progress=progress, block_bytes=block_bytes
+            )
+            report, close = progress_callback(progress, f"uploading {os.path.basename(dst)}", "B")
+            try:
+                _core.storage_upload(local, dst, options, report)
+            finally:
+                close()
+        return packed
     report, close = progress_callback(progress, f"packing {os.path.basename(dst)}", "rec")
     raised: list[BaseException] = []
 
@@ -163,21 +190,30 @@ def verify(
     *,
     workers: int | None = None,
     progress: bool = True,
+    storage_options: Mapping[str, str | bool | int | float] | None = None,
 ) -> list[tuple[int, str]]:
-    """Check every record of the packed file ``path``: its CRC32C and that it decodes. Returns
-    ``(record, reason)`` for each bad record (empty: the file is sound); a damaged header or index raises."""
+    """Check every record of the packed file ``path`` (a path or a URL, read with ``storage_options``): its CRC32C
+    and that it decodes. Returns ``(record, reason)`` for each bad record (empty: the file is sound); a damaged
+    header or index raises."""
     report, close = progress_callback(progress, f"verifying {os.path.basename(_fs_path(path))}", "rec")
     try:
-        bad: list[tuple[int, str]] = list(_core.packed_verify(_fs_path(path), workers, report))
+        bad: list[tuple[int, str]] = list(
+            _core.packed_verify(_fs_path(path), workers, report, _options(storage_options))
+        )
     finally:
         close()
     return bad
 
 
-def inspect(path: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> dict[str, Any]:
-    """The header and index of the packed file ``path`` as a dict (version, counts, sizes, classes, write
-    options, and per record: length, width, height, format, subsampling, progressive, cmyk, label)."""
-    info: dict[str, Any] = _core.packed_info(_fs_path(path))
+def inspect(
+    path: str | bytes | os.PathLike[str] | os.PathLike[bytes],
+    *,
+    storage_options: Mapping[str, str | bool | int | float] | None = None,
+) -> dict[str, Any]:
+    """The header and index of the packed file ``path`` (a path or a URL, read with ``storage_options``) as a
+    dict (version, counts, sizes, classes, write options, and per record: length, width, height, format,
+    subsampling, progressive, cmyk, label)."""
+    info: dict[str, Any] = _core.packed_info(_fs_path(path), _options(storage_options))
     return info
 
 
@@ -208,7 +244,7 @@ class Packed(Source):
     ) -> None:
         self.path = _fs_path(path)
         self.mode = mode
-        options = dict(storage_options) if isinstance(storage_options, Mapping) else storage_options
+        options = _options(storage_options)
         self._native = _core.NativeSource.packed(self.path, mode, window_blocks, cache_blocks, options)
         self.labels = list(self._native.labels)
         self.classes = list(self._native.classes)

@@ -30,7 +30,7 @@ import numpy as np
 from .. import _core
 from ..errors import ConfigError, SourceError
 from . import packed_targets
-from .base import IMG_EXTENSIONS, Source, _class_names
+from .base import IMG_EXTENSIONS, Source, _class_names, refuse_url
 from .extras import MAX_EXTRA_BYTES
 from .targets import ImageHeader, list_files, opt_str, path_arg, pillow, read_header
 
@@ -52,7 +52,10 @@ class SegmentationFolder(Source):
         image_suffix: str | None = None,
         mask_suffix: str = ".png",
         classes: Iterable[str] = (),
+        storage_options: Any = None,
     ) -> None:
+        refuse_url("SegmentationFolder", "images", images, storage_options)
+        refuse_url("SegmentationFolder", "masks", masks, None)
         self.images_root = path_arg(images, "images")
         self.masks_root = path_arg(masks, "masks")
         mask_suffix = opt_str(mask_suffix, "mask_suffix") or ""

@@ -52,7 +52,7 @@ import shlex
 import stat
 import tarfile
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import IO, Any, Union
 
 import numpy as np
@@ -92,6 +92,9 @@ _COMPRESSIONS = (
 _COMPRESSED_SUFFIXES = (".tgz", ".gz", ".bz2", ".tbz2", ".xz", ".txz", ".zst", ".zstd", ".lz4")
 
 _KEY_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset's base_plus_ext
+
+#: Bytes one ranged GET reads while a remote shard's tar headers are scanned (``_RemoteStream``).
+REMOTE_CHUNK_BYTES = 8 << 20
 
 #: ``cache_dir``: a folder, ``True`` (the default folder) or ``False``/``None`` (no cache).
 CacheDir = Union[str, bytes, "os.PathLike[str]", bool, None]
@@ -245,6 +248,63 @@ def _compression(shard: str, head: bytes) -> str | None:
     return None
 
 
+class _RemoteStream(io.RawIOBase):
+    """A remote shard (``_core.RemoteFile``) as the seekable file ``tarfile`` reads: reads are served from one
+    buffered chunk of ``REMOTE_CHUNK_BYTES`` fetched by a ranged GET where the position is. tarfile reads the
+    headers in order and seeks forward over member data, so indexing a shard reads it once from start to end in
+    ``size / REMOTE_CHUNK_BYTES`` GETs, and a member larger than a chunk is skipped without being fetched."""
+
+    def __init__(self, remote: Any) -> None:
+        self.remote, self.size, self.pos = remote, int(remote.size), 0
+        self.chunk_at, self.chunk = 0, b""
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self.pos, os.SEEK_END: self.size}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def pread(self, n: int, offset: int) -> bytes:
+        """Up to ``n`` bytes at ``offset`` (fewer at the end of the object)."""
+        n = max(0, min(n, self.size - offset))
+        if n == 0:
+            return b""
+        if not (self.chunk_at <= offset and offset + n <= self.chunk_at + len(self.chunk)):
+            if n > REMOTE_CHUNK_BYTES:
+                return bytes(self.remote.read(offset, n))
+            self.chunk_at = offset
+            self.chunk = bytes(self.remote.read(offset, min(REMOTE_CHUNK_BYTES, self.size - offset)))
+        at = offset - self.chunk_at
+        return self.chunk[at : at + n]
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            n = self.size - self.pos
+        data = self.pread(n, self.pos)
+        self.pos += len(data)
+        return data
+
+    def readinto(self, b: Any) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
+def _pread(f: Any, n: int, offset: int) -> bytes:
+    """``n`` bytes at ``offset`` of an open shard: a local file's descriptor or a ``_RemoteStream``."""
+    if isinstance(f, _RemoteStream):
+        return f.pread(n, offset)
+    return os.pread(f.fileno(), n, offset)
+
+
 class WebDataset(Source):
     """Tar ``shards`` (paths) in webdataset's layout. ``image_key``: the image member's extension, or several
     separated by ``;`` (webdataset's spelling, e.g. ``"jpg;png"``); default: the first of ``IMAGE_KEYS``
@@ -258,6 +318,16 @@ class WebDataset(Source):
     read from the shards when a batch is made; a sample without the member gets None; a member over 16 MiB or not
     what its extension says is a ``DecodeError`` naming the shard and key. ``target_key="json:label"`` takes the
     target from a field of a ``.json`` member.
+
+    ``shards``: a list of paths or URLs, or one ``str`` that is expanded as webdataset expands it (brace
+    patterns such as ``"train-{000000..000127}.tar"``, ``{a,b}``, several braces, ``::`` between patterns;
+    the core's ``src/source/braces.rs``). URLs (``s3://``, ``gs://``, ``az://``, ``http(s)://``) are read with
+    ``storage_options`` (as ``Packed``'s): each shard is opened (a HEAD: its size and ETag), its index is built
+    from one pass over it in ranged GETs of ``REMOTE_CHUNK_BYTES`` (tar headers parsed as they pass, member data
+    skipped or discarded) and cached like a local shard's, keyed by the URL, size and ETag (no ETag: not cached);
+    then every image member is one ranged GET when its sample is read (started ahead by the worker, so many are
+    in flight), checked against the shard's ETag: a shard that changed since it was indexed is an error naming
+    it, never other bytes. Local paths and URLs are not mixed in one source.
 
     ``cache_dir``: where the per-shard index is cached (module docs): ``True`` (default) for
     ``$XDG_CACHE_HOME/trdata/webdataset``, a folder (str, bytes or os.PathLike; not ``""``), or ``False``/``None``
@@ -278,11 +348,20 @@ class WebDataset(Source):
         classes: Iterable[str] = (),
         cache_dir: CacheDir = True,
         extras: Sequence[str] = (),
+        storage_options: Any = None,
     ) -> None:
-        if isinstance(shards, (str, bytes, os.PathLike)):
+        if isinstance(shards, str):
+            shards = _core.expand_shards(shards)  # a pattern, as webdataset expands it
+        elif isinstance(shards, (bytes, os.PathLike)):
             shards = [shards]  # one shard, as webdataset accepts
         # bytes paths as str: the index file's identity (JSON) names the shard
         self.shards = [os.fsdecode(os.fspath(s)) for s in shards]
+        self._options = dict(storage_options) if isinstance(storage_options, Mapping) else storage_options
+        #: Per shard, its ``_core.RemoteFile`` (opened: size and ETag) when the shards are URLs.
+        self._remote: list[Any] = []
+        if _core.check_locations("shards", self.shards, self._options):  # all URLs (or all local)
+            self._remote = [_core.RemoteFile(s, self._options) for s in self.shards]
+        self._remote_of = dict(zip(self.shards, self._remote))
         self.image_key, self.target_key = image_key, target_key
         self.extra_keys = _extra_keys(extras)
         self.cache_dir = _cache_dir(cache_dir)
@@ -311,7 +390,19 @@ class WebDataset(Source):
             self._float_targets = _float_targets(self.shards, where, values)
             self.labels = [0] * len(values)
         self.classes, self.class_to_idx = _class_names(classes)
-        self._native = _core.NativeSource.spans(self.shards, file_index, offsets, sizes, self.labels)
+        if self._remote:
+            self._native = _core.NativeSource.remote_spans(
+                self.shards,
+                file_index,
+                offsets,
+                sizes,
+                self.labels,
+                self._options,
+                [r.size for r in self._remote],
+                [r.etag for r in self._remote],
+            )
+        else:
+            self._native = _core.NativeSource.spans(self.shards, file_index, offsets, sizes, self.labels)
         # extras= members: (shard index, key, {ext: (offset, size)}) per sample, read when a batch needs them
         self._extra_spans = [(si, s.key, s.extras) for si, s in spans] if self.extra_keys else []
 
@@ -329,10 +420,11 @@ class WebDataset(Source):
                     if span is None:
                         out[e].append(None)
                         continue
-                    if si not in fds:
+                    if si not in fds and not self._remote:
                         fds[si] = os.open(self.shards[si], _OPEN_FLAGS)
                     shard = self.shards[si]
-                    out[e].append(_extra_value(shard, key, e, _member_bytes(shard, key, e, fds[si], *span)))
+                    data = _member_bytes(shard, key, e, self._reader(si, fds), *span)
+                    out[e].append(_extra_value(shard, key, e, data))
         except OSError as err:
             raise SourceError(
                 f"cannot read extras of {self.shards[si]!r}: {err.strerror}", self.shards[si]
@@ -342,6 +434,13 @@ class WebDataset(Source):
                 os.close(fd)
         return {e: stack_extras(v) for e, v in out.items()}
 
+    def _reader(self, si: int, fds: dict[int, int]) -> Any:
+        """``read(n, offset)`` of shard ``si``: a ranged GET of a remote shard, a pread of the local one's
+        descriptor in ``fds``."""
+        if self._remote:
+            return lambda n, offset: bytes(self._remote[si].read(offset, n))
+        return lambda n, offset: os.pread(fds[si], n, offset)
+
     def _pack_extras(self, i: int) -> list[tuple[str, int, bytes]]:
         """Sample ``i``'s ``extras=`` members as ``trdata.pack`` stores them: their bytes as they are, of the kind
         their extension says, each checked as ``batch.extras`` would read it (a bad member is a ``DecodeError``
@@ -350,23 +449,28 @@ class WebDataset(Source):
             return []
         si, key, spans = self._extra_spans[i]
         shard, out = self.shards[si], []
+        fds: dict[int, int] = {}
         try:
-            fd = os.open(shard, _OPEN_FLAGS)
+            if not self._remote:
+                fds[si] = os.open(shard, _OPEN_FLAGS)
         except OSError as err:
             raise SourceError(f"cannot read extras of {shard!r}: {err.strerror}", shard) from None
         try:
             for e in self.extra_keys:
                 if e in spans:
-                    data = _member_bytes(shard, key, e, fd, *spans[e])
+                    data = _member_bytes(shard, key, e, self._reader(si, fds), *spans[e])
                     _extra_value(shard, key, e, data)  # the checks a read makes
                     out.append((e, kind_of_extension(e), data))
         finally:
-            os.close(fd)
+            for fd in fds.values():
+                os.close(fd)
         return out
 
     # ---- the per-shard index, cached -------------------------------------------------------------------
 
     def _index(self, shard: str) -> list[_Sample]:
+        if self._remote:
+            return self._index_remote(self._remote_of[shard], shard)
         # One descriptor for everything read of the shard: the identity is its fstat (no race with a rename
         # between a stat and an open), and a FIFO given as a shard is refused instead of blocking.
         try:
@@ -401,13 +505,37 @@ class WebDataset(Source):
             _write_cache(path, ident, samples, self._key, limit)
         return samples
 
+    def _index_remote(self, remote: Any, shard: str) -> list[_Sample]:
+        """A remote shard's index: cached under its URL, size and ETag (none without an ETag: a changed object
+        could not be told), else one pass over it (``_RemoteStream``)."""
+        ident = {
+            "version": CACHE_VERSION,
+            "url": shard,
+            "size": int(remote.size),
+            "etag": remote.etag,
+            "uid": os.geteuid(),
+            "image_key": self.image_key,
+            "target_key": self.target_key,
+            "extras": list(self.extra_keys),
+        }
+        limit = int(remote.size) + CACHE_MARGIN_BYTES
+        path = self._cache_path(ident) if remote.etag is not None else None
+        if path is not None and self._key is not None:
+            cached = _read_cache(path, shard, ident, self._key, limit)
+            if cached is not None:
+                return cached
+        samples = list(self._scan(shard, _RemoteStream(remote), int(remote.size)))
+        if path is not None and self._key is not None:
+            _write_cache(path, ident, samples, self._key, limit)
+        return samples
+
     def _cache_path(self, ident: dict[str, Any]) -> str | None:
         if self.cache_dir is None:
             return None
         digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:40]
         return os.path.join(self.cache_dir, f"{digest}.json")
 
-    def _scan(self, shard: str, f: IO[bytes], file_size: int) -> Iterator[_Sample]:
+    def _scan(self, shard: str, f: IO[bytes] | _RemoteStream, file_size: int) -> Iterator[_Sample]:
         """The index of one shard from its tar headers (the cache's source of truth)."""
         wanted = IMAGE_KEYS if self.image_key is None else tuple(self.image_key.split(";"))
         target_key = self.target_key
@@ -427,7 +555,7 @@ class WebDataset(Source):
 
     @staticmethod
     def _samples(
-        shard: str, f: IO[bytes], target_key: str | None, file_size: int
+        shard: str, f: IO[bytes] | _RemoteStream, target_key: str | None, file_size: int
     ) -> Iterable[tuple[str, dict[str, tuple[int, int]], dict[str, bytes]]]:
         """(key, {ext: (offset, size)}, {target ext: bytes}) per sample, in member order, from the shard open
         as `f` (at its start)."""
@@ -471,16 +599,16 @@ class WebDataset(Source):
                         data[ext] = t.read() if t is not None else b""
                 end = tar.offset  # where the next header would start
             # tarfile stops quietly at a truncated header; a complete archive ends with two zero blocks there.
-            if os.pread(f.fileno(), 1024, end) != bytes(1024):
+            if _pread(f, 1024, end) != bytes(1024):
                 raise _bad(
                     shard,
-                    _compression(shard, os.pread(f.fileno(), 8, 0))
+                    _compression(shard, _pread(f, 8, 0))
                     or f"has no end-of-archive marker at byte {end} (truncated or not a tar file)",
                 )
         except (tarfile.TarError, EOFError, OSError) as e:
             try:
-                head = os.pread(f.fileno(), 8, 0)
-            except OSError:
+                head = _pread(f, 8, 0)
+            except (OSError, SourceError):
                 head = b""
             raise _bad(shard, _compression(shard, head) or f"is not a readable tar file ({e})") from None
         if key is not None:
@@ -623,13 +751,13 @@ def _extra_value(shard: str, key: str, ext: str, data: bytes) -> Any:
         raise _bad(shard, f"sample {key!r}: .{ext} member is not valid ({e})") from None
 
 
-def _member_bytes(shard: str, key: str, ext: str, fd: int, offset: int, size: int) -> bytes:
+def _member_bytes(shard: str, key: str, ext: str, read: Any, offset: int, size: int) -> bytes:
     """An extras= member's bytes, at most ``MAX_EXTRA_BYTES`` (else a ``DecodeError`` naming shard and key)."""
     if size > MAX_EXTRA_BYTES:
         raise _bad(
             shard, f"sample {key!r}: .{ext} member of {size} bytes is over the {MAX_EXTRA_BYTES}-byte limit"
         )
-    data = os.pread(fd, size, offset)
+    data = bytes(read(size, offset))
     if len(data) != size:
         raise _bad(shard, f"sample {key!r}: .{ext} member was cut short ({len(data)} of {size} bytes)")
     return data

@@ -44,7 +44,7 @@ import numpy as np
 from .. import _core
 from ..errors import ConfigError, SourceError
 from . import packed_targets
-from .base import Source
+from .base import Source, refuse_url
 from .targets import list_files, move_boxes, opt_str, path_arg, pillow, plan_rows, read_header, refuse_mosaic
 
 #: ultralytics' ``IMG_FORMATS`` that trdata decodes (dng, mpo, pfm and heic are not listed).
@@ -216,9 +216,11 @@ class YoloDetection(Source):
         *,
         classes: Sequence[str] | Mapping[int, str] | None = None,
         masks: bool = False,
+        storage_options: Any = None,
     ) -> None:
         from .._args import _bool_arg
 
+        refuse_url("YoloDetection", "root", root, storage_options)
         self.root = path_arg(root, "root")
         self.masks = _bool_arg(masks, "masks")
         self.split = opt_str(split, "split")
