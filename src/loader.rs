@@ -254,8 +254,16 @@ impl Loader {
         if self.cfg.pipeline.is_multi() {
             return Err(TrdataError::config("views", "a source with detection targets takes one view".to_string()));
         }
-        crate::augment::targets::check_program(self.cfg.pipeline.first().program())
-            .map_err(|m| TrdataError::config("transforms", m))
+        let program = self.cfg.pipeline.first().program();
+        if crate::augment::targets::needs_boxes(program) && self.dataset().boxes.is_none() {
+            return Err(TrdataError::config(
+                "transforms",
+                "RandomIoUCrop draws its crop from the sample's boxes, and this source has none (a \
+                 semantic-segmentation source): use RandomCrop or RandomResizedCrop"
+                    .to_string(),
+            ));
+        }
+        crate::augment::targets::check_program(program).map_err(|m| TrdataError::config("transforms", m))
     }
 
     /// The whole geometry sample `index` of `epoch` gets when its image is `width × height`: the folded prefix's

@@ -159,10 +159,10 @@ def test_stage2_ops_move_maps_as_torchvisions_kernels_with_the_same_draws(voc: A
     transforms = [trdata.Resize(PREFIX), *RECIPES[recipe]]
     pad_to = PADDED[recipe][1] if recipe in PADDED else None
     if any(type(t).__name__ == "RandomIoUCrop" for t in RECIPES[recipe]):
-        # its draw depends on the sample's boxes: a label-map source has none (refused when read, by the core)
-        with pytest.raises(trdata.DecodeError, match="RandomIoUCrop draws from the sample's boxes"):
-            with trdata.Loader(src, batch_size=4, transforms=transforms, pad_to=pad_to) as ld:
-                next(iter(ld))
+        # its draw depends on the sample's boxes: a label-map source has none (refused when the Loader is made)
+        with pytest.raises(ConfigError, match="RandomIoUCrop draws its crop from the sample's boxes") as info:
+            trdata.Loader(src, batch_size=4, transforms=transforms, pad_to=pad_to)
+        assert info.value.parameter == "transforms"
         return
     expand = any(getattr(t, "expand", False) for t in RECIPES[recipe])
     filled = 0
