@@ -1,4 +1,4 @@
-"""URLs wherever a path is taken (issue 25): ``trdata.pack`` to a bucket (one multipart upload, atomic),
+"""URLs wherever a path is taken: ``trdata.pack`` to a bucket (one multipart upload, atomic),
 ``WebDataset`` over URLs and brace patterns, ``ImageFolder`` over a bucket prefix and ``FileList`` of URLs, the
 CLI on URLs, and the Python-read sources that refuse URLs.
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-# On the GPU machine (issue 25): ResNet-18 fed from a packed file read locally (partial) and streamed over s3://
+# On the GPU machine: ResNet-18 fed from a packed file read locally (partial) and streamed over s3://
 # from an S3 read server on loopback (benches/gpu/rn50_train.py `packed-s3`), against synthetic data, in one run.
 # $CARRY (default devcarry) holds dist/ (the abi3 wheel) and data/imagenet/ (an ImageFolder sample).
 cd "$(dirname "$0")/../.."
