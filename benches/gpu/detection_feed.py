@@ -7,13 +7,18 @@ For each model (``retinanet_resnet50_fpn``, ``fasterrcnn_mobilenet_v3_large_fpn`
 train mode, SGD, bf16 autocast, batch 16) and recipe (``hflip``: the images at their own sizes, horizontal flip;
 ``lsj``: ScaleJitter((1024, 1024)) + RandomCrop(1024, pad_if_needed=True) + flip + SanitizeBoundingBoxes):
 
-- ``synthetic``: the very batches the ``trdata`` row then trains on (a loader with the same seed, run ahead:
-  ``--warmup`` + ``--steps`` batches of that recipe's images and targets, real sizes) kept on the GPU and trained
-  on in the same order — the model's rate on the same inputs with no loader at all. (Earlier runs cycled 8
-  batches: a variable-size recipe then showed the model 8 batch shapes over and over, which the GPU side runs
-  faster than a stream of new shapes, so that ceiling was not the same work);
+- ``synthetic``: batches of the same recipe and images made ahead by a trdata loader with another seed
+  (``--warmup`` + ``--steps`` batches, real sizes and targets) kept on the GPU and trained on — the model's rate on
+  such inputs with no loader at all. Another seed, not the ``trdata`` row's own batches: the eager detectors pay
+  for every batch shape they have not seen yet (cuDNN's per-shape plans, the allocator), so a row that replays
+  shapes an earlier row already showed the model is faster than the same work seen first; with another seed every
+  row meets new shapes at the same rate, as in training. (Earlier runs cycled 8 batches, or replayed the trdata
+  row's batches: the first made the ceiling too fast, the second made the synthetic row, which ran first, pay for
+  every shape the trdata row then reused);
 - ``trdata``: ``CocoDetection`` on a CUDA loader (hflip with ``pad_to`` the largest image rounded up to 32; the
-  images are the slots' ``[:h, :w]`` views), targets delivered on the GPU;
+  images are the slots' ``[:h, :w]`` views), targets delivered on the GPU; ``--decode gpu`` (the default) decodes
+  the JPEGs with nvJPEG where the recipe allows it (the loader says so with a ConfigError otherwise, and the row
+  then decodes on the CPU: ``decode`` in the row says which);
 - ``dataloader``: DataLoader(``--workers``, pin_memory) over torchvision's ``CocoDetection`` +
   ``wrap_dataset_for_transforms_v2`` + the same v2 recipe, images and targets moved to the GPU.
 
@@ -75,16 +80,20 @@ def torchvision_recipe(recipe: str) -> Any:
 
 class TrdataFeed:
     def __init__(
-        self, images: str, ann: str, recipe: str, pad_to: tuple[int, int], device: str, seed: int
+        self, images: str, ann: str, recipe: str, pad_to: tuple[int, int], device: str, seed: int, decode: str
     ) -> None:
         import trdata
 
         src = trdata.CocoDetection(images, ann)
-        self.loader = trdata.Loader(
-            src, batch_size=BATCH, transforms=trdata_recipe(recipe), device=device, dtype="float32",
-            normalize=None, shuffle=True, pad_to=pad_to if recipe == "hflip" else None, last_batch="drop",
-            seed=seed,
+        kw = dict(
+            batch_size=BATCH, transforms=trdata_recipe(recipe), device=device, dtype="float32", normalize=None,
+            shuffle=True, pad_to=pad_to if recipe == "hflip" else None, last_batch="drop", seed=seed,
         )  # fmt: skip
+        try:
+            self.loader, self.decode = trdata.Loader(src, decode=decode, **kw), decode
+        except trdata.ConfigError as e:
+            print(f"  decode={decode!r} refused for {recipe} ({e}); decoding on the CPU", flush=True)
+            self.loader, self.decode = trdata.Loader(src, **kw), "cpu"
         self.it = iter(self.loader)
 
     def __next__(self) -> tuple[list[Any], list[dict[str, Any]]]:
@@ -216,6 +225,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=15)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--decode", default="gpu", help="the trdata row's decode= (gpu: nvJPEG where the recipe allows)")
     ap.add_argument("--max-side", type=int, default=640, help="COCO-sized images: longest side at most this")
     args = ap.parse_args()
     import torch
@@ -236,19 +246,18 @@ def main() -> None:
         for model_name in args.models.split(","):
             for recipe in args.recipes.split(","):
                 model, opt = make_model(model_name, args.device)
-                ahead = TrdataFeed(images, ann, recipe, pad_to, args.device, seed=7)
+                ahead = TrdataFeed(images, ann, recipe, pad_to, args.device, seed=8, decode="cpu")
                 synthetic = SyntheticFeed(ahead, args.warmup * 4 + args.steps)
                 ahead.close()
-                tr = TrdataFeed(
-                    images, ann, recipe, pad_to, args.device, seed=7
-                )  # the same batches, in order
+                tr = TrdataFeed(images, ann, recipe, pad_to, args.device, seed=7, decode=args.decode)
                 feeds = [("synthetic", synthetic), ("trdata", tr)]
                 res: dict[str, Any] = {}
                 for name, feed in feeds:
-                    # the model's first row also warms it up (allocator, cuDNN's per-shape choices): a longer warm-up
+                    # the model's first row also warms it up (the allocator, CUDA's lazy module loads): a longer one
                     warmup = args.warmup * 4 if name == "synthetic" else args.warmup
                     res[name] = run(feed, model, opt, args.steps, warmup)
                     print(f"{model_name:<10} {recipe:<5} {name:<10} {res[name]}", flush=True)
+                res["trdata"]["decode"] = tr.decode
                 tr.close()
                 dl = DataLoaderFeed(images, ann, recipe, args.workers, args.device)
                 res["dataloader"] = run(dl, model, opt, args.steps, args.warmup)

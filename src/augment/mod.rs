@@ -724,9 +724,6 @@ impl SamplePipeline {
         if self.program.moves_pixels() || self.program.mosaic.is_some() {
             return refuse("the GPU resampler takes no pixel ops nor Mosaic (they run on the CPU's uint8 image)");
         }
-        if self.program.pad_to.is_some() {
-            return refuse("the GPU resampler writes one size (pad_to's canvas is written by the CPU path)");
-        }
         if self.channels != Channels::Rgb {
             return refuse("the GPU resampler writes RGB only (channels=1 is written by the CPU path)");
         }
@@ -738,8 +735,9 @@ impl SamplePipeline {
     /// with an EXIF orientation to the CPU), fill `out` with the window to decode at full size (DCT 8/8), both
     /// axes' taps (flip applied, image pixels, not rebased) and the pass order — computed by the code the CPU
     /// fused writer runs ([`Self::process`] at scale 8/8), so that the GPU resample of the same decoded pixels
-    /// is byte-identical to it. `out` is reused across samples (its vectors only grow). Refused
-    /// ([`Self::gpu_support`], or an empty image) as `Unsupported`.
+    /// is byte-identical to it; with `pad_to` the taps are the sample's own size, which the resampler writes at
+    /// the canvas's top left. `out` is reused across samples (its vectors only grow). Refused
+    /// ([`Self::gpu_support`], an empty image, or a sample larger than `pad_to`'s canvas) as `Unsupported`.
     pub fn prepare_gpu(
         &self,
         width: u32,
@@ -753,6 +751,10 @@ impl SamplePipeline {
             return Err(unsupported(format!("image size {width}x{height} is empty")));
         }
         let plan = self.program.prefix.plan(width, height, key);
+        if plan.y.out_n > self.height || plan.x.out_n > self.width {
+            // pad_to: the CPU path reports the sample as too large for the canvas
+            return Err(unsupported(format!("{}x{} is larger than pad_to's canvas", plan.x.out_n, plan.y.out_n)));
+        }
         out.x.compute(&plan.x, 8, width, width, plan.flip);
         out.y.compute(&plan.y, 8, height, height, plan.vflip);
         out.vertical_first = self.pass_order(8, plan.vertical_first, out.y.win1 - out.y.win0, plan.y.out_n);

@@ -163,8 +163,8 @@ impl SampleViews {
                 other => other.to_string(),
             });
         }
-        if p.program().prefix.geometry == super::geometry::Geometry::Identity {
-            return Some("the transforms fix no output size by a crop or resize".into());
+        if p.program().prefix.geometry == super::geometry::Geometry::Identity && p.program().pad_to.is_none() {
+            return Some("the transforms fix no output size by a crop or resize (nor does pad_to)".into());
         }
         None
     }

@@ -11,7 +11,7 @@
 //!
 //! **Protocol of [`GpuResampler::run`]** (one call per batch, on the caller's stream):
 //! 1. validate every sample against the format and its own window, and lay the batch out on the host
-//!    ([`plan_batch`]): one 104-byte descriptor per sample, then every sample's taps (`i32`), and each sample's
+//!    ([`plan_batch`]): one 112-byte descriptor per sample, then every sample's taps (`i32`), and each sample's
 //!    place in the 8-bit intermediate buffer; nothing is allocated before the sizes are checked against the caps
 //!    ([`MAX_INTERMEDIATE_BYTES`], [`MAX_STAGING_BYTES`], [`MAX_SAMPLES`]);
 //! 2. host-wait the `staged` event of the previous run (its H2D copy has read the pinned staging buffer), then
@@ -59,7 +59,7 @@ const BLOCK: (u32, u32) = (64, 4);
 /// The driver's limit on grid.y; taller images loop (grid-stride) inside the kernels.
 const MAX_GRID_Y: u64 = 65_535;
 /// Bytes of one [`Desc`] (the kernel source has the same `static_assert`).
-const DESC_BYTES: usize = 104;
+const DESC_BYTES: usize = 112;
 
 /// One axis' taps, as the CPU path's `AxisCoeffs` computes them (flip applied, output order): output `o` reads
 /// pixels `start[o] .. start[o] + taps` of the image (full-scale image pixels, not rebased) with weights
@@ -95,9 +95,10 @@ pub struct GpuSample<'a> {
     pub src_w: u32,
     /// Height of the decoded window (pixels).
     pub src_h: u32,
-    /// Column taps: `x.start.len()` must be the format's `out_w`.
+    /// Column taps: one per output column of the sample, at most the format's `out_w` (a narrower sample is
+    /// written at the left of its output, zero bytes beyond: `pad_to`'s canvas).
     pub x: AxisTaps<'a>,
-    /// Row taps: `y.start.len()` must be the format's `out_h`.
+    /// Row taps: one per output row of the sample, at most the format's `out_h` (zero rows below).
     pub y: AxisTaps<'a>,
     /// Pass order of the CPU fused writer for this sample (`SamplePipeline::prepare_gpu` says it): the 8-bit
     /// intermediate rounds differently in the two orders, so it must be the same to be bit-exact.
@@ -181,7 +182,7 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
         .unwrap_or_else(|_| Err(cuda_error(what, "the CUDA driver panicked (a symbol missing from this driver?)")))
 }
 
-/// One sample's geometry, as the kernels read it (`struct Desc` of resample.cu, 104 bytes, native endian).
+/// One sample's geometry, as the kernels read it (`struct Desc` of resample.cu, 112 bytes, native endian).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Desc {
     src: u64,
@@ -207,10 +208,13 @@ struct Desc {
     vertical_first: u32,
     inter_w: u32,
     inter_h: u32,
+    /// The sample's own output size (its taps per axis), at most the format's.
+    own_w: u32,
+    own_h: u32,
 }
 
 impl Desc {
-    /// The C struct's bytes, field by field in declaration order (4 × u64, 18 × u32 with the padding word).
+    /// The C struct's bytes, field by field in declaration order (4 × u64, 20 × u32 with the padding word).
     fn write(&self, out: &mut [u8]) {
         let words64 = [self.src, self.src_pitch, self.dst, self.inter];
         let words32 = [
@@ -231,6 +235,8 @@ impl Desc {
             self.vertical_first,
             self.inter_w,
             self.inter_h,
+            self.own_w,
+            self.own_h,
             0,
         ];
         let (a, b) = out[..DESC_BYTES].split_at_mut(32);
@@ -275,10 +281,11 @@ fn plan_batch(samples: &[GpuSample<'_>], format: &OutputFormat) -> Result<BatchL
     let (mut max_w1, mut max_h1) = (1u64, 1u64);
     for (i, s) in samples.iter().enumerate() {
         let bad = |why: String| resample_error(format!("sample {i}: {why}"));
-        let axis = |name: &str, a: &AxisTaps<'_>, n: u32| -> Result<()> {
-            if a.start.len() != n as usize {
-                return Err(bad(format!("{name} has {} outputs, the format {n}", a.start.len())));
+        let axis = |name: &str, a: &AxisTaps<'_>, most: u32| -> Result<u32> {
+            if a.start.is_empty() || a.start.len() > most as usize {
+                return Err(bad(format!("{name} has {} outputs, the format 1 to {most}", a.start.len())));
             }
+            let n = a.start.len() as u32;
             if a.taps == 0 || a.k.len() as u64 != u64::from(n) * u64::from(a.taps) {
                 return Err(bad(format!("{name} has {} weights for {n} outputs × {} taps", a.k.len(), a.taps)));
             }
@@ -293,10 +300,10 @@ fn plan_batch(samples: &[GpuSample<'_>], format: &OutputFormat) -> Result<BatchL
                     a.start[o], a.taps, a.win0, a.win1
                 )));
             }
-            Ok(())
+            Ok(n)
         };
-        axis("x", &s.x, ow)?;
-        axis("y", &s.y, oh)?;
+        let own_w = axis("x", &s.x, ow)?;
+        let own_h = axis("y", &s.y, oh)?;
         if s.src == 0 || s.dst == 0 {
             return Err(bad("null source or destination".to_owned()));
         }
@@ -313,11 +320,12 @@ fn plan_batch(samples: &[GpuSample<'_>], format: &OutputFormat) -> Result<BatchL
         if (s.src_pitch as u64) < 3 * u64::from(s.src_w) {
             return Err(bad(format!("pitch {} is below 3 × width {}", s.src_pitch, s.src_w)));
         }
-        let (inter_w, inter_h) = if s.vertical_first { (s.x.win1 - s.x.win0, oh) } else { (ow, s.y.win1 - s.y.win0) };
+        let (inter_w, inter_h) =
+            if s.vertical_first { (s.x.win1 - s.x.win0, own_h) } else { (own_w, s.y.win1 - s.y.win0) };
         let x_start = taps_elems;
-        let x_k = x_start + u64::from(ow);
+        let x_k = x_start + u64::from(own_w);
         let y_start = x_k + s.x.k.len() as u64;
-        let y_k = y_start + u64::from(oh);
+        let y_k = y_start + u64::from(own_h);
         taps_elems = y_k + s.y.k.len() as u64;
         if taps_elems > u64::from(u32::MAX) {
             return Err(resample_error("the batch's taps exceed 2^32 entries: split the batch"));
@@ -344,6 +352,8 @@ fn plan_batch(samples: &[GpuSample<'_>], format: &OutputFormat) -> Result<BatchL
             vertical_first: u32::from(s.vertical_first),
             inter_w,
             inter_h,
+            own_w,
+            own_h,
         });
         inter_bytes += 3 * u64::from(inter_w) * u64::from(inter_h);
         if inter_bytes > MAX_INTERMEDIATE_BYTES {
@@ -723,9 +733,22 @@ mod tests {
         let l = plan_batch(&[vf], &f).unwrap();
         assert_eq!((l.descs[0].inter_w, l.descs[0].inter_h), (8, 3), "vertical first: out_h rows × window columns");
 
-        let ys_short = [0u32, 3];
+        // A sample smaller than the format (pad_to's canvas): its own size in the descriptor, its intermediate
+        // only as wide as its own columns.
+        let (xs2, xk2) = ([0u32, 2], [1 << 21; 4]);
+        let narrow = GpuSample { x: AxisTaps { start: &xs2, k: &xk2, ..ok.x }, ..ok };
+        let l = plan_batch(&[narrow, ok], &f).unwrap();
+        assert_eq!((l.descs[0].own_w, l.descs[0].own_h, l.descs[0].inter_w), (2, 3, 2));
+        assert_eq!((l.descs[1].own_w, l.descs[1].x_start), (4, 2 + 4 + 3 + 6));
+        assert_eq!(l.grid2, (1, 1, 2), "pass 2 covers the whole format (the zeros too)");
+
+        let (ys_long, yk_long) = ([0u32, 3, 5, 5], [1 << 21; 8]);
         let cases: Vec<(GpuSample<'_>, &str)> = vec![
-            (GpuSample { y: AxisTaps { start: &ys_short, ..ok.y }, ..ok }, "y has 2 outputs, the format 3"),
+            (
+                GpuSample { y: AxisTaps { start: &ys_long, k: &yk_long, ..ok.y }, ..ok },
+                "y has 4 outputs, the format 1 to 3",
+            ),
+            (GpuSample { y: AxisTaps { start: &[], k: &[], ..ok.y }, ..ok }, "y has 0 outputs"),
             (GpuSample { x: AxisTaps { taps: 3, ..ok.x }, ..ok }, "x has 8 weights for 4 outputs × 3 taps"),
             (GpuSample { x: AxisTaps { win1: 7, ..ok.x }, ..ok }, "x output 3 reads [6, +2) outside its window [0, 7)"),
             (GpuSample { x: AxisTaps { win0: 8, ..ok.x }, ..ok }, "x window [8, 8) is empty"),
@@ -786,6 +809,8 @@ mod tests {
             src_x0: 5,
             inter_h: 21,
             vertical_first: 19,
+            own_w: 22,
+            own_h: 23,
             ..Desc::default()
         };
         let mut b = [0xAAu8; DESC_BYTES];
@@ -793,7 +818,7 @@ mod tests {
         let u64_at = |i: usize| u64::from_ne_bytes(b[8 * i..8 * i + 8].try_into().unwrap());
         let u32_at = |i: usize| u32::from_ne_bytes(b[32 + 4 * i..36 + 4 * i].try_into().unwrap());
         assert_eq!((u64_at(0), u64_at(1), u64_at(2), u64_at(3)), (1, 2, 3, 4));
-        assert_eq!((u32_at(0), u32_at(14), u32_at(16), u32_at(17)), (5, 19, 21, 0));
+        assert_eq!((u32_at(0), u32_at(14), u32_at(16), u32_at(17), u32_at(18), u32_at(19)), (5, 19, 21, 22, 23, 0));
         // The kernel source agrees on the size.
         assert!(RESAMPLE_SOURCE.contains(&format!("sizeof(struct Desc) == {DESC_BYTES}")));
     }
@@ -935,10 +960,12 @@ extern "C" void emu_pass2(unsigned gx, unsigned gy, unsigned gz, unsigned bx, un
     }
 
     /// CPU fused writer vs the emulated kernels for every key of `keys` on `files`, in one batch per (dtype,
-    /// layout): 0 differing bytes.
+    /// layout), on `pad_to`'s canvas when given: 0 differing bytes.
+    #[allow(clippy::too_many_arguments)]
     fn check_pipeline(
         emu: &Emulated,
         transforms: Vec<TransformSpec>,
+        pad_to: Option<(usize, usize)>,
         files: &[Vec<u8>],
         keys: &[SampleKey],
         seen: &mut Seen,
@@ -953,7 +980,7 @@ extern "C" void emu_pass2(unsigned gx, unsigned gy, unsigned gz, unsigned bx, un
             (DType::F32, None),
         ] {
             for layout in [Layout::Nchw, Layout::Nhwc] {
-                let output = OutputSpec { dtype, layout, normalize, pad_to: None };
+                let output = OutputSpec { dtype, layout, normalize, pad_to };
                 let pipe = SamplePipeline::new(transforms.clone(), output)
                     .unwrap()
                     .with_dct_scaling(DctScaling::MinRatio(1e9))
@@ -963,7 +990,9 @@ extern "C" void emu_pass2(unsigned gx, unsigned gy, unsigned gz, unsigned bx, un
                 let (oh, ow) = pipe.output_hw();
                 let n = files.len() * keys.len();
                 let mut expected = vec![0u8; n * sb];
+                // Non-zero garbage: the kernels must write every byte of each sample, the canvas's zeros too.
                 let mut got = aligned(n * sb);
+                got.fill(0x5A5A_5A5A_5A5A_5A5A);
                 let got_base = bytes_of(&mut got).as_mut_ptr() as u64;
                 // Decoded windows, each with an odd pitch (3·w + 5) to exercise `src_pitch`.
                 let mut plans: Vec<GpuPlan> = Vec::new();
@@ -1035,7 +1064,7 @@ extern "C" void emu_pass2(unsigned gx, unsigned gy, unsigned gz, unsigned bx, un
                 write_staging(&samples, &layout_, bytes_of(&mut staging));
                 let mut inter = vec![0xA5u8; layout_.inter_bytes];
                 let base = bytes_of(&mut staging).as_ptr();
-                // SAFETY: base + descriptors is 4-aligned (104·n bytes after an 8-aligned start).
+                // SAFETY: base + descriptors is 4-aligned (112·n bytes after an 8-aligned start).
                 let taps = unsafe { base.add(DESC_BYTES * n) }.cast::<i32>();
                 let (g1, g2) = if narrow_grid {
                     ((layout_.grid1.0, 1, layout_.grid1.2), (layout_.grid2.0, 2, layout_.grid2.2))
@@ -1101,7 +1130,7 @@ extern "C" void emu_pass2(unsigned gx, unsigned gy, unsigned gz, unsigned bx, un
             inner: Box::new(inner),
         };
         let mut seen = Seen::default();
-        check_pipeline(&emu, vec![rrc.clone(), flip.clone()], &files, &keys, &mut seen, false);
+        check_pipeline(&emu, vec![rrc.clone(), flip.clone()], None, &files, &keys, &mut seen, false);
         assert!(seen.vertical_first[0] && seen.vertical_first[1], "both pass orders occur: {seen:?}");
         assert!(seen.flip[0] && seen.flip[1], "flipped and plain samples occur: {seen:?}");
         // Eval: Resize(256) + CenterCrop(224), bilinear and bicubic (signed taps); a grid shorter than the image
@@ -1115,13 +1144,14 @@ extern "C" void emu_pass2(unsigned gx, unsigned gy, unsigned gz, unsigned bx, un
             vec![resize, TransformSpec::CenterCrop { height: 224, width: 224 }]
         };
         let one_key = &keys[..1];
-        check_pipeline(&emu, eval(None), &files, one_key, &mut seen, true);
-        check_pipeline(&emu, eval(Some((Filter::Bicubic, true))), &files, one_key, &mut seen, false);
+        check_pipeline(&emu, eval(None), None, &files, one_key, &mut seen, true);
+        check_pipeline(&emu, eval(Some((Filter::Bicubic, true))), None, &files, one_key, &mut seen, false);
         assert!(seen.signed, "bicubic gives negative weights: {seen:?}");
         // Nearest; an upscale without antialias; a CenterCrop beyond the image (zero padding outputs).
         check_pipeline(
             &emu,
             vec![resampled(Filter::Nearest, false, TransformSpec::ResizeExact { height: 120, width: 100 })],
+            None,
             &files,
             one_key,
             &mut seen,
@@ -1129,7 +1159,11 @@ extern "C" void emu_pass2(unsigned gx, unsigned gy, unsigned gz, unsigned bx, un
         );
         check_pipeline(
             &emu,
-            vec![resampled(Filter::Bilinear, false, TransformSpec::ResizeExact { height: 700, width: 530 }), flip],
+            vec![
+                resampled(Filter::Bilinear, false, TransformSpec::ResizeExact { height: 700, width: 530 }),
+                flip.clone(),
+            ],
+            None,
             &files,
             &keys[..2],
             &mut seen,
@@ -1138,12 +1172,25 @@ extern "C" void emu_pass2(unsigned gx, unsigned gy, unsigned gz, unsigned bx, un
         check_pipeline(
             &emu,
             vec![TransformSpec::CenterCrop { height: 400, width: 360 }],
+            None,
             &files,
             one_key,
             &mut seen,
             false,
         );
         assert!(seen.padding, "padding outputs occur: {seen:?}");
+        // pad_to (detection's batches of images at their own sizes): each image, flipped or not, at the top left
+        // of the canvas, zeros elsewhere; and a resize smaller than the canvas.
+        check_pipeline(&emu, vec![flip.clone()], Some((512, 656)), &files, &keys[..3], &mut seen, false);
+        check_pipeline(
+            &emu,
+            vec![TransformSpec::ResizeExact { height: 300, width: 250 }, flip],
+            Some((320, 304)),
+            &files,
+            &keys[..2],
+            &mut seen,
+            false,
+        );
         eprintln!("emulated kernels equal the CPU fused writer on {} samples: {seen:?}", seen.samples);
     }
 }

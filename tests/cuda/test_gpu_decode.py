@@ -6,6 +6,7 @@ cleanly, and its memory stays within its arenas. Skips without CUDA, torch or li
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -120,6 +121,63 @@ def test_other_geometries_agree_with_the_cpu_path(folder, transforms):
     print(f"{transforms}: min {min(values):.2f} dB")
     # Resize(256) upsamples these ~200 px images, so the CPU path decodes at full scale too.
     assert min(values) >= MIN_ROW_PSNR_DB
+
+
+def test_pad_to_detection_batches_agree_with_the_cpu_path(tmp_path):
+    """torchvision's detection ``hflip`` recipe on ``pad_to`` slots: the GPU writes each image at its own size at
+    its slot's top left and exact zeros elsewhere; rows, sizes and targets are the CPU path's, pixels within IDCT
+    rounding."""
+    root = write_folder(tmp_path / "images", 40, size=lambda i: (150 + 13 * (i % 7), 120 + 11 * (i % 5)))
+    files = sorted(root.rglob("*.jpg"))
+    images, anns = [], []
+    for k, p in enumerate(files):
+        w, h = Image.open(p).size
+        images.append({"id": k + 1, "file_name": str(p.relative_to(root)), "width": w, "height": h})
+        box = [5.0, 7.5, round(w / 3, 2), round(h / 4, 2)]
+        anns.append(
+            {"id": k + 1, "image_id": k + 1, "category_id": 1 + k % 3, "iscrowd": 0, "bbox": box, "area": 1.0}
+        )
+    ann = tmp_path / "instances.json"
+    ann.write_text(json.dumps({"images": images, "annotations": anns, "categories": [{"id": c} for c in (1, 2, 3)]}))
+
+    def run(decode):
+        ld = trdata.Loader(
+            trdata.CocoDetection(str(root), str(ann)),
+            batch_size=8,
+            transforms=[trdata.RandomHorizontalFlip()],
+            pad_to=(192, 256),
+            dtype="uint8",
+            layout="NHWC",
+            device="cuda:0",
+            workers=3,
+            seed=5,
+            shuffle=True,
+            reproducible=True,
+            decode=decode,
+        )
+        rows = []
+        for b in ld:
+            sizes = b.image_sizes.cpu().numpy() if hasattr(b.image_sizes, "cpu") else np.asarray(b.image_sizes)
+            targets = [{k: v.cpu() for k, v in t.items() if k in ("boxes", "labels")} for t in b.targets]
+            rows.append((torch.from_dlpack(b.images).cpu().numpy(), sizes, targets, np.asarray(b.indices)))
+        stats = ld.stats()
+        ld.close()
+        return rows, stats
+
+    g, g_stats = run("gpu")
+    c, c_stats = run("cpu")
+    assert g_stats["decode_gpu"] == eligible(root) >= 30 and g_stats["decode_gpu_fallback"] == 0, g_stats
+    values = []
+    for (gi, gs, gt, gx), (ci, cs, ct, cx) in zip(g, c, strict=True):
+        assert np.array_equal(gx, cx) and np.array_equal(gs, cs)
+        for a, b in zip(gt, ct, strict=True):
+            assert all(torch.equal(a[k], b[k]) for k in ("boxes", "labels"))
+        for img_g, img_c, (h, w) in zip(gi, ci, gs):
+            assert not img_g[h:].any() and not img_g[:, w:].any(), "outside the image: zeros"
+            assert not img_c[h:].any() and not img_c[:, w:].any()
+            values.append(psnr(img_g[:h, :w], img_c[:h, :w]))
+    print(f"pad_to GPU vs CPU rows: min {min(values):.2f} dB over {len(values)}")
+    assert len(values) == 40 and min(values) >= MIN_ROW_PSNR_DB
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])

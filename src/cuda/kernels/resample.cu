@@ -19,7 +19,7 @@
 #define TRDATA_PRECISION_BITS 22
 #define TRDATA_HALF (1 << (TRDATA_PRECISION_BITS - 1))
 
-// One sample's geometry (104 bytes; resample_gpu.rs `Desc`).
+// One sample's geometry (112 bytes; resample_gpu.rs `Desc`).
 struct Desc {
     unsigned long long src;        // device address of the decoded window's first byte (interleaved RGB u8)
     unsigned long long src_pitch;  // bytes per row of `src`
@@ -34,10 +34,12 @@ struct Desc {
     unsigned int y_win0, y_win1;   // union of the row taps
     unsigned int vertical_first;   // 1: pass 1 is vertical (rows), pass 2 horizontal; 0: the other way
     unsigned int inter_w, inter_h; // pass 1's output in pixels (3 bytes each, rows inter_w * 3 bytes apart)
+    unsigned int own_w, own_h;     // the sample's own output size (taps per axis), at most (out_w, out_h): a
+                                   // smaller sample sits at the top left of the output, zero bytes elsewhere
     unsigned int pad;
 };
 
-static_assert(sizeof(struct Desc) == 104, "Desc must match src/cuda/resample_gpu.rs");
+static_assert(sizeof(struct Desc) == 112, "Desc must match src/cuda/resample_gpu.rs");
 
 __device__ __forceinline__ unsigned int trdata_clip8(int acc) {
     // Pillow's clip8: acc >> 22 clamped to 0..255 (an arithmetic shift of a negative value is < 0 -> 0).
@@ -109,6 +111,8 @@ __device__ __forceinline__ void trdata_store(unsigned char* dst, unsigned long l
 //  horizontal first: V over inter rows taps[y_start + i] - y_win0 .. + y_taps, column o;
 //  vertical first:   H over inter row i, columns taps[x_start + o] - x_win0 .. + x_taps;
 // then each channel through the table into the sample's output in NCHW (planes of out_h * out_w) or NHWC.
+// Outside the sample's own size (o >= own_w or i >= own_h: `pad_to`'s canvas) every element is zero bytes, as the
+// CPU writer leaves it.
 extern "C" __global__ void trdata_resample_pass2(const struct Desc* __restrict__ descs,
                                                  const int* __restrict__ taps,
                                                  const unsigned char* __restrict__ inter,
@@ -121,7 +125,16 @@ extern "C" __global__ void trdata_resample_pass2(const struct Desc* __restrict__
     const unsigned char* in = inter + d.inter;
     unsigned char* dst = (unsigned char*)d.dst;
     const unsigned long long line = 3ull * d.inter_w;
+    const unsigned long long plane = (unsigned long long)out_h * out_w;
     for (unsigned int i = blockIdx.y * blockDim.y + threadIdx.y; i < out_h; i += gridDim.y * blockDim.y) {
+        const unsigned long long px = (unsigned long long)i * out_w + o;
+        if (o >= d.own_w || i >= d.own_h) {
+            for (unsigned int c = 0; c < 3; ++c) {
+                const unsigned long long idx = nchw ? c * plane + px : 3ull * px + c;
+                for (unsigned int b = 0; b < elem_bytes; ++b) dst[idx * elem_bytes + b] = 0;
+            }
+            continue;
+        }
         int a0 = TRDATA_HALF, a1 = TRDATA_HALF, a2 = TRDATA_HALF;
         if (d.vertical_first) {
             const unsigned int s = (unsigned int)taps[d.x_start + o] - d.x_win0;
@@ -147,8 +160,6 @@ extern "C" __global__ void trdata_resample_pass2(const struct Desc* __restrict__
             }
         }
         const unsigned int v[3] = {trdata_clip8(a0), trdata_clip8(a1), trdata_clip8(a2)};
-        const unsigned long long plane = (unsigned long long)out_h * out_w;
-        const unsigned long long px = (unsigned long long)i * out_w + o;
         for (unsigned int c = 0; c < 3; ++c) {
             const unsigned long long idx = nchw ? c * plane + px : 3ull * px + c;
             trdata_store(dst, idx * elem_bytes, lut, elem_bytes, c, v[c]);
