@@ -287,3 +287,34 @@ def test_padded_targets_and_what_is_refused(coco: tuple[Path, Path], tmp_path: P
     bad.write_text('{"images": [{"id": 1, "file_name": "a.jpg", "width": -4, "height": 3}]}')
     with pytest.raises(SourceError, match="bad.json"):
         trdata.CocoDetection(images, bad)
+
+
+def test_a_batchs_targets_go_to_a_device_as_views_of_one_buffer_per_dtype() -> None:
+    """The CUDA loader's target transfer (one copy per dtype per batch, rows as views), run to the CPU device:
+    every row's tensors equal its arrays (empty rows and 0-d values included), non-arrays pass through."""
+    torch = pytest.importorskip("torch")
+    from trdata.loader import _targets_to_torch
+
+    rng = np.random.default_rng(3)
+    rows = [
+        {
+            "boxes": rng.random((k, 4), dtype=np.float32),
+            "labels": rng.integers(0, 90, k),
+            "masks": rng.integers(0, 2, (k, 5, 7), dtype=np.uint8),
+            "image_id": np.int64(100 + k),
+            "area": np.asarray(float(k)),
+            "name": f"row{k}",
+        }
+        for k in (3, 0, 2)
+    ]
+    rows[2]["image_id"] = np.asarray(102)
+    out = _targets_to_torch(rows, "cpu")
+    assert len(out) == 3
+    for got, want in zip(out, rows):
+        assert got.keys() == want.keys() and got["name"] == want["name"]
+        for k, v in want.items():
+            if isinstance(v, np.ndarray):
+                t = torch.from_numpy(v)
+                assert got[k].dtype == t.dtype and got[k].shape == t.shape and torch.equal(got[k], t), k
+    # one buffer per dtype: the rows' boxes share a storage
+    assert out[0]["boxes"].untyped_storage().data_ptr() == out[2]["boxes"].untyped_storage().data_ptr()

@@ -1,17 +1,18 @@
 #!/bin/bash
 # On the GPU machine: torchvision's detectors fed by trdata vs DataLoader vs synthetic (benches/gpu/detection_feed.py),
-# after a check that a CUDA loader's ssd-recipe pixels and targets equal the CPU loader's. $CARRY (default devcarry)
+# after a check that a CUDA loader's ssd-recipe pixels and targets equal the CPU loader's and the GPU decode tests on
+# pad_to slots. $CARRY (default devcarry)
 # holds dist/ (the abi3 wheel), wheels/ (pycocotools for cp312) and data/imagenet/ (an ImageFolder sample).
 cd "$(dirname "$0")/../.."
 python3 -m pip install -q --no-deps --target /tmp/td "${CARRY:-devcarry}"/dist/*.whl "${CARRY:-devcarry}"/wheels/pycocotools*.whl 2>&1 | tail -2
 export PYTHONPATH=/tmp/td PYTHONUNBUFFERED=1
 python3 -c "import trdata, torch, torchvision; print(trdata.__file__, torch.__version__, torchvision.__version__, torch.cuda.get_device_name())"
 python3 - <<'PY'
-import sys, tempfile, numpy as np, torch, trdata
+import os, sys, tempfile, numpy as np, torch, trdata
 sys.path.insert(0, "benches")
 from common import folder_files
 from common.coco import write_coco
-paths, _ = folder_files(""${CARRY:-devcarry}"/data/imagenet")
+paths, _ = folder_files(os.environ.get("CARRY", "devcarry") + "/data/imagenet")
 tmp = tempfile.mkdtemp(); images, ann = write_coco(paths[:48], tmp)
 src = trdata.CocoDetection(images, ann, masks=True)
 tf = [trdata.RandomPhotometricDistort(), trdata.RandomZoomOut(fill=(123, 117, 104)), trdata.RandomIoUCrop(),
@@ -27,5 +28,7 @@ for (gi, gt), (ci, ct) in zip(g, c):
         assert all(torch.equal(a[k].cpu(), b[k]) for k in ("boxes", "labels", "masks"))
 print("CUDA loader: ssd recipe pixels and targets equal the CPU loader's; targets on cuda: OK")
 PY
-timeout 500 python3 benches/gpu/detection_feed.py --data "${CARRY:-devcarry}"/data/imagenet --limit 0 --steps 30 --warmup 5 \
+# the GPU decode path on pad_to slots (the hflip row decodes there) against the CPU path
+timeout 90 python3 -m pytest -q -p no:cacheprovider tests/cuda/test_gpu_decode.py -k "pad_to or agree_with_cpu_rows" 2>&1 | tail -4
+timeout 440 python3 benches/gpu/detection_feed.py --data "${CARRY:-devcarry}"/data/imagenet --limit 0 --steps 30 --warmup 5 \
   --workers 15 --out $OUT/detection_feed.json

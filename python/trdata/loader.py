@@ -941,7 +941,7 @@ class Loader:
                 torch.from_dlpack(labels_h) if gathered is None else torch.from_numpy(gathered).to(device)
             )
             if targets is not None:
-                targets = [_targets_to_torch(t, device) for t in targets]
+                targets = _targets_to_torch(targets, device)
             if multi:  # one shared lease: the first view's handle knows the batch
                 return Batch(views_t, labels_t, indices_a, valid, epoch, lease=handles[0], extras=extras)
             return Batch(
@@ -950,7 +950,7 @@ class Loader:
         views_a = tuple(self._host_images(h) for h in handles)
         labels_a = np.asarray(labels, dtype=np.int64) if gathered is None else gathered
         if targets is not None and _torch_installed():
-            targets = [_targets_to_torch(t, None) for t in targets]
+            targets = _targets_to_torch(targets, None)
         return Batch(
             views_a if multi else views_a[0],
             labels_a,
@@ -1038,17 +1038,40 @@ def _torch_installed() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def _targets_to_torch(target: dict[str, Any], device: Any) -> dict[str, Any]:
-    """One row's targets as torch tensors (on ``device`` when given), as torchvision's references take them."""
+def _targets_to_torch(targets: list[dict[str, Any]], device: Any) -> list[dict[str, Any]]:
+    """A batch's per-row targets as torch tensors (on ``device`` when given), as torchvision's references take
+    them. On a device the arrays of one dtype go over together: one pinned buffer and one host-to-device copy per
+    dtype for the whole batch, the rows' tensors being views of it. The training thread makes these, and an eager
+    detector's step is bound by that thread: one copy per tensor (tens per batch) cost it a few percent."""
     import torch
 
-    out: dict[str, Any] = {}
-    for k, v in target.items():
-        if isinstance(v, np.ndarray):
-            t = torch.from_numpy(v)
-            # through pinned memory: a copy from pageable memory would wait for the stream's queued work (the
-            # previous training step) and take away the host's lead over the GPU
-            out[k] = t if device is None else t.pin_memory().to(device, non_blocking=True)
-        else:
-            out[k] = v
+    if device is None:
+        return [
+            {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in t.items()}
+            for t in targets
+        ]
+    by_dtype: dict[np.dtype, list[np.ndarray]] = {}
+    for t in targets:
+        for v in t.values():
+            if isinstance(v, np.ndarray):
+                by_dtype.setdefault(v.dtype, []).append(v)
+    # through pinned memory: a copy from pageable memory would wait for the stream's queued work (the previous
+    # training step) and take away the host's lead over the GPU
+    pin = torch.device(device).type == "cuda"
+    flat = {}
+    for dt, arrays in by_dtype.items():
+        host = torch.from_numpy(np.concatenate([a.ravel() for a in arrays]))
+        flat[dt] = (host.pin_memory() if pin else host).to(device, non_blocking=True)
+    at = dict.fromkeys(flat, 0)
+    out = []
+    for t in targets:
+        row: dict[str, Any] = {}
+        for k, v in t.items():
+            if isinstance(v, np.ndarray):
+                o = at[v.dtype]
+                row[k] = flat[v.dtype][o : o + v.size].view(v.shape)
+                at[v.dtype] = o + v.size
+            else:
+                row[k] = v
+        out.append(row)
     return out

@@ -138,7 +138,9 @@ def test_pad_to_detection_batches_agree_with_the_cpu_path(tmp_path):
             {"id": k + 1, "image_id": k + 1, "category_id": 1 + k % 3, "iscrowd": 0, "bbox": box, "area": 1.0}
         )
     ann = tmp_path / "instances.json"
-    ann.write_text(json.dumps({"images": images, "annotations": anns, "categories": [{"id": c} for c in (1, 2, 3)]}))
+    ann.write_text(
+        json.dumps({"images": images, "annotations": anns, "categories": [{"id": c} for c in (1, 2, 3)]})
+    )
 
     def run(decode):
         ld = trdata.Loader(
@@ -157,7 +159,9 @@ def test_pad_to_detection_batches_agree_with_the_cpu_path(tmp_path):
         )
         rows = []
         for b in ld:
-            sizes = b.image_sizes.cpu().numpy() if hasattr(b.image_sizes, "cpu") else np.asarray(b.image_sizes)
+            sizes = (
+                b.image_sizes.cpu().numpy() if hasattr(b.image_sizes, "cpu") else np.asarray(b.image_sizes)
+            )
             targets = [{k: v.cpu() for k, v in t.items() if k in ("boxes", "labels")} for t in b.targets]
             rows.append((torch.from_dlpack(b.images).cpu().numpy(), sizes, targets, np.asarray(b.indices)))
         stats = ld.stats()
