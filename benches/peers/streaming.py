@@ -310,7 +310,13 @@ def epoch_row(
     row: dict[str, Any] = {"epoch": e + 1, "images": seen, "epoch_s": round(wall, 2), "window_images": images,
                            "window_s": round(dt, 3), "img_per_s": round(images / dt, 1)}  # fmt: skip
     # the whole epoch: what was fetched
-    for key in ("gets", "bytes", "source_requests", "source_bytes"):
+    for key in (
+        "gets",
+        "bytes",
+        "source_requests",
+        "source_bytes",
+        *(k for k in end if k.startswith("loader_")),
+    ):
         row[f"epoch_{key}"] = _delta(start, end, key)
     # the window: the CPU each side took, GETs in flight
     row["window_loader_cpu_s"] = round((b["tree_cpu_s"] or 0) - (a["tree_cpu_s"] or 0), 3)
@@ -509,15 +515,17 @@ def run_contender(
         storage = getattr(native, "storage_stats", None)
         if storage:
             s["source_requests"], s["source_bytes"] = storage["requests"], storage["bytes"]
+        if loader is not None:  # the loader's own storage/cache counters, where this build has them
+            s.update(
+                (f"loader_{k}", v)
+                for k, v in loader.stats().items()
+                if ("storage" in k or "cache" in k) and isinstance(v, int)
+            )
         return s
 
     try:
         m, epochs = windowed_epochs(epoch_batches, len(source), timing["epochs"], tuple(cfg["window"]), snap)
         m.extra = {"epochs": epochs, "images_per_epoch": len(source), "data_bytes": data_bytes}
-        if loader is not None:  # the loader's own storage/cache counters, where this build has them
-            m.extra["loader_stats"] = {
-                k: v for k, v in loader.stats().items() if "storage" in k or "cache" in k
-            }
     finally:
         if loader is not None:
             loader.close()
