@@ -137,7 +137,7 @@ def in_namespace(argv: list[str]) -> int | None:
 def serve_main(argv: list[str]) -> int:
     """``streaming.py serve FOLDER READY_FILE LATENCY_S RATE``: an S3 read server over FOLDER (RATE bytes/s paced
     by the server, 0 = not), and a stats server whose GET answers the counters as JSON (``?reset`` restarts
-    the most-in-flight count); both URLs are written to READY_FILE. Runs until killed."""
+    the most-in-flight count); both URLs are written to READY_FILE. Runs until its standard input closes."""
     sys.path.insert(0, str(REPO / "tests"))
     from _servers import serve, start_s3_read_server
 
@@ -168,8 +168,8 @@ def serve_main(argv: list[str]) -> int:
     with open(tmp, "w") as f:
         json.dump({"endpoint": s3.endpoint, "stats": f"http://127.0.0.1:{stats.server_address[1]}"}, f)
     os.replace(tmp, ready)
-    while True:
-        time.sleep(3600)
+    sys.stdin.buffer.read()  # until the run closes the pipe, or dies
+    return 0
 
 
 def start_store(
@@ -185,7 +185,8 @@ def start_store(
             str(ready),
             str(latency_s),
             str(rate),
-        ]
+        ],
+        stdin=subprocess.PIPE,  # closed when this process ends, however it ends: the server then stops
     )
     deadline = time.monotonic() + 30
     while not ready.exists():
@@ -194,6 +195,16 @@ def start_store(
             raise RuntimeError("the S3 read server did not start")
         time.sleep(0.05)
     return proc, json.loads(ready.read_text())
+
+
+def stop_store(proc: subprocess.Popen[bytes]) -> None:
+    if proc.stdin is not None:
+        proc.stdin.close()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def server_stats(url: str | None, reset: bool = False) -> dict[str, Any]:
@@ -836,8 +847,7 @@ def main(argv: list[str]) -> int:
         print(f"wrote {out.with_suffix('.md')} and .json")
     finally:
         if server is not None:
-            server.kill()
-            server.wait()
+            stop_store(server)
         if not a.work:
             shutil.rmtree(work, ignore_errors=True)
     return 0
