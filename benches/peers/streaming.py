@@ -834,7 +834,7 @@ def main(argv: list[str]) -> int:
             "window_blocks": window_blocks,
             "store": {"latency_ms": a.latency_ms, "rate_mbit": a.rate_mbit, "shaper": shaper_text},
             "machine": _bench.machine_summary(),
-            "load_average": _bench.load_average(),
+            "load_average": round(_bench.load_average() or 0.0, 2),
             "command": " ".join(["benches/peers/streaming.py", *[x for x in argv if x != "--in-namespace"]]),
             "rows": [m.to_json() for m in results],
         }
