@@ -630,15 +630,16 @@ def report(doc: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        "Per epoch (GETs and MiB: the whole epoch, counted by the server; ÷ data: those bytes over the bytes the "
-        "epoch's images take in the store; source: trdata's own storage counters; in flight: GETs open at the "
-        "server during the window, most / time-weighted mean):",
+        "Per epoch (GETs and MiB: the whole epoch, counted by the server; source: trdata's own storage counters, "
+        "reads of the local file included; ÷ data: the bytes fetched (read, for the local file) over the bytes the "
+        "epoch's images take in the store; in flight: GETs open at the server during the window, most / "
+        "time-weighted mean):",
         "",
         "| row | epoch | img/s (window) | GETs | MiB fetched | ÷ data | source GETs / MiB | GETs in flight |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        if r["error"] or r["key"] == "local":
+        if r["error"]:
             continue
         for e in r["extra"]["epochs"]:
             source = (
@@ -646,10 +647,17 @@ def report(doc: dict[str, Any]) -> str:
                 if e["epoch_source_requests"] is None
                 else f"{e['epoch_source_requests']:,} / {mib(e['epoch_source_bytes'])}"
             )
-            flight = f"{e['window_gets_in_flight_most']} / {e['window_gets_in_flight_mean']:.1f}"
+            fetched = e["epoch_bytes"] if e["epoch_bytes"] is not None else e["epoch_source_bytes"]
+            share = "—" if fetched is None else f"{fetched / r['extra']['data_bytes']:.2f}"
+            gets = "—" if e["epoch_gets"] is None else f"{e['epoch_gets']:,}"
+            flight = (
+                f"{e['window_gets_in_flight_most']} / {e['window_gets_in_flight_mean']:.1f}"
+                if "window_gets_in_flight_most" in e
+                else "—"
+            )
             lines.append(
-                f"| {r['name']} | {e['epoch']} | {e['img_per_s']:,.0f} | {e['epoch_gets']:,} | {mib(e['epoch_bytes'])} "
-                f"| {e['epoch_bytes'] / r['extra']['data_bytes']:.2f} | {source} | {flight} |"
+                f"| {r['name']} | {e['epoch']} | {e['img_per_s']:,.0f} | {gets} | {mib(e['epoch_bytes'])} "
+                f"| {share} | {source} | {flight} |"
             )
     lines += ["", *verdicts(doc)]
     return "\n".join(lines) + "\n"
@@ -803,6 +811,7 @@ def main(argv: list[str]) -> int:
 
         data = default_dataset(progress=False)
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="trdata-streaming-"))
+    work.mkdir(parents=True, exist_ok=True)
     for old in ("subset", "bucket", "litdata-cache"):  # a --work folder of an earlier run
         shutil.rmtree(work / old, ignore_errors=True)
     (work / "server.json").unlink(missing_ok=True)
