@@ -576,8 +576,15 @@ def best_round(runs: list[Measurement]) -> Measurement:
     if not ok:
         return runs[-1]
     best = max(ok, key=lambda m: m.img_per_s)
-    if len(runs) > 1:
+    if len(runs) > 1:  # every round's rate and what each of its epochs fetched (a slow round is no less real)
         best.extra["rounds_img_per_s"] = [round(m.img_per_s, 1) for m in ok]
+        best.extra["rounds_epoch_bytes"] = [
+            [
+                e["epoch_bytes"] if e["epoch_bytes"] is not None else e["epoch_source_bytes"]
+                for e in m.extra["epochs"]
+            ]
+            for m in ok
+        ]
     return best
 
 
@@ -664,8 +671,18 @@ def report(doc: dict[str, Any]) -> str:
 
 
 def rounds_note(row: dict[str, Any]) -> str:
+    """Every round's img/s and, when known, the MiB each of its epochs fetched (read, for the local file)."""
     rounds = row["extra"].get("rounds_img_per_s")
-    return f"; rounds {', '.join(f'{v:,.0f}' for v in rounds)} img/s" if rounds else ""
+    if not rounds:
+        return ""
+    fetched = [
+        " + ".join(mib(b) for b in epochs)
+        for epochs in row["extra"].get("rounds_epoch_bytes", [])
+        if None not in epochs
+    ]
+    return f"; rounds {', '.join(f'{v:,.0f}' for v in rounds)} img/s" + (
+        f", MiB per epoch {'; '.join(fetched)}" if fetched else ""
+    )
 
 
 def window_share(epochs: list[dict[str, Any]], key: str, cores: int = 1) -> str:
