@@ -207,12 +207,28 @@ class S3ReadHandler(http.server.BaseHTTPRequestHandler):
     206 + ``Content-Range`` from the file with ``sendfile`` (no copy through Python), ``If-Match`` checked (412),
     404 with S3's ``NoSuchKey`` body. Requests are not authenticated (signatures are ignored). moto's server is
     the S3 the tests run against; it reads a whole object for every ranged GET, which caps a GPU-rate benchmark
-    over a large pack, so the benchmarks serve their packs with this."""
+    over a large pack, so the benchmarks serve their packs with this.
+
+    A slower store, for the streaming benchmarks: ``server.latency_s`` is waited (asleep) before every answer,
+    as a remote store's time to first byte; ``server.pacer`` (a :class:`Pacer`) sends bodies in chunks paced to
+    one shared link rate. GETs in flight (from the request to the body's last byte) are counted:
+    ``server.in_flight``, ``server.most_in_flight`` and ``server.in_flight_s`` (its integral over time)."""
 
     protocol_version = "HTTP/1.1"
+    #: The sendfile chunk when bodies are paced.
+    PACE_CHUNK = 256 * 1024
 
     def log_message(self, *args: Any) -> None:
         pass
+
+    def _in_flight(self, step: int) -> None:
+        server: Any = self.server
+        with server.lock:
+            now = time.monotonic()
+            server.in_flight_s += server.in_flight * (now - server.in_flight_since)
+            server.in_flight_since = now
+            server.in_flight += step
+            server.most_in_flight = max(server.most_in_flight, server.in_flight)
 
     def _object(self) -> tuple[Path, os.stat_result, str] | None:
         server: Any = self.server
@@ -240,6 +256,8 @@ class S3ReadHandler(http.server.BaseHTTPRequestHandler):
         self.send_header("Accept-Ranges", "bytes")
 
     def do_HEAD(self) -> None:  # noqa: N802
+        server: Any = self.server
+        time.sleep(server.latency_s)
         found = self._object()
         if found:
             _, st, etag = found
@@ -247,11 +265,19 @@ class S3ReadHandler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
 
     def do_GET(self) -> None:  # noqa: N802
+        self._in_flight(+1)
+        try:
+            self._get()
+        finally:
+            self._in_flight(-1)
+
+    def _get(self) -> None:
+        server: Any = self.server
+        time.sleep(server.latency_s)
         found = self._object()
         if not found:
             return
         path, st, etag = found
-        server: Any = self.server
         with server.lock:
             server.gets += 1
         if self.headers.get("If-Match") not in (None, etag):
@@ -272,7 +298,10 @@ class S3ReadHandler(http.server.BaseHTTPRequestHandler):
         with open(path, "rb") as f:
             offset, left = start, end - start + 1
             while left > 0:
-                sent = os.sendfile(self.connection.fileno(), f.fileno(), offset, left)
+                n = left if server.pacer is None else min(left, self.PACE_CHUNK)
+                if server.pacer is not None:
+                    server.pacer.wait(n)
+                sent = os.sendfile(self.connection.fileno(), f.fileno(), offset, n)
                 if sent == 0:
                     break
                 offset, left = offset + sent, left - sent
@@ -280,10 +309,30 @@ class S3ReadHandler(http.server.BaseHTTPRequestHandler):
             server.bytes += end - start + 1
 
 
-def start_s3_read_server(folder: Path) -> Any:
+class Pacer:
+    """One link of ``rate`` bytes/s shared by every connection of a server: ``wait(n)`` returns when the link
+    has sent the chunks booked before and this one (first come, first served; a sleep, no CPU)."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate, self.lock, self.free_at = float(rate), threading.Lock(), 0.0
+
+    def wait(self, n: int) -> None:
+        with self.lock:
+            now = time.monotonic()
+            start = max(now, self.free_at)
+            self.free_at = start + n / self.rate
+        if start > now:
+            time.sleep(start - now)
+
+
+def start_s3_read_server(folder: Path, *, latency_s: float = 0.0, rate: float | None = None) -> Any:
     """An S3ReadHandler server over ``folder`` (``s3://<bucket>/<key>`` is ``folder/<bucket>/<key>``);
-    ``server.endpoint`` is its URL (``aws_endpoint``), ``server.gets``/``server.bytes`` count the GETs and bytes."""
+    ``server.endpoint`` is its URL (``aws_endpoint``), ``server.gets``/``server.bytes`` count the GETs and bytes.
+    ``latency_s`` is waited before every answer; ``rate`` (bytes/s) paces the bodies of all GETs together."""
     server: Any = http.server.ThreadingHTTPServer(("127.0.0.1", 0), S3ReadHandler)
     server.folder, server.lock, server.gets, server.bytes = str(folder), threading.Lock(), 0, 0
+    server.latency_s, server.pacer = latency_s, None if rate is None else Pacer(rate)
+    server.in_flight, server.most_in_flight, server.in_flight_s = 0, 0, 0.0
+    server.in_flight_since = time.monotonic()
     server.endpoint = f"http://127.0.0.1:{server.server_address[1]}"
     return serve(server)

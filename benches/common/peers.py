@@ -88,23 +88,29 @@ def torch_epochs(dataset: Any, *, batch_size: int, workers: int) -> Callable[[in
     return epoch_batches
 
 
+def torch_v2_transform() -> Any:
+    """The standard pipeline as transforms.v2 over a decoded uint8 CHW tensor: RandomResizedCrop(224, antialias) +
+    flip + ImageNet normalize → float16 (the torch-v2 peer's; LitData's in peers/streaming.py)."""
+    import torch
+    from torchvision.transforms import v2
+
+    return v2.Compose(
+        [
+            v2.RandomResizedCrop(CROP, antialias=True),
+            v2.RandomHorizontalFlip(),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+            v2.ToDtype(torch.float16),
+        ]
+    )
+
+
 class _TorchV2Dataset:
     """(path, label) → torchvision.io.decode_jpeg + v2 transforms (the modern torchvision recipe)."""
 
     def __init__(self, paths: Sequence[str], labels: Sequence[int]) -> None:
-        import torch
-        from torchvision.transforms import v2
-
         self.paths, self.labels = list(paths), list(labels)
-        self.transform = v2.Compose(
-            [
-                v2.RandomResizedCrop(CROP, antialias=True),
-                v2.RandomHorizontalFlip(),
-                v2.ToDtype(torch.float32, scale=True),
-                v2.Normalize(IMAGENET_MEAN, IMAGENET_STD),
-                v2.ToDtype(torch.float16),
-            ]
-        )
+        self.transform = torch_v2_transform()
 
     def __len__(self) -> int:
         return len(self.paths)
