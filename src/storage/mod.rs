@@ -529,6 +529,14 @@ impl ObjectReader {
     }
 }
 
+/// Run `work` on the storage runtime's blocking pool (started on first use, again in a forked child: "Fork
+/// safety"), for blocking reads started ahead (the partial cache's fetches, source/block_cache.rs). Never blocks;
+/// Err when the runtime cannot be started.
+pub fn spawn_blocking(work: impl FnOnce() + Send + 'static) -> std::result::Result<(), String> {
+    remote::runtime()?.spawn_blocking(work);
+    Ok(())
+}
+
 fn too_large(len: u64) -> ImageError {
     ImageError::new(ImageErrorKind::TooLarge, format!("cannot allocate {len} bytes to read"))
 }

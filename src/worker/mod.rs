@@ -688,7 +688,7 @@ fn mosaic_sample(
                 decode(&blobs[i])
             }
             Store::Packed(p) if p.index().rows[i].meta.format != RecordFormat::Raw => {
-                let bytes = p.record(i, |block| job.plan.block_order_key(block))?;
+                let bytes = p.record(i)?;
                 counted(&bytes);
                 decode(&bytes)
             }
@@ -759,7 +759,7 @@ fn packed_sample(
     gpu: Option<GpuRow<'_>>,
 ) -> std::result::Result<Option<SampleTiming>, ImageError> {
     let ctx = &job.ctx;
-    let bytes = p.record(i, |block| job.plan.block_order_key(block))?;
+    let bytes = p.record(i)?;
     let m = p.index().rows[i].meta;
     if m.format != RecordFormat::Raw {
         return decode_read(ctx, t0, scratch, &bytes, key, dst, gpu);
