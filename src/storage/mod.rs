@@ -30,7 +30,7 @@
 //!
 //! # Counters
 //! Each reader counts its GETs, the bytes they returned and the retries ([`StorageCounters`]); a source
-//! exposes them (later: the loader's `stats()`).
+//! exposes them, and `Loader.stats()` shows them (`Dataset::io_stats`, the one home of their names).
 
 pub mod list;
 pub mod local;
