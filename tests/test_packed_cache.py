@@ -142,7 +142,9 @@ def test_batches_equal_the_local_run_without_read_ahead(pack_file: Path, s3_url:
     for workers in (1, 3):
         local = trdata.Packed(pack_file, "partial", window_blocks=WINDOW, prefetch_blocks=4)
         assert_same(two_epochs(local, workers), reference)
-        remote = trdata.Packed(s3_url, "partial", window_blocks=WINDOW, prefetch_blocks=4, storage_options=opts(moto))
+        remote = trdata.Packed(
+            s3_url, "partial", window_blocks=WINDOW, prefetch_blocks=4, storage_options=opts(moto)
+        )
         assert_same(two_epochs(remote, workers), reference)
         s = settled(remote)
         assert s["cache_prefetched_blocks"] > 0 and s["storage_failures"] == 0, s
@@ -184,7 +186,10 @@ def test_a_half_size_cache_fetches_every_block_once_then_about_half(
     assert n_blocks <= one <= n_blocks + prefetch, (one, first)
     assert one + two <= n_blocks + (n_blocks - cached + WINDOW + prefetch + workers), (one, two, second)
     assert two < n_blocks, "LRU would fetch every block again"
-    epoch_bytes = (first["storage_bytes"] - at_open["storage_bytes"], second["storage_bytes"] - first["storage_bytes"])
+    epoch_bytes = (
+        first["storage_bytes"] - at_open["storage_bytes"],
+        second["storage_bytes"] - first["storage_bytes"],
+    )
     assert epoch_bytes[1] <= epoch_bytes[0], epoch_bytes
     # The counters and the server agree: one GET per fetched block, the same bytes.
     assert read_server.gets - gets_at_open == fetched(second), (read_server.gets, second)
@@ -196,7 +201,9 @@ def test_a_half_size_cache_fetches_every_block_once_then_about_half(
     assert second["storage_retries"] == second["storage_failures"] == 0
 
 
-def test_the_local_file_reads_ahead_and_counts_as_the_url_does(pack_file: Path, blocks: tuple[int, int]) -> None:
+def test_the_local_file_reads_ahead_and_counts_as_the_url_does(
+    pack_file: Path, blocks: tuple[int, int]
+) -> None:
     """Local files take the same path (preads as tasks on the storage runtime): counters, bounds, the whole file
     cached after one epoch when cache_bytes holds it (epoch 2 fetches nothing)."""
     n_blocks, largest = blocks
@@ -209,7 +216,10 @@ def test_the_local_file_reads_ahead_and_counts_as_the_url_does(pack_file: Path, 
         stats = ld.stats()
     assert fetched(first) == n_blocks and fetched(second) == n_blocks, (first, second)
     assert second["cache_evictions"] == 0 and second["cache_bytes"] <= n_blocks * largest
-    assert stats["storage_requests"] == second["storage_requests"] and stats["cache_hits"] == second["cache_hits"]
+    assert (
+        stats["storage_requests"] == second["storage_requests"]
+        and stats["cache_hits"] == second["cache_hits"]
+    )
     # full mode has no block cache: its reads are counted, no cache counters (absent, not zeros)
     with trdata.Loader(trdata.Packed(pack_file), batch_size=4, transforms=[trdata.CenterCrop(16)]) as full:
         assert "cache_hits" not in full.stats() and full.stats()["storage_requests"] >= 1
@@ -246,7 +256,9 @@ def test_a_block_that_keeps_failing_is_its_records_error_naming_url_and_block(s3
             s3_url,
             "partial",
             window_blocks=WINDOW,
-            storage_options=opts(proxy.endpoint, retry_init_backoff="1ms", retry_max_backoff="2ms", max_retries=2),
+            storage_options=opts(
+                proxy.endpoint, retry_init_backoff="1ms", retry_max_backoff="2ms", max_retries=2
+            ),
         )
         proxy.fault, proxy.every, proxy.budget = "503", 1, 10**6
         with pytest.raises(trdata.DecodeError, match="block") as info:
@@ -267,7 +279,9 @@ def test_close_does_not_wait_out_a_fetchs_backoff(s3_url: str, moto: str) -> Non
             s3_url,
             "partial",
             window_blocks=WINDOW,
-            storage_options=opts(proxy.endpoint, retry_init_backoff="1h", retry_max_backoff="1h", max_retries=3),
+            storage_options=opts(
+                proxy.endpoint, retry_init_backoff="1h", retry_max_backoff="1h", max_retries=3
+            ),
         )
         proxy.fault, proxy.every, proxy.budget = "503", 1, 10**6
         ld = trdata.Loader(source, workers=2, **KW)

@@ -104,7 +104,9 @@ def test_s3_batches_equal_the_local_files_byte_for_byte(
     for workers in (1, 3):
         assert_same(batches(remote, workers=workers), reference)
     stats = remote._native.storage_stats
-    assert stats["storage_requests"] >= 5 and stats["storage_retries"] == 0 and stats["storage_failures"] == 0, stats
+    assert (
+        stats["storage_requests"] >= 5 and stats["storage_retries"] == 0 and stats["storage_failures"] == 0
+    ), stats
     if mode == "full":  # the header, the index sections and the data region, each once
         assert pack_file.stat().st_size // 2 < stats["storage_bytes"] <= pack_file.stat().st_size, stats
     assert bucket in repr(remote)

@@ -370,7 +370,9 @@ fn the_partial_cache_stays_within_its_bound_under_many_threads() {
     assert!(c.peak_live_blocks() <= cache + threads, "peak {} > {cache} + {threads}", c.peak_live_blocks());
     assert!(c.stats().resident_bytes <= c.cache_bytes());
     let s = c.stats();
-    assert!(s.misses + s.prefetched >= 3 * blocks as u64, "every block fetched at least once per epoch: {s:?}");
+    // Every block is fetched in the first epoch; a later epoch may start with up to `cache` of its blocks cached.
+    let least = 3 * blocks as u64 - 2 * cache as u64;
+    assert!(s.misses + s.prefetched >= least, "fewer than {least} fetches: {s:?}");
 }
 
 #[test]
