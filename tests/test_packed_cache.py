@@ -169,7 +169,9 @@ def test_a_half_size_cache_fetches_every_block_once_then_about_half(
     )
     n = len(source)
     at_open = settled(source)
-    gets_at_open, bytes_at_open = read_server.gets, read_server.bytes
+    gets_at_open = (
+        read_server.gets
+    )  # counted when a GET arrives: the client has its answer, the count is there
     assert at_open["storage_requests"] == gets_at_open + 1, "the HEAD at open, then one GET per read"
 
     def bounded(stats: dict[str, int]) -> None:
@@ -194,8 +196,12 @@ def test_a_half_size_cache_fetches_every_block_once_then_about_half(
     # The counters and the server agree: one GET per fetched block, the same bytes.
     assert read_server.gets - gets_at_open == fetched(second), (read_server.gets, second)
     assert second["storage_requests"] == read_server.gets + 1
+    # the server counts bytes once its sendfile returned, possibly after the client has them all
+    for _ in range(2000):
+        if read_server.bytes == second["storage_bytes"]:
+            break
+        time.sleep(0.005)
     assert second["storage_bytes"] == read_server.bytes, (second, read_server.bytes)
-    assert read_server.bytes - bytes_at_open == second["storage_bytes"] - at_open["storage_bytes"]
     assert second["cache_hits"] + second["cache_misses"] >= n * 2, second
     assert second["cache_evictions"] >= n_blocks - cached, second
     assert second["storage_retries"] == second["storage_failures"] == 0
