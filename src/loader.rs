@@ -665,11 +665,11 @@ impl Loader {
         }
     }
 
-    /// Wake workers waiting for a partial pack's blocks, so stopping never waits out a fetch's retries and backoff
-    /// (source/block_cache.rs, `interrupt`).
+    /// Wake workers waiting for a partial pack's blocks (after the stations stopped), so stopping never waits out
+    /// a fetch's retries and backoff (source/block_cache.rs).
     fn interrupt_reads(&self) {
         if let Some(cache) = self.ctx.dataset.block_cache() {
-            cache.interrupt();
+            cache.wake_waiters();
         }
     }
 

@@ -89,7 +89,7 @@ fn packing_keeps_the_source_bytes_order_labels_and_classes_for_any_thread_count(
     let f = PackedFile::open(&dst, PackedMode::Full, PartialOptions::default()).unwrap();
     let ix = f.index();
     for (i, p) in files(&ds).iter().enumerate() {
-        assert_eq!(&*f.record(i).unwrap(), &fs::read(p).unwrap()[..], "record {i}");
+        assert_eq!(&*f.record(i, &|| false).unwrap(), &fs::read(p).unwrap()[..], "record {i}");
         assert_eq!(ix.rows[i].label, ds.labels[i]);
     }
     assert_eq!(ix.meta.classes, ds.classes);
@@ -200,7 +200,7 @@ fn reencoding_resizes_like_pillow_and_writes_baseline_420_jpegs() {
         let src = fs::read(p).unwrap();
         let info = dec.read_header(&src).unwrap();
         let (tw, th) = c.target_size(info.width, info.height);
-        let rec = f.record(i).unwrap();
+        let rec = f.record(i, &|| false).unwrap();
         let got = dec.read_header(&rec).unwrap();
         assert_eq!((got.width, got.height, got.subsampling, got.progressive), (tw, th, Subsampling::S420, false));
         assert_eq!(f.index().rows[i].meta.subsampling, 3);
@@ -230,7 +230,7 @@ fn verify_names_damaged_records_and_raw_pixels_pack_too() {
     pack(&ds, &dst, &cfg(2, 4096, &[]), &never_cancel).unwrap();
     let f = PackedFile::open(&dst, PackedMode::Partial, PartialOptions::default()).unwrap();
     for i in 0..5 {
-        assert_eq!(&*f.record(i).unwrap(), &data[i * 36..(i + 1) * 36]);
+        assert_eq!(&*f.record(i, &|| false).unwrap(), &data[i * 36..(i + 1) * 36]);
         assert_eq!(f.index().rows[i].meta, RecordMeta::raw(4, 3, 3));
     }
     assert_eq!(f.index().meta.options.source, "arrays");

@@ -37,9 +37,14 @@
 //!   evicting only blocks needed later than it (admission by next use: read-ahead never pushes out a block needed
 //!   sooner); the first that does not fit ends the read-ahead.
 //!
-//! [`BlockCache::interrupt`] (the loader stopping an epoch or closing) wakes every waiter with an error, so a
-//! worker never waits out a fetch's retries and backoff; the fetch task itself finishes in the background and its
-//! bytes are dropped or kept as any publish. A new schedule ends the interruption and forgets the failures.
+//! A reader passes `stopping`, true once its loader stopped the epoch or closed; it is checked before every
+//! wait, and [`BlockCache::wake_waiters`] (called by the loader after it stopped its stations) wakes every waiter
+//! to check it: the readers of that loader return an error at once, never waiting out a fetch's retries and
+//! backoff, while another loader's readers over the same file wait on. The fetch task itself finishes in the
+//! background and publishes as any fetch does.
+//!
+//! Loaders over one file at once share the cache and its schedule: the last to start an epoch sets it, and the
+//! others' reads count against it. That changes what is fetched when, never a record's bytes.
 //!
 //! Fork: the state carries the pid that made it; in another process (a forked child) it starts empty — the
 //! parent's fetches never publish there.
@@ -175,7 +180,6 @@ struct State {
     used_bytes: u64,
     inflight_bytes: u64,
     plan: Option<Plan>,
-    interrupted: bool,
     stats: CacheStats,
 }
 
@@ -188,7 +192,6 @@ impl State {
             used_bytes: 0,
             inflight_bytes: 0,
             plan: None,
-            interrupted: false,
             stats: CacheStats::default(),
         }
     }
@@ -275,23 +278,22 @@ impl BlockCache {
     }
 
     /// Follow `schedule` from now on (a loader starting an epoch): read counts start at zero, the failures of
-    /// the previous epoch are forgotten and an interruption ends.
+    /// the previous epoch are forgotten.
     pub fn set_schedule(&self, schedule: BlockSchedule) {
         let mut st = self.shared.lock_state();
         st.plan = Some(Plan::new(schedule));
         st.failures.clear();
-        st.interrupted = false;
     }
 
-    /// Wake every reader waiting for a block with an error (the loader stops the epoch or closes); until the next
-    /// [`Self::set_schedule`] a reader that would wait fails at once instead (cached blocks are still served).
-    pub fn interrupt(&self) {
-        self.shared.lock_state().interrupted = true;
+    /// Wake every reader waiting for a block, to check its `stopping` (module docs).
+    pub fn wake_waiters(&self) {
+        drop(self.shared.lock_state()); // a reader between its check and its wait holds the lock: none is missed
         self.shared.published.notify_all();
     }
 
-    /// Block `block`: cached, or fetched (module docs, "Protocol"); then the read-ahead.
-    pub fn get(&self, block: u32) -> Result<Arc<BlockBytes>, ImageError> {
+    /// Block `block`: cached, or fetched (module docs, "Protocol"); then the read-ahead. A wait ends with an error
+    /// once `stopping()` is true.
+    pub fn get(&self, block: u32, stopping: &dyn Fn() -> bool) -> Result<Arc<BlockBytes>, ImageError> {
         let sh = &*self.shared;
         let mut st = sh.lock_state();
         if let Some(p) = &mut st.plan
@@ -327,7 +329,7 @@ impl BlockCache {
                     }
                 }
             }
-            if st.interrupted {
+            if stopping() {
                 break Err(ImageError::new(
                     ImageErrorKind::Io,
                     format!("block {block}: the loader stopped while the block was being read"),
@@ -501,10 +503,10 @@ mod tests {
     #[test]
     fn hits_do_not_refetch_and_without_a_schedule_nothing_is_read_ahead() {
         let (c, calls) = cache(8, 2, 4);
-        assert_eq!(c.get(5).unwrap().bytes()[0], 5);
-        assert_eq!(c.get(5).unwrap().bytes()[0], 5);
-        c.get(6).unwrap();
-        c.get(7).unwrap(); // evicts one of 5, 6
+        assert_eq!(c.get(5, &|| false).unwrap().bytes()[0], 5);
+        assert_eq!(c.get(5, &|| false).unwrap().bytes()[0], 5);
+        c.get(6, &|| false).unwrap();
+        c.get(7, &|| false).unwrap(); // evicts one of 5, 6
         assert_eq!(total(&calls), 3);
         let s = c.stats();
         assert_eq!((s.hits, s.misses, s.prefetched, s.evictions), (1, 3, 0, 1));
@@ -518,23 +520,23 @@ mod tests {
         let (c, calls) = cache(6, 3, 0);
         c.set_schedule(schedule(0, (0..6).collect(), (0..6).rev().collect(), 1));
         for b in 0..6 {
-            c.get(b).unwrap();
+            c.get(b, &|| false).unwrap();
         }
         assert_eq!(total(&calls), 6);
         // Blocks 5, 4, 3 were needed first in the next epoch: they stayed (0, 1, 2 were evicted).
         c.set_schedule(schedule(1, (0..6).rev().collect(), (0..6).collect(), 1));
         for b in [5, 4, 3] {
-            c.get(b).unwrap();
+            c.get(b, &|| false).unwrap();
         }
         assert_eq!(total(&calls), 6, "the next epoch's first blocks were cached");
         // With two reads per block, a block read once stays (needed now), the block needed latest goes.
         let (c, calls) = cache(4, 2, 0);
         c.set_schedule(schedule(0, vec![0, 1, 2, 3], vec![0, 1, 2, 3], 2));
-        c.get(0).unwrap();
-        c.get(1).unwrap();
-        c.get(0).unwrap(); // 0 finished: next use 4 + 0; 1 unfinished: next use 1
-        c.get(2).unwrap(); // evicts 0 (next use 4), keeps 1
-        c.get(1).unwrap();
+        c.get(0, &|| false).unwrap();
+        c.get(1, &|| false).unwrap();
+        c.get(0, &|| false).unwrap(); // 0 finished: next use 4 + 0; 1 unfinished: next use 1
+        c.get(2, &|| false).unwrap(); // evicts 0 (next use 4), keeps 1
+        c.get(1, &|| false).unwrap();
         assert_eq!(total(&calls), 3);
     }
 
@@ -542,14 +544,14 @@ mod tests {
     fn read_ahead_follows_the_order_into_the_next_epoch_and_never_evicts_a_sooner_block() {
         let (c, calls) = cache(6, 4, 2);
         c.set_schedule(schedule(0, vec![3, 1, 4, 0, 5, 2], vec![2, 0, 1, 3, 4, 5], 1));
-        c.get(3).unwrap(); // rank 0: 1 and 4 fetched ahead
+        c.get(3, &|| false).unwrap(); // rank 0: 1 and 4 fetched ahead
         wait_for(|| total(&calls) == 3);
         assert_eq!(calls[1].load(Ordering::Relaxed) + calls[4].load(Ordering::Relaxed), 2);
-        c.get(1).unwrap(); // a hit (or a join); 0 ahead
-        c.get(4).unwrap();
-        c.get(0).unwrap();
-        c.get(5).unwrap(); // rank 4: ahead = 2 (rank 5), then the next epoch's first block, 2 again
-        c.get(2).unwrap();
+        c.get(1, &|| false).unwrap(); // a hit (or a join); 0 ahead
+        c.get(4, &|| false).unwrap();
+        c.get(0, &|| false).unwrap();
+        c.get(5, &|| false).unwrap(); // rank 4: ahead = 2 (rank 5), then the next epoch's first block, 2 again
+        c.get(2, &|| false).unwrap();
         wait_for(|| c.stats().inflight_bytes == 0);
         assert_eq!(total(&calls), 6, "every block once");
         let s = c.stats();
@@ -579,18 +581,18 @@ mod tests {
             _ => Ok(bytes_of(b)),
         });
         let c = BlockCache::new(4 * SIZE, 0, vec![SIZE; 4], fetch);
-        assert_eq!(c.get(1).unwrap_err().message, "boom");
-        assert!(c.get(2).unwrap_err().message.contains("panicked"));
+        assert_eq!(c.get(1, &|| false).unwrap_err().message, "boom");
+        assert!(c.get(2, &|| false).unwrap_err().message.contains("panicked"));
         fail.store(0, Ordering::Relaxed);
-        assert_eq!(c.get(1).unwrap_err().message, "boom", "kept for the epoch");
+        assert_eq!(c.get(1, &|| false).unwrap_err().message, "boom", "kept for the epoch");
         c.set_schedule(schedule(1, vec![0, 1, 2, 3], vec![0, 1, 2, 3], 1));
-        assert_eq!(c.get(1).unwrap().bytes()[0], 1);
-        assert_eq!(c.get(2).unwrap().bytes()[0], 2);
+        assert_eq!(c.get(1, &|| false).unwrap().bytes()[0], 1);
+        assert_eq!(c.get(2, &|| false).unwrap().bytes()[0], 2);
         assert_eq!(c.live_blocks(), 2);
     }
 
     #[test]
-    fn interrupt_wakes_a_reader_waiting_on_a_slow_fetch() {
+    fn a_stopping_reader_is_woken_from_a_slow_fetch_and_others_wait_on() {
         let gate = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
         let g = std::sync::Arc::clone(&gate);
         let fetch: FetchBlock = std::sync::Arc::new(move |b| {
@@ -603,16 +605,19 @@ mod tests {
         });
         let c = std::sync::Arc::new(BlockCache::new(4 * SIZE, 0, vec![SIZE; 4], fetch));
         let c2 = std::sync::Arc::clone(&c);
-        let reader = std::thread::spawn(move || c2.get(0));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s2 = std::sync::Arc::clone(&stop);
+        let reader = std::thread::spawn(move || c2.get(0, &|| s2.load(Ordering::Relaxed)));
         wait_for(|| c.stats().inflight_bytes == SIZE);
-        c.interrupt();
+        c.wake_waiters(); // not stopping: the reader waits on
+        stop.store(true, Ordering::Relaxed);
+        c.wake_waiters();
         let e = reader.join().unwrap().unwrap_err();
         assert!(e.message.contains("stopped"), "{}", e.message);
         *gate.0.lock().unwrap() = true;
         gate.1.notify_all();
         wait_for(|| c.stats().inflight_bytes == 0);
-        c.set_schedule(schedule(0, vec![0, 1, 2, 3], vec![0, 1, 2, 3], 1));
-        assert_eq!(c.get(0).unwrap().bytes()[0], 0, "the background fetch published its block");
+        assert_eq!(c.get(0, &|| false).unwrap().bytes()[0], 0, "the background fetch published its block");
     }
 
     /// Many real threads reading every block of several epochs in the schedule's order, windows of blocks
@@ -647,7 +652,7 @@ mod tests {
                         std::thread::spawn(move || {
                             for positions in windows.iter() {
                                 for &b in positions.iter().skip(t).step_by(threads) {
-                                    let got = c.get(b).unwrap();
+                                    let got = c.get(b, &|| false).unwrap();
                                     assert!(got.bytes().iter().all(|&x| x == b as u8));
                                     assert!(c.live_blocks() as u64 <= c.capacity_blocks() + threads as u64);
                                 }

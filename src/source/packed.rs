@@ -1216,8 +1216,9 @@ impl PackedFile {
     }
 
     /// Record `i`'s bytes, CRC-checked (`Corrupt` naming the record on a mismatch). In partial mode the read
-    /// counts in the cache's schedule (block_cache.rs): call it once per read the plan makes.
-    pub fn record(&self, i: usize) -> std::result::Result<RecordBytes<'_>, ImageError> {
+    /// counts in the cache's schedule (block_cache.rs): call it once per read the plan makes; a wait for the
+    /// block ends with an error once `stopping()` says the reader's epoch is over.
+    pub fn record(&self, i: usize, stopping: &dyn Fn() -> bool) -> std::result::Result<RecordBytes<'_>, ImageError> {
         let row = &self.index.rows[i];
         let bytes = match &self.data {
             PackedData::Full(data) => {
@@ -1226,7 +1227,7 @@ impl PackedFile {
             }
             PackedData::Partial(cache) => {
                 let b = self.index.block_of(i);
-                let arc = cache.get(b as u32)?;
+                let arc = cache.get(b as u32, stopping)?;
                 let at = (row.offset - self.index.blocks[b].offset) as usize;
                 RecordBytes::Block(arc, at..at + row.len as usize)
             }

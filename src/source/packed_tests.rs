@@ -89,7 +89,7 @@ fn round_trip_in_both_modes_keeps_every_record_label_and_class() {
         assert_eq!(ix.rows.len(), recs.len());
         assert_eq!(ix.meta, meta(), "classes (including a non-UTF-8 name) and options survive");
         for (i, (b, label, m)) in recs.iter().enumerate() {
-            assert_eq!(&*f.record(i).unwrap(), &b[..], "record {i} ({mode:?})");
+            assert_eq!(&*f.record(i, &|| false).unwrap(), &b[..], "record {i} ({mode:?})");
             assert_eq!((ix.rows[i].label, ix.rows[i].meta), (*label, *m));
         }
         // 4096-byte blocks: several records per block, the large JPEG alone in its own block.
@@ -126,11 +126,11 @@ fn a_flipped_payload_byte_is_corrupt_naming_the_record_in_both_modes() {
     let path = write_pack("flip", &bytes);
     for mode in [PackedMode::Full, PackedMode::Partial] {
         let f = PackedFile::open(&path, mode, PartialOptions::default()).unwrap(); // the index is intact: opens
-        let e = f.record(victim).unwrap_err();
+        let e = f.record(victim, &|| false).unwrap_err();
         assert_eq!(e.kind, ImageErrorKind::Corrupt);
         assert!(e.message.contains("record 5 fails its CRC32C check"), "{e}");
         for i in (0..recs.len()).filter(|&i| i != victim) {
-            assert_eq!(&*f.record(i).unwrap(), &recs[i].0[..]);
+            assert_eq!(&*f.record(i, &|| false).unwrap(), &recs[i].0[..]);
         }
     }
 }
@@ -355,7 +355,7 @@ fn the_partial_cache_stays_within_its_bound_under_many_threads() {
                             return;
                         }
                         let i = plan.sample_at(0, seq) as usize;
-                        let got = f.record(i).unwrap();
+                        let got = f.record(i, &|| false).unwrap();
                         assert_eq!(&*got, &want[i][..]);
                         assert!(cache.live_blocks() <= cache.capacity_blocks() as usize + threads);
                     }
@@ -488,7 +488,7 @@ fn extras_round_trip_in_both_modes_and_leave_the_records_as_version_1_has_them()
                 .map(|(n, k, v)| (h2.meta.extras.iter().position(|x| *x == n).unwrap() as u16, k, v))
                 .collect();
             assert_eq!(f.extras(i).unwrap(), want, "record {i} in {mode:?}");
-            assert_eq!(&*f.record(i).unwrap(), &rec.0[..]);
+            assert_eq!(&*f.record(i, &|| false).unwrap(), &rec.0[..]);
         }
     }
     // a pack without extras reads none
