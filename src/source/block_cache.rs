@@ -89,7 +89,8 @@ pub struct BlockSchedule {
 pub struct CacheStats {
     /// Reads served by a block cached or in flight (no fetch started for them).
     pub hits: u64,
-    /// Reads that found their block absent and fetched it.
+    /// Fetches started by reads that found their block absent (a read whose block was evicted before it woke
+    /// fetches it again and counts twice): `misses` + `prefetched` = blocks fetched.
     pub misses: u64,
     /// Blocks fetched ahead by the read-ahead.
     pub prefetched: u64,
@@ -321,9 +322,9 @@ impl BlockCache {
                 None => {
                     let size = sh.block_bytes[block as usize];
                     if sh.make_room(&mut st, size, None) {
-                        if !fetched {
-                            st.stats.misses += 1;
-                        }
+                        // every fetch a read starts is a miss, also a second one when the block it waited for
+                        // was evicted before it woke: misses + prefetched = fetches
+                        st.stats.misses += 1;
                         fetched = true;
                         self.start_fetch(&mut st, block);
                     }

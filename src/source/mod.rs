@@ -195,8 +195,8 @@ impl Dataset {
     /// `storage_stats` show them (the one home of these names): `storage_requests` (GETs or preads, retries
     /// included), `storage_bytes` (bytes delivered), `storage_retries`, `storage_failures` (reads failed for
     /// good); a partial pack adds `storage_wait_ns` (time readers waited for blocks not there yet),
-    /// `storage_inflight_bytes` (fetches in flight now), `cache_hits`, `cache_misses` (reads that fetched their
-    /// block), `cache_prefetched_blocks`, `cache_evictions` and `cache_bytes` (resident now). Empty for a source
+    /// `storage_inflight_bytes` (fetches in flight now), `cache_hits`, `cache_misses` (fetches started by reads; with
+    /// `cache_prefetched_blocks`: every block fetched), `cache_prefetched_blocks`, `cache_evictions` and `cache_bytes` (resident now). Empty for a source
     /// that is not read from storage (in memory, local image files).
     pub fn io_stats(&self) -> Vec<(&'static str, u64)> {
         let s = match &self.store {
