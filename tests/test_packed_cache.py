@@ -6,7 +6,10 @@ where the server must count GETs and bytes). Fetch counts are asserted only thro
 schedule, derived here from the plan's sizes: with a cache of C blocks, a window of W blocks, P blocks read
 ahead and w workers, the first epoch fetches each of the N blocks once (the cache holds the open windows and the
 read-ahead: no block with reads left is evicted), and the next epoch at most N − C + W + P + w of them (the
-finished blocks the next epoch needs first stay cached; LRU would fetch all N again)."""
+finished blocks the next epoch needs first stay cached; LRU would fetch all N again).
+
+A checkpoint moving between S3 and the local file with the cache on (the default prefetch_blocks) is
+tests/test_packed_remote.py::test_a_checkpoint_moves_between_s3_and_the_local_file."""
 
 from __future__ import annotations
 
@@ -231,79 +234,47 @@ def test_the_local_file_reads_ahead_and_counts_as_the_url_does(
         assert "cache_hits" not in full.stats() and full.stats()["storage_requests"] >= 1
 
 
-def test_a_checkpoint_moves_between_s3_and_the_local_file_with_the_cache_on(
-    pack_file: Path, s3_url: str, moto: str
+@pytest.fixture
+def proxy(moto: str) -> Iterator[Any]:
+    server = start_proxy(moto)
+    yield server
+    server.budget = 0
+    stop(server)
+
+
+def failing(s3_url: str, proxy: Any, backoff: str, retries: int) -> trdata.Packed:
+    """The pack through `proxy`, opened, then every ranged GET answering 503."""
+    options = opts(proxy.endpoint, retry_init_backoff=backoff, retry_max_backoff=backoff, max_retries=retries)
+    source = trdata.Packed(s3_url, "partial", window_blocks=WINDOW, storage_options=options)
+    proxy.fault, proxy.every, proxy.budget = "503", 1, 10**6
+    return source
+
+
+def test_a_block_that_keeps_failing_is_its_records_error_naming_url_and_block(
+    s3_url: str, proxy: Any
 ) -> None:
-    def part(where: str) -> trdata.Packed:
-        kw: dict[str, Any] = dict(window_blocks=WINDOW, prefetch_blocks=3)
-        if where == "s3":
-            return trdata.Packed(s3_url, "partial", storage_options=opts(moto), **kw)
-        return trdata.Packed(pack_file, "partial", **kw)
-
-    n = len(part("local"))
-    with trdata.Loader(part("local"), workers=2, **KW) as ld:
-        whole = epoch(ld, n)
-    for first, then in (("s3", "local"), ("local", "s3")):
-        with trdata.Loader(part(first), workers=2, **KW) as ld:
-            it = iter(ld)
-            head = [next(it) for _ in range(5)]
-            got = [(b.images.copy(), np.asarray(b.labels).copy(), np.asarray(b.indices).copy()) for b in head]
-            state = ld.state_dict()
-        with trdata.Loader(part(then), workers=3, **KW) as ld:
-            ld.load_state_dict(state)
-            got += [(b.images.copy(), np.asarray(b.labels).copy(), np.asarray(b.indices).copy()) for b in ld]
-        assert_same(got, whole)
+    source = failing(s3_url, proxy, "1ms", 2)
+    with pytest.raises(trdata.DecodeError, match="block") as info:
+        with trdata.Loader(source, workers=2, on_error="raise", **KW) as ld:
+            epoch(ld, len(source))
+    assert s3_url in str(info.value) and "failed 3 times" in str(info.value)
 
 
-def test_a_block_that_keeps_failing_is_its_records_error_naming_url_and_block(s3_url: str, moto: str) -> None:
-    proxy = start_proxy(moto)
-    try:
-        source = trdata.Packed(
-            s3_url,
-            "partial",
-            window_blocks=WINDOW,
-            storage_options=opts(
-                proxy.endpoint, retry_init_backoff="1ms", retry_max_backoff="2ms", max_retries=2
-            ),
-        )
-        proxy.fault, proxy.every, proxy.budget = "503", 1, 10**6
-        with pytest.raises(trdata.DecodeError, match="block") as info:
-            with trdata.Loader(source, workers=2, on_error="raise", **KW) as ld:
-                epoch(ld, len(source))
-        assert s3_url in str(info.value) and "failed 3 times" in str(info.value)
-    finally:
-        stop(proxy)
-
-
-def test_close_does_not_wait_out_a_fetchs_backoff(s3_url: str, moto: str) -> None:
+def test_close_does_not_wait_out_a_fetchs_backoff(s3_url: str, proxy: Any) -> None:
     """A worker waiting for a block whose GET is in an hour-long backoff: Ctrl-C stops the iteration and close()
     returns at once (the wait is interrupted; the fetch task ends on its own). Checked as liveness: close()
     must finish while the backoff has most of its hour left."""
-    proxy = start_proxy(moto)
-    try:
-        source = trdata.Packed(
-            s3_url,
-            "partial",
-            window_blocks=WINDOW,
-            storage_options=opts(
-                proxy.endpoint, retry_init_backoff="1h", retry_max_backoff="1h", max_retries=3
-            ),
-        )
-        proxy.fault, proxy.every, proxy.budget = "503", 1, 10**6
-        ld = trdata.Loader(source, workers=2, **KW)
-        timer = threading.Timer(1.0, _thread.interrupt_main)
-        timer.start()
-        with pytest.raises(KeyboardInterrupt):
-            next(iter(ld))
-        assert proxy.injected >= 1
-        closer = threading.Thread(target=ld.close)
-        closer.start()
-        closer.join(timeout=300)
-        assert not closer.is_alive(), "close() waited for the backoff"
-        assert ld.closed
-    finally:
-        proxy.budget = 0
-        stop(proxy)
+    ld = trdata.Loader(failing(s3_url, proxy, "1h", 3), workers=2, **KW)
+    timer = threading.Timer(1.0, _thread.interrupt_main)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        next(iter(ld))
+    assert proxy.injected >= 1
+    closer = threading.Thread(target=ld.close)
+    closer.start()
+    closer.join(timeout=300)
+    assert not closer.is_alive(), "close() waited for the backoff"
+    assert ld.closed
 
 
 @pytest.mark.parametrize(
