@@ -47,7 +47,8 @@ PARAMS = {
     "root", "paths", "labels", "blobs", "images", "classes", "train", "variant", "shards",
     "split", "masks", "ids", "image_suffix", "mask_suffix",
     # packed files (trdata.pack, trdata.Packed)
-    "mode", "window_blocks", "cache_blocks", "block_bytes", "reencode", "short_side", "max_side", "quality",
+    "mode", "window_blocks", "cache_bytes", "prefetch_blocks", "block_bytes", "reencode", "short_side", "max_side",
+    "quality",
     # object storage (trdata.Packed's URL and options: storage/; ImageFolder's root as a bucket prefix:
     # source/remote.rs)
     "path", "storage_options",

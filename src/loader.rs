@@ -659,8 +659,17 @@ impl Loader {
             for g in &rt.gpus {
                 g.stop();
             }
+            self.interrupt_reads();
             rt.pool.wait_idle();
             drop(running); // pending device batches return their slots
+        }
+    }
+
+    /// Wake workers waiting for a partial pack's blocks (after the stations stopped), so stopping never waits out
+    /// a fetch's retries and backoff (source/block_cache.rs).
+    fn interrupt_reads(&self) {
+        if let Some(cache) = self.ctx.dataset.block_cache() {
+            cache.wake_waiters();
         }
     }
 
@@ -701,6 +710,10 @@ impl Loader {
             }
             engines
         };
+        if let (Some(cache), Some(blocks)) = (ctx.dataset.block_cache(), ctx.dataset.block_structure()) {
+            let ids: Vec<u64> = engines.iter().map(|e| e.global_engine).collect();
+            cache.set_schedule(plan.block_schedule(blocks, &ids, first * shape.batch_size));
+        }
         let pending = (0..rt.gpus.len().max(1)).map(|_| None).collect();
         let job = Arc::new(EpochJob { plan: Arc::clone(&plan), engines, ctx: Arc::clone(&ctx) });
         // The engines start the epoch once its job exists: the GPU rows' CPU fallback is the job's own code.
@@ -838,6 +851,7 @@ impl Loader {
         self.running = None; // pending device batches return their slots
         if let Some(mut rt) = self.runtime.take() {
             rt.station.close();
+            self.interrupt_reads();
             for g in rt.gpus.iter_mut() {
                 g.close();
             }

@@ -601,7 +601,8 @@ def test_every_parameter_has_a_bad_value_case():
     extra |= {
         "mode",
         "window_blocks",
-        "cache_blocks",
+        "cache_bytes",
+        "prefetch_blocks",
         "block_bytes",
         "reencode",
         "short_side",

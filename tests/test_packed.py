@@ -116,7 +116,7 @@ def test_partial_mode_changes_only_the_order(folder: Path, tmp_path: Path) -> No
     info = trdata.sources.packed.inspect(dst)
     assert info["blocks"] >= 8, info["blocks"]
     ref = by_index(trdata.ImageFolder(folder), shuffle=True)
-    part = trdata.Packed(dst, "partial", window_blocks=2, cache_blocks=4)
+    part = trdata.Packed(dst, "partial", window_blocks=2, prefetch_blocks=2)
     for workers in (1, 4):
         got = by_index(part, workers=workers, shuffle=True)
         assert all(np.array_equal(got[i][0], ref[i][0]) and got[i][1] == ref[i][1] for i in ref)
@@ -365,7 +365,10 @@ def test_damaged_truncated_and_foreign_files_are_refused_at_open(
     [
         ({"mode": "lazy"}, "mode"),
         ({"mode": "partial", "window_blocks": 0}, "window_blocks"),
-        ({"mode": "partial", "cache_blocks": 0}, "cache_blocks"),
+        ({"mode": "partial", "cache_bytes": 0}, "cache_bytes"),
+        ({"mode": "partial", "cache_bytes": 4096}, "cache_bytes"),
+        ({"mode": "partial", "prefetch_blocks": -1}, "prefetch_blocks"),
+        ({"mode": "partial", "prefetch_blocks": 1025}, "prefetch_blocks"),
     ],
 )
 def test_bad_packed_options_are_config_errors(packed: Path, kw: dict, param: str) -> None:

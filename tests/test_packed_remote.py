@@ -104,9 +104,11 @@ def test_s3_batches_equal_the_local_files_byte_for_byte(
     for workers in (1, 3):
         assert_same(batches(remote, workers=workers), reference)
     stats = remote._native.storage_stats
-    assert stats["requests"] >= 5 and stats["retries"] == 0 and stats["failures"] == 0, stats
+    assert (
+        stats["storage_requests"] >= 5 and stats["storage_retries"] == 0 and stats["storage_failures"] == 0
+    ), stats
     if mode == "full":  # the header, the index sections and the data region, each once
-        assert pack_file.stat().st_size // 2 < stats["bytes"] <= pack_file.stat().st_size, stats
+        assert pack_file.stat().st_size // 2 < stats["storage_bytes"] <= pack_file.stat().st_size, stats
     assert bucket in repr(remote)
 
 
@@ -349,7 +351,7 @@ def test_503s_are_retried_and_when_they_persist_follow_on_error(http_server: Any
     with http_server.lock:
         http_server.fail_gets = 3  # within the retries: every sample arrives, pixels unchanged
     assert_same(batches(p), reference)
-    assert p._native.storage_stats["retries"] == 3
+    assert p._native.storage_stats["storage_retries"] == 3
     # Past the retries: the read of a block fails, a bad sample under on_error, naming the URL and the block.
     p = trdata.Packed(http_server.url, "partial", window_blocks=2, storage_options=quick)
     with http_server.lock:
@@ -391,10 +393,10 @@ def test_faults_between_loader_and_server_cost_retries_never_samples(
     assert_same(batches(remote, workers=3), reference)
     stats = remote._native.storage_stats
     assert proxy.injected >= 1
-    assert stats["failures"] == 0, stats
+    assert stats["storage_failures"] == 0, stats
     # each injected fault cost one retry (a slow answer may also make a clean attempt miss a tight deadline)
-    assert stats["retries"] == proxy.injected or (
-        fault == "latency" and stats["retries"] >= proxy.injected
+    assert stats["storage_retries"] == proxy.injected or (
+        fault == "latency" and stats["storage_retries"] >= proxy.injected
     ), (
         stats,
         proxy.injected,

@@ -282,7 +282,7 @@ def test_webdataset_over_s3_gives_the_local_batches(moto: str, shards: list[Path
     for workers in (1, 3):
         assert batches(remote, workers=workers) == reference
     stats = remote._native.storage_stats
-    assert stats["requests"] >= len(remote) and stats["failures"] == 0, stats
+    assert stats["storage_requests"] >= len(remote) and stats["storage_failures"] == 0, stats
     # extras come from the shards over the URL too
     assert remote._batch_extras(np.array([0, 5]), 0)["txt"] == local._batch_extras(np.array([0, 5]), 0)["txt"]
     # a pack of the remote shards is the pack of the local ones
@@ -622,7 +622,7 @@ def test_faults_on_the_wire_cost_retries_never_samples(
         proxy.fault, proxy.every, proxy.budget = fault, 3, 5
         assert batches(remote, workers=3) == reference
         stats = remote._native.storage_stats
-        assert proxy.injected >= 1 and stats["failures"] == 0, stats
-        assert stats["retries"] == proxy.injected, (stats, proxy.injected)
+        assert proxy.injected >= 1 and stats["storage_failures"] == 0, stats
+        assert stats["storage_retries"] == proxy.injected, (stats, proxy.injected)
     finally:
         stop(proxy)

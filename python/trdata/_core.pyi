@@ -158,7 +158,8 @@ class NativeSource:
         path: str | os.PathLike[str],
         mode: str = "full",
         window_blocks: int | None = None,
-        cache_blocks: int | None = None,
+        cache_bytes: int | None = None,
+        prefetch_blocks: int | None = None,
         storage_options: Mapping[str, str | bool | int | float] | None = None,
     ) -> NativeSource: ...
     @staticmethod

@@ -272,7 +272,7 @@ impl Producer {
                 &self.buf
             }
             Store::Packed(p) => {
-                let rec = p.record(i, |b| (0, b as u32))?;
+                let rec = p.record(i, &|| false)?;
                 self.buf.clear();
                 self.buf.extend_from_slice(&rec);
                 let m = p.index().rows[i].meta;

@@ -8,7 +8,7 @@ use crate::config::LoaderConfig;
 use crate::decode::DecodeLimits;
 use crate::loader::{BatchImages, Loader, NextStep};
 use crate::plan::LastBatch;
-use crate::source::{PackedFile, PackedMode, file_list, packed_dataset};
+use crate::source::{PackedFile, PackedMode, PartialOptions, file_list, packed_dataset};
 use crate::sync::Arc;
 use crate::topology::PinMode;
 use crate::worker::ErrorPolicy;
@@ -86,10 +86,10 @@ fn packing_keeps_the_source_bytes_order_labels_and_classes_for_any_thread_count(
     assert_eq!(s1.bytes_in, files(&ds).iter().map(|p| fs::metadata(p).unwrap().len()).sum::<u64>());
     assert_eq!(s1.warnings.len(), 1, "{:?}", s1.warnings);
     assert_eq!(s1.warnings[0].0, 40);
-    let f = PackedFile::open(&dst, PackedMode::Full, None, None).unwrap();
+    let f = PackedFile::open(&dst, PackedMode::Full, PartialOptions::default()).unwrap();
     let ix = f.index();
     for (i, p) in files(&ds).iter().enumerate() {
-        assert_eq!(&*f.record(i, |b| (0, b as u32)).unwrap(), &fs::read(p).unwrap()[..], "record {i}");
+        assert_eq!(&*f.record(i, &|| false).unwrap(), &fs::read(p).unwrap()[..], "record {i}");
         assert_eq!(ix.rows[i].label, ds.labels[i]);
     }
     assert_eq!(ix.meta.classes, ds.classes);
@@ -193,14 +193,14 @@ fn reencoding_resizes_like_pillow_and_writes_baseline_420_jpegs() {
     let c = PackConfig::new(Some(16), None, Some(95), Some(3), None, vec![]).unwrap();
     let s = pack(&ds, &dst, &c, &never_cancel).unwrap();
     assert!(s.bytes_out > 0 && s.warnings.is_empty());
-    let f = PackedFile::open(&dst, PackedMode::Full, None, None).unwrap();
+    let f = PackedFile::open(&dst, PackedMode::Full, PartialOptions::default()).unwrap();
     let mut dec = Decoder::new().unwrap();
     let mut reference_scratch = WorkerScratch::new().unwrap();
     for (i, p) in files(&ds).iter().enumerate() {
         let src = fs::read(p).unwrap();
         let info = dec.read_header(&src).unwrap();
         let (tw, th) = c.target_size(info.width, info.height);
-        let rec = f.record(i, |b| (0, b as u32)).unwrap();
+        let rec = f.record(i, &|| false).unwrap();
         let got = dec.read_header(&rec).unwrap();
         assert_eq!((got.width, got.height, got.subsampling, got.progressive), (tw, th, Subsampling::S420, false));
         assert_eq!(f.index().rows[i].meta.subsampling, 3);
@@ -228,9 +228,9 @@ fn verify_names_damaged_records_and_raw_pixels_pack_too() {
     let root = crate::test_data::fresh_dir("pack-raw");
     let dst = root.join("raw.trdpack");
     pack(&ds, &dst, &cfg(2, 4096, &[]), &never_cancel).unwrap();
-    let f = PackedFile::open(&dst, PackedMode::Partial, None, None).unwrap();
+    let f = PackedFile::open(&dst, PackedMode::Partial, PartialOptions::default()).unwrap();
     for i in 0..5 {
-        assert_eq!(&*f.record(i, |b| (0, b as u32)).unwrap(), &data[i * 36..(i + 1) * 36]);
+        assert_eq!(&*f.record(i, &|| false).unwrap(), &data[i * 36..(i + 1) * 36]);
         assert_eq!(f.index().rows[i].meta, RecordMeta::raw(4, 3, 3));
     }
     assert_eq!(f.index().meta.options.source, "arrays");
@@ -309,8 +309,15 @@ fn loaders_over_packed_files_match_the_source() {
         l.close();
         out
     };
-    let full = Arc::new(packed_dataset(&dst, PackedMode::Full, None, None).unwrap());
-    let partial = Arc::new(packed_dataset(&dst, PackedMode::Partial, Some(2), Some(3)).unwrap());
+    let full = Arc::new(packed_dataset(&dst, PackedMode::Full, PartialOptions::default()).unwrap());
+    let partial = Arc::new(
+        packed_dataset(
+            &dst,
+            PackedMode::Partial,
+            PartialOptions { window_blocks: Some(2), prefetch_blocks: Some(1), ..PartialOptions::default() },
+        )
+        .unwrap(),
+    );
     let reference = run(Arc::clone(&source), loader_cfg(16, 3, true, true), 2);
     assert_eq!(run(Arc::clone(&full), loader_cfg(16, 2, true, true), 2), reference);
     let in_order = run(Arc::clone(&source), loader_cfg(16, 3, false, true), 1);
@@ -358,7 +365,7 @@ fn a_damaged_record_is_a_decode_error_naming_file_and_record() {
     bytes[ix.rows[7].offset as usize + 30] ^= 0xff;
     fs::write(&dst, &bytes).unwrap();
     for mode in [PackedMode::Full, PackedMode::Partial] {
-        let ds = packed_dataset(&dst, mode, None, None).unwrap();
+        let ds = packed_dataset(&dst, mode, PartialOptions::default()).unwrap();
         let mut l = Loader::new(ds, loader_cfg(4, 2, false, true)).unwrap();
         l.start_epoch().unwrap();
         let err = loop {

@@ -23,13 +23,14 @@
 //! the file a window at a time and a cache of about one window of blocks serves them. Without shuffle the
 //! order is the file order. It is still one permutation of 0..N computed from (s, e) alone, so exactly-once,
 //! the filling rule, sharding and exact resume (resume.rs) hold unchanged; a record's block rank in the epoch
-//! ([`EpochPlan::block_order_key`]) tells the block cache which blocks are furthest behind.
+//! and the next epoch's block order ([`EpochPlan::block_schedule`]) tell the block cache what to fetch ahead and
+//! which block is needed furthest in the future.
 
 pub mod claim;
 pub mod resume;
 
 use crate::rng::{OP_PLAN_BLOCKS, OP_PLAN_SHUFFLE, OP_PLAN_WINDOW, SampleRng};
-use crate::source::BlockStructure;
+use crate::source::{BlockSchedule, BlockStructure};
 
 /// What to do with the last, incomplete batch of an engine's epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,8 +114,8 @@ pub struct EpochPlan {
     /// Epoch number.
     pub epoch: u64,
     order: Vec<u32>,
-    /// Block-structured plans: the rank of each block in this epoch's block order (empty otherwise).
-    block_rank: Vec<u32>,
+    /// Block-structured plans: this epoch's block order, rank → block (empty otherwise).
+    block_order: Vec<u32>,
 }
 
 /// Fisher–Yates over `items` with `rng` (the one shuffle of the plan).
@@ -123,6 +124,16 @@ fn shuffle(items: &mut [u32], mut rng: SampleRng) {
         let j = rng.below(i as u64 + 1) as usize;
         items.swap(i, j);
     }
+}
+
+/// The block permutation of `epoch` (rank → block; the identity without shuffle): Philox(s, e, op
+/// `OP_PLAN_BLOCKS`), the first step of the block order (module docs).
+pub fn block_order(shape: &PlanShape, epoch: u64, blocks: usize) -> Vec<u32> {
+    let mut perm: Vec<u32> = (0..blocks as u32).collect();
+    if shape.shuffle {
+        shuffle(&mut perm, SampleRng::new(shape.seed, epoch, u64::from(u32::MAX), OP_PLAN_BLOCKS));
+    }
+    perm
 }
 
 impl EpochPlan {
@@ -141,7 +152,7 @@ impl EpochPlan {
             if shape.shuffle {
                 shuffle(&mut order, SampleRng::new(shape.seed, epoch, u64::from(u32::MAX), OP_PLAN_SHUFFLE));
             }
-            return Self { shape, epoch, order, block_rank: Vec::new() };
+            return Self { shape, epoch, order, block_order: Vec::new() };
         };
         let starts = b.block_starts;
         assert!(
@@ -149,10 +160,7 @@ impl EpochPlan {
             "block structure does not cover the dataset"
         );
         let blocks = starts.len() - 1;
-        let mut perm: Vec<u32> = (0..blocks as u32).collect();
-        if shape.shuffle {
-            shuffle(&mut perm, SampleRng::new(shape.seed, epoch, u64::from(u32::MAX), OP_PLAN_BLOCKS));
-        }
+        let perm = block_order(&shape, epoch, blocks);
         let mut order = Vec::with_capacity(n);
         for (w, window) in perm.chunks(b.window_blocks.max(1) as usize).enumerate() {
             let first = order.len();
@@ -163,17 +171,25 @@ impl EpochPlan {
                 shuffle(&mut order[first..], SampleRng::new(shape.seed, epoch, w as u64, OP_PLAN_WINDOW));
             }
         }
-        let mut block_rank = vec![0u32; blocks];
-        for (rank, &k) in perm.iter().enumerate() {
-            block_rank[k as usize] = rank as u32;
-        }
-        Self { shape, epoch, order, block_rank }
+        Self { shape, epoch, order, block_order: perm }
     }
 
-    /// How far along the epoch's block order `block` is: (epoch, its rank; the block itself without a block
-    /// structure). The partial block cache evicts the smallest key first.
-    pub fn block_order_key(&self, block: usize) -> (u64, u32) {
-        (self.epoch, self.block_rank.get(block).copied().unwrap_or(block as u32))
+    /// What the partial block cache needs to know of this epoch (source/block_cache.rs): the block order of this
+    /// epoch and of the next, and how many reads the engines `engines` of this process make of each block from
+    /// sequence number `first_seq` on (a resume skips the delivered batches). `blocks` must be the structure the
+    /// plan was made with.
+    pub fn block_schedule(&self, blocks: BlockStructure<'_>, engines: &[u64], first_seq: u64) -> BlockSchedule {
+        let count = blocks.block_starts.len() - 1;
+        let mut reads = vec![0u32; count];
+        for &g in engines {
+            for seq in first_seq..self.shape.seqs_per_engine() {
+                let i = self.sample_at(g, seq) as u32;
+                let block = blocks.block_starts.partition_point(|&s| s <= i) - 1;
+                reads[block] = reads[block].saturating_add(1);
+            }
+        }
+        let next_order = block_order(&self.shape, self.epoch.wrapping_add(1), count);
+        BlockSchedule { epoch: self.epoch, order: self.block_order.clone(), next_order, reads }
     }
 
     /// Dataset index served by `engine` at sequence number `seq` (0 ≤ seq < T).
@@ -228,7 +244,7 @@ mod tests {
         let bs = BlockStructure { block_starts: &starts, window_blocks: 3 };
         let ordered = EpochPlan::with_blocks(shape(n, 1, 4, LastBatch::Partial, false), 2, Some(bs));
         assert_eq!(ordered.order, (0..n as u32).collect::<Vec<_>>());
-        assert_eq!(ordered.block_order_key(5), (2, 5));
+        assert_eq!(ordered.block_order, (0..8).collect::<Vec<u32>>());
         let a = EpochPlan::with_blocks(shape(n, 1, 4, LastBatch::Partial, true), 2, Some(bs));
         let b = EpochPlan::with_blocks(shape(n, 1, 4, LastBatch::Partial, true), 2, Some(bs));
         assert_eq!(a.order, b.order);
@@ -239,7 +255,8 @@ mod tests {
     proptest! {
         // Block-structured plans: a permutation (exactly once over all engines, as for plain plans), the same for
         // the same (seed, epoch), and window by window: the positions of window w hold exactly the records of the
-        // blocks ranked w·W .. (w+1)·W by `block_order_key`.
+        // blocks ranked w·W .. (w+1)·W in the block order; the block schedule counts every read of every engine
+        // and continues with the next epoch's block order.
         #[test]
         fn block_plans_are_windowed_permutations(sizes in proptest::collection::vec(1u32..20, 1..40),
                                                  window in 1u32..6, g in 1u64..5, b in 1u64..9, lb in 0usize..3,
@@ -257,8 +274,12 @@ mod tests {
             let block_of = |r: u32| starts.partition_point(|&x| x <= r) - 1;
             let mut p = 0usize;
             let blocks = sizes.len();
-            let mut by_rank: Vec<usize> = (0..blocks).collect();
-            by_rank.sort_by_key(|&k| plan.block_order_key(k));
+            let by_rank: Vec<usize> = plan.block_order.iter().map(|&k| k as usize).collect();
+            prop_assert_eq!(by_rank.len(), blocks);
+            let engines: Vec<u64> = (0..g).collect();
+            let schedule = plan.block_schedule(bs, &engines, 0);
+            prop_assert_eq!(schedule.reads.iter().map(|&r| u64::from(r)).sum::<u64>(), g * s.seqs_per_engine());
+            prop_assert_eq!(&schedule.next_order, &EpochPlan::with_blocks(s, epoch + 1, Some(bs)).block_order);
             for window_blocks in by_rank.chunks(window as usize) {
                 let len: usize = window_blocks.iter().map(|&k| sizes[k] as usize).sum();
                 for &r in &plan.order[p..p + len] {

@@ -641,6 +641,9 @@ impl NativeLoader {
             d.set_item(k, v)?;
         }
         let inner = lock(&self.inner);
+        for (k, v) in inner.dataset().io_stats() {
+            d.set_item(k, v)?;
+        }
         if *inner.devices() != DeviceSpec::Cpu {
             let gpu = inner.gpu_stats();
             for (k, v) in &gpu {

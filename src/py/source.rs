@@ -9,7 +9,7 @@
 use super::args::int_arg;
 use super::errors::{IntoPyResult, to_py};
 use crate::error::{ImageError, ImageErrorKind, SampleError, TrdataError};
-use crate::source::packed::{CACHE_BLOCKS, MODE, WINDOW_BLOCKS};
+use crate::source::packed::{CACHE_BYTES, MODE, PREFETCH_BLOCKS, PartialOptions, WINDOW_BLOCKS};
 use crate::source::{self, Dataset, Store};
 use crate::source::{ExternalImage, ExternalSample, Reader};
 use crate::storage::{Location, STORAGE_OPTIONS, StorageOptions};
@@ -102,25 +102,32 @@ impl NativeSource {
 
     /// The packed file `path` (`trdata.Packed`): a local path or a URL (`s3://`, `gs://`, `az://`, `http(s)://`,
     /// storage/) read with `storage_options`; `mode` "full" (read into memory once) or "partial" (blocks streamed
-    /// through a bounded cache of `cache_blocks`, shuffled within windows of `window_blocks` blocks). The header
-    /// and index are checked here (`SourceError` naming the file or URL).
+    /// through a cache of `cache_bytes`, `prefetch_blocks` read ahead in the plan's order, shuffled within windows
+    /// of `window_blocks` blocks). The header and index are checked here (`SourceError` naming the file or URL).
     #[staticmethod]
-    #[pyo3(signature = (path, mode = "full", window_blocks = None, cache_blocks = None, storage_options = None))]
+    #[pyo3(signature = (
+        path, mode = "full", window_blocks = None, cache_bytes = None, prefetch_blocks = None, storage_options = None
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn packed(
         py: Python<'_>,
         path: PathBuf,
         mode: &str,
         window_blocks: Option<&Bound<'_, PyAny>>,
-        cache_blocks: Option<&Bound<'_, PyAny>>,
+        cache_bytes: Option<&Bound<'_, PyAny>>,
+        prefetch_blocks: Option<&Bound<'_, PyAny>>,
         storage_options: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mode = MODE.parse(mode).py_err()?;
-        let window = window_blocks.map(|v| int_arg::<i128>(v, &WINDOW_BLOCKS)).transpose()?;
-        let cache = cache_blocks.map(|v| int_arg::<i128>(v, &CACHE_BLOCKS)).transpose()?;
+        let partial = PartialOptions {
+            window_blocks: window_blocks.map(|v| int_arg::<i128>(v, &WINDOW_BLOCKS)).transpose()?,
+            cache_bytes: cache_bytes.map(|v| int_arg::<i128>(v, &CACHE_BYTES)).transpose()?,
+            prefetch_blocks: prefetch_blocks.map(|v| int_arg::<i128>(v, &PREFETCH_BLOCKS)).transpose()?,
+        };
         let location = Location::parse("path", &path).py_err()?;
         let options = storage_options.map(storage_options_arg).transpose()?.unwrap_or_default();
         // Opening reads the index (and in full mode every record): detached, so other threads run meanwhile.
-        let dataset = py.detach(|| source::packed_dataset_at(&location, &options, mode, window, cache)).py_err()?;
+        let dataset = py.detach(|| source::packed_dataset_at(&location, &options, mode, partial)).py_err()?;
         Ok(Self::new(dataset))
     }
 
@@ -168,16 +175,12 @@ impl NativeSource {
         Ok(Self::new(dataset))
     }
 
-    /// The counters of the reads of a packed source or of objects behind URLs (GETs or preads, bytes, retries,
-    /// failures; storage/), None for any other source.
+    /// The counters of the reads of a packed source or of objects behind URLs and of a partial pack's block cache
+    /// (`Dataset::io_stats`: the names `Loader.stats()` shows), None for any other source.
     #[getter]
     fn storage_stats(&self) -> Option<std::collections::HashMap<&'static str, u64>> {
-        let s = match &self.dataset.store {
-            Store::Packed(p) => p.reader().stats(),
-            Store::Remote(r) => r.stats(),
-            _ => return None,
-        };
-        Some([("requests", s.requests), ("bytes", s.bytes), ("retries", s.retries), ("failures", s.failures)].into())
+        let s = self.dataset.io_stats();
+        (!s.is_empty()).then(|| s.into_iter().collect())
     }
 
     /// `len` samples made on demand by `fetch(i, epoch) -> (kind, payload, label)` (`trdata.sources.python`): kind

@@ -1,31 +1,108 @@
 //! The block cache of a packed file in `partial` mode (source/packed.rs): the workers of every loader over the
-//! file share it, so each block is read once per window however many workers decode its records.
+//! file share it, so each block is fetched once per epoch however many workers decode its records, the blocks the
+//! plan needs next are fetched in the background before a worker asks for them (read-ahead), and the blocks kept
+//! are the ones needed soonest (eviction by next use, Belady's rule, never LRU).
 //!
-//! Protocol. An entry is `Loading` (one worker is reading the block, outside the lock) or `Ready` (the bytes, in
-//! an `Arc`). A worker asking for block b:
-//! - `Ready` → clones the `Arc` (the block stays alive while the worker decodes from it, even if evicted);
-//! - `Loading` → waits on the condvar until the loader publishes (the loader always ends the `Loading` state,
-//!   also when it fails or panics: [`LoadingGuard`]), then looks again;
-//! - absent → evicts `Ready` entries while the cache holds `capacity` entries, marks b `Loading`, reads it
-//!   without the lock, publishes `Ready` (or removes the entry on error; waiters then load it themselves and
-//!   see their own error) and wakes the waiters.
+//! # What the cache knows
+//! A loader starting an epoch hands the cache a [`BlockSchedule`] computed from the plan (plan/mod.rs, "Block
+//! order"): this epoch's block order, the next epoch's, and how many reads this process makes of each block this
+//! epoch (its engines' sequence numbers from the resume point on; sharding, filling and padding included). The
+//! cache counts the reads it serves per block, so the **next use** of every block is known:
+//! - a block with reads left this epoch is needed at its rank r in this epoch's order: time r;
+//! - a block whose reads of this epoch are all done is needed at its rank r' in the next epoch's order: time
+//!   B + r' (B blocks);
+//! - without a schedule (no loader, or a reader outside the plan such as `trdata verify`): never (time ∞).
 //!
-//! Eviction takes the `Ready` block that is **furthest behind**: the smallest order key, (epoch, rank of the
-//! block in that epoch's block order), kept as the largest key it was asked for with. Blocks of a finished window
-//! go first; a block of the next window (asked for by a worker running ahead) stays.
+//! Reads the schedule did not count (a skip-policy replacement, a mosaic partner) only move a block's count
+//! early: they change what is fetched when, never which bytes a record has.
 //!
-//! Memory bound: at most `capacity` Ready entries once a block is published (the publish evicts back down to it;
-//! only while every entry is `Loading` can a new entry go past it, and a `Loading` entry has no bytes yet), plus
-//! blocks evicted but still held by a worker (each worker holds at most one block while it decodes). So block
-//! buffers alive ≤ `capacity + readers`, each at most max(block_bytes, largest record) bytes.
-//! `live_blocks` counts every block buffer alive (dropped with its last `Arc`); the tests check the bound with it.
+//! # Protocol
+//! One mutex guards the state: entries (`Loading`: a fetch in flight, its bytes reserved; `Ready`: the bytes in
+//! an `Arc`), the failures of this epoch, the schedule with its read counts and the cursor (the furthest rank
+//! asked for this epoch). A block is fetched by one task on the storage runtime's blocking pool
+//! ([`crate::storage::spawn_blocking`]) that runs the fetch function given at construction (the single "fetch one
+//! block" step: a disk cache wraps it) and then publishes: `Loading` → `Ready`, or → absent with the error kept
+//! in `failures` (every later reader of the block gets that error, until the next schedule) — also when the fetch
+//! panics. Every publish wakes the waiters (condvar `published`). A worker asking for block b:
+//! - counts the read, moves the cursor to b's rank;
+//! - `Ready` → clones the `Arc` (a hit: the block stays alive while the worker decodes, even if evicted);
+//! - `Loading` → waits for a publish, then looks again (its wait is counted in `wait_ns`);
+//! - failed this epoch → that error;
+//! - absent → makes room (evicts `Ready` entries, latest next use first, until the block's bytes fit in
+//!   `cache_bytes`), marks b `Loading`, starts its fetch (a miss) and waits as above. When nothing can be evicted
+//!   (every byte is reserved by fetches in flight) it waits for a publish and tries again: fetches finish on
+//!   their own (they never wait for a worker), so this wait ends;
+//! - then starts the read-ahead: for ranks cursor+1 ..= cursor+`prefetch_blocks` (past this epoch's last rank,
+//!   the next epoch's order), each block neither cached, in flight nor failed is fetched when room can be made by
+//!   evicting only blocks needed later than it (admission by next use: read-ahead never pushes out a block needed
+//!   sooner); the first that does not fit ends the read-ahead.
+//!
+//! A reader passes `stopping`, true once its loader stopped the epoch or closed; it is checked before every
+//! wait, and [`BlockCache::wake_waiters`] (called by the loader after it stopped its stations) wakes every waiter
+//! to check it: the readers of that loader return an error at once, never waiting out a fetch's retries and
+//! backoff, while another loader's readers over the same file wait on. The fetch task itself finishes in the
+//! background and publishes as any fetch does.
+//!
+//! Loaders over one file at once share the cache and its schedule: the last to start an epoch sets it, and the
+//! others' reads count against it. That changes what is fetched when, never a record's bytes.
+//!
+//! Fork: the state carries the pid that made it; in another process (a forked child) it starts empty — the
+//! parent's fetches never publish there.
+//!
+//! # Memory bound
+//! `Ready` + `Loading` bytes ≤ `cache_bytes` at all times (admission evicts first, and waits rather than exceed
+//! it). Besides them, a block evicted while a worker decodes from it stays alive until the worker drops it: each
+//! reader holds at most one block. So block bytes alive ≤ `cache_bytes` + readers × the largest block, and block
+//! buffers alive ≤ `capacity_blocks` (= `cache_bytes` / largest block, rounded down) + readers. `live_blocks`
+//! counts every block buffer alive or being fetched (dropped with its last `Arc`); the tests check the bound
+//! with it.
+//!
+//! # Fetch counts
+//! With a cache of at least `window_blocks` + `prefetch_blocks` blocks and workers inside one window, no block
+//! with reads left is ever evicted (finished blocks go first), so epoch 1 fetches every block exactly once, in any
+//! thread interleaving. At the end of an epoch the cache holds the finished blocks the next epoch needs first, so
+//! epoch 2 fetches about B − C of them (C cached blocks), where LRU would fetch all B again.
 
-use crate::error::ImageError;
-use crate::sync::{Arc, AtomicUsize, Condvar, Mutex, Ordering, lock};
+use crate::error::{ImageError, ImageErrorKind};
+use crate::sync::{Arc, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering, lock};
 use std::collections::HashMap;
+use std::time::Instant;
 
-/// Order key of a block request: (epoch, rank of the block in the epoch's block order). Smaller = further behind.
-pub type OrderKey = (u64, u32);
+/// The fetch step: block k's bytes (a read of the pack, later through a disk cache).
+pub type FetchBlock = std::sync::Arc<dyn Fn(u32) -> Result<Box<[u8]>, ImageError> + Send + Sync>;
+
+/// What the plan says about the blocks of the epoch being read (plan/mod.rs, "Block order").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockSchedule {
+    /// The epoch.
+    pub epoch: u64,
+    /// This epoch's block order: rank → block.
+    pub order: Vec<u32>,
+    /// The next epoch's block order.
+    pub next_order: Vec<u32>,
+    /// Reads this process makes of each block this epoch.
+    pub reads: Vec<u32>,
+}
+
+/// A snapshot of a cache's counters (`Loader.stats()`'s `cache_*` and `storage_wait_ns`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Reads served by a block cached or in flight (no fetch started for them).
+    pub hits: u64,
+    /// Fetches started by reads that found their block absent (a read whose block was evicted before it woke
+    /// fetches it again and counts twice): `misses` + `prefetched` = blocks fetched.
+    pub misses: u64,
+    /// Blocks fetched ahead by the read-ahead.
+    pub prefetched: u64,
+    /// Blocks evicted.
+    pub evictions: u64,
+    /// Time readers waited for blocks still being fetched.
+    pub wait_ns: u64,
+    /// Bytes of the fetches in flight now.
+    pub inflight_bytes: u64,
+    /// Bytes of the blocks cached now.
+    pub resident_bytes: u64,
+}
 
 /// One block's bytes, counted in its cache's `live_blocks` until dropped.
 #[derive(Debug)]
@@ -50,124 +127,334 @@ impl Drop for BlockBytes {
 #[derive(Debug)]
 enum Entry {
     Loading,
-    Ready { block: Arc<BlockBytes>, key: OrderKey },
+    Ready(Arc<BlockBytes>),
 }
 
-/// A bounded cache of whole blocks shared by threads (see the module docs for the protocol and the bound).
+/// The schedule with what the cache derives from it.
 #[derive(Debug)]
-pub struct BlockCache {
-    capacity: usize,
-    entries: Mutex<HashMap<u32, Entry>>,
+struct Plan {
+    s: BlockSchedule,
+    rank: Vec<u32>,
+    next_rank: Vec<u32>,
+    done: Vec<u32>,
+    cursor: Option<u64>,
+}
+
+impl Plan {
+    fn new(s: BlockSchedule) -> Self {
+        let inverse = |order: &[u32]| {
+            let mut r = vec![u32::MAX; order.len()];
+            for (rank, &b) in order.iter().enumerate() {
+                r[b as usize] = rank as u32;
+            }
+            r
+        };
+        let (rank, next_rank) = (inverse(&s.order), inverse(&s.next_order));
+        let done = vec![0; s.reads.len()];
+        Self { s, rank, next_rank, done, cursor: None }
+    }
+
+    /// When block `b` is needed next (module docs); u64::MAX when unknown.
+    fn next_use(&self, b: u32) -> u64 {
+        let b = b as usize;
+        let blocks = self.s.order.len() as u64;
+        match (self.rank.get(b), self.next_rank.get(b)) {
+            (Some(&r), _) if self.done[b] < self.s.reads[b] => u64::from(r),
+            (_, Some(&r)) if r != u32::MAX => blocks + u64::from(r),
+            _ => u64::MAX,
+        }
+    }
+
+    /// The block at rank `r` of this epoch's order, continued by the next epoch's.
+    fn block_at(&self, r: u64) -> Option<u32> {
+        let blocks = self.s.order.len() as u64;
+        if r < blocks { Some(self.s.order[r as usize]) } else { self.s.next_order.get((r - blocks) as usize).copied() }
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    pid: u32,
+    entries: HashMap<u32, Entry>,
+    failures: HashMap<u32, ImageError>,
+    /// Bytes of Ready + Loading entries.
+    used_bytes: u64,
+    inflight_bytes: u64,
+    plan: Option<Plan>,
+    stats: CacheStats,
+}
+
+impl State {
+    fn empty() -> Self {
+        Self {
+            pid: std::process::id(),
+            entries: HashMap::new(),
+            failures: HashMap::new(),
+            used_bytes: 0,
+            inflight_bytes: 0,
+            plan: None,
+            stats: CacheStats::default(),
+        }
+    }
+
+    fn next_use(&self, b: u32) -> u64 {
+        self.plan.as_ref().map_or(u64::MAX, |p| p.next_use(b))
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    cache_bytes: u64,
+    prefetch_blocks: u32,
+    block_bytes: Vec<u64>,
+    largest_block: u64,
+    state: Mutex<State>,
     published: Condvar,
     live: Arc<AtomicUsize>,
     peak_live: AtomicUsize,
-    reads: AtomicUsize,
 }
 
-/// Ends a `Loading` entry whatever happens to its loader (error, panic): waiters never wait for nobody.
-struct LoadingGuard<'a> {
-    cache: &'a BlockCache,
-    block: u32,
-    armed: bool,
+/// A bounded, plan-aware cache of whole blocks shared by threads (see the module docs for the protocol and the
+/// bound).
+pub struct BlockCache {
+    shared: std::sync::Arc<Shared>,
+    fetch: FetchBlock,
 }
 
-impl Drop for LoadingGuard<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            lock(&self.cache.entries).remove(&self.block);
-            self.cache.published.notify_all();
-        }
+impl std::fmt::Debug for BlockCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockCache").field("shared", &self.shared).finish_non_exhaustive()
     }
 }
 
 impl BlockCache {
-    /// An empty cache of at most `capacity` (≥ 1) entries.
-    pub fn new(capacity: usize) -> Self {
+    /// An empty cache of at most `cache_bytes` bytes of blocks whose sizes are `block_bytes` (each at most
+    /// `cache_bytes`: the caller checks the minimum), reading `prefetch_blocks` ahead, fetching with `fetch`.
+    pub fn new(cache_bytes: u64, prefetch_blocks: u32, block_bytes: Vec<u64>, fetch: FetchBlock) -> Self {
+        let largest_block = block_bytes.iter().copied().max().unwrap_or(0).max(1);
         Self {
-            capacity: capacity.max(1),
-            entries: Mutex::new(HashMap::new()),
-            published: Condvar::new(),
-            live: Arc::new(AtomicUsize::new(0)),
-            peak_live: AtomicUsize::new(0),
-            reads: AtomicUsize::new(0),
+            shared: std::sync::Arc::new(Shared {
+                cache_bytes,
+                prefetch_blocks,
+                block_bytes,
+                largest_block,
+                state: Mutex::new(State::empty()),
+                published: Condvar::new(),
+                live: Arc::new(AtomicUsize::new(0)),
+                peak_live: AtomicUsize::new(0),
+            }),
+            fetch,
         }
     }
 
-    /// The entry bound.
-    pub fn capacity(&self) -> usize {
-        self.capacity
+    /// The byte bound.
+    pub fn cache_bytes(&self) -> u64 {
+        self.shared.cache_bytes
     }
 
-    /// Block buffers alive now (cached or held by a reader).
+    /// Blocks of the largest size that fit in the byte bound.
+    pub fn capacity_blocks(&self) -> u64 {
+        self.shared.cache_bytes / self.shared.largest_block
+    }
+
+    /// Blocks read ahead of the furthest block asked for.
+    pub fn prefetch_blocks(&self) -> u32 {
+        self.shared.prefetch_blocks
+    }
+
+    /// Block buffers alive now (cached, being fetched, or held by a reader).
     pub fn live_blocks(&self) -> usize {
-        self.live.load(Ordering::Relaxed)
+        self.shared.live.load(Ordering::Relaxed)
     }
 
     /// The most block buffers that were alive at once.
     pub fn peak_live_blocks(&self) -> usize {
-        self.peak_live.load(Ordering::Relaxed)
+        self.shared.peak_live.load(Ordering::Relaxed)
     }
 
-    /// Blocks read from the file so far (misses).
-    pub fn reads(&self) -> usize {
-        self.reads.load(Ordering::Relaxed)
+    /// The counters now.
+    pub fn stats(&self) -> CacheStats {
+        let st = self.shared.lock_state();
+        CacheStats { inflight_bytes: st.inflight_bytes, resident_bytes: st.used_bytes - st.inflight_bytes, ..st.stats }
     }
 
-    /// Block `block`, read by `load` if it is not cached; `key` says how far along the reader is (eviction).
-    pub fn get(
-        &self,
-        block: u32,
-        key: OrderKey,
-        load: impl FnOnce() -> Result<Box<[u8]>, ImageError>,
-    ) -> Result<Arc<BlockBytes>, ImageError> {
-        let mut entries = lock(&self.entries);
-        loop {
-            match entries.get_mut(&block) {
-                Some(Entry::Ready { block, key: k }) => {
-                    *k = (*k).max(key);
-                    return Ok(Arc::clone(block));
-                }
-                Some(Entry::Loading) => {
-                    entries = self.published.wait(entries).unwrap_or_else(|p| p.into_inner());
-                }
-                None => break,
-            }
+    /// Follow `schedule` from now on (a loader starting an epoch): read counts start at zero, the failures of
+    /// the previous epoch are forgotten.
+    pub fn set_schedule(&self, schedule: BlockSchedule) {
+        let mut st = self.shared.lock_state();
+        st.plan = Some(Plan::new(schedule));
+        st.failures.clear();
+    }
+
+    /// Wake every reader waiting for a block, to check its `stopping` (module docs).
+    pub fn wake_waiters(&self) {
+        drop(self.shared.lock_state()); // a reader between its check and its wait holds the lock: none is missed
+        self.shared.published.notify_all();
+    }
+
+    /// Block `block`: cached, or fetched (module docs, "Protocol"); then the read-ahead. A wait ends with an error
+    /// once `stopping()` is true.
+    pub fn get(&self, block: u32, stopping: &dyn Fn() -> bool) -> Result<Arc<BlockBytes>, ImageError> {
+        let sh = &*self.shared;
+        let mut st = sh.lock_state();
+        if let Some(p) = &mut st.plan
+            && let Some(d) = p.done.get_mut(block as usize)
+        {
+            *d += 1;
+            let r = u64::from(p.rank[block as usize]);
+            p.cursor = Some(p.cursor.map_or(r, |c| c.max(r)));
         }
-        // Room for the new entry; when every entry is being read there is nothing to evict now (the publish
-        // below evicts once they are Ready).
-        Self::evict_down_to(&mut entries, self.capacity - 1, u32::MAX);
-        entries.insert(block, Entry::Loading);
-        drop(entries);
-        let mut guard = LoadingGuard { cache: self, block, armed: true };
-        let bytes = load()?; // the guard removes the entry and wakes the waiters
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        let now = self.live.fetch_add(1, Ordering::Relaxed) + 1;
-        self.peak_live.fetch_max(now, Ordering::Relaxed);
-        let arc = Arc::new(BlockBytes { bytes, live: Arc::clone(&self.live) });
-        guard.armed = false;
-        let mut entries = lock(&self.entries);
-        entries.insert(block, Entry::Ready { block: Arc::clone(&arc), key });
-        // Entries added while all others were Loading may exceed the capacity: back to it, so that cached
-        // blocks never exceed `capacity` (the bound in the module docs).
-        Self::evict_down_to(&mut entries, self.capacity, block);
-        drop(entries);
-        self.published.notify_all();
-        Ok(arc)
+        let mut waited: Option<Instant> = None;
+        let mut fetched = false;
+        let result = loop {
+            if let Some(e) = st.failures.get(&block) {
+                break Err(e.clone());
+            }
+            match st.entries.get(&block) {
+                Some(Entry::Ready(b)) => {
+                    let b = Arc::clone(b);
+                    if !fetched {
+                        st.stats.hits += 1;
+                    }
+                    break Ok(b);
+                }
+                Some(Entry::Loading) => {}
+                None => {
+                    let size = sh.block_bytes[block as usize];
+                    if sh.make_room(&mut st, size, None) {
+                        // every fetch a read starts is a miss, also a second one when the block it waited for
+                        // was evicted before it woke: misses + prefetched = fetches
+                        st.stats.misses += 1;
+                        fetched = true;
+                        self.start_fetch(&mut st, block);
+                    }
+                }
+            }
+            if stopping() {
+                break Err(ImageError::new(
+                    ImageErrorKind::Io,
+                    format!("block {block}: the loader stopped while the block was being read"),
+                ));
+            }
+            waited.get_or_insert_with(Instant::now);
+            st = sh.published.wait(st).unwrap_or_else(|p| p.into_inner());
+        };
+        if let Some(t0) = waited {
+            st.stats.wait_ns += t0.elapsed().as_nanos() as u64;
+        }
+        if result.is_ok() {
+            self.read_ahead(&mut st);
+        }
+        result
     }
 
-    /// Evict Ready entries, furthest behind first, until at most `len` entries remain or only Loading entries
-    /// (and `keep`) are left.
-    fn evict_down_to(entries: &mut HashMap<u32, Entry>, len: usize, keep: u32) {
-        while entries.len() > len {
-            let victim = entries
-                .iter()
-                .filter_map(|(b, e)| match e {
-                    Entry::Ready { key, .. } if *b != keep => Some((*key, *b)),
-                    _ => None,
-                })
-                .min();
-            let Some((_, b)) = victim else { return };
-            entries.remove(&b);
+    /// Start the fetches of the blocks after the cursor (module docs).
+    fn read_ahead(&self, st: &mut MutexGuard<'_, State>) {
+        let sh = &*self.shared;
+        let Some(cursor) = st.plan.as_ref().and_then(|p| p.cursor) else { return };
+        for r in cursor + 1..=cursor + u64::from(sh.prefetch_blocks) {
+            let Some(b) = st.plan.as_ref().and_then(|p| p.block_at(r)) else { return };
+            if st.entries.contains_key(&b) || st.failures.contains_key(&b) {
+                continue;
+            }
+            let when = st.next_use(b);
+            if !sh.make_room(st, sh.block_bytes[b as usize], Some(when)) {
+                return;
+            }
+            st.stats.prefetched += 1;
+            self.start_fetch(st, b);
+        }
+    }
+
+    /// Mark `block` Loading (its bytes reserved: room was made) and start its fetch as a task.
+    fn start_fetch(&self, st: &mut State, block: u32) {
+        let sh = &self.shared;
+        let size = sh.block_bytes[block as usize];
+        st.entries.insert(block, Entry::Loading);
+        st.used_bytes += size;
+        st.inflight_bytes += size;
+        let now = sh.live.fetch_add(1, Ordering::Relaxed) + 1;
+        sh.peak_live.fetch_max(now, Ordering::Relaxed);
+        let (task_shared, fetch) = (std::sync::Arc::clone(sh), std::sync::Arc::clone(&self.fetch));
+        let pid = st.pid;
+        let started = crate::storage::spawn_blocking(move || {
+            let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fetch(block))).unwrap_or_else(|_| {
+                Err(ImageError::new(ImageErrorKind::Io, format!("block {block}: the read panicked")))
+            });
+            task_shared.publish(pid, block, got);
+        });
+        if let Err(m) = started {
+            Shared::settle(st, sh, block, Err(ImageError::new(ImageErrorKind::Io, format!("block {block}: {m}"))));
+        }
+    }
+}
+
+impl Shared {
+    /// The state, fresh in a process other than the one that made it (module docs, "Fork").
+    fn lock_state(&self) -> MutexGuard<'_, State> {
+        let mut st = lock(&self.state);
+        if st.pid != std::process::id() {
+            let stats = st.stats;
+            *st = State { stats, ..State::empty() };
+        }
+        st
+    }
+
+    /// Evict Ready entries, latest next use first, until `size` more bytes fit; with `before` only entries needed
+    /// later than `before`. False when they cannot be made to fit (nothing is evicted then).
+    fn make_room(&self, st: &mut State, size: u64, before: Option<u64>) -> bool {
+        let mut free = self.cache_bytes.saturating_sub(st.used_bytes);
+        if free >= size {
+            return true;
+        }
+        let mut victims: Vec<(u64, u32)> = st
+            .entries
+            .iter()
+            .filter(|(_, e)| matches!(e, Entry::Ready(_)))
+            .map(|(&b, _)| (st.next_use(b), b))
+            .filter(|&(t, _)| before.is_none_or(|w| t > w))
+            .collect();
+        victims.sort_unstable_by(|a, b| b.cmp(a));
+        let mut n = 0;
+        while free < size && n < victims.len() {
+            free += self.block_bytes[victims[n].1 as usize];
+            n += 1;
+        }
+        if free < size {
+            return false;
+        }
+        for &(_, b) in &victims[..n] {
+            st.entries.remove(&b);
+            st.used_bytes -= self.block_bytes[b as usize];
+            st.stats.evictions += 1;
+        }
+        true
+    }
+
+    /// A fetch task's end: publish its bytes or its error, wake the waiters.
+    fn publish(&self, pid: u32, block: u32, got: Result<Box<[u8]>, ImageError>) {
+        let mut st = self.lock_state();
+        if st.pid == pid {
+            Self::settle(&mut st, self, block, got);
+        }
+        drop(st);
+        self.published.notify_all();
+    }
+
+    fn settle(st: &mut State, sh: &Shared, block: u32, got: Result<Box<[u8]>, ImageError>) {
+        let size = sh.block_bytes[block as usize];
+        st.inflight_bytes -= size;
+        match got {
+            Ok(bytes) => {
+                let b = Arc::new(BlockBytes { bytes, live: Arc::clone(&sh.live) });
+                st.entries.insert(block, Entry::Ready(b));
+            }
+            Err(e) => {
+                st.entries.remove(&block);
+                st.used_bytes -= size;
+                sh.live.fetch_sub(1, Ordering::Relaxed);
+                st.failures.insert(block, e);
+            }
         }
     }
 }
@@ -175,69 +462,224 @@ impl BlockCache {
 #[cfg(all(test, not(trdata_loom)))]
 mod tests {
     use super::*;
-    use crate::error::ImageErrorKind;
+    use std::sync::atomic::AtomicU64;
+
+    const SIZE: u64 = 64;
 
     fn bytes_of(b: u32) -> Box<[u8]> {
-        vec![b as u8; 64].into_boxed_slice()
+        vec![b as u8; SIZE as usize].into_boxed_slice()
     }
 
-    #[test]
-    fn hits_do_not_reload_and_the_furthest_behind_block_is_evicted() {
-        let c = BlockCache::new(2);
-        let calls = AtomicUsize::new(0);
-        let load = |b: u32| {
-            calls.fetch_add(1, Ordering::Relaxed);
+    /// A cache of `blocks` blocks of SIZE bytes holding `cached` of them, counting its fetches per block.
+    fn cache(blocks: usize, cached: u64, prefetch: u32) -> (BlockCache, std::sync::Arc<Vec<AtomicU64>>) {
+        let calls = std::sync::Arc::new((0..blocks).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
+        let c = std::sync::Arc::clone(&calls);
+        let fetch: FetchBlock = std::sync::Arc::new(move |b| {
+            c[b as usize].fetch_add(1, Ordering::Relaxed);
             Ok(bytes_of(b))
-        };
-        assert_eq!(c.get(5, (0, 0), || load(5)).unwrap().bytes()[0], 5);
-        assert_eq!(c.get(5, (0, 0), || load(5)).unwrap().bytes()[0], 5);
-        assert_eq!(calls.load(Ordering::Relaxed), 1);
-        c.get(7, (0, 1), || load(7)).unwrap();
-        c.get(9, (0, 2), || load(9)).unwrap(); // evicts 5 (rank 0)
-        assert_eq!(c.live_blocks(), 2);
-        c.get(7, (0, 1), || load(7)).unwrap();
-        assert_eq!(calls.load(Ordering::Relaxed), 3, "7 stayed cached");
-        c.get(5, (1, 3), || load(5)).unwrap(); // next epoch: evicts 7 (key (0, 1)), not 9
-        c.get(9, (0, 2), || load(9)).unwrap();
-        assert_eq!(calls.load(Ordering::Relaxed), 4);
+        });
+        (BlockCache::new(cached * SIZE, prefetch, vec![SIZE; blocks], fetch), calls)
     }
 
-    #[test]
-    fn a_failed_load_leaves_no_entry_and_the_next_caller_retries() {
-        let c = BlockCache::new(4);
-        let e = c.get(1, (0, 0), || Err(ImageError::new(ImageErrorKind::Io, "boom"))).unwrap_err();
-        assert_eq!(e.kind, ImageErrorKind::Io);
-        assert_eq!(c.get(1, (0, 0), || Ok(bytes_of(1))).unwrap().bytes()[0], 1);
-        // A panicking loader does not leave a Loading entry behind either.
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.get(2, (0, 0), || panic!("loader panic"))));
-        assert!(r.is_err());
-        assert_eq!(c.get(2, (0, 0), || Ok(bytes_of(2))).unwrap().bytes()[0], 2);
+    fn total(calls: &[AtomicU64]) -> u64 {
+        calls.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }
 
-    /// Many real threads asking for blocks in a sliding window: every answer has the right bytes, no block is
-    /// read twice while it is cached or being read, and live buffers never exceed capacity + threads.
-    #[test]
-    fn many_threads_stay_within_the_bound() {
-        let threads = 8;
-        let c = std::sync::Arc::new(BlockCache::new(6));
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let c = std::sync::Arc::clone(&c);
-                std::thread::spawn(move || {
-                    for step in 0..400u32 {
-                        let b = step / 4 + (step * 7 + t) % 5; // a window of 5 blocks moving forward
-                        let got = c.get(b, (0, b), || Ok(bytes_of(b))).unwrap();
-                        assert!(got.bytes().iter().all(|&x| x == b as u8));
-                        assert!(c.live_blocks() <= c.capacity() + threads as usize);
-                    }
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join().unwrap();
+    fn schedule(epoch: u64, order: Vec<u32>, next_order: Vec<u32>, reads: u32) -> BlockSchedule {
+        let n = order.len();
+        BlockSchedule { epoch, order, next_order, reads: vec![reads; n] }
+    }
+
+    /// A shuffled order of `n` blocks for `epoch` (a fixed LCG: the tests' own, not the plan's).
+    fn order(n: u32, epoch: u64) -> Vec<u32> {
+        let mut o: Vec<u32> = (0..n).collect();
+        let mut x = epoch.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        for i in (1..o.len()).rev() {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            o.swap(i, (x >> 33) as usize % (i + 1));
         }
-        assert!(c.peak_live_blocks() <= 6 + threads as usize, "peak {}", c.peak_live_blocks());
-        assert!(c.live_blocks() <= 6);
-        assert!(c.reads() >= 104, "every one of the 104 blocks was read at least once");
+        o
+    }
+
+    #[test]
+    fn hits_do_not_refetch_and_without_a_schedule_nothing_is_read_ahead() {
+        let (c, calls) = cache(8, 2, 4);
+        assert_eq!(c.get(5, &|| false).unwrap().bytes()[0], 5);
+        assert_eq!(c.get(5, &|| false).unwrap().bytes()[0], 5);
+        c.get(6, &|| false).unwrap();
+        c.get(7, &|| false).unwrap(); // evicts one of 5, 6
+        assert_eq!(total(&calls), 3);
+        let s = c.stats();
+        assert_eq!((s.hits, s.misses, s.prefetched, s.evictions), (1, 3, 0, 1));
+        assert_eq!((s.resident_bytes, s.inflight_bytes), (2 * SIZE, 0));
+        assert!(c.live_blocks() <= 2);
+    }
+
+    #[test]
+    fn the_block_needed_furthest_ahead_is_evicted_and_finished_blocks_go_to_the_next_epochs_rank() {
+        // Order 0..6, one read per block; next epoch's order is reversed. Cache of 3, no read-ahead.
+        let (c, calls) = cache(6, 3, 0);
+        c.set_schedule(schedule(0, (0..6).collect(), (0..6).rev().collect(), 1));
+        for b in 0..6 {
+            c.get(b, &|| false).unwrap();
+        }
+        assert_eq!(total(&calls), 6);
+        // Blocks 5, 4, 3 were needed first in the next epoch: they stayed (0, 1, 2 were evicted).
+        c.set_schedule(schedule(1, (0..6).rev().collect(), (0..6).collect(), 1));
+        for b in [5, 4, 3] {
+            c.get(b, &|| false).unwrap();
+        }
+        assert_eq!(total(&calls), 6, "the next epoch's first blocks were cached");
+        // With two reads per block, a block read once stays (needed now), the block needed latest goes.
+        let (c, calls) = cache(4, 2, 0);
+        c.set_schedule(schedule(0, vec![0, 1, 2, 3], vec![0, 1, 2, 3], 2));
+        c.get(0, &|| false).unwrap();
+        c.get(1, &|| false).unwrap();
+        c.get(0, &|| false).unwrap(); // 0 finished: next use 4 + 0; 1 unfinished: next use 1
+        c.get(2, &|| false).unwrap(); // evicts 0 (next use 4), keeps 1
+        c.get(1, &|| false).unwrap();
+        assert_eq!(total(&calls), 3);
+    }
+
+    #[test]
+    fn read_ahead_follows_the_order_into_the_next_epoch_and_never_evicts_a_sooner_block() {
+        let (c, calls) = cache(6, 4, 2);
+        c.set_schedule(schedule(0, vec![3, 1, 4, 0, 5, 2], vec![2, 0, 1, 3, 4, 5], 1));
+        c.get(3, &|| false).unwrap(); // rank 0: 1 and 4 fetched ahead
+        wait_for(|| total(&calls) == 3);
+        assert_eq!(calls[1].load(Ordering::Relaxed) + calls[4].load(Ordering::Relaxed), 2);
+        c.get(1, &|| false).unwrap(); // a hit (or a join); 0 ahead
+        c.get(4, &|| false).unwrap();
+        c.get(0, &|| false).unwrap();
+        c.get(5, &|| false).unwrap(); // rank 4: ahead = 2 (rank 5), then the next epoch's first block, 2 again
+        c.get(2, &|| false).unwrap();
+        wait_for(|| c.stats().inflight_bytes == 0);
+        assert_eq!(total(&calls), 6, "every block once");
+        let s = c.stats();
+        assert_eq!(s.misses, 1, "{s:?}");
+        assert_eq!(s.hits, 5);
+        assert_eq!(s.prefetched, 5);
+    }
+
+    fn wait_for(done: impl Fn() -> bool) {
+        // Fetch tasks run on the runtime: poll their effect with a generous bound, never a timed assertion.
+        for _ in 0..2000 {
+            if done() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        panic!("condition not reached in 10 s");
+    }
+
+    #[test]
+    fn a_failed_fetch_is_every_readers_error_until_the_next_schedule_and_a_panic_is_one_too() {
+        let fail = std::sync::Arc::new(AtomicU64::new(1));
+        let f = std::sync::Arc::clone(&fail);
+        let fetch: FetchBlock = std::sync::Arc::new(move |b| match (b, f.load(Ordering::Relaxed)) {
+            (1, 1) => Err(ImageError::new(ImageErrorKind::Io, "boom")),
+            (2, 1) => panic!("fetch panic"),
+            _ => Ok(bytes_of(b)),
+        });
+        let c = BlockCache::new(4 * SIZE, 0, vec![SIZE; 4], fetch);
+        assert_eq!(c.get(1, &|| false).unwrap_err().message, "boom");
+        assert!(c.get(2, &|| false).unwrap_err().message.contains("panicked"));
+        fail.store(0, Ordering::Relaxed);
+        assert_eq!(c.get(1, &|| false).unwrap_err().message, "boom", "kept for the epoch");
+        c.set_schedule(schedule(1, vec![0, 1, 2, 3], vec![0, 1, 2, 3], 1));
+        assert_eq!(c.get(1, &|| false).unwrap().bytes()[0], 1);
+        assert_eq!(c.get(2, &|| false).unwrap().bytes()[0], 2);
+        assert_eq!(c.live_blocks(), 2);
+    }
+
+    #[test]
+    fn a_stopping_reader_is_woken_from_a_slow_fetch_and_others_wait_on() {
+        let gate = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let g = std::sync::Arc::clone(&gate);
+        let fetch: FetchBlock = std::sync::Arc::new(move |b| {
+            let (m, cv) = &*g;
+            let mut open = m.lock().unwrap();
+            while !*open {
+                open = cv.wait(open).unwrap();
+            }
+            Ok(bytes_of(b))
+        });
+        let c = std::sync::Arc::new(BlockCache::new(4 * SIZE, 0, vec![SIZE; 4], fetch));
+        let c2 = std::sync::Arc::clone(&c);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s2 = std::sync::Arc::clone(&stop);
+        let reader = std::thread::spawn(move || c2.get(0, &|| s2.load(Ordering::Relaxed)));
+        wait_for(|| c.stats().inflight_bytes == SIZE);
+        c.wake_waiters(); // not stopping: the reader waits on
+        stop.store(true, Ordering::Relaxed);
+        c.wake_waiters();
+        let e = reader.join().unwrap().unwrap_err();
+        assert!(e.message.contains("stopped"), "{}", e.message);
+        *gate.0.lock().unwrap() = true;
+        gate.1.notify_all();
+        wait_for(|| c.stats().inflight_bytes == 0);
+        assert_eq!(c.get(0, &|| false).unwrap().bytes()[0], 0, "the background fetch published its block");
+    }
+
+    /// Many real threads reading every block of several epochs in the schedule's order, windows of blocks
+    /// shuffled among the threads: every answer has the right bytes, buffers alive stay within capacity + readers,
+    /// and the fetch counts keep the bounds that hold in any interleaving: the first epoch fetches each block
+    /// once, every later epoch at most B − C + window + prefetch + threads.
+    #[test]
+    fn many_threads_keep_the_bounds_in_any_interleaving() {
+        let (blocks, window, prefetch, threads, reads) = (48u32, 4u32, 4u32, 8usize, 8u32);
+        for cached in [12u64, 24, 48] {
+            let (c, calls) = cache(blocks as usize, cached, prefetch);
+            let c = std::sync::Arc::new(c);
+            let mut before = 0;
+            for epoch in 0..3u64 {
+                let ord = order(blocks, epoch);
+                c.set_schedule(schedule(epoch, ord.clone(), order(blocks, epoch + 1), reads));
+                // The plan's positions: window by window, each block `reads` times, shuffled within the window. The
+                // threads meet at the end of each window (as the loader's station keeps workers within a few
+                // batches of each other); inside a window any interleaving goes.
+                let mut windows = Vec::new();
+                for (w, win) in ord.chunks(window as usize).enumerate() {
+                    let p: Vec<u32> = win.iter().flat_map(|&b| std::iter::repeat_n(b, reads as usize)).collect();
+                    let shuffle = order(p.len() as u32, 100 + w as u64 + 1000 * epoch);
+                    windows.push(shuffle.iter().map(|&k| p[k as usize]).collect::<Vec<u32>>());
+                }
+                let windows = std::sync::Arc::new(windows);
+                let barrier = std::sync::Arc::new(std::sync::Barrier::new(threads));
+                let handles: Vec<_> = (0..threads)
+                    .map(|t| {
+                        let (c, windows) = (std::sync::Arc::clone(&c), std::sync::Arc::clone(&windows));
+                        let barrier = std::sync::Arc::clone(&barrier);
+                        std::thread::spawn(move || {
+                            for positions in windows.iter() {
+                                for &b in positions.iter().skip(t).step_by(threads) {
+                                    let got = c.get(b, &|| false).unwrap();
+                                    assert!(got.bytes().iter().all(|&x| x == b as u8));
+                                    assert!(c.live_blocks() as u64 <= c.capacity_blocks() + threads as u64);
+                                }
+                                barrier.wait();
+                            }
+                        })
+                    })
+                    .collect();
+                for h in handles {
+                    h.join().unwrap();
+                }
+                wait_for(|| c.stats().inflight_bytes == 0);
+                let fetched = total(&calls) - before;
+                before = total(&calls);
+                let bound = u64::from(blocks).saturating_sub(cached) + u64::from(window + prefetch) + threads as u64;
+                if epoch == 0 {
+                    assert_eq!(fetched, u64::from(blocks), "cache {cached}: epoch 0 fetches each block once");
+                } else {
+                    assert!(
+                        fetched <= bound.min(u64::from(blocks)),
+                        "cache {cached}, epoch {epoch}: {fetched} > {bound}"
+                    );
+                }
+            }
+            assert!(c.peak_live_blocks() as u64 <= c.capacity_blocks() + threads as u64);
+            assert!(c.stats().resident_bytes <= c.cache_bytes());
+        }
     }
 }

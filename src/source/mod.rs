@@ -19,10 +19,10 @@ mod packed_json;
 mod read;
 pub mod remote;
 
-pub use block_cache::{BlockBytes, BlockCache, OrderKey};
+pub use block_cache::{BlockBytes, BlockCache, BlockSchedule, CacheStats};
 pub use external::{ExternalImage, ExternalSample, ExternalStore, Reader};
 pub use image_folder::{IMAGE_EXTENSIONS, image_folder, image_folder_cancellable, is_image_file_name, python_name_cmp};
-pub use packed::{PackedFile, PackedMode};
+pub use packed::{PackedFile, PackedMode, PartialOptions};
 pub use read::{describe as describe_file_type, read_sample, read_span, undecoded_format};
 pub use remote::{RemoteStore, object_files, object_folder, object_spans};
 
@@ -183,6 +183,47 @@ impl Dataset {
         }
     }
 
+    /// The block cache of a partial pack (None for any other source).
+    pub fn block_cache(&self) -> Option<&BlockCache> {
+        match &self.store {
+            Store::Packed(p) => p.cache(),
+            _ => None,
+        }
+    }
+
+    /// The counters of the source's storage reads and of its block cache, as `Loader.stats()` and the source's
+    /// `storage_stats` show them (the one home of these names): `storage_requests` (GETs or preads, retries
+    /// included), `storage_bytes` (bytes delivered), `storage_retries`, `storage_failures` (reads failed for
+    /// good); a partial pack adds `storage_wait_ns` (time readers waited for blocks not there yet),
+    /// `storage_inflight_bytes` (fetches in flight now), `cache_hits`, `cache_misses` (fetches started by reads; with
+    /// `cache_prefetched_blocks`: every block fetched), `cache_prefetched_blocks`, `cache_evictions` and `cache_bytes` (resident now). Empty for a source
+    /// that is not read from storage (in memory, local image files).
+    pub fn io_stats(&self) -> Vec<(&'static str, u64)> {
+        let s = match &self.store {
+            Store::Packed(p) => p.reader().stats(),
+            Store::Remote(r) => r.stats(),
+            _ => return Vec::new(),
+        };
+        let mut out = vec![
+            ("storage_requests", s.requests),
+            ("storage_bytes", s.bytes),
+            ("storage_retries", s.retries),
+            ("storage_failures", s.failures),
+        ];
+        if let Some(c) = self.block_cache().map(BlockCache::stats) {
+            out.extend([
+                ("storage_wait_ns", c.wait_ns),
+                ("storage_inflight_bytes", c.inflight_bytes),
+                ("cache_hits", c.hits),
+                ("cache_misses", c.misses),
+                ("cache_prefetched_blocks", c.prefetched),
+                ("cache_evictions", c.evictions),
+                ("cache_bytes", c.resident_bytes),
+            ]);
+        }
+        out
+    }
+
     /// The block structure the plan must follow to read this source block by block (partial packed files);
     /// None when any order reads equally well.
     pub fn block_structure(&self) -> Option<BlockStructure<'_>> {
@@ -195,16 +236,11 @@ impl Dataset {
     }
 }
 
-/// A dataset of the packed file `path` (`trdata.Packed`; [`packed_dataset_at`] for a URL), opened in `mode` (see [`packed`] for the format and the modes; `window_blocks`/`cache_blocks` as
-/// the user gave them, None = default). The header and index are checked here: a foreign, truncated or damaged
-/// file or object is a `SourceError` naming it.
-pub fn packed_dataset(
-    path: &std::path::Path,
-    mode: PackedMode,
-    window_blocks: Option<i128>,
-    cache_blocks: Option<i128>,
-) -> Result<Dataset> {
-    packed_dataset_at(&Location::local(path), &StorageOptions::default(), mode, window_blocks, cache_blocks)
+/// A dataset of the packed file `path` (`trdata.Packed`; [`packed_dataset_at`] for a URL), opened in `mode` (see
+/// [`packed`] for the format and the modes; `partial` as the user gave it, None = default). The header and index
+/// are checked here: a foreign, truncated or damaged file or object is a `SourceError` naming it.
+pub fn packed_dataset(path: &std::path::Path, mode: PackedMode, partial: PartialOptions) -> Result<Dataset> {
+    packed_dataset_at(&Location::local(path), &StorageOptions::default(), mode, partial)
 }
 
 /// [`packed_dataset`] of a local path or a URL (storage/): `options` are the user's `storage_options`.
@@ -212,10 +248,9 @@ pub fn packed_dataset_at(
     location: &Location,
     options: &StorageOptions,
     mode: PackedMode,
-    window_blocks: Option<i128>,
-    cache_blocks: Option<i128>,
+    partial: PartialOptions,
 ) -> Result<Dataset> {
-    let file = PackedFile::open_at(location, options, mode, window_blocks, cache_blocks)?;
+    let file = PackedFile::open_at(location, options, mode, partial)?;
     let labels = file.index().rows.iter().map(|r| r.label).collect();
     let classes = file.index().meta.classes.clone();
     Ok(Dataset { store: Store::Packed(Arc::new(file)), labels, classes, boxes: None })

@@ -71,12 +71,18 @@
 //! - `full`: the data region is read into memory once at open (one allocation, `Memory` error if it does not fit;
 //!   the read itself prefaults every page; NUMA placement is first touch by the opening thread — the workers may
 //!   sit on another node); records are served as slices of it, no copy.
-//! - `partial`: blocks are read whole (`ObjectReader::read_range`: pread, or one ranged GET) into a [`BlockCache`] shared by all workers, bounded
-//!   by `cache_blocks` entries (default `window_blocks` + 2 × the CPUs this process may use): memory ≤
-//!   (`cache_blocks` + readers) × max(block_bytes, largest record). The plan (plan/mod.rs) orders records
-//!   so that workers move through windows of `window_blocks` blocks ([`Dataset::block_structure`]).
+//! - `partial`: blocks are read whole (one `ObjectReader::read_range`: a pread, or one ranged GET with its retries:
+//!   `block_fetch`, the one fetch step) into a [`BlockCache`] shared by all workers and bounded by `cache_bytes`
+//!   (default (`window_blocks` + max(2 × the CPUs this process may use, `prefetch_blocks`)) × the largest block;
+//!   at least (`window_blocks` + `prefetch_blocks`) × the largest block). The plan (plan/mod.rs) orders records
+//!   so that workers move through windows of `window_blocks` blocks ([`Dataset::block_structure`]); a loader
+//!   hands the cache each epoch's block order ([`BlockSchedule`]), so the cache fetches the next
+//!   `prefetch_blocks` blocks of the order in the background (URLs and local files alike: tasks on the storage
+//!   runtime's blocking pool) and evicts the block needed furthest in the future. Memory: block bytes alive ≤
+//!   `cache_bytes` + readers × the largest block (block_cache.rs has the protocol and the bound).
 
-use super::block_cache::{BlockBytes, BlockCache, OrderKey};
+use super::block_cache::FetchBlock;
+use super::block_cache::{BlockBytes, BlockCache};
 use super::packed_extras::{
     EXTRAS_ROW_BYTES, EXTRAS_VERSION, Entry, ExtraKind, ExtrasIndex, ExtrasWriter, decode_record,
 };
@@ -117,8 +123,25 @@ pub const DEFAULT_WINDOW_BLOCKS: u32 = 16;
 pub const BLOCK_BYTES: IntParam = IntParam::new("block_bytes", 4096, 1 << 30);
 /// `window_blocks` (partial mode: blocks shuffled together).
 pub const WINDOW_BLOCKS: IntParam = IntParam::new("window_blocks", 1, 1 << 20);
-/// `cache_blocks` (partial mode: blocks kept in memory); must also be ≥ window_blocks (checked in `open`).
-pub const CACHE_BLOCKS: IntParam = IntParam::new("cache_blocks", 1, 1 << 20);
+/// `cache_bytes` (partial mode: bytes of blocks kept in memory); must also hold window_blocks + prefetch_blocks
+/// of the file's largest blocks (checked in `open`, once the blocks are known).
+pub const CACHE_BYTES: IntParam = IntParam::new("cache_bytes", 4096, 1 << 50);
+/// `prefetch_blocks` (partial mode: blocks fetched ahead of the furthest block asked for, in the plan's order).
+pub const PREFETCH_BLOCKS: IntParam = IntParam::new("prefetch_blocks", 0, 1024);
+/// Default `prefetch_blocks`: four 8 MiB blocks in flight hide an object store's ~20–100 ms per GET behind the
+/// decoding of the current window.
+pub const DEFAULT_PREFETCH_BLOCKS: u32 = 4;
+
+/// Partial mode's parameters as the user gave them (None = default), checked by [`PackedFile::open_at`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PartialOptions {
+    /// `window_blocks`: blocks shuffled together.
+    pub window_blocks: Option<i128>,
+    /// `cache_bytes`: the cache's byte bound.
+    pub cache_bytes: Option<i128>,
+    /// `prefetch_blocks`: the read-ahead.
+    pub prefetch_blocks: Option<i128>,
+}
 
 /// How a packed file is held in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1078,46 +1101,70 @@ fn read_whole(reader: &ObjectReader, offset: u64, n: u64, what: &str) -> Result<
     reader.read_region(offset, n, &what)
 }
 
+/// The partial cache's fetch step (block_cache.rs's [`FetchBlock`]): block k read whole, one `read_range` (a
+/// pread, or one ranged GET with its retries), its errors naming the block. The one place a block is fetched: a
+/// disk cache wraps this function (check the disk → fetch → admit).
+fn block_fetch(reader: &ObjectReader, index: &PackedIndex) -> FetchBlock {
+    let (reader, blocks) = (reader.clone(), index.blocks.clone());
+    std::sync::Arc::new(move |k| {
+        let block = blocks[k as usize];
+        let mut buf = Vec::new();
+        reader
+            .read_range(block.offset, block.bytes, block.bytes, &mut buf)
+            .map_err(|e| ImageError::new(e.kind, format!("block {k}: {}", e.message)))?;
+        Ok(buf.into_boxed_slice())
+    })
+}
+
 impl PackedFile {
     /// Open the local file `path` in `mode` ([`open_at`](Self::open_at)).
-    pub fn open(
-        path: &Path,
-        mode: PackedMode,
-        window_blocks: Option<i128>,
-        cache_blocks: Option<i128>,
-    ) -> Result<Self> {
-        Self::open_at(&Location::local(path), &StorageOptions::default(), mode, window_blocks, cache_blocks)
+    pub fn open(path: &Path, mode: PackedMode, partial: PartialOptions) -> Result<Self> {
+        Self::open_at(&Location::local(path), &StorageOptions::default(), mode, partial)
     }
 
-    /// Open the pack at `location` (a local path or a URL, read with `options`) in `mode`. `window_blocks`
-    /// (default [`DEFAULT_WINDOW_BLOCKS`]) and `cache_blocks` (default window + 2 × usable CPUs, at least the
-    /// window) matter in partial mode only but are checked in both, before anything is read.
+    /// Open the pack at `location` (a local path or a URL, read with `options`) in `mode`. The `partial` options
+    /// (`window_blocks`, default [`DEFAULT_WINDOW_BLOCKS`]; `prefetch_blocks`, default
+    /// [`DEFAULT_PREFETCH_BLOCKS`]; `cache_bytes`, default (window + max(2 × usable CPUs, prefetch)) × the largest
+    /// block) matter in partial mode only but are checked in both: their ranges before anything is read, the
+    /// cache's minimum (window + prefetch largest blocks) once the blocks table is.
     pub fn open_at(
         location: &Location,
         options: &StorageOptions,
         mode: PackedMode,
-        window_blocks: Option<i128>,
-        cache_blocks: Option<i128>,
+        partial: PartialOptions,
     ) -> Result<Self> {
-        let window: u32 = WINDOW_BLOCKS.check(window_blocks.unwrap_or(i128::from(DEFAULT_WINDOW_BLOCKS)))?;
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as i128;
-        let cache: u32 = CACHE_BLOCKS.check(cache_blocks.unwrap_or(i128::from(window) + 2 * cpus).min(1 << 20))?;
-        if cache < window {
+        let window: u32 = WINDOW_BLOCKS.check(partial.window_blocks.unwrap_or(i128::from(DEFAULT_WINDOW_BLOCKS)))?;
+        let prefetch: u32 =
+            PREFETCH_BLOCKS.check(partial.prefetch_blocks.unwrap_or(i128::from(DEFAULT_PREFETCH_BLOCKS)))?;
+        let cache_bytes: Option<u64> = partial.cache_bytes.map(|v| CACHE_BYTES.check(v)).transpose()?;
+        let reader = ObjectReader::open(location, options)?;
+        let index = PackedIndex::read(&reader)?;
+        let largest = index.blocks.iter().map(|b| b.bytes).max().unwrap_or(1).max(1);
+        let minimum = u64::from(window + prefetch) * largest;
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+        let cache_bytes =
+            cache_bytes.unwrap_or(minimum.max((u64::from(window) + (2 * cpus).max(prefetch.into())) * largest));
+        if cache_bytes < minimum {
             return Err(TrdataError::config(
-                CACHE_BLOCKS.name,
+                CACHE_BYTES.name,
                 format!(
-                    "{cache} must be at least window_blocks ({window}): a smaller cache would read every block of a \
-                     window again for most of its records"
+                    "{cache_bytes} must be at least {minimum}: (window_blocks {window} + prefetch_blocks {prefetch}) × \
+                     the largest block of {} ({largest} bytes), or every window's blocks would be read again for most \
+                     of their records",
+                    reader.name().display()
                 ),
             ));
         }
-        let reader = ObjectReader::open(location, options)?;
-        let index = PackedIndex::read(&reader)?;
         let data = match mode {
             PackedMode::Full => {
                 PackedData::Full(read_whole(&reader, HEADER_BYTES, index.header.data_bytes, "records")?)
             }
-            PackedMode::Partial => PackedData::Partial(BlockCache::new(cache as usize)),
+            PackedMode::Partial => PackedData::Partial(BlockCache::new(
+                cache_bytes,
+                prefetch,
+                index.blocks.iter().map(|b| b.bytes).collect(),
+                block_fetch(&reader, &index),
+            )),
         };
         let block_starts = index.block_starts();
         let extras_data = match (mode, index.header.extras) {
@@ -1168,13 +1215,10 @@ impl PackedFile {
         }
     }
 
-    /// Record `i`'s bytes, CRC-checked (`Corrupt` naming the record on a mismatch). `key_of(block)` orders the
-    /// record's block for the partial cache's eviction: (epoch, rank of the block in the epoch's block order).
-    pub fn record(
-        &self,
-        i: usize,
-        key_of: impl FnOnce(usize) -> OrderKey,
-    ) -> std::result::Result<RecordBytes<'_>, ImageError> {
+    /// Record `i`'s bytes, CRC-checked (`Corrupt` naming the record on a mismatch). In partial mode the read
+    /// counts in the cache's schedule (block_cache.rs): call it once per read the plan makes; a wait for the
+    /// block ends with an error once `stopping()` says the reader's epoch is over.
+    pub fn record(&self, i: usize, stopping: &dyn Fn() -> bool) -> std::result::Result<RecordBytes<'_>, ImageError> {
         let row = &self.index.rows[i];
         let bytes = match &self.data {
             PackedData::Full(data) => {
@@ -1183,15 +1227,8 @@ impl PackedFile {
             }
             PackedData::Partial(cache) => {
                 let b = self.index.block_of(i);
-                let block = self.index.blocks[b];
-                let arc = cache.get(b as u32, key_of(b), || {
-                    let mut buf = Vec::new();
-                    self.reader
-                        .read_range(block.offset, block.bytes, block.bytes, &mut buf)
-                        .map_err(|e| ImageError::new(e.kind, format!("block {b}: {}", e.message)))?;
-                    Ok(buf.into_boxed_slice())
-                })?;
-                let at = (row.offset - block.offset) as usize;
+                let arc = cache.get(b as u32, stopping)?;
+                let at = (row.offset - self.index.blocks[b].offset) as usize;
                 RecordBytes::Block(arc, at..at + row.len as usize)
             }
         };

@@ -79,12 +79,17 @@ fn round_trip_in_both_modes_keeps_every_record_label_and_class() {
     let bytes = pack_bytes(&recs, 4096);
     let path = write_pack("round-trip", &bytes);
     for mode in [PackedMode::Full, PackedMode::Partial] {
-        let f = PackedFile::open(&path, mode, Some(2), Some(3)).unwrap();
+        let f = PackedFile::open(
+            &path,
+            mode,
+            PartialOptions { window_blocks: Some(2), prefetch_blocks: Some(1), ..PartialOptions::default() },
+        )
+        .unwrap();
         let ix = f.index();
         assert_eq!(ix.rows.len(), recs.len());
         assert_eq!(ix.meta, meta(), "classes (including a non-UTF-8 name) and options survive");
         for (i, (b, label, m)) in recs.iter().enumerate() {
-            assert_eq!(&*f.record(i, |k| (0, k as u32)).unwrap(), &b[..], "record {i} ({mode:?})");
+            assert_eq!(&*f.record(i, &|| false).unwrap(), &b[..], "record {i} ({mode:?})");
             assert_eq!((ix.rows[i].label, ix.rows[i].meta), (*label, *m));
         }
         // 4096-byte blocks: several records per block, the large JPEG alone in its own block.
@@ -95,13 +100,13 @@ fn round_trip_in_both_modes_keeps_every_record_label_and_class() {
         assert!(ix.blocks.iter().all(|b| b.offset % ALIGN_BYTES == 0));
         assert_eq!(f.block_starts().last(), Some(&(recs.len() as u32)));
     }
-    let ds = packed_dataset(&path, PackedMode::Partial, None, None).unwrap();
+    let ds = packed_dataset(&path, PackedMode::Partial, PartialOptions::default()).unwrap();
     assert_eq!(ds.labels, recs.iter().map(|r| r.1).collect::<Vec<_>>());
     assert_eq!(ds.classes, meta().classes);
     assert_eq!(ds.sample_name(3), PathBuf::from(format!("{}#3", path.display())));
     let bs = ds.block_structure().expect("partial mode has a block order");
     assert_eq!((bs.window_blocks, bs.block_starts.len()), (DEFAULT_WINDOW_BLOCKS, ds_blocks(&ds) + 1));
-    assert!(packed_dataset(&path, PackedMode::Full, None, None).unwrap().block_structure().is_none());
+    assert!(packed_dataset(&path, PackedMode::Full, PartialOptions::default()).unwrap().block_structure().is_none());
 }
 
 fn ds_blocks(ds: &Dataset) -> usize {
@@ -120,12 +125,12 @@ fn a_flipped_payload_byte_is_corrupt_naming_the_record_in_both_modes() {
     bytes[(row.offset + u64::from(row.len) / 2) as usize] ^= 0x10;
     let path = write_pack("flip", &bytes);
     for mode in [PackedMode::Full, PackedMode::Partial] {
-        let f = PackedFile::open(&path, mode, None, None).unwrap(); // the index is intact: opens
-        let e = f.record(victim, |k| (0, k as u32)).unwrap_err();
+        let f = PackedFile::open(&path, mode, PartialOptions::default()).unwrap(); // the index is intact: opens
+        let e = f.record(victim, &|| false).unwrap_err();
         assert_eq!(e.kind, ImageErrorKind::Corrupt);
         assert!(e.message.contains("record 5 fails its CRC32C check"), "{e}");
         for i in (0..recs.len()).filter(|&i| i != victim) {
-            assert_eq!(&*f.record(i, |k| (0, k as u32)).unwrap(), &recs[i].0[..]);
+            assert_eq!(&*f.record(i, &|| false).unwrap(), &recs[i].0[..]);
         }
     }
 }
@@ -150,7 +155,7 @@ fn truncated_foreign_unfinished_and_extended_files_are_refused_at_open() {
         std::fs::write(&p, &content).unwrap();
         let msg = open_error(&p);
         assert!(msg.contains(want), "{name}: {msg}");
-        assert!(PackedFile::open(&p, PackedMode::Partial, None, None).is_err());
+        assert!(PackedFile::open(&p, PackedMode::Partial, PartialOptions::default()).is_err());
     }
     assert!(open_error(&dir).contains("not a regular file"));
     assert!(open_error(&dir.join("missing")).contains("cannot be opened"));
@@ -289,7 +294,7 @@ proptest! {
 }
 
 /// Real threads reading a partial file in a block-structured plan order, over several epochs: every record
-/// arrives intact, and block buffers alive never exceed cache_blocks + threads.
+/// arrives intact, block buffers alive never exceed the cache's capacity + threads.
 #[test]
 fn the_partial_cache_stays_within_its_bound_under_many_threads() {
     let recs: Vec<(Vec<u8>, i64, RecordMeta)> = (0..600u32)
@@ -314,9 +319,15 @@ fn the_partial_cache_stays_within_its_bound_under_many_threads() {
         })
         .collect();
     let path = write_pack("cache-bound", &pack_bytes(&recs, 4096));
-    let (window, cache, threads) = (3u32, 5usize, 6usize);
-    let f =
-        Arc::new(PackedFile::open(&path, PackedMode::Partial, Some(i128::from(window)), Some(cache as i128)).unwrap());
+    let (window, prefetch, threads) = (3u32, 2u32, 6usize);
+    let largest = PackedIndex::from_bytes(&std::fs::read(&path).unwrap()).unwrap().blocks.iter().map(|b| b.bytes).max();
+    let opts = PartialOptions {
+        window_blocks: Some(i128::from(window)),
+        cache_bytes: Some(i128::from(8 * largest.unwrap())),
+        prefetch_blocks: Some(i128::from(prefetch)),
+    };
+    let f = Arc::new(PackedFile::open(&path, PackedMode::Partial, opts).unwrap());
+    let cache = f.cache().unwrap().capacity_blocks() as usize;
     let blocks = f.index().blocks.len();
     assert!(blocks > 100, "{blocks} blocks");
     for epoch in 0..3u64 {
@@ -330,6 +341,7 @@ fn the_partial_cache_stays_within_its_bound_under_many_threads() {
         };
         let bs = BlockStructure { block_starts: f.block_starts(), window_blocks: window };
         let plan = Arc::new(crate::plan::EpochPlan::with_blocks(shape, epoch, Some(bs)));
+        f.cache().unwrap().set_schedule(plan.block_schedule(bs, &[0], 0));
         let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let handles: Vec<_> = (0..threads)
             .map(|_| {
@@ -343,9 +355,9 @@ fn the_partial_cache_stays_within_its_bound_under_many_threads() {
                             return;
                         }
                         let i = plan.sample_at(0, seq) as usize;
-                        let got = f.record(i, |b| plan.block_order_key(b)).unwrap();
+                        let got = f.record(i, &|| false).unwrap();
                         assert_eq!(&*got, &want[i][..]);
-                        assert!(cache.live_blocks() <= cache.capacity() + threads);
+                        assert!(cache.live_blocks() <= cache.capacity_blocks() as usize + threads);
                     }
                 })
             })
@@ -356,8 +368,11 @@ fn the_partial_cache_stays_within_its_bound_under_many_threads() {
     }
     let c = f.cache().unwrap();
     assert!(c.peak_live_blocks() <= cache + threads, "peak {} > {cache} + {threads}", c.peak_live_blocks());
-    assert!(c.live_blocks() <= c.capacity());
-    assert!(c.reads() >= 3 * blocks, "every block read at least once per epoch");
+    assert!(c.stats().resident_bytes <= c.cache_bytes());
+    let s = c.stats();
+    // Every block is fetched in the first epoch; a later epoch may start with up to `cache` of its blocks cached.
+    let least = 3 * blocks as u64 - 2 * cache as u64;
+    assert!(s.misses + s.prefetched >= least, "fewer than {least} fetches: {s:?}");
 }
 
 #[test]
@@ -367,22 +382,37 @@ fn window_and_cache_parameters_are_checked() {
         Err(TrdataError::Config { parameter, message }) => format!("{parameter}: {message}"),
         other => panic!("expected a ConfigError, got {other:?}"),
     };
+    let opts = |window: Option<i128>, cache: Option<i128>, prefetch: Option<i128>| PartialOptions {
+        window_blocks: window,
+        cache_bytes: cache,
+        prefetch_blocks: prefetch,
+    };
     assert!(
-        param(PackedFile::open(&path, PackedMode::Partial, Some(0), None))
+        param(PackedFile::open(&path, PackedMode::Partial, opts(Some(0), None, None)))
             .starts_with("window_blocks: 0 must be in 1..=")
     );
+    let f = PackedFile::open(&path, PackedMode::Partial, opts(Some(4), None, Some(2))).unwrap();
+    let largest = f.index().blocks.iter().map(|b| b.bytes).max().unwrap();
+    let small = (6 * largest - 1) as i128;
+    let e = param(PackedFile::open(&path, PackedMode::Partial, opts(Some(4), Some(small), Some(2))));
+    assert!(e.starts_with(&format!("cache_bytes: {small} must be at least {}", 6 * largest)), "{e}");
+    assert!(e.contains("window_blocks 4 + prefetch_blocks 2"), "{e}");
     assert!(
-        param(PackedFile::open(&path, PackedMode::Partial, Some(8), Some(4)))
-            .starts_with("cache_blocks: 4 must be at least window_blocks (8)")
+        param(PackedFile::open(&path, PackedMode::Full, opts(None, Some(-1), None)))
+            .starts_with("cache_bytes: -1 must be in")
     );
     assert!(
-        param(PackedFile::open(&path, PackedMode::Full, None, Some(-1))).starts_with("cache_blocks: -1 must be in")
+        param(PackedFile::open(&path, PackedMode::Full, opts(None, None, Some(1025))))
+            .starts_with("prefetch_blocks: 1025 must be in 0..=1024")
     );
     assert_eq!(MODE.parse("partial").unwrap(), PackedMode::Partial);
     assert!(MODE.parse("lazy").is_err());
-    let f = PackedFile::open(&path, PackedMode::Partial, Some(4), None).unwrap();
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    assert_eq!(f.cache().unwrap().capacity(), 4 + 2 * cpus, "default: window + 2 × CPUs");
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let c = f.cache().unwrap();
+    assert_eq!(c.cache_bytes(), (4 + (2 * cpus).max(2)) * largest, "default: (window + 2 × CPUs) blocks");
+    assert_eq!(c.prefetch_blocks(), 2);
+    let f = PackedFile::open(&path, PackedMode::Partial, opts(Some(4), Some((8 * largest) as i128), None)).unwrap();
+    assert_eq!(f.cache().unwrap().prefetch_blocks(), DEFAULT_PREFETCH_BLOCKS);
 }
 
 #[test]
@@ -446,18 +476,23 @@ fn extras_round_trip_in_both_modes_and_leave_the_records_as_version_1_has_them()
     assert_eq!(h2.meta.extras, ["txt", "json"]);
     let path = write_pack("extras", &v2);
     for mode in [PackedMode::Full, PackedMode::Partial] {
-        let f = PackedFile::open(&path, mode, Some(2), Some(3)).unwrap();
+        let f = PackedFile::open(
+            &path,
+            mode,
+            PartialOptions { window_blocks: Some(2), prefetch_blocks: Some(1), ..PartialOptions::default() },
+        )
+        .unwrap();
         for (i, rec) in recs.iter().enumerate() {
             let want: Vec<(u16, ExtraKind, Vec<u8>)> = extras_of(i)
                 .into_iter()
                 .map(|(n, k, v)| (h2.meta.extras.iter().position(|x| *x == n).unwrap() as u16, k, v))
                 .collect();
             assert_eq!(f.extras(i).unwrap(), want, "record {i} in {mode:?}");
-            assert_eq!(&*f.record(i, |_| (0, 0)).unwrap(), &rec.0[..]);
+            assert_eq!(&*f.record(i, &|| false).unwrap(), &rec.0[..]);
         }
     }
     // a pack without extras reads none
-    let f = PackedFile::open(&write_pack("no-extras", &v1), PackedMode::Full, None, None).unwrap();
+    let f = PackedFile::open(&write_pack("no-extras", &v1), PackedMode::Full, PartialOptions::default()).unwrap();
     assert!(f.extras(3).unwrap().is_empty());
 }
 
@@ -467,7 +502,7 @@ fn one_field_of_every_record_reads_in_ordered_spans_as_record_by_record() {
     let bytes = pack_with_extras(&recs);
     let path = write_pack("extras-field", &bytes);
     for mode in [PackedMode::Full, PackedMode::Partial] {
-        let f = PackedFile::open(&path, mode, None, None).unwrap();
+        let f = PackedFile::open(&path, mode, PartialOptions::default()).unwrap();
         for field in [0u16, 1, 7] {
             let want: Vec<Option<Vec<u8>>> = (0..recs.len())
                 .map(|i| f.extras(i).unwrap().into_iter().find(|(k, _, _)| *k == field).map(|(_, _, v)| v))
@@ -482,7 +517,8 @@ fn one_field_of_every_record_reads_in_ordered_spans_as_record_by_record() {
     let mut bad = bytes.clone();
     let row = PackedIndex::from_bytes(&bad).unwrap().extras.unwrap().rows[6];
     bad[row.offset as usize + 9] ^= 0x40;
-    let f = PackedFile::open(&write_pack("extras-field-flip", &bad), PackedMode::Partial, None, None).unwrap();
+    let f = PackedFile::open(&write_pack("extras-field-flip", &bad), PackedMode::Partial, PartialOptions::default())
+        .unwrap();
     for scan in [1, 40, 1 << 30] {
         let (i, e) = f.extras_field_in(0, scan).unwrap_err();
         assert_eq!((i, e.kind), (6, ImageErrorKind::Corrupt), "{}", e.message);
@@ -498,7 +534,7 @@ fn a_flipped_byte_in_the_extras_is_corrupt_naming_the_record_and_the_others_stil
     bytes[row.offset as usize + 9] ^= 0x40; // inside record 4's caption
     let path = write_pack("extras-flip", &bytes);
     for mode in [PackedMode::Full, PackedMode::Partial] {
-        let f = PackedFile::open(&path, mode, None, None).unwrap();
+        let f = PackedFile::open(&path, mode, PartialOptions::default()).unwrap();
         let e = f.extras(4).unwrap_err();
         assert_eq!(e.kind, ImageErrorKind::Corrupt);
         assert!(e.message.contains("extras of packed record 4"), "{}", e.message);

@@ -30,7 +30,7 @@
 //!
 //! # Counters
 //! Each reader counts its GETs, the bytes they returned and the retries ([`StorageCounters`]); a source
-//! exposes them (later: the loader's `stats()`).
+//! exposes them, and `Loader.stats()` shows them (`Dataset::io_stats`, the one home of their names).
 
 pub mod list;
 pub mod local;
@@ -527,6 +527,14 @@ impl ObjectReader {
     pub fn stats(&self) -> StorageStats {
         self.inner.counters.snapshot()
     }
+}
+
+/// Run `work` on the storage runtime's blocking pool (started on first use, again in a forked child: "Fork
+/// safety"), for blocking reads started ahead (the partial cache's fetches, source/block_cache.rs). Never blocks;
+/// Err when the runtime cannot be started.
+pub fn spawn_blocking(work: impl FnOnce() + Send + 'static) -> std::result::Result<(), String> {
+    remote::runtime()?.spawn_blocking(work);
+    Ok(())
 }
 
 fn too_large(len: u64) -> ImageError {

@@ -66,7 +66,9 @@ pub(super) fn runtime() -> std::result::Result<&'static tokio::runtime::Runtime,
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
-        .max_blocking_threads(8)
+        // blocking reads started ahead (storage::spawn_blocking: the partial cache's fetches), each holding a
+        // thread while its GET or pread and its retries run
+        .max_blocking_threads(64)
         .thread_name("trdata-io")
         .enable_all()
         .build()

@@ -300,6 +300,13 @@ impl Station {
         self.consumer_cv.notify_all();
     }
 
+    /// True once the epoch was stopped or the station closed (for waits outside the station that must end with
+    /// the epoch: the partial cache's, source/block_cache.rs).
+    pub fn is_stopped(&self) -> bool {
+        let g = lock(&self.inner);
+        g.stopped || g.closed
+    }
+
     /// Close for good.
     pub fn close(&self) {
         let mut g = lock(&self.inner);

@@ -247,6 +247,13 @@ pub struct EpochJob {
     pub ctx: Arc<WorkContext>,
 }
 
+impl EpochJob {
+    /// True once the loader stopped this epoch or closed (any engine's station says so: they stop together).
+    pub fn stopping(&self) -> bool {
+        self.engines.iter().any(|e| e.station.is_stopped())
+    }
+}
+
 #[derive(Debug, Default)]
 struct PoolState {
     generation: u64,
@@ -688,7 +695,7 @@ fn mosaic_sample(
                 decode(&blobs[i])
             }
             Store::Packed(p) if p.index().rows[i].meta.format != RecordFormat::Raw => {
-                let bytes = p.record(i, |block| job.plan.block_order_key(block))?;
+                let bytes = p.record(i, &|| job.stopping())?;
                 counted(&bytes);
                 decode(&bytes)
             }
@@ -759,7 +766,7 @@ fn packed_sample(
     gpu: Option<GpuRow<'_>>,
 ) -> std::result::Result<Option<SampleTiming>, ImageError> {
     let ctx = &job.ctx;
-    let bytes = p.record(i, |block| job.plan.block_order_key(block))?;
+    let bytes = p.record(i, &|| job.stopping())?;
     let m = p.index().rows[i].meta;
     if m.format != RecordFormat::Raw {
         return decode_read(ctx, t0, scratch, &bytes, key, dst, gpu);

@@ -220,10 +220,13 @@ def inspect(
 class Packed(Source):
     """A packed file written by ``trdata.pack``: its samples, targets (``labels``) and ``classes`` in the
     order they were packed. ``mode="full"`` reads the whole file into memory once (fastest; memory = file
-    size); ``mode="partial"`` reads blocks on demand, holding at most ``cache_blocks`` blocks (default: the
-    window plus two per worker), and shuffles by blocks: a permutation of the blocks each epoch, then a
-    shuffle of the samples within each window of ``window_blocks`` consecutive blocks. Opening checks the
-    header and the index (CRC32C); each record's CRC32C is checked when it is read.
+    size); ``mode="partial"`` streams blocks through a cache of at most ``cache_bytes`` bytes (default: the
+    window plus two blocks per CPU; at least ``window_blocks + prefetch_blocks`` of the file's largest
+    blocks), fetching the next ``prefetch_blocks`` blocks of the plan's order in the background (default 4)
+    and evicting the block needed furthest in the future; it shuffles by blocks: a permutation of the blocks
+    each epoch, then a shuffle of the samples within each window of ``window_blocks`` consecutive blocks.
+    Opening checks the header and the index (CRC32C); each record's CRC32C is checked when it is read. The
+    cache's and the reads' counters are in ``Loader.stats()`` (the user guide's "Cache sizing").
 
     ``path`` may be a URL: ``s3://bucket/key``, ``gs://``, ``az://``/``abfs://``, ``http(s)://`` (a server
     that answers Range requests). Credentials and endpoints come from the standard environment variables
@@ -239,13 +242,16 @@ class Packed(Source):
         mode: str = "full",
         *,
         window_blocks: int | None = None,
-        cache_blocks: int | None = None,
+        cache_bytes: int | None = None,
+        prefetch_blocks: int | None = None,
         storage_options: Mapping[str, str | bool | int | float] | None = None,
     ) -> None:
         self.path = _fs_path(path)
         self.mode = mode
         options = _options(storage_options)
-        self._native = _core.NativeSource.packed(self.path, mode, window_blocks, cache_blocks, options)
+        self._native = _core.NativeSource.packed(
+            self.path, mode, window_blocks, cache_bytes, prefetch_blocks, options
+        )
         self.labels = list(self._native.labels)
         self.classes = list(self._native.classes)
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}

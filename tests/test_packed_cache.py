@@ -1,0 +1,291 @@
+"""The partial mode's plan-aware block cache (source/block_cache.rs): read-ahead in the plan's block order,
+eviction by next use, ``cache_bytes`` / ``prefetch_blocks``, its counters, and what must not change with it.
+
+Against a local pack and against S3 on loopback (moto's server; the sendfile S3 read server of tests/_servers.py
+where the server must count GETs and bytes). Fetch counts are asserted only through bounds that hold in any thread
+schedule, derived here from the plan's sizes: with a cache of C blocks, a window of W blocks, P blocks read
+ahead and w workers, the first epoch fetches each of the N blocks once (the cache holds the open windows and the
+read-ahead: no block with reads left is evicted), and the next epoch at most N − C + W + P + w of them (the
+finished blocks the next epoch needs first stay cached; LRU would fetch all N again).
+
+A checkpoint moving between S3 and the local file with the cache on (the default prefetch_blocks) is
+tests/test_packed_remote.py::test_a_checkpoint_moves_between_s3_and_the_local_file."""
+
+from __future__ import annotations
+
+import _thread
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import trdata
+from _fixtures import write_jpegs
+from _servers import start_moto, start_proxy, start_s3_read_server, stop
+
+KW: dict[str, Any] = dict(
+    batch_size=4,
+    dtype="uint8",
+    layout="NHWC",
+    seed=3,
+    shuffle=True,
+    reproducible=True,
+    last_batch="partial",
+    prefetch=2,
+    transforms=[trdata.RandomResizedCrop(20, scale=(0.3, 1.0)), trdata.RandomHorizontalFlip()],
+)
+WINDOW = 2
+CREDS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "aws_region": "us-east-1"}
+COUNTERS = (
+    "storage_requests", "storage_bytes", "storage_retries", "storage_failures", "storage_wait_ns",
+    "storage_inflight_bytes", "cache_hits", "cache_misses", "cache_prefetched_blocks", "cache_evictions",
+    "cache_bytes",
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def pack_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A pack of 96 JPEGs in 3 classes in blocks of at most 4 KiB: a few records per block, dozens of blocks."""
+    root = tmp_path_factory.mktemp("cache-src")
+    for c in range(3):
+        write_jpegs(root / f"c{c}", 32, size=lambda i, c=c: (30 + 3 * ((i + c) % 4), 24 + 2 * (i % 3)))
+    dst = tmp_path_factory.mktemp("cache-pack") / "train.trd"
+    trdata.pack(trdata.ImageFolder(root), dst, progress=False, block_bytes=4096)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def blocks(pack_file: Path) -> tuple[int, int]:
+    """(number of blocks, the writer's block size: at least the largest block of records this small)."""
+    info = trdata.sources.packed.inspect(pack_file)
+    n = int(info["blocks"])
+    assert n >= 20, n
+    return n, int(info["block_bytes"])
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[str]:
+    proc, endpoint = start_moto()
+    yield endpoint
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def s3_url(moto: str, pack_file: Path) -> str:
+    from _servers import s3_client
+
+    s3 = s3_client(moto)
+    s3.create_bucket(Bucket="cache-test")
+    s3.put_object(Bucket="cache-test", Key="train.trd", Body=pack_file.read_bytes())
+    return "s3://cache-test/train.trd"
+
+
+@pytest.fixture
+def read_server(pack_file: Path, tmp_path: Path) -> Iterator[Any]:
+    """The sendfile S3 read server over a copy of the pack; it counts the GETs and the bytes it sent."""
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "train.trd").write_bytes(pack_file.read_bytes())
+    server = start_s3_read_server(tmp_path)
+    server.url = "s3://bench/train.trd"
+    yield server
+    stop(server)
+
+
+def opts(endpoint: str, **more: Any) -> dict[str, Any]:
+    return {"aws_endpoint": endpoint, "aws_allow_http": True, **CREDS, **more}
+
+
+def epoch(ld: trdata.Loader, n: int, check: Any = None) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """One epoch's batches as (images, labels, indices), every sample exactly once; `check(stats)` after each."""
+    out = []
+    for b in ld:
+        out.append((b.images.copy(), np.asarray(b.labels).copy(), np.asarray(b.indices).copy()))
+        if check is not None:
+            check(ld.stats())
+    assert sorted(int(i) for _, _, x in out for i in x) == list(range(n)), "every sample exactly once"
+    return out
+
+
+def assert_same(a: list, b: list) -> None:
+    assert len(a) == len(b)
+    for (ia, la, xa), (ib, lb, xb) in zip(a, b):
+        assert np.array_equal(xa, xb) and np.array_equal(la, lb)
+        assert ia.tobytes() == ib.tobytes()
+
+
+def settled(source: trdata.Packed) -> dict[str, int]:
+    """The source's counters once no fetch is in flight (read-ahead tasks finish on their own)."""
+    for _ in range(2000):
+        s = source._native.storage_stats
+        assert s is not None
+        if s["storage_inflight_bytes"] == 0:
+            return s
+        time.sleep(0.005)
+    raise AssertionError("fetches still in flight after 10 s")
+
+
+def fetched(s: dict[str, int]) -> int:
+    return s["cache_misses"] + s["cache_prefetched_blocks"]
+
+
+def test_batches_equal_the_local_run_without_read_ahead(pack_file: Path, s3_url: str, moto: str) -> None:
+    """Read-ahead and the cache move when bytes are read, never which: the local file without read-ahead, with
+    it, and the S3 object with it give the same batches byte for byte, for 1 and 3 workers, two epochs."""
+    n = len(trdata.Packed(pack_file, "partial", window_blocks=WINDOW))
+
+    def two_epochs(source: trdata.Packed, workers: int) -> list:
+        with trdata.Loader(source, workers=workers, **KW) as ld:
+            return epoch(ld, n) + epoch(ld, n)
+
+    reference = two_epochs(trdata.Packed(pack_file, "partial", window_blocks=WINDOW, prefetch_blocks=0), 1)
+    for workers in (1, 3):
+        local = trdata.Packed(pack_file, "partial", window_blocks=WINDOW, prefetch_blocks=4)
+        assert_same(two_epochs(local, workers), reference)
+        remote = trdata.Packed(
+            s3_url, "partial", window_blocks=WINDOW, prefetch_blocks=4, storage_options=opts(moto)
+        )
+        assert_same(two_epochs(remote, workers), reference)
+        s = settled(remote)
+        assert s["cache_prefetched_blocks"] > 0 and s["storage_failures"] == 0, s
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_a_half_size_cache_fetches_every_block_once_then_about_half(
+    read_server: Any, blocks: tuple[int, int], workers: int
+) -> None:
+    """Eviction by next use: with a cache of half the file, epoch 1 fetches each block once and epoch 2 at most
+    N − C + W + P + workers blocks (LRU: all N again), fewer bytes than epoch 1; the server saw exactly the GETs and
+    bytes the counters report."""
+    n_blocks, largest = blocks
+    cached, prefetch = n_blocks // 2, 2
+    source = trdata.Packed(
+        read_server.url,
+        "partial",
+        window_blocks=WINDOW,
+        cache_bytes=cached * largest,
+        prefetch_blocks=prefetch,
+        storage_options=opts(read_server.endpoint),
+    )
+    n = len(source)
+    at_open = settled(source)
+    gets_at_open = (
+        read_server.gets
+    )  # counted when a GET arrives: the client has its answer, the count is there
+    assert at_open["storage_requests"] == gets_at_open + 1, "the HEAD at open, then one GET per read"
+
+    def bounded(stats: dict[str, int]) -> None:
+        assert stats["cache_bytes"] + stats["storage_inflight_bytes"] <= cached * largest, stats
+
+    with trdata.Loader(source, workers=workers, **KW) as ld:
+        epoch(ld, n, bounded)
+        first = settled(source)
+        epoch(ld, n, bounded)
+        second = settled(source)
+        assert {k: v for k, v in ld.stats().items() if k in COUNTERS}.keys() == set(COUNTERS)
+    one, two = fetched(first), fetched(second) - fetched(first)
+    # Epoch 1's read-ahead crosses into epoch 2's first P blocks: those fetches (if any) belong to epoch 2.
+    assert n_blocks <= one <= n_blocks + prefetch, (one, first)
+    assert one + two <= n_blocks + (n_blocks - cached + WINDOW + prefetch + workers), (one, two, second)
+    assert two < n_blocks, "LRU would fetch every block again"
+    epoch_bytes = (
+        first["storage_bytes"] - at_open["storage_bytes"],
+        second["storage_bytes"] - first["storage_bytes"],
+    )
+    assert epoch_bytes[1] <= epoch_bytes[0], epoch_bytes
+    # The counters and the server agree: one GET per fetched block, the same bytes.
+    assert read_server.gets - gets_at_open == fetched(second), (read_server.gets, second)
+    assert second["storage_requests"] == read_server.gets + 1
+    # the server counts bytes once its sendfile returned, possibly after the client has them all
+    for _ in range(2000):
+        if read_server.bytes == second["storage_bytes"]:
+            break
+        time.sleep(0.005)
+    assert second["storage_bytes"] == read_server.bytes, (second, read_server.bytes)
+    assert second["cache_hits"] + second["cache_misses"] >= n * 2, second
+    assert second["cache_evictions"] >= n_blocks - cached, second
+    assert second["storage_retries"] == second["storage_failures"] == 0
+
+
+def test_the_local_file_reads_ahead_and_counts_as_the_url_does(
+    pack_file: Path, blocks: tuple[int, int]
+) -> None:
+    """Local files take the same path (preads as tasks on the storage runtime): counters, bounds, the whole file
+    cached after one epoch when cache_bytes holds it (epoch 2 fetches nothing)."""
+    n_blocks, largest = blocks
+    source = trdata.Packed(pack_file, "partial", window_blocks=WINDOW, cache_bytes=n_blocks * largest)
+    with trdata.Loader(source, workers=2, **KW) as ld:
+        epoch(ld, len(source))
+        first = settled(source)
+        epoch(ld, len(source))
+        second = settled(source)
+        stats = ld.stats()
+    assert fetched(first) == n_blocks and fetched(second) == n_blocks, (first, second)
+    assert second["cache_evictions"] == 0 and second["cache_bytes"] <= n_blocks * largest
+    assert (
+        stats["storage_requests"] == second["storage_requests"]
+        and stats["cache_hits"] == second["cache_hits"]
+    )
+    # full mode has no block cache: its reads are counted, no cache counters (absent, not zeros)
+    with trdata.Loader(trdata.Packed(pack_file), batch_size=4, transforms=[trdata.CenterCrop(16)]) as full:
+        assert "cache_hits" not in full.stats() and full.stats()["storage_requests"] >= 1
+
+
+@pytest.fixture
+def proxy(moto: str) -> Iterator[Any]:
+    server = start_proxy(moto)
+    yield server
+    server.budget = 0
+    stop(server)
+
+
+def failing(s3_url: str, proxy: Any, backoff: str, retries: int) -> trdata.Packed:
+    """The pack through `proxy`, opened, then every ranged GET answering 503."""
+    options = opts(proxy.endpoint, retry_init_backoff=backoff, retry_max_backoff=backoff, max_retries=retries)
+    source = trdata.Packed(s3_url, "partial", window_blocks=WINDOW, storage_options=options)
+    proxy.fault, proxy.every, proxy.budget = "503", 1, 10**6
+    return source
+
+
+def test_a_block_that_keeps_failing_is_its_records_error_naming_url_and_block(
+    s3_url: str, proxy: Any
+) -> None:
+    source = failing(s3_url, proxy, "1ms", 2)
+    with pytest.raises(trdata.DecodeError, match="block") as info:
+        with trdata.Loader(source, workers=2, on_error="raise", **KW) as ld:
+            epoch(ld, len(source))
+    assert s3_url in str(info.value) and "failed 3 times" in str(info.value)
+
+
+def test_close_does_not_wait_out_a_fetchs_backoff(s3_url: str, proxy: Any) -> None:
+    """A worker waiting for a block whose GET is in an hour-long backoff: Ctrl-C stops the iteration and close()
+    returns at once (the wait is interrupted; the fetch task ends on its own). Checked as liveness: close()
+    must finish while the backoff has most of its hour left."""
+    ld = trdata.Loader(failing(s3_url, proxy, "1h", 3), workers=2, **KW)
+    timer = threading.Timer(1.0, _thread.interrupt_main)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        next(iter(ld))
+    assert proxy.injected >= 1
+    closer = threading.Thread(target=ld.close)
+    closer.start()
+    closer.join(timeout=300)
+    assert not closer.is_alive(), "close() waited for the backoff"
+    assert ld.closed
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"cache_bytes": 4096}, "must be at least"),
+        ({"cache_bytes": 2**51}, "must be in"),
+        ({"prefetch_blocks": 1025}, "must be in 0..=1024"),
+    ],
+)
+def test_cache_parameters_are_checked_in_the_core(pack_file: Path, kw: dict, message: str) -> None:
+    with pytest.raises(trdata.ConfigError, match=message) as info:
+        trdata.Packed(pack_file, "partial", **kw)
+    assert info.value.parameter in kw
