@@ -32,6 +32,7 @@
 //! Each reader counts its GETs, the bytes they returned and the retries ([`StorageCounters`]); a source
 //! exposes them (later: the loader's `stats()`).
 
+pub mod disk_cache;
 pub mod list;
 pub mod local;
 pub mod locations;
@@ -389,6 +390,15 @@ impl ObjectReader {
         match &self.inner.backend {
             Backend::Local(_) => None,
             Backend::Remote(r) => r.e_tag(),
+        }
+    }
+
+    /// What says its bytes are the ones seen at open, for caches that outlive the reader (disk_cache.rs):
+    /// `etag:<ETag>` for a remote object whose store gives one (empty otherwise), `mtime:<ns>` for a local file.
+    pub fn version(&self) -> String {
+        match &self.inner.backend {
+            Backend::Local(l) => format!("mtime:{}", l.mtime_ns()),
+            Backend::Remote(r) => r.e_tag().map_or_else(String::new, |t| format!("etag:{t}")),
         }
     }
 
