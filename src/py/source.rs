@@ -12,6 +12,7 @@ use crate::error::{ImageError, ImageErrorKind, SampleError, TrdataError};
 use crate::source::packed::{CACHE_BLOCKS, MODE, WINDOW_BLOCKS};
 use crate::source::{self, Dataset, Store};
 use crate::source::{ExternalImage, ExternalSample, Reader};
+use crate::storage::disk_cache::CACHE_DISK_BYTES;
 use crate::storage::{Location, STORAGE_OPTIONS, StorageOptions};
 use crate::sync::Arc;
 use crate::worker::MAX_FILE_BYTES;
@@ -103,9 +104,14 @@ impl NativeSource {
     /// The packed file `path` (`trdata.Packed`): a local path or a URL (`s3://`, `gs://`, `az://`, `http(s)://`,
     /// storage/) read with `storage_options`; `mode` "full" (read into memory once) or "partial" (blocks streamed
     /// through a bounded cache of `cache_blocks`, shuffled within windows of `window_blocks` blocks). The header
-    /// and index are checked here (`SourceError` naming the file or URL).
+    /// and index are checked here (`SourceError` naming the file or URL). In partial mode, `cache_dir` and
+    /// `cache_disk_bytes` put a local disk cache beneath the block cache (storage/disk_cache.rs).
     #[staticmethod]
-    #[pyo3(signature = (path, mode = "full", window_blocks = None, cache_blocks = None, storage_options = None))]
+    #[pyo3(signature = (
+        path, mode = "full", window_blocks = None, cache_blocks = None, storage_options = None, cache_dir = None,
+        cache_disk_bytes = None
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn packed(
         py: Python<'_>,
         path: PathBuf,
@@ -113,14 +119,21 @@ impl NativeSource {
         window_blocks: Option<&Bound<'_, PyAny>>,
         cache_blocks: Option<&Bound<'_, PyAny>>,
         storage_options: Option<&Bound<'_, PyAny>>,
+        cache_dir: Option<PathBuf>,
+        cache_disk_bytes: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mode = MODE.parse(mode).py_err()?;
         let window = window_blocks.map(|v| int_arg::<i128>(v, &WINDOW_BLOCKS)).transpose()?;
         let cache = cache_blocks.map(|v| int_arg::<i128>(v, &CACHE_BLOCKS)).transpose()?;
+        let disk_bytes = cache_disk_bytes.map(|v| int_arg::<i128>(v, &CACHE_DISK_BYTES)).transpose()?;
         let location = Location::parse("path", &path).py_err()?;
         let options = storage_options.map(storage_options_arg).transpose()?.unwrap_or_default();
         // Opening reads the index (and in full mode every record): detached, so other threads run meanwhile.
-        let dataset = py.detach(|| source::packed_dataset_at(&location, &options, mode, window, cache)).py_err()?;
+        let dataset = py
+            .detach(|| {
+                source::packed_dataset_at(&location, &options, mode, window, cache, cache_dir.as_deref(), disk_bytes)
+            })
+            .py_err()?;
         Ok(Self::new(dataset))
     }
 
@@ -169,15 +182,29 @@ impl NativeSource {
     }
 
     /// The counters of the reads of a packed source or of objects behind URLs (GETs or preads, bytes, retries,
-    /// failures; storage/), None for any other source.
+    /// failures; storage/), with a packed source's disk cache's (`disk_hits`, … : storage/disk_cache.rs) when it
+    /// has one; None for any other source.
     #[getter]
     fn storage_stats(&self) -> Option<std::collections::HashMap<&'static str, u64>> {
-        let s = match &self.dataset.store {
-            Store::Packed(p) => p.reader().stats(),
-            Store::Remote(r) => r.stats(),
+        let (s, disk) = match &self.dataset.store {
+            Store::Packed(p) => (p.reader().stats(), p.disk_cache().map(|d| d.stats())),
+            Store::Remote(r) => (r.stats(), None),
             _ => return None,
         };
-        Some([("requests", s.requests), ("bytes", s.bytes), ("retries", s.retries), ("failures", s.failures)].into())
+        let mut stats: std::collections::HashMap<_, _> =
+            [("requests", s.requests), ("bytes", s.bytes), ("retries", s.retries), ("failures", s.failures)].into();
+        if let Some(d) = disk {
+            stats.extend([
+                ("disk_hits", d.disk_hits),
+                ("disk_misses", d.disk_misses),
+                ("disk_admitted_bytes", d.disk_admitted_bytes),
+                ("disk_rejected", d.disk_rejected),
+                ("disk_corrupt_removed", d.disk_corrupt_removed),
+                ("disk_errors", d.disk_errors),
+                ("disk_leftovers_removed", d.disk_leftovers_removed),
+            ]);
+        }
+        Some(stats)
     }
 
     /// `len` samples made on demand by `fetch(i, epoch) -> (kind, payload, label)` (`trdata.sources.python`): kind

@@ -27,6 +27,7 @@ pub use read::{describe as describe_file_type, read_sample, read_span, undecoded
 pub use remote::{RemoteStore, object_files, object_folder, object_spans};
 
 use crate::error::{Result, TrdataError};
+use crate::storage::disk_cache::DiskCache;
 use crate::storage::{Location, StorageOptions};
 use crate::sync::Arc;
 use std::ffi::OsString;
@@ -204,18 +205,23 @@ pub fn packed_dataset(
     window_blocks: Option<i128>,
     cache_blocks: Option<i128>,
 ) -> Result<Dataset> {
-    packed_dataset_at(&Location::local(path), &StorageOptions::default(), mode, window_blocks, cache_blocks)
+    packed_dataset_at(&Location::local(path), &StorageOptions::default(), mode, window_blocks, cache_blocks, None, None)
 }
 
-/// [`packed_dataset`] of a local path or a URL (storage/): `options` are the user's `storage_options`.
+/// [`packed_dataset`] of a local path or a URL (storage/): `options` are the user's `storage_options`;
+/// `cache_dir` and `cache_disk_bytes` the disk cache's (storage/disk_cache.rs; partial mode only), checked before
+/// the file is opened.
 pub fn packed_dataset_at(
     location: &Location,
     options: &StorageOptions,
     mode: PackedMode,
     window_blocks: Option<i128>,
     cache_blocks: Option<i128>,
+    cache_dir: Option<&std::path::Path>,
+    cache_disk_bytes: Option<i128>,
 ) -> Result<Dataset> {
-    let file = PackedFile::open_at(location, options, mode, window_blocks, cache_blocks)?;
+    let disk = DiskCache::from_params(cache_dir, cache_disk_bytes, mode == PackedMode::Partial)?;
+    let file = PackedFile::open_at(location, options, mode, window_blocks, cache_blocks)?.with_disk_cache(disk);
     let labels = file.index().rows.iter().map(|r| r.label).collect();
     let classes = file.index().meta.classes.clone();
     Ok(Dataset { store: Store::Packed(Arc::new(file)), labels, classes, boxes: None })

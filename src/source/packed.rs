@@ -83,6 +83,7 @@ use super::packed_extras::{
 use super::packed_json::{self as json, Json};
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
 use crate::param::{Choice, IntParam};
+use crate::storage::disk_cache::{BlockKey, DiskCache};
 use crate::storage::{Location, ObjectReader, StorageOptions};
 use crate::sync::Arc;
 use std::ffi::OsString;
@@ -1050,6 +1051,8 @@ pub struct PackedFile {
     block_starts: Vec<u32>,
     /// Full mode: the extras region, read at open (partial mode reads a record's extras when asked).
     extras_data: Option<Vec<u8>>,
+    /// Partial mode: the local disk cache beneath the block cache (`cache_dir`; storage/disk_cache.rs).
+    disk: Option<DiskCache>,
 }
 
 /// A record's bytes: a slice of the whole file in memory, or of a cached block kept alive while it is used.
@@ -1124,7 +1127,18 @@ impl PackedFile {
             (PackedMode::Full, Some(e)) => Some(read_whole(&reader, e.offset, e.bytes, "extras")?),
             _ => None,
         };
-        Ok(Self { reader, index, data, window_blocks: window, block_starts, extras_data })
+        Ok(Self { reader, index, data, window_blocks: window, block_starts, extras_data, disk: None })
+    }
+
+    /// The same file with `disk` (from [`DiskCache::from_params`], which refuses one in full mode) beneath its
+    /// block cache: a block missing from memory is looked up there before it is fetched, and admitted after.
+    pub fn with_disk_cache(self, disk: Option<DiskCache>) -> Self {
+        Self { disk, ..self }
+    }
+
+    /// The disk cache (None without `cache_dir`).
+    pub fn disk_cache(&self) -> Option<&DiskCache> {
+        self.disk.as_ref()
     }
 
     /// What its bytes are read through (the location, the counters).
@@ -1184,13 +1198,7 @@ impl PackedFile {
             PackedData::Partial(cache) => {
                 let b = self.index.block_of(i);
                 let block = self.index.blocks[b];
-                let arc = cache.get(b as u32, key_of(b), || {
-                    let mut buf = Vec::new();
-                    self.reader
-                        .read_range(block.offset, block.bytes, block.bytes, &mut buf)
-                        .map_err(|e| ImageError::new(e.kind, format!("block {b}: {}", e.message)))?;
-                    Ok(buf.into_boxed_slice())
-                })?;
+                let arc = cache.get(b as u32, key_of(b), || self.load_block(b))?;
                 let at = (row.offset - block.offset) as usize;
                 RecordBytes::Block(arc, at..at + row.len as usize)
             }
@@ -1209,6 +1217,24 @@ impl PackedFile {
             ));
         }
         Ok(bytes)
+    }
+
+    /// Block `b`'s bytes for the block cache: from the disk cache when it holds them whole, else read (pread or a
+    /// ranged GET) and then admitted to the disk cache. The one place a partial block is loaded.
+    fn load_block(&self, b: usize) -> std::result::Result<Box<[u8]>, ImageError> {
+        let block = self.index.blocks[b];
+        let disk = self.disk.as_ref().map(|d| (d, BlockKey::of(&self.reader, block.offset, block.bytes)));
+        if let Some(bytes) = disk.as_ref().and_then(|(d, key)| d.get(key)) {
+            return Ok(bytes.into_boxed_slice());
+        }
+        let mut buf = Vec::new();
+        self.reader
+            .read_range(block.offset, block.bytes, block.bytes, &mut buf)
+            .map_err(|e| ImageError::new(e.kind, format!("block {b}: {}", e.message)))?;
+        if let Some((d, key)) = &disk {
+            d.put(key, &buf);
+        }
+        Ok(buf.into_boxed_slice())
     }
 
     /// Record `i`'s extra fields, (field, kind, value) in field order (field: an index into

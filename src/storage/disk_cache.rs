@@ -390,8 +390,10 @@ fn dir_error(dir: &Path, what: &str, e: &io::Error) -> TrdataError {
 
 impl DiskCache {
     /// The cache the user asked for: None without `cache_dir`; `cache_disk_bytes` is required with it and refused
-    /// without it (a `ConfigError` naming it), and checked against [`CACHE_DISK_BYTES`].
-    pub fn from_params(dir: Option<&Path>, limit_bytes: Option<i128>) -> Result<Option<Self>> {
+    /// without it (a `ConfigError` naming it), and checked against [`CACHE_DISK_BYTES`]. `streamed` says whether
+    /// the reader fetches blocks as it goes (a packed file in partial mode): one that reads everything once at open
+    /// (full mode) would never use the cache, so asking for one there is a `ConfigError` naming `cache_dir`.
+    pub fn from_params(dir: Option<&Path>, limit_bytes: Option<i128>, streamed: bool) -> Result<Option<Self>> {
         match (dir, limit_bytes) {
             (None, None) => Ok(None),
             (None, Some(_)) => Err(TrdataError::config(
@@ -401,6 +403,11 @@ impl DiskCache {
             (Some(_), None) => Err(TrdataError::config(
                 CACHE_DISK_BYTES.name,
                 "must be given with cache_dir: the most bytes the disk cache may hold",
+            )),
+            (Some(_), Some(_)) if !streamed => Err(TrdataError::config(
+                CACHE_DIR,
+                "applies to mode='partial' (blocks fetched as the epoch goes); mode='full' reads the whole file \
+                 once when it is opened",
             )),
             (Some(dir), Some(limit)) => Self::open(dir, limit).map(Some),
         }
@@ -419,7 +426,11 @@ impl DiskCache {
         {
             return Err(TrdataError::config(
                 CACHE_DIR,
-                format!("{} is {}, not a folder", dir.display(), super::local::describe(m.file_type())),
+                format!(
+                    "{} is {}, not a folder",
+                    dir.display(),
+                    if m.is_file() { "a file" } else { super::local::describe(m.file_type()) }
+                ),
             ));
         }
         let root = dir.join(LAYOUT_DIR);

@@ -11,6 +11,8 @@
 //!   `GOOGLE_*`, `AZURE_*`, through object_store's `from_env` builders) overridden by the user's
 //!   `storage_options` (object_store's key names: `aws_endpoint`, `aws_access_key_id`, `aws_region`,
 //!   `aws_allow_http`, …, plus trdata's own retry keys, [`StorageOptions`]).
+//! - A local disk cache of blocks (`disk_cache.rs`, `cache_dir`/`cache_disk_bytes`): beneath a streamed source's
+//!   memory cache, shared by the processes of a node, checked (CRC32C) before anything it holds is used.
 //!
 //! # Faults (remote)
 //! Every GET is one attempt under a deadline (`timeout`, default 30 s); a timeout, a reset or refused

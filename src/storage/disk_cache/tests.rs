@@ -257,18 +257,22 @@ fn bad_folders_and_limits_are_config_errors() {
         other => panic!("expected a ConfigError, got {other:?}"),
     };
     let dir = scratch("config");
-    assert!(DiskCache::from_params(None, None).unwrap().is_none());
-    assert_eq!(param(DiskCache::from_params(None, Some(1 << 30))).0, "cache_disk_bytes");
-    assert_eq!(param(DiskCache::from_params(Some(&dir), None)).0, "cache_disk_bytes");
+    assert!(DiskCache::from_params(None, None, true).unwrap().is_none());
+    assert_eq!(param(DiskCache::from_params(None, Some(1 << 30), true)).0, "cache_disk_bytes");
+    assert_eq!(param(DiskCache::from_params(Some(&dir), None, true)).0, "cache_disk_bytes");
     for bad in [-1, 0, 1000, 1 << 61] {
-        assert_eq!(param(DiskCache::from_params(Some(&dir), Some(bad))).0, "cache_disk_bytes", "{bad}");
+        assert_eq!(param(DiskCache::from_params(Some(&dir), Some(bad), true)).0, "cache_disk_bytes", "{bad}");
     }
+    let (p, m) = param(DiskCache::from_params(Some(&dir), Some(1 << 30), false));
+    assert_eq!(p, "cache_dir");
+    assert!(m.contains("mode='partial'"), "{m}");
+    assert!(!dir.exists(), "a refused cache creates nothing");
     fs::write(&dir, b"a file").unwrap();
-    let (p, m) = param(DiskCache::from_params(Some(&dir), Some(1 << 30)));
+    let (p, m) = param(DiskCache::from_params(Some(&dir), Some(1 << 30), true));
     assert_eq!(p, "cache_dir");
     assert!(m.contains("not a folder"), "{m}");
-    assert_eq!(param(DiskCache::from_params(Some(&dir.join("below")), Some(1 << 30))).0, "cache_dir");
-    assert_eq!(param(DiskCache::from_params(Some(Path::new("")), Some(1 << 30))).0, "cache_dir");
+    assert_eq!(param(DiskCache::from_params(Some(&dir.join("below")), Some(1 << 30), true)).0, "cache_dir");
+    assert_eq!(param(DiskCache::from_params(Some(Path::new("")), Some(1 << 30), true)).0, "cache_dir");
     fs::remove_file(&dir).unwrap();
     // The user's own files in cache_dir are never touched.
     fs::create_dir_all(&dir).unwrap();
