@@ -300,7 +300,7 @@ fn many_threads_and_caches_share_a_folder_within_the_limit() {
                 for step in 0..150u64 {
                     let c = &caches[(t + step as usize) % 3];
                     // Blocks of two objects, 24 in all (more than fit), sizes from 30 to 200 KiB.
-                    let object = if (step + t as u64) % 2 == 0 { "s3://b/x" } else { "s3://b/y" };
+                    let object = if (step + t as u64).is_multiple_of(2) { "s3://b/x" } else { "s3://b/y" };
                     let b = (step * 7 + t as u64 * 3) % 12;
                     let k = key(object, "etag:\"1\"", b << 20, 30 * KIB + b * 15 * KIB);
                     match c.get(&k) {
