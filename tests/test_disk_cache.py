@@ -197,6 +197,19 @@ def test_processes_share_a_folder_and_a_restart_reads_from_disk(
     assert folder_bytes(cache) <= limit
 
 
+# A writer of the cache caught mid-write, as the cache's own writers are (storage/disk_cache.rs): its temp file in
+# tmp/, named with its pid, half written, under flock(LOCK_EX) until it exits.
+HALF_WRITER = r"""
+import fcntl, os, sys, time
+f = open(os.path.join(sys.argv[1], f"{os.getpid()}-0.tmp"), "wb")
+fcntl.flock(f, fcntl.LOCK_EX)
+f.write(b"half a block")
+f.flush()
+print(f.name, flush=True)
+time.sleep(600)
+"""
+
+
 def test_a_process_killed_mid_epoch_leaves_nothing_used_wrongly(
     server: Any, reference: list[np.ndarray], tmp_path: Path
 ) -> None:
@@ -208,10 +221,27 @@ def test_a_process_killed_mid_epoch_leaves_nothing_used_wrongly(
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
+    # A writer caught mid-write: kept while it lives (a later process must not take its file), removed once it
+    # is killed (the kernel released its lock).
+    tmp = cache / "trdata-blocks-v1" / "tmp"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", HALF_WRITER, str(tmp)], stdout=subprocess.PIPE, text=True
+    )
+    assert writer.stdout is not None
+    half = Path(writer.stdout.readline().strip())
+    try:
+        got, stats = run(server, cache, tmp_path / "beside-a-writer")
+        assert_same(got, reference)
+        assert clean(stats), stats
+        assert half.exists(), "a live writer's file stays"
+    finally:
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.wait(timeout=60)
     got, stats = run(server, cache, tmp_path / "after")
     assert_same(got, reference)
     assert clean(stats), stats
-    assert not any((cache / "trdata-blocks-v1" / "tmp").iterdir()), "the killed writer's temp files are gone"
+    assert stats["disk_leftovers_removed"] >= 1 and not any(tmp.iterdir()), "the dead writers' files are gone"
+    assert stats["disk_misses"] == 0, "every block is on disk, whole, and used"
     assert folder_bytes(cache) <= BIG
 
 
