@@ -52,6 +52,8 @@ PARAMS = {
     # object storage (trdata.Packed's URL and options: storage/; ImageFolder's root as a bucket prefix:
     # source/remote.rs)
     "path", "storage_options",
+    # the disk cache of streamed packed files (storage/disk_cache.rs)
+    "cache_dir", "cache_disk_bytes",
 }  # fmt: skip
 # Parameters whose only rule is their Python type (any bool, any path): no core site.
 TYPE_ONLY = {

@@ -633,6 +633,9 @@ def test_every_parameter_has_a_bad_value_case():
     # the URL sources' (path, storage_options): tests/test_packed_remote.py::test_bad_urls_and_options_are_config…
     # and every source's storage_options and URL paths: tests/test_storage_urls.py::test_sources_check_urls_and_…
     extra |= {"path", "storage_options"}
+    # the disk cache's (Packed's, checked when the source is made, before a Loader): tests/test_disk_cache.py::
+    # test_bad_values_name_their_parameter, in this file's wording
+    extra |= {"cache_dir", "cache_disk_bytes"}
     covered = {p for p, _, _ in BAD_VALUES} | extra
     assert covered == validation_sites.PARAMS
 

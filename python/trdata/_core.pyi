@@ -161,6 +161,8 @@ class NativeSource:
         cache_bytes: int | None = None,
         prefetch_blocks: int | None = None,
         storage_options: Mapping[str, str | bool | int | float] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_disk_bytes: int | None = None,
     ) -> NativeSource: ...
     @staticmethod
     def remote_files(

@@ -12,6 +12,7 @@ use crate::error::{ImageError, ImageErrorKind, SampleError, TrdataError};
 use crate::source::packed::{CACHE_BYTES, MODE, PREFETCH_BLOCKS, PartialOptions, WINDOW_BLOCKS};
 use crate::source::{self, Dataset, Store};
 use crate::source::{ExternalImage, ExternalSample, Reader};
+use crate::storage::disk_cache::CACHE_DISK_BYTES;
 use crate::storage::{Location, STORAGE_OPTIONS, StorageOptions};
 use crate::sync::Arc;
 use crate::worker::MAX_FILE_BYTES;
@@ -104,9 +105,12 @@ impl NativeSource {
     /// storage/) read with `storage_options`; `mode` "full" (read into memory once) or "partial" (blocks streamed
     /// through a cache of `cache_bytes`, `prefetch_blocks` read ahead in the plan's order, shuffled within windows
     /// of `window_blocks` blocks). The header and index are checked here (`SourceError` naming the file or URL).
+    /// In partial mode, `cache_dir` and `cache_disk_bytes` put a local disk cache beneath the block cache
+    /// (storage/disk_cache.rs).
     #[staticmethod]
     #[pyo3(signature = (
-        path, mode = "full", window_blocks = None, cache_bytes = None, prefetch_blocks = None, storage_options = None
+        path, mode = "full", window_blocks = None, cache_bytes = None, prefetch_blocks = None, storage_options = None,
+        cache_dir = None, cache_disk_bytes = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn packed(
@@ -117,6 +121,8 @@ impl NativeSource {
         cache_bytes: Option<&Bound<'_, PyAny>>,
         prefetch_blocks: Option<&Bound<'_, PyAny>>,
         storage_options: Option<&Bound<'_, PyAny>>,
+        cache_dir: Option<PathBuf>,
+        cache_disk_bytes: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mode = MODE.parse(mode).py_err()?;
         let partial = PartialOptions {
@@ -124,10 +130,13 @@ impl NativeSource {
             cache_bytes: cache_bytes.map(|v| int_arg::<i128>(v, &CACHE_BYTES)).transpose()?,
             prefetch_blocks: prefetch_blocks.map(|v| int_arg::<i128>(v, &PREFETCH_BLOCKS)).transpose()?,
         };
+        let disk_bytes = cache_disk_bytes.map(|v| int_arg::<i128>(v, &CACHE_DISK_BYTES)).transpose()?;
         let location = Location::parse("path", &path).py_err()?;
         let options = storage_options.map(storage_options_arg).transpose()?.unwrap_or_default();
         // Opening reads the index (and in full mode every record): detached, so other threads run meanwhile.
-        let dataset = py.detach(|| source::packed_dataset_at(&location, &options, mode, partial)).py_err()?;
+        let dataset = py
+            .detach(|| source::packed_dataset_at(&location, &options, mode, partial, cache_dir.as_deref(), disk_bytes))
+            .py_err()?;
         Ok(Self::new(dataset))
     }
 
@@ -175,8 +184,8 @@ impl NativeSource {
         Ok(Self::new(dataset))
     }
 
-    /// The counters of the reads of a packed source or of objects behind URLs and of a partial pack's block cache
-    /// (`Dataset::io_stats`: the names `Loader.stats()` shows), None for any other source.
+    /// The counters of the reads of a packed source or of objects behind URLs, of a partial pack's block cache and
+    /// of its disk cache (`Dataset::io_stats`: the names `Loader.stats()` shows), None for any other source.
     #[getter]
     fn storage_stats(&self) -> Option<std::collections::HashMap<&'static str, u64>> {
         let s = self.dataset.io_stats();

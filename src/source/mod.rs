@@ -27,6 +27,7 @@ pub use read::{describe as describe_file_type, read_sample, read_span, undecoded
 pub use remote::{RemoteStore, object_files, object_folder, object_spans};
 
 use crate::error::{Result, TrdataError};
+use crate::storage::disk_cache::DiskCache;
 use crate::storage::{Location, StorageOptions};
 use crate::sync::Arc;
 use std::ffi::OsString;
@@ -221,6 +222,19 @@ impl Dataset {
                 ("cache_bytes", c.resident_bytes),
             ]);
         }
+        if let Store::Packed(p) = &self.store
+            && let Some(d) = p.disk_cache().map(DiskCache::stats)
+        {
+            out.extend([
+                ("disk_hits", d.disk_hits),
+                ("disk_misses", d.disk_misses),
+                ("disk_admitted_bytes", d.disk_admitted_bytes),
+                ("disk_rejected", d.disk_rejected),
+                ("disk_corrupt_removed", d.disk_corrupt_removed),
+                ("disk_errors", d.disk_errors),
+                ("disk_leftovers_removed", d.disk_leftovers_removed),
+            ]);
+        }
         out
     }
 
@@ -240,17 +254,22 @@ impl Dataset {
 /// [`packed`] for the format and the modes; `partial` as the user gave it, None = default). The header and index
 /// are checked here: a foreign, truncated or damaged file or object is a `SourceError` naming it.
 pub fn packed_dataset(path: &std::path::Path, mode: PackedMode, partial: PartialOptions) -> Result<Dataset> {
-    packed_dataset_at(&Location::local(path), &StorageOptions::default(), mode, partial)
+    packed_dataset_at(&Location::local(path), &StorageOptions::default(), mode, partial, None, None)
 }
 
-/// [`packed_dataset`] of a local path or a URL (storage/): `options` are the user's `storage_options`.
+/// [`packed_dataset`] of a local path or a URL (storage/): `options` are the user's `storage_options`;
+/// `cache_dir` and `cache_disk_bytes` the disk cache's (storage/disk_cache.rs; partial mode only), checked before
+/// the file is opened.
 pub fn packed_dataset_at(
     location: &Location,
     options: &StorageOptions,
     mode: PackedMode,
     partial: PartialOptions,
+    cache_dir: Option<&std::path::Path>,
+    cache_disk_bytes: Option<i128>,
 ) -> Result<Dataset> {
-    let file = PackedFile::open_at(location, options, mode, partial)?;
+    let disk = DiskCache::from_params(cache_dir, cache_disk_bytes, mode == PackedMode::Partial)?;
+    let file = PackedFile::open_with_disk(location, options, mode, partial, disk)?;
     let labels = file.index().rows.iter().map(|r| r.label).collect();
     let classes = file.index().meta.classes.clone();
     Ok(Dataset { store: Store::Packed(Arc::new(file)), labels, classes, boxes: None })

@@ -89,6 +89,7 @@ use super::packed_extras::{
 use super::packed_json::{self as json, Json};
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
 use crate::param::{Choice, IntParam};
+use crate::storage::disk_cache::{BlockKey, DiskCache};
 use crate::storage::{Location, ObjectReader, StorageOptions};
 use crate::sync::Arc;
 use std::ffi::OsString;
@@ -1073,6 +1074,8 @@ pub struct PackedFile {
     block_starts: Vec<u32>,
     /// Full mode: the extras region, read at open (partial mode reads a record's extras when asked).
     extras_data: Option<Vec<u8>>,
+    /// Partial mode: the local disk cache beneath the block cache (`cache_dir`; storage/disk_cache.rs).
+    disk: Option<std::sync::Arc<DiskCache>>,
 }
 
 /// A record's bytes: a slice of the whole file in memory, or of a cached block kept alive while it is used.
@@ -1101,17 +1104,27 @@ fn read_whole(reader: &ObjectReader, offset: u64, n: u64, what: &str) -> Result<
     reader.read_region(offset, n, &what)
 }
 
-/// The partial cache's fetch step (block_cache.rs's [`FetchBlock`]): block k read whole, one `read_range` (a
-/// pread, or one ranged GET with its retries), its errors naming the block. The one place a block is fetched: a
-/// disk cache wraps this function (check the disk → fetch → admit).
-fn block_fetch(reader: &ObjectReader, index: &PackedIndex) -> FetchBlock {
+/// The partial cache's fetch step (block_cache.rs's [`FetchBlock`]): block k from the local disk cache when it
+/// holds it whole and intact (`cache_dir`, storage/disk_cache.rs), else read whole with one `read_range` (a pread,
+/// or one ranged GET with its retries; errors name the block) and admitted to the disk cache. The one place a
+/// block is fetched, whether a reader or the read-ahead asks.
+fn block_fetch(reader: &ObjectReader, index: &PackedIndex, disk: Option<std::sync::Arc<DiskCache>>) -> FetchBlock {
     let (reader, blocks) = (reader.clone(), index.blocks.clone());
     std::sync::Arc::new(move |k| {
         let block = blocks[k as usize];
+        let key = disk.as_ref().map(|_| BlockKey::of(&reader, block.offset, block.bytes));
+        if let (Some(d), Some(key)) = (&disk, &key)
+            && let Some(bytes) = d.get(key)
+        {
+            return Ok(bytes.into_boxed_slice());
+        }
         let mut buf = Vec::new();
         reader
             .read_range(block.offset, block.bytes, block.bytes, &mut buf)
             .map_err(|e| ImageError::new(e.kind, format!("block {k}: {}", e.message)))?;
+        if let (Some(d), Some(key)) = (&disk, &key) {
+            d.put(key, &buf);
+        }
         Ok(buf.into_boxed_slice())
     })
 }
@@ -1133,6 +1146,20 @@ impl PackedFile {
         mode: PackedMode,
         partial: PartialOptions,
     ) -> Result<Self> {
+        Self::open_with_disk(location, options, mode, partial, None)
+    }
+
+    /// [`Self::open_at`] with `disk` (from [`DiskCache::from_params`], which refuses one in full mode) beneath
+    /// the partial mode's block cache: a block missing from memory is looked up there before it is fetched, and
+    /// admitted after ([`block_fetch`]).
+    pub fn open_with_disk(
+        location: &Location,
+        options: &StorageOptions,
+        mode: PackedMode,
+        partial: PartialOptions,
+        disk: Option<DiskCache>,
+    ) -> Result<Self> {
+        let disk = disk.map(std::sync::Arc::new);
         let window: u32 = WINDOW_BLOCKS.check(partial.window_blocks.unwrap_or(i128::from(DEFAULT_WINDOW_BLOCKS)))?;
         let prefetch: u32 =
             PREFETCH_BLOCKS.check(partial.prefetch_blocks.unwrap_or(i128::from(DEFAULT_PREFETCH_BLOCKS)))?;
@@ -1163,7 +1190,7 @@ impl PackedFile {
                 cache_bytes,
                 prefetch,
                 index.blocks.iter().map(|b| b.bytes).collect(),
-                block_fetch(&reader, &index),
+                block_fetch(&reader, &index, disk.clone()),
             )),
         };
         let block_starts = index.block_starts();
@@ -1171,7 +1198,12 @@ impl PackedFile {
             (PackedMode::Full, Some(e)) => Some(read_whole(&reader, e.offset, e.bytes, "extras")?),
             _ => None,
         };
-        Ok(Self { reader, index, data, window_blocks: window, block_starts, extras_data })
+        Ok(Self { reader, index, data, window_blocks: window, block_starts, extras_data, disk })
+    }
+
+    /// The disk cache (None without `cache_dir`).
+    pub fn disk_cache(&self) -> Option<&DiskCache> {
+        self.disk.as_deref()
     }
 
     /// What its bytes are read through (the location, the counters).

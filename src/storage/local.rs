@@ -4,7 +4,7 @@
 
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 /// An open regular file.
@@ -12,6 +12,9 @@ use std::path::Path;
 pub(super) struct LocalObject {
     file: File,
     size: u64,
+    /// Modification time at open, in nanoseconds since the epoch (0 when the file system has none): the
+    /// file's version for the disk cache.
+    mtime_ns: i128,
 }
 
 /// What a file type is, in words, for "… is a FIFO" messages (the one home; source/read.rs uses it too).
@@ -49,12 +52,18 @@ impl LocalObject {
         if !meta.is_file() {
             return Err(fail(format!("is {}, not a regular file", describe(meta.file_type()))));
         }
-        Ok(Self { file, size: meta.len() })
+        let mtime_ns = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
+        Ok(Self { file, size: meta.len(), mtime_ns })
     }
 
     /// Size at open.
     pub(super) fn size(&self) -> u64 {
         self.size
+    }
+
+    /// Modification time at open (ns since the epoch).
+    pub(super) fn mtime_ns(&self) -> i128 {
+        self.mtime_ns
     }
 
     /// Fill `buf` from `offset` (inside the size at open: checked by the caller).

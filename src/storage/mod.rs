@@ -11,6 +11,8 @@
 //!   `GOOGLE_*`, `AZURE_*`, through object_store's `from_env` builders) overridden by the user's
 //!   `storage_options` (object_store's key names: `aws_endpoint`, `aws_access_key_id`, `aws_region`,
 //!   `aws_allow_http`, …, plus trdata's own retry keys, [`StorageOptions`]).
+//! - A local disk cache of blocks (`disk_cache.rs`, `cache_dir`/`cache_disk_bytes`): beneath a streamed source's
+//!   memory cache, shared by the processes of a node, checked (CRC32C) before anything it holds is used.
 //!
 //! # Faults (remote)
 //! Every GET is one attempt under a deadline (`timeout`, default 30 s); a timeout, a reset or refused
@@ -32,6 +34,7 @@
 //! Each reader counts its GETs, the bytes they returned and the retries ([`StorageCounters`]); a source
 //! exposes them, and `Loader.stats()` shows them (`Dataset::io_stats`, the one home of their names).
 
+pub mod disk_cache;
 pub mod list;
 pub mod local;
 pub mod locations;
@@ -389,6 +392,15 @@ impl ObjectReader {
         match &self.inner.backend {
             Backend::Local(_) => None,
             Backend::Remote(r) => r.e_tag(),
+        }
+    }
+
+    /// What says its bytes are the ones seen at open, for caches that outlive the reader (disk_cache.rs):
+    /// `etag:<ETag>` for a remote object whose store gives one (empty otherwise), `mtime:<ns>` for a local file.
+    pub fn version(&self) -> String {
+        match &self.inner.backend {
+            Backend::Local(l) => format!("mtime:{}", l.mtime_ns()),
+            Backend::Remote(r) => r.e_tag().map_or_else(String::new, |t| format!("etag:{t}")),
         }
     }
 

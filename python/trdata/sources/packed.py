@@ -234,7 +234,14 @@ class Packed(Source):
     object_store's key names (``aws_endpoint``, ``aws_access_key_id``, ``aws_secret_access_key``,
     ``aws_region``, ``aws_allow_http``, …, ``timeout``) plus ``max_retries``, ``retry_init_backoff`` and
     ``retry_max_backoff``. Failed reads are retried with backoff; one that still fails is a bad sample under
-    the loader's ``on_error``."""
+    the loader's ``on_error``.
+
+    ``cache_dir`` (partial mode) keeps the blocks read on local disk, at most ``cache_disk_bytes`` bytes (required
+    with it): a block missing from memory is read from there before it is fetched, so a restart, a second epoch
+    or another process of the node sharing the folder reads it locally. Every cached block is checked (the
+    object's URL, ETag and size, the block's range, its CRC32C) before it is used; a damaged one is removed and
+    fetched again. Blocks are admitted until the cache is full and then kept (a cache smaller than the file
+    serves the same share of every epoch). ``storage_stats()``'s ``disk_*`` counters say what it did."""
 
     def __init__(
         self,
@@ -245,12 +252,15 @@ class Packed(Source):
         cache_bytes: int | None = None,
         prefetch_blocks: int | None = None,
         storage_options: Mapping[str, str | bool | int | float] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_disk_bytes: int | None = None,
     ) -> None:
         self.path = _fs_path(path)
         self.mode = mode
         options = _options(storage_options)
+        disk = None if cache_dir is None else _fs_path(cache_dir)
         self._native = _core.NativeSource.packed(
-            self.path, mode, window_blocks, cache_bytes, prefetch_blocks, options
+            self.path, mode, window_blocks, cache_bytes, prefetch_blocks, options, disk, cache_disk_bytes
         )
         self.labels = list(self._native.labels)
         self.classes = list(self._native.classes)
@@ -272,6 +282,14 @@ class Packed(Source):
         )
         if self.target_kind is not None:
             self._open_targets()
+
+    def storage_stats(self) -> dict[str, int]:
+        """The counters of this file's reads, by the names ``Loader.stats()`` shows: ``storage_requests`` (GETs or
+        preads), ``storage_bytes``, ``storage_retries``, ``storage_failures``; in partial mode the block cache's
+        (``storage_wait_ns``, ``cache_hits``, …: the streaming guide's table); with ``cache_dir`` also ``disk_hits``, ``disk_misses``, ``disk_admitted_bytes``, ``disk_rejected`` (no
+        room), ``disk_corrupt_removed``, ``disk_errors`` (failed cache writes, ignored) and
+        ``disk_leftovers_removed`` (what crashed processes left, cleaned when opened)."""
+        return dict(self._native.storage_stats or {})
 
     def _field_values(self, name: str) -> list[Any]:
         """Every record's value of the extra field ``name``, decoded, read in one ordered pass of the file."""
