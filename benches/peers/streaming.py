@@ -479,6 +479,8 @@ def run_contender(
         source = trdata.Packed(pack, "partial", window_blocks=cfg["window_blocks"])
     elif name in ("s3", "s3-cache"):
         kw: dict[str, Any] = {}
+        if cfg.get("prefetch_blocks") is not None:
+            kw["prefetch_blocks"] = cfg["prefetch_blocks"]
         if name == "s3-cache":
             if "cache_bytes" not in inspect.signature(trdata.Packed).parameters:
                 return Measurement(
@@ -525,7 +527,7 @@ def run_contender(
         s.update(cpu_times(cpus))
         storage = getattr(native, "storage_stats", None)
         if storage:
-            s["source_requests"], s["source_bytes"] = storage["requests"], storage["bytes"]
+            s["source_requests"], s["source_bytes"] = storage["storage_requests"], storage["storage_bytes"]
         if loader is not None:  # the loader's own storage/cache counters, where this build has them
             s.update(
                 (f"loader_{k}", v)
@@ -610,7 +612,8 @@ def report(doc: dict[str, Any]) -> str:
         f"RandomResizedCrop 224 + flip + normalize → float16; {d['pack_images']:,} images per epoch "
         f"({d['images']:,} × {d['repeat']}, short side {d['short_side'] or 'as stored'}), pack {mib(d['pack_bytes'])} MiB, "
         f"mean image {d['image_bytes_mean'] / 1024:.1f} KiB, blocks of {doc['block_bytes'] / 2**20:g} MiB, "
-        f"window {doc['window_blocks'] or 'default'} blocks; {doc['epochs']} epochs, each timed from "
+        f"window {doc['window_blocks'] or 'default'} blocks, read-ahead over s3:// "
+        f"{doc.get('prefetch_blocks') or 'default'} blocks; {doc['epochs']} epochs, each timed from "
         f"{doc['window'][0]:.0%} to {doc['window'][1]:.0%} of its images"
         + (f"; each row's best of {doc['rounds']} interleaved rounds" if doc.get("rounds", 1) > 1 else "")
         + ". Store: S3 read server on loopback, "
@@ -754,6 +757,12 @@ def main(argv: list[str]) -> int:
         default=None,
         help="Packed's shuffle window (default the core's; quick 4)",
     )
+    ap.add_argument(
+        "--prefetch-blocks",
+        type=int,
+        default=None,
+        help="Packed's read-ahead over s3:// (default the core's, 4)",
+    )
     ap.add_argument("--limit", type=int, default=None, help="use the first N images of --data (quick: 500)")
     ap.add_argument(
         "--short-side", type=int, default=320, help="re-encode to this short side first (0: stored bytes)"
@@ -858,6 +867,7 @@ def main(argv: list[str]) -> int:
             "filelist_images": a.filelist_images or (500 if a.quick else 2000),
             "block_bytes": block_bytes or DEFAULT_BLOCK_BYTES,
             "window_blocks": window_blocks,
+            "prefetch_blocks": a.prefetch_blocks,
         }
         (work / CONFIG).write_text(json.dumps(cfg))
         os.sync()  # the pack and objects just written: their writeback would otherwise land on the first rows
@@ -885,6 +895,7 @@ def main(argv: list[str]) -> int:
             "window": [lo, hi],
             "block_bytes": block_bytes or DEFAULT_BLOCK_BYTES,
             "window_blocks": window_blocks,
+            "prefetch_blocks": a.prefetch_blocks,
             "store": {"latency_ms": a.latency_ms, "rate_mbit": a.rate_mbit, "shaper": shaper_text},
             "machine": _bench.machine_summary(),
             "load_average": round(_bench.load_average() or 0.0, 2),

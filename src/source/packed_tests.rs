@@ -412,7 +412,12 @@ fn window_and_cache_parameters_are_checked() {
     assert_eq!(c.cache_bytes(), (4 + (2 * cpus).max(2)) * largest, "default: (window + 2 × CPUs) blocks");
     assert_eq!(c.prefetch_blocks(), 2);
     let f = PackedFile::open(&path, PackedMode::Partial, opts(Some(4), Some((8 * largest) as i128), None)).unwrap();
-    assert_eq!(f.cache().unwrap().prefetch_blocks(), DEFAULT_PREFETCH_BLOCKS);
+    assert_eq!(f.cache().unwrap().prefetch_blocks(), 4, "default: the window, when cache_bytes leaves room for it");
+    let f = PackedFile::open(&path, PackedMode::Partial, opts(Some(4), Some((6 * largest) as i128), None)).unwrap();
+    assert_eq!(f.cache().unwrap().prefetch_blocks(), 2, "default: what an explicit cache_bytes leaves");
+    let f = PackedFile::open(&path, PackedMode::Partial, opts(Some(3), None, None)).unwrap();
+    assert_eq!(f.cache().unwrap().prefetch_blocks(), 3, "default: the window");
+    assert_eq!(f.cache().unwrap().cache_bytes(), (3 + (2 * cpus).max(3)) * largest);
 }
 
 #[test]

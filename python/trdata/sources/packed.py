@@ -221,9 +221,9 @@ class Packed(Source):
     """A packed file written by ``trdata.pack``: its samples, targets (``labels``) and ``classes`` in the
     order they were packed. ``mode="full"`` reads the whole file into memory once (fastest; memory = file
     size); ``mode="partial"`` streams blocks through a cache of at most ``cache_bytes`` bytes (default: the
-    window plus two blocks per CPU; at least ``window_blocks + prefetch_blocks`` of the file's largest
-    blocks), fetching the next ``prefetch_blocks`` blocks of the plan's order in the background (default 4)
-    and evicting the block needed furthest in the future; it shuffles by blocks: a permutation of the blocks
+    window plus the larger of two blocks per CPU and ``prefetch_blocks``; at least ``window_blocks +
+    prefetch_blocks`` of the file's largest blocks), fetching the next ``prefetch_blocks`` blocks of the plan's
+    order in the background (default: a whole window, or what an explicit ``cache_bytes`` leaves) and evicting the block needed furthest in the future; it shuffles by blocks: a permutation of the blocks
     each epoch, then a shuffle of the samples within each window of ``window_blocks`` consecutive blocks.
     Opening checks the header and the index (CRC32C); each record's CRC32C is checked when it is read. The
     cache's and the reads' counters are in ``Loader.stats()`` (the user guide's "Cache sizing").
