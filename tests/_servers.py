@@ -21,6 +21,10 @@ class ServerError(RuntimeError):
     """A server did not start."""
 
 
+#: storage_options credentials of the moto server (any values do; these are the ones `s3_client` uses).
+CREDS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "aws_region": "us-east-1"}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

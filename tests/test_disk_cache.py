@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import trdata
 from _fixtures import write_jpegs
-from _servers import s3_client, start_moto, start_proxy, stop
+from _servers import CREDS, s3_client, start_moto, start_proxy, stop
 from trdata.errors import ConfigError
 
 pytest.importorskip("moto", reason="the S3 tests run moto's server (pip install 'moto[server]')")
@@ -30,7 +30,6 @@ pytest.importorskip("boto3")
 
 BUCKET = "trdata-disk-cache"
 KEY = "sets/train.trd"
-CREDS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "aws_region": "us-east-1"}
 BIG = 64 << 20  # the whole pack fits
 SMALL = 1 << 20  # the smallest cache_disk_bytes: about a third of the pack
 

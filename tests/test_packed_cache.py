@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import trdata
 from _fixtures import write_jpegs
-from _servers import start_moto, start_proxy, start_s3_read_server, stop
+from _servers import CREDS, start_moto, start_proxy, start_s3_read_server, stop
 
 KW: dict[str, Any] = dict(
     batch_size=4,
@@ -38,7 +38,6 @@ KW: dict[str, Any] = dict(
     transforms=[trdata.RandomResizedCrop(20, scale=(0.3, 1.0)), trdata.RandomHorizontalFlip()],
 )
 WINDOW = 2
-CREDS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "aws_region": "us-east-1"}
 COUNTERS = (
     "storage_requests", "storage_bytes", "storage_retries", "storage_failures", "storage_wait_ns",
     "storage_inflight_bytes", "cache_hits", "cache_misses", "cache_prefetched_blocks", "cache_evictions",

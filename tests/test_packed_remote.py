@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import trdata
 from _fixtures import write_jpegs
-from _servers import s3_client, start_moto, start_proxy, start_range_server, stop
+from _servers import CREDS, s3_client, start_moto, start_proxy, start_range_server, stop
 from trdata.errors import ConfigError, DecodeError, SourceError
 
 pytest.importorskip("moto", reason="the S3 tests run moto's server (pip install 'moto[server]')")
@@ -38,7 +38,6 @@ KW: dict[str, Any] = dict(
 )
 BUCKET = "trdata-test"
 KEY = "sets/train.trd"
-CREDS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "aws_region": "us-east-1"}
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import trdata
 from _fixtures import write_jpegs
-from _servers import s3_client, serve, start_moto, start_proxy, start_range_server, stop
+from _servers import CREDS, s3_client, serve, start_moto, start_proxy, start_range_server, stop
 from trdata import _core
 from trdata.errors import ConfigError, DecodeError, SourceError, TrdataError
 from trdata.sources.packed import inspect, verify
@@ -32,7 +32,6 @@ pytest.importorskip("moto", reason="the S3 tests run moto's server (pip install 
 pytest.importorskip("boto3")
 
 BUCKET = "trdata-urls"
-CREDS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "aws_region": "us-east-1"}
 KW: dict[str, Any] = dict(
     batch_size=5,
     dtype="uint8",
