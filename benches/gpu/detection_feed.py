@@ -225,8 +225,12 @@ def run(feed: Any, model: Any, opt: Any, steps: int, warmup: int) -> dict[str, A
     kind = next(model.parameters()).device.type
     sync = torch.cuda.synchronize if kind == "cuda" else (lambda: None)
 
+    in_next = [0.0]  # seconds the training thread spent getting batches (the feed's own cost on that thread)
+
     def step() -> int:
+        t = time.perf_counter()
         imgs, targets = next(feed)
+        in_next[0] += time.perf_counter() - t
         with torch.autocast(kind, dtype=torch.bfloat16):
             loss = sum(model(imgs, targets).values())
         opt.zero_grad(set_to_none=True)
@@ -240,6 +244,7 @@ def run(feed: Any, model: Any, opt: Any, steps: int, warmup: int) -> dict[str, A
     b0, t0j = busy_jiffies()
     c0 = loader_cpu_seconds()
     t0 = time.perf_counter()
+    in_next[0] = 0.0
     n = sum(step() for _ in range(steps))
     sync()
     wall = time.perf_counter() - t0
@@ -253,6 +258,7 @@ def run(feed: Any, model: Any, opt: Any, steps: int, warmup: int) -> dict[str, A
         "cores_busy": round(cores, 2),
         "cpu_seconds": round(cores * wall, 3),
         "loader_cpu_seconds": round(c1 - c0, 3),
+        "next_ms_per_step": round(1000 * in_next[0] / steps, 2),
         "images": n,
     }
 
