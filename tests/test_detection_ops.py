@@ -183,6 +183,22 @@ def coco_kp(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return root / "images", write_coco(root, keypoints=True)
 
 
+def _assert_masks_equal_but_for_ties(got: np.ndarray, want: np.ndarray) -> None:
+    """Nearest-sampled masks equal torchvision's, except where a warp's float32 source coordinate falls on a pixel
+    boundary: torch's own kernel rounds those ties differently by CPU (FMA or not). Such a pixel lies on the
+    reference mask's edge (its 3×3 neighbourhood holds both values), and there are very few of them; anything
+    else — a shifted, flipped or missing mask — fails."""
+    assert got.shape == want.shape and got.dtype == want.dtype
+    if want.size == 0:
+        return
+    got, want = got.reshape(-1, *got.shape[-2:]), want.reshape(-1, *want.shape[-2:])
+    diff = np.argwhere(got != want)
+    assert len(diff) <= max(1, want.size // 1000), f"{len(diff)} of {want.size} mask pixels differ"
+    for n, y, x in diff:
+        around = want[n, max(y - 1, 0) : y + 2, max(x - 1, 0) : x + 2]
+        assert around.min() != around.max(), f"mask {n} differs at ({y}, {x}), off its edge"
+
+
 @pytest.mark.parametrize("recipe", list(RECIPES))
 def test_stage2_ops_move_targets_as_torchvisions_kernels_with_the_same_draws(
     coco_kp: tuple[Path, Path], recipe: str
@@ -261,7 +277,7 @@ def test_stage2_ops_move_targets_as_torchvisions_kernels_with_the_same_draws(
                     if pad_to is None:
                         assert canvas == tuple(b.images.shape[-2:])
                     np.testing.assert_allclose(got["boxes"], boxes.numpy(), atol=1e-3)
-                    np.testing.assert_array_equal(got["masks"], masks.numpy())
+                    _assert_masks_equal_but_for_ties(got["masks"], masks.numpy())
                     np.testing.assert_array_equal(got["labels"], labels.numpy())
                     xy = kp.reshape(kp_raw.shape[0], -1, 2).numpy()
                     np.testing.assert_allclose(got["keypoints"][..., :2], xy, atol=1e-3)

@@ -99,7 +99,7 @@ def test_ctrl_c_during_a_pack_leaves_the_previous_file_and_no_temporary(tmp_path
     dst.write_bytes(b"the previous file")
     code = textwrap.dedent(
         f"""
-        import os, signal, numpy as np, trdata
+        import os, signal, time, numpy as np, trdata
         signal.signal(signal.SIGINT, signal.default_int_handler)
         rng = np.random.default_rng(0)
         src = trdata.Bytes([rng.bytes(20_000) for _ in range(2000)], list(range(2000)))
@@ -108,6 +108,9 @@ def test_ctrl_c_during_a_pack_leaves_the_previous_file_and_no_temporary(tmp_path
             if done >= 64 and not sent:
                 sent.append(done)
                 os.kill(os.getpid(), signal.SIGINT)
+                # a small pack can finish before the waiting main thread next looks at signals: hold the pack
+                # here (the progress callback runs on its way) until the interrupt has been seen
+                time.sleep(2)
         from trdata import _core
         try:
             _core.pack(src._native_source(), {str(dst)!r}, None, None, None, 2, [], progress, None)
