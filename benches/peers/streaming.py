@@ -348,21 +348,7 @@ def epoch_row(
 
 def trdata_epochs(source: Any, batch_size: int, workers: int) -> tuple[Any, Callable[[int], Iterator[int]]]:
     """The classification recipe over ``source`` (``_bench.trdata_contender``'s loader)."""
-    loader = trdata.Loader(
-        source,
-        batch_size=batch_size,
-        transforms=[trdata.RandomResizedCrop(_bench.CROP), trdata.RandomHorizontalFlip()],
-        normalize=trdata.IMAGENET,
-        dtype="float16",
-        layout="NCHW",
-        workers=workers,
-        shuffle=True,
-        seed=0,
-        reproducible=False,
-        last_batch="partial",
-        device="cpu",
-        on_error="raise",
-    )
+    loader = _bench.standard_loader(source, batch_size, workers, "float16")
 
     def epoch_batches(e: int) -> Iterator[int]:
         loader.set_epoch(e)

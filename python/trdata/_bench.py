@@ -227,6 +227,28 @@ def image_folder_files(root: str | os.PathLike[str]) -> tuple[list[str], list[in
     return list(paths), list(labels)
 
 
+def standard_loader(source: Any, batch_size: int, workers: int, dtype: str = "float16") -> Any:
+    """The standard pipeline's CPU loader over ``source``: RandomResizedCrop(CROP) + flip, ImageNet normalization,
+    NCHW ``dtype``, shuffled; what every trdata row of the benches times."""
+    import trdata
+
+    return trdata.Loader(
+        source,
+        batch_size=batch_size,
+        transforms=[trdata.RandomResizedCrop(CROP), trdata.RandomHorizontalFlip()],
+        normalize=trdata.IMAGENET,
+        dtype=dtype,
+        layout="NCHW",
+        workers=workers,
+        shuffle=True,
+        seed=0,
+        reproducible=False,
+        last_batch="partial",
+        device="cpu",
+        on_error="raise",
+    )
+
+
 def trdata_contender(
     root: str | os.PathLike[str],
     *,
@@ -248,21 +270,7 @@ def trdata_contender(
 
     if source is None:
         source = trdata.ImageFolder(root)
-    loader = trdata.Loader(
-        source,
-        batch_size=batch_size,
-        transforms=[trdata.RandomResizedCrop(CROP), trdata.RandomHorizontalFlip()],
-        normalize=trdata.IMAGENET,
-        dtype=dtype,
-        layout="NCHW",
-        workers=workers,
-        shuffle=True,
-        seed=0,
-        reproducible=False,
-        last_batch="partial",
-        device="cpu",
-        on_error="raise",
-    )
+    loader = standard_loader(source, batch_size, workers, dtype)
     before: dict[str, Any] = {}
 
     def snapshot() -> None:
