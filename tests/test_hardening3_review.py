@@ -93,8 +93,9 @@ def test_cifar_dicts_with_str_and_bytes_keys_still_load(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_during_a_pack_leaves_the_previous_file_and_no_temporary(tmp_path: Path) -> None:
-    """A real SIGINT to a process packing (sent from inside its progress callback, so at a known point): the
-    pack raises KeyboardInterrupt, dst keeps its previous contents and no ``<dst>.tmp.*`` is left."""
+    """A real SIGINT to a process packing (sent from inside its first progress callback, while the slow source
+    still has ~4 s of reads to go, so at a known point whatever the machine's speed): the pack raises
+    KeyboardInterrupt, dst keeps its previous contents and no ``<dst>.tmp.*`` is left."""
     dst = tmp_path / "out.trdpack"
     dst.write_bytes(b"the previous file")
     code = textwrap.dedent(
@@ -102,15 +103,22 @@ def test_ctrl_c_during_a_pack_leaves_the_previous_file_and_no_temporary(tmp_path
         import os, signal, time, numpy as np, trdata
         signal.signal(signal.SIGINT, signal.default_int_handler)
         rng = np.random.default_rng(0)
-        src = trdata.Bytes([rng.bytes(20_000) for _ in range(2000)], list(range(2000)))
+        blobs = [rng.bytes(20_000) for _ in range(2000)]
+
+        class Slow:  # 2 ms a read: the pack takes ~4 s, so it is still running at the first progress tick
+            def __len__(self):
+                return len(blobs)
+
+            def __getitem__(self, i):
+                time.sleep(0.002)
+                return blobs[i], i
+
+        src = trdata.DatasetSource(Slow())
         sent = []
         def progress(done, total):
-            if done >= 64 and not sent:
+            if not sent:
                 sent.append(done)
                 os.kill(os.getpid(), signal.SIGINT)
-                # a small pack can finish before the waiting main thread next looks at signals: hold the pack
-                # here (the progress callback runs on its way) until the interrupt has been seen
-                time.sleep(2)
         from trdata import _core
         try:
             _core.pack(src._native_source(), {str(dst)!r}, None, None, None, 2, [], progress, None)
