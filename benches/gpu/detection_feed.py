@@ -8,24 +8,34 @@ train mode, SGD, bf16 autocast, batch 16) and recipe (``hflip``: the images at t
 ``lsj``: ScaleJitter((1024, 1024)) + RandomCrop(1024, pad_if_needed=True) + flip + SanitizeBoundingBoxes):
 
 - ``synthetic``: batches of the same recipe and images made ahead by a trdata loader with another seed
-  (``--warmup`` + ``--steps`` batches, real sizes and targets) kept on the GPU and trained on — the model's rate on
-  such inputs with no loader at all. Another seed, not the ``trdata`` row's own batches: the eager detectors pay
-  for every batch shape they have not seen yet (cuDNN's per-shape plans, the allocator), so a row that replays
-  shapes an earlier row already showed the model is faster than the same work seen first; with another seed every
-  row meets new shapes at the same rate, as in training. (Earlier runs cycled 8 batches, or replayed the trdata
-  row's batches: the first made the ceiling too fast, the second made the synthetic row, which ran first, pay for
-  every shape the trdata row then reused);
+  (``--warmup`` × 4 + ``--steps`` batches, real sizes and targets) kept on the GPU and trained on — the model's rate
+  on such inputs with no loader at all. The model's first row warms it up for ``--model-warmup`` steps, which cycle
+  these batches: the timed window then replays batches (and so batch shapes) the model has met, as in a long
+  training, where every shape of a finite dataset has been met. It runs again after the loaders and the faster of
+  its two runs is the ceiling;
+- ``synthetic_first_sight``: batches of a third seed, made ahead and kept on the GPU like ``synthetic``'s, each shown
+  once: the same work as ``synthetic`` with no loader, but every batch new to the model. The eager detectors pay
+  for every batch shape they have not met (cuDNN's per-shape plans, the caching allocator's new block sizes), so this
+  row measures that cost apart from any loader;
+- ``synthetic_copies``: ``synthetic``'s batches given as new tensors each step (a clone of each), as a loader gives
+  them: the cost of fresh input tensors apart from any loader;
 - ``trdata``: ``CocoDetection`` on a CUDA loader (hflip with ``pad_to`` the largest image rounded up to 32; the
   images are the slots' ``[:h, :w]`` views), targets delivered on the GPU; ``--decode gpu`` (the default) decodes
   the JPEGs with nvJPEG where the recipe allows it (the loader says so with a ConfigError otherwise, and the row
-  then decodes on the CPU: ``decode`` in the row says which);
-- ``dataloader``: DataLoader(``--workers``, pin_memory) over torchvision's ``CocoDetection`` +
-  ``wrap_dataset_for_transforms_v2`` + the same v2 recipe, images and targets moved to the GPU.
+  then decodes on the CPU: ``decode`` in the row says which). Its batches are new to the model, as
+  ``synthetic_first_sight``'s are;
+- ``trdata_again``: a new loader of the same seed, so the same batches again: the loader's rate on batches the model
+  has met, as ``synthetic``'s are (the steady state of a long training);
+- ``dataloader``: DataLoader(``--workers``, pin_memory, a seeded sampler) over torchvision's ``CocoDetection`` +
+  ``wrap_dataset_for_transforms_v2`` + the same v2 recipe, images and targets moved to the GPU; ``dataloader_again``
+  a new one with the same seed, as ``trdata_again``.
+
+``--rows`` picks rows (``synthetic`` first; ``trdata`` and ``dataloader`` always). Earlier versions cycled 8 batches
+(too fast a ceiling) or replayed the trdata row's own batches as the ceiling (the row that came second met shapes
+the first had shown the model).
 
 Each row: ``--warmup`` steps, then ``--steps`` timed steps; img/s, its ratio to synthetic, and the cores busy
-(all CPUs' busy time from /proc/stat over the window, so a DataLoader's worker processes count). The synthetic row
-runs again after both loaders and the faster of its two runs is the ceiling (the first row also pays for the
-model's warm-up). The model's first row warms it up for ``--model-warmup`` steps. The loader's own CPU: the CPU time of
+(all CPUs' busy time from /proc/stat over the window, so a DataLoader's worker processes count). The loader's own CPU: the CPU time of
 trdata's threads, or of the DataLoader's worker processes, over the window, per image delivered —
 ``*_loader_cpu_ms_per_img`` and their ratio (the DataLoader's pin-memory thread is not counted: that favours it).
 
@@ -48,6 +58,11 @@ from common import DEFAULT_DATA, folder_files  # noqa: E402
 from common.coco import write_coco  # noqa: E402
 
 BATCH = 16
+#: The rows, in their default order (module docs).
+ROWS = (
+    "synthetic", "synthetic_first_sight", "synthetic_copies", "trdata", "trdata_again", "dataloader",
+    "dataloader_again",
+)  # fmt: skip
 
 
 def loader_cpu_seconds() -> float:
@@ -155,7 +170,7 @@ class TrdataFeed:
 
 
 class DataLoaderFeed:
-    def __init__(self, images: str, ann: str, recipe: str, workers: int, device: str) -> None:
+    def __init__(self, images: str, ann: str, recipe: str, workers: int, device: str, seed: int) -> None:
         import torch
         from torchvision.datasets import CocoDetection, wrap_dataset_for_transforms_v2
 
@@ -165,6 +180,7 @@ class DataLoaderFeed:
         self.loader = torch.utils.data.DataLoader(
             ds, batch_size=BATCH, shuffle=True, num_workers=workers, pin_memory=True, drop_last=True,
             persistent_workers=True, collate_fn=lambda b: tuple(zip(*b)),
+            generator=torch.Generator().manual_seed(seed),  # the same batches again from a new feed of this seed
         )  # fmt: skip
         self.it = iter(self.loader)
         self.device = device
@@ -187,7 +203,8 @@ class DataLoaderFeed:
 
 class SyntheticFeed:
     """The first ``n`` batches of ``feed`` (real sizes and targets: a variable-size recipe's cost depends on them),
-    kept on the GPU as compact tensors and given in the same order (then again from the start)."""
+    kept on the GPU as compact tensors and given in the same order (then again from the start). ``copies()``: the
+    same batches given as new tensors each step (a clone per tensor), as a loader gives them."""
 
     def __init__(self, feed: Any, n: int) -> None:
         self.batches = []
@@ -201,6 +218,16 @@ class SyntheticFeed:
     def __next__(self) -> tuple[list[Any], list[dict[str, Any]]]:
         self.i += 1
         return self.batches[self.i % len(self.batches)]
+
+    def copies(self) -> Any:
+        outer = self
+
+        class Copies:
+            def __next__(self) -> tuple[list[Any], list[dict[str, Any]]]:
+                imgs, targets = next(outer)
+                return [x.clone() for x in imgs], [{k: v.clone() for k, v in t.items()} for t in targets]
+
+        return Copies()
 
     def close(self) -> None:
         pass
@@ -263,6 +290,94 @@ def run(feed: Any, model: Any, opt: Any, steps: int, warmup: int) -> dict[str, A
     }
 
 
+def measure_pair(
+    args: Any,
+    images: str,
+    ann: str,
+    pad_to: tuple[int, int],
+    model_name: str,
+    recipe: str,
+    rows_wanted: list[str],
+) -> dict[str, Any]:
+    """Every row of ``rows_wanted`` for one model and recipe, on one model instance (module docs)."""
+    model, opt = make_model(model_name, args.device)
+    n_batches = args.warmup + args.steps  # what one row consumes
+
+    def ahead(seed: int, n: int) -> SyntheticFeed:
+        feed = TrdataFeed(images, ann, recipe, pad_to, args.device, seed=seed, decode="cpu")
+        try:
+            return SyntheticFeed(feed, n)
+        finally:
+            feed.close()
+
+    synthetic = ahead(8, args.warmup * 4 + args.steps)
+    res: dict[str, Any] = {}
+    decode = [args.decode]
+
+    def measure(name: str, feed: Any, warmup: int = args.warmup) -> None:
+        res[name] = run(feed, model, opt, args.steps, warmup)
+        print(f"{model_name:<10} {recipe:<5} {name:<22} {res[name]}", flush=True)
+
+    def trdata_feed() -> TrdataFeed:
+        feed = TrdataFeed(images, ann, recipe, pad_to, args.device, seed=7, decode=args.decode)
+        decode[0] = feed.decode
+        return feed
+
+    for name in rows_wanted:
+        if name == "synthetic":
+            # the model's first row also warms it up: with images at their own sizes (hflip) its
+            # step keeps getting faster for ~100 steps (new shapes), so a long one
+            measure(name, synthetic, args.model_warmup)
+        elif name == "synthetic_copies":
+            measure(name, synthetic.copies())
+        elif name == "synthetic_first_sight":
+            measure(name, ahead(9, n_batches))  # resident batches, each shown once
+        elif name in ("trdata", "trdata_again"):
+            feed = trdata_feed()
+            measure(name, feed)
+            feed.close()
+        elif name in ("dataloader", "dataloader_again"):
+            feed = DataLoaderFeed(images, ann, recipe, args.workers, args.device, seed=11)
+            measure(name, feed)
+            feed.close()
+    # the ceiling measured again after the loaders: the first row pays for the model's warm-up
+    # (the caching allocator meeting a stream of new batch shapes), so the faster of the two is taken
+    measure("synthetic_after", synthetic)
+    if res["synthetic_after"]["img_per_s"] > res["synthetic"]["img_per_s"]:
+        res["synthetic_first"], res["synthetic"] = res["synthetic"], res["synthetic_after"]
+    del res["synthetic_after"]
+    res["trdata"]["decode"] = decode[0]
+    syn = res["synthetic"]["img_per_s"]
+    row = {"model": model_name, "recipe": recipe, **{k: v for k, v in res.items()}}
+    for name in res:
+        if name != "synthetic":
+            row[f"{name}_vs_synthetic"] = round(res[name]["img_per_s"] / syn, 3)
+    if "synthetic_first_sight" in res:  # the loaders' first pass against batches equally new
+        first = res["synthetic_first_sight"]["img_per_s"]
+        for name in ("trdata", "dataloader"):
+            row[f"{name}_vs_first_sight"] = round(res[name]["img_per_s"] / first, 3)
+    # the loader's own CPU per image (its threads and worker processes, loader_cpu_seconds)
+    for name in ("trdata", "dataloader"):
+        cpu = res[name]["loader_cpu_seconds"]
+        row[f"{name}_loader_cpu_ms_per_img"] = round(1000 * cpu / res[name]["images"], 2)
+    row["loader_cpu_ratio"] = round(
+        row["trdata_loader_cpu_ms_per_img"] / max(row["dataloader_loader_cpu_ms_per_img"], 1e-9),
+        3,
+    )
+    ratios = ", ".join(
+        f"{k[: -len('_vs_synthetic')]} {v}×" for k, v in row.items() if k.endswith("_vs_synthetic")
+    )
+    print(f"  → vs synthetic: {ratios}", flush=True)
+    print(
+        f"  → trdata {row['trdata_vs_synthetic']}× synthetic ({res['trdata']['cores_busy']} cores), "
+        f"DataLoader {row['dataloader_vs_synthetic']}× ({res['dataloader']['cores_busy']} cores); loader CPU "
+        f"{row['trdata_loader_cpu_ms_per_img']} vs {row['dataloader_loader_cpu_ms_per_img']} ms/img "
+        f"({row['loader_cpu_ratio']}×)",
+        flush=True,
+    )
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -281,7 +396,13 @@ def main() -> None:
         "--decode", default="gpu", help="the trdata row's decode= (gpu: nvJPEG where the recipe allows)"
     )
     ap.add_argument("--max-side", type=int, default=640, help="COCO-sized images: longest side at most this")
+    ap.add_argument("--rows", default=",".join(ROWS), help="the rows, in this order (module docs)")
     args = ap.parse_args()
+    rows_wanted = args.rows.split(",")
+    if rows_wanted[0] != "synthetic" or not {"trdata", "dataloader"} <= set(rows_wanted):
+        ap.error("--rows starts with synthetic and holds trdata and dataloader")
+    if unknown := set(rows_wanted) - set(ROWS):
+        ap.error(f"unknown rows {sorted(unknown)}; known: {ROWS}")
     import torch
 
     torch.backends.cudnn.benchmark = False
@@ -299,59 +420,11 @@ def main() -> None:
         )
         for model_name in args.models.split(","):
             for recipe in args.recipes.split(","):
-                model, opt = make_model(model_name, args.device)
-                ahead = TrdataFeed(images, ann, recipe, pad_to, args.device, seed=8, decode="cpu")
-                synthetic = SyntheticFeed(ahead, args.warmup * 4 + args.steps)
-                ahead.close()
-                tr = TrdataFeed(images, ann, recipe, pad_to, args.device, seed=7, decode=args.decode)
-                feeds = [("synthetic", synthetic), ("trdata", tr)]
-                res: dict[str, Any] = {}
-                for name, feed in feeds:
-                    # the model's first row also warms it up: with images at their own sizes (hflip) its step keeps
-                    # getting faster for ~100 steps (the caching allocator meeting new shapes), so a long one
-                    warmup = args.model_warmup if name == "synthetic" else args.warmup
-                    res[name] = run(feed, model, opt, args.steps, warmup)
-                    print(f"{model_name:<10} {recipe:<5} {name:<10} {res[name]}", flush=True)
-                res["trdata"]["decode"] = tr.decode
-                tr.close()
-                dl = DataLoaderFeed(images, ann, recipe, args.workers, args.device)
-                res["dataloader"] = run(dl, model, opt, args.steps, args.warmup)
-                print(f"{model_name:<10} {recipe:<5} {'dataloader':<10} {res['dataloader']}", flush=True)
-                dl.close()
-                # the ceiling measured again after both loaders: the first row pays for the model's warm-up
-                # (the caching allocator meeting a stream of new batch shapes), so the faster of the two is taken
-                res["synthetic_after"] = run(synthetic, model, opt, args.steps, args.warmup)
-                print(
-                    f"{model_name:<10} {recipe:<5} {'synth again':<10} {res['synthetic_after']}", flush=True
-                )
-                if res["synthetic_after"]["img_per_s"] > res["synthetic"]["img_per_s"]:
-                    res["synthetic_first"], res["synthetic"] = res["synthetic"], res["synthetic_after"]
-                del res["synthetic_after"]
-                syn = res["synthetic"]["img_per_s"]
-                row = {"model": model_name, "recipe": recipe, **{k: v for k, v in res.items()}}
-                row["trdata_vs_synthetic"] = round(res["trdata"]["img_per_s"] / syn, 3)
-                row["dataloader_vs_synthetic"] = round(res["dataloader"]["img_per_s"] / syn, 3)
-                # the loader's own CPU per image (its threads and worker processes, loader_cpu_seconds)
-                for name in ("trdata", "dataloader"):
-                    cpu = res[name]["loader_cpu_seconds"]
-                    row[f"{name}_loader_cpu_ms_per_img"] = round(1000 * cpu / res[name]["images"], 2)
-                row["loader_cpu_ratio"] = round(
-                    row["trdata_loader_cpu_ms_per_img"] / max(row["dataloader_loader_cpu_ms_per_img"], 1e-9),
-                    3,
-                )
-                print(
-                    f"  → trdata {row['trdata_vs_synthetic']}× synthetic ({res['trdata']['cores_busy']} cores), "
-                    f"DataLoader {row['dataloader_vs_synthetic']}× ({res['dataloader']['cores_busy']} cores); loader CPU "
-                    f"{row['trdata_loader_cpu_ms_per_img']} vs {row['dataloader_loader_cpu_ms_per_img']} ms/img "
-                    f"({row['loader_cpu_ratio']}×)",
-                    flush=True,
-                )
-                rows.append(row)
-                del model, opt
+                rows.append(measure_pair(args, images, ann, pad_to, model_name, recipe, rows_wanted))
+                if args.out:  # after each pair: a run cut short keeps what it measured
+                    args.out.write_text(json.dumps({"rows": rows, "torch": torch.__version__}, indent=1))
                 if args.device == "cuda":
                     torch.cuda.empty_cache()
-    if args.out:
-        args.out.write_text(json.dumps({"rows": rows, "torch": torch.__version__}, indent=1))
 
 
 if __name__ == "__main__":

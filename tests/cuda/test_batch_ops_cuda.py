@@ -64,3 +64,30 @@ def test_cuda_batch_transform_runs_on_a_side_stream_and_is_awaited(small_paths):
             diff = (b.images - p.images).float()
             assert bool(((diff >= 0) & (diff < 1)).all())  # the side stream's result, complete
     assert seen and all(s != torch.cuda.default_stream(s.device) for s in seen)
+
+
+@needs_cuda
+def test_detection_mixup_after_a_mosaic_on_a_cuda_loader_equals_the_cpu_loader(tmp_path):
+    """DetectionMixUp on a CUDA detection loader (the batch on the device, targets as device tensors) after a
+    Mosaic gives the CPU loader's pixels and concatenated targets: same draws, same rows."""
+    from test_mosaic import S, write_boxes
+
+    images, ann = write_boxes(tmp_path)
+    src = trdata.CocoDetection(images, ann)
+    kw = dict(
+        batch_size=4, transforms=[trdata.Mosaic(S), trdata.RandomHorizontalFlip(), trdata.Resize((S, S))],
+        batch_ops=[trdata.DetectionMixUp()], dtype="float32", normalize=None, seed=3, reproducible=True,
+    )  # fmt: skip
+    rows = boxes = 0
+    with trdata.Loader(src, **kw) as cpu, trdata.Loader(src, device="cuda:0", **kw) as gpu:
+        for a, b in zip(cpu, gpu, strict=True):
+            assert b.images.is_cuda
+            np.testing.assert_allclose(b.images.cpu().numpy(), np.asarray(a.images), rtol=1e-6, atol=1e-4)
+            assert len(a.targets) == len(b.targets) == len(b.indices)
+            for ta, tb in zip(a.targets, b.targets):
+                assert tb["boxes"].is_cuda and tb["labels"].is_cuda
+                for key in ("boxes", "labels", "iscrowd"):
+                    np.testing.assert_array_equal(tb[key].cpu().numpy(), np.asarray(ta[key]))
+                boxes += len(tb["boxes"])
+            rows += len(b.indices)
+    assert rows == 9 and boxes > 9  # every row once; mixed rows hold their own and their neighbour's boxes
