@@ -16,6 +16,7 @@
 //! epoch counts as delivered once `next_step` returned it; a checkpoint after the last batch
 //! of epoch e is normalized to (e + 1, 0).
 
+use crate::augment::mosaic::Partners;
 use crate::config::{self, DecodeMode, LoaderConfig};
 use crate::cuda::{self, nvjpeg, nvrtc};
 use crate::error::{Result, SampleError, TrdataError};
@@ -286,25 +287,42 @@ impl Loader {
         crate::augment::targets::TargetPlan::replay(pipeline.program(), key, (width, height), channels, boxes)
     }
 
-    /// Each part's dataset index of row `index`'s mosaic in `epoch` (the row first; the row alone when the gate
-    /// stayed shut); `None` when the transforms start with no Mosaic.
-    pub fn mosaic_parts(&self, index: u64, epoch: u64) -> Option<Vec<u64>> {
-        let stage = self.cfg.pipeline.first().program().mosaic.as_ref()?;
-        let key = crate::augment::SampleKey { seed: self.cfg.seed, epoch, index };
-        Some(stage.indices(&stage.draw(key, self.dataset().len() as u64), index))
+    /// The windows of `epoch` when the source is read window by window (plan/mod.rs "Block order"): where a
+    /// Mosaic draws its partners from, as the workers do (their epoch plan holds the same).
+    fn windows(&self, epoch: u64) -> Option<crate::plan::Windows> {
+        self.dataset().block_structure().map(|b| crate::plan::Windows::new(&self.shape, epoch, b))
     }
 
-    /// [`Self::target_plan`] of a mosaic row whose parts' images ([`Self::mosaic_parts`]) are `sizes`.
-    pub fn mosaic_target_plan(
+    /// Each part's dataset index of the mosaic of each row of `indices` in `epoch` (the row first; the row alone
+    /// when the gate stayed shut); `None` when the transforms start with no Mosaic.
+    pub fn mosaic_parts(&self, indices: &[u64], epoch: u64) -> Option<Vec<Vec<u64>>> {
+        let stage = self.cfg.pipeline.first().program().mosaic.as_ref()?;
+        let windows = self.windows(epoch);
+        let partners = Partners::of(self.dataset().len() as u64, windows.as_ref());
+        let draw = |index| stage.draw(crate::augment::SampleKey { seed: self.cfg.seed, epoch, index }, partners);
+        Some(indices.iter().map(|&index| stage.indices(&draw(index), index)).collect())
+    }
+
+    /// [`Self::target_plan`] of the mosaic rows `indices` whose parts' images ([`Self::mosaic_parts`]) are
+    /// `sizes` (one list per row).
+    pub fn mosaic_target_plans(
         &self,
-        index: u64,
+        indices: &[u64],
         epoch: u64,
-        sizes: &[(u32, u32)],
-    ) -> std::result::Result<crate::augment::targets::TargetPlan, String> {
+        sizes: &[Vec<(u32, u32)>],
+    ) -> std::result::Result<Vec<crate::augment::targets::TargetPlan>, String> {
         let pipeline = self.cfg.pipeline.first();
-        let key = crate::augment::SampleKey { seed: self.cfg.seed, epoch, index };
-        let (program, n) = (pipeline.program(), self.dataset().len() as u64);
-        crate::augment::targets::TargetPlan::replay_mosaic(program, key, n, sizes, pipeline.channels().count())
+        let windows = self.windows(epoch);
+        let partners = Partners::of(self.dataset().len() as u64, windows.as_ref());
+        let (program, channels) = (pipeline.program(), pipeline.channels().count());
+        indices
+            .iter()
+            .zip(sizes)
+            .map(|(&index, sizes)| {
+                let key = crate::augment::SampleKey { seed: self.cfg.seed, epoch, index };
+                crate::augment::targets::TargetPlan::replay_mosaic(program, key, partners, sizes, channels)
+            })
+            .collect()
     }
 
     /// Validate the configuration (CPU engine); starts nothing.
@@ -689,6 +707,8 @@ impl Loader {
         let rank = self.cfg.rank as u64;
         let reproducible = self.cfg.reproducible;
         let limits = self.cfg.decode_limits;
+        // a Mosaic reads its partners from the row's window (augment/mosaic.rs; the block cache's schedule)
+        let partners = self.cfg.pipeline.first().program().mosaic.is_some();
         let rt = self.runtime()?;
         let epoch_shape = EpochShape {
             batches: shape.batches_per_engine(),
@@ -712,7 +732,7 @@ impl Loader {
         };
         if let (Some(cache), Some(blocks)) = (ctx.dataset.block_cache(), ctx.dataset.block_structure()) {
             let ids: Vec<u64> = engines.iter().map(|e| e.global_engine).collect();
-            cache.set_schedule(plan.block_schedule(blocks, &ids, first * shape.batch_size));
+            cache.set_schedule(plan.block_schedule(blocks, &ids, first * shape.batch_size, partners));
         }
         let pending = (0..rt.gpus.len().max(1)).map(|_| None).collect();
         let job = Arc::new(EpochJob { plan: Arc::clone(&plan), engines, ctx: Arc::clone(&ctx) });

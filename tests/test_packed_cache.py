@@ -233,6 +233,37 @@ def test_the_local_file_reads_ahead_and_counts_as_the_url_does(
         assert "cache_hits" not in full.stats() and full.stats()["storage_requests"] >= 1
 
 
+def test_mosaic_partners_come_from_the_rows_window_and_fetch_no_block_twice(
+    pack_file: Path, blocks: tuple[int, int]
+) -> None:
+    """A Mosaic on a partial pack draws its partners from the row's window of the epoch (augment/mosaic.rs): every
+    part of every row lies in the blocks of the row's window, and an epoch fetches each block exactly once, as
+    without the Mosaic (partners from the whole file would fetch blocks no cached window holds; counted as the
+    plan's reads, they would finish blocks early and have them evicted before their own reads). With window-local
+    partners but a window freed as soon as its blocks' own rows were read, this test saw 47 fetches of 32 blocks."""
+    n_blocks, _ = blocks
+    starts = np.asarray(trdata.sources.packed.inspect(pack_file)["block_starts"])
+    block_of = lambda r: int(np.searchsorted(starts, r, side="right")) - 1  # noqa: E731
+    source = trdata.Packed(pack_file, "partial", window_blocks=WINDOW)
+    kw = {**KW, "transforms": [trdata.Mosaic(12), trdata.Resize((16, 16))]}
+    with trdata.Loader(source, workers=2, **kw) as ld:
+        for e in range(2):
+            order = [int(i) for _, _, x in epoch(ld, len(source)) for i in x]  # one engine: the plan's order
+            stats = settled(source)
+            # the epoch's windows: its blocks in order of first use, WINDOW at a time (each window's records are
+            # consecutive in the order)
+            ranked = list(dict.fromkeys(block_of(r) for r in order))
+            window_of = {b: k // WINDOW for k, b in enumerate(ranked)}
+            parts = ld._native.mosaic_parts(order, e)
+            assert all(p[0] == i and len(p) == 4 for i, p in zip(order, parts))
+            for i, p in zip(order, parts):
+                assert {window_of[block_of(j)] for j in p} == {window_of[block_of(i)]}, (e, i, p)
+            if e == 0:  # the read-ahead (a window by default) crosses into epoch 2's first blocks
+                assert n_blocks <= fetched(stats) <= n_blocks + WINDOW, stats
+            # partners vary: not only the row's own block
+            assert len({block_of(j) for p in parts for j in p[1:]}) == n_blocks
+
+
 @pytest.fixture
 def proxy(moto: str) -> Iterator[Any]:
     server = start_proxy(moto)

@@ -824,21 +824,21 @@ impl SamplePipeline {
         Ok((src, m, plan, (info.width, info.height)))
     }
 
-    /// A leading `Mosaic`'s row (augment/mosaic.rs): draw from `key` over a source of `n` samples, decode each
+    /// A leading `Mosaic`'s row (augment/mosaic.rs): draw from `key` with its `partners`, decode each
     /// part (`read(j, decode)` hands dataset sample `j`'s encoded bytes to `decode`) resized onto the canvas,
     /// then stage 2 and the write into `dst`. A part that fails → its dataset index and error (`dst` untouched).
     pub fn process_mosaic(
         &self,
         scratch: &mut WorkerScratch,
         key: SampleKey,
-        n: u64,
+        partners: mosaic::Partners<'_>,
         read: &mut ReadPart<'_>,
         dst: &mut [u8],
     ) -> std::result::Result<SampleTiming, (u64, ImageError)> {
         assert_eq!(dst.len(), self.sample_bytes(), "process_mosaic: dst must be exactly sample_bytes() long");
         let stage = self.program.mosaic.as_ref().expect("process_mosaic: the program starts with a Mosaic");
         let t0 = Instant::now();
-        let draw = stage.draw(key, n);
+        let draw = stage.draw(key, partners);
         let side = stage.canvas();
         let c = self.channels.count();
         let WorkerScratch { decoder, resample: s, program: ps, .. } = scratch;

@@ -7,9 +7,12 @@
 //!   Site::top(0).stream())`, the stream of list position 0), in this order: the gate `u < p`, the centre
 //!   `xc` then `yc`, each uniform over the integers of `[s/2, 2s − s/2)` (ultralytics' `int(uniform(s/2, 3s/2))`),
 //!   then three partner indices, each uniform over the whole source (partners may repeat and may be the row
-//!   itself, as ultralytics' `randint` draws them). All four are drawn whether or not the gate opens, so a
-//!   row's draw never depends on another op. Partners are not taken from the row's packed window: the draw is
-//!   a function of (seed, epoch, index, source length) only, and a partner outside the window is one more read;
+//!   itself, as ultralytics' `randint` draws them) — or, for a source read window by window (a `partial`
+//!   packed file: plan/mod.rs "Block order"), uniform over the records of the row's window in this epoch
+//!   ([`Partners::Window`]: the u-th record of the window, its blocks in rank order, each block's records in
+//!   file order), so a partner never costs a block the cache does not hold for the window anyway. All four are
+//!   drawn whether or not the gate opens, so a row's draw never depends on another op: it is a function of
+//!   (seed, epoch, index, source length) and, for windows, the epoch's block order;
 //! - each part (the row first, then the partners) is resized so that its long side is `s` (timm's
 //!   `ResizeKeepRatio` rule with `longest = 1`: the short side is `round(short · s / long)`, half to even;
 //!   ultralytics takes `ceil`, at most one pixel more), by the folded decode's resampler (antialiased bilinear,
@@ -30,7 +33,32 @@ use super::ops::Mosaic;
 use super::site::Site;
 use super::{SampleKey, TransformSpec};
 use crate::error::Result;
+use crate::plan::Windows;
 use crate::rng::SampleRng;
+
+/// Where a row's partners are drawn from (module docs).
+#[derive(Debug, Clone, Copy)]
+pub enum Partners<'a> {
+    /// The whole source of this many samples.
+    Source(u64),
+    /// The records of the row's window in this epoch's plan.
+    Window(&'a Windows),
+}
+
+impl Partners<'_> {
+    /// The source's partners: its epoch's windows when it is read window by window, else all `n` samples.
+    pub fn of(n: u64, windows: Option<&Windows>) -> Partners<'_> {
+        windows.map_or(Partners::Source(n), Partners::Window)
+    }
+
+    /// One partner of row `index`: a uniform draw `u` over the pool's length, then its record.
+    fn draw(&self, index: u64, rng: &mut SampleRng) -> u64 {
+        match self {
+            Partners::Source(n) => rng.below((*n).max(1)),
+            Partners::Window(w) => w.record_of(index, rng.below(w.len_of(index))),
+        }
+    }
+}
 
 /// A mosaic's draw for one row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,15 +118,15 @@ impl MosaicStage {
         2 * self.op.size as usize
     }
 
-    /// Row `key`'s draw over a source of `n` samples (module docs; `n` ≥ 1).
-    pub fn draw(&self, key: SampleKey, n: u64) -> MosaicDraw {
+    /// Row `key`'s draw, its partners from `partners` (module docs).
+    pub fn draw(&self, key: SampleKey, partners: Partners<'_>) -> MosaicDraw {
         let mut rng = SampleRng::new(key.seed, key.epoch, key.index, Site::top(0).stream());
         let apply = rng.uniform() < self.op.p;
         let s = i64::from(self.op.size);
         let (lo, span) = (s / 2, 2 * s - 2 * (s / 2));
         let mut centre = || lo + ((rng.uniform() * span as f64) as i64).min(span - 1);
         let centre = (centre(), centre());
-        let partners = [rng.below(n.max(1)), rng.below(n.max(1)), rng.below(n.max(1))];
+        let partners = std::array::from_fn(|_| partners.draw(key.index, &mut rng));
         MosaicDraw { apply, centre, partners }
     }
 
@@ -170,7 +198,7 @@ mod tests {
         let st = stage(64, 1.0);
         for index in 0..500 {
             let key = SampleKey { seed: 7, epoch: 1, index };
-            let d = st.draw(key, 10);
+            let d = st.draw(key, Partners::Source(10));
             assert!(d.apply && (32..96).contains(&d.centre.0) && (32..96).contains(&d.centre.1));
             let sizes = [(100, 50), (30, 90), (64, 64), (7, 300)];
             let parts = st.layout(&d, index, &sizes);
@@ -196,7 +224,7 @@ mod tests {
     #[test]
     fn a_shut_gate_centres_the_row_alone() {
         let st = stage(64, 0.0);
-        let d = st.draw(SampleKey { seed: 1, epoch: 0, index: 3 }, 5);
+        let d = st.draw(SampleKey { seed: 1, epoch: 0, index: 3 }, Partners::Source(5));
         assert!(!d.apply);
         assert_eq!(st.indices(&d, 3), vec![3]);
         let p = st.place(&d, 0, 3, (200, 100));

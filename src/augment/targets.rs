@@ -198,18 +198,18 @@ impl TargetPlan {
         Ok(out)
     }
 
-    /// [`Self::replay`] for a program that starts with a Mosaic: row `key` of a source of `n` samples whose
+    /// [`Self::replay`] for a program that starts with a Mosaic: row `key`, its partners from `partners`, whose
     /// parts' images ([`super::mosaic::MosaicStage::indices`], the row first) are `sizes` = (width, height) each.
     /// The wrong number of sizes → a message.
     pub fn replay_mosaic(
         program: &Program,
         key: SampleKey,
-        n: u64,
+        partners: super::mosaic::Partners<'_>,
         sizes: &[(u32, u32)],
         channels: usize,
     ) -> Result<Self, String> {
         let Some(stage) = &program.mosaic else { return Err("the transforms start with no Mosaic".to_string()) };
-        let draw = stage.draw(key, n);
+        let draw = stage.draw(key, partners);
         let want = stage.indices(&draw, key.index).len();
         if sizes.len() != want {
             return Err(format!("row {} has {want} mosaic parts, {} sizes were given", key.index, sizes.len()));

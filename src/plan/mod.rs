@@ -116,6 +116,70 @@ pub struct EpochPlan {
     order: Vec<u32>,
     /// Block-structured plans: this epoch's block order, rank → block (empty otherwise).
     block_order: Vec<u32>,
+    /// Block-structured plans: this epoch's windows, for draws that stay in a record's window.
+    windows: Option<Windows>,
+}
+
+/// An epoch's windows (module docs, "Block order"), for draws that must stay in a record's window: a Mosaic's
+/// partners on a source read window by window (augment/mosaic.rs), which then need no block the cache does not
+/// hold for the window anyway. Window w holds the records of blocks `order[w·W .. (w+1)·W]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Windows {
+    /// First record of each block, then N.
+    starts: Vec<u32>,
+    /// Rank → block (this epoch's block order).
+    order: Vec<u32>,
+    /// Block → rank.
+    rank: Vec<u32>,
+    /// Blocks per window.
+    window_blocks: usize,
+}
+
+impl Windows {
+    /// The windows of `epoch` for a source of `blocks` (the plan's own block order, [`block_order`]).
+    pub fn new(shape: &PlanShape, epoch: u64, blocks: BlockStructure<'_>) -> Self {
+        let order = block_order(shape, epoch, blocks.block_starts.len() - 1);
+        Self::from_order(blocks, order)
+    }
+
+    fn from_order(blocks: BlockStructure<'_>, order: Vec<u32>) -> Self {
+        let mut rank = vec![0u32; order.len()];
+        for (r, &k) in order.iter().enumerate() {
+            rank[k as usize] = r as u32;
+        }
+        let window_blocks = blocks.window_blocks.max(1) as usize;
+        Self { starts: blocks.block_starts.to_vec(), order, rank, window_blocks }
+    }
+
+    /// The blocks of record `i`'s window, in rank order.
+    fn window_of(&self, i: u64) -> &[u32] {
+        let block = self.starts.partition_point(|&s| u64::from(s) <= i) - 1;
+        let w = self.rank[block] as usize / self.window_blocks;
+        let lo = w * self.window_blocks;
+        &self.order[lo..(lo + self.window_blocks).min(self.order.len())]
+    }
+
+    fn block_len(&self, k: u32) -> u64 {
+        u64::from(self.starts[k as usize + 1] - self.starts[k as usize])
+    }
+
+    /// How many records record `i`'s window holds (≥ 1: `i` itself).
+    pub fn len_of(&self, i: u64) -> u64 {
+        self.window_of(i).iter().map(|&k| self.block_len(k)).sum()
+    }
+
+    /// The `u`-th record (`u < len_of(i)`) of record `i`'s window, counting its blocks in rank order and each
+    /// block's records in file order.
+    pub fn record_of(&self, i: u64, mut u: u64) -> u64 {
+        for &k in self.window_of(i) {
+            let len = self.block_len(k);
+            if u < len {
+                return u64::from(self.starts[k as usize]) + u;
+            }
+            u -= len;
+        }
+        panic!("record_of: {u} past the end of record {i}'s window")
+    }
 }
 
 /// Fisher–Yates over `items` with `rng` (the one shuffle of the plan).
@@ -152,7 +216,7 @@ impl EpochPlan {
             if shape.shuffle {
                 shuffle(&mut order, SampleRng::new(shape.seed, epoch, u64::from(u32::MAX), OP_PLAN_SHUFFLE));
             }
-            return Self { shape, epoch, order, block_order: Vec::new() };
+            return Self { shape, epoch, order, block_order: Vec::new(), windows: None };
         };
         let starts = b.block_starts;
         assert!(
@@ -171,14 +235,28 @@ impl EpochPlan {
                 shuffle(&mut order[first..], SampleRng::new(shape.seed, epoch, w as u64, OP_PLAN_WINDOW));
             }
         }
-        Self { shape, epoch, order, block_order: perm }
+        let windows = Some(Windows::from_order(b, perm.clone()));
+        Self { shape, epoch, order, block_order: perm, windows }
+    }
+
+    /// This epoch's windows (a block-structured plan), else None.
+    pub fn windows(&self) -> Option<&Windows> {
+        self.windows.as_ref()
     }
 
     /// What the partial block cache needs to know of this epoch (source/block_cache.rs): the block order of this
     /// epoch and of the next, and how many reads the engines `engines` of this process make of each block from
     /// sequence number `first_seq` on (a resume skips the delivered batches). `blocks` must be the structure the
     /// plan was made with.
-    pub fn block_schedule(&self, blocks: BlockStructure<'_>, engines: &[u64], first_seq: u64) -> BlockSchedule {
+    /// `partners`: rows read their window's records outside the plan too (a Mosaic: `BlockSchedule`'s
+    /// `partner_windows`).
+    pub fn block_schedule(
+        &self,
+        blocks: BlockStructure<'_>,
+        engines: &[u64],
+        first_seq: u64,
+        partners: bool,
+    ) -> BlockSchedule {
         let count = blocks.block_starts.len() - 1;
         let mut reads = vec![0u32; count];
         for &g in engines {
@@ -189,7 +267,8 @@ impl EpochPlan {
             }
         }
         let next_order = block_order(&self.shape, self.epoch.wrapping_add(1), count);
-        BlockSchedule { epoch: self.epoch, order: self.block_order.clone(), next_order, reads }
+        let partner_windows = partners.then_some(blocks.window_blocks.max(1));
+        BlockSchedule { epoch: self.epoch, order: self.block_order.clone(), next_order, reads, partner_windows }
     }
 
     /// Dataset index served by `engine` at sequence number `seq` (0 ≤ seq < T).
@@ -255,8 +334,8 @@ mod tests {
     proptest! {
         // Block-structured plans: a permutation (exactly once over all engines, as for plain plans), the same for
         // the same (seed, epoch), and window by window: the positions of window w hold exactly the records of the
-        // blocks ranked w·W .. (w+1)·W in the block order; the block schedule counts every read of every engine
-        // and continues with the next epoch's block order.
+        // blocks ranked w·W .. (w+1)·W in the block order, and `Windows` names exactly those for each of them; the
+        // block schedule counts every read of every engine and continues with the next epoch's block order.
         #[test]
         fn block_plans_are_windowed_permutations(sizes in proptest::collection::vec(1u32..20, 1..40),
                                                  window in 1u32..6, g in 1u64..5, b in 1u64..9, lb in 0usize..3,
@@ -277,13 +356,25 @@ mod tests {
             let by_rank: Vec<usize> = plan.block_order.iter().map(|&k| k as usize).collect();
             prop_assert_eq!(by_rank.len(), blocks);
             let engines: Vec<u64> = (0..g).collect();
-            let schedule = plan.block_schedule(bs, &engines, 0);
+            let schedule = plan.block_schedule(bs, &engines, 0, false);
             prop_assert_eq!(schedule.reads.iter().map(|&r| u64::from(r)).sum::<u64>(), g * s.seqs_per_engine());
             prop_assert_eq!(&schedule.next_order, &EpochPlan::with_blocks(s, epoch + 1, Some(bs)).block_order);
+            let windows = plan.windows().expect("a block-structured plan has windows");
+            prop_assert_eq!(windows, &Windows::new(&s, epoch, bs));
             for window_blocks in by_rank.chunks(window as usize) {
                 let len: usize = window_blocks.iter().map(|&k| sizes[k] as usize).sum();
-                for &r in &plan.order[p..p + len] {
+                let mut positions = plan.order[p..p + len].to_vec();
+                for &r in &positions {
                     prop_assert!(window_blocks.contains(&block_of(r)), "record {} outside its window", r);
+                }
+                // `Windows` names the same records for every record of the window: the u-th, each once
+                positions.sort_unstable();
+                for &r in &plan.order[p..p + len] {
+                    prop_assert_eq!(windows.len_of(u64::from(r)), len as u64);
+                    let mut named: Vec<u32> =
+                        (0..len as u64).map(|u| windows.record_of(u64::from(r), u) as u32).collect();
+                    named.sort_unstable();
+                    prop_assert_eq!(&named, &positions);
                 }
                 p += len;
             }

@@ -483,11 +483,9 @@ impl NativeLoader {
     ) -> PyResult<Vec<super::annot::TargetPlan>> {
         let loader = self.lock()?;
         py.detach(|| match &parts {
-            Some(parts) => indices
-                .iter()
-                .zip(parts)
-                .map(|(&index, p)| loader.mosaic_target_plan(index, epoch, p).map(super::annot::TargetPlan))
-                .collect::<Result<Vec<_>, String>>(),
+            Some(parts) => loader
+                .mosaic_target_plans(&indices, epoch, parts)
+                .map(|plans| plans.into_iter().map(super::annot::TargetPlan).collect()),
             None => indices
                 .iter()
                 .zip(&sizes)
@@ -500,8 +498,7 @@ impl NativeLoader {
     /// Each row's mosaic parts in `epoch` (`Loader::mosaic_parts`): the dataset indices whose images make it, the
     /// row first; `None` when the transforms start with no Mosaic.
     fn mosaic_parts(&self, indices: Vec<u64>, epoch: u64) -> PyResult<Option<Vec<Vec<u64>>>> {
-        let loader = self.lock()?;
-        Ok(indices.iter().map(|&i| loader.mosaic_parts(i, epoch)).collect())
+        Ok(self.lock()?.mosaic_parts(&indices, epoch))
     }
 
     /// Shape of one sample ([C,h,w] or [h,w,C], C = 1 or 3); view 0's with `views=`.

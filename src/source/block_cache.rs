@@ -13,8 +13,15 @@
 //!   B + r' (B blocks);
 //! - without a schedule (no loader, or a reader outside the plan such as `trdata verify`): never (time ∞).
 //!
-//! Reads the schedule did not count (a skip-policy replacement, a mosaic partner) only move a block's count
-//! early: they change what is fetched when, never which bytes a record has.
+//! - with a Mosaic (the schedule's `partner_windows`: augment/mosaic.rs draws a row's partners from its window),
+//!   a block whose reads are done but whose window still has planned reads left is needed at its rank r too:
+//!   the window's rows still to come read their partners from it.
+//!
+//! A Mosaic row reads all its parts with [`BlockCache::get_outside_plan`], which leaves the counts alone, and
+//! counts the row's own planned read with [`BlockCache::count_read`] once every part is read: the last row of a
+//! window cannot close the window (and free its blocks) before reading its partners. Reads the schedule did not
+//! count and that still count (a skip-policy replacement) only move a block's count early: they change what is
+//! fetched when, never which bytes a record has.
 //!
 //! # Protocol
 //! One mutex guards the state: entries (`Loading`: a fetch in flight, its bytes reserved; `Ready`: the bytes in
@@ -82,6 +89,10 @@ pub struct BlockSchedule {
     pub next_order: Vec<u32>,
     /// Reads this process makes of each block this epoch.
     pub reads: Vec<u32>,
+    /// Some(W) when rows also read their window's other records outside the plan (a Mosaic's partners,
+    /// augment/mosaic.rs; windows of W blocks in `order`): a block stays needed while its window has planned
+    /// reads left (module docs).
+    pub partner_windows: Option<u32>,
 }
 
 /// A snapshot of a cache's counters (`Loader.stats()`'s `cache_*` and `storage_wait_ns`).
@@ -138,6 +149,9 @@ struct Plan {
     next_rank: Vec<u32>,
     done: Vec<u32>,
     cursor: Option<u64>,
+    /// With `partner_windows`: each block's window, and each window's planned reads left.
+    window: Vec<u32>,
+    window_left: Vec<u64>,
 }
 
 impl Plan {
@@ -151,7 +165,36 @@ impl Plan {
         };
         let (rank, next_rank) = (inverse(&s.order), inverse(&s.next_order));
         let done = vec![0; s.reads.len()];
-        Self { s, rank, next_rank, done, cursor: None }
+        let (mut window, mut window_left) = (Vec::new(), Vec::new());
+        if let Some(w) = s.partner_windows {
+            let w = w.max(1) as usize;
+            window = rank.iter().map(|&r| (r as usize / w) as u32).collect();
+            window_left = vec![0; s.order.len().div_ceil(w)];
+            for (b, &reads) in s.reads.iter().enumerate() {
+                if let Some(left) = window.get(b).and_then(|&k| window_left.get_mut(k as usize)) {
+                    *left += u64::from(reads);
+                }
+            }
+        }
+        Self { s, rank, next_rank, done, cursor: None, window, window_left }
+    }
+
+    /// Count one planned read of block `b`: its reads done, its window's reads left, the cursor.
+    fn count(&mut self, b: u32) {
+        let Some(d) = self.done.get_mut(b as usize) else { return };
+        if *d < self.s.reads[b as usize]
+            && let Some(left) = self.window.get(b as usize).and_then(|&k| self.window_left.get_mut(k as usize))
+        {
+            *left = left.saturating_sub(1);
+        }
+        *d += 1;
+        let r = u64::from(self.rank[b as usize]);
+        self.cursor = Some(self.cursor.map_or(r, |c| c.max(r)));
+    }
+
+    /// Block `b`'s window still has planned reads left (only with `partner_windows`).
+    fn window_open(&self, b: usize) -> bool {
+        self.window.get(b).is_some_and(|&k| self.window_left[k as usize] > 0)
     }
 
     /// When block `b` is needed next (module docs); u64::MAX when unknown.
@@ -159,7 +202,7 @@ impl Plan {
         let b = b as usize;
         let blocks = self.s.order.len() as u64;
         match (self.rank.get(b), self.next_rank.get(b)) {
-            (Some(&r), _) if self.done[b] < self.s.reads[b] => u64::from(r),
+            (Some(&r), _) if self.done[b] < self.s.reads[b] || self.window_open(b) => u64::from(r),
             (_, Some(&r)) if r != u32::MAX => blocks + u64::from(r),
             _ => u64::MAX,
         }
@@ -292,17 +335,33 @@ impl BlockCache {
         self.shared.published.notify_all();
     }
 
-    /// Block `block`: cached, or fetched (module docs, "Protocol"); then the read-ahead. A wait ends with an error
-    /// once `stopping()` is true.
+    /// Block `block` for one of the plan's reads: cached, or fetched (module docs, "Protocol"); then the
+    /// read-ahead. A wait ends with an error once `stopping()` is true.
     pub fn get(&self, block: u32, stopping: &dyn Fn() -> bool) -> Result<Arc<BlockBytes>, ImageError> {
+        self.read(block, true, stopping)
+    }
+
+    /// [`Self::get`] for a read the schedule does not count here: a Mosaic's parts (module docs). The block's
+    /// count and the cursor stay as they are, so the reads the plan makes still find the block needed.
+    pub fn get_outside_plan(&self, block: u32, stopping: &dyn Fn() -> bool) -> Result<Arc<BlockBytes>, ImageError> {
+        self.read(block, false, stopping)
+    }
+
+    /// Count one of the plan's reads of `block` made with [`Self::get_outside_plan`] (a Mosaic row's own record,
+    /// counted once all its parts are read: module docs), then read ahead.
+    pub fn count_read(&self, block: u32) {
+        let mut st = self.shared.lock_state();
+        if let Some(p) = &mut st.plan {
+            p.count(block);
+        }
+        self.read_ahead(&mut st);
+    }
+
+    fn read(&self, block: u32, counted: bool, stopping: &dyn Fn() -> bool) -> Result<Arc<BlockBytes>, ImageError> {
         let sh = &*self.shared;
         let mut st = sh.lock_state();
-        if let Some(p) = &mut st.plan
-            && let Some(d) = p.done.get_mut(block as usize)
-        {
-            *d += 1;
-            let r = u64::from(p.rank[block as usize]);
-            p.cursor = Some(p.cursor.map_or(r, |c| c.max(r)));
+        if counted && let Some(p) = &mut st.plan {
+            p.count(block);
         }
         let mut waited: Option<Instant> = None;
         let mut fetched = false;
@@ -487,7 +546,7 @@ mod tests {
 
     fn schedule(epoch: u64, order: Vec<u32>, next_order: Vec<u32>, reads: u32) -> BlockSchedule {
         let n = order.len();
-        BlockSchedule { epoch, order, next_order, reads: vec![reads; n] }
+        BlockSchedule { epoch, order, next_order, reads: vec![reads; n], partner_windows: None }
     }
 
     /// A shuffled order of `n` blocks for `epoch` (a fixed LCG: the tests' own, not the plan's).
@@ -539,6 +598,53 @@ mod tests {
         c.get(2, &|| false).unwrap(); // evicts 0 (next use 4), keeps 1
         c.get(1, &|| false).unwrap();
         assert_eq!(total(&calls), 3);
+    }
+
+    #[test]
+    fn a_read_outside_the_plan_leaves_the_blocks_count_so_its_planned_read_still_finds_it() {
+        // Two planned reads per block, cache of 2, no read-ahead: 0, 1, a partner's read of 0, 2, then 0's second
+        // planned read. Uncounted, 0 is still unfinished (next use 0) when 2 is fetched, so 1 (next use 1) goes
+        // and 0's planned read hits; counted, 0 looks finished (next use 4 + 0), goes, and is fetched again.
+        for (counted, fetches_of_0) in [(false, 1), (true, 2)] {
+            let (c, calls) = cache(4, 2, 0);
+            c.set_schedule(schedule(0, vec![0, 1, 2, 3], vec![0, 1, 2, 3], 2));
+            c.get(0, &|| false).unwrap();
+            c.get(1, &|| false).unwrap();
+            if counted { c.get(0, &|| false) } else { c.get_outside_plan(0, &|| false) }.unwrap();
+            c.get(2, &|| false).unwrap();
+            c.get(0, &|| false).unwrap();
+            assert_eq!(calls[0].load(Ordering::Relaxed), fetches_of_0, "counted: {counted}");
+        }
+    }
+
+    #[test]
+    fn with_partner_windows_a_window_stays_cached_until_its_last_row_has_read_its_partners() {
+        // Mosaic rows (parts read outside the plan, the row counted after): order 0..6 in windows of 2, two rows
+        // per block, a cache of 3 reading 1 ahead. Window 0's rows run while another worker starts window 1;
+        // the last row of window 0 then reads block 0 as a partner. With `partner_windows` block 0 (its own rows
+        // done) stays needed while its window has a row left, so the read-ahead of block 3 waits and the partner
+        // read hits; without, block 0 looks needed next epoch only, makes room for block 3 and is fetched again.
+        for (windows, fetches_of_0) in [(Some(2), 1), (None, 2)] {
+            let (c, calls) = cache(6, 3, 1);
+            c.set_schedule(BlockSchedule {
+                partner_windows: windows,
+                ..schedule(0, (0..6).collect(), (0..6).collect(), 2)
+            });
+            let row = |own: u32, partner: u32| {
+                c.get_outside_plan(own, &|| false).unwrap();
+                c.get_outside_plan(partner, &|| false).unwrap();
+                c.count_read(own);
+            };
+            row(0, 1);
+            row(0, 1);
+            row(1, 0); // cursor 1: block 2 read ahead
+            wait_for(|| calls[2].load(Ordering::Relaxed) == 1 && c.stats().inflight_bytes == 0);
+            c.get_outside_plan(2, &|| false).unwrap(); // window 1's first row, on another worker
+            c.count_read(2); // cursor 2: block 3 read ahead if room can be made
+            wait_for(|| c.stats().inflight_bytes == 0);
+            row(1, 0); // window 0's last row
+            assert_eq!(calls[0].load(Ordering::Relaxed), fetches_of_0, "partner_windows {windows:?}");
+        }
     }
 
     #[test]

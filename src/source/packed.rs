@@ -1257,6 +1257,33 @@ impl PackedFile {
     /// counts in the cache's schedule (block_cache.rs): call it once per read the plan makes; a wait for the
     /// block ends with an error once `stopping()` says the reader's epoch is over.
     pub fn record(&self, i: usize, stopping: &dyn Fn() -> bool) -> std::result::Result<RecordBytes<'_>, ImageError> {
+        self.read_record(i, true, stopping)
+    }
+
+    /// [`Self::record`] for a read the plan did not schedule (a Mosaic's partner): in partial mode it leaves the
+    /// cache's counts alone (`BlockCache::get_outside_plan`).
+    pub fn record_outside_plan(
+        &self,
+        i: usize,
+        stopping: &dyn Fn() -> bool,
+    ) -> std::result::Result<RecordBytes<'_>, ImageError> {
+        self.read_record(i, false, stopping)
+    }
+
+    /// Count the plan's read of record `i` made with [`Self::record_outside_plan`] (a Mosaic row's own record,
+    /// counted once its parts are all read: block_cache.rs); nothing in full mode.
+    pub fn count_planned_read(&self, i: usize) {
+        if let PackedData::Partial(cache) = &self.data {
+            cache.count_read(self.index.block_of(i) as u32);
+        }
+    }
+
+    fn read_record(
+        &self,
+        i: usize,
+        counted: bool,
+        stopping: &dyn Fn() -> bool,
+    ) -> std::result::Result<RecordBytes<'_>, ImageError> {
         let row = &self.index.rows[i];
         let bytes = match &self.data {
             PackedData::Full(data) => {
@@ -1265,7 +1292,8 @@ impl PackedFile {
             }
             PackedData::Partial(cache) => {
                 let b = self.index.block_of(i);
-                let arc = cache.get(b as u32, stopping)?;
+                let arc =
+                    if counted { cache.get(b as u32, stopping) } else { cache.get_outside_plan(b as u32, stopping) }?;
                 let at = (row.offset - self.index.blocks[b].offset) as usize;
                 RecordBytes::Block(arc, at..at + row.len as usize)
             }

@@ -341,7 +341,7 @@ fn the_partial_cache_stays_within_its_bound_under_many_threads() {
         };
         let bs = BlockStructure { block_starts: f.block_starts(), window_blocks: window };
         let plan = Arc::new(crate::plan::EpochPlan::with_blocks(shape, epoch, Some(bs)));
-        f.cache().unwrap().set_schedule(plan.block_schedule(bs, &[0], 0));
+        f.cache().unwrap().set_schedule(plan.block_schedule(bs, &[0], 0, false));
         let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let handles: Vec<_> = (0..threads)
             .map(|_| {

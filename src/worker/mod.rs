@@ -7,6 +7,7 @@
 //! A panic inside a job is caught, poisons the station (the consumer raises `WorkerError`) and the worker
 //! still checks out, so nothing hangs. `shutdown` sets the flag, wakes and joins every thread.
 
+use crate::augment::mosaic::Partners;
 use crate::augment::views::SampleViews;
 use crate::augment::{SampleKey, SampleTiming, WorkerScratch};
 use crate::decode::DecodeLimits;
@@ -661,6 +662,8 @@ fn mosaic_sample(
 ) -> std::result::Result<SampleTiming, (u64, ImageError)> {
     use crate::augment::views::ViewTargets;
     let ctx = &job.ctx;
+    // A partial pack's cache counts the row's own planned read once every part is read (below), so the parts
+    // are all read outside the plan (source/block_cache.rs: the window stays needed until then)
     let mut read = |j: u64, decode: &mut dyn FnMut(&[u8]) -> std::result::Result<(), ImageError>| {
         let i = j as usize;
         let t0 = Instant::now();
@@ -695,7 +698,7 @@ fn mosaic_sample(
                 decode(&blobs[i])
             }
             Store::Packed(p) if p.index().rows[i].meta.format != RecordFormat::Raw => {
-                let bytes = p.record(i, &|| job.stopping())?;
+                let bytes = p.record_outside_plan(i, &|| job.stopping())?;
                 counted(&bytes);
                 decode(&bytes)
             }
@@ -709,8 +712,13 @@ fn mosaic_sample(
             Store::Packed(_) | Store::Pixels(_) => Err(raw()),
         }
     };
-    let n = ctx.dataset.len() as u64;
-    ctx.pipeline.first().process_mosaic(scratch, key, n, &mut read, dst.view_mut(0))
+    // partners from the row's window when the source is read window by window (augment/mosaic.rs)
+    let partners = Partners::of(ctx.dataset.len() as u64, job.plan.windows());
+    let made = ctx.pipeline.first().process_mosaic(scratch, key, partners, &mut read, dst.view_mut(0));
+    if let Store::Packed(p) = &ctx.dataset.store {
+        p.count_planned_read(key.index as usize);
+    }
+    made
 }
 
 /// Read dataset sample `i` (one image, not a mosaic) and decode it into every view of `dst`.
