@@ -331,3 +331,215 @@ def test_detection_mixup_on_torch_tensors_equals_numpy() -> None:
             np.testing.assert_array_equal(u["labels"], v["labels"].numpy())
     same, kept = _detection_mixup([0.0, 0.37], x, targets)  # the gate stayed shut
     assert same is x and kept is targets
+
+
+# --- instance masks and keypoints under a Mosaic -------------------------------------------------------------------
+
+KP = 5  # keypoints per instance
+
+
+def write_instances(root: Path, n: int = N) -> Path:
+    """``n`` JPEGs of varied sizes (long sides S/2 to 2S) and a COCO file of instances with masks (polygons, one
+    compressed RLE per image) whose boxes are their masks' bounds (pycocotools' ``toBbox``), and ``KP`` keypoints
+    each, some off the image, some unlabelled; image 2 has no annotations."""
+    mask_api = pytest.importorskip("pycocotools.mask")
+    rng = np.random.default_rng(5)
+    (root / "images").mkdir(parents=True)
+    images, anns = [], []
+    for k in range(n):
+        w, h = int(rng.integers(S // 2, 2 * S - 1)), int(rng.integers(S // 2, 2 * S - 1))
+        Image.fromarray(rng.integers(0, 255, (h, w, 3)).astype(np.uint8)).save(root / "images" / f"{k:03d}.jpg")
+        images.append({"id": k + 1, "file_name": f"{k:03d}.jpg", "width": w, "height": h})
+        for a in range(0 if k == 2 else int(rng.integers(1, 5))):
+            if a == 0:  # a compressed RLE: a rectangle
+                m = np.zeros((h, w), np.uint8, order="F")
+                x0, y0 = int(rng.integers(0, w - 4)), int(rng.integers(0, h - 4))
+                m[y0 : y0 + int(rng.integers(3, h // 2)), x0 : x0 + int(rng.integers(3, w // 2))] = 1
+                rle = mask_api.encode(np.asfortranarray(m))
+                seg: Any = {"size": [h, w], "counts": rle["counts"].decode()}
+            else:  # a polygon around a random centre
+                cx, cy, r = rng.uniform(0, w), rng.uniform(0, h), rng.uniform(4, max(w, h) / 3)
+                t = np.sort(rng.uniform(0, 2 * np.pi, int(rng.integers(3, 9))))
+                seg = [[float(round(v, 2)) for a_ in t for v in (cx + r * np.cos(a_), cy + r * np.sin(a_))]]
+                rle = mask_api.merge(mask_api.frPyObjects(seg, h, w))
+            pts = np.stack([rng.uniform(-3, w + 3, KP), rng.uniform(-3, h + 3, KP), rng.integers(0, 3, KP)], 1)
+            anns.append(
+                {
+                    "id": len(anns) + 1,
+                    "image_id": k + 1,
+                    "category_id": int(rng.integers(1, 4)),
+                    "iscrowd": 0,
+                    "segmentation": seg,
+                    "bbox": [float(v) for v in mask_api.toBbox(rle)],
+                    "area": float(mask_api.area(rle)),
+                    "keypoints": [float(round(v, 2)) for v in pts.reshape(-1)],
+                    "num_keypoints": int((pts[:, 2] > 0).sum()),
+                }
+            )
+    names = [f"k{p}" for p in range(KP)]
+    cats = [{"id": c, "name": f"c{c}", "supercategory": "x", "keypoints": names} for c in (1, 2, 3)]
+    ann = root / "instances.json"
+    ann.write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
+    return ann
+
+
+@pytest.fixture(scope="module")
+def instances(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("mosaic_instances")
+    ann = write_instances(root)
+    return root / "images", ann
+
+
+def nearest(j: np.ndarray, n: int, m: int) -> np.ndarray:
+    """ATen's nearest source index of output indices ``j`` of a resize from ``n`` to ``m`` pixels (float32)."""
+    if n == m:
+        return j
+    if m == 2 * n:
+        return j >> 1
+    s = np.float32(n) / np.float32(m)
+    return np.minimum(np.floor(j.astype(np.float32) * s).astype(np.int64), n - 1)
+
+
+def paste(full: np.ndarray, part: tuple[Any, ...], side: int) -> np.ndarray:
+    """A part's full-size mask on the ``side × side`` canvas: nearest-resized, only its window set."""
+    _, sx, sy, dx, dy, x0, y0, x1, y1 = part
+    h, w = full.shape
+    rw, rh = round(w * sx), round(h * sy)
+    out = np.zeros((side, side), np.uint8)
+    ys = nearest(np.arange(y0, y1) - int(dy), h, rh)
+    xs = nearest(np.arange(x0, x1) - int(dx), w, rw)
+    out[y0:y1, x0:x1] = full[np.ix_(ys, xs)]
+    return out
+
+
+def coco_reference(ann: Path, plan: Any) -> dict[str, np.ndarray]:
+    """A mosaic row's instances on its canvas, built from the COCO file with pycocotools (not trdata's merge):
+    each part's boxes scaled, shifted and clipped to its window (empty ones dropped), its masks decoded full-size
+    and pasted (``paste``), its keypoints mapped with visibility 0 outside the window; in part order."""
+    mask_api = pytest.importorskip("pycocotools.mask")
+    data = json.loads(ann.read_text())
+    side = 2 * S
+    out: dict[str, list[Any]] = {"boxes": [], "labels": [], "masks": [], "keypoints": [], "clipped": [], "hidden": []}
+    for part in plan.mosaic:
+        j, sx, sy, dx, dy, x0, y0, x1, y1 = part
+        image = data["images"][j]  # ids 1..N in file order: dataset index j is id j + 1
+        h, w = image["height"], image["width"]
+        for a in (a for a in data["annotations"] if a["image_id"] == image["id"]):
+            bx, by, bw, bh = a["bbox"]
+            placed = np.array([bx * sx + dx, by * sy + dy, (bx + bw) * sx + dx, (by + bh) * sy + dy])
+            box = np.clip(placed, [x0, y0] * 2, [x1, y1] * 2)
+            if box[2] <= box[0] or box[3] <= box[1]:
+                continue
+            out["clipped"].append(bool((box != placed).any()))
+            seg = a["segmentation"]
+            rle = mask_api.merge(mask_api.frPyObjects(seg, h, w)) if isinstance(seg, list) else seg
+            full = mask_api.decode(rle if isinstance(seg, list) else {"size": [h, w], "counts": seg["counts"]})
+            kp = np.array(a["keypoints"], np.float64).reshape(-1, 3)
+            x, y = kp[:, 0] * sx + dx, kp[:, 1] * sy + dy
+            inside = (x >= x0) & (x < x1) & (y >= y0) & (y < y1)
+            out["boxes"].append(box)
+            out["labels"].append(a["category_id"])
+            out["masks"].append(paste(full, part, side))
+            out["keypoints"].append(np.stack([x, y, np.where(inside, kp[:, 2], 0)], 1))
+            out["hidden"].append(int((~inside & (kp[:, 2] > 0)).sum()))
+    return {
+        "boxes": np.array(out["boxes"], np.float32).reshape(-1, 4),
+        "labels": np.array(out["labels"], np.int64),
+        "masks": np.array(out["masks"], np.uint8).reshape(-1, side, side),
+        "keypoints": np.array(out["keypoints"], np.float64).reshape(-1, KP, 3),
+        "clipped": np.array(out["clipped"], bool),
+        "hidden": np.array(out["hidden"], np.int64),
+    }
+
+
+def torchvision_moved(ref: dict[str, np.ndarray], plan: Any) -> dict[str, np.ndarray]:
+    """``ref`` (instances on the canvas) moved through the plan's drawn ops with torchvision v2's functional
+    kernels (masks nearest, zero fill) and its SanitizeBoundingBoxes; keypoints off the output canvas invisible."""
+    torch = pytest.importorskip("torch")
+    tv = pytest.importorskip("torchvision")
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2 import functional as F
+
+    side = 2 * S
+    boxes = tv_tensors.BoundingBoxes(torch.from_numpy(ref["boxes"]), format="XYXY", canvas_size=(side, side))
+    masks = tv_tensors.Mask(torch.from_numpy(ref["masks"]))
+    kp = tv_tensors.KeyPoints(torch.from_numpy(ref["keypoints"][..., :2].reshape(-1, 2)), canvas_size=(side, side))
+    idx = torch.arange(len(ref["labels"]))
+    near = F.InterpolationMode.NEAREST
+    for name, v, _ in plan.draws:
+        if name == "RandomHorizontalFlip":
+            boxes, masks, kp = (F.horizontal_flip(x) for x in (boxes, masks, kp))
+        elif name == "RandomAffine":
+            angle, tx, ty, scale, shx, shy = v
+            boxes, masks, kp = (
+                F.affine(x, angle, [tx, ty], scale, [shx, shy], interpolation=near, fill=0) for x in (boxes, masks, kp)
+            )
+        elif name == "SanitizeBoundingBoxes":
+            s = tv.transforms.v2.SanitizeBoundingBoxes(min_size=2, labels_getter=lambda d: (d["labels"], d["idx"]))
+            kept = s({"boxes": boxes, "labels": torch.from_numpy(ref["labels"])[idx], "idx": idx})
+            keep = torch.isin(idx, kept["idx"])
+            boxes, masks, idx = kept["boxes"], masks[keep], kept["idx"]
+            kp = tv_tensors.wrap(kp.reshape(-1, KP, 2)[keep].reshape(-1, 2), like=kp)
+        else:
+            raise AssertionError(f"no reference for {name}")
+    h, w = masks.shape[-2:]
+    xy = kp.reshape(-1, KP, 2).numpy()
+    on = (xy[..., 0] >= 0) & (xy[..., 0] < w) & (xy[..., 1] >= 0) & (xy[..., 1] < h)
+    vis = np.where(on, ref["keypoints"][idx.numpy(), :, 2], 0)
+    return {
+        "boxes": boxes.numpy(),
+        "labels": ref["labels"][idx.numpy()],
+        "masks": masks.numpy(),
+        "keypoints": np.concatenate([xy, vis[..., None]], axis=-1),
+    }
+
+
+MOSAIC_FLIP = [trdata.Mosaic(S, p=0.8), trdata.RandomHorizontalFlip(), trdata.SanitizeBoundingBoxes(min_size=2)]
+MOSAIC_AFFINE = [
+    trdata.Mosaic(S),
+    trdata.RandomAffine(degrees=15, translate=(0.1, 0.1), scale=(0.6, 1.3)),
+    trdata.RandomHorizontalFlip(),
+    trdata.SanitizeBoundingBoxes(min_size=2),
+]
+
+
+@pytest.mark.parametrize("warp", [False, True], ids=["flip", "affine"])
+def test_masks_and_keypoints_are_the_parts_nearest_resized_in_their_windows_then_moved_as_torchvision_moves_them(
+    instances: tuple[Path, Path], warp: bool
+) -> None:
+    from test_detection_ops import _assert_masks_equal_but_for_ties
+
+    images, ann = instances
+    src = trdata.CocoDetection(images, ann, masks=True, keypoints=True)
+    transforms = MOSAIC_AFFINE if warp else MOSAIC_FLIP
+    seen = {"dropped": 0, "clipped": 0, "hidden": 0, "single": 0}
+    with trdata.Loader(src, batch_size=4, transforms=transforms, workers=2, seed=3) as ld:
+        for epoch in range(3):
+            for b in ld:
+                idx = b.indices.tolist()[: b.valid]
+                plans, merged = plan_rows(src, idx, b.epoch, ld._native)
+                for r, (i, plan) in enumerate(zip(idx, plans)):
+                    got = {k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in b.targets[r].items()}
+                    assert "part" not in got and got["image_id"] == i + 1
+                    ref = coco_reference(ann, plan)
+                    want = torchvision_moved(ref, plan)
+                    seen["dropped"] += len(ref["labels"]) - len(want["labels"])
+                    seen["single"] += len(plan.mosaic) == 1
+                    seen["hidden"] += int(ref["hidden"].sum())
+                    seen["clipped"] += int(ref["clipped"].sum())
+                    np.testing.assert_array_equal(got["labels"], want["labels"])
+                    np.testing.assert_allclose(got["boxes"], want["boxes"], atol=1e-3)
+                    assert got["masks"].shape == want["masks"].shape and got["masks"].dtype == np.uint8
+                    if warp:
+                        _assert_masks_equal_but_for_ties(got["masks"], want["masks"])
+                    else:
+                        np.testing.assert_array_equal(got["masks"], want["masks"])
+                    # a row whose parts hold no instance has no keypoints either: (0, 0, 3)
+                    assert got["keypoints"].shape in {(len(want["labels"]), KP, 3), (0, 0, 3)}
+                    if len(want["labels"]):
+                        np.testing.assert_allclose(got["keypoints"][..., :2], want["keypoints"][..., :2], atol=1e-3)
+                        np.testing.assert_array_equal(got["keypoints"][..., 2], want["keypoints"][..., 2])
+    # instances cut by their windows, dropped by SanitizeBoundingBoxes, keypoints hidden by the window
+    assert seen["dropped"] > 0 and seen["hidden"] > 0 and seen["clipped"] > 0, seen
+    if not warp:
+        assert seen["single"] > 0, seen

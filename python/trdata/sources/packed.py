@@ -336,10 +336,10 @@ class Packed(Source):
         return self.target_kind is not None
 
     def _check_mosaic(self) -> None:
-        """Loader hook: a Mosaic merges a pack's boxes, labels and iscrowd, not its masks, keypoints or maps."""
-        held = [f for f in ("masks", "keypoints", "label_map") if packed_targets.PREFIX + f in self._fields]
-        if held:
-            refuse_mosaic(self, f"the pack holds {held[0]}")
+        """Loader hook: a Mosaic merges a pack's boxes, labels, iscrowd, masks and keypoints, not its label maps
+        (semantic segmentation)."""
+        if packed_targets.PREFIX + "label_map" in self._fields:
+            refuse_mosaic(self, "the pack holds label_map")
 
     def _stored_targets(self, i: int) -> dict[str, Any]:
         """Record ``i``'s stored annotations, checked (sources/packed_targets.py)."""
@@ -385,8 +385,9 @@ class Packed(Source):
                 "orig_size": (h, w),
                 "size": plan.canvas,
             }
-            if "masks" in f:
-                moved["masks"] = plan.masks(list(f["masks"]), (h, w), f"{self.path}#{i}")
+            if "masks" in f:  # a mosaic row's masks are its parts' (``part``: which one)
+                parts = f["part"].tolist() if "part" in f else None
+                moved["masks"] = plan.masks(list(f["masks"]), (h, w), f"{self.path}#{i}", parts)
             if "keypoints" in f:
                 moved["keypoints"] = plan.keypoints(f["keypoints"])
             out.append(moved)
