@@ -210,8 +210,15 @@ def test_a_partner_that_fails_to_decode_follows_on_error(tmp_path: Path) -> None
 
 def test_what_mosaic_refuses(coco: tuple[Path, Path], tmp_path: Path) -> None:
     images, ann = coco
+    # label maps do not merge (semantic segmentation: a folder or a pack of one)
+    from test_segmentation import write_voc
+
+    write_voc(tmp_path)
+    voc = trdata.SegmentationFolder(tmp_path / "JPEGImages", tmp_path / "SegmentationClass")
+    trdata.pack(voc, tmp_path / "voc.trd", progress=False)
     for source, why in [
-        (trdata.CocoDetection(images, ann, masks=True), "masks=True"),
+        (voc, "its targets are not boxes"),
+        (trdata.Packed(tmp_path / "voc.trd"), "label_map"),
     ]:
         with pytest.raises(ConfigError) as info:
             trdata.Loader(source, batch_size=2, transforms=[trdata.Mosaic(S)])
@@ -348,7 +355,9 @@ def write_instances(root: Path, n: int = N) -> Path:
     images, anns = [], []
     for k in range(n):
         w, h = int(rng.integers(S // 2, 2 * S - 1)), int(rng.integers(S // 2, 2 * S - 1))
-        Image.fromarray(rng.integers(0, 255, (h, w, 3)).astype(np.uint8)).save(root / "images" / f"{k:03d}.jpg")
+        Image.fromarray(rng.integers(0, 255, (h, w, 3)).astype(np.uint8)).save(
+            root / "images" / f"{k:03d}.jpg"
+        )
         images.append({"id": k + 1, "file_name": f"{k:03d}.jpg", "width": w, "height": h})
         for a in range(0 if k == 2 else int(rng.integers(1, 5))):
             if a == 0:  # a compressed RLE: a rectangle
@@ -362,7 +371,9 @@ def write_instances(root: Path, n: int = N) -> Path:
                 t = np.sort(rng.uniform(0, 2 * np.pi, int(rng.integers(3, 9))))
                 seg = [[float(round(v, 2)) for a_ in t for v in (cx + r * np.cos(a_), cy + r * np.sin(a_))]]
                 rle = mask_api.merge(mask_api.frPyObjects(seg, h, w))
-            pts = np.stack([rng.uniform(-3, w + 3, KP), rng.uniform(-3, h + 3, KP), rng.integers(0, 3, KP)], 1)
+            pts = np.stack(
+                [rng.uniform(-3, w + 3, KP), rng.uniform(-3, h + 3, KP), rng.integers(0, 3, KP)], 1
+            )
             anns.append(
                 {
                     "id": len(anns) + 1,
@@ -419,7 +430,14 @@ def coco_reference(ann: Path, plan: Any) -> dict[str, np.ndarray]:
     mask_api = pytest.importorskip("pycocotools.mask")
     data = json.loads(ann.read_text())
     side = 2 * S
-    out: dict[str, list[Any]] = {"boxes": [], "labels": [], "masks": [], "keypoints": [], "clipped": [], "hidden": []}
+    out: dict[str, list[Any]] = {
+        "boxes": [],
+        "labels": [],
+        "masks": [],
+        "keypoints": [],
+        "clipped": [],
+        "hidden": [],
+    }
     for part in plan.mosaic:
         j, sx, sy, dx, dy, x0, y0, x1, y1 = part
         image = data["images"][j]  # ids 1..N in file order: dataset index j is id j + 1
@@ -433,7 +451,9 @@ def coco_reference(ann: Path, plan: Any) -> dict[str, np.ndarray]:
             out["clipped"].append(bool((box != placed).any()))
             seg = a["segmentation"]
             rle = mask_api.merge(mask_api.frPyObjects(seg, h, w)) if isinstance(seg, list) else seg
-            full = mask_api.decode(rle if isinstance(seg, list) else {"size": [h, w], "counts": seg["counts"]})
+            full = mask_api.decode(
+                rle if isinstance(seg, list) else {"size": [h, w], "counts": seg["counts"]}
+            )
             kp = np.array(a["keypoints"], np.float64).reshape(-1, 3)
             x, y = kp[:, 0] * sx + dx, kp[:, 1] * sy + dy
             inside = (x >= x0) & (x < x1) & (y >= y0) & (y < y1)
@@ -463,7 +483,9 @@ def torchvision_moved(ref: dict[str, np.ndarray], plan: Any) -> dict[str, np.nda
     side = 2 * S
     boxes = tv_tensors.BoundingBoxes(torch.from_numpy(ref["boxes"]), format="XYXY", canvas_size=(side, side))
     masks = tv_tensors.Mask(torch.from_numpy(ref["masks"]))
-    kp = tv_tensors.KeyPoints(torch.from_numpy(ref["keypoints"][..., :2].reshape(-1, 2)), canvas_size=(side, side))
+    kp = tv_tensors.KeyPoints(
+        torch.from_numpy(ref["keypoints"][..., :2].reshape(-1, 2)), canvas_size=(side, side)
+    )
     idx = torch.arange(len(ref["labels"]))
     near = F.InterpolationMode.NEAREST
     for name, v, _ in plan.draws:
@@ -472,10 +494,13 @@ def torchvision_moved(ref: dict[str, np.ndarray], plan: Any) -> dict[str, np.nda
         elif name == "RandomAffine":
             angle, tx, ty, scale, shx, shy = v
             boxes, masks, kp = (
-                F.affine(x, angle, [tx, ty], scale, [shx, shy], interpolation=near, fill=0) for x in (boxes, masks, kp)
+                F.affine(x, angle, [tx, ty], scale, [shx, shy], interpolation=near, fill=0)
+                for x in (boxes, masks, kp)
             )
         elif name == "SanitizeBoundingBoxes":
-            s = tv.transforms.v2.SanitizeBoundingBoxes(min_size=2, labels_getter=lambda d: (d["labels"], d["idx"]))
+            s = tv.transforms.v2.SanitizeBoundingBoxes(
+                min_size=2, labels_getter=lambda d: (d["labels"], d["idx"])
+            )
             kept = s({"boxes": boxes, "labels": torch.from_numpy(ref["labels"])[idx], "idx": idx})
             keep = torch.isin(idx, kept["idx"])
             boxes, masks, idx = kept["boxes"], masks[keep], kept["idx"]
@@ -494,7 +519,11 @@ def torchvision_moved(ref: dict[str, np.ndarray], plan: Any) -> dict[str, np.nda
     }
 
 
-MOSAIC_FLIP = [trdata.Mosaic(S, p=0.8), trdata.RandomHorizontalFlip(), trdata.SanitizeBoundingBoxes(min_size=2)]
+MOSAIC_FLIP = [
+    trdata.Mosaic(S, p=0.8),
+    trdata.RandomHorizontalFlip(),
+    trdata.SanitizeBoundingBoxes(min_size=2),
+]
 MOSAIC_AFFINE = [
     trdata.Mosaic(S),
     trdata.RandomAffine(degrees=15, translate=(0.1, 0.1), scale=(0.6, 1.3)),
@@ -514,10 +543,10 @@ def test_masks_and_keypoints_are_the_parts_nearest_resized_in_their_windows_then
     transforms = MOSAIC_AFFINE if warp else MOSAIC_FLIP
     seen = {"dropped": 0, "clipped": 0, "hidden": 0, "single": 0}
     with trdata.Loader(src, batch_size=4, transforms=transforms, workers=2, seed=3) as ld:
-        for epoch in range(3):
+        for _ in range(3):
             for b in ld:
                 idx = b.indices.tolist()[: b.valid]
-                plans, merged = plan_rows(src, idx, b.epoch, ld._native)
+                plans, _ = plan_rows(src, idx, b.epoch, ld._native)
                 for r, (i, plan) in enumerate(zip(idx, plans)):
                     got = {k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in b.targets[r].items()}
                     assert "part" not in got and got["image_id"] == i + 1
@@ -537,9 +566,87 @@ def test_masks_and_keypoints_are_the_parts_nearest_resized_in_their_windows_then
                     # a row whose parts hold no instance has no keypoints either: (0, 0, 3)
                     assert got["keypoints"].shape in {(len(want["labels"]), KP, 3), (0, 0, 3)}
                     if len(want["labels"]):
-                        np.testing.assert_allclose(got["keypoints"][..., :2], want["keypoints"][..., :2], atol=1e-3)
+                        np.testing.assert_allclose(
+                            got["keypoints"][..., :2], want["keypoints"][..., :2], atol=1e-3
+                        )
                         np.testing.assert_array_equal(got["keypoints"][..., 2], want["keypoints"][..., 2])
     # instances cut by their windows, dropped by SanitizeBoundingBoxes, keypoints hidden by the window
     assert seen["dropped"] > 0 and seen["hidden"] > 0 and seen["clipped"] > 0, seen
     if not warp:
         assert seen["single"] > 0, seen
+
+
+def test_a_pack_of_the_source_gives_the_same_masks_and_keypoints_and_workers_change_nothing(
+    instances: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The same seed gives the same batches (targets: boxes, labels, masks, keypoints) for 1 and 2 workers, each
+    row exactly once, and a pack of the source (``trdata.pack`` → ``trdata.Packed``) gives them too."""
+    images, ann = instances
+    src = trdata.CocoDetection(images, ann, masks=True, keypoints=True)
+    trdata.pack(src, tmp_path / "coco.trd", progress=False)
+    kw: dict[str, Any] = dict(batch_size=4, transforms=MOSAIC_AFFINE, seed=8, reproducible=True, shuffle=True)
+    runs = []
+    for source, workers in [(src, 1), (src, 2), (trdata.Packed(tmp_path / "coco.trd"), 2)]:
+        with trdata.Loader(source, workers=workers, **kw) as ld:
+            for epoch in range(2):
+                seen = []
+                for b in ld:
+                    seen += b.indices.tolist()[: b.valid]
+                    runs.append((b.indices.copy(), [dict(b.targets[r]) for r in range(b.valid)]))
+                assert sorted(seen) == list(range(N)), (workers, epoch)
+    per_run = len(runs) // 3
+    for other in (runs[per_run : 2 * per_run], runs[2 * per_run :]):
+        for (ia, ta), (ib, tb) in zip(runs[:per_run], other):
+            np.testing.assert_array_equal(ia, ib)
+            for a, b in zip(ta, tb):
+                assert a.keys() == b.keys() and "masks" in a and "keypoints" in a and "part" not in a
+                for k in a:
+                    va, vb = (np.asarray(v.numpy() if hasattr(v, "numpy") else v) for v in (a[k], b[k]))
+                    assert va.dtype == vb.dtype and va.shape == vb.shape, k
+                    np.testing.assert_array_equal(va, vb, err_msg=k)
+
+
+def test_yolo_masks_under_a_mosaic_are_the_parts_masks_pasted_and_flipped(tmp_path: Path) -> None:
+    """YoloDetection(masks=True): each delivered mask is its part's (the source's own RLE, decoded by
+    pycocotools) nearest-resized into the part's window on the canvas, mirrored as torchvision mirrors a Mask, in
+    the order of the merged boxes."""
+    mask_api = pytest.importorskip("pycocotools.mask")
+    torch = pytest.importorskip("torch")
+    from test_yolo import write_yolo
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2 import functional as F
+
+    write_yolo(tmp_path)
+    src = trdata.YoloDetection(tmp_path, "train", masks=True)
+    n = len(src)
+    total = 0
+    with trdata.Loader(
+        src, batch_size=3, transforms=[trdata.Mosaic(S), trdata.RandomHorizontalFlip()], seed=6
+    ) as ld:
+        for b in ld:
+            idx = b.indices.tolist()[: b.valid]
+            plans, _ = plan_rows(src, idx, b.epoch, ld._native)
+            for r, plan in enumerate(plans):
+                want, boxes = [], []
+                for part in plan.mosaic:
+                    j, sx, sy, dx, dy, x0, y0, x1, y1 = part
+                    w, h = (int(v) for v in src._sizes[j])
+                    t = src._image_targets(int(j))
+                    for box, rle in zip(t["boxes"], t["masks"]):
+                        bx = np.clip(
+                            box * (sx, sy, sx, sy) + (dx, dy, dx, dy), (x0, y0, x0, y0), (x1, y1, x1, y1)
+                        )
+                        if bx[2] > bx[0] and bx[3] > bx[1]:
+                            want.append(paste(mask_api.decode({"size": [h, w], "counts": rle}), part, 2 * S))
+                            boxes.append(bx)
+                masks = np.array(want, np.uint8).reshape(-1, 2 * S, 2 * S)
+                xyxy = np.array(boxes, np.float64).reshape(-1, 4)
+                if any(name == "RandomHorizontalFlip" for name, _, _ in plan.draws):
+                    masks = F.horizontal_flip(tv_tensors.Mask(torch.from_numpy(masks))).numpy()
+                    xyxy = np.stack([2 * S - xyxy[:, 2], xyxy[:, 1], 2 * S - xyxy[:, 0], xyxy[:, 3]], 1)
+                got = b.targets[r]["masks"].numpy()
+                np.testing.assert_array_equal(got, masks)
+                np.testing.assert_allclose(b.targets[r]["boxes"].numpy(), xyxy, atol=1e-3)
+                assert len(got) == len(b.targets[r]["boxes"]) and "part" not in b.targets[r]
+                total += len(got)
+    assert total > n  # the rows hold their partners' instances too
