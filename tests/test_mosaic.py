@@ -14,7 +14,7 @@ import trdata
 from _fixtures import chi2_same, ks_same, target_rows, targets_with_1_and_3_workers
 from PIL import Image
 from trdata.errors import ConfigError, DecodeError
-from trdata.sources.targets import plan_rows
+from trdata.sources.targets import plan_rows, target_plans
 
 S = 48  # Mosaic(size): the canvas is 96 × 96
 N = 9
@@ -208,21 +208,8 @@ def test_a_partner_that_fails_to_decode_follows_on_error(tmp_path: Path) -> None
         assert ld.stats()["errors_skipped"] >= 1
 
 
-def test_what_mosaic_refuses(coco: tuple[Path, Path], tmp_path: Path) -> None:
+def test_what_mosaic_refuses(coco: tuple[Path, Path]) -> None:
     images, ann = coco
-    # label maps do not merge (semantic segmentation: a folder or a pack of one)
-    from test_segmentation import write_voc
-
-    write_voc(tmp_path)
-    voc = trdata.SegmentationFolder(tmp_path / "JPEGImages", tmp_path / "SegmentationClass")
-    trdata.pack(voc, tmp_path / "voc.trd", progress=False)
-    for source, why in [
-        (voc, "its targets are not boxes"),
-        (trdata.Packed(tmp_path / "voc.trd"), "label_map"),
-    ]:
-        with pytest.raises(ConfigError) as info:
-            trdata.Loader(source, batch_size=2, transforms=[trdata.Mosaic(S)])
-        assert info.value.parameter == "transforms" and why in str(info.value)
     with pytest.raises(ConfigError) as info:
         trdata.Loader(
             trdata.CocoDetection(images, ann),
@@ -650,3 +637,42 @@ def test_yolo_masks_under_a_mosaic_are_the_parts_masks_pasted_and_flipped(tmp_pa
                 assert len(got) == len(b.targets[r]["boxes"]) and "part" not in b.targets[r]
                 total += len(got)
     assert total > n  # the rows hold their partners' instances too
+
+
+def test_label_maps_under_a_mosaic_are_the_parts_maps_pasted_on_ignore_and_a_pack_gives_the_same(
+    tmp_path: Path,
+) -> None:
+    """SegmentationFolder: a mosaic row's map is 255 (ignore) on the canvas but for each part's window, which holds
+    the part's map nearest-resized as its pixels, then mirrored as torchvision mirrors a Mask; a pack of the folder
+    gives the same maps."""
+    torch = pytest.importorskip("torch")
+    from test_segmentation import write_voc
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2 import functional as F
+
+    write_voc(tmp_path)
+    voc = trdata.SegmentationFolder(tmp_path / "JPEGImages", tmp_path / "SegmentationClass")
+    trdata.pack(voc, tmp_path / "voc.trd", progress=False)
+    kw: dict[str, Any] = dict(
+        batch_size=3, transforms=[trdata.Mosaic(S, p=0.8), trdata.RandomHorizontalFlip()], seed=2
+    )
+    got = []
+    for source in (voc, trdata.Packed(tmp_path / "voc.trd")):
+        with trdata.Loader(source, **kw) as ld:
+            rows_ = {}
+            for b in ld:
+                idx = b.indices.tolist()[: b.valid]
+                for r, plan in enumerate(target_plans(voc, idx, b.epoch, ld._native)):
+                    want = np.full((2 * S, 2 * S), 255, np.uint8)
+                    for part in plan.mosaic:
+                        covered = paste(np.ones_like(voc.label_map(part[0])), part, 2 * S).astype(bool)
+                        want[covered] = paste(voc.label_map(part[0]), part, 2 * S)[covered]
+                    if any(name == "RandomHorizontalFlip" for name, _, _ in plan.draws):
+                        want = F.horizontal_flip(tv_tensors.Mask(torch.from_numpy(want))).numpy()
+                    mask = np.asarray(b.targets[r]["mask"])
+                    np.testing.assert_array_equal(mask, want)
+                    rows_[idx[r]] = mask
+            got.append(rows_)
+    assert got[0].keys() == got[1].keys() == set(range(len(voc)))
+    for i in got[0]:
+        np.testing.assert_array_equal(got[0][i], got[1][i])

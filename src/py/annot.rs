@@ -144,6 +144,33 @@ impl TargetPlan {
         PyArray1::from_vec(py, out).reshape([oh, ow])
     }
 
+    /// A mosaic row's label map: `label_maps[k]` (uint8 `(H, W)`, part `k`'s image's size) nearest-resized into
+    /// part `k`'s window on the canvas, `fill` elsewhere, then moved: uint8 on the output canvas. One map per
+    /// part, each of its image's size, else a `ValueError`.
+    #[pyo3(signature = (label_maps, fill = 255))]
+    fn mosaic_dense<'py>(
+        &self,
+        py: Python<'py>,
+        label_maps: Vec<numpy::PyReadonlyArray2<'py, u8>>,
+        fill: u8,
+    ) -> PyResult<Bound<'py, PyArray2<u8>>> {
+        let maps: Vec<(Vec<u8>, (usize, usize))> = label_maps
+            .iter()
+            .map(|m| {
+                let a = m.as_array();
+                (a.iter().copied().collect(), (a.nrows(), a.ncols()))
+            })
+            .collect();
+        let out = py
+            .detach(|| {
+                let views: Vec<(&[u8], (usize, usize))> = maps.iter().map(|(m, hw)| (m.as_slice(), *hw)).collect();
+                self.0.mosaic_dense(&views, fill)
+            })
+            .map_err(pyo3::exceptions::PyValueError::new_err)?;
+        let (oh, ow) = self.0.canvas();
+        PyArray1::from_vec(py, out).reshape([oh, ow])
+    }
+
     /// Instance masks given as compressed RLE strings (pycocotools' `counts` strings, as
     /// `CocoAnnotations.rles` gives them and a packed detection file stores them) of `(h, w)` masks, moved:
     /// uint8 `(K, H, W)` on the output canvas. With `parts` (a mosaic row: which part each instance came from),

@@ -15,7 +15,8 @@ pixels) are scaled and shifted onto the canvas (``x · sx + dx``), boxes clipped
 when empty (ultralytics' clip + ``remove_zero_area_boxes``), keypoints not clipped but given visibility 0 outside
 the window, then concatenated in part order (the row first) with a ``part`` field (which part each instance came
 from: the instance masks are the part's image's, placed by ``TargetPlan.masks(..., parts=)`` in the core); the
-plan's steps then move the merged targets as any row's.
+plan's steps then move the merged targets as any row's. A semantic source's row gets one label map
+(``moved_label_map``): its parts' maps placed on a canvas of the ignore label, then moved.
 """
 
 from __future__ import annotations
@@ -124,19 +125,33 @@ def move_boxes(
     return moved, kept
 
 
+def target_plans(source: Any, idx: list[int], epoch: int, native_loader: Any) -> list[Any]:
+    """Each row's ``TargetPlan``; when the transforms start with a Mosaic, made with its parts' image sizes (its
+    ``mosaic`` then lists the parts). ``source._sizes[i]`` is image ``i``'s (width, height)."""
+    sizes = [(int(w), int(h)) for w, h in source._sizes[idx]]
+    parts = native_loader.mosaic_parts(idx, epoch)
+    part_sizes = None if parts is None else [[(int(w), int(h)) for w, h in source._sizes[p]] for p in parts]
+    return native_loader.target_plans(idx, epoch, sizes, part_sizes)
+
+
 def plan_rows(
     source: Any, idx: list[int], epoch: int, native_loader: Any
 ) -> tuple[list[Any], list[dict[str, Any]]]:
     """Each row's ``TargetPlan`` and its annotations in the plan's input pixels: the image's own
     (``source._image_targets(i)``), or, when the transforms start with a Mosaic, its parts' merged on the canvas
-    (module docs). ``source._sizes[i]`` is image ``i``'s (width, height)."""
-    sizes = [(int(w), int(h)) for w, h in source._sizes[idx]]
-    parts = native_loader.mosaic_parts(idx, epoch)
-    if parts is None:
-        return native_loader.target_plans(idx, epoch, sizes), [source._image_targets(i) for i in idx]
-    part_sizes = [[(int(w), int(h)) for w, h in source._sizes[p]] for p in parts]
-    plans = native_loader.target_plans(idx, epoch, sizes, part_sizes)
-    return plans, [mosaic_targets(source, plan) for plan in plans]
+    (module docs)."""
+    plans = target_plans(source, idx, epoch, native_loader)
+    rows = [mosaic_targets(source, p) if p.mosaic else source._image_targets(i) for p, i in zip(plans, idx)]
+    return plans, rows
+
+
+def moved_label_map(plan: Any, label_map: Any, i: int, fill: int) -> np.ndarray:
+    """Row ``i``'s label map moved by its plan: ``label_map(j)`` (uint8 ``(H, W)``) is image ``j``'s; a mosaic
+    row's is its parts' maps, each nearest-resized into its window, ``fill`` elsewhere (``TargetPlan.mosaic_dense``),
+    then moved."""
+    if plan.mosaic:
+        return plan.mosaic_dense([label_map(int(p[0])) for p in plan.mosaic], fill=fill)
+    return plan.dense(label_map(i), fill=fill)
 
 
 def mosaic_targets(source: Any, plan: Any) -> dict[str, np.ndarray]:
@@ -170,7 +185,7 @@ def refuse_mosaic(source: Any, why: str) -> None:
     """The ``ConfigError`` of a source whose targets a Mosaic cannot merge (``why``: what it holds)."""
     raise ConfigError(
         f"invalid transforms: a Mosaic cannot merge the targets of {type(source).__name__} ({why}); Mosaic merges "
-        "boxes, labels, iscrowd, instance masks and keypoints (CocoDetection, YoloDetection, a pack of either) or "
-        "any classification source (the row's own label)",
+        "boxes, labels, iscrowd, instance masks and keypoints (CocoDetection, YoloDetection), places label maps "
+        "(SegmentationFolder; packs of any of these) and takes any classification source (the row's own label)",
         parameter="transforms",
     )
