@@ -14,7 +14,7 @@ import trdata
 from _fixtures import chi2_same, ks_same, target_rows, targets_with_1_and_3_workers
 from PIL import Image
 from trdata.errors import ConfigError, DecodeError
-from trdata.sources.targets import plan_rows
+from trdata.sources.targets import plan_rows, target_plans
 
 S = 48  # Mosaic(size): the canvas is 96 × 96
 N = 9
@@ -208,14 +208,8 @@ def test_a_partner_that_fails_to_decode_follows_on_error(tmp_path: Path) -> None
         assert ld.stats()["errors_skipped"] >= 1
 
 
-def test_what_mosaic_refuses(coco: tuple[Path, Path], tmp_path: Path) -> None:
+def test_what_mosaic_refuses(coco: tuple[Path, Path]) -> None:
     images, ann = coco
-    for source, why in [
-        (trdata.CocoDetection(images, ann, masks=True), "masks=True"),
-    ]:
-        with pytest.raises(ConfigError) as info:
-            trdata.Loader(source, batch_size=2, transforms=[trdata.Mosaic(S)])
-        assert info.value.parameter == "transforms" and why in str(info.value)
     with pytest.raises(ConfigError) as info:
         trdata.Loader(
             trdata.CocoDetection(images, ann),
@@ -331,3 +325,354 @@ def test_detection_mixup_on_torch_tensors_equals_numpy() -> None:
             np.testing.assert_array_equal(u["labels"], v["labels"].numpy())
     same, kept = _detection_mixup([0.0, 0.37], x, targets)  # the gate stayed shut
     assert same is x and kept is targets
+
+
+# --- instance masks and keypoints under a Mosaic -------------------------------------------------------------------
+
+KP = 5  # keypoints per instance
+
+
+def write_instances(root: Path, n: int = N) -> Path:
+    """``n`` JPEGs of varied sizes (long sides S/2 to 2S) and a COCO file of instances with masks (polygons, one
+    compressed RLE per image) whose boxes are their masks' bounds (pycocotools' ``toBbox``), and ``KP`` keypoints
+    each, some off the image, some unlabelled; image 2 has no annotations."""
+    mask_api = pytest.importorskip("pycocotools.mask")
+    rng = np.random.default_rng(5)
+    (root / "images").mkdir(parents=True)
+    images, anns = [], []
+    for k in range(n):
+        w, h = int(rng.integers(S // 2, 2 * S - 1)), int(rng.integers(S // 2, 2 * S - 1))
+        Image.fromarray(rng.integers(0, 255, (h, w, 3)).astype(np.uint8)).save(
+            root / "images" / f"{k:03d}.jpg"
+        )
+        images.append({"id": k + 1, "file_name": f"{k:03d}.jpg", "width": w, "height": h})
+        for a in range(0 if k == 2 else int(rng.integers(1, 5))):
+            if a == 0:  # a compressed RLE: a rectangle
+                m = np.zeros((h, w), np.uint8, order="F")
+                x0, y0 = int(rng.integers(0, w - 4)), int(rng.integers(0, h - 4))
+                m[y0 : y0 + int(rng.integers(3, h // 2)), x0 : x0 + int(rng.integers(3, w // 2))] = 1
+                rle = mask_api.encode(np.asfortranarray(m))
+                seg: Any = {"size": [h, w], "counts": rle["counts"].decode()}
+            else:  # a polygon around a random centre
+                cx, cy, r = rng.uniform(0, w), rng.uniform(0, h), rng.uniform(4, max(w, h) / 3)
+                t = np.sort(rng.uniform(0, 2 * np.pi, int(rng.integers(3, 9))))
+                seg = [[float(round(v, 2)) for a_ in t for v in (cx + r * np.cos(a_), cy + r * np.sin(a_))]]
+                rle = mask_api.merge(mask_api.frPyObjects(seg, h, w))
+            pts = np.stack(
+                [rng.uniform(-3, w + 3, KP), rng.uniform(-3, h + 3, KP), rng.integers(0, 3, KP)], 1
+            )
+            anns.append(
+                {
+                    "id": len(anns) + 1,
+                    "image_id": k + 1,
+                    "category_id": int(rng.integers(1, 4)),
+                    "iscrowd": 0,
+                    "segmentation": seg,
+                    "bbox": [float(v) for v in mask_api.toBbox(rle)],
+                    "area": float(mask_api.area(rle)),
+                    "keypoints": [float(round(v, 2)) for v in pts.reshape(-1)],
+                    "num_keypoints": int((pts[:, 2] > 0).sum()),
+                }
+            )
+    names = [f"k{p}" for p in range(KP)]
+    cats = [{"id": c, "name": f"c{c}", "supercategory": "x", "keypoints": names} for c in (1, 2, 3)]
+    ann = root / "instances.json"
+    ann.write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
+    return ann
+
+
+@pytest.fixture(scope="module")
+def instances(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("mosaic_instances")
+    ann = write_instances(root)
+    return root / "images", ann
+
+
+def nearest(j: np.ndarray, n: int, m: int) -> np.ndarray:
+    """ATen's nearest source index of output indices ``j`` of a resize from ``n`` to ``m`` pixels (float32)."""
+    if n == m:
+        return j
+    if m == 2 * n:
+        return j >> 1
+    s = np.float32(n) / np.float32(m)
+    return np.minimum(np.floor(j.astype(np.float32) * s).astype(np.int64), n - 1)
+
+
+def paste(full: np.ndarray, part: tuple[Any, ...], side: int) -> np.ndarray:
+    """A part's full-size mask on the ``side × side`` canvas: nearest-resized, only its window set."""
+    _, sx, sy, dx, dy, x0, y0, x1, y1 = part
+    h, w = full.shape
+    rw, rh = round(w * sx), round(h * sy)
+    out = np.zeros((side, side), np.uint8)
+    ys = nearest(np.arange(y0, y1) - int(dy), h, rh)
+    xs = nearest(np.arange(x0, x1) - int(dx), w, rw)
+    out[y0:y1, x0:x1] = full[np.ix_(ys, xs)]
+    return out
+
+
+def coco_reference(ann: Path, plan: Any) -> dict[str, np.ndarray]:
+    """A mosaic row's instances on its canvas, built from the COCO file with pycocotools (not trdata's merge):
+    each part's boxes scaled, shifted and clipped to its window (empty ones dropped), its masks decoded full-size
+    and pasted (``paste``), its keypoints mapped with visibility 0 outside the window; in part order."""
+    mask_api = pytest.importorskip("pycocotools.mask")
+    data = json.loads(ann.read_text())
+    side = 2 * S
+    out: dict[str, list[Any]] = {
+        "boxes": [],
+        "labels": [],
+        "masks": [],
+        "keypoints": [],
+        "clipped": [],
+        "hidden": [],
+    }
+    for part in plan.mosaic:
+        j, sx, sy, dx, dy, x0, y0, x1, y1 = part
+        image = data["images"][j]  # ids 1..N in file order: dataset index j is id j + 1
+        h, w = image["height"], image["width"]
+        for a in (a for a in data["annotations"] if a["image_id"] == image["id"]):
+            bx, by, bw, bh = a["bbox"]
+            placed = np.array([bx * sx + dx, by * sy + dy, (bx + bw) * sx + dx, (by + bh) * sy + dy])
+            box = np.clip(placed, [x0, y0] * 2, [x1, y1] * 2)
+            if box[2] <= box[0] or box[3] <= box[1]:
+                continue
+            out["clipped"].append(bool((box != placed).any()))
+            seg = a["segmentation"]
+            rle = mask_api.merge(mask_api.frPyObjects(seg, h, w)) if isinstance(seg, list) else seg
+            full = mask_api.decode(
+                rle if isinstance(seg, list) else {"size": [h, w], "counts": seg["counts"]}
+            )
+            kp = np.array(a["keypoints"], np.float64).reshape(-1, 3)
+            x, y = kp[:, 0] * sx + dx, kp[:, 1] * sy + dy
+            inside = (x >= x0) & (x < x1) & (y >= y0) & (y < y1)
+            out["boxes"].append(box)
+            out["labels"].append(a["category_id"])
+            out["masks"].append(paste(full, part, side))
+            out["keypoints"].append(np.stack([x, y, np.where(inside, kp[:, 2], 0)], 1))
+            out["hidden"].append(int((~inside & (kp[:, 2] > 0)).sum()))
+    return {
+        "boxes": np.array(out["boxes"], np.float32).reshape(-1, 4),
+        "labels": np.array(out["labels"], np.int64),
+        "masks": np.array(out["masks"], np.uint8).reshape(-1, side, side),
+        "keypoints": np.array(out["keypoints"], np.float64).reshape(-1, KP, 3),
+        "clipped": np.array(out["clipped"], bool),
+        "hidden": np.array(out["hidden"], np.int64),
+    }
+
+
+def torchvision_moved(ref: dict[str, np.ndarray], plan: Any) -> dict[str, np.ndarray]:
+    """``ref`` (instances on the canvas) moved through the plan's drawn ops with torchvision v2's functional
+    kernels (masks nearest, zero fill) and its SanitizeBoundingBoxes; keypoints off the output canvas invisible."""
+    torch = pytest.importorskip("torch")
+    tv = pytest.importorskip("torchvision")
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2 import functional as F
+
+    side = 2 * S
+    boxes = tv_tensors.BoundingBoxes(torch.from_numpy(ref["boxes"]), format="XYXY", canvas_size=(side, side))
+    masks = tv_tensors.Mask(torch.from_numpy(ref["masks"]))
+    kp = tv_tensors.KeyPoints(
+        torch.from_numpy(ref["keypoints"][..., :2].reshape(-1, 2)), canvas_size=(side, side)
+    )
+    idx = torch.arange(len(ref["labels"]))
+    near = F.InterpolationMode.NEAREST
+    for name, v, _ in plan.draws:
+        if name == "RandomHorizontalFlip":
+            boxes, masks, kp = (F.horizontal_flip(x) for x in (boxes, masks, kp))
+        elif name == "RandomAffine":
+            angle, tx, ty, scale, shx, shy = v
+            boxes, masks, kp = (
+                F.affine(x, angle, [tx, ty], scale, [shx, shy], interpolation=near, fill=0)
+                for x in (boxes, masks, kp)
+            )
+        elif name == "SanitizeBoundingBoxes":
+            s = tv.transforms.v2.SanitizeBoundingBoxes(
+                min_size=2, labels_getter=lambda d: (d["labels"], d["idx"])
+            )
+            kept = s({"boxes": boxes, "labels": torch.from_numpy(ref["labels"])[idx], "idx": idx})
+            keep = torch.isin(idx, kept["idx"])
+            boxes, masks, idx = kept["boxes"], masks[keep], kept["idx"]
+            kp = tv_tensors.wrap(kp.reshape(-1, KP, 2)[keep].reshape(-1, 2), like=kp)
+        else:
+            raise AssertionError(f"no reference for {name}")
+    h, w = masks.shape[-2:]
+    xy = kp.reshape(-1, KP, 2).numpy()
+    on = (xy[..., 0] >= 0) & (xy[..., 0] < w) & (xy[..., 1] >= 0) & (xy[..., 1] < h)
+    vis = np.where(on, ref["keypoints"][idx.numpy(), :, 2], 0)
+    return {
+        "boxes": boxes.numpy(),
+        "labels": ref["labels"][idx.numpy()],
+        "masks": masks.numpy(),
+        "keypoints": np.concatenate([xy, vis[..., None]], axis=-1),
+    }
+
+
+MOSAIC_FLIP = [
+    trdata.Mosaic(S, p=0.8),
+    trdata.RandomHorizontalFlip(),
+    trdata.SanitizeBoundingBoxes(min_size=2),
+]
+MOSAIC_AFFINE = [
+    trdata.Mosaic(S),
+    trdata.RandomAffine(degrees=15, translate=(0.1, 0.1), scale=(0.6, 1.3)),
+    trdata.RandomHorizontalFlip(),
+    trdata.SanitizeBoundingBoxes(min_size=2),
+]
+
+
+@pytest.mark.parametrize("warp", [False, True], ids=["flip", "affine"])
+def test_masks_and_keypoints_are_the_parts_nearest_resized_in_their_windows_then_moved_as_torchvision_moves_them(
+    instances: tuple[Path, Path], warp: bool
+) -> None:
+    from test_detection_ops import _assert_masks_equal_but_for_ties
+
+    images, ann = instances
+    src = trdata.CocoDetection(images, ann, masks=True, keypoints=True)
+    transforms = MOSAIC_AFFINE if warp else MOSAIC_FLIP
+    seen = {"dropped": 0, "clipped": 0, "hidden": 0, "single": 0}
+    with trdata.Loader(src, batch_size=4, transforms=transforms, workers=2, seed=3) as ld:
+        for _ in range(3):
+            for b in ld:
+                idx = b.indices.tolist()[: b.valid]
+                plans, _ = plan_rows(src, idx, b.epoch, ld._native)
+                for r, (i, plan) in enumerate(zip(idx, plans)):
+                    got = {k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in b.targets[r].items()}
+                    assert "part" not in got and got["image_id"] == i + 1
+                    ref = coco_reference(ann, plan)
+                    want = torchvision_moved(ref, plan)
+                    seen["dropped"] += len(ref["labels"]) - len(want["labels"])
+                    seen["single"] += len(plan.mosaic) == 1
+                    seen["hidden"] += int(ref["hidden"].sum())
+                    seen["clipped"] += int(ref["clipped"].sum())
+                    np.testing.assert_array_equal(got["labels"], want["labels"])
+                    np.testing.assert_allclose(got["boxes"], want["boxes"], atol=1e-3)
+                    assert got["masks"].shape == want["masks"].shape and got["masks"].dtype == np.uint8
+                    if warp:
+                        _assert_masks_equal_but_for_ties(got["masks"], want["masks"])
+                    else:
+                        np.testing.assert_array_equal(got["masks"], want["masks"])
+                    # a row whose parts hold no instance has no keypoints either: (0, 0, 3)
+                    assert got["keypoints"].shape in {(len(want["labels"]), KP, 3), (0, 0, 3)}
+                    if len(want["labels"]):
+                        np.testing.assert_allclose(
+                            got["keypoints"][..., :2], want["keypoints"][..., :2], atol=1e-3
+                        )
+                        np.testing.assert_array_equal(got["keypoints"][..., 2], want["keypoints"][..., 2])
+    # instances cut by their windows, dropped by SanitizeBoundingBoxes, keypoints hidden by the window
+    assert seen["dropped"] > 0 and seen["hidden"] > 0 and seen["clipped"] > 0, seen
+    if not warp:
+        assert seen["single"] > 0, seen
+
+
+def test_a_pack_of_the_source_gives_the_same_masks_and_keypoints_and_workers_change_nothing(
+    instances: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The same seed gives the same batches (targets: boxes, labels, masks, keypoints) for 1 and 2 workers, each
+    row exactly once, and a pack of the source (``trdata.pack`` → ``trdata.Packed``) gives them too."""
+    images, ann = instances
+    src = trdata.CocoDetection(images, ann, masks=True, keypoints=True)
+    trdata.pack(src, tmp_path / "coco.trd", progress=False)
+    kw: dict[str, Any] = dict(batch_size=4, transforms=MOSAIC_AFFINE, seed=8, reproducible=True, shuffle=True)
+    runs = []
+    for source, workers in [(src, 1), (src, 2), (trdata.Packed(tmp_path / "coco.trd"), 2)]:
+        with trdata.Loader(source, workers=workers, **kw) as ld:
+            for epoch in range(2):
+                seen = []
+                for b in ld:
+                    seen += b.indices.tolist()[: b.valid]
+                    runs.append((b.indices.copy(), [dict(b.targets[r]) for r in range(b.valid)]))
+                assert sorted(seen) == list(range(N)), (workers, epoch)
+    per_run = len(runs) // 3
+    for other in (runs[per_run : 2 * per_run], runs[2 * per_run :]):
+        for (ia, ta), (ib, tb) in zip(runs[:per_run], other):
+            np.testing.assert_array_equal(ia, ib)
+            for a, b in zip(ta, tb):
+                assert a.keys() == b.keys() and "masks" in a and "keypoints" in a and "part" not in a
+                for k in a:
+                    va, vb = (np.asarray(v.numpy() if hasattr(v, "numpy") else v) for v in (a[k], b[k]))
+                    assert va.dtype == vb.dtype and va.shape == vb.shape, k
+                    np.testing.assert_array_equal(va, vb, err_msg=k)
+
+
+def test_yolo_masks_under_a_mosaic_are_the_parts_masks_pasted_and_flipped(tmp_path: Path) -> None:
+    """YoloDetection(masks=True): each delivered mask is its part's (the source's own RLE, decoded by
+    pycocotools) nearest-resized into the part's window on the canvas, mirrored as torchvision mirrors a Mask, in
+    the order of the merged boxes."""
+    mask_api = pytest.importorskip("pycocotools.mask")
+    torch = pytest.importorskip("torch")
+    from test_yolo import write_yolo
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2 import functional as F
+
+    write_yolo(tmp_path)
+    src = trdata.YoloDetection(tmp_path, "train", masks=True)
+    n = len(src)
+    total = 0
+    with trdata.Loader(
+        src, batch_size=3, transforms=[trdata.Mosaic(S), trdata.RandomHorizontalFlip()], seed=6
+    ) as ld:
+        for b in ld:
+            idx = b.indices.tolist()[: b.valid]
+            plans, _ = plan_rows(src, idx, b.epoch, ld._native)
+            for r, plan in enumerate(plans):
+                want, boxes = [], []
+                for part in plan.mosaic:
+                    j, sx, sy, dx, dy, x0, y0, x1, y1 = part
+                    w, h = (int(v) for v in src._sizes[j])
+                    t = src._image_targets(int(j))
+                    for box, rle in zip(t["boxes"], t["masks"]):
+                        bx = np.clip(
+                            box * (sx, sy, sx, sy) + (dx, dy, dx, dy), (x0, y0, x0, y0), (x1, y1, x1, y1)
+                        )
+                        if bx[2] > bx[0] and bx[3] > bx[1]:
+                            want.append(paste(mask_api.decode({"size": [h, w], "counts": rle}), part, 2 * S))
+                            boxes.append(bx)
+                masks = np.array(want, np.uint8).reshape(-1, 2 * S, 2 * S)
+                xyxy = np.array(boxes, np.float64).reshape(-1, 4)
+                if any(name == "RandomHorizontalFlip" for name, _, _ in plan.draws):
+                    masks = F.horizontal_flip(tv_tensors.Mask(torch.from_numpy(masks))).numpy()
+                    xyxy = np.stack([2 * S - xyxy[:, 2], xyxy[:, 1], 2 * S - xyxy[:, 0], xyxy[:, 3]], 1)
+                got = b.targets[r]["masks"].numpy()
+                np.testing.assert_array_equal(got, masks)
+                np.testing.assert_allclose(b.targets[r]["boxes"].numpy(), xyxy, atol=1e-3)
+                assert len(got) == len(b.targets[r]["boxes"]) and "part" not in b.targets[r]
+                total += len(got)
+    assert total > n  # the rows hold their partners' instances too
+
+
+def test_label_maps_under_a_mosaic_are_the_parts_maps_pasted_on_ignore_and_a_pack_gives_the_same(
+    tmp_path: Path,
+) -> None:
+    """SegmentationFolder: a mosaic row's map is 255 (ignore) on the canvas but for each part's window, which holds
+    the part's map nearest-resized as its pixels, then mirrored as torchvision mirrors a Mask; a pack of the folder
+    gives the same maps."""
+    torch = pytest.importorskip("torch")
+    from test_segmentation import write_voc
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2 import functional as F
+
+    write_voc(tmp_path)
+    voc = trdata.SegmentationFolder(tmp_path / "JPEGImages", tmp_path / "SegmentationClass")
+    trdata.pack(voc, tmp_path / "voc.trd", progress=False)
+    kw: dict[str, Any] = dict(
+        batch_size=3, transforms=[trdata.Mosaic(S, p=0.8), trdata.RandomHorizontalFlip()], seed=2
+    )
+    got = []
+    for source in (voc, trdata.Packed(tmp_path / "voc.trd")):
+        with trdata.Loader(source, **kw) as ld:
+            rows_ = {}
+            for b in ld:
+                idx = b.indices.tolist()[: b.valid]
+                for r, plan in enumerate(target_plans(voc, idx, b.epoch, ld._native)):
+                    want = np.full((2 * S, 2 * S), 255, np.uint8)
+                    for part in plan.mosaic:
+                        covered = paste(np.ones_like(voc.label_map(part[0])), part, 2 * S).astype(bool)
+                        want[covered] = paste(voc.label_map(part[0]), part, 2 * S)[covered]
+                    if any(name == "RandomHorizontalFlip" for name, _, _ in plan.draws):
+                        want = F.horizontal_flip(tv_tensors.Mask(torch.from_numpy(want))).numpy()
+                    mask = np.asarray(b.targets[r]["mask"])
+                    np.testing.assert_array_equal(mask, want)
+                    rows_[idx[r]] = mask
+            got.append(rows_)
+    assert got[0].keys() == got[1].keys() == set(range(len(voc)))
+    for i in got[0]:
+        np.testing.assert_array_equal(got[0][i], got[1][i])

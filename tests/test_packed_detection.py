@@ -107,9 +107,8 @@ def test_a_packed_yolo_source_gives_its_boxes_and_masks(tmp_path: Path) -> None:
     assert_pack_serves_the_source(source, dst, len(source), transforms=DETECTION)
 
 
-def test_a_mosaic_over_a_packed_yolo_source_merges_the_same_boxes(tmp_path: Path) -> None:
-    """Mosaic's partners come from the pack as from the source: the same canvases and merged boxes; a pack that
-    holds masks is refused as its source is."""
+def test_a_mosaic_over_a_packed_yolo_source_merges_the_same_boxes_and_masks(tmp_path: Path) -> None:
+    """Mosaic's partners come from the pack as from the source: the same canvases, merged boxes and masks."""
     write_yolo(tmp_path)
     source = trdata.YoloDetection(tmp_path, "train")
     dst = tmp_path / "yolo.trd"
@@ -118,9 +117,7 @@ def test_a_mosaic_over_a_packed_yolo_source_merges_the_same_boxes(tmp_path: Path
     assert_pack_serves_the_source(source, dst, len(source), transforms=tf)
     with_masks = trdata.YoloDetection(tmp_path, "train", masks=True)
     trdata.pack(with_masks, tmp_path / "m.trd", progress=False)
-    for src in (with_masks, trdata.Packed(tmp_path / "m.trd")):
-        with pytest.raises(ConfigError, match="Mosaic cannot merge"):
-            trdata.Loader(src, batch_size=2, transforms=tf)
+    assert_pack_serves_the_source(with_masks, tmp_path / "m.trd", len(with_masks), transforms=tf)
 
 
 def test_a_packed_segmentation_source_gives_its_label_maps(tmp_path: Path) -> None:

@@ -105,7 +105,8 @@ const SCALED_LIMIT: f64 = (1u64 << 30) as f64 + 1.0;
 /// What was wrong with a segmentation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MaskErrorKind {
-    /// A side is 0 or above [`MAX_MASK_SIDE`], or `h·w` is above [`MAX_MASK_PIXELS`].
+    /// A side is 0 or above [`MAX_MASK_SIDE`], or `h·w` is above [`MAX_MASK_PIXELS`], or a mask that is not
+    /// the size of the image it is for (a mosaic part's).
     Size,
     /// A polygon coordinate is not finite or too far out (see the module docs).
     Coordinate,

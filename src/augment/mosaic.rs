@@ -25,8 +25,11 @@
 //! Every op after the Mosaic runs in stage 2 on the canvas (nothing folds into the parts' decodes), with the
 //! positions and streams it has in the list. Targets: a part's boxes map as `x · sx + dx` ([`Part`]), are
 //! clipped to its window on the canvas (the window is the canvas cut of its quadrant, so clipping to it equals
-//! ultralytics' clipping to the canvas) and dropped when empty; then the rest of the program moves the merged
-//! boxes as it moves any sample's (augment/targets.rs).
+//! ultralytics' clipping to the canvas) and dropped when empty; its keypoints map the same way, with visibility 0
+//! outside the window (python/trdata/sources/targets.py); its instance masks and label maps are its image's,
+//! nearest-resized (ATen's index rule) into the window and nothing (0, or the ignore label) elsewhere
+//! ([`super::targets::TargetPlan::mosaic_mask`], [`super::targets::TargetPlan::mosaic_dense`]); then the rest of
+//! the program moves the merged targets as it moves any sample's (augment/targets.rs).
 
 use super::geometry::{self, CompiledTransforms};
 use super::ops::Mosaic;

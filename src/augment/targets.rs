@@ -28,7 +28,7 @@ use super::program::{Program, leaves_geometry, op_rng};
 use super::resize::center_crop_start;
 use super::site::Site;
 use super::warp::{self, Interp};
-use crate::annot::mask::{MaskError, Rle};
+use crate::annot::mask::{MaskError, MaskErrorKind, Rle};
 use crate::annot::warp::{AxisMap, TargetGeometry, gather_mask, nearest_index};
 use crate::rng::SampleRng;
 
@@ -304,13 +304,56 @@ impl TargetPlan {
         (px, py, (0.0..w as f64).contains(&px) && (0.0..h as f64).contains(&py))
     }
 
-    /// The mask `rle` (of the source image) on the output canvas, row-major 0/1 (`canvas()` sized). Without
-    /// warps every step maps each axis on its own: the output's source rows and columns are composed through the
-    /// steps and only the window they read is decoded (the common detection recipes); with a warp, the prefix's
-    /// mask runs through the steps.
+    /// The mask `rle` (of the source image) on the output canvas, row-major 0/1 (`canvas()` sized): nearest
+    /// everywhere, 0 where the output leaves the image ([`Self::gather`]).
     pub fn mask(&self, rle: &Rle) -> Result<Vec<u8>, MaskError> {
+        let (cols, rows) = self.prefix.source_indices();
+        self.gather(rle, &cols, &rows)
+    }
+
+    /// The instance mask `rle` of mosaic part `part` (`self.mosaic[part]`; `rle` of its image's size) on the
+    /// output canvas, row-major 0/1: canvas column `x` reads the part's source column
+    /// `nearest_index(x - offset.x, image.w, resized.w)` when `x` is inside its window `[clip.x0, clip.x1)`, none
+    /// (0) outside; rows likewise. The prefix (the identity on the canvas for a mosaic program) and the steps then
+    /// move it as [`Self::mask`] moves any mask. No such part, or an RLE of another size → a `MaskError`.
+    pub fn mosaic_mask(&self, part: usize, rle: &Rle) -> Result<Vec<u8>, MaskError> {
+        let p = self.mosaic.get(part).ok_or_else(|| MaskError {
+            kind: MaskErrorKind::Window,
+            message: format!("no mosaic part {part} (the row has {})", self.mosaic.len()),
+        })?;
+        if (rle.w, rle.h) != p.image {
+            return Err(MaskError {
+                kind: MaskErrorKind::Size,
+                message: format!(
+                    "a {}x{} mask for mosaic part {part}, whose image is {}x{}",
+                    rle.w, rle.h, p.image.0, p.image.1
+                ),
+            });
+        }
+        let (cols, rows) = self.part_indices(p);
+        self.gather(rle, &cols, &rows)
+    }
+
+    /// Each prefix output column's source column in mosaic part `p`'s image, and each row's: prefix index →
+    /// canvas index `x` → `nearest_index(x - offset.x, image.w, resized.w)` when `x` is inside the part's window
+    /// `[clip.x0, clip.x1)`, None outside (and where the prefix pads).
+    fn part_indices(&self, p: &Part) -> (Vec<Option<i64>>, Vec<Option<i64>>) {
+        let (pc, pr) = self.prefix.source_indices();
+        let axis = |v: Vec<Option<i64>>, lo: u32, hi: u32, offset: i64, n: u32, m: u32| -> Vec<Option<i64>> {
+            let window = i64::from(lo)..i64::from(hi);
+            let map = |c: i64| nearest_index(c - offset, i64::from(n), i64::from(m));
+            v.into_iter().map(|c| c.filter(|c| window.contains(c)).map(map)).collect()
+        };
+        let [x0, y0, x1, y1] = p.clip;
+        (axis(pc, x0, x1, p.offset.0, p.image.0, p.resized.0), axis(pr, y0, y1, p.offset.1, p.image.1, p.resized.1))
+    }
+
+    /// The mask `rle` on the output canvas, given the prefix's output columns' and rows' source indices
+    /// (`cols`, `rows`; None: nothing, 0). Without warps every step maps each axis on its own: the output's
+    /// source rows and columns are composed through the steps and only the window they read is decoded (the
+    /// common detection recipes); with a warp, the prefix-level mask runs through the steps.
+    fn gather(&self, rle: &Rle, cols: &[Option<i64>], rows: &[Option<i64>]) -> Result<Vec<u8>, MaskError> {
         if self.steps.iter().all(|s| s.warp.is_none()) {
-            let (pc, pr) = self.prefix.source_indices();
             let (oh, ow) = self.canvas();
             let through = |j: usize, axis: usize, prefix: &[Option<i64>]| -> Option<i64> {
                 let mut j = j;
@@ -332,15 +375,15 @@ impl TargetPlan {
                 }
                 prefix[j]
             };
-            let cols: Vec<Option<i64>> = (0..ow).map(|j| through(j, 0, &pc)).collect();
-            let rows: Vec<Option<i64>> = (0..oh).map(|i| through(i, 1, &pr)).collect();
+            let out_cols: Vec<Option<i64>> = (0..ow).map(|j| through(j, 0, cols)).collect();
+            let out_rows: Vec<Option<i64>> = (0..oh).map(|i| through(i, 1, rows)).collect();
             let mut out = vec![0u8; oh * ow];
-            gather_mask(rle, &cols, &rows, &mut out)?;
+            gather_mask(rle, &out_cols, &out_rows, &mut out)?;
             return Ok(out);
         }
-        let (ph, pw) = (self.prefix.y.out, self.prefix.x.out);
+        let (ph, pw) = (rows.len(), cols.len());
         let mut frame = Frame { buf: vec![0; ph * pw], h: ph, w: pw, c: 1 };
-        self.prefix.mask(rle, &mut frame.buf)?;
+        gather_mask(rle, cols, rows, &mut frame.buf)?;
         Ok(self.move_frame(frame, 0))
     }
 
@@ -352,6 +395,39 @@ impl TargetPlan {
         let mut frame = Frame { buf: vec![0; ph * pw], h: ph, w: pw, c: 1 };
         self.prefix.dense(src, (h, w), fill, &mut frame.buf);
         self.move_frame(frame, fill)
+    }
+
+    /// A mosaic row's dense label map (semantic segmentation) on the output canvas: `maps[k]` is part `k`'s
+    /// (`self.mosaic[k]`; `(height, width)` its image's, row-major), each nearest-resized as
+    /// [`Self::mosaic_mask`] resizes a mask and set inside its window; `fill` elsewhere on the canvas and where
+    /// the output leaves it. A map per part of its image's size, else a message.
+    pub fn mosaic_dense(&self, maps: &[(&[u8], (usize, usize))], fill: u8) -> Result<Vec<u8>, String> {
+        if maps.len() != self.mosaic.len() {
+            return Err(format!("{} label maps for {} mosaic parts", maps.len(), self.mosaic.len()));
+        }
+        let (ph, pw) = (self.prefix.y.out, self.prefix.x.out);
+        let mut frame = Frame { buf: vec![fill; ph * pw], h: ph, w: pw, c: 1 };
+        for (k, (p, &(src, (h, w)))) in self.mosaic.iter().zip(maps).enumerate() {
+            if (w, h) != (p.image.0 as usize, p.image.1 as usize) || src.len() != h * w {
+                return Err(format!(
+                    "mosaic part {k}: a {w}x{h} label map ({} bytes) for its {}x{} image",
+                    src.len(),
+                    p.image.0,
+                    p.image.1
+                ));
+            }
+            let (cols, rows) = self.part_indices(p);
+            for (i, r) in rows.iter().enumerate() {
+                let Some(r) = r else { continue };
+                let row = &src[*r as usize * w..(*r as usize + 1) * w];
+                for (d, c) in frame.buf[i * pw..(i + 1) * pw].iter_mut().zip(&cols) {
+                    if let Some(c) = c {
+                        *d = row[*c as usize];
+                    }
+                }
+            }
+        }
+        Ok(self.move_frame(frame, fill))
     }
 
     /// A one-channel frame (the prefix's output) through the stage-2 steps.
@@ -655,6 +731,82 @@ mod tests {
             let (ix, iy) = (inv[0] * cx + inv[1] * cy + inv[2] + w * 0.5, inv[3] * cx + inv[4] * cy + inv[5] + h * 0.5);
             assert!((ix - x).abs() < 1e-9 && (iy - y).abs() < 1e-9, "{x},{y} → {ix},{iy}");
         }
+    }
+
+    #[test]
+    fn a_mosaic_parts_mask_and_label_map_are_their_nearest_resize_pasted_in_its_window_then_moved() {
+        use super::super::TransformSpec;
+        use super::super::ops::Mosaic;
+        use crate::annot::mask::{decode, rle_from_polygon};
+        // Mosaic(32) → 64×64 canvas, mirrored, then a centre crop of 50×70 (rows cropped by 7, columns padded by
+        // 3 on each side: torchvision's center_crop rule)
+        let t = [
+            TransformSpec::Op(OpSpec::Mosaic(Mosaic { size: 32, p: 1.0, fill: vec![114.0] })),
+            TransformSpec::RandomHorizontalFlip { p: 1.0 },
+            TransformSpec::CenterCrop { height: 50, width: 70 },
+        ];
+        let program = super::super::program::compile(&t).unwrap();
+        let sizes = [(40, 30), (17, 45), (64, 64), (90, 20)];
+        let (oh, ow, c) = (50usize, 70usize, 64usize);
+        let mut clipped = 0;
+        // mirrored, then cropped / padded with `fill`
+        let moved = |canvas: &[u8], fill: u8| -> Vec<u8> {
+            let mut out = vec![fill; oh * ow];
+            for y in 0..oh {
+                for x in 0..ow {
+                    let (cy, cx) = (y as i64 + 7, x as i64 - 3);
+                    if (0..c as i64).contains(&cy) && (0..c as i64).contains(&cx) {
+                        out[y * ow + x] = canvas[cy as usize * c + (c - 1 - cx as usize)];
+                    }
+                }
+            }
+            out
+        };
+        for index in 0..40 {
+            let key = SampleKey { seed: 3, epoch: 0, index };
+            let plan = TargetPlan::replay_mosaic(&program, key, 10, &sizes, 3).unwrap();
+            assert_eq!(plan.canvas(), (oh, ow));
+            // the parts' label maps (their masks as labels k + 1) on a canvas of 255
+            let mut dense = vec![255u8; c * c];
+            let mut maps = Vec::new();
+            for (k, p) in plan.mosaic.iter().enumerate() {
+                let (w, h) = p.image;
+                // an instance over most of the image (a hexagon), so the window cuts it where it cuts the image
+                let (fw, fh) = (f64::from(w), f64::from(h));
+                let poly = [0.1, 0.5, 0.3, 0.0, 0.8, 0.05, 1.0, 0.5, 0.7, 0.97, 0.2, 0.9]
+                    .chunks(2)
+                    .flat_map(|v| [v[0] * fw, v[1] * fh])
+                    .collect::<Vec<_>>();
+                let rle = rle_from_polygon(&poly, h, w).unwrap();
+                let full = decode(&rle).unwrap();
+                // brute force: nearest resize pasted into the window of the canvas …
+                let mut canvas = vec![0u8; c * c];
+                let [x0, y0, x1, y1] = p.clip.map(|v| v as usize);
+                for y in y0..y1 {
+                    for x in x0..x1 {
+                        let sy = nearest_index(y as i64 - p.offset.1, i64::from(h), i64::from(p.resized.1));
+                        let sx = nearest_index(x as i64 - p.offset.0, i64::from(w), i64::from(p.resized.0));
+                        canvas[y * c + x] = full[sy as usize * w as usize + sx as usize];
+                        dense[y * c + x] = canvas[y * c + x] * (k as u8 + 1);
+                    }
+                }
+                let inside = full.iter().filter(|&&v| v == 1).count();
+                if (x1 - x0) < p.resized.0 as usize || (y1 - y0) < p.resized.1 as usize {
+                    clipped += usize::from(inside > 0);
+                }
+                // … mirrored, then cropped / padded
+                assert_eq!(plan.mosaic_mask(k, &rle).unwrap(), moved(&canvas, 0), "row {index} part {k}");
+                maps.push((full.iter().map(|&v| v * (k as u8 + 1)).collect::<Vec<u8>>(), (h as usize, w as usize)));
+                // a mask of another size is refused, not read
+                let other = rle_from_polygon(&poly, h + 1, w).unwrap();
+                assert_eq!(plan.mosaic_mask(k, &other).unwrap_err().kind, MaskErrorKind::Size);
+            }
+            assert!(plan.mosaic_mask(plan.mosaic.len(), &Rle { h: 1, w: 1, counts: vec![1] }).is_err());
+            let maps: Vec<(&[u8], (usize, usize))> = maps.iter().map(|(m, hw)| (m.as_slice(), *hw)).collect();
+            assert_eq!(plan.mosaic_dense(&maps, 255).unwrap(), moved(&dense, 255), "row {index}");
+            assert!(plan.mosaic_dense(&maps[1..], 255).is_err());
+        }
+        assert!(clipped > 10, "windows cut instances in {clipped} parts only");
     }
 
     #[test]

@@ -144,17 +144,49 @@ impl TargetPlan {
         PyArray1::from_vec(py, out).reshape([oh, ow])
     }
 
+    /// A mosaic row's label map: `label_maps[k]` (uint8 `(H, W)`, part `k`'s image's size) nearest-resized into
+    /// part `k`'s window on the canvas, `fill` elsewhere, then moved: uint8 on the output canvas. One map per
+    /// part, each of its image's size, else a `ValueError`.
+    #[pyo3(signature = (label_maps, fill = 255))]
+    fn mosaic_dense<'py>(
+        &self,
+        py: Python<'py>,
+        label_maps: Vec<numpy::PyReadonlyArray2<'py, u8>>,
+        fill: u8,
+    ) -> PyResult<Bound<'py, PyArray2<u8>>> {
+        let maps: Vec<(Vec<u8>, (usize, usize))> = label_maps
+            .iter()
+            .map(|m| {
+                let a = m.as_array();
+                (a.iter().copied().collect(), (a.nrows(), a.ncols()))
+            })
+            .collect();
+        let out = py
+            .detach(|| {
+                let views: Vec<(&[u8], (usize, usize))> = maps.iter().map(|(m, hw)| (m.as_slice(), *hw)).collect();
+                self.0.mosaic_dense(&views, fill)
+            })
+            .map_err(pyo3::exceptions::PyValueError::new_err)?;
+        let (oh, ow) = self.0.canvas();
+        PyArray1::from_vec(py, out).reshape([oh, ow])
+    }
+
     /// Instance masks given as compressed RLE strings (pycocotools' `counts` strings, as
     /// `CocoAnnotations.rles` gives them and a packed detection file stores them) of `(h, w)` masks, moved:
-    /// uint8 `(K, H, W)` on the output canvas. A string that is not a valid RLE of that size is a `SourceError`
-    /// naming `name` and the instance.
+    /// uint8 `(K, H, W)` on the output canvas. With `parts` (a mosaic row: which part each instance came from),
+    /// each string is a mask of its part's image (the plan's, not `size`) placed as `mosaic_mask` places it. A
+    /// string that is not a valid RLE of that size is a `SourceError` naming `name` and the instance; `parts` of
+    /// another length, or naming no part of the plan, a `ValueError`.
+    #[pyo3(signature = (rles, size, name, parts = None))]
     fn masks<'py>(
         &self,
         py: Python<'py>,
         rles: Vec<Vec<u8>>,
         size: (u32, u32),
         name: PathBuf,
+        parts: Option<Vec<usize>>,
     ) -> PyResult<Bound<'py, PyArray3<u8>>> {
+        self.check_parts(parts.as_deref(), rles.len())?;
         let (oh, ow) = self.0.canvas();
         let fail = |k: usize, e: crate::annot::mask::MaskError| TrdataError::Source {
             path: name.clone(),
@@ -164,8 +196,10 @@ impl TargetPlan {
             .detach(|| -> Result<Vec<u8>, TrdataError> {
                 let mut out = vec![0u8; rles.len() * oh * ow];
                 for (k, s) in rles.iter().enumerate() {
-                    let rle = rle_from_string(s, size.0, size.1).map_err(|e| fail(k, e))?;
-                    let m = self.0.mask(&rle).map_err(|e| fail(k, e))?;
+                    let part = parts.as_ref().map(|p| p[k]);
+                    let (h, w) = part.map_or(size, |p| (self.0.mosaic[p].image.1, self.0.mosaic[p].image.0));
+                    let rle = rle_from_string(s, h, w).map_err(|e| fail(k, e))?;
+                    let m = self.mask(part, &rle).map_err(|e| fail(k, e))?;
                     out[k * oh * ow..(k + 1) * oh * ow].copy_from_slice(&m);
                 }
                 Ok(out)
@@ -196,6 +230,29 @@ impl TargetPlan {
             }
         }
         Ok(out)
+    }
+}
+
+impl TargetPlan {
+    /// Instance mask `rle` moved: of mosaic part `part` when given (`mosaic_mask`), else of the source image.
+    fn mask(&self, part: Option<usize>, rle: &Rle) -> Result<Vec<u8>, crate::annot::mask::MaskError> {
+        match part {
+            Some(p) => self.0.mosaic_mask(p, rle),
+            None => self.0.mask(rle),
+        }
+    }
+
+    /// `parts` (when given) names one of the plan's mosaic parts for each of `n` instances, else a `ValueError`.
+    fn check_parts(&self, parts: Option<&[usize]>, n: usize) -> PyResult<()> {
+        let Some(parts) = parts else { return Ok(()) };
+        let bad = |m: String| Err(pyo3::exceptions::PyValueError::new_err(m));
+        if parts.len() != n {
+            return bad(format!("parts names {} instances' parts, for {n} instances", parts.len()));
+        }
+        match parts.iter().find(|&&p| p >= self.0.mosaic.len()) {
+            Some(p) => bad(format!("parts: no mosaic part {p} (the row has {})", self.0.mosaic.len())),
+            None => Ok(()),
+        }
     }
 }
 
@@ -280,23 +337,28 @@ impl CocoAnnotations {
     }
 
     /// The masks of `annotations` (indices into `annotations()`) moved by `plan`: uint8 `(K, H, W)`, each
-    /// decoded as pycocotools decodes it (annot/mask.rs) for the prefix's kept window only (annot/warp.rs). An
-    /// annotation without a segmentation, or with one that is malformed, is a `SourceError` naming the file and
-    /// the annotation.
+    /// decoded as pycocotools decodes it (annot/mask.rs) for the kept window only (annot/warp.rs). With `parts`
+    /// (a mosaic row: which part each annotation came from), each is placed as `TargetPlan.masks` places it. An
+    /// annotation without a segmentation, or with one that is malformed or not of its part's image size, is a
+    /// `SourceError` naming the file and the annotation; `parts` as `TargetPlan.masks` checks them.
+    #[pyo3(signature = (annotations, plan, parts = None))]
     fn masks<'py>(
         &self,
         py: Python<'py>,
         annotations: Vec<usize>,
         plan: PyRef<'py, TargetPlan>,
+        parts: Option<Vec<usize>>,
     ) -> PyResult<Bound<'py, PyArray3<u8>>> {
-        let g = &plan.0;
-        let (oh, ow) = g.canvas();
+        plan.check_parts(parts.as_deref(), annotations.len())?;
+        let g = &*plan;
+        let (oh, ow) = g.0.canvas();
         let out = py
             .detach(|| -> Result<Vec<u8>, TrdataError> {
                 let mut out = vec![0u8; annotations.len() * oh * ow];
                 for (k, &a) in annotations.iter().enumerate() {
                     let (id, rle) = self.rle(a)?;
-                    let m = g.mask(rle).map_err(|e| self.fail(format!("annotation {id}: {e}")))?;
+                    let part = parts.as_ref().map(|p| p[k]);
+                    let m = g.mask(part, rle).map_err(|e| self.fail(format!("annotation {id}: {e}")))?;
                     out[k * oh * ow..(k + 1) * oh * ow].copy_from_slice(&m);
                 }
                 Ok(out)

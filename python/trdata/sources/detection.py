@@ -27,7 +27,7 @@ import numpy as np
 from .. import _core
 from . import packed_targets
 from .base import Source, refuse_url
-from .targets import plan_rows, refuse_mosaic
+from .targets import plan_rows
 
 #: Keys of one image's target (``batch.targets[i]``).
 TARGET_KEYS = ("boxes", "labels", "iscrowd", "image_id", "orig_size", "size", "masks", "keypoints")
@@ -95,9 +95,8 @@ class CocoDetection(Source):
     _has_targets = True
 
     def _check_mosaic(self) -> None:
-        """Loader hook: a Mosaic merges boxes, labels and iscrowd, not masks or keypoints."""
-        if self.masks or self.keypoints:
-            refuse_mosaic(self, "masks=True" if self.masks else "keypoints=True")
+        """Loader hook: a Mosaic merges every target of this source (boxes, labels, iscrowd, masks, keypoints:
+        targets.py ``mosaic_targets``)."""
 
     def _image_targets(self, i: int) -> dict[str, Any]:
         """Image ``i``'s annotations in source pixels (boxes XYXY float64)."""
@@ -148,8 +147,9 @@ class CocoDetection(Source):
                 "orig_size": (int(self._sizes[i][1]), int(self._sizes[i][0])),
                 "size": plan.canvas,
             }
-            if self.masks:
-                moved["masks"] = self._ann.masks(t["ann"].tolist(), plan)
+            if self.masks:  # a mosaic row's masks are its parts' (``part``: which one)
+                parts = t["part"].tolist() if "part" in t else None
+                moved["masks"] = self._ann.masks(t["ann"].tolist(), plan, parts)
             if self.keypoints:
                 moved["keypoints"] = plan.keypoints(t["keypoints"])
             out.append(moved)

@@ -33,7 +33,7 @@ from .dataset import DatasetSource, is_map_style
 from .extras import NPY, stack_extras
 from .extras import decode as decode_extra
 from .segmentation import FILL, decode_label_map
-from .targets import move_boxes, plan_rows, refuse_mosaic
+from .targets import move_boxes, moved_label_map, plan_rows, target_plans
 
 #: The ``mode`` choices of :class:`Packed`.
 MODES = ("full", "partial")
@@ -336,10 +336,13 @@ class Packed(Source):
         return self.target_kind is not None
 
     def _check_mosaic(self) -> None:
-        """Loader hook: a Mosaic merges a pack's boxes, labels and iscrowd, not its masks, keypoints or maps."""
-        held = [f for f in ("masks", "keypoints", "label_map") if packed_targets.PREFIX + f in self._fields]
-        if held:
-            refuse_mosaic(self, f"the pack holds {held[0]}")
+        """Loader hook: a Mosaic merges a pack's boxes, labels, iscrowd, masks and keypoints, and places its label
+        maps (targets.py)."""
+
+    def _label_map(self, i: int) -> np.ndarray:
+        """Record ``i``'s label map (a semantic pack), decoded and checked."""
+        t, name = self._stored_targets(i), f"{self.path}#{i}"
+        return decode_label_map(t["label_map_png"], name, t["size"], name)
 
     def _stored_targets(self, i: int) -> dict[str, Any]:
         """Record ``i``'s stored annotations, checked (sources/packed_targets.py)."""
@@ -355,18 +358,14 @@ class Packed(Source):
         idx = [int(i) for i in indices]
         out = []
         if self.target_kind == "semantic":
-            plans = native_loader.target_plans(
-                idx, epoch, [tuple(int(v) for v in self._sizes[i]) for i in idx]
-            )
-            rows = [self._stored_targets(i) for i in idx]
-            for plan, i, t in zip(plans, idx, rows):
-                name = f"{self.path}#{i}"
-                m = decode_label_map(t["label_map_png"], name, t["size"], name)
+            plans = target_plans(self, idx, epoch, native_loader)  # a Mosaic's parts placed (targets.py)
+            for plan, i in zip(plans, idx):
+                w, h = (int(v) for v in self._sizes[i])
                 out.append(
                     {
-                        "mask": plan.dense(m, fill=FILL),
-                        "image_id": t["image_id"],
-                        "orig_size": (t["size"][1], t["size"][0]),
+                        "mask": moved_label_map(plan, self._label_map, i, FILL),
+                        "image_id": int(self._image_ids[i]),
+                        "orig_size": (h, w),
                         "size": plan.canvas,
                     }
                 )
@@ -385,8 +384,9 @@ class Packed(Source):
                 "orig_size": (h, w),
                 "size": plan.canvas,
             }
-            if "masks" in f:
-                moved["masks"] = plan.masks(list(f["masks"]), (h, w), f"{self.path}#{i}")
+            if "masks" in f:  # a mosaic row's masks are its parts' (``part``: which one)
+                parts = f["part"].tolist() if "part" in f else None
+                moved["masks"] = plan.masks(list(f["masks"]), (h, w), f"{self.path}#{i}", parts)
             if "keypoints" in f:
                 moved["keypoints"] = plan.keypoints(f["keypoints"])
             out.append(moved)

@@ -16,6 +16,8 @@ headers at construction). ``batch.targets[i]["mask"]`` is the map moved with the
 nearest, 255 (``FILL``, the ``ignore_index`` of torchvision's segmentation references) wherever the output
 leaves the image (pads, crops larger than the image, warps); also ``image_id`` (the index), ``orig_size`` and
 ``size`` (h, w). The maps are decoded when their batch is made (Pillow, on the thread iterating the loader).
+Under a ``trdata.Mosaic`` a row's map is 255 but for its parts' windows, each holding the part's map
+nearest-resized as its pixels were (``targets.moved_label_map``).
 """
 
 from __future__ import annotations
@@ -32,7 +34,16 @@ from ..errors import ConfigError, SourceError
 from . import packed_targets
 from .base import IMG_EXTENSIONS, Source, _class_names, refuse_url
 from .extras import MAX_EXTRA_BYTES
-from .targets import ImageHeader, list_files, opt_str, path_arg, pillow, read_header
+from .targets import (
+    ImageHeader,
+    list_files,
+    moved_label_map,
+    opt_str,
+    path_arg,
+    pillow,
+    read_header,
+    target_plans,
+)
 
 #: Pillow modes of a label map of class indices.
 MAP_MODES = ("P", "L", "I", "I;16", "1")
@@ -114,6 +125,9 @@ class SegmentationFolder(Source):
     #: Loader hook: this source's rows carry targets that move with the image.
     _has_targets = True
 
+    def _check_mosaic(self) -> None:
+        """Loader hook: a Mosaic places its parts' label maps (targets.py ``moved_label_map``)."""
+
     def label_map(self, i: int) -> np.ndarray:
         """Sample ``i``'s label map as stored: uint8 ``(H, W)`` class indices (palette indices for mode P)."""
         w, h = (int(v) for v in self._sizes[i])
@@ -137,10 +151,10 @@ class SegmentationFolder(Source):
         """Each row's label map moved with its image (module docs)."""
         idx = [int(i) for i in indices]
         sizes = [(int(w), int(h)) for w, h in self._sizes[idx]]
-        plans = native_loader.target_plans(idx, epoch, sizes)
+        plans = target_plans(self, idx, epoch, native_loader)  # a Mosaic's parts placed (targets.py)
         return [
             {
-                "mask": plan.dense(self.label_map(i), fill=FILL),
+                "mask": moved_label_map(plan, self.label_map, i, FILL),
                 "image_id": i,
                 "orig_size": (sizes[r][1], sizes[r][0]),
                 "size": plan.canvas,

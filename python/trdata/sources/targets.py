@@ -9,10 +9,14 @@ Python yet; Pillow is needed by these sources only (an ``ImportError`` saying so
 two should become one when that module is next edited.
 
 Mosaic (``trdata.Mosaic``, src/augment/mosaic.rs): ``plan_rows`` is the one place a detection source gets its rows'
-plans and annotations, so every source with boxes merges a mosaic's parts the same way: each part's annotations
-(``source._image_targets(j)``, source pixels) are scaled and shifted onto the canvas, clipped to the part's window
-and dropped when empty (ultralytics' clip + ``remove_zero_area_boxes``), then concatenated in part order (the row
-first); the plan's steps then move the merged boxes as any row's.
+plans and annotations, so every source with boxes merges a mosaic's parts the same way (``mosaic_targets``, the one
+home of the part map for boxes and keypoints): each part's annotations (``source._image_targets(j)``, source
+pixels) are scaled and shifted onto the canvas (``x · sx + dx``), boxes clipped to the part's window and dropped
+when empty (ultralytics' clip + ``remove_zero_area_boxes``), keypoints not clipped but given visibility 0 outside
+the window, then concatenated in part order (the row first) with a ``part`` field (which part each instance came
+from: the instance masks are the part's image's, placed by ``TargetPlan.masks(..., parts=)`` in the core); the
+plan's steps then move the merged targets as any row's. A semantic source's row gets one label map
+(``moved_label_map``): its parts' maps placed on a canvas of the ignore label, then moved.
 """
 
 from __future__ import annotations
@@ -121,39 +125,67 @@ def move_boxes(
     return moved, kept
 
 
+def target_plans(source: Any, idx: list[int], epoch: int, native_loader: Any) -> list[Any]:
+    """Each row's ``TargetPlan``; when the transforms start with a Mosaic, made with its parts' image sizes (its
+    ``mosaic`` then lists the parts). ``source._sizes[i]`` is image ``i``'s (width, height)."""
+    sizes = [(int(w), int(h)) for w, h in source._sizes[idx]]
+    parts = native_loader.mosaic_parts(idx, epoch)
+    part_sizes = None if parts is None else [[(int(w), int(h)) for w, h in source._sizes[p]] for p in parts]
+    return native_loader.target_plans(idx, epoch, sizes, part_sizes)
+
+
 def plan_rows(
     source: Any, idx: list[int], epoch: int, native_loader: Any
 ) -> tuple[list[Any], list[dict[str, Any]]]:
     """Each row's ``TargetPlan`` and its annotations in the plan's input pixels: the image's own
     (``source._image_targets(i)``), or, when the transforms start with a Mosaic, its parts' merged on the canvas
-    (module docs). ``source._sizes[i]`` is image ``i``'s (width, height)."""
-    sizes = [(int(w), int(h)) for w, h in source._sizes[idx]]
-    parts = native_loader.mosaic_parts(idx, epoch)
-    if parts is None:
-        return native_loader.target_plans(idx, epoch, sizes), [source._image_targets(i) for i in idx]
-    part_sizes = [[(int(w), int(h)) for w, h in source._sizes[p]] for p in parts]
-    plans = native_loader.target_plans(idx, epoch, sizes, part_sizes)
-    return plans, [mosaic_targets(source, plan) for plan in plans]
+    (module docs)."""
+    plans = target_plans(source, idx, epoch, native_loader)
+    rows = [mosaic_targets(source, p) if p.mosaic else source._image_targets(i) for p, i in zip(plans, idx)]
+    return plans, rows
+
+
+def moved_label_map(plan: Any, label_map: Any, i: int, fill: int) -> np.ndarray:
+    """Row ``i``'s label map moved by its plan: ``label_map(j)`` (uint8 ``(H, W)``) is image ``j``'s; a mosaic
+    row's is its parts' maps, each nearest-resized into its window, ``fill`` elsewhere (``TargetPlan.mosaic_dense``),
+    then moved."""
+    if plan.mosaic:
+        return plan.mosaic_dense([label_map(int(p[0])) for p in plan.mosaic], fill=fill)
+    return plan.dense(label_map(i), fill=fill)
 
 
 def mosaic_targets(source: Any, plan: Any) -> dict[str, np.ndarray]:
     """A mosaic row's annotations on its canvas (module docs): every per-instance field of the parts'
-    ``_image_targets``, concatenated in part order, boxes (XYXY float64) mapped and clipped."""
+    ``_image_targets``, concatenated in part order, boxes (XYXY float64) mapped and clipped, keypoints (float64
+    ``(K, P, 3)``) mapped with visibility 0 outside the part's window and padded to the row's largest P (zeros),
+    and ``part`` (int64: which part of ``plan.mosaic`` each instance came from)."""
     rows = []
-    for j, sx, sy, dx, dy, x0, y0, x1, y1 in plan.mosaic:
+    for k, (j, sx, sy, dx, dy, x0, y0, x1, y1) in enumerate(plan.mosaic):
         t = source._image_targets(int(j))
         b = np.asarray(t["boxes"], np.float64).reshape(-1, 4) * (sx, sy, sx, sy) + (dx, dy, dx, dy)
         b = np.clip(b, (x0, y0, x0, y0), (x1, y1, x1, y1))
         keep = (b[:, 2] > b[:, 0]) & (b[:, 3] > b[:, 1])
-        rows.append({**{k: np.asarray(v)[keep] for k, v in t.items()}, "boxes": b[keep]})
-    return {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
+        row = {**{f: np.asarray(v)[keep] for f, v in t.items()}, "boxes": b[keep]}
+        row["part"] = np.full(len(row["boxes"]), k, np.int64)
+        if "keypoints" in row:
+            kp = np.asarray(row["keypoints"], np.float64)
+            x, y = kp[..., 0] * sx + dx, kp[..., 1] * sy + dy
+            inside = (x >= x0) & (x < x1) & (y >= y0) & (y < y1)
+            row["keypoints"] = np.stack([x, y, np.where(inside, kp[..., 2], 0.0)], axis=-1)
+        rows.append(row)
+    if "keypoints" in rows[0]:
+        p = max(r["keypoints"].shape[1] for r in rows)
+        for r in rows:
+            kp = r["keypoints"]
+            r["keypoints"] = np.concatenate([kp, np.zeros((len(kp), p - kp.shape[1], 3))], axis=1)
+    return {f: np.concatenate([r[f] for r in rows]) for f in rows[0]}
 
 
 def refuse_mosaic(source: Any, why: str) -> None:
     """The ``ConfigError`` of a source whose targets a Mosaic cannot merge (``why``: what it holds)."""
     raise ConfigError(
         f"invalid transforms: a Mosaic cannot merge the targets of {type(source).__name__} ({why}); Mosaic merges "
-        "boxes, labels and iscrowd (CocoDetection without masks/keypoints, YoloDetection) or any classification "
-        "source (the row's own label)",
+        "boxes, labels, iscrowd, instance masks and keypoints (CocoDetection, YoloDetection), places label maps "
+        "(SegmentationFolder; packs of any of these) and takes any classification source (the row's own label)",
         parameter="transforms",
     )

@@ -45,7 +45,7 @@ from .. import _core
 from ..errors import ConfigError, SourceError
 from . import packed_targets
 from .base import Source, refuse_url
-from .targets import list_files, move_boxes, opt_str, path_arg, pillow, plan_rows, read_header, refuse_mosaic
+from .targets import list_files, move_boxes, opt_str, path_arg, pillow, plan_rows, read_header
 
 #: ultralytics' ``IMG_FORMATS`` that trdata decodes (dng, mpo, pfm and heic are not listed).
 YOLO_EXTENSIONS = (".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
@@ -288,9 +288,8 @@ class YoloDetection(Source):
     _has_targets = True
 
     def _check_mosaic(self) -> None:
-        """Loader hook: a Mosaic merges this source's boxes and labels, not masks."""
-        if self.masks:
-            refuse_mosaic(self, "masks=True")
+        """Loader hook: a Mosaic merges every target of this source (boxes, labels, masks: targets.py
+        ``mosaic_targets``)."""
 
     def _image_targets(self, i: int) -> dict[str, Any]:
         """Image ``i``'s objects in source pixels (boxes XYXY float64; with ``masks=True`` each object's mask as
@@ -340,7 +339,8 @@ class YoloDetection(Source):
                 "orig_size": (h, w),
                 "size": plan.canvas,
             }
-            if self.masks:
-                moved["masks"] = plan.masks(list(f["masks"]), (h, w), self.label_paths[i])
+            if self.masks:  # a mosaic row's masks are its parts' (``part``: which one)
+                parts = f["part"].tolist() if "part" in f else None
+                moved["masks"] = plan.masks(list(f["masks"]), (h, w), self.label_paths[i], parts)
             out.append(moved)
         return out
