@@ -764,7 +764,9 @@ mod tests {
         };
         for index in 0..40 {
             let key = SampleKey { seed: 3, epoch: 0, index };
-            let plan = TargetPlan::replay_mosaic(&program, key, 10, &sizes, 3).unwrap();
+            let plan =
+                TargetPlan::replay_mosaic(&program, key, crate::augment::mosaic::Partners::Source(10), &sizes, 3)
+                    .unwrap();
             assert_eq!(plan.canvas(), (oh, ow));
             // the parts' label maps (their masks as labels k + 1) on a canvas of 255
             let mut dense = vec![255u8; c * c];
