@@ -294,13 +294,24 @@ impl Loader {
     }
 
     /// Each part's dataset index of the mosaic of each row of `indices` in `epoch` (the row first; the row alone
-    /// when the gate stayed shut); `None` when the transforms start with no Mosaic.
-    pub fn mosaic_parts(&self, indices: &[u64], epoch: u64) -> Option<Vec<Vec<u64>>> {
-        let stage = self.cfg.pipeline.first().program().mosaic.as_ref()?;
+    /// when the gate stayed shut); `None` when the transforms start with no Mosaic. An index past the dataset →
+    /// a message.
+    pub fn mosaic_parts(&self, indices: &[u64], epoch: u64) -> std::result::Result<Option<Vec<Vec<u64>>>, String> {
+        let Some(stage) = self.cfg.pipeline.first().program().mosaic.as_ref() else { return Ok(None) };
+        self.check_rows(indices)?;
         let windows = self.windows(epoch);
         let partners = Partners::of(self.dataset().len() as u64, windows.as_ref());
         let draw = |index| stage.draw(crate::augment::SampleKey { seed: self.cfg.seed, epoch, index }, partners);
-        Some(indices.iter().map(|&index| stage.indices(&draw(index), index)).collect())
+        Ok(Some(indices.iter().map(|&index| stage.indices(&draw(index), index)).collect()))
+    }
+
+    /// Every row of `indices` is a dataset index, else a message.
+    fn check_rows(&self, indices: &[u64]) -> std::result::Result<(), String> {
+        let n = self.dataset().len() as u64;
+        match indices.iter().find(|&&i| i >= n) {
+            Some(i) => Err(format!("row {i} is past the dataset's {n} samples")),
+            None => Ok(()),
+        }
     }
 
     /// [`Self::target_plan`] of the mosaic rows `indices` whose parts' images ([`Self::mosaic_parts`]) are
@@ -312,6 +323,7 @@ impl Loader {
         sizes: &[Vec<(u32, u32)>],
     ) -> std::result::Result<Vec<crate::augment::targets::TargetPlan>, String> {
         let pipeline = self.cfg.pipeline.first();
+        self.check_rows(indices)?;
         let windows = self.windows(epoch);
         let partners = Partners::of(self.dataset().len() as u64, windows.as_ref());
         let (program, channels) = (pipeline.program(), pipeline.channels().count());

@@ -264,6 +264,47 @@ def test_mosaic_partners_come_from_the_rows_window_and_fetch_no_block_twice(
             assert len({block_of(j) for p in parts for j in p[1:]}) == n_blocks
 
 
+@pytest.mark.parametrize("case", ["pad", "filled", "known_bad"])
+def test_mosaic_rows_that_pad_fill_or_skip_leave_no_window_held(
+    pack_file: Path, blocks: tuple[int, int], tmp_path: Path, case: str
+) -> None:
+    """The block cache keeps a Mosaic window only while its real rows still read partners (block_cache.rs): pad
+    and filling rows (read at the epoch's end from window 0) and a record known bad under ``skip`` (never read) do
+    not hold a window all epoch. With the smallest cache (a window + a window of read-ahead) and one worker (one
+    schedule), every epoch fetches at most N + 2W blocks (the read-ahead into the next epoch; the pad rows'
+    rereads of window 0), plus 2W per row skipped (a replacement is a row of another window). Before, pad and
+    filling rows held window 0 all epoch and each known-bad record its window: 1.5-5x the fetches."""
+    n_blocks, largest = blocks
+    path, over = pack_file, {}
+    if case == "pad":
+        over = dict(batch_size=5, last_batch="pad")
+    elif case == "filled":
+        over = dict(world_size=5, rank=4)  # 96 % 5 = 1: rank 4's last row is a filling row
+    else:
+        info = trdata.sources.packed.inspect(pack_file)
+        data = bytearray(pack_file.read_bytes())
+        for r in (5, 45, 85):  # three records in three windows, damaged in the middle of their JPEG bytes
+            data[int(info["offsets"][r]) + int(info["lengths"][r]) // 2] ^= 0xFF
+        path = tmp_path / "damaged.trd"
+        path.write_bytes(bytes(data))
+        over = dict(on_error="skip")
+    source = trdata.Packed(
+        path, "partial", window_blocks=WINDOW, prefetch_blocks=WINDOW, cache_bytes=2 * WINDOW * largest
+    )
+    kw = {**KW, "transforms": [trdata.Mosaic(12), trdata.Resize((16, 16))], **over}
+    with trdata.Loader(source, workers=1, **kw) as ld:
+        done, skipped = 0, 0
+        for e in range(3):
+            ld.set_epoch(e)
+            rows = sum(len(b.indices) for b in ld)
+            assert rows == len(ld) * kw["batch_size"] or case != "pad"
+            stats = settled(source)
+            now = ld.stats()["errors_skipped"]
+            assert fetched(stats) - done <= n_blocks + 2 * WINDOW + 2 * WINDOW * (now - skipped), (e, stats)
+            done, skipped = fetched(stats), now
+    assert case != "known_bad" or skipped > 0
+
+
 @pytest.fixture
 def proxy(moto: str) -> Iterator[Any]:
     server = start_proxy(moto)

@@ -315,21 +315,13 @@ impl TargetPlan {
     /// output canvas, row-major 0/1: canvas column `x` reads the part's source column
     /// `nearest_index(x - offset.x, image.w, resized.w)` when `x` is inside its window `[clip.x0, clip.x1)`, none
     /// (0) outside; rows likewise. The prefix (the identity on the canvas for a mosaic program) and the steps then
-    /// move it as [`Self::mask`] moves any mask. No such part, or an RLE of another size → a `MaskError`.
+    /// move it as [`Self::mask`] moves any mask. An RLE of another size is read as [`Self::mask`] reads one
+    /// (pixels past it are 0). No such part → a `MaskError`.
     pub fn mosaic_mask(&self, part: usize, rle: &Rle) -> Result<Vec<u8>, MaskError> {
         let p = self.mosaic.get(part).ok_or_else(|| MaskError {
             kind: MaskErrorKind::Window,
             message: format!("no mosaic part {part} (the row has {})", self.mosaic.len()),
         })?;
-        if (rle.w, rle.h) != p.image {
-            return Err(MaskError {
-                kind: MaskErrorKind::Size,
-                message: format!(
-                    "a {}x{} mask for mosaic part {part}, whose image is {}x{}",
-                    rle.w, rle.h, p.image.0, p.image.1
-                ),
-            });
-        }
         let (cols, rows) = self.part_indices(p);
         self.gather(rle, &cols, &rows)
     }
@@ -408,7 +400,7 @@ impl TargetPlan {
         let (ph, pw) = (self.prefix.y.out, self.prefix.x.out);
         let mut frame = Frame { buf: vec![fill; ph * pw], h: ph, w: pw, c: 1 };
         for (k, (p, &(src, (h, w)))) in self.mosaic.iter().zip(maps).enumerate() {
-            if (w, h) != (p.image.0 as usize, p.image.1 as usize) || src.len() != h * w {
+            if (w, h) != (p.image.0 as usize, p.image.1 as usize) || src.len() != h * w || h == 0 || w == 0 {
                 return Err(format!(
                     "mosaic part {k}: a {w}x{h} label map ({} bytes) for its {}x{} image",
                     src.len(),
@@ -799,9 +791,10 @@ mod tests {
                 // … mirrored, then cropped / padded
                 assert_eq!(plan.mosaic_mask(k, &rle).unwrap(), moved(&canvas, 0), "row {index} part {k}");
                 maps.push((full.iter().map(|&v| v * (k as u8 + 1)).collect::<Vec<u8>>(), (h as usize, w as usize)));
-                // a mask of another size is refused, not read
+                // a mask one row taller is read as the plain path reads it: the same pixels (the extra row is
+                // never read)
                 let other = rle_from_polygon(&poly, h + 1, w).unwrap();
-                assert_eq!(plan.mosaic_mask(k, &other).unwrap_err().kind, MaskErrorKind::Size);
+                assert_eq!(plan.mosaic_mask(k, &other).unwrap(), moved(&canvas, 0), "row {index} part {k}");
             }
             assert!(plan.mosaic_mask(plan.mosaic.len(), &Rle { h: 1, w: 1, counts: vec![1] }).is_err());
             let maps: Vec<(&[u8], (usize, usize))> = maps.iter().map(|(m, hw)| (m.as_slice(), *hw)).collect();

@@ -258,17 +258,28 @@ impl EpochPlan {
         partners: bool,
     ) -> BlockSchedule {
         let count = blocks.block_starts.len() - 1;
-        let mut reads = vec![0u32; count];
+        let (mut reads, mut real_reads) = (vec![0u32; count], vec![0u32; count]);
         for &g in engines {
+            let real = self.shape.real_seqs(g);
             for seq in first_seq..self.shape.seqs_per_engine() {
                 let i = self.sample_at(g, seq) as u32;
                 let block = blocks.block_starts.partition_point(|&s| s <= i) - 1;
                 reads[block] = reads[block].saturating_add(1);
+                if seq < real {
+                    real_reads[block] = real_reads[block].saturating_add(1);
+                }
             }
         }
         let next_order = block_order(&self.shape, self.epoch.wrapping_add(1), count);
         let partner_windows = partners.then_some(blocks.window_blocks.max(1));
-        BlockSchedule { epoch: self.epoch, order: self.block_order.clone(), next_order, reads, partner_windows }
+        BlockSchedule {
+            epoch: self.epoch,
+            order: self.block_order.clone(),
+            next_order,
+            reads,
+            partner_windows,
+            real_reads,
+        }
     }
 
     /// Dataset index served by `engine` at sequence number `seq` (0 ≤ seq < T).

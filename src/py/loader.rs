@@ -498,7 +498,7 @@ impl NativeLoader {
     /// Each row's mosaic parts in `epoch` (`Loader::mosaic_parts`): the dataset indices whose images make it, the
     /// row first; `None` when the transforms start with no Mosaic.
     fn mosaic_parts(&self, indices: Vec<u64>, epoch: u64) -> PyResult<Option<Vec<Vec<u64>>>> {
-        Ok(self.lock()?.mosaic_parts(&indices, epoch))
+        self.lock()?.mosaic_parts(&indices, epoch).map_err(pyo3::exceptions::PyValueError::new_err)
     }
 
     /// Shape of one sample ([C,h,w] or [h,w,C], C = 1 or 3); view 0's with `views=`.

@@ -8,20 +8,23 @@
 //! order"): this epoch's block order, the next epoch's, and how many reads this process makes of each block this
 //! epoch (its engines' sequence numbers from the resume point on; sharding, filling and padding included). The
 //! cache counts the reads it serves per block, so the **next use** of every block is known:
-//! - a block with reads left this epoch is needed at its rank r in this epoch's order: time r;
+//! - a block with reads of real rows left this epoch is needed at its rank r in this epoch's order: time r;
+//! - with a Mosaic (the schedule's `partner_windows`: augment/mosaic.rs draws a row's partners from its window),
+//!   so is a block whose own reads are done but whose window still has reads of real rows left: the window's
+//!   rows still to come read their partners from it;
+//! - a block whose only reads left are the pad and filling rows' (`reads` − `real_reads`: the plan gives them
+//!   the epoch's first positions, and they come last) is needed at the epoch's end: time B (B blocks);
 //! - a block whose reads of this epoch are all done is needed at its rank r' in the next epoch's order: time
-//!   B + r' (B blocks);
+//!   B + r';
 //! - without a schedule (no loader, or a reader outside the plan such as `trdata verify`): never (time ∞).
 //!
-//! - with a Mosaic (the schedule's `partner_windows`: augment/mosaic.rs draws a row's partners from its window),
-//!   a block whose reads are done but whose window still has planned reads left is needed at its rank r too:
-//!   the window's rows still to come read their partners from it.
-//!
-//! A Mosaic row reads all its parts with [`BlockCache::get_outside_plan`], which leaves the counts alone, and
-//! counts the row's own planned read with [`BlockCache::count_read`] once every part is read: the last row of a
-//! window cannot close the window (and free its blocks) before reading its partners. Reads the schedule did not
-//! count and that still count (a skip-policy replacement) only move a block's count early: they change what is
-//! fetched when, never which bytes a record has.
+//! A Mosaic row reads all its parts with [`BlockCache::get_outside_plan`], which leaves the counts alone; the
+//! worker counts the row's planned read with [`BlockCache::count_read`] once the row is made (a replacement
+//! under `skip` included, whose reads are all outside the plan): the last row of a window cannot close the
+//! window (and free its blocks) before reading its partners. A sample already known bad under `skip` is not
+//! read, and its planned read is counted the same way, so its window closes. Other reads the schedule did not
+//! count (a non-Mosaic skip replacement) only move a block's count early: they change what is fetched when,
+//! never which bytes a record has.
 //!
 //! # Protocol
 //! One mutex guards the state: entries (`Loading`: a fetch in flight, its bytes reserved; `Ready`: the bytes in
@@ -93,6 +96,9 @@ pub struct BlockSchedule {
     /// augment/mosaic.rs; windows of W blocks in `order`): a block stays needed while its window has planned
     /// reads left (module docs).
     pub partner_windows: Option<u32>,
+    /// The reads of `reads` made by real rows (not the pad and filling rows, which the plan reads at the epoch's
+    /// end from its first positions: module docs).
+    pub real_reads: Vec<u32>,
 }
 
 /// A snapshot of a cache's counters (`Loader.stats()`'s `cache_*` and `storage_wait_ns`).
@@ -170,7 +176,8 @@ impl Plan {
             let w = w.max(1) as usize;
             window = rank.iter().map(|&r| (r as usize / w) as u32).collect();
             window_left = vec![0; s.order.len().div_ceil(w)];
-            for (b, &reads) in s.reads.iter().enumerate() {
+            for (b, &reads) in s.real_reads.iter().enumerate() {
+                // only real rows keep a window open (pad and filling rows read window 0 at the epoch's end)
                 if let Some(left) = window.get(b).and_then(|&k| window_left.get_mut(k as usize)) {
                     *left += u64::from(reads);
                 }
@@ -182,7 +189,7 @@ impl Plan {
     /// Count one planned read of block `b`: its reads done, its window's reads left, the cursor.
     fn count(&mut self, b: u32) {
         let Some(d) = self.done.get_mut(b as usize) else { return };
-        if *d < self.s.reads[b as usize]
+        if self.s.real_reads.get(b as usize).is_some_and(|&real| *d < real)
             && let Some(left) = self.window.get(b as usize).and_then(|&k| self.window_left.get_mut(k as usize))
         {
             *left = left.saturating_sub(1);
@@ -202,7 +209,10 @@ impl Plan {
         let b = b as usize;
         let blocks = self.s.order.len() as u64;
         match (self.rank.get(b), self.next_rank.get(b)) {
-            (Some(&r), _) if self.done[b] < self.s.reads[b] || self.window_open(b) => u64::from(r),
+            (Some(&r), _) if self.s.real_reads.get(b).is_some_and(|&n| self.done[b] < n) || self.window_open(b) => {
+                u64::from(r)
+            }
+            (Some(_), _) if self.done[b] < self.s.reads[b] => blocks,
             (_, Some(&r)) if r != u32::MAX => blocks + u64::from(r),
             _ => u64::MAX,
         }
@@ -546,7 +556,14 @@ mod tests {
 
     fn schedule(epoch: u64, order: Vec<u32>, next_order: Vec<u32>, reads: u32) -> BlockSchedule {
         let n = order.len();
-        BlockSchedule { epoch, order, next_order, reads: vec![reads; n], partner_windows: None }
+        BlockSchedule {
+            epoch,
+            order,
+            next_order,
+            reads: vec![reads; n],
+            partner_windows: None,
+            real_reads: vec![reads; n],
+        }
     }
 
     /// A shuffled order of `n` blocks for `epoch` (a fixed LCG: the tests' own, not the plan's).
@@ -618,6 +635,22 @@ mod tests {
     }
 
     #[test]
+    fn a_block_whose_only_reads_left_are_pad_rows_is_needed_at_the_epochs_end() {
+        // Blocks 0 and 1 are each read twice, but block 0's second read is a pad row's (the epoch's end): after
+        // one read of each, fetching 2 evicts 0, not 1, whose second (real) read comes next and hits.
+        let (c, calls) = cache(4, 2, 0);
+        let s = BlockSchedule { reads: vec![2, 2, 1, 1], ..schedule(0, vec![0, 1, 2, 3], vec![0, 1, 2, 3], 1) };
+        c.set_schedule(BlockSchedule { real_reads: vec![1, 2, 1, 1], ..s });
+        for b in [0, 1, 2, 1] {
+            c.get(b, &|| false).unwrap();
+        }
+        assert_eq!((calls[0].load(Ordering::Relaxed), calls[1].load(Ordering::Relaxed)), (1, 1));
+        c.get(3, &|| false).unwrap();
+        c.get(0, &|| false).unwrap(); // the pad row, last: fetched again
+        assert_eq!(calls[0].load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
     fn with_partner_windows_a_window_stays_cached_until_its_last_row_has_read_its_partners() {
         // Mosaic rows (parts read outside the plan, the row counted after): order 0..6 in windows of 2, two rows
         // per block, a cache of 3 reading 1 ahead. Window 0's rows run while another worker starts window 1;
@@ -626,10 +659,8 @@ mod tests {
         // read hits; without, block 0 looks needed next epoch only, makes room for block 3 and is fetched again.
         for (windows, fetches_of_0) in [(Some(2), 1), (None, 2)] {
             let (c, calls) = cache(6, 3, 1);
-            c.set_schedule(BlockSchedule {
-                partner_windows: windows,
-                ..schedule(0, (0..6).collect(), (0..6).collect(), 2)
-            });
+            let s = schedule(0, (0..6).collect(), (0..6).collect(), 2);
+            c.set_schedule(BlockSchedule { partner_windows: windows, ..s });
             let row = |own: u32, partner: u32| {
                 c.get_outside_plan(own, &|| false).unwrap();
                 c.get_outside_plan(partner, &|| false).unwrap();

@@ -478,6 +478,8 @@ pub(crate) fn produce(
         ErrorPolicy::Skip if ctx.any_bad.load(Ordering::Acquire) => lock(&ctx.skipped).known_error(index).cloned(),
         _ => None,
     };
+    let mosaic = ctx.pipeline.first().program().mosaic.is_some();
+    let _counted = PlannedRead { job, index: index as usize, count: mosaic || known_bad.is_some() };
     let first = match known_bad {
         Some(error) => SampleError { path: ctx.dataset.sample_name(index as usize), index, error },
         None => match attempt_sample(job, index, scratch, file_buf, dst, gpu) {
@@ -532,6 +534,27 @@ pub(crate) fn produce(
         ),
     );
     Err(SampleError { error, ..first })
+}
+
+/// The plan's read of row `index` in a partial pack's block cache (source/block_cache.rs), counted when dropped
+/// (at every return of `produce`) for the rows whose own read does not count it: a Mosaic row (all its parts are
+/// read outside the plan; counted once the row is made, replaced or failed) and a sample known bad under `skip`
+/// (not read). Not once the loader stopped (a count reads ahead).
+struct PlannedRead<'a> {
+    job: &'a EpochJob,
+    index: usize,
+    count: bool,
+}
+
+impl Drop for PlannedRead<'_> {
+    fn drop(&mut self) {
+        if self.count
+            && !self.job.stopping()
+            && let Store::Packed(p) = &self.job.ctx.dataset.store
+        {
+            p.count_planned_read(self.index);
+        }
+    }
 }
 
 /// Where a sample routed to the GPU goes: the engine's GPU decode path and the sample's batch and row.
@@ -662,8 +685,8 @@ fn mosaic_sample(
 ) -> std::result::Result<SampleTiming, (u64, ImageError)> {
     use crate::augment::views::ViewTargets;
     let ctx = &job.ctx;
-    // A partial pack's cache counts the row's own planned read once every part is read (below), so the parts
-    // are all read outside the plan (source/block_cache.rs: the window stays needed until then)
+    // A partial pack's cache counts the row's planned read once the row is made (`produce`, `PlannedRead`), so
+    // the parts are all read outside the plan (source/block_cache.rs: the window stays needed until then)
     let mut read = |j: u64, decode: &mut dyn FnMut(&[u8]) -> std::result::Result<(), ImageError>| {
         let i = j as usize;
         let t0 = Instant::now();
@@ -714,11 +737,7 @@ fn mosaic_sample(
     };
     // partners from the row's window when the source is read window by window (augment/mosaic.rs)
     let partners = Partners::of(ctx.dataset.len() as u64, job.plan.windows());
-    let made = ctx.pipeline.first().process_mosaic(scratch, key, partners, &mut read, dst.view_mut(0));
-    if let Store::Packed(p) = &ctx.dataset.store {
-        p.count_planned_read(key.index as usize);
-    }
-    made
+    ctx.pipeline.first().process_mosaic(scratch, key, partners, &mut read, dst.view_mut(0))
 }
 
 /// Read dataset sample `i` (one image, not a mosaic) and decode it into every view of `dst`.
