@@ -369,6 +369,9 @@ mod tests {
             let engines: Vec<u64> = (0..g).collect();
             let schedule = plan.block_schedule(bs, &engines, 0, false);
             prop_assert_eq!(schedule.reads.iter().map(|&r| u64::from(r)).sum::<u64>(), g * s.seqs_per_engine());
+            // real rows' reads: pad and filling rows excluded (they come at the epoch's end: block_cache.rs)
+            let real: u64 = (0..g).map(|e| s.real_seqs(e)).sum();
+            prop_assert_eq!(schedule.real_reads.iter().map(|&r| u64::from(r)).sum::<u64>(), real);
             prop_assert_eq!(&schedule.next_order, &EpochPlan::with_blocks(s, epoch + 1, Some(bs)).block_order);
             let windows = plan.windows().expect("a block-structured plan has windows");
             prop_assert_eq!(windows, &Windows::new(&s, epoch, bs));
