@@ -14,6 +14,7 @@ tests/test_packed_remote.py::test_a_checkpoint_moves_between_s3_and_the_local_fi
 from __future__ import annotations
 
 import _thread
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -338,10 +339,16 @@ def test_close_does_not_wait_out_a_fetchs_backoff(s3_url: str, proxy: Any) -> No
     returns at once (the wait is interrupted; the fetch task ends on its own). Checked as liveness: close()
     must finish while the backoff has most of its hour left."""
     ld = trdata.Loader(failing(s3_url, proxy, "1h", 3), workers=2, **KW)
-    timer = threading.Timer(1.0, _thread.interrupt_main)
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        next(iter(ld))
+    # Python leaves SIGINT ignored when it starts with it ignored (a background job of a non-interactive shell),
+    # and interrupt_main then does nothing: give this test the interactive default whatever launched pytest
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        timer = threading.Timer(1.0, _thread.interrupt_main)
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            next(iter(ld))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert proxy.injected >= 1
     closer = threading.Thread(target=ld.close)
     closer.start()
