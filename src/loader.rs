@@ -289,8 +289,13 @@ impl Loader {
 
     /// The windows of `epoch` when the source is read window by window (plan/mod.rs "Block order"): where a
     /// Mosaic draws its partners from, as the workers do (their epoch plan holds the same).
-    fn windows(&self, epoch: u64) -> Option<crate::plan::Windows> {
-        self.dataset().block_structure().map(|b| crate::plan::Windows::new(&self.shape, epoch, b))
+    fn windows(&self, epoch: u64) -> Option<std::borrow::Cow<'_, crate::plan::Windows>> {
+        let running = self.running.as_ref().filter(|r| r.plan.epoch == epoch);
+        if let Some(w) = running.and_then(|r| r.plan.windows()) {
+            return Some(std::borrow::Cow::Borrowed(w)); // the epoch being read: its plan holds them
+        }
+        let blocks = self.dataset().block_structure()?;
+        Some(std::borrow::Cow::Owned(crate::plan::Windows::new(&self.shape, epoch, blocks)))
     }
 
     /// Each part's dataset index of the mosaic of each row of `indices` in `epoch` (the row first; the row alone
@@ -300,7 +305,7 @@ impl Loader {
         let Some(stage) = self.cfg.pipeline.first().program().mosaic.as_ref() else { return Ok(None) };
         self.check_rows(indices)?;
         let windows = self.windows(epoch);
-        let partners = Partners::of(self.dataset().len() as u64, windows.as_ref());
+        let partners = Partners::of(self.dataset().len() as u64, windows.as_deref());
         let draw = |index| stage.draw(crate::augment::SampleKey { seed: self.cfg.seed, epoch, index }, partners);
         Ok(Some(indices.iter().map(|&index| stage.indices(&draw(index), index)).collect()))
     }
@@ -325,7 +330,7 @@ impl Loader {
         let pipeline = self.cfg.pipeline.first();
         self.check_rows(indices)?;
         let windows = self.windows(epoch);
-        let partners = Partners::of(self.dataset().len() as u64, windows.as_ref());
+        let partners = Partners::of(self.dataset().len() as u64, windows.as_deref());
         let (program, channels) = (pipeline.program(), pipeline.channels().count());
         indices
             .iter()

@@ -114,9 +114,7 @@ pub struct EpochPlan {
     /// Epoch number.
     pub epoch: u64,
     order: Vec<u32>,
-    /// Block-structured plans: this epoch's block order, rank → block (empty otherwise).
-    block_order: Vec<u32>,
-    /// Block-structured plans: this epoch's windows, for draws that stay in a record's window.
+    /// Block-structured plans: this epoch's windows (its block order with them), else None.
     windows: Option<Windows>,
 }
 
@@ -216,7 +214,7 @@ impl EpochPlan {
             if shape.shuffle {
                 shuffle(&mut order, SampleRng::new(shape.seed, epoch, u64::from(u32::MAX), OP_PLAN_SHUFFLE));
             }
-            return Self { shape, epoch, order, block_order: Vec::new(), windows: None };
+            return Self { shape, epoch, order, windows: None };
         };
         let starts = b.block_starts;
         assert!(
@@ -235,8 +233,12 @@ impl EpochPlan {
                 shuffle(&mut order[first..], SampleRng::new(shape.seed, epoch, w as u64, OP_PLAN_WINDOW));
             }
         }
-        let windows = Some(Windows::from_order(b, perm.clone()));
-        Self { shape, epoch, order, block_order: perm, windows }
+        Self { shape, epoch, order, windows: Some(Windows::from_order(b, perm)) }
+    }
+
+    /// This epoch's block order, rank → block (empty for a plan without blocks).
+    pub fn block_order(&self) -> &[u32] {
+        self.windows.as_ref().map_or(&[], |w| &w.order)
     }
 
     /// This epoch's windows (a block-structured plan), else None.
@@ -274,7 +276,7 @@ impl EpochPlan {
         let partner_windows = partners.then_some(blocks.window_blocks.max(1));
         BlockSchedule {
             epoch: self.epoch,
-            order: self.block_order.clone(),
+            order: self.block_order().to_vec(),
             next_order,
             reads,
             partner_windows,
@@ -334,7 +336,7 @@ mod tests {
         let bs = BlockStructure { block_starts: &starts, window_blocks: 3 };
         let ordered = EpochPlan::with_blocks(shape(n, 1, 4, LastBatch::Partial, false), 2, Some(bs));
         assert_eq!(ordered.order, (0..n as u32).collect::<Vec<_>>());
-        assert_eq!(ordered.block_order, (0..8).collect::<Vec<u32>>());
+        assert_eq!(ordered.block_order(), (0..8).collect::<Vec<u32>>());
         let a = EpochPlan::with_blocks(shape(n, 1, 4, LastBatch::Partial, true), 2, Some(bs));
         let b = EpochPlan::with_blocks(shape(n, 1, 4, LastBatch::Partial, true), 2, Some(bs));
         assert_eq!(a.order, b.order);
@@ -364,7 +366,7 @@ mod tests {
             let block_of = |r: u32| starts.partition_point(|&x| x <= r) - 1;
             let mut p = 0usize;
             let blocks = sizes.len();
-            let by_rank: Vec<usize> = plan.block_order.iter().map(|&k| k as usize).collect();
+            let by_rank: Vec<usize> = plan.block_order().iter().map(|&k| k as usize).collect();
             prop_assert_eq!(by_rank.len(), blocks);
             let engines: Vec<u64> = (0..g).collect();
             let schedule = plan.block_schedule(bs, &engines, 0, false);
@@ -372,7 +374,8 @@ mod tests {
             // real rows' reads: pad and filling rows excluded (they come at the epoch's end: block_cache.rs)
             let real: u64 = (0..g).map(|e| s.real_seqs(e)).sum();
             prop_assert_eq!(schedule.real_reads.iter().map(|&r| u64::from(r)).sum::<u64>(), real);
-            prop_assert_eq!(&schedule.next_order, &EpochPlan::with_blocks(s, epoch + 1, Some(bs)).block_order);
+            let next = EpochPlan::with_blocks(s, epoch + 1, Some(bs));
+            prop_assert_eq!(&schedule.next_order[..], next.block_order());
             let windows = plan.windows().expect("a block-structured plan has windows");
             prop_assert_eq!(windows, &Windows::new(&s, epoch, bs));
             for window_blocks in by_rank.chunks(window as usize) {
