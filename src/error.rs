@@ -22,6 +22,10 @@ pub enum ImageErrorKind {
     /// The dataset's own code failed on this sample (a Python source's `__getitem__` raised, or returned
     /// something that is not an image); the message carries its traceback.
     Dataset,
+    /// The sample's targets do not fit its image or cannot be made: the size its annotations declare is not
+    /// the decoded image's (COCO/YOLO/segmentation sizes read when the source was made), or its label map or
+    /// packed annotations cannot be read.
+    Target,
 }
 
 /// An image-level failure, without knowledge of which sample it belongs to.
@@ -61,7 +65,11 @@ pub struct SampleError {
 
 impl fmt::Display for SampleError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let what = if self.error.kind == ImageErrorKind::Dataset { "read" } else { "decode" };
+        let what = match self.error.kind {
+            ImageErrorKind::Dataset => "read",
+            ImageErrorKind::Target => "make the targets of",
+            _ => "decode",
+        };
         write!(f, "cannot {what} sample {} ({}): {}", self.index, self.path.display(), self.error)
     }
 }

@@ -161,6 +161,9 @@ struct Running {
     /// GPU: batches of the current step already received, per engine.
     /// Per local engine, its batch of the current step once it arrived (a step is complete when all did).
     pending: Vec<Option<BatchImages>>,
+    /// The first sample error (under `on_error='raise'`) of a batch of the current step: the step is raised as
+    /// that error once every engine's batch of it arrived, and the epoch goes on with the next step.
+    failed: Option<SampleError>,
 }
 
 /// A configured loader over one dataset (one CPU engine in this process).
@@ -765,7 +768,7 @@ impl Loader {
         rt.pool.run(Arc::clone(&job));
         Stats::add(&ctx.stats.epochs, 1);
         self.next_epoch = following;
-        self.running = Some(Running { plan, job, first_batch: first, next_batch: first, pending });
+        self.running = Some(Running { plan, job, first_batch: first, next_batch: first, pending, failed: None });
         Ok(epoch)
     }
 
@@ -786,15 +789,13 @@ impl Loader {
                 continue;
             }
             match self.poll_engine(d, b, timeout) {
-                EnginePoll::Ready(images, None) => {
+                EnginePoll::Ready(images, error) => {
                     if let Some(r) = self.running.as_mut() {
                         r.pending[d] = Some(images);
+                        if let Some(e) = error {
+                            r.failed.get_or_insert(e);
+                        }
                     }
-                }
-                EnginePoll::Ready(images, Some(err)) => {
-                    drop(images);
-                    self.cancel_running();
-                    return Err(TrdataError::Decode(err));
                 }
                 EnginePoll::Timeout => return Ok(NextStep::Timeout),
                 EnginePoll::End => {
@@ -826,6 +827,13 @@ impl Loader {
         let first_engine = self.cfg.rank as u64 * self.devices.engines() as u64;
         let running = self.running.as_mut().expect("checked above");
         running.next_batch += 1;
+        if let Some(error) = running.failed.take() {
+            // A sample error costs the step that holds it, as torch's DataLoader loses the batch whose
+            // __getitem__ raised: its batches are dropped (buffers and slots go back), the position counts it as
+            // delivered, and the next call goes on with the next step.
+            running.pending.iter_mut().for_each(|p| drop(p.take()));
+            return Err(TrdataError::Decode(error));
+        }
         let step = running
             .pending
             .iter_mut()

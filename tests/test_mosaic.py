@@ -253,6 +253,8 @@ def test_detection_mixup_mixes_pixels_concatenates_targets_and_draws_r_from_beta
         )
         with trdata.Loader(src, **kw) as plain, trdata.Loader(src, batch_ops=[op], **kw) as mixed:
             for a, b in zip(plain, mixed):
+                if len(a.indices) == 1:  # no partner: left as it is (the next test)
+                    continue
                 draw = trdata._core.batch_op_draw(
                     op._spec(), seed=mixed._seed, epoch=b.epoch, batch=mixed._global_batch(b, 0), position=0,
                     rows=len(a.indices), height=S, width=S,
@@ -295,6 +297,29 @@ def test_detection_mixup_mixes_pixels_concatenates_targets_and_draws_r_from_beta
         for b in range(10000)
     ]
     chi2_same(gates, (np.random.default_rng(2).random(20000) < 0.3).astype(float).tolist())
+
+
+def test_detection_mixup_leaves_a_batch_of_one_row_as_it_is(coco: tuple[Path, Path]) -> None:
+    """A row without a partner (batch_size=1, a last partial batch of one) is not mixed with itself: its boxes are
+    not doubled and its pixels are the plain loader's."""
+    images, ann = coco
+    src = trdata.CocoDetection(images, ann)
+    for batch_size in (1, len(src) - 1):  # every batch of one, or a last partial batch of one
+        kw: dict[str, Any] = dict(
+            batch_size=batch_size, transforms=[trdata.Resize((S, S))], seed=3, normalize=None
+        )
+        with (
+            trdata.Loader(src, **kw) as plain,
+            trdata.Loader(src, batch_ops=[trdata.DetectionMixUp()], **kw) as mixed,
+        ):
+            pairs = list(zip(plain, mixed))
+        ones = [(a, b) for a, b in pairs if len(a.indices) == 1]
+        assert ones
+        for a, b in ones:
+            np.testing.assert_array_equal(np.asarray(b.images), np.asarray(a.images))
+            np.testing.assert_array_equal(
+                np.asarray(b.targets[0]["boxes"]), np.asarray(a.targets[0]["boxes"])
+            )
 
 
 def test_detection_mixup_on_torch_tensors_equals_numpy() -> None:

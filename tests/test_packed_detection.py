@@ -166,7 +166,7 @@ def test_a_pack_whose_annotation_fields_disagree_is_refused_naming_the_record(
                     "boxes": t["boxes"],
                     "labels": labels,
                     "iscrowd": t["iscrowd"],
-                    "size": (8, 8),
+                    "size": self._sizes[i],
                     "image_id": 1,
                 }
             )
@@ -176,7 +176,7 @@ def test_a_pack_whose_annotation_fields_disagree_is_refused_naming_the_record(
     trdata.pack(forged, dst, progress=False)
     with pytest.raises(DecodeError, match=r"forged.trd#2: target.labels has shape") as info:
         images_and_targets(trdata.Packed(dst), 1, on_error="raise", transforms=[trdata.Resize((32, 32))])
-    assert info.value.index == 2
+    assert info.value.index == 2 and info.value.kind == "Target"  # read by a worker: the sample's error
 
 
 def test_a_detection_pack_streams_from_s3(coco_pack: tuple[trdata.CocoDetection, Path]) -> None:

@@ -317,15 +317,16 @@ def test_wrong_pairs_and_damaged_maps_are_source_errors_naming_the_files(tmp_pat
             trdata.SegmentationFolder(images, masks)
         assert e.value.path == str(masks / "a.png")
         assert "header" in message or str(images / "a.jpg") in str(e.value)  # both files named
-    # a PNG whose header is sound and whose pixels are cut: refused when its batch is made, naming it
+    # a PNG whose header is sound and whose pixels are cut: the sample's error when a worker reads it (under
+    # on_error: tests/test_sample_errors.py), naming the map
     Image.fromarray(label_map(0, 40, 30), mode="L").save(masks / "a.png")
     data = (masks / "a.png").read_bytes()
     (masks / "a.png").write_bytes(data[: len(data) // 2])
     src = trdata.SegmentationFolder(images, masks)
-    with pytest.raises(SourceError, match="cannot decode the label map") as e:
+    with pytest.raises(trdata.DecodeError, match="cannot decode the label map") as d:
         with trdata.Loader(src, batch_size=1, transforms=[trdata.Resize((8, 8))]) as ld:
             next(iter(ld))
-    assert e.value.path == str(masks / "a.png")
+    assert d.value.kind == "Target" and d.value.index == 0 and str(masks / "a.png") in str(d.value)
     # a map replaced after the source was made: its size is checked before it is decoded
     Image.fromarray(label_map(0, 40, 30), mode="L").save(masks / "a.png")
     src = trdata.SegmentationFolder(images, masks)

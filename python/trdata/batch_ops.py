@@ -94,7 +94,8 @@ class DetectionMixUp(BatchOp):
     (1 − r)·x[b−1]`` (the batch rolled by one, row 0 mixed with the last, torchvision's MixUp convention) and its
     targets the concatenation of row b's and row b−1's (boxes, labels, iscrowd, masks, keypoints; ``size`` the
     larger of the two). Labels (``batch.labels``) stay. uint8 images are mixed in float32 and truncated back to
-    uint8 (ultralytics' ``astype``); float images stay float. Needs a source with detection targets."""
+    uint8 (ultralytics' ``astype``); float images stay float. A batch of one row (``batch_size=1``, or a last
+    partial batch of one) has no partner and is left as it is. Needs a source with detection targets."""
 
     alpha: float = _DEFAULTS["DetectionMixUp.alpha"]
     p: float = _DEFAULTS["DetectionMixUp.p"]
@@ -291,8 +292,9 @@ class BatchOpPlan:
 
 
 def _detection_mixup(draw: list[float], x: Any, targets: list[dict[str, Any]] | None) -> tuple[Any, Any]:
-    """DetectionMixUp's images and targets for its draw ``[gate, r]`` (the class docs)."""
-    if not draw[0]:
+    """DetectionMixUp's images and targets for its draw ``[gate, r]`` (the class docs). A batch of one row has no
+    partner: it is left as it is (rolled by one, the row would be mixed with itself and every box doubled)."""
+    if not draw[0] or len(x) < 2:
         return x, targets
     r = draw[1]
     if _is_torch(x):

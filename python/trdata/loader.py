@@ -23,7 +23,14 @@ from . import batch_ops as _bops
 from . import convert as _convert
 from ._args import _bool_arg, _int_arg, _parse_cpus, _size, allowed_cpus
 from .batch import Batch
-from .errors import ConfigError, DataLoaderArgumentError, LoaderClosedError, StaleIteratorError, _shown
+from .errors import (
+    ConfigError,
+    DataLoaderArgumentError,
+    DecodeError,
+    LoaderClosedError,
+    StaleIteratorError,
+    _shown,
+)
 from .sources import Source
 from .sources import dataset as _dataset
 from .transforms import Transform
@@ -633,7 +640,7 @@ class Loader:
             if decode != "cpu"
             else ([], []),
         )
-        if isinstance(source, _dataset.DatasetSource) or _holds_step((transform_specs, view_specs)):
+        if source._python_in_workers or _holds_step((transform_specs, view_specs)):
             _dataset.close_at_exit(self)  # its workers attach to the interpreter: closed before it finalizes
         if source._has_targets:
             try:  # the core refuses now what cannot move a detection source's targets (views, some ops, EXIF)
@@ -808,21 +815,23 @@ class Loader:
         iterate = self._iterate(token)
 
         def tagged() -> Iterator[tuple[Any, dict[str, Any]]]:
-            for item in iterate:
+            while True:
+                try:
+                    item = next(iterate)
+                except StopIteration:
+                    return
+                except DecodeError as e:  # a lost step: delivered in its place, and the epoch goes on
+                    item = _LostStep(e)
                 yield item, dict(native.state_dict())
 
         def work(pair: tuple[Any, dict[str, Any]]) -> tuple[Any, dict[str, Any]]:
+            if isinstance(pair[0], _LostStep):
+                return pair
             return self._run_batch_transform(pair[0]), pair[1]
 
         what = f"batch_transform {_batch._callable_name(self._batch_transform)}"
         self._prefetcher = _batch.BatchPrefetcher(tagged(), work, depth=1, what=what)
-        return self._deliver(self._prefetcher)
-
-    def _deliver(self, prefetcher: _batch.BatchPrefetcher) -> Iterator[Any]:
-        for out, state in prefetcher:
-            self._consumer_state = state
-            # the side-stream handoff is keyed by the batch (or step list) the thread prepared, not the pair
-            yield _batch.wait_handoff(out)
+        return _Delivered(self, self._prefetcher)
 
     # --- batch ops and batch_transform (python/trdata/batch_ops.py, batch.py) ---------------------------------------------
 
@@ -897,22 +906,21 @@ class Loader:
         return out if self._per_step_list else out[0]
 
     def _iterate(self, token: int) -> Iterator[Any]:
-        # One shape for every loader: each step is one batch per engine (the CPU engine, or each GPU).
-        native = self._native
-        # what an earlier, cancelled epoch's reads left for delivery is dropped (before this epoch's reads begin)
-        self.source._epoch_started()
-        native.start_epoch(token)
-        while True:
-            try:
-                step = native.next_step(token)
-            finally:
-                self._log_skipped()
-            if step is None:
-                return
-            batches = [self._batch(*item) for item in step]
-            if self._batch_ops is not None:
-                self._apply_batch_ops(batches)
-            yield batches if self._per_step_list else batches[0]
+        return _Steps(self, token)
+
+    def _step(self, token: int) -> Any:
+        """The next step of iteration ``token`` (one batch per engine: the CPU engine, or each GPU), or None at
+        the epoch's end."""
+        try:
+            step = self._native.next_step(token)
+        finally:
+            self._log_skipped()
+        if step is None:
+            return None
+        batches = [self._batch(*item) for item in step]
+        if self._batch_ops is not None:
+            self._apply_batch_ops(batches)
+        return batches if self._per_step_list else batches[0]
 
     def _batch(
         self, images_h: Any, labels_h: Any, labels: list[int], indices: list[int], valid: int, epoch: int
@@ -1030,6 +1038,73 @@ class Loader:
             f"Loader({self.source!r}, batch_size={self.batch_size}, workers={self.workers}, "
             f"dtype={self.dtype!r}, layout={self.layout!r})"
         )
+
+
+class _Steps(Iterator[Any]):
+    """One iteration of a Loader: its epoch starts at the first ``next()``. A sample error raised by ``next()``
+    (``DecodeError`` under ``on_error='raise'``) costs the step that held the sample, as torch's DataLoader loses
+    the batch whose ``__getitem__`` raised; the iterator stays usable and the next ``next()`` goes on with the
+    following step. Any other error ends it."""
+
+    def __init__(self, loader: Loader, token: int) -> None:
+        self._loader = loader
+        self._token = token
+        self._started = False
+        self._done = False
+
+    def __iter__(self) -> _Steps:
+        return self
+
+    def __next__(self) -> Any:
+        if self._done:
+            raise StopIteration
+        loader = self._loader
+        try:
+            if not self._started:
+                self._started = True
+                # what an earlier, cancelled epoch's reads left for delivery is dropped (before this epoch's
+                # reads begin)
+                loader.source._epoch_started()
+                loader._native.start_epoch(self._token)
+            step = loader._step(self._token)
+        except DecodeError:
+            raise
+        except BaseException:
+            self._done = True
+            raise
+        if step is None:
+            self._done = True
+            raise StopIteration
+        return step
+
+
+class _LostStep:
+    """A step the prefetch thread could not make: the sample error its next() raised, handed to the consumer in
+    the step's place."""
+
+    def __init__(self, error: DecodeError) -> None:
+        self.error = error
+
+
+class _Delivered(Iterator[Any]):
+    """A Loader's iteration with ``batch_transform``: the prefetch thread's results in order, each setting the
+    consumer's position (``state_dict``); a lost step raises its sample error and the iterator goes on (as
+    :class:`_Steps`)."""
+
+    def __init__(self, loader: Loader, prefetcher: _batch.BatchPrefetcher) -> None:
+        self._loader = loader
+        self._prefetcher = prefetcher
+
+    def __iter__(self) -> _Delivered:
+        return self
+
+    def __next__(self) -> Any:
+        out, state = next(self._prefetcher)
+        self._loader._consumer_state = state
+        if isinstance(out, _LostStep):
+            raise out.error
+        # the side-stream handoff is keyed by the batch (or step list) the thread prepared, not the pair
+        return _batch.wait_handoff(out)
 
 
 def _torch_installed() -> bool:

@@ -468,9 +468,12 @@ impl DctScaling {
 }
 
 /// How [`SamplePipeline::process_mosaic`] reads a part: `read(j, decode)` hands dataset sample `j`'s encoded bytes
-/// to `decode` (the worker's reader; it returns the read's or the decode's error).
-pub type ReadPart<'a> = dyn FnMut(u64, &mut dyn FnMut(&[u8]) -> std::result::Result<(), ImageError>) -> std::result::Result<(), ImageError>
-    + 'a;
+/// and the size its source declares for it (None: no declared size) to `decode` (the worker's reader; it returns
+/// the read's or the decode's error).
+pub type ReadPart<'a> = dyn FnMut(u64, &mut DecodePart<'_>) -> std::result::Result<(), ImageError> + 'a;
+
+/// A part's decode in [`ReadPart`]: its encoded bytes and declared (width, height).
+pub type DecodePart<'a> = dyn FnMut(&[u8], Option<(u32, u32)>) -> std::result::Result<(), ImageError> + 'a;
 
 /// Per-worker decoder and scratch memory (one per thread; never shared). Buffers grow to the largest sample seen
 /// and are then reused: no allocation per sample in steady state. (The decoder's pixel scratch, the large one, is
@@ -484,6 +487,9 @@ pub struct WorkerScratch {
     program: ProgramScratch,
     /// The GPU path's plan of the sample being routed there (`SamplePipeline::prepare_gpu`).
     gpu: GpuPlan,
+    /// The (width, height) the source declares for the sample about to be processed: its decoded size must be
+    /// this (`source::check_declared_size`), or the sample fails with a `Target` error before any pixel work.
+    declared_size: Option<(u32, u32)>,
 }
 
 impl WorkerScratch {
@@ -500,6 +506,12 @@ impl WorkerScratch {
         }
     }
 
+    /// The size (width, height) the source declares for the sample about to be processed (`None`: it declares
+    /// none); [`SamplePipeline::process`] and [`SamplePipeline::process_pixels`] check the image against it.
+    pub fn set_declared_size(&mut self, size: Option<(u32, u32)>) {
+        self.declared_size = size;
+    }
+
     /// Fresh scratch with its own decompressor, under the default limits.
     pub fn new() -> Result<Self> {
         Self::with_limits(DecodeLimits::default())
@@ -513,6 +525,7 @@ impl WorkerScratch {
             resample: ResampleScratch::default(),
             program: ProgramScratch::default(),
             gpu: GpuPlan::default(),
+            declared_size: None,
         })
     }
 
@@ -780,25 +793,29 @@ impl SamplePipeline {
     ) -> std::result::Result<SampleTiming, ImageError> {
         assert_eq!(dst.len(), self.sample_bytes(), "process: dst must be exactly sample_bytes() long");
         let t0 = Instant::now();
-        let WorkerScratch { decoder, resample: s, program, .. } = scratch;
-        let (src, m, plan, image_wh) = self.decode_prefix(&self.program.prefix, decoder, s, bytes, key)?;
+        let WorkerScratch { decoder, resample: s, program, declared_size, .. } = scratch;
+        let (src, m, plan, image_wh) =
+            self.decode_prefix(&self.program.prefix, decoder, s, bytes, *declared_size, key)?;
         let t1 = Instant::now();
         self.run_stages(src, m, &plan, image_wh, s, program, key, dst)?;
         Ok(SampleTiming::since(t0, t1, decoder.last_decode_damaged()))
     }
 
-    /// Steps 1–4 of the protocol (module docs) under `prefix`: the header, the plan, the DCT scale, the taps
-    /// (in `s`) and the decoded window → its pixels, the scale `m`, the plan and the image's (width, height).
+    /// Steps 1–4 of the protocol (module docs) under `prefix`: the header (its size checked against the
+    /// `declared` one, if any), the plan, the DCT scale, the taps (in `s`) and the decoded window → its pixels,
+    /// the scale `m`, the plan and the image's (width, height).
     fn decode_prefix<'d>(
         &self,
         prefix: &geometry::CompiledTransforms,
         decoder: &'d mut Decoder,
         s: &mut ResampleScratch,
         bytes: &[u8],
+        declared: Option<(u32, u32)>,
         key: SampleKey,
     ) -> std::result::Result<(SourcePixels<'d>, u8, geometry::SamplePlan, (u32, u32)), ImageError> {
         let ResampleScratch { x, y, .. } = s;
         let info = decoder.read_header(bytes)?;
+        crate::source::check_declared_size((info.width, info.height), declared)?;
         let plan = prefix.plan(info.width, info.height, key);
         let (vx, vy) = (plan.x.valid(), plan.y.valid());
         let m = match self.dct {
@@ -853,8 +870,8 @@ impl SamplePipeline {
         (ps.frame.h, ps.frame.w, ps.frame.c) = (side, side, c);
         let mut damaged = false;
         for (k, j) in stage.indices(&draw, key.index).into_iter().enumerate() {
-            let mut part = |bytes: &[u8]| {
-                let (src, m, plan, image_wh) = self.decode_prefix(&stage.resize, decoder, s, bytes, key)?;
+            let mut part = |bytes: &[u8], declared: Option<(u32, u32)>| {
+                let (src, m, plan, image_wh) = self.decode_prefix(&stage.resize, decoder, s, bytes, declared, key)?;
                 let p = stage.place(&draw, k, j, image_wh);
                 let (rw, rh) = (p.resized.0 as usize, p.resized.1 as usize);
                 debug_assert_eq!((rw, rh), (plan.x.out_n, plan.y.out_n));
@@ -897,6 +914,7 @@ impl SamplePipeline {
         assert_eq!(dst.len(), self.sample_bytes(), "process_pixels: dst must be exactly sample_bytes() long");
         let t0 = Instant::now();
         let (w, h) = (array.width, array.height);
+        crate::source::check_declared_size((w, h), scratch.declared_size)?;
         let plan = self.program.prefix.plan(w, h, key);
         let WorkerScratch { resample: s, program, .. } = scratch;
         let ResampleScratch { x, y, .. } = s;

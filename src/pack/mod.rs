@@ -50,7 +50,9 @@ use crate::source::packed::{
     PackMeta, PackOptions, PackWriter, PackedIndex, RecordFormat, RecordMeta, check_classes,
 };
 use crate::source::packed_extras::{ExtraKind, RESERVED_PREFIX};
-use crate::source::{Dataset, ExternalImage, PixelArray, Store, describe_file_type, read_sample, read_span};
+use crate::source::{
+    Dataset, ExternalImage, PixelArray, Store, check_declared_size, describe_file_type, read_sample, read_span,
+};
 use crate::synthetic::encode::JpegEncoder;
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -286,11 +288,20 @@ impl Producer {
         if bytes.is_empty() {
             return Err(ImageError::new(ImageErrorKind::Empty, "file is empty (0 bytes): nothing to pack"));
         }
+        // the targets a pack stores were made for the size the source declares: an image of another size is
+        // this record's error, as it is the loader's (source::check_declared_size)
+        let declared = ds.declared_size(i);
         if !cfg.reencodes() {
             let meta = match raw {
-                Some((w, h, c)) => RecordMeta::raw(h as u16, w as u16, c),
+                Some((w, h, c)) => {
+                    check_declared_size((w, h), declared)?;
+                    RecordMeta::raw(h as u16, w as u16, c)
+                }
                 None => match self.header.read_header(bytes) {
-                    Ok(info) => meta_of(&info),
+                    Ok(info) => {
+                        check_declared_size((info.width, info.height), declared)?;
+                        meta_of(&info)
+                    }
                     Err(e) => {
                         warning.get_or_insert_with(|| e.to_string());
                         RecordMeta {
@@ -330,6 +341,7 @@ impl Producer {
                 (info.width, info.height)
             }
         };
+        check_declared_size((w, h), declared)?;
         let (tw, th) = cfg.target_size(w, h);
         let mut rgb = std::mem::take(&mut self.rgb);
         rgb.clear();

@@ -59,6 +59,36 @@ impl NativeSource {
         Ok(Self::new(dataset))
     }
 
+    /// This source with each image's (width, height) as its annotations declare them (`(N, 2)` int64): the worker
+    /// that decodes image i checks its size against row i (`source::check_declared_size`), a mismatch being the
+    /// sample's `Target` error.
+    fn with_sizes(&self, sizes: numpy::PyReadonlyArray2<'_, i64>) -> PyResult<Self> {
+        let a = sizes.as_array();
+        if a.nrows() != self.dataset.len() || a.ncols() != 2 {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "sizes are ({}, 2): one (width, height) per image",
+                self.dataset.len()
+            )));
+        }
+        let side = |v: i64| u32::try_from(v).ok().filter(|&v| v > 0);
+        let table = (a.rows().into_iter())
+            .map(|r| side(r[0]).zip(side(r[1])))
+            .collect::<Option<Vec<(u32, u32)>>>()
+            .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("a size must be 1..=2**32-1 on each side"))?;
+        let mut dataset = (*self.dataset).clone();
+        dataset.sizes = Some(table.into());
+        Ok(Self::new(dataset))
+    }
+
+    /// This source with its targets made outside the core, per read: `make(i, epoch)` makes and keeps sample i's
+    /// targets for a row of `epoch` and returns None, or a message (the sample's `Target` error). Called by the
+    /// worker that makes the row (`source::TargetReader`).
+    fn with_targets(&self, make: Py<PyAny>) -> Self {
+        let mut dataset = (*self.dataset).clone();
+        dataset.targets = Some(source::ExternalTargets(std::sync::Arc::new(PyTargets { make })));
+        Self::new(dataset)
+    }
+
     /// Encoded images in memory (`trdata.Bytes`), copied once.
     #[staticmethod]
     fn blobs(blobs: Vec<Vec<u8>>, labels: Vec<i64>) -> PyResult<Self> {
@@ -325,6 +355,28 @@ impl Reader for PyReader {
         // Never attaches to an interpreter that is shutting down (its threads would hang there): an error then.
         Python::try_attach(|py| read_attached(py, &self.fetch, i, epoch, buf))
             .unwrap_or_else(|| Err(dataset_error("the Python interpreter is shutting down")))
+    }
+}
+
+/// A Python source's per-read targets as the core's [`source::TargetReader`] (`NativeSource.with_targets`).
+struct PyTargets {
+    make: Py<PyAny>,
+}
+
+impl source::TargetReader for PyTargets {
+    fn read(&self, i: usize, epoch: u64) -> Result<(), ImageError> {
+        let target_error = |message: String| ImageError::new(ImageErrorKind::Target, message);
+        // Never attaches to an interpreter that is shutting down (its threads would hang there): an error then.
+        Python::try_attach(|py| {
+            // An exception `make` did not turn into a message (KeyboardInterrupt, SystemExit): its text.
+            let out = self.make.bind(py).call1((i, epoch)).map_err(|e| target_error(e.to_string()))?;
+            match out.extract::<Option<String>>() {
+                Ok(None) => Ok(()),
+                Ok(Some(message)) => Err(target_error(message)),
+                Err(e) => Err(target_error(format!("the target reader returned {out}: {e}"))),
+            }
+        })
+        .unwrap_or_else(|| Err(target_error("the Python interpreter is shutting down".into())))
     }
 }
 

@@ -227,12 +227,7 @@ pub fn image_folder_cancellable(root: &Path, cancel: &AtomicBool) -> Result<Data
     if paths.len() > u32::MAX as usize {
         return Err(source_error(root, "more than 2^32 samples"));
     }
-    Ok(Dataset {
-        store: Store::Files(paths),
-        labels,
-        classes: classes.into_iter().map(|(n, _)| n).collect(),
-        boxes: None,
-    })
+    Ok(Dataset::new(Store::Files(paths), labels, classes.into_iter().map(|(n, _)| n).collect()))
 }
 
 #[cfg(test)]

@@ -20,13 +20,13 @@ mod read;
 pub mod remote;
 
 pub use block_cache::{BlockBytes, BlockCache, BlockSchedule, CacheStats};
-pub use external::{ExternalImage, ExternalSample, ExternalStore, Reader};
+pub use external::{ExternalImage, ExternalSample, ExternalStore, ExternalTargets, Reader, TargetReader};
 pub use image_folder::{IMAGE_EXTENSIONS, image_folder, image_folder_cancellable, is_image_file_name, python_name_cmp};
 pub use packed::{PackedFile, PackedMode, PartialOptions};
 pub use read::{describe as describe_file_type, read_sample, read_span, undecoded_format};
 pub use remote::{RemoteStore, object_files, object_folder, object_spans};
 
-use crate::error::{Result, TrdataError};
+use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
 use crate::storage::disk_cache::DiskCache;
 use crate::storage::{Location, StorageOptions};
 use crate::sync::Arc;
@@ -113,9 +113,32 @@ pub struct Dataset {
     pub classes: Vec<OsString>,
     /// Each image's boxes (a detection source): the ops whose draw depends on them (RandomIoUCrop) read them.
     pub boxes: Option<Arc<annotations::BoxTable>>,
+    /// Each image's (width, height) as its source declares them (a detection or segmentation source: the sizes
+    /// its annotations were made for, read when the source was made). The worker that decodes image i checks
+    /// its true size against them ([`check_declared_size`]): targets are placed for the declared size.
+    pub sizes: Option<Arc<[(u32, u32)]>>,
+    /// Targets made outside the core, per read (a Python source's label maps or packed annotations): the worker
+    /// asks for sample i's before it reads the image ([`Dataset::read_targets`]).
+    pub targets: Option<ExternalTargets>,
 }
 
 impl Dataset {
+    /// A dataset of `store` with its labels and class names, and no annotations.
+    pub fn new(store: Store, labels: Vec<i64>, classes: Vec<OsString>) -> Self {
+        Self { store, labels, classes, boxes: None, sizes: None, targets: None }
+    }
+
+    /// Make sample `i`'s targets for a row of `epoch` when they are made outside the core (an error is the
+    /// sample's: [`TargetReader`]); nothing otherwise.
+    pub fn read_targets(&self, i: usize, epoch: u64) -> std::result::Result<(), ImageError> {
+        self.targets.as_ref().map_or(Ok(()), |t| t.0.read(i, epoch))
+    }
+
+    /// The size (width, height) the source declares for image `i`, if it declares sizes.
+    pub fn declared_size(&self, i: usize) -> Option<(u32, u32)> {
+        self.sizes.as_ref().map(|s| s[i])
+    }
+
     /// Number of samples.
     pub fn len(&self) -> usize {
         self.labels.len()
@@ -250,6 +273,23 @@ impl Dataset {
     }
 }
 
+/// A `Target` error when an image decodes at `got` (width, height) and its source declares another size: its
+/// boxes, masks and maps were made for the declared one (a COCO file's `width`/`height`, an image replaced after
+/// the source was made), so the sample cannot be trained on as it is.
+pub fn check_declared_size(got: (u32, u32), declared: Option<(u32, u32)>) -> std::result::Result<(), ImageError> {
+    match declared {
+        Some(want) if want != got => Err(ImageError::new(
+            ImageErrorKind::Target,
+            format!(
+                "the image is {}x{} but its source declares {}x{} (the size its annotations were made for): the \
+                 annotation file's width/height are wrong, or the image was replaced after the source was made",
+                got.0, got.1, want.0, want.1
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// A dataset of the packed file `path` (`trdata.Packed`; [`packed_dataset_at`] for a URL), opened in `mode` (see
 /// [`packed`] for the format and the modes; `partial` as the user gave it, None = default). The header and index
 /// are checked here: a foreign, truncated or damaged file or object is a `SourceError` naming it.
@@ -272,7 +312,7 @@ pub fn packed_dataset_at(
     let file = PackedFile::open_with_disk(location, options, mode, partial, disk)?;
     let labels = file.index().rows.iter().map(|r| r.label).collect();
     let classes = file.index().meta.classes.clone();
-    Ok(Dataset { store: Store::Packed(Arc::new(file)), labels, classes, boxes: None })
+    Ok(Dataset::new(Store::Packed(Arc::new(file)), labels, classes))
 }
 
 /// The `paths` parameter's name (its rules: [`check_file_list`]).
@@ -313,7 +353,7 @@ pub fn check_file_list(paths: &[PathBuf], num_labels: usize) -> Result<()> {
 /// missing file is reported (or skipped) when its sample is decoded, like any other bad input.
 pub fn file_list(paths: Vec<PathBuf>, labels: Vec<i64>) -> Result<Dataset> {
     check_file_list(&paths, labels.len())?;
-    Ok(Dataset { store: Store::Files(paths), labels, classes: Vec::new(), boxes: None })
+    Ok(Dataset::new(Store::Files(paths), labels, Vec::new()))
 }
 
 /// The `dataset` parameter's name (`trdata.DatasetSource(dataset)`; its rules: [`external`]).
@@ -329,7 +369,7 @@ pub fn external(reader: Box<dyn Reader>, len: usize) -> Result<Dataset> {
         ));
     }
     let store = ExternalStore::new(reader, len);
-    Ok(Dataset { store: Store::External(Arc::new(store)), labels: vec![0; len], classes: Vec::new(), boxes: None })
+    Ok(Dataset::new(Store::External(Arc::new(store)), vec![0; len], Vec::new()))
 }
 
 /// `blobs` / `images` / `labels` names of the in-memory sources (their rules: [`bytes`], [`arrays`]).
@@ -351,7 +391,7 @@ pub fn bytes(blobs: Vec<Vec<u8>>, labels: Vec<i64>) -> Result<Dataset> {
             format!("{} labels must be one per blob ({} blobs)", labels.len(), blobs.len()),
         ));
     }
-    Ok(Dataset { store: Store::Blobs(blobs), labels, classes: Vec::new(), boxes: None })
+    Ok(Dataset::new(Store::Blobs(blobs), labels, Vec::new()))
 }
 
 /// A dataset of byte spans of files (`trdata.WebDataset`: tar members): one (file, offset, len) and one label per
@@ -374,7 +414,7 @@ pub fn spans(
     if let Some(i) = (0..n).find(|&i| file[i] as usize >= files.len()) {
         return Err(TrdataError::config(SHARDS, format!("span {i} must name one of the {} files", files.len())));
     }
-    Ok(Dataset { store: Store::Spans(Spans { files, file, offset, len }), labels, classes: Vec::new(), boxes: None })
+    Ok(Dataset::new(Store::Spans(Spans { files, file, offset, len }), labels, Vec::new()))
 }
 
 /// A dataset of raw uint8 pixels (`trdata.Arrays`): `data` holds `count` images of `height × width × channels`
@@ -410,12 +450,7 @@ pub fn arrays(
         ));
     }
     let channels = channels as u8; // 1 or 3, checked above
-    Ok(Dataset {
-        store: Store::Pixels(PixelArray { data, height, width, channels }),
-        labels,
-        classes: Vec::new(),
-        boxes: None,
-    })
+    Ok(Dataset::new(Store::Pixels(PixelArray { data, height, width, channels }), labels, Vec::new()))
 }
 
 #[cfg(test)]

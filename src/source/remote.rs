@@ -147,7 +147,7 @@ pub fn object_files(specs: Vec<ObjectSpec>, labels: Vec<i64>, options: &StorageO
     }
     let set = ObjectSet::new(PATHS, specs, options)?;
     let store = RemoteStore { set: std::sync::Arc::new(set), layout: Layout::Files };
-    Ok(Dataset { store: Store::Remote(Arc::new(store)), labels, classes: Vec::new(), boxes: None })
+    Ok(Dataset::new(Store::Remote(Arc::new(store)), labels, Vec::new()))
 }
 
 /// A dataset of byte ranges of objects (`trdata.WebDataset` over URLs): `shards` with the size and ETag their
@@ -173,7 +173,7 @@ pub fn object_spans(
     }
     let set = ObjectSet::new("shards", shards, options)?;
     let store = RemoteStore { set: std::sync::Arc::new(set), layout: Layout::Spans { file, offset, len } };
-    Ok(Dataset { store: Store::Remote(Arc::new(store)), labels, classes: Vec::new(), boxes: None })
+    Ok(Dataset::new(Store::Remote(Arc::new(store)), labels, Vec::new()))
 }
 
 /// The objects of an ImageFolder under `prefix` (module docs, "Folders"): (specs, labels, classes). A prefix

@@ -9,7 +9,7 @@
 
 use crate::augment::mosaic::Partners;
 use crate::augment::views::SampleViews;
-use crate::augment::{SampleKey, SampleTiming, WorkerScratch};
+use crate::augment::{DecodePart, SampleKey, SampleTiming, WorkerScratch};
 use crate::decode::DecodeLimits;
 use crate::error::{ImageError, Result, SampleError, TrdataError};
 use crate::gpu_decode::{GpuDecode, GpuTask, TaskTaps};
@@ -590,9 +590,15 @@ fn decode_read(
 /// becomes a [`GpuTask`] (its crop window and taps computed here by the CPU path's own geometry code) → true.
 fn to_gpu(ctx: &WorkContext, g: GpuRow<'_>, scratch: &mut WorkerScratch, bytes: &[u8], key: SampleKey) -> bool {
     let within_limits = |w: u32, h: u32| u64::from(w) * u64::from(h) <= scratch.decode_limits().max_pixels;
+    // A size that is not the declared one stays on the CPU path, whose header check makes it the sample's error.
+    let declared = ctx.dataset.declared_size(key.index as usize);
     let info = match crate::gpu_decode::eligible(bytes) {
         // Beyond `max_pixels` the CPU path raises TooLarge (or skips): the same outcome either way.
-        Ok(info) if within_limits(info.width, info.height) => info,
+        Ok(info)
+            if within_limits(info.width, info.height) && declared.is_none_or(|d| d == (info.width, info.height)) =>
+        {
+            info
+        }
         _ => {
             g.gpu.count_ineligible();
             return false;
@@ -634,11 +640,14 @@ fn attempt_sample(
     let i = index as usize;
     let key = SampleKey { seed: ctx.seed, epoch: job.plan.epoch, index };
     scratch.set_boxes(ctx.dataset.boxes.as_ref().map(|t| t.of(i)));
+    scratch.set_declared_size(ctx.dataset.declared_size(i));
     let t0 = Instant::now();
     let result = if ctx.pipeline.first().program().mosaic.is_some() {
         mosaic_sample(job, key, scratch, file_buf, dst).map(Some)
     } else {
-        one_sample(job, i, t0, key, scratch, file_buf, dst, gpu).map_err(|e| (index, e))
+        (ctx.dataset.read_targets(i, job.plan.epoch))
+            .and_then(|()| one_sample(job, i, t0, key, scratch, file_buf, dst, gpu))
+            .map_err(|e| (index, e))
     };
     match result {
         Ok(None) => Ok(()), // the GPU makes it (its count is the transfer thread's)
@@ -687,8 +696,11 @@ fn mosaic_sample(
     let ctx = &job.ctx;
     // A partial pack's cache counts the row's planned read once the row is made (`produce`, `PlannedRead`), so
     // the parts are all read outside the plan (source/block_cache.rs: the window stays needed until then)
-    let mut read = |j: u64, decode: &mut dyn FnMut(&[u8]) -> std::result::Result<(), ImageError>| {
+    let mut read = |j: u64, decode: &mut DecodePart<'_>| {
         let i = j as usize;
+        let declared = ctx.dataset.declared_size(i);
+        let mut decode = |bytes: &[u8]| decode(bytes, declared);
+        ctx.dataset.read_targets(i, job.plan.epoch)?;
         let t0 = Instant::now();
         let counted = |bytes: &[u8]| {
             Stats::add_since(&ctx.stats.read_ns, t0);
@@ -922,7 +934,7 @@ mod tests {
     ) -> (Arc<Station>, WorkerPool, Arc<Stats>, Arc<WorkContext>) {
         let stats = Arc::new(Stats::default());
         let ctx = Arc::new(WorkContext {
-            dataset: Arc::new(Dataset { store, labels: vec![0; len], classes: vec![], boxes: None }),
+            dataset: Arc::new(Dataset::new(store, vec![0; len], vec![])),
             pipeline: pipeline().into(),
             stats: Arc::clone(&stats),
             seed: 7,

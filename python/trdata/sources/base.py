@@ -75,6 +75,11 @@ class Source:
     #: Whether rows carry detection targets (``_batch_targets``; sources/detection.py).
     _has_targets = False
 
+    #: Whether the loader's workers call this source's Python code (``__getitem__``, targets made per read): a
+    #: loader over it is closed at interpreter exit, before the interpreter finalizes (dataset.py
+    #: ``close_at_exit``).
+    _python_in_workers = False
+
     def _batch_targets(self, indices: np.ndarray, epoch: int, native_loader: Any) -> list[dict[str, Any]]:
         """The detection targets of the rows ``indices`` (``batch.targets``), moved with their images."""
         raise NotImplementedError

@@ -110,6 +110,8 @@ def _torchvision_folder(dataset: Any) -> bool:
 class DatasetSource(Source):
     """A map-style dataset (module docs): ``len(dataset)`` samples, ``dataset[i]`` → ``(image, target)``."""
 
+    _python_in_workers = True
+
     def __init__(self, dataset: Any, *, thread_safe: bool = False) -> None:
         if not is_map_style(dataset):
             raise ConfigError(

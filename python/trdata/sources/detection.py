@@ -81,8 +81,11 @@ class CocoDetection(Source):
         xyxy = np.concatenate(
             [self._boxes_xywh[:, :2], self._boxes_xywh[:, :2] + self._boxes_xywh[:, 2:]], axis=1
         )
-        self._native = _core.NativeSource.files(self.paths, self.labels, []).with_boxes(
-            self._offsets.tolist(), np.ascontiguousarray(xyxy, np.float64).reshape(-1, 4)
+        # and the sizes the annotations were made for: the worker checks each decoded image against its own
+        self._native = (
+            _core.NativeSource.files(self.paths, self.labels, [])
+            .with_boxes(self._offsets.tolist(), np.ascontiguousarray(xyxy, np.float64).reshape(-1, 4))
+            .with_sizes(self._sizes)
         )
 
     def __repr__(self) -> str:

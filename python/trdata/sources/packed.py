@@ -16,6 +16,7 @@ translates arguments and draws progress bars.
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from collections.abc import Mapping
@@ -33,7 +34,8 @@ from .dataset import DatasetSource, is_map_style
 from .extras import NPY, stack_extras
 from .extras import decode as decode_extra
 from .segmentation import FILL, decode_label_map
-from .targets import move_boxes, moved_label_map, plan_rows, target_plans
+from .reads import PerRead
+from .targets import move_boxes, moved_label_map, plan_rows, read_target, taken, target_plans
 
 #: The ``mode`` choices of :class:`Packed`.
 MODES = ("full", "partial")
@@ -312,6 +314,13 @@ class Packed(Source):
         if bad is not None:
             raise SourceError(f"{self.path}#{bad}: target.size is not an image size", self.path)
         self._sizes = np.array(sizes, np.int64).reshape(-1, 2)  # (width, height), as target_plans takes them
+        # the worker checks each record's size against them, and reads each row's stored annotations (a record
+        # whose annotations cannot be read is the sample's error, under on_error)
+        self._read = PerRead()
+        make = self._label_map if self.target_kind == "semantic" else self._image_targets
+        self._native = self._native.with_sizes(self._sizes).with_targets(
+            functools.partial(read_target, self._read, make)
+        )
         ids = self._field_values(packed_targets.PREFIX + "image_id")
         bad = next((i for i, v in enumerate(ids) if v.dtype != np.int64 or v.shape != ()), None)
         if bad is not None:
@@ -335,6 +344,14 @@ class Packed(Source):
     def _has_targets(self) -> bool:  # type: ignore[override]
         return self.target_kind is not None
 
+    @property
+    def _python_in_workers(self) -> bool:  # type: ignore[override]
+        return self.target_kind is not None  # the workers read the stored annotations (``read_target``)
+
+    def _epoch_started(self) -> None:
+        if self.target_kind is not None:
+            self._read.clear()
+
     def _check_mosaic(self) -> None:
         """Loader hook: a Mosaic merges a pack's boxes, labels, iscrowd, masks and keypoints, and places its label
         maps (targets.py)."""
@@ -357,20 +374,22 @@ class Packed(Source):
         """Each row's stored annotations moved with its image, as the packed source moved them."""
         idx = [int(i) for i in indices]
         out = []
+        make = self._label_map if self.target_kind == "semantic" else self._image_targets
+        read = functools.partial(taken, self._read, make, epoch)  # what the workers read
         if self.target_kind == "semantic":
             plans = target_plans(self, idx, epoch, native_loader)  # a Mosaic's parts placed (targets.py)
             for plan, i in zip(plans, idx):
                 w, h = (int(v) for v in self._sizes[i])
                 out.append(
                     {
-                        "mask": moved_label_map(plan, self._label_map, i, FILL),
+                        "mask": moved_label_map(plan, read, i, FILL),
                         "image_id": int(self._image_ids[i]),
                         "orig_size": (h, w),
                         "size": plan.canvas,
                     }
                 )
             return out
-        plans, rows = plan_rows(self, idx, epoch, native_loader)  # a Mosaic's parts merged (targets.py)
+        plans, rows = plan_rows(self, idx, epoch, native_loader, read)  # a Mosaic's parts merged (targets.py)
         boxes, fields = move_boxes(
             plans, [t["boxes"] for t in rows], [{k: v for k, v in t.items() if k != "boxes"} for t in rows]
         )

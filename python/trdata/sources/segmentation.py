@@ -15,13 +15,15 @@ that is not a PNG, or one whose size is not its image's is a ``SourceError`` nam
 headers at construction). ``batch.targets[i]["mask"]`` is the map moved with the image: uint8 ``(h, w)``,
 nearest, 255 (``FILL``, the ``ignore_index`` of torchvision's segmentation references) wherever the output
 leaves the image (pads, crops larger than the image, warps); also ``image_id`` (the index), ``orig_size`` and
-``size`` (h, w). The maps are decoded when their batch is made (Pillow, on the thread iterating the loader).
+``size`` (h, w). The maps are read by the loader's workers (Pillow, each beside its image's decode): a map that
+cannot be read or no longer fits its image is that sample's ``DecodeError(kind="Target")`` under ``on_error``.
 Under a ``trdata.Mosaic`` a row's map is 255 but for its parts' windows, each holding the part's map
 nearest-resized as its pixels were (``targets.moved_label_map``).
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 from collections.abc import Iterable, Sequence
@@ -34,6 +36,7 @@ from ..errors import ConfigError, SourceError
 from . import packed_targets
 from .base import IMG_EXTENSIONS, Source, _class_names, refuse_url
 from .extras import MAX_EXTRA_BYTES
+from .reads import PerRead
 from .targets import (
     ImageHeader,
     list_files,
@@ -42,6 +45,8 @@ from .targets import (
     path_arg,
     pillow,
     read_header,
+    read_target,
+    taken,
     target_plans,
 )
 
@@ -93,7 +98,14 @@ class SegmentationFolder(Source):
             _check_map(read_header(image, m), m, header, p)
             self._sizes[i] = header.width, header.height
         self.labels = [0] * len(self.paths)  # the per-image class the core holds: none (the target is a map)
-        self._native = _core.NativeSource.files(self.paths, self.labels, [])
+        # the sizes read here: the worker checks each decoded image against its own (its map was checked too),
+        # and reads each row's label map (a map that cannot be read is the sample's error, under on_error)
+        self._maps = PerRead()
+        self._native = (
+            _core.NativeSource.files(self.paths, self.labels, [])
+            .with_sizes(self._sizes)
+            .with_targets(functools.partial(read_target, self._maps, self.label_map))
+        )
 
     def _image_paths(self, keys: list[str], image_suffix: str | None) -> list[str]:
         if image_suffix is not None:
@@ -125,6 +137,12 @@ class SegmentationFolder(Source):
     #: Loader hook: this source's rows carry targets that move with the image.
     _has_targets = True
 
+    #: The workers read the label maps (``read_target``).
+    _python_in_workers = True
+
+    def _epoch_started(self) -> None:
+        self._maps.clear()
+
     def _check_mosaic(self) -> None:
         """Loader hook: a Mosaic places its parts' label maps (targets.py ``moved_label_map``)."""
 
@@ -152,9 +170,10 @@ class SegmentationFolder(Source):
         idx = [int(i) for i in indices]
         sizes = [(int(w), int(h)) for w, h in self._sizes[idx]]
         plans = target_plans(self, idx, epoch, native_loader)  # a Mosaic's parts placed (targets.py)
+        label_map = functools.partial(taken, self._maps, self.label_map, epoch)  # the workers read them
         return [
             {
-                "mask": moved_label_map(plan, self.label_map, i, FILL),
+                "mask": moved_label_map(plan, label_map, i, FILL),
                 "image_id": i,
                 "orig_size": (sizes[r][1], sizes[r][0]),
                 "size": plan.canvas,

@@ -23,11 +23,16 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import ConfigError, SourceError
+from ..errors import ConfigError, DecodeError, SourceError
+from .reads import MISSING, PerRead
+
+#: The longest message of a target read's error (a repr in it may be a whole array's).
+_MAX_MESSAGE = 4096
 
 #: The EXIF orientation tag.
 _ORIENTATION = 0x0112
@@ -135,14 +140,37 @@ def target_plans(source: Any, idx: list[int], epoch: int, native_loader: Any) ->
 
 
 def plan_rows(
-    source: Any, idx: list[int], epoch: int, native_loader: Any
+    source: Any,
+    idx: list[int],
+    epoch: int,
+    native_loader: Any,
+    image_targets: Callable[[int], dict[str, Any]] | None = None,
 ) -> tuple[list[Any], list[dict[str, Any]]]:
     """Each row's ``TargetPlan`` and its annotations in the plan's input pixels: the image's own
-    (``source._image_targets(i)``), or, when the transforms start with a Mosaic, its parts' merged on the canvas
-    (module docs)."""
+    (``image_targets(i)``, by default ``source._image_targets(i)``), or, when the transforms start with a Mosaic,
+    its parts' merged on the canvas (module docs)."""
+    of = source._image_targets if image_targets is None else image_targets
     plans = target_plans(source, idx, epoch, native_loader)
-    rows = [mosaic_targets(source, p) if p.mosaic else source._image_targets(i) for p, i in zip(plans, idx)]
+    rows = [mosaic_targets(of, p) if p.mosaic else of(i) for p, i in zip(plans, idx)]
     return plans, rows
+
+
+def read_target(kept: PerRead, make: Callable[[int], Any], i: int, epoch: int) -> str | None:
+    """A worker's read of sample ``i``'s targets for a row of ``epoch`` (``NativeSource.with_targets``): ``make(i)``
+    kept in ``kept``; None, or the message of the sample's ``Target`` error (bounded)."""
+    try:
+        kept.put(epoch, i, make(i))
+    except Exception as e:  # the sample's error, under on_error; SourceError/DecodeError say what and where
+        message = str(e) if isinstance(e, (SourceError, DecodeError)) else f"{type(e).__name__}: {e}"
+        return message if len(message) <= _MAX_MESSAGE else message[:_MAX_MESSAGE] + "…"
+    return None
+
+
+def taken(kept: PerRead, make: Callable[[int], Any], epoch: int, i: int) -> Any:
+    """Sample ``i``'s targets as a worker's read kept them for a row of ``epoch``; made now by ``make(i)`` when no
+    read kept one (another loader over the source started an epoch and dropped it)."""
+    value = kept.take(epoch, i)
+    return make(i) if value is MISSING else value
 
 
 def moved_label_map(plan: Any, label_map: Any, i: int, fill: int) -> np.ndarray:
@@ -154,14 +182,14 @@ def moved_label_map(plan: Any, label_map: Any, i: int, fill: int) -> np.ndarray:
     return plan.dense(label_map(i), fill=fill)
 
 
-def mosaic_targets(source: Any, plan: Any) -> dict[str, np.ndarray]:
+def mosaic_targets(image_targets: Callable[[int], dict[str, Any]], plan: Any) -> dict[str, np.ndarray]:
     """A mosaic row's annotations on its canvas (module docs): every per-instance field of the parts'
-    ``_image_targets``, concatenated in part order, boxes (XYXY float64) mapped and clipped, keypoints (float64
+    ``image_targets(j)``, concatenated in part order, boxes (XYXY float64) mapped and clipped, keypoints (float64
     ``(K, P, 3)``) mapped with visibility 0 outside the part's window and padded to the row's largest P (zeros),
     and ``part`` (int64: which part of ``plan.mosaic`` each instance came from)."""
     rows = []
     for k, (j, sx, sy, dx, dy, x0, y0, x1, y1) in enumerate(plan.mosaic):
-        t = source._image_targets(int(j))
+        t = image_targets(int(j))
         b = np.asarray(t["boxes"], np.float64).reshape(-1, 4) * (sx, sy, sx, sy) + (dx, dy, dx, dy)
         b = np.clip(b, (x0, y0, x0, y0), (x1, y1, x1, y1))
         keep = (b[:, 2] > b[:, 0]) & (b[:, 3] > b[:, 1])

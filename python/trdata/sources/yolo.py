@@ -274,8 +274,11 @@ class YoloDetection(Source):
         self._class_ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
         self.labels = [0] * len(self.paths)  # the per-image class the core holds: none (targets are per box)
         # the boxes (XYXY, source pixels) go to the core too: RandomIoUCrop's draw depends on them
-        self._native = _core.NativeSource.files(self.paths, self.labels, []).with_boxes(
-            self._offsets.tolist(), np.ascontiguousarray(self._boxes, np.float64)
+        # and the sizes read here: the worker checks each decoded image against its own
+        self._native = (
+            _core.NativeSource.files(self.paths, self.labels, [])
+            .with_boxes(self._offsets.tolist(), np.ascontiguousarray(self._boxes, np.float64))
+            .with_sizes(np.asarray(self._sizes, np.int64))
         )
 
     def __repr__(self) -> str:

@@ -1,0 +1,184 @@
+"""A sample's error is that sample's, whatever part of it failed: its bytes, its decode, or its targets (a size
+its annotations declare that is not the image's, a label map that cannot be read). Each follows ``on_error``:
+raised as a ``DecodeError`` naming the sample — and the iterator goes on with the next step, as torch's
+DataLoader goes on after a ``__getitem__`` raised — or replaced and counted under ``skip``."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from _fixtures import photo
+
+import trdata
+
+PIL = pytest.importorskip("PIL")
+from PIL import Image  # noqa: E402
+
+
+def _jpeg(path: Path, seed: int, w: int, h: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(photo(seed, w, h)).save(path, quality=90)
+
+
+def _coco(root: Path, n: int, sizes: dict[int, tuple[int, int]] | None = None) -> tuple[Path, Path]:
+    """n 64x48 JPEGs with one box each; ``sizes`` overrides what the file declares for some images."""
+    images, annotations = [], []
+    for k in range(n):
+        name = f"{k:04d}.jpg"
+        _jpeg(root / "images" / name, k, 64, 48)
+        w, h = (sizes or {}).get(k, (64, 48))
+        images.append({"id": k + 1, "file_name": name, "width": w, "height": h})
+        annotations.append(
+            {
+                "id": k + 1,
+                "image_id": k + 1,
+                "category_id": 1,
+                "iscrowd": 0,
+                "bbox": [40, 4, 20, 16],
+                "area": 320,
+            }
+        )
+    ann = root / "instances.json"
+    ann.write_text(
+        json.dumps({"images": images, "annotations": annotations, "categories": [{"id": 1, "name": "a"}]})
+    )
+    return root / "images", ann
+
+
+def _rows(batches: list[Any]) -> list[int]:
+    return [int(i) for b in batches for i in b.indices[: b.valid]]
+
+
+def test_a_coco_size_that_is_not_the_images_is_the_samples_error(tmp_path: Path) -> None:
+    # image 2 is 64x48 but listed as 640x480: its box would be flipped at x=616 (the 640-wide canvas)
+    images, ann = _coco(tmp_path, 6, sizes={2: (640, 480)})
+    coco = trdata.CocoDetection(images, ann)
+    flip = [trdata.RandomHorizontalFlip(p=1.0)]
+    with trdata.Loader(coco, batch_size=2, transforms=flip, pad_to=(480, 640), normalize=None) as loader:
+        it = iter(loader)
+        first = next(it)
+        with pytest.raises(trdata.DecodeError) as e:
+            next(it)
+        assert e.value.kind == "Target" and e.value.index == 2 and e.value.path.endswith("0002.jpg")
+        assert "64x48" in str(e.value) and "640x480" in str(e.value)
+        rest = list(it)  # the iterator goes on: the step holding sample 2 is the one lost
+    assert _rows([first, *rest]) == [0, 1, 4, 5]
+    with trdata.Loader(coco, batch_size=2, transforms=flip, pad_to=(48, 64), on_error="skip") as loader:
+        batches = list(loader)
+        assert loader.stats()["errors_skipped"] == 1
+    rows = _rows(batches)
+    assert len(rows) == 6 and 2 not in rows
+    for b in batches:  # every box delivered is the true one, flipped on the true canvas
+        for t in b.targets:
+            np.testing.assert_allclose(np.asarray(t["boxes"]), [[4, 4, 24, 20]])
+
+
+def test_a_pack_refuses_the_record_whose_size_is_not_the_declared_one(tmp_path: Path) -> None:
+    images, ann = _coco(tmp_path, 4, sizes={1: (640, 480)})
+    coco = trdata.CocoDetection(images, ann)
+    out = tmp_path / "coco.trd"
+    with pytest.raises(trdata.DecodeError) as e:
+        trdata.pack(coco, out)
+    assert e.value.index == 1 and "640x480" in str(e.value)
+    assert not out.exists()
+
+
+def test_an_image_replaced_after_the_source_was_made_is_caught_by_the_worker(tmp_path: Path) -> None:
+    for k in range(4):
+        _jpeg(tmp_path / "images" / "train" / f"{k}.jpg", k, 64, 48)
+        (tmp_path / "labels" / "train").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "labels" / "train" / f"{k}.txt").write_text("0 0.5 0.5 0.25 0.25\n")
+    yolo = trdata.YoloDetection(tmp_path, split="train", classes=["a"])
+    _jpeg(tmp_path / "images" / "train" / "3.jpg", 3, 48, 64)  # replaced by a portrait
+    with trdata.Loader(yolo, batch_size=4, transforms=[trdata.Resize((32, 32))]) as loader:
+        with pytest.raises(trdata.DecodeError) as e:
+            next(iter(loader))
+    assert e.value.kind == "Target" and e.value.index == 3 and "48x64" in str(e.value)
+
+
+def _voc(root: Path, n: int) -> trdata.SegmentationFolder:
+    for k in range(n):
+        _jpeg(root / "img" / f"{k}.jpg", k, 40, 30)
+        m = np.full((30, 40), k % 21, np.uint8)
+        m[:, :20] = 255
+        (root / "map").mkdir(exist_ok=True)
+        Image.fromarray(m, mode="L").save(root / "map" / f"{k}.png")
+    return trdata.SegmentationFolder(root / "img", root / "map")
+
+
+@pytest.mark.parametrize("damage", ["resized", "garbage", "deleted"])
+def test_a_label_map_that_broke_after_the_source_was_made_follows_on_error(
+    tmp_path: Path, damage: str
+) -> None:
+    seg = _voc(tmp_path, 8)
+    bad = tmp_path / "map" / "5.png"
+    if damage == "resized":
+        Image.fromarray(np.zeros((31, 40), np.uint8), mode="L").save(bad)
+    elif damage == "garbage":
+        bad.write_bytes(bad.read_bytes()[:40] + b"\x00" * 64)
+    else:
+        bad.unlink()
+    crop = [trdata.CenterCrop(24)]
+    with trdata.Loader(seg, batch_size=2, transforms=crop, workers=2) as loader:
+        it = iter(loader)
+        got = [next(it), next(it)]
+        with pytest.raises(trdata.DecodeError) as e:
+            next(it)
+        assert e.value.kind == "Target" and e.value.index == 5 and "5.png" in str(e.value)
+        got += list(it)
+    assert _rows(got) == [0, 1, 2, 3, 6, 7]
+    with trdata.Loader(seg, batch_size=2, transforms=crop, workers=2, on_error="skip") as loader:
+        for epoch in range(2):  # known bad after the first epoch: replaced without being read again
+            loader.set_epoch(epoch)
+            batches = list(loader)
+            rows = _rows(batches)
+            assert len(rows) == 8 and 5 not in rows
+            for b in batches:
+                for i, t in zip(b.indices, b.targets):
+                    assert t["mask"].shape == (24, 24)
+                    assert set(np.unique(t["mask"]).tolist()) == {int(i) % 21, 255}
+        assert loader.stats()["errors_skipped"] == 2  # once per epoch
+
+
+def test_label_maps_are_read_by_the_workers_not_the_training_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    readers: list[int] = []
+    read = trdata.SegmentationFolder.label_map
+
+    def counted(self: trdata.SegmentationFolder, i: int) -> np.ndarray:
+        readers.append(threading.get_ident())
+        return read(self, i)
+
+    monkeypatch.setattr(trdata.SegmentationFolder, "label_map", counted)
+    seg = _voc(tmp_path, 12)
+    with trdata.Loader(seg, batch_size=4, transforms=[trdata.CenterCrop(24)], workers=2) as loader:
+        batches = list(loader)
+    assert _rows(batches) == list(range(12))
+    # each map read once, each by a worker (a thread Python did not start), none by the training thread
+    assert len(readers) == 12 and threading.get_ident() not in readers
+    assert not {t.ident for t in threading.enumerate()} & set(readers)
+
+
+def test_the_iterator_goes_on_after_a_raised_decode_error(tmp_path: Path) -> None:
+    for k in range(10):
+        _jpeg(tmp_path / "a" / f"{k}.jpg", k, 32, 32)
+    (tmp_path / "a" / "3.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a JPEG")
+    folder = trdata.ImageFolder(tmp_path)
+    for transform in (None, lambda b, generator: b):
+        with trdata.Loader(
+            folder, batch_size=3, transforms=[trdata.CenterCrop(16)], batch_transform=transform
+        ) as loader:
+            it = iter(loader)
+            first = next(it)
+            with pytest.raises(trdata.DecodeError) as e:
+                next(it)
+            assert e.value.index == 3 and e.value.kind == "Corrupt"
+            assert loader.state_dict()["batches"] == 2  # the lost step counts as delivered
+            rest = list(it)
+            assert _rows([first, *rest]) == [0, 1, 2, 6, 7, 8, 9]
