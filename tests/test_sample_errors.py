@@ -12,9 +12,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _fixtures import photo
-
 import trdata
+from _fixtures import photo
 
 PIL = pytest.importorskip("PIL")
 from PIL import Image  # noqa: E402

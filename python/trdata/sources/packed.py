@@ -33,8 +33,8 @@ from .base import Source
 from .dataset import DatasetSource, is_map_style
 from .extras import NPY, stack_extras
 from .extras import decode as decode_extra
-from .segmentation import FILL, decode_label_map
 from .reads import PerRead
+from .segmentation import FILL, decode_label_map
 from .targets import move_boxes, moved_label_map, plan_rows, read_target, taken, target_plans
 
 #: The ``mode`` choices of :class:`Packed`.
