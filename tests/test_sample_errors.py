@@ -181,3 +181,55 @@ def test_the_iterator_goes_on_after_a_raised_decode_error(tmp_path: Path) -> Non
             assert loader.state_dict()["batches"] == 2  # the lost step counts as delivered
             rest = list(it)
             assert _rows([first, *rest]) == [0, 1, 2, 6, 7, 8, 9]
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+class _Captioned:
+    """A map-style dataset returning extras (kept per read for the batch, like a map's targets)."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = paths
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> tuple[str, int, dict[str, Any]]:
+        return str(self.paths[i]), i % 3, {"caption": f"image {i} " * 20, "box": np.full(64, i, np.float32)}
+
+
+def test_fifty_epochs_over_python_sources_keep_nothing_per_read(tmp_path: Path) -> None:
+    """What the workers keep per read (extras, label maps) is taken by its batch: after 50 epochs (with a map that
+    fails every epoch under skip, and a raised error that loses a step) nothing piles up, and memory is flat."""
+    seg = _voc(tmp_path / "voc", 16)
+    (tmp_path / "voc" / "map" / "9.png").write_bytes(b"\x89PNG\r\n\x1a\n broken")
+    ds = trdata.DatasetSource(_Captioned(sorted((tmp_path / "voc" / "img").iterdir())))
+    crop = [trdata.CenterCrop(24)]
+    with (
+        trdata.Loader(seg, batch_size=4, transforms=crop, workers=2, on_error="skip") as skipping,
+        trdata.Loader(seg, batch_size=4, transforms=crop, workers=2) as raising,
+        trdata.Loader(ds, batch_size=4, transforms=crop, workers=2) as python,
+    ):
+        rss: list[int] = []
+        for epoch in range(50):
+            for loader in (skipping, raising, python):
+                loader.set_epoch(epoch)
+            assert len(_rows(list(skipping))) == 16
+            it, got = iter(raising), []
+            while True:
+                try:
+                    got.extend(_rows([next(it)]))
+                except trdata.DecodeError:
+                    continue
+                except StopIteration:
+                    break
+            assert len(got) == 12  # the step holding sample 9 is lost, every epoch
+            captions = [c for b in python for c in b.extras["caption"]]
+            assert len(captions) == 16
+            # a lost step leaves its other rows' maps (at most a batch) until the next epoch starts
+            assert len(seg._maps._values) <= 4 and not ds._read_extras
+            rss.append(_rss_bytes())
+    assert rss[-1] - rss[4] < 32 * 2**20, [r // 2**20 for r in rss]
