@@ -66,10 +66,22 @@ def s3_client(endpoint: str, key: str = "testing", secret: str = "testing") -> A
 
 class RangeHandler(http.server.SimpleHTTPRequestHandler):
     """Serves files of a folder with single-range GETs (206 + Content-Range), as object stores and CDNs do.
-    `server.fail_gets` > 0: that many GETs answer 503 first (HEAD is never failed)."""
+    `server.fail_gets` > 0: that many GETs answer 503 first (HEAD is never failed). `server.etags`: HEAD and GET
+    answers carry an ETag (the file's size and modification time), and like many servers this one ignores
+    If-Match: a file changed under a reader is served as it is now. `server.corrupt`, when set, is called with
+    each ranged GET's first offset (under `server.lock`); when it returns True the answer is complete and of the
+    right length, but its first byte is flipped (a bad link or proxy: `server.corrupted` counts them)."""
 
     def log_message(self, *args: Any) -> None:  # quiet
         pass
+
+    def end_headers(self) -> None:
+        server: Any = self.server
+        path = Path(self.translate_path(self.path))
+        if server.etags and path.is_file():
+            st = path.stat()
+            self.send_header("ETag", f'"{st.st_size:x}-{st.st_mtime_ns:x}"')
+        super().end_headers()
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         path = Path(self.translate_path(self.path))
@@ -97,11 +109,17 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
         if start > end:
             self.send_error(416)
             return
+        body = bytearray(data[start : end + 1])
+        with server.lock:
+            flip = server.corrupt is not None and server.corrupt(start)
+            server.corrupted += flip
+        if flip:
+            body[0] ^= 0x01
         self.send_response(206)
         self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
         self.send_header("Content-Length", str(end - start + 1))
         self.end_headers()
-        self.wfile.write(data[start : end + 1])
+        self.wfile.write(body)
 
 
 class FaultyProxy(http.server.BaseHTTPRequestHandler):
@@ -183,12 +201,14 @@ def stop(server: Any) -> None:
     server.server_close()
 
 
-def start_range_server(folder: Path) -> Any:
+def start_range_server(folder: Path, etags: bool = False) -> Any:
     """A RangeHandler server over `folder`; `server.base` is its URL, `server.gets` counts GETs and
-    `server.fail_gets` makes that many GETs answer 503."""
+    `server.fail_gets` makes that many GETs answer 503; `etags` (or `server.etags`) sends ETags, `server.corrupt`
+    damages answers (RangeHandler)."""
     handler = lambda *a, **k: RangeHandler(*a, directory=str(folder), **k)  # noqa: E731
     server: Any = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.lock, server.gets, server.fail_gets = threading.Lock(), 0, 0
+    server.etags, server.corrupt, server.corrupted = etags, None, 0
     server.base = f"http://127.0.0.1:{server.server_address[1]}"
     return serve(server)
 

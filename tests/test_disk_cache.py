@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ import numpy as np
 import pytest
 import trdata
 from _fixtures import write_jpegs
-from _servers import CREDS, s3_client, start_moto, start_proxy, stop
+from _servers import CREDS, s3_client, start_moto, start_proxy, start_range_server, stop
 from trdata.errors import ConfigError
 
 pytest.importorskip("moto", reason="the S3 tests run moto's server (pip install 'moto[server]')")
@@ -34,8 +35,8 @@ BIG = 64 << 20  # the whole pack fits
 SMALL = 1 << 20  # the smallest cache_disk_bytes: about a third of the pack
 
 # One epoch of a reproducible loader over the pack (the same in the processes and in the reference), written as
-# an .npz next to the source's storage_stats() as .json. With "forever" it keeps iterating and says "batch" after
-# each batch (to be killed mid-epoch).
+# an .npz next to the source's storage_stats() and the loader's errors_skipped as .json. With "forever" it keeps
+# iterating and says "batch" after each batch (to be killed mid-epoch).
 WORKER = r"""
 import json, sys
 import numpy as np, trdata
@@ -44,7 +45,7 @@ src = trdata.Packed(a["url"], "partial", window_blocks=2, storage_options=a["opt
                     cache_disk_bytes=a["limit"])
 KW = dict(batch_size=6, dtype="uint8", layout="NHWC", seed=5, shuffle=True, reproducible=True, last_batch="partial",
           transforms=[trdata.RandomResizedCrop(24, scale=(0.3, 1.0)), trdata.RandomHorizontalFlip()])
-with trdata.Loader(src, workers=2, **KW) as ld:
+with trdata.Loader(src, workers=2, on_error=a["on_error"], **KW) as ld:
     while True:
         out = []
         for b in ld:
@@ -53,9 +54,10 @@ with trdata.Loader(src, workers=2, **KW) as ld:
                 print("batch", flush=True)
         if not a["forever"]:
             break
+    skipped = ld.stats()["errors_skipped"]
 np.savez(a["out"], *[x for batch in out for x in batch])
 with open(a["out"] + ".json", "w") as f:
-    json.dump(src.storage_stats(), f)
+    json.dump({**src.storage_stats(), "errors_skipped": skipped}, f)
 """
 
 
@@ -113,6 +115,7 @@ def start(
     limit: int | None,
     out: Path,
     forever: bool = False,
+    on_error: str = "raise",
 ) -> subprocess.Popen[str]:
     """The worker over `url`, with a cache in `cache_dir` (None: without)."""
     args = {
@@ -122,6 +125,7 @@ def start(
         "limit": limit,
         "out": str(out),
         "forever": forever,
+        "on_error": on_error,
     }
     return subprocess.Popen(
         [sys.executable, "-c", WORKER, json.dumps(args)],
@@ -291,3 +295,113 @@ def test_bad_values_name_their_parameter(pack_file: Path, tmp_path: Path) -> Non
     a_file = tmp_path / "file"
     a_file.write_bytes(b"x")
     refused("cache_dir", f"{a_file} is a file, not a folder", cache_dir=a_file, cache_disk_bytes=BIG)
+
+
+# ---- bytes damaged on the wire (a plain HTTP server that flips a byte of chosen ranged answers) -------------
+
+
+@pytest.fixture
+def http(pack_file: Path) -> Iterator[Any]:
+    """A Range server over the pack's folder; set `corrupt` on it to damage answers (tests/_servers.py)."""
+    server = start_range_server(pack_file.parent)
+    server.url = f"{server.base}/{pack_file.name}"
+    yield server
+    stop(server)
+
+
+def block_offsets(pack: Path) -> list[int]:
+    """The blocks' offsets, from the pack's blocks table (layout: src/source/packed.rs)."""
+    data = pack.read_bytes()
+    table, size = struct.unpack_from("<QQ", data, 72)
+    return [struct.unpack_from("<Q", data, table + 24 * k)[0] for k in range(size // 24)]
+
+
+def run_http(
+    server: Any, cache: Path, out: Path, on_error: str = "raise"
+) -> tuple[list[np.ndarray], dict[str, int]]:
+    return finish(start(server.url, None, cache, BIG, out, on_error=on_error), out)
+
+
+def test_a_faulty_transfer_never_poisons_the_cache_for_later_runs(
+    http: Any, pack_file: Path, reference: list[np.ndarray], tmp_path: Path
+) -> None:
+    """Run 1 reads through a link that damages every answer of some blocks (their first record's first byte):
+    each such block is read again from the store, still damaged, so its first record is that run's skipped sample
+    and the block is never admitted. Runs 2 and 3 on the same cache, the link healthy: every record, no skip."""
+    cache = tmp_path / "cache"
+    bad = set(block_offsets(pack_file)[1::4])
+    http.corrupt = lambda start: start in bad
+    _, faulty = run_http(http, cache, tmp_path / "faulty", on_error="skip")
+    http.corrupt = None
+    got, healthy = run_http(http, cache, tmp_path / "healthy", on_error="skip")
+    got_again, again = run_http(http, cache, tmp_path / "again", on_error="skip")
+    assert healthy["errors_skipped"] == again["errors_skipped"] == 0, (healthy, again)
+    assert_same(got, reference)
+    assert_same(got_again, reference)
+    assert clean(healthy) and clean(again) and healthy["storage_refetches"] == again["storage_refetches"] == 0
+    assert healthy["disk_misses"] == len(bad), "the damaged blocks were never admitted"
+    assert again["disk_misses"] == 0 and again["disk_hits"] > 0, again
+    assert faulty["errors_skipped"] == len(bad), faulty
+    # each fetch of a bad block: its first read and two more (a block evicted and needed again is fetched again)
+    assert http.corrupted >= 3 * len(bad) and http.corrupted % 3 == 0
+    assert faulty["storage_refetches"] == 2 * http.corrupted // 3, faulty
+
+
+def test_a_block_damaged_once_on_the_wire_costs_a_read_not_a_sample(
+    http: Any, pack_file: Path, reference: list[np.ndarray], tmp_path: Path
+) -> None:
+    """The first answer of every block is damaged, the next one whole: nothing is lost, under on_error='raise'
+    too, and each block counts one refetch; what was admitted serves the next run."""
+    cache = tmp_path / "cache"
+    blocks, seen = set(block_offsets(pack_file)), set()
+
+    def first_answer(start: int) -> bool:
+        fresh = start in blocks and start not in seen
+        seen.add(start)
+        return fresh
+
+    http.corrupt = first_answer
+    got, stats = run_http(http, cache, tmp_path / "transient")
+    assert_same(got, reference)
+    assert stats["errors_skipped"] == 0 and clean(stats), stats
+    assert stats["storage_refetches"] == http.corrupted == len(blocks), stats
+    got, stats = run_http(http, cache, tmp_path / "next")
+    assert_same(got, reference)
+    assert stats["disk_misses"] == 0 and stats["storage_refetches"] == 0, stats
+
+
+# A pure-Python CRC32C (Castagnoli, reflected), to forge what an older trdata wrote: the cache's own checksums.
+_CRC32C = []
+for _n in range(256):
+    for _ in range(8):
+        _n = (_n >> 1) ^ 0x82F63B78 if _n & 1 else _n >> 1
+    _CRC32C.append(_n)
+
+
+def crc32c(data: bytes) -> int:
+    c = 0xFFFFFFFF
+    for byte in data:
+        c = _CRC32C[(c ^ byte) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def test_an_entry_poisoned_by_an_older_writer_is_dropped_and_fetched_again(
+    http: Any, reference: list[np.ndarray], tmp_path: Path
+) -> None:
+    """An older trdata admitted a block as received: the entry is whole (its CRC32C matches its payload, its
+    header is valid) but the payload's first record has a flipped byte. It is found by the records' check, removed,
+    counted, and the block is fetched again and admitted intact."""
+    cache = tmp_path / "cache"
+    run_http(http, cache, tmp_path / "fill")
+    victim = entries(cache)[0]
+    entry = bytearray(victim.read_bytes())
+    (header_bytes,) = struct.unpack_from("<I", entry, 8)
+    entry[header_bytes] ^= 0x01  # the block's first byte: its first record's
+    struct.pack_into("<I", entry, 20, crc32c(bytes(entry[header_bytes:])))
+    struct.pack_into("<I", entry, 52, crc32c(bytes(entry[:52] + entry[56:header_bytes])))
+    victim.write_bytes(bytes(entry))
+    got, stats = run_http(http, cache, tmp_path / "after")
+    assert_same(got, reference)
+    assert stats["disk_corrupt_removed"] == 1 and stats["disk_misses"] == 1, stats
+    assert stats["errors_skipped"] == 0 and stats["storage_failures"] == 0, stats
+    assert victim.read_bytes() != bytes(entry), "the block was admitted again, intact"

@@ -40,9 +40,9 @@ KW: dict[str, Any] = dict(
 )
 WINDOW = 2
 COUNTERS = (
-    "storage_requests", "storage_bytes", "storage_retries", "storage_failures", "storage_wait_ns",
-    "storage_inflight_bytes", "cache_hits", "cache_misses", "cache_prefetched_blocks", "cache_evictions",
-    "cache_bytes",
+    "storage_requests", "storage_bytes", "storage_retries", "storage_failures", "storage_refetches",
+    "storage_wait_ns", "storage_inflight_bytes", "cache_hits", "cache_misses", "cache_prefetched_blocks",
+    "cache_evictions", "cache_bytes",
 )  # fmt: skip
 
 

@@ -9,6 +9,8 @@ replaced under a running loader, a server that keeps failing) is a typed trdata 
 from __future__ import annotations
 
 import os
+import shutil
+import struct
 import subprocess
 import sys
 import time
@@ -363,6 +365,146 @@ def test_503s_are_retried_and_when_they_persist_follow_on_error(http_server: Any
     finally:
         with http_server.lock:
             http_server.fail_gets = 0
+
+
+# ---- bytes damaged on the wire, objects changed under a server that ignores If-Match -----------------------
+
+
+def block_offsets(pack: Path) -> list[int]:
+    """The blocks' offsets, from the pack's blocks table (layout: src/source/packed.rs)."""
+    data = pack.read_bytes()
+    table, size = struct.unpack_from("<QQ", data, 72)
+    return [struct.unpack_from("<Q", data, table + 24 * k)[0] for k in range(size // 24)]
+
+
+@pytest.mark.parametrize("mode", ["full", "partial"])
+def test_bytes_damaged_once_on_the_wire_are_read_again_and_no_sample_is_lost(
+    pack_file: Path, mode: str
+) -> None:
+    """The first answer for every block (partial) or for the data region (full: its first record) has a flipped
+    byte, the next answer is whole: the records that fail their CRC32C are read again from the store, every
+    sample arrives with the local file's pixels under on_error='raise', and the reads made again are counted."""
+    kw = {"window_blocks": 2} if mode == "partial" else {}
+    reference = batches(trdata.Packed(pack_file, mode, **kw))
+    server = start_range_server(pack_file.parent)
+    try:
+        starts, seen = set(block_offsets(pack_file) if mode == "partial" else [4096]), set()
+
+        def first_answer(start: int) -> bool:
+            fresh = start in starts and start not in seen
+            seen.add(start)
+            return fresh
+
+        server.corrupt = first_answer
+        remote = trdata.Packed(f"{server.base}/{pack_file.name}", mode, **kw)
+        assert_same(batches(remote, on_error="raise"), reference)
+        stats = remote.storage_stats()
+        assert stats["storage_refetches"] == server.corrupted == len(starts), stats
+        assert stats["storage_failures"] == 0, stats
+    finally:
+        stop(server)
+
+
+def changed(path: Path) -> None:
+    """Rewrite the pack with a flipped byte in its first block's first record: same size, new mtime (a new ETag
+    from the server), bytes that fail their record's CRC32C."""
+    data = bytearray(path.read_bytes())
+    data[block_offsets(path)[0] + 10] ^= 0x01
+    st = path.stat()
+    tmp = path.with_suffix(".new")
+    tmp.write_bytes(bytes(data))
+    os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    os.replace(tmp, path)  # at once, as a store publishes a new version: no reader sees half a file
+
+
+@pytest.fixture
+def etag_server(pack_file: Path, tmp_path: Path) -> Iterator[Any]:
+    """A Range server sending ETags and ignoring If-Match, over a copy of the pack (the tests change it)."""
+    folder = tmp_path / "served"
+    folder.mkdir()
+    shutil.copy(pack_file, folder / "train.trd")
+    server = start_range_server(folder, etags=True)
+    server.path, server.url = folder / "train.trd", f"{server.base}/train.trd"
+    yield server
+    stop(server)
+
+
+def test_an_object_changed_under_a_server_that_ignores_if_match_is_named_not_called_damaged(
+    etag_server: Any,
+) -> None:
+    """Opened, then changed (same size, another ETag) before its blocks are read: the first read's answer carries
+    the new ETag and fails naming the object and both ETags, not as a damaged record."""
+    remote = trdata.Packed(etag_server.url, "partial", window_blocks=2)
+    opened = etag_server.path.stat()
+    changed(etag_server.path)
+    now = etag_server.path.stat()
+    with pytest.raises(DecodeError, match="changed since the source was opened") as info:
+        batches(remote, on_error="raise")
+    message = str(info.value)
+    assert etag_server.url in message and "damaged" not in message, message
+    assert (
+        f'ETag "{opened.st_size:x}-{opened.st_mtime_ns:x}" → "{now.st_size:x}-{now.st_mtime_ns:x}"' in message
+    )
+
+
+def small_blocks(tmp_path: Path) -> Path:
+    """A pack of 32 small JPEGs in blocks of 4 KiB: about 3 records a block, a block or two per batch of 2."""
+    root = tmp_path / "src"
+    for c in range(2):
+        write_jpegs(root / f"c{c}", 16, size=lambda i: (40 + 3 * (i % 4), 32))
+    local = tmp_path / "small.trd"
+    trdata.pack(trdata.ImageFolder(root), local, progress=False, block_bytes=4096)
+    assert len(block_offsets(local)) >= 8
+    return local
+
+
+# One worker, one block per window, no read-ahead, batches of 2 decoded at most two ahead: most blocks are read
+# after the first batch.
+MID_EPOCH: dict[str, Any] = {"window_blocks": 1, "prefetch_blocks": 0}
+MID_EPOCH_LOADER: dict[str, Any] = {**KW, "batch_size": 2, "shuffle": False, "prefetch": 2}
+
+
+def first_batch_then_change(remote: trdata.Packed, local: Path, change: Any) -> str:
+    """The first batch over `remote` (checked equal to the local file's), then `change()`, then the rest of the
+    epoch under on_error='raise': the DecodeError's message."""
+    with trdata.Loader(trdata.Packed(local, "partial", **MID_EPOCH), workers=1, **MID_EPOCH_LOADER) as ld:
+        first = next(iter(ld)).images.copy()
+    with trdata.Loader(remote, workers=1, **MID_EPOCH_LOADER) as ld:
+        it = iter(ld)
+        assert next(it).images.tobytes() == first.tobytes()
+        change()
+        with pytest.raises(DecodeError) as info:
+            for _ in it:
+                pass
+    return str(info.value)
+
+
+def test_an_etag_change_mid_epoch_stops_the_reads_of_the_old_version(
+    etag_server: Any, tmp_path: Path
+) -> None:
+    """A loader part-way through an epoch; the object changes on a server that ignores If-Match: the next block
+    read fails naming the change, never a mix of the two versions."""
+    local = small_blocks(tmp_path)
+    shutil.copy(local, etag_server.path)
+    remote = trdata.Packed(etag_server.url, "partial", **MID_EPOCH)
+    message = first_batch_then_change(remote, local, lambda: changed(etag_server.path))
+    assert "changed since the source was opened" in message and etag_server.url in message, message
+
+
+def test_an_object_replaced_in_a_bucket_mid_epoch_fails_its_reads(
+    bucket: str, moto: str, tmp_path: Path
+) -> None:
+    """S3 (moto) honours If-Match: an object replaced (same size) while a loader reads it answers 412, a typed
+    error naming the URL; the batches before it are the old version's."""
+    local = small_blocks(tmp_path)
+    s3 = s3_client(moto)
+    key, data = "mid-epoch/train.trd", local.read_bytes()
+    s3.put_object(Bucket=BUCKET, Key=key, Body=data)
+    url = f"s3://{BUCKET}/{key}"
+    remote = trdata.Packed(url, "partial", storage_options=opts(moto), **MID_EPOCH)
+    replace = lambda: s3.put_object(Bucket=BUCKET, Key=key, Body=data[:-4096] + bytes(4096))  # noqa: E731
+    message = first_batch_then_change(remote, local, replace)
+    assert "changed since" in message and url in message, message
 
 
 # ---- faults between the loader and the server ----------------------------------------------------------------

@@ -108,8 +108,9 @@ def test_pack_to_s3_is_the_local_pack_byte_for_byte(moto: str, folder: Path, tmp
     # … and it reads back, verifies and inspects over the URL
     assert verify(url, progress=False, storage_options=opts(moto)) == []
     assert inspect(url, storage_options=opts(moto))["records"] == len(src)
-    remote = trdata.Packed(url, "partial", window_blocks=2, storage_options=opts(moto))
-    assert batches(remote) == batches(trdata.Packed(local, "partial", window_blocks=2))
+    for mode, kw in (("full", {}), ("partial", {"window_blocks": 2})):
+        remote = trdata.Packed(url, mode, storage_options=opts(moto), **kw)
+        assert batches(remote) == batches(trdata.Packed(local, mode, **kw)), mode
 
 
 def _uploads(moto: str, key: str) -> tuple[list[str], list[str]]:

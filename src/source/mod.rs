@@ -218,7 +218,8 @@ impl Dataset {
     /// The counters of the source's storage reads and of its block cache, as `Loader.stats()` and the source's
     /// `storage_stats` show them (the one home of these names): `storage_requests` (GETs or preads, retries
     /// included), `storage_bytes` (bytes delivered), `storage_retries`, `storage_failures` (reads failed for
-    /// good); a partial pack adds `storage_wait_ns` (time readers waited for blocks not there yet),
+    /// good); a pack adds `storage_refetches` (reads made again because their bytes failed the records'
+    /// CRC32Cs: source/packed.rs); a partial pack adds `storage_wait_ns` (time readers waited for blocks not there yet),
     /// `storage_inflight_bytes` (fetches in flight now), `cache_hits`, `cache_misses` (fetches started by reads; with
     /// `cache_prefetched_blocks`: every block fetched), `cache_prefetched_blocks`, `cache_evictions` and `cache_bytes` (resident now). Empty for a source
     /// that is not read from storage (in memory, local image files).
@@ -234,6 +235,9 @@ impl Dataset {
             ("storage_retries", s.retries),
             ("storage_failures", s.failures),
         ];
+        if let Store::Packed(_) = &self.store {
+            out.push(("storage_refetches", s.refetches));
+        }
         if let Some(c) = self.block_cache().map(BlockCache::stats) {
             out.extend([
                 ("storage_wait_ns", c.wait_ns),

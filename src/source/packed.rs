@@ -64,8 +64,13 @@
 //! inside the data region and not overlapping; records inside their block, in order, with known formats and raw
 //! sizes that match; class names distinct and, when there are names, every label one of them ([`check_classes`]).
 //! Any failure is a `SourceError` naming the file. Every record read is CRC32C-checked
-//! (hardware-accelerated, ~1 % of a decode): a flipped byte is `ImageErrorKind::Corrupt` naming the record,
-//! never garbage pixels.
+//! (hardware-accelerated, ~1 % of a decode; one home, [`PackedIndex::check_record`]): a flipped byte is
+//! `ImageErrorKind::Corrupt` naming the record, never garbage pixels. Bytes damaged on their way (a bad link, a
+//! faulty proxy) are not the file's: partial mode checks every record of a block when it is fetched, before the
+//! block enters the memory or the disk cache, and reads a failing block again from the store (up to
+//! [`BLOCK_REFETCHES`] times: [`block_fetch`]); full mode reads a record that fails once more from the store, its
+//! own range, as does an extras read. Only a record that fails every fresh read is the sample's error; each read
+//! made again counts in `storage_refetches`.
 //!
 //! # Modes
 //! - `full`: the data region is read into memory once at open (one allocation, `Memory` error if it does not fit;
@@ -1020,6 +1025,46 @@ impl PackedIndex {
         Ok(Self { header, rows, blocks, meta, extras })
     }
 
+    /// Record `i`'s bytes checked against the CRC32C its index row stores: the one home of the record check
+    /// (a reader's [`PackedFile::record`], a fetched or disk-cached block's [`Self::check_block`]). A mismatch is
+    /// `Corrupt` naming the record and its byte range.
+    pub fn check_record(&self, i: usize, bytes: &[u8]) -> std::result::Result<(), ImageError> {
+        let row = &self.rows[i];
+        let crc = crc32c::crc32c(bytes);
+        if crc == row.crc32c {
+            return Ok(());
+        }
+        Err(ImageError::new(
+            ImageErrorKind::Corrupt,
+            format!(
+                "packed record {i} fails its CRC32C check (read {crc:08x}, stored {:08x}): the file is damaged at \
+                 bytes {}..{}",
+                row.crc32c,
+                row.offset,
+                row.offset + u64::from(row.len)
+            ),
+        ))
+    }
+
+    /// Every record of block `k` in `block` (the block's `bytes` bytes from its offset) checked with
+    /// [`Self::check_record`]: the first that fails, if any. A fetched block passes this before it is admitted to
+    /// the memory or the disk cache ([`block_fetch`]).
+    pub fn check_block(&self, k: usize, block: &[u8]) -> std::result::Result<(), ImageError> {
+        let b = &self.blocks[k];
+        if block.len() as u64 != b.bytes {
+            return Err(ImageError::new(
+                ImageErrorKind::Corrupt,
+                format!("block {k} is {} bytes, not {}", block.len(), b.bytes),
+            ));
+        }
+        let first = b.first_record as usize;
+        for (i, row) in self.rows.iter().enumerate().skip(first).take(b.records as usize) {
+            let at = (row.offset - b.offset) as usize; // inside the block: checked at open
+            self.check_record(i, &block[at..at + row.len as usize])?;
+        }
+        Ok(())
+    }
+
     /// Block holding record `i`.
     pub fn block_of(&self, i: usize) -> usize {
         self.blocks.partition_point(|b| b.first_record as usize <= i) - 1
@@ -1074,7 +1119,7 @@ enum PackedData {
 #[derive(Debug)]
 pub struct PackedFile {
     reader: ObjectReader,
-    index: PackedIndex,
+    index: std::sync::Arc<PackedIndex>,
     data: PackedData,
     window_blocks: u32,
     block_starts: Vec<u32>,
@@ -1091,6 +1136,8 @@ pub enum RecordBytes<'a> {
     Slice(&'a [u8]),
     /// Partial mode: the block and the record's range in it.
     Block(Arc<BlockBytes>, std::ops::Range<usize>),
+    /// Full mode, a record read again from the store because the copy in memory failed its CRC32C.
+    Owned(Vec<u8>),
 }
 
 impl std::ops::Deref for RecordBytes<'_> {
@@ -1099,6 +1146,7 @@ impl std::ops::Deref for RecordBytes<'_> {
         match self {
             RecordBytes::Slice(s) => s,
             RecordBytes::Block(b, r) => &b.bytes()[r.clone()],
+            RecordBytes::Owned(v) => v,
         }
     }
 }
@@ -1110,26 +1158,47 @@ fn read_whole(reader: &ObjectReader, offset: u64, n: u64, what: &str) -> Result<
     reader.read_region(offset, n, &what)
 }
 
-/// The partial cache's fetch step (block_cache.rs's [`FetchBlock`]): block k from the local disk cache when it
-/// holds it whole and intact (`cache_dir`, storage/disk_cache.rs), else read whole with one `read_range` (a pread,
-/// or one ranged GET with its retries; errors name the block) and admitted to the disk cache. The one place a
-/// block is fetched, whether a reader or the read-ahead asks.
-fn block_fetch(reader: &ObjectReader, index: &PackedIndex, disk: Option<std::sync::Arc<DiskCache>>) -> FetchBlock {
-    let (reader, blocks) = (reader.clone(), index.blocks.clone());
+/// Fresh reads of a block whose records fail their CRC32Cs ([`block_fetch`]) before the failure is theirs.
+pub const BLOCK_REFETCHES: u32 = 2;
+
+/// The partial cache's fetch step (block_cache.rs's [`FetchBlock`]): the one place a block is fetched, whether a
+/// reader or the read-ahead asks. Block k comes from the local disk cache when it holds it whole and its records
+/// pass their CRC32Cs (`cache_dir`, storage/disk_cache.rs: an entry that fails is removed), else it is read whole
+/// with one `read_range` (a pread, or one ranged GET with its retries; errors name the block). Its records are
+/// checked ([`PackedIndex::check_block`]) before it goes to the memory cache or the disk: a block that fails is
+/// read again from the store, up to [`BLOCK_REFETCHES`] times (counted in `storage_refetches`), so bytes damaged
+/// on the wire cost a read, never a sample, and are never shared through the disk. A block that still fails is
+/// handed to the memory cache as read (its intact records stay readable; the bad one fails its CRC when read, the
+/// sample's error) and never written to disk.
+fn block_fetch(
+    reader: &ObjectReader,
+    index: &std::sync::Arc<PackedIndex>,
+    disk: Option<std::sync::Arc<DiskCache>>,
+) -> FetchBlock {
+    let (reader, index) = (reader.clone(), std::sync::Arc::clone(index));
     std::sync::Arc::new(move |k| {
-        let block = blocks[k as usize];
+        let block = index.blocks[k as usize];
+        let intact = |bytes: &[u8]| index.check_block(k as usize, bytes).is_ok();
         let key = disk.as_ref().map(|_| BlockKey::of(&reader, block.offset, block.bytes));
         if let (Some(d), Some(key)) = (&disk, &key)
-            && let Some(bytes) = d.get(key)
+            && let Some(bytes) = d.get_checked(key, &intact)
         {
             return Ok(bytes.into_boxed_slice());
         }
         let mut buf = Vec::new();
-        reader
-            .read_range(block.offset, block.bytes, block.bytes, &mut buf)
-            .map_err(|e| ImageError::new(e.kind, format!("block {k}: {}", e.message)))?;
-        if let (Some(d), Some(key)) = (&disk, &key) {
-            d.put(key, &buf);
+        for attempt in 0..=BLOCK_REFETCHES {
+            if attempt > 0 {
+                reader.count_refetch();
+            }
+            reader
+                .read_range(block.offset, block.bytes, block.bytes, &mut buf)
+                .map_err(|e| ImageError::new(e.kind, format!("block {k}: {}", e.message)))?;
+            if intact(&buf) {
+                if let (Some(d), Some(key)) = (&disk, &key) {
+                    d.put(key, &buf);
+                }
+                break;
+            }
         }
         Ok(buf.into_boxed_slice())
     })
@@ -1170,7 +1239,7 @@ impl PackedFile {
         let prefetch: Option<u32> = partial.prefetch_blocks.map(|v| PREFETCH_BLOCKS.check(v)).transpose()?;
         let cache_bytes: Option<u64> = partial.cache_bytes.map(|v| CACHE_BYTES.check(v)).transpose()?;
         let reader = ObjectReader::open(location, options)?;
-        let index = PackedIndex::read(&reader)?;
+        let index = std::sync::Arc::new(PackedIndex::read(&reader)?);
         let largest = index.blocks.iter().map(|b| b.bytes).max().unwrap_or(1).max(1);
         let prefetch = prefetch.unwrap_or_else(|| default_prefetch_blocks(window, cache_bytes, largest));
         let minimum = u64::from(window + prefetch) * largest;
@@ -1285,33 +1354,39 @@ impl PackedFile {
         stopping: &dyn Fn() -> bool,
     ) -> std::result::Result<RecordBytes<'_>, ImageError> {
         let row = &self.index.rows[i];
-        let bytes = match &self.data {
+        match &self.data {
             PackedData::Full(data) => {
                 let at = (row.offset - HEADER_BYTES) as usize; // inside the data region: checked at open
-                RecordBytes::Slice(&data[at..at + row.len as usize])
+                let bytes = &data[at..at + row.len as usize];
+                match self.index.check_record(i, bytes) {
+                    Ok(()) => Ok(RecordBytes::Slice(bytes)),
+                    // Read at open, perhaps damaged on the wire: once more from the store, its own range.
+                    Err(e) => self.reread(row.offset, row.len, row.crc32c).map(RecordBytes::Owned).ok_or(e),
+                }
             }
             PackedData::Partial(cache) => {
+                // The block was checked when fetched (block_fetch, refetched when damaged): a record that fails
+                // here failed every fresh read.
                 let b = self.index.block_of(i);
                 let arc =
                     if counted { cache.get(b as u32, stopping) } else { cache.get_outside_plan(b as u32, stopping) }?;
                 let at = (row.offset - self.index.blocks[b].offset) as usize;
-                RecordBytes::Block(arc, at..at + row.len as usize)
+                let bytes = RecordBytes::Block(arc, at..at + row.len as usize);
+                self.index.check_record(i, &bytes)?;
+                Ok(bytes)
             }
-        };
-        let crc = crc32c::crc32c(&bytes);
-        if crc != row.crc32c {
-            return Err(ImageError::new(
-                ImageErrorKind::Corrupt,
-                format!(
-                    "packed record {i} fails its CRC32C check (read {crc:08x}, stored {:08x}): the file is damaged \
-                     at bytes {}..{}",
-                    row.crc32c,
-                    row.offset,
-                    row.offset + u64::from(row.len)
-                ),
-            ));
         }
-        Ok(bytes)
+    }
+
+    /// The `len` bytes at `offset` (a record, or a record's extras, whose CRC32C is `crc`) read again from the
+    /// store after the copy at hand failed its CRC32C (read at open in full mode, or by a single `read_range`):
+    /// Some when the new copy passes. Counted in `storage_refetches`; a read that fails is None (the caller's
+    /// CRC error stands).
+    fn reread(&self, offset: u64, len: u32, crc: u32) -> Option<Vec<u8>> {
+        self.reader.count_refetch();
+        let mut buf = Vec::new();
+        self.reader.read_range(offset, u64::from(len), u64::from(len), &mut buf).ok()?;
+        (crc32c::crc32c(&buf) == crc).then_some(buf)
     }
 
     /// Record `i`'s extra fields, (field, kind, value) in field order (field: an index into
@@ -1320,7 +1395,7 @@ impl PackedFile {
     pub fn extras(&self, i: usize) -> std::result::Result<Vec<(u16, ExtraKind, Vec<u8>)>, ImageError> {
         let (Some(ix), Some(e)) = (&self.index.extras, self.index.header.extras) else { return Ok(Vec::new()) };
         let row = ix.rows[i];
-        let mut read = Vec::new();
+        let (mut read, mut again) = (Vec::new(), None);
         let bytes = match &self.extras_data {
             Some(data) => {
                 let at = (row.offset - e.offset) as usize; // inside the region: checked at open
@@ -1331,6 +1406,7 @@ impl PackedFile {
                 &read[..]
             }
         };
+        let bytes = self.or_reread(bytes, row.offset, row.len, row.crc32c, &mut again);
         let entries = Self::checked_extras(i, bytes, row.crc32c, ix.names.len())?;
         Ok(entries.into_iter().map(|(f, k, v)| (f, k, v.to_vec())).collect())
     }
@@ -1372,13 +1448,33 @@ impl PackedFile {
             };
             for (k, row) in ix.rows[i..j].iter().enumerate() {
                 let at = (row.offset - start) as usize;
-                let entries = Self::checked_extras(i + k, &span[at..at + row.len as usize], row.crc32c, ix.names.len())
-                    .map_err(|err| (i + k, err))?;
+                let mut again = None;
+                let bytes =
+                    self.or_reread(&span[at..at + row.len as usize], row.offset, row.len, row.crc32c, &mut again);
+                let entries =
+                    Self::checked_extras(i + k, bytes, row.crc32c, ix.names.len()).map_err(|err| (i + k, err))?;
                 out.push(entries.into_iter().find(|(f, _, _)| *f == field).map(|(_, _, v)| v.to_vec()));
             }
             i = j;
         }
         Ok(out)
+    }
+
+    /// `bytes` (a record's extras at `offset`, `len` bytes, CRC32C `crc`) when they pass their CRC32C; else
+    /// [`Self::reread`]'s new copy, kept in `again`, when it passes; else `bytes` (whose check then fails).
+    fn or_reread<'b>(
+        &self,
+        bytes: &'b [u8],
+        offset: u64,
+        len: u32,
+        crc: u32,
+        again: &'b mut Option<Vec<u8>>,
+    ) -> &'b [u8] {
+        if crc32c::crc32c(bytes) == crc {
+            return bytes;
+        }
+        *again = self.reread(offset, len, crc);
+        again.as_deref().unwrap_or(bytes)
     }
 
     /// Record `i`'s extras bytes checked against their CRC and parsed into entries (`Corrupt` naming the record).

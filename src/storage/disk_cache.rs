@@ -39,8 +39,11 @@
 //! A [`get`](DiskCache::get) returns a payload only when the header decodes (every size checked before anything is
 //! allocated from it, [`EntryHeader::decode`]), names exactly the key asked for (object, version, size, offset,
 //! length: the file name is a hash, the header the proof), the file has exactly the length the header says and
-//! the payload matches its CRC32C. Anything else is a damaged or foreign entry: it is removed, counted
-//! (`disk_corrupt_removed`) and never used.
+//! the payload matches its CRC32C; [`get_checked`](DiskCache::get_checked) also applies the reader's own check of
+//! the content (a packed file's record CRC32Cs, which its writers check before a [`put`](DiskCache::put) too: the
+//! entry CRC is computed over the bytes as received, so only the reader's check catches bytes damaged on the
+//! wire). Anything else is a damaged or foreign entry: it is removed, counted (`disk_corrupt_removed`) and never
+//! used.
 //!
 //! # Multi-process protocol
 //!
@@ -566,23 +569,33 @@ impl DiskCache {
     /// The block `key` names, when its entry is whole and is exactly that block (module docs); a damaged or
     /// foreign entry is removed and counted. None is a miss.
     pub fn get(&self, key: &BlockKey) -> Option<Vec<u8>> {
+        self.get_checked(key, &|_| true)
+    }
+
+    /// [`get`](Self::get), and the payload must also pass `intact`, the reader's own check of the block's content
+    /// (a packed file's record CRC32Cs): the entry CRC only proves the bytes are the ones admitted, and an entry
+    /// admitted by an older writer that did not check them may hold bytes damaged in transit. A payload that fails
+    /// it is a damaged entry: removed, counted in `disk_corrupt_removed`, a miss.
+    pub fn get_checked(&self, key: &BlockKey, intact: &dyn Fn(&[u8]) -> bool) -> Option<Vec<u8>> {
         let version_dir = key.version_dir();
         if let Err(_e) = self.register(&version_dir) {
             bump(&self.counters.errors, 1);
         }
         let path = self.root.join(&version_dir).join(key.entry_name());
         let found = match File::open(&path) {
-            Ok(file) => match read_entry(&file, key) {
-                Ok(bytes) => Some(bytes),
-                Err(EntryRead::Damaged) => {
-                    self.remove_damaged(&path, &file);
-                    None
+            Ok(file) => {
+                match read_entry(&file, key).and_then(|b| if intact(&b) { Ok(b) } else { Err(EntryRead::Damaged) }) {
+                    Ok(bytes) => Some(bytes),
+                    Err(EntryRead::Damaged) => {
+                        self.remove_damaged(&path, &file);
+                        None
+                    }
+                    Err(EntryRead::Io) => {
+                        bump(&self.counters.errors, 1);
+                        None
+                    }
                 }
-                Err(EntryRead::Io) => {
-                    bump(&self.counters.errors, 1);
-                    None
-                }
-            },
+            }
             Err(e) if e.kind() == ErrorKind::NotFound => None,
             Err(_) => {
                 bump(&self.counters.errors, 1);
@@ -604,7 +617,8 @@ impl DiskCache {
     }
 
     /// Admit `bytes` as the block `key` names, within `cache_disk_bytes` (module docs: the write protocol and the
-    /// policy). Never fails: a block that does not fit is counted in `disk_rejected`, a failed write in
+    /// policy). The caller has checked the content (what [`get_checked`](Self::get_checked) checks): an entry
+    /// is shared by every later run and process, so bytes damaged on the wire must never get here. Never fails: a block that does not fit is counted in `disk_rejected`, a failed write in
     /// `disk_errors`.
     pub fn put(&self, key: &BlockKey, bytes: &[u8]) {
         if let Err(e) = self.try_put(key, bytes) {

@@ -20,7 +20,9 @@
 //! exponential backoff with jitter (`retry_init_backoff` · 2^k, at most `retry_max_backoff`, times a random
 //! factor in [0.5, 1)), up to `max_retries` times; a short body is never used. Anything else is permanent at
 //! once: 404 (missing bucket or key), 401/403 (credentials), 412 (the object changed: reads carry the ETag seen
-//! at open as If-Match), a reported size that differs from the size at open. Errors name the URL and the byte
+//! at open as If-Match), an answer whose ETag differs from the one seen at open (a server that ignores If-Match:
+//! "the object … changed since the source was opened (ETag a → b)"), a reported size that differs from the size
+//! at open. Errors name the URL and the byte
 //! range; the source adds the block, and the loader's `on_error` treats a failed read like any bad sample.
 //!
 //! # Fork safety
@@ -280,6 +282,7 @@ pub struct StorageCounters {
     bytes: AtomicU64,
     retries: AtomicU64,
     failures: AtomicU64,
+    refetches: AtomicU64,
 }
 
 /// A snapshot of [`StorageCounters`].
@@ -293,6 +296,9 @@ pub struct StorageStats {
     pub retries: u64,
     /// Reads that failed for good (their error went to the caller).
     pub failures: u64,
+    /// Reads made again because the bytes delivered failed the checksums their reader holds for them (a packed
+    /// file's record CRC32Cs: source/packed.rs), not counted in `retries` (those are the transport's).
+    pub refetches: u64,
 }
 
 impl StorageCounters {
@@ -312,6 +318,10 @@ impl StorageCounters {
         self.failures.fetch_add(1, Ordering::Relaxed);
     }
 
+    fn refetch(&self) {
+        self.refetches.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The counts now.
     pub fn snapshot(&self) -> StorageStats {
         StorageStats {
@@ -319,6 +329,7 @@ impl StorageCounters {
             bytes: self.bytes.load(Ordering::Relaxed),
             retries: self.retries.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
+            refetches: self.refetches.load(Ordering::Relaxed),
         }
     }
 }
@@ -538,6 +549,12 @@ impl ObjectReader {
     /// Its counters now.
     pub fn stats(&self) -> StorageStats {
         self.inner.counters.snapshot()
+    }
+
+    /// Count a read its caller makes again because the bytes of the last one failed their checksum
+    /// (`StorageStats::refetches`); the read itself is a `read_range` like any other.
+    pub fn count_refetch(&self) {
+        self.inner.counters.refetch();
     }
 }
 

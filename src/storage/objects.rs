@@ -8,15 +8,16 @@
 //! one attempt per request under the `timeout` deadline, transient faults (connection, timeout, 5xx, 408/429, a
 //! short body) retried with the [`RetryPolicy`]'s exponential backoff and jitter, everything else permanent at
 //! once (`remote::classify` and `remote::after_failure` are the one classification and retry rule). What is known of an object when the set is made (its
-//! size and ETag, from a listing or a HEAD) is checked on every read: the GET carries the ETag as If-Match and a
-//! size that differs is a permanent error ("changed since it was listed"), never bytes of another version. A
+//! size and ETag, from a listing or a HEAD) is checked on every read: the GET carries the ETag as If-Match, and an
+//! answer whose ETag or size differs (a store that ignores If-Match) is a permanent error ("changed since it was
+//! listed"), never bytes of another version. A
 //! size is checked against the caller's limit before the buffer is allocated.
 //!
 //! Clients: one per bucket or host ([`ForkSafeClient`]: rebuilt in a forked child, the room's docs). A task
 //! started in a process that forks is simply never waited for in the child (its worker threads do not exist
 //! there); the child starts its own tasks on its own runtime.
 
-use super::remote::{Fault, ForkSafeClient, StoreRecipe, after_failure, classify, runtime, store_options};
+use super::remote::{Fault, ForkSafeClient, StoreRecipe, after_failure, check_e_tag, classify, runtime, store_options};
 use super::{Location, RetryPolicy, StorageCounters, StorageOptions, StorageStats};
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
 use futures_util::StreamExt;
@@ -209,6 +210,7 @@ impl ObjectSet {
             options = options.with_range(Some(GetRange::Bounded(offset..offset + len)));
         }
         let got = client.get_opts(&e.path, options).await.map_err(classify)?;
+        check_e_tag(e.e_tag.as_deref(), got.meta.e_tag.as_deref(), &e.url, "it was listed")?;
         if let Some(size) = e.size
             && got.meta.size != size
         {

@@ -163,6 +163,25 @@ pub(super) fn after_failure(
     }
 }
 
+/// The ETag check of every GET's answer (remote.rs's reads, objects.rs's): the answer's ETag, when the store
+/// sent one, must be `expected` (the one seen when `object` was opened or listed, `since` says which), whatever
+/// the store did with If-Match (many HTTP servers ignore it and serve the object as it is now). A weak marker
+/// (`W/`) is not a difference. A mismatch is permanent: the bytes are another version's, never to be mixed in.
+pub(super) fn check_e_tag(
+    expected: Option<&str>,
+    got: Option<&str>,
+    object: &str,
+    since: &str,
+) -> std::result::Result<(), Fault> {
+    let strong = |t: &str| t.strip_prefix("W/").unwrap_or(t).to_string();
+    match (expected, got) {
+        (Some(a), Some(b)) if strong(a) != strong(b) => {
+            Err(Fault::Permanent(format!("the object {object} changed since {since} (ETag {a} → {b})")))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// What the user's options become: the store's (key, value) pairs, validated for its scheme.
 pub(super) fn store_options(scheme: Scheme, options: &StorageOptions) -> Result<Vec<(String, String)>> {
     let mut out = Vec::new();
@@ -342,7 +361,8 @@ impl RemoteObject {
 
     /// Fill `buf` from `offset` (inside the size: checked by the caller): one ranged GET per attempt, the body
     /// streamed into `buf`; a body shorter than asked is retried, never used; a longer one, a different total
-    /// size or a changed ETag is permanent.
+    /// size or a changed ETag (refused by the store through If-Match, or an answer's ETag that differs from the
+    /// one seen at open: [`check_e_tag`]) is permanent.
     pub(super) fn read_at(
         &self,
         offset: u64,
@@ -359,6 +379,8 @@ impl RemoteObject {
             let fetch = async {
                 let options = GetOptions::new().with_range(Some(range.clone())).with_if_match(self.e_tag.as_deref());
                 let got = client.get_opts(&self.path, options).await.map_err(classify)?;
+                let url = self.client.recipe.url.as_str();
+                check_e_tag(self.e_tag.as_deref(), got.meta.e_tag.as_deref(), url, "the source was opened")?;
                 if got.meta.size != self.size {
                     return Err(Fault::Permanent(format!(
                         "the object is now {} bytes, {} when opened: it changed since",

@@ -163,3 +163,20 @@ fn an_unreachable_object_set_is_retried_then_an_io_error_naming_the_range() {
     let s = set.stats();
     assert_eq!((s.requests, s.retries, s.failures), (6, 4, 4));
 }
+
+#[test]
+fn an_answers_etag_must_be_the_one_seen_at_open_when_both_are_known() {
+    let check = |expected: Option<&str>, got: Option<&str>| {
+        remote::check_e_tag(expected, got, "s3://b/k", "the source was opened").map_err(|f| match f {
+            remote::Fault::Permanent(m) => m,
+            remote::Fault::Transient(m) => panic!("a changed object is not worth a retry: {m}"),
+        })
+    };
+    assert!(check(Some("\"a\""), Some("\"a\"")).is_ok());
+    assert!(check(Some("\"a\""), Some("W/\"a\"")).is_ok(), "a weak marker is no difference");
+    assert!(check(None, Some("\"a\"")).is_ok() && check(Some("\"a\""), None).is_ok(), "nothing to compare");
+    assert_eq!(
+        check(Some("\"a\""), Some("\"b\"")).unwrap_err(),
+        "the object s3://b/k changed since the source was opened (ETag \"a\" → \"b\")"
+    );
+}

@@ -287,7 +287,8 @@ class Packed(Source):
 
     def storage_stats(self) -> dict[str, int]:
         """The counters of this file's reads, by the names ``Loader.stats()`` shows: ``storage_requests`` (GETs or
-        preads), ``storage_bytes``, ``storage_retries``, ``storage_failures``; in partial mode the block cache's
+        preads), ``storage_bytes``, ``storage_retries``, ``storage_failures``, ``storage_refetches`` (reads made again
+        because their bytes failed the records' CRC32Cs: a fault on the way, not the file's); in partial mode the block cache's
         (``storage_wait_ns``, ``cache_hits``, …: the streaming guide's table); with ``cache_dir`` also ``disk_hits``, ``disk_misses``, ``disk_admitted_bytes``, ``disk_rejected`` (no
         room), ``disk_corrupt_removed``, ``disk_errors`` (failed cache writes, ignored) and
         ``disk_leftovers_removed`` (what crashed processes left, cleaned when opened)."""
