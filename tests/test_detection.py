@@ -7,6 +7,7 @@ targets are the same for any worker count; what cannot be done is refused."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -318,3 +319,132 @@ def test_a_batchs_targets_go_to_a_device_as_views_of_one_buffer_per_dtype() -> N
                 assert got[k].dtype == t.dtype and got[k].shape == t.shape and torch.equal(got[k], t), k
     # one buffer per dtype: the rows' boxes share a storage
     assert out[0]["boxes"].untyped_storage().data_ptr() == out[2]["boxes"].untyped_storage().data_ptr()
+
+
+def _one_image_coco(root: Path, annotations: list[dict[str, Any]], w: int = 40, h: int = 30) -> Path:
+    """COCO's layout with one JPEG (``w`` x ``h``, image id 1) and ``annotations`` on it (ids 5, 6, …; each a
+    polygon annotation in COCO's key order with the given fields replaced)."""
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    Image.fromarray(photo(0, w, h)).save(root / "images" / "a.jpg")
+    anns = []
+    for k, fields in enumerate(annotations):
+        ann: dict[str, Any] = {
+            "segmentation": [[1.0, 1.0, 10.0, 1.0, 10.0, 10.0]],
+            "area": 40.5,
+            "iscrowd": 0,
+            "image_id": 1,
+            "bbox": [1.0, 1.0, 9.0, 9.0],
+            "category_id": 1,
+            "id": 5 + k,
+        }
+        anns.append({**ann, **fields})
+    path = root / "instances.json"
+    path.write_text(
+        json.dumps(
+            {
+                "images": [{"id": 1, "file_name": "a.jpg", "width": w, "height": h}],
+                "annotations": anns,
+                "categories": [{"supercategory": "thing", "id": 1, "name": "thing"}],
+            }
+        )
+    )
+    return path
+
+
+def test_boxes_that_would_reach_the_model_as_inf_or_inverted_are_refused_when_the_file_is_parsed(
+    tmp_path: Path,
+) -> None:
+    """A finite bbox whose x + w overflows float64 (1e308 + 1e308), or whose corner is beyond float32 (the
+    boxes' dtype), reached the model as an inf box; an inverted one (negative w or h) as x2 < x1. Both are
+    refused when the file is parsed: a SourceError naming the file and the annotation (index and id)."""
+    for bbox, message in [
+        (
+            [1e308, 0.0, 1e308, 1.0],
+            "[1e308, 0.0, 1e308, 1.0]: x = 1e308 is beyond float32's range",
+        ),  # x + w: inf
+        ([0.0, 0.0, 1e308, 1.0], "x + width = 1e308 is beyond float32's range"),
+        ([3e38, 0.0, 1e38, 1.0], "x + width = 4e38 is beyond float32's range"),
+        ([0.0, -3.5e38, 1.0, 1.0], "y = -3.5e38 is beyond float32's range"),
+        ([5.0, 5.0, -2.0, 3.0], "has a negative width or height"),
+        ([5.0, 5.0, 2.0, -0.5], "has a negative width or height"),
+    ]:
+        ann = _one_image_coco(tmp_path, [{}, {"bbox": bbox}])
+        for masks in (False, True):
+            with pytest.raises(SourceError, match=rf"annotation 1 \(id 6\): .*{re.escape(message)}") as e:
+                trdata.CocoDetection(tmp_path / "images", ann, masks=masks)
+            assert e.value.path == str(ann) and str(e.value).startswith(str(ann))
+    # up to float32's largest, and empty boxes, are boxes (SanitizeBoundingBoxes drops empty ones)
+    ann = _one_image_coco(tmp_path, [{}, {"bbox": [3.4e38, 0.0, 0.0, 0.0]}])
+    src = trdata.CocoDetection(tmp_path / "images", ann)
+    assert np.isfinite(src._image_targets(0)["boxes"].astype(np.float32)).all()
+
+
+def test_keypoint_visibilities_other_than_cocos_are_refused_naming_the_annotation(tmp_path: Path) -> None:
+    """COCO's visibilities are 0 (not labeled), 1 (labeled, not visible) and 2 (visible); 7 or -1 passed through
+    unchanged to the model. Refused when the file is parsed, naming the file, the annotation and the keypoint."""
+    for v in (7, -1, 0.5):
+        ann = _one_image_coco(tmp_path, [{"keypoints": [1, 2, 2, 3, 4, v], "num_keypoints": 2}])
+        with pytest.raises(
+            SourceError, match=rf"annotation 0 \(id 5\): keypoint 1's visibility is {float(v)}"
+        ):
+            trdata.CocoDetection(tmp_path / "images", ann, keypoints=True)
+    ann = _one_image_coco(tmp_path, [{"keypoints": [1, 2, 2, 3, 4, 0, 5, 6, 1.0]}])
+    kp = trdata.CocoDetection(tmp_path / "images", ann, keypoints=True)._image_targets(0)["keypoints"]
+    assert kp[0, :, 2].tolist() == [2.0, 0.0, 1.0]
+
+
+def test_an_rle_whose_size_is_not_its_images_is_refused_naming_the_annotation(tmp_path: Path) -> None:
+    """An RLE segmentation of another size than its image's was decoded at its own size and placed at the
+    top-left corner (or cut). The image's height and width are in the file: refused when it is parsed (masks or
+    not), naming the file, the annotation, both sizes and the image."""
+    w, h = 40, 30
+    for mh, mw in [(h, w + 1), (w, h), (h - 1, w)]:
+        m = np.asfortranarray(np.ones((mh, mw), np.uint8))
+        compressed = {"size": [mh, mw], "counts": mask_api.encode(m)["counts"].decode()}
+        uncompressed = {"size": [mh, mw], "counts": [0, mh * mw]}
+        for seg in (compressed, uncompressed):
+            ann = _one_image_coco(tmp_path, [{}, {"segmentation": seg, "iscrowd": 1}], w, h)
+            for masks in (False, True):
+                with pytest.raises(
+                    SourceError, match=r"annotation 1 \(id 6\): its RLE segmentation's size"
+                ) as e:
+                    trdata.CocoDetection(tmp_path / "images", ann, masks=masks)
+                assert e.value.path == str(ann)
+                assert f'is [{mh}, {mw}] (height, width), but its image 1 ("a.jpg") is [{h}, {w}]' in str(
+                    e.value
+                )
+    # its own image's size: a mask
+    m = np.asfortranarray(np.ones((h, w), np.uint8))
+    seg = {"size": [h, w], "counts": mask_api.encode(m)["counts"].decode()}
+    ann = _one_image_coco(tmp_path, [{"segmentation": seg, "iscrowd": 1}], w, h)
+    assert (
+        trdata.CocoDetection(tmp_path / "images", ann, masks=True)._ann.rles([0])[0] == seg["counts"].encode()
+    )
+
+
+def test_with_masks_every_segmentation_is_checked_when_the_source_is_made(tmp_path: Path) -> None:
+    """With masks=True a segmentation that is no mask of its image (RLE runs that do not cover h·w, a compressed
+    string that is none, polygons pycocotools refuses, no segmentation) was a SourceError when its batch was made,
+    ending the epoch. It is now one when the source is made, naming the file and the annotation; without masks
+    the boxes are usable."""
+    w, h = 40, 30
+    bad = [
+        ({"segmentation": {"size": [h, w], "counts": [5, 5]}, "iscrowd": 1}, r"runs sum to 10, not h·w"),
+        ({"segmentation": {"size": [h, w], "counts": "~~~"}, "iscrowd": 1}, r"Encoding"),
+        ({"segmentation": [[1.0, 2.0, 3.0, 4.0]]}, r"first polygon has 4 numbers"),
+        ({"segmentation": []}, r"empty polygon list"),
+        ({"segmentation": None}, r"has no segmentation"),
+    ]
+    for fields, message in bad:
+        ann = _one_image_coco(tmp_path, [{}, {}, fields], w, h)
+        assert len(trdata.CocoDetection(tmp_path / "images", ann)._image_targets(0)["boxes"]) == 3
+        with pytest.raises(SourceError, match=rf"annotation id 7 \(image 1\).*{message}") as e:
+            trdata.CocoDetection(tmp_path / "images", ann, masks=True)
+        assert e.value.path == str(ann) and str(e.value).startswith(str(ann))
+    # the masks made then are the ones the batches use (pycocotools' own)
+    ann = _one_image_coco(
+        tmp_path, [{}, {"segmentation": [[0.0, 0.0, 20.0, 0.0, 20.0, 15.0, 3.0, 12.0]]}], w, h
+    )
+    src = trdata.CocoDetection(tmp_path / "images", ann, masks=True)
+    want = mask_api.merge(mask_api.frPyObjects([[0.0, 0.0, 20.0, 0.0, 20.0, 15.0, 3.0, 12.0]], h, w))
+    assert src._ann.rles([1])[0] == want["counts"]

@@ -7,6 +7,7 @@ same maps for any worker count; wrong pairs and damaged maps are ``SourceError``
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ torch = pytest.importorskip("torch")
 torchvision = pytest.importorskip("torchvision")
 from test_detection import _torchvision_moved  # noqa: E402
 from test_detection_ops import PADDED, PREFIX, RECIPES, _apply, _size_of  # noqa: E402
+from test_yolo import run_or_fail_on_hang  # noqa: E402
 from torchvision import tv_tensors  # noqa: E402
 from torchvision.transforms.v2 import functional as F  # noqa: E402
 
@@ -374,7 +376,7 @@ def test_wrong_pairs_and_damaged_maps_are_source_errors_naming_the_files(tmp_pat
         assert c.value.parameter == parameter
 
 
-FUZZ_EXAMPLES = int(__import__("os").environ.get("TRDATA_FUZZ_EXAMPLES", "100"))
+FUZZ_EXAMPLES = int(os.environ.get("TRDATA_FUZZ_EXAMPLES", "100"))
 
 
 def test_fuzz_damaged_label_maps(tmp_path: Path) -> None:
@@ -418,3 +420,55 @@ def test_fuzz_damaged_label_maps(tmp_path: Path) -> None:
     check()
     print(f"label map fuzz: {outcomes}")
     assert outcomes["refused when made"] and outcomes["read"], outcomes
+
+
+FIFO_SOURCE = """
+    import os, sys, trdata
+    root, suffix, late = sys.argv[1], sys.argv[2] or None, sys.argv[3]
+    try:
+        src = trdata.SegmentationFolder(root + "/images", root + "/masks", image_suffix=suffix)
+        if late:  # the map swapped for a FIFO after the source was made: read when a batch is made
+            os.unlink(late)
+            os.mkfifo(late)
+            src.label_map(0)
+        print("accepted")
+    except trdata.errors.SourceError as e:
+        print(e.path)
+        print(e)
+"""
+
+
+def test_a_fifo_where_a_label_map_or_an_image_belongs_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """A FIFO (no writer) as a label map was reported as a missing map ("no label map"), as an image named by
+    ``image_suffix`` as a missing image, and an image found by its key blocked forever in Pillow's header read;
+    a map swapped for a FIFO after the source was made blocked the batch. Every one is now opened by the core's
+    rules: a SourceError naming the FIFO and saying what it is. In a subprocess: a regression fails at the
+    timeout instead of hanging."""
+    images, masks = tmp_path / "images", tmp_path / "masks"
+    images.mkdir()
+    masks.mkdir()
+    Image.fromarray(photo(0, 40, 30)).save(images / "a.jpg")
+    Image.fromarray(label_map(0, 40, 30), mode="L").save(masks / "a.png")
+
+    def refused(suffix: str = "", late: str = "") -> tuple[str, str]:
+        out = run_or_fail_on_hang(FIFO_SOURCE, str(tmp_path), suffix, late).splitlines()
+        assert len(out) == 2, out
+        return out[0], out[1]
+
+    fifo = "is a FIFO (named pipe), not a regular file"
+    Image.fromarray(photo(1, 40, 30)).save(images / "b.jpg")
+    os.mkfifo(masks / "b.png")  # a FIFO label map
+    for suffix in ("", ".jpg"):
+        path, message = refused(suffix)
+        assert path == str(masks / "b.png") and fifo in message
+    (masks / "b.png").unlink()
+    (images / "b.jpg").unlink()
+    Image.fromarray(label_map(1, 40, 30), mode="L").save(masks / "b.png")
+    os.mkfifo(images / "b.jpg")  # a FIFO image, found by its key or named by image_suffix
+    for suffix in ("", ".jpg"):
+        path, message = refused(suffix)
+        assert path == str(images / "b.jpg") and fifo in message
+    (images / "b.jpg").unlink()
+    (masks / "b.png").unlink()
+    path, message = refused("", str(masks / "a.png"))
+    assert path == str(masks / "a.png") and fifo in message

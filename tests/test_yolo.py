@@ -9,6 +9,9 @@ files are ``SourceError``\\ s naming the file and the line; the parser is fuzzed
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -321,6 +324,12 @@ HOSTILE: dict[str, tuple[bytes, str]] = {
     "fractional-class": (b"1.5 0.5 0.5 0.1 0.1\n", r"line 1: class b'1.5' is not an integer"),
     "out-of-range": (b"0 0.5 0.5 0.1 0.1\n0 1.2 0.5 0.1 0.1\n", r"line 2: field 2, b'1.2', is outside"),
     "negative-size": (b"0 0.5 0.5 -0.5 0.1\n", r"line 1: field 4, b'-0.5', is outside"),
+    # within ultralytics' tolerance but an inverted box (ultralytics gives it no meaning): refused
+    "negative-width-in-tolerance": (
+        b"0 0.5 0.5 0.1 0.1\n0 0.5 0.5 -0.005 0.1\n",
+        r"line 2: a negative width \(b'-0.005'\)",
+    ),
+    "negative-height-in-tolerance": (b"0 0.5 0.5 0.1 -1e-3\n", r"line 1: a negative height \(b'-1e-3'\)"),
     "box-in-segments": (
         b"0 0.1 0.1 0.2 0.1 0.2 0.2\n1 0.5 0.5 0.1 0.1\n",
         r"line 2: a box line in a file of segm",
@@ -362,8 +371,9 @@ def test_oversized_or_odd_label_files_and_images_are_refused(tmp_path: Path) -> 
     assert e.value.path == str(label)
     label.unlink()
     label.mkdir()  # a directory where the label file belongs
-    with pytest.raises(SourceError, match="a directory where a label file belongs"):
+    with pytest.raises(SourceError, match="is a directory, not a regular file") as e:
         trdata.YoloDetection(tmp_path)
+    assert e.value.path == str(label)
     label.rmdir()
     label.write_bytes(b"\xef\xbb\xbf3 0.5 0.5 0.1 0.1\n")  # a BOM is skipped
     assert trdata.YoloDetection(tmp_path)._image_targets(0)["labels"].tolist() == [3]
@@ -457,11 +467,71 @@ def test_fuzz_the_label_parser() -> None:
         outcomes["objects" if k else "empty"] += 1
         assert out.boxes.shape == (k, 4) and len(out.polygons) == k and out.classes.dtype == np.int64
         assert np.isfinite(out.boxes).all() and ((out.classes >= 0) & (out.classes < 2**31)).all()
-        assert (
-            out.boxes[:, 2:] - out.boxes[:, :2] >= -0.01 - 1e-9
-        ).all()  # a box's w, h >= -0.01 (tolerance)
+        assert (out.boxes[:, 2:] >= out.boxes[:, :2]).all()  # no inverted box (a negative w or h is refused)
         assert len({(int(c), tuple(b)) for c, b in zip(out.classes, out.boxes.tolist())}) == k  # no duplicate
 
     check()
     print(f"label parser fuzz: {outcomes}")
     assert all(outcomes.values()), outcomes  # every outcome was reached
+
+
+def test_repeated_class_names_are_refused_as_every_source_refuses_them(tmp_path: Path) -> None:
+    """``classes=["a", "a"]`` would collapse ``class_to_idx`` ({"a": 1}): a ConfigError on classes, as
+    ImageFolder & co. give (sources/base.py ``_class_names``), for a list and for ultralytics' mapping."""
+    _one_image(tmp_path).write_bytes(b"1 0.5 0.5 0.1 0.1\n")
+    for classes in (["a", "a"], ("a", "b", "a"), {0: "a", 1: "a"}):
+        with pytest.raises(ConfigError, match="invalid classes: the names must be distinct") as e:
+            trdata.YoloDetection(tmp_path, classes=classes)
+        assert e.value.parameter == "classes"
+    src = trdata.YoloDetection(tmp_path, classes={1: "b", 0: "a"})
+    assert src.classes == ["a", "b"] and src.class_to_idx == {"a": 0, "b": 1}
+
+
+def run_or_fail_on_hang(code: str, *args: str) -> str:
+    """``code`` run by a fresh Python with ``args`` (``sys.argv[1:]``), its stdout: a regression that blocks (on
+    a FIFO) fails the test at the timeout instead of hanging the suite."""
+    python_dir = str(Path(trdata.__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": python_dir}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"blocked for 60 s: {code}")
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+REFUSED = """
+    import sys, trdata
+    try:
+        trdata.YoloDetection(sys.argv[1])
+        print("accepted")
+    except trdata.errors.SourceError as e:
+        print(e.path)
+        print(e)
+"""
+
+
+def test_a_fifo_where_a_label_file_or_an_image_belongs_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """A FIFO (no writer) as a label file or an image: YoloDetection blocked forever in ``open().read()`` and in
+    Pillow's header read; now both are opened by the core's rules (regular files only, never blocking): a
+    SourceError naming the FIFO and saying what it is. Run in a subprocess: a regression fails at the timeout."""
+    label = _one_image(tmp_path)
+    label.write_bytes(b"0 0.5 0.5 0.1 0.1\n")
+    fifo_label = tmp_path / "labels" / "b.txt"
+    Image.fromarray(photo(1, 32, 24)).save(tmp_path / "images" / "b.jpg")
+    os.mkfifo(fifo_label)
+    path, message = run_or_fail_on_hang(REFUSED, str(tmp_path)).splitlines()
+    assert path == str(fifo_label) and "is a FIFO (named pipe), not a regular file" in message
+    fifo_label.unlink()
+    fifo_image = tmp_path / "images" / "c.png"
+    os.mkfifo(fifo_image)
+    path, message = run_or_fail_on_hang(REFUSED, str(tmp_path)).splitlines()
+    assert path == str(fifo_image) and "is a FIFO (named pipe), not a regular file" in message
+    fifo_image.unlink()
+    assert run_or_fail_on_hang(REFUSED, str(tmp_path)).strip() == "accepted"

@@ -6,7 +6,8 @@
 //! - spliced: the bytes are inserted at a position (from the second byte) of a valid file in COCO's layout.
 //! Nothing may panic, and whatever parses must satisfy the structure's invariants: images sorted by id and
 //! unique, each image's annotations one contiguous range whose `image_id` is the image's, every number finite,
-//! keypoints in triples, every list within its limit, and a second parse identical.
+//! boxes of sides >= 0 with corners finite in float32, keypoints in triples with visibilities 0, 1 or 2, RLEs of
+//! their image's size, every list within its limit, every mask made or refused, and a second parse identical.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -17,7 +18,7 @@ use trdata::annot::mask::Segmentation;
 const BASE: &str = r#"{"info": {"year": 2017}, "images": [{"file_name": "b.jpg", "height": 10, "width": 20, "id": 9}, {"file_name": "a.jpg", "height": 4, "width": 5, "id": 2}],
 "annotations": [{"segmentation": [[1.5,2,3,4,5,6]], "area": 3.5, "iscrowd": 0, "image_id": 9, "bbox": [1,2,3,4], "category_id": 1, "id": 1},
 {"segmentation": {"counts": [0, 20], "size": [4, 5]}, "iscrowd": 1, "image_id": 2, "bbox": [0,0,5,4], "category_id": 2, "id": 2},
-{"segmentation": {"size": [4, 5], "counts": "04\\1"}, "keypoints": [1,2,2,0,0,0], "num_keypoints": 1, "image_id": 9, "bbox": [0,0,1,1], "category_id": 1, "id": 3}],
+{"segmentation": {"size": [10, 20], "counts": "04\\1"}, "keypoints": [1,2,2,0,0,0], "num_keypoints": 1, "image_id": 9, "bbox": [0,0,1,1], "category_id": 1, "id": 3}],
 "categories": [{"supercategory": "p", "id": 1, "name": "person", "keypoints": ["a", "b"], "skeleton": [[1,2]]}, {"id": 2, "name": "x"}]}"#;
 
 fn limits() -> CocoLimits {
@@ -51,10 +52,15 @@ fn check(f: &CocoFile, lim: &CocoLimits) {
     assert_eq!(end, f.annotations().len());
     assert!(f.images().len() <= lim.max_images && f.categories().len() <= lim.max_categories);
     assert!(f.annotations().len() as u64 + f.orphans() <= lim.max_annotations as u64);
-    for a in f.annotations() {
-        assert!(a.bbox.iter().all(|v| v.is_finite()) && a.area.is_finite());
+    for (i, a) in f.annotations().iter().enumerate() {
+        let im = &f.images()[f.image_index(a.image_id).unwrap()];
+        let [x, y, w, h] = a.bbox;
+        // Box sides >= 0, corners finite as float32 (what the model gets), keypoint visibilities COCO's.
+        assert!(w >= 0.0 && h >= 0.0 && a.area.is_finite());
+        assert!([x, y, x + w, y + h].iter().all(|&v| (v as f32).is_finite()));
         if let Some(k) = &a.keypoints {
             assert!(k.len() % 3 == 0 && k.len() <= lim.max_keypoint_values && k.iter().all(|v| v.is_finite()));
+            assert!(k.chunks_exact(3).all(|t| [0.0, 1.0, 2.0].contains(&t[2])));
         }
         match &a.segmentation {
             Some(Segmentation::Polygons(p)) => {
@@ -62,10 +68,17 @@ fn check(f: &CocoFile, lim: &CocoLimits) {
                 assert!(p.iter().map(Vec::len).sum::<usize>() <= lim.max_polygon_coords);
                 assert!(p.iter().flatten().all(|v| v.is_finite()));
             }
-            Some(Segmentation::Counts { counts, .. }) => assert!(counts.len() <= lim.max_rle_counts),
-            Some(Segmentation::Compressed { counts, .. }) => assert!(counts.len() <= lim.max_rle_counts),
+            // An RLE is of its image's size.
+            Some(Segmentation::Counts { counts, size }) => {
+                assert!(counts.len() <= lim.max_rle_counts && *size == [im.height, im.width]);
+            }
+            Some(Segmentation::Compressed { counts, size }) => {
+                assert!(counts.len() <= lim.max_rle_counts && *size == [im.height, im.width]);
+            }
             None => {}
         }
+        // A segmentation's mask is made or refused with a message, never a panic.
+        let _ = f.mask(i);
     }
     for c in f.categories() {
         assert!(c.keypoints.len() <= lim.max_category_list && c.skeleton.len() <= lim.max_category_list);
@@ -77,7 +90,8 @@ fuzz_target!(|data: &[u8]| {
     let file: Vec<u8> = match kind % 3 {
         0 => rest.to_vec(),
         1 => {
-            let mut v = br#"{"images": [{"id": 1, "file_name": "x", "width": 3, "height": 2}], "annotations": [{"#.to_vec();
+            let mut v =
+                br#"{"images": [{"id": 1, "file_name": "x", "width": 3, "height": 2}], "annotations": [{"#.to_vec();
             v.extend_from_slice(rest);
             v.extend_from_slice(br#"}], "categories": [{"id": 1}]}"#);
             v

@@ -33,7 +33,13 @@
 //! What pycocotools crashes on or resolves arbitrarily: a top level that is not an object; a missing `id`,
 //! `image_id`, `category_id` or `bbox` in an annotation, a missing `id`, `file_name`, `width` or `height` in an
 //! image, a missing category `id`; wrong types; a bbox that is not 4 finite numbers; `width`/`height` ≤ 0 or not
-//! integral; `iscrowd` other than 0/1/false/true; ids that are not integers or do not fit `i64` (string ids
+//! integral; a bbox with a negative width or height (an inverted box: COCO's are sizes; pycocotools computes
+//! nonsense areas and IoUs from them, torchvision's models refuse them), or whose corners `x`, `y`, `x + width`,
+//! `y + height` are beyond float32's range (the model's boxes are float32: they would be `inf` there, `x + width`
+//! may even overflow float64); a keypoint visibility other than 0, 1, 2 (COCO's: not labeled, labeled but not
+//! visible, visible); an RLE segmentation whose `size` is not its image's `[height, width]` (pycocotools decodes
+//! it at its own size: the mask would be misplaced or cut; orphans' are not checked);
+//! `iscrowd` other than 0/1/false/true; ids that are not integers or do not fit `i64` (string ids
 //! included: trdata ids are `i64`); two images, two annotations or two categories that share an id but differ
 //! (pycocotools' dicts keep the last one silently: a different file for the image, another annotation's content
 //! for the first one in `loadAnns`); keypoints whose length is not a multiple of 3; a segmentation that is neither
@@ -42,10 +48,12 @@
 //! (Python's `open` refuses them too), a byte order mark, anything that is not JSON, a truncated file, data after
 //! the top-level object.
 //!
-//! # Not checked here
-//! What a segmentation means is the mask code's (annot/mask.rs): RLE counts that do not sum to `h × w`, an RLE
-//! `size` other than the image's, polygons of odd length or fewer than 3 points, the compressed string's
-//! alphabet. Nor are skeleton indices checked against the keypoint names, or keypoint counts against a category.
+//! # Not checked while parsing
+//! What a segmentation means is the mask code's (annot/mask.rs), asked by [`CocoFile::mask`] (which a source with
+//! masks calls for every annotation when it is made): RLE counts that do not sum to `h × w`, polygons pycocotools
+//! refuses, the compressed string's alphabet (a polygon of odd length loses its last number and one of fewer than
+//! 3 points is empty, as in pycocotools). Nor are skeleton indices checked against the keypoint names, or keypoint
+//! counts against a category.
 //!
 //! # Limits
 //! [`CocoLimits`]: every count and length that comes from the file is checked while it is read (before the
@@ -57,7 +65,7 @@
 use std::ops::Range;
 use std::path::Path;
 
-use super::mask::Segmentation;
+use super::mask::{Rle, Segmentation, to_rle};
 use crate::error::{Result, TrdataError};
 
 /// Deepest nesting of lists/objects accepted anywhere in the file (the COCO schema uses 5 levels; Python's `json`
@@ -246,6 +254,22 @@ impl CocoFile {
     /// [`annotations`](Self::annotations)).
     pub fn orphans(&self) -> u64 {
         self.orphans
+    }
+
+    /// The mask of `annotations()[a]` on its image, as pycocotools' `COCO.annToRLE` makes it ([`to_rle`]), or
+    /// what is wrong, naming the annotation (id and image): no segmentation, or one that is no mask of the image
+    /// (annot/mask.rs's checks: RLE runs that do not cover it, polygons pycocotools refuses, bounds).
+    ///
+    /// # Panics
+    /// If `a >= annotations().len()`.
+    pub fn mask(&self, a: usize) -> std::result::Result<Rle, String> {
+        let ann = &self.annotations[a];
+        let image = &self.images[self.image_index(ann.image_id).expect("an annotation kept has its image")];
+        let seg = ann.segmentation.as_ref().ok_or_else(|| {
+            format!("annotation id {} (image {}) has no segmentation: masks need one", ann.id, image.id)
+        })?;
+        to_rle(seg, image.height, image.width)
+            .map_err(|e| format!("annotation id {} (image {}) has a bad segmentation: {e}", ann.id, image.id))
     }
 }
 
@@ -1279,6 +1303,29 @@ impl<'a> Parser<'a> {
         if n != 4 {
             return Err(schema(at, format!("bbox has {n} numbers; a COCO box is [x, y, width, height]")));
         }
+        let [x, y, w, h] = b;
+        if w < 0.0 || h < 0.0 {
+            return Err(schema(
+                at,
+                format!(
+                    "bbox [{x:?}, {y:?}, {w:?}, {h:?}] has a negative width or height: a COCO box is [x, y, width, \
+                     height] with width, height >= 0 (an [x1, y1, x2, y2] box written as one?)"
+                ),
+            ));
+        }
+        // The box reaches the model as float32 XYXY: its corners must be finite there (x + width may overflow
+        // float64 too).
+        for (what, v) in [("x", x), ("y", y), ("x + width", x + w), ("y + height", y + h)] {
+            if !(v as f32).is_finite() {
+                return Err(schema(
+                    at,
+                    format!(
+                        "bbox [{x:?}, {y:?}, {w:?}, {h:?}]: {what} = {v:?} is beyond float32's range (±3.4e38): the \
+                         box would reach the model as inf"
+                    ),
+                ));
+            }
+        }
         Ok(b)
     }
 
@@ -1471,7 +1518,17 @@ impl<'a> Parser<'a> {
             let x = self.finite("a keypoint value")?;
             let y = x as f32; // as torch.tensor(..., dtype=float32) converts Python's float
             if !y.is_finite() {
-                return Err(schema(x_at, format!("keypoint value {x} does not fit a 32-bit float")));
+                return Err(schema(x_at, format!("keypoint value {x:?} does not fit a 32-bit float")));
+            }
+            if v.len() % 3 == 2 && !(y == 0.0 || y == 1.0 || y == 2.0) {
+                return Err(schema(
+                    x_at,
+                    format!(
+                        "keypoint {}'s visibility is {x:?}: COCO's are 0 (not labeled), 1 (labeled, not visible) \
+                         and 2 (labeled, visible)",
+                        v.len() / 3
+                    ),
+                ));
             }
             v.push(y);
         }
@@ -1596,6 +1653,26 @@ fn annotation_bytes(a: &CocoAnnotation) -> u64 {
 // ---------------------------------------------------------------------------------------------------------------
 // From the lists as written to the checked structure
 
+/// An RLE segmentation's own `size` must be its image's `[height, width]`: pycocotools decodes it at its own
+/// size, so another one would be a mask placed at the image's top-left corner, or cut.
+fn check_rle_size(a: &CocoAnnotation, image: &CocoImage) -> PResult<()> {
+    let size = match &a.segmentation {
+        Some(Segmentation::Counts { size, .. } | Segmentation::Compressed { size, .. }) => *size,
+        _ => return Ok(()),
+    };
+    if size == [image.height, image.width] {
+        return Ok(());
+    }
+    Err(schema(
+        NO_POS,
+        format!(
+            "its RLE segmentation's size is [{}, {}] (height, width), but its image {} ({:?}) is [{}, {}]: the mask \
+             would be misplaced or cut",
+            size[0], size[1], image.id, image.file_name, image.height, image.width
+        ),
+    ))
+}
+
 fn finish(raw: Raw) -> PResult<CocoFile> {
     let Raw { images: mut raw_images, annotations: mut anns, categories } = raw;
     let mem = |what: &str, n: usize, each: usize| Fail {
@@ -1665,9 +1742,13 @@ fn finish(raw: Raw) -> PResult<CocoFile> {
     offsets.try_reserve_exact(n + 1).map_err(|_| mem("the per-image ranges", n + 1, 4))?;
     offsets.resize(n + 1, 0);
     const ORPHAN: u32 = u32::MAX;
-    for a in &anns {
+    for (index, a) in anns.iter().enumerate() {
         match images.binary_search_by_key(&a.image_id, |im| im.id) {
             Ok(k) => {
+                check_rle_size(a, &images[k]).map_err(|mut e| {
+                    e.ctx = format!("annotation {index} (id {})", a.id);
+                    e
+                })?;
                 offsets[k + 1] += 1;
                 dest.push(k as u32);
             }

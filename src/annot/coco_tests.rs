@@ -205,14 +205,115 @@ fn what_pycocotools_tolerates() {
     assert_eq!(a.segmentation, Some(Segmentation::Polygons(vec![vec![1.0, 2.0, 3.0], vec![]])));
     let a = one(r#""image_id": 1, "bbox": [1,2,3,5], "category_id": 1, "id": 42, "segmentation": []"#);
     assert_eq!(a.segmentation, Some(Segmentation::Polygons(vec![])));
-    // Negative or zero box sides are data (torchvision's references filter them), not errors.
-    let a = one(r#""image_id": 1, "bbox": [5,5,-1,0], "category_id": 1, "id": 42"#);
-    assert_eq!(a.bbox, [5.0, 5.0, -1.0, 0.0]);
+    // Zero box sides are data (SanitizeBoundingBoxes drops them, as torchvision's references do), not errors;
+    // negative ones are refused (boxes_that_would_reach_the_model_inverted_or_as_inf_are_refused).
+    let a = one(r#""image_id": 1, "bbox": [5,5,0,0], "category_id": 1, "id": 42"#);
+    assert_eq!(a.bbox, [5.0, 5.0, 0.0, 0.0]);
     // RLE with extra keys; whitespace everywhere JSON allows it.
     let a = one(
-        " \"image_id\" :\t1 ,\r\n \"bbox\" : [ 1 , 2 , 3 , 5 ] , \"category_id\":1,\"id\":42,\"segmentation\":{ \"size\" : [ 2 , 3 ] , \"counts\" : [ ] , \"v\" : 1 } ",
+        " \"image_id\" :\t1 ,\r\n \"bbox\" : [ 1 , 2 , 3 , 5 ] , \"category_id\":1,\"id\":42,\"segmentation\":{ \"size\" : [ 3 , 4 ] , \"counts\" : [ ] , \"v\" : 1 } ",
     );
-    assert_eq!(a.segmentation, Some(Segmentation::Counts { size: [2, 3], counts: vec![] }));
+    assert_eq!(a.segmentation, Some(Segmentation::Counts { size: [3, 4], counts: vec![] }));
+    // Keypoint visibilities 0, 1, 2, written as integers or integral floats.
+    let a =
+        one(r#""image_id": 1, "bbox": [1,2,3,5], "category_id": 1, "id": 42, "keypoints": [1,2,0, 3,4,1.0, 5,6,2]"#);
+    assert_eq!((a.keypoints.unwrap().len(), a.num_keypoints), (9, 2));
+}
+
+#[test]
+fn boxes_that_would_reach_the_model_inverted_or_as_inf_are_refused() {
+    // A finite box whose x + w overflows float64, or whose corner is beyond float32 (what the model gets): inf.
+    let cases: &[(&str, &str)] = &[
+        ("[1e308, 0, 1e308, 1]", "x = 1e308 is beyond float32's range"), // x + width overflows float64
+        ("[0, 0, 1e308, 1]", "x + width = 1e308 is beyond float32's range"),
+        ("[0, -1e308, 1, 1]", "y = -1e308 is beyond float32's range"),
+        ("[3e38, 0, 1e38, 1]", "x + width = 4e38 is beyond float32's range"),
+        ("[0, 0, 1, 3.5e38]", "y + height = 3.5e38 is beyond float32's range"),
+        ("[-3.5e38, 0, 1e38, 1]", "x = -3.5e38 is beyond float32's range"),
+        // Inverted: a negative width or height (COCO's are sizes).
+        ("[5, 5, -1, 2]", "bbox [5.0, 5.0, -1.0, 2.0] has a negative width or height"),
+        ("[5, 5, 2, -0.5]", "has a negative width or height"),
+    ];
+    for (bbox, want) in cases {
+        let m = err(&ann(&format!(r#""image_id": 1, "bbox": {bbox}, "category_id": 1, "id": 42"#)));
+        assert_has(&m, &["annotation 1 (id 42): ", want, "(line 3, column "]);
+    }
+    // An orphan's box too (every box of the file is checked as it is read).
+    let m = err(&ann(r#""image_id": 77, "bbox": [1e308, 0, 1e308, 1], "category_id": 1, "id": 42"#));
+    assert_has(&m, &["annotation 1 (id 42): ", "x = 1e308"]);
+    // Up to float32's largest, and -0.0 sides, are boxes.
+    let a = one(r#""image_id": 1, "bbox": [3.4e38, -3.4e38, 0, -0.0], "category_id": 1, "id": 42"#);
+    assert_eq!(a.bbox[0], 3.4e38);
+    assert!(a.bbox.iter().all(|&v| (v as f32).is_finite()));
+}
+
+#[test]
+fn keypoint_visibilities_other_than_cocos_are_refused() {
+    for (v, shown) in [("7", "7.0"), ("-1", "-1.0"), ("0.5", "0.5"), ("3", "3.0"), ("1e30", "1e30")] {
+        let kp = format!("[1,2,2, 3,4,{v}]");
+        let m =
+            err(&ann(&format!(r#""keypoints": {kp}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#)));
+        assert_has(
+            &m,
+            &[
+                "annotation 1 (id 42): ",
+                &format!("keypoint 1's visibility is {shown}: COCO's are 0"),
+                "(line 3, column ",
+            ],
+        );
+    }
+}
+
+#[test]
+fn an_rle_whose_size_is_not_its_images_is_refused_naming_the_annotation() {
+    // The image is 4 wide, 3 high: an RLE's size is [height, width] = [3, 4].
+    for seg in [
+        r#"{"size": [4, 3], "counts": [12]}"#,
+        r#"{"size": [3, 5], "counts": "<"}"#,
+        r#"{"size": [2, 4], "counts": [8]}"#,
+    ] {
+        let m = err(&ann(&format!(
+            r#""segmentation": {seg}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#
+        )));
+        assert_has(
+            &m,
+            &["annotation 1 (id 42): its RLE segmentation's size is [", "but its image 1 (\"x.jpg\") is [3, 4]"],
+        );
+    }
+    // Its own image's size: kept (the runs are the mask code's to check); an orphan's: not checked (no image).
+    let a = one(
+        r#""segmentation": {"size": [3, 4], "counts": [12]}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#,
+    );
+    assert_eq!(a.segmentation, Some(Segmentation::Counts { size: [3, 4], counts: vec![12] }));
+    let f = parse(&ann(r#""segmentation": {"size": [9, 9], "counts": [81]}, "image_id": 5, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#)).unwrap();
+    assert_eq!(f.orphans(), 1);
+}
+
+#[test]
+fn every_annotations_mask_names_the_annotation_when_it_is_no_mask_of_its_image() {
+    let seg = |s: &str| {
+        parse(&ann(&format!(r#""segmentation": {s}, "image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#)))
+            .unwrap()
+    };
+    // Good: polygons on the image's canvas, RLE of its size.
+    let f = seg("[[0,0,3,0,3,2]]");
+    assert_eq!((f.mask(1).unwrap().h, f.mask(1).unwrap().w), (3, 4));
+    assert_eq!(seg(r#"{"size": [3, 4], "counts": [0, 12]}"#).mask(1).unwrap().counts, [0, 12]);
+    // Bad, each named by id and image: runs that do not cover h·w, a compressed string that is none, polygons
+    // pycocotools refuses, no segmentation.
+    for (s, want) in [
+        (r#"{"size": [3, 4], "counts": [5, 5]}"#, "runs sum to 10, not h·w = 3·4 = 12"),
+        (r#"{"size": [3, 4], "counts": "~~"}"#, "Encoding"),
+        ("[[1,2,3,4]]", "first polygon has 4 numbers"),
+        ("[]", "empty polygon list"),
+    ] {
+        let m = seg(s).mask(1).unwrap_err();
+        assert_has(&m, &["annotation id 42 (image 1) has a bad segmentation: ", want]);
+    }
+    assert_eq!(
+        parse(&ann(r#""image_id": 1, "bbox": [1,2,3,4], "category_id": 1, "id": 42"#)).unwrap().mask(1).unwrap_err(),
+        "annotation id 42 (image 1) has no segmentation: masks need one"
+    );
 }
 
 #[test]
@@ -795,15 +896,31 @@ fn check_invariants(f: &CocoFile) {
     for im in f.images() {
         assert!(im.width > 0 && im.height > 0);
     }
-    for a in f.annotations() {
-        assert!(a.bbox.iter().all(|v| v.is_finite()) && a.area.is_finite());
-        if let Some(k) = &a.keypoints {
-            assert_eq!(k.len() % 3, 0);
-            assert!(k.iter().all(|v| v.is_finite()));
+    for (k, im) in f.images().iter().enumerate() {
+        for a in f.annotations_of(k) {
+            assert_box_rle_and_keypoints(a, im);
         }
-        if let Some(Segmentation::Polygons(p)) = &a.segmentation {
-            assert!(p.iter().flatten().all(|v| v.is_finite()));
+    }
+}
+
+/// What the parser guarantees of one kept annotation of `image`: a box of sides >= 0 whose corners are finite in
+/// float32, a finite area, keypoint triples of finite values with a visibility of 0, 1 or 2, finite polygon
+/// coordinates, an RLE of the image's size.
+fn assert_box_rle_and_keypoints(a: &CocoAnnotation, image: &CocoImage) {
+    let [x, y, w, h] = a.bbox;
+    assert!(w >= 0.0 && h >= 0.0 && a.area.is_finite(), "{a:?}");
+    assert!([x, y, x + w, y + h].iter().all(|&v| (v as f32).is_finite()), "{a:?}");
+    if let Some(k) = &a.keypoints {
+        assert_eq!(k.len() % 3, 0);
+        assert!(k.iter().all(|v| v.is_finite()));
+        assert!(k.chunks_exact(3).all(|t| [0.0, 1.0, 2.0].contains(&t[2])), "{k:?}");
+    }
+    match &a.segmentation {
+        Some(Segmentation::Polygons(p)) => assert!(p.iter().flatten().all(|v| v.is_finite())),
+        Some(Segmentation::Counts { size, .. } | Segmentation::Compressed { size, .. }) => {
+            assert_eq!(*size, [image.height, image.width]);
         }
+        None => {}
     }
 }
 
@@ -829,6 +946,9 @@ fn parse_checked(bytes: &[u8]) {
     if let Ok(f) = CocoFile::parse_with(bytes, &path(), &lim) {
         check_invariants(&f);
         assert_eq!(CocoFile::parse_with(bytes, &path(), &lim).unwrap(), f);
+        for a in 0..f.annotations().len() {
+            let _ = f.mask(a); // made or refused with a message
+        }
     }
 }
 
@@ -872,6 +992,13 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         "\"images\": [",
         "\"annotations\": [",
         "\"keypoints\": [1,2,3]",
+        "\"keypoints\": [1,2,2]",
+        "-1",
+        "1e308",
+        "3.5e38",
+        "\"size\": [230,352]",
+        "\"size\": [10,20]",
+        "\"counts\": [0, 200]",
     ]);
     prop_oneof![
         (any::<usize>(), 1u8..=255).prop_map(|(p, x)| Mutation::Flip(p, x)),

@@ -25,7 +25,8 @@
 //! - compressed RLE: used as it is, with its own `size` (torchvision's wrapper hands it to `frPyObjects`, which
 //!   raises on a string; `annToRLE` takes it as it is, and so do we).
 //!
-//! The caller compares an RLE's own size with its image; a mismatch is its decision, not ours.
+//! An RLE's own size is compared with its image's by the COCO parser (annot/coco.rs refuses a file where they
+//! differ, naming the annotation): here any size within the bounds is a mask of that size.
 //!
 //! [`decode_window`] turns only a window (the crop the augmentation keeps) into a 0/1 row-major mask, walking the
 //! runs once: O(runs + window), never the whole canvas. [`decode`] is the whole mask (tests).

@@ -8,7 +8,7 @@
 
 use super::errors::IntoPyResult;
 use crate::annot::coco::{CocoFile, CocoLimits};
-use crate::annot::mask::{Rle, rle_from_polygon, rle_from_string, rle_to_string, to_rle};
+use crate::annot::mask::{Rle, rle_from_polygon, rle_from_string, rle_to_string};
 use crate::annot::warp::AxisMap;
 use crate::augment::targets::{self, Move};
 use crate::error::TrdataError;
@@ -24,7 +24,29 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CocoAnnotations>()?;
     m.add_class::<TargetPlan>()?;
     m.add_function(wrap_pyfunction!(polygon_rles, m)?)?;
+    m.add_function(wrap_pyfunction!(open_regular, m)?)?;
     Ok(())
+}
+
+/// Open `path` for Python to read as the core reads every file (source/read.rs `open_regular`: never blocking on
+/// a FIFO, regular files only): the file descriptor, which the caller then owns (`os.fdopen(fd, "rb")`). What
+/// the sources with targets read themselves goes through it: YOLO label files, image headers, label maps. A
+/// missing file is a `FileNotFoundError`; one that is not a regular file, or cannot be opened, a `SourceError`
+/// naming it and saying what it is.
+#[pyfunction]
+pub fn open_regular(py: Python<'_>, path: PathBuf) -> PyResult<i32> {
+    use std::os::fd::IntoRawFd;
+    match py.detach(|| crate::source::open_regular(&path)) {
+        Ok((file, _)) => Ok(file.into_raw_fd()),
+        Err(e) => {
+            if matches!(std::fs::metadata(&path), Err(m) if m.kind() == std::io::ErrorKind::NotFound) {
+                let message = "No such file or directory";
+                let name = path.into_os_string();
+                return Err(pyo3::exceptions::PyFileNotFoundError::new_err((libc::ENOENT, message, name)));
+            }
+            Err(TrdataError::Source { path, message: e.message }).py_err()
+        }
+    }
 }
 
 /// A mosaic part as Python sees it: (dataset index, sx, sy, dx, dy, x0, y0, x1, y1).
@@ -274,12 +296,19 @@ pub struct CocoAnnotations {
 #[pymethods]
 impl CocoAnnotations {
     /// Parse the COCO file `path` (detached: other threads run meanwhile). A hostile or malformed file is a
-    /// `SourceError` naming the file and the element.
+    /// `SourceError` naming the file and the element. With `masks`, every annotation's mask is made now (and
+    /// kept: `masks` and `rles` then only read it), so that a segmentation that is no mask of its image is a
+    /// `SourceError` naming the file and the annotation here, not when its batch is made.
     #[new]
-    fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+    #[pyo3(signature = (path, masks = false))]
+    fn new(py: Python<'_>, path: PathBuf, masks: bool) -> PyResult<Self> {
         let file = py.detach(|| coco_file(&path, &CocoLimits::default())).py_err()?;
         let rles = (0..file.annotations().len()).map(|_| OnceLock::new()).collect();
-        Ok(Self { file, path, rles })
+        let me = Self { file, path, rles };
+        if masks {
+            py.detach(|| me.make_every_mask()).py_err()?;
+        }
+        Ok(me)
     }
 
     /// The images in torchvision's order: `ids`, `widths`, `heights` (int64 arrays), `file_names` (list of str).
@@ -389,18 +418,26 @@ impl CocoAnnotations {
     fn rle(&self, a: usize) -> Result<(i64, &Rle), TrdataError> {
         let f = &self.file;
         let ann = f.annotations().get(a).ok_or_else(|| self.fail(format!("has no annotation {a}")))?;
-        let rle = self.rles[a]
-            .get_or_init(|| {
-                let image = f.image_index(ann.image_id).map(|k| &f.images()[k]).ok_or("lost its image")?;
-                let seg = ann.segmentation.as_ref().ok_or_else(|| {
-                    format!("annotation {} (image {}) has no segmentation: masks=True needs one", ann.id, image.id)
-                })?;
-                to_rle(seg, image.height, image.width)
-                    .map_err(|e| format!("annotation {} (image {}) has a bad segmentation: {e}", ann.id, image.id))
-            })
-            .as_ref()
-            .map_err(|m| self.fail(m.clone()))?;
+        let rle = self.rles[a].get_or_init(|| f.mask(a)).as_ref().map_err(|m| self.fail(m.clone()))?;
         Ok((ann.id, rle))
+    }
+
+    /// Every annotation's mask made (on a few threads: the work is linear in the annotations and their
+    /// polygons' crossings), then the first bad one in `annotations()`' order reported.
+    fn make_every_mask(&self) -> Result<(), TrdataError> {
+        use rayon::prelude::*;
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(8);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("trdata-masks{i}"))
+            .build()
+            .map_err(|e| TrdataError::Worker(format!("cannot start the mask-check pool: {e}")))?;
+        pool.install(|| {
+            (0..self.rles.len()).into_par_iter().for_each(|a| {
+                let _ = self.rle(a); // made and kept, or its error kept
+            })
+        });
+        (0..self.rles.len()).try_for_each(|a| self.rle(a).map(|_| ()))
     }
 }
 

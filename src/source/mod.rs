@@ -23,7 +23,7 @@ pub use block_cache::{BlockBytes, BlockCache, BlockSchedule, CacheStats};
 pub use external::{ExternalImage, ExternalSample, ExternalStore, ExternalTargets, Reader, TargetReader};
 pub use image_folder::{IMAGE_EXTENSIONS, image_folder, image_folder_cancellable, is_image_file_name, python_name_cmp};
 pub use packed::{PackedFile, PackedMode, PartialOptions};
-pub use read::{describe as describe_file_type, read_sample, read_span, undecoded_format};
+pub use read::{describe as describe_file_type, open_regular, read_sample, read_span, undecoded_format};
 pub use remote::{RemoteStore, object_files, object_folder, object_spans};
 
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};

@@ -50,6 +50,19 @@ fn open_nonblocking(path: &Path) -> Result<File, ImageError> {
     )
 }
 
+/// Open `path` for reading as every file here is opened (the protocol in the module docs): without blocking on a
+/// FIFO, and kept only when the opened descriptor is a regular file (else an `Io` error saying what it is). The
+/// one open of [`read_regular`] and [`read_span`], and of the files Python reads itself (`_core.open_regular`:
+/// YOLO label files, image headers, label maps).
+pub fn open_regular(path: &Path) -> Result<(File, std::fs::Metadata), ImageError> {
+    let file = open_nonblocking(path)?;
+    let meta = file.metadata().map_err(|e| io_error(&e))?;
+    if !meta.file_type().is_file() {
+        return Err(not_regular(meta.file_type()));
+    }
+    Ok((file, meta))
+}
+
 /// Read `len` bytes at `offset` of the regular file `path` into `buf` (cleared first): one member of a shard.
 /// The span must lie inside the file as it is now (a shard truncated after its index was built is `Corrupt`,
 /// never a short read), and `len` must not exceed `limit_bytes`.
@@ -61,11 +74,7 @@ pub fn read_span(path: &Path, offset: u64, len: u64, limit_bytes: u64, buf: &mut
             format!("member of {len} bytes exceeds the limit of {limit_bytes} bytes"),
         ));
     }
-    let file = open_nonblocking(path)?;
-    let meta = file.metadata().map_err(|e| io_error(&e))?;
-    if !meta.file_type().is_file() {
-        return Err(not_regular(meta.file_type()));
-    }
+    let (file, meta) = open_regular(path)?;
     if offset.checked_add(len).is_none_or(|end| end > meta.len()) {
         return Err(ImageError::new(
             ImageErrorKind::Corrupt,
@@ -103,11 +112,7 @@ pub fn read_sample(path: &Path, limit_bytes: u64, buf: &mut Vec<u8>) -> Result<(
 /// any file larger than `limit_bytes` (checked before and while reading). Never blocks on a FIFO and never
 /// reads more than `limit_bytes + 1` bytes.
 pub fn read_regular(path: &Path, limit_bytes: u64, buf: &mut Vec<u8>) -> Result<(), ImageError> {
-    let mut file = open_nonblocking(path)?;
-    let meta = file.metadata().map_err(|e| io_error(&e))?;
-    if !meta.file_type().is_file() {
-        return Err(not_regular(meta.file_type()));
-    }
+    let (mut file, meta) = open_regular(path)?;
     let too_large = |what: String| ImageError::new(ImageErrorKind::TooLarge, what);
     let len = meta.len();
     if len > limit_bytes {

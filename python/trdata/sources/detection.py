@@ -5,7 +5,8 @@
 them: the images in sorted-id order, each image's annotations in file order, ``boxes`` in XYXY (converted from the
 file's XYWH), ``labels`` the ``category_id``\\ s, ``iscrowd``, ``image_id``; masks decoded from polygons and RLE
 exactly as pycocotools decodes them. The annotation file is parsed by the Rust core with bounded allocations
-(``src/annot/coco.rs``): a hostile file is a ``SourceError`` naming the file and the annotation.
+(``src/annot/coco.rs``): a hostile file is a ``SourceError`` naming the file and the annotation, and so is, with
+``masks=True``, a segmentation that is no mask of its image (every one is made when the source is made).
 
 Targets move with the image (``batch.targets``): the loader replays each row's geometry (a pure function of seed,
 epoch, index and image size, the one the workers used) and moves boxes (clamped to the canvas), keypoints (points
@@ -57,7 +58,7 @@ class CocoDetection(Source):
         self.ann_file = os.fspath(ann_file)
         self.masks = _bool_arg(masks, "masks")
         self.keypoints = _bool_arg(keypoints, "keypoints")
-        self._ann = _core.CocoAnnotations(self.ann_file)
+        self._ann = _core.CocoAnnotations(self.ann_file, masks=self.masks)  # masks: every one checked now
         images = self._ann.images()
         self.ids: list[int] = images["ids"].tolist()
         self._sizes = np.stack([images["widths"], images["heights"]], axis=1).astype(np.int64)

@@ -12,7 +12,8 @@ extension of ``IMG_EXTENSIONS``). Samples are the keys of ``ids`` in its order (
 A label map holds class indices: palette PNGs (mode ``P``, VOC's) are read as their indices, not their colors;
 ``L`` (ADE20K, Cityscapes), ``I``/``I;16`` with values up to 255 and bilevel ``1`` are accepted; an RGB map, a map
 that is not a PNG, or one whose size is not its image's is a ``SourceError`` naming both files (checked from the
-headers at construction). ``batch.targets[i]["mask"]`` is the map moved with the image: uint8 ``(h, w)``,
+headers at construction); so is a FIFO, a device or a directory where a map or an image belongs (the files are
+opened by the core's rules, never waited on). ``batch.targets[i]["mask"]`` is the map moved with the image: uint8 ``(h, w)``,
 nearest, 255 (``FILL``, the ``ignore_index`` of torchvision's segmentation references) wherever the output
 leaves the image (pads, crops larger than the image, warps); also ``image_id`` (the index), ``orig_size`` and
 ``size`` (h, w). The maps are read by the loader's workers (Pillow, each beside its image's decode): a map that
@@ -41,6 +42,7 @@ from .targets import (
     ImageHeader,
     list_files,
     moved_label_map,
+    open_regular,
     opt_str,
     path_arg,
     pillow,
@@ -93,7 +95,7 @@ class SegmentationFolder(Source):
         self._sizes = np.zeros((len(keys), 2), np.int64)  # (width, height), as target_plans takes them
         for i, (p, m) in enumerate(zip(self.paths, self.mask_paths)):
             header = read_header(image, p)
-            if not os.path.isfile(m):
+            if not os.path.exists(m):  # anything else that is not a regular file: read_header says what it is
                 raise SourceError(f"{m}: no label map for the image {p}", m)
             _check_map(read_header(image, m), m, header, p)
             self._sizes[i] = header.width, header.height
@@ -110,7 +112,7 @@ class SegmentationFolder(Source):
     def _image_paths(self, keys: list[str], image_suffix: str | None) -> list[str]:
         if image_suffix is not None:
             paths = [os.path.join(self.images_root, k + image_suffix) for k in keys]
-            missing = next((p for p in paths if not os.path.isfile(p)), None)
+            missing = next((p for p in paths if not os.path.exists(p)), None)
             if missing is not None:
                 raise SourceError(f"{missing}: no such image", missing)
             return paths
@@ -155,8 +157,10 @@ class SegmentationFolder(Source):
         """Sample ``i``'s label map file, as ``trdata.pack`` stores it (sources/packed_targets.py)."""
         path = self.mask_paths[i]
         try:
-            with open(path, "rb") as f:
+            with open_regular(path) as f:
                 png = f.read(MAX_EXTRA_BYTES + 1)
+        except SourceError:  # not a regular file
+            raise
         except OSError as e:
             raise SourceError(f"{path}: cannot read the label map ({e.strerror})", path) from None
         if len(png) > MAX_EXTRA_BYTES:
@@ -189,7 +193,7 @@ def decode_label_map(src: str | bytes, name: str, size: tuple[int, int], image: 
     pil = pillow("SegmentationFolder")
     w, h = size
     try:
-        with pil.open(io.BytesIO(src) if isinstance(src, bytes) else src) as im:
+        with io.BytesIO(src) if isinstance(src, bytes) else open_regular(src) as f, pil.open(f) as im:
             if im.mode not in MAP_MODES:
                 raise SourceError(f"{name}: mode {im.mode} is not a label map of class indices", name)
             if im.size != (w, h):  # before decoding: the file may have changed since the source was made

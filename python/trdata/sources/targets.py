@@ -3,7 +3,9 @@
 moving a batch's boxes with each row's replayed geometry (``NativeLoader.target_plans``).
 
 Image headers are read with Pillow (lazily: only the header, no pixels), as the core exposes no header reader to
-Python yet; Pillow is needed by these sources only (an ``ImportError`` saying so otherwise).
+Python yet; Pillow is needed by these sources only (an ``ImportError`` saying so otherwise). Every file these
+sources read themselves (headers, label files, label maps) is opened by the core (``open_regular``): regular files
+only, never blocking on a FIFO, so a FIFO or a device where a file belongs is a ``SourceError`` saying what it is.
 
 ``CocoDetection`` (``detection.py``) moves its boxes the same way with its own copy of ``move_boxes``' loop; the
 two should become one when that module is next edited.
@@ -24,10 +26,11 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 
+from .. import _core
 from ..errors import ConfigError, DecodeError, SourceError
 from .reads import MISSING, PerRead
 
@@ -77,14 +80,27 @@ def pillow(who: str) -> Any:
     return Image
 
 
+def open_regular(path: str) -> IO[bytes]:
+    """The file ``path`` opened for reading (binary) by the core's rules (src/source/read.rs ``open_regular``):
+    never blocking on a FIFO, regular files only. A missing file is a ``FileNotFoundError``; a FIFO, a device, a
+    directory or a file that cannot be opened a ``SourceError`` naming it and saying what it is."""
+    return os.fdopen(_core.open_regular(path), "rb")
+
+
 def read_header(image: Any, path: str, exif: bool = False) -> ImageHeader:
-    """``path``'s header (``image`` is ``PIL.Image``): only the header is parsed, no pixel is decoded. A file Pillow
-    cannot open is a ``SourceError`` naming it."""
+    """``path``'s header (``image`` is ``PIL.Image``): only the header is parsed, no pixel is decoded. A file that
+    is missing, not a regular file, or that Pillow cannot open is a ``SourceError`` naming it."""
     try:
-        with warnings.catch_warnings():
+        f = open_regular(path)
+    except SourceError:  # not a regular file (a SourceError is a FileNotFoundError too)
+        raise
+    except FileNotFoundError:
+        raise SourceError(f"{path}: no such file", path) from None
+    try:
+        with f, warnings.catch_warnings():
             # the pixels are never decoded here: the loader's own max_pixels bounds them
             warnings.simplefilter("ignore", image.DecompressionBombWarning)
-            with image.open(path) as im:
+            with image.open(f) as im:
                 orientation = 1
                 if exif:
                     value = im.getexif().get(_ORIENTATION, 1)

@@ -16,9 +16,12 @@ Validation (each failure a ``SourceError`` naming the file and, for a bad line, 
 file is at most 16 MiB and 100,000 lines of at most 1 MiB each (what a parse holds is a few times that), ASCII decimal numbers only (no nan/inf, no ``1_0``), a class id an
 integer in [0, 2**31) (and below ``len(classes)`` when ``classes`` is given, ultralytics' check), every coordinate
 finite and within ultralytics' 1 % tolerance, [-0.01, 1.01]; values in the tolerance are kept as written, not
-clipped (ultralytics does not clip them when loading either; a crop clamps them, ``ClampBoundingBoxes`` too).
+clipped (ultralytics does not clip them when loading either; a crop clamps them, ``ClampBoundingBoxes`` too),
+except a box's width or height: a negative one (an inverted box, which ultralytics gives no meaning) is refused.
 Exact duplicate objects (same class and box) are dropped, keeping the first in file order (ultralytics drops
-them too, but re-sorts the file's objects when it does). A leading UTF-8 byte-order mark is skipped.
+them too, but re-sorts the file's objects when it does). A leading UTF-8 byte-order mark is skipped. Label
+files and images are opened by the core's rules: a FIFO, a device or a directory where one belongs is a
+``SourceError`` saying what it is (never waited on). ``classes`` must be distinct names (a ``ConfigError``).
 
 Image sizes (to denormalize) come from each image's header, read once at construction with Pillow (no pixel is
 decoded). An image with an EXIF orientation other than 1 is refused: ultralytics' labels are relative to the
@@ -44,8 +47,8 @@ import numpy as np
 from .. import _core
 from ..errors import ConfigError, SourceError
 from . import packed_targets
-from .base import Source, refuse_url
-from .targets import list_files, move_boxes, opt_str, path_arg, pillow, plan_rows, read_header
+from .base import Source, _class_names, refuse_url
+from .targets import list_files, move_boxes, open_regular, opt_str, path_arg, pillow, plan_rows, read_header
 
 #: ultralytics' ``IMG_FORMATS`` that trdata decodes (dng, mpo, pfm and heic are not listed).
 YOLO_EXTENSIONS = (".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
@@ -140,6 +143,13 @@ def parse_labels(data: bytes, path: str, num_classes: int | None = None) -> Yolo
         polygon: np.ndarray | None = None
         if segments is None:
             cx, cy, w, h = coords
+            if w < 0 or h < 0:  # within the tolerance, but an inverted box: ultralytics defines no meaning
+                raise _line_error(
+                    path,
+                    n,
+                    f"a negative {'width' if w < 0 else 'height'} ({_shown(tokens[3 if w < 0 else 4])}): a box "
+                    "line is `class cx cy w h` with w, h >= 0",
+                )
             box = (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
         else:
             polygon = np.array(coords, np.float64).reshape(-1, 2)
@@ -156,15 +166,16 @@ def parse_labels(data: bytes, path: str, num_classes: int | None = None) -> Yolo
 
 
 def read_labels(path: str, num_classes: int | None = None) -> YoloLabels | None:
-    """The label file ``path`` parsed, or None when there is none (an image without objects). Reads at most
-    ``MAX_LABEL_BYTES + 1`` bytes whatever the file claims."""
+    """The label file ``path`` parsed, or None when there is none (an image without objects). Opened by the core's
+    rules (``targets.open_regular``: a directory, a FIFO or a device is a ``SourceError``, never waited on); reads
+    at most ``MAX_LABEL_BYTES + 1`` bytes whatever the file claims."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             data = f.read(MAX_LABEL_BYTES + 1)
+    except SourceError:  # not a regular file (a SourceError is a FileNotFoundError too)
+        raise
     except FileNotFoundError:
         return None
-    except IsADirectoryError:
-        raise SourceError(f"{path}: a directory where a label file belongs", path) from None
     except OSError as e:
         raise SourceError(f"{path}: cannot read the label file ({e.strerror})", path) from None
     return parse_labels(data, path, num_classes)
@@ -177,11 +188,12 @@ def label_path(image_path: str) -> str:
     return sb.join(image_path.rsplit(sa, 1)).rsplit(".", 1)[0] + ".txt"
 
 
-def _class_names(classes: Any) -> list[str]:
+def _yolo_class_names(classes: Any) -> tuple[list[str], dict[str, int]]:
     """``classes``: None, a sequence of names (index = class id) or ultralytics' ``names`` mapping {id: name}
-    with ids 0..n-1."""
+    with ids 0..n-1; the names are then checked as every source checks them (``base._class_names``: str,
+    distinct)."""
     if classes is None:
-        return []
+        return [], {}
     if isinstance(classes, Mapping):
         ids = sorted(classes)
         if ids != list(range(len(ids))):
@@ -189,17 +201,13 @@ def _class_names(classes: Any) -> list[str]:
                 f"invalid classes: a mapping's keys must be the class ids 0..{len(ids) - 1}",
                 parameter="classes",
             )
-        names = [classes[i] for i in ids]
+        classes = [classes[i] for i in ids]
     elif isinstance(classes, (str, bytes)) or not isinstance(classes, Sequence):
         raise ConfigError(
             f"invalid classes: a {type(classes).__name__} must be a sequence of names or a mapping id → name",
             parameter="classes",
         )
-    else:
-        names = list(classes)
-    if not all(isinstance(c, str) for c in names):
-        raise ConfigError("invalid classes: every class name must be a str", parameter="classes")
-    return names
+    return _class_names(classes)
 
 
 class YoloDetection(Source):
@@ -224,8 +232,7 @@ class YoloDetection(Source):
         self.root = path_arg(root, "root")
         self.masks = _bool_arg(masks, "masks")
         self.split = opt_str(split, "split")
-        self.classes = _class_names(classes)
-        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        self.classes, self.class_to_idx = _yolo_class_names(classes)
         images = os.path.join(self.root, "images", *([split] if split else []))
         self.paths = list_files(images, YOLO_EXTENSIONS)
         if not self.paths:
