@@ -276,10 +276,28 @@ def test_a_checkpoint_is_refused_over_another_source_of_the_same_length(small_pa
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(p, dst)
     copies = [str(moved / os.path.basename(os.path.dirname(p)) / os.path.basename(p)) for p in first]
+    # … and so does the same dataset packed (the pack stores its source's identity), either way
+    trdata.pack(trdata.FileList(first), tmp_path / "first.trd", progress=False)
+    trdata.pack(trdata.Packed(tmp_path / "first.trd"), tmp_path / "again.trd", progress=False)
+    trdata.pack(trdata.FileList(second), tmp_path / "second.trd", progress=False)
+    packed = trdata.Packed(tmp_path / "first.trd")
+    assert (
+        _checkpoint(packed)["fingerprint"]["source"]
+        == _checkpoint(trdata.FileList(first))["fingerprint"]["source"]
+    )
+    with trdata.Loader(
+        trdata.Packed(tmp_path / "second.trd"), batch_size=4, workers=2, transforms=[trdata.CenterCrop(8)]
+    ) as ld:
+        with pytest.raises(trdata.ConfigError, match="source=") as e:
+            ld.load_state_dict(_checkpoint(packed))
+        assert e.value.parameter == "source"
     for saved_over, other in (
         (trdata.FileList(first), trdata.FileList(copies)),
         (trdata.Bytes(blobs[:n]), trdata.Bytes(list(blobs[:n]))),
         (Dataset(blobs[:n]), Dataset(blobs[n:])),  # a dataset is known by its class only
+        (trdata.FileList(first), packed),
+        (packed, trdata.FileList(copies)),
+        (trdata.FileList(first), trdata.Packed(tmp_path / "again.trd")),  # a pack of the pack
     ):
         state = _checkpoint(saved_over)
         with trdata.Loader(other, batch_size=4, workers=2, transforms=[trdata.CenterCrop(8)]) as ld:

@@ -189,10 +189,12 @@ impl Dataset {
 
     /// What a checkpoint records of the source it was taken over (`LoaderState::source`), so that a checkpoint is
     /// refused over another source of the same length: "<kind> <fingerprint>", the kind being the user's source
-    /// ("files" for an image folder or file list, local or behind URLs alike; "shards" for WebDataset; "bytes",
-    /// "arrays", "packed", "dataset") and the fingerprint a CRC32C of, per store:
-    /// - a packed file: its index's CRC (every record's position, size, CRC and label: the file's content, wherever
-    ///   it lies, so a checkpoint over `s3://…/train.trd` resumes over a local copy);
+    /// ("files" for an image folder or file list, local or behind URLs alike; "spans" for WebDataset; "bytes",
+    /// "arrays", "packed", "dataset": `pack::source_kind`'s words) and the fingerprint a CRC32C of, per store:
+    /// - a packed file: the identity of the source it was packed from, stored in its metadata (so a checkpoint
+    ///   moves between a source and its pack, and a pack of a pack keeps it); in a pack of a trdata that did not
+    ///   store it, its index's CRC (every record's position, size, CRC and label). Either is the file's content,
+    ///   wherever it lies: a checkpoint over `s3://…/train.trd` resumes over a local copy;
     /// - files and shard members: the first and last [`IDENTITY_SAMPLES`] samples' names without their root (a
     ///   file's class folder and name; a member's shard name, offset and size: the dataset may move) and labels;
     /// - bytes and arrays: those samples' contents' CRCs and labels (and the arrays' image shape);
@@ -211,6 +213,10 @@ impl Dataset {
         };
         let kind = match &self.store {
             Store::Packed(p) => {
+                let stored = &p.index().meta.options.identity;
+                if !stored.is_empty() {
+                    return stored.clone(); // its source's: a checkpoint moves between a source and its pack
+                }
                 add(&p.index().header.index_crc.to_le_bytes());
                 "packed"
             }
@@ -234,10 +240,10 @@ impl Dataset {
                 "arrays"
             }
             Store::Files(_) | Store::Spans(_) | Store::Remote(_) => {
-                let shards = matches!(&self.store, Store::Spans(_))
+                let spans = matches!(&self.store, Store::Spans(_))
                     || matches!(&self.store, Store::Remote(r) if r.kind() == "spans");
                 // A file's class folder and name; a member's shard name (with its offset and size).
-                let keep = if shards { 1 } else { 2 };
+                let keep = if spans { 1 } else { 2 };
                 for i in sampled {
                     let name = self.sample_name(i);
                     let bytes = name.as_os_str().as_encoded_bytes();
@@ -245,7 +251,7 @@ impl Dataset {
                     add(&bytes[cut.map_or(0, |(k, _)| k + 1)..]);
                     add(&self.labels[i].to_le_bytes());
                 }
-                if shards { "shards" } else { "files" }
+                if spans { "spans" } else { "files" }
             }
         };
         format!("{kind} {crc:08x}")
