@@ -702,8 +702,8 @@ class Loader:
                              "shuffle", "reproducible", "order", "source"},
              "delivered": [bytes, ...]}
 
-        ``source`` identifies the source (a str: its kind and a CRC32C of a few samples' names or contents, or of
-        a packed file's index, or a Python dataset's class; the core's ``Dataset::identity``), so that a
+        ``source`` identifies the source (a str: its kind and a CRC32C of a few samples' names or contents, or a
+        Python dataset's class; a packed file has its source's; the core's ``Dataset::identity``), so that a
         checkpoint is refused over another dataset of the same size.
 
         ``delivered`` is empty in reproducible mode (the position says it all) and at an epoch start; in fast
