@@ -1,6 +1,7 @@
 //! The loader: dataset + config → epochs of batches. Owns the lifecycle (DESIGN.md §3): construction only
 //! validates; the pool and station start on the first epoch; starting a new epoch cancels a running one;
-//! `close` is idempotent and joins every thread; use from a forked child is refused.
+//! `close` is idempotent and joins every thread (waiting at most `worker::STOP_WAIT` for a worker stuck in a
+//! Python sample, which it then leaves running); use from a forked child is refused.
 //!
 //! Devices: `DeviceSpec::Cpu` is one CPU engine whose station Python reads directly. `DeviceSpec::Cuda`
 //! runs one engine per listed GPU in this process (transfer/engine.rs: pinned host station + H2D thread;
@@ -147,6 +148,9 @@ pub struct LoaderState {
     /// What the shuffle follows besides the samples: "samples", or a partial pack's blocks and window
     /// (`Dataset::order_fingerprint`); a checkpoint of one order must not continue in another.
     pub order: String,
+    /// The source the checkpoint was taken over (`Dataset::identity`: kind and a cheap fingerprint); None in a
+    /// checkpoint of a trdata that did not record it, which then loads without this check.
+    pub source: Option<String>,
     /// Fast mode, `batches` > 0: per local engine, the bitmap of delivered sequence numbers. Empty otherwise.
     pub delivered: Vec<Vec<u8>>,
 }
@@ -486,6 +490,7 @@ impl Loader {
             shuffle: self.cfg.shuffle,
             reproducible: self.cfg.reproducible,
             order: self.ctx.dataset.order_fingerprint(),
+            source: Some(self.ctx.dataset.identity()),
             delivered,
         }
     }
@@ -547,10 +552,20 @@ impl Loader {
             ("reproducible", state.reproducible.to_string(), mine.reproducible.to_string()),
             ("order", state.order.clone(), mine.order.clone()),
         ];
-        if let Some((name, theirs, ours)) = fields.into_iter().find(|(_, a, b)| a != b) {
+        // The source last: a checkpoint of another size says num_samples, the more telling difference.
+        let source =
+            state.source.as_ref().map(|theirs| ("source", theirs.clone(), mine.source.clone().unwrap_or_default()));
+        if let Some((name, theirs, ours)) = fields.into_iter().chain(source).find(|(_, a, b)| a != b) {
             return Err(TrdataError::config(
                 name,
-                format!("the checkpoint was saved with {name}={theirs}, this loader has {name}={ours}"),
+                format!(
+                    "the checkpoint was saved with {name}={theirs}, this loader has {name}={ours}{}",
+                    if name == "source" {
+                        " (another dataset of the same size: resume over the source the checkpoint was taken over)"
+                    } else {
+                        ""
+                    }
+                ),
             ));
         }
         config::EPOCH.check::<u64>(i128::from(state.epoch))?;
@@ -878,15 +893,18 @@ impl Loader {
         }
     }
 
-    /// Stop everything and join the threads; idempotent. Batches still held stay valid until dropped.
-    pub fn close(&mut self) {
+    /// Stop everything and join the threads; idempotent. Batches still held stay valid until dropped. A worker
+    /// still in a sample [`STOP_WAIT`](crate::worker::STOP_WAIT) after the stop (a Python dataset's `__getitem__`
+    /// or a `PythonStep` that does not return) is left running, detached (`WorkerPool::close`); returns how many
+    /// were (0 when every thread ended, and on every later call).
+    pub fn close(&mut self) -> usize {
         if self.runtime.as_ref().is_some_and(|rt| rt.pid != std::process::id()) {
             // In a forked child the threads do not exist and a mutex may have been held by one of them at fork
             // time: touching any lock (even dropping a pending device batch) could hang. Forget it all.
             std::mem::forget(self.running.take());
             std::mem::forget(self.runtime.take());
             self.closed = true;
-            return;
+            return 0;
         }
         // Keep the position: `state()` after closing mid-epoch must still say where the epoch stopped (a
         // checkpoint taken after `close`, e.g. on leaving a `with` block, would otherwise skip its rest).
@@ -894,15 +912,16 @@ impl Loader {
         self.next_epoch = epoch;
         self.resume = (first_batch > 0).then_some(ResumePoint { epoch, first_batch, delivered });
         self.running = None; // pending device batches return their slots
-        if let Some(mut rt) = self.runtime.take() {
+        let left_running = self.runtime.take().map_or(0, |mut rt| {
             rt.station.close();
             self.interrupt_reads();
             for g in rt.gpus.iter_mut() {
                 g.close();
             }
-            rt.pool.shutdown();
-        }
+            rt.pool.close(crate::worker::STOP_WAIT)
+        });
         self.closed = true;
+        left_running
     }
 
     /// True once closed.
@@ -918,6 +937,6 @@ impl Loader {
 
 impl Drop for Loader {
     fn drop(&mut self) {
-        self.close();
+        let _ = self.close(); // no caller to warn of threads left running here (the binding's close() does)
     }
 }

@@ -190,7 +190,7 @@ def test_an_exception_in_getitem_is_a_sample_error_under_raise_and_skip(arrays: 
         ((3.5, 0), "the image is a float"),
         ((b"x", "cat"), "'cat' is a str, not a class index"),
         ((b"x", True), "is a bool"),
-        ((b"x", 2**70), "fetch returned"),
+        ((b"x", 2**70), "the target 1180591620717411303424 does not fit a class index (int64)"),
         ([b"x", 0], "returned a list, not (image, target)"),
         ((b"x", 0, ["not", "a dict"]), "returned a tuple of 3 items"),
         ((b"x", 0, {}, {}), "returned a tuple of 4 items"),
@@ -202,6 +202,28 @@ def test_what_getitem_returns_is_checked_per_sample(item: object, message: str) 
     with pytest.raises(DecodeError) as e:
         batches(ds, shuffle=False)
     assert "sample 1 (<dataset>[1])" in str(e.value) and message in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("target", "shown"),
+    [
+        (2**63, "the target 9223372036854775808 does not fit a class index (int64)"),
+        (b"\xff" * 2_000_000, "the target b'\\xff\\xff"),
+        (list(range(10**6)), "the target [0, 1, 2, 3, 4, 5, 6, 7, ...] is a list"),
+    ],
+)
+def test_a_sample_error_shows_what_getitem_returned_bounded(target: object, shown: str) -> None:
+    """A label beyond int64 next to a 2 MB image made a 2.26 MB message (the repr of the whole returned tuple);
+    every value a message shows is now bounded (``trdata.errors._shown``)."""
+    image = np.random.default_rng(0).integers(0, 256, (1024, 1024, 3), np.uint8)
+    png = io.BytesIO()
+    Image.fromarray(image).save(png, "PNG")
+    assert len(png.getvalue()) > 2_000_000
+    ds = Items([(png.getvalue(), target)])
+    with pytest.raises(DecodeError) as e:
+        batches(ds, shuffle=False)
+    text = str(e.value)
+    assert shown in text and len(text) < 5_000, len(text)
 
 
 def test_a_source_that_is_not_a_dataset_is_refused_before_any_work() -> None:

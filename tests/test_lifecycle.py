@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import resource
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 import trdata
@@ -454,3 +456,94 @@ def test_skip_warning_has_one_prefix_and_survives_a_non_utf8_path(small_paths, t
     assert text.startswith("WARNING:trdata:skipping undecodable sample "), text
     assert "trdata:trdata" not in text
     assert "bad-\\xff\\xfe.jpg" in text, text
+
+
+STUCK_SCRIPT = """
+import signal, sys, threading, warnings
+import numpy as np
+import trdata
+sys.path.insert(0, {tests!r})
+from _fixtures import photo
+# A parent that ignores SIGINT (CI shells, `cmd &`) passes SIG_IGN down; restore Python's handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+entered = threading.Event()
+
+
+def stuck():
+    if not entered.is_set():
+        entered.set()
+        print("entered", flush=True)
+    threading.Event().wait()  # never returns: a read from a dead mount, a lock never released
+
+
+class StuckDataset:
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        stuck()
+
+
+def stuck_step(image):
+    stuck()
+    return image
+
+
+if {what!r} == "dataset":
+    ld = trdata.Loader(StuckDataset(), batch_size=4, workers=2, transforms=[trdata.CenterCrop(8)])
+else:
+    images = np.stack([photo(i, 16, 16) for i in range(16)])
+    ld = trdata.Loader(trdata.Arrays(images), batch_size=4, workers=2, transforms=[trdata.PythonStep(stuck_step)])
+
+
+def on_usr1(signum, frame):  # runs in the main thread, between the wait slices of its next()
+    if {ending!r} == "close":
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ld.close()
+        print("closed:", [str(w.message)[:40] for w in caught if w.category is RuntimeWarning], flush=True)
+    else:
+        print("leaving", flush=True)
+        sys.exit(0)  # the interpreter exits with the loader open: the atexit hook closes it
+
+
+signal.signal(signal.SIGUSR1, on_usr1)
+try:
+    for b in ld:  # the parent signals once a worker is stuck
+        pass
+except trdata.errors.LoaderClosedError:
+    print("iterator: closed", flush=True)
+print("leaving", flush=True)
+"""
+
+
+@pytest.mark.parametrize("ending", ["close", "exit", "ctrl-c"])
+@pytest.mark.parametrize("what", ["dataset", "step"])
+def test_a_sample_stuck_in_python_never_hangs_close_exit_or_ctrl_c(what, ending):
+    """A dataset's __getitem__ or a PythonStep that never returns (its thread is stuck in Python and cannot be
+    stopped) made close(), the interpreter's exit and Ctrl-C hang for ever: close() joined the workers unbounded.
+    close() now waits trdata's STOP_WAIT (5 s), then leaves the stuck threads running, detached, with a
+    RuntimeWarning, and the process exits. The timeout is only a hang guard (no timing threshold)."""
+    tests = str(Path(__file__).parent)
+    script = STUCK_SCRIPT.format(tests=tests, what=what, ending=ending)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert proc.stdout.readline().strip() == "entered"
+        proc.send_signal(signal.SIGINT if ending == "ctrl-c" else signal.SIGUSR1)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    left_running = "worker thread(s) of this Loader still in a sample"
+    if ending == "ctrl-c":
+        assert "KeyboardInterrupt" in err, err
+    else:
+        assert proc.returncode == 0, err
+        assert out.strip().endswith("leaving"), out
+    if ending == "close":
+        assert re.search(r"closed: \['[12] worker thread\(s\) of this Loader still", out), out
+        assert "iterator: closed" in out, out
+    else:
+        assert left_running in err, err  # the atexit hook's close() warned

@@ -207,3 +207,99 @@ def test_stats_count_work(small_paths):
         s = loader.stats()
     assert s["samples"] == 20 and s["batches"] == 4 and s["epochs"] == 1
     assert s["decode_ns"] > 0 and s["augment_ns"] > 0 and s["bytes_read"] > 0
+
+
+def _checkpoint(source, **kw):
+    """state_dict() after one batch of a loader over ``source``."""
+    with trdata.Loader(source, batch_size=4, workers=2, transforms=[trdata.CenterCrop(8)], **kw) as ld:
+        next(iter(ld))
+        return ld.state_dict()
+
+
+def test_a_checkpoint_is_refused_over_another_source_of_the_same_length(small_paths, tmp_path):
+    """A checkpoint taken over one source loaded silently into a loader over another of the same length (only the
+    size was compared), and the resumed epoch mixed two datasets. The state now records the source (its kind and a
+    fingerprint of a few samples, of a pack's index, or a dataset's class) and a mismatch names both."""
+    import shutil
+
+    from PIL import Image
+
+    n = 12
+    first, second = small_paths[:n], small_paths[n : 2 * n]
+    blobs = [open(p, "rb").read() for p in small_paths[: 2 * n]]  # noqa: SIM115 (read at once)
+    pixels = np.stack(
+        [np.asarray(Image.open(p).convert("RGB").resize((16, 16))) for p in small_paths[: 2 * n]]
+    )
+
+    class Dataset:
+        def __init__(self, blobs):
+            self.blobs = blobs
+
+        def __len__(self):
+            return len(self.blobs)
+
+        def __getitem__(self, i):
+            return self.blobs[i], 0
+
+    class OtherDataset(Dataset):
+        pass
+
+    cases = [
+        (trdata.FileList(first), trdata.FileList(second), "files"),
+        (trdata.Bytes(blobs[:n]), trdata.Bytes(blobs[n:]), "bytes"),
+        (trdata.Arrays(pixels[:n]), trdata.Arrays(pixels[n:]), "arrays"),
+        (trdata.Bytes(blobs[:n]), trdata.FileList(first), "bytes"),  # same images, another kind of source
+        (
+            trdata.FileList(first, [0] * n),
+            trdata.FileList(first, [1] * n),
+            "files",
+        ),  # same files, other labels
+        (Dataset(blobs[:n]), OtherDataset(blobs[:n]), "dataset"),
+    ]
+    for saved_over, other, kind in cases:
+        state = _checkpoint(saved_over)
+        assert state["fingerprint"]["source"].startswith(kind + " ")
+        with trdata.Loader(other, batch_size=4, workers=2, transforms=[trdata.CenterCrop(8)]) as ld:
+            with pytest.raises(trdata.ConfigError, match="the checkpoint was saved with source=") as e:
+                ld.load_state_dict(state)
+            assert e.value.parameter == "source"
+            assert state["fingerprint"]["source"] in str(e.value) and ld.state_dict()["fingerprint"][
+                "source"
+            ] in str(e.value)
+            # a checkpoint of a trdata that did not record the source still loads
+            del state["fingerprint"]["source"]
+            ld.load_state_dict(state)
+    # the same dataset elsewhere (a copied folder, another instance of the same source) resumes
+    moved = tmp_path / "moved"
+    for p in first:
+        dst = moved / os.path.basename(os.path.dirname(p)) / os.path.basename(p)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(p, dst)
+    copies = [str(moved / os.path.basename(os.path.dirname(p)) / os.path.basename(p)) for p in first]
+    # … and so does the same dataset packed (the pack stores its source's identity), either way
+    trdata.pack(trdata.FileList(first), tmp_path / "first.trd", progress=False)
+    trdata.pack(trdata.Packed(tmp_path / "first.trd"), tmp_path / "again.trd", progress=False)
+    trdata.pack(trdata.FileList(second), tmp_path / "second.trd", progress=False)
+    packed = trdata.Packed(tmp_path / "first.trd")
+    assert (
+        _checkpoint(packed)["fingerprint"]["source"]
+        == _checkpoint(trdata.FileList(first))["fingerprint"]["source"]
+    )
+    with trdata.Loader(
+        trdata.Packed(tmp_path / "second.trd"), batch_size=4, workers=2, transforms=[trdata.CenterCrop(8)]
+    ) as ld:
+        with pytest.raises(trdata.ConfigError, match="source=") as e:
+            ld.load_state_dict(_checkpoint(packed))
+        assert e.value.parameter == "source"
+    for saved_over, other in (
+        (trdata.FileList(first), trdata.FileList(copies)),
+        (trdata.Bytes(blobs[:n]), trdata.Bytes(list(blobs[:n]))),
+        (Dataset(blobs[:n]), Dataset(blobs[n:])),  # a dataset is known by its class only
+        (trdata.FileList(first), packed),
+        (packed, trdata.FileList(copies)),
+        (trdata.FileList(first), trdata.Packed(tmp_path / "again.trd")),  # a pack of the pack
+    ):
+        state = _checkpoint(saved_over)
+        with trdata.Loader(other, batch_size=4, workers=2, transforms=[trdata.CenterCrop(8)]) as ld:
+            ld.load_state_dict(state)
+            assert sum(len(b) for b in ld) == n - 4

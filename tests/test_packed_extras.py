@@ -153,6 +153,56 @@ def test_values_a_pack_cannot_hold_are_refused_naming_field_and_sample(tmp_path:
     assert e.value.parameter == "extras" and not list(tmp_path.iterdir())
 
 
+def test_text_a_pack_could_not_read_back_is_refused_at_pack_time(tmp_path: Path) -> None:
+    """A str with a lone surrogate (``os.fsdecode`` of a non-UTF-8 name, half a UTF-16 pair) was written with
+    ``surrogatepass``: the pack succeeded and every read of the record failed. Now it is a ConfigError naming the
+    field and the sample, and nothing is published (no file, no temp file)."""
+
+    class Surrogates:
+        def __len__(self) -> int:
+            return 4
+
+        def __getitem__(self, i: int) -> tuple[bytes, int, dict[str, Any]]:
+            return jpeg(i), 0, {"caption": "fine" if i != 2 else "name \udce9.jpg"}
+
+    for source in (
+        Surrogates(),
+        trdata.Bytes([jpeg(i) for i in range(4)], extras={"caption": ["a", "b", "\ud800", "d"]}),
+    ):
+        with pytest.raises(
+            ConfigError, match="'caption' of sample 2 is a str that holds a lone surrogate"
+        ) as e:
+            trdata.pack(source, tmp_path / "x.trd", progress=False)
+        assert e.value.parameter == "extras"
+        assert not list(tmp_path.iterdir())
+    # inside a JSON value, and in a field's name
+    for extras, message in (
+        ({"meta": [{"k": "\ud800"}] * 4}, "'meta' of sample 0 is a"),
+        ({"bad \ud800": ["x"] * 4}, "the field name 'bad \\\\ud800' of sample 0"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            trdata.pack(
+                trdata.Bytes([jpeg(i) for i in range(4)], extras=extras), tmp_path / "x.trd", progress=False
+            )
+        assert not list(tmp_path.iterdir())
+
+
+def test_a_bfloat16_tensor_extra_is_a_config_error_naming_field_and_sample(tmp_path: Path) -> None:
+    """numpy has no bfloat16: ``np.asarray`` of such a tensor raised a bare TypeError naming neither the field nor
+    the sample (storing its bits as uint16 would not give the value back). A ConfigError naming both now."""
+    torch = pytest.importorskip("torch")
+    values: list[Any] = [torch.zeros(3)] * 4
+    values[1] = torch.zeros(3, dtype=torch.bfloat16)
+    with pytest.raises(ConfigError, match="'emb' of sample 1 is a Tensor of dtype torch.bfloat16") as e:
+        trdata.pack(
+            trdata.Bytes([jpeg(i) for i in range(4)], extras={"emb": values}),
+            tmp_path / "x.trd",
+            progress=False,
+        )
+    assert e.value.parameter == "extras" and ".float()" in str(e.value)
+    assert not list(tmp_path.iterdir())
+
+
 def test_a_bad_webdataset_member_fails_the_pack_naming_shard_and_key(tmp_path: Path) -> None:
     members = [{"__key__": f"s{i}", "jpg": jpeg(i), "cls": 0, "txt": "fine"} for i in range(4)]
     members[2]["txt"] = b"\xff\xfe not utf-8"

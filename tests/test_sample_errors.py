@@ -6,6 +6,7 @@ DataLoader goes on after a ``__getitem__`` raised — or replaced and counted un
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -110,7 +111,7 @@ def _voc(root: Path, n: int) -> trdata.SegmentationFolder:
     return trdata.SegmentationFolder(root / "img", root / "map")
 
 
-@pytest.mark.parametrize("damage", ["resized", "garbage", "deleted"])
+@pytest.mark.parametrize("damage", ["resized", "garbage", "deleted", "fifo"])
 def test_a_label_map_that_broke_after_the_source_was_made_follows_on_error(
     tmp_path: Path, damage: str
 ) -> None:
@@ -120,8 +121,11 @@ def test_a_label_map_that_broke_after_the_source_was_made_follows_on_error(
         Image.fromarray(np.zeros((31, 40), np.uint8), mode="L").save(bad)
     elif damage == "garbage":
         bad.write_bytes(bad.read_bytes()[:40] + b"\x00" * 64)
-    else:
+    elif damage == "deleted":
         bad.unlink()
+    else:  # a FIFO where the map was: refused by the worker's open, never a hang
+        bad.unlink()
+        os.mkfifo(bad)
     crop = [trdata.CenterCrop(24)]
     with trdata.Loader(seg, batch_size=2, transforms=crop, workers=2) as loader:
         it = iter(loader)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import reprlib
+
 
 class TrdataError(Exception):
     """Base class of every error trdata raises."""
@@ -78,15 +80,33 @@ class OutOfMemoryError(TrdataError, MemoryError):
     size. Sizes known when the Loader is built are checked there instead (``ConfigError``)."""
 
 
+class _BoundedRepr(reprlib.Repr):
+    """reprlib's bounded repr (containers cut after a few items, nesting after a few levels), plus bytes cut
+    before their repr is built: a repr that is made whole and cut afterwards costs the whole value's size first
+    (a 2 MB image in a tuple made a 2.26 MB message)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.maxstring = self.maxother = self.maxlong = limit
+        self.maxlist = self.maxtuple = self.maxdict = self.maxset = self.maxfrozenset = self.maxdeque = 8
+        self.maxarray = 8
+
+    def repr_bytes(self, x: bytes, level: int) -> str:
+        return repr(x[: self.maxstring]) + ("…" if len(x) > self.maxstring else "")
+
+    def repr_bytearray(self, x: bytearray, level: int) -> str:
+        return repr(x[: self.maxstring]) + ("…" if len(x) > self.maxstring else "")
+
+
 def _shown(value: object, limit: int = 120) -> str:
-    """``repr(value)`` for an error message that must never fail nor flood: long reprs are cut (an int of 400
-    digits), and a value whose repr raises (an int beyond ``sys.get_int_max_str_digits()``) is described."""
+    """``repr(value)`` for an error message that must never fail nor flood: at most ``limit`` characters whatever
+    the value (long reprs are cut; str, bytes, ints and built-in containers before their repr is built whole:
+    :class:`_BoundedRepr`), and a value whose repr raises (an int beyond ``sys.get_int_max_str_digits()``) is
+    described."""
     try:
-        r = repr(value)
+        r = _BoundedRepr(limit).repr(value)
     except Exception:  # noqa: BLE001 - a message must be built whatever the value
         if isinstance(value, int):
             return f"an int of {value.bit_length()} bits"
         return f"a {type(value).__name__} object"
-    if len(r) > limit:
-        r = f"{r[: limit // 2]}… ({len(r)} characters)"
-    return r
+    return r if len(r) <= limit else f"{r[: limit - 1]}…"

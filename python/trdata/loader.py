@@ -706,8 +706,12 @@ class Loader:
 
             {"version": 1, "seed": int, "epoch": int, "batches": int,   # batches (steps) delivered in epoch
              "fingerprint": {"num_samples", "world_size", "rank", "devices", "batch_size", "last_batch",
-                             "shuffle", "reproducible"},
+                             "shuffle", "reproducible", "order", "source"},
              "delivered": [bytes, ...]}
+
+        ``source`` identifies the source (a str: its kind and a CRC32C of a few samples' names or contents, or a
+        Python dataset's class; a packed file has its source's; the core's ``Dataset::identity``), so that a
+        checkpoint is refused over another dataset of the same size.
 
         ``delivered`` is empty in reproducible mode (the position says it all) and at an epoch start; in fast
         mode mid-epoch it holds, per device of this rank, a bitmap of the epoch's delivered sequence numbers
@@ -726,7 +730,8 @@ class Loader:
         remaining sample exactly once otherwise — and later iterations continue with the next epochs.
         ``set_epoch`` to another epoch discards it. Raises ConfigError naming the field if the loader's
         configuration (dataset size, world size, rank, devices, batch size, last_batch, shuffle,
-        reproducible, seed, and a partial packed file's blocks and window) differs from the one that saved it,
+        reproducible, seed, a partial packed file's blocks and window, and the source: ``source``) differs from
+        the one that saved it (a checkpoint of a trdata that did not record the source loads without that check),
         ConfigError naming ``batches`` beyond the epoch's batches (``batches`` equal to them is the epoch's end:
         the next epoch starts), and ConfigError naming ``state_dict`` if an entry is missing or malformed (an int
         field that is a bool, negative or beyond 64 bits included).
@@ -772,6 +777,10 @@ class Loader:
                 kwargs[k] = int(v)
             if "order" in fp:  # absent from checkpoints of trdata before packed files: the sample order
                 kwargs["order"] = fp["order"]
+            if fp.get("source") is not None:  # absent from older checkpoints: they load without this check
+                if not isinstance(fp["source"], str):
+                    raise TypeError(f"'source' must be a str, not {type(fp['source']).__name__}")
+                kwargs["source"] = fp["source"]
             delivered = state["delivered"] if "delivered" in state else []
             if isinstance(delivered, (str, bytes)) or not all(
                 isinstance(b, (bytes, bytearray, memoryview)) for b in delivered
@@ -1016,7 +1025,9 @@ class Loader:
         stay allocated until the process ends, as torchvision's decoder does; docs/design/gpu-decode-log.md §20). A
         ``batch_transform`` call still running is waited for at most ``trdata.batch.STOP_WAIT_S`` seconds; after
         that its thread (a daemon thread, which never holds the process's exit) is abandoned with a
-        RuntimeWarning."""
+        RuntimeWarning. Likewise a worker still in a dataset's ``__getitem__`` or a ``PythonStep`` 5 s after the
+        stop (a call that never returns) is left running, detached, with a RuntimeWarning (the core's
+        ``worker::STOP_WAIT``)."""
         self._native.close()  # first: wakes a prefetch thread waiting in the core
         prefetcher = getattr(self, "_prefetcher", None)
         if prefetcher is not None and os.getpid() == self._pid:

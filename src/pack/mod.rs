@@ -875,6 +875,7 @@ pub(crate) fn pack_with_budget(
             max_side: cfg.max_side,
             quality: cfg.quality,
             source: source_kind(&ds.store).to_string(),
+            identity: ds.identity(),
         },
         extras: Vec::new(), // the writer's, from the records' extras
     };

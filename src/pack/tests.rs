@@ -93,7 +93,8 @@ fn packing_keeps_the_source_bytes_order_labels_and_classes_for_any_thread_count(
         assert_eq!(ix.rows[i].label, ds.labels[i]);
     }
     assert_eq!(ix.meta.classes, ds.classes);
-    assert_eq!(ix.meta.options, PackOptions { source: "files".into(), ..PackOptions::default() });
+    let identity = ds.identity(); // a checkpoint of the source resumes over its pack
+    assert_eq!(ix.meta.options, PackOptions { source: "files".into(), identity, ..PackOptions::default() });
     // Header fields for ROI/GPU planning, from the JPEG headers.
     let m = ix.rows[2].meta; // i = 2: gray, 34×26
     assert_eq!((m.width, m.height, m.format, m.subsampling, m.channels), (34, 26, RecordFormat::Jpeg, 4, 1));

@@ -403,6 +403,7 @@ impl NativeLoader {
         f.set_item("shuffle", st.shuffle)?;
         f.set_item("reproducible", st.reproducible)?;
         f.set_item("order", &st.order)?;
+        f.set_item("source", &st.source)?;
         d.set_item("fingerprint", f)?;
         let delivered: Vec<Bound<'py, PyBytes>> = st.delivered.iter().map(|b| PyBytes::new(py, b)).collect();
         d.set_item("delivered", delivered)?;
@@ -411,7 +412,8 @@ impl NativeLoader {
 
     /// Continue from a `state_dict()` on the next iteration (validates the fingerprint).
     #[pyo3(signature = (*, version, seed, epoch, batches, num_samples, world_size, rank, devices, batch_size,
-                        last_batch, shuffle, reproducible, delivered, order = "samples".to_string()))]
+                        last_batch, shuffle, reproducible, delivered, order = "samples".to_string(),
+                        source = None))]
     #[allow(clippy::too_many_arguments)]
     fn load_state_dict(
         &self,
@@ -430,6 +432,7 @@ impl NativeLoader {
         reproducible: bool,
         delivered: Vec<Bound<'_, PyBytes>>,
         order: String,
+        source: Option<String>,
     ) -> PyResult<()> {
         self.check_process()?;
         let st = LoaderState {
@@ -446,6 +449,7 @@ impl NativeLoader {
             shuffle,
             reproducible,
             order,
+            source,
             delivered: delivered.iter().map(|b| b.as_bytes().to_vec()).collect(),
         };
         // A loaded state supersedes every running iterator, as a new `iter()` does: their next `next()` raises
@@ -658,11 +662,26 @@ impl NativeLoader {
         Ok(self.lock()?.drain_skipped().into_iter().map(|r| (r.path.into_os_string(), r.message)).collect())
     }
 
-    /// Stop and join every worker thread; idempotent. Does nothing in a process other than the creating one.
-    fn close(&self, py: Python<'_>) {
-        if !self.foreign_process() {
-            py.detach(|| lock(&self.inner).close());
+    /// Stop and join every worker thread; idempotent. Does nothing in a process other than the creating one. A
+    /// worker still in a sample `STOP_WAIT` after the stop (a Python `__getitem__` or `PythonStep` that does not
+    /// return) is left running, detached, with a `RuntimeWarning` (`Loader::close`).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if self.foreign_process() {
+            return Ok(());
         }
+        let left_running = py.detach(|| lock(&self.inner).close());
+        if left_running > 0 {
+            let message = format!(
+                "{left_running} worker thread(s) of this Loader still in a sample {} s after close(): a dataset's \
+                 __getitem__ or a PythonStep that has not returned. They are left running, detached (a thread in \
+                 Python cannot be stopped): they end by themselves if the call returns, deliver nothing, and keep \
+                 their epoch's memory until then; they do not keep the process from exiting",
+                crate::worker::STOP_WAIT.as_secs()
+            );
+            let category = py.get_type::<pyo3::exceptions::PyRuntimeWarning>().into_any();
+            PyErr::warn(py, &category, &std::ffi::CString::new(message).expect("no NUL in the message"), 2)?;
+        }
+        Ok(())
     }
 
     /// True once closed, and always in a process other than the creating one (no lock touched there).

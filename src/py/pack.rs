@@ -176,6 +176,7 @@ fn packed_info<'py>(
     opts.set_item("max_side", o.max_side)?;
     opts.set_item("quality", o.quality)?;
     opts.set_item("source", &o.source)?;
+    opts.set_item("identity", &o.identity)?;
     d.set_item("options", opts)?;
     let col = |f: &dyn Fn(&crate::source::packed::IndexRow) -> i64| -> Vec<i64> { ix.rows.iter().map(f).collect() };
     let flag = |bit: u8| -> Vec<bool> { ix.rows.iter().map(|r| r.meta.flags & bit != 0).collect() };

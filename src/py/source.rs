@@ -226,9 +226,11 @@ impl NativeSource {
     /// "encoded" with the file's bytes, "path" with a file path (read by the core, bounded), "pixels" with a
     /// C-contiguous uint8 (H, W) or (H, W, C) array, C 1 or 3; or "error" with the formatted traceback of what
     /// the dataset raised. Called from the worker threads, concurrently for different indices.
+    /// `identity` names the dataset in checkpoints (its class: `Reader::identity`).
     #[staticmethod]
-    fn external(len: usize, fetch: Py<PyAny>) -> PyResult<Self> {
-        Ok(Self::new(source::external(Box::new(PyReader { fetch }), len).py_err()?))
+    #[pyo3(signature = (len, fetch, identity = String::new()))]
+    fn external(len: usize, fetch: Py<PyAny>, identity: String) -> PyResult<Self> {
+        Ok(Self::new(source::external(Box::new(PyReader { fetch, identity }), len).py_err()?))
     }
 
     fn __len__(&self) -> usize {
@@ -342,6 +344,8 @@ type StoredExtra<'py> = (u16, u8, Bound<'py, PyBytes>);
 /// A Python dataset as the core's [`Reader`] (the module docs).
 struct PyReader {
     fetch: Py<PyAny>,
+    /// The dataset's class, `module.qualname` (`Reader::identity`).
+    identity: String,
 }
 
 /// A sample the dataset's code failed on, or returned something that is not an image.
@@ -355,6 +359,10 @@ impl Reader for PyReader {
         // Never attaches to an interpreter that is shutting down (its threads would hang there): an error then.
         Python::try_attach(|py| read_attached(py, &self.fetch, i, epoch, buf))
             .unwrap_or_else(|| Err(dataset_error("the Python interpreter is shutting down")))
+    }
+
+    fn identity(&self) -> &str {
+        &self.identity
     }
 }
 
@@ -390,8 +398,11 @@ fn read_attached(
 ) -> Result<ExternalSample, ImageError> {
     // An exception fetch did not turn into ("error", traceback) (KeyboardInterrupt, SystemExit): its text.
     let out = fetch.bind(py).call1((i, epoch)).map_err(|e| dataset_error(e.to_string()))?;
-    let (kind, payload, label): (String, Bound<'_, PyAny>, i64) =
-        out.extract().map_err(|e| dataset_error(format!("fetch returned {out}: {e}")))?;
+    // Never `{out}` in the message: its payload is the image (a 2 MB bytes object made a 2.26 MB message). The
+    // package's fetch checks what it hands over (a label beyond int64 included), so this is a defensive check.
+    let (kind, payload, label): (String, Bound<'_, PyAny>, i64) = out.extract().map_err(|e| {
+        dataset_error(format!("fetch returned a {} that is not (kind, image, label): {e}", type_name(&out)))
+    })?;
     let image = match kind.as_str() {
         "encoded" => {
             let bytes = payload.cast::<PyBytes>().map_err(|e| dataset_error(e.to_string()))?.as_bytes();

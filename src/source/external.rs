@@ -68,6 +68,12 @@ pub trait Reader: Send + Sync {
     /// binding keys what else the read returned — extras — by it). An error is the sample's (named by the
     /// caller) and follows the loader's `on_error`.
     fn read(&self, i: usize, epoch: u64, buf: &mut Vec<u8>) -> Result<ExternalSample, ImageError>;
+
+    /// What identifies the samples in a checkpoint ([`Dataset::identity`](super::Dataset::identity)) without
+    /// reading them: the binding's is the Python dataset's class. Empty when nothing does.
+    fn identity(&self) -> &str {
+        ""
+    }
 }
 
 /// Code outside the core that makes sample `i`'s targets for a row of `epoch` (a Python source's label map or
@@ -112,6 +118,11 @@ impl ExternalStore {
     /// Number of samples.
     pub fn len(&self) -> usize {
         self.labels.len()
+    }
+
+    /// The reader's [`Reader::identity`].
+    pub fn identity(&self) -> &str {
+        self.reader.identity()
     }
 
     /// True when there are none (never, for a store made by [`super::external`]).

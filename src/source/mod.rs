@@ -33,6 +33,9 @@ use crate::sync::Arc;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+/// Samples at each end of the dataset that [`Dataset::identity`] looks at.
+pub const IDENTITY_SAMPLES: usize = 4;
+
 /// Where the samples' images live.
 #[derive(Debug, Clone)]
 pub enum Store {
@@ -205,6 +208,76 @@ impl Dataset {
             None => "samples".to_string(),
             Some(b) => format!("blocks={} window={}", b.block_starts.len(), b.window_blocks),
         }
+    }
+
+    /// What a checkpoint records of the source it was taken over (`LoaderState::source`), so that a checkpoint is
+    /// refused over another source of the same length: "<kind> <fingerprint>", the kind being the user's source
+    /// ("files" for an image folder or file list, local or behind URLs alike; "spans" for WebDataset; "bytes",
+    /// "arrays", "packed", "dataset": `pack::source_kind`'s words) and the fingerprint a CRC32C of, per store:
+    /// - a packed file: the identity of the source it was packed from, stored in its metadata (so a checkpoint
+    ///   moves between a source and its pack, and a pack of a pack keeps it); in a pack of a trdata that did not
+    ///   store it, its index's CRC (every record's position, size, CRC and label). Either is the file's content,
+    ///   wherever it lies: a checkpoint over `s3://…/train.trd` resumes over a local copy;
+    /// - files and shard members: the first and last [`IDENTITY_SAMPLES`] samples' names without their root (a
+    ///   file's class folder and name; a member's shard name, offset and size: the dataset may move) and labels;
+    /// - bytes and arrays: those samples' contents' CRCs and labels (and the arrays' image shape);
+    /// - a Python dataset: its class (`Reader::identity`); its samples are not read for this.
+    ///
+    /// Cheap (a few samples, or one number of the pack's header), and so a check against mistakes, not a proof:
+    /// two sources that agree on these samples pass.
+    pub fn identity(&self) -> String {
+        let n = self.len();
+        let head = n.min(IDENTITY_SAMPLES);
+        let sampled = (0..head).chain(n.saturating_sub(IDENTITY_SAMPLES).max(head)..n);
+        let mut crc = 0u32;
+        let mut add = |bytes: &[u8]| {
+            crc = crc32c::crc32c_append(crc, &(bytes.len() as u64).to_le_bytes());
+            crc = crc32c::crc32c_append(crc, bytes);
+        };
+        let kind = match &self.store {
+            Store::Packed(p) => {
+                let stored = &p.index().meta.options.identity;
+                if !stored.is_empty() {
+                    return stored.clone(); // its source's: a checkpoint moves between a source and its pack
+                }
+                add(&p.index().header.index_crc.to_le_bytes());
+                "packed"
+            }
+            Store::External(e) => {
+                add(e.identity().as_bytes());
+                "dataset"
+            }
+            Store::Blobs(blobs) => {
+                for i in sampled {
+                    add(&crc32c::crc32c(&blobs[i]).to_le_bytes());
+                    add(&self.labels[i].to_le_bytes());
+                }
+                "bytes"
+            }
+            Store::Pixels(a) => {
+                add(&[a.height.to_le_bytes(), a.width.to_le_bytes(), u32::from(a.channels).to_le_bytes()].concat());
+                for i in sampled {
+                    add(&crc32c::crc32c(a.image(i)).to_le_bytes());
+                    add(&self.labels[i].to_le_bytes());
+                }
+                "arrays"
+            }
+            Store::Files(_) | Store::Spans(_) | Store::Remote(_) => {
+                let spans = matches!(&self.store, Store::Spans(_))
+                    || matches!(&self.store, Store::Remote(r) if r.kind() == "spans");
+                // A file's class folder and name; a member's shard name (with its offset and size).
+                let keep = if spans { 1 } else { 2 };
+                for i in sampled {
+                    let name = self.sample_name(i);
+                    let bytes = name.as_os_str().as_encoded_bytes();
+                    let cut = bytes.iter().enumerate().rev().filter(|(_, b)| **b == b'/').nth(keep - 1);
+                    add(&bytes[cut.map_or(0, |(k, _)| k + 1)..]);
+                    add(&self.labels[i].to_le_bytes());
+                }
+                if spans { "spans" } else { "files" }
+            }
+        };
+        format!("{kind} {crc:08x}")
     }
 
     /// The block cache of a partial pack (None for any other source).

@@ -589,6 +589,9 @@ pub struct PackOptions {
     pub quality: Option<u8>,
     /// The kind of source packed ("files", "spans", "bytes", "arrays", "packed").
     pub source: String,
+    /// The packed source's identity (`Dataset::identity`), the pack's own: a checkpoint taken over the source
+    /// resumes over its pack and the other way round. Empty in a pack of a trdata that did not record it.
+    pub identity: String,
 }
 
 /// The metadata section: class names and write options.
@@ -629,6 +632,8 @@ impl PackMeta {
             opt(o.quality.map(u32::from))
         ));
         json::write_str(&mut s, o.source.as_bytes());
+        s.push_str(", \"identity\": ");
+        json::write_str(&mut s, o.identity.as_bytes());
         s.push_str(&format!(
             ", \"block_bytes\": {block_bytes}}}, \"writer\": \"trdata {}\"}}",
             env!("CARGO_PKG_VERSION")
@@ -658,10 +663,11 @@ impl PackMeta {
                 Some(other) => Err(format!("metadata option {key} = {other:?} is out of range")),
             }
         };
-        let source = match o.and_then(|o| o.get("source")) {
+        let text = |key: &str| match o.and_then(|o| o.get(key)) {
             Some(Json::Str(s)) => String::from_utf8_lossy(s).into_owned(),
             _ => String::new(),
         };
+        let (source, identity) = (text("source"), text("identity"));
         let extras = match v.get("extras") {
             None => Vec::new(),
             Some(Json::Array(names)) => names
@@ -681,6 +687,7 @@ impl PackMeta {
                 max_side: int("max_side", 65_535)?,
                 quality: int("quality", 100)?.map(|q| q as u8),
                 source,
+                identity,
             },
         })
     }

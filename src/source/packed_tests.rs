@@ -44,7 +44,13 @@ fn records() -> Vec<(Vec<u8>, i64, RecordMeta)> {
 fn meta() -> PackMeta {
     PackMeta {
         classes: vec![OsString::from("cat"), OsString::from_vec(b"d\xffg".to_vec()), OsString::from("caf\u{e9}")],
-        options: PackOptions { short_side: None, max_side: Some(512), quality: Some(90), source: "files".into() },
+        options: PackOptions {
+            short_side: None,
+            max_side: Some(512),
+            quality: Some(90),
+            source: "files".into(),
+            identity: "files 0123abcd".into(),
+        },
         extras: Vec::new(),
     }
 }

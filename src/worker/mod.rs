@@ -5,7 +5,11 @@
 //! wakes everyone; each worker runs its static claim of the job, then decrements `active` and parks until
 //! the next generation. `wait_idle` waits for active == 0 (after `Station::stop` if the epoch is cancelled).
 //! A panic inside a job is caught, poisons the station (the consumer raises `WorkerError`) and the worker
-//! still checks out, so nothing hangs. `shutdown` sets the flag, wakes and joins every thread.
+//! still checks out, so nothing hangs. `shutdown` sets the flag, wakes and joins every thread; `close` does the
+//! same but waits at most [`STOP_WAIT`] and leaves a thread that has not ended by then running, detached: one
+//! stuck in code outside the core (a Python dataset's `__getitem__`, a `PythonStep`) cannot be stopped, and an
+//! unbounded join made `Loader.close()` and the interpreter's exit hang with it. Each thread counts itself out
+//! of `PoolState::alive` when it ends (a drop guard, so a panic counts too); `close` waits on that count.
 
 use crate::augment::mosaic::Partners;
 use crate::augment::views::SampleViews;
@@ -39,6 +43,10 @@ pub enum ErrorPolicy {
 
 /// Random replacement candidates of the `skip` policy before it probes the dataset in order.
 pub const MAX_SKIP_ATTEMPTS: u32 = 16;
+/// How long [`WorkerPool::close`] (`Loader.close()`, a loader's drop) waits for the threads to end before it
+/// leaves those still in a sample running: as long as `trdata.batch.STOP_WAIT_S`, the bound of a
+/// `batch_transform` call's wait. A native sample ends in far less; a sample in Python may never end.
+pub const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Files above this size are refused before reading (absurd input guard).
 pub const MAX_FILE_BYTES: u64 = 1 << 30;
 
@@ -263,6 +271,8 @@ struct PoolState {
     started: usize,
     start_error: Option<String>,
     shutdown: bool,
+    /// Threads spawned and not ended yet (each decrements it on its way out: [`AliveGuard`]).
+    alive: usize,
 }
 
 #[derive(Debug, Default)]
@@ -290,12 +300,15 @@ impl WorkerPool {
         let mut pool = Self { shared: Arc::clone(&shared), threads: Vec::with_capacity(workers), workers };
         for (w, cpu) in plan.into_iter().enumerate() {
             let sh = Arc::clone(&shared);
-            let spawned = std::thread::Builder::new()
-                .name(format!("trdata-w{w}"))
-                .spawn(move || worker_main(sh, w, workers, cpu, limits));
+            lock(&shared.state).alive += 1; // before the thread can end and count itself out
+            let spawned = std::thread::Builder::new().name(format!("trdata-w{w}")).spawn(move || {
+                let _alive = AliveGuard(&sh);
+                worker_main(&sh, w, workers, cpu, limits)
+            });
             match spawned {
                 Ok(h) => pool.threads.push(h),
                 Err(e) => {
+                    lock(&shared.state).alive -= 1;
                     pool.shutdown();
                     return Err(TrdataError::Worker(format!("cannot spawn worker thread {w}: {e}")));
                 }
@@ -346,6 +359,36 @@ impl WorkerPool {
             let _ = h.join();
         }
     }
+
+    /// Stop every thread and join those that end within `wait` ([`STOP_WAIT`] for a loader); idempotent. A thread
+    /// still running then (in a sample that does not return: a Python `__getitem__` or step) is detached and left
+    /// running: it ends by itself if the call ever returns (the station is closed, so it delivers nothing), and
+    /// until then what it holds (its job: the epoch's plan, stations and their buffers) stays allocated. Returns
+    /// how many threads were left so.
+    pub fn close(&mut self, wait: std::time::Duration) -> usize {
+        let deadline = std::time::Instant::now() + wait;
+        let mut g = lock(&self.shared.state);
+        g.shutdown = true;
+        self.shared.wake.notify_all();
+        while g.alive > 0 {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            g = self.shared.idle.wait_timeout(g, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        let all_ended = g.alive == 0;
+        drop(g);
+        let mut left_running = 0;
+        for h in self.threads.drain(..) {
+            if all_ended || h.is_finished() {
+                let _ = h.join(); // ended, or between its count-out and its return
+            } else {
+                left_running += 1; // dropping the handle detaches the thread
+            }
+        }
+        left_running
+    }
 }
 
 impl Drop for WorkerPool {
@@ -354,7 +397,17 @@ impl Drop for WorkerPool {
     }
 }
 
-fn worker_main(shared: Arc<PoolShared>, w: usize, workers: usize, cpu: Option<usize>, limits: DecodeLimits) {
+/// Counts a worker thread out of `PoolState::alive` when the thread ends, however it ends.
+struct AliveGuard<'a>(&'a PoolShared);
+
+impl Drop for AliveGuard<'_> {
+    fn drop(&mut self) {
+        lock(&self.0.state).alive -= 1;
+        self.0.idle.notify_all();
+    }
+}
+
+fn worker_main(shared: &PoolShared, w: usize, workers: usize, cpu: Option<usize>, limits: DecodeLimits) {
     // Start-up must always end in `started += 1` or a `start_error`: `WorkerPool::start` waits for one of them,
     // so a panic here (inside pinning or decoder set-up) is caught and reported instead of hanging the caller.
     let setup = std::panic::catch_unwind(|| {

@@ -51,7 +51,7 @@ import numpy as np
 
 from .. import _core
 from .._args import _bool_arg
-from ..errors import ConfigError
+from ..errors import ConfigError, _shown
 from .base import Source, _class_names
 from .extras import encode_all, stack_extras
 
@@ -146,7 +146,9 @@ class DatasetSource(Source):
         #: a cancelled epoch, are dropped when the loader starts the next one).
         self._read_extras: dict[tuple[int, int], collections.deque[dict[str, Any]]] = {}
         self._extras_lock = threading.Lock()  # the workers add, the consumer takes
-        self._native = _core.NativeSource.external(n, self._fetch)  # the core's count rule
+        cls = type(dataset)
+        # the core's count rule; the class names the dataset in checkpoints (the core's Dataset::identity)
+        self._native = _core.NativeSource.external(n, self._fetch, f"{cls.__module__}.{cls.__qualname__}")
 
     def __len__(self) -> int:
         return self._len
@@ -263,13 +265,18 @@ def _pixels(a: np.ndarray, what: str) -> np.ndarray:
 
 
 def _label(target: Any) -> int:
+    """The class index ``target`` stands for: an int of the core's label type (int64). Messages show the target
+    bounded (``_shown``): it may be anything ``__getitem__`` returned."""
     if isinstance(target, (bool, np.bool_)):
-        raise TypeError(f"the target {target!r} is a bool, not a class index")
+        raise TypeError(f"the target {_shown(target)} is a bool, not a class index")
     if hasattr(target, "numel") and target.numel() == 1:
         target = target.item()
     try:
-        return operator.index(target)
+        label = operator.index(target)
     except TypeError:
         raise TypeError(
-            f"the target {target!r} is a {type(target).__name__}, not a class index (an int)"
+            f"the target {_shown(target)} is a {type(target).__name__}, not a class index (an int)"
         ) from None
+    if not -(2**63) <= label < 2**63:
+        raise ValueError(f"the target {_shown(label)} does not fit a class index (int64)")
+    return label

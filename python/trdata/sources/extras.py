@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from .. import _core
-from ..errors import ConfigError
+from ..errors import ConfigError, _shown
 
 #: The kinds of a stored value (the core's ``ExtraKind`` codes).
 BYTES, TEXT, JSON, NPY = 1, 2, 3, 4
@@ -57,42 +57,76 @@ def decode(kind: int, data: bytes) -> Any:
 
 
 def encode(value: Any, name: str, index: int) -> tuple[int, bytes] | None:
-    """``value`` as (kind, bytes) for a packed file (module docs); None for None. A value JSON cannot hold is a
-    ``ConfigError`` naming the field and the sample."""
+    """``value`` as (kind, bytes) for a packed file (module docs); None for None. Strict: what :func:`decode` could
+    not read back (a str with a lone surrogate, which only ``surrogatepass`` would write) and what a packed file
+    cannot hold (a value JSON cannot hold, an array numpy cannot hold: a bfloat16 tensor) are a ``ConfigError``
+    naming the field and the sample, raised before anything is written."""
     if value is None:
         return None
+    field = f"{_shown(name)} of sample {index}"
     if isinstance(value, str):
-        return TEXT, value.encode("utf-8", "surrogatepass")
+        return TEXT, _utf8(value, f"{field} is a str that")
     if isinstance(value, (bytes, bytearray, memoryview)):
         return BYTES, bytes(value)
     if isinstance(value, np.ndarray) or (
         hasattr(value, "__array__") and not isinstance(value, (list, tuple))
     ):
-        array = np.asarray(value.cpu() if hasattr(value, "cpu") else value)
+        try:
+            array = np.asarray(value.cpu() if hasattr(value, "cpu") else value)
+        except (TypeError, ValueError, RuntimeError) as e:  # torch's bfloat16 (numpy has no such dtype), …
+            dtype = getattr(value, "dtype", None)
+            raise ConfigError(
+                f"invalid extras: {field} is a {type(value).__name__}"
+                f"{f' of dtype {dtype}' if dtype is not None else ''} that numpy cannot hold, so a packed file "
+                f"cannot store it ({_cut(e)}); convert it first (a bfloat16 tensor: .float())",
+                parameter="extras",
+            ) from None
         if array.dtype.hasobject:
             raise ConfigError(
-                f"invalid extras: {name!r} of sample {index} is an object array, which a packed file does not store",
+                f"invalid extras: {field} is an object array, which a packed file does not store",
                 parameter="extras",
             )
         out = io.BytesIO()
         np.save(out, array, allow_pickle=False)
         return NPY, out.getvalue()
     try:
-        return JSON, json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError, RecursionError) as e:
         raise ConfigError(
-            f"invalid extras: {name!r} of sample {index} is a {type(value).__name__} a packed file cannot store "
-            f"(str, bytes, arrays and JSON values can be: {e})",
+            f"invalid extras: {field} is a {type(value).__name__} a packed file cannot store "
+            f"(str, bytes, arrays and JSON values can be: {_cut(e)})",
+            parameter="extras",
+        ) from None
+    return JSON, _utf8(text, f"{field} is a {type(value).__name__} whose JSON text")
+
+
+def _utf8(text: str, what: str) -> bytes:
+    """``text`` as strict UTF-8 (what :func:`decode` reads back); a lone surrogate (``os.fsdecode`` of a non-UTF-8
+    name, a cut UTF-16 pair) is a ``ConfigError``: ``what`` names the field and the sample."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ConfigError(
+            f"invalid extras: {what} holds a lone surrogate {text[e.start : e.start + 1]!r} at character "
+            f"{e.start}, which is not valid UTF-8 and could not be read back; store such text as bytes",
             parameter="extras",
         ) from None
 
 
+def _cut(e: BaseException) -> str:
+    """An exception's text for a message, bounded."""
+    text = str(e)
+    return text if len(text) <= 120 else f"{text[:119]}…"
+
+
 def encode_all(values: Mapping[str, Any], index: int) -> list[tuple[str, int, bytes]]:
-    """One sample's extras as the core's ``pack`` takes them: (name, kind, bytes), Nones left out."""
+    """One sample's extras as the core's ``pack`` takes them: (name, kind, bytes), Nones left out. A field name
+    must be valid UTF-8 too (the file stores it as such)."""
     out = []
     for name, value in values.items():
         stored = encode(value, name, index)
         if stored is not None:
+            _utf8(name, f"the field name {_shown(name)} of sample {index}")
             out.append((name, *stored))
     return out
 
@@ -149,20 +183,20 @@ def check_extras(extras: Any, n: int) -> dict[str, list[Any]] | None:
     out = {}
     for name, values in extras.items():
         if not isinstance(name, str):
-            raise ConfigError(f"invalid extras: the name {name!r} must be a str", parameter="extras")
+            raise ConfigError(f"invalid extras: the name {_shown(name)} must be a str", parameter="extras")
         if (
             isinstance(values, (str, bytes))
             or isinstance(values, _UNORDERED)
             or not hasattr(values, "__len__")
         ):
             raise ConfigError(
-                f"invalid extras: {name!r} is a {type(values).__name__}, not a sequence of one value per sample",
+                f"invalid extras: {_shown(name)} is a {type(values).__name__}, not a sequence of one value per sample",
                 parameter="extras",
             )
         values = list(values)
         if len(values) != n:
             raise ConfigError(
-                f"invalid extras: {name!r} has {len(values)} values, one per sample is {n}",
+                f"invalid extras: {_shown(name)} has {len(values)} values, one per sample is {n}",
                 parameter="extras",
             )
         out[name] = values
