@@ -37,7 +37,6 @@ transform belongs in ``Loader(transforms=...)``.
 from __future__ import annotations
 
 import atexit
-import collections
 import contextlib
 import operator
 import os
@@ -54,6 +53,7 @@ from .._args import _bool_arg
 from ..errors import ConfigError, _shown
 from .base import Source, _class_names
 from .extras import encode_all, stack_extras
+from .reads import MISSING, PerRead
 
 #: The core's per-sample byte limit: a file, an encoded blob or a pixel array.
 _MAX_SAMPLE_BYTES: int = _core.MAX_SAMPLE_BYTES
@@ -140,12 +140,8 @@ class DatasetSource(Source):
         self._lock: threading.Lock | contextlib.nullcontext[None] = (
             contextlib.nullcontext() if _bool_arg(thread_safe, "thread_safe") else threading.Lock()
         )
-        #: The extras each read returned (a third item of __getitem__'s tuple), per (epoch, index), oldest first:
-        #: each delivered row takes one (every row of a batch is made by exactly one read), so the extras travel
-        #: with the read that made the row and nothing outlives its delivery (older epochs' leftovers, from
-        #: a cancelled epoch, are dropped when the loader starts the next one).
-        self._read_extras: dict[tuple[int, int], collections.deque[dict[str, Any]]] = {}
-        self._extras_lock = threading.Lock()  # the workers add, the consumer takes
+        #: The extras each read returned (a third item of __getitem__'s tuple), kept for the row it made (reads.py).
+        self._read_extras = PerRead()
         cls = type(dataset)
         # the core's count rule; the class names the dataset in checkpoints (the core's Dataset::identity)
         self._native = _core.NativeSource.external(n, self._fetch, f"{cls.__module__}.{cls.__qualname__}")
@@ -168,31 +164,23 @@ class DatasetSource(Source):
         return self._native
 
     def _epoch_started(self) -> None:
-        with self._extras_lock:
-            self._read_extras.clear()
+        self._read_extras.clear()
 
     def _batch_extras(self, indices: np.ndarray, epoch: int) -> dict[str, Any]:
         """The extras the reads of the rows ``indices`` (of ``epoch``) returned, one read's per row; a field a
         read did not return is None for it."""
-        store = self._read_extras
-        if not store:
+        if not self._read_extras:
             return {}
-        got: list[dict[str, Any] | None] = []
-        with self._extras_lock:
-            for i in indices:
-                reads = store.get((epoch, int(i)))
-                got.append(reads.popleft() if reads else None)
-                if reads is not None and not reads:
-                    del store[epoch, int(i)]
+        taken = (self._read_extras.take(epoch, int(i)) for i in indices)
+        got: list[dict[str, Any] | None] = [None if g is MISSING else g for g in taken]
         names = list(dict.fromkeys(n for g in got if g is not None for n in g))
         return {n: stack_extras([None if g is None else g.get(n) for g in got]) for n in names}
 
     def _pack_extras(self, i: int) -> list[tuple[str, int, bytes]]:
         """The extras the pack's read of sample ``i`` returned (``trdata.pack`` reads every sample once, as epoch 0,
         and asks for its extras after the read)."""
-        with self._extras_lock:
-            reads = self._read_extras.pop((0, i), None)
-        return encode_all(reads[0], i) if reads else []
+        extras = self._read_extras.take(0, i)
+        return [] if extras is MISSING else encode_all(extras, i)
 
     def _fetch(self, i: int, epoch: int) -> tuple[str, Any, int]:
         """Sample ``i`` as the core takes it (``NativeSource.external``): (kind, payload, label), or ("error",
@@ -217,8 +205,7 @@ class DatasetSource(Source):
             label = _label(self.class_to_idx.get(item[1], item[1]) if isinstance(item[1], str) else item[1])
             if len(item) == 3:
                 extras = dict(item[2])
-                with self._extras_lock:
-                    self._read_extras.setdefault((epoch, i), collections.deque()).append(extras)
+                self._read_extras.put(epoch, i, extras)
             return kind, payload, label
         except Exception:
             return "error", f"{type(self.dataset).__name__}[{i}] raised:\n{traceback.format_exc()}", 0
