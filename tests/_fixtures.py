@@ -276,3 +276,46 @@ def targets_with_1_and_3_workers(source: Any, n: int, **kw: Any) -> list[dict[in
             assert sorted(seen) == list(range(n))
             runs.append(target_rows(ld))
     return runs
+
+
+# A pure-Python CRC32C (Castagnoli, reflected): what a forger of trdata's files computes (packs, cache entries).
+_CRC32C_TABLE: list[int] = []
+for _n in range(256):
+    for _ in range(8):
+        _n = (_n >> 1) ^ 0x82F63B78 if _n & 1 else _n >> 1
+    _CRC32C_TABLE.append(_n)
+
+
+def crc32c(data: bytes) -> int:
+    """CRC32C of ``data`` (slow: for the few KB a test forges)."""
+    c = 0xFFFFFFFF
+    for byte in data:
+        c = _CRC32C_TABLE[(c ^ byte) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def write_coco_boxes(
+    root: Path, n: int, size: tuple[int, int], declared: dict[int, tuple[int, int]] | None = None
+) -> tuple[Path, Path]:
+    """``root/images/NNNN.jpg``: ``n`` photo-like JPEGs of ``size`` (w, h) with one box each
+    (``[w·0.6, h·0.1, w·0.3, h·0.3]`` in COCO's XYWH) and ``root/instances.json`` in COCO's layout, which declares
+    each image's size as ``declared`` says for it (else its true size). Returns (images folder, annotation file)."""
+    import json
+
+    from PIL import Image
+
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    w, h = size
+    images, annotations = [], []
+    for k in range(n):
+        name = f"{k:04d}.jpg"
+        Image.fromarray(photo(k, w, h)).save(root / "images" / name, quality=90)
+        dw, dh = (declared or {}).get(k, size)
+        images.append({"id": k + 1, "file_name": name, "width": dw, "height": dh})
+        box = [round(w * 0.6, 2), round(h * 0.1, 2), round(w * 0.3, 2), round(h * 0.3, 2)]
+        annotations.append({"id": k + 1, "image_id": k + 1, "category_id": 1, "iscrowd": 0, "bbox": box})
+    ann = root / "instances.json"
+    ann.write_text(
+        json.dumps({"images": images, "annotations": annotations, "categories": [{"id": 1, "name": "a"}]})
+    )
+    return root / "images", ann

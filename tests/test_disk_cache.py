@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 import trdata
-from _fixtures import write_jpegs
+from _fixtures import crc32c, write_jpegs
 from _servers import CREDS, s3_client, start_moto, start_proxy, start_range_server, stop
 from trdata.errors import ConfigError
 
@@ -368,21 +368,6 @@ def test_a_block_damaged_once_on_the_wire_costs_a_read_not_a_sample(
     got, stats = run_http(http, cache, tmp_path / "next")
     assert_same(got, reference)
     assert stats["disk_misses"] == 0 and stats["storage_refetches"] == 0, stats
-
-
-# A pure-Python CRC32C (Castagnoli, reflected), to forge what an older trdata wrote: the cache's own checksums.
-_CRC32C = []
-for _n in range(256):
-    for _ in range(8):
-        _n = (_n >> 1) ^ 0x82F63B78 if _n & 1 else _n >> 1
-    _CRC32C.append(_n)
-
-
-def crc32c(data: bytes) -> int:
-    c = 0xFFFFFFFF
-    for byte in data:
-        c = _CRC32C[(c ^ byte) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
 
 
 def test_an_entry_poisoned_by_an_older_writer_is_dropped_and_fetched_again(

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import trdata
-from _fixtures import photo
+from _fixtures import crc32c, photo
 from PIL import Image
 from trdata.sources.packed import inspect
 
@@ -219,20 +219,6 @@ def test_bools_are_refused_where_pack_takes_ints(tmp_path: Path) -> None:
 
 
 # ---- 14. Packed: repeated class names, labels outside the classes ---------------------------------------------
-
-_CRC_TABLE = []
-for _n in range(256):
-    _c = _n
-    for _ in range(8):
-        _c = (_c >> 1) ^ 0x82F63B78 if _c & 1 else _c >> 1
-    _CRC_TABLE.append(_c)
-
-
-def crc32c(data: bytes) -> int:
-    c = 0xFFFFFFFF
-    for byte in data:
-        c = _CRC_TABLE[(c ^ byte) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
 
 
 def reseal(buf: bytearray) -> None:

@@ -5,7 +5,6 @@ DataLoader goes on after a ``__getitem__`` raised — or replaced and counted un
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import trdata
-from _fixtures import photo
+from _fixtures import photo, write_coco_boxes
 
 PIL = pytest.importorskip("PIL")
 from PIL import Image  # noqa: E402
@@ -25,38 +24,13 @@ def _jpeg(path: Path, seed: int, w: int, h: int) -> None:
     Image.fromarray(photo(seed, w, h)).save(path, quality=90)
 
 
-def _coco(root: Path, n: int, sizes: dict[int, tuple[int, int]] | None = None) -> tuple[Path, Path]:
-    """n 64x48 JPEGs with one box each; ``sizes`` overrides what the file declares for some images."""
-    images, annotations = [], []
-    for k in range(n):
-        name = f"{k:04d}.jpg"
-        _jpeg(root / "images" / name, k, 64, 48)
-        w, h = (sizes or {}).get(k, (64, 48))
-        images.append({"id": k + 1, "file_name": name, "width": w, "height": h})
-        annotations.append(
-            {
-                "id": k + 1,
-                "image_id": k + 1,
-                "category_id": 1,
-                "iscrowd": 0,
-                "bbox": [40, 4, 20, 16],
-                "area": 320,
-            }
-        )
-    ann = root / "instances.json"
-    ann.write_text(
-        json.dumps({"images": images, "annotations": annotations, "categories": [{"id": 1, "name": "a"}]})
-    )
-    return root / "images", ann
-
-
 def _rows(batches: list[Any]) -> list[int]:
     return [int(i) for b in batches for i in b.indices[: b.valid]]
 
 
 def test_a_coco_size_that_is_not_the_images_is_the_samples_error(tmp_path: Path) -> None:
-    # image 2 is 64x48 but listed as 640x480: its box would be flipped at x=616 (the 640-wide canvas)
-    images, ann = _coco(tmp_path, 6, sizes={2: (640, 480)})
+    # image 2 is 64x48 but listed as 640x480: its box would be flipped on a 640-wide canvas
+    images, ann = write_coco_boxes(tmp_path, 6, (64, 48), {2: (640, 480)})
     coco = trdata.CocoDetection(images, ann)
     flip = [trdata.RandomHorizontalFlip(p=1.0)]
     with trdata.Loader(coco, batch_size=2, transforms=flip, pad_to=(480, 640), normalize=None) as loader:
@@ -75,11 +49,11 @@ def test_a_coco_size_that_is_not_the_images_is_the_samples_error(tmp_path: Path)
     assert len(rows) == 6 and 2 not in rows
     for b in batches:  # every box delivered is the true one, flipped on the true canvas
         for t in b.targets:
-            np.testing.assert_allclose(np.asarray(t["boxes"]), [[4, 4, 24, 20]])
+            np.testing.assert_allclose(np.asarray(t["boxes"]), [[6.4, 4.8, 25.6, 19.2]], atol=1e-4)
 
 
 def test_a_pack_refuses_the_record_whose_size_is_not_the_declared_one(tmp_path: Path) -> None:
-    images, ann = _coco(tmp_path, 4, sizes={1: (640, 480)})
+    images, ann = write_coco_boxes(tmp_path, 4, (64, 48), {1: (640, 480)})
     coco = trdata.CocoDetection(images, ann)
     out = tmp_path / "coco.trd"
     with pytest.raises(trdata.DecodeError) as e:

@@ -5,14 +5,13 @@ loader's iterator goes on after a raised sample error. Skips without CUDA, torch
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import trdata
-from _fixtures import photo
+from _fixtures import photo, write_coco_boxes
 from PIL import Image
 from trdata._cuda_libs import nvjpeg as _nvjpeg
 
@@ -25,31 +24,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _coco(root: Path, n: int, wrong: dict[int, tuple[int, int]]) -> trdata.CocoDetection:
-    images, annotations = [], []
-    (root / "images").mkdir(parents=True)
-    for k in range(n):
-        name = f"{k:04d}.jpg"
-        Image.fromarray(photo(k, 256, 192)).save(root / "images" / name, quality=90)
-        w, h = wrong.get(k, (256, 192))
-        images.append({"id": k + 1, "file_name": name, "width": w, "height": h})
-        annotations.append(
-            {
-                "id": k + 1,
-                "image_id": k + 1,
-                "category_id": 1,
-                "iscrowd": 0,
-                "bbox": [100, 40, 60, 50],
-                "area": 3000,
-            }
-        )
-    ann = root / "instances.json"
-    ann.write_text(
-        json.dumps({"images": images, "annotations": annotations, "categories": [{"id": 1, "name": "a"}]})
-    )
-    return trdata.CocoDetection(root / "images", ann)
-
-
 def _epoch(source: Any, **kw: Any) -> list[tuple[list[int], list[np.ndarray]]]:
     out = []
     with trdata.Loader(source, batch_size=4, seed=3, reproducible=True, dtype="uint8", **kw) as loader:
@@ -60,7 +34,7 @@ def _epoch(source: Any, **kw: Any) -> list[tuple[list[int], list[np.ndarray]]]:
 
 
 def test_a_wrong_declared_size_stays_off_the_gpu_route_and_is_the_samples_error(tmp_path: Path) -> None:
-    coco = _coco(tmp_path, 12, {5: (512, 384)})
+    coco = trdata.CocoDetection(*write_coco_boxes(tmp_path, 12, (256, 192), {5: (512, 384)}))
     tf = [trdata.RandomResizedCrop(128), trdata.RandomHorizontalFlip()]
     with trdata.Loader(
         coco, batch_size=4, transforms=tf, device="cuda", decode="gpu", dtype="uint8"
