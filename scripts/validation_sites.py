@@ -133,6 +133,8 @@ EDGE_TRANSLATORS = {
         "check_extras": "extras is a dict of str names → a sequence of one value per sample",
         "encode": "an extra value a packed file can hold (str, bytes, arrays, JSON values); its size and the "
         "names: the core's rule (source/packed_extras.rs)",
+        "_utf8": "a str extra (a value, its JSON text or a field name) is strict UTF-8, readable back (no lone "
+        "surrogate)",
     },
     "src/py/pack.rs": {
         "extras_of": "what the Python side's extras(i) raised (extras.py encode), carried to the pack as a "
@@ -162,7 +164,7 @@ EDGE_TRANSLATORS = {
         "refuse_mosaic": "a Mosaic's source holds targets it can merge (the source's kind; no value rule)",
     },
     "python/trdata/sources/yolo.py": {
-        "_class_names": "classes is None, a sequence of str, or ultralytics' names mapping with the keys 0..n-1 "
+        "_yolo_class_names": "classes is None, a sequence of str, or ultralytics' names mapping with the keys 0..n-1 "
         "(its form; the ids within it: a SourceError on the label file)",
     },
     "python/trdata/sources/segmentation.py": {
