@@ -344,7 +344,7 @@ def test_extras_travel_with_the_read_that_made_the_row() -> None:
             ld.set_epoch(epoch)
             for b in ld:
                 assert b.extras["k"] == b.labels.tolist()
-    assert src._read_extras == {}
+    assert not src._read_extras
 
 
 SCRIPT_STEP = """
