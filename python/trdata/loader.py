@@ -809,7 +809,9 @@ class Loader:
 
     def __iter__(self) -> Iterator[Batch]:
         """A new iterator: it supersedes every older one (their next ``next()`` raises
-        ``StaleIteratorError``); its epoch starts at its first ``next()``."""
+        ``StaleIteratorError``); its epoch starts at its first ``next()``. A ``DecodeError`` raised by ``next()``
+        (``on_error='raise'``) loses the batch that held the sample, as torch's DataLoader does; the iterator stays
+        usable and its next ``next()`` delivers the following batch."""
         self._check_process()
         token = self._native.new_iteration()
         if self._batch_transform is None:
