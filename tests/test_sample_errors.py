@@ -211,3 +211,79 @@ def test_fifty_epochs_over_python_sources_keep_nothing_per_read(tmp_path: Path) 
             assert len(seg._maps._values) <= 4 and not ds._read_extras
             rss.append(_rss_bytes())
     assert rss[-1] - rss[4] < 32 * 2**20, [r // 2**20 for r in rss]
+
+
+@pytest.mark.parametrize("mosaic", [False, True])
+def test_a_row_that_fails_after_its_targets_were_read_keeps_nothing(tmp_path: Path, mosaic: bool) -> None:
+    """A worker reads a row's label map before its image: when the image (or another part of its Mosaic) then
+    fails, what it kept is dropped again, so nothing waits for a batch that will not take it."""
+    seg = _voc(tmp_path, 10)
+    (tmp_path / "img" / "4.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a JPEG")  # fails after its map was read
+    _jpeg(tmp_path / "img" / "7.jpg", 7, 60, 50)  # not the declared size any more
+    tf = [trdata.Mosaic(24)] if mosaic else [trdata.CenterCrop(24)]
+    with trdata.Loader(seg, batch_size=3, transforms=tf, workers=2, on_error="skip", seed=2) as loader:
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            rows = _rows(list(loader))
+            assert len(rows) == 10 and not {4, 7} & set(rows)
+            assert not seg._maps, seg._maps._values
+
+
+def test_a_source_read_by_the_workers_is_freed_with_its_last_reference(tmp_path: Path) -> None:
+    """The callables a source hands its native object hold it weakly: no cycle the collector cannot see through
+    the native object keeps the source (its files, a full pack's data) alive."""
+    import gc
+    import weakref
+
+    seg = _voc(tmp_path / "voc", 4)
+    out = tmp_path / "seg.trd"
+    trdata.pack(seg, out, progress=False)
+    sources = [
+        seg,
+        trdata.Packed(out),
+        trdata.DatasetSource(_Captioned(sorted((tmp_path / "voc" / "img").iterdir()))),
+    ]
+    for source in sources:
+        with trdata.Loader(source, batch_size=2, transforms=[trdata.CenterCrop(24)]) as loader:
+            assert len(_rows(list(loader))) == 4
+    refs = [weakref.ref(s) for s in sources]
+    del seg, sources, source, loader
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]
+
+
+def test_asking_the_loader_while_another_thread_cancels_an_epoch_never_deadlocks(tmp_path: Path) -> None:
+    """The loader's lock is taken without the GIL: a thread cancelling an epoch waits for workers that need the GIL
+    (label maps read in Python), while this thread asks for stats. In a subprocess, so a regression fails instead
+    of hanging the suite."""
+    import subprocess
+    import sys
+    import textwrap
+
+    _voc(tmp_path, 16)
+    script = tmp_path / "t.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import time, trdata
+        slow_map = trdata.SegmentationFolder.label_map
+        def slow(self, i):
+            time.sleep(0.5)
+            return slow_map(self, i)
+        trdata.SegmentationFolder.label_map = slow
+        seg = trdata.SegmentationFolder({str(tmp_path / "img")!r}, {str(tmp_path / "map")!r})
+        ld = trdata.Loader(seg, batch_size=2, transforms=[trdata.CenterCrop(24)], workers=2,
+                           batch_transform=lambda b, g: b)
+        it = iter(ld)
+        next(it)
+        time.sleep(0.2)
+        it2 = iter(ld)  # the prefetch thread cancels the running epoch while workers read maps
+        t0 = time.time()
+        while time.time() - t0 < 3:
+            ld.stats()
+        ld.close()
+        print("done", flush=True)
+        """)
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0 and "done" in proc.stdout, proc.stderr[-2000:]

@@ -40,14 +40,12 @@ STAGES = {
     """,
     "label-maps": """
         import PIL.Image, numpy as np
-        seg = trdata.SegmentationFolder(root / "img", root / "map")
-        slow = seg.label_map
-        def label_map(i):
+        slow = trdata.SegmentationFolder.label_map
+        def label_map(self, i):
             time.sleep(0.05)
-            return slow(i)
-        seg.label_map = label_map
-        from trdata.sources import segmentation
-        seg._native = seg._native.with_targets(lambda i, e: segmentation.read_target(seg._maps, label_map, i, e))
+            return slow(self, i)
+        trdata.SegmentationFolder.label_map = label_map  # before the source binds it (its workers read maps)
+        seg = trdata.SegmentationFolder(root / "img", root / "map")
         loader = trdata.Loader(seg, batch_size=4, workers=2, transforms=[trdata.CenterCrop(16)])
         for epoch in range(100):
             loader.set_epoch(epoch)

@@ -207,10 +207,28 @@ impl NativeLoader {
         Ok(())
     }
 
-    /// The core loader, after `check_process`.
+    /// The core loader, after `check_process`. Taken without holding the GIL while another thread holds it: a
+    /// holder may be cancelling an epoch and waiting for a worker that needs the GIL (a Python source's read, a
+    /// label map read by `NativeSource.with_targets`), so blocking here attached would deadlock all three. Ctrl-C
+    /// interrupts the wait.
     fn lock(&self) -> PyResult<MutexGuard<'_, Loader>> {
         self.check_process()?;
-        Ok(lock(&self.inner))
+        self.lock_detached()
+    }
+
+    /// `inner`, waited for with the GIL released ([`Self::lock`]'s reason), without the process check.
+    fn lock_detached(&self) -> PyResult<MutexGuard<'_, Loader>> {
+        loop {
+            match self.inner.try_lock() {
+                Ok(guard) => return Ok(guard),
+                Err(std::sync::TryLockError::Poisoned(p)) => return Ok(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => Python::attach(|py| {
+                    py.check_signals()?;
+                    py.detach(|| std::thread::sleep(std::time::Duration::from_millis(1)));
+                    Ok::<(), PyErr>(())
+                })?,
+            }
+        }
     }
 
     fn foreign_process(&self) -> bool {
@@ -641,7 +659,7 @@ impl NativeLoader {
         for (k, v) in self.stats.snapshot() {
             d.set_item(k, v)?;
         }
-        let inner = lock(&self.inner);
+        let inner = self.lock_detached()?;
         for (k, v) in inner.dataset().io_stats() {
             d.set_item(k, v)?;
         }
@@ -686,8 +704,8 @@ impl NativeLoader {
 
     /// True once closed, and always in a process other than the creating one (no lock touched there).
     #[getter]
-    fn closed(&self) -> bool {
-        self.foreign_process() || lock(&self.inner).is_closed()
+    fn closed(&self) -> PyResult<bool> {
+        Ok(self.foreign_process() || self.lock_detached()?.is_closed())
     }
 }
 

@@ -81,11 +81,12 @@ impl NativeSource {
     }
 
     /// This source with its targets made outside the core, per read: `make(i, epoch)` makes and keeps sample i's
-    /// targets for a row of `epoch` and returns None, or a message (the sample's `Target` error). Called by the
-    /// worker that makes the row (`source::TargetReader`).
-    fn with_targets(&self, make: Py<PyAny>) -> Self {
+    /// targets for a row of `epoch` and returns None, or a message (the sample's `Target` error); `discard(i,
+    /// epoch)` drops one kept value whose row failed. Called by the worker that makes the row
+    /// (`source::TargetReader`).
+    fn with_targets(&self, make: Py<PyAny>, discard: Py<PyAny>) -> Self {
         let mut dataset = (*self.dataset).clone();
-        dataset.targets = Some(source::ExternalTargets(std::sync::Arc::new(PyTargets { make })));
+        dataset.targets = Some(source::ExternalTargets(std::sync::Arc::new(PyTargets { make, discard })));
         Self::new(dataset)
     }
 
@@ -369,6 +370,7 @@ impl Reader for PyReader {
 /// A Python source's per-read targets as the core's [`source::TargetReader`] (`NativeSource.with_targets`).
 struct PyTargets {
     make: Py<PyAny>,
+    discard: Py<PyAny>,
 }
 
 impl source::TargetReader for PyTargets {
@@ -385,6 +387,13 @@ impl source::TargetReader for PyTargets {
             }
         })
         .unwrap_or_else(|| Err(target_error("the Python interpreter is shutting down".into())))
+    }
+
+    fn discard(&self, i: usize, epoch: u64) {
+        // An error here (the interpreter shutting down) only leaves a value until the next epoch clears it.
+        Python::try_attach(|py| {
+            let _ = self.discard.bind(py).call1((i, epoch));
+        });
     }
 }
 

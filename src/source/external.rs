@@ -84,6 +84,11 @@ pub trait Reader: Send + Sync {
 pub trait TargetReader: Send + Sync {
     /// Make and keep sample `i`'s targets for a row of `epoch`.
     fn read(&self, i: usize, epoch: u64) -> Result<(), ImageError>;
+
+    /// Drop one kept value of sample `i` in `epoch`: a [`TargetReader::read`] whose row then failed (its image,
+    /// another part of its Mosaic) or is made again (a GPU row the CPU path redoes), so no value waits for a
+    /// batch that will not take it.
+    fn discard(&self, i: usize, epoch: u64);
 }
 
 /// A dataset's [`TargetReader`] (shared by every loader over it).

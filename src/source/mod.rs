@@ -137,6 +137,14 @@ impl Dataset {
         self.targets.as_ref().map_or(Ok(()), |t| t.0.read(i, epoch))
     }
 
+    /// Drop what a successful [`Dataset::read_targets`] of sample `i` in `epoch` kept (its row failed or is made
+    /// again: [`TargetReader::discard`]); nothing when targets are not made outside the core.
+    pub fn discard_targets(&self, i: usize, epoch: u64) {
+        if let Some(t) = &self.targets {
+            t.0.discard(i, epoch);
+        }
+    }
+
     /// The size (width, height) the source declares for image `i`, if it declares sizes.
     pub fn declared_size(&self, i: usize) -> Option<(u32, u32)> {
         self.sizes.as_ref().map(|s| s[i])

@@ -495,6 +495,8 @@ impl crate::gpu_decode::CpuFallback for EpochFallback {
     fn produce(&self, index: u64, dst: &mut RowWriter<'_>) -> std::result::Result<u64, SampleError> {
         let mut g = lock(&self.scratch);
         let (scratch, file_buf) = &mut *g;
+        // the GPU-routed attempt read the row's targets: this one reads them again
+        self.job.ctx.dataset.discard_targets(index as usize, self.job.plan.epoch);
         produce(&self.job, index, scratch, file_buf, dst, None)
     }
 
@@ -699,7 +701,10 @@ fn attempt_sample(
         mosaic_sample(job, key, scratch, file_buf, dst).map(Some)
     } else {
         (ctx.dataset.read_targets(i, job.plan.epoch))
-            .and_then(|()| one_sample(job, i, t0, key, scratch, file_buf, dst, gpu))
+            .and_then(|()| {
+                one_sample(job, i, t0, key, scratch, file_buf, dst, gpu)
+                    .inspect_err(|_| ctx.dataset.discard_targets(i, job.plan.epoch))
+            })
             .map_err(|e| (index, e))
     };
     match result {
@@ -749,11 +754,14 @@ fn mosaic_sample(
     let ctx = &job.ctx;
     // A partial pack's cache counts the row's planned read once the row is made (`produce`, `PlannedRead`), so
     // the parts are all read outside the plan (source/block_cache.rs: the window stays needed until then)
+    // the parts whose targets were read: dropped again if the row fails (no batch takes them)
+    let mut targets_read: Vec<usize> = Vec::new();
     let mut read = |j: u64, decode: &mut DecodePart<'_>| {
         let i = j as usize;
         let declared = ctx.dataset.declared_size(i);
         let mut decode = |bytes: &[u8]| decode(bytes, declared);
         ctx.dataset.read_targets(i, job.plan.epoch)?;
+        targets_read.push(i);
         let t0 = Instant::now();
         let counted = |bytes: &[u8]| {
             Stats::add_since(&ctx.stats.read_ns, t0);
@@ -802,7 +810,11 @@ fn mosaic_sample(
     };
     // partners from the row's window when the source is read window by window (augment/mosaic.rs)
     let partners = Partners::of(ctx.dataset.len() as u64, job.plan.windows());
-    ctx.pipeline.first().process_mosaic(scratch, key, partners, &mut read, dst.view_mut(0))
+    let made = ctx.pipeline.first().process_mosaic(scratch, key, partners, &mut read, dst.view_mut(0));
+    if made.is_err() {
+        targets_read.iter().for_each(|&i| ctx.dataset.discard_targets(i, job.plan.epoch));
+    }
+    made
 }
 
 /// Read dataset sample `i` (one image, not a mosaic) and decode it into every view of `dst`.

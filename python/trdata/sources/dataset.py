@@ -53,7 +53,7 @@ from .._args import _bool_arg
 from ..errors import ConfigError, _shown
 from .base import Source, _class_names
 from .extras import encode_all, stack_extras
-from .reads import MISSING, PerRead
+from .reads import MISSING, PerRead, weakly
 
 #: The core's per-sample byte limit: a file, an encoded blob or a pixel array.
 _MAX_SAMPLE_BYTES: int = _core.MAX_SAMPLE_BYTES
@@ -143,8 +143,10 @@ class DatasetSource(Source):
         #: The extras each read returned (a third item of __getitem__'s tuple), kept for the row it made (reads.py).
         self._read_extras = PerRead()
         cls = type(dataset)
-        # the core's count rule; the class names the dataset in checkpoints (the core's Dataset::identity)
-        self._native = _core.NativeSource.external(n, self._fetch, f"{cls.__module__}.{cls.__qualname__}")
+        # the core's count rule; the class names the dataset in checkpoints (the core's Dataset::identity); the
+        # source's fetch held weakly (reads.py weakly: no cycle through the native object)
+        fetch = weakly(self._fetch, ("error", "the DatasetSource was freed while a loader read it", 0))
+        self._native = _core.NativeSource.external(n, fetch, f"{cls.__module__}.{cls.__qualname__}")
 
     def __len__(self) -> int:
         return self._len

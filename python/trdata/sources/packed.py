@@ -35,7 +35,7 @@ from .extras import NPY, stack_extras
 from .extras import decode as decode_extra
 from .reads import PerRead
 from .segmentation import FILL, decode_label_map
-from .targets import move_boxes, moved_label_map, plan_rows, read_target, taken, target_plans
+from .targets import move_boxes, moved_label_map, plan_rows, taken, target_plans, worker_targets
 
 #: The ``mode`` choices of :class:`Packed`.
 MODES = ("full", "partial")
@@ -319,9 +319,7 @@ class Packed(Source):
         # whose annotations cannot be read is the sample's error, under on_error)
         self._read = PerRead()
         make = self._label_map if self.target_kind == "semantic" else self._image_targets
-        self._native = self._native.with_sizes(self._sizes).with_targets(
-            functools.partial(read_target, self._read, make)
-        )
+        self._native = self._native.with_sizes(self._sizes).with_targets(*worker_targets(self._read, make))
         ids = self._field_values(packed_targets.PREFIX + "image_id")
         bad = next((i for i, v in enumerate(ids) if v.dtype != np.int64 or v.shape != ()), None)
         if bad is not None:

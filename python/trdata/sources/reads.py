@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import collections
 import threading
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 #: ``PerRead.take``'s answer when no read kept a value for the row.
@@ -49,3 +51,19 @@ class PerRead:
         """Drop everything (the loader starts an epoch)."""
         with self._lock:
             self._values.clear()
+
+
+def weakly(method: Callable[..., Any], gone: Any) -> Callable[..., Any]:
+    """``method`` (a bound method of a source) called through a weak reference, ``gone`` once the source was
+    freed. What a source hands its own native object (``NativeSource.external``, ``with_targets``) is held by it:
+    a strong reference back to the source would be a cycle the collector cannot see through the native object,
+    so the source (its open files, a full pack's data) would never be freed."""
+    if not hasattr(method, "__self__"):  # a plain function holds no source
+        return method
+    ref = weakref.WeakMethod(method)  # type: ignore[arg-type]
+
+    def call(*args: Any) -> Any:
+        m = ref()
+        return gone if m is None else m(*args)
+
+    return call

@@ -47,9 +47,9 @@ from .targets import (
     path_arg,
     pillow,
     read_header,
-    read_target,
     taken,
     target_plans,
+    worker_targets,
 )
 
 #: Pillow modes of a label map of class indices.
@@ -106,7 +106,7 @@ class SegmentationFolder(Source):
         self._native = (
             _core.NativeSource.files(self.paths, self.labels, [])
             .with_sizes(self._sizes)
-            .with_targets(functools.partial(read_target, self._maps, self.label_map))
+            .with_targets(*worker_targets(self._maps, self.label_map))
         )
 
     def _image_paths(self, keys: list[str], image_suffix: str | None) -> list[str]:

@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import _core
 from ..errors import ConfigError, DecodeError, SourceError
-from .reads import MISSING, PerRead
+from .reads import MISSING, PerRead, weakly
 
 #: The longest message of a target read's error (a repr in it may be a whole array's).
 _MAX_MESSAGE = 4096
@@ -180,6 +180,29 @@ def read_target(kept: PerRead, make: Callable[[int], Any], i: int, epoch: int) -
         message = str(e) if isinstance(e, (SourceError, DecodeError)) else f"{type(e).__name__}: {e}"
         return message if len(message) <= _MAX_MESSAGE else message[:_MAX_MESSAGE] + "…"
     return None
+
+
+def worker_targets(
+    kept: PerRead, make: Callable[[int], Any]
+) -> tuple[Callable[[int, int], str | None], Callable[[int, int], None]]:
+    """The (read, discard) pair a source gives ``NativeSource.with_targets``: ``read(i, epoch)`` keeps ``make(i)``
+    in ``kept`` (``read_target``), ``discard(i, epoch)`` drops one kept value whose row failed. ``make``, a bound
+    method of the source, is held weakly (reads.py ``weakly``)."""
+    made = weakly(make, MISSING)
+
+    def read(i: int, epoch: int) -> str | None:
+        return read_target(kept, lambda j: _made(made(j)), i, epoch)
+
+    def discard(i: int, epoch: int) -> None:
+        kept.take(epoch, i)
+
+    return read, discard
+
+
+def _made(value: Any) -> Any:
+    if value is MISSING:
+        raise SourceError("the source was freed while a loader read it")
+    return value
 
 
 def taken(kept: PerRead, make: Callable[[int], Any], epoch: int, i: int) -> Any:
