@@ -29,12 +29,7 @@ STAGES = {
             ready()
     """,
     "python-source": """
-        class Slow:
-            def __len__(self): return 200
-            def __getitem__(self, i):
-                time.sleep(0.05)
-                return paths[i % len(paths)], 0
-        loader = trdata.Loader(Slow(), batch_size=10, workers=2, transforms=[trdata.CenterCrop(16)])
+        loader = trdata.Loader(Slow(200, 0.05), batch_size=10, workers=2, transforms=[trdata.CenterCrop(16)])
         for b in loader:
             ready()
     """,
@@ -53,14 +48,7 @@ STAGES = {
                 ready()
     """,
     "pack": """
-        class Slow:
-            def __len__(self): return 400
-            def __getitem__(self, i):
-                time.sleep(0.01)
-                if i == 20:
-                    ready()  # from the pack's reading thread, the main thread waiting in pack()
-                return paths[i % len(paths)], 0
-        trdata.pack(Slow(), root / "out.trd", progress=False)
+        trdata.pack(Slow(400, 0.01, ready_at=20), root / "out.trd", progress=False)
     """,
 }
 
@@ -84,6 +72,16 @@ def test_sigterm_turned_into_system_exit_ends_the_process_at_every_stage(tmp_pat
         def ready():  # called from inside the stage, which goes on for seconds after it
             if not said:
                 said.append(print("ready", flush=True))
+        class Slow:  # a map-style dataset whose reads take `delay` s; read `ready_at` says "ready"
+            def __init__(self, n, delay, ready_at=None):
+                self.n, self.delay, self.ready_at = n, delay, ready_at
+            def __len__(self):
+                return self.n
+            def __getitem__(self, i):
+                time.sleep(self.delay)
+                if i == self.ready_at:
+                    ready()  # from the reading thread, the main thread waiting in trdata
+                return paths[i % len(paths)], 0
         def main():
         """)
         + body

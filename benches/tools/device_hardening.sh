@@ -1,5 +1,5 @@
 #!/bin/bash
-# On the GPU machine: the CUDA tests after the fourth hardening round (issue 35): every test under tests/cuda,
+# On the GPU machine: the CUDA tests of the sample-error and target paths: every test under tests/cuda,
 # tests/cuda/test_targets_cuda.py among them (a wrong declared size never takes the GPU route and is the sample's
 # Target error; label maps read by the workers follow on_error on CUDA loaders; a CUDA iterator goes on after a
 # raised sample error). $CARRY (default devcarry) holds dist/ (the abi3 wheel). Output: $OUT/cuda_tests.txt.
