@@ -13,7 +13,7 @@ const LAYERS: &[&str] = &[
     // where bytes live (local files, objects behind URLs), beneath the sources
     "storage", //
     // the data path, in order
-    "source", "plan", "decode", "augment", "staging", "gpu_decode", "transfer", "worker", "export", //
+    "source", "plan", "decode", "augment", "sample", "staging", "gpu_decode", "transfer", "worker", "export", //
     // assembly: the validated configuration and the loader that runs it
     "config", "loader", //
     // tooling beside the data path, and the Python binding
@@ -23,12 +23,12 @@ const LAYERS: &[&str] = &[
 /// The rooms gpu_decode/ may use (a subset of the earlier layers): it decodes the windows of files decode/'s header
 /// walk admitted, with the augment pipeline's taps, through cuda/, into staging's rows; never the source, the plan
 /// or the topology (the worker and the loader hand it what it needs).
-const GPU_DECODE_USES: &[&str] = &["error", "sync", "stats", "rng", "cuda", "decode", "augment", "staging"];
+const GPU_DECODE_USES: &[&str] = &["error", "sync", "stats", "rng", "cuda", "decode", "augment", "sample", "staging"];
 
 /// What transfer/ may name of gpu_decode/: the transfer thread's part of the path (`GpuRows`: start is the
 /// loader's, the transfer thread resets, collects, finishes, releases, adjusts and closes) and the CPU fallback
 /// it runs for the tasks the GPU could not decode. Nothing of the queue, the tasks, the threads or the pool.
-const TRANSFER_SEES_OF_GPU_DECODE: &[&str] = &["GpuRows", "CpuFallback"];
+const TRANSFER_SEES_OF_GPU_DECODE: &[&str] = &["GpuRows", "CpuFallback", "Patch"];
 
 /// Rooms only tests may use.
 const TEST_ONLY: &[&str] = &["test_data", "layering_tests"];

@@ -1,7 +1,7 @@
 //! trdata — the input pipeline that keeps GPUs fed.
 //!
 //! ```text
-//! source ─► plan ─► decode ─► augment ─► staging ─► gpu_decode ─► transfer ─► export ─► py
+//! source ─► plan ─► decode ─► augment (+ sample: targets) ─► staging ─► gpu_decode ─► transfer ─► export ─► py
 //! (files)  (epoch  (ROI +    (fused     (pinned    (nvJPEG      (station,   (DLPack   (numpy/torch)
 //!           order,  DCT       RRC/flip/  slabs,     queue,       H2D engine, owners,
 //!           claims) scaling)  normalize) NUMA)      resample     slot ring)  capsules)
@@ -18,7 +18,8 @@
 //!   RLE, checked before anything is allocated from them);
 //! - where bytes live: `storage` (a local path or a URL — s3://, gs://, az://, http(s):// — read by byte ranges,
 //!   with retries, deadlines and counters; fork-safe);
-//! - the data path: `source` → `plan` → `decode` → `augment` → `staging` → `gpu_decode` (the GPU decode path:
+//! - the data path: `source` → `plan` → `decode` → `augment` → `sample` (a sample's targets: read from their
+//!   store, moved with the row's geometry, gathered per batch as ragged columns) → `staging` → `gpu_decode` (the GPU decode path:
 //!   routing, the decode queue and threads, the resample into device slots; transfer/ sees only its `GpuRows` and
 //!   `CpuFallback`) → `transfer` → `worker` (the pool that runs decode/augment into staging slots, or routes a
 //!   sample to gpu_decode, and publishes them through the station) → `export`;
@@ -58,6 +59,7 @@ pub mod pack;
 pub mod param;
 pub mod plan;
 pub mod rng;
+pub mod sample;
 pub mod source;
 pub mod staging;
 pub mod stats;

@@ -24,6 +24,7 @@ use crate::error::{Result, SampleError, TrdataError};
 use crate::gpu_decode::{CpuFallback, GpuDecode, GpuDecodeSetup, GpuRows, Share};
 use crate::plan::resume::{ResumePoint, SeqBitmap};
 use crate::plan::{EpochPlan, LastBatch, PlanShape};
+use crate::sample::{RowTargets, TargetBatch, TargetStore};
 use crate::source::Dataset;
 use crate::stats::{GpuCounters, Stats};
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering, lock};
@@ -55,6 +56,8 @@ pub struct EngineBatch {
     pub valid: usize,
     /// Epoch the batch belongs to.
     pub epoch: u64,
+    /// Every row's targets as ragged columns (sample/batch.rs), when the source has targets.
+    pub targets: Option<TargetBatch>,
 }
 
 /// Where a loader delivers its batches.
@@ -386,6 +389,7 @@ impl Loader {
             on_error: cfg.on_error,
             skipped: Mutex::new(SkipLog::default()),
             any_bad: AtomicBool::new(false),
+            targets: None,
         });
         Ok(Self {
             cfg,
@@ -840,6 +844,8 @@ impl Loader {
             }
         }
         let first_engine = self.cfg.rank as u64 * self.devices.engines() as u64;
+        let store = self.ctx.targets.clone();
+        let shape = &self.shape;
         let running = self.running.as_mut().expect("checked above");
         running.next_batch += 1;
         if let Some(error) = running.failed.take() {
@@ -855,16 +861,34 @@ impl Loader {
             .enumerate()
             .map(|(d, p)| {
                 let mut images = p.take().expect("every engine delivered");
-                let (labels, indices) = match &mut images {
-                    BatchImages::Host(lease) => lease.buffer().labels_and_indices(lease.rows),
+                let (labels, indices, rows) = match &mut images {
+                    BatchImages::Host(lease) => {
+                        let (labels, indices) = lease.buffer().labels_and_indices(lease.rows);
+                        (labels, indices, lease.buffer().take_targets(lease.rows))
+                    }
                     // moved out, not copied: the device batch is handed on with its lease only
-                    BatchImages::Device(db) => (std::mem::take(&mut db.labels), std::mem::take(&mut db.indices)),
+                    BatchImages::Device(db) => (
+                        std::mem::take(&mut db.labels),
+                        std::mem::take(&mut db.indices),
+                        std::mem::take(&mut db.targets),
+                    ),
                 };
-                let valid = self.shape.valid_in_batch(first_engine + d as u64, b) as usize;
-                EngineBatch { images, labels, indices, valid, epoch }
+                let valid = shape.valid_in_batch(first_engine + d as u64, b) as usize;
+                let targets = target_batch(store.as_deref(), rows)?;
+                Ok(EngineBatch { images, labels, indices, valid, epoch, targets })
             })
-            .collect();
+            .collect::<Result<Vec<_>>>()?;
         Ok(NextStep::Step(step))
+    }
+
+    /// Use `store`'s targets: the workers make each row's beside its image (sample/). Called before the first
+    /// epoch starts; the transforms are checked against it now (`check_targets`).
+    pub fn set_targets(&mut self, store: std::sync::Arc<dyn TargetStore>) -> Result<()> {
+        self.check_targets()?;
+        let ctx = Arc::get_mut(&mut self.ctx)
+            .ok_or_else(|| TrdataError::Worker("the targets must be set before the loader starts".into()))?;
+        ctx.targets = Some(store);
+        Ok(())
     }
 
     /// Ask local engine `d` for batch `b` of the running epoch, waiting at most `timeout`.
@@ -939,4 +963,16 @@ impl Drop for Loader {
     fn drop(&mut self) {
         let _ = self.close(); // no caller to warn of threads left running here (the binding's close() does)
     }
+}
+
+/// A delivered batch's targets as ragged columns (sample/batch.rs); None without a target store. Every row
+/// of a delivered batch was made, so each has its targets: one without is a worker bug, reported.
+fn target_batch(store: Option<&dyn TargetStore>, rows: Vec<Option<RowTargets>>) -> Result<Option<TargetBatch>> {
+    let Some(store) = store else { return Ok(None) };
+    let rows = rows
+        .into_iter()
+        .enumerate()
+        .map(|(r, t)| t.ok_or_else(|| TrdataError::Worker(format!("row {r} of a delivered batch has no targets"))))
+        .collect::<Result<Vec<_>>>()?;
+    TargetBatch::from_rows(store.kind(), store.masks(), store.keypoints(), &rows).map(Some).map_err(TrdataError::Worker)
 }

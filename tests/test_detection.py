@@ -290,35 +290,45 @@ def test_padded_targets_and_what_is_refused(coco: tuple[Path, Path], tmp_path: P
         trdata.CocoDetection(images, bad)
 
 
-def test_a_batchs_targets_go_to_a_device_as_views_of_one_buffer_per_dtype() -> None:
-    """The CUDA loader's target transfer (one copy per dtype per batch, rows as views), run to the CPU device:
-    every row's tensors equal its arrays (empty rows and 0-d values included), non-arrays pass through."""
+def test_a_batchs_target_columns_become_per_image_views_of_one_tensor_per_field() -> None:
+    """The core's ragged target columns (made by the workers) sliced into per-image dicts, as the loader does for
+    a device batch (one copy per column, rows as views), run to the CPU device: every row's tensors equal the
+    numpy slicing (empty rows included, masks and keypoints reshaped by the row's counts and size)."""
     torch = pytest.importorskip("torch")
-    from trdata.loader import _targets_to_torch
+    from trdata import _target_batch
 
     rng = np.random.default_rng(3)
-    rows = [
-        {
-            "boxes": rng.random((k, 4), dtype=np.float32),
-            "labels": rng.integers(0, 90, k),
-            "masks": rng.integers(0, 2, (k, 5, 7), dtype=np.uint8),
-            "image_id": np.int64(100 + k),
-            "area": np.asarray(float(k)),
-            "name": f"row{k}",
-        }
-        for k in (3, 0, 2)
-    ]
-    rows[2]["image_id"] = np.asarray(102)
-    out = _targets_to_torch(rows, "cpu")
-    assert len(out) == 3
-    for got, want in zip(out, rows):
-        assert got.keys() == want.keys() and got["name"] == want["name"]
-        for k, v in want.items():
-            if isinstance(v, np.ndarray):
-                t = torch.from_numpy(v)
-                assert got[k].dtype == t.dtype and got[k].shape == t.shape and torch.equal(got[k], t), k
-    # one buffer per dtype: the rows' boxes share a storage
-    assert out[0]["boxes"].untyped_storage().data_ptr() == out[2]["boxes"].untyped_storage().data_ptr()
+    counts = np.array([3, 0, 2], np.int64)
+    points = np.array([2, 2, 2], np.int64)
+    size = np.array([[5, 7], [4, 4], [6, 3]], np.int64)
+    k = int(counts.sum())
+    cols = {
+        "kind": "instances",
+        "image_id": np.array([101, 102, 103], np.int64),
+        "orig_size": np.array([[50, 70], [40, 40], [60, 30]], np.int64),
+        "size": size,
+        "counts": counts,
+        "boxes": rng.random((k, 4), dtype=np.float32),
+        "labels": rng.integers(0, 90, k),
+        "iscrowd": rng.integers(0, 2, k),
+        "points": points,
+        "keypoints": rng.random((k * 2, 3), dtype=np.float32),
+        "masks": rng.integers(0, 2, int((counts * size[:, 0] * size[:, 1]).sum()), dtype=np.uint8),
+    }
+    want = _target_batch.per_image(cols)
+    got = _target_batch.per_image(cols, "cpu", as_torch=True)
+    assert [w["masks"].shape for w in want] == [(3, 5, 7), (0, 4, 4), (2, 6, 3)]
+    assert [w["keypoints"].shape for w in want] == [(3, 2, 3), (0, 2, 3), (2, 2, 3)]
+    assert want[2]["boxes"].tolist() == cols["boxes"][3:].tolist()
+    for g, w in zip(got, want):
+        assert g.keys() == w.keys()
+        assert (g["image_id"], g["orig_size"], g["size"]) == (w["image_id"], w["orig_size"], w["size"])
+        for f in ("boxes", "labels", "iscrowd", "keypoints", "masks"):
+            assert g[f].shape == w[f].shape and torch.equal(
+                g[f], torch.from_numpy(np.ascontiguousarray(w[f]))
+            ), f
+    # one tensor per column: the rows' boxes share a storage
+    assert got[0]["boxes"].untyped_storage().data_ptr() == got[2]["boxes"].untyped_storage().data_ptr()
 
 
 def _one_image_coco(root: Path, annotations: list[dict[str, Any]], w: int = 40, h: int = 30) -> Path:

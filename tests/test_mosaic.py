@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import trdata
 from _fixtures import chi2_same, ks_same, target_rows, targets_with_1_and_3_workers
+from _target_oracle import plan_rows, target_plans
 from PIL import Image
 from trdata.errors import ConfigError, DecodeError
-from trdata.sources.targets import plan_rows, target_plans
 
 S = 48  # Mosaic(size): the canvas is 96 × 96
 N = 9

@@ -139,9 +139,21 @@ class NativeSource:
     """One core dataset (files, encoded blobs or raw pixels), built by a Python source for a Loader."""
     def with_boxes(self, offsets: Sequence[int], boxes: npt.NDArray[np.float64]) -> NativeSource: ...
     def with_sizes(self, sizes: npt.NDArray[np.int64]) -> NativeSource: ...
-    def with_targets(
-        self, make: Callable[[int, int], str | None], discard: Callable[[int, int], object]
+    def with_coco_targets(
+        self, annotations: CocoAnnotations, masks: bool, keypoints: bool
     ) -> NativeSource: ...
+    def with_python_targets(
+        self,
+        make: Callable[[int], dict[str, Any]],
+        kind: str,
+        name: str,
+        *,
+        masks: bool = False,
+        keypoints: bool = False,
+        fill: int = 255,
+    ) -> NativeSource: ...
+    @property
+    def target_kind(self) -> str | None: ...
     @staticmethod
     def files(
         paths: Sequence[str | os.PathLike[str]], labels: list[int], classes: list[str]
@@ -410,6 +422,7 @@ class NativeLoader:
                 list[int],
                 int,
                 int,
+                dict[str, Any] | None,
             ]
         ]
         | None

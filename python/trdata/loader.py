@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 import numpy as np
 
-from . import _core, _cuda_libs
+from . import _core, _cuda_libs, _target_batch
 from . import batch as _batch
 from . import batch_ops as _bops
 from . import convert as _convert
@@ -642,14 +642,6 @@ class Loader:
         )
         if source._python_in_workers or _holds_step((transform_specs, view_specs)):
             _dataset.close_at_exit(self)  # its workers attach to the interpreter: closed before it finalizes
-        if source._has_targets:
-            try:  # the core refuses now what cannot move a detection source's targets (views, some ops, EXIF)
-                self._native.check_targets()
-                if self._native.mosaic_parts([0], 0) is not None:
-                    source._check_mosaic()
-            except BaseException:
-                self._native.close()
-                raise
         self.source = source
         # Float targets (float32 (N, *S)) stay in Python: each batch's labels are gathered by its indices.
         self._targets: np.ndarray | None = source._float_targets
@@ -934,17 +926,25 @@ class Loader:
         return batches if self._per_step_list else batches[0]
 
     def _batch(
-        self, images_h: Any, labels_h: Any, labels: list[int], indices: list[int], valid: int, epoch: int
+        self,
+        images_h: Any,
+        labels_h: Any,
+        labels: list[int],
+        indices: list[int],
+        valid: int,
+        epoch: int,
+        target_columns: dict[str, Any] | None,
     ) -> Batch:
         indices_a = np.asarray(indices, dtype=np.int64)
         # Float targets: the rows' own (padded and filled rows repeat a real sample's index, and so its target).
         gathered = None if self._targets is None else self._targets[indices_a]
         # Extra fields (captions, JSON, arrays) stay on the host, gathered the same way (Source._batch_extras).
         extras = self.source._batch_extras(indices_a, epoch)
-        # Detection targets move with each row's image (replayed geometry; sources/detection.py).
-        targets = (
-            self.source._batch_targets(indices_a, epoch, self._native) if self.source._has_targets else None
-        )
+        # Detection/segmentation targets: made by the workers with each row's image; only sliced here.
+        targets = None
+        if target_columns is not None:
+            device = None if labels_h is None else _device_of(images_h)
+            targets = _target_batch.per_image(target_columns, device, as_torch=_torch_installed())
         # With views=, images_h is a list of handles (one per view, one shared lease); else one handle.
         multi = isinstance(images_h, list)
         handles = images_h if multi else [images_h]
@@ -959,8 +959,6 @@ class Loader:
             labels_t = (
                 torch.from_dlpack(labels_h) if gathered is None else torch.from_numpy(gathered).to(device)
             )
-            if targets is not None:
-                targets = _targets_to_torch(targets, device)
             if multi:  # one shared lease: the first view's handle knows the batch
                 return Batch(views_t, labels_t, indices_a, valid, epoch, lease=handles[0], extras=extras)
             return Batch(
@@ -968,8 +966,6 @@ class Loader:
             )
         views_a = tuple(self._host_images(h) for h in handles)
         labels_a = np.asarray(labels, dtype=np.int64) if gathered is None else gathered
-        if targets is not None and _torch_installed():
-            targets = _targets_to_torch(targets, None)
         return Batch(
             views_a if multi else views_a[0],
             labels_a,
@@ -1126,40 +1122,7 @@ def _torch_installed() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def _targets_to_torch(targets: list[dict[str, Any]], device: Any) -> list[dict[str, Any]]:
-    """A batch's per-row targets as torch tensors (on ``device`` when given), as torchvision's references take
-    them. On a device the arrays of one dtype go over together: one pinned buffer and one host-to-device copy per
-    dtype for the whole batch, the rows' tensors being views of it. The training thread makes these, and an eager
-    detector's step is bound by that thread: one copy per tensor (tens per batch) cost it a few percent."""
-    import torch
-
-    if device is None:
-        return [
-            {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in t.items()}
-            for t in targets
-        ]
-    by_dtype: dict[np.dtype, list[np.ndarray]] = {}
-    for t in targets:
-        for v in t.values():
-            if isinstance(v, np.ndarray):
-                by_dtype.setdefault(v.dtype, []).append(v)
-    # through pinned memory: a copy from pageable memory would wait for the stream's queued work (the previous
-    # training step) and take away the host's lead over the GPU
-    pin = torch.device(device).type == "cuda"
-    flat = {}
-    for dt, arrays in by_dtype.items():
-        host = torch.from_numpy(np.concatenate([a.ravel() for a in arrays]))
-        flat[dt] = (host.pin_memory() if pin else host).to(device, non_blocking=True)
-    at = dict.fromkeys(flat, 0)
-    out = []
-    for t in targets:
-        row: dict[str, Any] = {}
-        for k, v in t.items():
-            if isinstance(v, np.ndarray):
-                o = at[v.dtype]
-                row[k] = flat[v.dtype][o : o + v.size].view(v.shape)
-                at[v.dtype] = o + v.size
-            else:
-                row[k] = v
-        out.append(row)
-    return out
+def _device_of(images_h: Any) -> Any:
+    """The torch device of a device batch's image handle(s) (``__dlpack_device__``: (kind, ordinal))."""
+    first = images_h[0] if isinstance(images_h, list) else images_h
+    return f"cuda:{first.__dlpack_device__()[1]}"

@@ -44,6 +44,6 @@ mod threads;
 pub use controller::Controller;
 pub use path::GpuDecode;
 pub use route::{MAX_GPU_FILE_BYTES, Share, eligible};
-pub use rows::{BatchWindows, GpuDecodeSetup, GpuRows};
+pub use rows::{BatchWindows, GpuDecodeSetup, GpuRows, Patch};
 pub use task::{CpuFallback, Decoded, GpuTask, TaskTaps};
 pub use threads::{DECODE_THREADS, arena_bytes};

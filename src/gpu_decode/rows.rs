@@ -21,6 +21,8 @@ use crate::stats::{GpuCounters, Stats};
 use crate::sync::Arc;
 use std::time::Duration;
 
+/// A row the CPU fallback made: (row, label, dataset index, targets), for the batch's host-side vectors.
+pub type Patch = (usize, i64, i64, Option<crate::sample::RowTargets>);
 /// What the GPU decode path of an engine needs.
 #[derive(Clone)]
 pub struct GpuDecodeSetup {
@@ -120,8 +122,8 @@ impl GpuRows {
 
     /// Write a batch's GPU rows into the device slot at `slot_ptr` (laid out as `layout`) on the copy stream: one
     /// resample launch for every decoded window, and the CPU fallback (`fallback`: mod.rs docs) for each task the
-    /// GPU could not decode, whose row, label and index are copied in (`patches` records the label/index for the
-    /// host-side vectors; `error` keeps the first sample error, as the station does).
+    /// GPU could not decode, whose row, label and index are copied in (`patches` records the label/index and the
+    /// row's targets for the host-side vectors; `error` keeps the first sample error, as the station does).
     ///
     /// # Safety
     /// `slot_ptr` is a device allocation of `layout.total_bytes()` on this path's GPU that nothing else writes
@@ -135,7 +137,7 @@ impl GpuRows {
         layout: BatchLayout,
         stream: &Stream,
         error: &mut Option<SampleError>,
-        patches: &mut Vec<(usize, i64, i64)>,
+        patches: &mut Vec<Patch>,
     ) -> Result<()> {
         let decoded = &windows.0;
         let (images, row_bytes) = (slot_ptr + layout.view_offset(0) as u64, layout.view_bytes(0));
@@ -195,7 +197,8 @@ impl GpuRows {
                 unsafe { stream.copy_htod_async(dst, src, len) }?;
             }
             stream.synchronize()?; // the one-row buffer is rewritten by the next fallback
-            patches.push((row, label, written as i64));
+            let targets = buf.take_targets(1).pop().flatten();
+            patches.push((row, label, written as i64, targets));
         }
         Ok(())
     }

@@ -7,17 +7,17 @@
 //!   `boxes(boxes)`, `keypoints(keypoints)`, `canvas`, and its `prefix` and `steps` for tests.
 
 use super::errors::IntoPyResult;
-use crate::annot::coco::{CocoFile, CocoLimits};
+use crate::annot::coco::CocoLimits;
 use crate::annot::mask::{Rle, rle_from_polygon, rle_from_string, rle_to_string};
 use crate::annot::warp::AxisMap;
 use crate::augment::targets::{self, Move};
 use crate::error::TrdataError;
+use crate::sample::coco::CocoData;
 use crate::source::annotations::coco_file;
 use numpy::{PyArray1, PyArray2, PyArray3, PyArrayMethods, PyReadonlyArray2, PyReadonlyArray3};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use std::path::PathBuf;
-use std::sync::OnceLock;
 
 /// Add the annotation classes to `trdata._core`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -285,35 +285,33 @@ type MovedBoxes<'py> = (Bound<'py, PyArray2<f32>>, Bound<'py, PyArray1<bool>>);
 type StepRows = Vec<(&'static str, &'static str, Vec<f64>, (usize, usize), (usize, usize))>;
 
 /// A parsed COCO annotation file (annot/coco.rs), and each annotation's mask as an RLE once it was first asked
-/// for (a polygon is rasterized once, not every epoch; RLEs are small).
+/// for (sample/coco.rs: a polygon is rasterized once, not every epoch; RLEs are small). `CocoDetection` hands it
+/// to its `NativeSource` as the loader's target store (`NativeSource.with_coco_targets`).
 #[pyclass(frozen, module = "trdata._core")]
 pub struct CocoAnnotations {
-    file: CocoFile,
-    path: PathBuf,
-    rles: Vec<OnceLock<Result<Rle, String>>>,
+    pub(super) data: std::sync::Arc<CocoData>,
 }
 
 #[pymethods]
 impl CocoAnnotations {
     /// Parse the COCO file `path` (detached: other threads run meanwhile). A hostile or malformed file is a
     /// `SourceError` naming the file and the element. With `masks`, every annotation's mask is made now (and
-    /// kept: `masks` and `rles` then only read it), so that a segmentation that is no mask of its image is a
-    /// `SourceError` naming the file and the annotation here, not when its batch is made.
+    /// kept), so that a segmentation that is no mask of its image is a `SourceError` naming the file and the
+    /// annotation here, not when its batch is made.
     #[new]
     #[pyo3(signature = (path, masks = false))]
     fn new(py: Python<'_>, path: PathBuf, masks: bool) -> PyResult<Self> {
         let file = py.detach(|| coco_file(&path, &CocoLimits::default())).py_err()?;
-        let rles = (0..file.annotations().len()).map(|_| OnceLock::new()).collect();
-        let me = Self { file, path, rles };
+        let data = std::sync::Arc::new(CocoData::new(file, path));
         if masks {
-            py.detach(|| me.make_every_mask()).py_err()?;
+            py.detach(|| data.make_every_mask()).py_err()?;
         }
-        Ok(me)
+        Ok(Self { data })
     }
 
     /// The images in torchvision's order: `ids`, `widths`, `heights` (int64 arrays), `file_names` (list of str).
     fn images<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let im = self.file.images();
+        let im = self.data.file().images();
         let d = PyDict::new(py);
         d.set_item("ids", PyArray1::from_iter(py, im.iter().map(|i| i.id)))?;
         d.set_item("widths", PyArray1::from_iter(py, im.iter().map(|i| i64::from(i.width))))?;
@@ -326,7 +324,7 @@ impl CocoAnnotations {
     /// `category_ids` (int64), `bboxes` (float64 (A, 4), XYWH as the file has them), `iscrowd` (bool), `areas`,
     /// `keypoints_offsets` (A + 1) and `keypoints` (float32, flat x, y, v triples).
     fn annotations<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let f = &self.file;
+        let f = self.data.file();
         let a = f.annotations();
         let d = PyDict::new(py);
         let n = f.images().len();
@@ -352,9 +350,7 @@ impl CocoAnnotations {
 
     /// The categories in file order: (id, name, supercategory, keypoint names).
     fn categories(&self) -> Vec<(i64, String, String, Vec<String>)> {
-        self.file
-            .categories()
-            .iter()
+        (self.data.file().categories().iter())
             .map(|c| (c.id, c.name.clone(), c.supercategory.clone(), c.keypoints.clone()))
             .collect()
     }
@@ -362,7 +358,7 @@ impl CocoAnnotations {
     /// Annotations whose `image_id` names no image (not any image's).
     #[getter]
     fn orphans(&self) -> u64 {
-        self.file.orphans()
+        self.data.file().orphans()
     }
 
     /// The masks of `annotations` (indices into `annotations()`) moved by `plan`: uint8 `(K, H, W)`, each
@@ -381,13 +377,14 @@ impl CocoAnnotations {
         plan.check_parts(parts.as_deref(), annotations.len())?;
         let g = &*plan;
         let (oh, ow) = g.0.canvas();
+        let fail = |m: String| TrdataError::Source { path: self.data.path().to_path_buf(), message: m };
         let out = py
             .detach(|| -> Result<Vec<u8>, TrdataError> {
                 let mut out = vec![0u8; annotations.len() * oh * ow];
                 for (k, &a) in annotations.iter().enumerate() {
-                    let (id, rle) = self.rle(a)?;
+                    let (id, rle) = self.data.rle(a)?;
                     let part = parts.as_ref().map(|p| p[k]);
-                    let m = g.mask(part, rle).map_err(|e| self.fail(format!("annotation {id}: {e}")))?;
+                    let m = g.mask(part, rle).map_err(|e| fail(format!("annotation {id}: {e}")))?;
                     out[k * oh * ow..(k + 1) * oh * ow].copy_from_slice(&m);
                 }
                 Ok(out)
@@ -402,42 +399,12 @@ impl CocoAnnotations {
     fn rles<'py>(&self, py: Python<'py>, annotations: Vec<usize>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
         let strings = py
             .detach(|| {
-                annotations.iter().map(|&a| Ok(rle_to_string(self.rle(a)?.1))).collect::<Result<Vec<_>, TrdataError>>()
+                (annotations.iter())
+                    .map(|&a| Ok(rle_to_string(self.data.rle(a)?.1)))
+                    .collect::<Result<Vec<_>, TrdataError>>()
             })
             .py_err()?;
         Ok(strings.iter().map(|s| PyBytes::new(py, s)).collect())
-    }
-}
-
-impl CocoAnnotations {
-    fn fail(&self, message: String) -> TrdataError {
-        TrdataError::Source { path: self.path.clone(), message }
-    }
-
-    /// Annotation `a`'s id and its mask as an RLE (made once: polygons are rasterized on first use).
-    fn rle(&self, a: usize) -> Result<(i64, &Rle), TrdataError> {
-        let f = &self.file;
-        let ann = f.annotations().get(a).ok_or_else(|| self.fail(format!("has no annotation {a}")))?;
-        let rle = self.rles[a].get_or_init(|| f.mask(a)).as_ref().map_err(|m| self.fail(m.clone()))?;
-        Ok((ann.id, rle))
-    }
-
-    /// Every annotation's mask made (on a few threads: the work is linear in the annotations and their
-    /// polygons' crossings), then the first bad one in `annotations()`' order reported.
-    fn make_every_mask(&self) -> Result<(), TrdataError> {
-        use rayon::prelude::*;
-        let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(8);
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("trdata-masks{i}"))
-            .build()
-            .map_err(|e| TrdataError::Worker(format!("cannot start the mask-check pool: {e}")))?;
-        pool.install(|| {
-            (0..self.rles.len()).into_par_iter().for_each(|a| {
-                let _ = self.rle(a); // made and kept, or its error kept
-            })
-        });
-        (0..self.rles.len()).try_for_each(|a| self.rle(a).map(|_| ()))
     }
 }
 

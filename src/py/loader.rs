@@ -162,7 +162,7 @@ fn typestr(d: DType) -> &'static str {
 }
 
 /// One engine's batch of a step, as Python receives it (see `next_step`).
-type StepTuple = (Py<PyAny>, Option<DeviceTensorHandle>, Vec<i64>, Vec<i64>, usize, u64);
+type StepTuple = (Py<PyAny>, Option<DeviceTensorHandle>, Vec<i64>, Vec<i64>, usize, u64, Option<Py<PyDict>>);
 
 /// The native loader behind `trdata.Loader`.
 ///
@@ -367,7 +367,10 @@ impl NativeLoader {
             None => DeviceSpec::Cpu,
             Some(ordinals) => DeviceSpec::Cuda { ordinals, device_slots },
         };
-        let loader = py.detach(|| Loader::with_devices(ds, cfg, spec)).py_err()?;
+        let mut loader = py.detach(|| Loader::with_devices(ds, cfg, spec)).py_err()?;
+        if let Some(store) = &source.targets {
+            loader.set_targets(std::sync::Arc::clone(store)).py_err()?;
+        }
         Ok(Self {
             stats: loader.stats(),
             inner: ManuallyDrop::new(Mutex::new(loader)),
@@ -630,7 +633,8 @@ impl NativeLoader {
                 } else {
                     handles.pop().expect("one view")
                 };
-                Ok((images, labels_handle, b.labels, b.indices, b.valid, b.epoch))
+                let targets = b.targets.map(|t| super::targets::columns(py, t)).transpose()?;
+                Ok((images, labels_handle, b.labels, b.indices, b.valid, b.epoch, targets))
             })
             .collect::<PyResult<Vec<_>>>()
             .map(Some)

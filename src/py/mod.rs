@@ -16,6 +16,7 @@ mod pack;
 mod source;
 mod step;
 mod storage;
+mod targets;
 mod wait;
 
 use pyo3::prelude::*;

@@ -9,6 +9,7 @@
 use super::args::int_arg;
 use super::errors::{IntoPyResult, to_py};
 use crate::error::{ImageError, ImageErrorKind, SampleError, TrdataError};
+use crate::sample::{TargetKind, TargetStore};
 use crate::source::packed::{CACHE_BYTES, MODE, PREFETCH_BLOCKS, PartialOptions, WINDOW_BLOCKS};
 use crate::source::{self, Dataset, Store};
 use crate::source::{ExternalImage, ExternalSample, Reader};
@@ -26,11 +27,23 @@ use std::path::PathBuf;
 #[pyclass(frozen, module = "trdata._core")]
 pub struct NativeSource {
     pub(super) dataset: Arc<Dataset>,
+    /// The samples' targets (sample/): made by the worker beside each image.
+    pub(super) targets: Option<std::sync::Arc<dyn TargetStore>>,
 }
 
 impl NativeSource {
     fn new(dataset: Dataset) -> Self {
-        Self { dataset: Arc::new(dataset) }
+        Self { dataset: Arc::new(dataset), targets: None }
+    }
+
+    /// This source (its dataset as it is) with `targets`.
+    fn with_store(&self, targets: std::sync::Arc<dyn TargetStore>) -> Self {
+        Self { dataset: Arc::clone(&self.dataset), targets: Some(targets) }
+    }
+
+    /// This source with `dataset` (its targets kept).
+    fn with_dataset(&self, dataset: Dataset) -> Self {
+        Self { dataset: Arc::new(dataset), targets: self.targets.clone() }
     }
 }
 
@@ -56,7 +69,7 @@ impl NativeSource {
             .map_err(pyo3::exceptions::PyValueError::new_err)?;
         let mut dataset = (*self.dataset).clone();
         dataset.boxes = Some(Arc::new(table));
-        Ok(Self::new(dataset))
+        Ok(self.with_dataset(dataset))
     }
 
     /// This source with each image's (width, height) as its annotations declare them (`(N, 2)` int64): the worker
@@ -77,17 +90,50 @@ impl NativeSource {
             .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("a size must be 1..=2**32-1 on each side"))?;
         let mut dataset = (*self.dataset).clone();
         dataset.sizes = Some(table.into());
-        Ok(Self::new(dataset))
+        Ok(self.with_dataset(dataset))
     }
 
-    /// This source with its targets made outside the core, per read: `make(i, epoch)` makes and keeps sample i's
-    /// targets for a row of `epoch` and returns None, or a message (the sample's `Target` error); `discard(i,
-    /// epoch)` drops one kept value whose row failed. Called by the worker that makes the row
-    /// (`source::TargetReader`).
-    fn with_targets(&self, make: Py<PyAny>, discard: Py<PyAny>) -> Self {
-        let mut dataset = (*self.dataset).clone();
-        dataset.targets = Some(source::ExternalTargets(std::sync::Arc::new(PyTargets { make, discard })));
-        Self::new(dataset)
+    /// What this source's targets hold: "instances", "label_map", or None without targets.
+    #[getter]
+    fn target_kind(&self) -> Option<&'static str> {
+        self.targets.as_ref().map(|t| match t.kind() {
+            TargetKind::Instances => "instances",
+            TargetKind::LabelMap => "label_map",
+        })
+    }
+
+    /// This source with COCO's annotations as its targets (sample/coco.rs): boxes, labels, iscrowd, and
+    /// instance masks and/or keypoints when asked for.
+    fn with_coco_targets(
+        &self,
+        annotations: PyRef<'_, super::annot::CocoAnnotations>,
+        masks: bool,
+        keypoints: bool,
+    ) -> Self {
+        let store = crate::sample::coco::CocoTargets::new(std::sync::Arc::clone(&annotations.data), masks, keypoints);
+        self.with_store(std::sync::Arc::new(store))
+    }
+
+    /// This source with targets whose records `make(i)` returns (py/targets.rs): `kind` "instances" (with
+    /// `masks` and/or `keypoints`) or "label_map" (moved with `fill` where the output leaves the image); `name`
+    /// names the source in errors.
+    #[pyo3(signature = (make, kind, name, *, masks = false, keypoints = false, fill = 255))]
+    fn with_python_targets(
+        &self,
+        make: Py<PyAny>,
+        kind: &str,
+        name: String,
+        masks: bool,
+        keypoints: bool,
+        fill: u8,
+    ) -> PyResult<Self> {
+        let kind = match kind {
+            "instances" => TargetKind::Instances,
+            "label_map" => TargetKind::LabelMap,
+            _ => return Err(pyo3::exceptions::PyValueError::new_err(format!("kind {kind:?}: instances or label_map"))),
+        };
+        let store = super::targets::PyRecords { make, kind, masks, keypoints, fill, name };
+        Ok(self.with_store(std::sync::Arc::new(store)))
     }
 
     /// Encoded images in memory (`trdata.Bytes`), copied once.
@@ -364,36 +410,6 @@ impl Reader for PyReader {
 
     fn identity(&self) -> &str {
         &self.identity
-    }
-}
-
-/// A Python source's per-read targets as the core's [`source::TargetReader`] (`NativeSource.with_targets`).
-struct PyTargets {
-    make: Py<PyAny>,
-    discard: Py<PyAny>,
-}
-
-impl source::TargetReader for PyTargets {
-    fn read(&self, i: usize, epoch: u64) -> Result<(), ImageError> {
-        let target_error = |message: String| ImageError::new(ImageErrorKind::Target, message);
-        // Never attaches to an interpreter that is shutting down (its threads would hang there): an error then.
-        Python::try_attach(|py| {
-            // An exception `make` did not turn into a message (KeyboardInterrupt, SystemExit): its text.
-            let out = self.make.bind(py).call1((i, epoch)).map_err(|e| target_error(e.to_string()))?;
-            match out.extract::<Option<String>>() {
-                Ok(None) => Ok(()),
-                Ok(Some(message)) => Err(target_error(message)),
-                Err(e) => Err(target_error(format!("the target reader returned {out}: {e}"))),
-            }
-        })
-        .unwrap_or_else(|| Err(target_error("the Python interpreter is shutting down".into())))
-    }
-
-    fn discard(&self, i: usize, epoch: u64) {
-        // An error here (the interpreter shutting down) only leaves a value until the next epoch clears it.
-        Python::try_attach(|py| {
-            let _ = self.discard.bind(py).call1((i, epoch));
-        });
     }
 }
 

@@ -76,31 +76,6 @@ pub trait Reader: Send + Sync {
     }
 }
 
-/// Code outside the core that makes sample `i`'s targets for a row of `epoch` (a Python source's label map or
-/// packed annotations: `py/source.rs`), called by the worker that makes the row before it reads the image (and
-/// for each part of a Mosaic row); it keeps what it made for the batch (keyed by epoch and index, one entry per
-/// call). An error is the sample's (kind `Target`, named by the caller) and follows the loader's `on_error`, as a
-/// decode error does: under `skip` the row is replaced and the sample is not read again.
-pub trait TargetReader: Send + Sync {
-    /// Make and keep sample `i`'s targets for a row of `epoch`.
-    fn read(&self, i: usize, epoch: u64) -> Result<(), ImageError>;
-
-    /// Drop one kept value of sample `i` in `epoch`: a [`TargetReader::read`] whose row then failed (its image,
-    /// another part of its Mosaic) or is made again (a GPU row the CPU path redoes), so no value waits for a
-    /// batch that will not take it.
-    fn discard(&self, i: usize, epoch: u64);
-}
-
-/// A dataset's [`TargetReader`] (shared by every loader over it).
-#[derive(Clone)]
-pub struct ExternalTargets(pub std::sync::Arc<dyn TargetReader>);
-
-impl fmt::Debug for ExternalTargets {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ExternalTargets")
-    }
-}
-
 /// N samples made by a [`Reader`], with the label each read returned (the protocol in the module docs).
 pub struct ExternalStore {
     reader: Box<dyn Reader>,

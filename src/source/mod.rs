@@ -20,7 +20,7 @@ mod read;
 pub mod remote;
 
 pub use block_cache::{BlockBytes, BlockCache, BlockSchedule, CacheStats};
-pub use external::{ExternalImage, ExternalSample, ExternalStore, ExternalTargets, Reader, TargetReader};
+pub use external::{ExternalImage, ExternalSample, ExternalStore, Reader};
 pub use image_folder::{IMAGE_EXTENSIONS, image_folder, image_folder_cancellable, is_image_file_name, python_name_cmp};
 pub use packed::{PackedFile, PackedMode, PartialOptions};
 pub use read::{describe as describe_file_type, open_regular, read_sample, read_span, undecoded_format};
@@ -120,29 +120,12 @@ pub struct Dataset {
     /// its annotations were made for, read when the source was made). The worker that decodes image i checks
     /// its true size against them ([`check_declared_size`]): targets are placed for the declared size.
     pub sizes: Option<Arc<[(u32, u32)]>>,
-    /// Targets made outside the core, per read (a Python source's label maps or packed annotations): the worker
-    /// asks for sample i's before it reads the image ([`Dataset::read_targets`]).
-    pub targets: Option<ExternalTargets>,
 }
 
 impl Dataset {
     /// A dataset of `store` with its labels and class names, and no annotations.
     pub fn new(store: Store, labels: Vec<i64>, classes: Vec<OsString>) -> Self {
-        Self { store, labels, classes, boxes: None, sizes: None, targets: None }
-    }
-
-    /// Make sample `i`'s targets for a row of `epoch` when they are made outside the core (an error is the
-    /// sample's: [`TargetReader`]); nothing otherwise.
-    pub fn read_targets(&self, i: usize, epoch: u64) -> std::result::Result<(), ImageError> {
-        self.targets.as_ref().map_or(Ok(()), |t| t.0.read(i, epoch))
-    }
-
-    /// Drop what a successful [`Dataset::read_targets`] of sample `i` in `epoch` kept (its row failed or is made
-    /// again: [`TargetReader::discard`]); nothing when targets are not made outside the core.
-    pub fn discard_targets(&self, i: usize, epoch: u64) {
-        if let Some(t) = &self.targets {
-            t.0.discard(i, epoch);
-        }
+        Self { store, labels, classes, boxes: None, sizes: None }
     }
 
     /// The size (width, height) the source declares for image `i`, if it declares sizes.

@@ -25,6 +25,7 @@
 use crate::augment::views::{MAX_VIEWS, ViewTargets};
 use crate::cuda::{GpuContext, HostRegistration};
 use crate::error::{Result, TrdataError};
+use crate::sample::RowTargets;
 use crate::sync::{AtomicBool, Ordering};
 use std::alloc::{Layout as AllocLayout, alloc_zeroed, dealloc};
 use std::cell::RefCell;
@@ -231,6 +232,10 @@ pub struct BatchBuffer {
     slab: HostSlab,
     layout: BatchLayout,
     claimed: Box<[AtomicBool]>,
+    /// Each row's targets (sample/), set by its writer beside the image and taken by the consumer of the
+    /// published batch. A mutex per row, never contended: the row's claim orders the writer, and the station's
+    /// publication orders the consumer after it (module protocol), as for the slab's bytes.
+    targets: Box<[std::sync::Mutex<Option<RowTargets>>]>,
 }
 
 /// The writable parts of one row, handed to exactly one worker: the row's image in every view block, its
@@ -242,9 +247,15 @@ pub struct RowWriter<'a> {
     row: usize,
     label: &'a mut [u8],
     index: &'a mut [u8],
+    targets: &'a std::sync::Mutex<Option<RowTargets>>,
 }
 
 impl RowWriter<'_> {
+    /// Set the row's targets (made by the worker that made its image; replaced by a later write of the row).
+    pub fn set_targets(&mut self, targets: Option<RowTargets>) {
+        *self.targets.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = targets;
+    }
+
     /// The image bytes of view `view` of the row (`layout.view_bytes(view)` long; view 0 is the only one of a
     /// loader without views).
     pub fn image(&mut self, view: usize) -> &mut [u8] {
@@ -288,7 +299,8 @@ impl BatchBuffer {
             .map_err(|_| TrdataError::Memory { what: "batch row claims".into(), bytes: layout.rows as u64 })?;
         claimed.extend((0..layout.rows).map(|_| AtomicBool::new(false)));
         let slab = HostSlab::new(layout.total_bytes(), "a batch buffer")?;
-        Ok(Self { slab, layout, claimed: claimed.into_boxed_slice() })
+        let targets = (0..layout.rows).map(|_| std::sync::Mutex::new(None)).collect();
+        Ok(Self { slab, layout, claimed: claimed.into_boxed_slice(), targets })
     }
 
     /// The layout.
@@ -302,6 +314,16 @@ impl BatchBuffer {
         for c in self.claimed.iter() {
             c.store(false, Ordering::Relaxed);
         }
+        for t in self.targets.iter() {
+            *t.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        }
+    }
+
+    /// The targets of the first `rows` rows of a published batch, taken (None for a row whose writer set none).
+    pub fn take_targets(&self, rows: usize) -> Vec<Option<RowTargets>> {
+        (self.targets.iter().take(rows))
+            .map(|t| t.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take())
+            .collect()
     }
 
     /// Claim row `row` for writing. Panics if the row was already claimed in this round — that would be a
@@ -323,6 +345,7 @@ impl BatchBuffer {
                 row,
                 label: std::slice::from_raw_parts_mut(base.add(l.labels_offset() + row * 8), 8),
                 index: std::slice::from_raw_parts_mut(base.add(l.indices_offset() + row * 8), 8),
+                targets: &self.targets[row],
             }
         }
     }

@@ -283,7 +283,7 @@ fn run_epoch(
         let Wait::Got(mut slot) = shared.acquire_slot(layout, epoch_gen)? else { return Ok(()) };
         let rows = lease.rows;
         let bytes = lease.buffer().used_bytes(rows);
-        let mut patches: Vec<(usize, i64, i64)> = Vec::new();
+        let mut patches: Vec<crate::gpu_decode::Patch> = Vec::new();
         let t0 = Instant::now();
         let stream = &copy.stream;
         let copied = (|| -> Result<()> {
@@ -330,8 +330,9 @@ fn run_epoch(
         Stats::add(&counters.h2d_bytes, bytes as u64);
         Stats::add(&counters.h2d_batches, 1);
         let (mut labels, mut indices) = lease.buffer().labels_and_indices(rows);
-        for (row, label, index) in patches {
-            (labels[row], indices[row]) = (label, index);
+        let mut targets = lease.buffer().take_targets(rows);
+        for (row, label, index, row_targets) in patches {
+            (labels[row], indices[row], targets[row]) = (label, index, row_targets);
         }
         drop(lease); // host buffer back to the workers as soon as the copy is done
         if let Some((g, _)) = &gpu {
@@ -340,7 +341,9 @@ fn run_epoch(
             g.adjust(starved, cpu_wait, gpu_wait);
         }
         let slot_lease = std::sync::Arc::new(SlotLease::new(Arc::clone(shared), slot, layout, b, rows));
-        shared.core.publish(epoch_gen, Published::Batch(DeviceBatch { lease: slot_lease, labels, indices, error }));
+        shared
+            .core
+            .publish(epoch_gen, Published::Batch(DeviceBatch { lease: slot_lease, labels, indices, error, targets }));
     }
     shared.core.publish(epoch_gen, Published::End);
     Ok(())

@@ -316,6 +316,8 @@ pub struct DeviceBatch {
     pub indices: Vec<i64>,
     /// The first sample error of the batch (policy `raise`).
     pub error: Option<SampleError>,
+    /// Each row's targets (sample/), taken from the host rows (host memory: the consumer copies them over).
+    pub targets: Vec<Option<crate::sample::RowTargets>>,
 }
 
 impl std::fmt::Debug for DeviceBatch {

@@ -32,6 +32,8 @@ use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+mod targets;
+
 /// What to do with a sample that cannot be read or decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorPolicy {
@@ -79,6 +81,8 @@ pub struct WorkContext {
     pub skipped: Mutex<SkipLog>,
     /// `skipped.bad` is not empty: until a sample fails, the per-sample known-bad check takes no lock.
     pub any_bad: AtomicBool,
+    /// The samples' targets, made by the worker beside each row's image (targets.rs; None: images only).
+    pub targets: Option<std::sync::Arc<dyn crate::sample::TargetStore>>,
 }
 
 /// Shared memory of the skip policy (see `produce`), behind `WorkContext::skipped`.
@@ -495,8 +499,6 @@ impl crate::gpu_decode::CpuFallback for EpochFallback {
     fn produce(&self, index: u64, dst: &mut RowWriter<'_>) -> std::result::Result<u64, SampleError> {
         let mut g = lock(&self.scratch);
         let (scratch, file_buf) = &mut *g;
-        // the GPU-routed attempt read the row's targets: this one reads them again
-        self.job.ctx.dataset.discard_targets(index as usize, self.job.plan.epoch);
         produce(&self.job, index, scratch, file_buf, dst, None)
     }
 
@@ -697,16 +699,19 @@ fn attempt_sample(
     scratch.set_boxes(ctx.dataset.boxes.as_ref().map(|t| t.of(i)));
     scratch.set_declared_size(ctx.dataset.declared_size(i));
     let t0 = Instant::now();
-    let result = if ctx.pipeline.first().program().mosaic.is_some() {
-        mosaic_sample(job, key, scratch, file_buf, dst).map(Some)
-    } else {
-        (ctx.dataset.read_targets(i, job.plan.epoch))
-            .and_then(|()| {
-                one_sample(job, i, t0, key, scratch, file_buf, dst, gpu)
-                    .inspect_err(|_| ctx.dataset.discard_targets(i, job.plan.epoch))
-            })
-            .map_err(|e| (index, e))
-    };
+    // the row's targets first: a record that fails fails the sample before its pixels are made (targets.rs)
+    let result = targets::row_targets(job, key).and_then(|targets| {
+        let made = if ctx.pipeline.first().program().mosaic.is_some() {
+            mosaic_sample(job, key, scratch, file_buf, dst).map(Some)
+        } else {
+            one_sample(job, i, t0, key, scratch, file_buf, dst, gpu).map_err(|e| (index, e))
+        };
+        made.map(|timing| (timing, targets))
+    });
+    let result = result.map(|(timing, targets)| {
+        dst.set_targets(targets);
+        timing
+    });
     match result {
         Ok(None) => Ok(()), // the GPU makes it (its count is the transfer thread's)
         Ok(Some(t)) => {
@@ -754,14 +759,10 @@ fn mosaic_sample(
     let ctx = &job.ctx;
     // A partial pack's cache counts the row's planned read once the row is made (`produce`, `PlannedRead`), so
     // the parts are all read outside the plan (source/block_cache.rs: the window stays needed until then)
-    // the parts whose targets were read: dropped again if the row fails (no batch takes them)
-    let mut targets_read: Vec<usize> = Vec::new();
     let mut read = |j: u64, decode: &mut DecodePart<'_>| {
         let i = j as usize;
         let declared = ctx.dataset.declared_size(i);
         let mut decode = |bytes: &[u8]| decode(bytes, declared);
-        ctx.dataset.read_targets(i, job.plan.epoch)?;
-        targets_read.push(i);
         let t0 = Instant::now();
         let counted = |bytes: &[u8]| {
             Stats::add_since(&ctx.stats.read_ns, t0);
@@ -810,11 +811,7 @@ fn mosaic_sample(
     };
     // partners from the row's window when the source is read window by window (augment/mosaic.rs)
     let partners = Partners::of(ctx.dataset.len() as u64, job.plan.windows());
-    let made = ctx.pipeline.first().process_mosaic(scratch, key, partners, &mut read, dst.view_mut(0));
-    if made.is_err() {
-        targets_read.iter().for_each(|&i| ctx.dataset.discard_targets(i, job.plan.epoch));
-    }
-    made
+    ctx.pipeline.first().process_mosaic(scratch, key, partners, &mut read, dst.view_mut(0))
 }
 
 /// Read dataset sample `i` (one image, not a mosaic) and decode it into every view of `dst`.
@@ -1007,6 +1004,7 @@ mod tests {
             on_error: policy,
             skipped: Mutex::new(SkipLog::default()),
             any_bad: AtomicBool::new(false),
+            targets: None,
         });
         let shape = PlanShape {
             num_samples,

@@ -72,24 +72,16 @@ class Source:
     #: Extra per-sample fields (``extras=``): name → one value per sample; empty without extras.
     _extras: dict[str, list[Any]] | None = None
 
-    #: Whether rows carry detection targets (``_batch_targets``; sources/detection.py).
-    _has_targets = False
+    @property
+    def _has_targets(self) -> bool:
+        """Whether rows carry targets made by the workers beside each image (detection, segmentation: the
+        source's native side has a target store, src/sample/)."""
+        return self._native_source().target_kind is not None
 
     #: Whether the loader's workers call this source's Python code (``__getitem__``, targets made per read): a
     #: loader over it is closed at interpreter exit, before the interpreter finalizes (dataset.py
     #: ``close_at_exit``).
     _python_in_workers = False
-
-    def _batch_targets(self, indices: np.ndarray, epoch: int, native_loader: Any) -> list[dict[str, Any]]:
-        """The detection targets of the rows ``indices`` (``batch.targets``), moved with their images."""
-        raise NotImplementedError
-
-    def _check_mosaic(self) -> None:
-        """Loader hook, for a source with targets whose transforms start with a Mosaic: a ``ConfigError`` unless
-        its targets merge (sources/targets.py ``plan_rows``)."""
-        from .targets import refuse_mosaic
-
-        refuse_mosaic(self, "its targets are not boxes")
 
     def _epoch_started(self) -> None:
         """Called by a Loader when it starts an epoch (the previous one over, or cancelled)."""

@@ -8,10 +8,10 @@ exactly as pycocotools decodes them. The annotation file is parsed by the Rust c
 (``src/annot/coco.rs``): a hostile file is a ``SourceError`` naming the file and the annotation, and so is, with
 ``masks=True``, a segmentation that is no mask of its image (every one is made when the source is made).
 
-Targets move with the image (``batch.targets``): the loader replays each row's geometry (a pure function of seed,
-epoch, index and image size, the one the workers used) and moves boxes (clamped to the canvas), keypoints (points
-off the canvas get visibility 0) and masks (nearest, decoded in the core for the kept window only) as
-torchvision v2's kernels move them. The crop/resize/flip ops that fold into the decode (RandomResizedCrop,
+Targets move with the image (``batch.targets``): the worker that decodes a row reads its annotations from the
+parsed file (src/sample/coco.rs) and moves boxes (clamped to the canvas), keypoints (points off the canvas get
+visibility 0) and masks (nearest, decoded for the kept window only) with the row's own draws, as torchvision v2's
+kernels move them. The crop/resize/flip ops that fold into the decode (RandomResizedCrop,
 Resize, CenterCrop, RandomCrop, the flips) move targets; photometric ops after them leave targets alone; any
 other geometric op after a pixel op is refused for a detection source (``ConfigError`` on ``transforms``).
 The annotation file's ``width``/``height`` must be the images' own (as COCO's are): the geometry is replayed at
@@ -28,7 +28,6 @@ import numpy as np
 from .. import _core
 from . import packed_targets
 from .base import Source, refuse_url
-from .targets import plan_rows
 
 #: Keys of one image's target (``batch.targets[i]``).
 TARGET_KEYS = ("boxes", "labels", "iscrowd", "image_id", "orig_size", "size", "masks", "keypoints")
@@ -83,10 +82,12 @@ class CocoDetection(Source):
             [self._boxes_xywh[:, :2], self._boxes_xywh[:, :2] + self._boxes_xywh[:, 2:]], axis=1
         )
         # and the sizes the annotations were made for: the worker checks each decoded image against its own
+        # and the annotations themselves: the workers read and move each row's (src/sample/coco.rs)
         self._native = (
             _core.NativeSource.files(self.paths, self.labels, [])
             .with_boxes(self._offsets.tolist(), np.ascontiguousarray(xyxy, np.float64).reshape(-1, 4))
             .with_sizes(self._sizes)
+            .with_coco_targets(self._ann, self.masks, self.keypoints)
         )
 
     def __repr__(self) -> str:
@@ -95,15 +96,8 @@ class CocoDetection(Source):
     def _native_source(self) -> _core.NativeSource:
         return self._native
 
-    #: Loader hook: this source's rows carry targets that move with the image.
-    _has_targets = True
-
-    def _check_mosaic(self) -> None:
-        """Loader hook: a Mosaic merges every target of this source (boxes, labels, iscrowd, masks, keypoints:
-        targets.py ``mosaic_targets``)."""
-
     def _image_targets(self, i: int) -> dict[str, Any]:
-        """Image ``i``'s annotations in source pixels (boxes XYXY float64)."""
+        """Image ``i``'s annotations in source pixels (boxes XYXY float64), as ``trdata.pack`` stores them."""
         lo, hi = int(self._offsets[i]), int(self._offsets[i + 1])
         xywh = self._boxes_xywh[lo:hi]
         boxes = np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], axis=1)
@@ -131,33 +125,6 @@ class CocoDetection(Source):
         if self.masks:
             t["masks"] = self._ann.rles(ann.tolist())
         return packed_targets.encode({**t, "size": self._sizes[i], "image_id": self.ids[i]})
-
-    def _batch_targets(self, indices: np.ndarray, epoch: int, native_loader: Any) -> list[dict[str, Any]]:
-        """Each row's targets moved with its image (module docs)."""
-        idx = [int(i) for i in indices]
-        plans, rows = plan_rows(self, idx, epoch, native_loader)  # a Mosaic's parts merged (targets.py)
-        out = []
-        for plan, i, t in zip(plans, idx, rows):
-            boxes, keep = plan.boxes(t["boxes"])
-            # SanitizeBoundingBoxes dropped these instances: every per-instance field follows
-            if not keep.all():
-                t = {k: (v[keep] if k != "image_id" else v) for k, v in t.items()}
-                boxes = boxes[keep]
-            moved: dict[str, Any] = {
-                "boxes": boxes,
-                "labels": t["labels"],
-                "iscrowd": t["iscrowd"],
-                "image_id": self.ids[i],
-                "orig_size": (int(self._sizes[i][1]), int(self._sizes[i][0])),
-                "size": plan.canvas,
-            }
-            if self.masks:  # a mosaic row's masks are its parts' (``part``: which one)
-                parts = t["part"].tolist() if "part" in t else None
-                moved["masks"] = self._ann.masks(t["ann"].tolist(), plan, parts)
-            if self.keypoints:
-                moved["keypoints"] = plan.keypoints(t["keypoints"])
-            out.append(moved)
-        return out
 
 
 def padded_targets(targets: list[dict[str, Any]]) -> dict[str, Any]:

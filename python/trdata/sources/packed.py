@@ -16,7 +16,6 @@ translates arguments and draws progress bars.
 
 from __future__ import annotations
 
-import functools
 import os
 import tempfile
 from collections.abc import Mapping
@@ -33,9 +32,8 @@ from .base import Source
 from .dataset import DatasetSource, is_map_style
 from .extras import NPY, stack_extras
 from .extras import decode as decode_extra
-from .reads import PerRead
 from .segmentation import FILL, decode_label_map
-from .targets import move_boxes, moved_label_map, plan_rows, taken, target_plans, worker_targets
+from .targets import python_targets
 
 #: The ``mode`` choices of :class:`Packed`.
 MODES = ("full", "partial")
@@ -314,12 +312,19 @@ class Packed(Source):
         )
         if bad is not None:
             raise SourceError(f"{self.path}#{bad}: target.size is not an image size", self.path)
-        self._sizes = np.array(sizes, np.int64).reshape(-1, 2)  # (width, height), as target_plans takes them
-        # the worker checks each record's size against them, and reads each row's stored annotations (a record
-        # whose annotations cannot be read is the sample's error, under on_error)
-        self._read = PerRead()
-        make = self._label_map if self.target_kind == "semantic" else self._image_targets
-        self._native = self._native.with_sizes(self._sizes).with_targets(*worker_targets(self._read, make))
+        self._sizes = np.array(sizes, np.int64).reshape(-1, 2)  # (width, height)
+        # the worker checks each record's size against them, and reads each row's stored annotations (``_record``:
+        # a record whose annotations cannot be read is the sample's error, under on_error) and moves them
+        stored = {name for name, _, _ in self._stored_extras([0])[0]} if len(sizes) else set()
+        self._native = python_targets(
+            self._native.with_sizes(self._sizes),
+            self._record,
+            "label_map" if self.target_kind == "semantic" else "instances",
+            self.path,
+            masks=packed_targets.PREFIX + "masks" in stored,
+            keypoints=packed_targets.PREFIX + "keypoints" in stored,
+            fill=FILL,
+        )
         ids = self._field_values(packed_targets.PREFIX + "image_id")
         bad = next((i for i, v in enumerate(ids) if v.dtype != np.int64 or v.shape != ()), None)
         if bad is not None:
@@ -340,75 +345,26 @@ class Packed(Source):
             )
 
     @property
-    def _has_targets(self) -> bool:  # type: ignore[override]
-        return self.target_kind is not None
-
-    @property
     def _python_in_workers(self) -> bool:  # type: ignore[override]
-        return self.target_kind is not None  # the workers read the stored annotations (``read_target``)
-
-    def _epoch_started(self) -> None:
-        if self.target_kind is not None:
-            self._read.clear()
-
-    def _check_mosaic(self) -> None:
-        """Loader hook: a Mosaic merges a pack's boxes, labels, iscrowd, masks and keypoints, and places its label
-        maps (targets.py)."""
-
-    def _label_map(self, i: int) -> np.ndarray:
-        """Record ``i``'s label map (a semantic pack), decoded and checked."""
-        t, name = self._stored_targets(i), f"{self.path}#{i}"
-        return decode_label_map(t["label_map_png"], name, t["size"], name)
+        return self.target_kind is not None  # the workers read the stored annotations (``_record``)
 
     def _stored_targets(self, i: int) -> dict[str, Any]:
         """Record ``i``'s stored annotations, checked (sources/packed_targets.py)."""
         return packed_targets.decode_targets(self._stored_extras([i])[0], f"{self.path}#{i}", self.path, i)
 
-    def _image_targets(self, i: int) -> dict[str, Any]:
-        """Record ``i``'s per-instance annotations in source pixels (what a Mosaic merges: targets.py)."""
+    def _record(self, i: int) -> dict[str, Any]:
+        """Record ``i``'s target record (sources/targets.py ``python_targets``): its stored annotations (source
+        pixels), a semantic pack's label map decoded."""
         t = self._stored_targets(i)
-        return {k: t[k] for k in ("boxes", "labels", "iscrowd", "keypoints", "masks") if k in t}
-
-    def _batch_targets(self, indices: np.ndarray, epoch: int, native_loader: Any) -> list[dict[str, Any]]:
-        """Each row's stored annotations moved with its image, as the packed source moved them."""
-        idx = [int(i) for i in indices]
-        out = []
-        make = self._label_map if self.target_kind == "semantic" else self._image_targets
-        read = functools.partial(taken, self._read, make, epoch)  # what the workers read
+        record = {"image_id": t["image_id"], "size": t["size"]}
         if self.target_kind == "semantic":
-            plans = target_plans(self, idx, epoch, native_loader)  # a Mosaic's parts placed (targets.py)
-            for plan, i in zip(plans, idx):
-                w, h = (int(v) for v in self._sizes[i])
-                out.append(
-                    {
-                        "mask": moved_label_map(plan, read, i, FILL),
-                        "image_id": int(self._image_ids[i]),
-                        "orig_size": (h, w),
-                        "size": plan.canvas,
-                    }
-                )
-            return out
-        plans, rows = plan_rows(self, idx, epoch, native_loader, read)  # a Mosaic's parts merged (targets.py)
-        boxes, fields = move_boxes(
-            plans, [t["boxes"] for t in rows], [{k: v for k, v in t.items() if k != "boxes"} for t in rows]
-        )
-        for plan, i, b, f in zip(plans, idx, boxes, fields):
-            w, h = (int(v) for v in self._sizes[i])
-            moved: dict[str, Any] = {
-                "boxes": b,
-                "labels": f["labels"],
-                "iscrowd": f["iscrowd"],
-                "image_id": int(self._image_ids[i]),
-                "orig_size": (h, w),
-                "size": plan.canvas,
-            }
-            if "masks" in f:  # a mosaic row's masks are its parts' (``part``: which one)
-                parts = f["part"].tolist() if "part" in f else None
-                moved["masks"] = plan.masks(list(f["masks"]), (h, w), f"{self.path}#{i}", parts)
-            if "keypoints" in f:
-                moved["keypoints"] = plan.keypoints(f["keypoints"])
-            out.append(moved)
-        return out
+            name = f"{self.path}#{i}"
+            record["label_map"] = decode_label_map(t["label_map_png"], name, t["size"], name)
+        else:
+            record.update({k: t[k] for k in ("boxes", "labels", "iscrowd", "keypoints") if k in t})
+            if "masks" in t:
+                record["masks"] = list(t["masks"])
+        return record
 
     def _stored_extras(self, indices: list[int]) -> list[list[tuple[str, int, bytes]]]:
         names = self._fields

@@ -16,15 +16,14 @@ headers at construction); so is a FIFO, a device or a directory where a map or a
 opened by the core's rules, never waited on). ``batch.targets[i]["mask"]`` is the map moved with the image: uint8 ``(h, w)``,
 nearest, 255 (``FILL``, the ``ignore_index`` of torchvision's segmentation references) wherever the output
 leaves the image (pads, crops larger than the image, warps); also ``image_id`` (the index), ``orig_size`` and
-``size`` (h, w). The maps are read by the loader's workers (Pillow, each beside its image's decode): a map that
-cannot be read or no longer fits its image is that sample's ``DecodeError(kind="Target")`` under ``on_error``.
-Under a ``trdata.Mosaic`` a row's map is 255 but for its parts' windows, each holding the part's map
-nearest-resized as its pixels were (``targets.moved_label_map``).
+``size`` (h, w). The maps are read by the loader's workers (Pillow, each beside its image's decode) and moved
+there: a map that cannot be read or no longer fits its image is that sample's ``DecodeError(kind="Target")`` under
+``on_error``. Under a ``trdata.Mosaic`` a row's map is 255 but for its parts' windows, each holding the part's map
+nearest-resized as its pixels were (src/sample/mod.rs ``merge_mosaic``).
 """
 
 from __future__ import annotations
 
-import functools
 import io
 import os
 from collections.abc import Iterable, Sequence
@@ -37,19 +36,15 @@ from ..errors import ConfigError, SourceError
 from . import packed_targets
 from .base import IMG_EXTENSIONS, Source, _class_names, refuse_url
 from .extras import MAX_EXTRA_BYTES
-from .reads import PerRead
 from .targets import (
     ImageHeader,
     list_files,
-    moved_label_map,
     open_regular,
     opt_str,
     path_arg,
     pillow,
+    python_targets,
     read_header,
-    taken,
-    target_plans,
-    worker_targets,
 )
 
 #: Pillow modes of a label map of class indices.
@@ -101,13 +96,10 @@ class SegmentationFolder(Source):
             self._sizes[i] = header.width, header.height
         self.labels = [0] * len(self.paths)  # the per-image class the core holds: none (the target is a map)
         # the sizes read here: the worker checks each decoded image against its own (its map was checked too),
-        # and reads each row's label map (a map that cannot be read is the sample's error, under on_error)
-        self._maps = PerRead()
-        self._native = (
-            _core.NativeSource.files(self.paths, self.labels, [])
-            .with_sizes(self._sizes)
-            .with_targets(*worker_targets(self._maps, self.label_map))
-        )
+        # and reads each row's label map (``_record``; a map that cannot be read is the sample's error, under
+        # on_error) and moves it with the image
+        native = _core.NativeSource.files(self.paths, self.labels, []).with_sizes(self._sizes)
+        self._native = python_targets(native, self._record, "label_map", self.masks_root, fill=FILL)
 
     def _image_paths(self, keys: list[str], image_suffix: str | None) -> list[str]:
         if image_suffix is not None:
@@ -136,22 +128,18 @@ class SegmentationFolder(Source):
     def _native_source(self) -> _core.NativeSource:
         return self._native
 
-    #: Loader hook: this source's rows carry targets that move with the image.
-    _has_targets = True
-
-    #: The workers read the label maps (``read_target``).
+    #: The workers read the label maps (``_record``).
     _python_in_workers = True
-
-    def _epoch_started(self) -> None:
-        self._maps.clear()
-
-    def _check_mosaic(self) -> None:
-        """Loader hook: a Mosaic places its parts' label maps (targets.py ``moved_label_map``)."""
 
     def label_map(self, i: int) -> np.ndarray:
         """Sample ``i``'s label map as stored: uint8 ``(H, W)`` class indices (palette indices for mode P)."""
         w, h = (int(v) for v in self._sizes[i])
         return decode_label_map(self.mask_paths[i], self.mask_paths[i], (w, h), self.paths[i])
+
+    def _record(self, i: int) -> dict[str, Any]:
+        """Sample ``i``'s target record (sources/targets.py ``python_targets``): its label map as stored."""
+        w, h = (int(v) for v in self._sizes[i])
+        return {"image_id": i, "size": (w, h), "label_map": self.label_map(i)}
 
     def _pack_extras(self, i: int) -> list[tuple[str, int, bytes]]:
         """Sample ``i``'s label map file, as ``trdata.pack`` stores it (sources/packed_targets.py)."""
@@ -168,22 +156,6 @@ class SegmentationFolder(Source):
                 f"{path}: a label map file larger than {MAX_EXTRA_BYTES} bytes cannot be packed", path
             )
         return packed_targets.encode({"size": self._sizes[i], "image_id": i, "label_map_png": png})
-
-    def _batch_targets(self, indices: np.ndarray, epoch: int, native_loader: Any) -> list[dict[str, Any]]:
-        """Each row's label map moved with its image (module docs)."""
-        idx = [int(i) for i in indices]
-        sizes = [(int(w), int(h)) for w, h in self._sizes[idx]]
-        plans = target_plans(self, idx, epoch, native_loader)  # a Mosaic's parts placed (targets.py)
-        label_map = functools.partial(taken, self._maps, self.label_map, epoch)  # the workers read them
-        return [
-            {
-                "mask": moved_label_map(plan, label_map, i, FILL),
-                "image_id": i,
-                "orig_size": (sizes[r][1], sizes[r][0]),
-                "size": plan.canvas,
-            }
-            for r, (plan, i) in enumerate(zip(plans, idx))
-        ]
 
 
 def decode_label_map(src: str | bytes, name: str, size: tuple[int, int], image: str) -> np.ndarray:

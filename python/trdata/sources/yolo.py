@@ -48,7 +48,7 @@ from .. import _core
 from ..errors import ConfigError, SourceError
 from . import packed_targets
 from .base import Source, _class_names, refuse_url
-from .targets import list_files, move_boxes, open_regular, opt_str, path_arg, pillow, plan_rows, read_header
+from .targets import list_files, open_regular, opt_str, path_arg, pillow, python_targets, read_header
 
 #: ultralytics' ``IMG_FORMATS`` that trdata decodes (dng, mpo, pfm and heic are not listed).
 YOLO_EXTENSIONS = (".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
@@ -282,11 +282,13 @@ class YoloDetection(Source):
         self.labels = [0] * len(self.paths)  # the per-image class the core holds: none (targets are per box)
         # the boxes (XYXY, source pixels) go to the core too: RandomIoUCrop's draw depends on them
         # and the sizes read here: the worker checks each decoded image against its own
-        self._native = (
+        # and each row's objects: the workers read them (``_record``) and move them with the row's image
+        native = (
             _core.NativeSource.files(self.paths, self.labels, [])
             .with_boxes(self._offsets.tolist(), np.ascontiguousarray(self._boxes, np.float64))
             .with_sizes(np.asarray(self._sizes, np.int64))
         )
+        self._native = python_targets(native, self._record, "instances", self.root, masks=self.masks)
 
     def __repr__(self) -> str:
         return f"YoloDetection({self.root!r}, split={self.split!r}, {len(self)} images, {len(self._boxes)} objects)"
@@ -294,12 +296,8 @@ class YoloDetection(Source):
     def _native_source(self) -> _core.NativeSource:
         return self._native
 
-    #: Loader hook: this source's rows carry targets that move with the image.
-    _has_targets = True
-
-    def _check_mosaic(self) -> None:
-        """Loader hook: a Mosaic merges every target of this source (boxes, labels, masks: targets.py
-        ``mosaic_targets``)."""
+    #: The workers read the objects (``_record``).
+    _python_in_workers = True
 
     def _image_targets(self, i: int) -> dict[str, Any]:
         """Image ``i``'s objects in source pixels (boxes XYXY float64; with ``masks=True`` each object's mask as
@@ -331,26 +329,11 @@ class YoloDetection(Source):
             {**t, "iscrowd": np.zeros(len(t["labels"]), np.int64), "size": self._sizes[i], "image_id": i}
         )
 
-    def _batch_targets(self, indices: np.ndarray, epoch: int, native_loader: Any) -> list[dict[str, Any]]:
-        """Each row's targets moved with its image (module docs)."""
-        idx = [int(i) for i in indices]
-        plans, rows = plan_rows(self, idx, epoch, native_loader)  # a Mosaic's parts merged (targets.py)
-        boxes, fields = move_boxes(
-            plans, [t["boxes"] for t in rows], [{k: v for k, v in t.items() if k != "boxes"} for t in rows]
-        )
-        out = []
-        for plan, i, b, f in zip(plans, idx, boxes, fields):
-            w, h = (int(v) for v in self._sizes[i])
-            moved: dict[str, Any] = {
-                "boxes": b,
-                "labels": f["labels"],
-                "iscrowd": np.zeros(len(b), np.int64),
-                "image_id": i,
-                "orig_size": (h, w),
-                "size": plan.canvas,
-            }
-            if self.masks:  # a mosaic row's masks are its parts' (``part``: which one)
-                parts = f["part"].tolist() if "part" in f else None
-                moved["masks"] = plan.masks(list(f["masks"]), (h, w), self.label_paths[i], parts)
-            out.append(moved)
-        return out
+    def _record(self, i: int) -> dict[str, Any]:
+        """Image ``i``'s target record (sources/targets.py ``python_targets``): its objects in source pixels."""
+        t = self._image_targets(i)
+        w, h = (int(v) for v in self._sizes[i])
+        record = {**t, "iscrowd": np.zeros(len(t["labels"]), np.int64), "size": (w, h), "image_id": i}
+        if self.masks:
+            record["masks"] = list(t["masks"])
+        return record
