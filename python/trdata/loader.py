@@ -651,6 +651,7 @@ class Loader:
                 self._native.close()
                 raise
         self.source = source
+        self._pad_to = pad_to is not None
         # Float targets (float32 (N, *S)) stay in Python: each batch's labels are gathered by its indices.
         self._targets: np.ndarray | None = source._float_targets
         self.batch_size: int = batch_size
@@ -929,6 +930,10 @@ class Loader:
         if step is None:
             return None
         batches = [self._batch(*item) for item in step]
+        if self._pad_to:
+            # images of their own sizes in padded slots: image_list(), or padded_images() asked for by name
+            for b in batches:
+                b.padded = b.targets is not None
         if self._batch_ops is not None:
             self._apply_batch_ops(batches)
         return batches if self._per_step_list else batches[0]
