@@ -21,6 +21,7 @@ from . import _core, _cuda_libs
 from . import batch as _batch
 from . import batch_ops as _bops
 from . import convert as _convert
+from . import transforms as _transforms
 from ._args import _bool_arg, _int_arg, _parse_cpus, _size, allowed_cpus
 from .batch import Batch
 from .errors import (
@@ -642,14 +643,18 @@ class Loader:
         )
         if source._python_in_workers or _holds_step((transform_specs, view_specs)):
             _dataset.close_at_exit(self)  # its workers attach to the interpreter: closed before it finalizes
-        if source._has_targets:
-            try:  # the core refuses now what cannot move a detection source's targets (views, some ops, EXIF)
-                self._native.check_targets()
+        try:
+            if source._has_targets:  # the core refuses now what cannot move a detection source's targets
+                self._native.check_targets()  # (views, some ops, EXIF)
                 if self._native.mosaic_parts([0], 0) is not None:
                     source._check_mosaic()
-            except BaseException:
-                self._native.close()
-                raise
+            # each Python step once on a probe image: what it cannot take or returns unbatchable is refused now
+            _transforms.probe_steps(transform_specs, self._native.channels)
+            for k, view in enumerate(view_specs or ()):
+                _transforms.probe_steps(view, self._native.channels, f"views[{k}]")
+        except BaseException:
+            self._native.close()
+            raise
         self.source = source
         self._pad_to = pad_to is not None
         # Float targets (float32 (N, *S)) stay in Python: each batch's labels are gathered by its indices.
