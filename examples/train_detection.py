@@ -5,10 +5,12 @@ layout — an image folder and an ``instances_*.json`` file.
 
 Without ``--root``/``--ann`` it first writes a small synthetic COCO set (``--make N`` images of coloured
 rectangles on noise, one box and polygon per rectangle, category = colour) in a temporary folder. trdata decodes
-and augments the images (RandomResizedCrop + horizontal flip, float32 in [0, 1] as torchvision's detectors take
-them) and moves each image's boxes (and masks with ``--masks``) with it; ``batch.targets`` is the list of
-per-image dicts torchvision's detection models take. Prints ``step, loss`` per step and, at the end, the first
-loss and the last.
+and augments the images with torchvision's ``hflip`` detection recipe (a horizontal flip; float32 in [0, 1] as
+torchvision's detectors take them), each image at its own size in a padded slot (``Loader(pad_to=...)``, sized
+from the annotation file's largest image), and moves each image's boxes (and masks with ``--masks``) with it.
+``batch.image_list()`` gives the images at their own sizes and ``batch.targets`` the per-image dicts, the two lists
+torchvision's detection models take (the model resizes each image to ``--size`` itself). Prints ``step, loss``
+per step and, at the end, the first loss and the last.
 """
 
 from __future__ import annotations
@@ -58,6 +60,11 @@ def make_coco(root: str, n: int, seed: int = 0) -> tuple[str, str]:
     return images_dir, ann_file
 
 
+def stride_multiple(v: int, stride: int = 32) -> int:
+    """``v`` rounded up to a multiple of ``stride``."""
+    return -(-v // stride) * stride
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--root")
@@ -82,12 +89,21 @@ def main() -> None:
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
     losses: list[float] = []
+    # The hflip recipe keeps each image's size: the slots must hold the largest image (a multiple of 32 here, as
+    # FPN backbones like). A recipe that enlarges images needs more: see the guide's table of recipes.
+    with open(args.ann) as f:
+        stored = json.load(f)["images"]
+    pad_to = (
+        stride_multiple(max(im["height"] for im in stored)),
+        stride_multiple(max(im["width"] for im in stored)),
+    )
     loader = trdata.Loader(
         source,
         batch_size=args.batch,
         workers=args.workers,
         shuffle=True,
-        transforms=[trdata.RandomResizedCrop(args.size, scale=(0.5, 1.0)), trdata.RandomHorizontalFlip()],
+        transforms=[trdata.RandomHorizontalFlip()],
+        pad_to=pad_to,
         normalize=None,  # float32 in [0, 1]: the model normalizes
         dtype="float32",
         last_batch="drop",
@@ -96,8 +112,8 @@ def main() -> None:
         step = 0
         while step < args.steps:
             for batch in loader:
-                images = list(torch.from_dlpack(batch))
-                # a crop may leave an image without boxes; torchvision's detectors take empty targets
+                images = batch.image_list()  # each image at its own size (views of the batch's buffer)
+                # torchvision's detectors take empty targets, should an image have no boxes
                 targets = [{"boxes": t["boxes"], "labels": t["labels"]} for t in batch.targets]
                 loss = sum(model(images, targets).values())
                 optimizer.zero_grad()

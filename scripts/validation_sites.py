@@ -46,6 +46,8 @@ PARAMS = {
     # sources
     "root", "paths", "labels", "blobs", "images", "classes", "train", "variant", "shards",
     "split", "masks", "ids", "image_suffix", "mask_suffix",
+    # DatasetSource's dict items, PythonStep's input
+    "image_key", "label_key", "pil",
     # packed files (trdata.pack, trdata.Packed)
     "mode", "window_blocks", "cache_bytes", "prefetch_blocks", "block_bytes", "reencode", "short_side", "max_side",
     "quality",
@@ -63,6 +65,8 @@ TYPE_ONLY = {
     "expand", "all_ops", "antialias",
     "reencode",  # a Reencode or dict; its fields are short_side, max_side, quality (pack/mod.rs)
     "split", "masks", "ids", "image_suffix", "mask_suffix",  # YoloDetection/SegmentationFolder: folders, names
+    "image_key", "label_key",  # DatasetSource: a str naming a field of the dataset's dict items (Python's)
+    "pil",  # PythonStep's: a bool
 }  # fmt: skip
 
 # Core functions that raise a ConfigError naming a parameter without validating its value.
@@ -118,6 +122,9 @@ EDGE_TRANSLATORS = {
         "TimmAugMix._spec": "ops is a sequence of names (which names: the core's)",
         "TimmAutoAugment._spec": "policy is a sequence of (name, p, magnitude) sequences (values: the core's)",
         "PythonStep.__init__": "fn is callable (only `fn`)",
+        "PythonStep._probe": "what a Python step did on the probe image when the Loader was built (the user's "
+        "code, not a value)",
+        "_pil_module": "pil=True needs Pillow (the environment, not a value)",
     },
     "python/trdata/convert.py": {
         "_refuse": "a torchvision op trdata cannot run (names the op; no value rule)",
@@ -172,6 +179,8 @@ EDGE_TRANSLATORS = {
     },
     "python/trdata/sources/dataset.py": {
         "DatasetSource.__init__": "dataset is a map-style dataset without a transform of its own (only `dataset`)",
+        "DatasetSource._item_keys": "image_key/label_key are str naming fields of the dataset's dict items, which "
+        "item 0 holds (the user's items, not a value)",
     },
     "python/trdata/sources/classic.py": {
         "_root_dir": "root is a path (only `root`)",

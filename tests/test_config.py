@@ -626,8 +626,9 @@ def test_every_parameter_has_a_bad_value_case():
         "num_layers", "magnitude_std", "magnitude_max", "translate_pct", "width", "depth", "probability", "min_area",
         "max_area", "min_count", "max_count", "re_mode", "longest", "weights",
     }  # fmt: skip
-    # a map-style dataset's and a Python step's: tests/test_dataset_source.py, tests/test_python_steps.py
-    extra |= {"dataset", "fn", "extras"}  # extras: tests/test_extras.py
+    # a map-style dataset's and a Python step's: tests/test_dataset_source.py, tests/test_python_steps.py,
+    # tests/test_python_steps_types.py (pil)
+    extra |= {"dataset", "fn", "extras", "image_key", "label_key", "pil"}  # extras: tests/test_extras.py
     # YoloDetection's and SegmentationFolder's (types only): tests/test_yolo.py, tests/test_segmentation.py
     extra |= {"split", "masks", "ids", "image_suffix", "mask_suffix"}
     # the URL sources' (path, storage_options): tests/test_packed_remote.py::test_bad_urls_and_options_are_config…

@@ -84,8 +84,11 @@ def test_getitem_runs_exactly_once_per_sample_per_epoch_on_the_workers(arrays: l
             seen_threads.add(threading.get_ident())
             return original(i)
 
-    ds.__class__ = Watched
+    # item 0 is read once on this thread when the source is made (to find its form), and that read is sample 0's
+    # read of the first epoch; every read after it is made by the loader's own threads
     with trdata.Loader(ds, workers=3, **KW) as ld:  # type: ignore[arg-type]
+        assert ds.calls == Counter({0: 1})
+        ds.__class__ = Watched
         for epoch in range(2):
             ld.set_epoch(epoch)
             got = [int(i) for b in ld for i in b.indices[: b.valid]]
@@ -373,3 +376,76 @@ def test_exit_with_a_python_step_loader_running_never_aborts() -> None:
         )
         assert run.returncode == 0, run.stderr
         assert run.stdout.strip() == "left"
+
+
+# Items that are dicts with named keys, as Hugging Face `datasets` rows are ({"image": PIL, "label": int}).
+
+
+def png(a: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(a).save(out, "PNG")
+    return out.getvalue()
+
+
+def test_dict_items_with_named_keys_give_the_arrays_sources_batches_and_extras() -> None:
+    rgb = [photo(i, 20, 16) for i in range(9)]
+    native = batches(trdata.Arrays(np.stack(rgb), list(range(9))))
+    rows = Items(
+        [{"image": Image.fromarray(a), "label": i, "caption": f"photo {i}"} for i, a in enumerate(rgb)]
+    )
+    with trdata.Loader(rows, workers=2, **KW) as ld:  # type: ignore[arg-type]
+        got = []
+        for b in ld:
+            got.append((b.images[: b.valid].copy(), b.labels[: b.valid].copy(), b.indices[: b.valid].copy()))
+            assert b.extras == {"caption": [f"photo {i}" for i in b.indices.tolist()]}  # the other keys
+    assert same(got, native)
+    assert rows.calls == Counter(dict.fromkeys(range(9), 1))  # item 0's read when made is its epoch's read
+    # the other default names (CIFAR's "img"; "labels"), and datasets' Image(decode=False) values
+    assert same(batches(Items([{"img": a, "labels": i} for i, a in enumerate(rgb)])), native)
+    encoded = Items([{"image": {"bytes": png(a), "path": None}, "label": i} for i, a in enumerate(rgb)])
+    assert same(batches(encoded), native)
+    # any names, given
+    named = Items([{"pixels": a, "fine_label": i, "coarse_label": i // 3} for i, a in enumerate(rgb)])
+    source = trdata.DatasetSource(named, image_key="pixels", label_key="fine_label")
+    with trdata.Loader(source, workers=2, **KW) as ld:  # type: ignore[arg-type]
+        for b in ld:
+            assert b.extras["coarse_label"] == [i // 3 for i in b.indices.tolist()]
+    assert same(batches(trdata.DatasetSource(named, image_key="pixels", label_key="fine_label")), native)
+
+
+def test_a_dict_item_without_the_keys_is_a_config_error_when_the_loader_is_built() -> None:
+    a = photo(0, 20, 16)
+    with pytest.raises(ConfigError, match=r"Items\[0\] is a dict with the keys \['pixels', 'y'\], without 'image' or "
+                       r"'img'.*image_key=") as e:  # fmt: skip
+        trdata.Loader(Items([{"pixels": a, "y": 0}] * 3), batch_size=2)
+    assert e.value.parameter == "source"
+    with pytest.raises(ConfigError, match=r"without 'label' or 'labels'.*label_key=") as e:
+        trdata.DatasetSource(Items([{"image": a, "y": 0}] * 3))
+    assert e.value.parameter == "label_key"
+    with pytest.raises(ConfigError, match=r"without 'picture'") as e:
+        trdata.DatasetSource(Items([{"image": a, "label": 0}] * 3), image_key="picture")
+    assert e.value.parameter == "image_key"
+    with pytest.raises(ConfigError, match=r"Items\[0\] is a tuple, not a dict") as e:
+        trdata.DatasetSource(Items([(a, 0)] * 3), label_key="label")
+    assert e.value.parameter == "label_key"
+    with pytest.raises(ConfigError, match="invalid image_key: 3 must be a str or None"):
+        trdata.DatasetSource(Items([(a, 0)] * 3), image_key=3)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"invalid label_key: \[1\] must be a str or None"):
+        trdata.DatasetSource(Items([(a, 0)] * 3), label_key=[1])  # type: ignore[arg-type]
+    # a later item without the keys is that sample's error, under on_error
+    rows = Items([{"image": a, "label": 0}, {"image": a, "label": 1}, {"img": a, "label": 2}])
+    with trdata.Loader(rows, batch_size=3, transforms=[trdata.CenterCrop(8)], on_error="skip") as ld:
+        list(ld)
+        assert ld.stats()["errors_skipped"] == 1
+
+
+def test_a_datasets_class_label_feature_names_the_classes() -> None:
+    class ClassLabel:  # the attribute of datasets.ClassLabel that names the classes
+        names = ["cat", "dog"]
+
+    class Rows(Items):
+        features = {"image": object(), "label": ClassLabel()}
+
+    a = photo(0, 20, 16)
+    source = trdata.DatasetSource(Rows([{"image": a, "label": i % 2} for i in range(4)]))
+    assert source.classes == ["cat", "dog"] and source.class_to_idx == {"cat": 0, "dog": 1}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
@@ -96,7 +97,9 @@ def test_a_step_sees_a_seeded_torch_generator_per_sample() -> None:
 
     def noise(x: torch.Tensor) -> torch.Tensor:
         r = torch.rand(1).item()
-        draws.append(r)
+        # a sample's call, not the Loader's probe (trdata.transforms.PROBE_HW)
+        if tuple(x.shape[1:]) == (20, 20):
+            draws.append(r)
         return (x.int() + int(r * 50)).clamp(0, 255).to(torch.uint8)
 
     a = run([trdata.CenterCrop(20), noise], 3, seed=1, reproducible=True)
@@ -138,9 +141,15 @@ def test_a_failing_step_is_a_sample_error_under_raise_and_skip() -> None:
         (lambda x: "an image", "returned str, not a uint8 array"),
     ],
 )
-def test_what_a_step_returns_is_checked(step: object, message: str) -> None:
-    with pytest.raises(DecodeError, match=message):
+def test_what_a_step_returns_is_checked(step: Any, message: str) -> None:
+    # on the probe image when the Loader is built: a ConfigError naming the step
+    with pytest.raises(ConfigError, match=message) as e:
         run([trdata.CenterCrop(20), trdata.PythonStep(step)])
+    assert "the Python step <lambda> at transforms[1]" in str(e.value) and e.value.parameter == "transforms"
+    # a step that does so on some samples only (not on the probe): each such sample's error
+    on_samples = trdata.PythonStep(lambda x: step(x) if x.shape[-1] == 20 else x)
+    with pytest.raises(DecodeError, match=message):
+        run([trdata.CenterCrop(20), on_samples])
 
 
 def test_steps_are_refused_where_they_cannot_run() -> None:
@@ -183,7 +192,8 @@ print(sorted(set(seen)))
 def test_without_torch_a_step_gets_numpy_hwc() -> None:
     run_ = subprocess.run([sys.executable, "-c", NUMPY_ONLY], capture_output=True, text=True, timeout=120)
     assert run_.returncode == 0, run_.stderr
-    assert run_.stdout.strip() == "[('ndarray', (6, 8, 3), 'uint8')]"
+    # the samples' calls, and the Loader's probe call (trdata.transforms.PROBE_HW) in the same form
+    assert run_.stdout.strip() == "[('ndarray', (6, 8, 3), 'uint8'), ('ndarray', (37, 53, 3), 'uint8')]"
 
 
 def test_the_programs_own_generators_are_left_as_they_were() -> None:

@@ -57,11 +57,17 @@ class Batch:
     bfloat16 images are ``ml_dtypes.bfloat16`` arrays when ml_dtypes is installed, else their uint16 bits;
     through DLPack (``torch.from_dlpack(batch)``, ``batch.torch()``) they arrive as real bfloat16.
 
+    A detection batch of a ``Loader(pad_to=...)`` holds images of different sizes, each at the top left of a
+    padded slot (``padded`` is True): ``image_list()`` gives them at their own sizes (what torchvision's detection
+    models take), ``padded_images()`` the padded slots with ``image_sizes``. Such a batch is not one tensor of
+    images: ``torch.from_dlpack(batch)``, ``batch.torch()`` and ``images, labels = batch`` raise ``BufferError``
+    naming both (the padded canvas given to a detector as if it were the images shrinks every object).
+
     A Batch is a DLPack producer of its images (``__dlpack__``/``__dlpack_device__``), zero-copy: every
     consumer tensor keeps the batch buffer alive by itself, so it stays valid after the Batch is dropped
     and the loader moved on; the buffer returns to the loader when the last view or tensor of it dies."""
 
-    __slots__ = ("_lease", "epoch", "extras", "images", "indices", "labels", "targets", "valid")
+    __slots__ = ("_lease", "epoch", "extras", "images", "indices", "labels", "padded", "targets", "valid")
 
     images: BatchImages
     labels: BatchArray
@@ -75,6 +81,9 @@ class Batch:
     #: batch's H, W with ``Loader(pad_to=...)``: the image sits at the top left, zeros elsewhere) and, when asked for, ``masks`` (K, H, W) uint8 and ``keypoints`` (K, P, 3) — as torchvision's
     #: detection references take them (torch tensors when torch is installed, on the batch's device); None otherwise.
     targets: list[dict[str, Any]] | None
+    #: True for a batch of targets from a ``Loader(pad_to=...)``: its images have their own sizes, each at the top
+    #: left of its slot (``image_list()``, ``padded_images()``); it is then no DLPack producer nor a pair.
+    padded: bool
 
     def __init__(
         self,
@@ -86,10 +95,12 @@ class Batch:
         lease: _core.BatchLeaseHandle | _core.DeviceTensorHandle | None = None,
         extras: dict[str, Any] | None = None,
         targets: list[dict[str, Any]] | None = None,
+        padded: bool = False,
     ) -> None:
         self.images = images
         self.extras = {} if extras is None else extras
         self.targets = targets
+        self.padded = padded and targets is not None
         self.labels = labels
         self.indices = indices
         self.valid = valid
@@ -103,6 +114,7 @@ class Batch:
         self._lease = lease
 
     def __iter__(self) -> Iterator[BatchImages]:
+        self._check_unpadded("images, labels = batch")
         yield self.images
         yield self.labels
 
@@ -117,6 +129,68 @@ class Batch:
         if self.targets is None:
             return None
         return np.array([t["size"] for t in self.targets], np.int64).reshape(-1, 2)
+
+    def image_list(self) -> list[Any]:
+        """Each row's image at its own size, ``(C, h, w)``: zero-copy views of the batch's buffer (they keep it
+        alive), as torchvision's detection models take them (``model(batch.image_list(), batch.targets)``). torch
+        tensors on the batch's device when torch is installed (bfloat16 as ``torch.bfloat16``), numpy arrays
+        otherwise; with ``layout="NHWC"`` each is a permuted (non-contiguous) view. With ``Loader(pad_to=...)`` row
+        ``i`` is ``padded_images()[i, :, :h, :w]`` with ``(h, w) = image_sizes[i]``; a batch without targets has
+        its rows whole. BufferError for a multi-view batch (one list per view: slice ``batch.images[k]``)."""
+        images = self._images_array()
+        nchw = self._nchw()
+        sizes = self.image_sizes
+        if sizes is None:  # every row whole
+            canvas = tuple(images.shape[2:4]) if nchw else tuple(images.shape[1:3])
+            sizes = np.array([canvas] * len(images), np.int64).reshape(-1, 2)
+        out = []
+        for i, (h, w) in enumerate(sizes.tolist()):
+            if nchw:
+                out.append(images[i, :, :h, :w])
+            else:  # NHWC: the same pixels, channels first
+                row = images[i, :h, :w, :]
+                out.append(row.permute(2, 0, 1) if _is_torch(row) else row.transpose(2, 0, 1))
+        return out
+
+    def padded_images(self) -> Any:
+        """The images as one array with each row's padded slot: (N, C, H, W) or (N, H, W, C), zeros (after
+        normalization) right of and below each image (``image_sizes`` says where it ends) — what
+        ``torch.from_dlpack(batch)`` gives for a batch that is not ``padded``. A torch tensor when torch is installed
+        (zero-copy; bfloat16 as ``torch.bfloat16``), the numpy array otherwise."""
+        return self._images_array()
+
+    def _images_array(self) -> Any:
+        """``images`` as torch (when installed: the lease's own export, so bfloat16 is real) or numpy."""
+        images = self._check_single_view()
+        if _is_torch(images):
+            return images
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            return images
+        return _torch_of(images)
+
+    def _nchw(self) -> bool:
+        """Whether the images are (N, C, H, W): C is the dimension of 1 or 3 (trdata's channel counts); when both
+        dims 1 and 3 could be it (a canvas side of 1 or 3), the one the rows' sizes fit, NCHW if both do."""
+        shape = tuple(self._check_single_view().shape)
+        first, last = shape[1] in (1, 3), shape[3] in (1, 3)
+        if first != last:
+            return first
+        sizes = self.image_sizes
+        if sizes is None or not len(sizes):
+            return True
+        h, w = int(sizes[:, 0].max()), int(sizes[:, 1].max())
+        return bool(h <= shape[2] and w <= shape[3])
+
+    def _check_unpadded(self, what: str) -> None:
+        """BufferError for a ``padded`` batch: ``what`` would hand over the padded canvas as the images."""
+        if self.padded:
+            raise BufferError(
+                f"{what}: this detection batch's images have their own sizes (Loader(pad_to=...)), each at the top "
+                "left of a padded slot; use batch.image_list() (each image at its size, as torchvision's detection "
+                "models take them) or, for the padded slots, batch.padded_images() with batch.image_sizes"
+            )
 
     def padded_targets(self) -> dict[str, Any]:
         """``targets`` in fixed shapes, for models that want them: ``boxes`` (B, Kmax, 4) float32 (zeros past a
@@ -150,7 +224,8 @@ class Batch:
         copy: bool | None = None,
     ) -> Any:
         """DLPack capsule of ``images`` (array-API semantics). A multi-view batch has one array per view:
-        export ``batch.images[k]`` instead (BufferError here)."""
+        export ``batch.images[k]`` instead (BufferError here), and so does a ``padded`` batch (``image_list()``)."""
+        self._check_unpadded("torch.from_dlpack(batch)")
         images: Any = self._check_single_view()  # numpy's or a device tensor's own __dlpack__ below
         if self._lease is not None:
             return self._lease.__dlpack__(
@@ -164,7 +239,9 @@ class Batch:
         return images.__dlpack__(stream=stream, **kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        """(device_type, device_id) of ``images``; (1, 0) is the CPU. BufferError for a multi-view batch."""
+        """(device_type, device_id) of ``images``; (1, 0) is the CPU. BufferError for a multi-view or a ``padded``
+        batch."""
+        self._check_unpadded("torch.from_dlpack(batch)")
         images = self._check_single_view()
         if self._lease is not None:
             return self._lease.__dlpack_device__()
@@ -182,7 +259,8 @@ class Batch:
     def torch(self) -> tuple[Any, Any]:
         """(images, labels) as torch tensors sharing this batch's memory, through DLPack (bfloat16 arrives
         as ``torch.bfloat16``); a multi-view batch's images are a tuple of tensors, one per view. The tensors
-        stay valid after the Batch is gone."""
+        stay valid after the Batch is gone. BufferError for a ``padded`` batch (``image_list()``)."""
+        self._check_unpadded("batch.torch()")
         import torch
 
         if isinstance(self.images, tuple):

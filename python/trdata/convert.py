@@ -152,7 +152,12 @@ def _refuse(t: Any, pos: int, why: str) -> ConfigError:
     )
 
 
-def from_torchvision(t: Any, _depth: int = 0) -> Converted:
+#: The ops that turn torchvision's (and timm's) PIL image into a tensor or array: a Python step before the first of
+#: them gets a PIL image, as torchvision gives it one there.
+_TO_TENSOR = ("ToImage", "PILToTensor", "ToTensor", "MaybeToTensor", "MaybePILToTensor", "ToNumpy")
+
+
+def from_torchvision(t: Any, _depth: int = 0, _pil: bool | None = None) -> Converted:
     """A torchvision.transforms.v2 (or classic) op, Compose or list of them → the trdata pipeline (trdata ops are
     passed through). Trailing ``ToTensor``/``ToImage``/``PILToTensor``/``ToDtype(float32, scale=True)``/
     ``ConvertImageDtype(float)`` become ``dtype='float32'`` and a trailing ``Normalize`` the Loader's
@@ -161,13 +166,19 @@ def from_torchvision(t: Any, _depth: int = 0) -> Converted:
     interpolation, 'random' included), ``CenterCropOrPad`` with zero fill, ``MaybeToTensor``/
     ``MaybePILToTensor``/``ToNumpy``, timm's RandAugment/AutoAugment/AugMix (:class:`TimmRandAugment`,
     :class:`TimmAutoAugment`, :class:`TimmAugMix`) and its ``RandomErasing`` (:class:`TimmRandomErasing`, which
-    must follow ``Normalize``; README lists what round-trips). Anything else → ConfigError naming the first op
-    trdata cannot run. A :class:`Converted` is returned as it is."""
+    must follow ``Normalize``; README lists what round-trips). An op trdata does not compile (``v2.Lambda``, a
+    user's callable) becomes a :class:`PythonStep` that takes what torchvision would give it: a PIL image before the
+    pipeline's ``ToImage``/``PILToTensor``/``ToTensor``, a tensor after it or in a pipeline without one. Anything
+    else → ConfigError naming the first op trdata cannot run. A :class:`Converted` is returned as it is."""
     if isinstance(t, Converted):
         return t
     if _depth > _MAX_CONVERT_DEPTH:
         raise _too_deep(t)
     ops = _flatten(t)
+    # where torchvision's image becomes a tensor (a container's ops take their position's: `_pil`)
+    to_tensor = next(
+        (k for k, op in enumerate(ops) if _is_torchvision(op) and type(op).__name__ in _TO_TENSOR), -1
+    )
     steps: list[PythonStep] = []
     out: list[Transform] = []
     normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None
@@ -186,13 +197,14 @@ def from_torchvision(t: Any, _depth: int = 0) -> Converted:
                     "transform, nor a callable",
                     parameter="transforms",
                 )
-            out.append(_step(op, pos, normalize, steps))  # a user's callable or nn.Module
+            # a user's callable or nn.Module
+            out.append(_step(op, pos, normalize, steps, pos < to_tensor if _pil is None else _pil))
             continue
         name = type(op).__name__
         if name in _CONTAINERS:
             if normalize is not None:
                 raise _refuse(op, pos, "it comes after Normalize (trdata normalizes in the final write)")
-            out.append(_convert_container(op, name, pos, _depth))
+            out.append(_convert_container(op, name, pos, _depth, pos < to_tensor if _pil is None else _pil))
             continue
         if _is_timm(op):
             if name == "MaybeToTensor":
@@ -258,9 +270,8 @@ def from_torchvision(t: Any, _depth: int = 0) -> Converted:
         except ConfigError as e:
             raise _refuse(op, pos, str(e)) from None
         except (AttributeError, TypeError, KeyError):
-            out.append(
-                _step(op, pos, normalize, steps)
-            )  # v2.Lambda, ElasticTransform, JPEG, …: run in Python
+            # v2.Lambda, ElasticTransform, JPEG, …: run in Python
+            out.append(_step(op, pos, normalize, steps, pos < to_tensor if _pil is None else _pil))
         except Exception as e:  # a look-alike whose attributes raise: still a configuration error, named
             raise _refuse(op, pos, f"reading its parameters raised {type(e).__name__}: {e}") from e
     if _depth == 0:
@@ -268,13 +279,14 @@ def from_torchvision(t: Any, _depth: int = 0) -> Converted:
     return Converted(out, normalize, dtype, dtype_op)
 
 
-def _step(op: Any, pos: int, normalize: Any, steps: list[PythonStep]) -> PythonStep:
-    """An op trdata does not compile, as a :class:`PythonStep` (on the uint8 image: refused after Normalize)."""
+def _step(op: Any, pos: int, normalize: Any, steps: list[PythonStep], pil: bool) -> PythonStep:
+    """An op trdata does not compile, as a :class:`PythonStep` (on the uint8 image: refused after Normalize),
+    taking a PIL image when ``pil`` (it comes before the pipeline's ToImage/PILToTensor/ToTensor)."""
     if not callable(op):
         raise _refuse(op, pos, "trdata has no such op, and it is not callable (to run in Python)")
     if normalize is not None:
         raise _refuse(op, pos, "it runs in Python on the uint8 image, and comes after Normalize")
-    step = op if isinstance(op, PythonStep) else PythonStep(op)
+    step = op if isinstance(op, PythonStep) else PythonStep(op, pil=pil)
     steps.append(step)
     return step
 
@@ -286,10 +298,11 @@ _FLOAT_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
 _CONTAINERS = ("RandomApply", "RandomChoice", "RandomOrder")
 
 
-def _convert_container(op: Any, name: str, pos: int, depth: int = 0) -> Transform:
+def _convert_container(op: Any, name: str, pos: int, depth: int = 0, pil: bool = False) -> Transform:
     """A torchvision RandomApply/RandomChoice/RandomOrder (v2 or classic) → trdata's, its inner list converted
-    by :func:`from_torchvision` (a Compose inside is flattened); an inner ToTensor/Normalize is refused."""
-    inner = from_torchvision(list(op.transforms), depth + 1)
+    by :func:`from_torchvision` (a Compose inside is flattened; its steps take PIL images when ``pil``); an inner
+    ToTensor/Normalize is refused."""
+    inner = from_torchvision(list(op.transforms), depth + 1, pil)
     if inner.normalize is not None or inner.dtype is not None:
         raise _refuse(op, pos, "it holds ToTensor/ToDtype/Normalize (only the pipeline's end may convert)")
     if name == "RandomApply":

@@ -21,6 +21,7 @@ from . import _core, _cuda_libs, _target_batch
 from . import batch as _batch
 from . import batch_ops as _bops
 from . import convert as _convert
+from . import transforms as _transforms
 from ._args import _bool_arg, _int_arg, _parse_cpus, _size, allowed_cpus
 from .batch import Batch
 from .errors import (
@@ -642,7 +643,16 @@ class Loader:
         )
         if source._python_in_workers or _holds_step((transform_specs, view_specs)):
             _dataset.close_at_exit(self)  # its workers attach to the interpreter: closed before it finalizes
+        try:
+            # each Python step once on a probe image: what it cannot take or returns unbatchable is refused now
+            _transforms.probe_steps(transform_specs, self._native.channels)
+            for k, view in enumerate(view_specs or ()):
+                _transforms.probe_steps(view, self._native.channels, f"views[{k}]")
+        except BaseException:
+            self._native.close()
+            raise
         self.source = source
+        self._pad_to = pad_to is not None
         # Float targets (float32 (N, *S)) stay in Python: each batch's labels are gathered by its indices.
         self._targets: np.ndarray | None = source._float_targets
         self.batch_size: int = batch_size
@@ -921,6 +931,10 @@ class Loader:
         if step is None:
             return None
         batches = [self._batch(*item) for item in step]
+        if self._pad_to:
+            # images of their own sizes in padded slots: image_list(), or padded_images() asked for by name
+            for b in batches:
+                b.padded = b.targets is not None
         if self._batch_ops is not None:
             self._apply_batch_ops(batches)
         return batches if self._per_step_list else batches[0]

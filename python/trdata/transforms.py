@@ -24,6 +24,7 @@ import threading
 import traceback
 import types
 import warnings
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -1156,11 +1157,20 @@ def _seeded_generators(seed: int, torch: Any) -> Iterator[None]:
 
 
 class PythonStep(Transform):
-    """A per-sample step written in Python, run at its position in the pipeline on the uint8 image: ``fn`` gets a
-    uint8 ``(C, H, W)`` torch tensor when torch is installed (a numpy ``(H, W, C)`` array otherwise) and returns
-    the same kind and shape (a step keeps the size). ``v2.Lambda``, a user's ``nn.Module`` or callable, and the
-    torchvision ops trdata does not compile (``ElasticTransform``, ``JPEG``, …) become steps (``from_torchvision``
-    warns once which). The native ops before and after stay native.
+    """A per-sample step written in Python, run at its position in the pipeline on the uint8 image. ``fn`` gets the
+    image as torchvision would give it there: with ``pil=True`` a ``PIL.Image`` (mode ``RGB``, or ``L`` on a
+    1-channel loader), which ``from_torchvision`` sets for an op placed before ``ToImage``/``PILToTensor``/
+    ``ToTensor`` (torchvision's input there is the dataset's PIL image); otherwise a uint8 ``(C, H, W)`` torch tensor
+    when torch is installed (a numpy ``(H, W, C)`` array without torch). It returns the image at the same size and
+    channel count: a PIL image of the same mode, a uint8 ``(C, H, W)`` tensor or a uint8 ``(H, W, C)`` array (a
+    step keeps the size). ``v2.Lambda``, a user's ``nn.Module`` or callable, and the torchvision ops trdata does not
+    compile (``ElasticTransform``, ``JPEG``, …) become steps (``from_torchvision`` warns once which). The native ops
+    before and after stay native.
+
+    When the Loader is built it calls each step once on a probe image (``PROBE_HW``, the loader's channels, fixed
+    content and seed): a step that returns another size, channel count, dtype or type, or that raises
+    ``TypeError``/``AttributeError`` there (it cannot take the image it is given), is a ``ConfigError`` naming it.
+    Any other exception is left to the samples (a step may refuse some images).
 
     Randomness: before each call, Python's ``random``, numpy's global generator and torch's CPU one are seeded from
     (seed, epoch, index, position), one step at a time (a lock), and restored after it, so a reproducible loader
@@ -1168,37 +1178,160 @@ class PythonStep(Transform):
     GIL is held while ``fn`` runs (its torch ops may release it): steps cost Python time per sample.
     An exception in ``fn`` (or a wrong return) is the sample's error, under ``on_error``."""
 
-    def __init__(self, fn: Any, name: str | None = None) -> None:
+    def __init__(self, fn: Any, name: str | None = None, *, pil: bool = False) -> None:
         if not callable(fn):
             raise ConfigError(f"invalid fn: {_shown(fn)} must be callable", parameter="fn")
         self.fn = fn
         self.name = name if name is not None else _step_name(fn)
-        # looked up once, here: importing torch on several worker threads at once races (a half-imported module)
+        self.pil = _bool_arg(pil, "pil")
+        # looked up once, here: importing torch (or Pillow) on several worker threads at once races (a
+        # half-imported module)
         self._torch = _try_torch()
+        self._pil_image = _pil_module() if self.pil else None
         self._step = _core.Step(self._call, self.name)
+        _STEPS[id(self._step)] = self
 
     def __repr__(self) -> str:
-        return f"PythonStep({self.name})"
+        return f"PythonStep({self.name}{', pil=True' if self.pil else ''})"
 
     def _spec(self) -> tuple[Any, ...]:
         return ("python_step", {"step": self._step})
 
     def _call(self, pixels: np.ndarray, seed: int) -> np.ndarray:
         """The core's call: ``pixels`` uint8 (H, W, C), a fresh copy; returns the step's image as (H, W, C)."""
+        try:
+            out = self._run(pixels, seed)
+        except Exception:
+            raise StepError(traceback.format_exc()) from None
+        return self._pixels_of(out, pixels.shape)
+
+    def _run(self, pixels: np.ndarray, seed: int) -> Any:
+        """``fn`` on ``pixels`` in the form it takes, under the seeded generators; what it returned."""
+        with _STEP_LOCK, _seeded_generators(seed, self._torch):
+            return self.fn(self._image_of(pixels))
+
+    def _image_of(self, pixels: np.ndarray) -> Any:
+        """(H, W, C) uint8 pixels as the step takes them: PIL image, (C, H, W) tensor or the array itself."""
+        if self._pil_image is not None:
+            return self._pil_image.fromarray(pixels[:, :, 0] if pixels.shape[2] == 1 else pixels)
+        if self._torch is not None:
+            return self._torch.from_numpy(pixels).permute(2, 0, 1)
+        return pixels
+
+    def _pixels_of(self, out: Any, shape: tuple[int, ...]) -> np.ndarray:
+        """What the step returned as (H, W, C) uint8 pixels of ``shape`` (its input's), else StepError saying what it
+        returned."""
+        h, w, c = shape
         torch = self._torch
-        with _STEP_LOCK, _seeded_generators(seed, torch):
-            try:
-                out = self.fn(torch.from_numpy(pixels).permute(2, 0, 1) if torch is not None else pixels)
-            except Exception:
-                raise StepError(traceback.format_exc()) from None
-        if torch is not None and isinstance(out, torch.Tensor):
+        if _is_pil(out):
+            mode = "L" if c == 1 else "RGB"
+            if out.mode != mode:
+                raise StepError(
+                    f"returned a PIL image of mode {out.mode} for one of mode {mode}: a step keeps the mode"
+                )
+            out = np.asarray(out)
+        elif torch is not None and isinstance(out, torch.Tensor):
             if out.dtype != torch.uint8:
                 raise StepError(f"returned a {out.dtype} tensor: a step returns uint8 images")
             out = out.detach().cpu()
             out = (out.permute(1, 2, 0) if out.ndim == 3 else out).contiguous().numpy()
-        if isinstance(out, np.ndarray) and out.ndim == 2:
+        if not isinstance(out, np.ndarray) or out.dtype != np.uint8:
+            what = f"a {out.dtype} array" if isinstance(out, np.ndarray) else type(out).__name__
+            raise StepError(f"returned {what}, not a uint8 array")
+        if out.ndim == 2:
             out = out[:, :, None]
-        return np.ascontiguousarray(out) if isinstance(out, np.ndarray) else out
+        if out.shape != shape:
+            raise StepError(
+                f"returned an image of shape {out.shape} (H, W, C) for one of {shape}: a Python step must keep the "
+                "size and the channels (trdata batches each sample at the size its native ops give it: resize and "
+                "crop with native ops)"
+            )
+        return np.ascontiguousarray(out)
+
+    def _probe(self, channels: int, where: str) -> None:
+        """ConfigError unless ``fn`` takes the probe image and returns one of its size, channels and type (class
+        docs)."""
+        pixels = probe_image(channels)
+        given = (
+            "a PIL image"
+            if self.pil
+            else "a uint8 (C, H, W) tensor"
+            if self._torch
+            else "a uint8 (H, W, C) array"
+        )
+        try:
+            out = self._run(pixels.copy(), PROBE_SEED)
+        except (TypeError, AttributeError) as e:
+            hint = (
+                "; torchvision gives a PIL image to an op before ToImage/PILToTensor in a Compose, a tensor after "
+                "(trdata.PythonStep(fn, pil=True) takes PIL images anywhere)"
+                if self._torch is not None
+                else ""
+            )
+            raise ConfigError(
+                f"invalid transforms: the Python step {self.name} at {where} cannot take {given}: called on a probe "
+                f"image when the Loader was built, it raised {type(e).__name__}: {e}{hint}",
+                parameter="transforms",
+            ) from e
+        except Exception:
+            return  # a step may refuse some images: the samples' errors, under on_error
+        try:
+            self._pixels_of(out, pixels.shape)
+        except StepError as e:
+            raise ConfigError(
+                f"invalid transforms: the Python step {self.name} at {where}, called on a probe image of "
+                f"{pixels.shape[0]}x{pixels.shape[1]} ({given}) when the Loader was built, {e}",
+                parameter="transforms",
+            ) from None
+
+
+#: The probe image's (height, width): small, not square (a step that transposes is seen), not a common size.
+PROBE_HW = (37, 53)
+#: The seed of the generators while a step runs on the probe image.
+PROBE_SEED = 0
+
+#: Each live PythonStep by the id of its core Step (what the core's specs hold), for the probe.
+_STEPS: weakref.WeakValueDictionary[int, PythonStep] = weakref.WeakValueDictionary()
+
+
+def probe_image(channels: int) -> np.ndarray:
+    """The probe image: uint8 (H, W, channels) of ``PROBE_HW``, a fixed pattern (gradients, no flat colour)."""
+    y, x, c = np.ogrid[: PROBE_HW[0], : PROBE_HW[1], :channels]
+    pattern: np.ndarray = ((y * 7 + x * 3 + c * 61) % 256).astype(np.uint8)
+    return pattern
+
+
+def probe_steps(specs: Any, channels: int, where: str = "transforms") -> None:
+    """Call each Python step of the core's ``specs`` (of ``transforms`` or of ``views``, containers included) once on
+    the probe image (``PythonStep._probe``): ConfigError naming the first whose answer trdata cannot batch."""
+    for i, spec in enumerate(specs):
+        for step in _steps_in(spec):
+            owner = _STEPS.get(id(step))
+            if owner is not None:
+                owner._probe(channels, f"{where}[{i}]")
+
+
+def _steps_in(spec: Any, depth: int = 0) -> Iterator[Any]:
+    """The core Steps in one spec (a step, or a container's nested lists)."""
+    if isinstance(spec, _core.Step):
+        yield spec
+    elif depth <= 64 and isinstance(spec, (list, tuple, dict)):
+        for v in spec.values() if isinstance(spec, dict) else spec:
+            yield from _steps_in(v, depth + 1)
+
+
+def _is_pil(x: Any) -> bool:
+    return type(x).__module__.startswith("PIL.") and hasattr(x, "mode") and hasattr(x, "size")
+
+
+def _pil_module() -> Any:
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ConfigError(
+            "invalid pil: True needs Pillow (pip install pillow): the step takes PIL images", parameter="pil"
+        ) from None
+    return Image
 
 
 def _try_torch() -> Any:

@@ -1,7 +1,12 @@
 """Any map-style dataset as a source: ``Loader(MyDataset())``, or :class:`DatasetSource` explicitly.
 
 ``len(dataset)`` samples; ``dataset[i]`` returns ``(image, target)`` or ``(image, target, extras)`` with
-``extras`` a dict of str names to any values (a caption, parsed JSON, an array), delivered as ``batch.extras``.
+``extras`` a dict of str names to any values (a caption, parsed JSON, an array), delivered as ``batch.extras``; or
+a dict with named keys, as a Hugging Face ``datasets`` row is (``{"image": …, "label": …}``): the image under
+``image_key`` (default: ``"image"``, else ``"img"``), the target under ``label_key`` (default: ``"label"``, else
+``"labels"``), every other key an extra. The keys are found in item 0, read when the source is made (that read
+is the first epoch's read of sample 0, so ``__getitem__`` still runs once per sample per epoch): a dict without
+them is a ``ConfigError`` naming the keys it has. A ``datasets`` ``ClassLabel`` feature names the classes.
 The image is one of:
 
 * encoded bytes (``bytes``/``bytearray``/``memoryview``: a JPEG, PNG, WebP… file's contents), decoded by the core
@@ -11,7 +16,8 @@ The image is one of:
 * a PIL image (``RGB`` and ``L`` as they are; any other mode converted to RGB as torchvision's ``pil_loader``
   does);
 * a uint8 torch tensor, ``(C, H, W)`` with C 1 or 3 or ``(H, W)`` (torchvision's ``decode_image`` / ``PILToTensor``
-  layout).
+  layout);
+* a dict ``{"bytes": …, "path": …}`` (a ``datasets`` ``Image(decode=False)`` value): the bytes, else the path.
 
 The target is a class index (an ``int``, numpy integer or one-element integer tensor). ``classes`` and
 ``class_to_idx`` are taken from the dataset when it has them (torchvision's datasets do).
@@ -112,7 +118,14 @@ class DatasetSource(Source):
 
     _python_in_workers = True
 
-    def __init__(self, dataset: Any, *, thread_safe: bool = False) -> None:
+    def __init__(
+        self,
+        dataset: Any,
+        *,
+        thread_safe: bool = False,
+        image_key: str | None = None,
+        label_key: str | None = None,
+    ) -> None:
         if not is_map_style(dataset):
             raise ConfigError(
                 f"invalid dataset: a {type(dataset).__name__} must be a map-style dataset (__len__ and __getitem__)",
@@ -128,18 +141,22 @@ class DatasetSource(Source):
         self.dataset = dataset
         n = operator.index(len(dataset))
         self._len = n
-        classes = getattr(dataset, "classes", None)
-        names = (
-            list(classes)
-            if isinstance(classes, (list, tuple)) and all(isinstance(c, str) for c in classes)
-            else []
-        )
-        self.classes, self.class_to_idx = _class_names(names)
         self._samples = list(dataset.samples) if _torchvision_folder(dataset) else None
         #: Serializes __getitem__ (module docs) unless the dataset is declared thread-safe.
         self._lock: threading.Lock | contextlib.nullcontext[None] = (
             contextlib.nullcontext() if _bool_arg(thread_safe, "thread_safe") else threading.Lock()
         )
+        #: Item 0 as read when the source was made, until the first read of sample 0 takes it (module docs).
+        self._peeked: dict[int, Any] = {}
+        #: The keys of dict items (found in item 0), None for tuple items.
+        self._keys = self._item_keys(image_key, label_key)
+        classes = getattr(dataset, "classes", None)
+        names = (
+            list(classes)
+            if isinstance(classes, (list, tuple)) and all(isinstance(c, str) for c in classes)
+            else _feature_names(dataset, self._keys)
+        )
+        self.classes, self.class_to_idx = _class_names(names)
         #: The extras each read returned (a third item of __getitem__'s tuple), kept for the row it made (reads.py).
         self._read_extras = PerRead()
         cls = type(dataset)
@@ -150,6 +167,62 @@ class DatasetSource(Source):
 
     def __len__(self) -> int:
         return self._len
+
+    def _item_keys(self, image_key: Any, label_key: Any) -> tuple[str, str] | None:
+        """Read item 0 (kept for the first read of sample 0): for a dict item, its (image key, label key) —
+        ConfigError naming its keys when it has none of them —; None for any other item (``image_key``/``label_key``
+        are refused then). An item 0 that raises is left to its read (the sample's error)."""
+        name = type(self.dataset).__name__
+        if image_key is not None and not isinstance(image_key, str):
+            raise ConfigError(
+                f"invalid image_key: {_shown(image_key)} must be a str or None", parameter="image_key"
+            )
+        if label_key is not None and not isinstance(label_key, str):
+            raise ConfigError(
+                f"invalid label_key: {_shown(label_key)} must be a str or None", parameter="label_key"
+            )
+        item: Any = None
+        if self._samples is None and self._len > 0:
+            try:
+                with self._lock:
+                    item = self.dataset[0]
+            except Exception:
+                return None
+            self._peeked[0] = item
+        if not isinstance(item, Mapping):
+            what = (
+                " is read from its files" if self._samples is not None else
+                " has no items" if self._len == 0 else f"[0] is a {type(item).__name__}, not a dict"
+            )  # fmt: skip
+            if image_key is not None:
+                raise ConfigError(
+                    f"invalid image_key: the keys name a dict item's fields, and {name}{what}",
+                    parameter="image_key",
+                )
+            if label_key is not None:
+                raise ConfigError(
+                    f"invalid label_key: the keys name a dict item's fields, and {name}{what}",
+                    parameter="label_key",
+                )
+            return None
+        found = list(item)
+        keys = []
+        for param, given, defaults in (
+            ("image_key", image_key, IMAGE_KEYS),
+            ("label_key", label_key, LABEL_KEYS),
+        ):
+            key = given if given is not None else next((k for k in defaults if k in item), None)
+            if key is None or key not in item:
+                wanted = f"{given!r}" if given is not None else " or ".join(repr(k) for k in defaults)
+                raise ConfigError(
+                    f"invalid {param}: {name}[0] is a dict with the keys {_shown(found)}, without {wanted}: name its "
+                    f"field with trdata.DatasetSource(dataset, {param}=...)",
+                    parameter=param,
+                )
+            keys.append(key)
+        if keys[0] == keys[1]:
+            raise ConfigError(f"invalid label_key: {keys[1]!r} is the image's key too", parameter="label_key")
+        return keys[0], keys[1]
 
     @property
     def labels(self) -> list[int]:  # type: ignore[override]
@@ -191,8 +264,12 @@ class DatasetSource(Source):
             if self._samples is not None:
                 path, target = self._samples[i]
                 return "path", os.fspath(path), operator.index(target)
-            with self._lock:
-                item = self.dataset[i]
+            item = self._peeked.pop(i, MISSING) if self._peeked else MISSING
+            if item is MISSING:
+                with self._lock:
+                    item = self.dataset[i]
+            if self._keys is not None and isinstance(item, Mapping):
+                item = _fields(item, self._keys)
             if (
                 not isinstance(item, tuple)
                 or len(item) not in (2, 3)
@@ -200,8 +277,9 @@ class DatasetSource(Source):
             ):
                 raise TypeError(
                     f"__getitem__ returned a {type(item).__name__}"
-                    f"{f' of {len(item)} items' if isinstance(item, tuple) else ''}, not (image, target) or "
+                    f"{f' of {len(item)} items' if isinstance(item, tuple) else ''}, not (image, target), "
                     "(image, target, {name: extra})"
+                    f"{f' or a dict with the keys {self._keys}' if self._keys is not None else ''}"
                 )
             kind, payload = _image(item[0])
             label = _label(self.class_to_idx.get(item[1], item[1]) if isinstance(item[1], str) else item[1])
@@ -211,6 +289,32 @@ class DatasetSource(Source):
             return kind, payload, label
         except Exception:
             return "error", f"{type(self.dataset).__name__}[{i}] raised:\n{traceback.format_exc()}", 0
+
+
+#: The keys of a dict item's image and target when ``image_key``/``label_key`` are not given, in order of preference
+#: (Hugging Face ``datasets``' names: ``image`` and ``label`` mostly, ``img`` in CIFAR, ``labels`` in a few).
+IMAGE_KEYS = ("image", "img")
+LABEL_KEYS = ("label", "labels")
+
+
+def _fields(item: Mapping[str, Any], keys: tuple[str, str]) -> tuple[Any, ...]:
+    """A dict item as (image, target, extras): its other keys are the extras."""
+    image_key, label_key = keys
+    missing = [k for k in keys if k not in item]
+    if missing:
+        raise TypeError(
+            f"__getitem__ returned a dict with the keys {_shown(list(item))}, without {missing[0]!r}"
+        )
+    return item[image_key], item[label_key], {k: v for k, v in item.items() if k not in keys}
+
+
+def _feature_names(dataset: Any, keys: tuple[str, str] | None) -> list[str]:
+    """The class names of a ``datasets`` ``ClassLabel`` feature under the label key, else []."""
+    features = getattr(dataset, "features", None)
+    if keys is None or not isinstance(features, Mapping):
+        return []
+    names = getattr(features.get(keys[1]), "names", None)
+    return list(names) if isinstance(names, (list, tuple)) and all(isinstance(c, str) for c in names) else []
 
 
 def _is_extras(extras: Any) -> bool:
@@ -227,6 +331,9 @@ def _image(image: Any) -> tuple[str, Any]:
         return "path", os.fspath(image)
     if isinstance(image, np.ndarray):
         return "pixels", _pixels(image, "a numpy array")
+    if isinstance(image, Mapping) and ("bytes" in image or "path" in image):  # datasets' Image(decode=False)
+        data = image.get("bytes")
+        return _image(data if data is not None else image.get("path"))
     cls = type(image)
     if cls.__module__.startswith("PIL.") and hasattr(image, "mode"):
         if image.mode not in ("RGB", "L"):
@@ -237,7 +344,8 @@ def _image(image: Any) -> tuple[str, Any]:
             image = image.permute(1, 2, 0)  # CHW → HWC
         return "pixels", _pixels(image.detach().cpu().contiguous().numpy(), "a tensor")
     raise TypeError(
-        f"the image is a {cls.__name__}: it must be bytes, a path, a uint8 array, a PIL image or a tensor"
+        f"the image is a {cls.__name__}: it must be bytes, a path, a uint8 array, a PIL image, a tensor or a "
+        "{'bytes': ..., 'path': ...} dict"
     )
 
 
