@@ -974,5 +974,5 @@ fn target_batch(store: Option<&dyn TargetStore>, rows: Vec<Option<RowTargets>>) 
         .enumerate()
         .map(|(r, t)| t.ok_or_else(|| TrdataError::Worker(format!("row {r} of a delivered batch has no targets"))))
         .collect::<Result<Vec<_>>>()?;
-    TargetBatch::from_rows(store.kind(), store.masks(), store.keypoints(), &rows).map(Some).map_err(TrdataError::Worker)
+    TargetBatch::from_rows(store.kind(), store.masks(), store.keypoints(), rows).map(Some).map_err(TrdataError::Worker)
 }

@@ -313,7 +313,8 @@ def test_a_batchs_target_columns_become_per_image_views_of_one_tensor_per_field(
         "iscrowd": rng.integers(0, 2, k),
         "points": points,
         "keypoints": rng.random((k * 2, 3), dtype=np.float32),
-        "masks": rng.integers(0, 2, int((counts * size[:, 0] * size[:, 1]).sum()), dtype=np.uint8),
+        # the dense fields come as the workers' per-row buffers
+        "masks": [rng.integers(0, 2, int(n), dtype=np.uint8) for n in counts * size[:, 0] * size[:, 1]],
     }
     want = _target_batch.per_image(cols)
     got = _target_batch.per_image(cols, "cpu", as_torch=True)
@@ -327,8 +328,9 @@ def test_a_batchs_target_columns_become_per_image_views_of_one_tensor_per_field(
             assert g[f].shape == w[f].shape and torch.equal(
                 g[f], torch.from_numpy(np.ascontiguousarray(w[f]))
             ), f
-    # one tensor per column: the rows' boxes share a storage
+    # one tensor per column: the rows' boxes share a storage; the masks are the workers' buffers, not copies
     assert got[0]["boxes"].untyped_storage().data_ptr() == got[2]["boxes"].untyped_storage().data_ptr()
+    assert want[2]["masks"].base is cols["masks"][2] or want[2]["masks"].base is cols["masks"][2].base
 
 
 def _one_image_coco(root: Path, annotations: list[dict[str, Any]], w: int = 40, h: int = 30) -> Path:

@@ -67,7 +67,18 @@ class Batch:
     consumer tensor keeps the batch buffer alive by itself, so it stays valid after the Batch is dropped
     and the loader moved on; the buffer returns to the loader when the last view or tensor of it dies."""
 
-    __slots__ = ("_lease", "epoch", "extras", "images", "indices", "labels", "padded", "targets", "valid")
+    __slots__ = (
+        "_lease",
+        "_target_columns",
+        "epoch",
+        "extras",
+        "images",
+        "indices",
+        "labels",
+        "padded",
+        "targets",
+        "valid",
+    )
 
     images: BatchImages
     labels: BatchArray
@@ -100,6 +111,8 @@ class Batch:
         self.images = images
         self.extras = {} if extras is None else extras
         self.targets = targets
+        #: The core's target columns (``trdata._target_batch``), when the loader made this batch.
+        self._target_columns: dict[str, Any] | None = None
         self.padded = padded and targets is not None
         self.labels = labels
         self.indices = indices
@@ -202,9 +215,9 @@ class Batch:
             raise ValueError(
                 "this batch's targets have no boxes (a label-map source): stack its targets' 'mask'"
             )
-        from .sources.detection import padded_targets
+        from ._target_batch import padded
 
-        return padded_targets(self.targets)
+        return padded(getattr(self, "_target_columns", None), self.targets)
 
     def __repr__(self) -> str:
         if isinstance(self.images, tuple):

@@ -975,20 +975,23 @@ class Loader:
             )
             if multi:  # one shared lease: the first view's handle knows the batch
                 return Batch(views_t, labels_t, indices_a, valid, epoch, lease=handles[0], extras=extras)
-            return Batch(
+            out = Batch(
                 views_t[0], labels_t, indices_a, valid, epoch, lease=images_h, extras=extras, targets=targets
             )
-        views_a = tuple(self._host_images(h) for h in handles)
-        labels_a = np.asarray(labels, dtype=np.int64) if gathered is None else gathered
-        return Batch(
-            views_a if multi else views_a[0],
-            labels_a,
-            indices_a,
-            valid,
-            epoch,
-            extras=extras,
-            targets=targets,
-        )
+        else:
+            views_a = tuple(self._host_images(h) for h in handles)
+            labels_a = np.asarray(labels, dtype=np.int64) if gathered is None else gathered
+            out = Batch(
+                views_a if multi else views_a[0],
+                labels_a,
+                indices_a,
+                valid,
+                epoch,
+                extras=extras,
+                targets=targets,
+            )
+        out._target_columns = target_columns  # padded_targets() scatters them at once
+        return out
 
     def _host_images(self, handle: Any) -> np.ndarray:
         """One host handle's images as a zero-copy numpy array (its base is the lease)."""

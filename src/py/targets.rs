@@ -151,8 +151,8 @@ impl PyRecords {
 /// A batch's targets (sample/batch.rs) as numpy arrays, moved (no copy): `kind` ("instances" or "label_map"),
 /// `image_id` int64 `(B,)`, `orig_size` and `size` int64 `(B, 2)` (height, width); instances: `counts` int64
 /// `(B,)`, `boxes` float32 `(ΣK, 4)`, `labels` and `iscrowd` int64 `(ΣK,)`, with keypoints `points` int64 `(B,)`
-/// and `keypoints` float32 `(ΣK·P, 3)`, with masks `masks` uint8 flat `Σ K·H·W`; label maps: `label_map` uint8
-/// flat `Σ H·W`.
+/// and `keypoints` float32 `(ΣK·P, 3)`, with masks `masks` (a list: each row's uint8 `K·H·W`, the worker's own
+/// buffer); label maps: `label_map` (a list: each row's uint8 `H·W`).
 pub(super) fn columns(py: Python<'_>, batch: crate::sample::TargetBatch) -> PyResult<Py<PyDict>> {
     use numpy::{PyArray1, PyArrayMethods};
     let c = batch.columns;
@@ -183,11 +183,11 @@ pub(super) fn columns(py: Python<'_>, batch: crate::sample::TargetBatch) -> PyRe
             )?;
         }
         if let Some(m) = c.masks {
-            d.set_item("masks", PyArray1::from_vec(py, m))?;
+            d.set_item("masks", m.into_iter().map(|m| PyArray1::from_vec(py, m)).collect::<Vec<_>>())?;
         }
     }
     if let Some(m) = c.label_map {
-        d.set_item("label_map", PyArray1::from_vec(py, m))?;
+        d.set_item("label_map", m.into_iter().map(|m| PyArray1::from_vec(py, m)).collect::<Vec<_>>())?;
     }
     Ok(d.unbind())
 }

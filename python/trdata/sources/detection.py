@@ -125,23 +125,3 @@ class CocoDetection(Source):
         if self.masks:
             t["masks"] = self._ann.rles(ann.tolist())
         return packed_targets.encode({**t, "size": self._sizes[i], "image_id": self.ids[i]})
-
-
-def padded_targets(targets: list[dict[str, Any]]) -> dict[str, Any]:
-    """A batch's targets as fixed shapes, for models that want them: ``boxes`` float32 ``(B, Kmax, 4)`` (zeros
-    past each image's count), ``labels`` int64 ``(B, Kmax)`` (-1 past the count), ``counts`` int64 ``(B,)``;
-    torch tensors on the targets' device when the targets are tensors, else numpy."""
-    counts = np.array([len(t["boxes"]) for t in targets], np.int64)
-    kmax = int(counts.max(initial=0))
-    boxes = np.zeros((len(targets), kmax, 4), np.float32)
-    labels = np.full((len(targets), kmax), -1, np.int64)
-    for r, t in enumerate(targets):
-        boxes[r, : counts[r]] = np.asarray(t["boxes"].cpu() if hasattr(t["boxes"], "cpu") else t["boxes"])
-        labels[r, : counts[r]] = np.asarray(t["labels"].cpu() if hasattr(t["labels"], "cpu") else t["labels"])
-    out: dict[str, Any] = {"boxes": boxes, "labels": labels, "counts": counts}
-    if targets and hasattr(targets[0]["boxes"], "device"):
-        import torch
-
-        device = targets[0]["boxes"].device
-        out = {k: torch.from_numpy(v).to(device) for k, v in out.items()}
-    return out
