@@ -29,10 +29,10 @@ train mode, SGD, bf16 autocast; batch ``--batch``, by default 64 for ssdlite and
 - ``synthetic_copies``: ``synthetic``'s batches given as new tensors each step (a clone of each), as a loader gives
   them: the cost of fresh input tensors apart from any loader;
 - ``trdata``: ``CocoDetection`` on a CUDA loader (hflip with ``pad_to`` the largest image rounded up to 32; the
-  images are ``batch.image_list()``, the slots' ``[:h, :w]`` views), targets delivered on the GPU; ``--decode gpu`` (the default) decodes
-  the JPEGs with nvJPEG where the recipe allows it (the loader says so with a ConfigError otherwise, and the row
-  then decodes on the CPU: ``decode`` in the row says which). Its batches are new to the model, as
-  ``synthetic_first_sight``'s are;
+  images are ``batch.image_list()``, the slots' ``[:h, :w]`` views), targets delivered on the GPU; ``--decode
+  gpu`` (the default) decodes the JPEGs with nvJPEG where the recipe allows it (the loader says so with a
+  ConfigError otherwise, and the row then decodes on the CPU: ``decode`` in the row says which). Its batches are
+  new to the model, as ``synthetic_first_sight``'s are;
 - ``trdata_again``: a new loader of the same seed, so the same batches again: the loader's rate on batches the model
   has met, as ``synthetic``'s are (the steady state of a long training);
 - ``dataloader``: DataLoader(``--workers``, pin_memory, a seeded sampler) over torchvision's ``CocoDetection`` +
@@ -42,9 +42,10 @@ train mode, SGD, bf16 autocast; batch ``--batch``, by default 64 for ssdlite and
 ``--rows`` picks rows (``synthetic`` first; ``trdata`` and ``dataloader`` always). ``--repeat N`` lists each image
 N times in the annotation file (new ids, the same files): at batch 64 the 300-image sample is 4 batches an epoch,
 and both loaders pay for an epoch's start (the DataLoader's workers make whole batches), so the ssdlite rows run
-with ``--repeat 8``; the eager detectors' rows keep 1. Earlier versions cycled 8 batches
-(too fast a ceiling) or replayed the trdata row's own batches as the ceiling (the row that came second met shapes
-the first had shown the model).
+with ``--repeat 20``; the eager detectors' rows keep 1. ``--out`` is written after each row (a pair not finished
+is a row with ``"partial": true`` and the rows it has), so a run cut short keeps what it measured. Earlier
+versions cycled 8 batches (too fast a ceiling) or replayed the trdata row's own batches as the ceiling (the row
+that came second met shapes the first had shown the model).
 
 Each row: ``--warmup`` steps, then ``--steps`` timed steps; img/s, its ratio to synthetic, and the cores busy
 (all CPUs' busy time from /proc/stat over the window, so a DataLoader's worker processes count). The loader's own CPU: the CPU time of
@@ -53,7 +54,8 @@ trdata's threads, or of the DataLoader's worker processes, over the window, per 
 
     python benches/gpu/detection_feed.py [--data DIR] [--limit 300] [--steps 40] [--workers 15] [--out FILE]
         [--models retinanet,fasterrcnn] [--recipes hflip,lsj] [--rows ...] [--batch N] [--repeat N]
-    python benches/gpu/detection_feed.py --models ssdlite --recipes ssdlite --repeat 8 --rows synthetic,trdata,dataloader
+    python benches/gpu/detection_feed.py --models ssdlite --recipes ssdlite --repeat 20
+        --rows synthetic,trdata,dataloader
 """
 
 from __future__ import annotations
@@ -354,8 +356,10 @@ def measure_pair(
     model_name: str,
     recipe: str,
     rows_wanted: list[str],
+    save: Any = lambda partial: None,
 ) -> dict[str, Any]:
-    """Every row of ``rows_wanted`` for one model and recipe, on one model instance (module docs)."""
+    """Every row of ``rows_wanted`` for one model and recipe, on one model instance (module docs). ``save`` gets
+    the rows measured so far after each one, so that a run cut short keeps them."""
     model, opt = make_model(model_name, args.device)
     batch = args.batch or BATCH.get(model_name, 16)
     n_batches = args.warmup + args.steps  # what one row consumes
@@ -373,6 +377,7 @@ def measure_pair(
 
     def measure(name: str, feed: Any, warmup: int = args.warmup) -> None:
         res[name] = run(feed, model, opt, args.steps, warmup)
+        save({"model": model_name, "recipe": recipe, "batch": batch, "partial": True, **res})
         print(f"{model_name:<10} {recipe:<7} {name:<22} {res[name]}", flush=True)
 
     def trdata_feed() -> TrdataFeed:
@@ -475,7 +480,14 @@ def main() -> None:
     torch.backends.cudnn.benchmark = False
     paths, _ = folder_files(str(args.data))
     paths = paths[: args.limit or None]
-    rows = []
+    rows: list[dict[str, Any]] = []
+
+    def save(partial: dict[str, Any] | None) -> None:
+        """``--out`` after each row (the pair's rows so far as a ``partial`` row): a run cut short keeps them."""
+        if args.out:
+            out = rows + ([partial] if partial else [])
+            args.out.write_text(json.dumps({"rows": out, "torch": torch.__version__}, indent=1))
+
     with tempfile.TemporaryDirectory() as tmp:
         images, ann = write_coco(paths, tmp, max_side=args.max_side)
         repeat_coco(ann, args.repeat)
@@ -489,9 +501,8 @@ def main() -> None:
         )
         for model_name in args.models.split(","):
             for recipe in args.recipes.split(","):
-                rows.append(measure_pair(args, images, ann, pad_to, model_name, recipe, rows_wanted))
-                if args.out:  # after each pair: a run cut short keeps what it measured
-                    args.out.write_text(json.dumps({"rows": rows, "torch": torch.__version__}, indent=1))
+                rows.append(measure_pair(args, images, ann, pad_to, model_name, recipe, rows_wanted, save))
+                save(None)
                 if args.device == "cuda":
                     torch.cuda.empty_cache()
 
