@@ -3,9 +3,18 @@
 synthetic-data rate, in one run on the same generated COCO-style set (the ImageNet sample's images, COCO-sized:
 longest side at most ``--max-side`` 640, 2-6 boxes with polygons each) — the detection target of the GPU box.
 
-For each model (``retinanet_resnet50_fpn``, ``fasterrcnn_mobilenet_v3_large_fpn``; from scratch, 91 classes,
-train mode, SGD, bf16 autocast, batch 16) and recipe (``hflip``: the images at their own sizes, horizontal flip;
-``lsj``: ScaleJitter((1024, 1024)) + RandomCrop(1024, pad_if_needed=True) + flip + SanitizeBoundingBoxes):
+For each model (``--models``: ``retinanet`` = ``retinanet_resnet50_fpn``, ``fasterrcnn`` =
+``fasterrcnn_mobilenet_v3_large_fpn``, ``ssdlite`` = ``ssdlite320_mobilenet_v3_large``; from scratch, 91 classes,
+train mode, SGD, bf16 autocast; batch ``--batch``, by default 64 for ssdlite and 16 for the others) and recipe
+(``--recipes``):
+
+- ``hflip``: the images at their own sizes, horizontal flip;
+- ``lsj``: ScaleJitter((1024, 1024)) + RandomCrop(1024, pad_if_needed=True) + flip + SanitizeBoundingBoxes;
+- ``ssdlite``: torchvision's references' ``ssdlite`` preset (RandomIoUCrop, RandomHorizontalFlip, then its common
+  tail: to float, SanitizeBoundingBoxes), then Resize((320, 320)) on both sides — SSDlite320's input, which its
+  model would otherwise resize to — so that trdata's batches are one size (as the CPU bench's ``ssd`` recipe,
+  benches/peers/detection.py). The fast detector where the loader matters: at batch 64 it takes far more images a
+  second than the eager detectors above.
 
 - ``synthetic``: batches of the same recipe and images made ahead by a trdata loader with another seed
   (``--warmup`` × 4 + ``--steps`` batches, real sizes and targets) kept on the GPU and trained on — the model's rate
@@ -20,26 +29,33 @@ train mode, SGD, bf16 autocast, batch 16) and recipe (``hflip``: the images at t
 - ``synthetic_copies``: ``synthetic``'s batches given as new tensors each step (a clone of each), as a loader gives
   them: the cost of fresh input tensors apart from any loader;
 - ``trdata``: ``CocoDetection`` on a CUDA loader (hflip with ``pad_to`` the largest image rounded up to 32; the
-  images are the slots' ``[:h, :w]`` views), targets delivered on the GPU; ``--decode gpu`` (the default) decodes
-  the JPEGs with nvJPEG where the recipe allows it (the loader says so with a ConfigError otherwise, and the row
-  then decodes on the CPU: ``decode`` in the row says which). Its batches are new to the model, as
-  ``synthetic_first_sight``'s are;
+  images are ``batch.image_list()``, the slots' ``[:h, :w]`` views), targets delivered on the GPU; ``--decode
+  gpu`` (the default) decodes the JPEGs with nvJPEG where the recipe allows it (the loader says so with a
+  ConfigError otherwise, and the row then decodes on the CPU: ``decode`` in the row says which). Its batches are
+  new to the model, as ``synthetic_first_sight``'s are;
 - ``trdata_again``: a new loader of the same seed, so the same batches again: the loader's rate on batches the model
   has met, as ``synthetic``'s are (the steady state of a long training);
 - ``dataloader``: DataLoader(``--workers``, pin_memory, a seeded sampler) over torchvision's ``CocoDetection`` +
   ``wrap_dataset_for_transforms_v2`` + the same v2 recipe, images and targets moved to the GPU; ``dataloader_again``
   a new one with the same seed, as ``trdata_again``.
 
-``--rows`` picks rows (``synthetic`` first; ``trdata`` and ``dataloader`` always). Earlier versions cycled 8 batches
-(too fast a ceiling) or replayed the trdata row's own batches as the ceiling (the row that came second met shapes
-the first had shown the model).
+``--rows`` picks rows (``synthetic`` first; ``trdata`` and ``dataloader`` always). ``--repeat N`` lists each image
+N times in the annotation file (new ids, the same files): at batch 64 the 300-image sample is 4 batches an epoch,
+and both loaders pay for an epoch's start (the DataLoader's workers make whole batches), so the ssdlite rows run
+with ``--repeat 20``; the eager detectors' rows keep 1. ``--out`` is written after each row (a pair not finished
+is a row with ``"partial": true`` and the rows it has), so a run cut short keeps what it measured. Earlier
+versions cycled 8 batches (too fast a ceiling) or replayed the trdata row's own batches as the ceiling (the row
+that came second met shapes the first had shown the model).
 
 Each row: ``--warmup`` steps, then ``--steps`` timed steps; img/s, its ratio to synthetic, and the cores busy
 (all CPUs' busy time from /proc/stat over the window, so a DataLoader's worker processes count). The loader's own CPU: the CPU time of
 trdata's threads, or of the DataLoader's worker processes, over the window, per image delivered —
 ``*_loader_cpu_ms_per_img`` and their ratio (the DataLoader's pin-memory thread is not counted: that favours it).
 
-    python benches/gpu/detection_feed.py [--data DIR] [--limit 300] [--steps 25] [--workers 15] [--out FILE]
+    python benches/gpu/detection_feed.py [--data DIR] [--limit 300] [--steps 40] [--workers 15] [--out FILE]
+        [--models retinanet,fasterrcnn] [--recipes hflip,lsj] [--rows ...] [--batch N] [--repeat N]
+    python benches/gpu/detection_feed.py --models ssdlite --recipes ssdlite --repeat 20
+        --rows synthetic,trdata,dataloader
 """
 
 from __future__ import annotations
@@ -57,7 +73,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benches/: the sh
 from common import DEFAULT_DATA, folder_files  # noqa: E402
 from common.coco import write_coco  # noqa: E402
 
-BATCH = 16
+#: Each model's batch size unless ``--batch`` says otherwise (the eager detectors': 16).
+BATCH = {"ssdlite": 64}
+#: The models (``--models``): torchvision's constructors, built from scratch with 91 classes.
+MODELS = {
+    "retinanet": "retinanet_resnet50_fpn",
+    "fasterrcnn": "fasterrcnn_mobilenet_v3_large_fpn",
+    "ssdlite": "ssdlite320_mobilenet_v3_large",
+}
+#: The recipes (``--recipes``; module docs).
+RECIPES = ("hflip", "lsj", "ssdlite")
+#: The ssdlite recipe's output side: SSDlite320's input, which its model would otherwise resize to.
+SSDLITE_SIZE = 320
 #: The rows, in their default order (module docs).
 ROWS = (
     "synthetic", "synthetic_first_sight", "synthetic_copies", "trdata", "trdata_again", "dataloader",
@@ -111,11 +138,31 @@ def busy_jiffies() -> tuple[int, int]:
     return sum(v) - idle, sum(v)
 
 
+def repeat_coco(ann: str, times: int) -> None:
+    """Rewrite the COCO file ``ann`` with each image listed ``times`` times (new ids, the same file, its
+    annotations copied): an epoch of ``times`` × the images, so that a large batch meets few epoch ends."""
+    if times == 1:
+        return
+    with open(ann) as f:
+        coco = json.load(f)
+    n = len(coco["images"])
+    images, annotations = [], []
+    for r in range(times):
+        images += [{**im, "id": im["id"] + r * n} for im in coco["images"]]
+        for a in coco["annotations"]:
+            annotations.append({**a, "id": len(annotations) + 1, "image_id": a["image_id"] + r * n})
+    with open(ann, "w") as f:
+        json.dump({**coco, "images": images, "annotations": annotations}, f)
+
+
 def trdata_recipe(recipe: str) -> list[Any]:
     import trdata as t
 
     if recipe == "hflip":
         return [t.RandomHorizontalFlip()]
+    if recipe == "ssdlite":
+        return [t.RandomIoUCrop(), t.RandomHorizontalFlip(), t.SanitizeBoundingBoxes(),
+                t.Resize((SSDLITE_SIZE, SSDLITE_SIZE))]  # fmt: skip
     return [t.ScaleJitter((1024, 1024)), t.RandomCrop(1024, pad_if_needed=True), t.RandomHorizontalFlip(),
             t.SanitizeBoundingBoxes()]  # fmt: skip
 
@@ -127,6 +174,9 @@ def torchvision_recipe(recipe: str) -> Any:
     steps = [v2.PILToTensor()]
     if recipe == "hflip":
         steps += [v2.RandomHorizontalFlip()]
+    elif recipe == "ssdlite":
+        steps += [v2.RandomIoUCrop(), v2.RandomHorizontalFlip(), v2.SanitizeBoundingBoxes(),
+                  v2.Resize((SSDLITE_SIZE, SSDLITE_SIZE), antialias=True)]  # fmt: skip
     else:
         steps += [v2.ScaleJitter((1024, 1024), antialias=True), v2.RandomCrop(1024, pad_if_needed=True),
                   v2.RandomHorizontalFlip(), v2.SanitizeBoundingBoxes()]  # fmt: skip
@@ -135,13 +185,21 @@ def torchvision_recipe(recipe: str) -> Any:
 
 class TrdataFeed:
     def __init__(
-        self, images: str, ann: str, recipe: str, pad_to: tuple[int, int], device: str, seed: int, decode: str
+        self,
+        images: str,
+        ann: str,
+        recipe: str,
+        pad_to: tuple[int, int],
+        device: str,
+        seed: int,
+        decode: str,
+        batch: int,
     ) -> None:
         import trdata
 
         src = trdata.CocoDetection(images, ann)
         kw = dict(
-            batch_size=BATCH, transforms=trdata_recipe(recipe), device=device, dtype="float32", normalize=None,
+            batch_size=batch, transforms=trdata_recipe(recipe), device=device, dtype="float32", normalize=None,
             shuffle=True, pad_to=pad_to if recipe == "hflip" else None, last_batch="drop", seed=seed,
         )  # fmt: skip
         try:
@@ -152,25 +210,28 @@ class TrdataFeed:
         self.it = iter(self.loader)
 
     def __next__(self) -> tuple[list[Any], list[dict[str, Any]]]:
+        import torch
+
         try:
             b = next(self.it)
         except StopIteration:
             self.it = iter(self.loader)
             b = next(self.it)
-        import torch
-
-        x = (
-            b.images if isinstance(b.images, torch.Tensor) else torch.from_numpy(b.images)
-        )  # CUDA: torch already
-        imgs = [x[i, :, :h, :w] for i, (h, w) in enumerate(b.image_sizes.tolist())]
-        return imgs, [{"boxes": t["boxes"], "labels": t["labels"]} for t in b.targets]
+        # each image at its own size (views of the batch's slots under pad_to; the rows whole otherwise), as
+        # torchvision's detection models take them; targets as tensors (a CUDA loader's are on the GPU already)
+        tensor = torch.as_tensor
+        return b.image_list(), [
+            {"boxes": tensor(t["boxes"]), "labels": tensor(t["labels"])} for t in b.targets
+        ]
 
     def close(self) -> None:
         self.loader.close()
 
 
 class DataLoaderFeed:
-    def __init__(self, images: str, ann: str, recipe: str, workers: int, device: str, seed: int) -> None:
+    def __init__(
+        self, images: str, ann: str, recipe: str, workers: int, device: str, seed: int, batch: int
+    ) -> None:
         import torch
         from torchvision.datasets import CocoDetection, wrap_dataset_for_transforms_v2
 
@@ -178,8 +239,8 @@ class DataLoaderFeed:
             CocoDetection(images, ann, transforms=torchvision_recipe(recipe)), target_keys={"boxes", "labels"}
         )
         self.loader = torch.utils.data.DataLoader(
-            ds, batch_size=BATCH, shuffle=True, num_workers=workers, pin_memory=True, drop_last=True,
-            persistent_workers=True, collate_fn=lambda b: tuple(zip(*b)),
+            ds, batch_size=batch, shuffle=True, num_workers=workers, pin_memory=device.startswith("cuda"),
+            drop_last=True, persistent_workers=workers > 0, collate_fn=lambda b: tuple(zip(*b)),
             generator=torch.Generator().manual_seed(seed),  # the same batches again from a new feed of this seed
         )  # fmt: skip
         self.it = iter(self.loader)
@@ -237,10 +298,7 @@ def make_model(name: str, device: str) -> Any:
     import torch
     import torchvision
 
-    ctor = {
-        "retinanet": torchvision.models.detection.retinanet_resnet50_fpn,
-        "fasterrcnn": torchvision.models.detection.fasterrcnn_mobilenet_v3_large_fpn,
-    }[name]
+    ctor = getattr(torchvision.models.detection, MODELS[name])
     model = ctor(weights=None, weights_backbone=None, num_classes=91).to(device).train()
     opt = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
     return model, opt
@@ -298,13 +356,16 @@ def measure_pair(
     model_name: str,
     recipe: str,
     rows_wanted: list[str],
+    save: Any = lambda partial: None,
 ) -> dict[str, Any]:
-    """Every row of ``rows_wanted`` for one model and recipe, on one model instance (module docs)."""
+    """Every row of ``rows_wanted`` for one model and recipe, on one model instance (module docs). ``save`` gets
+    the rows measured so far after each one, so that a run cut short keeps them."""
     model, opt = make_model(model_name, args.device)
+    batch = args.batch or BATCH.get(model_name, 16)
     n_batches = args.warmup + args.steps  # what one row consumes
 
     def ahead(seed: int, n: int) -> SyntheticFeed:
-        feed = TrdataFeed(images, ann, recipe, pad_to, args.device, seed=seed, decode="cpu")
+        feed = TrdataFeed(images, ann, recipe, pad_to, args.device, seed=seed, decode="cpu", batch=batch)
         try:
             return SyntheticFeed(feed, n)
         finally:
@@ -316,10 +377,11 @@ def measure_pair(
 
     def measure(name: str, feed: Any, warmup: int = args.warmup) -> None:
         res[name] = run(feed, model, opt, args.steps, warmup)
-        print(f"{model_name:<10} {recipe:<5} {name:<22} {res[name]}", flush=True)
+        save({"model": model_name, "recipe": recipe, "batch": batch, "partial": True, **res})
+        print(f"{model_name:<10} {recipe:<7} {name:<22} {res[name]}", flush=True)
 
     def trdata_feed() -> TrdataFeed:
-        feed = TrdataFeed(images, ann, recipe, pad_to, args.device, seed=7, decode=args.decode)
+        feed = TrdataFeed(images, ann, recipe, pad_to, args.device, seed=7, decode=args.decode, batch=batch)
         decode[0] = feed.decode
         return feed
 
@@ -337,7 +399,7 @@ def measure_pair(
             measure(name, feed)
             feed.close()
         elif name in ("dataloader", "dataloader_again"):
-            feed = DataLoaderFeed(images, ann, recipe, args.workers, args.device, seed=11)
+            feed = DataLoaderFeed(images, ann, recipe, args.workers, args.device, seed=11, batch=batch)
             measure(name, feed)
             feed.close()
     # the ceiling measured again after the loaders: the first row pays for the model's warm-up
@@ -348,7 +410,7 @@ def measure_pair(
     del res["synthetic_after"]
     res["trdata"]["decode"] = decode[0]
     syn = res["synthetic"]["img_per_s"]
-    row = {"model": model_name, "recipe": recipe, **{k: v for k, v in res.items()}}
+    row = {"model": model_name, "recipe": recipe, "batch": batch, **{k: v for k, v in res.items()}}
     for name in res:
         if name != "synthetic":
             row[f"{name}_vs_synthetic"] = round(res[name]["img_per_s"] / syn, 3)
@@ -397,7 +459,17 @@ def main() -> None:
     )
     ap.add_argument("--max-side", type=int, default=640, help="COCO-sized images: longest side at most this")
     ap.add_argument("--rows", default=",".join(ROWS), help="the rows, in this order (module docs)")
+    ap.add_argument("--batch", type=int, default=0, help=f"batch size (0: the model's, {BATCH} or else 16)")
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="each image this many times per epoch (module docs)"
+    )
     args = ap.parse_args()
+    if unknown := set(args.models.split(",")) - set(MODELS):
+        ap.error(f"unknown models {sorted(unknown)}; known: {sorted(MODELS)}")
+    if unknown := set(args.recipes.split(",")) - set(RECIPES):
+        ap.error(f"unknown recipes {sorted(unknown)}; known: {RECIPES}")
+    if args.batch < 0 or args.repeat < 1:
+        ap.error("--batch is at least 0 (0: the model's) and --repeat at least 1")
     rows_wanted = args.rows.split(",")
     if rows_wanted[0] != "synthetic" or not {"trdata", "dataloader"} <= set(rows_wanted):
         ap.error("--rows starts with synthetic and holds trdata and dataloader")
@@ -408,21 +480,29 @@ def main() -> None:
     torch.backends.cudnn.benchmark = False
     paths, _ = folder_files(str(args.data))
     paths = paths[: args.limit or None]
-    rows = []
+    rows: list[dict[str, Any]] = []
+
+    def save(partial: dict[str, Any] | None) -> None:
+        """``--out`` after each row (the pair's rows so far as a ``partial`` row): a run cut short keeps them."""
+        if args.out:
+            out = rows + ([partial] if partial else [])
+            args.out.write_text(json.dumps({"rows": out, "torch": torch.__version__}, indent=1))
+
     with tempfile.TemporaryDirectory() as tmp:
         images, ann = write_coco(paths, tmp, max_side=args.max_side)
+        repeat_coco(ann, args.repeat)
         sizes = json.load(open(ann))["images"]
         up = lambda v: (v + 31) // 32 * 32  # noqa: E731
         pad_to = (up(max(i["height"] for i in sizes)), up(max(i["width"] for i in sizes)))
         print(
-            f"{len(paths)} images, pad_to {pad_to}, batch {BATCH}, {args.workers} DataLoader workers",
+            f"{len(paths)} images × {args.repeat}, pad_to {pad_to}, batch {args.batch or BATCH} (else 16), "
+            f"{args.workers} DataLoader workers",
             flush=True,
         )
         for model_name in args.models.split(","):
             for recipe in args.recipes.split(","):
-                rows.append(measure_pair(args, images, ann, pad_to, model_name, recipe, rows_wanted))
-                if args.out:  # after each pair: a run cut short keeps what it measured
-                    args.out.write_text(json.dumps({"rows": rows, "torch": torch.__version__}, indent=1))
+                rows.append(measure_pair(args, images, ann, pad_to, model_name, recipe, rows_wanted, save))
+                save(None)
                 if args.device == "cuda":
                     torch.cuda.empty_cache()
 
