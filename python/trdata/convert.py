@@ -49,6 +49,7 @@ from .transforms import (
     RandomPerspective,
     RandomPhotometricDistort,
     RandomPosterize,
+    RandomResize,
     RandomResizedCrop,
     RandomRotation,
     RandomShortestSize,
@@ -395,6 +396,9 @@ def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float
     if name == "RandomShortestSize":
         mode = _mode(op.interpolation, "interpolation")
         return RandomShortestSize(tuple(op.min_size), op.max_size, mode, op.antialias)
+    if name == "RandomResize":
+        mode = _mode(op.interpolation, "interpolation")
+        return RandomResize(op.min_size, op.max_size, mode, op.antialias)
     if name == "RandomIoUCrop":
         return RandomIoUCrop(
             op.min_scale, op.max_scale, op.min_aspect_ratio, op.max_aspect_ratio, list(op.options), op.trials

@@ -711,6 +711,88 @@ impl Op for Resize {
     }
 }
 
+/// `RandomResize(min_size, max_size, interpolation, antialias)` (torchvision's segmentation recipe): the shorter
+/// side resized to a size drawn uniformly from `min_size..max_size` (`torch.randint`: `max_size` excluded), the
+/// longer one in proportion (`Resize(int)`'s rule, truncated).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RandomResize {
+    /// Smallest shorter side.
+    pub min_size: u32,
+    /// One past the largest shorter side.
+    pub max_size: u32,
+    /// Filter and antialias.
+    pub resample: Resample,
+}
+
+impl Op for RandomResize {
+    const KINDS: &'static [&'static str] = &["random_resize"];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[
+        ("RandomResize.interpolation", DefaultValue::Str(g::BILINEAR)),
+        ("RandomResize.antialias", DefaultValue::Bool(true)),
+    ];
+
+    fn parse(a: &Args<'_>) -> Result<Self> {
+        Ok(RandomResize {
+            min_size: a.uint("min_size")?,
+            max_size: a.uint(MAX_SIZE)?,
+            resample: Resample { filter: a.choice(&resize::RESIZE_INTERPOLATION)?, antialias: a.boolean("antialias")? },
+        })
+    }
+
+    fn name(&self) -> &'static str {
+        "RandomResize"
+    }
+
+    fn check(&self, op: &str, pos: Site) -> Result<()> {
+        if !(1..=MAX_SIDE).contains(&self.min_size) {
+            return Err(bad("min_size", self.min_size, &format!("be in 1..={MAX_SIDE}"), op, pos));
+        }
+        if self.max_size <= self.min_size || self.max_size > MAX_SIDE {
+            let rule = format!("be greater than min_size ({}) and at most {MAX_SIDE} (torch.randint)", self.min_size);
+            return Err(bad(MAX_SIZE, self.max_size, &rule, op, pos));
+        }
+        Ok(())
+    }
+
+    fn output_hw(&self, _: Option<(usize, usize)>) -> Option<(usize, usize)> {
+        None
+    }
+
+    fn oversized(&self, hw: (usize, usize)) -> Option<(usize, usize)> {
+        Some(resize::resize_output_hw(hw, self.max_size - 1, None)).filter(|&hw| super::frame_too_big(hw))
+    }
+
+    fn sample(&self, rng: &mut SampleRng, (h, w, _c): (usize, usize, usize)) -> std::result::Result<Drawn, String> {
+        // torchvision: size = int(torch.randint(min_size, max_size, ())); F.resize(inpt, [size])
+        let size = self.min_size + rng.below(u64::from(self.max_size - self.min_size)) as u32;
+        let (oh, ow) = resize::resize_output_hw((h, w), size, None);
+        // the resize kernels return an input already of that size as it is
+        Ok(if (oh, ow) == (h, w) { Drawn::Skip } else { Drawn::Size { h: oh as u32, w: ow as u32 } })
+    }
+
+    fn check_targets(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    fn target_steps(&self, drawn: &Drawn, hw: (usize, usize)) -> std::result::Result<Vec<Step>, String> {
+        let Drawn::Size { h, w } = *drawn else { return Err(unreplayed(self, drawn)) };
+        Ok(vec![Step::scale(self.name(), hw, (h as usize, w as usize))])
+    }
+
+    fn apply(&self, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, _: &mut SampleRng) {
+        let Drawn::Size { h, w } = *drawn else { undrawn(self.name(), drawn) };
+        let (fh, fw) = (frame.h, frame.w);
+        resize_box(
+            frame,
+            &mut scratch.spare,
+            &mut scratch.resize,
+            (0, 0, fh, fw),
+            (h as usize, w as usize),
+            self.resample,
+        );
+    }
+}
+
 /// `CenterCrop(size)` on the uint8 image (zero padding where the crop is larger, as torchvision; the folded one
 /// is `TransformSpec::CenterCrop`, no spec kind of its own).
 #[derive(Debug, Clone, PartialEq)]

@@ -59,8 +59,8 @@ pub use detection::{
 };
 pub use erase::{EraseValue, GaussianNoise, RandomErasing};
 pub use geometric::{
-    CenterCrop, HorizontalFlip, Pad, RandomAffine, RandomCrop, RandomPerspective, RandomResizedCrop, RandomRotation,
-    Resize, ResizeTo, VerticalFlip,
+    CenterCrop, HorizontalFlip, Pad, RandomAffine, RandomCrop, RandomPerspective, RandomResize, RandomResizedCrop,
+    RandomRotation, Resize, ResizeTo, VerticalFlip,
 };
 pub use moves::{Move, Step};
 pub use policies::Policy;
@@ -989,6 +989,8 @@ registry! {
     RandomShortestSize(RandomShortestSize),
     /// `RandomIoUCrop(min_scale, max_scale, min_aspect_ratio, max_aspect_ratio, sampler_options, trials)`.
     RandomIoUCrop(RandomIoUCrop),
+    /// `RandomResize(min_size, max_size, interpolation, antialias)`.
+    RandomResize(RandomResize),
     /// `Mosaic(size, p, fill)` (YOLO's; taken from the head of the list by the program, augment/mosaic.rs).
     Mosaic(Mosaic),
 }
