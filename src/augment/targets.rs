@@ -51,9 +51,16 @@ pub struct TargetPlan {
 
 /// The prefix's geometry for targets: `plan` (the decode's) and whether the prefix crops.
 pub fn prefix_geometry(plan: &SamplePlan, crops: bool) -> TargetGeometry {
-    let axis =
-        |a: &super::resize::Axis| AxisMap { lo: a.lo, hi: a.hi, resized: a.resized, start: a.start, out: a.out_n };
-    TargetGeometry { x: axis(&plan.x), y: axis(&plan.y), flip: plan.flip, vflip: plan.vflip, clamp: crops }
+    let axis = |a: &super::resize::Axis, mirror_first: bool| AxisMap {
+        lo: a.lo,
+        hi: a.hi,
+        resized: a.resized,
+        start: a.start,
+        out: a.out_n,
+        mirror_first,
+    };
+    let (mx, my) = plan.mirror_first;
+    TargetGeometry { x: axis(&plan.x, mx), y: axis(&plan.y, my), flip: plan.flip, vflip: plan.vflip, clamp: crops }
 }
 
 /// Whether `program` has an op whose draw depends on the sample's boxes (RandomIoUCrop, inside containers too).
