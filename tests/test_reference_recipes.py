@@ -3,11 +3,19 @@
 * ``RandomResize`` (the segmentation recipe's op) runs natively: with a fixed draw (``max_size = min_size + 1``) the
   pixels are torchvision's within the stage-2 resize's ±1 level, label maps, masks and boxes exactly theirs; its
   sizes are drawn as ``torch.randint(min_size, max_size)`` draws them (χ², α = 0.001).
+* masks and label maps follow the list's order of flips and resizes (the nearest rule does not commute with a
+  flip), exactly.
+* the presets of references/detection (hflip, multiscale, ssd, ssdlite, lsj) and references/segmentation, their
+  ``v2.Compose`` as the files write them (dict fills and per-type ``ToDtype`` included; the two classes of the
+  references' own, not in torchvision.transforms.v2, stand-ins named where they are), are the Loader's
+  ``transforms=``: each row's draws replayed through torchvision's kernels give its targets exactly and its pixels
+  within ±1 level; the random draws are torchvision's by distribution.
 """
 
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -241,3 +249,276 @@ def test_masks_and_label_maps_follow_the_order_of_flips_and_resizes(
     for i, (_, t) in got.items():
         _, mask = ref(*seg_reference(images, maps, i))
         np.testing.assert_array_equal(t["mask"], mask.numpy()[0], err_msg=f"row {i}")
+
+
+# --- torchvision's reference recipes, as written --------------------------------------------------------------------
+
+MEAN = (123.0, 117.0, 104.0)
+
+
+def detection_preset(data_augmentation: str, hflip_prob: float = 0.5, mean: tuple[float, ...] = MEAN) -> Any:
+    """references/detection/presets.py ``DetectionPresetTrain(data_augmentation=..., backend="pil", use_v2=True)``:
+    its op list as written (``T`` is torchvision.transforms.v2). One exception: ``lsj`` ends with the references'
+    own ``FixedSizeCrop`` (``reference_transforms.FixedSizeCrop`` even with ``use_v2=True``), which is not in
+    torchvision.transforms.v2; ``T.RandomCrop(pad_if_needed=True)`` with the same size and fill stands in for it
+    (it pads both sides where ``FixedSizeCrop`` pads right and bottom)."""
+    T = v2
+    transforms: list[Any] = []
+    if data_augmentation == "hflip":
+        transforms += [T.RandomHorizontalFlip(p=hflip_prob)]
+    elif data_augmentation == "lsj":
+        transforms += [
+            T.ScaleJitter(target_size=(1024, 1024), antialias=True),
+            T.RandomCrop(
+                (1024, 1024), pad_if_needed=True, fill=mean
+            ),  # for FixedSizeCrop(size=(1024, 1024), fill=mean)
+            T.RandomHorizontalFlip(p=hflip_prob),
+        ]
+    elif data_augmentation == "multiscale":
+        transforms += [
+            T.RandomShortestSize(
+                min_size=(480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800), max_size=1333
+            ),
+            T.RandomHorizontalFlip(p=hflip_prob),
+        ]
+    elif data_augmentation == "ssd":
+        fill = defaultdict(lambda: mean, {tv_tensors.Mask: 0})
+        transforms += [
+            T.RandomPhotometricDistort(),
+            T.RandomZoomOut(fill=fill),
+            T.RandomIoUCrop(),
+            T.RandomHorizontalFlip(p=hflip_prob),
+        ]
+    elif data_augmentation == "ssdlite":
+        transforms += [
+            T.RandomIoUCrop(),
+            T.RandomHorizontalFlip(p=hflip_prob),
+        ]
+    transforms += [T.ToImage()]
+    transforms += [T.ToDtype(torch.float, scale=True)]
+    transforms += [
+        T.ConvertBoundingBoxFormat(tv_tensors.BoundingBoxFormat.XYXY),
+        T.SanitizeBoundingBoxes(),
+        T.ToPureTensor(),
+    ]
+    return T.Compose(transforms)
+
+
+def segmentation_preset(
+    *, base_size: int, crop_size: int, hflip_prob: float = 0.5, mean: Any = (0.485, 0.456, 0.406),
+    std: Any = (0.229, 0.224, 0.225),
+) -> Any:  # fmt: skip
+    """references/segmentation/presets.py ``SegmentationPresetTrain(..., backend="pil", use_v2=True)``, its op list
+    as written, but for the references' own ``v2_extras.PadIfSmaller(crop_size, fill={Mask: 255, "others": 0})``
+    before ``RandomCrop(crop_size)``, which is not in torchvision.transforms.v2: ``T.RandomCrop(crop_size,
+    pad_if_needed=True)`` with that fill stands in for the pair (it pads both sides where ``PadIfSmaller`` pads
+    right and bottom)."""
+    T = v2
+    transforms: list[Any] = []
+    transforms += [T.RandomResize(min_size=int(0.5 * base_size), max_size=int(2.0 * base_size))]
+    if hflip_prob > 0:
+        transforms += [T.RandomHorizontalFlip(hflip_prob)]
+    transforms += [T.RandomCrop(crop_size, pad_if_needed=True, fill={tv_tensors.Mask: 255, "others": 0})]
+    transforms += [T.PILToTensor()]
+    img_type = torch.Tensor
+    transforms += [
+        T.ToDtype(dtype={img_type: torch.float32, tv_tensors.Mask: torch.int64, "others": None}, scale=True)
+    ]
+    transforms += [T.Normalize(mean=mean, std=std)]
+    transforms += [T.ToPureTensor()]
+    return T.Compose(transforms)
+
+
+#: Each detection preset's canvas (``Loader(pad_to=...)``) for this test's images (at most 90 × 80): multiscale
+#: makes a side up to 1333, ssd's RandomZoomOut up to 4 × the image; lsj fixes 1024 × 1024.
+CANVAS = {"hflip": (96, 96), "multiscale": (1344, 1344), "ssd": (384, 384), "ssdlite": (96, 96), "lsj": None}
+
+
+def replay(plan: Any, img: Any, target: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """torchvision v2's kernels under one row's replayed draws (its ``TargetPlan``: the workers' own), on the
+    image as a tensor and its targets; masks nearest with zero fill, as the references ask. These presets fold
+    nothing but leading flips into the decode (``plan.prefix``: the identity, mirrored or not)."""
+    x = [F.pil_to_tensor(img) if isinstance(img, Image.Image) else img, target["boxes"], target["masks"]]
+    if plan.prefix[10]:
+        x = [F.horizontal_flip(a) for a in x]
+    for op, v, _ in plan.draws:
+        if op in ("RandomShortestSize", "RandomResize", "ScaleJitter"):
+            x = [F.resize(a, [int(v[0]), int(v[1])], interpolation=F.InterpolationMode.NEAREST
+                          if isinstance(a, tv_tensors.Mask) else F.InterpolationMode.BILINEAR, antialias=True)
+                 for a in x]  # fmt: skip
+        elif op in ("RandomZoomOut", "RandomCrop"):
+            pad, (top, left) = [int(a) for a in v[:4]], (int(v[4]), int(v[5]))
+            fill = [0, 0, 0] if op == "RandomZoomOut" else 0
+            x = [
+                F.pad(a, pad, fill=0 if isinstance(a, tv_tensors.Mask) else fill) if any(pad) else a
+                for a in x
+            ]
+            if op == "RandomCrop":
+                raise AssertionError("the detection presets' RandomCrop is lsj's, not replayed here")
+        elif op == "RandomIoUCrop":
+            top, left, h, w = (int(a) for a in v)
+            b = x[1]
+            cx, cy = (b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2
+            inside = (left < cx) & (cx < left + w) & (top < cy) & (cy < top + h)
+            x = [F.crop(a, top, left, h, w) for a in x]
+            x[1] = tv_tensors.wrap(torch.where(inside[:, None], x[1], torch.zeros_like(x[1])), like=x[1])
+        elif op == "RandomHorizontalFlip":
+            x = [F.horizontal_flip(a) for a in x]
+        elif op == "SanitizeBoundingBoxes":
+            pass  # applied once at the end (it comes last)
+        else:
+            raise AssertionError(f"no replay for {op}")
+    out = {"boxes": x[1], "masks": x[2], "labels": target["labels"]}
+    return x[0], v2.SanitizeBoundingBoxes()(out)
+
+
+@pytest.mark.parametrize("preset", ["hflip", "multiscale", "ssd", "ssdlite"])
+def test_detection_presets_as_written_equal_torchvision_under_the_same_draws(
+    coco: tuple[Path, Path], preset: str
+) -> None:
+    """Each preset's v2.Compose, as the references write it, is the Loader's ``transforms=``; with the flip pinned
+    (``hflip_prob=1.0``) each row's other draws are replayed through torchvision's kernels on the wrapped
+    dataset's sample: masks and kept boxes equal (boxes within 1e-3 px), pixels ±1 level on ≥ 99 % (but for
+    ssd's RandomPhotometricDistort, whose colours are covered by its own tests: there the canvas size)."""
+    images, ann = coco
+    src = trdata.CocoDetection(images, ann, masks=True)
+    cref = coco_reference(images, ann)
+    tv = detection_preset(preset, hflip_prob=1.0)
+    checked = 0
+    with trdata.Loader(src, batch_size=3, transforms=tv, pad_to=CANVAS[preset], workers=2, seed=4) as ld:
+        for epoch in range(3):
+            ld.set_epoch(epoch)
+            for b in ld:
+                idx = b.indices.tolist()[: b.valid]
+                sizes = [tuple(int(v) for v in src._sizes[i]) for i in idx]
+                plans = ld._native.target_plans(idx, b.epoch, sizes)
+                imgs = b.images.numpy() if hasattr(b.images, "numpy") else np.asarray(b.images)
+                for r, i in enumerate(idx):
+                    img, want = replay(plans[r], *cref[i])
+                    got = b.targets[r]
+                    np.testing.assert_array_equal(
+                        got["masks"].numpy(), want["masks"].numpy(), err_msg=f"{preset} row {i}"
+                    )
+                    np.testing.assert_allclose(got["boxes"].numpy(), want["boxes"].numpy(), atol=1e-3)
+                    np.testing.assert_array_equal(got["labels"].numpy(), want["labels"].numpy())
+                    h, w = img.shape[1:]
+                    pixels = imgs[r][:, :h, :w]
+                    assert not imgs[r][:, h:, :].any() and not imgs[r][:, :, w:].any()  # the canvas's padding
+                    if preset != "ssd":
+                        close_pixels(np.rint(pixels * 255).astype(np.uint8), img.numpy())
+                    checked += 1
+    assert checked == 3 * N_IMAGES
+
+
+def test_the_ssd_presets_dict_fill_is_torchvisions() -> None:
+    """``defaultdict(lambda: mean, {Mask: 0})``: torchvision looks the image's type up with ``in`` (never asking
+    the factory) and pads the image with zeros; trdata does the same, and masks take 0."""
+    converted = from_torchvision(detection_preset("ssd"))
+    zoom = next(t for t in converted.transforms if isinstance(t, trdata.RandomZoomOut))
+    img = Image.fromarray(np.full((10, 10, 3), 200, np.uint8))
+    theirs = v2.RandomZoomOut(
+        fill=defaultdict(lambda: MEAN, {tv_tensors.Mask: 0}), side_range=(2.0, 2.0), p=1.0
+    )
+    assert np.asarray(theirs(img))[0, 0].tolist() == [0, 0, 0]
+    assert zoom.fill in (None, 0, (0.0,))
+    seg = from_torchvision(segmentation_preset(base_size=64, crop_size=48))
+    crop = next(t for t in seg.transforms if isinstance(t, trdata.RandomCrop))
+    assert crop.fill == 0 and crop.pad_if_needed and seg.dtype == "float32"
+    with pytest.raises(trdata.ConfigError, match="fill"):
+        from_torchvision([v2.Pad(2, fill={tv_tensors.Mask: 7, "others": 0})])
+
+
+def test_the_lsj_preset_runs_as_written_on_its_fixed_canvas(coco: tuple[Path, Path]) -> None:
+    """ScaleJitter to 1024 × 1024 (the reference's own size), the crop that fixes it, the flip: every row is one
+    1024 × 1024 float image, boxes inside it, masks of its size."""
+    images, ann = coco
+    src = trdata.CocoDetection(images, ann, masks=True)
+    with trdata.Loader(src, batch_size=3, transforms=detection_preset("lsj"), workers=2) as ld:
+        seen = 0
+        for b in ld:
+            assert tuple(b.images.shape[1:]) == (3, 1024, 1024) and str(b.images.dtype).endswith("float32")
+            for t in b.targets[: b.valid]:
+                boxes = t["boxes"].numpy()
+                assert ((boxes >= 0) & (boxes <= 1024)).all() and t["masks"].shape[1:] == (1024, 1024)
+                seen += 1
+    assert seen == N_IMAGES
+
+
+def test_the_random_draws_of_the_presets_are_torchvisions_by_distribution() -> None:
+    """multiscale's RandomShortestSize and the segmentation preset's RandomResize, as converted from the presets,
+    draw the sizes torchvision's ``make_params`` draws (χ², α = 0.001), and the presets' flip keeps p = 0.5."""
+    (h, w) = (60, 90)
+    multiscale = from_torchvision(detection_preset("multiscale")).transforms[0]
+    segmentation = from_torchvision(segmentation_preset(base_size=64, crop_size=48)).transforms[0]
+    flip = from_torchvision(detection_preset("hflip")).transforms[0]
+    theirs_ms = v2.RandomShortestSize(
+        min_size=(480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800), max_size=1333
+    )
+    theirs_seg = v2.RandomResize(32, 128)
+    torch.manual_seed(0)
+    image = tv_tensors.Image(torch.zeros(3, h, w, dtype=torch.uint8))
+    for ours_op, theirs_op in [(multiscale, theirs_ms), (segmentation, theirs_seg)]:
+        ours, theirs = [], []
+        for index in range(5000):
+            got = _core.sample_op(
+                ours_op._spec(), seed=2, epoch=0, index=index, position=0, height=h, width=w, channels=3
+            )
+            ours.append(int(got[0]) if got else h)
+            theirs.append(
+                int(theirs_op.make_params([image])["size"][0])
+            )  # (h, w), or RandomResize's shorter side
+        chi2_same(ours, theirs)
+    flips = [
+        bool(
+            _core.sample_op(flip._spec(), seed=2, epoch=0, index=i, position=0, height=h, width=w, channels=3)
+        )
+        for i in range(5000)
+    ]
+    assert abs(np.mean(flips) - 0.5) < 0.03
+
+
+def test_the_segmentation_preset_as_written_equals_torchvision_under_the_same_draws(
+    seg: tuple[Path, Path, list[np.ndarray]],
+) -> None:
+    """RandomResize, the flip, RandomCrop with ``fill={Mask: 255, "others": 0}``, PILToTensor, ToDtype with a
+    per-type dtype, Normalize: each row's draws replayed through torchvision's kernels give its label map exactly
+    (255 where the crop pads) and its normalized pixels within the stage-2 resize's ±1 level."""
+    images, maps_root, maps = seg
+    src = trdata.SegmentationFolder(images, maps_root)
+    mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+    tv = segmentation_preset(base_size=64, crop_size=48)
+    padded = flipped = 0
+    with trdata.Loader(src, batch_size=3, transforms=tv, workers=2, seed=6) as ld:
+        for epoch in range(4):
+            ld.set_epoch(epoch)
+            for b in ld:
+                idx = b.indices.tolist()[: b.valid]
+                sizes = [tuple(int(v) for v in src._sizes[i]) for i in idx]
+                plans = ld._native.target_plans(idx, b.epoch, sizes)
+                imgs = np.asarray(b.images)
+                for r, i in enumerate(idx):
+                    img, mask = seg_reference(images, maps, i)
+                    x = [F.pil_to_tensor(img), mask]
+                    if plans[r].prefix[10]:
+                        x = [F.horizontal_flip(a) for a in x]
+                    for op, v, _ in plans[r].draws:
+                        if op == "RandomResize":
+                            x = [F.resize(x[0], [int(v[0]), int(v[1])], antialias=True),
+                                 F.resize(x[1], [int(v[0]), int(v[1])], interpolation=F.InterpolationMode.NEAREST)]  # fmt: skip
+                        elif op == "RandomHorizontalFlip":
+                            x = [F.horizontal_flip(a) for a in x]
+                            flipped += 1
+                        elif op == "RandomCrop":
+                            pad, (top, left) = [int(a) for a in v[:4]], (int(v[4]), int(v[5]))
+                            if any(pad):
+                                x = [F.pad(x[0], pad, fill=0), F.pad(x[1], pad, fill=255)]
+                                padded += 1
+                            x = [F.crop(a, top, left, 48, 48) for a in x]
+                        else:
+                            raise AssertionError(f"no replay for {op}")
+                    np.testing.assert_array_equal(
+                        b.targets[r]["mask"].numpy(), x[1].numpy()[0], err_msg=f"row {i}"
+                    )
+                    unnormalized = (imgs[r] * std[:, None, None] + mean[:, None, None]) * 255
+                    close_pixels(np.rint(unnormalized).astype(np.uint8), x[0].numpy())
+    assert padded > 0 and 0 < flipped < 4 * N_IMAGES
