@@ -31,6 +31,7 @@ REQUIRED: dict[str, dict[str, Any]] = {
     "RandomRotation": {"degrees": 10},
     "RandomAffine": {"degrees": 10},
     "RandomSolarize": {"threshold": 128},
+    "RandomResize": {"min_size": 8, "max_size": 12},
     "RandomShortestSize": {"min_size": (8, 10)},
     "ScaleJitter": {"target_size": (8, 8)},
     "Resize": {"size": 8},

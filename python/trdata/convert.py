@@ -49,6 +49,7 @@ from .transforms import (
     RandomPerspective,
     RandomPhotometricDistort,
     RandomPosterize,
+    RandomResize,
     RandomResizedCrop,
     RandomRotation,
     RandomShortestSize,
@@ -244,7 +245,13 @@ def from_torchvision(t: Any, _depth: int = 0, _pil: bool | None = None) -> Conve
             raise _refuse(op, pos, "a detection source's boxes are XYXY: only format=XYXY is supported")
         if name in ("ToDtype", "ConvertImageDtype"):
             dt = getattr(op, "dtype", None)
-            dt = dt.get("others", None) if isinstance(dt, dict) else dt
+            if isinstance(
+                dt, dict
+            ):  # v2's per-type dtypes: the image's entry (the references key it by type)
+                dt = next(
+                    (v for k, v in dt.items() if getattr(k, "__name__", None) in ("Image", "Tensor")),
+                    dt.get("others"),
+                )
             # ConvertImageDtype always scales; the float types are the Loader's dtypes (values in [0, 1]).
             if str(dt) in _FLOAT_DTYPES and getattr(op, "scale", True):
                 dtype, dtype_op = str(dt).removeprefix("torch."), name
@@ -312,8 +319,41 @@ def _convert_container(op: Any, name: str, pos: int, depth: int = 0, pil: bool =
     return RandomOrder(inner.transforms)
 
 
+def _per_type_fill(fill: Any, key: str) -> Any:
+    """torchvision v2's ``_get_fill`` of a per-type ``fill`` dict for the type named ``key`` ("Image": a PIL or
+    ``tv_tensors.Image``, "Mask"): the type's entry, else ``"others"``, else ``None`` (zeros). A
+    ``defaultdict``'s factory is never asked, as torchvision never asks it (``in`` does not call it): the
+    references' ``defaultdict(lambda: mean, {Mask: 0})`` pads the image with zeros in torchvision too."""
+    for k, v in fill.items():
+        if getattr(k, "__name__", None) == key:
+            return v
+    return fill.get("others")
+
+
+def _image_fill(fill: Any) -> Any:
+    """An op's ``fill`` for the image: a plain value as it is; a per-type dict (torchvision v2's
+    ``{tv_tensors.Mask: 0, "others": 0}``) by torchvision's rule (:func:`_per_type_fill`). Masks keep trdata's
+    fills, the references' values: 0 for instance masks, 255 (``ignore_index``) for label maps; a dict that asks
+    a mask for anything else is refused, naming ``fill``."""
+    if not isinstance(fill, dict):
+        return fill
+    mask = _per_type_fill(fill, "Mask")
+    if mask is not None and (not isinstance(mask, (int, float)) or float(mask) not in (0.0, 255.0)):
+        raise ConfigError(
+            f"invalid fill: the mask entry {_shown(mask)} must be 0 or 255 (trdata fills instance masks with 0 "
+            "and label maps with 255, as torchvision's references ask)",
+            parameter="fill",
+        )
+    return _per_type_fill(fill, "Image")
+
+
 def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float, ...]] | None) -> Transform:
     v2 = ".v2." in type(op).__module__
+    if isinstance(getattr(op, "fill", None), dict):
+        import copy
+
+        op = copy.copy(op)
+        op.fill = _image_fill(op.fill)
     if name in ("RandomResizedCrop", "Resize"):
         interpolation = _mode(op.interpolation, "interpolation")
         antialias = getattr(op, "antialias", True)
@@ -408,6 +448,9 @@ def _convert(op: Any, name: str, normalize: tuple[tuple[float, ...], tuple[float
     if name == "RandomShortestSize":
         mode = _mode(op.interpolation, "interpolation")
         return RandomShortestSize(tuple(op.min_size), op.max_size, mode, op.antialias)
+    if name == "RandomResize":
+        mode = _mode(op.interpolation, "interpolation")
+        return RandomResize(op.min_size, op.max_size, mode, op.antialias)
     if name == "RandomIoUCrop":
         return RandomIoUCrop(
             op.min_scale, op.max_scale, op.min_aspect_ratio, op.max_aspect_ratio, list(op.options), op.trials

@@ -555,6 +555,30 @@ class ScaleJitter(Transform):
 
 
 @dataclass(frozen=True)
+class RandomResize(Transform):
+    """torchvision v2 ``RandomResize(min_size, max_size, interpolation='bilinear', antialias=True)`` (the
+    segmentation recipe's): the shorter side resized to a size drawn uniformly from ``min_size`` to ``max_size - 1``
+    (``torch.randint``), the longer side in proportion; boxes, masks, keypoints and label maps move with it (masks
+    and maps nearest). Its size varies: a later crop, or ``Loader(pad_to=...)``, fixes it."""
+
+    min_size: int
+    max_size: int
+    interpolation: Any = _DEFAULTS["RandomResize.interpolation"]
+    antialias: bool = _DEFAULTS["RandomResize.antialias"]
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            "random_resize",
+            {
+                "min_size": _int_arg(self.min_size, "min_size"),
+                "max_size": _int_arg(self.max_size, "max_size"),
+                "interpolation": _mode(self.interpolation, "interpolation"),
+                "antialias": True if self.antialias is None else _bool_arg(self.antialias, "antialias"),
+            },
+        )
+
+
+@dataclass(frozen=True)
 class RandomShortestSize(Transform):
     """torchvision v2 ``RandomShortestSize(min_size, max_size=None, interpolation='bilinear', antialias=True)``:
     the shorter side resized to one of ``min_size`` (picked uniformly), the longer side at most ``max_size``. Its
@@ -1393,6 +1417,7 @@ BUILTIN = (
     RandomZoomOut,
     ScaleJitter,
     RandomShortestSize,
+    RandomResize,
     RandomIoUCrop,
     Mosaic,
     SanitizeBoundingBoxes,

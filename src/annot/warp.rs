@@ -22,6 +22,11 @@ pub struct AxisMap {
     pub start: i64,
     /// Output pixels.
     pub out: usize,
+    /// The image was mirrored along this axis before the span was resized (a flip placed before the resize):
+    /// resized pixel `r` then reads the nearest source pixel of the mirrored span,
+    /// `hi - 1 - nearest(resized - 1 - r)`, not `lo + nearest(r)`. The two differ because the nearest rule is not
+    /// symmetric; the bilinear pixels and the continuous boxes and keypoints are, so they do not care.
+    pub mirror_first: bool,
 }
 
 impl AxisMap {
@@ -36,7 +41,11 @@ impl AxisMap {
         if r < 0 || r >= self.resized {
             return None;
         }
-        Some(self.lo + nearest_index(r, self.hi - self.lo, self.resized))
+        let n = self.hi - self.lo;
+        if self.mirror_first {
+            return Some(self.hi - 1 - nearest_index(self.resized - 1 - r, n, self.resized));
+        }
+        Some(self.lo + nearest_index(r, n, self.resized))
     }
 }
 
@@ -174,7 +183,7 @@ mod tests {
     use super::*;
 
     fn axis(lo: i64, hi: i64, resized: i64, start: i64, out: usize) -> AxisMap {
-        AxisMap { lo, hi, resized, start, out }
+        AxisMap { lo, hi, resized, start, out, mirror_first: false }
     }
 
     #[test]

@@ -33,6 +33,11 @@ pub struct SamplePlan {
     /// Run the vertical pass before the horizontal one (Pillow's choice for this resize, see
     /// [`pillow_vertical_first`]); the 8-bit intermediate makes the order visible in the last bit.
     pub vertical_first: bool,
+    /// Whether the flips placed before the list's resize mirrored the image (left-right, top-bottom) before it
+    /// was resized. The pixels' fold mirrors the output instead, exact for the symmetric resampling filters; a
+    /// nearest index map is not symmetric, so the targets' masks follow the list's order
+    /// (annot/warp.rs, `AxisMap::mirror_first`).
+    pub mirror_first: (bool, bool),
 }
 
 /// Which pass Pillow (13.x) runs first when resizing `in_w × in_h` to `out_w × out_h`: vertical first iff the
@@ -130,6 +135,9 @@ pub struct CompiledTransforms {
     pub vflips: Vec<(usize, f64, bool)>,
     /// The resize's filter (`Resampled` around the resize; bilinear antialiased otherwise).
     pub resample: Resample,
+    /// How many of `flips` and of `vflips` (the first ones) precede the list's first geometric op, its resize
+    /// ([`SamplePlan::mirror_first`]).
+    pub flips_first: (usize, usize),
 }
 
 /// Whether a `RandomCrop` folds into the decode when it leads the list (after flips only): its draw can never
@@ -356,9 +364,14 @@ pub fn compile(transforms: &[TransformSpec]) -> Result<CompiledTransforms> {
         }
     };
     let before = |pos: usize| pos < crop_pos && crop_pos != usize::MAX;
+    let first = geo.first().map_or(usize::MAX, |(p, _)| *p);
+    let flips_first = (
+        flip_ps.iter().filter(|(pos, _)| *pos < first).count(),
+        vflip_ps.iter().filter(|(pos, _)| *pos < first).count(),
+    );
     let flips = flip_ps.into_iter().map(|(pos, p)| (p, before(pos))).collect();
     let vflips = vflip_ps.into_iter().map(|(pos, p)| (pos, p, before(pos))).collect();
-    Ok(CompiledTransforms { geometry, flips, vflips, resample })
+    Ok(CompiledTransforms { geometry, flips, vflips, resample, flips_first })
 }
 
 /// The identity geometry (see [`Geometry::Identity`]) with the flips of `flips_only` (a list of flips, which
@@ -369,6 +382,7 @@ pub fn compile_identity(flips_only: &[TransformSpec]) -> Result<CompiledTransfor
         flips: Vec::new(),
         vflips: Vec::new(),
         resample: Resample::default(),
+        flips_first: (0, 0),
     };
     for (pos, t) in flips_only.iter().enumerate() {
         match *t {
@@ -429,22 +443,24 @@ impl CompiledTransforms {
     pub fn plan(&self, width: u32, height: u32, key: SampleKey) -> SamplePlan {
         // Flip coins: one stream for all flip ops, drawn in list order (torchvision: `torch.rand(1) < p`).
         let mut coins = SampleRng::new(key.seed, key.epoch, key.index, OP_HORIZONTAL_FLIP);
-        let (mut flip, mut mirror_crop) = (false, false);
-        for &(p, before_crop) in &self.flips {
+        let (mut flip, mut mirror_crop, mut mirror_first) = (false, false, (false, false));
+        for (k, &(p, before_crop)) in self.flips.iter().enumerate() {
             if coins.uniform() < p {
                 flip = !flip;
                 if before_crop {
                     mirror_crop = !mirror_crop;
                 }
+                mirror_first.0 ^= k < self.flips_first.0;
             }
         }
         let (mut vflip, mut mirror_rows) = (false, false);
-        for &(pos, p, before_crop) in &self.vflips {
+        for (k, &(pos, p, before_crop)) in self.vflips.iter().enumerate() {
             if SampleRng::new(key.seed, key.epoch, key.index, OP_BASE + pos as u32).uniform() < p {
                 vflip = !vflip;
                 if before_crop {
                     mirror_rows = !mirror_rows;
                 }
+                mirror_first.1 ^= k < self.flips_first.1;
             }
         }
         let (w, h) = (i64::from(width), i64::from(height));
@@ -519,7 +535,7 @@ impl CompiledTransforms {
             _ => self.resample,
         };
         let (x, y) = (Axis { resample, ..x }, Axis { resample, ..y });
-        SamplePlan { x, y, flip, vflip, vertical_first }
+        SamplePlan { x, y, flip, vflip, vertical_first, mirror_first }
     }
 }
 

@@ -321,34 +321,27 @@ fn run_op(op: &OpSpec, site: Site, s: &mut ProgramScratch, key: SampleKey) -> st
             ops::MAX_FRAME_PIXELS
         ));
     }
-    let drawn = match op {
+    let drawn = if op.needs_boxes() && op.inner().is_none() {
         // drawn from the boxes by the target replay, before stage 2 (SamplePipeline::run_stages)
-        OpSpec::RandomIoUCrop(_) => match s.box_draws.iter().find(|(at, _)| *at == site) {
+        match s.box_draws.iter().find(|(at, _)| *at == site) {
             Some((_, d)) => d.clone(),
-            None => return Err(format!("RandomIoUCrop at {site}: no draw from the sample's boxes")),
-        },
-        _ => op.sample(&mut rng, (s.frame.h, s.frame.w, s.frame.c))?,
+            None => return Err(format!("{} at {site}: no draw from the sample's boxes", op.name())),
+        }
+    } else {
+        op.sample(&mut rng, (s.frame.h, s.frame.w, s.frame.c))?
     };
-    match (op, &drawn) {
-        (_, Drawn::Skip) => {}
-        (OpSpec::RandomApply(c), _) => {
-            for (i, t) in c.transforms.iter().enumerate() {
-                run_op(t, site.child(i), s, key)?;
-            }
-        }
-        (OpSpec::RandomChoice(c), Drawn::Pick(i)) => {
-            let i = *i as usize;
-            run_op(&c.transforms[i], site.child(i), s, key)?;
-        }
-        (OpSpec::RandomOrder(c), Drawn::Order { order, n }) => {
-            for &i in &order[..usize::from(*n)] {
-                run_op(&c.transforms[usize::from(i)], site.child(usize::from(i)), s, key)?;
-            }
-        }
-        (OpSpec::PythonStep(step), _) => step.run(&mut s.frame, &mut rng, site)?,
-        _ => ops::apply(op, &drawn, &mut s.frame, &mut s.ops, &mut rng),
+    if drawn == Drawn::Skip {
+        return Ok(());
     }
-    Ok(())
+    match op.inner() {
+        Some(inner) => {
+            for i in op.picked(&drawn) {
+                run_op(&inner[i], site.child(i), s, key)?;
+            }
+            Ok(())
+        }
+        None => op.run(&drawn, &mut s.frame, &mut s.ops, &mut rng, site),
+    }
 }
 
 /// `RandomZoomOut` at `site` and the `RandomIoUCrop` at `crop_site` right after it in one pass
@@ -376,38 +369,11 @@ fn zoom_then_crop(
     }
 }
 
-/// Whether `op` leaves a sample's geometry alone (a photometric op, or a container of only such ops): boxes,
-/// masks and keypoints do not move with it (torchvision v2 passes them through).
-pub fn leaves_geometry(op: &OpSpec) -> bool {
-    use OpSpec as O;
-    match op {
-        O::ColorJitter(_)
-        | O::RandomPhotometricDistort(_)
-        | O::Grayscale(_)
-        | O::RandomGrayscale(_)
-        | O::GaussianBlur(_)
-        | O::GaussianNoise(_)
-        | O::RandomErasing(_)
-        | O::RandomAutocontrast(_)
-        | O::RandomEqualize(_)
-        | O::RandomSolarize(_)
-        | O::RandomPosterize(_)
-        | O::RandomAdjustSharpness(_)
-        | O::RandomInvert(_)
-        | O::RandomChannelPermutation(_)
-        | O::TimmRandomErasing(_) => true,
-        O::RandomApply(c) => c.transforms.iter().all(leaves_geometry),
-        O::RandomChoice(c) => c.transforms.iter().all(leaves_geometry),
-        O::RandomOrder(c) => c.transforms.iter().all(leaves_geometry),
-        _ => false,
-    }
-}
-
 impl Program {
     /// Whether stage 2 touches pixels: false when it is empty or holds only target-only ops
     /// (`SanitizeBoundingBoxes`, `ClampBoundingBoxes`), which then cost the fused pass nothing.
     pub fn moves_pixels(&self) -> bool {
-        self.ops.iter().any(|(_, op)| !matches!(op, OpSpec::SanitizeBoundingBoxes(_) | OpSpec::ClampBoundingBoxes(_)))
+        self.ops.iter().any(|(_, op)| !op.targets_only())
     }
 
     /// Run stage 2 on `s.frame` (already holding the prefix's output). An op that cannot run on this sample (a

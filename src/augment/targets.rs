@@ -8,7 +8,8 @@
 //! moves no pixels. Ops that leave the geometry alone are not drawn at all (their streams are their own, so
 //! skipping them changes no other draw).
 //!
-//! Each moving op becomes one or two [`Step`]s with torchvision v2's kernel semantics:
+//! Each moving op becomes one or two [`Step`]s ([`ops::Op::target_steps`], in the op's own file) with torchvision
+//! v2's kernel semantics:
 //! - boxes: the four corners mapped, their min/max taken, then clamped to the new canvas by the ops whose kernel
 //!   clamps (crop, pad, affine, rotate, perspective; not resize and not the flips), mirrored as `W - x`;
 //! - keypoints: mapped (never clamped), mirrored as `W - 1 - x`; a point off the final canvas gets visibility 0;
@@ -17,72 +18,20 @@
 //!   zero fill (torchvision's references pass `fill={Mask: 0}`; a mask never takes the image's fill).
 //!
 //! Ops that torchvision cannot apply to boxes (non-constant padding) or that trdata cannot replay (policies,
-//! Python steps, timm ops) are refused by [`check_program`] when the loader is built, naming the op.
+//! Python steps, timm ops) are refused by [`check_program`] when the loader is built, naming the op
+//! ([`ops::Op::check_targets`]). Nothing here matches an op by name: each fact is a method of the op.
 
 use super::SampleKey;
 use super::geometry::SamplePlan;
-use super::kernels::{Frame, PadMode};
+use super::kernels::Frame;
 use super::mosaic::Part;
-use super::ops::{self, Drawn, OpScratch, OpSpec};
-use super::program::{Program, leaves_geometry, op_rng};
-use super::resize::center_crop_start;
+use super::ops::moves::sanitize_keeps;
+pub use super::ops::moves::{Move, Step, forward_affine};
+use super::ops::{Drawn, OpScratch, OpSpec};
+use super::program::{Program, op_rng};
 use super::site::Site;
-use super::warp::{self, Interp};
 use crate::annot::mask::{MaskError, MaskErrorKind, Rle};
 use crate::annot::warp::{AxisMap, TargetGeometry, gather_mask, nearest_index};
-use crate::rng::SampleRng;
-
-/// How one step maps a point (x, y) of its input canvas to its output canvas.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Move {
-    /// `x' = m0·x + m1·y + m2`, `y' = m3·x + m4·y + m5` (torchvision's forward affine matrix).
-    Affine([f64; 6]),
-    /// torchvision's perspective thetas: `x' = (t0·x + t1·y + t2) / (q0·x + q1·y + 1)`, `y'` with t3..t5.
-    Perspective {
-        /// Numerator rows.
-        theta: [f64; 6],
-        /// Denominator coefficients.
-        q: [f64; 2],
-    },
-    /// Resize: `x' = x·sx`, `y' = y·sy`.
-    Scale([f64; 2]),
-    /// Crop (negative) or pad (positive): `x' = x + dx`, `y' = y + dy`.
-    Shift([i64; 2]),
-    /// Mirror left-right.
-    HFlip,
-    /// Mirror top-bottom.
-    VFlip,
-    /// `ClampBoundingBoxes`: boxes clamped to the canvas, nothing else moves.
-    Clamp,
-    /// `SanitizeBoundingBoxes`: nothing moves; boxes failing torchvision's rule are dropped with their labels,
-    /// masks and keypoints.
-    Sanitize {
-        /// Minimum width and height.
-        min_size: f64,
-        /// Minimum area.
-        min_area: f64,
-    },
-}
-
-/// One stage-2 op's effect on the targets.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Step {
-    /// The torchvision op it comes from.
-    pub op: &'static str,
-    /// The map.
-    pub map: Move,
-    /// Boxes are clamped to the output canvas after the map.
-    pub clamp: bool,
-    /// Canvas (height, width) before.
-    pub from: (usize, usize),
-    /// Canvas (height, width) after.
-    pub canvas: (usize, usize),
-    /// For a warp: the op as a mask moves (nearest, zero fill) and its draw.
-    warp: Option<(OpSpec, Drawn)>,
-    /// RandomIoUCrop's crop (XYXY, input pixels): a box whose centre is not strictly inside it becomes
-    /// `[0, 0, 0, 0]` (torchvision marks it so for SanitizeBoundingBoxes).
-    zero_outside: Option<[f64; 4]>,
-}
 
 /// A sample's whole target geometry.
 #[derive(Debug, Clone, PartialEq)]
@@ -102,23 +51,21 @@ pub struct TargetPlan {
 
 /// The prefix's geometry for targets: `plan` (the decode's) and whether the prefix crops.
 pub fn prefix_geometry(plan: &SamplePlan, crops: bool) -> TargetGeometry {
-    let axis =
-        |a: &super::resize::Axis| AxisMap { lo: a.lo, hi: a.hi, resized: a.resized, start: a.start, out: a.out_n };
-    TargetGeometry { x: axis(&plan.x), y: axis(&plan.y), flip: plan.flip, vflip: plan.vflip, clamp: crops }
+    let axis = |a: &super::resize::Axis, mirror_first: bool| AxisMap {
+        lo: a.lo,
+        hi: a.hi,
+        resized: a.resized,
+        start: a.start,
+        out: a.out_n,
+        mirror_first,
+    };
+    let (mx, my) = plan.mirror_first;
+    TargetGeometry { x: axis(&plan.x, mx), y: axis(&plan.y, my), flip: plan.flip, vflip: plan.vflip, clamp: crops }
 }
 
 /// Whether `program` has an op whose draw depends on the sample's boxes (RandomIoUCrop, inside containers too).
 pub fn needs_boxes(program: &Program) -> bool {
-    fn op_needs(op: &OpSpec) -> bool {
-        match op {
-            OpSpec::RandomIoUCrop(_) => true,
-            OpSpec::RandomApply(c) => c.transforms.iter().any(op_needs),
-            OpSpec::RandomChoice(c) => c.transforms.iter().any(op_needs),
-            OpSpec::RandomOrder(c) => c.transforms.iter().any(op_needs),
-            _ => false,
-        }
-    }
-    program.ops.iter().any(|(_, op)| op_needs(op))
+    program.ops.iter().any(|(_, op)| op.needs_boxes())
 }
 
 /// Refuse a program whose ops cannot move a detection sample's targets (module docs): the first such op's
@@ -127,48 +74,7 @@ pub fn check_program(program: &Program) -> Result<(), String> {
     if program.mosaic.is_some() && needs_boxes(program) {
         return Err("RandomIoUCrop cannot follow a Mosaic (its draw would need the merged boxes)".to_string());
     }
-    program.ops.iter().try_for_each(|(_, op)| check_op(op))
-}
-
-fn check_op(op: &OpSpec) -> Result<(), String> {
-    use OpSpec as O;
-    let constant = |mode: PadMode, name: &str| {
-        if mode == PadMode::Constant {
-            Ok(())
-        } else {
-            Err(format!(
-                "{name} with padding_mode other than 'constant' cannot move boxes (torchvision raises for \
-                 BoundingBoxes too)"
-            ))
-        }
-    };
-    match op {
-        _ if leaves_geometry(op) => Ok(()),
-        O::Pad(p) => constant(p.mode, "Pad"),
-        O::RandomCrop(c) => constant(c.mode, "RandomCrop"),
-        O::HorizontalFlip(_)
-        | O::RandomZoomOut(_)
-        | O::RandomIoUCrop(_)
-        | O::ScaleJitter(_)
-        | O::RandomShortestSize(_)
-        | O::SanitizeBoundingBoxes(_)
-        | O::ClampBoundingBoxes(_)
-        | O::VerticalFlip(_)
-        | O::RandomRotation(_)
-        | O::RandomAffine(_)
-        | O::RandomPerspective(_)
-        | O::Resize(_)
-        | O::CenterCrop(_)
-        | O::RandomResizedCrop(_) => Ok(()),
-        O::RandomApply(c) => c.transforms.iter().try_for_each(check_op),
-        O::RandomChoice(c) => c.transforms.iter().try_for_each(check_op),
-        O::RandomOrder(c) => c.transforms.iter().try_for_each(check_op),
-        other => Err(format!(
-            "{} may move pixels and cannot move the boxes, masks and keypoints of a detection source (trdata \
-             replays crops, pads, resizes, flips, RandomAffine, RandomRotation and RandomPerspective for targets)",
-            other.name()
-        )),
-    }
+    program.ops.iter().try_for_each(|(_, op)| op.check_targets())
 }
 
 impl TargetPlan {
@@ -234,48 +140,36 @@ impl TargetPlan {
         c: usize,
         cur: &mut Option<Vec<[f64; 4]>>,
     ) -> Result<(), String> {
-        if leaves_geometry(op) && !matches!(op, OpSpec::SanitizeBoundingBoxes(_) | OpSpec::ClampBoundingBoxes(_)) {
+        if op.leaves_geometry() {
             return Ok(());
         }
         let mut rng = op_rng(key, site);
-        let drawn = match op {
-            OpSpec::RandomIoUCrop(o) => {
-                let boxes = cur.as_deref().ok_or(
-                    "RandomIoUCrop draws from the sample's boxes: it runs on a \
-                                                  detection source only",
-                )?;
-                let d = o.draw(&mut rng, *hw, boxes);
-                self.box_draws.push((site, d.clone()));
-                d
-            }
-            _ => op.sample(&mut rng, (hw.0, hw.1, c))?,
+        let drawn = if op.needs_boxes() && op.inner().is_none() {
+            let boxes = cur.as_deref().ok_or_else(|| {
+                format!("{} draws from the sample's boxes: it runs on a detection source only", op.name())
+            })?;
+            let d = op.draw_from_boxes(&mut rng, *hw, boxes);
+            self.box_draws.push((site, d.clone()));
+            d
+        } else {
+            op.sample(&mut rng, (hw.0, hw.1, c))?
         };
-        match (op, &drawn) {
-            (_, Drawn::Skip) => {}
-            (OpSpec::RandomApply(ct), _) => {
-                for (i, t) in ct.transforms.iter().enumerate() {
-                    self.replay_op(t, site.child(i), key, hw, c, cur)?;
-                }
+        if drawn == Drawn::Skip {
+            return Ok(());
+        }
+        if let Some(inner) = op.inner() {
+            for i in op.picked(&drawn) {
+                self.replay_op(&inner[i], site.child(i), key, hw, c, cur)?;
             }
-            (OpSpec::RandomChoice(ct), Drawn::Pick(i)) => {
-                let i = *i as usize;
-                self.replay_op(&ct.transforms[i], site.child(i), key, hw, c, cur)?;
+            return Ok(());
+        }
+        self.draws.push((op.name(), drawn.clone(), *hw));
+        for step in op.target_steps(&drawn, *hw)? {
+            *hw = step.canvas;
+            if let Some(cur) = cur {
+                cur.iter_mut().for_each(|b| *b = step.boxes(*b));
             }
-            (OpSpec::RandomOrder(ct), Drawn::Order { order, n }) => {
-                for &i in &order[..usize::from(*n)] {
-                    self.replay_op(&ct.transforms[usize::from(i)], site.child(usize::from(i)), key, hw, c, cur)?;
-                }
-            }
-            _ => {
-                self.draws.push((op.name(), drawn.clone(), *hw));
-                for step in steps_of(op, &drawn, *hw)? {
-                    *hw = step.canvas;
-                    if let Some(cur) = cur {
-                        cur.iter_mut().for_each(|b| *b = step.boxes(*b));
-                    }
-                    self.steps.push(step);
-                }
-            }
+            self.steps.push(step);
         }
         Ok(())
     }
@@ -345,7 +239,7 @@ impl TargetPlan {
     /// source rows and columns are composed through the steps and only the window they read is decoded (the
     /// common detection recipes); with a warp, the prefix-level mask runs through the steps.
     fn gather(&self, rle: &Rle, cols: &[Option<i64>], rows: &[Option<i64>]) -> Result<Vec<u8>, MaskError> {
-        if self.steps.iter().all(|s| s.warp.is_none()) {
+        if !self.steps.iter().any(Step::is_warp) {
             let (oh, ow) = self.canvas();
             let through = |j: usize, axis: usize, prefix: &[Option<i64>]| -> Option<i64> {
                 let mut j = j;
@@ -433,282 +327,11 @@ impl TargetPlan {
     }
 }
 
-impl Step {
-    fn new(op: &'static str, map: Move, clamp: bool, from: (usize, usize), canvas: (usize, usize)) -> Self {
-        Step { op, map, clamp, from, canvas, warp: None, zero_outside: None }
-    }
-
-    /// A point under the map; `keypoint` mirrors as `W - 1 - x` (keypoints) instead of `W - x` (box edges).
-    pub fn point(&self, x: f64, y: f64, keypoint: bool) -> (f64, f64) {
-        let edge = if keypoint { 1.0 } else { 0.0 };
-        match self.map {
-            Move::Affine(m) => (m[0] * x + m[1] * y + m[2], m[3] * x + m[4] * y + m[5]),
-            Move::Perspective { theta: t, q } => {
-                let d = q[0] * x + q[1] * y + 1.0;
-                ((t[0] * x + t[1] * y + t[2]) / d, (t[3] * x + t[4] * y + t[5]) / d)
-            }
-            Move::Scale([sx, sy]) => (x * sx, y * sy),
-            Move::Shift([dx, dy]) => (x + dx as f64, y + dy as f64),
-            Move::HFlip => (self.canvas.1 as f64 - edge - x, y),
-            Move::VFlip => (x, self.canvas.0 as f64 - edge - y),
-            Move::Clamp | Move::Sanitize { .. } => (x, y),
-        }
-    }
-
-    /// A box under the map: its corners mapped, their bounds, clamped when the op clamps.
-    pub fn boxes(&self, [x1, y1, x2, y2]: [f64; 4]) -> [f64; 4] {
-        if let Some(crop) = &self.zero_outside
-            && !crate::augment::ops::detection::center_within(&[x1, y1, x2, y2], crop)
-        {
-            return [0.0; 4];
-        }
-        let corners = [(x1, y1), (x2, y1), (x2, y2), (x1, y2)].map(|(x, y)| self.point(x, y, false));
-        let (mut lo, mut hi) = ([f64::INFINITY; 2], [f64::NEG_INFINITY; 2]);
-        for (x, y) in corners {
-            lo = [lo[0].min(x), lo[1].min(y)];
-            hi = [hi[0].max(x), hi[1].max(y)];
-        }
-        let mut b = [lo[0], lo[1], hi[0], hi[1]];
-        if self.clamp || self.map == Move::Clamp {
-            let (h, w) = (self.canvas.0 as f64, self.canvas.1 as f64);
-            b = [b[0].clamp(0.0, w), b[1].clamp(0.0, h), b[2].clamp(0.0, w), b[3].clamp(0.0, h)];
-        }
-        b
-    }
-
-    /// Move a one-channel mask frame through this step, `fill` where it leaves the image.
-    fn move_mask(&self, frame: &mut Frame, scratch: &mut OpScratch, fill: u8) {
-        if matches!(self.map, Move::Clamp | Move::Sanitize { .. }) {
-            return;
-        }
-        if let Some((op, drawn)) = &self.warp {
-            // the op's own kernel (nearest) with this fill; warps do not draw while applying, so the stream is
-            // never read
-            let op = with_fill(op, fill);
-            ops::apply(&op, drawn, frame, scratch, &mut SampleRng::new(0, 0, 0, 0));
-            return;
-        }
-        let (h, w) = self.from;
-        let (oh, ow) = self.canvas;
-        // each output row/column → the input one it reads (None: outside, zero)
-        let index = |n: usize, m: usize, axis: usize| -> Vec<Option<usize>> {
-            (0..m)
-                .map(|j| match self.map {
-                    Move::Scale(_) => Some(nearest_index(j as i64, n as i64, m as i64) as usize),
-                    Move::Shift(d) => {
-                        let s = j as i64 - d[axis];
-                        (0..n as i64).contains(&s).then_some(s as usize)
-                    }
-                    Move::HFlip if axis == 0 => Some(n - 1 - j),
-                    Move::VFlip if axis == 1 => Some(n - 1 - j),
-                    _ => Some(j),
-                })
-                .collect()
-        };
-        let (cols, rows) = (index(w, ow, 0), index(h, oh, 1));
-        let spare = &mut scratch.spare;
-        spare.clear();
-        spare.resize(oh * ow, fill);
-        for (i, r) in rows.iter().enumerate() {
-            let Some(r) = r else { continue };
-            let src = &frame.buf[r * w..(r + 1) * w];
-            for (j, c) in cols.iter().enumerate() {
-                if let Some(c) = c {
-                    spare[i * ow + j] = src[*c];
-                }
-            }
-        }
-        std::mem::swap(&mut frame.buf, spare);
-        (frame.h, frame.w) = (oh, ow);
-    }
-}
-
-/// A mask warp op with `fill` (its nearest copy holds fill 0, the instance masks' fill).
-fn with_fill(op: &OpSpec, fill: u8) -> OpSpec {
-    let f = Some(vec![f64::from(fill)]);
-    match op {
-        OpSpec::RandomRotation(o) if fill != 0 => OpSpec::RandomRotation(ops::RandomRotation { fill: f, ..o.clone() }),
-        OpSpec::RandomAffine(o) if fill != 0 => OpSpec::RandomAffine(ops::RandomAffine { fill: f, ..o.clone() }),
-        OpSpec::RandomPerspective(o) if fill != 0 => {
-            OpSpec::RandomPerspective(ops::RandomPerspective { fill: f, ..o.clone() })
-        }
-        other => other.clone(),
-    }
-}
-
-/// The steps of one drawn op on an `hw` canvas (module docs).
-fn steps_of(op: &OpSpec, drawn: &Drawn, (h, w): (usize, usize)) -> Result<Vec<Step>, String> {
-    use OpSpec as O;
-    let name = op.name();
-    let shift = |dx: i64, dy: i64, from: (usize, usize), to: (usize, usize)| {
-        Step::new(name, Move::Shift([dx, dy]), true, from, to)
-    };
-    let scale = |from: (usize, usize), to: (usize, usize)| {
-        Step::new(name, Move::Scale([to.1 as f64 / from.1 as f64, to.0 as f64 / from.0 as f64]), false, from, to)
-    };
-    let warp_step = |map: Move, to: (usize, usize), mask_op: OpSpec| Step {
-        op: name,
-        map,
-        clamp: true,
-        from: (h, w),
-        canvas: to,
-        warp: Some((mask_op, drawn.clone())),
-        zero_outside: None,
-    };
-    let zero = Some(vec![0.0]);
-    Ok(match (op, drawn) {
-        (O::SanitizeBoundingBoxes(o), _) => {
-            let map = Move::Sanitize { min_size: o.min_size, min_area: o.min_area };
-            vec![Step::new(name, map, false, (h, w), (h, w))]
-        }
-        (O::ClampBoundingBoxes(_), _) => vec![Step::new(name, Move::Clamp, false, (h, w), (h, w))],
-        (O::RandomZoomOut(_), Drawn::Crop { padding: [l, t, r, b], .. }) => {
-            let to = (h + (*t + *b) as usize, w + (*l + *r) as usize);
-            vec![shift(i64::from(*l), i64::from(*t), (h, w), to)]
-        }
-        (O::ScaleJitter(_) | O::RandomShortestSize(_), Drawn::Size { h: nh, w: nw }) => {
-            vec![scale((h, w), (*nh as usize, *nw as usize))]
-        }
-        (O::RandomIoUCrop(_), Drawn::Box { top, left, h: ch, w: cw }) => {
-            let crop = [f64::from(*left), f64::from(*top), f64::from(*left + *cw), f64::from(*top + *ch)];
-            let step = shift(-i64::from(*left), -i64::from(*top), (h, w), (*ch as usize, *cw as usize));
-            vec![Step { zero_outside: Some(crop), ..step }]
-        }
-        (O::HorizontalFlip(_), _) => vec![Step::new(name, Move::HFlip, false, (h, w), (h, w))],
-        (O::VerticalFlip(_), _) => vec![Step::new(name, Move::VFlip, false, (h, w), (h, w))],
-        (O::Pad(p), _) => {
-            let [l, t, r, b] = p.padding.map(|v| v as usize);
-            vec![shift(l as i64, t as i64, (h, w), (h + t + b, w + l + r))]
-        }
-        (O::RandomCrop(c), Drawn::Crop { padding: [l, t, r, b], top, left }) => {
-            let padded = (h + (*t + *b) as usize, w + (*l + *r) as usize);
-            let mut v = Vec::new();
-            if padded != (h, w) {
-                v.push(shift(i64::from(*l), i64::from(*t), (h, w), padded));
-            }
-            let size = (c.height as usize, c.width as usize);
-            v.push(shift(-i64::from(*left), -i64::from(*top), padded, size));
-            v
-        }
-        (O::CenterCrop(c), _) => {
-            let (oh, ow) = (c.height as usize, c.width as usize);
-            let (y0, x0) = (center_crop_start(h as i64, oh as i64), center_crop_start(w as i64, ow as i64));
-            vec![shift(-x0, -y0, (h, w), (oh, ow))]
-        }
-        (O::Resize(_), _) => {
-            let to = op.output_hw(Some((h, w))).expect("a stage-2 Resize has an output size for a sized input");
-            vec![scale((h, w), to)]
-        }
-        (O::RandomResizedCrop(r), Drawn::Box { top, left, h: ch, w: cw }) => {
-            let crop = (*ch as usize, *cw as usize);
-            let to = (r.height as usize, r.width as usize);
-            vec![shift(-i64::from(*left), -i64::from(*top), (h, w), crop), scale(crop, to)]
-        }
-        (O::RandomRotation(r), Drawn::Value(angle)) => {
-            // torchvision: rotate_bounding_boxes = affine with -angle about the centre (absolute), no
-            // translate/scale/shear; with expand the canvas is the image's (warp::rotate) and boxes shift by the
-            // mapped canvas corners' minimum.
-            let center = r.center.unwrap_or([w as f64 * 0.5, h as f64 * 0.5]);
-            let mut m = forward_affine(center, -angle, [0.0, 0.0], 1.0, [0.0, 0.0]);
-            let mut to = (h, w);
-            if r.expand {
-                let corners = [(0.0, 0.0), (0.0, h as f64), (w as f64, h as f64), (w as f64, 0.0)];
-                let (mut mx, mut my) = (f64::INFINITY, f64::INFINITY);
-                for (x, y) in corners {
-                    mx = mx.min(m[0] * x + m[1] * y + m[2]);
-                    my = my.min(m[3] * x + m[4] * y + m[5]);
-                }
-                m[2] -= mx;
-                m[5] -= my;
-                let cf = r.center.map_or([0.0, 0.0], |[x, y]| [x - w as f64 * 0.5, y - h as f64 * 0.5]);
-                let mut a = angle % 360.0;
-                if a < 0.0 {
-                    a += 360.0;
-                }
-                to = warp::expanded_size(&warp::inverse_affine(cf, -a, [0.0, 0.0], 1.0, [0.0, 0.0]), w, h);
-            }
-            let mask_op = O::RandomRotation(ops::RandomRotation { interp: Interp::Nearest, fill: zero, ..r.clone() });
-            vec![warp_step(Move::Affine(m), to, mask_op)]
-        }
-        (O::RandomAffine(a), Drawn::Affine { angle, translate, scale: s, shear }) => {
-            let center = a.center.unwrap_or([w as f64 * 0.5, h as f64 * 0.5]);
-            let m = forward_affine(center, *angle, *translate, *s, *shear);
-            let mask_op = O::RandomAffine(ops::RandomAffine { interp: Interp::Nearest, fill: zero, ..a.clone() });
-            vec![warp_step(Move::Affine(m), (h, w), mask_op)]
-        }
-        (O::RandomPerspective(p), Drawn::Perspective(end)) => {
-            let (start, end) = warp::perspective_points(h, w, *end);
-            // degenerate corners: the image is left as it is (warp's rule), so are the targets
-            let Some(k) = warp::perspective_coeffs(start, end) else { return Ok(Vec::new()) };
-            let Some((theta, q)) = perspective_thetas(k) else { return Ok(Vec::new()) };
-            let mask_op =
-                O::RandomPerspective(ops::RandomPerspective { interp: Interp::Nearest, fill: zero, ..p.clone() });
-            vec![warp_step(Move::Perspective { theta, q }, (h, w), mask_op)]
-        }
-        (op, drawn) => {
-            return Err(format!("{} drew {drawn:?}, which trdata cannot replay for targets", op.name()));
-        }
-    })
-}
-
-/// torchvision's `_get_sanitize_bounding_boxes_mask` for one XYXY box on an `(h, w)` canvas (float32, as its
-/// boxes are).
-fn sanitize_keeps(b: [f64; 4], (h, w): (usize, usize), min_size: f64, min_area: f64) -> bool {
-    let b = b.map(|v| v as f32);
-    let (ws, hs) = (b[2] - b[0], b[3] - b[1]);
-    let (min_size, min_area) = (min_size as f32, min_area as f32);
-    ws >= min_size
-        && hs >= min_size
-        && b.iter().all(|&v| v >= 0.0)
-        && ws * hs >= min_area
-        && b[0] <= w as f32
-        && b[2] <= w as f32
-        && b[1] <= h as f32
-        && b[3] <= h as f32
-}
-
-/// torchvision's `_get_inverse_affine_matrix(center, angle, translate, scale, shear, inverted=False)`: the
-/// forward map input → output, `center` in absolute pixels.
-pub fn forward_affine(
-    center: [f64; 2],
-    angle_deg: f64,
-    translate: [f64; 2],
-    scale: f64,
-    shear_deg: [f64; 2],
-) -> [f64; 6] {
-    let [a, b, c, d] = warp::rotate_shear(angle_deg, shear_deg);
-    let [cx, cy] = center;
-    let [tx, ty] = translate;
-    let mut m = [a * scale, b * scale, 0.0, c * scale, d * scale, 0.0];
-    m[2] += m[0] * (-cx) + m[1] * (-cy) + cx + tx;
-    m[5] += m[3] * (-cx) + m[4] * (-cy) + cy + ty;
-    m
-}
-
-/// torchvision's `_compute_perspective_thetas` of the (output → input) coefficients `k`: the input → output map.
-/// `None` when it cannot be inverted (torchvision raises).
-fn perspective_thetas(k: [f32; 8]) -> Option<([f64; 6], [f64; 2])> {
-    let k = k.map(f64::from);
-    let denom = k[0] * k[4] - k[1] * k[3];
-    if denom == 0.0 {
-        return None;
-    }
-    let inv = [
-        (k[4] - k[5] * k[7]) / denom,
-        (-k[1] + k[2] * k[7]) / denom,
-        (k[1] * k[5] - k[2] * k[4]) / denom,
-        (-k[3] + k[5] * k[6]) / denom,
-        (k[0] - k[2] * k[6]) / denom,
-        (-k[0] * k[5] + k[2] * k[3]) / denom,
-        (-k[4] * k[6] + k[3] * k[7]) / denom,
-        (-k[0] * k[7] + k[1] * k[6]) / denom,
-    ];
-    Some(([inv[0], inv[1], inv[2], inv[3], inv[4], inv[5]], [inv[6], inv[7]]))
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::warp;
     use super::*;
+    use crate::augment::ops::Move;
 
     #[test]
     fn forward_affine_inverts_the_image_map() {

@@ -51,6 +51,10 @@ impl Op for ColorJitter {
         })
     }
 
+    fn leaves_geometry(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "ColorJitter"
     }
@@ -111,6 +115,10 @@ impl Op for Grayscale {
         Ok(Grayscale { num_output_channels: a.uint("num_output_channels")? })
     }
 
+    fn leaves_geometry(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "Grayscale"
     }
@@ -148,6 +156,10 @@ macro_rules! gated_op {
 
             fn parse(a: &Args<'_>) -> Result<Self> {
                 Ok($ty { p: a.num("p")? })
+            }
+
+            fn leaves_geometry(&self) -> bool {
+                true
             }
 
             fn name(&self) -> &'static str {
@@ -213,6 +225,10 @@ impl Op for RandomChannelPermutation {
 
     fn parse(_: &Args<'_>) -> Result<Self> {
         Ok(RandomChannelPermutation)
+    }
+
+    fn leaves_geometry(&self) -> bool {
+        true
     }
 
     fn name(&self) -> &'static str {
@@ -282,6 +298,10 @@ impl Op for RandomPhotometricDistort {
         })
     }
 
+    fn leaves_geometry(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "RandomPhotometricDistort"
     }
@@ -333,6 +353,10 @@ impl Op for RandomSolarize {
         Ok(RandomSolarize { threshold: a.num("threshold")?, p: a.num("p")? })
     }
 
+    fn leaves_geometry(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "RandomSolarize"
     }
@@ -373,6 +397,10 @@ impl Op for RandomPosterize {
         Ok(RandomPosterize { bits: a.uint("bits")?, p: a.num("p")? })
     }
 
+    fn leaves_geometry(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "RandomPosterize"
     }
@@ -408,6 +436,10 @@ impl Op for RandomAdjustSharpness {
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         Ok(RandomAdjustSharpness { sharpness_factor: a.num("sharpness_factor")?, p: a.num("p")? })
+    }
+
+    fn leaves_geometry(&self) -> bool {
+        true
     }
 
     fn name(&self) -> &'static str {
@@ -452,6 +484,10 @@ impl Op for GaussianBlur {
     fn parse(a: &Args<'_>) -> Result<Self> {
         let (kx, ky) = a.uint_pair(KERNEL_SIZE)?;
         Ok(GaussianBlur { kx, ky, sigma: a.pair(SIGMA)? })
+    }
+
+    fn leaves_geometry(&self) -> bool {
+        true
     }
 
     fn name(&self) -> &'static str {

@@ -1,7 +1,8 @@
 //! The containers family: `RandomApply`, `RandomChoice`, `RandomOrder`, each one [`super::Op`] for its own check,
-//! output size and decision; the inner ops they select run in `program::run_op` (each on the stream of its own
-//! [`Site::child`]), so their [`Op::apply`] is never called. The binding builds them from the inner specs
-//! (src/py/ops.rs), so they have no spec kind here.
+//! output size and decision; the inner ops they select ([`Op::picked`]) run in `program::run_op` (each on the
+//! stream of its own [`Site::child`]), so their [`Op::apply`] is never called. The binding builds them from the
+//! inner specs (src/py/ops.rs), so they have no spec kind here. For a detection sample's targets a container is
+//! what its inner ops are (it leaves the geometry alone if they all do, needs the boxes if one does).
 
 use super::{DefaultValue, bad, check_p, gated, randperm, shown_hw};
 use super::{Drawn, MAX_CONTAINER_OPS, MAX_CONTAINER_POSITION, MAX_NESTING, Op, OpScratch, OpSpec, P, TRANSFORMS};
@@ -99,6 +100,26 @@ impl Op for RandomApply {
     fn apply(&self, _: &Drawn, _: &mut Frame, _: &mut OpScratch, _: &mut SampleRng) {
         inner_ops_run_in_program(self.name())
     }
+
+    fn leaves_geometry(&self) -> bool {
+        self.transforms.iter().all(OpSpec::leaves_geometry)
+    }
+
+    fn check_targets(&self) -> std::result::Result<(), String> {
+        self.transforms.iter().try_for_each(OpSpec::check_targets)
+    }
+
+    fn needs_boxes(&self) -> bool {
+        self.transforms.iter().any(OpSpec::needs_boxes)
+    }
+
+    fn inner(&self) -> Option<&[OpSpec]> {
+        Some(&self.transforms)
+    }
+
+    fn picked(&self, _: &Drawn) -> Vec<usize> {
+        (0..self.transforms.len()).collect()
+    }
 }
 
 /// `RandomChoice(transforms, p)`: one inner op, picked with probability `p[i] / sum(p)` (torchvision v2
@@ -187,6 +208,29 @@ impl Op for RandomChoice {
     fn apply(&self, _: &Drawn, _: &mut Frame, _: &mut OpScratch, _: &mut SampleRng) {
         inner_ops_run_in_program(self.name())
     }
+
+    fn leaves_geometry(&self) -> bool {
+        self.transforms.iter().all(OpSpec::leaves_geometry)
+    }
+
+    fn check_targets(&self) -> std::result::Result<(), String> {
+        self.transforms.iter().try_for_each(OpSpec::check_targets)
+    }
+
+    fn needs_boxes(&self) -> bool {
+        self.transforms.iter().any(OpSpec::needs_boxes)
+    }
+
+    fn inner(&self) -> Option<&[OpSpec]> {
+        Some(&self.transforms)
+    }
+
+    fn picked(&self, drawn: &Drawn) -> Vec<usize> {
+        match drawn {
+            Drawn::Pick(i) => vec![*i as usize],
+            _ => Vec::new(),
+        }
+    }
 }
 
 /// `RandomOrder(transforms)`: every inner op, in a random permutation (`torch.randperm`).
@@ -238,5 +282,28 @@ impl Op for RandomOrder {
 
     fn apply(&self, _: &Drawn, _: &mut Frame, _: &mut OpScratch, _: &mut SampleRng) {
         inner_ops_run_in_program(self.name())
+    }
+
+    fn leaves_geometry(&self) -> bool {
+        self.transforms.iter().all(OpSpec::leaves_geometry)
+    }
+
+    fn check_targets(&self) -> std::result::Result<(), String> {
+        self.transforms.iter().try_for_each(OpSpec::check_targets)
+    }
+
+    fn needs_boxes(&self) -> bool {
+        self.transforms.iter().any(OpSpec::needs_boxes)
+    }
+
+    fn inner(&self) -> Option<&[OpSpec]> {
+        Some(&self.transforms)
+    }
+
+    fn picked(&self, drawn: &Drawn) -> Vec<usize> {
+        match drawn {
+            Drawn::Order { order, n } => order[..usize::from(*n)].iter().map(|&i| usize::from(i)).collect(),
+            _ => Vec::new(),
+        }
     }
 }

@@ -3,6 +3,7 @@
 //! replay, augment/targets.rs, applies them to a detection source's boxes).
 
 use super::geometric::pad_crop;
+use super::moves::{Move, Step, center_within, unreplayed};
 use super::{Args, DefaultValue, Drawn, MAX_SIDE, MAX_SIZE, Op, OpScratch, P, bad, check_fill, check_p, fill_bytes};
 use super::{default as g, gate, undrawn};
 use crate::augment::kernels::{Frame, PadMode};
@@ -79,6 +80,16 @@ impl Op for RandomZoomOut {
         Ok(Drawn::Crop { padding: [to32(left), to32(top), to32(right), to32(bottom)], top: 0, left: 0 })
     }
 
+    fn check_targets(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    fn target_steps(&self, drawn: &Drawn, (h, w): (usize, usize)) -> std::result::Result<Vec<Step>, String> {
+        let Drawn::Crop { padding: [l, t, r, b], .. } = *drawn else { return Err(unreplayed(self, drawn)) };
+        let to = (h + (t + b) as usize, w + (l + r) as usize);
+        Ok(vec![Step::shift(self.name(), (i64::from(l), i64::from(t)), (h, w), to)])
+    }
+
     fn apply(&self, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, _: &mut SampleRng) {
         let Drawn::Crop { padding: [l, t, r, b], .. } = drawn else { undrawn(self.name(), drawn) };
         let (oh, ow) = (frame.h + (t + b) as usize, frame.w + (l + r) as usize);
@@ -148,6 +159,19 @@ impl Op for SanitizeBoundingBoxes {
         Ok(Drawn::Apply)
     }
 
+    fn targets_only(&self) -> bool {
+        true
+    }
+
+    fn check_targets(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    fn target_steps(&self, _: &Drawn, hw: (usize, usize)) -> std::result::Result<Vec<Step>, String> {
+        let map = Move::Sanitize { min_size: self.min_size, min_area: self.min_area };
+        Ok(vec![Step::new(self.name(), map, false, hw, hw)])
+    }
+
     fn apply(&self, _: &Drawn, _: &mut Frame, _: &mut OpScratch, _: &mut SampleRng) {}
 }
 
@@ -172,6 +196,18 @@ impl Op for ClampBoundingBoxes {
 
     fn sample(&self, _: &mut SampleRng, _hwc: (usize, usize, usize)) -> std::result::Result<Drawn, String> {
         Ok(Drawn::Apply)
+    }
+
+    fn targets_only(&self) -> bool {
+        true
+    }
+
+    fn check_targets(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    fn target_steps(&self, _: &Drawn, hw: (usize, usize)) -> std::result::Result<Vec<Step>, String> {
+        Ok(vec![Step::new(self.name(), Move::Clamp, false, hw, hw)])
     }
 
     fn apply(&self, _: &Drawn, _: &mut Frame, _: &mut OpScratch, _: &mut SampleRng) {}
@@ -261,6 +297,15 @@ impl Op for ScaleJitter {
         drawn_size(self.name(), (h, w), (f64::from(h as f32 * r), f64::from(w as f32 * r)))
     }
 
+    fn check_targets(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    fn target_steps(&self, drawn: &Drawn, hw: (usize, usize)) -> std::result::Result<Vec<Step>, String> {
+        let Drawn::Size { h, w } = *drawn else { return Err(unreplayed(self, drawn)) };
+        Ok(vec![Step::scale(self.name(), hw, (h as usize, w as usize))])
+    }
+
     fn apply(&self, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, _: &mut SampleRng) {
         resize_to(drawn, self.name(), frame, scratch, self.resample);
     }
@@ -338,6 +383,15 @@ impl Op for RandomShortestSize {
             r = r.min(f64::from(m) / h.max(w) as f64);
         }
         drawn_size(self.name(), (h, w), (h as f64 * r, w as f64 * r))
+    }
+
+    fn check_targets(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    fn target_steps(&self, drawn: &Drawn, hw: (usize, usize)) -> std::result::Result<Vec<Step>, String> {
+        let Drawn::Size { h, w } = *drawn else { return Err(unreplayed(self, drawn)) };
+        Ok(vec![Step::scale(self.name(), hw, (h as usize, w as usize))])
     }
 
     fn apply(&self, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, _: &mut SampleRng) {
@@ -426,6 +480,25 @@ impl Op for RandomIoUCrop {
         Err("RandomIoUCrop draws from the sample's boxes: it runs on a detection source only".to_string())
     }
 
+    fn check_targets(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    fn needs_boxes(&self) -> bool {
+        true
+    }
+
+    fn draw_from_boxes(&self, rng: &mut SampleRng, hw: (usize, usize), boxes: &[[f64; 4]]) -> Drawn {
+        self.draw(rng, hw, boxes)
+    }
+
+    fn target_steps(&self, drawn: &Drawn, hw: (usize, usize)) -> std::result::Result<Vec<Step>, String> {
+        let Drawn::Box { top, left, h: ch, w: cw } = *drawn else { return Err(unreplayed(self, drawn)) };
+        let crop = [f64::from(left), f64::from(top), f64::from(left + cw), f64::from(top + ch)];
+        let step = Step::shift(self.name(), (-i64::from(left), -i64::from(top)), hw, (ch as usize, cw as usize));
+        Ok(vec![step.zeroing_outside(crop)])
+    }
+
     fn apply(&self, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, _: &mut SampleRng) {
         let Drawn::Box { top, left, h, w } = drawn else { undrawn(self.name(), drawn) };
         let origin = (*top as isize, *left as isize);
@@ -476,12 +549,6 @@ impl RandomIoUCrop {
         }
         Drawn::Skip
     }
-}
-
-/// Whether box `b`'s centre lies strictly inside `crop` (both XYXY): torchvision's `is_within_crop_area`.
-pub fn center_within(b: &[f64; 4], crop: &[f64; 4]) -> bool {
-    let (cx, cy) = (0.5 * (b[0] + b[2]), 0.5 * (b[1] + b[3]));
-    crop[0] < cx && cx < crop[2] && crop[1] < cy && cy < crop[3]
 }
 
 /// torchvision's `box_iou` of two XYXY boxes (float32 arithmetic, as on its float32 boxes).

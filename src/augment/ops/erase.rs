@@ -62,6 +62,10 @@ impl Op for RandomErasing {
         })
     }
 
+    fn leaves_geometry(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "RandomErasing"
     }
@@ -142,6 +146,10 @@ impl Op for GaussianNoise {
 
     fn parse(a: &Args<'_>) -> Result<Self> {
         Ok(GaussianNoise { mean: a.num("mean")?, sigma: a.num("sigma")?, clip: a.boolean("clip")? })
+    }
+
+    fn leaves_geometry(&self) -> bool {
+        true
     }
 
     fn name(&self) -> &'static str {

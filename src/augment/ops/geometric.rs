@@ -2,6 +2,8 @@
 //! [`super::Op`] over the kernels in [`crate::augment::kernels`], [`crate::augment::warp`] and the stage-2
 //! resizer (`stage2::resize_box`). The leading ones fold into the decode instead ([`crate::augment::geometry`]).
 
+use super::OpSpec;
+use super::moves::{Move, Step, constant_for_boxes, forward_affine, perspective_thetas, unreplayed};
 use super::{Args, CENTER, DEGREES, DISTORTION_SCALE, Drawn, MAX_SIDE, MAX_SIZE, Op, OpScratch, RATIO, SCALE, SHEAR};
 use super::{DefaultValue, PADDING, PADDING_MODE, default as g, gated, undrawn, uniform_f32};
 use super::{SIZE, TRANSLATE, bad, check_fill, check_opt_fill, check_p, check_side, fill_bytes, fill_f32, gate};
@@ -98,6 +100,15 @@ impl Op for Pad {
         Ok(Drawn::Apply)
     }
 
+    fn check_targets(&self) -> std::result::Result<(), String> {
+        constant_for_boxes(self.mode, self.name())
+    }
+
+    fn target_steps(&self, _: &Drawn, (h, w): (usize, usize)) -> std::result::Result<Vec<Step>, String> {
+        let [l, t, r, b] = self.padding.map(|v| v as usize);
+        Ok(vec![Step::shift(self.name(), (l as i64, t as i64), (h, w), (h + t + b, w + l + r))])
+    }
+
     fn apply(&self, _: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, _: &mut SampleRng) {
         let [l, t, r, b] = self.padding;
         let (oh, ow) = (frame.h + (t + b) as usize, frame.w + (l + r) as usize);
@@ -191,6 +202,22 @@ impl Op for RandomCrop {
         Ok(Drawn::Crop { padding: [to32(pl), to32(pt), to32(pr), to32(pb)], top: top as u32, left: left as u32 })
     }
 
+    fn check_targets(&self) -> std::result::Result<(), String> {
+        constant_for_boxes(self.mode, self.name())
+    }
+
+    fn target_steps(&self, drawn: &Drawn, (h, w): (usize, usize)) -> std::result::Result<Vec<Step>, String> {
+        let Drawn::Crop { padding: [l, t, r, b], top, left } = *drawn else { return Err(unreplayed(self, drawn)) };
+        let padded = (h + (t + b) as usize, w + (l + r) as usize);
+        let mut v = Vec::new();
+        if padded != (h, w) {
+            v.push(Step::shift(self.name(), (i64::from(l), i64::from(t)), (h, w), padded));
+        }
+        let size = (self.height as usize, self.width as usize);
+        v.push(Step::shift(self.name(), (-i64::from(left), -i64::from(top)), padded, size));
+        Ok(v)
+    }
+
     fn apply(&self, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, _: &mut SampleRng) {
         let Drawn::Crop { padding: [l, t, ..], top, left } = drawn else { undrawn(self.name(), drawn) };
         let (oh, ow) = (self.height as usize, self.width as usize);
@@ -220,6 +247,14 @@ impl Op for HorizontalFlip {
 
     fn sample(&self, rng: &mut SampleRng, _hwc: (usize, usize, usize)) -> std::result::Result<Drawn, String> {
         Ok(gated(rng, self.p, Drawn::Apply))
+    }
+
+    fn check_targets(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    fn target_steps(&self, _: &Drawn, hw: (usize, usize)) -> std::result::Result<Vec<Step>, String> {
+        Ok(vec![Step::new(self.name(), Move::HFlip, false, hw, hw)])
     }
 
     fn apply(&self, _: &Drawn, frame: &mut Frame, _: &mut OpScratch, _: &mut SampleRng) {
@@ -253,6 +288,14 @@ impl Op for VerticalFlip {
 
     fn sample(&self, rng: &mut SampleRng, _hwc: (usize, usize, usize)) -> std::result::Result<Drawn, String> {
         Ok(gated(rng, self.p, Drawn::Apply))
+    }
+
+    fn check_targets(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    fn target_steps(&self, _: &Drawn, hw: (usize, usize)) -> std::result::Result<Vec<Step>, String> {
+        Ok(vec![Step::new(self.name(), Move::VFlip, false, hw, hw)])
     }
 
     fn apply(&self, _: &Drawn, frame: &mut Frame, _: &mut OpScratch, _: &mut SampleRng) {
@@ -309,6 +352,43 @@ impl Op for RandomRotation {
 
     fn sample(&self, rng: &mut SampleRng, _hwc: (usize, usize, usize)) -> std::result::Result<Drawn, String> {
         Ok(Drawn::Value(uniform_f32(rng, self.degrees)))
+    }
+
+    fn check_targets(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    fn target_steps(&self, drawn: &Drawn, (h, w): (usize, usize)) -> std::result::Result<Vec<Step>, String> {
+        let Drawn::Value(angle) = *drawn else { return Err(unreplayed(self, drawn)) };
+        // torchvision: rotate_bounding_boxes = affine with -angle about the centre (absolute), no
+        // translate/scale/shear; with expand the canvas is the image's (warp::rotate) and boxes shift by the
+        // mapped canvas corners' minimum.
+        let center = self.center.unwrap_or([w as f64 * 0.5, h as f64 * 0.5]);
+        let mut m = forward_affine(center, -angle, [0.0, 0.0], 1.0, [0.0, 0.0]);
+        let mut to = (h, w);
+        if self.expand {
+            let corners = [(0.0, 0.0), (0.0, h as f64), (w as f64, h as f64), (w as f64, 0.0)];
+            let (mut mx, mut my) = (f64::INFINITY, f64::INFINITY);
+            for (x, y) in corners {
+                mx = mx.min(m[0] * x + m[1] * y + m[2]);
+                my = my.min(m[3] * x + m[4] * y + m[5]);
+            }
+            m[2] -= mx;
+            m[5] -= my;
+            let cf = self.center.map_or([0.0, 0.0], |[x, y]| [x - w as f64 * 0.5, y - h as f64 * 0.5]);
+            let mut a = angle % 360.0;
+            if a < 0.0 {
+                a += 360.0;
+            }
+            to = warp::expanded_size(&warp::inverse_affine(cf, -a, [0.0, 0.0], 1.0, [0.0, 0.0]), w, h);
+        }
+        let mask_op =
+            OpSpec::RandomRotation(RandomRotation { interp: Interp::Nearest, fill: Some(vec![0.0]), ..self.clone() });
+        Ok(vec![Step::warp(self.name(), Move::Affine(m), (h, w), to, mask_op, drawn.clone())])
+    }
+
+    fn refilled(&self, fill: f64) -> Self {
+        RandomRotation { fill: Some(vec![fill]), ..self.clone() }
     }
 
     fn apply(&self, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, _: &mut SampleRng) {
@@ -420,6 +500,23 @@ impl Op for RandomAffine {
         Ok(Drawn::Affine { angle, translate, scale, shear: [sx, sy] })
     }
 
+    fn check_targets(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    fn target_steps(&self, drawn: &Drawn, (h, w): (usize, usize)) -> std::result::Result<Vec<Step>, String> {
+        let Drawn::Affine { angle, translate, scale, shear } = *drawn else { return Err(unreplayed(self, drawn)) };
+        let center = self.center.unwrap_or([w as f64 * 0.5, h as f64 * 0.5]);
+        let m = forward_affine(center, angle, translate, scale, shear);
+        let mask_op =
+            OpSpec::RandomAffine(RandomAffine { interp: Interp::Nearest, fill: Some(vec![0.0]), ..self.clone() });
+        Ok(vec![Step::warp(self.name(), Move::Affine(m), (h, w), (h, w), mask_op, drawn.clone())])
+    }
+
+    fn refilled(&self, fill: f64) -> Self {
+        RandomAffine { fill: Some(vec![fill]), ..self.clone() }
+    }
+
     fn apply(&self, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, _: &mut SampleRng) {
         let Drawn::Affine { angle, translate, scale, shear } = drawn else { undrawn(self.name(), drawn) };
         let n = frame.h * frame.w * frame.c;
@@ -487,6 +584,28 @@ impl Op for RandomPerspective {
         let br = [randint(w - bw, w), randint(h - bh, h)];
         let bl = [randint(0, bw), randint(h - bh, h)];
         Ok(Drawn::Perspective([tl[0], tl[1], tr[0], tr[1], br[0], br[1], bl[0], bl[1]]))
+    }
+
+    fn check_targets(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    fn target_steps(&self, drawn: &Drawn, (h, w): (usize, usize)) -> std::result::Result<Vec<Step>, String> {
+        let Drawn::Perspective(end) = *drawn else { return Err(unreplayed(self, drawn)) };
+        let (start, end) = warp::perspective_points(h, w, end);
+        // degenerate corners: the image is left as it is (warp's rule), so are the targets
+        let Some(k) = warp::perspective_coeffs(start, end) else { return Ok(Vec::new()) };
+        let Some((theta, q)) = perspective_thetas(k) else { return Ok(Vec::new()) };
+        let mask_op = OpSpec::RandomPerspective(RandomPerspective {
+            interp: Interp::Nearest,
+            fill: Some(vec![0.0]),
+            ..self.clone()
+        });
+        Ok(vec![Step::warp(self.name(), Move::Perspective { theta, q }, (h, w), (h, w), mask_op, drawn.clone())])
+    }
+
+    fn refilled(&self, fill: f64) -> Self {
+        RandomPerspective { fill: Some(vec![fill]), ..self.clone() }
     }
 
     fn apply(&self, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, _: &mut SampleRng) {
@@ -576,10 +695,101 @@ impl Op for Resize {
         Ok(if self.output_hw(Some((h, w))) == Some((h, w)) { Drawn::Skip } else { Drawn::Apply })
     }
 
+    fn check_targets(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    fn target_steps(&self, _: &Drawn, hw: (usize, usize)) -> std::result::Result<Vec<Step>, String> {
+        let to = self.output_hw(Some(hw)).expect("a stage-2 Resize has an output size for a sized input");
+        Ok(vec![Step::scale(self.name(), hw, to)])
+    }
+
     fn apply(&self, _: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, _: &mut SampleRng) {
         let (h, w) = (frame.h, frame.w);
         let out = self.output_hw(Some((h, w))).unwrap_or((h, w));
         resize_box(frame, &mut scratch.spare, &mut scratch.resize, (0, 0, h, w), out, self.resample);
+    }
+}
+
+/// `RandomResize(min_size, max_size, interpolation, antialias)` (torchvision's segmentation recipe): the shorter
+/// side resized to a size drawn uniformly from `min_size..max_size` (`torch.randint`: `max_size` excluded), the
+/// longer one in proportion (`Resize(int)`'s rule, truncated).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RandomResize {
+    /// Smallest shorter side.
+    pub min_size: u32,
+    /// One past the largest shorter side.
+    pub max_size: u32,
+    /// Filter and antialias.
+    pub resample: Resample,
+}
+
+impl Op for RandomResize {
+    const KINDS: &'static [&'static str] = &["random_resize"];
+    const DEFAULTS: &'static [(&'static str, DefaultValue)] = &[
+        ("RandomResize.interpolation", DefaultValue::Str(g::BILINEAR)),
+        ("RandomResize.antialias", DefaultValue::Bool(true)),
+    ];
+
+    fn parse(a: &Args<'_>) -> Result<Self> {
+        Ok(RandomResize {
+            min_size: a.uint("min_size")?,
+            max_size: a.uint(MAX_SIZE)?,
+            resample: Resample { filter: a.choice(&resize::RESIZE_INTERPOLATION)?, antialias: a.boolean("antialias")? },
+        })
+    }
+
+    fn name(&self) -> &'static str {
+        "RandomResize"
+    }
+
+    fn check(&self, op: &str, pos: Site) -> Result<()> {
+        if !(1..=MAX_SIDE).contains(&self.min_size) {
+            return Err(bad("min_size", self.min_size, &format!("be in 1..={MAX_SIDE}"), op, pos));
+        }
+        if self.max_size <= self.min_size || self.max_size > MAX_SIDE {
+            let rule = format!("be greater than min_size ({}) and at most {MAX_SIDE} (torch.randint)", self.min_size);
+            return Err(bad(MAX_SIZE, self.max_size, &rule, op, pos));
+        }
+        Ok(())
+    }
+
+    fn output_hw(&self, _: Option<(usize, usize)>) -> Option<(usize, usize)> {
+        None
+    }
+
+    fn oversized(&self, hw: (usize, usize)) -> Option<(usize, usize)> {
+        Some(resize::resize_output_hw(hw, self.max_size - 1, None)).filter(|&hw| super::frame_too_big(hw))
+    }
+
+    fn sample(&self, rng: &mut SampleRng, (h, w, _c): (usize, usize, usize)) -> std::result::Result<Drawn, String> {
+        // torchvision: size = int(torch.randint(min_size, max_size, ())); F.resize(inpt, [size])
+        let size = self.min_size + rng.below(u64::from(self.max_size - self.min_size)) as u32;
+        let (oh, ow) = resize::resize_output_hw((h, w), size, None);
+        // the resize kernels return an input already of that size as it is
+        Ok(if (oh, ow) == (h, w) { Drawn::Skip } else { Drawn::Size { h: oh as u32, w: ow as u32 } })
+    }
+
+    fn check_targets(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    fn target_steps(&self, drawn: &Drawn, hw: (usize, usize)) -> std::result::Result<Vec<Step>, String> {
+        let Drawn::Size { h, w } = *drawn else { return Err(unreplayed(self, drawn)) };
+        Ok(vec![Step::scale(self.name(), hw, (h as usize, w as usize))])
+    }
+
+    fn apply(&self, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, _: &mut SampleRng) {
+        let Drawn::Size { h, w } = *drawn else { undrawn(self.name(), drawn) };
+        let (fh, fw) = (frame.h, frame.w);
+        resize_box(
+            frame,
+            &mut scratch.spare,
+            &mut scratch.resize,
+            (0, 0, fh, fw),
+            (h as usize, w as usize),
+            self.resample,
+        );
     }
 }
 
@@ -611,6 +821,16 @@ impl Op for CenterCrop {
     fn sample(&self, _: &mut SampleRng, (h, w, _c): (usize, usize, usize)) -> std::result::Result<Drawn, String> {
         // torchvision returns the image untouched when the size would not change.
         Ok(if self.output_hw(Some((h, w))) == Some((h, w)) { Drawn::Skip } else { Drawn::Apply })
+    }
+
+    fn check_targets(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    fn target_steps(&self, _: &Drawn, (h, w): (usize, usize)) -> std::result::Result<Vec<Step>, String> {
+        let (oh, ow) = (self.height as usize, self.width as usize);
+        let (y0, x0) = (center_crop_start(h as i64, oh as i64), center_crop_start(w as i64, ow as i64));
+        Ok(vec![Step::shift(self.name(), (-x0, -y0), (h, w), (oh, ow))])
     }
 
     fn apply(&self, _: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, _: &mut SampleRng) {
@@ -670,6 +890,18 @@ impl Op for RandomResizedCrop {
         let log_ratio = (ratio.0.ln(), ratio.1.ln());
         let (top, left, ch, cw) = resize::rrc_draw(rng, w as u32, h as u32, self.scale, log_ratio, ratio);
         Ok(Drawn::Box { top: top as u32, left: left as u32, h: ch as u32, w: cw as u32 })
+    }
+
+    fn check_targets(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    fn target_steps(&self, drawn: &Drawn, hw: (usize, usize)) -> std::result::Result<Vec<Step>, String> {
+        let Drawn::Box { top, left, h: ch, w: cw } = *drawn else { return Err(unreplayed(self, drawn)) };
+        let crop = (ch as usize, cw as usize);
+        let to = (self.height as usize, self.width as usize);
+        let shift = Step::shift(self.name(), (-i64::from(left), -i64::from(top)), hw, crop);
+        Ok(vec![shift, Step::scale(self.name(), crop, to)])
     }
 
     fn apply(&self, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, _: &mut SampleRng) {

@@ -15,7 +15,9 @@
 //! naming the parameter.
 //!
 //! Adding an op (3 files, plus tests): its struct and `impl Op` (kinds, defaults, parse by name, check, sample,
-//! apply) in its family's file; one line in `registry!` (this file); its Python class
+//! apply — and, for an op that moves a detection sample's targets, `check_targets` and `target_steps`, or
+//! `leaves_geometry` for a photometric one: the op's facts live on the op, [`moves`] has the steps they are
+//! made of) in its family's file; one line in `registry!` (this file); its Python class
 //! (python/trdata/transforms.py) whose `_spec()` returns `("kind", {…})` with one of the op's [`Op::KINDS`] and
 //! exactly the names its `parse` reads, and whose defaults read `_core.DEFAULTS` (filled from [`Op::DEFAULTS`]).
 //! tests/test_spec_by_name.py then checks the class's names against the core by itself.
@@ -33,6 +35,7 @@ pub mod containers;
 pub mod detection;
 pub mod erase;
 pub mod geometric;
+pub mod moves;
 pub mod policies;
 pub mod spec;
 pub mod step;
@@ -56,9 +59,10 @@ pub use detection::{
 };
 pub use erase::{EraseValue, GaussianNoise, RandomErasing};
 pub use geometric::{
-    CenterCrop, HorizontalFlip, Pad, RandomAffine, RandomCrop, RandomPerspective, RandomResizedCrop, RandomRotation,
-    Resize, ResizeTo, VerticalFlip,
+    CenterCrop, HorizontalFlip, Pad, RandomAffine, RandomCrop, RandomPerspective, RandomResize, RandomResizedCrop,
+    RandomRotation, Resize, ResizeTo, VerticalFlip,
 };
+pub use moves::{Move, Step};
 pub use policies::Policy;
 pub use step::{ImageStep, PythonStep, StepRef};
 pub use timm::CenterCropOrPad;
@@ -401,7 +405,7 @@ pub enum DefaultValue {
 
 /// One op: its spec kinds and parsing, its name, check, output size, draw and kernel call. Implemented once per
 /// op in its family's file; [`OpSpec`] delegates to it.
-pub trait Op: Sized {
+pub trait Op: Sized + Clone {
     /// The spec kinds (the first item of Python's `Transform._spec()`, `("kind", {…})`) that parse into this op; empty for
     /// an op the program or the binding builds otherwise (a stage-2 form of a folding transform, a container).
     const KINDS: &'static [&'static str];
@@ -472,6 +476,83 @@ pub trait Op: Sized {
     /// Run the kernels with `drawn` (never [`Drawn::Skip`]) on `frame`; `rng` continues the op's stream for
     /// the ops that draw per element (noise, erasing, the policies).
     fn apply(&self, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, rng: &mut SampleRng);
+
+    /// [`Op::apply`] for an op that can fail on a sample (a Python step: the message, naming `site`).
+    fn run(
+        &self,
+        drawn: &Drawn,
+        frame: &mut Frame,
+        scratch: &mut OpScratch,
+        rng: &mut SampleRng,
+        _site: Site,
+    ) -> std::result::Result<(), String> {
+        self.apply(drawn, frame, scratch, rng);
+        Ok(())
+    }
+
+    // The op's facts for a detection sample's targets (augment/targets.rs replays them; nothing outside ops/
+    // matches an op by name for them). A new op that moves pixels overrides `target_steps` and `check_targets`;
+    // a photometric one overrides `leaves_geometry`.
+
+    /// Whether the op leaves a sample's geometry alone (a photometric op): boxes, masks and keypoints do not move
+    /// with it (torchvision v2 passes them through) and the target replay skips it without drawing.
+    fn leaves_geometry(&self) -> bool {
+        false
+    }
+
+    /// Whether the op moves targets only and leaves the pixels alone (`SanitizeBoundingBoxes`,
+    /// `ClampBoundingBoxes`): a stage 2 of only such ops costs the fused pass nothing.
+    fn targets_only(&self) -> bool {
+        false
+    }
+
+    /// Ok when a detection sample's boxes, masks and keypoints can follow the op (checked when the loader is
+    /// built, so the message names the op); by default only an op that [`Op::leaves_geometry`].
+    fn check_targets(&self) -> std::result::Result<(), String> {
+        if self.leaves_geometry() {
+            return Ok(());
+        }
+        Err(format!(
+            "{} may move pixels and cannot move the boxes, masks and keypoints of a detection source (trdata \
+             replays crops, pads, resizes, flips, RandomAffine, RandomRotation and RandomPerspective for targets)",
+            self.name()
+        ))
+    }
+
+    /// How the op, drawn `drawn` on an `hw` = (height, width) canvas, moves the targets: its [`Step`]s, with
+    /// torchvision v2's kernel semantics (moves.rs). Called for an op that does not leave the geometry alone
+    /// and passed [`Op::check_targets`]; an op that cannot follow this draw → the message.
+    fn target_steps(&self, drawn: &Drawn, _hw: (usize, usize)) -> std::result::Result<Vec<Step>, String> {
+        Err(format!("{} drew {drawn:?}, which trdata cannot replay for targets", self.name()))
+    }
+
+    /// Whether the op's draw depends on the sample's boxes (`RandomIoUCrop`; a container holding one): then the
+    /// target replay draws it ([`Op::draw_from_boxes`]) and the pixels take that draw.
+    fn needs_boxes(&self) -> bool {
+        false
+    }
+
+    /// The draw of an op that [`Op::needs_boxes`] on an `hw` canvas holding `boxes` (XYXY, canvas pixels).
+    fn draw_from_boxes(&self, _rng: &mut SampleRng, _hw: (usize, usize), _boxes: &[[f64; 4]]) -> Drawn {
+        unreachable!("{} draws without the boxes", self.name())
+    }
+
+    /// A container's inner ops (`None` for any other op): the program runs, and the target replay follows,
+    /// those [`Op::picked`] says.
+    fn inner(&self) -> Option<&[OpSpec]> {
+        None
+    }
+
+    /// The positions in [`Op::inner`] that a container drawn `drawn` runs, in the order it runs them.
+    fn picked(&self, _drawn: &Drawn) -> Vec<usize> {
+        Vec::new()
+    }
+
+    /// The op with its warp fill set to `fill` (a label map through a warp takes its own fill); ops without a
+    /// fill return themselves.
+    fn refilled(&self, _fill: f64) -> Self {
+        self.clone()
+    }
 }
 
 /// The spec's parameters (`{name: value}`, the dict of a `("kind", {…})` spec), as [`Op::parse`] reads them:
@@ -763,6 +844,70 @@ macro_rules! registry {
             fn apply_drawn(&self, drawn: &Drawn, frame: &mut Frame, scratch: &mut OpScratch, rng: &mut SampleRng) {
                 match self { $(OpSpec::$variant(o) => Op::apply(o, drawn, frame, scratch, rng),)* }
             }
+
+            /// [`Op::run`].
+            pub fn run(
+                &self,
+                drawn: &Drawn,
+                frame: &mut Frame,
+                scratch: &mut OpScratch,
+                rng: &mut SampleRng,
+                site: Site,
+            ) -> std::result::Result<(), String> {
+                if *drawn == Drawn::Skip {
+                    return Ok(());
+                }
+                match self { $(OpSpec::$variant(o) => Op::run(o, drawn, frame, scratch, rng, site),)* }
+            }
+
+            /// [`Op::leaves_geometry`].
+            pub fn leaves_geometry(&self) -> bool {
+                match self { $(OpSpec::$variant(o) => Op::leaves_geometry(o),)* }
+            }
+
+            /// [`Op::targets_only`].
+            pub fn targets_only(&self) -> bool {
+                match self { $(OpSpec::$variant(o) => Op::targets_only(o),)* }
+            }
+
+            /// [`Op::check_targets`].
+            pub fn check_targets(&self) -> std::result::Result<(), String> {
+                match self { $(OpSpec::$variant(o) => Op::check_targets(o),)* }
+            }
+
+            /// [`Op::target_steps`].
+            pub fn target_steps(
+                &self,
+                drawn: &Drawn,
+                hw: (usize, usize),
+            ) -> std::result::Result<Vec<Step>, String> {
+                match self { $(OpSpec::$variant(o) => Op::target_steps(o, drawn, hw),)* }
+            }
+
+            /// [`Op::needs_boxes`].
+            pub fn needs_boxes(&self) -> bool {
+                match self { $(OpSpec::$variant(o) => Op::needs_boxes(o),)* }
+            }
+
+            /// [`Op::draw_from_boxes`].
+            pub fn draw_from_boxes(&self, rng: &mut SampleRng, hw: (usize, usize), boxes: &[[f64; 4]]) -> Drawn {
+                match self { $(OpSpec::$variant(o) => Op::draw_from_boxes(o, rng, hw, boxes),)* }
+            }
+
+            /// [`Op::inner`].
+            pub fn inner(&self) -> Option<&[OpSpec]> {
+                match self { $(OpSpec::$variant(o) => Op::inner(o),)* }
+            }
+
+            /// [`Op::picked`].
+            pub fn picked(&self, drawn: &Drawn) -> Vec<usize> {
+                match self { $(OpSpec::$variant(o) => Op::picked(o, drawn),)* }
+            }
+
+            /// [`Op::refilled`].
+            pub fn refilled(&self, fill: f64) -> OpSpec {
+                match self { $(OpSpec::$variant(o) => OpSpec::$variant(Op::refilled(o, fill)),)* }
+            }
         }
     };
 }
@@ -844,6 +989,8 @@ registry! {
     RandomShortestSize(RandomShortestSize),
     /// `RandomIoUCrop(min_scale, max_scale, min_aspect_ratio, max_aspect_ratio, sampler_options, trials)`.
     RandomIoUCrop(RandomIoUCrop),
+    /// `RandomResize(min_size, max_size, interpolation, antialias)`.
+    RandomResize(RandomResize),
     /// `Mosaic(size, p, fill)` (YOLO's; taken from the head of the list by the program, augment/mosaic.rs).
     Mosaic(Mosaic),
 }

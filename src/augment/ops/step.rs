@@ -50,17 +50,6 @@ pub struct PythonStep {
     pub step: StepRef,
 }
 
-impl PythonStep {
-    /// Run the step on `frame` with a seed drawn from the op's stream `rng` (`program::run_op` calls it: a step
-    /// can fail, which [`Op::apply`] cannot).
-    pub fn run(&self, frame: &mut Frame, rng: &mut SampleRng, site: Site) -> std::result::Result<(), String> {
-        let hwc = (frame.h, frame.w, frame.c);
-        let n = frame.h * frame.w * frame.c;
-        let seed = rng.next_u64();
-        self.step.0.run(&mut frame.buf[..n], hwc, seed).map_err(|m| format!("{} at {site}: {m}", self.step.0.name()))
-    }
-}
-
 impl Op for PythonStep {
     const KINDS: &'static [&'static str] = &["python_step"];
 
@@ -84,6 +73,21 @@ impl Op for PythonStep {
     }
 
     fn apply(&self, drawn: &Drawn, _: &mut Frame, _: &mut OpScratch, _: &mut SampleRng) {
-        undrawn("PythonStep (run by program::run_op)", drawn)
+        undrawn("PythonStep (a step can fail: Op::run)", drawn)
+    }
+
+    /// Run the step on `frame` with a seed drawn from the op's stream `rng`.
+    fn run(
+        &self,
+        _: &Drawn,
+        frame: &mut Frame,
+        _: &mut OpScratch,
+        rng: &mut SampleRng,
+        site: Site,
+    ) -> std::result::Result<(), String> {
+        let hwc = (frame.h, frame.w, frame.c);
+        let n = frame.h * frame.w * frame.c;
+        let seed = rng.next_u64();
+        self.step.0.run(&mut frame.buf[..n], hwc, seed).map_err(|m| format!("{} at {site}: {m}", self.step.0.name()))
     }
 }

@@ -126,6 +126,10 @@ impl Op for TimmRandomErasing {
         })
     }
 
+    fn leaves_geometry(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "timm RandomErasing"
     }
