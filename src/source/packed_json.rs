@@ -220,4 +220,13 @@ mod tests {
             assert!(parse(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
         }
     }
+
+    #[test]
+    fn numbers_follow_jsons_grammar_as_python_reads_it() {
+        // Leading zeros are not JSON (Python's json: "Expecting ',' delimiter"); the writer never writes them.
+        for bad in [&b"007"[..], b"[01]", b"-01", b"{\"v\": 00}"] {
+            assert!(parse(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+        assert_eq!(parse(b"[0, -0, 10]").unwrap(), Json::Array(vec![Json::Int(0), Json::Int(0), Json::Int(10)]));
+    }
 }
