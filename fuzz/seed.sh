@@ -4,7 +4,7 @@
 set -eu
 cd "$(dirname "$0")"
 src="${TRDATA_TEST_DATA:-../../shared/data}/edge-cases"
-for t in jpeg_header jpeg_decode png_decode jpeg_markers other_decode exif_orientation packed_open gpu_eligible pack_destination coco_json coco_mask; do mkdir -p "corpus/$t"; done
+for t in jpeg_header jpeg_decode png_decode jpeg_markers other_decode exif_orientation packed_open gpu_eligible pack_destination coco_json coco_mask json_lexer; do mkdir -p "corpus/$t"; done
 for f in "$src"/*; do
     n=$(basename "$f")
     [ "$(wc -c < "$f")" -le 600000 ] || continue   # skip the multi-MB photos: slow seeds, nothing new
@@ -35,3 +35,7 @@ printf '\000\000\003\000\004237' > corpus/coco_mask/string_3x4
 printf '\000\000\012\000\014;192N3M01N1O1O1Om0' > corpus/coco_mask/string_10x12
 printf '\002\000\012\000\014\012\000\012\000\137\000\024\000\050\000\120\000' > corpus/coco_mask/polygon_10x12
 printf '\003\000\003\000\004\002\000\003\000\007\000' > corpus/coco_mask/counts_3x4
+# json_lexer: a COCO file and a packed metadata section, as they are.
+tail -c +2 corpus/coco_json/instances > corpus/json_lexer/instances   # without its mode byte
+printf '{"format": "trdata.pack", "version": 2, "classes": ["cat", "caf\\u00e9", "\\udcff"], "extras": ["txt"], "options": {"short_side": null, "max_side": 512, "quality": 90, "source": "s", "identity": "i", "block_bytes": 4194304}, "writer": "trdata 0.1.0"}' > corpus/json_lexer/pack_meta
+printf '[NaN, -Infinity, 1e400, -0, 0.1e-5, "\\ud800", {"": [[]]}]' > corpus/json_lexer/python_tokens

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 #[rustfmt::skip]
 const LAYERS: &[&str] = &[
     // platform and shared primitives: no data-path imports
-    "error", "param", "sync", "stats", "rng", "topology", "cuda", "annot", //
+    "error", "param", "sync", "stats", "rng", "topology", "cuda", "json", "annot", //
     // where bytes live (local files, objects behind URLs), beneath the sources
     "storage", //
     // the data path, in order

@@ -14,7 +14,7 @@
 //! - platform and shared primitives: `error`, `param` (a parameter's rule and its one error wording), `sync`
 //!   (loom shim), `stats` (counters), `rng` (Philox, for the
 //!   plan's shuffle and every augmentation draw), `topology` (NUMA, affinity, binding plans), `cuda` (driver
-//!   API, dynamically loaded), `annot` (detection/segmentation annotations: COCO files, masks from polygons and
+//!   API, dynamically loaded), `json` (the one JSON lexer: Python's grammar, bounded, in place), `annot` (detection/segmentation annotations: COCO files, masks from polygons and
 //!   RLE, checked before anything is allocated from them);
 //! - where bytes live: `storage` (a local path or a URL — s3://, gs://, az://, http(s):// — read by byte ranges,
 //!   with retries, deadlines and counters; fork-safe);
@@ -54,6 +54,7 @@ pub mod decode;
 pub mod error;
 pub mod export;
 pub mod gpu_decode;
+pub mod json;
 pub mod loader;
 pub mod pack;
 pub mod param;

@@ -4,16 +4,17 @@
 //! `coco.loadAnns(coco.getAnnIds(id))` returns), and the categories in file order.
 //!
 //! # The parser
-//! A small streaming parser of the bytes, written for this schema (no serde): it walks the file once, keeps only
-//! the fields [`CocoImage`], [`CocoAnnotation`] and [`CocoCategory`] hold, and skips every other value without
-//! allocating (an iterative skipper: nesting costs no stack). Why not `serde_json`:
+//! A small streaming parser written for this schema (no serde), on the core's one JSON lexer (json/, which the
+//! packed metadata reads with too): it walks the file once, keeps only the fields [`CocoImage`], [`CocoAnnotation`]
+//! and [`CocoCategory`] hold, and skips every other value without allocating (the lexer's iterative skipper:
+//! nesting costs no stack). Why not `serde_json`:
 //! - Python's `json` (what pycocotools reads with) accepts `NaN`, `Infinity` and `-Infinity`, and turns `1e400`
 //!   into `inf`; pycocotools tolerates them in the keys it ignores (`info`, `licenses`, unknown keys), so the
 //!   skipper must too, while a known field must refuse them with a message that names the field: serde_json
 //!   refuses the tokens wherever they are, with a syntax error;
 //! - floats must be parsed exactly as Python's `float()` (correctly rounded; serde_json's default parser may be
-//!   off by one unit in the last place, its exact mode is slower): the fast exact path below (Clinger: a mantissa
-//!   below 2^53 times a power of ten up to 10^22, one rounding) and `str::parse` otherwise;
+//!   off by one unit in the last place, its exact mode is slower): the lexer's fast exact path (Clinger: a
+//!   mantissa below 2^53 times a power of ten up to 10^22, one rounding) and `str::parse` otherwise;
 //! - every limit is counted where the value is read, and an error inside an annotation names its index *and* its
 //!   `id`, which COCO writes last in each object: after an error in a field the parser skips that value, reads
 //!   on to the object's end for the `id`, then reports; with serde the id would be out of reach.
@@ -67,10 +68,11 @@ use std::path::Path;
 
 use super::mask::{Rle, Segmentation, to_rle};
 use crate::error::{Result, TrdataError};
+use crate::json::{self, Lexer, Num, Surrogates, SyntaxError, UnescapeError, simple_number, snippet};
 
-/// Deepest nesting of lists/objects accepted anywhere in the file (the COCO schema uses 5 levels; Python's `json`
-/// gives up near 1000, at a depth that depends on its stack). The skipper is iterative: this costs no stack.
-pub const MAX_DEPTH: usize = 512;
+/// Deepest nesting of lists/objects accepted anywhere in the file (the COCO schema uses 5 levels): the lexer's
+/// ([`json::MAX_DEPTH`]), whose skipper is iterative, so this costs no stack.
+pub const MAX_DEPTH: usize = json::MAX_DEPTH;
 
 /// The bounds a COCO file is checked against while it is parsed. The defaults admit the public COCO-format datasets
 /// with room to spare (COCO train2017: ~450 MB, 118,287 images, 860,001 annotations; LVIS and Objects365 are a few
@@ -208,7 +210,7 @@ impl CocoFile {
                 limits.max_file_bytes
             )));
         }
-        let mut p = Parser { s: bytes, i: 0, lim: limits, mem: 0, scratch: Scratch::default() };
+        let mut p = Parser { lx: Lexer::new(bytes), lim: limits, mem: 0, scratch: Scratch::default() };
         let mut raw = Raw::default();
         p.file(&mut raw).map_err(|f| f.into_error(bytes, path))?;
         finish(raw).map_err(|f| f.into_error(bytes, path))
@@ -310,6 +312,12 @@ fn schema(at: usize, what: impl Into<String>) -> Fail {
     Fail { kind: FailKind::Schema, at, what: what.into(), ctx: String::new() }
 }
 
+impl From<SyntaxError> for Fail {
+    fn from(e: SyntaxError) -> Self {
+        syntax(e.at, e.what)
+    }
+}
+
 impl Fail {
     fn into_error(self, s: &[u8], path: &Path) -> TrdataError {
         let ctx = if self.ctx.is_empty() { String::new() } else { format!("{}: ", self.ctx) };
@@ -321,26 +329,12 @@ impl Fail {
             return TrdataError::Source { path: path.to_path_buf(), message: format!("{ctx}{kind}{}", self.what) };
         }
         let at = self.at.min(s.len());
-        let before = &s[..at];
-        let line = 1 + before.iter().filter(|&&b| b == b'\n').count();
-        let column = 1 + at - before.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+        let (line, column) = json::line_column(s, at);
         TrdataError::Source {
             path: path.to_path_buf(),
             message: format!("{ctx}{kind}{} (line {line}, column {column}, byte {at})", self.what),
         }
     }
-}
-
-/// Up to 40 bytes of `s[a..b]` as text, for messages.
-fn snippet(s: &[u8], a: usize, b: usize) -> String {
-    let b = b.min(s.len());
-    let a = a.min(b);
-    let cut = (b - a).min(40);
-    let mut t = String::from_utf8_lossy(&s[a..a + cut]).into_owned();
-    if cut < b - a {
-        t.push('…');
-    }
-    t
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -372,6 +366,7 @@ enum Key {
     Other,
 }
 
+#[inline]
 fn classify_plain(k: &[u8]) -> Key {
     match k {
         b"images" => Key::Images,
@@ -398,74 +393,6 @@ fn classify_plain(k: &[u8]) -> Key {
     }
 }
 
-/// `10^k` for the exact fast path (every one exactly representable).
-const POW10: [f64; 23] = [
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20,
-    1e21, 1e22,
-];
-
-/// The common number forms, `-?[0-9]+(\.[0-9]+)?` with at most 18 digits (COCO's coordinates, boxes, areas),
-/// valued exactly (Clinger's fast path), with the index after them; `None` for anything else, which the general
-/// [`Parser::number`] then reads (or refuses).
-#[inline(always)]
-fn simple_number(s: &[u8], at: usize) -> Option<(f64, usize)> {
-    let neg = s.get(at) == Some(&b'-');
-    let start = at + usize::from(neg);
-    let mut j = start;
-    let mut m: u64 = 0;
-    while let Some(&c) = s.get(j) {
-        let d = c.wrapping_sub(b'0');
-        if d > 9 {
-            break;
-        }
-        if j - start == 18 {
-            return None;
-        }
-        m = m * 10 + u64::from(d);
-        j += 1;
-    }
-    let digits = j - start;
-    if digits == 0 || (digits > 1 && s[start] == b'0') {
-        return None;
-    }
-    let mut frac = 0;
-    if s.get(j) == Some(&b'.') {
-        j += 1;
-        let f0 = j;
-        while let Some(&c) = s.get(j) {
-            let d = c.wrapping_sub(b'0');
-            if d > 9 {
-                break;
-            }
-            if digits + (j - f0) == 18 {
-                return None;
-            }
-            m = m * 10 + u64::from(d);
-            j += 1;
-        }
-        frac = j - f0;
-        if frac == 0 {
-            return None;
-        }
-    }
-    if matches!(s.get(j), Some(b'e' | b'E')) || m > 1 << 53 {
-        return None;
-    }
-    if frac == 0 && m == 0 {
-        return Some((0.0, j)); // "-0" is Python's int 0: +0.0
-    }
-    let v = m as f64 / POW10[frac];
-    Some((if neg { -v } else { v }, j))
-}
-
-/// A number token: its value as Python's `float()` reads it, and as an integer when it is an integer literal
-/// that fits `i64`.
-#[derive(Debug, Clone, Copy)]
-struct Num {
-    f: f64,
-    int: Option<i64>,
-}
-
 #[derive(Default)]
 struct Raw {
     images: Vec<CocoImage>,
@@ -474,8 +401,8 @@ struct Raw {
 }
 
 struct Parser<'a> {
-    s: &'a [u8],
-    i: usize,
+    /// The cursor over the file's bytes.
+    lx: Lexer<'a>,
     lim: &'a CocoLimits,
     /// Estimated bytes of the parsed structure so far.
     mem: u64,
@@ -492,11 +419,6 @@ struct Scratch {
     keypoints: Vec<f32>,
 }
 
-fn hex4(h: &[u8]) -> Option<u32> {
-    let t = std::str::from_utf8(h.get(..4)?).ok()?;
-    u32::from_str_radix(t, 16).ok()
-}
-
 /// Append `x` to a list that may grow large, reporting an allocation failure instead of aborting.
 fn push_checked<T>(v: &mut Vec<T>, x: T, at: usize, what: &str) -> PResult<()> {
     if v.len() == v.capacity() && v.try_reserve(1).is_err() {
@@ -508,54 +430,25 @@ fn push_checked<T>(v: &mut Vec<T>, x: T, at: usize, what: &str) -> PResult<()> {
 }
 
 impl<'a> Parser<'a> {
-    // -- lexing ---------------------------------------------------------------------------------------------
+    // -- the lexer (json/), with its syntax errors as this parser's failures -----------------------------------
 
     #[inline]
     fn ws(&mut self) {
-        while let Some(&b) = self.s.get(self.i) {
-            if b == b' ' || b == b'\n' || b == b'\r' || b == b'\t' {
-                self.i += 1;
-            } else {
-                break;
-            }
-        }
+        self.lx.ws();
     }
 
     #[inline]
     fn peek(&mut self) -> Option<u8> {
-        self.ws();
-        self.s.get(self.i).copied()
+        self.lx.peek()
     }
 
-    /// What the value at `at` is, for "must be …, found …" messages.
+    #[inline]
+    fn peek_at(&mut self) -> usize {
+        self.lx.peek_at()
+    }
+
     fn found(&self, at: usize) -> String {
-        let s = self.s;
-        let token = |n: usize| snippet(s, at, at + n);
-        match s.get(at) {
-            None => "the end of the file".into(),
-            Some(b'{') => "an object".into(),
-            Some(b'[') => "a list".into(),
-            Some(b'"') => {
-                let end = s[at + 1..].iter().position(|&b| b == b'"').map_or(s.len(), |p| at + 2 + p);
-                format!("the string {}", snippet(s, at, end))
-            }
-            Some(b't' | b'f') => format!("the boolean {}", token(5).trim_end_matches(|c: char| !c.is_alphabetic())),
-            Some(b'n') => "null".into(),
-            Some(b'N' | b'I') => {
-                let end = s[at..].iter().position(|b| !b.is_ascii_alphanumeric()).map_or(s.len(), |p| at + p);
-                format!("{} (not a finite number)", snippet(s, at, end))
-            }
-            Some(b'-' | b'0'..=b'9') => {
-                let end = s[at + 1..]
-                    .iter()
-                    .position(
-                        |b| !matches!(b, b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-' | b'a'..=b'z' | b'A'..=b'Z'),
-                    )
-                    .map_or(s.len(), |p| at + 1 + p);
-                format!("the number {}", snippet(s, at, end))
-            }
-            Some(_) => format!("{:?}", token(1)),
-        }
+        self.lx.found(at)
     }
 
     fn type_error(&self, at: usize, what: &str, expected: &str) -> Fail {
@@ -563,401 +456,50 @@ impl<'a> Parser<'a> {
     }
 
     fn literal(&mut self, lit: &[u8]) -> PResult<()> {
-        if self.s[self.i..].starts_with(lit) {
-            self.i += lit.len();
-            Ok(())
-        } else {
-            Err(syntax(self.i, format!("expected a JSON value, found {:?}", snippet(self.s, self.i, self.i + 8))))
-        }
+        Ok(self.lx.literal(lit)?)
     }
 
-    /// The string at the cursor (which is at its `"`): the span of its contents and whether it has escapes.
-    /// Escapes are checked (Python's rules: `\uXXXX` with 4 hex digits, lone surrogates allowed); control
-    /// characters are refused. The bytes are UTF-8 (checked for the whole file first).
     fn string_span(&mut self) -> PResult<(usize, usize, bool)> {
-        let s = self.s;
-        let open = self.i;
-        let start = open + 1;
-        let mut j = start;
-        let mut esc = false;
-        loop {
-            let Some(&b) = s.get(j) else {
-                return Err(syntax(open, "a string is not closed (truncated file?)"));
-            };
-            match b {
-                b'"' => {
-                    self.i = j + 1;
-                    return Ok((start, j, esc));
-                }
-                b'\\' => {
-                    esc = true;
-                    match s.get(j + 1) {
-                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => j += 2,
-                        Some(b'u') => {
-                            if s.get(j + 2..j + 6).is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
-                                j += 6;
-                            } else {
-                                return Err(syntax(j, "\\u in a string must be followed by 4 hex digits"));
-                            }
-                        }
-                        None => return Err(syntax(open, "a string is not closed (truncated file?)")),
-                        Some(_) => {
-                            return Err(syntax(j, format!("invalid escape {:?} in a string", snippet(s, j, j + 2))));
-                        }
-                    }
-                }
-                0..=0x1f => {
-                    return Err(syntax(
-                        j,
-                        format!("control character 0x{b:02x} in a string (JSON requires it escaped)"),
-                    ));
-                }
-                _ => j += 1,
-            }
-        }
+        Ok(self.lx.string_span()?)
     }
 
-    /// The contents of a string span, unescaped, at most `limit` bytes (checked as it grows, so the allocation is
-    /// bounded by the limit). A lone surrogate escape cannot be UTF-8: refused.
+    /// The contents of a string span, unescaped, at most `limit` bytes. A lone surrogate escape cannot be UTF-8:
+    /// refused.
     fn unescape(&self, a: usize, b: usize, esc: bool, limit: usize, what: &str) -> PResult<Vec<u8>> {
-        let raw = &self.s[a..b];
-        let too_long = || schema(a, format!("{what} is longer than the limit of {limit} bytes"));
-        if !esc {
-            if raw.len() > limit {
-                return Err(too_long());
+        self.lx.unescape(a, b, esc, limit, Surrogates::Refuse).map_err(|e| match e {
+            UnescapeError::TooLong => schema(a, format!("{what} is longer than the limit of {limit} bytes")),
+            UnescapeError::LoneSurrogate(u) => {
+                schema(a, format!("{what} has a lone surrogate escape \\u{u:04x}, which is not UTF-8"))
             }
-            return Ok(raw.to_vec());
-        }
-        let mut out = Vec::with_capacity(raw.len().min(limit));
-        let mut k = 0;
-        while k < raw.len() {
-            let c = raw[k];
-            if c != b'\\' {
-                out.push(c);
-                k += 1;
-            } else {
-                match raw.get(k + 1) {
-                    Some(b'u') => {
-                        let u = hex4(raw.get(k + 2..).unwrap_or_default()).unwrap_or(0xFFFF_FFFF);
-                        k += 6;
-                        let ch = if (0xD800..0xDC00).contains(&u) {
-                            match (raw.get(k..k + 2), raw.get(k + 2..).and_then(hex4)) {
-                                (Some(b"\\u"), Some(lo)) if (0xDC00..0xE000).contains(&lo) => {
-                                    k += 6;
-                                    char::from_u32(0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00))
-                                }
-                                _ => None,
-                            }
-                        } else {
-                            char::from_u32(u)
-                        };
-                        let Some(ch) = ch else {
-                            return Err(schema(
-                                a,
-                                format!("{what} has a lone surrogate escape \\u{u:04x}, which is not UTF-8"),
-                            ));
-                        };
-                        out.extend_from_slice(ch.encode_utf8(&mut [0; 4]).as_bytes());
-                    }
-                    Some(&e) => {
-                        out.push(match e {
-                            b'b' => 8,
-                            b'f' => 12,
-                            b'n' => b'\n',
-                            b'r' => b'\r',
-                            b't' => b'\t',
-                            other => other, // " \ /
-                        });
-                        k += 2;
-                    }
-                    None => k += 1,
-                }
-            }
-            if out.len() > limit {
-                return Err(too_long());
-            }
-        }
-        Ok(out)
+        })
     }
 
-    /// After a list's `[`: whether an element follows (the cursor is then at it), or the list ended (`]` read).
     #[inline]
     fn next_elem(&mut self, first: &mut bool) -> PResult<bool> {
-        let c = self.peek();
-        if *first {
-            *first = false;
-            if c == Some(b']') {
-                self.i += 1;
-                return Ok(false);
-            }
-            return Ok(true);
-        }
-        match c {
-            Some(b',') => {
-                self.i += 1;
-                self.ws();
-                Ok(true)
-            }
-            Some(b']') => {
-                self.i += 1;
-                Ok(false)
-            }
-            None => Err(syntax(self.i, "the file ends inside a list (truncated?)")),
-            Some(_) => Err(syntax(self.i, format!("expected ',' or ']' in a list, found {}", self.found(self.i)))),
-        }
+        Ok(self.lx.next_elem(first)?)
     }
 
-    /// A `"key":` at the cursor: its kind; the cursor is then at the value.
-    fn key_colon(&mut self) -> PResult<Key> {
-        if self.s.get(self.i) != Some(&b'"') {
-            return Err(syntax(
-                self.i,
-                format!("expected a key (a string in double quotes), found {}", self.found(self.i)),
-            ));
-        }
-        let (a, b, esc) = self.string_span()?;
-        let key = if !esc {
-            classify_plain(&self.s[a..b])
+    /// After an object's `{`: the next key's kind (the cursor is then at its value), or `None` when the object
+    /// ended.
+    #[inline]
+    fn next_key(&mut self, first: &mut bool) -> PResult<Option<Key>> {
+        let Some((a, b, esc)) = self.lx.next_key(first)? else { return Ok(None) };
+        Ok(Some(if !esc {
+            classify_plain(&self.lx.s[a..b])
         } else if b - a <= 96 {
             self.unescape(a, b, true, 96, "key").map_or(Key::Other, |k| classify_plain(&k))
         } else {
             Key::Other
-        };
-        if self.peek() != Some(b':') {
-            return Err(syntax(self.i, format!("expected ':' after a key, found {}", self.found(self.i))));
-        }
-        self.i += 1;
-        self.ws();
-        Ok(key)
+        }))
     }
 
-    /// After an object's `{`: the next key (the cursor is then at its value), or `None` when the object ended.
-    fn next_key(&mut self, first: &mut bool) -> PResult<Option<Key>> {
-        let c = self.peek();
-        if *first {
-            *first = false;
-            if c == Some(b'}') {
-                self.i += 1;
-                return Ok(None);
-            }
-        } else {
-            match c {
-                Some(b',') => {
-                    self.i += 1;
-                    self.ws();
-                }
-                Some(b'}') => {
-                    self.i += 1;
-                    return Ok(None);
-                }
-                None => return Err(syntax(self.i, "the file ends inside an object (truncated?)")),
-                Some(_) => {
-                    return Err(syntax(
-                        self.i,
-                        format!("expected ',' or '}}' in an object, found {}", self.found(self.i)),
-                    ));
-                }
-            }
-        }
-        self.key_colon().map(Some)
-    }
-
-    /// Skip the value at the cursor (which sits in containers `depth` deep), checking its syntax as Python's `json`
-    /// would (`NaN`, `Infinity`, `-Infinity` and overflowing numbers included), allocating nothing.
     fn skip_value(&mut self, depth: usize) -> PResult<()> {
-        // Bit d of `stack`: whether the container at local depth d is an object.
-        let mut stack = [0u64; MAX_DEPTH.div_ceil(64)];
-        let mut d = 0usize;
-        'value: loop {
-            let at = self.i;
-            match self.peek() {
-                Some(c @ (b'{' | b'[')) => {
-                    if depth + d >= MAX_DEPTH {
-                        return Err(syntax(self.i, format!("lists/objects nested deeper than {MAX_DEPTH} levels")));
-                    }
-                    let obj = c == b'{';
-                    if obj {
-                        stack[d / 64] |= 1 << (d % 64);
-                    } else {
-                        stack[d / 64] &= !(1 << (d % 64));
-                    }
-                    d += 1;
-                    self.i += 1;
-                    let close = if obj { b'}' } else { b']' };
-                    if self.peek() == Some(close) {
-                        self.i += 1;
-                        d -= 1;
-                    } else {
-                        if obj {
-                            self.key_colon()?;
-                        }
-                        continue 'value;
-                    }
-                }
-                Some(b'"') => {
-                    self.string_span()?;
-                }
-                Some(b't') => self.literal(b"true")?,
-                Some(b'f') => self.literal(b"false")?,
-                Some(b'n') => self.literal(b"null")?,
-                Some(b'N') => self.literal(b"NaN")?,
-                Some(b'I') => self.literal(b"Infinity")?,
-                Some(b'-' | b'0'..=b'9') => {
-                    self.number()?;
-                }
-                None => return Err(syntax(at, "the file ends where a value should be (truncated?)")),
-                Some(_) => return Err(syntax(self.i, format!("expected a JSON value, found {}", self.found(self.i)))),
-            }
-            // After a value: close containers until one continues with ','.
-            loop {
-                if d == 0 {
-                    return Ok(());
-                }
-                let obj = stack[(d - 1) / 64] & (1 << ((d - 1) % 64)) != 0;
-                match self.peek() {
-                    Some(b',') => {
-                        self.i += 1;
-                        self.ws();
-                        if obj {
-                            self.key_colon()?;
-                        }
-                        continue 'value;
-                    }
-                    Some(b'}') if obj => {
-                        self.i += 1;
-                        d -= 1;
-                    }
-                    Some(b']') if !obj => {
-                        self.i += 1;
-                        d -= 1;
-                    }
-                    None => return Err(syntax(self.i, "the file ends inside a list or object (truncated?)")),
-                    Some(_) => {
-                        let want = if obj { "',' or '}' in an object" } else { "',' or ']' in a list" };
-                        return Err(syntax(self.i, format!("expected {want}, found {}", self.found(self.i))));
-                    }
-                }
-            }
-        }
+        Ok(self.lx.skip_value(depth)?)
     }
 
-    /// The number at the cursor (`-`, a digit, or `-Infinity`), with Python's grammar
-    /// (`-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?`), valued as Python's `float()` would (overflow: ±inf).
     #[inline]
     fn number(&mut self) -> PResult<Num> {
-        let s = self.s;
-        let start = self.i;
-        let mut j = start;
-        let neg = s.get(j) == Some(&b'-');
-        if neg {
-            j += 1;
-        }
-        let mut m: u64 = 0; // the first 19 significant digits
-        let mut nd: u32 = 0; // how many significant digits m holds
-        let mut e10: i64 = 0; // value = m × 10^e10 (when `exact`)
-        let mut exact = true; // no nonzero digit was dropped
-        match s.get(j) {
-            Some(b'0') => j += 1,
-            Some(b'1'..=b'9') => {
-                while let Some(&c @ b'0'..=b'9') = s.get(j) {
-                    if nd < 19 {
-                        m = m * 10 + u64::from(c - b'0');
-                        nd += 1;
-                    } else {
-                        e10 += 1;
-                        exact &= c == b'0';
-                    }
-                    j += 1;
-                }
-            }
-            Some(b'I') if neg => {
-                if s[j..].starts_with(b"Infinity") {
-                    self.i = j + 8;
-                    return Ok(Num { f: f64::NEG_INFINITY, int: None });
-                }
-                return Err(syntax(start, format!("invalid number {:?}", snippet(s, start, j + 8))));
-            }
-            _ => return Err(syntax(start, format!("invalid number {:?}", snippet(s, start, j + 1)))),
-        }
-        let mut is_int = true;
-        if s.get(j) == Some(&b'.') {
-            is_int = false;
-            j += 1;
-            if !matches!(s.get(j), Some(b'0'..=b'9')) {
-                return Err(syntax(
-                    start,
-                    format!("invalid number {:?}: a digit must follow '.'", snippet(s, start, j + 1)),
-                ));
-            }
-            while let Some(&c @ b'0'..=b'9') = s.get(j) {
-                if m == 0 && c == b'0' {
-                    e10 -= 1;
-                } else if nd < 19 {
-                    m = m * 10 + u64::from(c - b'0');
-                    nd += 1;
-                    e10 -= 1;
-                } else {
-                    exact &= c == b'0';
-                }
-                j += 1;
-            }
-        }
-        if matches!(s.get(j), Some(b'e' | b'E')) {
-            is_int = false;
-            j += 1;
-            let eneg = match s.get(j) {
-                Some(b'-') => {
-                    j += 1;
-                    true
-                }
-                Some(b'+') => {
-                    j += 1;
-                    false
-                }
-                _ => false,
-            };
-            if !matches!(s.get(j), Some(b'0'..=b'9')) {
-                return Err(syntax(
-                    start,
-                    format!("invalid number {:?}: a digit must follow the exponent", snippet(s, start, j + 1)),
-                ));
-            }
-            let mut ev: i64 = 0;
-            while let Some(&c @ b'0'..=b'9') = s.get(j) {
-                if ev < 1_000_000_000 {
-                    ev = ev * 10 + i64::from(c - b'0');
-                }
-                j += 1;
-            }
-            e10 += if eneg { -ev } else { ev };
-        }
-        self.i = j;
-        let f = if m == 0 {
-            0.0
-        } else if exact && m <= 1 << 53 && (-22..=22).contains(&e10) {
-            // Clinger's fast path: both operands exact, one rounding — the correctly rounded value.
-            let v = m as f64;
-            if e10 >= 0 { v * POW10[e10 as usize] } else { v / POW10[(-e10) as usize] }
-        } else {
-            let t = std::str::from_utf8(&s[start..j]).unwrap_or("x");
-            match t.parse::<f64>() {
-                Ok(v) => v.abs(),
-                Err(_) => return Err(syntax(start, format!("unreadable number {:?}", snippet(s, start, j)))),
-            }
-        };
-        // An integer literal is a Python int: "-0" is 0, whose float is +0.0.
-        let f = if neg && !(is_int && m == 0) { -f } else { f };
-        let int = if is_int && exact {
-            let mag = if e10 == 0 {
-                Some(m)
-            } else {
-                u32::try_from(e10).ok().and_then(|e| 10u64.checked_pow(e)).and_then(|p| m.checked_mul(p))
-            };
-            mag.and_then(|v| i64::try_from(if neg { -i128::from(v) } else { i128::from(v) }).ok())
-        } else {
-            None
-        };
-        Ok(Num { f, int })
+        Ok(self.lx.number()?)
     }
 
     // -- typed values ---------------------------------------------------------------------------------------
@@ -966,12 +508,12 @@ impl<'a> Parser<'a> {
     #[inline]
     fn finite(&mut self, what: &str) -> PResult<f64> {
         self.ws();
-        let at = self.i;
-        if let Some((v, j)) = simple_number(self.s, at) {
-            self.i = j;
+        let at = self.lx.i;
+        if let Some((v, j)) = simple_number(self.lx.s, at) {
+            self.lx.i = j;
             return Ok(v);
         }
-        match self.s.get(at) {
+        match self.lx.s.get(at) {
             Some(b'-' | b'0'..=b'9') => {
                 let n = self.number()?;
                 if n.f.is_finite() {
@@ -987,8 +529,8 @@ impl<'a> Parser<'a> {
     /// An integer that fits `i64`; a float with an integral value counts (`7.0` is Python's `7` as a dict key).
     fn int_value(&mut self, what: &str) -> PResult<i64> {
         self.ws();
-        let at = self.i;
-        match self.s.get(at) {
+        let at = self.lx.i;
+        match self.lx.s.get(at) {
             Some(b'-' | b'0'..=b'9') => {
                 let n = self.number()?;
                 if let Some(v) = n.int {
@@ -1014,7 +556,7 @@ impl<'a> Parser<'a> {
     /// An image side: an integer in `1..=u32::MAX`.
     fn side(&mut self, what: &str) -> PResult<u32> {
         self.ws();
-        let at = self.i;
+        let at = self.lx.i;
         let v = self.int_value(what)?;
         match u32::try_from(v) {
             Ok(v) if v > 0 => Ok(v),
@@ -1025,8 +567,8 @@ impl<'a> Parser<'a> {
     /// A string kept in the structure: at most `max_string_bytes`, valid UTF-8.
     fn string_value(&mut self, what: &str) -> PResult<String> {
         self.ws();
-        let at = self.i;
-        if self.s.get(at) != Some(&b'"') {
+        let at = self.lx.i;
+        if self.lx.s.get(at) != Some(&b'"') {
             return Err(self.type_error(at, what, "a string"));
         }
         let (a, b, esc) = self.string_span()?;
@@ -1046,11 +588,11 @@ impl<'a> Parser<'a> {
     /// A list at the cursor: its `[` consumed, or a type error.
     fn open_list(&mut self, what: &str, expected: &str) -> PResult<usize> {
         self.ws();
-        let at = self.i;
-        if self.s.get(at) != Some(&b'[') {
+        let at = self.lx.i;
+        if self.lx.s.get(at) != Some(&b'[') {
             return Err(self.type_error(at, what, expected));
         }
-        self.i += 1;
+        self.lx.i += 1;
         Ok(at)
     }
 
@@ -1076,19 +618,17 @@ impl<'a> Parser<'a> {
     // -- schema ---------------------------------------------------------------------------------------------
 
     fn file(&mut self, raw: &mut Raw) -> PResult<()> {
-        if self.s.starts_with(&[0xEF, 0xBB, 0xBF]) {
+        if self.lx.s.starts_with(&[0xEF, 0xBB, 0xBF]) {
             return Err(syntax(
                 0,
                 "the file starts with a UTF-8 byte order mark, which JSON (and Python's json) refuses",
             ));
         }
-        if let Err(e) = std::str::from_utf8(self.s) {
-            return Err(syntax(e.valid_up_to(), "bytes that are not UTF-8"));
-        }
+        json::check_utf8(self.lx.s)?;
         let at = self.peek_at();
-        match self.s.get(at) {
+        match self.lx.s.get(at) {
             None => return Err(syntax(at, "the file is empty (no JSON value)")),
-            Some(b'{') => self.i += 1,
+            Some(b'{') => self.lx.i += 1,
             Some(b'[') => {
                 return Err(schema(
                     at,
@@ -1115,15 +655,10 @@ impl<'a> Parser<'a> {
             }
         }
         self.ws();
-        if self.i != self.s.len() {
-            return Err(syntax(self.i, format!("extra data after the top-level object: {}", self.found(self.i))));
+        if self.lx.i != self.lx.s.len() {
+            return Err(syntax(self.lx.i, format!("extra data after the top-level object: {}", self.found(self.lx.i))));
         }
         Ok(())
-    }
-
-    fn peek_at(&mut self) -> usize {
-        self.ws();
-        self.i
     }
 
     /// The object at the cursor as element `index` of a list of `kind`s: `field` is called for each key with the
@@ -1136,7 +671,7 @@ impl<'a> Parser<'a> {
         index: usize,
         mut field: impl FnMut(&mut Self, Key) -> PResult<()>,
     ) -> PResult<Option<(usize, usize)>> {
-        let s = self.s;
+        let s = self.lx.s;
         let ctx = |id: Option<(usize, usize)>| match id {
             Some((a, b)) => format!("{kind} {index} (id {})", snippet(s, a, b)),
             None => format!("{kind} {index}"),
@@ -1147,7 +682,7 @@ impl<'a> Parser<'a> {
             e.ctx = ctx(None);
             return Err(e);
         }
-        self.i += 1;
+        self.lx.i += 1;
         let mut first = true;
         let mut id = None;
         let mut pending: Option<Fail> = None;
@@ -1160,7 +695,7 @@ impl<'a> Parser<'a> {
                     return Err(e);
                 }
             };
-            let start = self.i;
+            let start = self.lx.i;
             let r = if pending.is_none() { field(self, key) } else { self.skip_value(3) };
             if let Err(e) = r {
                 if e.kind != FailKind::Schema || pending.is_some() {
@@ -1169,14 +704,14 @@ impl<'a> Parser<'a> {
                     return Err(e);
                 }
                 pending = Some(e);
-                self.i = start;
+                self.lx.i = start;
                 if let Err(mut e) = self.skip_value(3) {
                     e.ctx = ctx(id);
                     return Err(e);
                 }
             }
             if key == Key::Id {
-                id = Some((start, self.i));
+                id = Some((start, self.lx.i));
             }
         }
         if let Some(mut e) = pending {
@@ -1190,7 +725,7 @@ impl<'a> Parser<'a> {
     fn missing(&self, at: usize, kind: &str, index: usize, id: Option<(usize, usize)>, key: &str) -> Fail {
         let mut e = schema(at, format!("has no \"{key}\""));
         e.ctx = match id {
-            Some((a, b)) => format!("{kind} {index} (id {})", snippet(self.s, a, b)),
+            Some((a, b)) => format!("{kind} {index} (id {})", snippet(self.lx.s, a, b)),
             None => format!("{kind} {index} (no id)"),
         };
         e
@@ -1201,7 +736,7 @@ impl<'a> Parser<'a> {
         out.clear(); // a repeated key: the last value wins, as in Python's json
         let mut first = true;
         while self.next_elem(&mut first)? {
-            let at = self.i;
+            let at = self.lx.i;
             if out.len() == self.lim.max_images {
                 return Err(Self::limit(at, "images", self.lim.max_images, "max_images"));
             }
@@ -1240,7 +775,7 @@ impl<'a> Parser<'a> {
         let max = self.lim.max_annotations.min(u32::MAX as usize - 1);
         let mut first = true;
         while self.next_elem(&mut first)? {
-            let at = self.i;
+            let at = self.lx.i;
             if out.len() == max {
                 return Err(Self::limit(at, "annotations", max, "max_annotations"));
             }
@@ -1331,7 +866,7 @@ impl<'a> Parser<'a> {
 
     fn crowd(&mut self) -> PResult<bool> {
         let at = self.peek_at();
-        match self.s.get(at) {
+        match self.lx.s.get(at) {
             Some(b't') => self.literal(b"true").map(|()| true),
             Some(b'f') => self.literal(b"false").map(|()| false),
             Some(b'-' | b'0'..=b'9') => match self.int_value("iscrowd") {
@@ -1346,7 +881,7 @@ impl<'a> Parser<'a> {
 
     fn segmentation(&mut self) -> PResult<Option<Segmentation>> {
         let at = self.peek_at();
-        match self.s.get(at) {
+        match self.lx.s.get(at) {
             Some(b'n') => self.literal(b"null").map(|()| None),
             Some(b'[') => self.polygons().map(Some),
             Some(b'{') => self.rle().map(Some),
@@ -1360,7 +895,7 @@ impl<'a> Parser<'a> {
 
     fn polygons(&mut self) -> PResult<Segmentation> {
         let (max_polys, max_coords) = (self.lim.max_polygons, self.lim.max_polygon_coords);
-        self.i += 1; // '['
+        self.lx.i += 1; // '['
         let mut polys = std::mem::take(&mut self.scratch.polys);
         let mut coords = std::mem::take(&mut self.scratch.coords);
         polys.clear();
@@ -1385,12 +920,12 @@ impl<'a> Parser<'a> {
         let mut total = 0usize;
         let mut first = true;
         while self.next_elem(&mut first)? {
-            let at = self.i;
+            let at = self.lx.i;
             if polys.len() == max_polys {
                 return Err(Self::limit(at, "segmentation", max_polys, "max_polygons"));
             }
-            if self.s.get(at) != Some(&b'[') {
-                let hint = if matches!(self.s.get(at), Some(b'-' | b'0'..=b'9')) {
+            if self.lx.s.get(at) != Some(&b'[') {
+                let hint = if matches!(self.lx.s.get(at), Some(b'-' | b'0'..=b'9')) {
                     " (a flat [x0, y0, ...] list? COCO nests each polygon: [[x0, y0, ...], ...])"
                 } else {
                     ""
@@ -1400,13 +935,13 @@ impl<'a> Parser<'a> {
                     format!("polygon {} must be a list of numbers, found {}{hint}", polys.len(), self.found(at)),
                 ));
             }
-            self.i += 1;
+            self.lx.i += 1;
             coords.clear();
             let mut first_c = true;
             while self.next_elem(&mut first_c)? {
                 if total == max_coords {
                     return Err(schema(
-                        self.i,
+                        self.lx.i,
                         format!(
                             "segmentation has more than {max_coords} polygon coordinates, the limit \
                              (CocoLimits::max_polygon_coords)"
@@ -1422,8 +957,8 @@ impl<'a> Parser<'a> {
     }
 
     fn rle(&mut self) -> PResult<Segmentation> {
-        let at = self.i;
-        self.i += 1; // '{'
+        let at = self.lx.i;
+        self.lx.i += 1; // '{'
         let mut size = None;
         let mut counts = None;
         let mut first = true;
@@ -1464,9 +999,9 @@ impl<'a> Parser<'a> {
     fn rle_counts(&mut self) -> PResult<RleCounts> {
         let max = self.lim.max_rle_counts;
         let at = self.peek_at();
-        match self.s.get(at) {
+        match self.lx.s.get(at) {
             Some(b'[') => {
-                self.i += 1;
+                self.lx.i += 1;
                 let mut runs = std::mem::take(&mut self.scratch.runs);
                 runs.clear();
                 let r = self.runs_into(&mut runs, max);
@@ -1487,7 +1022,7 @@ impl<'a> Parser<'a> {
         let mut first = true;
         while self.next_elem(&mut first)? {
             if runs.len() == max {
-                return Err(Self::limit(self.i, "RLE counts", max, "max_rle_counts"));
+                return Err(Self::limit(self.lx.i, "RLE counts", max, "max_rle_counts"));
             }
             runs.push(self.u32_value("an RLE count")?);
         }
@@ -1512,9 +1047,9 @@ impl<'a> Parser<'a> {
         let mut first = true;
         while self.next_elem(&mut first)? {
             if v.len() == max {
-                return Err(Self::limit(self.i, "keypoints", max, "max_keypoint_values"));
+                return Err(Self::limit(self.lx.i, "keypoints", max, "max_keypoint_values"));
             }
-            let x_at = self.i;
+            let x_at = self.lx.i;
             let x = self.finite("a keypoint value")?;
             let y = x as f32; // as torch.tensor(..., dtype=float32) converts Python's float
             if !y.is_finite() {
@@ -1546,7 +1081,7 @@ impl<'a> Parser<'a> {
         out.clear();
         let mut first = true;
         while self.next_elem(&mut first)? {
-            let at = self.i;
+            let at = self.lx.i;
             if out.len() == self.lim.max_categories {
                 return Err(Self::limit(at, "categories", self.lim.max_categories, "max_categories"));
             }
@@ -1593,7 +1128,7 @@ impl<'a> Parser<'a> {
         let mut first = true;
         while self.next_elem(&mut first)? {
             if v.len() == max {
-                return Err(Self::limit(self.i, "keypoints", max, "max_category_list"));
+                return Err(Self::limit(self.lx.i, "keypoints", max, "max_category_list"));
             }
             v.push(self.string_value("a keypoint name")?);
         }
@@ -1611,7 +1146,7 @@ impl<'a> Parser<'a> {
         let mut first = true;
         while self.next_elem(&mut first)? {
             if v.len() == max {
-                return Err(Self::limit(self.i, "skeleton", max, "max_category_list"));
+                return Err(Self::limit(self.lx.i, "skeleton", max, "max_category_list"));
             }
             let at = self.open_list("a skeleton edge", "a pair [a, b] of keypoint numbers")?;
             let mut e = [0u32; 2];

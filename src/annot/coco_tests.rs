@@ -1079,9 +1079,9 @@ fn python_float(text: &str) -> f64 {
 
 fn num(text: &str) -> PResult<Num> {
     let lim = CocoLimits::default();
-    let mut p = Parser { s: text.as_bytes(), i: 0, lim: &lim, mem: 0, scratch: Scratch::default() };
+    let mut p = Parser { lx: Lexer::new(text.as_bytes()), lim: &lim, mem: 0, scratch: Scratch::default() };
     let n = p.number()?;
-    assert_eq!(p.i, text.len(), "{text}: stopped at {}", p.i);
+    assert_eq!(p.lx.i, text.len(), "{text}: stopped at {}", p.lx.i);
     // The fast path for the common forms (taken by `finite`) gives the same bits, or declines.
     if let Some((v, j)) = simple_number(text.as_bytes(), 0) {
         assert_eq!((v.to_bits(), j), (n.f.to_bits(), text.len()), "{text}: simple_number disagrees");

@@ -9,10 +9,13 @@
 //! and [`parse`] turns `\udcXX` back into byte 0xXX.
 //!
 //! The reader is a parser of untrusted bytes (the section is CRC-checked, but a crafted file can carry any
-//! CRC): nesting is limited to [`MAX_DEPTH`] (no stack overflow), numbers must be integers that fit `i64` or
-//! `u64`, strings must be valid UTF-8 apart from the escapes above, and errors say at which byte parsing failed.
+//! CRC), a small tree built on the core's one JSON lexer (json/, which COCO files are read with too): nesting is
+//! limited to [`MAX_DEPTH`] (no stack overflow), numbers must be integers that fit `i64` or `u64`, the text must be
+//! valid UTF-8 (strings may carry the escapes above), and errors say at which byte parsing failed.
 
 use std::collections::BTreeMap;
+
+use crate::json::{self, LexResult, Lexer, Surrogates, SyntaxError, UnescapeError};
 
 /// Deepest nesting of arrays/objects accepted (the section itself uses 3).
 pub const MAX_DEPTH: usize = 16;
@@ -76,209 +79,86 @@ pub fn write_str(out: &mut String, bytes: &[u8]) {
     out.push('"');
 }
 
-/// Parse one JSON value that spans all of `text` (surrounding whitespace allowed).
+/// Parse one JSON value that spans all of `text` (surrounding whitespace allowed), with the core's JSON lexer
+/// (json/); errors say what is wrong and at which byte.
 pub fn parse(text: &[u8]) -> Result<Json, String> {
-    let mut p = Parser { s: text, i: 0 };
-    let v = p.value(0)?;
-    p.ws();
-    if p.i != text.len() {
-        return Err(p.err("trailing bytes after the JSON value"));
+    let err = |e: SyntaxError| format!("metadata JSON: {} at byte {}", e.what, e.at);
+    json::check_utf8(text).map_err(err)?;
+    let mut lx = Lexer::new(text);
+    let v = value(&mut lx, 0).map_err(err)?;
+    lx.ws();
+    if lx.i != text.len() {
+        return Err(err(SyntaxError { at: lx.i, what: "trailing bytes after the JSON value".into() }));
     }
     Ok(v)
 }
 
-struct Parser<'a> {
-    s: &'a [u8],
-    i: usize,
+fn fail<T>(at: usize, what: impl Into<String>) -> LexResult<T> {
+    Err(SyntaxError { at, what: what.into() })
 }
 
-impl Parser<'_> {
-    fn err(&self, what: &str) -> String {
-        format!("metadata JSON: {what} at byte {}", self.i)
-    }
+/// The contents of a string span (the lexer's), as bytes: `\udcXX` escapes restored to byte 0xXX, other lone
+/// surrogates refused. No length limit: the section's size bounds it.
+fn bytes(lx: &Lexer<'_>, (a, b, esc): (usize, usize, bool)) -> LexResult<Vec<u8>> {
+    lx.unescape(a, b, esc, usize::MAX, Surrogates::ByteEscape).or_else(|e| match e {
+        UnescapeError::LoneSurrogate(u) => fail(a - 1, format!("lone surrogate escape \\u{u:04x}")),
+        UnescapeError::TooLong => fail(a - 1, "string too long"),
+    })
+}
 
-    fn ws(&mut self) {
-        while self.i < self.s.len() && matches!(self.s[self.i], b' ' | b'\t' | b'\n' | b'\r') {
-            self.i += 1;
-        }
+/// An integer token at the cursor: one that fits `i64` or `u64` (the metadata has no other numbers).
+fn integer(lx: &mut Lexer<'_>) -> LexResult<Json> {
+    let at = lx.i;
+    let n = lx.number()?;
+    if !n.is_int {
+        return fail(at, "only integers are used in the metadata");
     }
-
-    fn peek(&self) -> Option<u8> {
-        self.s.get(self.i).copied()
+    // An integer literal (Python's grammar: an optional '-', then digits without a leading zero) of at most 20
+    // digits fits i128; the others are out of range anyway.
+    let text = std::str::from_utf8(&lx.s[at..lx.i]).unwrap_or_default();
+    match text.parse::<i128>() {
+        Ok(v) if text.len() <= 21 && (i128::from(i64::MIN)..=i128::from(u64::MAX)).contains(&v) => Ok(Json::Int(v)),
+        _ => fail(at, "integer out of the 64-bit range"),
     }
+}
 
-    fn eat(&mut self, lit: &[u8]) -> bool {
-        if self.s[self.i..].starts_with(lit) {
-            self.i += lit.len();
-            true
-        } else {
-            false
-        }
+/// The value at the cursor, `depth` containers deep (recursive: [`MAX_DEPTH`] bounds the stack).
+fn value(lx: &mut Lexer<'_>, depth: usize) -> LexResult<Json> {
+    if depth > MAX_DEPTH {
+        return fail(lx.i, "nesting deeper than 16 levels");
     }
-
-    fn value(&mut self, depth: usize) -> Result<Json, String> {
-        if depth > MAX_DEPTH {
-            return Err(self.err("nesting deeper than 16 levels"));
-        }
-        self.ws();
-        match self.peek() {
-            None => Err(self.err("unexpected end")),
-            Some(b'{') => {
-                self.i += 1;
-                let mut map = BTreeMap::new();
-                self.ws();
-                if self.eat(b"}") {
-                    return Ok(Json::Object(map));
-                }
-                loop {
-                    self.ws();
-                    if self.peek() != Some(b'"') {
-                        return Err(self.err("expected a string key"));
-                    }
-                    let key = self.string()?;
-                    self.ws();
-                    if !self.eat(b":") {
-                        return Err(self.err("expected ':'"));
-                    }
-                    let v = self.value(depth + 1)?;
-                    map.insert(key, v);
-                    self.ws();
-                    if self.eat(b",") {
-                        continue;
-                    }
-                    if self.eat(b"}") {
-                        return Ok(Json::Object(map));
-                    }
-                    return Err(self.err("expected ',' or '}'"));
-                }
+    let at = lx.peek_at();
+    match lx.peek() {
+        None => fail(at, "unexpected end"),
+        Some(b'{') => {
+            lx.i += 1;
+            let mut map = BTreeMap::new();
+            let mut first = true;
+            while let Some(span) = lx.next_key(&mut first)? {
+                let key = bytes(lx, span)?;
+                let v = value(lx, depth + 1)?;
+                map.insert(key, v);
             }
-            Some(b'[') => {
-                self.i += 1;
-                let mut items = Vec::new();
-                self.ws();
-                if self.eat(b"]") {
-                    return Ok(Json::Array(items));
-                }
-                loop {
-                    items.push(self.value(depth + 1)?);
-                    self.ws();
-                    if self.eat(b",") {
-                        continue;
-                    }
-                    if self.eat(b"]") {
-                        return Ok(Json::Array(items));
-                    }
-                    return Err(self.err("expected ',' or ']'"));
-                }
+            Ok(Json::Object(map))
+        }
+        Some(b'[') => {
+            lx.i += 1;
+            let mut items = Vec::new();
+            let mut first = true;
+            while lx.next_elem(&mut first)? {
+                items.push(value(lx, depth + 1)?);
             }
-            Some(b'"') => Ok(Json::Str(self.string()?)),
-            Some(b't') if self.eat(b"true") => Ok(Json::Bool(true)),
-            Some(b'f') if self.eat(b"false") => Ok(Json::Bool(false)),
-            Some(b'n') if self.eat(b"null") => Ok(Json::Null),
-            Some(b'-' | b'0'..=b'9') => self.integer(),
-            Some(_) => Err(self.err("unexpected byte")),
+            Ok(Json::Array(items))
         }
-    }
-
-    fn integer(&mut self) -> Result<Json, String> {
-        let start = self.i;
-        if self.peek() == Some(b'-') {
-            self.i += 1;
+        Some(b'"') => {
+            let span = lx.string_span()?;
+            Ok(Json::Str(bytes(lx, span)?))
         }
-        let digits = self.i;
-        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
-            self.i += 1;
-        }
-        if self.i == digits || self.i - digits > 20 {
-            return Err(self.err("expected an integer of at most 20 digits"));
-        }
-        if matches!(self.peek(), Some(b'.' | b'e' | b'E')) {
-            return Err(self.err("only integers are used in the metadata"));
-        }
-        // ASCII digits with an optional sign, at most 20 digits: fits i128.
-        let text = std::str::from_utf8(&self.s[start..self.i]).map_err(|_| self.err("bad integer"))?;
-        let v: i128 = text.parse().map_err(|_| self.err("bad integer"))?;
-        if v < i128::from(i64::MIN) || v > i128::from(u64::MAX) {
-            return Err(self.err("integer out of the 64-bit range"));
-        }
-        Ok(Json::Int(v))
-    }
-
-    fn hex4(&mut self) -> Result<u32, String> {
-        let h = self.s.get(self.i..self.i + 4).ok_or_else(|| self.err("truncated \\u escape"))?;
-        let t = std::str::from_utf8(h).map_err(|_| self.err("bad \\u escape"))?;
-        let v = u32::from_str_radix(t, 16).map_err(|_| self.err("bad \\u escape"))?;
-        self.i += 4;
-        Ok(v)
-    }
-
-    /// A string literal starting at the opening quote, as bytes.
-    fn string(&mut self) -> Result<Vec<u8>, String> {
-        self.i += 1; // opening quote
-        let mut out = Vec::new();
-        loop {
-            let Some(b) = self.peek() else { return Err(self.err("unterminated string")) };
-            match b {
-                b'"' => {
-                    self.i += 1;
-                    break;
-                }
-                b'\\' => {
-                    self.i += 1;
-                    let Some(e) = self.peek() else { return Err(self.err("unterminated escape")) };
-                    self.i += 1;
-                    match e {
-                        b'"' => out.push(b'"'),
-                        b'\\' => out.push(b'\\'),
-                        b'/' => out.push(b'/'),
-                        b'b' => out.push(8),
-                        b'f' => out.push(12),
-                        b'n' => out.push(b'\n'),
-                        b'r' => out.push(b'\r'),
-                        b't' => out.push(b'\t'),
-                        b'u' => {
-                            let u = self.hex4()?;
-                            let c = match u {
-                                0xDC80..=0xDCFF => {
-                                    out.push((u - 0xDC00) as u8); // surrogateescape: one raw byte
-                                    continue;
-                                }
-                                0xD800..=0xDBFF => {
-                                    if !self.eat(b"\\u") {
-                                        return Err(self.err("lone high surrogate"));
-                                    }
-                                    let lo = self.hex4()?;
-                                    if !(0xDC00..=0xDFFF).contains(&lo) {
-                                        return Err(self.err("bad surrogate pair"));
-                                    }
-                                    0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00)
-                                }
-                                0xDC00..=0xDFFF => return Err(self.err("lone low surrogate")),
-                                u => u,
-                            };
-                            let c = char::from_u32(c).ok_or_else(|| self.err("bad code point"))?;
-                            let mut buf = [0u8; 4];
-                            out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
-                        }
-                        _ => return Err(self.err("unknown escape")),
-                    }
-                }
-                0..0x20 => return Err(self.err("control character in a string")),
-                _ => {
-                    // Copy a run of plain bytes, which must be UTF-8 (raw non-UTF-8 bytes are always escaped).
-                    let start = self.i;
-                    while self.peek().is_some_and(|b| b != b'"' && b != b'\\' && b >= 0x20) {
-                        self.i += 1;
-                    }
-                    let run = &self.s[start..self.i];
-                    if std::str::from_utf8(run).is_err() {
-                        return Err(self.err("string is not UTF-8"));
-                    }
-                    out.extend_from_slice(run);
-                }
-            }
-        }
-        Ok(out)
+        Some(b't') => lx.literal(b"true").map(|()| Json::Bool(true)),
+        Some(b'f') => lx.literal(b"false").map(|()| Json::Bool(false)),
+        Some(b'n') => lx.literal(b"null").map(|()| Json::Null),
+        Some(b'-' | b'0'..=b'9') => integer(lx),
+        Some(_) => fail(at, format!("expected a JSON value, found {}", lx.found(at))),
     }
 }
 
@@ -339,5 +219,14 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
         }
+    }
+
+    #[test]
+    fn numbers_follow_jsons_grammar_as_python_reads_it() {
+        // Leading zeros are not JSON (Python's json: "Expecting ',' delimiter"); the writer never writes them.
+        for bad in [&b"007"[..], b"[01]", b"-01", b"{\"v\": 00}"] {
+            assert!(parse(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+        assert_eq!(parse(b"[0, -0, 10]").unwrap(), Json::Array(vec![Json::Int(0), Json::Int(0), Json::Int(10)]));
     }
 }
