@@ -15,8 +15,7 @@ pub use crate::param::{Choice, IntParam};
 pub use crate::plan::claim::WORKERS;
 use crate::plan::claim::check_workers_per_engine;
 use crate::plan::{LastBatch, PlanShape};
-use crate::source::packed::{RecordFormat, RecordMeta};
-use crate::source::{Dataset, Store};
+use crate::source::Dataset;
 use crate::staging::BatchLayout;
 use crate::topology::PinMode;
 use crate::worker::ErrorPolicy;
@@ -198,18 +197,7 @@ pub mod default {
 /// sample: raw pixel stores (`trdata.Arrays`, MNIST, CIFAR) and packed files whose index lists raw records of one
 /// known size only. `None` for encoded images, whose sizes are their own.
 pub fn uniform_image_size(ds: &Dataset) -> Option<(u32, u32)> {
-    match &ds.store {
-        Store::Pixels(a) => Some((a.height, a.width)),
-        Store::Packed(p) => {
-            let rows = &p.index().rows;
-            let first = rows.first()?.meta;
-            let same =
-                |m: &RecordMeta| m.format == RecordFormat::Raw && (m.height, m.width) == (first.height, first.width);
-            (first.height > 0 && first.width > 0 && rows.iter().all(|r| same(&r.meta)))
-                .then(|| (u32::from(first.height), u32::from(first.width)))
-        }
-        Store::Files(_) | Store::Blobs(_) | Store::Spans(_) | Store::External(_) | Store::Remote(_) => None,
-    }
+    ds.store.uniform_size()
 }
 
 /// The loader's compiled pipeline for `ds`: `transforms=` or `views=` ([`SampleViews::from_lists`]'s rules),

@@ -32,7 +32,7 @@
 //! - a sample's pixels depend only on (seed, epoch, dataset index), never on worker/thread count;
 //! - memory handed to Python is never rewritten while a view of it lives (staging + transfer leases);
 //! - one bad file never harms another: decoder state does not survive a failure (decode/jpeg.rs recreates the
-//!   handle), and the skip policy's replacement depends on (seed, epoch, index) only (worker/mod.rs `produce`);
+//!   handle), and the skip policy's replacement depends on (seed, epoch, index) only (worker/skip.rs `produce`);
 //! - every size that comes from a header or from the user is checked before it is allocated: a typed error
 //!   (`ConfigError` at construction, `TooLarge`/`Corrupt` per file, `Memory` at run time), never an abort;
 //! - only regular files are read, and never more than a bound (source/read.rs);

@@ -911,17 +911,28 @@ impl SamplePipeline {
         key: SampleKey,
         dst: &mut [u8],
     ) -> std::result::Result<SampleTiming, ImageError> {
-        assert_eq!(dst.len(), self.sample_bytes(), "process_pixels: dst must be exactly sample_bytes() long");
+        self.process_raw(scratch, array.raw(i), key, dst)
+    }
+
+    /// Like [`process_pixels`](Self::process_pixels) for one raw image as a store's read gave it.
+    pub fn process_raw(
+        &self,
+        scratch: &mut WorkerScratch,
+        image: crate::source::RawImage<'_>,
+        key: SampleKey,
+        dst: &mut [u8],
+    ) -> std::result::Result<SampleTiming, ImageError> {
+        assert_eq!(dst.len(), self.sample_bytes(), "process_raw: dst must be exactly sample_bytes() long");
         let t0 = Instant::now();
-        let (w, h) = (array.width, array.height);
+        let (w, h) = (image.width, image.height);
         crate::source::check_declared_size((w, h), scratch.declared_size)?;
         let plan = self.program.prefix.plan(w, h, key);
         let WorkerScratch { resample: s, program, .. } = scratch;
         let ResampleScratch { x, y, .. } = s;
         x.compute(&plan.x, 8, w, w, plan.flip);
         y.compute(&plan.y, 8, h, h, plan.vflip);
-        let channels = usize::from(array.channels);
-        let src = SourcePixels { pixels: array.image(i), stride: w as usize * channels, x0: 0, y0: 0, channels };
+        let channels = usize::from(image.channels);
+        let src = SourcePixels { pixels: image.pixels, stride: w as usize * channels, x0: 0, y0: 0, channels };
         let t1 = Instant::now();
         self.run_stages(src, 8, &plan, (w, h), s, program, key, dst)?;
         Ok(SampleTiming::since(t0, t1, false))

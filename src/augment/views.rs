@@ -24,7 +24,7 @@
 
 use super::{Channels, OutputSpec, SampleKey, SamplePipeline, SampleTiming, TransformSpec, WorkerScratch};
 use crate::error::{ImageError, Result, TrdataError};
-use crate::source::PixelArray;
+use crate::source::{PixelArray, RawImage};
 
 /// Most views one loader may have: 2 global + 8 local crops is DINO's largest recipe; the limit bounds the
 /// batch layout's fixed table (`staging::BatchLayout`) and the work per sample.
@@ -190,7 +190,18 @@ impl SampleViews {
         key: SampleKey,
         dst: &mut (impl ViewTargets + ?Sized),
     ) -> std::result::Result<SampleTiming, ImageError> {
-        self.each_view(key, dst, |p, k, d| p.process_pixels(scratch, array, i, k, d))
+        self.process_raw(scratch, array.raw(i), key, dst)
+    }
+
+    /// Like [`process`](Self::process) for one raw image as a store's read gave it.
+    pub fn process_raw(
+        &self,
+        scratch: &mut WorkerScratch,
+        image: RawImage<'_>,
+        key: SampleKey,
+        dst: &mut (impl ViewTargets + ?Sized),
+    ) -> std::result::Result<SampleTiming, ImageError> {
+        self.each_view(key, dst, |p, k, d| p.process_raw(scratch, image, k, d))
     }
 
     fn each_view<T: ViewTargets + ?Sized>(

@@ -50,9 +50,7 @@ use crate::source::packed::{
     PackMeta, PackOptions, PackWriter, PackedIndex, RecordFormat, RecordMeta, check_classes,
 };
 use crate::source::packed_extras::{ExtraKind, RESERVED_PREFIX};
-use crate::source::{
-    Dataset, ExternalImage, PixelArray, Store, check_declared_size, describe_file_type, read_sample, read_span,
-};
+use crate::source::{Dataset, ReadCtx, SampleBytes, check_declared_size, describe_file_type};
 use crate::synthetic::encode::JpegEncoder;
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -177,19 +175,6 @@ pub struct PackSummary {
     pub peak_buffered_bytes: u64,
 }
 
-/// The kind of a store, as recorded in the metadata.
-pub fn source_kind(store: &Store) -> &'static str {
-    match store {
-        Store::Files(_) => "files",
-        Store::Spans(_) => "spans",
-        Store::Blobs(_) => "bytes",
-        Store::Pixels(_) => "arrays",
-        Store::Packed(_) => "packed",
-        Store::External(_) => "dataset",
-        Store::Remote(r) => r.kind(),
-    }
-}
-
 /// One record ready to be written.
 struct Produced {
     bytes: Vec<u8>,
@@ -241,49 +226,21 @@ impl Producer {
     }
 
     fn produce(&mut self, ds: &Dataset, i: usize, cfg: &PackConfig) -> std::result::Result<Produced, ImageError> {
-        // The source bytes (or raw pixels) of record i.
-        let mut raw: Option<(u32, u32, u8)> = None;
+        // The source bytes (or raw pixels) of record i: the store's one read.
+        let how = ReadCtx { epoch: 0, max_bytes: MAX_SOURCE_BYTES, planned: true, stopping: &|| false };
         let mut warning = None;
-        let bytes: &[u8] = match &ds.store {
-            Store::Files(paths) => match read_sample(&paths[i], MAX_SOURCE_BYTES, &mut self.buf) {
-                Ok(()) => &self.buf,
-                // A recognised format trdata does not decode (AVIF…): kept, failing at load time as the file did.
-                Err(e) if e.kind == ImageErrorKind::Unsupported && !self.buf.is_empty() => {
-                    warning = Some(e.to_string());
-                    &self.buf
-                }
-                Err(e) => return Err(e),
-            },
-            Store::Spans(s) => {
-                read_span(&s.files[s.file[i] as usize], s.offset[i], s.len[i], MAX_SOURCE_BYTES, &mut self.buf)?;
-                &self.buf
+        self.buf.clear(); // non-empty after a failed read: this read's bytes
+        let sample = match ds.read(i, &how, &mut self.buf) {
+            Ok(sample) => sample,
+            // A recognised format trdata does not decode (AVIF…): kept, failing at load time as the file did.
+            Err(e) if e.kind == ImageErrorKind::Unsupported && !self.buf.is_empty() => {
+                warning = Some(e.to_string());
+                SampleBytes::in_buffer()
             }
-            Store::Remote(r) => {
-                r.read(i, MAX_SOURCE_BYTES, &mut self.buf)?;
-                &self.buf
-            }
-            Store::Blobs(b) => &b[i],
-            Store::Pixels(a) => {
-                raw = Some((a.width, a.height, a.channels));
-                a.image(i)
-            }
-            Store::External(e) => {
-                if let ExternalImage::Pixels { height, width, channels } = e.read(i, 0, &mut self.buf)? {
-                    raw = Some((width, height, channels));
-                }
-                &self.buf
-            }
-            Store::Packed(p) => {
-                let rec = p.record(i, &|| false)?;
-                self.buf.clear();
-                self.buf.extend_from_slice(&rec);
-                let m = p.index().rows[i].meta;
-                if m.format == RecordFormat::Raw {
-                    raw = Some((u32::from(m.width), u32::from(m.height), m.channels));
-                }
-                &self.buf
-            }
+            Err(e) => return Err(e),
         };
+        let bytes = sample.bytes(&self.buf);
+        let raw = sample.pixel_shape().map(|(h, w, c)| (w, h, c));
         let bytes_in = bytes.len() as u64;
         if bytes.is_empty() {
             return Err(ImageError::new(ImageErrorKind::Empty, "file is empty (0 bytes): nothing to pack"));
@@ -346,11 +303,10 @@ impl Producer {
         let mut rgb = std::mem::take(&mut self.rgb);
         rgb.clear();
         rgb.resize(3 * tw as usize * th as usize, 0);
-        let done = match raw {
-            Some((w, h, c)) => {
-                let image = PixelArray { data: bytes.to_vec(), height: h, width: w, channels: c };
+        let done = match sample.raw(&self.buf) {
+            Some(image) => {
                 let p = Self::pipeline(&mut self.pipelines, tw, th).map_err(config_to_image)?;
-                p.process_pixels(&mut self.scratch, &image, 0, key, &mut rgb).map(|_| ())
+                p.process_raw(&mut self.scratch, image, key, &mut rgb).map(|_| ())
             }
             None if (tw, th) == (w, h) => self.decoder.decode_full_rgb(bytes, &mut rgb).map(|_| ()),
             None => {
@@ -874,7 +830,7 @@ pub(crate) fn pack_with_budget(
             short_side: cfg.short_side,
             max_side: cfg.max_side,
             quality: cfg.quality,
-            source: source_kind(&ds.store).to_string(),
+            source: ds.store.kind().to_string(),
             identity: ds.identity(),
         },
         extras: Vec::new(), // the writer's, from the records' extras

@@ -8,7 +8,7 @@ use crate::config::LoaderConfig;
 use crate::decode::DecodeLimits;
 use crate::loader::{BatchImages, Loader, NextStep};
 use crate::plan::LastBatch;
-use crate::source::{PackedFile, PackedMode, PartialOptions, file_list, packed_dataset};
+use crate::source::{Files, PackedFile, PackedMode, PartialOptions, file_list, packed_dataset};
 use crate::sync::Arc;
 use crate::topology::PinMode;
 use crate::worker::ErrorPolicy;
@@ -61,10 +61,7 @@ fn never_cancel(_: u64) -> bool {
 }
 
 fn files(ds: &Dataset) -> &[PathBuf] {
-    match &ds.store {
-        Store::Files(p) => p,
-        _ => unreachable!(),
-    }
+    &ds.store_as::<Files>().expect("files").0
 }
 
 #[test]
@@ -73,9 +70,7 @@ fn packing_keeps_the_source_bytes_order_labels_and_classes_for_any_thread_count(
     // A damaged file and a PNG-in-disguise among them, as ImageNet has: stored as they are.
     let bad = root.join("class_1/zz_bad.jpg");
     fs::write(&bad, b"this is no image at all").unwrap();
-    if let Store::Files(p) = &mut ds.store {
-        p.push(bad.clone());
-    }
+    ds.store_as_mut::<Files>().expect("files").0.push(bad.clone());
     ds.labels.push(1);
     let dst = root.join("out.trdpack");
     let s1 = pack(&ds, &dst, &cfg(1, 4096, &ds.classes), &never_cancel).unwrap();
@@ -146,9 +141,7 @@ fn failures_and_cancels_leave_no_file_and_never_replace_a_good_one() {
     let msg = PackedIndex::open(&partial).unwrap_err().to_string();
     assert!(msg.contains("unfinished trdata pack"), "{msg}");
     // Empty file list: refused by the writer.
-    if let Store::Files(p) = &mut ds.store {
-        p.truncate(1);
-    }
+    ds.store_as_mut::<Files>().expect("files").0.truncate(1);
     ds.labels.truncate(1);
     assert!(pack(&ds, &dst, &cfg(1, 8192, &[]), &never_cancel).is_ok());
 }
@@ -351,7 +344,7 @@ fn loaders_over_packed_files_match_the_source() {
     assert_eq!([head, tail].concat(), shuffled[0]);
     // The partial cache stayed within its documented bound (block_cache.rs): the blocks cache_bytes holds, plus
     // one held by each reader (at most 4 workers at once).
-    let Store::Packed(p) = &partial.store else { unreachable!() };
+    let p = partial.store_as::<PackedFile>().expect("a pack");
     let cache = p.cache().unwrap();
     let smallest = p.index().blocks.iter().map(|b| b.bytes).min().unwrap();
     let bound = (cache.cache_bytes() / smallest) as usize + 4;

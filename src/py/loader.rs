@@ -13,7 +13,7 @@ use crate::error::TrdataError;
 use crate::export::{Device, DlpackRequest, ElementType, HostView, TensorExport, into_capsule};
 use crate::loader::{BatchImages, DeviceSpec, Loader, LoaderState, NextStep};
 use crate::plan::LastBatch;
-use crate::source::{self, Store, image_folder_cancellable};
+use crate::source::{self, Files, image_folder_cancellable};
 use crate::sync::lock;
 use crate::transfer::BatchLease;
 use pyo3::prelude::*;
@@ -58,7 +58,8 @@ pub fn scan_image_folder(
         Ok(result) => result.py_err()?,
         Err(_) => return Err(to_py(TrdataError::Worker("the folder scan panicked".into()))),
     };
-    let Store::Files(paths) = ds.store else { unreachable!("a folder scan stores files") };
+    let mut ds = ds;
+    let Files(paths) = std::mem::take(ds.store_as_mut::<Files>().expect("a folder scan stores files"));
     Ok((paths.into_iter().map(PathBuf::into_os_string).collect(), ds.labels, ds.classes))
 }
 

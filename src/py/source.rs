@@ -11,7 +11,7 @@ use super::errors::{IntoPyResult, to_py};
 use crate::error::{ImageError, ImageErrorKind, SampleError, TrdataError};
 use crate::sample::{TargetKind, TargetStore};
 use crate::source::packed::{CACHE_BYTES, MODE, PREFETCH_BLOCKS, PartialOptions, WINDOW_BLOCKS};
-use crate::source::{self, Dataset, Store};
+use crate::source::{self, Dataset, PackedFile};
 use crate::source::{ExternalImage, ExternalSample, Reader};
 use crate::storage::disk_cache::CACHE_DISK_BYTES;
 use crate::storage::{Location, STORAGE_OPTIONS, StorageOptions};
@@ -299,16 +299,14 @@ impl NativeSource {
     /// A packed file's extra field names, numbered as stored (empty for any other source or a pack without).
     #[getter]
     fn extras_names(&self) -> Vec<String> {
-        match &self.dataset.store {
-            Store::Packed(p) => p.index().extras.as_ref().map_or_else(Vec::new, |e| e.names.clone()),
-            _ => Vec::new(),
-        }
+        let pack = self.dataset.store_as::<PackedFile>();
+        pack.and_then(|p| p.index().extras.as_ref()).map_or_else(Vec::new, |e| e.names.clone())
     }
 
     /// A packed file's extras of the records `indices`: per record a list of (field, kind code, bytes)
     /// (source/packed_extras.rs); a damaged record is a `DecodeError` naming it.
     fn packed_extras<'py>(&self, py: Python<'py>, indices: Vec<usize>) -> PyResult<Vec<Vec<StoredExtra<'py>>>> {
-        let Store::Packed(p) = &self.dataset.store else { return Ok(vec![Vec::new(); indices.len()]) };
+        let Some(p) = self.dataset.store_as::<PackedFile>() else { return Ok(vec![Vec::new(); indices.len()]) };
         let mut out = Vec::with_capacity(indices.len());
         for i in indices {
             if i >= self.dataset.len() {
@@ -327,7 +325,7 @@ impl NativeSource {
     /// such field), read in one ordered pass (source/packed.rs `extras_field`); a damaged record is a
     /// `DecodeError` naming it. Empty for a source that is not a packed file.
     fn packed_extras_field<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Vec<Option<Bound<'py, PyBytes>>>> {
-        let Store::Packed(p) = &self.dataset.store else { return Ok(Vec::new()) };
+        let Some(p) = self.dataset.store_as::<PackedFile>() else { return Ok(Vec::new()) };
         let Some(field) = p.index().extras.as_ref().and_then(|x| x.names.iter().position(|n| n == name)) else {
             return Ok(vec![None; self.dataset.len()]);
         };

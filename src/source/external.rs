@@ -4,15 +4,17 @@
 //! says (exactly once per sample per epoch, sharded, resumable, like every other store).
 //!
 //! Labels protocol: [`ExternalStore::read`] stores the label it got into `labels[i]` before returning, and the
-//! worker that read sample i is the one that writes its batch row (`worker::run_job`: `produce`, then
+//! worker that read sample i is the one that writes its batch row (worker/pool.rs `run_job`: `produce`, then
 //! `Dataset::label` of the index it wrote), so the label it loads is the one its own read stored (program order,
 //! one thread). A second reader of the same index (a skip-policy replacement candidate read by two workers)
 //! stores the same value for a deterministic dataset; the packer hands a record from its producer thread to the
 //! writer through a channel, which orders the store before the load. Relaxed atomics suffice for all three.
 
-use crate::error::{ImageError, ImageErrorKind};
+use super::{Dataset, ImageStore, ReadCtx, SampleBytes, fingerprint};
+use crate::error::{ImageError, ImageErrorKind, Result as TrResult, TrdataError};
 use crate::sync::{AtomicU64, Ordering};
 use std::fmt;
+use std::path::PathBuf;
 
 /// What a [`Reader`] put in the caller's buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +93,7 @@ impl fmt::Debug for ExternalStore {
 
 impl ExternalStore {
     /// A store of `len` samples read by `reader` (`len` checked by [`super::external`]).
-    pub(super) fn new(reader: Box<dyn Reader>, len: usize) -> Self {
+    fn new(reader: Box<dyn Reader>, len: usize) -> Self {
         Self { reader, labels: (0..len).map(|_| AtomicU64::new(0)).collect() }
     }
 
@@ -123,11 +125,60 @@ impl ExternalStore {
     }
 }
 
+impl ImageStore for ExternalStore {
+    fn kind(&self) -> &'static str {
+        "dataset"
+    }
+
+    fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    fn sample_name(&self, i: usize) -> PathBuf {
+        PathBuf::from(format!("<dataset>[{i}]"))
+    }
+
+    fn read<'s>(&'s self, i: usize, how: &ReadCtx<'_>, buf: &mut Vec<u8>) -> Result<SampleBytes<'s>, ImageError> {
+        Ok(match ExternalStore::read(self, i, how.epoch, buf)? {
+            ExternalImage::Encoded => SampleBytes::in_buffer(),
+            ExternalImage::Pixels { height, width, channels } => {
+                SampleBytes::in_buffer().as_pixels((height, width, channels))
+            }
+        })
+    }
+
+    fn identity(&self, _labels: &[i64]) -> String {
+        fingerprint(self.kind(), |add| add(self.reader.identity().as_bytes()))
+    }
+
+    fn read_label(&self, i: usize) -> Option<i64> {
+        Some(self.label(i))
+    }
+
+    fn labels_come_with_reads(&self) -> bool {
+        true
+    }
+}
+
+/// The `dataset` parameter's name (`trdata.DatasetSource(dataset)`; its rules: [`external`]).
+const DATASET: &str = "dataset";
+
+/// A dataset of `len` samples made on demand by `reader` (a Python map-style dataset): at least one sample and
+/// fewer than 2^32, as every source.
+pub fn external(reader: Box<dyn Reader>, len: usize) -> TrResult<Dataset> {
+    if len == 0 || len > u32::MAX as usize {
+        return Err(TrdataError::config(
+            DATASET,
+            format!("a dataset of {len} samples must have at least one and fewer than 2**32"),
+        ));
+    }
+    Ok(Dataset::new(ExternalStore::new(reader, len), vec![0; len], Vec::new()))
+}
+
 #[cfg(all(test, not(trdata_loom)))]
 mod tests {
     use super::*;
-    use crate::error::TrdataError;
-    use crate::source::{Dataset, Store, external};
+    use crate::source::{Dataset, external};
 
     /// Sample i: i×i gray pixels labelled -i, and an error at 3.
     struct Squares;
@@ -147,7 +198,7 @@ mod tests {
     #[test]
     fn labels_come_with_each_read_and_errors_keep_none() {
         let ds: Dataset = external(Box::new(Squares), 5).unwrap();
-        let Store::External(store) = &ds.store else { panic!("external") };
+        let store = ds.store_as::<ExternalStore>().expect("external");
         assert_eq!((ds.len(), ds.known_labels(), ds.natural_channels()), (5, None, 3));
         assert_eq!(ds.sample_name(4).to_str(), Some("<dataset>[4]"));
         let mut buf = vec![9; 100];

@@ -27,7 +27,7 @@
 //! inherit a pinned worker's affinity if it were first touched from one); every directory visit checks the
 //! `cancel` flag, so the caller can stop the scan of a huge tree at any time.
 
-use super::{Dataset, Store};
+use super::{Dataset, Files};
 use crate::error::{Result, TrdataError};
 use rayon::prelude::*;
 use std::cmp::Ordering as CmpOrdering;
@@ -227,7 +227,7 @@ pub fn image_folder_cancellable(root: &Path, cancel: &AtomicBool) -> Result<Data
     if paths.len() > u32::MAX as usize {
         return Err(source_error(root, "more than 2^32 samples"));
     }
-    Ok(Dataset::new(Store::Files(paths), labels, classes.into_iter().map(|(n, _)| n).collect()))
+    Ok(Dataset::new(Files(paths), labels, classes.into_iter().map(|(n, _)| n).collect()))
 }
 
 #[cfg(test)]
@@ -248,7 +248,7 @@ mod tests {
     }
 
     fn listing(root: &Path, ds: &Dataset) -> Vec<(String, i64)> {
-        let Store::Files(paths) = &ds.store else { panic!("ImageFolder stores files") };
+        let Files(paths) = ds.store_as::<Files>().expect("ImageFolder stores files");
         paths.iter().zip(&ds.labels).map(|(p, &l)| (p.strip_prefix(root).unwrap().display().to_string(), l)).collect()
     }
 

@@ -1,58 +1,299 @@
 //! source — where samples come from, the first stage of the pipeline (**source** → plan → decode → …): a
-//! [`Dataset`] built once per loader (a [`Store`] of images + one label each) and the bytes of one sample read by
-//! a worker. Stores: files (ImageFolder, FileList), encoded blobs in memory (Bytes), raw pixels (Arrays), spans
-//! of tar shards (WebDataset), packed files (`packed`: format, reader and block cache) and samples made on demand
-//! by code outside the core (`external`: a user's Python dataset).
+//! [`Dataset`] built once per loader (an [`ImageStore`] of images + one label each) and the bytes of one sample
+//! read by a worker ([`Dataset::read`], the one read of every store: the worker's row, a Mosaic's partners and the
+//! packer all call it).
+//!
+//! A store is one file behind the [`ImageStore`] trait: `files` (ImageFolder, FileList), `blobs` (encoded images
+//! in memory: Bytes), `pixels` (raw pixels: Arrays), `spans` (members of tar shards: WebDataset), `packed` (packed
+//! files: format, reader and block cache), `remote` (objects behind URLs) and `external` (samples made on demand
+//! by code outside the core: a user's Python dataset). A new store is its own file implementing the trait, plus
+//! its binding constructor (py/source.rs); nothing else matches on the kind of store.
 //! `image_folder` follows torchvision's ImageFolder rules, except that a directory reached by several (symlinked)
-//! paths is entered once; `file_list` takes explicit lists; `read_sample` reads one regular file, bounded. Paths
+//! paths is entered once; `files` takes explicit lists; `read_sample` reads one regular file, bounded. Paths
 //! and class names stay bytes (`PathBuf`/`OsString`) end to end: Linux file names need not be UTF-8, and the
 //! Python side sees them as `os.fsdecode` strings.
 
 pub mod annotations;
+mod blobs;
 mod block_cache;
 pub mod braces;
 pub mod external;
+mod files;
 mod image_folder;
 pub mod packed;
 pub mod packed_extras;
 mod packed_json;
+mod pixels;
 mod read;
 pub mod remote;
+mod spans;
 
+pub use blobs::{Blobs, bytes};
 pub use block_cache::{BlockBytes, BlockCache, BlockSchedule, CacheStats};
-pub use external::{ExternalImage, ExternalSample, ExternalStore, Reader};
+pub use external::{ExternalImage, ExternalSample, ExternalStore, Reader, external};
+pub use files::{Files, check_file_list, file_list};
 pub use image_folder::{IMAGE_EXTENSIONS, image_folder, image_folder_cancellable, is_image_file_name, python_name_cmp};
-pub use packed::{PackedFile, PackedMode, PartialOptions};
+pub use packed::{PackedFile, PackedMode, PartialOptions, packed_dataset, packed_dataset_at};
+pub use pixels::{PixelArray, arrays};
 pub use read::{describe as describe_file_type, open_regular, read_sample, read_span, undecoded_format};
 pub use remote::{RemoteStore, object_files, object_folder, object_spans};
+pub use spans::{Spans, spans};
 
-use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
-use crate::storage::disk_cache::DiskCache;
-use crate::storage::{Location, StorageOptions};
+use crate::error::{ImageError, ImageErrorKind};
 use crate::sync::Arc;
+use std::any::Any;
 use std::ffi::OsString;
 use std::path::PathBuf;
+
+/// The `labels` parameter's name (its rule: one label per sample, checked by each store's constructor).
+const LABELS: &str = "labels";
+/// The `shards` parameter's name (WebDataset's; its rules: [`spans()`] and braces.rs).
+const SHARDS: &str = "shards";
 
 /// Samples at each end of the dataset that [`Dataset::identity`] looks at.
 pub const IDENTITY_SAMPLES: usize = 4;
 
-/// Where the samples' images live.
-#[derive(Debug, Clone)]
-pub enum Store {
-    /// Encoded image files, read by the workers on demand (ImageFolder, FileList).
-    Files(Vec<PathBuf>),
-    /// Encoded images in memory (`trdata.Bytes`).
-    Blobs(Vec<Vec<u8>>),
-    /// Raw pixels in memory, decoded by nobody (`trdata.Arrays`).
-    Pixels(PixelArray),
-    /// Byte spans of files: the image members of tar shards (`trdata.WebDataset`).
-    Spans(Spans),
-    /// The records of a packed file (`trdata.Packed`), CRC-checked on every read.
-    Packed(Arc<PackedFile>),
-    /// Samples made on demand by code outside the core (a Python map-style dataset), labels known once read.
-    External(Arc<ExternalStore>),
-    /// Objects behind URLs, or byte ranges of them (ImageFolder/FileList/WebDataset over a bucket; remote.rs).
-    Remote(Arc<RemoteStore>),
+/// How a store's read is made ([`ImageStore::read`]).
+pub struct ReadCtx<'a> {
+    /// The epoch of the row the read is for (an external store keys what else its read returned by it).
+    pub epoch: u64,
+    /// The most bytes a sample may have (a larger file or object is refused before it is read whole).
+    pub max_bytes: u64,
+    /// The plan's read of this sample (true), or a read the plan did not schedule (a Mosaic's partner): a partial
+    /// pack's block cache counts only the first kind (block_cache.rs).
+    pub planned: bool,
+    /// Whether the reader's epoch is over (a wait for a block ends with an error then).
+    pub stopping: &'a dyn Fn() -> bool,
+}
+
+/// Bytes a store holds or fetched: a slice of its memory (an in-memory store, a full pack), a cached block kept
+/// alive while it is used (a partial pack), or bytes read again after the copy at hand failed its CRC32C.
+#[derive(Debug)]
+pub enum StoreBytes<'a> {
+    /// A slice of the store's memory.
+    Slice(&'a [u8]),
+    /// A partial pack's block and the record's range in it.
+    Block(Arc<BlockBytes>, std::ops::Range<usize>),
+    /// Bytes read for this sample alone.
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for StoreBytes<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            StoreBytes::Slice(s) => s,
+            StoreBytes::Block(b, r) => &b.bytes()[r.clone()],
+            StoreBytes::Owned(v) => v,
+        }
+    }
+}
+
+/// (height, width, channels) of raw uint8 pixels, row-major (channels 1 or 3, checked by the store).
+pub type PixelShape = (u32, u32, u8);
+
+/// One raw image: `height × width × channels` uint8 pixels, row-major and contiguous.
+#[derive(Debug, Clone, Copy)]
+pub struct RawImage<'a> {
+    /// The pixels.
+    pub pixels: &'a [u8],
+    /// Rows.
+    pub height: u32,
+    /// Columns.
+    pub width: u32,
+    /// 1 (gray) or 3 (RGB).
+    pub channels: u8,
+}
+
+/// What one read of a sample gave ([`Dataset::read`]): its bytes, held by the store or left in the reader's
+/// buffer (files, objects, a Python dataset's output), and whether they are an encoded image or raw pixels.
+/// The buffer is the caller's, not borrowed by this value, so a caller may still use it after a failed read.
+#[derive(Debug)]
+pub struct SampleBytes<'s> {
+    /// The store's bytes; None: the reader's buffer holds them.
+    held: Option<StoreBytes<'s>>,
+    /// Raw pixels of this shape; None: an encoded image.
+    pixels: Option<PixelShape>,
+}
+
+impl<'s> SampleBytes<'s> {
+    /// Encoded bytes the store holds.
+    pub fn held(bytes: StoreBytes<'s>) -> Self {
+        Self { held: Some(bytes), pixels: None }
+    }
+
+    /// Encoded bytes left in the reader's buffer.
+    pub fn in_buffer() -> Self {
+        Self { held: None, pixels: None }
+    }
+
+    /// The same bytes as raw pixels of `shape`.
+    pub fn as_pixels(self, shape: PixelShape) -> Self {
+        Self { pixels: Some(shape), ..self }
+    }
+
+    /// The sample's bytes, given the reader's buffer the read was made with.
+    pub fn bytes<'b>(&'b self, buf: &'b [u8]) -> &'b [u8] {
+        self.held.as_deref().unwrap_or(buf)
+    }
+
+    /// The raw image, when the bytes are pixels (None: an encoded image to decode).
+    pub fn raw<'b>(&'b self, buf: &'b [u8]) -> Option<RawImage<'b>> {
+        let (height, width, channels) = self.pixels?;
+        Some(RawImage { pixels: self.bytes(buf), height, width, channels })
+    }
+
+    /// The shape of raw pixels (None: an encoded image).
+    pub fn pixel_shape(&self) -> Option<PixelShape> {
+        self.pixels
+    }
+}
+
+/// `Any` for every store, so a binding that knows a store's type may reach it ([`Dataset::store_as`]).
+pub trait AsAny: Any + Send + Sync {
+    /// This store as `Any`.
+    fn as_any(&self) -> &dyn Any;
+    /// This store as `Any`, mutably.
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+impl<T: Any + Send + Sync> AsAny for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// Where the samples' images live: one kind of store per file of this room (module docs). Called from every
+/// worker thread at once, for any indices.
+pub trait ImageStore: AsAny + std::fmt::Debug {
+    /// The kind of store as checkpoints and pack metadata record it: "files" (an image folder or a file list,
+    /// local or behind URLs), "spans" (WebDataset), "bytes", "arrays", "packed", "dataset".
+    fn kind(&self) -> &'static str;
+
+    /// Number of images.
+    fn len(&self) -> usize;
+
+    /// True when there are none (never, for a store made by its constructor).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// How errors name sample `i`: its file, its member, `<memory>[i]`, …
+    fn sample_name(&self, i: usize) -> PathBuf;
+
+    /// Sample `i`'s bytes: held by the store, or read into `buf` (which the caller keeps between reads, so a
+    /// worker reads without allocating once it has grown). An error is the sample's, under the loader's
+    /// `on_error`.
+    fn read<'s>(&'s self, i: usize, how: &ReadCtx<'_>, buf: &mut Vec<u8>) -> Result<SampleBytes<'s>, ImageError>;
+
+    /// What [`Dataset::identity`] records of this store, given the dataset's `labels` (that method's docs say
+    /// what for each store). [`name_identity`] and [`content_identity`] are the two common forms.
+    fn identity(&self, labels: &[i64]) -> String;
+
+    /// Sample `i`'s label when the store learns labels by reading (a Python dataset: the label its last read
+    /// returned); None when the dataset's labels are known before any read.
+    fn read_label(&self, _i: usize) -> Option<i64> {
+        None
+    }
+
+    /// Whether labels come with each read (then [`Self::read_label`] is Some for every index).
+    fn labels_come_with_reads(&self) -> bool {
+        false
+    }
+
+    /// Channels of the images as the store holds them (see [`Dataset::natural_channels`]).
+    fn natural_channels(&self) -> u8 {
+        3
+    }
+
+    /// (height, width) of every image when the store says they share one size without reading one.
+    fn uniform_size(&self) -> Option<(u32, u32)> {
+        None
+    }
+
+    /// The counters of the store's storage reads ([`Dataset::io_stats`] names them); empty when it reads none.
+    fn io_stats(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+
+    /// The block structure the plan must follow (see [`Dataset::block_structure`]).
+    fn block_structure(&self) -> Option<BlockStructure<'_>> {
+        None
+    }
+
+    /// A partial pack's block cache.
+    fn block_cache(&self) -> Option<&BlockCache> {
+        None
+    }
+
+    /// Count the plan's read of sample `i` made with `planned: false` (a Mosaic row's own sample) or not made
+    /// (a sample known bad under `skip`): a partial pack's cache counts it (block_cache.rs).
+    fn count_planned_read(&self, _i: usize) {}
+
+    /// Whether the store starts reads ahead of the worker ([`Self::read_ahead`]; objects behind URLs).
+    fn reads_ahead(&self) -> bool {
+        false
+    }
+
+    /// Start the reads of `indices` (this thread's next samples), each at most `max_bytes` (source/remote.rs).
+    fn read_ahead(&self, _indices: &mut dyn Iterator<Item = usize>, _max_bytes: u64) {}
+
+    /// Drop the reads this thread started and no longer needs (end of a worker's job).
+    fn end_read_ahead(&self) {}
+}
+
+/// The first and last [`IDENTITY_SAMPLES`] indices of `n` samples, each once.
+fn sampled(n: usize) -> impl Iterator<Item = usize> {
+    let head = n.min(IDENTITY_SAMPLES);
+    (0..head).chain(n.saturating_sub(IDENTITY_SAMPLES).max(head)..n)
+}
+
+/// "<kind> <crc>": the CRC32C of what `feed` adds, each part length-prefixed.
+pub fn fingerprint(kind: &str, feed: impl FnOnce(&mut dyn FnMut(&[u8]))) -> String {
+    let mut crc = 0u32;
+    feed(&mut |bytes: &[u8]| {
+        crc = crc32c::crc32c_append(crc, &(bytes.len() as u64).to_le_bytes());
+        crc = crc32c::crc32c_append(crc, bytes);
+    });
+    format!("{kind} {crc:08x}")
+}
+
+/// The identity of a store of named samples (files, shard members, objects): the sampled samples' names without
+/// their root (a file's class folder and name; a member's shard name, offset and size: the dataset may move) and
+/// labels.
+pub fn name_identity(store: &dyn ImageStore, labels: &[i64]) -> String {
+    let keep = if store.kind() == "spans" { 1 } else { 2 };
+    fingerprint(store.kind(), |add| {
+        for i in sampled(store.len()) {
+            let name = store.sample_name(i);
+            let bytes = name.as_os_str().as_encoded_bytes();
+            let cut = bytes.iter().enumerate().rev().filter(|(_, b)| **b == b'/').nth(keep - 1);
+            add(&bytes[cut.map_or(0, |(k, _)| k + 1)..]);
+            add(&labels[i].to_le_bytes());
+        }
+    })
+}
+
+/// The identity of a store held in memory: `head` (a shape), then the sampled samples' contents' CRCs and labels.
+pub fn content_identity<'a>(
+    kind: &str,
+    head: &[u8],
+    len: usize,
+    content: impl Fn(usize) -> &'a [u8],
+    labels: &[i64],
+) -> String {
+    fingerprint(kind, |add| {
+        if !head.is_empty() {
+            add(head);
+        }
+        for i in sampled(len) {
+            add(&crc32c::crc32c(content(i)).to_le_bytes());
+            add(&labels[i].to_le_bytes());
+        }
+    })
 }
 
 /// The block structure a source asks the plan to follow (partial packed files): block k holds records
@@ -65,50 +306,11 @@ pub struct BlockStructure<'a> {
     pub window_blocks: u32,
 }
 
-/// Image `i` is `len[i]` bytes at `offset[i]` of `files[file[i]]`.
-#[derive(Debug, Clone)]
-pub struct Spans {
-    /// The shard files.
-    pub files: Vec<PathBuf>,
-    /// Per image: index into `files`.
-    pub file: Vec<u32>,
-    /// Per image: byte offset of the member's data.
-    pub offset: Vec<u64>,
-    /// Per image: the member's size in bytes.
-    pub len: Vec<u64>,
-}
-
-/// N images of `height × width × channels` uint8 pixels, row-major and contiguous (numpy's (N, H, W[, C])).
-#[derive(Debug, Clone)]
-pub struct PixelArray {
-    /// All images, image i at `i * image_bytes()`.
-    pub data: Vec<u8>,
-    /// Rows per image.
-    pub height: u32,
-    /// Columns per image.
-    pub width: u32,
-    /// 1 (gray) or 3 (RGB).
-    pub channels: u8,
-}
-
-impl PixelArray {
-    /// Bytes of one image.
-    pub fn image_bytes(&self) -> usize {
-        self.height as usize * self.width as usize * usize::from(self.channels)
-    }
-
-    /// The pixels of image `i`.
-    pub fn image(&self, i: usize) -> &[u8] {
-        let n = self.image_bytes();
-        &self.data[i * n..(i + 1) * n]
-    }
-}
-
 /// An indexed collection of samples: dataset index i is `store`'s image i with label [`Dataset::label`]`(i)`.
 #[derive(Debug, Clone)]
 pub struct Dataset {
     /// The images.
-    pub store: Store,
+    pub store: std::sync::Arc<dyn ImageStore>,
     /// One label per image, in index order, as the source knows them before any read (an external store's are
     /// zeros: its labels come with each read, see [`Dataset::label`]).
     pub labels: Vec<i64>,
@@ -124,8 +326,23 @@ pub struct Dataset {
 
 impl Dataset {
     /// A dataset of `store` with its labels and class names, and no annotations.
-    pub fn new(store: Store, labels: Vec<i64>, classes: Vec<OsString>) -> Self {
-        Self { store, labels, classes, boxes: None, sizes: None }
+    pub fn new(store: impl ImageStore, labels: Vec<i64>, classes: Vec<OsString>) -> Self {
+        Self { store: std::sync::Arc::new(store), labels, classes, boxes: None, sizes: None }
+    }
+
+    /// The store as its concrete type `T`, when it is one (a binding's view of the store it made).
+    pub fn store_as<T: ImageStore>(&self) -> Option<&T> {
+        (*self.store).as_any().downcast_ref()
+    }
+
+    /// The store as its concrete type `T`, mutably, when it is one and not shared (tests that edit a source).
+    pub fn store_as_mut<T: ImageStore>(&mut self) -> Option<&mut T> {
+        std::sync::Arc::get_mut(&mut self.store)?.as_any_mut().downcast_mut()
+    }
+
+    /// Sample `i`'s bytes (the one read of every store: [`ImageStore::read`]).
+    pub fn read<'s>(&'s self, i: usize, how: &ReadCtx<'_>, buf: &mut Vec<u8>) -> Result<SampleBytes<'s>, ImageError> {
+        self.store.read(i, how, buf)
     }
 
     /// The size (width, height) the source declares for image `i`, if it declares sizes.
@@ -145,51 +362,25 @@ impl Dataset {
 
     /// The label of sample `i`: the source's, or for an external store the one its last read returned.
     pub fn label(&self, i: usize) -> i64 {
-        match &self.store {
-            Store::External(e) => e.label(i),
-            _ => self.labels[i],
-        }
+        self.store.read_label(i).unwrap_or_else(|| self.labels[i])
     }
 
     /// The labels when the source knows them all before reading a sample (None for an external store).
     pub fn known_labels(&self) -> Option<&[i64]> {
-        (!matches!(self.store, Store::External(_))).then_some(&self.labels[..])
+        (!self.store.labels_come_with_reads()).then_some(&self.labels[..])
     }
 
     /// Channels of this dataset's images as the source holds them: 1 when every image is gray by construction
-    /// (raw gray pixels: MNIST and its kin), 3 otherwise (encoded images, which torchvision's ImageFolder converts
-    /// to RGB whatever they hold). A loader's `channels=None` outputs this many (`config::default::channels`).
+    /// (raw gray pixels: MNIST and its kin, and a pack of them), 3 otherwise (encoded images, which torchvision's
+    /// ImageFolder converts to RGB whatever they hold). A loader's `channels=None` outputs this many
+    /// (`config::default::channels`).
     pub fn natural_channels(&self) -> u8 {
-        match &self.store {
-            Store::Pixels(a) => a.channels,
-            // a pack of gray pixel arrays (a packed MNIST) stays gray; encoded records are RGB like files
-            Store::Packed(p) => {
-                let gray_raw =
-                    |r: &packed::IndexRow| r.meta.format == packed::RecordFormat::Raw && r.meta.channels == 1;
-                if p.index().rows.iter().all(gray_raw) { 1 } else { 3 }
-            }
-            Store::Files(_) | Store::Blobs(_) | Store::Spans(_) | Store::External(_) | Store::Remote(_) => 3,
-        }
+        self.store.natural_channels()
     }
 
     /// How errors name sample `i`: its file, or `<memory>[i]` for an in-memory store.
     pub fn sample_name(&self, i: usize) -> PathBuf {
-        match &self.store {
-            Store::Files(paths) => paths[i].clone(),
-            Store::Blobs(_) | Store::Pixels(_) => PathBuf::from(format!("<memory>[{i}]")),
-            Store::External(_) => PathBuf::from(format!("<dataset>[{i}]")),
-            Store::Spans(s) => {
-                let mut name = s.files[s.file[i] as usize].clone().into_os_string();
-                name.push(format!("@{}+{}", s.offset[i], s.len[i]));
-                PathBuf::from(name)
-            }
-            Store::Remote(r) => r.sample_name(i),
-            Store::Packed(p) => {
-                let mut name = p.path().as_os_str().to_os_string();
-                name.push(format!("#{i}"));
-                PathBuf::from(name)
-            }
-        }
+        self.store.sample_name(i)
     }
 
     /// The order the plan follows besides the samples, for checkpoints: "samples", or for a partial pack
@@ -203,80 +394,27 @@ impl Dataset {
 
     /// What a checkpoint records of the source it was taken over (`LoaderState::source`), so that a checkpoint is
     /// refused over another source of the same length: "<kind> <fingerprint>", the kind being the user's source
-    /// ("files" for an image folder or file list, local or behind URLs alike; "spans" for WebDataset; "bytes",
-    /// "arrays", "packed", "dataset": `pack::source_kind`'s words) and the fingerprint a CRC32C of, per store:
+    /// ([`ImageStore::kind`]) and the fingerprint a CRC32C of, per store:
     /// - a packed file: the identity of the source it was packed from, stored in its metadata (so a checkpoint
     ///   moves between a source and its pack, and a pack of a pack keeps it); in a pack of a trdata that did not
     ///   store it, its index's CRC (every record's position, size, CRC and label). Either is the file's content,
     ///   wherever it lies: a checkpoint over `s3://…/train.trd` resumes over a local copy;
     /// - files and shard members: the first and last [`IDENTITY_SAMPLES`] samples' names without their root (a
-    ///   file's class folder and name; a member's shard name, offset and size: the dataset may move) and labels;
-    /// - bytes and arrays: those samples' contents' CRCs and labels (and the arrays' image shape);
+    ///   file's class folder and name; a member's shard name, offset and size: the dataset may move) and labels
+    ///   ([`name_identity`]);
+    /// - bytes and arrays: those samples' contents' CRCs and labels (and the arrays' image shape:
+    ///   [`content_identity`]);
     /// - a Python dataset: its class (`Reader::identity`); its samples are not read for this.
     ///
     /// Cheap (a few samples, or one number of the pack's header), and so a check against mistakes, not a proof:
     /// two sources that agree on these samples pass.
     pub fn identity(&self) -> String {
-        let n = self.len();
-        let head = n.min(IDENTITY_SAMPLES);
-        let sampled = (0..head).chain(n.saturating_sub(IDENTITY_SAMPLES).max(head)..n);
-        let mut crc = 0u32;
-        let mut add = |bytes: &[u8]| {
-            crc = crc32c::crc32c_append(crc, &(bytes.len() as u64).to_le_bytes());
-            crc = crc32c::crc32c_append(crc, bytes);
-        };
-        let kind = match &self.store {
-            Store::Packed(p) => {
-                let stored = &p.index().meta.options.identity;
-                if !stored.is_empty() {
-                    return stored.clone(); // its source's: a checkpoint moves between a source and its pack
-                }
-                add(&p.index().header.index_crc.to_le_bytes());
-                "packed"
-            }
-            Store::External(e) => {
-                add(e.identity().as_bytes());
-                "dataset"
-            }
-            Store::Blobs(blobs) => {
-                for i in sampled {
-                    add(&crc32c::crc32c(&blobs[i]).to_le_bytes());
-                    add(&self.labels[i].to_le_bytes());
-                }
-                "bytes"
-            }
-            Store::Pixels(a) => {
-                add(&[a.height.to_le_bytes(), a.width.to_le_bytes(), u32::from(a.channels).to_le_bytes()].concat());
-                for i in sampled {
-                    add(&crc32c::crc32c(a.image(i)).to_le_bytes());
-                    add(&self.labels[i].to_le_bytes());
-                }
-                "arrays"
-            }
-            Store::Files(_) | Store::Spans(_) | Store::Remote(_) => {
-                let spans = matches!(&self.store, Store::Spans(_))
-                    || matches!(&self.store, Store::Remote(r) if r.kind() == "spans");
-                // A file's class folder and name; a member's shard name (with its offset and size).
-                let keep = if spans { 1 } else { 2 };
-                for i in sampled {
-                    let name = self.sample_name(i);
-                    let bytes = name.as_os_str().as_encoded_bytes();
-                    let cut = bytes.iter().enumerate().rev().filter(|(_, b)| **b == b'/').nth(keep - 1);
-                    add(&bytes[cut.map_or(0, |(k, _)| k + 1)..]);
-                    add(&self.labels[i].to_le_bytes());
-                }
-                if spans { "spans" } else { "files" }
-            }
-        };
-        format!("{kind} {crc:08x}")
+        self.store.identity(&self.labels)
     }
 
     /// The block cache of a partial pack (None for any other source).
     pub fn block_cache(&self) -> Option<&BlockCache> {
-        match &self.store {
-            Store::Packed(p) => p.cache(),
-            _ => None,
-        }
+        self.store.block_cache()
     }
 
     /// The counters of the source's storage reads and of its block cache, as `Loader.stats()` and the source's
@@ -285,60 +423,28 @@ impl Dataset {
     /// good); a pack adds `storage_refetches` (reads made again because their bytes failed the records'
     /// CRC32Cs: source/packed.rs); a partial pack adds `storage_wait_ns` (time readers waited for blocks not there yet),
     /// `storage_inflight_bytes` (fetches in flight now), `cache_hits`, `cache_misses` (fetches started by reads; with
-    /// `cache_prefetched_blocks`: every block fetched), `cache_prefetched_blocks`, `cache_evictions` and `cache_bytes` (resident now). Empty for a source
-    /// that is not read from storage (in memory, local image files).
+    /// `cache_prefetched_blocks`: every block fetched), `cache_prefetched_blocks`, `cache_evictions` and `cache_bytes`
+    /// (resident now), and with a disk cache its `disk_*` counters. Empty for a source that is not read from
+    /// storage (in memory, local image files).
     pub fn io_stats(&self) -> Vec<(&'static str, u64)> {
-        let s = match &self.store {
-            Store::Packed(p) => p.reader().stats(),
-            Store::Remote(r) => r.stats(),
-            _ => return Vec::new(),
-        };
-        let mut out = vec![
-            ("storage_requests", s.requests),
-            ("storage_bytes", s.bytes),
-            ("storage_retries", s.retries),
-            ("storage_failures", s.failures),
-        ];
-        if let Store::Packed(_) = &self.store {
-            out.push(("storage_refetches", s.refetches));
-        }
-        if let Some(c) = self.block_cache().map(BlockCache::stats) {
-            out.extend([
-                ("storage_wait_ns", c.wait_ns),
-                ("storage_inflight_bytes", c.inflight_bytes),
-                ("cache_hits", c.hits),
-                ("cache_misses", c.misses),
-                ("cache_prefetched_blocks", c.prefetched),
-                ("cache_evictions", c.evictions),
-                ("cache_bytes", c.resident_bytes),
-            ]);
-        }
-        if let Store::Packed(p) = &self.store
-            && let Some(d) = p.disk_cache().map(DiskCache::stats)
-        {
-            out.extend([
-                ("disk_hits", d.disk_hits),
-                ("disk_misses", d.disk_misses),
-                ("disk_admitted_bytes", d.disk_admitted_bytes),
-                ("disk_rejected", d.disk_rejected),
-                ("disk_corrupt_removed", d.disk_corrupt_removed),
-                ("disk_errors", d.disk_errors),
-                ("disk_leftovers_removed", d.disk_leftovers_removed),
-            ]);
-        }
-        out
+        self.store.io_stats()
     }
 
     /// The block structure the plan must follow to read this source block by block (partial packed files);
     /// None when any order reads equally well.
     pub fn block_structure(&self) -> Option<BlockStructure<'_>> {
-        match &self.store {
-            Store::Packed(p) if p.mode() == PackedMode::Partial => {
-                Some(BlockStructure { block_starts: p.block_starts(), window_blocks: p.window_blocks() })
-            }
-            _ => None,
-        }
+        self.store.block_structure()
     }
+}
+
+/// The storage counters every store read from storage shows ([`Dataset::io_stats`]).
+pub fn storage_stats(s: &crate::storage::StorageStats) -> Vec<(&'static str, u64)> {
+    vec![
+        ("storage_requests", s.requests),
+        ("storage_bytes", s.bytes),
+        ("storage_retries", s.retries),
+        ("storage_failures", s.failures),
+    ]
 }
 
 /// A `Target` error when an image decodes at `got` (width, height) and its source declares another size: its
@@ -355,204 +461,5 @@ pub fn check_declared_size(got: (u32, u32), declared: Option<(u32, u32)>) -> std
             ),
         )),
         _ => Ok(()),
-    }
-}
-
-/// A dataset of the packed file `path` (`trdata.Packed`; [`packed_dataset_at`] for a URL), opened in `mode` (see
-/// [`packed`] for the format and the modes; `partial` as the user gave it, None = default). The header and index
-/// are checked here: a foreign, truncated or damaged file or object is a `SourceError` naming it.
-pub fn packed_dataset(path: &std::path::Path, mode: PackedMode, partial: PartialOptions) -> Result<Dataset> {
-    packed_dataset_at(&Location::local(path), &StorageOptions::default(), mode, partial, None, None)
-}
-
-/// [`packed_dataset`] of a local path or a URL (storage/): `options` are the user's `storage_options`;
-/// `cache_dir` and `cache_disk_bytes` the disk cache's (storage/disk_cache.rs; partial mode only), checked before
-/// the file is opened.
-pub fn packed_dataset_at(
-    location: &Location,
-    options: &StorageOptions,
-    mode: PackedMode,
-    partial: PartialOptions,
-    cache_dir: Option<&std::path::Path>,
-    cache_disk_bytes: Option<i128>,
-) -> Result<Dataset> {
-    let disk = DiskCache::from_params(cache_dir, cache_disk_bytes, mode == PackedMode::Partial)?;
-    let file = PackedFile::open_with_disk(location, options, mode, partial, disk)?;
-    let labels = file.index().rows.iter().map(|r| r.label).collect();
-    let classes = file.index().meta.classes.clone();
-    Ok(Dataset::new(Store::Packed(Arc::new(file)), labels, classes))
-}
-
-/// The `paths` parameter's name (its rules: [`check_file_list`]).
-const PATHS: &str = "paths";
-/// The `labels` parameter's name (its rule: one label per path, in [`check_file_list`]).
-const LABELS: &str = "labels";
-
-/// Check an explicit file list before any file is opened: at least one path and below 2^32 of them, each
-/// non-empty and without NUL (which no OS path holds), and `num_labels` = one label per path. The one place
-/// these rules are written: `trdata.FileList` calls it when made (through the binding), [`file_list`] again.
-pub fn check_file_list(paths: &[PathBuf], num_labels: usize) -> Result<()> {
-    if paths.is_empty() {
-        return Err(TrdataError::config(PATHS, "[] must list at least one file"));
-    }
-    if paths.len() > u32::MAX as usize {
-        return Err(TrdataError::config(PATHS, format!("{} paths must be fewer than 2**32", paths.len())));
-    }
-    if let Some((i, p)) = paths
-        .iter()
-        .enumerate()
-        .find(|(_, p)| p.as_os_str().is_empty() || p.as_os_str().as_encoded_bytes().contains(&0))
-    {
-        return Err(TrdataError::config(
-            PATHS,
-            format!("{p:?} (element {i}) must be a non-empty path without NUL characters"),
-        ));
-    }
-    if num_labels != paths.len() {
-        return Err(TrdataError::config(
-            LABELS,
-            format!("{num_labels} labels must be one per path ({} paths)", paths.len()),
-        ));
-    }
-    Ok(())
-}
-
-/// A dataset from explicit paths and labels (checked by [`check_file_list`]). Files are not opened here: a
-/// missing file is reported (or skipped) when its sample is decoded, like any other bad input.
-pub fn file_list(paths: Vec<PathBuf>, labels: Vec<i64>) -> Result<Dataset> {
-    check_file_list(&paths, labels.len())?;
-    Ok(Dataset::new(Store::Files(paths), labels, Vec::new()))
-}
-
-/// The `dataset` parameter's name (`trdata.DatasetSource(dataset)`; its rules: [`external`]).
-const DATASET: &str = "dataset";
-
-/// A dataset of `len` samples made on demand by `reader` (a Python map-style dataset): at least one sample and
-/// fewer than 2^32, as every source.
-pub fn external(reader: Box<dyn Reader>, len: usize) -> Result<Dataset> {
-    if len == 0 || len > u32::MAX as usize {
-        return Err(TrdataError::config(
-            DATASET,
-            format!("a dataset of {len} samples must have at least one and fewer than 2**32"),
-        ));
-    }
-    let store = ExternalStore::new(reader, len);
-    Ok(Dataset::new(Store::External(Arc::new(store)), vec![0; len], Vec::new()))
-}
-
-/// `blobs` / `images` / `labels` names of the in-memory sources (their rules: [`bytes`], [`arrays`]).
-const BLOBS: &str = "blobs";
-const IMAGES: &str = "images";
-const SHARDS: &str = "shards";
-
-/// A dataset of encoded images held in memory (`trdata.Bytes`): one label per blob, at least one blob.
-pub fn bytes(blobs: Vec<Vec<u8>>, labels: Vec<i64>) -> Result<Dataset> {
-    if blobs.is_empty() || blobs.len() > u32::MAX as usize {
-        return Err(TrdataError::config(
-            BLOBS,
-            format!("{} blobs must be at least one and fewer than 2**32", blobs.len()),
-        ));
-    }
-    if labels.len() != blobs.len() {
-        return Err(TrdataError::config(
-            LABELS,
-            format!("{} labels must be one per blob ({} blobs)", labels.len(), blobs.len()),
-        ));
-    }
-    Ok(Dataset::new(Store::Blobs(blobs), labels, Vec::new()))
-}
-
-/// A dataset of byte spans of files (`trdata.WebDataset`: tar members): one (file, offset, len) and one label per
-/// image, every file index valid (whether a span lies inside its file is checked when read; an empty span is one
-/// bad sample then, `ImageErrorKind::Empty` under the loader's `on_error`, as an empty file is).
-pub fn spans(
-    files: Vec<PathBuf>,
-    file: Vec<u32>,
-    offset: Vec<u64>,
-    len: Vec<u64>,
-    labels: Vec<i64>,
-) -> Result<Dataset> {
-    let n = labels.len();
-    if n == 0 || n > u32::MAX as usize || file.len() != n || offset.len() != n || len.len() != n {
-        return Err(TrdataError::config(
-            SHARDS,
-            format!("{n} samples must be at least one, fewer than 2**32, with one span each"),
-        ));
-    }
-    if let Some(i) = (0..n).find(|&i| file[i] as usize >= files.len()) {
-        return Err(TrdataError::config(SHARDS, format!("span {i} must name one of the {} files", files.len())));
-    }
-    Ok(Dataset::new(Store::Spans(Spans { files, file, offset, len }), labels, Vec::new()))
-}
-
-/// A dataset of raw uint8 pixels (`trdata.Arrays`): `data` holds `count` images of `height × width × channels`
-/// (channels 1 or 3), checked against `data.len()` before anything is kept; one label per image.
-pub fn arrays(
-    data: Vec<u8>,
-    count: usize,
-    height: u32,
-    width: u32,
-    channels: usize,
-    labels: Vec<i64>,
-) -> Result<Dataset> {
-    if count == 0 || count > u32::MAX as usize {
-        return Err(TrdataError::config(IMAGES, format!("{count} images must be at least one and fewer than 2**32")));
-    }
-    if height == 0 || width == 0 || height > 65_535 || width > 65_535 {
-        return Err(TrdataError::config(IMAGES, format!("{height}×{width} images must be 1..=65535 on each side")));
-    }
-    if channels != 1 && channels != 3 {
-        return Err(TrdataError::config(IMAGES, format!("{channels} channels must be 1 (gray) or 3 (RGB)")));
-    }
-    let expected = (height as usize).checked_mul(width as usize).and_then(|p| p.checked_mul(channels));
-    if expected.and_then(|b| b.checked_mul(count)) != Some(data.len()) {
-        return Err(TrdataError::config(
-            IMAGES,
-            format!("{} bytes must be {count} × {height} × {width} × {channels}", data.len()),
-        ));
-    }
-    if labels.len() != count {
-        return Err(TrdataError::config(
-            LABELS,
-            format!("{} labels must be one per image ({count} images)", labels.len()),
-        ));
-    }
-    let channels = channels as u8; // 1 or 3, checked above
-    Ok(Dataset::new(Store::Pixels(PixelArray { data, height, width, channels }), labels, Vec::new()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::error::TrdataError;
-
-    fn param(r: Result<Dataset>) -> String {
-        match r {
-            Err(TrdataError::Config { parameter, .. }) => parameter,
-            other => panic!("expected a ConfigError, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn arrays_check_every_size_against_the_data_before_keeping_it() {
-        let ok = arrays(vec![7; 2 * 3 * 4 * 3], 2, 3, 4, 3, vec![5, 6]).unwrap();
-        let Store::Pixels(a) = &ok.store else { panic!("pixels") };
-        assert_eq!((a.image_bytes(), a.image(1).len(), ok.len()), (36, 36, 2));
-        assert_eq!(ok.sample_name(1), PathBuf::from("<memory>[1]"));
-        // sizes that do not match the data, overflow, or are out of range: never trusted
-        assert_eq!(param(arrays(vec![0; 10], 2, 3, 4, 3, vec![0, 0])), "images");
-        assert_eq!(param(arrays(vec![0; 10], usize::MAX, u32::MAX, u32::MAX, 3, vec![])), "images");
-        assert_eq!(param(arrays(vec![0; 24], 2, 3, 4, 2, vec![0, 0])), "images");
-        assert_eq!(param(arrays(vec![], 0, 3, 4, 1, vec![])), "images");
-        assert_eq!(param(arrays(vec![0; 70_000], 1, 70_000, 1, 1, vec![0])), "images");
-        assert_eq!(param(arrays(vec![0; 12], 1, 3, 4, 1, vec![0, 1])), "labels");
-    }
-
-    #[test]
-    fn blobs_need_one_label_each_and_at_least_one_blob() {
-        let ok = bytes(vec![vec![1], vec![2, 3]], vec![0, 1]).unwrap();
-        assert_eq!((ok.len(), ok.sample_name(0)), (2, PathBuf::from("<memory>[0]")));
-        assert_eq!(param(bytes(vec![], vec![])), "blobs");
-        assert_eq!(param(bytes(vec![vec![1]], vec![])), "labels");
     }
 }

@@ -86,17 +86,17 @@
 //!   runtime's blocking pool) and evicts the block needed furthest in the future. Memory: block bytes alive ≤
 //!   `cache_bytes` + readers × the largest block (block_cache.rs has the protocol and the bound).
 
+use super::block_cache::BlockCache;
 use super::block_cache::FetchBlock;
-use super::block_cache::{BlockBytes, BlockCache};
 use super::packed_extras::{
     EXTRAS_ROW_BYTES, EXTRAS_VERSION, Entry, ExtraKind, ExtrasIndex, ExtrasWriter, decode_record,
 };
 use super::packed_json::{self as json, Json};
+use super::{BlockStructure, Dataset, ImageStore, ReadCtx, SampleBytes, StoreBytes, fingerprint, storage_stats};
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
 use crate::param::{Choice, IntParam};
 use crate::storage::disk_cache::{BlockKey, DiskCache};
 use crate::storage::{Location, ObjectReader, StorageOptions};
-use crate::sync::Arc;
 use std::ffi::OsString;
 use std::io::{self, Seek, SeekFrom, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -1136,28 +1136,6 @@ pub struct PackedFile {
     disk: Option<std::sync::Arc<DiskCache>>,
 }
 
-/// A record's bytes: a slice of the whole file in memory, or of a cached block kept alive while it is used.
-#[derive(Debug)]
-pub enum RecordBytes<'a> {
-    /// Full mode.
-    Slice(&'a [u8]),
-    /// Partial mode: the block and the record's range in it.
-    Block(Arc<BlockBytes>, std::ops::Range<usize>),
-    /// Full mode, a record read again from the store because the copy in memory failed its CRC32C.
-    Owned(Vec<u8>),
-}
-
-impl std::ops::Deref for RecordBytes<'_> {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            RecordBytes::Slice(s) => s,
-            RecordBytes::Block(b, r) => &b.bytes()[r.clone()],
-            RecordBytes::Owned(v) => v,
-        }
-    }
-}
-
 /// `n` bytes of the pack from `offset` (inside the file: checked at open), for full mode: a `Memory` error if
 /// they do not fit.
 fn read_whole(reader: &ObjectReader, offset: u64, n: u64, what: &str) -> Result<Vec<u8>> {
@@ -1332,7 +1310,7 @@ impl PackedFile {
     /// Record `i`'s bytes, CRC-checked (`Corrupt` naming the record on a mismatch). In partial mode the read
     /// counts in the cache's schedule (block_cache.rs): call it once per read the plan makes; a wait for the
     /// block ends with an error once `stopping()` says the reader's epoch is over.
-    pub fn record(&self, i: usize, stopping: &dyn Fn() -> bool) -> std::result::Result<RecordBytes<'_>, ImageError> {
+    pub fn record(&self, i: usize, stopping: &dyn Fn() -> bool) -> std::result::Result<StoreBytes<'_>, ImageError> {
         self.read_record(i, true, stopping)
     }
 
@@ -1342,7 +1320,7 @@ impl PackedFile {
         &self,
         i: usize,
         stopping: &dyn Fn() -> bool,
-    ) -> std::result::Result<RecordBytes<'_>, ImageError> {
+    ) -> std::result::Result<StoreBytes<'_>, ImageError> {
         self.read_record(i, false, stopping)
     }
 
@@ -1359,16 +1337,16 @@ impl PackedFile {
         i: usize,
         counted: bool,
         stopping: &dyn Fn() -> bool,
-    ) -> std::result::Result<RecordBytes<'_>, ImageError> {
+    ) -> std::result::Result<StoreBytes<'_>, ImageError> {
         let row = &self.index.rows[i];
         match &self.data {
             PackedData::Full(data) => {
                 let at = (row.offset - HEADER_BYTES) as usize; // inside the data region: checked at open
                 let bytes = &data[at..at + row.len as usize];
                 match self.index.check_record(i, bytes) {
-                    Ok(()) => Ok(RecordBytes::Slice(bytes)),
+                    Ok(()) => Ok(StoreBytes::Slice(bytes)),
                     // Read at open, perhaps damaged on the wire: once more from the store, its own range.
-                    Err(e) => self.reread(row.offset, row.len, row.crc32c).map(RecordBytes::Owned).ok_or(e),
+                    Err(e) => self.reread(row.offset, row.len, row.crc32c).map(StoreBytes::Owned).ok_or(e),
                 }
             }
             PackedData::Partial(cache) => {
@@ -1378,7 +1356,7 @@ impl PackedFile {
                 let arc =
                     if counted { cache.get(b as u32, stopping) } else { cache.get_outside_plan(b as u32, stopping) }?;
                 let at = (row.offset - self.index.blocks[b].offset) as usize;
-                let bytes = RecordBytes::Block(arc, at..at + row.len as usize);
+                let bytes = StoreBytes::Block(arc, at..at + row.len as usize);
                 self.index.check_record(i, &bytes)?;
                 Ok(bytes)
             }
@@ -1503,6 +1481,128 @@ impl PackedFile {
         }
         decode_record(bytes, fields).map_err(|m| corrupt(format!("are malformed ({m})")))
     }
+}
+
+impl ImageStore for PackedFile {
+    fn kind(&self) -> &'static str {
+        "packed"
+    }
+
+    fn len(&self) -> usize {
+        self.index.rows.len()
+    }
+
+    /// `file#i`.
+    fn sample_name(&self, i: usize) -> std::path::PathBuf {
+        let mut name = self.path().as_os_str().to_os_string();
+        name.push(format!("#{i}"));
+        std::path::PathBuf::from(name)
+    }
+
+    /// Record `i`, CRC-checked by [`Self::record`] (a damaged record is `Corrupt` naming it, never garbage
+    /// pixels): encoded records straight from the file's memory or the cached block, raw records as pixels of
+    /// the size the index gives.
+    fn read<'s>(&'s self, i: usize, how: &ReadCtx<'_>, _buf: &mut Vec<u8>) -> Result<SampleBytes<'s>, ImageError> {
+        let bytes = if how.planned { self.record(i, how.stopping) } else { self.record_outside_plan(i, how.stopping) }?;
+        let m = self.index.rows[i].meta;
+        let sample = SampleBytes::held(bytes);
+        Ok(if m.format == RecordFormat::Raw {
+            sample.as_pixels((u32::from(m.height), u32::from(m.width), m.channels))
+        } else {
+            sample
+        })
+    }
+
+    /// The identity of the source it was packed from when stored, else the CRC of its index.
+    fn identity(&self, _labels: &[i64]) -> String {
+        let stored = &self.index.meta.options.identity;
+        if !stored.is_empty() {
+            return stored.clone(); // its source's: a checkpoint moves between a source and its pack
+        }
+        fingerprint(self.kind(), |add| add(&self.index.header.index_crc.to_le_bytes()))
+    }
+
+    /// 1 for a pack of gray pixel arrays (a packed MNIST stays gray); encoded records are RGB like files.
+    fn natural_channels(&self) -> u8 {
+        let gray_raw = |r: &IndexRow| r.meta.format == RecordFormat::Raw && r.meta.channels == 1;
+        if self.index.rows.iter().all(gray_raw) { 1 } else { 3 }
+    }
+
+    /// When the index lists raw records of one known size only.
+    fn uniform_size(&self) -> Option<(u32, u32)> {
+        let rows = &self.index.rows;
+        let first = rows.first()?.meta;
+        let same = |m: &RecordMeta| m.format == RecordFormat::Raw && (m.height, m.width) == (first.height, first.width);
+        (first.height > 0 && first.width > 0 && rows.iter().all(|r| same(&r.meta)))
+            .then(|| (u32::from(first.height), u32::from(first.width)))
+    }
+
+    fn io_stats(&self) -> Vec<(&'static str, u64)> {
+        let s = self.reader.stats();
+        let mut out = storage_stats(&s);
+        out.push(("storage_refetches", s.refetches));
+        if let Some(c) = self.cache().map(BlockCache::stats) {
+            out.extend([
+                ("storage_wait_ns", c.wait_ns),
+                ("storage_inflight_bytes", c.inflight_bytes),
+                ("cache_hits", c.hits),
+                ("cache_misses", c.misses),
+                ("cache_prefetched_blocks", c.prefetched),
+                ("cache_evictions", c.evictions),
+                ("cache_bytes", c.resident_bytes),
+            ]);
+        }
+        if let Some(d) = self.disk_cache().map(DiskCache::stats) {
+            out.extend([
+                ("disk_hits", d.disk_hits),
+                ("disk_misses", d.disk_misses),
+                ("disk_admitted_bytes", d.disk_admitted_bytes),
+                ("disk_rejected", d.disk_rejected),
+                ("disk_corrupt_removed", d.disk_corrupt_removed),
+                ("disk_errors", d.disk_errors),
+                ("disk_leftovers_removed", d.disk_leftovers_removed),
+            ]);
+        }
+        out
+    }
+
+    fn block_structure(&self) -> Option<BlockStructure<'_>> {
+        (self.mode() == PackedMode::Partial)
+            .then(|| BlockStructure { block_starts: self.block_starts(), window_blocks: self.window_blocks() })
+    }
+
+    fn block_cache(&self) -> Option<&BlockCache> {
+        self.cache()
+    }
+
+    fn count_planned_read(&self, i: usize) {
+        PackedFile::count_planned_read(self, i);
+    }
+}
+
+/// A dataset of the packed file `path` (`trdata.Packed`; [`packed_dataset_at`] for a URL), opened in `mode` (see
+/// [`packed`] for the format and the modes; `partial` as the user gave it, None = default). The header and index
+/// are checked here: a foreign, truncated or damaged file or object is a `SourceError` naming it.
+pub fn packed_dataset(path: &std::path::Path, mode: PackedMode, partial: PartialOptions) -> Result<Dataset> {
+    packed_dataset_at(&Location::local(path), &StorageOptions::default(), mode, partial, None, None)
+}
+
+/// [`packed_dataset`] of a local path or a URL (storage/): `options` are the user's `storage_options`;
+/// `cache_dir` and `cache_disk_bytes` the disk cache's (storage/disk_cache.rs; partial mode only), checked before
+/// the file is opened.
+pub fn packed_dataset_at(
+    location: &Location,
+    options: &StorageOptions,
+    mode: PackedMode,
+    partial: PartialOptions,
+    cache_dir: Option<&std::path::Path>,
+    cache_disk_bytes: Option<i128>,
+) -> Result<Dataset> {
+    let disk = DiskCache::from_params(cache_dir, cache_disk_bytes, mode == PackedMode::Partial)?;
+    let file = PackedFile::open_with_disk(location, options, mode, partial, disk)?;
+    let labels = file.index().rows.iter().map(|r| r.label).collect();
+    let classes = file.index().meta.classes.clone();
+    Ok(Dataset::new(file, labels, classes))
 }
 
 #[cfg(test)]

@@ -5,7 +5,8 @@
 use super::*;
 use crate::decode::Subsampling;
 use crate::error::ImageErrorKind;
-use crate::source::{BlockStructure, Dataset, Store, packed_dataset};
+use crate::source::{BlockStructure, Dataset, packed_dataset};
+use crate::sync::Arc;
 use crate::synthetic::encode::JpegEncoder;
 use proptest::prelude::*;
 use std::io::Cursor;
@@ -116,10 +117,7 @@ fn round_trip_in_both_modes_keeps_every_record_label_and_class() {
 }
 
 fn ds_blocks(ds: &Dataset) -> usize {
-    match &ds.store {
-        Store::Packed(p) => p.index().blocks.len(),
-        _ => unreachable!(),
-    }
+    ds.store_as::<PackedFile>().expect("a pack").index().blocks.len()
 }
 
 #[test]

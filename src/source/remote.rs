@@ -5,8 +5,8 @@
 //! # Read-ahead
 //! A worker that blocked on one GET per sample would keep only `workers` requests in flight, far too few for an
 //! object store's latency (tens of ms per GET). So the worker tells the store which samples it will read next
-//! ([`RemoteStore::read_ahead`]: the next [`READ_AHEAD`] indices of its claimed sequence, from the plan) and the
-//! store starts their GETs at once as tasks on the runtime; [`RemoteStore::read`] of a started sample waits for
+//! ([`ImageStore::read_ahead`]: the next [`READ_AHEAD`] indices of its claimed sequence, from the plan) and the
+//! store starts their GETs at once as tasks on the runtime; [`ImageStore::read`] of a started sample waits for
 //! its task, of any other sample (a skip-policy replacement) reads it now. The started reads live in a queue
 //! of the calling thread (a thread-local: each worker owns its own, nothing is shared or locked), at most
 //! [`READ_AHEAD`] long, keyed by (store, index); [`end_read_ahead`] drops what the thread started and no
@@ -20,11 +20,11 @@
 //! `/`) sorted as Python sorts names; samples class by class, by (folder path, file name) as `sorted(os.walk)`
 //! gives them; objects directly under the prefix are not samples; a class without any image is an error.
 
-use super::{Dataset, Store, image_folder::is_image_file_name, image_folder::python_name_cmp};
+use super::image_folder::{is_image_file_name, python_name_cmp};
+use super::{Dataset, ImageStore, ReadCtx, SampleBytes, name_identity, storage_stats};
 use crate::error::{ImageError, Result, TrdataError};
 use crate::storage::objects::{ObjectSet, ObjectSpec, PendingRead};
 use crate::storage::{Location, StorageOptions, StorageStats, list};
-use crate::sync::Arc;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsStr;
@@ -64,16 +64,30 @@ impl RemoteStore {
         }
     }
 
+    /// The counters of every read so far.
+    pub fn stats(&self) -> StorageStats {
+        self.set.stats()
+    }
+}
+
+impl ImageStore for RemoteStore {
     /// Whether the samples are shard members (`"spans"`) or whole objects (`"files"`).
-    pub fn kind(&self) -> &'static str {
+    fn kind(&self) -> &'static str {
         match self.layout {
             Layout::Files => "files",
             Layout::Spans { .. } => "spans",
         }
     }
 
+    fn len(&self) -> usize {
+        match &self.layout {
+            Layout::Files => self.set.len(),
+            Layout::Spans { file, .. } => file.len(),
+        }
+    }
+
     /// How errors name sample `i`: its URL, or `shard-url@offset+len` (as local shards).
-    pub fn sample_name(&self, i: usize) -> PathBuf {
+    fn sample_name(&self, i: usize) -> PathBuf {
         let (k, range) = self.what(i);
         match range {
             None => PathBuf::from(self.set.url(k)),
@@ -81,9 +95,37 @@ impl RemoteStore {
         }
     }
 
+    /// Sample `i`'s bytes into `buf`, at most `max_bytes`: the read this thread started for it, else a read now.
+    fn read<'s>(&'s self, i: usize, how: &ReadCtx<'_>, buf: &mut Vec<u8>) -> Result<SampleBytes<'s>, ImageError> {
+        let id = self.id();
+        let started = AHEAD.with(|q| {
+            let mut q = q.borrow_mut();
+            let at = q.iter().position(|(s, j, _)| *s == id && *j == i)?;
+            q.remove(at).map(|(_, _, p)| p)
+        });
+        let (k, range) = self.what(i);
+        match started {
+            Some(p) => p.wait(buf),
+            None => self.set.read(k, range, how.max_bytes, buf),
+        }?;
+        Ok(SampleBytes::in_buffer())
+    }
+
+    fn identity(&self, labels: &[i64]) -> String {
+        name_identity(self, labels)
+    }
+
+    fn io_stats(&self) -> Vec<(&'static str, u64)> {
+        storage_stats(&self.stats())
+    }
+
+    fn reads_ahead(&self) -> bool {
+        true
+    }
+
     /// Start the reads of `indices` (this thread's next samples) that are not started yet, up to [`READ_AHEAD`]
     /// in this thread's queue.
-    pub fn read_ahead(&self, indices: impl Iterator<Item = usize>, limit_bytes: u64) {
+    fn read_ahead(&self, indices: &mut dyn Iterator<Item = usize>, max_bytes: u64) {
         let id = self.id();
         AHEAD.with(|q| {
             let mut q = q.borrow_mut();
@@ -95,29 +137,13 @@ impl RemoteStore {
                     continue;
                 }
                 let (k, range) = self.what(i);
-                q.push_back((id, i, self.set.start(k, range, limit_bytes)));
+                q.push_back((id, i, self.set.start(k, range, max_bytes)));
             }
         });
     }
 
-    /// Sample `i`'s bytes into `buf`, at most `limit_bytes`: the read this thread started for it, else a read now.
-    pub fn read(&self, i: usize, limit_bytes: u64, buf: &mut Vec<u8>) -> std::result::Result<(), ImageError> {
-        let id = self.id();
-        let started = AHEAD.with(|q| {
-            let mut q = q.borrow_mut();
-            let at = q.iter().position(|(s, j, _)| *s == id && *j == i)?;
-            q.remove(at).map(|(_, _, p)| p)
-        });
-        let (k, range) = self.what(i);
-        match started {
-            Some(p) => p.wait(buf),
-            None => self.set.read(k, range, limit_bytes, buf),
-        }
-    }
-
-    /// The counters of every read so far.
-    pub fn stats(&self) -> StorageStats {
-        self.set.stats()
+    fn end_read_ahead(&self) {
+        end_read_ahead();
     }
 }
 
@@ -147,7 +173,7 @@ pub fn object_files(specs: Vec<ObjectSpec>, labels: Vec<i64>, options: &StorageO
     }
     let set = ObjectSet::new(PATHS, specs, options)?;
     let store = RemoteStore { set: std::sync::Arc::new(set), layout: Layout::Files };
-    Ok(Dataset::new(Store::Remote(Arc::new(store)), labels, Vec::new()))
+    Ok(Dataset::new(store, labels, Vec::new()))
 }
 
 /// A dataset of byte ranges of objects (`trdata.WebDataset` over URLs): `shards` with the size and ETag their
@@ -173,7 +199,7 @@ pub fn object_spans(
     }
     let set = ObjectSet::new("shards", shards, options)?;
     let store = RemoteStore { set: std::sync::Arc::new(set), layout: Layout::Spans { file, offset, len } };
-    Ok(Dataset::new(Store::Remote(Arc::new(store)), labels, Vec::new()))
+    Ok(Dataset::new(store, labels, Vec::new()))
 }
 
 /// The objects of an ImageFolder under `prefix` (module docs, "Folders"): (specs, labels, classes). A prefix
