@@ -135,6 +135,8 @@ EDGE_TRANSLATORS = {
         "_timm_interpolation": "timm's interpolation: one filter or its (bilinear, bicubic) pair (names: the core's)",
         "_timm_shared": "timm AugmentOp lists: op names trdata runs, one shared set of hparams (no value rule)",
         "_convert_timm_rand_augment": "timm RandAugment without choice weights, one prob/magnitude (no value rule)",
+        "_image_fill": "a torchvision per-type fill dict: its Mask entry must be the fill trdata gives masks (0 for "
+        "instance masks, 255 for label maps; no core parameter holds it), the image entry's rule: the core's",
     },
     "python/trdata/sources/extras.py": {
         "check_extras": "extras is a dict of str names → a sequence of one value per sample",
