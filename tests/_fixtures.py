@@ -14,14 +14,23 @@
 
 from __future__ import annotations
 
+import functools
+import gzip
+import io
+import pickle
+import pickletools
 import random
 import shutil
 import struct
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-if TYPE_CHECKING:  # Pillow and numpy are imported on use: the generated ImageFolder needs neither
+if (
+    TYPE_CHECKING
+):  # Pillow, numpy and trdata are imported on use: the generated ImageFolder needs none of them
+    import tarfile
+
     import numpy as np
     from PIL import Image
 
@@ -213,6 +222,90 @@ def write_jpegs(
     return paths
 
 
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    """Peak signal-to-noise ratio of two uint8 images, in dB (inf when equal)."""
+    import math
+
+    import numpy as np
+
+    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+    return math.inf if mse == 0.0 else 10.0 * math.log10(255.0**2 / mse)
+
+
+def jpeg(a: np.ndarray, quality: int = 90, **save: object) -> bytes:
+    """``a`` (HWC or HW uint8) encoded as JPEG by Pillow."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(a).save(buf, format="JPEG", quality=quality, **save)
+    return buf.getvalue()
+
+
+def png(a: np.ndarray) -> bytes:
+    """``a`` (HWC or HW uint8) encoded as PNG by Pillow."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(a).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def photo_jpeg(seed: int, w: int = 40, h: int = 32) -> bytes:
+    """``photo(seed, w, h)`` as a quality-90 JPEG."""
+    return jpeg(photo(seed, w, h))
+
+
+class Items:
+    """A user's map-style dataset over a list of (image, target); counts its calls per index, from any thread."""
+
+    def __init__(self, items: list[tuple[object, object]]) -> None:
+        import threading
+        from collections import Counter
+
+        self.items = items
+        self.calls: Counter[int] = Counter()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> tuple[object, object]:
+        with self._lock:
+            self.calls[i] += 1
+        return self.items[i]
+
+
+def run_or_fail_on_hang(code: str, *args: str) -> str:
+    """``code`` run by a fresh Python with ``args`` (``sys.argv[1:]``), its stdout: a regression that blocks (on
+    a FIFO) fails the test at the timeout instead of hanging the suite."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    import pytest
+    import trdata
+
+    python_dir = str(Path(trdata.__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": python_dir}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"blocked for 60 s: {code}")
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 # Two-sample tests of draws (trdata's vs a reference's), α = 0.001.
 
 
@@ -227,20 +320,28 @@ def ks(a: list[float], b: list[float]) -> float:
     return float(np.max(np.abs(fa - fb)))
 
 
-def ks_same(a: list[float], b: list[float]) -> None:
+def ks_limit(n: int, m: int) -> float:
+    """The KS statistic's critical value for samples of n and m, α = 0.001."""
     import numpy as np
 
+    return float(1.95 * np.sqrt((n + m) / (n * m)))
+
+
+def ks_same(a: list[float], b: list[float]) -> None:
     n, m = len(a), len(b)
-    assert ks(a, b) < 1.95 * np.sqrt((n + m) / (n * m)), (ks(a, b), n, m)  # α = 0.001
+    assert ks(a, b) < ks_limit(n, m), (ks(a, b), n, m)  # α = 0.001
 
 
 def chi2_same(a: list[Any], b: list[Any]) -> None:
     """Two-sample χ² homogeneity on hashable values, α = 0.001 (Wilson–Hilferty critical value)."""
+    from collections import Counter
+
     import numpy as np
 
     vals = sorted(set(a) | set(b), key=repr)
-    ca = np.array([a.count(v) for v in vals], float)
-    cb = np.array([b.count(v) for v in vals], float)
+    count_a, count_b = Counter(a), Counter(b)
+    ca = np.array([count_a[v] for v in vals], float)
+    cb = np.array([count_b[v] for v in vals], float)
     rare = (ca + cb) < 10
     assert ca[rare].sum() + cb[rare].sum() < 0.01 * (len(a) + len(b)), "values one side never draws"
     ca, cb = ca[~rare], cb[~rare]
@@ -319,3 +420,783 @@ def write_coco_boxes(
         json.dumps({"images": images, "annotations": annotations, "categories": [{"id": 1, "name": "a"}]})
     )
     return root / "images", ann
+
+
+# MNIST-family idx files and CIFAR pickles, in the exact formats of torchvision's downloads (trdata.classic).
+
+
+def idx_bytes(magic: int, dims: tuple[int, ...], payload: bytes) -> bytes:
+    return struct.pack(f">I{len(dims)}I", magic, *dims) + payload
+
+
+def write_file(path: Path, data: bytes, gz: bool = False) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if gz:
+        path = path.with_name(path.name + ".gz")
+        with gzip.open(path, "wb") as f:
+            f.write(data)
+    else:
+        path.write_bytes(data)
+    return path
+
+
+def make_mnist(
+    root: Path, variant: str = "MNIST", train: bool = True, n: int = 30, storage: str = "plain", seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Write one split of an MNIST-family dataset in torchvision's layout (``root/variant/raw``, idx files);
+    storage is "plain", "gz" or "both" (what torchvision's download leaves). Returns (images, labels)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    images = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
+    labels = rng.integers(0, 10, size=n, dtype=np.uint8)
+    split = "train" if train else "t10k"
+    raw = root / variant / "raw"
+    files = {
+        f"{split}-images-idx3-ubyte": idx_bytes(0x803, (n, 28, 28), images.tobytes()),
+        f"{split}-labels-idx1-ubyte": idx_bytes(0x801, (n,), labels.tobytes()),
+    }
+    for name, data in files.items():
+        if storage in ("plain", "both"):
+            write_file(raw / name, data)
+        if storage in ("gz", "both"):
+            write_file(raw / name, data, gz=True)
+    return images, labels.astype(np.int64)
+
+
+CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+
+
+class Py2Pickler(pickle._Pickler):
+    """Writes what Python 2's cPickle wrote for the genuine CIFAR files: protocol 2, every string (keys, names,
+    an array's raw buffer) a (SHORT_)BINSTRING, no _codecs.encode; numpy's reconstruct is spelled
+    numpy.core.multiarray (by ``dump``) as numpy 1 named it."""
+
+    def save_py2_string(self: Any, obj: str | bytes) -> None:
+        raw = obj if isinstance(obj, bytes) else obj.encode("latin1")
+        if len(raw) < 256:
+            self.write(pickle.SHORT_BINSTRING + bytes([len(raw)]) + raw)
+        else:
+            self.write(pickle.BINSTRING + struct.pack("<i", len(raw)) + raw)
+        self.memoize(obj)
+
+    dispatch: ClassVar[Any] = {**pickle._Pickler.dispatch, bytes: save_py2_string, str: save_py2_string}
+
+
+def dump(path: Path, obj: object, style: str = "py3") -> None:
+    """pickle.dump(obj, protocol=2) as Python 3 writes it (style "py3") or as the genuine files are ("py2")."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    if style == "py2":
+        Py2Pickler(buf, protocol=2).dump(obj)
+        data = buf.getvalue().replace(b"cnumpy._core.multiarray\n", b"cnumpy.core.multiarray\n")
+        # The genuine files hold no Python 3 spellings: no _codecs.encode, no unicode strings.
+        opcodes = {op.name for op, _, _ in pickletools.genops(data)}
+        assert b"_codecs" not in data and not opcodes & {"UNICODE", "BINUNICODE", "SHORT_BINUNICODE"}
+    else:
+        pickle.dump(obj, buf, protocol=2)
+        data = buf.getvalue()
+    path.write_bytes(data)
+
+
+def make_cifar(
+    root: Path, variant: int = 10, n: int = 20, seed: int = 0, style: str = "py3"
+) -> dict[str, Any]:
+    """Both splits of CIFAR-10 (5 train batches + test) or CIFAR-100 (train + test), with the real keys.
+    Returns the expected flat data and labels per split (in torchvision's order)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    expected: dict[str, Any] = {}
+    if variant == 10:
+        base = root / "cifar-10-batches-py"
+        splits = {"train": [f"data_batch_{i}" for i in range(1, 6)], "test": ["test_batch"]}
+        meta = {"num_cases_per_batch": n, "label_names": CIFAR10_NAMES, "num_vis": 3072}
+        dump(base / "batches.meta", meta, style)
+        classes = CIFAR10_NAMES
+    else:
+        base = root / "cifar-100-python"
+        splits = {"train": ["train"], "test": ["test"]}
+        classes = [f"class_{i:03d}" for i in range(100)]
+        dump(
+            base / "meta",
+            {"fine_label_names": classes, "coarse_label_names": [f"super_{i}" for i in range(20)]},
+        )
+    for split, names in splits.items():
+        datas, labels = [], []
+        for k, name in enumerate(names):
+            data = rng.integers(0, 256, size=(n + k, 3072), dtype=np.uint8)
+            lab = [int(x) for x in rng.integers(0, len(classes), size=n + k)]
+            entry: dict[str, Any] = {"batch_label": f"{split} batch {k}", "data": data}
+            if variant == 10:
+                entry["labels"] = lab
+            else:
+                entry["fine_labels"] = lab
+                entry["coarse_labels"] = [x // 5 for x in lab]
+            entry["filenames"] = [f"img_{k}_{i}.png" for i in range(n + k)]
+            dump(base / name, entry, style)
+            datas.append(data)
+            labels.extend(lab)
+        expected[split] = (np.concatenate(datas), np.array(labels, dtype=np.int64))
+    expected["classes"] = classes
+    expected["base"] = base
+    return expected
+
+
+# WebDataset shards, written as webdataset's TarWriter writes them: one member per (key, extension), consecutive
+# per sample.
+
+
+def encoded(i: int, fmt: str) -> bytes:
+    """Image ``i`` of the shards (about 34x30, textured) encoded by Pillow in ``fmt`` ("JPEG", "PNG")."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(i)
+    a = (rng.integers(0, 200, (30 + i % 7, 34, 3)) + np.arange(34)[None, :, None]).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(a).save(buf, format=fmt)
+    return buf.getvalue()
+
+
+def add_member(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    """One member ``name`` holding ``data``, as webdataset's TarWriter adds it."""
+    import io
+
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def write_shards(
+    root: Path, n: int, per_shard: int, target: str = "cls"
+) -> tuple[list[str], list[bytes], list[int]]:
+    """Shards of `per_shard` samples: key.jpg or key.png (alternating), key.cls / key.json, plus an extra member.
+    Returns (shard paths, each sample's image bytes, each sample's label)."""
+    import json
+    import tarfile
+
+    shards, images, labels = [], [], []
+    for s in range(0, n, per_shard):
+        path = root / f"shard-{s // per_shard:04d}.tar"
+        with tarfile.open(path, "w") as tar:
+            for i in range(s, min(n, s + per_shard)):
+                key = f"sample{i:05d}"
+                ext, fmt = ("jpg", "JPEG") if i % 2 == 0 else ("png", "PNG")
+                img, label = encoded(i, fmt), (i * 7) % 5
+                add_member(tar, f"{key}.{ext}", img)
+                add_member(
+                    tar,
+                    f"{key}.{target}",
+                    json.dumps(label).encode() if target == "json" else str(label).encode(),
+                )
+                add_member(tar, f"{key}.txt", b"a caption")
+                images.append(img)
+                labels.append(label)
+        shards.append(str(path))
+    return shards, images, labels
+
+
+# Extra per-sample fields (batch.extras): captions, parsed JSON, arrays of one shape and of many.
+
+EXTRAS_N = 11  # samples
+CAPTIONS = [f"a photo number {i}" for i in range(EXTRAS_N)]
+META = [{"id": i, "tags": ["x"] * (i % 3)} for i in range(EXTRAS_N)]
+
+
+@functools.cache
+def _extras_arrays() -> dict[str, Any]:
+    import numpy as np
+    import trdata
+
+    emb = [np.full(5, i, np.float32) for i in range(EXTRAS_N)]
+    ragged = [np.arange(i + 1) for i in range(EXTRAS_N)]
+    return {
+        "EMB": emb,
+        "RAGGED": ragged,
+        "EXTRAS": {"caption": CAPTIONS, "meta": META, "emb": emb, "ragged": ragged},
+        "EXTRAS_KW": dict(
+            batch_size=4, transforms=[trdata.RandomResizedCrop(8)], shuffle=True, seed=3, last_batch="pad"
+        ),
+    }
+
+
+def extras_jpeg(i: int) -> bytes:
+    """Sample ``i`` of the extras tests: ``photo(i, 20, 16)`` as a JPEG of Pillow's default quality."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(photo(i, 20, 16)).save(out, "JPEG")
+    return out.getvalue()
+
+
+def check_extras(loader: Any) -> int:
+    """Every batch of one epoch of ``loader`` (over EXTRAS) carries its rows' extras; the number of rows."""
+    import numpy as np
+
+    rows = 0
+    for b in loader:
+        idx = b.indices.tolist()
+        assert b.extras["caption"] == [CAPTIONS[i] for i in idx]
+        assert b.extras["meta"] == [META[i] for i in idx]
+        assert isinstance(b.extras["emb"], np.ndarray) and b.extras["emb"].shape == (len(idx), 5)
+        np.testing.assert_array_equal(b.extras["emb"][:, 0], np.asarray(idx, np.float32))
+        assert isinstance(b.extras["ragged"], list)  # arrays of different shapes stay a list
+        assert [len(r) for r in b.extras["ragged"]] == [i + 1 for i in idx]
+        rows += len(idx)
+    return rows
+
+
+class Captioned:
+    """A map-style dataset returning (image, target, extras)."""
+
+    def __len__(self) -> int:
+        return EXTRAS_N
+
+    def __getitem__(self, i: int) -> tuple[bytes, int, dict[str, object]]:
+        emb, ragged = _extras_arrays()["EMB"], _extras_arrays()["RAGGED"]
+        return (
+            extras_jpeg(i),
+            i,
+            {"caption": CAPTIONS[i], "meta": META[i], "emb": emb[i], "ragged": ragged[i]},
+        )
+
+
+def write_wds(path: Path, members: list[dict[str, object]]) -> str:
+    """A shard written by webdataset's own TarWriter (its layout and encoders: str → UTF-8, dict → JSON,
+    ndarray → .npy)."""
+    import pytest
+
+    wds = pytest.importorskip("webdataset")
+    with wds.TarWriter(str(path)) as sink:
+        for m in members:
+            sink.write(m)
+    return str(path)
+
+
+# Detection and segmentation datasets in their projects' layouts (COCO, ultralytics YOLO, VOC), and torchvision v2's
+# kernels moving their targets (the references the target tests compare with).
+
+COCO_IMAGES = 9  # write_coco's images
+YOLO_IMAGES = 10  # write_yolo's images
+VOC_IMAGES = 8  # write_voc's images with a label map
+
+
+def _polygon(rng: np.random.Generator, w: int, h: int) -> list[float]:
+    """A star-ish polygon around a random centre, partly off the canvas at times."""
+    import numpy as np
+
+    cx, cy = rng.uniform(-5, w + 5), rng.uniform(-5, h + 5)
+    n = int(rng.integers(3, 9))
+    angles = np.sort(rng.uniform(0, 2 * np.pi, n))
+    radii = rng.uniform(3, max(w, h) / 2, n)
+    return [
+        float(round(v, 2)) for a, r in zip(angles, radii) for v in (cx + r * np.cos(a), cy + r * np.sin(a))
+    ]
+
+
+def write_coco(root: Path, keypoints: bool = False) -> Path:
+    """COCO_IMAGES JPEGs of different sizes and an instances (or person_keypoints) file in COCO's layout; ids out of
+    order in the file (torchvision sorts them), one image without annotations, one annotation of no image."""
+    import json
+
+    import numpy as np
+    import pytest
+    from PIL import Image
+
+    mask_api = pytest.importorskip("pycocotools.mask")
+    rng = np.random.default_rng(7)
+    (root / "images").mkdir(parents=True)
+    images, annotations = [], []
+    ids = [int(i) for i in rng.permutation(np.arange(100, 100 + COCO_IMAGES))]
+    ann_id = 1
+    for k, image_id in enumerate(ids):
+        w, h = int(rng.integers(40, 90)), int(rng.integers(36, 80))
+        name = f"{image_id:012d}.jpg"
+        Image.fromarray(photo(k, w, h)).save(root / "images" / name, quality=92)
+        images.append({"id": image_id, "file_name": name, "width": w, "height": h, "license": 1})
+        if k == 3:
+            continue  # an image without annotations
+        for _ in range(int(rng.integers(1, 5))):
+            kind = rng.integers(0, 4)
+            ann: dict[str, Any] = {
+                "image_id": image_id,
+                "category_id": int(rng.choice([1, 3, 18])),
+                "iscrowd": 0,
+            }
+            if kind == 0:  # uncompressed RLE, crowd
+                m = np.asfortranarray((rng.random((h, w)) < 0.3).astype(np.uint8))
+                runs = mask_api.encode(m)
+                counts = _uncompressed_rle(m)
+                ann.update(segmentation={"size": [h, w], "counts": counts}, iscrowd=1)
+                ann["area"] = float(mask_api.area(runs))
+            elif kind == 1:  # compressed RLE
+                m = np.asfortranarray(np.zeros((h, w), np.uint8))
+                m[int(h * 0.2) : int(h * 0.7), int(w * 0.3) : int(w * 0.9)] = 1
+                rle = mask_api.encode(m)
+                ann["segmentation"] = {"size": [h, w], "counts": rle["counts"].decode()}
+            else:  # one or two polygons
+                ann["segmentation"] = [_polygon(rng, w, h) for _ in range(int(kind))]
+            x0, y0 = rng.uniform(-3, w * 0.6), rng.uniform(-3, h * 0.6)
+            ann["bbox"] = [
+                round(x0, 2),
+                round(y0, 2),
+                round(rng.uniform(1, w * 0.6), 2),
+                round(rng.uniform(1, h * 0.6), 2),
+            ]
+            if keypoints:
+                pts = []
+                for _ in range(5):
+                    pts += [
+                        round(rng.uniform(-2, w + 2), 1),
+                        round(rng.uniform(-2, h + 2), 1),
+                        int(rng.integers(0, 3)),
+                    ]
+                ann["keypoints"], ann["num_keypoints"] = pts, sum(1 for v in pts[2::3] if v > 0)
+            ann["id"] = ann_id
+            ann_id += 1
+            annotations.append(ann)
+    annotations.append({"id": 999, "image_id": 12345, "category_id": 1, "bbox": [0, 0, 1, 1], "iscrowd": 0})
+    categories = [
+        {"id": c, "name": n, "supercategory": "x"} for c, n in [(1, "person"), (3, "car"), (18, "dog")]
+    ]
+    if keypoints:
+        for c in categories:
+            c["keypoints"], c["skeleton"] = ["a", "b", "c", "d", "e"], [[1, 2], [2, 3]]
+    path = root / ("person_keypoints.json" if keypoints else "instances.json")
+    path.write_text(
+        json.dumps({"info": {}, "images": images, "annotations": annotations, "categories": categories})
+    )
+    return path
+
+
+def _uncompressed_rle(m: np.ndarray) -> list[int]:
+    """COCO's uncompressed RLE counts of a mask: column-major runs, zeros first."""
+    flat = m.flatten(order="F")
+    counts, value, run = [], 0, 0
+    for v in flat:
+        if v != value:
+            counts.append(run)
+            value, run = v, 0
+        run += 1
+    counts.append(run)
+    return counts
+
+
+def coco_reference(images: Path, ann: Path) -> Any:
+    """torchvision's CocoDetection over the same files, wrapped for transforms v2 (boxes, labels, masks)."""
+    import torchvision
+    from torchvision.datasets import wrap_dataset_for_transforms_v2
+
+    ds = torchvision.datasets.CocoDetection(str(images), str(ann))
+    return wrap_dataset_for_transforms_v2(ds, target_keys={"image_id", "boxes", "labels", "masks", "iscrowd"})
+
+
+def torchvision_moved(boxes: Any, masks: Any, g: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """torchvision v2's kernels under one geometry row: crop the source span (RandomResizedCrop), resize it, take
+    the window (CenterCrop, with padding), then the flips."""
+    from torchvision.transforms.v2 import functional as F
+
+    xlo, xhi, xres, xstart, xout, ylo, yhi, yres, ystart, yout, flip, vflip, crops = (int(v) for v in g)
+    near = F.InterpolationMode.NEAREST
+    b, m = boxes, masks
+    whole = (xlo, ylo, xhi, yhi) == (0, 0, *boxes.canvas_size[::-1])
+    if not whole:  # RandomResizedCrop: crop the span (clamps), then resize it
+        b, m = F.crop(b, ylo, xlo, yhi - ylo, xhi - xlo), F.crop(m, ylo, xlo, yhi - ylo, xhi - xlo)
+    b, m = F.resize(b, [yres, xres]), F.resize(m, [yres, xres], interpolation=near)  # resize: no clamp
+    if whole and crops:  # CenterCrop / RandomCrop after the resize: the window (pads when larger; clamps)
+        b, m = F.crop(b, ystart, xstart, yout, xout), F.crop(m, ystart, xstart, yout, xout)
+    if flip:
+        b, m = F.horizontal_flip(b), F.horizontal_flip(m)
+    if vflip:
+        b, m = F.vertical_flip(b), F.vertical_flip(m)
+    return b.numpy(), m.numpy()
+
+
+def _yolo_num(v: float) -> str:
+    return f"{v:.6f}"
+
+
+def write_yolo(root: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """YOLO_IMAGES images in ultralytics' layout and their labels; returns, per image path, what ultralytics reads:
+    class ids and XYXY pixel boxes (computed here from the written text, by torchvision's box_convert)."""
+    import numpy as np
+    import torch
+    from PIL import Image
+    from torchvision.ops import box_convert
+    from trdata.sources.yolo import label_path
+
+    rng = np.random.default_rng(3)
+    want: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for k in range(YOLO_IMAGES):
+        w, h = int(rng.integers(40, 90)), int(rng.integers(36, 80))
+        sub = "sub/" if k == 7 else ""
+        ext = "png" if k == 2 else "jpg"
+        img = root / "images" / "train" / f"{sub}img{k:02d}.{ext}"
+        img.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(photo(k, w, h)).save(img)
+        lbl = Path(label_path(str(img)))
+        lbl.parent.mkdir(parents=True, exist_ok=True)
+        if k == 3:  # no label file: an image without objects
+            want[str(img)] = (np.zeros(0, np.int64), np.zeros((0, 4)))
+            continue
+        lines, classes, boxes = [], [], []
+        if k == 5:  # a file of segments: each box is the polygon's bounds
+            for _ in range(3):
+                n = int(rng.integers(3, 8))
+                pts = np.round(rng.uniform(-0.005, 1.005, (n, 2)), 6)
+                c = int(rng.integers(0, 80))
+                lines.append(" ".join([str(c), *(_yolo_num(v) for v in pts.reshape(-1))]))
+                lo, hi = pts.min(axis=0), pts.max(axis=0)
+                classes.append(c)
+                boxes.append([lo[0] * w, lo[1] * h, hi[0] * w, hi[1] * h])
+        elif k != 4:  # k == 4: an empty label file
+            for _ in range(int(rng.integers(1, 6))):
+                c = int(rng.integers(0, 80))
+                cxcywh = [float(_yolo_num(v)) for v in (*rng.uniform(0, 1, 2), *rng.uniform(0.02, 0.7, 2))]
+                lines.append(" ".join([str(c), *(_yolo_num(v) for v in cxcywh)]))
+                px = torch.tensor([cxcywh], dtype=torch.float64) * torch.tensor(
+                    [w, h, w, h], dtype=torch.float64
+                )
+                classes.append(c)
+                boxes.append(box_convert(px, "cxcywh", "xyxy")[0].tolist())
+            if k == 6:  # a duplicate (dropped, as ultralytics does), a blank line, CRLF line ends
+                lines = [lines[0], "", "  ", *lines, lines[0]]
+        sep = "\r\n" if k == 6 else "\n"
+        lbl.write_text(sep.join(lines) + (sep if lines else ""))
+        want[str(img)] = (np.array(classes, np.int64), np.array(boxes, np.float64).reshape(-1, 4))
+    (root / "labels" / "train" / "orphan.txt").write_text(
+        "0 0.5 0.5 0.1 0.1\n"
+    )  # a label of no image: ignored
+    return want
+
+
+def voc_palette() -> list[int]:
+    """VOC's color map (bit-interleaved), 256 RGB entries."""
+    out = []
+    for i in range(256):
+        r = g = b = 0
+        c = i
+        for j in range(8):
+            r |= ((c >> 0) & 1) << (7 - j)
+            g |= ((c >> 1) & 1) << (7 - j)
+            b |= ((c >> 2) & 1) << (7 - j)
+            c >>= 3
+        out += [r, g, b]
+    return out
+
+
+def voc_label_map(k: int, w: int, h: int) -> np.ndarray:
+    """Blobs of classes 0..20 with 255 (VOC's void) borders around them: values that a wrong reading (RGB,
+    interpolation, a shifted crop) would change."""
+    import numpy as np
+
+    rng = np.random.default_rng(k)
+    m = np.zeros((h, w), np.uint8)
+    for _ in range(5):
+        c = int(rng.integers(1, 21))
+        x0, y0 = int(rng.integers(0, w - 4)), int(rng.integers(0, h - 4))
+        x1, y1 = x0 + int(rng.integers(3, w // 2)), y0 + int(rng.integers(3, h // 2))
+        m[y0:y1, x0:x1] = 255
+        m[y0 + 1 : y1 - 1, x0 + 1 : x1 - 1] = c
+    m[rng.random((h, w)) < 0.05] = rng.integers(0, 21)
+    return m
+
+
+def write_voc(root: Path) -> dict[str, np.ndarray]:
+    """VOC2012's layout: JPEGImages (more images than maps), SegmentationClass palette PNGs, the split file.
+    Returns each map (its palette indices) by key."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(5)
+    (root / "JPEGImages").mkdir(parents=True)
+    (root / "SegmentationClass").mkdir()
+    (root / "ImageSets" / "Segmentation").mkdir(parents=True)
+    maps = {}
+    for k in range(VOC_IMAGES):
+        w, h = int(rng.integers(40, 90)), int(rng.integers(36, 80))
+        key = f"2007_{k * 37 % 101:06d}"
+        Image.fromarray(photo(k, w, h)).save(root / "JPEGImages" / f"{key}.jpg")
+        m = Image.fromarray(voc_label_map(k, w, h), mode="P")
+        m.putpalette(voc_palette())
+        m.save(root / "SegmentationClass" / f"{key}.png")
+        maps[key] = voc_label_map(k, w, h)
+    Image.fromarray(photo(99, 30, 30)).save(root / "JPEGImages" / "2008_000001.jpg")  # no map: not a sample
+    (root / "ImageSets" / "Segmentation" / "train.txt").write_text("\n".join(list(maps)[::-1][:5]) + "\n")
+    return maps
+
+
+# Detection recipes: stage-2 geometry after a pixel op, replayed through torchvision v2's functional kernels.
+
+PREFIX = (44, 52)  # every recipe starts with Resize(PREFIX): the prefix is an exact resize (no crop)
+
+
+@functools.cache
+def _detection_recipes() -> tuple[dict[str, list[Any]], dict[str, tuple[list[Any], tuple[int, int]]]]:
+    """(RECIPES, PADDED): each recipe's transforms after the prefix, by name; PADDED's recipes (also in RECIPES)
+    keep each image's own size on a ``Loader(pad_to=...)`` canvas of the size given with them."""
+    import trdata
+
+    recipes: dict[str, list[Any]] = {
+        "affine-flip": [
+            trdata.ColorJitter(0.3),
+            trdata.RandomAffine(degrees=25, translate=(0.1, 0.15), scale=(0.8, 1.2), shear=(-8, 8, -5, 5)),
+            trdata.RandomHorizontalFlip(),
+        ],
+        "rotate-perspective": [
+            trdata.ColorJitter(0.2),
+            trdata.RandomRotation(30),
+            trdata.RandomPerspective(0.4, p=1.0),
+            trdata.RandomVerticalFlip(),
+        ],
+        "rotate-expand-resize": [
+            trdata.ColorJitter(0.2),
+            trdata.RandomRotation(40, expand=True),
+            trdata.Resize((40, 46)),
+        ],
+        "pad-crops": [
+            trdata.ColorJitter(0.2),
+            trdata.Pad([3, 2, 5, 1]),
+            trdata.RandomCrop(40, padding=2),
+            trdata.CenterCrop((34, 42)),
+            trdata.RandomResizedCrop(28, scale=(0.3, 1.0)),
+        ],
+        "zoomout-clamp-sanitize": [
+            trdata.ColorJitter(0.2),
+            trdata.RandomZoomOut(fill=(123, 117, 104), side_range=(1.0, 2.5), p=0.7),
+            trdata.RandomAffine(20, translate=(0.25, 0.25)),
+            trdata.ClampBoundingBoxes(),
+            trdata.Resize((40, 40)),
+            trdata.SanitizeBoundingBoxes(min_size=2.0),
+        ],
+        "lsj": [
+            trdata.ColorJitter(0.2),
+            trdata.ScaleJitter((48, 48), scale_range=(0.3, 2.0)),
+            trdata.RandomCrop((48, 48), pad_if_needed=True),
+            trdata.RandomHorizontalFlip(),
+        ],
+        "multiscale": [
+            trdata.ColorJitter(0.2),
+            trdata.RandomShortestSize((30, 36, 40), max_size=60),
+            trdata.CenterCrop((36, 36)),
+        ],
+        "containers": [
+            trdata.ColorJitter(0.2),
+            trdata.RandomChoice([trdata.RandomRotation(20), trdata.RandomAffine(0, translate=(0.2, 0.2))]),
+            trdata.RandomApply([trdata.RandomVerticalFlip(1.0), trdata.RandomPerspective(0.3, p=1.0)], p=0.5),
+            trdata.RandomOrder([trdata.RandomHorizontalFlip(), trdata.RandomAffine(10, scale=(0.9, 1.1))]),
+            trdata.Resize((32, 32)),
+        ],
+    }
+
+    # Recipes whose images keep their own sizes, on a Loader(pad_to=...) canvas.
+    padded: dict[str, tuple[list[Any], tuple[int, int]]] = {
+        "multiscale-padded": (
+            [
+                trdata.ColorJitter(0.2),
+                trdata.RandomShortestSize((30, 36, 40), max_size=60),
+                trdata.RandomHorizontalFlip(),
+            ],
+            (64, 64),
+        ),
+        "ssd-padded": (  # torchvision's references' `ssd` recipe (fill: the mean; masks get 0)
+            [
+                trdata.RandomPhotometricDistort(),
+                trdata.RandomZoomOut(fill=(123, 117, 104), side_range=(1.0, 2.0)),
+                trdata.RandomIoUCrop(),
+                trdata.RandomHorizontalFlip(),
+                trdata.SanitizeBoundingBoxes(),
+            ],
+            (88, 104),
+        ),
+        "ssd-like-padded": (
+            [
+                trdata.ColorJitter(0.2),
+                trdata.RandomZoomOut(fill=(123, 117, 104), side_range=(1.0, 2.5)),
+                trdata.RandomHorizontalFlip(),
+                trdata.SanitizeBoundingBoxes(),
+            ],
+            (112, 136),
+        ),
+    }
+    recipes.update({k: v[0] for k, v in padded.items()})
+    return recipes, padded
+
+
+def __getattr__(name: str) -> Any:
+    """``RECIPES``, ``PADDED`` (the detection recipes) and ``EMB``, ``RAGGED``, ``EXTRAS``, ``EXTRAS_KW`` (the
+    extras tests' data) are built on first use: they hold trdata transforms and numpy arrays, and this module is
+    imported by conftest.py before anything needs either."""
+    if name in ("RECIPES", "PADDED"):
+        return _detection_recipes()[name == "PADDED"]
+    if name in ("EMB", "RAGGED", "EXTRAS", "EXTRAS_KW"):
+        return _extras_arrays()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def apply_op(
+    op: str, v: list[float], hw: tuple[int, int], x: Any, size: tuple[int, int], expand: bool
+) -> Any:
+    """torchvision v2's functional op for one replayed draw on ``x`` (``size``: the op's output size, ``expand``:
+    RandomRotation's); masks: nearest, zero fill, as the references."""
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2 import functional as F
+
+    NEAR = F.InterpolationMode.NEAREST
+    if op == "RandomAffine":
+        angle, tx, ty, scale, sx, sy = v
+        return F.affine(x, angle, [tx, ty], scale, [sx, sy], interpolation=NEAR, fill=0)
+    if op == "RandomRotation":
+        return F.rotate(x, v[0], interpolation=NEAR, expand=expand, fill=0)
+    if op == "RandomPerspective":
+        h, w = hw
+        start = [[0, 0], [w - 1, 0], [w - 1, h - 1], [0, h - 1]]
+        end = [[int(v[0]), int(v[1])], [int(v[2]), int(v[3])], [int(v[4]), int(v[5])], [int(v[6]), int(v[7])]]
+        return F.perspective(x, start, end, interpolation=NEAR, fill=0)
+    if op == "RandomCrop":
+        pad, (top, left) = [int(a) for a in v[:4]], (int(v[4]), int(v[5]))
+        if any(pad):
+            x = F.pad(x, pad)
+        return F.crop(x, top, left, *size)
+    if op == "RandomResizedCrop":
+        top, left, h, w = (int(a) for a in v)
+        return F.resized_crop(x, top, left, h, w, list(size), antialias=True)
+    if op == "RandomIoUCrop":  # crop; boxes whose centre left the crop become zeros (torchvision's marking)
+        top, left, h, w = (int(a) for a in v)
+        out = F.crop(x, top, left, h, w)
+        if isinstance(x, tv_tensors.BoundingBoxes):
+            cx, cy = (x[:, 0] + x[:, 2]) / 2, (x[:, 1] + x[:, 3]) / 2
+            inside = (left < cx) & (cx < left + w) & (top < cy) & (cy < top + h)
+            out[~inside] = 0
+        return out
+    if op in ("ScaleJitter", "RandomShortestSize"):
+        return F.resize(x, [int(v[0]), int(v[1])])
+    if op == "RandomZoomOut":
+        return F.pad(x, [int(a) for a in v[:4]], fill=0)
+    if op == "ClampBoundingBoxes":
+        return F.clamp_bounding_boxes(x) if isinstance(x, tv_tensors.BoundingBoxes) else x
+    if op == "Pad":
+        return F.pad(x, [3, 2, 5, 1])
+    if op == "CenterCrop":
+        # torchvision's crop with its image's anchor: its box kernel rounds a negative half anchor (a crop
+        # larger than the image by an odd count) the other way from the padding its image kernel adds, so its
+        # boxes sit a pixel off its own pixels there; trdata's targets follow the pixels
+        img_h, img_w = hw
+        top, left = (
+            -((c - n) // 2) if c > n else round((n - c) / 2) for n, c in ((img_h, size[0]), (img_w, size[1]))
+        )
+        return F.crop(x, top, left, *size)
+    if op == "Resize":
+        return F.resize(x, list(size))
+    if op == "RandomHorizontalFlip":
+        return F.horizontal_flip(x)
+    if op == "RandomVerticalFlip":
+        return F.vertical_flip(x)
+    raise AssertionError(op)
+
+
+def size_of(op: str, recipe: str) -> tuple[int, int]:
+    """The output size of the recipe's op named ``op`` (each recipe has one such op with a size)."""
+    for t in _detection_recipes()[0][recipe]:
+        inner = getattr(t, "transforms", None) or [t]
+        for u in inner:
+            if type(u).__name__ == op and getattr(u, "size", None) is not None:
+                s = u.size
+                return (s, s) if isinstance(s, int) else tuple(s)
+    return (0, 0)
+
+
+def assert_masks_equal_but_for_ties(got: np.ndarray, want: np.ndarray) -> None:
+    """Nearest-sampled masks equal torchvision's, except where a warp's float32 source coordinate falls on a pixel
+    boundary: torch's own kernel rounds those ties differently by CPU (FMA or not). Such a pixel lies on the
+    reference mask's edge (its 3×3 neighbourhood holds both values), and there are very few of them; anything
+    else — a shifted, flipped or missing mask — fails."""
+    import numpy as np
+
+    assert got.shape == want.shape and got.dtype == want.dtype
+    if want.size == 0:
+        return
+    got, want = got.reshape(-1, *got.shape[-2:]), want.reshape(-1, *want.shape[-2:])
+    diff = np.argwhere(got != want)
+    assert len(diff) <= max(1, want.size // 1000), f"{len(diff)} of {want.size} mask pixels differ"
+    for n, y, x in diff:
+        around = want[n, max(y - 1, 0) : y + 2, max(x - 1, 0) : x + 2]
+        assert around.min() != around.max(), f"mask {n} differs at ({y}, {x}), off its edge"
+
+
+# Pixel ops against torchvision v2 (test_transforms_*).
+
+
+def textured_images(n: int = 4, h: int = 37, w: int = 45, seed: int = 0) -> np.ndarray:
+    """Textured uint8 RGB images (NHWC): smooth gradients (so equalize/autocontrast have work) plus noise."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w]
+    base = np.stack([x * 3 + y, y * 4, (x + y) * 2], -1)[None] + rng.integers(0, 60, (n, h, w, 3))
+    return (base % 220 + 10).astype(np.uint8)
+
+
+def tv() -> Any:
+    """torchvision.transforms.v2, or skip."""
+    import pytest
+
+    return pytest.importorskip("torchvision.transforms.v2")
+
+
+def chw(img: np.ndarray) -> Any:
+    """An HWC uint8 array as a CHW torch tensor."""
+    import torch
+
+    return torch.from_numpy(img).permute(2, 0, 1).contiguous()
+
+
+def hwc(t: Any) -> np.ndarray:
+    """A CHW torch tensor as an HWC array."""
+    return t.permute(1, 2, 0).numpy()
+
+
+def close(a: np.ndarray, b: np.ndarray) -> float:
+    """The fraction of values of ``a`` within ±1 of ``b`` (same shapes)."""
+    import numpy as np
+
+    assert a.shape == b.shape, (a.shape, b.shape)
+    return float(np.mean(np.abs(a.astype(np.int32) - b.astype(np.int32)) <= 1))
+
+
+def pil_resize(img: np.ndarray, hw: tuple[int, int], mode: str) -> np.ndarray:
+    """``img`` resized to ``hw`` by Pillow (nearest, bilinear or bicubic)."""
+    import numpy as np
+    from PIL import Image
+
+    f = {"nearest": Image.NEAREST, "bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}[mode]
+    return np.asarray(Image.fromarray(img).resize((hw[1], hw[0]), f))
+
+
+DRAWS = 10_000  # draws per distribution test
+
+
+def sampled_draws(op: Any, n: int = DRAWS, h: int = 32, w: int = 32) -> list[list[float]]:
+    """trdata's draws for ``op`` (``_core.sample_op``) on samples 0..n-1 of epoch 1, seed 3, an h×w image."""
+    from trdata import _core
+
+    spec = op._spec()
+    return [
+        _core.sample_op(spec, seed=3, epoch=1, index=i, position=0, height=h, width=w, channels=3)
+        for i in range(n)
+    ]
+
+
+def torchvision_params(op: Any, n: int = DRAWS, h: int = 32, w: int = 32) -> list[dict[str, Any]]:
+    """torchvision's own ``make_params`` (or ``_get_params``) of ``op``, ``n`` times on an h×w image."""
+    import torch
+
+    torch.manual_seed(0)
+    img = torch.zeros(3, h, w, dtype=torch.uint8)
+    make = getattr(op, "make_params", None) or op._get_params
+    return [make([img]) for _ in range(n)]

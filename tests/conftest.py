@@ -20,12 +20,19 @@ Fixtures (names and meanings are stable; other test files rely on them):
 * ``small_paths``: 120 sorted JPEG paths (str) for behaviour tests whose data are incidental (batching, lifecycle,
   resume, DLPack...). One tier only, to keep the suite fast: the shared sample when present, else the generated
   set.
+* ``moto``: the endpoint URL of a local moto S3 server (``_servers.start_moto``), one per test module.
+* ``private_cache_home``: ``$XDG_CACHE_HOME`` set to a fresh folder of this test run for one test, so that index
+  caches and keys never go to the user's ~/.cache (modules use it with ``pytest.mark.usefixtures``).
+
+Dataset builders and helpers shared by several test modules are in ``_fixtures.py``; no test module imports
+another.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import _fixtures
@@ -77,6 +84,23 @@ def small_paths(request) -> list[str]:
     files = image_files(root)
     assert len(files) >= SMALL_COUNT, f"{root} has {len(files)} images, tests need {SMALL_COUNT}"
     return [str(p) for p in files[:SMALL_COUNT]]
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[str]:
+    """A moto S3 server for the module's tests, its endpoint URL (credentials: ``_servers.CREDS``)."""
+    from _servers import start_moto
+
+    proc, endpoint = start_moto()
+    yield endpoint
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def private_cache_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Index caches and keys (``$XDG_CACHE_HOME``) in a fresh folder of this test run, never the user's."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg")))
 
 
 def thread_names() -> list[str]:

@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import trdata
-from _fixtures import write_jpegs
-from test_classic import make_cifar, make_mnist
+from _fixtures import make_cifar, make_mnist, write_jpegs
 from trdata.errors import ConfigError
 
 torch = pytest.importorskip("torch")

@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import trdata
-from _fixtures import write_jpegs
-from test_classic import make_mnist
+from _fixtures import make_mnist, write_jpegs
 from trdata import transforms as T
 
 

@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 import trdata
-from _fixtures import photo, write_jpegs
-from test_classic import make_mnist
+from _fixtures import make_mnist, photo, psnr, write_jpegs
 from trdata.errors import ConfigError
 
 Image = pytest.importorskip("PIL.Image")
@@ -58,11 +57,6 @@ def resize_shorter(img: Any, size: int) -> Any:
 def mode_and_size(path: str) -> tuple[str, tuple[int, int]]:
     with Image.open(path) as im:
         return im.mode, im.size
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return math.inf if mse == 0.0 else 10.0 * math.log10(255.0**2 / mse)
 
 
 # ---------------------------------------------------------------------------------------------------- MNIST

@@ -9,20 +9,18 @@ fail without allocating; a seeded mutation loop checks that no malformed file es
 
 from __future__ import annotations
 
-import gzip
-import io
 import os
 import pickle
-import pickletools
 import random
 import struct
 import tracemalloc
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pytest
 import trdata
+from _fixtures import CIFAR10_NAMES, dump, idx_bytes, make_cifar, make_mnist, write_file
 from trdata.errors import ConfigError, DecodeError, SourceError, TrdataError
 from trdata.sources.classic import (
     CIFAR10_NORM,
@@ -39,122 +37,6 @@ TYPED = (ConfigError, DecodeError, SourceError)
 MNIST_VARIANTS = ("MNIST", "FashionMNIST", "KMNIST")
 # Peak Python-visible allocation allowed while refusing a forged size (numpy and bytearray report to tracemalloc).
 SMALL_PEAK_BYTES = 4 << 20  # gzip inflates in 1 MiB chunks
-
-
-# ---------------------------------------------------------------------------------------------------- writers
-
-
-def idx_bytes(magic: int, dims: tuple[int, ...], payload: bytes) -> bytes:
-    return struct.pack(f">I{len(dims)}I", magic, *dims) + payload
-
-
-def write_file(path: Path, data: bytes, gz: bool = False) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if gz:
-        path = path.with_name(path.name + ".gz")
-        with gzip.open(path, "wb") as f:
-            f.write(data)
-    else:
-        path.write_bytes(data)
-    return path
-
-
-def make_mnist(
-    root: Path, variant: str = "MNIST", train: bool = True, n: int = 30, storage: str = "plain", seed: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
-    """Write one split; storage is "plain", "gz" or "both" (what torchvision's download leaves)."""
-    rng = np.random.default_rng(seed)
-    images = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
-    labels = rng.integers(0, 10, size=n, dtype=np.uint8)
-    split = "train" if train else "t10k"
-    raw = root / variant / "raw"
-    files = {
-        f"{split}-images-idx3-ubyte": idx_bytes(0x803, (n, 28, 28), images.tobytes()),
-        f"{split}-labels-idx1-ubyte": idx_bytes(0x801, (n,), labels.tobytes()),
-    }
-    for name, data in files.items():
-        if storage in ("plain", "both"):
-            write_file(raw / name, data)
-        if storage in ("gz", "both"):
-            write_file(raw / name, data, gz=True)
-    return images, labels.astype(np.int64)
-
-
-CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
-
-
-class Py2Pickler(pickle._Pickler):
-    """Writes what Python 2's cPickle wrote for the genuine CIFAR files: protocol 2, every string (keys, names,
-    an array's raw buffer) a (SHORT_)BINSTRING, no _codecs.encode; numpy's reconstruct is spelled
-    numpy.core.multiarray (by ``dump``) as numpy 1 named it."""
-
-    def save_py2_string(self: Any, obj: str | bytes) -> None:
-        raw = obj if isinstance(obj, bytes) else obj.encode("latin1")
-        if len(raw) < 256:
-            self.write(pickle.SHORT_BINSTRING + bytes([len(raw)]) + raw)
-        else:
-            self.write(pickle.BINSTRING + struct.pack("<i", len(raw)) + raw)
-        self.memoize(obj)
-
-    dispatch: ClassVar[Any] = {**pickle._Pickler.dispatch, bytes: save_py2_string, str: save_py2_string}
-
-
-def dump(path: Path, obj: object, style: str = "py3") -> None:
-    """pickle.dump(obj, protocol=2) as Python 3 writes it (style "py3") or as the genuine files are ("py2")."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    buf = io.BytesIO()
-    if style == "py2":
-        Py2Pickler(buf, protocol=2).dump(obj)
-        data = buf.getvalue().replace(b"cnumpy._core.multiarray\n", b"cnumpy.core.multiarray\n")
-        # The genuine files hold no Python 3 spellings: no _codecs.encode, no unicode strings.
-        opcodes = {op.name for op, _, _ in pickletools.genops(data)}
-        assert b"_codecs" not in data and not opcodes & {"UNICODE", "BINUNICODE", "SHORT_BINUNICODE"}
-    else:
-        pickle.dump(obj, buf, protocol=2)
-        data = buf.getvalue()
-    path.write_bytes(data)
-
-
-def make_cifar(
-    root: Path, variant: int = 10, n: int = 20, seed: int = 0, style: str = "py3"
-) -> dict[str, Any]:
-    """Both splits of CIFAR-10 (5 train batches + test) or CIFAR-100 (train + test), with the real keys.
-    Returns the expected flat data and labels per split (in torchvision's order)."""
-    rng = np.random.default_rng(seed)
-    expected: dict[str, Any] = {}
-    if variant == 10:
-        base = root / "cifar-10-batches-py"
-        splits = {"train": [f"data_batch_{i}" for i in range(1, 6)], "test": ["test_batch"]}
-        meta = {"num_cases_per_batch": n, "label_names": CIFAR10_NAMES, "num_vis": 3072}
-        dump(base / "batches.meta", meta, style)
-        classes = CIFAR10_NAMES
-    else:
-        base = root / "cifar-100-python"
-        splits = {"train": ["train"], "test": ["test"]}
-        classes = [f"class_{i:03d}" for i in range(100)]
-        dump(
-            base / "meta",
-            {"fine_label_names": classes, "coarse_label_names": [f"super_{i}" for i in range(20)]},
-        )
-    for split, names in splits.items():
-        datas, labels = [], []
-        for k, name in enumerate(names):
-            data = rng.integers(0, 256, size=(n + k, 3072), dtype=np.uint8)
-            lab = [int(x) for x in rng.integers(0, len(classes), size=n + k)]
-            entry: dict[str, Any] = {"batch_label": f"{split} batch {k}", "data": data}
-            if variant == 10:
-                entry["labels"] = lab
-            else:
-                entry["fine_labels"] = lab
-                entry["coarse_labels"] = [x // 5 for x in lab]
-            entry["filenames"] = [f"img_{k}_{i}.png" for i in range(n + k)]
-            dump(base / name, entry, style)
-            datas.append(data)
-            labels.extend(lab)
-        expected[split] = (np.concatenate(datas), np.array(labels, dtype=np.int64))
-    expected["classes"] = classes
-    expected["base"] = base
-    return expected
 
 
 # ---------------------------------------------------------------------------------------------------- round trip

@@ -15,9 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import trdata
-from _fixtures import photo, write_jpegs
+from _fixtures import Items, jpeg, make_mnist, photo, png, write_jpegs
 from PIL import Image
-from test_classic import make_mnist
 from trdata.errors import ConfigError, DecodeError
 
 KW = dict(
@@ -32,23 +31,6 @@ KW = dict(
 )
 
 
-class Items:
-    """A user's dataset over a list of (image, target); counts its calls per index, from any thread."""
-
-    def __init__(self, items: list[tuple[object, object]]) -> None:
-        self.items = items
-        self.calls: Counter[int] = Counter()
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __getitem__(self, i: int) -> tuple[object, object]:
-        with self._lock:
-            self.calls[i] += 1
-        return self.items[i]
-
-
 def batches(
     source: object, workers: int = 2, **kw: object
 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -60,12 +42,6 @@ def batches(
 
 def same(a: list[tuple[np.ndarray, ...]], b: list[tuple[np.ndarray, ...]]) -> bool:
     return len(a) == len(b) and all(np.array_equal(x, y) for p, q in zip(a, b) for x, y in zip(p, q))
-
-
-def jpeg(a: np.ndarray) -> bytes:
-    out = io.BytesIO()
-    Image.fromarray(a).save(out, "JPEG", quality=90)
-    return out.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -264,8 +240,7 @@ def test_a_dataset_packs_like_the_native_source(tmp_path: Path, arrays: list[np.
 SCRIPT = """
 import sys, trdata
 sys.path.insert(0, {tests!r})
-from _fixtures import photo
-from test_dataset_source import Items, jpeg
+from _fixtures import Items, jpeg, photo
 ds = Items([(jpeg(photo(i, 64, 64)), 0) for i in range(400)])
 ld = trdata.Loader(ds, batch_size=4, workers=2, transforms=[trdata.RandomResizedCrop(32)], prefetch=2)
 it = iter(ld)
@@ -379,12 +354,6 @@ def test_exit_with_a_python_step_loader_running_never_aborts() -> None:
 
 
 # Items that are dicts with named keys, as Hugging Face `datasets` rows are ({"image": PIL, "label": int}).
-
-
-def png(a: np.ndarray) -> bytes:
-    out = io.BytesIO()
-    Image.fromarray(a).save(out, "PNG")
-    return out.getvalue()
 
 
 def test_dict_items_with_named_keys_give_the_arrays_sources_batches_and_extras() -> None:

@@ -14,7 +14,15 @@ from typing import Any
 import numpy as np
 import pytest
 import trdata
-from _fixtures import photo, target_rows, targets_with_1_and_3_workers
+from _fixtures import (
+    COCO_IMAGES,
+    coco_reference,
+    photo,
+    target_rows,
+    targets_with_1_and_3_workers,
+    torchvision_moved,
+    write_coco,
+)
 from PIL import Image
 from trdata.errors import ConfigError, SourceError
 
@@ -24,100 +32,6 @@ mask_api = pytest.importorskip("pycocotools.mask")
 from torchvision import tv_tensors  # noqa: E402
 from torchvision.transforms.v2 import functional as F  # noqa: E402
 
-N_IMAGES = 9
-
-
-def _polygon(rng: np.random.Generator, w: int, h: int) -> list[float]:
-    """A star-ish polygon around a random centre, partly off the canvas at times."""
-    cx, cy = rng.uniform(-5, w + 5), rng.uniform(-5, h + 5)
-    n = int(rng.integers(3, 9))
-    angles = np.sort(rng.uniform(0, 2 * np.pi, n))
-    radii = rng.uniform(3, max(w, h) / 2, n)
-    return [
-        float(round(v, 2)) for a, r in zip(angles, radii) for v in (cx + r * np.cos(a), cy + r * np.sin(a))
-    ]
-
-
-def write_coco(root: Path, keypoints: bool = False) -> Path:
-    """N_IMAGES JPEGs of different sizes and an instances (or person_keypoints) file in COCO's layout; ids out of
-    order in the file (torchvision sorts them), one image without annotations, one annotation of no image."""
-    rng = np.random.default_rng(7)
-    (root / "images").mkdir(parents=True)
-    images, annotations = [], []
-    ids = [int(i) for i in rng.permutation(np.arange(100, 100 + N_IMAGES))]
-    ann_id = 1
-    for k, image_id in enumerate(ids):
-        w, h = int(rng.integers(40, 90)), int(rng.integers(36, 80))
-        name = f"{image_id:012d}.jpg"
-        Image.fromarray(photo(k, w, h)).save(root / "images" / name, quality=92)
-        images.append({"id": image_id, "file_name": name, "width": w, "height": h, "license": 1})
-        if k == 3:
-            continue  # an image without annotations
-        for _ in range(int(rng.integers(1, 5))):
-            kind = rng.integers(0, 4)
-            ann: dict[str, Any] = {
-                "image_id": image_id,
-                "category_id": int(rng.choice([1, 3, 18])),
-                "iscrowd": 0,
-            }
-            if kind == 0:  # uncompressed RLE, crowd
-                m = np.asfortranarray((rng.random((h, w)) < 0.3).astype(np.uint8))
-                runs = mask_api.encode(m)
-                counts = _uncompressed(m)
-                ann.update(segmentation={"size": [h, w], "counts": counts}, iscrowd=1)
-                ann["area"] = float(mask_api.area(runs))
-            elif kind == 1:  # compressed RLE
-                m = np.asfortranarray(np.zeros((h, w), np.uint8))
-                m[int(h * 0.2) : int(h * 0.7), int(w * 0.3) : int(w * 0.9)] = 1
-                rle = mask_api.encode(m)
-                ann["segmentation"] = {"size": [h, w], "counts": rle["counts"].decode()}
-            else:  # one or two polygons
-                ann["segmentation"] = [_polygon(rng, w, h) for _ in range(int(kind))]
-            x0, y0 = rng.uniform(-3, w * 0.6), rng.uniform(-3, h * 0.6)
-            ann["bbox"] = [
-                round(x0, 2),
-                round(y0, 2),
-                round(rng.uniform(1, w * 0.6), 2),
-                round(rng.uniform(1, h * 0.6), 2),
-            ]
-            if keypoints:
-                pts = []
-                for _ in range(5):
-                    pts += [
-                        round(rng.uniform(-2, w + 2), 1),
-                        round(rng.uniform(-2, h + 2), 1),
-                        int(rng.integers(0, 3)),
-                    ]
-                ann["keypoints"], ann["num_keypoints"] = pts, sum(1 for v in pts[2::3] if v > 0)
-            ann["id"] = ann_id
-            ann_id += 1
-            annotations.append(ann)
-    annotations.append({"id": 999, "image_id": 12345, "category_id": 1, "bbox": [0, 0, 1, 1], "iscrowd": 0})
-    categories = [
-        {"id": c, "name": n, "supercategory": "x"} for c, n in [(1, "person"), (3, "car"), (18, "dog")]
-    ]
-    if keypoints:
-        for c in categories:
-            c["keypoints"], c["skeleton"] = ["a", "b", "c", "d", "e"], [[1, 2], [2, 3]]
-    path = root / ("person_keypoints.json" if keypoints else "instances.json")
-    path.write_text(
-        json.dumps({"info": {}, "images": images, "annotations": annotations, "categories": categories})
-    )
-    return path
-
-
-def _uncompressed(m: np.ndarray) -> list[int]:
-    """COCO's uncompressed RLE counts of a mask: column-major runs, zeros first."""
-    flat = m.flatten(order="F")
-    counts, value, run = [], 0, 0
-    for v in flat:
-        if v != value:
-            counts.append(run)
-            value, run = v, 0
-        run += 1
-    counts.append(run)
-    return counts
-
 
 @pytest.fixture(scope="module")
 def coco(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
@@ -125,25 +39,18 @@ def coco(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return root / "images", write_coco(root)
 
 
-def reference(images: Path, ann: Path) -> Any:
-    from torchvision.datasets import wrap_dataset_for_transforms_v2
-
-    ds = torchvision.datasets.CocoDetection(str(images), str(ann))
-    return wrap_dataset_for_transforms_v2(ds, target_keys={"image_id", "boxes", "labels", "masks", "iscrowd"})
-
-
 def test_order_boxes_labels_and_masks_equal_torchvisions_wrapped_dataset(coco: tuple[Path, Path]) -> None:
     images, ann = coco
     src = trdata.CocoDetection(images, ann, masks=True)
-    ref = reference(images, ann)
-    assert len(src) == len(ref) == N_IMAGES and src.ids == ref.ids
+    ref = coco_reference(images, ann)
+    assert len(src) == len(ref) == COCO_IMAGES and src.ids == ref.ids
     assert src.classes == ["person", "car", "dog"] and src.class_to_idx["dog"] == 18
     # the identity geometry: a loader that keeps the size (CenterCrop of each image's own size needs one size,
     # so compare through Resize to a fixed size below; here the raw targets as the source holds them)
     for size in [(48, 64), (37, 50)]:
         with trdata.Loader(src, batch_size=4, transforms=[trdata.Resize(size)], workers=2) as ld:
             got = target_rows(ld)
-        for i in range(N_IMAGES):
+        for i in range(COCO_IMAGES):
             img, want = ref[i]
             assert got[i]["image_id"] == want["image_id"]
             if "boxes" not in want:  # an image without annotations: torchvision gives only image_id
@@ -177,7 +84,7 @@ def test_random_geometry_moves_targets_as_torchvisions_kernels_with_the_same_dra
         "vflip-centercrop-pad": [trdata.RandomVerticalFlip(), trdata.CenterCrop(70)],
     }[recipe]
     src = trdata.CocoDetection(images, ann, masks=True)
-    ref = reference(images, ann)
+    ref = coco_reference(images, ann)
     for epoch in range(2):
         with trdata.Loader(src, batch_size=3, transforms=transforms, workers=2, seed=11) as ld:
             ld.set_epoch(epoch)
@@ -189,28 +96,9 @@ def test_random_geometry_moves_targets_as_torchvisions_kernels_with_the_same_dra
                     _, want = ref[i]
                     if "boxes" not in want:
                         continue
-                    boxes, masks = _torchvision_moved(want["boxes"], want["masks"], geometry[r])
+                    boxes, masks = torchvision_moved(want["boxes"], want["masks"], geometry[r])
                     np.testing.assert_allclose(b.targets[r]["boxes"].numpy(), boxes, atol=1e-3)
                     np.testing.assert_array_equal(b.targets[r]["masks"].numpy(), masks)
-
-
-def _torchvision_moved(boxes: Any, masks: Any, g: list[float]) -> tuple[np.ndarray, np.ndarray]:
-    """torchvision v2's kernels under one geometry row: crop the source span (RandomResizedCrop), resize it, take
-    the window (CenterCrop, with padding), then the flips."""
-    xlo, xhi, xres, xstart, xout, ylo, yhi, yres, ystart, yout, flip, vflip, crops = (int(v) for v in g)
-    near = F.InterpolationMode.NEAREST
-    b, m = boxes, masks
-    whole = (xlo, ylo, xhi, yhi) == (0, 0, *boxes.canvas_size[::-1])
-    if not whole:  # RandomResizedCrop: crop the span (clamps), then resize it
-        b, m = F.crop(b, ylo, xlo, yhi - ylo, xhi - xlo), F.crop(m, ylo, xlo, yhi - ylo, xhi - xlo)
-    b, m = F.resize(b, [yres, xres]), F.resize(m, [yres, xres], interpolation=near)  # resize: no clamp
-    if whole and crops:  # CenterCrop / RandomCrop after the resize: the window (pads when larger; clamps)
-        b, m = F.crop(b, ystart, xstart, yout, xout), F.crop(m, ystart, xstart, yout, xout)
-    if flip:
-        b, m = F.horizontal_flip(b), F.horizontal_flip(m)
-    if vflip:
-        b, m = F.vertical_flip(b), F.vertical_flip(m)
-    return b.numpy(), m.numpy()
 
 
 def test_targets_are_the_same_for_any_worker_count_and_every_image_comes_once(
@@ -225,8 +113,8 @@ def test_targets_are_the_same_for_any_worker_count_and_every_image_comes_once(
         reproducible=True,
         shuffle=True,
     )
-    runs = targets_with_1_and_3_workers(src, N_IMAGES, **kw)
-    for i in range(N_IMAGES):
+    runs = targets_with_1_and_3_workers(src, COCO_IMAGES, **kw)
+    for i in range(COCO_IMAGES):
         for key in ("boxes", "labels", "masks"):
             np.testing.assert_array_equal(runs[0][i][key], runs[1][i][key])
 
@@ -268,11 +156,11 @@ def test_keypoints_move_and_points_off_the_canvas_become_invisible(tmp_path: Pat
 def test_padded_targets_and_what_is_refused(coco: tuple[Path, Path], tmp_path: Path) -> None:
     images, ann = coco
     src = trdata.CocoDetection(images, ann)
-    with trdata.Loader(src, batch_size=N_IMAGES, transforms=[trdata.Resize((32, 32))]) as ld:
+    with trdata.Loader(src, batch_size=COCO_IMAGES, transforms=[trdata.Resize((32, 32))]) as ld:
         b = next(iter(ld))
     p = b.padded_targets()
     counts = [len(t["boxes"]) for t in b.targets]
-    assert p["counts"].tolist() == counts and p["boxes"].shape == (N_IMAGES, max(counts), 4)
+    assert p["counts"].tolist() == counts and p["boxes"].shape == (COCO_IMAGES, max(counts), 4)
     assert all((p["labels"][r, c:] == -1).all() for r, c in enumerate(counts))
     # a geometric op after a pixel op would have to move the targets: refused, naming it
     with pytest.raises(ConfigError, match="AutoAugment may move pixels") as e:

@@ -12,8 +12,18 @@ from typing import Any
 import numpy as np
 import pytest
 import trdata
-from _fixtures import ks_same
-from test_detection import N_IMAGES, reference, write_coco
+from _fixtures import (
+    COCO_IMAGES,
+    PADDED,
+    PREFIX,
+    RECIPES,
+    apply_op,
+    assert_masks_equal_but_for_ties,
+    coco_reference,
+    ks_same,
+    size_of,
+    write_coco,
+)
 from trdata.errors import ConfigError
 
 torch = pytest.importorskip("torch")
@@ -23,158 +33,6 @@ from torchvision import tv_tensors  # noqa: E402
 from torchvision.transforms.v2 import functional as F  # noqa: E402
 
 NEAR = F.InterpolationMode.NEAREST
-PREFIX = (44, 52)  # every recipe starts with Resize(PREFIX): the prefix is an exact resize (no crop)
-
-RECIPES: dict[str, list[Any]] = {
-    "affine-flip": [
-        trdata.ColorJitter(0.3),
-        trdata.RandomAffine(degrees=25, translate=(0.1, 0.15), scale=(0.8, 1.2), shear=(-8, 8, -5, 5)),
-        trdata.RandomHorizontalFlip(),
-    ],
-    "rotate-perspective": [
-        trdata.ColorJitter(0.2),
-        trdata.RandomRotation(30),
-        trdata.RandomPerspective(0.4, p=1.0),
-        trdata.RandomVerticalFlip(),
-    ],
-    "rotate-expand-resize": [
-        trdata.ColorJitter(0.2),
-        trdata.RandomRotation(40, expand=True),
-        trdata.Resize((40, 46)),
-    ],
-    "pad-crops": [
-        trdata.ColorJitter(0.2),
-        trdata.Pad([3, 2, 5, 1]),
-        trdata.RandomCrop(40, padding=2),
-        trdata.CenterCrop((34, 42)),
-        trdata.RandomResizedCrop(28, scale=(0.3, 1.0)),
-    ],
-    "zoomout-clamp-sanitize": [
-        trdata.ColorJitter(0.2),
-        trdata.RandomZoomOut(fill=(123, 117, 104), side_range=(1.0, 2.5), p=0.7),
-        trdata.RandomAffine(20, translate=(0.25, 0.25)),
-        trdata.ClampBoundingBoxes(),
-        trdata.Resize((40, 40)),
-        trdata.SanitizeBoundingBoxes(min_size=2.0),
-    ],
-    "lsj": [
-        trdata.ColorJitter(0.2),
-        trdata.ScaleJitter((48, 48), scale_range=(0.3, 2.0)),
-        trdata.RandomCrop((48, 48), pad_if_needed=True),
-        trdata.RandomHorizontalFlip(),
-    ],
-    "multiscale": [
-        trdata.ColorJitter(0.2),
-        trdata.RandomShortestSize((30, 36, 40), max_size=60),
-        trdata.CenterCrop((36, 36)),
-    ],
-    "containers": [
-        trdata.ColorJitter(0.2),
-        trdata.RandomChoice([trdata.RandomRotation(20), trdata.RandomAffine(0, translate=(0.2, 0.2))]),
-        trdata.RandomApply([trdata.RandomVerticalFlip(1.0), trdata.RandomPerspective(0.3, p=1.0)], p=0.5),
-        trdata.RandomOrder([trdata.RandomHorizontalFlip(), trdata.RandomAffine(10, scale=(0.9, 1.1))]),
-        trdata.Resize((32, 32)),
-    ],
-}
-
-
-# Recipes whose images keep their own sizes, on a Loader(pad_to=...) canvas.
-PADDED: dict[str, tuple[list[Any], tuple[int, int]]] = {
-    "multiscale-padded": (
-        [
-            trdata.ColorJitter(0.2),
-            trdata.RandomShortestSize((30, 36, 40), max_size=60),
-            trdata.RandomHorizontalFlip(),
-        ],
-        (64, 64),
-    ),
-    "ssd-padded": (  # torchvision's references' `ssd` recipe (fill: the mean; masks get 0)
-        [
-            trdata.RandomPhotometricDistort(),
-            trdata.RandomZoomOut(fill=(123, 117, 104), side_range=(1.0, 2.0)),
-            trdata.RandomIoUCrop(),
-            trdata.RandomHorizontalFlip(),
-            trdata.SanitizeBoundingBoxes(),
-        ],
-        (88, 104),
-    ),
-    "ssd-like-padded": (
-        [
-            trdata.ColorJitter(0.2),
-            trdata.RandomZoomOut(fill=(123, 117, 104), side_range=(1.0, 2.5)),
-            trdata.RandomHorizontalFlip(),
-            trdata.SanitizeBoundingBoxes(),
-        ],
-        (112, 136),
-    ),
-}
-RECIPES.update({k: v[0] for k, v in PADDED.items()})
-
-
-def _apply(op: str, v: list[float], hw: tuple[int, int], x: Any, size: tuple[int, int], expand: bool) -> Any:
-    """torchvision v2's functional op for one replayed draw on ``x`` (``size``: the op's output size, ``expand``:
-    RandomRotation's); masks: nearest, zero fill, as the references."""
-    if op == "RandomAffine":
-        angle, tx, ty, scale, sx, sy = v
-        return F.affine(x, angle, [tx, ty], scale, [sx, sy], interpolation=NEAR, fill=0)
-    if op == "RandomRotation":
-        return F.rotate(x, v[0], interpolation=NEAR, expand=expand, fill=0)
-    if op == "RandomPerspective":
-        h, w = hw
-        start = [[0, 0], [w - 1, 0], [w - 1, h - 1], [0, h - 1]]
-        end = [[int(v[0]), int(v[1])], [int(v[2]), int(v[3])], [int(v[4]), int(v[5])], [int(v[6]), int(v[7])]]
-        return F.perspective(x, start, end, interpolation=NEAR, fill=0)
-    if op == "RandomCrop":
-        pad, (top, left) = [int(a) for a in v[:4]], (int(v[4]), int(v[5]))
-        if any(pad):
-            x = F.pad(x, pad)
-        return F.crop(x, top, left, *size)
-    if op == "RandomResizedCrop":
-        top, left, h, w = (int(a) for a in v)
-        return F.resized_crop(x, top, left, h, w, list(size), antialias=True)
-    if op == "RandomIoUCrop":  # crop; boxes whose centre left the crop become zeros (torchvision's marking)
-        top, left, h, w = (int(a) for a in v)
-        out = F.crop(x, top, left, h, w)
-        if isinstance(x, tv_tensors.BoundingBoxes):
-            cx, cy = (x[:, 0] + x[:, 2]) / 2, (x[:, 1] + x[:, 3]) / 2
-            inside = (left < cx) & (cx < left + w) & (top < cy) & (cy < top + h)
-            out[~inside] = 0
-        return out
-    if op in ("ScaleJitter", "RandomShortestSize"):
-        return F.resize(x, [int(v[0]), int(v[1])])
-    if op == "RandomZoomOut":
-        return F.pad(x, [int(a) for a in v[:4]], fill=0)
-    if op == "ClampBoundingBoxes":
-        return F.clamp_bounding_boxes(x) if isinstance(x, tv_tensors.BoundingBoxes) else x
-    if op == "Pad":
-        return F.pad(x, [3, 2, 5, 1])
-    if op == "CenterCrop":
-        # torchvision's crop with its image's anchor: its box kernel rounds a negative half anchor (a crop
-        # larger than the image by an odd count) the other way from the padding its image kernel adds, so its
-        # boxes sit a pixel off its own pixels there; trdata's targets follow the pixels
-        img_h, img_w = hw
-        top, left = (
-            -((c - n) // 2) if c > n else round((n - c) / 2) for n, c in ((img_h, size[0]), (img_w, size[1]))
-        )
-        return F.crop(x, top, left, *size)
-    if op == "Resize":
-        return F.resize(x, list(size))
-    if op == "RandomHorizontalFlip":
-        return F.horizontal_flip(x)
-    if op == "RandomVerticalFlip":
-        return F.vertical_flip(x)
-    raise AssertionError(op)
-
-
-def _size_of(op: str, recipe: str) -> tuple[int, int]:
-    """The output size of the recipe's op named ``op`` (each recipe has one such op with a size)."""
-    for t in RECIPES[recipe]:
-        inner = getattr(t, "transforms", None) or [t]
-        for u in inner:
-            if type(u).__name__ == op and getattr(u, "size", None) is not None:
-                s = u.size
-                return (s, s) if isinstance(s, int) else tuple(s)
-    return (0, 0)
 
 
 @pytest.fixture(scope="module")
@@ -183,29 +41,13 @@ def coco_kp(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return root / "images", write_coco(root, keypoints=True)
 
 
-def _assert_masks_equal_but_for_ties(got: np.ndarray, want: np.ndarray) -> None:
-    """Nearest-sampled masks equal torchvision's, except where a warp's float32 source coordinate falls on a pixel
-    boundary: torch's own kernel rounds those ties differently by CPU (FMA or not). Such a pixel lies on the
-    reference mask's edge (its 3×3 neighbourhood holds both values), and there are very few of them; anything
-    else — a shifted, flipped or missing mask — fails."""
-    assert got.shape == want.shape and got.dtype == want.dtype
-    if want.size == 0:
-        return
-    got, want = got.reshape(-1, *got.shape[-2:]), want.reshape(-1, *want.shape[-2:])
-    diff = np.argwhere(got != want)
-    assert len(diff) <= max(1, want.size // 1000), f"{len(diff)} of {want.size} mask pixels differ"
-    for n, y, x in diff:
-        around = want[n, max(y - 1, 0) : y + 2, max(x - 1, 0) : x + 2]
-        assert around.min() != around.max(), f"mask {n} differs at ({y}, {x}), off its edge"
-
-
 @pytest.mark.parametrize("recipe", list(RECIPES))
 def test_stage2_ops_move_targets_as_torchvisions_kernels_with_the_same_draws(
     coco_kp: tuple[Path, Path], recipe: str
 ) -> None:
     images, ann = coco_kp
     src = trdata.CocoDetection(images, ann, masks=True, keypoints=True)
-    ref = reference(images, ann)
+    ref = coco_reference(images, ann)
     transforms = [trdata.Resize(PREFIX), *RECIPES[recipe]]
     pad_to = PADDED[recipe][1] if recipe in PADDED else None
     expand = any(getattr(t, "expand", False) for t in RECIPES[recipe])
@@ -261,10 +103,10 @@ def test_stage2_ops_move_targets_as_torchvisions_kernels_with_the_same_draws(
                             kp = tv_tensors.wrap(kp.reshape(len(kp_raw), -1, 2)[keep].reshape(-1, 2), like=kp)
                             kp_raw = kp_raw[keep.numpy()]
                             continue
-                        size = _size_of(op, recipe)
-                        boxes = _apply(op, v, hw, boxes, size, expand)
-                        masks = _apply(op, v, hw, masks, size, expand)
-                        kp = _apply(op, v, hw, kp, size, expand)
+                        size = size_of(op, recipe)
+                        boxes = apply_op(op, v, hw, boxes, size, expand)
+                        masks = apply_op(op, v, hw, masks, size, expand)
+                        kp = apply_op(op, v, hw, kp, size, expand)
                         if op == "RandomRotation" and expand:
                             # torchvision sizes an expanded canvas of boxes/keypoints from the matrix about the
                             # absolute centre, the image's about the relative one: the two can differ by a
@@ -277,7 +119,7 @@ def test_stage2_ops_move_targets_as_torchvisions_kernels_with_the_same_draws(
                     if pad_to is None:
                         assert canvas == tuple(b.images.shape[-2:])
                     np.testing.assert_allclose(got["boxes"], boxes.numpy(), atol=1e-3)
-                    _assert_masks_equal_but_for_ties(got["masks"], masks.numpy())
+                    assert_masks_equal_but_for_ties(got["masks"], masks.numpy())
                     np.testing.assert_array_equal(got["labels"], labels.numpy())
                     xy = kp.reshape(kp_raw.shape[0], -1, 2).numpy()
                     np.testing.assert_allclose(got["keypoints"][..., :2], xy, atol=1e-3)
@@ -286,13 +128,13 @@ def test_stage2_ops_move_targets_as_torchvisions_kernels_with_the_same_draws(
                     np.testing.assert_array_equal(
                         got["keypoints"][..., 2], np.where(inside, kp_raw[..., 2], 0)
                     )
-    # every op of the recipe was drawn at least once over 3 epochs of N_IMAGES images
+    # every op of the recipe was drawn at least once over 3 epochs of COCO_IMAGES images
     names = {type(t).__name__ for t in RECIPES[recipe]} - {"ColorJitter", "RandomPhotometricDistort"}
     names -= {"RandomChoice", "RandomApply", "RandomOrder"}
     if recipe == "containers":
         names |= {"RandomRotation", "RandomAffine", "RandomVerticalFlip", "RandomPerspective"}
     assert names <= seen_ops | {"RandomHorizontalFlip", "RandomVerticalFlip"}, (names, seen_ops)
-    assert N_IMAGES > 0
+    assert COCO_IMAGES > 0
 
 
 def test_a_box_drawn_into_the_image_lands_where_its_moved_box_says(tmp_path: Path) -> None:
@@ -456,7 +298,7 @@ def test_pad_to_keeps_each_image_whole_at_the_top_left_and_zero_after_normalizat
 
     images, ann = coco_kp
     src = trdata.CocoDetection(images, ann)
-    ref = reference(images, ann)
+    ref = coco_reference(images, ann)
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
     kw: dict[str, Any] = dict(
         batch_size=4, transforms=[trdata.RandomHorizontalFlip()], pad_to=(96, 96), seed=8
@@ -484,7 +326,7 @@ def test_pad_to_keeps_each_image_whole_at_the_top_left_and_zero_after_normalizat
                 boxes = t["boxes"] if np.array_equal(got, pil) else F.horizontal_flip(t["boxes"])
                 np.testing.assert_allclose(targets[r]["boxes"].numpy(), boxes.numpy(), atol=1e-3)
             seen += 1
-    assert seen == N_IMAGES
+    assert seen == COCO_IMAGES
 
 
 def test_pad_to_refuses_what_does_not_fit(coco_kp: tuple[Path, Path]) -> None:
@@ -499,15 +341,15 @@ def test_pad_to_refuses_what_does_not_fit(coco_kp: tuple[Path, Path]) -> None:
             trdata.Loader(src, batch_size=2, transforms=[], pad_to=bad)
         assert e.value.parameter == "pad_to"
     # an image larger than the canvas: a DecodeError naming the file, or skipped and counted
-    with trdata.Loader(src, batch_size=N_IMAGES, transforms=[], pad_to=(40, 40)) as ld:
+    with trdata.Loader(src, batch_size=COCO_IMAGES, transforms=[], pad_to=(40, 40)) as ld:
         with pytest.raises(trdata.DecodeError, match="larger than pad_to"):
             next(iter(ld))
     big = sum(1 for w, h in src._sizes if w > 60 or h > 60)
-    assert 0 < big < N_IMAGES
+    assert 0 < big < COCO_IMAGES
     with trdata.Loader(src, batch_size=1, transforms=[], pad_to=(60, 60), on_error="skip") as ld:
         n = sum(b.valid for b in ld)
         assert ld.stats()["errors_skipped"] == big
-    assert n == N_IMAGES
+    assert n == COCO_IMAGES
 
 
 def test_photometric_distort_draws_and_pixels_as_torchvision(coco_kp: tuple[Path, Path]) -> None:
@@ -543,9 +385,9 @@ def test_photometric_distort_draws_and_pixels_as_torchvision(coco_kp: tuple[Path
     # pixels: the loader's uint8 output vs torchvision's kernels with trdata's draws
     images, ann = coco_kp
     src = trdata.CocoDetection(images, ann)
-    with trdata.Loader(src, batch_size=N_IMAGES, transforms=[trdata.Resize((40, 48)), ours], seed=6) as ld:
+    with trdata.Loader(src, batch_size=COCO_IMAGES, transforms=[trdata.Resize((40, 48)), ours], seed=6) as ld:
         b = next(iter(ld))
-    with trdata.Loader(src, batch_size=N_IMAGES, transforms=[trdata.Resize((40, 48))], seed=6) as ld:
+    with trdata.Loader(src, batch_size=COCO_IMAGES, transforms=[trdata.Resize((40, 48))], seed=6) as ld:
         plain = torch.from_numpy(np.asarray(next(iter(ld)).images).copy())
     close = []
     for r, i in enumerate(b.indices.tolist()):
@@ -572,12 +414,12 @@ def test_lsj_folds_into_the_decode_with_the_pixel_ops_draws(coco_kp: tuple[Path,
 
     images, ann = coco_kp
     src = trdata.CocoDetection(images, ann, masks=True)
-    ref = reference(images, ann)
+    ref = coco_reference(images, ann)
     jitter, crop = (
         trdata.ScaleJitter((40, 48), scale_range=(0.3, 2.0)),
         trdata.RandomCrop((36, 40), pad_if_needed=True),
     )
-    with trdata.Loader(src, batch_size=N_IMAGES, transforms=[jitter, crop], seed=9, dtype="uint8") as ld:
+    with trdata.Loader(src, batch_size=COCO_IMAGES, transforms=[jitter, crop], seed=9, dtype="uint8") as ld:
         b = next(iter(ld))
         idx = b.indices.tolist()
         sizes = [tuple(int(v) for v in src._sizes[i]) for i in idx]

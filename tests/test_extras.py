@@ -10,83 +10,52 @@ from pathlib import Path
 import numpy as np
 import pytest
 import trdata
-from _fixtures import photo
-from PIL import Image
+from _fixtures import (
+    CAPTIONS,
+    EMB,
+    EXTRAS,
+    META,
+    Captioned,
+    check_extras,
+    extras_jpeg,
+    photo,
+    write_wds,
+)
+from _fixtures import EXTRAS_KW as KW
+from _fixtures import EXTRAS_N as N
 from trdata.errors import ConfigError
-
-N = 11
-KW = dict(batch_size=4, transforms=[trdata.RandomResizedCrop(8)], shuffle=True, seed=3, last_batch="pad")
-
-
-def jpeg(i: int) -> bytes:
-    out = io.BytesIO()
-    Image.fromarray(photo(i, 20, 16)).save(out, "JPEG")
-    return out.getvalue()
-
-
-CAPTIONS = [f"a photo number {i}" for i in range(N)]
-META = [{"id": i, "tags": ["x"] * (i % 3)} for i in range(N)]
-EMB = [np.full(5, i, np.float32) for i in range(N)]
-RAGGED = [np.arange(i + 1) for i in range(N)]
-
-
-def check(loader: trdata.Loader) -> int:
-    rows = 0
-    for b in loader:
-        idx = b.indices.tolist()
-        assert b.extras["caption"] == [CAPTIONS[i] for i in idx]
-        assert b.extras["meta"] == [META[i] for i in idx]
-        assert isinstance(b.extras["emb"], np.ndarray) and b.extras["emb"].shape == (len(idx), 5)
-        np.testing.assert_array_equal(b.extras["emb"][:, 0], np.asarray(idx, np.float32))
-        assert isinstance(b.extras["ragged"], list)  # arrays of different shapes stay a list
-        assert [len(r) for r in b.extras["ragged"]] == [i + 1 for i in idx]
-        rows += len(idx)
-    return rows
-
-
-EXTRAS = {"caption": CAPTIONS, "meta": META, "emb": EMB, "ragged": RAGGED}
 
 
 def test_in_memory_and_file_sources_deliver_extras_with_their_rows(tmp_path: Path) -> None:
     paths = []
     for i in range(N):
         p = tmp_path / f"{i}.jpg"
-        p.write_bytes(jpeg(i))
+        p.write_bytes(extras_jpeg(i))
         paths.append(str(p))
     sources = [
         trdata.FileList(paths, list(range(N)), extras=EXTRAS),
-        trdata.Bytes([jpeg(i) for i in range(N)], list(range(N)), extras=EXTRAS),
+        trdata.Bytes([extras_jpeg(i) for i in range(N)], list(range(N)), extras=EXTRAS),
         trdata.Arrays(np.stack([photo(i, 20, 16) for i in range(N)]), list(range(N)), extras=EXTRAS),
     ]
     for src in sources:
         with trdata.Loader(src, workers=2, **KW) as ld:  # type: ignore[arg-type]
             assert (
-                check(ld) == 12
+                check_extras(ld) == 12
             )  # 11 samples padded to 3 batches of 4: the pad row repeats a sample's extras
         for rank in range(2):  # ranks: each its share, with its rows' extras
             with trdata.Loader(src, workers=1, rank=rank, world_size=2, **KW) as ld:  # type: ignore[arg-type]
-                check(ld)
-    with trdata.Loader(trdata.Bytes([jpeg(0)] * N), **KW) as ld:  # type: ignore[arg-type]
+                check_extras(ld)
+    with trdata.Loader(trdata.Bytes([extras_jpeg(0)] * N), **KW) as ld:  # type: ignore[arg-type]
         assert next(iter(ld)).extras == {}
-
-
-class Captioned:
-    """A map-style dataset returning (image, target, extras)."""
-
-    def __len__(self) -> int:
-        return N
-
-    def __getitem__(self, i: int) -> tuple[bytes, int, dict[str, object]]:
-        return jpeg(i), i, {"caption": CAPTIONS[i], "meta": META[i], "emb": EMB[i], "ragged": RAGGED[i]}
 
 
 def test_a_datasets_third_item_is_its_extras() -> None:
     with trdata.Loader(Captioned(), workers=3, **KW) as ld:  # type: ignore[arg-type]
-        assert check(ld) == 12
+        assert check_extras(ld) == 12
 
 
 def test_extras_are_checked_when_the_source_is_made() -> None:
-    blobs = [jpeg(0)] * 3
+    blobs = [extras_jpeg(0)] * 3
     for extras, message in [
         (["a", "b", "c"], "must be a dict of name"),
         ({"caption": ["a", "b"]}, "'caption' has 2 values, one per sample is 3"),
@@ -99,28 +68,18 @@ def test_extras_are_checked_when_the_source_is_made() -> None:
         assert e.value.parameter == "extras"
 
 
-def _write_wds(path: Path, members: list[dict[str, object]]) -> str:
-    """A shard written by webdataset's own TarWriter (its layout and encoders: str → UTF-8, dict → JSON,
-    ndarray → .npy)."""
-    wds = pytest.importorskip("webdataset")
-    with wds.TarWriter(str(path)) as sink:
-        for m in members:
-            sink.write(m)
-    return str(path)
-
-
 def test_webdataset_members_as_extras_and_a_json_field_as_target(tmp_path: Path) -> None:
     members = [
         {
             "__key__": f"s{i:04d}",
-            "jpg": jpeg(i),
+            "jpg": extras_jpeg(i),
             "txt": CAPTIONS[i] + " ✓",
             "json": {"label": i % 4, "meta": META[i]},
             "npy": EMB[i],
         }
         for i in range(N)
     ]
-    shard = _write_wds(tmp_path / "train-000000.tar", members)
+    shard = write_wds(tmp_path / "train-000000.tar", members)
     for cache in (tmp_path / "cache", tmp_path / "cache"):  # built, then read from the signed cache
         src = trdata.WebDataset(
             shard, target_key="json:label", extras=("txt", "json", "npy"), cache_dir=cache
@@ -169,7 +128,7 @@ def test_hostile_extras_are_typed_errors_naming_shard_and_key(
 
     with tarfile.open(shard, "w") as tar:
         for name, data in [
-            ("s0000.jpg", jpeg(0)),
+            ("s0000.jpg", extras_jpeg(0)),
             ("s0000.cls", b"1"),
             *((f"s0000.{e}", d) for e, d in member.items()),
         ]:
@@ -186,7 +145,7 @@ def test_hostile_extras_are_typed_errors_naming_shard_and_key(
 
 
 def test_webdataset_extras_argument_is_checked(tmp_path: Path) -> None:
-    shard = _write_wds(tmp_path / "s.tar", [{"__key__": "a", "jpg": jpeg(0), "cls": 0}])
+    shard = write_wds(tmp_path / "s.tar", [{"__key__": "a", "jpg": extras_jpeg(0), "cls": 0}])
     for bad in ("txt", [1], [""], None):
         with pytest.raises(ConfigError) as e:
             trdata.WebDataset(shard, extras=bad, cache_dir=False)  # type: ignore[arg-type]
@@ -195,13 +154,15 @@ def test_webdataset_extras_argument_is_checked(tmp_path: Path) -> None:
 
 def test_string_targets_map_through_classes_as_torchvision_names_them(tmp_path: Path) -> None:
     names = ["cat", "dog", "fox"]
-    src = trdata.Bytes([jpeg(i) for i in range(6)], ["dog", "cat", "fox", "fox", "cat", 1], classes=names)
+    src = trdata.Bytes(
+        [extras_jpeg(i) for i in range(6)], ["dog", "cat", "fox", "fox", "cat", 1], classes=names
+    )
     assert src.labels == [1, 0, 2, 2, 0, 1] and src.class_to_idx == {"cat": 0, "dog": 1, "fox": 2}
     with pytest.raises(ConfigError, match="'cow' \\(element 1\\) is not one of the classes") as e:
-        trdata.Bytes([jpeg(0)] * 2, ["cat", "cow"], classes=names)
+        trdata.Bytes([extras_jpeg(0)] * 2, ["cat", "cow"], classes=names)
     assert e.value.parameter == "labels"
     with pytest.raises(ConfigError, match="is a str"):  # without classes a string is refused, never parsed
-        trdata.Bytes([jpeg(0)], ["cat"])
+        trdata.Bytes([extras_jpeg(0)], ["cat"])
 
     class Named:
         classes = names
@@ -210,7 +171,7 @@ def test_string_targets_map_through_classes_as_torchvision_names_them(tmp_path: 
             return 3
 
         def __getitem__(self, i: int) -> tuple[bytes, str]:
-            return jpeg(i), names[(i + 1) % 3]
+            return extras_jpeg(i), names[(i + 1) % 3]
 
     with trdata.Loader(Named(), batch_size=3, transforms=[trdata.CenterCrop(8)], shuffle=False) as ld:  # type: ignore[arg-type]
         assert next(iter(ld)).labels.tolist() == [1, 2, 0]
@@ -246,7 +207,7 @@ def test_fuzz_the_npy_member_reader() -> None:
         flips=st.lists(st.tuples(st.integers(0, 199), st.integers(0, 255)), max_size=4),
         tail=st.binary(max_size=32),
     )
-    def check(base: bytes, cut: int, flips: list[tuple[int, int]], tail: bytes) -> None:
+    def check_extras(base: bytes, cut: int, flips: list[tuple[int, int]], tail: bytes) -> None:
         data = bytearray(base[: len(base) - min(cut, len(base))] if cut % 3 else base)
         for at, value in flips:
             if at < len(data):
@@ -259,4 +220,4 @@ def test_fuzz_the_npy_member_reader() -> None:
         want = np.load(io.BytesIO(bytes(data)), allow_pickle=False)
         assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True)
 
-    check()
+    check_extras()

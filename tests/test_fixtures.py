@@ -7,7 +7,6 @@ checked against too (when present), so the table cannot drift from the real file
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 import struct
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import _fixtures
 import numpy as np
 import pytest
+from _fixtures import psnr
 from conftest import SHARED_EDGE, image_files
 
 Image = pytest.importorskip("PIL.Image")
@@ -66,11 +66,6 @@ def jpeg_segments(data: bytes) -> dict[int, list[bytes]]:
             break
         i += 2 + length
     return segments
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return math.inf if mse == 0.0 else 10.0 * math.log10(255.0**2 / mse)
 
 
 def test_edge_case_set_is_complete(edge_dir):

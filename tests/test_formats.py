@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import trdata
-from _fixtures import photo
+from _fixtures import photo, psnr
 from PIL import Image
 
 EDGE = Path(__file__).parent / "fixtures" / "edge-cases"
@@ -131,11 +131,6 @@ def test_what_stays_refused_is_a_typed_error(tmp_path):
         with pytest.raises(trdata.DecodeError) as exc:
             list(ld)
     assert exc.value.kind == "Unsupported" and "TIFF" in str(exc.value), str(exc.value)
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = float(np.mean((a.astype(float) - b.astype(float)) ** 2))
-    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
 @pytest.mark.parametrize("quality", [50, 80, 95])

@@ -11,7 +11,15 @@ from typing import Any
 import numpy as np
 import pytest
 import trdata
-from _fixtures import chi2_same, ks_same, target_rows, targets_with_1_and_3_workers
+from _fixtures import (
+    assert_masks_equal_but_for_ties,
+    chi2_same,
+    ks_same,
+    target_rows,
+    targets_with_1_and_3_workers,
+    write_voc,
+    write_yolo,
+)
 from _target_oracle import plan_rows, target_plans
 from PIL import Image
 from trdata.errors import ConfigError, DecodeError
@@ -548,8 +556,6 @@ MOSAIC_AFFINE = [
 def test_masks_and_keypoints_are_the_parts_nearest_resized_in_their_windows_then_moved_as_torchvision_moves_them(
     instances: tuple[Path, Path], warp: bool
 ) -> None:
-    from test_detection_ops import _assert_masks_equal_but_for_ties
-
     images, ann = instances
     src = trdata.CocoDetection(images, ann, masks=True, keypoints=True)
     transforms = MOSAIC_AFFINE if warp else MOSAIC_FLIP
@@ -572,7 +578,7 @@ def test_masks_and_keypoints_are_the_parts_nearest_resized_in_their_windows_then
                     np.testing.assert_allclose(got["boxes"], want["boxes"], atol=1e-3)
                     assert got["masks"].shape == want["masks"].shape and got["masks"].dtype == np.uint8
                     if warp:
-                        _assert_masks_equal_but_for_ties(got["masks"], want["masks"])
+                        assert_masks_equal_but_for_ties(got["masks"], want["masks"])
                     else:
                         np.testing.assert_array_equal(got["masks"], want["masks"])
                     # a row whose parts hold no instance has no keypoints either: (0, 0, 3)
@@ -624,7 +630,6 @@ def test_yolo_masks_under_a_mosaic_are_the_parts_masks_pasted_and_flipped(tmp_pa
     the order of the merged boxes."""
     mask_api = pytest.importorskip("pycocotools.mask")
     torch = pytest.importorskip("torch")
-    from test_yolo import write_yolo
     from torchvision import tv_tensors
     from torchvision.transforms.v2 import functional as F
 
@@ -671,7 +676,6 @@ def test_label_maps_under_a_mosaic_are_the_parts_maps_pasted_on_ignore_and_a_pac
     the part's map nearest-resized as its pixels, then mirrored as torchvision mirrors a Mask; a pack of the folder
     gives the same maps."""
     torch = pytest.importorskip("torch")
-    from test_segmentation import write_voc
     from torchvision import tv_tensors
     from torchvision.transforms.v2 import functional as F
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import trdata
-from _fixtures import photo
+from _fixtures import jpeg, photo, png
 from PIL import Image
 
 RRC_FLIP = [trdata.RandomResizedCrop(24, scale=(0.3, 1.0)), trdata.RandomHorizontalFlip()]
@@ -33,18 +33,6 @@ KW = dict(
 )
 # small blocks, so a few dozen images span many blocks and windows
 SMALL_BLOCKS = 16 << 10
-
-
-def jpeg(a: np.ndarray, quality: int = 90, **kw: object) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(a).save(buf, format="JPEG", quality=quality, **kw)
-    return buf.getvalue()
-
-
-def png(a: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(a).save(buf, format="PNG")
-    return buf.getvalue()
 
 
 @pytest.fixture(scope="module")

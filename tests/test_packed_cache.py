@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import trdata
 from _fixtures import write_jpegs
-from _servers import CREDS, start_moto, start_proxy, start_s3_read_server, stop
+from _servers import CREDS, start_proxy, start_s3_read_server, stop
 
 KW: dict[str, Any] = dict(
     batch_size=4,
@@ -64,14 +64,6 @@ def blocks(pack_file: Path) -> tuple[int, int]:
     n = int(info["blocks"])
     assert n >= 20, n
     return n, int(info["block_bytes"])
-
-
-@pytest.fixture(scope="module")
-def moto() -> Iterator[str]:
-    proc, endpoint = start_moto()
-    yield endpoint
-    proc.terminate()
-    proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 import trdata
-from _fixtures import targets_with_1_and_3_workers
-from test_detection import N_IMAGES, write_coco
-from test_segmentation import write_voc
-from test_yolo import write_yolo
+from _fixtures import COCO_IMAGES, targets_with_1_and_3_workers, write_coco, write_voc, write_yolo
 from trdata.errors import ConfigError, DecodeError
 
 DETECTION = [
@@ -83,10 +80,10 @@ def test_a_packed_coco_source_gives_its_images_boxes_and_masks(
     coco_pack: tuple[trdata.CocoDetection, Path],
 ) -> None:
     source, dst = coco_pack
-    assert_pack_serves_the_source(source, dst, N_IMAGES, transforms=DETECTION)
+    assert_pack_serves_the_source(source, dst, COCO_IMAGES, transforms=DETECTION)
     # padded canvases carry the same targets too
     assert_pack_serves_the_source(
-        source, dst, N_IMAGES, transforms=[trdata.RandomShortestSize([24, 32], 40)], pad_to=(40, 40)
+        source, dst, COCO_IMAGES, transforms=[trdata.RandomShortestSize([24, 32], 40)], pad_to=(40, 40)
     )
 
 
@@ -96,7 +93,7 @@ def test_a_packed_coco_keypoints_source_gives_its_keypoints(tmp_path: Path) -> N
     dst = tmp_path / "kp.trd"
     trdata.pack(source, dst, progress=False)
     tf = [trdata.RandomRotation(20), trdata.RandomHorizontalFlip(), trdata.Resize((36, 36))]
-    assert_pack_serves_the_source(source, dst, N_IMAGES, transforms=tf)
+    assert_pack_serves_the_source(source, dst, COCO_IMAGES, transforms=tf)
 
 
 def test_a_packed_yolo_source_gives_its_boxes_and_masks(tmp_path: Path) -> None:
@@ -198,7 +195,7 @@ def test_a_detection_pack_streams_from_s3(coco_pack: tuple[trdata.CocoDetection,
         remote = trdata.Packed("s3://det/coco.trd", "partial", window_blocks=2, storage_options=opts)
         want = images_and_targets(source, 2, transforms=DETECTION)
         got = images_and_targets(remote, 3, transforms=DETECTION)
-        for i in range(N_IMAGES):
+        for i in range(COCO_IMAGES):
             assert got[i][0] == want[i][0]
             assert_same_targets(got[i][1], want[i][1])
     finally:

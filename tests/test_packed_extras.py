@@ -12,7 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 import trdata
-from test_extras import EXTRAS, KW, Captioned, N, _write_wds, check, jpeg
+from _fixtures import EXTRAS, Captioned, check_extras, extras_jpeg, write_wds
+from _fixtures import EXTRAS_KW as KW
+from _fixtures import EXTRAS_N as N
 from trdata.errors import ConfigError, DecodeError
 from trdata.sources.packed import inspect
 
@@ -61,12 +63,12 @@ def test_file_and_memory_sources_extras_survive_a_pack_in_both_modes(
 ) -> None:
     if kind == "FileList":
         for i in range(N):
-            (tmp_path / f"{i}.jpg").write_bytes(jpeg(i))
+            (tmp_path / f"{i}.jpg").write_bytes(extras_jpeg(i))
         src: Any = trdata.FileList(
             [str(tmp_path / f"{i}.jpg") for i in range(N)], list(range(N)), extras=extras
         )
     else:
-        src = trdata.Bytes([jpeg(i) for i in range(N)], list(range(N)), extras=extras)
+        src = trdata.Bytes([extras_jpeg(i) for i in range(N)], list(range(N)), extras=extras)
     dst = tmp_path / "x.trd"
     trdata.pack(src, dst, progress=False, block_bytes=4096)
     assert inspect(dst)["version"] == 2
@@ -89,11 +91,11 @@ def test_file_and_memory_sources_extras_survive_a_pack_in_both_modes(
                     )
     if extras is EXTRAS:
         with trdata.Loader(trdata.Packed(dst, "partial"), workers=2, **KW) as ld:  # type: ignore[arg-type]
-            assert check(ld) == 12
+            assert check_extras(ld) == 12
 
 
 def test_a_pack_without_extras_is_still_version_1(tmp_path: Path) -> None:
-    trdata.pack(trdata.Bytes([jpeg(i) for i in range(3)]), tmp_path / "x.trd", progress=False)
+    trdata.pack(trdata.Bytes([extras_jpeg(i) for i in range(3)]), tmp_path / "x.trd", progress=False)
     assert inspect(tmp_path / "x.trd")["version"] == 1
     assert trdata.Packed(tmp_path / "x.trd").extras == ()
 
@@ -103,7 +105,7 @@ def test_a_datasets_extras_and_a_repack_keep_them(tmp_path: Path) -> None:
     packed = trdata.Packed(tmp_path / "c.trd")
     assert packed.extras == ("caption", "meta", "emb", "ragged")
     with trdata.Loader(packed, workers=2, **KW) as ld:  # type: ignore[arg-type]
-        assert check(ld) == 12
+        assert check_extras(ld) == 12
     trdata.pack(packed, tmp_path / "again.trd", progress=False)  # stored bytes copied as they are
     assert_same_batches(batches(packed), batches(trdata.Packed(tmp_path / "again.trd")))
 
@@ -112,7 +114,7 @@ def test_webdataset_members_written_by_tarwriter_survive_a_pack(tmp_path: Path) 
     members = [
         {
             "__key__": f"s{i:04d}",
-            "jpg": jpeg(i),
+            "jpg": extras_jpeg(i),
             "cls": i % 4,
             "txt": f"a cat {i} ✓",
             "json": {"i": i},
@@ -121,7 +123,7 @@ def test_webdataset_members_written_by_tarwriter_survive_a_pack(tmp_path: Path) 
         for i in range(N)
     ]
     members[4].pop("json")  # a sample without a member: None in both
-    shard = _write_wds(tmp_path / "train-000000.tar", members)
+    shard = write_wds(tmp_path / "train-000000.tar", members)
     src = trdata.WebDataset(shard, extras=("txt", "json", "npy"), cache_dir=False)
     trdata.pack(src, tmp_path / "w.trd", progress=False)
     packed = trdata.Packed(tmp_path / "w.trd")
@@ -141,7 +143,7 @@ def test_values_a_pack_cannot_hold_are_refused_naming_field_and_sample(tmp_path:
         values[2] = bad
         with pytest.raises(ConfigError, match=message) as e:
             trdata.pack(
-                trdata.Bytes([jpeg(i) for i in range(4)], extras={"tags": values}),
+                trdata.Bytes([extras_jpeg(i) for i in range(4)], extras={"tags": values}),
                 tmp_path / "x.trd",
                 progress=False,
             )
@@ -149,7 +151,9 @@ def test_values_a_pack_cannot_hold_are_refused_naming_field_and_sample(tmp_path:
         assert not (tmp_path / "x.trd").exists() and not list(tmp_path.iterdir())
     big = ["x" * (trdata._core.MAX_EXTRA_BYTES + 1)]
     with pytest.raises(ConfigError, match="is 16777217 bytes") as e:
-        trdata.pack(trdata.Bytes([jpeg(0)], extras={"caption": big}), tmp_path / "x.trd", progress=False)
+        trdata.pack(
+            trdata.Bytes([extras_jpeg(0)], extras={"caption": big}), tmp_path / "x.trd", progress=False
+        )
     assert e.value.parameter == "extras" and not list(tmp_path.iterdir())
 
 
@@ -163,11 +167,11 @@ def test_text_a_pack_could_not_read_back_is_refused_at_pack_time(tmp_path: Path)
             return 4
 
         def __getitem__(self, i: int) -> tuple[bytes, int, dict[str, Any]]:
-            return jpeg(i), 0, {"caption": "fine" if i != 2 else "name \udce9.jpg"}
+            return extras_jpeg(i), 0, {"caption": "fine" if i != 2 else "name \udce9.jpg"}
 
     for source in (
         Surrogates(),
-        trdata.Bytes([jpeg(i) for i in range(4)], extras={"caption": ["a", "b", "\ud800", "d"]}),
+        trdata.Bytes([extras_jpeg(i) for i in range(4)], extras={"caption": ["a", "b", "\ud800", "d"]}),
     ):
         with pytest.raises(
             ConfigError, match="'caption' of sample 2 is a str that holds a lone surrogate"
@@ -182,7 +186,9 @@ def test_text_a_pack_could_not_read_back_is_refused_at_pack_time(tmp_path: Path)
     ):
         with pytest.raises(ConfigError, match=message):
             trdata.pack(
-                trdata.Bytes([jpeg(i) for i in range(4)], extras=extras), tmp_path / "x.trd", progress=False
+                trdata.Bytes([extras_jpeg(i) for i in range(4)], extras=extras),
+                tmp_path / "x.trd",
+                progress=False,
             )
         assert not list(tmp_path.iterdir())
 
@@ -195,7 +201,7 @@ def test_a_bfloat16_tensor_extra_is_a_config_error_naming_field_and_sample(tmp_p
     values[1] = torch.zeros(3, dtype=torch.bfloat16)
     with pytest.raises(ConfigError, match="'emb' of sample 1 is a Tensor of dtype torch.bfloat16") as e:
         trdata.pack(
-            trdata.Bytes([jpeg(i) for i in range(4)], extras={"emb": values}),
+            trdata.Bytes([extras_jpeg(i) for i in range(4)], extras={"emb": values}),
             tmp_path / "x.trd",
             progress=False,
         )
@@ -204,9 +210,9 @@ def test_a_bfloat16_tensor_extra_is_a_config_error_naming_field_and_sample(tmp_p
 
 
 def test_a_bad_webdataset_member_fails_the_pack_naming_shard_and_key(tmp_path: Path) -> None:
-    members = [{"__key__": f"s{i}", "jpg": jpeg(i), "cls": 0, "txt": "fine"} for i in range(4)]
+    members = [{"__key__": f"s{i}", "jpg": extras_jpeg(i), "cls": 0, "txt": "fine"} for i in range(4)]
     members[2]["txt"] = b"\xff\xfe not utf-8"
-    shard = _write_wds(tmp_path / "bad.tar", members)
+    shard = write_wds(tmp_path / "bad.tar", members)
     (tmp_path / "out").mkdir()
     with pytest.raises(
         DecodeError, match=r"bad.tar: sample 's2': .txt member is not valid \(UnicodeDecodeError"
@@ -222,7 +228,9 @@ def test_a_bad_webdataset_member_fails_the_pack_naming_shard_and_key(tmp_path: P
 def test_damaged_extras_are_a_decode_error_naming_the_record(tmp_path: Path) -> None:
     captions = [f"caption number {i}" for i in range(N)]
     dst = tmp_path / "x.trd"
-    trdata.pack(trdata.Bytes([jpeg(i) for i in range(N)], extras={"caption": captions}), dst, progress=False)
+    trdata.pack(
+        trdata.Bytes([extras_jpeg(i) for i in range(N)], extras={"caption": captions}), dst, progress=False
+    )
     data = bytearray(dst.read_bytes())
     at = bytes(data).rindex(b"caption number 7")
     data[at + 3] ^= 0x20

@@ -42,14 +42,6 @@ BUCKET = "trdata-test"
 KEY = "sets/train.trd"
 
 
-@pytest.fixture(scope="module")
-def moto() -> Iterator[str]:
-    proc, endpoint = start_moto()
-    yield endpoint
-    proc.terminate()
-    proc.wait(timeout=10)
-
-
 def opts(endpoint: str, **more: Any) -> dict[str, Any]:
     return {"aws_endpoint": endpoint, "aws_allow_http": True, **CREDS, **more}
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _fixtures import psnr
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -42,11 +43,6 @@ def pillow_eval(path: str | Path) -> np.ndarray:
     img = img.resize((nw, nh), Image.BILINEAR)
     top, left = round((nh - CROP) / 2.0), round((nw - CROP) / 2.0)  # Python rounds halves to even
     return np.asarray(img.crop((left, top, left + CROP, top + CROP)))
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return math.inf if mse == 0.0 else 10.0 * math.log10(255.0**2 / mse)
 
 
 def _pillow_decodes(path: Path) -> bool:

@@ -14,70 +14,31 @@ from typing import Any
 import numpy as np
 import pytest
 import trdata
-from _fixtures import photo, target_rows, targets_with_1_and_3_workers
+from _fixtures import (
+    PADDED,
+    PREFIX,
+    RECIPES,
+    VOC_IMAGES,
+    apply_op,
+    photo,
+    run_or_fail_on_hang,
+    size_of,
+    target_rows,
+    targets_with_1_and_3_workers,
+    torchvision_moved,
+    voc_label_map,
+    voc_palette,
+    write_voc,
+)
 from PIL import Image
 from trdata.errors import ConfigError, SourceError
 
 torch = pytest.importorskip("torch")
 torchvision = pytest.importorskip("torchvision")
-from test_detection import _torchvision_moved  # noqa: E402
-from test_detection_ops import PADDED, PREFIX, RECIPES, _apply, _size_of  # noqa: E402
-from test_yolo import run_or_fail_on_hang  # noqa: E402
 from torchvision import tv_tensors  # noqa: E402
 from torchvision.transforms.v2 import functional as F  # noqa: E402
 
-N_IMAGES = 8
 NEAR = F.InterpolationMode.NEAREST
-
-
-def voc_palette() -> list[int]:
-    """VOC's color map (bit-interleaved), 256 RGB entries."""
-    out = []
-    for i in range(256):
-        r = g = b = 0
-        c = i
-        for j in range(8):
-            r |= ((c >> 0) & 1) << (7 - j)
-            g |= ((c >> 1) & 1) << (7 - j)
-            b |= ((c >> 2) & 1) << (7 - j)
-            c >>= 3
-        out += [r, g, b]
-    return out
-
-
-def label_map(k: int, w: int, h: int) -> np.ndarray:
-    """Blobs of classes 0..20 with 255 (VOC's void) borders around them: values that a wrong reading (RGB,
-    interpolation, a shifted crop) would change."""
-    rng = np.random.default_rng(k)
-    m = np.zeros((h, w), np.uint8)
-    for _ in range(5):
-        c = int(rng.integers(1, 21))
-        x0, y0 = int(rng.integers(0, w - 4)), int(rng.integers(0, h - 4))
-        x1, y1 = x0 + int(rng.integers(3, w // 2)), y0 + int(rng.integers(3, h // 2))
-        m[y0:y1, x0:x1] = 255
-        m[y0 + 1 : y1 - 1, x0 + 1 : x1 - 1] = c
-    m[rng.random((h, w)) < 0.05] = rng.integers(0, 21)
-    return m
-
-
-def write_voc(root: Path) -> dict[str, np.ndarray]:
-    """VOC2012's layout: JPEGImages (more images than maps), SegmentationClass palette PNGs, the split file."""
-    rng = np.random.default_rng(5)
-    (root / "JPEGImages").mkdir(parents=True)
-    (root / "SegmentationClass").mkdir()
-    (root / "ImageSets" / "Segmentation").mkdir(parents=True)
-    maps = {}
-    for k in range(N_IMAGES):
-        w, h = int(rng.integers(40, 90)), int(rng.integers(36, 80))
-        key = f"2007_{k * 37 % 101:06d}"
-        Image.fromarray(photo(k, w, h)).save(root / "JPEGImages" / f"{key}.jpg")
-        m = Image.fromarray(label_map(k, w, h), mode="P")
-        m.putpalette(voc_palette())
-        m.save(root / "SegmentationClass" / f"{key}.png")
-        maps[key] = label_map(k, w, h)
-    Image.fromarray(photo(99, 30, 30)).save(root / "JPEGImages" / "2008_000001.jpg")  # no map: not a sample
-    (root / "ImageSets" / "Segmentation" / "train.txt").write_text("\n".join(list(maps)[::-1][:5]) + "\n")
-    return maps
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +65,7 @@ def _unshift(m: Any) -> np.ndarray:
 def test_order_and_maps_are_the_files_indices(voc: Any) -> None:
     root, maps = voc
     src = _source(root)
-    assert src.keys == sorted(maps) and len(src) == N_IMAGES
+    assert src.keys == sorted(maps) and len(src) == VOC_IMAGES
     assert src.paths == [str(root / "JPEGImages" / f"{k}.jpg") for k in sorted(maps)]
     for i, key in enumerate(src.keys):
         np.testing.assert_array_equal(src.label_map(i), maps[key])  # palette indices, not colors
@@ -146,7 +107,7 @@ def test_folded_geometry_moves_maps_as_torchvisions_kernels_with_the_same_draw(
                 for r, i in enumerate(idx):
                     w, h = sizes[r]
                     boxes = tv_tensors.BoundingBoxes(torch.zeros((0, 4)), format="XYXY", canvas_size=(h, w))
-                    _, moved = _torchvision_moved(boxes, _mask(maps[src.keys[i]]), geometry[r])
+                    _, moved = torchvision_moved(boxes, _mask(maps[src.keys[i]]), geometry[r])
                     got = b.targets[r]["mask"].numpy()
                     assert got.shape == tuple(b.images.shape[-2:])
                     np.testing.assert_array_equal(got, _unshift(moved))
@@ -180,7 +141,7 @@ def test_stage2_ops_move_maps_as_torchvisions_kernels_with_the_same_draws(voc: A
                     for name, v, hw in plans[r].draws:
                         op = name.split("(")[0]
                         if op != "SanitizeBoundingBoxes":  # a boxes-only op
-                            m = _apply(op, v, hw, m, _size_of(op, recipe), expand)
+                            m = apply_op(op, v, hw, m, size_of(op, recipe), expand)
                     got = b.targets[r]
                     assert tuple(got["size"]) == plans[r].canvas == tuple(m.shape[-2:])
                     want = _unshift(m)
@@ -199,8 +160,8 @@ def test_maps_are_the_same_for_any_worker_count_and_every_image_comes_once(voc: 
         reproducible=True,
         shuffle=True,
     )
-    runs = targets_with_1_and_3_workers(src, N_IMAGES, **kw)
-    for i in range(N_IMAGES):
+    runs = targets_with_1_and_3_workers(src, VOC_IMAGES, **kw)
+    for i in range(VOC_IMAGES):
         np.testing.assert_array_equal(runs[0][i]["mask"], runs[1][i]["mask"])
     with trdata.Loader(src, batch_size=2, transforms=[trdata.Resize((8, 8))]) as ld:
         b = next(iter(ld))
@@ -264,11 +225,11 @@ def test_ade20k_and_cityscapes_layouts(tmp_path: Path) -> None:
     (ade / "annotations" / "training").mkdir(parents=True)
     for k in range(3):
         Image.fromarray(photo(k, 40 + k, 30)).save(ade / "images" / "training" / f"ADE_train_{k:08d}.jpg")
-        Image.fromarray(label_map(k, 40 + k, 30), mode="L").save(
+        Image.fromarray(voc_label_map(k, 40 + k, 30), mode="L").save(
             ade / "annotations" / "training" / f"ADE_train_{k:08d}.png"
         )
     src = trdata.SegmentationFolder(ade / "images" / "training", ade / "annotations" / "training")
-    assert len(src) == 3 and src.label_map(2).tolist() == label_map(2, 42, 30).tolist()
+    assert len(src) == 3 and src.label_map(2).tolist() == voc_label_map(2, 42, 30).tolist()
     city = tmp_path / "cityscapes"
     for c, town in enumerate(["aachen", "bochum"]):
         (city / "leftImg8bit" / "train" / town).mkdir(parents=True)
@@ -277,7 +238,7 @@ def test_ade20k_and_cityscapes_layouts(tmp_path: Path) -> None:
         Image.fromarray(photo(c, 64, 32)).save(
             city / "leftImg8bit" / "train" / town / f"{stem}_leftImg8bit.png"
         )
-        Image.fromarray(label_map(c, 64, 32).astype(np.uint16)).save(
+        Image.fromarray(voc_label_map(c, 64, 32).astype(np.uint16)).save(
             city / "gtFine" / "train" / town / f"{stem}_gtFine_labelIds.png"
         )
         # the color and instance maps beside it are not samples
@@ -289,7 +250,7 @@ def test_ade20k_and_cityscapes_layouts(tmp_path: Path) -> None:
         mask_suffix="_gtFine_labelIds.png",
     )
     assert src.keys == ["aachen/aachen_000000_000010", "bochum/bochum_000000_000011"]
-    np.testing.assert_array_equal(src.label_map(1), label_map(1, 64, 32))
+    np.testing.assert_array_equal(src.label_map(1), voc_label_map(1, 64, 32))
     with trdata.Loader(src, batch_size=2, transforms=[trdata.Resize((16, 32))]) as ld:
         assert next(iter(ld)).targets[0]["mask"].shape == (16, 32)
 
@@ -299,11 +260,11 @@ def test_wrong_pairs_and_damaged_maps_are_source_errors_naming_the_files(tmp_pat
     images.mkdir()
     masks.mkdir()
     Image.fromarray(photo(0, 40, 30)).save(images / "a.jpg")
-    Image.fromarray(label_map(0, 40, 30), mode="L").save(masks / "a.png")
+    Image.fromarray(voc_label_map(0, 40, 30), mode="L").save(masks / "a.png")
     assert len(trdata.SegmentationFolder(images, masks)) == 1
     cases: list[tuple[Any, str]] = [
         (
-            lambda: Image.fromarray(label_map(0, 41, 30), mode="L").save(masks / "a.png"),
+            lambda: Image.fromarray(voc_label_map(0, 41, 30), mode="L").save(masks / "a.png"),
             "of 41x30 for the image",
         ),
         (
@@ -321,7 +282,7 @@ def test_wrong_pairs_and_damaged_maps_are_source_errors_naming_the_files(tmp_pat
         assert "header" in message or str(images / "a.jpg") in str(e.value)  # both files named
     # a PNG whose header is sound and whose pixels are cut: the sample's error when a worker reads it (under
     # on_error: tests/test_sample_errors.py), naming the map
-    Image.fromarray(label_map(0, 40, 30), mode="L").save(masks / "a.png")
+    Image.fromarray(voc_label_map(0, 40, 30), mode="L").save(masks / "a.png")
     data = (masks / "a.png").read_bytes()
     (masks / "a.png").write_bytes(data[: len(data) // 2])
     src = trdata.SegmentationFolder(images, masks)
@@ -330,20 +291,20 @@ def test_wrong_pairs_and_damaged_maps_are_source_errors_naming_the_files(tmp_pat
             next(iter(ld))
     assert d.value.kind == "Target" and d.value.index == 0 and str(masks / "a.png") in str(d.value)
     # a map replaced after the source was made: its size is checked before it is decoded
-    Image.fromarray(label_map(0, 40, 30), mode="L").save(masks / "a.png")
+    Image.fromarray(voc_label_map(0, 40, 30), mode="L").save(masks / "a.png")
     src = trdata.SegmentationFolder(images, masks)
     Image.fromarray(np.zeros((3000, 4000), np.uint8), mode="L").save(masks / "a.png")
     with pytest.raises(SourceError, match="a label map of 4000x3000 for the image") as e:
         src.label_map(0)
     assert e.value.path == str(masks / "a.png")
     # a 16-bit map with a class index above 255
-    big = label_map(0, 40, 30).astype(np.uint16)
+    big = voc_label_map(0, 40, 30).astype(np.uint16)
     big[0, 0] = 300
     Image.fromarray(big).save(masks / "a.png")
     with pytest.raises(SourceError, match="class index 300 does not fit"):
         trdata.SegmentationFolder(images, masks).label_map(0)
     # keys: a missing map, an image twice, no image
-    Image.fromarray(label_map(0, 40, 30), mode="L").save(masks / "a.png")
+    Image.fromarray(voc_label_map(0, 40, 30), mode="L").save(masks / "a.png")
     Image.fromarray(photo(1, 40, 30)).save(
         images / "b.jpg"
     )  # an image without a map: not a sample, unless named
@@ -355,7 +316,7 @@ def test_wrong_pairs_and_damaged_maps_are_source_errors_naming_the_files(tmp_pat
     with pytest.raises(SourceError, match=r"2 images .* named a.<ext>"):
         trdata.SegmentationFolder(images, masks)
     trdata.SegmentationFolder(images, masks, image_suffix=".png")  # image_suffix= chooses
-    Image.fromarray(label_map(0, 40, 30), mode="L").save(masks / "z.png")
+    Image.fromarray(voc_label_map(0, 40, 30), mode="L").save(masks / "z.png")
     (images / "a.png").unlink()
     with pytest.raises(SourceError, match=r"no image named z.<ext>") as e:
         trdata.SegmentationFolder(images, masks)
@@ -389,7 +350,7 @@ def test_fuzz_damaged_label_maps(tmp_path: Path) -> None:
     images.mkdir()
     masks.mkdir()
     Image.fromarray(photo(0, 24, 16)).save(images / "a.jpg")
-    m = Image.fromarray(label_map(0, 24, 16), mode="P")
+    m = Image.fromarray(voc_label_map(0, 24, 16), mode="P")
     m.putpalette(voc_palette())
     m.save(masks / "a.png")
     good = (masks / "a.png").read_bytes()
@@ -448,7 +409,7 @@ def test_a_fifo_where_a_label_map_or_an_image_belongs_is_refused_not_waited_on(t
     images.mkdir()
     masks.mkdir()
     Image.fromarray(photo(0, 40, 30)).save(images / "a.jpg")
-    Image.fromarray(label_map(0, 40, 30), mode="L").save(masks / "a.png")
+    Image.fromarray(voc_label_map(0, 40, 30), mode="L").save(masks / "a.png")
 
     def refused(suffix: str = "", late: str = "") -> tuple[str, str]:
         out = run_or_fail_on_hang(FIFO_SOURCE, str(tmp_path), suffix, late).splitlines()
@@ -463,7 +424,7 @@ def test_a_fifo_where_a_label_map_or_an_image_belongs_is_refused_not_waited_on(t
         assert path == str(masks / "b.png") and fifo in message
     (masks / "b.png").unlink()
     (images / "b.jpg").unlink()
-    Image.fromarray(label_map(1, 40, 30), mode="L").save(masks / "b.png")
+    Image.fromarray(voc_label_map(1, 40, 30), mode="L").save(masks / "b.png")
     os.mkfifo(images / "b.jpg")  # a FIFO image, found by its key or named by image_suffix
     for suffix in ("", ".jpg"):
         path, message = refused(suffix)

@@ -13,7 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import trdata
-from PIL import Image
+from _fixtures import add_member, encoded, write_shards
+
+pytestmark = pytest.mark.usefixtures("private_cache_home")  # the default index cache: not ~/.cache
 
 KW = dict(
     batch_size=6,
@@ -24,51 +26,6 @@ KW = dict(
     seed=4,
     reproducible=True,
 )
-
-
-@pytest.fixture(autouse=True)
-def _private_cache_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The default index cache (``cache_dir=True``) goes to a folder of this session, not the user's ~/.cache."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg-cache"))
-
-
-def encoded(i: int, fmt: str) -> bytes:
-    rng = np.random.default_rng(i)
-    a = (rng.integers(0, 200, (30 + i % 7, 34, 3)) + np.arange(34)[None, :, None]).astype(np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(a).save(buf, format=fmt)
-    return buf.getvalue()
-
-
-def add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    tar.addfile(info, io.BytesIO(data))
-
-
-def write_shards(
-    root: Path, n: int, per_shard: int, target: str = "cls"
-) -> tuple[list[str], list[bytes], list[int]]:
-    """Shards of `per_shard` samples: key.jpg or key.png (alternating), key.cls / key.json, plus an extra member."""
-    shards, images, labels = [], [], []
-    for s in range(0, n, per_shard):
-        path = root / f"shard-{s // per_shard:04d}.tar"
-        with tarfile.open(path, "w") as tar:
-            for i in range(s, min(n, s + per_shard)):
-                key = f"sample{i:05d}"
-                ext, fmt = ("jpg", "JPEG") if i % 2 == 0 else ("png", "PNG")
-                img, label = encoded(i, fmt), (i * 7) % 5
-                add(tar, f"{key}.{ext}", img)
-                add(
-                    tar,
-                    f"{key}.{target}",
-                    json.dumps(label).encode() if target == "json" else str(label).encode(),
-                )
-                add(tar, f"{key}.txt", b"a caption")
-                images.append(img)
-                labels.append(label)
-        shards.append(str(path))
-    return shards, images, labels
 
 
 def run(src: trdata.Source, workers: int = 2) -> list[np.ndarray]:
@@ -131,9 +88,9 @@ def test_hostile_shards_are_typed_errors_naming_the_shard(tmp_path: Path) -> Non
     assert e.value.parameter == "shards"
     bad = tmp_path / "bad.tar"
     with tarfile.open(bad, "w") as tar:
-        add(tar, "a.jpg", encoded(0, "JPEG"))
-        add(tar, "a.cls", b"seven")
-        add(tar, "b.cls", b"1")
+        add_member(tar, "a.jpg", encoded(0, "JPEG"))
+        add_member(tar, "a.cls", b"seven")
+        add_member(tar, "b.cls", b"1")
     with pytest.raises(trdata.DecodeError, match="not an integer"):
         trdata.WebDataset([str(bad)])
 
@@ -201,8 +158,8 @@ def test_json_float_targets_are_cached_as_their_raw_bytes(tmp_path: Path, tar_op
     soft = [[0.25, 0.75], [1.0, 0.0], [0.5, 0.5]]
     with tarfile.open(path, "w") as tar:
         for i, t in enumerate(soft):
-            add(tar, f"k{i}.png", encoded(i, "PNG"))
-            add(tar, f"k{i}.json", json.dumps(t).encode())
+            add_member(tar, f"k{i}.png", encoded(i, "PNG"))
+            add_member(tar, f"k{i}.json", json.dumps(t).encode())
     cache = tmp_path / "c"
     a = trdata.WebDataset([str(path)], target_key="json", cache_dir=cache)
     tar_opens.clear()
@@ -219,8 +176,8 @@ def test_a_modified_shard_is_indexed_again(tmp_path: Path, tar_opens: list[str])
     # rewritten with other samples (a new size and mtime)
     with tarfile.open(shards[0], "w") as tar:
         for i in range(4):
-            add(tar, f"new{i}.jpg", encoded(i + 50, "JPEG"))
-            add(tar, f"new{i}.cls", str(i).encode())
+            add_member(tar, f"new{i}.jpg", encoded(i + 50, "JPEG"))
+            add_member(tar, f"new{i}.cls", str(i).encode())
     tar_opens.clear()
     src = trdata.WebDataset(shards, cache_dir=cache)
     assert (

@@ -10,10 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import trdata
-from _fixtures import photo
+from _fixtures import make_cifar, make_mnist, photo, write_shards
 from PIL import Image
-from test_classic import make_cifar, make_mnist
-from test_shards import write_shards
 
 KW = dict(
     batch_size=5,

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tarfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,8 @@ from trdata.sources.packed import inspect, verify
 pytest.importorskip("moto", reason="the S3 tests run moto's server (pip install 'moto[server]')")
 pytest.importorskip("boto3")
 
+pytestmark = pytest.mark.usefixtures("private_cache_home")  # index caches and keys: not ~/.cache
+
 BUCKET = "trdata-urls"
 KW: dict[str, Any] = dict(
     batch_size=5,
@@ -44,19 +45,11 @@ KW: dict[str, Any] = dict(
 )
 
 
-@pytest.fixture(autouse=True)
-def _private_cache_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Index caches and keys in a folder of this test run, never the user's."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg")))
-
-
 @pytest.fixture(scope="module")
-def moto() -> Iterator[str]:
-    proc, endpoint = start_moto()
-    s3_client(endpoint).create_bucket(Bucket=BUCKET)
-    yield endpoint
-    proc.terminate()
-    proc.wait(timeout=10)
+def moto(moto: str) -> str:
+    """conftest's moto server, with this module's bucket."""
+    s3_client(moto).create_bucket(Bucket=BUCKET)
+    return moto
 
 
 def opts(endpoint: str, **more: Any) -> dict[str, Any]:

@@ -14,8 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import trdata
-from _fixtures import photo
-from PIL import Image
+from _fixtures import photo, png
 
 N = 13  # not a multiple of the batch size: the last batch is partial / padded
 KW = dict(
@@ -25,12 +24,6 @@ KW = dict(
 
 def pixels(n: int = N) -> np.ndarray:
     return np.stack([photo(i, 24, 20) for i in range(n)])
-
-
-def png(a: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(a).save(buf, "PNG")
-    return buf.getvalue()
 
 
 @pytest.fixture(scope="module")

@@ -16,15 +16,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-import test_transforms_geo as geo
 import trdata
+from _fixtures import chi2_same, chw, close, hwc, ks, ks_limit, pil_resize, textured_images, tv
 from trdata import _core
 from trdata import transforms as T
 from trdata.errors import ConfigError
 
-SEED = geo.SEED
+SEED = 5
 N = 10_000
-images, chw, hwc, close, chi2_same, tv = geo.images, geo.chw, geo.hwc, geo.close, geo.chi2_same, geo.tv
 
 
 def run(imgs: np.ndarray, transforms: list[Any], **kw: Any) -> tuple[np.ndarray, int, list[int]]:
@@ -57,7 +56,7 @@ def test_stage2_resize_matches_torchvision_tensors(mode: str, size: Any) -> None
     tv()
     import torchvision.transforms.v2.functional as F
 
-    imgs = images(3, 57, 73, seed=8)
+    imgs = textured_images(3, 57, 73, seed=8)
     # Resize(int) leaves the size open: a CenterCrop of the resized size fixes it without changing pixels.
     want = np.stack([hwc(F.resize(chw(i), size if isinstance(size, int) else list(size), interpolation=getattr(
         F.InterpolationMode, mode.upper()), antialias=True)) for i in imgs])  # fmt: skip
@@ -72,10 +71,10 @@ def test_stage2_resize_matches_torchvision_tensors(mode: str, size: Any) -> None
 
 def test_stage2_resize_matches_pillow() -> None:
     pytest.importorskip("PIL")
-    imgs = images(3, 57, 73, seed=3)
+    imgs = textured_images(3, 57, 73, seed=3)
     for hw in [(20, 17), (90, 61)]:
         got, _, _ = run(imgs, [NOOP, T.Resize(hw)])
-        want = np.stack([geo.pil_resize(i, hw, "bilinear") for i in imgs])
+        want = np.stack([pil_resize(i, hw, "bilinear") for i in imgs])
         assert close(got, want) >= 0.99
         assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
 
@@ -84,7 +83,7 @@ def test_stage2_resize_without_antialias_and_max_size_match_torchvision() -> Non
     tv()
     import torchvision.transforms.v2.functional as F
 
-    imgs = images(2, 64, 80, seed=1)
+    imgs = textured_images(2, 64, 80, seed=1)
     want = np.stack([hwc(F.resize(chw(i), [16, 20], antialias=False)) for i in imgs])
     got, _, _ = run(imgs, [NOOP, T.Resize((16, 20), antialias=False)])
     assert close(got, want) >= 0.99
@@ -101,7 +100,7 @@ def test_stage2_center_crop_matches_torchvision() -> None:
     tv()
     import torchvision.transforms.v2.functional as F
 
-    imgs = images(2, 37, 45, seed=4)
+    imgs = textured_images(2, 37, 45, seed=4)
     for size in [(20, 31), (36, 44), (41, 50), (30, 52)]:
         want = np.stack([hwc(F.center_crop(chw(i), list(size))) for i in imgs])
         got, _, _ = run(imgs, [NOOP, T.CenterCrop(size)])
@@ -114,7 +113,7 @@ def test_stage2_random_resized_crop_replays_through_torchvision(mode: str) -> No
     import torchvision.transforms.v2.functional as F
 
     h, w = 41, 53
-    imgs = images(6, h, w, seed=5)
+    imgs = textured_images(6, h, w, seed=5)
     rrc = T.RandomResizedCrop((24, 20), scale=(0.2, 1.0), interpolation=mode)
     got, epoch, idx = run(imgs, [NOOP, rrc])
     boxes = set()
@@ -144,11 +143,11 @@ def test_stage2_random_resized_crop_boxes_match_torchvision() -> None:
         p = op.make_params([img])
         theirs.append((p["top"], p["left"], p["height"], p["width"]))
     for k in range(4):
-        assert geo.ks(np.array([o[k] for o in ours]), np.array([t[k] for t in theirs])) < geo.ks_limit(N, N)
+        assert ks(np.array([o[k] for o in ours]), np.array([t[k] for t in theirs])) < ks_limit(N, N)
 
 
 def test_geometry_after_pixel_ops_is_reproducible_across_worker_counts() -> None:
-    imgs = images(8, 40, 44, seed=2)
+    imgs = textured_images(8, 40, 44, seed=2)
     t = [
         T.ColorJitter(0.4, 0.4),
         T.RandomResizedCrop(24),
@@ -232,7 +231,7 @@ def test_random_choice_output_is_the_picked_op_as_torchvision_computes_it() -> N
     import torchvision.transforms.v2.functional as F
 
     h, w = 30, 34
-    imgs = images(12, h, w, seed=9)
+    imgs = textured_images(12, h, w, seed=9)
     choice = T.RandomChoice(
         [T.Grayscale(3), T.RandomSolarize(128, p=1.0), T.RandomInvert(p=1.0)], p=[1, 1, 2]
     )
@@ -255,7 +254,7 @@ def test_random_apply_output_with_pinned_inner_ops() -> None:
     import torchvision.transforms.v2.functional as F
 
     h, w = 30, 34
-    imgs = images(12, h, w, seed=10)
+    imgs = textured_images(12, h, w, seed=10)
     # The DINO habit, pinned: RandomApply([ColorJitter(brightness=(1.3, 1.3))], p=0.5); the inner jitter's order
     # draw cannot change a brightness-only result.
     ra = T.RandomApply(
@@ -275,7 +274,7 @@ def test_random_apply_output_with_pinned_inner_ops() -> None:
 
 
 def test_container_rules_are_the_cores() -> None:
-    imgs = images(2, 30, 30)
+    imgs = textured_images(2, 30, 30)
     with pytest.raises(ConfigError, match=r"invalid transforms: .*RandomApply at transforms\[1\]\)") as e:
         run(imgs, [T.CenterCrop(20), T.RandomApply([T.CenterCrop(10)])])
     assert e.value.parameter == "transforms"
@@ -334,7 +333,7 @@ def test_from_torchvision_converts_containers() -> None:
             v2.Compose([v2.RandomResizedCrop(32), v2.RandomApply([v2.Normalize([0.5], [0.5])])])
         )
     # The Loader takes the torchvision pipeline as it is.
-    imgs = images(4, 48, 40, seed=11)
+    imgs = textured_images(4, 48, 40, seed=11)
     with trdata.Loader(trdata.Arrays(imgs), batch_size=4, transforms=pipe, seed=1, workers=2) as ld:
         b = next(iter(ld))
         assert tuple(b.images.shape) == (4, 3, 32, 32)
@@ -359,7 +358,7 @@ def test_self_supervised_recipes_run(recipe: str) -> None:
             T.RandomGrayscale(0.2),
             T.RandomChoice([T.GaussianBlur(3), T.RandomInvert(0.0)]),
         ]
-    imgs = images(8, 48, 56, seed=12)
+    imgs = textured_images(8, 48, 56, seed=12)
     a, _, _ = run(imgs, t, workers=1)
     b, _, _ = run(imgs, t, workers=3)
     np.testing.assert_array_equal(a, b)

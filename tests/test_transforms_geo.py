@@ -19,8 +19,20 @@ from typing import Any
 
 import numpy as np
 import pytest
-import test_transforms_ops as ops_tests
 import trdata
+from _fixtures import (
+    chi2_same,
+    chw,
+    close,
+    hwc,
+    ks,
+    ks_limit,
+    pil_resize,
+    sampled_draws,
+    textured_images,
+    torchvision_params,
+    tv,
+)
 from trdata import _core
 from trdata import transforms as T
 from trdata.errors import ConfigError
@@ -32,13 +44,6 @@ OPS = [
     "Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast",
     "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize", "Invert",
 ]  # fmt: skip
-
-
-def images(n: int = 4, h: int = H, w: int = W, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:h, 0:w]
-    base = np.stack([x * 3 + y, y * 4, (x + y) * 2], -1)[None] + rng.integers(0, 60, (n, h, w, 3))
-    return (base % 220 + 10).astype(np.uint8)
 
 
 def run_loader(imgs: np.ndarray, ops: list[Any], **kw: Any) -> tuple[np.ndarray, int, list[int]]:
@@ -64,25 +69,6 @@ def drawn(op: Any, epoch: int, index: int, h: int = H, w: int = W) -> list[float
     )
 
 
-def tv() -> Any:
-    return pytest.importorskip("torchvision.transforms.v2")
-
-
-def chw(img: np.ndarray) -> Any:
-    import torch
-
-    return torch.from_numpy(img).permute(2, 0, 1).contiguous()
-
-
-def hwc(t: Any) -> np.ndarray:
-    return t.permute(1, 2, 0).numpy()
-
-
-def close(a: np.ndarray, b: np.ndarray) -> float:
-    assert a.shape == b.shape, (a.shape, b.shape)
-    return float(np.mean(np.abs(a.astype(np.int32) - b.astype(np.int32)) <= 1))
-
-
 # --- pinned parameters -------------------------------------------------------------------------------------------
 
 PINNED: list[tuple[Any, str, tuple[Any, ...], dict[str, Any]]] = [
@@ -106,7 +92,7 @@ def test_pinned_warp_matches_torchvision(
     v2 = tv()
     if "interpolation" in kw:
         kw = {**kw, "interpolation": v2.InterpolationMode.BILINEAR}
-    imgs = images()
+    imgs = textured_images()
     got, _, _ = run_loader(imgs, [ours])
     theirs = getattr(v2, name)(*args, **kw)
     want = np.stack([hwc(theirs(chw(i))) for i in imgs])
@@ -115,7 +101,7 @@ def test_pinned_warp_matches_torchvision(
 
 def test_rotation_expand_matches_torchvision() -> None:
     v2 = tv()
-    imgs = images()
+    imgs = textured_images()
     want = np.stack([hwc(v2.RandomRotation((30.0, 30.0), expand=True)(chw(i))) for i in imgs])
     got, _, _ = run_loader(imgs, [T.RandomRotation((30.0, 30.0), expand=True), T.RandomCrop(want.shape[1:3])])
     assert close(got, want) >= 0.99
@@ -128,7 +114,7 @@ def test_drawn_affine_and_perspective_replayed_through_torchvision() -> None:
     tv()
     import torchvision.transforms.v2.functional as F
 
-    imgs = images(6)
+    imgs = textured_images(6)
     op = T.RandomAffine(15, translate=(0.2, 0.3), scale=(0.7, 1.3), shear=10, interpolation="bilinear")
     got, epoch, idx = run_loader(imgs, [op])
     for k, i in enumerate(idx):
@@ -174,7 +160,7 @@ def test_policy_decisions_replayed_through_torchvision(ours: Any, theirs: tuple[
     if "interpolation" in kw:
         kw = {**kw, "interpolation": v2.InterpolationMode.BILINEAR}
     inst = getattr(v2, name)(**kw)
-    imgs = images(16, seed=3)
+    imgs = textured_images(16, seed=3)
     got, epoch, idx = run_loader(imgs, [ours])
     for k, i in enumerate(idx):
         want = replay_policy(inst, imgs[i], drawn(ours, epoch, i))
@@ -186,7 +172,7 @@ def test_augmix_replayed_through_torchvision() -> None:
     import torch
 
     inst = v2.AugMix()
-    imgs = images(12, seed=5)
+    imgs = textured_images(12, seed=5)
     ours = T.AugMix()
     got, epoch, idx = run_loader(imgs, [ours])
     for k, i in enumerate(idx):
@@ -206,47 +192,12 @@ def test_augmix_replayed_through_torchvision() -> None:
 # --- sampled-parameter distributions ---------------------------------------------------------------------------
 
 
-def ks(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = np.sort(a), np.sort(b)
-    grid = np.concatenate([a, b])
-    fa = np.searchsorted(a, grid, side="right") / len(a)
-    fb = np.searchsorted(b, grid, side="right") / len(b)
-    return float(np.max(np.abs(fa - fb)))
-
-
-def ks_limit(n: int, m: int) -> float:
-    return 1.95 * np.sqrt((n + m) / (n * m))  # α = 0.001
-
-
-def chi2_same(a: list[Any], b: list[Any]) -> None:
-    """Two-sample χ² homogeneity on hashable values, α = 0.001 (Wilson–Hilferty critical value)."""
-    vals = sorted(set(a) | set(b), key=repr)
-    ca_d: dict[Any, int] = {}
-    cb_d: dict[Any, int] = {}
-    for v in a:
-        ca_d[v] = ca_d.get(v, 0) + 1
-    for v in b:
-        cb_d[v] = cb_d.get(v, 0) + 1
-    ca = np.array([ca_d.get(v, 0) for v in vals], float)
-    cb = np.array([cb_d.get(v, 0) for v in vals], float)
-    rare = (ca + cb) < 10
-    assert ca[rare].sum() + cb[rare].sum() < 0.01 * (len(a) + len(b)), "values one side never draws"
-    keep = ~rare
-    ca, cb = ca[keep], cb[keep]
-    tot = ca + cb
-    ea, eb = tot * len(a) / (len(a) + len(b)), tot * len(b) / (len(a) + len(b))
-    stat = float((((ca - ea) ** 2) / ea + ((cb - eb) ** 2) / eb).sum())
-    k = max(len(tot) - 1, 1)
-    crit = k * (1 - 2 / (9 * k) + 3.09 * np.sqrt(2 / (9 * k))) ** 3
-    assert stat < crit, (stat, crit)
-
-
 def ours_draws(op: Any, n: int = N, h: int = 32, w: int = 48) -> list[list[float]]:
-    return ops_tests.ours(op, n, h, w)  # the draw helpers of test_transforms_ops, on a non-square image
+    return sampled_draws(op, n, h, w)  # on a non-square image
 
 
 def theirs_params(op: Any, n: int = N, h: int = 32, w: int = 48) -> list[dict[str, Any]]:
-    return ops_tests.theirs(op, n, h, w)
+    return torchvision_params(op, n, h, w)
 
 
 def test_rotation_and_affine_draws_match_torchvision() -> None:
@@ -386,7 +337,7 @@ def test_augmix_choices_weights_and_depths_match_torchvision() -> None:
 
 
 def test_policies_are_reproducible_across_worker_counts() -> None:
-    imgs = images(12, 40, 40, seed=4)
+    imgs = textured_images(12, 40, 40, seed=4)
     ops = [
         T.RandomCrop(32, padding=4),
         T.RandomHorizontalFlip(),
@@ -416,7 +367,7 @@ def test_policies_are_reproducible_across_worker_counts() -> None:
 
 
 def test_values_are_checked_by_the_core_with_the_op_named() -> None:
-    imgs = images(2)
+    imgs = textured_images(2)
     for op, msg in [
         (T.RandomRotation(-5), "invalid degrees: (5, -5) must be finite with min ≤ max"),
         (T.RandomRotation(5, interpolation="bicubic"), "invalid interpolation"),
@@ -494,20 +445,13 @@ def test_from_torchvision_converts_geometry_and_policies() -> None:
         assert c.transforms[7]._spec() == T.RandomAffine(5, translate=(0.1, 0.2), shear=(1, 2, 3, 4))._spec()
         assert c.transforms[8] == T.RandomPerspective(0.3)
         with trdata.Loader(
-            trdata.Arrays(images(4, 40, 48)), batch_size=4, transforms=pipe, shuffle=False
+            trdata.Arrays(textured_images(4, 40, 48)), batch_size=4, transforms=pipe, shuffle=False
         ) as ld:
             assert np.asarray(next(iter(ld)).images).shape == (4, 3, 24, 24)
     assert torch.is_tensor(torch.zeros(1))
 
 
 # --- the folded resize's interpolation (reference: Pillow, as torchvision v2 runs it on PIL images) -------------
-
-
-def pil_resize(img: np.ndarray, hw: tuple[int, int], mode: str) -> np.ndarray:
-    from PIL import Image
-
-    f = {"nearest": Image.NEAREST, "bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}[mode]
-    return np.asarray(Image.fromarray(img).resize((hw[1], hw[0]), f))
 
 
 def run_resize(imgs: np.ndarray, transforms: list[Any]) -> np.ndarray:
@@ -522,7 +466,7 @@ def run_resize(imgs: np.ndarray, transforms: list[Any]) -> np.ndarray:
 @pytest.mark.parametrize("hw", [(20, 17), (90, 61), (37, 120), (13, 45)])
 def test_resize_interpolation_matches_pillow(mode: str, hw: tuple[int, int]) -> None:
     pytest.importorskip("PIL")
-    imgs = images(3, 57, 73, seed=8)
+    imgs = textured_images(3, 57, 73, seed=8)
     got = run_resize(imgs, [T.Resize(hw, interpolation=mode)])
     want = np.stack([pil_resize(i, hw, mode) for i in imgs])
     assert got.shape == want.shape
@@ -546,7 +490,7 @@ def test_resize_interpolation_matches_torchvision_on_pil() -> None:
     v2 = tv()
     from PIL import Image
 
-    imgs = images(3, 61, 83, seed=2)
+    imgs = textured_images(3, 61, 83, seed=2)
     for mode in (v2.InterpolationMode.BICUBIC, v2.InterpolationMode.NEAREST):
         theirs = v2.Compose([v2.Resize(40, interpolation=mode), v2.CenterCrop(32)])
         want = np.stack([np.asarray(theirs(Image.fromarray(i))) for i in imgs])
@@ -566,7 +510,7 @@ def test_resize_without_antialias_keeps_the_support_at_one_pixel() -> None:
     v2 = tv()
     import torchvision.transforms.v2.functional as F
 
-    imgs = images(2, 64, 64, seed=1)
+    imgs = textured_images(2, 64, 64, seed=1)
     got = run_resize(imgs, [T.Resize((16, 16), antialias=False)])
     want = np.stack([hwc(F.resize(chw(i), [16, 16], antialias=False)) for i in imgs])
     assert close(got, want) >= 0.99
@@ -577,7 +521,7 @@ def test_resize_without_antialias_keeps_the_support_at_one_pixel() -> None:
 
 def test_gray_images_warp_and_augment_as_torchvision() -> None:
     v2 = tv()
-    g = images(4, seed=6)[..., :1].copy()
+    g = textured_images(4, seed=6)[..., :1].copy()
     got, _, _ = run_loader(g, [T.RandomRotation((21.0, 21.0), "bilinear", fill=40)], channels=1)
     want = np.stack(
         [hwc(v2.RandomRotation((21.0, 21.0), v2.InterpolationMode.BILINEAR, fill=40)(chw(i))) for i in g]

@@ -14,19 +14,12 @@ from typing import Any
 import numpy as np
 import pytest
 import trdata
+from _fixtures import close, ks, ks_limit, sampled_draws, textured_images, torchvision_params, tv
 from trdata import _core
 from trdata import transforms as T
 from trdata.errors import ConfigError
 
 H, W = 37, 45
-
-
-def images(n: int = 4, h: int = H, w: int = W, seed: int = 0) -> np.ndarray:
-    """Textured uint8 RGB images: smooth gradients (so equalize/autocontrast have work) plus noise."""
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:h, 0:w]
-    base = np.stack([x * 3 + y, y * 4, (x + y) * 2], -1)[None] + rng.integers(0, 60, (n, h, w, 3))
-    return (base % 220 + 10).astype(np.uint8)
 
 
 def run_trdata(imgs: np.ndarray, ops: list[Any], **kw: Any) -> np.ndarray:
@@ -43,21 +36,12 @@ def run_trdata(imgs: np.ndarray, ops: list[Any], **kw: Any) -> np.ndarray:
         return np.concatenate([np.asarray(b.images).copy() for b in ld])
 
 
-def tv() -> Any:
-    return pytest.importorskip("torchvision.transforms.v2")
-
-
 def run_tv(imgs: np.ndarray, op: Any) -> np.ndarray:
     import torch
 
     torch.manual_seed(0)
     out = [op(torch.from_numpy(i).permute(2, 0, 1).contiguous()).permute(1, 2, 0).numpy() for i in imgs]
     return np.stack(out)
-
-
-def close(a: np.ndarray, b: np.ndarray) -> float:
-    assert a.shape == b.shape, (a.shape, b.shape)
-    return float(np.mean(np.abs(a.astype(np.int32) - b.astype(np.int32)) <= 1))
 
 
 # (trdata op, torchvision v2 op by name and args)
@@ -102,7 +86,7 @@ def test_pinned_op_matches_torchvision(
     ours: Any, name: str, args: tuple[Any, ...], kw: dict[str, Any]
 ) -> None:
     v2 = tv()
-    imgs = images()
+    imgs = textured_images()
     got = run_trdata(imgs, [ours])
     want = run_tv(imgs, getattr(v2, name)(*args, **kw))
     assert close(got, want) >= 0.99
@@ -110,7 +94,7 @@ def test_pinned_op_matches_torchvision(
 
 def test_pinned_ops_on_gray_images_match_torchvision() -> None:
     v2 = tv()
-    g = images()[..., :1].copy()
+    g = textured_images()[..., :1].copy()
     for ours, theirs in [
         (T.ColorJitter(contrast=(0.5, 0.5)), v2.ColorJitter(contrast=(0.5, 0.5))),
         (T.ColorJitter(brightness=(1.4, 1.4)), v2.ColorJitter(brightness=(1.4, 1.4))),
@@ -124,7 +108,7 @@ def test_pinned_ops_on_gray_images_match_torchvision() -> None:
 
 def test_ops_after_a_resize_see_the_resized_image() -> None:
     """Pixel ops run on the prefix's output: [Resize((h, w)), Invert] == 255 - [Resize((h, w))]."""
-    imgs = images()
+    imgs = textured_images()
     with trdata.Loader(
         trdata.Arrays(imgs),
         batch_size=4,
@@ -161,19 +145,6 @@ def test_gaussian_noise_distribution_matches_torchvision() -> None:
 N = 10_000
 
 
-def ks(a: np.ndarray, b: np.ndarray) -> float:
-    """Two-sample Kolmogorov–Smirnov statistic."""
-    a, b = np.sort(a), np.sort(b)
-    grid = np.concatenate([a, b])
-    fa = np.searchsorted(a, grid, side="right") / len(a)
-    fb = np.searchsorted(b, grid, side="right") / len(b)
-    return float(np.max(np.abs(fa - fb)))
-
-
-def ks_limit(n: int, m: int) -> float:
-    return 1.95 * np.sqrt((n + m) / (n * m))  # α = 0.001
-
-
 def chi2_same(a: np.ndarray, b: np.ndarray) -> None:
     """Two-sample χ² homogeneity test on discrete values, α = 0.001 (Wilson–Hilferty critical value)."""
     vals = np.union1d(a, b)
@@ -189,27 +160,10 @@ def chi2_same(a: np.ndarray, b: np.ndarray) -> None:
     assert stat < crit, (stat, crit, vals)
 
 
-def ours(op: Any, n: int = N, h: int = 32, w: int = 32) -> list[list[float]]:
-    spec = op._spec()
-    return [
-        _core.sample_op(spec, seed=3, epoch=1, index=i, position=0, height=h, width=w, channels=3)
-        for i in range(n)
-    ]
-
-
-def theirs(op: Any, n: int = N, h: int = 32, w: int = 32) -> list[dict[str, Any]]:
-    import torch
-
-    torch.manual_seed(0)
-    img = torch.zeros(3, h, w, dtype=torch.uint8)
-    make = getattr(op, "make_params", None) or op._get_params
-    return [make([img]) for _ in range(n)]
-
-
 def test_color_jitter_order_and_factors_match_torchvision() -> None:
     v2 = tv()
-    a = np.array(ours(T.ColorJitter(0.4, 0.3, 0.5, 0.1)))
-    b = theirs(v2.ColorJitter(0.4, 0.3, 0.5, 0.1))
+    a = np.array(sampled_draws(T.ColorJitter(0.4, 0.3, 0.5, 0.1)))
+    b = torchvision_params(v2.ColorJitter(0.4, 0.3, 0.5, 0.1))
     perm_code = lambda o: int(o[0]) * 64 + int(o[1]) * 16 + int(o[2]) * 4 + int(o[3])  # noqa: E731
     chi2_same(np.array([perm_code(r[:4]) for r in a]), np.array([perm_code(p["fn_idx"].tolist()) for p in b]))
     for col, key in [
@@ -224,30 +178,34 @@ def test_color_jitter_order_and_factors_match_torchvision() -> None:
 
 def test_random_crop_positions_match_torchvision() -> None:
     v2 = tv()
-    a = np.array(ours(T.RandomCrop(24, padding=4)))
-    b = theirs(v2.RandomCrop(24, padding=4))
+    a = np.array(sampled_draws(T.RandomCrop(24, padding=4)))
+    b = torchvision_params(v2.RandomCrop(24, padding=4))
     # ours: padding (4) then top, left; theirs: the crop's top/left in the padded image.
     chi2_same(a[:, 4], np.array([p["top"] for p in b]))
     chi2_same(a[:, 5], np.array([p["left"] for p in b]))
     # pad_if_needed pads the missing size on both sides (v2's rule): 40 wanted from 32 → 8 each side.
-    a = np.array(ours(T.RandomCrop(40, pad_if_needed=True)))
-    b = theirs(v2.RandomCrop(40, pad_if_needed=True))
+    a = np.array(sampled_draws(T.RandomCrop(40, pad_if_needed=True)))
+    b = torchvision_params(v2.RandomCrop(40, pad_if_needed=True))
     assert (a[:, :4] == 8).all()
     chi2_same(a[:, 4], np.array([p["top"] for p in b]))
 
 
 def test_gaussian_blur_sigma_matches_torchvision() -> None:
     v2 = tv()
-    a = np.array(ours(T.GaussianBlur(5, sigma=(0.1, 2.0))))[:, 0]
-    b = np.array([p["sigma"][0] for p in theirs(v2.GaussianBlur(5, sigma=(0.1, 2.0)))])
+    a = np.array(sampled_draws(T.GaussianBlur(5, sigma=(0.1, 2.0))))[:, 0]
+    b = np.array([p["sigma"][0] for p in torchvision_params(v2.GaussianBlur(5, sigma=(0.1, 2.0)))])
     assert ks(a, b) < ks_limit(N, N)
 
 
 def test_random_erasing_boxes_match_torchvision() -> None:
     v2 = tv()
     h, w = 60, 80
-    a = [r for r in ours(T.RandomErasing(p=1.0), h=h, w=w) if r]
-    b = [p for p in theirs(v2.RandomErasing(p=1.0), h=h, w=w) if p.get("v") is not None or p["h"] != h]
+    a = [r for r in sampled_draws(T.RandomErasing(p=1.0), h=h, w=w) if r]
+    b = [
+        p
+        for p in torchvision_params(v2.RandomErasing(p=1.0), h=h, w=w)
+        if p.get("v") is not None or p["h"] != h
+    ]
     a_arr = np.array(a)
     for col, key in [(0, "i"), (1, "j"), (2, "h"), (3, "w")]:
         tb = np.array([p[key] for p in b], float)
@@ -256,7 +214,7 @@ def test_random_erasing_boxes_match_torchvision() -> None:
 
 def test_probability_gates_apply_at_rate_p() -> None:
     for op in [T.RandomInvert(0.3), T.RandomEqualize(0.5), T.RandomGrayscale(0.1), T.RandomVerticalFlip(0.7)]:
-        hits = sum(1 for r in ours(op) if r)
+        hits = sum(1 for r in sampled_draws(op) if r)
         p = op.p
         assert abs(hits - N * p) < 4 * np.sqrt(N * p * (1 - p)), (op, hits)
 
@@ -274,7 +232,7 @@ def test_draws_depend_on_position_and_index_only() -> None:
 
 
 def test_reproducible_across_worker_counts() -> None:
-    imgs = images(12, 40, 40, seed=4)
+    imgs = textured_images(12, 40, 40, seed=4)
     ops = [
         T.RandomCrop(32, padding=4),
         T.RandomHorizontalFlip(),
@@ -298,7 +256,7 @@ def test_reproducible_across_worker_counts() -> None:
 
 
 def test_values_are_checked_by_the_core_with_the_op_named() -> None:
-    imgs = images(2)
+    imgs = textured_images(2)
     for op, msg in [
         (T.RandomInvert(p=1.5), "invalid p: 1.5 must be in [0, 1] (RandomInvert at transforms[1])"),
         (T.GaussianBlur(4), "invalid kernel_size: (4, 4) must be odd"),
@@ -344,7 +302,7 @@ def test_from_torchvision_imagenet_presets() -> None:
     evl = v1.Compose([v1.Resize(28), v1.CenterCrop(24), v1.ToTensor(), v1.Normalize(mean, std)])
     c = T.from_torchvision(evl)
     assert c.transforms == [T.Resize(28), T.CenterCrop((24, 24))] and c.dtype == "float32"
-    imgs = images(8, 40, 48)
+    imgs = textured_images(8, 40, 48)
     for pipe in (train, evl):
         with trdata.Loader(
             trdata.Arrays(imgs), batch_size=8, transforms=pipe, shuffle=False, workers=1
@@ -377,7 +335,7 @@ def test_from_torchvision_refuses_naming_the_op() -> None:
         T.from_torchvision([v2.Resize(None, max_size=30), v2.CenterCrop(24)])
     with pytest.raises(ConfigError, match=r"ElasticTransform"):
         trdata.Loader(
-            trdata.Arrays(images(2)),
+            trdata.Arrays(textured_images(2)),
             transforms=[v2.CenterCrop(24), v2.Normalize([0.5], [0.5]), v2.ElasticTransform()],
         )
 

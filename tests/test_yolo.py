@@ -9,82 +9,36 @@ files are ``SourceError``\\ s naming the file and the line; the parser is fuzzed
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import trdata
-from _fixtures import photo, target_rows, targets_with_1_and_3_workers
+from _fixtures import (
+    PADDED,
+    PREFIX,
+    RECIPES,
+    YOLO_IMAGES,
+    apply_op,
+    photo,
+    run_or_fail_on_hang,
+    size_of,
+    target_rows,
+    targets_with_1_and_3_workers,
+    torchvision_moved,
+    write_yolo,
+)
 from PIL import Image
 from trdata.errors import ConfigError, SourceError
 from trdata.sources.yolo import MAX_LABEL_LINES, label_path, parse_labels
 
 torch = pytest.importorskip("torch")
 torchvision = pytest.importorskip("torchvision")
-from test_detection import _torchvision_moved  # noqa: E402
-from test_detection_ops import PADDED, PREFIX, RECIPES, _apply, _size_of  # noqa: E402
 from torchvision import tv_tensors  # noqa: E402
-from torchvision.ops import box_convert  # noqa: E402
 from torchvision.transforms.v2 import functional as F  # noqa: E402
 
-N_IMAGES = 10
 FUZZ_EXAMPLES = int(os.environ.get("TRDATA_FUZZ_EXAMPLES", "300"))
-
-
-def _num(v: float) -> str:
-    return f"{v:.6f}"
-
-
-def write_yolo(root: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """N_IMAGES images in ultralytics' layout and their labels; returns, per image path, what ultralytics reads:
-    class ids and XYXY pixel boxes (computed here from the written text, by torchvision's box_convert)."""
-    rng = np.random.default_rng(3)
-    want: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for k in range(N_IMAGES):
-        w, h = int(rng.integers(40, 90)), int(rng.integers(36, 80))
-        sub = "sub/" if k == 7 else ""
-        ext = "png" if k == 2 else "jpg"
-        img = root / "images" / "train" / f"{sub}img{k:02d}.{ext}"
-        img.parent.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(photo(k, w, h)).save(img)
-        lbl = Path(label_path(str(img)))
-        lbl.parent.mkdir(parents=True, exist_ok=True)
-        if k == 3:  # no label file: an image without objects
-            want[str(img)] = (np.zeros(0, np.int64), np.zeros((0, 4)))
-            continue
-        lines, classes, boxes = [], [], []
-        if k == 5:  # a file of segments: each box is the polygon's bounds
-            for _ in range(3):
-                n = int(rng.integers(3, 8))
-                pts = np.round(rng.uniform(-0.005, 1.005, (n, 2)), 6)
-                c = int(rng.integers(0, 80))
-                lines.append(" ".join([str(c), *(_num(v) for v in pts.reshape(-1))]))
-                lo, hi = pts.min(axis=0), pts.max(axis=0)
-                classes.append(c)
-                boxes.append([lo[0] * w, lo[1] * h, hi[0] * w, hi[1] * h])
-        elif k != 4:  # k == 4: an empty label file
-            for _ in range(int(rng.integers(1, 6))):
-                c = int(rng.integers(0, 80))
-                cxcywh = [float(_num(v)) for v in (*rng.uniform(0, 1, 2), *rng.uniform(0.02, 0.7, 2))]
-                lines.append(" ".join([str(c), *(_num(v) for v in cxcywh)]))
-                px = torch.tensor([cxcywh], dtype=torch.float64) * torch.tensor(
-                    [w, h, w, h], dtype=torch.float64
-                )
-                classes.append(c)
-                boxes.append(box_convert(px, "cxcywh", "xyxy")[0].tolist())
-            if k == 6:  # a duplicate (dropped, as ultralytics does), a blank line, CRLF line ends
-                lines = [lines[0], "", "  ", *lines, lines[0]]
-        sep = "\r\n" if k == 6 else "\n"
-        lbl.write_text(sep.join(lines) + (sep if lines else ""))
-        want[str(img)] = (np.array(classes, np.int64), np.array(boxes, np.float64).reshape(-1, 4))
-    (root / "labels" / "train" / "orphan.txt").write_text(
-        "0 0.5 0.5 0.1 0.1\n"
-    )  # a label of no image: ignored
-    return want
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +58,7 @@ def _boxes(want: tuple[np.ndarray, np.ndarray], w: int, h: int) -> Any:
 def test_order_and_boxes_are_ultralytics_and_move_as_torchvisions_resize(yolo: Any) -> None:
     root, want = yolo
     src = trdata.YoloDetection(root, "train", classes={i: f"c{i}" for i in range(80)})
-    assert src.paths == sorted(want) and len(src) == N_IMAGES
+    assert src.paths == sorted(want) and len(src) == YOLO_IMAGES
     assert src.classes[:2] == ["c0", "c1"] and src.class_to_idx["c79"] == 79
     for i, p in enumerate(src.paths):
         t = src._image_targets(i)
@@ -146,7 +100,7 @@ def test_folded_geometry_moves_boxes_as_torchvisions_kernels_with_the_same_draw(
                 for r, i in enumerate(idx):
                     w, h = sizes[r]
                     dummy = tv_tensors.Mask(torch.zeros((1, h, w), dtype=torch.uint8))
-                    boxes, _ = _torchvision_moved(_boxes(want[src.paths[i]], w, h), dummy, geometry[r])
+                    boxes, _ = torchvision_moved(_boxes(want[src.paths[i]], w, h), dummy, geometry[r])
                     np.testing.assert_allclose(b.targets[r]["boxes"].numpy(), boxes, atol=1e-3)
 
 
@@ -185,7 +139,7 @@ def test_masks_are_pycocotools_polygons_and_move_as_torchvisions_kernels(yolo: A
                     if len(rles)
                     else (np.zeros((0, h, w), np.uint8))
                 )
-                boxes, masks = _torchvision_moved(
+                boxes, masks = torchvision_moved(
                     _boxes(want[src.paths[i]], w, h), tv_tensors.Mask(torch.from_numpy(full)), plan.prefix
                 )
                 np.testing.assert_array_equal(b.targets[r]["masks"].numpy(), masks)
@@ -227,8 +181,8 @@ def test_stage2_ops_move_boxes_as_torchvisions_kernels_with_the_same_draws(yolo:
                         rotate_expand = op == "RandomRotation" and expand
                         if rotate_expand:  # unclamped: torchvision clamps to its own canvas (below)
                             boxes = tv_tensors.wrap(boxes, like=boxes, clamping_mode=None)
-                        boxes = _apply(op, v, hw, boxes, _size_of(op, recipe), expand)
-                        canvas = _apply(op, v, hw, canvas, _size_of(op, recipe), expand)
+                        boxes = apply_op(op, v, hw, boxes, size_of(op, recipe), expand)
+                        canvas = apply_op(op, v, hw, canvas, size_of(op, recipe), expand)
                         if rotate_expand:
                             # torchvision sizes an expanded canvas of boxes from the matrix about the absolute
                             # centre, the image's about the relative one (a pixel apart at times) and clamps the
@@ -259,8 +213,8 @@ def test_targets_are_the_same_for_any_worker_count_and_every_image_comes_once(yo
         reproducible=True,
         shuffle=True,
     )
-    runs = targets_with_1_and_3_workers(src, N_IMAGES, **kw)
-    for i in range(N_IMAGES):
+    runs = targets_with_1_and_3_workers(src, YOLO_IMAGES, **kw)
+    for i in range(YOLO_IMAGES):
         for key in ("boxes", "labels", "iscrowd", "size"):
             np.testing.assert_array_equal(runs[0][i][key], runs[1][i][key])
 
@@ -485,25 +439,6 @@ def test_repeated_class_names_are_refused_as_every_source_refuses_them(tmp_path:
         assert e.value.parameter == "classes"
     src = trdata.YoloDetection(tmp_path, classes={1: "b", 0: "a"})
     assert src.classes == ["a", "b"] and src.class_to_idx == {"a": 0, "b": 1}
-
-
-def run_or_fail_on_hang(code: str, *args: str) -> str:
-    """``code`` run by a fresh Python with ``args`` (``sys.argv[1:]``), its stdout: a regression that blocks (on
-    a FIFO) fails the test at the timeout instead of hanging the suite."""
-    python_dir = str(Path(trdata.__file__).parents[1])
-    env = {**os.environ, "PYTHONPATH": python_dir}
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(code), *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=env,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"blocked for 60 s: {code}")
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 REFUSED = """
