@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import trdata
-from _fixtures import write_jpegs
+from _fixtures import run_isolated, write_jpegs
 from trdata import _core
 
 RRC = [trdata.RandomResizedCrop(16)]
@@ -101,7 +101,7 @@ def test_flip_probability_type(p):
 
 @pytest.mark.parametrize(
     ("param", "value"),
-    # reproducible=None is the documented default (= not shuffle), tested in test_hardening.py
+    # reproducible=None is the documented default (= not shuffle), tested in test_loader.py
     [
         (p, v)
         for p in ("shuffle", "reproducible")
@@ -662,3 +662,68 @@ def test_signature_defaults_are_the_core_defaults():
         assert default == value and type(default) is type(value), (name, default, value)
     shown = {k for k, p in sig.parameters.items() if p.default not in (inspect.Parameter.empty, None, ())}
     assert shown == {k for k in _core.DEFAULTS if "." not in k}, "a literal default in the signature"
+
+
+# -------------------- hostile inputs and their regressions -------------------------------------------------
+
+
+def _usable_memory_bytes() -> int:
+    """What the core compares against: MemTotal, lowered by a cgroup v2 memory.max."""
+    total = next(
+        int(line.split()[1]) * 1024 for line in open("/proc/meminfo") if line.startswith("MemTotal:")
+    )
+    try:
+        limit = open("/sys/fs/cgroup/memory.max").read().strip()
+        return min(total, int(limit)) if limit.isdigit() else total
+    except OSError:
+        return total
+
+
+@pytest.mark.parametrize(
+    ("transforms", "batch_size", "sample_bytes", "parameter"),
+    [
+        # The issue's cases (SIGABRT on a 24 GiB machine): float32, prefetch=2 buffers in flight.
+        ("[trdata.RandomResizedCrop(224)]", 65536, 3 * 224 * 224 * 4, "batch_size"),
+        ("[trdata.CenterCrop(65536)]", 1, 3 * 65536 * 65536 * 4, "transforms"),
+        ("[trdata.CenterCrop(20000)]", 64, 3 * 20000 * 20000 * 4, "batch_size"),
+        # Beyond any machine.
+        ("[trdata.CenterCrop(65536)]", 2**20, 3 * 65536 * 65536 * 4, "transforms"),
+        ("[trdata.CenterCrop(8192)]", 2**20, 3 * 8192 * 8192 * 4, "batch_size"),
+    ],
+)
+def test_absurd_sizes_are_config_errors_not_aborts(tmp_path, transforms, batch_size, sample_bytes, parameter):
+    memory = _usable_memory_bytes()
+    if parameter == "batch_size" and 2 * batch_size * sample_bytes <= memory:
+        pytest.skip(f"fits in this machine's {memory / 2**30:.0f} GiB (a valid configuration here)")
+    if parameter == "transforms" and sample_bytes <= memory:
+        pytest.skip(f"one sample fits in this machine's {memory / 2**30:.0f} GiB")
+    paths = write_jpegs(tmp_path, 2)
+    code = f"""
+import trdata
+src = trdata.FileList({paths!r}, [0, 1])
+try:
+    with trdata.Loader(src, batch_size={batch_size}, transforms={transforms}, workers=1) as L:
+        for b in L:
+            pass
+    print("no error")
+except trdata.ConfigError as e:
+    print("ConfigError", e.parameter, "|", e)
+"""
+    r = run_isolated(code)
+    assert r.returncode == 0, f"process died (rc={r.returncode}): {r.stderr[-500:]}"
+    out = r.stdout.strip()
+    assert out.startswith(f"ConfigError {parameter} |"), out
+    assert "GiB" in out, out  # says how much memory it needed and how much there is
+
+
+def test_float16_normalize_that_would_overflow_is_refused(tmp_path):
+    src = trdata.FileList(write_jpegs(tmp_path, 2), [0, 1])
+    kw = dict(batch_size=2, workers=1, transforms=[trdata.CenterCrop(8)])
+    with pytest.raises(trdata.ConfigError) as exc:
+        trdata.Loader(src, dtype="float16", normalize=((0, 0, 0), (2e-6, 2e-6, 2e-6)), **kw)
+    assert exc.value.parameter == "normalize" and "inf" in str(exc.value)
+    # The same values fit float32, and ordinary ones fit float16.
+    with trdata.Loader(src, dtype="float32", normalize=((0, 0, 0), (2e-6, 2e-6, 2e-6)), **kw) as loader:
+        assert np.isfinite(next(iter(loader)).images).all()
+    with trdata.Loader(src, dtype="float16", normalize=trdata.IMAGENET, **kw) as loader:
+        assert np.isfinite(next(iter(loader)).images).all()

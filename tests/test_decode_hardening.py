@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import io
 import struct
+import subprocess
+import sys
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
 import trdata
-from _fixtures import photo
+from _fixtures import photo, run_isolated, write_jpegs
 from PIL import Image
 
 EVAL = [trdata.Resize(40), trdata.CenterCrop(32)]
@@ -251,3 +254,184 @@ def test_jpegs_missing_tables_decode_as_pillow_whatever_the_worker_decoded_befor
     with loader([order[3]], transforms=full, batch_size=1) as ld, pytest.raises(trdata.DecodeError) as exc:
         list(ld)
     assert exc.value.kind == "Corrupt" and "Quantization table" in str(exc.value)
+
+
+# -------------------- hostile inputs and their regressions -------------------------------------------------
+
+
+def test_damaged_entropy_data_is_decoded_in_every_epoch_like_pillow(tmp_path):
+    """A complete JPEG with a damaged byte in its entropy data: Pillow decodes it; trdata used to fail only in
+    the epochs whose random crop reached the damage. Now it decodes in every epoch (filled in, as Pillow does),
+    and the damage is counted in stats()['decode_warnings'] whenever the decoded region contains it."""
+    (path,) = write_jpegs(tmp_path, 1, size=(320, 240))
+    data = bytearray(Path(path).read_bytes())
+    at = int(len(data) * 0.7)
+    data[at : at + 2] = b"\xff\xd4"  # a stray restart marker in the entropy data: libjpeg-turbo warns there
+    damaged = tmp_path / "damaged.jpg"
+    damaged.write_bytes(bytes(data))
+    with Image.open(damaged) as im:
+        im.load()  # the reference accepts it
+    src = trdata.FileList([str(damaged)], [0])
+    warnings = []
+    with trdata.Loader(src, batch_size=1, workers=1, transforms=[trdata.RandomResizedCrop(24)]) as loader:
+        for _ in range(24):
+            assert [len(b) for b in loader] == [1]
+            warnings.append(loader.stats()["decode_warnings"])
+    assert warnings[-1] >= 1, warnings  # some crops reach the damage, and those are counted
+    with trdata.Loader(
+        src, batch_size=1, workers=1, transforms=[trdata.Resize(32), trdata.CenterCrop(32)]
+    ) as loader:
+        assert [len(b) for b in loader] == [1]
+
+
+def _png_with_iccp_bomb(path: Path, inflated_bytes: int) -> None:
+    """A small valid RGB PNG (Pillow) with an iCCP chunk whose profile inflates to `inflated_bytes`."""
+    import struct
+    import zlib
+
+    img = np.random.default_rng(3).integers(0, 255, (48, 64, 3), dtype=np.uint8)
+    Image.fromarray(img).save(path)
+    data = path.read_bytes()
+    comp, block = zlib.compressobj(9), bytes(1 << 20)
+    profile = b"".join(comp.compress(block) for _ in range(inflated_bytes >> 20)) + comp.flush()
+    body = b"icc\x00\x00" + profile
+    chunk = struct.pack(">I", len(body)) + b"iCCP" + body + struct.pack(">I", zlib.crc32(b"iCCP" + body))
+    ihdr_end = 8 + 8 + 13 + 4  # signature + IHDR (length, type, 13 bytes, crc)
+    path.write_bytes(data[:ihdr_end] + chunk + data[ihdr_end:])
+
+
+def test_png_metadata_bomb_is_not_inflated(tmp_path):
+    """A 1 MB iCCP chunk inflating to 1 GiB cost ~256 MiB per worker (capped only by the memory budget). The
+    profile is never used, so it is not inflated at all: the image decodes and the process stays small."""
+    bomb = tmp_path / "iccp.png"
+    _png_with_iccp_bomb(bomb, 1 << 30)
+    assert bomb.stat().st_size < 2 << 20
+    code = f"""
+import trdata
+src = trdata.FileList([{str(bomb)!r}] * 4, [0, 1, 2, 3])
+with trdata.Loader(src, batch_size=4, workers=2, transforms=[trdata.CenterCrop(16)], dtype="uint8") as L:
+    n = sum(len(b) for b in L)
+peak = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+print(n, peak)
+"""
+    r = run_isolated(code)
+    assert r.returncode == 0, r.stderr[-500:]
+    n, peak_kib = map(int, r.stdout.split())
+    assert n == 4
+    assert peak_kib < 160 * 1024, f"peak RSS {peak_kib / 1024:.0f} MiB: the profile was inflated"
+
+
+W, H = 2400, 1600  # 3.84 MP: 11.5 MB of RGB output, far above the RSS noise of a decode
+
+
+FORMATS = [
+    "png-rgb",
+    "png-rgba",
+    "tiff-rgb",
+    "tiff-gray-lzw",
+    "tiff-cmyk",
+    "webp-lossy",
+    "webp-lossy-alpha",
+    "webp-lossless",
+    "webp-animated",
+    "gif",
+]
+
+
+@pytest.fixture(scope="module")
+def whole_image_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Real files of every whole-image format, written by Pillow (libwebp, libtiff, its PNG and GIF writers)."""
+    root = tmp_path_factory.mktemp("whole")
+    rgb = Image.fromarray(photo(21, W, H, noise=6.0))
+    rgba = rgb.copy()
+    rgba.putalpha(Image.fromarray(photo(22, W, H)[:, :, 0]))
+    out = {}
+
+    def save(name: str, img: Image.Image, fmt: str, **kw: object) -> None:
+        out[name] = root / f"{name}.{fmt.lower()}"
+        img.save(out[name], fmt, **kw)
+
+    save("png-rgb", rgb, "PNG")
+    save("png-rgba", rgba, "PNG")
+    save("tiff-rgb", rgb, "TIFF")
+    save("tiff-gray-lzw", rgb.convert("L"), "TIFF", compression="tiff_lzw")
+    save("tiff-cmyk", rgb.convert("CMYK"), "TIFF", compression="tiff_adobe_deflate")
+    save("webp-lossy", rgb, "WEBP", quality=80)
+    save("webp-lossy-alpha", rgba, "WEBP", quality=80)
+    save("webp-lossless", rgb, "WEBP", lossless=True)
+    save(
+        "webp-animated",
+        rgb,
+        "WEBP",
+        save_all=True,
+        append_images=[rgb.transpose(Image.Transpose.FLIP_LEFT_RIGHT)],
+    )
+    save("gif", rgb.convert("P"), "GIF")
+    assert sorted(out) == sorted(FORMATS)
+    return out
+
+
+def _decodes(path: Path, budget: int) -> bool:
+    try:
+        full_size_budget(path, budget)
+        return True
+    except trdata.DecodeError as e:
+        assert e.kind == "TooLarge" and "max_memory_bytes" in str(e), e
+        return False
+
+
+def full_size_budget(path: Path, budget: int) -> None:
+    with trdata.Loader(
+        trdata.FileList([str(path)]),
+        batch_size=1,
+        workers=1,
+        transforms=[trdata.CenterCrop(16)],
+        dtype="uint8",
+        max_memory_bytes=budget,
+    ) as ld:
+        list(ld)
+
+
+_PEAK = """
+import sys, trdata
+def load(path, budget):
+    with trdata.Loader(trdata.FileList([path]), batch_size=1, workers=1, transforms=[trdata.CenterCrop(16)],
+                       dtype="uint8", max_memory_bytes=budget) as ld:
+        list(ld)
+def status(key):
+    return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith(key))
+load(sys.argv[1], 1 << 40)  # warm-up: threads, allocator arenas, every code path once
+open("/proc/self/clear_refs", "w").write("5")  # reset VmHWM to the current RSS
+base = status("VmRSS:")
+load(sys.argv[1], int(sys.argv[2]))
+print(status("VmHWM:") - base)
+"""
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_memory_budget_bounds_the_real_peak_of_whole_image_decodes(
+    whole_image_files: dict[str, Path], name: str
+) -> None:
+    """For each file: the smallest budget it decodes under (the core's estimate) is refused just below it with
+    DecodeError 'TooLarge' naming max_memory_bytes, and a decode under it peaks (process RSS, in a fresh
+    interpreter) below it plus the file's own bytes (the worker's read buffer) and 8 MiB of noise. The old
+    estimate counted the crate's decoded buffer only: TIFF RGB, WebP, PNG and GIF decodes peaked 1.3-3.8x above
+    the budgets they passed."""
+    path, p = whole_image_files[name], W * H
+    lo, hi = p, 40 * p  # lo: below the RGB output alone (refused); hi: decodes
+    assert not _decodes(path, lo) and _decodes(path, hi)
+    while hi - lo > p // 100:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if _decodes(path, mid) else (mid, hi)
+    budget = hi
+    r = subprocess.run(
+        [sys.executable, "-c", _PEAK, str(path), str(budget)], capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    peak = int(r.stdout.split()[-1])
+    slack = path.stat().st_size + (8 << 20)
+    assert peak <= budget + slack, f"RSS peak {peak} for a budget of {budget} (+ {slack})"
+    assert budget <= 24 * p, f"budget {budget} = {budget / p:.1f} bytes per pixel"
+    with pytest.raises(trdata.DecodeError) as exc:
+        full_size_budget(path, lo)
+    assert exc.value.kind == "TooLarge" and "max_memory_bytes" in str(exc.value)

@@ -384,3 +384,71 @@ def test_webp_metadata_counts_only_when_its_vp8x_flag_is_set(tmp_path: Path) -> 
         want = pillow(p)
         np.testing.assert_array_equal(load(p, (want.shape[1], want.shape[0])), want)
     assert want.shape[:2] == (base.size[0], base.size[1])  # flag cleared: stored (rotated) order
+
+
+# -------------------- hostile inputs and their regressions -------------------------------------------------
+
+
+def many_app1_jpeg(segments: int, chunk: int, w: int = 37, h: int = 22) -> bytes:
+    """A real JPEG whose EXIF TIFF block is split over `segments` APP1 segments of `chunk` bytes; IFD0's only entry
+    is Orientation as RATIONAL 6/1, its value stored straddling the boundary of the last two segments."""
+    total = segments * chunk
+    at = total - chunk - 4
+    head = b"II*\0" + struct.pack("<I", 8) + struct.pack("<H", 1) + struct.pack("<HHII", 0x0112, 5, 1, at)
+    block = bytearray(head + struct.pack("<I", 0))
+    block += bytes(total - len(block))
+    block[at : at + 8] = struct.pack("<II", 6, 1)
+    buf = io.BytesIO()
+    Image.fromarray(photo(11, w, h)).save(buf, "JPEG", quality=95, subsampling="4:4:4")
+    jpeg = buf.getvalue()
+    out = bytearray(jpeg[:2])
+    for i in range(segments):
+        payload = b"Exif\0\0" + bytes(block[i * chunk : (i + 1) * chunk])
+        out += b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload
+    return bytes(out + jpeg[2:])
+
+
+def full_size(path: Path, size: tuple[int, int], **kw: object) -> np.ndarray:
+    """The image through a Loader at full size (`size` = (w, h) as the loader sees it), uint8 HWC."""
+    w, h = size
+    with trdata.Loader(
+        trdata.FileList([str(path)]),
+        batch_size=1,
+        workers=1,
+        transforms=[trdata.CenterCrop((h, w))],
+        dtype="uint8",
+        layout="NHWC",
+        **kw,
+    ) as ld:
+        (batch,) = list(ld)
+    return np.array(batch.images[0])
+
+
+@pytest.mark.parametrize("segments", [2, 300, 800])
+def test_exif_split_over_many_app1_segments_equals_pillow(tmp_path: Path, segments: int) -> None:
+    # 1,000 TIFF bytes per segment keeps Pillow's own concatenation (also one copy per segment) quick.
+    path = tmp_path / f"many-{segments}.jpg"
+    path.write_bytes(many_app1_jpeg(segments, 1000))
+    with Image.open(path) as im:
+        assert im.getexif().get(0x0112) == 6  # Pillow reads the value from the last two segments
+        want = np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
+    assert want.shape == (37, 22, 3)
+    got = full_size(path, (22, 37), exif_transpose=True)
+    np.testing.assert_array_equal(got, want)
+    # And without exif_transpose, the stored pixels.
+    with Image.open(path) as im:
+        stored = np.asarray(im.convert("RGB"))
+    np.testing.assert_array_equal(full_size(path, (37, 22)), stored)
+
+
+def test_a_49_mb_exif_of_800_segments_decodes_oriented(tmp_path: Path) -> None:
+    """The report's file (800 segments, 49 MB): oriented as the small ones are (no Pillow here: its own
+    concatenation of this file copies ~20 GB)."""
+    path = tmp_path / "many-big.jpg"
+    path.write_bytes(many_app1_jpeg(800, 61_000))
+    assert path.stat().st_size > 48_000_000
+    small = tmp_path / "one.jpg"
+    small.write_bytes(many_app1_jpeg(2, 1000))
+    np.testing.assert_array_equal(
+        full_size(path, (22, 37), exif_transpose=True), full_size(small, (22, 37), exif_transpose=True)
+    )

@@ -12,8 +12,10 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import trdata
+from _fixtures import write_jpegs
 from conftest import worker_threads, worker_threads_after_join
 
 RRC = [trdata.RandomResizedCrop(32)]
@@ -556,3 +558,24 @@ def test_a_sample_stuck_in_python_never_hangs_close_exit_or_ctrl_c(what, ending)
         assert "iterator: closed" in out, out
     else:
         assert left_running in err, err  # the atexit hook's close() warned
+
+
+# -------------------- hostile inputs and their regressions -------------------------------------------------
+
+
+def test_state_after_close_mid_epoch_keeps_the_position(tmp_path):
+    src = trdata.FileList(write_jpegs(tmp_path, 40), list(range(40)))
+    kw = dict(batch_size=4, workers=2, transforms=[trdata.CenterCrop(8)], dtype="uint8")
+    for reproducible in (True, False):
+        loader = trdata.Loader(src, shuffle=True, reproducible=reproducible, **kw)
+        it = iter(loader)
+        seen = [next(it).indices.copy() for _ in range(3)]
+        before = loader.state_dict()
+        loader.close()
+        after = loader.state_dict()
+        assert (after["epoch"], after["batches"]) == (before["epoch"], before["batches"]) == (0, 3)
+        assert after["delivered"] == before["delivered"]
+        with trdata.Loader(src, shuffle=True, reproducible=reproducible, **kw) as resumed:
+            resumed.load_state_dict(after)
+            rest = [b.indices.copy() for b in resumed]
+        assert sorted(np.concatenate(seen + rest).tolist()) == list(range(40))

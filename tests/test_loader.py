@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 import trdata
+from _fixtures import write_jpegs
 
 RRC = [trdata.RandomResizedCrop(64), trdata.RandomHorizontalFlip()]
 
@@ -303,3 +304,45 @@ def test_a_checkpoint_is_refused_over_another_source_of_the_same_length(small_pa
         with trdata.Loader(other, batch_size=4, workers=2, transforms=[trdata.CenterCrop(8)]) as ld:
             ld.load_state_dict(state)
             assert sum(len(b) for b in ld) == n - 4
+
+
+# -------------------- hostile inputs and their regressions -------------------------------------------------
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_unshuffled_loader_delivers_dataset_order_by_default(tmp_path, workers):
+    paths = write_jpegs(tmp_path, 50)
+    src = trdata.FileList(paths, list(range(50)))
+    with trdata.Loader(src, batch_size=4, workers=workers, transforms=[trdata.CenterCrop(16)]) as loader:
+        for _ in range(3):
+            got = np.concatenate([b.indices for b in loader])
+            assert got.tolist() == list(range(50))
+            labels = np.concatenate([b.labels for b in loader])
+            assert labels.tolist() == list(range(50))
+
+
+def test_epoch_counter_never_wraps(tmp_path):
+    paths = write_jpegs(tmp_path, 4)
+    src = trdata.FileList(paths, [0, 1, 2, 3])
+    with trdata.Loader(
+        src, batch_size=2, workers=1, transforms=[trdata.CenterCrop(8)], reproducible=True
+    ) as loader:
+        state = loader.state_dict()
+        state["epoch"] = 2**64 - 1
+        state["batches"] = len(loader)  # "epoch 2**64-1 finished": the next would be 2**64
+        with pytest.raises(trdata.ConfigError) as exc:
+            loader.load_state_dict(state)
+        assert exc.value.parameter == "epoch"
+        with pytest.raises(trdata.ConfigError) as exc:
+            loader.set_epoch(2**64 - 1)
+        assert exc.value.parameter == "epoch"
+        # Epochs are below 2**63 (checkpoints carry them as signed ints): the last one has no successor.
+        loader.set_epoch(2**63 - 1)
+        with pytest.raises(trdata.ConfigError) as exc:
+            list(loader)
+        assert exc.value.parameter == "epoch"
+        loader.set_epoch(2**63 - 2)
+        assert len(list(loader)) == 2
+        state = loader.state_dict()
+        assert (state["epoch"], state["batches"]) == (2**63 - 1, 0)
+        loader.load_state_dict(state)  # what a loader saves, it can load

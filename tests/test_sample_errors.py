@@ -5,7 +5,10 @@ DataLoader goes on after a ``__getitem__`` raised — or replaced and counted un
 
 from __future__ import annotations
 
+import io
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -13,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 import trdata
-from _fixtures import photo, write_coco_boxes
+from _fixtures import photo, write_coco_boxes, write_jpegs
 
 PIL = pytest.importorskip("PIL")
 from PIL import Image  # noqa: E402
@@ -261,8 +264,6 @@ def test_asking_the_loader_while_another_thread_cancels_an_epoch_never_deadlocks
     """The loader's lock is taken without the GIL: a thread cancelling an epoch waits for workers that need the GIL
     (label maps read in Python), while this thread asks for stats. In a subprocess, so a regression fails instead
     of hanging the suite."""
-    import subprocess
-    import sys
     import textwrap
 
     _voc(tmp_path, 16)
@@ -292,3 +293,98 @@ def test_asking_the_loader_while_another_thread_cancels_an_epoch_never_deadlocks
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0 and "done" in proc.stdout, proc.stderr[-2000:]
+
+
+# -------------------- hostile inputs and their regressions -------------------------------------------------
+
+
+def test_skip_counts_each_bad_sample_once_and_always_replaces_it(tmp_path):
+    """2 good files among 30 bad: with 16 random replacement draws alone about a third of the bad samples
+    found no good replacement (and raised), and errors_skipped counted every failed draw."""
+    good = write_jpegs(tmp_path / "good", 2)
+    paths = []
+    for i in range(32):
+        if i in (5, 20):
+            paths.append(good[0 if i == 5 else 1])
+        else:
+            bad = tmp_path / f"bad{i:02d}.jpg"
+            bad.write_bytes(b"\xff\xd8\xff\xe0 this is not a JPEG body" * (i + 1))
+            paths.append(str(bad))
+    src = trdata.FileList(paths, list(range(32)))
+    kw = dict(batch_size=8, transforms=[trdata.CenterCrop(16)], dtype="uint8", on_error="skip")
+    with trdata.Loader(src, workers=2, reproducible=True, **kw) as loader:
+        first = [(b.indices.copy(), b.images.copy()) for b in loader]
+        assert loader.stats()["errors_skipped"] == 30
+        second = [b.indices.copy() for b in loader]
+        assert loader.stats()["errors_skipped"] == 60  # per epoch, per sample
+    indices = np.concatenate([i for i, _ in first])
+    assert sorted(set(indices.tolist())) == [5, 20], indices
+    assert len(indices) == 32 and len(np.concatenate(second)) == 32
+    # Deterministic for any worker count.
+    with trdata.Loader(src, workers=1, reproducible=True, **kw) as loader:
+        again = [b.indices.copy() for b in loader]
+    assert np.array_equal(np.concatenate(again), indices)
+
+
+def test_skip_raises_only_when_nothing_decodes(tmp_path):
+    paths = []
+    for i in range(6):
+        p = tmp_path / f"bad{i}.jpg"
+        p.write_bytes(b"garbage" * (i + 1))
+        paths.append(str(p))
+    src = trdata.FileList(paths, [0] * 6)
+    with trdata.Loader(
+        src, batch_size=2, workers=2, on_error="skip", transforms=[trdata.CenterCrop(8)]
+    ) as loader:
+        with pytest.raises(trdata.DecodeError) as exc:
+            list(loader)
+    assert "no other sample" in str(exc.value)
+    assert exc.value.path in paths
+
+
+def test_skip_does_not_reread_a_sample_known_bad(tmp_path):
+    """Under on_error='skip' a file that failed is not read again in later epochs (failures are decided by the
+    bytes, so it would fail again; a slow bad file must not cost every epoch). Observable: fixing the file
+    later does not bring it back, and it is still counted as skipped in every epoch."""
+    paths = write_jpegs(tmp_path, 6)
+    bad = Path(paths[2])
+    good_bytes = bad.read_bytes()
+    bad.write_bytes(b"\xff\xd8\xff\xe0 broken")
+    src = trdata.FileList(paths, list(range(6)))
+    kw = dict(batch_size=6, workers=1, transforms=[trdata.CenterCrop(8)], dtype="uint8", on_error="skip")
+    with trdata.Loader(src, **kw) as loader:
+        (b0,) = list(loader)
+        bad.write_bytes(good_bytes)
+        (b1,) = list(loader)
+        assert loader.stats()["errors_skipped"] == 2
+    assert 2 not in b0.indices.tolist() and 2 not in b1.indices.tolist()
+
+
+def test_skip_with_rare_late_good_files_replaces_every_bad_one(tmp_path: Path) -> None:
+    """4,000 files of which only the last 3 decode: every bad sample is replaced by one of them, counted once,
+    and the choice is the same for 1 and 2 workers (it depends on (seed, epoch, index) only)."""
+    n, good = 4000, 3
+    buf = io.BytesIO()
+    Image.fromarray(photo(5, 24, 20)).save(buf, "JPEG", quality=90)
+    paths = []
+    for i in range(n):
+        p = tmp_path / f"{i:05d}.jpg"
+        p.write_bytes(buf.getvalue() if i >= n - good else b"not an image")
+        paths.append(str(p))
+    runs = []
+    for workers in (1, 2):
+        with trdata.Loader(
+            trdata.FileList(paths),
+            batch_size=100,
+            workers=workers,
+            transforms=[trdata.CenterCrop(16)],
+            dtype="uint8",
+            on_error="skip",
+            reproducible=True,
+            shuffle=False,
+        ) as ld:
+            indices = np.concatenate([b.indices for b in ld])
+            assert ld.stats()["errors_skipped"] == n - good
+        assert len(indices) == n and set(indices.tolist()) <= set(range(n - good, n))
+        runs.append(indices)
+    np.testing.assert_array_equal(runs[0], runs[1])
