@@ -22,6 +22,7 @@ import pickletools
 import random
 import shutil
 import struct
+import tarfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -29,7 +30,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 # Pillow, numpy, torch and trdata are imported on use: the generated ImageFolder needs none of them.
 if TYPE_CHECKING:
     import subprocess
-    import tarfile
 
     import numpy as np
     from PIL import Image
@@ -585,7 +585,6 @@ def write_shards(
     """Shards of `per_shard` samples: key.jpg or key.png (alternating), key.cls / key.json, plus an extra member.
     Returns (shard paths, each sample's image bytes, each sample's label)."""
     import json
-    import tarfile
 
     shards, images, labels = [], [], []
     for s in range(0, n, per_shard):
