@@ -24,7 +24,7 @@ use crate::error::{Result, SampleError, TrdataError};
 use crate::gpu_decode::{CpuFallback, GpuDecode, GpuDecodeSetup, GpuRows, Share};
 use crate::plan::resume::{ResumePoint, SeqBitmap};
 use crate::plan::{EpochPlan, LastBatch, PlanShape};
-use crate::sample::{RowTargets, TargetBatch, TargetStore};
+use crate::sample::{ExtrasStore, RowExtras, RowFields, TargetBatch, TargetStore};
 use crate::source::Dataset;
 use crate::stats::{GpuCounters, Stats};
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering, lock};
@@ -58,6 +58,8 @@ pub struct EngineBatch {
     pub epoch: u64,
     /// Every row's targets as ragged columns (sample/batch.rs), when the source has targets.
     pub targets: Option<TargetBatch>,
+    /// Every row's extras as its worker read them (sample/extras.rs), when the source has extras.
+    pub extras: Option<Vec<RowExtras>>,
 }
 
 /// Where a loader delivers its batches.
@@ -390,6 +392,7 @@ impl Loader {
             skipped: Mutex::new(SkipLog::default()),
             any_bad: AtomicBool::new(false),
             targets: None,
+            extras: None,
         });
         Ok(Self {
             cfg,
@@ -844,7 +847,7 @@ impl Loader {
             }
         }
         let first_engine = self.cfg.rank as u64 * self.devices.engines() as u64;
-        let store = self.ctx.targets.clone();
+        let (store, extras_store) = (self.ctx.targets.clone(), self.ctx.extras.is_some());
         let shape = &self.shape;
         let running = self.running.as_mut().expect("checked above");
         running.next_batch += 1;
@@ -864,18 +867,18 @@ impl Loader {
                 let (labels, indices, rows) = match &mut images {
                     BatchImages::Host(lease) => {
                         let (labels, indices) = lease.buffer().labels_and_indices(lease.rows);
-                        (labels, indices, lease.buffer().take_targets(lease.rows))
+                        (labels, indices, lease.buffer().take_fields(lease.rows))
                     }
                     // moved out, not copied: the device batch is handed on with its lease only
                     BatchImages::Device(db) => (
                         std::mem::take(&mut db.labels),
                         std::mem::take(&mut db.indices),
-                        std::mem::take(&mut db.targets),
+                        std::mem::take(&mut db.fields),
                     ),
                 };
                 let valid = shape.valid_in_batch(first_engine + d as u64, b) as usize;
-                let targets = target_batch(store.as_deref(), rows)?;
-                Ok(EngineBatch { images, labels, indices, valid, epoch, targets })
+                let (targets, extras) = row_fields(store.as_deref(), extras_store, rows)?;
+                Ok(EngineBatch { images, labels, indices, valid, epoch, targets, extras })
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(NextStep::Step(step))
@@ -888,6 +891,15 @@ impl Loader {
         let ctx = Arc::get_mut(&mut self.ctx)
             .ok_or_else(|| TrdataError::Worker("the targets must be set before the loader starts".into()))?;
         ctx.targets = Some(store);
+        Ok(())
+    }
+
+    /// Use `store`'s extras: the workers read each row's beside its image (sample/extras.rs). Called before the
+    /// first epoch starts.
+    pub fn set_extras(&mut self, store: std::sync::Arc<dyn ExtrasStore>) -> Result<()> {
+        let ctx = Arc::get_mut(&mut self.ctx)
+            .ok_or_else(|| TrdataError::Worker("the extras must be set before the loader starts".into()))?;
+        ctx.extras = Some(store);
         Ok(())
     }
 
@@ -965,14 +977,24 @@ impl Drop for Loader {
     }
 }
 
-/// A delivered batch's targets as ragged columns (sample/batch.rs); None without a target store. Every row
-/// of a delivered batch was made, so each has its targets: one without is a worker bug, reported.
-fn target_batch(store: Option<&dyn TargetStore>, rows: Vec<Option<RowTargets>>) -> Result<Option<TargetBatch>> {
-    let Some(store) = store else { return Ok(None) };
-    let rows = rows
-        .into_iter()
-        .enumerate()
-        .map(|(r, t)| t.ok_or_else(|| TrdataError::Worker(format!("row {r} of a delivered batch has no targets"))))
+/// A delivered batch's targets as ragged columns (sample/batch.rs) and its rows' extras, each None without its
+/// store. Every row of a delivered batch was made, so each has what its stores give: one without is a worker
+/// bug, reported.
+fn row_fields(
+    store: Option<&dyn TargetStore>,
+    extras: bool,
+    rows: Vec<RowFields>,
+) -> Result<(Option<TargetBatch>, Option<Vec<RowExtras>>)> {
+    let missing = |r: usize, what: &str| TrdataError::Worker(format!("row {r} of a delivered batch has no {what}"));
+    let (targets, row_extras): (Vec<_>, Vec<_>) = rows.into_iter().map(|f| (f.targets, f.extras)).unzip();
+    let extras = extras
+        .then(|| row_extras.into_iter().enumerate().map(|(r, e)| e.ok_or_else(|| missing(r, "extras"))).collect())
+        .transpose()?;
+    let Some(store) = store else { return Ok((None, extras)) };
+    let targets = (targets.into_iter().enumerate())
+        .map(|(r, t)| t.ok_or_else(|| missing(r, "targets")))
         .collect::<Result<Vec<_>>>()?;
-    TargetBatch::from_rows(store.kind(), store.masks(), store.keypoints(), rows).map(Some).map_err(TrdataError::Worker)
+    let batch =
+        TargetBatch::from_rows(store.kind(), store.masks(), store.keypoints(), targets).map_err(TrdataError::Worker)?;
+    Ok((Some(batch), extras))
 }

@@ -243,4 +243,4 @@ def test_damaged_extras_are_a_decode_error_naming_the_record(tmp_path: Path) -> 
             with trdata.Loader(packed, batch_size=N, transforms=[trdata.CenterCrop(4)]) as ld:
                 next(iter(ld))
         assert e.value.index == 7
-        assert packed._batch_extras(np.array([6, 8]), 0)["caption"] == [captions[6], captions[8]]
+        assert [packed._row_extras(i, 0)["caption"] for i in (6, 8)] == [captions[6], captions[8]]

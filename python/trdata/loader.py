@@ -34,6 +34,7 @@ from .errors import (
 )
 from .sources import Source
 from .sources import dataset as _dataset
+from .sources.extras import stack_extras
 from .transforms import Transform
 from .transforms import specs as _transform_specs
 
@@ -606,6 +607,8 @@ class Loader:
 
         batch_size = _int_arg(batch_size, "batch_size")
         native_source = source._native_source()
+        if source._has_extras:  # read by the worker that makes each row (src/sample/extras.rs)
+            native_source = native_source.with_python_extras(source._row_extras)
         transform_specs = _transform_specs(transforms)
         self._native = _core.NativeLoader(
             native_source,
@@ -641,7 +644,7 @@ class Loader:
             if decode != "cpu"
             else ([], []),
         )
-        if source._python_in_workers or _holds_step((transform_specs, view_specs)):
+        if source._python_in_workers or source._has_extras or _holds_step((transform_specs, view_specs)):
             _dataset.close_at_exit(self)  # its workers attach to the interpreter: closed before it finalizes
         try:
             # each Python step once on a probe image: what it cannot take or returns unbatchable is refused now
@@ -948,12 +951,14 @@ class Loader:
         valid: int,
         epoch: int,
         target_columns: dict[str, Any] | None,
+        row_extras: list[dict[str, Any] | None] | None,
     ) -> Batch:
         indices_a = np.asarray(indices, dtype=np.int64)
         # Float targets: the rows' own (padded and filled rows repeat a real sample's index, and so its target).
         gathered = None if self._targets is None else self._targets[indices_a]
-        # Extra fields (captions, JSON, arrays) stay on the host, gathered the same way (Source._batch_extras).
-        extras = self.source._batch_extras(indices_a, epoch)
+        # Extra fields (captions, JSON, arrays): read by the workers with each row (Source._row_extras); stay
+        # on the host, stacked per field.
+        extras = {} if row_extras is None else _stacked_extras(row_extras)
         # Detection/segmentation targets: made by the workers with each row's image; only sliced here.
         targets = None
         if target_columns is not None:
@@ -1143,3 +1148,11 @@ def _device_of(images_h: Any) -> Any:
     """The torch device of a device batch's image handle(s) (``__dlpack_device__``: (kind, ordinal))."""
     first = images_h[0] if isinstance(images_h, list) else images_h
     return f"cuda:{first.__dlpack_device__()[1]}"
+
+
+def _stacked_extras(rows: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """``batch.extras`` from each row's extras as its worker read them: per field (in the order first seen) a
+    list, or one stacked array when every value is an array of one shape and dtype; a row without the field:
+    None."""
+    names = list(dict.fromkeys(n for r in rows if r is not None for n in r))
+    return {n: stack_extras([None if r is None else r.get(n) for r in rows]) for n in names}

@@ -21,8 +21,9 @@ use crate::stats::{GpuCounters, Stats};
 use crate::sync::Arc;
 use std::time::Duration;
 
-/// A row the CPU fallback made: (row, label, dataset index, targets), for the batch's host-side vectors.
-pub type Patch = (usize, i64, i64, Option<crate::sample::RowTargets>);
+/// A row the CPU fallback made: (row, label, dataset index, targets and extras), for the batch's host-side
+/// vectors.
+pub type Patch = (usize, i64, i64, crate::sample::RowFields);
 /// What the GPU decode path of an engine needs.
 #[derive(Clone)]
 pub struct GpuDecodeSetup {
@@ -197,8 +198,8 @@ impl GpuRows {
                 unsafe { stream.copy_htod_async(dst, src, len) }?;
             }
             stream.synchronize()?; // the one-row buffer is rewritten by the next fallback
-            let targets = buf.take_targets(1).pop().flatten();
-            patches.push((row, label, written as i64, targets));
+            let fields = buf.take_fields(1).pop().unwrap_or_default();
+            patches.push((row, label, written as i64, fields));
         }
         Ok(())
     }

@@ -1,20 +1,21 @@
 //! py/annot — detection and segmentation targets in `trdata._core` (`trdata.CocoDetection`):
 //!
 //! - `CocoAnnotations(path)`: a COCO annotation file parsed by the core (annot/coco.rs), with `images()`,
-//!   `annotations()` (flat numpy columns, grouped by image), `categories()`, `orphans` and
-//!   `masks(annotations, plan)`: the instance masks of those annotations under one row's geometry;
+//!   `annotations()` (flat numpy columns, grouped by image), `categories()`, `orphans` and `rles(annotations)`
+//!   (the masks as pycocotools' RLE strings, what a pack stores);
 //! - `TargetPlan`: one sample's geometry for its targets (`NativeLoader.target_plans`, augment/targets.rs), with
-//!   `boxes(boxes)`, `keypoints(keypoints)`, `canvas`, and its `prefix` and `steps` for tests.
+//!   `canvas`, `boxes(boxes)`, and its `prefix`, `mosaic`, `steps` and `draws`: what tests replay torchvision
+//!   with. The targets themselves are moved by the workers (sample/), not here.
 
 use super::errors::IntoPyResult;
 use crate::annot::coco::CocoLimits;
-use crate::annot::mask::{Rle, rle_from_polygon, rle_from_string, rle_to_string};
+use crate::annot::mask::{rle_from_polygon, rle_to_string};
 use crate::annot::warp::AxisMap;
 use crate::augment::targets::{self, Move};
 use crate::error::TrdataError;
 use crate::sample::coco::CocoData;
 use crate::source::annotations::coco_file;
-use numpy::{PyArray1, PyArray2, PyArray3, PyArrayMethods, PyReadonlyArray2, PyReadonlyArray3};
+use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray2};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use std::path::PathBuf;
@@ -148,134 +149,6 @@ impl TargetPlan {
         let keep = PyArray1::from_iter(py, moved.iter().map(|(_, k)| *k));
         Ok((PyArray1::from_vec(py, flat).reshape([b.nrows(), 4])?, keep))
     }
-
-    /// A dense label map (uint8 `(H, W)`, the source image's size: a semantic-segmentation target) moved:
-    /// uint8 on the output canvas, nearest, `fill` where the output leaves the image.
-    #[pyo3(signature = (label_map, fill = 255))]
-    fn dense<'py>(
-        &self,
-        py: Python<'py>,
-        label_map: numpy::PyReadonlyArray2<'py, u8>,
-        fill: u8,
-    ) -> PyResult<Bound<'py, PyArray2<u8>>> {
-        let m = label_map.as_array();
-        let (h, w) = (m.nrows(), m.ncols());
-        let src: Vec<u8> = m.iter().copied().collect();
-        let out = py.detach(|| self.0.dense(&src, (h, w), fill));
-        let (oh, ow) = self.0.canvas();
-        PyArray1::from_vec(py, out).reshape([oh, ow])
-    }
-
-    /// A mosaic row's label map: `label_maps[k]` (uint8 `(H, W)`, part `k`'s image's size) nearest-resized into
-    /// part `k`'s window on the canvas, `fill` elsewhere, then moved: uint8 on the output canvas. One map per
-    /// part, each of its image's size, else a `ValueError`.
-    #[pyo3(signature = (label_maps, fill = 255))]
-    fn mosaic_dense<'py>(
-        &self,
-        py: Python<'py>,
-        label_maps: Vec<numpy::PyReadonlyArray2<'py, u8>>,
-        fill: u8,
-    ) -> PyResult<Bound<'py, PyArray2<u8>>> {
-        let maps: Vec<(Vec<u8>, (usize, usize))> = label_maps
-            .iter()
-            .map(|m| {
-                let a = m.as_array();
-                (a.iter().copied().collect(), (a.nrows(), a.ncols()))
-            })
-            .collect();
-        let out = py
-            .detach(|| {
-                let views: Vec<(&[u8], (usize, usize))> = maps.iter().map(|(m, hw)| (m.as_slice(), *hw)).collect();
-                self.0.mosaic_dense(&views, fill)
-            })
-            .map_err(pyo3::exceptions::PyValueError::new_err)?;
-        let (oh, ow) = self.0.canvas();
-        PyArray1::from_vec(py, out).reshape([oh, ow])
-    }
-
-    /// Instance masks given as compressed RLE strings (pycocotools' `counts` strings, as
-    /// `CocoAnnotations.rles` gives them and a packed detection file stores them) of `(h, w)` masks, moved:
-    /// uint8 `(K, H, W)` on the output canvas. With `parts` (a mosaic row: which part each instance came from),
-    /// each string is a mask of its part's image (the plan's, not `size`) placed as `mosaic_mask` places it. A
-    /// string that is not a valid RLE of that size is a `SourceError` naming `name` and the instance; `parts` of
-    /// another length, or naming no part of the plan, a `ValueError`.
-    #[pyo3(signature = (rles, size, name, parts = None))]
-    fn masks<'py>(
-        &self,
-        py: Python<'py>,
-        rles: Vec<Vec<u8>>,
-        size: (u32, u32),
-        name: PathBuf,
-        parts: Option<Vec<usize>>,
-    ) -> PyResult<Bound<'py, PyArray3<u8>>> {
-        self.check_parts(parts.as_deref(), rles.len())?;
-        let (oh, ow) = self.0.canvas();
-        let fail = |k: usize, e: crate::annot::mask::MaskError| TrdataError::Source {
-            path: name.clone(),
-            message: format!("instance {k}: {e}"),
-        };
-        let out = py
-            .detach(|| -> Result<Vec<u8>, TrdataError> {
-                let mut out = vec![0u8; rles.len() * oh * ow];
-                for (k, s) in rles.iter().enumerate() {
-                    let part = parts.as_ref().map(|p| p[k]);
-                    let (h, w) = part.map_or(size, |p| (self.0.mosaic[p].image.1, self.0.mosaic[p].image.0));
-                    let rle = rle_from_string(s, h, w).map_err(|e| fail(k, e))?;
-                    let m = self.mask(part, &rle).map_err(|e| fail(k, e))?;
-                    out[k * oh * ow..(k + 1) * oh * ow].copy_from_slice(&m);
-                }
-                Ok(out)
-            })
-            .py_err()?;
-        PyArray1::from_vec(py, out).reshape([rles.len(), oh, ow])
-    }
-
-    /// `(K, P, 3)` keypoints (x, y, visibility), moved: float32, visibility 0 off the output canvas.
-    fn keypoints<'py>(
-        &self,
-        py: Python<'py>,
-        keypoints: PyReadonlyArray3<'py, f64>,
-    ) -> PyResult<Bound<'py, PyArray3<f32>>> {
-        let k = keypoints.as_array();
-        if k.shape()[2] != 3 {
-            return Err(pyo3::exceptions::PyValueError::new_err("keypoints are (K, P, 3)"));
-        }
-        let out = PyArray3::<f32>::zeros(py, [k.shape()[0], k.shape()[1], 3], false);
-        {
-            let mut o = out.readwrite();
-            let mut o = o.as_array_mut();
-            for ((i, j, _), _) in k.indexed_iter().filter(|((_, _, c), _)| *c == 0) {
-                let (x, y, on) = self.0.keypoint(k[[i, j, 0]], k[[i, j, 1]]);
-                o[[i, j, 0]] = x as f32;
-                o[[i, j, 1]] = y as f32;
-                o[[i, j, 2]] = if on { k[[i, j, 2]] as f32 } else { 0.0 };
-            }
-        }
-        Ok(out)
-    }
-}
-
-impl TargetPlan {
-    /// Instance mask `rle` moved: of mosaic part `part` when given (`mosaic_mask`), else of the source image.
-    fn mask(&self, part: Option<usize>, rle: &Rle) -> Result<Vec<u8>, crate::annot::mask::MaskError> {
-        match part {
-            Some(p) => self.0.mosaic_mask(p, rle),
-            None => self.0.mask(rle),
-        }
-    }
-
-    /// `parts` (when given) names one of the plan's mosaic parts for each of `n` instances, else a `ValueError`.
-    fn check_parts(&self, parts: Option<&[usize]>, n: usize) -> PyResult<()> {
-        let Some(parts) = parts else { return Ok(()) };
-        let bad = |m: String| Err(pyo3::exceptions::PyValueError::new_err(m));
-        if parts.len() != n {
-            return bad(format!("parts names {} instances' parts, for {n} instances", parts.len()));
-        }
-        match parts.iter().find(|&&p| p >= self.0.mosaic.len()) {
-            Some(p) => bad(format!("parts: no mosaic part {p} (the row has {})", self.0.mosaic.len())),
-            None => Ok(()),
-        }
-    }
 }
 
 /// `TargetPlan.boxes`' result: the boxes moved and whether each is kept.
@@ -361,41 +234,10 @@ impl CocoAnnotations {
         self.data.file().orphans()
     }
 
-    /// The masks of `annotations` (indices into `annotations()`) moved by `plan`: uint8 `(K, H, W)`, each
-    /// decoded as pycocotools decodes it (annot/mask.rs) for the kept window only (annot/warp.rs). With `parts`
-    /// (a mosaic row: which part each annotation came from), each is placed as `TargetPlan.masks` places it. An
-    /// annotation without a segmentation, or with one that is malformed or not of its part's image size, is a
-    /// `SourceError` naming the file and the annotation; `parts` as `TargetPlan.masks` checks them.
-    #[pyo3(signature = (annotations, plan, parts = None))]
-    fn masks<'py>(
-        &self,
-        py: Python<'py>,
-        annotations: Vec<usize>,
-        plan: PyRef<'py, TargetPlan>,
-        parts: Option<Vec<usize>>,
-    ) -> PyResult<Bound<'py, PyArray3<u8>>> {
-        plan.check_parts(parts.as_deref(), annotations.len())?;
-        let g = &*plan;
-        let (oh, ow) = g.0.canvas();
-        let fail = |m: String| TrdataError::Source { path: self.data.path().to_path_buf(), message: m };
-        let out = py
-            .detach(|| -> Result<Vec<u8>, TrdataError> {
-                let mut out = vec![0u8; annotations.len() * oh * ow];
-                for (k, &a) in annotations.iter().enumerate() {
-                    let (id, rle) = self.data.rle(a)?;
-                    let part = parts.as_ref().map(|p| p[k]);
-                    let m = g.mask(part, rle).map_err(|e| fail(format!("annotation {id}: {e}")))?;
-                    out[k * oh * ow..(k + 1) * oh * ow].copy_from_slice(&m);
-                }
-                Ok(out)
-            })
-            .py_err()?;
-        PyArray1::from_vec(py, out).reshape([annotations.len(), oh, ow])
-    }
-
     /// The masks of `annotations` (indices into `annotations()`) as pycocotools' compressed RLE strings of the
     /// image's size (polygons rasterized as `frPyObjects` does): what `trdata.pack` stores for a detection
-    /// source, and `TargetPlan.masks` moves. Errors as `masks`.
+    /// source. An annotation without a segmentation, or with one that is malformed or not of its image's size, is
+    /// a `SourceError` naming the file and the annotation.
     fn rles<'py>(&self, py: Python<'py>, annotations: Vec<usize>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
         let strings = py
             .detach(|| {

@@ -163,7 +163,8 @@ fn typestr(d: DType) -> &'static str {
 }
 
 /// One engine's batch of a step, as Python receives it (see `next_step`).
-type StepTuple = (Py<PyAny>, Option<DeviceTensorHandle>, Vec<i64>, Vec<i64>, usize, u64, Option<Py<PyDict>>);
+type StepTuple =
+    (Py<PyAny>, Option<DeviceTensorHandle>, Vec<i64>, Vec<i64>, usize, u64, Option<Py<PyDict>>, Option<Py<PyAny>>);
 
 /// The native loader behind `trdata.Loader`.
 ///
@@ -371,6 +372,9 @@ impl NativeLoader {
         let mut loader = py.detach(|| Loader::with_devices(ds, cfg, spec)).py_err()?;
         if let Some(store) = &source.targets {
             loader.set_targets(std::sync::Arc::clone(store)).py_err()?;
+        }
+        if let Some(store) = &source.extras {
+            loader.set_extras(std::sync::Arc::clone(store)).py_err()?;
         }
         Ok(Self {
             stats: loader.stats(),
@@ -635,7 +639,8 @@ impl NativeLoader {
                     handles.pop().expect("one view")
                 };
                 let targets = b.targets.map(|t| super::targets::columns(py, t)).transpose()?;
-                Ok((images, labels_handle, b.labels, b.indices, b.valid, b.epoch, targets))
+                let extras = b.extras.map(|e| super::targets::extras_list(py, e)).transpose()?;
+                Ok((images, labels_handle, b.labels, b.indices, b.valid, b.epoch, targets, extras))
             })
             .collect::<PyResult<Vec<_>>>()
             .map(Some)

@@ -9,7 +9,7 @@
 use super::args::int_arg;
 use super::errors::{IntoPyResult, to_py};
 use crate::error::{ImageError, ImageErrorKind, SampleError, TrdataError};
-use crate::sample::{TargetKind, TargetStore};
+use crate::sample::{ExtrasStore, TargetKind, TargetStore};
 use crate::source::packed::{CACHE_BYTES, MODE, PREFETCH_BLOCKS, PartialOptions, WINDOW_BLOCKS};
 use crate::source::{self, Dataset, PackedFile};
 use crate::source::{ExternalImage, ExternalSample, Reader};
@@ -29,21 +29,23 @@ pub struct NativeSource {
     pub(super) dataset: Arc<Dataset>,
     /// The samples' targets (sample/): made by the worker beside each image.
     pub(super) targets: Option<std::sync::Arc<dyn TargetStore>>,
+    /// The samples' extras (sample/extras.rs): read by the worker beside each image.
+    pub(super) extras: Option<std::sync::Arc<dyn ExtrasStore>>,
 }
 
 impl NativeSource {
     fn new(dataset: Dataset) -> Self {
-        Self { dataset: Arc::new(dataset), targets: None }
+        Self { dataset: Arc::new(dataset), targets: None, extras: None }
     }
 
     /// This source (its dataset as it is) with `targets`.
     fn with_store(&self, targets: std::sync::Arc<dyn TargetStore>) -> Self {
-        Self { dataset: Arc::clone(&self.dataset), targets: Some(targets) }
+        Self { dataset: Arc::clone(&self.dataset), targets: Some(targets), extras: self.extras.clone() }
     }
 
     /// This source with `dataset` (its targets kept).
     fn with_dataset(&self, dataset: Dataset) -> Self {
-        Self { dataset: Arc::new(dataset), targets: self.targets.clone() }
+        Self { dataset: Arc::new(dataset), targets: self.targets.clone(), extras: self.extras.clone() }
     }
 }
 
@@ -134,6 +136,13 @@ impl NativeSource {
         };
         let store = super::targets::PyRecords { make, kind, masks, keypoints, fill, name };
         Ok(self.with_store(std::sync::Arc::new(store)))
+    }
+
+    /// This source with extras whose value for sample `i` is `read(i, epoch)` (py/targets.rs `PyExtras`), read
+    /// by the worker that makes the row.
+    fn with_python_extras(&self, read: Py<PyAny>) -> Self {
+        let extras: std::sync::Arc<dyn ExtrasStore> = std::sync::Arc::new(super::targets::PyExtras { read });
+        Self { dataset: Arc::clone(&self.dataset), targets: self.targets.clone(), extras: Some(extras) }
     }
 
     /// Encoded images in memory (`trdata.Bytes`), copied once.

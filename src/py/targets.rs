@@ -1,5 +1,7 @@
 //! Target stores whose records a Python source makes (sample/store.rs): YOLO's parsed label files, label-map
-//! PNGs, a pack's stored target fields. The worker that makes row i calls `make(i)` (attached to the interpreter
+//! PNGs, a pack's stored target fields; and the extras store whose values a Python source reads ([`PyExtras`]:
+//! WebDataset members, a pack's extras, a dataset's third item).
+//! The worker that makes row i calls `make(i)` (attached to the interpreter
 //! for the call only, as `PyReader` does) and translates the dict it returns into a [`TargetRecord`] here; every
 //! shape and dtype is checked before it is used, a mismatch being the sample's `Target` error naming the source.
 //!
@@ -9,7 +11,9 @@
 
 use crate::annot::mask::rle_from_string;
 use crate::error::{ImageError, ImageErrorKind};
-use crate::sample::{Fields, Instances, Keypoints, LabelMap, TargetKind, TargetRecord, TargetStore};
+use crate::sample::{
+    ExtrasStore, Fields, Instances, Keypoints, LabelMap, RowExtras, TargetKind, TargetRecord, TargetStore,
+};
 use numpy::{PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArray3, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyAnyMethods, PyDict};
@@ -146,6 +150,50 @@ impl PyRecords {
         }
         Ok(inst)
     }
+}
+
+/// An extras store whose value `i` is `read(i, epoch)` (sample/extras.rs), called by the worker that makes the
+/// row after its pixels (a dataset's read made the value it returns): a dict of field name → value, or None for
+/// a sample without extras, carried to the consumer as it is. An exception is the sample's error: an `OSError`
+/// (`SourceError`: a shard or pack that cannot be read) kind `Io`, a `DecodeError` of kind Corrupt (a member
+/// that is not what its extension says) `Corrupt`, anything else `Dataset` (the user's code).
+pub(super) struct PyExtras {
+    pub(super) read: Py<PyAny>,
+}
+
+impl std::fmt::Debug for PyExtras {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PyExtras")
+    }
+}
+
+impl ExtrasStore for PyExtras {
+    fn read(&self, i: usize, epoch: u64) -> Result<RowExtras, ImageError> {
+        Python::try_attach(|py| {
+            let out = self.read.bind(py).call1((i, epoch)).map_err(|e| {
+                let value = e.value(py);
+                let kind = if e.is_instance_of::<pyo3::exceptions::PyOSError>(py) {
+                    ImageErrorKind::Io
+                } else if value.getattr("kind").and_then(|k| k.extract::<String>()).is_ok_and(|k| k == "Corrupt") {
+                    ImageErrorKind::Corrupt
+                } else {
+                    ImageErrorKind::Dataset
+                };
+                ImageError::new(kind, format!("extras: {value}"))
+            })?;
+            Ok(RowExtras(Box::new(out.unbind())))
+        })
+        .unwrap_or_else(|| Err(ImageError::new(ImageErrorKind::Dataset, "the Python interpreter is shutting down")))
+    }
+}
+
+/// A batch's extras (sample/extras.rs) for Python: each row's value as its store's reader returned it.
+pub(super) fn extras_list(py: Python<'_>, rows: Vec<RowExtras>) -> PyResult<Py<PyAny>> {
+    let values = rows.into_iter().map(|r| match r.0.downcast::<Py<PyAny>>() {
+        Ok(v) => Ok(*v),
+        Err(_) => Err(pyo3::exceptions::PyRuntimeError::new_err("an extras value not made by a Python reader")),
+    });
+    Ok(pyo3::types::PyList::new(py, values.collect::<PyResult<Vec<_>>>()?)?.into_any().unbind())
 }
 
 /// A batch's targets (sample/batch.rs) as numpy arrays, moved (no copy): `kind` ("instances" or "label_map"),

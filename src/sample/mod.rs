@@ -18,14 +18,18 @@
 //!
 //! The moved [`RowTargets`] travel in the row's slot of the batch buffer (staging/) and reach the consumer as one
 //! [`TargetBatch`] (batch.rs): flat arrays and per-row counts per field, which Python only slices into per-image
-//! dicts. A record is a list of fields per image; a clip of T frames would be T records of one sample, each moved
-//! by its frame's plan, concatenated in the batch with a per-frame count (the batch's layout needs no new kind).
+//! dicts. A sample's extras (captions, JSON, arrays) are read by the same worker from an [`ExtrasStore`]
+//! (extras.rs) and travel beside the targets in the row's [`RowFields`]. A record is a list of fields per image;
+//! a clip of T frames would be T records of one sample, each moved by its frame's plan, concatenated in the batch
+//! with a per-frame count (the batch's layout needs no new kind).
 
 mod batch;
 pub mod coco;
+mod extras;
 mod store;
 
 pub use batch::{TargetBatch, TargetColumns};
+pub use extras::{ExtrasStore, RowExtras};
 pub use store::{TargetKind, TargetStore};
 
 use std::sync::Arc;
@@ -102,6 +106,16 @@ pub struct RowTargets {
     pub size: (usize, usize),
     /// The moved fields.
     pub fields: MovedFields,
+}
+
+/// What the worker made of a row beside its pixels: its moved targets and its extras (extras.rs), each None
+/// when the loader has no such store. Travels in the row's slot of the batch buffer (staging/).
+#[derive(Debug, Default)]
+pub struct RowFields {
+    /// The row's targets on its canvas.
+    pub targets: Option<RowTargets>,
+    /// The row's extra fields.
+    pub extras: Option<RowExtras>,
 }
 
 /// Moved fields of one row.

@@ -25,7 +25,7 @@
 use crate::augment::views::{MAX_VIEWS, ViewTargets};
 use crate::cuda::{GpuContext, HostRegistration};
 use crate::error::{Result, TrdataError};
-use crate::sample::RowTargets;
+use crate::sample::RowFields;
 use crate::sync::{AtomicBool, Ordering};
 use std::alloc::{Layout as AllocLayout, alloc_zeroed, dealloc};
 use std::cell::RefCell;
@@ -232,10 +232,10 @@ pub struct BatchBuffer {
     slab: HostSlab,
     layout: BatchLayout,
     claimed: Box<[AtomicBool]>,
-    /// Each row's targets (sample/), set by its writer beside the image and taken by the consumer of the
-    /// published batch. A mutex per row, never contended: the row's claim orders the writer, and the station's
-    /// publication orders the consumer after it (module protocol), as for the slab's bytes.
-    targets: Box<[std::sync::Mutex<Option<RowTargets>>]>,
+    /// Each row's targets and extras (sample/), set by its writer beside the image and taken by the consumer of
+    /// the published batch. A mutex per row, never contended: the row's claim orders the writer, and the
+    /// station's publication orders the consumer after it (module protocol), as for the slab's bytes.
+    fields: Box<[std::sync::Mutex<RowFields>]>,
 }
 
 /// The writable parts of one row, handed to exactly one worker: the row's image in every view block, its
@@ -247,13 +247,14 @@ pub struct RowWriter<'a> {
     row: usize,
     label: &'a mut [u8],
     index: &'a mut [u8],
-    targets: &'a std::sync::Mutex<Option<RowTargets>>,
+    fields: &'a std::sync::Mutex<RowFields>,
 }
 
 impl RowWriter<'_> {
-    /// Set the row's targets (made by the worker that made its image; replaced by a later write of the row).
-    pub fn set_targets(&mut self, targets: Option<RowTargets>) {
-        *self.targets.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = targets;
+    /// Set the row's targets and extras (made by the worker that made its image; replaced by a later write of
+    /// the row).
+    pub fn set_fields(&mut self, fields: RowFields) {
+        *self.fields.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = fields;
     }
 
     /// The image bytes of view `view` of the row (`layout.view_bytes(view)` long; view 0 is the only one of a
@@ -299,8 +300,8 @@ impl BatchBuffer {
             .map_err(|_| TrdataError::Memory { what: "batch row claims".into(), bytes: layout.rows as u64 })?;
         claimed.extend((0..layout.rows).map(|_| AtomicBool::new(false)));
         let slab = HostSlab::new(layout.total_bytes(), "a batch buffer")?;
-        let targets = (0..layout.rows).map(|_| std::sync::Mutex::new(None)).collect();
-        Ok(Self { slab, layout, claimed: claimed.into_boxed_slice(), targets })
+        let fields = (0..layout.rows).map(|_| std::sync::Mutex::new(RowFields::default())).collect();
+        Ok(Self { slab, layout, claimed: claimed.into_boxed_slice(), fields })
     }
 
     /// The layout.
@@ -314,15 +315,16 @@ impl BatchBuffer {
         for c in self.claimed.iter() {
             c.store(false, Ordering::Relaxed);
         }
-        for t in self.targets.iter() {
-            *t.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        for f in self.fields.iter() {
+            *f.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = RowFields::default();
         }
     }
 
-    /// The targets of the first `rows` rows of a published batch, taken (None for a row whose writer set none).
-    pub fn take_targets(&self, rows: usize) -> Vec<Option<RowTargets>> {
-        (self.targets.iter().take(rows))
-            .map(|t| t.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take())
+    /// The targets and extras of the first `rows` rows of a published batch, taken (empty for a row whose
+    /// writer set none).
+    pub fn take_fields(&self, rows: usize) -> Vec<RowFields> {
+        (self.fields.iter().take(rows))
+            .map(|f| std::mem::take(&mut *f.lock().unwrap_or_else(std::sync::PoisonError::into_inner)))
             .collect()
     }
 
@@ -345,7 +347,7 @@ impl BatchBuffer {
                 row,
                 label: std::slice::from_raw_parts_mut(base.add(l.labels_offset() + row * 8), 8),
                 index: std::slice::from_raw_parts_mut(base.add(l.indices_offset() + row * 8), 8),
-                targets: &self.targets[row],
+                fields: &self.fields[row],
             }
         }
     }

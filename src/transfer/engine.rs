@@ -330,9 +330,9 @@ fn run_epoch(
         Stats::add(&counters.h2d_bytes, bytes as u64);
         Stats::add(&counters.h2d_batches, 1);
         let (mut labels, mut indices) = lease.buffer().labels_and_indices(rows);
-        let mut targets = lease.buffer().take_targets(rows);
-        for (row, label, index, row_targets) in patches {
-            (labels[row], indices[row], targets[row]) = (label, index, row_targets);
+        let mut fields = lease.buffer().take_fields(rows);
+        for (row, label, index, row_fields) in patches {
+            (labels[row], indices[row], fields[row]) = (label, index, row_fields);
         }
         drop(lease); // host buffer back to the workers as soon as the copy is done
         if let Some((g, _)) = &gpu {
@@ -343,7 +343,7 @@ fn run_epoch(
         let slot_lease = std::sync::Arc::new(SlotLease::new(Arc::clone(shared), slot, layout, b, rows));
         shared
             .core
-            .publish(epoch_gen, Published::Batch(DeviceBatch { lease: slot_lease, labels, indices, error, targets }));
+            .publish(epoch_gen, Published::Batch(DeviceBatch { lease: slot_lease, labels, indices, error, fields }));
     }
     shared.core.publish(epoch_gen, Published::End);
     Ok(())

@@ -316,8 +316,8 @@ pub struct DeviceBatch {
     pub indices: Vec<i64>,
     /// The first sample error of the batch (policy `raise`).
     pub error: Option<SampleError>,
-    /// Each row's targets (sample/), taken from the host rows (host memory: the consumer copies them over).
-    pub targets: Vec<Option<crate::sample::RowTargets>>,
+    /// Each row's targets and extras (sample/), taken from the host rows (host memory: the consumer takes them).
+    pub fields: Vec<crate::sample::RowFields>,
 }
 
 impl std::fmt::Debug for DeviceBatch {

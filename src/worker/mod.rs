@@ -54,6 +54,8 @@ pub struct WorkContext {
     pub any_bad: AtomicBool,
     /// The samples' targets, made by the worker beside each row's image (targets.rs; None: images only).
     pub targets: Option<std::sync::Arc<dyn crate::sample::TargetStore>>,
+    /// The samples' extras, read by the worker beside each row's image (targets.rs; None: no extras).
+    pub extras: Option<std::sync::Arc<dyn crate::sample::ExtrasStore>>,
 }
 
 #[cfg(all(test, not(trdata_loom)))]

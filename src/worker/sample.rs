@@ -8,6 +8,7 @@ use crate::augment::mosaic::Partners;
 use crate::augment::{DecodePart, SampleKey, SampleTiming, WorkerScratch};
 use crate::error::{ImageError, ImageErrorKind, SampleError};
 use crate::gpu_decode::{GpuDecode, GpuTask, TaskTaps};
+use crate::sample::RowFields;
 use crate::source::{ReadCtx, SampleBytes};
 use crate::staging::RowWriter;
 use crate::stats::Stats;
@@ -64,9 +65,11 @@ pub(super) fn attempt_sample(
         };
         made.map(|timing| (timing, targets))
     });
-    let result = result.map(|(timing, targets)| {
-        dst.set_targets(targets);
-        timing
+    // its extras after its pixels: a Python dataset returns them with its image (sample/extras.rs)
+    let result = result.and_then(|(timing, targets)| {
+        let extras = targets::row_extras(job, key).map_err(|e| (index, e))?;
+        dst.set_fields(RowFields { targets, extras });
+        Ok(timing)
     });
     match result {
         Ok(None) => Ok(()), // the GPU makes it (its count is the transfer thread's)

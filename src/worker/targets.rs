@@ -7,13 +7,15 @@
 //! as a bad image does. The size the plan replays is the record's declared one, the size the decode checks the
 //! image against (`source::check_declared_size`): an image of another size fails its decode, so a row's targets
 //! never follow a geometry its pixels did not.
+//!
+//! The row's extras are read after its pixels ([`row_extras`]): a Mosaic row's are its own sample's.
 
 use super::{EpochJob, WorkContext};
 use crate::augment::SampleKey;
 use crate::augment::mosaic::Partners;
 use crate::augment::targets::TargetPlan;
 use crate::error::{ImageError, ImageErrorKind};
-use crate::sample::{RowTargets, TargetStore, merge_mosaic, move_record};
+use crate::sample::{RowExtras, RowTargets, TargetStore, merge_mosaic, move_record};
 
 fn plan_error(store: &dyn TargetStore, i: usize, message: String) -> ImageError {
     ImageError::new(ImageErrorKind::Target, format!("{}: {message}", store.name(i)))
@@ -41,4 +43,10 @@ pub(super) fn row_targets(job: &EpochJob, key: SampleKey) -> Result<Option<RowTa
     let plan = TargetPlan::replay_mosaic(program, key, partners, &sizes, channels)
         .map_err(|m| (key.index, plan_error(store, i, m)))?;
     merge_mosaic(&plan, &records, &store.name(i)).map(Some).map_err(|e| (key.index, e))
+}
+
+/// Row `key.index`'s extras, when the loader has an extras store (sample/extras.rs).
+pub(super) fn row_extras(job: &EpochJob, key: SampleKey) -> Result<Option<RowExtras>, ImageError> {
+    let Some(store) = job.ctx.extras.as_deref() else { return Ok(None) };
+    store.read(key.index as usize, key.epoch).map(Some)
 }

@@ -54,6 +54,7 @@ fn start_epoch_over(
         skipped: Mutex::new(SkipLog::default()),
         any_bad: AtomicBool::new(false),
         targets: None,
+        extras: None,
     });
     let shape =
         PlanShape { num_samples, global_engines: 1, batch_size, last_batch: LastBatch::Drop, shuffle: false, seed: 7 };

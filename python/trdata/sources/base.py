@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import _core
 from ..errors import ConfigError
-from .extras import check_extras, encode_all, stack_extras
+from .extras import check_extras, encode_all
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -86,12 +86,18 @@ class Source:
     def _epoch_started(self) -> None:
         """Called by a Loader when it starts an epoch (the previous one over, or cancelled)."""
 
-    def _batch_extras(self, indices: np.ndarray, epoch: int) -> dict[str, Any]:
-        """The extras of the rows ``indices`` (``batch.extras``): per field a list, or one stacked array when every
-        value is an array of one shape and dtype (padded and filled rows repeat their sample's, as labels do)."""
+    @property
+    def _has_extras(self) -> bool:
+        """Whether rows carry extras: the loader's workers then call :meth:`_row_extras` for each row they make."""
+        return bool(self._extras)
+
+    def _row_extras(self, i: int, epoch: int) -> dict[str, Any] | None:
+        """Sample ``i``'s extras, name → value (None: it has none), called by the worker that makes its row in
+        ``epoch`` after its pixels (src/py/targets.rs ``PyExtras``); reading them here (a shard's member, a pack's
+        record) is the worker's read, and a failure is that sample's error under ``on_error``."""
         if not self._extras:
-            return {}
-        return {name: stack_extras([values[i] for i in indices]) for name, values in self._extras.items()}
+            return None
+        return {name: values[i] for name, values in self._extras.items()}
 
     def _pack_extras(self, i: int) -> list[tuple[str, int, bytes]]:
         """Sample ``i``'s extras as ``trdata.pack`` stores them (extras.py ``encode_all``); called once per

@@ -58,7 +58,7 @@ from .. import _core
 from .._args import _bool_arg
 from ..errors import ConfigError, _shown
 from .base import Source, _class_names
-from .extras import encode_all, stack_extras
+from .extras import encode_all
 from .reads import MISSING, PerRead, weakly
 
 #: The core's per-sample byte limit: a file, an encoded blob or a pixel array.
@@ -241,15 +241,15 @@ class DatasetSource(Source):
     def _epoch_started(self) -> None:
         self._read_extras.clear()
 
-    def _batch_extras(self, indices: np.ndarray, epoch: int) -> dict[str, Any]:
-        """The extras the reads of the rows ``indices`` (of ``epoch``) returned, one read's per row; a field a
-        read did not return is None for it."""
-        if not self._read_extras:
-            return {}
-        taken = (self._read_extras.take(epoch, int(i)) for i in indices)
-        got: list[dict[str, Any] | None] = [None if g is MISSING else g for g in taken]
-        names = list(dict.fromkeys(n for g in got if g is not None for n in g))
-        return {n: stack_extras([None if g is None else g.get(n) for g in got]) for n in names}
+    @property
+    def _has_extras(self) -> bool:
+        """A dataset may return extras with any item: the workers ask for each row's."""
+        return self._samples is None
+
+    def _row_extras(self, i: int, epoch: int) -> dict[str, Any] | None:
+        """The extras the worker's read of sample ``i`` in ``epoch`` returned (a third item), None without."""
+        extras = self._read_extras.take(epoch, i)
+        return None if extras is MISSING else extras  # type: ignore[no-any-return]
 
     def _pack_extras(self, i: int) -> list[tuple[str, int, bytes]]:
         """The extras the pack's read of sample ``i`` returned (``trdata.pack`` reads every sample once, as epoch 0,

@@ -30,7 +30,7 @@ from ..errors import ConfigError, DecodeError, SourceError
 from . import packed_targets
 from .base import Source
 from .dataset import DatasetSource, is_map_style
-from .extras import NPY, stack_extras
+from .extras import NPY
 from .extras import decode as decode_extra
 from .segmentation import FILL, decode_label_map
 from .targets import python_targets
@@ -372,26 +372,30 @@ class Packed(Source):
             [(names[f], kind, data) for f, kind, data in row] for row in self._native.packed_extras(indices)
         ]
 
-    def _batch_extras(self, indices: np.ndarray, epoch: int) -> dict[str, Any]:
-        """The extras of the records ``indices``, read from the file now (CRC-checked; a damaged record or a value
-        that is not what its kind says is a ``DecodeError`` naming ``file#record`` and the field)."""
+    @property
+    def _has_extras(self) -> bool:
+        return bool(self.extras)
+
+    def _row_extras(self, i: int, epoch: int) -> dict[str, Any] | None:
+        """Record ``i``'s extras, read from the file by the worker that makes its row (CRC-checked; a damaged
+        record or a value that is not what its kind says is a ``DecodeError`` naming ``file#record`` and the
+        field); a field the record lacks is None."""
         if not self.extras:
-            return {}
-        out: dict[str, list[Any]] = {name: [None] * len(indices) for name in self.extras}
-        for row, (i, stored) in enumerate(zip(indices, self._stored_extras([int(i) for i in indices]))):
-            for name, kind, data in stored:
-                if name not in out:  # a detection pack's target.* fields: batch.targets
-                    continue
-                try:
-                    out[name][row] = decode_extra(kind, data)
-                except ValueError as e:
-                    raise DecodeError(
-                        f"{self.path}#{int(i)}: extra {name!r} is not valid ({e})",
-                        path=self.path,
-                        index=int(i),
-                        kind="Corrupt",
-                    ) from None
-        return {name: stack_extras(values) for name, values in out.items()}
+            return None
+        out: dict[str, Any] = dict.fromkeys(self.extras)
+        for name, kind, data in self._stored_extras([i])[0]:
+            if name not in out:  # a detection pack's target.* fields: batch.targets
+                continue
+            try:
+                out[name] = decode_extra(kind, data)
+            except ValueError as e:
+                raise DecodeError(
+                    f"{self.path}#{i}: extra {name!r} is not valid ({e})",
+                    path=self.path,
+                    index=i,
+                    kind="Corrupt",
+                ) from None
+        return out
 
     def _pack_extras(self, i: int) -> list[tuple[str, int, bytes]]:
         return self._stored_extras([i])[0]  # stored as they are

@@ -60,7 +60,7 @@ import numpy as np
 from .. import _core
 from ..errors import ConfigError, DecodeError, SourceError, _shown
 from .base import Source, _class_names
-from .extras import MAX_EXTRA_BYTES, decode, kind_of_extension, stack_extras
+from .extras import MAX_EXTRA_BYTES, decode, kind_of_extension
 
 #: Image extensions tried, in this order, when ``image_key`` is not given.
 IMAGE_KEYS = ("jpg", "jpeg", "png", "webp", "ppm", "pgm", "bmp", "tif", "tiff", "gif")
@@ -403,43 +403,43 @@ class WebDataset(Source):
             )
         else:
             self._native = _core.NativeSource.spans(self.shards, file_index, offsets, sizes, self.labels)
-        # extras= members: (shard index, key, {ext: (offset, size)}) per sample, read when a batch needs them
+        # extras= members: (shard index, key, {ext: (offset, size)}) per sample, read by the worker that makes the row
         self._extra_spans = [(si, s.key, s.extras) for si, s in spans] if self.extra_keys else []
 
-    def _batch_extras(self, indices: np.ndarray, epoch: int) -> dict[str, Any]:
-        """The ``extras=`` members of the rows ``indices``, read from the shards now (a missing member: None)."""
-        if not self.extra_keys:
-            return {}
-        out: dict[str, list[Any]] = {e: [] for e in self.extra_keys}
-        fds: dict[int, int] = {}
-        try:
-            for i in indices:
-                si, key, spans = self._extra_spans[int(i)]
-                for e in self.extra_keys:
-                    span = spans.get(e)
-                    if span is None:
-                        out[e].append(None)
-                        continue
-                    if si not in fds and not self._remote:
-                        fds[si] = os.open(self.shards[si], _OPEN_FLAGS)
-                    shard = self.shards[si]
-                    data = _member_bytes(shard, key, e, self._reader(si, fds), *span)
-                    out[e].append(_extra_value(shard, key, e, data))
-        except OSError as err:
-            raise SourceError(
-                f"cannot read extras of {self.shards[si]!r}: {err.strerror}", self.shards[si]
-            ) from None
-        finally:
-            for fd in fds.values():
-                os.close(fd)
-        return {e: stack_extras(v) for e, v in out.items()}
+    @property
+    def _has_extras(self) -> bool:
+        return bool(self.extra_keys)
 
-    def _reader(self, si: int, fds: dict[int, int]) -> Any:
-        """``read(n, offset)`` of shard ``si``: a ranged GET of a remote shard, a pread of the local one's
-        descriptor in ``fds``."""
-        if self._remote:
-            return lambda n, offset: bytes(self._remote[si].read(offset, n))
-        return lambda n, offset: os.pread(fds[si], n, offset)
+    def _members(self, i: int) -> tuple[str, str, list[tuple[str, bytes]]]:
+        """Sample ``i``'s ``extras=`` members that its shard holds, read now: (shard, key, [(extension, bytes)]),
+        a pread of the local shard or a ranged GET of a remote one (an unreadable shard: ``SourceError``)."""
+        si, key, spans = self._extra_spans[i]
+        shard = self.shards[si]
+        try:
+            fd = None if self._remote else os.open(shard, _OPEN_FLAGS)
+            try:
+                if fd is None:
+                    remote = self._remote[si]
+                    read = lambda n, offset: bytes(remote.read(offset, n))  # noqa: E731
+                else:
+                    read = lambda n, offset: os.pread(fd, n, offset)  # noqa: E731
+                members = [
+                    (e, _member_bytes(shard, key, e, read, *spans[e])) for e in self.extra_keys if e in spans
+                ]
+            finally:
+                if fd is not None:
+                    os.close(fd)
+        except OSError as err:
+            raise SourceError(f"cannot read extras of {shard!r}: {err.strerror}", shard) from None
+        return shard, key, members
+
+    def _row_extras(self, i: int, epoch: int) -> dict[str, Any] | None:
+        """Sample ``i``'s ``extras=`` members, each read as its extension says (a missing member: None)."""
+        if not self.extra_keys:
+            return None
+        shard, key, members = self._members(i)
+        got = {e: _extra_value(shard, key, e, data) for e, data in members}
+        return {e: got.get(e) for e in self.extra_keys}
 
     def _pack_extras(self, i: int) -> list[tuple[str, int, bytes]]:
         """Sample ``i``'s ``extras=`` members as ``trdata.pack`` stores them: their bytes as they are, of the kind
@@ -447,24 +447,10 @@ class WebDataset(Source):
         naming shard and key now, not when the packed file is read)."""
         if not self.extra_keys:
             return []
-        si, key, spans = self._extra_spans[i]
-        shard, out = self.shards[si], []
-        fds: dict[int, int] = {}
-        try:
-            if not self._remote:
-                fds[si] = os.open(shard, _OPEN_FLAGS)
-        except OSError as err:
-            raise SourceError(f"cannot read extras of {shard!r}: {err.strerror}", shard) from None
-        try:
-            for e in self.extra_keys:
-                if e in spans:
-                    data = _member_bytes(shard, key, e, self._reader(si, fds), *spans[e])
-                    _extra_value(shard, key, e, data)  # the checks a read makes
-                    out.append((e, kind_of_extension(e), data))
-        finally:
-            for fd in fds.values():
-                os.close(fd)
-        return out
+        shard, key, members = self._members(i)
+        for e, data in members:
+            _extra_value(shard, key, e, data)  # the checks a read makes
+        return [(e, kind_of_extension(e), data) for e, data in members]
 
     # ---- the per-shard index, cached -------------------------------------------------------------------
 

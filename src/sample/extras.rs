@@ -1,0 +1,26 @@
+//! sample/extras — a sample's extra fields (captions, JSON, arrays), read by the worker that makes its row. A
+//! store's `read(i, epoch)` is sample `i`'s extras as one opaque value of the host language ([`RowExtras`]):
+//! the core carries it in the row's slot beside the targets and hands it to the consumer untouched; what it
+//! holds is the binding's business (py/targets.rs: a dict of field name → value, read from the source's files,
+//! shards or pack by the worker, decoded there). A read that fails is the sample's error under `on_error`.
+//!
+//! A native store (a Parquet column, a pack's extras section read without the interpreter) would add a variant
+//! of stored bytes beside the host value; the slot, the batch and the consumer's side need no other change.
+
+use crate::error::ImageError;
+
+/// One row's extras, as the store made them: a value of the host language the core never looks into.
+pub struct RowExtras(pub Box<dyn std::any::Any + Send + Sync>);
+
+impl std::fmt::Debug for RowExtras {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RowExtras(..)")
+    }
+}
+
+/// A source's extras, one value per sample.
+pub trait ExtrasStore: Send + Sync + std::fmt::Debug {
+    /// Sample `i`'s extras as epoch `epoch`'s read of it made them (a Python dataset returns them with its image);
+    /// an error names the file (or `file#record`) and the field.
+    fn read(&self, i: usize, epoch: u64) -> Result<RowExtras, ImageError>;
+}
