@@ -833,10 +833,12 @@ def write_yolo(root: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """YOLO_IMAGES images in ultralytics' layout and their labels; returns, per image path, what ultralytics reads:
     class ids and XYXY pixel boxes (computed here from the written text, by torchvision's box_convert)."""
     import numpy as np
-    import torch
+    import pytest
     from PIL import Image
-    from torchvision.ops import box_convert
     from trdata.sources.yolo import label_path
+
+    torch = pytest.importorskip("torch")
+    box_convert = pytest.importorskip("torchvision.ops").box_convert
 
     rng = np.random.default_rng(3)
     want: dict[str, tuple[np.ndarray, np.ndarray]] = {}
