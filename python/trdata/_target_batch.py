@@ -23,7 +23,7 @@ import numpy as np
 
 def _bounds(sizes: np.ndarray) -> list[int]:
     """Split points of a flat array whose rows hold ``sizes`` elements each."""
-    return np.cumsum(sizes)[:-1].tolist()
+    return [int(v) for v in np.cumsum(sizes)[:-1]]
 
 
 def per_image(cols: dict[str, Any], device: Any = None, as_torch: bool = False) -> list[dict[str, Any]]:

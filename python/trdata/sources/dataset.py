@@ -249,7 +249,7 @@ class DatasetSource(Source):
     def _row_extras(self, i: int, epoch: int) -> dict[str, Any] | None:
         """The extras the worker's read of sample ``i`` in ``epoch`` returned (a third item), None without."""
         extras = self._read_extras.take(epoch, i)
-        return None if extras is MISSING else extras  # type: ignore[no-any-return]
+        return None if extras is MISSING else extras
 
     def _pack_extras(self, i: int) -> list[tuple[str, int, bytes]]:
         """The extras the pack's read of sample ``i`` returned (``trdata.pack`` reads every sample once, as epoch 0,

@@ -60,7 +60,7 @@ def weakly(method: Callable[..., Any], gone: Any) -> Callable[..., Any]:
     so the source (its open files, a full pack's data) would never be freed."""
     if not hasattr(method, "__self__"):  # a plain function holds no source
         return method
-    ref = weakref.WeakMethod(method)  # type: ignore[arg-type]
+    ref = weakref.WeakMethod(method)
 
     def call(*args: Any) -> Any:
         m = ref()

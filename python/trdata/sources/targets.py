@@ -123,8 +123,8 @@ def list_files(root: str, suffixes: tuple[str, ...]) -> list[str]:
 
 
 def python_targets(
-    native: Any, make: Callable[[int], dict[str, Any]], kind: str, name: str, **fields: Any
-) -> Any:
+    native: _core.NativeSource, make: Callable[[int], dict[str, Any]], kind: str, name: str, **fields: Any
+) -> _core.NativeSource:
     """``native`` (a ``NativeSource``) with targets whose record ``i`` is ``make(i)`` (src/py/targets.rs: the dict
     of source-pixel fields the loader's workers read, move with the row's image and merge under a Mosaic).
     ``make``, a bound method of the source, is held weakly (reads.py ``weakly``): a source freed while a loader
