@@ -54,12 +54,7 @@ pub fn bytes(blobs: Vec<Vec<u8>>, labels: Vec<i64>) -> Result<Dataset> {
 mod tests {
     use super::*;
 
-    fn param(r: Result<Dataset>) -> String {
-        match r {
-            Err(TrdataError::Config { parameter, .. }) => parameter,
-            other => panic!("expected a ConfigError, got {other:?}"),
-        }
-    }
+    use crate::source::config_parameter as param;
 
     #[test]
     fn blobs_need_one_label_each_and_at_least_one_blob() {

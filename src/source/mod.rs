@@ -463,3 +463,12 @@ pub fn check_declared_size(got: (u32, u32), declared: Option<(u32, u32)>) -> std
         _ => Ok(()),
     }
 }
+
+/// The parameter a constructor's `ConfigError` names (the stores' tests).
+#[cfg(test)]
+pub(crate) fn config_parameter(r: crate::error::Result<Dataset>) -> String {
+    match r {
+        Err(crate::error::TrdataError::Config { parameter, .. }) => parameter,
+        other => panic!("expected a ConfigError, got {other:?}"),
+    }
+}

@@ -111,12 +111,7 @@ pub fn arrays(
 mod tests {
     use super::*;
 
-    fn param(r: Result<Dataset>) -> String {
-        match r {
-            Err(TrdataError::Config { parameter, .. }) => parameter,
-            other => panic!("expected a ConfigError, got {other:?}"),
-        }
-    }
+    use crate::source::config_parameter as param;
 
     #[test]
     fn arrays_check_every_size_against_the_data_before_keeping_it() {

@@ -101,18 +101,6 @@ impl Op for RandomApply {
         inner_ops_run_in_program(self.name())
     }
 
-    fn leaves_geometry(&self) -> bool {
-        self.transforms.iter().all(OpSpec::leaves_geometry)
-    }
-
-    fn check_targets(&self) -> std::result::Result<(), String> {
-        self.transforms.iter().try_for_each(OpSpec::check_targets)
-    }
-
-    fn needs_boxes(&self) -> bool {
-        self.transforms.iter().any(OpSpec::needs_boxes)
-    }
-
     fn inner(&self) -> Option<&[OpSpec]> {
         Some(&self.transforms)
     }
@@ -209,18 +197,6 @@ impl Op for RandomChoice {
         inner_ops_run_in_program(self.name())
     }
 
-    fn leaves_geometry(&self) -> bool {
-        self.transforms.iter().all(OpSpec::leaves_geometry)
-    }
-
-    fn check_targets(&self) -> std::result::Result<(), String> {
-        self.transforms.iter().try_for_each(OpSpec::check_targets)
-    }
-
-    fn needs_boxes(&self) -> bool {
-        self.transforms.iter().any(OpSpec::needs_boxes)
-    }
-
     fn inner(&self) -> Option<&[OpSpec]> {
         Some(&self.transforms)
     }
@@ -282,18 +258,6 @@ impl Op for RandomOrder {
 
     fn apply(&self, _: &Drawn, _: &mut Frame, _: &mut OpScratch, _: &mut SampleRng) {
         inner_ops_run_in_program(self.name())
-    }
-
-    fn leaves_geometry(&self) -> bool {
-        self.transforms.iter().all(OpSpec::leaves_geometry)
-    }
-
-    fn check_targets(&self) -> std::result::Result<(), String> {
-        self.transforms.iter().try_for_each(OpSpec::check_targets)
-    }
-
-    fn needs_boxes(&self) -> bool {
-        self.transforms.iter().any(OpSpec::needs_boxes)
     }
 
     fn inner(&self) -> Option<&[OpSpec]> {

@@ -492,12 +492,13 @@ pub trait Op: Sized + Clone {
 
     // The op's facts for a detection sample's targets (augment/targets.rs replays them; nothing outside ops/
     // matches an op by name for them). A new op that moves pixels overrides `target_steps` and `check_targets`;
-    // a photometric one overrides `leaves_geometry`.
+    // a photometric one overrides `leaves_geometry`. A container ([`Op::inner`]) answers for its inner ops.
 
-    /// Whether the op leaves a sample's geometry alone (a photometric op): boxes, masks and keypoints do not move
-    /// with it (torchvision v2 passes them through) and the target replay skips it without drawing.
+    /// Whether the op leaves a sample's geometry alone (a photometric op; a container all of whose ops do): boxes,
+    /// masks and keypoints do not move with it (torchvision v2 passes them through) and the target replay skips
+    /// it without drawing.
     fn leaves_geometry(&self) -> bool {
-        false
+        self.inner().is_some_and(|ops| ops.iter().all(OpSpec::leaves_geometry))
     }
 
     /// Whether the op moves targets only and leaves the pixels alone (`SanitizeBoundingBoxes`,
@@ -507,8 +508,12 @@ pub trait Op: Sized + Clone {
     }
 
     /// Ok when a detection sample's boxes, masks and keypoints can follow the op (checked when the loader is
-    /// built, so the message names the op); by default only an op that [`Op::leaves_geometry`].
+    /// built, so the message names the op); by default only an op that [`Op::leaves_geometry`], or a container
+    /// whose every inner op can.
     fn check_targets(&self) -> std::result::Result<(), String> {
+        if let Some(ops) = self.inner() {
+            return ops.iter().try_for_each(OpSpec::check_targets);
+        }
         if self.leaves_geometry() {
             return Ok(());
         }
@@ -529,7 +534,7 @@ pub trait Op: Sized + Clone {
     /// Whether the op's draw depends on the sample's boxes (`RandomIoUCrop`; a container holding one): then the
     /// target replay draws it ([`Op::draw_from_boxes`]) and the pixels take that draw.
     fn needs_boxes(&self) -> bool {
-        false
+        self.inner().is_some_and(|ops| ops.iter().any(OpSpec::needs_boxes))
     }
 
     /// The draw of an op that [`Op::needs_boxes`] on an `hw` canvas holding `boxes` (XYXY, canvas pixels).
