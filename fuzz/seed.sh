@@ -4,7 +4,7 @@
 set -eu
 cd "$(dirname "$0")"
 src="${TRDATA_TEST_DATA:-../../shared/data}/edge-cases"
-for t in jpeg_header jpeg_decode png_decode jpeg_markers other_decode exif_orientation packed_open gpu_eligible pack_destination coco_json coco_mask json_lexer; do mkdir -p "corpus/$t"; done
+for t in jpeg_header jpeg_decode png_decode jpeg_markers other_decode exif_orientation packed_open gpu_eligible pack_destination coco_json coco_mask json_lexer tfrecord; do mkdir -p "corpus/$t"; done
 for f in "$src"/*; do
     n=$(basename "$f")
     [ "$(wc -c < "$f")" -le 600000 ] || continue   # skip the multi-MB photos: slow seeds, nothing new
@@ -39,3 +39,5 @@ printf '\003\000\003\000\004\002\000\003\000\007\000' > corpus/coco_mask/counts_
 tail -c +2 corpus/coco_json/instances > corpus/json_lexer/instances   # without its mode byte
 printf '{"format": "trdata.pack", "version": 2, "classes": ["cat", "caf\\u00e9", "\\udcff"], "extras": ["txt"], "options": {"short_side": null, "max_side": 512, "quality": 90, "source": "s", "identity": "i", "block_bytes": 4194304}, "writer": "trdata 0.1.0"}' > corpus/json_lexer/pack_meta
 printf '[NaN, -Infinity, 1e400, -0, 0.1e-5, "\\ud800", {"": [[]]}]' > corpus/json_lexer/python_tokens
+# tfrecord: the reference writer's Example (formats-research.md §5), framed (mode 1, one record) and raw (mode 0).
+printf '\001\377\n8\n\032\n\rimage/encoded\022\t\n\a\n\005\377\330xyz\n\032\n\021image/class/label\022\005\032\003\n\001\a' > corpus/tfrecord/example

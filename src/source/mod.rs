@@ -27,6 +27,7 @@ mod pixels;
 mod read;
 pub mod remote;
 mod spans;
+pub mod tfrecord;
 
 pub use blobs::{Blobs, bytes};
 pub use block_cache::{BlockBytes, BlockCache, BlockSchedule, CacheStats};
