@@ -1210,3 +1210,44 @@ def torchvision_params(op: Any, n: int = DRAWS, h: int = 32, w: int = 32) -> lis
     img = torch.zeros(3, h, w, dtype=torch.uint8)
     make = getattr(op, "make_params", None) or op._get_params
     return [make([img]) for _ in range(n)]
+
+
+MOSAIC_S = 48  # test_mosaic's Mosaic(size): the canvas is 96 × 96
+MOSAIC_N = 9
+
+
+def write_mosaic_boxes(root: Path, n: int = MOSAIC_N, bad: int | None = None) -> tuple[Path, Path]:
+    """test_mosaic's set: ``n`` JPEGs of varied sizes (long sides from MOSAIC_S/2 to 2·MOSAIC_S, so the parts are
+    up- and downscaled without DCT scaling), each dark noise with one white rectangle, annotated as a COCO box of
+    category ``k + 1``; image ``bad`` (if any) is not a JPEG."""
+    import json
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(3)
+    (root / "images").mkdir(parents=True)
+    images, anns = [], []
+    for k in range(n):
+        w, h = (
+            int(rng.integers(MOSAIC_S // 2, 2 * MOSAIC_S - 1)),
+            int(rng.integers(MOSAIC_S // 2, 2 * MOSAIC_S - 1)),
+        )
+        a = rng.integers(10, 60, (h, w, 3)).astype(np.uint8)
+        bw, bh = max(w // 3, 6), max(h // 3, 6)
+        x0, y0 = int(rng.integers(0, w - bw)), int(rng.integers(0, h - bh))
+        a[y0 : y0 + bh, x0 : x0 + bw] = 255
+        name = f"{k:03d}.jpg"
+        if k == bad:
+            (root / "images" / name).write_bytes(b"not a jpeg at all")
+        else:
+            Image.fromarray(a).save(root / "images" / name, quality=95)
+        images.append({"id": k + 1, "file_name": name, "width": w, "height": h})
+        box = [x0, y0, bw, bh]
+        anns.append(
+            {"id": k + 1, "image_id": k + 1, "category_id": k + 1, "iscrowd": 0, "bbox": box, "area": bw * bh}
+        )
+    cats = [{"id": k + 1, "name": f"c{k}"} for k in range(n)]
+    ann = root / "ann.json"
+    ann.write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
+    return root / "images", ann

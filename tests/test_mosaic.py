@@ -12,11 +12,14 @@ import numpy as np
 import pytest
 import trdata
 from _fixtures import (
+    MOSAIC_N,
+    MOSAIC_S,
     assert_masks_equal_but_for_ties,
     chi2_same,
     ks_same,
     target_rows,
     targets_with_1_and_3_workers,
+    write_mosaic_boxes,
     write_voc,
     write_yolo,
 )
@@ -24,42 +27,12 @@ from _target_oracle import plan_rows, target_plans
 from PIL import Image
 from trdata.errors import ConfigError, DecodeError
 
-S = 48  # Mosaic(size): the canvas is 96 × 96
-N = 9
-
-
-def write_boxes(root: Path, n: int = N, bad: int | None = None) -> tuple[Path, Path]:
-    """``n`` JPEGs of varied sizes (long sides from S/2 to 2S, so the parts are up- and downscaled without DCT
-    scaling), each dark noise with one white rectangle, annotated as a COCO box of category ``k + 1``; image
-    ``bad`` (if any) is not a JPEG."""
-    rng = np.random.default_rng(3)
-    (root / "images").mkdir(parents=True)
-    images, anns = [], []
-    for k in range(n):
-        w, h = int(rng.integers(S // 2, 2 * S - 1)), int(rng.integers(S // 2, 2 * S - 1))
-        a = rng.integers(10, 60, (h, w, 3)).astype(np.uint8)
-        bw, bh = max(w // 3, 6), max(h // 3, 6)
-        x0, y0 = int(rng.integers(0, w - bw)), int(rng.integers(0, h - bh))
-        a[y0 : y0 + bh, x0 : x0 + bw] = 255
-        name = f"{k:03d}.jpg"
-        if k == bad:
-            (root / "images" / name).write_bytes(b"not a jpeg at all")
-        else:
-            Image.fromarray(a).save(root / "images" / name, quality=95)
-        images.append({"id": k + 1, "file_name": name, "width": w, "height": h})
-        box = [x0, y0, bw, bh]
-        anns.append(
-            {"id": k + 1, "image_id": k + 1, "category_id": k + 1, "iscrowd": 0, "bbox": box, "area": bw * bh}
-        )
-    cats = [{"id": k + 1, "name": f"c{k}"} for k in range(n)]
-    ann = root / "ann.json"
-    ann.write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
-    return root / "images", ann
+S, N = MOSAIC_S, MOSAIC_N  # Mosaic(size): the canvas is 96 × 96
 
 
 @pytest.fixture(scope="module")
 def coco(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return write_boxes(tmp_path_factory.mktemp("mosaic"))
+    return write_mosaic_boxes(tmp_path_factory.mktemp("mosaic"))
 
 
 def rows(loader: Any) -> dict[int, tuple[np.ndarray, dict[str, Any]]]:
@@ -195,7 +168,7 @@ def test_batches_are_identical_for_1_and_3_workers_and_every_row_comes_once(coco
 
 def test_a_partner_that_fails_to_decode_follows_on_error(tmp_path: Path) -> None:
     bad = 4
-    images, ann = write_boxes(tmp_path, bad=bad)
+    images, ann = write_mosaic_boxes(tmp_path, bad=bad)
     src = trdata.CocoDetection(images, ann)
     kw: dict[str, Any] = dict(batch_size=3, transforms=[trdata.Mosaic(S)], workers=3, seed=2)
     with trdata.Loader(src, on_error="raise", **kw) as ld:

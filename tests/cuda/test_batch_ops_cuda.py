@@ -70,9 +70,10 @@ def test_cuda_batch_transform_runs_on_a_side_stream_and_is_awaited(small_paths):
 def test_detection_mixup_after_a_mosaic_on_a_cuda_loader_equals_the_cpu_loader(tmp_path):
     """DetectionMixUp on a CUDA detection loader (the batch on the device, targets as device tensors) after a
     Mosaic gives the CPU loader's pixels and concatenated targets: same draws, same rows."""
-    from test_mosaic import S, write_boxes
+    from _fixtures import MOSAIC_S as S
+    from _fixtures import write_mosaic_boxes
 
-    images, ann = write_boxes(tmp_path)
+    images, ann = write_mosaic_boxes(tmp_path)
     src = trdata.CocoDetection(images, ann)
     kw = dict(
         batch_size=4, transforms=[trdata.Mosaic(S), trdata.RandomHorizontalFlip(), trdata.Resize((S, S))],
