@@ -11,7 +11,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use trdata::source::tfrecord::{
-    Example, FRAME_BYTES, Feature, HEAD_BYTES, Limits, index_bytes, masked_crc, parse_example, slice_reader,
+    Example, FRAME_BYTES, Feature, HEAD_BYTES, Limits, frame_record, index_bytes, parse_example,
+    slice_reader,
 };
 
 fn kept(ex: &Example) -> usize {
@@ -26,13 +27,7 @@ fn kept(ex: &Example) -> usize {
 
 fn frame(records: &[&[u8]]) -> Vec<u8> {
     let mut out = Vec::new();
-    for r in records {
-        let len = (r.len() as u64).to_le_bytes();
-        out.extend_from_slice(&len);
-        out.extend_from_slice(&masked_crc(&len).to_le_bytes());
-        out.extend_from_slice(r);
-        out.extend_from_slice(&masked_crc(r).to_le_bytes());
-    }
+    records.iter().for_each(|r| frame_record(r, &mut out));
     out
 }
 

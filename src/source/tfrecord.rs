@@ -204,6 +204,16 @@ pub fn masked_crc(bytes: &[u8]) -> u32 {
     c.rotate_right(15).wrapping_add(MASK_DELTA) // ((c >> 15) | (c << 17)) + delta
 }
 
+/// `data` framed as one TFRecord record appended to `out` (length, its masked CRC, the data, its masked CRC), as
+/// TensorFlow's writer frames it: what tests and the fuzz target build files with.
+pub fn frame_record(data: &[u8], out: &mut Vec<u8>) {
+    let len = (data.len() as u64).to_le_bytes();
+    out.extend_from_slice(&len);
+    out.extend_from_slice(&masked_crc(&len).to_le_bytes());
+    out.extend_from_slice(data);
+    out.extend_from_slice(&masked_crc(data).to_le_bytes());
+}
+
 /// `data` matches its stored masked CRC `crc`, or [`TfRecordError::DataCrc`].
 pub fn check_record(data: &[u8], crc: u32) -> Result<(), TfRecordError> {
     let computed = masked_crc(data);
@@ -684,13 +694,7 @@ mod tests {
 
     fn frame(records: &[&[u8]]) -> Vec<u8> {
         let mut out = Vec::new();
-        for r in records {
-            let len = (r.len() as u64).to_le_bytes();
-            out.extend_from_slice(&len);
-            out.extend_from_slice(&masked_crc(&len).to_le_bytes());
-            out.extend_from_slice(r);
-            out.extend_from_slice(&masked_crc(r).to_le_bytes());
-        }
+        records.iter().for_each(|r| frame_record(r, &mut out));
         out
     }
 
