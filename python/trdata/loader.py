@@ -608,7 +608,9 @@ class Loader:
         batch_size = _int_arg(batch_size, "batch_size")
         native_source = source._native_source()
         if source._has_extras:  # read by the worker that makes each row (src/sample/extras.rs)
-            native_source = native_source.with_python_extras(source._row_extras)
+            native_source = native_source.with_python_extras(
+                source._row_extras, after_pixels=source._extras_after_pixels
+            )
         transform_specs = _transform_specs(transforms)
         self._native = _core.NativeLoader(
             native_source,

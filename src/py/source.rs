@@ -139,9 +139,12 @@ impl NativeSource {
     }
 
     /// This source with extras whose value for sample `i` is `read(i, epoch)` (py/targets.rs `PyExtras`), read
-    /// by the worker that makes the row.
-    fn with_python_extras(&self, read: Py<PyAny>) -> Self {
-        let extras: std::sync::Arc<dyn ExtrasStore> = std::sync::Arc::new(super::targets::PyExtras { read });
+    /// by the worker that makes the row: before its pixels, or after them with `after_pixels` (the image's read
+    /// makes them).
+    #[pyo3(signature = (read, *, after_pixels = false))]
+    fn with_python_extras(&self, read: Py<PyAny>, after_pixels: bool) -> Self {
+        let extras: std::sync::Arc<dyn ExtrasStore> =
+            std::sync::Arc::new(super::targets::PyExtras { read, after_pixels });
         Self { dataset: Arc::clone(&self.dataset), targets: self.targets.clone(), extras: Some(extras) }
     }
 

@@ -153,12 +153,14 @@ impl PyRecords {
 }
 
 /// An extras store whose value `i` is `read(i, epoch)` (sample/extras.rs), called by the worker that makes the
-/// row after its pixels (a dataset's read made the value it returns): a dict of field name → value, or None for
+/// row before its pixels, or after them when the dataset's read makes the value (`after_pixels`): a dict of field name → value, or None for
 /// a sample without extras, carried to the consumer as it is. An exception is the sample's error: an `OSError`
 /// (`SourceError`: a shard or pack that cannot be read) kind `Io`, a `DecodeError` of kind Corrupt (a member
 /// that is not what its extension says) `Corrupt`, anything else `Dataset` (the user's code).
 pub(super) struct PyExtras {
     pub(super) read: Py<PyAny>,
+    /// The image's read makes the values (a dataset's third item): taken after the pixels.
+    pub(super) after_pixels: bool,
 }
 
 impl std::fmt::Debug for PyExtras {
@@ -184,6 +186,10 @@ impl ExtrasStore for PyExtras {
             Ok(RowExtras(Box::new(out.unbind())))
         })
         .unwrap_or_else(|| Err(ImageError::new(ImageErrorKind::Dataset, "the Python interpreter is shutting down")))
+    }
+
+    fn after_pixels(&self) -> bool {
+        self.after_pixels
     }
 }
 

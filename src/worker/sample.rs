@@ -56,18 +56,23 @@ pub(super) fn attempt_sample(
     let key = SampleKey { seed: ctx.seed, epoch: job.plan.epoch, index };
     scratch.set_boxes(ctx.dataset.boxes.as_ref().map(|t| t.of(i)));
     scratch.set_declared_size(ctx.dataset.declared_size(i));
-    // the row's targets first: a record that fails fails the sample before its pixels are made (targets.rs)
-    let result = targets::row_targets(job, key).and_then(|targets| {
+    // the row's targets and extras first: a record that fails fails the sample before its pixels are made
+    // (targets.rs); extras that the image's read makes come after it
+    let fields = targets::row_targets(job, key)
+        .and_then(|targets| Ok((targets, targets::row_extras(job, key, false).map_err(|e| (index, e))?)));
+    let result = fields.and_then(|(targets, early)| {
         let made = if ctx.pipeline.first().program().mosaic.is_some() {
             mosaic_sample(job, key, scratch, file_buf, dst).map(Some)
         } else {
             one_sample(job, i, key, scratch, file_buf, dst, gpu).map_err(|e| (index, e))
         };
-        made.map(|timing| (timing, targets))
+        made.map(|timing| (timing, targets, early))
     });
-    // its extras after its pixels: a Python dataset returns them with its image (sample/extras.rs)
-    let result = result.and_then(|(timing, targets)| {
-        let extras = targets::row_extras(job, key).map_err(|e| (index, e))?;
+    let result = result.and_then(|(timing, targets, early)| {
+        let extras = match early {
+            Some(e) => Some(e),
+            None => targets::row_extras(job, key, true).map_err(|e| (index, e))?,
+        };
         dst.set_fields(RowFields { targets, extras });
         Ok(timing)
     });

@@ -8,7 +8,8 @@
 //! image against (`source::check_declared_size`): an image of another size fails its decode, so a row's targets
 //! never follow a geometry its pixels did not.
 //!
-//! The row's extras are read after its pixels ([`row_extras`]): a Mosaic row's are its own sample's.
+//! The row's extras are read before its pixels too, unless the image's own read makes them (a Python dataset's
+//! third item: taken after it) ([`row_extras`]); a Mosaic row's are its own sample's.
 
 use super::{EpochJob, WorkContext};
 use crate::augment::SampleKey;
@@ -45,8 +46,11 @@ pub(super) fn row_targets(job: &EpochJob, key: SampleKey) -> Result<Option<RowTa
     merge_mosaic(&plan, &records, &store.name(i)).map(Some).map_err(|e| (key.index, e))
 }
 
-/// Row `key.index`'s extras, when the loader has an extras store (sample/extras.rs).
-pub(super) fn row_extras(job: &EpochJob, key: SampleKey) -> Result<Option<RowExtras>, ImageError> {
-    let Some(store) = job.ctx.extras.as_deref() else { return Ok(None) };
-    store.read(key.index as usize, key.epoch).map(Some)
+/// Row `key.index`'s extras, when the loader has an extras store read at this point: before the pixels
+/// (`after_pixels` false) or after them (sample/extras.rs `ExtrasStore::after_pixels`).
+pub(super) fn row_extras(job: &EpochJob, key: SampleKey, after_pixels: bool) -> Result<Option<RowExtras>, ImageError> {
+    match job.ctx.extras.as_deref() {
+        Some(store) if store.after_pixels() == after_pixels => store.read(key.index as usize, key.epoch).map(Some),
+        _ => Ok(None),
+    }
 }

@@ -91,9 +91,13 @@ class Source:
         """Whether rows carry extras: the loader's workers then call :meth:`_row_extras` for each row they make."""
         return bool(self._extras)
 
+    #: Whether the image's own read makes the extras (a dataset's third item): the worker then takes them after
+    #: the pixels, and :meth:`_row_extras` must not fail; else it reads them before the pixels.
+    _extras_after_pixels = False
+
     def _row_extras(self, i: int, epoch: int) -> dict[str, Any] | None:
         """Sample ``i``'s extras, name → value (None: it has none), called by the worker that makes its row in
-        ``epoch`` after its pixels (src/py/targets.rs ``PyExtras``); reading them here (a shard's member, a pack's
+        ``epoch`` before its pixels (src/py/targets.rs ``PyExtras``); reading them here (a shard's member, a pack's
         record) is the worker's read, and a failure is that sample's error under ``on_error``."""
         if not self._extras:
             return None

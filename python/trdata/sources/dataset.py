@@ -246,6 +246,8 @@ class DatasetSource(Source):
         """A dataset may return extras with any item: the workers ask for each row's."""
         return self._samples is None
 
+    _extras_after_pixels = True  # __getitem__ returns them with the image
+
     def _row_extras(self, i: int, epoch: int) -> dict[str, Any] | None:
         """The extras the worker's read of sample ``i`` in ``epoch`` returned (a third item), None without."""
         extras = self._read_extras.take(epoch, i)
