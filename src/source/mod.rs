@@ -25,6 +25,7 @@ pub mod packed_extras;
 mod packed_json;
 mod pixels;
 mod read;
+pub mod records;
 pub mod remote;
 mod spans;
 pub mod tfrecord;
@@ -37,6 +38,9 @@ pub use image_folder::{IMAGE_EXTENSIONS, image_folder, image_folder_cancellable,
 pub use packed::{PackedFile, PackedMode, PartialOptions, packed_dataset, packed_dataset_at};
 pub use pixels::{PixelArray, arrays};
 pub use read::{describe as describe_file_type, open_regular, read_sample, read_span, undecoded_format};
+pub use records::{
+    Catalogue, Columns, LabelColumn, Opener, RecordFiles, RecordFormat, Unit, UnitBuilder, Value, record_dataset,
+};
 pub use remote::{RemoteStore, object_files, object_folder, object_spans};
 pub use spans::{Spans, spans};
 

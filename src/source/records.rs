@@ -1,0 +1,687 @@
+//! source/records — samples that are records in other projects' files: Parquet (the Hugging Face Hub), Mosaic
+//! MDS shards, LitData chunks and TFRecord files. One store for all of them ([`RecordFiles`]); each format is
+//! its own file (parquet.rs, mds.rs, litdata.rs, tfrecord.rs) that says two things through [`RecordFormat`]:
+//! where the samples lie (a [`Catalogue`] of *units* made when the source is opened: a Parquet row group's
+//! columns, a run of TFRecord records, an MDS shard or a run of its samples, a LitData chunk) and what a unit's
+//! bytes hold ([`RecordFormat::decode_unit`]: each sample's image, label and extra fields).
+//!
+//! # Reading
+//! A unit is the store's block: read whole (one ranged read of its file, local `pread` or one ranged GET with
+//! its retries), inflated when the format compresses whole shards ([`Inflate`]: output capped at the size the
+//! index declares, checked equal), then decoded once into a *decoded block* that the partial-pack block cache
+//! (block_cache.rs) holds: windows of `window_blocks` units are shuffled together, the plan's next units are
+//! fetched ahead, eviction follows next use — the machinery, bounds and counters of `Packed(mode="partial")`.
+//! A sample's read is a slice of its decoded block (no copy, no parse), its label and extras beside it.
+//!
+//! # Decoded block (in memory only, made and read here)
+//! ```text
+//! data:  the samples' image bytes and encoded extras, back to back
+//! table: one 48-byte row per sample, in order:
+//!   0 status u8 (0 encoded image, 1 raw pixels, 2 bad sample) · 1 error kind u8 (bad) · 2 channels u8 · 3 pad
+//!   4 height u32 · 8 width u32 (pixels) · 12 pad u32 · 16 label i64
+//!   24 image offset u32 · 28 image len u32 (bad: the error message) · 32 extras offset u32 · 36 extras len u32
+//!   40 pad u64
+//! tail:  u32 sample count
+//! ```
+//! Extras are each field of the catalogue's `fields`, in order, as [`Value`]s ([`encode_value`]).
+//!
+//! A unit whose bytes cannot be read or decoded fails every sample of it with that error (each under the
+//! loader's `on_error`); a sample that alone is bad (a record whose CRC fails, an image cell that is null)
+//! fails alone. The decoded block must fit the size the catalogue declared for the unit (what the cache
+//! reserves for it): a unit that decodes to more is `TooLarge`, never memory past `cache_bytes`.
+//!
+//! Labels come with the reads (as a Python dataset's do, external.rs): the store keeps the label its read of
+//! sample `i` found, and the worker that read it loads it for the row it writes (same thread, program order).
+
+use super::block_cache::{BlockCache, FetchBlock};
+use super::packed::{
+    CACHE_BYTES, DEFAULT_WINDOW_BLOCKS, PREFETCH_BLOCKS, PartialOptions, WINDOW_BLOCKS, default_prefetch_blocks,
+};
+use super::{BlockStructure, Dataset, ImageStore, PixelShape, ReadCtx, SampleBytes, StoreBytes, fingerprint};
+use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
+use crate::sample::{ExtrasStore, RowExtras};
+use crate::storage::ObjectReader;
+use crate::sync::{AtomicU64, Ordering};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// A format's knowledge of its files (module docs).
+pub trait RecordFormat: Send + Sync + std::fmt::Debug + 'static {
+    /// The source's kind as checkpoints and errors name it: "parquet", "mds", "litdata", "tfrecord".
+    fn kind(&self) -> &'static str;
+
+    /// Unit `unit`'s samples from its bytes (`bytes`: the unit's range of its file, inflated when the unit says
+    /// so): exactly `unit.samples` calls of [`UnitBuilder::image`] / [`UnitBuilder::pixels`] /
+    /// [`UnitBuilder::bad`], in the samples' order, each image with one extras value per catalogue field. An
+    /// error fails the unit's every sample.
+    fn decode_unit(&self, unit: &Unit, bytes: &[u8], out: &mut UnitBuilder) -> std::result::Result<(), ImageError>;
+}
+
+/// Which of a format's columns (Parquet columns, MDS/LitData fields, tf.train.Example features) make a sample,
+/// as the user named them (`image_column=`, `label_column=`, `extras=`); each format's opener checks that the
+/// named ones exist and have a type it can read (`ConfigError` naming the parameter and the file).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Columns {
+    /// The image's column; None: the format's default (Parquet `image`; MDS/LitData the one jpeg/png/pil/image
+    /// column, else `image`; TFRecord `image/encoded`, else `image`).
+    pub image: Option<String>,
+    /// The label's column.
+    pub label: LabelColumn,
+    /// The extras' columns; None: every column that is neither the image nor the label.
+    pub extras: Option<Vec<String>>,
+}
+
+/// The label column the user asked for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum LabelColumn {
+    /// The format's default (Parquet/MDS/LitData `label`; TFRecord `image/class/label`, else `label`), or no
+    /// labels (every sample -1) when the files have no such column.
+    #[default]
+    Default,
+    /// This column (it must exist).
+    Named(String),
+    /// No labels: every sample -1.
+    Absent,
+}
+
+/// The parameter names of [`Columns`].
+pub const IMAGE_COLUMN: &str = "image_column";
+/// See [`IMAGE_COLUMN`].
+pub const LABEL_COLUMN: &str = "label_column";
+/// See [`IMAGE_COLUMN`].
+pub const EXTRAS: &str = "extras";
+
+/// A format's opener: its files (local paths or URLs, read with the storage options), the columns asked for.
+pub type Opener = fn(
+    files: &[crate::storage::Location],
+    storage: &crate::storage::StorageOptions,
+    columns: &Columns,
+) -> Result<(Catalogue, Box<dyn RecordFormat>)>;
+
+/// A whole-unit compression (MDS shards, LitData chunks): the unit's bytes are inflated before they are decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    /// Zstandard frame(s).
+    Zstd,
+    /// Snappy raw block (python-snappy's `snappy.compress`).
+    Snappy,
+    /// gzip stream.
+    Gzip,
+}
+
+/// How a unit's bytes are inflated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inflate {
+    /// The codec.
+    pub codec: Codec,
+    /// The inflated size the format's index declares (checked: more or fewer bytes are `Corrupt`).
+    pub raw_len: u64,
+}
+
+/// One unit: what the cache fetches and decodes at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unit {
+    /// Index into the catalogue's files.
+    pub file: u32,
+    /// Byte range in the file.
+    pub offset: u64,
+    /// Bytes (≥ 1).
+    pub len: u64,
+    /// Samples it holds (≥ 1).
+    pub samples: u32,
+    /// The number, within its file, of its first sample (how errors name a sample: `file#n`).
+    pub first: u64,
+    /// Whole-unit compression.
+    pub inflate: Option<Inflate>,
+    /// The most bytes its decoded block may take (what the cache reserves): a format's bound from its index
+    /// (the inflated or uncompressed size, plus [`table_bytes`]).
+    pub decoded_bytes: u64,
+    /// The format's own locator (a Parquet row group, …).
+    pub tag: u64,
+}
+
+/// Bytes the decoded block's table and tail take for `samples` samples (a format adds them to its bound).
+pub fn table_bytes(samples: u32) -> u64 {
+    u64::from(samples) * ROW as u64 + 4
+}
+
+/// What a format found when its source was opened.
+#[derive(Debug)]
+pub struct Catalogue {
+    /// The files, opened (sizes known).
+    pub files: Vec<ObjectReader>,
+    /// The units, in sample order (file by file).
+    pub units: Vec<Unit>,
+    /// The extras' field names, in the order `decode_unit` gives their values.
+    pub fields: Vec<String>,
+    /// Class names (a Parquet file's ClassLabel names) or empty.
+    pub classes: Vec<OsString>,
+}
+
+/// One extra field's value (a Parquet cell, an MDS/LitData column, a tf.train.Example feature).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// Absent.
+    Null,
+    /// An integer.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// A boolean.
+    Bool(bool),
+    /// UTF-8 text.
+    Text(String),
+    /// Bytes.
+    Bytes(Vec<u8>),
+    /// A list.
+    List(Vec<Value>),
+}
+
+/// Where `decode_unit` writes a unit's samples (the decoded block, module docs).
+#[derive(Debug)]
+pub struct UnitBuilder {
+    data: Vec<u8>,
+    table: Vec<u8>,
+    samples: u32,
+    fields: usize,
+    limit: u64,
+}
+
+/// Bytes of one table row.
+const ROW: usize = 48;
+
+/// Row status: an encoded image, raw pixels, a bad sample.
+const ENCODED: u8 = 0;
+const PIXELS: u8 = 1;
+const BAD: u8 = 2;
+
+impl UnitBuilder {
+    fn new(fields: usize, limit: u64) -> Self {
+        Self { data: Vec::new(), table: Vec::new(), samples: 0, fields, limit }
+    }
+
+    /// A sample with an encoded image (JPEG, PNG, …: decoded as a file would be), its label and its extras (one
+    /// value per catalogue field).
+    pub fn image(&mut self, bytes: &[u8], label: i64, extras: &[Value]) -> std::result::Result<(), ImageError> {
+        self.row(ENCODED, 0, (0, 0, 0), label, bytes, extras)
+    }
+
+    /// A sample of raw uint8 pixels of `shape` (height, width, channels 1 or 3; the format checked that
+    /// `bytes` holds exactly that many).
+    pub fn pixels(
+        &mut self,
+        bytes: &[u8],
+        shape: PixelShape,
+        label: i64,
+        extras: &[Value],
+    ) -> std::result::Result<(), ImageError> {
+        self.row(PIXELS, 0, shape, label, bytes, extras)
+    }
+
+    /// A sample that is bad on its own: reading it fails with `error`.
+    pub fn bad(&mut self, error: ImageError) -> std::result::Result<(), ImageError> {
+        self.row(BAD, error.kind as u8, (0, 0, 0), 0, error.message.as_bytes(), &[])
+    }
+
+    fn row(
+        &mut self,
+        status: u8,
+        kind: u8,
+        (h, w, c): PixelShape,
+        label: i64,
+        image: &[u8],
+        extras: &[Value],
+    ) -> std::result::Result<(), ImageError> {
+        if status != BAD && extras.len() != self.fields {
+            return Err(ImageError::new(
+                ImageErrorKind::Corrupt,
+                format!("{} extras values for {} fields", extras.len(), self.fields),
+            ));
+        }
+        let image_at = self.data.len();
+        self.push_data(image)?;
+        let extras_at = self.data.len();
+        let mut enc = Vec::new();
+        for v in extras {
+            encode_value(v, &mut enc);
+        }
+        self.push_data(&enc)?;
+        let mut r = [0u8; ROW];
+        r[0] = status;
+        r[1] = kind;
+        r[2] = c;
+        r[4..8].copy_from_slice(&h.to_le_bytes());
+        r[8..12].copy_from_slice(&w.to_le_bytes());
+        r[16..24].copy_from_slice(&label.to_le_bytes());
+        // push_data keeps data ≤ limit ≤ u32::MAX
+        r[24..28].copy_from_slice(&(image_at as u32).to_le_bytes());
+        r[28..32].copy_from_slice(&(image.len() as u32).to_le_bytes());
+        r[32..36].copy_from_slice(&(extras_at as u32).to_le_bytes());
+        r[36..40].copy_from_slice(&(enc.len() as u32).to_le_bytes());
+        self.table.extend_from_slice(&r);
+        self.samples += 1;
+        self.check_room()
+    }
+
+    fn push_data(&mut self, bytes: &[u8]) -> std::result::Result<(), ImageError> {
+        self.data.extend_from_slice(bytes);
+        self.check_room()
+    }
+
+    fn check_room(&self) -> std::result::Result<(), ImageError> {
+        let used = (self.data.len() + self.table.len() + 4) as u64;
+        if used > self.limit {
+            return Err(ImageError::new(
+                ImageErrorKind::TooLarge,
+                format!("decodes to more than the {} bytes its index declares", self.limit),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The decoded block, given that the unit has `samples` samples.
+    fn finish(mut self, samples: u32) -> std::result::Result<Box<[u8]>, ImageError> {
+        if self.samples != samples {
+            return Err(ImageError::new(
+                ImageErrorKind::Corrupt,
+                format!("holds {} samples where its index says {samples}", self.samples),
+            ));
+        }
+        self.data.extend_from_slice(&self.table);
+        self.data.extend_from_slice(&samples.to_le_bytes());
+        Ok(self.data.into_boxed_slice())
+    }
+}
+
+/// Append `v` to `out`: tag u8 (0 null, 1 int, 2 float, 3 bool, 4 text, 5 bytes, 6 list), then i64 / f64 / u8,
+/// or u32 length + bytes, or u32 count + values.
+pub fn encode_value(v: &Value, out: &mut Vec<u8>) {
+    let len = |out: &mut Vec<u8>, n: usize| out.extend_from_slice(&(n as u32).to_le_bytes());
+    match v {
+        Value::Null => out.push(0),
+        Value::Int(x) => {
+            out.push(1);
+            out.extend_from_slice(&x.to_le_bytes());
+        }
+        Value::Float(x) => {
+            out.push(2);
+            out.extend_from_slice(&x.to_le_bytes());
+        }
+        Value::Bool(b) => out.extend_from_slice(&[3, u8::from(*b)]),
+        Value::Text(s) => {
+            out.push(4);
+            len(out, s.len());
+            out.extend_from_slice(s.as_bytes());
+        }
+        Value::Bytes(b) => {
+            out.push(5);
+            len(out, b.len());
+            out.extend_from_slice(b);
+        }
+        Value::List(items) => {
+            out.push(6);
+            len(out, items.len());
+            for item in items {
+                encode_value(item, out);
+            }
+        }
+    }
+}
+
+/// One value from the front of `b` (what [`encode_value`] wrote), advancing `b`; None when `b` is not one.
+pub fn decode_value(b: &mut &[u8]) -> Option<Value> {
+    fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = b.split_at_checked(n)?;
+        *b = rest;
+        Some(head)
+    }
+    fn u32_at(b: &mut &[u8]) -> Option<usize> {
+        Some(u32::from_le_bytes(take(b, 4)?.try_into().ok()?) as usize)
+    }
+    let tag = take(b, 1)?[0];
+    Some(match tag {
+        0 => Value::Null,
+        1 => Value::Int(i64::from_le_bytes(take(b, 8)?.try_into().ok()?)),
+        2 => Value::Float(f64::from_le_bytes(take(b, 8)?.try_into().ok()?)),
+        3 => Value::Bool(take(b, 1)?[0] != 0),
+        4 => {
+            let n = u32_at(b)?;
+            Value::Text(String::from_utf8(take(b, n)?.to_vec()).ok()?)
+        }
+        5 => {
+            let n = u32_at(b)?;
+            Value::Bytes(take(b, n)?.to_vec())
+        }
+        6 => {
+            let n = u32_at(b)?;
+            let mut items = Vec::with_capacity(n.min(b.len()));
+            for _ in 0..n {
+                items.push(decode_value(b)?);
+            }
+            Value::List(items)
+        }
+        _ => return None,
+    })
+}
+
+/// A decoded block's row `k`.
+struct Row {
+    status: u8,
+    kind: u8,
+    shape: PixelShape,
+    label: i64,
+    image: std::ops::Range<usize>,
+    extras: std::ops::Range<usize>,
+}
+
+/// Row `k` of the decoded block `b` (made by [`UnitBuilder::finish`], so its ranges lie inside it).
+fn row(b: &[u8], k: usize) -> Row {
+    let n = u32::from_le_bytes(b[b.len() - 4..].try_into().expect("4 bytes")) as usize;
+    let at = b.len() - 4 - (n - k) * ROW;
+    let r = &b[at..at + ROW];
+    let u32_at = |o: usize| u32::from_le_bytes(r[o..o + 4].try_into().expect("4 bytes")) as usize;
+    let (image, extras) = ((u32_at(24), u32_at(28)), (u32_at(32), u32_at(36)));
+    Row {
+        status: r[0],
+        kind: r[1],
+        shape: (u32_at(4) as u32, u32_at(8) as u32, r[2]),
+        label: i64::from_le_bytes(r[16..24].try_into().expect("8 bytes")),
+        image: image.0..image.0 + image.1,
+        extras: extras.0..extras.0 + extras.1,
+    }
+}
+
+/// The error kind a bad row recorded.
+fn kind_of(k: u8) -> ImageErrorKind {
+    use ImageErrorKind::*;
+    [Empty, UnknownFormat, Corrupt, Unsupported, TooLarge, Io, Dataset, Target]
+        .into_iter()
+        .find(|e| e.clone() as u8 == k)
+        .unwrap_or(Corrupt)
+}
+
+/// Inflate `raw` with `inflate`, the output capped at its declared size and checked equal to it.
+pub fn inflate(raw: &[u8], how: Inflate) -> std::result::Result<Vec<u8>, ImageError> {
+    use std::io::Read;
+    let want = how.raw_len;
+    let corrupt = |m: String| ImageError::new(ImageErrorKind::Corrupt, m);
+    let mut out = Vec::new();
+    out.try_reserve_exact(usize::try_from(want).map_err(|_| corrupt(format!("{want} inflated bytes")))?)
+        .map_err(|_| ImageError::new(ImageErrorKind::TooLarge, format!("{want} inflated bytes cannot be allocated")))?;
+    let cap = want + 1; // one byte more than declared shows a lying index
+    let got = match how.codec {
+        Codec::Zstd => zstd::stream::read::Decoder::new(raw).and_then(|d| d.take(cap).read_to_end(&mut out)),
+        Codec::Gzip => flate2::read::GzDecoder::new(raw).take(cap).read_to_end(&mut out),
+        Codec::Snappy => match snap::raw::decompress_len(raw) {
+            Ok(n) if n as u64 == want => {
+                out.resize(n, 0);
+                snap::raw::Decoder::new().decompress(raw, &mut out).map_err(std::io::Error::other)
+            }
+            Ok(n) => return Err(corrupt(format!("snappy data of {n} bytes where the index says {want}"))),
+            Err(e) => Err(std::io::Error::other(e)),
+        },
+    }
+    .map_err(|e| corrupt(format!("{:?} data cannot be inflated: {e}", how.codec)))?;
+    if got as u64 != want {
+        return Err(corrupt(format!("{:?} data inflates to {} bytes where the index says {want}", how.codec, got)));
+    }
+    Ok(out)
+}
+
+/// The store of a record format's files (module docs).
+#[derive(Debug)]
+pub struct RecordFiles {
+    inner: Arc<Inner>,
+    labels: Arc<Vec<AtomicU64>>,
+    block_starts: Vec<u32>,
+    window_blocks: u32,
+}
+
+#[derive(Debug)]
+struct Inner {
+    format: Box<dyn RecordFormat>,
+    catalogue: Catalogue,
+    cache: BlockCache,
+    /// Unit of each sample.
+    unit_of: Vec<u32>,
+    /// First sample of each unit, then N.
+    starts: Vec<u32>,
+}
+
+/// The fetch step of a record store's cache: unit k read, inflated and decoded (module docs).
+fn fetch_unit(inner: std::sync::Weak<Inner>) -> FetchBlock {
+    std::sync::Arc::new(move |k| {
+        let inner = inner.upgrade().ok_or_else(|| ImageError::new(ImageErrorKind::Io, "the source was closed"))?;
+        let unit = &inner.catalogue.units[k as usize];
+        let reader = &inner.catalogue.files[unit.file as usize];
+        let named = |e: ImageError| {
+            ImageError::new(
+                e.kind,
+                format!("{} unit {k} (bytes {}+{}): {}", inner.format.kind(), unit.offset, unit.len, e.message),
+            )
+        };
+        let mut raw = Vec::new();
+        reader.read_range(unit.offset, unit.len, unit.len, &mut raw).map_err(named)?;
+        let bytes = match unit.inflate {
+            Some(how) => inflate(&raw, how).map_err(named)?,
+            None => raw,
+        };
+        let mut out = UnitBuilder::new(inner.catalogue.fields.len(), unit.decoded_bytes.min(u64::from(u32::MAX)));
+        let decoded =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.format.decode_unit(unit, &bytes, &mut out)))
+                .unwrap_or_else(|_| Err(ImageError::new(ImageErrorKind::Corrupt, "its decoder panicked")));
+        decoded.and_then(|()| out.finish(unit.samples)).map_err(named)
+    })
+}
+
+impl RecordFiles {
+    /// The store over `catalogue` read by `format`, its units cached as partial packs' blocks are
+    /// (`partial`'s parameters and defaults are `Packed`'s: source/packed.rs).
+    pub fn new(format: Box<dyn RecordFormat>, catalogue: Catalogue, partial: PartialOptions) -> Result<Self> {
+        let window: u32 = WINDOW_BLOCKS.check(partial.window_blocks.unwrap_or(i128::from(DEFAULT_WINDOW_BLOCKS)))?;
+        let prefetch: Option<u32> = partial.prefetch_blocks.map(|v| PREFETCH_BLOCKS.check(v)).transpose()?;
+        let cache_bytes: Option<u64> = partial.cache_bytes.map(|v| CACHE_BYTES.check(v)).transpose()?;
+        let units = &catalogue.units;
+        let n: u64 = units.iter().map(|u| u64::from(u.samples)).sum();
+        if units.is_empty() || n == 0 || n > u64::from(u32::MAX) || units.iter().any(|u| u.samples == 0) {
+            return Err(TrdataError::config(
+                "paths",
+                format!("{n} {} samples must be at least one and fewer than 2**32", format.kind()),
+            ));
+        }
+        let largest = units.iter().map(|u| u.decoded_bytes).max().unwrap_or(1).max(1);
+        let prefetch = prefetch.unwrap_or_else(|| default_prefetch_blocks(window, cache_bytes, largest));
+        let minimum = u64::from(window + prefetch) * largest;
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+        let cache_bytes =
+            cache_bytes.unwrap_or(minimum.max((u64::from(window) + (2 * cpus).max(prefetch.into())) * largest));
+        if cache_bytes < minimum {
+            return Err(TrdataError::config(
+                CACHE_BYTES.name,
+                format!(
+                    "{cache_bytes} must be at least {minimum}: (window_blocks {window} + prefetch_blocks {prefetch}) × \
+                     the largest unit's decoded size ({largest} bytes)"
+                ),
+            ));
+        }
+        let mut starts = Vec::with_capacity(units.len() + 1);
+        let mut unit_of = Vec::with_capacity(n as usize);
+        for (k, u) in units.iter().enumerate() {
+            starts.push(unit_of.len() as u32);
+            unit_of.extend(std::iter::repeat_n(k as u32, u.samples as usize));
+        }
+        starts.push(n as u32);
+        let sizes = units.iter().map(|u| u.decoded_bytes).collect();
+        let inner = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| Inner {
+            format,
+            catalogue,
+            cache: BlockCache::new(cache_bytes, prefetch, sizes, fetch_unit(weak.clone())),
+            unit_of,
+            starts,
+        });
+        let labels = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
+        let block_starts = inner.starts.clone();
+        Ok(Self { inner, labels, block_starts, window_blocks: window })
+    }
+
+    /// The catalogue the store reads.
+    pub fn catalogue(&self) -> &Catalogue {
+        &self.inner.catalogue
+    }
+
+    /// The format's kind.
+    pub fn format_kind(&self) -> &'static str {
+        self.inner.format.kind()
+    }
+
+    /// The extras of this store's samples, read from the same decoded blocks (an [`ExtrasStore`]); None without
+    /// extras fields.
+    pub fn extras(&self) -> Option<Arc<dyn ExtrasStore>> {
+        (!self.inner.catalogue.fields.is_empty())
+            .then(|| Arc::new(RecordExtras { inner: Arc::clone(&self.inner) }) as Arc<dyn ExtrasStore>)
+    }
+
+    /// Sample `i`'s decoded block and row, the block counted as the plan's read when `planned`.
+    fn block(
+        inner: &Inner,
+        i: usize,
+        planned: bool,
+        stopping: &dyn Fn() -> bool,
+    ) -> std::result::Result<(Arc<super::BlockBytes>, Row), ImageError> {
+        let u = inner.unit_of[i];
+        let block = if planned { inner.cache.get(u, stopping) } else { inner.cache.get_outside_plan(u, stopping) }?;
+        let r = row(block.bytes(), i - inner.starts[u as usize] as usize);
+        if r.status == BAD {
+            let message = String::from_utf8_lossy(&block.bytes()[r.image.clone()]).into_owned();
+            return Err(ImageError::new(kind_of(r.kind), message));
+        }
+        Ok((block, r))
+    }
+}
+
+impl ImageStore for RecordFiles {
+    fn kind(&self) -> &'static str {
+        self.inner.format.kind()
+    }
+
+    fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// `file#n`: the sample's number within its file.
+    fn sample_name(&self, i: usize) -> PathBuf {
+        let inner = &self.inner;
+        let u = inner.unit_of[i] as usize;
+        let unit = &inner.catalogue.units[u];
+        let mut name = inner.catalogue.files[unit.file as usize].name().as_os_str().to_os_string();
+        name.push(format!("#{}", unit.first + (i - inner.starts[u] as usize) as u64));
+        PathBuf::from(name)
+    }
+
+    fn read<'s>(&'s self, i: usize, how: &ReadCtx<'_>, _buf: &mut Vec<u8>) -> Result<SampleBytes<'s>, ImageError> {
+        let (block, r) = Self::block(&self.inner, i, how.planned, how.stopping)?;
+        self.labels[i].store(r.label as u64, Ordering::Relaxed);
+        if r.image.len() as u64 > how.max_bytes {
+            return Err(ImageError::new(
+                ImageErrorKind::TooLarge,
+                format!("an image of {} bytes is over the {}-byte sample limit", r.image.len(), how.max_bytes),
+            ));
+        }
+        let sample = SampleBytes::held(StoreBytes::Block(block, r.image));
+        Ok(if r.status == PIXELS { sample.as_pixels(r.shape) } else { sample })
+    }
+
+    /// The files' names (without their directories) and sizes, and the number of samples.
+    fn identity(&self, _labels: &[i64]) -> String {
+        let c = &self.inner.catalogue;
+        fingerprint(self.kind(), |add| {
+            for f in &c.files {
+                add(f.name().file_name().map_or(b"".as_slice(), |n| n.as_encoded_bytes()));
+                add(&f.size().to_le_bytes());
+            }
+            add(&(self.labels.len() as u64).to_le_bytes());
+        })
+    }
+
+    fn read_label(&self, i: usize) -> Option<i64> {
+        Some(self.labels[i].load(Ordering::Relaxed) as i64)
+    }
+
+    fn labels_come_with_reads(&self) -> bool {
+        true
+    }
+
+    fn io_stats(&self) -> Vec<(&'static str, u64)> {
+        let mut total = crate::storage::StorageStats::default();
+        for f in &self.inner.catalogue.files {
+            let s = f.stats();
+            total.requests += s.requests;
+            total.bytes += s.bytes;
+            total.retries += s.retries;
+            total.failures += s.failures;
+        }
+        let c = self.inner.cache.stats();
+        let mut out = super::storage_stats(&total);
+        out.extend([
+            ("storage_wait_ns", c.wait_ns),
+            ("storage_inflight_bytes", c.inflight_bytes),
+            ("cache_hits", c.hits),
+            ("cache_misses", c.misses),
+            ("cache_prefetched_blocks", c.prefetched),
+            ("cache_evictions", c.evictions),
+            ("cache_bytes", c.resident_bytes),
+        ]);
+        out
+    }
+
+    fn block_structure(&self) -> Option<BlockStructure<'_>> {
+        Some(BlockStructure { block_starts: &self.block_starts, window_blocks: self.window_blocks })
+    }
+
+    fn block_cache(&self) -> Option<&BlockCache> {
+        Some(&self.inner.cache)
+    }
+
+    fn count_planned_read(&self, i: usize) {
+        self.inner.cache.count_read(self.inner.unit_of[i]);
+    }
+}
+
+/// One row's extras from a record store: (field, value) pairs in the catalogue's field order, handed to the
+/// binding inside [`RowExtras`] (py/targets.rs makes a dict of them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NativeExtras {
+    /// The catalogue's field names.
+    pub fields: Arc<[String]>,
+    /// One value per field.
+    pub values: Vec<Value>,
+}
+
+/// The extras of a [`RecordFiles`] store: read from the sample's decoded block (outside the plan's counts: the
+/// image's own read counts it).
+#[derive(Debug)]
+struct RecordExtras {
+    inner: Arc<Inner>,
+}
+
+impl ExtrasStore for RecordExtras {
+    fn read(&self, i: usize, _epoch: u64) -> std::result::Result<RowExtras, ImageError> {
+        let (block, r) = RecordFiles::block(&self.inner, i, false, &|| false)?;
+        let mut b = &block.bytes()[r.extras];
+        let fields = &self.inner.catalogue.fields;
+        let values = (0..fields.len())
+            .map(|_| decode_value(&mut b))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| ImageError::new(ImageErrorKind::Corrupt, "its extras cannot be read back"))?;
+        Ok(RowExtras(Box::new(NativeExtras { fields: fields.clone().into(), values })))
+    }
+}
+
+/// A dataset of `format`'s catalogue (labels come with reads; class names from the catalogue).
+pub fn record_dataset(format: Box<dyn RecordFormat>, catalogue: Catalogue, partial: PartialOptions) -> Result<Dataset> {
+    let classes = catalogue.classes.clone();
+    let store = RecordFiles::new(format, catalogue, partial)?;
+    let n = store.len();
+    Ok(Dataset::new(store, vec![0; n], classes))
+}
