@@ -152,6 +152,21 @@ class NativeSource:
         keypoints: bool = False,
         fill: int = 255,
     ) -> NativeSource: ...
+    @staticmethod
+    def records(
+        kind: str,
+        paths: list[str],
+        image_column: str | None = None,
+        label_column: str | None = None,
+        label_given: bool = False,
+        extras: list[str] | None = None,
+        window_blocks: int | None = None,
+        cache_bytes: int | None = None,
+        prefetch_blocks: int | None = None,
+        storage_options: Any = None,
+    ) -> NativeSource: ...
+    @property
+    def record_fields(self) -> list[str]: ...
     def with_python_extras(
         self, read: Callable[[int, int], dict[str, Any] | None], *, after_pixels: bool = False
     ) -> NativeSource: ...

@@ -229,6 +229,64 @@ impl NativeSource {
         Ok(Self::new(dataset))
     }
 
+    /// Another project's record files (`trdata.Parquet`, `MDS`, `LitData`, `TFRecord`: source/records.rs and the
+    /// format's file): `kind` names the format, `paths` its files (local paths or URLs; MDS and LitData: the
+    /// dataset's folder), the columns as the user named them (`label_given` false: the format's default label
+    /// column; given as None: no labels) and the partial cache's parameters. Opening reads the files' indexes
+    /// (footers, index.json, offset tables): detached, so other threads run meanwhile.
+    #[staticmethod]
+    #[pyo3(signature = (
+        kind, paths, image_column = None, label_column = None, label_given = false, extras = None,
+        window_blocks = None, cache_bytes = None, prefetch_blocks = None, storage_options = None
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn records(
+        py: Python<'_>,
+        kind: &str,
+        paths: Vec<PathBuf>,
+        image_column: Option<String>,
+        label_column: Option<String>,
+        label_given: bool,
+        extras: Option<Vec<String>>,
+        window_blocks: Option<&Bound<'_, PyAny>>,
+        cache_bytes: Option<&Bound<'_, PyAny>>,
+        prefetch_blocks: Option<&Bound<'_, PyAny>>,
+        storage_options: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let open = source::records::opener(kind)
+            .ok_or_else(|| pyo3::exceptions::PyValueError::new_err(format!("no record format {kind:?}")))?;
+        let partial = PartialOptions {
+            window_blocks: window_blocks.map(|v| int_arg::<i128>(v, &WINDOW_BLOCKS)).transpose()?,
+            cache_bytes: cache_bytes.map(|v| int_arg::<i128>(v, &CACHE_BYTES)).transpose()?,
+            prefetch_blocks: prefetch_blocks.map(|v| int_arg::<i128>(v, &PREFETCH_BLOCKS)).transpose()?,
+        };
+        let label = match (label_given, label_column) {
+            (false, _) => source::LabelColumn::Default,
+            (true, Some(c)) => source::LabelColumn::Named(c),
+            (true, None) => source::LabelColumn::Absent,
+        };
+        let columns = source::Columns { image: image_column, label, extras };
+        let options = storage_options.map(storage_options_arg).transpose()?.unwrap_or_default();
+        let locations =
+            paths.iter().map(|p| Location::parse("paths", p)).collect::<crate::error::Result<Vec<_>>>().py_err()?;
+        let store = py
+            .detach(|| {
+                let (catalogue, format) = open(&locations, &options, &columns)?;
+                source::RecordFiles::new(format, catalogue, partial)
+            })
+            .py_err()?;
+        let extras = store.extras();
+        let (n, classes) = (source::ImageStore::len(&store), store.catalogue().classes.clone());
+        let dataset = Dataset::new(store, vec![0; n], classes);
+        Ok(Self { dataset: Arc::new(dataset), targets: None, extras })
+    }
+
+    /// The extra fields of a record source (`Catalogue::fields`), in the order its rows give them.
+    #[getter]
+    fn record_fields(&self) -> Vec<String> {
+        self.dataset.store_as::<source::RecordFiles>().map_or_else(Vec::new, |s| s.catalogue().fields.clone())
+    }
+
     /// Objects behind URLs (`trdata.FileList` of URLs, `ImageFolder` over a bucket prefix; source/remote.rs):
     /// `urls[i]` with `labels[i]`, and per object its size and ETag when listed (None: unknown), which every
     /// read checks.

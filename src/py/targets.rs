@@ -14,9 +14,11 @@ use crate::error::{ImageError, ImageErrorKind};
 use crate::sample::{
     ExtrasStore, Fields, Instances, Keypoints, LabelMap, RowExtras, TargetKind, TargetRecord, TargetStore,
 };
+use crate::source::Value;
+use crate::source::records::NativeExtras;
 use numpy::{PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArray3, PyUntypedArrayMethods};
 use pyo3::prelude::*;
-use pyo3::types::{PyAnyMethods, PyDict};
+use pyo3::types::{PyAnyMethods, PyBytes, PyDict};
 use std::sync::Arc;
 
 /// A store whose record `i` is `make(i)`'s dict (module docs).
@@ -193,13 +195,42 @@ impl ExtrasStore for PyExtras {
     }
 }
 
-/// A batch's extras (sample/extras.rs) for Python: each row's value as its store's reader returned it.
+/// A batch's extras (sample/extras.rs) for Python: each row's value as its store's reader returned it (a Python
+/// reader's object), or a dict of field → value made of a record store's values (source/records.rs).
 pub(super) fn extras_list(py: Python<'_>, rows: Vec<RowExtras>) -> PyResult<Py<PyAny>> {
-    let values = rows.into_iter().map(|r| match r.0.downcast::<Py<PyAny>>() {
-        Ok(v) => Ok(*v),
-        Err(_) => Err(pyo3::exceptions::PyRuntimeError::new_err("an extras value not made by a Python reader")),
+    let values = rows.into_iter().map(|r| {
+        let r = match r.0.downcast::<Py<PyAny>>() {
+            Ok(v) => return Ok(*v),
+            Err(other) => other,
+        };
+        match r.downcast::<NativeExtras>() {
+            Ok(native) => {
+                let d = PyDict::new(py);
+                for (name, value) in native.fields.iter().zip(&native.values) {
+                    d.set_item(name, value_object(py, value)?)?;
+                }
+                Ok(d.into_any().unbind())
+            }
+            Err(_) => Err(pyo3::exceptions::PyRuntimeError::new_err("an extras value of no known reader")),
+        }
     });
     Ok(pyo3::types::PyList::new(py, values.collect::<PyResult<Vec<_>>>()?)?.into_any().unbind())
+}
+
+/// One record store's value as Python has it: None, int, float, bool, str, bytes or a list of them.
+fn value_object(py: Python<'_>, v: &Value) -> PyResult<Py<PyAny>> {
+    Ok(match v {
+        Value::Null => py.None(),
+        Value::Int(x) => x.into_pyobject(py)?.into_any().unbind(),
+        Value::Float(x) => x.into_pyobject(py)?.into_any().unbind(),
+        Value::Bool(b) => pyo3::types::PyBool::new(py, *b).to_owned().into_any().unbind(),
+        Value::Text(s) => s.into_pyobject(py)?.into_any().unbind(),
+        Value::Bytes(b) => PyBytes::new(py, b).into_any().unbind(),
+        Value::List(items) => {
+            let items = items.iter().map(|i| value_object(py, i)).collect::<PyResult<Vec<_>>>()?;
+            pyo3::types::PyList::new(py, items)?.into_any().unbind()
+        }
+    })
 }
 
 /// A batch's targets (sample/batch.rs) as numpy arrays, moved (no copy): `kind` ("instances" or "label_map"),

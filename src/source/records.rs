@@ -685,3 +685,190 @@ pub fn record_dataset(format: Box<dyn RecordFormat>, catalogue: Catalogue, parti
     let n = store.len();
     Ok(Dataset::new(store, vec![0; n], classes))
 }
+
+/// The record formats by kind name (`trdata.Parquet` → "parquet", …): the one table the binding opens them by.
+const OPENERS: &[(&str, Opener)] = &[];
+
+/// The opener of the format named `kind`; None for a name that is not one.
+pub fn opener(kind: &str) -> Option<Opener> {
+    OPENERS.iter().find(|(k, _)| *k == kind).map(|(_, o)| *o)
+}
+
+#[cfg(all(test, not(trdata_loom)))]
+mod tests {
+    use super::*;
+    use crate::storage::{Location, StorageOptions};
+
+    /// A toy format: a file of 16-byte records `label i64 · payload [u8; 8]`; a negative label is a bad record;
+    /// units of `per_unit` records; one extra field, the record's number as an Int and its payload as Text.
+    #[derive(Debug)]
+    struct Toy;
+
+    impl RecordFormat for Toy {
+        fn kind(&self) -> &'static str {
+            "toy"
+        }
+
+        fn decode_unit(&self, unit: &Unit, bytes: &[u8], out: &mut UnitBuilder) -> std::result::Result<(), ImageError> {
+            for (k, r) in bytes.chunks(16).enumerate() {
+                let label = i64::from_le_bytes(r[..8].try_into().unwrap());
+                let extras = [Value::List(vec![
+                    Value::Int((unit.first + k as u64) as i64),
+                    Value::Text(String::from_utf8_lossy(&r[8..]).into_owned()),
+                ])];
+                if label < 0 {
+                    out.bad(ImageError::new(ImageErrorKind::Corrupt, format!("record {k} is bad")))?;
+                } else {
+                    out.image(&r[8..], label, &extras)?;
+                }
+            }
+            Ok(())
+        }
+    }
+
+    fn toy_file(name: &str, labels: &[i64]) -> ObjectReader {
+        let path = crate::test_data::fresh_dir(name).join("toy.bin");
+        let mut bytes = Vec::new();
+        for (i, l) in labels.iter().enumerate() {
+            bytes.extend_from_slice(&l.to_le_bytes());
+            bytes.extend_from_slice(format!("rec{i:05}").as_bytes());
+        }
+        std::fs::write(&path, bytes).unwrap();
+        ObjectReader::open(&Location::local(path), &StorageOptions::default()).unwrap()
+    }
+
+    fn toy(labels: &[i64], per_unit: u32, partial: PartialOptions) -> Result<Dataset> {
+        let file = toy_file(&format!("records-toy-{}-{per_unit}", labels.len()), labels);
+        let n = labels.len() as u32;
+        let units = (0..n.div_ceil(per_unit))
+            .map(|k| {
+                let samples = per_unit.min(n - k * per_unit);
+                Unit {
+                    file: 0,
+                    offset: u64::from(k * per_unit) * 16,
+                    len: u64::from(samples) * 16,
+                    samples,
+                    first: u64::from(k * per_unit),
+                    inflate: None,
+                    decoded_bytes: u64::from(samples) * 40 + table_bytes(samples),
+                    tag: 0,
+                }
+            })
+            .collect();
+        let catalogue = Catalogue { files: vec![file], units, fields: vec!["meta".into()], classes: vec![] };
+        record_dataset(Box::new(Toy), catalogue, partial)
+    }
+
+    fn read(ds: &Dataset, i: usize) -> std::result::Result<Vec<u8>, ImageError> {
+        let how = ReadCtx { epoch: 0, max_bytes: 1 << 20, planned: true, stopping: &|| false };
+        let mut buf = Vec::new();
+        let got = ds.read(i, &how, &mut buf)?;
+        Ok(got.bytes(&buf).to_vec())
+    }
+
+    #[test]
+    fn samples_are_slices_of_their_decoded_unit_with_labels_and_extras() {
+        let labels: Vec<i64> = (0..10).map(|i| if i == 6 { -1 } else { i * 3 }).collect();
+        let ds = toy(&labels, 4, PartialOptions::default()).unwrap();
+        assert_eq!((ds.len(), ds.known_labels()), (10, None));
+        let store = ds.store_as::<RecordFiles>().unwrap();
+        let extras = store.extras().expect("one field");
+        let blocks = ds.block_structure().unwrap();
+        assert_eq!((blocks.block_starts, blocks.window_blocks), (&[0, 4, 8, 10][..], DEFAULT_WINDOW_BLOCKS));
+        for i in (0..10).rev() {
+            if i == 6 {
+                let e = read(&ds, i).unwrap_err();
+                assert_eq!((e.kind, e.message.as_str()), (ImageErrorKind::Corrupt, "record 2 is bad"));
+                assert!(extras.read(i, 0).is_err(), "a bad sample has no extras");
+                continue;
+            }
+            assert_eq!(read(&ds, i).unwrap(), format!("rec{i:05}").as_bytes());
+            assert_eq!(ds.label(i), i as i64 * 3, "the read's label");
+            let row = extras.read(i, 0).unwrap();
+            let native = row.0.downcast_ref::<NativeExtras>().unwrap();
+            assert_eq!(&*native.fields, &["meta".to_string()]);
+            let want = Value::List(vec![Value::Int(i as i64), Value::Text(format!("rec{i:05}"))]);
+            assert_eq!(native.values, vec![want]);
+        }
+        assert!(ds.sample_name(9).to_string_lossy().ends_with("toy.bin#9"));
+        let stats: std::collections::HashMap<_, _> = ds.io_stats().into_iter().collect();
+        assert_eq!((stats["storage_requests"], stats["storage_bytes"]), (3, 160), "each unit read once");
+    }
+
+    #[test]
+    fn a_unit_that_decodes_past_its_bound_or_short_fails_whole() {
+        let ds = toy(&[1, 2, 3], 3, PartialOptions::default()).unwrap();
+        let store = ds.store_as::<RecordFiles>().unwrap();
+        let mut c = Catalogue {
+            files: store.catalogue().files.clone(),
+            units: store.catalogue().units.clone(),
+            fields: vec!["meta".into()],
+            classes: vec![],
+        };
+        c.units[0].decoded_bytes = 100;
+        let tight = record_dataset(Box::new(Toy), c, PartialOptions::default()).unwrap();
+        let e = read(&tight, 1).unwrap_err();
+        assert_eq!(e.kind, ImageErrorKind::TooLarge, "{e:?}");
+        assert!(e.message.contains("toy unit 0") && e.message.contains("100 bytes"), "{e:?}");
+        let mut c = Catalogue {
+            files: store.catalogue().files.clone(),
+            units: store.catalogue().units.clone(),
+            fields: vec!["meta".into()],
+            classes: vec![],
+        };
+        c.units[0].samples = 4;
+        let lying = record_dataset(Box::new(Toy), c, PartialOptions::default()).unwrap();
+        let e = read(&lying, 0).unwrap_err();
+        assert!(e.message.contains("holds 3 samples where its index says 4"), "{e:?}");
+    }
+
+    #[test]
+    fn parameters_and_counts_are_checked_when_opened() {
+        let small = PartialOptions { cache_bytes: Some(100), ..PartialOptions::default() };
+        assert_eq!(crate::source::config_parameter(toy(&[1; 8], 4, small)), "cache_bytes");
+        let zero = PartialOptions { window_blocks: Some(0), ..PartialOptions::default() };
+        assert_eq!(crate::source::config_parameter(toy(&[1; 8], 4, zero)), "window_blocks");
+    }
+
+    #[test]
+    fn inflate_caps_its_output_at_the_declared_size() {
+        use std::io::Write;
+        let raw: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        let zstd = zstd::bulk::compress(&raw, 3).unwrap();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&raw).unwrap();
+        let gz = gz.finish().unwrap();
+        let snappy = snap::raw::Encoder::new().compress_vec(&raw).unwrap();
+        for (codec, data) in [(Codec::Zstd, &zstd), (Codec::Gzip, &gz), (Codec::Snappy, &snappy)] {
+            let exact = Inflate { codec, raw_len: raw.len() as u64 };
+            assert_eq!(inflate(data, exact).unwrap(), raw, "{codec:?}");
+            for lie in [raw.len() as u64 - 1, raw.len() as u64 + 1, 10] {
+                let e = inflate(data, Inflate { codec, raw_len: lie }).unwrap_err();
+                assert_eq!(e.kind, ImageErrorKind::Corrupt, "{codec:?} {lie}: {e:?}");
+            }
+            let e = inflate(&data[..data.len() / 2], exact).unwrap_err();
+            assert_eq!(e.kind, ImageErrorKind::Corrupt, "{codec:?} truncated");
+        }
+        let e = inflate(b"not zstd", Inflate { codec: Codec::Zstd, raw_len: 1 << 40 }).unwrap_err();
+        assert_eq!(e.kind, ImageErrorKind::TooLarge, "a declared size that cannot be allocated");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn values_round_trip(ints in proptest::collection::vec(proptest::num::i64::ANY, 0..5), text in ".{0,20}", bytes in proptest::collection::vec(0u8.., 0..20)) {
+            let v = Value::List(vec![
+                Value::Null, Value::Bool(true), Value::Float(1.5), Value::Text(text), Value::Bytes(bytes),
+                Value::List(ints.into_iter().map(Value::Int).collect()),
+            ]);
+            let mut enc = Vec::new();
+            encode_value(&v, &mut enc);
+            let mut b = &enc[..];
+            proptest::prop_assert_eq!(decode_value(&mut b), Some(v));
+            proptest::prop_assert!(b.is_empty());
+            for cut in 0..enc.len() {
+                let mut short = &enc[..cut];
+                proptest::prop_assert_eq!(decode_value(&mut short), None);
+            }
+        }
+    }
+}

@@ -6,6 +6,8 @@
 * ``classic``: torchvision's classic datasets read in their on-disk layouts (:class:`MNIST`,
   :class:`FashionMNIST`, :class:`KMNIST`, :class:`CIFAR10`, :class:`CIFAR100`) and their normalization presets;
 * ``shards``: :class:`WebDataset` (tar shards read in place);
+* ``records``: other projects' record files read in place (:class:`Parquet`, :class:`MDS`, :class:`LitData`,
+  :class:`TFRecord`);
 * ``packed``: trdata's packed file (:func:`pack`, :class:`Packed`, :class:`Reencode`, ``verify``, ``inspect``);
 * ``dataset``: :class:`DatasetSource`, any map-style dataset (``__len__`` and ``__getitem__``), which
   ``Loader(dataset)`` wraps by itself;
@@ -36,6 +38,7 @@ from .classic import (
 from .dataset import DatasetSource
 from .detection import CocoDetection
 from .packed import Packed, Reencode, pack
+from .records import MDS, LitData, Parquet, TFRecord
 from .segmentation import SegmentationFolder
 from .shards import WebDataset
 from .yolo import YoloDetection
@@ -48,6 +51,7 @@ __all__ = [
     "FASHION_MNIST_NORM",
     "IMG_EXTENSIONS",
     "KMNIST",
+    "MDS",
     "MNIST",
     "MNIST_NORM",
     "Arrays",
@@ -57,9 +61,12 @@ __all__ = [
     "FashionMNIST",
     "FileList",
     "ImageFolder",
+    "LitData",
     "Packed",
+    "Parquet",
     "Reencode",
     "SegmentationFolder",
+    "TFRecord",
     "Source",
     "WebDataset",
     "YoloDetection",
