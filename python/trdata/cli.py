@@ -5,8 +5,8 @@ trdata bench                img/s of the standard training pipeline on the built
                             raw libjpeg-turbo decode ceiling on the same cores
 trdata pack SRC DST         write SRC (an ImageFolder root, a tar shard, a packed file) into the packed file
                             DST, optionally resized and re-encoded (--short-side/--max-side, --quality)
-trdata verify PATH          check every record of a packed file (CRC32C and a decode)
-trdata inspect PATH         a packed file's header, counts, size histogram and classes
+trdata verify PATH          check every record of a packed file, or of Parquet/MDS/LitData/TFRecord files
+trdata inspect PATH         a packed file's header, counts, size histogram and classes (or a record source's)
 trdata ls URL               the objects under a bucket prefix (s3://bucket/prefix/), with their sizes
 
 SRC, DST, PATH may be URLs (s3://, gs://, az://; http(s):// to read), configured by the cloud's environment
@@ -211,9 +211,14 @@ def _cmd_pack(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     from .sources.packed import verify
+    from .sources.records import open_records
 
     options = _storage_options(args)
-    bad = verify(args.path, workers=args.workers, progress=not args.quiet, storage_options=options)
+    records = open_records(args.path, options)
+    if records is not None:
+        bad = records.verify(workers=args.workers, progress=not args.quiet)
+    else:
+        bad = verify(args.path, workers=args.workers, progress=not args.quiet, storage_options=options)
     for record, reason in bad:
         print(f"{args.path}: record {record}: {reason}")
     print(f"{args.path}: {'OK' if not bad else f'{len(bad)} bad record(s)'}")
@@ -234,7 +239,23 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from collections import Counter
 
     from .sources.packed import inspect
+    from .sources.records import open_records
 
+    records = open_records(args.path, _storage_options(args))
+    if records is not None:
+        described = records.describe()
+        if args.json:
+            print(json.dumps(described))
+            return 0
+        print(
+            f"{args.path}: {described['format']}, {described['samples']:,} samples in {described['units']:,} "
+            f"unit(s) of {len(described['files']):,} file(s)"
+        )
+        print(f"  extras: {', '.join(described['extras']) or 'none'}")
+        names = described["classes"]
+        shown = f" ({', '.join(names[:10])}{', …' if len(names) > 10 else ''})" if names else ""
+        print(f"  classes: {len(names):,}{shown}")
+        return 0
     info = inspect(args.path, storage_options=_storage_options(args))
     if args.json:
         print(json.dumps(info, default=lambda v: v.tolist() if hasattr(v, "tolist") else list(v)))

@@ -948,5 +948,73 @@ pub fn verify_at(
     Ok(bad.into_iter().flatten().collect())
 }
 
+/// Check every sample of `ds` (a record source: Parquet, MDS, LitData, TFRecord; any dataset) on `workers`
+/// threads (default: usable CPUs): its read (a unit that cannot be read, a record whose CRC fails, a null image)
+/// and a full decode. Samples are taken unit by unit where the source has units (each unit read once). Returns
+/// (sample, message naming it) for each bad sample.
+pub fn verify_dataset(
+    ds: &Dataset,
+    workers: Option<i128>,
+    progress: &(dyn Fn(u64) -> bool + Sync),
+) -> Result<Vec<(u64, String)>> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as i128;
+    let workers = WORKERS.check::<usize>(workers.unwrap_or(cpus.min(WORKERS.max)))?;
+    let n = ds.len() as u32;
+    let starts: Vec<u32> = match ds.block_structure() {
+        Some(b) => b.block_starts.to_vec(),
+        None => (0..n).step_by(64).chain([n]).collect(),
+    };
+    let threads = rayon::ThreadPoolBuilder::new()
+        .num_threads(workers)
+        .thread_name(|i| format!("trdata-verify{i}"))
+        .build()
+        .map_err(|e| TrdataError::Worker(format!("cannot start the verify threads: {e}")))?;
+    let (done, cancelled) = (AtomicU64::new(0), AtomicBool::new(false));
+    let bad: Vec<Vec<(u64, String)>> = threads.install(|| {
+        starts
+            .par_windows(2)
+            .map(|w| {
+                if cancelled.load(Ordering::Relaxed) {
+                    return Vec::new();
+                }
+                let how = ReadCtx { epoch: 0, max_bytes: MAX_SOURCE_BYTES, planned: false, stopping: &|| false };
+                let bad = VERIFIER.with(|cell| {
+                    let mut slot = cell.borrow_mut();
+                    let decoder = match slot.as_mut() {
+                        Some(d) => d,
+                        None => match Decoder::new() {
+                            Ok(d) => slot.insert(d),
+                            Err(e) => return (w[0]..w[1]).map(|i| (u64::from(i), format!("no decoder: {e}"))).collect(),
+                        },
+                    };
+                    let (mut buf, mut out, mut bad) = (Vec::new(), Vec::new(), Vec::new());
+                    for i in w[0]..w[1] {
+                        let name = ds.sample_name(i as usize);
+                        let checked = ds.read(i as usize, &how, &mut buf).and_then(|got| {
+                            if got.pixel_shape().is_some() {
+                                return Ok(());
+                            }
+                            decoder.decode_full_rgb(got.bytes(&buf), &mut out).map(|_| ())
+                        });
+                        if let Err(e) = checked {
+                            bad.push((u64::from(i), format!("{}: {e}", name.display())));
+                        }
+                    }
+                    bad
+                });
+                let now = done.fetch_add(u64::from(w[1] - w[0]), Ordering::Relaxed) + u64::from(w[1] - w[0]);
+                if !progress(now) {
+                    cancelled.store(true, Ordering::Relaxed);
+                }
+                bad
+            })
+            .collect()
+    });
+    if cancelled.load(Ordering::Relaxed) {
+        return Err(TrdataError::Source { path: ds.sample_name(0), message: "verification was cancelled".into() });
+    }
+    Ok(bad.into_iter().flatten().collect())
+}
+
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,8 @@
 //! - `pack(source, path, short_side, max_side, quality, workers, classes, progress, block_bytes=None) -> dict`
 //!   writes `source`'s dataset into the packed file `path` (src/pack: atomic, parallel, optional re-encode);
 //! - `packed_info(path) -> dict`: header, options, classes and the per-record index columns;
-//! - `packed_verify(path, workers, progress) -> list[(record, message)]`: CRC + decode check of every record.
+//! - `packed_verify(path, workers, progress) -> list[(record, message)]`: CRC + decode check of every record;
+//!   `source_verify(source, workers, progress)` the same for any source's samples (record files).
 //!
 //! `pack` and `packed_verify` run on a helper thread while this one waits detached in short slices (bench.rs
 //! `run_interruptibly`): `progress(done, total)` is called from the Python thread between slices, Ctrl-C (or an
@@ -33,6 +34,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pack, m)?)?;
     m.add_function(wrap_pyfunction!(packed_info, m)?)?;
     m.add_function(wrap_pyfunction!(packed_verify, m)?)?;
+    m.add_function(wrap_pyfunction!(source_verify, m)?)?;
     Ok(())
 }
 
@@ -208,6 +210,33 @@ fn packed_info<'py>(
     let starts: Vec<i64> = ix.blocks.iter().map(|b| i64::from(b.first_record)).collect();
     d.set_item("block_starts", PyArray1::from_vec(py, starts))?;
     Ok(d)
+}
+
+/// Check every sample of `source` (a record source's reads and a full decode: `pack::verify_dataset`) on
+/// `workers` threads. Returns (sample, message) for each bad sample.
+#[pyfunction]
+#[pyo3(signature = (source, workers = None, progress = None))]
+fn source_verify(
+    py: Python<'_>,
+    source: PyRef<'_, super::source::NativeSource>,
+    workers: OptInt<'_>,
+    progress: Option<Bound<'_, PyAny>>,
+) -> PyResult<Vec<(u64, String)>> {
+    let workers = workers.as_ref().map(|v| int_arg::<i128>(v, &WORKERS)).transpose()?;
+    let dataset = Arc::clone(&source.dataset);
+    let total = dataset.len() as u64;
+    let cancel = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let work = {
+        let (cancel, done) = (Arc::clone(&cancel), Arc::clone(&done));
+        move || {
+            crate::pack::verify_dataset(&dataset, workers, &|n| {
+                done.fetch_max(n, Ordering::Relaxed);
+                !cancel.load(Ordering::Relaxed)
+            })
+        }
+    };
+    run_interruptibly(py, "trdata-verify", &cancel, work, progress_tick(&progress, &done, total))?.py_err()
 }
 
 /// Check every record of the packed file `path` (CRC32C and a full decode) on `workers` threads (default:

@@ -281,6 +281,12 @@ impl NativeSource {
         Ok(Self { dataset: Arc::new(dataset), targets: None, extras })
     }
 
+    /// The units of a record source (`Catalogue::units`: row groups, runs of records, shards): how many.
+    #[getter]
+    fn record_units(&self) -> usize {
+        self.dataset.store_as::<source::RecordFiles>().map_or(0, |s| s.catalogue().units.len())
+    }
+
     /// The extra fields of a record source (`Catalogue::fields`), in the order its rows give them.
     #[getter]
     fn record_fields(&self) -> Vec<String> {

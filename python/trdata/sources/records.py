@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import _core
+from .._progress import progress_callback
 from ..errors import ConfigError
 from .base import Source
 from .packed import _fs_path, _options
@@ -42,7 +43,8 @@ def _expand(paths: Any, suffixes: tuple[str, ...], parameter: str = "paths") -> 
         paths = [paths]
     if not isinstance(paths, Sequence) or isinstance(paths, (str, bytes)):
         raise ConfigError(
-            f"invalid {parameter}: {paths!r} must be a path, URL or glob, or a sequence of them", parameter=parameter
+            f"invalid {parameter}: {paths!r} must be a path, URL or glob, or a sequence of them",
+            parameter=parameter,
         )
     out: list[str] = []
     for p in paths:
@@ -50,7 +52,8 @@ def _expand(paths: Any, suffixes: tuple[str, ...], parameter: str = "paths") -> 
             path = _fs_path(p)
         except TypeError:
             raise ConfigError(
-                f"invalid {parameter}: {p!r} must be a path or URL (str, bytes or os.PathLike)", parameter=parameter
+                f"invalid {parameter}: {p!r} must be a path or URL (str, bytes or os.PathLike)",
+                parameter=parameter,
             ) from None
         if _URL in path:
             out.append(path)
@@ -100,7 +103,8 @@ class _Records(Source):
         self.paths = self._files(paths)
         if extras is not None and (isinstance(extras, (str, bytes)) or not isinstance(extras, Sequence)):
             raise ConfigError(
-                f"invalid extras: {extras!r} must be a sequence of column names (() for none)", parameter="extras"
+                f"invalid extras: {extras!r} must be a sequence of column names (() for none)",
+                parameter="extras",
             )
         label_given = label_column is not _DEFAULT
         self._native = _core.NativeSource.records(
@@ -140,6 +144,27 @@ class _Records(Source):
         """The counters of the files' reads and of the unit cache, by the names ``Loader.stats()`` shows
         (``storage_requests``, ``storage_bytes``, ``cache_hits``, …: ``Packed.storage_stats``)."""
         return dict(self._native.storage_stats or {})
+
+    def describe(self) -> dict[str, Any]:
+        """What ``trdata inspect`` shows of these files: the format, the files, the samples, the units the
+        workers read (row groups, runs of records, shards), the extra fields and the class names."""
+        return {
+            "format": self._kind,
+            "files": list(self.paths),
+            "samples": len(self),
+            "units": self._native.record_units,
+            "extras": list(self.extras),
+            "classes": list(self.classes),
+        }
+
+    def verify(self, *, workers: int | None = None, progress: bool = True) -> list[tuple[int, str]]:
+        """Read every sample (its unit, its record's checks) and decode it fully, on ``workers`` threads: a
+        ``(sample, reason)`` for each bad one (empty: the files are sound). ``trdata verify`` runs it."""
+        report, close = progress_callback(progress, f"verifying {self._kind} files", "rec")
+        try:
+            return list(_core.source_verify(self._native, workers, report))
+        finally:
+            close()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self)} samples, {len(self.paths)} files)"
@@ -197,3 +222,29 @@ class TFRecord(_Records):
     def _files(self, paths: Any) -> list[str]:
         files = _expand(paths, ())
         return [f for f in files if not f.endswith((".tfindex", ".index", ".json"))]
+
+
+def open_records(
+    path: str | os.PathLike[str], storage_options: Mapping[str, str | bool | int | float] | None = None
+) -> _Records | None:
+    """The record source ``path`` is, told by its content or name (``trdata inspect``/``verify``): a folder (or
+    URL prefix ending in ``/``) with an ``index.json`` of MDS shards or LitData chunks, a Parquet file (``PAR1``)
+    or folder of them, a ``.tfrecord``/``.tfrec`` file; None for anything else (a packed file)."""
+    p = _fs_path(path)
+    index = os.path.join(p, "index.json")
+    if _URL not in p and os.path.isfile(index):
+        with open(index, "rb") as f:
+            head = f.read(1 << 16)
+        return (LitData if b'"chunks"' in head else MDS)(p, storage_options=storage_options)
+    name = p.rstrip("/").lower()
+    if name.endswith(".parquet") or (
+        _URL not in p and os.path.isdir(p) and glob.glob(os.path.join(p, "**", "*.parquet"), recursive=True)
+    ):
+        return Parquet(p, storage_options=storage_options)
+    if name.endswith((".tfrecord", ".tfrec", ".tfrecords")) or ".tfrecord-" in name:
+        return TFRecord(p, storage_options=storage_options)
+    if _URL not in p and os.path.isfile(p):
+        with open(p, "rb") as f:
+            if f.read(4) == b"PAR1":
+                return Parquet(p, storage_options=storage_options)
+    return None
