@@ -1431,8 +1431,8 @@ def write_litdata(
 def write_tfrecord(root: Path, n: int = RECORD_N, per_file: int = 10, index: bool = False) -> RecordSet:
     """TFRecord files by ``tfrecord.TFRecordWriter`` as TF's ImageNet converters name the features:
     ``image/encoded`` (bytes), ``image/class/label`` (int64), ``image/text`` (bytes: the caption's UTF-8);
-    ``per_file`` records a file ``root/train-NNNNN.tfrecord``; with ``index`` a ``.tfindex`` beside each
-    (tfrecord's ``create_index``)."""
+    ``per_file`` records a file ``root/train-NNNNN.tfrecord``; with ``index`` its ``<file>.tfindex`` beside each
+    (tfrecord's ``create_index``: lines "offset length")."""
     import pytest
 
     tfrecord = pytest.importorskip("tfrecord")
@@ -1453,6 +1453,6 @@ def write_tfrecord(root: Path, n: int = RECORD_N, per_file: int = 10, index: boo
         if index:
             from tfrecord.tools.tfrecord2idx import create_index
 
-            create_index(str(path), str(path.with_suffix(".tfindex")))
+            create_index(str(path), f"{path}.tfindex")
         files.append(str(path))
     return RecordSet(files, images, labels, captions)

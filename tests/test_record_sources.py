@@ -135,7 +135,7 @@ def read_tfrecord(rs: RecordSet, index: bool) -> Ref:
 
     images, labels, captions = [], [], []
     for path in rs.location:
-        idx = str(Path(path).with_suffix(".tfindex")) if index else None
+        idx = f"{path}.tfindex" if index else None
         for r in tfrecord_loader(path, idx, shard=(0, 1) if index else None):
             images.append(bytes(r["image/encoded"]))
             labels.append(int(r["image/class/label"][0]))
@@ -354,8 +354,7 @@ def test_rows_labels_extras_and_pixels_are_the_reference_readers(tmp_path: Path,
     ref = read(rs, tmp_path / "ref-cache")
     assert_ref_is_what_was_written(ref, rs)
     src = record_source(name, rs, **args(rs))
-    assert len(src) == len(rs) == RECORD_N
-    assert list(src.labels) == ref.labels
+    assert len(src) == len(rs) == RECORD_N  # (labels come with the samples: batch.labels, checked below)
     if ref.classes is not None:
         assert list(src.classes) == ref.classes
     v2 = pytest.importorskip("torchvision.transforms.v2")
