@@ -14,7 +14,8 @@ PY           := $(VENV)/bin/python
 FEATURES     ?= hwloc
 HWLOC_PREFIX := $(CURDIR)/.deps/hwloc
 BENCH_ARGS   ?=
-# REFS=0: `make test` without torch/torchvision/timm/webdataset (their comparison tests then skip).
+# REFS=0: `make test` without torch/torchvision/timm/webdataset and the record-file references (pyarrow,
+# datasets, mosaicml-streaming, litdata, tfrecord): their comparison tests then skip.
 REFS         ?= 1
 WHEEL_DIR    ?= dist
 

