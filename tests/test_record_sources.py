@@ -401,3 +401,43 @@ def test_compressed_files_deliver_the_uncompressed_ones_bytes(tmp_path: Path, ki
     for (ia, xa), (ib, xb) in zip(*out):
         np.testing.assert_array_equal(ia, ib)
         np.testing.assert_array_equal(xa, xb)
+
+
+def test_a_datasets_dataset_given_as_it_is_is_read_undecoded(tmp_path: Path) -> None:
+    """A ``datasets.Dataset`` with a decoding ``Image`` feature given to the Loader as it is: the source reads its
+    items with ``Image(decode=False)`` (the stored bytes from the Arrow table, decoded by the core, not PIL
+    images made per row by ``datasets``), and delivers the pixels, labels, class names and extras datasets has."""
+    datasets = pytest.importorskip("datasets")
+    v2 = pytest.importorskip("torchvision.transforms.v2")
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    blobs = []
+    for i in range(7):
+        b = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (24 + i, 30, 3), dtype=np.uint8)).save(b, "PNG")
+        blobs.append(b.getvalue())
+    features = datasets.Features(
+        image=datasets.Image(),
+        label=datasets.ClassLabel(names=["a", "b", "c"]),
+        text=datasets.Value("string"),
+    )
+    ds = datasets.Dataset.from_dict(
+        {
+            "image": [{"bytes": b, "path": None} for b in blobs],
+            "label": [i % 3 for i in range(7)],
+            "text": [f"row {i}" for i in range(7)],
+        },
+        features=features,
+    )
+    assert ds.features["image"].decode, "the dataset decodes as datasets gives it"
+    source = trdata.DatasetSource(ds)
+    assert source.dataset.features["image"].decode is False
+    assert isinstance(source.dataset[0]["image"], dict), "items carry the stored bytes"
+    assert source.classes == ["a", "b", "c"]
+    with trdata.Loader(ds, batch_size=7, shuffle=False, transforms=[trdata.CenterCrop(20)]) as loader:
+        batch = next(iter(loader))
+    want = torch.stack([v2.CenterCrop(20)(v2.PILToTensor()(ds[i]["image"])) for i in range(7)])
+    got = torch.as_tensor(np.asarray(batch.images))
+    assert torch.equal((got * 255).round().to(torch.uint8), want)
+    assert list(np.asarray(batch.labels)) == [i % 3 for i in range(7)]
+    assert list(batch.extras["text"]) == [f"row {i}" for i in range(7)]

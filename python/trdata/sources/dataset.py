@@ -138,7 +138,8 @@ class DatasetSource(Source):
                     f"{attr}=None (trdata's workers read its images) and the pipeline as Loader(transforms=...)",
                     parameter="dataset",
                 )
-        self.dataset = dataset
+        self.dataset = _undecoded_images(dataset, image_key)
+        dataset = self.dataset
         n = operator.index(len(dataset))
         self._len = n
         self._samples = list(dataset.samples) if _torchvision_folder(dataset) else None
@@ -297,6 +298,22 @@ class DatasetSource(Source):
 #: (Hugging Face ``datasets``' names: ``image`` and ``label`` mostly, ``img`` in CIFAR, ``labels`` in a few).
 IMAGE_KEYS = ("image", "img")
 LABEL_KEYS = ("label", "labels")
+
+
+def _undecoded_images(dataset: Any, image_key: str | None) -> Any:
+    """A Hugging Face ``datasets.Dataset`` whose image column is an ``Image`` feature that decodes (the default) as
+    the same dataset with ``Image(decode=False)``: its items then carry the stored bytes (``{"bytes", "path"}``)
+    read from the Arrow table, which the core decodes, instead of a PIL image made per row by ``datasets``. Any
+    other dataset as it is."""
+    features = getattr(dataset, "features", None)
+    cast = getattr(dataset, "cast_column", None)
+    if not type(dataset).__module__.startswith("datasets") or not isinstance(features, Mapping) or cast is None:
+        return dataset
+    for key in (image_key,) if image_key is not None else IMAGE_KEYS:
+        feature = features.get(key)
+        if type(feature).__name__ == "Image" and getattr(feature, "decode", False):
+            return cast(key, type(feature)(decode=False))
+    return dataset
 
 
 def _fields(item: Mapping[str, Any], keys: tuple[str, str]) -> tuple[Any, ...]:

@@ -25,6 +25,7 @@ from .. import _core
 from .._progress import progress_callback
 from ..errors import ConfigError
 from .base import Source
+from .extras import encode_all
 from .packed import _fs_path, _options
 
 #: A URL's scheme separator: such a path goes to the core as it is (storage/).
@@ -144,6 +145,11 @@ class _Records(Source):
         """The counters of the files' reads and of the unit cache, by the names ``Loader.stats()`` shows
         (``storage_requests``, ``storage_bytes``, ``cache_hits``, …: ``Packed.storage_stats``)."""
         return dict(self._native.storage_stats or {})
+
+    def _pack_extras(self, i: int) -> list[tuple[str, int, bytes]]:
+        """Sample ``i``'s extras as ``trdata.pack`` stores them, read from its unit (``batch.extras``'s values)."""
+        values = self._native.record_extras(i)
+        return encode_all(values, i) if values else []
 
     def describe(self) -> dict[str, Any]:
         """What ``trdata inspect`` shows of these files: the format, the files, the samples, the units the
