@@ -417,8 +417,8 @@ def decode_delta(before: dict, after: dict, wall_s: float) -> dict:
 class DecodeTrdataFeed(TrdataFeed):
     """The trdata feed with Loader(decode=MODE); extra() adds the decode dict and its window deltas."""
 
-    def __init__(self, paths, labels, batch, workers, mode: str):
-        super().__init__(paths, labels, batch, workers, "bfloat16", decode=decode_arg(mode))
+    def __init__(self, paths, labels, batch, workers, mode: str, source=None):
+        super().__init__(paths, labels, batch, workers, "bfloat16", source=source, decode=decode_arg(mode))
         self.mode = mode
 
     def extra(self, before, after, wall_ns):

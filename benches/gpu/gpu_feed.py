@@ -95,8 +95,17 @@ from common.train import (  # noqa: E402
 
 TRAIN_PHASES = {"rn18": "resnet18", "rn50": "resnet50", "rn50c": "resnet50"}
 DECODE_MODES = ("cpu", "0.25", "0.5", "0.6", "0.75", "gpu", "auto")
-TRAIN_FEEDERS = ("synthetic", *(f"trdata-{m}" for m in DECODE_MODES), "dataloader", "tv-gpu")
-LOAD_FEEDERS = (*(f"trdata-{m}" for m in DECODE_MODES), "tv-gpu", "dataloader")
+#: trdata over a Parquet file of the same images (--parquet; its units are row groups, read through the partial
+#: cache in windows: trdata.Parquet), CPU decode or "auto".
+PARQUET_FEEDERS = ("parquet-cpu", "parquet-auto")
+TRAIN_FEEDERS = (
+    "synthetic",
+    *(f"trdata-{m}" for m in DECODE_MODES),
+    "dataloader",
+    "tv-gpu",
+    *PARQUET_FEEDERS,
+)
+LOAD_FEEDERS = (*(f"trdata-{m}" for m in DECODE_MODES), "tv-gpu", "dataloader", *PARQUET_FEEDERS)
 DEFAULT_TRAIN = ("synthetic", "trdata-auto", "trdata-cpu", "tv-gpu", "dataloader")
 #: ResNet-50 eager also runs fixed shares of 0.5 and 0.6: the cores a GPU split saves at that rate ("auto" keeps
 #: the CPU the main path while it keeps up, so it saves few). 0.5 read 0.51–0.54× "cpu"'s loader cores at 0.97×
@@ -622,6 +631,9 @@ def dry(a, configs) -> int:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", help="ImageFolder root (required unless --dry/--list)")
+    p.add_argument(
+        "--parquet", default=None, help="a Parquet file of --data's images, for the parquet-* feeders"
+    )
     p.add_argument("--steps", type=int, default=150, help="timed steps per config")
     p.add_argument("--warmup", type=int, default=10, help="untimed steps per config")
     p.add_argument("--auto-warmup", type=int, default=150, help="extra untimed steps for trdata-auto configs")
@@ -775,6 +787,18 @@ def main(argv=None) -> int:
             elif feeder.startswith("trdata-"):
                 mode = feeder.removeprefix("trdata-")
                 feed = DecodeTrdataFeed(rpaths, rlabels, a.batch, a.workers, mode)
+                if mode == "auto":
+                    warmup += a.auto_warmup
+            elif feeder.startswith("parquet-"):
+                if not a.parquet:
+                    raise ValueError(f"{name} needs --parquet FILE")
+                mode = feeder.removeprefix("parquet-")
+                import trdata
+
+                source = trdata.Parquet(
+                    [a.parquet] * repeat, extras=()
+                )  # the file repeated: the same virtual epoch
+                feed = DecodeTrdataFeed(rpaths, rlabels, a.batch, a.workers, mode, source=source)
                 if mode == "auto":
                     warmup += a.auto_warmup
             elif feeder == "dataloader":

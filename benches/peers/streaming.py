@@ -10,6 +10,11 @@ recipe (RandomResizedCrop 224 + flip + ImageNet normalize → float16 NCHW, batc
               "skipped" otherwise): bytes fetched in epoch 1 against epoch 2 (no thrashing: epoch 2 ≤ epoch 1)
   filelist    a FileList of one object per image (the pack's records as objects) from the same server: img/s and
               GETs in flight (most and mean, seen by the server)
+  parquet-local, parquet-s3
+              trdata.Parquet over the same images as one Parquet file in Hugging Face's layout (an Image struct
+              with the bytes embedded, a ClassLabel label; row groups of about a block each, written by pyarrow
+              when it is installed): on local disk, and as s3://bench/train.parquet from the same server (its
+              ratio to parquet-local is the Parquet target, ≥ 0.9)
   litdata     LitData over the same images: litdata.optimize into the served bucket, then StreamingDataset +
               StreamingDataLoader (the same workers) with the equivalent torchvision v2 transforms; a row saying
               why when it is not installed or fails
@@ -72,13 +77,15 @@ from common import (  # noqa: E402
     write_json,
 )
 
-ROWS = ("local", "s3", "s3-cache", "filelist", "litdata")
+ROWS = ("local", "s3", "s3-cache", "filelist", "litdata", "parquet-local", "parquet-s3")
 DISPLAY = {
     "local": "trdata, Packed(partial), local file",
     "s3": "trdata, Packed(partial), s3://",
     "s3-cache": "trdata, Packed(partial), s3://, cache = ½ pack",
     "filelist": "trdata, FileList, one object per image, s3://",
     "litdata": "LitData StreamingDataLoader, s3://",
+    "parquet-local": "trdata, Parquet (HF layout), local file",
+    "parquet-s3": "trdata, Parquet (HF layout), s3://",
 }
 BUCKET = "bench"
 #: The run's settings (endpoints, object keys, window) that each row's process reads, in the work folder.
@@ -257,7 +264,11 @@ def prepare(
     pack = work / "bucket" / BUCKET / "train.trd"
     src = trdata.FileList(files * repeat, labels * repeat, classes=classes)
     trdata.pack(src, pack, workers=workers, progress=False, block_bytes=block_bytes)
+    parquet = write_parquet(
+        files, labels, classes, repeat, work / "bucket" / BUCKET / "train.parquet", block_bytes
+    )
     return {
+        "parquet_bytes": parquet,
         "images": len(files),
         "repeat": repeat,
         "pack_images": len(files) * repeat,
@@ -269,6 +280,31 @@ def prepare(
         "classes": classes,
         "prepare_s": round(time.perf_counter() - t0, 1),
     }
+
+
+def write_parquet(
+    files: list[str], labels: list[int], classes: list[str], repeat: int, out: Path, block_bytes: int | None
+) -> int | None:
+    """``files`` ``repeat`` times over as one Parquet file in Hugging Face's layout (``image`` struct of bytes and
+    path, ``label`` int64 with the ClassLabel names in the ``huggingface`` metadata), row groups of about
+    ``block_bytes`` (default the core's 8 MiB): its size, or None without pyarrow (the Parquet rows say so)."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return None
+    blobs = [Path(f).read_bytes() for f in files]
+    mean = sum(map(len, blobs)) / len(blobs)
+    rows = max(1, int((block_bytes or 8 << 20) // mean))
+    image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    features = {"image": {"_type": "Image"}, "label": {"names": classes, "_type": "ClassLabel"}}
+    schema = pa.schema([("image", image_type), ("label", pa.int64())]).with_metadata(
+        {"huggingface": json.dumps({"info": {"features": features}})}
+    )
+    images = [{"bytes": b, "path": os.path.basename(f)} for b, f in zip(blobs, files)]
+    once = pa.table({"image": images, "label": labels}, schema=schema)
+    pq.write_table(pa.concat_tables([once] * repeat), out, row_group_size=rows, compression="none")
+    return out.stat().st_size
 
 
 # ----------------------------------------------------------------------------------------------- timing
@@ -457,7 +493,7 @@ def run_contender(
     cfg = json.loads((work / CONFIG).read_text())
     pack = work / "bucket" / BUCKET / "train.trd"
     options = {"aws_endpoint": cfg["endpoint"], "aws_allow_http": True, **CREDENTIALS}
-    stats_url = None if name == "local" else cfg["stats"]
+    stats_url = None if name in ("local", "parquet-local") else cfg["stats"]
     before_open = server_stats(stats_url)
     source: Any = None
     note = ""
@@ -481,6 +517,21 @@ def run_contender(
             storage_options=options,
             **kw,
         )
+    elif name in ("parquet-local", "parquet-s3"):
+        if cfg.get("parquet_bytes") is None:
+            return Measurement(name=DISPLAY[name], key=name, error="skipped: pyarrow is not installed")
+        if not hasattr(trdata, "Parquet"):
+            return Measurement(
+                name=DISPLAY[name], key=name, error="skipped: trdata.Parquet not in this build"
+            )
+        where = work / "bucket" / BUCKET / "train.parquet"
+        remote = name == "parquet-s3"
+        source = trdata.Parquet(
+            f"s3://{BUCKET}/train.parquet" if remote else str(where),
+            window_blocks=cfg["window_blocks"],
+            storage_options=options if remote else None,
+        )
+        note = "row groups as units; "
     elif name == "filelist":
         n, times = cfg["filelist_images"], -(-cfg["filelist_images"] // len(cfg["keys"]))
         urls = ([f"s3://{BUCKET}/{k}" for k in cfg["keys"]] * times)[:n]
@@ -502,6 +553,8 @@ def run_contender(
         data_bytes = sum((work / "bucket" / BUCKET / u.split("/", 3)[3]).stat().st_size for u in urls)
     elif name == "litdata":
         data_bytes = sum(f.stat().st_size for f in (work / "bucket" / BUCKET / "litdata").glob("*.bin"))
+    elif name.startswith("parquet"):
+        data_bytes = cfg["parquet_bytes"]
     else:
         data_bytes = pack.stat().st_size
     native = getattr(source, "_native", None)
@@ -691,6 +744,11 @@ def verdicts(doc: dict[str, Any]) -> list[str]:
         out.append(
             f"- s3 / local = {ratio:.3f} (target ≥ 0.95: {'met' if ratio >= 0.95 else 'not met'}); the local rate "
             f"needs {need:,.0f} Mbit/s of the {doc['store']['rate_mbit']} Mbit/s link."
+        )
+    if "parquet-local" in by and "parquet-s3" in by:
+        ratio = by["parquet-s3"]["img_per_s"] / by["parquet-local"]["img_per_s"]
+        out.append(
+            f"- parquet-s3 / parquet-local = {ratio:.3f} (target ≥ 0.9: {'met' if ratio >= 0.9 else 'not met'})."
         )
     if "s3-cache" in by:
         ep = by["s3-cache"]["extra"]["epochs"]
