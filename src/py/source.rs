@@ -281,6 +281,22 @@ impl NativeSource {
         Ok(Self { dataset: Arc::new(dataset), targets: None, extras })
     }
 
+    /// Sample `i`'s extras of a record source as a dict (what its row delivers; `trdata.pack` stores them), read
+    /// from its unit; None for another source. A sample that cannot be read is a `DecodeError` naming it.
+    fn record_extras(&self, py: Python<'_>, i: usize) -> PyResult<Option<Py<PyAny>>> {
+        let Some(store) = self.dataset.store_as::<source::RecordFiles>().and_then(|s| s.extras()) else {
+            return Ok(None);
+        };
+        if i >= self.dataset.len() {
+            return Err(pyo3::exceptions::PyIndexError::new_err(format!("sample {i} of {}", self.dataset.len())));
+        }
+        let row = py.detach(|| store.read(i, 0)).map_err(|error| {
+            to_py(TrdataError::Decode(SampleError { path: self.dataset.sample_name(i), index: i as u64, error }))
+        })?;
+        let list = super::targets::extras_list(py, vec![row])?;
+        Ok(Some(list.bind(py).get_item(0)?.unbind()))
+    }
+
     /// The units of a record source (`Catalogue::units`: row groups, runs of records, shards): how many.
     #[getter]
     fn record_units(&self) -> usize {
