@@ -48,7 +48,7 @@
 //! parent's is leaked, never dropped: the room's docs).
 
 use super::remote::{Fault, after_failure, runtime};
-use super::{RetryPolicy, STORAGE_OPTIONS, StorageCounters, StorageOptions};
+use super::{Location, RetryPolicy, STORAGE_OPTIONS, StorageCounters, StorageOptions};
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
 use crate::json::{self, Lexer, Surrogates};
 use std::sync::{Mutex, PoisonError};
@@ -486,6 +486,20 @@ pub fn expand(parameter: &str, pattern: &str, options: &StorageOptions) -> Resul
     expand_with(&pattern, &config, Limits::default())
 }
 
+/// `locations` with every [`Location::HfPattern`] replaced by the files it expands to ([`expand`]: each
+/// pattern's files sorted by path, as [`Location::Hf`]), the others kept as they are, in order: what a source of
+/// many files calls on its locations before opening each with `ObjectReader::open`.
+pub fn expand_locations(parameter: &str, locations: &[Location], options: &StorageOptions) -> Result<Vec<Location>> {
+    let mut out = Vec::with_capacity(locations.len());
+    for location in locations {
+        match location {
+            Location::HfPattern(p) => out.extend(expand(parameter, &p.text, options)?.into_iter().map(Location::Hf)),
+            other => out.push(other.clone()),
+        }
+    }
+    Ok(out)
+}
+
 /// [`expand`]'s work, with the configuration and limits given.
 pub(super) fn expand_with(pattern: &HfPattern, config: &HfConfig, limits: Limits) -> Result<Vec<HfFile>> {
     let source = |m: String| TrdataError::Source { path: pattern.text.clone().into(), message: m };
@@ -718,8 +732,8 @@ fn resolve_commit(
     })
 }
 
-/// The `sha` of the revision API's JSON object, if it has one.
-pub(super) fn parse_revision(body: &[u8]) -> std::result::Result<Option<String>, String> {
+/// The `sha` of the revision API's JSON object, if it has one (not yet checked as a commit id).
+pub fn parse_revision(body: &[u8]) -> std::result::Result<Option<String>, String> {
     let err = |e: json::SyntaxError| format!("{} at byte {}", e.what, e.at);
     json::check_utf8(body).map_err(err)?;
     let mut lx = Lexer::new(body);
@@ -779,17 +793,18 @@ fn uint(lx: &mut Lexer<'_>) -> std::result::Result<u64, String> {
 
 /// One entry of a tree page.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct TreeEntry {
+pub struct TreeEntry {
     /// A file (else a folder).
-    pub(super) is_file: bool,
-    /// Its path.
-    pub(super) path: String,
+    pub is_file: bool,
+    /// Its path (checked: not empty, at most [`MAX_PATH_BYTES`], no leading `/`, no empty, `.` or `..` segment).
+    pub path: String,
     /// A file's size (`lfs.size` when given, else `size`).
-    pub(super) size: Option<u64>,
+    pub size: Option<u64>,
 }
 
-/// The entries of one page of the tree API (a JSON list of objects), at most `max_entries`.
-pub(super) fn parse_tree_page(body: &[u8], max_entries: usize) -> std::result::Result<Vec<TreeEntry>, String> {
+/// The entries of one page of the tree API (a JSON list of objects), at most `max_entries`; an error says what
+/// is wrong and where. Never panics, whatever the bytes (fuzzed: fuzz/fuzz_targets/hf_listing.rs).
+pub fn parse_tree_page(body: &[u8], max_entries: usize) -> std::result::Result<Vec<TreeEntry>, String> {
     let err = |e: json::SyntaxError| format!("{} at byte {}", e.what, e.at);
     json::check_utf8(body).map_err(err)?;
     let mut lx = Lexer::new(body);
@@ -853,8 +868,8 @@ pub(super) fn parse_tree_page(body: &[u8], max_entries: usize) -> std::result::R
     Ok(out)
 }
 
-/// The `rel="next"` target of a `Link` header.
-pub(super) fn next_link(value: &str) -> Option<String> {
+/// The `rel="next"` target of a `Link` header (as written: the caller resolves and checks it).
+pub fn next_link(value: &str) -> Option<String> {
     let mut rest = value;
     while let Some(open) = rest.find('<') {
         let close = open + rest[open..].find('>')?;

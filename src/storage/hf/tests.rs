@@ -493,6 +493,30 @@ fn a_pattern_expands_to_one_commits_files_read_through_the_redirect() {
     assert_eq!(path, std::path::PathBuf::from("hf://datasets/org/name/data/train-*"));
     assert!(message.contains("names 2 files"), "{message}");
 
+    // A source's locations: patterns expanded in place, in order, other locations kept.
+    let mixed = [
+        Location::parse("files", Path::new("hf://datasets/org/name/data/test-*")).unwrap(),
+        Location::Hf(found[1].clone()),
+        Location::parse("files", Path::new("hf://datasets/org/name/data/train-*")).unwrap(),
+    ];
+    let expanded = expand_locations("files", &mixed, &opts).unwrap();
+    let paths: Vec<&str> = expanded
+        .iter()
+        .map(|l| match l {
+            Location::Hf(f) => f.path.as_str(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "data/test-00000-of-00001.parquet",
+            "data/train-00001-of-00002.parquet",
+            "data/train-00000-of-00002.parquet",
+            "data/train-00001-of-00002.parquet"
+        ]
+    );
+
     // No match, an unknown revision, a missing folder: SourceErrors naming the pattern.
     let (path, message) = source_message(expand("files", "hf://datasets/org/name/data/*.csv", &opts));
     assert!(path.ends_with("*.csv") && message.contains("no file") && message.contains(SHA), "{message}");
