@@ -126,6 +126,8 @@ struct Hub {
     violations: std::sync::Mutex<Vec<String>>,
     /// Ranged GETs the file store served.
     ranged: AtomicU32,
+    /// 429s (with `RateLimit: "api";r=0;t=1`) the Hub's API answers before serving.
+    api_throttle: AtomicU32,
 }
 
 fn files() -> Vec<(&'static str, Vec<u8>)> {
@@ -158,6 +160,7 @@ impl Hub {
             throttle: AtomicU32::new(0),
             violations: std::sync::Mutex::new(Vec::new()),
             ranged: AtomicU32::new(0),
+            api_throttle: AtomicU32::new(0),
         });
         let store_port = {
             let hub = Arc::clone(&hub);
@@ -188,6 +191,13 @@ impl Hub {
         }
         let mode = *self.mode.lock().unwrap();
         let path = r.path();
+        if path.starts_with("/api/") && self.api_throttle.load(Ordering::SeqCst) > 0 {
+            self.api_throttle.fetch_sub(1, Ordering::SeqCst);
+            return resp(429, "rate limited").with("ratelimit", r#""api";r=0;t=1"#).with("retry-after", "30");
+        }
+        if path == format!("/datasets/org/name/resolve/{SHA}/loop") {
+            return resp(302, "").with("location", format!("http://127.0.0.1:{port}{path}"));
+        }
         if let Some(rev) = path.strip_prefix("/api/datasets/org/name/revision/") {
             if !matches!(rev, "main" | "refs%2Fconvert%2Fparquet" | SHA) || r.query() != "expand=sha" {
                 return resp(404, r#"{"error":"Revision not found"}"#);
@@ -420,7 +430,7 @@ fn the_token_comes_from_the_environment_in_the_hubs_order() {
     );
     assert_eq!(env(&[("HF_HOME", format!("{d}/hfhome")), home.clone()]).as_deref(), Some("hf_from_home_file"));
     assert_eq!(env(&[("XDG_CACHE_HOME", format!("{d}/xdg")), home.clone()]).as_deref(), Some("hf_xdg"));
-    assert_eq!(env(&[home.clone()]).as_deref(), Some("hf_home_cache"));
+    assert_eq!(env(std::slice::from_ref(&home)).as_deref(), Some("hf_home_cache"));
     assert_eq!(env(&[("HF_HOME", "~/nowhere".into()), home.clone()]), None);
     std::fs::write(dir.join("explicit"), "\n \n").unwrap();
     assert_eq!(env(&[("HF_TOKEN_PATH", format!("{d}/explicit")), home]), None, "an empty file is no token");
@@ -573,6 +583,19 @@ fn hostile_listings_and_answers_are_typed_errors() {
     assert!(e.message.contains("changed since"), "{}", e.message);
     // Reads past the listed size are refused before any request.
     assert_eq!(reader.read_range(5990, 20, 100, &mut buf).unwrap_err().kind, ImageErrorKind::Corrupt);
+    // The API's 429 waits RateLimit's t (1 s), not Retry-After's 30 s.
+    hub.api_throttle.store(2, Ordering::SeqCst);
+    let t = Instant::now();
+    assert_eq!(expand_with(&pattern, &config, Limits::default()).unwrap(), found);
+    let waited = t.elapsed();
+    assert!(waited >= Duration::from_secs(2) && waited < Duration::from_secs(20), "{waited:?}");
+    // A redirect loop ends after a few hops, as a permanent error.
+    let mut looping = found[0].clone();
+    looping.url = format!("http://127.0.0.1:{}/datasets/org/name/resolve/{SHA}/loop", hub.port());
+    let reader = ObjectReader::open(&Location::Hf(looping), &opts).unwrap();
+    let e = reader.read_range(0, 10, 10, &mut buf).unwrap_err();
+    assert!(e.message.contains("redirect"), "{}", e.message);
+    assert_eq!(reader.stats().retries, 0);
     // An unreachable Hub: retried, then a SourceError.
     let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let o = StorageOptions::new([
