@@ -11,7 +11,7 @@
 //!   `GOOGLE_*`, `AZURE_*`, through object_store's `from_env` builders) overridden by the user's
 //!   `storage_options` (object_store's key names: `aws_endpoint`, `aws_access_key_id`, `aws_region`,
 //!   `aws_allow_http`, …, plus trdata's own retry keys, [`StorageOptions`]).
-//! - Hugging Face Hub datasets (`hf.rs`): `hf://datasets/<org>/<name>[@<revision>]/<glob>` expanded to files of
+//! - Hugging Face Hub datasets (`hf/`): `hf://datasets/<org>/<name>[@<revision>]/<glob>` expanded to files of
 //!   one commit with the Hub's APIs ([`hf::expand`]), each read as [`Location::Hf`] by ranged GETs that follow
 //!   the Hub's redirect to its file store (own requests: the answer's Retry-After/RateLimit are honoured).
 //! - A local disk cache of blocks (`disk_cache.rs`, `cache_dir`/`cache_disk_bytes`): beneath a streamed source's
@@ -87,7 +87,7 @@ pub enum Location {
     Hf(hf::HfFile),
     /// An `hf://` pattern as the user wrote it, checked ([`hf::HfPattern::parse`]) but not expanded: opening it
     /// expands it and requires exactly one file ([`ObjectReader::open`]); a source of many files calls
-    /// [`hf::expand`] and opens each as [`Location::Hf`].
+    /// [`hf::expand_locations`] (or [`hf::expand`]) and opens each file as [`Location::Hf`].
     HfPattern(hf::HfPattern),
 }
 
