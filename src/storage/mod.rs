@@ -11,6 +11,9 @@
 //!   `GOOGLE_*`, `AZURE_*`, through object_store's `from_env` builders) overridden by the user's
 //!   `storage_options` (object_store's key names: `aws_endpoint`, `aws_access_key_id`, `aws_region`,
 //!   `aws_allow_http`, …, plus trdata's own retry keys, [`StorageOptions`]).
+//! - Hugging Face Hub datasets (`hf/`): `hf://datasets/<org>/<name>[@<revision>]/<glob>` expanded to files of
+//!   one commit with the Hub's APIs ([`hf::expand`]), each read as [`Location::Hf`] by ranged GETs that follow
+//!   the Hub's redirect to its file store (own requests: the answer's Retry-After/RateLimit are honoured).
 //! - A local disk cache of blocks (`disk_cache.rs`, `cache_dir`/`cache_disk_bytes`): beneath a streamed source's
 //!   memory cache, shared by the processes of a node, checked (CRC32C) before anything it holds is used.
 //!
@@ -37,6 +40,7 @@
 //! exposes them, and `Loader.stats()` shows them (`Dataset::io_stats`, the one home of their names).
 
 pub mod disk_cache;
+pub mod hf;
 pub mod list;
 pub mod local;
 pub mod locations;
@@ -79,6 +83,12 @@ pub enum Location {
         /// The URL as parsed.
         url: url::Url,
     },
+    /// A file of a Hugging Face Hub dataset, found by [`hf::expand`] (its URL pinned to a commit, its size).
+    Hf(hf::HfFile),
+    /// An `hf://` pattern as the user wrote it, checked ([`hf::HfPattern::parse`]) but not expanded: opening it
+    /// expands it and requires exactly one file ([`ObjectReader::open`]); a source of many files calls
+    /// [`hf::expand_locations`] (or [`hf::expand`]) and opens each file as [`Location::Hf`].
+    HfPattern(hf::HfPattern),
 }
 
 impl Location {
@@ -88,10 +98,14 @@ impl Location {
     }
 
     /// `text` as the user gave it for `parameter`: a URL when it starts with `scheme://` (checked: a supported
-    /// scheme, a bucket or host, a key, no credentials, query or fragment; `file://` is a local path), else a
-    /// local path. A bad URL is a `ConfigError` naming `parameter`.
+    /// scheme, a bucket or host, a key, no credentials, query or fragment; `file://` is a local path; `hf://` is
+    /// an [`hf::HfPattern`], its grammar checked), else a local path. A bad URL is a `ConfigError` naming
+    /// `parameter`.
     pub fn parse(parameter: &str, text: &Path) -> Result<Self> {
         let Some(s) = text.to_str().filter(|s| looks_like_url(s)) else { return Ok(Self::Local(text.to_path_buf())) };
+        if s.starts_with("hf://") {
+            return hf::HfPattern::parse(parameter, s).map(Self::HfPattern);
+        }
         let bad = |why: String| TrdataError::config(parameter, format!("{s:?} {why}"));
         let url = url::Url::parse(s).map_err(|e| bad(format!("is not a valid URL ({e})")))?;
         if url.scheme() == "file" {
@@ -102,7 +116,7 @@ impl Location {
         }
         if !SCHEMES.contains(&url.scheme()) {
             return Err(bad(format!(
-                "has the unsupported scheme {:?} (supported: s3://, gs://, az://, abfs://, http://, https://, file://)",
+                "has the unsupported scheme {:?} (supported: s3://, gs://, az://, abfs://, http://, https://, hf://, file://)",
                 url.scheme()
             )));
         }
@@ -132,6 +146,12 @@ impl Location {
     /// Plain HTTP has no listing: `http(s)://` (not a cloud's own URL) is a `ConfigError` naming `parameter`.
     pub fn parse_prefix(parameter: &str, text: &Path) -> Result<Self> {
         let Some(s) = text.to_str().filter(|s| looks_like_url(s)) else { return Ok(Self::Local(text.to_path_buf())) };
+        if s.starts_with("hf://") {
+            return Err(TrdataError::config(
+                parameter,
+                format!("{s:?} is an hf:// URL, which names files by a glob, not a folder: e.g. {s}/**"),
+            ));
+        }
         // The object checks, on the prefix with a key appended (one home for them), then the prefix itself.
         let probe = format!("{}{}x", s, if s.ends_with('/') { "" } else { "/" });
         match Self::parse(parameter, Path::new(&probe)) {
@@ -156,12 +176,14 @@ impl Location {
         match self {
             Self::Local(p) => p.clone(),
             Self::Url { url, .. } => PathBuf::from(url.as_str()),
+            Self::Hf(file) => PathBuf::from(file.name()),
+            Self::HfPattern(p) => PathBuf::from(&p.text),
         }
     }
 
-    /// True for an object behind a URL.
+    /// True for an object behind a URL (`hf://` included).
     pub fn is_remote(&self) -> bool {
-        matches!(self, Self::Url { .. })
+        !matches!(self, Self::Local(_))
     }
 }
 
@@ -338,6 +360,7 @@ impl StorageCounters {
 enum Backend {
     Local(local::LocalObject),
     Remote(Box<remote::RemoteObject>),
+    Hf(Box<hf::HfObject>),
 }
 
 /// One opened object (a local file or a remote object) of a known, fixed size, read by byte ranges from any
@@ -359,8 +382,22 @@ impl ObjectReader {
     /// Open `location` with `options` (which must be empty for a local path): check the options against the
     /// scheme (`ConfigError` naming `storage_options`), then find the object and its size (a `SourceError`
     /// naming the location: no such file, bucket or key; access denied; not a regular file; unreachable after
-    /// the retries).
+    /// the retries). A [`Location::Hf`] file is opened without a request (its size is the listing's); a
+    /// [`Location::HfPattern`] is expanded ([`hf::expand`]) and must name exactly one file.
     pub fn open(location: &Location, options: &StorageOptions) -> Result<Self> {
+        if let Location::HfPattern(pattern) = location {
+            let files = hf::expand("path", &pattern.text, options)?;
+            let [file] = files.as_slice() else {
+                return Err(TrdataError::Source {
+                    path: PathBuf::from(&pattern.text),
+                    message: format!(
+                        "names {} files where one is read (a source of many files expands it: storage::hf::expand)",
+                        files.len()
+                    ),
+                });
+            };
+            return Self::open(&Location::Hf(file.clone()), options);
+        }
         let name = location.name();
         let counters = StorageCounters::default();
         let backend = match location {
@@ -379,6 +416,9 @@ impl ObjectReader {
             Location::Url { scheme, url } => {
                 Backend::Remote(Box::new(remote::RemoteObject::open(*scheme, url, options, &counters)?))
             }
+            Location::Hf(file) => Backend::Hf(Box::new(hf::HfObject::open(file, options)?)),
+            // expanded above: an ObjectReader is never a pattern
+            Location::HfPattern(p) => return Err(TrdataError::config("path", format!("{:?} is not expanded", p.text))),
         };
         Ok(Self { inner: Arc::new(ReaderInner { location: location.clone(), name, backend, counters }) })
     }
@@ -401,16 +441,18 @@ impl ObjectReader {
     /// Its ETag when opened (remote objects whose store gives one; None for a local file).
     pub fn e_tag(&self) -> Option<&str> {
         match &self.inner.backend {
-            Backend::Local(_) => None,
+            Backend::Local(_) | Backend::Hf(_) => None,
             Backend::Remote(r) => r.e_tag(),
         }
     }
 
     /// What says its bytes are the ones seen at open, for caches that outlive the reader (disk_cache.rs):
-    /// `etag:<ETag>` for a remote object whose store gives one (empty otherwise), `mtime:<ns>` for a local file.
+    /// `etag:<ETag>` for a remote object whose store gives one (empty otherwise), `mtime:<ns>` for a local file,
+    /// `commit:<sha>` for a Hub file (its URL is pinned to that commit).
     pub fn version(&self) -> String {
         match &self.inner.backend {
             Backend::Local(l) => format!("mtime:{}", l.mtime_ns()),
+            Backend::Hf(h) => format!("commit:{}", h.commit()),
             Backend::Remote(r) => r.e_tag().map_or_else(String::new, |t| format!("etag:{t}")),
         }
     }
@@ -420,6 +462,7 @@ impl ObjectReader {
         match &self.inner.backend {
             Backend::Local(l) => l.size(),
             Backend::Remote(r) => r.size(),
+            Backend::Hf(h) => h.size(),
         }
     }
 
@@ -470,6 +513,7 @@ impl ObjectReader {
                 l.read_at(offset, buf)
             }
             Backend::Remote(r) => r.read_at(offset, buf, &inner.counters),
+            Backend::Hf(h) => h.read_at(offset, buf, &inner.counters),
         }
         .map_err(named)
     }
