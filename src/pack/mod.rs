@@ -984,7 +984,9 @@ pub fn verify_dataset(
                         Some(d) => d,
                         None => match Decoder::new() {
                             Ok(d) => slot.insert(d),
-                            Err(e) => return (w[0]..w[1]).map(|i| (u64::from(i), format!("no decoder: {e}"))).collect(),
+                            Err(e) => {
+                                return (w[0]..w[1]).map(|i| (u64::from(i), format!("no decoder: {e}"))).collect();
+                            }
                         },
                     };
                     let (mut buf, mut out, mut bad) = (Vec::new(), Vec::new(), Vec::new());

@@ -253,8 +253,6 @@ impl NativeSource {
         prefetch_blocks: Option<&Bound<'_, PyAny>>,
         storage_options: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let open = source::records::opener(kind)
-            .ok_or_else(|| pyo3::exceptions::PyValueError::new_err(format!("no record format {kind:?}")))?;
         let partial = PartialOptions {
             window_blocks: window_blocks.map(|v| int_arg::<i128>(v, &WINDOW_BLOCKS)).transpose()?,
             cache_bytes: cache_bytes.map(|v| int_arg::<i128>(v, &CACHE_BYTES)).transpose()?,
@@ -267,14 +265,7 @@ impl NativeSource {
         };
         let columns = source::Columns { image: image_column, label, extras };
         let options = storage_options.map(storage_options_arg).transpose()?.unwrap_or_default();
-        let locations =
-            paths.iter().map(|p| Location::parse("paths", p)).collect::<crate::error::Result<Vec<_>>>().py_err()?;
-        let store = py
-            .detach(|| {
-                let (catalogue, format) = open(&locations, &options, &columns)?;
-                source::RecordFiles::new(format, catalogue, partial)
-            })
-            .py_err()?;
+        let store = py.detach(|| source::records::open(kind, &paths, &options, &columns, partial)).py_err()?;
         let extras = store.extras();
         let (n, classes) = (source::ImageStore::len(&store), store.catalogue().classes.clone());
         let dataset = Dataset::new(store, vec![0; n], classes);

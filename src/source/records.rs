@@ -486,7 +486,7 @@ impl RecordFiles {
         let n: u64 = units.iter().map(|u| u64::from(u.samples)).sum();
         if units.is_empty() || n == 0 || n > u64::from(u32::MAX) || units.iter().any(|u| u.samples == 0) {
             return Err(TrdataError::config(
-                "paths",
+                PATHS,
                 format!("{n} {} samples must be at least one and fewer than 2**32", format.kind()),
             ));
         }
@@ -693,6 +693,27 @@ const OPENERS: &[(&str, Opener)] = &[];
 pub fn opener(kind: &str) -> Option<Opener> {
     OPENERS.iter().find(|(k, _)| *k == kind).map(|(_, o)| *o)
 }
+
+/// The store of the format `kind` over `paths` (the user's `paths`: local paths, or URLs read with `storage`,
+/// all of one kind; `hf://` and bucket globs expanded here: storage/locations.rs `expand_patterns`), reading
+/// `columns`, its units cached with `partial`'s parameters.
+pub fn open(
+    kind: &str,
+    paths: &[PathBuf],
+    storage: &crate::storage::StorageOptions,
+    columns: &Columns,
+    partial: PartialOptions,
+) -> Result<RecordFiles> {
+    let open = opener(kind).ok_or_else(|| TrdataError::config("kind", format!("{kind:?} is not a record format")))?;
+    crate::storage::locations::check_locations(PATHS, paths, storage, false)?;
+    let locations = paths.iter().map(|p| crate::storage::Location::parse(PATHS, p)).collect::<Result<Vec<_>>>()?;
+    let files = crate::storage::locations::expand_patterns(PATHS, &locations, storage)?;
+    let (catalogue, format) = open(&files, storage, columns)?;
+    RecordFiles::new(format, catalogue, partial)
+}
+
+/// The `paths` parameter's name.
+const PATHS: &str = "paths";
 
 #[cfg(all(test, not(trdata_loom)))]
 mod tests {

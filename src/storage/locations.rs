@@ -61,3 +61,49 @@ pub fn local_only(source: &str, parameter: &str, path: &std::path::Path, options
         ),
     ))
 }
+
+/// Whether a key or path holds glob characters (`*`, `?`, `[`).
+fn has_glob(s: &str) -> bool {
+    s.contains(['*', '?', '['])
+}
+
+/// `locations` with every pattern replaced by the files it names, in order, each pattern's files sorted: an `hf://`
+/// pattern by the Hub's listing of one commit ([`super::hf::expand_locations`]), a bucket URL whose key holds
+/// `*`, `?`, `[…]` or `**` by a listing of its literal prefix matched with the same glob rules (`*` within a
+/// `/`-separated part, `**` across parts). A pattern that names nothing is a `SourceError` naming it; every other
+/// location goes on as it is (local globs are the Python side's, as Python's `glob` has them).
+pub fn expand_patterns(parameter: &str, locations: &[Location], options: &StorageOptions) -> Result<Vec<Location>> {
+    let mut out = Vec::with_capacity(locations.len());
+    for location in super::hf::expand_locations(parameter, locations, options)? {
+        let Location::Url { url, .. } = &location else {
+            out.push(location);
+            continue;
+        };
+        let key = url.path().trim_start_matches('/').to_string();
+        if !has_glob(&key) {
+            out.push(location);
+            continue;
+        }
+        let literal = key.find(['*', '?', '[']).map_or(0, |k| key[..k].rfind('/').map_or(0, |s| s + 1));
+        let mut prefix = url.clone();
+        prefix.set_path(&key[..literal]);
+        let prefix = Location::parse_prefix(parameter, std::path::Path::new(prefix.as_str()))?;
+        let pattern = &key[literal..];
+        let mut found: Vec<_> = super::list::list_prefix(parameter, &prefix, options)?
+            .into_iter()
+            .filter(|o| super::hf::glob_match(pattern, &o.relative))
+            .map(|o| o.url)
+            .collect();
+        if found.is_empty() {
+            return Err(TrdataError::Source {
+                path: url.as_str().into(),
+                message: "the pattern names no object".into(),
+            });
+        }
+        found.sort();
+        for u in found {
+            out.push(Location::parse(parameter, std::path::Path::new(&u))?);
+        }
+    }
+    Ok(out)
+}
