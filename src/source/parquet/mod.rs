@@ -52,13 +52,12 @@
 //! checked before the typed readers (which panic on a mismatch); def/rep levels inside `0..=max`; values read ==
 //! present levels; records read == the row group's rows.
 
-pub mod thrift;
 #[cfg(test)]
 mod tests;
+pub mod thrift;
 
 use super::records::{
-    self, Catalogue, Columns, EXTRAS, IMAGE_COLUMN, LABEL_COLUMN, LabelColumn, RecordFormat, Unit, UnitBuilder,
-    Value,
+    self, Catalogue, Columns, EXTRAS, IMAGE_COLUMN, LABEL_COLUMN, LabelColumn, RecordFormat, Unit, UnitBuilder, Value,
 };
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
 use crate::json::{self, LexResult, Lexer, Surrogates, SyntaxError};
@@ -492,8 +491,8 @@ fn choose_extras(
 fn locate(schema: &SchemaDescriptor, want: &Leaf, parameter: &str, file: &str) -> Result<usize> {
     match leaf_at(schema, &want.parts) {
         Some((i, got))
-            if (got.physical, got.max_def, got.max_rep, got.present_def)
-                == (want.physical, want.max_def, want.max_rep, want.present_def) =>
+            if (got.physical, got.max_def, got.max_rep) == (want.physical, want.max_def, want.max_rep)
+                && (want.max_rep == 0 || got.present_def == want.present_def) =>
         {
             Ok(i)
         }
@@ -597,8 +596,7 @@ fn class_label(lx: &mut Lexer<'_>) -> LexResult<Option<Vec<String>>> {
 /// The class names a file's `huggingface` metadata declares for `label`.
 fn file_classes(r: &ObjectReader, meta: &ParquetMetaData, label: &str) -> Result<Vec<String>> {
     let kv = meta.file_metadata().key_value_metadata();
-    let Some(text) = kv.and_then(|kv| kv.iter().find(|k| k.key == "huggingface")).and_then(|k| k.value.as_ref())
-    else {
+    let Some(text) = kv.and_then(|kv| kv.iter().find(|k| k.key == "huggingface")).and_then(|k| k.value.as_ref()) else {
         return Ok(Vec::new());
     };
     Ok(class_names(text.as_bytes(), label).map_err(|m| r.source_error(m))?.unwrap_or_default())
@@ -697,7 +695,11 @@ fn file_units(k: usize, r: &ObjectReader, f: &FileMeta, leaves: usize, total: &m
 }
 
 /// Open Parquet `files` (local paths or URLs) for `columns` (module docs): the [`records::Opener`] of Parquet.
-pub fn open(files: &[Location], storage: &StorageOptions, columns: &Columns) -> Result<(Catalogue, Box<dyn RecordFormat>)> {
+pub fn open(
+    files: &[Location],
+    storage: &StorageOptions,
+    columns: &Columns,
+) -> Result<(Catalogue, Box<dyn RecordFormat>)> {
     if files.is_empty() {
         return Err(TrdataError::config("paths", "no Parquet files"));
     }
@@ -732,16 +734,14 @@ pub fn open(files: &[Location], storage: &StorageOptions, columns: &Columns) -> 
             None if columns.label == LabelColumn::Default && leaf_at(schema, &[DEFAULT_LABEL.into()]).is_some() => {
                 return Err(TrdataError::config(
                     LABEL_COLUMN,
-                    format!("{name} has a column `label` that the first file lacks: every file must have the same columns"),
+                    format!(
+                        "{name} has a column `label` that the first file lacks: every file must have the same columns"
+                    ),
                 ));
             }
             None => None,
         };
-        let extras = chosen
-            .extras
-            .iter()
-            .map(|(_, l)| locate(schema, l, EXTRAS, &name))
-            .collect::<Result<Vec<_>>>()?;
+        let extras = chosen.extras.iter().map(|(_, l)| locate(schema, l, EXTRAS, &name)).collect::<Result<Vec<_>>>()?;
         if let Some(l) = &chosen.label {
             let mine = file_classes(r, &meta, &l.path)?;
             if mine != classes {
@@ -768,8 +768,7 @@ pub fn open(files: &[Location], storage: &StorageOptions, columns: &Columns) -> 
         return Err(TrdataError::config("paths", format!("the {} Parquet files hold no rows", files.len())));
     }
     let fields = chosen.extras.iter().map(|(n, _)| n.clone()).collect();
-    let catalogue =
-        Catalogue { files: readers, units, fields, classes: classes.iter().map(OsString::from).collect() };
+    let catalogue = Catalogue { files: readers, units, fields, classes: classes.iter().map(OsString::from).collect() };
     let props = Arc::new(ReaderProperties::builder().set_backward_compatible_lz4(false).build());
     let format = Parquet { chosen, files: out, classes: classes.len(), props };
     Ok((catalogue, Box::new(format)))
@@ -1137,7 +1136,9 @@ impl Parquet {
                         ImageErrorKind::Unsupported,
                         format!("the image is given by path, not embedded (column {})", c.image.path),
                     ),
-                    _ => ImageError::new(ImageErrorKind::Corrupt, format!("the image is null (column {})", c.image.path)),
+                    _ => {
+                        ImageError::new(ImageErrorKind::Corrupt, format!("the image is null (column {})", c.image.path))
+                    }
                 })
             } else if self.classes > 0 && !(-1..self.classes as i64).contains(&label) {
                 Some(ImageError::new(
@@ -1167,8 +1168,7 @@ impl RecordFormat for Parquet {
 
     fn decode_unit(&self, unit: &Unit, bytes: &[u8], out: &mut UnitBuilder) -> std::result::Result<(), ImageError> {
         let f = &self.files[unit.file as usize];
-        self.decode(unit, bytes, out).map_err(|e| {
-            ImageError::new(e.kind, format!("{} row group {}: {}", f.name.display(), unit.tag, e.message))
-        })
+        self.decode(unit, bytes, out)
+            .map_err(|e| ImageError::new(e.kind, format!("{} row group {}: {}", f.name.display(), unit.tag, e.message)))
     }
 }
