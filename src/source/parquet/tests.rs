@@ -2,11 +2,16 @@
 //! (several row groups, each codec we read, dictionary on and off) read back through the record store; every
 //! kind of damage at open and at decode; a proptest that flips and truncates bytes of a real file.
 
+use super::decode::Span;
 use super::*;
-use crate::source::records::{NativeExtras, RecordFiles, record_dataset};
+use crate::error::ImageErrorKind;
+use crate::source::records::{NativeExtras, RecordFiles, Value, record_dataset};
 use crate::source::{Dataset, PartialOptions, ReadCtx};
+use bytes::Bytes;
 use parquet::basic::{BrotliLevel, GzipLevel, ZstdLevel};
 use parquet::data_type::{BoolType, ByteArrayType, DoubleType, Int32Type, Int64Type};
+use parquet::data_type::{ByteArray, FixedLenByteArray};
+use parquet::file::metadata::RowGroupMetaData;
 use parquet::file::metadata::{KeyValue, ParquetMetaDataWriter};
 use parquet::file::properties::WriterProperties;
 use parquet::file::writer::SerializedFileWriter;
@@ -175,6 +180,9 @@ fn dataset(paths: &[&Path], columns: &Columns) -> Dataset {
 
 type Read = std::result::Result<(Vec<u8>, i64, Vec<Value>), ImageError>;
 
+/// What a read must give: the sample, or the kind of its error.
+type Want = std::result::Result<(Vec<u8>, i64, Vec<Value>), ImageErrorKind>;
+
 fn read_all(ds: &Dataset) -> Vec<Read> {
     let store = ds.store_as::<RecordFiles>().unwrap();
     let extras = store.extras();
@@ -197,7 +205,7 @@ fn text(s: &Option<String>) -> Value {
 }
 
 /// What the store must give for `rows` with the default columns.
-fn expected(rows: &[Row]) -> Vec<std::result::Result<(Vec<u8>, i64, Vec<Value>), ImageErrorKind>> {
+fn expected(rows: &[Row]) -> Vec<Want> {
     rows.iter()
         .map(|r| match &r.image {
             None => Err(ImageErrorKind::Corrupt),
@@ -215,7 +223,7 @@ fn expected(rows: &[Row]) -> Vec<std::result::Result<(Vec<u8>, i64, Vec<Value>),
         .collect()
 }
 
-fn check_reads(got: &[Read], want: &[std::result::Result<(Vec<u8>, i64, Vec<Value>), ImageErrorKind>]) {
+fn check_reads(got: &[Read], want: &[Want]) {
     assert_eq!(got.len(), want.len());
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         match (g, w) {
