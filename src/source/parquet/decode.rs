@@ -88,6 +88,9 @@ impl Vals {
 
     /// Value `k` as a [`Value`] of `kind` (`k` < len), or why the sample is bad.
     fn value(&self, k: usize, kind: Kind) -> std::result::Result<Value, String> {
+        if k >= self.len() {
+            return Err(format!("has no value {k} (it read {})", self.len()));
+        }
         Ok(match self {
             Vals::Bool(v) => Value::Bool(v[k]),
             Vals::I32(v) if matches!(kind, Kind::Int { unsigned32: true }) => Value::Int(i64::from(v[k] as u32)),
@@ -106,8 +109,8 @@ impl Vals {
     /// Value `k` as an integer (labels).
     fn int(&self, k: usize) -> i64 {
         match self {
-            Vals::I32(v) => i64::from(v[k]),
-            Vals::I64(v) => v[k],
+            Vals::I32(v) => v.get(k).map_or(-1, |&x| i64::from(x)),
+            Vals::I64(v) => v.get(k).copied().unwrap_or(-1),
             _ => -1,
         }
     }
@@ -242,14 +245,18 @@ impl Parquet {
         if let Some(p) = reps.iter().find(|&&p| !(0..=leaf.max_rep).contains(&p)) {
             return Err(corrupt(format!("a repetition level {p} outside 0..={}", leaf.max_rep)));
         }
-        let present = if leaf.max_def > 0 { defs.iter().filter(|&&d| d == leaf.max_def).count() } else { rows };
+        let present = match (leaf.max_def, leaf.max_rep) {
+            (0, 0) => rows,
+            (0, _) => reps.len(),
+            (max, _) => defs.iter().filter(|&&d| d == max).count(),
+        };
         if leaf.max_rep == 0 && leaf.max_def > 0 && defs.len() != rows {
             return Err(corrupt(format!("{} definition levels for {rows} rows", defs.len())));
         }
         if leaf.max_rep > 0 && (reps.len() != defs.len() || reps.first().is_some_and(|&p| p != 0)) {
             return Err(corrupt(format!("{} repetition levels for {} definition levels", reps.len(), defs.len())));
         }
-        if vals.len() != present && !(leaf.max_def == 0 && leaf.max_rep > 0) {
+        if vals.len() != present {
             return Err(corrupt(format!("{} values where its levels say {present}", vals.len())));
         }
         Ok(LeafData { defs, reps, vals })
@@ -356,16 +363,16 @@ impl Parquet {
             row_extras.clear();
             row_extras.extend(extras.iter_mut().map(|e| e.next().unwrap_or(Value::Null)));
             let label = match (&labels, &c.label) {
-                (Some(d), Some(l)) if l.max_def == 0 || d.defs[r] == l.max_def => {
+                (Some(d), Some(l)) if l.max_def == 0 || d.defs.get(r) == Some(&l.max_def) => {
                     kl += 1;
                     d.vals.int(kl - 1)
                 }
                 _ => -1,
             };
-            let def = if c.image.max_def == 0 { 0 } else { image.defs[r] };
+            let def = if c.image.max_def == 0 { 0 } else { image.defs.get(r).copied().unwrap_or(0) };
             let bytes = if c.image.max_def == 0 || def == c.image.max_def {
                 k += 1;
-                Some(images[k - 1].data())
+                images.get(k - 1).map(|b| b.data())
             } else {
                 None
             };
