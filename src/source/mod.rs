@@ -23,6 +23,7 @@ mod image_folder;
 pub mod packed;
 pub mod packed_extras;
 mod packed_json;
+pub mod parquet;
 mod pixels;
 mod read;
 pub mod records;
