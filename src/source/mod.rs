@@ -26,6 +26,8 @@ mod packed_json;
 mod pixels;
 mod read;
 pub mod records;
+#[cfg(test)]
+mod records_testing;
 pub mod remote;
 mod spans;
 pub mod tfrecord;
