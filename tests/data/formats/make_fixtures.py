@@ -92,6 +92,26 @@ def tfrecord():
     create_index(os.path.join(d, "train-00001.tfrecord"), os.path.join(d, "train-00001.tfrecord.tfindex"))
 
 
+def mds():
+    """Mosaic MDS datasets (streaming's MDSWriter): `mds/plain` uncompressed in shards of at most 1400 bytes,
+    `mds/zstd` and `mds/gz` whole-shard compressed, `mds/pil` raw pixels (modes L and RGB)."""
+    from streaming import MDSWriter
+
+    images()
+    d = fresh("mds")
+    cols = {"image": "jpeg", "label": "int", "name": "str", "score": "float64", "small": "uint8",
+            "meta": "json", "raw": "bytes"}
+    jpegs = ["red.jpg", "blue.jpg", "grey.jpg"]
+    for sub, compression, limit in [("plain", None, 1400), ("zstd", "zstd", 1 << 20), ("gz", "gz", 1 << 20)]:
+        with MDSWriter(out=os.path.join(d, sub), columns=cols, compression=compression, size_limit=limit) as w:
+            for k, name in enumerate(jpegs):
+                w.write({"image": Image.open(os.path.join(HERE, "images", name)), "label": k + 10,
+                         "name": name, "score": k / 4, "small": 200 + k, "meta": {"k": k}, "raw": bytes([k] * k)})
+    with MDSWriter(out=os.path.join(d, "pil"), columns={"image": "pil", "label": "int"}) as w:
+        w.write({"image": Image.frombytes("RGB", (3, 2), bytes(range(18))), "label": 0})
+        w.write({"image": Image.frombytes("L", (2, 2), bytes([1, 2, 3, 4])), "label": 1})
+
+
 def main():
     which = sys.argv[1:] or ["tfrecord", "mds", "litdata"]
     versions = {}
