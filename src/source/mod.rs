@@ -20,6 +20,7 @@ pub mod braces;
 pub mod external;
 mod files;
 mod image_folder;
+pub mod mds;
 pub mod packed;
 pub mod packed_extras;
 mod packed_json;
@@ -27,7 +28,10 @@ pub mod parquet;
 mod pixels;
 mod read;
 pub mod records;
+#[cfg(test)]
+mod records_testing;
 pub mod remote;
+mod shard_index;
 mod spans;
 pub mod tfrecord;
 

@@ -1,12 +1,15 @@
-//! source/tfrecord — TensorFlow's TFRecord files, read natively: the record framing (an index of the records of a
-//! file, each record's CRCs) and the `tf.train.Example` protobuf inside a record, walked by hand (no protobuf
-//! crate, no generated code). Not yet a source: a store over these functions (which key is the image, which the
-//! label) is the next piece. docs/design/formats-research.md §5 holds the facts this file follows.
+//! source/tfrecord — TensorFlow's TFRecord files as a record source (kind "tfrecord"): the record framing, read
+//! natively (an index of each file's records, both CRCs of every record), and the `tf.train.Example` protobuf
+//! inside a record, decoded by `prost` through five hand-written message structs ([`pb`]: no build script, no
+//! protoc). The store (records.rs) reads *units*: runs of consecutive records of about 8 MiB of decoded bytes.
+//! docs/design/formats-research.md §5 holds the facts this file follows.
 //!
 //! ```text
 //! a file: records back to back, nothing between them, nothing after the last
 //! one record: length u64 LE · masked_crc32c(the 8 length bytes) u32 LE · data[length] · masked_crc32c(data) u32 LE
 //! masked_crc32c(b) = ((c >> 15) | (c << 17)) + 0xa282ead8 mod 2^32, c = CRC-32C (Castagnoli) of b
+//! a sidecar index (`<file>.tfindex` or `<file>.index`, the `tfrecord` package's tfrecord2idx): text lines
+//!   "<record start> <record bytes incl. the 16 framing bytes>\n"
 //!
 //! Example  { Features features = 1 }
 //! Features { map<string, Feature> feature = 1 }            map entry: key = 1, value = 2
@@ -14,34 +17,51 @@
 //! BytesList { repeated bytes value = 1 }   FloatList { repeated float value = 1 }   Int64List { repeated int64 value = 1 }
 //! ```
 //!
+//! # A sample
+//! One record is one sample, named `file#n` (its number in its file). Its image is the first value of the bytes
+//! feature `image_column` (default `image/encoded`, else `image`: whichever the first record has); its label the
+//! first value of the int64 feature `label_column` (default `image/class/label`, else `label`; a record without
+//! it, or with an empty list, has -1); its extras the other features (by default every feature of the first
+//! record but the image and the label, in name order). An extra is [`Value::Null`] when the record lacks it;
+//! a list of one value is that value (`Bytes`, `Int`, `Float`), any other count a [`Value::List`]. Bytes stay
+//! [`Value::Bytes`], text or not: TensorFlow stores strings as bytes and has no way to say which they are.
+//! Labels are taken as stored: the TPU ImageNet converters write 1-based labels.
+//!
 //! # Untrusted bytes
-//! Every file and record is hostile until read. Nothing here panics, recurses on the input or allocates before the
-//! length that asks for it is checked against the bytes that remain and the [`Limits`]; every error is a
-//! [`TfRecordError`] naming the record and the byte.
+//! Every file and record is hostile until read. Nothing here panics or allocates before the length that asks
+//! for it is checked against the bytes that remain and the [`Limits`].
 //! - Framing ([`index_records`]): the length's CRC is checked before the length is trusted; a length above
 //!   [`Limits::max_record_bytes`], a record that ends past the file, a cut tail and more than
-//!   [`Limits::max_records`] records are refused. The index reads 12 bytes per record and skips the data: a
-//!   record's data CRC is checked when the record is read ([`RecordIndex::read`], [`check_record`]).
-//! - Protobuf ([`parse_example`]): the wire rules of protobuf. A varint is at most 10 bytes and fits 64 bits (the
-//!   10th byte at most 1); a tag fits 32 bits, its field number is not 0; unknown fields of wire types varint,
-//!   64-bit, length-delimited and 32-bit are skipped, groups (wire types 3, 4) and wire types 6, 7 are refused. A
-//!   known field number with another wire type than its own is an unknown field, as protobuf's parsers read it.
-//!   Repeated scalars are read packed and unpacked; a packed float list's length is a multiple of 4. Nesting is
-//!   the schema's four messages, walked by a fixed function per message: unknown fields are skipped, never
-//!   entered, so no input nests deeper. A feature name is UTF-8 (a proto3 `string`).
-//! - Merging, as protobuf merges: a message field seen twice merges (two `features` fields give one map); in a
-//!   map, the last entry of a key wins (it replaces the earlier one, whole); a map entry without key has the
-//!   empty key, one without value the [`Feature::Unset`] value; in a `Feature`, the lists of one kind seen twice
-//!   concatenate, and a list of another kind replaces what was there (a `oneof`).
-//! - Counts: map entries read (duplicates included) at most [`Limits::max_features`], values read at most
-//!   [`Limits::max_values`] (all lists of the record together). Every value costs at least one byte of the
-//!   record, so what a parse keeps is bounded by its input: bytes values and names by their own length, numbers
-//!   by 8 bytes of `Vec` per value.
+//!   [`Limits::max_records`] records are refused (a `SourceError` naming the file, the record and the byte).
+//!   The scan reads the 12-byte heads and skips the data.
+//! - A sidecar index is checked against the file: its entries tile the file from byte 0 to its end, each at least
+//!   16 bytes, each record's data within the length limit; its size is capped before it is read. Each record's
+//!   head is checked again when its unit is read (length equal to the index's, length CRC).
+//! - Reading a unit ([`RecordFormat::decode_unit`]): per record the head (its length CRC, the length the index
+//!   holds) and the data's CRC; a record that fails either is one bad sample (`Corrupt`, naming `file#record`),
+//!   not its unit.
+//! - Protobuf ([`parse_example`]): prost's decoder (wire types, varints of at most 10 bytes, lengths within the
+//!   bytes that remain, UTF-8 map keys, recursion limit 100) on a record already capped at
+//!   [`Limits::max_record_bytes`]. prost merges as protobuf does: a message field seen twice merges, the last
+//!   map entry of a key wins, a `oneof` seen with another kind is replaced, repeated scalars are read packed and
+//!   unpacked, unknown fields (groups included) are skipped. Its memory is a constant factor of the record's
+//!   bytes (a `Vec<u8>` of 24 bytes per bytes value of at least 2 bytes, 8 bytes per int of at least 1 byte);
+//!   the features ([`Limits::max_features`]) and values ([`Limits::max_values`]) a record yields are then
+//!   counted and refused past their limits.
+//! - A unit's decoded size is bounded at open from the record lengths alone ([`record_bound`]): an extra can
+//!   take up to 9 bytes per byte of its record (an int packed in one byte is 9 bytes in the decoded block).
 
-use crate::error::{ImageError, ImageErrorKind};
+use super::packed::DEFAULT_BLOCK_BYTES;
+use super::records::{
+    Catalogue, Columns, EXTRAS, IMAGE_COLUMN, LABEL_COLUMN, LabelColumn, RecordFormat, Unit, UnitBuilder, Value,
+    table_bytes,
+};
+use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
+use crate::storage::{Location, ObjectReader, StorageOptions};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
+use std::path::{Path, PathBuf};
 
 /// Bytes of a record's head: the length u64 and its masked CRC u32.
 pub const HEAD_BYTES: u64 = 12;
@@ -49,8 +69,6 @@ pub const HEAD_BYTES: u64 = 12;
 pub const FRAME_BYTES: u64 = 16;
 /// The constant added to a rotated CRC-32C (TensorFlow's `kMaskDelta`).
 pub const MASK_DELTA: u32 = 0xa282_ead8;
-/// The longest varint (a 64-bit value in 7-bit groups).
-const MAX_VARINT_BYTES: usize = 10;
 
 /// What a reader accepts from one file and one record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,7 +149,14 @@ pub enum TfRecordError {
     /// A record's data is not a valid `tf.train.Example` (or exceeds [`Limits::max_features`] or
     /// [`Limits::max_values`]).
     Protobuf {
-        /// Byte offset in the record's data.
+        /// What is wrong, in words (prost's message: the field path and the fault).
+        what: String,
+    },
+    /// A record's head does not match what its file's index (a sidecar) says, or lies outside its unit.
+    Framing {
+        /// The record.
+        record: u64,
+        /// The record's start.
         offset: u64,
         /// What is wrong, in words.
         what: String,
@@ -176,7 +201,8 @@ impl fmt::Display for TfRecordError {
             Self::TooLarge { record, offset, what, size, limit } => {
                 write!(f, "TFRecord record {record} at byte {offset}: {size} {what}, the limit is {limit}")
             }
-            Self::Protobuf { offset, what } => write!(f, "not a tf.train.Example at byte {offset}: {what}"),
+            Self::Protobuf { what } => write!(f, "not a tf.train.Example: {what}"),
+            Self::Framing { record, offset, what } => write!(f, "TFRecord record {record} at byte {offset}: {what}"),
             Self::InRecord { record, offset, error } => {
                 write!(f, "TFRecord record {record} (data at byte {offset}): {error}")
             }
@@ -326,6 +352,44 @@ pub enum Feature {
     Unset,
 }
 
+impl Feature {
+    /// Values it holds.
+    fn count(&self) -> usize {
+        match self {
+            Feature::Bytes(v) => v.len(),
+            Feature::Int64(v) => v.len(),
+            Feature::Float(v) => v.len(),
+            Feature::Unset => 0,
+        }
+    }
+
+    /// What kind of list it is, in words.
+    fn kind_name(&self) -> &'static str {
+        match self {
+            Feature::Bytes(_) => "a bytes list",
+            Feature::Int64(_) => "an int64 list",
+            Feature::Float(_) => "a float list",
+            Feature::Unset => "an empty feature",
+        }
+    }
+
+    /// As an extra: one value is that value, another count a list (module docs).
+    fn value(&self) -> Value {
+        fn one_or_list<T>(v: &[T], f: impl Fn(&T) -> Value) -> Value {
+            match v {
+                [x] => f(x),
+                v => Value::List(v.iter().map(f).collect()),
+            }
+        }
+        match self {
+            Feature::Bytes(v) => one_or_list(v, |b| Value::Bytes(b.clone())),
+            Feature::Int64(v) => one_or_list(v, |&x| Value::Int(x)),
+            Feature::Float(v) => one_or_list(v, |&x| Value::Float(f64::from(x))),
+            Feature::Unset => Value::Null,
+        }
+    }
+}
+
 /// A `tf.train.Example`: feature name → values.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Example {
@@ -333,281 +397,554 @@ pub struct Example {
     pub features: BTreeMap<String, Feature>,
 }
 
-/// A protobuf wire type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Wire {
-    Varint,
-    I64,
-    Len,
-    I32,
+/// The five messages of `tf.train.Example` (tensorflow/core/example/{example,feature}.proto, proto3, package
+/// `tensorflow`), written by hand for prost's derive: the wire format is these tags and types, nothing else.
+pub mod pb {
+    use std::collections::BTreeMap;
+
+    /// `message Example { Features features = 1; }`
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Example {
+        /// The features (absent: none).
+        #[prost(message, optional, tag = "1")]
+        pub features: Option<Features>,
+    }
+
+    /// `message Features { map<string, Feature> feature = 1; }`
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Features {
+        /// The features by name.
+        #[prost(btree_map = "string, message", tag = "1")]
+        pub feature: BTreeMap<String, Feature>,
+    }
+
+    /// `message Feature { oneof kind { BytesList bytes_list = 1; FloatList float_list = 2; Int64List int64_list = 3; } }`
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Feature {
+        /// The list it holds (None: unset).
+        #[prost(oneof = "Kind", tags = "1, 2, 3")]
+        pub kind: Option<Kind>,
+    }
+
+    /// `Feature.kind`.
+    #[derive(Clone, PartialEq, prost::Oneof)]
+    pub enum Kind {
+        /// `bytes_list = 1`.
+        #[prost(message, tag = "1")]
+        BytesList(BytesList),
+        /// `float_list = 2`.
+        #[prost(message, tag = "2")]
+        FloatList(FloatList),
+        /// `int64_list = 3`.
+        #[prost(message, tag = "3")]
+        Int64List(Int64List),
+    }
+
+    /// `message BytesList { repeated bytes value = 1; }`
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct BytesList {
+        /// The values.
+        #[prost(bytes = "vec", repeated, tag = "1")]
+        pub value: Vec<Vec<u8>>,
+    }
+
+    /// `message FloatList { repeated float value = 1 [packed = true]; }` (unpacked values are read too).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct FloatList {
+        /// The values.
+        #[prost(float, repeated, tag = "1")]
+        pub value: Vec<f32>,
+    }
+
+    /// `message Int64List { repeated int64 value = 1 [packed = true]; }` (unpacked values are read too).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Int64List {
+        /// The values.
+        #[prost(int64, repeated, tag = "1")]
+        pub value: Vec<i64>,
+    }
 }
 
-/// A reader of one message's bytes; `base` is the offset of `buf` in the record, for errors.
-struct Cursor<'a> {
-    buf: &'a [u8],
-    pos: usize,
-    base: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn error(&self, at: usize, what: impl Into<String>) -> TfRecordError {
-        TfRecordError::Protobuf { offset: (self.base + at) as u64, what: what.into() }
+/// Parse one record's data as a `tf.train.Example` with prost (module docs: its rules and bounds), then refuse
+/// more features than [`Limits::max_features`] or values than [`Limits::max_values`].
+pub fn parse_example(data: &[u8], limits: &Limits) -> std::result::Result<Example, TfRecordError> {
+    use prost::Message;
+    let protobuf = |what: String| TfRecordError::Protobuf { what };
+    if data.len() as u64 > limits.max_record_bytes {
+        return Err(protobuf(format!("{} bytes, the limit is {}", data.len(), limits.max_record_bytes)));
     }
-
-    fn done(&self) -> bool {
-        self.pos >= self.buf.len()
+    let decoded = pb::Example::decode(data).map_err(|e| protobuf(e.to_string()))?;
+    let map = decoded.features.map(|f| f.feature).unwrap_or_default();
+    if map.len() > limits.max_features {
+        return Err(protobuf(format!("more than {} features in the record", limits.max_features)));
     }
-
-    fn varint(&mut self) -> Result<u64, TfRecordError> {
-        let start = self.pos;
-        let mut v = 0u64;
-        for i in 0..MAX_VARINT_BYTES {
-            let Some(&b) = self.buf.get(self.pos) else {
-                return Err(self.error(start, "a varint is cut short"));
-            };
-            self.pos += 1;
-            // The 10th byte holds bit 63 only: more is a value past 64 bits or an 11th byte.
-            if i == MAX_VARINT_BYTES - 1 && b > 1 {
-                return Err(self.error(start, "a varint does not fit 64 bits (or is longer than 10 bytes)"));
-            }
-            v |= u64::from(b & 0x7f) << (7 * i);
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(self.error(start, "a varint is longer than 10 bytes")) // not reached: the 10th byte ends it
-    }
-
-    /// The next field's number and wire type.
-    fn tag(&mut self) -> Result<(u32, Wire), TfRecordError> {
-        let at = self.pos;
-        let tag = self.varint()?;
-        let Ok(tag) = u32::try_from(tag) else { return Err(self.error(at, "a tag does not fit 32 bits")) };
-        let field = tag >> 3;
-        if field == 0 {
-            return Err(self.error(at, "field number 0"));
-        }
-        let wire = match tag & 7 {
-            0 => Wire::Varint,
-            1 => Wire::I64,
-            2 => Wire::Len,
-            5 => Wire::I32,
-            3 | 4 => return Err(self.error(at, format!("field {field} is a group (refused)"))),
-            w => return Err(self.error(at, format!("field {field} has wire type {w}"))),
+    let mut values = 0usize;
+    let mut features = BTreeMap::new();
+    for (name, f) in map {
+        let f = match f.kind {
+            None => Feature::Unset,
+            Some(pb::Kind::BytesList(l)) => Feature::Bytes(l.value),
+            Some(pb::Kind::FloatList(l)) => Feature::Float(l.value),
+            Some(pb::Kind::Int64List(l)) => Feature::Int64(l.value),
         };
-        Ok((field, wire))
+        values = values.saturating_add(f.count());
+        features.insert(name, f);
     }
+    if values > limits.max_values {
+        return Err(protobuf(format!("more than {} values in the record", limits.max_values)));
+    }
+    Ok(Example { features })
+}
 
-    fn take(&mut self, n: usize, what: &str) -> Result<Cursor<'a>, TfRecordError> {
-        let left = self.buf.len() - self.pos;
-        if n > left {
-            return Err(self.error(self.pos, format!("{what} says {n} bytes, {left} remain")));
+// ---------------------------------------------------------------------------------------------------------------
+// The source.
+
+/// The features the image is looked for under when `image_column` is not given, in order.
+pub const IMAGE_KEYS: [&str; 2] = ["image/encoded", "image"];
+/// The features the label is looked for under when `label_column` is not given, in order.
+pub const LABEL_KEYS: [&str; 2] = ["image/class/label", "label"];
+/// The suffixes of a record file's sidecar index (`<file><suffix>`), tried in order.
+pub const SIDECARS: [&str; 2] = [".tfindex", ".index"];
+/// Records of the first file tried at open for its feature names before the source is refused.
+const FIRST_RECORDS_TRIED: usize = 16;
+/// The longest message a bad record keeps in its unit's decoded block (longer ones are cut).
+pub const MESSAGE_BYTES: u64 = 512;
+
+/// The most bytes a record of `len` data bytes may add to its unit's decoded block when `fields` extras are
+/// read: its image (at most its bytes), its extras (each at most 9 bytes per byte of the record, plus a byte per
+/// absent field), a bad record's message, its table row.
+pub fn record_bound(len: u32, fields: usize) -> u64 {
+    let len = u64::from(len);
+    let content = if fields == 0 { len } else { 9 * len + fields as u64 };
+    content + MESSAGE_BYTES + table_bytes(1) - table_bytes(0)
+}
+
+/// `message` cut to at most [`MESSAGE_BYTES`] bytes (at a character boundary).
+fn cut_message(mut message: String) -> String {
+    let max = MESSAGE_BYTES as usize;
+    if message.len() > max {
+        let mut at = max - 3;
+        while !message.is_char_boundary(at) {
+            at -= 1;
         }
-        let sub = Cursor { buf: &self.buf[self.pos..self.pos + n], pos: 0, base: self.base + self.pos };
-        self.pos += n;
-        Ok(sub)
+        message.truncate(at);
+        message.push_str("...");
     }
+    message
+}
 
-    /// A length-delimited field's bytes (its length read and checked against what remains).
-    fn len_delimited(&mut self) -> Result<Cursor<'a>, TfRecordError> {
-        let at = self.pos;
-        let n = self.varint()?;
-        let n = usize::try_from(n).unwrap_or(usize::MAX);
-        self.take(n, "a length-delimited field").map_err(|e| match e {
-            TfRecordError::Protobuf { what, .. } => self.error(at, what),
-            e => e,
-        })
-    }
+/// The TFRecord format of one source: each file's record index and the features that make a sample.
+#[derive(Debug)]
+struct TfRecordFormat {
+    /// Per file: its name (for errors) and its records.
+    files: Vec<(PathBuf, RecordIndex)>,
+    /// The image's feature.
+    image: String,
+    /// The label's feature (None: every label -1).
+    label: Option<String>,
+    /// The extras' features.
+    fields: Vec<String>,
+    limits: Limits,
+}
 
-    fn skip(&mut self, wire: Wire) -> Result<(), TfRecordError> {
-        match wire {
-            Wire::Varint => self.varint().map(drop),
-            Wire::I64 => self.take(8, "a 64-bit field").map(drop),
-            Wire::I32 => self.take(4, "a 32-bit field").map(drop),
-            Wire::Len => self.len_delimited().map(drop),
+impl TfRecordFormat {
+    /// Record `n` of file `file` (data at `data_at`, `len` bytes, per the index) from its unit's bytes: its head
+    /// and both CRCs checked.
+    fn record<'b>(
+        &self,
+        unit: &Unit,
+        bytes: &'b [u8],
+        n: u64,
+        (data_at, len): (u64, u32),
+    ) -> std::result::Result<&'b [u8], TfRecordError> {
+        let head_at = data_at.checked_sub(HEAD_BYTES).and_then(|h| h.checked_sub(unit.offset));
+        let end = data_at.checked_add(u64::from(len) + 4).and_then(|e| e.checked_sub(unit.offset));
+        let (Some(head_at), Some(end)) = (head_at, end) else {
+            return Err(TfRecordError::Framing { record: n, offset: data_at, what: "lies outside its unit".into() });
+        };
+        let slice = usize::try_from(head_at).ok().zip(usize::try_from(end).ok()).and_then(|(a, e)| bytes.get(a..e));
+        let Some(frame) = slice else {
+            return Err(TfRecordError::Framing { record: n, offset: data_at, what: "lies outside its unit".into() });
+        };
+        let (head, rest) = frame.split_at(HEAD_BYTES as usize);
+        let stored = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
+        let computed = masked_crc(&head[..8]);
+        let offset = data_at - HEAD_BYTES;
+        if stored != computed {
+            return Err(TfRecordError::LengthCrc { record: n, offset, stored, computed });
         }
+        let stated = u64::from_le_bytes([head[0], head[1], head[2], head[3], head[4], head[5], head[6], head[7]]);
+        if stated != u64::from(len) {
+            return Err(TfRecordError::Framing {
+                record: n,
+                offset,
+                what: format!("its head says {stated} bytes where the index says {len}"),
+            });
+        }
+        let (data, crc) = rest.split_at(len as usize);
+        check_record(data, u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]))
+            .map_err(|e| e.in_record(n, data_at))?;
+        Ok(data)
+    }
+
+    /// One parsed record's sample into `out` (a bad sample when its image or label cannot be read).
+    fn sample(
+        &self,
+        ex: &Example,
+        name: &dyn Fn() -> String,
+        out: &mut UnitBuilder,
+    ) -> std::result::Result<(), ImageError> {
+        let bad =
+            |message: String| ImageError::new(ImageErrorKind::Corrupt, cut_message(format!("{}: {message}", name())));
+        let image = match ex.features.get(&self.image) {
+            Some(Feature::Bytes(v)) if !v.is_empty() => &v[0],
+            Some(f) => {
+                return out.bad(bad(format!("its image feature {:?} is {} with no bytes", self.image, f.kind_name())));
+            }
+            None => return out.bad(bad(format!("has no image feature {:?}", self.image))),
+        };
+        let label = match self.label.as_ref().map(|k| (k, ex.features.get(k))) {
+            None | Some((_, None | Some(Feature::Unset))) => -1,
+            Some((_, Some(Feature::Int64(v)))) => v.first().copied().unwrap_or(-1),
+            Some((k, Some(f))) => return out.bad(bad(format!("its label feature {k:?} is {}", f.kind_name()))),
+        };
+        let extras: Vec<Value> =
+            self.fields.iter().map(|k| ex.features.get(k).map_or(Value::Null, Feature::value)).collect();
+        out.image(image, label, &extras)
     }
 }
 
-/// The counts a parse has spent against its [`Limits`].
-struct Budget<'l> {
-    limits: &'l Limits,
-    features: usize,
-    values: usize,
-}
+impl RecordFormat for TfRecordFormat {
+    fn kind(&self) -> &'static str {
+        "tfrecord"
+    }
 
-impl Budget<'_> {
-    fn values(&mut self, n: usize, c: &Cursor<'_>, at: usize) -> Result<(), TfRecordError> {
-        self.values = self.values.saturating_add(n);
-        if self.values > self.limits.max_values {
-            let max = self.limits.max_values;
-            return Err(c.error(at, format!("more than {max} values in the record")));
+    fn decode_unit(&self, unit: &Unit, bytes: &[u8], out: &mut UnitBuilder) -> std::result::Result<(), ImageError> {
+        let (path, index) = self
+            .files
+            .get(unit.file as usize)
+            .ok_or_else(|| ImageError::new(ImageErrorKind::Corrupt, "a unit of no file"))?;
+        for k in 0..u64::from(unit.samples) {
+            let n = unit.first + k;
+            let name = || format!("{}#{n}", path.display());
+            let Some(&at) = usize::try_from(n).ok().and_then(|n| index.offsets.get(n)) else {
+                return Err(ImageError::new(ImageErrorKind::Corrupt, format!("{}: no such record", name())));
+            };
+            let parsed = self
+                .record(unit, bytes, n, at)
+                .and_then(|data| parse_example(data, &self.limits).map_err(|e| e.in_record(n, at.0)));
+            match parsed {
+                Ok(ex) => self.sample(&ex, &name, out)?,
+                Err(e) => {
+                    let e = ImageError::from(e);
+                    out.bad(ImageError::new(e.kind, cut_message(format!("{}: {}", name(), e.message))))?
+                }
+            }
         }
         Ok(())
     }
 }
 
-/// Parse one record's data as a `tf.train.Example`, under the rules of this module's docs (protobuf's wire and
-/// merge rules; the last map entry of a name wins).
-pub fn parse_example(data: &[u8], limits: &Limits) -> Result<Example, TfRecordError> {
-    let mut c = Cursor { buf: data, pos: 0, base: 0 };
-    let mut budget = Budget { limits, features: 0, values: 0 };
-    let mut ex = Example::default();
-    while !c.done() {
-        match c.tag()? {
-            (1, Wire::Len) => {
-                let mut features = c.len_delimited()?;
-                parse_features(&mut features, &mut ex.features, &mut budget)?;
-            }
-            (_, wire) => c.skip(wire)?,
-        }
-    }
-    Ok(ex)
-}
-
-fn parse_features(
-    c: &mut Cursor<'_>,
-    map: &mut BTreeMap<String, Feature>,
-    budget: &mut Budget<'_>,
-) -> Result<(), TfRecordError> {
-    while !c.done() {
-        let at = c.pos;
-        match c.tag()? {
-            (1, Wire::Len) => {
-                budget.features += 1;
-                if budget.features > budget.limits.max_features {
-                    let max = budget.limits.max_features;
-                    return Err(c.error(at, format!("more than {max} features in the record")));
+/// The record files of `locations`: a local directory stands for its files (sorted by name; hidden files and
+/// sidecar indexes left out), anything else for itself.
+fn record_files(locations: &[Location]) -> Result<Vec<Location>> {
+    let mut out = Vec::new();
+    for loc in locations {
+        match loc {
+            Location::Local(dir) if dir.is_dir() => {
+                let source = |m: String| TrdataError::Source { path: dir.clone(), message: m };
+                let entries = std::fs::read_dir(dir).map_err(|e| source(format!("cannot be listed: {e}")))?;
+                let mut names = Vec::new();
+                for entry in entries {
+                    let entry = entry.map_err(|e| source(format!("cannot be listed: {e}")))?;
+                    let name = entry.file_name();
+                    let text = name.to_string_lossy();
+                    if text.starts_with('.') || SIDECARS.iter().any(|s| text.ends_with(s)) {
+                        continue;
+                    }
+                    if entry.path().is_file() {
+                        names.push(name);
+                    }
                 }
-                let mut entry = c.len_delimited()?;
-                let (key, value) = parse_entry(&mut entry, budget)?;
-                map.insert(key, value);
-            }
-            (_, wire) => c.skip(wire)?,
-        }
-    }
-    Ok(())
-}
-
-/// One map entry: its key (UTF-8) and its value.
-fn parse_entry(c: &mut Cursor<'_>, budget: &mut Budget<'_>) -> Result<(String, Feature), TfRecordError> {
-    let mut key: &[u8] = b"";
-    let mut key_at = 0;
-    let mut value = Feature::Unset;
-    while !c.done() {
-        match c.tag()? {
-            (1, Wire::Len) => {
-                let k = c.len_delimited()?;
-                key = k.buf;
-                key_at = k.base;
-            }
-            (2, Wire::Len) => {
-                let mut v = c.len_delimited()?;
-                parse_feature(&mut v, &mut value, budget)?;
-            }
-            (_, wire) => c.skip(wire)?,
-        }
-    }
-    match std::str::from_utf8(key) {
-        Ok(k) => Ok((k.to_owned(), value)),
-        Err(e) => Err(TfRecordError::Protobuf {
-            offset: (key_at + e.valid_up_to()) as u64,
-            what: "a feature name is not UTF-8".into(),
-        }),
-    }
-}
-
-/// A `Feature` message merged into `value` (a list of the same kind extends it, another kind replaces it).
-fn parse_feature(c: &mut Cursor<'_>, value: &mut Feature, budget: &mut Budget<'_>) -> Result<(), TfRecordError> {
-    while !c.done() {
-        match c.tag()? {
-            (kind @ 1..=3, Wire::Len) => {
-                let mut list = c.len_delimited()?;
-                let same =
-                    matches!((kind, &*value), (1, Feature::Bytes(_)) | (2, Feature::Float(_)) | (3, Feature::Int64(_)));
-                if !same {
-                    *value = match kind {
-                        1 => Feature::Bytes(Vec::new()),
-                        2 => Feature::Float(Vec::new()),
-                        _ => Feature::Int64(Vec::new()),
-                    };
+                if names.is_empty() {
+                    return Err(source("holds no record files".into()));
                 }
-                match value {
-                    Feature::Bytes(v) => parse_bytes_list(&mut list, v, budget)?,
-                    Feature::Float(v) => parse_float_list(&mut list, v, budget)?,
-                    Feature::Int64(v) => parse_int64_list(&mut list, v, budget)?,
-                    Feature::Unset => {}
-                }
+                names.sort();
+                out.extend(names.into_iter().map(|n| Location::Local(dir.join(n))));
             }
-            (_, wire) => c.skip(wire)?,
+            loc => out.push(loc.clone()),
         }
     }
-    Ok(())
+    Ok(out)
 }
 
-fn parse_bytes_list(c: &mut Cursor<'_>, out: &mut Vec<Vec<u8>>, budget: &mut Budget<'_>) -> Result<(), TfRecordError> {
-    while !c.done() {
-        let at = c.pos;
-        match c.tag()? {
-            (1, Wire::Len) => {
-                let v = c.len_delimited()?;
-                budget.values(1, c, at)?;
-                out.push(v.buf.to_vec());
+/// The sidecar index of `file` (module docs), checked against it; None when it has none.
+fn sidecar(file: &ObjectReader, storage: &StorageOptions, limits: &Limits) -> Result<Option<RecordIndex>> {
+    for suffix in SIDECARS {
+        let side = match file.location() {
+            Location::Local(p) => {
+                let mut s = p.as_os_str().to_owned();
+                s.push(suffix);
+                let p = PathBuf::from(s);
+                if !p.is_file() {
+                    continue;
+                }
+                Location::Local(p)
             }
-            (_, wire) => c.skip(wire)?,
-        }
+            Location::Url { scheme, url } => {
+                let mut url = url.clone();
+                url.set_path(&format!("{}{suffix}", url.path()));
+                Location::Url { scheme: *scheme, url }
+            }
+        };
+        let reader = match ObjectReader::open(&side, storage) {
+            Ok(r) => r,
+            Err(e) if side.is_remote() => {
+                let _ = e; // an object that is not there: no sidecar
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        return parse_sidecar(&reader, file.size(), limits).map(Some);
     }
-    Ok(())
+    Ok(None)
 }
 
-fn parse_float_list(c: &mut Cursor<'_>, out: &mut Vec<f32>, budget: &mut Budget<'_>) -> Result<(), TfRecordError> {
-    let f32_of = |b: &[u8]| f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-    while !c.done() {
-        let at = c.pos;
-        match c.tag()? {
-            (1, Wire::I32) => {
-                let v = c.take(4, "a float")?;
-                budget.values(1, c, at)?;
-                out.push(f32_of(v.buf));
-            }
-            (1, Wire::Len) => {
-                let v = c.len_delimited()?;
-                if v.buf.len() % 4 != 0 {
-                    return Err(c.error(at, format!("a packed float list of {} bytes", v.buf.len())));
-                }
-                budget.values(v.buf.len() / 4, c, at)?;
-                out.reserve(v.buf.len() / 4);
-                out.extend(v.buf.chunks_exact(4).map(f32_of));
-            }
-            (_, wire) => c.skip(wire)?,
-        }
+/// Bytes of a sidecar line at most (two 20-digit numbers, a space, a newline).
+const SIDECAR_LINE_BYTES: u64 = 42;
+
+/// A sidecar index read from `side`, checked against a record file of `file_len` bytes.
+fn parse_sidecar(side: &ObjectReader, file_len: u64, limits: &Limits) -> Result<RecordIndex> {
+    let most_records = (file_len / FRAME_BYTES).min(limits.max_records);
+    let cap = most_records.saturating_add(1).saturating_mul(SIDECAR_LINE_BYTES).min(1 << 30);
+    if side.size() > cap {
+        return Err(side.source_error(format!(
+            "a sidecar index of {} bytes for a record file of {file_len} bytes (at most {cap})",
+            side.size()
+        )));
     }
-    Ok(())
+    let text = side.read_growing(0, side.size()).map_err(|e| side.source_error(e.message))?;
+    let max_len = limits.max_record_bytes.min(u64::from(u32::MAX));
+    let mut offsets = Vec::new();
+    let mut at = 0u64;
+    for (i, line) in text.split(|&b| b == b'\n').enumerate() {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            continue;
+        }
+        let bad = |why: String| side.source_error(format!("sidecar line {}: {why}", i + 1));
+        let number = |s: &[u8]| -> Option<u64> {
+            (!s.is_empty() && s.len() <= 20 && s.iter().all(u8::is_ascii_digit))
+                .then(|| std::str::from_utf8(s).ok()?.parse().ok())
+                .flatten()
+        };
+        let mut parts = line.split(|&b| b == b' ').filter(|p| !p.is_empty());
+        let (Some(start), Some(size), None) =
+            (parts.next().and_then(number), parts.next().and_then(number), parts.next())
+        else {
+            return Err(bad(format!("{:?} is not two numbers", String::from_utf8_lossy(line))));
+        };
+        if start != at {
+            return Err(bad(format!("a record at byte {start} where the one before ends at {at}")));
+        }
+        if size < FRAME_BYTES || size - FRAME_BYTES > max_len {
+            return Err(bad(format!("a record of {size} bytes (16 to {} with its framing)", max_len + FRAME_BYTES)));
+        }
+        let end = start.checked_add(size).filter(|&e| e <= file_len);
+        let Some(end) = end else {
+            return Err(bad(format!("a record at byte {start} of {size} bytes ends past the file's {file_len}")));
+        };
+        if offsets.len() as u64 >= most_records {
+            return Err(bad(format!("more than {most_records} records")));
+        }
+        offsets.push((start + HEAD_BYTES, (size - FRAME_BYTES) as u32));
+        at = end;
+    }
+    if at != file_len {
+        return Err(side.source_error(format!("the sidecar index ends at byte {at}, the record file at {file_len}")));
+    }
+    Ok(RecordIndex { offsets })
 }
 
-fn parse_int64_list(c: &mut Cursor<'_>, out: &mut Vec<i64>, budget: &mut Budget<'_>) -> Result<(), TfRecordError> {
-    while !c.done() {
-        let at = c.pos;
-        match c.tag()? {
-            (1, Wire::Varint) => {
-                let v = c.varint()?;
-                budget.values(1, c, at)?;
-                out.push(v as i64);
+/// The records of `file` from one scan of its 12-byte heads (read ahead in windows: 4 KiB locally, 256 KiB from
+/// a store, so a store is asked once for many small records).
+fn scan(file: &ObjectReader, limits: &Limits) -> Result<RecordIndex> {
+    let window: u64 = if file.location().is_remote() { 256 << 10 } else { 4 << 10 };
+    let size = file.size();
+    let mut buf = Vec::new();
+    let mut buf_at = 0u64;
+    let mut read = |offset: u64, len: usize| -> io::Result<Vec<u8>> {
+        let len64 = len as u64;
+        let inside = offset >= buf_at && offset.saturating_add(len64) <= buf_at + buf.len() as u64;
+        if !inside {
+            let n = window.max(len64).min(size.saturating_sub(offset));
+            file.read_range(offset, n, n, &mut buf).map_err(|e| io::Error::other(e.message))?;
+            buf_at = offset;
+        }
+        let a = (offset - buf_at) as usize;
+        buf.get(a..a + len)
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "short read"))
+    };
+    index_records(&mut read, size, limits).map_err(|e| file.source_error(e.to_string()))
+}
+
+/// The units of file `file` (index `index`): runs of consecutive records whose decoded bound
+/// ([`record_bound`]) stays within [`DEFAULT_BLOCK_BYTES`] (at least one record each).
+fn units_of(file: u32, index: &RecordIndex, fields: usize) -> Vec<Unit> {
+    let offsets = &index.offsets;
+    let mut units = Vec::new();
+    let mut k = 0;
+    while k < offsets.len() {
+        let start = k;
+        let (mut bound, mut len) = (table_bytes(0), 0u64);
+        while k < offsets.len() {
+            let b = record_bound(offsets[k].1, fields);
+            if k > start && bound + b > DEFAULT_BLOCK_BYTES {
+                break;
             }
-            (1, Wire::Len) => {
-                let mut packed = c.len_delimited()?;
-                // Each varint ends at a byte below 0x80: their count bounds the values before any is kept.
-                let n = packed.buf.iter().filter(|&&b| b < 0x80).count();
-                budget.values(n, c, at)?;
-                out.reserve(n);
-                while !packed.done() {
-                    out.push(packed.varint()? as i64);
-                }
+            bound += b;
+            len += u64::from(offsets[k].1) + FRAME_BYTES;
+            k += 1;
+        }
+        units.push(Unit {
+            file,
+            offset: offsets[start].0 - HEAD_BYTES,
+            len,
+            samples: (k - start) as u32,
+            first: start as u64,
+            inflate: None,
+            decoded_bytes: bound,
+            tag: 0,
+        });
+    }
+    units
+}
+
+/// The first record of `files` that reads and parses (of the first [`FIRST_RECORDS_TRIED`] records): how the
+/// source learns the feature names.
+fn first_example(files: &[(ObjectReader, RecordIndex)], limits: &Limits) -> Result<Example> {
+    let mut last = None;
+    for (reader, index) in files {
+        for (n, &(at, len)) in index.offsets.iter().enumerate().take(FIRST_RECORDS_TRIED) {
+            let mut buf = Vec::new();
+            let got = reader
+                .read_range(at, u64::from(len) + 4, u64::from(len) + 4, &mut buf)
+                .map_err(|e| TfRecordError::Io { record: n as u64, offset: at, message: e.message })
+                .and_then(|()| {
+                    let (data, crc) = buf.split_at(len as usize);
+                    check_record(data, u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]))
+                        .and_then(|()| parse_example(data, limits))
+                        .map_err(|e| e.in_record(n as u64, at))
+                });
+            match got {
+                Ok(ex) => return Ok(ex),
+                Err(e) => last = Some(reader.source_error(e.to_string())),
             }
-            (_, wire) => c.skip(wire)?,
+        }
+        if !index.offsets.is_empty() {
+            break;
         }
     }
-    Ok(())
+    Err(last.unwrap_or_else(|| TrdataError::Source {
+        path: files.first().map_or_else(PathBuf::new, |(r, _)| r.name().to_path_buf()),
+        message: "the TFRecord files hold no records".into(),
+    }))
+}
+
+/// The features of the first record, in words (for errors).
+fn listing(ex: &Example) -> String {
+    let names: Vec<String> = ex.features.iter().map(|(k, f)| format!("{k:?} ({})", f.kind_name())).collect();
+    names.join(", ")
+}
+
+/// Which features make a sample: (image, label, extras), checked against the first record's features.
+fn choose(columns: &Columns, first: &Example, name: &Path) -> Result<(String, Option<String>, Vec<String>)> {
+    let has = |k: &str, kind: fn(&Feature) -> bool| first.features.get(k).is_some_and(kind);
+    let is_bytes = |f: &Feature| matches!(f, Feature::Bytes(_));
+    let is_int = |f: &Feature| matches!(f, Feature::Int64(_));
+    let at = name.display();
+    let image = match &columns.image {
+        Some(k) if has(k, is_bytes) => k.clone(),
+        Some(k) => {
+            return Err(TrdataError::config(
+                IMAGE_COLUMN,
+                format!("{k:?} is not a bytes feature of {at}'s first record (its features: {})", listing(first)),
+            ));
+        }
+        None => match IMAGE_KEYS.iter().find(|k| has(k, is_bytes)) {
+            Some(k) => (*k).to_string(),
+            None => {
+                return Err(TrdataError::config(
+                    IMAGE_COLUMN,
+                    format!(
+                        "{at}'s first record has no bytes feature \"image/encoded\" or \"image\": name the image's \
+                         (its features: {})",
+                        listing(first)
+                    ),
+                ));
+            }
+        },
+    };
+    let label = match &columns.label {
+        LabelColumn::Absent => None,
+        LabelColumn::Default => LABEL_KEYS.iter().find(|k| has(k, is_int)).map(|k| (*k).to_string()),
+        LabelColumn::Named(k) if has(k, is_int) => Some(k.clone()),
+        LabelColumn::Named(k) => {
+            return Err(TrdataError::config(
+                LABEL_COLUMN,
+                format!("{k:?} is not an int64 feature of {at}'s first record (its features: {})", listing(first)),
+            ));
+        }
+    };
+    let extras = match &columns.extras {
+        None => first.features.keys().filter(|k| **k != image && Some(*k) != label.as_ref()).cloned().collect(),
+        Some(list) => {
+            if let Some(k) = list.iter().find(|k| !first.features.contains_key(*k)) {
+                return Err(TrdataError::config(
+                    EXTRAS,
+                    format!("{k:?} is not a feature of {at}'s first record (its features: {})", listing(first)),
+                ));
+            }
+            list.clone()
+        }
+    };
+    Ok((image, label, extras))
+}
+
+/// Open TFRecord files as a record source (module docs): `files` are record files or local directories of them
+/// (sorted), each indexed from its sidecar or one scan of its heads, its features chosen from the first record.
+pub fn open(
+    files: &[Location],
+    storage: &StorageOptions,
+    columns: &Columns,
+) -> Result<(Catalogue, Box<dyn RecordFormat>)> {
+    let limits = Limits::default();
+    let mut opened = Vec::new();
+    for loc in record_files(files)? {
+        let reader = ObjectReader::open(&loc, storage)?;
+        let index = match sidecar(&reader, storage, &limits)? {
+            Some(index) => index,
+            None => scan(&reader, &limits)?,
+        };
+        opened.push((reader, index));
+    }
+    let first = first_example(&opened, &limits)?;
+    let name = opened.first().map_or_else(PathBuf::new, |(r, _)| r.name().to_path_buf());
+    let (image, label, fields) = choose(columns, &first, &name)?;
+    let mut units = Vec::new();
+    for (k, (_, index)) in opened.iter().enumerate() {
+        units.extend(units_of(k as u32, index, fields.len()));
+    }
+    let (readers, indexes): (Vec<ObjectReader>, Vec<RecordIndex>) = opened.into_iter().unzip();
+    let format = TfRecordFormat {
+        files: readers.iter().map(|r| r.name().to_path_buf()).zip(indexes).collect(),
+        image,
+        label,
+        fields: fields.clone(),
+        limits,
+    };
+    Ok((Catalogue { files: readers, units, fields, classes: Vec::new() }, Box::new(format)))
 }
 
 #[cfg(test)]
@@ -896,30 +1233,33 @@ mod tests {
         let mut data = vec![2 << 3, 0x96, 0x01, (3 << 3) | 1, 1, 2, 3, 4, 5, 6, 7, 8, (4 << 3) | 5, 1, 2, 3, 4];
         field_len(9, b"junk", &mut data);
         data.extend_from_slice(&base);
-        // Field 1 with a wrong wire type is unknown too.
-        data.extend_from_slice(&[1 << 3, 5]);
         assert_eq!(parse_example(&data, &limits).unwrap(), reference());
+        // A group (wire types 3 and 4) of an unknown field is skipped whole, as protobuf skips it.
+        let mut grouped = vec![(5 << 3) | 3, 1 << 3, 7, (5 << 3) | 4];
+        grouped.extend_from_slice(&base);
+        assert_eq!(parse_example(&grouped, &limits).unwrap(), reference());
 
-        let refused = |bytes: &[u8], offset: u64, what: &str| {
+        let refused = |bytes: &[u8], what: &str| {
             let e = parse_example(bytes, &limits).unwrap_err();
             match &e {
-                TfRecordError::Protobuf { offset: o, what: w } => {
-                    assert_eq!((*o, w.contains(what)), (offset, true), "{e:?}")
-                }
+                TfRecordError::Protobuf { what: w } => assert!(w.contains(what), "{e:?} lacks {what:?}"),
                 _ => panic!("{e:?}"),
             }
+            assert!(e.to_string().starts_with("not a tf.train.Example: "), "{e}");
         };
-        refused(&[(5 << 3) | 3], 0, "group");
-        refused(&[(5 << 3) | 4], 0, "group");
-        refused(&[(5 << 3) | 6], 0, "wire type 6");
-        refused(&[0], 0, "field number 0");
-        refused(&[0x80; 11], 0, "longer than 10 bytes");
-        refused(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02], 0, "64 bits");
-        refused(&[0x80, 0x80, 0x80, 0x80, 0x10], 0, "tag does not fit");
-        refused(&[0x0a, 0x05, 1], 1, "says 5 bytes, 1 remain");
-        refused(&[0x0a], 1, "cut short");
-        refused(&[0x0a, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01], 1, "remain");
-        // A packed float list of 3 bytes, at its tag (data offset 8).
+        // Field 1 with another wire type than its own.
+        refused(&[1 << 3, 5], "wire type");
+        refused(&[(5 << 3) | 3], "");
+        refused(&[(5 << 3) | 4], "end group");
+        refused(&[(5 << 3) | 6], "wire type");
+        refused(&[0], "tag");
+        refused(&[0x80; 11], "varint");
+        refused(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02], "varint");
+        refused(&[0x80, 0x80, 0x80, 0x80, 0x10], "");
+        refused(&[0x0a, 0x05, 1], "underflow");
+        refused(&[0x0a], "");
+        refused(&[0x0a, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01], "");
+        // A packed float list of 3 bytes.
         let mut fl = Vec::new();
         field_len(1, &[0, 0, 0], &mut fl);
         let mut f = Vec::new();
@@ -930,15 +1270,19 @@ mod tests {
         field_len(1, &entry, &mut fs);
         let mut out = Vec::new();
         field_len(1, &fs, &mut out);
-        refused(&out, 8, "packed float list of 3 bytes");
-        // A feature name that is not UTF-8, at its bad byte.
+        refused(&out, "");
+        // A feature name that is not UTF-8.
         let mut entry = Vec::new();
         field_len(1, b"ab\xff", &mut entry);
         let mut fs = Vec::new();
         field_len(1, &entry, &mut fs);
         let mut out = Vec::new();
         field_len(1, &fs, &mut out);
-        refused(&out, 8, "not UTF-8");
+        refused(&out, "UTF-8");
+        // A record past the length limit is refused before prost sees it.
+        let small = Limits { max_record_bytes: 3, ..limits };
+        let e = parse_example(&base, &small).unwrap_err();
+        assert!(e.to_string().contains("the limit is 3"), "{e}");
     }
 
     #[test]
@@ -1100,6 +1444,211 @@ mod tests {
                         let _ = parse_example(&d, &Limits::default());
                     }
                 }
+            }
+        }
+    }
+
+    // ---- the source, on files written by the `tfrecord` package (tests/data/formats/make_fixtures.py) ----
+
+    use crate::source::records::{Columns, LabelColumn, Value};
+    use crate::source::records_testing::{copy_dir, fixture, image, open_with, read_all, short};
+
+    fn list(v: Vec<Value>) -> Value {
+        Value::List(v)
+    }
+
+    #[test]
+    fn the_fixtures_read_as_the_writer_wrote_them() {
+        let dir = fixture("tfrecord");
+        let ds = open_with(open, &[&dir], &Columns::default()).unwrap();
+        let store = ds.store_as::<crate::source::records::RecordFiles>().unwrap();
+        assert_eq!(store.catalogue().fields, ["image/bbox", "image/filename", "image/size"]);
+        let got = read_all(&ds);
+        let f = |x: f32| Value::Float(f64::from(x));
+        let b = |s: &str| Value::Bytes(s.as_bytes().to_vec());
+        let i = |v: &[i64]| list(v.iter().map(|&x| Value::Int(x)).collect());
+        let want = [
+            ("train-00000.tfrecord#0", "red.jpg", 1, vec![list(vec![f(0.25), f(0.5)]), b("red.jpg"), i(&[8, 6])]),
+            ("train-00000.tfrecord#1", "green.png", 2, vec![f(0.75), b("green.png"), i(&[4, 5])]),
+            ("train-00000.tfrecord#2", "blue.jpg", -1, vec![list(vec![]), Value::Null, i(&[5, 7])]),
+            (
+                "train-00001.tfrecord#0",
+                "grey.jpg",
+                4,
+                vec![list(vec![f(1.0), f(2.0), f(3.0)]), b("grey.jpg"), i(&[3, 3])],
+            ),
+            ("train-00001.tfrecord#1", "red.jpg", 5, vec![f(0.5), b("red.jpg"), i(&[8, 6])]),
+        ];
+        assert_eq!(got.len(), want.len());
+        for ((name, read), (wname, wimage, wlabel, wextras)) in got.into_iter().zip(want) {
+            assert_eq!(short(&name), wname);
+            let (bytes, shape, label, extras) = read.unwrap();
+            assert_eq!((bytes, shape, label), (image(wimage), None, wlabel), "{name}");
+            assert_eq!(extras, wextras, "{name}");
+        }
+
+        // Named columns; no label; a file given alone (with its sidecar).
+        let cols = Columns {
+            image: Some("image/encoded".into()),
+            label: LabelColumn::Absent,
+            extras: Some(vec!["image/filename".into()]),
+        };
+        let ds = open_with(open, &[&dir.join("train-00001.tfrecord")], &cols).unwrap();
+        let got = read_all(&ds);
+        let (bytes, _, label, extras) = got[0].1.clone().unwrap();
+        assert_eq!((bytes, label, extras), (image("grey.jpg"), -1, vec![b("grey.jpg")]));
+        assert_eq!(got.len(), 2);
+
+        // Columns that the first record lacks or holds with another type.
+        let config = |cols: Columns, parameter: &str| match open_with(open, &[&dir], &cols) {
+            Err(TrdataError::Config { parameter: p, message }) => {
+                assert_eq!(p, parameter, "{message}");
+                assert!(message.contains("train-00000.tfrecord"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        };
+        config(Columns { image: Some("image/size".into()), ..Columns::default() }, IMAGE_COLUMN);
+        config(Columns { label: LabelColumn::Named("image/filename".into()), ..Columns::default() }, LABEL_COLUMN);
+        config(Columns { extras: Some(vec!["nope".into()]), ..Columns::default() }, EXTRAS);
+    }
+
+    fn source_error(r: Result<crate::source::Dataset>) -> (PathBuf, String) {
+        match r {
+            Err(TrdataError::Source { path, message }) => (path, message),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_lying_sidecar_is_refused_or_costs_its_records() {
+        let dir = copy_dir(&fixture("tfrecord"), "tfrecord-sidecar");
+        let side = dir.join("train-00001.tfrecord.tfindex");
+        let file = dir.join("train-00001.tfrecord");
+        for (text, what) in [
+            ("0 491\n491 784\n", "ends at byte 1275"),
+            ("0 491\n492 784\n", "line 2: a record at byte 492"),
+            ("0 491\n491 785\n1276 16\n", "ends past"),
+            ("0 15\n", "a record of 15 bytes"),
+            ("0 491 7\n", "not two numbers"),
+            ("0 -491\n", "not two numbers"),
+            ("0 99999999999999999999999\n", "not two numbers"),
+        ] {
+            std::fs::write(&side, text).unwrap();
+            let (path, message) = source_error(open_with(open, &[&file], &Columns::default()));
+            assert_eq!(path, side, "{message}");
+            assert!(message.contains(what), "{text:?}: {message}");
+        }
+        // One entry for the whole file: it tiles the file, but the head of its record says otherwise when read
+        // (the file comes second: the first record, which names the features, is the other file's).
+        std::fs::write(&side, "0 1276\n").unwrap();
+        let first = dir.join("train-00000.tfrecord");
+        let ds = open_with(open, &[&first, &file], &Columns::default()).unwrap();
+        let got = read_all(&ds);
+        assert_eq!(got.len(), 4);
+        let e = got[3].1.clone().unwrap_err();
+        assert_eq!(e.kind, ImageErrorKind::Corrupt);
+        assert!(e.message.contains("train-00001.tfrecord#0") && e.message.contains("index says 1260"), "{e:?}");
+        // Alone, the file has no record that reads: refused at open.
+        let (path, message) = source_error(open_with(open, &[&file], &Columns::default()));
+        assert!(path == file && message.contains("record 0"), "{message}");
+        // Without the sidecar: the scan.
+        std::fs::remove_file(&side).unwrap();
+        assert_eq!(read_all(&open_with(open, &[&file], &Columns::default()).unwrap()).len(), 2);
+    }
+
+    #[test]
+    fn a_bad_record_is_one_bad_sample_and_bad_framing_refuses_the_file() {
+        let dir = copy_dir(&fixture("tfrecord"), "tfrecord-bad");
+        let path = dir.join("train-00000.tfrecord");
+        let good = std::fs::read(&path).unwrap();
+        let ix = index_bytes(&good, &Limits::default()).unwrap();
+        // A byte of record 1's data flipped: its data CRC fails; records 0 and 2 read.
+        let mut bad = good.clone();
+        bad[ix.offsets[1].0 as usize + 30] ^= 0x10;
+        std::fs::write(&path, &bad).unwrap();
+        let got = read_all(&open_with(open, &[&path], &Columns::default()).unwrap());
+        assert!(got[0].1.is_ok() && got[2].1.is_ok());
+        let e = got[1].1.clone().unwrap_err();
+        assert_eq!(e.kind, ImageErrorKind::Corrupt);
+        assert!(e.message.contains("train-00000.tfrecord#1") && e.message.contains("CRC"), "{e:?}");
+
+        // A cut file and a head whose CRC fails: the scan refuses the file, naming the record and the byte.
+        std::fs::write(&path, &good[..good.len() - 3]).unwrap();
+        let (p, message) = source_error(open_with(open, &[&path], &Columns::default()));
+        assert_eq!(p, path);
+        assert!(message.contains("record 2") && message.contains("cut short"), "{message}");
+        let mut bad = good.clone();
+        bad[ix.offsets[1].0 as usize - 12] ^= 1;
+        std::fs::write(&path, &bad).unwrap();
+        let (_, message) = source_error(open_with(open, &[&path], &Columns::default()));
+        assert!(message.contains("record 1") && message.contains("length's CRC"), "{message}");
+
+        // A record whose data CRC holds but which is not an Example: one bad sample.
+        let mut file = Vec::new();
+        frame_record(&encode_example(&reference(), true), &mut file);
+        frame_record(&[0x0a, 0x05, 1], &mut file);
+        std::fs::write(&path, &file).unwrap();
+        let got = read_all(&open_with(open, &[&path], &Columns::default()).unwrap());
+        assert_eq!(got[0].1.clone().unwrap().0, b"\xff\xd8xyz");
+        let e = got[1].1.clone().unwrap_err();
+        assert!(e.message.contains("#1") && e.message.contains("tf.train.Example"), "{e:?}");
+
+        // No records at all.
+        std::fs::write(&path, b"").unwrap();
+        let (_, message) = source_error(open_with(open, &[&path], &Columns::default()));
+        assert!(message.contains("no records"), "{message}");
+    }
+
+    #[test]
+    fn units_are_runs_of_records_within_the_decoded_bound() {
+        let mb = 3 << 20;
+        let ix = RecordIndex { offsets: (0..5u64).map(|k| (12 + k * (mb + 16), mb as u32)).collect() };
+        let units = units_of(7, &ix, 0);
+        let runs: Vec<(u64, u64, u32, u64)> = units.iter().map(|u| (u.offset, u.len, u.samples, u.first)).collect();
+        let frame = mb + 16;
+        assert_eq!(runs, vec![(0, 2 * frame, 2, 0), (2 * frame, 2 * frame, 2, 2), (4 * frame, frame, 1, 4)]);
+        assert!(units.iter().all(|u| u.file == 7 && u.decoded_bytes <= DEFAULT_BLOCK_BYTES));
+        assert_eq!(units[0].decoded_bytes, 2 * record_bound(mb as u32, 0) + table_bytes(0));
+        // With extras, each record may decode to 9 times its bytes: one record a unit, its bound past 8 MiB.
+        let units = units_of(0, &ix, 2);
+        assert_eq!(units.len(), 5);
+        assert_eq!(units[0].decoded_bytes, 9 * mb + 2 + MESSAGE_BYTES + table_bytes(1));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: cases(300), ..ProptestConfig::default() })]
+
+        /// The fixture files with random edits (bytes replaced, inserted, cut; in a record file or the
+        /// sidecar): the source opens with a typed error or reads every sample to its bytes or a typed error.
+        #[test]
+        fn edited_fixture_files_never_panic(
+            which in 0usize..3,
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>(), 0u8..4), 1..4),
+        ) {
+            let names = ["train-00000.tfrecord", "train-00001.tfrecord", "train-00001.tfrecord.tfindex"];
+            let dir = copy_dir(&fixture("tfrecord"), "tfrecord-prop");
+            let path = dir.join(names[which]);
+            let mut data = std::fs::read(&path).unwrap();
+            for (at, byte, op) in edits {
+                let at = at % (data.len() + 1);
+                match op {
+                    0 if at < data.len() => data[at] = byte,
+                    1 => data.insert(at, byte),
+                    2 => data.truncate(at),
+                    _ if at < data.len() => data[at] ^= 1 << (byte % 8),
+                    _ => {}
+                }
+            }
+            std::fs::write(&path, &data).unwrap();
+            match open_with(open, &[&dir], &Columns::default()) {
+                Ok(ds) => {
+                    for (_, r) in read_all(&ds) {
+                        if let Err(e) = r {
+                            prop_assert!(matches!(e.kind, ImageErrorKind::Corrupt | ImageErrorKind::TooLarge), "{e:?}");
+                        }
+                    }
+                }
+                Err(e) => prop_assert!(matches!(e, TrdataError::Source { .. } | TrdataError::Config { .. }), "{e:?}"),
             }
         }
     }

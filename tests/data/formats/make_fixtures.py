@@ -1,0 +1,130 @@
+"""Write the small fixture files of tests/data/formats/ with the other projects' own writers.
+
+The Rust tests (src/source/tfrecord.rs, mds.rs, litdata.rs) read these bytes and check images, labels and
+extras against the values below; nothing here is hand-framed.
+
+Run in a throwaway venv (not the project's), from the repository root:
+
+    python3 -m venv /tmp/refvenv
+    /tmp/refvenv/bin/pip install tfrecord protobuf crc32c pillow numpy mosaicml-streaming litdata
+    /tmp/refvenv/bin/python tests/data/formats/make_fixtures.py [tfrecord|mds|litdata ...]
+
+Versions that wrote the committed files: tfrecord 1.14.6 (protobuf 7.36.2), mosaicml-streaming and litdata
+as printed in the VERSIONS file next to this script (it is rewritten each run).
+"""
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+
+from PIL import Image
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def images():
+    """Four tiny images: two JPEGs, a PNG, a grey JPEG (their bytes are also written to images/)."""
+    out = []
+    for name, mode, size, color, fmt in [
+        ("red.jpg", "RGB", (8, 6), (255, 0, 0), "JPEG"),
+        ("green.png", "RGB", (4, 5), (0, 200, 0), "PNG"),
+        ("blue.jpg", "RGB", (5, 7), (0, 0, 250), "JPEG"),
+        ("grey.jpg", "L", (3, 3), 128, "JPEG"),
+    ]:
+        buf = io.BytesIO()
+        Image.new(mode, size, color).save(buf, fmt, quality=90)
+        out.append((name, buf.getvalue()))
+    d = os.path.join(HERE, "images")
+    os.makedirs(d, exist_ok=True)
+    for name, data in out:
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)
+    return out
+
+
+def fresh(name):
+    d = os.path.join(HERE, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    return d
+
+
+def tfrecord():
+    """Two files of tf.train.Example records (tfrecord's TFRecordWriter); the second has a .tfindex sidecar
+    (tfrecord's tools/tfrecord2idx)."""
+    from tfrecord import TFRecordWriter
+    from tfrecord.tools.tfrecord2idx import create_index
+
+    imgs = images()
+    d = fresh("tfrecord")
+    rows = [
+        # file 0
+        [
+            {"image/encoded": (imgs[0][1], "byte"), "image/class/label": (1, "int"),
+             "image/filename": (b"red.jpg", "byte"), "image/bbox": ([0.25, 0.5], "float"),
+             "image/size": ([8, 6], "int")},
+            {"image/encoded": (imgs[1][1], "byte"), "image/class/label": (2, "int"),
+             "image/filename": (b"green.png", "byte"), "image/bbox": ([0.75], "float"),
+             "image/size": ([4, 5], "int")},
+            # no filename, no label: Null extra, label -1
+            {"image/encoded": (imgs[2][1], "byte"), "image/bbox": ([], "float"), "image/size": ([5, 7], "int")},
+        ],
+        # file 1
+        [
+            {"image/encoded": (imgs[3][1], "byte"), "image/class/label": (4, "int"),
+             "image/filename": (b"grey.jpg", "byte"), "image/bbox": ([1.0, 2.0, 3.0], "float"),
+             "image/size": ([3, 3], "int")},
+            {"image/encoded": (imgs[0][1], "byte"), "image/class/label": (5, "int"),
+             "image/filename": (b"red.jpg", "byte"), "image/bbox": ([0.5], "float"),
+             "image/size": ([8, 6], "int")},
+        ],
+    ]
+    for k, records in enumerate(rows):
+        path = os.path.join(d, f"train-{k:05}.tfrecord")
+        w = TFRecordWriter(path)
+        for r in records:
+            w.write(r)
+        w.close()
+    create_index(os.path.join(d, "train-00001.tfrecord"), os.path.join(d, "train-00001.tfrecord.tfindex"))
+
+
+def mds():
+    """Mosaic MDS datasets (streaming's MDSWriter): `mds/plain` uncompressed in shards of at most 1400 bytes,
+    `mds/zstd` and `mds/gz` whole-shard compressed, `mds/pil` raw pixels (modes L and RGB)."""
+    from streaming import MDSWriter
+
+    images()
+    d = fresh("mds")
+    cols = {"image": "jpeg", "label": "int", "name": "str", "score": "float64", "small": "uint8",
+            "meta": "json", "raw": "bytes"}
+    jpegs = ["red.jpg", "blue.jpg", "grey.jpg"]
+    for sub, compression, limit in [("plain", None, 1400), ("zstd", "zstd", 1 << 20), ("gz", "gz", 1 << 20)]:
+        with MDSWriter(out=os.path.join(d, sub), columns=cols, compression=compression, size_limit=limit) as w:
+            for k, name in enumerate(jpegs):
+                w.write({"image": Image.open(os.path.join(HERE, "images", name)), "label": k + 10,
+                         "name": name, "score": k / 4, "small": 200 + k, "meta": {"k": k}, "raw": bytes([k] * k)})
+    with MDSWriter(out=os.path.join(d, "pil"), columns={"image": "pil", "label": "int"}) as w:
+        w.write({"image": Image.frombytes("RGB", (3, 2), bytes(range(18))), "label": 0})
+        w.write({"image": Image.frombytes("L", (2, 2), bytes([1, 2, 3, 4])), "label": 1})
+
+
+def main():
+    which = sys.argv[1:] or ["tfrecord", "mds", "litdata"]
+    versions = {}
+    for name in which:
+        globals()[name]()
+    for pkg in ["tfrecord", "protobuf", "mosaicml-streaming", "litdata", "pillow", "numpy"]:
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    with open(os.path.join(HERE, "VERSIONS"), "a") as f:
+        f.write(json.dumps({"wrote": which, "versions": versions}, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()
