@@ -7,6 +7,7 @@ to. Importable from tests (on pytest's path) and from benches (which put tests/ 
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import socket
 import subprocess
@@ -359,4 +360,104 @@ def start_s3_read_server(folder: Path, *, latency_s: float = 0.0, rate: float | 
     server.in_flight, server.most_in_flight, server.in_flight_s = 0, 0, 0.0
     server.in_flight_since = time.monotonic()
     server.endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    return serve(server)
+
+
+class HubHandler(http.server.BaseHTTPRequestHandler):
+    """The Hugging Face Hub's URL layout over the files of a folder, for ``hf://datasets/org/name``: the revision
+    API (``/api/datasets/org/name/revision/<rev>`` → ``{"sha"}``), the tree API (``/api/datasets/org/name/tree/
+    <sha>[/<path>]?recursive=true``: every file below, one page) and resolve URLs (``/datasets/org/name/resolve/
+    <sha>/<path>``) answering ``302 Found`` to the file store (``server.store``, a RangeHandler server) with a
+    presigned-looking query, as the Hub sends LFS/xet files to its CDN. With ``server.token`` every request must
+    carry ``Authorization: Bearer <token>`` (else 401); ``server.throttle`` > 0 answers that many resolve requests
+    ``429`` with ``Retry-After: 1`` first. ``server.requests`` logs (method, path, authorization)."""
+
+    SHA = "0123456789abcdef0123456789abcdef01234567"
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        pass
+
+    def _json(self, value: Any) -> None:
+        body = json.dumps(value).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        server: Any = self.server
+        auth = self.headers.get("Authorization")
+        path = self.path.split("?", 1)[0]
+        with server.lock:
+            server.requests.append(("GET", path, auth))
+        if server.token is not None and auth != f"Bearer {server.token}":
+            self.send_error(401, "Unauthorized")
+            return
+        api = "/api/datasets/org/name/"
+        if path.startswith(api + "revision/"):
+            self._json({"id": "org/name", "sha": self.SHA})
+            return
+        if path.startswith(api + f"tree/{self.SHA}"):
+            below = path.removeprefix(api + f"tree/{self.SHA}").strip("/")
+            root = Path(server.folder) / below
+            files = sorted(p for p in root.rglob("*") if p.is_file())
+            self._json(
+                [
+                    {
+                        "type": "file",
+                        "path": str(p.relative_to(server.folder)),
+                        "size": p.stat().st_size,
+                        "oid": "0",
+                    }
+                    for p in files
+                ]
+            )
+            return
+        resolve = f"/datasets/org/name/resolve/{self.SHA}/"
+        if path.startswith(resolve):
+            with server.lock:
+                throttle = server.throttle > 0
+                server.throttle -= throttle
+            if throttle:
+                self.send_response(429)
+                self.send_header("Retry-After", "1")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(302)
+            self.send_header(
+                "Location", f"{server.store.base}/{path.removeprefix(resolve)}?X-Amz-Expires=3600"
+            )
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_error(404)
+
+
+class StoreHandler(RangeHandler):
+    """A RangeHandler that logs each GET's ``Authorization`` header in ``server.auth`` (the Hub's file store must
+    never get the Hub's token)."""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        server: Any = self.server
+        with server.lock:
+            server.auth.append(self.headers.get("Authorization"))
+        super().do_GET()
+
+
+def start_hub(folder: Path, token: str | None = None, throttle: int = 0) -> Any:
+    """A HubHandler server over `folder` (and a file store serving the same folder, `server.store`, whose
+    ``auth`` lists the Authorization headers it got); `server.base` is the endpoint
+    (``storage_options={"hf_endpoint": server.base}``)."""
+    server: Any = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HubHandler)
+    server.folder, server.token, server.throttle = str(folder), token, throttle
+    server.lock, server.requests = threading.Lock(), []
+    handler = lambda *a, **k: StoreHandler(*a, directory=str(folder), **k)  # noqa: E731
+    store: Any = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    store.lock, store.gets, store.fail_gets, store.auth = threading.Lock(), 0, 0, []
+    store.etags, store.corrupt, store.corrupted = False, None, 0
+    store.base = f"http://127.0.0.1:{store.server_address[1]}"
+    server.store = serve(store)
+    server.base = f"http://127.0.0.1:{server.server_address[1]}"
     return serve(server)

@@ -441,3 +441,39 @@ def test_a_datasets_dataset_given_as_it_is_is_read_undecoded(tmp_path: Path) -> 
     assert torch.equal((got * 255).round().to(torch.uint8), want)
     assert list(np.asarray(batch.labels)) == [i % 3 for i in range(7)]
     assert list(batch.extras["text"]) == [f"row {i}" for i in range(7)]
+
+
+def test_hub_parquet_over_a_loopback_hub(tmp_path: Path) -> None:
+    """``trdata.Parquet("hf://datasets/org/name@main/data/*.parquet")`` against a loopback server with the Hub's
+    URL layout (revision and tree APIs, resolve URLs answering 302 to a file store, the token required, a 429
+    with Retry-After on the first resolve): the same rows as the local files, the token never sent to the file
+    store, the 429 waited out and counted."""
+    from _servers import start_hub, stop
+
+    rs = write_hf_parquet(tmp_path / "repo")
+    hub = start_hub(tmp_path / "repo", token="hf_secret", throttle=1)
+    try:
+        options = {"hf_endpoint": hub.base, "hf_token": "hf_secret"}
+        remote = trdata.Parquet("hf://datasets/org/name@main/data/*.parquet", storage_options=options)
+        local = trdata.Parquet(rs.location)
+        assert (len(remote), remote.classes, remote.extras) == (len(local), local.classes, local.extras)
+
+        def rows(source: trdata.Source) -> tuple[list[int], list[str], np.ndarray]:
+            with trdata.Loader(
+                source, batch_size=len(source), shuffle=False, transforms=[trdata.Resize((16, 16))]
+            ) as ld:
+                b = next(iter(ld))
+            return list(np.asarray(b.labels)), list(b.extras["text"]), np.asarray(b.images)
+
+        got, want = rows(remote), rows(local)
+        assert got[0] == want[0] == list(rs.labels) and got[1] == want[1]
+        assert np.array_equal(got[2], want[2])
+        stats = remote.storage_stats()
+        assert stats["storage_retries"] >= 1, stats
+        assert hub.store.auth and all(a is None for a in hub.store.auth), "the token went to the file store"
+        assert all(a == "Bearer hf_secret" for _, _, a in hub.requests)
+        with pytest.raises(trdata.SourceError, match="names no|no file|match"):
+            trdata.Parquet("hf://datasets/org/name@main/nothing/*.parquet", storage_options=options)
+    finally:
+        stop(hub.store)
+        stop(hub)

@@ -687,7 +687,8 @@ pub fn record_dataset(format: Box<dyn RecordFormat>, catalogue: Catalogue, parti
 }
 
 /// The record formats by kind name (`trdata.Parquet` → "parquet", …): the one table the binding opens them by.
-const OPENERS: &[(&str, Opener)] = &[];
+const OPENERS: &[(&str, Opener)] =
+    &[("parquet", super::parquet::open), ("mds", super::mds::open), ("tfrecord", super::tfrecord::open)];
 
 /// The opener of the format named `kind`; None for a name that is not one.
 pub fn opener(kind: &str) -> Option<Opener> {

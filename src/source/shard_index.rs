@@ -47,7 +47,18 @@ pub fn index_location(first: &Location) -> (Location, Location) {
             index.set_path(&format!("{}/index.json", dir.trim_end_matches('/')));
             (Location::Url { scheme: *scheme, url: index }, Location::Url { scheme: *scheme, url: root })
         }
+        Location::Hf(_) | Location::HfPattern(_) => {
+            let text = first.name().to_string_lossy().trim_end_matches('/').to_string();
+            let dir = if named_index { text.rsplit_once('/').map_or("", |(d, _)| d).to_string() } else { text };
+            (hub_location(format!("{dir}/index.json")), hub_location(dir))
+        }
     }
+}
+
+/// An `hf://` text as a location: a pattern naming one file (or folder, for a root), its grammar checked when it
+/// is opened (a text the grammar refuses stays as it is and fails there, naming itself).
+fn hub_location(text: String) -> Location {
+    Location::parse("paths", Path::new(&text)).unwrap_or(Location::Local(text.into()))
 }
 
 /// `root`/`name` (name checked relative by [`check_name`]).
@@ -58,6 +69,9 @@ pub fn child(root: &Location, name: &str) -> Location {
             let mut u = url.clone();
             u.set_path(&format!("{}/{name}", url.path().trim_end_matches('/')));
             Location::Url { scheme: *scheme, url: u }
+        }
+        Location::Hf(_) | Location::HfPattern(_) => {
+            hub_location(format!("{}/{name}", root.name().to_string_lossy().trim_end_matches('/')))
         }
     }
 }

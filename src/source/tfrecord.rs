@@ -696,6 +696,13 @@ fn sidecar(file: &ObjectReader, storage: &StorageOptions, limits: &Limits) -> Re
                 url.set_path(&format!("{}{suffix}", url.path()));
                 Location::Url { scheme: *scheme, url }
             }
+            other => {
+                let text = format!("{}{suffix}", other.name().to_string_lossy());
+                match Location::parse("paths", std::path::Path::new(&text)) {
+                    Ok(l) => l,
+                    Err(_) => continue,
+                }
+            }
         };
         let reader = match ObjectReader::open(&side, storage) {
             Ok(r) => r,
