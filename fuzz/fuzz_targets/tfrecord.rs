@@ -1,8 +1,8 @@
-//! The TFRecord reader (source/tfrecord.rs) on hostile bytes: the framing and the `tf.train.Example` walker. Two
+//! The TFRecord reader (source/tfrecord.rs) on hostile bytes: the framing and the `tf.train.Example` decode (prost). Two
 //! kinds of input, chosen by the first byte:
 //! - raw (even): the bytes are a whole file, indexed, every record read and parsed;
 //! - framed (odd): the bytes are split into records at the positions the second byte gives, each framed with valid
-//!   CRCs, so the Example walker is reached through the framing, which random bytes never would.
+//!   CRCs, so the Example decode is reached through the framing, which random bytes never would.
 //! Nothing may panic; an index must tile the file exactly (records back to back, the last ending at its end); a
 //! parse keeps at most one byte per input byte (names, bytes values, one per number) and its value count is within
 //! the limits. The same properties run as proptests in the crate (src/source/tfrecord.rs) where cargo-fuzz is not

@@ -457,8 +457,8 @@ pub fn open(
         }
         let file = k as u32;
         if s.samples == 0 {
+            tables.push((reader.name().to_path_buf(), None));
             readers.push(reader);
-            tables.push((index.name().to_path_buf(), None));
             continue;
         }
         let header = 4 * (s.samples + 2);

@@ -20,6 +20,7 @@ pub mod braces;
 pub mod external;
 mod files;
 mod image_folder;
+pub mod litdata;
 pub mod mds;
 pub mod packed;
 pub mod packed_extras;

@@ -112,6 +112,28 @@ def mds():
         w.write({"image": Image.frombytes("L", (2, 2), bytes([1, 2, 3, 4])), "label": 1})
 
 
+def _litdata_item(k):
+    import numpy as np
+
+    names = ["red.jpg", "blue.jpg", "grey.jpg"]
+    # A JpegImageFile opened from its file: litdata's jpeg serializer stores the file's own bytes.
+    return {"image": Image.open(os.path.join(HERE, "images", names[k])), "label": k + 20, "name": names[k],
+            "score": k / 8, "flag": k % 2 == 0, "raw": bytes([7] * k), "vec": np.arange(k + 1, dtype=np.int32)}
+
+
+def litdata():
+    """LitData datasets (litdata.optimize, one worker): `litdata/plain` in chunks of 2 items, `litdata/zstd`
+    whole-chunk zstd (compression_level "chunk": `.zstd.bin` files)."""
+    import litdata as ld
+
+    images()
+    d = fresh("litdata")
+    for sub, compression in [("plain", None), ("zstd", "zstd")]:
+        ld.optimize(fn=_litdata_item, inputs=[0, 1, 2], output_dir=os.path.join(d, sub), chunk_size=2,
+                    num_workers=1, compression=compression, mode="overwrite",
+                    **({"compression_level": "chunk"} if compression else {}))
+
+
 def main():
     which = sys.argv[1:] or ["tfrecord", "mds", "litdata"]
     versions = {}
