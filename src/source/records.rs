@@ -294,8 +294,10 @@ impl UnitBuilder {
     }
 }
 
-/// Append `v` to `out`: tag u8 (0 null, 1 int, 2 float, 3 bool, 4 text, 5 bytes, 6 list), then i64 / f64 / u8,
-/// or u32 length + bytes, or u32 count + values.
+/// Append `v` to `out`: tag u8 (0 null, 1 int, 2 float, 3 bool, 4 text, 5 bytes, 6 list, 7 list of ints, 8 list
+/// of floats), then i64 / f64 / u8, or u32 length + bytes, or u32 count + values (7: zigzag LEB128 varints; 8:
+/// f64s). A non-empty list of ints or of floats takes the compact tags, so a value never takes more than twice the
+/// bytes a protobuf or Arrow encoding of it takes (what the formats' decoded-size bounds count on).
 pub fn encode_value(v: &Value, out: &mut Vec<u8>) {
     let len = |out: &mut Vec<u8>, n: usize| out.extend_from_slice(&(n as u32).to_le_bytes());
     match v {
@@ -318,6 +320,29 @@ pub fn encode_value(v: &Value, out: &mut Vec<u8>) {
             out.push(5);
             len(out, b.len());
             out.extend_from_slice(b);
+        }
+        Value::List(items) if !items.is_empty() && items.iter().all(|i| matches!(i, Value::Int(_))) => {
+            out.push(7);
+            len(out, items.len());
+            for item in items {
+                if let Value::Int(x) = item {
+                    let mut z = ((x << 1) ^ (x >> 63)) as u64;
+                    while z >= 0x80 {
+                        out.push((z as u8) | 0x80);
+                        z >>= 7;
+                    }
+                    out.push(z as u8);
+                }
+            }
+        }
+        Value::List(items) if !items.is_empty() && items.iter().all(|i| matches!(i, Value::Float(_))) => {
+            out.push(8);
+            len(out, items.len());
+            for item in items {
+                if let Value::Float(x) = item {
+                    out.extend_from_slice(&x.to_le_bytes());
+                }
+            }
         }
         Value::List(items) => {
             out.push(6);
@@ -358,6 +383,34 @@ pub fn decode_value(b: &mut &[u8]) -> Option<Value> {
             let mut items = Vec::with_capacity(n.min(b.len()));
             for _ in 0..n {
                 items.push(decode_value(b)?);
+            }
+            Value::List(items)
+        }
+        7 => {
+            let n = u32_at(b)?;
+            let mut items = Vec::with_capacity(n.min(b.len()));
+            for _ in 0..n {
+                let (mut z, mut shift) = (0u64, 0u32);
+                loop {
+                    let byte = take(b, 1)?[0];
+                    z |= u64::from(byte & 0x7f).checked_shl(shift)?;
+                    if byte & 0x80 == 0 {
+                        break;
+                    }
+                    shift += 7;
+                    if shift > 63 {
+                        return None;
+                    }
+                }
+                items.push(Value::Int(((z >> 1) as i64) ^ -((z & 1) as i64)));
+            }
+            Value::List(items)
+        }
+        8 => {
+            let n = u32_at(b)?;
+            let mut items = Vec::with_capacity(n.min(b.len() / 8));
+            for _ in 0..n {
+                items.push(Value::Float(f64::from_le_bytes(take(b, 8)?.try_into().ok()?)));
             }
             Value::List(items)
         }
@@ -880,7 +933,9 @@ mod tests {
         fn values_round_trip(ints in proptest::collection::vec(proptest::num::i64::ANY, 0..5), text in ".{0,20}", bytes in proptest::collection::vec(0u8.., 0..20)) {
             let v = Value::List(vec![
                 Value::Null, Value::Bool(true), Value::Float(1.5), Value::Text(text), Value::Bytes(bytes),
-                Value::List(ints.into_iter().map(Value::Int).collect()),
+                Value::List(ints.iter().copied().map(Value::Int).collect()),
+                Value::List(ints.iter().map(|&i| Value::Float(i as f64 / 3.0)).collect()),
+                Value::List(vec![Value::Int(i64::MIN), Value::Int(i64::MAX), Value::Int(-1), Value::Int(0)]),
             ]);
             let mut enc = Vec::new();
             encode_value(&v, &mut enc);

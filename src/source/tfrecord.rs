@@ -511,11 +511,11 @@ const FIRST_RECORDS_TRIED: usize = 16;
 pub const MESSAGE_BYTES: u64 = 512;
 
 /// The most bytes a record of `len` data bytes may add to its unit's decoded block when `fields` extras are
-/// read: its image (at most its bytes), its extras (each at most 9 bytes per byte of the record, plus a byte per
-/// absent field), a bad record's message, its table row.
+/// read: its image (at most its bytes) and its extras (their values take at most twice the bytes the record's
+/// protobuf gives them: `records::encode_value`; a byte per absent field), a bad record's message, its table row.
 pub fn record_bound(len: u32, fields: usize) -> u64 {
     let len = u64::from(len);
-    let content = if fields == 0 { len } else { 9 * len + fields as u64 };
+    let content = if fields == 0 { len } else { 2 * len + fields as u64 };
     content + MESSAGE_BYTES + table_bytes(1) - table_bytes(0)
 }
 
