@@ -215,27 +215,34 @@ impl Parquet {
             return Err(corrupt(format!("its type is {:?}, not {:?}", descr.physical_type(), leaf.physical)));
         }
         Self::check_pages(span, cc, rows as u64)?;
-        let pages =
-            SerializedPageReader::new_with_properties(Arc::clone(span), cc, rows, None, Arc::clone(&self.props))
-                .map_err(|e| corrupt(e.to_string()))?;
-        let reader = get_column_reader(descr, Box::new(pages));
-        let parquet_err = |e: parquet::errors::ParquetError| corrupt(e.to_string());
-        macro_rules! typed {
-            ($r:expr, $variant:ident) => {{
-                let (defs, reps, vals, got) = read_typed($r, rows, leaf).map_err(parquet_err)?;
-                (defs, reps, Vals::$variant(vals), got)
-            }};
-        }
-        let (defs, reps, vals, got) = match reader {
-            ColumnReader::BoolColumnReader(r) => typed!(r, Bool),
-            ColumnReader::Int32ColumnReader(r) => typed!(r, I32),
-            ColumnReader::Int64ColumnReader(r) => typed!(r, I64),
-            ColumnReader::FloatColumnReader(r) => typed!(r, F32),
-            ColumnReader::DoubleColumnReader(r) => typed!(r, F64),
-            ColumnReader::ByteArrayColumnReader(r) => typed!(r, Bytes),
-            ColumnReader::FixedLenByteArrayColumnReader(r) => typed!(r, Fixed),
-            ColumnReader::Int96ColumnReader(_) => return Err(corrupt("INT96 is not read".into())),
-        };
+        // The crate's page and level decoders still panic on some corrupt pages (an assertion in its bit
+        // reader): such a panic is this column's corrupt data, named as such.
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let pages =
+                SerializedPageReader::new_with_properties(Arc::clone(span), cc, rows, None, Arc::clone(&self.props))
+                    .map_err(|e| corrupt(e.to_string()))?;
+            let reader = get_column_reader(descr, Box::new(pages));
+            let parquet_err = |e: parquet::errors::ParquetError| corrupt(e.to_string());
+            macro_rules! typed {
+                ($r:expr, $variant:ident) => {{
+                    let (defs, reps, vals, got) = read_typed($r, rows, leaf).map_err(parquet_err)?;
+                    (defs, reps, Vals::$variant(vals), got)
+                }};
+            }
+            Ok(match reader {
+                ColumnReader::BoolColumnReader(r) => typed!(r, Bool),
+                ColumnReader::Int32ColumnReader(r) => typed!(r, I32),
+                ColumnReader::Int64ColumnReader(r) => typed!(r, I64),
+                ColumnReader::FloatColumnReader(r) => typed!(r, F32),
+                ColumnReader::DoubleColumnReader(r) => typed!(r, F64),
+                ColumnReader::ByteArrayColumnReader(r) => typed!(r, Bytes),
+                ColumnReader::FixedLenByteArrayColumnReader(r) => typed!(r, Fixed),
+                ColumnReader::Int96ColumnReader(_) => return Err(corrupt("INT96 is not read".into())),
+            })
+        }));
+        let (defs, reps, vals, got) = read.unwrap_or_else(|_| {
+            Err(corrupt("its pages cannot be decoded (the parquet crate panicked on them)".into()))
+        })?;
         if got != rows {
             return Err(corrupt(format!("holds {got} rows where its row group declares {rows}")));
         }

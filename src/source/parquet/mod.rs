@@ -50,7 +50,12 @@
 //! [`MAX_PAGE_BYTES`], Σ uncompressed ≤ the chunk's declared uncompressed size, Σ values ≤ rows × 256 + that
 //! size); the crate reads only inside the unit's span (our [`ChunkReader`] refuses anything else); physical types
 //! checked before the typed readers (which panic on a mismatch); def/rep levels inside `0..=max`; values read ==
-//! present levels; records read == the row group's rows.
+//! present levels; records read == the row group's rows. The crate's page and level decoders still panic on
+//! some corrupt pages (an assertion in its bit reader, found by the proptest): each leaf's read runs under
+//! `catch_unwind`, such a panic is that column's `Corrupt` error.
+//!
+//! The unit's bytes are copied once into a `Bytes` (the crate's readers need owned, shared bytes); pages of
+//! uncompressed chunks are then slices of it, and each image is copied once more into the decoded block.
 
 mod decode;
 mod hf;
