@@ -266,7 +266,7 @@ impl NativeSource {
         let columns = source::Columns { image: image_column, label, extras };
         let options = storage_options.map(storage_options_arg).transpose()?.unwrap_or_default();
         let store = py.detach(|| source::records::open(kind, &paths, &options, &columns, partial)).py_err()?;
-        let extras = store.extras();
+        let extras = store.extras().map(|rows| std::sync::Arc::new(rows) as std::sync::Arc<dyn ExtrasStore>);
         let (n, classes) = (source::ImageStore::len(&store), store.catalogue().classes.clone());
         let dataset = Dataset::new(store, vec![0; n], classes);
         Ok(Self { dataset: Arc::new(dataset), targets: None, extras })
@@ -281,10 +281,10 @@ impl NativeSource {
         if i >= self.dataset.len() {
             return Err(pyo3::exceptions::PyIndexError::new_err(format!("sample {i} of {}", self.dataset.len())));
         }
-        let row = py.detach(|| store.read(i, 0)).map_err(|error| {
+        let row = py.detach(|| store.read(i)).map_err(|error| {
             to_py(TrdataError::Decode(SampleError { path: self.dataset.sample_name(i), index: i as u64, error }))
         })?;
-        let list = super::targets::extras_list(py, vec![row])?;
+        let list = super::targets::extras_list(py, vec![crate::sample::RowExtras(Box::new(row))])?;
         Ok(Some(list.bind(py).get_item(0)?.unbind()))
     }
 

@@ -5,10 +5,12 @@
 //! holds is the binding's business (py/targets.rs: a dict of field name → value, read from the source's files,
 //! shards or pack by the worker, decoded there). A read that fails is the sample's error under `on_error`.
 //!
-//! A native store (a Parquet column, a pack's extras section read without the interpreter) would add a variant
-//! of stored bytes beside the host value; the slot, the batch and the consumer's side need no other change.
+//! A record store (Parquet, MDS, LitData, TFRecord: source/records.rs) reads its extras natively: its rows are
+//! an `ExtrasStore` here ([`RecordRows`]), each row's values a `NativeExtras` inside the same [`RowExtras`] (the
+//! binding makes them a dict); the slot, the batch and the consumer's side need no other change.
 
 use crate::error::ImageError;
+use crate::source::records::RecordRows;
 
 /// One row's extras, as the store made them: a value of the host language the core never looks into.
 pub struct RowExtras(pub Box<dyn std::any::Any + Send + Sync>);
@@ -31,5 +33,11 @@ pub trait ExtrasStore: Send + Sync + std::fmt::Debug {
     /// pixels are made or handed to the GPU (whose write could not be taken back).
     fn after_pixels(&self) -> bool {
         false
+    }
+}
+
+impl ExtrasStore for RecordRows {
+    fn read(&self, i: usize, _epoch: u64) -> Result<RowExtras, ImageError> {
+        RecordRows::read(self, i).map(|v| RowExtras(Box::new(v)))
     }
 }

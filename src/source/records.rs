@@ -39,7 +39,6 @@ use super::packed::{
 };
 use super::{BlockStructure, Dataset, ImageStore, PixelShape, ReadCtx, SampleBytes, StoreBytes, fingerprint};
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
-use crate::sample::{ExtrasStore, RowExtras};
 use crate::storage::ObjectReader;
 use crate::sync::{AtomicU64, Ordering};
 use std::ffi::OsString;
@@ -588,11 +587,11 @@ impl RecordFiles {
         self.inner.format.kind()
     }
 
-    /// The extras of this store's samples, read from the same decoded blocks (an [`ExtrasStore`]); None without
-    /// extras fields.
-    pub fn extras(&self) -> Option<Arc<dyn ExtrasStore>> {
+    /// The rows of this store's samples' extras, read from the same decoded blocks (sample/extras.rs makes them
+    /// an `ExtrasStore`); None without extras fields.
+    pub fn extras(&self) -> Option<RecordRows> {
         (!self.inner.catalogue.fields.is_empty())
-            .then(|| Arc::new(RecordExtras { inner: Arc::clone(&self.inner) }) as Arc<dyn ExtrasStore>)
+            .then(|| RecordRows { inner: Arc::clone(&self.inner), fields: self.inner.catalogue.fields.clone().into() })
     }
 
     /// Sample `i`'s decoded block and row, the block counted as the plan's read when `planned`.
@@ -711,23 +710,25 @@ pub struct NativeExtras {
     pub values: Vec<Value>,
 }
 
-/// The extras of a [`RecordFiles`] store: read from the sample's decoded block (outside the plan's counts: the
-/// image's own read counts it).
-#[derive(Debug)]
-struct RecordExtras {
+/// The extras of a [`RecordFiles`] store's samples: read from the sample's decoded block (outside the plan's
+/// counts: the image's own read counts it).
+#[derive(Debug, Clone)]
+pub struct RecordRows {
     inner: Arc<Inner>,
+    fields: Arc<[String]>,
 }
 
-impl ExtrasStore for RecordExtras {
-    fn read(&self, i: usize, _epoch: u64) -> std::result::Result<RowExtras, ImageError> {
+impl RecordRows {
+    /// Sample `i`'s extras: one value per field of the catalogue (a bad sample's error, naming it as its read
+    /// does).
+    pub fn read(&self, i: usize) -> std::result::Result<NativeExtras, ImageError> {
         let (block, r) = RecordFiles::block(&self.inner, i, false, &|| false)?;
         let mut b = &block.bytes()[r.extras];
-        let fields = &self.inner.catalogue.fields;
-        let values = (0..fields.len())
+        let values = (0..self.fields.len())
             .map(|_| decode_value(&mut b))
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| ImageError::new(ImageErrorKind::Corrupt, "its extras cannot be read back"))?;
-        Ok(RowExtras(Box::new(NativeExtras { fields: fields.clone().into(), values })))
+        Ok(NativeExtras { fields: Arc::clone(&self.fields), values })
     }
 }
 
@@ -740,8 +741,12 @@ pub fn record_dataset(format: Box<dyn RecordFormat>, catalogue: Catalogue, parti
 }
 
 /// The record formats by kind name (`trdata.Parquet` → "parquet", …): the one table the binding opens them by.
-const OPENERS: &[(&str, Opener)] =
-    &[("parquet", super::parquet::open), ("mds", super::mds::open), ("tfrecord", super::tfrecord::open)];
+const OPENERS: &[(&str, Opener)] = &[
+    ("parquet", super::parquet::open),
+    ("mds", super::mds::open),
+    ("litdata", super::litdata::open),
+    ("tfrecord", super::tfrecord::open),
+];
 
 /// The opener of the format named `kind`; None for a name that is not one.
 pub fn opener(kind: &str) -> Option<Opener> {
@@ -854,13 +859,12 @@ mod tests {
             if i == 6 {
                 let e = read(&ds, i).unwrap_err();
                 assert_eq!((e.kind, e.message.as_str()), (ImageErrorKind::Corrupt, "record 2 is bad"));
-                assert!(extras.read(i, 0).is_err(), "a bad sample has no extras");
+                assert!(extras.read(i).is_err(), "a bad sample has no extras");
                 continue;
             }
             assert_eq!(read(&ds, i).unwrap(), format!("rec{i:05}").as_bytes());
             assert_eq!(ds.label(i), i as i64 * 3, "the read's label");
-            let row = extras.read(i, 0).unwrap();
-            let native = row.0.downcast_ref::<NativeExtras>().unwrap();
+            let native = extras.read(i).unwrap();
             assert_eq!(&*native.fields, &["meta".to_string()]);
             let want = Value::List(vec![Value::Int(i as i64), Value::Text(format!("rec{i:05}"))]);
             assert_eq!(native.values, vec![want]);

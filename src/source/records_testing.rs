@@ -2,7 +2,7 @@
 //! every sample through `records::record_dataset` and `Dataset::read` as the loader does, and copy fixtures.
 
 use super::packed::PartialOptions;
-use super::records::{Columns, NativeExtras, Opener, RecordFiles, Value, record_dataset};
+use super::records::{Columns, Opener, RecordFiles, Value, record_dataset};
 use super::{Dataset, ImageStore, PixelShape, ReadCtx};
 use crate::error::{ImageError, Result};
 use crate::storage::{Location, StorageOptions};
@@ -54,10 +54,7 @@ pub fn read_all(ds: &Dataset) -> Vec<Read> {
                     let label = store.read_label(i).expect("labels come with reads");
                     let values = match &extras {
                         None => Vec::new(),
-                        Some(x) => {
-                            let row = x.read(i, 0)?;
-                            row.0.downcast_ref::<NativeExtras>().expect("native extras").values.clone()
-                        }
+                        Some(x) => x.read(i)?.values,
                     };
                     Ok((bytes, shape, label, values))
                 },

@@ -1616,10 +1616,10 @@ mod tests {
         assert_eq!(runs, vec![(0, 2 * frame, 2, 0), (2 * frame, 2 * frame, 2, 2), (4 * frame, frame, 1, 4)]);
         assert!(units.iter().all(|u| u.file == 7 && u.decoded_bytes <= DEFAULT_BLOCK_BYTES));
         assert_eq!(units[0].decoded_bytes, 2 * record_bound(mb as u32, 0) + table_bytes(0));
-        // With extras, each record may decode to 9 times its bytes: one record a unit, its bound past 8 MiB.
+        // With extras, each record may decode to twice its bytes: one 3 MiB record a unit (two are past 8 MiB).
         let units = units_of(0, &ix, 2);
         assert_eq!(units.len(), 5);
-        assert_eq!(units[0].decoded_bytes, 9 * mb + 2 + MESSAGE_BYTES + table_bytes(1));
+        assert_eq!(units[0].decoded_bytes, 2 * mb + 2 + MESSAGE_BYTES + table_bytes(1));
     }
 
     proptest! {

@@ -5,7 +5,7 @@
 use super::decode::Span;
 use super::*;
 use crate::error::ImageErrorKind;
-use crate::source::records::{NativeExtras, RecordFiles, Value, record_dataset};
+use crate::source::records::{RecordFiles, Value, record_dataset};
 use crate::source::{Dataset, PartialOptions, ReadCtx};
 use bytes::Bytes;
 use parquet::basic::{BrotliLevel, GzipLevel, ZstdLevel};
@@ -192,7 +192,7 @@ fn read_all(ds: &Dataset) -> Vec<Read> {
             let ctx = ReadCtx { epoch: 0, max_bytes: u64::MAX, planned: false, stopping: &|| false };
             let bytes = ds.read(i, &ctx, &mut buf)?.bytes(&buf).to_vec();
             let values = match &extras {
-                Some(e) => e.read(i, 0)?.0.downcast::<NativeExtras>().unwrap().values,
+                Some(e) => e.read(i)?.values,
                 None => Vec::new(),
             };
             Ok((bytes, ds.label(i), values))
