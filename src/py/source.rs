@@ -265,7 +265,7 @@ impl NativeSource {
         };
         let columns = source::Columns { image: image_column, label, extras };
         let options = storage_options.map(storage_options_arg).transpose()?.unwrap_or_default();
-        let store = py.detach(|| source::records::open(kind, &paths, &options, &columns, partial)).py_err()?;
+        let store = py.detach(|| source::formats::open(kind, &paths, &options, &columns, partial)).py_err()?;
         let extras = store.extras().map(|rows| std::sync::Arc::new(rows) as std::sync::Arc<dyn ExtrasStore>);
         let (n, classes) = (source::ImageStore::len(&store), store.catalogue().classes.clone());
         let dataset = Dataset::new(store, vec![0; n], classes);

@@ -554,7 +554,7 @@ pub fn open(
 mod tests {
     use super::*;
     use crate::source::records::RecordFiles;
-    use crate::source::records_testing::{copy_dir, fixture, image, open_with, read_all, short};
+    use crate::source::records_tests::{copy_dir, fixture, image, open_with, read_all, short};
     use proptest::prelude::*;
     use std::path::Path;
 

@@ -19,6 +19,7 @@ mod block_cache;
 pub mod braces;
 pub mod external;
 mod files;
+pub mod formats;
 mod image_folder;
 pub mod litdata;
 pub mod mds;
@@ -30,7 +31,7 @@ mod pixels;
 mod read;
 pub mod records;
 #[cfg(test)]
-mod records_testing;
+mod records_tests;
 pub mod remote;
 mod shard_index;
 mod spans;

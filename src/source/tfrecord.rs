@@ -1458,7 +1458,7 @@ mod tests {
     // ---- the source, on files written by the `tfrecord` package (tests/data/formats/make_fixtures.py) ----
 
     use crate::source::records::{Columns, LabelColumn, Value};
-    use crate::source::records_testing::{copy_dir, fixture, image, open_with, read_all, short};
+    use crate::source::records_tests::{copy_dir, fixture, image, open_with, read_all, short};
 
     fn list(v: Vec<Value>) -> Value {
         Value::List(v)

@@ -84,7 +84,7 @@ def _expand(paths: Any, suffixes: tuple[str, ...], parameter: str = "paths") -> 
 class _Records(Source):
     """What the record sources share (module docs)."""
 
-    #: The core's name of the format (source/records.rs ``OPENERS``).
+    #: The core's name of the format (source/formats.rs ``OPENERS``).
     _kind = ""
     #: A local folder stands for its files with these endings (empty: all).
     _suffixes: tuple[str, ...] = ()
