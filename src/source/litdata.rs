@@ -3,14 +3,27 @@
 //! file follows.
 //!
 //! ```text
-//! index.json: {"chunks": [{"chunk_bytes", "chunk_size": items, "filename"}, ...],
+//! index.json: {"chunks": [{"chunk_bytes": the file's size, "chunk_size": items, "filename"}, ...],
 //!              "config": {"item_loader": "PyTreeLoader", "encryption": null, "compression": null | "zstd[:N]",
-//!                         "compression_level": null | "chunk", "data_format": [serializer per leaf],
-//!                         "data_spec": "<JSON pytree spec: a dict of leaves, its keys a JSON list in 'context'>"}}
-//! chunk (chunk_bytes long; with compression, the file is that chunk compressed whole, `*.zstd.bin`):
+//!                         "compression_level": null | "chunk" | "batch" | "sample", "data_format": [serializer
+//!                         per leaf], "data_spec": "<JSON pytree spec: a dict of leaves, its keys a JSON list in
+//!                         'context'>"}}
+//! chunk (uncompressed; "sample": each item's bytes one zstd frame):
 //!   u32 n · u32 offsets[n + 1] (from the chunk's start) · items
+//! "chunk" (`*.zstd.bin`): that chunk compressed whole (chunk_bytes is then its inflated size)
+//! "batch" (litdata's default for zstd; framed_zstd.py `pack_framed_zstd`), all little-endian:
+//!   "LDFZ01\0\0" · u16 version 1 · u16 flags 0 · u32 n · u32 k (items per frame) · u32 frames = ceil(n / k)
+//!   u32 offsets[n + 1]: items' offsets in the frames' inflated bytes put end to end (offsets[0] = 0)
+//!   per frame j: u32 first item (j·k) · u32 items (k, the last fewer) · u64 file offset · u32 bytes ·
+//!                u32 inflated bytes (= offsets[first + items] - offsets[first])
+//!   the frames, back to back to the file's end: frame j inflates to items first.. of the plain item bytes
 //! item: u32 size per leaf (every leaf) · the leaves' bytes, in the spec's order
 //! ```
+//!
+//! # Units
+//! Uncompressed and "sample" chunks: runs of items of about [`DEFAULT_BLOCK_BYTES`] decoded (one ranged read
+//! each); "batch": runs of whole frames (one ranged read of consecutive frames, each inflated alone); "chunk":
+//! the whole file, inflated.
 //!
 //! # A sample
 //! Item `k` of chunk file `f` is named `f#k`. Leaves are named by the spec's dict keys. The image is the leaf
@@ -23,14 +36,23 @@
 //!
 //! # Untrusted bytes
 //! At open (`SourceError` naming the index): the item loader, encryption and compression are ones read here
-//! (`compression_level` "batch"/"sample", framed zstd inside the file, refused by name), `data_format` and the
-//! spec's leaves agree, chunk file names are plain names (no `/`, no `..`), items at most 2^32 - 1 together,
-//! `chunk_bytes` at most 2^32 - 1. An uncompressed chunk's file must be `chunk_bytes` long and its offset table is
-//! read and checked at open (count = `chunk_size`, first offset past the table, non-decreasing, last =
-//! `chunk_bytes`); a compressed chunk is read whole (its file at most a zstd bound of `chunk_bytes`), inflated to
-//! exactly `chunk_bytes` (records.rs) and its table checked then. Per item: the sizes fit and add up to the item
-//! exactly, each leaf's bytes are its serializer's (8 for int/float, 1 for bool, UTF-8 text, a numpy header
-//! that fits); an item that fails is one bad sample.
+//! ("batch"/"sample" only with zstd), `data_format` and the spec's leaves agree, chunk file names are plain names
+//! (no `/`, no `..`), items at most 2^32 - 1 together, `chunk_bytes` at most 2^32 - 1. An uncompressed,
+//! "batch" or "sample" chunk's file must be `chunk_bytes` long (`SourceError` naming the chunk otherwise).
+//! Its offset table is read and checked at open (count = `chunk_size`, first offset past the table,
+//! non-decreasing, last = `chunk_bytes`). "batch": the directory is read and checked at open (magic, version 1,
+//! flags 0, n = `chunk_size`, frames = ceil(n / k), offsets from 0 non-decreasing, frame j holds exactly items
+//! j·k.., frames start right after the directory and each right after the one before, non-empty, the last
+//! ending at the file's end, each frame's inflated size equal to its items' span); a frame is inflated capped at
+//! that size and must give exactly it, else its items fail (`Corrupt`, naming the chunk, item and frame).
+//! "sample": each item's zstd frame header is read at open (one read of at most 18 bytes per item) and must
+//! declare its content size (≤ 2^32 - 1): that bounds the unit, and the item's inflate is capped at it and must
+//! give exactly it, else that item fails. A "chunk" chunk is read whole (its file at most a zstd bound of
+//! `chunk_bytes`), inflated to exactly `chunk_bytes` (records.rs) and its table checked then. Per item: the
+//! sizes fit and add up to the item exactly, each leaf's bytes are its serializer's (8 for int/float, 1 for bool,
+//! UTF-8 text, a numpy header that fits); an item that fails is one bad sample. A unit's decoded bound is the
+//! inflated (or plain) bytes of its items (twice when the image is also an extra, nine times with array extras)
+//! plus a row, an error message and 9 bytes a leaf per item.
 
 use super::packed::DEFAULT_BLOCK_BYTES;
 use super::packed_json::{self, Json};
@@ -132,8 +154,9 @@ struct Leaf {
 /// The magic that opens a framed ("batch") chunk.
 const FRAMED_MAGIC: &[u8; 8] = b"LDFZ01\0\0";
 
-/// Bytes of a framed chunk's prefix (magic, version, flags, items, frame rows, frames) and of one frame's row.
+/// Bytes of a framed chunk's prefix (magic, version, flags, items, frame rows, frames).
 const PREFIX_BYTES: u64 = 24;
+/// Bytes of one frame's row in a framed chunk's directory.
 const FRAME_BYTES: u64 = 24;
 
 /// Bytes of a zstd frame header at most (what [`frame_size`] reads of an item).
