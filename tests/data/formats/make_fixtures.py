@@ -7,7 +7,7 @@ Run in a throwaway venv (not the project's), from the repository root:
 
     python3 -m venv /tmp/refvenv
     /tmp/refvenv/bin/pip install tfrecord protobuf crc32c pillow numpy mosaicml-streaming litdata
-    /tmp/refvenv/bin/python tests/data/formats/make_fixtures.py [tfrecord|mds|litdata ...]
+    /tmp/refvenv/bin/python tests/data/formats/make_fixtures.py [tfrecord|mds|litdata|litdata/<sub> ...]
 
 Versions that wrote the committed files: tfrecord 1.14.6 (protobuf 7.36.2), mosaicml-streaming and litdata
 as printed in the VERSIONS file next to this script (it is rewritten each run).
@@ -121,24 +121,35 @@ def _litdata_item(k):
             "score": k / 8, "flag": k % 2 == 0, "raw": bytes([7] * k), "vec": np.arange(k + 1, dtype=np.int32)}
 
 
-def litdata():
-    """LitData datasets (litdata.optimize, one worker): `litdata/plain` in chunks of 2 items, `litdata/zstd`
-    whole-chunk zstd (compression_level "chunk": `.zstd.bin` files)."""
+def litdata(subs=None):
+    """LitData datasets (litdata.optimize, one worker), each in its own folder (only the named ones rewritten):
+    `plain` in chunks of 2 items; `zstd` whole-chunk zstd (compression_level "chunk": `.zstd.bin` files);
+    `batch` zstd as optimize writes it by default (compression_level "batch": framed zstd inside `.bin`, one
+    frame of up to 256 items); `batch2` framed zstd:3 in frames of 2 items, one chunk of 3 items (two frames);
+    `sample` zstd with compression_level "sample" (each item its own zstd frame)."""
     import litdata as ld
 
     images()
-    d = fresh("litdata")
-    for sub, compression in [("plain", None), ("zstd", "zstd")]:
-        ld.optimize(fn=_litdata_item, inputs=[0, 1, 2], output_dir=os.path.join(d, sub), chunk_size=2,
-                    num_workers=1, compression=compression, mode="overwrite",
-                    **({"compression_level": "chunk"} if compression else {}))
+    runs = {
+        "plain": dict(chunk_size=2, compression=None),
+        "zstd": dict(chunk_size=2, compression="zstd", compression_level="chunk"),
+        "batch": dict(chunk_size=2, compression="zstd"),
+        "batch2": dict(chunk_size=3, compression="zstd:3", compression_level="batch", compression_batch_size=2),
+        "sample": dict(chunk_size=2, compression="zstd", compression_level="sample"),
+    }
+    for sub in subs or runs:
+        d = fresh(os.path.join("litdata", sub))
+        ld.optimize(fn=_litdata_item, inputs=[0, 1, 2], output_dir=d, num_workers=1, mode="overwrite", **runs[sub])
 
 
 def main():
     which = sys.argv[1:] or ["tfrecord", "mds", "litdata"]
     versions = {}
     for name in which:
-        globals()[name]()
+        if name.startswith("litdata/"):  # litdata/<sub>: that folder only
+            litdata([name.split("/", 1)[1]])
+        else:
+            globals()[name]()
     for pkg in ["tfrecord", "protobuf", "mosaicml-streaming", "litdata", "pillow", "numpy"]:
         try:
             versions[pkg] = metadata.version(pkg)
