@@ -9,6 +9,9 @@ trdata and by that project's own loader, on the same CPUs and workers, the class
   datasets         ``datasets.Dataset.from_parquet`` of the same shards, images as stored (``Image(decode=False)``),
                    ``set_transform`` decoding with torchvision's ``decode_jpeg`` + the v2 recipe, in a torch
                    DataLoader (shuffled)
+  datasets-pil     the same as Hugging Face's image guide writes it: the ``Image`` feature decoding (PIL, by
+                   ``datasets``), ``set_transform`` applying v2 (RandomResizedCrop … Normalize) to each PIL image
+                   after ``ToImage``, in a torch DataLoader (shuffled); trdata's Parquet row is compared to both
   mds              trdata.MDS over MDSWriter shards (``{"image": "jpeg", "label": "int"}``, no compression)
   streaming        ``streaming.StreamingDataset(local=..., shuffle=True)`` (its jpeg column decodes with PIL) + the
                    v2 recipe from PIL, in streaming's StreamingDataLoader
@@ -59,10 +62,21 @@ from common import (  # noqa: E402
     write_json,
 )
 
-ROWS = ("parquet", "datasets", "mds", "streaming", "litdata", "litdata-loader", "folder", "torch-v2")
+ROWS = (
+    "parquet",
+    "datasets",
+    "datasets-pil",
+    "mds",
+    "streaming",
+    "litdata",
+    "litdata-loader",
+    "folder",
+    "torch-v2",
+)
 DISPLAY = {
     "parquet": "trdata, Parquet (HF shards)",
     "datasets": "datasets + torch DataLoader + v2",
+    "datasets-pil": "datasets (Image decoding, PIL) + DataLoader + v2",
     "mds": "trdata, MDS",
     "streaming": "mosaicml-streaming StreamingDataset + v2",
     "litdata": "trdata, LitData",
@@ -74,6 +88,7 @@ PEER_OF = {"parquet": "datasets", "mds": "streaming", "litdata": "litdata-loader
 SOURCE_OF = {"parquet": "Parquet", "mds": "MDS", "litdata": "LitData"}
 REQUIRES = {
     "datasets": ("datasets", "torchvision"),
+    "datasets-pil": ("datasets", "torchvision"),
     "streaming": ("streaming", "torchvision"),
     "litdata-loader": ("litdata", "torchvision"),
     "torch-v2": ("torch", "torchvision"),
@@ -195,6 +210,39 @@ class _HfTransform:
         return {"image": images, "label": batch["label"]}
 
 
+class _HfPilTransform:
+    """``set_transform``'s function as Hugging Face's image guide writes it: each decoded PIL image → ToImage + the
+    v2 recipe."""
+
+    def __init__(self) -> None:
+        self.transform: Any = None
+
+    def __call__(self, batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        from torchvision.transforms import v2
+
+        if self.transform is None:
+            self.transform = v2.Compose([v2.ToImage(), peers.torch_v2_transform()])
+        return {
+            "image": [self.transform(im.convert("RGB")) for im in batch["image"]],
+            "label": batch["label"],
+        }
+
+
+def datasets_pil_row(work: Path, batch_size: int, workers: int, **timing: Any) -> Measurement:
+    import datasets
+
+    datasets.disable_progress_bars()
+    files = sorted(str(p) for p in (work / "parquet").glob("*.parquet"))
+    ds = datasets.Dataset.from_parquet(files, cache_dir=str(work / "hf-cache"))
+    ds.set_transform(_HfPilTransform())
+    run = peers.torch_epochs(_DatasetsRows(ds), batch_size=batch_size, workers=workers)
+    m = _bench.time_epochs(DISPLAY["datasets-pil"], run, len(ds), **timing)
+    m.note = (
+        f"datasets {datasets.__version__}, Image() decoding + set_transform(v2), {workers} worker processes"
+    )
+    return m
+
+
 def datasets_row(work: Path, batch_size: int, workers: int, **timing: Any) -> Measurement:
     import datasets
 
@@ -299,7 +347,12 @@ def run_contender(
         m = _bench.trdata_contender(work, batch_size=batch_size, workers=workers, source=source, **timing)
     else:
         timing.pop("dtype", None)
-        row = {"datasets": datasets_row, "streaming": streaming_row, "litdata-loader": litdata_row}[name]
+        row = {
+            "datasets": datasets_row,
+            "datasets-pil": datasets_pil_row,
+            "streaming": streaming_row,
+            "litdata-loader": litdata_row,
+        }[name]
         m = row(work, batch_size, workers, **timing)
     m.name, m.key = DISPLAY[name], name
     return m
@@ -368,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             peer = by.get(PEER_OF.get(m.key, "torch-v2" if m.key == "folder" else ""))
             ratio = f"  {m.img_per_s / peer.img_per_s:5.2f}× {peer.name}" if peer and not peer.error else ""
+            also = by.get("datasets-pil") if m.key == "parquet" else None
+            if also is not None and not also.error:
+                ratio += f", {m.img_per_s / also.img_per_s:.2f}× {also.name}"
             cpu = f"  {m.img_per_cpu_s:>7,.0f} img/CPU-s" if m.img_per_cpu_s else ""
             print(f"  {m.name:<44} {m.img_per_s:>8,.0f} img/s{cpu}{ratio}")
         doc["loaders"] = [m.to_json() for m in results]
@@ -376,6 +432,15 @@ def main(argv: list[str] | None = None) -> int:
             for k, p in PEER_OF.items()
             if k in by and p in by and not by[k].error and not by[p].error
         }
+        if (
+            "parquet" in by
+            and "datasets-pil" in by
+            and not by["parquet"].error
+            and not by["datasets-pil"].error
+        ):
+            doc["ratios"]["parquet_vs_datasets_pil"] = round(
+                by["parquet"].img_per_s / by["datasets-pil"].img_per_s, 3
+            )
     write_json(a.json, doc)
     return 0
 

@@ -64,8 +64,18 @@ pub(super) fn runtime() -> std::result::Result<&'static tokio::runtime::Runtime,
     }
     // A parent's runtime (its threads do not exist here) is left as it is: dropping it would join them.
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
+    // Its threads run on the process's CPUs, not the CPU of the thread that made them: a loader's workers are
+    // pinned one per core and start the partial cache's fetches (storage::spawn_blocking), and a thread inherits
+    // its creator's affinity, so a fetch (a record unit's decode: source/records.rs) would share its worker's
+    // core while the other cores idle.
+    let cpus = crate::topology::current_affinity();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
+        .on_thread_start(move || {
+            if let Some(cpus) = &cpus {
+                crate::topology::pin_current_thread(cpus);
+            }
+        })
         // blocking reads started ahead (storage::spawn_blocking: the partial cache's fetches), each holding a
         // thread while its GET or pread and its retries run
         .max_blocking_threads(64)

@@ -180,3 +180,30 @@ fn an_answers_etag_must_be_the_one_seen_at_open_when_both_are_known() {
         "the object s3://b/k changed since the source was opened (ETag \"a\" → \"b\")"
     );
 }
+
+#[test]
+fn blocking_fetches_run_on_the_process_cpus_not_their_starters_core() {
+    let all = crate::topology::current_affinity().expect("affinity");
+    if all.len() < 2 {
+        return; // one CPU: nothing to tell apart
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        assert!(crate::topology::pin_current_thread(&all[..1]), "pin a worker-like thread");
+        // Several at once, so the pool grows threads from this pinned thread.
+        for _ in 0..4 {
+            let tx = tx.clone();
+            spawn_blocking(move || {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                tx.send(crate::topology::current_thread_affinity()).unwrap();
+            })
+            .unwrap();
+        }
+    })
+    .join()
+    .unwrap();
+    let all = crate::topology::current_affinity().unwrap();
+    for _ in 0..4 {
+        assert_eq!(rx.recv().unwrap().as_deref(), Some(&all[..]), "a fetch thread kept its starter's one core");
+    }
+}
