@@ -273,9 +273,9 @@ def test_a_wrong_source_lists_every_trdata_source(files: trdata.FileList) -> Non
         and getattr(trdata, n) is not trdata.Source
     }
     assert (
-        len(public) == 15
-    )  # with DatasetSource (any map-style dataset, which the message also names), CocoDetection, YoloDetection
-    # and SegmentationFolder
+        len(public) == 19
+    )  # with DatasetSource (any map-style dataset, which the message also names), CocoDetection, YoloDetection,
+    # SegmentationFolder, and the record sources Parquet, MDS, LitData, TFRecord
     assert "map-style dataset (__len__ and __getitem__" in str(e.value)
     for name in public:
         assert re.search(rf"\b{name}\b", str(e.value)), name

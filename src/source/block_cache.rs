@@ -121,6 +121,21 @@ pub struct CacheStats {
     pub resident_bytes: u64,
 }
 
+impl CacheStats {
+    /// The counters as `Loader.stats()` names them (a partial pack's and a record source's `io_stats`).
+    pub fn named(&self) -> [(&'static str, u64); 7] {
+        [
+            ("storage_wait_ns", self.wait_ns),
+            ("storage_inflight_bytes", self.inflight_bytes),
+            ("cache_hits", self.hits),
+            ("cache_misses", self.misses),
+            ("cache_prefetched_blocks", self.prefetched),
+            ("cache_evictions", self.evictions),
+            ("cache_bytes", self.resident_bytes),
+        ]
+    }
+}
+
 /// One block's bytes, counted in its cache's `live_blocks` until dropped.
 #[derive(Debug)]
 pub struct BlockBytes {

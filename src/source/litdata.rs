@@ -839,7 +839,7 @@ pub fn open(
 mod tests {
     use super::*;
     use crate::source::records::RecordFiles;
-    use crate::source::records_tests::{copy_dir, fixture, image, open_with, read_all, short};
+    use crate::source::records_tests::{copy_dir, fixture, image, mutate, open_with, read_all, short};
     use proptest::prelude::*;
     use std::path::Path;
 
@@ -1134,16 +1134,7 @@ mod tests {
             let dir = copy_dir(&fixture(&format!("litdata/{sub}")), "litdata-prop");
             let path = dir.join(file);
             let mut data = std::fs::read(&path).unwrap();
-            for (at, byte, op) in edits {
-                let at = at % (data.len() + 1);
-                match op {
-                    0 if at < data.len() => data[at] = byte,
-                    1 => data.insert(at, byte),
-                    2 => data.truncate(at),
-                    _ if at < data.len() => data[at] ^= 1 << (byte % 8),
-                    _ => {}
-                }
-            }
+            mutate(&mut data, &edits);
             std::fs::write(&path, &data).unwrap();
             match open_with(open, &[&dir], &Columns::default()) {
                 Ok(ds) => {

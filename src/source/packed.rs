@@ -1542,15 +1542,7 @@ impl ImageStore for PackedFile {
         let mut out = storage_stats(&s);
         out.push(("storage_refetches", s.refetches));
         if let Some(c) = self.cache().map(BlockCache::stats) {
-            out.extend([
-                ("storage_wait_ns", c.wait_ns),
-                ("storage_inflight_bytes", c.inflight_bytes),
-                ("cache_hits", c.hits),
-                ("cache_misses", c.misses),
-                ("cache_prefetched_blocks", c.prefetched),
-                ("cache_evictions", c.evictions),
-                ("cache_bytes", c.resident_bytes),
-            ]);
+            out.extend(c.named());
         }
         if let Some(d) = self.disk_cache().map(DiskCache::stats) {
             out.extend([

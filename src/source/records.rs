@@ -140,6 +140,23 @@ pub struct Unit {
     pub tag: u64,
 }
 
+/// The most bytes of a bad sample's message a format counts in its decoded-size bound ([`cut_message`]).
+pub const MESSAGE_BYTES: u64 = 512;
+
+/// `message` cut to at most [`MESSAGE_BYTES`] bytes (at a character boundary), for [`UnitBuilder::bad`].
+pub fn cut_message(mut message: String) -> String {
+    let max = MESSAGE_BYTES as usize;
+    if message.len() > max {
+        let mut at = max - 3;
+        while !message.is_char_boundary(at) {
+            at -= 1;
+        }
+        message.truncate(at);
+        message.push_str("...");
+    }
+    message
+}
+
 /// Bytes the decoded block's table and tail take for `samples` samples (a format adds them to its bound).
 pub fn table_bytes(samples: u32) -> u64 {
     u64::from(samples) * ROW as u64 + 4
@@ -675,15 +692,7 @@ impl ImageStore for RecordFiles {
         }
         let c = self.inner.cache.stats();
         let mut out = super::storage_stats(&total);
-        out.extend([
-            ("storage_wait_ns", c.wait_ns),
-            ("storage_inflight_bytes", c.inflight_bytes),
-            ("cache_hits", c.hits),
-            ("cache_misses", c.misses),
-            ("cache_prefetched_blocks", c.prefetched),
-            ("cache_evictions", c.evictions),
-            ("cache_bytes", c.resident_bytes),
-        ]);
+        out.extend(c.named());
         out
     }
 

@@ -68,3 +68,18 @@ pub fn read_all(ds: &Dataset) -> Vec<Read> {
 pub fn short(name: &str) -> String {
     Path::new(name).file_name().unwrap().to_string_lossy().into_owned()
 }
+
+/// Apply a proptest's `edits` to a file's bytes: (position, byte, op) with op 0 replace, 1 insert, 2 truncate, 3
+/// flip one bit (positions wrap around the length).
+pub fn mutate(data: &mut Vec<u8>, edits: &[(usize, u8, u8)]) {
+    for &(at, byte, op) in edits {
+        let at = at % (data.len() + 1);
+        match op {
+            0 if at < data.len() => data[at] = byte,
+            1 => data.insert(at, byte),
+            2 => data.truncate(at),
+            _ if at < data.len() => data[at] ^= 1 << (byte % 8),
+            _ => {}
+        }
+    }
+}

@@ -11,24 +11,9 @@ use std::path::Path;
 
 /// Largest `index.json` read.
 pub const MAX_INDEX_BYTES: u64 = 64 << 20;
-/// The longest message a bad sample keeps in its unit's decoded block (longer ones are cut).
-pub const MESSAGE_BYTES: u64 = 512;
+pub use super::records::{MESSAGE_BYTES, cut_message};
 /// Longest side of a `pil` cell's image.
 pub const MAX_SIDE: u32 = 65535;
-
-/// `message` cut to at most [`MESSAGE_BYTES`] bytes (at a character boundary).
-pub fn cut_message(mut message: String) -> String {
-    let max = MESSAGE_BYTES as usize;
-    if message.len() > max {
-        let mut at = max - 3;
-        while !message.is_char_boundary(at) {
-            at -= 1;
-        }
-        message.truncate(at);
-        message.push_str("...");
-    }
-    message
-}
 
 /// The dataset root and its index: `first` is the folder (or URL prefix) holding `index.json`, or that file.
 pub fn index_location(first: &Location) -> (Location, Location) {

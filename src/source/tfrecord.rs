@@ -53,8 +53,8 @@
 
 use super::packed::DEFAULT_BLOCK_BYTES;
 use super::records::{
-    Catalogue, Columns, EXTRAS, IMAGE_COLUMN, LABEL_COLUMN, LabelColumn, RecordFormat, Unit, UnitBuilder, Value,
-    table_bytes,
+    Catalogue, Columns, EXTRAS, IMAGE_COLUMN, LABEL_COLUMN, LabelColumn, MESSAGE_BYTES, RecordFormat, Unit,
+    UnitBuilder, Value, cut_message, table_bytes,
 };
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
 use crate::storage::{Location, ObjectReader, StorageOptions};
@@ -507,8 +507,6 @@ pub const LABEL_KEYS: [&str; 2] = ["image/class/label", "label"];
 pub const SIDECARS: [&str; 2] = [".tfindex", ".index"];
 /// Records of the first file tried at open for its feature names before the source is refused.
 const FIRST_RECORDS_TRIED: usize = 16;
-/// The longest message a bad record keeps in its unit's decoded block (longer ones are cut).
-pub const MESSAGE_BYTES: u64 = 512;
 
 /// The most bytes a record of `len` data bytes may add to its unit's decoded block when `fields` extras are
 /// read: its image (at most its bytes) and its extras (their values take at most twice the bytes the record's
@@ -517,20 +515,6 @@ pub fn record_bound(len: u32, fields: usize) -> u64 {
     let len = u64::from(len);
     let content = if fields == 0 { len } else { 2 * len + fields as u64 };
     content + MESSAGE_BYTES + table_bytes(1) - table_bytes(0)
-}
-
-/// `message` cut to at most [`MESSAGE_BYTES`] bytes (at a character boundary).
-fn cut_message(mut message: String) -> String {
-    let max = MESSAGE_BYTES as usize;
-    if message.len() > max {
-        let mut at = max - 3;
-        while !message.is_char_boundary(at) {
-            at -= 1;
-        }
-        message.truncate(at);
-        message.push_str("...");
-    }
-    message
 }
 
 /// The TFRecord format of one source: each file's record index and the features that make a sample.
@@ -1458,7 +1442,7 @@ mod tests {
     // ---- the source, on files written by the `tfrecord` package (tests/data/formats/make_fixtures.py) ----
 
     use crate::source::records::{Columns, LabelColumn, Value};
-    use crate::source::records_tests::{copy_dir, fixture, image, open_with, read_all, short};
+    use crate::source::records_tests::{copy_dir, fixture, image, mutate, open_with, read_all, short};
 
     fn list(v: Vec<Value>) -> Value {
         Value::List(v)
@@ -1636,16 +1620,7 @@ mod tests {
             let dir = copy_dir(&fixture("tfrecord"), "tfrecord-prop");
             let path = dir.join(names[which]);
             let mut data = std::fs::read(&path).unwrap();
-            for (at, byte, op) in edits {
-                let at = at % (data.len() + 1);
-                match op {
-                    0 if at < data.len() => data[at] = byte,
-                    1 => data.insert(at, byte),
-                    2 => data.truncate(at),
-                    _ if at < data.len() => data[at] ^= 1 << (byte % 8),
-                    _ => {}
-                }
-            }
+            mutate(&mut data, &edits);
             std::fs::write(&path, &data).unwrap();
             match open_with(open, &[&dir], &Columns::default()) {
                 Ok(ds) => {
