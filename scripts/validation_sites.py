@@ -83,6 +83,14 @@ NOT_VALIDATION = {
 }
 
 # The edge's translation helpers: the only places python/trdata and src/py may raise ConfigError.
+# Parameter names that two different parameters share, each validated once in its own module: module → what.
+SHARED_NAMES = {
+    "extras": {
+        "pack": "the extras values a source hands trdata.pack (what a packed file can store)",
+        "source": "a record source's extras= (Parquet/MDS/LitData/TFRecord column names: the format's opener)",
+    },
+}
+
 EDGE_TRANSLATORS = {
     "python/trdata/_args.py": {
         "_int_arg": "an int (Python or numpy, not a bool), as a Python int (its range: the core's rule)",
@@ -95,6 +103,11 @@ EDGE_TRANSLATORS = {
         "_str": "a string (padding_mode's choice: the core's)",
         "_mode": "a string or a torchvision enum (its value; the allowed values: the core's choice tables)",
         "_parse_cpus": "is an iterable of ints",
+    },
+    "python/trdata/sources/records.py": {
+        "_expand": "paths is a path, URL or glob or a sequence of them; a local folder or glob stands for its files "
+        "(one that names none is refused: there is nothing to translate); URLs go to the core as they are",
+        "_Records": "extras is None or a sequence of column names (which exist: the format's opener)",
     },
     "python/trdata/loader.py": {
         "_normalize": "is (mean, std), two sequences of numbers a float can hold (how many: the core's rule)",
@@ -407,6 +420,9 @@ def main() -> int:
         if param in TYPE_ONLY:
             if modules:
                 failures.append(f"{param}: expected no core rule (type only), found {sorted(modules)}")
+        elif param in SHARED_NAMES:
+            if sorted(modules) != sorted(SHARED_NAMES[param]):
+                failures.append(f"{param}: expected one site in each of {sorted(SHARED_NAMES[param])}, found {sorted(modules)}")
         elif len(modules) != 1:
             failures.append(
                 f"{param}: expected exactly one validation site, found {sorted(modules) or 'none'}"

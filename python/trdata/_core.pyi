@@ -49,6 +49,7 @@ __all__ = [
     "check_local_only",
     "RemoteFile",
     "packed_verify",
+    "source_verify",
     "CocoAnnotations",
     "TargetPlan",
 ]

@@ -418,7 +418,9 @@ impl ObjectReader {
             }
             Location::Hf(file) => Backend::Hf(Box::new(hf::HfObject::open(file, options)?)),
             // expanded above: an ObjectReader is never a pattern
-            Location::HfPattern(p) => return Err(TrdataError::config("path", format!("{:?} is not expanded", p.text))),
+            Location::HfPattern(p) => {
+                return Err(TrdataError::Source { path: name, message: format!("{:?} is not expanded", p.text) });
+            }
         };
         Ok(Self { inner: Arc::new(ReaderInner { location: location.clone(), name, backend, counters }) })
     }

@@ -307,12 +307,17 @@ def _undecoded_images(dataset: Any, image_key: str | None) -> Any:
     other dataset as it is."""
     features = getattr(dataset, "features", None)
     cast = getattr(dataset, "cast_column", None)
-    if not type(dataset).__module__.startswith("datasets") or not isinstance(features, Mapping) or cast is None:
+    if (
+        not type(dataset).__module__.startswith("datasets")
+        or not isinstance(features, Mapping)
+        or cast is None
+    ):
         return dataset
     for key in (image_key,) if image_key is not None else IMAGE_KEYS:
-        feature = features.get(key)
+        feature: Any = features.get(key)
         if type(feature).__name__ == "Image" and getattr(feature, "decode", False):
-            return cast(key, type(feature)(decode=False))
+            undecoded: Any = type(feature)
+            return cast(key, undecoded(decode=False))
     return dataset
 
 

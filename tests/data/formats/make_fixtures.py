@@ -17,7 +17,6 @@ import io
 import json
 import os
 import shutil
-import subprocess
 import sys
 from importlib import metadata
 
@@ -64,23 +63,43 @@ def tfrecord():
     rows = [
         # file 0
         [
-            {"image/encoded": (imgs[0][1], "byte"), "image/class/label": (1, "int"),
-             "image/filename": (b"red.jpg", "byte"), "image/bbox": ([0.25, 0.5], "float"),
-             "image/size": ([8, 6], "int")},
-            {"image/encoded": (imgs[1][1], "byte"), "image/class/label": (2, "int"),
-             "image/filename": (b"green.png", "byte"), "image/bbox": ([0.75], "float"),
-             "image/size": ([4, 5], "int")},
+            {
+                "image/encoded": (imgs[0][1], "byte"),
+                "image/class/label": (1, "int"),
+                "image/filename": (b"red.jpg", "byte"),
+                "image/bbox": ([0.25, 0.5], "float"),
+                "image/size": ([8, 6], "int"),
+            },
+            {
+                "image/encoded": (imgs[1][1], "byte"),
+                "image/class/label": (2, "int"),
+                "image/filename": (b"green.png", "byte"),
+                "image/bbox": ([0.75], "float"),
+                "image/size": ([4, 5], "int"),
+            },
             # no filename, no label: Null extra, label -1
-            {"image/encoded": (imgs[2][1], "byte"), "image/bbox": ([], "float"), "image/size": ([5, 7], "int")},
+            {
+                "image/encoded": (imgs[2][1], "byte"),
+                "image/bbox": ([], "float"),
+                "image/size": ([5, 7], "int"),
+            },
         ],
         # file 1
         [
-            {"image/encoded": (imgs[3][1], "byte"), "image/class/label": (4, "int"),
-             "image/filename": (b"grey.jpg", "byte"), "image/bbox": ([1.0, 2.0, 3.0], "float"),
-             "image/size": ([3, 3], "int")},
-            {"image/encoded": (imgs[0][1], "byte"), "image/class/label": (5, "int"),
-             "image/filename": (b"red.jpg", "byte"), "image/bbox": ([0.5], "float"),
-             "image/size": ([8, 6], "int")},
+            {
+                "image/encoded": (imgs[3][1], "byte"),
+                "image/class/label": (4, "int"),
+                "image/filename": (b"grey.jpg", "byte"),
+                "image/bbox": ([1.0, 2.0, 3.0], "float"),
+                "image/size": ([3, 3], "int"),
+            },
+            {
+                "image/encoded": (imgs[0][1], "byte"),
+                "image/class/label": (5, "int"),
+                "image/filename": (b"red.jpg", "byte"),
+                "image/bbox": ([0.5], "float"),
+                "image/size": ([8, 6], "int"),
+            },
         ],
     ]
     for k, records in enumerate(rows):
@@ -99,14 +118,32 @@ def mds():
 
     images()
     d = fresh("mds")
-    cols = {"image": "jpeg", "label": "int", "name": "str", "score": "float64", "small": "uint8",
-            "meta": "json", "raw": "bytes"}
+    cols = {
+        "image": "jpeg",
+        "label": "int",
+        "name": "str",
+        "score": "float64",
+        "small": "uint8",
+        "meta": "json",
+        "raw": "bytes",
+    }
     jpegs = ["red.jpg", "blue.jpg", "grey.jpg"]
     for sub, compression, limit in [("plain", None, 1400), ("zstd", "zstd", 1 << 20), ("gz", "gz", 1 << 20)]:
-        with MDSWriter(out=os.path.join(d, sub), columns=cols, compression=compression, size_limit=limit) as w:
+        with MDSWriter(
+            out=os.path.join(d, sub), columns=cols, compression=compression, size_limit=limit
+        ) as w:
             for k, name in enumerate(jpegs):
-                w.write({"image": Image.open(os.path.join(HERE, "images", name)), "label": k + 10,
-                         "name": name, "score": k / 4, "small": 200 + k, "meta": {"k": k}, "raw": bytes([k] * k)})
+                w.write(
+                    {
+                        "image": Image.open(os.path.join(HERE, "images", name)),
+                        "label": k + 10,
+                        "name": name,
+                        "score": k / 4,
+                        "small": 200 + k,
+                        "meta": {"k": k},
+                        "raw": bytes([k] * k),
+                    }
+                )
     with MDSWriter(out=os.path.join(d, "pil"), columns={"image": "pil", "label": "int"}) as w:
         w.write({"image": Image.frombytes("RGB", (3, 2), bytes(range(18))), "label": 0})
         w.write({"image": Image.frombytes("L", (2, 2), bytes([1, 2, 3, 4])), "label": 1})
@@ -117,8 +154,15 @@ def _litdata_item(k):
 
     names = ["red.jpg", "blue.jpg", "grey.jpg"]
     # A JpegImageFile opened from its file: litdata's jpeg serializer stores the file's own bytes.
-    return {"image": Image.open(os.path.join(HERE, "images", names[k])), "label": k + 20, "name": names[k],
-            "score": k / 8, "flag": k % 2 == 0, "raw": bytes([7] * k), "vec": np.arange(k + 1, dtype=np.int32)}
+    return {
+        "image": Image.open(os.path.join(HERE, "images", names[k])),
+        "label": k + 20,
+        "name": names[k],
+        "score": k / 8,
+        "flag": k % 2 == 0,
+        "raw": bytes([7] * k),
+        "vec": np.arange(k + 1, dtype=np.int32),
+    }
 
 
 def litdata(subs=None):
@@ -134,12 +178,16 @@ def litdata(subs=None):
         "plain": dict(chunk_size=2, compression=None),
         "zstd": dict(chunk_size=2, compression="zstd", compression_level="chunk"),
         "batch": dict(chunk_size=2, compression="zstd"),
-        "batch2": dict(chunk_size=3, compression="zstd:3", compression_level="batch", compression_batch_size=2),
+        "batch2": dict(
+            chunk_size=3, compression="zstd:3", compression_level="batch", compression_batch_size=2
+        ),
         "sample": dict(chunk_size=2, compression="zstd", compression_level="sample"),
     }
     for sub in subs or runs:
         d = fresh(os.path.join("litdata", sub))
-        ld.optimize(fn=_litdata_item, inputs=[0, 1, 2], output_dir=d, num_workers=1, mode="overwrite", **runs[sub])
+        ld.optimize(
+            fn=_litdata_item, inputs=[0, 1, 2], output_dir=d, num_workers=1, mode="overwrite", **runs[sub]
+        )
 
 
 def main():
