@@ -155,6 +155,50 @@ pub struct PartialOptions {
     pub prefetch_blocks: Option<i128>,
 }
 
+/// Partial mode's parameters, their ranges checked ([`PartialOptions::checked`]; None = default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartialParams {
+    /// Blocks shuffled together.
+    pub window: u32,
+    prefetch: Option<u32>,
+    cache_bytes: Option<u64>,
+}
+
+impl PartialOptions {
+    /// The ranges checked (before anything is read).
+    pub fn checked(&self) -> Result<PartialParams> {
+        Ok(PartialParams {
+            window: WINDOW_BLOCKS.check(self.window_blocks.unwrap_or(i128::from(DEFAULT_WINDOW_BLOCKS)))?,
+            prefetch: self.prefetch_blocks.map(|v| PREFETCH_BLOCKS.check(v)).transpose()?,
+            cache_bytes: self.cache_bytes.map(|v| CACHE_BYTES.check(v)).transpose()?,
+        })
+    }
+}
+
+impl PartialParams {
+    /// (prefetch_blocks, cache_bytes) for blocks of at most `largest` bytes ([`default_prefetch_blocks`]; cache
+    /// default (window + max(2 × usable CPUs, prefetch)) × `largest`), the cache's minimum (window + prefetch
+    /// largest blocks) checked: `what` names the largest block in the error.
+    pub fn sized(&self, largest: u64, what: &str) -> Result<(u32, u64)> {
+        let window = self.window;
+        let prefetch = self.prefetch.unwrap_or_else(|| default_prefetch_blocks(window, self.cache_bytes, largest));
+        let minimum = u64::from(window + prefetch) * largest;
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+        let cache_bytes =
+            self.cache_bytes.unwrap_or(minimum.max((u64::from(window) + (2 * cpus).max(prefetch.into())) * largest));
+        if cache_bytes < minimum {
+            return Err(TrdataError::config(
+                CACHE_BYTES.name,
+                format!(
+                    "{cache_bytes} must be at least {minimum}: (window_blocks {window} + prefetch_blocks {prefetch}) × \
+                     {what} ({largest} bytes), or every window's blocks would be read again for most of their records"
+                ),
+            ));
+        }
+        Ok((prefetch, cache_bytes))
+    }
+}
+
 /// How a packed file is held in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PackedMode {
@@ -1220,28 +1264,13 @@ impl PackedFile {
         disk: Option<DiskCache>,
     ) -> Result<Self> {
         let disk = disk.map(std::sync::Arc::new);
-        let window: u32 = WINDOW_BLOCKS.check(partial.window_blocks.unwrap_or(i128::from(DEFAULT_WINDOW_BLOCKS)))?;
-        let prefetch: Option<u32> = partial.prefetch_blocks.map(|v| PREFETCH_BLOCKS.check(v)).transpose()?;
-        let cache_bytes: Option<u64> = partial.cache_bytes.map(|v| CACHE_BYTES.check(v)).transpose()?;
+        let params = partial.checked()?;
+        let window = params.window;
         let reader = ObjectReader::open(location, options)?;
         let index = std::sync::Arc::new(PackedIndex::read(&reader)?);
         let largest = index.blocks.iter().map(|b| b.bytes).max().unwrap_or(1).max(1);
-        let prefetch = prefetch.unwrap_or_else(|| default_prefetch_blocks(window, cache_bytes, largest));
-        let minimum = u64::from(window + prefetch) * largest;
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-        let cache_bytes =
-            cache_bytes.unwrap_or(minimum.max((u64::from(window) + (2 * cpus).max(prefetch.into())) * largest));
-        if cache_bytes < minimum {
-            return Err(TrdataError::config(
-                CACHE_BYTES.name,
-                format!(
-                    "{cache_bytes} must be at least {minimum}: (window_blocks {window} + prefetch_blocks {prefetch}) × \
-                     the largest block of {} ({largest} bytes), or every window's blocks would be read again for most \
-                     of their records",
-                    reader.name().display()
-                ),
-            ));
-        }
+        let (prefetch, cache_bytes) =
+            params.sized(largest, &format!("the largest block of {}", reader.name().display()))?;
         let data = match mode {
             PackedMode::Full => {
                 PackedData::Full(read_whole(&reader, HEADER_BYTES, index.header.data_bytes, "records")?)

@@ -34,9 +34,7 @@
 //! sample `i` found, and the worker that read it loads it for the row it writes (same thread, program order).
 
 use super::block_cache::{BlockCache, FetchBlock};
-use super::packed::{
-    CACHE_BYTES, DEFAULT_WINDOW_BLOCKS, PREFETCH_BLOCKS, PartialOptions, WINDOW_BLOCKS, default_prefetch_blocks,
-};
+use super::packed::PartialOptions;
 use super::{BlockStructure, Dataset, ImageStore, PixelShape, ReadCtx, SampleBytes, StoreBytes, fingerprint};
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
 use crate::storage::ObjectReader;
@@ -548,9 +546,8 @@ impl RecordFiles {
     /// The store over `catalogue` read by `format`, its units cached as partial packs' blocks are
     /// (`partial`'s parameters and defaults are `Packed`'s: source/packed.rs).
     pub fn new(format: Box<dyn RecordFormat>, catalogue: Catalogue, partial: PartialOptions) -> Result<Self> {
-        let window: u32 = WINDOW_BLOCKS.check(partial.window_blocks.unwrap_or(i128::from(DEFAULT_WINDOW_BLOCKS)))?;
-        let prefetch: Option<u32> = partial.prefetch_blocks.map(|v| PREFETCH_BLOCKS.check(v)).transpose()?;
-        let cache_bytes: Option<u64> = partial.cache_bytes.map(|v| CACHE_BYTES.check(v)).transpose()?;
+        let params = partial.checked()?;
+        let window = params.window;
         let units = &catalogue.units;
         let n: u64 = units.iter().map(|u| u64::from(u.samples)).sum();
         if units.is_empty() || n == 0 || n > u64::from(u32::MAX) || units.iter().any(|u| u.samples == 0) {
@@ -560,20 +557,7 @@ impl RecordFiles {
             ));
         }
         let largest = units.iter().map(|u| u.decoded_bytes).max().unwrap_or(1).max(1);
-        let prefetch = prefetch.unwrap_or_else(|| default_prefetch_blocks(window, cache_bytes, largest));
-        let minimum = u64::from(window + prefetch) * largest;
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-        let cache_bytes =
-            cache_bytes.unwrap_or(minimum.max((u64::from(window) + (2 * cpus).max(prefetch.into())) * largest));
-        if cache_bytes < minimum {
-            return Err(TrdataError::config(
-                CACHE_BYTES.name,
-                format!(
-                    "{cache_bytes} must be at least {minimum}: (window_blocks {window} + prefetch_blocks {prefetch}) × \
-                     the largest unit's decoded size ({largest} bytes)"
-                ),
-            ));
-        }
+        let (prefetch, cache_bytes) = params.sized(largest, "the largest unit's decoded size")?;
         let mut starts = Vec::with_capacity(units.len() + 1);
         let mut unit_of = Vec::with_capacity(n as usize);
         for (k, u) in units.iter().enumerate() {
@@ -755,6 +739,7 @@ pub const PATHS: &str = "paths";
 #[cfg(all(test, not(trdata_loom)))]
 mod tests {
     use super::*;
+    use crate::source::packed::DEFAULT_WINDOW_BLOCKS;
     use crate::storage::{Location, StorageOptions};
 
     /// A toy format: a file of 16-byte records `label i64 · payload [u8; 8]`; a negative label is a bad record;
