@@ -385,6 +385,24 @@ thread_local! {
     static VERIFIER: RefCell<Option<Decoder>> = const { RefCell::new(None) };
 }
 
+/// `check(decoder)` with this verify thread's decoder (made on first use); every one of `records` bad when no
+/// decoder can be made.
+fn with_verifier(
+    records: std::ops::Range<u64>,
+    check: impl FnOnce(&mut Decoder) -> Vec<(u64, String)>,
+) -> Vec<(u64, String)> {
+    VERIFIER.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        match slot.as_mut() {
+            Some(d) => check(d),
+            None => match Decoder::new() {
+                Ok(d) => check(slot.insert(d)),
+                Err(e) => records.map(|r| (r, format!("no decoder: {e}"))).collect(),
+            },
+        }
+    })
+}
+
 /// Check `dst` before any work (module docs, "Destination"): a path that names a file (not `""`, `/`, `..` or a
 /// path ending in `/`), in an existing directory, and either absent or a regular file (through symlinks). A
 /// directory, a device node, a FIFO or a socket at `dst` is refused: publishing would replace it with a regular
@@ -908,15 +926,7 @@ pub fn verify_at(
                 if let Err(e) = reader.read_range(b.offset, b.bytes, b.bytes, &mut buf) {
                     return records.map(|r| (r, format!("block cannot be read: {e}"))).collect();
                 }
-                let bad = VERIFIER.with(|cell| {
-                    let mut slot = cell.borrow_mut();
-                    let decoder = match slot.as_mut() {
-                        Some(d) => d,
-                        None => match Decoder::new() {
-                            Ok(d) => slot.insert(d),
-                            Err(e) => return records.clone().map(|r| (r, format!("no decoder: {e}"))).collect(),
-                        },
-                    };
+                let bad = with_verifier(records.clone(), |decoder| {
                     let mut out = Vec::new();
                     let mut bad = Vec::new();
                     for r in records.clone() {
@@ -978,17 +988,7 @@ pub fn verify_dataset(
                     return Vec::new();
                 }
                 let how = ReadCtx { epoch: 0, max_bytes: MAX_SOURCE_BYTES, planned: false, stopping: &|| false };
-                let bad = VERIFIER.with(|cell| {
-                    let mut slot = cell.borrow_mut();
-                    let decoder = match slot.as_mut() {
-                        Some(d) => d,
-                        None => match Decoder::new() {
-                            Ok(d) => slot.insert(d),
-                            Err(e) => {
-                                return (w[0]..w[1]).map(|i| (u64::from(i), format!("no decoder: {e}"))).collect();
-                            }
-                        },
-                    };
+                let bad = with_verifier(u64::from(w[0])..u64::from(w[1]), |decoder| {
                     let (mut buf, mut out, mut bad) = (Vec::new(), Vec::new(), Vec::new());
                     for i in w[0]..w[1] {
                         let name = ds.sample_name(i as usize);
