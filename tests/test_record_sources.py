@@ -477,3 +477,28 @@ def test_hub_parquet_over_a_loopback_hub(tmp_path: Path) -> None:
     finally:
         stop(hub.store)
         stop(hub)
+
+
+def test_verify_and_inspect_name_a_damaged_record(tmp_path: Path) -> None:
+    """``trdata verify``'s check of a TFRecord file written by tfrecord's writer: sound, then one record's data
+    flipped (its CRC fails: that record alone is reported, named), and the next good file on the same threads
+    still sound; ``inspect`` describes the source."""
+    import shutil
+
+    src = Path(__file__).parent / "data" / "formats" / "tfrecord" / "train-00000.tfrecord"
+    good = tmp_path / "good.tfrecord"
+    shutil.copy(src, good)
+    source = trdata.TFRecord(str(good))
+    assert source.verify(progress=False) == []
+    info = source.describe()
+    assert (info["format"], info["samples"]) == ("tfrecord", len(source))
+    data = bytearray(good.read_bytes())
+    (length,) = struct.unpack_from("<Q", data, 0)
+    second = 12 + length + 4  # record 1 starts after record 0's frame
+    data[second + 12 + 3] ^= 0xFF
+    bad = tmp_path / "bad.tfrecord"
+    bad.write_bytes(bytes(data))
+    found = trdata.TFRecord(str(bad)).verify(progress=False, workers=2)
+    assert [i for i, _ in found] == [1], found
+    assert "bad.tfrecord#1" in found[0][1]
+    assert trdata.TFRecord(str(good)).verify(progress=False, workers=2) == []
