@@ -601,7 +601,7 @@ impl RecordFiles {
         i: usize,
         planned: bool,
         stopping: &dyn Fn() -> bool,
-    ) -> std::result::Result<(Arc<super::BlockBytes>, Row), ImageError> {
+    ) -> std::result::Result<(crate::sync::Arc<super::BlockBytes>, Row), ImageError> {
         let u = inner.unit_of[i];
         let block = if planned { inner.cache.get(u, stopping) } else { inner.cache.get_outside_plan(u, stopping) }?;
         let r = row(block.bytes(), i - inner.starts[u as usize] as usize);
