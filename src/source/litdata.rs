@@ -63,6 +63,7 @@ use super::records::{
 use super::shard_index::{self, Fields, MESSAGE_BYTES, check_table, child, cut_message};
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
 use crate::storage::{Location, ObjectReader, StorageOptions};
+use bytes::Bytes;
 use std::path::PathBuf;
 
 /// Most leaves an item may have.
@@ -307,7 +308,7 @@ impl RecordFormat for LitDataFormat {
         "litdata"
     }
 
-    fn decode_unit(&self, unit: &Unit, bytes: &[u8], out: &mut UnitBuilder) -> std::result::Result<(), ImageError> {
+    fn decode_unit(&self, unit: &Unit, bytes: &Bytes, out: &mut UnitBuilder) -> std::result::Result<(), ImageError> {
         let (path, layout) =
             self.chunks.get(unit.file as usize).ok_or_else(|| ImageError::new(ImageErrorKind::Corrupt, "no chunk"))?;
         let corrupt = |m: String| ImageError::new(ImageErrorKind::Corrupt, format!("{}: {m}", path.display()));

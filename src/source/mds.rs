@@ -40,6 +40,7 @@ use super::records::{
 use super::shard_index::{self, Fields, MESSAGE_BYTES, check_name, check_table, child, cut_message};
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
 use crate::storage::{Location, ObjectReader, StorageOptions};
+use bytes::Bytes;
 use std::path::PathBuf;
 
 /// Most columns a shard may have.
@@ -240,7 +241,7 @@ impl RecordFormat for MdsFormat {
         "mds"
     }
 
-    fn decode_unit(&self, unit: &Unit, bytes: &[u8], out: &mut UnitBuilder) -> std::result::Result<(), ImageError> {
+    fn decode_unit(&self, unit: &Unit, bytes: &Bytes, out: &mut UnitBuilder) -> std::result::Result<(), ImageError> {
         let (path, table) =
             self.shards.get(unit.file as usize).ok_or_else(|| ImageError::new(ImageErrorKind::Corrupt, "no shard"))?;
         let corrupt = |m: String| ImageError::new(ImageErrorKind::Corrupt, format!("{}: {m}", path.display()));

@@ -39,6 +39,7 @@ use super::{BlockStructure, Dataset, ImageStore, PixelShape, ReadCtx, SampleByte
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
 use crate::storage::ObjectReader;
 use crate::sync::{AtomicU64, Ordering};
+use bytes::Bytes;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -51,8 +52,9 @@ pub trait RecordFormat: Send + Sync + std::fmt::Debug + 'static {
     /// Unit `unit`'s samples from its bytes (`bytes`: the unit's range of its file, inflated when the unit says
     /// so): exactly `unit.samples` calls of [`UnitBuilder::image`] / [`UnitBuilder::pixels`] /
     /// [`UnitBuilder::bad`], in the samples' order, each image with one extras value per catalogue field. An
-    /// error fails the unit's every sample.
-    fn decode_unit(&self, unit: &Unit, bytes: &[u8], out: &mut UnitBuilder) -> std::result::Result<(), ImageError>;
+    /// error fails the unit's every sample. `bytes` is shared so that a format may hand slices of it to a reader
+    /// without a copy (Parquet's pages); the buffer is reused for the next unit once the last slice is dropped.
+    fn decode_unit(&self, unit: &Unit, bytes: &Bytes, out: &mut UnitBuilder) -> std::result::Result<(), ImageError>;
 }
 
 /// Which of a format's columns (Parquet columns, MDS/LitData fields, tf.train.Example features) make a sample,
@@ -211,8 +213,15 @@ const PIXELS: u8 = 1;
 const BAD: u8 = 2;
 
 impl UnitBuilder {
-    fn new(fields: usize, limit: u64) -> Self {
-        Self { data: Vec::new(), table: Vec::new(), samples: 0, fields, limit }
+    /// A builder for a block of at most `limit` bytes, all of them reserved at once: the block then grows
+    /// without a copy (the pages it never writes are never touched).
+    /// (The cache counts `limit` for the block before it is fetched: source/block_cache.rs.)
+    fn new(fields: usize, limit: u64) -> std::result::Result<Self, ImageError> {
+        let mut data = Vec::new();
+        usize::try_from(limit).ok().and_then(|n| data.try_reserve_exact(n).ok()).ok_or_else(|| {
+            ImageError::new(ImageErrorKind::TooLarge, format!("a decoded block of {limit} bytes cannot be allocated"))
+        })?;
+        Ok(Self { data, table: Vec::new(), samples: 0, fields, limit })
     }
 
     /// A sample with an encoded image (JPEG, PNG, …: decoded as a file would be), its label and its extras (one
@@ -514,6 +523,22 @@ struct Inner {
     unit_of: Vec<u32>,
     /// First sample of each unit, then N.
     starts: Vec<u32>,
+    /// Read buffers of earlier units, reused (at most [`SPARE_READS`]): a unit's read then writes into pages
+    /// it already has rather than faulting in fresh ones (a unit is megabytes; fresh pages cost the kernel a
+    /// fault per 4 KiB and, when given back, a TLB flush on every core the process runs on).
+    spare: std::sync::Mutex<Vec<Vec<u8>>>,
+}
+
+/// Read buffers a record store keeps for its next units.
+const SPARE_READS: usize = 4;
+
+/// A unit's bytes as the owner of the [`Bytes`] a format decodes from.
+struct Shared(Arc<Vec<u8>>);
+
+impl AsRef<[u8]> for Shared {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 /// The fetch step of a record store's cache: unit k read, inflated and decoded (module docs).
@@ -528,16 +553,33 @@ fn fetch_unit(inner: std::sync::Weak<Inner>) -> FetchBlock {
                 format!("{} unit {k} (bytes {}+{}): {}", inner.format.kind(), unit.offset, unit.len, e.message),
             )
         };
-        let mut raw = Vec::new();
-        reader.read_range(unit.offset, unit.len, unit.len, &mut raw).map_err(named)?;
-        let bytes = match unit.inflate {
-            Some(how) => inflate(&raw, how).map_err(named)?,
-            None => raw,
+        let spare = || crate::sync::lock(&inner.spare).pop().unwrap_or_default();
+        let keep = |b: Vec<u8>| {
+            let mut spares = crate::sync::lock(&inner.spare);
+            if spares.len() < SPARE_READS {
+                spares.push(b);
+            }
         };
-        let mut out = UnitBuilder::new(inner.catalogue.fields.len(), unit.decoded_bytes.min(u64::from(u32::MAX)));
+        let mut raw = spare();
+        reader.read_range(unit.offset, unit.len, unit.len, &mut raw).map_err(named)?;
+        let raw = Arc::new(match unit.inflate {
+            Some(how) => {
+                let inflated = inflate(&raw, how).map_err(named)?;
+                keep(raw);
+                inflated
+            }
+            None => raw,
+        });
+        let mut out = UnitBuilder::new(inner.catalogue.fields.len(), unit.decoded_bytes.min(u64::from(u32::MAX)))
+            .map_err(named)?;
+        let bytes = Bytes::from_owner(Shared(Arc::clone(&raw)));
         let decoded =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.format.decode_unit(unit, &bytes, &mut out)))
                 .unwrap_or_else(|_| Err(ImageError::new(ImageErrorKind::Corrupt, "its decoder panicked")));
+        drop(bytes);
+        if let Ok(b) = Arc::try_unwrap(raw) {
+            keep(b); // the format kept no slice of it
+        }
         decoded.and_then(|()| out.finish(unit.samples)).map_err(named)
     })
 }
@@ -572,6 +614,7 @@ impl RecordFiles {
             cache: BlockCache::new(cache_bytes, prefetch, sizes, fetch_unit(weak.clone())),
             unit_of,
             starts,
+            spare: std::sync::Mutex::new(Vec::new()),
         });
         let labels = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
         let block_starts = inner.starts.clone();
@@ -752,7 +795,12 @@ mod tests {
             "toy"
         }
 
-        fn decode_unit(&self, unit: &Unit, bytes: &[u8], out: &mut UnitBuilder) -> std::result::Result<(), ImageError> {
+        fn decode_unit(
+            &self,
+            unit: &Unit,
+            bytes: &Bytes,
+            out: &mut UnitBuilder,
+        ) -> std::result::Result<(), ImageError> {
             for (k, r) in bytes.chunks(16).enumerate() {
                 let label = i64::from_le_bytes(r[..8].try_into().unwrap());
                 let extras = [Value::List(vec![

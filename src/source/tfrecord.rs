@@ -58,6 +58,7 @@ use super::records::{
 };
 use crate::error::{ImageError, ImageErrorKind, Result, TrdataError};
 use crate::storage::{Location, ObjectReader, StorageOptions};
+use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
@@ -603,7 +604,7 @@ impl RecordFormat for TfRecordFormat {
         "tfrecord"
     }
 
-    fn decode_unit(&self, unit: &Unit, bytes: &[u8], out: &mut UnitBuilder) -> std::result::Result<(), ImageError> {
+    fn decode_unit(&self, unit: &Unit, bytes: &Bytes, out: &mut UnitBuilder) -> std::result::Result<(), ImageError> {
         let (path, index) = self
             .files
             .get(unit.file as usize)

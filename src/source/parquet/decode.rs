@@ -340,12 +340,12 @@ impl Parquet {
         Ok(out)
     }
 
-    fn decode(&self, unit: &Unit, bytes: &[u8], out: &mut UnitBuilder) -> std::result::Result<(), ImageError> {
+    fn decode(&self, unit: &Unit, bytes: &Bytes, out: &mut UnitBuilder) -> std::result::Result<(), ImageError> {
         let f = &self.files[unit.file as usize];
         let g = unit.tag as usize;
         let rg = f.meta.row_groups().get(g).ok_or_else(|| ImageError::new(ImageErrorKind::Corrupt, "no row group"))?;
         let rows = unit.samples as usize;
-        let span = Arc::new(Span { bytes: Bytes::copy_from_slice(bytes), offset: unit.offset });
+        let span = Arc::new(Span { bytes: bytes.clone(), offset: unit.offset });
         fn named(leaf: &Leaf) -> impl Fn(ImageError) -> ImageError + '_ {
             move |e| ImageError::new(e.kind, format!("column {}: {}", leaf.path, e.message))
         }
@@ -421,7 +421,7 @@ impl RecordFormat for Parquet {
         "parquet"
     }
 
-    fn decode_unit(&self, unit: &Unit, bytes: &[u8], out: &mut UnitBuilder) -> std::result::Result<(), ImageError> {
+    fn decode_unit(&self, unit: &Unit, bytes: &Bytes, out: &mut UnitBuilder) -> std::result::Result<(), ImageError> {
         let f = &self.files[unit.file as usize];
         self.decode(unit, bytes, out)
             .map_err(|e| ImageError::new(e.kind, format!("{} row group {}: {}", f.name.display(), unit.tag, e.message)))
