@@ -13,6 +13,12 @@
 //! fetched ahead, eviction follows next use — the machinery, bounds and counters of `Packed(mode="partial")`.
 //! A sample's read is a slice of its decoded block (no copy, no parse), its label and extras beside it.
 //!
+//! Copies and fresh memory are what a unit costs beyond its decode (each fresh page is a fault, and a freed
+//! one a TLB flush on every core the process runs on): the format decodes from a shared view of the read buffer
+//! (`Bytes`: Parquet's pages are slices of it), that buffer goes back to a small pool of read buffers once the
+//! format drops its slices, and the decoded block is reserved once at its declared bound, so it grows without a
+//! copy. An image's bytes are copied once, into the decoded block.
+//!
 //! # Decoded block (in memory only, made and read here)
 //! ```text
 //! data:  the samples' image bytes and encoded extras, back to back
