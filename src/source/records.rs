@@ -918,6 +918,67 @@ mod tests {
         assert!(e.message.contains("holds 3 samples where its index says 4"), "{e:?}");
     }
 
+    /// Toy, but keeping a view of every other unit's bytes past its decode (that read buffer is not reused).
+    #[derive(Debug, Default)]
+    struct Hoarder(std::sync::Mutex<Vec<Bytes>>);
+
+    impl RecordFormat for Hoarder {
+        fn kind(&self) -> &'static str {
+            "toy"
+        }
+
+        fn decode_unit(
+            &self,
+            unit: &Unit,
+            bytes: &Bytes,
+            out: &mut UnitBuilder,
+        ) -> std::result::Result<(), ImageError> {
+            if unit.first % 8 == 0 {
+                self.0.lock().unwrap().push(bytes.slice(..1));
+            }
+            Toy.decode_unit(unit, bytes, out)
+        }
+    }
+
+    #[test]
+    fn reused_read_buffers_never_carry_one_units_bytes_into_another() {
+        // 38 records in units of 4 (the last of 2), a cache of two units: every pass fetches most units again,
+        // into read buffers earlier units of other sizes filled, from 4 threads at once.
+        let labels: Vec<i64> = (0..38).collect();
+        let tiny = PartialOptions { window_blocks: Some(1), prefetch_blocks: Some(1), ..PartialOptions::default() };
+        for hoard in [false, true] {
+            let ds = toy(&labels, 4, tiny).unwrap();
+            let ds = if hoard {
+                let store = ds.store_as::<RecordFiles>().unwrap();
+                let c = Catalogue {
+                    files: store.catalogue().files.clone(),
+                    units: store.catalogue().units.clone(),
+                    fields: vec!["meta".into()],
+                    classes: vec![],
+                };
+                record_dataset(Box::new(Hoarder::default()), c, tiny).unwrap()
+            } else {
+                ds
+            };
+            std::thread::scope(|s| {
+                for t in 0..4usize {
+                    let ds = &ds;
+                    s.spawn(move || {
+                        for pass in 0..3usize {
+                            for k in 0..38usize {
+                                let i = (k * 7 + t * 11 + pass * 5) % 38;
+                                assert_eq!(read(ds, i).unwrap(), format!("rec{i:05}").as_bytes(), "sample {i}");
+                                assert_eq!(ds.label(i), i as i64);
+                            }
+                        }
+                    });
+                }
+            });
+            let stats: std::collections::HashMap<_, _> = ds.io_stats().into_iter().collect();
+            assert!(stats["storage_requests"] > 10, "units were fetched again: {stats:?}");
+        }
+    }
+
     #[test]
     fn parameters_and_counts_are_checked_when_opened() {
         let small = PartialOptions { cache_bytes: Some(100), ..PartialOptions::default() };
