@@ -933,7 +933,7 @@ mod tests {
             bytes: &Bytes,
             out: &mut UnitBuilder,
         ) -> std::result::Result<(), ImageError> {
-            if unit.first % 8 == 0 {
+            if unit.first.is_multiple_of(8) {
                 self.0.lock().unwrap().push(bytes.slice(..1));
             }
             Toy.decode_unit(unit, bytes, out)
