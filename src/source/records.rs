@@ -856,6 +856,12 @@ mod tests {
         record_dataset(Box::new(Toy), catalogue, partial)
     }
 
+    /// A toy dataset's catalogue, to open again with changes.
+    fn catalogue_of(ds: &Dataset) -> Catalogue {
+        let c = ds.store_as::<RecordFiles>().unwrap().catalogue();
+        Catalogue { files: c.files.clone(), units: c.units.clone(), fields: c.fields.clone(), classes: vec![] }
+    }
+
     fn read(ds: &Dataset, i: usize) -> std::result::Result<Vec<u8>, ImageError> {
         let how = ReadCtx { epoch: 0, max_bytes: 1 << 20, planned: true, stopping: &|| false };
         let mut buf = Vec::new();
@@ -894,24 +900,13 @@ mod tests {
     #[test]
     fn a_unit_that_decodes_past_its_bound_or_short_fails_whole() {
         let ds = toy(&[1, 2, 3], 3, PartialOptions::default()).unwrap();
-        let store = ds.store_as::<RecordFiles>().unwrap();
-        let mut c = Catalogue {
-            files: store.catalogue().files.clone(),
-            units: store.catalogue().units.clone(),
-            fields: vec!["meta".into()],
-            classes: vec![],
-        };
+        let mut c = catalogue_of(&ds);
         c.units[0].decoded_bytes = 100;
         let tight = record_dataset(Box::new(Toy), c, PartialOptions::default()).unwrap();
         let e = read(&tight, 1).unwrap_err();
         assert_eq!(e.kind, ImageErrorKind::TooLarge, "{e:?}");
         assert!(e.message.contains("toy unit 0") && e.message.contains("100 bytes"), "{e:?}");
-        let mut c = Catalogue {
-            files: store.catalogue().files.clone(),
-            units: store.catalogue().units.clone(),
-            fields: vec!["meta".into()],
-            classes: vec![],
-        };
+        let mut c = catalogue_of(&ds);
         c.units[0].samples = 4;
         let lying = record_dataset(Box::new(Toy), c, PartialOptions::default()).unwrap();
         let e = read(&lying, 0).unwrap_err();
@@ -948,18 +943,8 @@ mod tests {
         let tiny = PartialOptions { window_blocks: Some(1), prefetch_blocks: Some(1), ..PartialOptions::default() };
         for hoard in [false, true] {
             let ds = toy(&labels, 4, tiny).unwrap();
-            let ds = if hoard {
-                let store = ds.store_as::<RecordFiles>().unwrap();
-                let c = Catalogue {
-                    files: store.catalogue().files.clone(),
-                    units: store.catalogue().units.clone(),
-                    fields: vec!["meta".into()],
-                    classes: vec![],
-                };
-                record_dataset(Box::new(Hoarder::default()), c, tiny).unwrap()
-            } else {
-                ds
-            };
+            let ds =
+                if hoard { record_dataset(Box::new(Hoarder::default()), catalogue_of(&ds), tiny).unwrap() } else { ds };
             std::thread::scope(|s| {
                 for t in 0..4usize {
                     let ds = &ds;
