@@ -559,9 +559,11 @@ fn fetch_unit(inner: std::sync::Weak<Inner>) -> FetchBlock {
                 format!("{} unit {k} (bytes {}+{}): {}", inner.format.kind(), unit.offset, unit.len, e.message),
             )
         };
-        let spare = || crate::sync::lock(&inner.spare).pop().unwrap_or_default();
+        // (std's mutex, not crate::sync's: this pool is not part of a model-checked protocol)
+        let spares = || inner.spare.lock().unwrap_or_else(|p| p.into_inner());
+        let spare = || spares().pop().unwrap_or_default();
         let keep = |b: Vec<u8>| {
-            let mut spares = crate::sync::lock(&inner.spare);
+            let mut spares = spares();
             if spares.len() < SPARE_READS {
                 spares.push(b);
             }
