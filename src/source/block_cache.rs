@@ -65,7 +65,18 @@
 //! reader holds at most one block. So block bytes alive ≤ `cache_bytes` + readers × the largest block, and block
 //! buffers alive ≤ `capacity_blocks` (= `cache_bytes` / largest block, rounded down) + readers. `live_blocks`
 //! counts every block buffer alive or being fetched (dropped with its last `Arc`); the tests check the bound
-//! with it.
+//! with it. Beside them the cache keeps at most [`SPARE_BLOCKS`] empty buffers of dropped blocks (next section),
+//! each of at most the largest block's capacity.
+//!
+//! # Recycled buffers
+//! A block is megabytes, and fresh memory is not free: each 4 KiB page is a fault when first written, and a
+//! buffer given back to the system (glibc maps and unmaps large allocations) costs a TLB flush on every core the
+//! process runs on — with 16 workers decoding, a block fetched every few milliseconds. So a dropped block's buffer
+//! (its last `Arc` gone: evicted and no reader left) goes to the cache's spares, at most [`SPARE_BLOCKS`], and each
+//! fetch is handed the largest spare (emptied) to write into: in steady state every fetch follows an eviction
+//! and writes into pages that are already there. A buffer carries no bytes into the next block: it is emptied
+//! when kept, and a fetch writes its block from the start (a pack's read resizes it to the block's length; a
+//! record unit's decode appends to it).
 //!
 //! # Fetch counts
 //! With a cache of at least `window_blocks` + `prefetch_blocks` blocks and workers inside one window, no block
@@ -78,8 +89,45 @@ use crate::sync::{Arc, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering, lock};
 use std::collections::HashMap;
 use std::time::Instant;
 
-/// The fetch step: block k's bytes (a read of the pack, later through a disk cache).
-pub type FetchBlock = std::sync::Arc<dyn Fn(u32) -> Result<Box<[u8]>, ImageError> + Send + Sync>;
+/// The fetch step: block k's bytes (a read of the pack, through a disk cache; a record format's decoded unit),
+/// written into `spare` when it suits (module docs, "Recycled buffers": an empty buffer an evicted block left, its
+/// pages already in memory, or a new one) or returned in a buffer of its own.
+pub type FetchBlock = std::sync::Arc<dyn Fn(u32, Vec<u8>) -> Result<Vec<u8>, ImageError> + Send + Sync>;
+
+/// Buffers of dropped blocks a cache keeps for its next fetches (module docs, "Recycled buffers").
+pub const SPARE_BLOCKS: usize = 4;
+
+/// The buffers of dropped blocks, at most [`SPARE_BLOCKS`]. (std's mutex, not crate::sync's: the pool is not
+/// part of the model-checked protocol; it is locked alone, or inside the state lock when an eviction drops a
+/// block, never the other way round.)
+#[derive(Debug, Default)]
+struct Spares(std::sync::Mutex<Vec<Vec<u8>>>);
+
+impl Spares {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An empty buffer for the next fetch: the largest one kept, or a new one.
+    fn take(&self) -> Vec<u8> {
+        let mut spares = self.lock();
+        let largest = (0..spares.len()).max_by_key(|&i| spares[i].capacity());
+        largest.map(|i| spares.swap_remove(i)).unwrap_or_default()
+    }
+
+    /// Keep `buf` for a later fetch if fewer than [`SPARE_BLOCKS`] are kept.
+    fn keep(&self, mut buf: Vec<u8>) {
+        let mut spares = self.lock();
+        if spares.len() < SPARE_BLOCKS && buf.capacity() > 0 {
+            buf.clear();
+            spares.push(buf);
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.lock().len()
+    }
+}
 
 /// What the plan says about the blocks of the epoch being read (plan/mod.rs, "Block order").
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,11 +184,13 @@ impl CacheStats {
     }
 }
 
-/// One block's bytes, counted in its cache's `live_blocks` until dropped.
+/// One block's bytes, counted in its cache's `live_blocks` until dropped; its buffer then goes to the cache's
+/// spares.
 #[derive(Debug)]
 pub struct BlockBytes {
-    bytes: Box<[u8]>,
+    bytes: Vec<u8>,
     live: Arc<AtomicUsize>,
+    spares: std::sync::Arc<Spares>,
 }
 
 impl BlockBytes {
@@ -152,6 +202,7 @@ impl BlockBytes {
 
 impl Drop for BlockBytes {
     fn drop(&mut self) {
+        self.spares.keep(std::mem::take(&mut self.bytes));
         self.live.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -280,6 +331,7 @@ struct Shared {
     published: Condvar,
     live: Arc<AtomicUsize>,
     peak_live: AtomicUsize,
+    spares: std::sync::Arc<Spares>,
 }
 
 /// A bounded, plan-aware cache of whole blocks shared by threads (see the module docs for the protocol and the
@@ -310,6 +362,7 @@ impl BlockCache {
                 published: Condvar::new(),
                 live: Arc::new(AtomicUsize::new(0)),
                 peak_live: AtomicUsize::new(0),
+                spares: std::sync::Arc::default(),
             }),
             fetch,
         }
@@ -338,6 +391,11 @@ impl BlockCache {
     /// The most block buffers that were alive at once.
     pub fn peak_live_blocks(&self) -> usize {
         self.shared.peak_live.load(Ordering::Relaxed)
+    }
+
+    /// Buffers of dropped blocks kept for the next fetches (at most [`SPARE_BLOCKS`]).
+    pub fn spare_blocks(&self) -> usize {
+        self.shared.spares.count()
     }
 
     /// The counters now.
@@ -462,9 +520,11 @@ impl BlockCache {
         let (task_shared, fetch) = (std::sync::Arc::clone(sh), std::sync::Arc::clone(&self.fetch));
         let pid = st.pid;
         let started = crate::storage::spawn_blocking(move || {
-            let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fetch(block))).unwrap_or_else(|_| {
-                Err(ImageError::new(ImageErrorKind::Io, format!("block {block}: the read panicked")))
-            });
+            let got =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fetch(block, task_shared.spares.take())))
+                    .unwrap_or_else(|_| {
+                        Err(ImageError::new(ImageErrorKind::Io, format!("block {block}: the read panicked")))
+                    });
             task_shared.publish(pid, block, got);
         });
         if let Err(m) = started {
@@ -516,7 +576,7 @@ impl Shared {
     }
 
     /// A fetch task's end: publish its bytes or its error, wake the waiters.
-    fn publish(&self, pid: u32, block: u32, got: Result<Box<[u8]>, ImageError>) {
+    fn publish(&self, pid: u32, block: u32, got: Result<Vec<u8>, ImageError>) {
         let mut st = self.lock_state();
         if st.pid == pid {
             Self::settle(&mut st, self, block, got);
@@ -525,12 +585,16 @@ impl Shared {
         self.published.notify_all();
     }
 
-    fn settle(st: &mut State, sh: &Shared, block: u32, got: Result<Box<[u8]>, ImageError>) {
+    fn settle(st: &mut State, sh: &Shared, block: u32, got: Result<Vec<u8>, ImageError>) {
         let size = sh.block_bytes[block as usize];
         st.inflight_bytes -= size;
         match got {
             Ok(bytes) => {
-                let b = Arc::new(BlockBytes { bytes, live: Arc::clone(&sh.live) });
+                let b = Arc::new(BlockBytes {
+                    bytes,
+                    live: Arc::clone(&sh.live),
+                    spares: std::sync::Arc::clone(&sh.spares),
+                });
                 st.entries.insert(block, Entry::Ready(b));
             }
             Err(e) => {
@@ -550,23 +614,35 @@ mod tests {
 
     const SIZE: u64 = 64;
 
-    fn bytes_of(b: u32) -> Box<[u8]> {
-        vec![b as u8; SIZE as usize].into_boxed_slice()
+    /// Block b's bytes, appended to `buf` as a record unit's decode appends (a spare that kept bytes would show).
+    fn bytes_of(b: u32, mut buf: Vec<u8>) -> Vec<u8> {
+        buf.extend(std::iter::repeat_n(b as u8, SIZE as usize));
+        buf
     }
 
-    /// A cache of `blocks` blocks of SIZE bytes holding `cached` of them, counting its fetches per block.
+    /// A cache of `blocks` blocks of SIZE bytes holding `cached` of them, counting its fetches per block, and in
+    /// one more slot (`recycled`) the fetches handed a recycled buffer.
     fn cache(blocks: usize, cached: u64, prefetch: u32) -> (BlockCache, std::sync::Arc<Vec<AtomicU64>>) {
-        let calls = std::sync::Arc::new((0..blocks).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
+        let calls = std::sync::Arc::new((0..=blocks).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
         let c = std::sync::Arc::clone(&calls);
-        let fetch: FetchBlock = std::sync::Arc::new(move |b| {
+        let fetch: FetchBlock = std::sync::Arc::new(move |b, spare| {
             c[b as usize].fetch_add(1, Ordering::Relaxed);
-            Ok(bytes_of(b))
+            if spare.capacity() > 0 {
+                c[blocks].fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(bytes_of(b, spare))
         });
         (BlockCache::new(cached * SIZE, prefetch, vec![SIZE; blocks], fetch), calls)
     }
 
+    /// Fetches counted by [`cache`] (its last slot is `recycled`).
     fn total(calls: &[AtomicU64]) -> u64 {
-        calls.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+        calls[..calls.len() - 1].iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Fetches [`cache`] saw handed a recycled buffer.
+    fn recycled(calls: &[AtomicU64]) -> u64 {
+        calls[calls.len() - 1].load(Ordering::Relaxed)
     }
 
     fn schedule(epoch: u64, order: Vec<u32>, next_order: Vec<u32>, reads: u32) -> BlockSchedule {
@@ -728,10 +804,10 @@ mod tests {
     fn a_failed_fetch_is_every_readers_error_until_the_next_schedule_and_a_panic_is_one_too() {
         let fail = std::sync::Arc::new(AtomicU64::new(1));
         let f = std::sync::Arc::clone(&fail);
-        let fetch: FetchBlock = std::sync::Arc::new(move |b| match (b, f.load(Ordering::Relaxed)) {
+        let fetch: FetchBlock = std::sync::Arc::new(move |b, spare| match (b, f.load(Ordering::Relaxed)) {
             (1, 1) => Err(ImageError::new(ImageErrorKind::Io, "boom")),
             (2, 1) => panic!("fetch panic"),
-            _ => Ok(bytes_of(b)),
+            _ => Ok(bytes_of(b, spare)),
         });
         let c = BlockCache::new(4 * SIZE, 0, vec![SIZE; 4], fetch);
         assert_eq!(c.get(1, &|| false).unwrap_err().message, "boom");
@@ -748,13 +824,13 @@ mod tests {
     fn a_stopping_reader_is_woken_from_a_slow_fetch_and_others_wait_on() {
         let gate = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
         let g = std::sync::Arc::clone(&gate);
-        let fetch: FetchBlock = std::sync::Arc::new(move |b| {
+        let fetch: FetchBlock = std::sync::Arc::new(move |b, spare| {
             let (m, cv) = &*g;
             let mut open = m.lock().unwrap();
             while !*open {
                 open = cv.wait(open).unwrap();
             }
-            Ok(bytes_of(b))
+            Ok(bytes_of(b, spare))
         });
         let c = std::sync::Arc::new(BlockCache::new(4 * SIZE, 0, vec![SIZE; 4], fetch));
         let c2 = std::sync::Arc::clone(&c);
@@ -806,6 +882,7 @@ mod tests {
                             for positions in windows.iter() {
                                 for &b in positions.iter().skip(t).step_by(threads) {
                                     let got = c.get(b, &|| false).unwrap();
+                                    assert_eq!(got.bytes().len(), SIZE as usize, "a recycled buffer kept bytes");
                                     assert!(got.bytes().iter().all(|&x| x == b as u8));
                                     assert!(c.live_blocks() as u64 <= c.capacity_blocks() + threads as u64);
                                 }
@@ -832,6 +909,47 @@ mod tests {
             }
             assert!(c.peak_live_blocks() as u64 <= c.capacity_blocks() + threads as u64);
             assert!(c.stats().resident_bytes <= c.cache_bytes());
+            // Evicted blocks' buffers were fetched into (every answer above had its own bytes only); a cache
+            // that holds every block evicts none. Spares stay at most SPARE_BLOCKS.
+            assert_eq!(recycled(&calls) > 0, cached < u64::from(blocks), "cache {cached}");
+            assert!(c.spare_blocks() <= SPARE_BLOCKS);
         }
+    }
+
+    /// A dropped block's buffer is the next fetch's (emptied), a block a reader still holds is not recycled
+    /// under it, and the spares stay at most SPARE_BLOCKS.
+    #[test]
+    fn an_evicted_blocks_buffer_is_the_next_fetchs_once_no_reader_holds_it() {
+        let given = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let g = std::sync::Arc::clone(&given);
+        let fetch: FetchBlock = std::sync::Arc::new(move |b, spare: Vec<u8>| {
+            g.lock().unwrap().push((b, spare.len(), spare.capacity(), spare.as_ptr() as usize));
+            Ok(bytes_of(b, spare))
+        });
+        let c = BlockCache::new(SIZE, 0, vec![SIZE; 16], fetch);
+        let at = |b: &Arc<BlockBytes>| b.bytes().as_ptr() as usize;
+        let zero = at(&c.get(0, &|| false).unwrap());
+        let one = c.get(1, &|| false).unwrap(); // evicts 0, nobody holds it: its buffer is 1's
+        assert_eq!((at(&one), one.bytes()), (zero, &[1u8; SIZE as usize][..]));
+        let two = c.get(2, &|| false).unwrap(); // evicts 1 while `one` is held: 2 gets a new buffer
+        assert_ne!(at(&two), zero);
+        assert_eq!(one.bytes(), &[1u8; SIZE as usize][..], "a held block is never written under its reader");
+        assert_eq!(c.spare_blocks(), 0);
+        drop(one); // now 1's buffer is a spare
+        assert_eq!(c.spare_blocks(), 1);
+        drop(two);
+        let three = c.get(3, &|| false).unwrap(); // evicts 2 (a second spare), takes one of the two
+        assert_eq!((c.spare_blocks(), three.bytes()), (1, &[3u8; SIZE as usize][..]));
+        let given = given.lock().unwrap().clone();
+        assert_eq!(
+            given.iter().map(|g| (g.0, g.1, g.2 > 0)).collect::<Vec<_>>(),
+            [(0, 0, false), (1, 0, true), (2, 0, false), (3, 0, true)]
+        );
+        assert_eq!(given[1].3, zero);
+        // Many blocks dropped at once: SPARE_BLOCKS of them are kept.
+        let held: Vec<_> = (4..12).map(|b| c.get_outside_plan(b, &|| false).unwrap()).collect();
+        drop(three);
+        drop(held);
+        assert_eq!(c.spare_blocks(), SPARE_BLOCKS);
     }
 }

@@ -1205,16 +1205,15 @@ fn block_fetch(
     disk: Option<std::sync::Arc<DiskCache>>,
 ) -> FetchBlock {
     let (reader, index) = (reader.clone(), std::sync::Arc::clone(index));
-    std::sync::Arc::new(move |k| {
+    std::sync::Arc::new(move |k, mut buf| {
         let block = index.blocks[k as usize];
         let intact = |bytes: &[u8]| index.check_block(k as usize, bytes).is_ok();
         let key = disk.as_ref().map(|_| BlockKey::of(&reader, block.offset, block.bytes));
         if let (Some(d), Some(key)) = (&disk, &key)
             && let Some(bytes) = d.get_checked(key, &intact)
         {
-            return Ok(bytes.into_boxed_slice());
+            return Ok(bytes);
         }
-        let mut buf = Vec::new();
         for attempt in 0..=BLOCK_REFETCHES {
             if attempt > 0 {
                 reader.count_refetch();
@@ -1229,7 +1228,7 @@ fn block_fetch(
                 break;
             }
         }
-        Ok(buf.into_boxed_slice())
+        Ok(buf)
     })
 }
 

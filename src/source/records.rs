@@ -16,8 +16,9 @@
 //! Copies and fresh memory are what a unit costs beyond its decode (each fresh page is a fault, and a freed
 //! one a TLB flush on every core the process runs on): the format decodes from a shared view of the read buffer
 //! (`Bytes`: Parquet's pages are slices of it), that buffer goes back to a small pool of read buffers once the
-//! format drops its slices, and the decoded block is reserved once at its declared bound, so it grows without a
-//! copy. An image's bytes are copied once, into the decoded block.
+//! format drops its slices, and the decoded block is written into a buffer an evicted block left (the cache's
+//! spares, block_cache.rs "Recycled buffers"), reserved once at its declared bound, so it grows without a copy.
+//! An image's bytes are copied once, into the decoded block.
 //!
 //! # Decoded block (in memory only, made and read here)
 //! ```text
@@ -219,13 +220,22 @@ const PIXELS: u8 = 1;
 const BAD: u8 = 2;
 
 impl UnitBuilder {
-    /// A builder for a block of at most `limit` bytes, all of them reserved at once: the block then grows
-    /// without a copy (the pages it never writes are never touched).
+    /// A builder for a block of at most `limit` bytes written into `spare` (an empty buffer the cache recycled:
+    /// block_cache.rs, "Recycled buffers"). A spare smaller than `capacity` (the largest unit's `limit`) is
+    /// dropped for a new buffer of `capacity` bytes, reserved at once: the block then grows without a copy, and
+    /// the buffer fits any unit of the store when it is recycled (the pages a block never writes are never
+    /// touched: the reservation costs address space, not memory).
     /// (The cache counts `limit` for the block before it is fetched: source/block_cache.rs.)
-    fn new(fields: usize, limit: u64) -> std::result::Result<Self, ImageError> {
-        let mut data = Vec::new();
-        usize::try_from(limit).ok().and_then(|n| data.try_reserve_exact(n).ok()).ok_or_else(|| {
-            ImageError::new(ImageErrorKind::TooLarge, format!("a decoded block of {limit} bytes cannot be allocated"))
+    fn new(fields: usize, limit: u64, capacity: u64, spare: Vec<u8>) -> std::result::Result<Self, ImageError> {
+        let capacity = capacity.max(limit);
+        let fits = usize::try_from(capacity).is_ok_and(|n| spare.capacity() >= n);
+        let mut data = if fits { spare } else { Vec::new() };
+        data.clear();
+        usize::try_from(capacity).ok().and_then(|n| data.try_reserve_exact(n).ok()).ok_or_else(|| {
+            ImageError::new(
+                ImageErrorKind::TooLarge,
+                format!("a decoded block of {capacity} bytes cannot be allocated"),
+            )
         })?;
         Ok(Self { data, table: Vec::new(), samples: 0, fields, limit })
     }
@@ -310,7 +320,7 @@ impl UnitBuilder {
     }
 
     /// The decoded block, given that the unit has `samples` samples.
-    fn finish(mut self, samples: u32) -> std::result::Result<Box<[u8]>, ImageError> {
+    fn finish(mut self, samples: u32) -> std::result::Result<Vec<u8>, ImageError> {
         if self.samples != samples {
             return Err(ImageError::new(
                 ImageErrorKind::Corrupt,
@@ -319,7 +329,7 @@ impl UnitBuilder {
         }
         self.data.extend_from_slice(&self.table);
         self.data.extend_from_slice(&samples.to_le_bytes());
-        Ok(self.data.into_boxed_slice())
+        Ok(self.data)
     }
 }
 
@@ -533,6 +543,9 @@ struct Inner {
     /// it already has rather than faulting in fresh ones (a unit is megabytes; fresh pages cost the kernel a
     /// fault per 4 KiB and, when given back, a TLB flush on every core the process runs on).
     spare: std::sync::Mutex<Vec<Vec<u8>>>,
+    /// The largest unit's decoded bound (≤ u32::MAX): every decoded block's buffer is reserved this large, so a
+    /// recycled one fits any unit.
+    largest_block: u64,
 }
 
 /// Read buffers a record store keeps for its next units.
@@ -549,7 +562,7 @@ impl AsRef<[u8]> for Shared {
 
 /// The fetch step of a record store's cache: unit k read, inflated and decoded (module docs).
 fn fetch_unit(inner: std::sync::Weak<Inner>) -> FetchBlock {
-    std::sync::Arc::new(move |k| {
+    std::sync::Arc::new(move |k, spare_block| {
         let inner = inner.upgrade().ok_or_else(|| ImageError::new(ImageErrorKind::Io, "the source was closed"))?;
         let unit = &inner.catalogue.units[k as usize];
         let reader = &inner.catalogue.files[unit.file as usize];
@@ -578,8 +591,9 @@ fn fetch_unit(inner: std::sync::Weak<Inner>) -> FetchBlock {
             }
             None => raw,
         });
-        let mut out = UnitBuilder::new(inner.catalogue.fields.len(), unit.decoded_bytes.min(u64::from(u32::MAX)))
-            .map_err(named)?;
+        let limit = unit.decoded_bytes.min(u64::from(u32::MAX));
+        let mut out =
+            UnitBuilder::new(inner.catalogue.fields.len(), limit, inner.largest_block, spare_block).map_err(named)?;
         let bytes = Bytes::from_owner(Shared(Arc::clone(&raw)));
         let decoded =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.format.decode_unit(unit, &bytes, &mut out)))
@@ -623,6 +637,7 @@ impl RecordFiles {
             unit_of,
             starts,
             spare: std::sync::Mutex::new(Vec::new()),
+            largest_block: largest.min(u64::from(u32::MAX)),
         });
         let labels = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
         let block_starts = inner.starts.clone();
