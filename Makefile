@@ -55,17 +55,16 @@ bench-throughput: ## Setup with the peers, then benches/peers/throughput.py on .
 	$(VENV)/bin/python benches/peers/throughput.py --rounds 3 $(BENCH_ARGS)
 
 test: ## Setup with the references the tests compare against (torch, torchvision, timm, webdataset; REFS=0 skips them), then cargo test, loom and pytest
-	FEATURES="$(FEATURES)" scripts/setup.sh $(if $(filter 0,$(REFS)),,--refs)
-	$(MAKE) --no-print-directory test-rust test-loom test-py
+	TIMEFORMAT='[make test] setup: %0R s'; time FEATURES="$(FEATURES)" scripts/setup.sh $(if $(filter 0,$(REFS)),,--refs)
+	TIMEFORMAT='[make test] cargo test: %0R s'; time $(MAKE) --no-print-directory test-rust
+	TIMEFORMAT='[make test] loom: %0R s'; time $(MAKE) --no-print-directory test-loom
+	TIMEFORMAT='[make test] pytest: %0R s'; time $(MAKE) --no-print-directory test-py
 
-test-rust: ## cargo test (no python feature); topology tests again with hwloc when enabled
-	cargo test
-ifneq ($(HWLOC_ON),)
-	cargo test --features hwloc --lib topology::
-endif
+test-rust: ## cargo test (no python feature; with hwloc when enabled: its topology tests compare with sysfs's, which run in every build)
+	cargo test $(if $(HWLOC_ON),--features hwloc)
 
-test-loom: ## Model-check the host station and the device-slot ring with loom (separate target dir: --cfg trdata_loom rebuilds all; a cfg of our own, so that tokio and hyper stay themselves)
-	RUSTFLAGS="--cfg trdata_loom" CARGO_TARGET_DIR=target/loom cargo test --release --lib _loom
+test-loom: ## Model-check the host station, the device-slot ring and the decode queue with loom (the `loom` feature: this crate rebuilt, its dependencies' test builds reused)
+	cargo test --lib --features loom$(if $(HWLOC_ON),$(comma)hwloc) _loom
 
 test-py: ## pytest -q tests (needs the extension: make setup / make build)
 	$(VENV)/bin/pytest -q tests

@@ -82,5 +82,5 @@ impl fmt::Display for ExportError {
 
 impl std::error::Error for ExportError {}
 
-#[cfg(all(test, not(trdata_loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests;

@@ -42,7 +42,7 @@ impl Controller {
     }
 }
 
-#[cfg(all(test, not(trdata_loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
 

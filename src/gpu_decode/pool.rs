@@ -50,7 +50,7 @@ impl<T> IdlePool<T> {
     }
 }
 
-#[cfg(all(test, not(trdata_loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
 

@@ -317,19 +317,19 @@ impl<T: QueueTask, M: Default> DecodeQueue<T, M> {
 }
 
 /// Time left until the fill wait's `deadline` (None: it passed).
-#[cfg(not(trdata_loom))]
+#[cfg(not(feature = "loom"))]
 fn time_left(deadline: Instant) -> Option<Duration> {
     deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())
 }
 
 /// Under loom time does not pass (its `wait_timeout` never times out either): the fill wait ends only by its
 /// conditions (tasks, the transfer thread waiting, shutdown), so the models check that these alone end it.
-#[cfg(trdata_loom)]
+#[cfg(feature = "loom")]
 fn time_left(_deadline: Instant) -> Option<Duration> {
     Some(FILL_WAIT)
 }
 
-#[cfg(all(test, not(trdata_loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
     use crate::sync::{AtomicU64, Ordering};
@@ -622,7 +622,7 @@ impl QueueTask for FakeTask {
 /// (arena a at `a * ARENA`) and a fake decoder that records the byte ranges it is writing. loom's `wait_timeout`
 /// never times out and the fill wait's deadline never passes (`time_left`), so a wakeup that the protocol does
 /// not send is a reported deadlock, not a slow test.
-#[cfg(all(test, trdata_loom))]
+#[cfg(all(test, feature = "loom"))]
 mod loom_tests {
     use super::*;
     use crate::sync::{Arc, thread_spawn};

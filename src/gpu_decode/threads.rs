@@ -130,7 +130,7 @@ pub fn arena_bytes(batch_size: usize) -> usize {
     batch_size.saturating_mul(768 << 10).clamp(64 << 20, 2 << 30)
 }
 
-#[cfg(all(test, not(trdata_loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
 

@@ -175,7 +175,7 @@ pub fn external(reader: Box<dyn Reader>, len: usize) -> TrResult<Dataset> {
     Ok(Dataset::new(ExternalStore::new(reader, len), vec![0; len], Vec::new()))
 }
 
-#[cfg(all(test, not(trdata_loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
     use crate::source::{Dataset, external};

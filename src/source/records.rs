@@ -802,7 +802,7 @@ pub fn record_dataset(format: Box<dyn RecordFormat>, catalogue: Catalogue, parti
 /// The `paths` parameter's name.
 pub const PATHS: &str = "paths";
 
-#[cfg(all(test, not(trdata_loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
     use crate::source::packed::DEFAULT_WINDOW_BLOCKS;

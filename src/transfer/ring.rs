@@ -464,7 +464,7 @@ impl Drop for SlotLease {
 /// The ring's protocol under loom (`make test-loom`): the production `RingCore`, with numbered slots instead of
 /// device memory and no copies. loom's `wait_timeout` never times out, so a lost wakeup is a reported deadlock,
 /// not a slow test.
-#[cfg(all(test, trdata_loom))]
+#[cfg(all(test, feature = "loom"))]
 mod loom_tests {
     use super::*;
     use crate::sync::thread_spawn;

@@ -450,7 +450,7 @@ mod tests {
             .collect()
     }
 
-    #[cfg(not(trdata_loom))]
+    #[cfg(not(feature = "loom"))]
     #[test]
     fn stress_many_workers_and_epochs() {
         for (workers, rows, total, depth, hold) in
@@ -468,7 +468,7 @@ mod tests {
 
     /// Resume at every batch boundary (including 0 and the end), interleaved with full epochs on the same
     /// station: the ring starts at the first batch and delivers exactly the remaining batches' bytes.
-    #[cfg(not(trdata_loom))]
+    #[cfg(not(feature = "loom"))]
     #[test]
     fn resume_at_every_first_batch() {
         for (workers, rows, total, depth, hold) in [(1, 4, 37u64, 2, 0), (3, 5, 101, 3, 1), (4, 1, 9, 2, 0)] {
@@ -482,7 +482,7 @@ mod tests {
         }
     }
 
-    #[cfg(not(trdata_loom))]
+    #[cfg(not(feature = "loom"))]
     #[test]
     fn holding_every_buffer_is_reported_not_a_hang() {
         let st = Arc::new(Station::new(layout(1), 2, 2, Arc::new(Stats::default())));
@@ -507,7 +507,7 @@ mod tests {
 
     /// A batch buffer the system cannot allocate (1 PiB here) is a typed `Memory` error for the consumer and
     /// a clean exit for the workers — before, `BatchBuffer::new` aborted the process.
-    #[cfg(not(trdata_loom))]
+    #[cfg(not(feature = "loom"))]
     #[test]
     fn refused_allocation_poisons_with_a_memory_error() {
         let huge = BatchLayout::new(4, 1 << 48);
@@ -524,7 +524,7 @@ mod tests {
         assert_eq!(st.buffers_allocated(), 0);
     }
 
-    #[cfg(not(trdata_loom))]
+    #[cfg(not(feature = "loom"))]
     #[test]
     fn stop_and_close_wake_every_waiter() {
         let st = Arc::new(Station::new(layout(2), 2, 4, Arc::new(Stats::default())));
@@ -541,8 +541,8 @@ mod tests {
     }
 
     /// Model check: every interleaving of 2 workers and the consumer over 3 batches of 2 rows with a ring of 2
-    /// delivers the right bytes and terminates. Run: RUSTFLAGS="--cfg trdata_loom" cargo test --release --lib station_loom
-    #[cfg(trdata_loom)]
+    /// delivers the right bytes and terminates. Run: cargo test --lib --features loom station_loom
+    #[cfg(feature = "loom")]
     #[test]
     fn station_loom() {
         // A preemption bound of 3 keeps the search to minutes while covering every schedule with up to three
@@ -557,7 +557,7 @@ mod tests {
     }
 
     /// The same model for an exact mid-epoch resume: the ring starts at batch 1 of 4, with a held lease.
-    #[cfg(trdata_loom)]
+    #[cfg(feature = "loom")]
     #[test]
     fn station_loom_resume() {
         let mut model = loom::model::Builder::new();

@@ -58,5 +58,5 @@ pub struct WorkContext {
     pub extras: Option<std::sync::Arc<dyn crate::sample::ExtrasStore>>,
 }
 
-#[cfg(all(test, not(trdata_loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests;

@@ -255,7 +255,7 @@ fn attempt(
     })
 }
 
-#[cfg(all(test, not(trdata_loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
     use proptest::prelude::*;
