@@ -926,7 +926,8 @@ mod tests {
             g.lock().unwrap().push((b, spare.len(), spare.capacity(), spare.as_ptr() as usize));
             Ok(bytes_of(b, spare))
         });
-        let c = BlockCache::new(SIZE, 0, vec![SIZE; 16], fetch);
+        let one_block = SIZE;
+        let c = BlockCache::new(one_block, 0, vec![SIZE; 16], fetch);
         let at = |b: &Arc<BlockBytes>| b.bytes().as_ptr() as usize;
         let zero = at(&c.get(0, &|| false).unwrap());
         let one = c.get(1, &|| false).unwrap(); // evicts 0, nobody holds it: its buffer is 1's
